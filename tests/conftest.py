@@ -1,0 +1,1 @@
+"""Shared fixtures. Test doubles (tiny models, toy tokenizers) live in tests/factories."""

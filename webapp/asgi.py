@@ -1,0 +1,7 @@
+"""ASGI entry point: ``uvicorn webapp.asgi:application``."""
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+application = get_asgi_application()

@@ -1,0 +1,17 @@
+"""Fast settings for the test suite: MD5 hashing, a throwaway data root."""
+import tempfile
+from pathlib import Path
+
+from webapp.settings import *  # noqa: F401,F403
+from webapp.settings import DATABASES
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DATA_ROOT = Path(tempfile.mkdtemp(prefix="temper-test-data-"))
+MODELS_ROOT = DATA_ROOT / "models"
+STATIC_ROOT = DATA_ROOT / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["NAME"] = str(DATA_ROOT / "test.sqlite3")
