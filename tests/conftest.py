@@ -1,1 +1,9 @@
-"""Shared fixtures. Test doubles (tiny models, toy tokenizers) live in tests/factories."""
+"""Shared fixtures. Test doubles (tiny models, toy tokenizers) live in tests/factories.py.
+
+Eight fake CPU devices let sharding tests build real meshes; the flag must be set
+before jax is first imported, which is why it lives at the top of the root conftest.
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
