@@ -1,0 +1,5 @@
+import sys
+
+from jaxengine.cli import main
+
+sys.exit(main())

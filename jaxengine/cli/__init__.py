@@ -1,0 +1,32 @@
+"""``jaxengine`` command line: one sub-command per module in this package.
+
+Each sub-command module defines ``register(subparsers)`` which adds its parser and
+sets ``handler=`` to a function taking the parsed arguments and returning an exit code.
+Modules are imported lazily by name so that ``jaxengine --help`` stays fast and a
+sub-command's heavy imports (jax) happen only when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Sub-command name -> module under jaxengine.cli. Add a line here when adding one.
+SUBCOMMANDS: dict[str, str] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxengine", description="Temper's JAX post-training engine")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in dict.fromkeys(SUBCOMMANDS.values()):
+        importlib.import_module(f"jaxengine.cli.{module_name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
