@@ -1,0 +1,332 @@
+"""The job spec: one YAML file describes a training run, for the CLI and the web app alike.
+
+Design note: this module is imported by the web process, so it must stay jax-free (pydantic and
+PyYAML only; ``tests/jaxengine/test_spec.py`` checks it in a fresh interpreter). Every section is a
+frozen pydantic model that forbids unknown keys, so a typo is an error instead of a silently ignored
+setting. Validation errors are rewritten into one line per problem that names the dotted key, the
+value given and what is allowed, prefixed with ``file:line`` when the spec came from a YAML file:
+
+    spec.yaml:14: optim.schedule: 'cosin' is not one of constant, linear, cosine
+
+Sections that only matter for one task (``dpo``, ``reward``) are rejected for other tasks, so a
+spec never carries settings that silently do nothing. New tasks add their section model here and
+one entry in ``TASK_SECTIONS``.
+"""
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Task = Literal["pretrain", "sft", "reward", "dpo"]
+PeftMethod = Literal["none", "lora", "qlora"]
+Schedule = Literal["constant", "linear", "cosine"]
+DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]
+LossOn = Literal["completion", "all"]
+ParamDtype = Literal["float32", "bfloat16"]
+# "auto" means bfloat16 on accelerators and float32 on CPU, where bfloat16 matmuls are slow.
+ComputeDtype = Literal["auto", "float32", "bfloat16"]
+ProjectionName = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+ALL_PROJECTIONS: tuple[str, ...] = typing.get_args(ProjectionName)
+
+# Task -> the task-specific sections it accepts. A section listed for no task of the spec is an error.
+TASK_SECTIONS: dict[str, tuple[str, ...]] = {
+    "pretrain": (),
+    "sft": (),
+    "reward": ("reward",),
+    "dpo": ("dpo",),
+}
+
+
+class SpecError(ValueError):
+    """An invalid job spec. ``problems`` holds one human-readable line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid job spec:\n  " + "\n  ".join(problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class DataSpec(_Section):
+    """``data``: where the rows come from and how they become token sequences."""
+
+    train: str = Field(description="Training dataset file (jsonl/json/csv/parquet) in the task's format.")
+    eval: str | None = Field(default=None, description="Optional held-out dataset in the same format.")
+    max_seq_len: int = Field(default=512, ge=8, le=131072, description="Tokens per training sequence.")
+    packing: bool = Field(
+        default=False,
+        description="Pack several examples per row; attention never crosses example boundaries.",
+    )
+    loss_on: LossOn = Field(
+        default="completion",
+        description="completion: loss on completions / assistant turns only; all: every token.",
+    )
+
+
+class PeftSpec(_Section):
+    """``peft``: full fine-tuning (``none``), LoRA, or LoRA over a quantized frozen base (QLoRA)."""
+
+    method: PeftMethod = Field(default="none", description="none | lora | qlora")
+    rank: int = Field(default=8, ge=1, le=1024, description="LoRA rank r.")
+    alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator: updates are scaled by alpha / rank.")
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    targets: tuple[ProjectionName, ...] = Field(
+        default=ALL_PROJECTIONS, min_length=1, description="Projection names that get LoRA adapters."
+    )
+    quant_bits: Literal[4, 8] = Field(default=4, description="qlora: 4 (NF4) or 8 (int8) bits for frozen weights.")
+    group_size: int = Field(default=64, ge=8, le=4096, description="qlora: weights per quantization scale.")
+
+    @model_validator(mode="after")
+    def _group_size_is_power_of_two(self) -> PeftSpec:
+        if self.group_size & (self.group_size - 1):
+            raise ValueError(f"group_size: {self.group_size} is not a power of two (e.g. 32, 64, 128)")
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError(f"targets: {list(self.targets)} names a projection twice")
+        return self
+
+
+class OptimSpec(_Section):
+    """``optim``: AdamW with decoupled weight decay, warmup then a constant/linear/cosine schedule."""
+
+    learning_rate: float = Field(default=1.0e-4, gt=0, le=1.0, description="Peak learning rate.")
+    schedule: Schedule = Field(default="cosine", description="Decay after warmup: constant | linear | cosine.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup from 0 to learning_rate.")
+    weight_decay: float = Field(default=0.0, ge=0.0, description="Decoupled (AdamW) weight decay.")
+    max_grad_norm: float | None = Field(default=1.0, gt=0, description="Global-norm clipping; null disables it.")
+    adam_beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(default=0.999, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(default=1.0e-8, gt=0)
+
+
+class TrainSpec(_Section):
+    """``train``: how long, how big, how often to evaluate and save, and in which precision."""
+
+    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps; give this or epochs.")
+    epochs: float | None = Field(default=None, gt=0, description="Passes over the training data; or max_steps.")
+    batch_size: int = Field(default=8, ge=1, description="Sequences per micro-batch.")
+    grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
+    save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
+    keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss.")
+    seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
+    param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
+    compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")
+    remat: bool = Field(default=False, description="Recompute activations in the backward pass to save memory.")
+    eval_samples: int = Field(default=16, ge=0, le=256, description="Eval prompts generated greedily at each eval.")
+    sample_max_new_tokens: int = Field(default=64, ge=1, description="Token budget of those generations.")
+
+    @model_validator(mode="after")
+    def _one_length(self) -> TrainSpec:
+        if (self.max_steps is None) == (self.epochs is None):
+            given = "both" if self.max_steps is not None else "neither"
+            raise ValueError(f"give exactly one of max_steps and epochs ({given} given)")
+        return self
+
+
+class DpoSpec(_Section):
+    """``dpo``: preference optimisation loss and its knobs."""
+
+    beta: float = Field(default=0.1, gt=0, description="Inverse temperature; ORPO's odds-ratio weight.")
+    loss: DpoLoss = Field(default="sigmoid", description="sigmoid | ipo | hinge | simpo | orpo")
+    label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description="sigmoid only: assumed label noise.")
+    simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
+
+    @model_validator(mode="after")
+    def _smoothing_only_for_sigmoid(self) -> DpoSpec:
+        if self.label_smoothing and self.loss != "sigmoid":
+            raise ValueError(f"label_smoothing: only used with loss sigmoid (loss is {self.loss!r})")
+        return self
+
+
+class RewardSpec(_Section):
+    """``reward``: the scalar head read at each sequence's last token, trained with Bradley-Terry."""
+
+    center_rewards_coefficient: float = Field(
+        default=0.0, ge=0.0, description="Adds coef * mean((r_chosen + r_rejected)^2) to keep rewards centred."
+    )
+
+
+class JobSpec(_Section):
+    """A whole training job."""
+
+    task: Task = Field(description="pretrain | sft | reward | dpo")
+    model: str = Field(min_length=1, description="A Hugging Face-format directory or a preset name.")
+    output_dir: str = Field(min_length=1, description="Run directory: metrics, checkpoints, export.")
+    data: DataSpec
+    peft: PeftSpec = PeftSpec()
+    optim: OptimSpec = OptimSpec()
+    train: TrainSpec
+    dpo: DpoSpec | None = None
+    reward: RewardSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_task_section(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("task") in TASK_SECTIONS:
+            for section in TASK_SECTIONS[values["task"]]:
+                if values.get(section) is None:
+                    values = {**values, section: {}}
+        return values
+
+    @model_validator(mode="after")
+    def _sections_match_task(self) -> JobSpec:
+        used = TASK_SECTIONS[self.task]
+        for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
+            if getattr(self, section) is not None:
+                raise ValueError(f"{section}: only used when task is {section} (task is {self.task!r}); remove it")
+        return self
+
+
+def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:
+    """Validate a spec given as a mapping (e.g. a parsed YAML document or a web form).
+
+    Raises SpecError naming each bad key by dotted path, the value and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise SpecError([_prefix(source, None) + f"the spec must be a mapping of keys, got {type(data).__name__}"])
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as error:
+        problems = [_describe(err, source, _lines or {}) for err in error.errors(include_url=False)]
+        raise SpecError(problems) from None
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a YAML spec file; errors carry ``file:line`` of the offending key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([f"{path}: no such file"]) from None
+    except UnicodeDecodeError as error:
+        raise SpecError([f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"]) from None
+    return parse_spec_text(text, source=str(path))
+
+
+def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
+    """Validate a spec given as YAML text (the web app's "advanced" editor uses this)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(error, "problem", None) or str(error)
+        raise SpecError([f"{where}: YAML syntax error: {problem}"]) from None
+    if data is None:
+        raise SpecError([f"{source}: the spec is empty"])
+    return parse_spec(data, source=source, _lines=_key_lines(node))
+
+
+def dump_spec(spec: JobSpec) -> str:
+    """The spec as YAML with every default filled in (written to ``<output_dir>/spec.yaml``).
+
+    Nulls are kept: ``max_grad_norm: null`` means "no clipping", not "use the default".
+    """
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+
+
+def _key_lines(node: yaml.Node | None, prefix: tuple = ()) -> dict[tuple, int]:
+    """Map each key path in a composed YAML document to its 1-based line."""
+    lines: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = (*prefix, key_node.value)
+            lines[path] = key_node.start_mark.line + 1
+            lines.update(_key_lines(value_node, path))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*prefix, index)] = item.start_mark.line + 1
+            lines.update(_key_lines(item, (*prefix, index)))
+    return lines
+
+
+def _prefix(source: str | None, line: int | None) -> str:
+    if source is None:
+        return ""
+    return f"{source}:{line}: " if line else f"{source}: "
+
+
+def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
+    """One line for one pydantic error: 'file:line: dotted.key: what is wrong and what is allowed'."""
+    loc = tuple(part for part in err["loc"] if not _is_union_tag(part))
+    value = err.get("input")
+    kind = err["type"]
+    message = err["msg"]
+    if kind == "literal_error":
+        allowed = _allowed_values(loc)
+        message = f"{value!r} is not one of {', '.join(map(str, allowed))}" if allowed else message
+    elif kind == "extra_forbidden":
+        siblings = _allowed_keys(loc[:-1])
+        message = "unknown key" + (f"; allowed keys here: {', '.join(siblings)}" if siblings else "")
+    elif kind == "missing":
+        message = "required key is missing"
+    elif kind == "value_error":
+        # Validators name their own field first ("group_size: ..."); fold it into the path.
+        message = message.removeprefix("Value error, ")
+        field, sep, rest = message.partition(": ")
+        if sep and field.isidentifier():
+            loc, message = (*loc, field), rest
+    else:
+        message = f"{value!r}: {message[0].lower()}{message[1:]}" if value is not None else message
+    dotted = ".".join(str(part) for part in loc) or "(top level)"
+    line = _line_for(loc, lines)
+    return f"{_prefix(source, line)}{dotted}: {message}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic inserts the union member ("int", "float", "literal['a']") into error locations.
+    return isinstance(part, str) and (part in {"int", "float", "str", "bool", "none"} or "[" in part)
+
+
+def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
+    for end in range(len(loc), 0, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def _field_annotation(loc: tuple) -> Any:
+    model: Any = JobSpec
+    annotation: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            annotation = _unwrap(annotation, container=True)
+            continue
+        model = _unwrap(annotation) if annotation is not None else model
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+    return annotation
+
+
+def _unwrap(annotation: Any, *, container: bool = False) -> Any:
+    """Strip Optional[...] (and, for a list index, the tuple[...] around the item type)."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        annotation = members[0] if len(members) == 1 else annotation
+        origin = typing.get_origin(annotation)
+    if container and origin in (tuple, list):
+        return typing.get_args(annotation)[0]
+    return annotation
+
+
+def _allowed_values(loc: tuple) -> tuple:
+    annotation = _unwrap(_field_annotation(loc))
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model = _unwrap(_field_annotation(loc)) if loc else JobSpec
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
