@@ -1,0 +1,158 @@
+"""Losses against values worked out by hand with plain ``math`` on tiny inputs (1e-5)."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxengine import losses
+from jaxengine.losses import LOSSES
+
+TOL = 1e-5
+
+
+def log_sigmoid(x: float) -> float:
+    return -math.log1p(math.exp(-x))
+
+
+def log_softmax_at(row: list[float], index: int) -> float:
+    return row[index] - math.log(sum(math.exp(v) for v in row))
+
+
+def close(actual, expected: float) -> None:
+    assert abs(float(actual) - expected) <= TOL, (float(actual), expected)
+
+
+LOGITS = [  # [B=2, T=2, V=3]
+    [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]],
+    [[2.0, 2.0, 2.0], [1.5, -0.5, 0.25]],
+]
+TARGETS = [[1, 2], [0, 1]]
+
+
+def test_token_log_probs_by_hand():
+    got = losses.token_log_probs(jnp.array(LOGITS), jnp.array(TARGETS))
+    for b in range(2):
+        for t in range(2):
+            close(got[b, t], log_softmax_at(LOGITS[b][t], TARGETS[b][t]))
+
+
+def test_masked_cross_entropy_is_the_mean_over_loss_tokens():
+    mask = [[False, True], [True, True]]
+    log_probs = losses.token_log_probs(jnp.array(LOGITS), jnp.array(TARGETS))
+    loss, metrics = losses.masked_cross_entropy(log_probs, jnp.array(mask))
+    picked = [log_softmax_at(LOGITS[b][t], TARGETS[b][t]) for b in range(2) for t in range(2) if mask[b][t]]
+    close(loss, -sum(picked) / 3)
+    close(metrics["loss_tokens"], 3.0)
+    assert LOSSES["cross_entropy"] is losses.masked_cross_entropy
+
+
+def test_masked_cross_entropy_with_no_loss_tokens_is_zero_not_nan():
+    loss, _ = losses.masked_cross_entropy(jnp.zeros((1, 3)), jnp.zeros((1, 3), bool))
+    assert float(loss) == 0.0
+
+
+def test_sequence_log_probs_sums_and_counts_loss_tokens():
+    total, count = losses.sequence_log_probs(jnp.array([[-1.0, -2.0, -4.0], [-0.5, -0.25, -8.0]]),
+                                             jnp.array([[1, 0, 1], [1, 1, 0]]))
+    np.testing.assert_allclose(total, [-5.0, -0.75], atol=TOL)
+    np.testing.assert_allclose(count, [2.0, 2.0], atol=TOL)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 4, 16])
+def test_chunked_log_probs_equal_the_plain_ones_and_their_gradients(chunk_size):
+    key_h, key_w, key_t = jax.random.split(jax.random.key(0), 3)
+    hidden_btd = jax.random.normal(key_h, (2, 7, 5))
+    weight_dv = jax.random.normal(key_w, (5, 11))
+    targets_bt = jax.random.randint(key_t, (2, 7), 0, 11)
+    mask_bt = jnp.array([[1, 1, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1]])
+
+    def plain(weight):
+        return losses.masked_cross_entropy(losses.token_log_probs(hidden_btd @ weight, targets_bt), mask_bt)[0]
+
+    def chunked(weight):
+        log_probs = losses.chunked_token_log_probs(hidden_btd, targets_bt, lambda h: h @ weight, chunk_size=chunk_size)
+        return losses.masked_cross_entropy(log_probs, mask_bt)[0]
+
+    close(chunked(weight_dv), float(plain(weight_dv)))
+    np.testing.assert_allclose(jax.grad(chunked)(weight_dv), jax.grad(plain)(weight_dv), atol=TOL)
+
+
+# Two preference pairs: policy and reference summed log-probs of chosen / rejected completions.
+PC, PR, RC, RR = [-3.0, -5.0], [-4.0, -4.5], [-3.5, -4.8], [-3.9, -4.4]
+
+
+def margins(beta: float) -> list[float]:
+    return [beta * ((PC[i] - PR[i]) - (RC[i] - RR[i])) for i in range(2)]
+
+
+def test_dpo_sigmoid_by_hand_with_label_smoothing():
+    beta, smoothing = 0.5, 0.1
+    loss, metrics = losses.dpo_sigmoid_loss(*map(jnp.array, (PC, PR, RC, RR)), beta=beta, label_smoothing=smoothing)
+    expected = sum(-log_sigmoid(z) * (1 - smoothing) - log_sigmoid(-z) * smoothing for z in margins(beta)) / 2
+    close(loss, expected)
+    chosen = [beta * (PC[i] - RC[i]) for i in range(2)]  # [0.25, -0.1]
+    rejected = [beta * (PR[i] - RR[i]) for i in range(2)]  # [-0.05, -0.05]
+    close(metrics["rewards/chosen"], sum(chosen) / 2)
+    close(metrics["rewards/rejected"], sum(rejected) / 2)
+    close(metrics["rewards/margins"], (chosen[0] - rejected[0] + chosen[1] - rejected[1]) / 2)
+    close(metrics["rewards/accuracies"], 0.5)  # first pair: 0.25 > -0.05; second: -0.1 < -0.05
+    close(metrics["logps/chosen"], -4.0)
+    close(metrics["logps/rejected"], -4.25)
+
+
+def test_dpo_sigmoid_without_smoothing_is_log_sigmoid():
+    loss, _ = losses.dpo_sigmoid_loss(*map(jnp.array, (PC, PR, RC, RR)), beta=0.1)
+    close(loss, -sum(log_sigmoid(z) for z in margins(0.1)) / 2)
+
+
+def test_ipo_by_hand():
+    beta = 0.25
+    loss, _ = LOSSES["ipo"](*map(jnp.array, (PC, PR, RC, RR)), beta=beta)
+    close(loss, sum((m / beta - 1 / (2 * beta)) ** 2 for m in margins(beta)) / 2)
+
+
+def test_hinge_by_hand():
+    beta = 2.0
+    loss, metrics = LOSSES["hinge"](*map(jnp.array, (PC, PR, RC, RR)), beta=beta)
+    close(loss, sum(max(0.0, 1 - z) for z in margins(beta)) / 2)
+    close(metrics["rewards/margins"], sum(margins(beta)) / 2)
+
+
+def test_simpo_by_hand():
+    avg_c, avg_r, beta, gamma = [-0.5, -1.2], [-0.9, -1.0], 2.0, 0.5
+    loss, metrics = LOSSES["simpo"](jnp.array(avg_c), jnp.array(avg_r), beta=beta, gamma=gamma)
+    close(loss, sum(-log_sigmoid(beta * (avg_c[i] - avg_r[i]) - gamma) for i in range(2)) / 2)
+    close(metrics["rewards/chosen"], beta * (-0.5 - 1.2) / 2)
+    close(metrics["rewards/accuracies"], 0.5)
+
+
+def test_orpo_by_hand():
+    avg_c, avg_r, beta = [-0.5, -1.2], [-0.9, -1.0], 0.1
+
+    def log_odds(avg: float) -> float:
+        p = math.exp(avg)
+        return math.log(p / (1 - p))
+
+    ratio_terms = [log_sigmoid(log_odds(avg_c[i]) - log_odds(avg_r[i])) for i in range(2)]
+    loss, metrics = LOSSES["orpo"](jnp.array(avg_c), jnp.array(avg_r), beta=beta)
+    nll = -(avg_c[0] + avg_c[1]) / 2
+    close(loss, nll - beta * sum(ratio_terms) / 2)
+    close(metrics["nll_loss"], nll)
+    close(metrics["log_odds_ratio"], sum(ratio_terms) / 2)
+
+
+def test_bradley_terry_by_hand_with_centering():
+    chosen, rejected, coef = [1.5, -0.2, 0.3], [0.5, 0.4, 0.3], 0.01
+    loss, metrics = LOSSES["bradley_terry"](jnp.array(chosen), jnp.array(rejected), center_rewards_coefficient=coef)
+    expected = -sum(log_sigmoid(c - r) for c, r in zip(chosen, rejected)) / 3
+    expected += coef * sum((c + r) ** 2 for c, r in zip(chosen, rejected)) / 3
+    close(loss, expected)
+    close(metrics["accuracy"], 1 / 3)  # a tie is not a correct ranking
+    close(metrics["margin"], (1.0 - 0.6 + 0.0) / 3)
+
+
+def test_registry_refuses_a_duplicate_name():
+    with pytest.raises(ValueError, match="registered twice"):
+        losses.register_loss("sigmoid")(lambda: None)
