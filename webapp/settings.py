@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "webapp.core",
+    "webapp.accounts",
+    "webapp.projects",
 ]
 
 MIDDLEWARE = [

@@ -9,6 +9,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DATA_ROOT = Path(tempfile.mkdtemp(prefix="temper-test-data-"))
 MODELS_ROOT = DATA_ROOT / "models"
 STATIC_ROOT = DATA_ROOT / "staticfiles"
+# WhiteNoise warns on every request when its root is missing.
+STATIC_ROOT.mkdir()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

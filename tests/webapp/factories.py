@@ -1,0 +1,54 @@
+"""Builders for web-side test data, shared by unit, integration and browser tests.
+
+``make_team()`` gives the cast every access test needs: a project with an owner, a
+teammate (member), a viewer, and an outsider who belongs to another project only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+
+from webapp.projects import services as project_services
+from webapp.projects.models import Project, Role
+
+PASSWORD = "correct-horse-battery"
+
+
+def make_user(username: str, *, password: str = PASSWORD) -> AbstractBaseUser:
+    """An active user with ``password``."""
+    return get_user_model().objects.create_user(username=username, password=password)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Team:
+    project: Project
+    owner: AbstractBaseUser
+    teammate: AbstractBaseUser
+    viewer: AbstractBaseUser
+    outsider: AbstractBaseUser
+    outsider_project: Project
+
+
+def make_team(*, slug: str = "alpha") -> Team:
+    """Project ``slug`` with owner, teammate (member) and viewer; the outsider owns
+    a separate project so that they are a real, logged-in user of the site."""
+    owner = make_user(f"{slug}-owner")
+    teammate = make_user(f"{slug}-teammate")
+    viewer = make_user(f"{slug}-viewer")
+    outsider = make_user(f"{slug}-outsider")
+    project = project_services.project_create(name=f"Project {slug}", slug=slug, owner=owner)
+    project_services.membership_add(project=project, user=teammate, role=Role.MEMBER)
+    project_services.membership_add(project=project, user=viewer, role=Role.VIEWER)
+    outsider_project = project_services.project_create(
+        name="Elsewhere", slug=f"{slug}-elsewhere", owner=outsider
+    )
+    return Team(
+        project=project,
+        owner=owner,
+        teammate=teammate,
+        viewer=viewer,
+        outsider=outsider,
+        outsider_project=outsider_project,
+    )

@@ -1,0 +1,71 @@
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.factories import make_user
+from webapp.projects import selectors, services
+from webapp.projects.models import Membership, Role
+
+
+def test_project_create_makes_the_creator_owner(db):
+    owner = make_user("ada")
+    project = services.project_create(name="  Chat tuning ", slug="chat-tuning", owner=owner)
+    assert project.name == "Chat tuning"
+    membership = Membership.objects.get(project=project)
+    assert (membership.user, membership.role) == (owner, Role.OWNER)
+
+
+@pytest.mark.parametrize("slug", ["", "Upper", "under_score", "-lead", "trail-", "a" * 51, "new", "admin"])
+def test_project_create_rejects_bad_slug(db, slug):
+    with pytest.raises(ValidationError) as excinfo:
+        services.project_create(name="x", slug=slug, owner=make_user("ada"))
+    assert "slug" in excinfo.value.message_dict
+
+
+def test_project_create_rejects_taken_slug(team):
+    with pytest.raises(ValidationError, match="already exists"):
+        services.project_create(name="again", slug=team.project.slug, owner=team.outsider)
+
+
+def test_project_create_rejects_empty_name(db):
+    with pytest.raises(ValidationError) as excinfo:
+        services.project_create(name="   ", slug="ok", owner=make_user("ada"))
+    assert "name" in excinfo.value.message_dict
+
+
+def test_membership_add_rejects_duplicate_and_bad_role(team):
+    with pytest.raises(ValidationError, match="already a member"):
+        services.membership_add(project=team.project, user=team.teammate, role=Role.VIEWER)
+    with pytest.raises(ValidationError) as excinfo:
+        services.membership_add(project=team.project, user=team.outsider, role="admin")
+    assert "role" in excinfo.value.message_dict
+    assert not Membership.objects.filter(project=team.project, user=team.outsider).exists()
+
+
+def test_last_owner_cannot_be_demoted_or_removed(team):
+    owner_membership = Membership.objects.get(project=team.project, user=team.owner)
+    with pytest.raises(ValidationError, match="last owner"):
+        services.membership_set_role(membership=owner_membership, role=Role.MEMBER)
+    with pytest.raises(ValidationError, match="last owner"):
+        services.membership_remove(membership=owner_membership)
+    owner_membership.refresh_from_db()
+    assert owner_membership.role == Role.OWNER
+
+
+def test_an_owner_can_step_down_once_another_owner_exists(team):
+    teammate = Membership.objects.get(project=team.project, user=team.teammate)
+    services.membership_set_role(membership=teammate, role=Role.OWNER)
+    owner_membership = Membership.objects.get(project=team.project, user=team.owner)
+    services.membership_set_role(membership=owner_membership, role=Role.VIEWER)
+    owner_membership.refresh_from_db()
+    assert owner_membership.role == Role.VIEWER
+
+
+def test_project_list_for_user_shows_own_projects_with_role_and_size(team):
+    listed = list(selectors.project_list_for_user(user=team.viewer))
+    assert [(p.slug, p.role, p.member_count) for p in listed] == [("alpha", "viewer", 3)]
+    assert [p.slug for p in selectors.project_list_for_user(user=team.outsider)] == ["alpha-elsewhere"]
+
+
+def test_membership_list_orders_owners_first(team):
+    names = [m.user.username for m in selectors.membership_list(project=team.project)]
+    assert names == ["alpha-owner", "alpha-teammate", "alpha-viewer"]

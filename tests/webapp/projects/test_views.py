@@ -1,0 +1,144 @@
+"""Project pages: list (home), create, overview, members."""
+import pytest
+from django.urls import reverse
+
+from webapp.projects.models import Membership, Project, Role
+
+
+def assert_redirects_to_login(response, url):
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('accounts:login')}?next={url}"
+
+
+class TestProjectList:
+    url = "/"
+
+    def test_it_works(self, team, client_for):
+        response = client_for(team.viewer).get(self.url)
+        assert response.status_code == 200
+        assert b"Project alpha" in response.content
+        assert b"Elsewhere" not in response.content
+
+    def test_it_requires_access(self, client, db):
+        assert_redirects_to_login(client.get(self.url), self.url)
+
+
+class TestProjectCreate:
+    url = "/projects/new/"
+
+    def test_it_works(self, team, client_for):
+        client = client_for(team.viewer)
+        assert client.get(self.url).status_code == 200
+        response = client.post(self.url, {"name": "Reward models", "slug": "reward-models"})
+        assert response.status_code == 302
+        assert response["Location"] == "/p/reward-models/"
+        project = Project.objects.get(slug="reward-models")
+        assert Membership.objects.get(project=project, user=team.viewer).role == Role.OWNER
+
+    def test_it_requires_access(self, client, db):
+        assert_redirects_to_login(client.get(self.url), self.url)
+        assert client.post(self.url, {"name": "x", "slug": "x"}).status_code == 302
+        assert not Project.objects.filter(slug="x").exists()
+
+    @pytest.mark.parametrize(
+        ("data", "message"),
+        [
+            ({"name": "x", "slug": "Bad Slug"}, b"lower-case letters"),
+            ({"name": "x", "slug": "alpha"}, b"already exists"),
+            ({"name": "", "slug": "fine"}, b"This field is required"),
+        ],
+    )
+    def test_it_rejects_bad_input(self, team, client_for, data, message):
+        response = client_for(team.owner).post(self.url, data)
+        assert response.status_code == 400
+        assert message in response.content
+        assert Project.objects.count() == 2
+
+
+class TestProjectDetail:
+    url = "/p/alpha/"
+
+    def test_it_works(self, team, client_for):
+        response = client_for(team.viewer).get(self.url)
+        assert response.status_code == 200
+        assert b"Project alpha" in response.content
+        assert b"alpha-teammate" in response.content
+
+    def test_it_requires_access(self, team, client, client_for):
+        assert client_for(team.outsider).get(self.url).status_code == 404
+        assert client_for(team.outsider).get("/p/no-such-project/").status_code == 404
+        assert_redirects_to_login(client.get(self.url), self.url)
+
+
+class TestMembers:
+    url = "/p/alpha/members/"
+
+    def test_it_works(self, team, client_for):
+        response = client_for(team.viewer).get(self.url)
+        assert response.status_code == 200
+        assert b"alpha-viewer" in response.content
+        assert b"Add a member" not in response.content
+        owner_page = client_for(team.owner).get(self.url)
+        assert b"Add a member" in owner_page.content
+
+    def test_owner_adds_a_member_by_username(self, team, client_for):
+        response = client_for(team.owner).post(self.url, {"username": "alpha-outsider", "role": "viewer"})
+        assert response.status_code == 302
+        assert Membership.objects.get(project=team.project, user=team.outsider).role == Role.VIEWER
+
+    def test_it_requires_access(self, team, client, client_for):
+        assert client_for(team.outsider).get(self.url).status_code == 404
+        assert client_for(team.outsider).post(self.url, {"username": "alpha-outsider", "role": "owner"}).status_code == 404
+        assert_redirects_to_login(client.get(self.url), self.url)
+        assert not Membership.objects.filter(project=team.project, user=team.outsider).exists()
+
+    @pytest.mark.parametrize("role_holder", ["viewer", "teammate"])
+    def test_only_owners_manage_members(self, team, client_for, role_holder):
+        client = client_for(getattr(team, role_holder))
+        assert client.post(self.url, {"username": "alpha-outsider", "role": "member"}).status_code == 403
+        assert client.post(self.url + "role/", {"username": "alpha-viewer", "role": "owner"}).status_code == 403
+        assert client.post(self.url + "remove/", {"username": "alpha-viewer"}).status_code == 403
+        assert Membership.objects.filter(project=team.project).count() == 3
+        assert Membership.objects.get(project=team.project, user=team.viewer).role == Role.VIEWER
+
+    @pytest.mark.parametrize(
+        ("data", "message"),
+        [
+            ({"username": "nobody", "role": "member"}, b"no active user is named"),
+            ({"username": "alpha-teammate", "role": "viewer"}, b"already a member"),
+            ({"username": "alpha-outsider", "role": "admin"}, b"not one of the available choices"),
+        ],
+    )
+    def test_it_rejects_bad_member(self, team, client_for, data, message):
+        response = client_for(team.owner).post(self.url, data)
+        assert response.status_code == 400
+        assert message in response.content
+        assert Membership.objects.filter(project=team.project).count() == 3
+
+    def test_owner_changes_a_role(self, team, client_for):
+        response = client_for(team.owner).post(self.url + "role/", {"username": "alpha-viewer", "role": "member"})
+        assert response.status_code == 302
+        assert Membership.objects.get(project=team.project, user=team.viewer).role == Role.MEMBER
+
+    def test_it_rejects_demoting_the_last_owner(self, team, client_for):
+        response = client_for(team.owner).post(self.url + "role/", {"username": "alpha-owner", "role": "viewer"})
+        assert response.status_code == 400
+        assert b"last owner" in response.content
+        assert Membership.objects.get(project=team.project, user=team.owner).role == Role.OWNER
+
+    def test_it_rejects_unknown_member(self, team, client_for):
+        client = client_for(team.owner)
+        assert client.post(self.url + "role/", {"username": "alpha-outsider", "role": "member"}).status_code == 404
+        assert client.post(self.url + "remove/", {"username": "nobody"}).status_code == 404
+        assert client.post(self.url + "role/", {"username": "alpha-viewer", "role": "boss"}).status_code == 400
+
+    def test_owner_removes_a_member(self, team, client_for):
+        response = client_for(team.owner).post(self.url + "remove/", {"username": "alpha-teammate"})
+        assert response.status_code == 302
+        assert not Membership.objects.filter(project=team.project, user=team.teammate).exists()
+        assert client_for(team.teammate).get("/p/alpha/").status_code == 404
+
+    def test_membership_changes_need_post(self, team, client_for):
+        client = client_for(team.owner)
+        assert client.get(self.url + "remove/").status_code == 405
+        assert client.get(self.url + "role/").status_code == 405

@@ -1,0 +1,29 @@
+"""Login, logout (POST only) and password change: Django's auth views with our
+templates. Accounts are created by an administrator (``temper_setup`` or the admin
+site); there is no self-service sign-up."""
+from django.contrib.auth import views as auth_views
+from django.urls import path, reverse_lazy
+
+app_name = "accounts"
+
+urlpatterns = [
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(
+            template_name="accounts/password_change.html",
+            success_url=reverse_lazy("accounts:password_change_done"),
+        ),
+        name="password_change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(template_name="accounts/password_change_done.html"),
+        name="password_change_done",
+    ),
+]

@@ -1,0 +1,15 @@
+"""Helpers shared by the forms of every app."""
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+
+def add_service_errors(form: forms.Form, error: ValidationError) -> None:
+    """Show a service's ``ValidationError`` on ``form``: each message next to the
+    field it names when the form has that field, otherwise at the top of the form."""
+    if not hasattr(error, "error_dict"):
+        form.add_error(None, error)
+        return
+    for field, messages in error.message_dict.items():
+        form.add_error(field if field in form.fields else None, messages)

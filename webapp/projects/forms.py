@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from webapp.projects.models import Role
+
+
+class ProjectCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.CharField(
+        max_length=50,
+        help_text="Used in URLs: lower-case letters, digits and hyphens, e.g. chat-tuning.",
+    )
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self):
+        username = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"no active user is named {username!r}; check the spelling")
+        self.cleaned_data["user"] = user
+        return username
+
+
+class MemberRoleForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class MemberRemoveForm(forms.Form):
+    username = forms.CharField(max_length=150)

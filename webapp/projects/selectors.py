@@ -1,0 +1,32 @@
+"""Reads of projects and memberships for pages."""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Case, Count, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+
+from webapp.projects.models import ROLE_RANK, Membership, Project
+
+
+def project_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Project]:
+    """The projects ``user`` belongs to, by name, each annotated with ``role`` (the
+    user's own) and ``member_count``."""
+    own_memberships = Membership.objects.filter(user=user)
+    own_role = own_memberships.filter(project=OuterRef("pk")).values("role")[:1]
+    return (
+        Project.objects.filter(pk__in=own_memberships.values("project_id"))
+        .annotate(role=Subquery(own_role), member_count=Count("memberships"))
+        .order_by("name", "slug")
+    )
+
+
+def membership_list(*, project: Project) -> QuerySet[Membership]:
+    """The members of ``project``: owners first, then members, then viewers; by username."""
+    rank = Case(
+        *(When(role=role, then=Value(rank)) for role, rank in ROLE_RANK.items()),
+        output_field=IntegerField(),
+    )
+    return (
+        Membership.objects.filter(project=project)
+        .select_related("user")
+        .order_by(-rank, "user__username")
+    )

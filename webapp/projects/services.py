@@ -1,0 +1,91 @@
+"""Writes to projects and memberships. Callers check access first (``access.py``);
+these functions enforce the invariants that hold whoever calls them: slugs are
+unique and well-formed, a user is a member of a project at most once, and a project
+always keeps at least one owner."""
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from webapp.projects.models import Membership, Project, Role
+
+SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
+# Slugs that would read like site sections rather than projects.
+RESERVED_SLUGS = frozenset({"new", "admin", "api", "accounts", "static", "metrics", "workers"})
+
+
+def _validate_slug(slug: str) -> None:
+    if not SLUG_RE.match(slug):
+        raise ValidationError(
+            {
+                "slug": f"slug {slug!r} must be 1-50 lower-case letters, digits or hyphens, "
+                "starting and ending with a letter or digit (e.g. 'chat-tuning')"
+            }
+        )
+    if slug in RESERVED_SLUGS:
+        raise ValidationError({"slug": f"slug {slug!r} is reserved; choose another"})
+
+
+def _validate_role(role: str) -> None:
+    if role not in Role.values:
+        raise ValidationError({"role": f"role {role!r} must be one of {', '.join(Role.values)}"})
+
+
+@transaction.atomic
+def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
+    """Create a project with ``owner`` as its first owner."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "the project name must not be empty"})
+    _validate_slug(slug)
+    if Project.objects.filter(slug=slug).exists():
+        raise ValidationError({"slug": f"a project with slug {slug!r} already exists; choose another"})
+    project = Project.objects.create(name=name, slug=slug)
+    Membership.objects.create(project=project, user=owner, role=Role.OWNER)
+    return project
+
+
+@transaction.atomic
+def membership_add(*, project: Project, user: AbstractBaseUser, role: str) -> Membership:
+    """Make ``user`` a member of ``project`` with ``role``."""
+    _validate_role(role)
+    if Membership.objects.filter(project=project, user=user).exists():
+        raise ValidationError(
+            {"username": f"{user.get_username()} is already a member of {project.slug}; change their role instead"}
+        )
+    return Membership.objects.create(project=project, user=user, role=role)
+
+
+def _ensure_another_owner(membership: Membership) -> None:
+    others = (
+        Membership.objects.select_for_update()
+        .filter(project_id=membership.project_id, role=Role.OWNER)
+        .exclude(pk=membership.pk)
+    )
+    if not others.exists():
+        raise ValidationError(
+            {"username": f"{membership.user.get_username()} is the last owner of "
+             f"{membership.project.slug}; make someone else owner first"}
+        )
+
+
+@transaction.atomic
+def membership_set_role(*, membership: Membership, role: str) -> Membership:
+    """Change a member's role; the last owner cannot be demoted."""
+    _validate_role(role)
+    if membership.role == Role.OWNER and role != Role.OWNER:
+        _ensure_another_owner(membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership) -> None:
+    """Remove a member from a project; the last owner cannot be removed."""
+    if membership.role == Role.OWNER:
+        _ensure_another_owner(membership)
+    membership.delete()

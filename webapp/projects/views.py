@@ -1,0 +1,144 @@
+"""Project pages: the project list (home), project creation, the overview and the
+members page. Every project-scoped view starts with ``get_project_for_user``."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.core.forms import add_service_errors
+from webapp.projects import selectors, services
+from webapp.projects.access import get_project_for_user
+from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
+from webapp.projects.models import Membership, Project, Role
+
+
+@login_required
+@require_http_methods(["GET"])
+def project_list(request: HttpRequest) -> HttpResponse:
+    projects = selectors.project_list_for_user(user=request.user)
+    return render(request, "projects/list.html", {"projects": projects})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_create(request: HttpRequest) -> HttpResponse:
+    form = ProjectCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            project = services.project_create(
+                name=form.cleaned_data["name"], slug=form.cleaned_data["slug"], owner=request.user
+            )
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"Project {project.name} created.")
+            return redirect("projects:detail", project.slug)
+    status = 400 if form.errors else 200
+    return render(request, "projects/create.html", {"form": form}, status=status)
+
+
+@login_required
+@require_http_methods(["GET"])
+def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    return render(
+        request,
+        "projects/detail.html",
+        {
+            "project": project,
+            "membership": membership,
+            "members": selectors.membership_list(project=project),
+        },
+    )
+
+
+def _render_members(request, project: Project, membership: Membership, *, add_form=None, status=200):
+    return render(
+        request,
+        "projects/members.html",
+        {
+            "project": project,
+            "membership": membership,
+            "members": selectors.membership_list(project=project),
+            "add_form": add_form or MemberAddForm(),
+            "roles": Role.choices,
+            "is_owner": membership.can(Role.OWNER),
+        },
+        status=status,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def members(request: HttpRequest, slug: str) -> HttpResponse:
+    """Lists the members; a POST (owners only) adds one by username."""
+    if request.method == "GET":
+        project, membership = get_project_for_user(request.user, slug)
+        return _render_members(request, project, membership)
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            services.membership_add(
+                project=project, user=form.cleaned_data["user"], role=form.cleaned_data["role"]
+            )
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"{form.cleaned_data['username']} added as {form.cleaned_data['role']}.")
+            return redirect("projects:members", project.slug)
+    return _render_members(request, project, membership, add_form=form, status=400)
+
+
+def _target_membership(project: Project, username: str) -> Membership:
+    target = Membership.objects.select_related("user", "project").filter(
+        project=project, user__username=username
+    ).first()
+    if target is None:
+        raise Http404(f"{username!r} is not a member of {project.slug}")
+    return target
+
+
+def _members_form_failed(request, project, membership, form_errors) -> HttpResponse:
+    for messages_for_field in form_errors.values():
+        for message in messages_for_field:
+            messages.error(request, message)
+    return _render_members(request, project, membership, status=400)
+
+
+@login_required
+@require_POST
+def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        return _members_form_failed(request, project, membership, form.errors)
+    target = _target_membership(project, form.cleaned_data["username"])
+    try:
+        services.membership_set_role(membership=target, role=form.cleaned_data["role"])
+    except ValidationError as error:
+        return _members_form_failed(request, project, membership, error.message_dict)
+    messages.success(request, f"{target.user.get_username()} is now {target.role}.")
+    return redirect("projects:members", project.slug)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    form = MemberRemoveForm(request.POST)
+    if not form.is_valid():
+        return _members_form_failed(request, project, membership, form.errors)
+    target = _target_membership(project, form.cleaned_data["username"])
+    try:
+        services.membership_remove(membership=target)
+    except ValidationError as error:
+        return _members_form_failed(request, project, membership, error.message_dict)
+    messages.success(request, f"{target.user.get_username()} removed from {project.name}.")
+    if target.user_id == request.user.id:
+        return redirect("projects:list")
+    return redirect("projects:members", project.slug)
