@@ -1,0 +1,965 @@
+"""Dataset kinds, streaming file readers and the one-pass validator.
+
+Design note: the web process, the ``default`` worker and the engine all read datasets through this
+module, so it stays jax-free (stdlib, orjson and pyarrow only; pyarrow is imported lazily, for
+Parquet files only). Every reader streams: JSONL line by line, JSON arrays element by element
+(``json.JSONDecoder.raw_decode`` over a growing text buffer), CSV through the ``csv`` module over
+lines decoded one at a time, Parquet by record batches. Memory therefore grows with the largest
+row, never with the file.
+
+Problems are ``Issue`` values with a stable ``code``, the 1-based ``line`` (text formats) and
+``row`` (every format) where it happened, the ``field``, and a message that says what to do.
+Problems that make the rest of the file unreadable (empty, binary, wrong encoding in a JSON array,
+too large) stop the reader with ``DatasetFormatError``; row-level problems are collected and the
+validator moves on, so one pass reports the first ``max_errors`` problems and counts them all.
+
+Statistics (character lengths per field and in total) are gathered in the same pass as exact
+length counts, which merge across processes and become histograms at the end.
+
+Kinds and their fields (a ``ColumnMapping`` maps a file's own column names onto them):
+
+- ``text``: ``text`` (string), for continued pre-training;
+- ``sft``: ``prompt`` and ``completion`` (strings), or ``messages`` (a list of ``{role, content}``
+  with roles system/user/assistant and at least one assistant turn; it wins when both are present);
+- ``preference``: ``prompt``, ``chosen``, ``rejected``, each a string or a message list; ``prompt``
+  may be left out when ``chosen`` and ``rejected`` are whole conversations (message lists);
+- ``prompts``: ``prompt`` (string or message list); every other column is kept as a reference
+  value (e.g. ``answer``) for reward functions.
+"""
+from __future__ import annotations
+
+import bisect
+import codecs
+import csv
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROLES = frozenset({"system", "user", "assistant"})
+DEFAULT_MAX_ERRORS = 20
+# A JSON array element larger than this is treated as broken JSON rather than buffered further.
+MAX_JSON_ELEMENT_CHARS = 64 * 1024 * 1024
+_JSON_CHUNK_BYTES = 1024 * 1024
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SNIFF_BYTES = 8192
+_HISTOGRAM_BINS = 30
+
+
+class DatasetKind(StrEnum):
+    TEXT = "text"
+    SFT = "sft"
+    PREFERENCE = "preference"
+    PROMPTS = "prompts"
+
+
+class FileFormat(StrEnum):
+    JSONL = "jsonl"
+    JSON = "json"
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
+# The fields of each kind that a column mapping may name.
+KIND_FIELDS: dict[DatasetKind, tuple[str, ...]] = {
+    DatasetKind.TEXT: ("text",),
+    DatasetKind.SFT: ("prompt", "completion", "messages"),
+    DatasetKind.PREFERENCE: ("prompt", "chosen", "rejected"),
+    DatasetKind.PROMPTS: ("prompt",),
+}
+
+KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
+    DatasetKind.TEXT: "raw text for continued pre-training: a 'text' column",
+    DatasetKind.SFT: "supervised fine-tuning: 'prompt' and 'completion', or 'messages' (a chat)",
+    DatasetKind.PREFERENCE: "preference pairs: 'prompt', 'chosen' and 'rejected' (strings or chats)",
+    DatasetKind.PROMPTS: "prompts for RL: 'prompt' plus optional reference columns such as 'answer'",
+}
+
+_EXTENSIONS: dict[str, FileFormat] = {
+    ".jsonl": FileFormat.JSONL,
+    ".ndjson": FileFormat.JSONL,
+    ".json": FileFormat.JSON,
+    ".csv": FileFormat.CSV,
+    ".parquet": FileFormat.PARQUET,
+    ".pq": FileFormat.PARQUET,
+}
+
+# Leading bytes of files people upload by mistake, and what to tell them.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "a gzip-compressed file: decompress it first"),
+    (b"PK\x03\x04", "a zip archive: extract the dataset file from it first"),
+    (b"PAR1", "a Parquet file: upload it with a .parquet extension"),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file: decompress it first"),
+    (b"BZh", "a bzip2-compressed file: decompress it first"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Issue:
+    """One problem found in a dataset file; ``line`` and ``row`` are 1-based."""
+
+    code: str
+    message: str
+    line: int | None = None
+    row: int | None = None
+    field: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "line": self.line, "row": self.row, "field": self.field}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Issue:
+        return cls(**{key: data.get(key) for key in ("code", "message", "line", "row", "field")})
+
+    def __str__(self) -> str:
+        where = []
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        if self.field is not None:
+            where.append(f"field '{self.field}'")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class DatasetFormatError(Exception):
+    """A problem that stops reading the file (or, from ``iter_examples``, the first bad row)."""
+
+    def __init__(self, issue: Issue):
+        super().__init__(str(issue))
+        self.issue = issue
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawRow:
+    """One record as read from the file, before the column mapping: ``value`` is usually a dict."""
+
+    row: int
+    line: int | None
+    value: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnMapping:
+    """Maps the kind's fields to the file's column names, e.g. ``{"prompt": "question"}``.
+
+    Fields left out are read from a column of the same name.
+    """
+
+    kind: DatasetKind
+    columns: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", DatasetKind(self.kind))
+        allowed = KIND_FIELDS[self.kind]
+        cleaned: dict[str, str] = {}
+        for field_name, column in dict(self.columns).items():
+            if field_name not in allowed:
+                raise ValueError(
+                    f"column mapping: '{field_name}' is not a field of kind '{self.kind}'; "
+                    f"map one of: {', '.join(allowed)}"
+                )
+            if not isinstance(column, str):
+                raise ValueError(f"column mapping: the column for '{field_name}' must be a column name (a string)")
+            if column.strip() and column.strip() != field_name:
+                cleaned[field_name] = column.strip()
+        used: dict[str, str] = {}
+        for field_name in allowed:
+            column = cleaned.get(field_name, field_name)
+            if column in used:
+                raise ValueError(
+                    f"column mapping: column '{column}' is mapped to both '{used[column]}' and '{field_name}'; "
+                    "each column can feed one field"
+                )
+            used[column] = field_name
+        object.__setattr__(self, "columns", cleaned)
+
+    def column_for(self, field_name: str) -> str:
+        return self.columns.get(field_name, field_name)
+
+    def describe(self, field_name: str) -> str:
+        """How a field is named in messages: ``'prompt'`` or ``'prompt' (column 'question')``."""
+        column = self.column_for(field_name)
+        return f"'{field_name}'" if column == field_name else f"'{field_name}' (column '{column}')"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    """What one validation pass found. ``statistics`` is JSON-ready (see ``LengthStatistics``)."""
+
+    row_count: int
+    error_count: int
+    errors: tuple[Issue, ...]
+    statistics: dict[str, Any]
+    columns: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.error_count == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Format detection and whole-file checks
+
+
+def detect_format(filename: str) -> FileFormat:
+    """The file format from a file name's extension; ``ValueError`` names the accepted ones."""
+    suffix = Path(filename).suffix.lower()
+    try:
+        return _EXTENSIONS[suffix]
+    except KeyError:
+        accepted = ", ".join(sorted(_EXTENSIONS))
+        raise ValueError(
+            f"cannot tell the format of '{filename}' from its extension; use one of {accepted}"
+        ) from None
+
+
+def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | None = None) -> None:
+    """Whole-file checks before any row is read: size limit, empty file, binary content.
+
+    Raises ``DatasetFormatError`` with codes ``too_large``, ``empty_file`` or ``binary``.
+    """
+    size = os.stat(path).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise DatasetFormatError(
+            Issue(
+                code="too_large",
+                message=f"the file is {_human_bytes(size)}, over the {_human_bytes(max_bytes)} limit; "
+                "split it into smaller files or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES",
+            )
+        )
+    if size == 0:
+        raise DatasetFormatError(Issue(code="empty_file", message="the file is empty (0 bytes); upload a file with rows"))
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    if fmt is FileFormat.PARQUET:
+        if not head.startswith(b"PAR1"):
+            raise DatasetFormatError(
+                Issue(code="binary", message="this is not a Parquet file (it does not start with 'PAR1'); "
+                      "check the file or upload it with the extension of its real format")
+            )
+        return
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            raise DatasetFormatError(Issue(code="binary", message=f"this looks like {what}"))
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        hint = ""
+        if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and head[1] == 0):
+            hint = " (it may be UTF-16 text: save it as UTF-8)"
+        raise DatasetFormatError(
+            Issue(
+                code="binary",
+                message=f"the file contains binary data (a NUL byte at byte offset {nul}), not {fmt.value.upper()} "
+                f"text{hint}; upload a UTF-8 text file",
+                line=head.count(b"\n", 0, nul) + 1,
+            )
+        )
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _encoding_issue(*, line: int, line_offset: int, file_offset: int, row: int | None = None) -> Issue:
+    return Issue(
+        code="encoding",
+        message=f"not valid UTF-8 at byte offset {file_offset} of the file (byte {line_offset} of the line); "
+        "save the file with UTF-8 encoding",
+        line=line,
+        row=row,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Readers: each yields RawRow for a record or Issue for a row-level problem, and raises
+# DatasetFormatError for a problem that stops the reading.
+
+
+def iter_rows(path: str | os.PathLike, *, fmt: FileFormat) -> Iterator[RawRow | Issue]:
+    """Stream the records of a file. Run ``check_file`` first for size/empty/binary checks."""
+    readers = {
+        FileFormat.JSONL: _iter_jsonl,
+        FileFormat.JSON: _iter_json_array,
+        FileFormat.CSV: _iter_csv,
+        FileFormat.PARQUET: _iter_parquet,
+    }
+    return readers[FileFormat(fmt)](Path(path))
+
+
+def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
+    """One JSON object per line; blank lines are skipped (they count as lines, not rows)."""
+    with open(path, "rb") as handle:
+        offset = 0
+        line_number = 0
+        row = 0
+        loads = orjson.loads
+        for raw in handle:
+            line_start = offset
+            offset += len(raw)
+            line_number += 1
+            if line_start == 0 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                value = loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if not raw.strip():
+                    continue
+                row += 1
+                yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
+                continue
+            row += 1
+            yield RawRow(row=row, line=line_number, value=value)
+
+
+def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        return Issue(
+            code="binary",
+            message=f"binary data (a NUL byte at byte {nul} of the line); the file must be UTF-8 JSON text",
+            line=line,
+            row=row,
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as decode_error:
+        return _encoding_issue(
+            line=line, row=row, line_offset=decode_error.start, file_offset=file_offset + decode_error.start
+        )
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as json_error:
+        return Issue(
+            code="json",
+            message=f"broken JSON at column {json_error.colno}: {json_error.msg}; each line must be one JSON object",
+            line=line,
+            row=row,
+        )
+    # orjson is stricter than json in a few corners (e.g. NaN, huge integers).
+    return Issue(code="json", message=f"broken JSON: {exc}; each line must be one JSON object", line=line, row=row)
+
+
+def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
+    """Elements of a top-level JSON array, parsed one at a time from a text buffer that grows
+    only as far as the element being parsed needs."""
+    with open(path, "rb") as handle:
+        yield from _JsonArrayReader(_DecodedChunks(handle)).rows()
+
+
+class _JsonArrayReader:
+    def __init__(self, chunks: _DecodedChunks):
+        self._chunks = chunks
+        self._decoder = json.JSONDecoder()
+        self._buffer = chunks.read()
+        self._position = 0
+        self._line = 1  # line number at self._position
+
+    def rows(self) -> Iterator[RawRow]:
+        if self._buffer.startswith("\ufeff"):
+            self._position = 1
+        self._skip_whitespace()
+        if self._peek() != "[":
+            found = self._peek() or "nothing"
+            raise self._broken(
+                f"a .json dataset must be one array of objects ([{{...}}, {{...}}]) but it starts with {found!r}; "
+                "for one object per line use a .jsonl file"
+            )
+        self._position += 1
+        self._skip_whitespace()
+        row = 0
+        if self._peek() == "]":
+            self._position += 1
+        else:
+            while True:
+                self._skip_whitespace()
+                line = self._line
+                value = self._parse_element(row + 1)
+                row += 1
+                yield RawRow(row=row, line=line, value=value)
+                self._skip_whitespace()
+                separator = self._peek()
+                if separator == "":
+                    raise self._broken("the JSON array is not closed with ']'; the file may be cut short")
+                self._position += 1
+                if separator == "]":
+                    break
+                if separator != ",":
+                    raise self._broken(f"expected ',' or ']' after element {row} of the JSON array, found {separator!r}")
+        self._skip_whitespace()
+        if self._peek():
+            raise self._broken("unexpected text after the closing ']' of the JSON array; a .json file holds one array")
+
+    def _peek(self) -> str:
+        return self._buffer[self._position:self._position + 1]
+
+    def _fill(self) -> bool:
+        """Append the next chunk, dropping what was already consumed; False at the end of the file."""
+        text = self._chunks.read()
+        if not text:
+            return False
+        self._buffer = self._buffer[self._position:] + text
+        self._position = 0
+        return True
+
+    def _skip_whitespace(self) -> None:
+        while True:
+            end = _WHITESPACE.match(self._buffer, self._position).end()
+            self._line += self._buffer.count("\n", self._position, end)
+            self._position = end
+            if end < len(self._buffer) or not self._fill():
+                return
+
+    def _parse_element(self, row: int) -> Any:
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._buffer, self._position)
+            except json.JSONDecodeError as exc:
+                # The element may run past the buffer: read more and retry, up to a size limit.
+                maybe_cut = exc.pos >= len(self._buffer) - 16 or exc.msg.startswith("Unterminated string")
+                if maybe_cut and len(self._buffer) - self._position < MAX_JSON_ELEMENT_CHARS and self._fill():
+                    continue
+                line = self._line + self._buffer.count("\n", self._position, exc.pos)
+                column = exc.pos - (self._buffer.rfind("\n", 0, exc.pos) + 1) + 1
+                raise DatasetFormatError(
+                    Issue(code="json", message=f"broken JSON at column {column}: {exc.msg}; fix this element "
+                          "(elements over 64 MB are not supported)", line=line, row=row)
+                ) from None
+            self._line += self._buffer.count("\n", self._position, end)
+            self._position = end
+            return value
+
+    def _broken(self, message: str) -> DatasetFormatError:
+        return DatasetFormatError(Issue(code="json", message=message, line=self._line))
+
+
+class _DecodedChunks:
+    """Reads an open binary file as UTF-8 text in chunks, naming the line and byte offset of a bad byte."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+        self._bytes_read = 0
+        self._newlines = 0
+        self._line_start = 0  # file offset where the line being read starts
+
+    def read(self) -> str:
+        """The next chunk of text; an empty string at the end of the file."""
+        data = self._handle.read(_JSON_CHUNK_BYTES)
+        pending = self._decoder.getstate()[0]
+        try:
+            text = self._decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            # exc.start indexes pending + data; the pending bytes (never a newline) came before this chunk.
+            combined = pending + data
+            base = self._bytes_read - len(pending)
+            last_newline = combined.rfind(b"\n", 0, exc.start)
+            line_start = base + last_newline + 1 if last_newline >= 0 else self._line_start
+            raise DatasetFormatError(
+                _encoding_issue(
+                    line=self._newlines + combined.count(b"\n", 0, exc.start) + 1,
+                    line_offset=base + exc.start - line_start,
+                    file_offset=base + exc.start,
+                )
+            ) from None
+        if b"\n" in data:
+            self._newlines += data.count(b"\n")
+            self._line_start = self._bytes_read + data.rfind(b"\n") + 1
+        self._bytes_read += len(data)
+        return text
+
+
+def _decoded_lines(handle, on_line) -> Iterator[str]:
+    """Yield the lines of a binary file as text; ``on_line(number, byte_offset)`` tracks position."""
+    offset = 0
+    number = 0
+    for raw in handle:
+        number += 1
+        on_line(number, offset)
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+            offset += len(codecs.BOM_UTF8)
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DatasetFormatError(
+                _encoding_issue(line=number, line_offset=exc.start, file_offset=offset + exc.start)
+            ) from None
+        offset += len(raw)
+
+
+def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
+    """CSV rows as dicts keyed by the header; every value is a string."""
+    position = {"line": 0}
+
+    def on_line(number: int, _offset: int) -> None:
+        position["line"] = number
+
+    with open(path, "rb") as handle:
+        reader = csv.reader(_decoded_lines(handle, on_line))
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise DatasetFormatError(Issue(code="empty_file", message="the CSV file has no header row"))
+            header = [name.strip() for name in header]
+            _check_csv_header(header)
+            row = 0
+            while True:
+                first_line = position["line"] + 1
+                cells = next(reader, None)
+                if cells is None:
+                    return
+                if not cells:
+                    continue  # a blank line
+                row += 1
+                if len(cells) != len(header):
+                    yield Issue(
+                        code="ragged_row",
+                        message=f"this row has {len(cells)} cells but the header has {len(header)} columns; "
+                        "quote cells that contain commas or line breaks",
+                        line=first_line,
+                        row=row,
+                    )
+                    continue
+                yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
+        except csv.Error as exc:
+            raise DatasetFormatError(
+                Issue(code="csv", message=f"unreadable CSV: {exc}; check the quoting", line=position["line"])
+            ) from None
+
+
+def _check_csv_header(header: list[str]) -> None:
+    seen: set[str] = set()
+    for index, name in enumerate(header, start=1):
+        if not name:
+            raise DatasetFormatError(
+                Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
+                      line=1)
+            )
+        if name in seen:
+            raise DatasetFormatError(
+                Issue(code="csv_header", message=f"the header names column '{name}' twice; column names must be unique",
+                      line=1)
+            )
+        seen.add(name)
+
+
+def _iter_parquet(path: Path) -> Iterator[RawRow | Issue]:
+    """Parquet rows as dicts, one record batch at a time."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        parquet_file = pyarrow.parquet.ParquetFile(path)
+    except (pyarrow.ArrowInvalid, OSError) as exc:
+        raise DatasetFormatError(
+            Issue(code="parquet", message=f"unreadable Parquet file: {exc}; re-export it or use JSONL")
+        ) from None
+    row = 0
+    try:
+        for batch in parquet_file.iter_batches(batch_size=1024):
+            for value in batch.to_pylist():
+                row += 1
+                yield RawRow(row=row, line=None, value=value)
+    except (pyarrow.ArrowInvalid, OSError) as exc:
+        raise DatasetFormatError(
+            Issue(code="parquet", message=f"unreadable Parquet data after row {row}: {exc}", row=row + 1)
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Record checks: turn a raw record into an example of the kind, or a list of problems.
+# A problem is (field, code, message); the validator adds line and row.
+
+Problem = tuple[str | None, str, str]
+_MISSING = object()
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _lookup(record: dict, mapping: ColumnMapping, field_name: str) -> Any:
+    value = record.get(mapping.column_for(field_name), _MISSING)
+    return _MISSING if value is None else value
+
+
+def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -> Problem:
+    columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
+    return (
+        field_name,
+        "missing_field",
+        f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns} "
+        "(map a differently named column to it in the column mapping)",
+    )
+
+
+def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
+    if type(value) is not str:
+        problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
+    elif not value.strip():
+        problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
+
+
+def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
+    """Check a chat; returns whether it has an assistant turn."""
+    if type(value) is not list:
+        problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {_json_type(value)}"))
+        return False
+    if not value:
+        problems.append((field_name, "empty_messages", "is an empty list; a chat needs at least one message"))
+        return False
+    has_assistant = False
+    for index, message in enumerate(value):
+        where = f"{field_name}[{index}]"
+        if type(message) is not dict:
+            problems.append((where, "wrong_type", f"must be an object with 'role' and 'content', got {_json_type(message)}"))
+            continue
+        role = message.get("role")
+        if role not in ROLES:
+            shown = "missing" if role is None else repr(role)
+            problems.append((f"{where}.role", "bad_role", f"role is {shown}; use one of: system, user, assistant"))
+        elif role == "assistant":
+            has_assistant = True
+        content = message.get("content", _MISSING)
+        if content is _MISSING or content is None:
+            problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
+        else:
+            _check_string(content, f"{where}.content", problems)
+    return has_assistant
+
+
+def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
+    """A field that may be a string or a chat; returns whether it is a chat."""
+    if type(value) is list:
+        _check_messages(value, field_name, problems)
+        return True
+    _check_string(value, field_name, problems)
+    return False
+
+
+def _maybe_chat(value: Any) -> Any:
+    """CSV cells are strings: a cell holding a JSON list of messages is read as that list."""
+    if type(value) is str and value.lstrip().startswith("["):
+        try:
+            decoded = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+        if type(decoded) is list:
+            return decoded
+    return value
+
+
+def check_record(
+    value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False
+) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Turn one raw record into an example of ``mapping.kind``, or return the problems found.
+
+    An example holds the kind's fields under their own names (after the column mapping); for
+    ``prompts`` every other column is kept too. ``cells_are_strings`` (CSV) lets a cell hold a
+    JSON-encoded message list.
+    """
+    if type(value) is not dict:
+        return None, [(None, "wrong_type", f"each row must be a JSON object with named fields, got {_json_type(value)}")]
+    kind = mapping.kind
+    problems: list[Problem] = []
+
+    def get(field_name: str) -> Any:
+        found = _lookup(value, mapping, field_name)
+        return _maybe_chat(found) if cells_are_strings and found is not _MISSING else found
+
+    if kind is DatasetKind.TEXT:
+        text = get("text")
+        if text is _MISSING:
+            return None, [_missing(mapping, "text", value, "the text kind needs a 'text' field")]
+        _check_string(text, "text", problems)
+        return (None if problems else {"text": text}), problems
+
+    if kind is DatasetKind.SFT:
+        messages = get("messages")
+        if messages is not _MISSING:
+            if not _check_messages(messages, "messages", problems) and not problems:
+                problems.append(("messages", "no_assistant_turn",
+                                 "has no assistant turn, so there is nothing to train on; add the assistant's reply"))
+            return (None if problems else {"messages": messages}), problems
+        prompt, completion = get("prompt"), get("completion")
+        need = "the sft kind needs 'prompt' and 'completion', or 'messages'"
+        for field_name, field_value in (("prompt", prompt), ("completion", completion)):
+            if field_value is _MISSING:
+                problems.append(_missing(mapping, field_name, value, need))
+            else:
+                _check_string(field_value, field_name, problems)
+        return (None if problems else {"prompt": prompt, "completion": completion}), problems
+
+    if kind is DatasetKind.PREFERENCE:
+        prompt, chosen, rejected = get("prompt"), get("chosen"), get("rejected")
+        need = "the preference kind needs 'prompt', 'chosen' and 'rejected'"
+        chats = []
+        for field_name, field_value in (("chosen", chosen), ("rejected", rejected)):
+            if field_value is _MISSING:
+                problems.append(_missing(mapping, field_name, value, need))
+            else:
+                chats.append(_check_text_or_messages(field_value, field_name, problems))
+        if prompt is _MISSING:
+            if not (len(chats) == 2 and all(chats)):
+                problems.append(_missing(mapping, "prompt", value, need + " (the prompt may be left out only when "
+                                         "'chosen' and 'rejected' are whole conversations)"))
+            prompt = None
+        else:
+            _check_text_or_messages(prompt, "prompt", problems)
+        return (None if problems else {"prompt": prompt, "chosen": chosen, "rejected": rejected}), problems
+
+    prompt = get("prompt")
+    if prompt is _MISSING:
+        return None, [_missing(mapping, "prompt", value, "the prompts kind needs a 'prompt' field")]
+    _check_text_or_messages(prompt, "prompt", problems)
+    if problems:
+        return None, problems
+    prompt_column = mapping.column_for("prompt")
+    example = {key: item for key, item in value.items() if key != prompt_column}
+    example["prompt"] = prompt
+    return example, problems
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+def _chars(value: Any) -> int:
+    if type(value) is str:
+        return len(value)
+    if type(value) is list:
+        return sum(len(message["content"]) for message in value)
+    return 0
+
+
+@dataclass
+class LengthStatistics:
+    """Exact counts of character lengths per field, mergeable across processes.
+
+    ``to_dict`` gives, per field: count, min, max, mean, p50/p90/p99 and a histogram
+    ``{"edges": [...], "counts": [...]}`` with ``len(edges) == len(counts) + 1``.
+    """
+
+    rows: int = 0
+    lengths: dict[str, Counter] = field(default_factory=dict)
+
+    def add(self, example: Mapping[str, Any], fields: tuple[str, ...]) -> None:
+        self.rows += 1
+        total = 0
+        for name in fields:
+            value = example.get(name)
+            if value is None:
+                continue
+            size = _chars(value)
+            total += size
+            counter = self.lengths.get(name)
+            if counter is None:
+                counter = self.lengths[name] = Counter()
+            counter[size] += 1
+            if type(value) is list:
+                turns = self.lengths.get(f"{name}.turns")
+                if turns is None:
+                    turns = self.lengths[f"{name}.turns"] = Counter()
+                turns[len(value)] += 1
+        totals = self.lengths.get("total")
+        if totals is None:
+            totals = self.lengths["total"] = Counter()
+        totals[total] += 1
+
+    def merge(self, other: LengthStatistics) -> None:
+        self.rows += other.rows
+        for name, counter in other.lengths.items():
+            self.lengths.setdefault(name, Counter()).update(counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "unit": "characters",
+            "fields": {name: summarize_lengths(counter) for name, counter in sorted(self.lengths.items())},
+        }
+
+
+def summarize_lengths(counter: Mapping[int, int], *, bins: int = _HISTOGRAM_BINS) -> dict[str, Any]:
+    """Summary and histogram of a ``{length: how many}`` count."""
+    items = sorted(counter.items())
+    count = sum(n for _, n in items)
+    if count == 0:
+        return {"count": 0}
+    low, high = items[0][0], items[-1][0]
+    width = _nice_width((high - low + 1) / bins)
+    first_edge = (low // width) * width
+    n_bins = (high - first_edge) // width + 1
+    edges = [first_edge + i * width for i in range(n_bins + 1)]
+    counts = [0] * n_bins
+    for length, n in items:
+        counts[(length - first_edge) // width] += n
+    cumulative = []
+    running = 0
+    for _, n in items:
+        running += n
+        cumulative.append(running)
+
+    def percentile(q: float) -> int:
+        rank = max(1, -(-int(q * count * 1000) // 1000))  # ceil without float drift on small counts
+        return items[bisect.bisect_left(cumulative, rank)][0]
+
+    return {
+        "count": count,
+        "min": low,
+        "max": high,
+        "mean": round(sum(length * n for length, n in items) / count, 2),
+        "p50": percentile(0.5),
+        "p90": percentile(0.9),
+        "p99": percentile(0.99),
+        "histogram": {"edges": edges, "counts": counts},
+    }
+
+
+def _nice_width(raw: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... that is at least ``raw``."""
+    if raw <= 1:
+        return 1
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            if step * scale >= raw:
+                return step * scale
+        scale *= 10
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and reading for the engine
+
+
+@dataclass
+class _Pass:
+    """Mutable state of one validation pass over a file or a byte range of it."""
+
+    max_errors: int
+    rows: int = 0
+    error_count: int = 0
+    errors: list[Issue] = field(default_factory=list)
+    columns: tuple[str, ...] = ()
+    statistics: LengthStatistics = field(default_factory=LengthStatistics)
+
+    def report(self, issue: Issue) -> None:
+        self.error_count += 1
+        if len(self.errors) < self.max_errors:
+            self.errors.append(issue)
+
+
+def _stat_fields(kind: DatasetKind) -> tuple[str, ...]:
+    return KIND_FIELDS[kind] if kind is not DatasetKind.PROMPTS else ("prompt",)
+
+
+def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping, fmt: FileFormat,
+                     state: _Pass) -> None:
+    cells_are_strings = fmt is FileFormat.CSV
+    fields = _stat_fields(mapping.kind)
+    add = state.statistics.add
+    try:
+        for item in items:
+            if type(item) is Issue:
+                state.rows = max(state.rows, item.row or 0)
+                state.report(item)
+                continue
+            state.rows = item.row
+            if not state.columns and type(item.value) is dict:
+                state.columns = tuple(item.value)
+            example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+            if problems:
+                for field_name, code, message in problems:
+                    state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+            else:
+                add(example, fields)
+    except DatasetFormatError as exc:
+        state.report(exc.issue)
+
+
+def validate_file(
+    path: str | os.PathLike,
+    *,
+    fmt: FileFormat,
+    mapping: ColumnMapping,
+    max_bytes: int | None = None,
+    max_errors: int = DEFAULT_MAX_ERRORS,
+) -> ValidationReport:
+    """Validate a dataset file against its kind in one streaming pass and gather statistics.
+
+    Errors are in file order; the first ``max_errors`` are kept and all are counted. Whole-file
+    problems (too large, empty, binary) are reported as the only error.
+    """
+    fmt = FileFormat(fmt)
+    try:
+        check_file(path, fmt=fmt, max_bytes=max_bytes)
+    except DatasetFormatError as exc:
+        return ValidationReport(row_count=0, error_count=1, errors=(exc.issue,), statistics={}, columns=())
+    state = _Pass(max_errors=max_errors)
+    _validate_stream(iter_rows(path, fmt=fmt), mapping=mapping, fmt=fmt, state=state)
+    if state.rows == 0 and state.error_count == 0:
+        state.report(Issue(code="empty_file", message="the file has no rows; upload a file with at least one record"))
+    return ValidationReport(
+        row_count=state.rows,
+        error_count=state.error_count,
+        errors=tuple(state.errors),
+        statistics=state.statistics.to_dict() if state.error_count == 0 else {},
+        columns=state.columns,
+    )
+
+
+def iter_examples(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping) -> Iterator[dict[str, Any]]:
+    """Stream the examples of a dataset file; raises ``DatasetFormatError`` at the first bad row.
+
+    This is how the engine reads data: the same readers and checks as ``validate_file``.
+    """
+    fmt = FileFormat(fmt)
+    check_file(path, fmt=fmt)
+    cells_are_strings = fmt is FileFormat.CSV
+    for item in iter_rows(path, fmt=fmt):
+        if type(item) is Issue:
+            raise DatasetFormatError(item)
+        example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+        if problems:
+            field_name, code, message = problems[0]
+            raise DatasetFormatError(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+        yield example
+
+
+def read_page(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMapping, offset: int,
+              limit: int) -> list[tuple[int, dict[str, Any]]]:
+    """Rows ``offset+1 .. offset+limit`` as ``(row number, example)``, for previews of valid files."""
+    page: list[tuple[int, dict[str, Any]]] = []
+    cells_are_strings = FileFormat(fmt) is FileFormat.CSV
+    for item in iter_rows(path, fmt=fmt):
+        if type(item) is Issue or item.row <= offset:
+            continue
+        example, _problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+        page.append((item.row, example if example is not None else {}))
+        if len(page) >= limit:
+            break
+    return page

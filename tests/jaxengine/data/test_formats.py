@@ -1,0 +1,470 @@
+"""Dataset formats: every reader, every kind, and each problem a user can upload."""
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pyarrow
+import pyarrow.parquet
+import pytest
+
+from jaxengine.data import formats
+from jaxengine.data.formats import (
+    ColumnMapping,
+    DatasetFormatError,
+    DatasetKind,
+    FileFormat,
+    detect_format,
+    iter_examples,
+    read_page,
+    summarize_lengths,
+    validate_file,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+SFT = ColumnMapping(kind=DatasetKind.SFT)
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return path
+
+
+def only_error(report: formats.ValidationReport) -> formats.Issue:
+    assert report.error_count == 1, report.errors
+    return report.errors[0]
+
+
+def test_module_is_jax_free():
+    code = (
+        "import sys, jaxengine.data.formats;"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'jax','jaxlib','flax','optax','orbax','torch'});"
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("a.jsonl", FileFormat.JSONL), ("b.NDJSON", FileFormat.JSONL), ("c.json", FileFormat.JSON),
+     ("d.csv", FileFormat.CSV), ("e.parquet", FileFormat.PARQUET)],
+)
+def test_detect_format(name, expected):
+    assert detect_format(name) is expected
+
+
+def test_detect_format_rejects_unknown_extension():
+    with pytest.raises(ValueError, match=r"'data\.txt'.*\.csv, \.json, \.jsonl"):
+        detect_format("data.txt")
+
+
+# ---------------------------------------------------------------- valid files of every kind
+
+
+def test_sft_pairs_and_chats_validate_with_statistics(tmp_path):
+    path = write_jsonl(tmp_path / "sft.jsonl", [
+        {"prompt": "Hi", "completion": "Hello!"},
+        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.ok and report.row_count == 2
+    fields = report.statistics["fields"]
+    assert fields["prompt"]["max"] == 2 and fields["completion"]["max"] == 6
+    assert fields["messages"]["max"] == 5  # "2+2?" + "4"
+    assert fields["messages.turns"]["min"] == 2
+    assert fields["total"]["min"] == 5 and fields["total"]["max"] == 8
+    assert report.statistics["rows"] == 2
+
+
+def test_text_kind(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"text": "abc"}, {"text": "defgh"}])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text"))
+    assert report.ok
+    assert report.statistics["fields"]["text"]["mean"] == 4.0
+
+
+def test_preference_with_prompt_and_with_whole_conversations(tmp_path):
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = write_jsonl(tmp_path / "p.jsonl", [
+        {"prompt": "q", "chosen": "good", "rejected": "bad"},
+        {"chosen": chat, "rejected": chat},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference"))
+    assert report.ok, report.errors
+
+
+def test_preference_needs_prompt_when_answers_are_strings(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"chosen": "good", "rejected": "bad"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference")))
+    assert (issue.code, issue.field, issue.line) == ("missing_field", "prompt", 1)
+    assert "whole conversations" in issue.message
+
+
+def test_prompts_keep_reference_columns(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question": "1+1?", "answer": "2", "level": 1}])
+    mapping = ColumnMapping(kind="prompts", columns={"prompt": "question"})
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=mapping).ok
+    assert list(iter_examples(path, fmt=FileFormat.JSONL, mapping=mapping)) == [
+        {"prompt": "1+1?", "answer": "2", "level": 1}
+    ]
+
+
+def test_column_mapping_renames_fields(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"question": "q", "answer": "a"}])
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    assert list(iter_examples(path, fmt=FileFormat.JSONL, mapping=mapping)) == [{"prompt": "q", "completion": "a"}]
+
+
+def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"query": "q", "answer": "a"}])
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=mapping))
+    assert issue.field == "prompt"
+    assert "'prompt' (column 'question')" in issue.message and "'query'" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [({"answer": "x"}, "'answer' is not a field of kind 'sft'"),
+     ({"prompt": "x", "completion": "x"}, "column 'x' is mapped to both"),
+     ({"prompt": "completion"}, "column 'completion' is mapped to both")],
+)
+def test_column_mapping_rejects_bad_mappings(columns, message):
+    with pytest.raises(ValueError, match=message):
+        ColumnMapping(kind="sft", columns=columns)
+
+
+def test_blank_mapping_entries_mean_same_name():
+    assert ColumnMapping(kind="sft", columns={"prompt": " ", "completion": "completion"}).columns == {}
+
+
+# ---------------------------------------------------------------- each problem gets a clear message
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert issue.code == "empty_file" and "0 bytes" in issue.message
+
+
+def test_file_with_only_blank_lines_has_no_rows(tmp_path):
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"\n  \n\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert issue.code == "empty_file" and "no rows" in issue.message
+
+
+def test_wrong_encoding_names_line_and_byte_offset(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    good = orjson.dumps({"prompt": "a", "completion": "b"}) + b"\n"
+    bad = '{"prompt": "café", "completion": "b"}\n'.encode("latin-1")
+    path.write_bytes(good + bad)
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    offset_in_line = bad.index(b"\xe9")
+    assert (issue.code, issue.line, issue.row) == ("encoding", 2, 2)
+    assert f"byte offset {len(good) + offset_in_line} of the file (byte {offset_in_line} of the line)" in issue.message
+    assert "UTF-8" in issue.message
+
+
+def test_broken_json_line_is_reported_and_the_rest_still_checked(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": \n\n{"prompt": 1, "completion": "b"}\n')
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert [(e.code, e.line, e.row) for e in report.errors] == [("json", 2, 2), ("wrong_type", 4, 3)]
+    assert "broken JSON at column" in report.errors[0].message
+    assert report.row_count == 3
+
+
+def test_missing_field(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("missing_field", "completion", 1)
+    assert "'prompt' and 'completion', or 'messages'" in issue.message
+
+
+def test_null_counts_as_missing(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"text": None}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "missing_field"
+
+
+def test_wrongly_typed_field(tmp_path):
+    path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "a", "completion": 42}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field, issue.message) == ("wrong_type", "completion", "must be a string, got a number")
+
+
+def test_row_that_is_not_an_object(tmp_path):
+    path = write_jsonl(tmp_path / "w.jsonl", [["prompt", "completion"]])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert issue.code == "wrong_type" and "got a list" in issue.message
+
+
+def test_empty_string(tmp_path):
+    path = write_jsonl(tmp_path / "s.jsonl", [{"prompt": "a", "completion": "  "}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("empty_string", "completion")
+
+
+def test_bad_role_and_empty_messages(tmp_path):
+    path = write_jsonl(tmp_path / "r.jsonl", [
+        {"messages": [{"role": "human", "content": "q"}, {"role": "assistant", "content": "a"}]},
+        {"messages": []},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert [(e.code, e.field, e.row) for e in report.errors] == [
+        ("bad_role", "messages[0].role", 1), ("empty_messages", "messages", 2)
+    ]
+    assert "'human'; use one of: system, user, assistant" in report.errors[0].message
+
+
+def test_messages_without_assistant_turn(tmp_path):
+    path = write_jsonl(tmp_path / "n.jsonl", [{"messages": [{"role": "user", "content": "q"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("no_assistant_turn", "messages")
+
+
+def test_message_content_problems_name_the_turn(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [
+        {"messages": [{"role": "user"}, {"role": "assistant", "content": ["x"]}, "hello"]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert [(e.code, e.field) for e in report.errors] == [
+        ("missing_field", "messages[0].content"), ("wrong_type", "messages[1].content"), ("wrong_type", "messages[2]")
+    ]
+
+
+def test_binary_data(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n\x00\x01\x02\xff\x00')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line) == ("binary", 2)
+    assert "NUL byte at byte offset 35" in issue.message
+
+
+def test_binary_data_after_the_first_block(tmp_path):
+    path = tmp_path / "x.jsonl"
+    row = orjson.dumps({"prompt": "a", "completion": "b"}) + b"\n"
+    path.write_bytes(row * 1000 + b"\x00\x00\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line) == ("binary", 1001)
+
+
+def test_compressed_upload(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(gzip.compress(b'{"text": "a"}\n'))
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert issue.code == "binary" and "gzip" in issue.message
+
+
+def test_utf16_text_is_named(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes('{"text": "a"}\n'.encode("utf-16"))
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert issue.code == "binary" and "UTF-16" in issue.message
+
+
+def test_oversize_file(tmp_path):
+    path = write_jsonl(tmp_path / "big.jsonl", [{"text": "x" * 2000}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT, max_bytes=1024))
+    assert issue.code == "too_large"
+    assert "2.0 KB, over the 1.0 KB limit" in issue.message
+
+
+def test_first_twenty_errors_shown_and_all_counted(tmp_path):
+    path = write_jsonl(tmp_path / "many.jsonl", [{"prompt": "a"}] * 45)
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.error_count == 45
+    assert [e.line for e in report.errors] == list(range(1, 21))
+    assert report.statistics == {}
+
+
+def test_bom_is_ignored(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + orjson.dumps({"text": "a"}) + b"\n")
+    assert validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text")).ok
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def test_csv_valid_with_quoted_multiline_cell(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text('question,answer\n"line one\nline two",yes\nq2,"a, b"\n', encoding="utf-8")
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=mapping)
+    assert report.ok and report.row_count == 2 and report.columns == ("question", "answer")
+    assert list(iter_examples(path, fmt=FileFormat.CSV, mapping=mapping))[0]["prompt"] == "line one\nline two"
+
+
+def test_csv_ragged_rows_name_their_first_line(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text('prompt,completion\n"a\nb",c\nonly one cell\nx,y,z\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert [(e.code, e.line, e.row) for e in report.errors] == [("ragged_row", 4, 2), ("ragged_row", 5, 3)]
+    assert "has 1 cells but the header has 2 columns" in report.errors[0].message
+
+
+def test_csv_messages_cell_holds_json(tmp_path):
+    chat = json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    path = tmp_path / "c.csv"
+    path.write_text('messages\n"' + chat.replace('"', '""') + '"\n', encoding="utf-8")
+    examples = list(iter_examples(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert examples[0]["messages"][1] == {"role": "assistant", "content": "a"}
+
+
+def test_csv_empty_cell_is_an_empty_string(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("prompt,completion\nq,\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("empty_string", "completion", 2)
+
+
+def test_csv_wrong_encoding(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_bytes(b"prompt,completion\nq,a\nq,caf\xe9\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("encoding", 3)
+    assert "byte offset 27 of the file (byte 5 of the line)" in issue.message
+
+
+def test_csv_header_without_rows_is_empty(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("prompt,completion\n", encoding="utf-8")
+    assert only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT)).code == "empty_file"
+
+
+def test_csv_duplicate_header(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("prompt,prompt\na,b\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert issue.code == "csv_header" and "'prompt' twice" in issue.message
+
+
+# ---------------------------------------------------------------- JSON arrays
+
+
+def test_json_array_rows_carry_their_line(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('[\n  {"text": "a"},\n  {"text":\n "b"},\n  {"text": 3}\n]\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))
+    assert report.row_count == 3
+    assert [(e.code, e.line, e.row) for e in report.errors] == [("wrong_type", 5, 3)]
+
+
+def test_json_array_elements_spanning_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 7)
+    rows = [{"text": "é" * n} for n in range(1, 40)]
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
+    mapping = ColumnMapping(kind="text")
+    assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=mapping)) == rows
+
+
+def test_json_broken_element(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('[{"text": "a"},\n{"text": "b" "c"}]', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))
+    issue = report.errors[-1]
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert "broken JSON at column 14" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [('{"text": "a"}', "must be one array of objects"),
+     ('[{"text": "a"}', "not closed"),
+     ('[{"text": "a"}] []', "after the closing"),
+     ('[{"text": "a"} {"text": "b"}]', "expected ',' or ']' after element 1")],
+)
+def test_json_structure_problems(tmp_path, content, message):
+    path = tmp_path / "a.json"
+    path.write_text(content, encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert issue.code == "json" and message in issue.message
+
+
+def test_json_empty_array(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(" [ ] ", encoding="utf-8")
+    assert only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT)).code == "empty_file"
+
+
+def test_json_wrong_encoding(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 8)
+    path = tmp_path / "a.json"
+    path.write_bytes(b'[\n{"text": "ok"},\n{"text": "caf\xe9"}]')
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert (issue.code, issue.line) == ("encoding", 3)
+    assert "byte offset 31 of the file (byte 13 of the line)" in issue.message
+
+
+# ---------------------------------------------------------------- Parquet
+
+
+def test_parquet_with_chat_column(tmp_path):
+    path = tmp_path / "d.parquet"
+    table = pyarrow.table({
+        "messages": [
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            [{"role": "user", "content": "q2"}],
+        ]
+    })
+    pyarrow.parquet.write_table(table, path, row_group_size=1)
+    report = validate_file(path, fmt=FileFormat.PARQUET, mapping=SFT)
+    assert [(e.code, e.row, e.line) for e in report.errors] == [("no_assistant_turn", 2, None)]
+    assert report.row_count == 2
+
+
+def test_parquet_statistics(tmp_path):
+    path = tmp_path / "d.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"text": ["ab", "abcd"]}), path)
+    report = validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text"))
+    assert report.ok and report.statistics["fields"]["text"]["mean"] == 3.0
+
+
+def test_not_a_parquet_file(tmp_path):
+    path = tmp_path / "d.parquet"
+    path.write_text('{"text": "a"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=SFT))
+    assert issue.code == "binary" and "not a Parquet file" in issue.message
+
+
+# ---------------------------------------------------------------- statistics, paging, engine reading
+
+
+def test_summarize_lengths_hand_computed():
+    summary = summarize_lengths({1: 2, 3: 1, 10: 1}, bins=5)
+    # raw width (10 - 1 + 1) / 5 = 2 -> bins [0,2) [2,4) [4,6) [6,8) [8,10) [10,12)
+    assert summary["histogram"] == {"edges": [0, 2, 4, 6, 8, 10, 12], "counts": [2, 1, 0, 0, 0, 1]}
+    assert (summary["count"], summary["min"], summary["max"], summary["mean"]) == (4, 1, 10, 3.75)
+    assert (summary["p50"], summary["p90"], summary["p99"]) == (1, 10, 10)
+
+
+def test_summarize_lengths_rounds_bin_width_up_to_a_nice_number():
+    summary = summarize_lengths({0: 1, 299: 1}, bins=30)
+    assert summary["histogram"]["edges"][:3] == [0, 10, 20]
+    assert sum(summary["histogram"]["counts"]) == 2
+
+
+def test_read_page(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"text": str(i)} for i in range(10)])
+    page = read_page(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text"), offset=4, limit=3)
+    assert page == [(5, {"text": "4"}), (6, {"text": "5"}), (7, {"text": "6"})]
+
+
+def test_iter_examples_stops_at_first_bad_row(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"text": "a"}, {"text": ""}, {"text": 3}])
+    examples = iter_examples(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text"))
+    assert next(examples) == {"text": "a"}
+    with pytest.raises(DatasetFormatError, match=r"line 2, row 2, field 'text': is an empty string"):
+        next(examples)
+
+
+def test_issue_round_trips_through_json():
+    issue = formats.Issue(code="json", message="m", line=3, row=2, field="prompt")
+    assert formats.Issue.from_dict(json.loads(json.dumps(issue.to_dict()))) == issue
