@@ -178,6 +178,8 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _sections_match_task(self) -> JobSpec:
+        if self.data.packing and self.task not in ("pretrain", "sft"):
+            raise ValueError(f"data.packing: only supported for pretrain and sft (task is {self.task!r})")
         used = TASK_SECTIONS[self.task]
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:
@@ -273,8 +275,8 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         # Validators name their own field first ("group_size: ..."); fold it into the path.
         message = message.removeprefix("Value error, ")
         field, sep, rest = message.partition(": ")
-        if sep and field.isidentifier():
-            loc, message = (*loc, field), rest
+        if sep and all(part.isidentifier() for part in field.split(".")):
+            loc, message = (*loc, *field.split(".")), rest
     else:
         message = f"{value!r}: {message[0].lower()}{message[1:]}" if value is not None else message
     dotted = ".".join(str(part) for part in loc) or "(top level)"

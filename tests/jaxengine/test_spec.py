@@ -187,3 +187,9 @@ def test_importing_the_spec_loads_no_jax():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, f"jaxengine.spec imported: {result.stdout} {result.stderr}"
+
+
+def test_it_rejects_packing_for_preference_tasks():
+    assert problems_of(minimal(task="dpo", data={"train": "p.jsonl", "packing": True})) == [
+        "data.packing: only supported for pretrain and sft (task is 'dpo')"
+    ]

@@ -1,0 +1,454 @@
+"""From dataset rows to training batches: tokenize, mask, truncate, pack, shuffle, batch.
+
+Design note. Rows are read through ``jaxengine.data.formats`` (the same readers and checks the web
+app validates uploads with) and become ``Example`` values: token ids plus a per-token flag saying
+whether the model is trained to produce that token. Conversations are rendered with the tokenizer's
+chat template; the spans that belong to assistant turns are found by rendering growing prefixes of
+the conversation (``template(messages[:i], add_generation_prompt=True)`` is where turn i starts,
+``template(messages[:i + 1])`` where it ends), and each span is tokenized on its own so the loss
+mask is exact to the token. ``prompt``/``completion`` rows are a one-turn conversation when the
+tokenizer has a chat template, and plain ``bos + prompt + completion + eos`` otherwise; generation
+prompts for evaluation are rendered by ``encode_prompt`` with the same rule, so what the model is
+asked at eval time is exactly what it saw in training.
+
+Truncation never drops a completion silently: the prompt is cut from the left first (its end, next
+to the completion, matters most) down to half the budget, then the completion from the right. Rows
+left with no loss token are dropped; every cut and drop is counted in ``EncodeStats``.
+
+Batches are fixed-shape and right-padded. With packing, several examples share a row; each has its
+own ``segment_ids`` value (1, 2, ...; 0 is padding), positions restart at 0 per segment, and
+``attention_mask`` lets a token see only earlier tokens of its own segment. The example stream is
+shuffled per epoch with ``numpy.random.default_rng((seed, epoch))`` and consumed continuously
+across epochs, so a ``DataPosition`` (epoch, cursor) is all a checkpoint needs to resume it exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxengine.data import formats
+
+# Which dataset kind each task reads.
+TASK_KINDS: dict[str, formats.DatasetKind] = {
+    "pretrain": formats.DatasetKind.TEXT,
+    "sft": formats.DatasetKind.SFT,
+    "reward": formats.DatasetKind.PREFERENCE,
+    "dpo": formats.DatasetKind.PREFERENCE,
+}
+
+
+class TokenizerLike(Protocol):
+    """The part of ``jaxengine.tokenizer.Tokenizer`` the pipeline uses."""
+
+    bos_id: int | None
+    eos_ids: list[int]
+    pad_id: int | None
+    chat_template: str | None
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str: ...
+
+
+class DataError(ValueError):
+    """A dataset that cannot be turned into training examples; the message says where and why."""
+
+
+# --------------------------------------------------------------------------------------------
+# Examples
+
+
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    """One tokenized sequence: ``ids`` int32 [N]; ``loss_mask`` bool [N], True where token i is trained on."""
+
+    ids: np.ndarray
+    loss_mask: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreferencePair:
+    """A prompt with a chosen and a rejected continuation, each a whole ``Example``."""
+
+    chosen: Example
+    rejected: Example
+
+    def __len__(self) -> int:
+        return max(len(self.chosen), len(self.rejected))
+
+
+@dataclass(kw_only=True)
+class EncodeStats:
+    """What tokenization did to a dataset; reported in the run summary."""
+
+    rows: int = 0
+    examples: int = 0
+    truncated: int = 0
+    dropped: int = 0
+    split: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def _segments_to_example(segments: Sequence[tuple[list[int], bool]]) -> Example:
+    ids = [token for tokens, _ in segments for token in tokens]
+    mask = [trained for tokens, trained in segments for _ in tokens]
+    return Example(ids=np.asarray(ids, np.int32), loss_mask=np.asarray(mask, np.bool_))
+
+
+def _with_bos(tokenizer: TokenizerLike, ids: list[int]) -> list[int]:
+    # Templates such as Llama 3's and Gemma's render the BOS token themselves; never add a second.
+    if tokenizer.bos_id is None or (ids and ids[0] == tokenizer.bos_id):
+        return ids
+    return [tokenizer.bos_id, *ids]
+
+
+def _as_messages(value: str | list[dict], role: str) -> list[dict]:
+    return [{"role": role, "content": value}] if isinstance(value, str) else list(value)
+
+
+def _chat_segments(tokenizer: TokenizerLike, messages: list[dict], *, first_trained: int) -> list[tuple[list[int], bool]]:
+    """Tokenized spans of a rendered conversation, flagged True for assistant turns from ``first_trained`` on."""
+    full = tokenizer.apply_chat_template(messages)
+    boundaries: list[tuple[int, int]] = []  # character spans [start, end) of trained turns
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant" or index < first_trained:
+            continue
+        # Templates index messages[0]; a conversation opening with the assistant starts at 0.
+        start_text = tokenizer.apply_chat_template(messages[:index], add_generation_prompt=True) if index else ""
+        end_text = tokenizer.apply_chat_template(messages[: index + 1])
+        if not (full.startswith(start_text) and full.startswith(end_text) and len(start_text) <= len(end_text)):
+            raise DataError(
+                "the chat template does not render conversations prefix by prefix, so assistant turns cannot "
+                "be located for the loss mask; use data.loss_on: all, or a template without look-ahead"
+            )
+        boundaries.append((len(start_text), len(end_text)))
+    spans: list[tuple[str, bool]] = []
+    cursor = 0
+    for start, end in boundaries:
+        spans += [(full[cursor:start], False), (full[start:end], True)]
+        cursor = end
+    spans.append((full[cursor:], False))
+    segments = [(tokenizer.encode(text), trained) for text, trained in spans if text]
+    if segments:
+        segments[0] = (_with_bos(tokenizer, segments[0][0]), segments[0][1])
+    return segments
+
+
+def _completion_segments(
+    tokenizer: TokenizerLike, prompt: str | list[dict], completion: str | list[dict]
+) -> list[tuple[list[int], bool]]:
+    """Prompt span (untrained) then completion span(s) (trained), chat-templated when possible."""
+    if tokenizer.chat_template:
+        prompt_messages = _as_messages(prompt, "user")
+        messages = prompt_messages + _as_messages(completion, "assistant")
+        return _chat_segments(tokenizer, messages, first_trained=len(prompt_messages))
+    if not (isinstance(prompt, str) and isinstance(completion, str)):
+        raise DataError("conversations (message lists) need a tokenizer with a chat template")
+    prompt_ids = _with_bos(tokenizer, tokenizer.encode(prompt))
+    completion_ids = tokenizer.encode(completion) + tokenizer.eos_ids[:1]
+    return [(prompt_ids, False), (completion_ids, True)]
+
+
+def encode_prompt(tokenizer: TokenizerLike, prompt: str | list[dict]) -> list[int]:
+    """Token ids that ask the model for a completion of ``prompt``, rendered exactly as in training."""
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template(_as_messages(prompt, "user"), add_generation_prompt=True)
+        return _with_bos(tokenizer, tokenizer.encode(text))
+    if not isinstance(prompt, str):
+        raise DataError("conversations (message lists) need a tokenizer with a chat template")
+    return _with_bos(tokenizer, tokenizer.encode(prompt))
+
+
+def _truncate(segments: list[tuple[list[int], bool]], max_len: int) -> tuple[list[tuple[list[int], bool]], bool]:
+    """Fit ``segments`` into ``max_len`` tokens: trim the untrained prefix from the left, then the tail."""
+    total = sum(len(tokens) for tokens, _ in segments)
+    if total <= max_len:
+        return segments, False
+    first_trained = next((i for i, (_, trained) in enumerate(segments) if trained), len(segments))
+    prefix = [token for tokens, _ in segments[:first_trained] for token in tokens]
+    rest_len = total - len(prefix)
+    # The prompt keeps at least half the budget (its end), or more when the completion is short.
+    keep_prefix = min(len(prefix), max(max_len - rest_len, max_len // 2))
+    kept: list[tuple[list[int], bool]] = [(prefix[len(prefix) - keep_prefix:], False)] if keep_prefix else []
+    budget = max_len - keep_prefix
+    for tokens, trained in segments[first_trained:]:
+        if budget <= 0:
+            break
+        kept.append((tokens[:budget], trained))
+        budget -= len(tokens[:budget])
+    return kept, True
+
+
+def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> list[tuple[list[int], bool]]:
+    if "messages" in row:
+        segments = _chat_segments(tokenizer, row["messages"], first_trained=0)
+    else:
+        segments = _completion_segments(tokenizer, row["prompt"], row["completion"])
+    return [(tokens, True) for tokens, _ in segments] if loss_on == "all" else segments
+
+
+def encode_rows(
+    rows: Iterator[dict] | Sequence[dict],
+    *,
+    task: str,
+    tokenizer: TokenizerLike,
+    max_seq_len: int,
+    loss_on: str = "completion",
+) -> tuple[list[Example] | list[PreferencePair], EncodeStats]:
+    """Tokenize dataset examples (as ``formats.iter_examples`` yields them) for ``task``.
+
+    pretrain: ``bos + text + eos``, long texts split into ``max_seq_len`` windows, loss on every token.
+    sft: see the module notes. reward/dpo: a ``PreferencePair`` per row, loss on the continuation.
+    """
+    stats = EncodeStats()
+    examples: list = []
+    for row in rows:
+        stats.rows += 1
+        if task == "pretrain":
+            ids = _with_bos(tokenizer, tokenizer.encode(row["text"])) + tokenizer.eos_ids[:1]
+            windows = [ids[i : i + max_seq_len] for i in range(0, len(ids), max_seq_len)]
+            stats.split += len(windows) > 1
+            # A one-token tail window predicts nothing; drop it.
+            encoded = [_segments_to_example([(w, True)]) for w in windows if len(w) > 1]
+        elif task == "sft":
+            segments, was_cut = _truncate(_encode_sft_row(tokenizer, row, loss_on), max_seq_len)
+            stats.truncated += was_cut
+            encoded = [_segments_to_example(segments)]
+        elif task in ("reward", "dpo"):
+            pair = []
+            cut_any = False
+            for side in ("chosen", "rejected"):
+                if row.get("prompt") is None:  # whole conversations: train on their assistant turns
+                    segments = _chat_segments(tokenizer, row[side], first_trained=0)
+                else:
+                    segments = _completion_segments(tokenizer, row["prompt"], row[side])
+                segments, was_cut = _truncate(segments, max_seq_len)
+                cut_any |= was_cut
+                pair.append(_segments_to_example(segments))
+            stats.truncated += cut_any
+            encoded = [PreferencePair(chosen=pair[0], rejected=pair[1])]
+        else:
+            raise DataError(f"task {task!r} has no data encoding; expected one of {', '.join(TASK_KINDS)}")
+        for example in encoded:
+            parts = (example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,)
+            # Loss on token 0 is never computed (nothing predicts it), so it does not count.
+            if any(not part.loss_mask[1:].any() for part in parts):
+                stats.dropped += 1
+                continue
+            examples.append(example)
+            stats.examples += 1
+            stats.tokens += sum(len(part) for part in parts)
+            stats.loss_tokens += sum(int(part.loss_mask[1:].sum()) for part in parts)
+    return examples, stats
+
+
+def read_examples(path: str | Path, *, task: str) -> Iterator[dict[str, Any]]:
+    """Stream the rows of a dataset file of the kind ``task`` needs, checked by ``jaxengine.data.formats``."""
+    try:
+        fmt = formats.detect_format(str(path))
+        yield from formats.iter_examples(path, fmt=fmt, mapping=formats.ColumnMapping(kind=TASK_KINDS[task]))
+    except formats.DatasetFormatError as error:
+        raise DataError(f"{path}: {error}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True, kw_only=True)
+class TokenBatch:
+    """A right-padded batch of (possibly packed) sequences; every field is [B, T].
+
+    ``input_ids`` int32; ``targets`` int32, the next token within the same segment; ``loss_mask``
+    bool, True where ``targets`` is trained on; ``segment_ids`` int32, 1.. per packed example and 0
+    on padding; ``positions`` int32, restarting at 0 in each segment.
+    """
+
+    input_ids: jax.Array
+    targets: jax.Array
+    loss_mask: jax.Array
+    segment_ids: jax.Array
+    positions: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True, kw_only=True)
+class PreferenceBatch:
+    """Chosen and rejected sequences of the same prompts, row for row (unpacked, right-padded)."""
+
+    chosen: TokenBatch
+    rejected: TokenBatch
+
+
+def attention_mask(segment_ids_bt: jax.Array) -> jax.Array:
+    """Bool [B, T, T]: query t sees key s iff s <= t and both lie in the same segment.
+
+    Padding (segment 0) attends within the padding, so no query row is fully masked.
+    """
+    length = segment_ids_bt.shape[-1]
+    causal_tt = jnp.tril(jnp.ones((length, length), jnp.bool_))
+    same_segment_btt = segment_ids_bt[:, :, None] == segment_ids_bt[:, None, :]
+    return same_segment_btt & causal_tt[None]
+
+
+def last_token_index(batch: TokenBatch) -> jax.Array:
+    """Int32 [B]: the index of each row's last real token (rows are unpacked and right-padded)."""
+    return jnp.maximum(jnp.sum(batch.segment_ids > 0, axis=-1) - 1, 0).astype(jnp.int32)
+
+
+def pad_length(longest: int, max_seq_len: int) -> int:
+    """Padded row length: the next power of two >= ``longest`` (at least 16), capped at max_seq_len.
+
+    A handful of static shapes keeps recompilation rare while short datasets stay cheap.
+    """
+    return min(max_seq_len, max(16, 1 << max(0, longest - 1).bit_length()))
+
+
+def rows_to_batch(rows: Sequence[Sequence[Example]], *, length: int, pad_id: int) -> TokenBatch:
+    """Lay out ``rows`` (each a list of examples packed left to right) as a ``TokenBatch`` of width ``length``."""
+    batch = len(rows)
+    input_ids = np.full((batch, length), pad_id, np.int32)
+    targets = np.full((batch, length), pad_id, np.int32)
+    loss_mask = np.zeros((batch, length), np.bool_)
+    segment_ids = np.zeros((batch, length), np.int32)
+    positions = np.zeros((batch, length), np.int32)
+    for b, row in enumerate(rows):
+        offset = 0
+        for segment, example in enumerate(row, start=1):
+            n = len(example)
+            if offset + n > length:
+                raise DataError(f"row {b} needs {offset + n} tokens but the batch is {length} wide")
+            span = slice(offset, offset + n)
+            input_ids[b, span] = example.ids
+            # Position i predicts token i + 1 of the same example; the last position predicts nothing.
+            targets[b, offset : offset + n - 1] = example.ids[1:]
+            loss_mask[b, offset : offset + n - 1] = example.loss_mask[1:]
+            segment_ids[b, span] = segment
+            positions[b, span] = np.arange(n)
+            offset += n
+    return TokenBatch(input_ids=input_ids, targets=targets, loss_mask=loss_mask, segment_ids=segment_ids,
+                      positions=positions)
+
+
+def pack(examples: Sequence[Example], *, length: int) -> list[list[Example]]:
+    """Greedy packing in order: start a new row whenever the next example does not fit."""
+    rows: list[list[Example]] = []
+    used = length
+    for example in examples:
+        if used + len(example) > length:
+            rows.append([])
+            used = 0
+        rows[-1].append(example)
+        used += len(example)
+    return rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataPosition:
+    """Where the training stream is: ``cursor`` examples of epoch ``epoch``'s order consumed."""
+
+    epoch: int = 0
+    cursor: int = 0
+
+
+def epoch_order(num_examples: int, *, seed: int, epoch: int) -> np.ndarray:
+    """The example order of one epoch: a permutation fixed by (seed, epoch)."""
+    return np.random.default_rng((seed, epoch)).permutation(num_examples)
+
+
+@dataclass(kw_only=True)
+class BatchStream:
+    """An endless, resumable stream of training batches over shuffled epochs.
+
+    Each ``next_batch()`` takes ``batch_size`` rows; a row is one example or, with ``packing``, as
+    many consecutive examples as fit in ``max_seq_len``. ``position`` after a batch says where the
+    next one starts, and a stream built with that position continues identically.
+    """
+
+    examples: Sequence[Example] | Sequence[PreferencePair]
+    batch_size: int
+    max_seq_len: int
+    pad_id: int
+    seed: int
+    packing: bool = False
+    position: DataPosition = field(default_factory=DataPosition)
+
+    def __post_init__(self) -> None:
+        if not self.examples:
+            raise DataError("the training set has no usable examples (all rows were empty or dropped)")
+        self._order = epoch_order(len(self.examples), seed=self.seed, epoch=self.position.epoch)
+
+    def _take(self) -> Example | PreferencePair:
+        if self.position.cursor >= len(self.examples):
+            self.position = DataPosition(epoch=self.position.epoch + 1, cursor=0)
+            self._order = epoch_order(len(self.examples), seed=self.seed, epoch=self.position.epoch)
+        example = self.examples[self._order[self.position.cursor]]
+        self.position = dataclasses.replace(self.position, cursor=self.position.cursor + 1)
+        return example
+
+    def _peek_length(self) -> int:
+        if self.position.cursor >= len(self.examples):
+            return len(self.examples[epoch_order(len(self.examples), seed=self.seed, epoch=self.position.epoch + 1)[0]])
+        return len(self.examples[self._order[self.position.cursor]])
+
+    def next_batch(self) -> TokenBatch | PreferenceBatch:
+        """The next batch (numpy arrays; ``jax.device_put`` it where it should live)."""
+        if self.packing:
+            rows: list[list[Example]] = []
+            for _ in range(self.batch_size):
+                row = [self._take()]
+                used = len(row[0])
+                while used + self._peek_length() <= self.max_seq_len:
+                    row.append(self._take())
+                    used += len(row[-1])
+                rows.append(row)
+            return rows_to_batch(rows, length=self.max_seq_len, pad_id=self.pad_id)
+        picked = [self._take() for _ in range(self.batch_size)]
+        return make_batch(picked, max_seq_len=self.max_seq_len, pad_id=self.pad_id)
+
+
+def make_batch(
+    examples: Sequence[Example] | Sequence[PreferencePair], *, max_seq_len: int, pad_id: int
+) -> TokenBatch | PreferenceBatch:
+    """One example per row, padded to ``pad_length`` of the longest (both sides alike for pairs)."""
+    length = pad_length(max(len(example) for example in examples), max_seq_len)
+    if isinstance(examples[0], PreferencePair):
+        return PreferenceBatch(
+            chosen=rows_to_batch([[pair.chosen] for pair in examples], length=length, pad_id=pad_id),
+            rejected=rows_to_batch([[pair.rejected] for pair in examples], length=length, pad_id=pad_id),
+        )
+    return rows_to_batch([[example] for example in examples], length=length, pad_id=pad_id)
+
+
+def eval_batches(
+    examples: Sequence[Example] | Sequence[PreferencePair], *, batch_size: int, max_seq_len: int, pad_id: int
+) -> Iterator[TokenBatch | PreferenceBatch]:
+    """The eval set once, in order. The last batch is filled with empty rows (no loss tokens)."""
+    for start in range(0, len(examples), batch_size):
+        chunk = list(examples[start : start + batch_size])
+        empty = Example(ids=np.zeros((1,), np.int32), loss_mask=np.zeros((1,), np.bool_))
+        filler = PreferencePair(chosen=empty, rejected=empty) if isinstance(chunk[0], PreferencePair) else empty
+        yield make_batch(chunk + [filler] * (batch_size - len(chunk)), max_seq_len=max_seq_len, pad_id=pad_id)
+
+
+def count_rows_per_epoch(examples: Sequence[Example], *, max_seq_len: int, packing: bool, seed: int) -> int:
+    """Batch rows one epoch yields: the example count, or the packed row count of epoch 0's order."""
+    if not packing:
+        return len(examples)
+    order = epoch_order(len(examples), seed=seed, epoch=0)
+    return len(pack([examples[i] for i in order], length=max_seq_len))
