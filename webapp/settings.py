@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "webapp.core",
     "webapp.accounts",
     "webapp.projects",
+    "webapp.basemodels",
 ]
 
 MIDDLEWARE = [

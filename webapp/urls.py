@@ -8,4 +8,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
     path("", include("webapp.projects.urls")),
+    path("", include("webapp.basemodels.urls")),
 ]

@@ -52,3 +52,38 @@ def make_team(*, slug: str = "alpha") -> Team:
         outsider=outsider,
         outsider_project=outsider_project,
     )
+
+
+def write_model_dir(
+    model_dir, *, shapes: dict[str, tuple[int, ...]] | None = None, shards: int = 1, tokenizer: str = "tokenizer.json"
+):
+    """Write a minimal Hugging Face-format directory: config.json, float32 zero
+    tensors of ``shapes`` split over ``shards`` safetensors files (with an index when
+    sharded) and an empty tokenizer file named ``tokenizer``. Returns the directory."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    shapes = shapes or {"embed.weight": (64, 8), "layer.weight": (8, 8), "norm.weight": (8,)}
+    model_dir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "max_position_embeddings": 256,
+        "vocab_size": 64,
+    }
+    (model_dir / "config.json").write_text(json.dumps(config))
+    names = sorted(shapes)
+    if shards == 1:
+        save_file({name: np.zeros(shapes[name], np.float32) for name in names}, str(model_dir / "model.safetensors"))
+    else:
+        weight_map = {}
+        for shard in range(shards):
+            file_name = f"model-{shard + 1:05d}-of-{shards:05d}.safetensors"
+            part = names[shard::shards]
+            save_file({name: np.zeros(shapes[name], np.float32) for name in part}, str(model_dir / file_name))
+            weight_map.update({name: file_name for name in part})
+        (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (model_dir / tokenizer).write_text("{}")
+    return model_dir

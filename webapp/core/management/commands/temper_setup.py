@@ -1,25 +1,66 @@
-"""First-run setup used by ``make up``: the admin account (and, as features land,
-the demo project). Running it twice is safe."""
+"""First-run setup used by ``make up``: the admin account, the demo project (slug
+``demo``, the admin as owner) and the demo base model. Running it twice is safe:
+each step only creates what is missing.
+
+The demo base model is built by the engine (``jaxengine demo-base --out DIR``
+writes ``DIR/model/`` and ``DIR/data/*.jsonl``) into ``$TEMPER_MODELS_ROOT/demo``.
+Building it imports jax, so it runs as a subprocess; when the installed engine has
+no such sub-command yet, or building fails, setup says so and carries on.
+"""
 from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand
+
+from webapp.basemodels.models import BaseModel
+from webapp.basemodels.services import basemodel_register
+from webapp.projects.models import Membership, Project, Role
+from webapp.projects.services import membership_add, membership_set_role, project_create
+
+DEMO_SLUG = "demo"
+DEMO_BASE_MODEL_NAME = "demo-base"
+
+
+def demo_base_command(out_dir: Path) -> list[str] | None:
+    """The command that builds the demo model into ``out_dir``, or None when the
+    installed engine does not offer ``demo-base``."""
+    from jaxengine.cli import SUBCOMMANDS  # jax-free: sub-command modules load lazily
+
+    if "demo-base" not in SUBCOMMANDS:
+        return None
+    return [sys.executable, "-m", "jaxengine", "demo-base", "--out", str(out_dir)]
 
 
 class Command(BaseCommand):
-    help = "Create the admin account and demo project if missing (idempotent)."
+    help = "Create the admin account, the demo project and the demo base model if missing (idempotent)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--no-demo-model", action="store_true", help="skip building and registering the demo base model"
+        )
 
     def handle(self, *args, **options) -> None:
+        admin = self._ensure_admin()
+        project = self._ensure_demo_project(admin)
+        if not options["no_demo_model"]:
+            self._ensure_demo_base_model(project, admin)
+
+    def _ensure_admin(self):
         username = os.environ.get("TEMPER_ADMIN_USER", "admin")
         password = os.environ.get("TEMPER_ADMIN_PASSWORD")
         user_model = get_user_model()
         user = user_model.objects.filter(username=username).first()
         if user is None:
             password = password or secrets.token_urlsafe(12)
-            user_model.objects.create_superuser(username=username, email="", password=password)
+            user = user_model.objects.create_superuser(username=username, email="", password=password)
             self.stdout.write(f"admin account created: {username} / {password}")
         elif password:
             user.set_password(password)
@@ -27,3 +68,44 @@ class Command(BaseCommand):
             self.stdout.write(f"admin account: {username} / {password}")
         else:
             self.stdout.write(f"admin account: {username} (password unchanged)")
+        return user
+
+    def _ensure_demo_project(self, admin) -> Project:
+        project = Project.objects.filter(slug=DEMO_SLUG).first()
+        if project is None:
+            project = project_create(name="Demo", slug=DEMO_SLUG, owner=admin)
+            self.stdout.write(f"demo project created: /p/{DEMO_SLUG}/")
+            return project
+        membership = Membership.objects.filter(project=project, user=admin).first()
+        if membership is None:
+            membership_add(project=project, user=admin, role=Role.OWNER)
+        elif membership.role != Role.OWNER:
+            membership_set_role(membership=membership, role=Role.OWNER)
+        return project
+
+    def _ensure_demo_base_model(self, project: Project, admin) -> None:
+        if BaseModel.objects.filter(project=project, name=DEMO_BASE_MODEL_NAME).exists():
+            return
+        out_dir = Path(settings.MODELS_ROOT) / "demo"
+        model_dir = out_dir / "model"
+        if not (model_dir / "config.json").is_file():
+            command = demo_base_command(out_dir)
+            if command is None:
+                self.stdout.write("demo base model: skipped (this engine has no `jaxengine demo-base` yet)")
+                return
+            self.stdout.write(f"demo base model: building into {out_dir} ...")
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                self.stderr.write(
+                    f"demo base model: `{' '.join(command)}` failed with exit code {result.returncode}; "
+                    f"setup continues without it. Its last output:\n{result.stderr[-2000:]}"
+                )
+                return
+        try:
+            base_model = basemodel_register(
+                project=project, name=DEMO_BASE_MODEL_NAME, path=str(model_dir), user=admin
+            )
+        except ValidationError as error:
+            self.stderr.write(f"demo base model: not registered: {'; '.join(error.messages)}")
+            return
+        self.stdout.write(f"demo base model registered: {base_model.name} ({base_model.parameter_count} parameters)")

@@ -1,0 +1,135 @@
+import json
+import struct
+
+import pytest
+
+from tests.webapp.factories import write_model_dir
+from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
+
+
+@pytest.fixture
+def root(tmp_path):
+    models_root = tmp_path / "models"
+    models_root.mkdir()
+    return models_root
+
+
+def test_it_reads_a_single_file_model(root):
+    model_dir = write_model_dir(root / "tiny")
+    facts = read_model_facts(resolve_model_dir("tiny", models_root=root))
+    # 64*8 + 8*8 + 8 = 584 parameters, all float32.
+    assert facts.parameter_count == 584
+    assert (facts.architecture, facts.model_type, facts.dtype) == ("LlamaForCausalLM", "llama", "F32")
+    assert (facts.context_length, facts.vocab_size, facts.tokenizer_type) == (256, 64, "tokenizer.json")
+    assert facts.weight_files == ("model.safetensors",)
+    assert facts.size_bytes == (model_dir / "model.safetensors").stat().st_size
+
+
+def test_it_sums_a_sharded_model_via_its_index(root):
+    write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
+    facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root))
+    assert facts.parameter_count == 584
+    assert len(facts.weight_files) == 3
+    assert facts.tokenizer_type == "sentencepiece"
+
+
+def test_parameter_count_matches_transformers(root):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(root / "llama", max_shard_size="20KB")
+    (root / "llama" / "tokenizer.json").write_text("{}")
+    facts = read_model_facts(resolve_model_dir("llama", models_root=root))
+    assert len(facts.weight_files) > 1, "the tiny model should be sharded by max_shard_size"
+    assert facts.parameter_count == sum(p.numel() for p in model.parameters())
+    assert (facts.context_length, facts.vocab_size, facts.architecture) == (512, 128, "LlamaForCausalLM")
+
+
+def test_it_rejects_dot_dot(root):
+    write_model_dir(root / "tiny")
+    with pytest.raises(ModelDirError, match=r"contains '\.\.'"):
+        resolve_model_dir("tiny/../tiny", models_root=root)
+    with pytest.raises(ModelDirError, match=r"contains '\.\.'"):
+        resolve_model_dir(str(root / ".." / "models" / "tiny"), models_root=root)
+
+
+def test_it_rejects_paths_outside_the_root(root, tmp_path):
+    outside = write_model_dir(tmp_path / "outside")
+    with pytest.raises(ModelDirError, match="outside the models root"):
+        resolve_model_dir(str(outside), models_root=root)
+
+
+def test_it_rejects_symlink_escapes(root, tmp_path):
+    outside = write_model_dir(tmp_path / "outside")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ModelDirError, match="symlinks may not point outside"):
+        resolve_model_dir("link", models_root=root)
+
+
+def test_it_follows_symlinks_that_stay_inside(root):
+    real = write_model_dir(root / "real")
+    (root / "alias").symlink_to(real, target_is_directory=True)
+    assert resolve_model_dir("alias", models_root=root) == real.resolve()
+
+
+@pytest.mark.parametrize("raw", ["", "missing"])
+def test_it_rejects_missing_directories(root, raw):
+    with pytest.raises(ModelDirError):
+        resolve_model_dir(raw, models_root=root)
+
+
+def test_it_rejects_a_file(root):
+    write_model_dir(root / "tiny")
+    with pytest.raises(ModelDirError, match="is a file"):
+        resolve_model_dir("tiny/config.json", models_root=root)
+
+
+def test_it_rejects_directories_without_config_weights_or_tokenizer(root):
+    (root / "empty").mkdir()
+    with pytest.raises(ModelDirError, match="no config.json"):
+        read_model_facts(root / "empty")
+    model_dir = write_model_dir(root / "noweights")
+    (model_dir / "model.safetensors").unlink()
+    with pytest.raises(ModelDirError, match="no safetensors weights"):
+        read_model_facts(model_dir)
+    model_dir = write_model_dir(root / "notok")
+    (model_dir / "tokenizer.json").unlink()
+    with pytest.raises(ModelDirError, match="no tokenizer"):
+        read_model_facts(model_dir)
+
+
+def test_it_rejects_corrupt_headers(root):
+    model_dir = write_model_dir(root / "corrupt")
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")
+    with pytest.raises(ModelDirError, match="implausible"):
+        read_model_facts(model_dir)
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 5) + b"{no")
+    with pytest.raises(ModelDirError, match="truncated"):
+        read_model_facts(model_dir)
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 3) + b"{no")
+    with pytest.raises(ModelDirError, match="not valid JSON"):
+        read_model_facts(model_dir)
+
+
+def test_it_rejects_shards_outside_the_directory(root):
+    model_dir = write_model_dir(root / "evil", shards=2)
+    index = model_dir / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "../other.safetensors"}}))
+    with pytest.raises(ModelDirError, match="outside the model directory"):
+        read_model_facts(model_dir)
+    index.write_text(json.dumps({"weight_map": {"a": "missing.safetensors"}}))
+    with pytest.raises(ModelDirError, match="listed but missing"):
+        read_model_facts(model_dir)
+
+
+def test_it_never_imports_jax():
+    import subprocess
+    import sys
+
+    code = "import sys, webapp.basemodels.inspection; sys.exit('jax' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,0 +1,109 @@
+"""Base model registry: service and pages."""
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.factories import write_model_dir
+from webapp.basemodels.models import BaseModel
+from webapp.basemodels.services import basemodel_register
+
+
+@pytest.fixture
+def models_root(settings, tmp_path):
+    settings.MODELS_ROOT = tmp_path / "models"
+    settings.MODELS_ROOT.mkdir()
+    write_model_dir(settings.MODELS_ROOT / "tiny")
+    return settings.MODELS_ROOT
+
+
+@pytest.fixture
+def registered(team, models_root):
+    return basemodel_register(project=team.project, name="tiny", path="tiny", user=team.teammate)
+
+
+def test_register_records_the_facts(registered, models_root):
+    assert registered.public_id.startswith("bm_")
+    assert registered.path == str((models_root / "tiny").resolve())
+    assert (registered.parameter_count, registered.context_length, registered.vocab_size) == (584, 256, 64)
+
+
+def test_register_rejects_duplicates(registered, team):
+    with pytest.raises(ValidationError) as excinfo:
+        basemodel_register(project=team.project, name="tiny", path="tiny", user=team.owner)
+    assert "name" in excinfo.value.message_dict
+    with pytest.raises(ValidationError, match="already registered"):
+        basemodel_register(project=team.project, name="other", path="tiny", user=team.owner)
+
+
+class TestList:
+    url = "/p/alpha/models/"
+
+    def test_it_works(self, registered, team, client_for):
+        response = client_for(team.viewer).get(self.url)
+        assert response.status_code == 200
+        assert b"LlamaForCausalLM" in response.content
+        assert registered.public_id.encode() in response.content
+        assert b"Register a model" not in response.content
+        assert b"Register a model" in client_for(team.teammate).get(self.url).content
+
+    def test_it_requires_access(self, team, client, client_for):
+        assert client_for(team.outsider).get(self.url).status_code == 404
+        assert client.get(self.url).status_code == 302
+
+
+class TestRegister:
+    url = "/p/alpha/models/register/"
+
+    def test_it_works(self, team, models_root, client_for):
+        client = client_for(team.teammate)
+        page = client.get(self.url)
+        assert page.status_code == 200
+        assert b"<code>tiny</code>" in page.content, "candidate directories are suggested"
+        response = client.post(self.url, {"name": "tiny", "path": "tiny"})
+        assert response.status_code == 302
+        base_model = BaseModel.objects.get(project=team.project)
+        assert response["Location"] == f"/p/alpha/models/{base_model.public_id}/"
+
+    def test_it_requires_access(self, team, models_root, client, client_for):
+        assert client_for(team.outsider).post(self.url, {"name": "t", "path": "tiny"}).status_code == 404
+        assert client_for(team.viewer).post(self.url, {"name": "t", "path": "tiny"}).status_code == 403
+        assert client_for(team.viewer).get(self.url).status_code == 403
+        assert client.post(self.url, {"name": "t", "path": "tiny"}).status_code == 302
+        assert not BaseModel.objects.exists()
+
+    @pytest.mark.parametrize(
+        ("path", "message"),
+        [
+            ("../tiny", b"contains &#x27;..&#x27;"),
+            ("/etc", b"outside the models root"),
+            ("nowhere", b"does not exist"),
+        ],
+    )
+    def test_it_rejects_bad_paths(self, team, models_root, client_for, path, message):
+        response = client_for(team.owner).post(self.url, {"name": "x", "path": path})
+        assert response.status_code == 400
+        assert message in response.content
+        assert not BaseModel.objects.exists()
+
+    def test_it_rejects_symlink_escape(self, team, models_root, tmp_path, client_for):
+        outside = write_model_dir(tmp_path / "outside")
+        (models_root / "sneaky").symlink_to(outside, target_is_directory=True)
+        response = client_for(team.owner).post(self.url, {"name": "x", "path": "sneaky"})
+        assert response.status_code == 400
+        assert b"symlinks may not point outside" in response.content
+
+
+class TestDetail:
+    def test_it_works(self, registered, team, client_for):
+        response = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/")
+        assert response.status_code == 200
+        assert b"584" in response.content and b"tokenizer.json" in response.content
+
+    def test_it_requires_access(self, registered, team, client, client_for):
+        url = f"/p/alpha/models/{registered.public_id}/"
+        assert client_for(team.outsider).get(url).status_code == 404
+        # The id alone is not enough: looked up under another project it does not exist.
+        assert client_for(team.outsider).get(f"/p/alpha-elsewhere/models/{registered.public_id}/").status_code == 404
+        assert client.get(url).status_code == 302
+
+    def test_it_rejects_unknown_id(self, registered, team, client_for):
+        assert client_for(team.owner).get("/p/alpha/models/bm_nope/").status_code == 404

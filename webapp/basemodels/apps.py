@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BasemodelsConfig(AppConfig):
+    name = "webapp.basemodels"
+    label = "basemodels"

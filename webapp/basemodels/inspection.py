@@ -1,0 +1,185 @@
+"""Reading a Hugging Face-format model directory without loading it (jax-free).
+
+Registration must be instant and safe on a web worker, even for a 70B model: we
+read ``config.json``, the JSON header of each safetensors file (an 8-byte
+little-endian length, then that many bytes of JSON naming every tensor's dtype and
+shape) and the names of the tokenizer files. Tensor data is never read.
+
+Paths come from users, so ``resolve_model_dir`` confines them to the allow-listed
+models root: ``..`` components are refused outright and symlinks are resolved
+before the containment check, so a link pointing outside the root is refused too.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+# A safetensors header lists names, dtypes, shapes and offsets; even models with
+# tens of thousands of tensors stay far below this. Larger means a corrupt file.
+MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
+SHARD_INDEX = "model.safetensors.index.json"
+# Keys under which Hugging Face configs of the common families state the context length.
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+class ModelDirError(ValueError):
+    """A model directory that cannot be registered; the message says why and what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What the registry shows about a model directory."""
+
+    architecture: str  # e.g. "LlamaForCausalLM"
+    model_type: str  # e.g. "llama"
+    parameter_count: int
+    context_length: int | None
+    vocab_size: int | None
+    tokenizer_type: str  # "tokenizer.json" (Hugging Face tokenizers) or "sentencepiece"
+    dtype: str  # the most common tensor dtype in the weights, e.g. "BF16"
+    weight_files: tuple[str, ...]
+    size_bytes: int
+    config: dict
+
+
+def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
+    """Resolve ``raw_path`` (absolute, or relative to ``models_root``) to a real
+    directory inside ``models_root``, or raise ``ModelDirError``."""
+    raw_path = raw_path.strip()
+    if not raw_path:
+        raise ModelDirError(f"give a directory under {models_root}")
+    if ".." in PurePath(raw_path).parts:
+        raise ModelDirError(f"{raw_path!r} contains '..'; give the directory's path under {models_root} directly")
+    root = models_root.resolve()
+    candidate = Path(raw_path).expanduser()
+    if not candidate.is_absolute():
+        candidate = root / candidate
+    if not candidate.exists():
+        raise ModelDirError(f"{candidate} does not exist; models must be copied under {root} first")
+    resolved = candidate.resolve(strict=True)
+    if not resolved.is_relative_to(root):
+        raise ModelDirError(
+            f"{candidate} resolves to {resolved}, outside the models root {root} "
+            "(symlinks may not point outside it); copy or move the model under the root"
+        )
+    if not resolved.is_dir():
+        raise ModelDirError(f"{resolved} is a file; give the model's directory (the one holding config.json)")
+    return resolved
+
+
+def read_safetensors_header(path: Path) -> dict:
+    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets},
+    plus an optional ``__metadata__`` entry."""
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) != 8:
+            raise ModelDirError(f"{path}: too short to be a safetensors file (no 8-byte header length)")
+        (header_bytes,) = struct.unpack("<Q", prefix)
+        if header_bytes > MAX_SAFETENSORS_HEADER_BYTES:
+            raise ModelDirError(f"{path}: header length {header_bytes} is implausible; the file is corrupt")
+        raw = handle.read(header_bytes)
+    if len(raw) != header_bytes:
+        raise ModelDirError(f"{path}: truncated header ({len(raw)} of {header_bytes} bytes)")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelDirError(f"{path}: header is not valid JSON ({exc}); the file is corrupt") from exc
+    if not isinstance(header, dict):
+        raise ModelDirError(f"{path}: header is not a JSON object; the file is corrupt")
+    return header
+
+
+def _weight_files(model_dir: Path) -> list[Path]:
+    index_path = model_dir / SHARD_INDEX
+    if index_path.exists():
+        try:
+            weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ModelDirError(f"{index_path}: not a shard index with a 'weight_map' ({exc})") from exc
+        names = sorted(set(weight_map.values()))
+        files = [(model_dir / name).resolve() for name in names]
+        for name, file in zip(names, files):
+            if not file.is_relative_to(model_dir):
+                raise ModelDirError(f"{index_path}: shard {name!r} lies outside the model directory")
+            if not file.is_file():
+                raise ModelDirError(f"{index_path}: shard {name!r} is listed but missing")
+        return files
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelDirError(
+            f"{model_dir}: no safetensors weights (model.safetensors or {SHARD_INDEX}); "
+            "convert .bin/.pt weights to safetensors first"
+        )
+    return files
+
+
+def _count_parameters(files: list[Path]) -> tuple[int, str]:
+    parameter_count = 0
+    bytes_by_dtype: Counter[str] = Counter()
+    for file in files:
+        for name, entry in read_safetensors_header(file).items():
+            if name == "__metadata__":
+                continue
+            try:
+                count = math.prod(entry["shape"])
+                dtype = entry["dtype"]
+            except (KeyError, TypeError) as exc:
+                raise ModelDirError(f"{file}: tensor {name!r} has no dtype/shape in the header") from exc
+            parameter_count += count
+            bytes_by_dtype[dtype] += count
+    dtype = bytes_by_dtype.most_common(1)[0][0] if bytes_by_dtype else "unknown"
+    return parameter_count, dtype
+
+
+def _tokenizer_type(model_dir: Path) -> str:
+    if (model_dir / "tokenizer.json").is_file():
+        return "tokenizer.json"
+    if (model_dir / "tokenizer.model").is_file():
+        return "sentencepiece"
+    raise ModelDirError(f"{model_dir}: no tokenizer (tokenizer.json or sentencepiece tokenizer.model)")
+
+
+def _first_int(config: dict, keys: tuple[str, ...]) -> int | None:
+    # Multimodal configs nest the language model's settings under "text_config".
+    for source in (config, config.get("text_config") or {}):
+        for key in keys:
+            value = source.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def read_model_facts(model_dir: Path) -> ModelFacts:
+    """Inspect a resolved model directory (see ``resolve_model_dir``)."""
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ModelDirError(f"{model_dir}: no config.json; is this a Hugging Face-format model directory?")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelDirError(f"{config_path}: not valid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise ModelDirError(f"{config_path}: must hold a JSON object")
+    architectures = config.get("architectures") or []
+    model_type = str(config.get("model_type") or "")
+    architecture = str(architectures[0]) if architectures else model_type
+    if not architecture:
+        raise ModelDirError(f"{config_path}: neither 'architectures' nor 'model_type' is set")
+    files = _weight_files(model_dir)
+    parameter_count, dtype = _count_parameters(files)
+    return ModelFacts(
+        architecture=architecture,
+        model_type=model_type,
+        parameter_count=parameter_count,
+        context_length=_first_int(config, CONTEXT_LENGTH_KEYS),
+        vocab_size=_first_int(config, ("vocab_size",)),
+        tokenizer_type=_tokenizer_type(model_dir),
+        dtype=dtype,
+        weight_files=tuple(file.name for file in files),
+        size_bytes=sum(file.stat().st_size for file in files),
+        config=config,
+    )

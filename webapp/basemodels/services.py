@@ -1,0 +1,54 @@
+"""Registering base models. The caller has checked that the user may write to the
+project (member or owner)."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
+from webapp.basemodels.models import BaseModel
+from webapp.projects.models import Project
+
+
+@transaction.atomic
+def basemodel_register(
+    *, project: Project, name: str, path: str, user: AbstractBaseUser | None
+) -> BaseModel:
+    """Register the model directory at ``path`` (absolute, or relative to
+    ``settings.MODELS_ROOT``) in ``project`` under ``name``.
+
+    Raises ``ValidationError`` naming the field (``name`` or ``path``) when the name
+    is taken, the path leaves the models root, or the directory is not a readable
+    Hugging Face-format model.
+    """
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "give the model a name, e.g. 'llama-3.2-1b'"})
+    if BaseModel.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"{project.slug} already has a base model named {name!r}"})
+    try:
+        model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT)
+        facts = read_model_facts(model_dir)
+    except ModelDirError as error:
+        raise ValidationError({"path": str(error)}) from error
+    existing = BaseModel.objects.filter(project=project, path=str(model_dir)).first()
+    if existing is not None:
+        raise ValidationError({"path": f"{model_dir} is already registered here as {existing.name!r}"})
+    return BaseModel.objects.create(
+        project=project,
+        name=name,
+        path=str(model_dir),
+        architecture=facts.architecture,
+        model_type=facts.model_type,
+        parameter_count=facts.parameter_count,
+        context_length=facts.context_length,
+        vocab_size=facts.vocab_size,
+        tokenizer_type=facts.tokenizer_type,
+        dtype=facts.dtype,
+        size_bytes=facts.size_bytes,
+        weight_files=list(facts.weight_files),
+        config=facts.config,
+        registered_by=user,
+    )

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from webapp.basemodels import views
+
+app_name = "basemodels"
+
+urlpatterns = [
+    path("p/<slug:slug>/models/", views.basemodel_list, name="list"),
+    path("p/<slug:slug>/models/register/", views.basemodel_register, name="register"),
+    path("p/<slug:slug>/models/<str:public_id>/", views.basemodel_detail, name="detail"),
+]

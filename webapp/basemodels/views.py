@@ -1,0 +1,73 @@
+"""Base model pages: list, register, detail (project-scoped)."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from webapp.basemodels import selectors, services
+from webapp.basemodels.forms import BaseModelRegisterForm
+from webapp.core.forms import add_service_errors
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Role
+
+
+@login_required
+@require_http_methods(["GET"])
+def basemodel_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    return render(
+        request,
+        "basemodels/list.html",
+        {
+            "project": project,
+            "membership": membership,
+            "base_models": selectors.basemodel_list(project=project),
+            "can_register": membership.can(Role.MEMBER),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    form = BaseModelRegisterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            base_model = services.basemodel_register(
+                project=project, name=form.cleaned_data["name"], path=form.cleaned_data["path"], user=request.user
+            )
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"Base model {base_model.name} registered.")
+            return redirect("basemodels:detail", project.slug, base_model.public_id)
+    return render(
+        request,
+        "basemodels/register.html",
+        {
+            "project": project,
+            "membership": membership,
+            "form": form,
+            "models_root": settings.MODELS_ROOT,
+            "candidates": selectors.candidate_model_dirs(models_root=settings.MODELS_ROOT),
+        },
+        status=400 if form.errors else 200,
+    )
+
+
+@login_required
+@require_http_methods(["GET"])
+def basemodel_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    base_model = selectors.basemodel_get(project=project, public_id=public_id)
+    return render(
+        request,
+        "basemodels/detail.html",
+        {"project": project, "membership": membership, "base_model": base_model},
+    )
