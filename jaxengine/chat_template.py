@@ -1,0 +1,173 @@
+"""Chat templates rendered exactly as ``transformers`` renders them, so that the prompt a model sees is
+the same at training, chat and export time, whichever library built it.
+
+The environment mirrors ``transformers.utils.chat_template_utils._cached_compile_jinja_template``
+(transformers 5.x): jinja2's ``ImmutableSandboxedEnvironment`` with ``trim_blocks`` and
+``lstrip_blocks``, the ``loopcontrols`` extension, a ``{% generation %}`` block tag (rendered as its
+body), ``raise_exception``, ``strftime_now``, a ``tojson`` filter that does not escape HTML, and the
+sandbox-safe ``dict``/``namespace`` globals. Messages are passed the way ``apply_chat_template`` passes
+them: keys whose value is None are dropped, and a message's reasoning given as ``reasoning_content``,
+``thinking`` or ``reasoning`` is visible under the first two names. The named special tokens
+(``bos_token``, ``eos_token``, …) are template variables.
+
+Where a template comes from: ``chat_template.jinja`` in the model directory, else
+``tokenizer_config.json``'s ``chat_template`` (a string, or a list of ``{"name", "template"}`` of which
+``default`` is used). A model with neither gets ``DEFAULT_CHAT_TEMPLATE`` (ChatML-like).
+
+This module does not import jax.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+# Used when a model ships no template: each message is "<|im_start|>{role}\n{content}<|im_end|>\n", and
+# the generation prompt is "<|im_start|>assistant\n". For a tokenizer without these special tokens they
+# are encoded as plain text, which is still an unambiguous transcript for a base model to continue.
+DEFAULT_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+class ChatTemplateError(ValueError):
+    """A chat template cannot be read, compiled or rendered; the message says which and why."""
+
+
+def read_chat_template(model_dir: str | Path, tokenizer_config: Mapping[str, Any]) -> str | None:
+    """The template of a model directory (see the module note for precedence), or None when it has none."""
+    template_path = Path(model_dir) / CHAT_TEMPLATE_FILE
+    if template_path.is_file():
+        return template_path.read_text(encoding="utf-8")
+    template = tokenizer_config.get("chat_template")
+    if template is None or isinstance(template, str):
+        return template
+    if isinstance(template, list):
+        named = {item.get("name"): item.get("template") for item in template if isinstance(item, Mapping)}
+        if isinstance(named.get("default"), str):
+            return named["default"]
+    raise ChatTemplateError(
+        f"{Path(model_dir) / 'tokenizer_config.json'}: field 'chat_template' must be a string or a list of "
+        "{'name', 'template'} objects that includes name 'default'")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(template: str):
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.utils
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationBlock(jinja2.ext.Extension):
+        # transformers uses {% generation %} to find assistant tokens; a rendered prompt is just the body.
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+        def _render_body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(date_format):
+        return datetime.now().strftime(date_format)
+
+    class TemplateDict:
+        # dict() without attribute access to the type, as in transformers' sandbox.
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        # Namespaces may not hold underscore names (a path to CPython internals), as in transformers.
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attributes = dict(*args, **kwargs)
+            for name in attributes:
+                TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__init__(self, attributes)
+
+        def __setitem__(self, name, value):
+            TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check_name(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}.")
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = strftime_now
+    environment.globals["dict"] = TemplateDict()
+    environment.globals["namespace"] = TemplateNamespace
+    try:
+        return environment.from_string(template)
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+
+
+def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    prepared = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ChatTemplateError(f"message {index}: expected a mapping with 'role' and 'content', got {message!r}")
+        message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((message[key] for key in _REASONING_FIELDS if key in message), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        prepared.append(message)
+    return prepared
+
+
+def render_chat_template(
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = False,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    **template_kwargs: Any,
+) -> str:
+    """Renders one conversation; ``template_kwargs`` carries the special tokens and any extra variables.
+
+    A template's own ``raise_exception(...)`` surfaces as ``ChatTemplateError`` with its message.
+    """
+    import jinja2
+
+    if not messages:
+        raise ChatTemplateError("cannot apply a chat template to an empty conversation; give at least one message")
+    compiled = _compile(template)
+    try:
+        return compiled.render(
+            messages=_prepare_messages(messages),
+            tools=None if tools is None else [dict(tool) for tool in tools],
+            documents=None if documents is None else [dict(document) for document in documents],
+            add_generation_prompt=add_generation_prompt,
+            **template_kwargs,
+        )
+    except jinja2.exceptions.TemplateError as error:
+        raise ChatTemplateError(f"chat template: {error}") from None

@@ -1,0 +1,478 @@
+"""Tokenizers loaded from a model directory, encoding and decoding exactly as ``transformers`` does.
+
+Design note. Two backends, chosen by the files present (``tokenizer.json`` wins, as in ``transformers``):
+
+* ``tokenizer.json`` → the ``tokenizers`` library, used as the file describes it. Added tokens listed in
+  ``tokenizer_config.json`` that the file lacks are added on load; ``encode(add_special_tokens=True)``
+  uses the file's post-processor (``transformers`` ignores ``add_bos_token`` when a ``tokenizer.json``
+  exists, so do we).
+* ``tokenizer.model`` → the ``sentencepiece`` library. ``transformers`` converts such a model to a
+  ``tokenizers`` pipeline whose rules differ from ``SentencePieceProcessor.encode`` in a few places, and
+  prompts must be the same ids whichever library made them, so this backend applies those rules itself:
+  the text is split on added/special tokens first (special tokens inside text become their ids); the
+  "▁" dummy prefix goes only before a chunk that does not already start with a space, and — unless
+  ``legacy: true`` — only before the chunk at the very start of the text; decoding replaces "▁" with
+  spaces, joins byte-fallback pieces into UTF-8 (U+FFFD per byte when invalid) and strips one leading
+  space. ``add_special_tokens=True`` adds BOS/EOS per ``add_bos_token``/``add_eos_token`` (default off).
+
+Special tokens come from ``tokenizer_config.json`` (``bos_token``, ``eos_token``, ``pad_token``,
+``unk_token``, ``added_tokens_decoder``, ``extra_special_tokens``/``additional_special_tokens``), from
+``special_tokens_map.json`` (only when the config has no ``added_tokens_decoder``, as in
+``transformers``), and ``generation_config.json`` adds its ``eos_token_id`` (an int or a list) to
+``eos_ids`` and fills ``bos_id``/``pad_id`` when the tokenizer config names none.
+
+This module does not import jax, so the web process may use it.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxengine import chat_template as chat_template_lib
+
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+TOKENIZER_JSON_FILE = "tokenizer.json"
+SENTENCEPIECE_FILE = "tokenizer.model"
+
+# The named special-token attributes of transformers, in its order; all of them reach chat templates.
+NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+_SPACE_MARK = "\u2581"  # SentencePiece's "▁", which stands for a space inside pieces
+
+
+class TokenizerError(ValueError):
+    """A tokenizer directory cannot be loaded; the message names the file and what to fix."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AddedToken:
+    """A token matched on the raw text before the model's own segmentation (``added_tokens_decoder``)."""
+
+    id: int
+    content: str
+    special: bool = True
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+    normalized: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizerSettings:
+    """Everything read from the JSON files next to the vocabulary; ids are resolved later by the backend."""
+
+    named_tokens: Mapping[str, str]  # e.g. {"bos_token": "<s>", "eos_token": "</s>"}; unset names absent
+    extra_special_tokens: tuple[str, ...]
+    added_tokens: tuple[AddedToken, ...]
+    add_bos_token: bool
+    add_eos_token: bool
+    legacy: bool
+    add_prefix_space: bool | None
+    chat_template: str | None
+    generation_eos_ids: tuple[int, ...]
+    generation_bos_id: int | None
+    generation_pad_id: int | None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise TokenizerError(f"{path}: line {error.lineno}: not valid JSON ({error.msg}); fix or remove the file") from None
+    if not isinstance(value, dict):
+        raise TokenizerError(f"{path}: expected a JSON object at the top level, found {type(value).__name__}")
+    return value
+
+
+def _token_content(value: Any) -> str | None:
+    """A special token as written in a config: a string, or an AddedToken dict with ``content``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return value["content"]
+    raise TokenizerError(f"special token {value!r}: expected a string or an object with a 'content' string")
+
+
+def _int_list(value: Any, *, path: Path, field: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, int) and not isinstance(item, bool) for item in values):
+        raise TokenizerError(f"{path}: field {field!r} = {value!r}: expected an integer or a list of integers")
+    return tuple(values)
+
+
+def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:
+    """Reads special tokens, flags, chat template and generation ids from the JSON files in ``model_dir``."""
+    model_dir = Path(model_dir)
+    config = _read_json(model_dir / TOKENIZER_CONFIG_FILE)
+    named = {key: _token_content(config.get(key)) for key in NAMED_SPECIAL_TOKENS}
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    if "added_tokens_decoder" not in config:
+        special_tokens_map = _read_json(model_dir / SPECIAL_TOKENS_MAP_FILE)
+        for key in NAMED_SPECIAL_TOKENS:
+            if key in special_tokens_map:
+                named[key] = _token_content(special_tokens_map[key])
+        extra = extra or special_tokens_map.get("extra_special_tokens") or special_tokens_map.get(
+            "additional_special_tokens") or []
+    if isinstance(extra, Mapping):  # the model-specific form {"image_token": "<img>", ...}
+        extra = list(extra.values())
+    added_tokens = []
+    for token_id, token in (config.get("added_tokens_decoder") or {}).items():
+        if not isinstance(token, Mapping) or not isinstance(token.get("content"), str):
+            raise TokenizerError(f"{model_dir / TOKENIZER_CONFIG_FILE}: added_tokens_decoder[{token_id!r}] = {token!r}: "
+                                 "expected an object with a 'content' string")
+        added_tokens.append(AddedToken(
+            id=int(token_id), content=token["content"], special=bool(token.get("special", False)),
+            lstrip=bool(token.get("lstrip", False)), rstrip=bool(token.get("rstrip", False)),
+            single_word=bool(token.get("single_word", False)), normalized=bool(token.get("normalized", False)),
+        ))
+    generation_path = model_dir / GENERATION_CONFIG_FILE
+    generation = _read_json(generation_path)
+    generation_bos = _int_list(generation.get("bos_token_id"), path=generation_path, field="bos_token_id")
+    generation_pad = _int_list(generation.get("pad_token_id"), path=generation_path, field="pad_token_id")
+    return TokenizerSettings(
+        named_tokens={key: value for key, value in named.items() if value is not None},
+        extra_special_tokens=tuple(_token_content(token) for token in extra),
+        added_tokens=tuple(sorted(added_tokens, key=lambda token: token.id)),
+        add_bos_token=bool(config.get("add_bos_token", False)),
+        add_eos_token=bool(config.get("add_eos_token", False)),
+        legacy=bool(config.get("legacy", False)),
+        add_prefix_space=config.get("add_prefix_space"),
+        chat_template=chat_template_lib.read_chat_template(model_dir, config),
+        generation_eos_ids=_int_list(generation.get("eos_token_id"), path=generation_path, field="eos_token_id"),
+        generation_bos_id=generation_bos[0] if generation_bos else None,
+        generation_pad_id=generation_pad[0] if generation_pad else None,
+    )
+
+
+class Tokenizer(abc.ABC):
+    """A model's tokenizer: text ↔ ids, special-token ids, chat template, and saving.
+
+    ``encode`` treats special tokens written inside the text as those tokens (as ``transformers`` does);
+    ``decode`` drops special tokens unless ``skip_special_tokens=False``.
+    """
+
+    kind: str  # "sentencepiece" | "tokenizers", shown by ``jaxengine inspect``
+
+    def __init__(self, *, model_dir: Path, settings: TokenizerSettings) -> None:
+        self.model_dir = model_dir
+        self.settings = settings
+
+    @abc.abstractmethod
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``; with ``add_special_tokens`` also BOS/EOS as the tokenizer is configured."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``."""
+
+    @abc.abstractmethod
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token string (vocabulary piece or added token), or None when there is none."""
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included (``len(AutoTokenizer)``)."""
+
+    @property
+    @abc.abstractmethod
+    def special_ids(self) -> frozenset[int]:
+        """Ids that ``decode(skip_special_tokens=True)`` drops."""
+
+    def _named_id(self, name: str) -> int | None:
+        content = self.settings.named_tokens.get(name)
+        return None if content is None else self.token_to_id(content)
+
+    @property
+    def bos_id(self) -> int | None:
+        """BOS id from the tokenizer config, else from generation_config.json, else None."""
+        named = self._named_id("bos_token")
+        return named if named is not None else self.settings.generation_bos_id
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """The config's ``eos_token`` id followed by generation_config.json's ``eos_token_id``(s), no repeats."""
+        ids = [self._named_id("eos_token"), *self.settings.generation_eos_ids]
+        return list(dict.fromkeys(token_id for token_id in ids if token_id is not None))
+
+    @property
+    def pad_id(self) -> int | None:
+        """PAD id from the tokenizer config, else from generation_config.json, else None."""
+        named = self._named_id("pad_token")
+        return named if named is not None else self.settings.generation_pad_id
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """The named special tokens that are set, as chat templates see them (``bos_token`` etc.)."""
+        return dict(self.settings.named_tokens)
+
+    @property
+    def chat_template(self) -> str:
+        """The model's chat template, or the documented ChatML-like default when it has none."""
+        return self.settings.chat_template or chat_template_lib.DEFAULT_CHAT_TEMPLATE
+
+    def apply_chat_template(
+        self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, **template_kwargs: Any
+    ) -> str:
+        """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids)."""
+        return chat_template_lib.render_chat_template(
+            self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+            **{**self.special_tokens_map, **template_kwargs},
+        )
+
+    def save(self, out_dir: str | Path) -> None:
+        """Copies the tokenizer files this tokenizer was loaded from into ``out_dir``.
+
+        ``generation_config.json`` is copied only when ``out_dir`` has none, since a model saver may
+        already have written the model's own.
+        """
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        names = (TOKENIZER_JSON_FILE, SENTENCEPIECE_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE,
+                 chat_template_lib.CHAT_TEMPLATE_FILE)
+        for name in names:
+            source = self.model_dir / name
+            if source.is_file() and source.resolve() != (out_dir / name).resolve():
+                shutil.copyfile(source, out_dir / name)
+        generation = self.model_dir / GENERATION_CONFIG_FILE
+        if generation.is_file() and not (out_dir / GENERATION_CONFIG_FILE).exists():
+            shutil.copyfile(generation, out_dir / GENERATION_CONFIG_FILE)
+
+
+class HuggingFaceTokenizer(Tokenizer):
+    """``tokenizer.json`` through the ``tokenizers`` library."""
+
+    kind = "tokenizers"
+
+    def __init__(self, *, model_dir: Path, settings: TokenizerSettings) -> None:
+        import tokenizers
+
+        super().__init__(model_dir=model_dir, settings=settings)
+        path = model_dir / TOKENIZER_JSON_FILE
+        try:
+            self._tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as error:  # the Rust side raises a bare Exception with its parse message
+            raise TokenizerError(f"{path}: cannot be read by the tokenizers library: {error}") from None
+        # Prompts are padded and truncated by the sampler and the data pipeline, never here.
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        known = set(self._tokenizer.get_added_tokens_decoder().values())
+        known_contents = {token.content for token in known}
+        missing = [
+            tokenizers.AddedToken(token.content, single_word=token.single_word, lstrip=token.lstrip,
+                                  rstrip=token.rstrip, normalized=token.normalized, special=token.special)
+            for token in settings.added_tokens if token.content not in known_contents
+        ]
+        named = [*settings.named_tokens.values(), *settings.extra_special_tokens]
+        missing_contents = {token.content for token in missing}
+        missing += [tokenizers.AddedToken(content, special=True, normalized=False)
+                    for content in dict.fromkeys(named) if content not in known_contents | missing_contents]
+        if missing:
+            self._tokenizer.add_tokens(missing)
+        self._special_ids = frozenset(
+            token_id for token_id, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tokenizer.token_to_id(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """``tokenizer.model`` through the ``sentencepiece`` library, with transformers' splitting rules."""
+
+    kind = "sentencepiece"
+
+    def __init__(self, *, model_dir: Path, settings: TokenizerSettings) -> None:
+        import sentencepiece
+        from sentencepiece import sentencepiece_model_pb2
+
+        super().__init__(model_dir=model_dir, settings=settings)
+        path = model_dir / SENTENCEPIECE_FILE
+        proto = sentencepiece_model_pb2.ModelProto()
+        try:
+            proto.ParseFromString(path.read_bytes())
+        except Exception as error:  # protobuf's DecodeError, raised for any file that is not a model
+            raise TokenizerError(f"{path}: not a SentencePiece model ({error})") from None
+        add_prefix_space = settings.add_prefix_space
+        self._add_prefix_space = proto.normalizer_spec.add_dummy_prefix if add_prefix_space is None else add_prefix_space
+        # The dummy prefix is applied here per chunk (see the module note), so the processor must not add it.
+        proto.normalizer_spec.add_dummy_prefix = False
+        self._processor = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+        piece_count = self._processor.get_piece_size()
+
+        self._added_by_content: dict[str, AddedToken] = {token.content: token for token in settings.added_tokens}
+        next_id = max([piece_count - 1, *(token.id for token in settings.added_tokens)]) + 1
+        for content in dict.fromkeys([*settings.named_tokens.values(), *settings.extra_special_tokens]):
+            if content in self._added_by_content:
+                continue
+            piece_id = self._piece_id(content)
+            if piece_id is None:
+                piece_id, next_id = next_id, next_id + 1
+            self._added_by_content[content] = AddedToken(id=piece_id, content=content, special=True)
+        self._added_by_id = {token.id: token for token in self._added_by_content.values()}
+        self._vocab_size = max([piece_count - 1, *self._added_by_id]) + 1
+        self._special_ids = frozenset(token.id for token in self._added_by_content.values() if token.special)
+        contents = sorted(self._added_by_content, key=len, reverse=True)  # longest first: leftmost-longest match
+        self._added_pattern = re.compile("|".join(map(re.escape, contents))) if contents else None
+
+    def _piece_id(self, piece: str) -> int | None:
+        piece_id = self._processor.piece_to_id(piece)
+        return piece_id if self._processor.id_to_piece(piece_id) == piece else None
+
+    def _split_on_added_tokens(self, text: str) -> list[tuple[str, int | None, int]]:
+        """[(chunk text, added token id or None, start offset in text)] covering ``text`` in order."""
+        pieces: list[tuple[str, int | None, int]] = []
+        position = 0
+        for match in (self._added_pattern.finditer(text) if self._added_pattern else ()):
+            token = self._added_by_content[match.group()]
+            start, end = match.span()
+            if start < position:  # overlaps whitespace an rstrip token already took
+                continue
+            if token.single_word and ((start > 0 and text[start - 1].isalnum()) or
+                                      (end < len(text) and text[end].isalnum())):
+                continue
+            chunk_end = len(text[position:start].rstrip()) + position if token.lstrip else start
+            pieces.append((text[position:chunk_end], None, position))
+            pieces.append((match.group(), token.id, start))
+            position = end + (len(text[end:]) - len(text[end:].lstrip()) if token.rstrip else 0)
+        pieces.append((text[position:], None, position))
+        return [piece for piece in pieces if piece[1] is not None or piece[0]]
+
+    def _encode_chunk(self, chunk: str, *, at_start: bool) -> list[int]:
+        prepend = self._add_prefix_space and (at_start or self.settings.legacy) and not chunk.startswith((" ", _SPACE_MARK))
+        return self._processor.encode(" " + chunk if prepend else chunk)
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        ids: list[int] = []
+        for chunk, added_id, start in self._split_on_added_tokens(text):
+            ids.extend([added_id] if added_id is not None else self._encode_chunk(chunk, at_start=start == 0))
+        if add_special_tokens:
+            if self.settings.add_bos_token and self.bos_id is not None:
+                ids.insert(0, self.bos_id)
+            if self.settings.add_eos_token and self._named_id("eos_token") is not None:
+                ids.append(self._named_id("eos_token"))
+        return ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        parts: list[str] = []
+        pending_bytes = bytearray()
+        byte_count = 0
+
+        def flush_bytes() -> None:
+            nonlocal byte_count
+            if byte_count:
+                try:
+                    parts.append(pending_bytes.decode("utf-8"))
+                except UnicodeDecodeError:
+                    parts.append("\ufffd" * byte_count)
+                pending_bytes.clear()
+                byte_count = 0
+
+        for token_id in ids:
+            token_id = int(token_id)
+            if skip_special_tokens and token_id in self._special_ids:
+                continue
+            added = self._added_by_id.get(token_id)
+            piece = added.content if added is not None else self._processor.id_to_piece(token_id)
+            byte_match = _BYTE_PIECE.match(piece) if added is None else None
+            if byte_match:
+                pending_bytes.append(int(byte_match.group(1), 16))
+                byte_count += 1
+                continue
+            flush_bytes()
+            parts.append(piece.replace(_SPACE_MARK, " "))
+        flush_bytes()
+        text = "".join(parts)
+        return text[1:] if self._add_prefix_space and text.startswith(" ") else text
+
+    def token_to_id(self, token: str) -> int | None:
+        added = self._added_by_content.get(token)
+        return added.id if added is not None else self._piece_id(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """Loads the tokenizer of a Hugging Face-style model directory (``tokenizer.json`` or ``tokenizer.model``)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise TokenizerError(f"{model_dir}: no such directory")
+    settings = read_tokenizer_settings(model_dir)
+    if (model_dir / TOKENIZER_JSON_FILE).is_file():
+        return HuggingFaceTokenizer(model_dir=model_dir, settings=settings)
+    if (model_dir / SENTENCEPIECE_FILE).is_file():
+        return SentencePieceTokenizer(model_dir=model_dir, settings=settings)
+    raise TokenizerError(
+        f"{model_dir}: no tokenizer found; expected {TOKENIZER_JSON_FILE} (Hugging Face tokenizers) or "
+        f"{SENTENCEPIECE_FILE} (SentencePiece) next to config.json")
+
+
+class IncrementalDecoder:
+    """Turns a stream of generated ids into text deltas whose concatenation is ``decode(all ids)``.
+
+    Decoding one id at a time is wrong for byte-fallback and byte-level tokenizers (a character may span
+    several ids) and for SentencePiece (the first piece loses its leading space). So each step decodes a
+    short window that starts at an already-emitted token and emits only the new suffix, holding text
+    back while it ends in an incomplete character (U+FFFD).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # window start
+        self._read_offset = 0  # ids before this are emitted
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special_tokens)
+
+    def push(self, token_id: int) -> str:
+        """Adds one id; returns the text it completes ("" while a character is still incomplete)."""
+        self._ids.append(int(token_id))
+        prefix_text = self._decode(self._ids[self._prefix_offset:self._read_offset])
+        new_text = self._decode(self._ids[self._prefix_offset:])
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+            return new_text[len(prefix_text):]
+        return ""
+
+    def flush(self) -> str:
+        """Text still held back at the end of the stream (an incomplete character decodes to U+FFFD)."""
+        prefix_text = self._decode(self._ids[self._prefix_offset:self._read_offset])
+        new_text = self._decode(self._ids[self._prefix_offset:])
+        self._prefix_offset = self._read_offset = len(self._ids)
+        return new_text[len(prefix_text):]
