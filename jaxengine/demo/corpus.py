@@ -1,0 +1,185 @@
+"""A deterministic synthetic corpus of small verifiable tasks, for the demo model and its datasets.
+
+Design note: nothing may be downloaded, yet the platform needs a model that can visibly learn.
+Each task below yields (prompt, answer) problems whose answers a program can check, so SFT, DPO
+and GRPO on the demo all have an honest exact-match metric. A problem belongs to the held-out
+split when the CRC32 of its prompt falls in the last tenth, which fixes the split independently
+of generation order and seed; the pre-training text, SFT, preference and prompts datasets use
+only the training split, and ``eval.jsonl`` only the held-out one.
+
+Every random choice goes through one ``random.Random(seed)``, so the same seed gives the same
+files byte for byte.
+"""
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+WORDS = (
+    "apple banana cherry grape lemon mango melon peach pear plum berry olive onion carrot potato tomato "
+    "garden forest river ocean island desert valley mountain meadow canyon harbor bridge castle tower "
+    "window door table chair pencil paper letter number planet rocket engine wheel anchor button candle "
+    "silver golden purple orange yellow green black white brown violet winter summer spring autumn "
+    "morning evening thunder rainbow shadow mirror puzzle riddle secret signal bottle basket blanket "
+    "jacket pocket ladder hammer needle kettle violin guitar piano trumpet dragon tiger rabbit turtle "
+    "falcon parrot dolphin whale spider beetle monkey zebra camel horse sheep goat mouse lizard"
+).split()
+
+CAPITALS = {
+    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
+    "Japan": "Tokyo", "China": "Beijing", "India": "Delhi", "Egypt": "Cairo", "Kenya": "Nairobi",
+    "Canada": "Ottawa", "Mexico": "Mexico City", "Brazil": "Brasilia", "Peru": "Lima", "Chile": "Santiago",
+    "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki", "Poland": "Warsaw", "Greece": "Athens",
+    "Austria": "Vienna", "Ireland": "Dublin", "Russia": "Moscow", "Turkey": "Ankara", "Iran": "Tehran",
+    "Cuba": "Havana", "Ghana": "Accra", "Nepal": "Kathmandu", "Thailand": "Bangkok", "Vietnam": "Hanoi",
+    "Australia": "Canberra", "Argentina": "Buenos Aires", "Denmark": "Copenhagen", "Hungary": "Budapest",
+    "Belgium": "Brussels", "Netherlands": "Amsterdam", "Switzerland": "Bern", "Morocco": "Rabat",
+}
+
+EVAL_FRACTION_PER_MILLE = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One verifiable task instance: ``answer`` is the exact expected completion."""
+
+    task: str
+    prompt: str
+    answer: str
+    wrong: str  # a plausible wrong answer (the rejected side of preference pairs)
+
+    @property
+    def held_out(self) -> bool:
+        return zlib.crc32(self.prompt.encode()) % 1000 < EVAL_FRACTION_PER_MILLE
+
+
+def _near_miss(value: int, rng: random.Random) -> str:
+    return str(value + rng.choice([-10, -2, -1, 1, 2, 10]))
+
+
+def _addition(rng: random.Random) -> Problem:
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    return Problem(task="add", prompt=f"What is {a} + {b}?", answer=str(a + b), wrong=_near_miss(a + b, rng))
+
+
+def _subtraction(rng: random.Random) -> Problem:
+    a = rng.randint(0, 99)
+    b = rng.randint(0, a)
+    return Problem(task="subtract", prompt=f"What is {a} - {b}?", answer=str(a - b), wrong=_near_miss(a - b, rng))
+
+
+def _multiplication(rng: random.Random) -> Problem:
+    a, b = rng.randint(1, 12), rng.randint(1, 12)
+    return Problem(task="multiply", prompt=f"What is {a} * {b}?", answer=str(a * b), wrong=str(a * b + rng.choice([-a, a, 1])))
+
+
+def _reverse(rng: random.Random) -> Problem:
+    word = rng.choice(WORDS)
+    wrong = word[::-1][1:] + word[-1] if len(set(word)) > 1 else word + word[0]
+    return Problem(task="reverse", prompt=f"Reverse the word {word}.", answer=word[::-1], wrong=wrong)
+
+
+def _length(rng: random.Random) -> Problem:
+    word = rng.choice(WORDS)
+    return Problem(task="length", prompt=f"How many letters are in {word}?", answer=str(len(word)),
+                   wrong=str(len(word) + rng.choice([-1, 1])))
+
+
+def _count_letter(rng: random.Random) -> Problem:
+    word = rng.choice(WORDS)
+    letter = rng.choice(sorted(set(word)))
+    count = word.count(letter)
+    return Problem(task="count", prompt=f"How many times does {letter} appear in {word}?", answer=str(count),
+                   wrong=str(count + 1))
+
+
+def _capital(rng: random.Random) -> Problem:
+    country = rng.choice(sorted(CAPITALS))
+    wrong = rng.choice(sorted(set(CAPITALS.values()) - {CAPITALS[country]}))
+    return Problem(task="capital", prompt=f"What is the capital of {country}?", answer=CAPITALS[country], wrong=wrong)
+
+
+def _uppercase(rng: random.Random) -> Problem:
+    word = rng.choice(WORDS)
+    return Problem(task="upper", prompt=f"Write {word} in capital letters.", answer=word.upper(),
+                   wrong=word.capitalize())
+
+
+def _larger(rng: random.Random) -> Problem:
+    a, b = rng.sample(range(100), 2)
+    return Problem(task="larger", prompt=f"Which is larger, {a} or {b}?", answer=str(max(a, b)), wrong=str(min(a, b)))
+
+
+TASKS: dict[str, Callable[[random.Random], Problem]] = {
+    "add": _addition,
+    "subtract": _subtraction,
+    "multiply": _multiplication,
+    "reverse": _reverse,
+    "length": _length,
+    "count": _count_letter,
+    "capital": _capital,
+    "upper": _uppercase,
+    "larger": _larger,
+}
+
+
+def generate_problems(*, seed: int, count: int) -> list[Problem]:
+    """``count`` distinct problems cycling through the tasks (duplicates of a prompt are skipped)."""
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    problems: list[Problem] = []
+    names = list(TASKS)
+    attempts = 0
+    while len(problems) < count and attempts < count * 50:
+        problem = TASKS[names[attempts % len(names)]](rng)
+        attempts += 1
+        if problem.prompt not in seen:
+            seen.add(problem.prompt)
+            problems.append(problem)
+    return problems
+
+
+def pretrain_text(problem: Problem, rng: random.Random) -> str:
+    """A plain-text statement of a solved problem, in one of a few phrasings."""
+    phrasings = [
+        f"Question: {problem.prompt}\nAnswer: {problem.answer}",
+        f"Q: {problem.prompt} A: {problem.answer}",
+        f"{problem.prompt} The answer is {problem.answer}.",
+    ]
+    return rng.choice(phrasings)
+
+
+def pretrain_documents(problems: list[Problem], *, seed: int, per_document: int = 8) -> Iterator[str]:
+    """Documents of ``per_document`` solved training problems each (held-out problems never appear)."""
+    rng = random.Random(seed)
+    training = [problem for problem in problems if not problem.held_out]
+    for start in range(0, len(training), per_document):
+        yield "\n".join(pretrain_text(problem, rng) for problem in training[start : start + per_document])
+
+
+def dataset_rows(problems: list[Problem], *, max_eval: int = 500) -> dict[str, list[dict]]:
+    """The demo datasets: ``sft``, ``preference``, ``prompts`` (training split) and ``eval`` (held out,
+    at most ``max_eval`` rows so that a greedy exact-match pass stays quick on CPU)."""
+    training = [problem for problem in problems if not problem.held_out]
+    held_out = [problem for problem in problems if problem.held_out][:max_eval]
+    return {
+        "sft": [{"prompt": p.prompt, "completion": p.answer} for p in training],
+        "preference": [{"prompt": p.prompt, "chosen": p.answer, "rejected": p.wrong} for p in training],
+        "prompts": [{"prompt": p.prompt, "answer": p.answer, "task": p.task} for p in training],
+        "eval": [{"prompt": p.prompt, "answer": p.answer, "task": p.task} for p in held_out],
+    }
+
+
+def write_datasets(rows: dict[str, list[dict]], data_dir: str | Path) -> dict[str, Path]:
+    """Write each dataset as ``<data_dir>/<name>.jsonl`` (one JSON object per line); returns the paths."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, dataset in rows.items():
+        paths[name] = data_dir / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in dataset), encoding="utf-8")
+    return paths
