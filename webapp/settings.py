@@ -32,9 +32,11 @@ INSTALLED_APPS = [
     "webapp.accounts",
     "webapp.projects",
     "webapp.basemodels",
+    "webapp.workers",
 ]
 
 MIDDLEWARE = [
+    "webapp.core.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -110,6 +112,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 TEMPER_MAX_UPLOAD_BYTES = env_int("TEMPER_MAX_UPLOAD_BYTES", 2 * 1024**3)
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
+# Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
+TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 
 LOGGING = {
     "version": 1,

@@ -2,11 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 
 from webapp.core import views as core_views
+from webapp.core.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
     path("", include("webapp.projects.urls")),
     path("", include("webapp.basemodels.urls")),
+    path("", include("webapp.workers.urls")),
 ]

@@ -9,5 +9,6 @@ from webapp.celery import app
 django.setup()
 
 import worker.tasks  # noqa: E402,F401  (registers every task)
+import worker.heartbeat  # noqa: E402,F401  (connects the heartbeat signals)
 
 __all__ = ["app"]

@@ -1,0 +1,119 @@
+"""``/metrics``: access rule and content."""
+import shutil
+import socket
+import subprocess
+import time
+from datetime import timedelta
+
+import pytest
+import redis
+from django.utils import timezone
+
+from webapp.core.metrics import register_job_model
+from webapp.projects.models import Membership
+from webapp.workers.models import Worker
+from webapp.workers.services import worker_heartbeat_record
+
+URL = "/metrics"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(settings, tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it from Debian packages)")
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    try:
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+        yield client
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def sample(body: str, line_start: str) -> float:
+    for line in body.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no sample {line_start!r} in:\n{body}")
+
+
+def beat(name, pid=1):
+    worker_heartbeat_record(
+        name=name, host="h", pid=pid, queues=["default"], devices={}, current_jobs=[], started_at=timezone.now()
+    )
+
+
+def test_it_works(client, db, redis_url):
+    redis_url.lpush("train", "job-1", "job-2")
+    redis_url.lpush("default", "job-3")
+    beat("default@a")
+    beat("train@b")
+    Worker.objects.filter(name="train@b").update(last_seen=timezone.now() - timedelta(minutes=2))
+    client.get("/healthz")
+    response = client.get(URL)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    body = response.content.decode()
+    assert sample(body, "temper_redis_up") == 1
+    assert sample(body, 'temper_queue_depth{queue="train"}') == 2
+    assert sample(body, 'temper_queue_depth{queue="default"}') == 1
+    assert sample(body, 'temper_queue_depth{queue="serve"}') == 0
+    assert sample(body, "temper_workers_alive") == 1
+    assert sample(body, 'temper_workers{state="stale"}') == 1
+    healthz = 'temper_http_request_duration_seconds_count{method="GET",route="healthz",status="200"}'
+    assert sample(body, healthz) >= 1
+
+
+def test_it_counts_jobs_by_state(client, team, settings, monkeypatch):
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    # Memberships stand in for a job model: three rows in three "states" (roles).
+    monkeypatch.setattr("webapp.core.metrics._job_models", [])
+    register_job_model(kind="membership", model=Membership, state_field="role")
+    body = client.get(URL).content.decode()
+    assert sample(body, 'temper_jobs{kind="membership",state="owner"}') == 2  # alpha and alpha-elsewhere
+    assert sample(body, 'temper_jobs{kind="membership",state="viewer"}') == 1
+
+
+def test_it_reports_redis_down(client, db, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    body = client.get(URL).content.decode()
+    assert sample(body, "temper_redis_up") == 0
+    assert "temper_queue_depth{" not in body
+
+
+def test_it_requires_access(client, db, settings):
+    settings.TEMPER_METRICS_TOKEN = "s3cret"
+    remote = {"REMOTE_ADDR": "10.1.2.3"}
+    response = client.get(URL, **remote)
+    assert response.status_code == 403
+    assert b"TEMPER_METRICS_TOKEN" in response.content
+    assert client.get(URL, headers={"Authorization": "Bearer wrong"}, **remote).status_code == 403
+    assert client.get(URL, headers={"Authorization": "s3cret"}, **remote).status_code == 403
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    assert client.get(URL, headers={"Authorization": "Bearer s3cret"}, **remote).status_code == 200
+    assert client.get(URL, REMOTE_ADDR="::1").status_code == 200
+
+
+def test_it_rejects_any_bearer_when_no_token_is_configured(client, db, settings):
+    settings.TEMPER_METRICS_TOKEN = ""
+    response = client.get(URL, headers={"Authorization": "Bearer "}, REMOTE_ADDR="10.1.2.3")
+    assert response.status_code == 403
+

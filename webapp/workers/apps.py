@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WorkersConfig(AppConfig):
+    name = "webapp.workers"
+    label = "workers"

@@ -1,0 +1,45 @@
+"""Worker heartbeats: one row per Celery worker (keyed by its node name, e.g.
+``train@gpu-host-1``), rewritten every few seconds by ``worker/heartbeat.py``.
+A worker whose row has not been refreshed within ``STALE_AFTER`` is presumed lost."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import models
+
+STALE_AFTER = timedelta(seconds=60)
+
+
+class WorkerState(models.TextChoices):
+    ALIVE = "alive", "Alive"
+    STALE = "stale", "Stale"
+    STOPPED = "stopped", "Stopped"
+
+
+class Worker(models.Model):
+    name = models.CharField(max_length=255, unique=True)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    # {"platform": "gpu", "count": 8, "kinds": ["NVIDIA H200"], "memory_bytes": 150000000000}
+    # or {} while the worker is still probing, {"error": "..."} when probing failed.
+    devices = models.JSONField(default=dict)
+    current_jobs = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def state_at(self, now) -> str:
+        """The worker's state at ``now``: stopped (shut down cleanly), stale (no
+        heartbeat for longer than ``STALE_AFTER``) or alive."""
+        if self.stopped_at is not None:
+            return WorkerState.STOPPED
+        if now - self.last_seen > STALE_AFTER:
+            return WorkerState.STALE
+        return WorkerState.ALIVE

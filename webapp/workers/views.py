@@ -1,0 +1,21 @@
+"""The Workers page. Workers are shared infrastructure, not project objects: every
+logged-in user may see them (host names, queues, devices, the task running)."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from webapp.workers import selectors
+from webapp.workers.models import STALE_AFTER
+
+
+@login_required
+@require_http_methods(["GET"])
+def worker_list(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "workers/list.html",
+        {"workers": selectors.worker_list(), "stale_after_seconds": int(STALE_AFTER.total_seconds())},
+    )

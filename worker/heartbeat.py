@@ -1,0 +1,162 @@
+"""Worker heartbeats: every Celery worker process reports who and where it is.
+
+On ``worker_ready`` a daemon thread in the worker's main process writes a
+heartbeat row (``webapp.workers.services.worker_heartbeat_record``) at once and
+then every ``settings.TEMPER_HEARTBEAT_SECONDS``; ``worker_shutdown`` stops it and
+marks the worker stopped. The running job comes from Celery's own record of the
+requests this worker has accepted, which the main process keeps whatever the pool.
+
+Devices are probed once, in a short-lived subprocess, because importing jax and
+initialising a backend in the worker's main process would break the forked pool
+children (JAX is not fork-safe) and would hold accelerator memory the jobs need.
+The probe runs with preallocation off so that three workers starting together on
+one GPU host do not each grab most of its memory. Until it answers, heartbeats
+carry empty devices (shown as "probing").
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from datetime import datetime
+
+from celery import signals
+from celery.worker import state as worker_state
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_SECONDS = 180
+PROBE_SCRIPT = """
+import json
+import jax
+
+devices = jax.local_devices()
+memory_bytes = None
+try:
+    stats = devices[0].memory_stats()  # None on CPU; bytes_limit on GPU/TPU
+    memory_bytes = (stats or {}).get("bytes_limit")
+except Exception:  # memory is reported where the backend knows it, nowhere else
+    pass
+print(json.dumps({
+    "platform": devices[0].platform,
+    "count": len(devices),
+    "kinds": sorted({device.device_kind for device in devices}),
+    "memory_bytes": memory_bytes,
+    "jax_version": jax.__version__,
+}))
+"""
+
+
+def probe_devices() -> dict:
+    """JAX's view of this host's devices, from a subprocess: platform, count,
+    device kinds, memory per device (None where unknown); ``{"error": ...}`` on failure."""
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", PROBE_SCRIPT],
+            capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"device probe gave no answer within {PROBE_TIMEOUT_SECONDS} s"}
+    if result.returncode != 0:
+        return {"error": f"device probe failed: {result.stderr.strip()[-500:]}"}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def current_jobs() -> list[str]:
+    """The tasks this worker is running, as ``task.name argsrepr`` strings."""
+    return sorted(
+        f"{request.name} {request.argsrepr}"[:200] for request in list(worker_state.active_requests)
+    )
+
+
+class Heartbeat:
+    """Sends this worker's heartbeat until stopped."""
+
+    def __init__(self, *, name: str, queues: list[str], interval_seconds: float) -> None:
+        self.name = name
+        self.queues = queues
+        self.interval_seconds = interval_seconds
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.started_at: datetime = timezone.now()
+        self.devices: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="temper-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        threading.Thread(target=self._probe, name="temper-device-probe", daemon=True).start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            worker_mark_stopped(name=self.name, pid=self.pid)
+        finally:
+            connection.close()
+
+    def beat(self) -> None:
+        """Write one heartbeat now."""
+        close_old_connections()
+        try:
+            worker_heartbeat_record(
+                name=self.name,
+                host=self.host,
+                pid=self.pid,
+                queues=self.queues,
+                devices=self.devices,
+                current_jobs=current_jobs(),
+                started_at=self.started_at,
+            )
+        finally:
+            # A heartbeat every few seconds does not need a connection held in between.
+            connection.close()
+
+    def _probe(self) -> None:
+        self.devices = probe_devices()
+        if not self._stop.is_set():
+            self._beat_safely()
+
+    def _run(self) -> None:
+        while True:
+            self._beat_safely()
+            if self._stop.wait(self.interval_seconds):
+                return
+
+    def _beat_safely(self) -> None:
+        try:
+            self.beat()
+        except Exception:  # a missed heartbeat must never take the worker down
+            logger.exception("heartbeat of %s failed; retrying in %s s", self.name, self.interval_seconds)
+
+
+_heartbeat: Heartbeat | None = None
+
+
+@signals.worker_ready.connect
+def _start_heartbeat(sender, **kwargs) -> None:
+    global _heartbeat
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return
+    queues = sorted(sender.app.amqp.queues.consume_from)
+    _heartbeat = Heartbeat(
+        name=sender.hostname, queues=queues, interval_seconds=settings.TEMPER_HEARTBEAT_SECONDS
+    )
+    _heartbeat.start()
+
+
+@signals.worker_shutdown.connect
+def _stop_heartbeat(sender, **kwargs) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()
