@@ -1,0 +1,1 @@
+"""Model checkpoints: Hugging Face format in and out (``jaxengine.checkpoint.hf``)."""

@@ -1,0 +1,262 @@
+"""Model configuration shared by every family, and the doors in from Hugging Face and presets.
+
+One frozen ``ModelConfig`` describes any supported decoder-only model: the families differ
+only in flags (q/k norm, qkv bias, Gemma's (1 + w) norm and sandwich norms, embedding
+scaling, sliding-window layers, rope variants). Each family module
+(``jaxengine/models/<family>.py``) knows how to read and write its Hugging Face
+``config.json`` and names its size presets; this module dispatches to them.
+
+This module imports no jax at module level: family modules are imported lazily inside the
+functions that need them, so that a jax-free caller can import ``ModelConfig``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from typing import Any, Literal
+
+LayerType = Literal["full_attention", "sliding_attention"]
+LAYER_TYPES = ("full_attention", "sliding_attention")
+ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
+ROPE_TYPES = ("llama3", "linear")
+
+# Family name -> module under jaxengine.models. Each module defines ARCHITECTURES, MODEL_TYPES,
+# config_from_hf(dict) -> ModelConfig, config_to_hf(ModelConfig) -> dict, PRESETS and
+# hf_param_names(ModelConfig).
+FAMILY_MODULES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """A config.json names an architecture no family here implements."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+    """Rotary frequency scaling of the Hugging Face ``rope_parameters`` / ``rope_scaling`` kinds.
+
+    ``llama3``: Llama 3.1/3.2 smooth low-frequency interpolation (uses every field).
+    ``linear``: every inverse frequency divided by ``factor`` (Gemma 3 4B+ global layers).
+    """
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self):
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"RopeScaling.rope_type={self.rope_type!r} is not supported; use one of {ROPE_TYPES}")
+        if self.factor <= 0:
+            raise ValueError(f"RopeScaling.factor must be > 0, got {self.factor}")
+        if self.rope_type == "llama3" and self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"RopeScaling: high_freq_factor ({self.high_freq_factor}) must exceed "
+                f"low_freq_factor ({self.low_freq_factor}) for llama3 scaling"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Architecture of a decoder-only language model (any supported family).
+
+    Shape letters used across the engine: B batch, T query length, S key length,
+    D ``hidden_size``, N ``num_heads``, K ``num_kv_heads``, H ``head_dim``,
+    F ``intermediate_size``, V ``vocab_size``.
+    """
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 8192
+    # Rotary embedding of full-attention layers, and of sliding layers when local_rope_theta is set.
+    rope_theta: float = 10_000.0
+    rope_scaling: RopeScaling | None = None
+    # Gemma 3: sliding-window layers use their own base and no scaling.
+    local_rope_theta: float | None = None
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    tie_word_embeddings: bool = False
+    hidden_act: str = "silu"
+    qkv_bias: bool = False
+    o_proj_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    # Gemma: norms scale by (1 + w) with w initialised at 0, computed in float32.
+    norm_unit_offset: bool = False
+    # Gemma: norms after attention and after the MLP as well as before each.
+    sandwich_norms: bool = False
+    # Gemma: embeddings multiplied by sqrt(hidden_size).
+    scale_embeddings: bool = False
+    # Attention scores are scaled by query_pre_attn_scalar ** -0.5 when set, else head_dim ** -0.5.
+    query_pre_attn_scalar: float | None = None
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+
+    def __post_init__(self):
+        if self.family not in FAMILY_MODULES:
+            raise ValueError(f"ModelConfig.family={self.family!r} is not supported; use one of {tuple(FAMILY_MODULES)}")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", ("full_attention",) * self.num_layers)
+        if len(self.layer_types) != self.num_layers:
+            raise ValueError(
+                f"ModelConfig.layer_types has {len(self.layer_types)} entries but num_layers={self.num_layers}"
+            )
+        unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if unknown:
+            raise ValueError(f"ModelConfig.layer_types has unknown entries {unknown}; allowed: {LAYER_TYPES}")
+        if "sliding_attention" in self.layer_types and not self.sliding_window:
+            raise ValueError("ModelConfig.sliding_window must be set when layer_types has 'sliding_attention'")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"ModelConfig.hidden_act={self.hidden_act!r} is not supported; use one of {ACTIVATIONS}")
+
+    @property
+    def attention_scale(self) -> float:
+        """Multiplier of q·k scores."""
+        scalar = self.query_pre_attn_scalar if self.query_pre_attn_scalar is not None else self.head_dim
+        return 1.0 / math.sqrt(scalar)
+
+    @property
+    def has_sliding_layers(self) -> bool:
+        return "sliding_attention" in self.layer_types
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def family_module(family: str):
+    """The module implementing ``family`` (imported on first use; it imports jax)."""
+    if family not in FAMILY_MODULES:
+        raise ValueError(f"unknown model family {family!r}; supported: {tuple(FAMILY_MODULES)}")
+    return importlib.import_module(f"jaxengine.models.{FAMILY_MODULES[family]}")
+
+
+def supported_architectures() -> tuple[str, ...]:
+    """Every Hugging Face ``architectures`` entry that some family loads."""
+    return tuple(arch for family in FAMILY_MODULES for arch in family_module(family).ARCHITECTURES)
+
+
+def family_for_hf_config(hf_config: dict[str, Any], *, source: str = "config.json") -> str:
+    """The family that reads ``hf_config``, chosen by its ``architectures`` then ``model_type``."""
+    architectures = list(hf_config.get("architectures") or [])
+    model_type = hf_config.get("model_type")
+    for family in FAMILY_MODULES:
+        module = family_module(family)
+        if any(arch in module.ARCHITECTURES for arch in architectures):
+            return family
+    if not architectures:
+        for family in FAMILY_MODULES:
+            if model_type in family_module(family).MODEL_TYPES:
+                return family
+    raise UnsupportedArchitectureError(
+        f"{source}: architectures={architectures} (model_type={model_type!r}) is not supported; "
+        f"supported architectures: {', '.join(supported_architectures())}"
+    )
+
+
+def from_hf_config(hf_config: dict[str, Any], *, source: str = "config.json") -> ModelConfig:
+    """Read a Hugging Face ``config.json`` dict into a ``ModelConfig``.
+
+    Raises ``UnsupportedArchitectureError`` naming what was found and what is supported.
+    """
+    return family_module(family_for_hf_config(hf_config, source=source)).config_from_hf(hf_config)
+
+
+def to_hf_config(config: ModelConfig) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` dict that ``transformers`` loads as this architecture."""
+    return family_module(config.family).config_to_hf(config)
+
+
+def preset_names() -> tuple[str, ...]:
+    """Every named preset, e.g. ``llama3.2-1b`` or ``tiny-gemma3``."""
+    return tuple(name for family in FAMILY_MODULES for name in family_module(family).PRESETS)
+
+
+def preset(name: str) -> ModelConfig:
+    """The named preset config (real sizes such as ``gemma3-1b``; tiny test sizes ``tiny-<family>``)."""
+    for family in FAMILY_MODULES:
+        presets = family_module(family).PRESETS
+        if name in presets:
+            return presets[name]
+    raise ValueError(f"unknown model preset {name!r}; known presets: {', '.join(preset_names())}")
+
+
+def rope_from_hf(parameters: dict[str, Any] | None, *, field: str) -> tuple[float | None, RopeScaling | None]:
+    """(rope_theta, scaling) from one Hugging Face rope dict (``rope_parameters`` or ``rope_scaling``).
+
+    Accepts both the transformers 5 form (``rope_type``, ``rope_theta`` inside) and the
+    older one (``type``). ``default`` means no scaling.
+    """
+    if not parameters:
+        return None, None
+    theta = parameters.get("rope_theta")
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if rope_type == "default":
+        return theta, None
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"config.json {field}: rope_type={rope_type!r} is not supported; use one of "
+                         f"{('default',) + ROPE_TYPES}")
+    kwargs = {"rope_type": rope_type, "factor": float(parameters["factor"])}
+    for key in ("low_freq_factor", "high_freq_factor"):
+        if key in parameters:
+            kwargs[key] = float(parameters[key])
+    if "original_max_position_embeddings" in parameters:
+        kwargs["original_max_position_embeddings"] = int(parameters["original_max_position_embeddings"])
+    return theta, RopeScaling(**kwargs)
+
+
+def rope_to_hf(theta: float, scaling: RopeScaling | None) -> dict[str, Any]:
+    """The transformers 5 ``rope_parameters`` dict for one rope."""
+    if scaling is None:
+        return {"rope_type": "default", "rope_theta": theta}
+    out: dict[str, Any] = {"rope_type": scaling.rope_type, "rope_theta": theta, "factor": scaling.factor}
+    if scaling.rope_type == "llama3":
+        out.update(
+            low_freq_factor=scaling.low_freq_factor,
+            high_freq_factor=scaling.high_freq_factor,
+            original_max_position_embeddings=scaling.original_max_position_embeddings,
+        )
+    return out
+
+
+def eos_ids_from_hf(value: int | list[int] | None) -> tuple[int, ...]:
+    """``eos_token_id`` of a config.json (an int, a list or null) as a tuple."""
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def eos_ids_to_hf(ids: tuple[int, ...]) -> int | list[int] | None:
+    if not ids:
+        return None
+    return ids[0] if len(ids) == 1 else list(ids)
+
+
+def require(hf_config: dict[str, Any], key: str, *, family: str) -> Any:
+    """``hf_config[key]``, or an error naming the missing field."""
+    if key not in hf_config or hf_config[key] is None:
+        raise ValueError(f"config.json for a {family} model lacks required field {key!r}")
+    return hf_config[key]

@@ -1,0 +1,256 @@
+"""Shared building blocks of every model family: projection, norms, rotary embedding, attention, MLP.
+
+Design notes:
+- Every q/k/v/o/gate/up/down/lm_head projection is a ``Linear``, so adapters (LoRA, QLoRA)
+  extend one class. Kernels are stored ``[in, out]`` (Hugging Face stores ``[out, in]``; the
+  checkpoint code transposes).
+- Every parameter is an ``nnx.Param`` carrying ``logical_axes`` metadata (a tuple of logical
+  axis names, one per dimension). ``jaxengine.sharding`` maps them onto a mesh. We keep our
+  own metadata key rather than flax's ``out_sharding`` because flax shards eagerly on
+  creation when that key is present, which needs a mesh at build time.
+- Parameters are stored in ``param_dtype``; every op casts to ``compute_dtype``. Norm
+  statistics, softmax and logits are float32 whatever the compute dtype.
+- Attention is grouped-query: queries are viewed as [B, T, K, G, H] (G = N / K query heads
+  per key/value head) so keys and values are never repeated in memory.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxengine.models.config import RopeScaling
+
+Axes = tuple[str | None, ...]
+# Filled into masked attention scores; finite so that a fully masked row (padding) gives a
+# uniform distribution instead of NaN.
+MASK_VALUE = float(np.finfo(np.float32).min)
+INIT_STDDEV = 0.02
+
+
+def param(value: jax.Array, axes: Axes) -> nnx.Param:
+    """An ``nnx.Param`` tagged with one logical axis name per dimension."""
+    if len(axes) != value.ndim:
+        raise ValueError(f"logical axes {axes} do not match a parameter of shape {value.shape}")
+    return nnx.Param(value, logical_axes=tuple(axes))
+
+
+def normal_init(rngs: nnx.Rngs, shape: tuple[int, ...], dtype) -> jax.Array:
+    return (INIT_STDDEV * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+
+
+class Linear(nnx.Module):
+    """``y = x @ kernel (+ bias)``; kernel [in, out]. The one projection every family uses."""
+
+    def __init__(self, in_features: int, out_features: int, *, use_bias: bool, axes: tuple[str, str],
+                 param_dtype, compute_dtype, rngs: nnx.Rngs):
+        self.in_features = in_features
+        self.out_features = out_features
+        self.compute_dtype = compute_dtype
+        self.kernel = param(normal_init(rngs, (in_features, out_features), param_dtype), axes)
+        self.bias = param(jnp.zeros((out_features,), param_dtype), (axes[1],)) if use_bias else None
+
+    def __call__(self, x_bti: jax.Array, *, out_dtype=None) -> jax.Array:
+        """Project the last axis; the result is ``out_dtype`` (default: the compute dtype)."""
+        out_dtype = out_dtype or self.compute_dtype
+        y_bto = jnp.einsum(
+            "...I,IO->...O", x_bti.astype(self.compute_dtype), self.kernel[...].astype(self.compute_dtype),
+            preferred_element_type=jnp.float32,
+        )
+        if self.bias is not None:
+            y_bto = y_bto + self.bias[...].astype(jnp.float32)
+        return y_bto.astype(out_dtype)
+
+
+class Embedding(nnx.Module):
+    """Token embedding table [V, D]; also the output projection when embeddings are tied."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+        self.compute_dtype = compute_dtype
+        self.embedding = param(normal_init(rngs, (vocab_size, hidden_size), param_dtype), ("vocab", "embed"))
+
+    def __call__(self, input_ids_bt: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding[...], input_ids_bt, axis=0).astype(self.compute_dtype)
+
+    def attend(self, x_btd: jax.Array) -> jax.Array:
+        """Tied output projection: float32 logits [B, T, V]."""
+        return jnp.einsum(
+            "BTD,VD->BTV", x_btd.astype(self.compute_dtype), self.embedding[...].astype(self.compute_dtype),
+            preferred_element_type=jnp.float32,
+        )
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm over the last axis.
+
+    Plain (Llama/Qwen): ``w * normed`` with the product in the input dtype, as Hugging Face does.
+    Unit offset (Gemma): ``normed * (1 + w)`` entirely in float32, then cast back.
+    """
+
+    def __init__(self, dim: int, *, eps: float, unit_offset: bool, param_dtype, axis_name: str = "norm"):
+        self.eps = eps
+        self.unit_offset = unit_offset
+        init = jnp.zeros if unit_offset else jnp.ones
+        self.scale = param(init((dim,), param_dtype), (axis_name,))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+        if self.unit_offset:
+            return (normed * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
+        return self.scale[...].astype(x.dtype) * normed.astype(x.dtype)
+
+
+def rope_inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> np.ndarray:
+    """Inverse frequencies [H/2] (float32), with Hugging Face's llama3 / linear scaling."""
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    inv_freq = inv_freq.astype(np.float32)
+    if scaling is None:
+        return inv_freq
+    if scaling.rope_type == "linear":
+        return (inv_freq / scaling.factor).astype(np.float32)
+    # llama3: keep high frequencies, divide low ones by factor, interpolate smoothly in between.
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_cos_sin(positions_bt: jax.Array, inv_freq_h: np.ndarray) -> tuple[jax.Array, jax.Array]:
+    """cos and sin tables [B, T, H/2] in float32 for integer positions."""
+    angles_bth = positions_bt.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq_h)
+    return jnp.cos(angles_bth), jnp.sin(angles_bth)
+
+
+def apply_rope(x_btnh: jax.Array, cos_bth: jax.Array, sin_bth: jax.Array) -> jax.Array:
+    """Rotate the two halves of the head dimension (Hugging Face's ``rotate_half`` layout)."""
+    half = x_btnh.shape[-1] // 2
+    x32 = x_btnh.astype(jnp.float32)
+    first, second = x32[..., :half], x32[..., half:]
+    cos, sin = cos_bth[:, :, None, :], sin_bth[:, :, None, :]
+    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    return rotated.astype(x_btnh.dtype)
+
+
+def dot_product_attention(q_btnh: jax.Array, k_bskh: jax.Array, v_bskh: jax.Array, mask_bts: jax.Array, *,
+                          scale: float, softcap: float | None) -> jax.Array:
+    """Grouped-query attention; scores and softmax in float32. Returns [B, T, N, H]."""
+    batch, length, num_heads, head_dim = q_btnh.shape
+    num_kv_heads = k_bskh.shape[2]
+    q_btkgh = q_btnh.reshape(batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    scores_bkgts = jnp.einsum("BTKGH,BSKH->BKGTS", q_btkgh, k_bskh, preferred_element_type=jnp.float32) * scale
+    if softcap is not None:
+        scores_bkgts = jnp.tanh(scores_bkgts / softcap) * softcap
+    scores_bkgts = jnp.where(mask_bts[:, None, None, :, :], scores_bkgts, MASK_VALUE)
+    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(v_bskh.dtype)
+    out_btkgh = jnp.einsum("BKGTS,BSKH->BTKGH", probs_bkgts, v_bskh)
+    return out_btkgh.reshape(batch, length, num_heads, head_dim)
+
+
+class Attention(nnx.Module):
+    """Multi-head grouped-query self-attention with optional qkv bias, q/k norm and a KV cache slot."""
+
+    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+        hidden, heads, kv_heads, head_dim = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scale = config.attention_scale
+        self.softcap = config.attn_logit_softcapping
+        common = dict(param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
+        self.q_proj = Linear(hidden, heads * head_dim, use_bias=config.qkv_bias, axes=("embed", "heads"), **common)
+        self.k_proj = Linear(hidden, kv_heads * head_dim, use_bias=config.qkv_bias, axes=("embed", "kv_heads"), **common)
+        self.v_proj = Linear(hidden, kv_heads * head_dim, use_bias=config.qkv_bias, axes=("embed", "kv_heads"), **common)
+        self.o_proj = Linear(heads * head_dim, hidden, use_bias=config.o_proj_bias, axes=("heads", "embed"), **common)
+        if config.qk_norm:
+            norm = dict(eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset, param_dtype=param_dtype,
+                        axis_name="head_dim")
+            self.q_norm = RMSNorm(head_dim, **norm)
+            self.k_norm = RMSNorm(head_dim, **norm)
+        else:
+            self.q_norm = None
+            self.k_norm = None
+
+    def __call__(self, x_btd: jax.Array, *, cos_bth: jax.Array, sin_bth: jax.Array, mask_bts: jax.Array,
+                 kv_cache: tuple[jax.Array, jax.Array] | None, write_index: jax.Array | None
+                 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """Attend from x's T positions to the cache's S slots (or to x itself without a cache).
+
+        With ``kv_cache`` = (keys [B, S, K, H], values [B, S, K, H]), the new keys and values are
+        written at slots [write_index, write_index + T) and the updated pair is returned.
+        """
+        batch, length, _ = x_btd.shape
+        q_btnh = self.q_proj(x_btd).reshape(batch, length, self.num_heads, self.head_dim)
+        k_btkh = self.k_proj(x_btd).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        v_btkh = self.v_proj(x_btd).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q_btnh = self.q_norm(q_btnh)
+            k_btkh = self.k_norm(k_btkh)
+        q_btnh = apply_rope(q_btnh, cos_bth, sin_bth)
+        k_btkh = apply_rope(k_btkh, cos_bth, sin_bth)
+        if kv_cache is None:
+            keys_bskh, values_bskh, new_cache = k_btkh, v_btkh, None
+        else:
+            cached_keys, cached_values = kv_cache
+            start = (0, write_index, 0, 0)
+            keys_bskh = jax.lax.dynamic_update_slice(cached_keys, k_btkh.astype(cached_keys.dtype), start)
+            values_bskh = jax.lax.dynamic_update_slice(cached_values, v_btkh.astype(cached_values.dtype), start)
+            new_cache = (keys_bskh, values_bskh)
+        out_btnh = dot_product_attention(
+            q_btnh, keys_bskh.astype(q_btnh.dtype), values_bskh.astype(q_btnh.dtype), mask_bts,
+            scale=self.scale, softcap=self.softcap,
+        )
+        return self.o_proj(out_btnh.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
+
+
+class MLP(nnx.Module):
+    """Gated MLP: ``down(act(gate(x)) * up(x))``."""
+
+    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+        common = dict(use_bias=config.mlp_bias, param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, axes=("embed", "mlp"), **common)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, axes=("embed", "mlp"), **common)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, axes=("mlp", "embed"), **common)
+        self.hidden_act = config.hidden_act
+
+    def __call__(self, x_btd: jax.Array) -> jax.Array:
+        gate_btf = self.gate_proj(x_btd)
+        if self.hidden_act == "silu":
+            activated_btf = jax.nn.silu(gate_btf)
+        else:  # gelu_pytorch_tanh
+            activated_btf = jax.nn.gelu(gate_btf, approximate=True)
+        return self.down_proj(activated_btf * self.up_proj(x_btd))
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm residual block; with ``sandwich_norms`` (Gemma) the attention and MLP outputs are
+    normed too before joining the residual stream."""
+
+    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+        norm = dict(eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset, param_dtype=param_dtype)
+        self.input_layernorm = RMSNorm(config.hidden_size, **norm)
+        self.self_attn = Attention(config, param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
+        # Llama/Qwen: the norm before the MLP. Gemma: the norm of the attention output.
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, **norm)
+        self.mlp = MLP(config, param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
+        if config.sandwich_norms:
+            self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, **norm)
+            self.post_feedforward_layernorm = RMSNorm(config.hidden_size, **norm)
+        else:
+            self.pre_feedforward_layernorm = None
+            self.post_feedforward_layernorm = None
+
+    def __call__(self, x_btd: jax.Array, **attention_kwargs) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        attended_btd, kv_cache = self.self_attn(self.input_layernorm(x_btd), **attention_kwargs)
+        if self.pre_feedforward_layernorm is None:
+            x_btd = x_btd + attended_btd
+            return x_btd + self.mlp(self.post_attention_layernorm(x_btd)), kv_cache
+        x_btd = x_btd + self.post_attention_layernorm(attended_btd)
+        mlp_out_btd = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x_btd)))
+        return x_btd + mlp_out_btd, kv_cache

@@ -1,0 +1,159 @@
+"""The decoder-only language model every family instantiates, and its KV cache.
+
+The families differ only in ``ModelConfig`` flags, so one ``CausalLM`` composes the shared
+layers; each family module subclasses it under its Hugging Face class name and owns the
+config and weight-name mapping. Layers run in a plain Python loop (unrolled under jit):
+Gemma 3 mixes sliding and global layers with different rotary tables, and per-layer
+modules keep parameter paths identical to Hugging Face names for LoRA targets.
+
+Masking: the caller's ``attention_mask_bts`` (or a causal mask over cache slots when none is
+given) is combined with each sliding layer's window, computed from rotary positions: a query
+at position p sees keys at positions in (p - window, p]. The cache records the position of
+every slot so the window stays right after left padding.
+"""
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxengine.models.config import ModelConfig
+from jaxengine.models.layers import DecoderLayer, Embedding, Linear, RMSNorm, rope_cos_sin, rope_inverse_frequencies
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Static-shape key/value cache for every layer.
+
+    ``keys[i]``/``values[i]``: layer i's buffers [B, S, K, H]. ``positions``: [B, S] int32 rotary
+    position of the token stored at each slot. ``index``: int32 scalar, the next slot to write
+    (shared by all rows).
+    """
+
+    keys: tuple[jax.Array, ...]
+    values: tuple[jax.Array, ...]
+    positions: jax.Array
+    index: jax.Array
+
+    @property
+    def max_length(self) -> int:
+        return self.positions.shape[1]
+
+
+class CausalLM(nnx.Module):
+    """Token ids -> float32 next-token logits, with an optional KV cache (see module notes)."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32):
+        self.config = config
+        self.param_dtype = param_dtype
+        self.compute_dtype = compute_dtype
+        common = dict(param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, **common)
+        self.layers = nnx.List([DecoderLayer(config, **common) for _ in range(config.num_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset,
+                            param_dtype=param_dtype)
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size, use_bias=False, axes=("embed", "vocab"),
+                                  **common)
+
+    def __call__(self, input_ids_bt: jax.Array, positions_bt: jax.Array, *, attention_mask_bts: jax.Array | None = None,
+                 cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+        """Float32 logits [B, T, V] and the advanced cache (None without one)."""
+        hidden_btd, cache = self.hidden_states(input_ids_bt, positions_bt, attention_mask_bts=attention_mask_bts,
+                                               cache=cache)
+        return self.logits(hidden_btd), cache
+
+    def hidden_states(self, input_ids_bt: jax.Array, positions_bt: jax.Array, *,
+                      attention_mask_bts: jax.Array | None = None, cache: KVCache | None = None
+                      ) -> tuple[jax.Array, KVCache | None]:
+        """Final-normed hidden states [B, T, D] (compute dtype) and the advanced cache.
+
+        ``attention_mask_bts``: bool [B, T, S], True where query t may attend key slot s; S = T
+        without a cache, the cache's max_length with one. None means causal over slots.
+        """
+        config = self.config
+        length = input_ids_bt.shape[1]
+        if cache is None:
+            write_index = None
+            key_positions_bs = positions_bt
+        else:
+            write_index = cache.index
+            key_positions_bs = jax.lax.dynamic_update_slice(
+                cache.positions, positions_bt.astype(cache.positions.dtype), (0, write_index))
+        key_length = key_positions_bs.shape[1]
+        if attention_mask_bts is None:
+            attention_mask_bts = causal_mask(length, key_length, offset=write_index)
+        elif attention_mask_bts.shape[-2:] != (length, key_length):
+            raise ValueError(
+                f"attention_mask_bts has shape {attention_mask_bts.shape}; expected [B, {length}, {key_length}] "
+                "(S is the cache's max_length when a cache is given, else the input length)"
+            )
+        masks = {"full_attention": attention_mask_bts}
+        if config.has_sliding_layers:
+            # [B, T, S]: key position within (query position - window, query position].
+            distance_bts = positions_bt[:, :, None] - key_positions_bs[:, None, :]
+            masks["sliding_attention"] = attention_mask_bts & (distance_bts < config.sliding_window)
+        rope_tables = self._rope_tables(positions_bt)
+
+        x_btd = self.embed_tokens(input_ids_bt)
+        if config.scale_embeddings:
+            # Hugging Face rounds the scale to the parameter dtype before multiplying.
+            x_btd = x_btd * jnp.asarray(config.hidden_size ** 0.5, self.param_dtype).astype(x_btd.dtype)
+        new_keys, new_values = [], []
+        for layer_index, (layer, layer_type) in enumerate(zip(self.layers, config.layer_types)):
+            cos_bth, sin_bth = rope_tables[layer_type]
+            kv_cache = None if cache is None else (cache.keys[layer_index], cache.values[layer_index])
+            x_btd, kv_cache = layer(x_btd, cos_bth=cos_bth, sin_bth=sin_bth, mask_bts=masks[layer_type],
+                                    kv_cache=kv_cache, write_index=write_index)
+            if kv_cache is not None:
+                new_keys.append(kv_cache[0])
+                new_values.append(kv_cache[1])
+        hidden_btd = self.norm(x_btd)
+        if cache is None:
+            return hidden_btd, None
+        return hidden_btd, KVCache(keys=tuple(new_keys), values=tuple(new_values), positions=key_positions_bs,
+                                   index=cache.index + length)
+
+    def logits(self, hidden_btd: jax.Array) -> jax.Array:
+        """Float32 logits [B, T, V] from final-normed hidden states (tied embedding or lm_head)."""
+        if self.lm_head is None:
+            logits_btv = self.embed_tokens.attend(hidden_btd)
+        else:
+            logits_btv = self.lm_head(hidden_btd, out_dtype=jnp.float32)
+        softcap = self.config.final_logit_softcapping
+        if softcap is not None:
+            logits_btv = jnp.tanh(logits_btv / softcap) * softcap
+        return logits_btv
+
+    def init_cache(self, *, batch_size: int, max_length: int, dtype=None) -> KVCache:
+        """An empty cache of ``max_length`` slots per row; ``dtype`` defaults to the compute dtype."""
+        config = self.config
+        dtype = dtype or self.compute_dtype
+        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        return KVCache(
+            keys=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
+            values=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
+            positions=jnp.zeros((batch_size, max_length), jnp.int32),
+            index=jnp.zeros((), jnp.int32),
+        )
+
+    def _rope_tables(self, positions_bt: jax.Array) -> dict[str, tuple[jax.Array, jax.Array]]:
+        """(cos, sin) [B, T, H/2] per layer type; sliding layers may have their own base."""
+        config = self.config
+        global_table = rope_cos_sin(
+            positions_bt, rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling))
+        tables = {"full_attention": global_table, "sliding_attention": global_table}
+        if config.has_sliding_layers and config.local_rope_theta is not None:
+            tables["sliding_attention"] = rope_cos_sin(
+                positions_bt, rope_inverse_frequencies(config.head_dim, config.local_rope_theta, None))
+        return tables
+
+
+def causal_mask(query_length: int, key_length: int, *, offset: jax.Array | None) -> jax.Array:
+    """[1, T, S] bool: query t (written at slot offset + t) sees slots s <= offset + t."""
+    query_slots_t = jnp.arange(query_length, dtype=jnp.int32) + (0 if offset is None else offset)
+    key_slots_s = jnp.arange(key_length, dtype=jnp.int32)
+    return (key_slots_s[None, :] <= query_slots_t[:, None])[None]

@@ -1,0 +1,34 @@
+"""Engine test fixtures: tiny random Hugging Face model directories, built once per session.
+
+``tiny_hf_model_dir(kind)`` returns the directory of a tiny ``save_pretrained`` model of one
+kind from ``tests.factories.TINY_KINDS`` (``llama``, ``llama-untied``, ``qwen2``, ``qwen3``,
+``gemma3``). Treat the directories as read-only: they are shared by every test.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests import factories
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model_dir(tmp_path_factory) -> Callable[[str], Path]:
+    """kind -> directory of a tiny random transformers model of that kind (created on first use)."""
+    built: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in built:
+            built[kind] = factories.make_tiny_hf_model(kind, tmp_path_factory.mktemp(f"tiny-{kind}"))
+        return built[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def sharded_tiny_hf_model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen 2.5 model saved in several safetensors files with model.safetensors.index.json."""
+    return factories.make_tiny_hf_model("qwen2", tmp_path_factory.mktemp("tiny-qwen2-sharded"), seed=1,
+                                        max_shard_size="40KB")
