@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# Starts Temper on the embedded default: local Redis, SQLite, ./var as data root.
-# Migrates, creates the demo project and admin account, starts Redis, three Celery
-# workers (default, train, serve) and the ASGI web server; Ctrl-C stops them all.
+# Starts Temper on the embedded defaults: local Redis, SQLite, ./var as data root.
+# Migrates, creates the admin account and the demo project, starts Redis (unless
+# REDIS_URL is set or one already answers on TEMPER_REDIS_PORT), three Celery
+# workers (default, train, serve) and the ASGI web server. Ctrl-C (or SIGTERM)
+# stops every process it started; when any of them dies, the others are stopped too.
+# Running it again is safe: every setup step only creates what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${TEMPER_PORT:-8000}"
+HOST="${TEMPER_HOST:-127.0.0.1}"
 export TEMPER_DATA="${TEMPER_DATA:-$PWD/var}"
+PY=.venv/bin/python
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+if port_in_use "$PORT"; then
+    echo "port $PORT is already in use (is Temper already running?); stop that process or set TEMPER_PORT" >&2
+    exit 1
+fi
 mkdir -p "$TEMPER_DATA/logs"
 bash scripts/ensure_redis.sh
-PY=.venv/bin/python
 
 pids=()
 cleanup() {
     trap - INT TERM EXIT
     echo; echo "stopping Temper..."
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    # Celery finishes its running task on TERM (warm shutdown); give everything
+    # 20 s, then kill what is left so that Ctrl-C always returns the terminal.
+    for _ in $(seq 200); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" -eq 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    echo "Temper stopped."
 }
-trap cleanup INT TERM EXIT
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+trap cleanup EXIT
 
 if [ -z "${REDIS_URL:-}" ]; then
     REDIS_PORT="${TEMPER_REDIS_PORT:-6379}"
@@ -43,7 +66,10 @@ start_worker default default 2
 start_worker train train 1
 start_worker serve serve 1
 
-echo "Temper is starting on http://127.0.0.1:$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
-.venv/bin/uvicorn webapp.asgi:application --host 127.0.0.1 --port "$PORT" &
+echo "Temper is starting on http://$HOST:$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
+.venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &
 pids+=($!)
+set +e
 wait -n "${pids[@]}"
+echo "a Temper process exited (status $?); see $TEMPER_DATA/logs" >&2
+exit 1

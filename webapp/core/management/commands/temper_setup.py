@@ -50,7 +50,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         admin = self._ensure_admin()
         project = self._ensure_demo_project(admin)
-        if not options["no_demo_model"]:
+        # TEMPER_DEMO_MODEL=0 lets scripts and tests skip the engine build (it imports jax).
+        if not options["no_demo_model"] and os.environ.get("TEMPER_DEMO_MODEL", "1") != "0":
             self._ensure_demo_base_model(project, admin)
 
     def _ensure_admin(self):
