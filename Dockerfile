@@ -1,0 +1,26 @@
+# One image for every Temper process (web, workers); docker-compose.yml picks the command.
+# On accelerator hosts build with e.g. `--build-arg JAX_EXTRA=cuda12` for CUDA-enabled jax.
+FROM python:3.11-slim-bookworm
+
+ARG JAX_EXTRA=""
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    TEMPER_DATA=/data
+
+WORKDIR /app
+COPY pyproject.toml README.md manage.py ./
+COPY webapp ./webapp
+COPY worker ./worker
+COPY jaxengine ./jaxengine
+COPY templates ./templates
+COPY static ./static
+# Editable, so that settings find templates/ and static/ next to the code in /app.
+RUN pip install -e . \
+    && if [ -n "$JAX_EXTRA" ]; then pip install "jax[$JAX_EXTRA]==$(pip show jax | sed -n 's/^Version: //p')"; fi
+
+RUN useradd --create-home --uid 1000 temper && mkdir -p /data && chown temper /data
+USER temper
+VOLUME ["/data"]
+EXPOSE 8000
+CMD ["uvicorn", "webapp.asgi:application", "--host", "0.0.0.0", "--port", "8000"]
