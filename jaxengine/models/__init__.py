@@ -8,12 +8,14 @@ Public API: ``build_model``, ``ModelConfig``, ``from_hf_config``, ``to_hf_config
     logits_btv = model.logits(hidden_btd)
     cache = model.init_cache(batch_size=B, max_length=S, dtype=None)
 
-Importing this package imports jax; ``jaxengine.models.config`` alone does not.
+The config names import without jax; the jax-backed names (``build_model``, ``CausalLM``,
+``KVCache``, ``causal_mask``, ``param_count``) load on first access, so that jax-free callers can
+use ``jaxengine.models.config``.
 """
 from __future__ import annotations
 
-import jax.numpy as jnp
-from flax import nnx
+import importlib
+from typing import Any
 
 from jaxengine.models.config import (
     ModelConfig,
@@ -25,18 +27,20 @@ from jaxengine.models.config import (
     preset_names,
     to_hf_config,
 )
-from jaxengine.models.transformer import CausalLM, KVCache, causal_mask
+
+_LAZY = {
+    "build_model": "jaxengine.models.build",
+    "param_count": "jaxengine.models.build",
+    "CausalLM": "jaxengine.models.transformer",
+    "KVCache": "jaxengine.models.transformer",
+    "causal_mask": "jaxengine.models.transformer",
+}
 
 
-def build_model(config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32
-                ) -> CausalLM:
-    """A randomly initialised model of ``config``'s family (weights: normal(0.02), norms neutral).
-
-    ``param_dtype`` is the storage dtype of parameters; ``compute_dtype`` the dtype of
-    activations and matmul inputs (float32 or bfloat16 each). Logits are always float32.
-    """
-    model_class = family_module(config.family).MODEL_CLASS
-    return model_class(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxengine.models' has no attribute {name!r}")
 
 
 __all__ = [
@@ -47,7 +51,9 @@ __all__ = [
     "UnsupportedArchitectureError",
     "build_model",
     "causal_mask",
+    "family_module",
     "from_hf_config",
+    "param_count",
     "preset",
     "preset_names",
     "to_hf_config",

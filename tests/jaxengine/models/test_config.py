@@ -6,10 +6,19 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 from transformers import AutoConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from jaxengine.models import ModelConfig, RopeScaling, UnsupportedArchitectureError, preset, preset_names
+from jaxengine.models import (
+    ModelConfig,
+    RopeScaling,
+    UnsupportedArchitectureError,
+    build_model,
+    param_count,
+    preset,
+    preset_names,
+)
 from jaxengine.models.config import from_hf_config, to_hf_config
 from jaxengine.models.layers import rope_inverse_frequencies
 
@@ -47,6 +56,11 @@ def test_real_preset_sizes():
     assert round(count(preset("qwen3-0.6b")) / 1e9, 2) == 0.60
     assert round(count(preset("gemma3-1b")) / 1e9, 2) == 1.0
     assert round(count(preset("gemma3-270m")) / 1e6) == 268
+    # The built model agrees with the formula (plus norm scales), without allocating weights.
+    config = preset("qwen3-0.6b")
+    abstract = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
+    norms = config.num_layers * (2 * config.hidden_size + 2 * config.head_dim) + config.hidden_size
+    assert param_count(abstract) == count(config) + norms
 
 
 def test_transformers_4_style_llama_config_reads_like_transformers_5():
