@@ -5,3 +5,9 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 application = get_asgi_application()
+
+from django.conf import settings  # noqa: E402  (configured by get_asgi_application)
+
+from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402
+
+application = RequestBodyLimit(application, max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES)

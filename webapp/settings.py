@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "webapp.accounts",
     "webapp.projects",
     "webapp.basemodels",
+    "webapp.datasets",
     "webapp.workers",
 ]
 

@@ -17,3 +17,6 @@ STORAGES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = str(DATA_ROOT / "test.sqlite3")
+    # A file, not Django's default in-memory test database, so that the Celery worker processes
+    # started by integration and browser tests (tests/live.py) open the same database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_ROOT / "test-db.sqlite3")}

@@ -11,5 +11,6 @@ urlpatterns = [
     path("accounts/", include("webapp.accounts.urls")),
     path("", include("webapp.projects.urls")),
     path("", include("webapp.basemodels.urls")),
+    path("", include("webapp.datasets.urls")),
     path("", include("webapp.workers.urls")),
 ]

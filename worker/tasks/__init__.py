@@ -1,1 +1,2 @@
 """Task modules, one per queue concern. Imported by the worker at start-up."""
+from worker.tasks import datasets  # noqa: F401

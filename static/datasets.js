@@ -1,0 +1,67 @@
+/* Dataset pages: length histograms (plotly, served from our static files), the column-mapping
+   fields of the chosen kind, and a size check before a too-large upload is sent. */
+(function () {
+  "use strict";
+
+  function drawCharts() {
+    if (!window.Plotly) return;
+    document.querySelectorAll(".plot[data-chart-source]").forEach(function (element) {
+      var source = document.getElementById(element.dataset.chartSource);
+      if (!source) return;
+      var chart = JSON.parse(source.textContent)[Number(element.dataset.chartIndex)];
+      var trace = {
+        type: "bar",
+        x: chart.x.map(function (start) { return start + chart.width / 2; }),
+        y: chart.y,
+        width: chart.width,
+        marker: { color: "#6366f1" },
+        hovertemplate: "%{customdata}: %{y} rows<extra></extra>",
+        customdata: chart.x.map(function (start) { return start + "–" + (start + chart.width - 1) + " " + chart.unit; }),
+      };
+      var layout = {
+        height: 220,
+        margin: { l: 48, r: 12, t: 8, b: 40 },
+        bargap: 0.04,
+        xaxis: { title: { text: chart.unit }, zeroline: false },
+        yaxis: { title: { text: "rows" }, rangemode: "tozero" },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "rgba(0,0,0,0)",
+        font: { size: 11 },
+      };
+      window.Plotly.newPlot(element, [trace], layout, { displayModeBar: false, responsive: true });
+    });
+  }
+
+  function showMappingFor(form) {
+    var fieldset = form.querySelector("fieldset.mapping");
+    if (!fieldset) return;
+    var kindSelect = form.querySelector("select[name=kind]");
+    var kind = kindSelect ? kindSelect.value : fieldset.dataset.kind;
+    fieldset.querySelectorAll(".mapping-field").forEach(function (field) {
+      field.hidden = field.dataset.kinds.split(" ").indexOf(kind) < 0;
+    });
+  }
+
+  function guardSize(form) {
+    var input = form.querySelector("input[type=file]");
+    var message = form.querySelector(".client-error");
+    var limit = Number(form.dataset.maxBytes);
+    form.addEventListener("submit", function (event) {
+      var file = input && input.files && input.files[0];
+      if (file && limit && file.size > limit) {
+        event.preventDefault();
+        message.textContent = file.name + " is " + (file.size / 1048576).toFixed(1) +
+          " MB, over the upload limit of " + (limit / 1048576).toFixed(0) + " MB.";
+        message.hidden = false;
+      }
+    });
+  }
+
+  document.querySelectorAll("form.upload-form").forEach(function (form) {
+    showMappingFor(form);
+    var kindSelect = form.querySelector("select[name=kind]");
+    if (kindSelect) kindSelect.addEventListener("change", function () { showMappingFor(form); });
+    guardSize(form);
+  });
+  drawCharts();
+})();

@@ -1,0 +1,167 @@
+"""Dataset services: storing uploads, numbering versions, validation outcomes, token statistics."""
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from jaxengine.tokenizer import load_tokenizer
+from tests.factories import build_bpe_tokenizer_dir
+from webapp.basemodels.models import BaseModel
+from webapp.datasets import services
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+
+SFT_ROWS = b'{"prompt": "Hi", "completion": "Hello!"}\n{"prompt": "2+2?", "completion": "4"}\n'
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch):
+    """Tasks the services send (by name) once their transaction commits."""
+    sent = []
+    monkeypatch.setattr(services.celery_app, "send_task",
+                        lambda name, args, queue: sent.append((name, tuple(args), queue)))
+    return sent
+
+
+def create(team, *, name="chats", kind="sft", content=SFT_ROWS, filename="chats.jsonl", mapping=None, fmt=None):
+    return services.dataset_create_with_upload(
+        project=team.project, name=name, kind=kind, upload=SimpleUploadedFile(filename, content),
+        file_format=fmt, column_mapping=mapping or {}, user=team.teammate,
+    )
+
+
+def test_upload_is_stored_and_validation_queued_after_commit(team, sent_tasks, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        version = create(team)
+    assert version.status == VersionStatus.UPLOADED and version.number == 1
+    assert version.absolute_path.read_bytes() == SFT_ROWS
+    assert version.size_bytes == len(SFT_ROWS) and version.format == "jsonl"
+    assert version.file_path == f"datasets/{version.dataset.public_id}/{version.public_id}.jsonl"
+    assert sent_tasks == [("worker.tasks.datasets.validate_dataset_version", (version.pk,), "default")]
+
+
+def test_nothing_is_queued_when_the_transaction_rolls_back(team, sent_tasks, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        create(team)
+    assert len(callbacks) == 1 and sent_tasks == []
+
+
+def test_versions_count_up(team):
+    first = create(team)
+    second = services.dataset_version_create(
+        dataset=first.dataset, upload=SimpleUploadedFile("again.jsonl", SFT_ROWS), file_format=None,
+        column_mapping={}, user=team.owner,
+    )
+    assert (first.number, second.number) == (1, 2)
+    assert first.absolute_path != second.absolute_path
+
+
+def test_format_comes_from_extension_unless_given(team):
+    assert create(team, filename="rows.csv", content=b"prompt,completion\na,b\n").format == "csv"
+    assert create(team, name="other", filename="rows.txt", fmt="jsonl").format == "jsonl"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field", "message"),
+    [({"filename": "rows.txt"}, "file", "cannot tell the format"),
+     ({"mapping": {"answer": "x"}}, "column_mapping", "not a field of kind 'sft'"),
+     ({"kind": "chat"}, "kind", "not one of text, sft, preference, prompts"),
+     ({"name": "  "}, "name", "give the dataset a name")],
+)
+def test_it_rejects_bad_uploads_and_creates_nothing(team, arguments, field, message):
+    with pytest.raises(ValidationError) as raised:
+        create(team, **arguments)
+    assert message in " ".join(raised.value.message_dict[field])
+    assert not Dataset.objects.exists() and not DatasetVersion.objects.exists()
+
+
+def test_it_rejects_a_duplicate_name(team):
+    create(team)
+    with pytest.raises(ValidationError, match="already has a dataset named 'chats'"):
+        create(team)
+
+
+def test_validation_makes_a_good_version_ready_with_statistics(team):
+    version = services.dataset_version_validate(version_id=create(team).pk)
+    version.refresh_from_db()
+    assert version.status == VersionStatus.READY
+    assert (version.row_count, version.error_count, version.errors) == (2, 0, [])
+    assert version.statistics["fields"]["completion"]["max"] == 6
+    assert version.validated_at is not None and version.absolute_path.is_file()
+
+
+def test_validation_fails_a_bad_version_and_deletes_its_file(team):
+    content = b'{"prompt": "a", "completion": "b"}\n{"prompt": "a"}\nnot json\n'
+    version = services.dataset_version_validate(version_id=create(team, content=content).pk)
+    version.refresh_from_db()
+    assert version.status == VersionStatus.FAILED
+    assert [(e["line"], e["code"]) for e in version.errors] == [(2, "missing_field"), (3, "json")]
+    assert version.error_count == 2 and version.statistics == {}
+    assert not version.absolute_path.exists()
+
+
+def test_validation_applies_the_column_mapping(team):
+    content = b'{"question": "q", "answer": "a"}\n'
+    version = create(team, content=content, mapping={"prompt": "question", "completion": "answer"})
+    assert services.dataset_version_validate(version_id=version.pk).status == VersionStatus.READY
+
+
+def test_a_ready_version_never_changes(team):
+    version = services.dataset_version_validate(version_id=create(team).pk)
+    version.absolute_path.write_bytes(b"garbage\n")
+    again = services.dataset_version_validate(version_id=version.pk)
+    assert again.status == VersionStatus.READY and again.row_count == 2
+
+
+def test_validation_of_a_missing_file(team):
+    version = create(team)
+    version.absolute_path.unlink()
+    version = services.dataset_version_validate(version_id=version.pk)
+    assert version.status == VersionStatus.FAILED and version.errors[0]["code"] == "missing_file"
+
+
+@pytest.fixture
+def tokenizer_model(team, tmp_path):
+    model_dir = build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen")
+    return BaseModel.objects.create(
+        project=team.project, name="tiny", path=str(model_dir), architecture="LlamaForCausalLM",
+        parameter_count=1, tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1,
+    )
+
+
+def test_token_statistics_count_tokens_per_field(team, tokenizer_model, sent_tasks, django_capture_on_commit_callbacks):
+    content = b'{"prompt": "hello world", "completion": "the model"}\n' + json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}).encode() + b"\n"
+    version = services.dataset_version_validate(version_id=create(team, content=content).pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.token_statistics_request(version=version, base_model=tokenizer_model)
+    assert version.token_statistics == {"status": "computing", "base_model": "tiny"}
+    assert sent_tasks[-1] == ("worker.tasks.datasets.compute_token_statistics", (version.pk, tokenizer_model.pk), "default")
+
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=tokenizer_model.pk)
+    tokenizer = load_tokenizer(tokenizer_model.path)
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    expected = {
+        "prompt": len(tokenizer.encode("hello world")),
+        "completion": len(tokenizer.encode("the model")),
+        "messages": len(tokenizer.encode(chat)),
+    }
+    stats = version.token_statistics
+    assert stats["status"] == "ready" and stats["rows"] == 2 and stats["sampled"] is False
+    for field, count in expected.items():
+        assert (stats["fields"][field]["min"], stats["fields"][field]["max"]) == (count, count)
+    assert stats["fields"]["total"]["max"] == max(expected["prompt"] + expected["completion"], expected["messages"])
+
+
+def test_token_statistics_need_a_ready_version(team, tokenizer_model):
+    version = create(team)
+    with pytest.raises(ValidationError, match="once the version is ready"):
+        services.token_statistics_request(version=version, base_model=tokenizer_model)
+
+
+def test_token_statistics_report_a_broken_tokenizer(team, tokenizer_model, tmp_path):
+    version = services.dataset_version_validate(version_id=create(team).pk)
+    tokenizer_model.path = str(tmp_path / "nowhere")
+    tokenizer_model.save()
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=tokenizer_model.pk)
+    assert version.token_statistics["status"] == "failed" and "no such directory" in version.token_statistics["error"]

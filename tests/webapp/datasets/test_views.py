@@ -1,0 +1,231 @@
+"""Dataset pages: access for owner/teammate/viewer/outsider, uploads and their limits, what a
+version page shows (escaped untrusted text, errors, statistics), download."""
+import asyncio
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from webapp.datasets import services
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+
+ROWS = b'{"prompt": "Hi", "completion": "Hello!"}\n{"prompt": "2+2?", "completion": "4"}\n'
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    sent = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: sent.append((name, args)))
+    return sent
+
+
+def make_version(team, content=ROWS, *, name="chats", validate=True):
+    version = services.dataset_create_with_upload(
+        project=team.project, name=name, kind="sft", upload=SimpleUploadedFile(f"{name}.jsonl", content),
+        file_format=None, column_mapping={}, user=team.teammate,
+    )
+    return services.dataset_version_validate(version_id=version.pk) if validate else version
+
+
+def version_url(version, suffix=""):
+    return f"/p/{version.dataset.project.slug}/datasets/{version.dataset.public_id}/v/{version.number}/{suffix}"
+
+
+def upload_data(content=ROWS, filename="rows.jsonl", **fields):
+    return {"name": "chats", "kind": "sft", "file_format": "", **fields, "file": SimpleUploadedFile(filename, content)}
+
+
+class TestList:
+    url = "/p/alpha/datasets/"
+
+    def test_it_works(self, team, client_for):
+        make_version(team)
+        response = client_for(team.viewer).get(self.url)
+        assert response.status_code == 200
+        assert b"chats" in response.content and b"ready" in response.content
+        assert b"Upload a dataset" not in response.content  # viewers do not upload
+
+    def test_it_lists_latest_version_in_one_query(self, team, client_for, django_assert_max_num_queries):
+        for index in range(5):
+            make_version(team, name=f"set-{index}")
+        client = client_for(team.owner)
+        with django_assert_max_num_queries(8):
+            response = client.get(self.url)
+        assert response.content.count(b"/v/1/") == 5
+
+    def test_it_requires_access(self, team, client_for):
+        assert client_for(team.outsider).get(self.url).status_code == 404
+        assert Client().get(self.url).status_code == 302
+
+
+class TestUpload:
+    url = "/p/alpha/datasets/new/"
+
+    def test_it_works(self, team, client_for, no_broker, django_capture_on_commit_callbacks):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client_for(team.teammate).post(self.url, upload_data())
+        version = DatasetVersion.objects.get()
+        assert response.status_code == 302 and response["Location"] == version_url(version)
+        assert version.dataset.kind == "sft" and version.status == VersionStatus.UPLOADED
+        assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
+
+    def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
+        data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")
+        client_for(team.teammate).post(self.url, data)
+        assert DatasetVersion.objects.get().column_mapping == {"prompt": "question", "completion": "answer"}
+
+    def test_it_requires_the_member_role(self, team, client_for):
+        assert client_for(team.teammate).get(self.url).status_code == 200
+        assert client_for(team.viewer).get(self.url).status_code == 403
+        assert client_for(team.viewer).post(self.url, upload_data()).status_code == 403
+        assert client_for(team.outsider).post(self.url, upload_data()).status_code == 404
+        assert not Dataset.objects.exists()
+
+    def test_it_checks_csrf(self, team):
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(team.teammate)
+        assert client.post(self.url, upload_data()).status_code == 403
+        assert not Dataset.objects.exists()
+
+    def test_it_rejects_an_unknown_extension(self, team, client_for):
+        response = client_for(team.teammate).post(self.url, upload_data(filename="rows.txt"))
+        assert response.status_code == 400 and b"cannot tell the format" in response.content
+        assert not Dataset.objects.exists()
+
+    def test_it_rejects_a_body_over_the_limit_before_reading_it(self, team, client_for, settings):
+        settings.TEMPER_MAX_UPLOAD_BYTES = 100
+        client = client_for(team.teammate)
+        too_long = str(100 + MULTIPART_OVERHEAD_BYTES + 1)
+        response = client.post(self.url, upload_data(), CONTENT_LENGTH=too_long)
+        assert response.status_code == 413 and b"over the 100" in response.content
+        assert not Dataset.objects.exists()
+
+    def test_it_stops_a_file_over_the_limit_while_streaming(self, team, client_for, settings):
+        settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+        response = client_for(team.teammate).post(self.url, upload_data(content=b'{"text": "x"}\n' * 200))
+        assert response.status_code == 413 and b"upload limit" in response.content
+        assert not Dataset.objects.exists()
+
+    def test_a_new_version_of_an_existing_dataset(self, team, client_for):
+        first = make_version(team)
+        url = f"/p/alpha/datasets/{first.dataset.public_id}/upload/"
+        response = client_for(team.owner).post(url, {"file_format": "", "file": SimpleUploadedFile("v2.jsonl", ROWS)})
+        assert response.status_code == 302
+        assert list(first.dataset.versions.values_list("number", flat=True).order_by("number")) == [1, 2]
+        assert client_for(team.outsider).get(url).status_code == 404
+
+
+def test_the_asgi_guard_answers_413_without_reading_the_body():
+    calls = []
+
+    async def app(scope, receive, send):
+        calls.append(scope)
+
+    async def receive():
+        raise AssertionError("the body must not be read")
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10)
+    too_long = str(10 + MULTIPART_OVERHEAD_BYTES + 1).encode()
+    asyncio.run(guard({"type": "http", "headers": [(b"content-length", too_long)]}, receive, send))
+    assert sent[0]["status"] == 413 and calls == []
+    asyncio.run(guard({"type": "http", "headers": [(b"content-length", b"10")]}, receive, send))
+    assert len(calls) == 1
+
+
+class TestVersionPage:
+    def test_it_shows_preview_and_statistics(self, team, client_for):
+        version = make_version(team)
+        response = client_for(team.viewer).get(version_url(version))
+        assert response.status_code == 200
+        body = response.content.decode()
+        assert "Hello!" in body and "2+2?" in body
+        assert 'id="character-charts"' in body and "vendor/plotly.min.js" in body
+        assert response.context["charts"][0]["field"] == "completion"
+
+    def test_it_escapes_dataset_text(self, team, client_for):
+        row = b'{"prompt": "<script>alert(1)</script>", "completion": "<b>bold</b>"}\n'
+        version = make_version(team, content=row)
+        body = client_for(team.owner).get(version_url(version)).content.decode()
+        assert "<script>alert(1)</script>" not in body and "<b>bold</b>" not in body
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+    def test_it_folds_long_texts(self, team, client_for):
+        long_text = "word " * 200
+        version = make_version(team, content=('{"prompt": "p", "completion": "%s"}\n' % long_text).encode())
+        body = client_for(team.owner).get(version_url(version)).content.decode()
+        assert '<details class="fold">' in body and "1000 characters" in body
+
+    def test_it_pages_the_preview(self, team, client_for):
+        rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
+        version = make_version(team, content=rows)
+        response = client_for(team.owner).get(version_url(version) + "?page=3")
+        preview = response.context["preview"]
+        assert (preview.page, preview.page_count) == (3, 3)
+        assert [number for number, _ in preview.rows] == [41, 42, 43, 44, 45]
+        assert client_for(team.owner).get(version_url(version) + "?page=abc").context["preview"].page == 1
+
+    def test_it_shows_errors_of_a_failed_version(self, team, client_for):
+        version = make_version(team, content=b'{"prompt": "a", "completion": "b"}\n{"prompt": 5, "completion": "b"}\n')
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert "1 problem found" in body and "must be a string, got a number" in body
+        assert '<tr class="error-row" data-code="wrong_type">' in body
+
+    def test_it_refreshes_while_validating(self, team, client_for):
+        version = make_version(team, validate=False)
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert '<meta http-equiv="refresh" content="2">' in body and "Waiting for a worker" in body
+
+    def test_it_requires_access(self, team, client_for):
+        version = make_version(team)
+        assert client_for(team.outsider).get(version_url(version)).status_code == 404
+        other_dataset_url = f"/p/alpha-elsewhere/datasets/{version.dataset.public_id}/v/1/"
+        assert client_for(team.outsider).get(other_dataset_url).status_code == 404
+        assert client_for(team.viewer).get(version_url(version).replace("/v/1/", "/v/2/")).status_code == 404
+
+
+class TestDownload:
+    def test_it_works(self, team, client_for):
+        version = make_version(team)
+        response = client_for(team.viewer).get(version_url(version, "download/"))
+        assert response.status_code == 200
+        assert b"".join(response.streaming_content) == ROWS
+        assert 'filename="chats.jsonl"' in response["Content-Disposition"]
+
+    def test_it_requires_access(self, team, client_for):
+        version = make_version(team)
+        assert client_for(team.outsider).get(version_url(version, "download/")).status_code == 404
+
+    def test_failed_versions_cannot_be_downloaded(self, team, client_for):
+        version = make_version(team, content=b"nope\n")
+        assert version.status == VersionStatus.FAILED
+        assert client_for(team.owner).get(version_url(version, "download/")).status_code == 404
+
+
+class TestDatasetPage:
+    def test_it_lists_versions(self, team, client_for):
+        version = make_version(team)
+        url = f"/p/alpha/datasets/{version.dataset.public_id}/"
+        response = client_for(team.viewer).get(url)
+        assert response.status_code == 200 and b"v1" in response.content
+        assert b"Upload a new version" not in response.content
+        assert b"Upload a new version" in client_for(team.teammate).get(url).content
+        assert client_for(team.outsider).get(url).status_code == 404
+
+
+class TestTokenStatistics:
+    def test_it_requires_the_member_role(self, team, client_for):
+        version = make_version(team)
+        assert client_for(team.viewer).post(version_url(version, "tokens/"), {"base_model": "bm_x"}).status_code == 403
+        assert client_for(team.outsider).post(version_url(version, "tokens/"), {"base_model": "bm_x"}).status_code == 404
+
+    def test_an_unknown_base_model_is_refused(self, team, client_for, no_broker):
+        version = make_version(team)
+        response = client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": "bm_x"}, follow=True)
+        assert b"choose a base model of this project" in response.content
+        assert all(name != "worker.tasks.datasets.compute_token_statistics" for name, _ in no_broker)

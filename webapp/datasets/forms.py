@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from django import forms
+
+from jaxengine.data import formats
+from webapp.datasets.models import KIND_CHOICES
+
+FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
+# Every field a column mapping can name, across kinds; the page shows those of the chosen kind.
+MAPPABLE_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(f for fields in formats.KIND_FIELDS.values() for f in fields))
+ACCEPT = ",".join(sorted({".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq"}))
+
+
+def mapping_field_name(field_name: str) -> str:
+    return f"map_{field_name}"
+
+
+class UploadForm(forms.Form):
+    """Upload a dataset file: a new dataset (name and kind) or, with ``dataset``, a new version.
+
+    The file field comes last: fields after it are lost when an oversize file stops the upload.
+    """
+
+    name = forms.CharField(max_length=100, help_text="A name for the dataset within this project.")
+    kind = forms.ChoiceField(
+        choices=KIND_CHOICES,
+        help_text="; ".join(f"<b>{kind.value}</b>: {text}" for kind, text in formats.KIND_DESCRIPTIONS.items()),
+    )
+    file_format = forms.ChoiceField(choices=FORMAT_CHOICES, required=False, label="Format")
+
+    def __init__(self, *args, dataset=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dataset = dataset
+        if dataset is not None:
+            del self.fields["name"]
+            del self.fields["kind"]
+        for field_name in MAPPABLE_FIELDS:
+            self.fields[mapping_field_name(field_name)] = forms.CharField(
+                max_length=200, required=False, label=f"Column for '{field_name}'",
+                widget=forms.TextInput(attrs={"placeholder": field_name}),
+            )
+        self.fields["file"] = forms.FileField(
+            widget=forms.ClearableFileInput(attrs={"accept": ACCEPT}),
+            help_text="JSONL, JSON (an array of objects), CSV with a header row, or Parquet; UTF-8 text.",
+        )
+
+    def column_mapping(self) -> dict[str, str]:
+        """The mapping for the dataset's kind: those of its fields with a column name filled in."""
+        kind = formats.DatasetKind(self.dataset.kind if self.dataset is not None else self.cleaned_data["kind"])
+        return {
+            field_name: self.cleaned_data[mapping_field_name(field_name)].strip()
+            for field_name in formats.KIND_FIELDS[kind]
+            if self.cleaned_data.get(mapping_field_name(field_name), "").strip()
+        }
+
+    def mapping_fields(self):
+        """(bound field, kinds that use it) pairs, for the column-mapping section of the page."""
+        for field_name in MAPPABLE_FIELDS:
+            kinds = " ".join(kind.value for kind, fields in formats.KIND_FIELDS.items() if field_name in fields)
+            yield self[mapping_field_name(field_name)], kinds
+
+
+class TokenStatisticsForm(forms.Form):
+    base_model = forms.ChoiceField(label="Tokenizer of base model")
+
+    def __init__(self, *args, base_models, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["base_model"].choices = [(model.public_id, model.name) for model in base_models]

@@ -1,0 +1,99 @@
+"""Datasets and their versions.
+
+A dataset is a named collection of uploads of one kind (``text``, ``sft``, ``preference``,
+``prompts``; see ``jaxengine.data.formats``). Each upload is a new ``DatasetVersion``: the file
+is stored under ``settings.DATA_ROOT`` and checked by a ``default`` worker task. A version that
+passes becomes ``ready`` and never changes again (runs refer to it); one that fails keeps its
+errors but not its file, so nothing unchecked is ever usable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+from jaxengine.data.formats import DatasetKind, FileFormat
+from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.projects.models import Project
+
+KIND_CHOICES = [(kind.value, kind.value) for kind in DatasetKind]
+FORMAT_CHOICES = [(fmt.value, fmt.value.upper()) for fmt in FileFormat]
+
+
+def new_dataset_id() -> str:
+    return new_public_id("ds")
+
+
+def new_version_id() -> str:
+    return new_public_id("dv")
+
+
+class Dataset(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_dataset_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=20, choices=KIND_CHOICES)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="dataset_unique_project_name"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=[kind.value for kind in DatasetKind]), name="dataset_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.public_id})"
+
+
+class VersionStatus(models.TextChoices):
+    UPLOADED = "uploaded", "Uploaded"
+    VALIDATING = "validating", "Validating"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
+class DatasetVersion(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_version_id)
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    file_path = models.CharField(max_length=1024, help_text="Path of the stored file, relative to DATA_ROOT.")
+    original_filename = models.CharField(max_length=255)
+    format = models.CharField(max_length=10, choices=FORMAT_CHOICES)
+    size_bytes = models.BigIntegerField()
+    column_mapping = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=12, choices=VersionStatus.choices, default=VersionStatus.UPLOADED)
+    row_count = models.BigIntegerField(null=True)
+    errors = models.JSONField(default=list, blank=True, help_text="The first errors found (Issue.to_dict()).")
+    error_count = models.IntegerField(default=0)
+    statistics = models.JSONField(default=dict, blank=True)
+    token_statistics = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    validated_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["dataset", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "number"], name="datasetversion_unique_number"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=[status.value for status in VersionStatus]),
+                name="datasetversion_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset.name} v{self.number}"
+
+    @property
+    def absolute_path(self) -> Path:
+        return Path(settings.DATA_ROOT) / self.file_path
+
+    @property
+    def is_settled(self) -> bool:
+        """True once validation has finished, either way."""
+        return self.status in (VersionStatus.READY, VersionStatus.FAILED)

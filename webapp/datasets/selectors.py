@@ -1,0 +1,145 @@
+"""Reads of datasets and versions for pages, including the preview of a version's rows.
+
+Preview cells are plain data (type, text, whether to fold) rendered by templates with
+autoescaping on: dataset text is untrusted and is never marked safe.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.http import Http404
+
+from jaxengine.data import formats
+from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.projects.models import Project
+
+PREVIEW_PAGE_SIZE = 20
+# Texts longer than this are folded in the preview, showing the first FOLD_HEAD characters.
+FOLD_AT = 280
+FOLD_HEAD = 160
+# Preview pages are read by scanning the file; past this many rows a page would be slow to serve.
+PREVIEW_MAX_ROW = 100_000
+
+
+def dataset_list(*, project: Project) -> QuerySet[Dataset]:
+    """The project's datasets by name, with their version count and latest version's number,
+    status and row count (``latest_number``, ``latest_status``, ``latest_rows``) in one query."""
+    latest = DatasetVersion.objects.filter(dataset=OuterRef("pk")).order_by("-number")
+    return (
+        Dataset.objects.filter(project=project)
+        .annotate(
+            version_count=Count("versions"),
+            latest_number=Subquery(latest.values("number")[:1], output_field=IntegerField()),
+            latest_status=Subquery(latest.values("status")[:1]),
+            latest_rows=Subquery(latest.values("row_count")[:1]),
+        )
+        .order_by("name")
+    )
+
+
+def dataset_get(*, project: Project, public_id: str) -> Dataset:
+    """The dataset ``public_id`` of ``project``; 404 when it belongs elsewhere."""
+    dataset = Dataset.objects.filter(project=project, public_id=public_id).select_related("created_by").first()
+    if dataset is None:
+        raise Http404("no such dataset in this project")
+    return dataset
+
+
+def version_list(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
+    return dataset.versions.select_related("created_by").order_by("-number")
+
+
+def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
+    """Version ``number`` of ``dataset``; 404 when there is none."""
+    version = dataset.versions.filter(number=number).select_related("created_by", "dataset").first()
+    if version is None:
+        raise Http404(f"{dataset.name} has no version {number}")
+    return version
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One value of a preview row: ``type`` is text, chat or json."""
+
+    type: str
+    text: str = ""
+    head: str = ""
+    folded: bool = False
+    turns: tuple[tuple[str, Cell], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewPage:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[int, tuple[Cell, ...]], ...]
+    page: int
+    page_count: int
+
+
+def _text_cell(text: str) -> Cell:
+    folded = len(text) > FOLD_AT
+    return Cell(type="text", text=text, head=text[:FOLD_HEAD] if folded else text, folded=folded)
+
+
+def _cell(value: Any) -> Cell:
+    if isinstance(value, str):
+        return _text_cell(value)
+    if isinstance(value, list) and all(isinstance(turn, dict) and "role" in turn for turn in value):
+        return Cell(type="chat", turns=tuple((str(turn["role"]), _text_cell(str(turn.get("content", "")))) for turn in value))
+    if value is None:
+        return Cell(type="json", text="")
+    encoded = json.dumps(value, ensure_ascii=False, default=str)
+    return Cell(type="json", text=encoded, head=encoded[:FOLD_HEAD], folded=len(encoded) > FOLD_AT)
+
+
+def _preview_columns(kind: formats.DatasetKind, examples: list[dict[str, Any]]) -> tuple[str, ...]:
+    if kind is formats.DatasetKind.SFT and any("messages" in example for example in examples):
+        if any("prompt" in example for example in examples):
+            return ("prompt", "completion", "messages")
+        return ("messages",)
+    if kind is formats.DatasetKind.SFT:
+        return ("prompt", "completion")
+    columns = list(formats.KIND_FIELDS[kind])
+    for example in examples:
+        columns.extend(key for key in example if key not in columns)
+    return tuple(columns)
+
+
+def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREVIEW_PAGE_SIZE) -> PreviewPage:
+    """Page ``page`` (1-based, clamped to the pages there are) of a ready version's rows, after the
+    column mapping, as cells ready to render."""
+    rows_shown = min(version.row_count or 0, PREVIEW_MAX_ROW)
+    page_count = max(1, -(-rows_shown // page_size))
+    page = min(max(page, 1), page_count)
+    kind = formats.DatasetKind(version.dataset.kind)
+    mapping = formats.ColumnMapping(kind=kind, columns=version.column_mapping)
+    found = formats.read_page(
+        version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping,
+        offset=(page - 1) * page_size, limit=page_size,
+    )
+    columns = _preview_columns(kind, [example for _, example in found])
+    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
+    return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count)
+
+
+def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-field histograms of a statistics dict, as plotly needs them: one entry per field with
+    ``field``, ``summary`` (count/min/max/mean/percentiles) and bar ``x`` (bin starts), ``width``, ``y``."""
+    charts = []
+    for name, summary in (statistics.get("fields") or {}).items():
+        histogram = summary.get("histogram")
+        if not histogram:
+            continue
+        edges = histogram["edges"]
+        charts.append({
+            "field": name,
+            "unit": statistics.get("unit", "characters") if not name.endswith(".turns") else "turns",
+            "summary": {key: summary[key] for key in ("count", "min", "max", "mean", "p50", "p90", "p99")},
+            "x": edges[:-1],
+            "width": edges[1] - edges[0],
+            "y": histogram["counts"],
+        })
+    return charts

@@ -1,0 +1,222 @@
+"""Writes to datasets and their versions. Callers check access first (``get_project_for_user``
+with the member role for uploads); these functions keep the invariants whoever calls them:
+version numbers count up per dataset, a stored file is in place before its row is committed,
+validation runs after commit on the ``default`` queue, a ready version never changes, and a
+failed version keeps no file.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from jaxengine.data import formats
+from webapp.basemodels.models import BaseModel
+from webapp.celery import app as celery_app
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.datasets.uploads import store_upload
+from webapp.projects.models import Project
+
+logger = logging.getLogger(__name__)
+
+VALIDATE_TASK = "worker.tasks.datasets.validate_dataset_version"
+TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
+# Token lengths are measured on the first rows only: tokenizing a whole large upload would
+# hold the default queue for minutes for a histogram that a sample draws as well.
+TOKEN_STATISTICS_MAX_ROWS = 20_000
+
+
+def _enqueue(task_name: str, *args: Any) -> None:
+    transaction.on_commit(lambda: celery_app.send_task(task_name, args=list(args), queue="default"))
+
+
+def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping:
+    try:
+        return formats.ColumnMapping(kind=formats.DatasetKind(kind), columns=columns)
+    except ValueError as error:
+        raise ValidationError({"column_mapping": str(error)}) from error
+
+
+@transaction.atomic
+def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None) -> Dataset:
+    """Create an empty dataset ``name`` of ``kind`` in ``project``."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
+    allowed = [member.value for member in formats.DatasetKind]
+    if kind not in allowed:
+        raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
+    if Dataset.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"{project.slug} already has a dataset named {name!r}; upload a new version of it instead"})
+    return Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
+
+
+@transaction.atomic
+def dataset_version_create(
+    *,
+    dataset: Dataset,
+    upload: UploadedFile,
+    file_format: str | None,
+    column_mapping: dict[str, str],
+    user: AbstractBaseUser | None,
+) -> DatasetVersion:
+    """Store ``upload`` as the next version of ``dataset`` and queue its validation.
+
+    ``file_format`` None means: tell it from the file name's extension. ``column_mapping`` maps
+    the kind's fields to the file's column names (blank entries mean "same name").
+    """
+    if file_format:
+        try:
+            file_format = formats.FileFormat(file_format).value
+        except ValueError:
+            raise ValidationError({"file_format": f"unknown format {file_format!r}"}) from None
+    else:
+        try:
+            file_format = formats.detect_format(upload.name or "").value
+        except ValueError as error:
+            raise ValidationError({"file": str(error)}) from error
+    mapping = _column_mapping(dataset.kind, column_mapping)
+    if upload.size is not None and upload.size > settings.TEMPER_MAX_UPLOAD_BYTES:
+        raise ValidationError({"file": f"the file is over the {settings.TEMPER_MAX_UPLOAD_BYTES} byte upload limit"})
+    # Lock the dataset row so that two uploads at once get different numbers.
+    Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+    number = (dataset.versions.aggregate(highest=Max("number"))["highest"] or 0) + 1
+    version = DatasetVersion(
+        dataset=dataset,
+        number=number,
+        original_filename=(upload.name or "upload")[:255],
+        format=file_format,
+        column_mapping=dict(mapping.columns),
+        created_by=user,
+    )
+    version.file_path = f"datasets/{dataset.public_id}/{version.public_id}.{file_format}"
+    version.size_bytes = store_upload(upload, version.absolute_path)
+    try:
+        version.save()
+    except BaseException:
+        version.absolute_path.unlink(missing_ok=True)
+        raise
+    _enqueue(VALIDATE_TASK, version.pk)
+    return version
+
+
+@transaction.atomic
+def dataset_create_with_upload(
+    *,
+    project: Project,
+    name: str,
+    kind: str,
+    upload: UploadedFile,
+    file_format: str | None,
+    column_mapping: dict[str, str],
+    user: AbstractBaseUser | None,
+) -> DatasetVersion:
+    """Create dataset ``name`` and its first version from ``upload``; nothing is created on error."""
+    dataset = dataset_create(project=project, name=name, kind=kind, user=user)
+    return dataset_version_create(
+        dataset=dataset, upload=upload, file_format=file_format, column_mapping=column_mapping, user=user
+    )
+
+
+def dataset_version_validate(*, version_id: int) -> DatasetVersion:
+    """Check a stored version against its kind (the ``default`` worker runs this).
+
+    Afterwards the version is ``ready`` with its row count and statistics, or ``failed`` with
+    its first errors and their total, its file deleted. Running it again on a settled version
+    changes nothing, so a redelivered task is harmless.
+    """
+    version = DatasetVersion.objects.select_related("dataset").get(pk=version_id)
+    if version.is_settled:
+        return version
+    version.status = VersionStatus.VALIDATING
+    version.save(update_fields=["status"])
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
+    try:
+        report = formats.validate_file(
+            version.absolute_path,
+            fmt=formats.FileFormat(version.format),
+            mapping=mapping,
+            max_bytes=settings.TEMPER_MAX_UPLOAD_BYTES,
+        )
+    except FileNotFoundError:
+        missing = formats.Issue(code="missing_file", message="the uploaded file is gone from storage; upload it again")
+        report = formats.ValidationReport(row_count=0, error_count=1, errors=(missing,), statistics={}, columns=())
+    version.row_count = report.row_count
+    version.error_count = report.error_count
+    version.errors = [issue.to_dict() for issue in report.errors]
+    version.statistics = report.statistics
+    version.validated_at = timezone.now()
+    version.status = VersionStatus.READY if report.ok else VersionStatus.FAILED
+    if not report.ok:
+        version.absolute_path.unlink(missing_ok=True)
+    version.save(update_fields=["row_count", "error_count", "errors", "statistics", "validated_at", "status"])
+    logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
+                report.row_count, report.error_count)
+    return version
+
+
+@transaction.atomic
+def token_statistics_request(*, version: DatasetVersion, base_model: BaseModel) -> DatasetVersion:
+    """Queue token-length statistics of a ready version with ``base_model``'s tokenizer."""
+    if version.status != VersionStatus.READY:
+        raise ValidationError({"base_model": "token lengths can be computed once the version is ready"})
+    if base_model.project_id != version.dataset.project_id:
+        raise ValidationError({"base_model": "choose a base model of this project"})
+    version.token_statistics = {"status": "computing", "base_model": base_model.name}
+    version.save(update_fields=["token_statistics"])
+    _enqueue(TOKEN_STATISTICS_TASK, version.pk, base_model.pk)
+    return version
+
+
+def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetVersion:
+    """Token lengths per field of the first ``TOKEN_STATISTICS_MAX_ROWS`` rows (worker side).
+
+    Strings are encoded as they are; chats are rendered with the model's chat template first, as
+    training sees them.
+    """
+    # Imported here: only the worker computes tokens, and the web process need not load tokenizers.
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    version = DatasetVersion.objects.select_related("dataset").get(pk=version_id)
+    base_model = BaseModel.objects.get(pk=base_model_id)
+    result: dict[str, Any] = {"base_model": base_model.name, "tokenizer": base_model.tokenizer_type}
+    try:
+        tokenizer = load_tokenizer(base_model.path)
+        mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
+        lengths: dict[str, Counter] = {}
+        rows = 0
+        for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
+            total = 0
+            for field_name in formats.KIND_FIELDS[mapping.kind]:
+                value = example.get(field_name)
+                if value is None:
+                    continue
+                text = tokenizer.apply_chat_template(value) if isinstance(value, list) else value
+                count = len(tokenizer.encode(text))
+                lengths.setdefault(field_name, Counter())[count] += 1
+                total += count
+            lengths.setdefault("total", Counter())[total] += 1
+            rows += 1
+            if rows >= TOKEN_STATISTICS_MAX_ROWS:
+                break
+    except (TokenizerError, formats.DatasetFormatError, OSError) as error:
+        result.update(status="failed", error=str(error))
+    else:
+        result.update(
+            status="ready",
+            rows=rows,
+            sampled=rows < (version.row_count or 0),
+            unit="tokens",
+            fields={name: formats.summarize_lengths(counter) for name, counter in sorted(lengths.items())},
+        )
+    version.token_statistics = result
+    version.save(update_fields=["token_statistics"])
+    return version

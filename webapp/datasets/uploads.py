@@ -1,0 +1,103 @@
+"""Streaming uploads with a size limit, and atomic placement of the stored file.
+
+Django already streams a multipart upload to a temporary file once it passes
+``FILE_UPLOAD_MAX_MEMORY_SIZE``; ``LimitedUploadHandler`` adds the limit while the bytes arrive,
+so an oversize file is dropped part-way instead of being written out in full. A request whose
+``Content-Length`` alone is over the limit is refused before its body is read
+(``body_too_large``, used by the upload view and by the ASGI guard in ``webapp.asgi``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from django.core.files.uploadedfile import UploadedFile
+from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandler
+
+# Room for the multipart framing and the form's other fields around the file itself.
+MULTIPART_OVERHEAD_BYTES = 1024 * 1024
+
+
+def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -> bool:
+    """True when a request body of ``content_length`` cannot hold a file within the limit."""
+    try:
+        length = int(content_length or 0)
+    except (TypeError, ValueError):
+        return False
+    return length > max_upload_bytes + MULTIPART_OVERHEAD_BYTES
+
+
+class LimitedUploadHandler(TemporaryFileUploadHandler):
+    """Streams each file to a temporary file and stops the upload once a file passes ``max_bytes``.
+
+    After parsing, ``exceeded`` tells the view that a file was dropped for its size.
+    """
+
+    def __init__(self, request=None, *, max_bytes: int):
+        super().__init__(request)
+        self.max_bytes = max_bytes
+        self.exceeded = False
+        self._received = 0
+
+    def new_file(self, *args, **kwargs) -> None:
+        self._received = 0
+        super().new_file(*args, **kwargs)
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes | None:
+        self._received += len(raw_data)
+        if self._received > self.max_bytes:
+            self.exceeded = True
+            # Drain the (small) rest of the body so the client gets our answer, not a reset.
+            raise StopUpload(connection_reset=False)
+        return super().receive_data_chunk(raw_data, start)
+
+
+def store_upload(upload: UploadedFile, destination: Path) -> int:
+    """Move or copy ``upload`` to ``destination`` atomically; returns its size in bytes.
+
+    The bytes land in a temporary file in the destination directory first and are renamed into
+    place, so a reader never sees a half-written file.
+    """
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
+    os.close(handle)
+    try:
+        temporary_path = getattr(upload, "temporary_file_path", None)
+        if temporary_path is not None:
+            shutil.move(temporary_path(), partial)
+        else:
+            with open(partial, "wb") as out:
+                for chunk in upload.chunks():
+                    out.write(chunk)
+        os.replace(partial, destination)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+    return destination.stat().st_size
+
+
+class RequestBodyLimit:
+    """ASGI middleware: answer 413 to a request whose ``Content-Length`` is over the upload limit,
+    before its body is received. Django's ASGI handler reads a whole body (spooling it to disk)
+    before any view runs, so only this layer can refuse it without reading it."""
+
+    def __init__(self, app, *, max_upload_bytes: int):
+        self.app = app
+        self.max_upload_bytes = max_upload_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if body_too_large(headers.get(b"content-length", b"").decode("latin-1"),
+                              max_upload_bytes=self.max_upload_bytes):
+                body = (f"Request body too large: uploads are limited to {self.max_upload_bytes} bytes "
+                        "(TEMPER_MAX_UPLOAD_BYTES).\n").encode()
+                await send({"type": "http.response.start", "status": 413,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from webapp.datasets import views
+
+app_name = "datasets"
+
+urlpatterns = [
+    path("p/<slug:slug>/datasets/", views.dataset_list, name="list"),
+    path("p/<slug:slug>/datasets/new/", views.dataset_upload, name="upload"),
+    path("p/<slug:slug>/datasets/<str:public_id>/", views.dataset_detail, name="detail"),
+    path("p/<slug:slug>/datasets/<str:public_id>/upload/", views.version_upload, name="version_upload"),
+    path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/", views.version_detail, name="version"),
+    path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/download/", views.version_download, name="download"),
+    path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/tokens/", views.version_token_statistics,
+         name="tokens"),
+]

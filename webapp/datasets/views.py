@@ -1,0 +1,204 @@
+"""Dataset pages: list, upload (new dataset or new version), dataset detail, version detail
+(status, errors, preview, statistics), download and token statistics.
+
+Viewers read, members upload; every view starts with ``get_project_for_user`` so outsiders get
+404. The upload views are CSRF-exempt on the outside only so that they can check access and the
+request size and install the size-limited upload handler before the body is parsed; the CSRF
+check then runs on the inner view, as Django's documentation prescribes for custom handlers.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.basemodels.selectors import basemodel_list
+from webapp.core.forms import add_service_errors
+from webapp.datasets import selectors, services
+from webapp.datasets.forms import TokenStatisticsForm, UploadForm
+from webapp.datasets.models import Dataset, VersionStatus
+from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Membership, Project, Role
+
+
+@login_required
+@require_http_methods(["GET"])
+def dataset_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    return render(
+        request,
+        "datasets/list.html",
+        {
+            "project": project,
+            "membership": membership,
+            "datasets": selectors.dataset_list(project=project),
+            "can_upload": membership.can(Role.MEMBER),
+        },
+    )
+
+
+@csrf_exempt
+@login_required
+@require_http_methods(["GET", "POST"])
+def dataset_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    return _upload(request, project, membership, dataset=None)
+
+
+@csrf_exempt
+@login_required
+@require_http_methods(["GET", "POST"])
+def version_upload(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    return _upload(request, project, membership, dataset=dataset)
+
+
+def _upload(request: HttpRequest, project: Project, membership: Membership, *, dataset: Dataset | None):
+    limit = settings.TEMPER_MAX_UPLOAD_BYTES
+    handler = None
+    if request.method == "POST":
+        if body_too_large(request.META.get("CONTENT_LENGTH"), max_upload_bytes=limit):
+            return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset,
+                                  error=_too_large_message(limit), status=413)
+        handler = LimitedUploadHandler(request, max_bytes=limit)
+        request.upload_handlers = [handler]
+    return _upload_checked(request, project, membership, dataset, handler)
+
+
+def _too_large_message(limit: int) -> str:
+    return (f"the file is over the {filesizeformat(limit)} upload limit; split it into smaller files "
+            "or ask an administrator to raise TEMPER_MAX_UPLOAD_BYTES")
+
+
+@csrf_protect
+def _upload_checked(request, project, membership, dataset, handler: LimitedUploadHandler | None):
+    if request.method == "GET":
+        return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset)
+    form = UploadForm(request.POST, request.FILES, dataset=dataset)
+    if handler is not None and handler.exceeded:
+        form.is_valid()
+        form.add_error("file", _too_large_message(handler.max_bytes))
+        return _render_upload(request, project, membership, form, dataset, status=413)
+    if form.is_valid():
+        arguments = {
+            "upload": form.cleaned_data["file"],
+            "file_format": form.cleaned_data["file_format"] or None,
+            "column_mapping": form.column_mapping(),
+            "user": request.user,
+        }
+        try:
+            if dataset is None:
+                version = services.dataset_create_with_upload(
+                    project=project, name=form.cleaned_data["name"], kind=form.cleaned_data["kind"], **arguments
+                )
+            else:
+                version = services.dataset_version_create(dataset=dataset, **arguments)
+        except ValidationError as error:
+            add_service_errors(form, error)
+        else:
+            messages.success(request, f"Uploaded {version.original_filename}; checking it now.")
+            return redirect("datasets:version", project.slug, version.dataset.public_id, version.number)
+    return _render_upload(request, project, membership, form, dataset, status=400)
+
+
+def _render_upload(request, project, membership, form, dataset, *, error: str | None = None, status: int = 200):
+    return render(
+        request,
+        "datasets/upload.html",
+        {
+            "project": project,
+            "membership": membership,
+            "form": form,
+            "dataset": dataset,
+            "upload_error": error,
+            "max_upload_bytes": settings.TEMPER_MAX_UPLOAD_BYTES,
+        },
+        status=status,
+    )
+
+
+@login_required
+@require_http_methods(["GET"])
+def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    return render(
+        request,
+        "datasets/detail.html",
+        {
+            "project": project,
+            "membership": membership,
+            "dataset": dataset,
+            "versions": selectors.version_list(dataset=dataset),
+            "can_upload": membership.can(Role.MEMBER),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET"])
+def version_detail(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    context = {
+        "project": project,
+        "membership": membership,
+        "dataset": dataset,
+        "version": version,
+        "can_upload": membership.can(Role.MEMBER),
+    }
+    if version.status == VersionStatus.READY:
+        base_models = list(basemodel_list(project=project))
+        try:
+            page = int(request.GET.get("page", "1"))
+        except ValueError:
+            page = 1
+        context.update(
+            preview=selectors.version_preview(version=version, page=page),
+            charts=selectors.histograms(version.statistics),
+            token_charts=selectors.histograms(version.token_statistics),
+            token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
+        )
+    return render(request, "datasets/version.html", context)
+
+
+@login_required
+@require_http_methods(["GET"])
+def version_download(request: HttpRequest, slug: str, public_id: str, number: int) -> FileResponse:
+    project, _membership = get_project_for_user(request.user, slug)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    if version.status != VersionStatus.READY or not version.absolute_path.is_file():
+        raise Http404("only ready versions can be downloaded")
+    return FileResponse(open(version.absolute_path, "rb"), as_attachment=True, filename=version.original_filename)
+
+
+@login_required
+@require_POST
+def version_token_statistics(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    base_models = list(basemodel_list(project=project))
+    form = TokenStatisticsForm(request.POST, base_models=base_models)
+    if form.is_valid():
+        base_model = next(model for model in base_models if model.public_id == form.cleaned_data["base_model"])
+        try:
+            services.token_statistics_request(version=version, base_model=base_model)
+        except ValidationError as error:
+            for text in error.messages:
+                messages.error(request, text)
+        else:
+            messages.success(request, f"Counting tokens with the {base_model.name} tokenizer.")
+    else:
+        messages.error(request, "choose a base model of this project")
+    return redirect("datasets:version", project.slug, dataset.public_id, version.number)

@@ -1,0 +1,18 @@
+"""``default`` queue tasks for datasets: validation and token statistics. Thin: ids in, a
+service call, nothing returned (results live in the database)."""
+from __future__ import annotations
+
+from webapp.celery import app
+from webapp.datasets import services
+
+
+@app.task(name="worker.tasks.datasets.validate_dataset_version", acks_late=True)
+def validate_dataset_version(version_id: int) -> None:
+    """Validate a stored dataset version (safe to redeliver: settled versions are left alone)."""
+    services.dataset_version_validate(version_id=version_id)
+
+
+@app.task(name="worker.tasks.datasets.compute_token_statistics", acks_late=True)
+def compute_token_statistics(version_id: int, base_model_id: int) -> None:
+    """Token-length statistics of a ready version with a base model's tokenizer."""
+    services.token_statistics_compute(version_id=version_id, base_model_id=base_model_id)
