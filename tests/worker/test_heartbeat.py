@@ -1,4 +1,7 @@
 """The worker side of heartbeats: device probe, running jobs, the heartbeat row."""
+import os
+import time
+
 import pytest
 from celery.worker import state as worker_state
 
@@ -35,13 +38,21 @@ def test_current_jobs_lists_accepted_requests():
         worker_state.active_requests.discard(request)
 
 
-@pytest.mark.django_db
-def test_heartbeat_writes_and_stops():
-    heartbeat = Heartbeat(name="default@test", queues=["default"], interval_seconds=10)
-    heartbeat.devices = {"platform": "cpu", "count": 1}
-    heartbeat.beat()
-    row = Worker.objects.get(name="default@test")
-    assert (row.queues, row.devices["count"], row.stopped_at) == (["default"], 1, None)
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_thread_reports_probed_devices_then_stops(monkeypatch):
+    # Transactional: the heartbeat thread has its own connection and must see committed rows.
+    monkeypatch.setattr("worker.heartbeat.probe_devices", lambda: {"platform": "cpu", "count": 8})
+    heartbeat = Heartbeat(name="default@test", queues=["default"], interval_seconds=0.05)
+    heartbeat.start()
+    deadline = time.monotonic() + 10
+    while not Worker.objects.filter(name="default@test", devices__count=8).exists():
+        assert time.monotonic() < deadline, "no heartbeat with the probed devices within 10 s"
+        time.sleep(0.05)
     heartbeat.stop()
-    row.refresh_from_db()
+    row = Worker.objects.get(name="default@test")
+    assert (row.queues, row.pid, row.current_jobs) == (["default"], os.getpid(), [])
     assert row.stopped_at is not None
+    last_seen = row.last_seen
+    time.sleep(0.2)
+    row.refresh_from_db()
+    assert row.last_seen == last_seen, "the thread kept beating after stop()"
