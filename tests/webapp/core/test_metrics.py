@@ -117,3 +117,18 @@ def test_it_rejects_any_bearer_when_no_token_is_configured(client, db, settings)
     response = client.get(URL, headers={"Authorization": "Bearer "}, REMOTE_ADDR="10.1.2.3")
     assert response.status_code == 403
 
+
+
+def test_it_counts_dataset_versions_by_status(client, team, settings):
+    from webapp.datasets.models import Dataset, DatasetVersion
+
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    dataset = Dataset.objects.create(project=team.project, name="chat", kind="sft", created_by=team.owner)
+    for number, status in [(1, "ready"), (2, "failed"), (3, "ready")]:
+        DatasetVersion.objects.create(
+            dataset=dataset, number=number, file_path=f"x/{number}.jsonl", original_filename="a.jsonl",
+            format="jsonl", size_bytes=1, status=status,
+        )
+    body = client.get(URL).content.decode()
+    assert sample(body, 'temper_jobs{kind="dataset",state="ready"}') == 2
+    assert sample(body, 'temper_jobs{kind="dataset",state="failed"}') == 1
