@@ -435,6 +435,24 @@ def make_batch(
     return rows_to_batch([[example] for example in examples], length=length, pad_id=pad_id)
 
 
+def stack_batches(batches: Sequence[TokenBatch | PreferenceBatch], *, pad_id: int) -> TokenBatch | PreferenceBatch:
+    """Micro-batches of one optimizer step stacked on a new leading axis [A, B, T], right-padded to one width."""
+    width = max(leaf.shape[-1] for batch in batches for leaf in jax.tree.leaves(batch))
+
+    def widen(name: str, array: np.ndarray) -> np.ndarray:
+        fill = pad_id if name in ("input_ids", "targets") else 0
+        return np.pad(np.asarray(array), ((0, 0), (0, width - array.shape[-1])), constant_values=fill)
+
+    def widen_batch(batch: TokenBatch) -> TokenBatch:
+        return TokenBatch(**{f.name: widen(f.name, getattr(batch, f.name)) for f in dataclasses.fields(TokenBatch)})
+
+    if isinstance(batches[0], PreferenceBatch):
+        widened = [PreferenceBatch(chosen=widen_batch(b.chosen), rejected=widen_batch(b.rejected)) for b in batches]
+    else:
+        widened = [widen_batch(b) for b in batches]
+    return jax.tree.map(lambda *leaves: np.stack(leaves), *widened)
+
+
 def eval_batches(
     examples: Sequence[Example] | Sequence[PreferencePair], *, batch_size: int, max_seq_len: int, pad_id: int
 ) -> Iterator[TokenBatch | PreferenceBatch]:

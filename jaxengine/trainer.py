@@ -1,0 +1,469 @@
+"""The one training loop: every task (pretrain, sft, reward, dpo) runs through ``Trainer.fit``.
+
+Design note. The model is split once into (trainable parameters, RNG state, everything else):
+full fine-tuning trains every ``nnx.Param``; LoRA trains only the adapters and leaves the base in
+the frozen part, which is never copied, donated or differentiated. The optimizer step is one
+``jax.jit`` over plain pytrees with the trainable state, optimizer state and RNG state donated,
+so they are updated in place. Gradient accumulation is a ``lax.scan`` over the micro-batches of
+one step inside that same jitted function (see ``jaxengine.tasks`` for the weighting).
+
+Checkpoints (orbax, synchronous, atomically renamed) hold the trainable state, the optimizer
+state, the RNG state (all as one flat list of arrays: their tree structure is rebuilt from the
+model and optimizer, which keeps the on-disk format independent of flax/optax internals), the
+step and the data position. ``fit`` on a run directory that has checkpoints resumes from the
+latest one: the same arrays, the same data order, the same jitted computation, hence the same
+metrics; metric and sample lines logged after that checkpoint (by a run that died) are dropped
+first, so the history never holds a step twice.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jaxengine.data import pipeline
+from jaxengine.spec import OptimSpec
+
+Metrics = dict[str, float]
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot continue (non-finite loss, bad checkpoint); the message says what to do."""
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizer
+
+
+def learning_rate_schedule(optim: OptimSpec, *, total_steps: int) -> Callable[[jax.Array], jax.Array]:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup from 0 over ``warmup_steps``
+    (reaching the peak at step ``warmup_steps``), then constant, or linear / cosine decay reaching 0
+    at step ``total_steps``."""
+    peak, warmup = optim.learning_rate, optim.warmup_steps
+    decay_steps = max(total_steps - warmup, 1)
+
+    def schedule(step: jax.Array) -> jax.Array:
+        step = jnp.asarray(step, jnp.float32)
+        warm = peak * step / max(warmup, 1)
+        progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
+        if optim.schedule == "constant":
+            decayed = jnp.asarray(peak, jnp.float32)
+        elif optim.schedule == "linear":
+            decayed = peak * (1.0 - progress)
+        else:
+            decayed = peak * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+        return jnp.where(step < warmup, warm, decayed)
+
+    return schedule
+
+
+def make_optimizer(optim: OptimSpec, *, total_steps: int) -> optax.GradientTransformation:
+    """AdamW with decoupled weight decay on matrices only (not norms or biases), after global-norm clipping."""
+    schedule = learning_rate_schedule(optim, total_steps=total_steps)
+    adamw = optax.adamw(
+        schedule, b1=optim.adam_beta1, b2=optim.adam_beta2, eps=optim.adam_epsilon,
+        weight_decay=optim.weight_decay, mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
+    )
+    if optim.max_grad_norm is None:
+        return adamw
+    return optax.chain(optax.clip_by_global_norm(optim.max_grad_norm), adamw)
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def _to_storable(leaf: jax.Array) -> jax.Array:
+    return jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
+
+
+class Checkpoints:
+    """Step-numbered orbax checkpoints under ``directory``: keeps the last ``keep_last`` and the best by eval loss."""
+
+    def __init__(self, directory: Path, *, keep_last: int):
+        import orbax.checkpoint as ocp
+
+        self._ocp = ocp
+        self.keep_last = keep_last
+        self.manager = ocp.CheckpointManager(
+            directory.absolute(),
+            options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True),
+            item_names=("state", "meta"),
+        )
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def meta(self, step: int) -> dict[str, Any]:
+        ocp = self._ocp
+        return dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+
+    def save(self, step: int, leaves: list[jax.Array], meta: dict[str, Any]) -> None:
+        ocp = self._ocp
+        state = {f"{i:05d}": _to_storable(leaf) for i, leaf in enumerate(leaves)}
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                         meta=ocp.args.JsonSave(meta)), force=True)
+        self.manager.wait_until_finished()
+        self._prune()
+
+    def restore(self, step: int, like: list[jax.Array]) -> tuple[list[jax.Array], dict[str, Any]]:
+        """Arrays of checkpoint ``step`` shaped and placed like ``like``, and its metadata."""
+        ocp = self._ocp
+        abstract = {
+            f"{i:05d}": jax.ShapeDtypeStruct(_to_storable(leaf).shape, _to_storable(leaf).dtype,
+                                             sharding=getattr(leaf, "sharding", None))
+            for i, leaf in enumerate(like)
+        }
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                                      meta=ocp.args.JsonRestore()))
+        leaves = []
+        for i, leaf in enumerate(like):
+            value = restored.state[f"{i:05d}"]
+            if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf))
+            leaves.append(value)
+        return leaves, dict(restored.meta)
+
+    def best_step(self) -> int | None:
+        scored = [(meta["eval_loss"], step) for step in self.steps()
+                  if (meta := self.meta(step)).get("eval_loss") is not None]
+        return min(scored)[1] if scored else None
+
+    def _prune(self) -> None:
+        steps = self.steps()
+        keep = set(steps[-self.keep_last:]) | {self.best_step()}
+        for step in steps:
+            if step not in keep:
+                self.manager.delete(step)
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Run-directory files
+
+
+def _truncate_jsonl(path: Path, *, after_step: int) -> None:
+    """Drop lines whose ``step`` exceeds ``after_step`` (logged by a run that died before saving)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= after_step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Jitted computations. Module-level with the model structure, task and optimizer settings as
+# static arguments, so every Trainer over the same model shape reuses one compiled step (tests and
+# resumed runs in one process compile once).
+
+
+def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
+    model = nnx.merge(graphdef, params, rng_state, frozen)
+    loss, weight, metrics = task.loss(model, batch)
+    return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "task", "optim", "total_steps"), donate_argnums=(0, 1, 2))
+def train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef, task, optim: OptimSpec,
+               total_steps: int):
+    """One optimizer step over ``batches`` (a batch pytree with a leading grad-accum axis [A, ...]).
+
+    Returns the new (params, opt_state, rng_state) and the step's metrics: the task's metrics
+    weighted over micro-batches, ``grad_norm`` (before clipping), ``learning_rate``, ``loss_weight``.
+    """
+    loss_fn = functools.partial(_micro_loss, graphdef=graphdef, task=task)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    first = jax.tree.map(lambda x: x[0], batches)
+    _, (_, _, metric_shapes, _) = jax.eval_shape(loss_fn, params, rng_state, frozen, first)
+
+    def body(carry, batch):
+        grads_sum, rng_state, weighted, weight_sum = carry
+        (_, (loss, weight, metrics, rng_state)), grads = grad_fn(params, rng_state, frozen, batch)
+        grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
+        weighted = {name: weighted[name] + value * weight for name, value in metrics.items()}
+        return (grads_sum, rng_state, weighted, weight_sum + weight), None
+
+    zeros = (
+        jax.tree.map(jnp.zeros_like, params),
+        rng_state,
+        {name: jnp.zeros((), jnp.float32) for name in metric_shapes},
+        jnp.zeros((), jnp.float32),
+    )
+    (grads_sum, rng_state, weighted, weight_sum), _ = jax.lax.scan(body, zeros, batches)
+    denominator = jnp.maximum(weight_sum, 1.0)
+    grads = jax.tree.map(lambda g: g / denominator, grads_sum)
+    grad_norm = optax.tree.norm(grads)
+    optimizer = make_optimizer(optim, total_steps=total_steps)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = {name: value / denominator for name, value in weighted.items()}
+    schedule = learning_rate_schedule(optim, total_steps=total_steps)
+    metrics.update(grad_norm=grad_norm, learning_rate=schedule(step), loss_weight=weight_sum)
+    return params, opt_state, rng_state, metrics
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "task"))
+def eval_step(params, rng_state, frozen, batch, *, graphdef, task):
+    """The task's metrics on one batch, multiplied by its weight, and the weight."""
+    model = nnx.merge(graphdef, params, rng_state, frozen)
+    _, weight, metrics = task.loss(model, batch)
+    return {name: value * weight for name, value in metrics.items()}, weight
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """The loop's knobs (from the spec's ``train`` and ``optim`` sections)."""
+
+    total_steps: int
+    batch_size: int
+    grad_accum: int = 1
+    max_seq_len: int
+    packing: bool = False
+    eval_every: int | None = None
+    save_every: int | None = None
+    keep_last: int = 3
+    seed: int = 0
+    optim: OptimSpec = field(default_factory=OptimSpec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    """What the progress callback receives after every step."""
+
+    step: int
+    total_steps: int
+    metrics: Metrics
+    elapsed_seconds: float
+    tokens_seen: int
+
+
+class Trainer:
+    """Trains ``model`` on ``task`` (see module notes). ``trainable`` picks the trained variables.
+
+    ``eval_hook(model, step) -> metrics`` runs after each evaluation (e.g. greedy samples) and may
+    return extra metrics to log.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nnx.Module,
+        task: Any,
+        config: TrainConfig,
+        train_examples: list,
+        eval_examples: list | None,
+        pad_id: int,
+        run_dir: str | Path,
+        trainable: Any = nnx.Param,
+        eval_hook: Callable[[nnx.Module, int], Metrics] | None = None,
+    ):
+        self.model = model
+        self.task = task
+        self.config = config
+        self.train_examples = train_examples
+        self.eval_examples = eval_examples or []
+        self.pad_id = pad_id
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.eval_hook = eval_hook
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.samples_path = self.run_dir / "samples.jsonl"
+
+        model.train()
+        self.graphdef, params, rng_state, self.frozen = nnx.split(model, trainable, nnx.RngState, ...)
+        model.eval()
+        self.eval_graphdef = nnx.graphdef(model)
+        model.train()
+        self.params, self.rng_state = params, rng_state
+        self.opt_state = make_optimizer(config.optim, total_steps=config.total_steps).init(params)
+        self.step = 0
+        self.data_position = pipeline.DataPosition()
+
+    # ---- counts -------------------------------------------------------------------------
+
+    @property
+    def trainable_parameter_count(self) -> int:
+        return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(self.params))
+
+    # ---- evaluation -----------------------------------------------------------------------
+
+    def current_model(self, *, train: bool = False) -> nnx.Module:
+        """The model with the current trainable weights (shares arrays; do not mutate)."""
+        return nnx.merge(self.graphdef if train else self.eval_graphdef, self.params, self.rng_state, self.frozen)
+
+    def evaluate(self) -> Metrics:
+        """Weighted means of the task's metrics over the whole eval set, as ``eval/<name>``."""
+        totals: dict[str, float] = {}
+        weight_total = 0.0
+        for batch in pipeline.eval_batches(self.eval_examples, batch_size=self.config.batch_size,
+                                           max_seq_len=self.config.max_seq_len, pad_id=self.pad_id):
+            weighted, weight = eval_step(self.params, self.rng_state, self.frozen, batch,
+                                         graphdef=self.eval_graphdef, task=self.task)
+            for name, value in weighted.items():
+                totals[name] = totals.get(name, 0.0) + float(value)
+            weight_total += float(weight)
+        return {f"eval/{name}": value / max(weight_total, 1.0) for name, value in totals.items()}
+
+    # ---- checkpoints ------------------------------------------------------------------------
+
+    def _state_leaves(self) -> list[jax.Array]:
+        return jax.tree.leaves((self.params, self.opt_state, self.rng_state))
+
+    def _load_state_leaves(self, leaves: list[jax.Array]) -> None:
+        treedef = jax.tree.structure((self.params, self.opt_state, self.rng_state))
+        self.params, self.opt_state, self.rng_state = jax.tree.unflatten(treedef, leaves)
+
+    def save_checkpoint(self, checkpoints: Checkpoints, *, eval_loss: float | None) -> None:
+        meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
+                "seed": self.config.seed, "eval_loss": eval_loss}
+        checkpoints.save(self.step, self._state_leaves(), meta)
+
+    def resume(self, checkpoints: Checkpoints) -> bool:
+        """Restore the latest checkpoint if there is one; returns whether it did."""
+        steps = checkpoints.steps()
+        if not steps:
+            return False
+        leaves, meta = checkpoints.restore(steps[-1], self._state_leaves())
+        if meta.get("seed") != self.config.seed:
+            raise TrainingError(f"{checkpoints.manager.directory}: checkpoints were written with seed {meta.get('seed')}, "
+                                f"the spec says {self.config.seed}; use a new output_dir or the same seed")
+        self._load_state_leaves(leaves)
+        self.step = int(meta["step"])
+        self.data_position = pipeline.DataPosition(epoch=int(meta["epoch"]), cursor=int(meta["cursor"]))
+        return True
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def _next_batches(self, stream: pipeline.BatchStream):
+        batches = [stream.next_batch() for _ in range(self.config.grad_accum)]
+        return pipeline.stack_batches(batches, pad_id=self.pad_id)
+
+    def fit(
+        self,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        progress_bar: bool | None = None,
+    ) -> dict[str, Any]:
+        """Train to ``total_steps`` (resuming from the run's checkpoints); returns the run summary.
+
+        ``should_stop`` is checked between steps; when it returns True the run saves a checkpoint and
+        ends with status ``cancelled``. A non-finite loss ends it with status ``failed`` and keeps the
+        last good checkpoint.
+        """
+        config = self.config
+        checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last)
+        resumed_from = self.step if self.resume(checkpoints) else None
+        if resumed_from is not None:
+            _truncate_jsonl(self.metrics_path, after_step=self.step)
+            _truncate_jsonl(self.samples_path, after_step=self.step)
+        elif self.metrics_path.exists():
+            self.metrics_path.unlink()
+        stream = pipeline.BatchStream(examples=self.train_examples, batch_size=config.batch_size,
+                                      max_seq_len=config.max_seq_len, pad_id=self.pad_id, seed=config.seed,
+                                      packing=config.packing, position=self.data_position)
+        bar = _progress_bar(config.total_steps, self.step) if (progress_bar if progress_bar is not None
+                                                                 else sys.stderr.isatty()) else None
+        status, message = "succeeded", None
+        started = time.perf_counter()
+        tokens_seen = 0
+        last_metrics: Metrics = {}
+        best_eval: float | None = None
+        last_eval: float | None = None
+        try:
+            while self.step < config.total_steps:
+                if should_stop is not None and should_stop():
+                    status, message = "cancelled", f"cancelled at step {self.step}"
+                    self.save_checkpoint(checkpoints, eval_loss=None)
+                    break
+                batches = self._next_batches(stream)
+                step_started = time.perf_counter()
+                self.params, self.opt_state, self.rng_state, metrics = train_step(
+                    self.params, self.opt_state, self.rng_state, self.frozen, batches, jnp.int32(self.step),
+                    graphdef=self.graphdef, task=self.task, optim=config.optim, total_steps=config.total_steps)
+                metrics = {name: float(value) for name, value in metrics.items()}
+                seconds = time.perf_counter() - step_started
+                self.step += 1
+                self.data_position = stream.position
+                if not math.isfinite(metrics["loss"]):
+                    status = "failed"
+                    message = (f"loss is {metrics['loss']} at step {self.step}; stopped, keeping the last good "
+                               "checkpoint. Lower optim.learning_rate, set optim.max_grad_norm, or use float32.")
+                    break
+                tokens = sum(int(np.sum(np.asarray(part.segment_ids) > 0))
+                             for part in jax.tree.leaves(batches, is_leaf=_is_token_batch))
+                tokens_seen += tokens
+                record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
+                          "tokens": tokens_seen, "epoch": self.data_position.epoch}
+                record.pop("loss_weight")
+                at_end = self.step == config.total_steps
+                if self.eval_examples and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
+                    evaluation = self.evaluate()
+                    if self.eval_hook is not None:
+                        evaluation.update(self.eval_hook(self.current_model(), self.step))
+                    last_eval = evaluation.get("eval/loss")
+                    if last_eval is not None and (best_eval is None or last_eval < best_eval):
+                        best_eval = last_eval
+                    record.update(evaluation)
+                else:
+                    last_eval = None
+                _append_jsonl(self.metrics_path, record)
+                last_metrics = record
+                if (config.save_every and self.step % config.save_every == 0) or at_end:
+                    self.save_checkpoint(checkpoints, eval_loss=last_eval)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+                if on_progress is not None:
+                    on_progress(Progress(step=self.step, total_steps=config.total_steps, metrics=record,
+                                         elapsed_seconds=time.perf_counter() - started, tokens_seen=tokens_seen))
+        finally:
+            if bar is not None:
+                bar.close()
+            best_step = checkpoints.best_step()
+            checkpoints.close()
+        return {
+            "status": status,
+            "message": message,
+            "step": self.step,
+            "total_steps": config.total_steps,
+            "resumed_from_step": resumed_from,
+            "final_metrics": last_metrics,
+            "best_eval_loss": best_eval,
+            "best_checkpoint_step": best_step,
+            "train_seconds": time.perf_counter() - started,
+            "tokens_seen": tokens_seen,
+            "trainable_parameters": self.trainable_parameter_count,
+        }
+
+
+def _is_token_batch(node: Any) -> bool:
+    return isinstance(node, pipeline.TokenBatch)
+
+
+def _progress_bar(total: int, initial: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)

@@ -1,0 +1,153 @@
+"""The trainer: schedules by hand, loss goes down, accumulation is exact, resume is exact, NaN stops."""
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxengine.data.pipeline import Example, epoch_order
+from jaxengine.models import build_model, preset
+from jaxengine.spec import OptimSpec
+from jaxengine.tasks import LanguageModelTask
+from jaxengine.trainer import Checkpoints, Trainer, TrainConfig, learning_rate_schedule
+
+
+def tiny_model(seed=0):
+    return build_model(preset("tiny-llama"), rngs=nnx.Rngs(seed))
+
+
+def patterned_examples(count=32, seed=0):
+    """Sequences with a learnable rule (arithmetic progressions), lengths 6..15 (one padded width, one compile)."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for i in range(count):
+        n = int(rng.integers(6, 16))
+        ids = (np.arange(n) * (i % 5 + 1) + i) % 60 + 3
+        mask = np.arange(n) >= 2
+        examples.append(Example(ids=ids.astype(np.int32), loss_mask=mask))
+    return examples
+
+
+def make_trainer(tmp_path, *, total_steps, batch_size=4, grad_accum=1, lr=3e-3, save_every=None, eval_every=None,
+                 seed=0, examples=None, task=None, max_grad_norm=1.0):
+    config = TrainConfig(total_steps=total_steps, batch_size=batch_size, grad_accum=grad_accum, max_seq_len=32,
+                         eval_every=eval_every, save_every=save_every, seed=seed,
+                         optim=OptimSpec(learning_rate=lr, warmup_steps=2, schedule="cosine", weight_decay=0.01,
+                                         max_grad_norm=max_grad_norm))
+    examples = examples or patterned_examples()
+    return Trainer(model=tiny_model(), task=task or LanguageModelTask(), config=config, train_examples=examples,
+                   eval_examples=examples[:6], pad_id=0, run_dir=tmp_path)
+
+
+def read_metrics(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["constant", "linear", "cosine"])
+def test_schedules_by_hand(kind):
+    schedule = learning_rate_schedule(OptimSpec(learning_rate=0.1, warmup_steps=4, schedule=kind), total_steps=14)
+    warmup = [0.0, 0.025, 0.05, 0.075]
+    progress = [(s - 4) / 10 for s in range(4, 15)]
+    decayed = {
+        "constant": [0.1 for _ in progress],
+        "linear": [0.1 * (1 - p) for p in progress],
+        "cosine": [0.1 * 0.5 * (1 + math.cos(math.pi * p)) for p in progress],
+    }[kind]
+    np.testing.assert_allclose([float(schedule(s)) for s in range(15)], warmup + decayed, atol=1e-7)
+
+
+def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
+    trainer = make_trainer(tmp_path, total_steps=24, eval_every=12, save_every=12)
+    summary = trainer.fit(progress_bar=False)
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert summary["status"] == "succeeded" and [m["step"] for m in metrics] == list(range(1, 25))
+    assert np.mean([m["loss"] for m in metrics[-4:]]) < 0.7 * np.mean([m["loss"] for m in metrics[:4]])
+    assert metrics[23]["eval/loss"] < metrics[11]["eval/loss"]
+    for key in ("loss", "learning_rate", "grad_norm", "tokens_per_second"):
+        assert math.isfinite(metrics[5][key])
+    assert sorted(Checkpoints(tmp_path / "checkpoints", keep_last=3).steps()) == [12, 24]
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    examples = patterned_examples(count=4)
+    one = make_trainer(tmp_path / "one", total_steps=1, batch_size=4, grad_accum=1, examples=examples)
+    two = make_trainer(tmp_path / "two", total_steps=1, batch_size=2, grad_accum=2, examples=examples)
+    # Warmup makes step 0's learning rate 0: take the step at full rate instead by skipping warmup.
+    for trainer in (one, two):
+        trainer.step = 2
+        trainer.config = trainer.config.__class__(**{**trainer.config.__dict__, "total_steps": 3})
+    one.fit(progress_bar=False)
+    two.fit(progress_bar=False)
+    m_one, m_two = read_metrics(tmp_path / "one/metrics.jsonl")[0], read_metrics(tmp_path / "two/metrics.jsonl")[0]
+    assert abs(m_one["loss"] - m_two["loss"]) < 1e-5 and abs(m_one["grad_norm"] - m_two["grad_norm"]) < 1e-5
+    for a, b in zip(jax.tree.leaves(one.params), jax.tree.leaves(two.params)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_after_a_crash_reproduces_the_uninterrupted_metrics(tmp_path):
+    make_trainer(tmp_path / "straight", total_steps=16, save_every=5).fit(progress_bar=False)
+    straight = read_metrics(tmp_path / "straight/metrics.jsonl")
+
+    def crash_at_12(progress):
+        if progress.step == 12:
+            raise Crash
+
+    with pytest.raises(Crash):
+        make_trainer(tmp_path / "crashed", total_steps=16, save_every=5).fit(on_progress=crash_at_12,
+                                                                            progress_bar=False)
+    assert [m["step"] for m in read_metrics(tmp_path / "crashed/metrics.jsonl")][-1] == 12
+    summary = make_trainer(tmp_path / "crashed", total_steps=16, save_every=5).fit(progress_bar=False)
+    resumed = read_metrics(tmp_path / "crashed/metrics.jsonl")
+    assert summary["resumed_from_step"] == 10
+    assert [m["step"] for m in resumed] == list(range(1, 17))  # steps 11-12 of the dead run were dropped
+    for before, after in zip(straight[10:], resumed[10:]):
+        for key in ("loss", "grad_norm", "learning_rate"):
+            assert abs(before[key] - after[key]) <= 1e-5, (before["step"], key)
+
+
+def test_cancel_saves_and_stops_between_steps(tmp_path):
+    calls = []
+    summary = make_trainer(tmp_path, total_steps=10).fit(should_stop=lambda: len(calls) >= 3,
+                                                         on_progress=calls.append, progress_bar=False)
+    assert summary["status"] == "cancelled" and summary["step"] == 3
+    assert Checkpoints(tmp_path / "checkpoints", keep_last=3).steps() == [3]
+
+
+class PoisonedTask(LanguageModelTask):
+    """Language modelling whose loss is NaN on any batch holding token 250."""
+
+    def loss(self, model, batch):
+        loss, weight, metrics = super().loss(model, batch)
+        poisoned = jnp.where(jnp.any(batch.input_ids == 250), jnp.nan, 0.0)
+        return loss + poisoned, weight, {"loss": metrics["loss"] + poisoned}
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    examples = patterned_examples()
+    # The example that epoch 0 serves ninth lands in step 3 (batch size 4).
+    ninth = int(epoch_order(len(examples), seed=0, epoch=0)[8])
+    examples[ninth] = Example(ids=np.full((8,), 250, np.int32), loss_mask=np.ones((8,), np.bool_))
+    summary = make_trainer(tmp_path, total_steps=10, save_every=1, examples=examples,
+                           task=PoisonedTask()).fit(progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 3
+    assert summary["message"].startswith("loss is nan at step 3; stopped, keeping the last good checkpoint")
+    assert Checkpoints(tmp_path / "checkpoints", keep_last=3).steps() == [1, 2]
+    assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+def test_checkpoints_keep_the_last_k_and_the_best(tmp_path):
+    checkpoints = Checkpoints(tmp_path, keep_last=2)
+    for step, eval_loss in zip(range(1, 6), [5.0, 1.0, 4.0, None, 2.0]):
+        checkpoints.save(step, [jnp.full((2,), float(step)), jax.random.key(step)], {"eval_loss": eval_loss})
+    assert checkpoints.steps() == [2, 4, 5]
+    leaves, meta = checkpoints.restore(2, [jnp.zeros((2,)), jax.random.key(0)])
+    np.testing.assert_array_equal(leaves[0], [2.0, 2.0])
+    assert jnp.array_equal(jax.random.key_data(leaves[1]), jax.random.key_data(jax.random.key(2)))
+    assert meta == {"eval_loss": 1.0}
