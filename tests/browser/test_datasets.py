@@ -1,0 +1,86 @@
+"""A person's first session: log in, create a project, upload a dataset, read its preview and
+statistics, and see what is wrong with a bad file."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.webapp.factories import PASSWORD, make_user
+
+pytestmark = pytest.mark.browser
+
+LONG_ANSWER = "This answer goes on for a while. " * 20
+GOOD_ROWS = [
+    {"prompt": "What is 2+2?", "completion": "4"},
+    {"prompt": "<script>window.pwned = true</script>", "completion": "escaped, not run"},
+    {"prompt": "Explain at length.", "completion": LONG_ANSWER},
+] + [{"prompt": f"Question {i}?", "completion": "An answer " * (i % 7 + 1)} for i in range(30)]
+BAD_ROWS = b'{"prompt": "fine", "completion": "fine"}\n{"prompt": "no completion"}\n{"prompt": 3, "completion": "x"}\n'
+
+
+def screenshot(page, name: str) -> None:
+    """Keep a picture of the page when TEMPER_SCREENSHOT_DIR is set (to look at the pages)."""
+    directory = os.environ.get("TEMPER_SCREENSHOT_DIR")
+    if directory:
+        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
+
+
+def upload(page, *, name: str, path: Path) -> None:
+    page.locator("nav.subnav").get_by_role("link", name="Datasets", exact=True).click()
+    page.get_by_role("link", name="Upload a dataset").first.click()
+    page.fill("#id_name", name)
+    page.select_option("#id_kind", "sft")
+    page.set_input_files("#id_file", str(path))
+    screenshot(page, f"upload-{name}")
+    page.get_by_role("button", name="Upload").click()
+
+
+def test_upload_preview_statistics_and_errors(page, live_server, default_worker, tmp_path):
+    make_user("ada")
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+
+    page.goto(f"{live_server.url}/projects/new/")
+    page.fill("#id_name", "Chat tuning")
+    page.fill("#id_slug", "chat-tuning")
+    page.get_by_role("button", name="Create").click()
+    page.wait_for_url("**/p/chat-tuning/")
+
+    good = tmp_path / "chats.jsonl"
+    good.write_text("".join(json.dumps(row) + "\n" for row in GOOD_ROWS), encoding="utf-8")
+    upload(page, name="chats", path=good)
+    page.locator(".page-head .status-ready").wait_for(timeout=30_000)  # the page refreshes itself
+
+    preview = page.locator("table.preview")
+    assert preview.locator("tbody tr").count() == 20
+    assert "What is 2+2?" in preview.inner_text()
+    script_cell = preview.get_by_text("<script>window.pwned = true</script>")
+    assert script_cell.count() == 1
+    assert page.evaluate("window.pwned") is None
+    fold = preview.locator("details.fold").first
+    assert not fold.evaluate("element => element.open")
+    fold.locator("summary").click()
+    assert fold.evaluate("element => element.open")
+    assert page.locator(".plot .main-svg").count() >= 3  # plotly drew prompt, completion and total
+    assert "completion" in page.locator(".chart figcaption").all_inner_texts()[0]
+    screenshot(page, "version-ready")
+
+    page.get_by_role("link", name="Next →").click()
+    assert page.locator("table.preview tbody tr").count() == 13
+
+    bad = tmp_path / "broken.jsonl"
+    bad.write_bytes(BAD_ROWS)
+    upload(page, name="broken", path=bad)
+    page.locator(".page-head .status-failed").wait_for(timeout=30_000)
+    rows = page.locator("tr.error-row")
+    assert rows.count() == 2
+    first, second = rows.nth(0).inner_text(), rows.nth(1).inner_text()
+    assert first.startswith("2\t2") and "missing 'completion'" in first
+    assert second.startswith("3\t3") and "must be a string, got a number" in second
+    screenshot(page, "version-failed")
+    page.locator("nav.subnav").get_by_role("link", name="Datasets", exact=True).click()
+    assert page.locator("table.table tbody tr").count() == 2
+    screenshot(page, "dataset-list")

@@ -1,0 +1,57 @@
+"""Uploads through the web, validated by a real Celery worker over a real Redis."""
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from tests.live import wait_for
+from tests.webapp.factories import make_team
+from webapp.datasets.models import DatasetVersion, VersionStatus
+
+pytestmark = pytest.mark.integration
+
+
+def upload(client: Client, filename: str, content: bytes, **fields) -> DatasetVersion:
+    response = client.post("/p/alpha/datasets/new/", {
+        "name": filename, "kind": "sft", "file_format": "", **fields,
+        "file": SimpleUploadedFile(filename, content),
+    })
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return DatasetVersion.objects.get(dataset__name=filename)
+
+
+def settled(version: DatasetVersion, workers):
+    def check():
+        version.refresh_from_db()
+        return version.is_settled
+    wait_for(check, timeout=30, workers=workers, what=f"{version} to be validated")
+    return version
+
+
+@pytest.fixture
+def teammate_client(default_worker):
+    team = make_team()
+    client = Client()
+    client.force_login(team.teammate)
+    return client
+
+
+def test_an_upload_is_validated_by_the_worker_and_becomes_ready(teammate_client, default_worker):
+    rows = b"".join(b'{"question": "q%d", "answer": "answer %d"}\n' % (i, i) for i in range(50))
+    version = upload(teammate_client, "good.jsonl", rows, map_prompt="question", map_completion="answer")
+    version = settled(version, default_worker)
+    assert version.status == VersionStatus.READY, version.errors
+    assert version.row_count == 50
+    assert version.statistics["fields"]["prompt"]["min"] == 2 and version.statistics["fields"]["prompt"]["max"] == 3
+    assert version.absolute_path.is_file()
+
+
+def test_a_bad_upload_fails_with_its_line_numbers(teammate_client, default_worker):
+    rows = (b'{"prompt": "a", "completion": "b"}\n'
+            b'{"prompt": "a"}\n'
+            b'{"prompt": "a", "completion": "b"}\n'
+            b'{"prompt": "a", "completion": \n')
+    version = settled(upload(teammate_client, "bad.jsonl", rows), default_worker)
+    assert version.status == VersionStatus.FAILED
+    assert [(error["line"], error["code"]) for error in version.errors] == [(2, "missing_field"), (4, "json")]
+    assert version.error_count == 2
+    assert not version.absolute_path.exists()
