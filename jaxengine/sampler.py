@@ -1,0 +1,360 @@
+"""Batched generation with a KV cache: prefill, then a decode loop that runs on the device.
+
+Design note.
+
+* Static shapes. A batch is left-padded to ``[B, T]`` and the cache has ``S`` slots, where B, T and
+  ``S ≥ T + max_new_tokens`` are rounded up to length buckets (powers of two, at least
+  ``min_bucket``). Everything else — prompt lengths, max_new_tokens, temperature, top-k, top-p, seed,
+  stop ids — enters the compiled function as data, so calls that land in the same buckets reuse one
+  executable. Only the sampling mode (greedy / sampling / sampling with top-k or top-p filtering) and
+  whether a host callback is needed are compile-time switches.
+* One device call per generate(). Prefill and the whole decode loop (``jax.lax.while_loop``, which
+  stops as soon as every row is done) are one jitted function: no host round trip per token. Measured
+  on CPU against a host loop around a jitted, cache-donating decode step, the device loop was faster
+  (figures in bench/RESULTS.md). Streaming and stop strings need the host once per token: then the
+  loop calls ``jax.experimental.io_callback`` with the new tokens, and the callback returns which
+  rows a stop string ended (its result feeds the loop state, which keeps the calls in order).
+* Masks. Row b has ``pad_b`` padding slots in front. Query t of the prefill sees slots
+  ``pad_b ≤ s ≤ t``; a decode step writing slot ``i`` sees slots ``pad_b ≤ s ≤ i``. Rotary positions
+  count real tokens only, so a padded prompt gets the same positions as an unpadded one.
+* Sampling. Temperature 0 is greedy (argmax). Otherwise logits are divided by the temperature, then
+  top-k keeps the k largest (0 = off), then top-p keeps the smallest set of most likely tokens whose
+  probability reaches p (1 = off), and a token is drawn. Ties at a threshold are kept. Random keys are
+  ``fold_in(fold_in(key(seed), row), step)``: the same seed and batch give the same output.
+* Logprobs are those of the generated tokens under the model's own distribution
+  (``log_softmax(logits)``, before temperature and filtering), i.e. what a trainer recomputes for
+  the policy.
+* Stopping. A row stops at a stop id (the tokenizer's ``eos_ids`` plus ``stop_token_ids``; the stop
+  token is kept in ``token_ids`` and ``logprobs``), at a stop string (the text is cut before it; the
+  tokens up to the one that completed it are kept), or after ``max_new_tokens`` (finish_reason
+  ``length``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.experimental import io_callback
+
+from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
+
+OnToken = Callable[[int, int, str], None]  # (row index, token id, text delta)
+
+_STOP_ID_SLOTS = 8  # stop-id arrays are padded to a multiple of this so their length rarely changes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """How to sample. ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` switch those filters off."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"SamplingParams.temperature must be a finite number ≥ 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be ≥ 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"SamplingParams.seed must be in [0, 2**32), got {self.seed}")
+        if any(not stop for stop in self.stop_strings):
+            raise ValueError("SamplingParams.stop_strings must not contain an empty string")
+        object.__setattr__(self, "stop_token_ids", tuple(int(token_id) for token_id in self.stop_token_ids))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Generation:
+    """One completion. ``logprobs[i]`` is the float32 log-probability of ``token_ids[i]``."""
+
+    text: str
+    token_ids: list[int]
+    prompt_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length"
+
+
+def bucket_length(length: int, *, minimum: int) -> int:
+    """The smallest power of two ≥ ``length`` and ≥ ``minimum`` (a compile-shape bucket)."""
+    return max(minimum, 1 << max(0, length - 1).bit_length())
+
+
+def filter_logits(logits_bv: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Sets logits outside the top-k, then outside the top-p nucleus, to -inf (see module note).
+
+    ``top_k``: int32 scalar, 0 = off. ``top_p``: float32 scalar, 1 = off.
+    """
+    vocab_size = logits_bv.shape[-1]
+    sorted_bv = -jnp.sort(-logits_bv, axis=-1)  # descending
+    rank_v = jnp.arange(vocab_size)
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab_size), vocab_size)
+    sorted_bv = jnp.where(rank_v[None, :] < k, sorted_bv, -jnp.inf)
+    probs_bv = jax.nn.softmax(sorted_bv, axis=-1)
+    mass_before_bv = jnp.cumsum(probs_bv, axis=-1) - probs_bv
+    # Keep a token while the mass of the more likely ones is still below p; the first is always kept.
+    keep_count_b = jnp.maximum(jnp.sum((mass_before_bv < top_p) & (rank_v[None, :] < k), axis=-1), 1)
+    threshold_b1 = jnp.take_along_axis(sorted_bv, keep_count_b[:, None] - 1, axis=-1)
+    return jnp.where(logits_bv >= threshold_b1, logits_bv, -jnp.inf)
+
+
+def _sample(logits_bv, keys_b, temperature, top_k, top_p, *, greedy: bool, filtered: bool) -> jax.Array:
+    if greedy:
+        return jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
+    scaled_bv = logits_bv / temperature
+    if filtered:
+        scaled_bv = filter_logits(scaled_bv, top_k, top_p)
+    return jax.vmap(jax.random.categorical)(keys_b, scaled_bv).astype(jnp.int32)
+
+
+def _token_logprobs(logits_bv: jax.Array, tokens_b: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(jax.nn.log_softmax(logits_bv, axis=-1), tokens_b[:, None], axis=-1)[:, 0]
+
+
+def prefill(model, input_ids_bt: jax.Array, pad_counts_b: jax.Array, *, total_length: int, cache_dtype=None):
+    """Runs left-padded prompts [B, T] through ``model`` into a fresh cache of ``total_length`` slots.
+
+    ``pad_counts_b``: padding tokens in front of each row. Returns (float32 logits [B, V] of each
+    row's last prompt token, the cache with slots [0, T) written).
+    """
+    batch, prompt_length = input_ids_bt.shape
+    slots_s = jnp.arange(total_length, dtype=jnp.int32)
+    prompt_slots_t = jnp.arange(prompt_length, dtype=jnp.int32)
+    # [B, T, S]: causal over slots, padding slots hidden.
+    mask_bts = ((slots_s[None, None, :] >= pad_counts_b[:, None, None])
+                & (slots_s[None, None, :] <= prompt_slots_t[None, :, None]))
+    positions_bt = jnp.maximum(prompt_slots_t[None, :] - pad_counts_b[:, None], 0)
+    cache = model.init_cache(batch_size=batch, max_length=total_length, dtype=cache_dtype)
+    hidden_btd, cache = model.hidden_states(input_ids_bt, positions_bt, attention_mask_bts=mask_bts, cache=cache)
+    return model.logits(hidden_btd[:, -1:])[:, 0], cache
+
+
+def decode(model, token_b: jax.Array, positions_b: jax.Array, pad_counts_b: jax.Array, cache):
+    """Feeds one token per row at rotary ``positions_b`` into the next cache slot.
+
+    Returns (float32 logits [B, V] for the following token, the advanced cache).
+    """
+    slots_s = jnp.arange(cache.max_length, dtype=jnp.int32)
+    # [B, 1, S]: the new token sees every real slot up to and including its own.
+    mask_b1s = ((slots_s[None, :] >= pad_counts_b[:, None]) & (slots_s[None, :] <= cache.index))[:, None, :]
+    logits_b1v, cache = model(token_b[:, None], positions_b[:, None], attention_mask_bts=mask_b1s, cache=cache)
+    return logits_b1v[:, 0], cache
+
+
+class _Stream:
+    """Host side of one streaming/stop-string generate(): text per row, deltas, stop-string detection."""
+
+    def __init__(self, tokenizer: Tokenizer, *, row_count: int, on_token: OnToken | None,
+                 stop_strings: tuple[str, ...], max_new_tokens: int):
+        self.on_token = on_token
+        self.stop_strings = stop_strings
+        self.max_new_tokens = max_new_tokens
+        self.decoders = [IncrementalDecoder(tokenizer) for _ in range(row_count)]
+        self.texts = [""] * row_count  # decoded text so far
+        self.emitted = [0] * row_count  # characters of texts already passed to on_token
+        self.stopped = [False] * row_count
+
+    def _held_back(self, text: str) -> int:
+        """Length of the longest end of ``text`` that could still grow into a stop string."""
+        return max((size for stop in self.stop_strings for size in range(min(len(stop) - 1, len(text)), 0, -1)
+                    if text.endswith(stop[:size])), default=0)
+
+    def step(self, step: int, tokens: np.ndarray, active: np.ndarray, done: np.ndarray) -> np.ndarray:
+        stop_now = np.zeros(tokens.shape, np.bool_)
+        for row in range(len(self.decoders)):
+            if not active[row]:
+                continue
+            decoder = self.decoders[row]
+            token_id = int(tokens[row])
+            finished = bool(done[row]) or step + 1 >= self.max_new_tokens
+            self.texts[row] += decoder.push(token_id)
+            end = len(self.texts[row])
+            if finished:
+                self.texts[row] += decoder.flush()
+                end = len(self.texts[row])
+            if self.stop_strings:
+                found = [self.texts[row].find(stop) for stop in self.stop_strings]
+                found = [position for position in found if position >= 0]
+                if found:
+                    end = min(found)
+                    stop_now[row] = True
+                    self.stopped[row] = True
+                elif not finished:
+                    end -= self._held_back(self.texts[row])
+            if self.on_token is not None:
+                delta = self.texts[row][self.emitted[row]:max(end, self.emitted[row])]
+                self.emitted[row] = max(end, self.emitted[row])
+                self.on_token(row, token_id, delta)
+        return stop_now
+
+
+class Sampler:
+    """Generates from a ``CausalLM`` (see ``jaxengine.models``) and a ``Tokenizer``.
+
+    ``min_bucket``: smallest prompt-length and total-length bucket. ``cache_dtype``: KV cache dtype
+    (default the model's compute dtype).
+    """
+
+    def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None):
+        self.tokenizer = tokenizer
+        self.min_bucket = min_bucket
+        self.config = model.config
+        self._graphdef, self._state = nnx.split(model)
+        self._cache_dtype = cache_dtype
+        self._stream: _Stream | None = None
+        self.trace_count = 0  # times the generation function was traced (each trace is one compile)
+        self._generate_jit = jax.jit(
+            self._generate_device, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
+
+    def _stream_callback(self, step, tokens_b, active_b, done_b):
+        # A bound method of a long-lived object: io_callback keys compiled code on the callable, so it
+        # must be the same one on every call; the per-call state lives in self._stream.
+        return self._stream.step(int(step), np.asarray(tokens_b), np.asarray(active_b), np.asarray(done_b))
+
+    def _generate_device(self, state, input_ids_bt, pad_counts_b, row_valid_b, max_new_tokens, temperature,
+                         top_k, top_p, seed, stop_ids_n, *, total_length: int, greedy: bool, filtered: bool,
+                         with_callback: bool):
+        self.trace_count += 1
+        model = nnx.merge(self._graphdef, state)
+        batch, prompt_length = input_ids_bt.shape
+        generated_capacity = total_length - prompt_length
+        logits_bv, cache = prefill(model, input_ids_bt, pad_counts_b, total_length=total_length,
+                                   cache_dtype=self._cache_dtype)
+        prompt_lengths_b = prompt_length - pad_counts_b
+
+        base_key = jax.random.key(seed)
+        row_keys_b = jax.vmap(lambda row: jax.random.fold_in(base_key, row))(jnp.arange(batch))
+
+        def sample(logits_bv, step):
+            keys_b = jax.vmap(lambda key: jax.random.fold_in(key, step))(row_keys_b)
+            return _sample(logits_bv, keys_b, temperature, top_k, top_p, greedy=greedy, filtered=filtered)
+
+        def record(carry, logits_bv, step):
+            tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b = carry
+            active_b = ~done_b
+            token_b = sample(logits_bv, step)
+            logprob_b = _token_logprobs(logits_bv, token_b)
+            tokens_bn = jax.lax.dynamic_update_slice(tokens_bn, jnp.where(active_b, token_b, 0)[:, None], (0, step))
+            logprobs_bn = jax.lax.dynamic_update_slice(
+                logprobs_bn, jnp.where(active_b, logprob_b, 0.0)[:, None], (0, step))
+            lengths_b = lengths_b + active_b.astype(jnp.int32)
+            hit_stop_b = active_b & jnp.any(token_b[:, None] == stop_ids_n[None, :], axis=-1)
+            if with_callback:
+                string_stop_b = io_callback(
+                    self._stream_callback, jax.ShapeDtypeStruct((batch,), jnp.bool_), step, token_b, active_b,
+                    done_b | hit_stop_b)
+                hit_stop_b = hit_stop_b | (active_b & string_stop_b)
+            stopped_b = stopped_b | hit_stop_b
+            done_b = done_b | hit_stop_b
+            return token_b, (tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b)
+
+        outputs = (
+            jnp.zeros((batch, generated_capacity), jnp.int32),
+            jnp.zeros((batch, generated_capacity), jnp.float32),
+            jnp.zeros((batch,), jnp.int32),
+            ~row_valid_b,
+            jnp.zeros((batch,), jnp.bool_),
+        )
+        token_b, outputs = record(outputs, logits_bv, jnp.int32(0))
+
+        def keep_going(loop_state):
+            step, _, _, outputs = loop_state
+            return (step < max_new_tokens) & ~jnp.all(outputs[3])
+
+        def decode_step(loop_state):
+            step, token_b, cache, outputs = loop_state
+            logits_bv, cache = decode(model, token_b, prompt_lengths_b + step - 1, pad_counts_b, cache)
+            token_b, outputs = record(outputs, logits_bv, step)
+            return step + 1, token_b, cache, outputs
+
+        _, _, _, outputs = jax.lax.while_loop(keep_going, decode_step, (jnp.int32(1), token_b, cache, outputs))
+        tokens_bn, logprobs_bn, lengths_b, _, stopped_b = outputs
+        return tokens_bn, logprobs_bn, lengths_b, stopped_b
+
+    def _prompt_ids(self, prompts: Sequence[str | Sequence[int]], add_special_tokens: bool) -> list[list[int]]:
+        prompt_ids = []
+        for index, prompt in enumerate(prompts):
+            ids = (self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens) if isinstance(prompt, str)
+                   else [int(token_id) for token_id in prompt])
+            if not ids:
+                raise ValueError(f"prompt {index} is empty after tokenization; give at least one token")
+            if max(ids) >= self.config.vocab_size or min(ids) < 0:
+                raise ValueError(f"prompt {index} has token id {max(ids)} outside the model's vocabulary "
+                                 f"(vocab_size={self.config.vocab_size}); is the tokenizer the model's own?")
+            prompt_ids.append(ids)
+        return prompt_ids
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], params: SamplingParams, *,
+                 on_token: OnToken | None = None, add_special_tokens: bool = True) -> list[Generation]:
+        """Completes each prompt (a string, or a list of token ids used as given).
+
+        String prompts are encoded with ``add_special_tokens`` (BOS as the tokenizer is configured); pass
+        ``False`` for text that already holds them, e.g. a rendered chat template. ``on_token(row,
+        token_id, text_delta)`` is called for every generated token, in order; a row's deltas join up to
+        its final ``text``.
+        """
+        if not prompts:
+            return []
+        prompt_ids = self._prompt_ids(prompts, add_special_tokens)
+        longest = max(len(ids) for ids in prompt_ids)
+        context = self.config.max_position_embeddings
+        if longest + params.max_new_tokens > context:
+            raise ValueError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) "
+                             f"exceeds the model's context length ({context}); shorten the prompt or generate less")
+        batch = bucket_length(len(prompt_ids), minimum=1)
+        prompt_length = bucket_length(longest, minimum=self.min_bucket)
+        total_length = bucket_length(prompt_length + params.max_new_tokens, minimum=self.min_bucket)
+        # Padding slots are masked out, but their ids still go through the embedding: 0 is always valid.
+        input_ids_bt = np.zeros((batch, prompt_length), np.int32)
+        pad_counts_b = np.full((batch,), prompt_length - 1, np.int32)  # batch-padding rows hold one pad token
+        for row, ids in enumerate(prompt_ids):
+            input_ids_bt[row, prompt_length - len(ids):] = ids
+            pad_counts_b[row] = prompt_length - len(ids)
+        row_valid_b = np.arange(batch) < len(prompt_ids)
+        stop_ids = list(dict.fromkeys([*self.tokenizer.eos_ids, *params.stop_token_ids]))
+        stop_ids_n = np.full(max(1, -(-len(stop_ids) // _STOP_ID_SLOTS)) * _STOP_ID_SLOTS, -1, np.int32)
+        stop_ids_n[:len(stop_ids)] = stop_ids
+
+        with_callback = on_token is not None or bool(params.stop_strings)
+        self._stream = _Stream(self.tokenizer, row_count=len(prompt_ids), on_token=on_token,
+                               stop_strings=params.stop_strings, max_new_tokens=params.max_new_tokens)
+        try:
+            outputs = self._generate_jit(
+                self._state, input_ids_bt, pad_counts_b, row_valid_b, np.int32(params.max_new_tokens),
+                np.float32(params.temperature if not params.greedy else 1.0), np.int32(params.top_k),
+                np.float32(params.top_p), np.uint32(params.seed), stop_ids_n,
+                total_length=total_length, greedy=params.greedy,
+                filtered=not params.greedy and (params.top_k > 0 or params.top_p < 1), with_callback=with_callback)
+            tokens_bn, logprobs_bn, lengths_b, stopped_b = jax.device_get(outputs)
+        finally:
+            self._stream = None
+        return [self._generation(ids, tokens_bn[row, :lengths_b[row]], logprobs_bn[row, :lengths_b[row]],
+                                 bool(stopped_b[row]), params)
+                for row, ids in enumerate(prompt_ids)]
+
+    def _generation(self, prompt_ids, token_ids, logprobs, stopped: bool, params: SamplingParams) -> Generation:
+        token_ids = [int(token_id) for token_id in token_ids]
+        text = self.tokenizer.decode(token_ids)
+        positions = [position for position in (text.find(stop) for stop in params.stop_strings) if position >= 0]
+        if positions:
+            text = text[:min(positions)]
+        return Generation(text=text, token_ids=token_ids, prompt_token_ids=list(prompt_ids),
+                          logprobs=[float(value) for value in logprobs],
+                          finish_reason="stop" if stopped or positions else "length")

@@ -1,0 +1,200 @@
+"""Sampler: cached decoding against full forward passes, transformers' greedy generate, sampling
+filters by hand, stopping, streaming, seeds and the compile count."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.models import build_model, preset
+from jaxengine.sampler import Sampler, SamplingParams, bucket_length, decode, filter_logits, prefill
+from jaxengine.tokenizer import load_tokenizer
+from tests import factories
+
+PROMPTS = ["Hello world", "the quick brown fox jumps over the lazy dog and", "你好 🙂"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return load_tokenizer(factories.build_bpe_tokenizer_dir(tmp_path_factory.mktemp("qwen-tokenizer")))
+
+
+@pytest.fixture(scope="module")
+def sampler(tokenizer):
+    config = preset("tiny-qwen3").replace(vocab_size=tokenizer.vocab_size)
+    model = build_model(config, rngs=nnx.Rngs(0))
+    # Scaled-up weights give peaked, varied greedy output instead of one token repeated.
+    nnx.update(model, jax.tree.map(lambda value: value * 4, nnx.state(model, nnx.Param)))
+    return Sampler(model, tokenizer)
+
+
+def test_bucket_length():
+    assert [bucket_length(n, minimum=16) for n in (1, 16, 17, 32, 33, 100)] == [16, 16, 32, 32, 64, 128]
+    assert [bucket_length(n, minimum=1) for n in (1, 2, 3, 5)] == [1, 2, 4, 8]
+
+
+def test_filter_logits_by_hand():
+    # probabilities 0.5, 0.25, 0.125, 0.125 (logits are their logs), in shuffled order
+    logits = jnp.log(jnp.array([[0.125, 0.5, 0.125, 0.25]]))
+    kept = lambda top_k, top_p: np.isfinite(np.asarray(filter_logits(logits, jnp.int32(top_k), jnp.float32(top_p))))
+    assert kept(0, 1.0).tolist() == [[True, True, True, True]]
+    assert kept(1, 1.0).tolist() == [[False, True, False, False]]
+    assert kept(2, 1.0).tolist() == [[False, True, False, True]]
+    assert kept(0, 0.5).tolist() == [[False, True, False, False]]  # 0.5 alone reaches p
+    assert kept(0, 0.6).tolist() == [[False, True, False, True]]  # needs 0.5 + 0.25
+    assert kept(0, 0.8).tolist() == [[True, True, True, True]]  # 0.75 < 0.8; the two 0.125 ties are both kept
+    # top-p applies to the top-k renormalised distribution: top-2 gives 2/3, 1/3, so p=0.6 keeps one
+    assert kept(2, 0.6).tolist() == [[False, True, False, False]]
+    kept_values = filter_logits(logits, jnp.int32(2), jnp.float32(1.0))
+    np.testing.assert_array_equal(np.asarray(kept_values)[0, [1, 3]], np.asarray(logits)[0, [1, 3]])
+
+
+@pytest.mark.parametrize("kind", ["tiny-gemma3"])  # sliding and global layers: both mask paths
+def test_cached_decode_logits_equal_full_forward_with_left_padding(kind):
+    config = preset(kind)  # tiny-gemma3 has a sliding window shorter than these sequences
+    model = build_model(config, rngs=nnx.Rngs(1))
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(3, config.vocab_size, size=length).tolist() for length in (9, 4)]
+    continuation = rng.integers(3, config.vocab_size, size=(2, 5))
+    prompt_length = 12
+    input_ids_bt = np.zeros((2, prompt_length), np.int32)
+    pad_counts_b = np.array([prompt_length - len(row) for row in rows], np.int32)
+    for row, ids in enumerate(rows):
+        input_ids_bt[row, pad_counts_b[row]:] = ids
+    jit_prefill = nnx.jit(prefill, static_argnames=("total_length",))
+    jit_decode = nnx.jit(decode)
+    logits_bv, cache = jit_prefill(model, jnp.asarray(input_ids_bt), jnp.asarray(pad_counts_b), total_length=32)
+    cached = [logits_bv]
+    for step in range(continuation.shape[1]):
+        positions_b = jnp.asarray([len(row) + step for row in rows])
+        logits_bv, cache = jit_decode(model, jnp.asarray(continuation[:, step]), positions_b,
+                                      jnp.asarray(pad_counts_b), cache)
+        cached.append(logits_bv)
+    cached_bnv = np.stack([np.asarray(logits) for logits in cached], axis=1)
+    for row, ids in enumerate(rows):
+        full_ids = ids + continuation[row].tolist()
+        full_logits, _ = nnx.jit(lambda model, ids_bt: model(ids_bt, jnp.arange(ids_bt.shape[1])[None]))(
+            model, jnp.asarray([full_ids]))
+        expected = np.asarray(full_logits)[0, len(ids) - 1:]
+        np.testing.assert_allclose(cached_bnv[row], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["gemma3"])  # per-family greedy parity is in tests/jaxengine/models
+def test_greedy_batch_matches_transformers_generate(kind, tiny_hf_model_dir, tokenizer):
+    model_dir = tiny_hf_model_dir(kind)
+    model, config = load_hf_model(model_dir)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, config.vocab_size, size=length).tolist() for length in (7, 3, 12)]
+    sampler = Sampler(model, tokenizer)  # this tokenizer's stop ids lie outside the tiny vocabulary
+    generations = sampler.generate(prompts, SamplingParams(max_new_tokens=32, temperature=0))
+    reference = factories.load_hf_reference(model_dir)
+    reference.generation_config.eos_token_id = None
+    for prompt, generation in zip(prompts, generations):
+        with torch.no_grad():
+            expected = reference.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+                                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=0)
+        assert generation.token_ids == expected[0, len(prompt):].tolist()
+        assert generation.prompt_token_ids == prompt
+        assert generation.finish_reason == "length"
+        # logprobs are the model's own: compare with transformers' log-softmax over the full sequence
+        with torch.no_grad():
+            logits = reference(expected).logits[0, len(prompt) - 1:-1].log_softmax(-1)
+        expected_logprobs = logits[torch.arange(32), expected[0, len(prompt):]].numpy()
+        np.testing.assert_allclose(generation.logprobs, expected_logprobs, atol=1e-4, rtol=0)
+
+
+def test_second_call_in_same_buckets_does_not_compile(sampler):
+    params = SamplingParams(max_new_tokens=10, temperature=0)
+    first = sampler.generate(PROMPTS, params)
+    traces, cache_size = sampler.trace_count, sampler._generate_jit._cache_size()
+    # Different prompt lengths and count (3 -> 4 rows either way), fewer new tokens: same buckets.
+    second = sampler.generate(["Hi", "a b c d e f g h i j", "x y", "model"], SamplingParams(max_new_tokens=7, temperature=0))
+    assert (sampler.trace_count, sampler._generate_jit._cache_size()) == (traces, cache_size)
+    assert [len(generation.token_ids) for generation in second] == [7, 7, 7, 7]
+    assert [len(generation.token_ids) for generation in first] == [10, 10, 10]
+    # A prompt past the 16-token bucket does compile a new shape.
+    sampler.generate([" ".join(["word"] * 20)], params)
+    assert sampler.trace_count == traces + 1
+
+
+def test_rows_are_independent_of_their_batch(sampler):
+    params = SamplingParams(max_new_tokens=8, temperature=0)
+    together = sampler.generate(PROMPTS, params)
+    for prompt, generation in zip(PROMPTS, together):
+        alone = sampler.generate([prompt], params)[0]
+        assert alone.token_ids == generation.token_ids
+        np.testing.assert_allclose(alone.logprobs, generation.logprobs, atol=1e-5)
+
+
+def test_seeds_make_sampling_reproducible(sampler):
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    first, again = sampler.generate(PROMPTS, params), sampler.generate(PROMPTS, params)
+    other = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=1.0, seed=8))
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
+    greedy = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0))
+    assert [g.token_ids for g in first] != [g.token_ids for g in greedy]
+
+
+def test_top_k_one_is_greedy(sampler):
+    greedy = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0))
+    top1 = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=2.0, top_k=1, seed=3))
+    assert [g.token_ids for g in top1] == [g.token_ids for g in greedy]
+    tiny_nucleus = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=2.0, top_p=1e-6, seed=4))
+    assert [g.token_ids for g in tiny_nucleus] == [g.token_ids for g in greedy]
+
+
+def test_stop_token_ids_end_a_row(sampler):
+    full = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0))
+    stop_id = full[1].token_ids[4]
+    stopped = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0, stop_token_ids=(stop_id,)))
+    cut = full[1].token_ids.index(stop_id) + 1
+    assert stopped[1].token_ids == full[1].token_ids[:cut]  # the stop token is kept
+    assert stopped[1].finish_reason == "stop"
+    assert len(stopped[1].logprobs) == cut
+    for before, after in zip(full, stopped):
+        if stop_id not in before.token_ids:
+            assert after.token_ids == before.token_ids and after.finish_reason == "length"
+
+
+def test_stop_strings_and_streaming(sampler, tokenizer):
+    full = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=16, temperature=0))
+    text = full[0].text
+    # The first ASCII letter or digit that first appears after two characters.
+    stop = next(char for index, char in enumerate(text) if index >= 2 and char.isascii() and char.isalnum()
+                and text.index(char) == index)
+    streamed: list[tuple[int, int, str]] = []
+    params = SamplingParams(max_new_tokens=16, temperature=0, stop_strings=(stop,))
+    stopped = sampler.generate(PROMPTS, params, on_token=lambda row, token_id, delta: streamed.append((row, token_id, delta)))
+    assert stopped[0].text == text[:text.index(stop)]
+    assert stopped[0].finish_reason == "stop"
+    assert stop in tokenizer.decode(stopped[0].token_ids) and stop not in tokenizer.decode(stopped[0].token_ids[:-1])
+    assert stopped[0].token_ids == full[0].token_ids[:len(stopped[0].token_ids)]
+    for row, generation in enumerate(stopped):
+        row_events = [(token_id, delta) for event_row, token_id, delta in streamed if event_row == row]
+        assert [token_id for token_id, _ in row_events] == generation.token_ids
+        assert "".join(delta for _, delta in row_events) == generation.text
+
+
+def test_streaming_without_stop_strings_matches_plain_generation(sampler):
+    params = SamplingParams(max_new_tokens=9, temperature=0.8, top_p=0.9, seed=1)
+    plain = sampler.generate(PROMPTS[:2], params)
+    deltas = {0: [], 1: []}
+    streamed = sampler.generate(PROMPTS[:2], params, on_token=lambda row, token_id, delta: deltas[row].append(delta))
+    assert [g.token_ids for g in streamed] == [g.token_ids for g in plain]
+    assert ["".join(deltas[row]) for row in (0, 1)] == [g.text for g in plain]
+
+
+def test_it_rejects_bad_input(sampler):
+    with pytest.raises(ValueError, match="max_new_tokens must be at least 1"):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError, match="exceeds the model's context length"):
+        sampler.generate(["hi"], SamplingParams(max_new_tokens=10_000))
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        sampler.generate([[1, 10_000]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(ValueError, match="prompt 0 is empty"):
+        sampler.generate([""], SamplingParams(max_new_tokens=2))
