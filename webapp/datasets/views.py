@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -27,18 +28,23 @@ from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
 
+DATASETS_PER_PAGE = 50
+
 
 @login_required
 @require_http_methods(["GET"])
 def dataset_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
+    # Paged so that the page stays fast (bench/pages.py: < 100 ms at p95) however many datasets.
+    page = Paginator(selectors.dataset_list(project=project), DATASETS_PER_PAGE).get_page(request.GET.get("page"))
     return render(
         request,
         "datasets/list.html",
         {
             "project": project,
             "membership": membership,
-            "datasets": selectors.dataset_list(project=project),
+            "datasets": page.object_list,
+            "page": page,
             "can_upload": membership.can(Role.MEMBER),
         },
     )
