@@ -456,8 +456,15 @@ class _DecodedChunks:
         self._line_start = 0  # file offset where the line being read starts
 
     def read(self) -> str:
-        """The next chunk of text; an empty string at the end of the file."""
-        data = self._handle.read(_JSON_CHUNK_BYTES)
+        """The next chunk of text; an empty string only at the end of the file."""
+        while True:
+            data = self._handle.read(_JSON_CHUNK_BYTES)
+            text = self._decode(data)
+            # A chunk of only the start of a multi-byte character decodes to nothing yet.
+            if text or not data:
+                return text
+
+    def _decode(self, data: bytes) -> str:
         pending = self._decoder.getstate()[0]
         try:
             text = self._decoder.decode(data, final=not data)

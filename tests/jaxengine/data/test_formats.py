@@ -468,3 +468,10 @@ def test_iter_examples_stops_at_first_bad_row(tmp_path):
 def test_issue_round_trips_through_json():
     issue = formats.Issue(code="json", message="m", line=3, row=2, field="prompt")
     assert formats.Issue.from_dict(json.loads(json.dumps(issue.to_dict()))) == issue
+
+
+def test_json_chunk_holding_only_part_of_a_character(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 2)
+    path = tmp_path / "a.json"
+    path.write_text('[{"text": "日本"}]', encoding="utf-8")
+    assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))) == [{"text": "日本"}]
