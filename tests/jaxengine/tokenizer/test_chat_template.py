@@ -1,0 +1,126 @@
+"""Chat templates: rendered text and prompt ids identical to transformers' apply_chat_template."""
+import json
+
+import pytest
+import transformers
+
+from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, render_chat_template
+from jaxengine.tokenizer import load_tokenizer
+from tests import factories
+
+CONVERSATIONS = {
+    "user only": [{"role": "user", "content": "Hello!"}],
+    "system and user": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi  there 🙂"}],
+    "multi-turn": [
+        {"role": "system", "content": "  Answer in French.\n"},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "Quatre.\n"},
+        {"role": "user", "content": "And 你好?"},
+        {"role": "assistant", "content": "Bonjour, with <b>html</b> & \"quotes\"", "tool_calls": None},
+        {"role": "user", "content": "\tThanks\n\n"},
+    ],
+    "no system, several turns": [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("templates")
+    return {
+        "gemma (sentencepiece)": factories.build_sentencepiece_tokenizer_dir(root / "gemma"),
+        "chatml (qwen)": factories.build_bpe_tokenizer_dir(root / "qwen", style="qwen"),
+        "llama3": factories.build_bpe_tokenizer_dir(root / "llama3", style="llama3", template_file=True),
+    }
+
+
+@pytest.fixture(scope="module", params=["gemma (sentencepiece)", "chatml (qwen)", "llama3"])
+def pair(request, tokenizer_dirs):
+    model_dir = tokenizer_dirs[request.param]
+    return load_tokenizer(model_dir), transformers.AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.mark.parametrize("add_generation_prompt", [False, True])
+@pytest.mark.parametrize("conversation", list(CONVERSATIONS))
+def test_rendering_matches_transformers(pair, conversation, add_generation_prompt):
+    ours, reference = pair
+    messages = CONVERSATIONS[conversation]
+    expected = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    rendered = ours.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    assert rendered == expected
+    # The prompt ids too: transformers encodes the rendered text without adding special tokens.
+    expected_ids = reference.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                                 return_dict=False)
+    assert ours.encode(rendered) == list(expected_ids)
+
+
+def test_template_features_match_transformers(tokenizer_dirs):
+    # tojson (no HTML escaping, unicode kept) and a caller-supplied variable, through the Llama 3 template.
+    ours = load_tokenizer(tokenizer_dirs["llama3"])
+    reference = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dirs["llama3"]))
+    messages = [{"role": "user", "content": "x", "metadata": {"a": "<tag> & é", "n": [1, 2]}}]
+    expected = reference.apply_chat_template(messages, tokenize=False, date_string="01 Jan 2030")
+    assert ours.apply_chat_template(messages, date_string="01 Jan 2030") == expected
+    assert '{"a": "<tag> & é", "n": [1, 2]}' in expected
+
+
+def test_raise_exception_reaches_the_caller(tokenizer_dirs):
+    ours = load_tokenizer(tokenizer_dirs["gemma (sentencepiece)"])
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(ChatTemplateError, match="Conversation roles must alternate"):
+        ours.apply_chat_template(messages)
+
+
+def test_chat_template_file_wins_over_config(tmp_path):
+    model_dir = factories.build_bpe_tokenizer_dir(tmp_path, style="qwen", template_file=True)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ 'from the config' }}"
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    messages = CONVERSATIONS["user only"]
+    expected = transformers.AutoTokenizer.from_pretrained(str(model_dir)).apply_chat_template(messages, tokenize=False)
+    assert load_tokenizer(model_dir).apply_chat_template(messages) == expected
+    assert expected.startswith("<|im_start|>system")
+
+
+def test_named_templates_use_default(tmp_path):
+    model_dir = factories.build_bpe_tokenizer_dir(tmp_path, style="qwen")
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "tool_use", "template": "{{ 'tools' }}"},
+                               {"name": "default", "template": "{{ messages[0].content }}!"}]
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    assert load_tokenizer(model_dir).apply_chat_template(CONVERSATIONS["user only"]) == "Hello!!"
+
+
+def test_model_without_template_gets_the_chatml_default(tmp_path):
+    model_dir = factories.build_sentencepiece_tokenizer_dir(tmp_path, chat_template=None)
+    tokenizer = load_tokenizer(model_dir)
+    assert tokenizer.chat_template == DEFAULT_CHAT_TEMPLATE
+    rendered = tokenizer.apply_chat_template(CONVERSATIONS["system and user"], add_generation_prompt=True)
+    assert rendered == ("<|im_start|>system\nYou are terse.<|im_end|>\n"
+                        "<|im_start|>user\nHi  there 🙂<|im_end|>\n"
+                        "<|im_start|>assistant\n")
+
+
+def test_environment_matches_transformers_details(tokenizer_dirs):
+    messages = [{"role": "user", "content": "hi", "reasoning": "because", "extra": None}]
+    template = (
+        "{% for m in messages %}{{ m.thinking }}|{{ m.reasoning_content }}|{{ m.extra is defined }}{% endfor %}\n"
+        "{% set ns = namespace(count=0) %}{% for m in messages %}{% set ns.count = ns.count + 1 %}{% endfor %}"
+        "{{ ns.count }}{% for i in range(5) %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}"
+        "{% generation %}[{{ eos_token }}]{% endgeneration %}"
+    )
+    model_dir = tokenizer_dirs["gemma (sentencepiece)"]
+    ours = render_chat_template(template, messages, **load_tokenizer(model_dir).special_tokens_map)
+    reference = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    expected = reference.apply_chat_template(messages, chat_template=template, tokenize=False)
+    # None-valued keys are dropped, reasoning is aliased, trim_blocks eats the newline after a block tag.
+    assert ours == expected == "because|because|False101[</s>]"
+    with pytest.raises(Exception, match="underscore-prefixed"):
+        render_chat_template("{% set ns = namespace(_private=1) %}", messages)
+    with pytest.raises(ChatTemplateError, match="line 1"):
+        render_chat_template("{% if %}", messages)
+    with pytest.raises(ChatTemplateError, match="empty conversation"):
+        render_chat_template(DEFAULT_CHAT_TEMPLATE, [])
