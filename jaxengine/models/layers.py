@@ -52,6 +52,8 @@ class Linear(nnx.Module):
         self.compute_dtype = compute_dtype
         self.kernel = param(normal_init(rngs, (in_features, out_features), param_dtype), axes)
         self.bias = param(jnp.zeros((out_features,), param_dtype), (axes[1],)) if use_bias else None
+        # A LoRA adapter (jaxengine.peft.lora.apply_lora) that adds its low-rank update to the output.
+        self.lora = nnx.data(None)
 
     def __call__(self, x_bti: jax.Array, *, out_dtype=None) -> jax.Array:
         """Project the last axis; the result is ``out_dtype`` (default: the compute dtype)."""
@@ -62,6 +64,8 @@ class Linear(nnx.Module):
         )
         if self.bias is not None:
             y_bto = y_bto + self.bias[...].astype(jnp.float32)
+        if self.lora is not None:
+            y_bto = y_bto + self.lora(x_bti)
         return y_bto.astype(out_dtype)
 
 

@@ -1,0 +1,1 @@
+"""Parameter-efficient fine-tuning: LoRA adapters on the shared ``Linear`` projection."""
