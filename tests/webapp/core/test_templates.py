@@ -1,0 +1,26 @@
+"""Shared template pieces: filters and error pages."""
+import pytest
+
+from webapp.core.templatetags.temper import count_short
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "—"), (584, "584"), (1234, "1.23K"), (1_235_814_400, "1.24B"), (70_553_706_496, "70.6B"), (2 * 10**12, "2T")],
+)
+def test_count_short(value, expected):
+    assert count_short(value) == expected
+
+
+def test_404_page_names_no_project(team, client_for):
+    response = client_for(team.outsider).get("/p/alpha/")
+    assert response.status_code == 404
+    content = response.content.decode()
+    assert "belongs to a project you are not a member of" in content
+    assert "Project alpha" not in content
+
+
+def test_403_page_says_which_role_is_needed(team, client_for):
+    response = client_for(team.viewer).post("/p/alpha/members/", {"username": "x", "role": "member"})
+    assert response.status_code == 403
+    assert "this needs the owner role in alpha" in response.content.decode()
