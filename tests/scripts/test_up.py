@@ -135,10 +135,12 @@ def run_once(data_root: Path, log: Path, *, check_workers: bool) -> None:
         status, page = browser.get("/p/demo/")
         assert status == 200 and "Demo" in page
         if check_workers:
+            # Live, and with the devices their jax probe found (this host: CPU).
             wait_for(
-                lambda: browser.get("/workers/")[1].count("badge badge-ok") == 3, timeout=30, what="three live workers"
+                lambda: browser.get("/workers/")[1].count(" × cpu") == 3, timeout=40, what="three probed workers"
             )
             _, workers_page = browser.get("/workers/")
+            assert workers_page.count("badge badge-ok") == 3
             for queue in ("default", "train", "serve"):
                 assert f"<code>{queue}</code>" in workers_page
         children = session_processes(process.pid)
