@@ -49,6 +49,10 @@ if [ -z "${REDIS_URL:-}" ]; then
             --dir "$TEMPER_DATA" >"$TEMPER_DATA/logs/redis.log" 2>&1 &
         pids+=($!)
         for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+        if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+            echo "Redis did not start on port $REDIS_PORT; see $TEMPER_DATA/logs/redis.log (set TEMPER_REDIS_PORT to use another port)" >&2
+            exit 1
+        fi
     fi
     export REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 fi

@@ -170,3 +170,15 @@ def test_make_up_starts_everything_and_ctrl_c_stops_it_twice(tmp_path):
     assert output.count(f"admin account: {ADMIN_USER} / {ADMIN_PASSWORD}") == 1
     assert output.count("demo project created") == 1
     assert output.count("Temper stopped.") == 2
+
+
+def test_it_refuses_a_port_in_use(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        log = tmp_path / "up.log"
+        process = start_up(tmp_path / "data", port, free_port(), log)
+        assert process.wait(timeout=20) == 1
+    assert f"port {port} is already in use" in log.read_text()
+    assert not (tmp_path / "data").exists(), "nothing is set up when the port is taken"

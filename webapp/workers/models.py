@@ -8,6 +8,9 @@ from datetime import timedelta
 from django.db import models
 
 STALE_AFTER = timedelta(seconds=60)
+# Workers silent for longer than this are gone (a container replaced, a host retired):
+# they leave the Workers page and /metrics, though their rows stay for the record.
+FORGET_AFTER = timedelta(days=1)
 
 
 class WorkerState(models.TextChoices):

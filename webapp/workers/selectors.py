@@ -5,14 +5,14 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from webapp.workers.models import STALE_AFTER, Worker
+from webapp.workers.models import FORGET_AFTER, STALE_AFTER, Worker
 
 
 def worker_list(*, now: datetime | None = None) -> list[Worker]:
-    """Every worker that ever reported, by name, each with ``state`` set
-    (alive / stale / stopped) as of ``now``."""
+    """The workers heard from within ``FORGET_AFTER``, by name, each with ``state``
+    set (alive / stale / stopped) as of ``now``."""
     now = now or timezone.now()
-    workers = list(Worker.objects.order_by("name"))
+    workers = list(Worker.objects.filter(last_seen__gte=now - FORGET_AFTER).order_by("name"))
     for worker in workers:
         worker.state = worker.state_at(now)
     return workers

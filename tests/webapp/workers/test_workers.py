@@ -42,6 +42,14 @@ def test_states_alive_stale_stopped(db):
     assert selectors.workers_alive_count(now=now) == 1
 
 
+def test_workers_silent_for_a_day_are_forgotten(db):
+    now = timezone.now()
+    record("old@gone")
+    Worker.objects.filter(name="old@gone").update(last_seen=now - timedelta(days=1, seconds=1))
+    record("new@here")
+    assert [worker.name for worker in selectors.worker_list(now=now)] == ["new@here"]
+
+
 def test_a_restarted_worker_is_alive_again_and_old_shutdown_does_not_stop_it(db):
     record("default@a", pid=1)
     worker_mark_stopped(name="default@a", pid=1)
