@@ -1,0 +1,82 @@
+"""A team forms in the browser: the owner adds a teammate by username and changes
+their role, the teammate sees the project, a removed member loses it, and everyone
+can log out and change their password."""
+import pytest
+
+from tests.webapp.factories import PASSWORD, make_user
+from webapp.projects.models import Membership, Role
+
+pytestmark = pytest.mark.browser
+
+
+def log_in(page, base_url, username, password=PASSWORD):
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base_url}/")
+
+
+def log_out(page):
+    page.get_by_role("button", name="Log out").click()
+    page.wait_for_url("**/accounts/login/")
+
+
+def test_owner_manages_the_team(page, live_server):
+    base = live_server.url
+    make_user("olga")
+    make_user("tom")
+    log_in(page, base, "olga")
+    page.get_by_role("link", name="New project").click()
+    page.fill("#id_name", "Reward models")
+    page.fill("#id_slug", "reward-models")
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url(f"{base}/p/reward-models/")
+
+    page.locator("nav.subnav").get_by_role("link", name="Members").click()
+    page.fill("#id_username", "tom")
+    page.select_option("#id_role", "viewer")
+    page.get_by_role("button", name="Add member").click()
+    assert "tom added as viewer" in page.locator(".messages").inner_text()
+    page.select_option("select[aria-label='Role of tom']", "member")
+    page.locator("tr", has_text="tom").get_by_role("button", name="Change").click()
+    assert "tom is now member" in page.locator(".messages").inner_text()
+    assert Membership.objects.get(project__slug="reward-models", user__username="tom").role == Role.MEMBER
+
+    page.fill("#id_username", "nobody")
+    page.get_by_role("button", name="Add member").click()
+    assert "no active user is named 'nobody'" in page.locator(".field .error").inner_text()
+    log_out(page)
+
+    log_in(page, base, "tom")
+    page.get_by_role("link", name="Reward models").click()
+    assert page.locator("nav.subnav .role").text_content() == "Member"
+    page.locator("nav.subnav").get_by_role("link", name="Members").click()
+    assert page.get_by_role("button", name="Add member").count() == 0, "members do not manage members"
+    log_out(page)
+
+    log_in(page, base, "olga")
+    page.goto(f"{base}/p/reward-models/members/")
+    page.locator("tr", has_text="tom").get_by_role("button", name="Remove").click()
+    assert "tom removed" in page.locator(".messages").inner_text()
+    log_out(page)
+
+    log_in(page, base, "tom")
+    assert page.locator("table").count() == 0 and "not a member of any project" in page.content()
+    response = page.goto(f"{base}/p/reward-models/")
+    assert response.status == 404
+
+
+def test_password_change(page, live_server):
+    base = live_server.url
+    make_user("pat")
+    log_in(page, base, "pat")
+    page.get_by_role("link", name="pat").click()
+    page.fill("#id_old_password", PASSWORD)
+    page.fill("#id_new_password1", "a-brand-new-phrase")
+    page.fill("#id_new_password2", "a-brand-new-phrase")
+    page.get_by_role("button", name="Change password").click()
+    page.wait_for_url("**/accounts/password/done/")
+    log_out(page)
+    log_in(page, base, "pat", "a-brand-new-phrase")
+    assert page.get_by_role("heading", name="Projects").is_visible()
