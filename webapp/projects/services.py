@@ -8,7 +8,7 @@ import re
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from webapp.projects.models import Membership, Project, Role
 
@@ -41,9 +41,15 @@ def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
     if not name:
         raise ValidationError({"name": "the project name must not be empty"})
     _validate_slug(slug)
+    taken = ValidationError({"slug": f"a project with slug {slug!r} already exists; choose another"})
     if Project.objects.filter(slug=slug).exists():
-        raise ValidationError({"slug": f"a project with slug {slug!r} already exists; choose another"})
-    project = Project.objects.create(name=name, slug=slug)
+        raise taken
+    try:
+        # A savepoint: two people may claim the same slug at the same moment.
+        with transaction.atomic():
+            project = Project.objects.create(name=name, slug=slug)
+    except IntegrityError as error:
+        raise taken from error
     Membership.objects.create(project=project, user=owner, role=Role.OWNER)
     return project
 
