@@ -3,7 +3,7 @@ from django.core.exceptions import ValidationError
 
 from tests.webapp.factories import make_user
 from webapp.projects import selectors, services
-from webapp.projects.models import Membership, Role
+from webapp.projects.models import Membership, Project, Role
 
 
 def test_project_create_makes_the_creator_owner(db):
@@ -69,3 +69,17 @@ def test_project_list_for_user_shows_own_projects_with_role_and_size(team):
 def test_membership_list_orders_owners_first(team):
     names = [m.user.username for m in selectors.membership_list(project=team.project)]
     assert names == ["alpha-owner", "alpha-teammate", "alpha-viewer"]
+
+
+def test_project_create_turns_a_lost_slug_race_into_a_validation_error(team, monkeypatch):
+    class NothingFound:
+        def exists(self):
+            return False
+
+    # As if another request created "alpha" between our check and our insert.
+    monkeypatch.setattr(Project.objects, "filter", lambda **lookups: NothingFound())
+    with pytest.raises(ValidationError, match="already exists"):
+        services.project_create(name="again", slug="alpha", owner=team.outsider)
+    monkeypatch.undo()
+    assert Project.objects.filter(slug="alpha").count() == 1
+    assert not Membership.objects.filter(project__slug="alpha", user=team.outsider).exists()
