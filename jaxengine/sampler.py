@@ -48,6 +48,10 @@ OnToken = Callable[[int, int, str], None]  # (row index, token id, text delta)
 _STOP_ID_SLOTS = 8  # stop-id arrays are padded to a multiple of this so their length rarely changes
 
 
+class PromptError(ValueError):
+    """A prompt the model cannot take (empty, ids outside its vocabulary, too long for its context)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     """How to sample. ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` switch those filters off."""
@@ -294,9 +298,9 @@ class Sampler:
             ids = (self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens) if isinstance(prompt, str)
                    else [int(token_id) for token_id in prompt])
             if not ids:
-                raise ValueError(f"prompt {index} is empty after tokenization; give at least one token")
+                raise PromptError(f"prompt {index} is empty after tokenization; give at least one token")
             if max(ids) >= self.config.vocab_size or min(ids) < 0:
-                raise ValueError(f"prompt {index} has token id {max(ids)} outside the model's vocabulary "
+                raise PromptError(f"prompt {index} has token id {max(ids)} outside the model's vocabulary "
                                  f"(vocab_size={self.config.vocab_size}); is the tokenizer the model's own?")
             prompt_ids.append(ids)
         return prompt_ids
@@ -316,7 +320,7 @@ class Sampler:
         longest = max(len(ids) for ids in prompt_ids)
         context = self.config.max_position_embeddings
         if longest + params.max_new_tokens > context:
-            raise ValueError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) "
+            raise PromptError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the model's context length ({context}); shorten the prompt or generate less")
         batch = bucket_length(len(prompt_ids), minimum=1)
         prompt_length = bucket_length(longest, minimum=self.min_bucket)

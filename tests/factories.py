@@ -399,3 +399,36 @@ def build_bpe_tokenizer_dir(
     _write_json(out_dir / "tokenizer_config.json", config)
     _write_json(out_dir / "generation_config.json", generation_config)
     return out_dir
+
+
+def build_tiny_model_dir(out_dir: str | Path, *, preset_name: str = "tiny-qwen3", tokenizer_style: str = "qwen",
+                         seed: int = 0) -> Path:
+    """A complete tiny model directory (config.json, safetensors, tokenizer files) saved by jaxengine.
+
+    The model is ``preset_name`` with its vocabulary resized to the tokenizer's (``tokenizer_style``:
+    ``qwen``/``llama3`` byte-level BPE, or ``sentencepiece``) and random weights scaled up four times
+    so that greedy output is varied rather than one repeated token. Returns ``out_dir``.
+    """
+    import jax
+    from flax import nnx
+
+    from jaxengine.checkpoint.hf import save_hf_model
+    from jaxengine.models import build_model, preset
+    from jaxengine.tokenizer import load_tokenizer
+
+    out_dir = Path(out_dir)
+    tokenizer_dir = out_dir / "tokenizer-source"
+    if tokenizer_style == "sentencepiece":
+        build_sentencepiece_tokenizer_dir(tokenizer_dir)
+    else:
+        build_bpe_tokenizer_dir(tokenizer_dir, style=tokenizer_style)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    config = preset(preset_name).replace(vocab_size=tokenizer.vocab_size, bos_token_id=tokenizer.bos_id,
+                                         eos_token_ids=tuple(tokenizer.eos_ids), pad_token_id=tokenizer.pad_id)
+    model = build_model(config, rngs=nnx.Rngs(seed))
+    nnx.update(model, jax.tree.map(lambda value: value * 4, nnx.state(model, nnx.Param)))
+    save_hf_model(model, config, out_dir, tokenizer=tokenizer)
+    for path in sorted(tokenizer_dir.iterdir()):
+        path.unlink()
+    tokenizer_dir.rmdir()
+    return out_dir

@@ -12,7 +12,10 @@ import importlib
 import sys
 
 # Sub-command name -> module under jaxengine.cli. Add a line here when adding one.
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "inspect": "inspect",
+    "generate": "generate",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,108 @@
+"""``jaxengine generate --model DIR --prompt TEXT ...``: complete one prompt with a model directory.
+
+Prints the completion as it is generated; with ``--json`` prints one JSON object
+``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
+the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
+with the generation prompt; otherwise the text is encoded as is, with the tokenizer's BOS.
+Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
+means greedy), else temperature 1, no top-k, top-p 1. ``--temperature 0`` is greedy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return number
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("generate", help="generate a completion from a model directory",
+                                   description=__doc__.split("\n\n")[0].strip("`"))
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer)")
+    parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
+    parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")
+    parser.add_argument("--system", metavar="TEXT", help="system turn before the prompt (with --chat)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=256, metavar="N", help="default 256")
+    parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
+    parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (1 = off)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely tokens (0 = off)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter and compute dtype")
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming text")
+    parser.set_defaults(handler=lambda args: run_reporting_errors("generate", lambda: _generate(args)))
+
+
+def sampling_settings(args: argparse.Namespace, generation_config: dict[str, Any]) -> dict[str, Any]:
+    """temperature/top_k/top_p from the flags, falling back to generation_config.json, then to plain sampling."""
+    sampled = generation_config.get("do_sample", True)
+    defaults = {
+        "temperature": generation_config.get("temperature", 1.0) if sampled else 0.0,
+        "top_k": generation_config.get("top_k", 0) if sampled else 0,
+        "top_p": generation_config.get("top_p", 1.0) if sampled else 1.0,
+    }
+    flags = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    return {name: flags[name] if flags[name] is not None else defaults[name] for name in defaults}
+
+
+def _read_generation_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise CliError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+
+
+def _generate(args: argparse.Namespace) -> int:
+    model_dir = checked_model_dir(args.model)
+    if args.system is not None and not args.chat:
+        raise CliError("--system needs --chat (it is a turn of the chat template)")
+    from jaxengine.sampler import SamplingParams
+
+    try:
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                **sampling_settings(args, _read_generation_config(model_dir)))
+    except ValueError as error:
+        raise CliError(str(error).replace("SamplingParams.", "--").replace("_", "-")) from None
+
+    import jax.numpy as jnp
+
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.sampler import Sampler
+    from jaxengine.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
+        messages.append({"role": "user", "content": args.prompt})
+        prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    else:
+        prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
+    dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+    model, _ = load_hf_model(model_dir, param_dtype=dtype, compute_dtype=dtype)
+    sampler = Sampler(model, tokenizer)
+
+    def print_delta(row: int, token_id: int, delta: str) -> None:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+
+    [generation] = sampler.generate([prompt_ids], params, on_token=None if args.json else print_delta)
+    if args.json:
+        print(json.dumps({"text": generation.text, "token_ids": generation.token_ids,
+                          "prompt_token_ids": generation.prompt_token_ids}, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,111 @@
+"""``jaxengine inspect --model DIR [--json]``: what a Hugging Face model directory holds.
+
+Architecture and family, parameter count (of the model jaxengine builds from config.json, computed
+without allocating weights), the dtype config.json declares and the dtypes stored in the safetensors
+files, context length, main sizes, and the tokenizer (backend, vocabulary, special ids, chat template).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from jaxengine.cli.model_dir import checked_model_dir, run_reporting_errors, safetensors_summary
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("inspect", help="describe a Hugging Face model directory",
+                                   description=__doc__.split("\n\n")[0].strip("`"))
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(handler=lambda args: run_reporting_errors("inspect", lambda: _inspect(args)))
+
+
+def human_count(count: int) -> str:
+    """1234567 -> '1.23M'."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.2f}{unit}"
+    return str(count)
+
+
+def parameter_count(config) -> int:
+    """Parameters of the model built from ``config`` (tied embeddings counted once), without allocating them."""
+    import jax
+    from flax import nnx
+
+    from jaxengine.models import build_model
+
+    abstract = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
+    return sum(leaf.size for leaf in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+
+
+def describe(model_dir: Path) -> dict[str, Any]:
+    """The facts ``inspect`` prints, as a JSON-ready dict."""
+    from jaxengine.checkpoint.hf import read_hf_config
+    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+
+    hf_config, config = read_hf_config(model_dir)
+    try:
+        tokenizer = load_tokenizer(model_dir)
+    except TokenizerError as error:
+        tokenizer_facts: dict[str, Any] = {"type": None, "problem": str(error)}
+    else:
+        tokenizer_facts = {
+            "type": tokenizer.kind,
+            "vocab_size": tokenizer.vocab_size,
+            "bos_id": tokenizer.bos_id,
+            "eos_ids": tokenizer.eos_ids,
+            "pad_id": tokenizer.pad_id,
+            "chat_template": "model" if tokenizer.settings.chat_template else "default (ChatML)",
+        }
+    architectures = hf_config.get("architectures") or [hf_config.get("model_type")]
+    return {
+        "model_dir": str(model_dir),
+        "architecture": architectures[0],
+        "family": config.family,
+        "parameters": parameter_count(config),
+        "dtype": hf_config.get("dtype") or hf_config.get("torch_dtype"),
+        "weights": safetensors_summary(model_dir),
+        "context_length": config.max_position_embeddings,
+        "layers": config.num_layers,
+        "hidden_size": config.hidden_size,
+        "heads": config.num_heads,
+        "kv_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "vocab_size": config.vocab_size,
+        "sliding_window": config.sliding_window,
+        "tied_embeddings": config.tie_word_embeddings,
+        "tokenizer": tokenizer_facts,
+    }
+
+
+def _as_text(facts: dict[str, Any]) -> str:
+    weights, tokenizer = facts["weights"], facts["tokenizer"]
+    weight_line = (f"{weights['files']} safetensors file(s), {weights['tensors']} tensors, "
+                   f"{', '.join(weights['dtypes'])}" if weights["files"] else "no safetensors files")
+    if tokenizer["type"] is None:
+        tokenizer_line = f"none ({tokenizer['problem']})"
+    else:
+        tokenizer_line = (f"{tokenizer['type']}, vocab {tokenizer['vocab_size']}, bos {tokenizer['bos_id']}, "
+                          f"eos {tokenizer['eos_ids']}, pad {tokenizer['pad_id']}, "
+                          f"chat template: {tokenizer['chat_template']}")
+    rows = [
+        ("architecture", f"{facts['architecture']} (family {facts['family']})"),
+        ("parameters", f"{human_count(facts['parameters'])} ({facts['parameters']:,})"),
+        ("dtype", f"{facts['dtype'] or 'not stated'} (config.json); weights: {weight_line}"),
+        ("context length", str(facts["context_length"])),
+        ("layers", f"{facts['layers']}, hidden {facts['hidden_size']}, heads {facts['heads']} "
+                   f"(kv {facts['kv_heads']}, dim {facts['head_dim']}), vocab {facts['vocab_size']}"
+                   + (f", sliding window {facts['sliding_window']}" if facts["sliding_window"] else "")
+                   + (", tied embeddings" if facts["tied_embeddings"] else "")),
+        ("tokenizer", tokenizer_line),
+    ]
+    return "\n".join(f"{name:<15}{value}" for name, value in rows)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    facts = describe(checked_model_dir(args.model))
+    print(json.dumps(facts) if args.json else _as_text(facts))
+    return 0

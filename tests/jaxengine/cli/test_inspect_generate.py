@@ -1,0 +1,111 @@
+"""``jaxengine inspect`` and ``jaxengine generate`` end to end, on a tiny model directory saved by jaxengine."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+
+from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.cli import main
+from jaxengine.cli.generate import sampling_settings
+from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine.tokenizer import load_tokenizer
+from tests import factories
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-qwen3-model"))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-m", "jaxengine", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_inspect_describes_the_model(model_dir, capsys):
+    result = run_cli("inspect", "--model", str(model_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+    assert facts["architecture"] == "Qwen3ForCausalLM"
+    assert facts["family"] == "qwen3"
+    assert facts["parameters"] == sum(p.numel() for p in reference.parameters()) == facts["weights"]["elements"]
+    assert facts["dtype"] == "float32" and facts["weights"]["dtypes"] == ["F32"]
+    assert facts["context_length"] == 256
+    tokenizer = load_tokenizer(model_dir)
+    assert facts["tokenizer"] == {"type": "tokenizers", "vocab_size": tokenizer.vocab_size, "bos_id": None,
+                                  "eos_ids": tokenizer.eos_ids, "pad_id": tokenizer.pad_id, "chat_template": "model"}
+
+    assert main(["inspect", "--model", str(model_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "Qwen3ForCausalLM (family qwen3)" in text
+    assert f"({facts['parameters']:,})" in text
+    assert "context length 256" in text
+    assert "tokenizer      tokenizers, vocab 403" in text
+
+
+def test_generate_json_is_the_samplers_greedy_output(model_dir):
+    result = run_cli("generate", "--model", str(model_dir), "--prompt", "Hello world", "--max-new-tokens", "12",
+                     "--temperature", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    output = json.loads(result.stdout)
+    assert set(output) == {"text", "token_ids", "prompt_token_ids"}
+    tokenizer = load_tokenizer(model_dir)
+    model, _ = load_hf_model(model_dir)
+    [expected] = Sampler(model, tokenizer).generate(["Hello world"], SamplingParams(max_new_tokens=12, temperature=0))
+    assert output["prompt_token_ids"] == tokenizer.encode("Hello world", add_special_tokens=True)
+    assert output["token_ids"] == expected.token_ids and len(expected.token_ids) == 12
+    assert output["text"] == expected.text
+
+
+def test_generate_chat_uses_the_template_and_streams_text(model_dir, capsys):
+    assert main(["generate", "--model", str(model_dir), "--prompt", "What is 2+2?", "--chat", "--system", "Be brief.",
+                 "--max-new-tokens", "6", "--temperature", "0", "--json"]) == 0
+    output = json.loads(capsys.readouterr().out)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    reference = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    expected_ids = reference.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert output["prompt_token_ids"] == list(expected_ids)
+
+    assert main(["generate", "--model", str(model_dir), "--prompt", "What is 2+2?", "--chat", "--system", "Be brief.",
+                 "--max-new-tokens", "6", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == output["text"] + "\n"
+
+
+def test_sampling_settings_fall_back_to_generation_config():
+    flags = argparse.Namespace(temperature=None, top_k=None, top_p=0.5)
+    assert sampling_settings(flags, {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.8}) == {
+        "temperature": 0.7, "top_k": 20, "top_p": 0.5}
+    assert sampling_settings(flags, {"do_sample": False, "temperature": 0.7}) == {
+        "temperature": 0.0, "top_k": 0, "top_p": 0.5}
+    assert sampling_settings(flags, {}) == {"temperature": 1.0, "top_k": 0, "top_p": 0.5}
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda tmp, model: ["generate", "--model", str(tmp / "missing"), "--prompt", "x"], "no such directory"),
+    (lambda tmp, model: ["inspect", "--model", str(tmp)], "no config.json"),
+    (lambda tmp, model: ["generate", "--model", str(model), "--prompt", "x", "--top-p", "0"], "--top-p must be in (0, 1]"),
+    (lambda tmp, model: ["generate", "--model", str(model), "--prompt", "x", "--system", "s"], "--system needs --chat"),
+], ids=["missing dir", "no config.json", "bad top-p", "system without chat"])
+def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, message):
+    result = run_cli(*make_args(tmp_path, model_dir))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_it_rejects_a_model_dir_without_tokenizer(tmp_path, model_dir, capsys):
+    broken = tmp_path / "no-tokenizer"
+    broken.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (broken / name).write_bytes((model_dir / name).read_bytes())
+    assert main(["generate", "--model", str(broken), "--prompt", "x"]) == 2
+    assert "no tokenizer found" in capsys.readouterr().err
