@@ -64,7 +64,7 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     assert not fold.evaluate("element => element.open")
     fold.locator("summary").click()
     assert fold.evaluate("element => element.open")
-    assert page.locator(".plot .main-svg").count() >= 3  # plotly drew prompt, completion and total
+    page.locator(".plot .main-svg").nth(2).wait_for()  # plotly drew prompt, completion and total
     assert "completion" in page.locator(".chart figcaption").all_inner_texts()[0]
     screenshot(page, "version-ready")
 
