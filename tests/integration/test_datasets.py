@@ -3,8 +3,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from jaxengine.tokenizer import load_tokenizer
+from tests.factories import build_bpe_tokenizer_dir
 from tests.live import wait_for
 from tests.webapp.factories import make_team
+from webapp.basemodels.models import BaseModel
 from webapp.datasets.models import DatasetVersion, VersionStatus
 
 pytestmark = pytest.mark.integration
@@ -55,3 +58,24 @@ def test_a_bad_upload_fails_with_its_line_numbers(teammate_client, default_worke
     assert [(error["line"], error["code"]) for error in version.errors] == [(2, "missing_field"), (4, "json")]
     assert version.error_count == 2
     assert not version.absolute_path.exists()
+
+
+def test_token_lengths_are_counted_by_the_worker(teammate_client, default_worker, tmp_path):
+    rows = b'{"prompt": "hello world", "completion": "the model learns"}\n'
+    version = settled(upload(teammate_client, "tokens.jsonl", rows), default_worker)
+    model_dir = build_bpe_tokenizer_dir(tmp_path / "tokenizer", style="qwen")
+    base_model = BaseModel.objects.create(
+        project=version.dataset.project, name="tiny", path=str(model_dir), architecture="LlamaForCausalLM",
+        parameter_count=1, tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1,
+    )
+    url = f"/p/alpha/datasets/{version.dataset.public_id}/v/1/tokens/"
+    assert teammate_client.post(url, {"base_model": base_model.public_id}).status_code == 302
+
+    def counted():
+        version.refresh_from_db()
+        return version.token_statistics.get("status") in ("ready", "failed")
+    wait_for(counted, timeout=30, workers=default_worker, what="token statistics")
+    assert version.token_statistics["status"] == "ready", version.token_statistics
+    tokenizer = load_tokenizer(model_dir)
+    completion = version.token_statistics["fields"]["completion"]
+    assert completion["min"] == completion["max"] == len(tokenizer.encode("the model learns"))
