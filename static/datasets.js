@@ -9,21 +9,27 @@
       var source = document.getElementById(element.dataset.chartSource);
       if (!source) return;
       var chart = JSON.parse(source.textContent)[Number(element.dataset.chartIndex)];
+      // Bins of one value sit on their value; wider bins span [start, start + width).
+      var offset = chart.width === 1 ? 0 : chart.width / 2;
       var trace = {
         type: "bar",
-        x: chart.x.map(function (start) { return start + chart.width / 2; }),
+        x: chart.x.map(function (start) { return start + offset; }),
         y: chart.y,
-        width: chart.width,
+        width: chart.width === 1 ? 0.9 : chart.width,
         marker: { color: "#6366f1" },
         hovertemplate: "%{customdata}: %{y} rows<extra></extra>",
-        customdata: chart.x.map(function (start) { return start + "–" + (start + chart.width - 1) + " " + chart.unit; }),
+        customdata: chart.x.map(function (start) {
+          return (chart.width === 1 ? start : start + "–" + (start + chart.width - 1)) + " " + chart.unit;
+        }),
       };
+      var highest = Math.max.apply(null, chart.y);
       var layout = {
         height: 220,
         margin: { l: 48, r: 12, t: 8, b: 40 },
         bargap: 0.04,
-        xaxis: { title: { text: chart.unit }, zeroline: false },
-        yaxis: { title: { text: "rows" }, rangemode: "tozero" },
+        // Lengths and counts are whole numbers: never put a tick between two of them.
+        xaxis: { title: { text: chart.unit }, zeroline: false, dtick: chart.x.length < 8 ? chart.width : null },
+        yaxis: { title: { text: "rows" }, rangemode: "tozero", dtick: highest < 6 ? 1 : null },
         paper_bgcolor: "rgba(0,0,0,0)",
         plot_bgcolor: "rgba(0,0,0,0)",
         font: { size: 11 },

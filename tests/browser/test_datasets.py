@@ -13,6 +13,8 @@ pytestmark = pytest.mark.browser
 LONG_ANSWER = "This answer goes on for a while. " * 20
 GOOD_ROWS = [
     {"prompt": "What is 2+2?", "completion": "4"},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello there!"}]},
     {"prompt": "<script>window.pwned = true</script>", "completion": "escaped, not run"},
     {"prompt": "Explain at length.", "completion": LONG_ANSWER},
 ] + [{"prompt": f"Question {i}?", "completion": "An answer " * (i % 7 + 1)} for i in range(30)]
@@ -60,16 +62,18 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     script_cell = preview.get_by_text("<script>window.pwned = true</script>")
     assert script_cell.count() == 1
     assert page.evaluate("window.pwned") is None
+    assert preview.locator("ol.chat .turn-assistant .text").inner_text() == "Hello there!"
     fold = preview.locator("details.fold").first
     assert not fold.evaluate("element => element.open")
     fold.locator("summary").click()
     assert fold.evaluate("element => element.open")
-    page.locator(".plot .main-svg").nth(2).wait_for()  # plotly drew prompt, completion and total
-    assert "completion" in page.locator(".chart figcaption").all_inner_texts()[0]
+    page.locator(".plot .main-svg").nth(4).wait_for()  # completion, messages, turns, prompt, total
+    captions = page.locator(".chart figcaption b").all_inner_texts()
+    assert captions == ["completion", "messages", "messages.turns", "prompt", "total"]
     screenshot(page, "version-ready")
 
     page.get_by_role("link", name="Next →").click()
-    assert page.locator("table.preview tbody tr").count() == 13
+    assert page.locator("table.preview tbody tr").count() == 14
 
     bad = tmp_path / "broken.jsonl"
     bad.write_bytes(BAD_ROWS)
