@@ -17,6 +17,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
@@ -34,8 +35,16 @@ TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
 TOKEN_STATISTICS_MAX_ROWS = 20_000
 
 
+def _send(task_name: str, args: list[Any]) -> None:
+    try:
+        celery_app.send_task(task_name, args=args, queue="default")
+    except OperationalError:
+        # The row is committed and stays "uploaded"; the version page offers to queue it again.
+        logger.exception("could not queue %s%s: is Redis (REDIS_URL) up?", task_name, tuple(args))
+
+
 def _enqueue(task_name: str, *args: Any) -> None:
-    transaction.on_commit(lambda: celery_app.send_task(task_name, args=list(args), queue="default"))
+    transaction.on_commit(lambda: _send(task_name, list(args)))
 
 
 def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping:
@@ -124,6 +133,15 @@ def dataset_create_with_upload(
     return dataset_version_create(
         dataset=dataset, upload=upload, file_format=file_format, column_mapping=column_mapping, user=user
     )
+
+
+def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
+    """Queue the validation of a version that no worker has taken yet (e.g. Redis was down when
+    it was uploaded). Safe to repeat: validation of a settled version changes nothing."""
+    if version.status != VersionStatus.UPLOADED:
+        raise ValidationError({"status": f"version {version.number} is {version.status}, not waiting for a worker"})
+    _enqueue(VALIDATE_TASK, version.pk)
+    return version
 
 
 def dataset_version_validate(*, version_id: int) -> DatasetVersion:

@@ -11,6 +11,7 @@ urlpatterns = [
     path("p/<slug:slug>/datasets/<str:public_id>/upload/", views.version_upload, name="version_upload"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/", views.version_detail, name="version"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/download/", views.version_download, name="download"),
+    path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/requeue/", views.version_requeue, name="requeue"),
     path("p/<slug:slug>/datasets/<str:public_id>/v/<int:number>/tokens/", views.version_token_statistics,
          name="tokens"),
 ]

@@ -190,6 +190,22 @@ def version_download(request: HttpRequest, slug: str, public_id: str, number: in
 
 @login_required
 @require_POST
+def version_requeue(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset = selectors.dataset_get(project=project, public_id=public_id)
+    version = selectors.version_get(dataset=dataset, number=number)
+    try:
+        services.dataset_version_requeue(version=version)
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+    else:
+        messages.success(request, f"Queued the check of v{version.number} again.")
+    return redirect("datasets:version", project.slug, dataset.public_id, version.number)
+
+
+@login_required
+@require_POST
 def version_token_statistics(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = selectors.dataset_get(project=project, public_id=public_id)

@@ -165,3 +165,28 @@ def test_token_statistics_report_a_broken_tokenizer(team, tokenizer_model, tmp_p
     tokenizer_model.save()
     version = services.token_statistics_compute(version_id=version.pk, base_model_id=tokenizer_model.pk)
     assert version.token_statistics["status"] == "failed" and "no such directory" in version.token_statistics["error"]
+
+
+def test_an_unreachable_broker_leaves_the_version_waiting(team, monkeypatch, django_capture_on_commit_callbacks,
+                                                           caplog):
+    from kombu.exceptions import OperationalError
+
+    def refuse(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(services.celery_app, "send_task", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        version = create(team)
+    version.refresh_from_db()
+    assert version.status == VersionStatus.UPLOADED
+    assert "is Redis (REDIS_URL) up?" in caplog.text
+
+
+def test_requeue_sends_the_validation_again(team, sent_tasks, django_capture_on_commit_callbacks):
+    version = create(team)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.dataset_version_requeue(version=version)
+    assert sent_tasks == [("worker.tasks.datasets.validate_dataset_version", (version.pk,), "default")]
+    version = services.dataset_version_validate(version_id=version.pk)
+    with pytest.raises(ValidationError, match="is ready, not waiting for a worker"):
+        services.dataset_version_requeue(version=version)

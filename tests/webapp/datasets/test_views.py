@@ -229,3 +229,19 @@ class TestTokenStatistics:
         response = client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": "bm_x"}, follow=True)
         assert b"choose a base model of this project" in response.content
         assert all(name != "worker.tasks.datasets.compute_token_statistics" for name, _ in no_broker)
+
+
+class TestRequeue:
+    def test_it_works(self, team, client_for, no_broker, django_capture_on_commit_callbacks):
+        version = make_version(team, validate=False)
+        assert b"queue the check again" in client_for(team.teammate).get(version_url(version)).content
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client_for(team.teammate).post(version_url(version, "requeue/"))
+        assert response.status_code == 302
+        assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
+
+    def test_it_requires_the_member_role(self, team, client_for):
+        version = make_version(team, validate=False)
+        assert b"queue the check again" not in client_for(team.viewer).get(version_url(version)).content
+        assert client_for(team.viewer).post(version_url(version, "requeue/")).status_code == 403
+        assert client_for(team.outsider).post(version_url(version, "requeue/")).status_code == 404
