@@ -82,7 +82,8 @@ KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
     DatasetKind.PROMPTS: "prompts for RL: 'prompt' plus optional reference columns such as 'answer'",
 }
 
-_EXTENSIONS: dict[str, FileFormat] = {
+# File name extensions (lower case) and the format each one means.
+EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": FileFormat.JSONL,
     ".ndjson": FileFormat.JSONL,
     ".json": FileFormat.JSON,
@@ -213,9 +214,9 @@ def detect_format(filename: str) -> FileFormat:
     """The file format from a file name's extension; ``ValueError`` names the accepted ones."""
     suffix = Path(filename).suffix.lower()
     try:
-        return _EXTENSIONS[suffix]
+        return EXTENSIONS[suffix]
     except KeyError:
-        accepted = ", ".join(sorted(_EXTENSIONS))
+        accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
             f"cannot tell the format of '{filename}' from its extension; use one of {accepted}"
         ) from None

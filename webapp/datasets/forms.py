@@ -8,7 +8,7 @@ from webapp.datasets.models import KIND_CHOICES
 FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
 # Every field a column mapping can name, across kinds; the page shows those of the chosen kind.
 MAPPABLE_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(f for fields in formats.KIND_FIELDS.values() for f in fields))
-ACCEPT = ",".join(sorted({".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq"}))
+ACCEPT = ",".join(sorted(formats.EXTENSIONS))
 
 
 def mapping_field_name(field_name: str) -> str:

@@ -475,3 +475,11 @@ def test_json_chunk_holding_only_part_of_a_character(tmp_path, monkeypatch):
     path = tmp_path / "a.json"
     path.write_text('[{"text": "日本"}]', encoding="utf-8")
     assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))) == [{"text": "日本"}]
+
+
+def test_csv_with_windows_line_endings_and_bom(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt,completion\r\nq,a\r\n\"multi\r\nline\",b\r\n")
+    mapping = ColumnMapping(kind="sft")
+    assert validate_file(path, fmt=FileFormat.CSV, mapping=mapping).ok
+    assert list(iter_examples(path, fmt=FileFormat.CSV, mapping=mapping))[1]["prompt"] == "multi\r\nline"
