@@ -9,13 +9,18 @@ in one big batch). ``metrics`` are averaged with the same weights.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
 from jaxengine import losses
-from jaxengine.data.pipeline import TokenBatch, attention_mask
+from jaxengine.data.pipeline import PreferenceBatch, PreferencePair, TokenBatch, attention_mask, make_batch
 
 
 def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int) -> jax.Array:
@@ -41,3 +46,81 @@ class LanguageModelTask:
     def tokens(batch: TokenBatch) -> jax.Array:
         """Non-padding tokens in the batch (for throughput)."""
         return jnp.sum(batch.segment_ids > 0)
+
+
+def _concat_rows(first: TokenBatch, second: TokenBatch) -> TokenBatch:
+    """Both batches as one [2B, T] batch (first's rows, then second's), for a single forward pass."""
+    return jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), first, second)
+
+
+def preference_log_probs(model, batch: PreferenceBatch, *, chunk_size: int):
+    """Summed log-probs and loss-token counts of the chosen and rejected continuations, each [B] float32."""
+    both = _concat_rows(batch.chosen, batch.rejected)
+    sums_2b, counts_2b = losses.sequence_log_probs(token_log_probs_of(model, both, chunk_size=chunk_size),
+                                                   both.loss_mask)
+    rows = batch.chosen.input_ids.shape[0]
+    return sums_2b[:rows], sums_2b[rows:], counts_2b[:rows], counts_2b[rows:]
+
+
+REFERENCE_FREE = ("simpo", "orpo")
+# Losses defined on length-averaged log-probs (as in their papers and TRL); the others use sums.
+AVERAGED = ("ipo", "simpo", "orpo")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreferenceTask:
+    """dpo: one of the registered preference losses on (policy, reference) sequence log-probs.
+
+    The reference log-probs travel in the batch, computed once before training by
+    ``with_reference_log_probs`` from the initial model: the base weights themselves under LoRA
+    (fresh adapters add exactly zero), the starting weights under full fine-tuning. So no second
+    copy of the model is ever held, and the reference costs one forward pass over the data.
+    """
+
+    loss_name: str = "sigmoid"
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    simpo_gamma: float = 0.5
+    chunk_size: int = 256
+
+    def loss(self, model, batch: PreferenceBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+        chosen, rejected, chosen_count, rejected_count = preference_log_probs(model, batch, chunk_size=self.chunk_size)
+        reference_chosen, reference_rejected = batch.reference_chosen, batch.reference_rejected
+        if self.loss_name in AVERAGED:
+            chosen_count, rejected_count = jnp.maximum(chosen_count, 1.0), jnp.maximum(rejected_count, 1.0)
+            chosen, rejected = chosen / chosen_count, rejected / rejected_count
+            reference_chosen, reference_rejected = reference_chosen / chosen_count, reference_rejected / rejected_count
+        if self.loss_name == "sigmoid":
+            loss, metrics = losses.dpo_sigmoid_loss(chosen, rejected, reference_chosen, reference_rejected,
+                                                    beta=self.beta, label_smoothing=self.label_smoothing)
+        elif self.loss_name in ("ipo", "hinge"):
+            loss, metrics = losses.LOSSES[self.loss_name](chosen, rejected, reference_chosen, reference_rejected,
+                                                          beta=self.beta)
+        elif self.loss_name == "simpo":
+            loss, metrics = losses.simpo_loss(chosen, rejected, beta=self.beta, gamma=self.simpo_gamma)
+        else:
+            loss, metrics = losses.orpo_loss(chosen, rejected, beta=self.beta)
+        weight = jnp.asarray(batch.chosen.input_ids.shape[0], jnp.float32)
+        return loss, weight, {"loss": loss, **metrics}
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
+def _reference_step(state, batch: PreferenceBatch, *, graphdef, chunk_size: int):
+    chosen, rejected, _, _ = preference_log_probs(nnx.merge(graphdef, state), batch, chunk_size=chunk_size)
+    return chosen, rejected
+
+
+def with_reference_log_probs(model, pairs: Sequence[PreferencePair], *, batch_size: int, max_seq_len: int,
+                             pad_id: int, chunk_size: int = 256) -> list[PreferencePair]:
+    """``pairs`` with ``reference_chosen``/``reference_rejected`` computed by ``model`` (in eval mode)."""
+    model.eval()
+    graphdef, state = nnx.split(model)
+    model.train()
+    filled: list[PreferencePair] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = list(pairs[start : start + batch_size])
+        batch = make_batch(chunk, max_seq_len=max_seq_len, pad_id=pad_id)
+        chosen, rejected = _reference_step(state, batch, graphdef=graphdef, chunk_size=chunk_size)
+        filled += [dataclasses.replace(pair, reference_chosen=float(c), reference_rejected=float(r))
+                   for pair, c, r in zip(chunk, np.asarray(chosen), np.asarray(rejected))]
+    return filled

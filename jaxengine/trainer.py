@@ -413,7 +413,7 @@ class Trainer:
                                "checkpoint. Lower optim.learning_rate, set optim.max_grad_norm, or use float32.")
                     break
                 tokens = sum(int(np.sum(np.asarray(part.segment_ids) > 0))
-                             for part in jax.tree.leaves(batches, is_leaf=_is_token_batch))
+                             for part in jax.tree.leaves(batches, is_leaf=_is_token_batch) if _is_token_batch(part))
                 tokens_seen += tokens
                 record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
                           "tokens": tokens_seen, "epoch": self.data_position.epoch}

@@ -15,6 +15,8 @@ import sys
 SUBCOMMANDS: dict[str, str] = {
     "inspect": "inspect",
     "generate": "generate",
+    "train": "train",
+    "demo-base": "demo_base",
 }
 
 

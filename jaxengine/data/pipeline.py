@@ -78,10 +78,16 @@ class Example:
 
 @dataclass(frozen=True, kw_only=True)
 class PreferencePair:
-    """A prompt with a chosen and a rejected continuation, each a whole ``Example``."""
+    """A prompt with a chosen and a rejected continuation, each a whole ``Example``.
+
+    ``reference_chosen``/``reference_rejected``: summed log-probs of each continuation under the
+    reference model, filled in once before DPO training (``jaxengine.tasks.with_reference_log_probs``).
+    """
 
     chosen: Example
     rejected: Example
+    reference_chosen: float = 0.0
+    reference_rejected: float = 0.0
 
     def __len__(self) -> int:
         return max(len(self.chosen), len(self.rejected))
@@ -256,11 +262,12 @@ def encode_rows(
     return examples, stats
 
 
-def read_examples(path: str | Path, *, task: str) -> Iterator[dict[str, Any]]:
-    """Stream the rows of a dataset file of the kind ``task`` needs, checked by ``jaxengine.data.formats``."""
+def read_examples(path: str | Path, *, kind: str) -> Iterator[dict[str, Any]]:
+    """Stream the rows of a dataset file of ``kind`` (text | sft | preference | prompts; ``TASK_KINDS``
+    maps tasks to kinds), checked by ``jaxengine.data.formats``."""
     try:
         fmt = formats.detect_format(str(path))
-        yield from formats.iter_examples(path, fmt=fmt, mapping=formats.ColumnMapping(kind=TASK_KINDS[task]))
+        yield from formats.iter_examples(path, fmt=fmt, mapping=formats.ColumnMapping(kind=kind))
     except formats.DatasetFormatError as error:
         raise DataError(f"{path}: {error}") from None
 
@@ -289,10 +296,13 @@ class TokenBatch:
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True, kw_only=True)
 class PreferenceBatch:
-    """Chosen and rejected sequences of the same prompts, row for row (unpacked, right-padded)."""
+    """Chosen and rejected sequences of the same prompts, row for row (unpacked, right-padded, same width),
+    with the reference model's summed log-probs of each continuation, float32 [B]."""
 
     chosen: TokenBatch
     rejected: TokenBatch
+    reference_chosen: jax.Array
+    reference_rejected: jax.Array
 
 
 def attention_mask(segment_ids_bt: jax.Array) -> jax.Array:
@@ -431,6 +441,8 @@ def make_batch(
         return PreferenceBatch(
             chosen=rows_to_batch([[pair.chosen] for pair in examples], length=length, pad_id=pad_id),
             rejected=rows_to_batch([[pair.rejected] for pair in examples], length=length, pad_id=pad_id),
+            reference_chosen=np.asarray([pair.reference_chosen for pair in examples], np.float32),
+            reference_rejected=np.asarray([pair.reference_rejected for pair in examples], np.float32),
         )
     return rows_to_batch([[example] for example in examples], length=length, pad_id=pad_id)
 
@@ -447,7 +459,8 @@ def stack_batches(batches: Sequence[TokenBatch | PreferenceBatch], *, pad_id: in
         return TokenBatch(**{f.name: widen(f.name, getattr(batch, f.name)) for f in dataclasses.fields(TokenBatch)})
 
     if isinstance(batches[0], PreferenceBatch):
-        widened = [PreferenceBatch(chosen=widen_batch(b.chosen), rejected=widen_batch(b.rejected)) for b in batches]
+        widened = [dataclasses.replace(b, chosen=widen_batch(b.chosen), rejected=widen_batch(b.rejected))
+                   for b in batches]
     else:
         widened = [widen_batch(b) for b in batches]
     return jax.tree.map(lambda *leaves: np.stack(leaves), *widened)
@@ -456,12 +469,14 @@ def stack_batches(batches: Sequence[TokenBatch | PreferenceBatch], *, pad_id: in
 def eval_batches(
     examples: Sequence[Example] | Sequence[PreferencePair], *, batch_size: int, max_seq_len: int, pad_id: int
 ) -> Iterator[TokenBatch | PreferenceBatch]:
-    """The eval set once, in order. The last batch is filled with empty rows (no loss tokens)."""
+    """The eval set once, in order. The last batch of sequences is filled with empty rows (no loss
+    tokens, so no weight); the last batch of pairs is just shorter, since pair losses are row means."""
     for start in range(0, len(examples), batch_size):
         chunk = list(examples[start : start + batch_size])
-        empty = Example(ids=np.zeros((1,), np.int32), loss_mask=np.zeros((1,), np.bool_))
-        filler = PreferencePair(chosen=empty, rejected=empty) if isinstance(chunk[0], PreferencePair) else empty
-        yield make_batch(chunk + [filler] * (batch_size - len(chunk)), max_seq_len=max_seq_len, pad_id=pad_id)
+        if not isinstance(chunk[0], PreferencePair):
+            empty = Example(ids=np.zeros((1,), np.int32), loss_mask=np.zeros((1,), np.bool_))
+            chunk += [empty] * (batch_size - len(chunk))
+        yield make_batch(chunk, max_seq_len=max_seq_len, pad_id=pad_id)
 
 
 def count_rows_per_epoch(examples: Sequence[Example], *, max_seq_len: int, packing: bool, seed: int) -> int:

@@ -236,8 +236,8 @@ def test_pad_length_is_a_power_of_two_capped_at_the_budget():
 def test_read_examples_reads_the_task_kind_and_names_bad_rows(tmp_path):
     good = tmp_path / "sft.jsonl"
     good.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n")
-    assert list(pipeline.read_examples(good, task="sft")) == [{"prompt": "a", "completion": "b"}]
+    assert list(pipeline.read_examples(good, kind="sft")) == [{"prompt": "a", "completion": "b"}]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + json.dumps({"prompt": "a"}) + "\n")
     with pytest.raises(pipeline.DataError, match=r"bad.jsonl: line 2.*completion"):
-        list(pipeline.read_examples(bad, task="sft"))
+        list(pipeline.read_examples(bad, kind="sft"))

@@ -36,7 +36,7 @@ def test_held_out_problems_never_reach_the_training_files(tmp_path):
     corpus.write_datasets(corpus.dataset_rows(corpus.generate_problems(seed=0, count=2000), max_eval=50), tmp_path)
     assert paths["sft"].read_bytes() == first
     assert json.loads(paths["prompts"].read_text().splitlines()[0]).keys() == {"prompt", "answer", "task"}
-    assert list(pipeline.read_examples(paths["preference"], task="dpo"))[0]["chosen"]
+    assert list(pipeline.read_examples(paths["preference"], kind="preference"))[0]["chosen"]
 
 
 def test_the_demo_tokenizer_loads_with_single_chat_markers(tmp_path):

@@ -1,0 +1,208 @@
+"""A training job from a spec: load model and data, train, export — the entry point of ``jaxengine train``
+and of the web app's train worker.
+
+Design note: everything a run needs is derived from the ``JobSpec`` and the files it names, and
+everything it produces lands in ``output_dir`` following the run-directory contract
+(``spec.yaml``, ``metrics.jsonl``, ``samples.jsonl``, ``checkpoints/``, ``export/``,
+``summary.json``). Running the same spec again on the same ``output_dir`` resumes it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jaxengine.spec import JobSpec, dump_spec
+
+DEMO_PRESET = "demo-tiny"
+
+
+class JobError(RuntimeError):
+    """A job that cannot start or finish; the message names the spec key or file at fault."""
+
+
+def demo_model_candidates() -> list[Path]:
+    """Where the ``demo-tiny`` preset is looked for, in order (``jaxengine demo-base --out DIR`` writes DIR/model)."""
+    data_root = Path(os.environ.get("TEMPER_DATA", "var"))
+    models_root = Path(os.environ.get("TEMPER_MODELS_ROOT", data_root / "models"))
+    candidates = [models_root / "demo" / "model"]
+    if os.environ.get("TEMPER_DEMO_DIR"):
+        candidates.insert(0, Path(os.environ["TEMPER_DEMO_DIR"]) / "model")
+    return candidates
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The Hugging Face directory a spec's ``model`` names: a directory, or the ``demo-tiny`` preset."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise JobError(f"model: {model!r} has no config.json; point it at a Hugging Face-format model directory")
+        return path
+    if model == DEMO_PRESET:
+        for candidate in demo_model_candidates():
+            if (candidate / "config.json").is_file():
+                return candidate
+        looked = ", ".join(str(c) for c in demo_model_candidates())
+        raise JobError(f"model: the {DEMO_PRESET} preset is not built (looked in {looked}); "
+                       "run `jaxengine demo-base --out DIR` and set TEMPER_DEMO_DIR=DIR")
+    raise JobError(f"model: {model!r} is neither a directory nor a preset ({DEMO_PRESET})")
+
+
+def resolve_dtypes(spec: JobSpec):
+    """(param dtype, compute dtype) as jax dtypes; compute ``auto`` is bfloat16 except on CPU."""
+    import jax
+    import jax.numpy as jnp
+
+    names = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+    compute = spec.train.compute_dtype
+    if compute == "auto":
+        compute = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    return names[spec.train.param_dtype], names[compute]
+
+
+def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
+    """``train.max_steps``, or the steps that ``train.epochs`` passes over ``rows_per_epoch`` rows take."""
+    if spec.train.max_steps is not None:
+        return spec.train.max_steps
+    rows_per_step = spec.train.batch_size * spec.train.grad_accum
+    return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
+
+
+def _read_eval_rows(path: str, task: str) -> list[dict]:
+    """Eval rows of the task's kind; for sft a ``prompts`` file with an ``answer`` column also works
+    (the answer is the completion), so one held-out file serves loss and exact match."""
+    from jaxengine.data import pipeline
+
+    try:
+        return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task]))
+    except pipeline.DataError as first_error:
+        if task != "sft":
+            raise
+        rows = list(pipeline.read_examples(path, kind="prompts"))
+        if not all(isinstance(row.get("answer"), str) for row in rows):
+            raise first_error from None
+        return [{**row, "completion": row["answer"]} for row in rows]
+
+
+def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new_tokens: int):
+    """After each evaluation: greedy generations for ``rows`` go to samples.jsonl; when the rows have an
+    ``answer``, ``eval/exact_match`` is the fraction whose stripped text equals it."""
+    from jaxengine.data.pipeline import encode_prompt
+    from jaxengine.sampler import Sampler, SamplingParams
+
+    prompt_ids = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+
+    def hook(model, step: int) -> dict[str, float]:
+        generations = Sampler(model, tokenizer).generate(prompt_ids, params)
+        matches = []
+        with samples_path.open("a") as handle:
+            for row, generation in zip(rows, generations):
+                record = {"step": step, "prompt": row["prompt"], "text": generation.text}
+                if isinstance(row.get("answer"), str):
+                    record["answer"] = row["answer"]
+                    matches.append(generation.text.strip() == row["answer"].strip())
+                handle.write(json.dumps(record) + "\n")
+        return {"eval/exact_match": sum(matches) / len(matches)} if matches else {}
+
+    return hook
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    on_progress: Callable[[Any], None] | None = None,
+    progress_bar: bool | None = None,
+) -> dict[str, Any]:
+    """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary."""
+    from flax import nnx
+
+    from jaxengine.checkpoint.hf import load_hf_model, save_hf_model
+    from jaxengine.data import pipeline
+    from jaxengine.tasks import REFERENCE_FREE, LanguageModelTask, PreferenceTask, with_reference_log_probs
+    from jaxengine.tokenizer import load_tokenizer
+    from jaxengine.trainer import TrainConfig, Trainer
+
+    started = time.perf_counter()
+    run_dir = Path(spec.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    if spec.task == "reward":
+        raise JobError("task: 'reward' is not implemented in this engine yet (pretrain, sft and dpo are)")
+    if spec.peft.method == "qlora":
+        raise JobError("peft.method: 'qlora' is not implemented in this engine yet; use lora or none")
+
+    model_dir = resolve_model_dir(spec.model)
+    param_dtype, compute_dtype = resolve_dtypes(spec)
+    model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype)
+    tokenizer = load_tokenizer(model_dir)
+    trainable: Any = nnx.Param
+    if spec.peft.method == "lora":
+        from jaxengine.peft.lora import LoraParam, apply_lora
+
+        apply_lora(model, targets=spec.peft.targets, rank=spec.peft.rank, alpha=spec.peft.alpha,
+                   dropout=spec.peft.dropout, seed=spec.train.seed)
+        trainable = LoraParam
+
+    encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
+    train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task])
+    train_examples, train_stats = pipeline.encode_rows(train_rows, **encode)
+    eval_rows = _read_eval_rows(spec.data.eval, spec.task) if spec.data.eval else []
+    eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode)
+    if not train_examples:
+        raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")
+    rows_per_epoch = pipeline.count_rows_per_epoch(train_examples, max_seq_len=spec.data.max_seq_len,
+                                                   packing=spec.data.packing, seed=spec.train.seed)
+    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
+    train_config = TrainConfig(
+        total_steps=total_steps_for(spec, rows_per_epoch), batch_size=spec.train.batch_size,
+        grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len, packing=spec.data.packing,
+        eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
+        seed=spec.train.seed, optim=spec.optim,
+    )
+    if spec.task == "dpo":
+        task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,
+                                   label_smoothing=spec.dpo.label_smoothing, simpo_gamma=spec.dpo.simpo_gamma)
+        if spec.dpo.loss not in REFERENCE_FREE:
+            # The initial model is the reference: the base itself under LoRA (fresh adapters add zero).
+            reference = dict(batch_size=spec.train.batch_size, max_seq_len=spec.data.max_seq_len, pad_id=pad_id)
+            train_examples = with_reference_log_probs(model, train_examples, **reference)
+            eval_examples = with_reference_log_probs(model, eval_examples, **reference)
+    else:
+        task = LanguageModelTask(name=spec.task)
+    sample_rows = [row for row in eval_rows if isinstance(row.get("prompt"), (str, list))][: spec.train.eval_samples]
+    eval_hook = make_sample_hook(tokenizer=tokenizer, rows=sample_rows, samples_path=run_dir / "samples.jsonl",
+                                 max_new_tokens=spec.train.sample_max_new_tokens) if sample_rows else None
+    trainer = Trainer(model=model, task=task, config=train_config,
+                      train_examples=train_examples, eval_examples=eval_examples, pad_id=pad_id, run_dir=run_dir,
+                      trainable=trainable, eval_hook=eval_hook)
+    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+
+    exported = {}
+    if summary["status"] == "succeeded":
+        trained = trainer.current_model()
+        export_dir = run_dir / "export"
+        if spec.peft.method == "lora":
+            from jaxengine.peft.lora import merge_lora, save_peft_adapter
+
+            save_peft_adapter(trained, export_dir / "adapter", base_model=str(model_dir), rank=spec.peft.rank,
+                              alpha=spec.peft.alpha, dropout=spec.peft.dropout, targets=spec.peft.targets)
+            exported["adapter"] = str(export_dir / "adapter")
+            merge_lora(trained)
+        save_hf_model(trained, config, export_dir, tokenizer=tokenizer)
+        exported["model"] = str(export_dir)
+    summary.update(
+        task=spec.task,
+        model=str(model_dir),
+        peft=spec.peft.method,
+        data={"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch},
+        export=exported,
+        total_seconds=time.perf_counter() - started,
+    )
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
