@@ -124,7 +124,16 @@ def run_job(
 
     from jaxengine.checkpoint.hf import load_hf_model, save_hf_model
     from jaxengine.data import pipeline
-    from jaxengine.tasks import REFERENCE_FREE, LanguageModelTask, PreferenceTask, with_reference_log_probs
+    from jaxengine.tasks import (
+        REFERENCE_FREE,
+        HeadParam,
+        LanguageModelTask,
+        PreferenceTask,
+        RewardModel,
+        RewardTask,
+        save_reward_head,
+        with_reference_log_probs,
+    )
     from jaxengine.tokenizer import load_tokenizer
     from jaxengine.trainer import TrainConfig, Trainer
 
@@ -132,8 +141,6 @@ def run_job(
     run_dir = Path(spec.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.yaml").write_text(dump_spec(spec))
-    if spec.task == "reward":
-        raise JobError("task: 'reward' is not implemented in this engine yet (pretrain, sft and dpo are)")
     if spec.peft.method == "qlora":
         raise JobError("peft.method: 'qlora' is not implemented in this engine yet; use lora or none")
 
@@ -173,9 +180,16 @@ def run_job(
             reference = dict(batch_size=spec.train.batch_size, max_seq_len=spec.data.max_seq_len, pad_id=pad_id)
             train_examples = with_reference_log_probs(model, train_examples, **reference)
             eval_examples = with_reference_log_probs(model, eval_examples, **reference)
+    elif spec.task == "reward":
+        task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)
+        model = RewardModel(model, seed=spec.train.seed)
+        if spec.peft.method == "lora":
+            trainable = nnx.Any(LoraParam, HeadParam)
     else:
         task = LanguageModelTask(name=spec.task)
-    sample_rows = [row for row in eval_rows if isinstance(row.get("prompt"), (str, list))][: spec.train.eval_samples]
+    generates = spec.task != "reward"
+    sample_rows = [row for row in eval_rows if generates and isinstance(row.get("prompt"), (str, list))]
+    sample_rows = sample_rows[: spec.train.eval_samples]
     eval_hook = make_sample_hook(tokenizer=tokenizer, rows=sample_rows, samples_path=run_dir / "samples.jsonl",
                                  max_new_tokens=spec.train.sample_max_new_tokens) if sample_rows else None
     trainer = Trainer(model=model, task=task, config=train_config,
@@ -187,6 +201,11 @@ def run_job(
     if summary["status"] == "succeeded":
         trained = trainer.current_model()
         export_dir = run_dir / "export"
+        export_dir.mkdir(parents=True, exist_ok=True)
+        if spec.task == "reward":
+            save_reward_head(trained, export_dir)
+            exported["reward_head"] = str(export_dir / "reward_head.safetensors")
+            trained = trained.backbone
         if spec.peft.method == "lora":
             from jaxengine.peft.lora import merge_lora, save_peft_adapter
 

@@ -20,7 +20,14 @@ import numpy as np
 from flax import nnx
 
 from jaxengine import losses
-from jaxengine.data.pipeline import PreferenceBatch, PreferencePair, TokenBatch, attention_mask, make_batch
+from jaxengine.data.pipeline import (
+    PreferenceBatch,
+    PreferencePair,
+    TokenBatch,
+    attention_mask,
+    last_token_index,
+    make_batch,
+)
 
 
 def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int) -> jax.Array:
@@ -124,3 +131,63 @@ def with_reference_log_probs(model, pairs: Sequence[PreferencePair], *, batch_si
         filled += [dataclasses.replace(pair, reference_chosen=float(c), reference_rejected=float(r))
                    for pair, c, r in zip(chunk, np.asarray(chosen), np.asarray(rejected))]
     return filled
+
+
+class HeadParam(nnx.Param):
+    """A task head's weight: trained under full fine-tuning and under LoRA alike."""
+
+
+class RewardModel(nnx.Module):
+    """A causal LM backbone with a scalar head read at each sequence's last real token."""
+
+    def __init__(self, backbone, *, seed: int = 0):
+        self.backbone = backbone
+        width = backbone.config.hidden_size
+        key = jax.random.key(seed)
+        # Small init: rewards start near zero, so the first Bradley-Terry losses are near log 2.
+        self.score = HeadParam(jax.random.normal(key, (width, 1), jnp.float32) / (10.0 * np.sqrt(width)))
+
+    def __call__(self, batch: TokenBatch) -> jax.Array:
+        """Float32 rewards [B] of right-padded, unpacked sequences."""
+        hidden_btd, _ = self.backbone.hidden_states(batch.input_ids, batch.positions,
+                                                    attention_mask_bts=attention_mask(batch.segment_ids))
+        last_b = last_token_index(batch)
+        hidden_bd = jnp.take_along_axis(hidden_btd, last_b[:, None, None], axis=1)[:, 0]
+        return (hidden_bd.astype(jnp.float32) @ self.score[...])[:, 0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardTask:
+    """reward: Bradley-Terry on (chosen, rejected) rewards; logs ``accuracy`` and ``margin``."""
+
+    center_rewards_coefficient: float = 0.0
+
+    def loss(self, model: RewardModel, batch: PreferenceBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+        rewards_2b = model(_concat_rows(batch.chosen, batch.rejected))
+        rows = batch.chosen.input_ids.shape[0]
+        loss, metrics = losses.bradley_terry_loss(rewards_2b[:rows], rewards_2b[rows:],
+                                                  center_rewards_coefficient=self.center_rewards_coefficient)
+        return loss, jnp.asarray(rows, jnp.float32), {"loss": loss, **metrics}
+
+
+REWARD_HEAD_FILE = "reward_head.safetensors"
+
+
+def save_reward_head(model: RewardModel, out_dir) -> None:
+    """Write the head as ``score.weight`` [1, D] (the layout of transformers' *ForSequenceClassification)."""
+    from safetensors.numpy import save_file
+
+    save_file({"score.weight": np.ascontiguousarray(np.asarray(model.score[...], np.float32).T)},
+              f"{out_dir}/{REWARD_HEAD_FILE}", metadata={"format": "pt"})
+
+
+def load_reward_model(model_dir) -> RewardModel:
+    """A reward model from an exported run (``export/``: the backbone in HF format plus the head file)."""
+    from safetensors.numpy import load_file
+
+    from jaxengine.checkpoint.hf import load_hf_model
+
+    backbone, _ = load_hf_model(model_dir)
+    model = RewardModel(backbone)
+    model.score[...] = jnp.asarray(load_file(f"{model_dir}/{REWARD_HEAD_FILE}")["score.weight"].T)
+    return model

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "generate": "generate",
     "train": "train",
     "demo-base": "demo_base",
+    "eval": "eval",
 }
 
 

@@ -77,6 +77,22 @@ def test_dpo_full_fine_tuning_logs_the_preference_metrics(demo_dir, tmp_path):
         assert key in first
 
 
+def test_reward_with_lora_exports_a_model_that_scores_text(demo_dir, tmp_path):
+    from jaxengine.data.pipeline import encode_rows, make_batch
+    from jaxengine.tasks import load_reward_model
+    from jaxengine.tokenizer import load_tokenizer
+
+    spec = spec_for(demo_dir, tmp_path / "rm", task="reward",
+                    data={"train": str(demo_dir / "data/preference.jsonl"), "max_seq_len": 64},
+                    train={"max_steps": 2, "batch_size": 4})
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "succeeded" and "accuracy" in summary["final_metrics"]
+    reward_model = load_reward_model(tmp_path / "rm/export")
+    pairs, _ = encode_rows([{"prompt": "What is 2 + 2?", "chosen": "4", "rejected": "5"}], task="reward",
+                           tokenizer=load_tokenizer(demo_dir / "model"), max_seq_len=64)
+    assert reward_model(make_batch(pairs, max_seq_len=64, pad_id=0).chosen).shape == (1,)
+
+
 def test_cli_reports_an_invalid_spec_and_exits_2(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("task: sft\nmodel: m\noutput_dir: o\ndata: {train: t.jsonl}\ntrain: {max_steps: 1}\n"

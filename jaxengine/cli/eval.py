@@ -1,0 +1,63 @@
+"""``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|loss``: score a model, print one JSON object.
+
+``exact_match`` reads a ``prompts`` file with an ``answer`` column and compares greedy completions
+(prompt rendered with the model's chat template) with the answers; ``loss`` reads an ``sft`` file
+(or a ``prompts`` file with answers) and reports the mean token loss on the completions. The object
+holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match or loss)",
+                                   description=__doc__.split("\n\n")[0].strip("`"))
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
+    parser.add_argument("--data", required=True, metavar="FILE", help="dataset file (jsonl/json/csv/parquet)")
+    parser.add_argument("--metric", required=True, choices=("exact_match", "loss"))
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
+    parser.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="exact_match budget (default 32)")
+    parser.add_argument("--max-seq-len", type=int, default=512, metavar="N", help="loss: tokens per row (default 512)")
+    parser.set_defaults(handler=lambda args: run_reporting_errors("eval", lambda: _eval(args)))
+
+
+def _read_rows(path: str, metric: str) -> list[dict]:
+    from jaxengine.data import pipeline
+
+    try:
+        rows = list(pipeline.read_examples(path, kind="prompts"))
+    except pipeline.DataError as error:
+        if metric == "exact_match":
+            raise CliError(f"--data {error}; exact_match needs a prompts file with an 'answer' column") from None
+        return list(pipeline.read_examples(path, kind="sft"))
+    if not all(isinstance(row.get("answer"), str) for row in rows):
+        if metric == "exact_match":
+            raise CliError(f"--data {path}: exact_match needs an 'answer' string in every row")
+        return list(pipeline.read_examples(path, kind="sft"))
+    return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
+
+
+def _eval(args: argparse.Namespace) -> int:
+    model_dir = checked_model_dir(args.model)
+    rows = _read_rows(args.data, args.metric)[: args.limit]
+    if not rows:
+        raise CliError(f"--data {args.data}: no rows to score")
+
+    from jaxengine import evaluate
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.tokenizer import load_tokenizer
+
+    model, _ = load_hf_model(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    if args.metric == "exact_match":
+        result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens)
+    else:
+        result = evaluate.mean_loss(model, tokenizer, rows, max_seq_len=args.max_seq_len)
+    print(json.dumps(result))
+    sys.stdout.flush()
+    return 0
