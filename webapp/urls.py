@@ -13,4 +13,5 @@ urlpatterns = [
     path("", include("webapp.basemodels.urls")),
     path("", include("webapp.datasets.urls")),
     path("", include("webapp.workers.urls")),
+    path("", include("webapp.runs.urls")),
 ]

@@ -10,5 +10,6 @@ django.setup()
 
 import worker.tasks  # noqa: E402,F401  (registers every task)
 import worker.heartbeat  # noqa: E402,F401  (connects the heartbeat signals)
+import worker.reaper  # noqa: E402,F401  (finds runs whose worker was lost)
 
 __all__ = ["app"]

@@ -87,3 +87,33 @@ def write_model_dir(
         (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     (model_dir / tokenizer).write_text("{}")
     return model_dir
+
+
+def make_base_model(project: Project, *, name: str = "tiny", path: str = "/models/tiny"):
+    """A registered base model row (the directory itself is not read)."""
+    from webapp.basemodels.models import BaseModel
+
+    return BaseModel.objects.create(
+        project=project, name=name, path=path, architecture="LlamaForCausalLM", parameter_count=1,
+        tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1,
+    )
+
+
+def make_ready_version(project: Project, *, name: str = "chats", kind: str = "sft", rows: list[dict] | None = None,
+                       user: AbstractBaseUser | None = None):
+    """A ready dataset version of ``kind`` whose JSONL file (``rows``) is in place under DATA_ROOT."""
+    import json
+
+    from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+
+    rows = rows if rows is not None else [{"prompt": f"q{i}", "completion": f"answer {i}"} for i in range(8)]
+    dataset, _ = Dataset.objects.get_or_create(project=project, name=name, defaults={"kind": kind, "created_by": user})
+    number = dataset.versions.count() + 1
+    version = DatasetVersion(dataset=dataset, number=number, original_filename=f"{name}.jsonl", format="jsonl",
+                             size_bytes=0, status=VersionStatus.READY, row_count=len(rows), created_by=user)
+    version.file_path = f"datasets/{dataset.public_id}/{version.public_id}.jsonl"
+    version.absolute_path.parent.mkdir(parents=True, exist_ok=True)
+    version.absolute_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    version.size_bytes = version.absolute_path.stat().st_size
+    version.save()
+    return version

@@ -1,0 +1,185 @@
+/* The run page: one plotly chart per logged metric, extended in place as points arrive over
+   server-sent events (or, when those do not get through, by polling the state endpoint); the
+   progress bar, log tail and samples browser. Every text from the server is set with textContent. */
+(function () {
+  "use strict";
+
+  var config = document.getElementById("run-config");
+  if (!config) return;
+  var series = JSON.parse(document.getElementById("run-series").textContent);
+  var progress = JSON.parse(document.getElementById("run-progress").textContent);
+  var chartsElement = document.getElementById("charts");
+  var charts = {};          // metric name -> plot element
+  var lastStep = {};        // metric name -> highest step drawn
+  var lastLogId = 0;
+  var pollTimer = null;
+  var source = null;
+
+  function layoutFor(name) {
+    return {
+      height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: name, font: { size: 13 } },
+      xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { zeroline: false },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
+    };
+  }
+
+  function ensureChart(name) {
+    if (charts[name]) return charts[name];
+    var figure = document.createElement("figure");
+    figure.className = "chart";
+    var plot = document.createElement("div");
+    plot.className = "plot";
+    plot.dataset.metric = name;
+    figure.appendChild(plot);
+    chartsElement.appendChild(figure);
+    charts[name] = plot;
+    lastStep[name] = 0;
+    window.Plotly.newPlot(plot, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
+      layoutFor(name), { displayModeBar: false, responsive: true });
+    plot.on("plotly_click", function (event) {
+      if (event.points && event.points.length) loadSamples({ step: event.points[0].x });
+    });
+    document.getElementById("no-metrics").hidden = true;
+    return plot;
+  }
+
+  // Append points (sorted by step) newer than what a chart already shows.
+  function addPoints(name, steps, values) {
+    var plot = ensureChart(name);
+    var xs = [], ys = [];
+    for (var i = 0; i < steps.length; i++) {
+      if (steps[i] > lastStep[name]) { xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i]; }
+    }
+    if (xs.length) window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [0]);
+  }
+
+  function addSeries(seriesByName) {
+    Object.keys(seriesByName).forEach(function (name) {
+      addPoints(name, seriesByName[name].step, seriesByName[name].value);
+    });
+  }
+
+  function addEventPoints(points) {
+    var grouped = {};
+    points.forEach(function (point) {
+      var entry = grouped[point.name] || (grouped[point.name] = { step: [], value: [] });
+      entry.step.push(point.step);
+      entry.value.push(point.value);
+    });
+    addSeries(grouped);
+  }
+
+  function formatDuration(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "—";
+    seconds = Math.round(seconds);
+    var hours = Math.floor(seconds / 3600), minutes = Math.floor((seconds % 3600) / 60), secs = seconds % 60;
+    if (hours) return hours + "h " + minutes + "m";
+    if (minutes) return minutes + "m " + secs + "s";
+    return secs + "s";
+  }
+
+  function showProgress(state) {
+    progress = Object.assign(progress, state);
+    var total = progress.total_steps || 0;
+    document.getElementById("progress-step").textContent = progress.step;
+    document.getElementById("progress-total").textContent = total || "?";
+    document.getElementById("progress-tokens").textContent = progress.tokens;
+    document.getElementById("progress-elapsed").textContent = formatDuration(progress.train_seconds);
+    var eta = total && progress.step ? (total - progress.step) * progress.train_seconds / progress.step : null;
+    document.getElementById("progress-eta").textContent = progress.step >= total ? "—" : formatDuration(eta);
+    var bar = document.querySelector("#progress .bar");
+    bar.setAttribute("aria-valuenow", progress.step);
+    bar.setAttribute("aria-valuemax", total);
+    document.querySelector("#progress .bar-fill").style.width = (total ? Math.min(100, 100 * progress.step / total) : 0) + "%";
+  }
+
+  function addLogLines(lines) {
+    var list = document.getElementById("log");
+    lines.forEach(function (line) {
+      if (line.id <= lastLogId) return;
+      lastLogId = line.id;
+      var item = document.createElement("li");
+      item.className = "log-" + line.level;
+      item.dataset.id = line.id;
+      var time = document.createElement("time");
+      time.textContent = new Date(line.time).toTimeString().slice(0, 8);
+      item.appendChild(time);
+      item.appendChild(document.createTextNode(" " + line.message));
+      list.appendChild(item);
+    });
+    list.scrollTop = list.scrollHeight;
+  }
+
+  function loadSamples(params) {
+    var url = config.dataset.samplesUrl + "?" + new URLSearchParams(params).toString();
+    return fetch(url, { credentials: "same-origin" }).then(function (response) { return response.text(); })
+      .then(function (html) {
+        var holder = document.getElementById("samples");
+        holder.innerHTML = html;  // a server-rendered partial: every text in it is escaped by Django
+        bindSampleFilter();
+        holder.scrollIntoView({ behavior: "smooth", block: "start" });
+      });
+  }
+
+  function bindSampleFilter() {
+    var form = document.querySelector("#samples form.sample-filter");
+    if (!form) return;
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      loadSamples(Object.fromEntries(new FormData(form).entries()));
+    });
+    form.querySelector("select[name=step]").addEventListener("change", function () { form.requestSubmit(); });
+  }
+
+  function catchUp() {
+    var after = Math.min.apply(null, Object.keys(lastStep).map(function (name) { return lastStep[name]; }).concat([Infinity]));
+    var query = new URLSearchParams({ after_step: isFinite(after) ? after : 0, after_log: lastLogId });
+    return fetch(config.dataset.stateUrl + "?" + query.toString(), { credentials: "same-origin" })
+      .then(function (response) { return response.json(); })
+      .then(function (state) {
+        addSeries(state.series);
+        showProgress(state.progress);
+        addLogLines(state.log);
+        if (state.progress.status !== "queued" && state.progress.status !== "running") finished();
+      });
+  }
+
+  function finished() {
+    if (source) source.close();
+    if (pollTimer) clearInterval(pollTimer);
+    document.getElementById("live-state").textContent = "";
+    // The final state (status, actions, artifacts) is a page of its own.
+    window.setTimeout(function () { window.location.reload(); }, 500);
+  }
+
+  function poll() {
+    if (pollTimer) return;
+    document.getElementById("live-state").textContent = "polling";
+    pollTimer = setInterval(catchUp, 2000);
+  }
+
+  function listen() {
+    if (!window.EventSource) { poll(); return; }
+    source = new EventSource(config.dataset.eventsUrl);
+    source.onopen = function () { document.getElementById("live-state").textContent = "live"; catchUp(); };
+    source.onmessage = function (message) {
+      var event = JSON.parse(message.data);
+      if (event.type === "metrics") addEventPoints(event.points);
+      else if (event.type === "progress") showProgress(event);
+      else if (event.type === "log") addLogLines(event.lines);
+      else if (event.type === "samples") loadSamples({ step: event.step });
+      else if (event.type === "status") finished();
+      else if (event.type === "unavailable") { source.close(); poll(); }
+    };
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED) poll();
+    };
+  }
+
+  document.querySelectorAll("#log li").forEach(function (item) { lastLogId = Math.max(lastLogId, Number(item.dataset.id)); });
+  addSeries(series);
+  showProgress(progress);
+  bindSampleFilter();
+  if (config.dataset.active) listen();
+})();

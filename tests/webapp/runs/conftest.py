@@ -1,0 +1,55 @@
+"""Fixtures for run tests: a team with a base model and ready datasets, and the tasks the services
+would send to Celery (captured, not sent)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+
+
+@dataclass
+class Sent:
+    calls: list
+
+    @property
+    def names(self) -> list[str]:
+        return [call[0] for call in self.calls]
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch) -> Sent:
+    sent = Sent(calls=[])
+    monkeypatch.setattr(celery_app, "send_task",
+                        lambda name, args=None, queue=None, **kwargs: sent.calls.append((name, args, queue)))
+    return sent
+
+
+@dataclass
+class Catalog:
+    base_model: object
+    sft: object
+    preference: object
+    prompts: object
+
+
+@pytest.fixture
+def catalog(team) -> Catalog:
+    return Catalog(
+        base_model=make_base_model(team.project),
+        sft=make_ready_version(team.project, name="chats", kind="sft"),
+        preference=make_ready_version(team.project, name="pairs", kind="preference",
+                                      rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}]),
+        prompts=make_ready_version(team.project, name="questions", kind="prompts",
+                                   rows=[{"prompt": "2+2?", "answer": "4"}]),
+    )
+
+
+def sft_spec(catalog: Catalog, **overrides) -> dict:
+    spec = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}}
+    for key, value in overrides.items():
+        spec[key] = value
+    return spec

@@ -1,0 +1,169 @@
+"""Run services: create (ids resolved to paths, validated by the engine's schema, enqueued on
+commit), cancel, resume, retry, tags, and the reaping of lost runs."""
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from tests.webapp.factories import make_ready_version
+from tests.webapp.runs.conftest import sft_spec
+from webapp.runs import services
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+
+def create(team, catalog, sent_tasks, django_capture_on_commit_callbacks, **overrides) -> Run:
+    with django_capture_on_commit_callbacks(execute=True):
+        return services.run_create(project=team.project, spec=sft_spec(catalog, **overrides), user=team.teammate)
+
+
+def test_it_resolves_ids_validates_saves_and_enqueues_on_commit(team, catalog, sent_tasks,
+                                                                 django_capture_on_commit_callbacks):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    assert run.public_id.startswith("run_") and run.status == RunStatus.QUEUED and run.attempt == 1
+    assert run.resolved_spec["model"] == "/models/tiny"
+    assert run.resolved_spec["data"]["train"] == str(catalog.sft.absolute_path)
+    assert run.resolved_spec["output_dir"] == str(Path(settings.DATA_ROOT) / "runs" / run.public_id)
+    # The written spec keeps ids, has every default filled in, and no output_dir.
+    assert run.spec["model"] == catalog.base_model.public_id and run.spec["data"]["train"] == catalog.sft.public_id
+    assert "output_dir" not in run.spec and run.spec["optim"]["schedule"] == "cosine"
+    assert run.total_steps == 10 and run.base_model == catalog.base_model
+    assert list(run.dataset_versions.all()) == [catalog.sft]
+    assert sent_tasks.calls == [("worker.tasks.train.train_run", [run.pk, 1], "train")]
+    assert run.name == "sft-tiny"
+
+
+def test_nothing_is_enqueued_before_commit(team, catalog, sent_tasks):
+    services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    assert sent_tasks.calls == []  # the test transaction never commits
+
+
+def test_it_rejects_each_wrong_key_by_name(team, catalog, sent_tasks):
+    spec = sft_spec(catalog, optim={"schedule": "cosin", "learning_rate": -1}, output_dir="/tmp/x")
+    spec["data"]["train"] = catalog.preference.public_id
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    errors = caught.value.message_dict
+    assert "is not one of constant, linear, cosine" in errors["optim.schedule"][0]
+    assert "optim.learning_rate" in errors
+    assert "pairs v1 is a preference dataset; sft needs sft" in errors["data.train"][0]
+    assert "remove output_dir" in errors["output_dir"][0]
+    assert Run.objects.count() == 0
+
+
+def test_it_rejects_objects_of_another_project(team, catalog, sent_tasks):
+    foreign = make_ready_version(team.outsider_project, name="theirs")
+    spec = sft_spec(catalog)
+    spec["data"]["train"] = foreign.public_id
+    spec["model"] = "bm_doesnotexist"
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert "is not a dataset version of alpha" in caught.value.message_dict["data.train"][0]
+    assert "is not a base model of alpha" in caught.value.message_dict["model"][0]
+
+
+def test_a_succeeded_runs_export_is_a_starting_model(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                                     tmp_path):
+    first = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    spec = {**sft_spec(catalog), "model": first.public_id}
+    with pytest.raises(ValidationError, match="has no exported model"):
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    Run.objects.filter(pk=first.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=first, kind=ArtifactKind.MODEL, path=str(tmp_path))
+    second = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert second.resolved_spec["model"] == str(tmp_path) and second.source_run == first
+    assert second.spec["model"] == first.public_id
+
+
+def test_yaml_errors_name_their_line(team, catalog):
+    text = f"task: sft\nmodel: {catalog.base_model.public_id}\ndata:\n  train: x\noptim:\n  schedule: cosin\ntrain:\n  max_steps: 5\n"
+    with pytest.raises(ValidationError) as caught:
+        services.spec_from_yaml(text)
+    assert caught.value.message_dict["spec_yaml"] == ["spec:6: optim.schedule: 'cosin' is not one of constant, linear, cosine"]
+    with pytest.raises(ValidationError, match="YAML syntax error"):
+        services.spec_from_yaml("task: [sft\n")
+
+
+def test_yaml_spec_launches_like_the_form(team, catalog, sent_tasks):
+    text = services.spec_to_yaml(sft_spec(catalog))
+    run = services.run_create(project=team.project, spec=services.spec_from_yaml(text), user=team.teammate)
+    assert run.resolved_spec["train"]["max_steps"] == 10
+
+
+def test_cancel_a_queued_run_at_once_and_a_running_one_by_flag(team, catalog, sent_tasks,
+                                                                django_capture_on_commit_callbacks, monkeypatch):
+    flags = []
+    monkeypatch.setattr(services, "_set_cancel_flag", flags.append)
+    queued = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    cancelled = services.run_cancel(run=queued, user=team.teammate)
+    assert cancelled.status == RunStatus.CANCELLED and "before it started" in cancelled.error_message
+    running = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=running.pk).update(status=RunStatus.RUNNING)
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = services.run_cancel(run=running, user=team.teammate)
+    assert asked.status == RunStatus.RUNNING and asked.cancel_requested and flags == [running.public_id]
+    with pytest.raises(ValidationError, match="only queued or running"):
+        services.run_cancel(run=cancelled, user=team.teammate)
+
+
+def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                                     monkeypatch):
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    with pytest.raises(ValidationError, match="only a finished run"):
+        services.run_resume(run=run, user=team.teammate)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, current_step=4, cancel_requested=True)
+    with pytest.raises(ValidationError, match="more than the 4 steps"):
+        services.run_resume(run=run, user=team.teammate, max_steps=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        resumed = services.run_resume(run=run, user=team.teammate, max_steps=30)
+    assert resumed.status == RunStatus.QUEUED and resumed.attempt == 2 and not resumed.cancel_requested
+    assert resumed.resolved_spec["train"]["max_steps"] == 30 and resumed.total_steps == 30
+    assert resumed.resolved_spec["output_dir"] == run.resolved_spec["output_dir"]
+    assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
+
+
+def test_retry_starts_over_in_a_new_directory(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    retried = services.run_retry(run=run, user=team.owner)
+    assert retried.pk != run.pk and retried.spec == run.spec
+    assert retried.resolved_spec["output_dir"] != run.resolved_spec["output_dir"]
+    assert retried.name == "sft-tiny (retry)"
+
+
+def test_tags_are_trimmed_and_deduplicated(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    services.run_update_details(run=run, tags=" lr-sweep, baseline ,lr-sweep,, ", notes="**bold**")
+    run.refresh_from_db()
+    assert run.tags == ["lr-sweep", "baseline"] and run.notes == "**bold**"
+    with pytest.raises(ValidationError, match="longer than 40"):
+        services.run_update_details(run=run, tags="x" * 41)
+
+
+def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a", current_step=7,
+                                         last_heartbeat=now - timedelta(seconds=61))
+    fresh = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=fresh.pk).update(status=RunStatus.RUNNING, last_heartbeat=now - timedelta(seconds=30))
+    with django_capture_on_commit_callbacks(execute=True):
+        reaped = services.runs_reap_lost(now=now)
+    assert [lost.pk for lost in reaped] == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.worker_name == ""
+    assert "lost at step 7" in run.log_lines.last().message
+    assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
+    assert services.runs_reap_lost(now=now) == []  # taken once, even by many reapers
+
+
+def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, cancel_requested=True,
+                                         last_heartbeat=now - timedelta(seconds=120))
+    assert services.runs_reap_lost(now=now) == []
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED

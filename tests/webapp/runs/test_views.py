@@ -1,0 +1,160 @@
+"""Run pages with an owner, a teammate, a viewer and an outsider: the launch form built from the
+schema, its errors by field, the YAML view, duplicate, the run page and its endpoints, actions,
+the table and the compare page."""
+import json
+
+import pytest
+
+from tests.webapp.runs.conftest import sft_spec
+from webapp.runs import services
+from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
+
+
+@pytest.fixture
+def run(team, catalog, sent_tasks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="first <b>run</b>")
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=10.0 / step, wall_time=100.0 + step,
+                                                 tokens=64 * step) for step in range(1, 6)])
+    Sample.objects.create(run=run, step=5, position=0, prompt="<script>alert(1)</script>", text="<img src=x onerror=alert(1)>")
+    return run
+
+
+def url(run, suffix=""):
+    return f"/p/alpha/runs/{run.public_id}/{suffix}"
+
+
+def test_the_form_has_every_schema_key_of_the_task(team, catalog, client_for):
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=dpo").content.decode()
+    for key in ("optim.learning_rate", "peft.rank", "train.max_steps", "data.max_seq_len", "dpo.beta", "dpo.loss"):
+        assert f'name="{key}"' in page
+    assert 'name="reward.center_rewards_coefficient"' not in page
+    # Only preference datasets are offered to DPO.
+    assert catalog.preference.public_id in page and catalog.sft.public_id not in page
+
+
+def test_launching_from_the_form_queues_a_run(team, catalog, client_for, sent_tasks):
+    form = {"mode": "form", "task": "sft", "name": "lora-1", "tags": "a, b", "model": catalog.base_model.public_id,
+            "data.train": catalog.sft.public_id, "peft.method": "lora", "peft.rank": "4", "peft.alpha": "8",
+            "peft.targets": ["q_proj", "v_proj"], "optim.learning_rate": "0.001", "optim.schedule": "linear",
+            "train.max_steps": "12", "train.batch_size": "2", "peft.quant_bits": "4", "data.packing": "on"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 302
+    run = Run.objects.get(name="lora-1")
+    assert run.spec["peft"]["targets"] == ["q_proj", "v_proj"] and run.spec["peft"]["rank"] == 4
+    assert run.spec["optim"]["learning_rate"] == 0.001 and run.spec["data"]["packing"] is True
+    assert run.spec["data"]["loss_on"] == "completion"  # an untouched key keeps its default
+    assert run.tags == ["a", "b"] and response["Location"] == f"/p/alpha/runs/{run.public_id}/"
+
+
+def test_it_rejects_bad_input_naming_each_field(team, catalog, client_for, sent_tasks):
+    form = {"mode": "form", "task": "sft", "model": "", "data.train": catalog.sft.public_id,
+            "optim.learning_rate": "fast", "train.batch_size": "0", "train.max_steps": "5"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<code>model</code>: choose a starting model" in page
+    assert "<code>optim.learning_rate</code>" in page and "<code>train.batch_size</code>" in page
+    assert 'value="fast"' in page  # what was typed stays in the form
+    assert Run.objects.count() == 0
+
+
+def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    bad = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntrain:\n  max_stepz: 3\n"})
+    assert bad.status_code == 400 and "spec:3: train.max_stepz: unknown key" in bad.content.decode()
+    good = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "from-yaml",
+                                              "spec_yaml": services.spec_to_yaml(sft_spec(catalog))})
+    assert good.status_code == 302 and Run.objects.filter(name="from-yaml").exists()
+
+
+def test_duplicate_prefills_from_a_run(team, run, client_for):
+    page = client_for(team.owner).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
+    assert 'value="first &lt;b&gt;run&lt;/b&gt; (copy)"' in page
+    assert f'<option value="{run.spec["data"]["train"]}" selected>' in page
+
+
+def test_the_run_page_escapes_model_text(team, run, client_for):
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "first &lt;b&gt;run&lt;/b&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
+    assert "<script>alert(1)" not in page
+    assert 'id="run-series"' in page and 'Cancel</button>' not in page  # viewers see no actions
+
+
+def test_notes_are_rendered_safely(team, run, client_for):
+    services.run_update_details(run=run, notes="**bold** <script>x()</script> [a](javascript:alert(1))")
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "<strong>bold</strong>" in page and "<script>x()" not in page and "javascript:" not in page
+
+
+def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
+    state = client_for(team.viewer).get(url(run, "state.json") + "?after_step=3").json()
+    assert state["series"]["loss"]["step"] == [4, 5] and state["series"]["loss"]["value"] == [2.5, 2.0]
+    assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
+
+
+def test_samples_partial_picks_the_nearest_step(team, run, client_for):
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=3").content.decode()
+    assert 'data-step="5"' in page and "&lt;img src=x" in page
+
+
+def test_viewers_cannot_launch_or_act(team, run, client_for, catalog):
+    client = client_for(team.viewer)
+    assert client.get("/p/alpha/runs/new/").status_code == 403
+    for action in ("cancel/", "resume/", "retry/", "edit/"):
+        assert client.post(url(run, action)).status_code == 403
+    assert client.post("/p/alpha/runs/archive/", {"runs": [run.public_id]}).status_code == 403
+
+
+def test_it_requires_access(team, run, client_for):
+    client = client_for(team.outsider)
+    for path in ("", "state.json", "samples/", "events/"):
+        assert client.get(url(run, path)).status_code == 404, path
+    for action in ("cancel/", "resume/", "retry/", "edit/"):
+        assert client.post(url(run, action)).status_code == 404
+    for path in ("/p/alpha/runs/", "/p/alpha/runs/new/", f"/p/alpha/runs/compare/?runs={run.public_id}",
+                 f"/p/alpha/runs/compare/metrics.csv?runs={run.public_id}"):
+        assert client.get(path).status_code == 404, path
+    # A run id of this project under the outsider's own project is not found either.
+    assert client.get(f"/p/alpha-elsewhere/runs/{run.public_id}/").status_code == 404
+
+
+def test_members_cancel_and_retry(team, run, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    assert client.post(url(run, "cancel/")).status_code == 302
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    response = client.post(url(run, "retry/"))
+    retried = Run.objects.exclude(pk=run.pk).get()
+    assert response["Location"] == f"/p/alpha/runs/{retried.public_id}/"
+
+
+def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_tasks):
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second", tags="sweep")
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/runs/?tag=sweep").content.decode()
+    assert other.public_id in page and run.public_id not in page
+    assert run.public_id in client.get("/p/alpha/runs/?q=first").content.decode()
+    client.post("/p/alpha/runs/archive/", {"runs": [run.public_id], "archived": "1"})
+    assert run.public_id not in client.get("/p/alpha/runs/").content.decode()
+    assert run.public_id in client.get("/p/alpha/runs/?archived=1").content.decode()
+
+
+def test_compare_page_and_csv(team, run, client_for, catalog, sent_tasks):
+    other = services.run_create(project=team.project, spec=sft_spec(catalog, optim={"learning_rate": 0.01}),
+                                user=team.owner, name="second")
+    MetricPoint.objects.create(run=other, step=1, name="loss", value=3.0, wall_time=5.0, tokens=64)
+    Sample.objects.create(run=other, step=1, position=0, prompt="<script>alert(1)</script>", text="other answer")
+    client = client_for(team.viewer)
+    response = client.get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert '<tr class="differs"><td><code>optim.learning_rate</code></td><td>0.0001</td><td>0.01</td></tr>' in page
+    data = json.loads(page.split('id="compare-data" type="application/json">')[1].split("</script>")[0])
+    assert data["series"][run.public_id]["loss"]["step"] == [1, 2, 3, 4, 5]
+    assert "other answer" in page and page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 1  # one prompt row
+    csv_text = client.get(f"/p/alpha/runs/compare/metrics.csv?runs={run.public_id}&runs={other.public_id}").content.decode()
+    assert csv_text.splitlines()[0] == "run_id,run_name,step,metric,value,tokens,wall_time"
+    assert len(csv_text.splitlines()) == 1 + 5 + 1
+    one = client.get(f"/p/alpha/runs/compare/?runs={run.public_id}")
+    assert one.status_code == 302

@@ -1,0 +1,25 @@
+"""The one way to look up a run for a request: through its project's membership
+(``get_project_for_user``), so outsiders get 404 for every run page and endpoint, and viewers,
+who may read, get 403 for anything that launches, cancels or changes a run."""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.http import Http404
+
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Membership, Project, Role
+from webapp.runs.models import Run
+
+
+def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, run_id: str, *,
+                     write: bool = False) -> tuple[Project, Membership, Run]:
+    """``(project, membership, run)`` for run ``run_id`` of project ``project_slug``.
+
+    404 when the user is not a member or the run is not the project's; 403 for a viewer when
+    ``write`` (launch, cancel, resume, retry, edit)."""
+    project, membership = get_project_for_user(user, project_slug, min_role=Role.MEMBER if write else Role.VIEWER)
+    run = (Run.objects.select_related("project", "base_model", "source_run", "created_by")
+           .filter(project=project, public_id=run_id).first())
+    if run is None:
+        raise Http404("no such run in this project")
+    return project, membership, run

@@ -1,0 +1,178 @@
+"""Training runs and what they record.
+
+A ``Run`` is one training job of a project: the spec a person wrote (``spec``: models and datasets
+named by their public ids, no paths) and the spec the engine runs (``resolved_spec``: paths filled
+in, ``output_dir`` under ``DATA_ROOT/runs/<public id>``). The train worker reports into it: progress
+fields and a heartbeat on the run row, one ``MetricPoint`` per logged metric and step, ``Sample``s
+(the generations at each evaluation), ``RunLogLine``s, and ``Artifact``s (exported model, adapter)
+at the end.
+
+``attempt`` counts how often the run was enqueued (launch, resume, re-queue after a lost worker).
+Each queued message carries its attempt number, and a worker drops a message whose attempt is not
+the run's current one, so a message that Redis redelivers late never runs a job twice.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+from webapp.basemodels.models import BaseModel
+from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.datasets.models import DatasetVersion
+from webapp.projects.models import Project
+
+
+def new_run_id() -> str:
+    return new_public_id("run")
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Run(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_run_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=120)
+    task = models.CharField(max_length=20)
+    spec = models.JSONField(help_text="The spec as written: models and datasets by public id, no output_dir.")
+    resolved_spec = models.JSONField(help_text="The spec the engine runs: paths and output_dir filled in.")
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    error_message = models.TextField(blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    cancel_requested = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    total_steps = models.PositiveIntegerField(null=True)
+    current_step = models.PositiveIntegerField(default=0)
+    tokens_seen = models.BigIntegerField(default=0)
+    # Seconds spent training over all attempts before the current one (the ETA needs pure train time).
+    train_seconds = models.FloatField(default=0.0)
+    worker_name = models.CharField(max_length=255, blank=True)
+    last_heartbeat = models.DateTimeField(null=True)
+    summary = models.JSONField(default=dict, blank=True)
+    # {"loss": {"last": 1.2, "min": 0.9, "max": 3.4, "step": 120}, ...}: filled as points arrive.
+    final_metrics = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    notes = models.TextField(blank=True, help_text="Markdown.")
+    archived = models.BooleanField(default=False)
+    base_model = models.ForeignKey(BaseModel, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    source_run = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="derived_runs", help_text="The run whose exported model this run starts from.")
+    dataset_versions = models.ManyToManyField(DatasetVersion, blank=True, related_name="runs")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["project", "-created_at"], name="run_project_created"),
+            models.Index(fields=["status", "last_heartbeat"], name="run_status_heartbeat"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=[status.value for status in RunStatus]), name="run_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.public_id})"
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.resolved_spec["output_dir"])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def progress_fraction(self) -> float:
+        if not self.total_steps:
+            return 0.0
+        return min(1.0, self.current_step / self.total_steps)
+
+
+class MetricPoint(models.Model):
+    """One logged value: metric ``name`` of ``run`` at ``step``. Replays never duplicate a step."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    step = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    wall_time = models.FloatField(help_text="Unix time when the worker received the point.")
+    tokens = models.BigIntegerField(default=0, help_text="Tokens trained on up to this step, over all attempts.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "name", "step"], name="metricpoint_unique_run_name_step"),
+        ]
+
+
+class Sample(models.Model):
+    """One generation logged at an evaluation (or one rollout): the prompt, the text, its rewards."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    step = models.PositiveIntegerField()
+    position = models.PositiveIntegerField(help_text="Order within the step (the eval prompt's index).")
+    prompt = models.JSONField(help_text="A string, or a list of {role, content} messages.")
+    text = models.TextField()
+    answer = models.TextField(blank=True)
+    rewards = models.JSONField(default=dict, blank=True, help_text="{reward function: value}, for rollouts.")
+    reward = models.FloatField(null=True)
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["step", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step", "position"], name="sample_unique_run_step_position"),
+        ]
+
+
+class LogLevel(models.TextChoices):
+    INFO = "info", "Info"
+    WARNING = "warning", "Warning"
+    ERROR = "error", "Error"
+
+
+class RunLogLine(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    created_at = models.DateTimeField(auto_now_add=True)
+    level = models.CharField(max_length=10, choices=LogLevel.choices, default=LogLevel.INFO)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+
+
+class ArtifactKind(models.TextChoices):
+    MODEL = "model", "Exported model"
+    ADAPTER = "adapter", "LoRA adapter"
+
+
+class Artifact(models.Model):
+    """A directory a run produced (under its output_dir) that other runs or chats can use."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=20, choices=ArtifactKind.choices)
+    path = models.CharField(max_length=1024, help_text="Absolute path of the directory.")
+    size_bytes = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind"]
+        constraints = [models.UniqueConstraint(fields=["run", "kind"], name="artifact_unique_run_kind")]

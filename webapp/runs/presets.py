@@ -1,0 +1,61 @@
+"""Starting points for the launch form, per task: a name, a one-line description and the spec
+keys they set (everything else keeps the schema's default). The first preset of a task is what a
+new form starts from."""
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, list[dict[str, Any]]] = {
+    "pretrain": [
+        {"name": "Continued pre-training", "description": "Full weights, packed sequences, one epoch.",
+         "spec": {"data": {"packing": True, "max_seq_len": 512, "loss_on": "all"},
+                  "optim": {"learning_rate": 1e-4, "warmup_steps": 10},
+                  "train": {"epochs": 1, "batch_size": 8, "save_every": 100}}},
+    ],
+    "sft": [
+        {"name": "LoRA", "description": "Rank-16 adapters on every projection; quick and light.",
+         "spec": {"peft": {"method": "lora", "rank": 16, "alpha": 32},
+                  "optim": {"learning_rate": 2e-4, "warmup_steps": 10},
+                  "train": {"max_steps": 200, "batch_size": 8, "eval_every": 50, "save_every": 50,
+                            "eval_samples": 8}}},
+        {"name": "Full fine-tune", "description": "Every weight trained; lower learning rate.",
+         "spec": {"peft": {"method": "none"},
+                  "optim": {"learning_rate": 2e-5, "warmup_steps": 20, "weight_decay": 0.01},
+                  "train": {"epochs": 2, "batch_size": 8, "eval_every": 100, "save_every": 100}}},
+        {"name": "QLoRA", "description": "LoRA over a 4-bit (NF4) frozen base: the least memory.",
+         "spec": {"peft": {"method": "qlora", "rank": 16, "alpha": 32, "quant_bits": 4},
+                  "optim": {"learning_rate": 2e-4, "warmup_steps": 10},
+                  "train": {"max_steps": 200, "batch_size": 8, "eval_every": 50, "save_every": 50}}},
+    ],
+    "reward": [
+        {"name": "Reward model", "description": "Bradley-Terry on chosen/rejected pairs, one epoch.",
+         "spec": {"optim": {"learning_rate": 1e-5, "warmup_steps": 10},
+                  "train": {"epochs": 1, "batch_size": 8, "eval_every": 50, "save_every": 50},
+                  "reward": {"center_rewards_coefficient": 0.01}}},
+    ],
+    "dpo": [
+        {"name": "DPO", "description": "Sigmoid loss, beta 0.1, LoRA adapters.",
+         "spec": {"peft": {"method": "lora", "rank": 16, "alpha": 32},
+                  "optim": {"learning_rate": 5e-6, "warmup_steps": 10},
+                  "train": {"epochs": 1, "batch_size": 8, "eval_every": 50, "save_every": 50},
+                  "dpo": {"beta": 0.1, "loss": "sigmoid"}}},
+        {"name": "SimPO", "description": "Reference-free, length-normalised margin loss.",
+         "spec": {"optim": {"learning_rate": 1e-6},
+                  "train": {"epochs": 1, "batch_size": 8, "eval_every": 50, "save_every": 50},
+                  "dpo": {"beta": 2.0, "loss": "simpo", "simpo_gamma": 0.5}}},
+    ],
+}
+
+
+def presets_for(task: str) -> list[dict[str, Any]]:
+    """The presets of ``task`` (a generic one when the task has none yet)."""
+    return PRESETS.get(task) or [
+        {"name": "Defaults", "description": "The engine's defaults, 100 steps.", "spec": {"train": {"max_steps": 100}}}
+    ]
+
+
+def preset_spec(task: str, name: str | None) -> dict[str, Any]:
+    """The spec keys preset ``name`` of ``task`` sets (the first preset when ``name`` is unknown)."""
+    options = presets_for(task)
+    chosen = next((preset for preset in options if preset["name"] == name), options[0])
+    return {"task": task, **chosen["spec"]}

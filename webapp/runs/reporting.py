@@ -1,0 +1,402 @@
+"""The train worker's side of a run: start an attempt, report its progress, record its end.
+
+Design note: the engine calls ``on_progress`` on its training thread after every step, so that
+callback only puts the step's record on an in-memory queue (no I/O, no locks beyond the queue's).
+One writer thread per attempt does everything else, off the training thread:
+
+- every ``FLUSH_SECONDS`` it drains the queue and bulk-inserts the metric points (one row per
+  metric and step; ``ignore_conflicts`` on the unique (run, name, step) key, so a replay never
+  duplicates), updates the run's progress fields, and publishes the batch on the run's Redis
+  channel for live pages; at steps that evaluated, it reads that step's generations from the run
+  directory's ``samples.jsonl`` into ``Sample`` rows;
+- every ``TEMPER_RUN_HEARTBEAT_SECONDS`` it refreshes the run's heartbeat (even while the engine
+  compiles or evaluates and reports nothing) and re-reads ``Run.cancel_requested``;
+- every ``CANCEL_POLL_SECONDS`` it reads the run's Redis cancel flag; ``should_stop`` (checked by
+  the engine between steps) only reads the resulting ``threading.Event``.
+
+Redis being away loses nothing: the database gets every point, and only the live push (and the
+fast cancel path, the database flag still works) waits until Redis is back.
+
+Resumed attempts: the engine drops metric lines logged after its last checkpoint and restarts its
+token count at 0. The first step an attempt reports is therefore the first one it computes anew;
+the writer deletes what an earlier attempt recorded from that step on (the engine recomputes it)
+and offsets token counts by the total recorded at the step before, so the history stays continuous.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Max, Min
+from django.utils import timezone
+
+from webapp.runs import channels
+from webapp.runs.models import (
+    Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
+)
+
+logger = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 0.5
+CANCEL_POLL_SECONDS = 0.5
+INSERT_BATCH = 2000
+# Keys of the engine's per-step record that are not metrics of their own.
+NOT_METRICS = frozenset({"step"})
+
+
+def run_start(*, run_pk: int, attempt: int, worker_name: str) -> Run | None:
+    """Mark attempt ``attempt`` of the run as running on ``worker_name``; None when the message is
+    stale (the run was cancelled, re-queued as a later attempt, or already finished)."""
+    now = timezone.now()
+    claimed = Run.objects.filter(pk=run_pk, attempt=attempt, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, worker_name=worker_name[:255], last_heartbeat=now, started_at=now,
+        error_message="",
+    )
+    if not claimed:
+        logger.info("run %s attempt %s: not queued as this attempt any more; message dropped", run_pk, attempt)
+        return None
+    run = Run.objects.get(pk=run_pk)
+    RunLogLine.objects.create(run=run, message=f"attempt {attempt} started on {worker_name}")
+    return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressRecord:
+    """What the writer needs of one engine ``Progress``, copied on the training thread."""
+
+    step: int
+    total_steps: int
+    metrics: dict[str, Any]
+    elapsed_seconds: float
+    tokens_seen: int
+    wall_time: float
+
+
+def metric_values(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
+    """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted)."""
+    for name, value in metrics.items():
+        if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if math.isfinite(value):
+            yield name, float(value)
+
+
+def read_step_samples(samples_path: Path, step: int) -> list[dict[str, Any]]:
+    """The records of ``samples.jsonl`` logged at ``step``, in file order."""
+    if not samples_path.exists():
+        return []
+    found = []
+    with samples_path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                if record.get("step") == step:
+                    found.append(record)
+    return found
+
+
+def sample_row(run: Run, step: int, position: int, record: dict[str, Any]) -> Sample:
+    known = {"step", "prompt", "text", "answer", "rewards", "reward"}
+    rewards = record.get("rewards") if isinstance(record.get("rewards"), dict) else {}
+    reward = record.get("reward")
+    if reward is None and rewards:
+        reward = sum(value for value in rewards.values() if isinstance(value, (int, float)))
+    return Sample(
+        run=run, step=step, position=position, prompt=record.get("prompt", ""), text=str(record.get("text", "")),
+        answer=str(record.get("answer") or ""), rewards=rewards,
+        reward=reward if isinstance(reward, (int, float)) and math.isfinite(reward) else None,
+        extra={key: value for key, value in record.items() if key not in known},
+    )
+
+
+class RunReporter:
+    """Reports one attempt of ``run`` from the train worker (see the module notes).
+
+    ``start()`` before calling the engine with ``should_stop`` and ``on_progress``; ``close()``
+    after it returns (or raises) flushes everything still queued."""
+
+    def __init__(self, *, run: Run, flush_seconds: float = FLUSH_SECONDS,
+                 heartbeat_seconds: float | None = None, publish: bool = True):
+        self.run = run
+        self.flush_seconds = flush_seconds
+        self.heartbeat_seconds = heartbeat_seconds or settings.TEMPER_RUN_HEARTBEAT_SECONDS
+        self.publish_enabled = publish
+        self.samples_path = run.output_dir / "samples.jsonl"
+        self._queue: queue.SimpleQueue[ProgressRecord] = queue.SimpleQueue()
+        self._cancel = threading.Event()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"temper-report-{run.public_id}", daemon=True)
+        self._first_step: int | None = None
+        self._token_offset = 0
+        self._base_train_seconds = run.train_seconds
+        self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
+        self._redis: redis.Redis | None = None
+        self._redis_warned = False
+        self.points_written = 0
+        self.error: BaseException | None = None
+
+    # ---- engine callbacks (training thread) ---------------------------------------------
+
+    def should_stop(self) -> bool:
+        return self._cancel.is_set()
+
+    def on_progress(self, progress: Any) -> None:
+        self._queue.put(ProgressRecord(
+            step=progress.step, total_steps=progress.total_steps, metrics=progress.metrics,
+            elapsed_seconds=progress.elapsed_seconds, tokens_seen=progress.tokens_seen, wall_time=time.time(),
+        ))
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the writer after it has written everything queued so far."""
+        self._closing.set()
+        self._thread.join()
+        if self._redis is not None:
+            self._redis.close()
+        if self.error is not None:
+            raise RuntimeError(f"reporting run {self.run.public_id} failed: {self.error}") from self.error
+
+    def log(self, message: str, *, level: str = LogLevel.INFO) -> None:
+        """Record and publish a log line (from any thread)."""
+        line = RunLogLine.objects.create(run=self.run, message=message, level=level)
+        self._publish({"type": "log", "lines": [_log_payload(line)]})
+
+    # ---- writer thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_heartbeat = next_cancel_poll = 0.0
+        try:
+            while True:
+                closing = self._closing.wait(self.flush_seconds)
+                records = self._drain()
+                if records:
+                    self._write(records)
+                now = time.monotonic()
+                if now >= next_cancel_poll and not closing:
+                    self._poll_cancel_flag()
+                    next_cancel_poll = now + CANCEL_POLL_SECONDS
+                if now >= next_heartbeat and not closing:
+                    self._heartbeat()
+                    next_heartbeat = now + self.heartbeat_seconds
+                if closing and self._queue.empty():
+                    return
+        except BaseException as error:  # surfaced by close(); the run is then marked failed
+            logger.exception("run %s: reporting failed", self.run.public_id)
+            self.error = error
+            self._cancel.set()
+        finally:
+            connection.close()
+
+    def _drain(self) -> list[ProgressRecord]:
+        records = []
+        while True:
+            try:
+                records.append(self._queue.get_nowait())
+            except queue.Empty:
+                return records
+
+    def _begin_attempt(self, first_step: int) -> None:
+        self._first_step = first_step
+        # The engine recomputes every step from ``first_step`` on: drop what an earlier attempt
+        # recorded there, and continue the token count from the step before.
+        MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
+        Sample.objects.filter(run=self.run, step__gte=first_step).delete()
+        if first_step > 1:
+            previous = MetricPoint.objects.filter(run=self.run, name="tokens", step=first_step - 1).first()
+            self._token_offset = int(previous.value) if previous else self.run.tokens_seen
+            self.log(f"resumed: continuing from step {first_step - 1}")
+
+    def _write(self, records: list[ProgressRecord]) -> None:
+        if self._first_step is None:
+            self._begin_attempt(records[0].step)
+        points = []
+        payload = []
+        eval_steps = []
+        for record in records:
+            tokens = self._token_offset + int(record.metrics.get("tokens", record.tokens_seen))
+            for name, value in metric_values(record.metrics):
+                if name == "tokens":
+                    value = float(tokens)
+                points.append(MetricPoint(run=self.run, step=record.step, name=name, value=value,
+                                          wall_time=record.wall_time, tokens=tokens))
+                payload.append({"step": record.step, "name": name, "value": value, "tokens": tokens,
+                                "wall_time": record.wall_time})
+                self._track(name, value, record.step)
+            if any(name.startswith("eval/") for name in record.metrics):
+                eval_steps.append(record.step)
+        last = records[-1]
+        tokens_seen = self._token_offset + int(last.metrics.get("tokens", last.tokens_seen))
+        train_seconds = self._base_train_seconds + last.elapsed_seconds
+        with transaction.atomic():
+            MetricPoint.objects.bulk_create(points, batch_size=INSERT_BATCH, ignore_conflicts=True)
+            Run.objects.filter(pk=self.run.pk).update(
+                current_step=last.step, total_steps=last.total_steps, tokens_seen=tokens_seen,
+                train_seconds=train_seconds, last_heartbeat=timezone.now(), final_metrics=self._summary_metrics,
+            )
+        self.points_written += len(points)
+        self.run.current_step, self.run.tokens_seen = last.step, tokens_seen
+        self._publish({"type": "metrics", "points": payload})
+        self._publish({"type": "progress", "step": last.step, "total_steps": last.total_steps,
+                       "tokens": tokens_seen, "train_seconds": train_seconds})
+        for step in eval_steps:
+            self._write_samples(step, next(r for r in records if r.step == step).metrics)
+
+    def _write_samples(self, step: int, metrics: dict[str, Any]) -> None:
+        records = read_step_samples(self.samples_path, step)
+        if records:
+            Sample.objects.bulk_create([sample_row(self.run, step, position, record)
+                                        for position, record in enumerate(records)], ignore_conflicts=True)
+            self._publish({"type": "samples", "step": step, "count": len(records)})
+        evaluation = ", ".join(f"{name} {value:.4g}" for name, value in metric_values(metrics) if name.startswith("eval/"))
+        self.log(f"step {step}: evaluated ({evaluation}" + (f"; {len(records)} samples)" if records else ")"))
+
+    def _track(self, name: str, value: float, step: int) -> None:
+        summary = self._summary_metrics.get(name)
+        if summary is None:
+            self._summary_metrics[name] = {"last": value, "min": value, "max": value, "step": step}
+            return
+        summary.update(last=value, step=step, min=min(summary["min"], value), max=max(summary["max"], value))
+
+    def _heartbeat(self) -> None:
+        close_old_connections()
+        mine = Run.objects.filter(pk=self.run.pk, attempt=self.run.attempt, status=RunStatus.RUNNING)
+        if not mine.update(last_heartbeat=timezone.now()):
+            # The run was taken from this attempt (declared lost and re-queued): stop, keep out of its way.
+            logger.warning("run %s: attempt %s is no longer current; stopping", self.run.public_id, self.run.attempt)
+            self._cancel.set()
+        elif mine.filter(cancel_requested=True).exists():
+            self._cancel.set()
+
+    # ---- Redis ------------------------------------------------------------------------------
+
+    def _client(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = channels.redis_client()
+        return self._redis
+
+    def _redis_failed(self, error: redis.RedisError) -> None:
+        if not self._redis_warned:
+            logger.warning("run %s: Redis unavailable (%s); live updates wait, the database has every point",
+                           self.run.public_id, error)
+            self._redis_warned = True
+
+    def _poll_cancel_flag(self) -> None:
+        try:
+            if self._client().exists(channels.cancel_key(self.run.public_id)):
+                self._cancel.set()
+            self._redis_warned = False
+        except redis.RedisError as error:
+            self._redis_failed(error)
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        if not self.publish_enabled:
+            return
+        try:
+            self._client().publish(channels.events_channel(self.run.public_id), json.dumps(event))
+        except redis.RedisError as error:
+            self._redis_failed(error)
+
+
+def _log_payload(line: RunLogLine) -> dict[str, Any]:
+    return {"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
+
+
+def metric_summary(run: Run) -> dict[str, dict[str, float]]:
+    """Last, min and max of every metric of ``run`` from its stored points."""
+    summary: dict[str, dict[str, float]] = {}
+    ranges = MetricPoint.objects.filter(run=run).values("name").annotate(
+        low=Min("value"), high=Max("value"), last_step=Max("step"))
+    for row in ranges:
+        last = MetricPoint.objects.get(run=run, name=row["name"], step=row["last_step"])
+        summary[row["name"]] = {"last": last.value, "min": row["low"], "max": row["high"], "step": row["last_step"]}
+    return summary
+
+
+def _directory_size(path: Path) -> int:
+    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
+
+
+@transaction.atomic
+def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
+    """Record the engine's summary: final status and message, artifacts (exported model, adapter),
+    final metrics recomputed from the stored points. Ignored when the attempt is no longer current."""
+    current = _current_attempt(run)
+    if current is None:
+        return run
+    run = current
+    status = summary.get("status")
+    run.status = status if status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED) else RunStatus.FAILED
+    run.error_message = summary.get("message") or ""
+    run.summary = summary
+    run.finished_at = timezone.now()
+    run.current_step = int(summary.get("step", run.current_step))
+    run.final_metrics = metric_summary(run)
+    run.last_heartbeat = run.finished_at
+    run.save(update_fields=["status", "error_message", "summary", "finished_at", "current_step", "final_metrics",
+                            "last_heartbeat"])
+    for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
+        path = (summary.get("export") or {}).get(key)
+        if path and Path(path).is_dir():
+            Artifact.objects.update_or_create(run=run, kind=kind,
+                                              defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
+    message = f"{run.status} at step {run.current_step}" + (f": {run.error_message}" if run.error_message else "")
+    RunLogLine.objects.create(run=run, message=message,
+                              level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
+    _publish_status(run)
+    return run
+
+
+@transaction.atomic
+def run_fail(*, run: Run, error: BaseException) -> Run:
+    """Mark the run failed with ``error`` (the engine raised instead of returning a summary).
+    Ignored when the attempt is no longer current."""
+    current = _current_attempt(run)
+    if current is None:
+        return run
+    run = current
+    run.status = RunStatus.FAILED
+    run.error_message = f"{type(error).__name__}: {error}"[:4000]
+    run.finished_at = timezone.now()
+    run.final_metrics = metric_summary(run)
+    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics"])
+    RunLogLine.objects.create(run=run, message=f"failed: {run.error_message}", level=LogLevel.ERROR)
+    _publish_status(run)
+    return run
+
+
+def _current_attempt(run: Run) -> Run | None:
+    """The run's row, locked, if ``run``'s attempt is still the running one."""
+    current = Run.objects.select_for_update().filter(pk=run.pk, attempt=run.attempt, status=RunStatus.RUNNING).first()
+    if current is None:
+        logger.warning("run %s: attempt %s was superseded; its outcome is not recorded", run.public_id, run.attempt)
+    return current
+
+
+def _publish_status(run: Run) -> None:
+    def send() -> None:
+        try:
+            client = channels.redis_client()
+            try:
+                client.publish(channels.events_channel(run.public_id),
+                               json.dumps({"type": "status", "status": run.status, "message": run.error_message}))
+            finally:
+                client.close()
+        except redis.RedisError as error:
+            logger.warning("run %s: status not published: %s", run.public_id, error)
+
+    transaction.on_commit(send)

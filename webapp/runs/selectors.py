@@ -1,0 +1,229 @@
+"""Reads of runs for pages and endpoints: the runs table, metric series (downsampled on the
+server for long runs), samples, the log, lineage, and what the compare page shows."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import F, IntegerField, Max, Min, Q, QuerySet
+from django.db.models.functions import Cast
+
+from webapp.basemodels.models import BaseModel
+from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.projects.models import Project
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunLogLine, RunStatus, Sample
+
+# Series longer than this are reduced to min/max pairs over about MAX_POINTS / 2 step buckets:
+# each bucket keeps its lowest and highest value, so spikes stay visible at any zoom-out.
+MAX_POINTS = 2000
+SORTS = {
+    "newest": "-created_at", "oldest": "created_at", "name": "name", "-name": "-name",
+    "status": "status", "task": "task", "steps": "-current_step",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFilters:
+    """The runs table's query: free-text ``search`` (name or id), ``status``, ``task``, ``tag``,
+    archived runs shown or not, and a ``sort`` key of ``SORTS``."""
+
+    search: str = ""
+    status: str = ""
+    task: str = ""
+    tag: str = ""
+    archived: bool = False
+    sort: str = "newest"
+
+    @classmethod
+    def from_query(cls, query: Any) -> RunFilters:
+        sort = query.get("sort", "newest")
+        return cls(search=query.get("q", "").strip(), status=query.get("status", ""), task=query.get("task", ""),
+                   tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
+                   sort=sort if sort in SORTS else "newest")
+
+
+def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySet[Run]:
+    """The project's runs matching ``filters``, with what the table shows joined in."""
+    runs = Run.objects.filter(project=project, archived=filters.archived)
+    if filters.search:
+        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id=filters.search))
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.task:
+        runs = runs.filter(task=filters.task)
+    if filters.tag:
+        # Tags are a JSON list; a quoted match is exact on SQLite and PostgreSQL alike.
+        runs = runs.filter(tags__icontains=json.dumps(filters.tag))
+    return (runs.select_related("base_model", "source_run", "created_by")
+            .prefetch_related("dataset_versions__dataset").order_by(SORTS[filters.sort], "-id"))
+
+
+def project_tags(*, project: Project) -> list[str]:
+    """Every tag used in the project, sorted."""
+    tags: set[str] = set()
+    for tag_list in Run.objects.filter(project=project).values_list("tags", flat=True):
+        tags.update(tag_list)
+    return sorted(tags)
+
+
+def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:
+    """Runs of ``project`` in the order of ``public_ids`` (unknown ids are skipped)."""
+    found = {run.public_id: run for run in Run.objects.filter(project=project, public_id__in=public_ids)
+             .select_related("base_model", "created_by")}
+    return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
+
+
+def model_choices(*, project: Project) -> list[tuple[str, str]]:
+    """Starting models for a launch: registered base models, then succeeded runs' exported models."""
+    choices = [(model.public_id, f"{model.name} (base model)")
+               for model in BaseModel.objects.filter(project=project).order_by("name")]
+    exported = (Artifact.objects.filter(run__project=project, run__status=RunStatus.SUCCEEDED, kind=ArtifactKind.MODEL)
+                .select_related("run").order_by("-run__created_at"))
+    choices += [(artifact.run.public_id, f"{artifact.run.name} — exported by {artifact.run.public_id}")
+                for artifact in exported]
+    return choices
+
+
+def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Ready dataset versions of ``kinds`` in the project, newest version of each dataset first."""
+    versions = (DatasetVersion.objects.filter(dataset__project=project, dataset__kind__in=kinds,
+                                              status=VersionStatus.READY)
+                .select_related("dataset").order_by("dataset__name", "-number"))
+    return [(version.public_id, f"{version.dataset.name} v{version.number} ({version.dataset.kind}, "
+                                f"{version.row_count} rows)") for version in versions]
+
+
+def metric_names(*, run: Run) -> list[str]:
+    names = MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct()
+    return sorted(names, key=lambda name: (name.startswith("eval/"), name != "loss", name))
+
+
+def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
+    series: dict[str, dict[str, list]] = {}
+    for name, step, value, tokens, wall_time in rows:
+        entry = series.setdefault(name, {"step": [], "value": [], "tokens": [], "time": []})
+        entry["step"].append(step)
+        entry["value"].append(value)
+        entry["tokens"].append(tokens)
+        entry["time"].append(round(wall_time - start_time, 3) if start_time is not None else 0.0)
+    for entry in series.values():
+        entry["downsampled"] = downsampled
+    return series
+
+
+def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = 0,
+                  max_points: int = MAX_POINTS) -> dict[str, dict[str, list]]:
+    """``{name: {"step": [...], "value": [...], "tokens": [...], "time": [...], "downsampled": bool}}``.
+
+    ``time`` is seconds since the run's first point. Longer series come back as min/max pairs per
+    step bucket (computed by the database), at most about ``max_points`` points per metric."""
+    points = MetricPoint.objects.filter(run=run, step__gt=after_step)
+    if names:
+        points = points.filter(name__in=names)
+    extent = points.aggregate(first=Min("step"), last=Max("step"), start=Min("wall_time"))
+    if extent["first"] is None:
+        return {}
+    start_time = MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
+    span = extent["last"] - extent["first"] + 1
+    buckets = max(1, max_points // 2)
+    if span <= max_points:
+        rows = points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time")
+        return _series(rows, downsampled=False, start_time=start_time)
+    width = math.ceil(span / buckets)
+    grouped = (points.annotate(bucket=Cast((F("step") - extent["first"]) / width, IntegerField()))
+               .values("name", "bucket")
+               .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
+                         tokens=Min("tokens"), wall_time=Min("wall_time"))
+               .order_by("name", "bucket"))
+    rows = []
+    for group in grouped:
+        # Two points per bucket, at its first and last step: the envelope the raw curve fills.
+        common = (group["tokens"], group["wall_time"])
+        rows.append((group["name"], group["first_step"], group["low"], *common))
+        if group["last_step"] != group["first_step"] or group["high"] != group["low"]:
+            rows.append((group["name"], group["last_step"], group["high"], *common))
+    return _series(rows, downsampled=True, start_time=start_time)
+
+
+def sample_steps(*, run: Run) -> list[int]:
+    return list(Sample.objects.filter(run=run).values_list("step", flat=True).distinct().order_by("step"))
+
+
+def sample_list(*, run: Run, step: int | None = None, min_reward: float | None = None,
+                max_reward: float | None = None) -> QuerySet[Sample]:
+    """Samples of ``run`` at ``step`` (all steps when None), optionally within a reward range."""
+    samples = Sample.objects.filter(run=run)
+    if step is not None:
+        samples = samples.filter(step=step)
+    if min_reward is not None:
+        samples = samples.filter(reward__gte=min_reward)
+    if max_reward is not None:
+        samples = samples.filter(reward__lte=max_reward)
+    return samples.order_by("step", "position")
+
+
+def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
+    """The newest ``limit`` log lines after ``after_id``, oldest first."""
+    lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]
+    return list(reversed(lines))
+
+
+def lineage(*, run: Run) -> dict[str, Any]:
+    """Where the run came from and what used it: base model, source run (chained), dataset
+    versions, its artifacts and the runs that started from its export."""
+    return {
+        "base_model": run.base_model,
+        "source_run": run.source_run,
+        "dataset_versions": list(run.dataset_versions.select_related("dataset")),
+        "artifacts": list(run.artifacts.all()),
+        "derived_runs": list(run.derived_runs.order_by("created_at")),
+    }
+
+
+def flatten_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"learning_rate": 1e-4}}`` → ``{"optim.learning_rate": 1e-4}``."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_spec(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per spec key across ``runs``: its values (None where absent) and whether they differ."""
+    flat = [flatten_spec(run.spec) for run in runs]
+    keys = sorted(set().union(*flat)) if flat else []
+    rows = []
+    for key in keys:
+        values = [entry.get(key) for entry in flat]
+        rendered = [json.dumps(value) if isinstance(value, (list, dict)) else value for value in values]
+        rows.append({"key": key, "values": rendered, "differs": len({json.dumps(v, sort_keys=True) for v in values}) > 1})
+    return rows
+
+
+def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None) -> dict[str, Any]:
+    """Generations for the same eval prompts across runs: rows are prompts (in the first run's
+    order), columns are runs at their chosen step (default: each run's last sampled step)."""
+    steps = dict(steps or {})
+    columns = []
+    prompts: dict[str, Any] = {}
+    texts: dict[tuple[int, str], Sample] = {}
+    for run in runs:
+        step = steps.get(run.pk)
+        if step is None:
+            step = Sample.objects.filter(run=run).aggregate(last=Max("step"))["last"]
+        columns.append({"run": run, "step": step})
+        if step is None:
+            continue
+        for sample in Sample.objects.filter(run=run, step=step).order_by("position"):
+            key = json.dumps(sample.prompt, sort_keys=True)
+            prompts.setdefault(key, sample.prompt)
+            texts[(run.pk, key)] = sample
+    rows = [{"prompt": prompt, "cells": [texts.get((column["run"].pk, key)) for column in columns]}
+            for key, prompt in prompts.items()]
+    return {"columns": columns, "rows": rows}

@@ -1,0 +1,398 @@
+"""Writes to runs: create (validate, save, enqueue), cancel, resume, retry, notes and tags, archive,
+and the reaping of runs whose worker went silent. Callers check access first
+(``webapp.runs.access.get_run_for_user`` / ``get_project_for_user`` with the member role).
+
+A spec as people write it names its starting model and datasets by public id — ``model: bm_…`` (a
+registered base model) or ``model: run_…`` (the exported model of a succeeded run, so runs chain:
+SFT → DPO → …), ``data.train: dv_…`` (a ready dataset version of the task's kind) — and has no
+``output_dir``: Temper gives every run ``DATA_ROOT/runs/<run id>``. ``plan_run`` maps those ids to
+paths and validates the result with ``jaxengine.spec.parse_spec``, so the web accepts exactly what
+the engine will run, and every problem comes back under the key it concerns.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import redis
+import yaml
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from jaxengine.spec import SpecError, parse_spec, parse_spec_text
+from webapp.basemodels.models import BaseModel
+from webapp.celery import app as celery_app
+from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.projects.models import Project
+from webapp.runs import channels
+from webapp.runs.models import ArtifactKind, LogLevel, Run, RunLogLine, RunStatus, new_run_id
+from webapp.runs.specform import tasks
+
+logger = logging.getLogger(__name__)
+
+TRAIN_TASK = "worker.tasks.train.train_run"
+# The dataset kinds (jaxengine.data.formats.DatasetKind) each task trains on; grpo/ppo are listed
+# so that their forms offer the right datasets the day the engine's spec accepts them.
+TRAIN_KINDS: dict[str, tuple[str, ...]] = {
+    "pretrain": ("text",), "sft": ("sft",), "reward": ("preference",), "dpo": ("preference",),
+    "grpo": ("prompts",), "ppo": ("prompts",),
+}
+# An sft eval file may also be a prompts file with an ``answer`` column (exact-match scoring).
+EVAL_KINDS: dict[str, tuple[str, ...]] = {"sft": ("sft", "prompts")}
+MAX_TAGS = 20
+MAX_TAG_LENGTH = 40
+RUNS_DIRECTORY = "runs"
+
+
+def train_kinds(task: str) -> tuple[str, ...]:
+    return TRAIN_KINDS.get(task, ())
+
+
+def eval_kinds(task: str) -> tuple[str, ...]:
+    return EVAL_KINDS.get(task, train_kinds(task))
+
+
+def run_output_dir(public_id: str) -> Path:
+    return Path(settings.DATA_ROOT) / RUNS_DIRECTORY / public_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """A validated spec: as written (``spec``, ids) and as the engine runs it (``resolved``, paths)."""
+
+    task: str
+    spec: dict[str, Any]
+    resolved: dict[str, Any]
+    base_model: BaseModel | None
+    source_run: Run | None
+    dataset_versions: list[DatasetVersion] = field(default_factory=list)
+
+
+def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
+    errors.setdefault(key, []).append(message)
+
+
+def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseModel | None, Run | None]:
+    if not isinstance(reference, str) or not reference.strip():
+        _add(errors, "model", "choose a starting model: a base model (bm_…) or a succeeded run's export (run_…)")
+        return "", None, None
+    reference = reference.strip()
+    if reference.startswith("bm_"):
+        base_model = BaseModel.objects.filter(project=project, public_id=reference).first()
+        if base_model is None:
+            _add(errors, "model", f"{reference!r} is not a base model of {project.slug}")
+            return "", None, None
+        return base_model.path, base_model, None
+    if reference.startswith("run_"):
+        source = Run.objects.filter(project=project, public_id=reference).first()
+        if source is None:
+            _add(errors, "model", f"{reference!r} is not a run of {project.slug}")
+            return "", None, None
+        exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
+        if source.status != RunStatus.SUCCEEDED or exported is None:
+            _add(errors, "model", f"run {reference} has no exported model (it is {source.status}); "
+                                  "start from a succeeded run or a base model")
+            return "", None, None
+        return exported.path, source.base_model, source
+    _add(errors, "model", f"{reference!r} is neither a base model id (bm_…) nor a run id (run_…)")
+    return "", None, None
+
+
+def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[str, ...], task: str,
+                     errors) -> DatasetVersion | None:
+    if not isinstance(reference, str) or not reference.startswith("dv_"):
+        _add(errors, key, f"choose a ready dataset version (dv_…) of kind {' or '.join(kinds) or '—'}")
+        return None
+    version = (DatasetVersion.objects.select_related("dataset")
+               .filter(dataset__project=project, public_id=reference).first())
+    if version is None:
+        _add(errors, key, f"{reference!r} is not a dataset version of {project.slug}")
+        return None
+    if version.status != VersionStatus.READY:
+        _add(errors, key, f"{version} is {version.status}, not ready; wait for its check or fix the upload")
+        return None
+    if version.dataset.kind not in kinds:
+        _add(errors, key, f"{version} is a {version.dataset.kind} dataset; {task} needs {' or '.join(kinds)}")
+        return None
+    return version
+
+
+def _spec_problems(problems: list[str], errors) -> None:
+    # parse_spec without a source gives "dotted.key: message" per problem.
+    for problem in problems:
+        key, sep, message = problem.partition(": ")
+        if sep and " " not in key:
+            _add(errors, key, message)
+        else:
+            _add(errors, "__all__", problem)
+
+
+def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
+    """Map a written spec's ids to paths and validate it with the engine's schema.
+
+    Raises ``ValidationError`` with one entry per wrong key (``model``, ``data.train``,
+    ``optim.learning_rate``, ...)."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(spec, dict):
+        raise ValidationError({"__all__": ["the spec must be a mapping of keys (task, model, data, ...)"]})
+    spec = copy.deepcopy(spec)
+    if "output_dir" in spec:
+        _add(errors, "output_dir", "Temper gives every run its own directory; remove output_dir")
+        spec.pop("output_dir")
+    task = spec.get("task")
+    if task not in tasks():
+        _add(errors, "task", f"{task!r} is not one of {', '.join(tasks())}")
+    model_path, base_model, source_run = _resolve_model(project, spec.get("model"), errors)
+    data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+    versions = []
+    resolved_data = dict(data)
+    train = _resolve_dataset(project, "data.train", data.get("train"), train_kinds(task), task, errors)
+    if train is not None:
+        versions.append(train)
+        resolved_data["train"] = str(train.absolute_path)
+    if data.get("eval") not in (None, ""):
+        evaluation = _resolve_dataset(project, "data.eval", data.get("eval"), eval_kinds(task), task, errors)
+        if evaluation is not None:
+            versions.append(evaluation)
+            resolved_data["eval"] = str(evaluation.absolute_path)
+    else:
+        resolved_data.pop("eval", None)
+    # Unresolved references stay as placeholders so that the schema still checks every other key.
+    resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
+                "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
+    try:
+        job = parse_spec(resolved)
+    except SpecError as error:
+        _spec_problems(error.problems, errors)
+        job = None
+    if errors:
+        raise ValidationError(errors)
+    resolved = job.model_dump(mode="json")
+    written = copy.deepcopy(resolved)
+    written.pop("output_dir")
+    written["model"] = spec["model"].strip()
+    written["data"]["train"] = data["train"]
+    written["data"]["eval"] = data.get("eval") or None
+    return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
+                   dataset_versions=versions)
+
+
+def spec_from_yaml(text: str) -> dict[str, Any]:
+    """A spec mapping from the advanced editor's YAML; syntax and schema errors name their line.
+
+    Ids stand where paths would (``model: bm_…``), which the schema accepts as strings; they are
+    resolved by ``plan_run``. ``output_dir`` is Temper's to set, so its absence is no problem."""
+    try:
+        parse_spec_text(text, source="spec")
+    except SpecError as error:
+        problems = [problem for problem in error.problems
+                    if not problem.rstrip().endswith("output_dir: required key is missing")]
+        if problems:
+            raise ValidationError({"spec_yaml": problems}) from None
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValidationError({"spec_yaml": ["the spec must be a mapping of keys (task, model, data, ...)"]})
+    return data
+
+
+def spec_to_yaml(spec: dict[str, Any]) -> str:
+    """A written spec as YAML, in the schema's key order."""
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def _default_name(plan: RunPlan) -> str:
+    start = plan.source_run.name if plan.source_run else (plan.base_model.name if plan.base_model else "model")
+    return f"{plan.task}-{start}"[:100]
+
+
+def _enqueue(run: Run) -> None:
+    run_pk, attempt = run.pk, run.attempt
+    transaction.on_commit(lambda: celery_app.send_task(TRAIN_TASK, args=[run_pk, attempt], queue="train"))
+
+
+def log_line(run: Run, message: str, *, level: str = LogLevel.INFO) -> RunLogLine:
+    return RunLogLine.objects.create(run=run, message=message, level=level)
+
+
+def parse_tags(text: str | list[str]) -> list[str]:
+    """Tags from ``"a, b"`` or a list: stripped, deduplicated in order, each at most 40 characters."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    tags: list[str] = []
+    for item in items:
+        tag = str(item).strip()
+        if not tag:
+            continue
+        if len(tag) > MAX_TAG_LENGTH:
+            raise ValidationError({"tags": f"tag {tag[:20]!r}… is longer than {MAX_TAG_LENGTH} characters"})
+        if tag not in tags:
+            tags.append(tag)
+    if len(tags) > MAX_TAGS:
+        raise ValidationError({"tags": f"at most {MAX_TAGS} tags per run"})
+    return tags
+
+
+@transaction.atomic
+def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, name: str = "",
+               tags: str | list[str] = "") -> Run:
+    """Validate ``spec`` (ids, not paths; see the module notes), save the run and enqueue it on the
+    ``train`` queue once the transaction commits."""
+    public_id = new_run_id()
+    plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
+    tag_list = parse_tags(tags)
+    run = Run.objects.create(
+        public_id=public_id, project=project, name=(name or "").strip()[:120] or _default_name(plan),
+        task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tag_list,
+        base_model=plan.base_model, source_run=plan.source_run,
+        total_steps=plan.resolved["train"].get("max_steps"),
+    )
+    run.dataset_versions.set(plan.dataset_versions)
+    log_line(run, f"queued by {user.get_username() if user else 'the system'}")
+    _enqueue(run)
+    return run
+
+
+def _set_cancel_flag(public_id: str) -> None:
+    try:
+        client = channels.redis_client()
+        try:
+            client.set(channels.cancel_key(public_id), "1", ex=channels.CANCEL_FLAG_SECONDS)
+            client.publish(channels.events_channel(public_id), '{"type": "cancel_requested"}')
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        # The worker also reads Run.cancel_requested at each run heartbeat.
+        logger.warning("cancel flag of %s not set in Redis (%s); the database flag will stop it", public_id, error)
+
+
+@transaction.atomic
+def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
+    """Cancel a queued run at once, or ask a running one to stop after its current step (it saves a
+    checkpoint first, so it can be resumed)."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    who = user.get_username() if user else "the system"
+    if run.status == RunStatus.QUEUED:
+        run.status = RunStatus.CANCELLED
+        run.finished_at = timezone.now()
+        run.error_message = f"cancelled by {who} before it started"
+        run.save(update_fields=["status", "finished_at", "error_message"])
+        log_line(run, run.error_message)
+        return run
+    if run.status != RunStatus.RUNNING:
+        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only queued or running runs can be cancelled"})
+    run.cancel_requested = True
+    run.save(update_fields=["cancel_requested"])
+    log_line(run, f"cancel requested by {who}; stopping after the current step")
+    public_id = run.public_id
+    transaction.on_commit(lambda: _set_cancel_flag(public_id))
+    return run
+
+
+def _clear_cancel_flag(public_id: str) -> None:
+    try:
+        client = channels.redis_client()
+        try:
+            client.delete(channels.cancel_key(public_id))
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("cancel flag of %s not cleared in Redis: %s", public_id, error)
+
+
+@transaction.atomic
+def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
+    """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
+    directory: the engine continues from its last checkpoint and the metric history continues."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
+        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
+    if max_steps is not None:
+        if max_steps <= run.current_step:
+            raise ValidationError({"max_steps": f"give more than the {run.current_step} steps already done"})
+        for spec in (run.spec, run.resolved_spec):
+            spec["train"]["max_steps"] = max_steps
+            spec["train"]["epochs"] = None
+        try:
+            parse_spec(run.resolved_spec)
+        except SpecError as error:
+            raise ValidationError({"max_steps": error.problems}) from None
+        run.total_steps = max_steps
+    elif run.status == RunStatus.SUCCEEDED:
+        raise ValidationError({"max_steps": "the run has finished its steps; give a larger max_steps to train on"})
+    run.status = RunStatus.QUEUED
+    run.attempt += 1
+    run.cancel_requested = False
+    run.error_message = ""
+    run.finished_at = None
+    run.save()
+    log_line(run, f"resume queued by {user.get_username() if user else 'the system'}"
+                  + (f" with max_steps {max_steps}" if max_steps else "") + "; continuing from the last checkpoint")
+    public_id = run.public_id
+    transaction.on_commit(lambda: _clear_cancel_flag(public_id))
+    _enqueue(run)
+    return run
+
+
+def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
+    """Start ``run``'s spec over as a new run with its own fresh run directory."""
+    return run_create(project=run.project, spec=run.spec, user=user, name=f"{run.name} (retry)"[:120],
+                      tags=run.tags)
+
+
+def run_update_details(*, run: Run, name: str | None = None, tags: str | list[str] | None = None,
+                       notes: str | None = None) -> Run:
+    """Rename a run, set its tags (comma-separated or a list) or its markdown notes."""
+    fields = []
+    if name is not None:
+        if not name.strip():
+            raise ValidationError({"name": "a run needs a name"})
+        run.name = name.strip()[:120]
+        fields.append("name")
+    if tags is not None:
+        run.tags = parse_tags(tags)
+        fields.append("tags")
+    if notes is not None:
+        run.notes = notes
+        fields.append("notes")
+    run.save(update_fields=fields)
+    return run
+
+
+def run_set_archived(*, runs: list[Run], archived: bool) -> int:
+    """Archive (hide from the default table) or restore runs; returns how many changed."""
+    return Run.objects.filter(pk__in=[run.pk for run in runs]).update(archived=archived)
+
+
+def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
+    """Re-queue running runs whose heartbeat is older than ``TEMPER_RUN_LOST_SECONDS``: the worker
+    died (SIGKILL, host lost). Each is queued as a new attempt that resumes from its last checkpoint;
+    one whose cancel was requested is marked cancelled instead. Safe to run from many processes at
+    once: a run is taken by one conditional update only."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    reaped = []
+    for run in Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=cutoff):
+        silent = int((now - run.last_heartbeat).total_seconds())
+        claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt,
+                                     last_heartbeat=run.last_heartbeat)
+        if run.cancel_requested:
+            message = f"worker {run.worker_name} went silent ({silent} s) after a cancel request; marked cancelled"
+            if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
+                log_line(run, message, level=LogLevel.WARNING)
+            continue
+        message = (f"worker {run.worker_name} lost at step {run.current_step} (silent for {silent} s); "
+                   "re-queued to resume from its last checkpoint")
+        if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message=""):
+            run.refresh_from_db()
+            log_line(run, message, level=LogLevel.WARNING)
+            logger.warning("run %s: %s", run.public_id, message)
+            _enqueue(run)
+            reaped.append(run)
+    return reaped

@@ -1,0 +1,157 @@
+"""The launch form, built from the engine's job-spec schema.
+
+Design note: the form is not written field by field. ``form_sections(task)`` walks the pydantic
+models of ``jaxengine.spec`` (the sections a task accepts, per ``TASK_SECTIONS``) and turns every
+field into a ``SpecField`` — a select for a ``Literal``, a checkbox for a ``bool``, a number input
+for an ``int``/``float``, a set of checkboxes for a tuple of literals — with the schema's default
+and description as help text. A task or knob the engine adds appears here without web code; only
+the choice of starting model and datasets (``model``, ``data.train``, ``data.eval``) is the web's,
+since people pick registered objects by public id rather than typing server paths.
+
+``spec_from_form(task, data)`` reads a submitted form back into a spec mapping (strings to typed
+values where the schema needs it; blanks to the default, or to null for optional keys), and
+``spec_initial(spec)`` flattens a spec mapping into initial form values (Duplicate, presets).
+"""
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from jaxengine.spec import TASK_SECTIONS, JobSpec, Task
+
+COMMON_SECTIONS = ("data", "peft", "optim", "train")
+# Keys the web fills itself (references chosen from lists, or the run directory).
+REFERENCE_KEYS = frozenset({"data.train", "data.eval"})
+
+
+def tasks() -> tuple[str, ...]:
+    """Every task the engine's spec accepts, in its order."""
+    return typing.get_args(Task)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecField:
+    """One form input for one spec key (``name`` is the dotted key, e.g. ``optim.learning_rate``)."""
+
+    name: str
+    label: str
+    widget: Literal["select", "checkbox", "number", "multi", "text"]
+    default: Any
+    help: str
+    optional: bool
+    choices: tuple[Any, ...] = ()
+    number_type: Literal["int", "float", ""] = ""
+
+    @property
+    def input_id(self) -> str:
+        return "spec-" + self.name.replace(".", "-")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecSection:
+    name: str
+    title: str
+    fields: tuple[SpecField, ...]
+
+
+def _strip_optional(annotation: Any) -> tuple[Any, bool]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1:
+            return members[0], True
+    return annotation, False
+
+
+def section_model(section: str) -> type[BaseModel]:
+    """The pydantic model of spec section ``section`` (``data``, ``optim``, ``dpo``, ...)."""
+    model, _ = _strip_optional(JobSpec.model_fields[section].annotation)
+    return model
+
+
+def _spec_field(section: str, key: str, info) -> SpecField:
+    annotation, optional = _strip_optional(info.annotation)
+    default = None if info.default is PydanticUndefined else info.default
+    origin = typing.get_origin(annotation)
+    common = dict(name=f"{section}.{key}", label=key.replace("_", " "), help=info.description or "",
+                  optional=optional)
+    if origin is Literal:
+        return SpecField(widget="select", default=default, choices=typing.get_args(annotation), **common)
+    if origin in (tuple, list):
+        item, _ = _strip_optional(typing.get_args(annotation)[0])
+        choices = typing.get_args(item) if typing.get_origin(item) is Literal else ()
+        return SpecField(widget="multi", default=list(default or ()), choices=choices, **common)
+    if annotation is bool:
+        return SpecField(widget="checkbox", default=bool(default), **common)
+    if annotation in (int, float):
+        return SpecField(widget="number", default=default, number_type=annotation.__name__, **common)
+    return SpecField(widget="text", default=default, **common)
+
+
+def task_section_names(task: str) -> tuple[str, ...]:
+    """Sections of a ``task`` spec: the common ones, then the task's own (``dpo``, ``reward``, ...)."""
+    return COMMON_SECTIONS + tuple(TASK_SECTIONS.get(task, ()))
+
+
+def form_sections(task: str) -> list[SpecSection]:
+    """The form of ``task``: one section per spec section, one field per schema key."""
+    sections = []
+    for name in task_section_names(task):
+        model = section_model(name)
+        fields = tuple(
+            _spec_field(name, key, info)
+            for key, info in model.model_fields.items()
+            if f"{name}.{key}" not in REFERENCE_KEYS
+        )
+        title = (model.__doc__ or name).strip().splitlines()[0]
+        sections.append(SpecSection(name=name, title=title, fields=fields))
+    return sections
+
+
+def _coerce_choice(raw: str, choices: tuple[Any, ...]) -> Any:
+    # Literal[4, 8] arrives as "4": give pydantic the schema's own value, or the raw text to reject.
+    for choice in choices:
+        if str(choice) == raw:
+            return choice
+    return raw
+
+
+def spec_from_form(task: str, data: Any) -> dict[str, Any]:
+    """A spec mapping from submitted form ``data`` (a QueryDict): ``task``, ``model``, ``data.train``,
+    ``data.eval`` and every schema field of the task's sections. Validation is left to the spec."""
+    spec: dict[str, Any] = {"task": task, "model": data.get("model", "").strip()}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in task_section_names(task)}
+    sections["data"]["train"] = data.get("data.train", "").strip()
+    if data.get("data.eval", "").strip():
+        sections["data"]["eval"] = data.get("data.eval").strip()
+    for section in form_sections(task):
+        for field in section.fields:
+            key = field.name.split(".", 1)[1]
+            if field.widget == "checkbox":
+                sections[section.name][key] = field.name in data
+                continue
+            if field.widget == "multi":
+                sections[section.name][key] = [_coerce_choice(value, field.choices) for value in data.getlist(field.name)]
+                continue
+            raw = data.get(field.name, "").strip()
+            if raw == "" or raw.lower() in ("none", "null"):
+                if field.optional:
+                    sections[section.name][key] = None
+                continue
+            sections[section.name][key] = _coerce_choice(raw, field.choices) if field.widget == "select" else raw
+    spec.update(sections)
+    return spec
+
+
+def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
+    """Flatten a spec mapping into ``{"model": ..., "optim.learning_rate": ..., ...}`` form values."""
+    initial: dict[str, Any] = {"model": spec.get("model", "")}
+    for section, values in spec.items():
+        if isinstance(values, dict):
+            for key, value in values.items():
+                initial[f"{section}.{key}"] = value
+    return initial

@@ -1,0 +1,21 @@
+from django.urls import path
+
+from webapp.runs import events, views
+
+app_name = "runs"
+
+urlpatterns = [
+    path("p/<slug:slug>/runs/", views.run_list, name="list"),
+    path("p/<slug:slug>/runs/new/", views.run_create, name="new"),
+    path("p/<slug:slug>/runs/archive/", views.run_archive, name="archive"),
+    path("p/<slug:slug>/runs/compare/", views.run_compare, name="compare"),
+    path("p/<slug:slug>/runs/compare/metrics.csv", views.run_compare_csv, name="compare_csv"),
+    path("p/<slug:slug>/runs/<str:run_id>/", views.run_detail, name="detail"),
+    path("p/<slug:slug>/runs/<str:run_id>/state.json", views.run_state, name="state"),
+    path("p/<slug:slug>/runs/<str:run_id>/events/", events.run_events, name="events"),
+    path("p/<slug:slug>/runs/<str:run_id>/samples/", views.run_samples, name="samples"),
+    path("p/<slug:slug>/runs/<str:run_id>/cancel/", views.run_cancel, name="cancel"),
+    path("p/<slug:slug>/runs/<str:run_id>/resume/", views.run_resume, name="resume"),
+    path("p/<slug:slug>/runs/<str:run_id>/retry/", views.run_retry, name="retry"),
+    path("p/<slug:slug>/runs/<str:run_id>/edit/", views.run_edit, name="edit"),
+]

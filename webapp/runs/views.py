@@ -1,0 +1,295 @@
+"""Run pages: the runs table, the launch form (schema-built fields or the advanced YAML view),
+the run page (progress, live charts, log, samples, lineage), its JSON endpoints, the actions
+(cancel, resume, retry, edit, archive) and the compare page with its CSV download.
+
+Viewers read; members launch and act on runs. Every view starts with ``get_project_for_user`` or
+``get_run_for_user``, so outsiders get 404 everywhere. The live stream is in ``events.py``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from jaxengine.spec import TASK_SECTIONS
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Role
+from webapp.runs import presets, selectors, services
+from webapp.runs.access import get_run_for_user
+from webapp.runs.markup import render_markdown
+from webapp.runs.models import RunStatus
+from webapp.runs.specform import form_sections, spec_from_form, spec_initial, tasks
+
+RUNS_PER_PAGE = 50
+MAX_COMPARE = 10
+
+
+@login_required
+@require_GET
+def run_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    filters = selectors.RunFilters.from_query(request.GET)
+    page = Paginator(selectors.run_list(project=project, filters=filters), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "runs/list.html", {
+        "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
+        "tasks": tasks(), "statuses": RunStatus.choices, "tags": selectors.project_tags(project=project),
+        "sorts": list(selectors.SORTS), "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
+    })
+
+
+@login_required
+@require_POST
+def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    runs = selectors.runs_by_ids(project=project, public_ids=request.POST.getlist("runs"))
+    archived = request.POST.get("archived", "1") == "1"
+    count = services.run_set_archived(runs=runs, archived=archived)
+    messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
+    return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))
+
+
+def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def _launch_context(request, project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
+                    yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
+    sections = form_sections(task)
+    return {
+        "project": project, "membership": membership, "task": task, "tasks": tasks(),
+        "sections": sections, "initial": initial, "errors": errors,
+        "other_errors": {key: value for key, value in errors.items()
+                         if key not in {field.name for section in sections for field in section.fields}
+                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags")},
+        "model_choices": selectors.model_choices(project=project),
+        "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
+        "eval_choices": selectors.dataset_choices(project=project, kinds=services.eval_kinds(task)),
+        "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
+        "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags,
+        "task_sections": TASK_SECTIONS,
+    }
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def run_create(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    source = request.POST if request.method == "POST" else request.GET
+    task = source.get("task", "sft")
+    if task not in tasks():
+        task = "sft"
+    if request.method == "GET":
+        name, tags = "", ""
+        preset_name = request.GET.get("preset")
+        spec = presets.preset_spec(task, preset_name)
+        duplicate = request.GET.get("from")
+        if duplicate:
+            _p, _m, original = get_run_for_user(request.user, slug, duplicate)
+            spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
+        initial = spec_initial(_defaults_with(task, spec))
+        return render(request, "runs/new.html", _launch_context(
+            request, project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
+                _yaml_seed(task, spec)), mode="form", name=name, tags=tags, preset_name=preset_name))
+    mode = request.POST.get("mode", "form")
+    name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
+    errors: dict[str, list[str]] = {}
+    spec: dict[str, Any] = {}
+    try:
+        spec = services.spec_from_yaml(yaml_text) if mode == "yaml" else spec_from_form(task, request.POST)
+        task = spec.get("task", task) if spec.get("task") in tasks() else task
+        run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
+    except ValidationError as error:
+        errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+    else:
+        messages.success(request, f"Run {run.name} queued.")
+        return redirect("runs:detail", project.slug, run.public_id)
+    if mode == "form":
+        yaml_text = services.spec_to_yaml(spec)
+    initial = spec_initial(spec) if spec else {}
+    return render(request, "runs/new.html", _launch_context(
+        request, project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
+        name=name, tags=tags, preset_name=None), status=400)
+
+
+def _defaults_with(task: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Every schema default of ``task``'s form, overlaid with ``spec``."""
+    defaults: dict[str, Any] = {"task": task}
+    for section in form_sections(task):
+        defaults[section.name] = {field.name.split(".", 1)[1]: field.default for field in section.fields}
+    return _merge(defaults, spec)
+
+
+def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
+    seed = {"task": task, "model": spec.get("model", "bm_…"), "data": {"train": "dv_…"}}
+    return _merge(seed, {key: value for key, value in spec.items() if key != "output_dir"})
+
+
+def _progress(run) -> dict[str, Any]:
+    return {"step": run.current_step, "total_steps": run.total_steps, "tokens": run.tokens_seen,
+            "train_seconds": run.train_seconds, "status": run.status}
+
+
+@login_required
+@require_GET
+def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    project, membership, run = get_run_for_user(request.user, slug, run_id)
+    steps = selectors.sample_steps(run=run)
+    return render(request, "runs/detail.html", {
+        "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
+        "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
+        "sample_steps": steps, "samples": selectors.sample_list(run=run, step=steps[-1]) if steps else [],
+        "sample_step": steps[-1] if steps else None, "lineage": selectors.lineage(run=run),
+        "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
+    })
+
+
+@login_required
+@require_GET
+def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """Progress, new metric points (after ``after_step``) and new log lines (after ``after_log``):
+    what the run page needs to catch up, or to poll when server-sent events are unavailable."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    try:
+        after_step = int(request.GET.get("after_step", "0"))
+        after_log = int(request.GET.get("after_log", "0"))
+    except ValueError:
+        raise Http404("after_step and after_log are step and line numbers") from None
+    return JsonResponse({
+        "progress": _progress(run),
+        "series": selectors.metric_series(run=run, after_step=after_step),
+        "log": [{"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
+                for line in selectors.log_tail(run=run, after_id=after_log)],
+        "sample_steps": selectors.sample_steps(run=run),
+    })
+
+
+def _float_or_none(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+@login_required
+@require_GET
+def run_samples(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """The samples partial (the run page loads it when a step is chosen or a chart point clicked)."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    steps = selectors.sample_steps(run=run)
+    try:
+        step = int(request.GET["step"]) if request.GET.get("step") else (steps[-1] if steps else None)
+    except ValueError:
+        step = None
+    if step is not None and steps and step not in steps:
+        # A click on a chart lands on any step: show the nearest step that has samples.
+        step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
+    samples = selectors.sample_list(run=run, step=step, min_reward=_float_or_none(request.GET.get("min_reward")),
+                                    max_reward=_float_or_none(request.GET.get("max_reward"))) if step is not None else []
+    return render(request, "runs/_samples.html", {"run": run, "samples": samples, "sample_step": step,
+                                                  "sample_steps": steps})
+
+
+def _action(request, slug, run_id, action) -> HttpResponse:
+    project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    try:
+        result = action(run)
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+        return redirect("runs:detail", project.slug, run.public_id)
+    return redirect("runs:detail", project.slug, result.public_id)
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    return _action(request, slug, run_id, lambda run: services.run_cancel(run=run, user=request.user))
+
+
+@login_required
+@require_POST
+def run_resume(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    raw = request.POST.get("max_steps", "").strip()
+
+    def resume(run):
+        if raw and not raw.isdigit():
+            raise ValidationError({"max_steps": f"max_steps must be a whole number of steps, not {raw!r}"})
+        return services.run_resume(run=run, user=request.user, max_steps=int(raw) if raw else None)
+
+    return _action(request, slug, run_id, resume)
+
+
+@login_required
+@require_POST
+def run_retry(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    return _action(request, slug, run_id, lambda run: services.run_retry(run=run, user=request.user))
+
+
+@login_required
+@require_POST
+def run_edit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    fields = {key: request.POST[key] for key in ("name", "tags", "notes") if key in request.POST}
+    return _action(request, slug, run_id, lambda run: services.run_update_details(run=run, **fields))
+
+
+def _compare_runs(request, slug):
+    project, membership = get_project_for_user(request.user, slug)
+    runs = selectors.runs_by_ids(project=project, public_ids=request.GET.getlist("runs"))
+    return project, membership, runs
+
+
+@login_required
+@require_GET
+def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership, runs = _compare_runs(request, slug)
+    if not 2 <= len(runs) <= MAX_COMPARE:
+        messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
+        return redirect("runs:list", project.slug)
+    series = {run.public_id: selectors.metric_series(run=run) for run in runs}
+    names = sorted({name for run_series in series.values() for name in run_series},
+                   key=lambda name: (name.startswith("eval/"), name != "loss", name))
+    final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
+    return render(request, "runs/compare.html", {
+        "project": project, "membership": membership, "runs": runs,
+        "chart_data": {"runs": [{"id": run.public_id, "name": run.name} for run in runs], "series": series,
+                       "names": names},
+        "diff": selectors.config_diff(runs=runs), "final_names": final_names,
+        "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
+        "generations": selectors.side_by_side(runs=runs),
+        "query": "&".join(f"runs={run.public_id}" for run in runs),
+    })
+
+
+@login_required
+@require_GET
+def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
+    """Every stored metric point of the chosen runs (not downsampled), one row each."""
+    project, _membership, runs = _compare_runs(request, slug)
+    if not runs:
+        raise Http404("no runs of this project chosen")
+    from webapp.runs.models import MetricPoint
+
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{project.slug}-metrics.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["run_id", "run_name", "step", "metric", "value", "tokens", "wall_time"])
+    names = {run.pk: (run.public_id, run.name) for run in runs}
+    points = (MetricPoint.objects.filter(run__in=runs).order_by("run_id", "name", "step")
+              .values_list("run_id", "step", "name", "value", "tokens", "wall_time"))
+    for run_pk, step, name, value, tokens, wall_time in points.iterator(chunk_size=5000):
+        writer.writerow([*names[run_pk], step, name, repr(value), tokens, f"{wall_time:.3f}"])
+    return response
+
+

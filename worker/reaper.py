@@ -1,0 +1,70 @@
+"""Lost-run detection in every worker's main process.
+
+A run's heartbeat stops when the process training it dies (SIGKILL, out of memory, host lost). On
+``worker_ready`` a daemon thread here calls ``webapp.runs.services.runs_reap_lost`` at once and then
+every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`` are re-queued to
+resume from their last checkpoint. Every worker (default, train, serve) runs it, so a lost run is
+found while any worker is up; the conditional update in the service makes concurrent reapers safe.
+The thread lives in the main process, which a forked pool child's death does not take down.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import signals
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from webapp.runs.services import runs_reap_lost
+
+logger = logging.getLogger(__name__)
+
+
+class Reaper:
+    def __init__(self, *, interval_seconds: float) -> None:
+        self.interval_seconds = interval_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="temper-run-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def reap_once(self) -> None:
+        close_old_connections()
+        try:
+            for run in runs_reap_lost():
+                logger.warning("run %s was lost; re-queued as attempt %s", run.public_id, run.attempt)
+        except Exception:  # a failed check must never take the worker down; the next one retries
+            logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)
+        finally:
+            connection.close()
+
+    def _run(self) -> None:
+        while True:
+            self.reap_once()
+            if self._stop.wait(self.interval_seconds):
+                return
+
+
+_reaper: Reaper | None = None
+
+
+@signals.worker_ready.connect
+def _start_reaper(sender, **kwargs) -> None:
+    global _reaper
+    if settings.TEMPER_REAPER_SECONDS <= 0:
+        return
+    _reaper = Reaper(interval_seconds=settings.TEMPER_REAPER_SECONDS)
+    _reaper.start()
+
+
+@signals.worker_shutdown.connect
+def _stop_reaper(sender, **kwargs) -> None:
+    if _reaper is not None:
+        _reaper.stop()

@@ -1,0 +1,40 @@
+"""``train`` queue: run one attempt of a training run. Thin: claim the attempt, hand the engine a
+reporter, record the outcome (``webapp.runs.reporting`` holds the logic)."""
+from __future__ import annotations
+
+import logging
+
+from jaxengine.spec import parse_spec
+from webapp.celery import app
+from webapp.runs import reporting
+
+logger = logging.getLogger(__name__)
+
+
+@app.task(name="worker.tasks.train.train_run", bind=True, acks_late=True)
+def train_run(self, run_pk: int, attempt: int) -> None:
+    """Train attempt ``attempt`` of run ``run_pk``; a stale message (a later attempt exists, or the
+    run was cancelled) is dropped. Engine errors fail the run and are not retried."""
+    run = reporting.run_start(run_pk=run_pk, attempt=attempt, worker_name=self.request.hostname or "worker")
+    if run is None:
+        return
+    from jaxengine.job import run_job  # imports jax: only ever in the worker, and only when training
+
+    reporter = reporting.RunReporter(run=run)
+    reporter.start()
+    try:
+        summary = run_job(parse_spec(run.resolved_spec), should_stop=reporter.should_stop,
+                          on_progress=reporter.on_progress, progress_bar=False)
+    except Exception as error:
+        logger.exception("run %s failed", run.public_id)
+        try:
+            reporter.close()
+        finally:
+            reporting.run_fail(run=run, error=error)
+        return
+    try:
+        reporter.close()
+    except RuntimeError as error:
+        reporting.run_fail(run=run, error=error)
+        return
+    reporting.run_finish(run=run, summary=summary)
