@@ -48,6 +48,13 @@
     });
   }
 
+  function humanBytes(size) {
+    var units = ["bytes", "KB", "MB", "GB"];
+    var unit = 0;
+    while (size >= 1024 && unit < units.length - 1) { size /= 1024; unit += 1; }
+    return (unit === 0 ? size : size.toFixed(1)) + " " + units[unit];
+  }
+
   function guardSize(form) {
     var input = form.querySelector("input[type=file]");
     var message = form.querySelector(".client-error");
@@ -56,8 +63,8 @@
       var file = input && input.files && input.files[0];
       if (file && limit && file.size > limit) {
         event.preventDefault();
-        message.textContent = file.name + " is " + (file.size / 1048576).toFixed(1) +
-          " MB, over the upload limit of " + (limit / 1048576).toFixed(0) + " MB.";
+        message.textContent = file.name + " is " + humanBytes(file.size) + ", over the upload limit of " +
+          humanBytes(limit) + "; split it into smaller files.";
         message.hidden = false;
       }
     });

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, make_user
+from tests.webapp.factories import PASSWORD, make_team, make_user
+from webapp.datasets.models import Dataset
 
 pytestmark = pytest.mark.browser
 
@@ -88,3 +89,28 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     page.locator("nav.subnav").get_by_role("link", name="Datasets", exact=True).click()
     assert page.locator("table.table tbody tr").count() == 2
     screenshot(page, "dataset-list")
+
+
+def test_upload_form_follows_the_kind_and_refuses_a_file_over_the_limit(page, live_server, settings, tmp_path):
+    settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+    make_team()
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "alpha-teammate")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+
+    page.select_option("#id_kind", "preference")
+    assert page.locator("#id_map_chosen").is_visible() and not page.locator("#id_map_completion").is_visible()
+    page.select_option("#id_kind", "sft")
+    assert page.locator("#id_map_completion").is_visible() and not page.locator("#id_map_chosen").is_visible()
+
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"text": "%s"}\n' % ("x" * 2000), encoding="utf-8")
+    page.fill("#id_name", "big")
+    page.set_input_files("#id_file", str(big))
+    page.get_by_role("button", name="Upload").click()
+    assert page.locator(".client-error").inner_text() == (
+        "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files.")
+    assert page.url.endswith("/p/alpha/datasets/new/")
+    assert not Dataset.objects.exists()

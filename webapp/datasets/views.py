@@ -90,7 +90,7 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
         return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset)
     form = UploadForm(request.POST, request.FILES, dataset=dataset)
     if handler is not None and handler.exceeded:
-        form.is_valid()
+        form.is_valid()  # cleans the other fields, so that add_error may add to them
         form.add_error("file", _too_large_message(handler.max_bytes))
         return _render_upload(request, project, membership, form, dataset, status=413)
     if form.is_valid():
