@@ -9,4 +9,4 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Real Redis and Celery worker processes for integration and browser tests (see tests/live.py).
-from tests.live import celery_workers, default_worker, redis_url  # noqa: E402,F401
+from tests.live import celery_workers, default_worker, redis_server, redis_url  # noqa: E402,F401

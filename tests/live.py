@@ -80,6 +80,14 @@ class RedisServer:
         _stop(self.process)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def restart(self, *, down_seconds: float = 0.0) -> None:
+        """Stop the server (its data is lost: no persistence), wait, and start a fresh one on the
+        same port, as an operator's restart or a crash and supervisor restart would."""
+        _stop(self.process)
+        time.sleep(down_seconds)
+        self.process = _start_redis_process(self.port, self.workdir)
+        _wait_for_ping(self)
+
 
 def start_redis() -> RedisServer:
     """Start ``redis-server`` on a free loopback port and wait until it answers PING."""
@@ -88,19 +96,26 @@ def start_redis() -> RedisServer:
         pytest.fail("redis-server is not installed: run `bash scripts/ensure_redis.sh` (or .ci/run) first")
     workdir = Path(tempfile.mkdtemp(prefix="temper-test-redis-"))
     port = free_port()
-    process = subprocess.Popen(
-        [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
+    server = RedisServer(port=port, process=_start_redis_process(port, workdir), workdir=workdir)
+    _wait_for_ping(server)
+    return server
+
+
+def _start_redis_process(port: int, workdir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(workdir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
-    server = RedisServer(port=port, process=process, workdir=workdir)
+
+
+def _wait_for_ping(server: RedisServer) -> None:
     deadline = time.monotonic() + REDIS_START_SECONDS
     while not server.ping():
-        if process.poll() is not None or time.monotonic() > deadline:
+        if server.process.poll() is not None or time.monotonic() > deadline:
             server.stop()
-            pytest.fail(f"redis-server did not start on port {port}")
+            pytest.fail(f"redis-server did not start on port {server.port}")
         time.sleep(0.05)
-    return server
 
 
 def database_url_for_workers() -> str:
@@ -208,11 +223,21 @@ def wait_for(condition: Callable[[], Any], *, timeout: float = 30, interval: flo
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def redis_server() -> Iterator[RedisServer]:
+    """This session's private Redis server (``redis_url`` is its URL)."""
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server) -> Iterator[str]:
     """A private Redis for this session; the web side's Celery app sends its tasks there."""
     from webapp.celery import app as celery_app
 
-    server = start_redis()
+    server = redis_server
     previous = celery_app.conf.broker_url
     celery_app.close()  # drop connections made to another broker
     celery_app.conf.broker_url = server.url
@@ -221,7 +246,6 @@ def redis_url() -> Iterator[str]:
     finally:
         celery_app.close()
         celery_app.conf.broker_url = previous
-        server.stop()
 
 
 @pytest.fixture(scope="session")

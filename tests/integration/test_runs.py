@@ -1,0 +1,149 @@
+"""Runs on a real train worker over a real Redis: a tiny SFT run trains end to end; a cancel
+stops it within seconds of a step and a resume continues its history; a train worker killed with
+SIGKILL mid-run is detected by its silent heartbeat and the run resumes from its last checkpoint on
+a new worker; a Redis restart mid-run loses neither the run nor a metric point.
+
+The train worker runs with short timings (heartbeat 1 s, lost after 6 s, reaper every 2 s) so that
+the fault tests take seconds instead of minutes; the logic is the same as with the defaults.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.factories import build_tiny_model_dir
+from tests.live import wait_for
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.runs import services
+from webapp.runs.models import ArtifactKind, MetricPoint, Run, RunStatus
+
+pytestmark = pytest.mark.integration
+
+FAST_TIMINGS = {"TEMPER_RUN_HEARTBEAT_SECONDS": "1", "TEMPER_RUN_LOST_SECONDS": "6", "TEMPER_REAPER_SECONDS": "2"}
+ROWS = [{"prompt": f"question {i}: what is {i} plus {i}?", "completion": f"it is {2 * i}"} for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def fast_timings():
+    previous = {name: os.environ.get(name) for name in FAST_TIMINGS}
+    os.environ.update(FAST_TIMINGS)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from django.conf import settings
+
+    return build_tiny_model_dir(settings.MODELS_ROOT / "tiny-runs")
+
+
+@pytest.fixture
+def train_worker(fast_timings, celery_workers, transactional_db, settings, redis_url):
+    settings.REDIS_URL = redis_url  # the web side's cancel flags and live events go to the test Redis
+    celery_workers.ensure("train")
+    return celery_workers
+
+
+@pytest.fixture
+def setup(train_worker, tiny_model_dir):
+    team = make_team()
+    base_model = make_base_model(team.project, path=str(tiny_model_dir))
+    data = make_ready_version(team.project, rows=ROWS)
+    return team, base_model, data
+
+
+def launch(setup, **train) -> Run:
+    team, base_model, data = setup
+    spec = {"task": "sft", "model": base_model.public_id,
+            "data": {"train": data.public_id, "eval": data.public_id, "max_seq_len": 48},
+            "train": {"batch_size": 4, "eval_samples": 2, "sample_max_new_tokens": 4, **train}}
+    return services.run_create(project=team.project, spec=spec, user=team.teammate)
+
+
+def reached(run: Run, *, status=None, step=None):
+    def check():
+        run.refresh_from_db()
+        if status is not None and run.status != status:
+            return False
+        return step is None or run.current_step >= step
+    return check
+
+
+def loss_steps(run: Run) -> list[int]:
+    return list(MetricPoint.objects.filter(run=run, name="loss").order_by("step").values_list("step", flat=True))
+
+
+def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
+    run = launch(setup, max_steps=12, eval_every=6, save_every=6)
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=60, workers=train_worker, what="the run to succeed")
+    assert run.current_step == 12 and run.total_steps == 12 and run.tokens_seen > 0
+    assert loss_steps(run) == list(range(1, 13))
+    assert MetricPoint.objects.filter(run=run, name="eval/loss").count() == 2
+    assert sorted(set(run.samples.values_list("step", flat=True))) == [6, 12]
+    assert run.samples.filter(step=12).count() == 2
+    assert run.final_metrics["loss"]["step"] == 12 and run.summary["status"] == "succeeded"
+    exported = run.artifacts.get(kind=ArtifactKind.MODEL)
+    assert (run.output_dir / "export" / "config.json").is_file() and exported.size_bytes > 0
+    messages = list(run.log_lines.values_list("message", flat=True))
+    assert any("attempt 1 started" in message for message in messages) and "succeeded at step 12" in messages[-1]
+
+
+def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
+    run = launch(setup, max_steps=5000, save_every=1000)
+    wait_for(reached(run, status=RunStatus.RUNNING, step=5), timeout=60, workers=train_worker, what="training")
+    asked = time.monotonic()
+    services.run_cancel(run=run, user=None)
+    wait_for(reached(run, status=RunStatus.CANCELLED), timeout=10, workers=train_worker, what="the cancel")
+    assert time.monotonic() - asked < 5
+    stopped_at = run.current_step
+    assert 5 <= stopped_at < 5000 and loss_steps(run) == list(range(1, stopped_at + 1))
+
+    services.run_resume(run=run, user=None, max_steps=stopped_at + 8)
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=60, workers=train_worker, what="the resumed run")
+    assert run.attempt == 2 and run.current_step == stopped_at + 8
+    assert loss_steps(run) == list(range(1, stopped_at + 9))  # continuous, no step twice
+    tokens = list(MetricPoint.objects.filter(run=run, name="tokens").order_by("step").values_list("value", flat=True))
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)  # the count continues across attempts
+
+
+def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker):
+    run = launch(setup, max_steps=160, save_every=20)
+    wait_for(reached(run, status=RunStatus.RUNNING, step=45), timeout=60, workers=train_worker, what="training")
+    worker = train_worker.running["train"]
+    worker.process.send_signal(signal.SIGKILL)
+    worker.process.wait(timeout=10)
+    killed_at = run.current_step
+    train_worker.ensure("train")  # a new worker comes up; its reaper finds the silent run
+
+    def requeued():
+        run.refresh_from_db()
+        return run.attempt == 2
+    wait_for(requeued, timeout=30, workers=train_worker, what="the lost run to be re-queued")
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=90, workers=train_worker, what="the resumed run")
+    assert loss_steps(run) == list(range(1, 161))
+    messages = list(run.log_lines.values_list("message", flat=True))
+    assert any("lost at step" in message for message in messages)
+    assert any(message.startswith("resumed: continuing from step ") for message in messages)
+    resumed_from = int(next(m for m in messages if m.startswith("resumed:")).rsplit(" ", 1)[1])
+    assert resumed_from % 20 == 0 and resumed_from <= killed_at
+
+
+def test_a_redis_restart_loses_no_run_and_no_point(setup, train_worker, redis_server):
+    run = launch(setup, max_steps=150, save_every=50)
+    wait_for(reached(run, status=RunStatus.RUNNING, step=10), timeout=60, workers=train_worker, what="training")
+    redis_server.restart(down_seconds=2)
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=90, workers=train_worker, what="the run to finish")
+    assert run.attempt == 1
+    assert loss_steps(run) == list(range(1, 151))
+    names = set(MetricPoint.objects.filter(run=run, step=150).values_list("name", flat=True))
+    assert {"loss", "grad_norm", "learning_rate", "tokens"} <= names
