@@ -141,15 +141,21 @@ def run_job(
     run_dir = Path(spec.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.yaml").write_text(dump_spec(spec))
-    if spec.peft.method == "qlora":
-        raise JobError("peft.method: 'qlora' is not implemented in this engine yet; use lora or none")
 
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
     model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype)
     tokenizer = load_tokenizer(model_dir)
     trainable: Any = nnx.Param
-    if spec.peft.method == "lora":
+    quantization = None
+    if spec.peft.method == "qlora":
+        from jaxengine.peft.quant import quantize_model
+
+        try:
+            quantization = quantize_model(model, bits=spec.peft.quant_bits, group_size=spec.peft.group_size)
+        except ValueError as error:
+            raise JobError(str(error)) from None
+    if spec.peft.method in ("lora", "qlora"):
         from jaxengine.peft.lora import LoraParam, apply_lora
 
         apply_lora(model, targets=spec.peft.targets, rank=spec.peft.rank, alpha=spec.peft.alpha,
@@ -183,7 +189,7 @@ def run_job(
     elif spec.task == "reward":
         task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)
         model = RewardModel(model, seed=spec.train.seed)
-        if spec.peft.method == "lora":
+        if spec.peft.method != "none":
             trainable = nnx.Any(LoraParam, HeadParam)
     else:
         task = LanguageModelTask(name=spec.task)
@@ -206,7 +212,11 @@ def run_job(
             save_reward_head(trained, export_dir)
             exported["reward_head"] = str(export_dir / "reward_head.safetensors")
             trained = trained.backbone
-        if spec.peft.method == "lora":
+        if spec.peft.method == "qlora":
+            from jaxengine.peft.quant import dequantize_model
+
+            dequantize_model(trained)  # the merged export is full precision
+        if spec.peft.method in ("lora", "qlora"):
             from jaxengine.peft.lora import merge_lora, save_peft_adapter
 
             save_peft_adapter(trained, export_dir / "adapter", base_model=str(model_dir), rank=spec.peft.rank,
@@ -219,6 +229,7 @@ def run_job(
         task=spec.task,
         model=str(model_dir),
         peft=spec.peft.method,
+        quantization=quantization,
         data={"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch},
         export=exported,
         total_seconds=time.perf_counter() - started,

@@ -54,12 +54,17 @@ class Linear(nnx.Module):
         self.bias = param(jnp.zeros((out_features,), param_dtype), (axes[1],)) if use_bias else None
         # A LoRA adapter (jaxengine.peft.lora.apply_lora) that adds its low-rank update to the output.
         self.lora = nnx.data(None)
+        # QLoRA: the frozen kernel stored quantized (jaxengine.peft.quant.quantize_model), replacing ``kernel``.
+        self.quantized = nnx.data(None)
+
+    def _kernel(self) -> jax.Array:
+        return self.kernel[...] if self.quantized is None else self.quantized.dequantize()
 
     def __call__(self, x_bti: jax.Array, *, out_dtype=None) -> jax.Array:
         """Project the last axis; the result is ``out_dtype`` (default: the compute dtype)."""
         out_dtype = out_dtype or self.compute_dtype
         y_bto = jnp.einsum(
-            "...I,IO->...O", x_bti.astype(self.compute_dtype), self.kernel[...].astype(self.compute_dtype),
+            "...I,IO->...O", x_bti.astype(self.compute_dtype), self._kernel().astype(self.compute_dtype),
             preferred_element_type=jnp.float32,
         )
         if self.bias is not None:

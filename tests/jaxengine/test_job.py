@@ -64,6 +64,18 @@ def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
                                   base.layers[0].self_attn.k_proj.kernel[...])
 
 
+def test_qlora_trains_on_quantized_base_weights_and_reports_their_memory(demo_dir, tmp_path):
+    spec = spec_for(demo_dir, tmp_path / "q", peft={"method": "qlora", "rank": 4, "alpha": 8, "quant_bits": 4,
+                                                    "group_size": 32},
+                    data={"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+                    train={"max_steps": 2, "batch_size": 4})
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "succeeded" and np.isfinite(summary["final_metrics"]["loss"])
+    assert summary["quantization"]["ratio_to_bfloat16"] == pytest.approx((0.5 + 4 / 32) / 2)
+    exported, _ = load_hf_model(tmp_path / "q/export")  # dequantized, merged, plain Hugging Face format
+    assert exported.layers[0].self_attn.q_proj.kernel[...].dtype == np.float32
+
+
 def test_dpo_full_fine_tuning_logs_the_preference_metrics(demo_dir, tmp_path):
     spec = spec_for(demo_dir, tmp_path / "dpo", task="dpo", peft={"method": "none"},
                     data={"train": str(demo_dir / "data/preference.jsonl"), "max_seq_len": 64},
