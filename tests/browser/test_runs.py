@@ -1,0 +1,153 @@
+"""Runs in a browser, against the real ASGI server (uvicorn, as `make up` serves Temper) so that
+server-sent events stream as they do in production, with a real train worker behind it: launch an
+SFT run from the form and watch its loss chart grow without a reload, then cancel it; compare two
+runs and see both curves, the config diff and the generations side by side."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.factories import build_tiny_model_dir
+from tests.live import ROOT, free_port, worker_environment
+from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
+from webapp.runs import services
+from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
+
+pytestmark = pytest.mark.browser
+
+SERVER_START_SECONDS = 60
+ROWS = [{"prompt": f"question {i}: what is {i} plus {i}?", "completion": f"it is {2 * i}"} for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def asgi_server(redis_url, django_db_setup, tmp_path_factory):
+    """uvicorn serving ``webapp.asgi`` on the test database, data root and Redis."""
+    environment = worker_environment(redis_url=redis_url)
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=environment,
+                   check=True)
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("asgi") / "uvicorn.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "uvicorn", "webapp.asgi:application", "--host", "127.0.0.1",
+                                    "--port", str(port)], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/healthz", timeout=1)
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"uvicorn did not start:\n{Path(log_path).read_text()[-3000:]}")
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def log_in(page, url: str, username: str) -> None:
+    """Log in through the page. The server runs production settings, whose hashers do not read the
+    test settings' MD5 hashes, so the password is stored once more as PBKDF2 (few iterations)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    hasher = PBKDF2PasswordHasher()
+    get_user_model().objects.filter(username=username).update(
+        password=hasher.encode(PASSWORD, hasher.salt(), iterations=1000))
+    page.goto(f"{url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{url}/")
+
+
+def loss_points(page) -> int:
+    return page.evaluate("""() => {
+        const plot = document.querySelector('.plot[data-metric="loss"]');
+        return plot && plot.data ? plot.data[0].x.length : 0;
+    }""")
+
+
+def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_server, celery_workers, transactional_db):
+    from django.conf import settings
+
+    celery_workers.ensure("train")
+    team = make_team()
+    model = make_base_model(team.project, name="tiny", path=str(build_tiny_model_dir(settings.MODELS_ROOT / "browser-tiny")))
+    data = make_ready_version(team.project, name="sums", rows=ROWS)
+    log_in(page, asgi_server, "alpha-teammate")
+
+    page.goto(f"{asgi_server}/p/alpha/runs/new/?task=sft&preset=Full+fine-tune")
+    page.select_option("#spec-model", model.public_id)
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", "live sft")
+    page.fill("#spec-train-epochs", "")
+    page.fill("#spec-train-max_steps", "3000")
+    page.fill("#spec-train-batch_size", "4")
+    page.fill("#spec-data-max_seq_len", "48")
+    page.fill("#spec-train-eval_every", "")
+    page.fill("#spec-train-save_every", "1000")
+    page.get_by_role("button", name="Launch").first.click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get(name="live sft")
+    assert run.spec["train"]["max_steps"] == 3000 and run.spec["optim"]["learning_rate"] == 2e-5
+
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
+                           " return p && p.data && p.data[0].x.length >= 3; }", timeout=60_000)
+    first = loss_points(page)
+    page.wait_for_function(f"() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x.length > {first}",
+                           timeout=10_000)
+    assert page.evaluate("window.notReloaded") is True  # grown in place
+    assert page.locator("#live-state").inner_text() == "live"  # over server-sent events, not polling
+    assert int(page.locator("#progress-step").inner_text()) > 0
+    assert page.locator("#progress-total").inner_text() == "3000"
+
+    page.get_by_role("button", name="Cancel").click()
+    page.locator("#run-status .status-cancelled").wait_for(timeout=20_000)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and 0 < run.current_step < 3000
+    assert page.get_by_role("button", name="Resume").is_visible()
+
+
+def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="beta")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for name, rate, text in (("low lr", 1e-5, "slow answer"), ("high lr", 1e-3, "<b>fast</b> answer")):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate}, "train": {"max_steps": 50}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=rate * 1000 / step,
+                                                     wall_time=float(step), tokens=step * 100) for step in range(1, 51)])
+        Sample.objects.create(run=run, step=50, position=0, prompt="What is 2+2?", text=text)
+        runs.append(run)
+    log_in(page, asgi_server, "beta-viewer")
+    page.goto(f"{asgi_server}/p/beta/runs/")
+    for run in runs:
+        page.check(f"tr[data-run='{run.public_id}'] input[type=checkbox]")
+    page.get_by_role("button", name="Compare selected").click()
+    page.wait_for_url("**/runs/compare/?runs=*")
+    page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
+                           " return p && p.data && p.data.length === 2; }")
+    names = page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data.map(t => t.name)")
+    assert names == ["high lr", "low lr"]  # the table order: newest first
+    diff = page.locator("#diff-table tr.differs")
+    assert diff.count() == 1 and "optim.learning_rate" in diff.inner_text()
+    assert not page.locator("#diff-table tr.same").first.is_visible()
+    page.uncheck("#differences-only")
+    assert page.locator("#diff-table tr.same").first.is_visible()
+    row = page.locator("table.generations tbody tr").first.inner_text()
+    assert "What is 2+2?" in row and "slow answer" in row and "<b>fast</b> answer" in row
+    page.select_option("#x-axis", "tokens")
+    assert page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x[0]") == 100

@@ -1,0 +1,144 @@
+"""The train worker's reporter, driven with engine-like progress records on a real (file) test
+database from its own writer thread: points, progress, samples, resume continuity, cancel."""
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.runs import reporting, services
+from webapp.runs.models import ArtifactKind, MetricPoint, Run, RunStatus, Sample
+
+
+@dataclass(frozen=True)
+class Progress:  # the engine's jaxengine.trainer.Progress, field for field
+    step: int
+    total_steps: int
+    metrics: dict
+    elapsed_seconds: float
+    tokens_seen: int
+
+
+def record(step: int, *, tokens_per_step: int = 100, offset_steps: int = 0, **extra) -> Progress:
+    tokens = (step - offset_steps) * tokens_per_step
+    metrics = {"step": step, "loss": 10.0 / step, "learning_rate": 1e-3, "tokens": tokens, "epoch": 0, **extra}
+    return Progress(step=step, total_steps=10, metrics=metrics, elapsed_seconds=step * 0.5, tokens_seen=tokens)
+
+
+@pytest.fixture
+def running_run(transactional_db, monkeypatch):
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 10}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner)
+    started = reporting.run_start(run_pk=run.pk, attempt=1, worker_name="train@test")
+    assert started is not None and started.status == RunStatus.RUNNING
+    return started
+
+
+def report(run, records, **kwargs) -> reporting.RunReporter:
+    reporter = reporting.RunReporter(run=run, flush_seconds=0.05, use_redis=False, **kwargs)
+    reporter.start()
+    for item in records:
+        reporter.on_progress(item)
+    reporter.close()
+    return reporter
+
+
+def test_a_stale_message_is_dropped(running_run):
+    assert reporting.run_start(run_pk=running_run.pk, attempt=1, worker_name="other") is None
+    assert reporting.run_start(run_pk=running_run.pk, attempt=2, worker_name="other") is None
+
+
+def test_it_writes_points_progress_and_summary(running_run):
+    reporter = report(running_run, [record(step, bad=math.nan) for step in range(1, 6)])
+    points = MetricPoint.objects.filter(run=running_run)
+    assert reporter.points_written == 5 * 4 and points.count() == 20  # loss, learning_rate, tokens, epoch; NaN dropped
+    assert list(points.filter(name="loss").order_by("step").values_list("value", flat=True)) == [10.0, 5.0, 10 / 3, 2.5, 2.0]
+    assert list(points.filter(name="loss").order_by("step").values_list("tokens", flat=True)) == [100, 200, 300, 400, 500]
+    running_run.refresh_from_db()
+    assert (running_run.current_step, running_run.tokens_seen, running_run.train_seconds) == (5, 500, 2.5)
+    assert running_run.final_metrics["loss"] == {"last": 2.0, "min": 2.0, "max": 10.0, "step": 5}
+
+
+def test_replaying_a_step_never_duplicates_it(running_run):
+    report(running_run, [record(1), record(2), record(2)])
+    assert MetricPoint.objects.filter(run=running_run, name="loss").count() == 2
+
+
+def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run):
+    report(running_run, [record(step) for step in range(1, 8)])  # died after step 7, checkpoint at 4
+    # The engine resumes at step 5 and counts tokens from 0 again.
+    resumed = [record(step, offset_steps=4) for step in range(5, 11)]
+    resumed = [Progress(item.step, item.total_steps, {**item.metrics, "loss": 1.0}, item.elapsed_seconds, item.tokens_seen)
+               for item in resumed]
+    report(Run.objects.get(pk=running_run.pk), resumed)
+    losses = dict(MetricPoint.objects.filter(run=running_run, name="loss").values_list("step", "value"))
+    assert sorted(losses) == list(range(1, 11))
+    assert losses[4] == 2.5 and losses[5] == 1.0 and losses[7] == 1.0  # steps 5-7 are the new attempt's
+    tokens = dict(MetricPoint.objects.filter(run=running_run, name="tokens").values_list("step", "value"))
+    assert tokens[4] == 400 and tokens[5] == 500 and tokens[10] == 1000
+    assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
+
+
+def test_samples_of_an_evaluated_step_are_stored(running_run):
+    running_run.output_dir.mkdir(parents=True, exist_ok=True)
+    lines = [{"step": 2, "prompt": "a", "text": "x"}, {"step": 4, "prompt": "b", "text": "<y>", "answer": "y"},
+             {"step": 4, "prompt": [{"role": "user", "content": "c"}], "text": "z", "rewards": {"format": 1.0, "exact": 0.5}}]
+    (running_run.output_dir / "samples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report(running_run, [record(3), record(4, **{"eval/loss": 1.5})])
+    samples = list(Sample.objects.filter(run=running_run).order_by("position"))
+    assert [(s.step, s.position, s.text) for s in samples] == [(4, 0, "<y>"), (4, 1, "z")]
+    assert samples[0].answer == "y" and samples[1].rewards == {"format": 1.0, "exact": 0.5} and samples[1].reward == 1.5
+    assert running_run.log_lines.filter(message__startswith="step 4: evaluated (eval/loss 1.5; 2 samples)").exists()
+
+
+def test_the_database_cancel_flag_stops_the_run(running_run):
+    Run.objects.filter(pk=running_run.pk).update(cancel_requested=True)
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, heartbeat_seconds=0.05, use_redis=False)
+    reporter.start()
+    try:
+        assert _eventually(reporter.should_stop)
+    finally:
+        reporter.close()
+
+
+def test_a_superseded_attempt_stops_and_records_nothing(running_run):
+    Run.objects.filter(pk=running_run.pk).update(status=RunStatus.QUEUED, attempt=2)
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, heartbeat_seconds=0.05, use_redis=False)
+    reporter.start()
+    try:
+        assert _eventually(reporter.should_stop)
+    finally:
+        reporter.close()
+    reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10})
+    assert Run.objects.get(pk=running_run.pk).status == RunStatus.QUEUED
+
+
+def test_finish_records_status_and_artifacts(running_run, tmp_path):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    report(running_run, [record(1), record(2)])
+    run = reporting.run_finish(run=running_run, summary={"status": "cancelled", "message": "cancelled at step 2",
+                                                          "step": 2, "export": {"model": str(tmp_path / "export")}})
+    assert run.status == RunStatus.CANCELLED and run.error_message == "cancelled at step 2" and run.finished_at
+    assert run.artifacts.get(kind=ArtifactKind.MODEL).size_bytes == 2
+    assert run.final_metrics["loss"]["last"] == 5.0
+
+
+def test_an_engine_error_fails_the_run(running_run):
+    run = reporting.run_fail(run=running_run, error=ValueError("data.train: no usable rows"))
+    assert run.status == RunStatus.FAILED and run.error_message == "ValueError: data.train: no usable rows"
+
+
+def _eventually(condition, timeout: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
