@@ -4,10 +4,12 @@ Writes the file under bench/out/ (gitignored), validates it in a fresh child pro
 its peak resident memory (``ru_maxrss`` of the child) measures the validator alone, prints the
 figures and deletes the file.
 
-    .venv/bin/python bench/validate_dataset.py [--gigabytes 1.0]
+    .venv/bin/python bench/validate_dataset.py [--gigabytes 1.0] [--broken]
 
 Half of the rows are prompt/completion pairs, half three-turn chats; lengths vary from a few
-words to a few hundred, so the rows average about 1 KB.
+words to a few hundred, so the rows average about 1 KB. ``--broken`` drops the completion of
+every pair and the assistant turn of every chat, so that every row is an error (the worst case:
+each one is explained until 20 are kept, then counted).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ print(json.dumps({"seconds": seconds, "rows": report.row_count, "errors": report
 """
 
 
-def write_file(path: Path, target_bytes: int) -> int:
+def write_file(path: Path, target_bytes: int, *, broken: bool) -> int:
     rng = random.Random(0)
 
     def text(low: int, high: int) -> str:
@@ -48,12 +50,16 @@ def write_file(path: Path, target_bytes: int) -> int:
         while size < target_bytes:
             if rng.random() < 0.5:
                 row = {"prompt": text(5, 60), "completion": text(20, 200)}
+                if broken:
+                    del row["completion"]
             else:
                 row = {"messages": [
                     {"role": "system", "content": text(5, 15)},
                     {"role": "user", "content": text(5, 60)},
                     {"role": "assistant", "content": text(20, 200)},
                 ]}
+                if broken:
+                    row["messages"].pop()
             line = orjson.dumps(row) + b"\n"
             handle.write(line)
             size += len(line)
@@ -63,11 +69,12 @@ def write_file(path: Path, target_bytes: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gigabytes", type=float, default=1.0)
+    parser.add_argument("--broken", action="store_true", help="make every row an error")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "validate_sft.jsonl"
     try:
-        size = write_file(path, int(args.gigabytes * 1024**3))
+        size = write_file(path, int(args.gigabytes * 1024**3), broken=args.broken)
         result = subprocess.run([sys.executable, "-c", CHILD, str(path)], cwd=ROOT, check=True,
                                 capture_output=True, text=True)
         figures = json.loads(result.stdout)

@@ -902,7 +902,10 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
             example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
             if problems:
                 for field_name, code, message in problems:
-                    state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+                    if len(state.errors) < state.max_errors:
+                        state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+                    else:
+                        state.error_count += 1  # counted, not kept: skip building the Issue
             else:
                 add(example, fields)
     except DatasetFormatError as exc:
