@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,40 +113,29 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
     return hook
 
 
-def run_job(
-    spec: JobSpec,
-    *,
-    should_stop: Callable[[], bool] | None = None,
-    on_progress: Callable[[Any], None] | None = None,
-    progress_bar: bool | None = None,
-) -> dict[str, Any]:
-    """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary."""
+@dataclass(kw_only=True)
+class JobModel:
+    """The model a spec trains, ready for the trainer: PEFT applied, task head attached."""
+
+    model: Any
+    config: Any
+    tokenizer: Any
+    model_dir: Path
+    trainable: Any
+    quantization: dict[str, float] | None
+
+
+def build_job_model(spec: JobSpec) -> JobModel:
+    """Load the spec's model and tokenizer, quantize (qlora), attach LoRA, and wrap a reward head (reward)."""
     from flax import nnx
 
-    from jaxengine.checkpoint.hf import load_hf_model, save_hf_model
-    from jaxengine.data import pipeline
-    from jaxengine.tasks import (
-        REFERENCE_FREE,
-        HeadParam,
-        LanguageModelTask,
-        PreferenceTask,
-        RewardModel,
-        RewardTask,
-        save_reward_head,
-        with_reference_log_probs,
-    )
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.tasks import HeadParam, RewardModel
     from jaxengine.tokenizer import load_tokenizer
-    from jaxengine.trainer import TrainConfig, Trainer
-
-    started = time.perf_counter()
-    run_dir = Path(spec.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.yaml").write_text(dump_spec(spec))
 
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
     model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype)
-    tokenizer = load_tokenizer(model_dir)
     trainable: Any = nnx.Param
     quantization = None
     if spec.peft.method == "qlora":
@@ -161,6 +151,80 @@ def run_job(
         apply_lora(model, targets=spec.peft.targets, rank=spec.peft.rank, alpha=spec.peft.alpha,
                    dropout=spec.peft.dropout, seed=spec.train.seed)
         trainable = LoraParam
+    if spec.task == "reward":
+        model = RewardModel(model, seed=spec.train.seed)
+        trainable = nnx.Param if spec.peft.method == "none" else nnx.Any(trainable, HeadParam)
+    return JobModel(model=model, config=config, tokenizer=load_tokenizer(model_dir), model_dir=model_dir,
+                    trainable=trainable, quantization=quantization)
+
+
+def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
+    """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head)."""
+    from jaxengine.checkpoint.hf import save_hf_model
+    from jaxengine.tasks import save_reward_head
+
+    exported = {}
+    export_dir.mkdir(parents=True, exist_ok=True)
+    if spec.task == "reward":
+        save_reward_head(trained, export_dir)
+        exported["reward_head"] = str(export_dir / "reward_head.safetensors")
+        trained = trained.backbone
+    if spec.peft.method == "qlora":
+        from jaxengine.peft.quant import dequantize_model
+
+        dequantize_model(trained)  # the merged export is full precision
+    if spec.peft.method in ("lora", "qlora"):
+        from jaxengine.peft.lora import merge_lora, save_peft_adapter
+
+        save_peft_adapter(trained, export_dir / "adapter", base_model=str(job_model.model_dir), rank=spec.peft.rank,
+                          alpha=spec.peft.alpha, dropout=spec.peft.dropout, targets=spec.peft.targets)
+        exported["adapter"] = str(export_dir / "adapter")
+        merge_lora(trained)
+    save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer)
+    exported["model"] = str(export_dir)
+    return exported
+
+
+def export_run(run_dir: str | Path, *, step: int | None = None) -> dict[str, Any]:
+    """Export a run's checkpoint (``step``, default the latest) to ``<run_dir>/export`` (``jaxengine export``)."""
+    from jaxengine.spec import load_spec
+    from jaxengine.trainer import restore_trained_model
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "spec.yaml").is_file():
+        raise JobError(f"--run {run_dir}: no spec.yaml; give a run directory written by `jaxengine train`")
+    spec = load_spec(run_dir / "spec.yaml")
+    job_model = build_job_model(spec)
+    trained, meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
+                                          checkpoint_dir=run_dir / "checkpoints", step=step)
+    exported = export_trained(trained, spec, job_model, run_dir / "export")
+    return {"step": meta["step"], "export": exported}
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    on_progress: Callable[[Any], None] | None = None,
+    progress_bar: bool | None = None,
+) -> dict[str, Any]:
+    """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary."""
+    from jaxengine.data import pipeline
+    from jaxengine.tasks import (
+        REFERENCE_FREE,
+        LanguageModelTask,
+        PreferenceTask,
+        RewardTask,
+        with_reference_log_probs,
+    )
+    from jaxengine.trainer import TrainConfig, Trainer
+
+    started = time.perf_counter()
+    run_dir = Path(spec.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    job_model = build_job_model(spec)
+    model, tokenizer = job_model.model, job_model.tokenizer
 
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task])
@@ -188,9 +252,6 @@ def run_job(
             eval_examples = with_reference_log_probs(model, eval_examples, **reference)
     elif spec.task == "reward":
         task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)
-        model = RewardModel(model, seed=spec.train.seed)
-        if spec.peft.method != "none":
-            trainable = nnx.Any(LoraParam, HeadParam)
     else:
         task = LanguageModelTask(name=spec.task)
     generates = spec.task != "reward"
@@ -200,36 +261,16 @@ def run_job(
                                  max_new_tokens=spec.train.sample_max_new_tokens) if sample_rows else None
     trainer = Trainer(model=model, task=task, config=train_config,
                       train_examples=train_examples, eval_examples=eval_examples, pad_id=pad_id, run_dir=run_dir,
-                      trainable=trainable, eval_hook=eval_hook)
+                      trainable=job_model.trainable, eval_hook=eval_hook)
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
-
     exported = {}
     if summary["status"] == "succeeded":
-        trained = trainer.current_model()
-        export_dir = run_dir / "export"
-        export_dir.mkdir(parents=True, exist_ok=True)
-        if spec.task == "reward":
-            save_reward_head(trained, export_dir)
-            exported["reward_head"] = str(export_dir / "reward_head.safetensors")
-            trained = trained.backbone
-        if spec.peft.method == "qlora":
-            from jaxengine.peft.quant import dequantize_model
-
-            dequantize_model(trained)  # the merged export is full precision
-        if spec.peft.method in ("lora", "qlora"):
-            from jaxengine.peft.lora import merge_lora, save_peft_adapter
-
-            save_peft_adapter(trained, export_dir / "adapter", base_model=str(model_dir), rank=spec.peft.rank,
-                              alpha=spec.peft.alpha, dropout=spec.peft.dropout, targets=spec.peft.targets)
-            exported["adapter"] = str(export_dir / "adapter")
-            merge_lora(trained)
-        save_hf_model(trained, config, export_dir, tokenizer=tokenizer)
-        exported["model"] = str(export_dir)
+        exported = export_trained(trainer.current_model(), spec, job_model, run_dir / "export")
     summary.update(
         task=spec.task,
-        model=str(model_dir),
+        model=str(job_model.model_dir),
         peft=spec.peft.method,
-        quantization=quantization,
+        quantization=job_model.quantization,
         data={"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch},
         export=exported,
         total_seconds=time.perf_counter() - started,

@@ -459,6 +459,28 @@ class Trainer:
         }
 
 
+def restore_trained_model(model: nnx.Module, *, trainable: Any, optim: OptimSpec, checkpoint_dir: Path,
+                          step: int | None = None) -> tuple[nnx.Module, dict[str, Any]]:
+    """``model`` (eval mode) with the trainable weights of checkpoint ``step`` (default: the latest), and its meta."""
+    model.eval()
+    graphdef, params, rng_state, frozen = nnx.split(model, trainable, nnx.RngState, ...)
+    # The optimizer state's structure (not its values) is needed to read the flat checkpoint.
+    opt_state = make_optimizer(optim, total_steps=1).init(params)
+    checkpoints = Checkpoints(Path(checkpoint_dir), keep_last=1)
+    try:
+        steps = checkpoints.steps()
+        if not steps:
+            raise TrainingError(f"{checkpoint_dir}: no checkpoints to restore")
+        if step is not None and step not in steps:
+            raise TrainingError(f"{checkpoint_dir}: no checkpoint for step {step}; there are {steps}")
+        leaves, meta = checkpoints.restore(steps[-1] if step is None else step,
+                                           jax.tree.leaves((params, opt_state, rng_state)))
+    finally:
+        checkpoints.close()
+    params, _, rng_state = jax.tree.unflatten(jax.tree.structure((params, opt_state, rng_state)), leaves)
+    return nnx.merge(graphdef, params, rng_state, frozen), meta
+
+
 def _is_token_batch(node: Any) -> bool:
     return isinstance(node, pipeline.TokenBatch)
 

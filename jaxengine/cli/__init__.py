@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "train": "train",
     "demo-base": "demo_base",
     "eval": "eval",
+    "export": "export",
 }
 
 

@@ -1,5 +1,6 @@
 """Jobs from specs, end to end on a micro demo build: SFT with LoRA and DPO write a complete run directory."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -62,6 +63,14 @@ def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
     assert not np.allclose(exported.layers[0].self_attn.q_proj.kernel[...], base.layers[0].self_attn.q_proj.kernel[...])
     np.testing.assert_array_equal(exported.layers[0].self_attn.k_proj.kernel[...],
                                   base.layers[0].self_attn.k_proj.kernel[...])
+
+    # `jaxengine export` rebuilds the same export from the checkpoint.
+    shutil.rmtree(run / "export")
+    assert main(["export", "--run", str(run)]) == 0
+    again, _ = load_hf_model(run / "export")
+    np.testing.assert_allclose(again.layers[0].self_attn.q_proj.kernel[...],
+                               exported.layers[0].self_attn.q_proj.kernel[...], atol=1e-6)
+    assert (run / "export/adapter/adapter_model.safetensors").is_file()
 
 
 def test_qlora_trains_on_quantized_base_weights_and_reports_their_memory(demo_dir, tmp_path):
