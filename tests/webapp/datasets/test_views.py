@@ -245,3 +245,17 @@ class TestRequeue:
         assert b"queue the check again" not in client_for(team.viewer).get(version_url(version)).content
         assert client_for(team.viewer).post(version_url(version, "requeue/")).status_code == 403
         assert client_for(team.outsider).post(version_url(version, "requeue/")).status_code == 404
+
+
+def test_prompts_preview_shows_reference_columns(team, client_for):
+    version = services.dataset_create_with_upload(
+        project=team.project, name="maths", kind="prompts",
+        upload=SimpleUploadedFile("maths.jsonl", b'{"question": "1+1?", "answer": "2", "meta": {"level": 1}}\n'),
+        file_format=None, column_mapping={"prompt": "question"}, user=team.teammate,
+    )
+    version = services.dataset_version_validate(version_id=version.pk)
+    preview = client_for(team.viewer).get(version_url(version)).context["preview"]
+    assert preview.columns == ("prompt", "answer", "meta")
+    [(number, cells)] = preview.rows
+    assert number == 1 and [cell.text for cell in cells] == ["1+1?", "2", '{"level": 1}']
+    assert [cell.type for cell in cells] == ["text", "text", "json"]
