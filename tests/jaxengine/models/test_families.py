@@ -128,3 +128,18 @@ def test_bfloat16_compute_stays_close_to_float32(tiny_hf_model_dir):
     assert 0 < np.abs(np.asarray(logits16) - np.asarray(logits32)).max() < 0.25
     cache = model16.init_cache(batch_size=2, max_length=8)
     assert cache.keys[0].dtype == jnp.bfloat16
+
+
+def test_out_of_range_padding_ids_do_not_poison_other_positions(tiny_hf_model_dir):
+    """Masked left padding holding sentinel ids (-1, >= vocab) gives the same logits as padding id 0."""
+    model, _ = load_hf_model(tiny_hf_model_dir("llama"))
+    tokens = np.random.RandomState(4).randint(3, 256, size=(8,))
+    valid_s = np.arange(10) >= 2
+    mask_bts = jnp.asarray((np.tril(np.ones((10, 10), bool)) & valid_s[None, :])[None])  # [1, T, S]
+    positions_bt = jnp.asarray(np.concatenate([[0, 0], np.arange(8)])[None], jnp.int32)
+    logits = {}
+    for name, pad in (("zero", [0, 0]), ("sentinel", [-1, 10_000])):
+        ids_bt = jnp.asarray(np.concatenate([pad, tokens])[None], jnp.int32)
+        logits[name], _ = model(ids_bt, positions_bt, attention_mask_bts=mask_bts)
+    assert np.isfinite(np.asarray(logits["sentinel"])).all()
+    np.testing.assert_array_equal(np.asarray(logits["sentinel"][:, 2:]), np.asarray(logits["zero"][:, 2:]))
