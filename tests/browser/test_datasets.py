@@ -86,6 +86,9 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     assert first.startswith("2\t2") and "missing 'completion'" in first
     assert second.startswith("3\t3") and "must be a string, got a number" in second
     screenshot(page, "version-failed")
+    page.locator(".page-head h1 a").click()
+    assert page.locator("table.table tbody tr").inner_text().startswith("v1\tfailed\tbroken.jsonl")
+    screenshot(page, "dataset-detail")
     page.locator("nav.subnav").get_by_role("link", name="Datasets", exact=True).click()
     assert page.locator("table.table tbody tr").count() == 2
     screenshot(page, "dataset-list")
