@@ -55,7 +55,36 @@
     return (unit === 0 ? size : size.toFixed(1)) + " " + units[unit];
   }
 
-  function guardSize(form) {
+  // Sends the form with XMLHttpRequest to show upload progress, then shows the page the server
+  // answered with (the version page after its redirect, or the form with its errors).
+  function sendWithProgress(form) {
+    var progress = form.querySelector("progress.upload-progress");
+    var label = form.querySelector(".upload-progress-label");
+    var button = form.querySelector("button[type=submit]");
+    var request = new XMLHttpRequest();
+    request.open("POST", form.action);
+    request.upload.addEventListener("progress", function (event) {
+      if (!event.lengthComputable) return;
+      progress.value = event.loaded / event.total;
+      label.textContent = "Uploading: " + humanBytes(event.loaded) + " of " + humanBytes(event.total);
+    });
+    request.addEventListener("load", function () {
+      history.replaceState(null, "", request.responseURL);
+      document.open();
+      document.write(request.responseText);
+      document.close();
+    });
+    request.addEventListener("error", function () {
+      label.textContent = "The upload failed (connection lost); try again.";
+      button.disabled = false;
+    });
+    progress.hidden = false;
+    label.hidden = false;
+    button.disabled = true;
+    request.send(new FormData(form));
+  }
+
+  function handleSubmit(form) {
     var input = form.querySelector("input[type=file]");
     var message = form.querySelector(".client-error");
     var limit = Number(form.dataset.maxBytes);
@@ -66,6 +95,11 @@
         message.textContent = file.name + " is " + humanBytes(file.size) + ", over the upload limit of " +
           humanBytes(limit) + "; split it into smaller files.";
         message.hidden = false;
+        return;
+      }
+      if (file && window.FormData && window.XMLHttpRequest) {
+        event.preventDefault();
+        sendWithProgress(form);
       }
     });
   }
@@ -74,7 +108,7 @@
     showMappingFor(form);
     var kindSelect = form.querySelector("select[name=kind]");
     if (kindSelect) kindSelect.addEventListener("change", function () { showMappingFor(form); });
-    guardSize(form);
+    handleSubmit(form);
   });
   drawCharts();
 })();
