@@ -125,3 +125,39 @@ def test_cli_reports_an_invalid_spec_and_exits_2(tmp_path, capsys):
 def test_an_unknown_model_is_named(tmp_path):
     with pytest.raises(JobError, match="model: 'nope' is neither a directory nor a preset"):
         resolve_model_dir("nope")
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def spec_dict(run_dir):
+        spec = spec_for(demo_dir, run_dir, data={"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+                        train={"max_steps": 60, "batch_size": 4, "save_every": 5, "keep_last": 2})
+        return spec.model_dump(mode="json")
+
+    run_job(parse_spec(spec_dict(tmp_path / "straight")), progress_bar=False)
+    spec_path = tmp_path / "killed.yaml"
+    spec_path.write_text(yaml.safe_dump(spec_dict(tmp_path / "killed")))
+    process = subprocess.Popen([sys.executable, "-m", "jaxengine", "train", str(spec_path), "--no-progress"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "killed/checkpoints/10").is_dir():
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint at step 10 within 4 minutes"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "killed/summary.json").exists(), "the run finished before it could be killed"
+
+    summary = run_job(parse_spec(spec_dict(tmp_path / "killed")), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] >= 10
+    straight = [json.loads(line) for line in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
+    resumed = [json.loads(line) for line in (tmp_path / "killed/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in resumed] == list(range(1, 61))
+    for before, after in zip(straight, resumed):
+        for key in ("loss", "grad_norm", "learning_rate"):
+            assert abs(before[key] - after[key]) <= 1e-5, (before["step"], key, before[key], after[key])
