@@ -53,10 +53,14 @@ def chunked_token_log_probs(
 
     ``logits_fn`` maps hidden states [B, C, D] to logits [B, C, V] (the model's output projection,
     tied or not, with any soft-capping). Each chunk's logits are recomputed in the backward pass
-    instead of stored. T need not divide by ``chunk_size``: the tail is padded and dropped.
+    instead of stored. T need not divide by ``chunk_size``: the tail is padded and dropped. Sequences
+    of at most ``chunk_size`` positions take the plain path.
     """
     batch, length, width = hidden_btd.shape
-    chunk = min(chunk_size, length)
+    if length <= chunk_size:
+        # One chunk: storing its logits costs no more than recomputing them would save.
+        return token_log_probs(logits_fn(hidden_btd), targets_bt)
+    chunk = chunk_size
     num_chunks = -(-length // chunk)
     pad = num_chunks * chunk - length
     hidden_btd = jnp.pad(hidden_btd, ((0, 0), (0, pad), (0, 0)))
