@@ -179,6 +179,9 @@ class JobSpec(_Section):
     def _sections_match_task(self) -> JobSpec:
         if self.data.packing and self.task not in ("pretrain", "sft"):
             raise ValueError(f"data.packing: only supported for pretrain and sft (task is {self.task!r})")
+        if self.data.loss_on == "all" and self.task != "sft":
+            raise ValueError(f"data.loss_on: 'all' only applies to sft (task is {self.task!r}); "
+                             "pretrain always trains every token, reward and dpo score the completions")
         used = TASK_SECTIONS[self.task]
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:

@@ -193,3 +193,10 @@ def test_it_rejects_packing_for_preference_tasks():
     assert problems_of(minimal(task="dpo", data={"train": "p.jsonl", "packing": True})) == [
         "data.packing: only supported for pretrain and sft (task is 'dpo')"
     ]
+
+
+def test_it_rejects_loss_on_all_outside_sft():
+    assert problems_of(minimal(task="dpo", data={"train": "p.jsonl", "loss_on": "all"})) == [
+        "data.loss_on: 'all' only applies to sft (task is 'dpo'); pretrain always trains every token, reward and "
+        "dpo score the completions"
+    ]
