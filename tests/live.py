@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -126,7 +127,8 @@ def database_url_for_workers() -> str:
     if database["ENGINE"] == "django.db.backends.sqlite3":
         return f"sqlite:///{database['NAME']}"
     if database["ENGINE"] == "django.db.backends.postgresql":
-        credentials = database["USER"] + (f":{database['PASSWORD']}" if database["PASSWORD"] else "")
+        credentials = quote(database["USER"], safe="") + (
+            f":{quote(database['PASSWORD'], safe='')}" if database["PASSWORD"] else "")
         return f"postgres://{credentials}@{database['HOST'] or 'localhost'}:{database['PORT'] or 5432}/{database['NAME']}"
     raise NotImplementedError(f"workers cannot share a {database['ENGINE']} test database")
 
