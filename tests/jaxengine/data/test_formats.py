@@ -483,3 +483,17 @@ def test_csv_with_windows_line_endings_and_bom(tmp_path):
     mapping = ColumnMapping(kind="sft")
     assert validate_file(path, fmt=FileFormat.CSV, mapping=mapping).ok
     assert list(iter_examples(path, fmt=FileFormat.CSV, mapping=mapping))[1]["prompt"] == "multi\r\nline"
+
+
+def test_json_unterminated_string_stops_at_the_element_size_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 8)
+    monkeypatch.setattr(formats, "MAX_JSON_ELEMENT_CHARS", 40)
+    reads = []
+    original_read = formats._DecodedChunks.read
+    monkeypatch.setattr(formats._DecodedChunks, "read", lambda self: reads.append(1) or original_read(self))
+    path = tmp_path / "a.json"
+    path.write_text('[{"text": "never closed' + "x" * 1000 + "]", encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
+    assert "Unterminated string" in issue.message
+    assert len(reads) < 10  # about 40 characters read, not the whole 1 KB
