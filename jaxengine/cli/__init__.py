@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo-base": "demo_base",
     "eval": "eval",
     "export": "export",
+    "validate-data": "validate_data",
 }
 
 

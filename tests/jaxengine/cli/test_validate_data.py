@@ -1,0 +1,46 @@
+"""``jaxengine validate-data``: exit codes, compiler-style problems, statistics, mapping."""
+import json
+
+from jaxengine.cli import main
+
+
+def test_a_valid_file(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "q", "answer": "abc"}\n', encoding="utf-8")
+    code = main(["validate-data", str(path), "--kind", "sft", "--map", "prompt=question", "--map", "completion=answer"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"{path}: ok, 1 rows" in out and "  completion: mean 3.0, p50 3, p90 3, max 3 characters" in out
+
+
+def test_problems_are_listed_with_file_and_line(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "a"}\n' + '{"prompt": 1, "completion": "b"}\n' * 3,
+                    encoding="utf-8")
+    code = main(["validate-data", str(path), "--kind", "sft", "--max-errors", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert lines[0].startswith(f"{path}:2: row 2, field 'completion': missing 'completion'")
+    assert lines[0].endswith("[missing_field]")
+    assert lines[1] == f"{path}:3: row 3, field 'prompt': must be a string, got a number [wrong_type]"
+    assert lines[2] == f"{path}: 4 problems (first 2 shown)"
+
+
+def test_json_output(tmp_path, capsys):
+    path = tmp_path / "rows.csv"
+    path.write_text("text\nhello\n", encoding="utf-8")
+    assert main(["validate-data", str(path), "--kind", "text", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["ok"], result["rows"], result["format"]) == (True, 1, "csv")
+    assert result["statistics"]["fields"]["text"]["max"] == 5
+
+
+def test_usage_errors(tmp_path, capsys):
+    path = tmp_path / "rows.txt"
+    path.write_text("x", encoding="utf-8")
+    assert main(["validate-data", str(path), "--kind", "sft"]) == 2
+    assert "cannot tell the format of 'rows.txt'" in capsys.readouterr().err
+    assert main(["validate-data", str(path), "--kind", "sft", "--format", "jsonl", "--map", "prompt"]) == 2
+    assert "write FIELD=COLUMN" in capsys.readouterr().err
+    assert main(["validate-data", str(tmp_path / "missing.jsonl"), "--kind", "sft"]) == 2
+    assert "no such file" in capsys.readouterr().err
