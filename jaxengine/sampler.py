@@ -212,20 +212,31 @@ class _Stream:
 class Sampler:
     """Generates from a ``CausalLM`` (see ``jaxengine.models``) and a ``Tokenizer``.
 
+    The model's current weights are used on every call (a trainer may keep updating them).
     ``min_bucket``: smallest prompt-length and total-length bucket. ``cache_dtype``: KV cache dtype
     (default the model's compute dtype).
     """
 
     def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None):
+        self.model = model
         self.tokenizer = tokenizer
         self.min_bucket = min_bucket
         self.config = model.config
-        self._graphdef, self._state = nnx.split(model)
         self._cache_dtype = cache_dtype
         self._stream: _Stream | None = None
         self.trace_count = 0  # times the generation function was traced (each trace is one compile)
-        self._generate_jit = jax.jit(
-            self._generate_device, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
+        self._graphdef = None
+        self._generate_jit = None
+
+    def _current_state(self):
+        # Split on every call so that weights a trainer has updated since are the ones sampled from; the
+        # compiled function is kept while the module structure stays the same (e.g. no adapters added).
+        graphdef, state = nnx.split(self.model)
+        if graphdef != self._graphdef:
+            self._graphdef = graphdef
+            self._generate_jit = jax.jit(
+                self._generate_device, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
+        return state
 
     def _stream_callback(self, step, tokens_b, active_b, done_b):
         # A bound method of a long-lived object: io_callback keys compiled code on the callable, so it
@@ -340,8 +351,9 @@ class Sampler:
         self._stream = _Stream(self.tokenizer, row_count=len(prompt_ids), on_token=on_token,
                                stop_strings=params.stop_strings, max_new_tokens=params.max_new_tokens)
         try:
+            state = self._current_state()
             outputs = self._generate_jit(
-                self._state, input_ids_bt, pad_counts_b, row_valid_b, np.int32(params.max_new_tokens),
+                state, input_ids_bt, pad_counts_b, row_valid_b, np.int32(params.max_new_tokens),
                 np.float32(params.temperature if not params.greedy else 1.0), np.int32(params.top_k),
                 np.float32(params.top_p), np.uint32(params.seed), stop_ids_n,
                 total_length=total_length, greedy=params.greedy,

@@ -198,3 +198,17 @@ def test_it_rejects_bad_input(sampler):
         sampler.generate([[1, 10_000]], SamplingParams(max_new_tokens=2))
     with pytest.raises(ValueError, match="prompt 0 is empty"):
         sampler.generate([""], SamplingParams(max_new_tokens=2))
+
+
+def test_updated_weights_are_used_without_recompiling(tokenizer):
+    config = preset("tiny-qwen3").replace(vocab_size=tokenizer.vocab_size)
+    model = build_model(config, rngs=nnx.Rngs(5))
+    sampler = Sampler(model, tokenizer)
+    params = SamplingParams(max_new_tokens=6, temperature=0)
+    before = sampler.generate(PROMPTS, params)
+    traces = sampler.trace_count
+    nnx.update(model, jax.tree.map(lambda value: value * 4, nnx.state(model, nnx.Param)))  # as a train step would
+    after = sampler.generate(PROMPTS, params)
+    assert sampler.trace_count == traces
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    assert [g.token_ids for g in after] == [g.token_ids for g in Sampler(model, tokenizer).generate(PROMPTS, params)]
