@@ -2,6 +2,7 @@
 statistics, and see what is wrong with a bad file."""
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,7 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     screenshot(page, "version-ready")
 
     page.get_by_role("link", name="Next →").click()
+    page.wait_for_url("**/v/1/?page=2")
     assert page.locator("table.preview tbody tr").count() == 14
 
     bad = tmp_path / "broken.jsonl"
@@ -87,9 +89,11 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
     assert second.startswith("3\t3") and "must be a string, got a number" in second
     screenshot(page, "version-failed")
     page.locator(".page-head h1 a").click()
+    page.wait_for_url(re.compile(r"/datasets/ds_[^/]+/$"))
     assert page.locator("table.table tbody tr").inner_text().startswith("v1\tfailed\tbroken.jsonl")
     screenshot(page, "dataset-detail")
     page.locator("nav.subnav").get_by_role("link", name="Datasets", exact=True).click()
+    page.wait_for_url("**/p/chat-tuning/datasets/")
     assert page.locator("table.table tbody tr").count() == 2
     screenshot(page, "dataset-list")
 
