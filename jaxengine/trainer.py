@@ -262,8 +262,10 @@ class Progress:
 class Trainer:
     """Trains ``model`` on ``task`` (see module notes). ``trainable`` picks the trained variables.
 
-    ``eval_hook(model, step) -> metrics`` runs after each evaluation (e.g. greedy samples) and may
-    return extra metrics to log.
+    The trainer takes over the model's trainable and RNG arrays and donates them to each step, so
+    after ``fit`` the ``model`` object passed in must not be run: ``current_model()`` is the trained
+    one. ``eval_hook(model, step) -> metrics`` runs after each evaluation (e.g. greedy samples) and
+    may return extra metrics to log.
     """
 
     def __init__(
@@ -279,7 +281,6 @@ class Trainer:
         trainable: Any = nnx.Param,
         eval_hook: Callable[[nnx.Module, int], Metrics] | None = None,
     ):
-        self.model = model
         self.task = task
         self.config = config
         self.train_examples = train_examples
@@ -310,7 +311,8 @@ class Trainer:
     # ---- evaluation -----------------------------------------------------------------------
 
     def current_model(self, *, train: bool = False) -> nnx.Module:
-        """The model with the current trainable weights (shares arrays; do not mutate)."""
+        """A fresh module over the current weights (eval mode unless ``train``); editing it, e.g. merging
+        LoRA, leaves the trainer's state as it is."""
         return nnx.merge(self.graphdef if train else self.eval_graphdef, self.params, self.rng_state, self.frozen)
 
     def evaluate(self) -> Metrics:
