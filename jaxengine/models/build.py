@@ -9,15 +9,16 @@ from jaxengine.models.config import ModelConfig, family_module
 from jaxengine.models.transformer import CausalLM
 
 
-def build_model(config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32
-                ) -> CausalLM:
+def build_model(config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32,
+                remat: bool = False) -> CausalLM:
     """A randomly initialised model of ``config``'s family (weights: normal(0.02), norms neutral).
 
     ``param_dtype`` is the storage dtype of parameters; ``compute_dtype`` the dtype of
     activations and matmul inputs (float32 or bfloat16 each). Logits are always float32.
+    ``remat`` recomputes each layer in the backward pass instead of keeping its activations.
     """
     model_class = family_module(config.family).MODEL_CLASS
-    return model_class(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype)
+    return model_class(config, rngs=rngs, param_dtype=param_dtype, compute_dtype=compute_dtype, remat=remat)
 
 
 def param_count(model: nnx.Module) -> int:

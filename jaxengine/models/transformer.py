@@ -44,10 +44,15 @@ class KVCache:
 class CausalLM(nnx.Module):
     """Token ids -> float32 next-token logits, with an optional KV cache (see module notes)."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32,
+                 remat: bool = False):
         self.config = config
         self.param_dtype = param_dtype
         self.compute_dtype = compute_dtype
+        # Rematerialise each decoder layer in the backward pass (keep only layer inputs): trades one
+        # extra forward for activation memory when training long sequences. May be switched on an
+        # existing model (``model.remat = True``) before it is traced.
+        self.remat = remat
         common = dict(param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, **common)
         self.layers = nnx.List([DecoderLayer(config, **common) for _ in range(config.num_layers)])
@@ -102,12 +107,12 @@ class CausalLM(nnx.Module):
         if config.scale_embeddings:
             # Hugging Face rounds the scale to the parameter dtype before multiplying.
             x_btd = x_btd * jnp.asarray(config.hidden_size ** 0.5, self.param_dtype).astype(x_btd.dtype)
+        run_layer = nnx.remat(_run_layer) if self.remat else _run_layer
         new_keys, new_values = [], []
         for layer_index, (layer, layer_type) in enumerate(zip(self.layers, config.layer_types)):
             cos_bth, sin_bth = rope_tables[layer_type]
             kv_cache = None if cache is None else (cache.keys[layer_index], cache.values[layer_index])
-            x_btd, kv_cache = layer(x_btd, cos_bth=cos_bth, sin_bth=sin_bth, mask_bts=masks[layer_type],
-                                    kv_cache=kv_cache, write_index=write_index)
+            x_btd, kv_cache = run_layer(layer, x_btd, cos_bth, sin_bth, masks[layer_type], kv_cache, write_index)
             if kv_cache is not None:
                 new_keys.append(kv_cache[0])
                 new_values.append(kv_cache[1])
@@ -150,6 +155,12 @@ class CausalLM(nnx.Module):
             tables["sliding_attention"] = rope_cos_sin(
                 positions_bt, rope_inverse_frequencies(config.head_dim, config.local_rope_theta, None))
         return tables
+
+
+def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index):
+    # Positional arguments only, so that nnx.remat can wrap it.
+    return layer(x_btd, cos_bth=cos_bth, sin_bth=sin_bth, mask_bts=mask_bts, kv_cache=kv_cache,
+                 write_index=write_index)
 
 
 def causal_mask(query_length: int, key_length: int, *, offset: jax.Array | None) -> jax.Array:

@@ -143,3 +143,30 @@ def test_out_of_range_padding_ids_do_not_poison_other_positions(tiny_hf_model_di
         logits[name], _ = model(ids_bt, positions_bt, attention_mask_bts=mask_bts)
     assert np.isfinite(np.asarray(logits["sentinel"])).all()
     np.testing.assert_array_equal(np.asarray(logits["sentinel"][:, 2:]), np.asarray(logits["zero"][:, 2:]))
+
+
+def test_remat_recomputes_layers_with_identical_gradients(tiny_hf_model_dir):
+    model, _ = load_hf_model(tiny_hf_model_dir("gemma3"))
+    ids_bt = jnp.asarray(np.random.RandomState(6).randint(3, 256, size=(2, 12)), jnp.int32)
+    positions_bt = positions_for(2, 0, 12)
+
+    def gradients(model):
+        graphdef, state = nnx.split(model)
+
+        def loss(state):
+            logits_btv, _ = nnx.merge(graphdef, state)(ids_bt, positions_bt)
+            return jnp.mean(jax.nn.log_softmax(logits_btv)[..., 5])
+
+        return jax.grad(loss), state
+
+    plain_grad, state = gradients(model)
+    model.remat = True
+    remat_grad, _ = gradients(model)
+    # The rematerialisation primitive is "remat2" in jax 0.10 and "checkpoint" in later versions.
+    def uses_remat(grad):
+        jaxpr = str(jax.make_jaxpr(grad)(state))
+        return "remat2[" in jaxpr or "checkpoint[" in jaxpr
+
+    assert not uses_remat(plain_grad) and uses_remat(remat_grad)
+    for plain, rematerialised in zip(jax.tree.leaves(plain_grad(state)), jax.tree.leaves(remat_grad(state))):
+        assert np.abs(np.asarray(plain) - np.asarray(rematerialised)).max() <= 1e-6
