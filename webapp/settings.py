@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "webapp.datasets",
     "webapp.workers",
     "webapp.runs",
+    "webapp.api",
 ]
 
 MIDDLEWARE = [

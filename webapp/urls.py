@@ -14,4 +14,5 @@ urlpatterns = [
     path("", include("webapp.datasets.urls")),
     path("", include("webapp.workers.urls")),
     path("", include("webapp.runs.urls")),
+    path("", include("webapp.api.urls")),
 ]

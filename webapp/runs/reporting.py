@@ -83,6 +83,17 @@ class ProgressRecord:
     wall_time: float
 
 
+def track_metric(summary: dict[str, dict[str, float]], name: str, value: float, step: int) -> None:
+    """Fold one point into a run's ``final_metrics``: last (at the highest step), min and max."""
+    entry = summary.get(name)
+    if entry is None:
+        summary[name] = {"last": value, "min": value, "max": value, "step": step}
+        return
+    if step >= entry["step"]:
+        entry.update(last=value, step=step)
+    entry.update(min=min(entry["min"], value), max=max(entry["max"], value))
+
+
 def metric_values(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
     """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted)."""
     for name, value in metrics.items():
@@ -267,11 +278,7 @@ class RunReporter:
         self.log(f"step {step}: evaluated ({evaluation}" + (f"; {len(records)} samples)" if records else ")"))
 
     def _track(self, name: str, value: float, step: int) -> None:
-        summary = self._summary_metrics.get(name)
-        if summary is None:
-            self._summary_metrics[name] = {"last": value, "min": value, "max": value, "step": step}
-            return
-        summary.update(last=value, step=step, min=min(summary["min"], value), max=max(summary["max"], value))
+        track_metric(self._summary_metrics, name, value, step)
 
     def _heartbeat(self) -> None:
         close_old_connections()
@@ -388,16 +395,20 @@ def _current_attempt(run: Run) -> Run | None:
     return current
 
 
-def _publish_status(run: Run) -> None:
-    def send() -> None:
+def publish_event(public_id: str, event: dict[str, Any]) -> None:
+    """Publish one live event on a run's channel with a short-lived connection; Redis being away
+    only costs the live update (the database has everything)."""
+    try:
+        client = channels.redis_client()
         try:
-            client = channels.redis_client()
-            try:
-                client.publish(channels.events_channel(run.public_id),
-                               json.dumps({"type": "status", "status": run.status, "message": run.error_message}))
-            finally:
-                client.close()
-        except redis.RedisError as error:
-            logger.warning("run %s: status not published: %s", run.public_id, error)
+            client.publish(channels.events_channel(public_id), json.dumps(event))
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("run %s: %s event not published: %s", public_id, event.get("type"), error)
 
-    transaction.on_commit(send)
+
+def _publish_status(run: Run) -> None:
+    event = {"type": "status", "status": run.status, "message": run.error_message}
+    public_id = run.public_id
+    transaction.on_commit(lambda: publish_event(public_id, event))

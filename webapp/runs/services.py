@@ -39,6 +39,8 @@ from webapp.runs.specform import tasks
 logger = logging.getLogger(__name__)
 
 TRAIN_TASK = "worker.tasks.train.train_run"
+# The task of a run trained elsewhere and logged into Temper through the API.
+EXTERNAL_TASK = "external"
 # The dataset kinds (jaxengine.data.formats.DatasetKind) each task trains on; grpo/ppo are listed
 # so that their forms offer the right datasets the day the engine's spec accepts them.
 TRAIN_KINDS: dict[str, tuple[str, ...]] = {
@@ -278,10 +280,12 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
     checkpoint first, so it can be resumed)."""
     run = Run.objects.select_for_update().get(pk=run.pk)
     who = user.get_username() if user else "the system"
-    if run.status == RunStatus.QUEUED:
+    external = run.task == EXTERNAL_TASK and run.status == RunStatus.RUNNING
+    if run.status == RunStatus.QUEUED or external:
+        # Nothing of Temper's runs a queued or an external run: it is cancelled at once.
         run.status = RunStatus.CANCELLED
         run.finished_at = timezone.now()
-        run.error_message = f"cancelled by {who} before it started"
+        run.error_message = f"cancelled by {who}" + ("" if external else " before it started")
         run.save(update_fields=["status", "finished_at", "error_message"])
         log_line(run, run.error_message)
         return run
@@ -378,7 +382,8 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
     reaped = []
-    for run in Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=cutoff):
+    # External runs are reported by a process Temper does not run: nothing to resume.
+    for run in Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=cutoff).exclude(task=EXTERNAL_TASK):
         silent = int((now - run.last_heartbeat).total_seconds())
         claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt,
                                      last_heartbeat=run.last_heartbeat)
@@ -396,3 +401,107 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
             _enqueue(run)
             reaped.append(run)
     return reaped
+
+
+# ---- runs trained elsewhere, logged through the API (like a tracking server) ----------------
+
+
+@transaction.atomic
+def run_create_external(*, project: Project, name: str, config: dict[str, Any] | None,
+                        user: AbstractBaseUser | None, tags: str | list[str] = "") -> Run:
+    """A running run that a process outside Temper reports into (``metrics_log``, ``samples_log``,
+    ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec)."""
+    public_id = new_run_id()
+    now = timezone.now()
+    run = Run.objects.create(
+        public_id=public_id, project=project, name=(name or "").strip()[:120] or "external run", task=EXTERNAL_TASK,
+        spec=config or {}, resolved_spec={"output_dir": str(run_output_dir(public_id))}, status=RunStatus.RUNNING,
+        started_at=now, last_heartbeat=now, worker_name="external", created_by=user, tags=parse_tags(tags),
+    )
+    log_line(run, f"external run opened by {user.get_username() if user else 'the system'}")
+    return run
+
+
+def _require_external(run: Run) -> None:
+    if run.task != EXTERNAL_TASK:
+        raise ValidationError({"__all__": f"run {run.public_id} is trained by Temper; only external runs take logged data"})
+    if run.status != RunStatus.RUNNING:
+        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; it takes no more data"})
+
+
+@transaction.atomic
+def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> int:
+    """Store logged points ``[{"step": 3, "metrics": {"loss": 1.2}, "tokens": 1536, "wall_time": ...}]``
+    of an external run; a (metric, step) logged twice keeps its first value. Returns points stored."""
+    from webapp.runs.models import MetricPoint
+    from webapp.runs.reporting import metric_values, publish_event, track_metric
+
+    _require_external(run)
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    now = timezone.now().timestamp()
+    rows, payload = [], []
+    summary = dict(run.final_metrics or {})
+    # Points already stored (or twice in this batch) are skipped, so the summary counts each once.
+    seen = set(MetricPoint.objects.filter(run=run, step__in={point["step"] for point in points})
+               .values_list("name", "step"))
+    for point in points:
+        step, tokens = point["step"], int(point.get("tokens") or 0)
+        wall_time = float(point.get("wall_time") or now)
+        for name, value in metric_values(point["metrics"]):
+            if (name, step) in seen:
+                continue
+            seen.add((name, step))
+            rows.append(MetricPoint(run=run, step=step, name=name, value=value, wall_time=wall_time, tokens=tokens))
+            payload.append({"step": step, "name": name, "value": value, "tokens": tokens, "wall_time": wall_time})
+            track_metric(summary, name, value, step)
+    MetricPoint.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
+    if points:
+        run.current_step = max(run.current_step, max(point["step"] for point in points))
+        run.tokens_seen = max([run.tokens_seen] + [int(point.get("tokens") or 0) for point in points])
+    run.final_metrics = summary
+    run.last_heartbeat = timezone.now()
+    if run.started_at:
+        run.train_seconds = (run.last_heartbeat - run.started_at).total_seconds()
+    run.save(update_fields=["current_step", "tokens_seen", "final_metrics", "last_heartbeat", "train_seconds"])
+    public_id = run.public_id
+    if payload:
+        transaction.on_commit(lambda: publish_event(public_id, {"type": "metrics", "points": payload}))
+    return len(rows)
+
+
+@transaction.atomic
+def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
+    """Store generations ``[{"step", "prompt", "text", "answer"?, "rewards"?}]`` of an external run,
+    numbered in order within each step after those already stored."""
+    from django.db.models import Max
+
+    from webapp.runs.models import Sample
+    from webapp.runs.reporting import sample_row
+
+    _require_external(run)
+    next_position: dict[int, int] = {}
+    rows = []
+    for record in samples:
+        step = record["step"]
+        if step not in next_position:
+            highest = Sample.objects.filter(run=run, step=step).aggregate(highest=Max("position"))["highest"]
+            next_position[step] = 0 if highest is None else highest + 1
+        rows.append(sample_row(run, step, next_position[step], record))
+        next_position[step] += 1
+    Sample.objects.bulk_create(rows)
+    return len(rows)
+
+
+@transaction.atomic
+def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
+    """Close an external run as succeeded, failed or cancelled."""
+    from webapp.runs.reporting import metric_summary
+
+    _require_external(run)
+    if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
+        raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
+    run.status, run.error_message, run.finished_at = status, message, timezone.now()
+    run.final_metrics = metric_summary(run)
+    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics"])
+    log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
+    return run

@@ -97,6 +97,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         duplicate = request.GET.get("from")
         if duplicate:
             _p, _m, original = get_run_for_user(request.user, slug, duplicate)
+            if original.task not in tasks():
+                raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
         initial = spec_initial(_defaults_with(task, spec))
         return render(request, "runs/new.html", _launch_context(

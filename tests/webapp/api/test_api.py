@@ -1,0 +1,186 @@
+"""The REST API driven by a plain HTTP client (urllib) against the live test server: tokens,
+datasets, runs from a spec, cancel and resume, an external run logged like a tracking server,
+samples, artifact download, the OpenAPI document, and access (401 / 403 / 404)."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.api.services import token_create
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus
+
+
+class Api:
+    def __init__(self, base: str, token: str | None):
+        self.base, self.token = base, token
+
+    def call(self, method: str, path: str, body: dict | None = None, *, data: bytes | None = None,
+             content_type: str = "application/json") -> tuple[int, object]:
+        if body is not None:
+            data = json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw, status, kind = response.read(), response.status, response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as error:
+            raw, status, kind = error.read(), error.code, error.headers.get("Content-Type", "")
+        return status, json.loads(raw) if kind.startswith("application/json") else raw
+
+    def upload(self, path: str, fields: dict[str, str], filename: str, content: bytes) -> tuple[int, object]:
+        boundary = uuid.uuid4().hex
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+                 for name, value in fields.items()]
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+                     f"Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n")
+        parts.append(f"--{boundary}--\r\n".encode())
+        return self.call("POST", path, data=b"".join(parts), content_type=f"multipart/form-data; boundary={boundary}")
+
+
+@pytest.fixture
+def world(live_server, transactional_db, monkeypatch):
+    sent = []
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda name, args=None, queue=None, **kw: sent.append(args))
+    team = make_team()
+    tokens = {role: token_create(user=getattr(team, role), name="test")[1]
+              for role in ("owner", "teammate", "viewer", "outsider")}
+    apis = {role: Api(live_server.url, token) for role, token in tokens.items()}
+    apis["anonymous"] = Api(live_server.url, None)
+    return team, apis, sent
+
+
+def test_it_requires_a_token(world):
+    _team, apis, _sent = world
+    status, body = apis["anonymous"].call("GET", "/api/v1/projects/alpha/runs/")
+    assert status == 401 and "Bearer" in body["detail"]
+    status, _ = Api(apis["owner"].base, "tmp_not-a-token").call("GET", "/api/v1/projects/alpha/runs/")
+    assert status == 401
+
+
+def test_datasets_upload_list_get(world):
+    _team, apis, sent = world
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "chats", "kind": "sft"},
+                                           "chats.jsonl", rows)
+    assert status == 201, body
+    assert body["dataset"]["name"] == "chats" and body["version"]["status"] == "uploaded"
+    assert any(args == [] or args for args in sent)  # validation was queued
+    status, body2 = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/")
+    assert status == 200 and [d["name"] for d in body2["datasets"]] == ["chats"]
+    status, detail = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/")
+    assert status == 200 and detail["versions"][0]["number"] == 1
+    status, _ = apis["viewer"].upload("/api/v1/projects/alpha/datasets/", {"name": "x", "kind": "sft"}, "x.jsonl", rows)
+    assert status == 403
+    status, bad = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "", "kind": "sft"}, "y.jsonl", rows)
+    assert status == 400 and "name" in bad["errors"]
+
+
+def test_runs_create_get_cancel_resume(world):
+    team, apis, sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    status, bad = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                        {"spec": {**spec, "optim": {"schedule": "cosin"}}})
+    assert status == 400 and "optim.schedule" in bad["errors"]
+    status, both = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec, "spec_yaml": "x"})
+    assert status == 400 and "exactly one of spec and spec_yaml" in json.dumps(both)
+    status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec, "name": "api run",
+                                                                                     "tags": ["api"]})
+    assert status == 201 and created["status"] == "queued" and created["spec"]["train"]["max_steps"] == 5
+    run_path = f"/api/v1/projects/alpha/runs/{created['id']}/"
+    status, listed = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?tag=api")
+    assert [run["id"] for run in listed["runs"]] == [created["id"]]
+    assert apis["viewer"].call("POST", run_path + "cancel/")[0] == 403
+    status, cancelled = apis["teammate"].call("POST", run_path + "cancel/")
+    assert status == 200 and cancelled["status"] == "cancelled"
+    status, resumed = apis["teammate"].call("POST", run_path + "resume/", {"max_steps": 9})
+    assert status == 200 and resumed["status"] == "queued" and resumed["attempt"] == 2 and resumed["total_steps"] == 9
+    assert apis["outsider"].call("GET", run_path)[0] == 404
+    assert apis["outsider"].call("POST", run_path + "cancel/")[0] == 404
+
+
+def test_an_external_run_is_logged_like_a_tracking_server(world):
+    _team, apis, _sent = world
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                        {"external": True, "name": "laptop run", "config": {"lr": 0.1, "layers": 2}})
+    assert status == 201 and run["status"] == "running" and run["task"] == "external"
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    points = [{"step": step, "metrics": {"loss": 4.0 / step, "acc": step / 10}, "tokens": 100 * step}
+              for step in range(1, 11)]
+    status, body = apis["teammate"].call("POST", path + "metrics/", {"points": points})
+    assert status == 201 and body["stored"] == 20
+    status, body = apis["teammate"].call("POST", path + "metrics/", {"points": points[:2]})
+    assert body["stored"] == 0  # a step logged twice keeps its first value
+    status, bad = apis["teammate"].call("POST", path + "metrics/", {"points": [{"step": -1, "metrics": {}}]})
+    assert status == 400 and {"points.0.step", "points.0.metrics"} <= set(bad["errors"])
+    status, samples = apis["teammate"].call("POST", path + "samples/", {"samples": [
+        {"step": 10, "prompt": "2+2?", "text": "4", "rewards": {"exact": 1.0}}]})
+    assert status == 201 and samples["stored"] == 1
+    status, series = apis["viewer"].call("GET", path + "metrics/?names=loss&after_step=8")
+    assert series["series"]["loss"]["step"] == [9, 10] and series["series"]["loss"]["value"] == [4.0 / 9, 0.4]
+    assert series["series"]["loss"]["tokens"] == [900, 1000]
+    status, got = apis["viewer"].call("GET", path + "samples/?step=10")
+    assert got["samples"][0]["text"] == "4" and got["samples"][0]["reward"] == 1.0
+    status, finished = apis["teammate"].call("POST", path + "finish/", {"status": "succeeded"})
+    assert finished["status"] == "succeeded" and finished["final_metrics"]["loss"]["last"] == 0.4
+    assert finished["current_step"] == 10 and finished["tokens_seen"] == 1000
+    status, closed = apis["teammate"].call("POST", path + "metrics/", {"points": points[:1]})
+    assert status == 400 and "takes no more data" in json.dumps(closed)
+
+
+def test_logging_into_a_trained_run_is_refused(world):
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    _status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})
+    status, body = apis["teammate"].call("POST", f"/api/v1/projects/alpha/runs/{created['id']}/metrics/",
+                                         {"points": [{"step": 1, "metrics": {"loss": 1.0}}]})
+    assert status == 400 and "trained by Temper" in json.dumps(body)
+
+
+def test_artifacts_download_as_tar(world):
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    _status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})
+    run = Run.objects.get(public_id=created["id"])
+    export = run.output_dir / "export"
+    export.mkdir(parents=True)
+    (export / "config.json").write_text('{"model_type": "llama"}')
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
+    assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
+    assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
+
+
+def test_openapi_document_describes_every_endpoint(world):
+    _team, apis, _sent = world
+    status, document = apis["anonymous"].call("GET", "/api/v1/openapi.json")
+    assert status == 200 and document["openapi"] == "3.1.0"
+    paths = document["paths"]
+    assert set(paths["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]) == {"get", "post"}
+    assert "/api/v1/projects/{slug}/datasets/" in paths
+    schemas = document["components"]["schemas"]
+    assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec"} <= set(schemas)
+    assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
+
+
+def test_the_tokens_page_shows_a_new_token_once(world, client_for):
+    team, _apis, _sent = world
+    client = client_for(team.viewer)
+    page = client.post("/accounts/tokens/", {"name": "ci"}).content.decode()
+    assert 'id="new-token"' in page and "<code>tmp_" in page
+    assert 'id="new-token"' not in client.get("/accounts/tokens/").content.decode()

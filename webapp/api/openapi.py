@@ -1,0 +1,118 @@
+"""The OpenAPI 3.1 document of the REST API. Request bodies come from the pydantic schemas the
+views validate with (``webapp.api.schemas``) and the job spec from ``jaxengine.spec.JobSpec``, so
+the document cannot drift from what the server accepts."""
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from jaxengine.spec import JobSpec
+from webapp.api import schemas
+
+REF = "#/components/schemas/{model}"
+SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
+RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
+DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
+           "description": "Dataset id (ds_…)."}
+ERRORS = {
+    "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
+    "401": {"description": "No valid bearer token."},
+    "403": {"description": "Your role in the project does not allow this."},
+    "404": {"description": "No such object in a project you belong to."},
+}
+
+
+def _json(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
+
+
+def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
+               query: list | None = None, response: str = "JSON") -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
+                                 "responses": {status: _json(response), **ERRORS}}
+    if body is not None:
+        operation["requestBody"] = _body(body)
+    return operation
+
+
+def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
+
+
+@cache
+def build_document() -> dict[str, Any]:
+    components: dict[str, Any] = {}
+    for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
+                  JobSpec):
+        schema = model.model_json_schema(ref_template=REF)
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+    upload = {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary"},
+                       "name": {"type": "string", "description": "A new dataset's name."},
+                       "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},
+                       "dataset": {"type": "string", "description": "Or an existing dataset's id: a new version."},
+                       "file_format": {"type": "string", "enum": ["jsonl", "json", "csv", "parquet"]},
+                       "mapping": {"type": "string", "description": "JSON object: field → column name."}}}}}}
+    base = "/api/v1/projects/{slug}"
+    paths = {
+        f"{base}/datasets/": {
+            "get": _operation("List the project's datasets", [SLUG]),
+            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG], status="201"),
+                     "requestBody": upload},
+        },
+        f"{base}/datasets/{{dataset_id}}/": {"get": _operation("A dataset and its versions", [SLUG, DATASET])},
+        f"{base}/runs/": {
+            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"), _query("status", "status"),
+                                                          _query("task", "task"), _query("tag", "tag"),
+                                                          _query("archived", "1: archived runs"),
+                                                          _query("sort", "newest, oldest, name, status, task, steps")]),
+            "post": _operation("Launch a run from a job spec, or open an external run", [SLUG],
+                               body=schemas.RunCreate, status="201"),
+        },
+        f"{base}/runs/{{run_id}}/": {"get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN])},
+        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN])},
+        f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
+                                                               [SLUG, RUN], body=schemas.RunResume)},
+        f"{base}/runs/{{run_id}}/finish/": {"post": _operation("Close an external run", [SLUG, RUN],
+                                                               body=schemas.RunFinish)},
+        f"{base}/runs/{{run_id}}/metrics/": {
+            "get": _operation("Metric series (downsampled beyond max_points)", [SLUG, RUN],
+                              query=[_query("names", "comma-separated metric names"),
+                                     _query("after_step", "only points after this step", "integer"),
+                                     _query("max_points", "points per metric before downsampling", "integer")]),
+            "post": _operation("Log metric points into an external run", [SLUG, RUN], body=schemas.MetricsLog,
+                               status="201"),
+        },
+        f"{base}/runs/{{run_id}}/samples/": {
+            "get": _operation("Logged generations", [SLUG, RUN], query=[_query("step", "one step", "integer")]),
+            "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
+                               status="201"),
+        },
+        f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
+            "get": {**_operation("Download an artifact (model or adapter) as a tar archive",
+                                 [SLUG, RUN, {"name": "kind", "in": "path", "required": True,
+                                              "schema": {"type": "string", "enum": ["model", "adapter"]}}]),
+                    "responses": {"200": {"description": "tar archive",
+                                          "content": {"application/x-tar": {"schema": {"type": "string",
+                                                                                       "format": "binary"}}}},
+                                  **ERRORS}},
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Temper API", "version": "1",
+                 "description": "Datasets, runs, metrics, samples and artifacts of Temper projects. "
+                                "Authenticate with `Authorization: Bearer <token>` (API tokens page)."},
+        "paths": paths,
+        "components": {"schemas": components,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,63 @@
+"""Request bodies of the REST API, validated by pydantic; errors name the field."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunCreate(_Body):
+    """Launch a run from a job spec (ids in place of paths, as in the web's YAML view), or open an
+    external run (``external: true``) that a process elsewhere logs into."""
+
+    spec: dict[str, Any] | None = Field(default=None, description="The job spec as a mapping.")
+    spec_yaml: str | None = Field(default=None, description="Or the job spec as YAML text.")
+    name: str = ""
+    tags: list[str] = Field(default_factory=list)
+    external: bool = Field(default=False, description="Open a run trained elsewhere; give config, not spec.")
+    config: dict[str, Any] | None = Field(default=None, description="External runs: their hyper-parameters.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RunCreate:
+        if self.external:
+            if self.spec is not None or self.spec_yaml is not None:
+                raise ValueError("an external run takes config, not spec or spec_yaml")
+        elif (self.spec is None) == (self.spec_yaml is None):
+            raise ValueError("give exactly one of spec and spec_yaml (or external: true)")
+        return self
+
+
+class RunResume(_Body):
+    max_steps: int | None = Field(default=None, ge=1, description="Train on to this many steps in all.")
+
+
+class MetricsPoint(_Body):
+    step: int = Field(ge=0)
+    metrics: dict[str, float] = Field(min_length=1, description="{name: value} logged at this step.")
+    tokens: int | None = Field(default=None, ge=0, description="Tokens trained on up to this step.")
+    wall_time: float | None = Field(default=None, description="Unix time of the step (default: now).")
+
+
+class MetricsLog(_Body):
+    points: list[MetricsPoint] = Field(min_length=1, max_length=100_000)
+
+
+class SampleIn(_Body):
+    step: int = Field(ge=0)
+    prompt: str | list[dict[str, str]]
+    text: str
+    answer: str | None = None
+    rewards: dict[str, float] | None = None
+
+
+class SamplesLog(_Body):
+    samples: list[SampleIn] = Field(min_length=1, max_length=10_000)
+
+
+class RunFinish(_Body):
+    status: Literal["succeeded", "failed", "cancelled"]
+    message: str = ""

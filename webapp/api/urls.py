@@ -1,0 +1,22 @@
+from django.urls import path
+
+from webapp.api import token_views, views
+
+app_name = "api"
+
+base = "api/v1/projects/<slug:slug>"
+urlpatterns = [
+    path("api/v1/openapi.json", views.openapi, name="openapi"),
+    path(f"{base}/datasets/", views.datasets, name="datasets"),
+    path(f"{base}/datasets/<str:dataset_id>/", views.dataset_detail, name="dataset"),
+    path(f"{base}/runs/", views.runs, name="runs"),
+    path(f"{base}/runs/<str:run_id>/", views.run_detail, name="run"),
+    path(f"{base}/runs/<str:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path(f"{base}/runs/<str:run_id>/resume/", views.run_resume, name="run_resume"),
+    path(f"{base}/runs/<str:run_id>/finish/", views.run_finish, name="run_finish"),
+    path(f"{base}/runs/<str:run_id>/metrics/", views.run_metrics, name="run_metrics"),
+    path(f"{base}/runs/<str:run_id>/samples/", views.run_samples, name="run_samples"),
+    path(f"{base}/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="run_artifact"),
+    path("accounts/tokens/", token_views.token_list, name="tokens"),
+    path("accounts/tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token_revoke"),
+]

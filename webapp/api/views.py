@@ -1,0 +1,263 @@
+"""The REST API (``/api/v1/``): JSON over HTTP with bearer tokens (``Authorization: Bearer tmp_…``,
+created on the API tokens page). The same access rules as the pages: an outsider's request for
+anything of a project gets 404, a viewer's write gets 403. Errors are JSON: ``{"errors": {field:
+[messages]}}`` for bad input, ``{"detail": ...}`` otherwise. The OpenAPI document is
+``/api/v1/openapi.json`` (``webapp.api.openapi``).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import json
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from webapp.api import schemas
+from webapp.api.services import token_authenticate
+from webapp.datasets import selectors as dataset_selectors
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Role
+from webapp.runs import selectors as run_selectors
+from webapp.runs import services as run_services
+from webapp.runs.access import get_run_for_user
+from webapp.runs.models import Artifact, Run
+
+
+def _error(status: int, **body: Any) -> JsonResponse:
+    return JsonResponse(body, status=status)
+
+
+def api_view(methods: tuple[str, ...]) -> Callable:
+    """Token authentication, allowed methods and JSON errors around an API view."""
+
+    def decorate(view: Callable) -> Callable:
+        @csrf_exempt  # bearer tokens, not cookies: there is no cross-site request to forge
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            user = token_authenticate(request.headers.get("Authorization", ""))
+            if user is None:
+                response = _error(401, detail="send 'Authorization: Bearer <token>' with a token from the API tokens page")
+                response["WWW-Authenticate"] = 'Bearer realm="temper"'
+                return response
+            if request.method not in methods:
+                return _error(405, detail=f"{request.method} is not allowed here; use {', '.join(methods)}")
+            request.user = user
+            try:
+                return view(request, *args, **kwargs)
+            except Http404 as error:
+                return _error(404, detail=str(error) or "not found")
+            except PermissionDenied as error:
+                return _error(403, detail=str(error))
+            except ValidationError as error:
+                errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+                return _error(400, errors=errors)
+            except pydantic.ValidationError as error:
+                errors: dict[str, list[str]] = {}
+                for problem in error.errors(include_url=False):
+                    key = ".".join(str(part) for part in problem["loc"]) or "__all__"
+                    errors.setdefault(key, []).append(problem["msg"])
+                return _error(400, errors=errors)
+
+        return wrapper
+
+    return decorate
+
+
+def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
+    try:
+        data = json.loads(request.body or b"{}")
+    except json.JSONDecodeError as error:
+        raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
+    return schema.model_validate(data)
+
+
+def _version_json(version: DatasetVersion) -> dict[str, Any]:
+    return {"id": version.public_id, "number": version.number, "status": version.status,
+            "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
+            "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
+            "created_at": version.created_at.isoformat()}
+
+
+def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
+    body = {"id": dataset.public_id, "name": dataset.name, "kind": dataset.kind,
+            "created_at": dataset.created_at.isoformat()}
+    if versions:
+        body["versions"] = [_version_json(version) for version in dataset_selectors.version_list(dataset=dataset)]
+    return body
+
+
+def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
+    body = {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
+            "error_message": run.error_message, "attempt": run.attempt, "current_step": run.current_step,
+            "total_steps": run.total_steps, "tokens_seen": run.tokens_seen, "tags": run.tags,
+            "archived": run.archived, "created_at": run.created_at.isoformat(),
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "final_metrics": run.final_metrics}
+    if detail:
+        body.update(spec=run.spec, summary=run.summary, notes=run.notes,
+                    artifacts=[{"kind": artifact.kind, "size_bytes": artifact.size_bytes}
+                               for artifact in run.artifacts.all()])
+    return body
+
+
+@api_view(("GET", "POST"))
+def datasets(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's datasets. POST (multipart: ``file``, ``kind``, and ``name`` for a new
+    dataset or ``dataset`` (an id) for a new version; optional ``file_format``, ``mapping`` JSON):
+    upload; the version is checked by a worker (poll its dataset until ``ready`` or ``failed``)."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        return JsonResponse({"datasets": [_dataset_json(dataset)
+                                          for dataset in dataset_selectors.dataset_list(project=project)]})
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
+    try:
+        mapping = json.loads(request.POST.get("mapping") or "{}")
+    except json.JSONDecodeError:
+        raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
+    arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
+                 "column_mapping": mapping, "user": request.user}
+    if request.POST.get("dataset"):
+        dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+        version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
+    else:
+        version = dataset_services.dataset_create_with_upload(
+            project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
+    return JsonResponse({"dataset": _dataset_json(version.dataset), "version": _version_json(version)}, status=201)
+
+
+@api_view(("GET",))
+def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> JsonResponse:
+    project, _membership = get_project_for_user(request.user, slug)
+    dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    return JsonResponse(_dataset_json(dataset, versions=True))
+
+
+@api_view(("GET", "POST"))
+def runs(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort;
+    at most 500). POST: launch a run from a spec, or open an external run."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        filters = run_selectors.RunFilters.from_query(request.GET)
+        found = run_selectors.run_list(project=project, filters=filters)[:500]
+        return JsonResponse({"runs": [_run_json(run) for run in found]})
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    body = _body(request, schemas.RunCreate)
+    if body.external:
+        run = run_services.run_create_external(project=project, name=body.name, config=body.config,
+                                               user=request.user, tags=body.tags)
+    else:
+        spec = body.spec if body.spec is not None else run_services.spec_from_yaml(body.spec_yaml)
+        run = run_services.run_create(project=project, spec=spec, user=request.user, name=body.name, tags=body.tags)
+    return JsonResponse(_run_json(run, detail=True), status=201)
+
+
+@api_view(("GET",))
+def run_detail(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    return JsonResponse(_run_json(run, detail=True))
+
+
+@api_view(("POST",))
+def run_cancel(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    return JsonResponse(_run_json(run_services.run_cancel(run=run, user=request.user)))
+
+
+@api_view(("POST",))
+def run_resume(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    body = _body(request, schemas.RunResume)
+    return JsonResponse(_run_json(run_services.run_resume(run=run, user=request.user, max_steps=body.max_steps)))
+
+
+@api_view(("POST",))
+def run_finish(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """Close an external run."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+    body = _body(request, schemas.RunFinish)
+    return JsonResponse(_run_json(run_services.run_finish_external(run=run, status=body.status, message=body.message)))
+
+
+@api_view(("GET", "POST"))
+def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """GET: ``{name: {step, value, tokens, time}}`` (``names`` comma-separated, ``after_step``,
+    ``max_points`` for server-side downsampling). POST (external runs): log points."""
+    if request.method == "POST":
+        _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+        body = _body(request, schemas.MetricsLog)
+        stored = run_services.metrics_log(run=run, points=[point.model_dump() for point in body.points])
+        return JsonResponse({"stored": stored}, status=201)
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    names = [name for name in request.GET.get("names", "").split(",") if name]
+    try:
+        after_step = int(request.GET.get("after_step", "0"))
+        max_points = min(int(request.GET.get("max_points", run_selectors.MAX_POINTS)), 1_000_000)
+    except ValueError:
+        raise ValidationError({"after_step": "after_step and max_points are whole numbers"}) from None
+    return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
+                                                               max_points=max(max_points, 2))})
+
+
+@api_view(("GET", "POST"))
+def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """GET: samples (``step`` to choose one). POST (external runs): log generations."""
+    if request.method == "POST":
+        _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+        body = _body(request, schemas.SamplesLog)
+        stored = run_services.samples_log(run=run, samples=[sample.model_dump() for sample in body.samples])
+        return JsonResponse({"stored": stored}, status=201)
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    step = request.GET.get("step")
+    samples = run_selectors.sample_list(run=run, step=int(step) if step and step.isdigit() else None)[:5000]
+    return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
+                                      "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,
+                                      "reward": sample.reward} for sample in samples]})
+
+
+def _tar_stream(directory: Path) -> Iterator[bytes]:
+    """A gzip-less tar of ``directory``, produced file by file (never whole in memory)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w|") as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+    yield buffer.getvalue()
+
+
+@api_view(("GET",))
+def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
+    """Download an artifact directory (``model`` or ``adapter``) as a tar archive."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    artifact = Artifact.objects.filter(run=run, kind=kind).first()
+    if artifact is None:
+        raise Http404(f"run {run.public_id} has no {kind} artifact")
+    directory = Path(artifact.path).resolve()
+    if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
+        raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
+    response = StreamingHttpResponse(_tar_stream(directory), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{kind}.tar"'
+    return response
+
+
+def openapi(request: HttpRequest) -> JsonResponse:
+    """The OpenAPI 3.1 document (public: it describes the API, not any data)."""
+    from webapp.api.openapi import build_document
+
+    return JsonResponse(build_document())
