@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxengine.models.config import RopeScaling
+from jaxengine.models.config import ModelConfig, RopeScaling
 
 Axes = tuple[str | None, ...]
 # Filled into masked attention scores; finite so that a fully masked row (padding) gives a
@@ -169,7 +169,7 @@ def dot_product_attention(q_btnh: jax.Array, k_bskh: jax.Array, v_bskh: jax.Arra
 class Attention(nnx.Module):
     """Multi-head grouped-query self-attention with optional qkv bias, q/k norm and a KV cache slot."""
 
-    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
         hidden, heads, kv_heads, head_dim = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = config.attention_scale
@@ -223,7 +223,7 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     """Gated MLP: ``down(act(gate(x)) * up(x))``."""
 
-    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
         common = dict(use_bias=config.mlp_bias, param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
         self.gate_proj = Linear(config.hidden_size, config.intermediate_size, axes=("embed", "mlp"), **common)
         self.up_proj = Linear(config.hidden_size, config.intermediate_size, axes=("embed", "mlp"), **common)
@@ -243,7 +243,7 @@ class DecoderLayer(nnx.Module):
     """Pre-norm residual block; with ``sandwich_norms`` (Gemma) the attention and MLP outputs are
     normed too before joining the residual stream."""
 
-    def __init__(self, config, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, param_dtype, compute_dtype, rngs: nnx.Rngs):
         norm = dict(eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset, param_dtype=param_dtype)
         self.input_layernorm = RMSNorm(config.hidden_size, **norm)
         self.self_attn = Attention(config, param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
