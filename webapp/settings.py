@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "webapp.workers",
     "webapp.runs",
     "webapp.api",
+    "webapp.review",
 ]
 
 MIDDLEWARE = [

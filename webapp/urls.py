@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("webapp.workers.urls")),
     path("", include("webapp.runs.urls")),
     path("", include("webapp.api.urls")),
+    path("", include("webapp.review.urls")),
 ]

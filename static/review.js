@@ -1,0 +1,42 @@
+// Reviewing page: keyboard shortcuts for the answer buttons and the edit boxes.
+// 1 first better · 2 second better · t tie · b both bad · s skip · e edit (Esc leaves a text box).
+(function () {
+  "use strict";
+  const form = document.getElementById("review-form");
+  if (!form) return;
+  const edits = form.querySelectorAll("textarea.edit");
+  let sent = false;
+
+  function startEditing() {
+    // Edit boxes are disabled until asked for, so an untouched page sends no edit at all.
+    edits.forEach(function (box) { box.disabled = false; box.hidden = false; });
+    form.classList.add("editing");
+    edits[0].focus();
+  }
+
+  form.querySelector(".edit-toggle").addEventListener("click", startEditing);
+  form.addEventListener("submit", function (event) {
+    if (sent) { event.preventDefault(); return; }  // one answer per item, even on a double key press
+    sent = true;
+  });
+
+  document.addEventListener("keydown", function (event) {
+    const target = event.target;
+    const typing = target instanceof HTMLTextAreaElement || target instanceof HTMLInputElement;
+    if (typing) {
+      if (event.key === "Escape") target.blur();
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.key === "e") {
+      event.preventDefault();
+      startEditing();
+      return;
+    }
+    const button = form.querySelector('button[type=submit][data-key="' + CSS.escape(event.key) + '"]');
+    if (button) {
+      event.preventDefault();
+      button.click();
+    }
+  });
+})();

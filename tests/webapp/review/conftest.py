@@ -1,0 +1,51 @@
+"""Review test data: a team with a second member (``carol``), a ready preference version and a
+campaign on it reviewed by the teammate and carol."""
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.factories import make_ready_version, make_user
+from webapp.projects import services as project_services
+from webapp.projects.models import Role
+from webapp.review import services
+from webapp.review.models import Choice
+
+PREFERENCE_ROWS = [
+    {"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"},
+    {"prompt": "Capital of France?", "chosen": "Paris", "rejected": "Lyon"},
+    {"prompt": [{"role": "user", "content": "Say hi"}],
+     "chosen": [{"role": "assistant", "content": "Hi!"}], "rejected": [{"role": "assistant", "content": "No."}]},
+    {"prompt": "Spell cat", "chosen": "c-a-t", "rejected": "k-a-t"},
+]
+
+
+@pytest.fixture
+def carol(team):
+    user = make_user("carol")
+    project_services.membership_add(project=team.project, user=user, role=Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def preference_version(team):
+    return make_ready_version(team.project, name="prefs", kind="preference", rows=PREFERENCE_ROWS, user=team.owner)
+
+
+@pytest.fixture
+def campaign(team, carol, preference_version):
+    return services.campaign_create(project=team.project, name="pass 1", guidelines="Prefer **correct** answers.",
+                                    required_reviews=2, reviewers=[team.teammate, carol],
+                                    source_version=preference_version, user=team.owner)
+
+
+def choice_for(item, user, label: str) -> str:
+    """The button ``user`` presses on ``item`` to give ``label`` (a/b/tie/both_bad/skip) in item terms."""
+    if label in ("a", "b"):
+        shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+        return Choice.FIRST if shown_first == label else Choice.SECOND
+    return label
+
+
+def answer(item, user, label: str, **kwargs):
+    """Submit ``user``'s review of ``item`` with ``label`` in item terms."""
+    return services.review_submit(item=item, user=user, choice=choice_for(item, user, label), **kwargs)

@@ -1,0 +1,292 @@
+"""Review services: campaigns from a dataset version, the reviewer queue, reviews, conflicts,
+resolution and export."""
+import json
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from tests.webapp.factories import make_ready_version
+from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, VersionStatus
+from webapp.review import selectors, services
+from webapp.review.models import CampaignReviewer, Item, ItemStatus, Label, Review
+
+
+@pytest.fixture(autouse=True)
+def sent_tasks(monkeypatch):
+    sent = []
+    monkeypatch.setattr(dataset_services.celery_app, "send_task",
+                        lambda name, args, queue: sent.append((name, args, queue)))
+    return sent
+
+
+def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
+    items = list(Item.objects.filter(campaign=campaign).order_by("sequence"))
+    assert [item.sequence for item in items] == [1, 2, 3, 4]
+    assert [item.source_row for item in items] == [1, 2, 3, 4]
+    assert items[0].prompt == "What is 2+2?" and items[0].response_a == "4" and items[0].response_b == "5"
+    assert items[2].response_a == [{"role": "assistant", "content": "Hi!"}]
+    assert {item.original_label for item in items} == {"a"}
+    assert {item.status for item in items} == {ItemStatus.PENDING}
+    assert campaign.next_sequence == 5
+
+
+def test_it_rejects_a_version_that_is_not_preference_or_not_ready(team, carol):
+    sft = make_ready_version(team.project, name="chats", kind="sft")
+    with pytest.raises(ValidationError, match="sft dataset; review campaigns need a preference dataset"):
+        services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=1,
+                                 reviewers=[carol], source_version=sft, user=team.owner)
+    waiting = make_ready_version(team.project, name="p", kind="preference", rows=PREFERENCE_ROWS)
+    waiting.status = VersionStatus.VALIDATING
+    waiting.save()
+    with pytest.raises(ValidationError, match="is validating; wait until it is ready"):
+        services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=1,
+                                 reviewers=[carol], source_version=waiting, user=team.owner)
+
+
+def test_it_rejects_viewers_and_outsiders_as_reviewers(team, preference_version):
+    for user in (team.viewer, team.outsider):
+        with pytest.raises(ValidationError, match=f"{user.username} cannot review"):
+            services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=1,
+                                     reviewers=[user], source_version=preference_version, user=team.owner)
+
+
+def test_it_rejects_a_required_review_count_out_of_range(team, carol, preference_version):
+    with pytest.raises(ValidationError, match="reviews per item must be 1 to 10, got 0"):
+        services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=0,
+                                 reviewers=[carol], source_version=preference_version, user=team.owner)
+
+
+def test_arena_and_run_pairs_are_appended_by_item_add(campaign):
+    item = services.item_add(campaign=campaign, prompt="Hi", response_a="Hello", response_b="Hey",
+                             source="arena", metadata={"models": ["run_a", "run_b"], "voter": "ann"},
+                             original_label="b")
+    assert (item.sequence, item.source, item.original_label) == (5, "arena", "b")
+    assert item.metadata == {"models": ["run_a", "run_b"], "voter": "ann"}
+    with pytest.raises(ValidationError, match="source 'chat' is not one of dataset, arena, runs"):
+        services.item_add(campaign=campaign, prompt="Hi", response_a="a", response_b="b", source="chat")
+
+
+def drain(campaign, user, label="a"):
+    """Review everything the queue gives ``user``; returns the sequences in the order served."""
+    served = []
+    while (item := services.queue_next_item(campaign=campaign, user=user)) is not None:
+        served.append(item.sequence)
+        assert len(served) <= 10, "the queue served an item twice"
+        answer(item, user, label)
+    return served
+
+
+def test_the_queue_serves_every_item_once_and_never_repeats(campaign, team, carol):
+    assert drain(campaign, team.teammate) == [1, 2, 3, 4]
+    assert drain(campaign, carol, "b") == [1, 2, 3, 4]
+    assert services.queue_next_item(campaign=campaign, user=carol) is None
+    assert Review.objects.filter(campaign=campaign).count() == 8
+    assert set(Item.objects.filter(campaign=campaign).values_list("status", flat=True)) == {ItemStatus.CONFLICT}
+
+
+def test_a_skip_is_never_served_again_and_does_not_count(campaign, team):
+    item = services.queue_next_item(campaign=campaign, user=team.teammate)
+    services.review_submit(item=item, user=team.teammate, choice="skip")
+    item.refresh_from_db()
+    assert item.review_count == 0 and item.status == ItemStatus.PENDING
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 2
+
+
+def test_reviewers_working_at_once_get_different_items(team, carol, preference_version):
+    campaign = services.campaign_create(project=team.project, name="single", guidelines="", required_reviews=1,
+                                        reviewers=[team.teammate, carol], source_version=preference_version,
+                                        user=team.owner)
+    first = services.queue_next_item(campaign=campaign, user=team.teammate)
+    second = services.queue_next_item(campaign=campaign, user=carol)
+    assert (first.sequence, second.sequence) == (1, 2)
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1, "a reload keeps the item"
+    answer(second, carol, "a")
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 3
+    answer(first, team.teammate, "a")
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 4
+
+
+def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_needed(team, carol,
+                                                                                       preference_version):
+    campaign = services.campaign_create(project=team.project, name="single", guidelines="", required_reviews=1,
+                                        reviewers=[team.teammate, carol], source_version=preference_version,
+                                        user=team.owner)
+    for _ in range(3):
+        answer(services.queue_next_item(campaign=campaign, user=carol), carol, "a")
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 4
+    assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 3
+    campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2,
+                                        reviewers=[team.teammate, carol])
+    assert CampaignReviewer.objects.get(campaign=campaign, user=team.teammate).cursor == 0
+    assert Item.objects.get(campaign=campaign, sequence=1).status == ItemStatus.IN_REVIEW
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
+
+
+def test_only_reviewers_get_a_queue_or_review(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    with pytest.raises(PermissionDenied, match="not a reviewer"):
+        services.queue_next_item(campaign=campaign, user=team.owner)
+    with pytest.raises(PermissionDenied, match="not a reviewer"):
+        services.review_submit(item=item, user=team.owner, choice="first")
+
+
+def test_a_review_stores_the_order_shown_and_the_answer_in_item_terms(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=team.teammate.pk)
+    review = services.review_submit(item=item, user=team.teammate, choice="second", comment="  close call ")
+    assert review.shown_first == shown_first
+    assert review.label == ("b" if shown_first == "a" else "a")
+    assert review.comment == "close call"
+    with pytest.raises(ValidationError, match="already reviewed this item"):
+        services.review_submit(item=item, user=team.teammate, choice="first")
+
+
+def test_the_order_shown_is_random_across_reviewers_and_items_but_fixed_per_pair():
+    draws = [services.shown_first_for(item_public_id=f"ri_{index}", user_id=user)
+             for index in range(200) for user in (1, 2)]
+    assert 160 < draws.count("a") < 240  # a fair coin: 400 draws, mean 200, sd 10
+    assert services.shown_first_for(item_public_id="ri_7", user_id=1) == services.shown_first_for(
+        item_public_id="ri_7", user_id=1)
+
+
+def test_an_edit_is_kept_as_a_new_text(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=3)  # chat responses: the last turn is edited
+    shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=team.teammate.pk)
+    review = services.review_submit(item=item, user=team.teammate, choice="first", edited_first="Hello there!",
+                                    edited_second="No." if shown_first == "a" else "Hi!")
+    assert (review.edited_a, review.edited_b) == (("Hello there!", None) if shown_first == "a"
+                                                  else (None, "Hello there!"))
+    item.refresh_from_db()
+    assert item.response_a == [{"role": "assistant", "content": "Hi!"}], "the original is never overwritten"
+
+
+@pytest.mark.parametrize(("labels", "required", "status"), [
+    ([], 2, ItemStatus.PENDING),
+    (["a"], 2, ItemStatus.IN_REVIEW),
+    (["a", "a"], 2, ItemStatus.COMPLETE),
+    (["a", "b"], 2, ItemStatus.CONFLICT),
+    (["a", "tie"], 2, ItemStatus.CONFLICT),  # no majority
+    (["a", "a", "tie"], 3, ItemStatus.COMPLETE),
+    (["a", "a", "b"], 3, ItemStatus.CONFLICT),  # opposite decisive answers always need the owner
+    (["tie"], 1, ItemStatus.COMPLETE),
+])
+def test_item_status_rules(labels, required, status):
+    assert services.item_status(labels, required=required, resolved_label="") == status
+
+
+def test_reviewers_disagreeing_make_a_conflict_the_owner_resolves(campaign, team, carol):
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.IN_REVIEW
+    answer(item, carol, "b")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    assert list(selectors.conflict_list(campaign=campaign)) == [item]
+    services.conflict_resolve(item=item, label=Label.B, user=team.owner)
+    item.refresh_from_db()
+    assert (item.status, item.resolved_label, item.resolved_by) == (ItemStatus.COMPLETE, "b", team.owner)
+    assert list(selectors.conflict_list(campaign=campaign)) == []
+
+
+def test_only_conflicts_are_resolved(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    with pytest.raises(ValidationError, match="item 1 is pending, not in conflict"):
+        services.conflict_resolve(item=item, label="a", user=team.owner)
+
+
+def test_a_reviewer_never_sees_answers_to_an_item_they_could_still_review(campaign, team, carol):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    item.refresh_from_db()
+    assert not selectors.answers_visible(item=item, user=carol, reviewer=True)
+    assert selectors.answers_visible(item=item, user=team.teammate, reviewer=True)
+    assert selectors.answers_visible(item=item, user=team.owner, reviewer=False)
+    answer(item, carol, "a")
+    item.refresh_from_db()
+    assert selectors.answers_visible(item=item, user=carol, reviewer=True)
+
+
+def review_all(campaign, team, carol):
+    """Item 1 both a; item 2 a vs b (conflict, owner says b); item 3 both tie; item 4 both a with
+    the teammate's edit of response a."""
+    items = {item.sequence: item for item in Item.objects.filter(campaign=campaign)}
+    for reviewer in (team.teammate, carol):
+        answer(items[1], reviewer, "a")
+        answer(items[3], reviewer, "tie")
+    answer(items[2], team.teammate, "a")
+    answer(items[2], carol, "b")
+    shown_first = services.shown_first_for(item_public_id=items[4].public_id, user_id=team.teammate.pk)
+    edit = {"edited_first": "c-a-t (three letters)"} if shown_first == "a" else {
+        "edited_second": "c-a-t (three letters)"}
+    answer(items[4], team.teammate, "a", **edit)
+    answer(items[4], carol, "a")
+    return items
+
+
+def exported_rows(export):
+    return [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+
+
+def test_export_writes_a_preference_version_that_validates(campaign, team, carol, sent_tasks,
+                                                          django_capture_on_commit_callbacks):
+    items = review_all(campaign, team, carol)
+    services.conflict_resolve(item=items[2], label="b", user=team.owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        export = services.export_create(campaign=campaign, user=team.owner,
+                                        options=services.ExportOptions(dataset_name="prefs reviewed"))
+    rows = exported_rows(export)
+    assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [
+        ("What is 2+2?", "4", "5"),
+        ("Capital of France?", "Lyon", "Paris"),  # the owner's b
+        ("Spell cat", "c-a-t (three letters)", "k-a-t"),  # the edit applied
+    ]
+    assert rows[1]["review"] == {"campaign": campaign.public_id, "item": items[2].public_id, "label": "b",
+                                 "resolved": True, "source": "dataset", "source_row": 2}
+    assert export.counts == {"written": 3, "tie": 1, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0,
+                             "not_complete": 0}
+    assert export.reviewers == ["alpha-teammate", "carol"]
+    assert export.agreement["pairs"][0]["items"] == 4 and export.agreement["fleiss_raters"] == 2
+    assert export.options == {"drop_ties": True, "drop_both_bad": True, "apply_edits": True}
+    version = export.version
+    assert version.dataset.kind == "preference" and version.dataset.name == "prefs reviewed"
+    assert version.status == VersionStatus.UPLOADED
+    assert sent_tasks == [(dataset_services.VALIDATE_TASK, [version.pk], "default")]
+    validated = dataset_services.dataset_version_validate(version_id=version.pk)
+    assert validated.status == VersionStatus.READY and validated.row_count == 3
+
+
+def test_export_keeps_ties_and_originals_when_asked_and_adds_versions_to_the_same_dataset(campaign, team, carol):
+    review_all(campaign, team, carol)
+    first = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="prefs reviewed"),
+                                   user=team.owner)
+    second = services.export_create(
+        campaign=campaign, user=team.owner,
+        options=services.ExportOptions(dataset_name="prefs reviewed", drop_ties=False, apply_edits=False))
+    rows = exported_rows(second)
+    assert [(row["chosen"], row["review"]["label"]) for row in rows] == [
+        ("4", "a"), ([{"role": "assistant", "content": "Hi!"}], "tie"), ("c-a-t", "a")]
+    assert second.counts["unresolved_conflict"] == 1 and second.counts["written"] == 3
+    assert (first.version.dataset_id, first.version.number, second.version.number) == (
+        second.version.dataset_id, 1, 2)
+
+
+def test_export_refuses_an_empty_result_and_a_dataset_of_another_kind(campaign, team):
+    with pytest.raises(ValidationError, match="no reviewed pair is ready to export"):
+        services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="out"), user=team.owner)
+    assert not Dataset.objects.filter(name="out").exists()
+    make_ready_version(team.project, name="chats", kind="sft")
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    for reviewer in campaign.reviewers.all():
+        answer(item, reviewer, "a")
+    with pytest.raises(ValidationError, match="'chats' is a sft dataset"):
+        services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="chats"),
+                               user=team.owner)
+
+
+def test_choice_for_helper_matches_the_service_mapping(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=team.teammate.pk)
+    assert services.label_for_choice(choice_for(item, team.teammate, "b"), shown_first=shown_first) == "b"

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.projects.models import Membership, Project, Role
+from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
+
+
+def _reviewer_choices(project: Project):
+    """Users who may review: the project's members and owners."""
+    user_ids = Membership.objects.filter(project=project).exclude(role=Role.VIEWER).values("user_id")
+    return get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+
+
+class CampaignSettingsForm(forms.Form):
+    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False,
+                                 help_text="Markdown, shown beside every item.")
+    required_reviews = forms.IntegerField(min_value=1, max_value=MAX_REQUIRED_REVIEWS, initial=2,
+                                          label="Reviews per item",
+                                          help_text="An item is complete once this many reviewers have answered it.")
+    reviewers = forms.ModelMultipleChoiceField(queryset=None, widget=forms.CheckboxSelectMultiple,
+                                               help_text="Project members and owners.")
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reviewers"].queryset = _reviewer_choices(project)
+        self.fields["reviewers"].label_from_instance = lambda user: user.get_username()
+
+
+class CampaignCreateForm(CampaignSettingsForm):
+    field_order = ["name", "source_version", "guidelines", "required_reviews", "reviewers"]
+
+    name = forms.CharField(max_length=100)
+    source_version = forms.ModelChoiceField(queryset=None, label="Preference dataset version",
+                                            help_text="Every row becomes an item to review.")
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, project=project, **kwargs)
+        self.fields["source_version"].queryset = (
+            DatasetVersion.objects.filter(dataset__project=project, dataset__kind="preference",
+                                          status=VersionStatus.READY)
+            .select_related("dataset").order_by("dataset__name", "-number"))
+        self.fields["source_version"].label_from_instance = (
+            lambda version: f"{version.dataset.name} v{version.number} ({version.row_count} rows)")
+
+
+class ReviewForm(forms.Form):
+    item = forms.CharField(widget=forms.HiddenInput)
+    choice = forms.ChoiceField(choices=Choice.choices)
+    edited_first = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+    edited_second = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+    comment = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class ResolveForm(forms.Form):
+    label = forms.ChoiceField(choices=[(label.value, label.label) for label in Label if label != Label.SKIP])
+
+
+class ExportForm(forms.Form):
+    dataset_name = forms.CharField(max_length=100, label="Dataset",
+                                   help_text="A new preference dataset, or an existing one to add a version to.")
+    drop_ties = forms.BooleanField(required=False, initial=True, label="Leave out ties")
+    drop_both_bad = forms.BooleanField(required=False, initial=True, label="Leave out both-bad items")
+    apply_edits = forms.BooleanField(required=False, initial=True, label="Use reviewers' edited responses")

@@ -1,0 +1,186 @@
+"""Review campaigns: a team judges pairs of responses to the same prompt.
+
+Design note. An item holds copies of its prompt and two responses (``a`` and ``b``), so that the
+reviewing page never scans a dataset file and items from other sources (chat arena votes, two runs'
+generations) look the same. ``original_label`` says which response the source preferred (for a
+``preference`` dataset row, ``a`` is the row's ``chosen``), so reviews can be compared with it.
+
+Each reviewer sees an item's responses in an order drawn per (reviewer, item); a ``Review`` stores
+what was clicked as shown (``choice``: first/second/...) and the same answer in item terms
+(``label``: a/b/...), so position bias and agreement are both measurable.
+
+The reviewer queue (``services.queue_next_item``) walks items by their per-campaign ``sequence``
+from the reviewer's ``cursor`` (see ``CampaignReviewer``); ``review_count`` (reviews that are not
+skips) and the item lease are columns of the item so that the walk needs one index and no joins
+except the (item, reviewer) probe of the ``Review`` unique index.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.datasets.models import DatasetVersion
+from webapp.projects.models import Project
+
+MAX_REQUIRED_REVIEWS = 10
+
+
+def new_campaign_id() -> str:
+    return new_public_id("rc")
+
+
+def new_item_id() -> str:
+    return new_public_id("ri")
+
+
+class Campaign(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_campaign_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="review_campaigns")
+    name = models.CharField(max_length=100)
+    guidelines = models.TextField(blank=True, help_text="Markdown, shown beside every item.")
+    required_reviews = models.PositiveSmallIntegerField(default=2)
+    source_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
+                                       related_name="review_campaigns")
+    reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, through="CampaignReviewer", related_name="+")
+    # Next free item sequence number; items added later (arena, runs) continue from here.
+    next_sequence = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="campaign_unique_project_name"),
+            models.CheckConstraint(
+                condition=models.Q(required_reviews__gte=1, required_reviews__lte=MAX_REQUIRED_REVIEWS),
+                name="campaign_required_reviews_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.public_id})"
+
+
+class CampaignReviewer(models.Model):
+    """A reviewer of a campaign. ``cursor``: every item with a lower or equal sequence is either
+    reviewed by this reviewer or has all its reviews, so the queue starts its walk after it.
+    Reviews never go away, so the statement stays true until ``required_reviews`` grows (the
+    service then resets every cursor to 0)."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="reviewer_rows")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    cursor = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "user"], name="campaignreviewer_unique"),
+        ]
+
+
+class ItemSource(models.TextChoices):
+    DATASET = "dataset", "Dataset row"
+    ARENA = "arena", "Arena vote"
+    RUNS = "runs", "Run generations"
+
+
+class ItemStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    IN_REVIEW = "in_review", "In review"
+    COMPLETE = "complete", "Complete"
+    CONFLICT = "conflict", "Conflict"
+
+
+class Label(models.TextChoices):
+    """An answer in item terms (which stored response is better)."""
+
+    A = "a", "A better"
+    B = "b", "B better"
+    TIE = "tie", "Tie"
+    BOTH_BAD = "both_bad", "Both bad"
+    SKIP = "skip", "Skipped"
+
+
+class Choice(models.TextChoices):
+    """An answer as the reviewer clicked it (which shown response is better)."""
+
+    FIRST = "first", "First better"
+    SECOND = "second", "Second better"
+    TIE = "tie", "Tie"
+    BOTH_BAD = "both_bad", "Both bad"
+    SKIP = "skip", "Skip"
+
+
+class Item(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_item_id)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="items")
+    sequence = models.PositiveIntegerField()
+    source = models.CharField(max_length=10, choices=ItemSource.choices)
+    # Row number (1-based, as in the dataset preview) of the source version, for dataset items.
+    source_row = models.PositiveIntegerField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True, help_text="Source details: arena vote, models, runs, step.")
+    # Each a string or a message list, as in a `preference` row.
+    prompt = models.JSONField(null=True, blank=True)
+    response_a = models.JSONField()
+    response_b = models.JSONField()
+    original_label = models.CharField(max_length=1, blank=True, choices=[("a", "a"), ("b", "b")])
+    status = models.CharField(max_length=10, choices=ItemStatus.choices, default=ItemStatus.PENDING)
+    review_count = models.PositiveSmallIntegerField(default=0, help_text="Reviews that are not skips.")
+    # A served item is leased to its reviewer for a while so that reviewers working at the same
+    # time get different items.
+    leased_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    leased_until = models.DateTimeField(null=True)
+    resolved_label = models.CharField(max_length=10, blank=True, choices=Label.choices)
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                    related_name="+")
+    resolved_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["campaign", "sequence"]
+        constraints = [
+            # Also the queue's index: the walk is (campaign_id = ?, sequence > cursor) in order.
+            models.UniqueConstraint(fields=["campaign", "sequence"], name="item_unique_campaign_sequence"),
+            models.CheckConstraint(condition=models.Q(status__in=[s.value for s in ItemStatus]),
+                                   name="item_status_valid"),
+        ]
+        indexes = [models.Index(fields=["campaign", "status", "sequence"], name="item_campaign_status")]
+
+    def __str__(self) -> str:
+        return f"item {self.sequence} of {self.campaign_id}"
+
+
+class Review(models.Model):
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="reviews")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    shown_first = models.CharField(max_length=1, choices=[("a", "a"), ("b", "b")])
+    choice = models.CharField(max_length=10, choices=Choice.choices)
+    label = models.CharField(max_length=10, choices=Label.choices)
+    # An edited response is a new text; the item's response is never overwritten.
+    edited_a = models.TextField(null=True, blank=True)
+    edited_b = models.TextField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["item", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], name="review_unique_item_reviewer"),
+        ]
+        indexes = [models.Index(fields=["campaign", "reviewer"], name="review_campaign_reviewer")]
+
+
+class Export(models.Model):
+    """A dataset version made from a campaign's reviews, with its provenance."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
+    version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, related_name="+")
+    options = models.JSONField(default=dict)
+    reviewers = models.JSONField(default=list, help_text="Usernames of everyone whose reviews count.")
+    agreement = models.JSONField(default=dict, help_text="The campaign's agreement figures at export time.")
+    counts = models.JSONField(default=dict, help_text="Rows written and items left out, by reason.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]

@@ -1,0 +1,156 @@
+"""Reads of review campaigns for pages: campaigns, progress counts, items, conflicts, agreement.
+
+A reviewer never sees another reviewer's answer to an item they could still review:
+``answers_visible`` is the one rule every page that shows reviews goes through.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, QuerySet
+from django.http import Http404
+
+from webapp.projects.models import Project
+from webapp.review import agreement
+from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemStatus, Label, Review
+
+
+def campaign_list(*, project: Project) -> QuerySet[Campaign]:
+    """The project's campaigns, newest first, with their item count (``item_total``)."""
+    return (
+        Campaign.objects.filter(project=project)
+        .select_related("source_version__dataset")
+        .annotate(item_total=Count("items", distinct=True))
+        .order_by("-created_at")
+    )
+
+
+def campaign_get(*, project: Project, public_id: str) -> Campaign:
+    """The campaign ``public_id`` of ``project``; 404 when it belongs elsewhere."""
+    campaign = (Campaign.objects.filter(project=project, public_id=public_id)
+                .select_related("project", "source_version__dataset").first())
+    if campaign is None:
+        raise Http404("no such review campaign in this project")
+    return campaign
+
+
+def item_get(*, campaign: Campaign, public_id: str) -> Item:
+    item = Item.objects.filter(campaign=campaign, public_id=public_id).select_related("campaign").first()
+    if item is None:
+        raise Http404("no such item in this campaign")
+    return item
+
+
+def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:
+    return CampaignReviewer.objects.filter(campaign=campaign, user=user).exists()
+
+
+def reviewer_names(*, campaign: Campaign) -> list[str]:
+    return sorted(CampaignReviewer.objects.filter(campaign=campaign).values_list("user__username", flat=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    total: int
+    counts: dict[str, int]
+    done: int
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0
+
+
+def status_counts(*, campaign: Campaign) -> dict[str, int]:
+    """Items per status (every status present, zero when none)."""
+    counts = {status: 0 for status in ItemStatus.values}
+    for status, count in Item.objects.filter(campaign=campaign).values_list("status").annotate(count=Count("pk")).order_by():
+        counts[status] = count
+    return counts
+
+
+def campaign_progress(*, campaign: Campaign) -> Progress:
+    """Counts per status; ``done`` are complete items (conflicts wait for the owner)."""
+    counts = status_counts(campaign=campaign)
+    return Progress(total=sum(counts.values()), counts=counts, done=counts[ItemStatus.COMPLETE])
+
+
+def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> int:
+    """How many items ``user`` has answered (skips included) in ``campaign``."""
+    return Review.objects.filter(campaign=campaign, reviewer=user).count()
+
+
+def item_list(*, campaign: Campaign, status: str | None) -> QuerySet[Item]:
+    items = Item.objects.filter(campaign=campaign).order_by("sequence")
+    return items.filter(status=status) if status else items
+
+
+def conflict_list(*, campaign: Campaign) -> QuerySet[Item]:
+    """Items whose reviewers disagree, oldest first, with their reviews and reviewers."""
+    return (Item.objects.filter(campaign=campaign, status=ItemStatus.CONFLICT).order_by("sequence")
+            .prefetch_related("reviews__reviewer"))
+
+
+def answers_visible(*, item: Item, user: AbstractBaseUser, reviewer: bool) -> bool:
+    """True when ``user`` may see the reviews of ``item``: they have answered it themselves, or it
+    has all its reviews (so they will never be asked), or they do not review this campaign."""
+    if not reviewer or item.review_count >= item.campaign.required_reviews:
+        return True
+    return Review.objects.filter(item=item, reviewer=user).exists()
+
+
+def export_list(*, campaign: Campaign) -> QuerySet[Export]:
+    return campaign.exports.select_related("version__dataset", "created_by")
+
+
+def campaign_agreement(*, campaign: Campaign) -> agreement.AgreementReport:
+    """The campaign's agreement figures from all its non-skip reviews (one pass over them)."""
+    rows = (Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP)
+            .values_list("item_id", "reviewer__username", "label", "choice", "item__original_label"))
+    return agreement.campaign_report(
+        (agreement.RatedReview(item=item_id, reviewer=username, label=label,
+                               first_chosen=None if choice not in ("first", "second") else choice == "first",
+                               original_label=original)
+         for item_id, username, label, choice, original in rows.iterator(chunk_size=5000)),
+        required_reviews=campaign.required_reviews,
+    )
+
+
+def as_display(value: Any) -> dict[str, Any] | None:
+    """A prompt or response as the templates draw it: ``{"type": "text", "text": ...}`` or
+    ``{"type": "chat", "turns": [(role, content), ...]}``; None for a missing prompt."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return {"type": "chat", "turns": [(str(turn.get("role", "")), str(turn.get("content", ""))) for turn in value]}
+    return {"type": "text", "text": str(value)}
+
+
+def preview_text(value: Any) -> str:
+    """One line of a prompt for tables: the text, or a chat's last user turn."""
+    if isinstance(value, list):
+        users = [turn for turn in value if turn.get("role") == "user"]
+        return str((users or value)[-1].get("content", "")) if value else ""
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConflictEntry:
+    item: Item
+    prompt: dict[str, Any] | None
+    response_a: dict[str, Any]
+    response_b: dict[str, Any]
+    reviews: list[Review]
+
+
+def conflict_entries(*, campaign: Campaign, user: AbstractBaseUser, limit: int) -> list[ConflictEntry]:
+    """The first ``limit`` conflicts whose answers ``user`` may see, ready to draw."""
+    reviewer = is_reviewer(campaign=campaign, user=user)
+    return [
+        ConflictEntry(item=item, prompt=as_display(item.prompt), response_a=as_display(item.response_a),
+                      response_b=as_display(item.response_b),
+                      reviews=[review for review in item.reviews.all() if review.label != Label.SKIP])
+        for item in conflict_list(campaign=campaign)[:limit]
+        if answers_visible(item=item, user=user, reviewer=reviewer)
+    ]

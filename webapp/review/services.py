@@ -1,0 +1,466 @@
+"""Writes of review campaigns: campaigns, items, the reviewer queue, reviews, conflict resolution
+and exports. Callers check project access first (``get_project_for_user``; the owner role for
+campaign management); these functions keep the invariants whoever calls them.
+
+Queue design (``queue_next_item``), measured by ``bench/review_queue.py``: items are walked in
+``sequence`` order through the (campaign, sequence) unique index, starting after the reviewer's
+cursor, keeping those with fewer than the required reviews and no review by this reviewer (a probe
+of the (item, reviewer) unique index). The cursor moves up lazily to just before the first item
+still open to the reviewer, so the walk never re-reads the long prefix a reviewer has finished.
+A served item is leased to its reviewer for ``LEASE_SECONDS``; while the lease lasts it holds one
+of the item's slots, so reviewers working at the same time are given different items.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.files.uploadedfile import TemporaryUploadedFile
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from jaxengine.data import formats
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.projects.models import Membership, Project, Role
+from webapp.review import agreement, selectors
+from webapp.review.models import (
+    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, Choice, Export, Item, ItemSource, ItemStatus, Label, Review,
+)
+
+logger = logging.getLogger(__name__)
+
+LEASE_SECONDS = 600
+ITEM_BATCH = 2000
+DECISIVE = (Label.A, Label.B)
+
+
+# --- Pure rules --------------------------------------------------------------------------------------
+
+def shown_first_for(*, item_public_id: str, user_id: int) -> str:
+    """Which response (``"a"`` or ``"b"``) a reviewer sees first: a fair coin drawn per (reviewer, item),
+    the same on every visit so a reload does not reshuffle the page."""
+    digest = hashlib.sha256(f"{item_public_id}:{user_id}".encode()).digest()
+    return "a" if digest[0] & 1 else "b"
+
+
+def label_for_choice(choice: str, *, shown_first: str) -> str:
+    """A choice as clicked (first/second/...) in item terms (a/b/...)."""
+    if choice == Choice.FIRST:
+        return shown_first
+    if choice == Choice.SECOND:
+        return "b" if shown_first == "a" else "a"
+    return {Choice.TIE: Label.TIE, Choice.BOTH_BAD: Label.BOTH_BAD, Choice.SKIP: Label.SKIP}[choice]
+
+
+def majority_label(labels: list[str]) -> str | None:
+    """The label more than half of ``labels`` agree on, if any."""
+    if not labels:
+        return None
+    top, count = max(((label, labels.count(label)) for label in set(labels)), key=lambda pair: pair[1])
+    return top if count * 2 > len(labels) else None
+
+
+def is_conflict(labels: list[str]) -> bool:
+    """Reviewers disagree: someone chose A and someone B, or no label has a majority."""
+    return (Label.A in labels and Label.B in labels) or majority_label(labels) is None
+
+
+def item_status(labels: list[str], *, required: int, resolved_label: str) -> str:
+    """An item's status from its reviews' labels (skips left out)."""
+    if not labels:
+        return ItemStatus.PENDING
+    if len(labels) < required:
+        return ItemStatus.IN_REVIEW
+    if resolved_label or not is_conflict(labels):
+        return ItemStatus.COMPLETE
+    return ItemStatus.CONFLICT
+
+
+def editable_text(response: Any) -> str:
+    """The text a reviewer edits: the response itself, or the last turn of a message list."""
+    if isinstance(response, list):
+        return str(response[-1].get("content", "")) if response else ""
+    return str(response)
+
+
+def with_text(response: Any, text: str) -> Any:
+    """``response`` with its editable text replaced by ``text`` (a new value; ``response`` is kept)."""
+    if isinstance(response, list) and response:
+        return [*response[:-1], {**response[-1], "content": text}]
+    return text
+
+
+# --- Campaigns -----------------------------------------------------------------------------------------
+
+def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) -> list[AbstractBaseUser]:
+    reviewers = list(reviewers)
+    roles = dict(Membership.objects.filter(project=project, user__in=reviewers).values_list("user_id", "role"))
+    for user in reviewers:
+        role = roles.get(user.pk)
+        if role is None or role == Role.VIEWER:
+            raise ValidationError({"reviewers": f"{user.get_username()} cannot review: reviewers must be members "
+                                                f"or owners of {project.slug}"})
+    return reviewers
+
+
+def _check_required(required_reviews: int) -> None:
+    if not 1 <= required_reviews <= MAX_REQUIRED_REVIEWS:
+        raise ValidationError({"required_reviews": f"reviews per item must be 1 to {MAX_REQUIRED_REVIEWS}, "
+                                                   f"got {required_reviews}"})
+
+
+@transaction.atomic
+def campaign_create(
+    *,
+    project: Project,
+    name: str,
+    guidelines: str,
+    required_reviews: int,
+    reviewers: Iterable[AbstractBaseUser],
+    source_version: DatasetVersion | None,
+    user: AbstractBaseUser | None,
+) -> Campaign:
+    """Create a campaign; with ``source_version`` (a ready ``preference`` version of the project) its
+    rows become the items, streamed from the file in batches. Without it the campaign starts empty and
+    items come from ``items_add`` (arena votes, run generations)."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
+    if Campaign.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"{project.slug} already has a review campaign named {name!r}"})
+    _check_required(required_reviews)
+    reviewers = _check_reviewers(project, reviewers)
+    if source_version is not None:
+        if source_version.dataset.project_id != project.pk:
+            raise ValidationError({"source_version": "choose a dataset version of this project"})
+        if source_version.dataset.kind != formats.DatasetKind.PREFERENCE:
+            raise ValidationError({"source_version": f"{source_version} is a {source_version.dataset.kind} "
+                                                     "dataset; review campaigns need a preference dataset"})
+        if source_version.status != VersionStatus.READY:
+            raise ValidationError({"source_version": f"{source_version} is {source_version.status}; "
+                                                     "wait until it is ready"})
+    campaign = Campaign.objects.create(project=project, name=name, guidelines=guidelines,
+                                       required_reviews=required_reviews, source_version=source_version,
+                                       created_by=user)
+    CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
+    if source_version is not None:
+        items_add(campaign=campaign, pairs=_version_pairs(source_version))
+        campaign.refresh_from_db(fields=["next_sequence"])
+    return campaign
+
+
+def _version_pairs(version: DatasetVersion) -> Iterator[Pair]:
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind.PREFERENCE, columns=version.column_mapping)
+    examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+    for row, example in enumerate(examples, start=1):
+        yield Pair(prompt=example["prompt"], response_a=example["chosen"], response_b=example["rejected"],
+                   source=ItemSource.DATASET, source_row=row, original_label="a")
+
+
+@transaction.atomic
+def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: int,
+                    reviewers: Iterable[AbstractBaseUser]) -> Campaign:
+    """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay;
+    item statuses follow the new number of reviews."""
+    _check_required(required_reviews)
+    reviewers = _check_reviewers(campaign.project, reviewers)
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    previous_required = campaign.required_reviews
+    campaign.guidelines = guidelines
+    campaign.required_reviews = required_reviews
+    campaign.save(update_fields=["guidelines", "required_reviews"])
+    keep = {user.pk for user in reviewers}
+    CampaignReviewer.objects.filter(campaign=campaign).exclude(user_id__in=keep).delete()
+    present = set(CampaignReviewer.objects.filter(campaign=campaign).values_list("user_id", flat=True))
+    CampaignReviewer.objects.bulk_create(
+        CampaignReviewer(campaign=campaign, user=user) for user in reviewers if user.pk not in present)
+    if required_reviews != previous_required:
+        if required_reviews > previous_required:
+            # Items that were full are open again: the cursors' promise no longer holds.
+            CampaignReviewer.objects.filter(campaign=campaign).update(cursor=0)
+        _refresh_statuses(campaign)
+    return campaign
+
+
+def _refresh_statuses(campaign: Campaign) -> None:
+    """Recompute the status of every reviewed item (after ``required_reviews`` changed)."""
+    labels_by_item: dict[int, list[str]] = {}
+    reviews = Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP).values_list("item_id", "label")
+    for item_id, label in reviews.iterator(chunk_size=ITEM_BATCH):
+        labels_by_item.setdefault(item_id, []).append(label)
+    changed = []
+    for item in Item.objects.filter(campaign=campaign, review_count__gt=0).only("pk", "status", "resolved_label"):
+        status = item_status(labels_by_item.get(item.pk, []), required=campaign.required_reviews,
+                             resolved_label=item.resolved_label)
+        if status != item.status:
+            item.status = status
+            changed.append(item)
+    Item.objects.bulk_update(changed, ["status"], batch_size=ITEM_BATCH)
+
+
+# --- Items -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Pair:
+    """A prompt and two responses to review. ``original_label`` (``"a"``/``"b"``/``""``) is the
+    source's own preference, if it has one (a dataset row's chosen, an arena voter's pick)."""
+
+    prompt: Any
+    response_a: Any
+    response_b: Any
+    source: str
+    source_row: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    original_label: str = ""
+
+
+def _check_pair(pair: Pair, index: int) -> None:
+    if pair.source not in ItemSource.values:
+        raise ValidationError({"source": f"pair {index}: source {pair.source!r} is not one of "
+                                         f"{', '.join(ItemSource.values)}"})
+    if pair.original_label not in ("", "a", "b"):
+        raise ValidationError({"original_label": f"pair {index}: original_label must be 'a', 'b' or '', "
+                                                 f"got {pair.original_label!r}"})
+    for name in ("response_a", "response_b"):
+        value = getattr(pair, name)
+        if not (isinstance(value, str) and value) and not isinstance(value, list):
+            raise ValidationError({name: f"pair {index}: {name} must be a non-empty string or a message list"})
+
+
+@transaction.atomic
+def items_add(*, campaign: Campaign, pairs: Iterable[Pair]) -> int:
+    """Append ``pairs`` to ``campaign`` as pending items (in batches; ``pairs`` may be a generator over
+    a large file). Returns how many were added."""
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    sequence = campaign.next_sequence
+    added = 0
+    batch: list[Item] = []
+    for pair in pairs:
+        _check_pair(pair, added + 1)
+        batch.append(Item(campaign=campaign, sequence=sequence, source=pair.source, source_row=pair.source_row,
+                          metadata=pair.metadata, prompt=pair.prompt, response_a=pair.response_a,
+                          response_b=pair.response_b, original_label=pair.original_label))
+        sequence += 1
+        added += 1
+        if len(batch) >= ITEM_BATCH:
+            Item.objects.bulk_create(batch)
+            batch = []
+    Item.objects.bulk_create(batch)
+    campaign.next_sequence = sequence
+    campaign.save(update_fields=["next_sequence"])
+    return added
+
+
+def item_add(*, campaign: Campaign, prompt: Any, response_a: Any, response_b: Any, source: str,
+             metadata: dict[str, Any] | None = None, original_label: str = "") -> Item:
+    """Add one pair to a campaign: for the arena (``source="arena"``, ``metadata`` naming the two models
+    and the vote; ``original_label`` the voter's pick) and for run comparisons (``source="runs"``,
+    ``metadata`` naming the runs or checkpoints). Returns the new item."""
+    items_add(campaign=campaign, pairs=[Pair(prompt=prompt, response_a=response_a, response_b=response_b,
+                                             source=source, metadata=metadata or {},
+                                             original_label=original_label)])
+    return Item.objects.filter(campaign=campaign).order_by("-sequence").first()
+
+
+# --- The queue and reviews ------------------------------------------------------------------------------
+
+def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewer:
+    row = CampaignReviewer.objects.filter(campaign=campaign, user=user).first()
+    if row is None:
+        raise PermissionDenied(f"you are not a reviewer of {campaign.name}; ask a project owner to add you")
+    return row
+
+
+def queue_next_item(*, campaign: Campaign, user: AbstractBaseUser) -> Item | None:
+    """The next item for ``user`` to review in ``campaign``, leased to them; None when nothing is left.
+
+    Never an item the user has reviewed (or skipped), never one with all its reviews."""
+    reviewer = _reviewer_row(campaign, user)
+    now = timezone.now()
+    open_to_user = (
+        Item.objects.filter(campaign=campaign, review_count__lt=campaign.required_reviews)
+        .exclude(Exists(Review.objects.filter(item=OuterRef("pk"), reviewer=user)))
+        .order_by("sequence")
+    )
+    first_open = open_to_user.filter(sequence__gt=reviewer.cursor).values_list("sequence", flat=True).first()
+    if first_open is None:
+        return None
+    if first_open - 1 > reviewer.cursor:
+        CampaignReviewer.objects.filter(pk=reviewer.pk, cursor__lt=first_open - 1).update(cursor=first_open - 1)
+    candidates = open_to_user.filter(sequence__gte=first_open)
+    item = candidates.filter(Q(leased_until__isnull=True) | Q(leased_until__lte=now) | Q(leased_by=user)).first()
+    if item is None:
+        # Everything left is leased to others; a leased item still has room when a slot remains after
+        # the leaseholder's review.
+        item = candidates.filter(review_count__lt=campaign.required_reviews - 1).first()
+        if item is None:
+            return None
+    if item.leased_by_id is None or item.leased_until is None or item.leased_until <= now or item.leased_by_id == user.pk:
+        item.leased_by = user
+        item.leased_until = now + timedelta(seconds=LEASE_SECONDS)
+        Item.objects.filter(pk=item.pk).update(leased_by=user, leased_until=item.leased_until)
+    return item
+
+
+@transaction.atomic
+def review_submit(
+    *,
+    item: Item,
+    user: AbstractBaseUser,
+    choice: str,
+    edited_first: str | None = None,
+    edited_second: str | None = None,
+    comment: str = "",
+) -> Review:
+    """Record ``user``'s answer to ``item`` as they saw it (``choice`` and edits of the first/second
+    shown response) and update the item's status. One review per reviewer and item."""
+    if choice not in Choice.values:
+        raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
+    item = Item.objects.select_for_update().select_related("campaign").get(pk=item.pk)
+    campaign = item.campaign
+    _reviewer_row(campaign, user)
+    if Review.objects.filter(item=item, reviewer=user).exists():
+        raise ValidationError({"item": "you have already reviewed this item"})
+    shown_first = shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+    label = label_for_choice(choice, shown_first=shown_first)
+    edited = {"a": None, "b": None}
+    for text, shown in ((edited_first, shown_first), (edited_second, "b" if shown_first == "a" else "a")):
+        original = item.response_a if shown == "a" else item.response_b
+        if text is not None and text.replace("\r\n", "\n") != editable_text(original):
+            edited[shown] = text.replace("\r\n", "\n")
+    try:
+        review = Review.objects.create(item=item, campaign=campaign, reviewer=user, shown_first=shown_first,
+                                       choice=choice, label=label, edited_a=edited["a"], edited_b=edited["b"],
+                                       comment=comment.strip())
+    except IntegrityError:
+        raise ValidationError({"item": "you have already reviewed this item"}) from None
+    labels = list(item.reviews.exclude(label=Label.SKIP).values_list("label", flat=True))
+    item.review_count = len(labels)
+    item.status = item_status(labels, required=campaign.required_reviews, resolved_label=item.resolved_label)
+    update = ["review_count", "status"]
+    if item.leased_by_id == user.pk:
+        item.leased_by, item.leased_until = None, None
+        update += ["leased_by", "leased_until"]
+    item.save(update_fields=update)
+    return review
+
+
+@transaction.atomic
+def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser) -> Item:
+    """The owner's final label for an item whose reviewers disagree; the item becomes complete."""
+    if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
+        raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
+    item = Item.objects.select_for_update().get(pk=item.pk)
+    # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
+    if item.status != ItemStatus.CONFLICT and not item.resolved_label:
+        raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
+                                       "not in conflict; only conflicts are resolved"})
+    item.resolved_label = label
+    item.resolved_by = user
+    item.resolved_at = timezone.now()
+    item.status = ItemStatus.COMPLETE
+    item.save(update_fields=["resolved_label", "resolved_by", "resolved_at", "status"])
+    return item
+
+
+# --- Export ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    """What an export keeps: ``drop_ties``/``drop_both_bad`` leave those items out (kept, they are
+    written with the responses in stored order and ``review.label`` saying what they are);
+    ``apply_edits`` uses reviewers' edited responses (the latest edit of each response)."""
+
+    dataset_name: str
+    drop_ties: bool = True
+    drop_both_bad: bool = True
+    apply_edits: bool = True
+
+
+def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tuple[dict[str, Any] | None, str]:
+    labels = [review.label for review in reviews if review.label != Label.SKIP]
+    label = item.resolved_label or majority_label(labels)
+    if label is None:
+        return None, "no_majority"
+    if label == Label.TIE and options.drop_ties:
+        return None, "tie"
+    if label == Label.BOTH_BAD and options.drop_both_bad:
+        return None, "both_bad"
+    response_a, response_b = item.response_a, item.response_b
+    if options.apply_edits:
+        for review in sorted(reviews, key=lambda review: review.created_at):
+            if review.edited_a is not None:
+                response_a = with_text(item.response_a, review.edited_a)
+            if review.edited_b is not None:
+                response_b = with_text(item.response_b, review.edited_b)
+    chosen, rejected = (response_b, response_a) if label == Label.B else (response_a, response_b)
+    row: dict[str, Any] = {}
+    if item.prompt is not None:
+        row["prompt"] = item.prompt
+    row.update(chosen=chosen, rejected=rejected,
+               review={"campaign": item.campaign.public_id, "item": item.public_id, "label": label,
+                       "resolved": bool(item.resolved_label), "source": item.source, "source_row": item.source_row})
+    return row, "written"
+
+
+def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractBaseUser | None) -> Export:
+    """Write the campaign's complete items as a ``preference`` JSONL file and store it as the next
+    version of dataset ``options.dataset_name`` (created when missing) through the datasets services,
+    so that it is validated by the ``default`` worker like any upload and becomes ready. The export
+    row records the options, reviewers, agreement figures and counts (provenance).
+
+    Each row carries its review (label, item, campaign) in a ``review`` column, which the
+    ``preference`` kind ignores when training."""
+    name = options.dataset_name.strip()
+    if not name:
+        raise ValidationError({"dataset_name": "name the dataset the reviewed pairs go to"})
+    project = campaign.project
+    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0, "not_complete": 0}
+    upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
+    try:
+        items = (Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).select_related("campaign")
+                 .prefetch_related("reviews").order_by("sequence"))
+        for item in items.iterator(chunk_size=ITEM_BATCH):
+            row, outcome = _final_row(item, list(item.reviews.all()), options)
+            counts[outcome] += 1
+            if row is not None:
+                upload.write(json.dumps(row, ensure_ascii=False).encode() + b"\n")
+        by_status = selectors.status_counts(campaign=campaign)
+        counts["unresolved_conflict"] = by_status[ItemStatus.CONFLICT]
+        counts["not_complete"] = by_status[ItemStatus.PENDING] + by_status[ItemStatus.IN_REVIEW]
+        if counts["written"] == 0:
+            raise ValidationError({"dataset_name": "no reviewed pair is ready to export: finish or resolve some "
+                                                   "items first, or keep ties and both-bad items"})
+        upload.flush()
+        upload.size = upload.tell()
+        upload.seek(0)
+        with transaction.atomic():
+            dataset = Dataset.objects.filter(project=project, name=name).first()
+            if dataset is None:
+                dataset = dataset_services.dataset_create(project=project, name=name,
+                                                          kind=formats.DatasetKind.PREFERENCE, user=user)
+            elif dataset.kind != formats.DatasetKind.PREFERENCE:
+                raise ValidationError({"dataset_name": f"{name!r} is a {dataset.kind} dataset; choose a preference "
+                                                       "dataset or a new name"})
+            version = dataset_services.dataset_version_create(dataset=dataset, upload=upload, file_format="jsonl",
+                                                              column_mapping={}, user=user)
+            report = selectors.campaign_agreement(campaign=campaign)
+            return Export.objects.create(
+                campaign=campaign, version=version, created_by=user, counts=counts,
+                options={"drop_ties": options.drop_ties, "drop_both_bad": options.drop_both_bad,
+                         "apply_edits": options.apply_edits},
+                reviewers=sorted({username for username in Review.objects.filter(campaign=campaign)
+                                 .values_list("reviewer__username", flat=True)}),
+                agreement=agreement.report_to_dict(report),
+            )
+    finally:
+        upload.close()
