@@ -1,7 +1,8 @@
 """Reads of review campaigns for pages: campaigns, progress counts, items, conflicts, agreement.
 
-A reviewer never sees another reviewer's answer to an item they could still review:
-``answers_visible`` is the one rule every page that shows reviews goes through.
+A reviewer never sees another reviewer's answer to an item they could still review: the only page
+that shows answers is the owner's conflict queue, and a conflict has all its reviews, so the queue
+never serves it to anyone again.
 """
 from __future__ import annotations
 
@@ -92,14 +93,6 @@ def conflict_list(*, campaign: Campaign) -> QuerySet[Item]:
             .prefetch_related("reviews__reviewer"))
 
 
-def answers_visible(*, item: Item, user: AbstractBaseUser, reviewer: bool) -> bool:
-    """True when ``user`` may see the reviews of ``item``: they have answered it themselves, or it
-    has all its reviews (so they will never be asked), or they do not review this campaign."""
-    if not reviewer or item.review_count >= item.campaign.required_reviews:
-        return True
-    return Review.objects.filter(item=item, reviewer=user).exists()
-
-
 def export_list(*, campaign: Campaign) -> QuerySet[Export]:
     return campaign.exports.select_related("version__dataset", "created_by")
 
@@ -144,13 +137,11 @@ class ConflictEntry:
     reviews: list[Review]
 
 
-def conflict_entries(*, campaign: Campaign, user: AbstractBaseUser, limit: int) -> list[ConflictEntry]:
-    """The first ``limit`` conflicts whose answers ``user`` may see, ready to draw."""
-    reviewer = is_reviewer(campaign=campaign, user=user)
+def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
+    """The first ``limit`` conflicts with their (non-skip) reviews, ready to draw."""
     return [
         ConflictEntry(item=item, prompt=as_display(item.prompt), response_a=as_display(item.response_a),
                       response_b=as_display(item.response_b),
                       reviews=[review for review in item.reviews.all() if review.label != Label.SKIP])
         for item in conflict_list(campaign=campaign)[:limit]
-        if answers_visible(item=item, user=user, reviewer=reviewer)
     ]

@@ -160,7 +160,7 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     return render(request, "review/conflicts.html", {
         "project": project, "membership": membership, "campaign": campaign,
-        "conflicts": selectors.conflict_entries(campaign=campaign, user=request.user, limit=ITEMS_PER_PAGE),
+        "conflicts": selectors.conflict_entries(campaign=campaign, limit=ITEMS_PER_PAGE),
         "total": selectors.status_counts(campaign=campaign)[ItemStatus.CONFLICT],
     })
 

@@ -1,0 +1,163 @@
+"""Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
+import pytest
+from django.urls import reverse
+
+from tests.webapp.factories import make_ready_version
+from tests.webapp.review.conftest import answer
+from webapp.datasets import services as dataset_services
+from webapp.review import services
+from webapp.review.models import Campaign, Item, ItemStatus, Review
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda name, args, queue: None)
+
+
+def url(name, campaign, *extra):
+    return reverse(f"review:{name}", args=[campaign.project.slug, campaign.public_id, *extra])
+
+
+def test_everyone_in_the_project_reads_the_campaign(campaign, team, client_for):
+    for user in (team.owner, team.teammate, team.viewer):
+        response = client_for(user).get(url("detail", campaign))
+        assert response.status_code == 200
+        assert b"pass 1" in response.content and b"<strong>correct</strong>" in response.content
+        response = client_for(user).get(url("items", campaign))
+        assert response.status_code == 200 and b"Capital of France?" in response.content
+
+
+def test_it_requires_access(campaign, team, client_for):
+    outsider = client_for(team.outsider)
+    for name in ("detail", "items", "next", "conflicts", "settings"):
+        assert outsider.get(url(name, campaign)).status_code == 404
+    assert outsider.get(reverse("review:list", args=[team.project.slug])).status_code == 404
+    assert outsider.post(url("export", campaign), {"dataset_name": "x"}).status_code == 404
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    assert outsider.post(url("resolve", campaign, item.public_id), {"label": "a"}).status_code == 404
+    # A campaign id from another project is a 404 too.
+    elsewhere = reverse("review:detail", args=[team.outsider_project.slug, campaign.public_id])
+    assert outsider.get(elsewhere).status_code == 404
+
+
+def test_a_viewer_cannot_review(campaign, team, client_for):
+    viewer = client_for(team.viewer)
+    assert viewer.get(url("next", campaign)).status_code == 403
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    assert viewer.post(url("next", campaign), {"item": item.public_id, "choice": "first"}).status_code == 403
+    assert not Review.objects.exists()
+
+
+def test_a_member_who_is_not_a_reviewer_cannot_review(campaign, team, client_for):
+    campaign = services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.owner])
+    assert client_for(team.teammate).get(url("next", campaign)).status_code == 403
+
+
+def test_only_owners_manage_campaigns(campaign, team, client_for, preference_version):
+    member = client_for(team.teammate)
+    assert member.get(reverse("review:create", args=[team.project.slug])).status_code == 403
+    assert member.get(url("settings", campaign)).status_code == 403
+    assert member.get(url("conflicts", campaign)).status_code == 403
+    assert member.post(url("export", campaign), {"dataset_name": "x"}).status_code == 403
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    assert member.post(url("resolve", campaign, item.public_id), {"label": "a"}).status_code == 403
+
+
+def test_the_owner_creates_a_campaign(team, carol, client_for, preference_version):
+    owner = client_for(team.owner)
+    page = owner.get(reverse("review:create", args=[team.project.slug]))
+    assert b"prefs v1 (4 rows)" in page.content
+    assert b"alpha-viewer" not in page.content, "viewers are not offered as reviewers"
+    response = owner.post(reverse("review:create", args=[team.project.slug]), {
+        "name": "round 2", "source_version": preference_version.pk, "guidelines": "Be fair.",
+        "required_reviews": 2, "reviewers": [team.teammate.pk, carol.pk]})
+    campaign = Campaign.objects.get(name="round 2")
+    assert response.status_code == 302 and response.url == url("detail", campaign)
+    assert campaign.items.count() == 4
+    assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate", "carol"}
+
+
+def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_version):
+    response = client_for(team.owner).post(reverse("review:create", args=[team.project.slug]), {
+        "name": "round 2", "source_version": preference_version.pk, "required_reviews": 2})
+    assert response.status_code == 400 and b"This field is required" in response.content
+
+
+def test_a_reviewer_reviews_with_the_form(campaign, team, client_for):
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    item = page.context["item"]
+    assert item.sequence == 1 and b'data-key="1"' in page.content
+    response = reviewer.post(url("next", campaign), {"item": item.public_id, "choice": "tie", "comment": "same"})
+    assert response.status_code == 302 and response.url == url("next", campaign)
+    review = Review.objects.get(item=item, reviewer=team.teammate)
+    assert (review.label, review.comment, review.edited_a, review.edited_b) == ("tie", "same", None, None)
+    assert reviewer.get(url("next", campaign)).context["item"].sequence == 2
+
+
+def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, client_for):
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    item = page.context["item"]
+    reviewer.post(url("next", campaign), {"item": item.public_id, "choice": "first",
+                                          "edited_first": "Four.", "edited_second": page.context["second_text"]})
+    review = Review.objects.get(item=item, reviewer=team.teammate)
+    shown_first = review.shown_first
+    assert (review.edited_a if shown_first == "a" else review.edited_b) == "Four."
+    assert (review.edited_b if shown_first == "a" else review.edited_a) is None, "an unchanged text is no edit"
+
+
+def test_a_reviewer_never_sees_another_answer_before_their_own(campaign, team, carol, client_for):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, carol, "a", comment="carol-secret-comment")
+    page = client_for(team.teammate).get(url("next", campaign))
+    assert page.context["item"] == item
+    assert b"carol-secret-comment" not in page.content and b"carol" not in page.content
+
+
+def test_review_text_is_escaped(team, carol, client_for):
+    hostile = "<script>window.pwned=1</script><img src=x onerror=alert(1)>"
+    version = make_ready_version(team.project, name="hostile", kind="preference", rows=[
+        {"prompt": hostile, "chosen": hostile, "rejected": [{"role": "assistant", "content": hostile}]}])
+    campaign = services.campaign_create(
+        project=team.project, name="hostile", user=team.owner, source_version=version, required_reviews=2,
+        reviewers=[team.teammate, carol],
+        guidelines="**Bold** <script>alert(1)</script> [x](javascript:alert(1)) <img src=x onerror=alert(1)>")
+    item = campaign.items.get()
+    answer(item, team.teammate, "a", comment=hostile)
+    answer(item, carol, "b", comment=hostile)
+    owner, reviewer = client_for(team.owner), client_for(team.teammate)
+    pages = [owner.get(url("detail", campaign)), owner.get(url("items", campaign)),
+             owner.get(url("conflicts", campaign))]
+    services.item_add(campaign=campaign, prompt=hostile, response_a=hostile, response_b=hostile, source="runs")
+    pages.append(reviewer.get(url("next", campaign)))
+    assert b"&lt;script&gt;window.pwned=1&lt;/script&gt;" in pages[3].content
+    assert b"&lt;script&gt;window.pwned=1&lt;/script&gt;" in pages[2].content
+    for page in pages:
+        assert page.status_code == 200
+        assert b"<script>window.pwned" not in page.content and b"<img src=x" not in page.content
+        assert b"javascript:alert" not in page.content and b"<script>alert(1)" not in page.content
+    assert b"<strong>Bold</strong>" in pages[0].content
+
+
+def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client_for):
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    owner = client_for(team.owner)
+    conflicts = owner.get(url("conflicts", campaign))
+    assert [entry.item for entry in conflicts.context["conflicts"]] == [item]
+    assert b"Capital of France?" in conflicts.content
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b"})
+    assert response.status_code == 302
+    item.refresh_from_db()
+    assert (item.status, item.resolved_label) == (ItemStatus.COMPLETE, "b")
+    response = owner.post(url("export", campaign), {"dataset_name": "clean prefs", "drop_ties": "on",
+                                                    "drop_both_bad": "on", "apply_edits": "on"})
+    export = campaign.exports.get()
+    version = export.version
+    assert response.status_code == 302
+    assert response.url == reverse("datasets:version", args=[team.project.slug, version.dataset.public_id, 1])
+    assert version.absolute_path.read_text().count("\n") == 1
+    detail = owner.get(url("detail", campaign))
+    assert b"clean prefs v1" in detail.content
