@@ -78,7 +78,8 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     num_layers = int(text["num_hidden_layers"])
     layer_types = text.get("layer_types")
     if layer_types is None:
-        pattern = int(text["sliding_window_pattern"])
+        # Some released configs spell it "_sliding_window_pattern" (a private transformers field).
+        pattern = int(text.get("_sliding_window_pattern") or text["sliding_window_pattern"])
         layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
     global_theta, scaling, local_theta = _ropes(text)
     return ModelConfig(

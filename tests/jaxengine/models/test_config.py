@@ -101,6 +101,8 @@ def test_gemma3_legacy_rope_fields():
               "sliding_window_pattern": 6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
               "rope_scaling": None, "max_position_embeddings": 32768, "eos_token_id": [1, 106]}
     assert from_hf_config(legacy) == preset("gemma3-1b")
+    legacy["_sliding_window_pattern"] = legacy.pop("sliding_window_pattern")
+    assert from_hf_config(legacy) == preset("gemma3-1b")
 
 
 def test_unsupported_architecture_names_found_and_supported():
