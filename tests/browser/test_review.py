@@ -1,0 +1,111 @@
+"""Two reviewers review the same items in their own browsers with the keyboard, disagree on one, the
+owner resolves the conflict and exports the reviewed pairs as a dataset version that the worker
+validates."""
+import json
+
+import pytest
+
+from tests.browser.test_datasets import screenshot
+from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
+from webapp.projects import services as project_services
+from webapp.projects.models import Role
+from webapp.review import services
+from webapp.review.models import Item, ItemStatus, Review
+
+pytestmark = pytest.mark.browser
+
+ROWS = [{"prompt": f"Question {number}?", "chosen": f"right answer {number}", "rejected": f"wrong answer {number}"}
+        for number in (1, 2, 3)]
+
+
+def log_in(context, base_url, username):
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base_url}/")
+    return page
+
+
+def answer_with_keys(page, *, pick: str, edit: str | None = None) -> str:
+    """Answer the item on ``page`` with the keyboard: 1 or 2 for the response containing ``pick``
+    (after editing the first response to ``edit`` when given); returns the item's prompt."""
+    prompt = page.locator(".prompt .text").inner_text()
+    key = "1" if pick in page.locator(".response-first .text").inner_text() else "2"
+    if edit is not None:
+        page.keyboard.press("e")
+        box = page.locator("textarea[name=edited_first]")
+        assert box.is_visible() and box.evaluate("element => element === document.activeElement")
+        box.fill(edit)
+        page.keyboard.press("Escape")
+    with page.expect_navigation():
+        page.keyboard.press(key)
+    return prompt
+
+
+def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_worker):
+    base = live_server.url
+    team = make_team()
+    carol = make_user("carol")
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS, user=team.owner)
+    campaign = services.campaign_create(project=team.project, name="pass 1", guidelines="Pick the **right** one.",
+                                        required_reviews=2, reviewers=[team.teammate, carol],
+                                        source_version=version, user=team.owner)
+    review_url = f"{base}/p/alpha/review/{campaign.public_id}/next/"
+    contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(3)]
+    try:
+        ann, bob, owner = (log_in(context, base, name)
+                           for context, name in zip(contexts, ["alpha-teammate", "carol", "alpha-owner"]))
+        ann.goto(review_url)
+        bob.goto(review_url)
+        assert ann.locator(".guidelines strong").inner_text() == "right"
+        screenshot(ann, "review-item")
+        # Both review at the same time: the queue gives them different items first.
+        assert ann.locator(".prompt .text").inner_text() != bob.locator(".prompt .text").inner_text()
+        for _ in range(3):
+            prompt = ann.locator(".prompt .text").inner_text()
+            answer_with_keys(ann, pick="right", edit="right answer 3, edited" if prompt == "Question 3?" else None)
+            prompt = bob.locator(".prompt .text").inner_text()
+            answer_with_keys(bob, pick="wrong" if prompt == "Question 2?" else "right")
+        for page in (ann, bob):
+            assert page.locator(".queue-empty").is_visible()
+            assert "recorded" in page.locator(".messages").inner_text()
+        assert Review.objects.count() == 6
+        assert Review.objects.get(reviewer=team.teammate, item__sequence=3).edited_a == "right answer 3, edited"
+
+        owner.goto(f"{base}/p/alpha/review/{campaign.public_id}/")
+        assert owner.locator(".status-counts .status-complete b").inner_text() == "2"
+        assert owner.locator(".status-counts .status-conflict b").inner_text() == "1"
+        assert owner.locator(".review-progress .bar").get_attribute("aria-valuenow") == "67"
+        screenshot(owner, "review-campaign")
+        owner.get_by_role("link", name="Conflicts (1)").click()
+        conflict = owner.locator("article.conflict")
+        assert conflict.locator("h2").inner_text() == "Item 2"
+        assert conflict.locator("table.answers tbody tr").count() == 2
+        screenshot(owner, "review-conflicts")
+        with owner.expect_navigation():
+            conflict.get_by_role("button", name="A better").click()
+        assert "No conflicts to resolve." in owner.locator("main").inner_text()
+        assert Item.objects.get(sequence=2).status == ItemStatus.COMPLETE
+
+        owner.goto(f"{base}/p/alpha/review/{campaign.public_id}/")
+        owner.fill("#id_dataset_name", "prefs reviewed")
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="Export").click()
+        owner.locator(".page-head .status-ready").wait_for(timeout=30_000)  # validated by the worker
+        assert "prefs reviewed" in owner.locator(".page-head h1").inner_text()
+        screenshot(owner, "review-export")
+    finally:
+        for context in contexts:
+            context.close()
+    export = campaign.exports.get()
+    rows = [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+    assert [(row["prompt"], row["chosen"], row["rejected"], row["review"]["resolved"]) for row in rows] == [
+        ("Question 1?", "right answer 1", "wrong answer 1", False),
+        ("Question 2?", "right answer 2", "wrong answer 2", True),
+        ("Question 3?", "right answer 3, edited", "wrong answer 3", False),
+    ]
+    assert export.reviewers == ["alpha-teammate", "carol"]
