@@ -266,6 +266,10 @@ class Trainer:
     after ``fit`` the ``model`` object passed in must not be run: ``current_model()`` is the trained
     one. ``eval_hook(model, step) -> metrics`` runs after each evaluation (e.g. greedy samples) and
     may return extra metrics to log.
+
+    Batches come from ``train_examples`` (shuffled, resumable, ``grad_accum`` micro-batches per
+    step), or, for tasks that make their own data each step (e.g. RL rollouts with the current
+    model), from ``batch_source(trainer) -> batches`` with the [A, ...] leading accumulation axis.
     """
 
     def __init__(
@@ -274,16 +278,20 @@ class Trainer:
         model: nnx.Module,
         task: Any,
         config: TrainConfig,
-        train_examples: list,
-        eval_examples: list | None,
+        train_examples: list | None = None,
+        eval_examples: list | None = None,
         pad_id: int,
         run_dir: str | Path,
         trainable: Any = nnx.Param,
         eval_hook: Callable[[nnx.Module, int], Metrics] | None = None,
+        batch_source: Callable[[Trainer], Any] | None = None,
     ):
+        if (train_examples is None) == (batch_source is None):
+            raise ValueError("give the trainer exactly one of train_examples and batch_source")
         self.task = task
         self.config = config
         self.train_examples = train_examples
+        self.batch_source = batch_source
         self.eval_examples = eval_examples or []
         self.pad_id = pad_id
         self.run_dir = Path(run_dir)
@@ -383,9 +391,9 @@ class Trainer:
             _truncate_jsonl(self.samples_path, after_step=self.step)
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
-        stream = pipeline.BatchStream(examples=self.train_examples, batch_size=config.batch_size,
-                                      max_seq_len=config.max_seq_len, pad_id=self.pad_id, seed=config.seed,
-                                      packing=config.packing, position=self.data_position)
+        stream = None if self.batch_source is not None else pipeline.BatchStream(
+            examples=self.train_examples, batch_size=config.batch_size, max_seq_len=config.max_seq_len,
+            pad_id=self.pad_id, seed=config.seed, packing=config.packing, position=self.data_position)
         bar = _progress_bar(config.total_steps, self.step) if (progress_bar if progress_bar is not None
                                                                  else sys.stderr.isatty()) else None
         status, message = "succeeded", None
@@ -400,7 +408,7 @@ class Trainer:
                     status, message = "cancelled", f"cancelled at step {self.step}"
                     self.save_checkpoint(checkpoints, eval_loss=None)
                     break
-                batches = self._next_batches(stream)
+                batches = self.batch_source(self) if stream is None else self._next_batches(stream)
                 step_started = time.perf_counter()
                 self.params, self.opt_state, self.rng_state, metrics = train_step(
                     self.params, self.opt_state, self.rng_state, self.frozen, batches, jnp.int32(self.step),
@@ -408,7 +416,8 @@ class Trainer:
                 metrics = {name: float(value) for name, value in metrics.items()}
                 seconds = time.perf_counter() - step_started
                 self.step += 1
-                self.data_position = stream.position
+                if stream is not None:
+                    self.data_position = stream.position
                 if not math.isfinite(metrics["loss"]):
                     status = "failed"
                     message = (f"loss is {metrics['loss']} at step {self.step}; stopped, keeping the last good "

@@ -151,3 +151,23 @@ def test_checkpoints_keep_the_last_k_and_the_best(tmp_path):
     np.testing.assert_array_equal(leaves[0], [2.0, 2.0])
     assert jnp.array_equal(jax.random.key_data(leaves[1]), jax.random.key_data(jax.random.key(2)))
     assert meta == {"eval_loss": 1.0}
+
+
+def test_a_batch_source_feeds_each_step(tmp_path):
+    from jaxengine.data.pipeline import make_batch, stack_batches
+
+    examples = patterned_examples()
+    asked_at = []
+
+    def source(trainer):
+        asked_at.append(trainer.step)
+        start = 4 * (trainer.step % 8)
+        return stack_batches([make_batch(examples[start:start + 4], max_seq_len=32, pad_id=0)], pad_id=0)
+
+    config = TrainConfig(total_steps=6, batch_size=4, max_seq_len=32, optim=OptimSpec(learning_rate=3e-3))
+    trainer = Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, pad_id=0, run_dir=tmp_path,
+                      batch_source=source)
+    summary = trainer.fit(progress_bar=False)
+    assert summary["status"] == "succeeded" and asked_at == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="exactly one of train_examples and batch_source"):
+        Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, pad_id=0, run_dir=tmp_path)
