@@ -65,6 +65,9 @@ class Run(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     # {"loss": {"last": 1.2, "min": 0.9, "max": 3.4, "step": 120}, ...}: filled as points arrive.
     final_metrics = models.JSONField(default=dict, blank=True)
+    # A finished run's downsampled series, computed once when it ends (the compare page reads these
+    # instead of aggregating every point again): {"max_points": 1000, "series": {...}}.
+    series_cache = models.JSONField(default=dict, blank=True)
     tags = models.JSONField(default=list, blank=True)
     notes = models.TextField(blank=True, help_text="Markdown.")
     archived = models.BooleanField(default=False)

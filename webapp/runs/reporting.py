@@ -42,6 +42,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from webapp.runs import channels
+from webapp.runs.selectors import series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
@@ -355,8 +356,9 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     run.current_step = int(summary.get("step", run.current_step))
     run.final_metrics = metric_summary(run)
     run.last_heartbeat = run.finished_at
+    run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "summary", "finished_at", "current_step", "final_metrics",
-                            "last_heartbeat"])
+                            "last_heartbeat", "series_cache"])
     for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
         path = (summary.get("export") or {}).get(key)
         if path and Path(path).is_dir():
@@ -381,7 +383,8 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
     run.error_message = f"{type(error).__name__}: {error}"[:4000]
     run.finished_at = timezone.now()
     run.final_metrics = metric_summary(run)
-    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics"])
+    run.series_cache = series_cache_for(run)
+    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
     RunLogLine.objects.create(run=run, message=f"failed: {run.error_message}", level=LogLevel.ERROR)
     _publish_status(run)
     return run

@@ -18,6 +18,8 @@ from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunLogL
 # Series longer than this are reduced to min/max pairs over about MAX_POINTS / 2 step buckets:
 # each bucket keeps its lowest and highest value, so spikes stay visible at any zoom-out.
 MAX_POINTS = 2000
+# The compare page overlays up to ten runs per chart: fewer points per trace draw the same picture.
+COMPARE_MAX_POINTS = 1000
 SORTS = {
     "newest": "-created_at", "oldest": "created_at", "name": "name", "-name": "-name",
     "status": "status", "task": "task", "steps": "-current_step",
@@ -102,12 +104,14 @@ def metric_names(*, run: Run) -> list[str]:
 
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
     series: dict[str, dict[str, list]] = {}
+    if start_time is None:
+        start_time = min((row[4] for row in rows), default=0.0)
     for name, step, value, tokens, wall_time in rows:
         entry = series.setdefault(name, {"step": [], "value": [], "tokens": [], "time": []})
         entry["step"].append(step)
         entry["value"].append(value)
         entry["tokens"].append(tokens)
-        entry["time"].append(round(wall_time - start_time, 3) if start_time is not None else 0.0)
+        entry["time"].append(round(wall_time - start_time, 3))
     for entry in series.values():
         entry["downsampled"] = downsampled
     return series
@@ -118,33 +122,46 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     """``{name: {"step": [...], "value": [...], "tokens": [...], "time": [...], "downsampled": bool}}``.
 
     ``time`` is seconds since the run's first point. Longer series come back as min/max pairs per
-    step bucket (computed by the database), at most about ``max_points`` points per metric."""
+    step bucket (computed by the database in one grouped query), at most about ``max_points``
+    points per metric. The run's ``current_step`` bounds the steps, which saves a scan of the
+    points to find their extent."""
+    cached = run.series_cache or {}
+    if (run.is_finished and not after_step and not names and cached.get("max_points") == max_points
+            and "series" in cached):
+        return cached["series"]
     points = MetricPoint.objects.filter(run=run, step__gt=after_step)
     if names:
         points = points.filter(name__in=names)
-    extent = points.aggregate(first=Min("step"), last=Max("step"), start=Min("wall_time"))
-    if extent["first"] is None:
+    last_step = run.current_step or points.aggregate(last=Max("step"))["last"]
+    if last_step is None:
         return {}
-    start_time = MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
-    span = extent["last"] - extent["first"] + 1
-    buckets = max(1, max_points // 2)
+    # Times count from the run's first point; a whole-run read finds it among its own rows.
+    start_time = (MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
+                  if after_step else None)
+    span = last_step - after_step
     if span <= max_points:
-        rows = points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time")
+        rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
         return _series(rows, downsampled=False, start_time=start_time)
-    width = math.ceil(span / buckets)
-    grouped = (points.annotate(bucket=Cast((F("step") - extent["first"]) / width, IntegerField()))
+    width = math.ceil(span / max(1, max_points // 2))
+    grouped = (points.annotate(bucket=Cast((F("step") - after_step - 1) / width, IntegerField()))
                .values("name", "bucket")
                .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
                          tokens=Min("tokens"), wall_time=Min("wall_time"))
-               .order_by("name", "bucket"))
+               .order_by("name", "bucket")
+               .values_list("name", "low", "high", "first_step", "last_step", "tokens", "wall_time"))
     rows = []
-    for group in grouped:
+    for name, low, high, first, last, tokens, wall_time in grouped:
         # Two points per bucket, at its first and last step: the envelope the raw curve fills.
-        common = (group["tokens"], group["wall_time"])
-        rows.append((group["name"], group["first_step"], group["low"], *common))
-        if group["last_step"] != group["first_step"] or group["high"] != group["low"]:
-            rows.append((group["name"], group["last_step"], group["high"], *common))
+        rows.append((name, first, low, tokens, wall_time))
+        if last != first or high != low:
+            rows.append((name, last, high, tokens, wall_time))
     return _series(rows, downsampled=True, start_time=start_time)
+
+
+def series_cache_for(run: Run) -> dict[str, Any]:
+    """The value of ``Run.series_cache`` for a run that has just finished (see ``metric_series``)."""
+    return {"max_points": COMPARE_MAX_POINTS,
+            "series": metric_series(run=run, max_points=COMPARE_MAX_POINTS)}
 
 
 def sample_steps(*, run: Run) -> list[int]:

@@ -332,6 +332,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
         raise ValidationError({"max_steps": "the run has finished its steps; give a larger max_steps to train on"})
     run.status = RunStatus.QUEUED
     run.attempt += 1
+    run.series_cache = {}
     run.cancel_requested = False
     run.error_message = ""
     run.finished_at = None
@@ -496,12 +497,14 @@ def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
 def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     """Close an external run as succeeded, failed or cancelled."""
     from webapp.runs.reporting import metric_summary
+    from webapp.runs.selectors import series_cache_for
 
     _require_external(run)
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
     run.status, run.error_message, run.finished_at = status, message, timezone.now()
     run.final_metrics = metric_summary(run)
-    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics"])
+    run.series_cache = series_cache_for(run)
+    run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
     log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
     return run

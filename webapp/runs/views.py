@@ -259,7 +259,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     if not 2 <= len(runs) <= MAX_COMPARE:
         messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
         return redirect("runs:list", project.slug)
-    series = {run.public_id: selectors.metric_series(run=run) for run in runs}
+    series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = sorted({name for run_series in series.values() for name in run_series},
                    key=lambda name: (name.startswith("eval/"), name != "loss", name))
     final_names = [name for name in names if any(name in run.final_metrics for run in runs)]

@@ -1,0 +1,139 @@
+"""Server time of the runs table and the compare page at scale.
+
+Builds a throwaway SQLite database (production settings: DEBUG off, WAL) with one project holding
+``--runs`` runs (tags, final metrics, a base model and a dataset version each), ten of which carry
+``--points`` metric points each (``--metrics`` metrics over points / metrics steps) and a few eval
+samples; then requests pages through Django's in-process test client (the whole server path:
+middleware, session, access check, queries, downsampling, template). Prints the median, 95th
+percentile and maximum over ``--requests`` requests per page after a warm-up.
+
+    .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--requests 30]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.pages import setup_django  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--points", type=int, default=100_000)
+    parser.add_argument("--metrics", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    return parser.parse_args()
+
+
+def populate(args):
+    from django.contrib.auth import get_user_model
+
+    from tests.webapp.factories import make_base_model, make_ready_version
+    from webapp.celery import app
+    from webapp.projects.services import project_create
+    from webapp.runs import services
+    from webapp.runs.models import MetricPoint, Run, Sample
+
+    app.send_task = lambda *a, **k: None
+    owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
+    project = project_create(name="Bench", slug="bench", owner=owner)
+    model, data = make_base_model(project), make_ready_version(project)
+    rng = random.Random(0)
+    template = services.run_create(project=project, spec={"task": "sft", "model": model.public_id,
+                                                          "data": {"train": data.public_id},
+                                                          "train": {"max_steps": 1000}}, user=owner, name="run-0")
+    runs = [template]
+    for index in range(1, args.runs):
+        run = Run(project=project, name=f"run-{index}", task="sft", spec=template.spec,
+                  resolved_spec=template.resolved_spec, status=rng.choice(["succeeded", "failed", "cancelled"]),
+                  created_by=owner, total_steps=1000, current_step=1000, base_model=model, train_seconds=600.0,
+                  tags=rng.sample(["baseline", "sweep", "lora", "dpo", "long"], 2),
+                  final_metrics={"loss": {"last": rng.random(), "min": 0.1, "max": 3.0, "step": 1000},
+                                 "eval/loss": {"last": rng.random(), "min": 0.2, "max": 3.1, "step": 1000}})
+        run.public_id = f"run_bench{index:011d}"
+        runs.append(run)
+    Run.objects.bulk_create(runs[1:], batch_size=500)
+    runs = list(Run.objects.filter(project=project).order_by("id"))
+    Run.dataset_versions.through.objects.bulk_create(
+        [Run.dataset_versions.through(run_id=run.pk, datasetversion_id=data.pk) for run in runs[1:]], batch_size=1000)
+    compared = runs[:10]
+    steps = args.points // args.metrics
+    Run.objects.filter(pk__in=[run.pk for run in compared]).update(current_step=steps, total_steps=steps)
+    Run.objects.filter(pk__in=[run.pk for run in compared]).update(status="running")
+    for run in compared:
+        run.current_step, run.status = steps, "running"
+        points = [MetricPoint(run=run, step=step, name=f"metric_{metric}", value=rng.random() / step,
+                              wall_time=1e9 + step, tokens=step * 512)
+                  for metric in range(args.metrics) for step in range(1, steps + 1)]
+        MetricPoint.objects.bulk_create(points, batch_size=5000)
+        Sample.objects.bulk_create([Sample(run=run, step=steps, position=position, prompt=f"prompt {position}",
+                                           text=f"answer {position} of {run.name}") for position in range(8)])
+    return owner, compared
+
+
+def finish(runs) -> None:
+    """What ``run_finish`` does for the compare page: keep each run's downsampled series."""
+    from webapp.runs.models import Run, RunStatus
+    from webapp.runs.selectors import series_cache_for
+
+    for run in runs:
+        run.status = RunStatus.SUCCEEDED
+        Run.objects.filter(pk=run.pk).update(status=run.status, series_cache=series_cache_for(run))
+
+
+def timed(client, url: str, *, requests: int, warmup: int) -> tuple[list[float], int]:
+    for _ in range(warmup):
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+    durations = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = client.get(url)
+        durations.append(time.perf_counter() - started)
+    return durations, len(response.content)
+
+
+def main() -> None:
+    args = parse_args()
+    setup_django(Path(tempfile.mkdtemp(prefix="temper-bench-runs-")))
+    from django.test import Client
+
+    started = time.perf_counter()
+    owner, compared = populate(args)
+    print(f"populated {args.runs} runs, {len(compared)} x {args.points} points in {time.perf_counter() - started:.0f} s")
+    client = Client()
+    client.force_login(owner)
+    query = "&".join(f"runs={run.public_id}" for run in compared)
+    live = {
+        f"runs table ({args.runs} runs, page of 50)": "/p/bench/runs/",
+        "runs table, tag filter + sort": "/p/bench/runs/?tag=sweep&sort=name",
+        f"compare 10 running runs x {args.points} pts": f"/p/bench/runs/compare/?{query}",
+        f"run page ({args.points} points)": f"/p/bench/runs/{compared[0].public_id}/",
+    }
+    print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>6}")
+    measure(client, live, args)
+    finish(compared)
+    measure(client, {f"compare 10 finished runs x {args.points} pts": f"/p/bench/runs/compare/?{query}"}, args)
+
+
+def measure(client, pages: dict[str, str], args) -> None:
+    for label, url in pages.items():
+        durations, size = timed(client, url, requests=args.requests, warmup=args.warmup)
+        durations.sort()
+        p95 = durations[min(len(durations) - 1, int(round(0.95 * (len(durations) - 1))))]
+        print(f"{label:46} {1e3 * statistics.median(durations):8.1f} {1e3 * p95:8.1f} {1e3 * durations[-1]:8.1f} "
+              f"{size / 1024:6.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Run selectors: server-side downsampling of long series, the config diff and side-by-side rows."""
+from webapp.runs import selectors, services
+from webapp.runs.models import MetricPoint, Run, Sample
+from tests.webapp.runs.conftest import sft_spec
+
+
+def make_run(team, catalog, **spec_overrides) -> Run:
+    return services.run_create(project=team.project, spec=sft_spec(catalog, **spec_overrides), user=team.owner)
+
+
+def test_short_series_come_back_whole(team, catalog, sent_tasks):
+    run = make_run(team, catalog)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=float(step), wall_time=10.0 + 2 * step,
+                                                 tokens=step) for step in range(1, 11)])
+    series = selectors.metric_series(run=run)["loss"]
+    assert series["step"] == list(range(1, 11)) and not series["downsampled"]
+    assert series["time"][:3] == [0.0, 2.0, 4.0]  # seconds since the run's first point
+
+
+def test_long_series_keep_each_buckets_min_and_max(team, catalog, sent_tasks):
+    run = make_run(team, catalog)
+    values = {step: 1.0 for step in range(1, 10_001)}
+    values[5_000], values[7_777] = 50.0, -3.0  # a spike and a dip that must survive
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step),
+                                                 tokens=step) for step, value in values.items()], batch_size=5000)
+    Run.objects.filter(pk=run.pk).update(current_step=10_000)
+    run.refresh_from_db()
+    series = selectors.metric_series(run=run, max_points=200)["loss"]
+    assert series["downsampled"] and len(series["step"]) <= 200
+    assert max(series["value"]) == 50.0 and min(series["value"]) == -3.0
+    assert series["step"] == sorted(series["step"]) and series["step"][0] == 1 and series["step"][-1] == 10_000
+    # 100 buckets of 100 steps: the spike's bucket is drawn from its first to its last step.
+    spike = series["value"].index(50.0)
+    assert series["step"][spike] == 5_000 and series["step"][spike - 1] == 4_901
+
+
+def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
+    first = make_run(team, catalog)
+    second = make_run(team, catalog, optim={"learning_rate": 0.01}, peft={"method": "lora", "targets": ["q_proj"]})
+    rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
+    assert rows["optim.learning_rate"]["differs"] and rows["optim.learning_rate"]["values"] == [0.0001, 0.01]
+    assert rows["peft.targets"]["values"][1] == '["q_proj"]'
+    assert not rows["train.max_steps"]["differs"]
+
+
+def test_side_by_side_rows_are_prompts_and_columns_runs(team, catalog, sent_tasks):
+    first, second = make_run(team, catalog), make_run(team, catalog)
+    for run, steps in ((first, (5, 10)), (second, (5,))):
+        for step in steps:
+            Sample.objects.bulk_create([Sample(run=run, step=step, position=index, prompt=prompt,
+                                               text=f"{run.pk}-{step}-{index}")
+                                        for index, prompt in enumerate(["a", "b"])])
+    table = selectors.side_by_side(runs=[first, second])
+    assert [column["step"] for column in table["columns"]] == [10, 5]  # each run's last sampled step
+    assert [row["prompt"] for row in table["rows"]] == ["a", "b"]
+    assert [cell.text for cell in table["rows"][1]["cells"]] == [f"{first.pk}-10-1", f"{second.pk}-5-1"]
+
+
+def test_a_finished_runs_series_are_read_from_its_cache(team, catalog, sent_tasks, monkeypatch):
+    run = make_run(team, catalog)
+    MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0, wall_time=1.0, tokens=1)
+    cache = selectors.series_cache_for(run)
+    Run.objects.filter(pk=run.pk).update(status="succeeded", series_cache=cache, current_step=1)
+    run.refresh_from_db()
+    MetricPoint.objects.all().delete()  # the cache, not the points, answers now
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"]["value"] == [2.0]
+    assert selectors.metric_series(run=run, max_points=50) == {}  # other resolutions are computed
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    resumed = services.run_resume(run=run, user=None, max_steps=20)
+    assert resumed.series_cache == {}
