@@ -9,10 +9,11 @@ Each reviewer sees an item's responses in an order drawn per (reviewer, item); a
 what was clicked as shown (``choice``: first/second/...) and the same answer in item terms
 (``label``: a/b/...), so position bias and agreement are both measurable.
 
-The reviewer queue (``services.queue_next_item``) walks items by their per-campaign ``sequence``
-from the reviewer's ``cursor`` (see ``CampaignReviewer``); ``review_count`` (reviews that are not
-skips) and the item lease are columns of the item so that the walk needs one index and no joins
-except the (item, reviewer) probe of the ``Review`` unique index.
+The reviewer queue (``services.queue_next_item``) walks open (pending, in review) items by their
+per-campaign ``sequence`` from the reviewer's ``cursor`` (see ``CampaignReviewer``) through the
+(campaign, status, sequence) index; status, ``review_count`` (reviews that are not skips) and the
+item lease are columns of the item so that the walk needs no join except the (item, reviewer) probe
+of the ``Review`` unique index.
 """
 from __future__ import annotations
 
@@ -138,11 +139,11 @@ class Item(models.Model):
     class Meta:
         ordering = ["campaign", "sequence"]
         constraints = [
-            # Also the queue's index: the walk is (campaign_id = ?, sequence > cursor) in order.
             models.UniqueConstraint(fields=["campaign", "sequence"], name="item_unique_campaign_sequence"),
             models.CheckConstraint(condition=models.Q(status__in=[s.value for s in ItemStatus]),
                                    name="item_status_valid"),
         ]
+        # The queue's index: its walk is (campaign_id = ?, status = ?, sequence > cursor) in order.
         indexes = [models.Index(fields=["campaign", "status", "sequence"], name="item_campaign_status")]
 
     def __str__(self) -> str:

@@ -2,11 +2,12 @@
 and exports. Callers check project access first (``get_project_for_user``; the owner role for
 campaign management); these functions keep the invariants whoever calls them.
 
-Queue design (``queue_next_item``), measured by ``bench/review_queue.py``: items are walked in
-``sequence`` order through the (campaign, sequence) unique index, starting after the reviewer's
-cursor, keeping those with fewer than the required reviews and no review by this reviewer (a probe
-of the (item, reviewer) unique index). The cursor moves up lazily to just before the first item
-still open to the reviewer, so the walk never re-reads the long prefix a reviewer has finished.
+Queue design (``queue_next_item``), measured by ``bench/review_queue.py``: an item needs reviews
+exactly while it is pending or in review, so the queue walks the (campaign, status, sequence) index
+once per open status, in ``sequence`` order from the reviewer's cursor, keeping items this reviewer
+has not answered (a probe of the (item, reviewer) unique index), and takes the earlier of the two.
+Complete and conflicting items are never read. The cursor moves up lazily to just before the first
+item still open to the reviewer, so the walk never re-reads what a reviewer has finished.
 A served item is leased to its reviewer for ``LEASE_SECONDS``; while the lease lasts it holds one
 of the item's slots, so reviewers working at the same time are given different items.
 """
@@ -280,31 +281,51 @@ def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewe
     return row
 
 
+def _first_open_item(*, campaign: Campaign, user: AbstractBaseUser, after: int, extra: Q | None = None) -> Item | None:
+    """The first item after sequence ``after`` that still needs reviews and that ``user`` has not
+    answered (and that matches ``extra``). Open items are exactly the pending and in-review ones, so
+    each status walks its own stretch of the (campaign, status, sequence) index and finished items
+    are never read."""
+    answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
+    found = []
+    for status in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
+        query = Item.objects.filter(campaign=campaign, status=status, sequence__gt=after)
+        if extra is not None:
+            query = query.filter(extra)
+        item = query.exclude(Exists(answered)).order_by("sequence").first()
+        if item is not None:
+            found.append(item)
+    return min(found, key=lambda item: item.sequence, default=None)
+
+
+def _leased_to_another(item: Item, user: AbstractBaseUser, now) -> bool:
+    return item.leased_until is not None and item.leased_until > now and item.leased_by_id != user.pk
+
+
 def queue_next_item(*, campaign: Campaign, user: AbstractBaseUser) -> Item | None:
     """The next item for ``user`` to review in ``campaign``, leased to them; None when nothing is left.
 
     Never an item the user has reviewed (or skipped), never one with all its reviews."""
     reviewer = _reviewer_row(campaign, user)
     now = timezone.now()
-    open_to_user = (
-        Item.objects.filter(campaign=campaign, review_count__lt=campaign.required_reviews)
-        .exclude(Exists(Review.objects.filter(item=OuterRef("pk"), reviewer=user)))
-        .order_by("sequence")
-    )
-    first_open = open_to_user.filter(sequence__gt=reviewer.cursor).values_list("sequence", flat=True).first()
+    first_open = _first_open_item(campaign=campaign, user=user, after=reviewer.cursor)
     if first_open is None:
         return None
-    if first_open - 1 > reviewer.cursor:
-        CampaignReviewer.objects.filter(pk=reviewer.pk, cursor__lt=first_open - 1).update(cursor=first_open - 1)
-    candidates = open_to_user.filter(sequence__gte=first_open)
-    item = candidates.filter(Q(leased_until__isnull=True) | Q(leased_until__lte=now) | Q(leased_by=user)).first()
+    if first_open.sequence - 1 > reviewer.cursor:
+        CampaignReviewer.objects.filter(pk=reviewer.pk, cursor__lt=first_open.sequence - 1).update(
+            cursor=first_open.sequence - 1)
+    item = first_open
+    if _leased_to_another(item, user, now):
+        lease_free = Q(leased_until__isnull=True) | Q(leased_until__lte=now) | Q(leased_by=user)
+        item = _first_open_item(campaign=campaign, user=user, after=first_open.sequence, extra=lease_free)
     if item is None:
         # Everything left is leased to others; a leased item still has room when a slot remains after
         # the leaseholder's review.
-        item = candidates.filter(review_count__lt=campaign.required_reviews - 1).first()
+        room = Q(review_count__lt=campaign.required_reviews - 1)
+        item = _first_open_item(campaign=campaign, user=user, after=first_open.sequence - 1, extra=room)
         if item is None:
             return None
-    if item.leased_by_id is None or item.leased_until is None or item.leased_until <= now or item.leased_by_id == user.pk:
+    if not _leased_to_another(item, user, now):
         item.leased_by = user
         item.leased_until = now + timedelta(seconds=LEASE_SECONDS)
         Item.objects.filter(pk=item.pk).update(leased_by=user, leased_until=item.leased_until)

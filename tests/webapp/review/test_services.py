@@ -108,6 +108,17 @@ def test_reviewers_working_at_once_get_different_items(team, carol, preference_v
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 4
 
 
+def test_an_item_leased_to_another_is_shared_only_while_it_has_room(team, carol, preference_version):
+    one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
+    for required, carol_gets in ((1, None), (2, 1)):
+        campaign = services.campaign_create(project=team.project, name=f"needs {required}", guidelines="",
+                                            required_reviews=required, reviewers=[team.teammate, carol],
+                                            source_version=one_row, user=team.owner)
+        assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
+        served = services.queue_next_item(campaign=campaign, user=carol)
+        assert (served.sequence if served else None) == carol_gets
+
+
 def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_needed(team, carol,
                                                                                        preference_version):
     campaign = services.campaign_create(project=team.project, name="single", guidelines="", required_reviews=1,
