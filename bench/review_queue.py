@@ -10,7 +10,9 @@ complete (two reviews each, by rotating pairs of reviewers: ``2 * --reviewed`` r
 2. steady state: ``--requests`` rounds of (next item for a reviewer, chosen in turn; then their answer),
    timing ``queue_next_item`` and ``review_submit`` separately;
 3. the reviewing page: ``GET /p/<slug>/review/<id>/next/`` through Django's in-process test client (the
-   whole server path: session, access check, queue, template), each followed by the answer's POST.
+   whole server path: session, access check, queue, template), each followed by the answer's POST;
+4. the campaign page (progress counts and every agreement figure over all reviews): the first request
+   computes the agreement, the next 20 find it cached.
 
     .venv/bin/python bench/review_queue.py [--items 100000] [--reviewed 60000] [--reviewers 8] [--requests 300]
 """
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pages import setup_django
+from pages import measure, setup_django
 
 TEXT = "A response of a realistic length for a preference pair, repeated to a few hundred characters. " * 4
 
@@ -80,7 +82,7 @@ def populate(*, items: int, reviewed: int, reviewer_count: int):
 def summary(label: str, timings_ms: list[float]) -> None:
     ordered = sorted(timings_ms)
     p95 = ordered[max(0, int(0.95 * len(ordered)) - 1)]
-    print(f"{label:44} {len(ordered):5d} {statistics.median(ordered):8.2f} {p95:8.2f} {ordered[-1]:8.2f}")
+    print(f"{label:62} {len(ordered):5d} {statistics.median(ordered):8.2f} {p95:8.2f} {ordered[-1]:8.2f}")
 
 
 def main() -> None:
@@ -96,7 +98,7 @@ def main() -> None:
         campaign, reviewers = populate(items=args.items, reviewed=args.reviewed, reviewer_count=args.reviewers)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-        print(f"{'what':44} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        print(f"{'what':62} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
 
         first_calls = []
         for user in reviewers:
@@ -137,6 +139,12 @@ def main() -> None:
             item_id = re.search(rb'data-item="([^"]+)"', response.content).group(1).decode()
             assert client.post(url, {"item": item_id, "choice": "second"}).status_code == 302
         summary("GET reviewing page (whole server path)", page_times)
+        owner = Client()
+        owner.force_login(campaign.created_by)
+        detail_url = f"/p/bench/review/{campaign.public_id}/"
+        summary(f"GET campaign page, agreement computed ({2 * args.reviewed + 2 * args.requests} reviews)",
+                measure(owner, detail_url, requests=1, warmup=0))
+        summary("GET campaign page, agreement cached", measure(owner, detail_url, requests=20, warmup=0))
         walk = (Item.objects.filter(campaign=campaign, status="pending", sequence__gt=0).order_by("sequence")
                 .values("sequence")[:1])
         sql, params = walk.query.sql_with_params()

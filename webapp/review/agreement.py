@@ -64,17 +64,20 @@ def krippendorff_alpha_nominal(units: Iterable[Sequence[Hashable | None]]) -> fl
     gave (``None`` = missing; the position of a label in the list does not matter). Items with fewer
     than two labels carry no pairable information and are left out, as the coefficient prescribes."""
     # Coincidence matrix o[c][k]: each ordered pair of labels within an item, weighted 1 / (m_u - 1).
-    coincidences: Counter[tuple[Hashable, Hashable]] = Counter()
+    # Items with the same multiset of labels contribute the same, so each multiset is counted once.
+    patterns: Counter[tuple[Hashable, ...]] = Counter()
     for unit in units:
         values = [value for value in unit if value is not None]
+        if len(values) >= 2:
+            patterns[tuple(sorted(values, key=repr))] += 1
+    coincidences: Counter[tuple[Hashable, Hashable]] = Counter()
+    for values, multiplicity in patterns.items():
         pairable = len(values)
-        if pairable < 2:
-            continue
         per_label = Counter(values)
         for label_c, count_c in per_label.items():
             for label_k, count_k in per_label.items():
                 pairs = count_c * (count_k - 1) if label_c == label_k else count_c * count_k
-                coincidences[label_c, label_k] += pairs / (pairable - 1)
+                coincidences[label_c, label_k] += multiplicity * pairs / (pairable - 1)
     marginals: Counter[Hashable] = Counter()
     for (label_c, _label_k), weight in coincidences.items():
         marginals[label_c] += weight
@@ -176,22 +179,23 @@ def campaign_report(reviews: Iterable[RatedReview], *, required_reviews: int) ->
     for review in reviews:
         by_item.setdefault(review.item, {})[review.reviewer] = review.label
     alpha = krippendorff_alpha_nominal(list(labels.values()) for labels in by_item.values())
-    fixed = [labels for labels in by_item.values() if len(labels) == required_reviews]
+    fixed = Counter(tuple(sorted(labels.values())) for labels in by_item.values() if len(labels) == required_reviews)
     fleiss = None
     if required_reviews >= 2 and fixed:
-        fleiss = fleiss_kappa([[list(labels.values()).count(category) for category in NOMINAL_LABELS]
-                               for labels in fixed])
-    reviewers = sorted({review.reviewer for review in reviews}, key=str)
-    pairs = []
-    for index, first in enumerate(reviewers):
-        for second in reviewers[index + 1:]:
-            shared = [labels for labels in by_item.values() if first in labels and second in labels]
-            labels_1 = [labels[first] for labels in shared]
-            labels_2 = [labels[second] for labels in shared]
-            if shared:
-                pairs.append(PairAgreement(reviewers=(first, second), items=len(shared),
-                                           agreement=_share_equal(labels_1, labels_2),
-                                           kappa=cohen_kappa(labels_1, labels_2)))
+        fleiss = fleiss_kappa([[labels.count(category) for category in NOMINAL_LABELS]
+                               for labels, multiplicity in fixed.items() for _ in range(multiplicity)])
+    # One pass over the items collects every pair's shared items (cost: items × reviewers per item²).
+    pair_labels: dict[tuple[Hashable, Hashable], tuple[list[str], list[str]]] = {}
+    for labels in by_item.values():
+        names = sorted(labels, key=str)
+        for index, first in enumerate(names):
+            for second in names[index + 1:]:
+                firsts, seconds = pair_labels.setdefault((first, second), ([], []))
+                firsts.append(labels[first])
+                seconds.append(labels[second])
+    pairs = [PairAgreement(reviewers=names, items=len(firsts), agreement=_share_equal(firsts, seconds),
+                           kappa=cohen_kappa(firsts, seconds))
+             for names, (firsts, seconds) in sorted(pair_labels.items(), key=lambda entry: tuple(map(str, entry[0])))]
     with_original = [review for review in reviews if review.original_label and review.label in ("a", "b")]
     decisive = [review for review in reviews if review.first_chosen is not None]
     return AgreementReport(
@@ -199,7 +203,7 @@ def campaign_report(reviews: Iterable[RatedReview], *, required_reviews: int) ->
         items_rated_twice=sum(len(labels) >= 2 for labels in by_item.values()),
         alpha=alpha,
         fleiss_kappa=fleiss,
-        fleiss_items=len(fixed) if fleiss is not None else 0,
+        fleiss_items=sum(fixed.values()) if fleiss is not None else 0,
         fleiss_raters=required_reviews,
         pairs=tuple(pairs),
         original=wilson_interval(sum(review.label == review.original_label for review in with_original),

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, QuerySet
+from django.core.cache import cache
+from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 
 from webapp.projects.models import Project
@@ -97,8 +98,25 @@ def export_list(*, campaign: Campaign) -> QuerySet[Export]:
     return campaign.exports.select_related("version__dataset", "created_by")
 
 
+# Agreement over a large campaign takes a second or two to compute (bench/review_queue.py: ~2 s for
+# 120,000 reviews); its inputs change only when a review is added, so it is cached per review state.
+AGREEMENT_CACHE_SECONDS = 24 * 3600
+
+
 def campaign_agreement(*, campaign: Campaign) -> agreement.AgreementReport:
-    """The campaign's agreement figures from all its non-skip reviews (one pass over them)."""
+    """The campaign's agreement figures from all its non-skip reviews, cached until a review is added
+    (or the number of reviews per item changes)."""
+    state = Review.objects.filter(campaign=campaign).aggregate(count=Count("pk"), last=Max("pk"))
+    key = (f"review-agreement:{campaign.public_id}:{campaign.required_reviews}:"
+           f"{state['count']}:{state['last']}")
+    report = cache.get(key)
+    if report is None:
+        report = _compute_agreement(campaign)
+        cache.set(key, report, AGREEMENT_CACHE_SECONDS)
+    return report
+
+
+def _compute_agreement(campaign: Campaign) -> agreement.AgreementReport:
     rows = (Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP)
             .values_list("item_id", "reviewer__username", "label", "choice", "item__original_label"))
     return agreement.campaign_report(

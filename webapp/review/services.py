@@ -261,6 +261,7 @@ def items_add(*, campaign: Campaign, pairs: Iterable[Pair]) -> int:
     return added
 
 
+@transaction.atomic
 def item_add(*, campaign: Campaign, prompt: Any, response_a: Any, response_b: Any, source: str,
              metadata: dict[str, Any] | None = None, original_label: str = "") -> Item:
     """Add one pair to a campaign: for the arena (``source="arena"``, ``metadata`` naming the two models
@@ -269,7 +270,9 @@ def item_add(*, campaign: Campaign, prompt: Any, response_a: Any, response_b: An
     items_add(campaign=campaign, pairs=[Pair(prompt=prompt, response_a=response_a, response_b=response_b,
                                              source=source, metadata=metadata or {},
                                              original_label=original_label)])
-    return Item.objects.filter(campaign=campaign).order_by("-sequence").first()
+    # The campaign row stays locked by items_add until this transaction ends, so the last sequence is ours.
+    last = Campaign.objects.values_list("next_sequence", flat=True).get(pk=campaign.pk) - 1
+    return Item.objects.get(campaign=campaign, sequence=last)
 
 
 # --- The queue and reviews ------------------------------------------------------------------------------

@@ -208,6 +208,16 @@ def test_only_conflicts_are_resolved(campaign, team):
         services.conflict_resolve(item=item, label="a", user=team.owner)
 
 
+def test_the_agreement_figures_follow_new_reviews(campaign, team, carol):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    assert selectors.campaign_agreement(campaign=campaign).reviews == 1
+    assert selectors.campaign_agreement(campaign=campaign).pairs == ()
+    answer(item, carol, "b")
+    report = selectors.campaign_agreement(campaign=campaign)
+    assert report.reviews == 2 and report.pairs[0].agreement == 0.0
+
+
 def review_all(campaign, team, carol):
     """Item 1 both a; item 2 a vs b (conflict, owner says b); item 3 both tie; item 4 both a with
     the teammate's edit of response a."""
