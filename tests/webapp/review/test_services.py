@@ -10,6 +10,7 @@ from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
+from webapp.runs import selectors as run_selectors
 from webapp.review.models import CampaignReviewer, Item, ItemStatus, Label, Review
 
 
@@ -265,6 +266,9 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     assert sent_tasks == [(dataset_services.VALIDATE_TASK, [version.pk], "default")]
     validated = dataset_services.dataset_version_validate(version_id=version.pk)
     assert validated.status == VersionStatus.READY and validated.row_count == 3
+    # ...and the DPO / reward launch form offers it.
+    offered = dict(run_selectors.dataset_choices(project=team.project, kinds=("preference",)))
+    assert offered[version.public_id] == "prefs reviewed v1 (preference, 3 rows)"
 
 
 def test_export_keeps_ties_and_originals_when_asked_and_adds_versions_to_the_same_dataset(campaign, team, carol):
