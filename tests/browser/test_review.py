@@ -1,6 +1,6 @@
-"""Two reviewers review the same items in their own browsers with the keyboard, disagree on one, the
-owner resolves the conflict and exports the reviewed pairs as a dataset version that the worker
-validates."""
+"""The owner starts a campaign (the worker loads its items), two reviewers review the same items in
+their own browsers with the keyboard and disagree on one, the owner resolves the conflict and exports
+the reviewed pairs as a dataset version that the worker validates."""
 import json
 
 import pytest
@@ -9,8 +9,7 @@ from tests.browser.test_datasets import screenshot
 from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
-from webapp.review import services
-from webapp.review.models import Item, ItemStatus, Review
+from webapp.review.models import Campaign, Item, ItemStatus, Review
 
 pytestmark = pytest.mark.browser
 
@@ -29,20 +28,18 @@ def log_in(context, base_url, username):
     return page
 
 
-def answer_with_keys(page, *, pick: str, edit: str | None = None) -> str:
-    """Answer the item on ``page`` with the keyboard: 1 or 2 for the response containing ``pick``
-    (after editing the first response to ``edit`` when given); returns the item's prompt."""
-    prompt = page.locator(".prompt .text").inner_text()
-    key = "1" if pick in page.locator(".response-first .text").inner_text() else "2"
+def answer_with_keys(page, *, pick: str, edit: str | None = None) -> None:
+    """Answer the item on ``page`` with the keyboard: 1 or 2 for the response containing ``pick``,
+    after replacing that response's text with ``edit`` (``e`` opens the edit boxes) when given."""
+    first = pick in page.locator(".response-first .text").inner_text()
     if edit is not None:
         page.keyboard.press("e")
-        box = page.locator("textarea[name=edited_first]")
-        assert box.is_visible() and box.evaluate("element => element === document.activeElement")
+        assert page.locator("textarea[name=edited_first]").evaluate("element => element === document.activeElement")
+        box = page.locator("textarea[name=edited_first]" if first else "textarea[name=edited_second]")
         box.fill(edit)
         page.keyboard.press("Escape")
     with page.expect_navigation():
-        page.keyboard.press(key)
-    return prompt
+        page.keyboard.press("1" if first else "2")
 
 
 def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_worker):
@@ -50,15 +47,27 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
     team = make_team()
     carol = make_user("carol")
     project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS, user=team.owner)
-    campaign = services.campaign_create(project=team.project, name="pass 1", guidelines="Pick the **right** one.",
-                                        required_reviews=2, reviewers=[team.teammate, carol],
-                                        source_version=version, user=team.owner)
-    review_url = f"{base}/p/alpha/review/{campaign.public_id}/next/"
+    make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS, user=team.owner)
     contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(3)]
     try:
         ann, bob, owner = (log_in(context, base, name)
                            for context, name in zip(contexts, ["alpha-teammate", "carol", "alpha-owner"]))
+        owner.goto(f"{base}/p/alpha/")
+        owner.locator("nav.subnav").get_by_role("link", name="Review").click()
+        owner.get_by_role("link", name="New campaign").click()
+        owner.fill("#id_name", "pass 1")
+        owner.select_option("#id_source_version", label="prefs v1 (3 rows)")
+        owner.fill("#id_guidelines", "Pick the **right** one.")
+        owner.fill("#id_required_reviews", "2")
+        owner.get_by_label("alpha-teammate").check()
+        owner.get_by_label("carol").check()
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="Create campaign").click()
+        # The default worker loads the items; the page refreshes itself until they are in.
+        owner.locator(".status-counts").get_by_text("of 3 items").wait_for(timeout=30_000)
+        assert owner.locator(".campaign-loading").count() == 0
+        campaign = Campaign.objects.get(name="pass 1")
+        review_url = f"{base}/p/alpha/review/{campaign.public_id}/next/"
         ann.goto(review_url)
         bob.goto(review_url)
         assert ann.locator(".guidelines strong").inner_text() == "right"

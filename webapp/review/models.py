@@ -35,6 +35,12 @@ def new_item_id() -> str:
     return new_public_id("ri")
 
 
+class CampaignStatus(models.TextChoices):
+    LOADING = "loading", "Loading items"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed to load"
+
+
 class Campaign(models.Model):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_campaign_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="review_campaigns")
@@ -44,6 +50,9 @@ class Campaign(models.Model):
     source_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
                                        related_name="review_campaigns")
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, through="CampaignReviewer", related_name="+")
+    # A campaign on a dataset version is loading until the `default` worker has made its items.
+    status = models.CharField(max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.READY)
+    load_error = models.TextField(blank=True)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")

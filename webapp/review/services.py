@@ -14,6 +14,7 @@ of the item's slots, so reviewers working at the same time are given different i
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -27,18 +28,22 @@ from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
+from webapp.celery import app as celery_app
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement, selectors
 from webapp.review.models import (
-    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, Choice, Export, Item, ItemSource, ItemStatus, Label, Review,
+    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, Item, ItemSource, ItemStatus,
+    Label, Review,
 )
 
 logger = logging.getLogger(__name__)
 
+LOAD_TASK = "worker.tasks.review.load_campaign_items"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
 DECISIVE = (Label.A, Label.B)
@@ -119,6 +124,14 @@ def _check_required(required_reviews: int) -> None:
                                                    f"got {required_reviews}"})
 
 
+def _send(task_name: str, args: list[Any]) -> None:
+    try:
+        celery_app.send_task(task_name, args=args, queue="default")
+    except OperationalError:
+        # The campaign stays "loading"; its page offers to queue the load again.
+        logger.exception("could not queue %s%s: is Redis (REDIS_URL) up?", task_name, tuple(args))
+
+
 @transaction.atomic
 def campaign_create(
     *,
@@ -130,9 +143,10 @@ def campaign_create(
     source_version: DatasetVersion | None,
     user: AbstractBaseUser | None,
 ) -> Campaign:
-    """Create a campaign; with ``source_version`` (a ready ``preference`` version of the project) its
-    rows become the items, streamed from the file in batches. Without it the campaign starts empty and
-    items come from ``items_add`` (arena votes, run generations)."""
+    """Create a campaign. With ``source_version`` (a ready ``preference`` version of the project) it is
+    ``loading`` until the ``default`` worker has made one item per row (``campaign_load_items``);
+    without it the campaign is ready and empty, and items come from ``items_add`` (arena votes, run
+    generations)."""
     name = name.strip()
     if not name:
         raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
@@ -149,13 +163,47 @@ def campaign_create(
         if source_version.status != VersionStatus.READY:
             raise ValidationError({"source_version": f"{source_version} is {source_version.status}; "
                                                      "wait until it is ready"})
-    campaign = Campaign.objects.create(project=project, name=name, guidelines=guidelines,
-                                       required_reviews=required_reviews, source_version=source_version,
-                                       created_by=user)
+    campaign = Campaign.objects.create(
+        project=project, name=name, guidelines=guidelines, required_reviews=required_reviews,
+        source_version=source_version, created_by=user,
+        status=CampaignStatus.LOADING if source_version is not None else CampaignStatus.READY)
     CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
     if source_version is not None:
-        items_add(campaign=campaign, pairs=_version_pairs(source_version))
-        campaign.refresh_from_db(fields=["next_sequence"])
+        campaign_load_request(campaign=campaign)
+    return campaign
+
+
+def campaign_load_request(*, campaign: Campaign) -> None:
+    """Queue the loading of a ``loading`` campaign's items (after commit, on the ``default`` queue)."""
+    if campaign.status != CampaignStatus.LOADING:
+        raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
+    transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk]))
+
+
+def campaign_load_items(*, campaign_id: int) -> Campaign:
+    """Make one item per row of a loading campaign's dataset version (the ``default`` worker runs this).
+
+    Batches of ``ITEM_BATCH`` rows are committed one at a time, so a 100,000-row file never holds the
+    database's write lock for long; the campaign stays ``loading`` (the queue serves nothing) until the
+    last batch is in. Safe to redeliver: a campaign that is not loading is left alone, and a load that
+    died half-way starts over."""
+    campaign = Campaign.objects.select_related("source_version__dataset").get(pk=campaign_id)
+    if campaign.status != CampaignStatus.LOADING:
+        return campaign
+    Item.objects.filter(campaign=campaign).delete()
+    Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
+    try:
+        pairs = _version_pairs(campaign.source_version)
+        while batch := list(itertools.islice(pairs, ITEM_BATCH)):
+            items_add(campaign=campaign, pairs=batch)
+    except (formats.DatasetFormatError, OSError) as error:
+        campaign.status, campaign.load_error = CampaignStatus.FAILED, (
+            f"could not read {campaign.source_version}: {error}; the version may have been deleted from storage")
+    else:
+        campaign.status = CampaignStatus.READY
+    campaign.save(update_fields=["status", "load_error"])
+    campaign.refresh_from_db()
+    logger.info("review campaign %s: %s, %s items", campaign.public_id, campaign.status, campaign.next_sequence - 1)
     return campaign
 
 
@@ -306,10 +354,13 @@ def _leased_to_another(item: Item, user: AbstractBaseUser, now) -> bool:
 
 
 def queue_next_item(*, campaign: Campaign, user: AbstractBaseUser) -> Item | None:
-    """The next item for ``user`` to review in ``campaign``, leased to them; None when nothing is left.
+    """The next item for ``user`` to review in ``campaign``, leased to them; None when nothing is left
+    (or the campaign's items are not loaded).
 
     Never an item the user has reviewed (or skipped), never one with all its reviews."""
     reviewer = _reviewer_row(campaign, user)
+    if campaign.status != CampaignStatus.READY:
+        return None
     now = timezone.now()
     first_open = _first_open_item(campaign=campaign, user=user, after=reviewer.cursor)
     if first_open is None:

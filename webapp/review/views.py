@@ -20,7 +20,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors, services
 from webapp.review.forms import CampaignCreateForm, CampaignSettingsForm, ExportForm, ResolveForm, ReviewForm
-from webapp.review.models import ItemStatus
+from webapp.review.models import CampaignStatus, ItemStatus
 from webapp.runs.markup import render_markdown
 
 ITEMS_PER_PAGE = 50
@@ -50,7 +50,8 @@ def campaign_create(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             add_service_errors(form, error)
         else:
-            messages.success(request, f"Campaign {campaign.name} created with {campaign.next_sequence - 1} items.")
+            messages.success(request, f"Campaign {campaign.name} created; its items are loading from "
+                                      f"{campaign.source_version}.")
             return redirect("review:detail", project.slug, campaign.public_id)
     return render(request, "review/create.html", {"project": project, "membership": membership, "form": form},
                   status=400 if request.method == "POST" else 200)
@@ -71,7 +72,7 @@ def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": selectors.export_list(campaign=campaign),
-        "can_manage": can_manage,
+        "can_manage": can_manage, "loading": campaign.status == CampaignStatus.LOADING,
         "export_form": ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None,
     })
 
@@ -100,6 +101,21 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
 
 
 @login_required
+@require_POST
+def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """Queue a loading campaign's items again (e.g. Redis was down when it was created)."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    try:
+        services.campaign_load_request(campaign=campaign)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, "Loading the items again.")
+    return redirect("review:detail", project.slug, campaign.public_id)
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one."""
@@ -125,7 +141,7 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
         return redirect("review:next", project.slug, campaign.public_id)
     item = services.queue_next_item(campaign=campaign, user=request.user)
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
-               "guidelines_html": render_markdown(campaign.guidelines),
+               "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status != CampaignStatus.READY,
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)

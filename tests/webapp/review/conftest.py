@@ -1,10 +1,12 @@
 """Review test data: a team with a second member (``carol``), a ready preference version and a
-campaign on it reviewed by the teammate and carol."""
+campaign on it reviewed by the teammate and carol, its items loaded as the worker would. Tasks are
+recorded, not sent (``sent_tasks``)."""
 from __future__ import annotations
 
 import pytest
 
 from tests.webapp.factories import make_ready_version, make_user
+from webapp.celery import app as celery_app
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
 from webapp.review import services
@@ -17,6 +19,19 @@ PREFERENCE_ROWS = [
      "chosen": [{"role": "assistant", "content": "Hi!"}], "rejected": [{"role": "assistant", "content": "No."}]},
     {"prompt": "Spell cat", "chosen": "c-a-t", "rejected": "k-a-t"},
 ]
+
+
+@pytest.fixture(autouse=True)
+def sent_tasks(monkeypatch):
+    sent = []
+    monkeypatch.setattr(celery_app, "send_task", lambda name, args, queue: sent.append((name, args, queue)))
+    return sent
+
+
+def create_loaded(**kwargs):
+    """``services.campaign_create`` and then the worker's item loading."""
+    campaign = services.campaign_create(**kwargs)
+    return services.campaign_load_items(campaign_id=campaign.pk)
 
 
 @pytest.fixture
@@ -33,7 +48,7 @@ def preference_version(team):
 
 @pytest.fixture
 def campaign(team, carol, preference_version):
-    return services.campaign_create(project=team.project, name="pass 1", guidelines="Prefer **correct** answers.",
+    return create_loaded(project=team.project, name="pass 1", guidelines="Prefer **correct** answers.",
                                     required_reviews=2, reviewers=[team.teammate, carol],
                                     source_version=preference_version, user=team.owner)
 

@@ -6,20 +6,12 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from tests.webapp.factories import make_ready_version
-from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for
+from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
 from webapp.runs import selectors as run_selectors
-from webapp.review.models import CampaignReviewer, Item, ItemStatus, Label, Review
-
-
-@pytest.fixture(autouse=True)
-def sent_tasks(monkeypatch):
-    sent = []
-    monkeypatch.setattr(dataset_services.celery_app, "send_task",
-                        lambda name, args, queue: sent.append((name, args, queue)))
-    return sent
+from webapp.review.models import CampaignReviewer, CampaignStatus, Item, ItemStatus, Label, Review
 
 
 def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
@@ -31,6 +23,48 @@ def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
     assert {item.original_label for item in items} == {"a"}
     assert {item.status for item in items} == {ItemStatus.PENDING}
     assert campaign.next_sequence == 5
+
+
+def test_a_campaign_loads_its_items_in_the_worker(team, carol, preference_version, sent_tasks,
+                                                  django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
+                                            reviewers=[carol], source_version=preference_version, user=team.owner)
+    assert campaign.status == CampaignStatus.LOADING and not campaign.items.exists()
+    assert sent_tasks == [(services.LOAD_TASK, [campaign.pk], "default")]
+    assert services.queue_next_item(campaign=campaign, user=carol) is None, "nothing is served while loading"
+    campaign = services.campaign_load_items(campaign_id=campaign.pk)
+    assert campaign.status == CampaignStatus.READY and campaign.items.count() == 4
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 1
+    assert services.campaign_load_items(campaign_id=campaign.pk).items.count() == 4, "a redelivery changes nothing"
+
+
+def test_a_load_that_died_half_way_starts_over(team, carol, preference_version, monkeypatch):
+    campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
+                                        reviewers=[carol], source_version=preference_version, user=team.owner)
+    monkeypatch.setattr(services, "ITEM_BATCH", 3)
+    real_items_add = services.items_add
+
+    def dies_after_one_batch(**kwargs):
+        real_items_add(**kwargs)
+        raise KeyboardInterrupt  # the worker process killed mid-load
+
+    monkeypatch.setattr(services, "items_add", dies_after_one_batch)
+    with pytest.raises(KeyboardInterrupt):
+        services.campaign_load_items(campaign_id=campaign.pk)
+    assert campaign.items.count() == 3
+    monkeypatch.setattr(services, "items_add", real_items_add)
+    campaign = services.campaign_load_items(campaign_id=campaign.pk)
+    assert [item.sequence for item in campaign.items.order_by("sequence")] == [1, 2, 3, 4]
+    assert campaign.next_sequence == 5
+
+
+def test_a_version_gone_from_storage_fails_the_campaign(team, carol, preference_version):
+    preference_version.absolute_path.unlink()
+    campaign = create_loaded(project=team.project, name="gone", guidelines="", required_reviews=1,
+                             reviewers=[carol], source_version=preference_version, user=team.owner)
+    assert campaign.status == CampaignStatus.FAILED
+    assert campaign.load_error.startswith("could not read prefs v1: ")
 
 
 def test_it_rejects_a_version_that_is_not_preference_or_not_ready(team, carol):
@@ -96,7 +130,7 @@ def test_a_skip_is_never_served_again_and_does_not_count(campaign, team):
 
 
 def test_reviewers_working_at_once_get_different_items(team, carol, preference_version):
-    campaign = services.campaign_create(project=team.project, name="single", guidelines="", required_reviews=1,
+    campaign = create_loaded(project=team.project, name="single", guidelines="", required_reviews=1,
                                         reviewers=[team.teammate, carol], source_version=preference_version,
                                         user=team.owner)
     first = services.queue_next_item(campaign=campaign, user=team.teammate)
@@ -112,7 +146,7 @@ def test_reviewers_working_at_once_get_different_items(team, carol, preference_v
 def test_an_item_leased_to_another_is_shared_only_while_it_has_room(team, carol, preference_version):
     one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
     for required, carol_gets in ((1, None), (2, 1)):
-        campaign = services.campaign_create(project=team.project, name=f"needs {required}", guidelines="",
+        campaign = create_loaded(project=team.project, name=f"needs {required}", guidelines="",
                                             required_reviews=required, reviewers=[team.teammate, carol],
                                             source_version=one_row, user=team.owner)
         assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
@@ -122,7 +156,7 @@ def test_an_item_leased_to_another_is_shared_only_while_it_has_room(team, carol,
 
 def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_needed(team, carol,
                                                                                        preference_version):
-    campaign = services.campaign_create(project=team.project, name="single", guidelines="", required_reviews=1,
+    campaign = create_loaded(project=team.project, name="single", guidelines="", required_reviews=1,
                                         reviewers=[team.teammate, carol], source_version=preference_version,
                                         user=team.owner)
     for _ in range(3):
@@ -242,6 +276,7 @@ def exported_rows(export):
 
 def test_export_writes_a_preference_version_that_validates(campaign, team, carol, sent_tasks,
                                                           django_capture_on_commit_callbacks):
+    sent_tasks.clear()
     items = review_all(campaign, team, carol)
     services.conflict_resolve(item=items[2], label="b", user=team.owner)
     with django_capture_on_commit_callbacks(execute=True):

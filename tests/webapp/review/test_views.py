@@ -3,15 +3,9 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.factories import make_ready_version
-from tests.webapp.review.conftest import answer
-from webapp.datasets import services as dataset_services
+from tests.webapp.review.conftest import answer, create_loaded
 from webapp.review import services
 from webapp.review.models import Campaign, Item, ItemStatus, Review
-
-
-@pytest.fixture(autouse=True)
-def no_broker(monkeypatch):
-    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda name, args, queue: None)
 
 
 def url(name, campaign, *extra):
@@ -73,6 +67,13 @@ def test_the_owner_creates_a_campaign(team, carol, client_for, preference_versio
         "required_reviews": 2, "reviewers": [team.teammate.pk, carol.pk]})
     campaign = Campaign.objects.get(name="round 2")
     assert response.status_code == 302 and response.url == url("detail", campaign)
+    assert campaign.status == "loading"
+    page = owner.get(url("detail", campaign))
+    assert b"Loading items from prefs v1" in page.content and b'http-equiv="refresh"' in page.content
+    assert b"still loading" in client_for(team.teammate).get(url("next", campaign)).content
+    assert client_for(team.teammate).post(url("load", campaign)).status_code == 403
+    assert owner.post(url("load", campaign)).status_code == 302, "the owner may queue the load again"
+    campaign = services.campaign_load_items(campaign_id=campaign.pk)
     assert campaign.items.count() == 4
     assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate", "carol"}
 
@@ -119,7 +120,7 @@ def test_review_text_is_escaped(team, carol, client_for):
     hostile = "<script>window.pwned=1</script><img src=x onerror=alert(1)>"
     version = make_ready_version(team.project, name="hostile", kind="preference", rows=[
         {"prompt": hostile, "chosen": hostile, "rejected": [{"role": "assistant", "content": hostile}]}])
-    campaign = services.campaign_create(
+    campaign = create_loaded(
         project=team.project, name="hostile", user=team.owner, source_version=version, required_reviews=2,
         reviewers=[team.teammate, carol],
         guidelines="**Bold** <script>alert(1)</script> [x](javascript:alert(1)) <img src=x onerror=alert(1)>")
