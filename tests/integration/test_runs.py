@@ -85,7 +85,7 @@ def loss_steps(run: Run) -> list[int]:
 
 def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
     run = launch(setup, max_steps=12, eval_every=6, save_every=6)
-    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=60, workers=train_worker, what="the run to succeed")
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=120, workers=train_worker, what="the run to succeed")
     assert run.current_step == 12 and run.total_steps == 12 and run.tokens_seen > 0
     assert loss_steps(run) == list(range(1, 13))
     assert MetricPoint.objects.filter(run=run, name="eval/loss").count() == 2
@@ -100,7 +100,7 @@ def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
 
 def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     run = launch(setup, max_steps=5000, save_every=1000)
-    wait_for(reached(run, status=RunStatus.RUNNING, step=5), timeout=60, workers=train_worker, what="training")
+    wait_for(reached(run, status=RunStatus.RUNNING, step=5), timeout=120, workers=train_worker, what="training")
     asked = time.monotonic()
     services.run_cancel(run=run, user=None)
     wait_for(reached(run, status=RunStatus.CANCELLED), timeout=10, workers=train_worker, what="the cancel")
@@ -109,7 +109,7 @@ def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     assert 5 <= stopped_at < 5000 and loss_steps(run) == list(range(1, stopped_at + 1))
 
     services.run_resume(run=run, user=None, max_steps=stopped_at + 8)
-    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=60, workers=train_worker, what="the resumed run")
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=120, workers=train_worker, what="the resumed run")
     assert run.attempt == 2 and run.current_step == stopped_at + 8
     assert loss_steps(run) == list(range(1, stopped_at + 9))  # continuous, no step twice
     tokens = list(MetricPoint.objects.filter(run=run, name="tokens").order_by("step").values_list("value", flat=True))
@@ -118,7 +118,7 @@ def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
 
 def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker):
     run = launch(setup, max_steps=160, save_every=20)
-    wait_for(reached(run, status=RunStatus.RUNNING, step=45), timeout=60, workers=train_worker, what="training")
+    wait_for(reached(run, status=RunStatus.RUNNING, step=45), timeout=120, workers=train_worker, what="training")
     worker = train_worker.running["train"]
     worker.process.send_signal(signal.SIGKILL)
     worker.process.wait(timeout=10)
@@ -129,7 +129,7 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
         run.refresh_from_db()
         return run.attempt == 2
     wait_for(requeued, timeout=30, workers=train_worker, what="the lost run to be re-queued")
-    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=90, workers=train_worker, what="the resumed run")
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=150, workers=train_worker, what="the resumed run")
     assert loss_steps(run) == list(range(1, 161))
     messages = list(run.log_lines.values_list("message", flat=True))
     assert any("lost at step" in message for message in messages)
@@ -140,9 +140,9 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
 
 def test_a_redis_restart_loses_no_run_and_no_point(setup, train_worker, redis_server):
     run = launch(setup, max_steps=150, save_every=50)
-    wait_for(reached(run, status=RunStatus.RUNNING, step=10), timeout=60, workers=train_worker, what="training")
+    wait_for(reached(run, status=RunStatus.RUNNING, step=10), timeout=120, workers=train_worker, what="training")
     redis_server.restart(down_seconds=2)
-    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=90, workers=train_worker, what="the run to finish")
+    wait_for(reached(run, status=RunStatus.SUCCEEDED), timeout=150, workers=train_worker, what="the run to finish")
     assert run.attempt == 1
     assert loss_steps(run) == list(range(1, 151))
     names = set(MetricPoint.objects.filter(run=run, step=150).values_list("name", flat=True))

@@ -18,7 +18,7 @@ def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, 
     404 when the user is not a member or the run is not the project's; 403 for a viewer when
     ``write`` (launch, cancel, resume, retry, edit)."""
     project, membership = get_project_for_user(user, project_slug, min_role=Role.MEMBER if write else Role.VIEWER)
-    run = (Run.objects.select_related("project", "base_model", "source_run", "created_by")
+    run = (Run.objects.select_related("project", "base_model", "source_run", "created_by", "pipeline")
            .filter(project=project, public_id=run_id).first())
     if run is None:
         raise Http404("no such run in this project")

@@ -75,6 +75,8 @@ class Run(models.Model):
     source_run = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="derived_runs", help_text="The run whose exported model this run starts from.")
     dataset_versions = models.ManyToManyField(DatasetVersion, blank=True, related_name="runs")
+    pipeline = models.ForeignKey("Pipeline", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    pipeline_stage = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -108,6 +110,43 @@ class Run(models.Model):
         if not self.total_steps:
             return 0.0
         return min(1.0, self.current_step / self.total_steps)
+
+
+class PipelineStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    STOPPED = "stopped", "Stopped by a guard"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+def new_pipeline_id() -> str:
+    return new_public_id("pl")
+
+
+class Pipeline(models.Model):
+    """Stages launched once, each starting from the previous stage's exported model (see
+    ``webapp.runs.pipelines``). ``result_run`` is the run whose model is the pipeline's result: the
+    last stage that succeeded and passed its guard."""
+
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_pipeline_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pipelines")
+    name = models.CharField(max_length=120)
+    # [{"name": "sft", "spec": {...}, "guard": {"metric": ..., "max_drop_percent": ..., "higher_is_better": ...}}]
+    stages = models.JSONField()
+    status = models.CharField(max_length=12, choices=PipelineStatus.choices, default=PipelineStatus.RUNNING)
+    current_stage = models.PositiveIntegerField(default=0)
+    result_run = models.ForeignKey("Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    message = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.public_id})"
 
 
 class MetricPoint(models.Model):

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import F, IntegerField, Max, Min, Q, QuerySet
+from django.http import Http404
 from django.db.models.functions import Cast
 
 from webapp.basemodels.models import BaseModel
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunLogLine, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 
 # Series longer than this are reduced to min/max pairs over about MAX_POINTS / 2 step buckets:
 # each bucket keeps its lowest and highest value, so spikes stay visible at any zoom-out.
@@ -187,6 +188,14 @@ def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLin
     return list(reversed(lines))
 
 
+def run_devices(*, run: Run) -> dict[str, Any]:
+    """The devices of the worker that trains (or trained) ``run``, as its heartbeat reports them."""
+    from webapp.workers.models import Worker
+
+    worker = Worker.objects.filter(name=run.worker_name).first() if run.worker_name else None
+    return worker.devices if worker is not None else {}
+
+
 def lineage(*, run: Run) -> dict[str, Any]:
     """Where the run came from and what used it: base model, source run (chained), dataset
     versions, its artifacts and the runs that started from its export."""
@@ -244,3 +253,15 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
     rows = [{"prompt": prompt, "cells": [texts.get((column["run"].pk, key)) for column in columns]}
             for key, prompt in prompts.items()]
     return {"columns": columns, "rows": rows}
+
+
+def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
+    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at")
+
+
+def pipeline_get(*, project: Project, public_id: str) -> Pipeline:
+    """Pipeline ``public_id`` of ``project``; 404 when it belongs elsewhere."""
+    pipeline = Pipeline.objects.filter(project=project, public_id=public_id).select_related("result_run").first()
+    if pipeline is None:
+        raise Http404("no such pipeline in this project")
+    return pipeline

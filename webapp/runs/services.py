@@ -261,6 +261,12 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     return run
 
 
+def _advance_pipeline(run: Run) -> None:
+    from webapp.runs.pipelines import pipeline_advance  # pipelines build on this module
+
+    pipeline_advance(run=run)
+
+
 def _set_cancel_flag(public_id: str) -> None:
     try:
         client = channels.redis_client()
@@ -288,6 +294,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         run.error_message = f"cancelled by {who}" + ("" if external else " before it started")
         run.save(update_fields=["status", "finished_at", "error_message"])
         log_line(run, run.error_message)
+        _advance_pipeline(run)
         return run
     if run.status != RunStatus.RUNNING:
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only queued or running runs can be cancelled"})
@@ -392,6 +399,7 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
             message = f"worker {run.worker_name} went silent ({silent} s) after a cancel request; marked cancelled"
             if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
                 log_line(run, message, level=LogLevel.WARNING)
+                _advance_pipeline(run)
             continue
         message = (f"worker {run.worker_name} lost at step {run.current_step} (silent for {silent} s); "
                    "re-queued to resume from its last checkpoint")

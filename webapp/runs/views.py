@@ -11,6 +11,8 @@ import csv
 import json
 from typing import Any
 
+import yaml
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -43,6 +45,7 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
         "tasks": tasks(), "statuses": RunStatus.choices, "tags": selectors.project_tags(project=project),
         "sorts": list(selectors.SORTS), "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
+        "pipelines": selectors.pipeline_list(project=project)[:10],
     })
 
 
@@ -153,6 +156,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
         "sample_steps": steps, "samples": selectors.sample_list(run=run, step=steps[-1]) if steps else [],
         "sample_step": steps[-1] if steps else None, "lineage": selectors.lineage(run=run),
+        "devices": selectors.run_devices(run=run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     })
 
@@ -295,3 +299,65 @@ def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
     return response
 
 
+
+
+PIPELINE_EXAMPLE = """name: sft-then-dpo
+stages:
+  - name: sft
+    spec:
+      task: sft
+      model: {model}
+      data: {{train: {sft}, eval: {eval}}}
+      peft: {{method: lora, rank: 16, alpha: 32}}
+      train: {{max_steps: 200, batch_size: 8, eval_every: 50, save_every: 50}}
+  - name: dpo
+    # model: the previous stage's exported model
+    spec:
+      task: dpo
+      data: {{train: {preference}}}
+      train: {{max_steps: 100, batch_size: 8, save_every: 50}}
+    guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
+"""
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
+    from webapp.runs import pipelines
+
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        text = request.POST.get("document", "")
+        try:
+            try:
+                document = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise ValidationError({"document": f"YAML syntax error: {error}"}) from None
+            pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)
+        except ValidationError as error:
+            errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+        else:
+            messages.success(request, f"Pipeline {pipeline.name} started.")
+            return redirect("runs:pipeline", project.slug, pipeline.public_id)
+    else:
+        first = lambda choices, fallback: choices[0][0] if choices else fallback  # noqa: E731
+        text = PIPELINE_EXAMPLE.format(
+            model=first(selectors.model_choices(project=project), "bm_…"),
+            sft=first(selectors.dataset_choices(project=project, kinds=("sft",)), "dv_…"),
+            eval=first(selectors.dataset_choices(project=project, kinds=("sft", "prompts")), "dv_…"),
+            preference=first(selectors.dataset_choices(project=project, kinds=("preference",)), "dv_…"))
+    return render(request, "runs/pipeline_new.html", {"project": project, "membership": membership,
+                                                      "document": text, "errors": errors},
+                  status=400 if errors else 200)
+
+
+@login_required
+@require_GET
+def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug)
+    pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
+    runs = {run.pipeline_stage: run for run in pipeline.runs.all()}
+    stages = [{"index": index, "stage": stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]
+    return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
+                                                  "pipeline": pipeline, "stages": stages})

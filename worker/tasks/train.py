@@ -6,7 +6,7 @@ import logging
 
 from jaxengine.spec import parse_spec
 from webapp.celery import app
-from webapp.runs import reporting
+from webapp.runs import pipelines, reporting
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,12 @@ def train_run(self, run_pk: int, attempt: int) -> None:
             reporter.close()
         finally:
             reporting.run_fail(run=run, error=error)
+            pipelines.pipeline_advance(run=run)
         return
     try:
         reporter.close()
     except RuntimeError as error:
         reporting.run_fail(run=run, error=error)
-        return
-    reporting.run_finish(run=run, summary=summary)
+    else:
+        reporting.run_finish(run=run, summary=summary)
+    pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any

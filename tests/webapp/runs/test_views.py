@@ -158,3 +158,16 @@ def test_compare_page_and_csv(team, run, client_for, catalog, sent_tasks):
     assert len(csv_text.splitlines()) == 1 + 5 + 1
     one = client.get(f"/p/alpha/runs/compare/?runs={run.public_id}")
     assert one.status_code == 302
+
+
+def test_the_run_page_shows_the_workers_devices(team, run, client_for):
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    now = timezone.now()
+    Worker.objects.create(name="train@gpu", host="gpu", pid=1, started_at=now, last_seen=now,
+                          devices={"platform": "gpu", "count": 8, "kinds": ["NVIDIA H200"], "memory_bytes": 150 * 2**30})
+    Run.objects.filter(pk=run.pk).update(worker_name="train@gpu")
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert '<dd id="devices">8 × NVIDIA H200, 150.0\xa0GB each</dd>' in page

@@ -1,0 +1,124 @@
+"""Pipelines: stages validated up front, each stage launched from the previous stage's export when
+it succeeds, regression guards that stop the pipeline and keep the previous result, failures."""
+import pytest
+import yaml
+from django.core.exceptions import ValidationError
+
+from webapp.runs import pipelines, reporting
+from webapp.runs.models import Artifact, ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
+
+
+def document(catalog, *, guard=None, stages=2):
+    sft = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
+           "train": {"max_steps": 10}}
+    dpo = {"task": "dpo", "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 5}}
+    later = [{"name": f"dpo-{index}", "spec": dpo, **({"guard": guard} if guard else {})} for index in range(1, stages)]
+    return {"name": "chain", "stages": [{"name": "sft", "spec": sft}, *later]}
+
+
+def finish(run: Run, *, status="succeeded", metrics=None, tmp_path=None) -> Run:
+    """What the train worker does at the end of a stage's run."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run.refresh_from_db()
+    export = tmp_path / run.public_id
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    run = reporting.run_finish(run=run, summary={"status": status, "step": 10, "export": {"model": str(export)}})
+    Run.objects.filter(pk=run.pk).update(final_metrics={name: {"last": value} for name, value in (metrics or {}).items()})
+    run.refresh_from_db()
+    return run
+
+
+def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks):
+    bad = document(catalog)
+    bad["stages"][1]["spec"]["dpo"] = {"loss": "nope"}
+    bad["stages"][1]["spec"]["model"] = catalog.base_model.public_id
+    bad["stages"][0]["guard"] = {"metric": "eval/loss", "max_drop_percent": 5}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=bad, user=team.teammate)
+    errors = caught.value.message_dict
+    assert "is not one of sigmoid, ipo, hinge, simpo, orpo" in errors["stages.1.spec.dpo.loss"][0]
+    assert "leave model out" in errors["stages.1.spec.model"][0]
+    assert "no previous stage" in errors["stages.0.guard"][0]
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document={"name": "x", "stages": []}, user=None)
+    assert "stages" in caught.value.message_dict
+
+
+def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, tmp_path):
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3), user=team.teammate)
+    first = pipeline.runs.get()
+    assert first.pipeline_stage == 0 and first.name == "chain · 1. sft"
+    first = finish(first, tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    pipelines.pipeline_advance(run=first)  # twice changes nothing
+    second = Run.objects.get(pipeline=pipeline, pipeline_stage=1)
+    assert second.spec["model"] == first.public_id and second.source_run == first
+    assert second.resolved_spec["model"] == first.artifacts.get(kind=ArtifactKind.MODEL).path
+    pipelines.pipeline_advance(run=finish(second, tmp_path=tmp_path))
+    third = Run.objects.get(pipeline=pipeline, pipeline_stage=2)
+    pipelines.pipeline_advance(run=finish(third, tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.result_run == third
+    assert Run.objects.filter(pipeline=pipeline).count() == 3
+
+
+def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tasks, tmp_path):
+    guard = {"metric": "eval/exact_match", "max_drop_percent": 10}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=3),
+                                         user=team.teammate)
+    first = finish(pipeline.runs.get(), metrics={"eval/exact_match": 0.5}, tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    second = finish(Run.objects.get(pipeline=pipeline, pipeline_stage=1), metrics={"eval/exact_match": 0.4},
+                    tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=second)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
+    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/exact_match fell 20.0% (0.5 → 0.4), more than "
+                                f"the 10% allowed; the result stays chain · 1. sft ({first.public_id})")
+    assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=2).exists()
+
+
+def test_guards_on_losses_and_missing_metrics():
+    previous = Run(name="a", public_id="run_a", final_metrics={"eval/loss": {"last": 2.0}})
+    current = Run(name="b", public_id="run_b", final_metrics={"eval/loss": {"last": 2.08}})
+    loss_guard = {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    assert pipelines.guard_verdict(loss_guard, previous, current) is None  # 4% worse: allowed
+    current.final_metrics = {"eval/loss": {"last": 2.2}}
+    assert "rose 10.0% (2 → 2.2)" in pipelines.guard_verdict(loss_guard, previous, current)
+    assert "was not logged by b (run_b)" in pipelines.guard_verdict({"metric": "x", "max_drop_percent": 1}, current, current)
+
+
+def test_a_failed_or_cancelled_stage_ends_the_pipeline(team, catalog, sent_tasks, tmp_path, django_capture_on_commit_callbacks):
+    from webapp.runs import services
+
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    services.run_cancel(run=first, user=team.teammate)  # queued: cancelled at once, the pipeline follows
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and "stage 1 (sft) cancelled" in pipeline.message
+    other = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    run = other.runs.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run.refresh_from_db()
+    pipelines.pipeline_advance(run=reporting.run_fail(run=run, error=RuntimeError("out of memory")))
+    other.refresh_from_db()
+    assert other.status == PipelineStatus.FAILED and "RuntimeError: out of memory" in other.message
+
+
+def test_pipeline_pages(team, catalog, sent_tasks, client_for):
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/pipelines/new/").content.decode()
+    assert catalog.base_model.public_id in page and catalog.preference.public_id in page
+    text = yaml.safe_dump(document(catalog))
+    response = client.post("/p/alpha/pipelines/new/", {"document": text})
+    pipeline = Pipeline.objects.get()
+    assert response["Location"] == f"/p/alpha/pipelines/{pipeline.public_id}/"
+    detail = client_for(team.viewer).get(response["Location"]).content.decode()
+    assert "chain · 1. sft" in detail and "not started" in detail
+    bad = client.post("/p/alpha/pipelines/new/", {"document": "name: x\nstages: [\n"})
+    assert bad.status_code == 400 and "YAML syntax error" in bad.content.decode()
+    assert client_for(team.viewer).get("/p/alpha/pipelines/new/").status_code == 403
+    assert client_for(team.outsider).get(response["Location"]).status_code == 404
+    assert "chain" in client.get("/p/alpha/runs/").content.decode()

@@ -1,0 +1,192 @@
+"""Pipelines: a sequence of stages (e.g. SFT → DPO → another SFT) launched once, each stage a run
+that starts from the previous stage's exported model.
+
+Design note: a pipeline is advanced by the end of its current stage's run, wherever that happens
+(the train worker after ``run_finish``/``run_fail``, the web when a queued stage is cancelled):
+``pipeline_advance(run=...)`` locks the pipeline row and acts only if the run is its current stage,
+so calling it twice, or for a run of no pipeline, changes nothing. A stage may carry a regression
+guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
+(``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
+the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field
+
+from webapp.projects.models import Project
+from webapp.runs import services
+from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
+
+logger = logging.getLogger(__name__)
+
+PREVIOUS = "previous"
+MAX_STAGES = 10
+
+
+class Guard(BaseModel):
+    """A stage's regression guard against the previous stage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss.")
+    max_drop_percent: float = Field(ge=0, description="How far (in %) it may get worse than the previous stage's.")
+    higher_is_better: bool = Field(default=True, description="false for losses: worse means higher.")
+
+
+class Stage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=60)
+    spec: dict[str, Any]
+    guard: Guard | None = None
+
+
+class PipelineDocument(BaseModel):
+    """What a person writes: the pipeline's name and its stages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=120)
+    stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
+
+
+def parse_document(data: Any) -> PipelineDocument:
+    """Validate a pipeline document; errors name the stage and key (``stages.1.guard.metric``)."""
+    import pydantic
+
+    try:
+        return PipelineDocument.model_validate(data)
+    except pydantic.ValidationError as error:
+        errors: dict[str, list[str]] = {}
+        for problem in error.errors(include_url=False):
+            errors.setdefault(".".join(str(part) for part in problem["loc"]) or "__all__", []).append(problem["msg"])
+        raise ValidationError(errors) from None
+
+
+def _check_stages(project: Project, document: PipelineDocument) -> None:
+    """Every stage's spec must be a valid run spec of the project (later stages' models excepted:
+    they are the previous stage's export, unknown until it has run)."""
+    errors: dict[str, list[str]] = {}
+    first_model = document.stages[0].spec.get("model")
+    if first_model in (None, PREVIOUS):
+        errors["stages.0.spec.model"] = ["the first stage starts from a base model (bm_…) or a run's export (run_…)"]
+    if document.stages[0].guard is not None:
+        errors["stages.0.guard"] = ["the first stage has no previous stage to guard against; remove its guard"]
+    for index, stage in enumerate(document.stages):
+        spec = dict(stage.spec)
+        if index > 0:
+            if spec.get("model", PREVIOUS) != PREVIOUS:
+                errors.setdefault(f"stages.{index}.spec.model", []).append(
+                    f"stage {index + 1} starts from the previous stage's model; leave model out (or write '{PREVIOUS}')")
+            spec["model"] = first_model  # a stand-in with a known architecture, to check the rest
+        try:
+            services.plan_run(project=project, spec=spec, output_dir=services.run_output_dir("pipeline-check"))
+        except ValidationError as error:
+            for key, messages in error.message_dict.items():
+                errors.setdefault(f"stages.{index}.spec.{key}", []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _stage_spec(pipeline: Pipeline, index: int, model: str | None) -> dict[str, Any]:
+    spec = copy.deepcopy(pipeline.stages[index]["spec"])
+    if index > 0:
+        spec["model"] = model
+    return spec
+
+
+def _launch_stage(pipeline: Pipeline, index: int, *, model: str | None, user: AbstractBaseUser | None) -> Run:
+    stage = pipeline.stages[index]
+    run = services.run_create(project=pipeline.project, spec=_stage_spec(pipeline, index, model), user=user,
+                              name=f"{pipeline.name} · {index + 1}. {stage['name']}")
+    Run.objects.filter(pk=run.pk).update(pipeline=pipeline, pipeline_stage=index)
+    run.pipeline, run.pipeline_stage = pipeline, index
+    services.log_line(run, f"stage {index + 1} of {len(pipeline.stages)} of pipeline {pipeline.name}")
+    return run
+
+
+@transaction.atomic
+def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser | None) -> Pipeline:
+    """Validate every stage, save the pipeline and launch its first stage."""
+    parsed = parse_document(document)
+    _check_stages(project, parsed)
+    pipeline = Pipeline.objects.create(
+        project=project, name=parsed.name.strip(), created_by=user,
+        stages=[stage.model_dump(mode="json") for stage in parsed.stages],
+    )
+    _launch_stage(pipeline, 0, model=None, user=user)
+    return pipeline
+
+
+def guard_verdict(guard: dict[str, Any], previous: Run, current: Run) -> str | None:
+    """None when ``current`` passes ``guard`` against ``previous``; otherwise the reason, in words."""
+    metric = guard["metric"]
+    before = (previous.final_metrics or {}).get(metric, {}).get("last")
+    after = (current.final_metrics or {}).get(metric, {}).get("last")
+    if before is None or after is None:
+        missing = previous if before is None else current
+        return f"{metric} was not logged by {missing.name} ({missing.public_id}), so the guard cannot pass"
+    worse_by = (before - after) if guard.get("higher_is_better", True) else (after - before)
+    percent = 100.0 * worse_by / max(abs(before), 1e-12)
+    if percent > guard["max_drop_percent"]:
+        direction = "fell" if guard.get("higher_is_better", True) else "rose"
+        return (f"{metric} {direction} {percent:.1f}% ({before:.4g} → {after:.4g}), more than the "
+                f"{guard['max_drop_percent']:g}% allowed")
+    return None
+
+
+@transaction.atomic
+def pipeline_advance(*, run: Run) -> Pipeline | None:
+    """Move ``run``'s pipeline on now that the run has ended (see the module notes)."""
+    if run.pipeline_id is None:
+        return None
+    pipeline = Pipeline.objects.select_for_update().select_related("project", "result_run").get(pk=run.pipeline_id)
+    run = Run.objects.get(pk=run.pk)
+    if run.pipeline_stage != pipeline.current_stage or pipeline.status in (PipelineStatus.SUCCEEDED,
+                                                                            PipelineStatus.STOPPED):
+        return pipeline
+    index, now = pipeline.current_stage, timezone.now()
+    label = f"stage {index + 1} ({pipeline.stages[index]['name']})"
+    result_note = (f"; the result stays {pipeline.result_run.name} ({pipeline.result_run.public_id})"
+                   if pipeline.result_run else "")
+    if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+        return pipeline
+    if run.status != RunStatus.SUCCEEDED:
+        pipeline.status = PipelineStatus.CANCELLED if run.status == RunStatus.CANCELLED else PipelineStatus.FAILED
+        pipeline.message = f"{label} {run.status}: {run.error_message or 'no message'}{result_note}"
+        pipeline.finished_at = now
+        pipeline.save(update_fields=["status", "message", "finished_at"])
+        return pipeline
+    guard = pipeline.stages[index].get("guard")
+    if guard and pipeline.result_run is not None:
+        reason = guard_verdict(guard, pipeline.result_run, run)
+        if reason is not None:
+            pipeline.status, pipeline.finished_at = PipelineStatus.STOPPED, now
+            pipeline.message = f"{label} failed its guard: {reason}{result_note}"
+            pipeline.save(update_fields=["status", "message", "finished_at"])
+            services.log_line(run, pipeline.message, level="warning")
+            return pipeline
+    pipeline.result_run = run
+    pipeline.status = PipelineStatus.RUNNING
+    if index + 1 == len(pipeline.stages):
+        pipeline.status, pipeline.finished_at = PipelineStatus.SUCCEEDED, now
+        pipeline.message = f"all {len(pipeline.stages)} stages succeeded"
+        pipeline.save(update_fields=["result_run", "status", "finished_at", "message"])
+        return pipeline
+    pipeline.current_stage = index + 1
+    pipeline.message = ""
+    pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
+    try:
+        with transaction.atomic():
+            _launch_stage(pipeline, index + 1, model=run.public_id, user=pipeline.created_by)
+    except ValidationError as error:
+        pipeline.status, pipeline.finished_at = PipelineStatus.FAILED, now
+        pipeline.message = (f"stage {index + 2} could not start: {'; '.join(error.messages)}; "
+                            f"the result stays {run.name} ({run.public_id})")
+        pipeline.save(update_fields=["status", "finished_at", "message"])
+    return pipeline
