@@ -136,6 +136,7 @@ def build_job_model(spec: JobSpec) -> JobModel:
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
     model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype)
+    model.remat = spec.train.remat
     trainable: Any = nnx.Param
     quantization = None
     if spec.peft.method == "qlora":

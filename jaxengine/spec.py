@@ -119,6 +119,7 @@ class TrainSpec(_Section):
     seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
     param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
     compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")
+    remat: bool = Field(default=False, description="Recompute each layer in the backward pass: less memory, ~1/3 more compute.")
     eval_samples: int = Field(default=16, ge=0, le=256, description="Eval prompts generated greedily at each eval.")
     sample_max_new_tokens: int = Field(default=64, ge=1, description="Token budget of those generations.")
 

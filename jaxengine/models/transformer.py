@@ -107,7 +107,7 @@ class CausalLM(nnx.Module):
         if config.scale_embeddings:
             # Hugging Face rounds the scale to the parameter dtype before multiplying.
             x_btd = x_btd * jnp.asarray(config.hidden_size ** 0.5, self.param_dtype).astype(x_btd.dtype)
-        run_layer = nnx.remat(_run_layer) if self.remat else _run_layer
+        run_layer = _remat_layer if self.remat else _run_layer
         new_keys, new_values = [], []
         for layer_index, (layer, layer_type) in enumerate(zip(self.layers, config.layer_types)):
             cos_bth, sin_bth = rope_tables[layer_type]
@@ -158,9 +158,28 @@ class CausalLM(nnx.Module):
 
 
 def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index):
-    # Positional arguments only, so that nnx.remat can wrap it.
     return layer(x_btd, cos_bth=cos_bth, sin_bth=sin_bth, mask_bts=mask_bts, kv_cache=kv_cache,
                  write_index=write_index)
+
+
+def _remat_layer(layer: DecoderLayer, *args):
+    """``_run_layer`` under ``jax.checkpoint``: the backward pass recomputes the layer from its inputs.
+
+    The layer's state goes in as an explicit argument of a pure function rather than through
+    ``nnx.remat``: under LoRA the trainer differentiates only the adapters, so the frozen base
+    ``Param`` objects belong to an outer trace, and ``nnx.remat`` writing state back onto them
+    raises flax's TraceContextError. The only state a layer changes is RNG (LoRA dropout draws
+    keys), which is returned and written back so the next step draws fresh masks.
+    """
+    graphdef, state = nnx.split(layer)
+
+    def pure_layer(state, *args):
+        inner = nnx.merge(graphdef, state)
+        return _run_layer(inner, *args), nnx.state(inner, nnx.RngState)
+
+    outputs, rng_state = jax.checkpoint(pure_layer)(state, *args)
+    nnx.update(layer, rng_state)
+    return outputs
 
 
 def causal_mask(query_length: int, key_length: int, *, offset: jax.Array | None) -> jax.Array:
