@@ -8,13 +8,16 @@ per step from the training thread.
 
 1. ingest: ``--steps`` steps of ``--metrics`` metrics each, reported as fast as the loop can go;
    the rate is points stored per second, from the first report to the last row committed.
-2. overhead: a stand-in training step (a float32 matmul, which like an XLA step runs without the
-   GIL) run ``--trials`` times alternately with no reporting and with the reporter, at
-   ``--overhead-metrics`` metrics per step; each trial's figure is its median step time (robust to
-   other jobs taking the cores of a shared host for a moment) and the slowdown compares the
-   medians over trials.
+2. overhead: a stand-in training step run ``--trials`` times alternately with no reporting and
+   with the reporter, at ``--overhead-metrics`` metrics per step. ``--step device`` (default) waits
+   ``--step-ms`` with the GIL released, as the host thread does while an accelerator computes a
+   jitted step: what reporting can then cost the step is the ``on_progress`` call and the wait to
+   take the GIL back from the writer thread. ``--step matmul`` computes a float32 matmul instead
+   (CPU training), which also competes with the writer for cores. Each trial's figure is its median
+   step time (robust to other jobs taking the cores of a shared host for a moment); the slowdown
+   compares the medians over trials.
 
-    .venv/bin/python bench/metric_ingest.py [--steps 20000] [--metrics 10] [--trials 5]
+    .venv/bin/python bench/metric_ingest.py [--steps 20000] [--metrics 10] [--trials 7] [--step device|matmul]
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=7)
     parser.add_argument("--overhead-steps", type=int, default=600)
     parser.add_argument("--overhead-metrics", type=int, default=32)
-    parser.add_argument("--matmul", type=int, default=512, help="size of the stand-in step's square matmul")
+    parser.add_argument("--step", choices=["device", "matmul"], default="device")
+    parser.add_argument("--step-ms", type=float, default=5.0, help="device step: milliseconds per step")
+    parser.add_argument("--matmul", type=int, default=512, help="matmul step: size of the square matmul")
     return parser.parse_args()
 
 
@@ -146,12 +151,17 @@ def overhead(args, use_redis: bool) -> None:
         durations = []
         for step in range(1, args.overhead_steps + 1):
             started = time.perf_counter()
-            np.dot(matrix, matrix)
+            if args.step == "device":
+                time.sleep(args.step_ms / 1000)  # releases the GIL, like waiting on the device
+            else:
+                np.dot(matrix, matrix)
             if on_progress is not None:
                 on_progress(record(step, args.overhead_metrics))
             durations.append(time.perf_counter() - started)
         return statistics.median(durations)
 
+    if not args.trials:
+        return
     loop(None)  # warm-up
     bare, reported = [], []
     for trial in range(args.trials):
@@ -162,7 +172,7 @@ def overhead(args, use_redis: bool) -> None:
         reporter.close()
     base, with_reporter = statistics.median(bare), statistics.median(reported)
     rate = args.overhead_metrics / with_reporter
-    print(f"overhead ({'DB + Redis' if use_redis else 'DB only'}): step {1e3 * base:.2f} ms bare, "
+    print(f"overhead ({args.step} step, {'DB + Redis' if use_redis else 'DB only'}): step {1e3 * base:.2f} ms bare, "
           f"{1e3 * with_reporter:.2f} ms reported ({args.overhead_metrics} metrics/step = {rate:,.0f} points/s): "
           f"{100 * (with_reporter - base) / base:+.1f}% (trials bare {[round(1e3 * t, 2) for t in bare]}, "
           f"reported {[round(1e3 * t, 2) for t in reported]} ms)")
