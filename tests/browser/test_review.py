@@ -64,8 +64,8 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
         with owner.expect_navigation():
             owner.get_by_role("button", name="Create campaign").click()
         # The default worker loads the items; the page refreshes itself until they are in.
-        owner.locator(".status-counts").get_by_text("of 3 items").wait_for(timeout=30_000)
-        assert owner.locator(".campaign-loading").count() == 0
+        owner.locator(".campaign-loading").wait_for(state="detached", timeout=30_000)
+        assert owner.locator(".status-counts li").last.inner_text() == "of 3 items"
         campaign = Campaign.objects.get(name="pass 1")
         review_url = f"{base}/p/alpha/review/{campaign.public_id}/next/"
         ann.goto(review_url)
@@ -104,6 +104,8 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
         owner.fill("#id_dataset_name", "prefs reviewed")
         with owner.expect_navigation():
             owner.get_by_role("button", name="Export").click()
+        # The worker writes the version; the campaign page refreshes itself until it is listed.
+        owner.locator("table.exports").get_by_role("link", name="prefs reviewed v1").click(timeout=30_000)
         owner.locator(".page-head .status-ready").wait_for(timeout=30_000)  # validated by the worker
         assert "prefs reviewed" in owner.locator(".page-head h1").inner_text()
         screenshot(owner, "review-export")

@@ -180,10 +180,20 @@ class Review(models.Model):
         indexes = [models.Index(fields=["campaign", "reviewer"], name="review_campaign_reviewer")]
 
 
+class ExportStatus(models.TextChoices):
+    WRITING = "writing", "Writing"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
 class Export(models.Model):
-    """A dataset version made from a campaign's reviews, with its provenance."""
+    """A dataset version made from a campaign's reviews (written by the ``default`` worker), with its
+    provenance."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
+    dataset_name = models.CharField(max_length=100)
+    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.WRITING)
+    error = models.TextField(blank=True)
     version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, related_name="+")
     options = models.JSONField(default=dict)
     reviewers = models.JSONField(default=list, help_text="Usernames of everyone whose reviews count.")

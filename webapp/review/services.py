@@ -37,13 +37,14 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement, selectors
 from webapp.review.models import (
-    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, Item, ItemSource, ItemStatus,
-    Label, Review,
+    MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
+    ItemStatus, Label, Review,
 )
 
 logger = logging.getLogger(__name__)
 
 LOAD_TASK = "worker.tasks.review.load_campaign_items"
+EXPORT_TASK = "worker.tasks.review.write_export"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
 DECISIVE = (Label.A, Label.B)
@@ -128,7 +129,7 @@ def _send(task_name: str, args: list[Any]) -> None:
     try:
         celery_app.send_task(task_name, args=args, queue="default")
     except OperationalError:
-        # The campaign stays "loading"; its page offers to queue the load again.
+        # The campaign stays "loading" (its page offers to queue the load again), an export "writing".
         logger.exception("could not queue %s%s: is Redis (REDIS_URL) up?", task_name, tuple(args))
 
 
@@ -487,18 +488,50 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
     return row, "written"
 
 
-def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractBaseUser | None) -> Export:
-    """Write the campaign's complete items as a ``preference`` JSONL file and store it as the next
-    version of dataset ``options.dataset_name`` (created when missing) through the datasets services,
-    so that it is validated by the ``default`` worker like any upload and becomes ready. The export
-    row records the options, reviewers, agreement figures and counts (provenance).
+def _export_dataset(project: Project, name: str, user: AbstractBaseUser | None) -> Dataset | None:
+    """The preference dataset ``name`` of ``project`` (None when there is none yet); refuses a dataset
+    of another kind."""
+    dataset = Dataset.objects.filter(project=project, name=name).first()
+    if dataset is not None and dataset.kind != formats.DatasetKind.PREFERENCE:
+        raise ValidationError({"dataset_name": f"{name!r} is a {dataset.kind} dataset; choose a preference "
+                                               "dataset or a new name"})
+    return dataset
 
-    Each row carries its review (label, item, campaign) in a ``review`` column, which the
-    ``preference`` kind ignores when training."""
+
+@transaction.atomic
+def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractBaseUser | None) -> Export:
+    """Queue the export of the campaign's complete items as the next version of the ``preference``
+    dataset ``options.dataset_name`` (created when missing); the ``default`` worker writes it
+    (``export_write``). Returns the export, ``writing`` until then."""
     name = options.dataset_name.strip()
     if not name:
         raise ValidationError({"dataset_name": "name the dataset the reviewed pairs go to"})
-    project = campaign.project
+    _export_dataset(campaign.project, name, user)
+    if not Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).exists():
+        raise ValidationError({"dataset_name": "no item is complete yet: review some items (or resolve their "
+                                               "conflicts) first"})
+    export = Export.objects.create(
+        campaign=campaign, dataset_name=name, created_by=user,
+        options={"drop_ties": options.drop_ties, "drop_both_bad": options.drop_both_bad,
+                 "apply_edits": options.apply_edits})
+    transaction.on_commit(lambda: _send(EXPORT_TASK, [export.pk]))
+    return export
+
+
+def export_write(*, export_id: int) -> Export:
+    """Write an export's complete items as a ``preference`` JSONL file and store it as the next version
+    of its dataset through the datasets services, so that the ``default`` worker validates it like any
+    upload and it becomes ready (the ``default`` worker runs this). The export row records the rows
+    written and left out, the reviewers and the agreement figures (provenance); a redelivered task
+    leaves a finished export alone.
+
+    Each row carries its review (label, item, campaign) in a ``review`` column, which the
+    ``preference`` kind ignores when training."""
+    export = Export.objects.select_related("campaign__project", "created_by").get(pk=export_id)
+    if export.status != ExportStatus.WRITING:
+        return export
+    campaign = export.campaign
+    options = ExportOptions(dataset_name=export.dataset_name, **export.options)
     counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0, "not_complete": 0}
     upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
     try:
@@ -512,30 +545,32 @@ def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractB
         by_status = selectors.status_counts(campaign=campaign)
         counts["unresolved_conflict"] = by_status[ItemStatus.CONFLICT]
         counts["not_complete"] = by_status[ItemStatus.PENDING] + by_status[ItemStatus.IN_REVIEW]
-        if counts["written"] == 0:
-            raise ValidationError({"dataset_name": "no reviewed pair is ready to export: finish or resolve some "
-                                                   "items first, or keep ties and both-bad items"})
         upload.flush()
         upload.size = upload.tell()
         upload.seek(0)
-        with transaction.atomic():
-            dataset = Dataset.objects.filter(project=project, name=name).first()
-            if dataset is None:
-                dataset = dataset_services.dataset_create(project=project, name=name,
-                                                          kind=formats.DatasetKind.PREFERENCE, user=user)
-            elif dataset.kind != formats.DatasetKind.PREFERENCE:
-                raise ValidationError({"dataset_name": f"{name!r} is a {dataset.kind} dataset; choose a preference "
-                                                       "dataset or a new name"})
-            version = dataset_services.dataset_version_create(dataset=dataset, upload=upload, file_format="jsonl",
-                                                              column_mapping={}, user=user)
-            report = selectors.campaign_agreement(campaign=campaign)
-            return Export.objects.create(
-                campaign=campaign, version=version, created_by=user, counts=counts,
-                options={"drop_ties": options.drop_ties, "drop_both_bad": options.drop_both_bad,
-                         "apply_edits": options.apply_edits},
-                reviewers=sorted({username for username in Review.objects.filter(campaign=campaign)
-                                 .values_list("reviewer__username", flat=True)}),
-                agreement=agreement.report_to_dict(report),
-            )
+        export.counts = counts
+        export.reviewers = sorted(set(Review.objects.filter(campaign=campaign)
+                                      .values_list("reviewer__username", flat=True)))
+        export.agreement = agreement.report_to_dict(selectors.campaign_agreement(campaign=campaign))
+        try:
+            with transaction.atomic():
+                if counts["written"] == 0:
+                    raise ValidationError({"dataset_name": "no pair was left to write: every complete item is a tie, "
+                                                           "both bad or without a majority; keep ties or both-bad "
+                                                           "items, or resolve more items"})
+                dataset = _export_dataset(campaign.project, options.dataset_name, export.created_by)
+                if dataset is None:
+                    dataset = dataset_services.dataset_create(project=campaign.project, name=options.dataset_name,
+                                                              kind=formats.DatasetKind.PREFERENCE,
+                                                              user=export.created_by)
+                export.version = dataset_services.dataset_version_create(
+                    dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
+                export.status = ExportStatus.DONE
+                export.save(update_fields=["version", "status", "counts", "reviewers", "agreement"])
+        except ValidationError as error:
+            export.status, export.error = ExportStatus.FAILED, " ".join(error.messages)
+            export.save(update_fields=["status", "error", "counts", "reviewers", "agreement"])
     finally:
         upload.close()
+    logger.info("review export %s of %s: %s, %s", export.pk, campaign.public_id, export.status, counts)
+    return export

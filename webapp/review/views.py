@@ -20,7 +20,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors, services
 from webapp.review.forms import CampaignCreateForm, CampaignSettingsForm, ExportForm, ResolveForm, ReviewForm
-from webapp.review.models import CampaignStatus, ItemStatus
+from webapp.review.models import CampaignStatus, ExportStatus, ItemStatus
 from webapp.runs.markup import render_markdown
 
 ITEMS_PER_PAGE = 50
@@ -63,6 +63,7 @@ def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResp
     project, membership = get_project_for_user(request.user, slug)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     can_manage = membership.can(Role.OWNER)
+    exports = list(selectors.export_list(campaign=campaign))
     return render(request, "review/detail.html", {
         "project": project, "membership": membership, "campaign": campaign,
         "guidelines_html": render_markdown(campaign.guidelines),
@@ -71,8 +72,10 @@ def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         "reviewers": selectors.reviewer_names(campaign=campaign),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
-        "exports": selectors.export_list(campaign=campaign),
-        "can_manage": can_manage, "loading": campaign.status == CampaignStatus.LOADING,
+        "exports": exports,
+        "can_manage": can_manage,
+        "refreshing": campaign.status == CampaignStatus.LOADING or any(
+            export.status == ExportStatus.WRITING for export in exports),
         "export_form": ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None,
     })
 
@@ -214,10 +217,8 @@ def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
         except ValidationError as error:
             messages.error(request, " ".join(error.messages))
         else:
-            version = export.version
-            messages.success(request, f"Exported {export.counts['written']} pairs as {version.dataset.name} "
-                                      f"v{version.number}; checking it now.")
-            return redirect("datasets:version", project.slug, version.dataset.public_id, version.number)
+            messages.success(request, f"Exporting the complete items to {export.dataset_name}; the new version "
+                                      "appears under Exports when it is written.")
     else:
         messages.error(request, "Name the dataset to export to.")
     return redirect("review:detail", project.slug, campaign.public_id)

@@ -11,7 +11,7 @@ from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
 from webapp.runs import selectors as run_selectors
-from webapp.review.models import CampaignReviewer, CampaignStatus, Item, ItemStatus, Label, Review
+from webapp.review.models import CampaignReviewer, CampaignStatus, ExportStatus, Item, ItemStatus, Label, Review
 
 
 def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
@@ -270,6 +270,12 @@ def review_all(campaign, team, carol):
     return items
 
 
+def export_now(campaign, user, **options):
+    """``export_create`` and then the worker's ``export_write``."""
+    export = services.export_create(campaign=campaign, user=user, options=services.ExportOptions(**options))
+    return services.export_write(export_id=export.pk)
+
+
 def exported_rows(export):
     return [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
 
@@ -282,6 +288,13 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     with django_capture_on_commit_callbacks(execute=True):
         export = services.export_create(campaign=campaign, user=team.owner,
                                         options=services.ExportOptions(dataset_name="prefs reviewed"))
+    assert export.status == ExportStatus.WRITING and export.version is None
+    assert sent_tasks == [(services.EXPORT_TASK, [export.pk], "default")]
+    sent_tasks.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        export = services.export_write(export_id=export.pk)
+    assert export.status == ExportStatus.DONE
+    assert services.export_write(export_id=export.pk).version == export.version, "a redelivery changes nothing"
     rows = exported_rows(export)
     assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [
         ("What is 2+2?", "4", "5"),
@@ -308,11 +321,8 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
 
 def test_export_keeps_ties_and_originals_when_asked_and_adds_versions_to_the_same_dataset(campaign, team, carol):
     review_all(campaign, team, carol)
-    first = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="prefs reviewed"),
-                                   user=team.owner)
-    second = services.export_create(
-        campaign=campaign, user=team.owner,
-        options=services.ExportOptions(dataset_name="prefs reviewed", drop_ties=False, apply_edits=False))
+    first = export_now(campaign, team.owner, dataset_name="prefs reviewed")
+    second = export_now(campaign, team.owner, dataset_name="prefs reviewed", drop_ties=False, apply_edits=False)
     rows = exported_rows(second)
     assert [(row["chosen"], row["review"]["label"]) for row in rows] == [
         ("4", "a"), ([{"role": "assistant", "content": "Hi!"}], "tie"), ("c-a-t", "a")]
@@ -321,10 +331,9 @@ def test_export_keeps_ties_and_originals_when_asked_and_adds_versions_to_the_sam
         second.version.dataset_id, 1, 2)
 
 
-def test_export_refuses_an_empty_result_and_a_dataset_of_another_kind(campaign, team):
-    with pytest.raises(ValidationError, match="no reviewed pair is ready to export"):
+def test_export_refuses_a_campaign_with_nothing_complete_and_a_dataset_of_another_kind(campaign, team):
+    with pytest.raises(ValidationError, match="no item is complete yet"):
         services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="out"), user=team.owner)
-    assert not Dataset.objects.filter(name="out").exists()
     make_ready_version(team.project, name="chats", kind="sft")
     item = Item.objects.get(campaign=campaign, sequence=1)
     for reviewer in campaign.reviewers.all():
@@ -332,6 +341,18 @@ def test_export_refuses_an_empty_result_and_a_dataset_of_another_kind(campaign, 
     with pytest.raises(ValidationError, match="'chats' is a sft dataset"):
         services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="chats"),
                                user=team.owner)
+    assert not campaign.exports.exists()
+
+
+def test_an_export_with_no_pair_left_fails_and_says_why(campaign, team):
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    for reviewer in campaign.reviewers.all():
+        answer(item, reviewer, "tie")
+    export = export_now(campaign, team.owner, dataset_name="out")
+    assert export.status == ExportStatus.FAILED and export.version is None
+    assert export.error.startswith("no pair was left to write: every complete item is a tie")
+    assert export.counts["tie"] == 1
+    assert not Dataset.objects.filter(name="out").exists()
 
 
 def test_choice_for_helper_matches_the_service_mapping(campaign, team):

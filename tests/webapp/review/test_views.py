@@ -155,10 +155,11 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert (item.status, item.resolved_label) == (ItemStatus.COMPLETE, "b")
     response = owner.post(url("export", campaign), {"dataset_name": "clean prefs", "drop_ties": "on",
                                                     "drop_both_bad": "on", "apply_edits": "on"})
+    assert response.status_code == 302 and response.url == url("detail", campaign)
     export = campaign.exports.get()
-    version = export.version
-    assert response.status_code == 302
-    assert response.url == reverse("datasets:version", args=[team.project.slug, version.dataset.public_id, 1])
+    detail = owner.get(url("detail", campaign))
+    assert b"writing clean prefs" in detail.content and b'http-equiv="refresh"' in detail.content
+    version = services.export_write(export_id=export.pk).version
     assert version.absolute_path.read_text().count("\n") == 1
     detail = owner.get(url("detail", campaign))
-    assert b"clean prefs v1" in detail.content
+    assert b"clean prefs v1" in detail.content and b'http-equiv="refresh"' not in detail.content
