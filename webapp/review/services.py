@@ -47,7 +47,6 @@ LOAD_TASK = "worker.tasks.review.load_campaign_items"
 EXPORT_TASK = "worker.tasks.review.write_export"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
-DECISIVE = (Label.A, Label.B)
 
 
 # --- Pure rules --------------------------------------------------------------------------------------

@@ -1,5 +1,4 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
-import pytest
 from django.urls import reverse
 
 from tests.webapp.factories import make_ready_version
