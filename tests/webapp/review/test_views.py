@@ -162,3 +162,25 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert version.absolute_path.read_text().count("\n") == 1
     detail = owner.get(url("detail", campaign))
     assert b"clean prefs v1" in detail.content and b'http-equiv="refresh"' not in detail.content
+
+
+def test_the_owner_changes_the_settings(campaign, team, carol, client_for):
+    owner = client_for(team.owner)
+    assert owner.get(url("settings", campaign)).status_code == 200
+    response = owner.post(url("settings", campaign), {"guidelines": "New *rules*.", "required_reviews": 1,
+                                                      "reviewers": [carol.pk]})
+    assert response.status_code == 302
+    campaign.refresh_from_db()
+    assert (campaign.guidelines, campaign.required_reviews) == ("New *rules*.", 1)
+    assert list(campaign.reviewers.values_list("username", flat=True)) == ["carol"]
+    response = owner.post(url("settings", campaign), {"guidelines": "", "required_reviews": 11,
+                                                      "reviewers": [carol.pk]})
+    assert response.status_code == 400 and b"less than or equal to 10" in response.content
+
+
+def test_the_items_page_filters_by_status(campaign, team, carol, client_for):
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    page = client_for(team.viewer).get(url("items", campaign), {"status": "in_review"})
+    assert [row_item for row_item, _prompt in page.context["rows"]] == [item]
+    assert b"Capital of France?" in page.content and b"What is 2+2?" not in page.content
