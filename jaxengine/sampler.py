@@ -173,7 +173,6 @@ class _Stream:
         self.decoders = [IncrementalDecoder(tokenizer) for _ in range(row_count)]
         self.texts = [""] * row_count  # decoded text so far
         self.emitted = [0] * row_count  # characters of texts already passed to on_token
-        self.stopped = [False] * row_count
 
     def _held_back(self, text: str) -> int:
         """Length of the longest end of ``text`` that could still grow into a stop string."""
@@ -199,7 +198,6 @@ class _Stream:
                 if found:
                     end = min(found)
                     stop_now[row] = True
-                    self.stopped[row] = True
                 elif not finished:
                     end -= self._held_back(self.texts[row])
             if self.on_token is not None:
@@ -212,7 +210,8 @@ class _Stream:
 class Sampler:
     """Generates from a ``CausalLM`` (see ``jaxengine.models``) and a ``Tokenizer``.
 
-    The model's current weights are used on every call (a trainer may keep updating them).
+    The model's current weights are used on every call (a trainer may keep updating them). One
+    generate() at a time per Sampler: the streaming state of a call lives on the instance.
     ``min_bucket``: smallest prompt-length and total-length bucket. ``cache_dtype``: KV cache dtype
     (default the model's compute dtype).
     """
