@@ -176,7 +176,9 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 
 def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
-    model = nnx.merge(graphdef, params, rng_state, frozen)
+    # Fresh Variable objects: the RNG state arrives from an outer trace (it is not differentiated),
+    # and dropout's counter increments must happen on Variables of this trace.
+    model = nnx.merge(graphdef, params, rng_state, frozen, copy=True)
     loss, weight, metrics = task.loss(model, batch)
     return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState))
 

@@ -1,4 +1,6 @@
 """LoRA: identity at init, merge == adapter, unmerge restores, peft loads our export with our logits."""
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,3 +82,33 @@ def test_peft_loads_our_adapter_and_gives_our_logits(tmp_path):
     with torch.no_grad():
         theirs = reference(torch.tensor(np.asarray(IDS), dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_lora_dropout_trains_reproducibly_and_is_off_in_eval(tmp_path):
+    from jaxengine.data.pipeline import Example
+    from jaxengine.spec import OptimSpec
+    from jaxengine.tasks import LanguageModelTask
+    from jaxengine.trainer import Trainer, TrainConfig
+
+    examples = [Example(ids=np.arange(i, i + 12, dtype=np.int32) % 200 + 3, loss_mask=np.ones(12, np.bool_))
+                for i in range(16)]
+
+    def run(name, dropout=0.5):
+        model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
+        lora.apply_lora(model, targets=TARGETS, rank=4, alpha=8, dropout=dropout, seed=3)
+        config = TrainConfig(total_steps=3, batch_size=4, max_seq_len=16, optim=OptimSpec(learning_rate=1e-2))
+        trainer = Trainer(model=model, task=LanguageModelTask(), config=config, train_examples=examples,
+                          pad_id=0, run_dir=tmp_path / name, trainable=lora.LoraParam)
+        trainer.fit(progress_bar=False)
+        return (tmp_path / name / "metrics.jsonl").read_text(), trainer.current_model()
+
+    def losses_of(text):
+        return [json.loads(line)["loss"] for line in text.splitlines()]
+
+    first, trained = run("a")
+    second, _ = run("b")
+    assert losses_of(first) == losses_of(second)  # the dropout masks come from the seeded RNG state
+    without, _ = run("c", dropout=0.0)
+    assert losses_of(without)[0] == pytest.approx(losses_of(first)[0], abs=1e-6)  # B = 0: adapters add nothing yet
+    assert losses_of(without)[2] != pytest.approx(losses_of(first)[2], abs=1e-6)  # then dropout changes the updates
+    np.testing.assert_array_equal(forward(trained, IDS), forward(trained, IDS))  # eval mode: no dropout
