@@ -8,7 +8,7 @@ from typing import Any
 PRESETS: dict[str, list[dict[str, Any]]] = {
     "pretrain": [
         {"name": "Continued pre-training", "description": "Full weights, packed sequences, one epoch.",
-         "spec": {"data": {"packing": True, "max_seq_len": 512, "loss_on": "all"},
+         "spec": {"data": {"packing": True, "max_seq_len": 512},
                   "optim": {"learning_rate": 1e-4, "warmup_steps": 10},
                   "train": {"epochs": 1, "batch_size": 8, "save_every": 100}}},
     ],

@@ -45,7 +45,6 @@ class SpecField:
     help: str
     optional: bool
     choices: tuple[Any, ...] = ()
-    number_type: Literal["int", "float", ""] = ""
 
     @property
     def input_id(self) -> str:
@@ -88,7 +87,7 @@ def _spec_field(section: str, key: str, info) -> SpecField:
     if annotation is bool:
         return SpecField(widget="checkbox", default=bool(default), **common)
     if annotation in (int, float):
-        return SpecField(widget="number", default=default, number_type=annotation.__name__, **common)
+        return SpecField(widget="number", default=default, **common)
     return SpecField(widget="text", default=default, **common)
 
 

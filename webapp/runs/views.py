@@ -22,7 +22,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from jaxengine.spec import TASK_SECTIONS
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import presets, selectors, services
@@ -67,7 +66,7 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _launch_context(request, project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
+def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
     sections = form_sections(task)
     return {
@@ -81,7 +80,6 @@ def _launch_context(request, project, membership, *, task: str, initial: dict[st
         "eval_choices": selectors.dataset_choices(project=project, kinds=services.eval_kinds(task)),
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
         "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags,
-        "task_sections": TASK_SECTIONS,
     }
 
 
@@ -99,13 +97,13 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
         if duplicate:
-            _p, _m, original = get_run_for_user(request.user, slug, duplicate)
+            _project, _membership, original = get_run_for_user(request.user, slug, duplicate)
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
         initial = spec_initial(_defaults_with(task, spec))
         return render(request, "runs/new.html", _launch_context(
-            request, project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
+            project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
                 _yaml_seed(task, spec)), mode="form", name=name, tags=tags, preset_name=preset_name))
     mode = request.POST.get("mode", "form")
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
@@ -124,7 +122,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         yaml_text = services.spec_to_yaml(spec)
     initial = spec_initial(spec) if spec else {}
     return render(request, "runs/new.html", _launch_context(
-        request, project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
+        project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
         name=name, tags=tags, preset_name=None), status=400)
 
 
