@@ -232,6 +232,20 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
+    """One run's generations for the same eval prompts at its last ``limit`` evaluated steps:
+    rows are prompts, columns steps (how the answers changed as it trained)."""
+    steps = sample_steps(run=run)[-limit:]
+    prompts: dict[str, Any] = {}
+    cells: dict[tuple[int, str], Sample] = {}
+    for sample in Sample.objects.filter(run=run, step__in=steps).order_by("position", "step"):
+        key = json.dumps(sample.prompt, sort_keys=True)
+        prompts.setdefault(key, sample.prompt)
+        cells[(sample.step, key)] = sample
+    return {"steps": steps, "rows": [{"prompt": prompt, "cells": [cells.get((step, key)) for step in steps]}
+                                     for key, prompt in prompts.items()]}
+
+
 def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None) -> dict[str, Any]:
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
     order), columns are runs at their chosen step (default: each run's last sampled step)."""

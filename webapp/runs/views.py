@@ -155,6 +155,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         "sample_steps": steps, "samples": selectors.sample_list(run=run, step=steps[-1]) if steps else [],
         "sample_step": steps[-1] if steps else None, "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
+        "across_steps": selectors.generations_across_steps(run=run) if len(steps) > 1 else None,
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     })
 

@@ -68,3 +68,15 @@ def test_a_finished_runs_series_are_read_from_its_cache(team, catalog, sent_task
     monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
     resumed = services.run_resume(run=run, user=None, max_steps=20)
     assert resumed.series_cache == {}
+
+
+def test_generations_across_steps_of_one_run(team, catalog, sent_tasks, client_for):
+    run = make_run(team, catalog)
+    for step in (10, 20, 30):
+        Sample.objects.bulk_create([Sample(run=run, step=step, position=index, prompt=prompt, text=f"{prompt}@{step}")
+                                    for index, prompt in enumerate(["<p>", "q"])])
+    table = selectors.generations_across_steps(run=run, limit=2)
+    assert table["steps"] == [20, 30] and [row["prompt"] for row in table["rows"]] == ["<p>", "q"]
+    assert [cell.text for cell in table["rows"][1]["cells"]] == ["q@20", "q@30"]
+    page = client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    assert "<th>step 30</th>" in page and "&lt;p&gt;@20" in page
