@@ -73,17 +73,18 @@ def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
     return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
 
 
-def _read_eval_rows(path: str, task: str) -> list[dict]:
+def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]:
     """Eval rows of the task's kind; for sft a ``prompts`` file with an ``answer`` column also works
     (the answer is the completion), so one held-out file serves loss and exact match."""
     from jaxengine.data import pipeline
 
     try:
-        return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task]))
+        return list(pipeline.read_examples(path, kind=pipeline.TASK_KINDS[task], columns=columns))
     except pipeline.DataError as first_error:
         if task != "sft":
             raise
-        rows = list(pipeline.read_examples(path, kind="prompts"))
+        prompt_column = {field: name for field, name in columns.items() if field == "prompt"}
+        rows = list(pipeline.read_examples(path, kind="prompts", columns=prompt_column))
         if not all(isinstance(row.get("answer"), str) for row in rows):
             raise first_error from None
         return [{**row, "completion": row["answer"]} for row in rows]
@@ -228,9 +229,10 @@ def run_job(
     model, tokenizer = job_model.model, job_model.tokenizer
 
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
-    train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task])
+    train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
+                                        columns=spec.data.columns)
     train_examples, train_stats = pipeline.encode_rows(train_rows, **encode)
-    eval_rows = _read_eval_rows(spec.data.eval, spec.task) if spec.data.eval else []
+    eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns) if spec.data.eval else []
     eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode)
     if not train_examples:
         raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")

@@ -1,7 +1,7 @@
 """The job spec: one YAML file describes a training run, for the CLI and the web app alike.
 
-Design note: this module is imported by the web process, so it must stay jax-free (pydantic and
-PyYAML only; ``tests/jaxengine/test_spec.py`` checks it in a fresh interpreter). Every section is a
+Design note: this module is imported by the web process, so it must stay jax-free (pydantic,
+PyYAML and the jax-free ``jaxengine.data.formats`` only; ``tests/jaxengine/test_spec.py`` checks it in a fresh interpreter). Every section is a
 frozen pydantic model that forbids unknown keys, so a typo is an error instead of a silently ignored
 setting. Validation errors are rewritten into one line per problem that names the dotted key, the
 value given and what is allowed, prefixed with ``file:line`` when the spec came from a YAML file:
@@ -22,6 +22,8 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from jaxengine.data import formats
+
 Task = Literal["pretrain", "sft", "reward", "dpo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
@@ -33,6 +35,9 @@ ComputeDtype = Literal["auto", "float32", "bfloat16"]
 ProjectionName = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 ALL_PROJECTIONS: tuple[str, ...] = typing.get_args(ProjectionName)
+
+# Task -> the dataset kind (jaxengine.data.formats) its data files hold.
+TASK_DATASET_KINDS: dict[str, str] = {"pretrain": "text", "sft": "sft", "reward": "preference", "dpo": "preference"}
 
 # Task -> the task-specific sections it accepts. A section listed for no task of the spec is an error.
 TASK_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -68,6 +73,10 @@ class DataSpec(_Section):
     loss_on: LossOn = Field(
         default="completion",
         description="completion: loss on completions / assistant turns only; all: every token.",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="The files' own column names for the task's fields, e.g. {prompt: question}.",
     )
 
 
@@ -180,6 +189,12 @@ class JobSpec(_Section):
     def _sections_match_task(self) -> JobSpec:
         if self.data.packing and self.task not in ("pretrain", "sft"):
             raise ValueError(f"data.packing: only supported for pretrain and sft (task is {self.task!r})")
+        kind = TASK_DATASET_KINDS[self.task]
+        unknown = sorted(set(self.data.columns) - set(formats.KIND_FIELDS[formats.DatasetKind(kind)]))
+        if unknown:
+            fields = ", ".join(formats.KIND_FIELDS[formats.DatasetKind(kind)])
+            raise ValueError(f"data.columns: {', '.join(unknown)} not a field of the {kind} data that task "
+                             f"{self.task!r} reads; fields: {fields}")
         if self.data.loss_on == "all" and self.task != "sft":
             raise ValueError(f"data.loss_on: 'all' only applies to sft (task is {self.task!r}); "
                              "pretrain always trains every token, reward and dpo score the completions")

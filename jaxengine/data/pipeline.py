@@ -34,14 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxengine.data import formats
+from jaxengine.spec import TASK_DATASET_KINDS
 
 # Which dataset kind each task reads.
-TASK_KINDS: dict[str, formats.DatasetKind] = {
-    "pretrain": formats.DatasetKind.TEXT,
-    "sft": formats.DatasetKind.SFT,
-    "reward": formats.DatasetKind.PREFERENCE,
-    "dpo": formats.DatasetKind.PREFERENCE,
-}
+TASK_KINDS: dict[str, formats.DatasetKind] = {task: formats.DatasetKind(kind) for task, kind in TASK_DATASET_KINDS.items()}
 
 
 class TokenizerLike(Protocol):
@@ -262,12 +258,14 @@ def encode_rows(
     return examples, stats
 
 
-def read_examples(path: str | Path, *, kind: str) -> Iterator[dict[str, Any]]:
+def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """Stream the rows of a dataset file of ``kind`` (text | sft | preference | prompts; ``TASK_KINDS``
-    maps tasks to kinds), checked by ``jaxengine.data.formats``."""
+    maps tasks to kinds), checked by ``jaxengine.data.formats``; ``columns`` maps the kind's fields to
+    the file's column names (fields left out keep their own names)."""
     try:
         fmt = formats.detect_format(str(path))
-        yield from formats.iter_examples(path, fmt=fmt, mapping=formats.ColumnMapping(kind=kind))
+        mapping = formats.ColumnMapping(kind=kind, columns=columns or {})
+        yield from formats.iter_examples(path, fmt=fmt, mapping=mapping)
     except formats.DatasetFormatError as error:
         raise DataError(f"{path}: {error}") from None
 

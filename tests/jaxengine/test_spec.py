@@ -200,3 +200,11 @@ def test_it_rejects_loss_on_all_outside_sft():
         "data.loss_on: 'all' only applies to sft (task is 'dpo'); pretrain always trains every token, reward and "
         "dpo score the completions"
     ]
+
+
+def test_column_names_map_onto_the_task_fields():
+    spec = parse_spec(minimal(data={"train": "t.jsonl", "columns": {"prompt": "question", "completion": "reply"}}))
+    assert spec.data.columns == {"prompt": "question", "completion": "reply"}
+    assert problems_of(minimal(data={"train": "t.jsonl", "columns": {"chosen": "good"}})) == [
+        "data.columns: chosen not a field of the sft data that task 'sft' reads; fields: prompt, completion, messages"
+    ]

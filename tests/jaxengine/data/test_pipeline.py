@@ -241,3 +241,10 @@ def test_read_examples_reads_the_task_kind_and_names_bad_rows(tmp_path):
     bad.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + json.dumps({"prompt": "a"}) + "\n")
     with pytest.raises(pipeline.DataError, match=r"bad.jsonl: line 2.*completion"):
         list(pipeline.read_examples(bad, kind="sft"))
+
+
+def test_read_examples_maps_the_files_own_column_names(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"question": "a", "reply": "b"}) + "\n")
+    rows = list(pipeline.read_examples(path, kind="sft", columns={"prompt": "question", "completion": "reply"}))
+    assert rows == [{"prompt": "a", "completion": "b"}]
