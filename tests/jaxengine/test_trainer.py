@@ -171,3 +171,15 @@ def test_a_batch_source_feeds_each_step(tmp_path):
     assert summary["status"] == "succeeded" and asked_at == [0, 1, 2, 3, 4, 5]
     with pytest.raises(ValueError, match="exactly one of train_examples and batch_source"):
         Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, pad_id=0, run_dir=tmp_path)
+
+
+def test_mixed_precision_keeps_float32_weights_and_trains(tmp_path):
+    model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0), param_dtype=jnp.float32, compute_dtype=jnp.bfloat16)
+    config = TrainConfig(total_steps=8, batch_size=4, max_seq_len=32, optim=OptimSpec(learning_rate=3e-3))
+    trainer = Trainer(model=model, task=LanguageModelTask(), config=config, train_examples=patterned_examples(),
+                      pad_id=0, run_dir=tmp_path)
+    summary = trainer.fit(progress_bar=False)
+    losses = [m["loss"] for m in read_metrics(tmp_path / "metrics.jsonl")]
+    assert summary["status"] == "succeeded" and all(math.isfinite(loss) for loss in losses)
+    assert losses[-1] < losses[0]
+    assert {leaf.dtype for leaf in jax.tree.leaves(trainer.params)} == {jnp.dtype(jnp.float32)}
