@@ -97,6 +97,18 @@ def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
     messages = list(run.log_lines.values_list("message", flat=True))
     assert any("attempt 1 started" in message for message in messages) and "succeeded at step 12" in messages[-1]
 
+    # Checkpoint 6 becomes a starting model of its own.
+    services.checkpoint_export_request(run=run, step=6, user=None)
+    wait_for(lambda: run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=6).exists(), timeout=120,
+             workers=train_worker, what="the checkpoint export")
+    exported = run.artifacts.get(kind=ArtifactKind.CHECKPOINT, step=6)
+    assert (run.output_dir / "export-step-6" / "config.json").is_file() and exported.size_bytes > 0
+    team, _base_model, data = setup
+    chained = services.run_create(project=team.project, user=None, spec={
+        "task": "sft", "model": f"{run.public_id}@6", "data": {"train": data.public_id}, "train": {"max_steps": 1}})
+    assert chained.resolved_spec["model"] == exported.path
+    services.run_cancel(run=chained, user=None)  # checked, not trained: keep the worker free
+
 
 def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     run = launch(setup, max_steps=5000, save_every=1000)

@@ -99,7 +99,8 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model or adapter) as a tar archive",
                                  [SLUG, RUN, {"name": "kind", "in": "path", "required": True,
-                                              "schema": {"type": "string", "enum": ["model", "adapter"]}}]),
+                                              "schema": {"type": "string", "enum": ["model", "adapter", "checkpoint"]}},
+                                  _query("step", "checkpoint: its step", "integer")]),
                     "responses": {"200": {"description": "tar archive",
                                           "content": {"application/x-tar": {"schema": {"type": "string",
                                                                                        "format": "binary"}}}},

@@ -105,7 +105,7 @@ def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "final_metrics": run.final_metrics}
     if detail:
         body.update(spec=run.spec, summary=run.summary, notes=run.notes,
-                    artifacts=[{"kind": artifact.kind, "size_bytes": artifact.size_bytes}
+                    artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes}
                                for artifact in run.artifacts.all()])
     return body
 
@@ -243,9 +243,10 @@ def _tar_stream(directory: Path) -> Iterator[bytes]:
 
 @api_view(("GET",))
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
-    """Download an artifact directory (``model`` or ``adapter``) as a tar archive."""
+    """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    artifact = Artifact.objects.filter(run=run, kind=kind).first()
+    step = request.GET.get("step", "0")
+    artifact = Artifact.objects.filter(run=run, kind=kind, step=int(step) if step.isdigit() else -1).first()
     if artifact is None:
         raise Http404(f"run {run.public_id} has no {kind} artifact")
     directory = Path(artifact.path).resolve()

@@ -204,6 +204,7 @@ class RunLogLine(models.Model):
 class ArtifactKind(models.TextChoices):
     MODEL = "model", "Exported model"
     ADAPTER = "adapter", "LoRA adapter"
+    CHECKPOINT = "checkpoint", "Exported checkpoint"
 
 
 class Artifact(models.Model):
@@ -212,9 +213,11 @@ class Artifact(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
     kind = models.CharField(max_length=20, choices=ArtifactKind.choices)
     path = models.CharField(max_length=1024, help_text="Absolute path of the directory.")
+    # The checkpoint step of a ``checkpoint`` export; 0 for the run's final model and adapter.
+    step = models.PositiveIntegerField(default=0)
     size_bytes = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["kind"]
-        constraints = [models.UniqueConstraint(fields=["run", "kind"], name="artifact_unique_run_kind")]
+        ordering = ["kind", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "kind", "step"], name="artifact_unique_run_kind_step")]

@@ -375,13 +375,28 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
         path = (summary.get("export") or {}).get(key)
         if path and Path(path).is_dir():
-            Artifact.objects.update_or_create(run=run, kind=kind,
+            Artifact.objects.update_or_create(run=run, kind=kind, step=0,
                                               defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
     message = f"{run.status} at step {run.current_step}" + (f": {run.error_message}" if run.error_message else "")
     RunLogLine.objects.create(run=run, message=message,
                               level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
     _publish_status(run)
     return run
+
+
+@transaction.atomic
+def checkpoint_exported(*, run: Run, step: int, export_dir: Path) -> Artifact:
+    """Register checkpoint ``step`` of ``run``, exported to ``export_dir``, as a starting model."""
+    artifact, _ = Artifact.objects.update_or_create(
+        run=run, kind=ArtifactKind.CHECKPOINT, step=step,
+        defaults={"path": str(export_dir.resolve()), "size_bytes": _directory_size(export_dir)})
+    RunLogLine.objects.create(run=run, message=f"checkpoint {step} exported to {export_dir}; start runs from {run.public_id}@{step}")
+    return artifact
+
+
+def checkpoint_export_failed(*, run: Run, step: int, error: BaseException) -> None:
+    RunLogLine.objects.create(run=run, level=LogLevel.ERROR,
+                              message=f"export of checkpoint {step} failed: {type(error).__name__}: {error}"[:4000])
 
 
 @transaction.atomic

@@ -86,6 +86,10 @@ def model_choices(*, project: Project) -> list[tuple[str, str]]:
                 .select_related("run").order_by("-run__created_at"))
     choices += [(artifact.run.public_id, f"{artifact.run.name} — exported by {artifact.run.public_id}")
                 for artifact in exported]
+    checkpoints = (Artifact.objects.filter(run__project=project, kind=ArtifactKind.CHECKPOINT)
+                   .select_related("run").order_by("-run__created_at", "step"))
+    choices += [(f"{artifact.run.public_id}@{artifact.step}", f"{artifact.run.name} — checkpoint {artifact.step}")
+                for artifact in checkpoints]
     return choices
 
 

@@ -94,10 +94,19 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             return "", None, None
         return base_model.path, base_model, None
     if reference.startswith("run_"):
-        source = Run.objects.filter(project=project, public_id=reference).first()
+        run_id, at, step = reference.partition("@")
+        source = Run.objects.filter(project=project, public_id=run_id).first()
         if source is None:
-            _add(errors, "model", f"{reference!r} is not a run of {project.slug}")
+            _add(errors, "model", f"{run_id!r} is not a run of {project.slug}")
             return "", None, None
+        if at:
+            # run_…@N: the exported checkpoint N of a run (see checkpoint_export_request).
+            exported = (source.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=int(step)).first()
+                        if step.isdigit() else None)
+            if exported is None:
+                _add(errors, "model", f"checkpoint {step} of {run_id} is not exported; export it on the run's page")
+                return "", None, None
+            return exported.path, source.base_model, source
         exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
         if source.status != RunStatus.SUCCEEDED or exported is None:
             _add(errors, "model", f"run {reference} has no exported model (it is {source.status}); "
@@ -349,6 +358,36 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)
+    return run
+
+
+EXPORT_CHECKPOINT_TASK = "worker.tasks.train.export_checkpoint"
+
+
+def checkpoint_steps(run: Run) -> list[int]:
+    """Steps of the checkpoints in the run's directory (orbax writes one directory per step)."""
+    directory = run.output_dir / "checkpoints"
+    if not directory.is_dir():
+        return []
+    return sorted(int(path.name) for path in directory.iterdir() if path.is_dir() and path.name.isdigit())
+
+
+@transaction.atomic
+def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | None) -> Run:
+    """Queue the export of checkpoint ``step`` of a finished run to ``<output_dir>/export-step-<step>``
+    (a Hugging Face model, like the final export); other runs can then start from ``run_…@<step>``.
+    The train queue does it: loading the model needs the engine and the accelerator."""
+    if not run.is_finished or run.task == EXTERNAL_TASK:
+        raise ValidationError({"step": f"run {run.public_id} is {run.status}; export checkpoints of finished runs"})
+    available = checkpoint_steps(run)
+    if step not in available:
+        raise ValidationError({"step": f"run {run.public_id} has no checkpoint {step}; it has "
+                                       f"{', '.join(map(str, available)) or 'none'}"})
+    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
+        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
+    log_line(run, f"export of checkpoint {step} queued by {user.get_username() if user else 'the system'}")
+    run_pk = run.pk
+    transaction.on_commit(lambda: celery_app.send_task(EXPORT_CHECKPOINT_TASK, args=[run_pk, step], queue="train"))
     return run
 
 

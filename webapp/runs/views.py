@@ -156,8 +156,15 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         "sample_step": steps[-1] if steps else None, "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
         "across_steps": selectors.generations_across_steps(run=run) if len(steps) > 1 else None,
+        "checkpoints": _checkpoints(run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     })
+
+
+def _checkpoints(run) -> list[dict[str, Any]]:
+    """The run's checkpoints, each with its export when there is one."""
+    exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind="checkpoint")}
+    return [{"step": step, "artifact": exported.get(step)} for step in services.checkpoint_steps(run)]
 
 
 @login_required
@@ -240,6 +247,21 @@ def run_resume(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 @require_POST
 def run_retry(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     return _action(request, slug, run_id, lambda run: services.run_retry(run=run, user=request.user))
+
+
+@login_required
+@require_POST
+def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    raw = request.POST.get("step", "")
+
+    def export(run):
+        if not raw.isdigit():
+            raise ValidationError({"step": f"choose a checkpoint step, not {raw!r}"})
+        result = services.checkpoint_export_request(run=run, step=int(raw), user=request.user)
+        messages.success(request, f"Exporting checkpoint {raw}; runs can start from it once it is listed.")
+        return result
+
+    return _action(request, slug, run_id, export)
 
 
 @login_required

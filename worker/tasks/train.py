@@ -7,6 +7,7 @@ import logging
 from jaxengine.spec import parse_spec
 from webapp.celery import app
 from webapp.runs import pipelines, reporting
+from webapp.runs.models import Run
 
 logger = logging.getLogger(__name__)
 
@@ -40,3 +41,27 @@ def train_run(self, run_pk: int, attempt: int) -> None:
     else:
         reporting.run_finish(run=run, summary=summary)
     pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any
+
+
+@app.task(name="worker.tasks.train.export_checkpoint", acks_late=True)
+def export_checkpoint(run_pk: int, step: int) -> None:
+    """Export checkpoint ``step`` of run ``run_pk`` as a Hugging Face model that runs can start from.
+
+    The engine's own ``export_run`` always writes ``<run>/export`` (the final model's place), so
+    this composes the same engine calls with a directory per checkpoint, ``export-step-<step>``."""
+    from jaxengine.job import build_job_model, export_trained
+    from jaxengine.trainer import restore_trained_model
+
+    run = Run.objects.get(pk=run_pk)
+    spec = parse_spec(run.resolved_spec)
+    export_dir = run.output_dir / f"export-step-{step}"
+    try:
+        job_model = build_job_model(spec)
+        trained, _meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
+                                               checkpoint_dir=run.output_dir / "checkpoints", step=step)
+        export_trained(trained, spec, job_model, export_dir)
+    except Exception as error:
+        logger.exception("run %s: export of checkpoint %s failed", run.public_id, step)
+        reporting.checkpoint_export_failed(run=run, step=step, error=error)
+        return
+    reporting.checkpoint_exported(run=run, step=step, export_dir=export_dir)

@@ -167,3 +167,30 @@ def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_task
     assert services.runs_reap_lost(now=now) == []
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catalog, sent_tasks,
+                                                                      django_capture_on_commit_callbacks, tmp_path):
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    with pytest.raises(ValidationError, match="export checkpoints of finished runs"):
+        services.checkpoint_export_request(run=run, step=5, user=None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    for step in (5, 10):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    assert services.checkpoint_steps(run) == [5, 10]
+    with pytest.raises(ValidationError, match="has no checkpoint 7; it has 5, 10"):
+        services.checkpoint_export_request(run=run, step=7, user=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+    assert sent_tasks.calls[-1] == ("worker.tasks.train.export_checkpoint", [run.pk, 5], "train")
+
+    spec = {**sft_spec(catalog), "model": f"{run.public_id}@5"}
+    with pytest.raises(ValidationError, match=f"checkpoint 5 of {run.public_id} is not exported"):
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=5, path=str(tmp_path))
+    chained = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert chained.resolved_spec["model"] == str(tmp_path) and chained.source_run == run
+    assert chained.spec["model"] == f"{run.public_id}@5"
+    with pytest.raises(ValidationError, match="already exported"):
+        services.checkpoint_export_request(run=run, step=5, user=None)

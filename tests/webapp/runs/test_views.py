@@ -171,3 +171,15 @@ def test_the_run_page_shows_the_workers_devices(team, run, client_for):
     Run.objects.filter(pk=run.pk).update(worker_name="train@gpu")
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert '<dd id="devices">8 × NVIDIA H200, 150.0\xa0GB each</dd>' in page
+
+
+def test_checkpoints_are_listed_with_an_export_button(team, run, client_for, sent_tasks):
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    client = client_for(team.teammate)
+    page = client.get(url(run)).content.decode()
+    assert '<li data-step="3">step 3' in page and "Export as a starting model" in page
+    assert "Export as a starting model" not in client_for(team.viewer).get(url(run)).content.decode()
+    assert client.post(url(run, "export/"), {"step": "3"}).status_code == 302
+    assert client_for(team.viewer).post(url(run, "export/"), {"step": "3"}).status_code == 403
+    assert client_for(team.outsider).post(url(run, "export/"), {"step": "3"}).status_code == 404
