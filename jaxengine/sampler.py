@@ -32,6 +32,8 @@ Design note.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 
@@ -207,50 +209,38 @@ class _Stream:
         return stop_now
 
 
-class Sampler:
-    """Generates from a ``CausalLM`` (see ``jaxengine.models``) and a ``Tokenizer``.
+_STREAMS: dict[int, _Stream] = {}  # the streams of generate() calls in progress, by id
+_STREAM_IDS = itertools.count()
 
-    The model's current weights are used on every call (a trainer may keep updating them). One
-    generate() at a time per Sampler: the streaming state of a call lives on the instance.
-    ``min_bucket``: smallest prompt-length and total-length bucket. ``cache_dtype``: KV cache dtype
-    (default the model's compute dtype).
+
+def _stream_step(stream_id, step, tokens_b, active_b, done_b):
+    # The io_callback target. A module-level function, so that compiled code (which is keyed on the
+    # callable) is shared; the call's own state is found by the id passed in as data.
+    return _STREAMS[int(stream_id)].step(int(step), np.asarray(tokens_b), np.asarray(active_b), np.asarray(done_b))
+
+
+class _CompiledGenerate:
+    """The jitted prefill + decode loop for one module structure (graphdef) and KV cache dtype.
+
+    Shared by every Sampler of that structure (``_compiled_generate``), so that a Sampler made anew
+    for each evaluation does not compile again.
     """
 
-    def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.min_bucket = min_bucket
-        self.config = model.config
-        self._cache_dtype = cache_dtype
-        self._stream: _Stream | None = None
-        self.trace_count = 0  # times the generation function was traced (each trace is one compile)
-        self._graphdef = None
-        self._generate_jit = None
+    def __init__(self, graphdef, cache_dtype):
+        self.graphdef = graphdef
+        self.cache_dtype = cache_dtype
+        self.trace_count = 0  # times traced; each trace is one compile
+        self.function = jax.jit(self._generate, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
 
-    def _current_state(self):
-        # Split on every call so that weights a trainer has updated since are the ones sampled from; the
-        # compiled function is kept while the module structure stays the same (e.g. no adapters added).
-        graphdef, state = nnx.split(self.model)
-        if graphdef != self._graphdef:
-            self._graphdef = graphdef
-            self._generate_jit = jax.jit(
-                self._generate_device, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
-        return state
-
-    def _stream_callback(self, step, tokens_b, active_b, done_b):
-        # A bound method of a long-lived object: io_callback keys compiled code on the callable, so it
-        # must be the same one on every call; the per-call state lives in self._stream.
-        return self._stream.step(int(step), np.asarray(tokens_b), np.asarray(active_b), np.asarray(done_b))
-
-    def _generate_device(self, state, input_ids_bt, pad_counts_b, row_valid_b, max_new_tokens, temperature,
-                         top_k, top_p, seed, stop_ids_n, *, total_length: int, greedy: bool, filtered: bool,
-                         with_callback: bool):
+    def _generate(self, state, input_ids_bt, pad_counts_b, row_valid_b, max_new_tokens, temperature, top_k, top_p,
+                  seed, stop_ids_n, stream_id, *, total_length: int, greedy: bool, filtered: bool,
+                  with_callback: bool):
         self.trace_count += 1
-        model = nnx.merge(self._graphdef, state)
+        model = nnx.merge(self.graphdef, state)
         batch, prompt_length = input_ids_bt.shape
         generated_capacity = total_length - prompt_length
         logits_bv, cache = prefill(model, input_ids_bt, pad_counts_b, total_length=total_length,
-                                   cache_dtype=self._cache_dtype)
+                                   cache_dtype=self.cache_dtype)
         prompt_lengths_b = prompt_length - pad_counts_b
 
         base_key = jax.random.key(seed)
@@ -272,7 +262,7 @@ class Sampler:
             hit_stop_b = active_b & jnp.any(token_b[:, None] == stop_ids_n[None, :], axis=-1)
             if with_callback:
                 string_stop_b = io_callback(
-                    self._stream_callback, jax.ShapeDtypeStruct((batch,), jnp.bool_), step, token_b, active_b,
+                    _stream_step, jax.ShapeDtypeStruct((batch,), jnp.bool_), stream_id, step, token_b, active_b,
                     done_b | hit_stop_b)
                 hit_stop_b = hit_stop_b | (active_b & string_stop_b)
             stopped_b = stopped_b | hit_stop_b
@@ -301,6 +291,43 @@ class Sampler:
         _, _, _, outputs = jax.lax.while_loop(keep_going, decode_step, (jnp.int32(1), token_b, cache, outputs))
         tokens_bn, logprobs_bn, lengths_b, _, stopped_b = outputs
         return tokens_bn, logprobs_bn, lengths_b, stopped_b
+
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_generate(graphdef, cache_dtype) -> _CompiledGenerate:
+    return _CompiledGenerate(graphdef, cache_dtype)
+
+
+class Sampler:
+    """Generates from a ``CausalLM`` (see ``jaxengine.models``) and a ``Tokenizer``.
+
+    The model's current weights are used on every call (a trainer may keep updating them), and
+    compiled code is shared by all Samplers of models with the same structure, so making a Sampler
+    is cheap. Calls from several threads at once are fine.
+    ``min_bucket``: smallest prompt-length and total-length bucket. ``cache_dtype``: KV cache dtype
+    (default the model's compute dtype).
+    """
+
+    def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.min_bucket = min_bucket
+        self.config = model.config
+        self._cache_dtype = cache_dtype
+        self._compiled: _CompiledGenerate | None = None
+
+    @property
+    def trace_count(self) -> int:
+        """Compiles so far of the generation function this model's structure uses (shared by Samplers)."""
+        return 0 if self._compiled is None else self._compiled.trace_count
+
+    def _current_state(self):
+        # Split on every call so that weights a trainer has updated since are the ones sampled from; the
+        # compiled function depends only on the module structure (it changes if e.g. adapters are added).
+        graphdef, state = nnx.split(self.model)
+        self._compiled = _compiled_generate(graphdef, self._cache_dtype)
+        return state
 
     def _prompt_ids(self, prompts: Sequence[str | Sequence[int]], add_special_tokens: bool) -> list[list[int]]:
         prompt_ids = []
@@ -347,19 +374,20 @@ class Sampler:
         stop_ids_n[:len(stop_ids)] = stop_ids
 
         with_callback = on_token is not None or bool(params.stop_strings)
-        self._stream = _Stream(self.tokenizer, row_count=len(prompt_ids), on_token=on_token,
-                               stop_strings=params.stop_strings, max_new_tokens=params.max_new_tokens)
+        stream_id = next(_STREAM_IDS) % 2**31
+        _STREAMS[stream_id] = _Stream(self.tokenizer, row_count=len(prompt_ids), on_token=on_token,
+                                      stop_strings=params.stop_strings, max_new_tokens=params.max_new_tokens)
         try:
             state = self._current_state()
-            outputs = self._generate_jit(
+            outputs = self._compiled.function(
                 state, input_ids_bt, pad_counts_b, row_valid_b, np.int32(params.max_new_tokens),
                 np.float32(params.temperature if not params.greedy else 1.0), np.int32(params.top_k),
-                np.float32(params.top_p), np.uint32(params.seed), stop_ids_n,
+                np.float32(params.top_p), np.uint32(params.seed), stop_ids_n, np.int32(stream_id),
                 total_length=total_length, greedy=params.greedy,
                 filtered=not params.greedy and (params.top_k > 0 or params.top_p < 1), with_callback=with_callback)
             tokens_bn, logprobs_bn, lengths_b, stopped_b = jax.device_get(outputs)
         finally:
-            self._stream = None
+            del _STREAMS[stream_id]
         return [self._generation(ids, tokens_bn[row, :lengths_b[row]], logprobs_bn[row, :lengths_b[row]],
                                  bool(stopped_b[row]), params)
                 for row, ids in enumerate(prompt_ids)]

@@ -108,10 +108,10 @@ def test_greedy_batch_matches_transformers_generate(kind, tiny_hf_model_dir, tok
 def test_second_call_in_same_buckets_does_not_compile(sampler):
     params = SamplingParams(max_new_tokens=10, temperature=0)
     first = sampler.generate(PROMPTS, params)
-    traces, cache_size = sampler.trace_count, sampler._generate_jit._cache_size()
+    traces, cache_size = sampler.trace_count, sampler._compiled.function._cache_size()
     # Different prompt lengths and count (3 -> 4 rows either way), fewer new tokens: same buckets.
     second = sampler.generate(["Hi", "a b c d e f g h i j", "x y", "model"], SamplingParams(max_new_tokens=7, temperature=0))
-    assert (sampler.trace_count, sampler._generate_jit._cache_size()) == (traces, cache_size)
+    assert (sampler.trace_count, sampler._compiled.function._cache_size()) == (traces, cache_size)
     assert [len(generation.token_ids) for generation in second] == [7, 7, 7, 7]
     assert [len(generation.token_ids) for generation in first] == [10, 10, 10]
     # A prompt past the 16-token bucket does compile a new shape.
@@ -200,7 +200,7 @@ def test_it_rejects_bad_input(sampler):
         sampler.generate([""], SamplingParams(max_new_tokens=2))
 
 
-def test_updated_weights_are_used_without_recompiling(tokenizer):
+def test_updated_weights_and_new_samplers_do_not_recompile(tokenizer):
     config = preset("tiny-qwen3").replace(vocab_size=tokenizer.vocab_size)
     model = build_model(config, rngs=nnx.Rngs(5))
     sampler = Sampler(model, tokenizer)
@@ -211,4 +211,6 @@ def test_updated_weights_are_used_without_recompiling(tokenizer):
     after = sampler.generate(PROMPTS, params)
     assert sampler.trace_count == traces
     assert [g.token_ids for g in after] != [g.token_ids for g in before]
-    assert [g.token_ids for g in after] == [g.token_ids for g in Sampler(model, tokenizer).generate(PROMPTS, params)]
+    fresh = Sampler(model, tokenizer)  # as an evaluation hook would make one each time
+    assert [g.token_ids for g in after] == [g.token_ids for g in fresh.generate(PROMPTS, params)]
+    assert fresh.trace_count == sampler.trace_count == traces  # compiled code is shared by model structure
