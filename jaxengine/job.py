@@ -73,6 +73,13 @@ def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
     return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
 
 
+def job_identity(spec: JobSpec) -> str:
+    """What a run's checkpoints are of — task, model and PEFT settings — so a resume cannot mix jobs
+    (training lengths, data and optimizer settings may change between resumes)."""
+    return json.dumps({"task": spec.task, "model": spec.model, "peft": spec.peft.model_dump(mode="json")},
+                      sort_keys=True)
+
+
 def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]:
     """Eval rows of the task's kind; for sft a ``prompts`` file with an ``answer`` column also works
     (the answer is the completion), so one held-out file serves loss and exact match."""
@@ -243,7 +250,7 @@ def run_job(
         total_steps=total_steps_for(spec, rows_per_epoch), batch_size=spec.train.batch_size,
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len, packing=spec.data.packing,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
-        seed=spec.train.seed, optim=spec.optim,
+        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

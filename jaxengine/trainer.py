@@ -248,6 +248,8 @@ class TrainConfig:
     keep_last: int = 3
     seed: int = 0
     optim: OptimSpec = field(default_factory=OptimSpec)
+    # What the checkpoints belong to (e.g. task, model and PEFT settings); resuming checks it.
+    identity: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,7 +351,7 @@ class Trainer:
 
     def save_checkpoint(self, checkpoints: Checkpoints, *, eval_loss: float | None) -> None:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
-                "seed": self.config.seed, "eval_loss": eval_loss}
+                "seed": self.config.seed, "identity": self.config.identity, "eval_loss": eval_loss}
         checkpoints.save(self.step, self._state_leaves(), meta)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
@@ -357,6 +359,11 @@ class Trainer:
         steps = checkpoints.steps()
         if not steps:
             return False
+        meta = checkpoints.meta(steps[-1])
+        if meta.get("identity") != self.config.identity:
+            raise TrainingError(f"{checkpoints.manager.directory}: these checkpoints belong to another job "
+                                f"({meta.get('identity')}), not this one ({self.config.identity}); "
+                                "use a new output_dir")
         leaves, meta = checkpoints.restore(steps[-1], self._state_leaves())
         if meta.get("seed") != self.config.seed:
             raise TrainingError(f"{checkpoints.manager.directory}: checkpoints were written with seed {meta.get('seed')}, "

@@ -35,6 +35,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from jaxengine.data.pipeline import DataError
     from jaxengine.job import JobError, run_job
+    from jaxengine.trainer import TrainingError
 
     stop_requested = []
 
@@ -46,7 +47,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         summary = run_job(spec, should_stop=lambda: bool(stop_requested),
                           progress_bar=False if args.no_progress else None)
-    except (JobError, DataError) as error:
+    except (JobError, DataError, TrainingError) as error:
         print(f"{args.spec}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:

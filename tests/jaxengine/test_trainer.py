@@ -183,3 +183,15 @@ def test_mixed_precision_keeps_float32_weights_and_trains(tmp_path):
     assert summary["status"] == "succeeded" and all(math.isfinite(loss) for loss in losses)
     assert losses[-1] < losses[0]
     assert {leaf.dtype for leaf in jax.tree.leaves(trainer.params)} == {jnp.dtype(jnp.float32)}
+
+
+def test_resuming_refuses_checkpoints_of_another_job(tmp_path):
+    from jaxengine.trainer import TrainingError
+
+    config = TrainConfig(total_steps=2, batch_size=4, max_seq_len=32, save_every=1, identity="job A")
+    Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, train_examples=patterned_examples(),
+            pad_id=0, run_dir=tmp_path).fit(progress_bar=False)
+    other = TrainConfig(total_steps=4, batch_size=4, max_seq_len=32, identity="job B")
+    with pytest.raises(TrainingError, match=r"belong to another job \(job A\), not this one \(job B\)"):
+        Trainer(model=tiny_model(), task=LanguageModelTask(), config=other, train_examples=patterned_examples(),
+                pad_id=0, run_dir=tmp_path).fit(progress_bar=False)
