@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from jaxengine.spec import JobSpec
 from webapp.api import schemas
+from webapp.runs.pipelines import PipelineDocument
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -49,7 +50,7 @@ def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  JobSpec):
+                  JobSpec, PipelineDocument):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
@@ -95,6 +96,16 @@ def build_document() -> dict[str, Any]:
             "get": _operation("Logged generations", [SLUG, RUN], query=[_query("step", "one step", "integer")]),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201"),
+        },
+        f"{base}/pipelines/": {
+            "get": _operation("List pipelines", [SLUG]),
+            "post": _operation("Start a pipeline (every stage is validated first)", [SLUG], body=PipelineDocument,
+                               status="201"),
+        },
+        f"{base}/pipelines/{{pipeline_id}}/": {
+            "get": _operation("A pipeline: status, stages and their runs, result, reason it stopped",
+                              [SLUG, {"name": "pipeline_id", "in": "path", "required": True,
+                                      "schema": {"type": "string"}}]),
         },
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model or adapter) as a tar archive",

@@ -17,6 +17,8 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/metrics/", views.run_metrics, name="run_metrics"),
     path(f"{base}/runs/<str:run_id>/samples/", views.run_samples, name="run_samples"),
     path(f"{base}/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="run_artifact"),
+    path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
+    path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
     path("accounts/tokens/", token_views.token_list, name="tokens"),
     path("accounts/tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token_revoke"),
 ]

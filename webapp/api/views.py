@@ -257,6 +257,39 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     return response
 
 
+def _pipeline_json(pipeline) -> dict[str, Any]:
+    runs = {run.pipeline_stage: run.public_id for run in pipeline.runs.all()}
+    return {"id": pipeline.public_id, "name": pipeline.name, "status": pipeline.status,
+            "current_stage": pipeline.current_stage, "message": pipeline.message,
+            "result_run": pipeline.result_run.public_id if pipeline.result_run else None,
+            "stages": [{**stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]}
+
+
+@api_view(("GET", "POST"))
+def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's pipelines. POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
+    validate every stage and start the first."""
+    from webapp.runs import pipelines as pipeline_services
+
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        return JsonResponse({"pipelines": [_pipeline_json(pipeline)
+                                           for pipeline in run_selectors.pipeline_list(project=project)[:200]]})
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    try:
+        document = json.loads(request.body or b"{}")
+    except json.JSONDecodeError as error:
+        raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
+    pipeline = pipeline_services.pipeline_create(project=project, document=document, user=request.user)
+    return JsonResponse(_pipeline_json(pipeline), status=201)
+
+
+@api_view(("GET",))
+def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> JsonResponse:
+    project, _membership = get_project_for_user(request.user, slug)
+    return JsonResponse(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=pipeline_id)))
+
+
 def openapi(request: HttpRequest) -> JsonResponse:
     """The OpenAPI 3.1 document (public: it describes the API, not any data)."""
     from webapp.api.openapi import build_document

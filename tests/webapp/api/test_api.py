@@ -174,7 +174,7 @@ def test_openapi_document_describes_every_endpoint(world):
     assert set(paths["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]) == {"get", "post"}
     assert "/api/v1/projects/{slug}/datasets/" in paths
     schemas = document["components"]["schemas"]
-    assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec"} <= set(schemas)
+    assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
 
 
@@ -184,3 +184,23 @@ def test_the_tokens_page_shows_a_new_token_once(world, client_for):
     page = client.post("/accounts/tokens/", {"name": "ci"}).content.decode()
     assert 'id="new-token"' in page and "<code>tmp_" in page
     assert 'id="new-token"' not in client.get("/accounts/tokens/").content.decode()
+
+
+def test_pipelines_start_and_report_their_stages(world):
+    team, apis, sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    stage = {"task": "sft", "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    document = {"name": "two", "stages": [{"name": "a", "spec": {**stage, "model": model.public_id}},
+                                          {"name": "b", "spec": stage,
+                                           "guard": {"metric": "eval/loss", "max_drop_percent": 5,
+                                                     "higher_is_better": False}}]}
+    status, bad = apis["teammate"].call("POST", "/api/v1/projects/alpha/pipelines/",
+                                        {**document, "stages": [{"name": "a", "spec": stage}]})
+    assert status == 400 and "stages.0.spec.model" in bad["errors"]
+    assert apis["viewer"].call("POST", "/api/v1/projects/alpha/pipelines/", document)[0] == 403
+    status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/pipelines/", document)
+    assert status == 201 and created["status"] == "running" and created["stages"][0]["run"].startswith("run_")
+    assert created["stages"][1]["run"] is None and created["stages"][1]["guard"]["metric"] == "eval/loss"
+    status, got = apis["viewer"].call("GET", f"/api/v1/projects/alpha/pipelines/{created['id']}/")
+    assert status == 200 and got["name"] == "two"
+    assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/pipelines/{created['id']}/")[0] == 404
