@@ -1,0 +1,47 @@
+"""Runs on PostgreSQL: the reporter's raw ``INSERT … ON CONFLICT DO NOTHING``, the grouped
+min/max downsampling (integer bucket division), external-run logging and the run unique keys."""
+from __future__ import annotations
+
+import pytest
+
+from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+
+pytestmark = pytest.mark.integration
+
+RUNS_SCRIPT = """
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from webapp.celery import app
+app.send_task = lambda *args, **kwargs: None
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.projects.services import project_create
+from webapp.runs import reporting, selectors, services
+from webapp.runs.models import MetricPoint, Run
+
+owner = get_user_model().objects.create_user("pg-runs", password="unused-password")
+project = project_create(name="PG runs", slug="pg-runs", owner=owner)
+spec = {"task": "sft", "model": make_base_model(project).public_id,
+        "data": {"train": make_ready_version(project).public_id}, "train": {"max_steps": 5000}}
+run = services.run_create(project=project, spec=spec, user=owner)
+rows = [(run.pk, step, "loss", 1.0 / step, 100.0 + step, step * 10) for step in range(1, 5001)]
+rows[2500] = (run.pk, 2501, "loss", 99.0, 2601.0, 25010)
+reporting.insert_metric_rows(rows)
+reporting.insert_metric_rows(rows[:10])  # replayed: nothing doubles
+assert MetricPoint.objects.filter(run=run).count() == 5000
+Run.objects.filter(pk=run.pk).update(current_step=5000)
+run.refresh_from_db()
+series = selectors.metric_series(run=run, max_points=100)["loss"]
+assert series["downsampled"] and len(series["step"]) <= 100 and max(series["value"]) == 99.0, series["step"][:6]
+assert series["step"][0] == 1 and series["step"][-1] == 5000
+external = services.run_create_external(project=project, name="ext", config={"lr": 1}, user=owner)
+assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 2.0}}]) == 1
+assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 3.0}}]) == 0
+print("ok")
+"""
+
+
+def test_runs_on_postgres(database_url, tmp_path):  # noqa: F811
+    assert run_django(RUNS_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
