@@ -1,0 +1,375 @@
+"""Quantized serving copies: int8 per output channel (default) or int4 with per-group scales.
+
+Design note. A serving copy is made from a merged model (LoRA already folded in). Every q/k/v/o/
+gate/up/down kernel [in, out] is stored as symmetric integer codes with float32 scales; the
+embedding, the output head and the norms stay in bfloat16 (the head and embedding are a small share
+of a transformer's weights but the most sensitive to rounding, and tied embeddings serve as both).
+
+* ``int8``: one scale per output column over the whole input axis (``group_size`` None):
+  ``scale = absmax / 127``, ``code = round(w / scale)`` in [-127, 127].
+* ``int4``: one scale per ``group_size`` consecutive input rows per output column:
+  ``scale = absmax / 7``, ``code`` in [-7, 7], stored offset by 8 and packed two per byte along the
+  input axis (row 2i in the low nibble, 2i + 1 in the high one).
+
+Rounding to the nearest code bounds the error of every weight by half a step:
+``|w - scale * code| <= scale / 2`` (tested). ``ServingKernel`` has the same ``dequantize()``
+interface as QLoRA's ``QuantizedKernel``, so ``Linear`` dequantizes it inside the jitted matmul and
+the full-precision kernel never persists in memory.
+
+On disk (``export/quantized/``): ``model.safetensors`` with ``<module>.qweight`` (codes in our
+[in, out] layout, int4 packed as above) and ``<module>.scales`` [groups, out] per quantized
+projection and the remaining tensors under their Hugging Face names in bfloat16;
+``quantization.json`` (the scheme and sizes); ``config.json``; the tokenizer files.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors.numpy import save_file
+
+from jaxengine.peft.quant import QuantizedWeight
+
+QUANTIZATION_FILE = "quantization.json"
+FORMAT_NAME = "temper-quantized"
+FORMAT_VERSION = 1
+SCHEMES = ("int8", "int4")
+DEFAULT_INT4_GROUP_SIZE = 64
+_MAX_CODE = {8: 127, 4: 7}
+_INT4_OFFSET = 8
+
+
+class QuantizationError(ValueError):
+    """A scheme that does not fit a model, or a directory that is not a quantized serving copy."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QuantScheme:
+    """``bits`` 8 or 4; ``group_size`` input rows per scale, None = one scale per output channel."""
+
+    bits: int = 8
+    group_size: int | None = None
+
+    def __post_init__(self):
+        if self.bits not in _MAX_CODE:
+            raise QuantizationError(f"quantize bits: {self.bits} is not one of 8, 4")
+        if self.group_size is not None and (self.group_size < 2 or self.group_size % 2):
+            raise QuantizationError(f"quantize group_size: {self.group_size} must be an even number ≥ 2, or None "
+                                    "for one scale per output channel")
+
+    @classmethod
+    def named(cls, name: str, *, group_size: int | None = None) -> "QuantScheme":
+        """``int8`` (per channel unless ``group_size``) or ``int4`` (groups of ``group_size``, default 64)."""
+        if name == "int8":
+            return cls(bits=8, group_size=group_size)
+        if name == "int4":
+            return cls(bits=4, group_size=group_size or DEFAULT_INT4_GROUP_SIZE)
+        raise QuantizationError(f"--quantize: {name!r} is not one of {', '.join(SCHEMES)}")
+
+    @property
+    def name(self) -> str:
+        return f"int{self.bits}"
+
+    def group_for(self, in_features: int) -> int:
+        group = in_features if self.group_size is None else self.group_size
+        if in_features % group:
+            raise QuantizationError(f"quantize group_size: {group} does not divide a projection's input width "
+                                    f"{in_features}; pick a group size that divides every hidden and intermediate size")
+        return group
+
+
+def quantize_kernel(kernel_io: jax.Array, scheme: QuantScheme) -> tuple[jax.Array, jax.Array]:
+    """(codes, scales float32 [in / group, out]) of a kernel [in, out].
+
+    Codes are int8 [in, out] for int8, and uint8 [in / 2, out] (two offset nibbles a byte) for int4.
+    """
+    rows, cols = kernel_io.shape
+    group = scheme.group_for(rows)
+    max_code = _MAX_CODE[scheme.bits]
+    grouped_ggo = kernel_io.astype(jnp.float32).reshape(rows // group, group, cols)  # [G, g, out]
+    scales_go = jnp.max(jnp.abs(grouped_ggo), axis=1) / max_code
+    safe_go = jnp.where(scales_go > 0, scales_go, 1.0)  # an all-zero group: codes 0, scale 0
+    codes_io = jnp.clip(jnp.round(grouped_ggo / safe_go[:, None, :]), -max_code, max_code).reshape(rows, cols)
+    if scheme.bits == 8:
+        return codes_io.astype(jnp.int8), scales_go
+    if rows % 2:
+        raise QuantizationError(f"int4 packs two rows a byte; a projection has an odd input width {rows}")
+    nibbles_io = (codes_io + _INT4_OFFSET).astype(jnp.uint8)
+    return nibbles_io[0::2] | (nibbles_io[1::2] << 4), scales_go
+
+
+def dequantize_kernel(codes: jax.Array, scales_go: jax.Array, *, bits: int, dtype) -> jax.Array:
+    """The kernel [in, out] in ``dtype`` from ``quantize_kernel``'s output."""
+    if bits == 8:
+        values_io = codes.astype(jnp.float32)
+    else:
+        low_io, high_io = (codes & 0x0F).astype(jnp.int32), (codes >> 4).astype(jnp.int32)
+        values_io = (jnp.stack([low_io, high_io], axis=1).reshape(codes.shape[0] * 2, codes.shape[1])
+                     - _INT4_OFFSET).astype(jnp.float32)
+    rows, cols = values_io.shape
+    groups = scales_go.shape[0]
+    grouped_ggo = values_io.reshape(groups, rows // groups, cols) * scales_go[:, None, :]
+    return grouped_ggo.reshape(rows, cols).astype(dtype)
+
+
+class ServingKernel(nnx.Module):
+    """A projection kernel [in, out] kept as integer codes and scales; ``dequantize()`` gives it back."""
+
+    def __init__(self, codes: jax.Array, scales_go: jax.Array, *, bits: int, compute_dtype, axes: tuple):
+        self.codes = QuantizedWeight(codes)
+        self.scales = QuantizedWeight(scales_go)
+        self.bits = bits
+        self.compute_dtype = compute_dtype
+        self.param_dtype = jnp.bfloat16  # what dequantize_model gives back a kernel as
+        self.axes = tuple(axes)
+
+    def dequantize(self, dtype=None) -> jax.Array:
+        return dequantize_kernel(self.codes[...], self.scales[...], bits=self.bits, dtype=dtype or self.compute_dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes[...].nbytes + self.scales[...].nbytes)
+
+
+def _projections(model: nnx.Module):
+    from jaxengine.models.layers import Linear
+    from jaxengine.peft.lora import PROJECTIONS
+
+    return [(path, linear) for path, linear in nnx.iter_modules(model)
+            if isinstance(linear, Linear) and path and path[-1] in PROJECTIONS]
+
+
+def quantize_for_serving(model: nnx.Module, scheme: QuantScheme) -> dict[str, Any]:
+    """Replace every q/k/v/o/gate/up/down kernel of a merged model by a ``ServingKernel``; cast the
+    remaining parameters to bfloat16. Returns the sizes (``model_bytes`` of the whole quantized model,
+    ``bfloat16_bytes`` of the same model all in bfloat16, and their ratio)."""
+    bfloat16_bytes = 2 * sum(int(np.prod(value.shape)) for value in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    for _, linear in _projections(model):
+        if linear.lora is not None or linear.quantized is not None:
+            raise QuantizationError("quantize a merged model: a projection still has a LoRA adapter or QLoRA codes "
+                                    "(merge_lora / dequantize_model first, or load the run's export/)")
+        codes, scales = quantize_kernel(linear.kernel[...], scheme)
+        axes = linear.kernel.get_metadata().get("logical_axes", (None, None))
+        linear.quantized = nnx.data(ServingKernel(codes, scales, bits=scheme.bits,
+                                                  compute_dtype=linear.compute_dtype, axes=axes))
+        del linear.kernel
+    nnx.update(model, jax.tree.map(lambda value: value.astype(jnp.bfloat16), nnx.state(model, nnx.Param)))
+    return _sizes(model, bfloat16_bytes)
+
+
+def _sizes(model: nnx.Module, bfloat16_bytes: int) -> dict[str, Any]:
+    model_bytes = sum(int(value.nbytes) for value in jax.tree.leaves(nnx.state(model)) if hasattr(value, "nbytes"))
+    return {"model_bytes": model_bytes, "bfloat16_bytes": bfloat16_bytes,
+            "ratio_to_bfloat16": model_bytes / max(bfloat16_bytes, 1)}
+
+
+def _tensor_name(path: tuple, suffix: str) -> str:
+    from jaxengine.checkpoint.hf import hf_weight_name
+
+    name, _ = hf_weight_name((*path, "kernel"))
+    return name.removesuffix(".weight") + suffix
+
+
+def save_quantized(model: nnx.Module, config, out_dir: str | Path, *, scheme: QuantScheme, tokenizer: Any,
+                   sizes: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+    """Write a model quantized by ``quantize_for_serving`` as a serving copy (see module note)."""
+    from jaxengine.checkpoint.hf import SINGLE_FILE, iter_hf_tensors
+    from jaxengine.models import to_hf_config
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = dict(iter_hf_tensors(model))
+    modules = []
+    for path, linear in _projections(model):
+        tensors[_tensor_name(path, ".qweight")] = np.asarray(jax.device_get(linear.quantized.codes[...]))
+        tensors[_tensor_name(path, ".scales")] = np.asarray(jax.device_get(linear.quantized.scales[...]))
+        modules.append(_tensor_name(path, ""))
+    save_file(tensors, str(out_dir / SINGLE_FILE), metadata={"format": FORMAT_NAME})
+    hf_config = to_hf_config(config)
+    hf_config["dtype"] = "bfloat16"
+    (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    tokenizer.save(out_dir)
+    description = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "scheme": scheme.name, "bits": scheme.bits,
+                   "group_size": scheme.group_size, "modules": modules, **sizes, **(extra or {})}
+    (out_dir / QUANTIZATION_FILE).write_text(json.dumps(description, indent=2) + "\n")
+    return out_dir
+
+
+def is_quantized_dir(model_dir: str | Path) -> bool:
+    return (Path(model_dir) / QUANTIZATION_FILE).is_file()
+
+
+def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
+    """(model with ``ServingKernel`` projections, ModelConfig, description dict) of a serving copy."""
+    from safetensors import safe_open
+
+    from jaxengine.checkpoint.hf import SINGLE_FILE, hf_weight_name, read_hf_config
+    from jaxengine.models import build_model
+
+    model_dir = Path(model_dir)
+    description = json.loads((model_dir / QUANTIZATION_FILE).read_text())
+    if description.get("format") != FORMAT_NAME or description.get("version") != FORMAT_VERSION:
+        raise QuantizationError(f"{model_dir / QUANTIZATION_FILE}: format {description.get('format')!r} version "
+                                f"{description.get('version')!r} is not {FORMAT_NAME!r} version {FORMAT_VERSION}; "
+                                "export the serving copy again with this version of jaxengine")
+    _, config = read_hf_config(model_dir)
+    model = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16,
+                                               compute_dtype=compute_dtype))
+    with contextlib.ExitStack() as stack:
+        handle = stack.enter_context(safe_open(str(model_dir / SINGLE_FILE), framework="numpy"))
+        names = set(handle.keys())
+
+        def read(name: str) -> np.ndarray:
+            if name not in names:
+                raise QuantizationError(f"{model_dir / SINGLE_FILE}: tensor {name!r} is missing; the file does not "
+                                        f"match config.json and {QUANTIZATION_FILE}")
+            return handle.get_tensor(name)
+
+        for path, linear in _projections(model):
+            axes = linear.kernel.get_metadata().get("logical_axes", (None, None))
+            linear.quantized = nnx.data(ServingKernel(
+                jnp.asarray(read(_tensor_name(path, ".qweight"))), jnp.asarray(read(_tensor_name(path, ".scales"))),
+                bits=description["bits"], compute_dtype=compute_dtype, axes=axes))
+            del linear.kernel
+        graphdef, state = nnx.split(model)
+        filled = []
+        for path, variable in nnx.to_flat_state(state):
+            if isinstance(variable, nnx.Param):
+                name, transposed = hf_weight_name(path)
+                array = read(name)
+                variable = variable.replace(jnp.asarray(array.T if transposed else array, jnp.bfloat16))
+            filled.append((path, variable))
+    return nnx.merge(graphdef, nnx.from_flat_state(filled)), config, description
+
+
+def token_nll(model: nnx.Module, sequences: Sequence[Sequence[int]], *, batch_size: int = 16) -> tuple[float, int]:
+    """(summed negative log-likelihood of every token after the first, token count) over ``sequences``.
+
+    Rows are right-padded: under the causal mask real tokens never see the padding.
+    """
+    total, count = 0.0, 0
+    for start in range(0, len(sequences), batch_size):
+        rows = [list(row) for row in sequences[start:start + batch_size] if len(row) > 1]
+        if not rows:
+            continue
+        length = max(len(row) for row in rows)
+        ids_bt = np.zeros((len(rows), length), np.int32)
+        mask_bt = np.zeros((len(rows), length), np.float32)  # [B, T] real target tokens
+        for index, row in enumerate(rows):
+            ids_bt[index, :len(row)] = row
+            mask_bt[index, 1:len(row)] = 1.0
+        batch_total, batch_count = _batch_nll(model, ids_bt, mask_bt)
+        total += float(batch_total)
+        count += int(batch_count)
+    return total, count
+
+
+@nnx.jit
+def _batch_nll(model, ids_bt, mask_bt):
+    positions_bt = jnp.broadcast_to(jnp.arange(ids_bt.shape[1]), ids_bt.shape)
+    logits_btv, _ = model(ids_bt, positions_bt)
+    logprobs_btv = jax.nn.log_softmax(logits_btv[:, :-1], axis=-1)
+    target_logprob_bt = jnp.take_along_axis(logprobs_btv, ids_bt[:, 1:, None], axis=-1)[..., 0]
+    return -jnp.sum(target_logprob_bt * mask_bt[:, 1:]), jnp.sum(mask_bt[:, 1:])
+
+
+def perplexity(model: nnx.Module, sequences: Sequence[Sequence[int]]) -> float:
+    """exp(mean token negative log-likelihood) over ``sequences`` of token ids."""
+    total, count = token_nll(model, sequences)
+    if not count:
+        raise QuantizationError("perplexity needs at least one sequence of two or more tokens")
+    return math.exp(total / count)
+
+
+def greedy_agreement(reference: nnx.Module, candidate: nnx.Module, tokenizer, prompts: Sequence[Sequence[int]], *,
+                     max_new_tokens: int = 32) -> float:
+    """Share of the reference's greedy tokens that the candidate also picks greedily.
+
+    The reference's greedy continuation of each prompt is fed to both models (teacher forcing), and a
+    position agrees when the candidate's argmax is the reference's token. This counts each
+    disagreement once, where free-running decoding would also count everything after it.
+    """
+    from jaxengine.sampler import Sampler, SamplingParams
+
+    generations = Sampler(reference, tokenizer).generate(
+        [list(prompt) for prompt in prompts], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    agreed, total = 0, 0
+    for prompt, generation in zip(prompts, generations):
+        if not generation.token_ids:
+            continue
+        ids_t = np.asarray([*prompt, *generation.token_ids], np.int32)[None]
+        first = len(prompt) - 1  # the logits at this position predict the first generated token
+        picked_t = np.asarray(_argmax_tokens(candidate, ids_t))[0, first:first + len(generation.token_ids)]
+        agreed += int(np.sum(picked_t == np.asarray(generation.token_ids)))
+        total += len(generation.token_ids)
+    return agreed / max(total, 1)
+
+
+@nnx.jit
+def _argmax_tokens(model, ids_bt):
+    positions_bt = jnp.broadcast_to(jnp.arange(ids_bt.shape[1]), ids_bt.shape)
+    logits_btv, _ = model(ids_bt, positions_bt)
+    return jnp.argmax(logits_btv, axis=-1)
+
+
+def eval_token_sets(tokenizer, rows: Sequence[dict], *, kind: str, max_seq_len: int = 512
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+    """(whole sequences for perplexity, prompts for greedy agreement) from eval rows of ``kind``.
+
+    ``sft`` rows: the rendered prompt + completion (or conversation) and, when the row has a
+    ``prompt``, that prompt. ``prompts`` rows: the rendered prompt + ``answer`` + EOS when an answer
+    is given, and the prompt.
+    """
+    from jaxengine.data.pipeline import encode_prompt, encode_rows
+
+    if kind == "sft":
+        examples, _ = encode_rows(rows, task="sft", tokenizer=tokenizer, max_seq_len=max_seq_len)
+        sequences = [example.ids.tolist() for example in examples]
+        prompts = [encode_prompt(tokenizer, row["prompt"]) for row in rows if row.get("prompt") is not None]
+        return sequences, prompts
+    if kind == "prompts":
+        prompts = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
+        sequences = [(prompt + tokenizer.encode(str(row["answer"])) + list(tokenizer.eos_ids[:1]))[:max_seq_len]
+                     for prompt, row in zip(prompts, rows) if row.get("answer") is not None]
+        return sequences, prompts
+    raise QuantizationError(f"eval data of kind {kind!r} cannot score a quantized copy; give sft or prompts rows")
+
+
+def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: QuantScheme,
+                     eval_rows: Sequence[dict] = (), eval_kind: str = "sft", max_new_tokens: int = 32
+                     ) -> dict[str, Any]:
+    """Quantize the merged Hugging Face model in ``model_dir`` into the serving copy ``out_dir``.
+
+    With ``eval_rows`` the copy is scored against the unquantized model (float32): perplexity of
+    both on the rows' sequences, its relative increase, and ``greedy_agreement`` on the rows'
+    prompts. Returns the description written to ``quantization.json`` (sizes and figures).
+    """
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    reference, config = load_hf_model(model_dir)
+    quantized, _ = load_hf_model(model_dir)
+    sizes = quantize_for_serving(quantized, scheme)
+    figures: dict[str, Any] = {}
+    if eval_rows:
+        sequences, prompts = eval_token_sets(tokenizer, eval_rows, kind=eval_kind)
+        if sequences:
+            reference_ppl, quantized_ppl = perplexity(reference, sequences), perplexity(quantized, sequences)
+            figures.update(eval_sequences=len(sequences), perplexity_reference=reference_ppl,
+                           perplexity_quantized=quantized_ppl,
+                           perplexity_increase=quantized_ppl / reference_ppl - 1.0)
+        if prompts:
+            figures.update(eval_prompts=len(prompts), greedy_agreement=greedy_agreement(
+                reference, quantized, tokenizer, prompts, max_new_tokens=max_new_tokens))
+    save_quantized(quantized, config, out_dir, scheme=scheme, tokenizer=tokenizer, sizes=sizes,
+                   extra={"source": str(model_dir), **figures})
+    return json.loads((Path(out_dir) / QUANTIZATION_FILE).read_text())

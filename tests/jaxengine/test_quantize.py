@@ -1,0 +1,120 @@
+"""Serving quantization: codes by hand, the half-step error bound, sizes, save/load round trip, perplexity
+and greedy agreement on a tiny model."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxengine import quantize
+from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.quantize import QuantScheme
+from jaxengine.tokenizer import load_tokenizer
+from tests import factories
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-serving"))
+
+
+def test_int8_per_channel_codes_by_hand():
+    kernel = jnp.array([[1.0, 0.0], [-0.5, 0.5], [0.25, -0.125]])
+    codes, scales = quantize.quantize_kernel(kernel, QuantScheme(bits=8))
+    np.testing.assert_allclose(scales, [[1 / 127, 0.5 / 127]], rtol=1e-7)  # one scale per output column
+    assert codes.dtype == jnp.int8
+    # column 0: 127, -63.5 -> -64 (half to even), 31.75 -> 32; column 1: 0, 127, -31.75 -> -32
+    assert codes.tolist() == [[127, 0], [-64, 127], [32, -32]]
+
+
+def test_int4_group_codes_and_packing_by_hand():
+    # Two groups of two rows in one column: absmax 0.7 -> scale 0.1; absmax 0.2 -> scale 0.2 / 7.
+    kernel = jnp.array([[0.7], [-0.3], [0.14], [-0.2]])
+    packed, scales = quantize.quantize_kernel(kernel, QuantScheme(bits=4, group_size=2))
+    np.testing.assert_allclose(scales, [[0.1], [0.2 / 7]], rtol=1e-6)
+    # codes 7, -3, 0.14 / (0.2 / 7) = 4.9 -> 5, -7; offset by 8: 15, 5, 13, 1; rows 2i low nibble, 2i+1 high
+    assert packed.dtype == jnp.uint8 and packed[:, 0].tolist() == [15 | 5 << 4, 13 | 1 << 4]
+    restored = quantize.dequantize_kernel(packed, scales, bits=4, dtype=jnp.float32)
+    np.testing.assert_allclose(restored[:, 0], [0.7, -0.3, 5 * 0.2 / 7, -0.2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", [QuantScheme(bits=8), QuantScheme(bits=4, group_size=32)])
+def test_dequantization_error_is_at_most_half_a_step(scheme):
+    kernel = jax.random.normal(jax.random.key(0), (128, 48)) * jnp.linspace(0.01, 3.0, 48)
+    codes, scales_go = quantize.quantize_kernel(kernel, scheme)
+    error = jnp.abs(quantize.dequantize_kernel(codes, scales_go, bits=scheme.bits, dtype=jnp.float32) - kernel)
+    scale_per_weight = jnp.repeat(scales_go, 128 // scales_go.shape[0], axis=0)
+    # Rounding to the nearest code: |w - scale * code| <= scale / 2 (plus float32 rounding of the product).
+    assert bool(jnp.all(error <= scale_per_weight / 2 * (1 + 1e-5) + 1e-7))
+    assert float(jnp.max(error / scale_per_weight)) > 0.45  # the bound is tight, not vacuous
+
+
+def test_a_zero_group_stays_zero():
+    codes, scales = quantize.quantize_kernel(jnp.zeros((4, 2)), QuantScheme(bits=4, group_size=2))
+    np.testing.assert_array_equal(quantize.dequantize_kernel(codes, scales, bits=4, dtype=jnp.float32), 0.0)
+
+
+def test_it_rejects_a_group_size_that_does_not_divide_a_projection():
+    with pytest.raises(quantize.QuantizationError, match="group_size: 48 does not divide"):
+        quantize.quantize_kernel(jnp.zeros((64, 2)), QuantScheme(bits=4, group_size=48))
+    with pytest.raises(quantize.QuantizationError, match="'int3' is not one of int8, int4"):
+        QuantScheme.named("int3")
+
+
+def test_sizes_match_the_hand_count(tiny_model_dir):
+    model, config = load_hf_model(tiny_model_dir)
+    parameter_count = sum(int(np.prod(v.shape)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    sizes = quantize.quantize_for_serving(model, QuantScheme(bits=8))
+    d, h, kv, f, layers = (config.hidden_size, config.num_heads * config.head_dim,
+                           config.num_kv_heads * config.head_dim, config.intermediate_size, config.num_layers)
+    # [in, out] of q, k, v, o, gate, up, down
+    shapes = [(d, h), (d, kv), (d, kv), (h, d), (d, f), (d, f), (f, d)]
+    projection_weights = layers * sum(i * o for i, o in shapes)
+    projection_scales = layers * sum(o for _, o in shapes)  # int8 per channel: one float32 per output column
+    expected = projection_weights + 4 * projection_scales + 2 * (parameter_count - projection_weights)
+    assert sizes["model_bytes"] == expected
+    assert sizes["bfloat16_bytes"] == 2 * parameter_count
+
+
+def test_round_trip_gives_the_same_logits(tiny_model_dir, tmp_path):
+    model, config = load_hf_model(tiny_model_dir)
+    scheme = QuantScheme(bits=4, group_size=32)
+    sizes = quantize.quantize_for_serving(model, scheme)
+    out = quantize.save_quantized(model, config, tmp_path / "q", scheme=scheme,
+                                  tokenizer=load_tokenizer(tiny_model_dir), sizes=sizes)
+    assert quantize.is_quantized_dir(out) and (out / "tokenizer_config.json").exists()
+    loaded, _, description = quantize.load_quantized(out, compute_dtype=jnp.float32)
+    assert description["bits"] == 4 and description["group_size"] == 32 and len(description["modules"]) == 14
+    ids_bt = jnp.array([[5, 17, 99, 3, 42, 8]])
+    positions_bt = jnp.arange(6)[None]
+    np.testing.assert_array_equal(np.asarray(loaded(ids_bt, positions_bt)[0]), np.asarray(model(ids_bt, positions_bt)[0]))
+    loaded_bytes = sum(int(v.nbytes) for v in jax.tree.leaves(nnx.state(loaded)) if hasattr(v, "nbytes"))
+    assert loaded_bytes == sizes["model_bytes"]
+
+
+def test_perplexity_by_hand_ignores_right_padding(tiny_model_dir):
+    model, _ = load_hf_model(tiny_model_dir)
+    rows = [[5, 17, 99, 3], [42, 8, 7, 120, 64, 33]]
+    expected_nll = 0.0
+    for row in rows:  # one unpadded forward per row
+        logits = model(jnp.array([row]), jnp.arange(len(row))[None])[0][0]
+        logprobs = jax.nn.log_softmax(logits[:-1], axis=-1)
+        expected_nll -= float(sum(logprobs[t, row[t + 1]] for t in range(len(row) - 1)))
+    assert quantize.perplexity(model, rows) == pytest.approx(math.exp(expected_nll / 8), rel=1e-5)
+
+
+def test_int8_copy_agrees_with_the_unquantized_model(tiny_model_dir, tmp_path):
+    reference, _ = load_hf_model(tiny_model_dir)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    prompts = [tokenizer.encode(text) for text in ("Hello world", "the quick brown fox", "a b c d")]
+    assert quantize.greedy_agreement(reference, reference, tokenizer, prompts, max_new_tokens=12) == 1.0
+    rows = [{"prompt": "Hello world", "completion": " and goodbye"}, {"prompt": "the quick", "completion": " fox"}]
+    description = quantize.export_quantized(tiny_model_dir, tmp_path / "int8", scheme=QuantScheme.named("int8"),
+                                            eval_rows=rows, eval_kind="sft", max_new_tokens=12)
+    # A tiny random model's logits are nearly flat, so rounding flips some argmaxes; a broken copy
+    # agrees with about 1 / vocabulary of them.
+    assert description["greedy_agreement"] >= 0.8
+    assert abs(description["perplexity_increase"]) < 0.05
+    assert description["ratio_to_bfloat16"] < 0.7
