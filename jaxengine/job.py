@@ -263,7 +263,7 @@ def run_job(
     elif spec.task == "reward":
         task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)
     else:
-        task = LanguageModelTask(name=spec.task)
+        task = LanguageModelTask(name=spec.task, unpacked=not spec.data.packing)
     generates = spec.task != "reward"
     sample_rows = [row for row in eval_rows if generates and isinstance(row.get("prompt"), (str, list))]
     sample_rows = sample_rows[: spec.train.eval_samples]

@@ -30,8 +30,17 @@ from jaxengine.data.pipeline import (
 )
 
 
-def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int) -> jax.Array:
-    """Float32 [B, T] log p(targets) under ``model``, packed segments kept apart, logits chunked."""
+def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int, unpacked: bool = False) -> jax.Array:
+    """Float32 [B, T] log p(targets) under ``model``, packed segments kept apart, logits chunked.
+
+    ``unpacked``: every row is one right-padded example, so the model gets row lengths instead
+    of a dense [B, T, T] segment mask, which lets it use fused (flash) attention. Log-probs at
+    real tokens are the same either way; at padding they differ and are never used.
+    """
+    if unpacked:
+        lengths_b = jnp.sum(batch.segment_ids > 0, axis=-1).astype(jnp.int32)
+        hidden_btd, _ = model.hidden_states(batch.input_ids, batch.positions, lengths_b=lengths_b)
+        return losses.chunked_token_log_probs(hidden_btd, batch.targets, model.logits, chunk_size=chunk_size)
     hidden_btd, _ = model.hidden_states(batch.input_ids, batch.positions,
                                         attention_mask_bts=attention_mask(batch.segment_ids))
     return losses.chunked_token_log_probs(hidden_btd, batch.targets, model.logits, chunk_size=chunk_size)
@@ -43,9 +52,11 @@ class LanguageModelTask:
 
     name: str = "sft"
     chunk_size: int = 256
+    # Rows are never packed (data.packing off): pass lengths, not a dense mask (see token_log_probs_of).
+    unpacked: bool = False
 
     def loss(self, model, batch: TokenBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
-        log_probs_bt = token_log_probs_of(model, batch, chunk_size=self.chunk_size)
+        log_probs_bt = token_log_probs_of(model, batch, chunk_size=self.chunk_size, unpacked=self.unpacked)
         loss, metrics = losses.masked_cross_entropy(log_probs_bt, batch.loss_mask)
         return loss, metrics["loss_tokens"], {"loss": loss}
 

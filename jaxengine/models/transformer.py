@@ -10,8 +10,15 @@ Masking: the caller's ``attention_mask_bts`` (or a causal mask over cache slots 
 given) is combined with each sliding layer's window, computed from rotary positions: a query
 at position p sees keys at positions in (p - window, p]. The cache records the position of
 every slot so the window stays right after left padding.
+
+Without a cache, right-padded unpacked rows may be described by their lengths
+(``lengths_b``) instead of a dense mask: attention then takes the fused path
+(``layers.fused_attention``: cuDNN flash attention on GPU, per ``attention_implementation``)
+and no [B, T, T] mask or score tensor is built.
 """
 from __future__ import annotations
+
+import functools
 
 import flax.struct
 import jax
@@ -19,7 +26,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxengine.models.config import ModelConfig
-from jaxengine.models.layers import DecoderLayer, Embedding, Linear, RMSNorm, rope_cos_sin, rope_inverse_frequencies
+from jaxengine.models.layers import (
+    DecoderLayer,
+    Embedding,
+    Linear,
+    RMSNorm,
+    resolve_attention_implementation,
+    rope_cos_sin,
+    rope_inverse_frequencies,
+)
 
 
 @flax.struct.dataclass
@@ -45,7 +60,7 @@ class CausalLM(nnx.Module):
     """Token ids -> float32 next-token logits, with an optional KV cache (see module notes)."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32, compute_dtype=jnp.float32,
-                 remat: bool = False):
+                 remat: bool = False, attention_implementation: str = "auto"):
         self.config = config
         self.param_dtype = param_dtype
         self.compute_dtype = compute_dtype
@@ -53,6 +68,10 @@ class CausalLM(nnx.Module):
         # extra forward for activation memory when training long sequences. May be switched on an
         # existing model (``model.remat = True``) before it is traced.
         self.remat = remat
+        # The fused attention kernel ("auto" | "xla" | "cudnn", see layers.resolve_attention_implementation);
+        # may be switched like ``remat``.
+        resolve_attention_implementation(attention_implementation, dtype=compute_dtype, head_dim=config.head_dim)
+        self.attention_implementation = attention_implementation
         common = dict(param_dtype=param_dtype, compute_dtype=compute_dtype, rngs=rngs)
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, **common)
         self.layers = nnx.List([DecoderLayer(config, **common) for _ in range(config.num_layers)])
@@ -65,22 +84,33 @@ class CausalLM(nnx.Module):
                                   **common)
 
     def __call__(self, input_ids_bt: jax.Array, positions_bt: jax.Array, *, attention_mask_bts: jax.Array | None = None,
-                 cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+                 cache: KVCache | None = None, lengths_b: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
         """Float32 logits [B, T, V] and the advanced cache (None without one)."""
         hidden_btd, cache = self.hidden_states(input_ids_bt, positions_bt, attention_mask_bts=attention_mask_bts,
-                                               cache=cache)
+                                               cache=cache, lengths_b=lengths_b)
         return self.logits(hidden_btd), cache
 
     def hidden_states(self, input_ids_bt: jax.Array, positions_bt: jax.Array, *,
-                      attention_mask_bts: jax.Array | None = None, cache: KVCache | None = None
-                      ) -> tuple[jax.Array, KVCache | None]:
+                      attention_mask_bts: jax.Array | None = None, cache: KVCache | None = None,
+                      lengths_b: jax.Array | None = None) -> tuple[jax.Array, KVCache | None]:
         """Final-normed hidden states [B, T, D] (compute dtype) and the advanced cache.
 
         ``attention_mask_bts``: bool [B, T, S], True where query t may attend key slot s; S = T
         without a cache, the cache's max_length with one. None means causal over slots.
+        ``lengths_b``: int [B] real tokens of each right-padded, unpacked row (positions 0, 1, ...),
+        instead of a mask and without a cache: causal attention within the first ``length`` tokens.
         """
         config = self.config
         length = input_ids_bt.shape[1]
+        if lengths_b is not None:
+            if cache is not None or attention_mask_bts is not None:
+                raise ValueError("hidden_states: give lengths_b without a cache and without attention_mask_bts")
+            if config.attn_logit_softcapping is not None:
+                # The fused kernels take no logit softcap: the same mask, built densely.
+                key_slots_s = jnp.arange(length, dtype=jnp.int32)
+                attention_mask_bts = causal_mask(length, length, offset=None) & (
+                    key_slots_s[None, None, :] < lengths_b[:, None, None])
+                lengths_b = None
         if cache is None:
             write_index = None
             key_positions_bs = positions_bt
@@ -89,15 +119,18 @@ class CausalLM(nnx.Module):
             key_positions_bs = jax.lax.dynamic_update_slice(
                 cache.positions, positions_bt.astype(cache.positions.dtype), (0, write_index))
         key_length = key_positions_bs.shape[1]
-        if attention_mask_bts is None:
+        if lengths_b is not None:
+            masks = {"full_attention": None, "sliding_attention": None}
+        elif attention_mask_bts is None:
             attention_mask_bts = causal_mask(length, key_length, offset=write_index)
         elif attention_mask_bts.shape[-2:] != (length, key_length):
             raise ValueError(
                 f"attention_mask_bts has shape {attention_mask_bts.shape}; expected [B, {length}, {key_length}] "
                 "(S is the cache's max_length when a cache is given, else the input length)"
             )
-        masks = {"full_attention": attention_mask_bts}
-        if config.has_sliding_layers:
+        if lengths_b is None:
+            masks = {"full_attention": attention_mask_bts}
+        if lengths_b is None and config.has_sliding_layers:
             # [B, T, S]: key position within (query position - window, query position].
             distance_bts = positions_bt[:, :, None] - key_positions_bs[:, None, :]
             masks["sliding_attention"] = attention_mask_bts & (distance_bts < config.sliding_window)
@@ -107,12 +140,16 @@ class CausalLM(nnx.Module):
         if config.scale_embeddings:
             # Hugging Face rounds the scale to the parameter dtype before multiplying.
             x_btd = x_btd * jnp.asarray(config.hidden_size ** 0.5, self.param_dtype).astype(x_btd.dtype)
-        run_layer = _remat_layer if self.remat else _run_layer
         new_keys, new_values = [], []
         for layer_index, (layer, layer_type) in enumerate(zip(self.layers, config.layer_types)):
             cos_bth, sin_bth = rope_tables[layer_type]
             kv_cache = None if cache is None else (cache.keys[layer_index], cache.values[layer_index])
-            x_btd, kv_cache = run_layer(layer, x_btd, cos_bth, sin_bth, masks[layer_type], kv_cache, write_index)
+            # Static per-layer settings of the fused path (plain Python values, not traced).
+            static = dict(window=config.sliding_window if layer_type == "sliding_attention" else None,
+                          implementation=self.attention_implementation)
+            run_layer = functools.partial(_remat_layer if self.remat else _run_layer, **static)
+            x_btd, kv_cache = run_layer(layer, x_btd, cos_bth, sin_bth, masks[layer_type], kv_cache, write_index,
+                                        lengths_b)
             if kv_cache is not None:
                 new_keys.append(kv_cache[0])
                 new_values.append(kv_cache[1])
@@ -157,12 +194,13 @@ class CausalLM(nnx.Module):
         return tables
 
 
-def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index):
+def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index, lengths_b, *,
+               window: int | None, implementation: str):
     return layer(x_btd, cos_bth=cos_bth, sin_bth=sin_bth, mask_bts=mask_bts, kv_cache=kv_cache,
-                 write_index=write_index)
+                 write_index=write_index, lengths_b=lengths_b, window=window, implementation=implementation)
 
 
-def _remat_layer(layer: DecoderLayer, *args):
+def _remat_layer(layer: DecoderLayer, *args, **static):
     """``_run_layer`` under ``jax.checkpoint``: the backward pass recomputes the layer from its inputs.
 
     The layer's state goes in as an explicit argument of a pure function rather than through
@@ -175,7 +213,7 @@ def _remat_layer(layer: DecoderLayer, *args):
 
     def pure_layer(state, *args):
         inner = nnx.merge(graphdef, state)
-        return _run_layer(inner, *args), nnx.state(inner, nnx.RngState)
+        return _run_layer(inner, *args, **static), nnx.state(inner, nnx.RngState)
 
     outputs, rng_state = jax.checkpoint(pure_layer)(state, *args)
     nnx.update(layer, rng_state)
