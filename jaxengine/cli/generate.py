@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
+from jaxengine.cli.model_dir import CliError, checked_model_dir, read_model_config, run_reporting_errors
 
 DTYPES = ("float32", "bfloat16")
 
@@ -84,6 +84,7 @@ def _generate(args: argparse.Namespace) -> int:
     from jaxengine.sampler import Sampler
     from jaxengine.tokenizer import load_tokenizer
 
+    read_model_config(model_dir)  # a bad config.json is reported before the weights are read
     tokenizer = load_tokenizer(model_dir)
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jaxengine.cli.model_dir import checked_model_dir, run_reporting_errors, safetensors_summary
+from jaxengine.cli.model_dir import checked_model_dir, read_model_config, run_reporting_errors, safetensors_summary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,10 +43,9 @@ def parameter_count(config) -> int:
 
 def describe(model_dir: Path) -> dict[str, Any]:
     """The facts ``inspect`` prints, as a JSON-ready dict."""
-    from jaxengine.checkpoint.hf import read_hf_config
     from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
-    hf_config, config = read_hf_config(model_dir)
+    hf_config, config = read_model_config(model_dir)
     try:
         tokenizer = load_tokenizer(model_dir)
     except TokenizerError as error:

@@ -34,6 +34,19 @@ def checked_model_dir(value: str) -> Path:
     return model_dir
 
 
+def read_model_config(model_dir: Path):
+    """(config.json dict, ModelConfig); a config that lacks or misstates a field is a CliError."""
+    from jaxengine.checkpoint.hf import read_hf_config
+    from jaxengine.models.config import UnsupportedArchitectureError
+
+    try:
+        return read_hf_config(model_dir)
+    except UnsupportedArchitectureError:
+        raise
+    except (ValueError, TypeError, KeyError) as error:  # a missing or ill-typed field of config.json
+        raise CliError(f"{model_dir / 'config.json'}: {error}") from None
+
+
 def safetensors_summary(model_dir: Path) -> dict:
     """Files, tensor count, element count and dtypes of the ``*.safetensors`` files, from their headers only."""
     files = sorted(model_dir.glob("*.safetensors"))

@@ -102,6 +102,19 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
     assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("config, message", [
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "lacks required field 'hidden_size'"),
+    ({"architectures": ["FooForCausalLM"], "model_type": "foo"}, "is not supported; supported architectures"),
+], ids=["missing field", "unsupported architecture"])
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    extra = ["--prompt", "x"] if command == "generate" else []
+    assert main([command, "--model", str(tmp_path), *extra]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1 and error.startswith(f"jaxengine {command}: error: ")
+
+
 def test_it_rejects_a_model_dir_without_tokenizer(tmp_path, model_dir, capsys):
     broken = tmp_path / "no-tokenizer"
     broken.mkdir()
