@@ -9,6 +9,7 @@ and metric files are left out: they are not part of the step.
 
 Configurations (each one a fresh model, run in this order, a failure in one does not stop the rest):
     full    full fine-tuning, batch B x T (layer rematerialisation on unless --no-remat)
+            attention through the fused path (rows are unpacked): --attention auto|xla|cudnn
     lora    LoRA r16 on all projections
     qlora   LoRA r16 over an NF4 (4-bit, group 64) frozen base
 
@@ -45,20 +46,23 @@ def model_flops_per_token(config, *, seq_len: int) -> float:
     return 6 * matmul_params + 12 * config.num_layers * seq_len * heads * head_dim
 
 
-def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: int, remat: bool) -> dict:
+def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: int, remat: bool,
+               attention: str) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
     from jaxengine.data import pipeline
     from jaxengine.models import build_model, preset
+    from jaxengine.models.layers import resolve_attention_implementation
     from jaxengine.spec import OptimSpec
     from jaxengine.tasks import LanguageModelTask
     from jaxengine.trainer import TrainConfig, Trainer, train_step
 
     config = preset(preset_name)
     model = build_model(config, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16, compute_dtype=jnp.bfloat16,
-                        remat=remat)
+                        remat=remat, attention_implementation=attention)
+    attention_used = resolve_attention_implementation(attention, dtype=jnp.bfloat16, head_dim=config.head_dim)
     trainable = nnx.Param
     extra = {}
     if name in ("lora", "qlora"):
@@ -77,7 +81,8 @@ def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: 
                                  loss_mask=np.ones(seq_len, bool)) for _ in range(batch * 4)]
     optim = OptimSpec(learning_rate=1e-5, schedule="constant", weight_decay=0.0)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model=model, task=LanguageModelTask(name="sft"),
+        # Unpacked rows: the task passes row lengths, so attention takes the fused path (cuDNN when chosen).
+        trainer = Trainer(model=model, task=LanguageModelTask(name="sft", unpacked=True),
                           config=TrainConfig(total_steps=1000, batch_size=batch, max_seq_len=seq_len,
                                              optim=optim),
                           train_examples=examples, eval_examples=None, pad_id=0, run_dir=run_dir,
@@ -108,7 +113,7 @@ def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: 
     tokens_per_second = tokens_per_step / seconds
     flops = model_flops_per_token(config, seq_len=seq_len) * tokens_per_second
     return {
-        "config": name, "remat": remat, "preset": preset_name, "batch": batch, "seq_len": seq_len,
+        "config": name, "remat": remat, "attention": attention_used, "preset": preset_name, "batch": batch, "seq_len": seq_len,
         "step_seconds": round(seconds, 4), "tokens_per_second": round(tokens_per_second),
         "mfu": round(flops / PEAK_FLOPS, 4), "compile_seconds": round(compile_seconds, 1),
         "peak_memory_gib": round(stats.get("peak_bytes_in_use", 0) / 2**30, 2),
@@ -125,6 +130,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--configs", default="full,lora,qlora")
     parser.add_argument("--no-remat", dest="remat", action="store_false", help="keep every layer's activations")
+    parser.add_argument("--attention", default="auto", choices=("auto", "xla", "cudnn"),
+                        help="fused attention kernel; auto = cuDNN on GPU (an explicit cudnn that fails is reported "
+                             "as FAILED, never replaced by xla)")
     args = parser.parse_args()
 
     import jax
@@ -133,7 +141,7 @@ def main() -> None:
     for name in args.configs.split(","):
         try:
             result = run_config(name, preset_name=args.preset, batch=args.batch, seq_len=args.seq, steps=args.steps,
-                                remat=args.remat)
+                                remat=args.remat, attention=args.attention)
             print(json.dumps(result), flush=True)
         except Exception:  # report and go on: one failing configuration must not hide the others
             print(f"{name}: FAILED", flush=True)
