@@ -1,0 +1,331 @@
+"""Reward functions for RL (``task: grpo``): pure, registered by name, one float per completion.
+
+Design note: a reward function is ``fn(completions, references, **args) -> list[float]`` where
+``completions`` are the generated texts and ``references`` the dataset rows' other columns (e.g.
+``{"answer": "42"}``), one mapping per completion. Functions are registered in ``REWARDS`` by the
+name a job spec uses (``grpo.rewards[].name``); their keyword arguments are the spec's ``args``,
+checked against the signature when the spec is validated (``check_args``), so a typo in an
+argument fails before any work. ``score_rewards`` runs several with weights and never turns an
+error into a zero: a function that raises, returns the wrong count or a non-finite value fails
+with ``RewardError`` naming the function and the sample index.
+
+This module is pure Python (no jax), so the job spec, and with it the web process, can import it.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+RewardFn = Callable[..., list[float]]
+
+REWARDS: dict[str, RewardFn] = {}
+
+EXTRACTIONS = ("full", "last_number", "answer_line", "boxed", "regex")
+
+# A number: optional sign (not when glued to a preceding word or digit, so "3-5" ends in 5, not -5),
+# digits with optional thousands commas, optional decimals. \d is Unicode-aware (Arabic-Indic,
+# full-width digits); float() reads those digits too. U+2212 is the typographic minus sign.
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+\u2212])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
+
+
+class RewardError(RuntimeError):
+    """A reward function failed on a sample; the message names the function and the sample index."""
+
+
+def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+    """Register ``fn`` under ``name`` in ``REWARDS``; names are unique."""
+
+    def decorate(fn: RewardFn) -> RewardFn:
+        if name in REWARDS:
+            raise ValueError(f"reward {name!r} is registered twice ({REWARDS[name].__qualname__}, {fn.__qualname__})")
+        REWARDS[name] = fn
+        return fn
+
+    return decorate
+
+
+def check_args(name: str, args: Mapping[str, object]) -> None:
+    """Raise ValueError naming the problem when ``name`` is not registered or ``args`` do not fit it."""
+    if name not in REWARDS:
+        raise ValueError(f"{name!r} is not a reward function; registered: {', '.join(sorted(REWARDS))}")
+    parameters = inspect.signature(REWARDS[name]).parameters
+    keyword = {key for key, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(args) - keyword)
+    if unknown:
+        raise ValueError(f"{name}: unknown args {', '.join(unknown)}; allowed: {', '.join(sorted(keyword)) or 'none'}")
+    missing = sorted(key for key in keyword if parameters[key].default is inspect.Parameter.empty and key not in args)
+    if missing:
+        raise ValueError(f"{name}: required args missing: {', '.join(missing)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Extraction and normalisation
+
+
+def extract_answer(text: str, *, extract: str = "full", pattern: str | None = None, group: int = 1) -> str | None:
+    """The final answer inside ``text``, or None when there is none.
+
+    ``full``: the whole text, stripped. ``last_number``: the last number (see ``_NUMBER``).
+    ``answer_line``: what follows the last "Answer:" (case-insensitive) up to the end of its line.
+    ``boxed``: the content of the last ``\\boxed{...}`` (nested braces allowed). ``regex``: group
+    ``group`` of the last match of ``pattern``.
+    """
+    if extract == "full":
+        stripped = text.strip()
+        return stripped or None
+    if extract == "last_number":
+        numbers = _NUMBER.findall(text)
+        return numbers[-1] if numbers else None
+    if extract == "answer_line":
+        matches = _ANSWER_LINE.findall(text)
+        return matches[-1].strip() or None if matches else None
+    if extract == "boxed":
+        return _last_boxed(text)
+    if extract == "regex":
+        if pattern is None:
+            raise ValueError("extract 'regex' needs a pattern")
+        matches = list(re.finditer(pattern, text))
+        return matches[-1].group(group) if matches else None
+    raise ValueError(f"extract {extract!r} is not one of {', '.join(EXTRACTIONS)}")
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, begin = 0, start + len("\\boxed{")
+    for index in range(begin, len(text)):
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            if depth == 0:
+                return text[begin:index].strip()
+            depth -= 1
+    return None  # unclosed brace: no answer
+
+
+def parse_number(text: str | None) -> float | None:
+    """The value of a number written with optional sign, thousands commas and Unicode digits; None if not one."""
+    if text is None:
+        return None
+    cleaned = unicodedata.normalize("NFKC", text.strip()).replace("\u2212", "-").replace(",", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def normalize_answer(text: str) -> str:
+    """Compare-ready form: NFKC, whitespace collapsed, and a number in canonical form ("1,000.0" -> "1000")."""
+    text = " ".join(unicodedata.normalize("NFKC", text).split())
+    number = parse_number(text)
+    if number is not None:
+        return str(int(number)) if number.is_integer() else repr(number)
+    return text
+
+
+def _reference(row: Mapping[str, object], column: str, index: int) -> str:
+    if column not in row:
+        raise KeyError(f"sample {index} has no reference column {column!r}; its columns: {', '.join(row) or 'none'}")
+    return str(row[column])
+
+
+# --------------------------------------------------------------------------------------------
+# Reward functions
+
+
+@register_reward("exact_match")
+def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                answer_column: str = "answer", extract: str = "full", pattern: str | None = None,
+                group: int = 1, case_sensitive: bool = True) -> list[float]:
+    """1.0 when the answer extracted from the completion equals the reference column after
+    ``normalize_answer`` (so "1,000" matches "1000"), else 0.0; no answer found is 0.0."""
+    scores = []
+    for index, (text, row) in enumerate(zip(completions, references, strict=True)):
+        found = extract_answer(text, extract=extract, pattern=pattern, group=group)
+        if found is None:
+            scores.append(0.0)
+            continue
+        got, want = normalize_answer(found), normalize_answer(_reference(row, answer_column, index))
+        if not case_sensitive:
+            got, want = got.casefold(), want.casefold()
+        scores.append(float(got == want))
+    return scores
+
+
+@register_reward("numeric_match")
+def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                  answer_column: str = "answer", extract: str = "last_number", pattern: str | None = None,
+                  group: int = 1, tolerance: float = 1e-6, relative: bool = False) -> list[float]:
+    """1.0 when the extracted number is within ``tolerance`` of the reference number (absolute, or
+    relative to the reference's magnitude), else 0.0; no number in the completion is 0.0. A reference
+    that is not a number is an error (the data, not the completion, is wrong)."""
+    scores = []
+    for index, (text, row) in enumerate(zip(completions, references, strict=True)):
+        want = parse_number(_reference(row, answer_column, index))
+        if want is None:
+            raise ValueError(f"sample {index}: reference {answer_column}={row[answer_column]!r} is not a number")
+        got = parse_number(extract_answer(text, extract=extract, pattern=pattern, group=group))
+        if got is None:
+            scores.append(0.0)
+            continue
+        bound = tolerance * max(abs(want), 1e-12) if relative else tolerance
+        scores.append(float(abs(got - want) <= bound))
+    return scores
+
+
+@register_reward("format_regex")
+def format_regex(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                 pattern: str, full_match: bool = False) -> list[float]:
+    """1.0 when ``pattern`` is found in the completion (``full_match``: matches all of it), else 0.0."""
+    compiled = re.compile(pattern, re.DOTALL)
+    match = compiled.fullmatch if full_match else compiled.search
+    return [float(match(text) is not None) for text in completions]
+
+
+def _length(text: str, unit: str) -> int:
+    if unit == "chars":
+        return len(text)
+    if unit == "words":
+        return len(text.split())
+    raise ValueError(f"unit {unit!r} is not one of chars, words")
+
+
+@register_reward("length_penalty")
+def length_penalty(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                   max_length: int, unit: str = "chars") -> list[float]:
+    """0.0 up to ``max_length``, then -(excess / max_length): longer completions are penalised linearly."""
+    if max_length <= 0:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    return [-max(0, _length(text, unit) - max_length) / max_length for text in completions]
+
+
+@register_reward("length_target")
+def length_target(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                  target: int, unit: str = "chars") -> list[float]:
+    """1 - |length - target| / target, floored at 0: 1.0 exactly at the target length."""
+    if target <= 0:
+        raise ValueError(f"target must be positive, got {target}")
+    return [max(0.0, 1.0 - abs(_length(text, unit) - target) / target) for text in completions]
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+@register_reward("valid_json")
+def valid_json(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+               require_object: bool = False, allow_fence: bool = True) -> list[float]:
+    """1.0 when the completion (stripped; inside a ```json fence if ``allow_fence``) parses as JSON
+    (and is an object when ``require_object``), else 0.0."""
+    scores = []
+    for text in completions:
+        text = text.strip()
+        fenced = _FENCE.match(text) if allow_fence else None
+        try:
+            value = json.loads(fenced.group(1) if fenced else text)
+        except ValueError:
+            scores.append(0.0)
+            continue
+        scores.append(float(isinstance(value, dict) or not require_object))
+    return scores
+
+
+def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> list[bool]:
+    if not case_sensitive:
+        text, keywords = text.casefold(), [keyword.casefold() for keyword in keywords]
+    return [keyword in text for keyword in keywords]
+
+
+@register_reward("contains")
+def contains(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+             keywords: Sequence[str], mode: str = "all", case_sensitive: bool = False) -> list[float]:
+    """``mode`` all: 1.0 when every keyword occurs; any: when at least one does; fraction: the share that do."""
+    if not keywords:
+        raise ValueError("keywords must name at least one keyword")
+    reducers = {"all": lambda hits: float(all(hits)), "any": lambda hits: float(any(hits)),
+                "fraction": lambda hits: sum(hits) / len(hits)}
+    if mode not in reducers:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(reducers)}")
+    return [reducers[mode](_keyword_hits(text, keywords, case_sensitive)) for text in completions]
+
+
+@register_reward("excludes")
+def excludes(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+             keywords: Sequence[str], case_sensitive: bool = False) -> list[float]:
+    """1.0 when none of ``keywords`` occurs, else 0.0."""
+    if not keywords:
+        raise ValueError("keywords must name at least one keyword")
+    return [float(not any(_keyword_hits(text, keywords, case_sensitive))) for text in completions]
+
+
+# --------------------------------------------------------------------------------------------
+# Weighted combination
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightedReward:
+    """One term of the total reward: a registered function, its weight and its keyword arguments.
+
+    ``label`` names its metrics (``rewards/<label>/mean``); it defaults to the function's name.
+    """
+
+    name: str
+    weight: float = 1.0
+    args: Mapping[str, object] | None = None
+    label: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+def score_rewards(terms: Sequence[WeightedReward], completions: Sequence[str],
+                  references: Sequence[Mapping[str, object]]) -> tuple[list[float], dict[str, list[float]]]:
+    """(weighted total per completion, each term's own scores by ``key``).
+
+    Raises RewardError naming the function and the sample when a function raises, returns the
+    wrong number of scores or a non-finite one.
+    """
+    if len(completions) != len(references):
+        raise ValueError(f"{len(completions)} completions but {len(references)} reference rows")
+    totals = [0.0] * len(completions)
+    by_key: dict[str, list[float]] = {}
+    for term in terms:
+        scores = _call_reward(term, completions, references)
+        by_key[term.key] = scores
+        totals = [total + term.weight * score for total, score in zip(totals, scores)]
+    return totals, by_key
+
+
+def _call_reward(term: WeightedReward, completions: Sequence[str],
+                 references: Sequence[Mapping[str, object]]) -> list[float]:
+    fn = REWARDS[term.name]
+    args = dict(term.args or {})
+    try:
+        scores = fn(completions, references, **args)
+    except Exception as batch_error:
+        # Find the sample at fault by scoring one at a time; the first failure is reported.
+        for index in range(len(completions)):
+            try:
+                fn(completions[index:index + 1], references[index:index + 1], **args)
+            except Exception as error:
+                raise RewardError(f"reward {term.name!r} failed on sample {index} "
+                                  f"(completion {completions[index][:80]!r}): {type(error).__name__}: {error}"
+                                  ) from error
+        raise RewardError(f"reward {term.name!r} failed on the batch: {type(batch_error).__name__}: "
+                          f"{batch_error}") from batch_error
+    scores = list(scores)
+    if len(scores) != len(completions):
+        raise RewardError(f"reward {term.name!r} returned {len(scores)} scores for {len(completions)} completions")
+    for index, score in enumerate(scores):
+        if not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise RewardError(f"reward {term.name!r} returned {score!r} for sample {index}; rewards must be "
+                              "finite numbers")
+    return [float(score) for score in scores]

@@ -1,0 +1,135 @@
+"""Reward functions on edge cases: no answer, Unicode digits, empty completions, signs, commas; the combinator's errors."""
+import math
+
+import pytest
+
+from jaxengine import rewards
+from jaxengine.rewards import RewardError, WeightedReward, extract_answer, score_rewards
+
+REF = [{"answer": "42"}]
+
+
+@pytest.mark.parametrize(("text", "extract", "expected"), [
+    ("so 3 + 4 = 7", "last_number", "7"),
+    ("the total is 1,234,567 apples", "last_number", "1,234,567"),
+    ("list: 1, 2, 3", "last_number", "3"),
+    ("it is -12.5 degrees", "last_number", "-12.5"),
+    ("from 3-5", "last_number", "5"),  # a hyphen glued to a digit is not a sign
+    ("it is \u221212", "last_number", "\u221212"),  # typographic minus
+    ("\u0664\u0662 in Arabic-Indic", "last_number", "\u0664\u0662"),
+    ("no digits here", "last_number", None),
+    ("", "last_number", None),
+    ("Reasoning.\nAnswer: Paris\nmore", "answer_line", "Paris"),
+    ("answer： 7", "answer_line", "7"),  # full-width colon
+    ("Answer:   ", "answer_line", None),
+    ("x \\boxed{\\frac{1}{2}} and \\boxed{3}", "boxed", "3"),
+    ("\\boxed{\\frac{1}{2}}", "boxed", "\\frac{1}{2}"),
+    ("\\boxed{unclosed", "boxed", None),
+    ("  spaced  ", "full", "spaced"),
+    ("   ", "full", None),
+])
+def test_extract_answer(text, extract, expected):
+    assert extract_answer(text, extract=extract) == expected
+
+
+def test_extract_regex_takes_the_group_of_the_last_match():
+    assert extract_answer("<a>1</a><a>2</a>", extract="regex", pattern=r"<a>(\d)</a>") == "2"
+    assert extract_answer("none", extract="regex", pattern=r"<a>(\d)</a>") is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1,234", 1234.0), ("-7", -7.0), ("\u22127", -7.0), ("+3.5", 3.5), ("\uff11\uff12", 12.0),
+    ("\u0664\u0662", 42.0), ("abc", None), ("", None), (None, None), ("inf", None),
+])
+def test_parse_number(text, expected):
+    assert rewards.parse_number(text) == expected
+
+
+def test_exact_match_normalises_numbers_and_whitespace():
+    completions = ["42", " 42 ", "42.0", "4 2", "", "the answer is 42", "\uff14\uff12"]
+    assert rewards.exact_match(completions, REF * 7) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert rewards.exact_match(["the answer is 42", "it is 43"], REF * 2, extract="last_number") == [1.0, 0.0]
+    assert rewards.exact_match(["1,000"], [{"answer": "1000"}], extract="last_number") == [1.0]
+    assert rewards.exact_match(["x = -5"], [{"answer": "-5"}], extract="last_number") == [1.0]
+    assert rewards.exact_match(["Answer: PARIS"], [{"a": "Paris"}], answer_column="a", extract="answer_line",
+                               case_sensitive=False) == [1.0]
+    assert rewards.exact_match(["Answer: PARIS"], [{"a": "Paris"}], answer_column="a",
+                               extract="answer_line") == [0.0]
+
+
+def test_exact_match_missing_reference_column_is_an_error():
+    with pytest.raises(KeyError, match="sample 0 has no reference column 'answer'"):
+        rewards.exact_match(["42"], [{"solution": "42"}])
+
+
+def test_numeric_match_tolerances():
+    refs = [{"answer": "0.5"}] * 4
+    assert rewards.numeric_match(["0.5", "0.50000001", "0.51", "none"], refs) == [1.0, 1.0, 0.0, 0.0]
+    assert rewards.numeric_match(["1,011"], [{"answer": "1000"}], tolerance=0.01, relative=True) == [0.0]
+    assert rewards.numeric_match(["1,010"], [{"answer": "1000"}], tolerance=0.01, relative=True) == [1.0]
+    assert rewards.numeric_match(["it is \u22123"], [{"answer": "-3"}]) == [1.0]
+    with pytest.raises(ValueError, match="not a number"):
+        rewards.numeric_match(["3"], [{"answer": "three"}])
+
+
+def test_format_regex():
+    assert rewards.format_regex(["Answer: 5", "5", "", "x\nAnswer: y"], [{}] * 4, pattern="Answer: .+") == [
+        1.0, 0.0, 0.0, 1.0]
+    assert rewards.format_regex(["<t>a</t>", "<t>a</t> extra"], [{}] * 2, pattern=r"<t>.*</t>",
+                                full_match=True) == [1.0, 0.0]
+
+
+def test_length_rewards():
+    texts = ["", "abcd", "abcdefgh", "ab\u00e9\u00e9"]  # Unicode characters count once each
+    assert rewards.length_penalty(texts, [{}] * 4, max_length=4) == [0.0, 0.0, -1.0, 0.0]
+    assert rewards.length_target(texts, [{}] * 4, target=4) == [0.0, 1.0, 0.0, 1.0]
+    assert rewards.length_target(["a b c", "a"], [{}] * 2, target=2, unit="words") == [0.5, 0.5]
+
+
+def test_valid_json():
+    texts = ['{"a": 1}', "[1, 2]", "```json\n{\"a\": 1}\n```", "{a: 1}", "", "null"]
+    assert rewards.valid_json(texts, [{}] * 6) == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+    assert rewards.valid_json(texts, [{}] * 6, require_object=True) == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_contains_and_excludes():
+    texts = ["Paris is in France", "paris", "", "Zürich"]
+    assert rewards.contains(texts, [{}] * 4, keywords=["paris", "france"]) == [1.0, 0.0, 0.0, 0.0]
+    assert rewards.contains(texts, [{}] * 4, keywords=["paris", "france"], mode="any") == [1.0, 1.0, 0.0, 0.0]
+    assert rewards.contains(texts, [{}] * 4, keywords=["paris", "france"], mode="fraction") == [1.0, 0.5, 0.0, 0.0]
+    assert rewards.contains(texts, [{}] * 4, keywords=["Paris"], case_sensitive=True) == [1.0, 0.0, 0.0, 0.0]
+    assert rewards.contains(texts, [{}] * 4, keywords=["zürich"]) == [0.0, 0.0, 0.0, 1.0]
+    assert rewards.excludes(texts, [{}] * 4, keywords=["france", "ZÜRICH"]) == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_score_rewards_weights_and_keys():
+    terms = [WeightedReward(name="exact_match", weight=1.0, args={"extract": "last_number"}),
+             WeightedReward(name="format_regex", weight=0.2, args={"pattern": "Answer: .+"})]
+    totals, by_key = score_rewards(terms, ["Answer: 42", "42", "Answer: 1"], REF * 3)
+    assert by_key == {"exact_match": [1.0, 1.0, 0.0], "format_regex": [1.0, 0.0, 1.0]}
+    assert totals == pytest.approx([1.2, 1.0, 0.2], abs=1e-12)
+
+
+def test_a_raising_reward_names_the_function_and_the_sample():
+    refs = [{"answer": "1"}, {"answer": "x"}, {"answer": "3"}]
+    with pytest.raises(RewardError, match=r"reward 'numeric_match' failed on sample 1 .*not a number"):
+        score_rewards([WeightedReward(name="numeric_match")], ["1", "2", "3"], refs)
+
+
+def test_a_non_finite_or_miscounted_reward_is_an_error(monkeypatch):
+    monkeypatch.setitem(rewards.REWARDS, "broken", lambda completions, references: [1.0, math.nan])
+    with pytest.raises(RewardError, match="'broken' returned nan for sample 1"):
+        score_rewards([WeightedReward(name="broken")], ["a", "b"], [{}, {}])
+    monkeypatch.setitem(rewards.REWARDS, "short", lambda completions, references: [1.0])
+    with pytest.raises(RewardError, match="returned 1 scores for 2 completions"):
+        score_rewards([WeightedReward(name="short")], ["a", "b"], [{}, {}])
+
+
+def test_check_args_names_unknown_and_missing_args():
+    rewards.check_args("exact_match", {"answer_column": "answer", "extract": "boxed"})
+    with pytest.raises(ValueError, match="exact_match: unknown args colum"):
+        rewards.check_args("exact_match", {"colum": "answer"})
+    with pytest.raises(ValueError, match="format_regex: required args missing: pattern"):
+        rewards.check_args("format_regex", {})
+    with pytest.raises(ValueError, match="'exactmatch' is not a reward function"):
+        rewards.check_args("exactmatch", {})
