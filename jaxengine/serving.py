@@ -295,10 +295,11 @@ class BatchingServer:
         self._pending.put(_Pending(request=request, on_token=on_token, should_stop=should_stop, future=future))
         return future
 
-    def close(self) -> None:
-        """Finish the batch in progress and stop the loop thread."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the loop thread once the requests already submitted are done (``wait``: until then)."""
         self._pending.put(None)
-        self._thread.join()
+        if wait:
+            self._thread.join()
 
     def _loop(self) -> None:
         while True:

@@ -61,14 +61,14 @@ $PY manage.py migrate --noinput
 $PY manage.py collectstatic --noinput >/dev/null
 $PY manage.py temper_setup
 
-start_worker() {  # name queue concurrency
-    .venv/bin/celery -A worker.celery worker -Q "$2" -n "$1@%h" --concurrency "$3" \
+start_worker() {  # name queue concurrency [pool]
+    .venv/bin/celery -A worker.celery worker -Q "$2" -n "$1@%h" --concurrency "$3" --pool "${4:-prefork}" \
         --loglevel INFO >"$TEMPER_DATA/logs/worker-$1.log" 2>&1 &
     pids+=($!)
 }
 start_worker default default 2
 start_worker train train 1
-start_worker serve serve 1
+start_worker serve serve 16 threads  # threads: concurrent chats share one batching server per model
 
 echo "Temper is starting on http://$HOST:$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
 .venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &

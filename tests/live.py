@@ -164,13 +164,17 @@ class CeleryWorker:
         _stop(self.process)
 
 
+# The serve worker batches concurrent generations across task threads, as it runs in production.
+POOLS = {"serve": ("--pool", "threads", "--concurrency", "4")}
+
+
 def start_worker(queue: str, *, redis_url: str, log_dir: Path) -> CeleryWorker:
     """Start ``celery -A worker.celery worker -Q <queue>`` (solo pool: one task at a time, in the
-    worker process itself) and wait until it reports ready."""
+    worker process itself; serve: ``POOLS``) and wait until it reports ready."""
     log_path = log_dir / f"worker-{queue}.log"
     log_file = open(log_path, "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "worker.celery", "worker", "-Q", queue, "--pool", "solo",
+        [sys.executable, "-m", "celery", "-A", "worker.celery", "worker", "-Q", queue, *POOLS.get(queue, ("--pool", "solo")),
          "-n", f"test-{queue}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
          "--without-heartbeat"],
         cwd=ROOT, env=worker_environment(redis_url=redis_url), stdout=log_file, stderr=subprocess.STDOUT,

@@ -124,6 +124,10 @@ TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 TEMPER_RUN_HEARTBEAT_SECONDS = env_int("TEMPER_RUN_HEARTBEAT_SECONDS", 5)
 TEMPER_RUN_LOST_SECONDS = env_int("TEMPER_RUN_LOST_SECONDS", 60)
 TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)
+# Serving: bytes of model weights the serve worker keeps loaded (least recently used out beyond it),
+# and the default time limit of one generation.
+TEMPER_SERVE_MEMORY_BYTES = env_int("TEMPER_SERVE_MEMORY_BYTES", 8 * 1024**3)
+TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
 
 LOGGING = {
     "version": 1,

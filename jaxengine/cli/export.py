@@ -1,9 +1,11 @@
-"""``jaxengine export --run DIR [--step N]``: export a run's checkpoint as a Hugging Face model.
+"""``jaxengine export --run DIR [--step N] [--quantize int8|int4]``: export a run's checkpoint as a Hugging Face model.
 
 Writes ``DIR/export/`` (LoRA/QLoRA merged into full-precision weights; ``export/adapter/`` in the
 ``peft`` format; ``reward_head.safetensors`` for reward runs) from the latest checkpoint, or from
 checkpoint ``N`` — e.g. for a cancelled run, or the best by eval loss (``summary.json`` names it).
-Prints ``{"step": ..., "export": {...}}``.
+With ``--quantize`` it also writes the serving copy ``DIR/export/quantized/`` (``jaxengine.quantize``),
+scored against the merged model on up to ``--eval-limit`` rows of the run's ``data.eval``.
+Prints ``{"step": ..., "export": {...}, "quantized": {...}}``.
 """
 from __future__ import annotations
 
@@ -18,6 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.split("\n\n")[0].strip("`"))
     parser.add_argument("--run", required=True, metavar="DIR", help="run directory (output_dir of a spec)")
     parser.add_argument("--step", type=int, metavar="N", help="checkpoint step (default: the latest)")
+    parser.add_argument("--quantize", choices=("int8", "int4"),
+                        help="also write export/quantized/: int8 per output channel, or int4 per group")
+    parser.add_argument("--group-size", type=int, metavar="G",
+                        help="input rows per scale (int4 default 64; int8 default: the whole channel)")
+    parser.add_argument("--eval-limit", type=int, default=64, metavar="N",
+                        help="eval rows scoring the quantized copy (default 64; 0: no scoring)")
     parser.set_defaults(handler=lambda args: run_reporting_errors("export", lambda: _export(args)))
 
 
@@ -27,7 +35,29 @@ def _export(args: argparse.Namespace) -> int:
 
     try:
         result = export_run(args.run, step=args.step)
-    except (JobError, TrainingError) as error:
+        if args.quantize:
+            result["quantized"] = quantize_run_export(args.run, scheme_name=args.quantize,
+                                                      group_size=args.group_size, eval_limit=args.eval_limit)
+    except (JobError, TrainingError, ValueError) as error:
         raise CliError(str(error)) from None
     print(json.dumps(result))
     return 0
+
+
+def quantize_run_export(run_dir, *, scheme_name: str, group_size: int | None, eval_limit: int) -> dict:
+    """Write ``<run_dir>/export/quantized/`` from ``<run_dir>/export/``, scored on the run's eval rows."""
+    from pathlib import Path
+
+    from jaxengine.job import _read_eval_rows
+    from jaxengine.quantize import QuantScheme, export_quantized
+    from jaxengine.spec import load_spec
+
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir / "spec.yaml")
+    rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns)[:eval_limit] if spec.data.eval else []
+    if spec.task in ("reward", "dpo"):  # preference rows: score the chosen responses
+        rows = [{"prompt": row["prompt"], "completion": row["chosen"]} for row in rows
+                if row.get("prompt") is not None and isinstance(row["chosen"], str)]
+    return export_quantized(run_dir / "export", run_dir / "export" / "quantized",
+                            scheme=QuantScheme.named(scheme_name, group_size=group_size),
+                            eval_rows=rows, eval_kind="text" if spec.task == "pretrain" else "sft")

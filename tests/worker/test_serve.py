@@ -1,0 +1,113 @@
+"""The serve task over a real Redis (in this process): events in order, the answer the sampler gives,
+concurrent generations batched, stop mid-answer, timeout, bad requests."""
+import threading
+import time
+
+import pytest
+
+from jaxengine.data.pipeline import encode_prompt
+from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine.serving import load_serving_model
+from tests import factories
+from webapp.chat import channels
+from webapp.runs.channels import redis_client
+from worker.tasks import serve
+
+CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-serve-task"))
+
+
+@pytest.fixture
+def client(redis_server, settings):
+    settings.REDIS_URL = redis_server.url
+    client = redis_client()
+    client.flushdb()
+    return client
+
+
+def request(model_dir, generation_id, **fields):
+    return {"id": generation_id, "model_key": "tiny", "model_path": str(model_dir), "messages": CONVERSATION,
+            "max_new_tokens": 12, "temperature": 0.0, **fields}
+
+
+def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
+    done = serve.generate(request(model_dir, "g1"))
+    events = channels.stored_events(client, "g1")
+    assert [event["seq"] for event in events] == list(range(len(events)))
+    assert [event["type"] for event in events] == ["token"] * 12 + ["done"]
+    assert "".join(event["text"] for event in events[:-1]) == done["text"] == events[-1]["text"]
+    loaded = load_serving_model(model_dir)
+    [expected] = Sampler(loaded.model, loaded.tokenizer).generate(
+        [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=12, temperature=0.0))
+    assert done["text"] == expected.text and done["finish_reason"] == "length"
+    assert done["prompt_tokens"] == len(expected.prompt_token_ids) and done["completion_tokens"] == 12
+
+
+def test_concurrent_generations_decode_in_one_batch(client, model_dir):
+    serve.generate(request(model_dir, "warm"))  # loads the model and its server
+    server, _ = serve._server_for("tiny", str(model_dir))
+    before = len(server.batch_sizes)
+    gate = threading.Event()
+    original_run = server.decoder.run
+
+    def held_run(requests, **kwargs):
+        gate.wait(timeout=30)
+        return original_run(requests, **kwargs)
+
+    server.decoder.run = held_run
+    try:
+        results = {}
+        threads = [threading.Thread(target=lambda i=i: results.update({i: serve.generate(request(
+            model_dir, f"c{i}", seed=i, temperature=0.8))})) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)  # all four are submitted while the first batch is held
+        gate.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        server.decoder.run = original_run
+    # whatever the first (held) batch took, the rest queued meanwhile and went as one batch
+    assert sum(server.batch_sizes[before:]) == 4 and len(server.batch_sizes[before:]) <= 2
+    for i in range(4):
+        assert channels.stored_events(client, f"c{i}")[-1]["text"] == results[i]["text"]
+
+
+def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):
+    monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
+    emit = channels.emit
+    monkeypatch.setattr(channels, "emit", lambda *args: (time.sleep(0.02), emit(*args)))  # ~50 tokens a second
+
+    def stop_after_three_tokens():
+        while len(channels.stored_events(client, "s1")) < 3:
+            time.sleep(0.01)
+        channels.request_stop(client, "s1")
+
+    stopper = threading.Thread(target=stop_after_three_tokens)
+    stopper.start()
+    done = serve.generate(request(model_dir, "s1", max_new_tokens=200))
+    stopper.join(timeout=10)
+    assert done["finish_reason"] == "cancelled"
+    assert 3 <= done["completion_tokens"] < 50
+    assert channels.stored_events(client, "s1")[-1]["type"] == "done"
+
+
+def test_a_generation_past_its_timeout_ends_as_timeout(client, model_dir):
+    done = serve.generate(request(model_dir, "t1", timeout_seconds=1e-6))
+    assert done["finish_reason"] == "timeout" and done["completion_tokens"] == 0
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"temperature": -1}, "temperature"),
+    ({"messages": None}, "exactly one of messages"),
+    ({"model_path": "/nonexistent/model"}, "config.json"),
+])
+def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, message):
+    result = serve.generate({**request(model_dir, "bad"), "model_key": str(fields), **fields})
+    assert message in result["error"]
+    [event] = channels.stored_events(client, "bad")
+    assert event["type"] == "error" and message in event["message"]

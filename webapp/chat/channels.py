@@ -1,0 +1,56 @@
+"""Redis names and events shared by the web process and the serve worker for one generation.
+
+A generation (a chat message, an API completion) has an id. The serve worker appends every event to
+the list ``events_key(id)`` (kept ``EVENTS_TTL_SECONDS``) and publishes it on ``channel(id)``; each
+event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
+
+- ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete);
+- ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
+  ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``;
+- ``error``: ``message`` (what went wrong, for the user).
+
+A reader subscribes first, then reads the list, then keeps channel events whose ``seq`` is past the
+last one read: nothing is missed and nothing repeats, however late it arrives. ``stop_key(id)``,
+set by the web process (``request_stop``), asks the worker to end the generation after the current
+token. Jax-free: the web imports it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+EVENTS_TTL_SECONDS = 3600
+STOP_TTL_SECONDS = 3600
+TERMINAL_TYPES = ("done", "error")
+
+
+def channel(generation_id: str) -> str:
+    return f"chat:{generation_id}"
+
+
+def events_key(generation_id: str) -> str:
+    return f"chat:{generation_id}:events"
+
+
+def stop_key(generation_id: str) -> str:
+    return f"chat:{generation_id}:stop"
+
+
+def request_stop(client, generation_id: str) -> None:
+    """Ask the serve worker to stop this generation (it ends with ``finish_reason`` ``cancelled``)."""
+    client.set(stop_key(generation_id), "1", ex=STOP_TTL_SECONDS)
+
+
+def emit(client, generation_id: str, event: dict[str, Any]) -> None:
+    """Append ``event`` (with its ``seq``) to the generation's list and publish it."""
+    data = json.dumps(event)
+    pipe = client.pipeline()
+    pipe.rpush(events_key(generation_id), data)
+    pipe.expire(events_key(generation_id), EVENTS_TTL_SECONDS)
+    pipe.publish(channel(generation_id), data)
+    pipe.execute()
+
+
+def stored_events(client, generation_id: str) -> list[dict[str, Any]]:
+    """Every event emitted so far, in order."""
+    return [json.loads(raw) for raw in client.lrange(events_key(generation_id), 0, -1)]

@@ -1,0 +1,150 @@
+"""``serve`` queue: one generation (a chat message, an API completion), streamed through Redis.
+
+The serve worker runs Celery's thread pool (``--pool threads --concurrency N``). Each task thread
+renders its prompt, submits it to this process's ``jaxengine.serving.BatchingServer`` for its model
+and waits; the server decodes every request pending at that moment as one batch, so concurrent
+conversations share decode steps. Models stay loaded in a ``ModelCache`` bounded by
+``TEMPER_SERVE_MEMORY_BYTES`` (least recently used out). Events follow ``webapp.chat.channels``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Literal
+
+import redis
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from webapp.celery import app
+from webapp.chat import channels
+from webapp.runs.channels import redis_client
+
+logger = logging.getLogger(__name__)
+
+STOP_POLL_SECONDS = 0.1  # how often a generation reads its stop flag (not once per token)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class GenerateRequest(BaseModel):
+    """What the web sends: the generation id, the model (a cache key and its directory), either a
+    conversation (rendered with the model's chat template) or a raw ``prompt``, and sampling settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=100)
+    model_key: str = Field(min_length=1)
+    model_path: str = Field(min_length=1)
+    messages: list[Message] | None = None
+    prompt: str | None = None
+    max_new_tokens: int = Field(default=256, ge=1, le=8192)
+    temperature: float = Field(default=0.7, ge=0.0, le=5.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, lt=2**32)
+    timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
+                                   le=3600)
+
+    @model_validator(mode="after")
+    def _one_prompt(self):
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("give exactly one of messages (a conversation) or prompt (raw text)")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages: the conversation is empty")
+        return self
+
+
+_lock = threading.Lock()
+_cache = None
+_servers: dict = {}  # model key -> BatchingServer, for the models in _cache
+
+
+def _server_for(key: str, path: str):
+    """The batching server of a cached model (loading it, and closing servers of evicted models)."""
+    global _cache
+    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache
+
+    with _lock:
+        if _cache is None:
+            _cache = ModelCache(budget_bytes=settings.TEMPER_SERVE_MEMORY_BYTES)
+        loaded = _cache.get(key, path)
+        for stale in set(_servers) - set(_cache.keys):
+            _servers.pop(stale).close(wait=False)
+        if key not in _servers:
+            _servers[key] = BatchingServer(BatchDecoder(loaded.model, loaded.tokenizer))
+        return _servers[key], loaded.tokenizer
+
+
+def prompt_ids(request: GenerateRequest, tokenizer) -> tuple[int, ...]:
+    """The request's prompt as token ids: a conversation rendered exactly as SFT renders prompts."""
+    from jaxengine.data.pipeline import _with_bos, encode_prompt
+
+    if request.messages is not None:
+        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in request.messages]))
+    return tuple(_with_bos(tokenizer, tokenizer.encode(request.prompt)))
+
+
+class _Events:
+    """Numbered events of one generation; a Redis hiccup loses live tokens, never the generation."""
+
+    def __init__(self, client: redis.Redis, generation_id: str):
+        self.client = client
+        self.generation_id = generation_id
+        self.seq = 0
+        self._stop_checked_at = 0.0
+        self._stopped = False
+
+    def emit(self, event_type: str, **fields) -> None:
+        try:
+            channels.emit(self.client, self.generation_id, {"seq": self.seq, "type": event_type, **fields})
+        except redis.RedisError as error:
+            logger.warning("generation %s: event not sent to Redis: %s", self.generation_id, error)
+        self.seq += 1
+
+    def should_stop(self) -> bool:
+        now = time.monotonic()
+        if not self._stopped and now - self._stop_checked_at >= STOP_POLL_SECONDS:
+            self._stop_checked_at = now
+            try:
+                self._stopped = bool(self.client.exists(channels.stop_key(self.generation_id)))
+            except redis.RedisError:
+                pass
+        return self._stopped
+
+
+@app.task(name="worker.tasks.serve.generate")
+def generate(request: dict) -> dict:
+    """Generate for ``request`` (a ``GenerateRequest`` as a dict), streaming events to Redis; returns the
+    ``done`` event's fields, or ``{"error": ...}``."""
+    from jaxengine.sampler import PromptError, SamplingParams
+    from jaxengine.serving import ServeRequest
+
+    generation_id = str(request.get("id", "")) if isinstance(request, dict) else ""
+    events = _Events(redis_client(), generation_id)
+    try:
+        parsed = GenerateRequest.model_validate(request)
+        server, tokenizer = _server_for(parsed.model_key, parsed.model_path)
+        serve_request = ServeRequest(
+            prompt_ids=prompt_ids(parsed, tokenizer), deadline=time.monotonic() + parsed.timeout_seconds,
+            params=SamplingParams(max_new_tokens=parsed.max_new_tokens, temperature=parsed.temperature,
+                                  top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed))
+        future = server.submit(serve_request, on_token=lambda token_id, delta: events.emit("token", text=delta),
+                               should_stop=events.should_stop)
+        result = future.result()
+    except (ValidationError, PromptError, ValueError, OSError) as error:
+        message = str(error)
+        events.emit("error", message=message)
+        return {"error": message}
+    except Exception as error:  # reported to the user, and logged with its traceback for the operator
+        logger.exception("generation %s failed", generation_id)
+        events.emit("error", message=f"the model failed: {error}")
+        return {"error": str(error)}
+    done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
+    events.emit("done", **done)
+    return done
