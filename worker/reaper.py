@@ -3,7 +3,8 @@
 A run's heartbeat stops when the process training it dies (SIGKILL, out of memory, host lost). On
 ``worker_ready`` a daemon thread here calls ``webapp.runs.services.runs_reap_lost`` at once and then
 every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`` are re-queued to
-resume from their last checkpoint. Every worker (default, train, serve) runs it, so a lost run is
+resume from their last checkpoint, and runs queued for that long whose message Redis no longer
+holds (a restart without persistence) are sent again. Every worker (default, train, serve) runs it, so a lost run is
 found while any worker is up; the conditional update in the service makes concurrent reapers safe.
 The thread lives in the main process, which a forked pool child's death does not take down.
 """
@@ -16,7 +17,7 @@ from celery import signals
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from webapp.runs.services import runs_reap_lost
+from webapp.runs.services import runs_reap_lost, runs_requeue_lost_messages
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class Reaper:
         try:
             for run in runs_reap_lost():
                 logger.warning("run %s was lost; re-queued as attempt %s", run.public_id, run.attempt)
+            for run in runs_requeue_lost_messages():
+                logger.warning("run %s: its queue message was lost; sent again", run.public_id)
         except Exception:  # a failed check must never take the worker down; the next one retries
             logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)
         finally:

@@ -159,3 +159,15 @@ def test_a_redis_restart_loses_no_run_and_no_point(setup, train_worker, redis_se
     assert loss_steps(run) == list(range(1, 151))
     names = set(MetricPoint.objects.filter(run=run, step=150).values_list("name", flat=True))
     assert {"loss", "grad_norm", "learning_rate", "tokens"} <= names
+
+
+def test_a_queued_run_survives_a_redis_restart(setup, train_worker, redis_server):
+    busy = launch(setup, max_steps=5000, save_every=1000)
+    wait_for(reached(busy, status=RunStatus.RUNNING, step=3), timeout=120, workers=train_worker, what="training")
+    waiting = launch(setup, max_steps=4)  # queued behind it: its message lives only in Redis
+    redis_server.restart(down_seconds=1)  # no persistence: the queue is gone
+    services.run_cancel(run=busy, user=None)
+    wait_for(reached(waiting, status=RunStatus.SUCCEEDED), timeout=150, workers=train_worker,
+             what="the queued run to be sent again and trained")
+    assert waiting.attempt == 1 and loss_steps(waiting) == [1, 2, 3, 4]
+    assert waiting.log_lines.filter(message__contains="queue message was lost").exists()

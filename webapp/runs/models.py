@@ -17,6 +17,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
@@ -53,6 +54,9 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the current attempt was queued: a run queued for long whose message is in no queue
+    # (Redis lost it) is sent again (``services.runs_requeue_lost_messages``).
+    queued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField(null=True)
     total_steps = models.PositiveIntegerField(null=True)

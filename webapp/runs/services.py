@@ -11,7 +11,9 @@ the engine will run, and every problem comes back under the key it concerns.
 """
 from __future__ import annotations
 
+import ast
 import copy
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -348,6 +350,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
         raise ValidationError({"max_steps": "the run has finished its steps; give a larger max_steps to train on"})
     run.status = RunStatus.QUEUED
     run.attempt += 1
+    run.queued_at = timezone.now()
     run.series_cache = {}
     run.cancel_requested = False
     run.error_message = ""
@@ -442,13 +445,70 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
             continue
         message = (f"worker {run.worker_name} lost at step {run.current_step} (silent for {silent} s); "
                    "re-queued to resume from its last checkpoint")
-        if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message=""):
+        if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message="",
+                          queued_at=now):
             run.refresh_from_db()
             log_line(run, message, level=LogLevel.WARNING)
             logger.warning("run %s: %s", run.public_id, message)
             _enqueue(run)
             reaped.append(run)
     return reaped
+
+
+# Celery's Redis transport keeps waiting messages in a list named after the queue (priority
+# levels in lists named queue + SEP + level) and delivered, unacknowledged ones in a hash.
+KOMBU_PRIORITY_SEP = "\x06\x16"
+KOMBU_UNACKED_KEY = "unacked"
+
+
+def train_messages_in_redis(client: redis.Redis) -> set[tuple[int, int]]:
+    """``(run pk, attempt)`` of every ``train_run`` message Redis holds: waiting or delivered."""
+    raw = list(client.lrange("train", 0, -1))
+    for key in client.scan_iter(match=f"train{KOMBU_PRIORITY_SEP}*"):
+        raw += client.lrange(key, 0, -1)
+    payloads = [json.loads(item) for item in raw]
+    payloads += [json.loads(item)[0] for item in client.hvals(KOMBU_UNACKED_KEY)]
+    found = set()
+    for payload in payloads:
+        headers = payload.get("headers") or {}
+        if headers.get("task") != TRAIN_TASK:
+            continue
+        try:
+            arguments = ast.literal_eval(headers.get("argsrepr") or "")
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(arguments, (list, tuple)) and len(arguments) == 2:
+            found.add((int(arguments[0]), int(arguments[1])))
+    return found
+
+
+def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
+    """Send again the message of each run queued for over ``TEMPER_RUN_LOST_SECONDS`` whose message
+    Redis no longer holds (a Redis restart without persistence loses its queues). A message sent
+    twice is harmless: only the first delivery finds the run queued as that attempt."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    waiting = list(Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff).exclude(task=EXTERNAL_TASK))
+    if not waiting:
+        return []
+    try:
+        client = channels.redis_client()
+        try:
+            present = train_messages_in_redis(client)
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("queued runs not checked, Redis unavailable: %s", error)
+        return []
+    sent = []
+    for run in waiting:
+        if (run.pk, run.attempt) in present:
+            continue
+        if Run.objects.filter(pk=run.pk, attempt=run.attempt, status=RunStatus.QUEUED).update(queued_at=now):
+            log_line(run, "its queue message was lost (Redis restarted?); queued again", level=LogLevel.WARNING)
+            celery_app.send_task(TRAIN_TASK, args=[run.pk, run.attempt], queue="train")
+            sent.append(run)
+    return sent
 
 
 # ---- runs trained elsewhere, logged through the API (like a tracking server) ----------------

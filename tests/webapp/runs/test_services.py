@@ -1,5 +1,6 @@
 """Run services: create (ids resolved to paths, validated by the engine's schema, enqueued on
 commit), cancel, resume, retry, tags, and the reaping of lost runs."""
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -194,3 +195,47 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
     assert chained.spec["model"] == f"{run.public_id}@5"
     with pytest.raises(ValidationError, match="already exported"):
         services.checkpoint_export_request(run=run, step=5, user=None)
+
+
+class FakeRedis:
+    """What Celery's Redis transport leaves in Redis: waiting messages in the queue's list (and
+    its priority lists), delivered ones in the ``unacked`` hash as [payload, exchange, key]."""
+
+    def __init__(self, *, waiting=(), priority=(), unacked=()):
+        message = lambda args: json.dumps({"body": "", "headers": {"task": services.TRAIN_TASK,  # noqa: E731
+                                                                   "argsrepr": repr(list(args))}})
+        self.lists = {"train": [message(args) for args in waiting],
+                      "train\x06\x163": [message(args) for args in priority]}
+        self.unacked = [json.dumps([json.loads(message(args)), "", "train"]) for args in unacked]
+
+    def lrange(self, key, start, end):
+        return self.lists.get(key, [])
+
+    def scan_iter(self, match):
+        return [key for key in self.lists if key.startswith(match.rstrip("*")) and key != "train"]
+
+    def hvals(self, key):
+        return self.unacked
+
+    def close(self):
+        pass
+
+
+def test_train_messages_are_read_from_every_place_redis_keeps_them():
+    fake = FakeRedis(waiting=[(1, 1), (2, 3)], priority=[(4, 1)], unacked=[(5, 2)])
+    assert services.train_messages_in_redis(fake) == {(1, 1), (2, 3), (4, 1), (5, 2)}
+
+
+def test_a_queued_run_whose_message_redis_lost_is_sent_again(team, catalog, sent_tasks,
+                                                             django_capture_on_commit_callbacks, monkeypatch):
+    waiting = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    lost = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    young = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    old = timezone.now() - timedelta(seconds=120)
+    Run.objects.filter(pk__in=[waiting.pk, lost.pk]).update(queued_at=old)
+    monkeypatch.setattr(services.channels, "redis_client", lambda: FakeRedis(waiting=[(waiting.pk, 1)]))
+    sent_tasks.calls.clear()
+    resent = services.runs_requeue_lost_messages()
+    assert [run.pk for run in resent] == [lost.pk] and young.pk not in [run.pk for run in resent]
+    assert sent_tasks.calls == [("worker.tasks.train.train_run", [lost.pk, 1], "train")]
+    assert services.runs_requeue_lost_messages() == []  # its queued_at was renewed
