@@ -44,6 +44,14 @@ PRESETS: dict[str, list[dict[str, Any]]] = {
                   "train": {"epochs": 1, "batch_size": 8, "eval_every": 50, "save_every": 50},
                   "dpo": {"beta": 2.0, "loss": "simpo", "simpo_gamma": 0.5}}},
     ],
+    "grpo": [
+        {"name": "GRPO (exact match)", "description": "8 rollouts per prompt scored by exact match with the answer column.",
+         "spec": {"peft": {"method": "lora", "rank": 16, "alpha": 32},
+                  "optim": {"learning_rate": 1e-5},
+                  "train": {"max_steps": 100, "batch_size": 4, "save_every": 25},
+                  "grpo": {"num_generations": 8, "max_new_tokens": 64,
+                           "rewards": [{"name": "exact_match", "weight": 1.0}]}}},
+    ],
 }
 
 

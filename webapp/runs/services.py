@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import SpecError, parse_spec, parse_spec_text
+from jaxengine.spec import TASK_DATASET_KINDS, SpecError, parse_spec, parse_spec_text
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -43,12 +43,6 @@ logger = logging.getLogger(__name__)
 TRAIN_TASK = "worker.tasks.train.train_run"
 # The task of a run trained elsewhere and logged into Temper through the API.
 EXTERNAL_TASK = "external"
-# The dataset kinds (jaxengine.data.formats.DatasetKind) each task trains on; grpo/ppo are listed
-# so that their forms offer the right datasets the day the engine's spec accepts them.
-TRAIN_KINDS: dict[str, tuple[str, ...]] = {
-    "pretrain": ("text",), "sft": ("sft",), "reward": ("preference",), "dpo": ("preference",),
-    "grpo": ("prompts",), "ppo": ("prompts",),
-}
 # An sft eval file may also be a prompts file with an ``answer`` column (exact-match scoring).
 EVAL_KINDS: dict[str, tuple[str, ...]] = {"sft": ("sft", "prompts")}
 MAX_TAGS = 20
@@ -57,7 +51,9 @@ RUNS_DIRECTORY = "runs"
 
 
 def train_kinds(task: str) -> tuple[str, ...]:
-    return TRAIN_KINDS.get(task, ())
+    """The dataset kind a task trains on, as the engine's spec says (``TASK_DATASET_KINDS``)."""
+    kind = TASK_DATASET_KINDS.get(task)
+    return (kind,) if kind else ()
 
 
 def eval_kinds(task: str) -> tuple[str, ...]:
@@ -138,6 +134,20 @@ def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[st
     return version
 
 
+def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
+             errors) -> dict[str, str]:
+    """``data.columns`` for the engine: the training version's column mapping (the stored file keeps
+    its own column names). The evaluation version must have been mapped the same way, or not at all."""
+    columns = dict(train.column_mapping) if train is not None else {}
+    if evaluation is not None and evaluation.column_mapping and evaluation.column_mapping != columns:
+        _add(errors, "data.eval", f"{evaluation} maps its columns as {evaluation.column_mapping}, the training "
+                                  f"data as {columns or 'given'}; one run reads both with one mapping")
+    given = data.get("columns")
+    if given not in (None, {}) and given != columns:
+        _add(errors, "data.columns", "set from the dataset versions' column mappings (chosen at upload); remove it")
+    return columns
+
+
 def _spec_problems(problems: list[str], errors) -> None:
     # parse_spec without a source gives "dotted.key: message" per problem.
     for problem in problems:
@@ -171,6 +181,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     if train is not None:
         versions.append(train)
         resolved_data["train"] = str(train.absolute_path)
+    evaluation = None
     if data.get("eval") not in (None, ""):
         evaluation = _resolve_dataset(project, "data.eval", data.get("eval"), eval_kinds(task), task, errors)
         if evaluation is not None:
@@ -178,6 +189,11 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
             resolved_data["eval"] = str(evaluation.absolute_path)
     else:
         resolved_data.pop("eval", None)
+    columns = _columns(data, train, evaluation, errors)
+    if columns:
+        resolved_data["columns"] = columns
+    else:
+        resolved_data.pop("columns", None)
     # Unresolved references stay as placeholders so that the schema still checks every other key.
     resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
@@ -194,6 +210,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["model"] = spec["model"].strip()
     written["data"]["train"] = data["train"]
     written["data"]["eval"] = data.get("eval") or None
+    written["data"].pop("columns", None)  # derived from the dataset versions, not written
     return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
                    dataset_versions=versions)
 

@@ -8,25 +8,30 @@ and description as help text. A task or knob the engine adds appears here withou
 the choice of starting model and datasets (``model``, ``data.train``, ``data.eval``) is the web's,
 since people pick registered objects by public id rather than typing server paths.
 
-``spec_from_form(task, data)`` reads a submitted form back into a spec mapping (strings to typed
-values where the schema needs it; blanks to the default, or to null for optional keys), and
+Keys of other types (a list of reward terms, a mapping) are edited as JSON. ``spec_from_form(task,
+data)`` reads a submitted form back into a spec mapping (strings to typed values where the schema
+needs it; blanks to the default, or to null for optional keys; bad JSON is a ``ValidationError``
+on its key), and
 ``spec_initial(spec)`` flattens a spec mapping into initial form values (Duplicate, presets).
 """
 from __future__ import annotations
 
+import json
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
+from django.core.exceptions import ValidationError
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from jaxengine.spec import TASK_SECTIONS, JobSpec, Task
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
-# Keys the web fills itself (references chosen from lists, or the run directory).
-REFERENCE_KEYS = frozenset({"data.train", "data.eval"})
+# Keys the web fills itself: datasets are chosen from lists, and their column names come from the
+# dataset versions' own column mappings.
+REFERENCE_KEYS = frozenset({"data.train", "data.eval", "data.columns"})
 
 
 def tasks() -> tuple[str, ...]:
@@ -40,7 +45,7 @@ class SpecField:
 
     name: str
     label: str
-    widget: Literal["select", "checkbox", "number", "multi", "text"]
+    widget: Literal["select", "checkbox", "number", "multi", "text", "json"]
     default: Any
     help: str
     optional: bool
@@ -82,13 +87,26 @@ def _spec_field(section: str, key: str, info) -> SpecField:
         return SpecField(widget="select", default=default, choices=typing.get_args(annotation), **common)
     if origin in (tuple, list):
         item, _ = _strip_optional(typing.get_args(annotation)[0])
-        choices = typing.get_args(item) if typing.get_origin(item) is Literal else ()
-        return SpecField(widget="multi", default=list(default or ()), choices=choices, **common)
+        if typing.get_origin(item) is Literal:
+            return SpecField(widget="multi", default=list(default or ()), choices=typing.get_args(item), **common)
     if annotation is bool:
         return SpecField(widget="checkbox", default=bool(default), **common)
     if annotation in (int, float):
         return SpecField(widget="number", default=default, **common)
-    return SpecField(widget="text", default=default, **common)
+    if annotation is str:
+        return SpecField(widget="text", default=default, **common)
+    # Lists of sub-sections (e.g. grpo.rewards: [{name, weight, args}]) and mappings: edited as JSON.
+    if default is None and info.default_factory is not None:
+        default = info.default_factory()
+    return SpecField(widget="json", default=_json_default(default), **common)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_json_default(item) for item in value]
+    return value
 
 
 def task_section_names(task: str) -> tuple[str, ...]:
@@ -137,6 +155,13 @@ def spec_from_form(task: str, data: Any) -> dict[str, Any]:
                 sections[section.name][key] = [_coerce_choice(value, field.choices) for value in data.getlist(field.name)]
                 continue
             raw = data.get(field.name, "").strip()
+            if field.widget == "json":
+                if raw:
+                    try:
+                        sections[section.name][key] = json.loads(raw)
+                    except json.JSONDecodeError as error:
+                        raise ValidationError({field.name: f"not JSON: {error.msg} at column {error.colno}"}) from None
+                continue
             if raw == "" or raw.lower() in ("none", "null"):
                 if field.optional:
                     sections[section.name][key] = None

@@ -239,3 +239,25 @@ def test_a_queued_run_whose_message_redis_lost_is_sent_again(team, catalog, sent
     assert [run.pk for run in resent] == [lost.pk] and young.pk not in [run.pk for run in resent]
     assert sent_tasks.calls == [("worker.tasks.train.train_run", [lost.pk, 1], "train")]
     assert services.runs_requeue_lost_messages() == []  # its queued_at was renewed
+
+
+def test_column_mappings_of_the_dataset_versions_become_data_columns(team, catalog, sent_tasks):
+    mapped = make_ready_version(team.project, name="qa", rows=[{"question": "q", "reply": "a"}])
+    mapped.column_mapping = {"prompt": "question", "completion": "reply"}
+    mapped.save()
+    spec = {**sft_spec(catalog), "data": {"train": mapped.public_id}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert run.resolved_spec["data"]["columns"] == {"prompt": "question", "completion": "reply"}
+    assert "columns" not in run.spec["data"]  # derived, so a duplicate re-derives it
+    services.run_create(project=team.project, spec=run.spec, user=team.teammate)
+    other = make_ready_version(team.project, name="qa2", rows=[{"q": "q", "a": "a"}])
+    other.column_mapping = {"prompt": "q", "completion": "a"}
+    other.save()
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id, "eval": other.public_id}},
+                            user=team.teammate)
+    assert "one run reads both with one mapping" in caught.value.message_dict["data.eval"][0]
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id,
+                                                                          "columns": {"prompt": "x"}}}, user=None)
+    assert "remove it" in caught.value.message_dict["data.columns"][0]

@@ -1,6 +1,7 @@
 """Template helpers of the run pages."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import template
@@ -36,6 +37,7 @@ def spec_field(field, initial: dict, errors: dict) -> dict[str, Any]:
     """One schema-built input with its value, help text and errors."""
     value = initial.get(field.name, field.default)
     return {
+        "json_value": json.dumps(value) if field.widget == "json" and value not in (None, "") else (value or ""),
         "field": field,
         "value": "" if value is None else value,
         "selected": [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)],
