@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.api",
     "webapp.review",
+    "webapp.chat",
 ]
 
 MIDDLEWARE = [

@@ -16,4 +16,5 @@ urlpatterns = [
     path("", include("webapp.runs.urls")),
     path("", include("webapp.api.urls")),
     path("", include("webapp.review.urls")),
+    path("", include("webapp.chat.urls")),
 ]

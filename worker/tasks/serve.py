@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from webapp.celery import app
 from webapp.chat import channels
+from webapp.chat import services as chat_services
 from webapp.runs.channels import redis_client
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class GenerateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=100)
+    # A chat message (``webapp.chat``) whose row receives the outcome; None for API completions.
+    message: str | None = None
     model_key: str = Field(min_length=1)
     model_path: str = Field(min_length=1)
     messages: list[Message] | None = None
@@ -137,14 +140,23 @@ def generate(request: dict) -> dict:
                                should_stop=events.should_stop)
         result = future.result()
     except (ValidationError, PromptError, ValueError, OSError) as error:
-        message = str(error)
-        events.emit("error", message=message)
-        return {"error": message}
+        return _fail(events, request, str(error))
     except Exception as error:  # reported to the user, and logged with its traceback for the operator
         logger.exception("generation %s failed", generation_id)
-        events.emit("error", message=f"the model failed: {error}")
-        return {"error": str(error)}
+        return _fail(events, request, f"the model failed: {error}")
     done = {"text": result.text, "finish_reason": result.finish_reason, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": len(result.token_ids), "first_token_seconds": result.first_token_seconds}
+    if parsed.message:
+        chat_services.message_finish(message_id=parsed.message, text=result.text, finish_reason=result.finish_reason,
+                                     completion_tokens=len(result.token_ids),
+                                     first_token_seconds=result.first_token_seconds)
     events.emit("done", **done)
     return done
+
+
+def _fail(events: _Events, request, message: str) -> dict:
+    chat_message = request.get("message") if isinstance(request, dict) else None
+    if isinstance(chat_message, str):
+        chat_services.message_finish(message_id=chat_message, error=message)
+    events.emit("error", message=message)
+    return {"error": message}

@@ -1,0 +1,99 @@
+// Chat page: send a turn, follow the answer's server-sent events, stop, regenerate.
+// Model text is only ever written with textContent while it streams; the finished answer is
+// swapped for the server's rendering (sanitized Markdown).
+(function () {
+  "use strict";
+  const log = document.getElementById("chat-log");
+  const form = document.getElementById("chat-form");
+  if (!log || !form) return;
+  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const sendButton = document.getElementById("chat-send");
+  const stopButton = document.getElementById("chat-stop");
+  const regenerateButton = document.getElementById("chat-regenerate");
+  const errorBox = document.getElementById("chat-error");
+  const messagesUrl = log.dataset.messages;
+  let stopUrl = null;
+
+  function bubble(role, id) {
+    const div = document.createElement("div");
+    div.className = "chat-message chat-" + role + (role === "assistant" ? " status-streaming" : "");
+    if (id) div.id = id;
+    const who = document.createElement("div");
+    who.className = "chat-role";
+    who.textContent = role === "user" ? "You" : "Model";
+    const text = document.createElement("div");
+    text.className = "chat-text chat-plain" + (role === "assistant" ? " chat-streaming" : "");
+    div.append(who, text);
+    log.append(div);
+    return text;
+  }
+
+  function busy(on) {
+    sendButton.disabled = on;
+    regenerateButton.disabled = on;
+    stopButton.hidden = !on;
+  }
+
+  async function post(url, body) {
+    const response = await fetch(url, {method: "POST", body: body || new FormData(), headers: {"X-CSRFToken": csrf}});
+    const data = await response.json().catch(() => ({error: "the server answered " + response.status}));
+    if (!response.ok) throw new Error(data.error || ("the server answered " + response.status));
+    return data;
+  }
+
+  function follow(id) {
+    const element = document.getElementById(id);
+    const text = element.querySelector(".chat-streaming");
+    stopUrl = messagesUrl + id + "/stop/";
+    busy(true);
+    const source = new EventSource(messagesUrl + id + "/events/");
+    source.onmessage = async (event) => {
+      const data = JSON.parse(event.data);
+      if (data.type === "token") {
+        text.textContent += data.text;
+        return;
+      }
+      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      source.close();
+      const response = await fetch(messagesUrl + id + "/");
+      if (response.ok) element.outerHTML = await response.text();
+      busy(false);
+    };
+    source.onerror = () => { if (source.readyState === EventSource.CLOSED) busy(false); };
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    errorBox.textContent = "";
+    const body = new FormData(form);
+    try {
+      const data = await post(log.dataset.send, body);
+      bubble("user").textContent = body.get("content");
+      bubble("assistant", data.message);
+      form.querySelector("textarea").value = "";
+      follow(data.message);
+    } catch (error) {
+      errorBox.textContent = error.message;
+    }
+  });
+
+  stopButton.addEventListener("click", async () => {
+    try { if (stopUrl) await post(stopUrl); } catch (error) { errorBox.textContent = error.message; }
+  });
+
+  regenerateButton.addEventListener("click", async () => {
+    errorBox.textContent = "";
+    try {
+      const data = await post(log.dataset.regenerate);
+      const answers = log.querySelectorAll(".chat-assistant");
+      if (answers.length) answers[answers.length - 1].remove();
+      bubble("assistant", data.message);
+      follow(data.message);
+    } catch (error) {
+      errorBox.textContent = error.message;
+    }
+  });
+
+  const streaming = log.querySelector(".chat-assistant.status-streaming:last-child");
+  if (streaming) follow(streaming.id);
+})();

@@ -1,0 +1,172 @@
+"""Chat pages with an owner, a member (teammate), a viewer and an outsider: conversations, turns sent to
+the serve queue, stop, regenerate, the worker's outcome, escaping of model output, the SSE relay."""
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
+from django.urls import reverse
+
+from tests.webapp.factories import make_base_model
+from webapp.chat import channels, services
+from webapp.chat.models import Conversation, Message, MessageStatus
+from webapp.runs.channels import redis_client
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The serve tasks enqueued, as (name, args, queue)."""
+    calls = []
+    monkeypatch.setattr(services.celery_app, "send_task",
+                        lambda name, args, queue: calls.append((name, args, queue)))
+    return calls
+
+
+@pytest.fixture
+def base_model(team):
+    return make_base_model(team.project, name="tiny", path="/models/tiny")
+
+
+def conversation_of(team, client_for, base_model, **settings):
+    fields = {"model": base_model.public_id, "system_prompt": "Be brief.", "temperature": 0.5, "top_p": 0.9,
+              "top_k": 40, "max_tokens": 64, **settings}
+    response = client_for(team.teammate).post(reverse("chat:list", args=[team.project.slug]), fields)
+    assert response.status_code == 302
+    return Conversation.objects.get(project=team.project, user=team.teammate)
+
+
+def url(name, conversation, *extra):
+    return reverse(f"chat:{name}", args=[conversation.project.slug, conversation.public_id, *extra])
+
+
+def test_it_works(team, client_for, base_model, sent, django_capture_on_commit_callbacks):
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    assert client.get(url("detail", conversation)).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url("send", conversation), {"content": "What is 2 + 2?"})
+    assert response.status_code == 200
+    answer = Message.objects.get(public_id=response.json()["message"])
+    assert answer.role == "assistant" and answer.status == MessageStatus.STREAMING
+    [(name, [request], queue)] = sent
+    assert name == "worker.tasks.serve.generate" and queue == "serve"
+    assert request["id"] == request["message"] == answer.public_id
+    assert request["model_path"] == "/models/tiny"
+    assert request["messages"] == [{"role": "system", "content": "Be brief."},
+                                   {"role": "user", "content": "What is 2 + 2?"}]
+    assert (request["temperature"], request["top_p"], request["top_k"], request["max_new_tokens"]) == (0.5, 0.9, 40, 64)
+    conversation.refresh_from_db()
+    assert conversation.title == "What is 2 + 2?"
+
+    # The worker reports the answer; the next turn carries the whole conversation.
+    services.message_finish(message_id=answer.public_id, text="4", finish_reason="stop", completion_tokens=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "And 3 + 3?"})
+    assert [turn["content"] for turn in sent[1][1][0]["messages"]] == ["Be brief.", "What is 2 + 2?", "4", "And 3 + 3?"]
+
+
+def test_it_rejects_a_turn_while_an_answer_is_streaming(team, client_for, base_model, sent):
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    assert client.post(url("send", conversation), {"content": "one"}).status_code == 200
+    response = client.post(url("send", conversation), {"content": "two"})
+    assert response.status_code == 409 and "still being written" in response.json()["error"]
+    assert client.post(url("send", conversation), {"content": ""}).status_code == 400
+
+
+def test_regenerate_replaces_the_last_answer(team, client_for, base_model, sent, django_capture_on_commit_callbacks):
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    services.message_finish(message_id=first, text="Hello!", finish_reason="stop")
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(url("regenerate", conversation)).json()["message"]
+    assert second != first and not Message.objects.filter(public_id=first).exists()
+    assert [turn["content"] for turn in sent[-1][1][0]["messages"]] == ["Be brief.", "Hi"]
+    assert len(sent) == 2 and sent[1][1][0]["seed"] != sent[0][1][0]["seed"]
+
+
+def test_the_workers_outcome_sets_the_status(team, client_for, base_model, sent):
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    for finish_reason, status in [("stop", "complete"), ("length", "complete"), ("cancelled", "stopped"),
+                                  ("timeout", "timeout")]:
+        answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+        services.message_finish(message_id=answer, text="partial", finish_reason=finish_reason)
+        assert Message.objects.get(public_id=answer).status == status
+    answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    services.message_finish(message_id=answer, error="the prompt is too long")
+    message = Message.objects.get(public_id=answer)
+    assert message.status == "failed" and message.error == "the prompt is too long"
+    assert b"the prompt is too long" in client.get(url("detail", conversation)).content
+
+
+def test_it_requires_access(team, client_for, base_model, sent):
+    conversation = conversation_of(team, client_for, base_model)
+    answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    outsider = client_for(team.outsider)
+    assert outsider.get(reverse("chat:list", args=[team.project.slug])).status_code == 404
+    for user in (team.outsider, team.owner):  # conversations are private: the owner gets 404 too
+        client = client_for(user)
+        assert client.get(url("detail", conversation)).status_code == 404
+        assert client.post(url("send", conversation), {"content": "x"}).status_code == 404
+        assert client.post(url("regenerate", conversation)).status_code == 404
+        assert client.get(url("message", conversation, answer)).status_code == 404
+        assert client.post(url("stop", conversation, answer)).status_code == 404
+        assert client.get(url("events", conversation, answer)).status_code == 404
+    viewer = client_for(team.viewer)  # chatting takes the member role
+    assert viewer.get(reverse("chat:list", args=[team.project.slug])).status_code == 403
+    assert viewer.get(url("detail", conversation)).status_code == 403
+    assert conversation.messages.count() == 2  # only the teammate's turn and its answer
+
+
+def test_model_output_is_escaped_text_with_safe_markdown(team, client_for, base_model, sent):
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    answer = client.post(url("send", conversation), {"content": "<b>hi</b>"}).json()["message"]
+    text = "**bold** <script>alert('x')</script> <img src=x onerror=\"alert(1)\"> [link](javascript:alert(2))"
+    services.message_finish(message_id=answer, text=text, finish_reason="stop")
+    for response in (client.get(url("detail", conversation)), client.get(url("message", conversation, answer))):
+        html = response.content.decode()
+        assert "<strong>bold</strong>" in html
+        assert "<script>alert" not in html and "onerror" not in html and "javascript:" not in html
+    assert "&lt;b&gt;hi&lt;/b&gt;" in client.get(url("detail", conversation)).content.decode()  # the user's text
+
+
+def test_stop_sets_the_flag_the_worker_reads(team, client_for, base_model, sent, redis_server, settings):
+    settings.REDIS_URL = redis_server.url
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    assert client.post(url("stop", conversation, answer)).status_code == 200
+    assert redis_client().exists(channels.stop_key(answer))
+
+
+def read_events(client, path):
+    async def collect():
+        response = await client.get(path)
+        assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
+        return [json.loads(chunk.decode().removeprefix("data: ")) async for chunk in response.streaming_content]
+    return async_to_sync(collect)()
+
+
+def test_the_event_stream_replays_stored_events_and_ends_with_done(team, client_for, base_model, sent, redis_server,
+                                                                  settings):
+    settings.REDIS_URL = redis_server.url
+    conversation = conversation_of(team, client_for, base_model)
+    answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    redis = redis_client()
+    for seq, event in enumerate([{"type": "token", "text": "Hel"}, {"type": "token", "text": "lo"},
+                                 {"type": "done", "text": "Hello", "finish_reason": "stop"}]):
+        channels.emit(redis, answer, {"seq": seq, **event})
+    client = AsyncClient()
+    client.force_login(team.teammate)
+    events = read_events(client, url("events", conversation, answer))
+    assert [event["type"] for event in events] == ["token", "token", "done"]
+    assert "".join(event["text"] for event in events[:2]) == "Hello"
+    # A finished answer is served from the database, without Redis.
+    services.message_finish(message_id=answer, text="Hello", finish_reason="stop", completion_tokens=2)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    [done] = read_events(client, url("events", conversation, answer))
+    assert done["type"] == "done" and done["text"] == "Hello"

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django import forms
+
+from webapp.chat.selectors import ModelChoice
+
+
+class ConversationForm(forms.Form):
+    """A new conversation: the model, the system prompt and the sampling settings."""
+
+    model = forms.ChoiceField(help_text="A base model, a succeeded run's export, or an exported checkpoint.")
+    system_prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=20_000)
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.7, help_text="0 is greedy.")
+    top_p = forms.FloatField(min_value=0.01, max_value=1.0, initial=1.0, label="Top-p", help_text="1 is off.")
+    top_k = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Top-k", help_text="0 is off.")
+    max_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max tokens")
+
+    def __init__(self, *args, choices: list[ModelChoice], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["model"].choices = [(choice.ref, choice.label) for choice in choices]
+
+
+class MessageForm(forms.Form):
+    content = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=100_000, strip=False)

@@ -1,0 +1,70 @@
+"""Conversations with a model: private to the user who started them, inside one project.
+
+A conversation keeps its model reference (``bm_…`` a base model, ``run_…`` a succeeded run's
+export, ``run_…:step-N`` an exported checkpoint) and its settings; every turn is a ``Message``. An
+assistant message is ``streaming`` while the serve worker generates it, then ``complete``,
+``stopped`` (the user pressed stop), ``timeout`` or ``failed`` (``error`` says why).
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.projects.models import Project
+
+
+def new_conversation_id() -> str:
+    return new_public_id("conv")
+
+
+def new_message_id() -> str:
+    return new_public_id("msg")
+
+
+class Conversation(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_conversation_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="conversations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    model_ref = models.CharField(max_length=100)
+    model_label = models.CharField(max_length=300)
+    system_prompt = models.TextField(blank=True)
+    temperature = models.FloatField(default=0.7)
+    top_p = models.FloatField(default=1.0)
+    top_k = models.PositiveIntegerField(default=0)
+    max_tokens = models.PositiveIntegerField(default=256)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["project", "user", "-updated_at"], name="chat_conv_project_user")]
+
+
+class Role(models.TextChoices):
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+
+
+class MessageStatus(models.TextChoices):
+    STREAMING = "streaming", "Streaming"
+    COMPLETE = "complete", "Complete"
+    STOPPED = "stopped", "Stopped"
+    TIMEOUT = "timeout", "Timed out"
+    FAILED = "failed", "Failed"
+
+
+class Message(models.Model):
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_message_id)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(blank=True)
+    status = models.CharField(max_length=10, choices=MessageStatus.choices, default=MessageStatus.COMPLETE)
+    error = models.TextField(blank=True)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    first_token_seconds = models.FloatField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]

@@ -1,0 +1,59 @@
+"""Reads for the chat pages: the models a project can chat with, a user's conversations."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from webapp.basemodels.models import BaseModel
+from webapp.chat.models import Conversation
+from webapp.projects.models import Project
+from webapp.runs.models import Artifact, RunStatus
+
+QUANTIZED_SUBDIR = "quantized"  # jaxengine.quantize's serving copy inside an export
+_CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelChoice:
+    """A model to chat with: ``ref`` as stored on a conversation, a label, and the directory served
+    (a run export's quantized serving copy when it has one)."""
+
+    ref: str
+    label: str
+    path: str
+
+    @property
+    def cache_key(self) -> str:
+        return f"{self.ref}@{self.path}"
+
+
+def _served_path(export_dir: str) -> str:
+    quantized = Path(export_dir) / QUANTIZED_SUBDIR
+    return str(quantized) if (quantized / "quantization.json").is_file() else export_dir
+
+
+def model_choices(*, project: Project) -> list[ModelChoice]:
+    """Base models, then succeeded runs' exports, then their exported checkpoints, newest first."""
+    choices = [ModelChoice(ref=model.public_id, label=f"Base model: {model.name}", path=model.path)
+               for model in BaseModel.objects.filter(project=project).order_by("name")]
+    artifacts = (Artifact.objects.select_related("run")
+                 .filter(run__project=project, kind__in=["model", "checkpoint"])
+                 .order_by("-run__created_at", "kind", "path"))
+    for artifact in artifacts:
+        run = artifact.run
+        if artifact.kind == "model" and run.status == RunStatus.SUCCEEDED:
+            choices.append(ModelChoice(ref=run.public_id, label=f"Run: {run.name}", path=_served_path(artifact.path)))
+        elif artifact.kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(artifact.path)):
+            choices.append(ModelChoice(ref=f"{run.public_id}:step-{match.group(1)}",
+                                       label=f"Run: {run.name}, checkpoint {match.group(1)}",
+                                       path=_served_path(artifact.path)))
+    return choices
+
+
+def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
+    return next((choice for choice in model_choices(project=project) if choice.ref == ref), None)
+
+
+def conversation_list(*, project: Project, user) -> list[Conversation]:
+    return list(Conversation.objects.filter(project=project, user=user)[:100])

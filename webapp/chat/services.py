@@ -1,0 +1,108 @@
+"""Writes of the chat: conversations, turns, generation requests to the serve worker, and the
+worker's report of a finished answer.
+
+A user turn creates the user message and an empty ``streaming`` assistant message in one
+transaction; on commit the whole conversation goes to the ``serve`` queue as one
+``worker.tasks.serve.generate`` request whose generation id is the assistant message's id, so the
+page follows ``webapp.chat.channels`` events of that id.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+
+import redis
+from django.db import transaction
+
+from webapp.celery import app as celery_app
+from webapp.chat import channels
+from webapp.chat.models import Conversation, Message, MessageStatus, Role
+from webapp.chat.selectors import ModelChoice
+from webapp.projects.models import Project
+from webapp.runs.channels import redis_client
+
+logger = logging.getLogger(__name__)
+
+GENERATE_TASK = "worker.tasks.serve.generate"
+TITLE_CHARS = 80
+FINISH_STATUS = {"stop": MessageStatus.COMPLETE, "length": MessageStatus.COMPLETE,
+                 "cancelled": MessageStatus.STOPPED, "timeout": MessageStatus.TIMEOUT}
+
+
+class ChatError(ValueError):
+    """A turn that cannot be taken now (e.g. an answer is still being written)."""
+
+
+def conversation_create(*, project: Project, user, model: ModelChoice, system_prompt: str = "",
+                        temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
+                        max_tokens: int = 256) -> Conversation:
+    return Conversation.objects.create(
+        project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
+        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
+
+
+def _history(conversation: Conversation) -> list[dict[str, str]]:
+    turns = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
+    for message in conversation.messages.all():
+        if message.role == Role.USER or (message.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED)
+                                         and message.content):
+            turns.append({"role": message.role, "content": message.content})
+    return turns
+
+
+def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
+    answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+    request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
+               "model_path": model.path, "messages": _history(conversation), "max_new_tokens": conversation.max_tokens,
+               "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
+               "seed": secrets.randbelow(2**31)}  # a regenerated answer draws anew
+    transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve"))
+    return answer
+
+
+@transaction.atomic
+def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
+    """Add a user turn and ask for the answer; returns the (streaming) assistant message."""
+    if not content.strip():
+        raise ChatError("the message is empty")
+    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
+        raise ChatError("an answer is still being written; stop it or wait for it to finish")
+    Message.objects.create(conversation=conversation, role=Role.USER, content=content)
+    if not conversation.title:
+        conversation.title = content.strip().splitlines()[0][:TITLE_CHARS]
+    conversation.save()
+    return _enqueue_answer(conversation, model)
+
+
+@transaction.atomic
+def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Message:
+    """Replace the last answer with a new one (a new seed) for the same conversation."""
+    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    last = conversation.messages.order_by("-created_at", "-id").first()
+    if last is None or last.role != Role.ASSISTANT:
+        raise ChatError("there is no answer to regenerate; send a message first")
+    if last.status == MessageStatus.STREAMING:
+        raise ChatError("an answer is still being written; stop it or wait for it to finish")
+    last.delete()
+    conversation.save()
+    return _enqueue_answer(conversation, model)
+
+
+def message_stop(*, message: Message) -> None:
+    """Ask the serve worker to stop writing ``message`` (it ends ``stopped`` with what it has)."""
+    if message.status != MessageStatus.STREAMING:
+        return
+    try:
+        channels.request_stop(redis_client(), message.public_id)
+    except redis.RedisError as error:
+        raise ChatError(f"the stop request did not reach Redis ({error}); the answer ends by its timeout") from None
+
+
+def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", completion_tokens: int = 0,
+                   first_token_seconds: float | None = None, error: str = "") -> None:
+    """Record the serve worker's outcome of an answer: its text and why it ended, or the error."""
+    status = MessageStatus.FAILED if error else FINISH_STATUS[finish_reason]
+    Message.objects.filter(public_id=message_id, status=MessageStatus.STREAMING).update(
+        content=text, status=status, error=error, completion_tokens=completion_tokens,
+        first_token_seconds=first_token_seconds)

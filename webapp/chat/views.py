@@ -1,0 +1,108 @@
+"""Chat pages: a project's conversations (each private to its author), one conversation with its
+composer, and the JSON endpoints its script calls (send, stop, regenerate, one rendered message).
+
+Chatting spends accelerator time, so it takes the member role: viewers get 403, outsiders 404, and
+another member's conversation is a 404 too. Model output is only ever put in a page as text
+(``textContent`` while streaming) or as ``render_markdown``'s sanitized HTML.
+"""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.chat import selectors, services
+from webapp.chat.forms import ConversationForm, MessageForm
+from webapp.chat.models import Message
+from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
+    project, membership = chat_access(request.user, slug)
+    choices = selectors.model_choices(project=project)
+    form = ConversationForm(request.POST or None, choices=choices)
+    if request.method == "POST" and form.is_valid():
+        model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
+        conversation = services.conversation_create(
+            project=project, user=request.user, model=model, system_prompt=form.cleaned_data["system_prompt"],
+            temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
+            top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"])
+        return redirect("chat:detail", slug=project.slug, conversation_id=conversation.public_id)
+    return render(request, "chat/list.html", {
+        "project": project, "membership": membership, "form": form, "has_models": bool(choices),
+        "conversations": selectors.conversation_list(project=project, user=request.user)},
+        status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_http_methods(["GET"])
+def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
+    project, membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    return render(request, "chat/detail.html", {
+        "project": project, "membership": membership, "conversation": conversation,
+        "chat_messages": list(conversation.messages.all()), "form": MessageForm(),
+        "model_available": selectors.model_choice(project=project, ref=conversation.model_ref) is not None})
+
+
+def _answer_json(request: HttpRequest, project, conversation, answer: Message) -> JsonResponse:
+    kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
+    return JsonResponse({"message": answer.public_id, "events": reverse("chat:events", kwargs=kwargs),
+                         "html": reverse("chat:message", kwargs=kwargs), "stop": reverse("chat:stop", kwargs=kwargs)})
+
+
+def _model_or_error(project, conversation):
+    model = selectors.model_choice(project=project, ref=conversation.model_ref)
+    if model is None:
+        raise services.ChatError(f"the model {conversation.model_label} is no longer available in this project")
+    return model
+
+
+@login_required
+@require_POST
+def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
+    project, _membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    form = MessageForm(request.POST)
+    if not form.is_valid():
+        return JsonResponse({"error": "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())},
+                            status=400)
+    try:
+        answer = services.message_send(conversation=conversation, model=_model_or_error(project, conversation),
+                                       content=form.cleaned_data["content"])
+    except services.ChatError as error:
+        return JsonResponse({"error": str(error)}, status=409)
+    return _answer_json(request, project, conversation, answer)
+
+
+@login_required
+@require_POST
+def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
+    project, _membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    try:
+        answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
+    except services.ChatError as error:
+        return JsonResponse({"error": str(error)}, status=409)
+    return _answer_json(request, project, conversation, answer)
+
+
+@login_required
+@require_POST
+def chat_stop(request: HttpRequest, slug: str, conversation_id: str, message_id: str) -> HttpResponse:
+    _project, _conversation_row, message = get_message_for_user(request.user, slug, conversation_id, message_id)
+    try:
+        services.message_stop(message=message)
+    except services.ChatError as error:
+        return JsonResponse({"error": str(error)}, status=503)
+    return JsonResponse({"stopping": message.public_id})
+
+
+@login_required
+@require_http_methods(["GET"])
+def chat_message(request: HttpRequest, slug: str, conversation_id: str, message_id: str) -> HttpResponse:
+    """One message rendered (the page swaps it in when an answer is done)."""
+    _project, _conversation_row, message = get_message_for_user(request.user, slug, conversation_id, message_id)
+    return HttpResponse(render_to_string("chat/_message.html", {"message": message}, request=request))
