@@ -1,0 +1,49 @@
+"""Chat in a browser, against the real ASGI server and a real serve worker: start a conversation with
+a base model, send a message, and see the answer's tokens arrive one after another before the
+finished answer replaces them (rendered as sanitized Markdown)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.test_runs import asgi_server, log_in  # noqa: F401  (the module's uvicorn fixture)
+from tests.factories import build_tiny_model_dir
+from tests.webapp.factories import make_base_model, make_team
+from webapp.chat.models import Message
+
+pytestmark = pytest.mark.browser
+
+# Records the streaming answer's text at every change, before the page swaps in the finished answer.
+RECORD_STREAM = """() => {
+    window.streamSnapshots = [];
+    new MutationObserver(() => {
+        const streaming = document.querySelector('.chat-streaming');
+        if (streaming) window.streamSnapshots.push(streaming.textContent);
+    }).observe(document.getElementById('chat-log'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_tokens_arrive_before_the_answer_is_complete(page, asgi_server, celery_workers, transactional_db,  # noqa: F811
+                                                     settings):
+    celery_workers.ensure("serve")
+    team = make_team()
+    model_dir = build_tiny_model_dir(settings.MODELS_ROOT / "tiny-chat")
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    page.select_option("#id_model", base_model.public_id)
+    page.fill("#id_temperature", "0")
+    page.fill("#id_max_tokens", "24")
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    page.evaluate(RECORD_STREAM)
+    page.fill("#chat-form textarea", "Hello <b>model</b>")
+    page.get_by_role("button", name="Send").click()
+    page.wait_for_selector(".chat-assistant .chat-markdown", timeout=90_000)
+    answer = Message.objects.get(conversation__user=team.teammate, role="assistant")
+    assert answer.status == "complete" and answer.completion_tokens == 24
+    snapshots = [text for text in page.evaluate("window.streamSnapshots") if text]
+    # Many partial texts, each extending the previous one, the last being the whole answer.
+    assert len(set(snapshots)) >= 5
+    assert all(later.startswith(earlier) for earlier, later in zip(snapshots, snapshots[1:]))
+    assert snapshots[-1] == answer.content
+    assert page.locator(".chat-user .chat-text").inner_text() == "Hello <b>model</b>"  # shown as text
