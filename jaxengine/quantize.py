@@ -250,22 +250,25 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
     return nnx.merge(graphdef, nnx.from_flat_state(filled)), config, description
 
 
-def token_nll(model: nnx.Module, sequences: Sequence[Sequence[int]], *, batch_size: int = 16) -> tuple[float, int]:
-    """(summed negative log-likelihood of every token after the first, token count) over ``sequences``.
+def token_nll(model: nnx.Module, sequences: Sequence[Sequence[int]], *,
+              scored: Sequence[Sequence[bool]] | None = None, batch_size: int = 16) -> tuple[float, int]:
+    """(summed negative log-likelihood, token count) of the scored tokens of ``sequences``.
 
-    Rows are right-padded: under the causal mask real tokens never see the padding.
+    ``scored[i][t]`` says whether token t of sequence i counts (e.g. completion tokens only); by
+    default every token after the first. Rows are right-padded: under the causal mask real tokens
+    never see the padding.
     """
     total, count = 0.0, 0
-    for start in range(0, len(sequences), batch_size):
-        rows = [list(row) for row in sequences[start:start + batch_size] if len(row) > 1]
-        if not rows:
-            continue
-        length = max(len(row) for row in rows)
-        ids_bt = np.zeros((len(rows), length), np.int32)
-        mask_bt = np.zeros((len(rows), length), np.float32)  # [B, T] real target tokens
-        for index, row in enumerate(rows):
+    masks = scored if scored is not None else [[index > 0 for index in range(len(row))] for row in sequences]
+    pairs = [(list(row), list(mask)) for row, mask in zip(sequences, masks) if len(row) > 1]
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        length = max(len(row) for row, _ in chunk)
+        ids_bt = np.zeros((len(chunk), length), np.int32)
+        mask_bt = np.zeros((len(chunk), length), np.float32)  # [B, T] scored target tokens
+        for index, (row, mask) in enumerate(chunk):
             ids_bt[index, :len(row)] = row
-            mask_bt[index, 1:len(row)] = 1.0
+            mask_bt[index, 1:len(row)] = np.asarray(mask[1:], np.float32)
         batch_total, batch_count = _batch_nll(model, ids_bt, mask_bt)
         total += float(batch_total)
         count += int(batch_count)
@@ -281,9 +284,10 @@ def _batch_nll(model, ids_bt, mask_bt):
     return -jnp.sum(target_logprob_bt * mask_bt[:, 1:]), jnp.sum(mask_bt[:, 1:])
 
 
-def perplexity(model: nnx.Module, sequences: Sequence[Sequence[int]]) -> float:
-    """exp(mean token negative log-likelihood) over ``sequences`` of token ids."""
-    total, count = token_nll(model, sequences)
+def perplexity(model: nnx.Module, sequences: Sequence[Sequence[int]], *,
+               scored: Sequence[Sequence[bool]] | None = None) -> float:
+    """exp(mean negative log-likelihood) of the scored tokens (``token_nll``) of ``sequences``."""
+    total, count = token_nll(model, sequences, scored=scored)
     if not count:
         raise QuantizationError("perplexity needs at least one sequence of two or more tokens")
     return math.exp(total / count)
@@ -321,26 +325,34 @@ def _argmax_tokens(model, ids_bt):
 
 
 def eval_token_sets(tokenizer, rows: Sequence[dict], *, kind: str, max_seq_len: int = 512
-                    ) -> tuple[list[list[int]], list[list[int]]]:
-    """(whole sequences for perplexity, prompts for greedy agreement) from eval rows of ``kind``.
+                    ) -> tuple[list[list[int]], list[list[bool]], list[list[int]]]:
+    """(sequences, their scored tokens, prompts) from eval rows of ``kind``, scored as training scores them.
 
-    ``sft`` rows: the rendered prompt + completion (or conversation) and, when the row has a
-    ``prompt``, that prompt. ``prompts`` rows: the rendered prompt + ``answer`` + EOS when an answer
-    is given, and the prompt.
+    ``sft`` rows: the rendered prompt + completion (or conversation), scored on the completion /
+    assistant tokens, and the prompts of rows that have one. ``prompts`` rows: the rendered prompt +
+    ``answer`` + EOS (scored on answer and EOS) where an answer is given, and every prompt.
+    ``text`` rows: their windows, scored on every token, and no prompts.
     """
     from jaxengine.data.pipeline import encode_prompt, encode_rows
 
-    if kind == "sft":
-        examples, _ = encode_rows(rows, task="sft", tokenizer=tokenizer, max_seq_len=max_seq_len)
-        sequences = [example.ids.tolist() for example in examples]
-        prompts = [encode_prompt(tokenizer, row["prompt"]) for row in rows if row.get("prompt") is not None]
-        return sequences, prompts
+    if kind in ("sft", "text"):
+        examples, _ = encode_rows(rows, task="sft" if kind == "sft" else "pretrain", tokenizer=tokenizer,
+                                  max_seq_len=max_seq_len)
+        prompts = ([encode_prompt(tokenizer, row["prompt"]) for row in rows if row.get("prompt") is not None]
+                   if kind == "sft" else [])
+        return ([example.ids.tolist() for example in examples], [example.loss_mask.tolist() for example in examples],
+                prompts)
     if kind == "prompts":
         prompts = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
-        sequences = [(prompt + tokenizer.encode(str(row["answer"])) + list(tokenizer.eos_ids[:1]))[:max_seq_len]
-                     for prompt, row in zip(prompts, rows) if row.get("answer") is not None]
-        return sequences, prompts
-    raise QuantizationError(f"eval data of kind {kind!r} cannot score a quantized copy; give sft or prompts rows")
+        sequences, scored = [], []
+        for prompt, row in zip(prompts, rows):
+            if row.get("answer") is None:
+                continue
+            answer = tokenizer.encode(str(row["answer"])) + list(tokenizer.eos_ids[:1])
+            sequences.append((prompt + answer)[:max_seq_len])
+            scored.append(([False] * len(prompt) + [True] * len(answer))[:max_seq_len])
+        return sequences, scored, prompts
+    raise QuantizationError(f"eval data of kind {kind!r} cannot score a quantized copy; give text, sft or prompts rows")
 
 
 def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: QuantScheme,
@@ -349,8 +361,8 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     """Quantize the merged Hugging Face model in ``model_dir`` into the serving copy ``out_dir``.
 
     With ``eval_rows`` the copy is scored against the unquantized model (float32): perplexity of
-    both on the rows' sequences, its relative increase, and ``greedy_agreement`` on the rows'
-    prompts. Returns the description written to ``quantization.json`` (sizes and figures).
+    both on the rows' completion tokens (``eval_token_sets``), its relative increase, and
+    ``greedy_agreement`` on the rows' prompts. Returns the description written to ``quantization.json`` (sizes and figures).
     """
     from jaxengine.checkpoint.hf import load_hf_model
     from jaxengine.tokenizer import load_tokenizer
@@ -361,9 +373,10 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     sizes = quantize_for_serving(quantized, scheme)
     figures: dict[str, Any] = {}
     if eval_rows:
-        sequences, prompts = eval_token_sets(tokenizer, eval_rows, kind=eval_kind)
+        sequences, scored, prompts = eval_token_sets(tokenizer, eval_rows, kind=eval_kind)
         if sequences:
-            reference_ppl, quantized_ppl = perplexity(reference, sequences), perplexity(quantized, sequences)
+            reference_ppl = perplexity(reference, sequences, scored=scored)
+            quantized_ppl = perplexity(quantized, sequences, scored=scored)
             figures.update(eval_sequences=len(sequences), perplexity_reference=reference_ppl,
                            perplexity_quantized=quantized_ppl,
                            perplexity_increase=quantized_ppl / reference_ppl - 1.0)

@@ -97,12 +97,17 @@ def test_round_trip_gives_the_same_logits(tiny_model_dir, tmp_path):
 def test_perplexity_by_hand_ignores_right_padding(tiny_model_dir):
     model, _ = load_hf_model(tiny_model_dir)
     rows = [[5, 17, 99, 3], [42, 8, 7, 120, 64, 33]]
-    expected_nll = 0.0
-    for row in rows:  # one unpadded forward per row
+    token_nll = []  # per row, the negative log-likelihood of tokens 1..n-1, from one unpadded forward
+    for row in rows:
         logits = model(jnp.array([row]), jnp.arange(len(row))[None])[0][0]
         logprobs = jax.nn.log_softmax(logits[:-1], axis=-1)
-        expected_nll -= float(sum(logprobs[t, row[t + 1]] for t in range(len(row) - 1)))
-    assert quantize.perplexity(model, rows) == pytest.approx(math.exp(expected_nll / 8), rel=1e-5)
+        token_nll.append([-float(logprobs[t, row[t + 1]]) for t in range(len(row) - 1)])
+    everything = sum(map(sum, token_nll)) / 8
+    assert quantize.perplexity(model, rows) == pytest.approx(math.exp(everything), rel=1e-5)
+    # Scoring completions only: tokens 2, 3 of the first row and token 5 of the second.
+    scored = [[False, False, True, True], [False, False, False, False, False, True]]
+    completions = (token_nll[0][1] + token_nll[0][2] + token_nll[1][4]) / 3
+    assert quantize.perplexity(model, rows, scored=scored) == pytest.approx(math.exp(completions), rel=1e-5)
 
 
 def test_int8_copy_agrees_with_the_unquantized_model(tiny_model_dir, tmp_path):
