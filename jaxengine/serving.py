@@ -46,11 +46,12 @@ FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServeRequest:
     """One generation: prompt token ids (already rendered with the chat template), sampling settings,
-    and an optional ``deadline`` on ``time.monotonic()``'s clock."""
+    an optional ``deadline`` on ``time.monotonic()``'s clock, and whether to run past EOS."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     deadline: float | None = None
+    ignore_eos: bool = False  # decode the whole token budget (benchmarks)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -188,7 +189,8 @@ class BatchDecoder:
             input_ids_bt[row, prompt_length - len(request.prompt_ids):] = request.prompt_ids
             pad_counts_b[row] = prompt_length - len(request.prompt_ids)
         sampling = self._sampling_arrays(requests, batch)
-        stop_ids = [set(self.tokenizer.eos_ids) | set(r.params.stop_token_ids) for r in requests]
+        stop_ids = [set(r.params.stop_token_ids) | set(() if r.ignore_eos else self.tokenizer.eos_ids)
+                    for r in requests]
 
         graphdef, state = nnx.split(self.model)
         token_b, cache = _prefill_and_sample(graphdef, state, input_ids_bt, pad_counts_b, sampling,

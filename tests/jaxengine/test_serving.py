@@ -137,3 +137,25 @@ def test_it_loads_a_quantized_copy_and_a_plain_export(served, tmp_path):
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     [result] = BatchDecoder(quantized.model, quantized.tokenizer).run(requests_for(prompts[:1], [params]))
     assert len(result.token_ids) == 4
+
+
+class WithEos:
+    """The tokenizer with other EOS ids."""
+
+    def __init__(self, tokenizer, eos_ids):
+        self._tokenizer = tokenizer
+        self.eos_ids = eos_ids
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def test_a_row_ends_at_eos_unless_it_ignores_it(served):
+    model, tokenizer, prompts = served
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+    [free] = BatchDecoder(model, tokenizer).run(requests_for(prompts[:1], [greedy]))
+    decoder = BatchDecoder(model, WithEos(tokenizer, [free.token_ids[2]]))  # the third greedy token is EOS
+    [stopped] = decoder.run(requests_for(prompts[:1], [greedy]))
+    assert stopped.token_ids == free.token_ids[:3] and stopped.finish_reason == "stop"
+    [ignoring] = decoder.run([ServeRequest(prompt_ids=tuple(prompts[0]), params=greedy, ignore_eos=True)])
+    assert ignoring.token_ids == free.token_ids and ignoring.finish_reason == "length"
