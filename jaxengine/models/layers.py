@@ -10,11 +10,13 @@ Design notes:
   creation when that key is present, which needs a mesh at build time.
 - Parameters are stored in ``param_dtype``; every op casts to ``compute_dtype``. Norm
   statistics, softmax and logits are float32 whatever the compute dtype.
-- Attention is grouped-query: queries are viewed as [B, T, K, G, H] (G = N / K query heads
-  per key/value head) so keys and values are never repeated in memory.
+- Attention is grouped-query: the G = N / K query heads sharing a key/value head are folded
+  into the query axis ([F, Q, H] with F = B * K, Q = G * T), so keys and values are never
+  repeated in memory, and the cache is stored in exactly the layout the matmuls read
+  (``kv_cache_shapes``).
 - Two attention paths. The general one (``dot_product_attention`` below) takes any boolean mask
   [B, T, S] (packed segments, KV-cache slots, sliding windows) and materialises float32 scores
-  [B, K, G, T, S]. The fused one (``fused_attention``) serves the common training/prefill case,
+  [F, Q, S]. The fused one (``fused_attention``) serves the common training/prefill case,
   causal attention over right-padded rows given by their lengths, through
   ``jax.nn.dot_product_attention``: with ``implementation="cudnn"`` that is cuDNN's flash
   attention, which never materialises the scores (at 16 x 2048 tokens on a 0.6B model the scores
@@ -186,8 +188,7 @@ def fused_attention(q_btnh: jax.Array, k_btkh: jax.Array, v_btkh: jax.Array, len
     """Causal grouped-query self-attention over right-padded rows of ``lengths_b`` real tokens.
 
     Query t sees keys s <= t with s < length (and t - s < window for a sliding layer), the same as
-    ``dot_product_attention`` with that mask on every real query; padded query rows come out as
-    zeros. Returns [B, T, N, H] in q's dtype.
+    the masked path with that mask on every real query; padded query rows come out as zeros. Returns [B, T, N, H] in q's dtype.
     """
     lengths_b = lengths_b.astype(jnp.int32)
     return jax.nn.dot_product_attention(
@@ -198,19 +199,35 @@ def fused_attention(q_btnh: jax.Array, k_btkh: jax.Array, v_btkh: jax.Array, len
     )
 
 
-def dot_product_attention(q_btnh: jax.Array, k_bskh: jax.Array, v_bskh: jax.Array, mask_bts: jax.Array, *,
+def kv_cache_shapes(batch: int, num_kv_heads: int, max_length: int, head_dim: int
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shapes of one layer's (keys, values) cache buffers: [F, S, H] and [F, H, S], F = B * K.
+
+    Batch and key/value heads are flattened into one leading axis F, dropped when F = 1, and values
+    keep slots last. This is the exact operand layout of the two attention matmuls, so the in-place
+    cache write is read back without any reshape: XLA (on CPU at least) otherwise duplicates the
+    write into its consumer and copies the whole cache on every decode step.
+    """
+    flat = batch * num_kv_heads
+    leading = (flat,) if flat > 1 else ()
+    return leading + (max_length, head_dim), leading + (head_dim, max_length)
+
+
+def dot_product_attention(q_fqh: jax.Array, keys_fsh: jax.Array, values_fhs: jax.Array, mask_fqs: jax.Array, *,
                           scale: float, softcap: float | None) -> jax.Array:
-    """Grouped-query attention; scores and softmax in float32. Returns [B, T, N, H]."""
-    batch, length, num_heads, head_dim = q_btnh.shape
-    num_kv_heads = k_bskh.shape[2]
-    q_btkgh = q_btnh.reshape(batch, length, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    scores_bkgts = jnp.einsum("BTKGH,BSKH->BKGTS", q_btkgh, k_bskh, preferred_element_type=jnp.float32) * scale
+    """Attention of queries [F, Q, H] over keys [F, S, H] and values [F, H, S] (F optional).
+
+    F = batch x key/value heads, Q = query heads per key/value head x query length. Scores and
+    softmax are float32. Returns [F, Q, H] in the query dtype.
+    """
+    scores_fqs = jnp.einsum("...QH,...SH->...QS", q_fqh, keys_fsh.astype(q_fqh.dtype),
+                            preferred_element_type=jnp.float32) * scale
     if softcap is not None:
-        scores_bkgts = jnp.tanh(scores_bkgts / softcap) * softcap
-    scores_bkgts = jnp.where(mask_bts[:, None, None, :, :], scores_bkgts, MASK_VALUE)
-    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(v_bskh.dtype)
-    out_btkgh = jnp.einsum("BKGTS,BSKH->BTKGH", probs_bkgts, v_bskh)
-    return out_btkgh.reshape(batch, length, num_heads, head_dim)
+        scores_fqs = jnp.tanh(scores_fqs / softcap) * softcap
+    scores_fqs = jnp.where(mask_fqs, scores_fqs, MASK_VALUE)
+    probs_fqs = jax.nn.softmax(scores_fqs, axis=-1).astype(q_fqh.dtype)
+    return jnp.einsum("...QS,...HS->...QH", probs_fqs, values_fhs.astype(q_fqh.dtype),
+                      preferred_element_type=jnp.float32).astype(q_fqh.dtype)
 
 
 class Attention(nnx.Module):
@@ -241,7 +258,7 @@ class Attention(nnx.Module):
                  ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """Attend from x's T positions to the cache's S slots (or to x itself without a cache).
 
-        With ``kv_cache`` = (keys [B, S, K, H], values [B, S, K, H]), the new keys and values are
+        With ``kv_cache`` = (keys, values) in the ``kv_cache_shapes`` layout, the new keys and values are
         written at slots [write_index, write_index + T) and the updated pair is returned.
         Without a cache, ``lengths_b`` (int [B], right-padded rows) instead of ``mask_bts`` selects
         the fused causal path (``fused_attention``, ``window`` for a sliding layer, ``implementation``
@@ -263,18 +280,31 @@ class Attention(nnx.Module):
             out_btnh = fused_attention(q_btnh, k_btkh, v_btkh, lengths_b, scale=self.scale, window=window,
                                        implementation=implementation)
             return self.o_proj(out_btnh.reshape(batch, length, self.num_heads * self.head_dim)), None
+        # Flatten to the cache layout (see kv_cache_shapes): F = B * K, Q = G * T.
+        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
+        groups = heads // kv_heads
+        flat = batch * kv_heads
+        q_fqh = q_btnh.reshape(batch, length, kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4).reshape(
+            flat, groups * length, head_dim)
+        k_fth = k_btkh.transpose(0, 2, 1, 3).reshape(flat, length, head_dim)
+        v_fht = v_btkh.transpose(0, 2, 3, 1).reshape(flat, head_dim, length)
+        key_length = mask_bts.shape[-1]
+        mask_fqs = jnp.broadcast_to(mask_bts[:, None, None], (batch, kv_heads, groups, length, key_length)).reshape(
+            flat, groups * length, key_length)
+        if flat == 1:
+            q_fqh, k_fth, v_fht, mask_fqs = q_fqh[0], k_fth[0], v_fht[0], mask_fqs[0]
         if kv_cache is None:
-            keys_bskh, values_bskh, new_cache = k_btkh, v_btkh, None
+            keys_fsh, values_fhs, new_cache = k_fth, v_fht, None
         else:
             cached_keys, cached_values = kv_cache
-            start = (0, write_index, 0, 0)
-            keys_bskh = jax.lax.dynamic_update_slice(cached_keys, k_btkh.astype(cached_keys.dtype), start)
-            values_bskh = jax.lax.dynamic_update_slice(cached_values, v_btkh.astype(cached_values.dtype), start)
-            new_cache = (keys_bskh, values_bskh)
-        out_btnh = dot_product_attention(
-            q_btnh, keys_bskh.astype(q_btnh.dtype), values_bskh.astype(q_btnh.dtype), mask_bts,
-            scale=self.scale, softcap=self.softcap,
-        )
+            leading = (0,) * (cached_keys.ndim - 2)
+            keys_fsh = jax.lax.dynamic_update_slice(cached_keys, k_fth.astype(cached_keys.dtype),
+                                                    leading + (write_index, 0))
+            values_fhs = jax.lax.dynamic_update_slice(cached_values, v_fht.astype(cached_values.dtype),
+                                                      leading + (0, write_index))
+            new_cache = (keys_fsh, values_fhs)
+        out_fqh = dot_product_attention(q_fqh, keys_fsh, values_fhs, mask_fqs, scale=self.scale, softcap=self.softcap)
+        out_btnh = out_fqh.reshape(batch, kv_heads, groups, length, head_dim).transpose(0, 3, 1, 2, 4)
         return self.o_proj(out_btnh.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 
 

@@ -32,6 +32,7 @@ from jaxengine.models.layers import (
     Linear,
     RMSNorm,
     resolve_attention_implementation,
+    kv_cache_shapes,
     rope_cos_sin,
     rope_inverse_frequencies,
 )
@@ -41,7 +42,8 @@ from jaxengine.models.layers import (
 class KVCache:
     """Static-shape key/value cache for every layer.
 
-    ``keys[i]``/``values[i]``: layer i's buffers [B, S, K, H]. ``positions``: [B, S] int32 rotary
+    ``keys[i]``/``values[i]``: layer i's buffers, keys [F, S, H] and values [F, H, S] with F = B * K
+    (the F axis is dropped when F = 1; see ``layers.kv_cache_shapes``). ``positions``: [B, S] int32 rotary
     position of the token stored at each slot. ``index``: int32 scalar, the next slot to write
     (shared by all rows).
     """
@@ -174,10 +176,10 @@ class CausalLM(nnx.Module):
         """An empty cache of ``max_length`` slots per row; ``dtype`` defaults to the compute dtype."""
         config = self.config
         dtype = dtype or self.compute_dtype
-        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        keys_shape, values_shape = kv_cache_shapes(batch_size, config.num_kv_heads, max_length, config.head_dim)
         return KVCache(
-            keys=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
-            values=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
+            keys=tuple(jnp.zeros(keys_shape, dtype) for _ in range(config.num_layers)),
+            values=tuple(jnp.zeros(values_shape, dtype) for _ in range(config.num_layers)),
             positions=jnp.zeros((batch_size, max_length), jnp.int32),
             index=jnp.zeros((), jnp.int32),
         )

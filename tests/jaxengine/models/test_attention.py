@@ -11,7 +11,7 @@ from flax import nnx
 
 from jaxengine.data.pipeline import Example, attention_mask, make_batch
 from jaxengine.models import build_model, preset
-from jaxengine.models.layers import dot_product_attention, fused_attention, resolve_attention_implementation
+from jaxengine.models.layers import fused_attention, resolve_attention_implementation
 from jaxengine.tasks import LanguageModelTask
 
 LENGTHS = np.array([12, 5, 1, 9], np.int32)
@@ -26,14 +26,26 @@ def lengths_mask(lengths_b, length, window=None):
     return allowed
 
 
+def reference_attention(q_btnh, k_bskh, v_bskh, mask_bts, scale):
+    """Grouped-query softmax attention in float64 numpy, keys/values repeated per query head."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q_btnh, k_bskh, v_bskh))
+    groups = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, groups, axis=2), np.repeat(v, groups, axis=2)
+    scores_bnts = np.einsum("btnh,bsnh->bnts", q, k) * scale
+    scores_bnts = np.where(mask_bts[:, None], scores_bnts, -np.inf)
+    scores_bnts -= scores_bnts.max(axis=-1, keepdims=True)
+    probs_bnts = np.exp(scores_bnts)
+    probs_bnts /= probs_bnts.sum(axis=-1, keepdims=True)
+    return np.einsum("bnts,bsnh->btnh", probs_bnts, v)
+
+
 @pytest.mark.parametrize("window", [None, 3])
-def test_fused_attention_matches_the_masked_einsum_on_real_rows(window):
+def test_fused_attention_matches_masked_softmax_attention_on_real_rows(window):
     batch, length, heads, kv_heads, head_dim = 4, 12, 6, 2, 8
     q, k, v = (jax.random.normal(jax.random.key(i), (batch, length, n, head_dim), jnp.float32)
                for i, n in enumerate((heads, kv_heads, kv_heads)))
     fused = fused_attention(q, k, v, jnp.asarray(LENGTHS), scale=0.3, window=window, implementation="xla")
-    masked = dot_product_attention(q, k, v, jnp.asarray(lengths_mask(LENGTHS, length, window)), scale=0.3,
-                                   softcap=None)
+    masked = reference_attention(q, k, v, lengths_mask(LENGTHS, length, window), scale=0.3)
     real_bt = np.arange(length)[None, :] < LENGTHS[:, None]
     assert np.isfinite(np.asarray(fused)).all()
     np.testing.assert_allclose(np.asarray(fused)[real_bt], np.asarray(masked)[real_bt], atol=1e-5, rtol=0)
