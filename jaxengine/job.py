@@ -218,6 +218,36 @@ def run_job(
     progress_bar: bool | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary."""
+    started = time.perf_counter()
+    run_dir = Path(spec.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    job_model = build_job_model(spec)
+    if spec.task == "grpo":
+        from jaxengine.grpo import make_grpo_trainer
+
+        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir)
+    else:
+        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir)
+    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+    exported = {}
+    if summary["status"] == "succeeded":
+        exported = export_trained(trainer.current_model(), spec, job_model, run_dir / "export")
+    summary.update(
+        task=spec.task,
+        model=str(job_model.model_dir),
+        peft=spec.peft.method,
+        quantization=job_model.quantization,
+        data=data_summary,
+        export=exported,
+        total_seconds=time.perf_counter() - started,
+    )
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path):
+    """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
         REFERENCE_FREE,
@@ -228,11 +258,6 @@ def run_job(
     )
     from jaxengine.trainer import TrainConfig, Trainer
 
-    started = time.perf_counter()
-    run_dir = Path(spec.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.yaml").write_text(dump_spec(spec))
-    job_model = build_job_model(spec)
     model, tokenizer = job_model.model, job_model.tokenizer
 
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
@@ -272,18 +297,4 @@ def run_job(
     trainer = Trainer(model=model, task=task, config=train_config,
                       train_examples=train_examples, eval_examples=eval_examples, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook)
-    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
-    exported = {}
-    if summary["status"] == "succeeded":
-        exported = export_trained(trainer.current_model(), spec, job_model, run_dir / "export")
-    summary.update(
-        task=spec.task,
-        model=str(job_model.model_dir),
-        peft=spec.peft.method,
-        quantization=job_model.quantization,
-        data={"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch},
-        export=exported,
-        total_seconds=time.perf_counter() - started,
-    )
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return trainer, {"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch}

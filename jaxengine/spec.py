@@ -8,7 +8,7 @@ value given and what is allowed, prefixed with ``file:line`` when the spec came 
 
     spec.yaml:14: optim.schedule: 'cosin' is not one of constant, linear, cosine
 
-Sections that only matter for one task (``dpo``, ``reward``) are rejected for other tasks, so a
+Sections that only matter for one task (``dpo``, ``reward``, ``grpo``) are rejected for other tasks, so a
 spec never carries settings that silently do nothing. New tasks add their section model here and
 one entry in ``TASK_SECTIONS``.
 """
@@ -24,10 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from jaxengine.data import formats
 
-Task = Literal["pretrain", "sft", "reward", "dpo"]
+Task = Literal["pretrain", "sft", "reward", "dpo", "grpo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]
+KlEstimator = Literal["k1", "k2", "k3"]
+GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "gspo"]
+AdvantageEstimator = Literal["group", "group_mean", "rloo"]
 LossOn = Literal["completion", "all"]
 ParamDtype = Literal["float32", "bfloat16"]
 # "auto" means bfloat16 on accelerators and float32 on CPU, where bfloat16 matmuls are slow.
@@ -37,7 +40,8 @@ ProjectionName = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "u
 ALL_PROJECTIONS: tuple[str, ...] = typing.get_args(ProjectionName)
 
 # Task -> the dataset kind (jaxengine.data.formats) its data files hold.
-TASK_DATASET_KINDS: dict[str, str] = {"pretrain": "text", "sft": "sft", "reward": "preference", "dpo": "preference"}
+TASK_DATASET_KINDS: dict[str, str] = {"pretrain": "text", "sft": "sft", "reward": "preference", "dpo": "preference",
+                                      "grpo": "prompts"}
 
 # Task -> the task-specific sections it accepts. A section listed for no task of the spec is an error.
 TASK_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -45,6 +49,7 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
     "sft": (),
     "reward": ("reward",),
     "dpo": ("dpo",),
+    "grpo": ("grpo",),
 }
 
 
@@ -163,10 +168,61 @@ class RewardSpec(_Section):
     )
 
 
+class RewardTermSpec(_Section):
+    """One term of an RL reward: a registered reward function (``jaxengine.rewards``), its weight, its args."""
+
+    name: str = Field(description="A registered reward function, e.g. exact_match, format_regex.")
+    weight: float = Field(default=1.0, description="Multiplies this function's scores in the total reward.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The function's keyword arguments.")
+
+    @model_validator(mode="after")
+    def _registered_with_fitting_args(self) -> RewardTermSpec:
+        from jaxengine import rewards
+
+        if self.name not in rewards.REWARDS:
+            raise ValueError(f"name: {self.name!r} is not a reward function; registered: "
+                             f"{', '.join(sorted(rewards.REWARDS))}")
+        try:
+            rewards.check_args(self.name, self.args)
+            # Scoring nothing still checks the arguments themselves (a regex that does not compile, no keywords).
+            rewards.REWARDS[self.name]([], [], **self.args)
+        except Exception as error:
+            raise ValueError(f"args: {error}") from None
+        return self
+
+
+class GrpoSpec(_Section):
+    """``grpo``: rollouts, rewards, advantages and the GRPO-family objective."""
+
+    num_generations: int = Field(default=8, ge=2, description="Completions per prompt (G).")
+    max_new_tokens: int = Field(default=128, ge=1, description="Token budget of each completion.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
+    top_p: float = Field(default=1.0, gt=0, le=1.0, description="Nucleus sampling of the rollouts (1 = off).")
+    beta: float = Field(default=0.04, ge=0, description="KL coefficient; 0 skips the reference pass entirely.")
+    kl_estimator: KlEstimator = Field(default="k3", description="k1 | k2 | k3")
+    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
+    epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip (DAPO clip-higher when > epsilon).")
+    loss_type: GrpoLossType = Field(default="grpo", description="grpo | dr_grpo | dapo | gspo")
+    advantage: AdvantageEstimator = Field(default="group", description="group | group_mean | rloo")
+    num_iterations: int = Field(default=1, ge=1, description="Policy updates per batch of rollouts (mu).")
+    mask_truncated: bool = Field(default=False, description="Completions that hit max_new_tokens get no loss.")
+    dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
+    rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
+
+    @model_validator(mode="after")
+    def _distinct_reward_names(self) -> GrpoSpec:
+        if not self.rewards:
+            raise ValueError("rewards: give at least one reward function, e.g. {name: exact_match}")
+        names = [term.name for term in self.rewards]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rewards: {names} names a function twice; give it once with its weight")
+        return self
+
+
 class JobSpec(_Section):
     """A whole training job."""
 
-    task: Task = Field(description="pretrain | sft | reward | dpo")
+    task: Task = Field(description="pretrain | sft | reward | dpo | grpo")
     model: str = Field(min_length=1, description="A Hugging Face-format directory or a preset name.")
     output_dir: str = Field(min_length=1, description="Run directory: metrics, checkpoints, export.")
     data: DataSpec
@@ -175,6 +231,7 @@ class JobSpec(_Section):
     train: TrainSpec
     dpo: DpoSpec | None = None
     reward: RewardSpec | None = None
+    grpo: GrpoSpec | None = None
 
     @model_validator(mode="before")
     @classmethod

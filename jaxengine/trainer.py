@@ -438,8 +438,12 @@ class Trainer:
                 record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
                           "tokens": tokens_seen, "epoch": self.data_position.epoch}
                 record.pop("loss_weight")
+                if stream is None:
+                    # Tasks that make their data each step (RL) time making it themselves; this is the update.
+                    record["time/update"] = seconds
                 at_end = self.step == config.total_steps
-                if self.eval_examples and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
+                evaluates = self.eval_examples or self.eval_hook is not None
+                if evaluates and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
                     evaluation = self.evaluate()
                     if self.eval_hook is not None:
                         evaluation.update(self.eval_hook(self.current_model(), self.step))

@@ -1,0 +1,415 @@
+"""``task: grpo``: rollouts with the KV-cache sampler, rewards, advantages, and the GRPO-family loss.
+
+Design note. The one trainer (``jaxengine.trainer``) runs the optimisation; this module supplies
+its two pieces:
+
+* ``GrpoRollouts`` is the trainer's ``batch_source``. Each call samples G completions for each
+  prompt of the step from ``trainer.current_model()`` (the trainer's own arrays merged into a
+  module: rollout and update share the weights in memory, nothing is copied), scores them with the
+  spec's reward functions (``jaxengine.rewards``), turns group rewards into advantages
+  (``jaxengine.rl``), and, only when ``beta > 0``, runs the reference forward pass: the same
+  weights with the LoRA adapters replaced by zeros (their update is then exactly zero), or under
+  full fine-tuning the starting weights kept once. It writes every rollout to ``samples.jsonl``
+  and returns a ``RolloutBatch`` whose ``stats`` carry the rollout metrics into the step's metrics.
+* ``GrpoTask.loss`` recomputes the policy log-probs (chunked, as every task) and applies
+  ``rl.grpo_loss``. With ``num_iterations`` 1 the old policy *is* the current one, so the old
+  log-probs are the current ones under stop_gradient and the ratio is exactly 1 (as in TRL); with
+  more, the same rollouts serve ``num_iterations`` consecutive steps and the old log-probs are the
+  sampler's (those of the weights that generated them, under the raw distribution).
+
+Rows are ``prompt + completion`` right-padded to one fixed width (the longest prompt plus
+``max_new_tokens``), so every step has the same shapes and compiles once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxengine import losses, rl
+from jaxengine.data.pipeline import TokenBatch
+from jaxengine.rewards import WeightedReward, score_rewards
+from jaxengine.sampler import Generation, Sampler, SamplingParams
+from jaxengine.spec import GrpoSpec
+
+# Extra rounds of prompts that dynamic sampling draws to replace zero-variance groups before it
+# gives up and fills the batch with them (they then add nothing to the gradient, as without it).
+DYNAMIC_SAMPLING_ROUNDS = 3
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True, kw_only=True)
+class RolloutBatch:
+    """Prompt + completion rows, right-padded, every [B, T] field aligned with ``tokens.targets``.
+
+    ``tokens.loss_mask`` is true on the completion tokens that count; ``old_log_probs`` are the
+    sampler's log-probs of those tokens; ``reference_log_probs`` the reference model's (zeros when
+    beta is 0); ``advantages`` one per row [B]; ``stats`` scalar rollout metrics of the whole step.
+    """
+
+    tokens: TokenBatch
+    old_log_probs: jax.Array
+    reference_log_probs: jax.Array
+    advantages: jax.Array
+    stats: dict[str, jax.Array]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrpoTask:
+    """The GRPO-family loss on a ``RolloutBatch`` (see module note)."""
+
+    loss_type: str = "grpo"
+    epsilon: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    max_completion_length: int
+    use_stored_old_log_probs: bool = False
+    chunk_size: int = 256
+
+    def loss(self, model, batch: RolloutBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+        tokens = batch.tokens
+        lengths_b = jnp.sum(tokens.segment_ids > 0, axis=-1).astype(jnp.int32)
+        hidden_btd, _ = model.hidden_states(tokens.input_ids, tokens.positions, lengths_b=lengths_b)
+        log_probs_bt = losses.chunked_token_log_probs(hidden_btd, tokens.targets, model.logits,
+                                                      chunk_size=self.chunk_size)
+        old_log_probs_bt = (batch.old_log_probs if self.use_stored_old_log_probs
+                            else jax.lax.stop_gradient(log_probs_bt))
+        loss, metrics = rl.grpo_loss(
+            log_probs_bt, old_log_probs_bt, batch.reference_log_probs, batch.advantages, tokens.loss_mask,
+            loss_type=self.loss_type, epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=self.beta,
+            kl_estimator=self.kl_estimator, max_completion_length=self.max_completion_length)
+        entropy_bt = rl.chunked_entropy(hidden_btd, model.logits, chunk_size=self.chunk_size)
+        mask_f = tokens.loss_mask.astype(jnp.float32)
+        # Token-level (dapo) losses weigh micro-batches by tokens, the others by completions.
+        weight = jnp.sum(mask_f) if self.loss_type == "dapo" else jnp.asarray(tokens.input_ids.shape[0], jnp.float32)
+        return loss, weight, {"loss": loss, **metrics, "entropy": rl.token_mean(entropy_bt, tokens.loss_mask),
+                              **batch.stats}
+
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk_size"))
+def _reference_log_probs(params, rng_state, frozen, tokens: TokenBatch, *, graphdef, chunk_size: int) -> jax.Array:
+    model = nnx.merge(graphdef, params, rng_state, frozen)
+    lengths_b = jnp.sum(tokens.segment_ids > 0, axis=-1).astype(jnp.int32)
+    hidden_btd, _ = model.hidden_states(tokens.input_ids, tokens.positions, lengths_b=lengths_b)
+    return losses.chunked_token_log_probs(hidden_btd, tokens.targets, model.logits, chunk_size=chunk_size)
+
+
+def lora_off_reference(trainer) -> Any:
+    """Reference weights under LoRA: the trainable (adapter) arrays as zeros, so every update is exactly 0."""
+    return jax.tree.map(jnp.zeros_like, trainer.params)
+
+
+def frozen_copy_reference(params: Any) -> Callable[[Any], Any]:
+    """Reference weights under full fine-tuning: a copy of ``params`` (the starting weights), kept once."""
+    kept = jax.tree.map(jnp.copy, params)
+    return lambda trainer: kept
+
+
+def rollout_rows(prompt_ids: Sequence[list[int]], generations: Sequence[Generation], *, width: int, pad_id: int,
+                 mask_truncated: bool) -> tuple[TokenBatch, np.ndarray]:
+    """``prompt + completion`` rows right-padded to ``width`` + 1 tokens as a [B, width] TokenBatch
+    (inputs are tokens [0, n-1), targets [1, n)), and the sampler's log-probs aligned with targets.
+
+    Completion token j of a row whose prompt has p tokens is target p - 1 + j. The loss mask covers
+    the completion tokens, except those of truncated completions when ``mask_truncated``.
+    """
+    rows = len(generations)
+    input_ids = np.full((rows, width), pad_id, np.int32)
+    targets = np.full((rows, width), pad_id, np.int32)
+    loss_mask = np.zeros((rows, width), np.bool_)
+    segment_ids = np.zeros((rows, width), np.int32)
+    old_log_probs = np.zeros((rows, width), np.float32)
+    for row, (prompt, generation) in enumerate(zip(prompt_ids, generations, strict=True)):
+        sequence = [*prompt, *generation.token_ids]
+        if len(sequence) - 1 > width:
+            raise ValueError(f"row {row}: {len(sequence)} tokens do not fit the rollout width {width} + 1")
+        used = len(sequence) - 1
+        input_ids[row, :used] = sequence[:-1]
+        targets[row, :used] = sequence[1:]
+        segment_ids[row, :used] = 1
+        start, count = len(prompt) - 1, len(generation.token_ids)
+        old_log_probs[row, start:start + count] = generation.logprobs
+        truncated = generation.finish_reason == "length"
+        loss_mask[row, start:start + count] = not (mask_truncated and truncated)
+    positions = np.broadcast_to(np.arange(width, dtype=np.int32), (rows, width)).copy()
+    tokens = TokenBatch(input_ids=input_ids, targets=targets, loss_mask=loss_mask, segment_ids=segment_ids,
+                        positions=positions)
+    return tokens, old_log_probs
+
+
+def rollout_stats(rewards_pg: np.ndarray, by_name: Mapping[str, Sequence[float]],
+                  generations: Sequence[Generation]) -> dict[str, float]:
+    """The step's rollout metrics under TRL's names (``reward_std`` is the mean of the groups' stds)."""
+    lengths = np.array([len(generation.token_ids) for generation in generations], np.float64)
+    group_std_p = np.std(rewards_pg, axis=1, ddof=1)
+    stats = {
+        "reward": float(np.mean(rewards_pg)),
+        "reward_std": float(np.mean(group_std_p)),
+        "frac_reward_zero_std": float(rl.zero_std_fraction(jnp.asarray(rewards_pg))),
+        "completions/mean_length": float(np.mean(lengths)),
+        "completions/min_length": float(np.min(lengths)),
+        "completions/max_length": float(np.max(lengths)),
+        "completions/clipped_ratio": float(np.mean([g.finish_reason == "length" for g in generations])),
+    }
+    for name, scores in by_name.items():
+        stats[f"rewards/{name}/mean"] = float(np.mean(scores))
+        stats[f"rewards/{name}/std"] = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
+    return stats
+
+
+class GrpoRollouts:
+    """The trainer's ``batch_source`` for ``task: grpo`` (see module note).
+
+    ``rows``: the prompts dataset rows (``prompt`` plus reference columns); ``prompt_ids`` their
+    encoded prompts. Step k's prompts are the next ``batch_size * grad_accum`` of a seeded
+    permutation per epoch, found from the step alone, so a resumed run draws the same prompts.
+    ``reference`` maps the trainer to the reference weights, or is None when beta is 0.
+    ``reference_passes`` counts reference forward passes (one per micro-batch).
+    """
+
+    def __init__(self, *, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[list[int]], tokenizer,
+                 grpo: GrpoSpec, batch_size: int, grad_accum: int, seed: int, pad_id: int,
+                 samples_path: Path | None, reference: Callable[[Any], Any] | None, chunk_size: int = 256):
+        if grpo.beta > 0 and reference is None:
+            raise ValueError("grpo.beta > 0 needs reference weights")
+        self.rows = list(rows)
+        self.prompt_ids = [list(ids) for ids in prompt_ids]
+        self.tokenizer = tokenizer
+        self.grpo = grpo
+        self.batch_size = batch_size
+        self.grad_accum = grad_accum
+        self.seed = seed
+        self.pad_id = pad_id
+        self.samples_path = samples_path
+        self.reference = reference if grpo.beta > 0 else None
+        self.chunk_size = chunk_size
+        self.terms = [WeightedReward(name=term.name, weight=term.weight, args=term.args) for term in grpo.rewards]
+        self.width = max(len(ids) for ids in self.prompt_ids) + grpo.max_new_tokens - 1
+        self.reference_passes = 0
+        self._cached: tuple[int, RolloutBatch] | None = None
+
+    # ---- prompt order ---------------------------------------------------------------------
+
+    def prompt_indices(self, block: int) -> list[int]:
+        """Indices of the prompts of rollout block ``block`` (one block per ``num_iterations`` steps)."""
+        per_block = self.batch_size * self.grad_accum
+        count = len(self.rows)
+        indices = []
+        for position in range(block * per_block, (block + 1) * per_block):
+            epoch, offset = divmod(position, count)
+            order = np.random.default_rng((self.seed, epoch)).permutation(count)
+            indices.append(int(order[offset]))
+        return indices
+
+    # ---- one step's data --------------------------------------------------------------------
+
+    def __call__(self, trainer) -> RolloutBatch:
+        block = trainer.step // self.grpo.num_iterations
+        if self._cached is not None and self._cached[0] == block:
+            # The same rollouts again (num_iterations > 1): no time was spent making them this step.
+            cached = self._cached[1]
+            no_time = np.zeros_like(cached.stats["time/rollout"])
+            return dataclasses.replace(cached, stats={**cached.stats, "time/rollout": no_time, "time/logprobs": no_time})
+        batch = self._rollout(trainer, block)
+        self._cached = (block, batch)
+        return batch
+
+    def _generate(self, model, indices: Sequence[int], seed: int) -> list[Generation]:
+        group = self.grpo.num_generations
+        prompts = [self.prompt_ids[index] for index in indices for _ in range(group)]
+        params = SamplingParams(max_new_tokens=self.grpo.max_new_tokens, temperature=self.grpo.temperature,
+                                top_p=self.grpo.top_p, seed=seed % 2**32)
+        return Sampler(model, self.tokenizer).generate(prompts, params)
+
+    def _score(self, indices: Sequence[int], generations: Sequence[Generation]):
+        group = self.grpo.num_generations
+        references = [{k: v for k, v in self.rows[index].items() if k != "prompt"}
+                      for index in indices for _ in range(group)]
+        totals, by_name = score_rewards(self.terms, [g.text for g in generations], references)
+        return np.asarray(totals, np.float64).reshape(len(indices), group), by_name
+
+    def _rollout(self, trainer, block: int) -> RolloutBatch:
+        grpo, group = self.grpo, self.grpo.num_generations
+        started = time.perf_counter()
+        model = trainer.current_model()
+        indices = self.prompt_indices(block)
+        seed = self.seed * 1_000_003 + block
+        generations = self._generate(model, indices, seed)
+        rewards_pg, by_name = self._score(indices, generations)
+        # Metrics describe what the policy produced, before dynamic sampling replaces any group.
+        stats = rollout_stats(rewards_pg, by_name, generations)
+        if grpo.dynamic_sampling:
+            indices, generations, rewards_pg, by_name = self._refill(model, block, indices, generations, rewards_pg,
+                                                                     by_name)
+        rollout_seconds = time.perf_counter() - started
+
+        started = time.perf_counter()
+        advantages_pg = np.asarray(rl.ADVANTAGES[grpo.advantage](jnp.asarray(rewards_pg, jnp.float32)))
+        prompt_ids = [self.prompt_ids[index] for index in indices for _ in range(group)]
+        tokens, old_log_probs = rollout_rows(prompt_ids, generations, width=self.width, pad_id=self.pad_id,
+                                             mask_truncated=grpo.mask_truncated)
+        micro = [slice(a * self.batch_size * group, (a + 1) * self.batch_size * group) for a in range(self.grad_accum)]
+        stacked = jax.tree.map(lambda x: np.stack([x[part] for part in micro]), tokens)
+        reference_abt = np.zeros((self.grad_accum, *old_log_probs[micro[0]].shape), np.float32)
+        if self.reference is not None:
+            reference_params = self.reference(trainer)
+            for a, part in enumerate(micro):
+                micro_tokens = jax.tree.map(lambda x: x[part], tokens)
+                reference_abt[a] = np.asarray(_reference_log_probs(
+                    reference_params, trainer.rng_state, trainer.frozen, micro_tokens,
+                    graphdef=trainer.eval_graphdef, chunk_size=self.chunk_size))
+                self.reference_passes += 1
+        stats["time/rollout"] = rollout_seconds
+        stats["time/logprobs"] = time.perf_counter() - started
+        self._write_samples(trainer.step + 1, indices, generations, rewards_pg, by_name, advantages_pg)
+        advantages_b = advantages_pg.reshape(-1).astype(np.float32)
+        return RolloutBatch(
+            tokens=stacked,
+            old_log_probs=np.stack([old_log_probs[part] for part in micro]),
+            reference_log_probs=reference_abt,
+            advantages=np.stack([advantages_b[part] for part in micro]),
+            stats={name: np.full((self.grad_accum,), value, np.float32) for name, value in stats.items()},
+        )
+
+    def _groups(self, indices, generations, rewards_pg, by_name) -> list[tuple]:
+        """One (prompt index, its G generations, its G rewards, its scores by name) tuple per prompt."""
+        size = self.grpo.num_generations
+        return [(index, generations[p * size:(p + 1) * size], rewards_pg[p],
+                 {name: scores[p * size:(p + 1) * size] for name, scores in by_name.items()})
+                for p, index in enumerate(indices)]
+
+    def _refill(self, model, block, indices, generations, rewards_pg, by_name):
+        """DAPO dynamic sampling: replace groups whose rewards are all equal with groups of fresh prompts."""
+        groups = self._groups(indices, generations, rewards_pg, by_name)
+        varied = [group for group in groups if group[2].max() > group[2].min()]
+        flat = [group for group in groups if group[2].max() == group[2].min()]
+        rng = np.random.default_rng((self.seed, block, 7))
+        for round_index in range(DYNAMIC_SAMPLING_ROUNDS):
+            needed = len(groups) - len(varied)
+            if needed == 0:
+                break
+            fresh = [int(i) for i in rng.integers(0, len(self.rows), size=needed)]
+            fresh_generations = self._generate(model, fresh, self.seed * 1_000_003 + block + (round_index + 1) * 7919)
+            fresh_groups = self._groups(fresh, fresh_generations, *self._score(fresh, fresh_generations))
+            varied += [group for group in fresh_groups if group[2].max() > group[2].min()]
+        # Still short: dropped groups fill the batch (their zero advantages add nothing to the gradient).
+        chosen = varied + flat[:len(groups) - len(varied)]
+        return ([group[0] for group in chosen], [g for group in chosen for g in group[1]],
+                np.stack([group[2] for group in chosen]),
+                {name: [score for group in chosen for score in group[3][name]] for name in by_name})
+
+    def _write_samples(self, step, indices, generations, rewards_pg, by_name, advantages_pg) -> None:
+        if self.samples_path is None:
+            return
+        group = self.grpo.num_generations
+        with self.samples_path.open("a") as handle:
+            for p, index in enumerate(indices):
+                for g in range(group):
+                    flat = p * group + g
+                    handle.write(json.dumps({
+                        "step": step, "kind": "rollout", "prompt": self.rows[index]["prompt"],
+                        "completion": generations[flat].text,
+                        "rewards": {name: scores[flat] for name, scores in by_name.items()},
+                        "reward": float(rewards_pg[p, g]), "advantage": float(advantages_pg[p, g]),
+                        "finish_reason": generations[flat].finish_reason,
+                    }) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Building a GRPO job from a spec
+
+
+def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int
+                 ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
+    """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
+    because the prompt leaves no room for ``max_new_tokens`` within ``data.max_seq_len``)."""
+    from jaxengine.data.pipeline import encode_prompt, read_examples
+
+    rows, prompt_ids, dropped = [], [], 0
+    for row in read_examples(path, kind="prompts", columns=dict(columns)):
+        ids = encode_prompt(tokenizer, row["prompt"])
+        if len(ids) > max_prompt_tokens:
+            dropped += 1
+            continue
+        rows.append(row)
+        prompt_ids.append(ids)
+    return rows, prompt_ids, {"rows": len(rows), "dropped_long_prompts": dropped}
+
+
+def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[list[int]], tokenizer,
+                   terms: Sequence[WeightedReward], max_new_tokens: int, samples_path: Path, sample_count: int,
+                   batch_size: int = 64):
+    """After each evaluation: greedy completions of every held-out prompt, scored by ``terms`` as
+    ``eval/<name>`` (the mean score) and ``eval/reward`` (the weighted total); the first
+    ``sample_count`` go to samples.jsonl (kind ``eval``)."""
+    references = [{k: v for k, v in row.items() if k != "prompt"} for row in rows]
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+
+    def hook(model, step: int) -> dict[str, float]:
+        sampler = Sampler(model, tokenizer)
+        texts = []
+        for start in range(0, len(prompt_ids), batch_size):
+            texts += [g.text for g in sampler.generate(prompt_ids[start:start + batch_size], params)]
+        totals, by_name = score_rewards(terms, texts, references)
+        with samples_path.open("a") as handle:
+            for index in range(min(sample_count, len(rows))):
+                handle.write(json.dumps({"step": step, "kind": "eval", "prompt": rows[index]["prompt"],
+                                         "text": texts[index], "reward": totals[index],
+                                         "rewards": {name: scores[index] for name, scores in by_name.items()}}) + "\n")
+        metrics = {f"eval/{name}": float(np.mean(scores)) for name, scores in by_name.items()}
+        metrics["eval/reward"] = float(np.mean(totals))
+        return metrics
+
+    return hook
+
+
+def make_grpo_trainer(spec, job_model, run_dir: Path):
+    """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary."""
+    from jaxengine.job import JobError, job_identity, total_steps_for
+    from jaxengine.trainer import TrainConfig, Trainer
+
+    grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
+    max_prompt_tokens = spec.data.max_seq_len - grpo.max_new_tokens
+    if max_prompt_tokens < 1:
+        raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
+                       f"grpo.max_new_tokens ({grpo.max_new_tokens}); raise max_seq_len or lower max_new_tokens")
+    read = dict(tokenizer=tokenizer, columns=spec.data.columns, max_prompt_tokens=max_prompt_tokens)
+    rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read)
+    if not rows:
+        raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
+                       f"({train_counts})")
+    eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
+    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
+    config = TrainConfig(
+        total_steps=total_steps_for(spec, len(rows)), batch_size=spec.train.batch_size,
+        grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len,
+        eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
+        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec))
+    reference = None
+    if grpo.beta > 0:
+        reference = (frozen_copy_reference(nnx.state(model, job_model.trainable)) if spec.peft.method == "none"
+                     else lora_off_reference)
+    rollouts = GrpoRollouts(rows=rows, prompt_ids=prompt_ids, tokenizer=tokenizer, grpo=grpo,
+                            batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,
+                            pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
+    task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.epsilon_high, beta=grpo.beta,
+                    kl_estimator=grpo.kl_estimator, max_completion_length=grpo.max_new_tokens,
+                    use_stored_old_log_probs=grpo.num_iterations > 1)
+    eval_hook = make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer, terms=rollouts.terms,
+                               max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
+                               sample_count=spec.train.eval_samples) if eval_rows else None
+    trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
+                      trainable=job_model.trainable, eval_hook=eval_hook)
+    return trainer, {"train": train_counts, "eval": eval_counts}
