@@ -208,3 +208,68 @@ def test_column_names_map_onto_the_task_fields():
     assert problems_of(minimal(data={"train": "t.jsonl", "columns": {"chosen": "good"}})) == [
         "data.columns: chosen not a field of the sft data that task 'sft' reads; fields: prompt, completion, messages"
     ]
+
+
+# The RL issue's grpo example, verbatim in the keys it names.
+GRPO_SPEC = """\
+task: grpo
+model: demo-tiny
+output_dir: runs/grpo
+data: {train: prompts.jsonl, eval: prompts_eval.jsonl}
+train: {max_steps: 10}
+grpo:
+  num_generations: 8
+  max_new_tokens: 128
+  temperature: 1.0
+  top_p: 1.0
+  beta: 0.04
+  kl_estimator: k3
+  epsilon: 0.2
+  epsilon_high: 0.2
+  loss_type: grpo
+  advantage: group
+  num_iterations: 1
+  mask_truncated: false
+  dynamic_sampling: false
+  rewards:
+    - {name: exact_match, weight: 1.0, args: {answer_column: answer}}
+    - {name: format_regex, weight: 0.2, args: {pattern: "Answer: .+"}}
+"""
+
+
+def test_it_parses_the_rl_issue_grpo_example():
+    spec = parse_spec_text(GRPO_SPEC)
+    assert spec.grpo.num_generations == 8 and spec.grpo.rewards[1].weight == 0.2
+    assert spec.grpo.rewards[1].args == {"pattern": "Answer: .+"}
+    assert parse_spec_text(dump_spec(spec)) == spec
+
+
+def test_it_names_bad_reward_functions_and_args_with_lines():
+    text = GRPO_SPEC.replace("name: format_regex, weight: 0.2, args: {pattern: \"Answer: .+\"}",
+                             "name: format_regex, args: {pattern: \"(\"}")
+    text = text.replace("args: {answer_column: answer}", "args: {colum: answer}")
+    with pytest.raises(SpecError) as error:
+        parse_spec_text(text, source="grpo.yaml")
+    assert error.value.problems == [
+        "grpo.yaml:21: grpo.rewards.0.args: exact_match: unknown args colum; allowed: answer_column, case_sensitive, "
+        "extract, group, pattern",
+        "grpo.yaml:22: grpo.rewards.1.args: missing ), unterminated subpattern at position 0",
+    ]
+    unknown = GRPO_SPEC.replace("name: exact_match", "name: exactmatch")
+    with pytest.raises(SpecError, match=r"grpo.rewards.0.name: 'exactmatch' is not a reward function; registered: "):
+        parse_spec_text(unknown)
+
+
+def test_it_rejects_grpo_mistakes():
+    assert problems_of(minimal(task="grpo")) == ["grpo.rewards: required key is missing"]
+    one = {"rewards": [{"name": "valid_json"}]}
+    assert problems_of(minimal(task="grpo", grpo={**one, "num_generations": 1})) == [
+        "grpo.num_generations: 1: input should be greater than or equal to 2"]
+    assert problems_of(minimal(task="grpo", grpo={**one, "loss_type": "ppo"})) == [
+        "grpo.loss_type: 'ppo' is not one of grpo, dr_grpo, dapo, gspo"]
+    assert problems_of(minimal(task="grpo", grpo={"rewards": []})) == [
+        "grpo.rewards: give at least one reward function, e.g. {name: exact_match}"]
+    assert problems_of(minimal(task="grpo", grpo={"rewards": [{"name": "valid_json"}] * 2})) == [
+        "grpo.rewards: ['valid_json', 'valid_json'] names a function twice; give it once with its weight"]
+    assert problems_of(minimal(task="sft", grpo=one)) == [
+        "grpo: only used when task is grpo (task is 'sft'); remove it"]
