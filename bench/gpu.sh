@@ -26,10 +26,10 @@ run() {  # run SECONDS SCRIPT ARGS...: one configuration, its output and exit st
 }
 
 "$PY" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" 2>&1 | tee -a "$LOG"
-run 110 bench/gpu_sampler.py --preset llama3.2-1b
+run 140 bench/gpu_sampler.py --preset llama3.2-1b
 TRAIN=(bench/gpu_train.py --preset qwen3-0.6b --seq 2048 --steps 5 --attention cudnn)
-run 80 "${TRAIN[@]}" --batch 8 --configs full
+run 75 "${TRAIN[@]}" --batch 8 --configs full
 run 90 "${TRAIN[@]}" --batch 16 --configs full
-run 70 "${TRAIN[@]}" --batch 8 --configs lora
-run 70 "${TRAIN[@]}" --batch 8 --configs qlora
+run 65 "${TRAIN[@]}" --batch 8 --configs lora
+run 65 "${TRAIN[@]}" --batch 8 --configs qlora
 echo "=== $(date -u +%H:%M:%S) done" | tee -a "$LOG"
