@@ -129,31 +129,48 @@ class ModelCache:
             return loaded
 
 
-def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, seed_b, step):
-    """One token per row with that row's own settings (temperature 0 = greedy)."""
+def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, seed_b, step, *, filtered: bool):
+    """One token per row with that row's own settings (temperature 0 = greedy). ``filtered``: some row
+    uses top-k or top-p (a compile-time switch: the per-row sort is the costliest part of a small model's step)."""
     greedy_b = jnp.argmax(logits_bv, axis=-1)
     scaled_bv = logits_bv / jnp.where(temperature_b > 0, temperature_b, 1.0)[:, None]
-    filtered_bv = jax.vmap(lambda row_v, k, p: filter_logits(row_v[None], k, p)[0])(scaled_bv, top_k_b, top_p_b)
-    # Filtering with both filters off keeps every token only up to float rounding of the cumulative mass.
-    filters_on_b = (top_k_b > 0) | (top_p_b < 1)
-    scaled_bv = jnp.where(filters_on_b[:, None], filtered_bv, scaled_bv)
+    if filtered:
+        filtered_bv = jax.vmap(lambda row_v, k, p: filter_logits(row_v[None], k, p)[0])(scaled_bv, top_k_b, top_p_b)
+        # Filtering with both filters off keeps every token only up to float rounding of the cumulative mass.
+        filters_on_b = (top_k_b > 0) | (top_p_b < 1)
+        scaled_bv = jnp.where(filters_on_b[:, None], filtered_bv, scaled_bv)
     keys_b = jax.vmap(lambda seed: jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0), step))(seed_b)
     sampled_b = jax.vmap(jax.random.categorical)(keys_b, scaled_bv)
     return jnp.where(temperature_b > 0, sampled_b, greedy_b).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("total_length", "cache_dtype"))
-def _prefill_and_sample(graphdef, state, input_ids_bt, pad_counts_b, sampling, *, total_length: int, cache_dtype):
-    model = nnx.merge(graphdef, state)
-    logits_bv, cache = prefill(model, input_ids_bt, pad_counts_b, total_length=total_length, cache_dtype=cache_dtype)
-    return _sample_rows(logits_bv, *sampling, jnp.int32(0)), cache
+class _Compiled:
+    """The jitted prefill and decode step for one model structure. The weights go in as a flat list of
+    arrays, so a decode step's dispatch neither hashes the graph nor walks the state's tree."""
+
+    def __init__(self, graphdef, treedef, cache_dtype):
+        self.graphdef = graphdef
+        self.treedef = treedef
+        self.cache_dtype = cache_dtype
+        self.prefill = jax.jit(self._prefill, static_argnames=("total_length", "filtered"))
+        self.decode = jax.jit(self._decode, static_argnames=("filtered",), donate_argnames=("cache",))
+
+    def _model(self, leaves):
+        return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
+
+    def _prefill(self, leaves, input_ids_bt, pad_counts_b, sampling, *, total_length: int, filtered: bool):
+        logits_bv, cache = prefill(self._model(leaves), input_ids_bt, pad_counts_b, total_length=total_length,
+                                   cache_dtype=self.cache_dtype)
+        return _sample_rows(logits_bv, *sampling, jnp.int32(0), filtered=filtered), cache
+
+    def _decode(self, leaves, token_b, positions_b, pad_counts_b, cache, sampling, step, *, filtered: bool):
+        logits_bv, cache = decode(self._model(leaves), token_b, positions_b, pad_counts_b, cache)
+        return _sample_rows(logits_bv, *sampling, step, filtered=filtered), cache
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnames=("cache",))
-def _decode_and_sample(graphdef, state, token_b, positions_b, pad_counts_b, cache, sampling, step):
-    model = nnx.merge(graphdef, state)
-    logits_bv, cache = decode(model, token_b, positions_b, pad_counts_b, cache)
-    return _sample_rows(logits_bv, *sampling, step), cache
+@functools.lru_cache(maxsize=16)
+def _compiled(graphdef, treedef, cache_dtype) -> _Compiled:
+    return _Compiled(graphdef, treedef, cache_dtype)
 
 
 OnToken = Callable[[int, int, str], None]  # (request index, token id, text delta)
@@ -193,8 +210,11 @@ class BatchDecoder:
                     for r in requests]
 
         graphdef, state = nnx.split(self.model)
-        token_b, cache = _prefill_and_sample(graphdef, state, input_ids_bt, pad_counts_b, sampling,
-                                             total_length=total_length, cache_dtype=self.cache_dtype)
+        leaves, treedef = jax.tree.flatten(state)
+        compiled = _compiled(graphdef, treedef, self.cache_dtype)
+        filtered = any(r.params.temperature > 0 and (r.params.top_k > 0 or r.params.top_p < 1) for r in requests)
+        token_b, cache = compiled.prefill(leaves, input_ids_bt, pad_counts_b, sampling, total_length=total_length,
+                                          filtered=filtered)
         decoders = [IncrementalDecoder(self.tokenizer) for _ in requests]
         texts, tokens = [""] * count, [[] for _ in requests]
         finish: list[str | None] = [None] * count
@@ -223,8 +243,8 @@ class BatchDecoder:
                     on_token(row, token_id, delta)
             if all(reason is not None for reason in finish):
                 break
-            token_b, cache = _decode_and_sample(graphdef, state, token_b, prompt_lengths_b + step, pad_counts_b, cache,
-                                                sampling, np.int32(step + 1))
+            token_b, cache = compiled.decode(leaves, token_b, prompt_lengths_b + step, pad_counts_b, cache, sampling,
+                                             np.int32(step + 1), filtered=filtered)
             step += 1
         return [ServeResult(text=self._final_text(texts[row], tokens[row], finish[row]), token_ids=tokens[row],
                             prompt_tokens=len(request.prompt_ids), finish_reason=finish[row],
