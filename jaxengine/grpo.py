@@ -327,6 +327,31 @@ class GrpoRollouts:
                     }) + "\n")
 
 
+class GrpoGuard:
+    """The trainer's ``guard`` for GRPO: a reason to stop when the run cannot learn or drifts too far.
+
+    Stops when ``frac_reward_zero_std`` has been 1.0 for ``zero_std_patience`` steps in a row (no group
+    had any reward variance, so every advantage was zero), or when ``kl`` exceeds ``max_kl``. (A NaN
+    loss is the trainer's own stop.) The count starts again when a run is resumed.
+    """
+
+    def __init__(self, *, zero_std_patience: int, max_kl: float | None):
+        self.zero_std_patience = zero_std_patience
+        self.max_kl = max_kl
+        self.zero_std_steps = 0
+
+    def __call__(self, record: Mapping[str, float]) -> str | None:
+        self.zero_std_steps = self.zero_std_steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
+        if self.zero_std_steps >= self.zero_std_patience:
+            return (f"frac_reward_zero_std has been 1.0 for {self.zero_std_steps} steps: every prompt's completions "
+                    "got equal rewards, so there is no learning signal. Check the reward functions against the "
+                    "completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations")
+        if self.max_kl is not None and record["kl"] > self.max_kl:
+            return (f"kl {record['kl']:.4g} exceeds grpo.max_kl {self.max_kl:g}: the policy drifted too far from "
+                    "the reference. Raise grpo.beta or lower optim.learning_rate")
+        return None
+
+
 # --------------------------------------------------------------------------------------------
 # Building a GRPO job from a spec
 
@@ -410,6 +435,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path):
     eval_hook = make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer, terms=rollouts.terms,
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
                                sample_count=spec.train.eval_samples) if eval_rows else None
+    guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
-                      trainable=job_model.trainable, eval_hook=eval_hook)
+                      trainable=job_model.trainable, eval_hook=eval_hook, guard=guard)
     return trainer, {"train": train_counts, "eval": eval_counts}

@@ -208,6 +208,9 @@ class GrpoSpec(_Section):
     mask_truncated: bool = Field(default=False, description="Completions that hit max_new_tokens get no loss.")
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
     rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
+    zero_std_patience: int = Field(default=20, ge=1, description="Stop when every group's rewards are equal "
+                                   "(frac_reward_zero_std = 1) this many steps in a row.")
+    max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's kl exceeds this; null: no ceiling.")
 
     @model_validator(mode="after")
     def _distinct_reward_names(self) -> GrpoSpec:

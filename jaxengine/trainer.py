@@ -274,6 +274,8 @@ class Trainer:
     Batches come from ``train_examples`` (shuffled, resumable, ``grad_accum`` micro-batches per
     step), or, for tasks that make their own data each step (e.g. RL rollouts with the current
     model), from ``batch_source(trainer) -> batches`` with the [A, ...] leading accumulation axis.
+    ``guard(record) -> reason | None`` sees each step's logged metrics; a reason ends the run with
+    status ``failed`` and that message, keeping the checkpoints already saved.
     """
 
     def __init__(
@@ -289,6 +291,7 @@ class Trainer:
         trainable: Any = nnx.Param,
         eval_hook: Callable[[nnx.Module, int], Metrics] | None = None,
         batch_source: Callable[[Trainer], Any] | None = None,
+        guard: Callable[[Metrics], str | None] | None = None,
     ):
         if (train_examples is None) == (batch_source is None):
             raise ValueError("give the trainer exactly one of train_examples and batch_source")
@@ -296,6 +299,7 @@ class Trainer:
         self.config = config
         self.train_examples = train_examples
         self.batch_source = batch_source
+        self.guard = guard
         self.eval_examples = eval_examples or []
         self.pad_id = pad_id
         self.run_dir = Path(run_dir)
@@ -463,6 +467,9 @@ class Trainer:
                 if on_progress is not None:
                     on_progress(Progress(step=self.step, total_steps=config.total_steps, metrics=record,
                                          elapsed_seconds=time.perf_counter() - started, tokens_seen=tokens_seen))
+                if self.guard is not None and (reason := self.guard(record)) is not None:
+                    status, message = "failed", f"stopped by the guard at step {self.step}: {reason}"
+                    break
         finally:
             if bar is not None:
                 bar.close()

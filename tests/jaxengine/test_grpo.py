@@ -136,3 +136,22 @@ def test_rollout_rows_alignment_and_truncation_mask():
         assert tokens.loss_mask.astype(int).tolist() == [[0, 0, 1, 1, 0, 0], second_mask]
         assert tokens.segment_ids.tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]]
         np.testing.assert_allclose(old, [[0, 0, -0.1, -0.2, 0, 0], [-1, -2, -3, 0, 0, 0]], atol=1e-7)
+
+
+def test_guard_reasons():
+    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)
+    flat, varied = {"frac_reward_zero_std": 1.0, "kl": 0.0}, {"frac_reward_zero_std": 0.5, "kl": 0.0}
+    assert [guard(record) for record in (flat, flat, varied, flat, flat)] == [None] * 5
+    assert "frac_reward_zero_std has been 1.0 for 3 steps" in guard(flat)
+    assert "kl 0.6 exceeds grpo.max_kl 0.5" in grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)(
+        {"frac_reward_zero_std": 0.0, "kl": 0.6})
+    assert grpo.GrpoGuard(zero_std_patience=3, max_kl=None)({"frac_reward_zero_std": 0.0, "kl": 1e9}) is None
+
+
+def test_a_reward_nobody_can_earn_stops_the_run(demo_dir, tmp_path):
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 5, "batch_size": 2},
+                     grpo={"zero_std_patience": 2, "rewards": [{"name": "contains", "args": {"keywords": ["@@@"]}}]})
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 2
+    assert summary["message"].startswith("stopped by the guard at step 2: frac_reward_zero_std has been 1.0 for 2")
+    assert len(read_jsonl(tmp_path / "run/metrics.jsonl")) == 2
