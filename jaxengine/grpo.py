@@ -320,7 +320,7 @@ class GrpoRollouts:
                     flat = p * group + g
                     handle.write(json.dumps({
                         "step": step, "kind": "rollout", "prompt": self.rows[index]["prompt"],
-                        "completion": generations[flat].text,
+                        "text": generations[flat].text,
                         "rewards": {name: scores[flat] for name, scores in by_name.items()},
                         "reward": float(rewards_pg[p, g]), "advantage": float(advantages_pg[p, g]),
                         "finish_reason": generations[flat].finish_reason,
@@ -377,7 +377,8 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
                    terms: Sequence[WeightedReward], max_new_tokens: int, samples_path: Path, sample_count: int,
                    batch_size: int = 64):
     """After each evaluation: greedy completions of every held-out prompt, scored by ``terms`` as
-    ``eval/<name>`` (the mean score) and ``eval/reward`` (the weighted total); the first
+    ``eval/<name>`` (the mean score) and ``eval/reward`` (the weighted total: the training reward, as
+    ``eval_metrics`` terms come with weight 0); the first
     ``sample_count`` go to samples.jsonl (kind ``eval``)."""
     references = [{k: v for k, v in row.items() if k != "prompt"} for row in rows]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
@@ -432,7 +433,10 @@ def make_grpo_trainer(spec, job_model, run_dir: Path):
     task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.epsilon_high, beta=grpo.beta,
                     kl_estimator=grpo.kl_estimator, max_completion_length=grpo.max_new_tokens,
                     use_stored_old_log_probs=grpo.num_iterations > 1)
-    eval_hook = make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer, terms=rollouts.terms,
+    # Extra eval metrics get weight 0: scored and logged, but not part of eval/reward (the training reward).
+    eval_terms = [*rollouts.terms, *(WeightedReward(name=term.name, weight=0.0, args=term.args)
+                                     for term in grpo.eval_metrics)]
+    eval_hook = make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer, terms=eval_terms,
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
                                sample_count=spec.train.eval_samples) if eval_rows else None
     guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)

@@ -208,6 +208,9 @@ class GrpoSpec(_Section):
     mask_truncated: bool = Field(default=False, description="Completions that hit max_new_tokens get no loss.")
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
     rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
+    eval_metrics: tuple[RewardTermSpec, ...] = Field(
+        default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
+                                "when training on a format reward.")
     zero_std_patience: int = Field(default=20, ge=1, description="Stop when every group's rewards are equal "
                                    "(frac_reward_zero_std = 1) this many steps in a row.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's kl exceeds this; null: no ceiling.")
@@ -219,6 +222,10 @@ class GrpoSpec(_Section):
         names = [term.name for term in self.rewards]
         if len(set(names)) != len(names):
             raise ValueError(f"rewards: {names} names a function twice; give it once with its weight")
+        extra = [term.name for term in self.eval_metrics]
+        if len(set(extra)) != len(extra) or set(extra) & set(names):
+            raise ValueError(f"eval_metrics: {extra} repeats a name (training rewards {names} are already "
+                             "scored at every evaluation)")
         return self
 
 

@@ -75,7 +75,7 @@ def test_grpo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refer
     assert len(samples) == 12 * 4 * 8 and {s["step"] for s in samples} == set(range(1, 13))
     step_one = [s for s in samples if s["step"] == 1]
     assert np.mean([s["reward"] for s in step_one]) == pytest.approx(metrics[0]["reward"], abs=1e-6)
-    assert all(s["rewards"]["contains"] == float("e" in s["completion"].casefold()) for s in samples)
+    assert all(s["rewards"]["contains"] == float("e" in s["text"].casefold()) for s in samples)
     # Advantages are per group: zero-mean within each prompt's 8 completions.
     advantages = np.array([s["advantage"] for s in step_one]).reshape(4, 8)
     np.testing.assert_allclose(advantages.sum(axis=1), 0.0, atol=1e-5)
@@ -84,7 +84,8 @@ def test_grpo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refer
 def test_lora_gspo_with_reference_dynamic_sampling_reused_rollouts_and_eval(demo_dir, tmp_path, reference_passes):
     spec = grpo_spec(demo_dir, tmp_path / "run",
                      grpo={"loss_type": "gspo", "dynamic_sampling": True, "num_iterations": 2, "beta": 0.1,
-                           "advantage": "rloo", "mask_truncated": True},
+                           "advantage": "rloo", "mask_truncated": True,
+                           "eval_metrics": [{"name": "exact_match", "args": {"extract": "last_number"}}]},
                      data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(demo_dir / "data/eval.jsonl"),
                            "max_seq_len": 64},
                      peft={"method": "lora", "rank": 4},
@@ -96,11 +97,14 @@ def test_lora_gspo_with_reference_dynamic_sampling_reused_rollouts_and_eval(demo
     # Fresh adapters add exactly zero, so at step 1 the policy is the reference.
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 1e-6
     assert metrics[1]["time/rollout"] == 0.0 and metrics[0]["time/rollout"] > 0.0
-    assert 0.0 <= metrics[-1]["eval/contains"] <= 1.0 and "eval/reward" in metrics[-1]
+    assert 0.0 <= metrics[-1]["eval/contains"] <= 1.0 and 0.0 <= metrics[-1]["eval/exact_match"] <= 1.0
     samples = read_jsonl(tmp_path / "run/samples.jsonl")
+    evals = [s for s in samples if s["kind"] == "eval"]
+    # eval/reward is the training reward alone: exact_match is logged but weighs nothing.
+    assert all(s["reward"] == s["rewards"]["contains"] and "exact_match" in s["rewards"] for s in evals)
     rollouts = [s for s in samples if s["kind"] == "rollout"]
     assert {s["step"] for s in rollouts} == {1} and len(rollouts) == 4 * 8
-    assert len([s for s in samples if s["kind"] == "eval"]) == 3
+    assert len(evals) == 3
     # Dynamic sampling keeps groups with reward variance when it can find them.
     groups = np.array([s["reward"] for s in rollouts]).reshape(4, 8)
     assert all(group.max() > group.min() for group in groups)

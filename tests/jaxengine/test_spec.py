@@ -271,5 +271,8 @@ def test_it_rejects_grpo_mistakes():
         "grpo.rewards: give at least one reward function, e.g. {name: exact_match}"]
     assert problems_of(minimal(task="grpo", grpo={"rewards": [{"name": "valid_json"}] * 2})) == [
         "grpo.rewards: ['valid_json', 'valid_json'] names a function twice; give it once with its weight"]
+    assert problems_of(minimal(task="grpo", grpo={**one, "eval_metrics": [{"name": "valid_json"}]})) == [
+        "grpo.eval_metrics: ['valid_json'] repeats a name (training rewards ['valid_json'] are already scored at "
+        "every evaluation)"]
     assert problems_of(minimal(task="sft", grpo=one)) == [
         "grpo: only used when task is grpo (task is 'sft'); remove it"]
