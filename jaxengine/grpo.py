@@ -235,8 +235,7 @@ class GrpoRollouts:
 
     def _score(self, indices: Sequence[int], generations: Sequence[Generation]):
         group = self.grpo.num_generations
-        references = [{k: v for k, v in self.rows[index].items() if k != "prompt"}
-                      for index in indices for _ in range(group)]
+        references = [self.rows[index] for index in indices for _ in range(group)]
         totals, by_name = score_rewards(self.terms, [g.text for g in generations], references)
         return np.asarray(totals, np.float64).reshape(len(indices), group), by_name
 
@@ -380,7 +379,7 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
     ``eval/<name>`` (the mean score) and ``eval/reward`` (the weighted total: the training reward, as
     ``eval_metrics`` terms come with weight 0); the first
     ``sample_count`` go to samples.jsonl (kind ``eval``)."""
-    references = [{k: v for k, v in row.items() if k != "prompt"} for row in rows]
+    references = list(rows)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
 
     def hook(model, step: int) -> dict[str, float]:

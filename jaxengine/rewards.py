@@ -1,8 +1,8 @@
 """Reward functions for RL (``task: grpo``): pure, registered by name, one float per completion.
 
 Design note: a reward function is ``fn(completions, references, **args) -> list[float]`` where
-``completions`` are the generated texts and ``references`` the dataset rows' other columns (e.g.
-``{"answer": "42"}``), one mapping per completion. Functions are registered in ``REWARDS`` by the
+``completions`` are the generated texts and ``references`` the dataset rows (``prompt`` and the
+reference columns, e.g. ``{"prompt": "...", "answer": "42"}``), one mapping per completion. Functions are registered in ``REWARDS`` by the
 name a job spec uses (``grpo.rewards[].name``); their keyword arguments are the spec's ``args``,
 checked against the signature when the spec is validated (``check_args``), so a typo in an
 argument fails before any work. ``score_rewards`` runs several with weights and never turns an
@@ -263,6 +263,23 @@ def excludes(completions: Sequence[str], references: Sequence[Mapping[str, objec
     if not keywords:
         raise ValueError("keywords must name at least one keyword")
     return [float(not any(_keyword_hits(text, keywords, case_sensitive))) for text in completions]
+
+
+@register_reward("reward_model")
+def reward_model(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                 model: str, max_seq_len: int = 512, batch_size: int = 16) -> list[float]:
+    """The score of a reward model trained with ``task: reward`` (``model``: its run directory or its
+    ``export/``) for each row's ``prompt`` followed by the completion."""
+    if not completions:
+        return []
+    # jax only here: the spec (imported by the web process) checks arguments by scoring nothing.
+    from jaxengine.reward_scoring import score_texts
+
+    missing = [index for index, row in enumerate(references) if "prompt" not in row]
+    if missing:
+        raise KeyError(f"sample {missing[0]} has no 'prompt' for the reward model to read")
+    prompts = [row["prompt"] for row in references]
+    return score_texts(model, prompts, completions, max_seq_len=max_seq_len, batch_size=batch_size)
 
 
 # --------------------------------------------------------------------------------------------
