@@ -1,4 +1,4 @@
-"""Conversations with a model: private to the user who started them, inside one project.
+"""Conversations with a model, private to the user who started them, inside one project; arena battles.
 
 A conversation keeps its model reference (``bm_…`` a base model, ``run_…`` a succeeded run's
 export, ``run_…:step-N`` an exported checkpoint) and its settings; every turn is a ``Message``. An
@@ -34,6 +34,8 @@ class Conversation(models.Model):
     top_p = models.FloatField(default=1.0)
     top_k = models.PositiveIntegerField(default=0)
     max_tokens = models.PositiveIntegerField(default=256)
+    # One side of an arena battle: hidden from the conversation list and page (its model is secret).
+    in_arena = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -68,3 +70,32 @@ class Message(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+
+
+def new_battle_id() -> str:
+    return new_public_id("arena")
+
+
+class BattleOutcome(models.TextChoices):
+    A = "a", "A is better"
+    B = "b", "B is better"
+    TIE = "tie", "Tie"
+    BOTH_BAD = "both_bad", "Both are bad"
+
+
+class Battle(models.Model):
+    """An arena battle: one prompt answered by two models drawn at random, shown as A and B; the
+    names are revealed once the user votes. A decisive vote (A or B) is a preference pair."""
+
+    public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_battle_id)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="battles")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="battles")
+    prompt = models.TextField()
+    side_a = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    side_b = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    outcome = models.CharField(max_length=10, choices=BattleOutcome.choices, blank=True)
+    voted_at = models.DateTimeField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]

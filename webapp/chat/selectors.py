@@ -56,4 +56,4 @@ def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
 
 
 def conversation_list(*, project: Project, user) -> list[Conversation]:
-    return list(Conversation.objects.filter(project=project, user=user)[:100])
+    return list(Conversation.objects.filter(project=project, user=user, in_arena=False)[:100])

@@ -1,11 +1,16 @@
 from django.urls import path
 
-from webapp.chat import events, views
+from webapp.chat import arena_views, events, views
 
 app_name = "chat"
 
 urlpatterns = [
     path("p/<slug:slug>/chat/", views.chat_list, name="list"),
+    path("p/<slug:slug>/arena/", arena_views.arena_home, name="arena"),
+    path("p/<slug:slug>/arena/leaderboard/", arena_views.arena_leaderboard, name="leaderboard"),
+    path("p/<slug:slug>/arena/export/", arena_views.arena_export, name="arena_export"),
+    path("p/<slug:slug>/arena/<str:battle_id>/", arena_views.arena_battle, name="battle"),
+    path("p/<slug:slug>/arena/<str:battle_id>/vote/", arena_views.arena_vote, name="vote"),
     path("p/<slug:slug>/chat/<str:conversation_id>/", views.chat_detail, name="detail"),
     path("p/<slug:slug>/chat/<str:conversation_id>/send/", views.chat_send, name="send"),
     path("p/<slug:slug>/chat/<str:conversation_id>/regenerate/", views.chat_regenerate, name="regenerate"),

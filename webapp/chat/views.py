@@ -8,7 +8,7 @@ another member's conversation is a 404 too. Model output is only ever put in a p
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -39,10 +39,19 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
         status=400 if request.method == "POST" else 200)
 
 
+def _chat_conversation(request: HttpRequest, slug: str, conversation_id: str):
+    """A conversation of the chat, not a side of an arena battle: its page would name the battle's
+    model, and a further turn would change the answer voted on."""
+    project, membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    if conversation.in_arena:
+        raise Http404("no such conversation")
+    return project, membership, conversation
+
+
 @login_required
 @require_http_methods(["GET"])
 def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
-    project, membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    project, membership, conversation = _chat_conversation(request, slug, conversation_id)
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
         "chat_messages": list(conversation.messages.all()), "form": MessageForm(),
@@ -65,7 +74,7 @@ def _model_or_error(project, conversation):
 @login_required
 @require_POST
 def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
-    project, _membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     form = MessageForm(request.POST)
     if not form.is_valid():
         return JsonResponse({"error": "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())},
@@ -81,7 +90,7 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
 @login_required
 @require_POST
 def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
-    project, _membership, conversation = get_conversation_for_user(request.user, slug, conversation_id)
+    project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     try:
         answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
     except services.ChatError as error:

@@ -1,0 +1,21 @@
+// Battle page: follow both answers' server-sent events in parallel. Model text is only written with
+// textContent while it streams; the finished answer is swapped for the server's sanitized rendering.
+(function () {
+  "use strict";
+  document.querySelectorAll(".arena-side").forEach((side) => {
+    const streaming = side.querySelector(".chat-streaming");
+    if (!streaming) return;
+    const source = new EventSource(side.dataset.events);
+    source.onmessage = async (event) => {
+      const data = JSON.parse(event.data);
+      if (data.type === "token") {
+        streaming.textContent += data.text;
+        return;
+      }
+      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      source.close();
+      const response = await fetch(side.dataset.html);
+      if (response.ok) side.querySelector(".chat-message").outerHTML = await response.text();
+    };
+  });
+})();

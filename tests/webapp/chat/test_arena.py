@@ -1,0 +1,123 @@
+"""Arena: a battle sends one prompt to two different models, names stay hidden until the vote, a
+decisive vote becomes a preference pair (exported as a dataset version, or sent to review), the
+leaderboard page, access."""
+import json
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.factories import make_base_model
+from webapp.chat import arena, services
+from webapp.chat.models import Battle
+from webapp.datasets.models import DatasetVersion
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    calls = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: calls.append(args[0]))
+    return calls
+
+
+@pytest.fixture
+def models(team):
+    return [make_base_model(team.project, name=name, path=f"/models/{name}") for name in ("falcon", "heron")]
+
+
+def start_battle(team, client_for, prompt="Name a colour.") -> Battle:
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": prompt})
+    assert response.status_code == 302
+    return Battle.objects.get(project=team.project, user=team.teammate, prompt=prompt)
+
+
+def finish(battle, text_a, text_b):
+    for side, text in ((battle.side_a, text_a), (battle.side_b, text_b)):
+        services.message_finish(message_id=arena.battle_answer(side).public_id, text=text, finish_reason="stop")
+
+
+def battle_url(name, battle):
+    return reverse(f"chat:{name}", args=[battle.project.slug, battle.public_id])
+
+
+def test_a_battle_asks_two_different_models_and_hides_them_until_the_vote(team, client_for, models, sent,
+                                                                        django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        battle = start_battle(team, client_for)
+    assert {battle.side_a.model_label, battle.side_b.model_label} == {"Base model: falcon", "Base model: heron"}
+    assert sorted(request["model_path"] for request in sent) == ["/models/falcon", "/models/heron"]
+    assert all(request["messages"] == [{"role": "user", "content": "Name a colour."}] for request in sent)
+    client = client_for(team.teammate)
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert "falcon" not in page and "heron" not in page
+    # The sides' conversation pages would name the models: they are not chat conversations.
+    assert client.get(reverse("chat:detail", args=[team.project.slug, battle.side_a.public_id])).status_code == 404
+    assert battle.side_a.public_id.encode() not in client.get(reverse("chat:list", args=[team.project.slug])).content
+    assert client.post(battle_url("vote", battle), {"outcome": "a"}).status_code == 302
+    assert Battle.objects.get(pk=battle.pk).outcome == ""  # answers still streaming: no vote yet
+    finish(battle, "Blue.", "<script>alert(1)</script>")
+    client.post(battle_url("vote", battle), {"outcome": "a"})
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert "falcon" in page and "heron" in page and "<script>alert" not in page
+    assert Battle.objects.get(pk=battle.pk).outcome == "a"
+
+
+def test_a_decisive_vote_becomes_a_preference_pair_and_exports(team, client_for, models, sent, settings,
+                                                              django_capture_on_commit_callbacks):
+    battle = start_battle(team, client_for)
+    finish(battle, "Blue.", "Seven.")
+    arena.battle_vote(battle=battle, outcome="b")
+    tied = start_battle(team, client_for, prompt="Say hi.")
+    finish(tied, "Hi.", "Hello.")
+    arena.battle_vote(battle=tied, outcome="tie")
+    [pair] = arena.preference_pairs(project=team.project)
+    assert (pair["prompt"], pair["chosen"], pair["rejected"]) == ("Name a colour.", "Seven.", "Blue.")
+    assert pair["arena"]["chosen_model"] == battle.side_b.model_ref
+    assert pair["arena"]["rejected_model"] == battle.side_a.model_ref and pair["arena"]["voter"] == "alpha-teammate"
+    response = client_for(team.teammate).post(reverse("chat:arena_export", args=[team.project.slug]),
+                                              {"dataset_name": "votes"})
+    assert response.status_code == 302
+    version = DatasetVersion.objects.get(dataset__project=team.project, dataset__name="votes")
+    assert version.dataset.kind == "preference"
+    rows = [json.loads(line) for line in version.absolute_path.read_text().splitlines()]
+    assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [("Name a colour.", "Seven.", "Blue.")]
+
+
+def test_a_battle_goes_to_review_with_the_vote_as_its_label(team, client_for, models, sent):
+    from webapp.review.services import campaign_create
+
+    battle = start_battle(team, client_for)
+    finish(battle, "Blue.", "Seven.")
+    battle = arena.battle_vote(battle=battle, outcome="a")
+    campaign = campaign_create(project=team.project, name="arena", guidelines="", source_version=None,
+                               required_reviews=1, reviewers=[team.owner], user=team.owner)
+    item = arena.battle_to_review(battle=battle, campaign=campaign)
+    assert item.source == "arena" and item.original_label == "a"
+    assert item.metadata["battle"] == battle.public_id
+
+
+def test_the_leaderboard_page_rates_the_models(team, client_for, models, sent):
+    for _ in range(3):
+        battle = start_battle(team, client_for)
+        finish(battle, "x", "y")
+        winner = "a" if battle.side_a.model_label == "Base model: falcon" else "b"
+        arena.battle_vote(battle=battle, outcome=winner)
+        Battle.objects.filter(pk=battle.pk).update(prompt=f"done {battle.pk}")  # the next battle's prompt is new
+    page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
+    assert page.index("Base model: falcon") < page.index("Base model: heron")  # falcon won every vote: ranked first
+    assert "100%" in page
+
+
+def test_it_requires_access(team, client_for, models, sent):
+    battle = start_battle(team, client_for)
+    for user in (team.outsider, team.owner):  # a battle is its voter's own
+        client = client_for(user)
+        assert client.get(battle_url("battle", battle)).status_code == 404
+        assert client.post(battle_url("vote", battle), {"outcome": "a"}).status_code == 404
+    assert client_for(team.outsider).get(reverse("chat:leaderboard", args=[team.project.slug])).status_code == 404
+    assert client_for(team.viewer).get(reverse("chat:arena", args=[team.project.slug])).status_code == 403
+
+
+def test_it_needs_two_models(team, client_for, sent):
+    make_base_model(team.project, name="only", path="/models/only")
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "Hi"})
+    assert response.status_code == 400 and b"at least two models" in response.content
