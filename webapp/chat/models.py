@@ -99,3 +99,20 @@ class Battle(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+
+class ProjectToken(models.Model):
+    """A bearer token for the OpenAI-compatible API (``/v1/``), scoped to one project: it reaches that
+    project's chat models and nothing else, as its user while they are a member of the project. Only a
+    SHA-256 digest is stored; the token itself is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_tokens")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-created_at"]

@@ -1,10 +1,13 @@
 from django.urls import path
 
-from webapp.chat import arena_views, events, views
+from webapp.chat import arena_views, events, openai_api, views
 
 app_name = "chat"
 
 urlpatterns = [
+    path("v1/models", openai_api.models, name="v1_models"),
+    path("v1/chat/completions", openai_api.chat_completions, name="v1_chat_completions"),
+    path("v1/completions", openai_api.completions, name="v1_completions"),
     path("p/<slug:slug>/chat/", views.chat_list, name="list"),
     path("p/<slug:slug>/arena/", arena_views.arena_home, name="arena"),
     path("p/<slug:slug>/arena/leaderboard/", arena_views.arena_leaderboard, name="leaderboard"),

@@ -1,0 +1,67 @@
+"""The OpenAI-compatible API driven by the official ``openai`` client against the real ASGI server and
+a real serve worker: models, chat completions (streaming and not), completions, project-scoped tokens."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from tests.browser.test_runs import asgi_server  # noqa: F401  (uvicorn on the test database and Redis)
+from tests.factories import build_tiny_model_dir
+from tests.webapp.factories import make_base_model, make_team
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def api(asgi_server, celery_workers, transactional_db, settings, capsys):  # noqa: F811
+    import openai
+
+    celery_workers.ensure("serve")
+    team = make_team()
+    model_dir = build_tiny_model_dir(settings.MODELS_ROOT / "tiny-openai")
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    call_command("apitoken", user=team.teammate.username, project=team.project.slug)
+    secret = capsys.readouterr().out.strip()
+    client = openai.OpenAI(base_url=f"{asgi_server}/v1", api_key=secret, max_retries=0, timeout=90)
+    return client, team, base_model
+
+
+def test_models_and_chat_completions_streaming_and_not(api):
+    client, team, base_model = api
+    assert [model.id for model in client.models.list().data] == [base_model.public_id]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    whole = client.chat.completions.create(model=base_model.public_id, messages=messages, max_tokens=12,
+                                           temperature=0)
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 12
+    chunks = list(client.chat.completions.create(model=base_model.public_id, messages=messages, max_tokens=12,
+                                                 temperature=0, stream=True))
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+    assert streamed == whole.choices[0].message.content and len(chunks) > 2
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_completions(api):
+    client, team, base_model = api
+    whole = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
+                                      temperature=0)
+    chunks = list(client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
+                                            temperature=0, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == whole.choices[0].text
+    assert whole.usage.completion_tokens == 8
+
+
+def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
+    import openai
+
+    client, team, base_model = api
+    with pytest.raises(openai.NotFoundError, match="does not exist in project"):
+        client.chat.completions.create(model="bm_not_in_this_project", messages=[{"role": "user", "content": "x"}])
+    stranger = openai.OpenAI(base_url=f"{asgi_server}/v1", api_key="tpk_wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    # A token stops working when its user leaves the project.
+    from webapp.projects.models import Membership
+
+    Membership.objects.filter(project=team.project, user=team.teammate).delete()
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()

@@ -1,0 +1,58 @@
+"""Project tokens of the OpenAI-compatible API: who may have one, the apitoken command, what a token
+reaches (its project's models only), and that it stops working when its user leaves the project."""
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from tests.webapp.factories import make_base_model
+from webapp.chat.tokens import project_token_authenticate, project_token_create
+from webapp.projects.models import Membership, Role
+
+
+def bearer(secret):
+    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def test_the_command_prints_a_token_that_lists_the_projects_models(team):
+    mine = make_base_model(team.project, name="tiny", path="/models/tiny")
+    make_base_model(team.outsider_project, name="theirs", path="/models/theirs")
+    out = io.StringIO()
+    call_command("apitoken", user=team.teammate.username, project=team.project.slug, stdout=out)
+    secret = out.getvalue().strip()
+    assert secret.startswith("tpk_")
+    response = Client().get("/v1/models", **bearer(secret))
+    assert response.status_code == 200
+    assert [model["id"] for model in response.json()["data"]] == [mine.public_id]
+
+
+def test_it_requires_a_members_token(team):
+    for user in (team.viewer, team.outsider):
+        with pytest.raises(PermissionError, match="only members may chat"):
+            project_token_create(user=user, project=team.project, name="x")
+    with pytest.raises(CommandError, match="no user named"):
+        call_command("apitoken", user="nobody", project=team.project.slug)
+    assert Client().get("/v1/models").status_code == 401
+    assert Client().get("/v1/models", **bearer("tpk_guess")).status_code == 401
+
+
+def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
+    assert project_token_authenticate(f"Bearer {secret}") is not None
+    Membership.objects.filter(project=team.project, user=team.teammate).update(role=Role.VIEWER)
+    assert project_token_authenticate(f"Bearer {secret}") is None
+    assert Client().get("/v1/models", **bearer(secret)).status_code == 401
+
+
+def test_it_rejects_a_model_of_another_project_and_a_bad_body(team):
+    theirs = make_base_model(team.outsider_project, name="theirs", path="/models/theirs")
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
+    client = Client()
+    response = client.post("/v1/chat/completions", {"model": theirs.public_id, "messages": [
+        {"role": "user", "content": "hi"}]}, content_type="application/json", **bearer(secret))
+    assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
+    response = client.post("/v1/chat/completions", {"model": theirs.public_id, "messages": [],
+                                                    "temperature": 9}, content_type="application/json",
+                           **bearer(secret))
+    assert response.status_code == 400 and response.json()["error"]["message"].startswith("temperature: ")

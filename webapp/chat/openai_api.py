@@ -1,0 +1,209 @@
+"""OpenAI-compatible API: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
+
+Authenticated by a project token (``Authorization: Bearer tpk_…``, ``webapp.chat.tokens``); model ids
+are the project's chat models (``bm_…`` base models, ``run_…`` runs' exports, ``run_…:step-N``
+checkpoints). A completion is one ``worker.tasks.serve.generate`` request; the view relays its
+Redis events (``webapp.chat.events.relay``) as OpenAI chunks when ``stream`` is true, else waits for
+the ``done`` event. Errors have OpenAI's shape, ``{"error": {"message", "type", "code"}}``.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import pydantic
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import BaseModel, ConfigDict, Field
+
+from webapp.celery import app as celery_app
+from webapp.chat import selectors
+from webapp.chat.events import relay
+from webapp.chat.services import GENERATE_TASK
+from webapp.chat.tokens import project_token_authenticate
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=8192)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)  # not OpenAI's, as vLLM takes it
+    seed: int | None = Field(default=None, ge=0, lt=2**32)
+    stream: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+
+    @property
+    def budget(self) -> int:
+        return self.max_completion_tokens or self.max_tokens or 256
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+
+
+class ChatBody(_Body):
+    messages: list[_Message] = Field(min_length=1)
+
+
+class CompletionBody(_Body):
+    prompt: str
+
+
+def _error(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None) -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "type": kind, "code": code}}, status=status)
+
+
+def _authenticate(request: HttpRequest):
+    return project_token_authenticate(request.headers.get("Authorization", ""))
+
+
+def _unauthorized() -> JsonResponse:
+    return _error(401, "send 'Authorization: Bearer <token>' with a project token (python manage.py apitoken)",
+                  kind="authentication_error", code="invalid_api_key")
+
+
+@csrf_exempt
+def models(request: HttpRequest) -> HttpResponse:
+    if request.method != "GET":
+        return _error(405, "use GET")
+    token = _authenticate(request)
+    if token is None:
+        return _unauthorized()
+    data = [{"id": choice.ref, "object": "model", "created": 0, "owned_by": token.project.slug, "name": choice.label}
+            for choice in selectors.model_choices(project=token.project)]
+    return JsonResponse({"object": "list", "data": data})
+
+
+def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=None) -> dict[str, Any]:
+    request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
+               "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
+               "seed": body.seed if body.seed is not None else secrets.randbelow(2**31)}
+    if messages is not None:
+        request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
+                               for m in messages]
+    else:
+        request["prompt"] = prompt
+    return request
+
+
+async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
+    """(token, parsed body, model choice, generation id) or an error response."""
+    if request.method != "POST":
+        return _error(405, "use POST")
+    token = await sync_to_async(_authenticate)(request)
+    if token is None:
+        return _unauthorized()
+    try:
+        body = schema.model_validate(json.loads(request.body or b"{}"))
+    except json.JSONDecodeError as error:
+        return _error(400, f"the body is not JSON: {error}")
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        return _error(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}", code="invalid_value")
+    choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
+    if choice is None:
+        return _error(404, f"the model {body.model!r} does not exist in project {token.project.slug}; "
+                           "GET /v1/models lists them", code="model_not_found")
+    return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
+
+
+async def _final(generation_id: str) -> dict[str, Any]:
+    """The generation's last event (``done`` or ``error``), or ``unavailable``."""
+    last: dict[str, Any] = {"type": "unavailable"}
+    async for line in relay(generation_id):
+        if line.startswith("data: "):
+            last = json.loads(line[len("data: "):])
+    return last
+
+
+def _usage(done: dict[str, Any]) -> dict[str, int]:
+    prompt, completion = done.get("prompt_tokens", 0), done.get("completion_tokens", 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _failed(event: dict[str, Any]) -> JsonResponse:
+    if event["type"] == "error":
+        return _error(400, event["message"], code="generation_failed")
+    return _error(503, "the live event channel (Redis) is unavailable; try again", kind="server_error")
+
+
+async def _stream(generation_id: str, chunk) -> AsyncIterator[str]:
+    async for line in relay(generation_id):
+        if not line.startswith("data: "):
+            continue
+        event = json.loads(line[len("data: "):])
+        if event["type"] == "token" and event["text"]:
+            yield f"data: {json.dumps(chunk(event['text'], None))}\n\n"
+        elif event["type"] == "done":
+            yield f"data: {json.dumps(chunk('', FINISH_REASONS[event['finish_reason']]) | {'usage': _usage(event)})}\n\n"
+        elif event["type"] in ("error", "unavailable"):
+            message = event.get("message", "the live event channel (Redis) is unavailable")
+            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'code': None}})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    started = await _start(request, ChatBody, "chatcmpl")
+    if isinstance(started, HttpResponse):
+        return started
+    _token, body, choice, generation_id = started
+    await sync_to_async(celery_app.send_task)(
+        GENERATE_TASK, args=[_request(body, choice, generation_id, messages=body.messages)], queue="serve")
+    created = int(time.time())
+    if body.stream:
+        def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:
+            return {"id": generation_id, "object": "chat.completion.chunk", "created": created, "model": body.model,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": text} if text else {},
+                                 "finish_reason": finish_reason}]}
+        return _streaming(_stream(generation_id, chunk))
+    done = await _final(generation_id)
+    if done["type"] != "done":
+        return _failed(done)
+    return JsonResponse({
+        "id": generation_id, "object": "chat.completion", "created": created, "model": body.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": done["text"]},
+                     "finish_reason": FINISH_REASONS[done["finish_reason"]]}],
+        "usage": _usage(done)})
+
+
+@csrf_exempt
+async def completions(request: HttpRequest) -> HttpResponse:
+    started = await _start(request, CompletionBody, "cmpl")
+    if isinstance(started, HttpResponse):
+        return started
+    _token, body, choice, generation_id = started
+    await sync_to_async(celery_app.send_task)(
+        GENERATE_TASK, args=[_request(body, choice, generation_id, prompt=body.prompt)], queue="serve")
+    created = int(time.time())
+    if body.stream:
+        def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:
+            return {"id": generation_id, "object": "text_completion", "created": created, "model": body.model,
+                    "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]}
+        return _streaming(_stream(generation_id, chunk))
+    done = await _final(generation_id)
+    if done["type"] != "done":
+        return _failed(done)
+    return JsonResponse({
+        "id": generation_id, "object": "text_completion", "created": created, "model": body.model,
+        "choices": [{"index": 0, "text": done["text"], "finish_reason": FINISH_REASONS[done["finish_reason"]],
+                     "logprobs": None}],
+        "usage": _usage(done)})

@@ -1,0 +1,43 @@
+"""Project-scoped tokens of the OpenAI-compatible API: create, authenticate."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from webapp.chat.models import ProjectToken
+from webapp.projects.models import Membership, Project, Role, role_at_least
+
+TOKEN_PREFIX = "tpk_"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectToken, str]:
+    """A new token of ``user`` for ``project`` (they must be a member or owner); returns (row, secret)."""
+    membership = Membership.objects.filter(project=project, user=user).first()
+    if membership is None or not role_at_least(membership.role, Role.MEMBER):
+        raise PermissionError(f"{user.get_username()} is not a member of {project.slug}; only members may chat")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ProjectToken.objects.create(user=user, project=project, name=name, digest=_digest(secret),
+                                        prefix=secret[:10])
+    return token, secret
+
+
+def project_token_authenticate(header: str) -> ProjectToken | None:
+    """The token in ``Authorization: Bearer <token>`` while its user is active and still a member of its
+    project, else None."""
+    if not header.startswith("Bearer "):
+        return None
+    token = (ProjectToken.objects.select_related("user", "project")
+             .filter(digest=_digest(header[len("Bearer "):].strip())).first())
+    if token is None or not token.user.is_active:
+        return None
+    membership = Membership.objects.filter(project=token.project, user=token.user).first()
+    if membership is None or not role_at_least(membership.role, Role.MEMBER):
+        return None
+    ProjectToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token
