@@ -41,3 +41,8 @@ def project_token_authenticate(header: str) -> ProjectToken | None:
         return None
     ProjectToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token
+
+
+def project_token_revoke(*, user, project: Project, token_id: int) -> None:
+    """Delete one of ``user``'s tokens for ``project`` (no error if it is already gone)."""
+    ProjectToken.objects.filter(pk=token_id, user=user, project=project).delete()

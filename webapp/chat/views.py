@@ -16,8 +16,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import selectors, services
 from webapp.chat.forms import ConversationForm, MessageForm
-from webapp.chat.models import Message
+from webapp.chat.models import Message, ProjectToken
+from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+
+
+def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
+    return render(request, "chat/list.html", {
+        "project": project, "membership": membership, "form": form,
+        "has_models": bool(form.fields["model"].choices), "new_secret": new_secret,
+        "conversations": selectors.conversation_list(project=project, user=request.user),
+        "tokens": ProjectToken.objects.filter(project=project, user=request.user)}, status=status)
 
 
 @login_required
@@ -33,10 +42,26 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
             temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
             top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"])
         return redirect("chat:detail", slug=project.slug, conversation_id=conversation.public_id)
-    return render(request, "chat/list.html", {
-        "project": project, "membership": membership, "form": form, "has_models": bool(choices),
-        "conversations": selectors.conversation_list(project=project, user=request.user)},
-        status=400 if request.method == "POST" else 200)
+    return _list_page(request, project, membership, form, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_POST
+def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only."""
+    project, membership = chat_access(request.user, slug)
+    name = request.POST.get("name", "").strip()[:100] or "token"
+    _token, secret = project_token_create(user=request.user, project=project, name=name)
+    form = ConversationForm(choices=selectors.model_choices(project=project))
+    return _list_page(request, project, membership, form, new_secret=secret)
+
+
+@login_required
+@require_POST
+def chat_token_revoke(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    project, _membership = chat_access(request.user, slug)
+    project_token_revoke(user=request.user, project=project, token_id=token_id)
+    return redirect("chat:list", slug=project.slug)
 
 
 def _chat_conversation(request: HttpRequest, slug: str, conversation_id: str):

@@ -56,3 +56,22 @@ def test_it_rejects_a_model_of_another_project_and_a_bad_body(team):
                                                     "temperature": 9}, content_type="application/json",
                            **bearer(secret))
     assert response.status_code == 400 and response.json()["error"]["message"].startswith("temperature: ")
+
+
+def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):
+    from django.urls import reverse
+
+    from webapp.chat.models import ProjectToken
+
+    client = client_for(team.teammate)
+    response = client.post(reverse("chat:token_create", args=[team.project.slug]), {"name": "notebook"})
+    secret = response.content.decode().split('<code id="new-token">')[1].split("</code>")[0]
+    assert project_token_authenticate(f"Bearer {secret}").name == "notebook"
+    token = ProjectToken.objects.get(user=team.teammate)
+    assert secret not in client.get(reverse("chat:list", args=[team.project.slug])).content.decode()  # shown once
+    assert client_for(team.owner).post(reverse("chat:token_revoke", args=[team.project.slug, token.pk])).status_code == 302
+    assert ProjectToken.objects.filter(pk=token.pk).exists()  # only its owner revokes it
+    client.post(reverse("chat:token_revoke", args=[team.project.slug, token.pk]))
+    assert project_token_authenticate(f"Bearer {secret}") is None
+    assert client_for(team.viewer).post(reverse("chat:token_create", args=[team.project.slug])).status_code == 403
+    assert client_for(team.outsider).post(reverse("chat:token_create", args=[team.project.slug])).status_code == 404
