@@ -3,7 +3,8 @@
 A battle is two hidden conversations (``Conversation.in_arena``), one per model, each sent the same
 prompt through the ordinary chat path, so the answers stream like any chat answer. Models are drawn
 at random from the project's chat models and shown as A and B; their names appear once the user
-has voted. A decisive vote (A or B) is a preference pair: the prompt, the chosen and rejected
+has voted. Compare mode is the same with two models the user picks, named from the start; its votes
+are preference pairs too but stay off the leaderboard, which rates blind votes only. A decisive vote (A or B) is a preference pair: the prompt, the chosen and rejected
 answers, the two models and the voter. Pairs export as a ``preference`` dataset version, and any
 battle can go to a review campaign (``webapp.review.services.item_add``).
 """
@@ -28,20 +29,28 @@ DECISIVE = (BattleOutcome.A, BattleOutcome.B)
 
 
 @transaction.atomic
-def battle_create(*, project: Project, user, prompt: str, choices: list[ModelChoice]) -> Battle:
-    """Draw two different models and send both the prompt."""
+def battle_create(*, project: Project, user, prompt: str, choices: list[ModelChoice],
+                  compare: tuple[ModelChoice, ModelChoice] | None = None) -> Battle:
+    """Send the prompt to two different models: drawn at random (a blind battle), or the two given
+    (compare mode, names shown)."""
     if not prompt.strip():
         raise services.ChatError("the prompt is empty")
-    if len(choices) < 2:
+    if compare is not None:
+        if compare[0].ref == compare[1].ref:
+            raise services.ChatError("pick two different models to compare")
+        model_a, model_b = compare
+    elif len(choices) < 2:
         raise services.ChatError("the arena needs at least two models in the project (base models or finished runs)")
-    model_a, model_b = secrets.SystemRandom().sample(choices, 2)
+    else:
+        model_a, model_b = secrets.SystemRandom().sample(choices, 2)
     sides = []
     for model in (model_a, model_b):
         conversation = services.conversation_create(project=project, user=user, model=model)
         Conversation.objects.filter(pk=conversation.pk).update(in_arena=True)
         services.message_send(conversation=conversation, model=model, content=prompt)
         sides.append(conversation)
-    return Battle.objects.create(project=project, user=user, prompt=prompt, side_a=sides[0], side_b=sides[1])
+    return Battle.objects.create(project=project, user=user, prompt=prompt, side_a=sides[0], side_b=sides[1],
+                                 blind=compare is None)
 
 
 def battle_answer(conversation: Conversation) -> Message | None:
@@ -114,8 +123,9 @@ def battle_to_review(*, battle: Battle, campaign):
 
 
 def project_leaderboard(*, project: Project) -> tuple[list[Rating], dict]:
-    """Ratings (by model label) and pairwise win rates from every vote in the project."""
+    """Ratings (by model label) and pairwise win rates from every blind vote in the project."""
     votes = [Vote(model_a=battle.side_a.model_label, model_b=battle.side_b.model_label, outcome=battle.outcome)
-             for battle in Battle.objects.filter(project=project).exclude(outcome="").select_related("side_a", "side_b")
+             for battle in (Battle.objects.filter(project=project, blind=True).exclude(outcome="")
+                            .select_related("side_a", "side_b"))
              if battle.side_a.model_label != battle.side_b.model_label]
     return leaderboard(votes), win_rates(votes)

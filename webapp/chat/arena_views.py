@@ -1,4 +1,5 @@
-"""Arena pages: start a battle, watch both answers stream anonymously, vote, see the names; the
+"""Arena pages: start a battle (or, in compare mode, pick both models), watch both answers stream
+side by side, anonymously in a battle, vote, see the names; the
 project leaderboard; export of the decisive votes as a preference dataset. Member role, like the
 chat; a battle is its voter's own (others get 404); the leaderboard is the project's."""
 from __future__ import annotations
@@ -31,17 +32,22 @@ def _battle(request: HttpRequest, slug: str, battle_id: str):
 def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = chat_access(request.user, slug)
     error = ""
+    choices = selectors.model_choices(project=project)
     if request.method == "POST":
+        picked = [next((c for c in choices if c.ref == request.POST.get(field)), None) for field in ("model_a", "model_b")]
         try:
+            if any(request.POST.get(field) for field in ("model_a", "model_b")) and None in picked:
+                raise ChatError("compare mode needs two models of this project; leave both empty for a blind battle")
             battle = arena.battle_create(project=project, user=request.user, prompt=request.POST.get("prompt", ""),
-                                         choices=selectors.model_choices(project=project))
+                                         choices=choices, compare=None if None in picked else tuple(picked))
         except ChatError as problem:
             error = str(problem)
         else:
             return redirect("chat:battle", slug=project.slug, battle_id=battle.public_id)
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
-                                               "battles": battles, "pairs": len(arena.preference_pairs(project=project))},
+                                               "battles": battles, "choices": choices,
+                                               "pairs": len(arena.preference_pairs(project=project))},
                   status=400 if error else 200)
 
 
@@ -53,7 +59,7 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
     for name, conversation in (("A", battle.side_a), ("B", battle.side_b)):
         answer = arena.battle_answer(conversation)
         kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
-        sides.append({"name": name, "answer": answer, "model": conversation.model_label if battle.outcome else None,
+        sides.append({"name": name, "answer": answer, "model": conversation.model_label if battle.outcome or not battle.blind else None,
                       "events": reverse("chat:events", kwargs=kwargs), "html": reverse("chat:message", kwargs=kwargs)})
     return render(request, "chat/battle.html", {"project": project, "membership": membership, "battle": battle,
                                                 "sides": sides, "outcomes": BattleOutcome.choices})

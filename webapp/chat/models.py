@@ -94,6 +94,9 @@ class Battle(models.Model):
     side_a = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
     side_b = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
     outcome = models.CharField(max_length=10, choices=BattleOutcome.choices, blank=True)
+    # False for compare mode: the user picked both models and sees their names from the start; such
+    # votes are preference pairs but stay off the (blind) leaderboard.
+    blind = models.BooleanField(default=True)
     voted_at = models.DateTimeField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -121,3 +121,23 @@ def test_it_needs_two_models(team, client_for, sent):
     make_base_model(team.project, name="only", path="/models/only")
     response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "Hi"})
     assert response.status_code == 400 and b"at least two models" in response.content
+
+
+def test_compare_mode_names_both_models_and_stays_off_the_leaderboard(team, client_for, models, sent,
+                                                                     django_capture_on_commit_callbacks):
+    client = client_for(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("chat:arena", args=[team.project.slug]), {
+            "prompt": "Compare me.", "model_a": models[1].public_id, "model_b": models[0].public_id})
+    assert response.status_code == 302
+    battle = Battle.objects.get(prompt="Compare me.")
+    assert not battle.blind and [request["model_path"] for request in sent] == ["/models/heron", "/models/falcon"]
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert "A: Base model: heron" in page and "B: Base model: falcon" in page
+    finish(battle, "x", "y")
+    arena.battle_vote(battle=battle, outcome="a")
+    assert len(arena.preference_pairs(project=team.project)) == 1
+    assert arena.project_leaderboard(project=team.project) == ([], {})
+    same = client.post(reverse("chat:arena", args=[team.project.slug]), {
+        "prompt": "Twice.", "model_a": models[0].public_id, "model_b": models[0].public_id})
+    assert same.status_code == 400 and b"two different models" in same.content
