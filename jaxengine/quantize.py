@@ -386,3 +386,23 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     save_quantized(quantized, config, out_dir, scheme=scheme, tokenizer=tokenizer, sizes=sizes,
                    extra={"source": str(model_dir), **figures})
     return json.loads((Path(out_dir) / QUANTIZATION_FILE).read_text())
+
+
+def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group_size: int | None = None,
+                        eval_limit: int = 64) -> dict[str, Any]:
+    """Write ``<run_dir>/export/quantized/`` from the run's merged ``export/``, scored on up to
+    ``eval_limit`` rows of its ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts
+    by their reference answers)."""
+    from jaxengine.job import _read_eval_rows
+    from jaxengine.spec import load_spec
+
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir / "spec.yaml")
+    rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns)[:eval_limit] if spec.data.eval else []
+    if spec.task in ("reward", "dpo"):
+        rows = [{"prompt": row["prompt"], "completion": row["chosen"]} for row in rows
+                if row.get("prompt") is not None and isinstance(row["chosen"], str)]
+    eval_kind = {"pretrain": "text", "sft": "sft", "reward": "sft", "dpo": "sft"}.get(spec.task, "prompts")
+    return export_quantized(run_dir / "export", run_dir / "export" / "quantized",
+                            scheme=QuantScheme.named(scheme_name, group_size=group_size), eval_rows=rows,
+                            eval_kind=eval_kind)

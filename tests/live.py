@@ -146,6 +146,8 @@ def worker_environment(*, redis_url: str) -> dict[str, str]:
         TEMPER_MAX_UPLOAD_BYTES=str(settings.TEMPER_MAX_UPLOAD_BYTES),
         REDIS_URL=redis_url,
         TEMPER_CELERY_EAGER="0",
+        # No serving copy after each test run: that is tested on its own (tests/worker/test_serve.py).
+        TEMPER_SERVE_QUANTIZE="none",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
     return environment

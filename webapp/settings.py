@@ -129,6 +129,8 @@ TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)
 # and the default time limit of one generation.
 TEMPER_SERVE_MEMORY_BYTES = env_int("TEMPER_SERVE_MEMORY_BYTES", 8 * 1024**3)
 TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
+# The serving copy written when a run succeeds: int8 (per channel), int4 (groups of 64) or none.
+TEMPER_SERVE_QUANTIZE = env_str("TEMPER_SERVE_QUANTIZE", "int8")
 
 LOGGING = {
     "version": 1,

@@ -36,28 +36,11 @@ def _export(args: argparse.Namespace) -> int:
     try:
         result = export_run(args.run, step=args.step)
         if args.quantize:
+            from jaxengine.quantize import quantize_run_export
+
             result["quantized"] = quantize_run_export(args.run, scheme_name=args.quantize,
                                                       group_size=args.group_size, eval_limit=args.eval_limit)
     except (JobError, TrainingError, ValueError) as error:
         raise CliError(str(error)) from None
     print(json.dumps(result))
     return 0
-
-
-def quantize_run_export(run_dir, *, scheme_name: str, group_size: int | None, eval_limit: int) -> dict:
-    """Write ``<run_dir>/export/quantized/`` from ``<run_dir>/export/``, scored on the run's eval rows."""
-    from pathlib import Path
-
-    from jaxengine.job import _read_eval_rows
-    from jaxengine.quantize import QuantScheme, export_quantized
-    from jaxengine.spec import load_spec
-
-    run_dir = Path(run_dir)
-    spec = load_spec(run_dir / "spec.yaml")
-    rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns)[:eval_limit] if spec.data.eval else []
-    if spec.task in ("reward", "dpo"):  # preference rows: score the chosen responses
-        rows = [{"prompt": row["prompt"], "completion": row["chosen"]} for row in rows
-                if row.get("prompt") is not None and isinstance(row["chosen"], str)]
-    return export_quantized(run_dir / "export", run_dir / "export" / "quantized",
-                            scheme=QuantScheme.named(scheme_name, group_size=group_size),
-                            eval_rows=rows, eval_kind="text" if spec.task == "pretrain" else "sft")

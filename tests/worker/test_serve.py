@@ -111,3 +111,23 @@ def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, m
     assert message in result["error"]
     [event] = channels.stored_events(client, "bad")
     assert event["type"] == "error" and message in event["message"]
+
+
+def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tmp_path, settings):
+    import json
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(model_dir, run_dir / "export")
+    rows = [{"prompt": "Hello there", "completion": " general"}, {"prompt": "a b c", "completion": " d e"}]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (run_dir / "spec.yaml").write_text(
+        f"task: sft\nmodel: {model_dir}\noutput_dir: {run_dir}\n"
+        f"data: {{train: {tmp_path / 'eval.jsonl'}, eval: {tmp_path / 'eval.jsonl'}}}\ntrain: {{max_steps: 1}}\n")
+    settings.TEMPER_SERVE_QUANTIZE = "int4"
+    description = serve.quantize_run(str(run_dir))
+    assert description["scheme"] == "int4" and description["eval_sequences"] == 2 and description["eval_prompts"] == 2
+    assert 0 <= description["greedy_agreement"] <= 1 and description["ratio_to_bfloat16"] < 0.6
+    written = json.loads((run_dir / "export" / "quantized" / "quantization.json").read_text())
+    assert written["perplexity_quantized"] == description["perplexity_quantized"]
+    assert "error" in serve.quantize_run(str(tmp_path / "missing"))

@@ -160,3 +160,18 @@ def _fail(events: _Events, request, message: str) -> dict:
         chat_services.message_finish(message_id=chat_message, error=message)
     events.emit("error", message=message)
     return {"error": message}
+
+
+@app.task(name="worker.tasks.serve.quantize_run")
+def quantize_run(run_dir: str) -> dict:
+    """Write a succeeded run's serving copy ``export/quantized/`` (scheme ``TEMPER_SERVE_QUANTIZE``) with its
+    memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on."""
+    from jaxengine.quantize import quantize_run_export
+
+    try:
+        description = quantize_run_export(run_dir, scheme_name=settings.TEMPER_SERVE_QUANTIZE)
+    except Exception as error:  # the merged export still serves; the operator sees why there is no copy
+        logger.exception("serving copy of %s failed", run_dir)
+        return {"error": str(error)}
+    description.pop("modules", None)
+    return description

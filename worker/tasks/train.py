@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from jaxengine.spec import parse_spec
 from webapp.celery import app
 from webapp.runs import pipelines, reporting
-from webapp.runs.models import Run
+from webapp.runs.models import Run, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,9 @@ def train_run(self, run_pk: int, attempt: int) -> None:
     except RuntimeError as error:
         reporting.run_fail(run=run, error=error)
     else:
-        reporting.run_finish(run=run, summary=summary)
+        finished = reporting.run_finish(run=run, summary=summary)
+        if finished.status == RunStatus.SUCCEEDED and settings.TEMPER_SERVE_QUANTIZE != "none":
+            app.send_task("worker.tasks.serve.quantize_run", args=[str(finished.output_dir)], queue="serve")
     pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any
 
 
