@@ -1,0 +1,67 @@
+"""The shared SSE relay against a real Redis: backlog replay, no event twice, terminal event."""
+import asyncio
+import json
+
+import redis
+from django.test import override_settings
+
+from webapp.core.sse import relay_channel, sse_message
+
+
+def test_sse_message_encodes_json_once():
+    assert sse_message({"type": "token", "text": "<b>"}) == 'data: {"type": "token", "text": "<b>"}\n\n'
+    assert sse_message('{"already": "json"}') == 'data: {"already": "json"}\n\n'
+
+
+def _collect(redis_url: str, *, channel: str, backlog_key: str | None, publish: list[dict]) -> list[dict]:
+    """Run the relay while another client publishes ``publish`` once it has subscribed."""
+    client = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> list[dict]:
+        received: list[dict] = []
+
+        async def publisher():
+            while client.pubsub_numsub(channel)[0][1] == 0:  # wait for the relay's subscription
+                await asyncio.sleep(0.01)
+            for event in publish:
+                client.publish(channel, json.dumps(event))
+
+        task = asyncio.create_task(publisher())
+        with override_settings(REDIS_URL=redis_url):
+            async for message in relay_channel(channel, backlog_key=backlog_key, max_seconds=10, label="test",
+                                               is_terminal=lambda event: event["type"] == "done"):
+                received.append(json.loads(message.removeprefix("data: ")))
+        await task
+        return received
+
+    return asyncio.run(scenario())
+
+
+def test_it_replays_the_backlog_then_forwards_only_new_events(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.delete("test:sse:events")
+    for seq in (0, 1):
+        client.rpush("test:sse:events", json.dumps({"seq": seq, "type": "token"}))
+    received = _collect(redis_url, channel="test:sse", backlog_key="test:sse:events", publish=[
+        {"seq": 1, "type": "token"},  # published before the backlog was read: already sent
+        {"seq": 2, "type": "token"},
+        {"seq": 3, "type": "done"},
+        {"seq": 4, "type": "token"},  # after the terminal event: never sent
+    ])
+    assert [event["seq"] for event in received] == [0, 1, 2, 3]
+
+
+def test_it_forwards_events_without_seq_until_the_terminal_one(redis_url):
+    received = _collect(redis_url, channel="test:sse:plain", backlog_key=None, publish=[
+        {"type": "metrics", "value": 1}, {"type": "metrics", "value": 1}, {"type": "done"}])
+    assert received == [{"type": "metrics", "value": 1}, {"type": "metrics", "value": 1}, {"type": "done"}]
+
+
+def test_it_reports_an_unreachable_redis():
+    async def scenario():
+        with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):
+            return [message async for message in relay_channel("x", is_terminal=lambda e: True, max_seconds=1,
+                                                               label="test")]
+
+    assert asyncio.run(scenario()) == [sse_message({"type": "unavailable"})]
+

@@ -1,0 +1,88 @@
+"""Server-sent events relayed from a Redis pub/sub channel, shared by every live page.
+
+Design note: a live stream must neither lose nor repeat an event when the page connects late.
+Publishers that need that (chat answers) also append each event, numbered by ``seq``, to a Redis
+list: the relay subscribes first, then replays that backlog, then forwards only channel events
+whose ``seq`` is past the last one sent. Publishers that do not (run metrics, where the page
+fills gaps from a JSON endpoint) simply omit the backlog. A comment line every
+``KEEPALIVE_SECONDS`` keeps proxies from closing an idle stream; a stream ends at its terminal
+event or after ``max_seconds`` (a browser's EventSource reconnects by itself).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from django.http import StreamingHttpResponse
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE_SECONDS = 15.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+
+
+def sse_message(event: dict | str) -> str:
+    """One SSE message carrying ``event`` as JSON (a string is sent as it is)."""
+    return f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n"
+
+
+def event_stream_response(stream: AsyncIterator[str]) -> StreamingHttpResponse:
+    """A ``text/event-stream`` response that proxies neither cache nor buffer."""
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,
+                        backlog_key: str | None = None, label: str) -> AsyncIterator[str]:
+    """SSE messages of the JSON events published on ``channel`` (see the module note).
+
+    ``backlog_key`` names a Redis list of the events published so far, each with a ``seq``.
+    When Redis is unreachable the stream sends ``{"type": "unavailable"}`` and ends; ``label``
+    names the stream in that log line.
+    """
+    client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS)
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(channel)
+        last_seq = -1
+        if backlog_key is not None:
+            for raw in await client.lrange(backlog_key, 0, -1):
+                event = json.loads(raw)
+                last_seq = event.get("seq", last_seq)
+                yield sse_message(event)
+                if is_terminal(event):
+                    return
+        deadline = time.monotonic() + max_seconds
+        last_sent = time.monotonic()
+        while time.monotonic() < deadline:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is None:
+                if time.monotonic() - last_sent > KEEPALIVE_SECONDS:
+                    yield ": keepalive\n\n"
+                    last_sent = time.monotonic()
+                continue
+            event = json.loads(message["data"])
+            seq = event.get("seq")
+            if seq is not None:
+                if seq <= last_seq:
+                    continue
+                last_seq = seq
+            yield sse_message(event)
+            last_sent = time.monotonic()
+            if is_terminal(event):
+                return
+    except (aioredis.RedisError, OSError) as error:
+        logger.warning("%s: live stream stopped, Redis unavailable: %s", label, error)
+        yield sse_message({"type": "unavailable"})
+    finally:
+        try:
+            await pubsub.aclose()
+            await client.aclose()
+        except (aioredis.RedisError, OSError):
+            pass
