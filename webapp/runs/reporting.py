@@ -21,6 +21,10 @@ Resumed attempts: the engine drops metric lines logged after its last checkpoint
 token count at 0. The first step an attempt reports is therefore the first one it computes anew;
 the writer deletes what an earlier attempt recorded from that step on (the engine recomputes it)
 and offsets token counts by the total recorded at the step before, so the history stays continuous.
+A worker killed mid-run can die with points still queued for the database, for steps up to the
+checkpoint the next attempt resumes from; those steps are never computed again, so the writer first
+fills them in from the run directory's ``metrics.jsonl``, which the engine writes before each
+checkpoint and which is therefore complete up to it.
 """
 from __future__ import annotations
 
@@ -130,6 +134,26 @@ def read_step_samples(samples_path: Path, step: int) -> list[dict[str, Any]]:
                 if record.get("step") == step:
                     found.append(record)
     return found
+
+
+def read_metric_lines(metrics_path: Path, *, before_step: int) -> list[dict[str, Any]]:
+    """The engine's per-step records in ``metrics.jsonl`` for steps below ``before_step``, each with
+    its token count made cumulative across attempts (the engine restarts it at 0 on resume; a drop
+    in the count marks such a restart)."""
+    if not metrics_path.exists():
+        return []
+    records, total, previous = [], 0, 0
+    with metrics_path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            tokens = int(record.get("tokens", 0))
+            total += tokens - previous if tokens >= previous else tokens
+            previous = tokens
+            if record.get("step", before_step) < before_step:
+                records.append({**record, "tokens": total})
+    return records
 
 
 def sample_row(run: Run, step: int, position: int, record: dict[str, Any]) -> Sample:
@@ -244,9 +268,32 @@ class RunReporter:
         MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
         Sample.objects.filter(run=self.run, step__gte=first_step).delete()
         if first_step > 1:
+            self._fill_lost_steps(before_step=first_step)
             previous = MetricPoint.objects.filter(run=self.run, name="tokens", step=first_step - 1).first()
             self._token_offset = int(previous.value) if previous else self.run.tokens_seen
             self.log(f"resumed: continuing from step {first_step - 1}")
+
+    def _fill_lost_steps(self, *, before_step: int) -> None:
+        """Store the steps before ``before_step`` that an earlier attempt computed but never got into
+        the database (see the module notes)."""
+        stored = set(MetricPoint.objects.filter(run=self.run, step__lt=before_step)
+                     .values_list("step", flat=True).distinct())
+        lost = [record for record in read_metric_lines(self.run.output_dir / "metrics.jsonl", before_step=before_step)
+                if record["step"] not in stored]
+        if not lost:
+            return
+        latest = MetricPoint.objects.filter(run=self.run).aggregate(Max("wall_time"))["wall_time__max"]
+        wall_time = latest if latest is not None else time.time()
+        rows = []
+        for record in lost:
+            for name, value in metric_values(record):
+                rows.append((self.run.pk, record["step"], name, value, wall_time, record["tokens"]))
+                self._track(name, value, record["step"])
+        insert_metric_rows(rows)
+        for record in lost:
+            if any(name.startswith("eval/") for name in record):
+                self._write_samples(record["step"], record)
+        self.log(f"recovered steps {lost[0]['step']}-{lost[-1]['step']} from the run directory")
 
     def _write(self, records: list[ProgressRecord]) -> None:
         if self._first_step is None:

@@ -83,6 +83,33 @@ def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run
     assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
 
 
+def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(running_run):
+    # The killed attempt's database writes stopped at step 5, but it reached step 8 with a checkpoint
+    # at 7: metrics.jsonl (written by the engine before each checkpoint) holds steps 1-7.
+    report(running_run, [record(step) for step in range(1, 6)])
+    running_run.output_dir.mkdir(parents=True, exist_ok=True)
+    lines = [record(step).metrics for step in range(1, 8)]
+    (running_run.output_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    resumed = [record(step, offset_steps=7) for step in range(8, 11)]
+    report(Run.objects.get(pk=running_run.pk), resumed)
+    losses = dict(MetricPoint.objects.filter(run=running_run, name="loss").values_list("step", "value"))
+    assert sorted(losses) == list(range(1, 11))
+    assert losses[6] == pytest.approx(10.0 / 6) and losses[7] == pytest.approx(10.0 / 7)
+    tokens = dict(MetricPoint.objects.filter(run=running_run, name="tokens").values_list("step", "value"))
+    assert [tokens[step] for step in range(5, 11)] == [500, 600, 700, 800, 900, 1000]
+    assert running_run.log_lines.filter(message="recovered steps 6-7 from the run directory").exists()
+
+
+def test_token_counts_read_back_are_cumulative_across_attempts(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    # Attempt 1: steps 1-3 (tokens 100..300); attempt 2 resumed after step 2, counting from 0 again.
+    lines = [{"step": 1, "tokens": 100}, {"step": 2, "tokens": 200}, {"step": 3, "tokens": 100},
+             {"step": 4, "tokens": 200}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = reporting.read_metric_lines(path, before_step=4)
+    assert [(r["step"], r["tokens"]) for r in records] == [(1, 100), (2, 200), (3, 300)]
+
+
 def test_samples_of_an_evaluated_step_are_stored(running_run):
     running_run.output_dir.mkdir(parents=True, exist_ok=True)
     lines = [{"step": 2, "prompt": "a", "text": "x"}, {"step": 4, "prompt": "b", "text": "<y>", "answer": "y"},
