@@ -5,7 +5,10 @@ from django.contrib.auth import get_user_model
 
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
+from webapp.chat.selectors import model_choices
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
+from webapp.review.selectors import prompt_sources
+from webapp.review.services import MAX_GENERATED_PROMPTS
 
 
 def _reviewer_choices(project: Project):
@@ -44,6 +47,37 @@ class CampaignCreateForm(CampaignSettingsForm):
             .select_related("dataset").order_by("dataset__name", "-number"))
         self.fields["source_version"].label_from_instance = (
             lambda version: f"{version.dataset.name} v{version.number} ({version.row_count} rows)")
+
+
+class GeneratedCampaignForm(CampaignSettingsForm):
+    """A campaign on two models' answers to the same prompts (``services.campaign_generate``)."""
+
+    field_order = ["name", "model_a", "model_b", "prompts_version", "prompt_count", "max_new_tokens", "temperature",
+                   "top_p", "top_k", "seed", "guidelines", "required_reviews", "reviewers"]
+
+    name = forms.CharField(max_length=100)
+    model_a = forms.ChoiceField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.")
+    model_b = forms.ChoiceField(label="Model B")
+    prompts_version = forms.ChoiceField(label="Prompts", help_text="A run's eval set, or a prompts or sft dataset.")
+    prompt_count = forms.IntegerField(min_value=1, max_value=MAX_GENERATED_PROMPTS, initial=100, label="Prompts to use",
+                                      help_text="The first rows of the dataset.")
+    max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max new tokens")
+    temperature = forms.FloatField(min_value=0, max_value=5, initial=0.7, help_text="0 = greedy.")
+    top_p = forms.FloatField(min_value=0.01, max_value=1, initial=1.0, label="Top-p")
+    top_k = forms.IntegerField(min_value=0, initial=0, label="Top-k", help_text="0 = off.")
+    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, project=project, **kwargs)
+        models = [(choice.ref, choice.label) for choice in model_choices(project=project)]
+        self.fields["model_a"].choices = models
+        self.fields["model_b"].choices = models
+        sources = prompt_sources(project=project)
+        self.sources = {version.public_id: version for version, _label in sources}
+        self.fields["prompts_version"].choices = [(version.public_id, label) for version, label in sources]
+
+    def clean_prompts_version(self):
+        return self.sources[self.cleaned_data["prompts_version"]]
 
 
 class ReviewForm(forms.Form):

@@ -37,6 +37,7 @@ def new_item_id() -> str:
 
 class CampaignStatus(models.TextChoices):
     LOADING = "loading", "Loading items"
+    GENERATING = "generating", "Generating answers"
     READY = "ready", "Ready"
     FAILED = "failed", "Failed to load"
 
@@ -50,9 +51,15 @@ class Campaign(models.Model):
     source_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
                                        related_name="review_campaigns")
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, through="CampaignReviewer", related_name="+")
-    # A campaign on a dataset version is loading until the `default` worker has made its items.
+    # A campaign on a dataset version is loading until the `default` worker has made its items; one
+    # on two models' answers is generating until the `serve` worker has generated all of them.
     status = models.CharField(max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.READY)
     load_error = models.TextField(blank=True)
+    # A generated campaign's request (``services.campaign_generate``): the two models, the prompts, the
+    # sampling settings; empty for other campaigns.
+    generation = models.JSONField(default=dict, blank=True)
+    # Answers generated so far (of 2 × the prompts), while generating.
+    generated_answers = models.PositiveIntegerField(default=0)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")

@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 
+from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.review import agreement
 from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemStatus, Label, Review
@@ -36,6 +37,28 @@ def campaign_get(*, project: Project, public_id: str) -> Campaign:
     if campaign is None:
         raise Http404("no such review campaign in this project")
     return campaign
+
+
+def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
+    """Dataset versions a generated campaign can take its prompts from, with a label each: the eval
+    sets of the project's succeeded runs first (named after their runs), then every ready ``prompts``
+    and ``sft`` version."""
+    from webapp.runs.models import Run, RunStatus
+
+    versions = {version.public_id: version for version in
+                DatasetVersion.objects.filter(dataset__project=project, status=VersionStatus.READY)
+                .exclude(dataset__kind="text").select_related("dataset").order_by("dataset__name", "-number")}
+    sources, seen = [], set()
+    for run in Run.objects.filter(project=project, status=RunStatus.SUCCEEDED).order_by("-created_at"):
+        version = versions.get(((run.spec or {}).get("data") or {}).get("eval") or "")
+        if version is not None and version.public_id not in seen:
+            seen.add(version.public_id)
+            sources.append((version, f"Eval set of run {run.name}: {version.dataset.name} v{version.number}"))
+    for version in versions.values():
+        if version.public_id not in seen and version.dataset.kind in ("prompts", "sft"):
+            sources.append((version, f"{version.dataset.name} v{version.number} ({version.dataset.kind}, "
+                                     f"{version.row_count} rows)"))
+    return sources
 
 
 def item_get(*, campaign: Campaign, public_id: str) -> Item:

@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
+from webapp.chat.selectors import model_choice
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 LOAD_TASK = "worker.tasks.review.load_campaign_items"
 EXPORT_TASK = "worker.tasks.review.write_export"
+GENERATE_TASK = "worker.tasks.review.generate_campaign_answers"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
 
@@ -118,17 +120,28 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
     return reviewers
 
 
+def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
+    """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
+    if Campaign.objects.filter(project=project, name=name).exists():
+        raise ValidationError({"name": f"{project.slug} already has a review campaign named {name!r}"})
+    _check_required(required_reviews)
+    return name
+
+
 def _check_required(required_reviews: int) -> None:
     if not 1 <= required_reviews <= MAX_REQUIRED_REVIEWS:
         raise ValidationError({"required_reviews": f"reviews per item must be 1 to {MAX_REQUIRED_REVIEWS}, "
                                                    f"got {required_reviews}"})
 
 
-def _send(task_name: str, args: list[Any]) -> None:
+def _send(task_name: str, args: list[Any], *, queue: str = "default") -> None:
     try:
-        celery_app.send_task(task_name, args=args, queue="default")
+        celery_app.send_task(task_name, args=args, queue=queue)
     except OperationalError:
-        # The campaign stays "loading" (its page offers to queue the load again), an export "writing".
+        # The campaign stays "loading"/"generating" (its page offers to queue it again), an export "writing".
         logger.exception("could not queue %s%s: is Redis (REDIS_URL) up?", task_name, tuple(args))
 
 
@@ -145,14 +158,9 @@ def campaign_create(
 ) -> Campaign:
     """Create a campaign. With ``source_version`` (a ready ``preference`` version of the project) it is
     ``loading`` until the ``default`` worker has made one item per row (``campaign_load_items``);
-    without it the campaign is ready and empty, and items come from ``items_add`` (arena votes, run
-    generations)."""
-    name = name.strip()
-    if not name:
-        raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
-    if Campaign.objects.filter(project=project, name=name).exists():
-        raise ValidationError({"name": f"{project.slug} already has a review campaign named {name!r}"})
-    _check_required(required_reviews)
+    without it the campaign is ready and empty, and items come from ``items_add`` (arena votes).
+    Campaigns on two models' answers are made by ``campaign_generate``."""
+    name = _check_campaign_basics(project, name, required_reviews)
     reviewers = _check_reviewers(project, reviewers)
     if source_version is not None:
         if source_version.dataset.project_id != project.pk:
@@ -174,10 +182,14 @@ def campaign_create(
 
 
 def campaign_load_request(*, campaign: Campaign) -> None:
-    """Queue the loading of a ``loading`` campaign's items (after commit, on the ``default`` queue)."""
-    if campaign.status != CampaignStatus.LOADING:
+    """Queue the making of a campaign's items, after commit: a ``loading`` campaign's load on the
+    ``default`` queue, a ``generating`` one's generation on the ``serve`` queue."""
+    if campaign.status == CampaignStatus.LOADING:
+        transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk]))
+    elif campaign.status == CampaignStatus.GENERATING:
+        transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue="serve"))
+    else:
         raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
-    transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk]))
 
 
 def campaign_load_items(*, campaign_id: int) -> Campaign:
@@ -321,6 +333,186 @@ def item_add(*, campaign: Campaign, prompt: Any, response_a: Any, response_b: An
     # The campaign row stays locked by items_add until this transaction ends, so the last sequence is ours.
     last = Campaign.objects.values_list("next_sequence", flat=True).get(pk=campaign.pk) - 1
     return Item.objects.get(campaign=campaign, sequence=last)
+
+
+# --- Campaigns on two models' answers ---------------------------------------------------------------------
+#
+# The owner picks two models as the chat does (``webapp.chat.selectors.model_choices``: base models,
+# succeeded runs, exported checkpoints), a dataset version to take prompts from and sampling settings.
+# The ``serve`` worker, which already keeps models loaded and batches their decoding, generates both
+# answers to each prompt (``worker.tasks.review.generate_campaign_answers``) and hands them to
+# ``generation_finish``, which makes every item in one transaction: until then the campaign is
+# ``generating`` (with a count of answers done) and has no items, and a failure leaves none behind.
+
+MAX_GENERATED_PROMPTS = 5000
+PROMPT_SOURCE_KINDS = (formats.DatasetKind.PROMPTS, formats.DatasetKind.SFT, formats.DatasetKind.PREFERENCE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings:
+    """How both models sample their answers (the chat's settings; ``temperature=0`` is greedy).
+    Prompt ``i`` (0-based) is sampled with seed ``seed + i`` by both models."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        problems = {}
+        if not 1 <= self.max_new_tokens <= 4096:
+            problems["max_new_tokens"] = f"max new tokens must be 1 to 4096, got {self.max_new_tokens}"
+        if not 0 <= self.temperature <= 5:
+            problems["temperature"] = f"temperature must be 0 (greedy) to 5, got {self.temperature}"
+        if not 0 < self.top_p <= 1:
+            problems["top_p"] = f"top-p must be above 0 and at most 1 (1 = off), got {self.top_p}"
+        if self.top_k < 0:
+            problems["top_k"] = f"top-k must be 0 (off) or more, got {self.top_k}"
+        if not 0 <= self.seed < 2**31:
+            problems["seed"] = f"seed must be 0 to 2**31 - 1, got {self.seed}"
+        if problems:
+            raise ValidationError(problems)
+
+
+def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, str]:
+    choice = model_choice(project=project, ref=ref)
+    if choice is None:
+        raise ValidationError({field_name: f"{ref!r} is not a model of {project.slug}: choose a base model, a "
+                                           "succeeded run or an exported checkpoint"})
+    return {"ref": choice.ref, "label": choice.label, "path": choice.path, "cache_key": choice.cache_key}
+
+
+@transaction.atomic
+def campaign_generate(
+    *,
+    project: Project,
+    name: str,
+    guidelines: str,
+    required_reviews: int,
+    reviewers: Iterable[AbstractBaseUser],
+    model_a: str,
+    model_b: str,
+    prompts_version: DatasetVersion,
+    prompt_count: int,
+    sampling: GenerationSettings,
+    user: AbstractBaseUser | None,
+) -> Campaign:
+    """Create a campaign on the answers of models ``model_a`` and ``model_b`` (model refs as the chat
+    stores them) to the first ``prompt_count`` prompts of ``prompts_version`` (a ready ``prompts``,
+    ``sft`` or ``preference`` version of the project, e.g. a run's eval set). The campaign is
+    ``generating`` until the ``serve`` worker has generated both answers to every prompt."""
+    name = _check_campaign_basics(project, name, required_reviews)
+    reviewers = _check_reviewers(project, reviewers)
+    models = {"model_a": _generation_model(project, "model_a", model_a),
+              "model_b": _generation_model(project, "model_b", model_b)}
+    if models["model_a"]["ref"] == models["model_b"]["ref"]:
+        raise ValidationError({"model_b": "choose two different models (or two checkpoints of one run)"})
+    if prompts_version.dataset.project_id != project.pk:
+        raise ValidationError({"prompts_version": "choose a dataset version of this project"})
+    if prompts_version.dataset.kind not in PROMPT_SOURCE_KINDS:
+        raise ValidationError({"prompts_version": f"{prompts_version} is a {prompts_version.dataset.kind} dataset, "
+                                                  "which has no prompts; choose a prompts, sft or preference one"})
+    if prompts_version.status != VersionStatus.READY:
+        raise ValidationError({"prompts_version": f"{prompts_version} is {prompts_version.status}; wait until it "
+                                                  "is ready"})
+    if not 1 <= prompt_count <= MAX_GENERATED_PROMPTS:
+        raise ValidationError({"prompt_count": f"generate for 1 to {MAX_GENERATED_PROMPTS} prompts, "
+                                               f"got {prompt_count}"})
+    prompts = {"version": prompts_version.public_id, "label": str(prompts_version),
+               "count": min(prompt_count, prompts_version.row_count or prompt_count)}
+    campaign = Campaign.objects.create(
+        project=project, name=name, guidelines=guidelines, required_reviews=required_reviews, created_by=user,
+        status=CampaignStatus.GENERATING,
+        generation={**models, "prompts": prompts, "sampling": asdict(sampling)})
+    CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
+    campaign_load_request(campaign=campaign)
+    return campaign
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationPrompt:
+    row: int  # 1-based, as in the dataset preview
+    prompt: Any  # a string or a message list, as the chat template takes it
+
+
+def prompt_of(example: dict[str, Any]) -> Any:
+    """The prompt of a validated ``prompts``/``sft``/``preference`` example: its ``prompt``, or the turns
+    of its conversation before the last assistant turn (an sft ``messages`` row, a preference row made
+    of chats without a separate prompt)."""
+    if example.get("prompt") is not None:
+        return example["prompt"]
+    messages = example.get("messages") or example.get("chosen")
+    last_assistant = max(index for index, turn in enumerate(messages) if turn.get("role") == "assistant")
+    return messages[:last_assistant]
+
+
+def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
+    """The prompts a generating campaign asks both models: the first ones of its prompts version.
+    Raises ``ValidationError`` naming the row when a prompt is unusable."""
+    source = campaign.generation["prompts"]
+    version = (DatasetVersion.objects.select_related("dataset")
+               .filter(dataset__project=campaign.project_id, public_id=source["version"]).first())
+    if version is None:
+        raise ValidationError({"prompts_version": f"the prompts version {source['label']} has been deleted"})
+    mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping)
+    examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+    prompts = []
+    for row, example in enumerate(itertools.islice(examples, source["count"]), start=1):
+        prompt = prompt_of(example)
+        if not prompt:
+            raise ValidationError({"prompts_version": f"row {row} of {version}: the prompt is empty"})
+        prompts.append(GenerationPrompt(row=row, prompt=prompt))
+    return prompts
+
+
+def generation_progress(*, campaign_id: int, answers: int) -> None:
+    """Record how many answers a generating campaign has so far (shown on its page)."""
+    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(generated_answers=answers)
+
+
+@transaction.atomic
+def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answers_a: list[str],
+                      answers_b: list[str]) -> Campaign:
+    """Make a generating campaign's items from both models' answers, all at once, and make it ready.
+
+    A pair where either model answered nothing is left out (it cannot be reviewed; the count is kept
+    in ``generation["empty_answers"]``). A campaign that is no longer generating (a redelivered task
+    finishing second) is left alone."""
+    campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
+    if campaign.status != CampaignStatus.GENERATING:
+        return campaign
+    if not len(prompts) == len(answers_a) == len(answers_b):
+        raise ValueError(f"{len(prompts)} prompts but {len(answers_a)} and {len(answers_b)} answers")
+    generation = campaign.generation
+    models = {"model_a": generation["model_a"]["ref"], "model_a_label": generation["model_a"]["label"],
+              "model_b": generation["model_b"]["ref"], "model_b_label": generation["model_b"]["label"],
+              "prompts_version": generation["prompts"]["version"]}
+    pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
+                  source_row=prompt.row, metadata=models)
+             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b) if answer_a and answer_b]
+    empty = len(prompts) - len(pairs)
+    if not pairs:
+        campaign.status = CampaignStatus.FAILED
+        campaign.load_error = (f"every one of the {len(prompts)} prompts got an empty answer from at least one model; "
+                               "allow more new tokens, or check the models end their answers sensibly")
+    else:
+        items_add(campaign=campaign, pairs=pairs)
+        campaign.status = CampaignStatus.READY
+    campaign.generation = {**generation, "empty_answers": empty}
+    campaign.generated_answers = 2 * len(prompts)
+    campaign.save(update_fields=["status", "load_error", "generation", "generated_answers"])
+    logger.info("review campaign %s: %s, %s pairs generated, %s left out empty", campaign.public_id,
+                campaign.status, len(pairs), empty)
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+def generation_fail(*, campaign_id: int, reason: str) -> None:
+    """A generating campaign could not get its answers: it fails with ``reason`` and has no items."""
+    updated = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+        status=CampaignStatus.FAILED, load_error=reason)
+    if updated:
+        logger.warning("review campaign %s: generation failed: %s", campaign_id, reason)
 
 
 # --- The queue and reviews ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ app_name = "review"
 urlpatterns = [
     path("p/<slug:slug>/review/", views.campaign_list, name="list"),
     path("p/<slug:slug>/review/new/", views.campaign_create, name="create"),
+    path("p/<slug:slug>/review/new/generated/", views.campaign_generate, name="generate"),
     path("p/<slug:slug>/review/<str:public_id>/", views.campaign_detail, name="detail"),
     path("p/<slug:slug>/review/<str:public_id>/settings/", views.campaign_settings, name="settings"),
     path("p/<slug:slug>/review/<str:public_id>/load/", views.campaign_load, name="load"),

@@ -1,8 +1,17 @@
-"""``default`` queue tasks for review campaigns. Thin: ids in, a service call."""
+"""Review campaign tasks. Thin: ids in, a service call (``default`` queue), or for a campaign on two
+models' answers, generation with the ``serve`` worker's loaded models (``serve`` queue)."""
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.core.exceptions import ValidationError
 
 from webapp.celery import app
 from webapp.review import services
+from webapp.review.models import Campaign, CampaignStatus
+
+logger = logging.getLogger(__name__)
 
 
 @app.task(name="worker.tasks.review.load_campaign_items", acks_late=True)
@@ -15,3 +24,75 @@ def load_campaign_items(campaign_id: int) -> None:
 def write_export(export_id: int) -> None:
     """Write a campaign export as a new dataset version (safe to redeliver)."""
     services.export_write(export_id=export_id)
+
+
+@app.task(name="worker.tasks.review.generate_campaign_answers", acks_late=True)
+def generate_campaign_answers(campaign_id: int) -> None:
+    """Generate both models' answers to a generating campaign's prompts, then make its items at once
+    (``services.generation_finish``); any failure fails the campaign with the reason and no items.
+    Sent to the ``serve`` queue: safe to redeliver (a campaign that is no longer generating is left
+    alone, and only the first finish makes items)."""
+    campaign = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).first()
+    if campaign is None:
+        return
+    generation = campaign.generation
+    try:
+        prompts = services.generation_prompts(campaign=campaign)
+        settings = services.GenerationSettings(**generation["sampling"])
+        done = 0
+
+        def progress(answers: int) -> None:
+            services.generation_progress(campaign_id=campaign_id, answers=done + answers)
+
+        answers_a = model_answers(generation["model_a"], prompts, settings, on_progress=progress)
+        done = len(prompts)
+        answers_b = model_answers(generation["model_b"], prompts, settings, on_progress=progress)
+    except ValidationError as error:
+        services.generation_fail(campaign_id=campaign_id, reason=" ".join(error.messages))
+        return
+    except GenerationError as error:
+        services.generation_fail(campaign_id=campaign_id, reason=str(error))
+        return
+    except Exception as error:  # reported on the campaign page, logged with its traceback for the operator
+        logger.exception("review campaign %s: generation failed", campaign.public_id)
+        services.generation_fail(campaign_id=campaign_id, reason=f"the generation failed: {error}")
+        return
+    services.generation_finish(campaign_id=campaign_id, prompts=prompts, answers_a=answers_a, answers_b=answers_b)
+
+
+class GenerationError(Exception):
+    """A prompt one of the models cannot take; the message names the model and the row."""
+
+
+def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt],
+                  settings: services.GenerationSettings, *, on_progress: Callable[[int], None]) -> list[str]:
+    """``model``'s answer to every prompt, generated through the serve worker's cache and batching
+    server for that model, so that a model already loaded for chats is not loaded twice.
+
+    Prompts go in slices of the server's batch size and each slice is awaited before the next is
+    submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
+    campaign. Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models)."""
+    from jaxengine.data.pipeline import DataError, encode_prompt
+    from jaxengine.sampler import PromptError, SamplingParams
+    from jaxengine.serving import ServeRequest
+    # The serve worker's model cache and per-model batching servers (one per process).
+    from worker.tasks.serve import _server_for
+
+    server, tokenizer = _server_for(model["cache_key"], model["path"])
+    requests = []
+    for index, prompt in enumerate(prompts):
+        try:
+            request = ServeRequest(
+                prompt_ids=tuple(encode_prompt(tokenizer, prompt.prompt)),
+                params=SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                                      top_p=settings.top_p, top_k=settings.top_k, seed=settings.seed + index))
+            server.decoder.check(request)
+        except (PromptError, DataError) as error:
+            raise GenerationError(f"{model['label']} cannot answer row {prompt.row} of the prompts: {error}") from None
+        requests.append(request)
+    answers: list[str] = []
+    for start in range(0, len(requests), server.max_batch):
+        futures = [server.submit(request) for request in requests[start:start + server.max_batch]]
+        answers += [future.result().text for future in futures]
+        on_progress(len(answers))
+    return answers

@@ -1,0 +1,188 @@
+"""Campaigns on two models' answers: creating one (scoped to the project, owners only), the prompts
+it asks, its items made at once when the answers are in, failure with nothing half-made."""
+import pytest
+from django.core.exceptions import ValidationError
+from django.urls import reverse
+
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.review import services
+from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource
+
+SFT_ROWS = [
+    {"prompt": "Name a colour.", "completion": "Blue."},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
+                  {"role": "assistant", "content": "Bye."}]},
+    {"prompt": "Spell cat", "completion": "c-a-t"},
+]
+
+
+@pytest.fixture
+def models(team):
+    return [make_base_model(team.project, name=name, path=f"/models/{name}") for name in ("falcon", "heron")]
+
+
+@pytest.fixture
+def prompts_version(team):
+    return make_ready_version(team.project, name="chats", kind="sft", rows=SFT_ROWS, user=team.owner)
+
+
+def generate(team, models, prompts_version, **overrides):
+    arguments = dict(project=team.project, name="falcon vs heron", guidelines="", required_reviews=1,
+                     reviewers=[team.teammate], model_a=models[0].public_id, model_b=models[1].public_id,
+                     prompts_version=prompts_version, prompt_count=2,
+                     sampling=services.GenerationSettings(max_new_tokens=16, temperature=0.0), user=team.owner)
+    return services.campaign_generate(**{**arguments, **overrides})
+
+
+def test_it_queues_the_generation_on_the_serve_queue(team, models, prompts_version, sent_tasks,
+                                                    django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        campaign = generate(team, models, prompts_version)
+    assert sent_tasks == [(services.GENERATE_TASK, [campaign.pk], "serve")]
+    assert campaign.status == CampaignStatus.GENERATING and not campaign.items.exists()
+    generation = campaign.generation
+    assert (generation["model_a"]["ref"], generation["model_a"]["path"]) == (models[0].public_id, "/models/falcon")
+    assert generation["model_b"]["label"] == "Base model: heron"
+    assert generation["prompts"] == {"version": prompts_version.public_id, "label": str(prompts_version), "count": 2}
+    assert generation["sampling"] == {"max_new_tokens": 16, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    assert services.queue_next_item(campaign=campaign, user=team.teammate) is None, "nothing to review yet"
+
+
+def test_it_asks_the_first_prompts_of_the_version(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    assert [prompt.row for prompt in prompts] == [1, 2, 3]
+    assert prompts[0].prompt == "Name a colour."
+    # A conversation is asked for its last assistant turn.
+    assert prompts[1].prompt == SFT_ROWS[1]["messages"][:4]
+    assert len(services.generation_prompts(campaign=generate(team, models, prompts_version, name="two"))) == 2
+
+
+def test_its_items_are_made_at_once_with_their_models(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    services.generation_progress(campaign_id=campaign.pk, answers=3)
+    assert Campaign.objects.get(pk=campaign.pk).generated_answers == 3
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts,
+                                          answers_a=["Red.", "", "c a t"], answers_b=["Green.", "Bye!", "k-a-t"])
+    assert campaign.status == CampaignStatus.READY and campaign.generation["empty_answers"] == 1
+    items = list(campaign.items.order_by("sequence"))
+    assert [(item.source_row, item.response_a, item.response_b) for item in items] == [
+        (1, "Red.", "Green."), (3, "c a t", "k-a-t")]
+    assert items[0].source == ItemSource.RUNS and items[0].prompt == "Name a colour." and items[0].original_label == ""
+    assert items[0].metadata == {"model_a": models[0].public_id, "model_a_label": "Base model: falcon",
+                                 "model_b": models[1].public_id, "model_b_label": "Base model: heron",
+                                 "prompts_version": prompts_version.public_id}
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
+    again = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["x"] * 3,
+                                       answers_b=["y"] * 3)
+    assert again.items.count() == 2, "a redelivered task finishing second adds nothing"
+
+
+def test_it_fails_with_nothing_made_when_every_pair_is_empty(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["", "a"],
+                                          answers_b=["b", ""])
+    assert campaign.status == CampaignStatus.FAILED and "empty answer" in campaign.load_error
+    assert not campaign.items.exists()
+
+
+def test_a_failed_generation_keeps_its_reason_and_no_items(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version)
+    services.generation_fail(campaign_id=campaign.pk, reason="Base model: falcon cannot answer row 2")
+    campaign.refresh_from_db()
+    assert (campaign.status, campaign.load_error) == (CampaignStatus.FAILED, "Base model: falcon cannot answer row 2")
+    prompts = services.generation_prompts(campaign=campaign)
+    services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a", "a"], answers_b=["b", "b"])
+    assert not Item.objects.filter(campaign=campaign).exists(), "a late answer does not revive a failed campaign"
+
+
+def test_a_deleted_prompts_version_is_named(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version)
+    prompts_version.delete()
+    with pytest.raises(ValidationError, match="has been deleted"):
+        services.generation_prompts(campaign=campaign)
+
+
+@pytest.mark.parametrize("overrides, field, message", [
+    ({"model_b": "same"}, "model_b", "two different models"),
+    ({"model_a": "bm_nope"}, "model_a", "not a model of alpha"),
+    ({"prompt_count": 0}, "prompt_count", "1 to 5000"),
+    ({"name": " "}, "name", "give the campaign a name"),
+])
+def test_it_rejects_bad_requests(team, models, prompts_version, overrides, field, message):
+    if overrides.get("model_b") == "same":
+        overrides = {"model_b": models[0].public_id}
+    with pytest.raises(ValidationError) as error:
+        generate(team, models, prompts_version, **overrides)
+    assert message in " ".join(error.value.message_dict[field])
+    assert not Campaign.objects.exists()
+
+
+def test_it_rejects_another_projects_model_and_data(team, models, prompts_version):
+    elsewhere = make_base_model(team.outsider_project, name="stranger", path="/models/stranger")
+    with pytest.raises(ValidationError) as error:
+        generate(team, models, prompts_version, model_b=elsewhere.public_id)
+    assert "model_b" in error.value.message_dict
+    foreign = make_ready_version(team.outsider_project, name="theirs", kind="prompts", rows=[{"prompt": "x"}])
+    with pytest.raises(ValidationError, match="dataset version of this project"):
+        generate(team, models, foreign)
+    text = make_ready_version(team.project, name="books", kind="text", rows=[{"text": "x"}])
+    with pytest.raises(ValidationError, match="which has no prompts"):
+        generate(team, models, text)
+    with pytest.raises(ValidationError, match="cannot review"):
+        generate(team, models, prompts_version, reviewers=[team.viewer])
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1.0), ("top_p", 0.0), ("top_k", -1),
+                                          ("max_new_tokens", 0), ("seed", -1)])
+def test_it_rejects_bad_sampling_settings(field, value):
+    with pytest.raises(ValidationError) as error:
+        services.GenerationSettings(**{field: value})
+    assert list(error.value.message_dict) == [field]
+
+
+# --- Pages -----------------------------------------------------------------------------------------------
+
+def test_the_owner_creates_one_from_the_form(team, client_for, models, prompts_version):
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    assert "Base model: falcon" in page and "chats v1 (sft, 3 rows)" in page
+    response = client_for(team.owner).post(url, {
+        "name": "pass 1", "model_a": models[0].public_id, "model_b": models[1].public_id,
+        "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32, "temperature": 0.5,
+        "top_p": 0.9, "top_k": 40, "seed": 7, "guidelines": "", "required_reviews": 1, "reviewers": [team.teammate.pk]})
+    campaign = Campaign.objects.get(name="pass 1")
+    assert response.status_code == 302 and response.url == reverse("review:detail", args=[team.project.slug,
+                                                                                          campaign.public_id])
+    assert campaign.generation["sampling"] == {"max_new_tokens": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+                                               "seed": 7}
+    page = client_for(team.teammate).get(response.url).content.decode()
+    assert "campaign-generating" in page and "0</b> of 4 answers" in page
+
+
+def test_the_form_names_the_field_the_service_rejects(team, client_for, models, prompts_version):
+    response = client_for(team.owner).post(reverse("review:generate", args=[team.project.slug]), {
+        "name": "pass 1", "model_a": models[0].public_id, "model_b": models[0].public_id,
+        "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32, "temperature": 0.5,
+        "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1, "reviewers": [team.teammate.pk]})
+    assert response.status_code == 400
+    assert "choose two different models" in response.context["form"].errors["model_b"][0]
+
+
+def test_only_owners_create_one(team, client_for, models, prompts_version):
+    url = reverse("review:generate", args=[team.project.slug])
+    assert client_for(team.teammate).get(url).status_code == 403
+    assert client_for(team.viewer).get(url).status_code == 403
+    assert client_for(team.outsider).get(url).status_code == 404
+
+
+def test_the_models_names_are_escaped(team, client_for, prompts_version):
+    evil = [make_base_model(team.project, name=name, path=f"/models/{index}")
+            for index, name in enumerate(("<script>alert(1)</script>", "<img src=x onerror=alert(2)>"))]
+    campaign = generate(team, evil, prompts_version)
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    text = page.content.decode()
+    assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;script&gt;alert(1)" in text

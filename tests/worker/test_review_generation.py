@@ -1,0 +1,69 @@
+"""The review generation task in this process with two tiny models: both models' answers are the
+ones the sampler gives, made into items at once; a prompt a model cannot take fails the campaign
+with the model and row named and no items."""
+import pytest
+
+from jaxengine.data.pipeline import encode_prompt
+from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine.serving import load_serving_model
+from tests import factories
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.celery import app as celery_app
+from webapp.review import services
+from webapp.review.models import Campaign, CampaignStatus
+from worker.tasks import review
+
+PROMPTS = [{"prompt": "Name a colour."}, {"prompt": [{"role": "user", "content": "Say hi"}]}, {"prompt": "Count."}]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    return [factories.build_tiny_model_dir(tmp_path_factory.mktemp(f"tiny-review-{seed}"), seed=seed)
+            for seed in (0, 1)]
+
+
+@pytest.fixture
+def campaign_for(db, model_dirs, monkeypatch):
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    models = [make_base_model(team.project, name=f"tiny-{index}", path=str(path)) for index, path in enumerate(model_dirs)]
+    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
+
+    def campaign_for(**sampling) -> Campaign:
+        return services.campaign_generate(
+            project=team.project, name=f"tiny {len(Campaign.objects.all())}", guidelines="", required_reviews=1,
+            reviewers=[team.teammate], model_a=models[0].public_id, model_b=models[1].public_id,
+            prompts_version=version, prompt_count=3, sampling=services.GenerationSettings(**sampling),
+            user=team.owner)
+
+    return campaign_for
+
+
+def greedy_answers(model_dir, max_new_tokens):
+    loaded = load_serving_model(model_dir)
+    generations = Sampler(loaded.model, loaded.tokenizer).generate(
+        [encode_prompt(loaded.tokenizer, row["prompt"]) for row in PROMPTS],
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    return [generation.text for generation in generations]
+
+
+def test_both_models_answers_become_the_items(campaign_for, model_dirs):
+    campaign = campaign_for(max_new_tokens=8, temperature=0.0)
+    review.generate_campaign_answers(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.READY, campaign.load_error
+    assert campaign.generated_answers == 6
+    items = list(campaign.items.order_by("sequence"))
+    assert [item.prompt for item in items] == [row["prompt"] for row in PROMPTS]
+    assert [item.response_a for item in items] == greedy_answers(model_dirs[0], 8)
+    assert [item.response_b for item in items] == greedy_answers(model_dirs[1], 8)
+    assert items[0].response_a != items[0].response_b, "two different models"
+
+
+def test_a_prompt_a_model_cannot_take_fails_the_campaign(campaign_for):
+    campaign = campaign_for(max_new_tokens=1000, temperature=0.0)  # the tiny models' context is 256 tokens
+    review.generate_campaign_answers(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
+    assert campaign.load_error.startswith("Base model: tiny-0 cannot answer row 1 of the prompts:")
+    assert "context length (256)" in campaign.load_error
