@@ -8,7 +8,10 @@ One writer thread per attempt does everything else, off the training thread:
   metric and step; ``ignore_conflicts`` on the unique (run, name, step) key, so a replay never
   duplicates), updates the run's progress fields, and publishes the batch on the run's Redis
   channel for live pages; at steps that evaluated, it reads that step's generations from the run
-  directory's ``samples.jsonl`` into ``Sample`` rows;
+  directory's ``samples.jsonl`` into ``Sample`` rows; it folds every point into the run's min/max
+  step buckets (``webapp.runs.downsampling``) and stores them on the run row every
+  ``BUCKETS_SECONDS``, in the transaction that stores the points they cover, so that charts of a
+  running run reduce only the points stored since;
 - every ``TEMPER_RUN_HEARTBEAT_SECONDS`` it refreshes the run's heartbeat (even while the engine
   compiles or evaluates and reports nothing) and re-reads ``Run.cancel_requested``;
 - every ``CANCEL_POLL_SECONDS`` it reads the run's Redis cancel flag; ``should_stop`` (checked by
@@ -46,7 +49,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from webapp.runs import channels
-from webapp.runs.selectors import series_cache_for
+from webapp.runs.selectors import MAX_POINTS, series_buckets, series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
@@ -54,6 +57,9 @@ from webapp.runs.models import (
 logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 0.5
+# How often the writer stores the run's downsampled buckets (``Run.series_cache``): pages reduce
+# only the points stored since, so this bounds their work, not their freshness.
+BUCKETS_SECONDS = 5.0
 CANCEL_POLL_SECONDS = 0.5
 INSERT_BATCH = 2000
 # Keys of the engine's per-step record that are not metrics of their own.
@@ -194,6 +200,8 @@ class RunReporter:
         self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
         self._redis: redis.Redis | None = None
         self._redis_warned = False
+        self._buckets = None
+        self._buckets_stored_at = 0.0
         self.points_written = 0
         self.error: BaseException | None = None
 
@@ -245,6 +253,8 @@ class RunReporter:
                     self._heartbeat()
                     next_heartbeat = now + self.heartbeat_seconds
                 if closing and self._queue.empty():
+                    if self._buckets is not None:
+                        Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
                     return
         except BaseException as error:  # surfaced by close(); the run is then marked failed
             logger.exception("run %s: reporting failed", self.run.public_id)
@@ -264,13 +274,20 @@ class RunReporter:
     def _begin_attempt(self, first_step: int) -> None:
         self._first_step = first_step
         # The engine recomputes every step from ``first_step`` on: drop what an earlier attempt
-        # recorded there, and continue the token count from the step before.
-        MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
-        Sample.objects.filter(run=self.run, step__gte=first_step).delete()
+        # recorded there, and continue the token count from the step before. The run's stored
+        # buckets are rebuilt in the same transaction, so no page sees them cover deleted points.
+        with transaction.atomic():
+            MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
+            Sample.objects.filter(run=self.run, step__gte=first_step).delete()
+            if first_step > 1:
+                self._fill_lost_steps(before_step=first_step)
+                previous = MetricPoint.objects.filter(run=self.run, name="tokens", step=first_step - 1).first()
+                self._token_offset = int(previous.value) if previous else self.run.tokens_seen
+            self.run.current_step = first_step - 1
+            self._buckets = series_buckets(run=self.run, reuse_stored=False)
+            Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
+            self._buckets_stored_at = time.monotonic()
         if first_step > 1:
-            self._fill_lost_steps(before_step=first_step)
-            previous = MetricPoint.objects.filter(run=self.run, name="tokens", step=first_step - 1).first()
-            self._token_offset = int(previous.value) if previous else self.run.tokens_seen
             self.log(f"resumed: continuing from step {first_step - 1}")
 
     def _fill_lost_steps(self, *, before_step: int) -> None:
@@ -307,6 +324,7 @@ class RunReporter:
                 if name == "tokens":
                     value = float(tokens)
                 points.append((self.run.pk, record.step, name, value, record.wall_time, tokens))
+                self._buckets.add(name, record.step, value, tokens, record.wall_time)
                 payload.append({"step": record.step, "name": name, "value": value, "tokens": tokens,
                                 "wall_time": record.wall_time})
                 self._track(name, value, record.step)
@@ -315,11 +333,18 @@ class RunReporter:
         last = records[-1]
         tokens_seen = self._token_offset + int(last.metrics.get("tokens", last.tokens_seen))
         train_seconds = self._base_train_seconds + last.elapsed_seconds
+        self._buckets.fit(self._buckets.through_step, MAX_POINTS)
+        fields = {}
+        now = time.monotonic()
+        if now - self._buckets_stored_at >= BUCKETS_SECONDS:
+            fields["series_cache"] = {"buckets": self._buckets.to_json()}
+            self._buckets_stored_at = now
         with transaction.atomic():
             insert_metric_rows(points)
             Run.objects.filter(pk=self.run.pk).update(
                 current_step=last.step, total_steps=last.total_steps, tokens_seen=tokens_seen,
                 train_seconds=train_seconds, last_heartbeat=timezone.now(), final_metrics=self._summary_metrics,
+                **fields,
             )
         self.points_written += len(points)
         self.run.current_step, self.run.tokens_seen = last.step, tokens_seen

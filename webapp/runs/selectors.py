@@ -14,10 +14,12 @@ from django.db.models.functions import Cast
 from webapp.basemodels.models import BaseModel
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
+from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 
-# Series longer than this are reduced to min/max pairs over about MAX_POINTS / 2 step buckets:
-# each bucket keeps its lowest and highest value, so spikes stay visible at any zoom-out.
+# Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
+# (``webapp.runs.downsampling``): each bucket keeps its lowest and highest value, so spikes stay
+# visible at any zoom-out.
 MAX_POINTS = 2000
 # The compare page overlays up to ten runs per chart: fewer points per trace draw the same picture.
 COMPARE_MAX_POINTS = 1000
@@ -122,17 +124,53 @@ def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, d
     return series
 
 
+def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int = 0) -> SeriesBuckets:
+    """``points`` reduced by the database to buckets of ``width`` steps after ``offset``, in one
+    grouped query."""
+    grouped = (points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
+               .values("name", "bucket")
+               .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
+                         tokens=Min("tokens"), wall_time=Min("wall_time"))
+               .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time"))
+    buckets = SeriesBuckets(width=width)
+    for name, index, *bucket in grouped:
+        buckets.add_bucket(name, width, index, bucket)
+    return buckets
+
+
+def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
+    """Every metric of ``run`` in buckets fit for ``MAX_POINTS`` (see ``webapp.runs.downsampling``).
+
+    A running run's train worker keeps its buckets in ``series_cache["buckets"]`` (and a finished
+    run keeps its last ones): then only the points stored since are reduced here, else every point.
+    ``reuse_stored=False`` is for the worker itself, after a resume changed the stored points."""
+    stored = (run.series_cache or {}).get("buckets") if reuse_stored else None
+    last_step = run.current_step or MetricPoint.objects.filter(run=run).aggregate(last=Max("step"))["last"] or 0
+    if stored:
+        buckets = SeriesBuckets.from_json(stored)
+        buckets.fit(max(last_step, buckets.through_step), MAX_POINTS)
+        tail = _grouped_buckets(MetricPoint.objects.filter(run=run, step__gt=buckets.through_step), width=buckets.width)
+        for name, by_index in tail.buckets.items():
+            for index, bucket in by_index.items():
+                buckets.add_bucket(name, buckets.width, index, bucket)
+        return buckets
+    buckets = _grouped_buckets(MetricPoint.objects.filter(run=run), width=bucket_width(last_step, MAX_POINTS))
+    buckets.through_step = max(buckets.through_step, last_step)
+    return buckets
+
+
 def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = 0,
                   max_points: int = MAX_POINTS) -> dict[str, dict[str, list]]:
     """``{name: {"step": [...], "value": [...], "tokens": [...], "time": [...], "downsampled": bool}}``.
 
     ``time`` is seconds since the run's first point. Longer series come back as min/max pairs per
-    step bucket (computed by the database in one grouped query), at most about ``max_points``
-    points per metric. The run's ``current_step`` bounds the steps, which saves a scan of the
-    points to find their extent."""
+    power-of-two step bucket, at most about ``max_points`` points per metric: a whole run's from
+    ``series_buckets`` (the worker's stored buckets plus the points since), a part of a run
+    (``names``, ``after_step``) from one grouped query. The run's ``current_step`` bounds the
+    steps, which saves a scan of the points to find their extent."""
     cached = run.series_cache or {}
-    if (run.is_finished and not after_step and not names and cached.get("max_points") == max_points
-            and "series" in cached):
+    whole_run = not after_step and not names
+    if (whole_run and run.is_finished and cached.get("max_points") == max_points and "series" in cached):
         return cached["series"]
     points = MetricPoint.objects.filter(run=run, step__gt=after_step)
     if names:
@@ -147,25 +185,19 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     if span <= max_points:
         rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
         return _series(rows, downsampled=False, start_time=start_time)
-    width = math.ceil(span / max(1, max_points // 2))
-    grouped = (points.annotate(bucket=Cast((F("step") - after_step - 1) / width, IntegerField()))
-               .values("name", "bucket")
-               .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
-                         tokens=Min("tokens"), wall_time=Min("wall_time"))
-               .order_by("name", "bucket")
-               .values_list("name", "low", "high", "first_step", "last_step", "tokens", "wall_time"))
-    rows = []
-    for name, low, high, first, last, tokens, wall_time in grouped:
-        # Two points per bucket, at its first and last step: the envelope the raw curve fills.
-        rows.append((name, first, low, tokens, wall_time))
-        if last != first or high != low:
-            rows.append((name, last, high, tokens, wall_time))
-    return _series(rows, downsampled=True, start_time=start_time)
+    width = bucket_width(span, max_points)
+    if whole_run and max_points <= MAX_POINTS:
+        buckets = series_buckets(run=run)
+        return _series(list(buckets.coarsened(max(width, buckets.width)).points()), downsampled=True, start_time=None)
+    return _series(list(_grouped_buckets(points, width=width, offset=after_step).points()), downsampled=True,
+                   start_time=start_time)
 
 
 def series_cache_for(run: Run) -> dict[str, Any]:
-    """The value of ``Run.series_cache`` for a run that has just finished (see ``metric_series``)."""
-    return {"max_points": COMPARE_MAX_POINTS,
+    """The value of ``Run.series_cache`` for a run that has just finished (see ``metric_series``):
+    its buckets, and its series at the compare page's resolution."""
+    buckets = series_buckets(run=run)
+    return {"buckets": buckets.to_json(), "max_points": COMPARE_MAX_POINTS,
             "series": metric_series(run=run, max_points=COMPARE_MAX_POINTS)}
 
 

@@ -169,3 +169,21 @@ def _eventually(condition, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_it_stores_the_runs_buckets_with_the_points(running_run):
+    from webapp.runs import selectors
+
+    report(running_run, [record(step) for step in range(1, 8)])  # died after step 7
+    running_run.refresh_from_db()
+    stored = running_run.series_cache["buckets"]
+    assert stored == selectors.series_buckets(run=running_run, reuse_stored=False).to_json()
+    assert stored["through_step"] == 7 and stored["buckets"]["loss"][0] == [0, 1, 1, 10.0, 10.0, 100, stored["buckets"]["loss"][0][6]]
+    # A resumed attempt from step 5 replaces steps 5-7: the stored buckets are rebuilt without them.
+    resumed = [Progress(item.step, item.total_steps, {**item.metrics, "loss": 100.0}, item.elapsed_seconds,
+                        item.tokens_seen) for item in (record(step, offset_steps=4) for step in (5, 6))]
+    report(Run.objects.get(pk=running_run.pk), resumed)
+    running_run.refresh_from_db()
+    losses = {row[1]: row[3] for row in running_run.series_cache["buckets"]["buckets"]["loss"]}
+    assert running_run.series_cache["buckets"]["through_step"] == 6
+    assert losses == {1: 10.0, 2: 5.0, 3: 10 / 3, 4: 2.5, 5: 100.0, 6: 100.0}

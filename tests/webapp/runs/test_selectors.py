@@ -29,9 +29,11 @@ def test_long_series_keep_each_buckets_min_and_max(team, catalog, sent_tasks):
     assert series["downsampled"] and len(series["step"]) <= 200
     assert max(series["value"]) == 50.0 and min(series["value"]) == -3.0
     assert series["step"] == sorted(series["step"]) and series["step"][0] == 1 and series["step"][-1] == 10_000
-    # 100 buckets of 100 steps: the spike's bucket is drawn from its first to its last step.
+    # 79 buckets of 128 steps (the smallest power of two giving at most 100): the spike's bucket,
+    # steps 4,993-5,120, is drawn from its first step (its low) to its last (its high).
     spike = series["value"].index(50.0)
-    assert series["step"][spike] == 5_000 and series["step"][spike - 1] == 4_901
+    assert len(series["step"]) == 2 * 79
+    assert series["step"][spike] == 5_120 and series["step"][spike - 1] == 4_993
 
 
 def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
@@ -80,3 +82,39 @@ def test_generations_across_steps_of_one_run(team, catalog, sent_tasks, client_f
     assert [cell.text for cell in table["rows"][1]["cells"]] == ["q@20", "q@30"]
     page = client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
     assert "<th>step 30</th>" in page and "&lt;p&gt;@20" in page
+
+
+def _long_run(team, catalog, steps: int) -> Run:
+    run = make_run(team, catalog)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=(step * 7919 % 1000) / 10 + offset,
+                                                 wall_time=50.0 + step, tokens=step * 8)
+                                     for step in range(1, steps + 1) for name, offset in (("loss", 0.0), ("kl", 1.0))],
+                                    batch_size=5000)
+    Run.objects.filter(pk=run.pk).update(status="running", current_step=steps)
+    run.refresh_from_db()
+    return run
+
+
+def test_a_running_runs_stored_buckets_plus_the_points_since_equal_a_full_reduction(team, catalog, sent_tasks):
+    run = _long_run(team, catalog, 6_000)
+    full = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)
+    # What the train worker stores: the buckets of the first 5,000 steps; steps 5,001-6,000 are the tail.
+    stored = selectors._grouped_buckets(MetricPoint.objects.filter(run=run, step__lte=5_000), width=8)
+    stored.through_step = 5_000
+    Run.objects.filter(pk=run.pk).update(series_cache={"buckets": stored.to_json()})
+    run.refresh_from_db()
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) == full
+    # The run page's resolution (2,000 points: width 8 for 6,000 steps) comes from the same buckets.
+    page = selectors.metric_series(run=run)
+    assert page["loss"]["downsampled"] and len(page["loss"]["step"]) == 2 * 750
+
+
+def test_a_running_runs_stored_buckets_answer_for_the_steps_they_cover(team, catalog, sent_tasks):
+    run = _long_run(team, catalog, 4_000)
+    stored = selectors.series_buckets(run=run)
+    stored.buckets["loss"][0][2] = -99.0  # a marker: only the stored buckets hold it
+    Run.objects.filter(pk=run.pk).update(series_cache={"buckets": stored.to_json()})
+    run.refresh_from_db()
+    MetricPoint.objects.filter(run=run, step__lte=stored.through_step).delete()
+    series = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)
+    assert series["loss"]["value"][0] == -99.0 and series["loss"]["step"][-1] == 4_000

@@ -1,0 +1,55 @@
+"""Min/max step buckets (webapp.runs.downsampling): widths, merging, and the drawn envelope,
+against values worked out by hand."""
+import random
+
+import pytest
+
+from webapp.runs.downsampling import SeriesBuckets, bucket_width
+
+
+def test_bucket_width_is_the_smallest_power_of_two_that_fits():
+    # At most max_points // 2 buckets: 1000 steps in 500 buckets of 2; 1001 steps need width 4.
+    assert bucket_width(1000, 1000) == 2
+    assert bucket_width(1001, 1000) == 4
+    assert bucket_width(500, 1000) == 1
+    assert bucket_width(25_000, 2000) == 32  # ceil(25000 / 32) = 782 <= 1000; / 16 = 1563 > 1000
+    assert bucket_width(0, 1000) == 1
+
+
+def test_buckets_keep_first_last_low_high_and_earliest_tokens_and_time():
+    buckets = SeriesBuckets(width=4)
+    for step, value in ((1, 3.0), (2, -1.0), (3, 7.0), (5, 2.0)):
+        buckets.add("loss", step, value, tokens=10 * step, wall_time=100.0 + step)
+    assert buckets.buckets["loss"] == {0: [1, 3, -1.0, 7.0, 10, 101.0], 1: [5, 5, 2.0, 2.0, 50, 105.0]}
+    assert buckets.through_step == 5
+    # Each bucket is drawn at its first step (low) and last step (high); a one-point bucket once.
+    assert list(buckets.points()) == [("loss", 1, -1.0, 10, 101.0), ("loss", 3, 7.0, 10, 101.0),
+                                      ("loss", 5, 2.0, 50, 105.0)]
+
+
+def test_coarsening_merges_neighbours_exactly_as_reducing_at_the_wider_width():
+    rng = random.Random(3)
+    points = [(step, rng.uniform(-5, 5)) for step in range(1, 1001)]
+    fine, coarse = SeriesBuckets(width=2), SeriesBuckets(width=16)
+    for step, value in points:
+        fine.add("m", step, value, step, float(step))
+        coarse.add("m", step, value, step, float(step))
+    assert fine.coarsened(16).buckets == coarse.buckets
+    assert fine.coarsened(2).buckets == fine.buckets and fine.coarsened(2) is not fine
+    with pytest.raises(ValueError, match="cannot be regrouped"):
+        coarse.coarsened(8)
+
+
+def test_fit_doubles_the_width_as_the_run_grows():
+    buckets = SeriesBuckets(width=1)
+    for step in range(1, 11):
+        buckets.add("m", step, float(step), step, 0.0)
+    buckets.fit(10, max_points=4)  # at most 2 buckets: width 8 (ceil(10 / 8) = 2)
+    assert buckets.width == 8
+    assert buckets.buckets["m"] == {0: [1, 8, 1.0, 8.0, 1, 0.0], 1: [9, 10, 9.0, 10.0, 9, 0.0]}
+
+
+def test_json_round_trip():
+    buckets = SeriesBuckets(width=2)
+    buckets.add("a", 3, 1.5, 7, 9.0)
+    assert SeriesBuckets.from_json(buckets.to_json()) == buckets

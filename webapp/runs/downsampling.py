@@ -1,0 +1,124 @@
+"""Min/max step buckets: how long metric series are reduced before they are plotted.
+
+Design note: a series longer than a chart can show is cut into buckets of ``width`` consecutive
+steps, bucket ``(step - 1) // width``; each bucket keeps its first and last step, its lowest and
+highest value, and the smallest token count and wall time (so spikes stay visible at any zoom-out).
+Widths are powers of two. That makes the reduction mergeable: two neighbouring buckets of width
+``w`` are exactly one bucket of width ``2w`` (min of the mins, max of the maxes, ...), so
+
+- the train worker can keep a running run's buckets up to date as points arrive (``add``) and
+  store them on the run row, doubling the width (``coarsen``) as the run grows, and
+- a page reads those stored buckets, coarsens them to its own resolution, and only has to reduce
+  the points stored since (the tail), instead of every point of the run on every request.
+
+This module is pure Python (no Django): the selectors and the reporter share it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# One bucket: [first_step, last_step, low, high, tokens, wall_time].
+Bucket = list
+
+
+def bucket_width(span: int, max_points: int) -> int:
+    """The smallest power of two that cuts ``span`` steps into at most ``max_points // 2`` buckets
+    (each bucket is drawn as two points, so a series has at most about ``max_points``)."""
+    limit = max(1, max_points // 2)
+    width = 1
+    while -(-span // width) > limit:
+        width *= 2
+    return width
+
+
+def merge_bucket(into: Bucket, other: Bucket) -> None:
+    into[0] = min(into[0], other[0])
+    into[1] = max(into[1], other[1])
+    into[2] = min(into[2], other[2])
+    into[3] = max(into[3], other[3])
+    into[4] = min(into[4], other[4])
+    into[5] = min(into[5], other[5])
+
+
+@dataclass
+class SeriesBuckets:
+    """Every metric's buckets of one run at one ``width``, covering the points of steps up to
+    ``through_step`` (``buckets[name][index]``, index = (step - 1) // width)."""
+
+    width: int = 1
+    through_step: int = 0
+    buckets: dict[str, dict[int, Bucket]] = field(default_factory=dict)
+
+    def add(self, name: str, step: int, value: float, tokens: int, wall_time: float) -> None:
+        """Fold one point in (any order; a point of a step already covered is folded in as well)."""
+        index = (step - 1) // self.width
+        entry = self.buckets.setdefault(name, {}).get(index)
+        point = [step, step, value, value, tokens, wall_time]
+        if entry is None:
+            self.buckets[name][index] = point
+        else:
+            merge_bucket(entry, point)
+        self.through_step = max(self.through_step, step)
+
+    def add_bucket(self, name: str, width: int, index: int, bucket: Bucket) -> None:
+        """Fold in a bucket of ``width`` (a multiple of this one's, e.g. from a grouped query)."""
+        if width != self.width:
+            raise ValueError(f"bucket of width {width} folded into buckets of width {self.width}")
+        entry = self.buckets.setdefault(name, {}).get(index)
+        if entry is None:
+            self.buckets[name][index] = list(bucket)
+        else:
+            merge_bucket(entry, bucket)
+        self.through_step = max(self.through_step, bucket[1])
+
+    def coarsened(self, width: int) -> SeriesBuckets:
+        """The same points in buckets of ``width`` (a power-of-two multiple of this width)."""
+        if width < self.width or width % self.width:
+            raise ValueError(f"buckets of width {self.width} cannot be regrouped to width {width}")
+        if width == self.width:
+            return SeriesBuckets(width=width, through_step=self.through_step,
+                                 buckets={name: {index: list(bucket) for index, bucket in by_index.items()}
+                                          for name, by_index in self.buckets.items()})
+        factor = width // self.width
+        result = SeriesBuckets(width=width, through_step=self.through_step)
+        for name, by_index in self.buckets.items():
+            merged: dict[int, Bucket] = {}
+            for index, bucket in by_index.items():
+                target = merged.get(index // factor)
+                if target is None:
+                    merged[index // factor] = list(bucket)
+                else:
+                    merge_bucket(target, bucket)
+            result.buckets[name] = merged
+        return result
+
+    def fit(self, span: int, max_points: int) -> None:
+        """Coarsen in place while ``span`` steps would need more than ``max_points // 2`` buckets."""
+        width = bucket_width(span, max_points)
+        if width > self.width:
+            self.buckets = self.coarsened(width).buckets
+            self.width = width
+
+    def points(self) -> Iterable[tuple[str, int, float, int, float]]:
+        """``(name, step, value, tokens, wall_time)`` rows, two per bucket (its first step at its
+        lowest value, its last step at its highest: the envelope the raw curve fills), by name and step."""
+        for name in sorted(self.buckets):
+            by_index = self.buckets[name]
+            for index in sorted(by_index):
+                first, last, low, high, tokens, wall_time = by_index[index]
+                yield name, first, low, tokens, wall_time
+                if last != first or high != low:
+                    yield name, last, high, tokens, wall_time
+
+    def to_json(self) -> dict[str, Any]:
+        return {"width": self.width, "through_step": self.through_step,
+                "buckets": {name: [[index, *bucket] for index, bucket in sorted(by_index.items())]
+                            for name, by_index in self.buckets.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SeriesBuckets:
+        return cls(width=int(data["width"]), through_step=int(data["through_step"]),
+                   buckets={name: {int(row[0]): list(row[1:]) for row in rows}
+                            for name, rows in data["buckets"].items()})
