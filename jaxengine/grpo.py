@@ -402,7 +402,7 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
 
 def make_grpo_trainer(spec, job_model, run_dir: Path):
     """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary."""
-    from jaxengine.job import JobError, job_identity, total_steps_for
+    from jaxengine.job import JobError, best_metric_for, job_identity, total_steps_for
     from jaxengine.trainer import TrainConfig, Trainer
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
@@ -417,11 +417,14 @@ def make_grpo_trainer(spec, job_model, run_dir: Path):
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
+    # "Best checkpoint" is by the first eval metric (the first eval_metrics term, else the first reward).
+    best_metric, higher_is_better = best_metric_for(spec)
     config = TrainConfig(
         total_steps=total_steps_for(spec, len(rows)), batch_size=spec.train.batch_size,
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
-        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec))
+        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
+        best_metric=best_metric, best_higher_is_better=higher_is_better)
     reference = None
     if grpo.beta > 0:
         reference = (frozen_copy_reference(nnx.state(model, job_model.trainable)) if spec.peft.method == "none"

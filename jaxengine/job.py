@@ -80,6 +80,14 @@ def job_identity(spec: JobSpec) -> str:
                       sort_keys=True)
 
 
+def best_metric_for(spec: JobSpec) -> tuple[str, bool]:
+    """(metric, higher is better) that ranks a run's checkpoints: eval loss, or for grpo the first eval metric."""
+    if spec.task == "grpo":
+        first = spec.grpo.eval_metrics[0] if spec.grpo.eval_metrics else spec.grpo.rewards[0]
+        return f"eval/{first.name}", True
+    return "eval/loss", False
+
+
 def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]:
     """Eval rows of the task's kind; for sft a ``prompts`` file with an ``answer`` column also works
     (the answer is the completion), so one held-out file serves loss and exact match."""
@@ -194,15 +202,27 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     return exported
 
 
-def export_run(run_dir: str | Path, *, step: int | None = None) -> dict[str, Any]:
-    """Export a run's checkpoint (``step``, default the latest) to ``<run_dir>/export`` (``jaxengine export``)."""
+def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = False) -> dict[str, Any]:
+    """Export a run's checkpoint (``step``, the best by the run's ``best_metric_for`` when ``best``, default
+    the latest) to ``<run_dir>/export`` (``jaxengine export``)."""
     from jaxengine.spec import load_spec
-    from jaxengine.trainer import restore_trained_model
+    from jaxengine.trainer import Checkpoints, restore_trained_model
 
     run_dir = Path(run_dir)
     if not (run_dir / "spec.yaml").is_file():
         raise JobError(f"--run {run_dir}: no spec.yaml; give a run directory written by `jaxengine train`")
     spec = load_spec(run_dir / "spec.yaml")
+    if best:
+        if step is not None:
+            raise JobError("give --step or --best, not both")
+        metric, higher_is_better = best_metric_for(spec)
+        checkpoints = Checkpoints(run_dir / "checkpoints", keep_last=1, higher_is_better=higher_is_better)
+        try:
+            step = checkpoints.best_step()
+        finally:
+            checkpoints.close()
+        if step is None:
+            raise JobError(f"--best: no checkpoint of {run_dir} has a {metric} score (the run never evaluated)")
     job_model = build_job_model(spec)
     trained, meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                           checkpoint_dir=run_dir / "checkpoints", step=step)

@@ -17,15 +17,23 @@ import inspect
 import json
 import math
 import re
+import types
+import typing
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 RewardFn = Callable[..., list[float]]
 
 REWARDS: dict[str, RewardFn] = {}
 
-EXTRACTIONS = ("full", "last_number", "answer_line", "boxed", "regex")
+# Argument types with a fixed set of values: as Literal annotations, they name their choices in
+# ``reward_catalog`` (the launch form's selects) as well as in the code.
+Extraction = Literal["full", "last_number", "answer_line", "boxed", "regex"]
+LengthUnit = Literal["chars", "words"]
+KeywordMode = Literal["all", "any", "fraction"]
+EXTRACTIONS: tuple[str, ...] = typing.get_args(Extraction)
 
 # A number: optional sign (not when glued to a preceding word or digit, so "3-5" ends in 5, not -5),
 # digits with optional thousands commas, optional decimals. \d is Unicode-aware (Arabic-Indic,
@@ -143,7 +151,7 @@ def _reference(row: Mapping[str, object], column: str, index: int) -> str:
 
 @register_reward("exact_match")
 def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
-                answer_column: str = "answer", extract: str = "full", pattern: str | None = None,
+                answer_column: str = "answer", extract: Extraction = "full", pattern: str | None = None,
                 group: int = 1, case_sensitive: bool = True) -> list[float]:
     """1.0 when the answer extracted from the completion equals the reference column after
     ``normalize_answer`` (so "1,000" matches "1000"), else 0.0; no answer found is 0.0."""
@@ -162,7 +170,7 @@ def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, ob
 
 @register_reward("numeric_match")
 def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
-                  answer_column: str = "answer", extract: str = "last_number", pattern: str | None = None,
+                  answer_column: str = "answer", extract: Extraction = "last_number", pattern: str | None = None,
                   group: int = 1, tolerance: float = 1e-6, relative: bool = False) -> list[float]:
     """1.0 when the extracted number is within ``tolerance`` of the reference number (absolute, or
     relative to the reference's magnitude), else 0.0; no number in the completion is 0.0. A reference
@@ -200,7 +208,7 @@ def _length(text: str, unit: str) -> int:
 
 @register_reward("length_penalty")
 def length_penalty(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
-                   max_length: int, unit: str = "chars") -> list[float]:
+                   max_length: int, unit: LengthUnit = "chars") -> list[float]:
     """0.0 up to ``max_length``, then -(excess / max_length): longer completions are penalised linearly."""
     if max_length <= 0:
         raise ValueError(f"max_length must be positive, got {max_length}")
@@ -209,7 +217,7 @@ def length_penalty(completions: Sequence[str], references: Sequence[Mapping[str,
 
 @register_reward("length_target")
 def length_target(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
-                  target: int, unit: str = "chars") -> list[float]:
+                  target: int, unit: LengthUnit = "chars") -> list[float]:
     """1 - |length - target| / target, floored at 0: 1.0 exactly at the target length."""
     if target <= 0:
         raise ValueError(f"target must be positive, got {target}")
@@ -245,7 +253,7 @@ def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> l
 
 @register_reward("contains")
 def contains(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
-             keywords: Sequence[str], mode: str = "all", case_sensitive: bool = False) -> list[float]:
+             keywords: Sequence[str], mode: KeywordMode = "all", case_sensitive: bool = False) -> list[float]:
     """``mode`` all: 1.0 when every keyword occurs; any: when at least one does; fraction: the share that do."""
     if not keywords:
         raise ValueError("keywords must name at least one keyword")
@@ -346,3 +354,65 @@ def _call_reward(term: WeightedReward, completions: Sequence[str],
             raise RewardError(f"reward {term.name!r} returned {score!r} for sample {index}; rewards must be "
                               "finite numbers")
     return [float(score) for score in scores]
+
+
+# --------------------------------------------------------------------------------------------
+# The registry described for forms (jax-free, so the web process can build its reward widget)
+
+
+ArgumentKind = Literal["text", "integer", "number", "boolean", "text_list", "choice"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardArgument:
+    """One keyword argument of a reward function, as its signature declares it."""
+
+    name: str
+    kind: ArgumentKind
+    required: bool
+    default: Any = None
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardDescription:
+    name: str
+    summary: str
+    arguments: tuple[RewardArgument, ...]
+
+
+def _argument_kind(annotation: Any) -> tuple[ArgumentKind, bool, tuple[str, ...]]:
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    nullable = type(None) in members
+    if nullable:
+        rest = [member for member in members if member is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else annotation
+    if typing.get_origin(annotation) is Literal:
+        return "choice", nullable, tuple(str(choice) for choice in typing.get_args(annotation))
+    if typing.get_origin(annotation) in (Sequence, list, tuple):
+        return "text_list", nullable, ()
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "text"}
+    if annotation not in kinds:
+        raise TypeError(f"reward argument type {annotation!r} has no form kind; use str, int, float, bool, "
+                        "a Literal or Sequence[str]")
+    return kinds[annotation], nullable, ()
+
+
+def reward_catalog() -> tuple[RewardDescription, ...]:
+    """Every registered reward function with its keyword arguments (kind, default, choices), by name."""
+    described = []
+    for name in sorted(REWARDS):
+        fn = REWARDS[name]
+        hints = typing.get_type_hints(fn)
+        arguments = []
+        for key, parameter in inspect.signature(fn).parameters.items():
+            if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+                continue
+            kind, nullable, choices = _argument_kind(hints[key])
+            required = parameter.default is inspect.Parameter.empty
+            arguments.append(RewardArgument(name=key, kind=kind, required=required, nullable=nullable,
+                                            default=None if required else parameter.default, choices=choices))
+        summary = " ".join((inspect.getdoc(fn) or name).split("\n\n")[0].split())
+        described.append(RewardDescription(name=name, summary=summary, arguments=tuple(arguments)))
+    return tuple(described)

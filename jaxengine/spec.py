@@ -129,7 +129,8 @@ class TrainSpec(_Section):
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
-    keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss.")
+    keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss "
+                           "(task grpo: by the first eval metric).")
     seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
     param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
     compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")
@@ -210,7 +211,8 @@ class GrpoSpec(_Section):
     rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
-                                "when training on a format reward.")
+                                "when training on a format reward. The first ranks checkpoints (the best is kept); "
+                                "without any, the first reward does.")
     zero_std_patience: int = Field(default=20, ge=1, description="Stop when every group's rewards are equal "
                                    "(frac_reward_zero_std = 1) this many steps in a row.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's kl exceeds this; null: no ceiling.")

@@ -90,13 +90,19 @@ def _to_storable(leaf: jax.Array) -> jax.Array:
 
 
 class Checkpoints:
-    """Step-numbered orbax checkpoints under ``directory``: keeps the last ``keep_last`` and the best by eval loss."""
+    """Step-numbered orbax checkpoints under ``directory``: keeps the last ``keep_last`` and the best one.
 
-    def __init__(self, directory: Path, *, keep_last: int):
+    "Best" is by each checkpoint's ``meta["eval_score"]`` (the run's ``best_metric`` at that step, None
+    when it did not evaluate), lowest first when ``higher_is_better`` is false (a loss), highest when
+    true (an accuracy). Checkpoints written before scores were generic carry ``eval_loss`` instead.
+    """
+
+    def __init__(self, directory: Path, *, keep_last: int, higher_is_better: bool = False):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
         self.keep_last = keep_last
+        self.higher_is_better = higher_is_better
         self.manager = ocp.CheckpointManager(
             directory.absolute(),
             options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True),
@@ -137,8 +143,9 @@ class Checkpoints:
         return leaves, dict(restored.meta)
 
     def best_step(self) -> int | None:
-        scored = [(meta["eval_loss"], step) for step in self.steps()
-                  if (meta := self.meta(step)).get("eval_loss") is not None]
+        """The step of the best-scored checkpoint (the earliest among equals), or None when none was scored."""
+        sign = -1.0 if self.higher_is_better else 1.0
+        scored = [(sign * score, step) for step in self.steps() if (score := _eval_score(self.meta(step))) is not None]
         return min(scored)[1] if scored else None
 
     def _prune(self) -> None:
@@ -150,6 +157,17 @@ class Checkpoints:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _eval_score(meta: dict[str, Any]) -> float | None:
+    return meta.get("eval_score", meta.get("eval_loss"))
+
+
+def is_better(score: float, best: float | None, *, higher_is_better: bool) -> bool:
+    """Whether ``score`` beats ``best`` (None: nothing yet); a tie is not better, so the earlier step stays best."""
+    if best is None:
+        return True
+    return score > best if higher_is_better else score < best
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,6 +268,9 @@ class TrainConfig:
     optim: OptimSpec = field(default_factory=OptimSpec)
     # What the checkpoints belong to (e.g. task, model and PEFT settings); resuming checks it.
     identity: str = ""
+    # The evaluation metric that ranks checkpoints; the best one is always saved and never pruned.
+    best_metric: str = "eval/loss"
+    best_higher_is_better: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,9 +374,10 @@ class Trainer:
         treedef = jax.tree.structure((self.params, self.opt_state, self.rng_state))
         self.params, self.opt_state, self.rng_state = jax.tree.unflatten(treedef, leaves)
 
-    def save_checkpoint(self, checkpoints: Checkpoints, *, eval_loss: float | None) -> None:
+    def save_checkpoint(self, checkpoints: Checkpoints, *, eval_score: float | None) -> None:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
-                "seed": self.config.seed, "identity": self.config.identity, "eval_loss": eval_loss}
+                "seed": self.config.seed, "identity": self.config.identity, "eval_metric": self.config.best_metric,
+                "eval_score": eval_score}
         checkpoints.save(self.step, self._state_leaves(), meta)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
@@ -377,6 +399,11 @@ class Trainer:
         self.data_position = pipeline.DataPosition(epoch=int(meta["epoch"]), cursor=int(meta["cursor"]))
         return True
 
+    def _best_saved_score(self, checkpoints: Checkpoints) -> float | None:
+        """The best score among the run's checkpoints (a resumed run must beat it to save a new best)."""
+        step = checkpoints.best_step()
+        return _eval_score(checkpoints.meta(step)) if step is not None else None
+
     # ---- the loop -------------------------------------------------------------------------
 
     def _next_batches(self, stream: pipeline.BatchStream):
@@ -397,7 +424,8 @@ class Trainer:
         last good checkpoint.
         """
         config = self.config
-        checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last)
+        checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last,
+                                  higher_is_better=config.best_higher_is_better)
         resumed_from = self.step if self.resume(checkpoints) else None
         if resumed_from is not None:
             _truncate_jsonl(self.metrics_path, after_step=self.step)
@@ -413,13 +441,12 @@ class Trainer:
         started = time.perf_counter()
         tokens_seen = 0
         last_metrics: Metrics = {}
-        best_eval: float | None = None
-        last_eval: float | None = None
+        best_eval = self._best_saved_score(checkpoints)
         try:
             while self.step < config.total_steps:
                 if should_stop is not None and should_stop():
                     status, message = "cancelled", f"cancelled at step {self.step}"
-                    self.save_checkpoint(checkpoints, eval_loss=None)
+                    self.save_checkpoint(checkpoints, eval_score=None)
                     break
                 batches = self.batch_source(self) if stream is None else self._next_batches(stream)
                 step_started = time.perf_counter()
@@ -447,20 +474,21 @@ class Trainer:
                     record["time/update"] = seconds
                 at_end = self.step == config.total_steps
                 evaluates = self.eval_examples or self.eval_hook is not None
+                eval_score, new_best = None, False
                 if evaluates and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
                     evaluation = self.evaluate()
                     if self.eval_hook is not None:
                         evaluation.update(self.eval_hook(self.current_model(), self.step))
-                    last_eval = evaluation.get("eval/loss")
-                    if last_eval is not None and (best_eval is None or last_eval < best_eval):
-                        best_eval = last_eval
+                    eval_score = evaluation.get(config.best_metric)
+                    if eval_score is not None and is_better(eval_score, best_eval,
+                                                            higher_is_better=config.best_higher_is_better):
+                        best_eval, new_best = eval_score, True
                     record.update(evaluation)
-                else:
-                    last_eval = None
                 _append_jsonl(self.metrics_path, record)
                 last_metrics = record
-                if (config.save_every and self.step % config.save_every == 0) or at_end:
-                    self.save_checkpoint(checkpoints, eval_loss=last_eval)
+                # A new best is saved even between save_every steps, so a later stop still has it.
+                if (config.save_every and self.step % config.save_every == 0) or at_end or new_best:
+                    self.save_checkpoint(checkpoints, eval_score=eval_score)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{metrics['loss']:.4f}")
@@ -474,6 +502,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
             best_step = checkpoints.best_step()
+            best_score = _eval_score(checkpoints.meta(best_step)) if best_step is not None else None
             checkpoints.close()
         return {
             "status": status,
@@ -482,7 +511,7 @@ class Trainer:
             "total_steps": config.total_steps,
             "resumed_from_step": resumed_from,
             "final_metrics": last_metrics,
-            "best_eval_loss": best_eval,
+            "best_checkpoint": {"metric": config.best_metric, "step": best_step, "value": best_score},
             "best_checkpoint_step": best_step,
             "train_seconds": time.perf_counter() - started,
             "tokens_seen": tokens_seen,

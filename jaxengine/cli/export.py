@@ -1,8 +1,9 @@
-"""``jaxengine export --run DIR [--step N] [--quantize int8|int4]``: export a run's checkpoint as a Hugging Face model.
+"""``jaxengine export --run DIR [--step N | --best] [--quantize int8|int4]``: export a run's checkpoint as a Hugging Face model.
 
 Writes ``DIR/export/`` (LoRA/QLoRA merged into full-precision weights; ``export/adapter/`` in the
 ``peft`` format; ``reward_head.safetensors`` for reward runs) from the latest checkpoint, or from
-checkpoint ``N`` — e.g. for a cancelled run, or the best by eval loss (``summary.json`` names it).
+checkpoint ``N`` — e.g. for a cancelled run — or with ``--best`` from the best one (by eval loss; for
+``task: grpo`` by the first eval metric; ``summary.json`` names it as ``best_checkpoint``).
 With ``--quantize`` it also writes the serving copy ``DIR/export/quantized/`` (``jaxengine.quantize``),
 scored against the merged model on up to ``--eval-limit`` rows of the run's ``data.eval``.
 Prints ``{"step": ..., "export": {...}, "quantized": {...}}``.
@@ -20,6 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.split("\n\n")[0].strip("`"))
     parser.add_argument("--run", required=True, metavar="DIR", help="run directory (output_dir of a spec)")
     parser.add_argument("--step", type=int, metavar="N", help="checkpoint step (default: the latest)")
+    parser.add_argument("--best", action="store_true",
+                        help="export the best checkpoint (eval loss; grpo: the first eval metric)")
     parser.add_argument("--quantize", choices=("int8", "int4"),
                         help="also write export/quantized/: int8 per output channel, or int4 per group")
     parser.add_argument("--group-size", type=int, metavar="G",
@@ -34,7 +37,7 @@ def _export(args: argparse.Namespace) -> int:
     from jaxengine.trainer import TrainingError
 
     try:
-        result = export_run(args.run, step=args.step)
+        result = export_run(args.run, step=args.step, best=args.best)
         if args.quantize:
             from jaxengine.quantize import quantize_run_export
 

@@ -159,3 +159,23 @@ def test_a_reward_nobody_can_earn_stops_the_run(demo_dir, tmp_path):
     assert summary["status"] == "failed" and summary["step"] == 2
     assert summary["message"].startswith("stopped by the guard at step 2: frac_reward_zero_std has been 1.0 for 2")
     assert len(read_jsonl(tmp_path / "run/metrics.jsonl")) == 2
+
+
+def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it(demo_dir, tmp_path, capsys):
+    from jaxengine.cli import main
+
+    run = tmp_path / "run"
+    spec = grpo_spec(demo_dir, run, train={"max_steps": 6, "batch_size": 2, "eval_every": 2, "seed": 1},
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(demo_dir / "data/eval.jsonl"),
+                           "max_seq_len": 64},
+                     grpo={"eval_metrics": [{"name": "format_regex", "args": {"pattern": "[aeiou]"}}]})
+    summary = run_job(spec, progress_bar=False)
+    evals = {m["step"]: m["eval/format_regex"] for m in read_jsonl(run / "metrics.jsonl") if "eval/format_regex" in m}
+    assert sorted(evals) == [2, 4, 6]
+    best_step = max(evals, key=lambda step: (evals[step], -step))  # highest, the earliest among equals
+    assert summary["best_checkpoint"] == {"metric": "eval/format_regex", "step": best_step,
+                                          "value": evals[best_step]}
+    assert json.loads((run / "summary.json").read_text())["best_checkpoint"]["step"] == best_step
+    capsys.readouterr()
+    assert main(["export", "--run", str(run), "--best"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == best_step

@@ -133,3 +133,18 @@ def test_check_args_names_unknown_and_missing_args():
         rewards.check_args("format_regex", {})
     with pytest.raises(ValueError, match="'exactmatch' is not a reward function"):
         rewards.check_args("exactmatch", {})
+
+
+def test_the_catalog_describes_every_function_and_its_arguments_from_the_signature():
+    catalog = {entry.name: entry for entry in rewards.reward_catalog()}
+    assert set(catalog) == set(rewards.REWARDS)
+    format_regex = {argument.name: argument for argument in catalog["format_regex"].arguments}
+    assert format_regex["pattern"] == rewards.RewardArgument(name="pattern", kind="text", required=True)
+    assert format_regex["full_match"] == rewards.RewardArgument(name="full_match", kind="boolean", required=False,
+                                                                default=False)
+    exact = {argument.name: argument for argument in catalog["exact_match"].arguments}
+    assert exact["extract"].kind == "choice" and exact["extract"].choices == rewards.EXTRACTIONS
+    assert exact["extract"].default == "full" and exact["pattern"].nullable and exact["group"].kind == "integer"
+    assert [argument.kind for argument in catalog["contains"].arguments] == ["text_list", "choice", "boolean"]
+    assert catalog["numeric_match"].arguments[4].kind == "number"
+    assert catalog["excludes"].summary == "1.0 when none of ``keywords`` occurs, else 0.0."

@@ -153,6 +153,44 @@ def test_checkpoints_keep_the_last_k_and_the_best(tmp_path):
     assert meta == {"eval_loss": 1.0}
 
 
+def test_checkpoints_rank_by_a_score_that_may_be_higher_is_better(tmp_path):
+    scores = [0.1, 0.5, 0.2, None, 0.5, 0.3]  # step 5 ties step 2: the earlier stays best
+    for higher_is_better, best in ((True, 2), (False, 1)):
+        checkpoints = Checkpoints(tmp_path / str(higher_is_better), keep_last=2, higher_is_better=higher_is_better)
+        for step, score in enumerate(scores, start=1):
+            checkpoints.save(step, [jnp.full((2,), float(step))], {"eval_score": score})
+        assert checkpoints.best_step() == best and checkpoints.steps() == sorted({best, 5, 6})
+
+
+def test_the_best_checkpoint_by_the_chosen_metric_is_saved_kept_and_summarised(tmp_path):
+    """Evaluations at steps 2, 4, 6 (no save_every): each new best is saved when it happens and never
+    pruned; a guard stop at step 7 still leaves it, with the weights it had then."""
+    from jaxengine.trainer import restore_trained_model
+
+    scores = {2: 0.2, 4: 0.6, 6: 0.4}
+    weights_at = {}
+
+    def hook(model, step):
+        weights_at[step] = np.asarray(jax.tree.leaves(nnx.state(model, nnx.Param))[0]).copy()
+        return {"eval/score": scores[step]}
+
+    config = TrainConfig(total_steps=10, batch_size=4, max_seq_len=32, eval_every=2, keep_last=1,
+                         best_metric="eval/score", best_higher_is_better=True, optim=OptimSpec(learning_rate=3e-3))
+    trainer = Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, train_examples=patterned_examples(),
+                      pad_id=0, run_dir=tmp_path, eval_hook=hook,
+                      guard=lambda record: "enough" if record["step"] == 7 else None)
+    summary = trainer.fit(progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 7
+    assert summary["best_checkpoint"] == {"metric": "eval/score", "step": 4, "value": 0.6}
+    # Saved at 2 and 4 (new bests), not at 6 (worse); keep_last 1 pruned step 2.
+    assert Checkpoints(tmp_path / "checkpoints", keep_last=1).steps() == [4]
+    restored, meta = restore_trained_model(tiny_model(), trainable=nnx.Param, optim=config.optim,
+                                           checkpoint_dir=tmp_path / "checkpoints", step=4)
+    assert meta["eval_score"] == 0.6 and meta["eval_metric"] == "eval/score"
+    np.testing.assert_array_equal(jax.tree.leaves(nnx.state(restored, nnx.Param))[0], weights_at[4])
+    assert not np.array_equal(weights_at[4], weights_at[6])
+
+
 def test_a_batch_source_feeds_each_step(tmp_path):
     from jaxengine.data.pipeline import make_batch, stack_batches
 
