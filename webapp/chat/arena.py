@@ -5,15 +5,17 @@ prompt through the ordinary chat path, so the answers stream like any chat answe
 at random from the project's chat models and shown as A and B; their names appear once the user
 has voted. Compare mode is the same with two models the user picks, named from the start; its votes
 are preference pairs too but stay off the leaderboard, which rates blind votes only. A decisive vote (A or B) is a preference pair: the prompt, the chosen and rejected
-answers, the two models and the voter. Pairs export as a ``preference`` dataset version, and any
-battle can go to a review campaign (``webapp.review.services.item_add``).
+answers, the two models and the voter. Pairs export as a ``preference`` dataset version, and voted
+battles go to a review campaign (``battles_to_review``, each battle once per campaign).
 """
 from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
@@ -23,7 +25,12 @@ from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project
+from webapp.projects.models import Role as ProjectRole
+from webapp.review import selectors as review_selectors
+from webapp.review import services as review_services
+from webapp.review.models import Campaign, CampaignStatus, ItemSource
+from webapp.review.services import Pair
 
 DECISIVE = (BattleOutcome.A, BattleOutcome.B)
 
@@ -77,9 +84,7 @@ def preference_pairs(*, project: Project) -> list[dict[str, Any]]:
     """The decisive votes of the project as preference rows (``prompt``, ``chosen``, ``rejected``) with an
     ``arena`` column naming the battle, the two models and the voter."""
     rows = []
-    battles = (Battle.objects.filter(project=project, outcome__in=DECISIVE)
-               .select_related("side_a", "side_b", "user").order_by("voted_at", "id"))
-    for battle in battles:
+    for battle in decisive_battles(project=project):
         sides = [battle.side_a, battle.side_b]
         winner, loser = sides if battle.outcome == BattleOutcome.A else sides[::-1]
         rows.append({"prompt": battle.prompt, "chosen": battle_answer(winner).content,
@@ -110,16 +115,78 @@ def arena_export(*, project: Project, user, dataset_name: str):
             column_mapping={}, user=user)
 
 
-def battle_to_review(*, battle: Battle, campaign):
-    """Send a battle to a review campaign: A and B as shown, a decisive vote as the original label."""
-    from webapp.review.services import item_add
+@dataclass(frozen=True, kw_only=True)
+class ReviewSend:
+    """What sending battles to a review campaign did: items ``added``; battles ``already_sent`` to it
+    (never added twice) and ``unusable`` ones (no vote yet, or an answer that failed or is empty)."""
 
-    label = battle.outcome if battle.outcome in DECISIVE else ""  # review labels a source's pick: a or b only
-    return item_add(campaign=campaign, prompt=battle.prompt, response_a=battle_answer(battle.side_a).content,
-                    response_b=battle_answer(battle.side_b).content, source="arena",
-                    metadata={"battle": battle.public_id, "model_a": battle.side_a.model_ref,
-                              "model_b": battle.side_b.model_ref, "voter": battle.user.get_username()},
-                    original_label=label)
+    added: int
+    already_sent: int
+    unusable: int
+
+
+def _battle_pair(battle: Battle) -> Pair | None:
+    """A voted battle as a review pair: A and B as shown, a decisive vote as the original label."""
+    answers = [battle_answer(battle.side_a), battle_answer(battle.side_b)]
+    if not battle.outcome or any(answer is None or not answer.content or answer.status == MessageStatus.FAILED
+                                 for answer in answers):
+        return None
+    return Pair(prompt=battle.prompt, response_a=answers[0].content, response_b=answers[1].content,
+                source=ItemSource.ARENA,
+                metadata={"battle": battle.public_id, "model_a": battle.side_a.model_ref,
+                          "model_a_label": battle.side_a.model_label, "model_b": battle.side_b.model_ref,
+                          "model_b_label": battle.side_b.model_label, "voter": battle.user.get_username(),
+                          "vote": battle.outcome},
+                # review labels a source's pick: a or b only
+                original_label=battle.outcome if battle.outcome in DECISIVE else "")
+
+
+def decisive_battles(*, project: Project):
+    """The project's battles with a decisive vote (every voter's), oldest vote first."""
+    return (Battle.objects.filter(project=project, outcome__in=DECISIVE)
+            .select_related("side_a", "side_b", "user").order_by("voted_at", "id"))
+
+
+@transaction.atomic
+def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
+    """Add ``battles`` (of the campaign's project) to a ready review campaign, each once: a battle
+    already in the campaign is left out, as are battles without a vote or a usable answer."""
+    if campaign.status != CampaignStatus.READY:
+        raise ValidationError({"campaign": f"campaign {campaign.name} is {campaign.get_status_display().lower()}; "
+                                           "send battles once it is ready"})
+    # Lock the campaign first, so that two sends at once cannot both find a battle new.
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    sent = review_selectors.arena_battle_ids(campaign=campaign)
+    pairs, already_sent, unusable = [], 0, 0
+    for battle in battles:
+        if battle.project_id != campaign.project_id:
+            raise ValidationError({"battle": f"battle {battle.public_id} is not of this campaign's project"})
+        if battle.public_id in sent:
+            already_sent += 1
+            continue
+        pair = _battle_pair(battle)
+        if pair is None:
+            unusable += 1
+            continue
+        sent.add(battle.public_id)
+        pairs.append(pair)
+    review_services.items_add(campaign=campaign, pairs=pairs)
+    return ReviewSend(added=len(pairs), already_sent=already_sent, unusable=unusable)
+
+
+@transaction.atomic
+def arena_campaign_create(*, project: Project, name: str, required_reviews: int, user) -> tuple[Campaign, ReviewSend]:
+    """A new review campaign on every decisive vote of the project, reviewed by all its members and
+    owners (the owner can change them in the campaign's settings)."""
+    reviewers = get_user_model().objects.filter(
+        pk__in=Membership.objects.filter(project=project).exclude(role=ProjectRole.VIEWER).values("user_id"))
+    campaign = review_services.campaign_create(
+        project=project, name=name, required_reviews=required_reviews, reviewers=reviewers, source_version=None,
+        guidelines="Pairs from arena votes: the voter's pick is the original label.", user=user)
+    send = battles_to_review(campaign=campaign, battles=decisive_battles(project=project))
+    if not send.added:
+        raise ValidationError({"name": "no decisive vote has usable answers yet: vote A or B in some battles first"})
+    return campaign, send
 
 
 def project_leaderboard(*, project: Project) -> tuple[list[Rating], dict]:

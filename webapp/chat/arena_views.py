@@ -1,7 +1,9 @@
 """Arena pages: start a battle (or, in compare mode, pick both models), watch both answers stream
 side by side, anonymously in a battle, vote, see the names; the
 project leaderboard; export of the decisive votes as a preference dataset. Member role, like the
-chat; a battle is its voter's own (others get 404); the leaderboard is the project's."""
+chat; a battle is its voter's own (others get 404); the leaderboard is the project's. Owners, who
+manage review campaigns, send battles to one (ticked ones of their own, or every decisive vote of
+the project not yet in it) or start a campaign on the arena votes."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -16,6 +18,11 @@ from webapp.chat import arena, selectors
 from webapp.chat.access import chat_access
 from webapp.chat.models import Battle, BattleOutcome
 from webapp.chat.services import ChatError
+from webapp.projects.access import get_project_for_user
+from webapp.projects.models import Membership, Project
+from webapp.projects.models import Role as ProjectRole
+from webapp.review import selectors as review_selectors
+from webapp.review.models import CampaignStatus
 
 
 def _battle(request: HttpRequest, slug: str, battle_id: str):
@@ -25,6 +32,14 @@ def _battle(request: HttpRequest, slug: str, battle_id: str):
     if battle is None:
         raise Http404("no such battle")
     return project, membership, battle
+
+
+def _review_context(project: Project, membership: Membership) -> dict:
+    """What the arena pages need for sending battles to review (owners only)."""
+    if not membership.can(ProjectRole.OWNER):
+        return {"can_send_to_review": False}
+    campaigns = review_selectors.campaign_list(project=project).filter(status=CampaignStatus.READY)
+    return {"can_send_to_review": True, "review_campaigns": campaigns}
 
 
 @login_required
@@ -47,7 +62,8 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
                                                "battles": battles, "choices": choices,
-                                               "pairs": len(arena.preference_pairs(project=project))},
+                                               "pairs": arena.decisive_battles(project=project).count(),
+                                               **_review_context(project, membership)},
                   status=400 if error else 200)
 
 
@@ -97,6 +113,67 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = chat_access(request.user, slug)
     ratings, rates = arena.project_leaderboard(project=project)
     return render(request, "chat/leaderboard.html", {
-        "project": project, "membership": membership, "ratings": ratings,
+        "project": project, "membership": membership, "ratings": ratings, **_review_context(project, membership),
         "win_rates": [{"model": first, "opponent": second, "rate": rate, "games": games}
                       for (first, second), (rate, games) in sorted(rates.items())]})
+
+
+def _sent_message(send: arena.ReviewSend, campaign_name: str) -> str:
+    parts = [f"{send.added} battle{'s' if send.added != 1 else ''} added to {campaign_name}"]
+    if send.already_sent:
+        parts.append(f"{send.already_sent} already there")
+    if send.unusable:
+        parts.append(f"{send.unusable} without a vote or a usable answer left out")
+    return "; ".join(parts) + "."
+
+
+@login_required
+@require_POST
+def arena_to_review(request: HttpRequest, slug: str) -> HttpResponse:
+    """Send the ticked battles (the owner's own), or every decisive battle of the project
+    (``scope=all``), to a ready review campaign; battles already in it are not added again."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=ProjectRole.OWNER)
+    back = "chat:leaderboard" if request.POST.get("back") == "leaderboard" else "chat:arena"
+    if not request.POST.get("campaign"):
+        messages.error(request, "Pick the review campaign to send the battles to.")
+        return redirect(back, slug=project.slug)
+    campaign = review_selectors.campaign_get(project=project, public_id=request.POST["campaign"])
+    if request.POST.get("scope") == "all":
+        battles = arena.decisive_battles(project=project)
+    else:
+        ids = set(request.POST.getlist("battle"))
+        if not ids:
+            messages.error(request, "Tick the battles to send, or send all decisive battles.")
+            return redirect(back, slug=project.slug)
+        battles = list(Battle.objects.filter(project=project, user=request.user, public_id__in=ids)
+                       .select_related("side_a", "side_b", "user").order_by("created_at"))
+        if len(battles) != len(ids):
+            raise Http404("no such battle")
+    try:
+        send = arena.battles_to_review(campaign=campaign, battles=battles)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, _sent_message(send, campaign.name))
+    return redirect(back, slug=project.slug)
+
+
+@login_required
+@require_POST
+def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """A new review campaign on every decisive arena vote of the project."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=ProjectRole.OWNER)
+    back = "chat:leaderboard" if request.POST.get("back") == "leaderboard" else "chat:arena"
+    try:
+        required_reviews = int(request.POST.get("required_reviews", "2"))
+        campaign, send = arena.arena_campaign_create(project=project, name=request.POST.get("name", ""),
+                                                     required_reviews=required_reviews, user=request.user)
+    except ValueError:
+        messages.error(request, "Reviews per item must be a whole number.")
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"Campaign {campaign.name} created: {_sent_message(send, campaign.name)} "
+                                  "Its reviewers are every member and owner; change them in Settings.")
+        return redirect("review:detail", project.slug, campaign.public_id)
+    return redirect(back, slug=project.slug)

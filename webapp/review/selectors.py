@@ -17,7 +17,7 @@ from django.http import Http404
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.review import agreement
-from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemStatus, Label, Review
+from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemSource, ItemStatus, Label, Review
 
 
 def campaign_list(*, project: Project) -> QuerySet[Campaign]:
@@ -66,6 +66,12 @@ def item_get(*, campaign: Campaign, public_id: str) -> Item:
     if item is None:
         raise Http404("no such item in this campaign")
     return item
+
+
+def arena_battle_ids(*, campaign: Campaign) -> set[str]:
+    """Public ids of the arena battles already in ``campaign``."""
+    return set(Item.objects.filter(campaign=campaign, source=ItemSource.ARENA)
+               .values_list("metadata__battle", flat=True))
 
 
 def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:

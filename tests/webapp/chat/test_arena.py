@@ -90,9 +90,11 @@ def test_a_battle_goes_to_review_with_the_vote_as_its_label(team, client_for, mo
     battle = arena.battle_vote(battle=battle, outcome="a")
     campaign = campaign_create(project=team.project, name="arena", guidelines="", source_version=None,
                                required_reviews=1, reviewers=[team.owner], user=team.owner)
-    item = arena.battle_to_review(battle=battle, campaign=campaign)
+    assert arena.battles_to_review(campaign=campaign, battles=[battle]).added == 1
+    [item] = campaign.items.all()
     assert item.source == "arena" and item.original_label == "a"
-    assert item.metadata["battle"] == battle.public_id
+    assert (item.response_a, item.response_b) == ("Blue.", "Seven.")
+    assert item.metadata["battle"] == battle.public_id and item.metadata["model_a"] == battle.side_a.model_ref
 
 
 def test_the_leaderboard_page_rates_the_models(team, client_for, models, sent):

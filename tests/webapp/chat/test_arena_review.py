@@ -1,0 +1,145 @@
+"""Arena battles to team review from the arena and leaderboard pages: ticked battles or every
+decisive vote, each battle once per campaign, a new campaign on the votes; owners only, outsiders 404."""
+import pytest
+from django.core.exceptions import ValidationError
+from django.urls import reverse
+
+from tests.webapp.factories import make_base_model
+from webapp.chat import arena, selectors, services
+from webapp.chat.models import Battle
+from webapp.review import services as review_services
+from webapp.review.models import Campaign, CampaignStatus, Item
+
+
+@pytest.fixture(autouse=True)
+def sent(monkeypatch):
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)
+
+
+@pytest.fixture
+def models(team):
+    return [make_base_model(team.project, name=name, path=f"/models/{name}") for name in ("falcon", "heron")]
+
+
+def voted_battle(team, user, prompt, outcome, answers=("Blue.", "Seven.")) -> Battle:
+    battle = arena.battle_create(project=team.project, user=user, prompt=prompt,
+                                 choices=selectors.model_choices(project=team.project))
+    for side, text in zip((battle.side_a, battle.side_b), answers):
+        services.message_finish(message_id=arena.battle_answer(side).public_id, text=text, finish_reason="stop")
+    return arena.battle_vote(battle=battle, outcome=outcome) if outcome else battle
+
+
+@pytest.fixture
+def campaign(team):
+    return review_services.campaign_create(project=team.project, name="arena pass", guidelines="", source_version=None,
+                                           required_reviews=1, reviewers=[team.teammate], user=team.owner)
+
+
+def send_url(team):
+    return reverse("chat:arena_to_review", args=[team.project.slug])
+
+
+def test_ticked_battles_go_to_the_campaign_once(team, client_for, models, campaign):
+    mine = voted_battle(team, team.owner, "Name a colour.", "b")
+    tie = voted_battle(team, team.owner, "Say hi.", "tie", answers=("Hi.", "Hello."))
+    client = client_for(team.owner)
+    response = client.post(send_url(team), {"campaign": campaign.public_id, "scope": "selected",
+                                            "battle": [mine.public_id, tie.public_id]})
+    assert response.status_code == 302 and response.url == reverse("chat:arena", args=[team.project.slug])
+    items = {item.metadata["battle"]: item for item in campaign.items.all()}
+    assert set(items) == {mine.public_id, tie.public_id}
+    assert items[mine.public_id].original_label == "b" and items[tie.public_id].original_label == ""
+    assert items[mine.public_id].metadata["vote"] == "b"
+    client.post(send_url(team), {"campaign": campaign.public_id, "scope": "selected", "battle": [mine.public_id]})
+    assert campaign.items.count() == 2, "a battle is never added twice"
+    page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert "0 battles added to arena pass; 1 already there." in page
+
+
+def test_all_decisive_battles_of_the_project_not_yet_sent(team, client_for, models, campaign):
+    first = voted_battle(team, team.owner, "Name a colour.", "a")
+    arena.battles_to_review(campaign=campaign, battles=[first])
+    others = voted_battle(team, team.teammate, "Name a bird.", "b")  # another voter's battle counts too
+    voted_battle(team, team.teammate, "Say hi.", "both_bad")  # not decisive
+    voted_battle(team, team.teammate, "Unvoted.", "")
+    response = client_for(team.owner).post(send_url(team), {"campaign": campaign.public_id, "scope": "all",
+                                                            "back": "leaderboard"})
+    assert response.url == reverse("chat:leaderboard", args=[team.project.slug])
+    assert sorted(item.metadata["battle"] for item in campaign.items.all()) == sorted([first.public_id,
+                                                                                      others.public_id])
+
+
+def test_battles_without_a_usable_answer_are_left_out(team, models, campaign):
+    failed = voted_battle(team, team.owner, "Name a colour.", "a", answers=("Blue.", ""))
+    unvoted = voted_battle(team, team.owner, "Say hi.", "")
+    send = arena.battles_to_review(campaign=campaign, battles=[failed, unvoted])
+    assert (send.added, send.already_sent, send.unusable) == (0, 0, 2)
+    assert not campaign.items.exists()
+
+
+def test_only_a_ready_campaign_takes_battles(team, models, campaign):
+    battle = voted_battle(team, team.owner, "Name a colour.", "a")
+    Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.GENERATING)
+    campaign.refresh_from_db()
+    with pytest.raises(ValidationError, match="send battles once it is ready"):
+        arena.battles_to_review(campaign=campaign, battles=[battle])
+
+
+def test_a_new_campaign_from_arena_votes(team, client_for, models):
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    voted_battle(team, team.teammate, "Name a bird.", "b")
+    response = client_for(team.owner).post(reverse("chat:arena_review_create", args=[team.project.slug]),
+                                           {"name": "votes pass", "required_reviews": "1"})
+    campaign = Campaign.objects.get(project=team.project, name="votes pass")
+    assert response.url == reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    assert campaign.items.count() == 2 and campaign.required_reviews == 1
+    assert set(campaign.reviewers.values_list("username", flat=True)) == {team.owner.username,
+                                                                          team.teammate.username}
+
+
+def test_a_new_campaign_needs_decisive_votes(team, client_for, models):
+    voted_battle(team, team.owner, "Say hi.", "tie")
+    response = client_for(team.owner).post(reverse("chat:arena_review_create", args=[team.project.slug]),
+                                           {"name": "votes pass", "required_reviews": "2"}, follow=True)
+    assert b"no decisive vote" in response.content
+    assert not Campaign.objects.filter(name="votes pass").exists(), "nothing half-made"
+
+
+def test_the_pages_offer_it_to_owners_only(team, client_for, models, campaign):
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    for name in ("chat:arena", "chat:leaderboard"):
+        url = reverse(name, args=[team.project.slug])
+        owner_page = client_for(team.owner).get(url).content.decode()
+        assert "Send all decisive battles not yet sent" in owner_page and "arena pass" in owner_page
+        assert "New review campaign from arena votes" in owner_page
+        assert "Send all decisive" not in client_for(team.teammate).get(url).content.decode()
+    assert 'name="battle"' in client_for(team.owner).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+
+
+def test_it_requires_the_owner_role_and_the_project(team, client_for, models, campaign):
+    battle = voted_battle(team, team.teammate, "Name a colour.", "a")
+    data = {"campaign": campaign.public_id, "scope": "all"}
+    assert client_for(team.teammate).post(send_url(team), data).status_code == 403
+    assert client_for(team.viewer).post(send_url(team), data).status_code == 403
+    assert client_for(team.outsider).post(send_url(team), data).status_code == 404
+    create = reverse("chat:arena_review_create", args=[team.project.slug])
+    assert client_for(team.teammate).post(create, {"name": "x"}).status_code == 403
+    assert client_for(team.outsider).post(create, {"name": "x"}).status_code == 404
+    # Another member's battle cannot be ticked, and another project's campaign is not found.
+    response = client_for(team.owner).post(send_url(team), {"campaign": campaign.public_id, "scope": "selected",
+                                                            "battle": [battle.public_id]})
+    assert response.status_code == 404
+    theirs = review_services.campaign_create(project=team.outsider_project, name="theirs", guidelines="",
+                                             source_version=None, required_reviews=1, reviewers=[],
+                                             user=team.outsider)
+    assert client_for(team.owner).post(send_url(team), {"campaign": theirs.public_id, "scope": "all"}).status_code == 404
+    assert not Item.objects.exists()
+
+
+def test_battle_text_is_escaped_in_the_review(team, client_for, models, campaign):
+    battle = voted_battle(team, team.owner, "<script>alert(1)</script>", "a",
+                          answers=("<img src=x onerror=alert(2)>", "fine"))
+    arena.battles_to_review(campaign=campaign, battles=[battle])
+    page = client_for(team.teammate).get(reverse("review:next", args=[team.project.slug, campaign.public_id]))
+    text = page.content.decode()
+    assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;img src=x onerror" in text
