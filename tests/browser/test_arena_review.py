@@ -1,0 +1,73 @@
+"""An owner sends arena battles to team review from the arena page (a ticked battle, then every
+decisive vote not yet sent, with no duplicates) and starts a campaign on the votes from the
+leaderboard; a reviewer then sees the battle's text escaped on the review page."""
+import pytest
+
+from tests.browser.test_datasets import screenshot
+from tests.browser.test_review import log_in
+from tests.webapp.factories import make_base_model, make_team
+from webapp.chat import arena, selectors, services
+from webapp.review import services as review_services
+from webapp.review.models import Campaign
+
+pytestmark = pytest.mark.browser
+
+
+def voted_battle(team, user, prompt, outcome, answers):
+    battle = arena.battle_create(project=team.project, user=user, prompt=prompt,
+                                 choices=selectors.model_choices(project=team.project))
+    for side, text in zip((battle.side_a, battle.side_b), answers):
+        services.message_finish(message_id=arena.battle_answer(side).public_id, text=text, finish_reason="stop")
+    return arena.battle_vote(battle=battle, outcome=outcome)
+
+
+def test_battles_go_to_review_from_the_arena_and_the_leaderboard(browser, live_server, monkeypatch):
+    # The answers are written here; no serve worker generates them.
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)
+    base = live_server.url
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    mine = voted_battle(team, team.owner, "<b>Name</b> a colour.", "a", ("<img src=x onerror=alert(1)>", "Seven."))
+    voted_battle(team, team.owner, "Say hi.", "tie", ("Hi.", "Hello."))
+    theirs = voted_battle(team, team.teammate, "Name a bird.", "b", ("Blue.", "Robin."))
+    campaign = review_services.campaign_create(project=team.project, name="arena pass", guidelines="",
+                                               source_version=None, required_reviews=1, reviewers=[team.teammate],
+                                               user=team.owner)
+    contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(2)]
+    try:
+        owner, reviewer = log_in(contexts[0], base, "alpha-owner"), log_in(contexts[1], base, "alpha-teammate")
+        owner.goto(f"{base}/p/alpha/arena/")
+        owner.get_by_label("Send “<b>Name</b> a colour.” to review").check()
+        owner.select_option("#id_review_campaign", label="arena pass (0 items)")
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="Send ticked battles").click()
+        assert "1 battle added to arena pass." in owner.locator(".messages").inner_text()
+        screenshot(owner, "arena-to-review")
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="Send all decisive battles not yet sent").click()
+        assert "1 battle added to arena pass; 1 already there." in owner.locator(".messages").inner_text()
+        assert sorted(item.metadata["battle"] for item in campaign.items.all()) == sorted(
+            [mine.public_id, theirs.public_id])
+
+        owner.get_by_role("link", name="Leaderboard").click()
+        owner.locator("#arena-campaign-form input[name=name]").fill("all votes")
+        owner.fill("#id_arena_required_reviews", "1")
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="New review campaign from arena votes").click()
+        assert owner.locator(".page-head h1").inner_text() == "all votes"
+        assert owner.locator(".status-counts li").last.inner_text() == "of 2 items"
+        new = Campaign.objects.get(name="all votes")
+        assert new.items.count() == 2
+
+        reviewer.goto(f"{base}/p/alpha/review/{campaign.public_id}/next/")
+        assert reviewer.locator(".prompt .text").inner_text() in ("<b>Name</b> a colour.", "Name a bird.")
+        while reviewer.locator(".prompt .text").inner_text() != "<b>Name</b> a colour.":
+            with reviewer.expect_navigation():
+                reviewer.keyboard.press("s")  # skip to the next item
+        texts = reviewer.locator(".response .text").all_inner_texts()
+        assert "<img src=x onerror=alert(1)>" in texts, "shown as text, not as an image"
+        assert reviewer.locator(".prompt b, .response img").count() == 0
+    finally:
+        for context in contexts:
+            context.close()
