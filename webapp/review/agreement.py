@@ -134,13 +134,17 @@ NOMINAL_LABELS = ("a", "b", "tie", "both_bad")
 class RatedReview:
     """One review as the statistics see it: ``label`` in item terms (a/b/tie/both_bad; skips are not
     passed in), ``first_chosen`` whether the reviewer picked the response shown first (None for tie
-    and both-bad), ``original_label`` the source's own pick for the item (``""`` when it has none)."""
+    and both-bad), ``original_label`` the source's own pick for the item (``""`` when it has none),
+    ``model_a``/``model_b`` the models behind the responses, when known."""
 
     item: Hashable
     reviewer: Hashable
     label: str
     first_chosen: bool | None
     original_label: str = ""
+    # The models that wrote the item's responses a and b (arena and run items; "" for dataset rows).
+    model_a: str = ""
+    model_b: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +153,35 @@ class PairAgreement:
     items: int
     agreement: float | None
     kappa: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPreference:
+    """How reviewers judged two models against each other: ``preferred_first`` is the share of the
+    decisive reviews (a or b) that preferred ``models[0]``; ``undecided`` counts ties and both-bad."""
+
+    models: tuple[str, str]
+    preferred_first: Proportion
+    undecided: int
+
+
+def model_preferences(reviews: Iterable[RatedReview]) -> tuple[ModelPreference, ...]:
+    """Per pair of models (in name order), the reviewers' preference between them, from the reviews
+    of items whose two responses come from two different known models."""
+    wins: dict[tuple[str, str], list[int]] = {}  # models -> [decisive reviews, of which for models[0], undecided]
+    for review in reviews:
+        if not review.model_a or not review.model_b or review.model_a == review.model_b:
+            continue
+        models = tuple(sorted((review.model_a, review.model_b)))
+        counts = wins.setdefault(models, [0, 0, 0])
+        if review.label in ("a", "b"):
+            winner = review.model_a if review.label == "a" else review.model_b
+            counts[0] += 1
+            counts[1] += winner == models[0]
+        else:
+            counts[2] += 1
+    return tuple(ModelPreference(models=models, preferred_first=wilson_interval(first, decisive), undecided=undecided)
+                 for models, (decisive, first, undecided) in sorted(wins.items()))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +199,7 @@ class AgreementReport:
     pairs: tuple[PairAgreement, ...]
     original: Proportion
     position_bias: Proportion
+    models: tuple[ModelPreference, ...] = ()
 
 
 def _share_equal(labels_1: list[str], labels_2: list[str]) -> float | None:
@@ -209,6 +243,7 @@ def campaign_report(reviews: Iterable[RatedReview], *, required_reviews: int) ->
         original=wilson_interval(sum(review.label == review.original_label for review in with_original),
                                  len(with_original)),
         position_bias=wilson_interval(sum(bool(review.first_chosen) for review in decisive), len(decisive)),
+        models=model_preferences(reviews),
     )
 
 
@@ -227,4 +262,7 @@ def report_to_dict(report: AgreementReport) -> dict:
                    "agreement": pair.agreement, "cohen_kappa": pair.kappa} for pair in report.pairs],
         "original_label_agreement": proportion(report.original),
         "position_bias_first_chosen": proportion(report.position_bias),
+        "model_preferences": [{"models": list(preference.models), "undecided": preference.undecided,
+                               "preferred_first": proportion(preference.preferred_first)}
+                              for preference in report.models],
     }

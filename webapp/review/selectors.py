@@ -147,14 +147,32 @@ def campaign_agreement(*, campaign: Campaign) -> agreement.AgreementReport:
 
 def _compute_agreement(campaign: Campaign) -> agreement.AgreementReport:
     rows = (Review.objects.filter(campaign=campaign).exclude(label=Label.SKIP)
-            .values_list("item_id", "reviewer__username", "label", "choice", "item__original_label"))
+            .values_list("item_id", "reviewer__username", "label", "choice", "item__original_label",
+                         "item__metadata__model_a", "item__metadata__model_b"))
     return agreement.campaign_report(
         (agreement.RatedReview(item=item_id, reviewer=username, label=label,
                                first_chosen=None if choice not in ("first", "second") else choice == "first",
-                               original_label=original)
-         for item_id, username, label, choice, original in rows.iterator(chunk_size=5000)),
+                               original_label=original, model_a=model_a or "", model_b=model_b or "")
+         for item_id, username, label, choice, original, model_a, model_b in rows.iterator(chunk_size=5000)),
         required_reviews=campaign.required_reviews,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPreferenceRow:
+    first: str
+    second: str
+    preference: agreement.ModelPreference
+
+
+def model_preference_rows(*, project: Project, report: agreement.AgreementReport) -> list[ModelPreferenceRow]:
+    """The report's model preferences with the models' labels (a model no longer offered keeps its ref)."""
+    from webapp.chat.selectors import model_choices
+
+    labels = {choice.ref: choice.label for choice in model_choices(project=project)} if report.models else {}
+    return [ModelPreferenceRow(first=labels.get(preference.models[0], preference.models[0]),
+                               second=labels.get(preference.models[1], preference.models[1]), preference=preference)
+            for preference in report.models]
 
 
 def as_display(value: Any) -> dict[str, Any] | None:

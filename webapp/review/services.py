@@ -669,13 +669,22 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
                 response_a = with_text(item.response_a, review.edited_a)
             if review.edited_b is not None:
                 response_b = with_text(item.response_b, review.edited_b)
-    chosen, rejected = (response_b, response_a) if label == Label.B else (response_a, response_b)
+    swapped = label == Label.B
+    chosen, rejected = (response_b, response_a) if swapped else (response_a, response_b)
     row: dict[str, Any] = {}
     if item.prompt is not None:
         row["prompt"] = item.prompt
-    row.update(chosen=chosen, rejected=rejected,
-               review={"campaign": item.campaign.public_id, "item": item.public_id, "label": label,
-                       "resolved": bool(item.resolved_label), "source": item.source, "source_row": item.source_row})
+    review = {"campaign": item.campaign.public_id, "item": item.public_id, "label": label,
+              "resolved": bool(item.resolved_label), "source": item.source, "source_row": item.source_row}
+    if item.metadata.get("model_a") and item.metadata.get("model_b"):
+        # Arena and run pairs: which model wrote each side, as the arena's own export names them.
+        models = (item.metadata["model_b"], item.metadata["model_a"]) if swapped else (
+            item.metadata["model_a"], item.metadata["model_b"])
+        review.update(chosen_model=models[0], rejected_model=models[1])
+    for key in ("battle", "prompts_version"):
+        if key in item.metadata:
+            review[key] = item.metadata[key]
+    row.update(chosen=chosen, rejected=rejected, review=review)
     return row, "written"
 
 

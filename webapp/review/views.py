@@ -92,11 +92,13 @@ def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResp
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     can_manage = membership.can(Role.OWNER)
     exports = list(selectors.export_list(campaign=campaign))
+    report = selectors.campaign_agreement(campaign=campaign)
     return render(request, "review/detail.html", {
         "project": project, "membership": membership, "campaign": campaign,
         "guidelines_html": render_markdown(campaign.guidelines),
         "progress": selectors.campaign_progress(campaign=campaign),
-        "report": selectors.campaign_agreement(campaign=campaign),
+        "report": report,
+        "model_preferences": selectors.model_preference_rows(project=project, report=report),
         "generation_total": 2 * campaign.generation.get("prompts", {}).get("count", 0),
         "reviewers": selectors.reviewer_names(campaign=campaign),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),

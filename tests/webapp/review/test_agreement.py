@@ -4,7 +4,8 @@ from fractions import Fraction
 import pytest
 
 from webapp.review.agreement import (
-    RatedReview, campaign_report, cohen_kappa, fleiss_kappa, krippendorff_alpha_nominal, wilson_interval,
+    RatedReview, campaign_report, cohen_kappa, fleiss_kappa, krippendorff_alpha_nominal, model_preferences,
+    wilson_interval,
 )
 
 
@@ -111,3 +112,23 @@ def test_campaign_report_puts_the_figures_together():
     # alpha = 1 - (8 - 1) · 2 / (64 - 9 - 9 - 4) = 1 - 14/42 = 2/3.
     assert report.alpha == pytest.approx(2 / 3, abs=1e-12)
     assert report.items_rated_twice == 4
+
+
+def test_model_preferences_count_wins_whichever_side_a_model_wrote():
+    # Items by (model_a, model_b): three reviews of (falcon, heron), two of (heron, falcon) — the sides
+    # swapped — and one of a dataset row (no models), which does not count.
+    reviews = [RatedReview(item=index, reviewer="ann", label=label, first_chosen=None, model_a=model_a, model_b=model_b)
+               for index, (model_a, model_b, label) in enumerate([
+                   ("falcon", "heron", "a"), ("falcon", "heron", "b"), ("falcon", "heron", "tie"),
+                   ("heron", "falcon", "b"), ("heron", "falcon", "b"), ("", "", "a")])]
+    [preference] = model_preferences(reviews)
+    # falcon won items 0, 3 and 4; heron won item 1; item 2 was a tie.
+    assert preference.models == ("falcon", "heron")
+    assert (preference.preferred_first.successes, preference.preferred_first.trials) == (3, 4)
+    assert preference.undecided == 1
+    # Wilson at 95 %, n = 4, p = 3/4, z = 1.959964: centre (0.75 + z²/8) / (1 + z²/4) = 0.627527,
+    # half-width z·sqrt(0.75·0.25/4 + z²/64) / (1 + z²/4) = 0.326885
+    assert preference.preferred_first.low == pytest.approx(0.300642, abs=1e-6)
+    assert preference.preferred_first.high == pytest.approx(0.954413, abs=1e-6)
+    report = campaign_report(reviews, required_reviews=1)
+    assert report.models == (preference,)

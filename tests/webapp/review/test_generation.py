@@ -1,10 +1,13 @@
 """Campaigns on two models' answers: creating one (scoped to the project, owners only), the prompts
 it asks, its items made at once when the answers are in, failure with nothing half-made."""
+import json
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from tests.webapp.factories import make_base_model, make_ready_version
+from tests.webapp.review.conftest import answer
 from webapp.review import services
 from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource
 
@@ -186,3 +189,31 @@ def test_the_models_names_are_escaped(team, client_for, prompts_version):
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
     text = page.content.decode()
     assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;script&gt;alert(1)" in text
+
+
+def test_reviews_give_the_model_preference_and_the_export_names_the_models(team, client_for, models,
+                                                                          prompts_version):
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                          answers_b=["b1", "b2", "b3"])
+    for item, label in zip(campaign.items.order_by("sequence"), ["b", "b", "a"]):
+        answer(item, team.teammate, label)
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    [row] = page.context["model_preferences"]
+    # The pair is in the order of the models' refs; falcon (a) won once, heron (b) twice.
+    falcon_first = models[0].public_id < models[1].public_id
+    assert (row.first, row.second) == (("Base model: falcon", "Base model: heron") if falcon_first
+                                       else ("Base model: heron", "Base model: falcon"))
+    preference = row.preference.preferred_first
+    assert (preference.successes, preference.trials) == ((1 if falcon_first else 2), 3)
+    assert "Model preference" in page.content.decode()
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="judged"),
+                                    user=team.owner)
+    export = services.export_write(export_id=export.pk)
+    rows = [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+    assert [(row["chosen"], row["review"]["chosen_model"], row["review"]["rejected_model"]) for row in rows] == [
+        ("b1", models[1].public_id, models[0].public_id), ("b2", models[1].public_id, models[0].public_id),
+        ("a3", models[0].public_id, models[1].public_id)]
+    assert rows[0]["review"]["prompts_version"] == prompts_version.public_id
+    assert export.agreement["model_preferences"][0]["preferred_first"]["trials"] == 3
