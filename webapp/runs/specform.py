@@ -8,11 +8,17 @@ and description as help text. A task or knob the engine adds appears here withou
 the choice of starting model and datasets (``model``, ``data.train``, ``data.eval``) is the web's,
 since people pick registered objects by public id rather than typing server paths.
 
-Keys of other types (a list of reward terms, a mapping) are edited as JSON. ``spec_from_form(task,
-data)`` reads a submitted form back into a spec mapping (strings to typed values where the schema
-needs it; blanks to the default, or to null for optional keys; bad JSON is a ``ValidationError``
-on its key), and
-``spec_initial(spec)`` flattens a spec mapping into initial form values (Duplicate, presets).
+A list of reward terms (``grpo.rewards``, ``grpo.eval_metrics``, ``ppo.rewards``: any key typed
+``tuple[RewardTermSpec, ...]``) is a list of rows — a function of the engine's reward registry
+(``jaxengine.rewards.reward_catalog``, jax-free), its weight, and an input per keyword argument
+its signature declares — posted as ``<key>.<row>.name``, ``<key>.<row>.weight`` and
+``<key>.<row>.args.<function>.<argument>`` (the function in the name, so each function's inputs
+can sit in the row and only the chosen one's are read). Keys of other types (a mapping) are edited
+as JSON. ``spec_from_form(task, data)`` reads a submitted form back into a spec mapping (strings to
+typed values where the schema needs it; blanks to the default, or to null for optional keys; bad
+JSON or an argument of the wrong type is a ``ValidationError`` on its dotted key, e.g.
+``grpo.rewards.1.args.max_length``), and ``spec_initial(spec)`` flattens a spec mapping into
+initial form values (Duplicate, presets).
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from django.core.exceptions import ValidationError
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from jaxengine.spec import TASK_SECTIONS, JobSpec, Task
+from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
+from jaxengine.spec import TASK_SECTIONS, JobSpec, RewardTermSpec, Task
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
@@ -45,7 +52,7 @@ class SpecField:
 
     name: str
     label: str
-    widget: Literal["select", "checkbox", "number", "multi", "text", "json"]
+    widget: Literal["select", "checkbox", "number", "multi", "text", "json", "rewards"]
     default: Any
     help: str
     optional: bool
@@ -89,6 +96,8 @@ def _spec_field(section: str, key: str, info) -> SpecField:
         item, _ = _strip_optional(typing.get_args(annotation)[0])
         if typing.get_origin(item) is Literal:
             return SpecField(widget="multi", default=list(default or ()), choices=typing.get_args(item), **common)
+        if item is RewardTermSpec:
+            return SpecField(widget="rewards", default=_json_default(list(default or ())), **common)
     if annotation is bool:
         return SpecField(widget="checkbox", default=bool(default), **common)
     if annotation in (int, float):
@@ -139,7 +148,18 @@ def _coerce_choice(raw: str, choices: tuple[Any, ...]) -> Any:
 
 def spec_from_form(task: str, data: Any) -> dict[str, Any]:
     """A spec mapping from submitted form ``data`` (a QueryDict): ``task``, ``model``, ``data.train``,
-    ``data.eval`` and every schema field of the task's sections. Validation is left to the spec."""
+    ``data.eval`` and every schema field of the task's sections. Validation is left to the spec;
+    inputs that cannot be read (bad JSON, an argument of the wrong type) raise ``ValidationError``."""
+    spec, errors = read_form(task, data)
+    if errors:
+        raise ValidationError(errors)
+    return spec
+
+
+def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """``spec_from_form``'s spec and its input errors by dotted key, without raising: the launch
+    view shows the form again with what was typed."""
+    errors: dict[str, str] = {}
     spec: dict[str, Any] = {"task": task, "model": data.get("model", "").strip()}
     sections: dict[str, dict[str, Any]] = {name: {} for name in task_section_names(task)}
     sections["data"]["train"] = data.get("data.train", "").strip()
@@ -154,13 +174,17 @@ def spec_from_form(task: str, data: Any) -> dict[str, Any]:
             if field.widget == "multi":
                 sections[section.name][key] = [_coerce_choice(value, field.choices) for value in data.getlist(field.name)]
                 continue
+            if field.widget == "rewards":
+                sections[section.name][key], row_errors = reward_rows_from_form(field.name, data)
+                errors.update(row_errors)
+                continue
             raw = data.get(field.name, "").strip()
             if field.widget == "json":
                 if raw:
                     try:
                         sections[section.name][key] = json.loads(raw)
                     except json.JSONDecodeError as error:
-                        raise ValidationError({field.name: f"not JSON: {error.msg} at column {error.colno}"}) from None
+                        errors[field.name] = f"not JSON: {error.msg} at column {error.colno}"
                 continue
             if raw == "" or raw.lower() in ("none", "null"):
                 if field.optional:
@@ -168,7 +192,7 @@ def spec_from_form(task: str, data: Any) -> dict[str, Any]:
                 continue
             sections[section.name][key] = _coerce_choice(raw, field.choices) if field.widget == "select" else raw
     spec.update(sections)
-    return spec
+    return spec, errors
 
 
 def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
@@ -179,3 +203,93 @@ def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
             for key, value in values.items():
                 initial[f"{section}.{key}"] = value
     return initial
+
+
+# ---- reward-term rows -----------------------------------------------------------------------
+
+
+def reward_functions() -> dict[str, RewardDescription]:
+    """The engine's reward functions by name, with their arguments (what a reward row offers)."""
+    return {description.name: description for description in reward_catalog()}
+
+
+def _row_indices(key: str, data: Any) -> list[int]:
+    indices = set()
+    for name in data:
+        if name.startswith(key + "."):
+            index = name[len(key) + 1:].split(".", 1)[0]
+            if index.isdigit():
+                indices.add(int(index))
+    return sorted(indices)
+
+
+def _argument_value(argument: RewardArgument, raw: str) -> Any:
+    """The typed value of one argument input; ValueError says what was expected."""
+    if argument.kind == "integer":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a whole number") from None
+    if argument.kind == "number":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a number") from None
+    if argument.kind == "boolean":
+        if raw not in ("true", "false"):
+            raise ValueError(f"{raw!r} is not true or false")
+        return raw == "true"
+    if argument.kind == "choice" and raw not in argument.choices:
+        raise ValueError(f"{raw!r} is not one of {', '.join(argument.choices)}")
+    if argument.kind == "text_list":
+        return [line.strip() for line in raw.splitlines() if line.strip()]
+    return raw
+
+
+def reward_rows_from_form(key: str, data: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The reward terms of rows ``<key>.<row>.*`` in row order, and the errors of their inputs by
+    dotted key (``<key>.<n>.weight``, ``<key>.<n>.args.<argument>``, n counting the terms). A row
+    without a function is an unused blank one and left out. Blank weights and arguments keep the
+    function's defaults; a wrong one stays as typed, so that the form shows it again."""
+    functions = reward_functions()
+    terms, errors = [], {}
+    for index in _row_indices(key, data):
+        prefix = f"{key}.{index}"
+        name = data.get(f"{prefix}.name", "").strip()
+        if not name:
+            continue
+        # Errors name the row by its place in the list the spec receives.
+        place = f"{key}.{len(terms)}"
+        term: dict[str, Any] = {"name": name}
+        weight = data.get(f"{prefix}.weight", "").strip()
+        if weight:
+            try:
+                term["weight"] = float(weight)
+            except ValueError:
+                term["weight"] = weight
+                errors[f"{place}.weight"] = f"{weight!r} is not a number"
+        args = {}
+        for argument in functions[name].arguments if name in functions else ():
+            raw = data.get(f"{prefix}.args.{name}.{argument.name}", "").strip()
+            if raw == "":
+                continue
+            try:
+                args[argument.name] = _argument_value(argument, raw)
+            except ValueError as error:
+                args[argument.name] = raw
+                errors[f"{place}.args.{argument.name}"] = str(error)
+        if args:
+            term["args"] = args
+        terms.append(term)
+    return terms, errors
+
+
+def argument_input_value(argument: RewardArgument, value: Any) -> str:
+    """How an argument's value is written back into its input (lists one item per line)."""
+    if value is None:
+        return ""
+    if argument.kind == "text_list" and isinstance(value, (list, tuple)):
+        return "\n".join(str(item) for item in value)
+    if argument.kind == "boolean" and isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -28,7 +28,7 @@ from webapp.runs import presets, selectors, services
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
-from webapp.runs.specform import form_sections, spec_from_form, spec_initial, tasks
+from webapp.runs.specform import form_sections, read_form, spec_initial, tasks
 
 RUNS_PER_PAGE = 50
 MAX_COMPARE = 10
@@ -69,11 +69,14 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
     sections = form_sections(task)
+    fields = [field for section in sections for field in section.fields]
+    # Reward rows show their own errors (``grpo.rewards.1.args.pattern``) in the row.
+    row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
         "other_errors": {key: value for key, value in errors.items()
-                         if key not in {field.name for section in sections for field in section.fields}
+                         if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
                          and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags")},
         "model_choices": selectors.model_choices(project=project),
         "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
@@ -110,7 +113,12 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     spec: dict[str, Any] = {}
     try:
-        spec = services.spec_from_yaml(yaml_text) if mode == "yaml" else spec_from_form(task, request.POST)
+        if mode == "yaml":
+            spec = services.spec_from_yaml(yaml_text)
+        else:
+            spec, input_errors = read_form(task, request.POST)
+            if input_errors:
+                raise _with_spec_errors(project, spec, input_errors)
         task = spec.get("task", task) if spec.get("task") in tasks() else task
         run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
     except ValidationError as error:
@@ -124,6 +132,19 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/new.html", _launch_context(
         project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
         name=name, tags=tags, preset_name=None), status=400)
+
+
+def _with_spec_errors(project, spec: dict[str, Any], input_errors: dict[str, str]) -> ValidationError:
+    """The inputs that could not be read, and what the spec check says of the rest (not again of
+    what they already name: ``grpo.rewards.1.args`` when ``grpo.rewards.1.args.group`` is wrong)."""
+    errors = {key: [message] for key, message in input_errors.items()}
+    try:
+        services.plan_run(project=project, spec=spec, output_dir=services.run_output_dir("form-check"))
+    except ValidationError as error:
+        for key, messages in error.message_dict.items():
+            if not any(known == key or known.startswith(key + ".") for known in input_errors):
+                errors[key] = messages
+    return ValidationError(errors)
 
 
 def _defaults_with(task: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -56,3 +56,33 @@ def test_values_are_read_back_and_bad_json_names_its_key(monkeypatch):
 def test_data_columns_are_not_a_form_field():
     names = {field.name for section in specform.form_sections("sft") for field in section.fields}
     assert "data.columns" not in names and "data.train" not in names and "data.max_seq_len" in names
+
+
+def test_every_list_of_reward_terms_is_a_reward_list_for_every_task():
+    from jaxengine.spec import RewardTermSpec
+
+    for task in specform.tasks():
+        built = {field.name: field for section in specform.form_sections(task) for field in section.fields}
+        for name in specform.task_section_names(task):
+            for key, info in specform.section_model(name).model_fields.items():
+                item = specform._strip_optional(info.annotation)[0]
+                if specform.typing.get_args(item)[:1] == (RewardTermSpec,):
+                    assert built[f"{name}.{key}"].widget == "rewards", (task, key)
+    grpo = {field.name: field for section in specform.form_sections("grpo") for field in section.fields}
+    assert grpo["grpo.rewards"].widget == grpo["grpo.eval_metrics"].widget == "rewards"
+
+
+def test_reward_rows_are_read_in_order_with_typed_arguments():
+    data = QueryDict(mutable=True)
+    data.update({"r.2.name": "length_target", "r.2.args.length_target.target": "12",
+                 "r.2.args.length_target.unit": "words", "r.0.name": "valid_json", "r.0.weight": "2.5",
+                 "r.0.args.valid_json.require_object": "false", "r.1.name": "",
+                 "r.5.name": "numeric_match", "r.5.args.numeric_match.tolerance": "1e-3",
+                 "r.5.args.numeric_match.group": "2.5", "r.5.args.numeric_match.extract": "nearest"})
+    terms, errors = specform.reward_rows_from_form("r", data)
+    assert terms == [{"name": "valid_json", "weight": 2.5, "args": {"require_object": False}},
+                     {"name": "length_target", "args": {"target": 12, "unit": "words"}},
+                     {"name": "numeric_match", "args": {"tolerance": 0.001, "group": "2.5", "extract": "nearest"}}]
+    # Named by the term's place in the spec's list (the blank row 1 is not a term).
+    assert errors == {"r.2.args.group": "'2.5' is not a whole number",
+                      "r.2.args.extract": "'nearest' is not one of full, last_number, answer_line, boxed, regex"}

@@ -6,6 +6,8 @@ from typing import Any
 
 from django import template
 
+from webapp.runs.specform import argument_input_value, reward_functions
+
 register = template.Library()
 
 
@@ -32,10 +34,45 @@ def duration_short(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[str, Any]:
+    """What one reward row shows: its function, weight, each function's argument inputs (only the
+    chosen function's visible) and the errors under ``<key>.<index>``."""
+    prefix = f"{field.name}.{index}"
+    chosen = term.get("name", "")
+    args = term.get("args") or {}
+    groups = [{
+        "function": function, "hidden": function.name != chosen,
+        "arguments": [{
+            "argument": argument, "input_name": f"{prefix}.args.{function.name}.{argument.name}",
+            "input_id": f"spec-{field.name.replace('.', '-')}-{index}-{function.name}-{argument.name}",
+            "value": argument_input_value(argument, args.get(argument.name)) if function.name == chosen else "",
+            "default": "" if argument.required else argument_input_value(argument, argument.default),
+            "errors": errors.get(f"{prefix}.args.{argument.name}", []) if function.name == chosen else [],
+        } for argument in function.arguments],
+    } for function in functions.values()]
+    row_errors = [f"{key.removeprefix(prefix + '.') if key != prefix else 'row'}: {message}"
+                  for key, messages in errors.items()
+                  if key == prefix or (key.startswith(prefix + ".") and not key.startswith(prefix + ".args."))
+                  for message in messages]
+    weight = term.get("weight", "")
+    return {"index": index, "prefix": prefix, "name": chosen, "weight": "" if weight in (None, "") else weight,
+            "groups": groups, "errors": row_errors}
+
+
 @register.inclusion_tag("runs/_spec_field.html")
 def spec_field(field, initial: dict, errors: dict) -> dict[str, Any]:
     """One schema-built input with its value, help text and errors."""
     value = initial.get(field.name, field.default)
+    if field.widget == "rewards":
+        functions = reward_functions()
+        terms = value if isinstance(value, list) else []
+        return {
+            "field": field, "functions": list(functions.values()), "errors": errors.get(field.name, []),
+            "default": None,
+            "rows": [_reward_row(field, index, term if isinstance(term, dict) else {}, errors, functions)
+                     for index, term in enumerate(terms)],
+            "blank_row": _reward_row(field, "__row__", {}, {}, functions),
+        }
     return {
         "json_value": json.dumps(value) if field.widget == "json" and value not in (None, "") else (value or ""),
         "field": field,
