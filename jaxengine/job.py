@@ -236,23 +236,41 @@ def run_job(
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[Any], None] | None = None,
     progress_bar: bool | None = None,
+    placement: Any = None,
 ) -> dict[str, Any]:
-    """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary."""
+    """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
+
+    In a multi-host job (``jaxengine.distributed.initialize`` called first) every process calls this;
+    the arrays are then global over all processes' devices (``placement``, default
+    ``DataParallel()``; one process: unplaced unless given) and process 0 writes the files."""
+    import jax
+
+    from jaxengine.distributed import DataParallel
+
     started = time.perf_counter()
+    if jax.process_count() != spec.hosts:
+        raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
+                       f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
+    if placement is None and jax.process_count() > 1:
+        placement = DataParallel()
+    writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    if writes_files:
+        (run_dir / "spec.yaml").write_text(dump_spec(spec))
     job_model = build_job_model(spec)
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
 
         trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir)
     else:
-        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir)
+        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
     exported = {}
     if summary["status"] == "succeeded":
-        exported = export_trained(trainer.current_model(), spec, job_model, run_dir / "export")
+        trained = trainer.current_model()  # every process: gathering global arrays may be collective
+        if writes_files:
+            exported = export_trained(trained, spec, job_model, run_dir / "export")
     summary.update(
         task=spec.task,
         model=str(job_model.model_dir),
@@ -261,12 +279,14 @@ def run_job(
         data=data_summary,
         export=exported,
         total_seconds=time.perf_counter() - started,
+        hosts=spec.hosts,
     )
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if writes_files:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path):
+def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None):
     """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
@@ -316,5 +336,5 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path):
                                  max_new_tokens=spec.train.sample_max_new_tokens) if sample_rows else None
     trainer = Trainer(model=model, task=task, config=train_config,
                       train_examples=train_examples, eval_examples=eval_examples, pad_id=pad_id, run_dir=run_dir,
-                      trainable=job_model.trainable, eval_hook=eval_hook)
+                      trainable=job_model.trainable, eval_hook=eval_hook, placement=placement)
     return trainer, {"train": train_stats.to_dict(), "eval": eval_stats.to_dict(), "rows_per_epoch": rows_per_epoch}

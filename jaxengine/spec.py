@@ -52,6 +52,9 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
     "grpo": ("grpo",),
 }
 
+# Tasks whose trainer runs as one SPMD program over many processes (``hosts`` > 1).
+MULTI_HOST_TASKS: tuple[str, ...] = ("pretrain", "sft", "reward", "dpo")
+
 
 class SpecError(ValueError):
     """An invalid job spec. ``problems`` holds one human-readable line per problem."""
@@ -244,6 +247,10 @@ class JobSpec(_Section):
     dpo: DpoSpec | None = None
     reward: RewardSpec | None = None
     grpo: GrpoSpec | None = None
+    # Multi-host jobs (``jaxengine.distributed``): one process per host of ``pool``, joined by jax.distributed.
+    hosts: int = Field(default=1, ge=1, le=256, description="Hosts (processes) the job runs on; 1 = one process.")
+    pool: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
+                      description="Host pool whose workers take the job (Celery queue train-<pool>; default: train).")
 
     @model_validator(mode="before")
     @classmethod
@@ -267,6 +274,9 @@ class JobSpec(_Section):
         if self.data.loss_on == "all" and self.task != "sft":
             raise ValueError(f"data.loss_on: 'all' only applies to sft (task is {self.task!r}); "
                              "pretrain always trains every token, reward and dpo score the completions")
+        if self.hosts > 1 and self.task not in MULTI_HOST_TASKS:
+            raise ValueError(f"hosts: {self.task} runs on one host (its rollouts are sampled by one process); "
+                             f"multi-host jobs run {', '.join(MULTI_HOST_TASKS)}")
         used = TASK_SECTIONS[self.task]
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:

@@ -297,6 +297,10 @@ class Trainer:
     model), from ``batch_source(trainer) -> batches`` with the [A, ...] leading accumulation axis.
     ``guard(record) -> reason | None`` sees each step's logged metrics; a reason ends the run with
     status ``failed`` and that message, keeping the checkpoints already saved.
+
+    ``placement`` (a ``jaxengine.distributed.DataParallel``) makes the arrays global over the
+    devices of every process of a multi-host job; then only process 0 writes the run directory's
+    files and runs ``eval_hook``, while checkpoints are written by all processes together.
     """
 
     def __init__(
@@ -313,6 +317,7 @@ class Trainer:
         eval_hook: Callable[[nnx.Module, int], Metrics] | None = None,
         batch_source: Callable[[Trainer], Any] | None = None,
         guard: Callable[[Metrics], str | None] | None = None,
+        placement: Any = None,
     ):
         if (train_examples is None) == (batch_source is None):
             raise ValueError("give the trainer exactly one of train_examples and batch_source")
@@ -334,6 +339,10 @@ class Trainer:
         model.eval()
         self.eval_graphdef = nnx.graphdef(model)
         model.train()
+        self.placement = placement
+        self.writes_files = jax.process_index() == 0
+        if placement is not None:
+            params, rng_state, self.frozen = placement.put_state((params, rng_state, self.frozen))
         self.params, self.rng_state = params, rng_state
         self.opt_state = make_optimizer(config.optim, total_steps=config.total_steps).init(params)
         self.step = 0
@@ -350,7 +359,10 @@ class Trainer:
     def current_model(self, *, train: bool = False) -> nnx.Module:
         """A fresh module over the current weights (eval mode unless ``train``); editing it, e.g. merging
         LoRA, leaves the trainer's state as it is."""
-        return nnx.merge(self.graphdef if train else self.eval_graphdef, self.params, self.rng_state, self.frozen)
+        state = (self.params, self.rng_state, self.frozen)
+        if self.placement is not None:
+            state = self.placement.to_local(state)
+        return nnx.merge(self.graphdef if train else self.eval_graphdef, *state)
 
     def evaluate(self) -> Metrics:
         """Weighted means of the task's metrics over the whole eval set, as ``eval/<name>``."""
@@ -358,6 +370,8 @@ class Trainer:
         weight_total = 0.0
         for batch in pipeline.eval_batches(self.eval_examples, batch_size=self.config.batch_size,
                                            max_seq_len=self.config.max_seq_len, pad_id=self.pad_id):
+            if self.placement is not None:
+                batch = self.placement.put_replicated(batch)
             weighted, weight = eval_step(self.params, self.rng_state, self.frozen, batch,
                                          graphdef=self.eval_graphdef, task=self.task)
             for name, value in weighted.items():
@@ -427,10 +441,10 @@ class Trainer:
         checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last,
                                   higher_is_better=config.best_higher_is_better)
         resumed_from = self.step if self.resume(checkpoints) else None
-        if resumed_from is not None:
+        if self.writes_files and resumed_from is not None:
             _truncate_jsonl(self.metrics_path, after_step=self.step)
             _truncate_jsonl(self.samples_path, after_step=self.step)
-        elif self.metrics_path.exists():
+        elif self.writes_files and self.metrics_path.exists():
             self.metrics_path.unlink()
         stream = None if self.batch_source is not None else pipeline.BatchStream(
             examples=self.train_examples, batch_size=config.batch_size, max_seq_len=config.max_seq_len,
@@ -444,14 +458,18 @@ class Trainer:
         best_eval = self._best_saved_score(checkpoints)
         try:
             while self.step < config.total_steps:
-                if should_stop is not None and should_stop():
+                stop = should_stop is not None and should_stop()
+                if self.placement is not None:
+                    stop = self.placement.agree(stop)  # every process stops at the same step
+                if stop:
                     status, message = "cancelled", f"cancelled at step {self.step}"
                     self.save_checkpoint(checkpoints, eval_score=None)
                     break
                 batches = self.batch_source(self) if stream is None else self._next_batches(stream)
                 step_started = time.perf_counter()
+                step_batches = batches if self.placement is None else self.placement.put_batches(batches)
                 self.params, self.opt_state, self.rng_state, metrics = train_step(
-                    self.params, self.opt_state, self.rng_state, self.frozen, batches, jnp.int32(self.step),
+                    self.params, self.opt_state, self.rng_state, self.frozen, step_batches, np.int32(self.step),
                     graphdef=self.graphdef, task=self.task, optim=config.optim, total_steps=config.total_steps)
                 metrics = {name: float(value) for name, value in metrics.items()}
                 seconds = time.perf_counter() - step_started
@@ -478,13 +496,16 @@ class Trainer:
                 if evaluates and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
                     evaluation = self.evaluate()
                     if self.eval_hook is not None:
-                        evaluation.update(self.eval_hook(self.current_model(), self.step))
+                        current = self.current_model()  # on every process: gathering may be collective
+                        if self.writes_files:
+                            evaluation.update(self.eval_hook(current, self.step))
                     eval_score = evaluation.get(config.best_metric)
                     if eval_score is not None and is_better(eval_score, best_eval,
                                                             higher_is_better=config.best_higher_is_better):
                         best_eval, new_best = eval_score, True
                     record.update(evaluation)
-                _append_jsonl(self.metrics_path, record)
+                if self.writes_files:
+                    _append_jsonl(self.metrics_path, record)
                 last_metrics = record
                 # A new best is saved even between save_every steps, so a later stop still has it.
                 if (config.save_every and self.step % config.save_every == 0) or at_end or new_best:

@@ -5,6 +5,10 @@ The spec is validated before anything heavy is imported; an invalid one prints o
 checkpoints resumes from the latest. Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
 a checkpoint and exits 130. The run summary is printed as one JSON object; exit 0 when the run
 succeeded, 1 when it failed (e.g. a non-finite loss).
+
+A spec with ``hosts: N`` runs as N processes, one per host, each started with the same spec and
+``--coordinator HOST:PORT --num-processes N --process-id I`` (process 0's host; see
+``jaxengine.distributed``); the web app's host pools do this for you.
 """
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.split("\n\n")[0].strip("`"))
     parser.add_argument("spec", metavar="SPEC.yaml", help="job spec file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even in a terminal")
+    parser.add_argument("--coordinator", metavar="HOST:PORT", help="multi-host job: process 0's address and a free port")
+    parser.add_argument("--num-processes", type=int, metavar="N", help="multi-host job: processes (the spec's hosts)")
+    parser.add_argument("--process-id", type=int, metavar="I", help="multi-host job: this process's index, 0..N-1")
     parser.set_defaults(handler=_train)
 
 
@@ -32,6 +39,21 @@ def _train(args: argparse.Namespace) -> int:
     except SpecError as error:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
+
+    group_arguments = (args.coordinator, args.num_processes, args.process_id)
+    if spec.hosts > 1 or any(value is not None for value in group_arguments):
+        from jaxengine import distributed
+
+        if any(value is None for value in group_arguments):
+            print(f"{args.spec}: hosts: {spec.hosts}: give --coordinator, --num-processes and --process-id "
+                  "to each process", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            distributed.initialize(distributed.ProcessGroup(
+                coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id))
+        except distributed.DistributedError as error:
+            print(f"{args.spec}: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
 
     from jaxengine.data.pipeline import DataError
     from jaxengine.job import JobError, run_job

@@ -175,7 +175,7 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
         return redirect("review:next", project.slug, campaign.public_id)
     item = services.queue_next_item(campaign=campaign, user=request.user)
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
-               "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status != CampaignStatus.READY,
+               "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)

@@ -217,3 +217,24 @@ def test_reviews_give_the_model_preference_and_the_export_names_the_models(team,
         ("a3", models[0].public_id, models[1].public_id)]
     assert rows[0]["review"]["prompts_version"] == prompts_version.public_id
     assert export.agreement["model_preferences"][0]["preferred_first"]["trials"] == 3
+
+
+def test_the_reviewing_page_says_the_items_are_coming_or_why_there_are_none(team, client_for, models,
+                                                                            prompts_version):
+    campaign = generate(team, models, prompts_version)
+    url = reverse("review:next", args=[team.project.slug, campaign.public_id])
+    assert "still being generated" in client_for(team.teammate).get(url).content.decode()
+    services.generation_fail(campaign_id=campaign.pk, reason="Base model: falcon cannot answer row 1 <of>")
+    page = client_for(team.teammate).get(url).content.decode()
+    assert "This campaign has no items: Base model: falcon cannot answer row 1 &lt;of&gt;" in page
+
+
+def test_the_owner_queues_a_stuck_generation_again(team, client_for, models, prompts_version, sent_tasks,
+                                                  django_capture_on_commit_callbacks):
+    campaign = generate(team, models, prompts_version)
+    sent_tasks.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.owner).post(reverse("review:load", args=[team.project.slug, campaign.public_id]))
+    assert response.status_code == 302 and sent_tasks == [(services.GENERATE_TASK, [campaign.pk], "serve")]
+    assert client_for(team.teammate).post(reverse("review:load", args=[team.project.slug,
+                                                                      campaign.public_id])).status_code == 403
