@@ -52,6 +52,14 @@ PRESETS: dict[str, list[dict[str, Any]]] = {
                   "grpo": {"num_generations": 8, "max_new_tokens": 64,
                            "rewards": [{"name": "exact_match", "weight": 1.0}]}}},
     ],
+    "ppo": [
+        {"name": "PPO (exact match)", "description": "A value head and GAE; rollouts scored by exact match with the "
+                                                     "answer column, KL penalty 0.04 per token.",
+         "spec": {"peft": {"method": "lora", "rank": 16, "alpha": 32},
+                  "optim": {"learning_rate": 1e-5},
+                  "train": {"max_steps": 100, "batch_size": 8, "save_every": 25},
+                  "ppo": {"max_new_tokens": 64, "rewards": [{"name": "exact_match", "weight": 1.0}]}}},
+    ],
 }
 
 
