@@ -238,3 +238,25 @@ def test_the_owner_queues_a_stuck_generation_again(team, client_for, models, pro
     assert response.status_code == 302 and sent_tasks == [(services.GENERATE_TASK, [campaign.pk], "serve")]
     assert client_for(team.teammate).post(reverse("review:load", args=[team.project.slug,
                                                                       campaign.public_id])).status_code == 403
+
+
+def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_version):
+    from webapp.runs.models import Artifact, Run, RunStatus
+
+    eval_set = make_ready_version(team.project, name="held out", kind="preference",
+                                  rows=[{"prompt": "Best colour?", "chosen": "Blue.", "rejected": "Seven."}])
+    run = Run.objects.create(project=team.project, name="dpo-1", task="dpo", status=RunStatus.SUCCEEDED,
+                             spec={"data": {"train": prompts_version.public_id, "eval": eval_set.public_id}},
+                             resolved_spec={"output_dir": "/runs/dpo-1"})
+    for step in (100, 200):
+        Artifact.objects.create(run=run, kind="checkpoint", step=step, path=f"/runs/dpo-1/export-step-{step}")
+    form = client_for(team.owner).get(reverse("review:generate", args=[team.project.slug])).context["form"]
+    assert dict(form.fields["prompts_version"].choices)[eval_set.public_id] == "Eval set of run dpo-1: held out v1"
+    assert {f"{run.public_id}:step-100", f"{run.public_id}:step-200"} <= set(dict(form.fields["model_a"].choices))
+    campaign = services.campaign_generate(
+        project=team.project, name="100 vs 200", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=f"{run.public_id}:step-100", model_b=f"{run.public_id}:step-200", prompts_version=eval_set,
+        prompt_count=10, sampling=services.GenerationSettings(), user=team.owner)
+    assert campaign.generation["model_b"]["path"] == "/runs/dpo-1/export-step-200"
+    assert campaign.generation["prompts"]["count"] == 1, "no more prompts than the version has"
+    assert [prompt.prompt for prompt in services.generation_prompts(campaign=campaign)] == ["Best colour?"]
