@@ -3,11 +3,15 @@
 Builds a throwaway SQLite database (production settings: DEBUG off, WAL) with one project holding
 ``--runs`` runs (tags, final metrics, a base model and a dataset version each), ten of which carry
 ``--points`` metric points each (``--metrics`` metrics over points / metrics steps) and a few eval
-samples; then requests pages through Django's in-process test client (the whole server path:
+samples. The ten are running: like the train worker, each keeps its downsampled buckets on its row
+(``Run.series_cache``), stored ``--tail-steps`` steps before its last (the worker stores them every
+5 s, so a page reduces at most a few seconds of new points; 1,000 steps is a generous tail). Then it
+requests pages through Django's in-process test client (the whole server path:
 middleware, session, access check, queries, downsampling, template). Prints the median, 95th
 percentile and maximum over ``--requests`` requests per page after a warm-up.
 
-    .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--requests 30]
+    .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--tail-steps 1000]
+                                         [--requests 30]
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--metrics", type=int, default=4)
+    parser.add_argument("--tail-steps", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     return parser.parse_args()
@@ -43,6 +48,7 @@ def populate(args):
     from webapp.projects.services import project_create
     from webapp.runs import services
     from webapp.runs.models import MetricPoint, Run, Sample
+    from webapp.runs.selectors import series_buckets
 
     app.send_task = lambda *a, **k: None
     owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
@@ -70,12 +76,16 @@ def populate(args):
     steps = args.points // args.metrics
     Run.objects.filter(pk__in=[run.pk for run in compared]).update(current_step=steps, total_steps=steps)
     Run.objects.filter(pk__in=[run.pk for run in compared]).update(status="running")
+    stored_through = max(0, steps - args.tail_steps)
     for run in compared:
-        run.current_step, run.status = steps, "running"
         points = [MetricPoint(run=run, step=step, name=f"metric_{metric}", value=rng.random() / step,
                               wall_time=1e9 + step, tokens=step * 512)
                   for metric in range(args.metrics) for step in range(1, steps + 1)]
-        MetricPoint.objects.bulk_create(points, batch_size=5000)
+        MetricPoint.objects.bulk_create([point for point in points if point.step <= stored_through], batch_size=5000)
+        run.current_step, run.status = stored_through, "running"
+        Run.objects.filter(pk=run.pk).update(series_cache={"buckets": series_buckets(run=run).to_json()})
+        MetricPoint.objects.bulk_create([point for point in points if point.step > stored_through], batch_size=5000)
+        run.current_step = steps
         Sample.objects.bulk_create([Sample(run=run, step=steps, position=position, prompt=f"prompt {position}",
                                            text=f"answer {position} of {run.name}") for position in range(8)])
     return owner, compared
@@ -108,6 +118,8 @@ def main() -> None:
     setup_django(Path(tempfile.mkdtemp(prefix="temper-bench-runs-")))
     from django.test import Client
 
+    from webapp.runs.models import Run
+
     started = time.perf_counter()
     owner, compared = populate(args)
     print(f"populated {args.runs} runs, {len(compared)} x {args.points} points in {time.perf_counter() - started:.0f} s")
@@ -122,6 +134,11 @@ def main() -> None:
     }
     print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>6}")
     measure(client, live, args)
+    stored = {run.pk: Run.objects.get(pk=run.pk).series_cache for run in compared}
+    Run.objects.filter(pk__in=list(stored)).update(series_cache={})
+    measure(client, {"compare 10 running runs, no stored buckets": f"/p/bench/runs/compare/?{query}"}, args)
+    for pk, cache in stored.items():
+        Run.objects.filter(pk=pk).update(series_cache=cache)
     finish(compared)
     measure(client, {f"compare 10 finished runs x {args.points} pts": f"/p/bench/runs/compare/?{query}"}, args)
 
