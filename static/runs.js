@@ -38,7 +38,7 @@
       line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
       layoutFor(name), { displayModeBar: false, responsive: true });
     plot.on("plotly_click", function (event) {
-      if (event.points && event.points.length) loadSamples({ step: event.points[0].x });
+      if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
     });
     document.getElementById("no-metrics").hidden = true;
     return plot;
@@ -111,15 +111,23 @@
     list.scrollTop = list.scrollHeight;
   }
 
-  function loadSamples(params) {
+  function loadSamples(params, options) {
     var url = config.dataset.samplesUrl + "?" + new URLSearchParams(params).toString();
     return fetch(url, { credentials: "same-origin" }).then(function (response) { return response.text(); })
       .then(function (html) {
         var holder = document.getElementById("samples");
         holder.innerHTML = html;  // a server-rendered partial: every text in it is escaped by Django
         bindSampleFilter();
-        holder.scrollIntoView({ behavior: "smooth", block: "start" });
+        if (!options || options.scroll !== false) holder.scrollIntoView({ behavior: "smooth", block: "start" });
       });
+  }
+
+  // The filters chosen in the samples browser, without its step (a chart click or the newest step replaces it).
+  function sampleFilters() {
+    var form = document.querySelector("#samples form.sample-filter");
+    var filters = form ? Object.fromEntries(new FormData(form).entries()) : {};
+    delete filters.step;
+    return filters;
   }
 
   function bindSampleFilter() {
@@ -129,7 +137,22 @@
       event.preventDefault();
       loadSamples(Object.fromEntries(new FormData(form).entries()));
     });
-    form.querySelector("select[name=step]").addEventListener("change", function () { form.requestSubmit(); });
+    ["step", "kind", "order"].forEach(function (name) {
+      form.querySelector("select[name=" + name + "]").addEventListener("change", function () { form.requestSubmit(); });
+    });
+    document.querySelectorAll("#samples .sample-pages button[data-page]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        loadSamples(Object.assign(Object.fromEntries(new FormData(form).entries()), { page: button.dataset.page }));
+      });
+    });
+  }
+
+  // New samples (a GRPO/PPO run logs rollouts every step): follow them only while the newest step
+  // is shown, without scrolling the page; a step someone chose stays.
+  function samplesArrived() {
+    var shown = document.querySelector("#samples .samples");
+    if (shown && shown.dataset.step && shown.dataset.step !== shown.dataset.lastStep) return;
+    loadSamples(sampleFilters(), { scroll: false });
   }
 
   function catchUp() {
@@ -168,7 +191,7 @@
       if (event.type === "metrics") addEventPoints(event.points);
       else if (event.type === "progress") showProgress(event);
       else if (event.type === "log") addLogLines(event.lines);
-      else if (event.type === "samples") loadSamples({ step: event.step });
+      else if (event.type === "samples") samplesArrived();
       else if (event.type === "status") finished();
       else if (event.type === "unavailable") { source.close(); poll(); }
     };

@@ -7,8 +7,9 @@ One writer thread per attempt does everything else, off the training thread:
 - every ``FLUSH_SECONDS`` it drains the queue and bulk-inserts the metric points (one row per
   metric and step; ``ignore_conflicts`` on the unique (run, name, step) key, so a replay never
   duplicates), updates the run's progress fields, and publishes the batch on the run's Redis
-  channel for live pages; at steps that evaluated, it reads that step's generations from the run
-  directory's ``samples.jsonl`` into ``Sample`` rows; it folds every point into the run's min/max
+  channel for live pages; it reads the lines the engine appended to the run directory's
+  ``samples.jsonl`` since its last pass (generations at evaluations, and for GRPO/PPO every step's
+  rollouts) into ``Sample`` rows; it folds every point into the run's min/max
   step buckets (``webapp.runs.downsampling``) and stores them on the run row every
   ``BUCKETS_SECONDS``, in the transaction that stores the points they cover, so that charts of a
   running run reduce only the points stored since;
@@ -27,7 +28,13 @@ and offsets token counts by the total recorded at the step before, so the histor
 A worker killed mid-run can die with points still queued for the database, for steps up to the
 checkpoint the next attempt resumes from; those steps are never computed again, so the writer first
 fills them in from the run directory's ``metrics.jsonl``, which the engine writes before each
-checkpoint and which is therefore complete up to it.
+checkpoint and which is therefore complete up to it; their samples come from a first pass over
+``samples.jsonl`` (positions are counted in file order, so a sample stored before is not stored twice).
+
+Samples are bounded in the database: at most ``ROLLOUTS_PER_STEP`` rollouts of a step are stored
+(the first ones, whole prompt groups when it is a multiple of the group size), and a text longer
+than ``SAMPLE_TEXT_CHARS`` is cut there (``extra.truncated_from`` keeps its length). The run
+directory's ``samples.jsonl`` keeps every rollout in full; the samples browser pages what is stored.
 """
 from __future__ import annotations
 
@@ -64,6 +71,10 @@ CANCEL_POLL_SECONDS = 0.5
 INSERT_BATCH = 2000
 # Keys of the engine's per-step record that are not metrics of their own.
 NOT_METRICS = frozenset({"step"})
+# Per step: 64 covers the presets' 4-8 prompts x 8 generations; samples.jsonl keeps the rest.
+ROLLOUTS_PER_STEP = 64
+SAMPLE_TEXT_CHARS = 4000
+ROLLOUT = "rollout"
 
 
 def run_start(*, run_pk: int, attempt: int, worker_name: str) -> Run | None:
@@ -128,18 +139,28 @@ def metric_values(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
             yield name, float(value)
 
 
-def read_step_samples(samples_path: Path, step: int) -> list[dict[str, Any]]:
-    """The records of ``samples.jsonl`` logged at ``step``, in file order."""
-    if not samples_path.exists():
-        return []
-    found = []
-    with samples_path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                record = json.loads(line)
-                if record.get("step") == step:
-                    found.append(record)
-    return found
+class AppendedLines:
+    """The JSON lines appended to a file since the last ``read()``: complete lines only (the engine
+    may be writing one), from the start again when the file shrank (a resume truncated it)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                if handle.seek(0, 2) < self.offset:
+                    self.offset = 0
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        return [json.loads(line) for line in chunk[:end + 1].splitlines() if line.strip()]
 
 
 def read_metric_lines(metrics_path: Path, *, before_step: int) -> list[dict[str, Any]]:
@@ -168,11 +189,15 @@ def sample_row(run: Run, step: int, position: int, record: dict[str, Any]) -> Sa
     reward = record.get("reward")
     if reward is None and rewards:
         reward = sum(value for value in rewards.values() if isinstance(value, (int, float)))
+    text = str(record.get("text", ""))
+    extra = {key: value for key, value in record.items() if key not in known}
+    if len(text) > SAMPLE_TEXT_CHARS:
+        text, extra["truncated_from"] = text[:SAMPLE_TEXT_CHARS], len(text)
     return Sample(
-        run=run, step=step, position=position, prompt=record.get("prompt", ""), text=str(record.get("text", "")),
+        run=run, step=step, position=position, prompt=record.get("prompt", ""), text=text,
         answer=str(record.get("answer") or ""), rewards=rewards,
         reward=reward if isinstance(reward, (int, float)) and math.isfinite(reward) else None,
-        extra={key: value for key, value in record.items() if key not in known},
+        extra=extra,
     )
 
 
@@ -189,7 +214,10 @@ class RunReporter:
         self.heartbeat_seconds = heartbeat_seconds or settings.TEMPER_RUN_HEARTBEAT_SECONDS
         # Off only where no Redis is wanted (unit tests, the ingestion benchmark's DB-only figure).
         self.use_redis = use_redis
-        self.samples_path = run.output_dir / "samples.jsonl"
+        self._samples = AppendedLines(run.output_dir / "samples.jsonl")
+        self._sample_counts: dict[int, int] = {}  # step -> its records read so far (the next position)
+        self._rollout_counts: dict[int, int] = {}
+        self._samples_from_step = 0
         self._queue: queue.SimpleQueue[ProgressRecord] = queue.SimpleQueue()
         self._cancel = threading.Event()
         self._closing = threading.Event()
@@ -287,6 +315,9 @@ class RunReporter:
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
             Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
             self._buckets_stored_at = time.monotonic()
+            # Earlier steps' samples are stored, except perhaps those of the last one stored and
+            # of the lost steps after it: the first pass over samples.jsonl stores those.
+            self._samples_from_step = Sample.objects.filter(run=self.run).aggregate(last=Max("step"))["last"] or 0
         if first_step > 1:
             self.log(f"resumed: continuing from step {first_step - 1}")
 
@@ -307,9 +338,6 @@ class RunReporter:
                 rows.append((self.run.pk, record["step"], name, value, wall_time, record["tokens"]))
                 self._track(name, value, record["step"])
         insert_metric_rows(rows)
-        for record in lost:
-            if any(name.startswith("eval/") for name in record):
-                self._write_samples(record["step"], record)
         self.log(f"recovered steps {lost[0]['step']}-{lost[-1]['step']} from the run directory")
 
     def _write(self, records: list[ProgressRecord]) -> None:
@@ -351,17 +379,37 @@ class RunReporter:
         self._publish({"type": "metrics", "points": payload})
         self._publish({"type": "progress", "step": last.step, "total_steps": last.total_steps,
                        "tokens": tokens_seen, "train_seconds": train_seconds})
+        # The engine wrote a step's samples before reporting the step: they are in the file now.
+        evaluated = self._write_samples()
         for step in eval_steps:
-            self._write_samples(step, next(r for r in records if r.step == step).metrics)
+            metrics = next(r for r in records if r.step == step).metrics
+            evaluation = ", ".join(f"{name} {value:.4g}" for name, value in metric_values(metrics)
+                                   if name.startswith("eval/"))
+            count = evaluated.get(step, 0)
+            self.log(f"step {step}: evaluated ({evaluation}" + (f"; {count} samples)" if count else ")"))
 
-    def _write_samples(self, step: int, metrics: dict[str, Any]) -> None:
-        records = read_step_samples(self.samples_path, step)
-        if records:
-            Sample.objects.bulk_create([sample_row(self.run, step, position, record)
-                                        for position, record in enumerate(records)], ignore_conflicts=True)
-            self._publish({"type": "samples", "step": step, "count": len(records)})
-        evaluation = ", ".join(f"{name} {value:.4g}" for name, value in metric_values(metrics) if name.startswith("eval/"))
-        self.log(f"step {step}: evaluated ({evaluation}" + (f"; {len(records)} samples)" if records else ")"))
+    def _write_samples(self) -> dict[int, int]:
+        """Store the samples appended to samples.jsonl since the last pass (within the bounds of the
+        module notes); returns how many generations (not rollouts) each step got."""
+        rows, evaluated, steps = [], {}, set()
+        for record in self._samples.read():
+            step = int(record.get("step", 0))
+            position = self._sample_counts.get(step, 0)
+            self._sample_counts[step] = position + 1
+            if step < self._samples_from_step:
+                continue
+            if record.get("kind") == ROLLOUT:
+                self._rollout_counts[step] = self._rollout_counts.get(step, 0) + 1
+                if self._rollout_counts[step] > ROLLOUTS_PER_STEP:
+                    continue
+            else:
+                evaluated[step] = evaluated.get(step, 0) + 1
+            rows.append(sample_row(self.run, step, position, record))
+            steps.add(step)
+        if rows:
+            Sample.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+            self._publish({"type": "samples", "step": max(steps), "count": len(rows)})
+        return evaluated
 
     def _track(self, name: str, value: float, step: int) -> None:
         track_metric(self._summary_metrics, name, value, step)

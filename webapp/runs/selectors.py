@@ -201,21 +201,39 @@ def series_cache_for(run: Run) -> dict[str, Any]:
             "series": metric_series(run=run, max_points=COMPARE_MAX_POINTS)}
 
 
-def sample_steps(*, run: Run) -> list[int]:
-    return list(Sample.objects.filter(run=run).values_list("step", flat=True).distinct().order_by("step"))
+# Sample kinds the samples browser filters by: GRPO/PPO rollouts (``extra.kind``) and the
+# generations logged at evaluations (everything else).
+SAMPLE_KINDS = ("rollout", "eval")
+SAMPLE_ORDERS = {"position": ("position",), "reward": ("-reward", "position"), "-reward": ("reward", "position")}
 
 
-def sample_list(*, run: Run, step: int | None = None, min_reward: float | None = None,
-                max_reward: float | None = None) -> QuerySet[Sample]:
-    """Samples of ``run`` at ``step`` (all steps when None), optionally within a reward range."""
-    samples = Sample.objects.filter(run=run)
+def _of_kind(samples: QuerySet[Sample], kind: str | None) -> QuerySet[Sample]:
+    if kind == "rollout":
+        return samples.filter(extra__kind="rollout")
+    if kind == "eval":
+        # A sample without a kind has none to compare: it is a generation too (SQL's NULL != 'rollout').
+        return samples.filter(~Q(extra__has_key="kind") | ~Q(extra__kind="rollout"))
+    return samples
+
+
+def sample_steps(*, run: Run, kind: str | None = None) -> list[int]:
+    """The steps that have samples (of ``kind``, one of ``SAMPLE_KINDS``; any when None)."""
+    samples = _of_kind(Sample.objects.filter(run=run), kind)
+    return list(samples.values_list("step", flat=True).distinct().order_by("step"))
+
+
+def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, min_reward: float | None = None,
+                max_reward: float | None = None, order: str = "position") -> QuerySet[Sample]:
+    """Samples of ``run`` at ``step`` (all steps when None), of ``kind`` (any when None), optionally
+    within a reward range, by position or by reward (``order``: a key of ``SAMPLE_ORDERS``)."""
+    samples = _of_kind(Sample.objects.filter(run=run), kind)
     if step is not None:
         samples = samples.filter(step=step)
     if min_reward is not None:
         samples = samples.filter(reward__gte=min_reward)
     if max_reward is not None:
         samples = samples.filter(reward__lte=max_reward)
-    return samples.order_by("step", "position")
+    return samples.order_by("step", *SAMPLE_ORDERS.get(order, SAMPLE_ORDERS["position"]))
 
 
 def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
@@ -271,10 +289,10 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
 def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
     """One run's generations for the same eval prompts at its last ``limit`` evaluated steps:
     rows are prompts, columns steps (how the answers changed as it trained)."""
-    steps = sample_steps(run=run)[-limit:]
+    steps = sample_steps(run=run, kind="eval")[-limit:]
     prompts: dict[str, Any] = {}
     cells: dict[tuple[int, str], Sample] = {}
-    for sample in Sample.objects.filter(run=run, step__in=steps).order_by("position", "step"):
+    for sample in _of_kind(Sample.objects.filter(run=run, step__in=steps), "eval").order_by("position", "step"):
         key = json.dumps(sample.prompt, sort_keys=True)
         prompts.setdefault(key, sample.prompt)
         cells[(sample.step, key)] = sample
@@ -284,19 +302,21 @@ def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
 
 def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None) -> dict[str, Any]:
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
-    order), columns are runs at their chosen step (default: each run's last sampled step)."""
+    order), columns are runs at their chosen step (default: each run's last evaluated step).
+    Rollouts are not generations for the eval prompts, so they are left out."""
     steps = dict(steps or {})
     columns = []
     prompts: dict[str, Any] = {}
     texts: dict[tuple[int, str], Sample] = {}
     for run in runs:
         step = steps.get(run.pk)
+        generations = _of_kind(Sample.objects.filter(run=run), "eval")
         if step is None:
-            step = Sample.objects.filter(run=run).aggregate(last=Max("step"))["last"]
+            step = generations.aggregate(last=Max("step"))["last"]
         columns.append({"run": run, "step": step})
         if step is None:
             continue
-        for sample in Sample.objects.filter(run=run, step=step).order_by("position"):
+        for sample in generations.filter(step=step).order_by("position"):
             key = json.dumps(sample.prompt, sort_keys=True)
             prompts.setdefault(key, sample.prompt)
             texts[(run.pk, key)] = sample

@@ -31,6 +31,7 @@ from webapp.runs.models import RunStatus
 from webapp.runs.specform import form_sections, read_form, spec_initial, tasks
 
 RUNS_PER_PAGE = 50
+SAMPLES_PER_PAGE = 50
 MAX_COMPARE = 10
 
 
@@ -169,14 +170,13 @@ def _progress(run) -> dict[str, Any]:
 @require_GET
 def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     project, membership, run = get_run_for_user(request.user, slug, run_id)
-    steps = selectors.sample_steps(run=run)
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
         "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
-        "sample_steps": steps, "samples": selectors.sample_list(run=run, step=steps[-1]) if steps else [],
-        "sample_step": steps[-1] if steps else None, "lineage": selectors.lineage(run=run),
+        **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
-        "across_steps": selectors.generations_across_steps(run=run) if len(steps) > 1 else None,
+        "across_steps": (selectors.generations_across_steps(run=run)
+                         if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": _checkpoints(run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     })
@@ -215,23 +215,34 @@ def _float_or_none(value: str | None) -> float | None:
         return None
 
 
+def _samples_context(run, query) -> dict[str, Any]:
+    """The samples browser's state for ``query`` (step, kind, reward range, order, page): a click on a
+    chart lands on any step, so the nearest step that has samples of the kind is shown."""
+    kind = query.get("kind") if query.get("kind") in selectors.SAMPLE_KINDS else None
+    steps = selectors.sample_steps(run=run, kind=kind)
+    try:
+        step = int(query["step"]) if query.get("step") else (steps[-1] if steps else None)
+    except ValueError:
+        step = None
+    if step is not None and steps and step not in steps:
+        step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
+    order = query.get("order") if query.get("order") in selectors.SAMPLE_ORDERS else "position"
+    filters = {"kind": kind or "", "min_reward": query.get("min_reward", ""), "max_reward": query.get("max_reward", ""),
+               "order": order}
+    samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=_float_or_none(filters["min_reward"]),
+                                    max_reward=_float_or_none(filters["max_reward"]), order=order) if steps else []
+    page = Paginator(samples, SAMPLES_PER_PAGE).get_page(query.get("page"))
+    return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
+            "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
+            "has_rollouts": any((sample.extra or {}).get("kind") == "rollout" for sample in page.object_list)}
+
+
 @login_required
 @require_GET
 def run_samples(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """The samples partial (the run page loads it when a step is chosen or a chart point clicked)."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    steps = selectors.sample_steps(run=run)
-    try:
-        step = int(request.GET["step"]) if request.GET.get("step") else (steps[-1] if steps else None)
-    except ValueError:
-        step = None
-    if step is not None and steps and step not in steps:
-        # A click on a chart lands on any step: show the nearest step that has samples.
-        step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
-    samples = selectors.sample_list(run=run, step=step, min_reward=_float_or_none(request.GET.get("min_reward")),
-                                    max_reward=_float_or_none(request.GET.get("max_reward"))) if step is not None else []
-    return render(request, "runs/_samples.html", {"run": run, "samples": samples, "sample_step": step,
-                                                  "sample_steps": steps})
+    return render(request, "runs/_samples.html", {"run": run, **_samples_context(run, request.GET)})
 
 
 def _action(request, slug, run_id, action) -> HttpResponse:

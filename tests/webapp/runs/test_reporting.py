@@ -116,8 +116,9 @@ def test_samples_of_an_evaluated_step_are_stored(running_run):
              {"step": 4, "prompt": [{"role": "user", "content": "c"}], "text": "z", "rewards": {"format": 1.0, "exact": 0.5}}]
     (running_run.output_dir / "samples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     report(running_run, [record(3), record(4, **{"eval/loss": 1.5})])
-    samples = list(Sample.objects.filter(run=running_run).order_by("position"))
-    assert [(s.step, s.position, s.text) for s in samples] == [(4, 0, "<y>"), (4, 1, "z")]
+    samples = list(Sample.objects.filter(run=running_run).order_by("step", "position"))
+    assert [(s.step, s.position, s.text) for s in samples] == [(2, 0, "x"), (4, 0, "<y>"), (4, 1, "z")]
+    samples = samples[1:]
     assert samples[0].answer == "y" and samples[1].rewards == {"format": 1.0, "exact": 0.5} and samples[1].reward == 1.5
     assert running_run.log_lines.filter(message__startswith="step 4: evaluated (eval/loss 1.5; 2 samples)").exists()
 
@@ -187,3 +188,42 @@ def test_it_stores_the_runs_buckets_with_the_points(running_run):
     losses = {row[1]: row[3] for row in running_run.series_cache["buckets"]["buckets"]["loss"]}
     assert running_run.series_cache["buckets"]["through_step"] == 6
     assert losses == {1: 10.0, 2: 5.0, 3: 10 / 3, 4: 2.5, 5: 100.0, 6: 100.0}
+
+
+def rollout(step: int, index: int, **extra) -> dict:
+    return {"step": step, "kind": "rollout", "prompt": f"p{index // 2}", "text": f"completion {step}.{index}",
+            "rewards": {"exact_match": float(index % 2), "format_regex": 0.5}, "reward": index % 2 + 0.25,
+            "advantage": 1.0 if index % 2 else -1.0, "finish_reason": "stop", **extra}
+
+
+def test_every_steps_rollouts_are_stored_as_they_are_written_within_bounds(running_run, monkeypatch):
+    monkeypatch.setattr(reporting, "ROLLOUTS_PER_STEP", 3)
+    monkeypatch.setattr(reporting, "SAMPLE_TEXT_CHARS", 16)
+    running_run.output_dir.mkdir(parents=True, exist_ok=True)
+    path = running_run.output_dir / "samples.jsonl"
+    # Step 1's four rollouts, and half a line of step 2's being written.
+    path.write_text("".join(json.dumps(rollout(1, index)) + "\n" for index in range(4)) + '{"step": 2, "ki')
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=False)
+    reporter.start()
+    reporter.on_progress(record(1))
+    import time
+    deadline = time.monotonic() + 10
+    while not Sample.objects.filter(run=running_run).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with path.open("w") as handle:  # the line completed, then the next step's rollouts
+        handle.write("".join(json.dumps(rollout(1, index)) + "\n" for index in range(4)))
+        handle.write("".join(json.dumps(rollout(2, index, text="a" * 20 if index == 0 else "b")) + "\n"
+                             for index in range(2)))
+        handle.write(json.dumps({"step": 2, "kind": "eval", "prompt": "q", "text": "greedy", "reward": 1.0}) + "\n")
+    reporter.on_progress(record(2, **{"eval/reward": 1.0}))
+    reporter.close()
+    stored = {(s.step, s.position): s for s in Sample.objects.filter(run=running_run)}
+    # At most 3 rollouts of step 1 (the first ones); step 2's two rollouts and its eval generation.
+    assert sorted(stored) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    first = stored[(1, 1)]
+    assert first.rewards == {"exact_match": 1.0, "format_regex": 0.5} and first.reward == 1.25
+    assert first.extra == {"kind": "rollout", "advantage": 1.0, "finish_reason": "stop"}
+    long = stored[(2, 0)]
+    assert long.text == "a" * 16 and long.extra["truncated_from"] == 20
+    assert stored[(2, 2)].extra == {"kind": "eval"}
+    assert running_run.log_lines.filter(message="step 2: evaluated (eval/reward 1; 1 samples)").exists()

@@ -118,3 +118,23 @@ def test_a_running_runs_stored_buckets_answer_for_the_steps_they_cover(team, cat
     MetricPoint.objects.filter(run=run, step__lte=stored.through_step).delete()
     series = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)
     assert series["loss"]["value"][0] == -99.0 and series["loss"]["step"][-1] == 4_000
+
+
+def _rollouts(run, step, rewards):
+    return [Sample(run=run, step=step, position=index, prompt="p", text=f"r{step}.{index}", reward=reward,
+                   rewards={"exact_match": reward}, extra={"kind": "rollout", "advantage": reward - 0.5})
+            for index, reward in enumerate(rewards)]
+
+
+def test_rollouts_are_filtered_by_kind_and_ordered_by_reward_and_kept_out_of_side_by_side(team, catalog, sent_tasks):
+    run = make_run(team, catalog)
+    Sample.objects.bulk_create(_rollouts(run, 1, [0.0, 1.0, 0.5]) + _rollouts(run, 2, [1.0]) + [
+        Sample(run=run, step=1, position=3, prompt="q", text="greedy at 1"),
+        Sample(run=run, step=1, position=4, prompt="q2", text="greedy kind eval", extra={"kind": "eval"})])
+    assert selectors.sample_steps(run=run) == [1, 2] and selectors.sample_steps(run=run, kind="eval") == [1]
+    assert [s.text for s in selectors.sample_list(run=run, step=1, kind="rollout", order="reward")] == [
+        "r1.1", "r1.2", "r1.0"]
+    assert [s.text for s in selectors.sample_list(run=run, step=1, kind="eval")] == ["greedy at 1", "greedy kind eval"]
+    assert [s.text for s in selectors.sample_list(run=run, kind="rollout", min_reward=0.75)] == ["r1.1", "r2.0"]
+    table = selectors.side_by_side(runs=[run])
+    assert table["columns"][0]["step"] == 1 and [row["prompt"] for row in table["rows"]] == ["q", "q2"]

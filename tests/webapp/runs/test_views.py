@@ -244,3 +244,25 @@ def test_the_grpo_form_names_each_wrong_row_and_argument(team, catalog, client_f
                  "grpo.beta": "0.04"})
     errors = client_for(team.teammate).post("/p/alpha/runs/new/", data).context["errors"]
     assert "required args missing: pattern" in " ".join(errors["grpo.rewards.1.args"] + errors["grpo.rewards.2.args"])
+
+
+def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in_pages(team, run, client_for,
+                                                                                       monkeypatch):
+    monkeypatch.setattr("webapp.runs.views.SAMPLES_PER_PAGE", 2)
+    Sample.objects.bulk_create([
+        Sample(run=run, step=3, position=index, prompt="<b>sum</b>", text=f"rollout {index}", reward=index / 2,
+               rewards={"exact_match": float(index % 2), "format_regex": 0.25}, extra={"kind": "rollout",
+                                                                                      "advantage": index - 1.5})
+        for index in range(4)])
+    client = client_for(team.viewer)
+    page = client.get(url(run, "samples/?step=3&kind=rollout")).content.decode()
+    assert "rollout 0" in page and "rollout 1" in page and "rollout 2" not in page
+    assert "exact_match 1.000" in page and "format_regex 0.250" in page and "<th class=\"num\">Advantage</th>" in page
+    assert "-0.500" in page and "page 1 of 2 (4 samples)" in page and 'data-page="2"' in page
+    assert "&lt;b&gt;sum&lt;/b&gt;" in page and "<b>sum</b>" not in page
+    second = client.get(url(run, "samples/?step=3&kind=rollout&page=2&order=reward")).content.decode()
+    assert second.index("rollout 1") < second.index("rollout 0") and "rollout 3" not in second
+    # A click on a chart at step 4 opens the nearest step with rollouts, filtered by reward.
+    near = client.get(url(run, "samples/?step=4&kind=rollout&min_reward=1")).content.decode()
+    assert '<option value="3" selected>' in near and "rollout 2" in near and "rollout 0" not in near
+    assert client_for(team.outsider).get(url(run, "samples/?step=3")).status_code == 404
