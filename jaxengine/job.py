@@ -142,7 +142,8 @@ class JobModel:
 
 
 def build_job_model(spec: JobSpec) -> JobModel:
-    """Load the spec's model and tokenizer, quantize (qlora), attach LoRA, and wrap a reward head (reward)."""
+    """Load the spec's model and tokenizer, quantize (qlora), attach LoRA, and wrap a reward head (reward)
+    or a value head (ppo)."""
     from flax import nnx
 
     from jaxengine.checkpoint.hf import load_hf_model
@@ -171,12 +172,18 @@ def build_job_model(spec: JobSpec) -> JobModel:
     if spec.task == "reward":
         model = RewardModel(model, seed=spec.train.seed)
         trainable = nnx.Param if spec.peft.method == "none" else nnx.Any(trainable, HeadParam)
+    elif spec.task == "ppo":
+        from jaxengine.ppo import PolicyWithValueHead
+
+        model = PolicyWithValueHead(model)
+        trainable = nnx.Param if spec.peft.method == "none" else nnx.Any(trainable, HeadParam)
     return JobModel(model=model, config=config, tokenizer=load_tokenizer(model_dir), model_dir=model_dir,
                     trainable=trainable, quantization=quantization)
 
 
 def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
-    """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head)."""
+    """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head;
+    a PPO run's value head is for training only and is not exported)."""
     from jaxengine.checkpoint.hf import save_hf_model
     from jaxengine.tasks import save_reward_head
 
@@ -185,6 +192,8 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     if spec.task == "reward":
         save_reward_head(trained, export_dir)
         exported["reward_head"] = str(export_dir / "reward_head.safetensors")
+        trained = trained.backbone
+    elif spec.task == "ppo":
         trained = trained.backbone
     if spec.peft.method == "qlora":
         from jaxengine.peft.quant import dequantize_model
@@ -263,6 +272,10 @@ def run_job(
         from jaxengine.grpo import make_grpo_trainer
 
         trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir)
+    elif spec.task == "ppo":
+        from jaxengine.ppo import make_ppo_trainer
+
+        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir)
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)

@@ -1,5 +1,5 @@
 """The pure math of policy-gradient RL for language models: advantages, ratios, clipped surrogates,
-KL estimators, loss aggregation, GAE and the clipped value loss.
+KL estimators, loss aggregation, GAE, the clipped value loss and the PPO objective.
 
 Design note: everything here maps arrays to arrays and knows nothing of models, samplers or
 batches, so each piece is tested against numbers worked out by hand
@@ -242,15 +242,85 @@ def entropy_from_logits(logits_btv: jax.Array) -> jax.Array:
 
 
 def chunked_entropy(hidden_btd: jax.Array, logits_fn: Callable[[jax.Array], jax.Array], *,
-                    chunk_size: int = 256) -> jax.Array:
-    """``entropy_from_logits(logits_fn(hidden_btd))`` without gradient, ``chunk_size`` positions at a time,
-    so the [B, T, V] logits are never held at once (a metric only: nothing is differentiated)."""
-    hidden_btd = jax.lax.stop_gradient(hidden_btd)
+                    chunk_size: int = 256, differentiable: bool = False) -> jax.Array:
+    """``entropy_from_logits(logits_fn(hidden_btd))``, ``chunk_size`` positions at a time, so the [B, T, V]
+    logits are never held at once. Without gradient (a metric) unless ``differentiable`` (PPO's entropy
+    bonus), when each chunk's logits are recomputed in the backward pass instead of stored."""
+    if not differentiable:
+        hidden_btd = jax.lax.stop_gradient(hidden_btd)
     batch, length, width = hidden_btd.shape
     if length <= chunk_size:
         return entropy_from_logits(logits_fn(hidden_btd))
     num_chunks = -(-length // chunk_size)
     padded_btd = jnp.pad(hidden_btd, ((0, 0), (0, num_chunks * chunk_size - length), (0, 0)))
     hidden_nbcd = padded_btd.reshape(batch, num_chunks, chunk_size, width).swapaxes(0, 1)
-    entropy_nbc = jax.lax.map(lambda hidden_bcd: entropy_from_logits(logits_fn(hidden_bcd)), hidden_nbcd)
+
+    def chunk_entropy(hidden_bcd: jax.Array) -> jax.Array:
+        return entropy_from_logits(logits_fn(hidden_bcd))
+
+    entropy_nbc = jax.lax.map(jax.checkpoint(chunk_entropy) if differentiable else chunk_entropy, hidden_nbcd)
     return entropy_nbc.swapaxes(0, 1).reshape(batch, num_chunks * chunk_size)[:, :length]
+
+
+# --------------------------------------------------------------------------------------------
+# The PPO objective (Schulman et al. 2017; per-token rewards, values and advantages as in Ouyang et al.
+# 2022 and TRL's PPOTrainer)
+
+
+def masked_whiten(values_bt: jax.Array, mask_bt: jax.Array, *, eps: float = 1e-8) -> jax.Array:
+    """(x - mean) / sqrt(var + eps) with the mean and the unbiased variance over the masked entries of
+    the whole batch (TRL's ``masked_whiten``); zero outside the mask."""
+    mask = mask_bt.astype(jnp.float32)
+    count = jnp.sum(mask)
+    mean = jnp.sum(values_bt * mask) / jnp.maximum(count, 1.0)
+    variance = jnp.sum(jnp.square(values_bt - mean) * mask) / jnp.maximum(count - 1.0, 1.0)
+    return (values_bt - mean) * jax.lax.rsqrt(variance + eps) * mask
+
+
+def last_token_mask(mask_bt: jax.Array) -> jax.Array:
+    """True at each row's last masked position, [B, T] bool (all false for a row without one)."""
+    length = mask_bt.shape[1]
+    positions_bt = jnp.broadcast_to(jnp.arange(length), mask_bt.shape)
+    last_b = jnp.max(jnp.where(mask_bt, positions_bt, -1), axis=1)
+    return positions_bt == last_b[:, None]
+
+
+def ppo_token_rewards(scores_b: jax.Array, log_probs_bt: jax.Array, reference_log_probs_bt: jax.Array,
+                      mask_bt: jax.Array, *, kl_coef: float) -> tuple[jax.Array, jax.Array]:
+    """Per-token rewards -kl_coef * (log pi - log pi_ref) at every completion token, plus the sequence's
+    score at its last one; and the per-token KL estimate log(pi / pi_ref) (k1). Both [B, T], zero off the mask."""
+    mask = mask_bt.astype(jnp.float32)
+    kl_bt = (log_probs_bt - reference_log_probs_bt) * mask
+    score_bt = scores_b[:, None] * last_token_mask(mask_bt).astype(jnp.float32)
+    return -kl_coef * kl_bt + score_bt, kl_bt
+
+
+def ppo_loss(log_probs_bt: jax.Array, old_log_probs_bt: jax.Array, values_bt: jax.Array, old_values_bt: jax.Array,
+             advantages_bt: jax.Array, returns_bt: jax.Array, entropy_bt: jax.Array, mask_bt: jax.Array, *,
+             epsilon: float, value_clip: float, vf_coef: float,
+             entropy_coef: float) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """policy loss + vf_coef * value loss - entropy_coef * entropy, each a token mean over the mask.
+
+    The policy loss is the per-token clipped surrogate (``clipped_surrogate`` with 1 ± epsilon) on
+    per-token advantages; the value loss is ``clipped_value_loss``. Metrics under TRL's PPO names:
+    ``loss/policy``, ``loss/value``, ``policy/clipfrac``, ``val/clipfrac``, ``policy/entropy``,
+    ``policy/approxkl`` (0.5 * mean squared log ratio) and ``val/ratio`` (mean ratio).
+    """
+    log_ratio_bt = token_log_ratio(log_probs_bt, old_log_probs_bt)
+    # clipped_surrogate takes one advantage per row: every token is its own row here.
+    surrogate_n1, is_clipped_n1 = clipped_surrogate(log_ratio_bt.reshape(-1, 1), advantages_bt.reshape(-1),
+                                                    epsilon=epsilon, epsilon_high=epsilon)
+    policy_loss = token_mean(surrogate_n1.reshape(log_ratio_bt.shape), mask_bt)
+    value_loss, value_clipfrac = clipped_value_loss(values_bt, old_values_bt, returns_bt, mask_bt,
+                                                    value_clip=value_clip)
+    entropy = token_mean(entropy_bt, mask_bt)
+    loss = policy_loss + vf_coef * value_loss - entropy_coef * entropy
+    return loss, {
+        "loss/policy": policy_loss,
+        "loss/value": value_loss,
+        "policy/clipfrac": token_mean(is_clipped_n1.reshape(log_ratio_bt.shape).astype(jnp.float32), mask_bt),
+        "val/clipfrac": value_clipfrac,
+        "policy/entropy": entropy,
+        "policy/approxkl": 0.5 * token_mean(jnp.square(log_ratio_bt), mask_bt),
+        "val/ratio": token_mean(jnp.exp(log_ratio_bt), mask_bt),
+    }

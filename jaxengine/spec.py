@@ -8,7 +8,7 @@ value given and what is allowed, prefixed with ``file:line`` when the spec came 
 
     spec.yaml:14: optim.schedule: 'cosin' is not one of constant, linear, cosine
 
-Sections that only matter for one task (``dpo``, ``reward``, ``grpo``) are rejected for other tasks, so a
+Sections that only matter for one task (``dpo``, ``reward``, ``grpo``, ``ppo``) are rejected for other tasks, so a
 spec never carries settings that silently do nothing. New tasks add their section model here and
 one entry in ``TASK_SECTIONS``.
 """
@@ -17,14 +17,14 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from jaxengine.data import formats
 
-Task = Literal["pretrain", "sft", "reward", "dpo", "grpo"]
+Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
 Schedule = Literal["constant", "linear", "cosine"]
 DpoLoss = Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"]
@@ -41,7 +41,7 @@ ALL_PROJECTIONS: tuple[str, ...] = typing.get_args(ProjectionName)
 
 # Task -> the dataset kind (jaxengine.data.formats) its data files hold.
 TASK_DATASET_KINDS: dict[str, str] = {"pretrain": "text", "sft": "sft", "reward": "preference", "dpo": "preference",
-                                      "grpo": "prompts"}
+                                      "grpo": "prompts", "ppo": "prompts"}
 
 # Task -> the task-specific sections it accepts. A section listed for no task of the spec is an error.
 TASK_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -50,6 +50,7 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
     "reward": ("reward",),
     "dpo": ("dpo",),
     "grpo": ("grpo",),
+    "ppo": ("ppo",),
 }
 
 # Tasks whose trainer runs as one SPMD program over many processes (``hosts`` > 1).
@@ -195,21 +196,40 @@ class RewardTermSpec(_Section):
         return self
 
 
+# Rollout knobs that GRPO and PPO share: one definition each (the default is given where it is used).
+MaxNewTokens = Annotated[int, Field(ge=1, description="Token budget of each completion.")]
+RolloutTemperature = Annotated[float, Field(gt=0, description="Sampling temperature of the rollouts.")]
+RolloutTopP = Annotated[float, Field(gt=0, le=1.0, description="Nucleus sampling of the rollouts (1 = off).")]
+NumIterations = Annotated[int, Field(ge=1, description="Policy updates per batch of rollouts (mu).")]
+MaskTruncated = Annotated[bool, Field(description="Completions that hit max_new_tokens get no loss.")]
+
+
+def _check_reward_names(rewards: tuple[RewardTermSpec, ...], eval_metrics: tuple[RewardTermSpec, ...]) -> None:
+    """Each reward function once, and eval-only metrics distinct from them (ValueError naming the key)."""
+    names = [term.name for term in rewards]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rewards: {names} names a function twice; give it once with its weight")
+    extra = [term.name for term in eval_metrics]
+    if len(set(extra)) != len(extra) or set(extra) & set(names):
+        raise ValueError(f"eval_metrics: {extra} repeats a name (training rewards {names} are already "
+                         "scored at every evaluation)")
+
+
 class GrpoSpec(_Section):
     """``grpo``: rollouts, rewards, advantages and the GRPO-family objective."""
 
     num_generations: int = Field(default=8, ge=2, description="Completions per prompt (G).")
-    max_new_tokens: int = Field(default=128, ge=1, description="Token budget of each completion.")
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
-    top_p: float = Field(default=1.0, gt=0, le=1.0, description="Nucleus sampling of the rollouts (1 = off).")
+    max_new_tokens: MaxNewTokens = 128
+    temperature: RolloutTemperature = 1.0
+    top_p: RolloutTopP = 1.0
     beta: float = Field(default=0.04, ge=0, description="KL coefficient; 0 skips the reference pass entirely.")
     kl_estimator: KlEstimator = Field(default="k3", description="k1 | k2 | k3")
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
     epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip (DAPO clip-higher when > epsilon).")
     loss_type: GrpoLossType = Field(default="grpo", description="grpo | dr_grpo | dapo | gspo")
     advantage: AdvantageEstimator = Field(default="group", description="group | group_mean | rloo")
-    num_iterations: int = Field(default=1, ge=1, description="Policy updates per batch of rollouts (mu).")
-    mask_truncated: bool = Field(default=False, description="Completions that hit max_new_tokens get no loss.")
+    num_iterations: NumIterations = 1
+    mask_truncated: MaskTruncated = False
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
     rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
@@ -224,20 +244,66 @@ class GrpoSpec(_Section):
     def _distinct_reward_names(self) -> GrpoSpec:
         if not self.rewards:
             raise ValueError("rewards: give at least one reward function, e.g. {name: exact_match}")
-        names = [term.name for term in self.rewards]
-        if len(set(names)) != len(names):
-            raise ValueError(f"rewards: {names} names a function twice; give it once with its weight")
-        extra = [term.name for term in self.eval_metrics]
-        if len(set(extra)) != len(extra) or set(extra) & set(names):
-            raise ValueError(f"eval_metrics: {extra} repeats a name (training rewards {names} are already "
-                             "scored at every evaluation)")
+        _check_reward_names(self.rewards, self.eval_metrics)
         return self
+
+
+class PpoSpec(_Section):
+    """``ppo``: rollouts, a value head, GAE and the clipped PPO objective with a KL penalty in the reward."""
+
+    gamma: float = Field(default=1.0, ge=0.0, le=1.0, description="Discount of later tokens' rewards in GAE.")
+    lam: float = Field(default=0.95, ge=0.0, le=1.0, description="GAE lambda: 0 = one-step TD, 1 = Monte Carlo.")
+    value_clip: float = Field(default=0.2, gt=0, description="New values stay within old values ± this (clipped value loss).")
+    vf_coef: float = Field(default=0.5, ge=0.0, description="Weight of the value loss in the total loss.")
+    entropy_coef: float = Field(default=0.0, ge=0.0, description="Weight of the entropy bonus (subtracted from the loss).")
+    kl_coef: float = Field(default=0.04, ge=0.0, description="KL penalty per token, folded into the reward; "
+                           "0 skips the reference pass entirely.")
+    reward_model: str | None = Field(default=None, description="A task: reward run (its directory or export/) "
+                                     "scoring prompt + completion; or give rewards.")
+    rewards: tuple[RewardTermSpec, ...] = Field(default=(), description="Reward functions, summed with weights; "
+                                                "or give reward_model.")
+    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Clip range of the policy ratio: 1 ± epsilon.")
+    max_new_tokens: MaxNewTokens = 128
+    temperature: RolloutTemperature = 1.0
+    top_p: RolloutTopP = 1.0
+    num_iterations: NumIterations = 1
+    mask_truncated: MaskTruncated = False
+    eval_metrics: tuple[RewardTermSpec, ...] = Field(
+        default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
+                                "when rewarding with a reward model.")
+    max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's objective/kl (per completion) "
+                                 "exceeds this; null: no ceiling.")
+
+    @model_validator(mode="after")
+    def _one_reward_source(self) -> PpoSpec:
+        if (self.reward_model is None) == (not self.rewards):
+            given = "both" if self.rewards else "neither"
+            raise ValueError(f"reward_model: give exactly one of reward_model and rewards ({given} given)")
+        if self.reward_model is not None and not self.reward_model.strip():
+            raise ValueError("reward_model: empty; give the directory of a task: reward run")
+        _check_reward_names(self.rewards, self.eval_metrics)
+        return self
+
+
+class ParallelSpec(_Section):
+    """``parallel``: the (data, fsdp, tensor) mesh a job trains on (``jaxengine.sharding``).
+
+    ``data`` copies the weights and splits the batch; ``fsdp`` splits the batch too and shards weights
+    and optimizer state (gathered layer by layer); ``tensor`` splits heads, MLP width and vocabulary.
+    The sizes must multiply to the job's device count (checked when the job starts, where the devices
+    are known). Leave the section out for the default: every device on fsdp on accelerators, one device
+    (unsharded) on CPU.
+    """
+
+    data: int = Field(default=1, ge=1, le=65536, description="Replicas: weights copied, batch split.")
+    fsdp: int = Field(default=1, ge=1, le=65536, description="Shards of weights and optimizer state; batch split.")
+    tensor: int = Field(default=1, ge=1, le=65536, description="Tensor-parallel split of heads, MLP and vocabulary.")
 
 
 class JobSpec(_Section):
     """A whole training job."""
 
-    task: Task = Field(description="pretrain | sft | reward | dpo | grpo")
+    task: Task = Field(description="pretrain | sft | reward | dpo | grpo | ppo")
     model: str = Field(min_length=1, description="A Hugging Face-format directory or a preset name.")
     output_dir: str = Field(min_length=1, description="Run directory: metrics, checkpoints, export.")
     data: DataSpec
@@ -247,6 +313,7 @@ class JobSpec(_Section):
     dpo: DpoSpec | None = None
     reward: RewardSpec | None = None
     grpo: GrpoSpec | None = None
+    ppo: PpoSpec | None = None
     # Multi-host jobs (``jaxengine.distributed``): one process per host of ``pool``, joined by jax.distributed.
     hosts: int = Field(default=1, ge=1, le=256, description="Hosts (processes) the job runs on; 1 = one process.")
     pool: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
