@@ -4,7 +4,8 @@ and the reaping of runs whose worker went silent. Callers check access first
 
 A spec as people write it names its starting model and datasets by public id — ``model: bm_…`` (a
 registered base model) or ``model: run_…`` (the exported model of a succeeded run, so runs chain:
-SFT → DPO → …), ``data.train: dv_…`` (a ready dataset version of the task's kind) — and has no
+SFT → DPO → …), ``data.train: dv_…`` (a ready dataset version of the task's kind), ``ppo.reward_model:
+run_…`` (a succeeded reward run, whose exported reward model scores PPO's rollouts) — and has no
 ``output_dir``: Temper gives every run ``DATA_ROOT/runs/<run id>``. ``plan_run`` maps those ids to
 paths and validates the result with ``jaxengine.spec.parse_spec``, so the web accepts exactly what
 the engine will run, and every problem comes back under the key it concerns.
@@ -115,6 +116,28 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
     return "", None, None
 
 
+def _resolve_reward_run(project: Project, reference: Any, errors) -> str:
+    """The exported reward model of a succeeded ``task: reward`` run of ``project`` (``ppo.reward_model:
+    run_…``); a server path is refused, so a spec reads no model outside its project."""
+    key = "ppo.reward_model"
+    if not isinstance(reference, str) or not reference.strip().startswith("run_"):
+        _add(errors, key, "choose a succeeded reward run of this project (run_…)")
+        return ""
+    reference = reference.strip()
+    source = Run.objects.filter(project=project, public_id=reference).first()
+    if source is None:
+        _add(errors, key, f"{reference!r} is not a run of {project.slug}")
+        return ""
+    if source.task != "reward":
+        _add(errors, key, f"run {reference} is a {source.task} run; choose a task: reward run")
+        return ""
+    exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
+    if source.status != RunStatus.SUCCEEDED or exported is None:
+        _add(errors, key, f"run {reference} has no exported reward model (it is {source.status})")
+        return ""
+    return exported.path
+
+
 def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[str, ...], task: str,
                      errors) -> DatasetVersion | None:
     if not isinstance(reference, str) or not reference.startswith("dv_"):
@@ -197,6 +220,10 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     # Unresolved references stay as placeholders so that the schema still checks every other key.
     resolved = {**spec, "model": model_path or "unresolved", "output_dir": str(output_dir),
                 "data": {**resolved_data, "train": resolved_data.get("train") or "unresolved"}}
+    ppo = spec.get("ppo") if task == "ppo" and isinstance(spec.get("ppo"), dict) else {}
+    if ppo.get("reward_model") not in (None, ""):
+        resolved["ppo"] = {**ppo, "reward_model": _resolve_reward_run(project, ppo["reward_model"], errors)
+                           or "unresolved"}
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -211,6 +238,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["data"]["train"] = data["train"]
     written["data"]["eval"] = data.get("eval") or None
     written["data"].pop("columns", None)  # derived from the dataset versions, not written
+    if ppo.get("reward_model") not in (None, ""):
+        written["ppo"]["reward_model"] = ppo["reward_model"].strip()
     return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
                    dataset_versions=versions)
 

@@ -261,3 +261,36 @@ def test_column_mappings_of_the_dataset_versions_become_data_columns(team, catal
         services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id,
                                                                           "columns": {"prompt": "x"}}}, user=None)
     assert "remove it" in caught.value.message_dict["data.columns"][0]
+
+
+def ppo_spec(catalog, reward_model) -> dict:
+    return {"task": "ppo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward_model}}
+
+
+def test_a_ppo_run_scores_with_a_succeeded_reward_run_of_its_own_project(team, catalog, sent_tasks, tmp_path):
+    reward_spec = {"task": "reward", "model": catalog.base_model.public_id,
+                   "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 10, "batch_size": 2}}
+    reward_run = services.run_create(project=team.project, spec=reward_spec, user=team.teammate)
+    sft_run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    foreign = Run.objects.create(public_id="run_foreign", project=team.outsider_project, task="reward", spec={},
+                                 resolved_spec={}, status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=foreign, kind=ArtifactKind.MODEL, path="/their/reward/model")
+
+    def problem(reward_model) -> str:
+        with pytest.raises(ValidationError) as caught:
+            services.run_create(project=team.project, spec=ppo_spec(catalog, reward_model), user=team.teammate)
+        return caught.value.message_dict["ppo.reward_model"][0]
+
+    assert problem(reward_run.public_id) == f"run {reward_run.public_id} has no exported reward model (it is queued)"
+    assert problem("run_foreign") == "'run_foreign' is not a run of alpha"
+    assert problem("/etc/somewhere") == "choose a succeeded reward run of this project (run_…)"
+    for run in (reward_run, sft_run):
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(tmp_path / run.public_id))
+    assert problem(sft_run.public_id) == f"run {sft_run.public_id} is a sft run; choose a task: reward run"
+    ppo_run = services.run_create(project=team.project, spec=ppo_spec(catalog, reward_run.public_id),
+                                  user=team.teammate)
+    assert ppo_run.task == "ppo" and ppo_run.resolved_spec["ppo"]["reward_model"] == str(tmp_path / reward_run.public_id)
+    assert ppo_run.spec["ppo"]["reward_model"] == reward_run.public_id  # the written spec keeps the id
+    assert ppo_run.resolved_spec["data"]["train"] == str(catalog.prompts.absolute_path)
