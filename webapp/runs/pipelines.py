@@ -1,5 +1,5 @@
-"""Pipelines: a sequence of stages (e.g. SFT → DPO → another SFT) launched once, each stage a run
-that starts from the previous stage's exported model.
+"""Pipelines: a sequence of stages (e.g. QLoRA SFT → DPO → GRPO → quantized export) launched once,
+each training stage a run that starts from the previous stage's exported model.
 
 Design note: a pipeline is advanced by the end of its current stage's run, wherever that happens
 (the train worker after ``run_finish``/``run_fail``, the web when a queued stage is cancelled):
@@ -8,19 +8,29 @@ so calling it twice, or for a run of no pipeline, changes nothing. A stage may c
 guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
 (``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
 the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``.
+
+The last stage may instead be an export (``export: {quantize: int8|int4}``): the train queue's
+``worker.tasks.train.export_stage`` writes the result run's serving copy ``export/quantized/``
+(``jaxengine.quantize.quantize_run_export``, as ``jaxengine export --quantize`` does) with its
+memory, perplexity and agreement figures in ``quantization.json``, which the pipeline page shows
+(``export_result``). That run then gets no automatic serving copy (``exports_after``): the stage
+writes the copy the chat serves, in the scheme it names. A failed export fails the pipeline; its
+result stays the run, whose merged export still serves.
 """
 from __future__ import annotations
 
 import copy
+import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
@@ -29,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 PREVIOUS = "previous"
 MAX_STAGES = 10
+EXPORT_STAGE_TASK = "worker.tasks.train.export_stage"
+QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
 
 
 class Guard(BaseModel):
@@ -40,11 +52,30 @@ class Guard(BaseModel):
     higher_is_better: bool = Field(default=True, description="false for losses: worse means higher.")
 
 
+class Export(BaseModel):
+    """An export stage: the previous stage's model quantized into its serving copy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    quantize: Literal["int8", "int4"] = Field(description="int8 (per channel) or int4 (groups of group_size).")
+    group_size: int | None = Field(default=None, ge=2, description="Weights per scale; int4 defaults to 64.")
+
+
 class Stage(BaseModel):
+    """A training stage (``spec``) or, last, an export stage (``export``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = Field(min_length=1, max_length=60)
-    spec: dict[str, Any]
+    spec: dict[str, Any] | None = None
+    export: Export | None = None
     guard: Guard | None = None
+
+    @model_validator(mode="after")
+    def _spec_or_export(self) -> Stage:
+        if (self.spec is None) == (self.export is None):
+            raise ValueError("give a stage either a spec (a training run) or an export (e.g. {quantize: int4})")
+        if self.export is not None and self.guard is not None:
+            raise ValueError("an export stage trains nothing, so it has no guard; remove it")
+        return self
 
 
 class PipelineDocument(BaseModel):
@@ -72,12 +103,20 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
     """Every stage's spec must be a valid run spec of the project (later stages' models excepted:
     they are the previous stage's export, unknown until it has run)."""
     errors: dict[str, list[str]] = {}
+    for index, stage in enumerate(document.stages):
+        if stage.export is not None and (index == 0 or index != len(document.stages) - 1):
+            errors[f"stages.{index}.export"] = ["an export stage comes last, after a training stage whose model it "
+                                                "quantizes"]
+    if errors:
+        raise ValidationError(errors)
     first_model = document.stages[0].spec.get("model")
     if first_model in (None, PREVIOUS):
         errors["stages.0.spec.model"] = ["the first stage starts from a base model (bm_…) or a run's export (run_…)"]
     if document.stages[0].guard is not None:
         errors["stages.0.guard"] = ["the first stage has no previous stage to guard against; remove its guard"]
     for index, stage in enumerate(document.stages):
+        if stage.export is not None:
+            continue
         spec = dict(stage.spec)
         if index > 0:
             if spec.get("model", PREVIOUS) != PREVIOUS:
@@ -117,7 +156,7 @@ def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser |
     _check_stages(project, parsed)
     pipeline = Pipeline.objects.create(
         project=project, name=parsed.name.strip(), created_by=user,
-        stages=[stage.model_dump(mode="json") for stage in parsed.stages],
+        stages=[stage.model_dump(mode="json", exclude_none=True) for stage in parsed.stages],
     )
     _launch_stage(pipeline, 0, model=None, user=user)
     return pipeline
@@ -180,6 +219,14 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         return pipeline
     pipeline.current_stage = index + 1
     pipeline.message = ""
+    if "export" in pipeline.stages[index + 1]:
+        export = pipeline.stages[index + 1]["export"]
+        pipeline.message = f"stage {index + 2} ({pipeline.stages[index + 1]['name']}): quantizing {run.name} to {export['quantize']}"
+        pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
+        services.log_line(run, f"{pipeline.message} (pipeline {pipeline.name})")
+        pipeline_pk, stage = pipeline.pk, index + 1
+        transaction.on_commit(lambda: celery_app.send_task(EXPORT_STAGE_TASK, args=[pipeline_pk, stage], queue="train"))
+        return pipeline
     pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
     try:
         with transaction.atomic():
@@ -190,3 +237,78 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
                             f"the result stays {run.name} ({run.public_id})")
         pipeline.save(update_fields=["status", "finished_at", "message"])
     return pipeline
+
+
+def exports_after(run: Run) -> bool:
+    """Whether ``run`` is a pipeline stage followed by an export stage (which writes its serving copy)."""
+    if run.pipeline_id is None or run.pipeline_stage is None:
+        return False
+    stages = Pipeline.objects.filter(pk=run.pipeline_id).values_list("stages", flat=True).first() or []
+    return run.pipeline_stage + 1 < len(stages) and "export" in stages[run.pipeline_stage + 1]
+
+
+def export_stage_start(*, pipeline_pk: int, stage: int) -> tuple[Run, dict[str, Any]] | None:
+    """The run to quantize and the export settings of stage ``stage``; None when the pipeline is
+    not (or no longer) at that stage, e.g. a message delivered twice after the stage ended."""
+    pipeline = Pipeline.objects.select_related("result_run").filter(pk=pipeline_pk).first()
+    if (pipeline is None or pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage
+            or pipeline.result_run is None or "export" not in pipeline.stages[stage]):
+        logger.info("pipeline %s: export stage %s is not current; message dropped", pipeline_pk, stage)
+        return None
+    return pipeline.result_run, pipeline.stages[stage]["export"]
+
+
+@transaction.atomic
+def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, Any] | None = None,
+                        error: BaseException | None = None) -> Pipeline | None:
+    """Record the export stage's outcome: the pipeline succeeds with the copy's figures in its
+    message, or fails with the error (its result stays the run)."""
+    pipeline = Pipeline.objects.select_for_update().select_related("result_run").get(pk=pipeline_pk)
+    if pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage:
+        return pipeline
+    label = f"stage {stage + 1} ({pipeline.stages[stage]['name']})"
+    run = pipeline.result_run
+    pipeline.finished_at = timezone.now()
+    if error is not None:
+        pipeline.status = PipelineStatus.FAILED
+        pipeline.message = (f"{label} failed: {type(error).__name__}: {error}; the result stays {run.name} "
+                            f"({run.public_id}), its unquantized export")[:4000]
+        level = "error"
+    else:
+        pipeline.status = PipelineStatus.SUCCEEDED
+        pipeline.message = f"all {len(pipeline.stages)} stages succeeded; {export_summary(description or {})}"
+        level = "info"
+    pipeline.save(update_fields=["status", "message", "finished_at"])
+    services.log_line(run, pipeline.message, level=level)
+    return pipeline
+
+
+def export_summary(description: dict[str, Any]) -> str:
+    """One line of a serving copy's figures (its ``quantization.json``)."""
+    parts = [f"{description.get('scheme', '?')} copy {description.get('model_bytes', 0) / 2**20:.1f} MiB "
+             f"({description.get('ratio_to_bfloat16', 0):.0%} of bfloat16)"]
+    if "perplexity_quantized" in description:
+        parts.append(f"perplexity {description['perplexity_reference']:.4g} → {description['perplexity_quantized']:.4g} "
+                     f"({description['perplexity_increase']:+.1%})")
+    if "greedy_agreement" in description:
+        parts.append(f"greedy agreement {description['greedy_agreement']:.0%}")
+    return ", ".join(parts)
+
+
+def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
+    """The figures of the serving copy a succeeded export stage wrote (its ``quantization.json``), or None."""
+    if pipeline.result_run is None or not pipeline.stages or "export" not in pipeline.stages[-1]:
+        return None
+    path = pipeline.result_run.output_dir / "export" / "quantized" / QUANTIZATION_FILE
+    if pipeline.status != PipelineStatus.SUCCEEDED or not path.is_file():
+        return None
+    description = json.loads(path.read_text())
+    description.pop("modules", None)
+    return {**description, "path": str(path.parent), "summary": export_summary(description)}
+
+
+def export_stage_status(pipeline: Pipeline, index: int) -> str:
+    """running, succeeded or failed for the export stage the pipeline is at; not started before it."""
+    if index != pipeline.current_stage:
+        return "not started"
+    return {PipelineStatus.RUNNING: "running", PipelineStatus.SUCCEEDED: "succeeded"}.get(pipeline.status, "failed")

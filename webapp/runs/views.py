@@ -354,7 +354,7 @@ def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 
-PIPELINE_EXAMPLE = """name: sft-then-dpo
+PIPELINE_EXAMPLE = """name: sft-dpo-serve
 stages:
   - name: sft
     spec:
@@ -370,6 +370,9 @@ stages:
       data: {{train: {preference}}}
       train: {{max_steps: 100, batch_size: 8, save_every: 50}}
     guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
+  - name: serve
+    # the last model's serving copy, quantized (int8 or int4), with its perplexity and agreement
+    export: {{quantize: int8}}
 """
 
 
@@ -408,9 +411,14 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpResponse:
+    from webapp.runs import pipelines
+
     project, membership = get_project_for_user(request.user, slug)
     pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
     runs = {run.pipeline_stage: run for run in pipeline.runs.all()}
-    stages = [{"index": index, "stage": stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]
+    stages = [{"index": index, "stage": stage, "run": runs.get(index),
+               "export_status": pipelines.export_stage_status(pipeline, index) if "export" in stage else None}
+              for index, stage in enumerate(pipeline.stages)]
     return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
-                                                  "pipeline": pipeline, "stages": stages})
+                                                  "pipeline": pipeline, "stages": stages,
+                                                  "export": pipelines.export_result(pipeline)})

@@ -42,7 +42,9 @@ def train_run(self, run_pk: int, attempt: int) -> None:
         reporting.run_fail(run=run, error=error)
     else:
         finished = reporting.run_finish(run=run, summary=summary)
-        if finished.status == RunStatus.SUCCEEDED and settings.TEMPER_SERVE_QUANTIZE != "none":
+        # A pipeline's export stage writes this run's serving copy, in the scheme it names.
+        if (finished.status == RunStatus.SUCCEEDED and settings.TEMPER_SERVE_QUANTIZE != "none"
+                and not pipelines.exports_after(finished)):
             app.send_task("worker.tasks.serve.quantize_run", args=[str(finished.output_dir)], queue="serve")
     pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any
 
@@ -69,3 +71,23 @@ def export_checkpoint(run_pk: int, step: int) -> None:
         reporting.checkpoint_export_failed(run=run, step=step, error=error)
         return
     reporting.checkpoint_exported(run=run, step=step, export_dir=export_dir)
+
+
+@app.task(name="worker.tasks.train.export_stage", acks_late=True)
+def export_stage(pipeline_pk: int, stage: int) -> None:
+    """A pipeline's export stage: quantize its result run's export into the serving copy
+    ``export/quantized/`` (``jaxengine.quantize.quantize_run_export``) and record the outcome."""
+    start = pipelines.export_stage_start(pipeline_pk=pipeline_pk, stage=stage)
+    if start is None:
+        return
+    run, export = start
+    from jaxengine.quantize import quantize_run_export  # imports jax
+
+    try:
+        description = quantize_run_export(run.output_dir, scheme_name=export["quantize"],
+                                          group_size=export.get("group_size"))
+    except Exception as error:
+        logger.exception("pipeline %s: export stage %s failed", pipeline_pk, stage)
+        pipelines.export_stage_finish(pipeline_pk=pipeline_pk, stage=stage, error=error)
+        return
+    pipelines.export_stage_finish(pipeline_pk=pipeline_pk, stage=stage, description=description)

@@ -122,3 +122,81 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
     assert client_for(team.viewer).get("/p/alpha/pipelines/new/").status_code == 403
     assert client_for(team.outsider).get(response["Location"]).status_code == 404
     assert "chain" in client.get("/p/alpha/runs/").content.decode()
+
+
+def export_document(catalog, **export):
+    doc = document(catalog, stages=1)
+    doc["stages"].append({"name": "serve", "export": {"quantize": "int4", **export}})
+    return doc
+
+
+def test_an_export_stage_comes_last_after_a_training_stage(team, catalog, sent_tasks):
+    misplaced = export_document(catalog)
+    misplaced["stages"].insert(0, misplaced["stages"].pop())
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=misplaced, user=team.teammate)
+    assert "comes last" in caught.value.message_dict["stages.0.export"][0]
+    guarded = export_document(catalog)
+    guarded["stages"][1]["guard"] = {"metric": "eval/loss", "max_drop_percent": 5}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
+    assert "has no guard" in caught.value.message_dict["stages.1"][0]
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=export_document(catalog, quantize="int3"),
+                                  user=team.teammate)
+    assert "stages.1.export.quantize" in caught.value.message_dict
+    both = export_document(catalog)
+    both["stages"][1]["spec"] = both["stages"][0]["spec"]
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=both, user=team.teammate)
+    assert "either a spec" in caught.value.message_dict["stages.1"][0]
+    assert not Pipeline.objects.exists()
+
+
+def test_the_export_stage_quantizes_the_last_model_and_the_page_shows_its_figures(
+        team, catalog, sent_tasks, tmp_path, client_for, django_capture_on_commit_callbacks):
+    import json
+
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    assert pipelines.exports_after(first)  # so the train worker sends it no automatic serving copy
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1 and pipeline.result_run == first
+    assert "quantizing chain · 1. sft to int4" in pipeline.message
+    assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
+    assert Run.objects.filter(pipeline=pipeline).count() == 1  # an export stage is not a run
+    assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) == (first, {"quantize": "int4"})
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert "export (int4)" in page and 'data-status="running"' in page
+
+    # What quantize_run_export writes (tests/worker/test_pipeline_export.py runs the real one).
+    copy = first.output_dir / "export" / "quantized"
+    copy.mkdir(parents=True)
+    description = {"scheme": "int4", "bits": 4, "group_size": 64, "model_bytes": 3 * 2**20,
+                   "bfloat16_bytes": 10 * 2**20, "ratio_to_bfloat16": 0.3, "eval_sequences": 8,
+                   "perplexity_reference": 12.5, "perplexity_quantized": 13.0, "perplexity_increase": 0.04,
+                   "eval_prompts": 8, "greedy_agreement": 0.875}
+    (copy / "quantization.json").write_text(json.dumps(description))
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, description=description)
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, error=RuntimeError("late"))  # ignored: over
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.result_run == first
+    assert pipeline.message == ("all 2 stages succeeded; int4 copy 3.0 MiB (30% of bfloat16), perplexity 12.5 → 13 "
+                                "(+4.0%), greedy agreement 88%")
+    assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert 'id="pipeline-export"' in page and "12.5000 unquantized → 13.0000 quantized" in page
+    assert "88%" in page and "3.0\xa0MB" in page and str(copy) in page
+
+
+def test_a_failed_export_fails_the_pipeline_and_keeps_the_run_as_its_result(team, catalog, sent_tasks, tmp_path):
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, error=ValueError("group_size 64 does not divide 48"))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED and pipeline.result_run == first
+    assert "stage 2 (serve) failed: ValueError: group_size 64 does not divide 48" in pipeline.message
+    assert pipelines.export_result(pipeline) is None
