@@ -54,7 +54,7 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
                            for context, name in zip(contexts, ["alpha-teammate", "carol", "alpha-owner"]))
         owner.goto(f"{base}/p/alpha/")
         owner.locator("nav.subnav").get_by_role("link", name="Review").click()
-        owner.get_by_role("link", name="New campaign").click()
+        owner.get_by_role("link", name="New campaign", exact=True).click()
         owner.fill("#id_name", "pass 1")
         owner.select_option("#id_source_version", label="prefs v1 (3 rows)")
         owner.fill("#id_guidelines", "Pick the **right** one.")
