@@ -400,8 +400,9 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
     return hook
 
 
-def make_grpo_trainer(spec, job_model, run_dir: Path):
-    """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary."""
+def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
+    """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary;
+    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
     from jaxengine.job import JobError, best_metric_for, job_identity, total_steps_for
     from jaxengine.trainer import TrainConfig, Trainer
 
@@ -443,5 +444,5 @@ def make_grpo_trainer(spec, job_model, run_dir: Path):
                                sample_count=spec.train.eval_samples) if eval_rows else None
     guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
-                      trainable=job_model.trainable, eval_hook=eval_hook, guard=guard)
+                      trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
     return trainer, {"train": train_counts, "eval": eval_counts}

@@ -73,6 +73,33 @@ def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
     return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
 
 
+def job_placement(spec: JobSpec):
+    """The ``MeshPlacement`` of the spec's ``parallel`` layout over every device of the job, or of the
+    default layout (``jaxengine.sharding.default_layout``); None for the unsharded path."""
+    import jax
+
+    from jaxengine.sharding import MeshPlacement, batch_rows_multiple, default_layout, layout_mesh
+
+    if spec.parallel is not None:
+        layout = spec.parallel.model_dump()
+    else:
+        layout = default_layout(jax.device_count(), platform=jax.default_backend())
+    if layout is None:
+        return None
+    try:
+        mesh = layout_mesh(layout)
+    except ValueError as error:
+        raise JobError(str(error)) from None
+    rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
+    multiple = batch_rows_multiple(mesh)
+    if rows % multiple:
+        what = (f"train.batch_size x grpo.num_generations = {rows} rows" if spec.task == "grpo"
+                else f"train.batch_size: {rows} rows")
+        raise JobError(f"{what} do not split over parallel data x fsdp = {multiple} devices; "
+                       f"give a multiple of {multiple}, or move devices to parallel.tensor")
+    return MeshPlacement(mesh)
+
+
 def job_identity(spec: JobSpec) -> str:
     """What a run's checkpoints are of — task, model and PEFT settings — so a resume cannot mix jobs
     (training lengths, data and optimizer settings may change between resumes)."""
@@ -141,9 +168,9 @@ class JobModel:
     quantization: dict[str, float] | None
 
 
-def build_job_model(spec: JobSpec) -> JobModel:
+def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
     """Load the spec's model and tokenizer, quantize (qlora), attach LoRA, and wrap a reward head (reward)
-    or a value head (ppo)."""
+    or a value head (ppo). With ``mesh``, the weights are read straight into their sharded places."""
     from flax import nnx
 
     from jaxengine.checkpoint.hf import load_hf_model
@@ -152,7 +179,7 @@ def build_job_model(spec: JobSpec) -> JobModel:
 
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
-    model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype)
+    model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
     model.remat = spec.train.remat
     trainable: Any = nnx.Param
     quantization = None
@@ -260,6 +287,8 @@ def run_job(
     if jax.process_count() != spec.hosts:
         raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
+    if placement is None:
+        placement = job_placement(spec)
     if placement is None and jax.process_count() > 1:
         placement = DataParallel()
     writes_files = jax.process_index() == 0
@@ -267,11 +296,11 @@ def run_job(
     run_dir.mkdir(parents=True, exist_ok=True)
     if writes_files:
         (run_dir / "spec.yaml").write_text(dump_spec(spec))
-    job_model = build_job_model(spec)
+    job_model = build_job_model(spec, mesh=getattr(placement, "mesh", None))
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
 
-        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir)
+        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement)
     elif spec.task == "ppo":
         from jaxengine.ppo import make_ppo_trainer
 

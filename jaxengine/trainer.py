@@ -32,8 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.data import pipeline
+from jaxengine.sharding import MeshPlacement
 from jaxengine.spec import OptimSpec
 
 Metrics = dict[str, float]
@@ -201,9 +203,12 @@ def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
     return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "task", "optim", "total_steps"), donate_argnums=(0, 1, 2))
-def train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef, task, optim: OptimSpec,
-               total_steps: int):
+TRAIN_STEP_STATIC = ("graphdef", "task", "optim", "total_steps")
+EVAL_STEP_STATIC = ("graphdef", "task")
+
+
+def _train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef, task, optim: OptimSpec,
+                total_steps: int):
     """One optimizer step over ``batches`` (a batch pytree with a leading grad-accum axis [A, ...]).
 
     Returns the new (params, opt_state, rng_state) and the step's metrics: the task's metrics
@@ -240,12 +245,46 @@ def train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef,
     return params, opt_state, rng_state, metrics
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "task"))
-def eval_step(params, rng_state, frozen, batch, *, graphdef, task):
+def _eval_step(params, rng_state, frozen, batch, *, graphdef, task):
     """The task's metrics on one batch, multiplied by its weight, and the weight."""
     model = nnx.merge(graphdef, params, rng_state, frozen)
     _, weight, metrics = task.loss(model, batch)
     return {name: value * weight for name, value in metrics.items()}, weight
+
+
+# The unsharded path (no mesh): arrays stay where they are.
+train_step = jax.jit(_train_step, static_argnames=TRAIN_STEP_STATIC, donate_argnums=(0, 1, 2))
+eval_step = jax.jit(_eval_step, static_argnames=EVAL_STEP_STATIC)
+
+
+def sharded_steps(params, opt_state, rng_state, frozen):
+    """``train_step`` and ``eval_step`` (same signatures) jitted with the shardings of these placed
+    arrays in and out, so the state keeps its layout from step to step; batches come in placed
+    (``MeshPlacement.put_batches``), metrics go out replicated."""
+    def shardings(tree):
+        return jax.tree.map(lambda leaf: leaf.sharding, tree)
+
+    params_s, opt_s, rng_s, frozen_s = shardings(params), shardings(opt_state), shardings(rng_state), shardings(frozen)
+    replicated = NamedSharding(jax.tree.leaves(params_s)[0].mesh, PartitionSpec())
+    train = _jit_per_static(_train_step, donate_argnums=(0, 1, 2),
+                            in_shardings=(params_s, opt_s, rng_s, frozen_s, None, None),
+                            out_shardings=(params_s, opt_s, rng_s, replicated))
+    evaluate = _jit_per_static(_eval_step, in_shardings=(params_s, rng_s, frozen_s, None), out_shardings=replicated)
+    return train, evaluate
+
+
+def _jit_per_static(function, **jit_options):
+    # jit takes no keyword arguments alongside in_shardings, so the static ones are bound first
+    # (one compiled function per distinct set; they are fixed for a trainer).
+    compiled = {}
+
+    def call(*args, **static):
+        key = tuple(sorted(static.items()))
+        if key not in compiled:
+            compiled[key] = jax.jit(functools.partial(function, **static), **jit_options)
+        return compiled[key](*args)
+
+    return call
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,9 +357,14 @@ class Trainer:
         batch_source: Callable[[Trainer], Any] | None = None,
         guard: Callable[[Metrics], str | None] | None = None,
         placement: Any = None,
+        mesh: Mesh | None = None,
     ):
         if (train_examples is None) == (batch_source is None):
             raise ValueError("give the trainer exactly one of train_examples and batch_source")
+        if mesh is not None:
+            if placement is not None:
+                raise ValueError("give the trainer a mesh or a placement, not both")
+            placement = MeshPlacement(mesh)
         self.task = task
         self.config = config
         self.train_examples = train_examples
@@ -345,6 +389,10 @@ class Trainer:
             params, rng_state, self.frozen = placement.put_state((params, rng_state, self.frozen))
         self.params, self.rng_state = params, rng_state
         self.opt_state = make_optimizer(config.optim, total_steps=config.total_steps).init(params)
+        self._train_step, self._eval_step = train_step, eval_step
+        if isinstance(placement, MeshPlacement):
+            self.opt_state = placement.put_optimizer_state(self.opt_state, params)
+            self._train_step, self._eval_step = sharded_steps(params, self.opt_state, rng_state, self.frozen)
         self.step = 0
         self.data_position = pipeline.DataPosition()
 
@@ -372,8 +420,8 @@ class Trainer:
                                            max_seq_len=self.config.max_seq_len, pad_id=self.pad_id):
             if self.placement is not None:
                 batch = self.placement.put_replicated(batch)
-            weighted, weight = eval_step(self.params, self.rng_state, self.frozen, batch,
-                                         graphdef=self.eval_graphdef, task=self.task)
+            weighted, weight = self._eval_step(self.params, self.rng_state, self.frozen, batch,
+                                               graphdef=self.eval_graphdef, task=self.task)
             for name, value in weighted.items():
                 totals[name] = totals.get(name, 0.0) + float(value)
             weight_total += float(weight)
@@ -437,6 +485,11 @@ class Trainer:
         ends with status ``cancelled``. A non-finite loss ends it with status ``failed`` and keeps the
         last good checkpoint.
         """
+        if isinstance(self.placement, MeshPlacement) and jax.sharding.get_abstract_mesh().empty:
+            # Everything the run traces (steps, rollouts, eval hooks) sees the mesh, so that the models'
+            # activation and KV-cache constraints apply.
+            with jax.set_mesh(self.placement.mesh):
+                return self.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
         config = self.config
         checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last,
                                   higher_is_better=config.best_higher_is_better)
@@ -463,12 +516,13 @@ class Trainer:
                     stop = self.placement.agree(stop)  # every process stops at the same step
                 if stop:
                     status, message = "cancelled", f"cancelled at step {self.step}"
-                    self.save_checkpoint(checkpoints, eval_score=None)
+                    if self.step not in checkpoints.steps():  # not just saved by save_every (orbax refuses twice)
+                        self.save_checkpoint(checkpoints, eval_score=None)
                     break
                 batches = self.batch_source(self) if stream is None else self._next_batches(stream)
                 step_started = time.perf_counter()
                 step_batches = batches if self.placement is None else self.placement.put_batches(batches)
-                self.params, self.opt_state, self.rng_state, metrics = train_step(
+                self.params, self.opt_state, self.rng_state, metrics = self._train_step(
                     self.params, self.opt_state, self.rng_state, self.frozen, step_batches, np.int32(self.step),
                     graphdef=self.graphdef, task=self.task, optim=config.optim, total_steps=config.total_steps)
                 metrics = {name: float(value) for name, value in metrics.items()}

@@ -32,12 +32,15 @@ import numpy as np
 from flax import nnx
 
 from jaxengine.models.config import ModelConfig, RopeScaling
+from jaxengine.sharding import constrain, constrain_kv_cache
 
 Axes = tuple[str | None, ...]
 # Filled into masked attention scores; finite so that a fully masked row (padding) gives a
 # uniform distribution instead of NaN.
 MASK_VALUE = float(np.finfo(np.float32).min)
 INIT_STDDEV = 0.02
+# Logical axes of the residual stream [B, T, D] (jaxengine.sharding.ACTIVATION_RULES).
+RESIDUAL_AXES = ("batch", "length", "act_embed")
 
 
 def param(value: jax.Array, axes: Axes) -> nnx.Param:
@@ -298,10 +301,12 @@ class Attention(nnx.Module):
         else:
             cached_keys, cached_values = kv_cache
             leading = (0,) * (cached_keys.ndim - 2)
-            keys_fsh = jax.lax.dynamic_update_slice(cached_keys, k_fth.astype(cached_keys.dtype),
-                                                    leading + (write_index, 0))
-            values_fhs = jax.lax.dynamic_update_slice(cached_values, v_fht.astype(cached_values.dtype),
-                                                      leading + (0, write_index))
+            keys_fsh = constrain_kv_cache(jax.lax.dynamic_update_slice(
+                cached_keys, k_fth.astype(cached_keys.dtype), leading + (write_index, 0)),
+                batch=batch, kv_heads=kv_heads)
+            values_fhs = constrain_kv_cache(jax.lax.dynamic_update_slice(
+                cached_values, v_fht.astype(cached_values.dtype), leading + (0, write_index)),
+                batch=batch, kv_heads=kv_heads)
             new_cache = (keys_fsh, values_fhs)
         out_fqh = dot_product_attention(q_fqh, keys_fsh, values_fhs, mask_fqs, scale=self.scale, softcap=self.softcap)
         out_btnh = out_fqh.reshape(batch, kv_heads, groups, length, head_dim).transpose(0, 3, 1, 2, 4)
@@ -346,10 +351,13 @@ class DecoderLayer(nnx.Module):
             self.post_feedforward_layernorm = None
 
     def __call__(self, x_btd: jax.Array, **attention_kwargs) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        # The residual stream stays split by rows over the batch axes between the blocks (whole on
+        # tensor: the tensor-parallel matmuls gather it); no-op without a mesh in context.
+        x_btd = constrain(x_btd, RESIDUAL_AXES)
         attended_btd, kv_cache = self.self_attn(self.input_layernorm(x_btd), **attention_kwargs)
         if self.pre_feedforward_layernorm is None:
-            x_btd = x_btd + attended_btd
-            return x_btd + self.mlp(self.post_attention_layernorm(x_btd)), kv_cache
-        x_btd = x_btd + self.post_attention_layernorm(attended_btd)
+            x_btd = constrain(x_btd + attended_btd, RESIDUAL_AXES)
+            return constrain(x_btd + self.mlp(self.post_attention_layernorm(x_btd)), RESIDUAL_AXES), kv_cache
+        x_btd = constrain(x_btd + self.post_attention_layernorm(attended_btd), RESIDUAL_AXES)
         mlp_out_btd = self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x_btd)))
-        return x_btd + mlp_out_btd, kv_cache
+        return constrain(x_btd + mlp_out_btd, RESIDUAL_AXES), kv_cache

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxengine.models.config import ModelConfig
+from jaxengine.sharding import constrain, constrain_kv_cache
 from jaxengine.models.layers import (
     DecoderLayer,
     Embedding,
@@ -177,10 +178,12 @@ class CausalLM(nnx.Module):
         config = self.config
         dtype = dtype or self.compute_dtype
         keys_shape, values_shape = kv_cache_shapes(batch_size, config.num_kv_heads, max_length, config.head_dim)
+        # Rows over (data, fsdp), key/value heads over tensor when a mesh is in context.
+        place = functools.partial(constrain_kv_cache, batch=batch_size, kv_heads=config.num_kv_heads)
         return KVCache(
-            keys=tuple(jnp.zeros(keys_shape, dtype) for _ in range(config.num_layers)),
-            values=tuple(jnp.zeros(values_shape, dtype) for _ in range(config.num_layers)),
-            positions=jnp.zeros((batch_size, max_length), jnp.int32),
+            keys=tuple(place(jnp.zeros(keys_shape, dtype)) for _ in range(config.num_layers)),
+            values=tuple(place(jnp.zeros(values_shape, dtype)) for _ in range(config.num_layers)),
+            positions=constrain(jnp.zeros((batch_size, max_length), jnp.int32), ("batch", "length")),
             index=jnp.zeros((), jnp.int32),
         )
 

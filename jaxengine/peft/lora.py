@@ -36,10 +36,13 @@ class LoraAdapter(nnx.Module):
     """``scale * dropout(x) @ A @ B`` with A [in, r] (Kaiming-uniform, as peft) and B [r, out] (zeros)."""
 
     def __init__(self, in_features: int, out_features: int, *, rank: int, alpha: float, dropout: float,
-                 compute_dtype, rngs: nnx.Rngs):
+                 compute_dtype, rngs: nnx.Rngs, axes: tuple[str | None, str | None] = (None, None)):
         bound = 1.0 / math.sqrt(in_features)
-        self.lora_a = LoraParam(jax.random.uniform(rngs.params(), (in_features, rank), jnp.float32, -bound, bound))
-        self.lora_b = LoraParam(jnp.zeros((rank, out_features), jnp.float32))
+        # ``axes``: the logical axes of the adapted kernel [in, out]; A and B are split like its input and
+        # output sides (jaxengine.sharding), the rank axis stays whole.
+        self.lora_a = LoraParam(jax.random.uniform(rngs.params(), (in_features, rank), jnp.float32, -bound, bound),
+                                logical_axes=(axes[0], None))
+        self.lora_b = LoraParam(jnp.zeros((rank, out_features), jnp.float32), logical_axes=(None, axes[1]))
         self.scale = alpha / rank
         self.compute_dtype = compute_dtype
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
@@ -79,8 +82,11 @@ def apply_lora(model: nnx.Module, *, targets: Sequence[str], rank: int, alpha: f
     if not found:
         raise ValueError(f"peft.targets {list(targets)} match no projection of this model")
     for _, linear in found:
+        axes = (linear.quantized.axes if linear.quantized is not None
+                else linear.kernel.get_metadata().get("logical_axes", (None, None)))
         linear.lora = nnx.data(LoraAdapter(linear.in_features, linear.out_features, rank=rank, alpha=alpha,
-                                           dropout=dropout, compute_dtype=linear.compute_dtype, rngs=rngs))
+                                           dropout=dropout, compute_dtype=linear.compute_dtype, rngs=rngs,
+                                           axes=axes))
     return len(found)
 
 

@@ -74,8 +74,10 @@ class QuantizedKernel(nnx.Module):
 
     def __init__(self, kernel_io: jax.Array, *, bits: int, group_size: int, compute_dtype, axes: tuple):
         codes, scales = quantize(kernel_io, bits=bits, group_size=group_size)
-        self.codes = QuantizedWeight(codes)
-        self.scales = QuantizedWeight(scales)
+        # Codes [in / 2 or in, out] and scales [in / group_size, out] are split like the kernel they stand
+        # for (jaxengine.sharding; an axis the mesh does not divide stays whole).
+        self.codes = QuantizedWeight(codes, logical_axes=tuple(axes))
+        self.scales = QuantizedWeight(scales, logical_axes=tuple(axes))
         self.bits = bits
         self.group_size = group_size
         self.compute_dtype = compute_dtype

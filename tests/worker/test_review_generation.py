@@ -47,9 +47,14 @@ def greedy_answers(model_dir, max_new_tokens):
     return [generation.text for generation in generations]
 
 
-def test_both_models_answers_become_the_items(campaign_for, model_dirs):
+def test_both_models_answers_become_the_items(campaign_for, model_dirs, monkeypatch):
     campaign = campaign_for(max_new_tokens=8, temperature=0.0)
+    progress = []
+    record = services.generation_progress
+    monkeypatch.setattr(services, "generation_progress",
+                        lambda **kwargs: (progress.append(kwargs["answers"]), record(**kwargs)))
     review.generate_campaign_answers(campaign.pk)
+    assert progress == [3, 6], "answers counted after each slice: all of model A's, then B's"
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.READY, campaign.load_error
     assert campaign.generated_answers == 6

@@ -39,14 +39,11 @@ def generate_campaign_answers(campaign_id: int) -> None:
     try:
         prompts = services.generation_prompts(campaign=campaign)
         settings = services.GenerationSettings(**generation["sampling"])
-        done = 0
-
-        def progress(answers: int) -> None:
-            services.generation_progress(campaign_id=campaign_id, answers=done + answers)
-
-        answers_a = model_answers(generation["model_a"], prompts, settings, on_progress=progress)
-        done = len(prompts)
-        answers_b = model_answers(generation["model_b"], prompts, settings, on_progress=progress)
+        # Model A answers every prompt first, then model B: the cache need hold only one at a time.
+        answers_a = model_answers(generation["model_a"], prompts, settings, on_progress=lambda count: (
+            services.generation_progress(campaign_id=campaign_id, answers=count)))
+        answers_b = model_answers(generation["model_b"], prompts, settings, on_progress=lambda count: (
+            services.generation_progress(campaign_id=campaign_id, answers=len(prompts) + count)))
     except ValidationError as error:
         services.generation_fail(campaign_id=campaign_id, reason=" ".join(error.messages))
         return
