@@ -300,21 +300,6 @@ class ParallelSpec(_Section):
     tensor: int = Field(default=1, ge=1, le=65536, description="Tensor-parallel split of heads, MLP and vocabulary.")
 
 
-class ParallelSpec(_Section):
-    """``parallel``: the (data, fsdp, tensor) mesh a job trains on (``jaxengine.sharding``).
-
-    ``data`` copies the weights and splits the batch; ``fsdp`` splits the batch too and shards weights
-    and optimizer state (gathered layer by layer); ``tensor`` splits heads, MLP width and vocabulary.
-    The sizes must multiply to the job's device count (checked when the job starts, where the devices
-    are known). Leave the section out for the default: every device on fsdp on accelerators, one device
-    (unsharded) on CPU.
-    """
-
-    data: int = Field(default=1, ge=1, le=65536, description="Replicas: weights copied, batch split.")
-    fsdp: int = Field(default=1, ge=1, le=65536, description="Shards of weights and optimizer state; batch split.")
-    tensor: int = Field(default=1, ge=1, le=65536, description="Tensor-parallel split of heads, MLP and vocabulary.")
-
-
 class JobSpec(_Section):
     """A whole training job."""
 
