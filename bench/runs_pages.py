@@ -8,7 +8,10 @@ samples. The ten are running: like the train worker, each keeps its downsampled 
 5 s, so a page reduces at most a few seconds of new points; 1,000 steps is a generous tail). Then it
 requests pages through Django's in-process test client (the whole server path:
 middleware, session, access check, queries, downsampling, template). Prints the median, 95th
-percentile and maximum over ``--requests`` requests per page after a warm-up.
+percentile and maximum over ``--requests`` requests per page after a warm-up, and the median CPU
+time of this process per request (the database is SQLite, in process, so it counts the queries'
+work too): on a loaded host, where wall time mostly measures waiting for a core, that is the figure
+to compare.
 
     .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--tail-steps 1000]
                                          [--requests 30]
@@ -101,16 +104,17 @@ def finish(runs) -> None:
         Run.objects.filter(pk=run.pk).update(status=run.status, series_cache=series_cache_for(run))
 
 
-def timed(client, url: str, *, requests: int, warmup: int) -> tuple[list[float], int]:
+def timed(client, url: str, *, requests: int, warmup: int) -> tuple[list[float], list[float], int]:
     for _ in range(warmup):
         response = client.get(url)
         assert response.status_code == 200, (url, response.status_code)
-    durations = []
+    durations, cpu = [], []
     for _ in range(requests):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         response = client.get(url)
         durations.append(time.perf_counter() - started)
-    return durations, len(response.content)
+        cpu.append(time.process_time() - started_cpu)
+    return durations, cpu, len(response.content)
 
 
 def main() -> None:
@@ -132,7 +136,7 @@ def main() -> None:
         f"compare 10 running runs x {args.points} pts": f"/p/bench/runs/compare/?{query}",
         f"run page ({args.points} points)": f"/p/bench/runs/{compared[0].public_id}/",
     }
-    print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'KiB':>6}")
+    print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'cpu ms':>8} {'KiB':>6}")
     measure(client, live, args)
     stored = {run.pk: Run.objects.get(pk=run.pk).series_cache for run in compared}
     Run.objects.filter(pk__in=list(stored)).update(series_cache={})
@@ -145,11 +149,11 @@ def main() -> None:
 
 def measure(client, pages: dict[str, str], args) -> None:
     for label, url in pages.items():
-        durations, size = timed(client, url, requests=args.requests, warmup=args.warmup)
+        durations, cpu, size = timed(client, url, requests=args.requests, warmup=args.warmup)
         durations.sort()
         p95 = durations[min(len(durations) - 1, int(round(0.95 * (len(durations) - 1))))]
         print(f"{label:46} {1e3 * statistics.median(durations):8.1f} {1e3 * p95:8.1f} {1e3 * durations[-1]:8.1f} "
-              f"{size / 1024:6.0f}")
+              f"{1e3 * statistics.median(cpu):8.1f} {size / 1024:6.0f}")
 
 
 if __name__ == "__main__":

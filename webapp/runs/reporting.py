@@ -56,7 +56,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from webapp.runs import channels
-from webapp.runs.selectors import MAX_POINTS, series_buckets, series_cache_for
+from webapp.runs.selectors import MAX_POINTS, last_point_id, series_buckets, series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
@@ -282,7 +282,7 @@ class RunReporter:
                     next_heartbeat = now + self.heartbeat_seconds
                 if closing and self._queue.empty():
                     if self._buckets is not None:
-                        Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
+                        self._store_buckets()
                     return
         except BaseException as error:  # surfaced by close(); the run is then marked failed
             logger.exception("run %s: reporting failed", self.run.public_id)
@@ -313,7 +313,7 @@ class RunReporter:
                 self._token_offset = int(previous.value) if previous else self.run.tokens_seen
             self.run.current_step = first_step - 1
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
-            Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
+            self._store_buckets()
             self._buckets_stored_at = time.monotonic()
             # Earlier steps' samples are stored, except perhaps those of the last one stored and
             # of the lost steps after it: the first pass over samples.jsonl stores those.
@@ -362,18 +362,17 @@ class RunReporter:
         tokens_seen = self._token_offset + int(last.metrics.get("tokens", last.tokens_seen))
         train_seconds = self._base_train_seconds + last.elapsed_seconds
         self._buckets.fit(self._buckets.through_step, MAX_POINTS)
-        fields = {}
         now = time.monotonic()
-        if now - self._buckets_stored_at >= BUCKETS_SECONDS:
-            fields["series_cache"] = {"buckets": self._buckets.to_json()}
-            self._buckets_stored_at = now
+        store_buckets = now - self._buckets_stored_at >= BUCKETS_SECONDS
         with transaction.atomic():
             insert_metric_rows(points)
             Run.objects.filter(pk=self.run.pk).update(
                 current_step=last.step, total_steps=last.total_steps, tokens_seen=tokens_seen,
                 train_seconds=train_seconds, last_heartbeat=timezone.now(), final_metrics=self._summary_metrics,
-                **fields,
             )
+            if store_buckets:
+                self._store_buckets()
+                self._buckets_stored_at = now
         self.points_written += len(points)
         self.run.current_step, self.run.tokens_seen = last.step, tokens_seen
         self._publish({"type": "metrics", "points": payload})
@@ -410,6 +409,12 @@ class RunReporter:
             Sample.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
             self._publish({"type": "samples", "step": max(steps), "count": len(rows)})
         return evaluated
+
+    def _store_buckets(self) -> None:
+        """Store the buckets with the id of the newest point they cover (the writer's own last
+        insert: this thread is the run's only writer of points)."""
+        self._buckets.through_id = last_point_id(run=self.run)
+        Run.objects.filter(pk=self.run.pk).update(series_cache={"buckets": self._buckets.to_json()})
 
     def _track(self, name: str, value: float, step: int) -> None:
         track_metric(self._summary_metrics, name, value, step)

@@ -126,15 +126,17 @@ def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, d
 
 def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int = 0) -> SeriesBuckets:
     """``points`` reduced by the database to buckets of ``width`` steps after ``offset``, in one
-    grouped query."""
+    grouped query (``through_id``: the highest point id among them)."""
     grouped = (points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
                .values("name", "bucket")
                .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
-                         tokens=Min("tokens"), wall_time=Min("wall_time"))
-               .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time"))
+                         tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
+               .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
+                            "last_id"))
     buckets = SeriesBuckets(width=width)
-    for name, index, *bucket in grouped:
+    for name, index, *bucket, last_id in grouped:
         buckets.add_bucket(name, width, index, bucket)
+        buckets.through_id = max(buckets.through_id, last_id)
     return buckets
 
 
@@ -142,21 +144,30 @@ def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
     """Every metric of ``run`` in buckets fit for ``MAX_POINTS`` (see ``webapp.runs.downsampling``).
 
     A running run's train worker keeps its buckets in ``series_cache["buckets"]`` (and a finished
-    run keeps its last ones): then only the points stored since are reduced here, else every point.
-    ``reuse_stored=False`` is for the worker itself, after a resume changed the stored points."""
+    run keeps its last ones): then only the points stored since are reduced here — those after the
+    buckets' ``through_id``, which the run's index finds without reading its other points — else
+    every point. ``reuse_stored=False`` is for the worker itself, after a resume changed the points."""
     stored = (run.series_cache or {}).get("buckets") if reuse_stored else None
     last_step = run.current_step or MetricPoint.objects.filter(run=run).aggregate(last=Max("step"))["last"] or 0
     if stored:
         buckets = SeriesBuckets.from_json(stored)
         buckets.fit(max(last_step, buckets.through_step), MAX_POINTS)
-        tail = _grouped_buckets(MetricPoint.objects.filter(run=run, step__gt=buckets.through_step), width=buckets.width)
+        since = (MetricPoint.objects.filter(run=run, id__gt=buckets.through_id) if buckets.through_id
+                 else MetricPoint.objects.filter(run=run, step__gt=buckets.through_step))
+        tail = _grouped_buckets(since, width=buckets.width)
         for name, by_index in tail.buckets.items():
             for index, bucket in by_index.items():
                 buckets.add_bucket(name, buckets.width, index, bucket)
+        buckets.through_id = max(buckets.through_id, tail.through_id)
         return buckets
     buckets = _grouped_buckets(MetricPoint.objects.filter(run=run), width=bucket_width(last_step, MAX_POINTS))
     buckets.through_step = max(buckets.through_step, last_step)
     return buckets
+
+
+def last_point_id(*, run: Run) -> int:
+    """The id of the run's newest stored point (0 when none): what stored buckets cover."""
+    return MetricPoint.objects.filter(run=run).aggregate(last=Max("id"))["last"] or 0
 
 
 def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = 0,
