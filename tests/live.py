@@ -170,16 +170,22 @@ class CeleryWorker:
 POOLS = {"serve": ("--pool", "threads", "--concurrency", "4")}
 
 
-def start_worker(queue: str, *, redis_url: str, log_dir: Path) -> CeleryWorker:
+def start_worker(queue: str, *, redis_url: str, log_dir: Path, name: str | None = None,
+                 pool_args: tuple[str, ...] | None = None, environment: dict[str, str] | None = None) -> CeleryWorker:
     """Start ``celery -A worker.celery worker -Q <queue>`` (solo pool: one task at a time, in the
-    worker process itself; serve: ``POOLS``) and wait until it reports ready."""
-    log_path = log_dir / f"worker-{queue}.log"
+    worker process itself; serve: ``POOLS``) and wait until it reports ready. ``name`` (default
+    ``test-<queue>``), ``pool_args`` and extra ``environment`` serve workers that play hosts of a
+    pool; each worker leads its own process group, so that a test can kill it with its children."""
+    name = name or f"test-{queue}"
+    log_path = log_dir / f"worker-{name}.log"
     log_file = open(log_path, "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "worker.celery", "worker", "-Q", queue, *POOLS.get(queue, ("--pool", "solo")),
-         "-n", f"test-{queue}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+        [sys.executable, "-m", "celery", "-A", "worker.celery", "worker", "-Q", queue,
+         *(pool_args or POOLS.get(queue, ("--pool", "solo"))),
+         "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
          "--without-heartbeat"],
-        cwd=ROOT, env=worker_environment(redis_url=redis_url), stdout=log_file, stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**worker_environment(redis_url=redis_url), **(environment or {})}, stdout=log_file,
+        stderr=subprocess.STDOUT, start_new_session=True,
     )
     log_file.close()
     worker = CeleryWorker(queue=queue, process=process, log_path=log_path)

@@ -125,6 +125,14 @@ TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 TEMPER_RUN_HEARTBEAT_SECONDS = env_int("TEMPER_RUN_HEARTBEAT_SECONDS", 5)
 TEMPER_RUN_LOST_SECONDS = env_int("TEMPER_RUN_LOST_SECONDS", 60)
 TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)
+# Multi-host runs (``webapp.runs.placement``): a run waits this long for N free workers of its pool
+# (then fails with the reason); each host's process heartbeats in Redis and its peers end the job
+# when one is silent for TEMPER_HOST_LOST_SECONDS. A train worker announces the address its peers
+# reach it at (default: its host name's IP) and a port for a job's coordinator (default: any free one).
+TEMPER_PLACEMENT_TIMEOUT_SECONDS = env_int("TEMPER_PLACEMENT_TIMEOUT_SECONDS", 1800)
+TEMPER_HOST_LOST_SECONDS = env_int("TEMPER_HOST_LOST_SECONDS", 15)
+TEMPER_WORKER_ADDRESS = env_str("TEMPER_WORKER_ADDRESS", "")
+TEMPER_COORDINATOR_PORT = env_int("TEMPER_COORDINATOR_PORT", 0)
 # Serving: bytes of model weights the serve worker keeps loaded (least recently used out beyond it),
 # and the default time limit of one generation.
 TEMPER_SERVE_MEMORY_BYTES = env_int("TEMPER_SERVE_MEMORY_BYTES", 8 * 1024**3)

@@ -12,6 +12,11 @@ children (JAX is not fork-safe) and would hold accelerator memory the jobs need.
 The probe runs with preallocation off so that three workers starting together on
 one GPU host do not each grab most of its memory. Until it answers, heartbeats
 carry empty devices (shown as "probing").
+
+Train workers also announce their host pool (from their queue), the address their peers reach them
+at (``TEMPER_WORKER_ADDRESS``, default the IP of their host name) and a port that a multi-host job
+placed here can use for its coordinator (``TEMPER_COORDINATOR_PORT``, default one found free at
+each beat): ``webapp.runs.placement`` reads them.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from webapp.runs.placement import pool_of_queues
 from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
 
 logger = logging.getLogger(__name__)
@@ -72,6 +78,26 @@ def probe_devices() -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def worker_address() -> str:
+    """``TEMPER_WORKER_ADDRESS``, else the IP address this host's name resolves to, else the name."""
+    if settings.TEMPER_WORKER_ADDRESS:
+        return settings.TEMPER_WORKER_ADDRESS
+    host = socket.gethostname()
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def coordinator_port() -> int:
+    """``TEMPER_COORDINATOR_PORT``, else a TCP port free on this host right now."""
+    if settings.TEMPER_COORDINATOR_PORT:
+        return settings.TEMPER_COORDINATOR_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
 def current_jobs() -> list[str]:
     """The tasks this worker is running, as ``task.name argsrepr`` strings."""
     return sorted(
@@ -85,6 +111,8 @@ class Heartbeat:
     def __init__(self, *, name: str, queues: list[str], interval_seconds: float) -> None:
         self.name = name
         self.queues = queues
+        self.pool = pool_of_queues(queues)
+        self.address = worker_address() if self.pool else ""
         self.interval_seconds = interval_seconds
         self.pid = os.getpid()
         self.host = socket.gethostname()
@@ -118,6 +146,9 @@ class Heartbeat:
                 devices=self.devices,
                 current_jobs=current_jobs(),
                 started_at=self.started_at,
+                pool=self.pool,
+                address=self.address,
+                coordinator_port=coordinator_port() if self.pool else None,
             )
         finally:
             # A heartbeat every few seconds does not need a connection held in between.

@@ -8,6 +8,8 @@
   tokens, elapsed), ``log`` (``lines``), ``samples`` (``step``), ``status`` (the run's status). The
   database holds everything the channel carries, so a page that missed events loses nothing: it
   reads the database on load and the channel only extends what it has.
+- ``host_key(run, attempt, process)``: each process of a multi-host run refreshes it (with an expiry of
+  ``TEMPER_HOST_LOST_SECONDS``) while it lives; a key that expired names the host that was lost.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ def cancel_key(public_id: str) -> str:
 
 def events_channel(public_id: str) -> str:
     return f"temper:run:{public_id}:events"
+
+
+def host_key(public_id: str, attempt: int, process: int) -> str:
+    return f"temper:run:{public_id}:attempt:{attempt}:host:{process}"
 
 
 def redis_client() -> redis.Redis:

@@ -65,6 +65,12 @@ class Run(models.Model):
     # Seconds spent training over all attempts before the current one (the ETA needs pure train time).
     train_seconds = models.FloatField(default=0.0)
     worker_name = models.CharField(max_length=255, blank=True)
+    # Multi-host runs (spec ``hosts`` > 1): the attempt's workers, one per process, once placed
+    # ({"pool": ..., "coordinator": "host:port", "hosts": [{"process": 0, "worker": ..., "address": ...}]}),
+    # and while the run waits for them, why ("waiting for 2 workers of pool tpu: 1 free").
+    hosts = models.PositiveIntegerField(default=1)
+    placement = models.JSONField(default=dict, blank=True)
+    waiting_reason = models.CharField(max_length=255, blank=True)
     last_heartbeat = models.DateTimeField(null=True)
     summary = models.JSONField(default=dict, blank=True)
     # {"loss": {"last": 1.2, "min": 0.9, "max": 3.4, "step": 120}, ...}: filled as points arrive.

@@ -543,6 +543,41 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
     return run
 
 
+def host_start(*, run_pk: int, attempt: int, process_id: int, worker_name: str) -> Run | None:
+    """Start process ``process_id`` of a multi-host run's attempt: process 0 claims the run as
+    ``run_start`` does (its reporter is the run's); the others only check that the attempt is
+    still the one to run. None when the message is stale."""
+    if process_id == 0:
+        return run_start(run_pk=run_pk, attempt=attempt, worker_name=worker_name)
+    run = Run.objects.filter(pk=run_pk, attempt=attempt, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
+    if run is None:
+        logger.info("run %s attempt %s: not current any more; host %s message dropped", run_pk, attempt, process_id)
+        return None
+    RunLogLine.objects.create(run=run, message=f"attempt {attempt}: host {process_id} started on {worker_name}")
+    return run
+
+
+@transaction.atomic
+def run_fail_hosts_lost(*, run: Run, lost: list[int]) -> Run | None:
+    """Mark a multi-host attempt failed because hosts ``lost`` (process indices) were lost; the first
+    process to notice records it, later verdicts on the same attempt change nothing."""
+    from webapp.runs.placement import lost_host_message
+
+    current = Run.objects.select_for_update().filter(
+        pk=run.pk, attempt=run.attempt, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
+    if current is None:
+        return None
+    current.status = RunStatus.FAILED
+    current.error_message = lost_host_message(current, step=current.current_step, lost=lost)
+    current.finished_at = timezone.now()
+    current.final_metrics = metric_summary(current)
+    current.series_cache = series_cache_for(current)
+    current.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
+    RunLogLine.objects.create(run=current, message=f"failed: {current.error_message}", level=LogLevel.ERROR)
+    _publish_status(current)
+    return current
+
+
 def _current_attempt(run: Run) -> Run | None:
     """The run's row, locked, if ``run``'s attempt is still the running one."""
     current = Run.objects.select_for_update().filter(pk=run.pk, attempt=run.attempt, status=RunStatus.RUNNING).first()

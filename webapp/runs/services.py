@@ -273,8 +273,13 @@ def _default_name(plan: RunPlan) -> str:
 
 
 def _enqueue(run: Run) -> None:
-    run_pk, attempt = run.pk, run.attempt
-    transaction.on_commit(lambda: celery_app.send_task(TRAIN_TASK, args=[run_pk, attempt], queue="train"))
+    from webapp.runs import placement  # placement builds on this module
+
+    if run.hosts > 1:
+        placement.run_place(run=run)  # all its workers now, or it waits (the reapers try again)
+        return
+    run_pk, attempt, queue = run.pk, run.attempt, placement.pool_queue(placement.run_pool(run))
+    transaction.on_commit(lambda: celery_app.send_task(TRAIN_TASK, args=[run_pk, attempt], queue=queue))
 
 
 def log_line(run: Run, message: str, *, level: str = LogLevel.INFO) -> RunLogLine:
@@ -310,7 +315,7 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
         public_id=public_id, project=project, name=(name or "").strip()[:120] or _default_name(plan),
         task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tag_list,
         base_model=plan.base_model, source_run=plan.source_run,
-        total_steps=plan.resolved["train"].get("max_steps"),
+        total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
     )
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
@@ -483,6 +488,16 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
         silent = int((now - run.last_heartbeat).total_seconds())
         claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt,
                                      last_heartbeat=run.last_heartbeat)
+        if run.hosts > 1 and not run.cancel_requested:
+            # Its other processes cannot go on without the lost one: failed, to be resumed by a person
+            # once the pool has its hosts again.
+            from webapp.runs.placement import lost_host_message
+
+            message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
+            if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
+                log_line(run, message, level=LogLevel.ERROR)
+                _advance_pipeline(run)
+            continue
         if run.cancel_requested:
             message = f"worker {run.worker_name} went silent ({silent} s) after a cancel request; marked cancelled"
             if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
@@ -507,11 +522,13 @@ KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_UNACKED_KEY = "unacked"
 
 
-def train_messages_in_redis(client: redis.Redis) -> set[tuple[int, int]]:
-    """``(run pk, attempt)`` of every ``train_run`` message Redis holds: waiting or delivered."""
-    raw = list(client.lrange("train", 0, -1))
-    for key in client.scan_iter(match=f"train{KOMBU_PRIORITY_SEP}*"):
-        raw += client.lrange(key, 0, -1)
+def train_messages_in_redis(client: redis.Redis, queues: tuple[str, ...] = ("train",)) -> set[tuple[int, int]]:
+    """``(run pk, attempt)`` of every ``train_run`` message Redis holds in ``queues``: waiting or delivered."""
+    raw = []
+    for queue in queues:
+        raw += client.lrange(queue, 0, -1)
+        for key in client.scan_iter(match=f"{queue}{KOMBU_PRIORITY_SEP}*"):
+            raw += client.lrange(key, 0, -1)
     payloads = [json.loads(item) for item in raw]
     payloads += [json.loads(item)[0] for item in client.hvals(KOMBU_UNACKED_KEY)]
     found = set()
@@ -532,15 +549,22 @@ def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
     """Send again the message of each run queued for over ``TEMPER_RUN_LOST_SECONDS`` whose message
     Redis no longer holds (a Redis restart without persistence loses its queues). A message sent
     twice is harmless: only the first delivery finds the run queued as that attempt."""
+    from webapp.runs.placement import pool_queue, run_pool
+
+    def queue_of(run: Run) -> str:
+        return pool_queue(run_pool(run))
+
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
-    waiting = list(Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff).exclude(task=EXTERNAL_TASK))
+    # Multi-host runs are placed, not queued (``placement.runs_place_waiting`` retries them).
+    waiting = list(Run.objects.filter(status=RunStatus.QUEUED, queued_at__lt=cutoff, hosts=1)
+                   .exclude(task=EXTERNAL_TASK))
     if not waiting:
         return []
     try:
         client = channels.redis_client()
         try:
-            present = train_messages_in_redis(client)
+            present = train_messages_in_redis(client, tuple({queue_of(run) for run in waiting}))
         finally:
             client.close()
     except redis.RedisError as error:
@@ -552,7 +576,7 @@ def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
             continue
         if Run.objects.filter(pk=run.pk, attempt=run.attempt, status=RunStatus.QUEUED).update(queued_at=now):
             log_line(run, "its queue message was lost (Redis restarted?); queued again", level=LogLevel.WARNING)
-            celery_app.send_task(TRAIN_TASK, args=[run.pk, run.attempt], queue="train")
+            celery_app.send_task(TRAIN_TASK, args=[run.pk, run.attempt], queue=queue_of(run))
             sent.append(run)
     return sent
 

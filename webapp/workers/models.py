@@ -28,6 +28,15 @@ class Worker(models.Model):
     # or {} while the worker is still probing, {"error": "..."} when probing failed.
     devices = models.JSONField(default=dict)
     current_jobs = models.JSONField(default=list)
+    # The host pool of a train worker (queue ``train``: "default", ``train-<pool>``: <pool>), where
+    # its peers reach it (``address``) and a port free for a job's coordinator on it.
+    pool = models.CharField(max_length=40, blank=True)
+    address = models.CharField(max_length=255, blank=True)
+    coordinator_port = models.PositiveIntegerField(null=True)
+    # Held for one attempt of a multi-host run from placement until its task ends
+    # (``webapp.runs.placement``); void once that attempt is no longer the run's active one.
+    reserved_run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    reserved_attempt = models.PositiveIntegerField(null=True)
     started_at = models.DateTimeField()
     last_seen = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True)

@@ -17,9 +17,13 @@ def worker_heartbeat_record(
     devices: dict,
     current_jobs: list[str],
     started_at: datetime,
+    pool: str = "",
+    address: str = "",
+    coordinator_port: int | None = None,
 ) -> Worker:
     """Create or refresh the row of worker ``name``; a restarted worker (same name)
-    takes the row over and is alive again."""
+    takes the row over and is alive again. Train workers also give their host pool, the
+    address their peers reach them at and a port free for a job's coordinator."""
     worker, _ = Worker.objects.update_or_create(
         name=name,
         defaults={
@@ -28,6 +32,9 @@ def worker_heartbeat_record(
             "queues": queues,
             "devices": devices,
             "current_jobs": current_jobs,
+            "pool": pool,
+            "address": address,
+            "coordinator_port": coordinator_port,
             "started_at": started_at,
             "last_seen": timezone.now(),
             "stopped_at": None,

@@ -1,5 +1,6 @@
-"""``train`` queue: run one attempt of a training run. Thin: claim the attempt, hand the engine a
-reporter, record the outcome (``webapp.runs.reporting`` holds the logic)."""
+"""``train`` queues: run one attempt of a training run (``train_run``), or one host's process of a
+multi-host run's attempt (``train_host``). Thin: claim the attempt, hand the engine a reporter,
+record the outcome (``webapp.runs.reporting`` and ``worker.multihost`` hold the logic)."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,9 @@ from django.conf import settings
 
 from jaxengine.spec import parse_spec
 from webapp.celery import app
-from webapp.runs import pipelines, reporting
+from webapp.runs import pipelines, placement, reporting
 from webapp.runs.models import Run, RunStatus
+from worker.multihost import HostLiveness
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,59 @@ def train_run(self, run_pk: int, attempt: int) -> None:
                 and not pipelines.exports_after(finished)):
             app.send_task("worker.tasks.serve.quantize_run", args=[str(finished.output_dir)], queue="serve")
     pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any
+
+
+@app.task(name="worker.tasks.train.train_host", bind=True, acks_late=True)
+def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: int, coordinator_address: str) -> None:
+    """Process ``process_id`` of ``num_processes`` of a multi-host run (``webapp.runs.placement`` sent
+    it to this worker): join the job's jax.distributed group and run the same engine entry point.
+    Process 0 reports; a lost peer ends this process (``worker.multihost``); an engine error that a
+    lost peer explains is recorded as that host's loss."""
+    worker_name = self.request.hostname or "worker"
+    run = reporting.host_start(run_pk=run_pk, attempt=attempt, process_id=process_id, worker_name=worker_name)
+    if run is None:
+        placement.host_release(worker_name=worker_name, run_pk=run_pk)
+        return
+    from jaxengine import distributed
+    from jaxengine.job import run_job  # imports jax: only ever in the worker, and only when training
+
+    liveness = HostLiveness(run=run, process_id=process_id, num_processes=num_processes, worker_name=worker_name)
+    liveness.start()
+    reporter = reporting.RunReporter(run=run) if process_id == 0 else None
+    if reporter is not None:
+        reporter.start()
+    try:
+        distributed.initialize(distributed.ProcessGroup(
+            coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id))
+        summary = run_job(parse_spec(run.resolved_spec), progress_bar=False,
+                          should_stop=reporter.should_stop if reporter else None,
+                          on_progress=reporter.on_progress if reporter else None)
+    except Exception as error:
+        logger.exception("run %s: host %s failed", run.public_id, process_id)
+        lost = liveness.wait_for_lost_peers()
+        try:
+            if reporter is not None:
+                reporter.close()
+        finally:
+            if lost:
+                reporting.run_fail_hosts_lost(run=run, lost=lost)
+            else:
+                reporting.run_fail(run=run, error=error)
+            pipelines.pipeline_advance(run=run)
+        return
+    finally:
+        liveness.stop()
+        placement.host_release(worker_name=worker_name, run_pk=run.pk)
+    distributed.shutdown()
+    if reporter is None:
+        return
+    try:
+        reporter.close()
+    except RuntimeError as error:
+        reporting.run_fail(run=run, error=error)
+    else:
+        reporting.run_finish(run=run, summary=summary)
+    pipelines.pipeline_advance(run=run)
 
 
 @app.task(name="worker.tasks.train.export_checkpoint", acks_late=True)

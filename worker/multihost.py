@@ -1,0 +1,110 @@
+"""The worker's side of a multi-host run's liveness: each process's heartbeat in Redis, and the
+watch on its peers' that ends a process whose peer was lost (``jaxengine.distributed.PeerWatchdog``).
+
+Every process refreshes ``channels.host_key(run, attempt, process)`` every ``BEAT_SECONDS`` with an
+expiry of ``TEMPER_HOST_LOST_SECONDS``. A peer whose key was seen and then expired is lost: its
+process died (SIGKILL, out of memory, host gone) or stopped being scheduled. The survivor records
+the run as failed naming that host (a conditional update: the first process to notice wins, later
+verdicts change nothing), gives back its worker's reservation and ends its own process, which is
+blocked, or about to be, in a collective that will never complete. A peer never seen is left to
+jax.distributed's initialization timeout: it may still be starting.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+from django.conf import settings
+from django.db import close_old_connections
+
+from jaxengine.distributed import PeerWatchdog, end_process
+from webapp.runs import channels, placement, reporting
+from webapp.runs.models import Run
+
+logger = logging.getLogger(__name__)
+
+BEAT_SECONDS = 1.0
+
+
+class HostLiveness:
+    """Heartbeat of process ``process_id`` of ``run``'s current attempt, and the watch on its peers."""
+
+    def __init__(self, *, run: Run, process_id: int, num_processes: int, worker_name: str,
+                 lost_seconds: int | None = None):
+        self.run = run
+        self.attempt = run.attempt
+        self.process_id = process_id
+        self.peers = [process for process in range(num_processes) if process != process_id]
+        self.worker_name = worker_name
+        self.lost_seconds = lost_seconds or settings.TEMPER_HOST_LOST_SECONDS
+        self._client = channels.redis_client()
+        self._seen: set[int] = set()
+        self._lost: list[int] = []
+        self._stop = threading.Event()
+        self._beat_thread = threading.Thread(target=self._beat_loop, name="temper-host-heartbeat", daemon=True)
+        self.watchdog = PeerWatchdog(self.check, interval_seconds=BEAT_SECONDS, on_lost=self._end_lost)
+
+    def _key(self, process: int) -> str:
+        return channels.host_key(self.run.public_id, self.attempt, process)
+
+    def start(self) -> None:
+        self._beat()
+        self._beat_thread.start()
+        self.watchdog.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.watchdog.stop()
+        self._beat_thread.join(timeout=5)
+        try:
+            self._client.delete(self._key(self.process_id))
+        except redis.RedisError:
+            pass  # it expires by itself
+        self._client.close()
+
+    def _beat(self) -> None:
+        try:
+            self._client.set(self._key(self.process_id), self.worker_name, ex=self.lost_seconds)
+        except redis.RedisError as error:  # the next beat retries; a peer only acts after lost_seconds
+            logger.warning("host heartbeat of run %s not written: %s", self.run.public_id, error)
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(BEAT_SECONDS):
+            self._beat()
+
+    def silent_peers(self) -> list[int]:
+        """Peers that were seen alive and whose heartbeat has since expired."""
+        alive = [bool(self._client.exists(self._key(process))) for process in self.peers]
+        self._seen.update(process for process, present in zip(self.peers, alive) if present)
+        return [process for process, present in zip(self.peers, alive) if not present and process in self._seen]
+
+    def check(self) -> str | None:
+        self._lost = self.silent_peers()
+        if not self._lost:
+            return None
+        return ", ".join(f"host {process}" for process in self._lost)
+
+    def wait_for_lost_peers(self) -> list[int]:
+        """After the engine raised: the peers lost (an error in a collective is often the echo of a
+        dead peer), waiting up to ``lost_seconds`` for their heartbeats to expire; [] if none was."""
+        deadline = time.monotonic() + self.lost_seconds + 2 * BEAT_SECONDS
+        while True:
+            try:
+                lost = self.silent_peers()
+            except redis.RedisError:
+                return []
+            if lost or time.monotonic() > deadline:
+                return lost
+            time.sleep(BEAT_SECONDS)
+
+    def _end_lost(self, description: str) -> None:
+        """Watchdog verdict: record the lost hosts, give the worker back, end this process."""
+        close_old_connections()
+        try:
+            reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
+            placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk)
+        finally:
+            logger.error("run %s: %s lost; ending process %s", self.run.public_id, description, self.process_id)
+            end_process(description)
