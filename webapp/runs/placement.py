@@ -72,10 +72,7 @@ def is_free(worker: Worker, *, now: datetime, for_run: Run) -> bool:
         return False
     if not worker.address or not worker.coordinator_port:
         return False
-    holder = worker.reserved_run
-    if holder is None or holder.pk == for_run.pk:
-        return True
-    return not (holder.is_active and holder.attempt == worker.reserved_attempt)
+    return worker.reserved_run_id == for_run.pk or not worker.holds_reservation
 
 
 def free_workers(*, pool: str, for_run: Run, now: datetime) -> list[Worker]:

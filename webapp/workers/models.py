@@ -47,6 +47,12 @@ class Worker(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def holds_reservation(self) -> bool:
+        """Whether the worker is reserved for an attempt of a multi-host run that is still active."""
+        run = self.reserved_run
+        return run is not None and run.is_active and run.attempt == self.reserved_attempt
+
     def state_at(self, now) -> str:
         """The worker's state at ``now``: stopped (shut down cleanly), stale (no
         heartbeat for longer than ``STALE_AFTER``) or alive."""

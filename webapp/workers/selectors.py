@@ -12,7 +12,7 @@ def worker_list(*, now: datetime | None = None) -> list[Worker]:
     """The workers heard from within ``FORGET_AFTER``, by name, each with ``state``
     set (alive / stale / stopped) as of ``now``."""
     now = now or timezone.now()
-    workers = list(Worker.objects.filter(last_seen__gte=now - FORGET_AFTER).order_by("name"))
+    workers = list(Worker.objects.filter(last_seen__gte=now - FORGET_AFTER).select_related("reserved_run").order_by("name"))
     for worker in workers:
         worker.state = worker.state_at(now)
     return workers

@@ -169,3 +169,33 @@ def test_a_workers_pool_comes_from_its_queue(queues, pool):
     assert placement.pool_of_queues(queues) == pool
     if pool:
         assert placement.pool_queue(pool) in queues
+
+
+def test_the_run_page_shows_why_it_waits_and_then_its_hosts(team, catalog, sent_tasks, client_for,
+                                                           django_capture_on_commit_callbacks):
+    from django.urls import reverse
+
+    make_worker("train-tpu@a")
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    page_url = reverse("runs:detail", args=[team.project.slug, run.public_id])
+    page = client_for(team.viewer).get(page_url).content.decode()
+    assert '<p class="card run-message" id="waiting-reason">waiting for 2 workers of pool tpu: 1 free</p>' in page
+    make_worker("train-tpu@b")
+    with django_capture_on_commit_callbacks(execute=True):
+        placement.runs_place_waiting()
+    page = client_for(team.viewer).get(page_url).content.decode()
+    assert 'id="waiting-reason"' not in page
+    assert "2 of pool tpu" in page and "0: train-tpu@a" in page and "1: train-tpu@b" in page
+    assert client_for(team.outsider).get(page_url).status_code == 404
+
+
+def test_the_workers_page_shows_each_pool_workers_state(team, catalog, sent_tasks, client_for,
+                                                       django_capture_on_commit_callbacks):
+    make_worker("train-tpu@a"), make_worker("train-tpu@b")
+    make_worker("train-tpu@c", jobs=["worker.tasks.train.train_run (9, 1)"])
+    make_worker("train-tpu@d")
+    launch(team, catalog, django_capture_on_commit_callbacks)  # takes a and b
+    page = client_for(team.viewer).get("/workers/").content.decode()
+    states = {name: page.split(f"<strong>train-tpu@{name}</strong>")[1].split("</tr>")[0] for name in "abcd"}
+    assert "reserved" in states["a"] and "reserved" in states["b"]
+    assert "busy" in states["c"] and "free" in states["d"] and "10.0.0.11:8476" in states["d"]
