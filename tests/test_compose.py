@@ -73,3 +73,51 @@ def test_dockerfile_copies_what_exists():
     assert {"webapp", "worker", "jaxengine", "templates", "static", "manage.py", "pyproject.toml"} <= set(copied)
     for source in copied:
         assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
+
+
+# ---- docker-compose.multihost.yml: a two-host pool for multi-host jobs ----------------------------
+
+
+def load_multihost() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.multihost.yml").read_text())
+
+
+def test_the_multihost_pool_has_two_hosts_of_one_pool_queue():
+    services = load_multihost()["services"]
+    assert set(services) == {"worker-host-0", "worker-host-1"}
+    commands = [service["command"] for service in services.values()]
+    assert commands[0] == commands[1]
+    command = commands[0]
+    assert command[:4] == ["celery", "-A", "worker.celery", "worker"]
+    queue = command[command.index("-Q") + 1]
+    assert queue.startswith("train-")  # a pool's queue (webapp.runs.placement.pool_queue)
+    # One job per worker and a fresh process per job: a process joins one jax.distributed group.
+    assert command[command.index("--pool") + 1] == "prefork"
+    assert command[command.index("--concurrency") + 1] == "1"
+    assert command[command.index("--max-tasks-per-child") + 1] == "1"
+    for name, service in services.items():
+        assert service["healthcheck"]["test"], f"{name} has no health check"
+        assert f"-d {queue}@$$HOSTNAME" in service["healthcheck"]["test"][1]
+
+
+def test_each_pool_host_announces_its_own_address_and_a_coordinator_port():
+    from webapp.runs.placement import pool_of_queues
+
+    services = load_multihost()["services"]
+    addresses = {service["environment"]["TEMPER_WORKER_ADDRESS"] for service in services.values()}
+    assert len(addresses) == 2 and all(address.startswith("${HOST_") for address in addresses)
+    for service in services.values():
+        environment = service["environment"]
+        assert int(environment["TEMPER_COORDINATOR_PORT"]) > 1024
+        assert int(environment["TEMPER_HOST_LOST_SECONDS"]) < 60  # peers stop within a minute
+        assert environment["DATABASE_URL"].startswith("${DATABASE_URL:?")  # the main host's, required
+        assert environment["REDIS_URL"].startswith("${REDIS_URL:?")
+        assert environment["TEMPER_DATA"] == "/data" and "data:/data" in service["volumes"]
+        assert service["network_mode"] == "host"  # coordinator and collectives open ports between hosts
+        command = service["command"]
+        assert pool_of_queues([command[command.index("-Q") + 1]]) == "tpu"
+
+
+def test_the_pool_shares_one_data_root():
+    volume = load_multihost()["volumes"]["data"]
+    assert volume["driver_opts"]["type"] == "nfs"  # checkpoints are written by every host together
