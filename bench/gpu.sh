@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The H200 benchmark run in one go (about 7 minutes): sampler decode at batch 1 and 64, then the
-# trainer's step for full bf16 SFT (batch 8 and 16 x 2048, cuDNN attention, remat), LoRA and QLoRA
-# (batch 8 x 2048). Each configuration is its own python process (so its peak-memory figure is its
-# own) under its own `timeout` (so one hang cannot eat the budget). Every line goes to $OUT/gpu.log.
+# The H200 benchmark run in one go (about 8 minutes): sampler decode at batch 1 and 64, then the
+# trainer's step for full bf16 SFT (batch 8 and 16 x 2048, cuDNN attention, remat; at batch 8 also
+# through the sharded path, side by side), LoRA and QLoRA (batch 8 x 2048). Each configuration is
+# its own python process (so its peak-memory figure is its own; full and sharded share one, for a
+# side-by-side ratio) under its own `timeout` (so one hang cannot eat the budget). Every line goes
+# to $OUT/gpu.log.
 #
 #   OUT=/some/dir bash bench/gpu.sh          # from the repository root; PYTHON defaults to python3
 #
@@ -28,7 +30,8 @@ run() {  # run SECONDS SCRIPT ARGS...: one configuration, its output and exit st
 "$PY" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" 2>&1 | tee -a "$LOG"
 run 140 bench/gpu_sampler.py --preset llama3.2-1b
 TRAIN=(bench/gpu_train.py --preset qwen3-0.6b --seq 2048 --steps 5 --attention cudnn)
-run 75 "${TRAIN[@]}" --batch 8 --configs full
+# full and the sharded path (issue 6) side by side in one process: prints sharded/full tokens/s.
+run 120 "${TRAIN[@]}" --batch 8 --configs full,sharded
 run 90 "${TRAIN[@]}" --batch 16 --configs full
 run 65 "${TRAIN[@]}" --batch 8 --configs lora
 run 65 "${TRAIN[@]}" --batch 8 --configs qlora

@@ -12,6 +12,10 @@ Configurations (each one a fresh model, run in this order, a failure in one does
             attention through the fused path (rows are unpacked): --attention auto|xla|cudnn
     lora    LoRA r16 on all projections
     qlora   LoRA r16 over an NF4 (4-bit, group 64) frozen base
+    sharded full, through the sharded path on a mesh of every device (fsdp; one device on a single
+            H200): ``Trainer(mesh=...)`` placement, the step jitted with in/out shardings, run inside
+            ``jax.set_mesh`` with the models' activation constraints live. Run after ``full`` in one
+            process, it prints ``sharded/full tokens/s`` (issue 6's target: >= 0.97 on one H200)
 
 MFU = model FLOPs per second / 989e12 (H200 dense bf16 peak), model FLOPs per token =
 6 * N_matmul + 12 * L * T * (num_heads * head_dim) (the PaLM count: N_matmul is every matmul
@@ -24,6 +28,7 @@ comparison, although their backward pass skips the frozen weights' gradient matm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -55,6 +60,7 @@ def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: 
     from jaxengine.data import pipeline
     from jaxengine.models import build_model, preset
     from jaxengine.models.layers import resolve_attention_implementation
+    from jaxengine.sharding import make_mesh
     from jaxengine.spec import OptimSpec
     from jaxengine.tasks import LanguageModelTask
     from jaxengine.trainer import TrainConfig, Trainer, train_step
@@ -86,15 +92,22 @@ def run_config(name: str, *, preset_name: str, batch: int, seq_len: int, steps: 
                           config=TrainConfig(total_steps=1000, batch_size=batch, max_seq_len=seq_len,
                                              optim=optim),
                           train_examples=examples, eval_examples=None, pad_id=0, run_dir=run_dir,
-                          trainable=trainable)
+                          trainable=trainable, mesh=make_mesh(fsdp=jax.device_count()) if name == "sharded" else None)
         stream = pipeline.BatchStream(examples=examples, batch_size=batch, max_seq_len=seq_len, pad_id=0,
                                       seed=0)
-        batches = jax.device_put(trainer._next_batches(stream))
+        host_batches = trainer._next_batches(stream)
+        batches = jax.device_put(host_batches) if trainer.placement is None else trainer.placement.put_batches(
+            host_batches)
         tokens_per_step = int(batches.input_ids[0].size)  # [A, B, T]: one micro-batch per step here
+        # The sharded trainer's own step (in/out shardings) under its mesh, as Trainer.fit runs it.
+        step_function = train_step if trainer.placement is None else trainer._train_step
+        mesh_context = (contextlib.nullcontext() if trainer.placement is None
+                        else jax.set_mesh(trainer.placement.mesh))
 
         def step(params, opt_state, rng_state, index):
-            return train_step(params, opt_state, rng_state, trainer.frozen, batches, jnp.int32(index),
-                              graphdef=trainer.graphdef, task=trainer.task, optim=optim, total_steps=1000)
+            with mesh_context:
+                return step_function(params, opt_state, rng_state, trainer.frozen, batches, jnp.int32(index),
+                                     graphdef=trainer.graphdef, task=trainer.task, optim=optim, total_steps=1000)
 
         params, opt_state, rng_state = trainer.params, trainer.opt_state, trainer.rng_state
         compile_started = time.perf_counter()
@@ -138,15 +151,20 @@ def main() -> None:
     import jax
 
     print(f"jax {jax.__version__} on {jax.devices()}", flush=True)
+    results = {}
     for name in args.configs.split(","):
         try:
             result = run_config(name, preset_name=args.preset, batch=args.batch, seq_len=args.seq, steps=args.steps,
                                 remat=args.remat, attention=args.attention)
+            results[name] = result
             print(json.dumps(result), flush=True)
         except Exception:  # report and go on: one failing configuration must not hide the others
             print(f"{name}: FAILED", flush=True)
             traceback.print_exc()
         jax.clear_caches()
+    if "full" in results and "sharded" in results:
+        ratio = results["sharded"]["tokens_per_second"] / results["full"]["tokens_per_second"]
+        print(f"sharded/full tokens/s: {ratio:.3f} (target >= 0.97)", flush=True)
 
 
 if __name__ == "__main__":
