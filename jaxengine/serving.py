@@ -1,23 +1,34 @@
-"""Serving: a model cache bounded by memory, and batched decoding of concurrent requests.
+"""Serving: a model cache bounded by memory, and continuous batching of concurrent requests.
 
 Design note.
 
 * ``ModelCache`` keeps loaded models (base models, run exports, quantized serving copies) by key and
   evicts the least recently used ones once the bytes of their weights pass a budget. A model larger
   than the whole budget is still served, alone.
-* ``BatchDecoder.run`` decodes several requests in the same steps: one prefill over the left-padded
-  prompts [B, T], then one jitted decode step per token for the whole batch, driven from the host.
-  Unlike ``Sampler.generate`` (one device call per generate, one set of sampling settings), the host
-  loop lets every row have its own temperature / top-k / top-p / seed / token budget, and lets a row
-  end at any step for reasons only the host knows: a user's stop button, a deadline. Row b draws
-  with key ``fold_in(fold_in(key(seed_b), 0), step)``, the key ``Sampler`` gives a lone prompt, so a
-  request decodes the same whether it is batched or alone.
-* ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
-  future; one loop thread takes every request pending at that moment (up to ``max_batch``) and runs
-  them as one batch. Requests arriving meanwhile wait for the next batch (static batching: a batch
-  ends when its last row does).
-* Shapes are bucketed as in the sampler (powers of two) so that a serving process compiles a handful
-  of programs, not one per request.
+* ``ContinuousBatch`` holds the requests decoding together on one model in rows ("slots") of one KV
+  cache. Each ``step`` ends the rows a user stopped or whose deadline passed, prefills waiting requests
+  (as one left-padded group) into free rows, then makes one device call of ``steps_per_call`` decode
+  steps for every row; the host then streams each row's tokens and frees a row as soon as it ends (EOS
+  / stop id, budget). A request arriving while others decode joins at the next call instead of waiting
+  for the batch to end; tokens decoded past a row's end within a call are dropped.
+* Layout: every row writes the same slot ``index`` each step (the model's KV cache has one write index);
+  row b's prompt was copied to end just before the slot where it joined, so its tokens are slots
+  ``[start_b, index]``, its mask hides the rest and its rotary position is the slot minus ``start_b``
+  (the sampler's left-padding scheme with a per-row start). The cache is re-laid out (rows gathered,
+  slots shifted, sizes changed: ``_Compiled.relayout``) only when the rows or slots needed change:
+  rows are the power of two ≥ the live requests, slots the power of two ≥ the span from the oldest
+  live row's start to the end of the next call. So attention runs over the live span, not over a
+  request's whole budget or the model's context, and a lone request decodes on a one-row cache.
+* Compiles: the prefill per (group, prompt length) bucket and the decode call per (rows, slots) bucket
+  and sampling mode, all powers of two, so a serving process compiles a bounded set of programs,
+  never one per request (``trace_count``).
+* Sampling: row b draws with key ``fold_in(fold_in(key(seed_b), 0), step)``, the key ``Sampler`` gives a
+  lone prompt, and the same Gumbel-max draw as ``jax.random.categorical``, so a request decodes the same
+  whether it is batched, joins late or runs alone. The noise of a whole call is drawn before its steps
+  (``gumbel_noise``): on CPU the random generator's per-call cost dwarfs its per-row cost.
+* ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
+  ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
+  future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
 """
 from __future__ import annotations
 
@@ -129,127 +140,387 @@ class ModelCache:
             return loaded
 
 
-def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, seed_b, step, *, filtered: bool):
-    """One token per row with that row's own settings (temperature 0 = greedy). ``filtered``: some row
-    uses top-k or top-p (a compile-time switch: the per-row sort is the costliest part of a small model's step)."""
-    greedy_b = jnp.argmax(logits_bv, axis=-1)
+def gumbel_noise(seed_b, first_step_b, steps: int, vocab_size: int) -> jax.Array:
+    """[steps, B, V] float32: the Gumbel noise ``jax.random.categorical`` draws for row b at its steps
+    ``first_step_b + 0 .. steps - 1``, with the key the sampler gives a lone prompt at that step
+    (``fold_in(fold_in(key(seed), 0), step)``). Drawn for a whole decode call at once: on CPU the
+    per-call cost of the generator is much larger than its per-row cost."""
+    def row_noise(seed, step):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0), step)
+        return jax.random.gumbel(key, (vocab_size,), jnp.float32)
+
+    offsets_k = jnp.arange(steps, dtype=jnp.int32)
+    return jax.vmap(lambda offset: jax.vmap(row_noise)(seed_b, first_step_b + offset))(offsets_k)
+
+
+def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filtered: bool):
+    """One token per row with that row's own settings (temperature 0 = greedy); with ``noise_bv`` from
+    ``gumbel_noise`` (None: every row is greedy) a row draws what ``jax.random.categorical`` draws
+    with that noise's key. ``filtered``: some row uses top-k or top-p (a compile-time switch: the per-row
+    sort is the costliest part of a small model's step)."""
+    greedy_b = jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
+    if noise_bv is None:
+        return greedy_b
     scaled_bv = logits_bv / jnp.where(temperature_b > 0, temperature_b, 1.0)[:, None]
     if filtered:
         filtered_bv = jax.vmap(lambda row_v, k, p: filter_logits(row_v[None], k, p)[0])(scaled_bv, top_k_b, top_p_b)
         # Filtering with both filters off keeps every token only up to float rounding of the cumulative mass.
         filters_on_b = (top_k_b > 0) | (top_p_b < 1)
         scaled_bv = jnp.where(filters_on_b[:, None], filtered_bv, scaled_bv)
-    keys_b = jax.vmap(lambda seed: jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0), step))(seed_b)
-    sampled_b = jax.vmap(jax.random.categorical)(keys_b, scaled_bv)
+    sampled_b = jnp.argmax(noise_bv + scaled_bv, axis=-1)  # jax.random.categorical's Gumbel-max draw
     return jnp.where(temperature_b > 0, sampled_b, greedy_b).astype(jnp.int32)
 
 
-class _Compiled:
-    """The jitted prefill and decode step for one model structure. The weights go in as a flat list of
-    arrays, so a decode step's dispatch neither hashes the graph nor walks the state's tree."""
+def _rows_view(keys_or_values: jax.Array, rows: int, kv_heads: int) -> jax.Array:
+    """A cache buffer ([B*K, S, H] / [B*K, H, S], leading axis dropped when B*K = 1) as [B, K, ...]."""
+    return keys_or_values.reshape(rows, kv_heads, *keys_or_values.shape[-2:])
 
-    def __init__(self, graphdef, treedef, cache_dtype):
+
+def _cache_view(rows_view: jax.Array) -> jax.Array:
+    """Back to the ``kv_cache_shapes`` layout from [B, K, ...]."""
+    rows, kv_heads = rows_view.shape[:2]
+    flat = rows * kv_heads
+    return rows_view.reshape(((flat,) if flat > 1 else ()) + rows_view.shape[2:])
+
+
+class _Compiled:
+    """The jitted programs of continuous batching for one model structure (see the module note). The
+    weights go in as a flat list of arrays, so a call's dispatch neither hashes the graph nor walks the
+    state's tree. ``trace_count`` counts the compiles of the two model programs (prefill, decode)."""
+
+    def __init__(self, graphdef, treedef, cache_dtype, kv_heads: int):
         self.graphdef = graphdef
         self.treedef = treedef
         self.cache_dtype = cache_dtype
-        self.prefill = jax.jit(self._prefill, static_argnames=("total_length", "filtered"))
-        self.decode = jax.jit(self._decode, static_argnames=("filtered",), donate_argnames=("cache",))
+        self.kv_heads = kv_heads
+        self.trace_count = 0
+        self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered"))
+        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered"), donate_argnames=("cache",))
+        self.insert = jax.jit(self._insert, donate_argnames=("cache",))
+        self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
 
     def _model(self, leaves):
         return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
 
-    def _prefill(self, leaves, input_ids_bt, pad_counts_b, sampling, *, total_length: int, filtered: bool):
-        logits_bv, cache = prefill(self._model(leaves), input_ids_bt, pad_counts_b, total_length=total_length,
+    def _prefill(self, leaves, input_ids_gt, pad_counts_g, sampling_g, *, sampled: bool, filtered: bool):
+        """New requests' left-padded prompts [G, T] into a cache of T slots; their first tokens [G]."""
+        self.trace_count += 1
+        logits_gv, cache = prefill(self._model(leaves), input_ids_gt, pad_counts_g, total_length=input_ids_gt.shape[1],
                                    cache_dtype=self.cache_dtype)
-        return _sample_rows(logits_bv, *sampling, jnp.int32(0), filtered=filtered), cache
+        temperature_g, top_k_g, top_p_g, seed_g = sampling_g
+        noise_gv = (gumbel_noise(seed_g, jnp.zeros(seed_g.shape, jnp.int32), 1, logits_gv.shape[-1])[0] if sampled
+                    else None)
+        return _sample_rows(logits_gv, temperature_g, top_k_g, top_p_g, noise_gv, filtered=filtered), cache
 
-    def _decode(self, leaves, token_b, positions_b, pad_counts_b, cache, sampling, step, *, filtered: bool):
-        logits_bv, cache = decode(self._model(leaves), token_b, positions_b, pad_counts_b, cache)
-        return _sample_rows(logits_bv, *sampling, step, filtered=filtered), cache
+    def _decode(self, leaves, cache, token_b, starts_b, steps_b, sampling_b, *, steps: int, sampled: bool,
+                filtered: bool):
+        """``steps`` decode steps of every row, in one call: returns the tokens [steps, B] and the cache.
+
+        Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
+        ``[starts_b, cache.index]`` and its rotary position is the slot minus its start.
+        """
+        self.trace_count += 1
+        model = self._model(leaves)
+        temperature_b, top_k_b, top_p_b, seed_b = sampling_b
+        noise_kbv = gumbel_noise(seed_b, steps_b, steps, model.config.vocab_size) if sampled else None
+
+        def one_step(carry, noise_bv):
+            token_b, cache = carry
+            logits_bv, cache = decode(model, token_b, cache.index - starts_b, starts_b, cache)
+            token_b = _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, filtered=filtered)
+            return (token_b, cache), token_b
+
+        (_, cache), tokens_kb = jax.lax.scan(one_step, (token_b, cache), noise_kbv, length=steps)
+        return tokens_kb, cache
+
+    def _insert(self, cache, new_cache, rows_g, index):
+        """Copies the prefilled rows (``new_cache``, T slots) into ``cache`` rows ``rows_g``, slots
+        [index - T, index); a row index past the cache's rows (a padding row of the group) is dropped."""
+        rows = cache.positions.shape[0]
+        group, new_length = new_cache.positions.shape
+        slots_t = index - new_length + jnp.arange(new_length, dtype=jnp.int32)
+        rows_g1, slots_1t = rows_g[:, None], slots_t[None, :]
+
+        def put(old, new, slots_last: bool):
+            old_view, new_view = _rows_view(old, rows, self.kv_heads), _rows_view(new, group, self.kv_heads)
+            if slots_last:  # values [B, K, H, S]: the indexed axes come first, as [G, T, K, H]
+                updated = old_view.at[rows_g1, :, :, slots_1t].set(new_view.transpose(0, 3, 1, 2), mode="drop")
+            else:  # keys [B, K, S, H]
+                updated = old_view.at[rows_g1, :, slots_1t, :].set(new_view.transpose(0, 2, 1, 3), mode="drop")
+            return _cache_view(updated)
+
+        return cache.replace(
+            keys=tuple(put(old, new, False) for old, new in zip(cache.keys, new_cache.keys)),
+            values=tuple(put(old, new, True) for old, new in zip(cache.values, new_cache.values)),
+            positions=cache.positions.at[rows_g1, slots_1t].set(new_cache.positions, mode="drop"))
+
+    def _relayout(self, cache, source_rows_n, shift, *, rows: int, length: int):
+        """A cache of ``rows`` x ``length`` whose row n, slot s holds row ``source_rows_n[n]``, slot s +
+        ``shift`` of ``cache`` (zeros where that is outside it)."""
+        old_rows = cache.positions.shape[0]
+        slots_s = jnp.arange(length, dtype=jnp.int32) + shift
+
+        def move(old, slot_axis: int):
+            view = jnp.take(_rows_view(old, old_rows, self.kv_heads), source_rows_n, axis=0, mode="fill", fill_value=0)
+            return _cache_view(jnp.take(view, slots_s, axis=slot_axis, mode="fill", fill_value=0))
+
+        return cache.replace(
+            keys=tuple(move(keys, 2) for keys in cache.keys),
+            values=tuple(move(values, 3) for values in cache.values),
+            positions=jnp.take(jnp.take(cache.positions, source_rows_n, axis=0, mode="fill", fill_value=0), slots_s,
+                               axis=1, mode="fill", fill_value=0),
+            index=cache.index - shift)
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled(graphdef, treedef, cache_dtype) -> _Compiled:
-    return _Compiled(graphdef, treedef, cache_dtype)
+def _compiled(graphdef, treedef, cache_dtype, kv_heads: int) -> _Compiled:
+    return _Compiled(graphdef, treedef, cache_dtype, kv_heads)
 
 
 OnToken = Callable[[int, int, str], None]  # (request index, token id, text delta)
 ShouldStop = Callable[[int], bool]  # request index -> the user asked to stop it
 
 
-class BatchDecoder:
-    """Decodes a batch of ``ServeRequest`` together on one model (see the module note)."""
+@dataclasses.dataclass(kw_only=True)
+class _Row:
+    """A request in (or waiting for) a slot, and what it has generated so far."""
 
-    def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None):
+    request: ServeRequest
+    on_token: Callable[[int, str], None] | None
+    should_stop: Callable[[], bool] | None
+    on_finish: Callable[[ServeResult], None]
+    arrived: float
+    stop_ids: frozenset[int]
+    decoder: IncrementalDecoder
+    text: str = ""
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    first_token: float | None = None
+    start: int = 0  # first cache slot of its prompt
+
+
+class ContinuousBatch:
+    """The slots of one serving loop (see the module note): ``add`` queues a request, each ``step``
+    admits waiting requests into free slots and decodes ``steps_per_call`` tokens of every slot.
+    Not thread-safe: one loop drives it."""
+
+    def __init__(self, decoder: BatchDecoder, *, max_slots: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.decoder = decoder
+        self.max_slots = decoder.max_slots if max_slots is None else max_slots
+        self.clock = clock
+        self.batch_sizes: list[int] = []  # requests decoding in each decode call, for tests and benchmarks
+        self._waiting: collections.deque[_Row] = collections.deque()
+        self._rows: list[_Row | None] = []  # one per cache row
+        self._cache = None
+        self._index = 0  # the slot the next decode step writes, shared by every row
+        graphdef, state = nnx.split(decoder.model)
+        self._leaves, treedef = jax.tree.flatten(state)
+        self._compiled = _compiled(graphdef, treedef, decoder.cache_dtype, decoder.model.config.num_kv_heads)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting) or any(row is not None for row in self._rows)
+
+    @property
+    def trace_count(self) -> int:
+        return self._compiled.trace_count
+
+    def add(self, request: ServeRequest, *, on_finish: Callable[[ServeResult], None],
+            on_token: Callable[[int, str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+            arrived: float | None = None) -> None:
+        """Queue ``request`` (checked with ``BatchDecoder.check``); ``on_finish`` gets its result."""
+        self.decoder.check(request)
+        stop_ids = set(request.params.stop_token_ids) | set(() if request.ignore_eos else self.decoder.tokenizer.eos_ids)
+        self._waiting.append(_Row(request=request, on_token=on_token, should_stop=should_stop, on_finish=on_finish,
+                                  arrived=self.clock() if arrived is None else arrived, stop_ids=frozenset(stop_ids),
+                                  decoder=IncrementalDecoder(self.decoder.tokenizer)))
+
+    def step(self) -> None:
+        """Ends rows stopped or past their deadline, admits waiting requests, then decodes one call."""
+        now = self.clock()
+        for slot, row in enumerate(self._rows):
+            if row is not None:
+                reason = self._early_finish(row, now)
+                if reason is not None:
+                    self._finish(slot, reason)
+        admitted = []
+        while self._waiting and self._active_count() + len(admitted) < self.max_slots:
+            row = self._waiting.popleft()
+            reason = self._early_finish(row, now)
+            if reason is not None:
+                row.on_finish(self._result(row, reason))
+            else:
+                admitted.append(row)
+        prompt_bucket = max((bucket_length(len(row.request.prompt_ids), minimum=self.decoder.min_bucket)
+                             for row in admitted), default=0)
+        if admitted or self._active_count():
+            self._fit(new_rows=len(admitted), prompt_bucket=prompt_bucket)
+        if admitted:
+            self._admit(admitted, prompt_bucket)
+        if self._active_count():
+            self._decode_call()
+        if not self.busy:
+            self._cache, self._rows, self._index = None, [], 0  # idle: release the cache
+
+    def _active_count(self) -> int:
+        return sum(row is not None for row in self._rows)
+
+    def _fit(self, *, new_rows: int, prompt_bucket: int) -> None:
+        """Re-lays the cache out when the rows about to decode need other shapes: more or fewer rows,
+        room for the admitted prompts before the shared slot, room for one decode call after it."""
+        steps = self.decoder.steps_per_call
+        active = [slot for slot, row in enumerate(self._rows) if row is not None]
+        rows = bucket_length(len(active) + new_rows, minimum=1)
+        lowest = min((self._rows[slot].start for slot in active), default=self._index)
+        if self._cache is not None:
+            length = self._cache.positions.shape[1]
+            fits = (rows == len(self._rows) and self._index >= prompt_bucket and self._index + steps <= length
+                    and bucket_length(self._index - lowest + steps, minimum=self.decoder.min_bucket) * 4 > length)
+            if fits:
+                return
+        index = max(self._index - lowest, prompt_bucket)  # slots before the oldest live row are dropped
+        shift = self._index - index
+        length = bucket_length(index + steps, minimum=self.decoder.min_bucket)
+        if self._cache is None:
+            self._cache = self.decoder.model.init_cache(batch_size=rows, max_length=length,
+                                                        dtype=self.decoder.cache_dtype)
+            self._cache = self._cache.replace(index=jnp.int32(index))
+        else:
+            source_rows_n = np.full((rows,), len(self._rows), np.int32)  # past the old rows: zeros
+            source_rows_n[:len(active)] = active
+            self._cache = self._compiled.relayout(self._cache, source_rows_n, np.int32(shift), rows=rows, length=length)
+        moved = [self._rows[slot] for slot in active]
+        for row in moved:
+            row.start -= shift
+        self._rows = moved + [None] * (rows - len(moved))
+        self._index = index
+
+    def _admit(self, admitted: list[_Row], prompt_bucket: int) -> None:
+        """Prefills the admitted requests as one group and copies them into free rows ending at the shared slot."""
+        group = bucket_length(len(admitted), minimum=1)
+        input_ids_gt = np.zeros((group, prompt_bucket), np.int32)
+        pad_counts_g = np.full((group,), prompt_bucket - 1, np.int32)  # group-padding rows hold one pad token
+        for position, row in enumerate(admitted):
+            ids = row.request.prompt_ids
+            input_ids_gt[position, prompt_bucket - len(ids):] = ids
+            pad_counts_g[position] = prompt_bucket - len(ids)
+        requests = [row.request for row in admitted]
+        token_g, new_cache = self._compiled.prefill(self._leaves, input_ids_gt, pad_counts_g,
+                                                    self.decoder.sampling_arrays(requests, group),
+                                                    sampled=_any_sampled(requests), filtered=_any_filtered(requests))
+        free = [slot for slot, row in enumerate(self._rows) if row is None]
+        rows_g = np.full((group,), len(self._rows), np.int32)  # padding rows: dropped
+        rows_g[:len(admitted)] = free[:len(admitted)]
+        self._cache = self._compiled.insert(self._cache, new_cache, rows_g, np.int32(self._index))
+        first_tokens = np.asarray(jax.device_get(token_g))
+        now = self.clock()
+        for position, row in enumerate(admitted):
+            slot = int(rows_g[position])
+            row.start = self._index - len(row.request.prompt_ids)
+            self._rows[slot] = row
+            row.first_token = now - row.arrived
+            self._take(slot, int(first_tokens[position]))
+
+    def _decode_call(self) -> None:
+        rows = len(self._rows)
+        token_b = np.zeros((rows,), np.int32)
+        starts_b = np.full((rows,), self._index, np.int32)  # a free row sees only the slot it writes
+        steps_b = np.zeros((rows,), np.int32)
+        for slot, row in enumerate(self._rows):
+            if row is not None:
+                token_b[slot], starts_b[slot], steps_b[slot] = row.tokens[-1], row.start, len(row.tokens)
+        requests = [row.request if row is not None else None for row in self._rows]
+        live = [request for request in requests if request is not None]
+        self.batch_sizes.append(len(live))
+        steps = self.decoder.steps_per_call
+        tokens_kb, self._cache = self._compiled.decode(
+            self._leaves, self._cache, token_b, starts_b, steps_b, self.decoder.sampling_arrays(requests, rows),
+            steps=steps, sampled=_any_sampled(live), filtered=_any_filtered(live))
+        self._index += steps
+        tokens_kb = np.asarray(jax.device_get(tokens_kb))
+        for slot in range(rows):
+            for offset in range(steps):
+                if self._rows[slot] is None:
+                    break
+                self._take(slot, int(tokens_kb[offset, slot]))
+
+    def _take(self, slot: int, token_id: int) -> None:
+        """Appends a generated token to the row in ``slot``, streams it, and frees the slot when it ends the row."""
+        row = self._rows[slot]
+        row.tokens.append(token_id)
+        reason = None
+        if token_id in row.stop_ids:
+            reason = "stop"
+        elif len(row.tokens) >= row.request.params.max_new_tokens:
+            reason = "length"
+        delta = row.decoder.push(token_id) + (row.decoder.flush() if reason else "")
+        row.text += delta
+        if row.on_token is not None:
+            row.on_token(token_id, delta)
+        if reason is not None:
+            self._finish(slot, reason)
+
+    def _finish(self, slot: int, reason: str) -> None:
+        row = self._rows[slot]
+        self._rows[slot] = None
+        row.on_finish(self._result(row, reason))
+
+    def _result(self, row: _Row, reason: str) -> ServeResult:
+        # A stopped row may hold back a partial character in its decoder; the full decode has it.
+        text = self.decoder.tokenizer.decode(row.tokens) if reason in ("cancelled", "timeout") else row.text
+        return ServeResult(text=text, token_ids=row.tokens, prompt_tokens=len(row.request.prompt_ids),
+                           finish_reason=reason, first_token_seconds=row.first_token)
+
+    @staticmethod
+    def _early_finish(row: _Row, now: float) -> str | None:
+        if row.should_stop is not None and row.should_stop():
+            return "cancelled"
+        if row.request.deadline is not None and now >= row.request.deadline:
+            return "timeout"
+        return None
+
+
+def _any_sampled(requests) -> bool:
+    return any(request.params.temperature > 0 for request in requests if request is not None)
+
+
+def _any_filtered(requests) -> bool:
+    return any(request.params.temperature > 0 and (request.params.top_k > 0 or request.params.top_p < 1)
+               for request in requests if request is not None)
+
+
+class BatchDecoder:
+    """Decodes ``ServeRequest`` together on one model, in up to ``max_slots`` slots (see the module note).
+    ``steps_per_call``: decode steps per device call (stops, deadlines and new requests are looked at
+    between calls)."""
+
+    def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None,
+                 max_slots: int = 64, steps_per_call: int = 8):
+        if max_slots < 1 or steps_per_call < 1:
+            raise ValueError(f"BatchDecoder: max_slots ({max_slots}) and steps_per_call ({steps_per_call}) "
+                             "must be at least 1")
         self.model = model
         self.tokenizer = tokenizer
         self.min_bucket = min_bucket
         self.cache_dtype = cache_dtype
+        self.max_slots = max_slots
+        self.steps_per_call = steps_per_call
 
     def run(self, requests: Sequence[ServeRequest], *, on_token: OnToken | None = None,
             should_stop: ShouldStop | None = None, clock: Callable[[], float] = time.monotonic) -> list[ServeResult]:
-        """Generate for every request; each ends at an EOS / stop id, its token budget, a stop request
-        or its deadline, whichever comes first."""
-        if not requests:
-            return []
+        """Generate for every request (all arriving now); each ends at an EOS / stop id, its token budget,
+        a stop request or its deadline, whichever comes first."""
         for request in requests:
             self.check(request)
-        started = clock()
-        count = len(requests)
-        batch = bucket_length(count, minimum=1)
-        prompt_length = bucket_length(max(len(r.prompt_ids) for r in requests), minimum=self.min_bucket)
-        budget = max(r.params.max_new_tokens for r in requests)
-        total_length = bucket_length(prompt_length + budget, minimum=self.min_bucket)
-        input_ids_bt = np.zeros((batch, prompt_length), np.int32)
-        pad_counts_b = np.full((batch,), prompt_length - 1, np.int32)  # batch-padding rows hold one pad token
-        for row, request in enumerate(requests):
-            input_ids_bt[row, prompt_length - len(request.prompt_ids):] = request.prompt_ids
-            pad_counts_b[row] = prompt_length - len(request.prompt_ids)
-        sampling = self._sampling_arrays(requests, batch)
-        stop_ids = [set(r.params.stop_token_ids) | set(() if r.ignore_eos else self.tokenizer.eos_ids)
-                    for r in requests]
-
-        graphdef, state = nnx.split(self.model)
-        leaves, treedef = jax.tree.flatten(state)
-        compiled = _compiled(graphdef, treedef, self.cache_dtype)
-        filtered = any(r.params.temperature > 0 and (r.params.top_k > 0 or r.params.top_p < 1) for r in requests)
-        token_b, cache = compiled.prefill(leaves, input_ids_bt, pad_counts_b, sampling, total_length=total_length,
-                                          filtered=filtered)
-        decoders = [IncrementalDecoder(self.tokenizer) for _ in requests]
-        texts, tokens = [""] * count, [[] for _ in requests]
-        finish: list[str | None] = [None] * count
-        first_token: list[float | None] = [None] * count
-        prompt_lengths_b = prompt_length - pad_counts_b
-        step = 0
-        while True:
-            host_tokens = np.asarray(jax.device_get(token_b))
-            now = clock()
-            for row, request in enumerate(requests):
-                if finish[row] is not None:
-                    continue
-                finish[row] = self._early_finish(row, request, now, should_stop)
-                if finish[row] is not None:
-                    continue
-                token_id = int(host_tokens[row])
-                tokens[row].append(token_id)
-                first_token[row] = first_token[row] if first_token[row] is not None else now - started
-                if token_id in stop_ids[row]:
-                    finish[row] = "stop"
-                elif len(tokens[row]) >= request.params.max_new_tokens:
-                    finish[row] = "length"
-                delta = decoders[row].push(token_id) + (decoders[row].flush() if finish[row] else "")
-                texts[row] += delta
-                if on_token is not None:
-                    on_token(row, token_id, delta)
-            if all(reason is not None for reason in finish):
-                break
-            token_b, cache = compiled.decode(leaves, token_b, prompt_lengths_b + step, pad_counts_b, cache, sampling,
-                                             np.int32(step + 1), filtered=filtered)
-            step += 1
-        return [ServeResult(text=self._final_text(texts[row], tokens[row], finish[row]), token_ids=tokens[row],
-                            prompt_tokens=len(request.prompt_ids), finish_reason=finish[row],
-                            first_token_seconds=first_token[row])
-                for row, request in enumerate(requests)]
+        batch = ContinuousBatch(self, clock=clock)
+        results: list[ServeResult | None] = [None] * len(requests)
+        for index, request in enumerate(requests):
+            batch.add(request, on_finish=functools.partial(results.__setitem__, index),
+                      on_token=None if on_token is None else functools.partial(on_token, index),
+                      should_stop=None if should_stop is None else functools.partial(should_stop, index))
+        while batch.busy:
+            batch.step()
+        return results
 
     def check(self, request: ServeRequest) -> None:
         """Raise ``PromptError`` for a request this model cannot take."""
@@ -263,58 +534,58 @@ class BatchDecoder:
                               f"({request.params.max_new_tokens}) exceeds the model's context length "
                               f"({config.max_position_embeddings}); shorten the conversation or generate less")
 
-    def _final_text(self, streamed: str, token_ids: list[int], reason: str) -> str:
-        # A stopped row may hold back a partial character in its decoder; the full decode has it.
-        return self.tokenizer.decode(token_ids) if reason in ("cancelled", "timeout") else streamed
-
     @staticmethod
-    def _early_finish(row: int, request: ServeRequest, now: float, should_stop: ShouldStop | None) -> str | None:
-        if should_stop is not None and should_stop(row):
-            return "cancelled"
-        if request.deadline is not None and now >= request.deadline:
-            return "timeout"
-        return None
-
-    @staticmethod
-    def _sampling_arrays(requests: Sequence[ServeRequest], batch: int):
-        temperature_b = np.zeros((batch,), np.float32)
-        top_k_b = np.zeros((batch,), np.int32)
-        top_p_b = np.ones((batch,), np.float32)
-        seed_b = np.zeros((batch,), np.uint32)
+    def sampling_arrays(requests: Sequence[ServeRequest | None], rows: int):
+        """Per-row (temperature, top_k, top_p, seed); rows without a request (None, or past the list) are greedy."""
+        temperature_b = np.zeros((rows,), np.float32)
+        top_k_b = np.zeros((rows,), np.int32)
+        top_p_b = np.ones((rows,), np.float32)
+        seed_b = np.zeros((rows,), np.uint32)
         for row, request in enumerate(requests):
-            temperature_b[row] = request.params.temperature
-            top_k_b[row] = request.params.top_k
-            top_p_b[row] = request.params.top_p
-            seed_b[row] = request.params.seed
+            if request is not None:
+                temperature_b[row] = request.params.temperature
+                top_k_b[row] = request.params.top_k
+                top_p_b[row] = request.params.top_p
+                seed_b[row] = request.params.seed
         return temperature_b, top_k_b, top_p_b, seed_b
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, eq=False)
 class _Pending:
     request: ServeRequest
     on_token: Callable[[int, str], None] | None
     should_stop: Callable[[], bool] | None
     future: concurrent.futures.Future
+    submitted: float
 
 
 class BatchingServer:
-    """Batches the requests that callers on many threads submit for one model (see the module note)."""
+    """Continuous batching of the requests that callers on many threads submit for one model (see the
+    module note). ``max_batch``: most requests decoding at once (default the decoder's ``max_slots``)."""
 
-    def __init__(self, decoder: BatchDecoder, *, max_batch: int = 64):
+    def __init__(self, decoder: BatchDecoder, *, max_batch: int | None = None):
         self.decoder = decoder
-        self.max_batch = max_batch
-        self.batch_sizes: list[int] = []  # size of every batch run, for tests and benchmarks
+        self.max_batch = decoder.max_slots if max_batch is None else max_batch
         self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        self._in_flight: set[_Pending] = set()  # added to the batch, result not yet set
+        self._batch = self._new_batch()
         self._thread = threading.Thread(target=self._loop, name="batching-server", daemon=True)
         self._thread.start()
 
+    @property
+    def batch_sizes(self) -> list[int]:
+        """Requests decoding together in each decode call so far, for tests and benchmarks."""
+        return self._batch.batch_sizes
+
     def submit(self, request: ServeRequest, *, on_token: Callable[[int, str], None] | None = None,
                should_stop: Callable[[], bool] | None = None) -> concurrent.futures.Future:
-        """Queue a request (``PromptError`` at once if the model cannot take it); the future resolves to its ``ServeResult`` (or the batch's exception).
-        ``on_token(token_id, delta)`` and ``should_stop()`` run on the server's thread."""
+        """Queue a request (``PromptError`` at once if the model cannot take it); it joins the running
+        batch at the next decode call. The future resolves to its ``ServeResult`` (or the batch's
+        exception). ``on_token(token_id, delta)`` and ``should_stop()`` run on the server's thread."""
         self.decoder.check(request)
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._pending.put(_Pending(request=request, on_token=on_token, should_stop=should_stop, future=future))
+        self._pending.put(_Pending(request=request, on_token=on_token, should_stop=should_stop, future=future,
+                                   submitted=time.monotonic()))
         return future
 
     def close(self, *, wait: bool = True) -> None:
@@ -323,41 +594,38 @@ class BatchingServer:
         if wait:
             self._thread.join()
 
+    def _new_batch(self) -> ContinuousBatch:
+        sizes = self._batch.batch_sizes if hasattr(self, "_batch") else []
+        batch = ContinuousBatch(self.decoder, max_slots=self.max_batch)
+        batch.batch_sizes = sizes
+        return batch
+
     def _loop(self) -> None:
-        while True:
-            first = self._pending.get()
-            if first is None:
-                return
-            batch = [first]
-            closing = False
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._pending.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    closing = True
-                    break
-                batch.append(item)
-            self._run(batch)
-            if closing:
-                return
+        closing = False
+        while not closing or self._batch.busy:
+            try:
+                while not closing:  # take everything submitted; wait for a request only when idle
+                    item = self._pending.get(block=not self._batch.busy)
+                    if item is None:
+                        closing = True
+                    else:
+                        self._add(item)
+            except queue.Empty:
+                pass
+            try:
+                if self._batch.busy:
+                    self._batch.step()
+            except Exception as error:  # the callers report it; the loop keeps serving
+                for item in self._in_flight:
+                    item.future.set_exception(error)
+                self._in_flight.clear()
+                self._batch = self._new_batch()
 
-    def _run(self, batch: list[_Pending]) -> None:
-        self.batch_sizes.append(len(batch))
-
-        def on_token(row: int, token_id: int, delta: str) -> None:
-            if batch[row].on_token is not None:
-                batch[row].on_token(token_id, delta)
-
-        def should_stop(row: int) -> bool:
-            return batch[row].should_stop is not None and batch[row].should_stop()
-
-        try:
-            results = self.decoder.run([item.request for item in batch], on_token=on_token, should_stop=should_stop)
-        except Exception as error:  # the callers report it; the loop keeps serving
-            for item in batch:
-                item.future.set_exception(error)
-            return
-        for item, result in zip(batch, results):
+    def _add(self, item: _Pending) -> None:
+        def on_finish(result: ServeResult) -> None:
+            self._in_flight.discard(item)
             item.future.set_result(result)
+
+        self._in_flight.add(item)
+        self._batch.add(item.request, on_finish=on_finish, on_token=item.on_token, should_stop=item.should_stop,
+                        arrived=item.submitted)

@@ -1,13 +1,16 @@
 """Serving: batched decoding gives each request the tokens it gets alone (and from the Sampler), per-row
 settings, stop and timeout, the batching server's batches, the memory-bounded model cache."""
 import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
-from jaxengine.serving import BatchDecoder, BatchingServer, LoadedModel, ModelCache, ServeRequest, load_serving_model
+from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
+                               load_serving_model)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -55,24 +58,24 @@ def test_each_row_samples_with_its_own_settings_as_the_sampler_does_alone(served
 def test_stop_and_timeout_end_one_row_and_leave_the_others(served):
     model, tokenizer, prompts = served
     greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
-    ticks = iter(range(1000))
+    streamed = {row: [] for row in range(3)}
     requests = [ServeRequest(prompt_ids=tuple(prompts[0]), params=greedy),
                 ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy),
-                ServeRequest(prompt_ids=tuple(prompts[2]), params=greedy, deadline=5)]  # clock: 0 at start, +1 a step
-    streamed = {row: [] for row in range(3)}
-    results = BatchDecoder(model, tokenizer).run(
+                ServeRequest(prompt_ids=tuple(prompts[2]), params=greedy, deadline=5)]
+    # Stops and deadlines are looked at between decode calls of 2 steps: after the prefill a row has 1
+    # token, then 3, 5, ... The clock reads row 2's streamed tokens, so its deadline passes at 5 tokens.
+    results = BatchDecoder(model, tokenizer, steps_per_call=2).run(
         requests, on_token=lambda row, token_id, delta: streamed[row].append(token_id),
-        should_stop=lambda row: row == 1 and len(streamed[1]) == 3, clock=lambda: next(ticks))
-    [alone] = BatchDecoder(model, tokenizer).run(requests[:1])
-    assert results[0].token_ids == alone.token_ids and results[0].finish_reason == "length"
+        should_stop=lambda row: row == 1 and len(streamed[1]) >= 3, clock=lambda: len(streamed[2]))
+    assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[0]) and results[0].finish_reason == "length"
     assert results[1].finish_reason == "cancelled" and results[1].token_ids == alone_tokens(model, tokenizer, prompts[1])[:3]
-    # the start reads tick 0; steps read ticks 1, 2, 3, 4 (tokens kept) and 5 (past the deadline)
-    assert results[2].finish_reason == "timeout" and len(results[2].token_ids) == 4
+    assert results[2].finish_reason == "timeout" and results[2].token_ids == alone_tokens(model, tokenizer, prompts[2])[:5]
     assert streamed[1] == results[1].token_ids and streamed[2] == results[2].token_ids
 
 
-def alone_tokens(model, tokenizer, ids):
-    return Sampler(model, tokenizer).generate([ids], SamplingParams(max_new_tokens=10, temperature=0.0))[0].token_ids
+def alone_tokens(model, tokenizer, ids, max_new_tokens=10):
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    return Sampler(model, tokenizer).generate([ids], params)[0].token_ids
 
 
 def test_it_rejects_a_prompt_longer_than_the_context(served):
@@ -82,31 +85,124 @@ def test_it_rejects_a_prompt_longer_than_the_context(served):
         BatchingServer(BatchDecoder(model, tokenizer)).submit(too_long)
 
 
-def test_the_server_decodes_requests_pending_together_in_one_batch(served):
+class Collected:
+    """What a ContinuousBatch gives back: results by name, and the step at which each name's first token came."""
+
+    def __init__(self):
+        self.results, self.first_token_step, self.step = {}, {}, 0
+
+    def add(self, batch, name, ids, params):
+        batch.add(ServeRequest(prompt_ids=tuple(ids), params=params), on_finish=lambda r: self.results.update({name: r}),
+                  on_token=lambda token_id, delta: self.first_token_step.setdefault(name, self.step))
+
+    def steps(self, batch, count):
+        for _ in range(count):
+            batch.step()
+            self.step += 1
+
+
+def test_requests_joining_a_running_batch_get_their_solo_tokens(served):
     model, tokenizer, prompts = served
-    entered, release = threading.Event(), threading.Event()
+    params = {"a": SamplingParams(max_new_tokens=30, temperature=0.0),
+              "b": SamplingParams(max_new_tokens=12, temperature=0.0),
+              "c": SamplingParams(max_new_tokens=20, temperature=0.8, seed=7),
+              "d": SamplingParams(max_new_tokens=9, temperature=1.1, top_k=5, seed=2)}
+    batch, seen = ContinuousBatch(BatchDecoder(model, tokenizer, steps_per_call=4)), Collected()
+    seen.add(batch, "a", prompts[1], params["a"])
+    seen.steps(batch, 2)  # a has 1 + 4 + 4 tokens when b arrives
+    seen.add(batch, "b", prompts[0], params["b"])
+    seen.steps(batch, 1)
+    seen.add(batch, "c", prompts[2], params["c"])
+    seen.add(batch, "d", prompts[3], params["d"])
+    while batch.busy:
+        seen.steps(batch, 1)
+    for name, ids in zip("bacd", prompts):
+        [alone] = Sampler(model, tokenizer).generate([ids], params[name])
+        assert seen.results[name].token_ids == alone.token_ids, name
+        assert seen.results[name].text == alone.text and seen.results[name].finish_reason == "length"
+    # b, c and d each came in while a was decoding and got their first token at once.
+    assert seen.first_token_step == {"a": 0, "b": 2, "c": 3, "d": 3}
+    assert batch.batch_sizes[:4] == [1, 1, 2, 4] and max(batch.batch_sizes) == 4
 
-    class HeldDecoder(BatchDecoder):
-        def run(self, requests, **kwargs):
-            entered.set()
-            release.wait(timeout=30)  # holds the first batch until the others are queued
-            return super().run(requests, **kwargs)
 
-    server = BatchingServer(HeldDecoder(model, tokenizer))
-    params = SamplingParams(max_new_tokens=6, temperature=0.0)
-    streamed = []
-    submit = lambda ids: server.submit(ServeRequest(prompt_ids=tuple(ids), params=params),
-                                       on_token=lambda token_id, delta: streamed.append(token_id))
-    futures = [submit(prompts[0])]
-    assert entered.wait(timeout=30)
-    futures += [submit(ids) for ids in prompts[1:]]
-    release.set()
-    results = [future.result(timeout=60) for future in futures]
+def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served):
+    model, tokenizer, prompts = served
+    greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
+    now = [0.0]
+    stopped = set()
+    batch = ContinuousBatch(BatchDecoder(model, tokenizer, steps_per_call=4), max_slots=2, clock=lambda: now[0])
+    seen = Collected()
+    for name, ids in zip("ab", prompts):
+        batch.add(ServeRequest(prompt_ids=tuple(ids), params=greedy, deadline=2.0 if name == "b" else None),
+                  on_finish=lambda r, name=name: seen.results.update({name: r}),
+                  should_stop=lambda name=name: name in stopped)
+    seen.add(batch, "c", prompts[2], greedy)
+    seen.add(batch, "d", prompts[3], greedy)
+    seen.steps(batch, 2)
+    assert batch.batch_sizes == [2, 2] and "c" not in seen.first_token_step  # both slots taken: c waits
+    stopped.add("a")
+    seen.steps(batch, 1)  # a's slot goes to c in the same step
+    assert seen.results["a"].finish_reason == "cancelled" and len(seen.results["a"].token_ids) == 9
+    assert seen.first_token_step == {"c": 2} and batch.batch_sizes[-1] == 2
+    now[0] = 2.0
+    seen.steps(batch, 1)  # past b's deadline: its slot goes to d
+    assert seen.results["b"].finish_reason == "timeout" and len(seen.results["b"].token_ids) == 13
+    assert seen.first_token_step == {"c": 2, "d": 3}
+    while batch.busy:
+        seen.steps(batch, 1)
+    for name, ids in zip("abcd", prompts):
+        assert seen.results[name].token_ids == alone_tokens(model, tokenizer, ids, 40)[:len(seen.results[name].token_ids)]
+    assert len(seen.results["c"].token_ids) == len(seen.results["d"].token_ids) == 40
+
+
+def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
+    model, tokenizer, prompts = served
+    server = BatchingServer(BatchDecoder(model, tokenizer, steps_per_call=2))
+    long, short = SamplingParams(max_new_tokens=60, temperature=0.0), SamplingParams(max_new_tokens=6, temperature=0.0)
+    a_tokens, a_tokens_at_b_start, b_submitted = [], [], threading.Event()
+
+    def on_a_token(token_id, delta):
+        a_tokens.append(token_id)
+        if len(a_tokens) == 5:
+            assert b_submitted.wait(timeout=30)  # holds the server's loop while b is submitted
+
+    a = server.submit(ServeRequest(prompt_ids=tuple(prompts[1]), params=long), on_token=on_a_token)
+    while len(a_tokens) < 5:
+        time.sleep(0.01)
+    b = server.submit(ServeRequest(prompt_ids=tuple(prompts[0]), params=short),
+                      on_token=lambda token_id, delta: a_tokens_at_b_start.append(len(a_tokens)))
+    b_submitted.set()
+    b_result, a_result = b.result(timeout=60), a.result(timeout=60)
     server.close()
-    assert server.batch_sizes == [1, 3]  # the three that queued while the first ran went together
-    for ids, result in zip(prompts, results):
-        assert result.token_ids == Sampler(model, tokenizer).generate([ids], params)[0].token_ids
-    assert len(streamed) == 4 * 6
+    assert a_tokens_at_b_start[0] <= 8  # b started two decode calls after a's fifth token, not after a's sixtieth
+    assert b_result.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
+    assert a_result.token_ids == alone_tokens(model, tokenizer, prompts[1], 60)
+    assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
+
+
+def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, steps_per_call=4)
+
+    def wave(schedule_seed, content_seed):
+        # 12 staggered arrivals: prompts of 2 to 15 tokens (one prompt bucket), budgets of 3 to 20 tokens.
+        schedule, content = np.random.default_rng(schedule_seed), np.random.default_rng(content_seed)
+        batch, seen = ContinuousBatch(decoder, max_slots=8), Collected()
+        for name in range(12):
+            ids = content.integers(0, model.config.vocab_size, size=int(schedule.integers(2, 16)))
+            seen.add(batch, name, ids, SamplingParams(max_new_tokens=int(schedule.integers(3, 21)), temperature=0.0))
+            seen.steps(batch, int(schedule.integers(0, 3)))
+        while batch.busy:
+            seen.steps(batch, 1)
+        assert len(seen.results) == 12
+        return batch.trace_count
+
+    before = ContinuousBatch(decoder).trace_count  # compiled code is shared by every model of this structure
+    first = wave(0, 0)
+    assert wave(0, 1) == first  # the same shapes with other tokens: nothing compiled
+    # Other schedules meet other shapes, but only from a fixed set: prefills of 1, 2, 4 or 8 new requests
+    # x 16 prompt slots, decodes of 1, 2, 4 or 8 rows x 16, 32 or 64 cache slots (span 15 + 20 + 4 at most).
+    assert wave(1, 2) - before <= 4 + 12
 
 
 def test_model_cache_evicts_the_least_recently_used_beyond_its_budget():

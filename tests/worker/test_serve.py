@@ -1,5 +1,5 @@
 """The serve task over a real Redis (in this process): events in order, the answer the sampler gives,
-concurrent generations batched, stop mid-answer, timeout, bad requests."""
+concurrent generations joining one batch, stop mid-answer, timeout, bad requests."""
 import threading
 import time
 
@@ -47,34 +47,26 @@ def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
     assert done["prompt_tokens"] == len(expected.prompt_token_ids) and done["completion_tokens"] == 12
 
 
-def test_concurrent_generations_decode_in_one_batch(client, model_dir):
+def test_concurrent_generations_join_one_running_batch(client, model_dir, monkeypatch):
     serve.generate(request(model_dir, "warm"))  # loads the model and its server
     server, _ = serve._server_for("tiny", str(model_dir))
     before = len(server.batch_sizes)
-    gate = threading.Event()
-    original_run = server.decoder.run
-
-    def held_run(requests, **kwargs):
-        gate.wait(timeout=30)
-        return original_run(requests, **kwargs)
-
-    server.decoder.run = held_run
-    try:
-        results = {}
-        threads = [threading.Thread(target=lambda i=i: results.update({i: serve.generate(request(
-            model_dir, f"c{i}", seed=i, temperature=0.8))})) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1.0)  # all four are submitted while the first batch is held
-        gate.set()
-        for thread in threads:
-            thread.join(timeout=60)
-    finally:
-        server.decoder.run = original_run
-    # whatever the first (held) batch took, the rest queued meanwhile and went as one batch
-    assert sum(server.batch_sizes[before:]) == 4 and len(server.batch_sizes[before:]) <= 2
+    emit = channels.emit
+    monkeypatch.setattr(channels, "emit", lambda *args: (time.sleep(0.01), emit(*args)))  # each answer takes ~0.4 s
+    results = {}
+    threads = [threading.Thread(target=lambda i=i: results.update({i: serve.generate(request(
+        model_dir, f"c{i}", seed=i, temperature=0.8, max_new_tokens=40))})) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    # the later three joined the first one's batch while it was decoding
+    assert max(server.batch_sizes[before:]) == 4
+    loaded = load_serving_model(model_dir)
     for i in range(4):
-        assert channels.stored_events(client, f"c{i}")[-1]["text"] == results[i]["text"]
+        [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
+            [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=40, temperature=0.8, seed=i))
+        assert results[i]["text"] == alone.text == channels.stored_events(client, f"c{i}")[-1]["text"]
 
 
 def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):

@@ -2,8 +2,8 @@
 
 The serve worker runs Celery's thread pool (``--pool threads --concurrency N``). Each task thread
 renders its prompt, submits it to this process's ``jaxengine.serving.BatchingServer`` for its model
-and waits; the server decodes every request pending at that moment as one batch, so concurrent
-conversations share decode steps. Models stay loaded in a ``ModelCache`` bounded by
+and waits; the request joins the batch already decoding at the server's next decode call (continuous
+batching), so concurrent conversations share decode steps. Models stay loaded in a ``ModelCache`` bounded by
 ``TEMPER_SERVE_MEMORY_BYTES`` (least recently used out). Events follow ``webapp.chat.channels``.
 """
 from __future__ import annotations
