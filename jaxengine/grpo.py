@@ -42,11 +42,6 @@ from jaxengine.rewards import WeightedReward, score_rewards
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
 
-# Extra rounds of prompts that dynamic sampling draws to replace zero-variance groups before it
-# gives up and fills the batch with them (they then add nothing to the gradient, as without it).
-DYNAMIC_SAMPLING_ROUNDS = 3
-
-
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True, kw_only=True)
 class RolloutBatch:
@@ -202,9 +197,15 @@ class GrpoRollouts:
 
     # ---- prompt order ---------------------------------------------------------------------
 
+    @property
+    def prompts_per_block(self) -> int:
+        """Prompts sampled per rollout block: the batch's, times ``dynamic_sampling_pool`` under dynamic sampling."""
+        pool = self.grpo.dynamic_sampling_pool if self.grpo.dynamic_sampling else 1
+        return self.batch_size * self.grad_accum * pool
+
     def prompt_indices(self, block: int) -> list[int]:
         """Indices of the prompts of rollout block ``block`` (one block per ``num_iterations`` steps)."""
-        per_block = self.batch_size * self.grad_accum
+        per_block = self.prompts_per_block
         count = len(self.rows)
         indices = []
         for position in range(block * per_block, (block + 1) * per_block):
@@ -247,11 +248,10 @@ class GrpoRollouts:
         seed = self.seed * 1_000_003 + block
         generations = self._generate(model, indices, seed)
         rewards_pg, by_name = self._score(indices, generations)
-        # Metrics describe what the policy produced, before dynamic sampling replaces any group.
+        # Metrics describe everything the policy produced, before dynamic sampling picks the groups to train on.
         stats = rollout_stats(rewards_pg, by_name, generations)
         if grpo.dynamic_sampling:
-            indices, generations, rewards_pg, by_name = self._refill(model, block, indices, generations, rewards_pg,
-                                                                     by_name)
+            indices, generations, rewards_pg, by_name = self._keep_varied(indices, generations, rewards_pg, by_name)
         rollout_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -289,22 +289,17 @@ class GrpoRollouts:
                  {name: scores[p * size:(p + 1) * size] for name, scores in by_name.items()})
                 for p, index in enumerate(indices)]
 
-    def _refill(self, model, block, indices, generations, rewards_pg, by_name):
-        """DAPO dynamic sampling: replace groups whose rewards are all equal with groups of fresh prompts."""
+    def _keep_varied(self, indices, generations, rewards_pg, by_name):
+        """DAPO dynamic sampling, from one pooled rollout: the batch's groups are the pool's groups whose
+        rewards differ (in pool order), then, if too few differ, groups with equal rewards (their
+        advantages are zero, so they add nothing to the gradient, as without dynamic sampling).
+
+        One sampler call over the whole pool (fixed shape, compiled once) instead of further rounds
+        of prompts: a group whose rewards are all equal costs its rollout but no update."""
         groups = self._groups(indices, generations, rewards_pg, by_name)
         varied = [group for group in groups if group[2].max() > group[2].min()]
         flat = [group for group in groups if group[2].max() == group[2].min()]
-        rng = np.random.default_rng((self.seed, block, 7))
-        for round_index in range(DYNAMIC_SAMPLING_ROUNDS):
-            needed = len(groups) - len(varied)
-            if needed == 0:
-                break
-            fresh = [int(i) for i in rng.integers(0, len(self.rows), size=needed)]
-            fresh_generations = self._generate(model, fresh, self.seed * 1_000_003 + block + (round_index + 1) * 7919)
-            fresh_groups = self._groups(fresh, fresh_generations, *self._score(fresh, fresh_generations))
-            varied += [group for group in fresh_groups if group[2].max() > group[2].min()]
-        # Still short: dropped groups fill the batch (their zero advantages add nothing to the gradient).
-        chosen = varied + flat[:len(groups) - len(varied)]
+        chosen = (varied + flat)[:self.batch_size * self.grad_accum]
         return ([group[0] for group in chosen], [g for group in chosen for g in group[1]],
                 np.stack([group[2] for group in chosen]),
                 {name: [score for group in chosen for score in group[3][name]] for name in by_name})

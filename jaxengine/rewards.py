@@ -33,6 +33,7 @@ REWARDS: dict[str, RewardFn] = {}
 Extraction = Literal["full", "last_number", "answer_line", "boxed", "regex"]
 LengthUnit = Literal["chars", "words"]
 KeywordMode = Literal["all", "any", "fraction"]
+NonNumeric = Literal["error", "zero"]
 EXTRACTIONS: tuple[str, ...] = typing.get_args(Extraction)
 
 # A number: optional sign (not when glued to a preceding word or digit, so "3-5" ends in 5, not -5),
@@ -186,6 +187,31 @@ def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, 
             continue
         bound = tolerance * max(abs(want), 1e-12) if relative else tolerance
         scores.append(float(abs(got - want) <= bound))
+    return scores
+
+
+@register_reward("numeric_closeness")
+def numeric_closeness(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
+                      answer_column: str = "answer", extract: Extraction = "last_number", pattern: str | None = None,
+                      group: int = 1, scale: float = 10.0, non_numeric_reference: NonNumeric = "error") -> list[float]:
+    """Partial credit for a near miss: exp(-|got - want| / ``scale``) for the extracted number, so 1.0
+    when exact and falling off with the distance; no number in the completion is 0.0. Meant as a
+    shaping term next to ``exact_match`` (a sparse reward gives most groups no variance at all), with
+    exact match kept as the eval metric. A reference that is not a number is an error, or scores 0.0
+    with ``non_numeric_reference: zero`` (datasets that mix numeric and other answers)."""
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    scores = []
+    for index, (text, row) in enumerate(zip(completions, references, strict=True)):
+        want = parse_number(_reference(row, answer_column, index))
+        if want is None:
+            if non_numeric_reference == "zero":
+                scores.append(0.0)
+                continue
+            raise ValueError(f"sample {index}: reference {answer_column}={row[answer_column]!r} is not a number "
+                             "(non_numeric_reference: zero scores such rows 0)")
+        got = parse_number(extract_answer(text, extract=extract, pattern=pattern, group=group))
+        scores.append(0.0 if got is None else math.exp(-abs(got - want) / scale))
     return scores
 
 

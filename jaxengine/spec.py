@@ -231,6 +231,9 @@ class GrpoSpec(_Section):
     num_iterations: NumIterations = 1
     mask_truncated: MaskTruncated = False
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
+    dynamic_sampling_pool: int = Field(default=4, ge=1, description="With dynamic_sampling: prompts sampled per "
+                                       "prompt of the batch, in one rollout; groups with reward variance fill the "
+                                       "batch first.")
     rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "

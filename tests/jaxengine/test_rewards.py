@@ -1,6 +1,7 @@
 """Reward functions on edge cases: no answer, Unicode digits, empty completions, signs, commas; the combinator's errors."""
 import math
 
+import numpy as np
 import pytest
 
 from jaxengine import rewards
@@ -60,6 +61,20 @@ def test_exact_match_normalises_numbers_and_whitespace():
 def test_exact_match_missing_reference_column_is_an_error():
     with pytest.raises(KeyError, match="sample 0 has no reference column 'answer'"):
         rewards.exact_match(["42"], [{"solution": "42"}])
+
+
+def test_numeric_closeness_by_hand_and_on_edge_cases():
+    refs = [{"answer": "67"}] * 6
+    scores = rewards.numeric_closeness(["67", "57", "it is 77", "none", "", "\u0666\u0667"], refs)
+    np.testing.assert_allclose(scores, [1.0, math.exp(-1.0), math.exp(-1.0), 0.0, 0.0, 1.0], atol=1e-12)
+    assert rewards.numeric_closeness(["77"], [{"answer": "67"}], scale=5.0) == [pytest.approx(math.exp(-2.0))]
+    # extract full: a number with words around it is no answer
+    assert rewards.numeric_closeness(["it is 67"], [{"answer": "67"}], extract="full") == [0.0]
+    with pytest.raises(ValueError, match="reference answer='SHEEP' is not a number"):
+        rewards.numeric_closeness(["1"], [{"answer": "SHEEP"}])
+    assert rewards.numeric_closeness(["1"], [{"answer": "SHEEP"}], non_numeric_reference="zero") == [0.0]
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        rewards.numeric_closeness(["1"], [{"answer": "1"}], scale=0.0)
 
 
 def test_numeric_match_tolerances():
