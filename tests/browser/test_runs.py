@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import build_tiny_model_dir
-from tests.live import ROOT, free_port, worker_environment
+from tests.live import ROOT, free_port, wait_for, worker_environment
 from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
 from webapp.runs import services
 from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
@@ -151,3 +151,68 @@ def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
     assert "What is 2+2?" in row and "slow answer" in row and "<b>fast</b> answer" in row
     page.select_option("#x-axis", "tokens")
     assert page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x[0]") == 100
+
+
+# Short prompts: rendered with the tiny tokenizer's chat template they still fill most of 128 tokens.
+PROMPTS = [{"prompt": word, "answer": word} for word in ("trees", "sea", "bees", "green", "steel", "sheep")]
+
+
+def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_from_a_chart(
+        page, asgi_server, celery_workers, transactional_db):
+    from django.conf import settings
+
+    celery_workers.ensure("train")
+    team = make_team(slug="gamma")
+    model = make_base_model(team.project, name="tiny",
+                            path=str(build_tiny_model_dir(settings.MODELS_ROOT / "browser-tiny-grpo")))
+    data = make_ready_version(team.project, name="topics", kind="prompts", rows=PROMPTS)
+    log_in(page, asgi_server, "gamma-teammate")
+
+    page.goto(f"{asgi_server}/p/gamma/runs/new/?task=grpo")
+    page.select_option("#spec-model", model.public_id)
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", "two rewards")
+    page.fill("#spec-train-max_steps", "3")
+    page.fill("#spec-train-batch_size", "2")
+    page.fill("#spec-train-save_every", "")
+    page.fill("#spec-grpo-num_generations", "2")
+    page.fill("#spec-grpo-max_new_tokens", "4")
+    page.fill("#spec-grpo-beta", "0")
+    page.fill("#spec-data-max_seq_len", "128")
+    rows = page.locator("#spec-grpo-rewards .reward-row")
+    assert rows.count() == 1  # the preset's exact_match row
+    first = rows.nth(0)
+    first.locator("select.reward-function").select_option("contains")
+    assert first.locator(".reward-args[data-function=exact_match]").is_hidden()
+    first.locator(".reward-args[data-function=contains] textarea").fill("e\ns")
+    page.locator("#spec-grpo-rewards button.reward-add").click()
+    second = rows.nth(1)
+    second.locator("select.reward-function").select_option("length_target")
+    second.locator("input[name$='.weight']").fill("0.5")
+    second.locator(".reward-args[data-function=length_target] input[name$='.target']").fill("8")
+    page.get_by_role("button", name="Launch").first.click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get(name="two rewards")
+    assert run.spec["grpo"]["rewards"] == [
+        {"name": "contains", "weight": 1.0, "args": {"keywords": ["e", "s"]}},
+        {"name": "length_target", "weight": 0.5, "args": {"target": 8}}]
+
+    # Every step's rollouts reach the page; a click on a point of the reward chart opens that step's.
+    def finished():
+        run.refresh_from_db()
+        return run.is_finished
+
+    wait_for(finished, timeout=240, workers=celery_workers, what="the GRPO run to finish")
+    assert run.status == RunStatus.SUCCEEDED, run.error_message
+    page.locator("#run-status .status-succeeded").wait_for(timeout=20_000)  # the page reloads when it ends
+    page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"reward\"]');"
+                           " return p && p.data && p.data[0].x.length === 3; }")
+    assert page.locator("#samples .samples").get_attribute("data-step") == "3"  # the newest step's rollouts
+    point = page.locator(".plot[data-metric='reward'] .scatterlayer .points path").nth(1)
+    point.scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.locator("#samples .samples[data-step='2'] tr.sample-row.rollout").first.wait_for(timeout=20_000)
+    table = page.locator("#samples .sample-table").inner_text()
+    assert "contains" in table and "length_target" in table and "advantage" in table.lower()
+    assert page.locator("#samples tr.sample-row.rollout").count() == 4  # 2 prompts x 2 generations

@@ -266,3 +266,11 @@ def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in
     near = client.get(url(run, "samples/?step=4&kind=rollout&min_reward=1")).content.decode()
     assert '<option value="3" selected>' in near and "rollout 2" in near and "rollout 0" not in near
     assert client_for(team.outsider).get(url(run, "samples/?step=3")).status_code == 404
+
+
+def test_the_ppo_form_offers_reward_rows_and_its_knobs(team, catalog, client_for):
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=ppo").content.decode()
+    assert 'name="ppo.rewards.0.name"' in page and '<option value="exact_match" selected>' in page
+    assert 'name="ppo.rewards.__row__.args.contains.keywords"' in page
+    for key in ("ppo.gamma", "ppo.lam", "ppo.value_clip", "ppo.vf_coef", "ppo.kl_coef", "ppo.reward_model"):
+        assert f'name="{key}"' in page
