@@ -179,3 +179,21 @@ def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it
     capsys.readouterr()
     assert main(["export", "--run", str(run), "--best"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] == best_step
+
+
+def test_dynamic_sampling_trains_on_the_pool_groups_with_reward_variance_first():
+    from types import SimpleNamespace
+
+    rewards_pg = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    generations = [f"g{i}" for i in range(8)]
+    by_name = {"r": list(rewards_pg.reshape(-1))}
+    for batch_size, kept in ((2, [11, 13]), (3, [11, 13, 10])):
+        pool = SimpleNamespace(grpo=SimpleNamespace(num_generations=2), batch_size=batch_size, grad_accum=1)
+        pool._groups = grpo.GrpoRollouts._groups.__get__(pool)
+        indices, chosen, chosen_pg, chosen_by_name = grpo.GrpoRollouts._keep_varied(
+            pool, [10, 11, 12, 13], generations, rewards_pg, by_name)
+        assert indices == kept
+        positions = [[10, 11, 12, 13].index(index) for index in kept]
+        assert chosen == [generations[2 * p + g] for p in positions for g in range(2)]
+        np.testing.assert_array_equal(chosen_pg, rewards_pg[positions])
+        assert chosen_by_name["r"] == list(rewards_pg[positions].reshape(-1))
