@@ -71,7 +71,7 @@ class ServeResult:
     token_ids: list[int]
     prompt_tokens: int
     finish_reason: str  # one of FINISH_REASONS
-    first_token_seconds: float | None  # from the start of the batch to this row's first token
+    first_token_seconds: float | None  # from the request's arrival (add / submit) to its first token
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -313,9 +313,7 @@ class ContinuousBatch:
         self._rows: list[_Row | None] = []  # one per cache row
         self._cache = None
         self._index = 0  # the slot the next decode step writes, shared by every row
-        graphdef, state = nnx.split(decoder.model)
-        self._leaves, treedef = jax.tree.flatten(state)
-        self._compiled = _compiled(graphdef, treedef, decoder.cache_dtype, decoder.model.config.num_kv_heads)
+        self._leaves, self._compiled = decoder.leaves, decoder.compiled
 
     @property
     def busy(self) -> bool:
@@ -490,7 +488,8 @@ def _any_filtered(requests) -> bool:
 
 
 class BatchDecoder:
-    """Decodes ``ServeRequest`` together on one model, in up to ``max_slots`` slots (see the module note).
+    """Decodes ``ServeRequest`` together on one model (its weights as of construction), in up to
+    ``max_slots`` slots (see the module note).
     ``steps_per_call``: decode steps per device call (stops, deadlines and new requests are looked at
     between calls)."""
 
@@ -505,6 +504,10 @@ class BatchDecoder:
         self.cache_dtype = cache_dtype
         self.max_slots = max_slots
         self.steps_per_call = steps_per_call
+        # Split once: a served model's weights do not change, and splitting a model costs milliseconds.
+        graphdef, state = nnx.split(model)
+        self.leaves, treedef = jax.tree.flatten(state)
+        self.compiled = _compiled(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
 
     def run(self, requests: Sequence[ServeRequest], *, on_token: OnToken | None = None,
             should_stop: ShouldStop | None = None, clock: Callable[[], float] = time.monotonic) -> list[ServeResult]:
@@ -566,16 +569,12 @@ class BatchingServer:
     def __init__(self, decoder: BatchDecoder, *, max_batch: int | None = None):
         self.decoder = decoder
         self.max_batch = decoder.max_slots if max_batch is None else max_batch
+        self.batch_sizes: list[int] = []  # requests decoding together in each decode call, for tests and benchmarks
         self._pending: queue.Queue[_Pending | None] = queue.Queue()
         self._in_flight: set[_Pending] = set()  # added to the batch, result not yet set
         self._batch = self._new_batch()
         self._thread = threading.Thread(target=self._loop, name="batching-server", daemon=True)
         self._thread.start()
-
-    @property
-    def batch_sizes(self) -> list[int]:
-        """Requests decoding together in each decode call so far, for tests and benchmarks."""
-        return self._batch.batch_sizes
 
     def submit(self, request: ServeRequest, *, on_token: Callable[[int, str], None] | None = None,
                should_stop: Callable[[], bool] | None = None) -> concurrent.futures.Future:
@@ -595,9 +594,8 @@ class BatchingServer:
             self._thread.join()
 
     def _new_batch(self) -> ContinuousBatch:
-        sizes = self._batch.batch_sizes if hasattr(self, "_batch") else []
         batch = ContinuousBatch(self.decoder, max_slots=self.max_batch)
-        batch.batch_sizes = sizes
+        batch.batch_sizes = self.batch_sizes  # one record across the batches a failure replaces
         return batch
 
     def _loop(self) -> None:

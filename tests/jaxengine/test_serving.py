@@ -180,6 +180,22 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
 
 
+def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served):
+    model, tokenizer, prompts = served
+    server = BatchingServer(BatchDecoder(model, tokenizer, steps_per_call=2))
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+
+    def broken_stop_check():
+        raise RuntimeError("the stop flag could not be read")
+
+    failed = server.submit(ServeRequest(prompt_ids=tuple(prompts[0]), params=params), should_stop=broken_stop_check)
+    with pytest.raises(RuntimeError, match="stop flag"):
+        failed.result(timeout=60)
+    served_after = server.submit(ServeRequest(prompt_ids=tuple(prompts[0]), params=params)).result(timeout=60)
+    server.close()
+    assert served_after.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
+
+
 def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, steps_per_call=4)
