@@ -5,13 +5,14 @@ a host pool and sends each one task; ``jaxengine train --coordinator ...`` does 
 gives each its ``ProcessGroup``: the coordinator's address (process 0's host and a free port), the
 process count and its own index. ``initialize`` joins the group before jax computes anything.
 
-Every process then runs the same trainer on the same data order. ``DataParallel`` makes its
-arrays global, over a mesh of every process's devices: the training state is replicated and each
-step's batch is split by rows, each process handing over only the rows that land on its own devices
-(``jax.make_array_from_process_local_data``). The jitted step is thus one SPMD program over all
-hosts and XLA's own collectives (gloo on CPU, NCCL on GPU, ICI on TPU) average the gradients: no
-collective layer of Temper's own. Process 0 alone writes the run directory's files and reports;
-orbax checkpoints are written by all processes together.
+Every process then runs the same trainer on the same data order, its arrays global over a mesh
+of every process's devices (``jaxengine.job.job_placement``: the spec's ``parallel`` layout, or the
+default one, which on CPU puts every device on ``data``; ``jaxengine.sharding.MeshPlacement``
+places the state by its logical axes and cuts each device's rows of a batch from the batch every
+process holds). The jitted step is thus one SPMD program over all hosts and XLA's own collectives
+(gloo on CPU, NCCL on GPU, ICI on TPU) reduce the gradients: no collective layer of Temper's own.
+Process 0 alone writes the run directory's files and reports; orbax checkpoints are written by all
+processes together; a stop request is agreed by all processes so that they stop at the same step.
 
 A process that dies leaves its peers blocked in the next collective. ``PeerWatchdog`` polls a
 liveness check (the worker's: the peers' heartbeats in Redis) on its own thread, which a blocked
@@ -25,7 +26,6 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -86,117 +86,6 @@ def shutdown() -> None:
 
     if jax.distributed.is_initialized():
         jax.distributed.shutdown()
-
-
-def is_coordinator() -> bool:
-    """Whether this is process 0 (or the only process): the one that writes files and reports."""
-    import jax
-
-    return jax.process_index() == 0
-
-
-class DataParallel:
-    """Global arrays over ``mesh`` (default: every device of every process on the ``data`` axis):
-    state replicated, batch rows split (see the module notes). ``batch_axis`` is the rows' axis of
-    a training batch (1: behind the gradient-accumulation axis)."""
-
-    def __init__(self, mesh: Any = None, *, batch_axis: int = 1):
-        import jax
-
-        from jaxengine.sharding import make_mesh
-
-        self.mesh = mesh if mesh is not None else make_mesh(data=jax.device_count())
-        self.batch_axis = batch_axis
-        self.device_count = self.mesh.devices.size
-
-    def _sharding(self, spec: Any):
-        from jax.sharding import NamedSharding
-
-        return NamedSharding(self.mesh, spec)
-
-    def put_state(self, tree: Any) -> Any:
-        """Every leaf as a global array replicated on all devices (each process holds the same values)."""
-        import jax
-        import numpy as np
-        from jax.sharding import PartitionSpec
-
-        replicated = self._sharding(PartitionSpec())
-
-        def put(leaf):
-            if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-                data = put(jax.random.key_data(leaf))
-                return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
-            value = np.asarray(leaf)
-            return jax.make_array_from_callback(value.shape, replicated, lambda index: value[index])
-
-        return jax.tree.map(put, tree)
-
-    def put_batches(self, batches: Any) -> Any:
-        """A host batch pytree (identical on every process) as global arrays split by rows: each
-        process supplies the rows of its own devices."""
-        import jax
-        import numpy as np
-        from jax.sharding import PartitionSpec
-
-        def put(leaf):
-            value = np.asarray(leaf)
-            rows = value.shape[self.batch_axis]
-            if rows % self.device_count:
-                raise DistributedError(f"train.batch_size: {rows} rows do not split over the job's "
-                                       f"{self.device_count} devices; give a multiple of {self.device_count}")
-            spec = PartitionSpec(*([None] * self.batch_axis), "data")
-            sharding = self._sharding(spec)
-            local = _process_rows(sharding, value.shape, self.batch_axis)
-            taken = [slice(None)] * value.ndim
-            taken[self.batch_axis] = local
-            return jax.make_array_from_process_local_data(sharding, value[tuple(taken)], value.shape)
-
-        return jax.tree.map(put, batches)
-
-    def put_replicated(self, batch: Any) -> Any:
-        """A host batch replicated on every device (evaluation: its last batch need not split evenly)."""
-        return self.put_state(batch)
-
-    def to_local(self, tree: Any) -> Any:
-        """Global arrays as arrays of this process alone (for code that runs on one process: export,
-        sampling). Replicated arrays are read from a local copy; others are gathered, which every
-        process must then call together."""
-        import jax
-        from jax.experimental import multihost_utils
-
-        def local(leaf):
-            if not isinstance(leaf, jax.Array) or leaf.is_fully_addressable:
-                return leaf
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-                return jax.random.wrap_key_data(local(jax.random.key_data(leaf)), impl=jax.random.key_impl(leaf))
-            if leaf.is_fully_replicated:
-                return jax.device_put(leaf.addressable_data(0), jax.local_devices()[0])
-            return jax.device_put(multihost_utils.process_allgather(leaf, tiled=True), jax.local_devices()[0])
-
-        return jax.tree.map(local, tree)
-
-    def agree(self, flag: bool) -> bool:
-        """True on every process when any process says True (a stop request seen by process 0 stops
-        them all at the same step, instead of leaving the others in the next collective)."""
-        import numpy as np
-        from jax.experimental import multihost_utils
-
-        return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
-
-
-def _process_rows(sharding: Any, shape: tuple[int, ...], axis: int) -> slice:
-    """The contiguous rows (along ``axis``) that this process's devices hold under ``sharding``."""
-    starts, stops = [], []
-    for index in sharding.addressable_devices_indices_map(shape).values():
-        part = index[axis]
-        starts.append(part.start or 0)
-        stops.append(shape[axis] if part.stop is None else part.stop)
-    start, stop = min(starts), max(stops)
-    covered = sum(b - a for a, b in set(zip(starts, stops)))
-    if covered != stop - start:
-        raise DistributedError(f"this process's devices hold rows {sorted(set(zip(starts, stops)))}, not one "
-                               "contiguous block; order the mesh by process")
-    return slice(start, stop)
 
 
 class PeerWatchdog:

@@ -83,7 +83,8 @@ def job_placement(spec: JobSpec):
     if spec.parallel is not None:
         layout = spec.parallel.model_dump()
     else:
-        layout = default_layout(jax.device_count(), platform=jax.default_backend())
+        layout = default_layout(jax.device_count(), platform=jax.default_backend(),
+                                process_count=jax.process_count())
     if layout is None:
         return None
     try:
@@ -277,11 +278,9 @@ def run_job(
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
 
     In a multi-host job (``jaxengine.distributed.initialize`` called first) every process calls this;
-    the arrays are then global over all processes' devices (``placement``, default
-    ``DataParallel()``; one process: unplaced unless given) and process 0 writes the files."""
+    the arrays are then global over all processes' devices (``placement``, default ``job_placement``)
+    and process 0 writes the files."""
     import jax
-
-    from jaxengine.distributed import DataParallel
 
     started = time.perf_counter()
     if jax.process_count() != spec.hosts:
@@ -289,8 +288,6 @@ def run_job(
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     if placement is None:
         placement = job_placement(spec)
-    if placement is None and jax.process_count() > 1:
-        placement = DataParallel()
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -114,15 +114,19 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 # Layouts from the job spec's ``parallel`` section
 
 
-def default_layout(device_count: int, *, platform: str) -> dict[str, int] | None:
+def default_layout(device_count: int, *, platform: str, process_count: int = 1) -> dict[str, int] | None:
     """The (data, fsdp, tensor) sizes a job without ``parallel`` gets, or None for the unsharded path.
 
     On accelerators every device of the job goes on ``fsdp``: parameters and optimizer state are
     split eightfold on eight chips (what lets a model that fits no single chip train at all) while
     the batch is still split over every device. On CPU a job runs on one device: XLA's CPU backend
     already uses every core inside one device and there is no device memory to save, so the fake
-    host devices (``--xla_force_host_platform_device_count``) stay a testing tool.
+    host devices (``--xla_force_host_platform_device_count``) stay a testing tool. A job of several
+    processes (``jaxengine.distributed``) always gets a mesh, since its arrays must span them all; on
+    CPU that is every device on ``data``.
     """
+    if platform == "cpu" and process_count > 1:
+        return {"data": device_count, "fsdp": 1, "tensor": 1}
     if platform == "cpu" or device_count == 1:
         return None
     return {"data": 1, "fsdp": device_count, "tensor": 1}

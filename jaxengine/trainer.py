@@ -17,6 +17,7 @@ first, so the history never holds a step twice.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -337,7 +338,7 @@ class Trainer:
     ``guard(record) -> reason | None`` sees each step's logged metrics; a reason ends the run with
     status ``failed`` and that message, keeping the checkpoints already saved.
 
-    ``placement`` (a ``jaxengine.distributed.DataParallel``) makes the arrays global over the
+    ``placement`` (a ``jaxengine.sharding.MeshPlacement``) makes the arrays global over the
     devices of every process of a multi-host job; then only process 0 writes the run directory's
     files and runs ``eval_hook``, while checkpoints are written by all processes together.
     """
@@ -552,7 +553,11 @@ class Trainer:
                     if self.eval_hook is not None:
                         current = self.current_model()  # on every process: gathering may be collective
                         if self.writes_files:
-                            evaluation.update(self.eval_hook(current, self.step))
+                            # Several processes: process 0 alone runs the hook, on its local copy and
+                            # outside the job's mesh (whose devices it does not all hold).
+                            alone = jax.set_mesh(None) if jax.process_count() > 1 else contextlib.nullcontext()
+                            with alone:
+                                evaluation.update(self.eval_hook(current, self.step))
                     eval_score = evaluation.get(config.best_metric)
                     if eval_score is not None and is_better(eval_score, best_eval,
                                                             higher_is_better=config.best_higher_is_better):

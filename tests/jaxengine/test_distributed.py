@@ -1,16 +1,13 @@
-"""jaxengine.distributed: the process group's checks, data-parallel placement on the 8 fake CPU
-devices of one process (the same code paths a multi-host job takes, minus the second process: that
-is tests/integration/test_multihost.py), and the peer watchdog."""
+"""jaxengine.distributed: the process group's checks, the layout a job of several processes gets, and
+the peer watchdog. Two real processes training together: tests/integration/test_multihost.py."""
 from __future__ import annotations
 
 import threading
 import time
 
-import jax
-import numpy as np
 import pytest
 
-from jaxengine.distributed import DataParallel, DistributedError, PeerWatchdog, ProcessGroup, _process_rows
+from jaxengine.distributed import DistributedError, PeerWatchdog, ProcessGroup
 from jaxengine.spec import SpecError, parse_spec
 
 
@@ -24,50 +21,20 @@ def test_a_process_group_names_its_bad_field():
         ProcessGroup(coordinator_address="h:1", num_processes=0, process_id=0)
 
 
-def test_batches_split_by_rows_over_every_device():
-    placement = DataParallel()
-    assert placement.device_count == 8
-    batches = np.arange(2 * 16 * 3).reshape(2, 16, 3)  # [A, B, T]
-    placed = placement.put_batches(batches)
-    assert placed.shape == (2, 16, 3)
-    np.testing.assert_array_equal(np.asarray(placed), batches)
-    # Each device holds 2 of the 16 rows, in device order, both accumulation steps.
-    for shard in placed.addressable_shards:
-        rows = shard.index[1]
-        assert rows.stop - rows.start == 2
-        np.testing.assert_array_equal(np.asarray(shard.data), batches[:, rows])
+def test_a_job_of_several_processes_always_gets_a_mesh():
+    from jaxengine.sharding import default_layout
+
+    # On CPU one process trains unsharded; several must hold global arrays: every device on data.
+    assert default_layout(8, platform="cpu", process_count=1) is None
+    assert default_layout(8, platform="cpu", process_count=2) == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert default_layout(16, platform="tpu", process_count=4) == {"data": 1, "fsdp": 16, "tensor": 1}
 
 
-def test_it_rejects_a_batch_that_does_not_split_over_the_devices():
-    with pytest.raises(DistributedError, match="train.batch_size: 12 rows do not split over the job's 8 devices"):
-        DataParallel().put_batches(np.zeros((1, 12, 4)))
+def test_a_stop_request_is_agreed_by_one_process():
+    from jaxengine.sharding import MeshPlacement, layout_mesh
 
-
-def test_state_is_replicated_and_comes_back_local():
-    placement = DataParallel()
-    key = jax.random.key(3)
-    state = {"w": np.ones((4, 2), np.float32), "key": key}
-    placed = placement.put_state(state)
-    assert placed["w"].sharding.is_fully_replicated and len(placed["w"].sharding.device_set) == 8
-    assert jax.dtypes.issubdtype(placed["key"].dtype, jax.dtypes.prng_key)
-    np.testing.assert_array_equal(jax.random.key_data(placed["key"]), jax.random.key_data(key))
-    local = placement.to_local(placed)  # one process: already addressable, returned as is
-    np.testing.assert_array_equal(np.asarray(local["w"]), state["w"])
-
-
-def test_a_stop_request_is_agreed():
-    placement = DataParallel()
+    placement = MeshPlacement(layout_mesh({"data": 8}))
     assert placement.agree(True) is True and placement.agree(False) is False
-
-
-def test_process_rows_are_the_block_of_its_own_devices():
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    from jaxengine.sharding import make_mesh
-
-    # A mesh of the last four devices only: this process holds rows 0-7 of 8 (all of them).
-    mesh = make_mesh(data=4, devices=jax.devices()[4:])
-    assert _process_rows(NamedSharding(mesh, PartitionSpec("data")), (8, 5), 0) == slice(0, 8)
 
 
 def test_the_watchdog_reports_a_lost_peer_once():
