@@ -119,8 +119,8 @@ class CausalLM(nnx.Module):
             key_positions_bs = positions_bt
         else:
             write_index = cache.index
-            key_positions_bs = jax.lax.dynamic_update_slice(
-                cache.positions, positions_bt.astype(cache.positions.dtype), (0, write_index))
+            key_positions_bs = constrain(jax.lax.dynamic_update_slice(
+                cache.positions, positions_bt.astype(cache.positions.dtype), (0, write_index)), ("batch", "length"))
         key_length = key_positions_bs.shape[1]
         if lengths_b is not None:
             masks = {"full_attention": None, "sliding_attention": None}
