@@ -71,24 +71,29 @@ class GrpoTask:
     max_completion_length: int
     use_stored_old_log_probs: bool = False
     chunk_size: int = 256
+    # First target position that can hold a completion token (the shortest prompt's length - 1):
+    # logits, log-probs and entropy are computed from there on only, not over prompt positions.
+    completion_start: int = 0
 
     def loss(self, model, batch: RolloutBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
         tokens = batch.tokens
         lengths_b = jnp.sum(tokens.segment_ids > 0, axis=-1).astype(jnp.int32)
         hidden_btd, _ = model.hidden_states(tokens.input_ids, tokens.positions, lengths_b=lengths_b)
-        log_probs_bt = losses.chunked_token_log_probs(hidden_btd, tokens.targets, model.logits,
+        start = self.completion_start
+        hidden_btd, mask_bt = hidden_btd[:, start:], tokens.loss_mask[:, start:]
+        log_probs_bt = losses.chunked_token_log_probs(hidden_btd, tokens.targets[:, start:], model.logits,
                                                       chunk_size=self.chunk_size)
-        old_log_probs_bt = (batch.old_log_probs if self.use_stored_old_log_probs
+        old_log_probs_bt = (batch.old_log_probs[:, start:] if self.use_stored_old_log_probs
                             else jax.lax.stop_gradient(log_probs_bt))
         loss, metrics = rl.grpo_loss(
-            log_probs_bt, old_log_probs_bt, batch.reference_log_probs, batch.advantages, tokens.loss_mask,
+            log_probs_bt, old_log_probs_bt, batch.reference_log_probs[:, start:], batch.advantages, mask_bt,
             loss_type=self.loss_type, epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=self.beta,
             kl_estimator=self.kl_estimator, max_completion_length=self.max_completion_length)
         entropy_bt = rl.chunked_entropy(hidden_btd, model.logits, chunk_size=self.chunk_size)
-        mask_f = tokens.loss_mask.astype(jnp.float32)
+        mask_f = mask_bt.astype(jnp.float32)
         # Token-level (dapo) losses weigh micro-batches by tokens, the others by completions.
         weight = jnp.sum(mask_f) if self.loss_type == "dapo" else jnp.asarray(tokens.input_ids.shape[0], jnp.float32)
-        return loss, weight, {"loss": loss, **metrics, "entropy": rl.token_mean(entropy_bt, tokens.loss_mask),
+        return loss, weight, {"loss": loss, **metrics, "entropy": rl.token_mean(entropy_bt, mask_bt),
                               **batch.stats}
 
 
@@ -192,6 +197,8 @@ class GrpoRollouts:
         self.chunk_size = chunk_size
         self.terms = [WeightedReward(name=term.name, weight=term.weight, args=term.args) for term in grpo.rewards]
         self.width = max(len(ids) for ids in self.prompt_ids) + grpo.max_new_tokens - 1
+        # Target position of the first completion token of the shortest prompt (see rollout_rows).
+        self.completion_start = min(len(ids) for ids in self.prompt_ids) - 1
         self.reference_passes = 0
         self._cached: tuple[int, RolloutBatch] | None = None
 
@@ -430,6 +437,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
                             pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
     task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.epsilon_high, beta=grpo.beta,
                     kl_estimator=grpo.kl_estimator, max_completion_length=grpo.max_new_tokens,
+                    completion_start=rollouts.completion_start,
                     use_stored_old_log_probs=grpo.num_iterations > 1)
     # Extra eval metrics get weight 0: scored and logged, but not part of eval/reward (the training reward).
     eval_terms = [*rollouts.terms, *(WeightedReward(name=term.name, weight=0.0, args=term.args)

@@ -197,3 +197,40 @@ def test_dynamic_sampling_trains_on_the_pool_groups_with_reward_variance_first()
         assert chosen == [generations[2 * p + g] for p in positions for g in range(2)]
         np.testing.assert_array_equal(chosen_pg, rewards_pg[positions])
         assert chosen_by_name["r"] == list(rewards_pg[positions].reshape(-1))
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "gspo"])
+def test_the_loss_from_the_first_completion_position_equals_the_loss_over_every_position(demo_dir, tmp_path,
+                                                                                        loss_type):
+    """GrpoTask computes logits only from ``completion_start`` on; prompt positions carry no loss, so
+    the loss, its gradient and every metric are those of the whole width (stored old and reference
+    log-probs included, as num_iterations > 1 and beta > 0 use them)."""
+    import dataclasses
+
+    import jax
+    from flax import nnx
+
+    spec = grpo_spec(demo_dir, tmp_path / "run", grpo={"num_iterations": 2, "beta": 0.1, "loss_type": loss_type},
+                     peft={"method": "lora", "rank": 4}, train={"max_steps": 2, "batch_size": 2})
+    trainer, _ = make_grpo_trainer(spec, build_job_model(spec), tmp_path / "run")
+    assert trainer.task.completion_start == trainer.batch_source.completion_start > 0
+    batch = trainer.batch_source(trainer)
+    first = jax.tree.map(lambda x: x[0], batch)
+    # Move the policy off the rollout weights so that ratios and KL are not trivially 1 and 0.
+    params = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.key(0), p.shape), trainer.params)
+
+    def loss_and_grads(task):
+        def loss_fn(params):
+            model = nnx.merge(trainer.graphdef, params, trainer.rng_state, trainer.frozen)
+            loss, _, metrics = task.loss(model, first)
+            return loss, metrics
+        return jax.value_and_grad(loss_fn, has_aux=True)(params)
+
+    (sliced, sliced_metrics), sliced_grads = loss_and_grads(trainer.task)
+    (whole, whole_metrics), whole_grads = loss_and_grads(dataclasses.replace(trainer.task, completion_start=0))
+    assert abs(float(whole_metrics["kl"])) > 1e-4
+    np.testing.assert_allclose(sliced, whole, rtol=1e-5, atol=1e-6)
+    for name in ("kl", "clip_ratio", "entropy"):
+        np.testing.assert_allclose(sliced_metrics[name], whole_metrics[name], rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(sliced_grads), jax.tree.leaves(whole_grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
