@@ -4,13 +4,15 @@ import threading
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
-                               load_serving_model)
+                               gumbel_noise, load_serving_model)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -200,25 +202,41 @@ def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, steps_per_call=4)
 
-    def wave(schedule_seed, content_seed):
+    def wave(schedule_seed, content_seed, *, check_tokens=False):
         # 12 staggered arrivals: prompts of 2 to 15 tokens (one prompt bucket), budgets of 3 to 20 tokens.
         schedule, content = np.random.default_rng(schedule_seed), np.random.default_rng(content_seed)
-        batch, seen = ContinuousBatch(decoder, max_slots=8), Collected()
+        batch, seen, requests = ContinuousBatch(decoder, max_slots=8), Collected(), {}
         for name in range(12):
-            ids = content.integers(0, model.config.vocab_size, size=int(schedule.integers(2, 16)))
-            seen.add(batch, name, ids, SamplingParams(max_new_tokens=int(schedule.integers(3, 21)), temperature=0.0))
+            ids = [int(i) for i in content.integers(0, model.config.vocab_size, size=int(schedule.integers(2, 16)))]
+            requests[name] = ids, SamplingParams(max_new_tokens=int(schedule.integers(3, 21)), temperature=0.0)
+            seen.add(batch, name, *requests[name])
             seen.steps(batch, int(schedule.integers(0, 3)))
         while batch.busy:
             seen.steps(batch, 1)
         assert len(seen.results) == 12
+        if check_tokens:  # rows gathered, shifted, grown and shrunk under them still decode as alone
+            for name, (ids, params) in requests.items():
+                assert seen.results[name].token_ids == Sampler(model, tokenizer).generate([ids], params)[0].token_ids
         return batch.trace_count
 
     before = ContinuousBatch(decoder).trace_count  # compiled code is shared by every model of this structure
-    first = wave(0, 0)
+    first = wave(0, 0, check_tokens=True)
     assert wave(0, 1) == first  # the same shapes with other tokens: nothing compiled
     # Other schedules meet other shapes, but only from a fixed set: prefills of 1, 2, 4 or 8 new requests
     # x 16 prompt slots, decodes of 1, 2, 4 or 8 rows x 16, 32 or 64 cache slots (span 15 + 20 + 4 at most).
     assert wave(1, 2) - before <= 4 + 12
+
+
+def test_gumbel_noise_gives_the_draws_of_jax_random_categorical():
+    logits_bv = jax.random.normal(jax.random.key(1), (3, 50)) * 3
+    seed_b, first_step_b = jnp.array([0, 7, 2**32 - 1], jnp.uint32), jnp.array([0, 5, 11], jnp.int32)
+    noise_kbv = gumbel_noise(seed_b, first_step_b, 4, 50)
+    for offset in range(4):
+        for row in range(3):
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed_b[row]), 0), first_step_b[row] + offset)
+            expected = jax.random.categorical(key, logits_bv[row])
+            assert int(jnp.argmax(noise_kbv[offset, row] + logits_bv[row])) == int(expected)
+    assert len({int(jnp.argmax(noise_kbv[offset, 0])) for offset in range(4)}) > 1  # each step draws anew
 
 
 def test_model_cache_evicts_the_least_recently_used_beyond_its_budget():
