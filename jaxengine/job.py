@@ -301,7 +301,7 @@ def run_job(
     elif spec.task == "ppo":
         from jaxengine.ppo import make_ppo_trainer
 
-        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir)
+        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement)
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)

@@ -302,8 +302,9 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
     return [WeightedReward(name="reward_model", args={"model": ppo.reward_model, "max_seq_len": max_seq_len})]
 
 
-def make_ppo_trainer(spec, job_model, run_dir: Path):
-    """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary."""
+def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
+    """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
+    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
     from jaxengine.job import JobError, job_identity, total_steps_for
     from jaxengine.reward_scoring import reward_model_dir
     from jaxengine.trainer import TrainConfig, Trainer
@@ -356,5 +357,6 @@ def make_ppo_trainer(spec, job_model, run_dir: Path):
             return policy_hook(model.backbone, step)
 
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
-                      trainable=job_model.trainable, eval_hook=eval_hook, guard=PpoGuard(max_kl=ppo.max_kl))
+                      trainable=job_model.trainable, eval_hook=eval_hook, guard=PpoGuard(max_kl=ppo.max_kl),
+                      placement=placement)
     return trainer, {"train": train_counts, "eval": eval_counts}

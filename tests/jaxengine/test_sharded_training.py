@@ -1,6 +1,7 @@
 """Sharded training on 8 fake CPU devices: the same losses as one device under data, fsdp and tensor
-layouts (SFT, DPO with LoRA, SFT with QLoRA, GRPO from a job spec), arrays really sharded, checkpoints
-restored under another layout, the sampler's KV cache sharded, and the spec's ``parallel`` rules.
+layouts (SFT, DPO with LoRA, SFT with QLoRA, GRPO and PPO from a job spec), arrays really sharded,
+checkpoints restored under another layout, the sampler's KV cache sharded, and the spec's ``parallel``
+rules.
 
 Each run is 10 float32 steps; "the same" is within 1e-4 (reductions split over devices add in
 another order, nothing more may differ).
@@ -24,6 +25,7 @@ from jaxengine.spec import OptimSpec, SpecError, parse_spec
 from jaxengine.tasks import LanguageModelTask, PreferenceTask, with_reference_log_probs
 from jaxengine.trainer import Trainer, TrainConfig
 from tests.jaxengine.test_grpo import MICRO, grpo_spec
+from tests.jaxengine.test_ppo import ppo_mapping
 from tests.jaxengine.test_tasks import pairs
 from tests.jaxengine.test_trainer import patterned_examples
 
@@ -177,6 +179,17 @@ def test_grpo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
     assert [m["reward"] for m in got] == [m["reward"] for m in expected]
     assert_same_losses(expected, got, keys=(*COMPARED, "entropy"))
     assert np.mean([m["reward"] for m in expected[-3:]]) > np.mean([m["reward"] for m in expected[:3]])
+
+
+def test_ppo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
+    train = {"max_steps": STEPS, "batch_size": 16, "seed": 1}
+    one = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "one", train=train)), progress_bar=False)
+    sharded = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "mesh", train=train,
+                                             parallel={"data": 2, "fsdp": 4})), progress_bar=False)
+    assert one["status"] == sharded["status"] == "succeeded"
+    expected, got = read_metrics(tmp_path / "one/metrics.jsonl"), read_metrics(tmp_path / "mesh/metrics.jsonl")
+    assert [m["reward"] for m in got] == [m["reward"] for m in expected]
+    assert_same_losses(expected, got, keys=(*COMPARED, "loss/value", "val/mean"))
 
 
 def test_the_spec_parallel_section_and_its_rules(tmp_path):
