@@ -274,3 +274,16 @@ def test_the_ppo_form_offers_reward_rows_and_its_knobs(team, catalog, client_for
     assert 'name="ppo.rewards.__row__.args.contains.keywords"' in page
     for key in ("ppo.gamma", "ppo.lam", "ppo.value_clip", "ppo.vf_coef", "ppo.kl_coef", "ppo.reward_model"):
         assert f'name="{key}"' in page
+
+
+def test_duplicating_a_grpo_run_fills_its_reward_rows(team, catalog, client_for, sent_tasks):
+    spec = {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 5}, "grpo": {"rewards": [
+                {"name": "format_regex", "weight": 0.5, "args": {"pattern": "^<b>$", "full_match": True}},
+                {"name": "contains", "args": {"keywords": ["four", "4"]}}]}}
+    original = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={original.public_id}").content.decode()
+    assert 'name="grpo.rewards.0.weight" value="0.5"' in page
+    assert 'name="grpo.rewards.0.args.format_regex.pattern" value="^&lt;b&gt;$"' in page  # escaped
+    assert '<option value="true" selected>true</option>' in page
+    assert "four\n4</textarea>" in page
