@@ -7,6 +7,7 @@ import pytest
 
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine import serving
 from jaxengine.serving import load_serving_model
 from tests import factories
 from webapp.chat import channels
@@ -47,12 +48,25 @@ def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
     assert done["prompt_tokens"] == len(expected.prompt_token_ids) and done["completion_tokens"] == 12
 
 
+def slow_down_decoding(monkeypatch, seconds_per_call):
+    step = serving.ContinuousBatch.step
+    monkeypatch.setattr(serving.ContinuousBatch, "step", lambda batch: (time.sleep(seconds_per_call), step(batch)))
+
+
+def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(client, model_dir, monkeypatch):
+    emitting_threads = set()
+    emit = channels.emit
+    monkeypatch.setattr(channels, "emit", lambda *args: (emitting_threads.add(threading.current_thread().name),
+                                                         emit(*args)))
+    serve.generate(request(model_dir, "threads"))
+    assert emitting_threads == {threading.current_thread().name}  # not "batching-server"
+
+
 def test_concurrent_generations_join_one_running_batch(client, model_dir, monkeypatch):
     serve.generate(request(model_dir, "warm"))  # loads the model and its server
     server, _ = serve._server_for("tiny", str(model_dir))
     before = len(server.batch_sizes)
-    emit = channels.emit
-    monkeypatch.setattr(channels, "emit", lambda *args: (time.sleep(0.01), emit(*args)))  # each answer takes ~0.4 s
+    slow_down_decoding(monkeypatch, 0.05)  # 8 tokens a call: each answer takes ~0.25 s
     results = {}
     threads = [threading.Thread(target=lambda i=i: results.update({i: serve.generate(request(
         model_dir, f"c{i}", seed=i, temperature=0.8, max_new_tokens=40))})) for i in range(4)]
@@ -71,8 +85,7 @@ def test_concurrent_generations_join_one_running_batch(client, model_dir, monkey
 
 def test_stop_ends_the_answer_mid_way(client, model_dir, monkeypatch):
     monkeypatch.setattr(serve, "STOP_POLL_SECONDS", 0.0)
-    emit = channels.emit
-    monkeypatch.setattr(channels, "emit", lambda *args: (time.sleep(0.02), emit(*args)))  # ~50 tokens a second
+    slow_down_decoding(monkeypatch, 0.1)  # ~80 tokens a second
 
     def stop_after_three_tokens():
         while len(channels.stored_events(client, "s1")) < 3:
