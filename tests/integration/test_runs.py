@@ -175,3 +175,30 @@ def test_a_queued_run_survives_a_redis_restart(setup, train_worker, redis_server
              what="the queued run to be sent again and trained")
     assert waiting.attempt == 1 and loss_steps(waiting) == [1, 2, 3, 4]
     assert waiting.log_lines.filter(message__contains="queue message was lost").exists()
+
+
+def test_a_ppo_run_scored_by_a_reward_run_of_the_project_trains_on_the_worker(setup, train_worker):
+    team, base_model, _data = setup
+    pairs = make_ready_version(team.project, name="pairs", kind="preference",
+                               rows=[{"prompt": f"question {i}", "chosen": "yes", "rejected": "no"} for i in range(8)])
+    prompts = make_ready_version(team.project, name="questions", kind="prompts",
+                                 rows=[{"prompt": f"what is {i} plus {i}?", "answer": str(2 * i)} for i in range(8)])
+    reward = services.run_create(project=team.project, user=team.teammate, spec={
+        "task": "reward", "model": base_model.public_id, "data": {"train": pairs.public_id, "max_seq_len": 128},
+        "train": {"max_steps": 2, "batch_size": 4}})
+    wait_for(reached(reward, status=RunStatus.SUCCEEDED), timeout=180, workers=train_worker,
+             what="the reward run to succeed")
+    ppo = services.run_create(project=team.project, user=team.teammate, spec={
+        "task": "ppo", "model": base_model.public_id,
+        "data": {"train": prompts.public_id, "eval": prompts.public_id, "max_seq_len": 128},
+        "train": {"max_steps": 3, "batch_size": 4, "eval_every": 3, "eval_samples": 2},
+        "ppo": {"reward_model": reward.public_id, "max_new_tokens": 4, "kl_coef": 0.1}})
+    assert ppo.resolved_spec["ppo"]["reward_model"] == reward.artifacts.get(kind=ArtifactKind.MODEL).path
+    wait_for(reached(ppo, status=RunStatus.SUCCEEDED), timeout=240, workers=train_worker, what="the ppo run to succeed")
+    assert loss_steps(ppo) == [1, 2, 3]
+    for name in ("objective/kl", "rewards/reward_model/mean", "loss/value", "policy/clipfrac", "time/rollout"):
+        assert MetricPoint.objects.filter(run=ppo, name=name).count() == 3, name
+    assert MetricPoint.objects.filter(run=ppo, name="eval/reward_model").count() == 1
+    rollouts = ppo.samples.exclude(rewards={})
+    assert rollouts.count() >= 4 and all("reward_model" in sample.rewards for sample in rollouts)
+    assert (ppo.output_dir / "export" / "config.json").is_file() and ppo.artifacts.filter(kind=ArtifactKind.MODEL)
