@@ -39,6 +39,24 @@ assert series["step"][0] == 1 and series["step"][-1] == 5000
 external = services.run_create_external(project=project, name="ext", config={"lr": 1}, user=owner)
 assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 2.0}}]) == 1
 assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 3.0}}]) == 0
+# A running run's stored buckets plus the points stored since (by id) equal a full reduction.
+Run.objects.filter(pk=run.pk).update(status="running")
+run.refresh_from_db()
+full = selectors.metric_series(run=run, max_points=100)
+MetricPoint.objects.filter(run=run, step__gt=4000).delete()
+Run.objects.filter(pk=run.pk).update(current_step=4000)
+run.refresh_from_db()
+stored = selectors.series_buckets(run=run, reuse_stored=False)
+reporting.insert_metric_rows(rows[4000:])
+Run.objects.filter(pk=run.pk).update(current_step=5000, series_cache={"buckets": stored.to_json()})
+run.refresh_from_db()
+assert selectors.metric_series(run=run, max_points=100) == full
+# Samples by kind: JSON key lookups, a sample without a kind counting as an eval generation.
+from webapp.runs.models import Sample
+Sample.objects.bulk_create([Sample(run=run, step=1, position=0, prompt="p", text="rollout", extra={"kind": "rollout"}),
+                            Sample(run=run, step=1, position=1, prompt="p", text="greedy")])
+assert [s.text for s in selectors.sample_list(run=run, kind="rollout")] == ["rollout"]
+assert [s.text for s in selectors.sample_list(run=run, kind="eval")] == ["greedy"]
 print("ok")
 """
 
