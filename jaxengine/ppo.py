@@ -305,7 +305,7 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
 def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
-    from jaxengine.job import JobError, job_identity, total_steps_for
+    from jaxengine.job import JobError, best_metric_for, job_identity, total_steps_for
     from jaxengine.reward_scoring import reward_model_dir
     from jaxengine.trainer import TrainConfig, Trainer
 
@@ -330,11 +330,13 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     eval_rows, eval_prompt_ids, eval_counts = (grpo.read_prompts(spec.data.eval, **read) if spec.data.eval
                                                else ([], [], {}))
     pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
+    best_metric, higher_is_better = best_metric_for(spec)
     config = TrainConfig(
         total_steps=total_steps_for(spec, len(rows)), batch_size=spec.train.batch_size,
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
-        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec))
+        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
+        best_metric=best_metric, best_higher_is_better=higher_is_better)
     reference = None
     if ppo.kl_coef > 0:
         reference = (grpo.frozen_copy_reference(nnx.state(model, job_model.trainable)) if spec.peft.method == "none"

@@ -131,6 +131,17 @@ def test_spec_round_trip_and_defaults(tmp_path):
     assert parse_spec_text(dump_spec(with_rewards)) == with_rewards and with_rewards.ppo.reward_model is None
 
 
+def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):
+    from jaxengine.job import best_metric_for
+
+    def best(section):
+        return best_metric_for(parse_spec(ppo_mapping(tmp_path, tmp_path / "run", ppo_section=section)))
+
+    assert best({"reward_model": "runs/r"}) == ("eval/reward_model", True)
+    assert best({"rewards": [{"name": "contains", "args": {"keywords": ["e"]}}]}) == ("eval/contains", True)
+    assert best({"reward_model": "runs/r", "eval_metrics": [{"name": "exact_match"}]}) == ("eval/exact_match", True)
+
+
 @pytest.mark.parametrize("section, message", [
     ({}, "ppo.reward_model: give exactly one of reward_model and rewards (neither given)"),
     ({"reward_model": "runs/r", "rewards": [{"name": "exact_match"}]},
@@ -222,7 +233,10 @@ def test_lora_with_kl_reused_rollouts_eval_and_the_guard(demo_dir, tmp_path, ref
         peft={"method": "lora", "rank": 4},
         train={"max_steps": 4, "batch_size": 4, "grad_accum": 2, "eval_every": 4, "eval_samples": 3}))
     trainer, _ = ppo.make_ppo_trainer(spec, build_job_model(spec), tmp_path / "run")
-    assert trainer.fit(progress_bar=False)["status"] == "succeeded"
+    summary = trainer.fit(progress_bar=False)
+    assert summary["status"] == "succeeded"
+    # The best checkpoint is ranked by the first eval metric.
+    assert summary["best_checkpoint"]["metric"] == "eval/exact_match" and summary["best_checkpoint"]["step"] == 4
     assert len(reference_passes) == 4 == trainer.batch_source.reference_passes  # 2 rollout batches x 2 micro-batches
     metrics = read_jsonl(tmp_path / "run/metrics.jsonl")
     # Fresh adapters add exactly zero, so at step 1 the policy is the reference; later it is not.
