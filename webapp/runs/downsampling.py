@@ -61,15 +61,31 @@ class SeriesBuckets:
     through_id: int = 0
 
     def add(self, name: str, step: int, value: float, tokens: int, wall_time: float) -> None:
-        """Fold one point in (any order; a point of a step already covered is folded in as well)."""
+        """Fold one point in (any order; a point of a step already covered is folded in as well).
+        Called for every point the train worker stores, so it is written out flat."""
         index = (step - 1) // self.width
-        entry = self.buckets.setdefault(name, {}).get(index)
-        point = [step, step, value, value, tokens, wall_time]
+        by_index = self.buckets.get(name)
+        if by_index is None:
+            by_index = self.buckets[name] = {}
+        entry = by_index.get(index)
         if entry is None:
-            self.buckets[name][index] = point
+            by_index[index] = [step, step, value, value, tokens, wall_time]
         else:
-            merge_bucket(entry, point)
-        self.through_step = max(self.through_step, step)
+            # first <= last and low <= high, so a new point can extend only one end of each.
+            if step < entry[0]:
+                entry[0] = step
+            elif step > entry[1]:
+                entry[1] = step
+            if value < entry[2]:
+                entry[2] = value
+            elif value > entry[3]:
+                entry[3] = value
+            if tokens < entry[4]:
+                entry[4] = tokens
+            if wall_time < entry[5]:
+                entry[5] = wall_time
+        if step > self.through_step:
+            self.through_step = step
 
     def add_bucket(self, name: str, width: int, index: int, bucket: Bucket) -> None:
         """Fold in a bucket of ``width`` (a multiple of this one's, e.g. from a grouped query)."""
