@@ -7,7 +7,7 @@ import pytest
 
 from tests.webapp.runs.conftest import sft_spec
 from webapp.runs import services
-from webapp.runs.models import MetricPoint, Run, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
 
 @pytest.fixture
@@ -287,3 +287,25 @@ def test_duplicating_a_grpo_run_fills_its_reward_rows(team, catalog, client_for,
     assert 'name="grpo.rewards.0.args.format_regex.pattern" value="^&lt;b&gt;$"' in page  # escaped
     assert '<option value="true" selected>true</option>' in page
     assert "four\n4</textarea>" in page
+
+
+def test_launching_ppo_from_the_form_with_a_reward_run_of_the_project(team, catalog, client_for, sent_tasks, tmp_path):
+    reward_run = services.run_create(project=team.project, user=team.teammate, spec={
+        "task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+        "train": {"max_steps": 5}})
+    Run.objects.filter(pk=reward_run.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=reward_run, kind=ArtifactKind.MODEL, path=str(tmp_path))
+    data = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id,
+            "data.train": catalog.prompts.public_id, "train.max_steps": "5", "train.batch_size": "2",
+            "peft.targets": ["q_proj", "v_proj"], "ppo.max_new_tokens": "8", "ppo.kl_coef": "0.1",
+            "ppo.reward_model": reward_run.public_id}
+    client = client_for(team.teammate)
+    # The form's reward row and a reward model: the spec takes exactly one.
+    both = client.post("/p/alpha/runs/new/", {**data, "ppo.rewards.0.name": "exact_match"}).content.decode()
+    assert "give exactly one of reward_model and rewards (both given)" in both
+    response = client.post("/p/alpha/runs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    run = Run.objects.get(task="ppo")
+    assert run.spec["ppo"]["reward_model"] == reward_run.public_id and run.spec["ppo"]["rewards"] == []
+    assert run.resolved_spec["ppo"]["reward_model"] == str(tmp_path) and run.spec["ppo"]["kl_coef"] == 0.1
+    assert run.status == RunStatus.QUEUED
