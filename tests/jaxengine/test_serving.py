@@ -59,19 +59,22 @@ def test_each_row_samples_with_its_own_settings_as_the_sampler_does_alone(served
 
 def test_stop_and_timeout_end_one_row_and_leave_the_others(served):
     model, tokenizer, prompts = served
-    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    greedy = SamplingParams(max_new_tokens=20, temperature=0.0)
     streamed = {row: [] for row in range(3)}
     requests = [ServeRequest(prompt_ids=tuple(prompts[0]), params=greedy),
                 ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy),
-                ServeRequest(prompt_ids=tuple(prompts[2]), params=greedy, deadline=5)]
-    # Stops and deadlines are looked at between decode calls of 2 steps: after the prefill a row has 1
-    # token, then 3, 5, ... The clock reads row 2's streamed tokens, so its deadline passes at 5 tokens.
-    results = BatchDecoder(model, tokenizer, steps_per_call=2).run(
+                ServeRequest(prompt_ids=tuple(prompts[2]), params=greedy, deadline=10)]
+    # Stops and deadlines are looked at between decode calls of 8 steps: after the prefill a row has 1
+    # token, then 9, 17, ... The clock reads row 2's streamed tokens, so its deadline has passed at 17.
+    results = BatchDecoder(model, tokenizer).run(
         requests, on_token=lambda row, token_id, delta: streamed[row].append(token_id),
         should_stop=lambda row: row == 1 and len(streamed[1]) >= 3, clock=lambda: len(streamed[2]))
-    assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[0]) and results[0].finish_reason == "length"
-    assert results[1].finish_reason == "cancelled" and results[1].token_ids == alone_tokens(model, tokenizer, prompts[1])[:3]
-    assert results[2].finish_reason == "timeout" and results[2].token_ids == alone_tokens(model, tokenizer, prompts[2])[:5]
+    assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[0], 20)
+    assert results[0].finish_reason == "length"
+    assert results[1].finish_reason == "cancelled"
+    assert results[1].token_ids == alone_tokens(model, tokenizer, prompts[1], 20)[:9]
+    assert results[2].finish_reason == "timeout"
+    assert results[2].token_ids == alone_tokens(model, tokenizer, prompts[2], 20)[:17]
     assert streamed[1] == results[1].token_ids and streamed[2] == results[2].token_ids
 
 
@@ -109,9 +112,9 @@ def test_requests_joining_a_running_batch_get_their_solo_tokens(served):
               "b": SamplingParams(max_new_tokens=12, temperature=0.0),
               "c": SamplingParams(max_new_tokens=20, temperature=0.8, seed=7),
               "d": SamplingParams(max_new_tokens=9, temperature=1.1, top_k=5, seed=2)}
-    batch, seen = ContinuousBatch(BatchDecoder(model, tokenizer, steps_per_call=4)), Collected()
+    batch, seen = ContinuousBatch(BatchDecoder(model, tokenizer)), Collected()
     seen.add(batch, "a", prompts[1], params["a"])
-    seen.steps(batch, 2)  # a has 1 + 4 + 4 tokens when b arrives
+    seen.steps(batch, 2)  # a has 1 + 8 + 8 tokens when b arrives
     seen.add(batch, "b", prompts[0], params["b"])
     seen.steps(batch, 1)
     seen.add(batch, "c", prompts[2], params["c"])
@@ -132,7 +135,7 @@ def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served)
     greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
     now = [0.0]
     stopped = set()
-    batch = ContinuousBatch(BatchDecoder(model, tokenizer, steps_per_call=4), max_slots=2, clock=lambda: now[0])
+    batch = ContinuousBatch(BatchDecoder(model, tokenizer), max_slots=2, clock=lambda: now[0])
     seen = Collected()
     for name, ids in zip("ab", prompts):
         batch.add(ServeRequest(prompt_ids=tuple(ids), params=greedy, deadline=2.0 if name == "b" else None),
@@ -144,11 +147,11 @@ def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served)
     assert batch.batch_sizes == [2, 2] and "c" not in seen.first_token_step  # both slots taken: c waits
     stopped.add("a")
     seen.steps(batch, 1)  # a's slot goes to c in the same step
-    assert seen.results["a"].finish_reason == "cancelled" and len(seen.results["a"].token_ids) == 9
+    assert seen.results["a"].finish_reason == "cancelled" and len(seen.results["a"].token_ids) == 17
     assert seen.first_token_step == {"c": 2} and batch.batch_sizes[-1] == 2
     now[0] = 2.0
     seen.steps(batch, 1)  # past b's deadline: its slot goes to d
-    assert seen.results["b"].finish_reason == "timeout" and len(seen.results["b"].token_ids) == 13
+    assert seen.results["b"].finish_reason == "timeout" and len(seen.results["b"].token_ids) == 25
     assert seen.first_token_step == {"c": 2, "d": 3}
     while batch.busy:
         seen.steps(batch, 1)
@@ -159,7 +162,7 @@ def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served)
 
 def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     model, tokenizer, prompts = served
-    server = BatchingServer(BatchDecoder(model, tokenizer, steps_per_call=2))
+    server = BatchingServer(BatchDecoder(model, tokenizer))
     long, short = SamplingParams(max_new_tokens=60, temperature=0.0), SamplingParams(max_new_tokens=6, temperature=0.0)
     a_tokens, a_tokens_at_b_start, b_submitted = [], [], threading.Event()
 
@@ -176,7 +179,7 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     b_submitted.set()
     b_result, a_result = b.result(timeout=60), a.result(timeout=60)
     server.close()
-    assert a_tokens_at_b_start[0] <= 8  # b started two decode calls after a's fifth token, not after a's sixtieth
+    assert a_tokens_at_b_start[0] == 9  # b started once the call under way ended, not after a's sixtieth token
     assert b_result.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
     assert a_result.token_ids == alone_tokens(model, tokenizer, prompts[1], 60)
     assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
@@ -184,7 +187,7 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
 
 def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served):
     model, tokenizer, prompts = served
-    server = BatchingServer(BatchDecoder(model, tokenizer, steps_per_call=2))
+    server = BatchingServer(BatchDecoder(model, tokenizer))
     params = SamplingParams(max_new_tokens=6, temperature=0.0)
 
     def broken_stop_check():
@@ -200,7 +203,7 @@ def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served)
 
 def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
     model, tokenizer, _ = served
-    decoder = BatchDecoder(model, tokenizer, steps_per_call=4)
+    decoder = BatchDecoder(model, tokenizer)
 
     def wave(schedule_seed, content_seed, *, check_tokens=False):
         # 12 staggered arrivals: prompts of 2 to 15 tokens (one prompt bucket), budgets of 3 to 20 tokens.
@@ -223,7 +226,7 @@ def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
     first = wave(0, 0, check_tokens=True)
     assert wave(0, 1) == first  # the same shapes with other tokens: nothing compiled
     # Other schedules meet other shapes, but only from a fixed set: prefills of 1, 2, 4 or 8 new requests
-    # x 16 prompt slots, decodes of 1, 2, 4 or 8 rows x 16, 32 or 64 cache slots (span 15 + 20 + 4 at most).
+    # x 16 prompt slots, decodes of 1, 2, 4 or 8 rows x 16, 32 or 64 cache slots (span 15 + 20 + 8 at most).
     assert wave(1, 2) - before <= 4 + 12
 
 
