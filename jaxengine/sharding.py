@@ -158,9 +158,11 @@ def batch_rows_multiple(mesh: Mesh) -> int:
 
 
 # Logical axis -> mesh axis for activations (the residual stream, the KV cache): rows over the
-# batch axes, everything else whole. Tensor parallelism splits the weights (heads, MLP width);
+# batch axes, everything else whole (``table_vocab``: an embedding table gathered for its lookup keeps
+# only its vocabulary split). Tensor parallelism splits the weights (heads, MLP width);
 # XLA derives the split of the activations inside attention and the MLP from them.
-ACTIVATION_RULES: dict[str, Any] = {"batch": BATCH_AXES, "length": None, "act_embed": None}
+ACTIVATION_RULES: dict[str, Any] = {"batch": BATCH_AXES, "length": None, "act_embed": None,
+                                    "table_vocab": DEFAULT_RULES["vocab"]}
 
 
 def place_batch(tree: Any, mesh: Mesh, *, batch_axis: int = 0) -> Any:

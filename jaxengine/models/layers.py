@@ -94,9 +94,13 @@ class Embedding(nnx.Module):
         self.embedding = param(normal_init(rngs, (vocab_size, hidden_size), param_dtype), ("vocab", "embed"))
 
     def __call__(self, input_ids_bt: jax.Array) -> jax.Array:
+        # Under a mesh the lookup reads the table whole along its width (gathered over fsdp, as FSDP does
+        # for every weight at use): XLA cannot turn a width-split lookup result into rows split over
+        # (data, fsdp) except by replicating it first. No-op without a mesh.
+        table_vd = constrain(self.embedding[...], ("table_vocab", None))
         # Clip rather than jnp.take's default NaN fill: an out-of-range padding id must not become NaN
         # keys/values, which would leak through masked attention as 0 * NaN.
-        return jnp.take(self.embedding[...], input_ids_bt, axis=0, mode="clip").astype(self.compute_dtype)
+        return jnp.take(table_vd, input_ids_bt, axis=0, mode="clip").astype(self.compute_dtype)
 
     def attend(self, x_btd: jax.Array) -> jax.Array:
         """Tied output projection: float32 logits [B, T, V]."""
