@@ -224,3 +224,19 @@ def test_activation_constraints_are_no_ops_without_a_mesh():
 
     x = jnp.ones((8, 4, 16))
     assert constrain(x, ("batch", "length", "act_embed")) is x
+
+
+def test_training_batches_are_split_by_rows_over_data_and_fsdp():
+    from jaxengine.sharding import MeshPlacement
+
+    placement = MeshPlacement(make_mesh(data=2, fsdp=2, tensor=2))  # rows behind the accumulation axis
+    tokens_abt = np.arange(2 * 8 * 4, dtype=np.int32).reshape(2, 8, 4)
+    placed = placement.put_batches({"tokens": tokens_abt, "stats": np.ones((2,), np.float32),
+                                    "odd_rows": np.zeros((2, 6, 4), np.int32)})
+    assert placed["tokens"].sharding.spec == PartitionSpec(None, ("data", "fsdp"), None)
+    # Four row blocks of 2, each held by the 2 devices of one (data, fsdp) position (the tensor pair).
+    assert {shard.data.shape for shard in placed["tokens"].addressable_shards} == {(2, 2, 4)}
+    for shard in placed["tokens"].addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), tokens_abt[shard.index])
+    # Per-micro-batch scalars, and rows data x fsdp does not divide, are whole on every device.
+    assert placed["stats"].sharding.is_fully_replicated and placed["odd_rows"].sharding.is_fully_replicated
