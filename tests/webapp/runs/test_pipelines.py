@@ -200,3 +200,17 @@ def test_a_failed_export_fails_the_pipeline_and_keeps_the_run_as_its_result(team
     assert pipeline.status == PipelineStatus.FAILED and pipeline.result_run == first
     assert "stage 2 (serve) failed: ValueError: group_size 64 does not divide 48" in pipeline.message
     assert pipelines.export_result(pipeline) is None
+
+
+def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, catalog, sent_tasks, client_for):
+    import html
+    import re
+
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/pipelines/new/").content.decode()
+    text = html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", page, re.S).group(1))
+    stages = yaml.safe_load(text)["stages"]
+    assert [stage["name"] for stage in stages] == ["sft", "dpo", "serve"] and stages[-1]["export"] == {"quantize": "int8"}
+    response = client.post("/p/alpha/pipelines/new/", {"document": text})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
