@@ -266,6 +266,11 @@ def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in
     near = client.get(url(run, "samples/?step=4&kind=rollout&min_reward=1")).content.decode()
     assert '<option value="3" selected>' in near and "rollout 2" in near and "rollout 0" not in near
     assert client_for(team.outsider).get(url(run, "samples/?step=3")).status_code == 404
+    # A PPO rollout also carries its summed KL to the reference.
+    Sample.objects.create(run=run, step=6, position=0, prompt="p", text="ppo rollout", reward=0.5,
+                          rewards={"reward_model": 0.5}, extra={"kind": "rollout", "advantage": 0.25, "kl": 0.0625})
+    ppo = client.get(url(run, "samples/?step=6&kind=rollout")).content.decode()
+    assert "reward_model 0.500" in ppo and "0.250" in ppo and "kl 0.063" in ppo
 
 
 def test_the_ppo_form_offers_reward_rows_and_its_knobs(team, catalog, client_for):
