@@ -95,6 +95,15 @@ def model_choices(*, project: Project) -> list[tuple[str, str]]:
     return choices
 
 
+def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
+    """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
+    runs of the project with an exported model, newest first."""
+    exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
+                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
+    return [(artifact.run.public_id, f"{artifact.run.name} — reward model of {artifact.run.public_id}")
+            for artifact in exported]
+
+
 def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
     """Ready dataset versions of ``kinds`` in the project, newest version of each dataset first."""
     versions = (DatasetVersion.objects.filter(dataset__project=project, dataset__kind__in=kinds,

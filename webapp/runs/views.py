@@ -83,6 +83,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
         "eval_choices": selectors.dataset_choices(project=project, kinds=services.eval_kinds(task)),
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
+        # Spec keys that name the project's objects are chosen from them, like the model and data.
+        "reference_choices": {"ppo.reward_model": selectors.reward_model_choices(project=project)},
         "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags,
     }
 

@@ -314,3 +314,26 @@ def test_launching_ppo_from_the_form_with_a_reward_run_of_the_project(team, cata
     assert run.spec["ppo"]["reward_model"] == reward_run.public_id and run.spec["ppo"]["rewards"] == []
     assert run.resolved_spec["ppo"]["reward_model"] == str(tmp_path) and run.spec["ppo"]["kl_coef"] == 0.1
     assert run.status == RunStatus.QUEUED
+
+
+def test_the_ppo_form_chooses_its_reward_model_among_the_projects_reward_runs(team, catalog, client_for, sent_tasks,
+                                                                             tmp_path):
+    from webapp.runs.models import Artifact, ArtifactKind
+
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer <i>")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    assert f'<option value="{scorer.public_id}" >scorer &lt;i&gt; — reward model of {scorer.public_id}</option>' in page
+    assert f'value="{unfinished.public_id}"' not in page
+    form = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
+            "train.max_steps": "4", "train.batch_size": "2", "peft.targets": ["q_proj"], "ppo.max_new_tokens": "8",
+            "ppo.reward_model": scorer.public_id}
+    assert client.post("/p/alpha/runs/new/", form).status_code == 302
+    run = Run.objects.get(task="ppo")
+    assert run.spec["ppo"]["reward_model"] == scorer.public_id and run.spec["ppo"]["rewards"] == []
+    assert run.resolved_spec["ppo"]["reward_model"] == str(tmp_path / "export")

@@ -60,8 +60,9 @@ def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[
 
 
 @register.inclusion_tag("runs/_spec_field.html")
-def spec_field(field, initial: dict, errors: dict) -> dict[str, Any]:
-    """One schema-built input with its value, help text and errors."""
+def spec_field(field, initial: dict, errors: dict, reference_choices: dict | None = None) -> dict[str, Any]:
+    """One schema-built input with its value, help text and errors; a key of ``reference_choices``
+    (``ppo.reward_model``) is a select of those ``(id, label)`` choices instead."""
     value = initial.get(field.name, field.default)
     if field.widget == "rewards":
         functions = reward_functions()
@@ -80,4 +81,13 @@ def spec_field(field, initial: dict, errors: dict) -> dict[str, Any]:
         "selected": [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)],
         "errors": errors.get(field.name, []),
         "default": field.default,
+        "reference_choices": _with_current(reference_choices, field.name, value),
     }
+
+
+def _with_current(reference_choices: dict | None, key: str, value: Any) -> list | None:
+    """The choices of ``key``, keeping a value given before (Duplicate, a rejected form) selectable."""
+    choices = (reference_choices or {}).get(key)
+    if choices is None or value in (None, "") or value in {choice for choice, _label in choices}:
+        return choices
+    return [(value, value), *choices]
