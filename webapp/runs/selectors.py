@@ -3,7 +3,6 @@ server for long runs), samples, the log, lineage, and what the compare page show
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 

@@ -8,7 +8,6 @@ Viewers read; members launch and act on runs. Every view starts with ``get_proje
 from __future__ import annotations
 
 import csv
-import json
 from typing import Any
 
 import yaml
