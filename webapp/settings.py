@@ -78,10 +78,13 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets the web process read while a worker writes metrics.
+    # WAL lets the web process read while a worker writes metrics. Transactions take the write lock
+    # when they begin: a deferred one that read first fails at once ("database is locked", no wait)
+    # when another process wrote in between, as worker heartbeats every second make likely.
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].update(
-        {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+        {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+         "transaction_mode": "IMMEDIATE"}
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -7,7 +7,8 @@ process died (SIGKILL, out of memory, host gone) or stopped being scheduled. The
 the run as failed naming that host (a conditional update: the first process to notice wins, later
 verdicts change nothing), gives back its worker's reservation and ends its own process, which is
 blocked, or about to be, in a collective that will never complete. A peer never seen is left to
-jax.distributed's initialization timeout: it may still be starting.
+jax.distributed's initialization timeout: it may still be starting. A process that finished its part
+(process 0 still exports the model after the others are done) leaves ``done`` in its key instead.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from webapp.runs.models import Run
 logger = logging.getLogger(__name__)
 
 BEAT_SECONDS = 1.0
+DONE = b"done"
+DONE_SECONDS = 3600
 
 
 class HostLiveness:
@@ -54,12 +57,17 @@ class HostLiveness:
         self._beat_thread.start()
         self.watchdog.start()
 
-    def stop(self) -> None:
+    def stop(self, *, finished: bool) -> None:
+        """Stop beating and watching; ``finished``: this process's part of the job is done (its peers
+        may still be finishing theirs), else it gave up and its peers should stop too."""
         self._stop.set()
         self.watchdog.stop()
         self._beat_thread.join(timeout=5)
         try:
-            self._client.delete(self._key(self.process_id))
+            if finished:
+                self._client.set(self._key(self.process_id), DONE, ex=DONE_SECONDS)
+            else:
+                self._client.delete(self._key(self.process_id))
         except redis.RedisError:
             pass  # it expires by itself
         self._client.close()
@@ -75,8 +83,8 @@ class HostLiveness:
             self._beat()
 
     def silent_peers(self) -> list[int]:
-        """Peers that were seen alive and whose heartbeat has since expired."""
-        alive = [bool(self._client.exists(self._key(process))) for process in self.peers]
+        """Peers that were seen alive and whose heartbeat has since expired (a finished peer is not lost)."""
+        alive = [self._client.get(self._key(process)) is not None for process in self.peers]
         self._seen.update(process for process, present in zip(self.peers, alive) if present)
         return [process for process, present in zip(self.peers, alive) if not present and process in self._seen]
 

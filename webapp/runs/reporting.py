@@ -549,9 +549,10 @@ def host_start(*, run_pk: int, attempt: int, process_id: int, worker_name: str) 
     still the one to run. None when the message is stale."""
     if process_id == 0:
         return run_start(run_pk=run_pk, attempt=attempt, worker_name=worker_name)
-    run = Run.objects.filter(pk=run_pk, attempt=attempt, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
-    if run is None:
-        logger.info("run %s attempt %s: not current any more; host %s message dropped", run_pk, attempt, process_id)
+    run = Run.objects.filter(pk=run_pk).first()
+    if run is None or run.attempt != attempt or run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+        logger.info("run %s attempt %s: not current any more (%s); host %s message dropped", run_pk, attempt,
+                    f"{run.status} as attempt {run.attempt}" if run else "no such run", process_id)
         return None
     RunLogLine.objects.create(run=run, message=f"attempt {attempt}: host {process_id} started on {worker_name}")
     return run

@@ -87,11 +87,12 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
                 reporting.run_fail_hosts_lost(run=run, lost=lost)
             else:
                 reporting.run_fail(run=run, error=error)
+            liveness.stop(finished=False)  # after the verdict: the peers then stop without overruling it
             pipelines.pipeline_advance(run=run)
         return
     finally:
-        liveness.stop()
         placement.host_release(worker_name=worker_name, run_pk=run.pk)
+    liveness.stop(finished=True)
     distributed.shutdown()
     if reporter is None:
         return
