@@ -89,3 +89,22 @@ def test_the_spec_rejects_bad_hosts():
     grpo = {**SPEC, "task": "grpo", "data": {"train": "p.jsonl"}, "grpo": {"rewards": [{"name": "exact_match"}]}}
     with pytest.raises(SpecError, match="hosts: grpo runs on one host"):
         parse_spec({**grpo, "hosts": 2})
+
+
+def test_the_train_cli_asks_for_the_group_of_a_multi_host_spec(tmp_path, capsys):
+    from jaxengine.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task: sft\nmodel: m\noutput_dir: o\nhosts: 2\ndata: {train: t.jsonl}\ntrain: {max_steps: 1}\n")
+    assert main(["train", str(spec)]) == 2
+    assert "hosts: 2: give --coordinator, --num-processes and --process-id to each process" in capsys.readouterr().err
+    assert main(["train", str(spec), "--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"]) == 2
+    assert "coordinator_address: 'nohost' is not host:port" in capsys.readouterr().err
+
+
+def test_a_job_refuses_a_spec_whose_hosts_are_not_its_processes(tmp_path):
+    from jaxengine.job import JobError, run_job
+
+    spec = parse_spec({**SPEC, "hosts": 2, "output_dir": str(tmp_path / "run")})
+    with pytest.raises(JobError, match="hosts: the spec asks for 2 processes, this job has 1"):
+        run_job(spec)
