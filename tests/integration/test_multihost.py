@@ -6,6 +6,7 @@ CPU devices each (their own XLA_FLAGS), joined by jax.distributed over gloo.
 - SIGKILL to one host's worker (its whole process group: the host is gone) mid-run: the other host's
   process ends within 60 s, the run is failed naming the lost host, and once the host is back a
   resume continues from the last checkpoint to the end.
+- A cancel stops both hosts at one step, checkpointed by both.
 
 The workers run as in production for a pool (prefork, one job, a fresh process per job) with short
 timings: heartbeats every second, a host lost after 5 s of silence, placement retried every second.
@@ -189,6 +190,22 @@ def test_a_lost_host_stops_the_other_fails_the_run_naming_it_and_resume_continue
     resumed = next(message for message in messages if message.startswith("resumed: continuing from step "))
     resumed_from = int(resumed.rsplit(" ", 1)[1])
     assert resumed_from % 10 == 0 and 10 <= resumed_from <= failed_at
+
+
+def test_a_cancel_stops_every_host_at_the_same_step(setup, hosts):
+    team = setup[0]
+    run = services.run_create(project=team.project, spec=spec_for(setup, max_steps=5000, save_every=1000),
+                              user=team.teammate)
+
+    def training():
+        run.refresh_from_db()
+        return run.status == RunStatus.RUNNING and run.current_step >= 5
+    wait_for(training, timeout=300, what="the run to train 5 steps", workers=_Logs(hosts))
+    services.run_cancel(run=run, user=None)
+    wait_for(status_of(run, RunStatus.CANCELLED), timeout=60, what="the cancel", workers=_Logs(hosts))
+    # Both processes agreed on the step (a collective), saved it together and ended their tasks.
+    assert (run.output_dir / "checkpoints" / str(run.current_step)).is_dir()
+    wait_for(lambda: free_hosts() == 2, timeout=60, what="both hosts idle", workers=_Logs(hosts))
 
 
 class _Logs:
