@@ -62,7 +62,6 @@ def main() -> None:
     runs = {(count, staggered): [] for count in args.streams for staggered in modes}
     for key in runs:  # compile
         timed_run(decoder, requests_for(prompts[:key[0]], args.tokens), staggered=key[1])
-    decoder.compiled.wait_precompiled()  # no background compile during the timed runs
     for _ in range(args.repeats):
         for (count, staggered), found in runs.items():
             found.append(timed_run(decoder, requests_for(prompts[:count], args.tokens), staggered=staggered))

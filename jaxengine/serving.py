@@ -32,12 +32,10 @@ Design note.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures
 import dataclasses
 import functools
-import logging
 import queue
 import threading
 import time
@@ -52,8 +50,6 @@ from flax import nnx
 
 from jaxengine.sampler import PromptError, SamplingParams, bucket_length, decode, filter_logits, prefill
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
-
-logger = logging.getLogger(__name__)
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
 
@@ -198,9 +194,6 @@ class _Compiled:
         self.cache_dtype = cache_dtype
         self.kv_heads = kv_heads
         self.trace_count = 0
-        self._decode_shapes: set[tuple] = set()  # decode calls compiled or being compiled
-        self._precompiles: queue.Queue[Callable[[], Any] | None] = queue.Queue()
-        self._precompiler: threading.Thread | None = None
         self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered"))
         self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered"), donate_argnames=("cache",))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
@@ -208,60 +201,6 @@ class _Compiled:
 
     def _model(self, leaves):
         return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
-
-    def note_decode_shape(self, rows: int, length: int, *, steps: int, sampled: bool, filtered: bool) -> bool:
-        """Records a decode call's shape; False if it was recorded before (compiled, or being compiled)."""
-        key = (rows, length, steps, sampled, filtered)
-        if key in self._decode_shapes:
-            return False
-        self._decode_shapes.add(key)
-        return True
-
-    def precompile_decode(self, leaves, model, rows: int, length: int, *, steps: int, sampled: bool,
-                          filtered: bool) -> None:
-        """Compiles the decode call for a cache of ``rows`` x ``length`` on a background thread, once per
-        shape: a batch whose live span grows into it then does not stall every request it holds for a
-        compile (seconds on CPU). The compile fills ``decode``'s own cache."""
-        if not self.note_decode_shape(rows, length, steps=steps, sampled=sampled, filtered=filtered):
-            return
-        cache_shape = jax.eval_shape(lambda: model.init_cache(batch_size=rows, max_length=length,
-                                                              dtype=self.cache_dtype))
-        row = lambda dtype: jax.ShapeDtypeStruct((rows,), dtype)  # noqa: E731
-        sampling = (row(jnp.float32), row(jnp.int32), row(jnp.float32), row(jnp.uint32))
-        self._precompiles.put(lambda: self.decode.lower(
-            leaves, cache_shape, row(jnp.int32), row(jnp.int32), row(jnp.int32), sampling, steps=steps,
-            sampled=sampled, filtered=filtered).compile())
-        if self._precompiler is None:
-            self._precompiler = threading.Thread(target=self._precompile_loop, name="serving-precompile", daemon=True)
-            self._precompiler.start()
-            # A thread killed inside XLA's compiler aborts the process: at exit, let the compile under way end.
-            atexit.register(self._stop_precompiling)
-
-    def wait_precompiled(self) -> None:
-        """Blocks until every background compile asked for so far is done (tests, benchmarks)."""
-        self._precompiles.join()
-
-    def _stop_precompiling(self) -> None:
-        while True:  # drop the compiles not started
-            try:
-                self._precompiles.get_nowait()
-            except queue.Empty:
-                break
-            self._precompiles.task_done()
-        self._precompiles.put(None)
-        self._precompiler.join()
-
-    def _precompile_loop(self) -> None:
-        while True:
-            compile_one = self._precompiles.get()
-            try:
-                if compile_one is None:
-                    return
-                compile_one()
-            except Exception:  # the decode call compiles it in the foreground instead
-                logger.exception("background compile of a decode call failed")
-            finally:
-                self._precompiles.task_done()
 
     def _prefill(self, leaves, input_ids_gt, pad_counts_g, sampling_g, *, sampled: bool, filtered: bool):
         """New requests' left-padded prompts [G, T] into a cache of T slots; their first tokens [G]."""
@@ -492,27 +431,16 @@ class ContinuousBatch:
         live = [request for request in requests if request is not None]
         self.batch_sizes.append(len(live))
         steps = self.decoder.steps_per_call
-        modes = dict(steps=steps, sampled=_any_sampled(live), filtered=_any_filtered(live))
-        length = self._cache.positions.shape[1]
-        self._compiled.note_decode_shape(rows, length, **modes)
         tokens_kb, self._cache = self._compiled.decode(
             self._leaves, self._cache, token_b, starts_b, steps_b, self.decoder.sampling_arrays(requests, rows),
-            **modes)
+            steps=steps, sampled=_any_sampled(live), filtered=_any_filtered(live))
         self._index += steps
-        if self.decoder.precompile and 2 * (self._index + steps) > length and self._may_outgrow(length):
-            self._compiled.precompile_decode(self._leaves, self.decoder.model, rows, 2 * length, **modes)
         tokens_kb = np.asarray(jax.device_get(tokens_kb))
         for slot in range(rows):
             for offset in range(steps):
                 if self._rows[slot] is None:
                     break
                 self._take(slot, int(tokens_kb[offset, slot]))
-
-    def _may_outgrow(self, length: int) -> bool:
-        """Whether some live row's span, were it to use its whole budget, would pass ``length`` slots."""
-        steps = self.decoder.steps_per_call
-        return any(self._index - row.start + row.request.params.max_new_tokens - len(row.tokens) + steps > length
-                   for row in self._rows if row is not None)
 
     def _take(self, slot: int, token_id: int) -> None:
         """Appends a generated token to the row in ``slot``, streams it, and frees the slot when it ends the row."""
@@ -563,11 +491,10 @@ class BatchDecoder:
     """Decodes ``ServeRequest`` together on one model (its weights as of construction), in up to
     ``max_slots`` slots (see the module note).
     ``steps_per_call``: decode steps per device call (stops, deadlines and new requests are looked at
-    between calls). ``precompile``: compile the decode call for twice the cache's slots in the
-    background once a batch's span passes half of them and some row's budget could take it there."""
+    between calls)."""
 
     def __init__(self, model: nnx.Module, tokenizer: Tokenizer, *, min_bucket: int = 16, cache_dtype=None,
-                 max_slots: int = 64, steps_per_call: int = 8, precompile: bool = True):
+                 max_slots: int = 64, steps_per_call: int = 8):
         if max_slots < 1 or steps_per_call < 1:
             raise ValueError(f"BatchDecoder: max_slots ({max_slots}) and steps_per_call ({steps_per_call}) "
                              "must be at least 1")
@@ -577,7 +504,6 @@ class BatchDecoder:
         self.cache_dtype = cache_dtype
         self.max_slots = max_slots
         self.steps_per_call = steps_per_call
-        self.precompile = precompile
         # Split once: a served model's weights do not change, and splitting a model costs milliseconds.
         graphdef, state = nnx.split(model)
         self.leaves, treedef = jax.tree.flatten(state)
