@@ -562,6 +562,8 @@ class Trainer:
                     if eval_score is not None and is_better(eval_score, best_eval,
                                                             higher_is_better=config.best_higher_is_better):
                         best_eval, new_best = eval_score, True
+                    if self.placement is not None:
+                        new_best = self.placement.agree(new_best)  # eval_hook scores on process 0 alone
                     record.update(evaluation)
                 if self.writes_files:
                     _append_jsonl(self.metrics_path, record)
