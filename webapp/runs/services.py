@@ -116,10 +116,10 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
     return "", None, None
 
 
-def _resolve_reward_run(project: Project, reference: Any, errors) -> str:
+def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = "ppo.reward_model") -> str:
     """The exported reward model of a succeeded ``task: reward`` run of ``project`` (``ppo.reward_model:
-    run_…``); a server path is refused, so a spec reads no model outside its project."""
-    key = "ppo.reward_model"
+    run_…``, or the ``model`` argument of a ``reward_model`` reward function); a server path is refused,
+    so a spec reads no model outside its project."""
     if not isinstance(reference, str) or not reference.strip().startswith("run_"):
         _add(errors, key, "choose a succeeded reward run of this project (run_…)")
         return ""
@@ -155,6 +155,23 @@ def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[st
         _add(errors, key, f"{version} is a {version.dataset.kind} dataset; {task} needs {' or '.join(kinds)}")
         return None
     return version
+
+
+REWARD_LIST_KEYS = ("rewards", "eval_metrics")
+
+
+def _reward_model_terms(spec: dict[str, Any]):
+    """(key, term) for every ``reward_model`` reward function of the task's section (``grpo`` or
+    ``ppo``): their ``args.model`` is a run id in a written spec and a path in the engine's."""
+    task = spec.get("task")
+    section = spec.get(task) if task in ("grpo", "ppo") and isinstance(spec.get(task), dict) else {}
+    for list_key in REWARD_LIST_KEYS:
+        terms = section.get(list_key)
+        if not isinstance(terms, list):
+            continue
+        for index, term in enumerate(terms):
+            if isinstance(term, dict) and term.get("name") == "reward_model" and isinstance(term.get("args"), dict):
+                yield f"{task}.{list_key}.{index}.args.model", term
 
 
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
@@ -224,6 +241,10 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     if ppo.get("reward_model") not in (None, ""):
         resolved["ppo"] = {**ppo, "reward_model": _resolve_reward_run(project, ppo["reward_model"], errors)
                            or "unresolved"}
+    # A reward_model function reads a model from disk: only a reward run of this project may name it.
+    resolved = copy.deepcopy(resolved)
+    for key, term in _reward_model_terms(resolved):
+        term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -240,6 +261,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     written["data"].pop("columns", None)  # derived from the dataset versions, not written
     if ppo.get("reward_model") not in (None, ""):
         written["ppo"]["reward_model"] = ppo["reward_model"].strip()
+    for (key, term), (_, given) in zip(_reward_model_terms(written), _reward_model_terms(spec)):
+        term["args"]["model"] = given["args"]["model"].strip()
     return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
                    dataset_versions=versions)
 

@@ -294,3 +294,35 @@ def test_a_ppo_run_scores_with_a_succeeded_reward_run_of_its_own_project(team, c
     assert ppo_run.task == "ppo" and ppo_run.resolved_spec["ppo"]["reward_model"] == str(tmp_path / reward_run.public_id)
     assert ppo_run.spec["ppo"]["reward_model"] == reward_run.public_id  # the written spec keeps the id
     assert ppo_run.resolved_spec["data"]["train"] == str(catalog.prompts.absolute_path)
+
+
+def test_a_reward_model_reward_function_names_a_reward_run_not_a_server_path(team, catalog, sent_tasks, tmp_path):
+    reward_spec = {"task": "reward", "model": catalog.base_model.public_id,
+                   "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 10, "batch_size": 2}}
+    reward_run = services.run_create(project=team.project, spec=reward_spec, user=team.teammate)
+    Run.objects.filter(pk=reward_run.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=reward_run, kind=ArtifactKind.MODEL, path=str(tmp_path / "reward-export"))
+
+    exact = {"name": "exact_match", "args": {"answer_column": "answer"}}
+
+    def grpo_spec(model, *, as_eval_metric=False) -> dict:
+        scored = {"name": "reward_model", "weight": 0.5, "args": {"model": model}}
+        lists = {"rewards": [exact], "eval_metrics": [scored]} if as_eval_metric else {"rewards": [exact, scored]}
+        return {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+                "train": {"max_steps": 10, "batch_size": 2}, "grpo": {"num_generations": 2, **lists}}
+
+    for spec, key, message in (
+            (grpo_spec("/etc/somewhere"), "grpo.rewards.1.args.model",
+             "choose a succeeded reward run of this project (run_…)"),
+            (grpo_spec("run_foreign", as_eval_metric=True), "grpo.eval_metrics.0.args.model",
+             "'run_foreign' is not a run of alpha")):
+        with pytest.raises(ValidationError) as caught:
+            services.run_create(project=team.project, spec=spec, user=team.teammate)
+        assert caught.value.message_dict[key] == [message]
+    evaluated = services.run_create(project=team.project, spec=grpo_spec(reward_run.public_id, as_eval_metric=True),
+                                    user=team.teammate)
+    assert evaluated.resolved_spec["grpo"]["eval_metrics"][0]["args"]["model"] == str(tmp_path / "reward-export")
+    run = services.run_create(project=team.project, spec=grpo_spec(reward_run.public_id), user=team.teammate)
+    assert run.resolved_spec["grpo"]["rewards"][1]["args"]["model"] == str(tmp_path / "reward-export")
+    assert run.spec["grpo"]["rewards"][1]["args"]["model"] == reward_run.public_id  # the written spec keeps the id
+    assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
