@@ -2,11 +2,21 @@
 
 Django is set up before the task modules are imported, since they use the ORM.
 """
+import os
+
 import django
 
 from webapp.celery import app
 
 django.setup()
+
+from django.conf import settings  # noqa: E402
+
+# Compiled XLA programs persist across worker restarts (jax reads this before its first import, which
+# the task modules below make): a fresh serve worker would otherwise recompile every cache shape of its
+# first chats, several seconds each on CPU. An empty TEMPER_JAX_CACHE turns it off.
+if settings.TEMPER_JAX_CACHE:
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(settings.TEMPER_JAX_CACHE))
 
 import worker.tasks  # noqa: E402,F401  (registers every task)
 import worker.heartbeat  # noqa: E402,F401  (connects the heartbeat signals)
