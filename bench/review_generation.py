@@ -73,7 +73,7 @@ def run_campaign(name, owner, project, models, version, args, *, max_batch: int 
         model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version,
         prompt_count=args.prompts, sampling=services.GenerationSettings(max_new_tokens=args.max_new_tokens,
                                                                         temperature=0.0), user=owner)
-    servers = [serve._server_for(f"{model.public_id}@{model.path}", model.path)[0] for model in models]
+    servers = [serve.server_for(f"{model.public_id}@{model.path}", model.path)[0] for model in models]
     saved = [server.max_batch for server in servers]
     for server in servers:
         server.max_batch = max_batch or server.max_batch

@@ -64,7 +64,7 @@ def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(client, model_
 
 def test_concurrent_generations_join_one_running_batch(client, model_dir, monkeypatch):
     serve.generate(request(model_dir, "warm"))  # loads the model and its server
-    server, _ = serve._server_for("tiny", str(model_dir))
+    server, _ = serve.server_for("tiny", str(model_dir))
     before = len(server.batch_sizes)
     slow_down_decoding(monkeypatch, 0.05)  # 8 tokens a call: each answer takes ~0.25 s
     results = {}

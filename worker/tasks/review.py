@@ -73,9 +73,9 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     from jaxengine.sampler import PromptError, SamplingParams
     from jaxengine.serving import ServeRequest
     # The serve worker's model cache and per-model batching servers (one per process).
-    from worker.tasks.serve import _server_for
+    from worker.tasks.serve import server_for
 
-    server, tokenizer = _server_for(model["cache_key"], model["path"])
+    server, tokenizer = server_for(model["cache_key"], model["path"])
     requests = []
     for index, prompt in enumerate(prompts):
         try:

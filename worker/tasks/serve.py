@@ -68,8 +68,9 @@ _cache = None
 _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
 
 
-def _server_for(key: str, path: str):
-    """The batching server of a cached model (loading it, and closing servers of evicted models)."""
+def server_for(key: str, path: str):
+    """The batching server of a cached model (loading it, and closing servers of evicted models); chats and
+    review campaigns share it, so a model is loaded once per serve process."""
     global _cache
     from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache
 
@@ -154,7 +155,7 @@ def generate(request: dict) -> dict:
     events = _Events(redis_client(), generation_id)
     try:
         parsed = GenerateRequest.model_validate(request)
-        server, tokenizer = _server_for(parsed.model_key, parsed.model_path)
+        server, tokenizer = server_for(parsed.model_key, parsed.model_path)
         serve_request = ServeRequest(
             prompt_ids=prompt_ids(parsed, tokenizer), deadline=time.monotonic() + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=parsed.max_new_tokens, temperature=parsed.temperature,
