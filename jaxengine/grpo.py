@@ -169,7 +169,37 @@ def rollout_stats(rewards_pg: np.ndarray, by_name: Mapping[str, Sequence[float]]
     return stats
 
 
-class GrpoRollouts:
+def prompt_indices(block: int, *, per_block: int, count: int, seed: int) -> list[int]:
+    """Indices of rollout block ``block``'s prompts: the next ``per_block`` of a seeded permutation of the
+    ``count`` prompts per epoch, found from the block alone, so a resumed run draws the same prompts."""
+    indices = []
+    for position in range(block * per_block, (block + 1) * per_block):
+        epoch, offset = divmod(position, count)
+        indices.append(int(np.random.default_rng((seed, epoch)).permutation(count)[offset]))
+    return indices
+
+
+class BlockRollouts:
+    """A trainer ``batch_source`` that makes rollouts once per block of ``num_iterations`` steps and
+    reuses them within the block (policy updates on stored old log-probs, mu > 1). Subclasses set
+    ``num_iterations`` and ``_cached = None`` and supply ``_rollout(trainer, block)``."""
+
+    num_iterations: int
+    _cached: tuple[int, Any] | None
+
+    def __call__(self, trainer):
+        block = trainer.step // self.num_iterations
+        if self._cached is not None and self._cached[0] == block:
+            # The same rollouts again: no time was spent making them this step.
+            cached = self._cached[1]
+            no_time = np.zeros_like(cached.stats["time/rollout"])
+            return dataclasses.replace(cached, stats={**cached.stats, "time/rollout": no_time, "time/logprobs": no_time})
+        batch = self._rollout(trainer, block)
+        self._cached = (block, batch)
+        return batch
+
+
+class GrpoRollouts(BlockRollouts):
     """The trainer's ``batch_source`` for ``task: grpo`` (see module note).
 
     ``rows``: the prompts dataset rows (``prompt`` plus reference columns); ``prompt_ids`` their
@@ -200,6 +230,7 @@ class GrpoRollouts:
         # Target position of the first completion token of the shortest prompt (see rollout_rows).
         self.completion_start = min(len(ids) for ids in self.prompt_ids) - 1
         self.reference_passes = 0
+        self.num_iterations = grpo.num_iterations
         self._cached: tuple[int, RolloutBatch] | None = None
 
     # ---- prompt order ---------------------------------------------------------------------
@@ -212,27 +243,9 @@ class GrpoRollouts:
 
     def prompt_indices(self, block: int) -> list[int]:
         """Indices of the prompts of rollout block ``block`` (one block per ``num_iterations`` steps)."""
-        per_block = self.prompts_per_block
-        count = len(self.rows)
-        indices = []
-        for position in range(block * per_block, (block + 1) * per_block):
-            epoch, offset = divmod(position, count)
-            order = np.random.default_rng((self.seed, epoch)).permutation(count)
-            indices.append(int(order[offset]))
-        return indices
+        return prompt_indices(block, per_block=self.prompts_per_block, count=len(self.rows), seed=self.seed)
 
     # ---- one step's data --------------------------------------------------------------------
-
-    def __call__(self, trainer) -> RolloutBatch:
-        block = trainer.step // self.grpo.num_iterations
-        if self._cached is not None and self._cached[0] == block:
-            # The same rollouts again (num_iterations > 1): no time was spent making them this step.
-            cached = self._cached[1]
-            no_time = np.zeros_like(cached.stats["time/rollout"])
-            return dataclasses.replace(cached, stats={**cached.stats, "time/rollout": no_time, "time/logprobs": no_time})
-        batch = self._rollout(trainer, block)
-        self._cached = (block, batch)
-        return batch
 
     def _generate(self, model, indices: Sequence[int], seed: int) -> list[Generation]:
         group = self.grpo.num_generations

@@ -26,7 +26,6 @@ this module reuses), the one trainer runs the optimisation and this module suppl
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -136,16 +135,6 @@ def advantages_and_returns(scores_b, log_probs_bt, reference_log_probs_bt, value
             "kl": kl_bt}
 
 
-def prompt_indices(block: int, *, per_block: int, count: int, seed: int) -> list[int]:
-    """Indices of rollout block ``block``'s prompts: the next ``per_block`` of a seeded permutation of the
-    ``count`` prompts per epoch, found from the block alone, so a resumed run draws the same prompts."""
-    indices = []
-    for position in range(block * per_block, (block + 1) * per_block):
-        epoch, offset = divmod(position, count)
-        indices.append(int(np.random.default_rng((seed, epoch)).permutation(count)[offset]))
-    return indices
-
-
 def completion_stats(scores_b: np.ndarray, token_log_probs_bt: np.ndarray, kl_bt: np.ndarray, mask_bt: np.ndarray, *,
                      kl_coef: float) -> dict[str, float]:
     """TRL's ``objective/*`` metrics of a step's completions: per-completion sums over its tokens, then means."""
@@ -161,11 +150,11 @@ def completion_stats(scores_b: np.ndarray, token_log_probs_bt: np.ndarray, kl_bt
     }
 
 
-class PpoRollouts:
+class PpoRollouts(grpo.BlockRollouts):
     """The trainer's ``batch_source`` for ``task: ppo`` (see module note).
 
     ``rows``: the prompts dataset rows; ``prompt_ids`` their encoded prompts; ``terms`` the reward.
-    Each step's prompts are the next ``batch_size * grad_accum`` (``prompt_indices``), one completion
+    Each step's prompts are the next ``batch_size * grad_accum`` (``grpo.prompt_indices``), one completion
     each. ``reference`` maps the trainer to the reference weights, or is None when kl_coef is 0.
     ``reference_passes`` counts reference forward passes (one per micro-batch).
     """
@@ -189,24 +178,14 @@ class PpoRollouts:
         self.chunk_size = chunk_size
         self.width = max(len(ids) for ids in self.prompt_ids) + ppo.max_new_tokens - 1
         self.reference_passes = 0
+        self.num_iterations = ppo.num_iterations
         self._cached: tuple[int, PpoBatch] | None = None
-
-    def __call__(self, trainer) -> PpoBatch:
-        block = trainer.step // self.ppo.num_iterations
-        if self._cached is not None and self._cached[0] == block:
-            # The same rollouts again (num_iterations > 1): no time was spent making them this step.
-            cached = self._cached[1]
-            no_time = np.zeros_like(cached.stats["time/rollout"])
-            return dataclasses.replace(cached, stats={**cached.stats, "time/rollout": no_time, "time/logprobs": no_time})
-        batch = self._rollout(trainer, block)
-        self._cached = (block, batch)
-        return batch
 
     def _rollout(self, trainer, block: int) -> PpoBatch:
         ppo = self.ppo
         started = time.perf_counter()
         model = trainer.current_model()
-        indices = prompt_indices(block, per_block=self.batch_size * self.grad_accum, count=len(self.rows),
+        indices = grpo.prompt_indices(block, per_block=self.batch_size * self.grad_accum, count=len(self.rows),
                                  seed=self.seed)
         prompt_ids = [self.prompt_ids[index] for index in indices]
         params = SamplingParams(max_new_tokens=ppo.max_new_tokens, temperature=ppo.temperature, top_p=ppo.top_p,
