@@ -164,6 +164,22 @@ def decode(model, token_b: jax.Array, positions_b: jax.Array, pad_counts_b: jax.
     return logits_b1v[:, 0], cache
 
 
+def stop_string_end(text: str, stop_strings: Sequence[str], *, finished: bool) -> tuple[int, bool]:
+    """How much of a row's decoded ``text`` may be shown, and whether a stop string ended the row.
+
+    A stop string found cuts the text before its first occurrence. Otherwise an unfinished row holds
+    back the longest end of its text that could still grow into a stop string, so streamed text never
+    shows a stop string's beginning that the next token completes."""
+    found = [position for position in (text.find(stop) for stop in stop_strings) if position >= 0]
+    if found:
+        return min(found), True
+    if finished:
+        return len(text), False
+    held_back = max((size for stop in stop_strings for size in range(min(len(stop) - 1, len(text)), 0, -1)
+                     if text.endswith(stop[:size])), default=0)
+    return len(text) - held_back, False
+
+
 class _Stream:
     """Host side of one streaming/stop-string generate(): text per row, deltas, stop-string detection."""
 
@@ -176,11 +192,6 @@ class _Stream:
         self.texts = [""] * row_count  # decoded text so far
         self.emitted = [0] * row_count  # characters of texts already passed to on_token
 
-    def _held_back(self, text: str) -> int:
-        """Length of the longest end of ``text`` that could still grow into a stop string."""
-        return max((size for stop in self.stop_strings for size in range(min(len(stop) - 1, len(text)), 0, -1)
-                    if text.endswith(stop[:size])), default=0)
-
     def step(self, step: int, tokens: np.ndarray, active: np.ndarray, done: np.ndarray) -> np.ndarray:
         stop_now = np.zeros(tokens.shape, np.bool_)
         for row in range(len(self.decoders)):
@@ -190,18 +201,9 @@ class _Stream:
             token_id = int(tokens[row])
             finished = bool(done[row]) or step + 1 >= self.max_new_tokens
             self.texts[row] += decoder.push(token_id)
-            end = len(self.texts[row])
             if finished:
                 self.texts[row] += decoder.flush()
-                end = len(self.texts[row])
-            if self.stop_strings:
-                found = [self.texts[row].find(stop) for stop in self.stop_strings]
-                found = [position for position in found if position >= 0]
-                if found:
-                    end = min(found)
-                    stop_now[row] = True
-                elif not finished:
-                    end -= self._held_back(self.texts[row])
+            end, stop_now[row] = stop_string_end(self.texts[row], self.stop_strings, finished=finished)
             if self.on_token is not None:
                 delta = self.texts[row][self.emitted[row]:max(end, self.emitted[row])]
                 self.emitted[row] = max(end, self.emitted[row])

@@ -48,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxengine.sampler import PromptError, SamplingParams, bucket_length, decode, filter_logits, prefill
+from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decode, filter_logits, prefill,
+                              stop_string_end)
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
@@ -292,7 +293,8 @@ class _Row:
     arrived: float
     stop_ids: frozenset[int]
     decoder: IncrementalDecoder
-    text: str = ""
+    text: str = ""  # decoded so far (cut before a stop string once one is found)
+    emitted: int = 0  # characters of text already streamed (a possible stop string's start is held back)
     tokens: list[int] = dataclasses.field(default_factory=list)
     first_token: float | None = None
     start: int = 0  # first cache slot of its prompt
@@ -451,8 +453,12 @@ class ContinuousBatch:
             reason = "stop"
         elif len(row.tokens) >= row.request.params.max_new_tokens:
             reason = "length"
-        delta = row.decoder.push(token_id) + (row.decoder.flush() if reason else "")
-        row.text += delta
+        row.text += row.decoder.push(token_id) + (row.decoder.flush() if reason else "")
+        end, stopped = stop_string_end(row.text, row.request.params.stop_strings, finished=reason is not None)
+        if stopped:
+            reason, row.text = "stop", row.text[:end]
+        delta = row.text[row.emitted:max(end, row.emitted)]
+        row.emitted = max(end, row.emitted)
         if row.on_token is not None:
             row.on_token(token_id, delta)
         if reason is not None:

@@ -41,6 +41,8 @@ def test_models_and_chat_completions_streaming_and_not(api):
 
 
 def test_completions(api):
+    import openai
+
     client, team, base_model = api
     whole = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
                                       temperature=0)
@@ -48,6 +50,17 @@ def test_completions(api):
                                             temperature=0, stream=True))
     assert "".join(chunk.choices[0].text for chunk in chunks) == whole.choices[0].text
     assert whole.usage.completion_tokens == 8
+    # stop: the text ends before the first occurrence, streamed or not, with finish_reason "stop".
+    stop = whole.choices[0].text[3:5]
+    cut = whole.choices[0].text[:whole.choices[0].text.find(stop)]
+    stopped = client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
+                                        temperature=0, stop=[stop])
+    assert stopped.choices[0].text == cut and stopped.choices[0].finish_reason == "stop"
+    chunks = list(client.completions.create(model=base_model.public_id, prompt="Once upon a time", max_tokens=8,
+                                            temperature=0, stop=stop, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == cut
+    with pytest.raises(openai.BadRequestError, match="at most 4 stop sequences"):
+        client.completions.create(model=base_model.public_id, prompt="x", stop=["a", "b", "c", "d", "e"])
 
 
 def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811

@@ -292,3 +292,27 @@ def test_a_row_ends_at_eos_unless_it_ignores_it(served):
     assert stopped.token_ids == free.token_ids[:3] and stopped.finish_reason == "stop"
     [ignoring] = decoder.run([ServeRequest(prompt_ids=tuple(prompts[0]), params=greedy, ignore_eos=True)])
     assert ignoring.token_ids == free.token_ids and ignoring.finish_reason == "length"
+
+
+def test_a_stop_string_ends_its_row_as_the_sampler_ends_it_and_is_never_streamed(served):
+    model, tokenizer, prompts = served
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    decoder = BatchDecoder(model, tokenizer)
+    free = decoder.run(requests_for(prompts[:2], [greedy, greedy]))
+    stop = free[0].text[4:7]  # three characters from the middle of row 0's greedy text
+    assert len(stop) == 3 and free[0].text.find(stop) == 4
+    with_stop = SamplingParams(max_new_tokens=12, temperature=0.0, stop_strings=(stop, "\x00never"))
+    streamed: dict[int, str] = {0: "", 1: ""}
+
+    def on_token(index, token_id, delta):
+        streamed[index] += delta
+        assert stop not in streamed[index]
+
+    results = decoder.run(requests_for(prompts[:2], [with_stop, with_stop]), on_token=on_token)
+    references = Sampler(model, tokenizer).generate(prompts[:2], with_stop)
+    assert results[0].text == free[0].text[:4] == references[0].text and results[0].finish_reason == "stop"
+    assert len(results[0].token_ids) < 12
+    for result, reference in zip(results, references):
+        assert result.token_ids == reference.token_ids and result.text == reference.text
+        assert result.finish_reason == reference.finish_reason
+    assert streamed == {0: results[0].text, 1: results[1].text}

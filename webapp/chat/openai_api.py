@@ -18,7 +18,7 @@ import pydantic
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from webapp.celery import app as celery_app
 from webapp.chat import selectors
@@ -40,6 +40,22 @@ class _Body(BaseModel):
     seed: int | None = Field(default=None, ge=0, lt=2**32)
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
+    stop: str | list[str] | None = None
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """OpenAI's ``stop``: one string or up to four."""
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @field_validator("stop")
+    @classmethod
+    def _up_to_four_non_empty(cls, stop):
+        given = [stop] if isinstance(stop, str) else stop or []
+        if len(given) > 4:
+            raise ValueError("give at most 4 stop sequences")
+        if any(not text for text in given):
+            raise ValueError("a stop sequence must not be empty")
+        return stop
 
     @property
     def budget(self) -> int:
@@ -88,7 +104,7 @@ def models(request: HttpRequest) -> HttpResponse:
 def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=None) -> dict[str, Any]:
     request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
                "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-               "seed": body.seed if body.seed is not None else secrets.randbelow(2**31)}
+               "seed": body.seed if body.seed is not None else secrets.randbelow(2**31), "stop": body.stop_strings}
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]

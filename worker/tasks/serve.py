@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 import redis
 from django.conf import settings
@@ -51,6 +51,8 @@ class GenerateRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
     seed: int = Field(default=0, ge=0, lt=2**32)
+    # Text that ends the generation where it first appears (cut before it), as OpenAI's ``stop``.
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
                                    le=3600)
 
@@ -159,7 +161,8 @@ def generate(request: dict) -> dict:
         serve_request = ServeRequest(
             prompt_ids=prompt_ids(parsed, tokenizer), deadline=time.monotonic() + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=parsed.max_new_tokens, temperature=parsed.temperature,
-                                  top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed))
+                                  top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
+                                  stop_strings=tuple(parsed.stop)))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
         future = server.submit(serve_request, on_token=events.on_token, should_stop=lambda: events.stopped)
         events.relay(future)
