@@ -415,50 +415,92 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
     return hook
 
 
-def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
-    """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary;
-    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
-    from jaxengine.job import JobError, best_metric_for, job_identity, total_steps_for
-    from jaxengine.trainer import TrainConfig, Trainer
+@dataclass(frozen=True, kw_only=True)
+class RlPrompts:
+    """The prompts of an RL job (GRPO, PPO): training and held-out rows with their encoded prompts, and
+    the data summary (``counts``: rows read, kept, dropped as too long, per split)."""
 
-    grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
-    max_prompt_tokens = spec.data.max_seq_len - grpo.max_new_tokens
+    rows: list[Mapping[str, Any]]
+    prompt_ids: list[list[int]]
+    eval_rows: list[Mapping[str, Any]]
+    eval_prompt_ids: list[list[int]]
+    counts: dict[str, Any]
+
+
+def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> RlPrompts:
+    """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
+    (``<section>.max_new_tokens``) of room in ``data.max_seq_len``; a JobError when none is left."""
+    from jaxengine.job import JobError
+
+    max_prompt_tokens = spec.data.max_seq_len - max_new_tokens
     if max_prompt_tokens < 1:
         raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
-                       f"grpo.max_new_tokens ({grpo.max_new_tokens}); raise max_seq_len or lower max_new_tokens")
+                       f"{section}.max_new_tokens ({max_new_tokens}); raise max_seq_len or lower max_new_tokens")
     read = dict(tokenizer=tokenizer, columns=spec.data.columns, max_prompt_tokens=max_prompt_tokens)
     rows, prompt_ids, train_counts = read_prompts(spec.data.train, **read)
     if not rows:
         raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
-    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
-    # "Best checkpoint" is by the first eval metric (the first eval_metrics term, else the first reward).
+    return RlPrompts(rows=rows, prompt_ids=prompt_ids, eval_rows=eval_rows, eval_prompt_ids=eval_prompt_ids,
+                     counts={"train": train_counts, "eval": eval_counts})
+
+
+def with_eval_metrics(terms: Sequence[WeightedReward], eval_metrics) -> list[WeightedReward]:
+    """What evaluations score: the training reward's terms, then the extra ``eval_metrics`` with weight 0
+    (scored and logged as ``eval/<name>``, but not part of ``eval/reward``, the training reward)."""
+    return [*terms, *(WeightedReward(name=term.name, weight=0.0, args=term.args) for term in eval_metrics)]
+
+
+def rollout_pad_id(tokenizer) -> int:
+    return tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
+
+
+def rl_train_config(spec, *, rows: int):
+    """The TrainConfig of an RL spec; "best checkpoint" is by the first eval metric (``best_metric_for``)."""
+    from jaxengine.job import best_metric_for, job_identity, total_steps_for
+    from jaxengine.trainer import TrainConfig
+
     best_metric, higher_is_better = best_metric_for(spec)
-    config = TrainConfig(
-        total_steps=total_steps_for(spec, len(rows)), batch_size=spec.train.batch_size,
+    return TrainConfig(
+        total_steps=total_steps_for(spec, rows), batch_size=spec.train.batch_size,
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         best_metric=best_metric, best_higher_is_better=higher_is_better)
-    reference = None
-    if grpo.beta > 0:
-        reference = (frozen_copy_reference(nnx.state(model, job_model.trainable)) if spec.peft.method == "none"
-                     else lora_off_reference)
-    rollouts = GrpoRollouts(rows=rows, prompt_ids=prompt_ids, tokenizer=tokenizer, grpo=grpo,
+
+
+def reference_weights(spec, job_model) -> Callable[[Any], Any]:
+    """The KL reference: the base weights with LoRA off, or a frozen copy of the starting weights when
+    the whole model trains (there is no adapter to switch off)."""
+    if spec.peft.method == "none":
+        return frozen_copy_reference(nnx.state(job_model.model, job_model.trainable))
+    return lora_off_reference
+
+
+def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
+    """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary;
+    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
+    from jaxengine.trainer import Trainer
+
+    grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
+    prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens)
+    pad_id = rollout_pad_id(tokenizer)
+    config = rl_train_config(spec, rows=len(prompts.rows))
+    reference = reference_weights(spec, job_model) if grpo.beta > 0 else None
+    rollouts = GrpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, grpo=grpo,
                             batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,
                             pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
     task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.epsilon_high, beta=grpo.beta,
                     kl_estimator=grpo.kl_estimator, max_completion_length=grpo.max_new_tokens,
                     completion_start=rollouts.completion_start,
                     use_stored_old_log_probs=grpo.num_iterations > 1)
-    # Extra eval metrics get weight 0: scored and logged, but not part of eval/reward (the training reward).
-    eval_terms = [*rollouts.terms, *(WeightedReward(name=term.name, weight=0.0, args=term.args)
-                                     for term in grpo.eval_metrics)]
-    eval_hook = make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer, terms=eval_terms,
+    eval_terms = with_eval_metrics(rollouts.terms, grpo.eval_metrics)
+    eval_hook = make_eval_hook(rows=prompts.eval_rows, prompt_ids=prompts.eval_prompt_ids, tokenizer=tokenizer,
+                               terms=eval_terms,
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
-                               sample_count=spec.train.eval_samples) if eval_rows else None
+                               sample_count=spec.train.eval_samples) if prompts.eval_rows else None
     guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
-    return trainer, {"train": train_counts, "eval": eval_counts}
+    return trainer, prompts.counts

@@ -284,9 +284,9 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
 def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
-    from jaxengine.job import JobError, best_metric_for, job_identity, total_steps_for
+    from jaxengine.job import JobError
     from jaxengine.reward_scoring import reward_model_dir
-    from jaxengine.trainer import TrainConfig, Trainer
+    from jaxengine.trainer import Trainer
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
     if spec.train.batch_size * spec.train.grad_accum < 2:
@@ -297,41 +297,20 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
             reward_model_dir(ppo.reward_model)
         except FileNotFoundError as error:
             raise JobError(f"ppo.reward_model: {error}") from None
-    max_prompt_tokens = spec.data.max_seq_len - ppo.max_new_tokens
-    if max_prompt_tokens < 1:
-        raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
-                       f"ppo.max_new_tokens ({ppo.max_new_tokens}); raise max_seq_len or lower max_new_tokens")
-    read = dict(tokenizer=tokenizer, columns=spec.data.columns, max_prompt_tokens=max_prompt_tokens)
-    rows, prompt_ids, train_counts = grpo.read_prompts(spec.data.train, **read)
-    if not rows:
-        raise JobError(f"data.train: {spec.data.train} has no prompt of at most {max_prompt_tokens} tokens "
-                       f"({train_counts})")
-    eval_rows, eval_prompt_ids, eval_counts = (grpo.read_prompts(spec.data.eval, **read) if spec.data.eval
-                                               else ([], [], {}))
-    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
-    best_metric, higher_is_better = best_metric_for(spec)
-    config = TrainConfig(
-        total_steps=total_steps_for(spec, len(rows)), batch_size=spec.train.batch_size,
-        grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len,
-        eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
-        seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
-        best_metric=best_metric, best_higher_is_better=higher_is_better)
-    reference = None
-    if ppo.kl_coef > 0:
-        reference = (grpo.frozen_copy_reference(nnx.state(model, job_model.trainable)) if spec.peft.method == "none"
-                     else grpo.lora_off_reference)
+    prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens)
+    pad_id = grpo.rollout_pad_id(tokenizer)
+    config = grpo.rl_train_config(spec, rows=len(prompts.rows))
+    reference = grpo.reference_weights(spec, job_model) if ppo.kl_coef > 0 else None
     terms = reward_terms(ppo, max_seq_len=spec.data.max_seq_len)
-    rollouts = PpoRollouts(rows=rows, prompt_ids=prompt_ids, tokenizer=tokenizer, ppo=ppo, terms=terms,
+    rollouts = PpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, ppo=ppo, terms=terms,
                            batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,
                            pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
     task = PpoTask(epsilon=ppo.epsilon, value_clip=ppo.value_clip, vf_coef=ppo.vf_coef, entropy_coef=ppo.entropy_coef,
                    use_stored_old=ppo.num_iterations > 1)
     eval_hook = None
-    if eval_rows:
-        # Extra eval metrics get weight 0: scored and logged, but not part of eval/reward (the training reward).
-        eval_terms = [*terms, *(WeightedReward(name=term.name, weight=0.0, args=term.args) for term in ppo.eval_metrics)]
-        policy_hook = grpo.make_eval_hook(rows=eval_rows, prompt_ids=eval_prompt_ids, tokenizer=tokenizer,
-                                          terms=eval_terms, max_new_tokens=ppo.max_new_tokens,
+    if prompts.eval_rows:
+        policy_hook = grpo.make_eval_hook(rows=prompts.eval_rows, prompt_ids=prompts.eval_prompt_ids,
+                                          tokenizer=tokenizer, terms=grpo.with_eval_metrics(terms, ppo.eval_metrics), max_new_tokens=ppo.max_new_tokens,
                                           samples_path=run_dir / "samples.jsonl", sample_count=spec.train.eval_samples)
 
         def eval_hook(model: PolicyWithValueHead, step: int) -> dict[str, float]:
@@ -340,4 +319,4 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=PpoGuard(max_kl=ppo.max_kl),
                       placement=placement)
-    return trainer, {"train": train_counts, "eval": eval_counts}
+    return trainer, prompts.counts
