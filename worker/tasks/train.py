@@ -38,17 +38,22 @@ def train_run(self, run_pk: int, attempt: int) -> None:
             reporting.run_fail(run=run, error=error)
             pipelines.pipeline_advance(run=run)
         return
+    _report_finished(run, reporter, summary)
+
+
+def _report_finished(run, reporter, summary) -> None:
+    """Record a run whose engine returned: its last points, its outcome, its serving copy (unless a
+    pipeline's export stage writes it, in the scheme it names) and the next stage of its pipeline."""
     try:
         reporter.close()
     except RuntimeError as error:
         reporting.run_fail(run=run, error=error)
     else:
         finished = reporting.run_finish(run=run, summary=summary)
-        # A pipeline's export stage writes this run's serving copy, in the scheme it names.
         if (finished.status == RunStatus.SUCCEEDED and settings.TEMPER_SERVE_QUANTIZE != "none"
                 and not pipelines.exports_after(finished)):
             app.send_task("worker.tasks.serve.quantize_run", args=[str(finished.output_dir)], queue="serve")
-    pipelines.pipeline_advance(run=run)  # the next stage of its pipeline, if any
+    pipelines.pipeline_advance(run=run)
 
 
 @app.task(name="worker.tasks.train.train_host", bind=True, acks_late=True)
@@ -94,15 +99,8 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
         placement.host_release(worker_name=worker_name, run_pk=run.pk)
     liveness.stop(finished=True)
     distributed.shutdown()
-    if reporter is None:
-        return
-    try:
-        reporter.close()
-    except RuntimeError as error:
-        reporting.run_fail(run=run, error=error)
-    else:
-        reporting.run_finish(run=run, summary=summary)
-    pipelines.pipeline_advance(run=run)
+    if reporter is not None:  # process 0 reports for the job
+        _report_finished(run, reporter, summary)
 
 
 @app.task(name="worker.tasks.train.export_checkpoint", acks_late=True)
