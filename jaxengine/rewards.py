@@ -59,18 +59,72 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     return decorate
 
 
+class RewardArgumentError(ValueError):
+    """A keyword argument a reward function cannot take; ``argument`` names it, the message says what
+    is allowed (the job spec reports it under ``args.<argument>``)."""
+
+    def __init__(self, argument: str, message: str):
+        self.argument = argument
+        super().__init__(message)
+
+
 def check_args(name: str, args: Mapping[str, object]) -> None:
-    """Raise ValueError naming the problem when ``name`` is not registered or ``args`` do not fit it."""
+    """Raise ValueError when ``name`` is not registered, or ``RewardArgumentError`` naming the first
+    argument of ``args`` that does not fit its signature (unknown, missing, or of the wrong kind)."""
     if name not in REWARDS:
         raise ValueError(f"{name!r} is not a reward function; registered: {', '.join(sorted(REWARDS))}")
-    parameters = inspect.signature(REWARDS[name]).parameters
-    keyword = {key for key, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    unknown = sorted(set(args) - keyword)
+    arguments = {argument.name: argument for argument in _describe_function(name).arguments}
+    unknown = sorted(set(args) - set(arguments))
     if unknown:
-        raise ValueError(f"{name}: unknown args {', '.join(unknown)}; allowed: {', '.join(sorted(keyword)) or 'none'}")
-    missing = sorted(key for key in keyword if parameters[key].default is inspect.Parameter.empty and key not in args)
+        raise RewardArgumentError(unknown[0], f"unknown {'argument' if len(unknown) == 1 else 'arguments'} "
+                                              f"{', '.join(unknown)}; allowed: {', '.join(sorted(arguments)) or 'none'}")
+    missing = [key for key, argument in arguments.items() if argument.required and key not in args]
     if missing:
-        raise ValueError(f"{name}: required args missing: {', '.join(missing)}")
+        raise RewardArgumentError(missing[0], f"required {'argument' if len(missing) == 1 else 'arguments'} missing: "
+                                              + ", ".join(f"{key} ({_kind_phrase(arguments[key])})" for key in missing))
+    for key, value in args.items():
+        if not _fits_kind(arguments[key], value):
+            raise RewardArgumentError(key, f"{key} must be {_kind_phrase(arguments[key])}, got {value!r}")
+
+
+def _fits_kind(argument: RewardArgument, value: object) -> bool:
+    if value is None:
+        return argument.nullable
+    if argument.kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if argument.kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if argument.kind == "boolean":
+        return isinstance(value, bool)
+    if argument.kind == "choice":
+        return isinstance(value, str) and value in argument.choices
+    if argument.kind == "text_list":
+        return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+    return isinstance(value, str)
+
+
+def _kind_phrase(argument: RewardArgument) -> str:
+    """What an argument takes, in words ("a whole number", "one of chars, words")."""
+    if argument.kind == "choice":
+        return f"one of {', '.join(argument.choices)}"
+    return {"integer": "a whole number", "number": "a number", "boolean": "true or false",
+            "text_list": "a list of texts", "text": "a text"}[argument.kind]
+
+
+def _compiled(pattern: str, *, argument: str = "pattern") -> re.Pattern:
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error as error:
+        raise RewardArgumentError(argument, f"{argument} {pattern!r} is not a regular expression ({error})") from None
+
+
+def _check_extraction(extract: str, pattern: str | None) -> None:
+    """The arguments of ``extract_answer``, checked before any completion is read, so that a spec
+    with ``extract: regex`` and no (or a broken) ``pattern`` fails at launch, not at the first rollout."""
+    if extract == "regex":
+        if pattern is None:
+            raise RewardArgumentError("pattern", "extract 'regex' needs a pattern (a regular expression)")
+        _compiled(pattern)
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,6 +210,7 @@ def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, ob
                 group: int = 1, case_sensitive: bool = True) -> list[float]:
     """1.0 when the answer extracted from the completion equals the reference column after
     ``normalize_answer`` (so "1,000" matches "1000"), else 0.0; no answer found is 0.0."""
+    _check_extraction(extract, pattern)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         found = extract_answer(text, extract=extract, pattern=pattern, group=group)
@@ -176,6 +231,7 @@ def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, 
     """1.0 when the extracted number is within ``tolerance`` of the reference number (absolute, or
     relative to the reference's magnitude), else 0.0; no number in the completion is 0.0. A reference
     that is not a number is an error (the data, not the completion, is wrong)."""
+    _check_extraction(extract, pattern)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -200,7 +256,8 @@ def numeric_closeness(completions: Sequence[str], references: Sequence[Mapping[s
     exact match kept as the eval metric. A reference that is not a number is an error, or scores 0.0
     with ``non_numeric_reference: zero`` (datasets that mix numeric and other answers)."""
     if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+        raise RewardArgumentError("scale", f"scale must be > 0, got {scale}")
+    _check_extraction(extract, pattern)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -219,7 +276,7 @@ def numeric_closeness(completions: Sequence[str], references: Sequence[Mapping[s
 def format_regex(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
                  pattern: str, full_match: bool = False) -> list[float]:
     """1.0 when ``pattern`` is found in the completion (``full_match``: matches all of it), else 0.0."""
-    compiled = re.compile(pattern, re.DOTALL)
+    compiled = _compiled(pattern)
     match = compiled.fullmatch if full_match else compiled.search
     return [float(match(text) is not None) for text in completions]
 
@@ -237,7 +294,7 @@ def length_penalty(completions: Sequence[str], references: Sequence[Mapping[str,
                    max_length: int, unit: LengthUnit = "chars") -> list[float]:
     """0.0 up to ``max_length``, then -(excess / max_length): longer completions are penalised linearly."""
     if max_length <= 0:
-        raise ValueError(f"max_length must be positive, got {max_length}")
+        raise RewardArgumentError("max_length", f"max_length must be positive, got {max_length}")
     return [-max(0, _length(text, unit) - max_length) / max_length for text in completions]
 
 
@@ -246,7 +303,7 @@ def length_target(completions: Sequence[str], references: Sequence[Mapping[str, 
                   target: int, unit: LengthUnit = "chars") -> list[float]:
     """1 - |length - target| / target, floored at 0: 1.0 exactly at the target length."""
     if target <= 0:
-        raise ValueError(f"target must be positive, got {target}")
+        raise RewardArgumentError("target", f"target must be positive, got {target}")
     return [max(0.0, 1.0 - abs(_length(text, unit) - target) / target) for text in completions]
 
 
@@ -282,7 +339,7 @@ def contains(completions: Sequence[str], references: Sequence[Mapping[str, objec
              keywords: Sequence[str], mode: KeywordMode = "all", case_sensitive: bool = False) -> list[float]:
     """``mode`` all: 1.0 when every keyword occurs; any: when at least one does; fraction: the share that do."""
     if not keywords:
-        raise ValueError("keywords must name at least one keyword")
+        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
     reducers = {"all": lambda hits: float(all(hits)), "any": lambda hits: float(any(hits)),
                 "fraction": lambda hits: sum(hits) / len(hits)}
     if mode not in reducers:
@@ -295,7 +352,7 @@ def excludes(completions: Sequence[str], references: Sequence[Mapping[str, objec
              keywords: Sequence[str], case_sensitive: bool = False) -> list[float]:
     """1.0 when none of ``keywords`` occurs, else 0.0."""
     if not keywords:
-        raise ValueError("keywords must name at least one keyword")
+        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
     return [float(not any(_keyword_hits(text, keywords, case_sensitive))) for text in completions]
 
 
@@ -425,20 +482,21 @@ def _argument_kind(annotation: Any) -> tuple[ArgumentKind, bool, tuple[str, ...]
     return kinds[annotation], nullable, ()
 
 
+def _describe_function(name: str) -> RewardDescription:
+    fn = REWARDS[name]
+    hints = typing.get_type_hints(fn)
+    arguments = []
+    for key, parameter in inspect.signature(fn).parameters.items():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        kind, nullable, choices = _argument_kind(hints[key])
+        required = parameter.default is inspect.Parameter.empty
+        arguments.append(RewardArgument(name=key, kind=kind, required=required, nullable=nullable,
+                                        default=None if required else parameter.default, choices=choices))
+    summary = " ".join((inspect.getdoc(fn) or name).split("\n\n")[0].split())
+    return RewardDescription(name=name, summary=summary, arguments=tuple(arguments))
+
+
 def reward_catalog() -> tuple[RewardDescription, ...]:
     """Every registered reward function with its keyword arguments (kind, default, choices), by name."""
-    described = []
-    for name in sorted(REWARDS):
-        fn = REWARDS[name]
-        hints = typing.get_type_hints(fn)
-        arguments = []
-        for key, parameter in inspect.signature(fn).parameters.items():
-            if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
-                continue
-            kind, nullable, choices = _argument_kind(hints[key])
-            required = parameter.default is inspect.Parameter.empty
-            arguments.append(RewardArgument(name=key, kind=kind, required=required, nullable=nullable,
-                                            default=None if required else parameter.default, choices=choices))
-        summary = " ".join((inspect.getdoc(fn) or name).split("\n\n")[0].split())
-        described.append(RewardDescription(name=name, summary=summary, arguments=tuple(arguments)))
-    return tuple(described)
+    return tuple(_describe_function(name) for name in sorted(REWARDS))

@@ -191,8 +191,12 @@ class RewardTermSpec(_Section):
             rewards.check_args(self.name, self.args)
             # Scoring nothing still checks the arguments themselves (a regex that does not compile, no keywords).
             rewards.REWARDS[self.name]([], [], **self.args)
+        except rewards.RewardArgumentError as error:
+            # Under the argument's own key (the launch form shows it at that input) when it can be one.
+            key = f"args.{error.argument}" if error.argument.isidentifier() else "args"
+            raise ValueError(f"{key}: {self.name}: {error}") from None
         except Exception as error:
-            raise ValueError(f"args: {error}") from None
+            raise ValueError(f"args: {self.name}: {type(error).__name__}: {error}") from None
         return self
 
 

@@ -142,12 +142,48 @@ def test_a_non_finite_or_miscounted_reward_is_an_error(monkeypatch):
 
 def test_check_args_names_unknown_and_missing_args():
     rewards.check_args("exact_match", {"answer_column": "answer", "extract": "boxed"})
-    with pytest.raises(ValueError, match="exact_match: unknown args colum"):
+    with pytest.raises(rewards.RewardArgumentError, match="unknown argument colum; allowed: answer_column") as error:
         rewards.check_args("exact_match", {"colum": "answer"})
-    with pytest.raises(ValueError, match="format_regex: required args missing: pattern"):
+    assert error.value.argument == "colum"
+    with pytest.raises(rewards.RewardArgumentError, match=r"required argument missing: pattern \(a text\)") as error:
         rewards.check_args("format_regex", {})
+    assert error.value.argument == "pattern"
     with pytest.raises(ValueError, match="'exactmatch' is not a reward function"):
         rewards.check_args("exactmatch", {})
+
+
+@pytest.mark.parametrize(("name", "args", "argument", "message"), [
+    ("length_penalty", {"max_length": "long"}, "max_length", "max_length must be a whole number, got 'long'"),
+    ("length_penalty", {"max_length": True}, "max_length", "max_length must be a whole number, got True"),
+    ("length_penalty", {"max_length": 4, "unit": "lines"}, "unit", "unit must be one of chars, words, got 'lines'"),
+    ("numeric_match", {"tolerance": "small"}, "tolerance", "tolerance must be a number, got 'small'"),
+    ("format_regex", {"pattern": "x", "full_match": "yes"}, "full_match", "full_match must be true or false, got 'yes'"),
+    ("contains", {"keywords": "four"}, "keywords", "keywords must be a list of texts, got 'four'"),
+    ("exact_match", {"pattern": None, "group": None}, "group", "group must be a whole number, got None"),
+])
+def test_check_args_names_an_argument_of_the_wrong_kind_and_what_it_takes(name, args, argument, message):
+    with pytest.raises(rewards.RewardArgumentError) as error:
+        rewards.check_args(name, args)
+    assert (error.value.argument, str(error.value)) == (argument, message)
+
+
+@pytest.mark.parametrize(("name", "args", "argument", "message"), [
+    ("length_penalty", {"max_length": 0}, "max_length", "max_length must be positive, got 0"),
+    ("length_target", {"target": -1}, "target", "target must be positive, got -1"),
+    ("numeric_closeness", {"scale": 0.0}, "scale", "scale must be > 0, got 0.0"),
+    ("contains", {"keywords": []}, "keywords", "keywords must name at least one keyword"),
+    ("excludes", {"keywords": []}, "keywords", "keywords must name at least one keyword"),
+    ("format_regex", {"pattern": "("}, "pattern",
+     "pattern '(' is not a regular expression (missing ), unterminated subpattern at position 0)"),
+    # Checked before any completion is read: scoring nothing (as the spec check does) finds them too.
+    ("exact_match", {"extract": "regex"}, "pattern", "extract 'regex' needs a pattern (a regular expression)"),
+    ("numeric_match", {"extract": "regex", "pattern": "[0-9"}, "pattern",
+     "pattern '[0-9' is not a regular expression (unterminated character set at position 0)"),
+])
+def test_a_function_rejecting_an_argument_value_names_the_argument(name, args, argument, message):
+    with pytest.raises(rewards.RewardArgumentError) as error:
+        rewards.REWARDS[name]([], [], **args)
+    assert (error.value.argument, str(error.value)) == (argument, message)
 
 
 def test_the_catalog_describes_every_function_and_its_arguments_from_the_signature():

@@ -251,10 +251,16 @@ def test_it_names_bad_reward_functions_and_args_with_lines():
     with pytest.raises(SpecError) as error:
         parse_spec_text(text, source="grpo.yaml")
     assert error.value.problems == [
-        "grpo.yaml:21: grpo.rewards.0.args: exact_match: unknown args colum; allowed: answer_column, case_sensitive, "
-        "extract, group, pattern",
-        "grpo.yaml:22: grpo.rewards.1.args: missing ), unterminated subpattern at position 0",
+        "grpo.yaml:21: grpo.rewards.0.args.colum: exact_match: unknown argument colum; allowed: answer_column, "
+        "case_sensitive, extract, group, pattern",
+        "grpo.yaml:22: grpo.rewards.1.args.pattern: format_regex: pattern '(' is not a regular expression "
+        "(missing ), unterminated subpattern at position 0)",
     ]
+    wrong_value = GRPO_SPEC.replace('args: {pattern: "Answer: .+"}', 'args: {pattern: "x", full_match: "yes"}')
+    with pytest.raises(SpecError) as error:
+        parse_spec_text(wrong_value, source="grpo.yaml")
+    assert error.value.problems == ["grpo.yaml:22: grpo.rewards.1.args.full_match: format_regex: full_match must be "
+                                    "true or false, got 'yes'"]
     unknown = GRPO_SPEC.replace("name: exact_match", "name: exactmatch")
     with pytest.raises(SpecError, match=r"grpo.rewards.0.name: 'exactmatch' is not a reward function; registered: "):
         parse_spec_text(unknown)

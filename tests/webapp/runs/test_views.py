@@ -243,7 +243,25 @@ def test_the_grpo_form_names_each_wrong_row_and_argument(team, catalog, client_f
     data.update({"grpo.rewards.0.args.length_penalty.max_length": "40", "grpo.rewards.1.weight": "1",
                  "grpo.beta": "0.04"})
     errors = client_for(team.teammate).post("/p/alpha/runs/new/", data).context["errors"]
-    assert "required args missing: pattern" in " ".join(errors["grpo.rewards.1.args"] + errors["grpo.rewards.2.args"])
+    assert errors["grpo.rewards.1.args.pattern"] == ["format_regex: required argument missing: pattern (a text)"]
+
+
+def test_an_argument_a_reward_function_rejects_is_named_at_its_input(team, catalog, client_for, sent_tasks):
+    data = _grpo_form(catalog, **{
+        "grpo.rewards.0.name": "length_penalty", "grpo.rewards.0.args.length_penalty.max_length": "0",
+        "grpo.rewards.1.name": "format_regex", "grpo.rewards.1.args.format_regex.pattern": "(",
+    })
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
+    assert response.status_code == 400 and not Run.objects.exists() and not sent_tasks.calls
+    errors = response.context["errors"]
+    assert errors["grpo.rewards.0.args.max_length"] == ["length_penalty: max_length must be positive, got 0"]
+    assert errors["grpo.rewards.1.args.pattern"] == [
+        "format_regex: pattern '(' is not a regular expression (missing ), unterminated subpattern at position 0)"]
+    page = response.content.decode()
+    # In the row, under the argument's own input (not only in the list at the top).
+    max_length_input = page.index('name="grpo.rewards.0.args.length_penalty.max_length"')
+    assert page.index("max_length must be positive, got 0", max_length_input) < page.index(
+        'name="grpo.rewards.1.name"')
 
 
 def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in_pages(team, run, client_for,
