@@ -4,8 +4,9 @@ A run's heartbeat stops when the process training it dies (SIGKILL, out of memor
 ``worker_ready`` a daemon thread here calls ``webapp.runs.services.runs_reap_lost`` at once and then
 every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`` are re-queued to
 resume from their last checkpoint, and runs queued for that long whose message Redis no longer
-holds (a restart without persistence) are sent again, and multi-host runs waiting for their pool's
-workers are placed when enough are free (``webapp.runs.placement``). Every worker (default, train, serve) runs it, so a lost run is
+holds (a restart without persistence) are sent again, multi-host runs waiting for their pool's
+workers are placed when enough are free (``webapp.runs.placement``), and pipelines whose export
+stage's message was lost are failed with that reason (``webapp.runs.pipelines``). Every worker (default, train, serve) runs it, so a lost run is
 found while any worker is up; the conditional update in the service makes concurrent reapers safe.
 The thread lives in the main process, which a forked pool child's death does not take down.
 """
@@ -18,6 +19,7 @@ from celery import signals
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from webapp.runs.pipelines import pipelines_fail_lost_exports
 from webapp.runs.placement import runs_place_waiting
 from webapp.runs.services import runs_reap_lost, runs_requeue_lost_messages
 
@@ -47,6 +49,8 @@ class Reaper:
                 logger.warning("run %s: its queue message was lost; sent again", run.public_id)
             for run in runs_place_waiting():
                 logger.info("run %s placed on %s hosts", run.public_id, run.hosts)
+            for pipeline in pipelines_fail_lost_exports():
+                logger.warning("pipeline %s failed: its export message was lost", pipeline.public_id)
         except Exception:  # a failed check must never take the worker down; the next one retries
             logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)
         finally:

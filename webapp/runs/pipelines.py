@@ -22,8 +22,11 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+import redis
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -32,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
-from webapp.runs import services
+from webapp.runs import channels, services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ logger = logging.getLogger(__name__)
 PREVIOUS = "previous"
 MAX_STAGES = 10
 EXPORT_STAGE_TASK = "worker.tasks.train.export_stage"
+EXPORT_STAGE_QUEUE = "train"
 QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
 
 
@@ -225,7 +229,8 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
         services.log_line(run, f"{pipeline.message} (pipeline {pipeline.name})")
         pipeline_pk, stage = pipeline.pk, index + 1
-        transaction.on_commit(lambda: celery_app.send_task(EXPORT_STAGE_TASK, args=[pipeline_pk, stage], queue="train"))
+        transaction.on_commit(lambda: celery_app.send_task(EXPORT_STAGE_TASK, args=[pipeline_pk, stage],
+                                                                  queue=EXPORT_STAGE_QUEUE))
         return pipeline
     pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
     try:
@@ -260,18 +265,20 @@ def export_stage_start(*, pipeline_pk: int, stage: int) -> tuple[Run, dict[str, 
 
 @transaction.atomic
 def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, Any] | None = None,
-                        error: BaseException | None = None) -> Pipeline | None:
+                        error: BaseException | None = None, failure: str | None = None) -> Pipeline | None:
     """Record the export stage's outcome: the pipeline succeeds with the copy's figures in its
-    message, or fails with the error (its result stays the run)."""
+    message, or fails with the error (or the ``failure`` in words; its result stays the run). None
+    when the stage had already ended (a message delivered twice, a lost stage failed meanwhile)."""
     pipeline = Pipeline.objects.select_for_update().select_related("result_run").get(pk=pipeline_pk)
     if pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage:
-        return pipeline
+        return None
     label = f"stage {stage + 1} ({pipeline.stages[stage]['name']})"
     run = pipeline.result_run
     pipeline.finished_at = timezone.now()
-    if error is not None:
+    if error is not None or failure is not None:
         pipeline.status = PipelineStatus.FAILED
-        pipeline.message = (f"{label} failed: {type(error).__name__}: {error}; the result stays {run.name} "
+        reason = failure if failure is not None else f"failed: {type(error).__name__}: {error}"
+        pipeline.message = (f"{label} {reason}; the result stays {run.name} "
                             f"({run.public_id}), its unquantized export")[:4000]
         level = "error"
     else:
@@ -281,6 +288,46 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
     pipeline.save(update_fields=["status", "message", "finished_at"])
     services.log_line(run, pipeline.message, level=level)
     return pipeline
+
+
+def pipelines_fail_lost_exports(*, now: datetime | None = None) -> list[Pipeline]:
+    """Fail each pipeline whose export stage began over ``TEMPER_RUN_LOST_SECONDS`` ago and whose
+    message Redis no longer holds, waiting or delivered (a Redis restart without persistence, a send
+    that failed): no worker will ever take it, and the pipeline would otherwise stay running. The
+    stage begins when the run it quantizes ends (``pipeline_advance`` sends the message then); a
+    worker taking it keeps the message in Redis until the stage is recorded (``acks_late``), so a
+    long export is not taken for a lost one. Safe from many reapers at once (the row is locked)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    waiting = [pipeline for pipeline in Pipeline.objects.filter(status=PipelineStatus.RUNNING,
+                                                                result_run__finished_at__lt=cutoff)
+               .select_related("result_run")
+               if pipeline.current_stage < len(pipeline.stages) and "export" in pipeline.stages[pipeline.current_stage]]
+    if not waiting:
+        return []
+    try:
+        client = channels.redis_client()
+        try:
+            present = services.task_messages_in_redis(client, task=EXPORT_STAGE_TASK, queues=(EXPORT_STAGE_QUEUE,))
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("export stages not checked, Redis unavailable: %s", error)
+        return []
+    failed = []
+    for pipeline in waiting:
+        if (pipeline.pk, pipeline.current_stage) in present:
+            continue
+        silent = int((now - pipeline.result_run.finished_at).total_seconds())
+        scheme = pipeline.stages[pipeline.current_stage]["export"]["quantize"]
+        failure = (f"lost: Redis no longer holds its export message {silent} s after it was sent (a Redis restart, "
+                   f"or a failed send), so no worker will take it; quantize the run with jaxengine export "
+                   f"--quantize {scheme}, or launch the pipeline again")
+        ended = export_stage_finish(pipeline_pk=pipeline.pk, stage=pipeline.current_stage, failure=failure)
+        if ended is not None:
+            logger.warning("pipeline %s: %s", pipeline.public_id, ended.message)
+            failed.append(ended)
+    return failed
 
 
 def export_summary(description: dict[str, Any]) -> str:

@@ -545,8 +545,8 @@ KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_UNACKED_KEY = "unacked"
 
 
-def train_messages_in_redis(client: redis.Redis, queues: tuple[str, ...] = ("train",)) -> set[tuple[int, int]]:
-    """``(run pk, attempt)`` of every ``train_run`` message Redis holds in ``queues``: waiting or delivered."""
+def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:
+    """The arguments (as a tuple) of every ``task`` message Redis holds in ``queues``: waiting or delivered."""
     raw = []
     for queue in queues:
         raw += client.lrange(queue, 0, -1)
@@ -557,15 +557,21 @@ def train_messages_in_redis(client: redis.Redis, queues: tuple[str, ...] = ("tra
     found = set()
     for payload in payloads:
         headers = payload.get("headers") or {}
-        if headers.get("task") != TRAIN_TASK:
+        if headers.get("task") != task:
             continue
         try:
             arguments = ast.literal_eval(headers.get("argsrepr") or "")
         except (ValueError, SyntaxError):
             continue
-        if isinstance(arguments, (list, tuple)) and len(arguments) == 2:
-            found.add((int(arguments[0]), int(arguments[1])))
+        if isinstance(arguments, (list, tuple)) and all(isinstance(item, (int, float, str)) for item in arguments):
+            found.add(tuple(arguments))
     return found
+
+
+def train_messages_in_redis(client: redis.Redis, queues: tuple[str, ...] = ("train",)) -> set[tuple[int, int]]:
+    """``(run pk, attempt)`` of every ``train_run`` message Redis holds in ``queues``: waiting or delivered."""
+    return {(int(arguments[0]), int(arguments[1]))
+            for arguments in task_messages_in_redis(client, task=TRAIN_TASK, queues=queues) if len(arguments) == 2}
 
 
 def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:

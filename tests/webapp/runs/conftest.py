@@ -2,12 +2,14 @@
 would send to Celery (captured, not sent)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
 
 from tests.webapp.factories import make_base_model, make_ready_version
 from webapp.celery import app as celery_app
+from webapp.runs import services
 
 
 @dataclass
@@ -53,3 +55,28 @@ def sft_spec(catalog: Catalog, **overrides) -> dict:
     for key, value in overrides.items():
         spec[key] = value
     return spec
+
+
+class FakeRedis:
+    """What Celery's Redis transport leaves in Redis: waiting messages in the queue's list (and
+    its priority lists), delivered ones in the ``unacked`` hash as [payload, exchange, key]; every
+    message one of ``task``'s, with the given arguments."""
+
+    def __init__(self, *, waiting=(), priority=(), unacked=(), task=services.TRAIN_TASK):
+        message = lambda args: json.dumps({"body": "", "headers": {"task": task,  # noqa: E731
+                                                                   "argsrepr": repr(list(args))}})
+        self.lists = {"train": [message(args) for args in waiting],
+                      "train\x06\x163": [message(args) for args in priority]}
+        self.unacked = [json.dumps([json.loads(message(args)), "", "train"]) for args in unacked]
+
+    def lrange(self, key, start, end):
+        return self.lists.get(key, [])
+
+    def scan_iter(self, match):
+        return [key for key in self.lists if key.startswith(match.rstrip("*")) and key != "train"]
+
+    def hvals(self, key):
+        return self.unacked
+
+    def close(self):
+        pass

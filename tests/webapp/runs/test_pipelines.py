@@ -1,11 +1,16 @@
 """Pipelines: stages validated up front, each stage launched from the previous stage's export when
 it succeeds, regression guards that stop the pipeline and keep the previous result, failures."""
+from datetime import timedelta
+
 import pytest
+import redis
 import yaml
 from django.core.exceptions import ValidationError
 
+from tests.webapp.runs.conftest import FakeRedis
+
 from webapp.runs import pipelines, reporting
-from webapp.runs.models import Artifact, ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
+from webapp.runs.models import ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
 
 
 def document(catalog, *, guard=None, stages=2):
@@ -214,3 +219,63 @@ def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, cat
     response = client.post("/p/alpha/pipelines/new/", {"document": text})
     assert response.status_code == 302, response.content.decode()[-2000:]
     assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
+
+
+def test_an_export_stage_whose_message_was_lost_fails_the_pipeline_with_the_reason(
+        team, catalog, sent_tasks, tmp_path, client_for, monkeypatch, django_capture_on_commit_callbacks):
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=first)
+    assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
+    sent_at = first.finished_at
+
+    def redis_holding(**messages):
+        monkeypatch.setattr(pipelines.channels, "redis_client",
+                            lambda: FakeRedis(task=pipelines.EXPORT_STAGE_TASK, **messages))
+
+    # Waiting in the queue, or delivered to a worker that is quantizing (acks_late): not lost, however long.
+    for held in ({"waiting": [(pipeline.pk, 1)]}, {"priority": [(pipeline.pk, 1)]}, {"unacked": [(pipeline.pk, 1)]}):
+        redis_holding(**held)
+        assert pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(hours=3)) == []
+    # Gone, but within TEMPER_RUN_LOST_SECONDS of the send (a message on its way): not yet.
+    redis_holding(waiting=[(pipeline.pk, 0), (pipeline.pk + 1, 1)])
+    assert pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(seconds=30)) == []
+
+    # Redis cannot be asked: nothing is decided.
+    def unavailable():
+        raise redis.ConnectionError("refused")
+    monkeypatch.setattr(pipelines.channels, "redis_client", unavailable)
+    assert pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(seconds=120)) == []
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING
+
+    redis_holding(waiting=[(pipeline.pk, 0), (pipeline.pk + 1, 1)])
+    failed = pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(seconds=120))
+    assert [lost.pk for lost in failed] == [pipeline.pk]
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED and pipeline.result_run == first
+    assert pipeline.message == (
+        "stage 2 (serve) lost: Redis no longer holds its export message 120 s after it was sent (a Redis restart, "
+        "or a failed send), so no worker will take it; quantize the run with jaxengine export --quantize int4, or "
+        f"launch the pipeline again; the result stays {first.name} ({first.public_id}), its unquantized export")
+    assert first.log_lines.filter(level="error", message=pipeline.message).exists()
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert 'id="pipeline-message"' in page and "Redis no longer holds its export message" in page
+    # Once failed it is left alone: by the next check, and by a late message's outcome.
+    assert pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(seconds=240)) == []
+    assert pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, description={"scheme": "int4"}) is None
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED
+
+
+def test_a_pipeline_at_a_training_stage_is_not_checked_for_an_export_message(team, catalog, sent_tasks, tmp_path,
+                                                                             monkeypatch):
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3),
+                                         user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)  # stage 2 is a run, with its own lost-run checks
+    monkeypatch.setattr(pipelines.channels, "redis_client", lambda: FakeRedis())
+    assert pipelines.pipelines_fail_lost_exports(now=first.finished_at + timedelta(hours=1)) == []
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1

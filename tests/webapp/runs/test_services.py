@@ -1,6 +1,5 @@
 """Run services: create (ids resolved to paths, validated by the engine's schema, enqueued on
 commit), cancel, resume, retry, tags, and the reaping of lost runs."""
-import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import FakeRedis, sft_spec
 from webapp.runs import services
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
 
@@ -195,30 +194,6 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
     assert chained.spec["model"] == f"{run.public_id}@5"
     with pytest.raises(ValidationError, match="already exported"):
         services.checkpoint_export_request(run=run, step=5, user=None)
-
-
-class FakeRedis:
-    """What Celery's Redis transport leaves in Redis: waiting messages in the queue's list (and
-    its priority lists), delivered ones in the ``unacked`` hash as [payload, exchange, key]."""
-
-    def __init__(self, *, waiting=(), priority=(), unacked=()):
-        message = lambda args: json.dumps({"body": "", "headers": {"task": services.TRAIN_TASK,  # noqa: E731
-                                                                   "argsrepr": repr(list(args))}})
-        self.lists = {"train": [message(args) for args in waiting],
-                      "train\x06\x163": [message(args) for args in priority]}
-        self.unacked = [json.dumps([json.loads(message(args)), "", "train"]) for args in unacked]
-
-    def lrange(self, key, start, end):
-        return self.lists.get(key, [])
-
-    def scan_iter(self, match):
-        return [key for key in self.lists if key.startswith(match.rstrip("*")) and key != "train"]
-
-    def hvals(self, key):
-        return self.unacked
-
-    def close(self):
-        pass
 
 
 def test_train_messages_are_read_from_every_place_redis_keeps_them():
