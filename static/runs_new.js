@@ -1,5 +1,6 @@
-/* The launch page: switch between the schema-built form and the YAML editor of the same spec, and
-   the reward-function lists (add and remove rows; a row shows the arguments of its chosen function). */
+/* The launch page: switch between the schema-built form and the YAML editor of the same spec, the
+   reward-function lists (add and remove rows; a row shows the arguments of its chosen function), and
+   the Scale-out fieldset's running check of data x fsdp x tensor against the devices of the job. */
 (function () {
   "use strict";
   var tabs = document.querySelectorAll("nav.tabs.small a[data-mode]");
@@ -40,4 +41,32 @@
       row.querySelector("select.reward-function").focus();
     });
   });
+
+  // A hint only: the server checks the same rule (against the same heartbeats) when the run is launched.
+  var scaleOut = document.getElementById("scale-out");
+  if (scaleOut) {
+    var sizes = ["data", "fsdp", "tensor"].map(function (axis) { return document.getElementById("spec-parallel-" + axis); });
+    var hosts = document.getElementById("spec-hosts");
+    var pool = document.getElementById("spec-pool");
+    var check = document.getElementById("layout-check");
+    var updateCheck = function () {
+      var given = sizes.filter(function (input) { return input.value.trim() !== ""; });
+      check.classList.remove("mismatch");
+      if (!given.length) { check.textContent = "Default layout."; return; }
+      var product = sizes.reduce(function (total, input) { return total * (Number(input.value.trim() || "1")); }, 1);
+      var hostCount = hosts && hosts.value.trim() !== "" ? Number(hosts.value) : 1;
+      var perWorker = pool.selectedOptions[0] ? pool.selectedOptions[0].dataset.devices : "";
+      var text = "data × fsdp × tensor = " + product + " devices";
+      if (perWorker && Number.isFinite(product) && Number.isFinite(hostCount)) {
+        var devices = hostCount * Number(perWorker);
+        text += "; pool " + pool.value + " gives " + hostCount + " × " + perWorker + " = " + devices;
+        check.classList.toggle("mismatch", product !== devices);
+      }
+      check.textContent = text + ".";
+    };
+    sizes.concat([hosts, pool]).forEach(function (input) {
+      if (input) { input.addEventListener("input", updateCheck); input.addEventListener("change", updateCheck); }
+    });
+    updateCheck();
+  }
 })();

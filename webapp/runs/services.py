@@ -38,6 +38,7 @@ from webapp.projects.models import Project
 from webapp.runs import channels
 from webapp.runs.models import ArtifactKind, LogLevel, Run, RunLogLine, RunStatus, new_run_id
 from webapp.runs.specform import tasks
+from webapp.workers.selectors import pool_offers
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     except SpecError as error:
         _spec_problems(error.problems, errors)
         job = None
+    if job is not None:
+        _check_layout(job, errors)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -265,6 +268,24 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         term["args"]["model"] = given["args"]["model"].strip()
     return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
                    dataset_versions=versions)
+
+
+def _check_layout(job, errors) -> None:
+    """``parallel`` must multiply to the devices the job gets: ``hosts`` × each worker's devices, when
+    the pool's live workers agree on their count (``pool_offers``). Otherwise only the job's start can
+    tell (``jaxengine.sharding.layout_mesh`` checks it there), and any positive sizes are accepted."""
+    if job.parallel is None:
+        return
+    offer = pool_offers().get(job.pool)
+    devices = offer.devices_for(job.hosts) if offer is not None else None
+    sizes = job.parallel.model_dump()
+    product = sizes["data"] * sizes["fsdp"] * sizes["tensor"]
+    if devices is not None and product != devices:
+        hosts = f"{job.hosts} host{'s' if job.hosts != 1 else ''}"
+        _add(errors, "parallel", f"data {sizes['data']} × fsdp {sizes['fsdp']} × tensor {sizes['tensor']} = {product} "
+                                 f"devices, but a job of {hosts} on pool {job.pool} gets {devices} (its workers: "
+                                 f"{offer.summary}); make the sizes multiply to {devices}, or leave parallel out "
+                                 "(blank in the form) for the default layout")
 
 
 def spec_from_yaml(text: str) -> dict[str, Any]:

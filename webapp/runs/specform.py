@@ -19,6 +19,11 @@ typed values where the schema needs it; blanks to the default, or to null for op
 JSON or an argument of the wrong type is a ``ValidationError`` on its dotted key, e.g.
 ``grpo.rewards.1.args.max_length``), and ``spec_initial(spec)`` flattens a spec mapping into
 initial form values (Duplicate, presets).
+
+The "Scale-out" fieldset (``scale_out_section(task)``) holds the keys that say where a job runs
+rather than what it trains: the mesh layout ``parallel.data/fsdp/tensor`` (all blank: no
+``parallel`` section, the engine's default layout), and ``hosts`` (tasks in ``MULTI_HOST_TASKS``)
+and ``pool``, the host pool whose workers take the job (a select of the pools live workers announce).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
-from jaxengine.spec import TASK_SECTIONS, JobSpec, RewardTermSpec, Task
+from jaxengine.spec import MULTI_HOST_TASKS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
@@ -138,6 +143,41 @@ def form_sections(task: str) -> list[SpecSection]:
     return sections
 
 
+SCALE_OUT = "scale-out"
+
+
+def scale_out_section(task: str) -> SpecSection:
+    """The Scale-out fieldset of ``task``'s form: ``parallel.data``, ``parallel.fsdp``,
+    ``parallel.tensor`` (blank by default: no ``parallel`` section), ``hosts`` where the task runs on
+    several hosts, and ``pool``."""
+    parallel = section_model("parallel")
+    fields = [SpecField(name=f"parallel.{key}", label=key, widget="number", default=None, optional=True,
+                        help=info.description or "") for key, info in parallel.model_fields.items()]
+    top_level = ("hosts", "pool") if task in MULTI_HOST_TASKS else ("pool",)
+    for key in top_level:
+        info = JobSpec.model_fields[key]
+        fields.append(SpecField(name=key, label=key, widget="number" if key == "hosts" else "text",
+                                default=info.default, optional=False, help=info.description or ""))
+    title = (parallel.__doc__ or "").strip().splitlines()[0]
+    return SpecSection(name=SCALE_OUT, title=title, fields=tuple(fields))
+
+
+def _read_scale_out(task: str, data: Any) -> dict[str, Any]:
+    """The spec keys of the Scale-out fieldset that were given: typed values are left to the spec
+    (which names a wrong one, e.g. ``parallel.fsdp``), blanks to the default."""
+    spec: dict[str, Any] = {}
+    for field in scale_out_section(task).fields:
+        raw = data.get(field.name, "").strip()
+        if not raw:
+            continue
+        section, _, key = field.name.rpartition(".")
+        if section:
+            spec.setdefault(section, {})[key] = raw
+        else:
+            spec[key] = raw
+    return spec
+
+
 def _coerce_choice(raw: str, choices: tuple[Any, ...]) -> Any:
     # Literal[4, 8] arrives as "4": give pydantic the schema's own value, or the raw text to reject.
     for choice in choices:
@@ -192,16 +232,19 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
                 continue
             sections[section.name][key] = _coerce_choice(raw, field.choices) if field.widget == "select" else raw
     spec.update(sections)
+    spec.update(_read_scale_out(task, data))
     return spec, errors
 
 
 def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
-    """Flatten a spec mapping into ``{"model": ..., "optim.learning_rate": ..., ...}`` form values."""
+    """Flatten a spec mapping into ``{"model": ..., "optim.learning_rate": ..., "hosts": ...}`` form values."""
     initial: dict[str, Any] = {"model": spec.get("model", "")}
     for section, values in spec.items():
         if isinstance(values, dict):
             for key, value in values.items():
                 initial[f"{section}.{key}"] = value
+        elif section in ("hosts", "pool"):
+            initial[section] = values
     return initial
 
 

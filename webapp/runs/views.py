@@ -27,7 +27,9 @@ from webapp.runs import presets, selectors, services
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
-from webapp.runs.specform import form_sections, read_form, spec_initial, tasks
+from webapp.runs.placement import DEFAULT_POOL
+from webapp.runs.specform import form_sections, read_form, scale_out_section, spec_initial, tasks
+from webapp.workers.selectors import pool_offers
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -66,10 +68,20 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _pool_choices(current: Any) -> list[dict[str, Any]]:
+    """The host pools a launch can pick: those live train workers announce, with what they offer,
+    and the default pool and the current value even when no worker of theirs is up."""
+    offers = pool_offers()
+    names = sorted({DEFAULT_POOL, *offers, *([current] if isinstance(current, str) and current else [])})
+    return [{"name": name, "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
+             "summary": offers[name].summary if name in offers else "no live workers"} for name in names]
+
+
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
     sections = form_sections(task)
-    fields = [field for section in sections for field in section.fields]
+    scale_out = scale_out_section(task)
+    fields = [field for section in (*sections, scale_out) for field in section.fields]
     # Reward rows show their own errors (``grpo.rewards.1.args.pattern``) in the row.
     row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
     return {
@@ -77,7 +89,9 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "sections": sections, "initial": initial, "errors": errors,
         "other_errors": {key: value for key, value in errors.items()
                          if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
-                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags")},
+                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel")},
+        "scale_out": scale_out, "pools": _pool_choices(initial.get("pool")),
+        "pool_value": initial.get("pool") or DEFAULT_POOL,
         "model_choices": selectors.model_choices(project=project),
         "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
         "eval_choices": selectors.dataset_choices(project=project, kinds=services.eval_kinds(task)),

@@ -49,6 +49,29 @@ def catalog(team) -> Catalog:
     )
 
 
+def make_pool_worker(name: str, *, pool: str, devices: dict, seen_ago: float = 1.0):
+    """A train worker of host ``pool`` as its heartbeat leaves it, with ``devices`` (e.g. ``{"platform":
+    "cpu", "count": 4}``). It announces no coordinator address, so placement never picks it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    now = timezone.now()
+    return Worker.objects.create(name=name, host=name.split("@")[-1], pid=1, pool=pool, devices=devices,
+                                 queues=["train" if pool == "default" else f"train-{pool}"],
+                                 started_at=now, last_seen=now - timedelta(seconds=seen_ago))
+
+
+@pytest.fixture
+def tpu_pool(db):
+    """Host pool ``tpu``: two live workers of four CPU devices each (a stale one of eight is ignored)."""
+    return [make_pool_worker("train@tpu-0", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]}),
+            make_pool_worker("train@tpu-1", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]}),
+            make_pool_worker("train@tpu-old", pool="tpu", devices={"platform": "cpu", "count": 8}, seen_ago=3600)]
+
+
 def sft_spec(catalog: Catalog, **overrides) -> dict:
     spec = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
             "train": {"max_steps": 10, "batch_size": 2}}

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version
-from tests.webapp.runs.conftest import FakeRedis, sft_spec
+from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
 from webapp.runs import services
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
 
@@ -50,6 +50,53 @@ def test_it_rejects_each_wrong_key_by_name(team, catalog, sent_tasks):
     assert "optim.learning_rate" in errors
     assert "pairs v1 is a preference dataset; sft needs sft" in errors["data.train"][0]
     assert "remove output_dir" in errors["output_dir"][0]
+    assert Run.objects.count() == 0
+
+
+def test_a_layout_must_multiply_to_the_devices_the_pool_gives_the_job(team, catalog, sent_tasks, tpu_pool):
+    # 2 hosts of pool tpu (live workers of 4 devices each; the stale one of 8 does not count) = 8 devices.
+    spec = sft_spec(catalog, parallel={"data": 2, "fsdp": 2}, hosts=2, pool="tpu")
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert caught.value.message_dict == {"parallel": [
+        "data 2 × fsdp 2 × tensor 1 = 4 devices, but a job of 2 hosts on pool tpu gets 8 (its workers: 2 workers × "
+        "4 cpu devices (cpu)); make the sizes multiply to 8, or leave parallel out (blank in the form) for the "
+        "default layout"]}
+    assert Run.objects.count() == 0
+    one_host = sft_spec(catalog, parallel={"data": 2, "tensor": 2}, pool="tpu")  # hosts 1: 4 devices
+    assert services.run_create(project=team.project, spec=one_host, user=team.teammate).spec["parallel"] == {
+        "data": 2, "fsdp": 1, "tensor": 2}
+    run = services.run_create(project=team.project, spec={**spec, "parallel": {"data": 2, "fsdp": 4}},
+                              user=team.teammate)
+    assert run.spec["parallel"] == {"data": 2, "fsdp": 4, "tensor": 1} and run.hosts == 2
+    assert run.spec["pool"] == "tpu" and run.resolved_spec["parallel"] == run.spec["parallel"]
+
+
+def test_a_layout_is_left_to_the_job_where_the_pool_does_not_say_its_devices(team, catalog, sent_tasks, tpu_pool):
+    odd = {"data": 3}
+    # No live worker of the pool; workers still probing; workers that differ: only the job's start can tell.
+    assert services.run_create(project=team.project, spec=sft_spec(catalog, parallel=odd, pool="gpu"), user=None)
+    make_pool_worker("train@a100", pool="mixed", devices={"platform": "gpu", "count": 4})
+    make_pool_worker("train@h200", pool="mixed", devices={"platform": "gpu", "count": 8})
+    make_pool_worker("train@new", pool="probing", devices={})
+    for pool in ("mixed", "probing"):
+        assert services.run_create(project=team.project, spec=sft_spec(catalog, parallel=odd, pool=pool), user=None)
+    # Without parallel the job takes the default layout for whatever it gets.
+    assert services.run_create(project=team.project, spec=sft_spec(catalog, hosts=2, pool="tpu"), user=None)
+
+
+def test_bad_layout_hosts_and_pool_values_are_named_by_key(team, catalog, sent_tasks):
+    spec = sft_spec(catalog, parallel={"data": "two", "fsdp": 0}, hosts=0, pool="Big Pool")
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    errors = caught.value.message_dict
+    assert set(errors) == {"parallel.data", "parallel.fsdp", "hosts", "pool"}
+    assert "'two'" in errors["parallel.data"][0] and "greater than or equal to 1" in errors["parallel.fsdp"][0]
+    grpo = {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 2}, "grpo": {"rewards": [{"name": "exact_match"}]}, "hosts": 2}
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=grpo, user=team.teammate)
+    assert caught.value.message_dict["hosts"][0].startswith("grpo runs on one host")
     assert Run.objects.count() == 0
 
 

@@ -86,3 +86,37 @@ def test_reward_rows_are_read_in_order_with_typed_arguments():
     # Named by the term's place in the spec's list (the blank row 1 is not a term).
     assert errors == {"r.2.args.group": "'2.5' is not a whole number",
                       "r.2.args.extract": "'nearest' is not one of full, last_number, answer_line, boxed, regex"}
+
+
+def test_the_scale_out_fieldset_holds_the_layout_hosts_and_pool():
+    assert [field.name for field in specform.scale_out_section("sft").fields] == [
+        "parallel.data", "parallel.fsdp", "parallel.tensor", "hosts", "pool"]
+    # GRPO's rollouts are sampled by one process: no hosts input to get wrong.
+    assert [field.name for field in specform.scale_out_section("grpo").fields] == [
+        "parallel.data", "parallel.fsdp", "parallel.tensor", "pool"]
+    layout = specform.scale_out_section("sft").fields
+    assert all(field.default is None and field.optional for field in layout[:3])  # blank: the default layout
+    assert layout[3].default == 1 and layout[4].default == "default"
+
+
+def test_the_layout_hosts_and_pool_are_read_back_and_flattened_again():
+    data = QueryDict(mutable=True)
+    data.update({"model": "bm_x", "data.train": "dv_y", "parallel.data": "2", "parallel.fsdp": " 4 ",
+                 "parallel.tensor": "", "hosts": "2", "pool": "tpu"})
+    spec = specform.spec_from_form("sft", data)
+    # As typed: the spec types them, and names a wrong one by its key.
+    assert spec["parallel"] == {"data": "2", "fsdp": "4"} and spec["hosts"] == "2" and spec["pool"] == "tpu"
+    initial = specform.spec_initial({"model": "bm_x", "parallel": {"data": 2, "fsdp": 4, "tensor": 1},
+                                     "hosts": 2, "pool": "tpu"})
+    assert (initial["parallel.data"], initial["parallel.fsdp"], initial["parallel.tensor"]) == (2, 4, 1)
+    assert initial["hosts"] == 2 and initial["pool"] == "tpu"
+
+
+def test_blank_layout_inputs_leave_parallel_out():
+    data = QueryDict(mutable=True)
+    data.update({"model": "bm_x", "data.train": "dv_y", "parallel.data": "", "parallel.fsdp": "", "hosts": "",
+                 "pool": ""})
+    spec = specform.spec_from_form("sft", data)
+    assert "parallel" not in spec and "hosts" not in spec and "pool" not in spec
+    # A spec without parallel (the default layout) shows blank inputs.
+    assert "parallel.data" not in specform.spec_initial({"model": "bm_x", "parallel": None, "hosts": 1})

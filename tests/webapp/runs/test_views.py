@@ -58,6 +58,76 @@ def test_it_rejects_bad_input_naming_each_field(team, catalog, client_for, sent_
     assert Run.objects.count() == 0
 
 
+def _layout_form(catalog, **fields) -> dict:
+    form = {"mode": "form", "task": "sft", "name": "sharded", "model": catalog.base_model.public_id,
+            "data.train": catalog.sft.public_id, "train.max_steps": "5", "train.batch_size": "8",
+            "peft.targets": ["q_proj", "v_proj"]}
+    form.update(fields)
+    return form
+
+
+def test_the_scale_out_fieldset_offers_the_pools_workers_announce(team, catalog, client_for, tpu_pool):
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert 'id="scale-out"' in page
+    for key in ("parallel.data", "parallel.fsdp", "parallel.tensor", "hosts"):
+        assert f'name="{key}"' in page
+    assert '<option value="default" data-devices="" selected>default — no live workers</option>' in page
+    assert '<option value="tpu" data-devices="4" >tpu — 2 workers × 4 cpu devices (cpu)</option>' in page
+    assert 'name="hosts" value="1"' in page and 'name="parallel.data" value=""' in page
+    grpo = client_for(team.teammate).get("/p/alpha/runs/new/?task=grpo").content.decode()
+    assert 'name="parallel.fsdp"' in grpo and 'name="pool"' in grpo and 'name="hosts"' not in grpo
+
+
+def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, client_for, sent_tasks, tpu_pool):
+    form = _layout_form(catalog, **{"parallel.data": "2", "parallel.fsdp": "4", "parallel.tensor": "",
+                                    "hosts": "2", "pool": "tpu"})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    run = Run.objects.get(name="sharded")
+    assert run.spec["parallel"] == {"data": 2, "fsdp": 4, "tensor": 1} and run.spec["hosts"] == 2
+    assert run.spec["pool"] == "tpu" and run.hosts == 2
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "parallel:\n  data: 2\n  fsdp: 4\n  tensor: 1" in page and "hosts: 2\npool: tpu" in page
+    # Duplicate fills the fieldset from the run.
+    copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
+    assert 'name="parallel.data" value="2"' in copy and 'name="parallel.fsdp" value="4"' in copy
+    assert 'name="hosts" value="2"' in copy and '<option value="tpu" data-devices="4" selected>' in copy
+
+
+def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team, catalog, client_for, sent_tasks,
+                                                                        tpu_pool):
+    form = _layout_form(catalog, **{"parallel.data": "2", "parallel.fsdp": "2", "hosts": "2", "pool": "tpu"})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400 and not Run.objects.exists() and not sent_tasks.calls
+    page = response.content.decode()
+    assert ('<small class="error" id="parallel-error">data 2 × fsdp 2 × tensor 1 = 4 devices, but a job of 2 hosts '
+            'on pool tpu gets 8') in page
+    # What was typed stays in the form, and the YAML view holds the same spec.
+    assert 'name="parallel.data" value="2"' in page and 'name="hosts" value="2"' in page
+    assert "parallel:\n  data: &#x27;2&#x27;\n  fsdp: &#x27;2&#x27;\nhosts: &#x27;2&#x27;\npool: tpu" in page
+    bad = client_for(team.teammate).post("/p/alpha/runs/new/", _layout_form(
+        catalog, **{"parallel.tensor": "half", "hosts": "0", "pool": "tpu"}))
+    errors = bad.context["errors"]
+    assert "'half'" in errors["parallel.tensor"][0] and "greater than or equal to 1" in errors["hosts"][0]
+    page = bad.content.decode()
+    tensor_input = page.index('name="parallel.tensor"')
+    assert tensor_input < page.index("&#x27;half&#x27;: input should be a valid integer", tensor_input) < page.index(
+        'name="hosts"')
+    assert not Run.objects.exists()
+
+
+def test_the_yaml_view_launches_a_layout_the_form_shows_again(team, catalog, client_for, sent_tasks, tpu_pool):
+    text = services.spec_to_yaml(sft_spec(catalog, parallel={"data": 1, "fsdp": 4}, pool="tpu"))
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "name": "yaml-layout",
+                                                                     "spec_yaml": text})
+    assert response.status_code == 302
+    run = Run.objects.get(name="yaml-layout")
+    assert run.spec["parallel"] == {"data": 1, "fsdp": 4, "tensor": 1} and run.spec["pool"] == "tpu"
+    bad = client_for(team.teammate).post("/p/alpha/runs/new/", {
+        "mode": "yaml", "spec_yaml": text.replace("fsdp: 4", "fsdp: 8")})
+    assert bad.status_code == 400 and "= 8 devices, but a job of 1 host on pool tpu gets 4" in bad.content.decode()
+
+
 def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sent_tasks):
     client = client_for(team.teammate)
     bad = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntrain:\n  max_stepz: 3\n"})
