@@ -118,6 +118,49 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     assert page.get_by_role("button", name="Resume").is_visible()
 
 
+def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, asgi_server, transactional_db):
+    from tests.webapp.runs.conftest import make_pool_worker
+
+    team = make_team(slug="delta")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    # Two live hosts of pool tpu, four devices each, as their heartbeats leave them (no coordinator
+    # address: the run waits for placement rather than reaching a worker).
+    for index in range(2):
+        make_pool_worker(f"train@tpu-{index}", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]})
+    log_in(page, asgi_server, "delta-teammate")
+
+    page.goto(f"{asgi_server}/p/delta/runs/new/?task=sft")
+    page.select_option("#spec-model", model.public_id)
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", "sharded sft")
+    page.fill("#spec-train-max_steps", "5")
+    check = page.locator("#layout-check")
+    assert check.inner_text() == "Default layout."
+    page.select_option("#spec-pool", "tpu")
+    page.fill("#spec-hosts", "2")
+    page.fill("#spec-parallel-data", "2")
+    page.fill("#spec-parallel-fsdp", "2")
+    assert check.inner_text() == "data × fsdp × tensor = 4 devices; pool tpu gives 2 × 4 = 8."
+    assert "mismatch" in check.get_attribute("class")
+    page.get_by_role("button", name="Launch").first.click()
+    page.locator("#parallel-error").wait_for()
+    assert "= 4 devices, but a job of 2 hosts on pool tpu gets 8" in page.locator("#parallel-error").inner_text()
+    assert not Run.objects.filter(name="sharded sft").exists()
+
+    # The typed values came back; fixed, the run is launched with that layout.
+    assert page.input_value("#spec-parallel-data") == "2" and page.input_value("#spec-pool") == "tpu"
+    page.fill("#spec-parallel-fsdp", "4")
+    assert "mismatch" not in check.get_attribute("class") and check.inner_text().endswith("= 8.")
+    page.get_by_role("button", name="Launch").first.click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get(name="sharded sft")
+    assert run.spec["parallel"] == {"data": 2, "fsdp": 4, "tensor": 1} and run.hosts == 2
+    config = page.locator("pre.spec").inner_text()
+    assert "parallel:\n  data: 2\n  fsdp: 4\n  tensor: 1\n" in config and "hosts: 2\npool: tpu" in config
+    assert page.locator("#waiting-reason").inner_text() == "waiting for 2 workers of pool tpu: 0 free"
+
+
 def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="beta")

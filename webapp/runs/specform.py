@@ -62,6 +62,8 @@ class SpecField:
     help: str
     optional: bool
     choices: tuple[Any, ...] = ()
+    # What a blank input means, shown in it ("none" for optional keys unless said otherwise).
+    placeholder: str = ""
 
     @property
     def input_id(self) -> str:
@@ -152,7 +154,8 @@ def scale_out_section(task: str) -> SpecSection:
     several hosts, and ``pool``."""
     parallel = section_model("parallel")
     fields = [SpecField(name=f"parallel.{key}", label=key, widget="number", default=None, optional=True,
-                        help=info.description or "") for key, info in parallel.model_fields.items()]
+                        placeholder="default layout", help=info.description or "")
+              for key, info in parallel.model_fields.items()]
     top_level = ("hosts", "pool") if task in MULTI_HOST_TASKS else ("pool",)
     for key in top_level:
         info = JobSpec.model_fields[key]

@@ -73,7 +73,8 @@ def test_the_scale_out_fieldset_offers_the_pools_workers_announce(team, catalog,
         assert f'name="{key}"' in page
     assert '<option value="default" data-devices="" selected>default — no live workers</option>' in page
     assert '<option value="tpu" data-devices="4" >tpu — 2 workers × 4 cpu devices (cpu)</option>' in page
-    assert 'name="hosts" value="1"' in page and 'name="parallel.data" value=""' in page
+    assert 'name="hosts" value="1"' in page
+    assert 'name="parallel.data" value="" placeholder="default layout"' in page
     grpo = client_for(team.teammate).get("/p/alpha/runs/new/?task=grpo").content.decode()
     assert 'name="parallel.fsdp"' in grpo and 'name="pool"' in grpo and 'name="hosts"' not in grpo
 
