@@ -18,8 +18,8 @@ import pytest
 from tests.factories import build_tiny_model_dir
 from tests.live import wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
-from webapp.runs import services
-from webapp.runs.models import ArtifactKind, MetricPoint, Run, RunStatus
+from webapp.runs import pipelines, services
+from webapp.runs.models import ArtifactKind, MetricPoint, PipelineStatus, Run, RunStatus
 
 pytestmark = pytest.mark.integration
 
@@ -175,6 +175,35 @@ def test_a_queued_run_survives_a_redis_restart(setup, train_worker, redis_server
              what="the queued run to be sent again and trained")
     assert waiting.attempt == 1 and loss_steps(waiting) == [1, 2, 3, 4]
     assert waiting.log_lines.filter(message__contains="queue message was lost").exists()
+
+
+def test_a_pipeline_whose_export_message_redis_lost_is_failed_with_the_reason(setup, train_worker, redis_server):
+    team, base_model, data = setup
+    sft = {"task": "sft", "model": base_model.public_id, "data": {"train": data.public_id, "max_seq_len": 48},
+           "train": {"max_steps": 2, "batch_size": 4}}
+    pipeline = pipelines.pipeline_create(project=team.project, user=team.teammate, document={
+        "name": "lost export", "stages": [{"name": "sft", "spec": sft}, {"name": "serve", "export": {"quantize": "int8"}}]})
+    stage_run = pipeline.runs.get()
+    # Queued behind the stage's run, so that the export message sent when that run ends waits behind
+    # this one in Redis, where a restart without persistence loses it.
+    busy = launch(setup, max_steps=5000, save_every=1000)
+    wait_for(reached(busy, status=RunStatus.RUNNING, step=1), timeout=180, workers=train_worker,
+             what="the stage's run to finish and the next run to start")
+    pipeline.refresh_from_db()
+    assert pipeline.current_stage == 1 and pipeline.status == PipelineStatus.RUNNING
+    assert pipeline.result_run == stage_run
+    redis_server.restart(down_seconds=1)
+
+    def pipeline_failed():
+        pipeline.refresh_from_db()
+        return pipeline.status == PipelineStatus.FAILED
+
+    wait_for(pipeline_failed, timeout=60, workers=train_worker, what="the reaper to fail the pipeline")
+    assert pipeline.message.startswith("stage 2 (serve) lost: Redis no longer holds its export message ")
+    assert pipeline.message.endswith(f"the result stays {stage_run.name} ({stage_run.public_id}), its unquantized export")
+    assert not (stage_run.output_dir / "export" / "quantized").exists()
+    services.run_cancel(run=busy, user=None)
+    wait_for(reached(busy, status=RunStatus.CANCELLED), timeout=60, workers=train_worker, what="the cancel")
 
 
 def test_a_ppo_run_scored_by_a_reward_run_of_the_project_trains_on_the_worker(setup, train_worker):
