@@ -93,6 +93,11 @@ def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, clien
     copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'name="parallel.data" value="2"' in copy and 'name="parallel.fsdp" value="4"' in copy
     assert 'name="hosts" value="2"' in copy and '<option value="tpu" data-devices="4" selected>' in copy
+    # A pool none of whose workers is alive now stays the duplicate's choice.
+    gone = services.run_create(project=team.project, spec=sft_spec(catalog, pool="gone"), user=team.teammate)
+    copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={gone.public_id}").content.decode()
+    assert '<option value="gone" data-devices="" selected>gone — no live workers</option>' in copy
+    assert 'name="parallel.data" value=""' in copy  # no parallel section: blank, the default layout
 
 
 def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team, catalog, client_for, sent_tasks,
