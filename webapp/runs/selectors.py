@@ -15,6 +15,8 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
+from webapp.runs.placement import DEFAULT_POOL
+from webapp.workers.selectors import pool_offers
 
 # Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
 # (``webapp.runs.downsampling``): each bucket keeps its lowest and highest value, so spikes stay
@@ -101,6 +103,16 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
                                         kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
     return [(artifact.run.public_id, f"{artifact.run.name} — reward model of {artifact.run.public_id}")
             for artifact in exported]
+
+
+def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
+    """The host pools a launch can pick (``name``, ``devices_per_worker``, ``summary``): those live
+    train workers announce, with what they offer, and the default pool and ``current`` (a duplicated
+    run's) even when no worker of theirs is up."""
+    offers = pool_offers()
+    names = sorted({DEFAULT_POOL, *offers, *([current] if isinstance(current, str) and current else [])})
+    return [{"name": name, "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
+             "summary": offers[name].summary if name in offers else "no live workers"} for name in names]
 
 
 def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[str, str]]:

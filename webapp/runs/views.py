@@ -29,7 +29,6 @@ from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import form_sections, read_form, scale_out_section, spec_initial, tasks
-from webapp.workers.selectors import pool_offers
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -68,15 +67,6 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _pool_choices(current: Any) -> list[dict[str, Any]]:
-    """The host pools a launch can pick: those live train workers announce, with what they offer,
-    and the default pool and the current value even when no worker of theirs is up."""
-    offers = pool_offers()
-    names = sorted({DEFAULT_POOL, *offers, *([current] if isinstance(current, str) and current else [])})
-    return [{"name": name, "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
-             "summary": offers[name].summary if name in offers else "no live workers"} for name in names]
-
-
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
     sections = form_sections(task)
@@ -90,7 +80,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "other_errors": {key: value for key, value in errors.items()
                          if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
                          and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel")},
-        "scale_out": scale_out, "pools": _pool_choices(initial.get("pool")),
+        "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "pool_value": initial.get("pool") or DEFAULT_POOL,
         "model_choices": selectors.model_choices(project=project),
         "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
