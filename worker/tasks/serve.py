@@ -150,11 +150,14 @@ class _Events:
 def generate(request: dict) -> dict:
     """Generate for ``request`` (a ``GenerateRequest`` as a dict), streaming events to Redis; returns the
     ``done`` event's fields, or ``{"error": ...}``."""
-    from jaxengine.sampler import PromptError, SamplingParams
-    from jaxengine.serving import ServeRequest
-
     generation_id = str(request.get("id", "")) if isinstance(request, dict) else ""
     events = _Events(redis_client(), generation_id)
+    try:  # an engine that cannot load ends the answer with that error instead of leaving it streaming
+        from jaxengine.sampler import PromptError, SamplingParams
+        from jaxengine.serving import ServeRequest
+    except Exception as error:
+        logger.exception("generation %s: the engine did not load", generation_id)
+        return _fail(events, request, f"the serve worker could not load the engine: {error}")
     try:
         parsed = GenerateRequest.model_validate(request)
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
