@@ -7,10 +7,14 @@ about models or batches, which is what makes the hand-computed tests in
 ``tests/jaxengine/test_losses.py`` possible.
 
 Token log-probabilities have two implementations with identical results: ``token_log_probs`` from
-full logits, and ``chunked_token_log_probs`` from hidden states and the output projection, which
-computes logits for ``chunk_size`` positions at a time under ``jax.checkpoint`` so neither the
-forward nor the backward pass ever holds the whole [B, T, V] logits tensor (it is the largest
-activation of a small-model fine-tune: batch 16 x 2048 tokens x 152k vocabulary is 20 GB in f32).
+full logits, and ``chunked_token_log_probs`` from hidden states and the output projection. When the
+whole [B, T, V] float32 logits fit ``logits_memory_budget`` it computes them at once and keeps them
+for the backward pass (two output projections per step: forward and gradient). Above the budget it
+computes logits for ``chunk_size`` positions at a time under ``jax.checkpoint``, so neither pass
+ever holds the whole tensor (the largest activation of a small-model fine-tune: batch 16 x 2048
+tokens x 152k vocabulary is 20 GB) at the price of a third projection, the recompute.
+``loss_token_log_probs`` gathers the loss positions first, so a fine-tune whose loss covers only
+completions projects only those rows onto the vocabulary.
 """
 from __future__ import annotations
 
@@ -42,23 +46,32 @@ def token_log_probs(logits_btv: jax.Array, targets_bt: jax.Array) -> jax.Array:
     return jnp.take_along_axis(log_probs_btv, targets_bt[..., None], axis=-1)[..., 0]
 
 
+# Logits up to this size (B x T x V x 4 bytes) are stored for the backward pass instead of recomputed
+# chunk by chunk. The backward pass holds about twice that (logits and their gradient), so 1 GiB keeps a
+# medium fine-tune's peak a few GiB while a batch 16 x 2048 x 152k-vocabulary run (20 GB) still chunks.
+LOGITS_MEMORY_BUDGET = 1 << 30
+
+
 def chunked_token_log_probs(
     hidden_btd: jax.Array,
     targets_bt: jax.Array,
     logits_fn: Callable[[jax.Array], jax.Array],
     *,
     chunk_size: int = 256,
+    logits_memory_budget: int = LOGITS_MEMORY_BUDGET,
 ) -> jax.Array:
-    """``token_log_probs(logits_fn(hidden_btd), targets_bt)`` computed ``chunk_size`` positions at a time.
+    """``token_log_probs(logits_fn(hidden_btd), targets_bt)``, chunked when the logits exceed the budget.
 
     ``logits_fn`` maps hidden states [B, C, D] to logits [B, C, V] (the model's output projection,
-    tied or not, with any soft-capping). Each chunk's logits are recomputed in the backward pass
-    instead of stored. T need not divide by ``chunk_size``: the tail is padded and dropped. Sequences
-    of at most ``chunk_size`` positions take the plain path.
+    tied or not, with any soft-capping). When the float32 logits [B, T, V] take more than
+    ``logits_memory_budget`` bytes, they are computed ``chunk_size`` positions at a time and each
+    chunk's logits are recomputed in the backward pass instead of stored (0: always chunk). T need not
+    divide by ``chunk_size``: the tail is padded and dropped. Sequences of at most ``chunk_size``
+    positions take the plain path.
     """
     batch, length, width = hidden_btd.shape
-    if length <= chunk_size:
-        # One chunk: storing its logits costs no more than recomputing them would save.
+    if length <= chunk_size or _logits_bytes(hidden_btd, logits_fn) <= logits_memory_budget:
+        # One chunk, or logits that fit: storing them costs less time than recomputing them.
         return token_log_probs(logits_fn(hidden_btd), targets_bt)
     chunk = chunk_size
     num_chunks = -(-length // chunk)
@@ -78,6 +91,42 @@ def chunked_token_log_probs(
 
     _, log_probs_nbc = jax.lax.scan(body, None, (hidden_nbcd, targets_nbc))
     return log_probs_nbc.swapaxes(0, 1).reshape(batch, num_chunks * chunk)[:, :length]
+
+
+def _logits_bytes(hidden_btd: jax.Array, logits_fn: Callable[[jax.Array], jax.Array]) -> int:
+    """Bytes of the float32 logits [B, T, V] of ``hidden_btd`` (V from the shape of one position's logits)."""
+    batch, length, _ = hidden_btd.shape
+    vocab = jax.eval_shape(logits_fn, jax.ShapeDtypeStruct((1, 1, hidden_btd.shape[-1]), hidden_btd.dtype)).shape[-1]
+    return batch * length * vocab * 4
+
+
+def loss_token_log_probs(
+    hidden_btd: jax.Array,
+    targets_bt: jax.Array,
+    loss_mask_bt: jax.Array,
+    logits_fn: Callable[[jax.Array], jax.Array],
+    *,
+    capacity: int,
+    chunk_size: int = 256,
+    logits_memory_budget: int = LOGITS_MEMORY_BUDGET,
+) -> tuple[jax.Array, jax.Array]:
+    """log p(target) at the loss positions only: float32 [capacity] and which slots are real, bool [capacity].
+
+    The positions where ``loss_mask_bt`` is true (row-major order) are gathered into ``capacity``
+    slots, static, so the output projection runs on ``capacity`` rows instead of B x T; the slots past
+    the number of loss positions repeat position 0 and are marked not real. ``capacity`` must be at
+    least that number (the caller counts it on the host and rounds it up, so that few shapes compile);
+    ``masked_cross_entropy(log_probs, real)`` then equals the full computation's loss and gradients.
+    """
+    batch, length, width = hidden_btd.shape
+    mask_p = loss_mask_bt.reshape(batch * length)
+    (index_n,) = jnp.nonzero(mask_p, size=capacity, fill_value=0)
+    real_n = jnp.arange(capacity) < jnp.sum(mask_p)
+    hidden_1nd = hidden_btd.reshape(batch * length, width)[index_n][None]
+    targets_1n = targets_bt.reshape(batch * length)[index_n][None]
+    log_probs_1n = chunked_token_log_probs(hidden_1nd, targets_1n, logits_fn, chunk_size=chunk_size,
+                                           logits_memory_budget=logits_memory_budget)
+    return log_probs_1n[0], real_n
 
 
 def sequence_log_probs(token_log_probs_bt: jax.Array, loss_mask_bt: jax.Array) -> tuple[jax.Array, jax.Array]:

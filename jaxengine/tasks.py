@@ -30,34 +30,75 @@ from jaxengine.data.pipeline import (
 )
 
 
-def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int, unpacked: bool = False) -> jax.Array:
-    """Float32 [B, T] log p(targets) under ``model``, packed segments kept apart, logits chunked.
+def hidden_states_of(model, batch: TokenBatch, *, unpacked: bool = False) -> jax.Array:
+    """Final-normed hidden states [B, T, D] of ``batch`` under ``model``, packed segments kept apart.
 
     ``unpacked``: every row is one right-padded example, so the model gets row lengths instead
-    of a dense [B, T, T] segment mask, which lets it use fused (flash) attention. Log-probs at
+    of a dense [B, T, T] segment mask, which lets it use fused (flash) attention. Hidden states at
     real tokens are the same either way; at padding they differ and are never used.
     """
     if unpacked:
         lengths_b = jnp.sum(batch.segment_ids > 0, axis=-1).astype(jnp.int32)
         hidden_btd, _ = model.hidden_states(batch.input_ids, batch.positions, lengths_b=lengths_b)
-        return losses.chunked_token_log_probs(hidden_btd, batch.targets, model.logits, chunk_size=chunk_size)
+        return hidden_btd
     hidden_btd, _ = model.hidden_states(batch.input_ids, batch.positions,
                                         attention_mask_bts=attention_mask(batch.segment_ids))
-    return losses.chunked_token_log_probs(hidden_btd, batch.targets, model.logits, chunk_size=chunk_size)
+    return hidden_btd
+
+
+def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int, unpacked: bool = False,
+                       logits_memory_budget: int = losses.LOGITS_MEMORY_BUDGET) -> jax.Array:
+    """Float32 [B, T] log p(targets) under ``model`` (see ``hidden_states_of``), logits chunked above the budget."""
+    return losses.chunked_token_log_probs(hidden_states_of(model, batch, unpacked=unpacked), batch.targets,
+                                          model.logits, chunk_size=chunk_size,
+                                          logits_memory_budget=logits_memory_budget)
+
+
+# Loss-position counts are rounded up to a multiple of 1/LOSS_POSITION_BUCKETS of the batch's B x T
+# positions: at most this many step shapes compile, and at most B x T / 8 rows are projected for nothing.
+LOSS_POSITION_BUCKETS = 8
+
+
+def loss_position_bucket(count: int, positions: int) -> int:
+    """``count`` loss positions rounded up to the next bucket of ``positions`` (B x T); at least one bucket."""
+    step = -(-positions // LOSS_POSITION_BUCKETS)
+    return min(positions, max(1, -(-count // step)) * step)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LanguageModelTask:
-    """pretrain and sft: mean next-token cross-entropy over the loss tokens."""
+    """pretrain and sft: mean next-token cross-entropy over the loss tokens.
+
+    The output projection and the cross-entropy run only on the loss positions (the completions of
+    an SFT batch), gathered into ``loss_positions`` rows: the trainer sets that static count for each
+    step's batches with ``for_batches``. ``None`` (or every position) takes the full [B, T] path.
+    """
 
     name: str = "sft"
     chunk_size: int = 256
-    # Rows are never packed (data.packing off): pass lengths, not a dense mask (see token_log_probs_of).
+    # Rows are never packed (data.packing off): pass lengths, not a dense mask (see hidden_states_of).
     unpacked: bool = False
+    logits_memory_budget: int = losses.LOGITS_MEMORY_BUDGET
+    loss_positions: int | None = None
+
+    def for_batches(self, batches: TokenBatch) -> LanguageModelTask:
+        """This task with ``loss_positions`` bucketed for host ``batches`` ([B, T] or stacked [A, B, T])."""
+        mask = np.asarray(batches.loss_mask)
+        rows, length = mask.shape[-2:]
+        most = int(mask.reshape(-1, rows * length).sum(axis=1).max())
+        return dataclasses.replace(self, loss_positions=loss_position_bucket(most, rows * length))
 
     def loss(self, model, batch: TokenBatch) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
-        log_probs_bt = token_log_probs_of(model, batch, chunk_size=self.chunk_size, unpacked=self.unpacked)
-        loss, metrics = losses.masked_cross_entropy(log_probs_bt, batch.loss_mask)
+        rows, length = batch.loss_mask.shape
+        if self.loss_positions is None or self.loss_positions >= rows * length:
+            log_probs, mask = token_log_probs_of(model, batch, chunk_size=self.chunk_size, unpacked=self.unpacked,
+                                                 logits_memory_budget=self.logits_memory_budget), batch.loss_mask
+        else:
+            log_probs, mask = losses.loss_token_log_probs(
+                hidden_states_of(model, batch, unpacked=self.unpacked), batch.targets, batch.loss_mask,
+                model.logits, capacity=self.loss_positions, chunk_size=self.chunk_size,
+                logits_memory_budget=self.logits_memory_budget)
+        loss, metrics = losses.masked_cross_entropy(log_probs, mask)
         return loss, metrics["loss_tokens"], {"loss": loss}
 
     @staticmethod

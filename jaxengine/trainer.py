@@ -419,10 +419,11 @@ class Trainer:
         weight_total = 0.0
         for batch in pipeline.eval_batches(self.eval_examples, batch_size=self.config.batch_size,
                                            max_seq_len=self.config.max_seq_len, pad_id=self.pad_id):
+            task = self._task_for_batches(batch)
             if self.placement is not None:
                 batch = self.placement.put_replicated(batch)
             weighted, weight = self._eval_step(self.params, self.rng_state, self.frozen, batch,
-                                               graphdef=self.eval_graphdef, task=self.task)
+                                               graphdef=self.eval_graphdef, task=task)
             for name, value in weighted.items():
                 totals[name] = totals.get(name, 0.0) + float(value)
             weight_total += float(weight)
@@ -468,6 +469,13 @@ class Trainer:
         return _eval_score(checkpoints.meta(step)) if step is not None else None
 
     # ---- the loop -------------------------------------------------------------------------
+
+    def _task_for_batches(self, batches: Any) -> Any:
+        """The task as these host batches' step needs it: a task with ``for_batches`` (language modelling)
+        takes static shapes from them (its count of loss positions); every process holds the same
+        batches, so all compile the same step."""
+        for_batches = getattr(self.task, "for_batches", None)
+        return self.task if for_batches is None else for_batches(batches)
 
     def _next_batches(self, stream: pipeline.BatchStream):
         batches = [stream.next_batch() for _ in range(self.config.grad_accum)]
@@ -525,7 +533,8 @@ class Trainer:
                 step_batches = batches if self.placement is None else self.placement.put_batches(batches)
                 self.params, self.opt_state, self.rng_state, metrics = self._train_step(
                     self.params, self.opt_state, self.rng_state, self.frozen, step_batches, np.int32(self.step),
-                    graphdef=self.graphdef, task=self.task, optim=config.optim, total_steps=config.total_steps)
+                    graphdef=self.graphdef, task=self._task_for_batches(batches), optim=config.optim,
+                    total_steps=config.total_steps)
                 metrics = {name: float(value) for name, value in metrics.items()}
                 seconds = time.perf_counter() - step_started
                 self.step += 1

@@ -2,6 +2,7 @@
 import math
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -72,11 +73,87 @@ def test_chunked_log_probs_equal_the_plain_ones_and_their_gradients(chunk_size):
         return losses.masked_cross_entropy(losses.token_log_probs(hidden_btd @ weight, targets_bt), mask_bt)[0]
 
     def chunked(weight):
-        log_probs = losses.chunked_token_log_probs(hidden_btd, targets_bt, lambda h: h @ weight, chunk_size=chunk_size)
+        # A budget of 0 bytes: always chunked and recomputed, however small the logits.
+        log_probs = losses.chunked_token_log_probs(hidden_btd, targets_bt, lambda h: h @ weight, chunk_size=chunk_size,
+                                                   logits_memory_budget=0)
         return losses.masked_cross_entropy(log_probs, mask_bt)[0]
 
     close(chunked(weight_dv), float(plain(weight_dv)))
     np.testing.assert_allclose(jax.grad(chunked)(weight_dv), jax.grad(plain)(weight_dv), atol=TOL)
+
+
+def _matmuls_of_gradient(function, *args) -> int:
+    """How many dot_generals computing the gradient of ``function`` (w.r.t. all ``args``) runs, each scan
+    body's counted once per trip."""
+    def count(jaxpr, times=1):
+        total = 0
+        for equation in jaxpr.eqns:
+            if equation.primitive.name == "dot_general":
+                total += times
+            for sub in jax.extend.core.jaxprs_in_params(equation.params):
+                total += count(sub, times * equation.params.get("length", 1))
+        return total
+
+    argnums = tuple(range(len(args)))
+    return count(jax.make_jaxpr(jax.grad(function, argnums=argnums))(*args).jaxpr)
+
+
+def test_logits_within_the_budget_are_stored_not_recomputed():
+    """The same loss and gradients either way; over the budget the output projection runs once more per chunk."""
+    key_h, key_w, key_t = jax.random.split(jax.random.key(1), 3)
+    hidden_btd = jax.random.normal(key_h, (2, 8, 5))
+    weight_dv = jax.random.normal(key_w, (5, 11))
+    targets_bt = jax.random.randint(key_t, (2, 8), 0, 11)
+    logits_bytes = 2 * 8 * 11 * 4
+
+    def loss(hidden, weight, budget):
+        log_probs = losses.chunked_token_log_probs(hidden, targets_bt, lambda h: h @ weight, chunk_size=4,
+                                                   logits_memory_budget=budget)
+        return losses.masked_cross_entropy(log_probs, jnp.ones((2, 8), bool))[0]
+
+    def stored(hidden, weight):
+        return loss(hidden, weight, logits_bytes)
+
+    def recomputed(hidden, weight):
+        return loss(hidden, weight, logits_bytes - 1)
+
+    close(stored(hidden_btd, weight_dv), float(recomputed(hidden_btd, weight_dv)))
+    for got, want in zip(jax.grad(stored, argnums=(0, 1))(hidden_btd, weight_dv),
+                         jax.grad(recomputed, argnums=(0, 1))(hidden_btd, weight_dv)):
+        np.testing.assert_allclose(got, want, atol=TOL)
+    # Stored: the forward projection, then the gradients for hidden and weight (3). Chunked: the same
+    # per chunk plus the recomputed forward (4), for 2 chunks.
+    assert _matmuls_of_gradient(stored, hidden_btd, weight_dv) == 3
+    assert _matmuls_of_gradient(recomputed, hidden_btd, weight_dv) == 8
+    assert losses.LOGITS_MEMORY_BUDGET == 1 << 30
+
+
+@pytest.mark.parametrize("capacity", [5, 8, 14])
+def test_loss_token_log_probs_equal_the_full_computation_and_its_gradients(capacity):
+    key_h, key_w, key_t = jax.random.split(jax.random.key(2), 3)
+    hidden_btd = jax.random.normal(key_h, (2, 7, 5))
+    weight_dv = jax.random.normal(key_w, (5, 11))
+    targets_bt = jax.random.randint(key_t, (2, 7), 0, 11)
+    # 5 loss positions, in both rows; the capacity may leave slots over.
+    mask_bt = jnp.array([[0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1, 1]], bool)
+
+    def full(hidden, weight):
+        return losses.masked_cross_entropy(losses.token_log_probs(hidden @ weight, targets_bt), mask_bt)[0]
+
+    def gathered(hidden, weight):
+        log_probs_n, real_n = losses.loss_token_log_probs(hidden, targets_bt, mask_bt, lambda h: h @ weight,
+                                                          capacity=capacity, chunk_size=4, logits_memory_budget=0)
+        return losses.masked_cross_entropy(log_probs_n, real_n)[0]
+
+    log_probs_n, real_n = losses.loss_token_log_probs(hidden_btd, targets_bt, mask_bt, lambda h: h @ weight_dv,
+                                                      capacity=capacity)
+    assert log_probs_n.shape == (capacity,) and int(jnp.sum(real_n)) == 5
+    expected = losses.token_log_probs(hidden_btd @ weight_dv, targets_bt)[np.asarray(mask_bt)]
+    np.testing.assert_allclose(log_probs_n[:5], expected, atol=TOL)
+    close(gathered(hidden_btd, weight_dv), float(full(hidden_btd, weight_dv)))
+    for got, want in zip(jax.grad(gathered, argnums=(0, 1))(hidden_btd, weight_dv),
+                         jax.grad(full, argnums=(0, 1))(hidden_btd, weight_dv)):
+        np.testing.assert_allclose(got, want, atol=TOL)
 
 
 # Two preference pairs: policy and reference summed log-probs of chosen / rejected completions.
