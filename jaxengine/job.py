@@ -372,7 +372,8 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     elif spec.task == "reward":
         task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)
     else:
-        task = LanguageModelTask(name=spec.task, unpacked=not spec.data.packing)
+        task = LanguageModelTask(name=spec.task, unpacked=not spec.data.packing,
+                                 logits_memory_budget=spec.train.logits_memory_mb << 20)
     generates = spec.task != "reward"
     sample_rows = [row for row in eval_rows if generates and isinstance(row.get("prompt"), (str, list))]
     sample_rows = sample_rows[: spec.train.eval_samples]

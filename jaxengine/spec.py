@@ -139,6 +139,9 @@ class TrainSpec(_Section):
     param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
     compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")
     remat: bool = Field(default=False, description="Recompute each layer in the backward pass: less memory, ~1/3 more compute.")
+    logits_memory_mb: int = Field(default=1024, ge=0, description="Output logits (loss positions x vocabulary x 4 "
+                                  "bytes) up to this size are kept for the backward pass; larger ones are "
+                                  "computed in chunks and recomputed there (less memory, one more output projection).")
     eval_samples: int = Field(default=16, ge=0, le=256, description="Eval prompts generated greedily at each eval.")
     sample_max_new_tokens: int = Field(default=64, ge=1, description="Token budget of those generations.")
 
