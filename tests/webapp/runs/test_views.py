@@ -431,3 +431,36 @@ def test_the_ppo_form_chooses_its_reward_model_among_the_projects_reward_runs(te
     run = Run.objects.get(task="ppo")
     assert run.spec["ppo"]["reward_model"] == scorer.public_id and run.spec["ppo"]["rewards"] == []
     assert run.resolved_spec["ppo"]["reward_model"] == str(tmp_path / "export")
+
+
+def test_the_runs_selection_reaches_compare_by_post_and_a_clean_address(team, run, client_for, catalog, sent_tasks):
+    """The Runs page's checkbox form carries a CSRF token (it also archives); sent by GET, the token
+    landed in the compare page's address, history and the server's logs. It posts, and compare
+    answers with the address of the runs alone."""
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second")
+    client = client_for(team.viewer)
+    page = client.get("/p/alpha/runs/").content.decode()
+    assert '<form method="post" action="/p/alpha/runs/compare/" id="runs-form">' in page
+    response = client.post("/p/alpha/runs/compare/", {"runs": [run.public_id, other.public_id],
+                                                      "csrfmiddlewaretoken": "anything"})
+    assert response.status_code == 302
+    assert response["Location"] == f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}"
+    assert client.get(response["Location"]).status_code == 200
+    assert client_for(team.outsider).post("/p/alpha/runs/compare/", {"runs": [run.public_id]}).status_code == 404
+
+
+def test_the_yaml_view_shows_text_as_typed_not_escaped(team, catalog, client_for):
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=dpo").content.decode()
+    assert "model: bm_…" in page and "\\u2026" not in page
+    assert services.spec_to_yaml({"grpo": {"pattern": "−?\\d+ é"}}) == "grpo:\n  pattern: −?\\d+ é\n"
+
+
+def test_dataset_choices_say_one_row_not_one_rows(team, client_for):
+    from tests.webapp.factories import make_ready_version
+    from webapp.runs import selectors
+
+    version = make_ready_version(team.project, name="single", kind="sft")
+    version.row_count = 1
+    version.save(update_fields=["row_count"])
+    assert selectors.dataset_choices(project=team.project, kinds=("sft",)) == [
+        (version.public_id, "single v1 (sft, 1 row)")]
