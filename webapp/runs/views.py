@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from typing import Any
+from urllib.parse import urlencode
 
 import yaml
 
@@ -315,8 +316,14 @@ def _compare_runs(request, slug):
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
+    if request.method == "POST":
+        # The Runs page's checkboxes arrive by POST (their form also archives, so it carries a CSRF
+        # token, which a GET would put into the address bar, the history and the server logs).
+        project, _membership = get_project_for_user(request.user, slug)
+        query = urlencode([("runs", run_id) for run_id in request.POST.getlist("runs")])
+        return redirect(reverse("runs:compare", args=[project.slug]) + (f"?{query}" if query else ""))
     project, membership, runs = _compare_runs(request, slug)
     if not 2 <= len(runs) <= MAX_COMPARE:
         messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
