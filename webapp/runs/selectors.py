@@ -121,7 +121,8 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
     return [(version.public_id, f"{version.dataset.name} v{version.number} ({version.dataset.kind}, "
-                                f"{version.row_count} rows)") for version in versions]
+                                f"{version.row_count} row{'' if version.row_count == 1 else 's'})")
+            for version in versions]
 
 
 def metric_names(*, run: Run) -> list[str]:

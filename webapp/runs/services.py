@@ -307,8 +307,8 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
 
 
 def spec_to_yaml(spec: dict[str, Any]) -> str:
-    """A written spec as YAML, in the schema's key order."""
-    return yaml.safe_dump(spec, sort_keys=False)
+    """A written spec as YAML, in the schema's key order; text stays as typed (``bm_…``, not ``"bm_\\u2026"``)."""
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
 
 
 def _default_name(plan: RunPlan) -> str:

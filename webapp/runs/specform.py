@@ -28,6 +28,7 @@ and ``pool``, the host pool whose workers take the job (a select of the pools li
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -140,9 +141,16 @@ def form_sections(task: str) -> list[SpecSection]:
             for key, info in model.model_fields.items()
             if f"{name}.{key}" not in REFERENCE_KEYS
         )
-        title = (model.__doc__ or name).strip().splitlines()[0]
-        sections.append(SpecSection(name=name, title=title, fields=fields))
+        sections.append(SpecSection(name=name, title=section_title(model.__doc__, name), fields=fields))
     return sections
+
+
+def section_title(docstring: str | None, name: str) -> str:
+    """A fieldset's subtitle from its schema's docstring, as plain text: the first line, without the
+    section's own name it opens with (the legend shows it already) and without reST double backticks."""
+    line = (docstring or "").strip().partition("\n")[0]
+    line = re.sub(rf"^``{re.escape(name)}``:\s*", "", line)
+    return line.replace("``", "") or name
 
 
 SCALE_OUT = "scale-out"
@@ -161,8 +169,7 @@ def scale_out_section(task: str) -> SpecSection:
         info = JobSpec.model_fields[key]
         fields.append(SpecField(name=key, label=key, widget="number" if key == "hosts" else "text",
                                 default=info.default, optional=False, help=info.description or ""))
-    title = (parallel.__doc__ or "").strip().splitlines()[0]
-    return SpecSection(name=SCALE_OUT, title=title, fields=tuple(fields))
+    return SpecSection(name=SCALE_OUT, title=section_title(parallel.__doc__, "parallel"), fields=tuple(fields))
 
 
 def _read_scale_out(task: str, data: Any) -> dict[str, Any]:

@@ -120,3 +120,13 @@ def test_blank_layout_inputs_leave_parallel_out():
     assert "parallel" not in spec and "hosts" not in spec and "pool" not in spec
     # A spec without parallel (the default layout) shows blank inputs.
     assert "parallel.data" not in specform.spec_initial({"model": "bm_x", "parallel": None, "hosts": 1})
+
+
+def test_a_sections_subtitle_is_plain_text_without_its_own_name():
+    assert specform.section_title("``peft``: full fine-tuning (``none``), or LoRA.\n\nMore.", "peft") == (
+        "full fine-tuning (none), or LoRA.")
+    assert specform.section_title(None, "train") == "train"
+    titles = {section.name: section.title for section in specform.form_sections("grpo")}
+    assert titles["data"] == "where the rows come from and how they become token sequences."
+    assert not any("``" in title for title in titles.values())
+    assert "``" not in specform.scale_out_section("sft").title
