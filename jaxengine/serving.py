@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxengine.models.transformer import fuse_projections
 from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decode, filter_logits, prefill,
                               stop_string_end)
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
@@ -105,6 +106,7 @@ def load_serving_model(path: str | Path, *, compute_dtype=None) -> LoadedModel:
         model, _, _ = load_quantized(path, compute_dtype=compute_dtype)
     else:
         model, _ = load_hf_model(path, param_dtype=compute_dtype, compute_dtype=compute_dtype)
+    model = fuse_projections(model)  # once here, so the separate q/k/v and gate/up kernels are not kept too
     return LoadedModel(model=model, tokenizer=load_tokenizer(path), nbytes=weight_bytes(model), path=path)
 
 
@@ -159,17 +161,18 @@ def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filter
     ``gumbel_noise`` (None: every row is greedy) a row draws what ``jax.random.categorical`` draws
     with that noise's key. ``filtered``: some row uses top-k or top-p (a compile-time switch: the per-row
     sort is the costliest part of a small model's step)."""
-    greedy_b = jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
     if noise_bv is None:
-        return greedy_b
-    scaled_bv = logits_bv / jnp.where(temperature_b > 0, temperature_b, 1.0)[:, None]
+        return jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
+    sampled_b = temperature_b > 0
+    scaled_bv = logits_bv / jnp.where(sampled_b, temperature_b, 1.0)[:, None]
     if filtered:
         filtered_bv = jax.vmap(lambda row_v, k, p: filter_logits(row_v[None], k, p)[0])(scaled_bv, top_k_b, top_p_b)
         # Filtering with both filters off keeps every token only up to float rounding of the cumulative mass.
         filters_on_b = (top_k_b > 0) | (top_p_b < 1)
         scaled_bv = jnp.where(filters_on_b[:, None], filtered_bv, scaled_bv)
-    sampled_b = jnp.argmax(noise_bv + scaled_bv, axis=-1)  # jax.random.categorical's Gumbel-max draw
-    return jnp.where(temperature_b > 0, sampled_b, greedy_b).astype(jnp.int32)
+    # One argmax over the vocabulary for greedy and sampling rows alike (a row's greedy logits, or
+    # jax.random.categorical's Gumbel-max draw): the reduction is a large share of a small model's step.
+    return jnp.argmax(jnp.where(sampled_b[:, None], noise_bv + scaled_bv, logits_bv), axis=-1).astype(jnp.int32)
 
 
 def _rows_view(keys_or_values: jax.Array, rows: int, kv_heads: int) -> jax.Array:
@@ -504,14 +507,16 @@ class BatchDecoder:
         if max_slots < 1 or steps_per_call < 1:
             raise ValueError(f"BatchDecoder: max_slots ({max_slots}) and steps_per_call ({steps_per_call}) "
                              "must be at least 1")
-        self.model = model
+        # q/k/v and gate/up as one matmul each (a copy sharing the other weights; none for a model that
+        # load_serving_model already fused).
+        self.model = fuse_projections(model)
         self.tokenizer = tokenizer
         self.min_bucket = min_bucket
         self.cache_dtype = cache_dtype
         self.max_slots = max_slots
         self.steps_per_call = steps_per_call
         # Split once: a served model's weights do not change, and splitting a model costs milliseconds.
-        graphdef, state = nnx.split(model)
+        graphdef, state = nnx.split(self.model)
         self.leaves, treedef = jax.tree.flatten(state)
         self.compiled = _compiled(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
 

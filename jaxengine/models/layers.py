@@ -86,6 +86,27 @@ class Linear(nnx.Module):
         return y_bto.astype(out_dtype)
 
 
+def joined_projection(projections: list[Linear]) -> Linear | None:
+    """One ``Linear`` whose output is the outputs of ``projections`` side by side: kernels (and biases)
+    joined along the output axis, so a decode step does one matmul instead of several small ones.
+    For serving (``transformer.fuse_projections``); None when the projections cannot be joined exactly
+    (a LoRA adapter, quantized codes, or different input widths, biases or dtypes)."""
+    first = projections[0]
+    kinds = {(linear.in_features, linear.bias is None, linear.compute_dtype, linear.kernel[...].dtype)
+             for linear in projections if linear.lora is None and linear.quantized is None}
+    if len(kinds) != 1 or any(linear.lora is not None or linear.quantized is not None for linear in projections):
+        return None
+    kernel_io = jnp.concatenate([linear.kernel[...] for linear in projections], axis=1)
+    # Built abstract, then given the joined arrays: no throwaway random kernel of the joined size.
+    joined = nnx.eval_shape(lambda: Linear(first.in_features, kernel_io.shape[1], use_bias=first.bias is not None,
+                                           axes=("embed", None), param_dtype=kernel_io.dtype,
+                                           compute_dtype=first.compute_dtype, rngs=nnx.Rngs(0)))
+    joined.kernel = param(kernel_io, ("embed", None))
+    if first.bias is not None:
+        joined.bias = param(jnp.concatenate([linear.bias[...] for linear in projections]), (None,))
+    return joined
+
+
 class Embedding(nnx.Module):
     """Token embedding table [V, D]; also the output projection when embeddings are tied."""
 
@@ -250,6 +271,8 @@ class Attention(nnx.Module):
         self.k_proj = Linear(hidden, kv_heads * head_dim, use_bias=config.qkv_bias, axes=("embed", "kv_heads"), **common)
         self.v_proj = Linear(hidden, kv_heads * head_dim, use_bias=config.qkv_bias, axes=("embed", "kv_heads"), **common)
         self.o_proj = Linear(heads * head_dim, hidden, use_bias=config.o_proj_bias, axes=("heads", "embed"), **common)
+        # Serving: q/k/v joined into one projection by ``fuse_projections`` (then q/k/v_proj are None).
+        self.qkv_proj = nnx.data(None)
         if config.qk_norm:
             norm = dict(eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset, param_dtype=param_dtype,
                         axis_name="head_dim")
@@ -272,9 +295,14 @@ class Attention(nnx.Module):
         one of ``ATTENTION_IMPLEMENTATIONS``).
         """
         batch, length, _ = x_btd.shape
-        q_btnh = self.q_proj(x_btd).reshape(batch, length, self.num_heads, self.head_dim)
-        k_btkh = self.k_proj(x_btd).reshape(batch, length, self.num_kv_heads, self.head_dim)
-        v_btkh = self.v_proj(x_btd).reshape(batch, length, self.num_kv_heads, self.head_dim)
+        if self.qkv_proj is None:
+            q_btx, k_btx, v_btx = self.q_proj(x_btd), self.k_proj(x_btd), self.v_proj(x_btd)
+        else:
+            q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q_btx, k_btx, v_btx = jnp.split(self.qkv_proj(x_btd), [q_width, q_width + kv_width], axis=-1)
+        q_btnh = q_btx.reshape(batch, length, self.num_heads, self.head_dim)
+        k_btkh = k_btx.reshape(batch, length, self.num_kv_heads, self.head_dim)
+        v_btkh = v_btx.reshape(batch, length, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q_btnh = self.q_norm(q_btnh)
             k_btkh = self.k_norm(k_btkh)
@@ -326,14 +354,19 @@ class MLP(nnx.Module):
         self.up_proj = Linear(config.hidden_size, config.intermediate_size, axes=("embed", "mlp"), **common)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, axes=("mlp", "embed"), **common)
         self.hidden_act = config.hidden_act
+        # Serving: gate/up joined into one projection by ``fuse_projections`` (then gate/up_proj are None).
+        self.gate_up_proj = nnx.data(None)
 
     def __call__(self, x_btd: jax.Array) -> jax.Array:
-        gate_btf = self.gate_proj(x_btd)
+        if self.gate_up_proj is None:
+            gate_btf, up_btf = self.gate_proj(x_btd), self.up_proj(x_btd)
+        else:
+            gate_btf, up_btf = jnp.split(self.gate_up_proj(x_btd), 2, axis=-1)
         if self.hidden_act == "silu":
             activated_btf = jax.nn.silu(gate_btf)
         else:  # gelu_pytorch_tanh
             activated_btf = jax.nn.gelu(gate_btf, approximate=True)
-        return self.down_proj(activated_btf * self.up_proj(x_btd))
+        return self.down_proj(activated_btf * up_btf)
 
 
 class DecoderLayer(nnx.Module):

@@ -32,6 +32,7 @@ from jaxengine.models.layers import (
     Embedding,
     Linear,
     RMSNorm,
+    joined_projection,
     resolve_attention_implementation,
     kv_cache_shapes,
     rope_cos_sin,
@@ -197,6 +198,26 @@ class CausalLM(nnx.Module):
             tables["sliding_attention"] = rope_cos_sin(
                 positions_bt, rope_inverse_frequencies(config.head_dim, config.local_rope_theta, None))
         return tables
+
+
+def fuse_projections(model: CausalLM) -> CausalLM:
+    """A copy of ``model`` for serving in which each layer's q/k/v projections are one matmul
+    (``Attention.qkv_proj``) and gate/up one more (``MLP.gate_up_proj``); every other array is shared
+    with ``model``, which is left as it was. On CPU a decode step of many rows is several small
+    matmuls per layer, each with its own overhead. Projections that cannot be joined exactly (LoRA,
+    quantized codes) stay separate; an already fused model comes back as a copy unchanged."""
+    fused = nnx.merge(*nnx.split(model))
+    for layer in fused.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if attention.qkv_proj is None:
+            qkv = joined_projection([attention.q_proj, attention.k_proj, attention.v_proj])
+            if qkv is not None:
+                attention.qkv_proj, attention.q_proj, attention.k_proj, attention.v_proj = qkv, None, None, None
+        if mlp.gate_up_proj is None:
+            gate_up = joined_projection([mlp.gate_proj, mlp.up_proj])
+            if gate_up is not None:
+                mlp.gate_up_proj, mlp.gate_proj, mlp.up_proj = gate_up, None, None
+    return fused
 
 
 def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index, lengths_b, *,
