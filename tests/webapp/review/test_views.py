@@ -184,3 +184,17 @@ def test_the_items_page_filters_by_status(campaign, team, carol, client_for):
     page = client_for(team.viewer).get(url("items", campaign), {"status": "in_review"})
     assert [row_item for row_item, _prompt in page.context["rows"]] == [item]
     assert b"Capital of France?" in page.content and b"What is 2+2?" not in page.content
+
+
+def test_the_campaign_page_says_when_too_few_reviewers_could_ever_complete_an_item(campaign, team, carol,
+                                                                                    client_for):
+    """Two reviews per item from one reviewer can never be given: items stay 'in review' for ever
+    unless the page says why and what to change."""
+    assert "Too few reviewers" not in client_for(team.owner).get(url("detail", campaign)).content.decode()
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=3, reviewers=[team.teammate, carol])
+    page = client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert "Too few reviewers" in page
+    assert "Each item needs 3 reviews from different reviewers, but the campaign has 2 reviewers" in page
+    assert f'in <a href="{url("settings", campaign)}">Settings</a>' in page
+    member_page = client_for(team.teammate).get(url("detail", campaign)).content.decode()
+    assert "has 2 reviewers: no item can be complete until an owner adds reviewers" in member_page
