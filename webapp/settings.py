@@ -134,6 +134,9 @@ TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)
 # reach it at (default: its host name's IP) and a port for a job's coordinator (default: any free one).
 TEMPER_PLACEMENT_TIMEOUT_SECONDS = env_int("TEMPER_PLACEMENT_TIMEOUT_SECONDS", 1800)
 TEMPER_HOST_LOST_SECONDS = env_int("TEMPER_HOST_LOST_SECONDS", 15)
+# A placed attempt whose hosts did not all start this long after its placement is placed again as a
+# new attempt (its started processes stop), with the hosts that did not start named in its log.
+TEMPER_HOST_START_SECONDS = env_int("TEMPER_HOST_START_SECONDS", 120)
 TEMPER_WORKER_ADDRESS = env_str("TEMPER_WORKER_ADDRESS", "")
 TEMPER_COORDINATOR_PORT = env_int("TEMPER_COORDINATOR_PORT", 0)
 # Serving: bytes of model weights the serve worker keeps loaded (least recently used out beyond it),

@@ -32,10 +32,10 @@ from datetime import datetime
 from celery import signals
 from celery.worker import state as worker_state
 from django.conf import settings
-from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from webapp.runs.placement import pool_of_queues
+from worker.forking import database_round
 from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
 
 logger = logging.getLogger(__name__)
@@ -129,15 +129,12 @@ class Heartbeat:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        try:
+        with database_round():
             worker_mark_stopped(name=self.name, pid=self.pid)
-        finally:
-            connection.close()
 
     def beat(self) -> None:
-        """Write one heartbeat now."""
-        close_old_connections()
-        try:
+        """Write one heartbeat now (a database round: no pool child forks meanwhile, ``worker.forking``)."""
+        with database_round():
             worker_heartbeat_record(
                 name=self.name,
                 host=self.host,
@@ -150,9 +147,6 @@ class Heartbeat:
                 address=self.address,
                 coordinator_port=coordinator_port() if self.pool else None,
             )
-        finally:
-            # A heartbeat every few seconds does not need a connection held in between.
-            connection.close()
 
     def _probe(self) -> None:
         self.devices = probe_devices()

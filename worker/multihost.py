@@ -9,6 +9,11 @@ verdicts change nothing), gives back its worker's reservation and ends its own p
 blocked, or about to be, in a collective that will never complete. A peer never seen is left to
 jax.distributed's initialization timeout: it may still be starting. A process that finished its part
 (process 0 still exports the model after the others are done) leaves ``done`` in its key instead.
+
+The watch also asks the database whether the attempt is still on (``placement.attempt_ended_reason``):
+an attempt cancelled while queued, failed by a peer or the reaper, or placed again because a host
+never started (``placement.runs_replace_unstarted``) ends its processes within a second, including
+one still waiting in jax.distributed's initialization for a peer that will never come.
 """
 from __future__ import annotations
 
@@ -89,10 +94,15 @@ class HostLiveness:
         return [process for process, present in zip(self.peers, alive) if not present and process in self._seen]
 
     def check(self) -> str | None:
+        """The watchdog's question: why this process must end now (None: it goes on)."""
+        self._lost = []
+        ended = placement.attempt_ended_reason(run_pk=self.run.pk, attempt=self.attempt)
+        if ended is not None:
+            return ended
         self._lost = self.silent_peers()
         if not self._lost:
             return None
-        return ", ".join(f"host {process}" for process in self._lost)
+        return ", ".join(f"host {process}" for process in self._lost) + " lost"
 
     def wait_for_lost_peers(self) -> list[int]:
         """After the engine raised: the peers lost (an error in a collective is often the echo of a
@@ -108,11 +118,13 @@ class HostLiveness:
             time.sleep(BEAT_SECONDS)
 
     def _end_lost(self, description: str) -> None:
-        """Watchdog verdict: record the lost hosts, give the worker back, end this process."""
+        """Watchdog verdict: record the lost hosts (if that is the reason), give the worker back, end
+        this process."""
         close_old_connections()
         try:
-            reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
-            placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk)
+            if self._lost:
+                reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
+            placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
         finally:
-            logger.error("run %s: %s lost; ending process %s", self.run.public_id, description, self.process_id)
+            logger.error("run %s: %s; ending process %s", self.run.public_id, description, self.process_id)
             end_process(description)

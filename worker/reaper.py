@@ -4,11 +4,13 @@ A run's heartbeat stops when the process training it dies (SIGKILL, out of memor
 ``worker_ready`` a daemon thread here calls ``webapp.runs.services.runs_reap_lost`` at once and then
 every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`` are re-queued to
 resume from their last checkpoint, and runs queued for that long whose message Redis no longer
-holds (a restart without persistence) are sent again, multi-host runs waiting for their pool's
-workers are placed when enough are free (``webapp.runs.placement``), and pipelines whose export
+holds (a restart without persistence) are sent again, multi-host attempts that did not start on
+every host in time are placed again and multi-host runs waiting for their pool's workers are placed
+when enough are free (``webapp.runs.placement``), and pipelines whose export
 stage's message was lost are failed with that reason (``webapp.runs.pipelines``). Every worker (default, train, serve) runs it, so a lost run is
 found while any worker is up; the conditional update in the service makes concurrent reapers safe.
-The thread lives in the main process, which a forked pool child's death does not take down.
+The thread lives in the main process, which a forked pool child's death does not take down; each
+round is a ``worker.forking.database_round`` (no pool child is forked while it uses the database).
 """
 from __future__ import annotations
 
@@ -17,11 +19,11 @@ import threading
 
 from celery import signals
 from django.conf import settings
-from django.db import close_old_connections, connection
 
 from webapp.runs.pipelines import pipelines_fail_lost_exports
-from webapp.runs.placement import runs_place_waiting
+from webapp.runs.placement import runs_place_waiting, runs_replace_unstarted
 from webapp.runs.services import runs_reap_lost, runs_requeue_lost_messages
+from worker.forking import database_round
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +43,21 @@ class Reaper:
             self._thread.join(timeout=5)
 
     def reap_once(self) -> None:
-        close_old_connections()
+        """One round of checks, as a database round (no pool child forks meanwhile: ``worker.forking``)."""
         try:
-            for run in runs_reap_lost():
-                logger.warning("run %s was lost; re-queued as attempt %s", run.public_id, run.attempt)
-            for run in runs_requeue_lost_messages():
-                logger.warning("run %s: its queue message was lost; sent again", run.public_id)
-            for run in runs_place_waiting():
-                logger.info("run %s placed on %s hosts", run.public_id, run.hosts)
-            for pipeline in pipelines_fail_lost_exports():
-                logger.warning("pipeline %s failed: its export message was lost", pipeline.public_id)
+            with database_round():
+                for run in runs_reap_lost():
+                    logger.warning("run %s was lost; re-queued as attempt %s", run.public_id, run.attempt)
+                for run in runs_requeue_lost_messages():
+                    logger.warning("run %s: its queue message was lost; sent again", run.public_id)
+                for run in runs_replace_unstarted():
+                    logger.warning("run %s: its attempt did not start on every host; placed again", run.public_id)
+                for run in runs_place_waiting():
+                    logger.info("run %s placed on %s hosts", run.public_id, run.hosts)
+                for pipeline in pipelines_fail_lost_exports():
+                    logger.warning("pipeline %s failed: its export message was lost", pipeline.public_id)
         except Exception:  # a failed check must never take the worker down; the next one retries
             logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)
-        finally:
-            connection.close()
 
     def _run(self) -> None:
         while True:

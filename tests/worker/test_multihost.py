@@ -44,7 +44,7 @@ def test_a_peer_seen_then_silent_is_lost_and_a_finished_one_is_not(run):
         client.set(channels.host_key(run.public_id, 1, 2), multihost.DONE, ex=60)  # host 2 finished its part
         client.close()
         time.sleep(1.3)  # host 1's heartbeat expires
-        assert liveness.check() == "host 1"
+        assert liveness.check() == "host 1 lost"
     finally:
         liveness._client.close()
 
@@ -83,6 +83,33 @@ def test_the_watchdog_verdict_fails_the_run_naming_the_host_and_ends_the_process
         time.sleep(0.1)
     liveness.stop(finished=False)
     run.refresh_from_db()
-    assert ended == ["host 1"]
+    assert ended == ["host 1 lost"]
     assert run.status == RunStatus.FAILED
     assert run.error_message.startswith("host 1 (worker train-tpu@h1) lost at step 12; the other hosts were stopped")
+
+
+def test_the_watchdog_ends_a_process_whose_attempt_was_placed_again_without_failing_the_run(
+        transactional_db, settings, redis_url, monkeypatch):
+    """Host 1 started and waits for host 0, whose task never started: once the reaper places the run
+    again as attempt 2 (``placement.runs_replace_unstarted``), host 1's watchdog ends its process within
+    a second or two, naming why, and records no lost host (attempt 2 is not touched)."""
+    settings.REDIS_URL = redis_url
+    team = make_team()
+    run = Run.objects.create(
+        project=team.project, name="mh", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"}, hosts=2,
+        placement={"attempt": 1, "pool": "tpu", "coordinator": "h:1", "started": [1], "hosts": [
+            {"process": index, "worker": f"train-tpu@h{index}", "address": "h"} for index in range(2)]})
+    ended = []
+    monkeypatch.setattr(multihost, "end_process", ended.append)
+    liveness = HostLiveness(run=run, process_id=1, num_processes=2, worker_name="train-tpu@h1", lost_seconds=2)
+    liveness.start()
+    time.sleep(1.5)
+    assert ended == []  # host 0 never seen: not lost, and the attempt is still on
+    Run.objects.filter(pk=run.pk).update(attempt=2, placement={})
+    deadline = time.monotonic() + 10
+    while not ended and time.monotonic() < deadline:
+        time.sleep(0.1)
+    liveness.stop(finished=False)
+    assert ended == ["attempt 1 was superseded by attempt 2"]
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.error_message == ""

@@ -10,6 +10,17 @@ runs placed at once never share a worker, and a run that cannot get all N keeps 
 each reserved worker its own task on its own queue (Celery's ``worker_direct``) with the run, the
 attempt, the process index, N and the coordinator address (host 0's announced address and port).
 
+Start handshake. Each host's task acknowledges its process on the run's placement when it starts
+(``reporting.host_start``: ``placement["started"]``; process 0 also claims the run as running). An
+attempt placed ``TEMPER_HOST_START_SECONDS`` ago whose hosts did not all acknowledge is half-started:
+a host's message was lost, or its worker could not take it (see the known gap below). The reapers
+then place the run again as a new attempt (``runs_replace_unstarted``), naming the hosts that did
+not start in its log; the processes that did start see their attempt superseded
+(``attempt_ended_reason``, which their watchdogs ask every second) and end, instead of waiting in
+``jax.distributed``'s initialization for a peer that will never come. So an attempt either has all
+its hosts or gives way to one that does, within the same overall ``TEMPER_PLACEMENT_TIMEOUT_SECONDS``
+(counted from when the run was queued) after which it fails with the reason.
+
 A run that finds fewer than N free workers stays ``queued`` with the reason shown on its page;
 every worker's reaper thread calls ``runs_place_waiting`` again every few seconds, and a run that
 waited ``TEMPER_PLACEMENT_TIMEOUT_SECONDS`` fails with that reason. A worker is free when it is
@@ -18,8 +29,8 @@ is still active; reservations therefore lapse by themselves when an attempt ends
 
 Known gap: a worker's "runs nothing" comes from its last heartbeat, so a single-host run of the
 same pool taken in the seconds before a reservation delays that host's task until it finishes; the
-job's other processes then wait for it (jax.distributed's initialization timeout). Pools that serve
-multi-host jobs are best kept for them.
+attempt is then re-placed after ``TEMPER_HOST_START_SECONDS`` (its late message is dropped as stale).
+Pools that serve multi-host jobs are best kept for them.
 """
 from __future__ import annotations
 
@@ -32,7 +43,7 @@ from django.utils import timezone
 
 from webapp.celery import app as celery_app
 from webapp.runs import services
-from webapp.runs.models import LogLevel, Run, RunStatus
+from webapp.runs.models import ACTIVE_STATUSES, LogLevel, Run, RunStatus
 from webapp.workers.models import STALE_AFTER, Worker
 
 logger = logging.getLogger(__name__)
@@ -104,9 +115,13 @@ def _reserve(workers: list[Worker], *, run: Run, now: datetime) -> bool:
 
 
 def _fail_waiting(run: Run, reason: str, now: datetime) -> None:
+    _fail_placement(run, f"{reason} after {settings.TEMPER_PLACEMENT_TIMEOUT_SECONDS} s; start more workers of the "
+                         "pool (or lower hosts), then resume the run", now)
+
+
+def _fail_placement(run: Run, message: str, now: datetime) -> None:
     run.status = RunStatus.FAILED
-    run.error_message = (f"{reason} after {settings.TEMPER_PLACEMENT_TIMEOUT_SECONDS} s; start more workers of the "
-                         "pool (or lower hosts), then resume the run")
+    run.error_message = message
     run.waiting_reason = ""
     run.finished_at = now
     run.save(update_fields=["status", "error_message", "waiting_reason", "finished_at"])
@@ -139,9 +154,10 @@ def run_place(*, run: Run, now: datetime | None = None) -> bool:
         return False
     coordinator = f"{chosen[0].address}:{chosen[0].coordinator_port}"
     run.placement = {
-        "attempt": run.attempt, "pool": pool, "coordinator": coordinator,
+        "attempt": run.attempt, "pool": pool, "coordinator": coordinator, "placed_at": now.isoformat(),
         "hosts": [{"process": index, "worker": worker.name, "address": worker.address}
                   for index, worker in enumerate(chosen)],
+        "started": [],  # processes whose task started (``reporting.host_start``)
     }
     run.waiting_reason = ""
     run.save(update_fields=["placement", "waiting_reason"])
@@ -169,9 +185,82 @@ def runs_place_waiting(*, now: datetime | None = None) -> list[Run]:
     return placed
 
 
-def host_release(*, worker_name: str, run_pk: int) -> None:
-    """Give back ``worker_name``'s reservation for run ``run_pk`` (its host task ended)."""
-    Worker.objects.filter(name=worker_name, reserved_run_id=run_pk).update(reserved_run=None, reserved_attempt=None)
+def host_release(*, worker_name: str, run_pk: int, attempt: int) -> None:
+    """Give back ``worker_name``'s reservation for attempt ``attempt`` of run ``run_pk`` (its host task
+    ended); a reservation the worker has since been given for a later attempt stays."""
+    Worker.objects.filter(name=worker_name, reserved_run_id=run_pk, reserved_attempt=attempt).update(
+        reserved_run=None, reserved_attempt=None)
+
+
+def attempt_ended_reason(*, run_pk: int, attempt: int) -> str | None:
+    """Why the processes of attempt ``attempt`` of multi-host run ``run_pk`` must stop although none
+    of their peers was lost: the attempt failed or was cancelled (while queued, before every host
+    started), or it was placed again as a later attempt. None while it is the run's current attempt
+    and has not failed (a succeeded attempt's processes are finishing their part)."""
+    row = Run.objects.filter(pk=run_pk).values("attempt", "status").first()
+    if row is None:
+        return f"run {run_pk} no longer exists"
+    if row["attempt"] != attempt:
+        return f"attempt {attempt} was superseded by attempt {row['attempt']}"
+    if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return f"attempt {attempt} is {row['status']}"
+    return None
+
+
+def unstarted_hosts(run: Run) -> list[int]:
+    """The processes of ``run``'s placed attempt whose task has not started."""
+    started = set(run.placement.get("started", []))
+    return [host["process"] for host in run.placement.get("hosts", []) if host["process"] not in started]
+
+
+def _start_overdue(run: Run, now: datetime) -> bool:
+    """Whether ``run``'s current attempt was placed over ``TEMPER_HOST_START_SECONDS`` ago and some of
+    its hosts have not started."""
+    placed_at = run.placement.get("placed_at")
+    if run.placement.get("attempt") != run.attempt or not placed_at or not unstarted_hosts(run):
+        return False
+    return (now - datetime.fromisoformat(placed_at)).total_seconds() > settings.TEMPER_HOST_START_SECONDS
+
+
+def runs_replace_unstarted(*, now: datetime | None = None) -> list[Run]:
+    """Place again, as a new attempt, every active multi-host run whose placed attempt did not start on
+    all its hosts in time (see the module notes); one queued longer than the placement timeout fails
+    with the reason instead. Returns the runs re-placed or failed."""
+    now = now or timezone.now()
+    overdue = [run for run in Run.objects.filter(status__in=ACTIVE_STATUSES, hosts__gt=1).order_by("queued_at")
+               if _start_overdue(run, now)]
+    return [run for run in overdue if _replace_unstarted(run, now)]
+
+
+@transaction.atomic
+def _replace_unstarted(run: Run, now: datetime) -> bool:
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status not in ACTIVE_STATUSES or not _start_overdue(run, now):
+        return False  # started, cancelled or re-placed meanwhile
+    reason = (f"{named_hosts(run, unstarted_hosts(run))} did not start within "
+              f"{settings.TEMPER_HOST_START_SECONDS} s of the placement of attempt {run.attempt}")
+    if (now - run.queued_at).total_seconds() > settings.TEMPER_PLACEMENT_TIMEOUT_SECONDS:
+        _fail_placement(run, f"{reason}, and the run was queued over {settings.TEMPER_PLACEMENT_TIMEOUT_SECONDS} s "
+                             "ago; check the pool's workers, then resume the run", now)
+        return True
+    message = f"{reason}; its other hosts stop and the run is placed again as attempt {run.attempt + 1}"
+    run.status = RunStatus.QUEUED
+    run.attempt += 1
+    run.placement = {}
+    run.worker_name = ""
+    run.waiting_reason = message
+    run.save(update_fields=["status", "attempt", "placement", "worker_name", "waiting_reason"])
+    services.log_line(run, message, level=LogLevel.WARNING)
+    logger.warning("run %s: %s", run.public_id, message)
+    run_place(run=run, now=now)
+    return True
+
+
+def named_hosts(run: Run, processes: list[int]) -> str:
+    """``processes`` of ``run``'s placement with their workers: "host 1 (worker train-tpu@b)"."""
+    named = [f"host {host['process']} (worker {host['worker']})" for host in run.placement.get("hosts", [])
+             if host["process"] in processes]
+    return " and ".join(named or [f"host {', '.join(map(str, processes))}"])
 
 
 def silent_hosts(run: Run) -> list[int]:
@@ -197,8 +286,6 @@ def lost_host_message(run: Run, *, step: int, lost: list[int] | None = None, sil
     """Why a multi-host attempt failed: which hosts (process and worker) were lost. ``lost`` defaults to
     the hosts silent in Redis, else host 0 (whose reporter is the run's heartbeat)."""
     lost = lost if lost is not None else (silent_hosts(run) or [0])
-    named = [f"host {host['process']} (worker {host['worker']})" for host in run.placement.get("hosts", [])
-             if host["process"] in lost] or [f"host {', '.join(map(str, lost))}"]
     silent = f", silent for {silent_seconds} s" if silent_seconds is not None else ""
-    return (f"{' and '.join(named)} lost at step {step}{silent}; the other hosts were stopped. "
+    return (f"{named_hosts(run, lost)} lost at step {step}{silent}; the other hosts were stopped. "
             "Resume the run to continue from its last checkpoint")

@@ -543,19 +543,40 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
     return run
 
 
+@transaction.atomic
 def host_start(*, run_pk: int, attempt: int, process_id: int, worker_name: str) -> Run | None:
-    """Start process ``process_id`` of a multi-host run's attempt: process 0 claims the run as
-    ``run_start`` does (its reporter is the run's); the others only check that the attempt is
-    still the one to run. None when the message is stale."""
-    if process_id == 0:
-        return run_start(run_pk=run_pk, attempt=attempt, worker_name=worker_name)
-    run = Run.objects.filter(pk=run_pk).first()
-    if run is None or run.attempt != attempt or run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-        logger.info("run %s attempt %s: not current any more (%s); host %s message dropped", run_pk, attempt,
-                    f"{run.status} as attempt {run.attempt}" if run else "no such run", process_id)
+    """Start process ``process_id`` of a multi-host run's attempt: acknowledge it on the run's
+    placement (``placement["started"]``: an attempt whose hosts do not all start in time is placed
+    again, ``webapp.runs.placement``); process 0 also claims the run as ``run_start`` does (its
+    reporter is the run's). None, with the reason logged, when the message is stale: the attempt is
+    not the run's placed, active one any more, or this process of it already started."""
+    run = Run.objects.select_for_update().filter(pk=run_pk).first()
+    stale = _stale_host_message(run, attempt=attempt, process_id=process_id)
+    if stale is None and process_id == 0 and run_start(run_pk=run_pk, attempt=attempt, worker_name=worker_name) is None:
+        stale = f"run is {run.status}, not queued"
+    if stale is not None:
+        logger.info("run %s attempt %s: host %s message dropped: %s", run_pk, attempt, process_id, stale)
         return None
-    RunLogLine.objects.create(run=run, message=f"attempt {attempt}: host {process_id} started on {worker_name}")
-    return run
+    run.placement["started"] = sorted({*run.placement.get("started", []), process_id})
+    run.save(update_fields=["placement"])
+    if process_id != 0:
+        RunLogLine.objects.create(run=run, message=f"attempt {attempt}: host {process_id} started on {worker_name}")
+    return Run.objects.get(pk=run_pk)
+
+
+def _stale_host_message(run: Run | None, *, attempt: int, process_id: int) -> str | None:
+    """Why a host message for ``attempt`` must not start (None when it may): said in the log."""
+    if run is None:
+        return "no such run"
+    if run.attempt != attempt:
+        return f"run is at attempt {run.attempt}"
+    if not run.is_active:
+        return f"run is {run.status}"
+    if run.placement.get("attempt") != attempt:
+        return "attempt is not placed"
+    if process_id in run.placement.get("started", []):
+        return "this process already started"
+    return None
 
 
 @transaction.atomic

@@ -60,12 +60,13 @@ def _report_finished(run, reporter, summary) -> None:
 def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: int, coordinator_address: str) -> None:
     """Process ``process_id`` of ``num_processes`` of a multi-host run (``webapp.runs.placement`` sent
     it to this worker): join the job's jax.distributed group and run the same engine entry point.
-    Process 0 reports; a lost peer ends this process (``worker.multihost``); an engine error that a
-    lost peer explains is recorded as that host's loss."""
+    Process 0 reports; a lost peer, or an attempt that ended or was placed again meanwhile, ends this
+    process (``worker.multihost``); an engine error that a lost peer explains is recorded as that
+    host's loss."""
     worker_name = self.request.hostname or "worker"
     run = reporting.host_start(run_pk=run_pk, attempt=attempt, process_id=process_id, worker_name=worker_name)
     if run is None:
-        placement.host_release(worker_name=worker_name, run_pk=run_pk)
+        placement.host_release(worker_name=worker_name, run_pk=run_pk, attempt=attempt)
         return
     from jaxengine import distributed
     from jaxengine.job import run_job  # imports jax: only ever in the worker, and only when training
@@ -96,7 +97,7 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
             pipelines.pipeline_advance(run=run)
         return
     finally:
-        placement.host_release(worker_name=worker_name, run_pk=run.pk)
+        placement.host_release(worker_name=worker_name, run_pk=run.pk, attempt=attempt)
     liveness.stop(finished=True)
     distributed.shutdown()
     if reporter is not None:  # process 0 reports for the job

@@ -1,7 +1,7 @@
 """Placement of multi-host runs: N free workers of the run's pool reserved together and sent one task
 each, or none reserved and the run waits with its reason, until it times out and fails. Host pools
 of single-host runs are their queues."""
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -43,7 +43,9 @@ def test_it_reserves_n_free_workers_and_sends_each_its_process(team, catalog, se
         ([run.pk, 1, 0, 2, coordinator], "train-tpu@host-a.dq2"),
         ([run.pk, 1, 1, 2, coordinator], "train-tpu@host-b.dq2"),
     ]
-    assert run.placement == {"attempt": 1, "pool": "tpu", "coordinator": coordinator, "hosts": [
+    placed_at = run.placement.pop("placed_at")
+    assert abs((timezone.now() - datetime.fromisoformat(placed_at)).total_seconds()) < 60
+    assert run.placement == {"attempt": 1, "pool": "tpu", "coordinator": coordinator, "started": [], "hosts": [
         {"process": 0, "worker": first.name, "address": first.address},
         {"process": 1, "worker": second.name, "address": second.address}]}
     assert set(Worker.objects.values_list("reserved_run", "reserved_attempt")) == {(run.pk, 1)}
@@ -156,6 +158,88 @@ def test_a_silent_multi_host_run_is_failed_by_the_reaper_not_requeued(team, cata
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.attempt == 1
     assert run.error_message.startswith("host 0 (worker train-tpu@a) and host 1 (worker train-tpu@b) lost at step 7")
+
+
+# The interleaving behind the 2026-12-01 CI failure of tests/integration/test_multihost.py, driven step by
+# step: the run is placed on two hosts, host 1's task starts and joins, host 0's never does (its message
+# was dropped as stale; in CI its pool child, forked while the worker's reaper was inside SQLite, read a
+# stale database, see worker/forking.py). Before, host 1 then waited 300 s in jax.distributed for a
+# coordinator that never came and the run stayed half-started. Now the attempt is placed again.
+@pytest.mark.parametrize("started, missing", [(1, 0), (0, 1)])
+def test_an_attempt_that_did_not_start_on_every_host_is_placed_again_and_its_started_hosts_stop(
+        started, missing, team, catalog, sent_tasks, settings, django_capture_on_commit_callbacks):
+    settings.TEMPER_HOST_START_SECONDS = 30
+    workers = [make_worker("train-tpu@a", seen_ago=-120), make_worker("train-tpu@b", seen_ago=-120)]
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    placed_at = datetime.fromisoformat(Run.objects.get(pk=run.pk).placement["placed_at"])
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=started, worker_name=workers[started].name)
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=started,
+                                worker_name=workers[started].name) is None  # a duplicate message starts nothing
+    run.refresh_from_db()
+    assert run.placement["started"] == [started] and placement.unstarted_hosts(run) == [missing]
+    assert run.status == (RunStatus.RUNNING if started == 0 else RunStatus.QUEUED)  # process 0 claims the run
+
+    # Within the start deadline nothing happens: the other host may still be starting.
+    assert placement.runs_replace_unstarted(now=placed_at + timedelta(seconds=29)) == []
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) is None
+
+    sent_tasks.calls.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        replaced = placement.runs_replace_unstarted(now=placed_at + timedelta(seconds=31))
+    assert [each.pk for each in replaced] == [run.pk]
+    run.refresh_from_db()
+    expected = (f"host {missing} (worker {workers[missing].name}) did not start within 30 s of the placement of "
+                "attempt 1; its other hosts stop and the run is placed again as attempt 2")
+    assert expected in list(run.log_lines.values_list("message", flat=True))
+    # The started host's watchdog asks this every second: it ends its process instead of waiting.
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 was superseded by attempt 2"
+    # Placed again at once on the same two workers (free again: their reservation was for attempt 1).
+    assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.placement["attempt"] == 2
+    assert [args[:3] for args, _ in host_calls(sent_tasks)] == [[run.pk, 2, 0], [run.pk, 2, 1]]
+
+    # The missing host's attempt-1 message arrives late: dropped, and it neither claims attempt 2 nor
+    # gives back the reservation its worker now holds for attempt 2.
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=missing, worker_name=workers[missing].name) is None
+    placement.host_release(worker_name=workers[missing].name, run_pk=run.pk, attempt=1)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.placement["started"] == []
+    assert Worker.objects.get(name=workers[missing].name).reserved_attempt == 2
+
+    for process in (1, 0):
+        assert reporting.host_start(run_pk=run.pk, attempt=2, process_id=process, worker_name=workers[process].name)
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and placement.unstarted_hosts(run) == []
+    assert placement.runs_replace_unstarted(now=placed_at + timedelta(seconds=600)) == []
+
+
+def test_a_run_cancelled_while_half_started_stops_its_started_host_and_starts_no_other(
+        team, catalog, sent_tasks, monkeypatch, django_capture_on_commit_callbacks):
+    make_worker("train-tpu@a"), make_worker("train-tpu@b")
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=1, worker_name="train-tpu@b")
+    services.run_cancel(run=run, user=None)  # still queued: cancelled at once
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 is cancelled"
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=0, worker_name="train-tpu@a") is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert placement.runs_replace_unstarted(now=timezone.now() + timedelta(days=1)) == []
+
+
+def test_an_attempt_still_half_started_after_the_placement_timeout_fails_naming_the_host(
+        team, catalog, sent_tasks, settings, django_capture_on_commit_callbacks):
+    settings.TEMPER_HOST_START_SECONDS = 30
+    settings.TEMPER_PLACEMENT_TIMEOUT_SECONDS = 60
+    make_worker("train-tpu@a", seen_ago=-120), make_worker("train-tpu@b", seen_ago=-120)
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=0, worker_name="train-tpu@a")
+    later = run.queued_at + timedelta(seconds=61)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [each.pk for each in placement.runs_replace_unstarted(now=later)] == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.attempt == 1 and run.finished_at == later
+    assert run.error_message == ("host 1 (worker train-tpu@b) did not start within 30 s of the placement of attempt 1, "
+                                 "and the run was queued over 60 s ago; check the pool's workers, then resume the run")
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 is failed"
 
 
 def test_a_single_host_run_goes_to_its_pools_queue(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
