@@ -80,3 +80,17 @@ def test_it_restores_the_admin_as_demo_owner(db, models_root):
     Membership.objects.filter(user=admin).delete()
     run_setup("--no-demo-model")
     assert Membership.objects.get(project__slug="demo", user=admin).role == Role.OWNER
+
+
+def test_running_it_again_keeps_the_admins_sessions(db, models_root, monkeypatch, client):
+    """`make up` runs setup at every start; setting the same password again (a new salt and hash) logged the
+    admin out of every browser. A changed TEMPER_ADMIN_PASSWORD still applies."""
+    run_setup("--no-demo-model")
+    assert client.login(username="boss", password="s3cret-pass")
+    assert client.get("/p/demo/").status_code == 200
+    run_setup("--no-demo-model")
+    assert client.get("/p/demo/").status_code == 200  # still logged in
+    monkeypatch.setenv("TEMPER_ADMIN_PASSWORD", "an0ther-pass")
+    run_setup("--no-demo-model")
+    assert get_user_model().objects.get(username="boss").check_password("an0ther-pass")
+    assert client.get("/p/demo/").status_code == 302  # a new password ends the old sessions, as Django does

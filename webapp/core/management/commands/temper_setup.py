@@ -64,8 +64,10 @@ class Command(BaseCommand):
             user = user_model.objects.create_superuser(username=username, email="", password=password)
             self.stdout.write(f"admin account created: {username} / {password}")
         elif password:
-            user.set_password(password)
-            user.save(update_fields=["password"])
+            # Only a changed password is set again: a new hash would log the admin out of every session.
+            if not user.check_password(password):
+                user.set_password(password)
+                user.save(update_fields=["password"])
             self.stdout.write(f"admin account: {username} / {password}")
         else:
             self.stdout.write(f"admin account: {username} (password unchanged)")
