@@ -85,7 +85,9 @@ def _authenticate(request: HttpRequest):
 
 
 def _unauthorized() -> JsonResponse:
-    return _error(401, "send 'Authorization: Bearer <token>' with a project token (python manage.py apitoken)",
+    return _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
+                       "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
+                       "the API tokens page (tmp_…) are for the REST API at /api/v1/",
                   kind="authentication_error", code="invalid_api_key")
 
 

@@ -37,6 +37,17 @@ def test_it_requires_a_members_token(team):
     assert Client().get("/v1/models", **bearer("tpk_guess")).status_code == 401
 
 
+def test_a_refused_token_is_told_where_project_tokens_are_made(team):
+    """The README sends users to the Chat page for these tokens; a REST token (tmp_…) is refused here."""
+    from webapp.api.services import token_create
+
+    _token, rest_secret = token_create(user=team.teammate, name="rest")
+    response = Client().get("/v1/models", **bearer(rest_secret))
+    assert response.status_code == 401
+    message = response.json()["error"]["message"]
+    assert "Chat page under 'API tokens for this project'" in message and "(tmp_…) are for the REST API" in message
+
+
 def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
     _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
     assert project_token_authenticate(f"Bearer {secret}") is not None
