@@ -48,6 +48,12 @@ class Worker(models.Model):
         return self.name
 
     @property
+    def shared_queues(self) -> list[str]:
+        """The queues it takes work from, without its own ``<name>.dq2`` (Celery's ``worker_direct`` queue,
+        which every worker has and only placement uses): what the Workers page lists."""
+        return [queue for queue in self.queues if queue != f"{self.name}.dq2"]
+
+    @property
     def holds_reservation(self) -> bool:
         """Whether the worker is reserved for an attempt of a multi-host run that is still active."""
         run = self.reserved_run

@@ -73,6 +73,14 @@ class TestWorkersPage:
         assert "run_abc" in content
         assert '<tr class="worker-stale">' in content and "probing" in content
 
+    def test_it_lists_the_queues_a_worker_shares_not_its_own_direct_queue(self, team, client_for):
+        """Every worker also consumes ``<name>.dq2`` (worker_direct, for multi-host placement); listed as a
+        queue it read as one more queue to send work to."""
+        record("default@vm", queues=["default", "default@vm.dq2"], devices={})
+        content = client_for(team.viewer).get(self.url).content.decode()
+        assert "<td><code>default</code> </td>" in content and "dq2" not in content
+        assert Worker.objects.get(name="default@vm").queues == ["default", "default@vm.dq2"]  # placement still sees it
+
     def test_it_requires_access(self, client, db):
         response = client.get(self.url)
         assert response.status_code == 302
