@@ -46,4 +46,24 @@ def test_tokens_arrive_before_the_answer_is_complete(page, asgi_server, celery_w
     assert len(set(snapshots)) >= 5
     assert all(later.startswith(earlier) for earlier, later in zip(snapshots, snapshots[1:]))
     assert snapshots[-1] == answer.content
+    assert not page.get_by_role("button", name="Stop").is_visible()  # shown only while an answer streams
     assert page.locator(".chat-user .chat-text").inner_text() == "Hello <b>model</b>"  # shown as text
+
+
+def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transactional_db):  # noqa: F811
+    """The Stop button carries `hidden` until an answer streams; the site's `button { display: inline-block }`
+    overrode the attribute, so a Stop that does nothing stood beside Send on every chat page."""
+    from webapp.chat.models import Conversation, MessageStatus, Role
+
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    conversation = Conversation.objects.create(project=team.project, user=team.teammate,
+                                               model_ref=base_model.public_id, model_label="Base model: tiny",
+                                               title="hello")
+    Message.objects.create(conversation=conversation, role=Role.USER, content="hello")
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content="hi", status=MessageStatus.COMPLETE)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    assert page.get_by_role("button", name="Send").is_visible()
+    assert page.get_by_role("button", name="Regenerate").is_visible()
+    assert page.locator("#chat-stop").count() == 1 and not page.locator("#chat-stop").is_visible()
