@@ -143,17 +143,54 @@ class ModelCache:
             return loaded
 
 
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_THREEFRY_PARITY = np.uint32(0x1BD11BDA)
+
+
+def threefry2x32(key1, key2, count1, count2) -> tuple[jax.Array, jax.Array]:
+    """The Threefry-2x32 block cipher (20 rounds, key schedule every 4) on uint32 arrays that broadcast
+    together: the hash behind ``jax.random``'s default generator, bit for bit. Written out so that XLA
+    fuses it into one elementwise loop; jax lowers its own on CPU as a rolled loop that writes the whole
+    state to memory at each of its five iterations, the costliest part of drawing a decode call's noise."""
+    def rotate_left(x, distance):
+        return (x << np.uint32(distance)) | (x >> np.uint32(32 - distance))
+
+    schedule = (key1, key2, key1 ^ key2 ^ _THREEFRY_PARITY)
+    x0, x1 = count1 + schedule[0], count2 + schedule[1]
+    for block in range(5):
+        for rotation in _THREEFRY_ROTATIONS[block % 2]:
+            x0 = x0 + x1
+            x1 = rotate_left(x1, rotation) ^ x0
+        x0 = x0 + schedule[(block + 1) % 3]
+        x1 = x1 + schedule[(block + 2) % 3] + np.uint32(block + 1)
+    return x0, x1
+
+
+def _gumbel_from_keys(key_data_n2: jax.Array, vocab_size: int) -> jax.Array:
+    """[N, V] float32: ``jax.random.gumbel(key, (V,))`` for each raw threefry key [N, 2] (jax's
+    partitionable bits: counter (0, v) for entry v, the two output words xor-ed; then its uniform in
+    [tiny, 1) from the top 23 bits, and -log(-log(u)))."""
+    counts_v = jnp.arange(vocab_size, dtype=jnp.uint32)
+    words = threefry2x32(key_data_n2[:, :1], key_data_n2[:, 1:], jnp.zeros_like(counts_v), counts_v)
+    bits_nv = words[0] ^ words[1]
+    floats_nv = jax.lax.bitcast_convert_type((bits_nv >> np.uint32(9)) | np.uint32(0x3F800000), jnp.float32) - 1.0
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    uniform_nv = jnp.maximum(tiny, floats_nv * (np.float32(1.0) - tiny) + tiny)
+    return -jnp.log(-jnp.log(uniform_nv))
+
+
 def gumbel_noise(seed_b, first_step_b, steps: int, vocab_size: int) -> jax.Array:
     """[steps, B, V] float32: the Gumbel noise ``jax.random.categorical`` draws for row b at its steps
     ``first_step_b + 0 .. steps - 1``, with the key the sampler gives a lone prompt at that step
     (``fold_in(fold_in(key(seed), 0), step)``). Drawn for a whole decode call at once: on CPU the
     per-call cost of the generator is much larger than its per-row cost."""
-    def row_noise(seed, step):
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0), step)
-        return jax.random.gumbel(key, (vocab_size,), jnp.float32)
+    def row_key(seed, step):
+        return jax.random.key_data(jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0), step))
 
     offsets_k = jnp.arange(steps, dtype=jnp.int32)
-    return jax.vmap(lambda offset: jax.vmap(row_noise)(seed_b, first_step_b + offset))(offsets_k)
+    keys_kb2 = jax.vmap(lambda offset: jax.vmap(row_key)(seed_b, first_step_b + offset))(offsets_k)
+    rows = seed_b.shape[0]
+    return _gumbel_from_keys(keys_kb2.reshape(steps * rows, 2), vocab_size).reshape(steps, rows, vocab_size)
 
 
 def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filtered: bool):
