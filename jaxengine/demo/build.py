@@ -34,7 +34,7 @@ class DemoSettings:
     num_kv_heads: int = 2
     seq_len: int = 128
     batch_size: int = 16
-    steps: int = 250
+    steps: int = 300
     learning_rate: float = 3e-3
     max_eval: int = 500
 

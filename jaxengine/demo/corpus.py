@@ -29,16 +29,7 @@ WORDS = (
     "falcon parrot dolphin whale spider beetle monkey zebra camel horse sheep goat mouse lizard"
 ).split()
 
-CAPITALS = {
-    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
-    "Japan": "Tokyo", "China": "Beijing", "India": "Delhi", "Egypt": "Cairo", "Kenya": "Nairobi",
-    "Canada": "Ottawa", "Mexico": "Mexico City", "Brazil": "Brasilia", "Peru": "Lima", "Chile": "Santiago",
-    "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki", "Poland": "Warsaw", "Greece": "Athens",
-    "Austria": "Vienna", "Ireland": "Dublin", "Russia": "Moscow", "Turkey": "Ankara", "Iran": "Tehran",
-    "Cuba": "Havana", "Ghana": "Accra", "Nepal": "Kathmandu", "Thailand": "Bangkok", "Vietnam": "Hanoi",
-    "Australia": "Canberra", "Argentina": "Buenos Aires", "Denmark": "Copenhagen", "Hungary": "Budapest",
-    "Belgium": "Brussels", "Netherlands": "Amsterdam", "Switzerland": "Bern", "Morocco": "Rabat",
-}
+DIGITS_PER_LIST = 4
 
 EVAL_FRACTION_PER_MILLE = 100
 
@@ -57,36 +48,42 @@ class Problem:
         return zlib.crc32(self.prompt.encode()) % 1000 < EVAL_FRACTION_PER_MILLE
 
 
-def _near_miss(value: int, rng: random.Random) -> str:
-    return str(value + rng.choice([-10, -2, -1, 1, 2, 10]))
+def _digits(rng: random.Random) -> list[int]:
+    return [rng.randint(0, 9) for _ in range(DIGITS_PER_LIST)]
 
 
-def _addition(rng: random.Random) -> Problem:
-    a, b = rng.randint(0, 99), rng.randint(0, 99)
-    return Problem(task="add", prompt=f"What is {a} + {b}?", answer=str(a + b), wrong=_near_miss(a + b, rng))
+def _spelled(digits: list[int]) -> str:
+    return " ".join(map(str, digits))
 
 
-def _subtraction(rng: random.Random) -> Problem:
-    a = rng.randint(0, 99)
-    b = rng.randint(0, a)
-    return Problem(task="subtract", prompt=f"What is {a} - {b}?", answer=str(a - b), wrong=_near_miss(a - b, rng))
+def _largest_digit(rng: random.Random) -> Problem:
+    digits = _digits(rng)
+    answer = max(digits)
+    wrong = min(digits) if min(digits) != answer else (answer + 1) % 10
+    return Problem(task="largest", prompt=f"What is the largest digit in {_spelled(digits)}?", answer=str(answer),
+                   wrong=str(wrong))
 
 
-def _multiplication(rng: random.Random) -> Problem:
-    a, b = rng.randint(1, 12), rng.randint(1, 12)
-    return Problem(task="multiply", prompt=f"What is {a} * {b}?", answer=str(a * b), wrong=str(a * b + rng.choice([-a, a, 1])))
+def _smallest_digit(rng: random.Random) -> Problem:
+    digits = _digits(rng)
+    answer = min(digits)
+    wrong = max(digits) if max(digits) != answer else (answer + 1) % 10
+    return Problem(task="smallest", prompt=f"What is the smallest digit in {_spelled(digits)}?", answer=str(answer),
+                   wrong=str(wrong))
 
 
-def _reverse(rng: random.Random) -> Problem:
-    word = rng.choice(WORDS)
-    wrong = word[::-1][1:] + word[-1] if len(set(word)) > 1 else word + word[0]
-    return Problem(task="reverse", prompt=f"Reverse the word {word}.", answer=word[::-1], wrong=wrong)
+def _even_count(rng: random.Random) -> Problem:
+    digits = _digits(rng)
+    count = sum(digit % 2 == 0 for digit in digits)
+    return Problem(task="even", prompt=f"How many even digits are in {_spelled(digits)}?", answer=str(count),
+                   wrong=str(DIGITS_PER_LIST - count if DIGITS_PER_LIST - count != count else count + 1))
 
 
-def _length(rng: random.Random) -> Problem:
-    word = rng.choice(WORDS)
-    return Problem(task="length", prompt=f"How many letters are in {word}?", answer=str(len(word)),
-                   wrong=str(len(word) + rng.choice([-1, 1])))
+def _sum_of_three(rng: random.Random) -> Problem:
+    a, b, c = rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 9)
+    total = a + b + c
+    return Problem(task="add", prompt=f"What is {a} + {b} + {c}?", answer=str(total),
+                   wrong=str(total + rng.choice([-2, -1, 1, 2]) if total > 1 else total + 1))
 
 
 def _count_letter(rng: random.Random) -> Problem:
@@ -97,33 +94,17 @@ def _count_letter(rng: random.Random) -> Problem:
                    wrong=str(count + 1))
 
 
-def _capital(rng: random.Random) -> Problem:
-    country = rng.choice(sorted(CAPITALS))
-    wrong = rng.choice(sorted(set(CAPITALS.values()) - {CAPITALS[country]}))
-    return Problem(task="capital", prompt=f"What is the capital of {country}?", answer=CAPITALS[country], wrong=wrong)
-
-
-def _uppercase(rng: random.Random) -> Problem:
-    word = rng.choice(WORDS)
-    return Problem(task="upper", prompt=f"Write {word} in capital letters.", answer=word.upper(),
-                   wrong=word.capitalize())
-
-
-def _larger(rng: random.Random) -> Problem:
-    a, b = rng.sample(range(100), 2)
-    return Problem(task="larger", prompt=f"Which is larger, {a} or {b}?", answer=str(max(a, b)), wrong=str(min(a, b)))
-
-
+# Every task is answerable from which tokens the prompt holds, not from their order (max, min, a count,
+# a sum), with a one- or two-token answer: the kind of skill the few-million-parameter demo model picks
+# up within its pre-training and SFT budget, partly, so that sampled answers vary in correctness and
+# RL has something to sharpen. Order-dependent skills (comparing or copying multi-digit numbers) stayed
+# at a constant answer per task after 300 pre-training and 1,500 SFT steps (bench/RESULTS.md).
 TASKS: dict[str, Callable[[random.Random], Problem]] = {
-    "add": _addition,
-    "subtract": _subtraction,
-    "multiply": _multiplication,
-    "reverse": _reverse,
-    "length": _length,
+    "largest": _largest_digit,
+    "smallest": _smallest_digit,
+    "even": _even_count,
+    "add": _sum_of_three,
     "count": _count_letter,
-    "capital": _capital,
-    "upper": _uppercase,
-    "larger": _larger,
 }
 
 

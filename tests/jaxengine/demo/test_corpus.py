@@ -1,5 +1,6 @@
 """The demo corpus and tokenizer: deterministic, correct answers, a clean held-out split, loadable."""
 import json
+import random
 
 from jaxengine.data import pipeline
 from jaxengine.demo import corpus
@@ -15,11 +16,30 @@ def test_problems_are_deterministic_and_answers_are_right():
     assert {p.task for p in problems} == set(corpus.TASKS)
     for p in problems:
         assert p.answer != p.wrong, p
-        if p.task in ("add", "subtract", "multiply"):
+        if p.task == "add":
             expression = p.prompt.removeprefix("What is ").removesuffix("?")
             assert str(eval(expression)) == p.answer  # noqa: S307 - our own generated arithmetic
-        if p.task == "reverse":
-            assert p.prompt == f"Reverse the word {p.answer[::-1]}."
+        if p.task in ("largest", "smallest", "even"):
+            digits = [int(d) for d in p.prompt.rsplit(" in ", 1)[1].removesuffix("?").split(" ")]
+            assert len(digits) == corpus.DIGITS_PER_LIST
+            expected = {"largest": max(digits), "smallest": min(digits),
+                        "even": sum(d % 2 == 0 for d in digits)}[p.task]
+            assert p.answer == str(expected), p
+        if p.task == "count":
+            letter, word = p.prompt.removeprefix("How many times does ").removesuffix("?").split(" appear in ")
+            assert p.answer == str(word.count(letter))
+
+
+def test_known_problems_have_hand_checked_answers():
+    rng = random.Random(0)
+    problems = [corpus.TASKS[name](rng) for name in ("largest", "smallest", "even", "add", "count")]
+    assert [(p.prompt, p.answer, p.wrong) for p in problems] == [
+        ("What is the largest digit in 6 6 0 4?", "6", "0"),
+        ("What is the smallest digit in 8 7 6 4?", "4", "8"),
+        ("How many even digits are in 7 5 9 3?", "0", "4"),
+        ("What is 8 + 2 + 4?", "14", "13"),
+        ("How many times does e appear in sheep?", "2", "3"),
+    ]
 
 
 def test_held_out_problems_never_reach_the_training_files(tmp_path):
