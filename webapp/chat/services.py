@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import secrets
+from datetime import datetime
 
 import redis
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from webapp.celery import app as celery_app
 from webapp.chat import channels
@@ -25,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 GENERATE_TASK = "worker.tasks.serve.generate"
 TITLE_CHARS = 80
+# Time a request may wait in the serve queue, on top of its generation's own timeout (see answer_is_lost).
+LOST_ANSWER_GRACE_SECONDS = 120
 FINISH_STATUS = {"stop": MessageStatus.COMPLETE, "length": MessageStatus.COMPLETE,
                  "cancelled": MessageStatus.STOPPED, "timeout": MessageStatus.TIMEOUT}
 
@@ -89,9 +94,22 @@ def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Mes
     return _enqueue_answer(conversation, model)
 
 
+def answer_is_lost(message: Message, *, now: datetime | None = None) -> bool:
+    """Whether a streaming answer has no serve worker behind it: every generation ends by its deadline,
+    ``TEMPER_SERVE_TIMEOUT_SECONDS`` after a worker takes it up, so one still streaming
+    ``LOST_ANSWER_GRACE_SECONDS`` past that (time for the queue) lost its worker or its request."""
+    age = ((now or timezone.now()) - message.created_at).total_seconds()
+    return (message.status == MessageStatus.STREAMING
+            and age > settings.TEMPER_SERVE_TIMEOUT_SECONDS + LOST_ANSWER_GRACE_SECONDS)
+
+
 def message_stop(*, message: Message) -> None:
-    """Ask the serve worker to stop writing ``message`` (it ends ``stopped`` with what it has)."""
+    """Ask the serve worker to stop writing ``message`` (it ends ``stopped`` with what it has). An answer no
+    worker will finish (``answer_is_lost``) fails at once instead, so its conversation can go on."""
     if message.status != MessageStatus.STREAMING:
+        return
+    if answer_is_lost(message):
+        _give_up(message)
         return
     try:
         channels.request_stop(redis_client(), message.public_id)
@@ -106,3 +124,18 @@ def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", 
     Message.objects.filter(public_id=message_id, status=MessageStatus.STREAMING).update(
         content=text, status=status, error=error, completion_tokens=completion_tokens,
         first_token_seconds=first_token_seconds)
+
+
+def _give_up(message: Message) -> None:
+    error = (f"no serve worker finished this answer (a generation ends within TEMPER_SERVE_TIMEOUT_SECONDS = "
+             f"{settings.TEMPER_SERVE_TIMEOUT_SECONDS} s of being taken up); it was given up: regenerate it or "
+             "send the message again")
+    if not Message.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
+            status=MessageStatus.FAILED, error=error):
+        return  # the worker finished it meanwhile
+    try:  # the page following the answer ends on this event; without Redis it sees the failure on reload
+        client = redis_client()
+        channels.emit(client, message.public_id, {"seq": client.llen(channels.events_key(message.public_id)),
+                                                  "type": "error", "message": error})
+    except redis.RedisError as redis_error:
+        logger.warning("answer %s given up; its event did not reach Redis: %s", message.public_id, redis_error)

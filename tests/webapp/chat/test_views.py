@@ -170,3 +170,31 @@ def test_the_event_stream_replays_stored_events_and_ends_with_done(team, client_
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     [done] = read_events(client, url("events", conversation, answer))
     assert done["type"] == "done" and done["text"] == "Hello"
+
+
+def test_stop_gives_up_an_answer_no_worker_will_finish(team, client_for, base_model, sent, redis_server, settings):
+    """A serve worker that died (or a lost queue message) left the answer streaming for ever: the page
+    waited in silence and every new turn was refused. Past the generation timeout and the queue's grace,
+    Stop fails it at once, tells the page, and the conversation goes on; a recent answer is only asked to stop."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.REDIS_URL = redis_server.url
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 30
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    assert client.post(url("stop", conversation, answer)).status_code == 200
+    assert Message.objects.get(public_id=answer).status == MessageStatus.STREAMING  # the worker may be on it
+
+    asked = timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1)
+    Message.objects.filter(public_id=answer).update(created_at=asked)
+    channels.emit(redis_client(), answer, {"seq": 0, "type": "token", "text": "Hel"})
+    assert client.post(url("stop", conversation, answer)).status_code == 200
+    lost = Message.objects.get(public_id=answer)
+    assert lost.status == MessageStatus.FAILED and "no serve worker finished this answer" in lost.error
+    assert channels.stored_events(redis_client(), answer)[-1] == {"seq": 1, "type": "error", "message": lost.error}
+    services.message_finish(message_id=answer, text="late", finish_reason="stop")  # a late worker changes nothing
+    assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
+    assert client.post(url("send", conversation), {"content": "Hi again"}).status_code == 200
