@@ -10,7 +10,7 @@ CPU devices each (their own XLA_FLAGS), joined by jax.distributed over gloo.
 
 The workers run as in production for a pool (prefork, one job, a fresh process per job) with short
 timings: heartbeats every second, a host lost after 5 s of silence, placement retried every second, an
-attempt not started on both hosts within 30 s placed again. A fresh pool child is forked after every
+attempt not started on both hosts within 60 s placed again. A fresh pool child is forked after every
 job while the worker's heartbeat and reaper threads query the database each second: the fork race of
 worker/forking.py (a child stuck for ever in SQLite, or reading a stale database) used to fail this
 module in about one run in four.
@@ -42,7 +42,7 @@ HOST_ENVIRONMENT = {
     "TEMPER_RUN_HEARTBEAT_SECONDS": "1",
     "TEMPER_RUN_LOST_SECONDS": "30",
     "TEMPER_HOST_LOST_SECONDS": "5",
-    "TEMPER_HOST_START_SECONDS": "30",
+    "TEMPER_HOST_START_SECONDS": "60",
     "TEMPER_WORKER_ADDRESS": "127.0.0.1",
 }
 POOL_ARGS = ("--pool", "prefork", "--concurrency", "1", "--max-tasks-per-child", "1")
