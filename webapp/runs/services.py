@@ -178,11 +178,12 @@ def _reward_model_terms(spec: dict[str, Any]):
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
              errors) -> dict[str, str]:
     """``data.columns`` for the engine: the training version's column mapping (the stored file keeps
-    its own column names). The evaluation version must have been mapped the same way, or not at all."""
+    its own column names). The engine reads the evaluation file with the same mapping, so its version must
+    have been mapped the same way: an unmapped one under a mapped training set has none of the columns."""
     columns = dict(train.column_mapping) if train is not None else {}
-    if evaluation is not None and evaluation.column_mapping and evaluation.column_mapping != columns:
-        _add(errors, "data.eval", f"{evaluation} maps its columns as {evaluation.column_mapping}, the training "
-                                  f"data as {columns or 'given'}; one run reads both with one mapping")
+    if evaluation is not None and dict(evaluation.column_mapping or {}) != columns:
+        _add(errors, "data.eval", f"{evaluation} maps its columns as {evaluation.column_mapping or 'given'}, the "
+                                  f"training data as {columns or 'given'}; one run reads both with one mapping")
     given = data.get("columns")
     if given not in (None, {}) and given != columns:
         _add(errors, "data.columns", "set from the dataset versions' column mappings (chosen at upload); remove it")

@@ -279,6 +279,15 @@ def test_column_mappings_of_the_dataset_versions_become_data_columns(team, catal
         services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id, "eval": other.public_id}},
                             user=team.teammate)
     assert "one run reads both with one mapping" in caught.value.message_dict["data.eval"][0]
+    # An unmapped evaluation version under a mapped training set: the engine would read it with the
+    # training mapping, find no 'question' column and fail the run at its start.
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id,
+                                                                          "eval": catalog.sft.public_id}},
+                            user=team.teammate)
+    assert caught.value.message_dict["data.eval"] == [
+        f"{catalog.sft} maps its columns as given, the training data as {{'prompt': 'question', 'completion': "
+        "'reply'}; one run reads both with one mapping"]
     with pytest.raises(ValidationError) as caught:
         services.run_create(project=team.project, spec={**spec, "data": {"train": mapped.public_id,
                                                                           "columns": {"prompt": "x"}}}, user=None)
