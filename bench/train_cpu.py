@@ -1,8 +1,12 @@
 """CPU training benchmark: jaxengine's trainer against google-tunix 0.1.7's PeftTrainer and DPOTrainer.
 
 Both engines train a random-initialised Qwen3-shaped model of the same (small) size in float32 with
-LoRA (rank 16, alpha 32) on q/k/v/o/gate/up/down, AdamW, batch 8 x 256 tokens of random ids with
-every position trained, no gradient accumulation. tunix applies LoRA with ``qwix`` (its documented
+LoRA (rank 16, alpha 32) on q/k/v/o/gate/up/down, AdamW, batch 8 x 256 tokens of random ids, no
+gradient accumulation, in two SFT workloads: every position trained (``jaxengine``, ``tunix``), and
+the first 128 tokens of each row a prompt with the loss on the last 128 only (``jaxengine-prompt``,
+``tunix-prompt``: tunix gets that completion mask as its ``TrainingInput.input_mask``, which its
+default loss reads as the target mask, while positions and the causal attention mask come from the
+whole row, as tunix's own SFT examples build them). tunix applies LoRA with ``qwix`` (its documented
 way) and trains with ``PeftTrainer`` and its default loss; ours trains through ``Trainer.fit`` (the
 same loop ``jaxengine train`` runs). jaxengine also runs with ``peft.method: qlora`` (NF4, group 64)
 for the QLoRA/LoRA ratio.
@@ -15,6 +19,10 @@ same weights) inside every step; jaxengine computes the reference log-probs once
     steps/s = (timed steps) / (their wall time)
 
     tokens/s = batch * seq_len * (timed steps) / (their wall time)
+
+    CPU s/step = process CPU time (all threads) over the timed steps / their number
+
+(on a machine shared with other work, CPU time per step moves less with the load than wall time).
 
 Each engine first runs ``--warmup`` steps (compilation), then ``--steps`` timed steps; every engine
 runs in a fresh process, for ``--rounds`` rounds, keeping each one's best figure (on a shared
@@ -40,6 +48,7 @@ MODEL = dict(vocab_size=16384, hidden_size=512, intermediate_size=1536, num_laye
              num_kv_heads=4, head_dim=64, rope_theta=1_000_000.0, rms_norm_eps=1e-6)
 BATCH, SEQ_LEN, RANK, ALPHA, LEARNING_RATE = 8, 256, 16, 32.0, 1e-4
 DPO_PAIRS, PROMPT_LEN, COMPLETION_LEN = 4, 64, 64
+SFT_PROMPT_LEN = SEQ_LEN // 2  # the prompted SFT workload: loss on tokens SFT_PROMPT_LEN.. of each row
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -120,12 +129,14 @@ def bench_tunix_dpo(warmup: int, steps: int) -> dict[str, float]:
 class StampingHooks:
     """tunix data hooks that hand out ``batches`` and record when each step asked for its batch."""
 
-    def __init__(self, batches, stamps: list[float]):
+    def __init__(self, batches, stamps: list[float], cpu_stamps: list[float] | None = None):
         self.batches = iter(batches)
         self.stamps = stamps
+        self.cpu_stamps = cpu_stamps if cpu_stamps is not None else []
 
     def load_next_train_batch(self, trainer):
         self.stamps.append(time.perf_counter())
+        self.cpu_stamps.append(time.process_time())
         return next(self.batches)
 
     def load_next_eval_batch(self, trainer):
@@ -154,7 +165,7 @@ def tunix_model(*, lora: bool):
     return qwix.apply_lora_to_model(model, provider, tokens, positions, None, mask, rngs=nnx.Rngs(1))
 
 
-def bench_jaxengine(warmup: int, steps: int, *, qlora: bool) -> float:
+def bench_jaxengine(warmup: int, steps: int, *, qlora: bool, prompt_len: int = 0) -> dict[str, float]:
     from flax import nnx
 
     from jaxengine.data.pipeline import Example
@@ -171,22 +182,26 @@ def bench_jaxengine(warmup: int, steps: int, *, qlora: bool) -> float:
     if qlora:
         quantize_model(model, bits=4, group_size=64)
     apply_lora(model, targets=PROJECTIONS, rank=RANK, alpha=ALPHA)
-    examples = [Example(ids=row, loss_mask=np.ones(SEQ_LEN, np.bool_))
+    examples = [Example(ids=row, loss_mask=np.arange(SEQ_LEN) >= prompt_len)
                 for batch in token_batches(warmup + steps) for row in batch]
     train_config = TrainConfig(total_steps=warmup + steps, batch_size=BATCH, max_seq_len=SEQ_LEN, keep_last=1,
                                optim=OptimSpec(learning_rate=LEARNING_RATE, schedule="constant", max_grad_norm=None))
-    stamps: dict[int, float] = {}
+    stamps: dict[int, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(model=model, task=LanguageModelTask(), config=train_config, train_examples=examples,
-                          eval_examples=None, pad_id=0, run_dir=run_dir, trainable=LoraParam)
+        # Unpacked rows, as ``jaxengine train`` runs SFT with data.packing off.
+        trainer = Trainer(model=model, task=LanguageModelTask(unpacked=True), config=train_config,
+                          train_examples=examples, eval_examples=None, pad_id=0, run_dir=run_dir, trainable=LoraParam)
         # The final step also writes a checkpoint before reporting: time steps warmup+1 .. warmup+steps-1.
-        trainer.fit(on_progress=lambda progress: stamps.__setitem__(progress.step, time.perf_counter()),
+        trainer.fit(on_progress=lambda progress: stamps.__setitem__(progress.step,
+                                                                    (time.perf_counter(), time.process_time())),
                     progress_bar=False)
     timed = steps - 1
-    return BATCH * SEQ_LEN * timed / (stamps[warmup + timed] - stamps[warmup])
+    (wall_start, cpu_start), (wall_end, cpu_end) = stamps[warmup], stamps[warmup + timed]
+    return {"tokens_per_s": BATCH * SEQ_LEN * timed / (wall_end - wall_start),
+            "cpu_s_per_step": (cpu_end - cpu_start) / timed}
 
 
-def bench_tunix(warmup: int, steps: int) -> float:
+def bench_tunix(warmup: int, steps: int, *, prompt_len: int = 0) -> dict[str, float]:
     import jax
     import optax
     from flax import nnx
@@ -195,25 +210,30 @@ def bench_tunix(warmup: int, steps: int) -> float:
     model = tunix_model(lora=True)
 
     def model_inputs(training_input):
-        input_mask = training_input.input_mask
-        return {"input_tokens": training_input.input_tokens, "input_mask": input_mask,
-                "positions": utils.build_positions_from_mask(input_mask),
-                "attention_mask": utils.make_causal_attn_mask(input_mask)}
+        # input_mask is the loss (completion) mask; every token is real (ids >= 1, 0 is padding).
+        real_mask = training_input.input_tokens != 0
+        return {"input_tokens": training_input.input_tokens, "input_mask": training_input.input_mask,
+                "positions": utils.build_positions_from_mask(real_mask),
+                "attention_mask": utils.make_causal_attn_mask(real_mask)}
 
     stamps: list[float] = []
-    batches = [peft_trainer.TrainingInput(input_tokens=ids, input_mask=np.ones_like(ids, dtype=np.bool_))
+    cpu_stamps: list[float] = []
+    completion_mask = np.broadcast_to(np.arange(SEQ_LEN) >= prompt_len, (BATCH, SEQ_LEN))
+    batches = [peft_trainer.TrainingInput(input_tokens=ids, input_mask=completion_mask.copy())
                for ids in token_batches(warmup + steps + 1)]
     trainer = peft_trainer.PeftTrainer(
         model, optax.adamw(LEARNING_RATE),
         peft_trainer.TrainingConfig(eval_every_n_steps=10**9, max_steps=warmup + steps),
     ).with_gen_model_input_fn(model_inputs)
-    trainer.with_data_hooks(StampingHooks(batches, stamps))
+    trainer.with_data_hooks(StampingHooks(batches, stamps, cpu_stamps))
     trainer.train(batches)
     jax.block_until_ready(nnx.state(model))
     stamps.append(time.perf_counter())
+    cpu_stamps.append(time.process_time())
     # stamps[i] is when step i+1 asked for its batch; tunix keeps up to two steps in flight, so time
     # from the start of step warmup+1 to the end of the run.
-    return BATCH * SEQ_LEN * steps / (stamps[-1] - stamps[warmup])
+    return {"tokens_per_s": BATCH * SEQ_LEN * steps / (stamps[-1] - stamps[warmup]),
+            "cpu_s_per_step": (cpu_stamps[-1] - cpu_stamps[warmup]) / steps}
 
 
 def in_subprocess(python: str, engine: str, warmup: int, steps: int) -> dict[str, float]:
@@ -225,9 +245,11 @@ def in_subprocess(python: str, engine: str, warmup: int, steps: int) -> dict[str
 
 
 ENGINES = {
-    "jaxengine": lambda warmup, steps: {"tokens_per_s": bench_jaxengine(warmup, steps, qlora=False)},
-    "jaxengine-qlora": lambda warmup, steps: {"tokens_per_s": bench_jaxengine(warmup, steps, qlora=True)},
-    "tunix": lambda warmup, steps: {"tokens_per_s": bench_tunix(warmup, steps)},
+    "jaxengine": lambda warmup, steps: bench_jaxengine(warmup, steps, qlora=False),
+    "tunix": lambda warmup, steps: bench_tunix(warmup, steps),
+    "jaxengine-prompt": lambda warmup, steps: bench_jaxengine(warmup, steps, qlora=False, prompt_len=SFT_PROMPT_LEN),
+    "tunix-prompt": lambda warmup, steps: bench_tunix(warmup, steps, prompt_len=SFT_PROMPT_LEN),
+    "jaxengine-qlora": lambda warmup, steps: bench_jaxengine(warmup, steps, qlora=True),
     "jaxengine-dpo": bench_jaxengine_dpo,
     "tunix-dpo": bench_tunix_dpo,
 }
@@ -250,10 +272,17 @@ def main() -> None:
         for engine in args.only or ENGINES:
             python = args.tunix_python if engine.startswith("tunix") else sys.executable
             figures = in_subprocess(python, engine, args.warmup, args.steps)
+            print(json.dumps({"engine": engine, **figures}), file=sys.stderr, flush=True)
             rate_key = "steps_per_s" if engine.endswith("dpo") else "tokens_per_s"
             if engine not in best or figures[rate_key] > best[engine][rate_key]:
                 best[engine] = figures
-    print(json.dumps({"model": MODEL, "batch": BATCH, "seq_len": SEQ_LEN, "rank": RANK, "best": best}))
+    # jaxengine / tunix per SFT workload: by wall-clock tokens/s, and by CPU seconds per step (tunix / ours).
+    ratios = {workload: {"wall": best[f"jaxengine{suffix}"]["tokens_per_s"] / best[f"tunix{suffix}"]["tokens_per_s"],
+                         "cpu": best[f"tunix{suffix}"]["cpu_s_per_step"] / best[f"jaxengine{suffix}"]["cpu_s_per_step"]}
+              for workload, suffix in (("every position", ""), ("prompt", "-prompt"))
+              if f"jaxengine{suffix}" in best and f"tunix{suffix}" in best}
+    print(json.dumps({"model": MODEL, "batch": BATCH, "seq_len": SEQ_LEN, "rank": RANK, "best": best,
+                      "ratios": ratios}))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
 """Language-model loss on the gathered loss positions only, against the full [B, T] computation (1e-5)."""
-import dataclasses
 import json
 
 import jax
