@@ -16,6 +16,14 @@
       source.close();
       const response = await fetch(side.dataset.html);
       if (response.ok) side.querySelector(".chat-message").outerHTML = await response.text();
+      openVoteWhenDone();
     };
   });
+
+  // The server refuses a vote before both answers are done; the buttons open when they are.
+  function openVoteWhenDone() {
+    if (document.querySelector(".arena-side .chat-streaming")) return;
+    document.querySelectorAll(".arena-vote button").forEach((button) => { button.disabled = false; });
+    document.querySelectorAll(".arena-vote-wait").forEach((note) => { note.hidden = true; });
+  }
 })();

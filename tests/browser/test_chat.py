@@ -67,3 +67,36 @@ def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transa
     assert page.get_by_role("button", name="Send").is_visible()
     assert page.get_by_role("button", name="Regenerate").is_visible()
     assert page.locator("#chat-stop").count() == 1 and not page.locator("#chat-stop").is_visible()
+
+
+def test_the_arena_vote_opens_when_both_answers_are_done(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                         settings, monkeypatch):
+    """The vote buttons were live while the answers streamed; a click reloaded the page with 'wait for both
+    answers before voting'. They are disabled until the last answer's done event, then open in place."""
+    from webapp.chat import arena, channels, selectors, services
+    from webapp.chat.models import Battle
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)  # answers written here
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Name a colour.",
+                                 choices=selectors.model_choices(project=team.project))
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/arena/{battle.public_id}/")
+    vote = page.get_by_role("button", name="A is better")
+    assert vote.is_disabled() and page.locator(".arena-vote-wait").is_visible()
+
+    for side, text in ((battle.side_a, "Blue."), (battle.side_b, "Red.")):
+        answer = arena.battle_answer(side)
+        assert vote.is_disabled()  # until the last answer is done
+        services.message_finish(message_id=answer.public_id, text=text, finish_reason="stop")
+        channels.emit(redis_client(), answer.public_id, {"seq": 0, "type": "done", "text": text, "finish_reason": "stop"})
+        page.locator(f".arena-side:has-text('{text}') .chat-markdown").wait_for()
+    page.wait_for_function("() => !document.querySelector('.arena-vote button').disabled")
+    assert not page.locator(".arena-vote-wait").is_visible()
+    vote.click()
+    page.get_by_text("Your vote:").wait_for()
+    assert Battle.objects.get(pk=battle.pk).outcome == "a"

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import arena, selectors
 from webapp.chat.access import chat_access
-from webapp.chat.models import Battle, BattleOutcome
+from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
@@ -77,8 +77,11 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
         kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
         sides.append({"name": name, "answer": answer, "model": conversation.model_label if battle.outcome or not battle.blind else None,
                       "events": reverse("chat:events", kwargs=kwargs), "html": reverse("chat:message", kwargs=kwargs)})
-    return render(request, "chat/battle.html", {"project": project, "membership": membership, "battle": battle,
-                                                "sides": sides, "outcomes": BattleOutcome.choices})
+    return render(request, "chat/battle.html", {
+        "project": project, "membership": membership, "battle": battle, "sides": sides,
+        "outcomes": BattleOutcome.choices,
+        # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
+        "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides)})
 
 
 @login_required
