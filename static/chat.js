@@ -68,6 +68,7 @@
     const body = new FormData(form);
     try {
       const data = await post(log.dataset.send, body);
+      if (data.title) document.getElementById("chat-title").textContent = data.title;  // named by its first turn
       bubble("user").textContent = body.get("content");
       bubble("assistant", data.message);
       form.querySelector("textarea").value = "";

@@ -100,3 +100,20 @@ def test_the_arena_vote_opens_when_both_answers_are_done(page, asgi_server, redi
     vote.click()
     page.get_by_text("Your vote:").wait_for()
     assert Battle.objects.get(pk=battle.pk).outcome == "a"
+
+
+def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server, transactional_db):  # noqa: F811
+    """The heading said 'New conversation' until a reload, though the first turn had named it. No serve
+    worker runs here: the answer stays queued, which is enough for the heading."""
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    page.select_option("#id_model", base_model.public_id)
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    assert page.locator("#chat-title").inner_text() == "New conversation"
+    page.fill("#chat-form textarea", "Name <b>three</b> rivers\nin Europe")
+    page.get_by_role("button", name="Send").click()
+    page.locator(".chat-user").wait_for()
+    assert page.locator("#chat-title").inner_text() == "Name <b>three</b> rivers"  # its first line, as text

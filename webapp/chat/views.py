@@ -85,8 +85,10 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
 
 def _answer_json(request: HttpRequest, project, conversation, answer: Message) -> JsonResponse:
     kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
+    conversation.refresh_from_db(fields=["title"])  # the first turn names the conversation
     return JsonResponse({"message": answer.public_id, "events": reverse("chat:events", kwargs=kwargs),
-                         "html": reverse("chat:message", kwargs=kwargs), "stop": reverse("chat:stop", kwargs=kwargs)})
+                         "html": reverse("chat:message", kwargs=kwargs), "stop": reverse("chat:stop", kwargs=kwargs),
+                         "title": conversation.title})
 
 
 def _model_or_error(project, conversation):
