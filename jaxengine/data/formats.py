@@ -341,7 +341,9 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
             line=line, row=row, line_offset=decode_error.start, file_offset=file_offset + decode_error.start
         )
     try:
-        json.loads(text)
+        # Without its line break: a line cut short would otherwise be reported at column 1 of
+        # "line 2", the parser having skipped the break as whitespace before running out of text.
+        json.loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as json_error:
         return Issue(
             code="json",

@@ -179,6 +179,26 @@ def test_broken_json_line_is_reported_and_the_rest_still_checked(tmp_path):
     assert report.row_count == 3
 
 
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b""])
+def test_broken_json_at_the_end_of_a_line_names_that_lines_last_column(tmp_path, line_end):
+    # A line cut short: the parser runs out of text after its last character, so the error is
+    # at column len(line) + 1 of that line, not at the start of the next one.
+    truncated = b'{"prompt": "What is 12 plus 30?", "completion": "42", "id": 7'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n' + truncated + line_end)
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert f"broken JSON at column {len(truncated) + 1}:" in issue.message
+
+
+def test_broken_json_inside_a_line_names_its_column(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"prompt": "a" "completion": "b"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", 1)
+    assert "broken JSON at column 16: Expecting ',' delimiter" in issue.message
+
+
 def test_missing_field(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a"}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
