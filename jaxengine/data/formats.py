@@ -274,6 +274,11 @@ def _human_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _counted(count: int, noun: str) -> str:
+    """'1 cell', '3 cells': the nouns used here take a plain -s."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _encoding_issue(*, line: int, line_offset: int, file_offset: int, row: int | None = None) -> Issue:
     return Issue(
         code="encoding",
@@ -537,7 +542,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 if len(cells) != len(header):
                     yield Issue(
                         code="ragged_row",
-                        message=f"this row has {len(cells)} cells but the header has {len(header)} columns; "
+                        message=f"this row has {_counted(len(cells), 'cell')} but the header has "
+                        f"{_counted(len(header), 'column')}; "
                         "quote cells that contain commas or line breaks",
                         line=first_line,
                         row=row,

@@ -326,7 +326,15 @@ def test_csv_ragged_rows_name_their_first_line(tmp_path):
     path.write_text('prompt,completion\n"a\nb",c\nonly one cell\nx,y,z\n', encoding="utf-8")
     report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
     assert [(e.code, e.line, e.row) for e in report.errors] == [("ragged_row", 4, 2), ("ragged_row", 5, 3)]
-    assert "has 1 cells but the header has 2 columns" in report.errors[0].message
+    assert "this row has 1 cell but the header has 2 columns;" in report.errors[0].message
+    assert "this row has 3 cells but the header has 2 columns;" in report.errors[1].message
+
+
+def test_csv_ragged_row_against_a_one_column_header_says_column(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('text\n"a, b",c\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text")))
+    assert "this row has 2 cells but the header has 1 column;" in issue.message
 
 
 def test_csv_messages_cell_holds_json(tmp_path):
