@@ -1,7 +1,10 @@
 """Shared template pieces: filters and error pages."""
-import pytest
+from datetime import timedelta
 
-from webapp.core.templatetags.temper import count_short
+import pytest
+from django.utils import timezone
+
+from webapp.core.templatetags.temper import count_short, time_ago
 
 
 @pytest.mark.parametrize(
@@ -10,6 +13,16 @@ from webapp.core.templatetags.temper import count_short
 )
 def test_count_short(value, expected):
     assert count_short(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [(timedelta(0), "just now"), (timedelta(seconds=59), "just now"), (timedelta(seconds=-5), "just now"),
+     (timedelta(seconds=60), "1\xa0minute ago"), (timedelta(hours=2, minutes=3), "2\xa0hours, 3\xa0minutes ago")],
+)
+def test_time_ago(age, expected):
+    now = timezone.now()
+    assert time_ago(now - age, now=now) == expected
 
 
 def test_404_page_names_no_project(team, client_for):

@@ -81,6 +81,15 @@ class TestWorkersPage:
         assert "<td><code>default</code> </td>" in content and "dq2" not in content
         assert Worker.objects.get(name="default@vm").queues == ["default", "default@vm.dq2"]  # placement still sees it
 
+    def test_it_says_just_now_under_a_minute_and_how_long_ago_after(self, team, client_for):
+        record("default@fresh", devices={})
+        record("default@quiet", devices={})
+        Worker.objects.filter(name="default@quiet").update(last_seen=timezone.now() - timedelta(minutes=5, seconds=3))
+        content = client_for(team.viewer).get(self.url).content.decode()
+        assert content.count(">just now</td>") == 1
+        assert ">5\xa0minutes ago</td>" in content
+        assert "0\xa0minutes" not in content
+
     def test_it_requires_access(self, client, db):
         response = client.get(self.url)
         assert response.status_code == 302

@@ -1,7 +1,11 @@
 """Template filters shared by every page: ``{% load temper %}``."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 register = template.Library()
 
@@ -16,3 +20,13 @@ def count_short(value: int | None) -> str:
             scaled = value / threshold
             return f"{scaled:.3g}{suffix}"
     return str(value)
+
+
+@register.filter
+def time_ago(value: datetime, now: datetime | None = None) -> str:
+    """'just now' under a minute (and for a clock a little ahead), else '5 minutes ago':
+    Django's timesince counts in whole minutes and says '0 minutes' for a fresh heartbeat."""
+    now = now or timezone.now()
+    if now - value < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(value, now)} ago"
