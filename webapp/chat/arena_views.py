@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import arena, selectors
 from webapp.chat.access import chat_access
+from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
 from webapp.projects.access import get_project_for_user
@@ -117,6 +118,7 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     ratings, rates = arena.project_leaderboard(project=project)
     return render(request, "chat/leaderboard.html", {
         "project": project, "membership": membership, "ratings": ratings, **_review_context(project, membership),
+        "min_votes_for_interval": MIN_VOTES_FOR_INTERVAL,
         "win_rates": [{"model": first, "opponent": second, "rate": rate, "games": games}
                       for (first, second), (rate, games) in sorted(rates.items())]})
 

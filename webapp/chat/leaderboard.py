@@ -7,7 +7,9 @@ on log-strengths, where the log-likelihood is concave), with ``prior`` virtual t
 against a fixed reference of strength 1 so that a model that never lost still gets a finite rating. Ratings are on the Elo scale, ``1000 + 400 log10 p_i`` with the strengths'
 geometric mean fixed at 1 (ratings average 1000); a 400-point gap means 10:1 odds. The interval
 of each rating is the 2.5th–97.5th percentile over fits to votes resampled with replacement (a
-resample that cannot be fitted, possible only without the prior, is left out).
+resample that cannot be fitted, possible only without the prior, is left out). With few votes the
+resamples barely differ (one vote resamples to itself every round), so the interval of a model
+with fewer than ``MIN_VOTES_FOR_INTERVAL`` votes would look precise without being so: it is not shown.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 OUTCOMES = ("a", "b", "tie", "both_bad")
 ELO_BASE = 1000.0
 ELO_SCALE = 400.0
+MIN_VOTES_FOR_INTERVAL = 5  # per model; below it the bootstrap interval is too narrow to mean anything
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,10 @@ class Rating:
     low: float  # 95% bootstrap interval
     high: float
     votes: int
+
+    @property
+    def has_interval(self) -> bool:
+        return self.votes >= MIN_VOTES_FOR_INTERVAL
 
 
 def _wins_matrix(votes: Sequence[Vote], index: dict[str, int]) -> np.ndarray:

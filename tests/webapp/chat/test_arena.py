@@ -4,10 +4,12 @@ leaderboard page, access."""
 import json
 
 import pytest
+from django.template.defaultfilters import floatformat
 from django.urls import reverse
 
 from tests.webapp.factories import make_base_model
 from webapp.chat import arena, services
+from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle
 from webapp.datasets.models import DatasetVersion
 
@@ -107,6 +109,20 @@ def test_the_leaderboard_page_rates_the_models(team, client_for, models, sent):
     page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
     assert page.index("Base model: falcon") < page.index("Base model: heron")  # falcon won every vote: ranked first
     assert "100%" in page
+    assert page.count("too few votes") == 2  # three votes each: no bootstrap interval worth showing
+    assert "95% interval" in page
+
+
+def test_the_leaderboard_page_shows_intervals_from_the_minimum_number_of_votes(team, client_for, models, sent):
+    for number in range(MIN_VOTES_FOR_INTERVAL):
+        battle = start_battle(team, client_for, prompt=f"Question {number}")
+        finish(battle, "x", "y")
+        arena.battle_vote(battle=battle, outcome="a" if number % 2 else "b")
+    ratings, _rates = arena.project_leaderboard(project=team.project)
+    page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
+    assert "too few votes" not in page
+    for rating in ratings:
+        assert f'<td class="num">{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}</td>' in page
 
 
 def test_it_requires_access(team, client_for, models, sent):

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from webapp.chat.leaderboard import Vote, leaderboard, win_rates
+from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL, Vote, leaderboard, win_rates
 
 
 def votes(a, b, outcome, times):
@@ -54,6 +54,22 @@ def test_bootstrap_intervals_hold_the_rating_and_narrow_with_more_votes():
         assert rating.low <= rating.rating <= rating.high
     width = lambda board: sum(rating.high - rating.low for rating in board)
     assert width(large) < width(small) / 2  # about 1/sqrt(10) as wide
+
+
+def test_an_interval_is_shown_only_from_the_minimum_number_of_votes_per_model():
+    # B plays every vote, A and C share them: with one vote fewer than the minimum A has none to show.
+    few = MIN_VOTES_FOR_INTERVAL - 1
+    board = {rating.model: rating for rating in
+             leaderboard(votes("A", "B", "a", few) + votes("B", "C", "a", MIN_VOTES_FOR_INTERVAL), rounds=20)}
+    assert (board["A"].votes, board["B"].votes, board["C"].votes) == (few, 2 * MIN_VOTES_FOR_INTERVAL - 1,
+                                                                      MIN_VOTES_FOR_INTERVAL)
+    assert [board[model].has_interval for model in "ABC"] == [False, True, True]
+
+
+def test_a_single_vote_has_no_interval_to_show():
+    # One vote resamples to itself every round: the bootstrap "interval" is one point.
+    [first, second] = leaderboard(votes("A", "B", "a", 1), rounds=20)
+    assert first.low == first.high and not first.has_interval and not second.has_interval
 
 
 def test_win_rates_by_hand():
