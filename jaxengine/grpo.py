@@ -38,7 +38,7 @@ from flax import nnx
 
 from jaxengine import losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import WeightedReward, score_rewards
+from jaxengine.rewards import WeightedReward, reference_answer, score_rewards
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
 
@@ -334,11 +334,17 @@ class GrpoRollouts(BlockRollouts):
                     flat = p * group + g
                     handle.write(json.dumps({
                         "step": step, "kind": "rollout", "prompt": self.rows[index]["prompt"],
-                        "text": generations[flat].text,
+                        "text": generations[flat].text, **sample_answer(self.terms, self.rows[index]),
                         "rewards": {name: scores[flat] for name, scores in by_name.items()},
                         "reward": float(rewards_pg[p, g]), "advantage": float(advantages_pg[p, g]),
                         "finish_reason": generations[flat].finish_reason,
                     }) + "\n")
+
+
+def sample_answer(terms: Sequence[WeightedReward], row: Mapping[str, Any]) -> dict[str, str]:
+    """``{"answer": ...}`` for a samples.jsonl record when the row has the reference the reward reads."""
+    answer = reference_answer(terms, row)
+    return {} if answer is None else {"answer": answer}
 
 
 class GrpoGuard:
@@ -406,7 +412,8 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
         with samples_path.open("a") as handle:
             for index in range(min(sample_count, len(rows))):
                 handle.write(json.dumps({"step": step, "kind": "eval", "prompt": rows[index]["prompt"],
-                                         "text": texts[index], "reward": totals[index],
+                                         "text": texts[index], **sample_answer(terms, rows[index]),
+                                         "reward": totals[index],
                                          "rewards": {name: scores[index] for name, scores in by_name.items()}}) + "\n")
         metrics = {f"eval/{name}": float(np.mean(scores)) for name, scores in by_name.items()}
         metrics["eval/reward"] = float(np.mean(totals))

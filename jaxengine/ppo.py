@@ -247,6 +247,7 @@ class PpoRollouts(grpo.BlockRollouts):
                 tokens = max(int(mask[row].sum()), 1)
                 handle.write(json.dumps({
                     "step": step, "kind": "rollout", "prompt": self.rows[index]["prompt"], "text": generations[row].text,
+                    **grpo.sample_answer(self.terms, self.rows[index]),
                     "rewards": {name: scores[row] for name, scores in by_name.items()},
                     "reward": float(scores_b[row]),
                     # The completion's mean whitened advantage and its summed KL to the reference.

@@ -412,6 +412,22 @@ def score_rewards(terms: Sequence[WeightedReward], completions: Sequence[str],
     return totals, by_key
 
 
+def reference_answer(terms: Sequence[WeightedReward], row: Mapping[str, object]) -> str | None:
+    """The row's reference answer as the reward read it, for the samples log (the samples browser's
+    Reference column): the column of the first term whose function takes ``answer_column`` (its
+    default when the spec leaves it out), else ``answer``; None when the row has no value there."""
+    columns = (_answer_column(term) for term in terms)
+    value = row.get(next((column for column in columns if column is not None), "answer"))
+    return None if value is None else str(value)
+
+
+def _answer_column(term: WeightedReward) -> str | None:
+    parameter = inspect.signature(REWARDS[term.name]).parameters.get("answer_column")
+    if parameter is None:
+        return None
+    return str((term.args or {}).get("answer_column", parameter.default))
+
+
 def _call_reward(term: WeightedReward, completions: Sequence[str],
                  references: Sequence[Mapping[str, object]]) -> list[float]:
     fn = REWARDS[term.name]

@@ -76,6 +76,9 @@ def test_grpo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refer
     step_one = [s for s in samples if s["step"] == 1]
     assert np.mean([s["reward"] for s in step_one]) == pytest.approx(metrics[0]["reward"], abs=1e-6)
     assert all(s["rewards"]["contains"] == float("e" in s["text"].casefold()) for s in samples)
+    # Each rollout carries its row's reference answer (the samples browser's Reference column).
+    answers = {(row["prompt"], row["answer"]) for row in read_jsonl(demo_dir / "data/prompts.jsonl")}
+    assert all((s["prompt"], s["answer"]) in answers for s in samples)
     # Advantages are per group: zero-mean within each prompt's 8 completions.
     advantages = np.array([s["advantage"] for s in step_one]).reshape(4, 8)
     np.testing.assert_allclose(advantages.sum(axis=1), 0.0, atol=1e-5)
@@ -105,6 +108,8 @@ def test_lora_gspo_with_reference_dynamic_sampling_reused_rollouts_and_eval(demo
     rollouts = [s for s in samples if s["kind"] == "rollout"]
     assert {s["step"] for s in rollouts} == {1} and len(rollouts) == 4 * 8
     assert len(evals) == 3
+    eval_answers = {(row["prompt"], row["answer"]) for row in read_jsonl(demo_dir / "data/eval.jsonl")}
+    assert all((s["prompt"], s["answer"]) in eval_answers for s in evals)
     # Dynamic sampling keeps groups with reward variance when it can find them.
     groups = np.array([s["reward"] for s in rollouts]).reshape(4, 8)
     assert all(group.max() > group.min() for group in groups)

@@ -220,6 +220,8 @@ def test_ppo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refere
     step_one = [s for s in samples if s["step"] == 1]
     assert np.mean([s["reward"] for s in step_one]) == pytest.approx(metrics[0]["reward"], abs=1e-6)
     assert all(s["rewards"]["contains"] == float("e" in s["text"].casefold()) == s["reward"] for s in samples)
+    answers = {(row["prompt"], row["answer"]) for row in read_jsonl(demo_dir / "data/prompts.jsonl")}
+    assert all((s["prompt"], s["answer"]) in answers for s in samples)  # the samples browser's Reference
 
 
 def test_lora_with_kl_reused_rollouts_eval_and_the_guard(demo_dir, tmp_path, reference_passes):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jaxengine import rewards
-from jaxengine.rewards import RewardError, WeightedReward, extract_answer, score_rewards
+from jaxengine.rewards import RewardError, WeightedReward, extract_answer, reference_answer, score_rewards
 
 REF = [{"answer": "42"}]
 
@@ -115,6 +115,17 @@ def test_contains_and_excludes():
     assert rewards.contains(texts, [{}] * 4, keywords=["Paris"], case_sensitive=True) == [1.0, 0.0, 0.0, 0.0]
     assert rewards.contains(texts, [{}] * 4, keywords=["zürich"]) == [0.0, 0.0, 0.0, 1.0]
     assert rewards.excludes(texts, [{}] * 4, keywords=["france", "ZÜRICH"]) == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_reference_answer_is_the_column_the_reward_reads():
+    row = {"prompt": "p", "answer": "42", "solution": 7}
+    length_then_match = [WeightedReward(name="length_penalty", args={"max_length": 10}),
+                         WeightedReward(name="numeric_match", args={"answer_column": "solution"})]
+    assert reference_answer(length_then_match, row) == "7"  # the first term with an answer column
+    assert reference_answer([WeightedReward(name="exact_match")], row) == "42"  # its default column
+    assert reference_answer([WeightedReward(name="contains", args={"keywords": ["x"]})], row) == "42"
+    assert reference_answer([WeightedReward(name="exact_match", args={"answer_column": "gold"})], row) is None
+    assert reference_answer([WeightedReward(name="exact_match")], {"prompt": "p", "answer": None}) is None
 
 
 def test_score_rewards_weights_and_keys():

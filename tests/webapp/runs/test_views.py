@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.webapp.runs.conftest import sft_spec
-from webapp.runs import services
+from webapp.runs import reporting, services
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
 
@@ -365,6 +365,18 @@ def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in
                           rewards={"reward_model": 0.5}, extra={"kind": "rollout", "advantage": 0.25, "kl": 0.0625})
     ppo = client.get(url(run, "samples/?step=6&kind=rollout")).content.decode()
     assert "reward_model 0.500" in ppo and "0.250" in ppo and "kl 0.063" in ppo
+
+
+def test_the_samples_browser_shows_a_rollouts_reference_answer(team, run, client_for):
+    # Records as jaxengine.grpo writes them to samples.jsonl: the reference the reward read as "answer".
+    records = [{"step": 2, "kind": "rollout", "prompt": "What is 49 + 97?", "text": "146", "answer": "146",
+                "rewards": {"exact_match": 1.0}, "reward": 1.0, "advantage": 0.5, "finish_reason": "stop"},
+               {"step": 2, "kind": "rollout", "prompt": "Say <b>", "text": "b", "answer": "<b>",
+                "rewards": {"exact_match": 0.0}, "reward": 0.0, "advantage": -0.5, "finish_reason": "stop"}]
+    Sample.objects.bulk_create([reporting.sample_row(run, 2, position, record) for position, record in enumerate(records)])
+    page = client_for(team.viewer).get(url(run, "samples/?step=2&kind=rollout")).content.decode()
+    assert '<td class="text muted">146</td>' in page
+    assert '<td class="text muted">&lt;b&gt;</td>' in page and '<td class="text muted"><b></td>' not in page
 
 
 def test_the_ppo_form_offers_reward_rows_and_its_knobs(team, catalog, client_for):
