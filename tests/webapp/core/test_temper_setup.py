@@ -6,9 +6,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from jaxengine.demo import corpus
 from tests.webapp.factories import write_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.core.management.commands import temper_setup
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 
 
@@ -37,6 +40,47 @@ def test_it_works_and_is_idempotent(db, models_root, monkeypatch):
     assert BaseModel.objects.get(project=project).name == "demo-base"
     run_setup()
     assert (Project.objects.count(), Membership.objects.count(), BaseModel.objects.count()) == (1, 1, 1)
+
+
+def write_demo_data(data_dir):
+    """DIR/data/*.jsonl as `jaxengine demo-base` writes them (the engine's own writer, on a few problems)."""
+    return corpus.write_datasets(corpus.dataset_rows(corpus.generate_problems(seed=0, count=60), max_eval=6), data_dir)
+
+
+def test_it_imports_the_demo_datasets_once_and_they_validate_as_their_kinds(db, models_root, monkeypatch,
+                                                                            django_capture_on_commit_callbacks):
+    queued = []
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda name, args, queue: queued.append(args[0]))
+    write_model_dir(models_root / "demo" / "model")
+    run_setup()  # a setup from before the data was there: the model alone
+    assert not Dataset.objects.exists()
+    written = write_demo_data(models_root / "demo" / "data")
+    with django_capture_on_commit_callbacks(execute=True):
+        output = run_setup()
+    assert "demo dataset imported: demo-sft (sft)" in output
+    datasets = {dataset.name: dataset for dataset in Dataset.objects.filter(project__slug="demo")}
+    assert {name: dataset.kind for name, dataset in datasets.items()} == {
+        "demo-sft": "sft", "demo-preference": "preference", "demo-prompts": "prompts", "demo-eval": "prompts"}
+    assert all(dataset.created_by.username == "boss" for dataset in datasets.values())
+    assert sorted(queued) == sorted(DatasetVersion.objects.values_list("pk", flat=True))  # validation queued
+    for name, source in (("demo-sft", "sft"), ("demo-preference", "preference"), ("demo-prompts", "prompts"),
+                         ("demo-eval", "eval")):
+        version = dataset_services.dataset_version_validate(version_id=datasets[name].versions.get().pk)
+        assert version.status == VersionStatus.READY, version.errors
+        assert version.row_count == len(written[source].read_text().splitlines())
+        assert version.absolute_path.read_bytes() == written[source].read_bytes()
+    run_setup()
+    assert (Dataset.objects.count(), DatasetVersion.objects.count()) == (4, 4)
+
+
+def test_it_imports_only_the_demo_datasets_that_exist(db, models_root):
+    write_model_dir(models_root / "demo" / "model")
+    data_dir = models_root / "demo" / "data"
+    for path in write_demo_data(data_dir).values():
+        if path.name != "sft.jsonl":
+            path.unlink()
+    run_setup()
+    assert list(Dataset.objects.values_list("name", flat=True)) == ["demo-sft"]
 
 
 def test_it_builds_the_demo_model_with_the_engine_command(db, models_root, monkeypatch):

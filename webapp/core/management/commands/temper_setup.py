@@ -1,11 +1,13 @@
 """First-run setup used by ``make up``: the admin account, the demo project (slug
-``demo``, the admin as owner) and the demo base model. Running it twice is safe:
-each step only creates what is missing.
+``demo``, the admin as owner), the demo base model and its datasets. Running it twice
+is safe: each step only creates what is missing.
 
 The demo base model is built by the engine (``jaxengine demo-base --out DIR``
 writes ``DIR/model/`` and ``DIR/data/*.jsonl``) into ``$TEMPER_MODELS_ROOT/demo``.
 Building it imports jax, so it runs as a subprocess; when the installed engine has
-no such sub-command yet, or building fails, setup says so and carries on.
+no such sub-command yet, or building fails, setup says so and carries on. Each
+``DIR/data`` file that exists becomes a dataset of the demo project (``DEMO_DATASETS``),
+validated by the ``default`` worker like an upload; one already there by name is kept.
 """
 from __future__ import annotations
 
@@ -18,15 +20,30 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.core.files import File
 from django.core.management.base import BaseCommand
 
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.services import basemodel_register
+from webapp.datasets.models import Dataset
+from webapp.datasets.services import dataset_create_with_upload
 from webapp.projects.models import Membership, Project, Role
 from webapp.projects.services import membership_add, membership_set_role, project_create
 
 DEMO_SLUG = "demo"
 DEMO_BASE_MODEL_NAME = "demo-base"
+# (dataset name, file in DIR/data, kind): eval.jsonl holds held-out prompts with their answers,
+# the evaluation data of SFT (exact match) and of GRPO/PPO.
+DEMO_DATASETS = (
+    ("demo-sft", "sft.jsonl", "sft"),
+    ("demo-preference", "preference.jsonl", "preference"),
+    ("demo-prompts", "prompts.jsonl", "prompts"),
+    ("demo-eval", "eval.jsonl", "prompts"),
+)
+
+
+def demo_dir() -> Path:
+    return Path(settings.MODELS_ROOT) / "demo"
 
 
 def demo_base_command(out_dir: Path) -> list[str] | None:
@@ -40,11 +57,12 @@ def demo_base_command(out_dir: Path) -> list[str] | None:
 
 
 class Command(BaseCommand):
-    help = "Create the admin account, the demo project and the demo base model if missing (idempotent)."
+    help = "Create the admin account, the demo project, the demo base model and its datasets if missing (idempotent)."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--no-demo-model", action="store_true", help="skip building and registering the demo base model"
+            "--no-demo-model", action="store_true",
+            help="skip building and registering the demo base model and importing its datasets",
         )
 
     def handle(self, *args, **options) -> None:
@@ -53,6 +71,7 @@ class Command(BaseCommand):
         # TEMPER_DEMO_MODEL=0 lets scripts and tests skip the engine build (it imports jax).
         if not options["no_demo_model"] and os.environ.get("TEMPER_DEMO_MODEL", "1") != "0":
             self._ensure_demo_base_model(project, admin)
+            self._ensure_demo_datasets(project, admin)
 
     def _ensure_admin(self):
         username = os.environ.get("TEMPER_ADMIN_USER", "admin")
@@ -89,7 +108,7 @@ class Command(BaseCommand):
     def _ensure_demo_base_model(self, project: Project, admin) -> None:
         if BaseModel.objects.filter(project=project, name=DEMO_BASE_MODEL_NAME).exists():
             return
-        out_dir = Path(settings.MODELS_ROOT) / "demo"
+        out_dir = demo_dir()
         model_dir = out_dir / "model"
         if not (model_dir / "config.json").is_file():
             command = demo_base_command(out_dir)
@@ -112,3 +131,20 @@ class Command(BaseCommand):
             self.stderr.write(f"demo base model: not registered: {'; '.join(error.messages)}")
             return
         self.stdout.write(f"demo base model registered: {base_model.name} ({base_model.parameter_count} parameters)")
+
+    def _ensure_demo_datasets(self, project: Project, admin) -> None:
+        data_dir = demo_dir() / "data"
+        for name, filename, kind in DEMO_DATASETS:
+            path = data_dir / filename
+            if not path.is_file() or Dataset.objects.filter(project=project, name=name).exists():
+                continue
+            try:
+                with path.open("rb") as handle:
+                    dataset_create_with_upload(
+                        project=project, name=name, kind=kind, upload=File(handle, name=filename),
+                        file_format="jsonl", column_mapping={}, user=admin,
+                    )
+            except ValidationError as error:
+                self.stderr.write(f"demo dataset {name}: not imported: {'; '.join(error.messages)}")
+                continue
+            self.stdout.write(f"demo dataset imported: {name} ({kind}), from {path}")
