@@ -30,11 +30,13 @@ def main() -> None:
 
     # The table, targets and mask are arguments, not closed-over constants (XLA would fold those).
     def full(h, table, targets, mask):
-        log_probs_bt = losses.chunked_token_log_probs(h, targets, lambda x: x @ table.T)
+        log_probs_bt = losses.chunked_token_log_probs(h, targets, lambda x: x @ table.T,
+                                                      logits_memory_budget=losses.LOGITS_MEMORY_BUDGET)
         return losses.masked_cross_entropy(log_probs_bt, mask)[0]
 
     def gathered(h, table, targets, mask):
-        log_probs_n, real_n = losses.loss_token_log_probs(h, targets, mask, lambda x: x @ table.T, capacity=B * T // 2)
+        log_probs_n, real_n = losses.loss_token_log_probs(h, targets, mask, lambda x: x @ table.T, capacity=B * T // 2,
+                                                          logits_memory_budget=losses.LOGITS_MEMORY_BUDGET)
         return losses.masked_cross_entropy(log_probs_n, real_n)[0]
 
     def recomputed(h, table, targets, mask):

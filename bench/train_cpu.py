@@ -169,6 +169,7 @@ def bench_jaxengine(warmup: int, steps: int, *, qlora: bool, prompt_len: int = 0
     from flax import nnx
 
     from jaxengine.data.pipeline import Example
+    from jaxengine.losses import LOGITS_MEMORY_BUDGET
     from jaxengine.models import build_model, preset
     from jaxengine.peft.lora import PROJECTIONS, LoraParam, apply_lora
     from jaxengine.peft.quant import quantize_model
@@ -188,8 +189,9 @@ def bench_jaxengine(warmup: int, steps: int, *, qlora: bool, prompt_len: int = 0
                                optim=OptimSpec(learning_rate=LEARNING_RATE, schedule="constant", max_grad_norm=None))
     stamps: dict[int, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as run_dir:
-        # Unpacked rows, as ``jaxengine train`` runs SFT with data.packing off.
-        trainer = Trainer(model=model, task=LanguageModelTask(unpacked=True), config=train_config,
+        # Unpacked rows and the default logits budget, as ``jaxengine train`` runs SFT with data.packing off.
+        task = LanguageModelTask(unpacked=True, logits_memory_budget=LOGITS_MEMORY_BUDGET)
+        trainer = Trainer(model=model, task=task, config=train_config,
                           train_examples=examples, eval_examples=None, pad_id=0, run_dir=run_dir, trainable=LoraParam)
         # The final step also writes a checkpoint before reporting: time steps warmup+1 .. warmup+steps-1.
         trainer.fit(on_progress=lambda progress: stamps.__setitem__(progress.step,

@@ -58,14 +58,15 @@ def chunked_token_log_probs(
     logits_fn: Callable[[jax.Array], jax.Array],
     *,
     chunk_size: int = 256,
-    logits_memory_budget: int = LOGITS_MEMORY_BUDGET,
+    logits_memory_budget: int = 0,
 ) -> jax.Array:
     """``token_log_probs(logits_fn(hidden_btd), targets_bt)``, chunked when the logits exceed the budget.
 
     ``logits_fn`` maps hidden states [B, C, D] to logits [B, C, V] (the model's output projection,
     tied or not, with any soft-capping). When the float32 logits [B, T, V] take more than
     ``logits_memory_budget`` bytes, they are computed ``chunk_size`` positions at a time and each
-    chunk's logits are recomputed in the backward pass instead of stored (0: always chunk). T need not
+    chunk's logits are recomputed in the backward pass instead of stored (0, the default for callers
+    that predate the budget, such as the RL losses: always chunk). T need not
     divide by ``chunk_size``: the tail is padded and dropped. Sequences of at most ``chunk_size``
     positions take the plain path.
     """
@@ -108,7 +109,7 @@ def loss_token_log_probs(
     *,
     capacity: int,
     chunk_size: int = 256,
-    logits_memory_budget: int = LOGITS_MEMORY_BUDGET,
+    logits_memory_budget: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """log p(target) at the loss positions only: float32 [capacity] and which slots are real, bool [capacity].
 

@@ -47,7 +47,7 @@ def hidden_states_of(model, batch: TokenBatch, *, unpacked: bool = False) -> jax
 
 
 def token_log_probs_of(model, batch: TokenBatch, *, chunk_size: int, unpacked: bool = False,
-                       logits_memory_budget: int = losses.LOGITS_MEMORY_BUDGET) -> jax.Array:
+                       logits_memory_budget: int = 0) -> jax.Array:
     """Float32 [B, T] log p(targets) under ``model`` (see ``hidden_states_of``), logits chunked above the budget."""
     return losses.chunked_token_log_probs(hidden_states_of(model, batch, unpacked=unpacked), batch.targets,
                                           model.logits, chunk_size=chunk_size,
@@ -78,7 +78,9 @@ class LanguageModelTask:
     chunk_size: int = 256
     # Rows are never packed (data.packing off): pass lengths, not a dense mask (see hidden_states_of).
     unpacked: bool = False
-    logits_memory_budget: int = losses.LOGITS_MEMORY_BUDGET
+    # 0: chunked and recomputed above chunk_size, as before the budget (jobs pass the spec's, by default
+    # losses.LOGITS_MEMORY_BUDGET; the demo build keeps 0 so that its model stays the same).
+    logits_memory_budget: int = 0
     loss_positions: int | None = None
 
     def for_batches(self, batches: TokenBatch) -> LanguageModelTask:
