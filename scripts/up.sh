@@ -41,11 +41,6 @@ cleanup() {
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 trap cleanup EXIT
-# Every background process gets a process group of its own, so Ctrl-C (SIGINT to the
-# terminal's foreground group) reaches this script alone and cleanup stops the others
-# in order. Without it they all got the SIGINT too, and one that exited before this
-# shell ran its INT trap ended `wait -n` below as if it had died (exit 1, not 130).
-set -m
 
 if [ -z "${REDIS_URL:-}" ]; then
     REDIS_PORT="${TEMPER_REDIS_PORT:-6379}"
