@@ -56,20 +56,22 @@ def _spelled(digits: list[int]) -> str:
     return " ".join(map(str, digits))
 
 
-def _largest_digit(rng: random.Random) -> Problem:
+def _extreme_digit(rng: random.Random, *, task: str, pick: Callable[[list[int]], int],
+                   other: Callable[[list[int]], int]) -> Problem:
+    """The ``pick`` (max or min) digit of a list; the wrong answer is the ``other`` extreme, or the next digit."""
     digits = _digits(rng)
-    answer = max(digits)
-    wrong = min(digits) if min(digits) != answer else (answer + 1) % 10
-    return Problem(task="largest", prompt=f"What is the largest digit in {_spelled(digits)}?", answer=str(answer),
+    answer = pick(digits)
+    wrong = other(digits) if other(digits) != answer else (answer + 1) % 10
+    return Problem(task=task, prompt=f"What is the {task} digit in {_spelled(digits)}?", answer=str(answer),
                    wrong=str(wrong))
+
+
+def _largest_digit(rng: random.Random) -> Problem:
+    return _extreme_digit(rng, task="largest", pick=max, other=min)
 
 
 def _smallest_digit(rng: random.Random) -> Problem:
-    digits = _digits(rng)
-    answer = min(digits)
-    wrong = max(digits) if max(digits) != answer else (answer + 1) % 10
-    return Problem(task="smallest", prompt=f"What is the smallest digit in {_spelled(digits)}?", answer=str(answer),
-                   wrong=str(wrong))
+    return _extreme_digit(rng, task="smallest", pick=min, other=max)
 
 
 def _even_count(rng: random.Random) -> Problem:
