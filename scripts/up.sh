@@ -74,6 +74,17 @@ echo "Temper is starting on http://$HOST:$PORT  (logs in $TEMPER_DATA/logs; Ctrl
 .venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &
 pids+=($!)
 set +e
-wait -n "${pids[@]}"
-echo "a Temper process exited (status $?); see $TEMPER_DATA/logs" >&2
-exit 1
+# Polled, not 'wait -n': Ctrl-C reaches every process of the group, and bash drops a SIGINT that
+# arrives while it waits for a background child that then exits normally (Redis exits 0 on SIGINT),
+# so its INT trap could be skipped (exit 1, not 130). A foreground sleep dies of the SIGINT, and bash
+# always runs the trap for that.
+while true; do
+    for pid in "${pids[@]}"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid"
+            echo "a Temper process exited (status $?); see $TEMPER_DATA/logs" >&2
+            exit 1
+        fi
+    done
+    sleep 0.5
+done
