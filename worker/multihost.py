@@ -6,7 +6,10 @@ expiry of ``TEMPER_HOST_LOST_SECONDS``. A peer whose key was seen and then expir
 process died (SIGKILL, out of memory, host gone) or stopped being scheduled. The survivor records
 the run as failed naming that host (a conditional update: the first process to notice wins, later
 verdicts change nothing), gives back its worker's reservation and ends its own process, which is
-blocked, or about to be, in a collective that will never complete. A peer never seen is left to
+blocked, or about to be, in a collective that will never complete. Before the verdict it leaves
+``stopped`` in its own key: should the verdict not be written (the database busy past every try) or
+come after the reaper's (``services.runs_reap_lost``), the reaper names the lost host alone, not
+every host whose key is gone. A peer never seen is left to
 jax.distributed's initialization timeout: it may still be starting. A process that finished its part
 (process 0 still exports the model after the others are done) leaves ``done`` in its key instead.
 
@@ -23,7 +26,7 @@ import time
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from jaxengine.distributed import PeerWatchdog, end_process
 from webapp.runs import channels, placement, reporting
@@ -34,6 +37,10 @@ logger = logging.getLogger(__name__)
 BEAT_SECONDS = 1.0
 DONE = b"done"
 DONE_SECONDS = 3600
+# Left by a process that ended itself because a peer was lost: it is not lost itself, so that the
+# reaper's fallback verdict (``placement.silent_hosts``) names only the host that really went.
+STOPPED = b"stopped"
+VERDICT_TRIES = 5
 
 
 class HostLiveness:
@@ -119,12 +126,39 @@ class HostLiveness:
 
     def _end_lost(self, description: str) -> None:
         """Watchdog verdict: record the lost hosts (if that is the reason), give the worker back, end
-        this process."""
-        close_old_connections()
+        this process. A verdict that cannot be written (the database busy past its timeout) is tried
+        again; ended this process must be in any case, since it is blocked, or about to be, in a
+        collective."""
         try:
             if self._lost:
-                reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
+                self._leave(STOPPED)
+                self._record_loss()
+            close_old_connections()
             placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
+        except Exception:
+            logger.exception("run %s: the verdict '%s' was not recorded", self.run.public_id, description)
         finally:
             logger.error("run %s: %s; ending process %s", self.run.public_id, description, self.process_id)
             end_process(description)
+
+    def _leave(self, value: bytes) -> None:
+        """Stop beating and leave ``value`` in this process's key for an hour."""
+        self._stop.set()
+        if self._beat_thread.is_alive():
+            self._beat_thread.join(timeout=2 * BEAT_SECONDS)
+        try:
+            self._client.set(self._key(self.process_id), value, ex=DONE_SECONDS)
+        except redis.RedisError as error:
+            logger.warning("run %s: could not mark host %s stopped: %s", self.run.public_id, self.process_id, error)
+
+    def _record_loss(self) -> None:
+        for attempt in range(1, VERDICT_TRIES + 1):
+            close_old_connections()
+            try:
+                reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
+                return
+            except DatabaseError as error:
+                if attempt == VERDICT_TRIES:
+                    raise
+                logger.warning("run %s: recording the lost hosts failed (%s); trying again", self.run.public_id, error)
+                time.sleep(BEAT_SECONDS)

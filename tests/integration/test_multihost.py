@@ -172,7 +172,7 @@ def test_a_lost_host_stops_the_other_fails_the_run_naming_it_and_resume_continue
     killed = time.monotonic()
 
     wait_for(status_of(run, RunStatus.FAILED), timeout=60, what="the run to be failed", workers=_Logs(hosts))
-    assert run.error_message.startswith(f"host 1 (worker {lost_name}) lost at step ")
+    assert run.error_message.startswith(f"host 1 (worker {lost_name}) lost at step "), hosts.logs()
     assert "Resume the run" in run.error_message
 
     def survivor_stopped():

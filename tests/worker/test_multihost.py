@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.webapp.factories import make_team
-from webapp.runs import channels
+from webapp.runs import channels, placement
 from webapp.runs.models import Run, RunStatus
 from worker import multihost
 from worker.multihost import HostLiveness
@@ -81,11 +81,56 @@ def test_the_watchdog_verdict_fails_the_run_naming_the_host_and_ends_the_process
     deadline = time.monotonic() + 10
     while not ended and time.monotonic() < deadline:
         time.sleep(0.1)
-    liveness.stop(finished=False)
     run.refresh_from_db()
     assert ended == ["host 1 lost"]
     assert run.status == RunStatus.FAILED
     assert run.error_message.startswith("host 1 (worker train-tpu@h1) lost at step 12; the other hosts were stopped")
+    # It stopped beating and says so: a fallback verdict would not take it for lost.
+    client = channels.redis_client()
+    time.sleep(1.5)
+    assert client.get(channels.host_key(run.public_id, 1, 0)) == multihost.STOPPED
+    assert placement.silent_hosts(run) == [1]
+    client.close()
+    liveness.stop(finished=False)
+
+
+def test_a_verdict_the_database_refused_is_written_on_a_later_try(transactional_db, settings, redis_url,
+                                                                   monkeypatch):
+    """The first write of the verdict fails as a database busy past its timeout does: the watchdog
+    writes it again instead of ending the process with the run still running (which left the reaper
+    to name every silent host, host 0 included, in a 2026-12-01 CI run)."""
+    from django.db import OperationalError
+
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team()
+    run = Run.objects.create(
+        project=team.project, name="mh", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"}, hosts=2,
+        status=RunStatus.RUNNING, current_step=12,
+        placement={"attempt": 1, "pool": "tpu", "coordinator": "h:1", "hosts": [
+            {"process": index, "worker": f"train-tpu@h{index}", "address": "h"} for index in range(2)]})
+    ended, tries = [], []
+    real_fail = reporting.run_fail_hosts_lost
+
+    def busy_once(**kwargs):
+        tries.append(kwargs["lost"])
+        if len(tries) == 1:
+            raise OperationalError("database is locked")
+        return real_fail(**kwargs)
+
+    monkeypatch.setattr(multihost, "end_process", ended.append)
+    monkeypatch.setattr(reporting, "run_fail_hosts_lost", busy_once)
+    liveness = HostLiveness(run=run, process_id=0, num_processes=2, worker_name="train-tpu@h0", lost_seconds=2)
+    peer_beats(run, 1, seconds=2)
+    liveness.start()
+    deadline = time.monotonic() + 15
+    while not ended and time.monotonic() < deadline:
+        time.sleep(0.1)
+    liveness.stop(finished=False)
+    run.refresh_from_db()
+    assert ended == ["host 1 lost"] and tries == [[1], [1]]
+    assert run.status == RunStatus.FAILED and run.error_message.startswith("host 1 (worker train-tpu@h1) lost")
 
 
 def test_the_watchdog_ends_a_process_whose_attempt_was_placed_again_without_failing_the_run(
