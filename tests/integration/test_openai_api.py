@@ -38,6 +38,8 @@ def test_models_and_chat_completions_streaming_and_not(api):
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
     assert streamed == whole.choices[0].message.content and len(chunks) > 2
     assert chunks[-1].choices[0].finish_reason == "length"
+    assert whole.object == "chat.completion" and whole.id.startswith("chatcmpl-")
+    assert {chunk.object for chunk in chunks} == {"chat.completion.chunk"} and {chunk.id for chunk in chunks} == {chunks[0].id}
 
 
 def test_completions(api):
@@ -50,6 +52,8 @@ def test_completions(api):
                                             temperature=0, stream=True))
     assert "".join(chunk.choices[0].text for chunk in chunks) == whole.choices[0].text
     assert whole.usage.completion_tokens == 8
+    assert whole.object == "text_completion" and whole.id.startswith("cmpl-")
+    assert {chunk.object for chunk in chunks} == {"text_completion"}
     # stop: the text ends before the first occurrence, streamed or not, with finish_reason "stop".
     stop = whole.choices[0].text[3:5]
     cut = whole.choices[0].text[:whole.choices[0].text.find(stop)]

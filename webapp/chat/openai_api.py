@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pydantic
@@ -178,50 +179,61 @@ def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
     return response
 
 
-@csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
-    started = await _start(request, ChatBody, "chatcmpl")
+@dataclass(frozen=True)
+class _Endpoint:
+    """What a chat completion and a text completion differ in: the body, the ids and object names, and
+    where the text sits in a choice (``delta``/``message`` or ``text``)."""
+
+    schema: type[_Body]
+    id_prefix: str
+    chunk_object: str
+    final_object: str
+    inputs: Callable[[Any], dict[str, Any]]  # the request's messages or prompt, from the parsed body
+    chunk_text: Callable[[str], dict[str, Any]]
+    final_text: Callable[[str], dict[str, Any]]
+
+
+async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
+    started = await _start(request, endpoint.schema, endpoint.id_prefix)
     if isinstance(started, HttpResponse):
         return started
     _token, body, choice, generation_id = started
     await sync_to_async(celery_app.send_task)(
-        GENERATE_TASK, args=[_request(body, choice, generation_id, messages=body.messages)], queue="serve")
-    created = int(time.time())
+        GENERATE_TASK, args=[_request(body, choice, generation_id, **endpoint.inputs(body))], queue="serve")
+    head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
         def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:
-            return {"id": generation_id, "object": "chat.completion.chunk", "created": created, "model": body.model,
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": text} if text else {},
-                                 "finish_reason": finish_reason}]}
+            return head | {"choices": [{"index": 0, **endpoint.chunk_text(text), "finish_reason": finish_reason}]}
         return _streaming(_stream(generation_id, chunk))
     done = await _final(generation_id)
     if done["type"] != "done":
         return _failed(done)
-    return JsonResponse({
-        "id": generation_id, "object": "chat.completion", "created": created, "model": body.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": done["text"]},
+    return JsonResponse(head | {
+        "object": endpoint.final_object,
+        "choices": [{"index": 0, **endpoint.final_text(done["text"]),
                      "finish_reason": FINISH_REASONS[done["finish_reason"]]}],
         "usage": _usage(done)})
 
 
+CHAT = _Endpoint(
+    schema=ChatBody, id_prefix="chatcmpl", chunk_object="chat.completion.chunk", final_object="chat.completion",
+    inputs=lambda body: {"messages": body.messages},
+    chunk_text=lambda text: {"delta": {"role": "assistant", "content": text} if text else {}},
+    final_text=lambda text: {"message": {"role": "assistant", "content": text}},
+)
+TEXT = _Endpoint(
+    schema=CompletionBody, id_prefix="cmpl", chunk_object="text_completion", final_object="text_completion",
+    inputs=lambda body: {"prompt": body.prompt},
+    chunk_text=lambda text: {"text": text, "logprobs": None},
+    final_text=lambda text: {"text": text, "logprobs": None},
+)
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await _complete(request, CHAT)
+
+
 @csrf_exempt
 async def completions(request: HttpRequest) -> HttpResponse:
-    started = await _start(request, CompletionBody, "cmpl")
-    if isinstance(started, HttpResponse):
-        return started
-    _token, body, choice, generation_id = started
-    await sync_to_async(celery_app.send_task)(
-        GENERATE_TASK, args=[_request(body, choice, generation_id, prompt=body.prompt)], queue="serve")
-    created = int(time.time())
-    if body.stream:
-        def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:
-            return {"id": generation_id, "object": "text_completion", "created": created, "model": body.model,
-                    "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]}
-        return _streaming(_stream(generation_id, chunk))
-    done = await _final(generation_id)
-    if done["type"] != "done":
-        return _failed(done)
-    return JsonResponse({
-        "id": generation_id, "object": "text_completion", "created": created, "model": body.model,
-        "choices": [{"index": 0, "text": done["text"], "finish_reason": FINISH_REASONS[done["finish_reason"]],
-                     "logprobs": None}],
-        "usage": _usage(done)})
+    return await _complete(request, TEXT)
