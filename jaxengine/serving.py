@@ -213,7 +213,7 @@ def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filter
 
 
 def _rows_view(keys_or_values: jax.Array, rows: int, kv_heads: int) -> jax.Array:
-    """A cache buffer ([B*K, S, H] / [B*K, H, S], leading axis dropped when B*K = 1) as [B, K, ...]."""
+    """A cache buffer ([B*K, H, S] / [B*K, S, H], leading axis dropped when B*K = 1) as [B, K, ...]."""
     return keys_or_values.reshape(rows, kv_heads, *keys_or_values.shape[-2:])
 
 
@@ -284,15 +284,15 @@ class _Compiled:
 
         def put(old, new, slots_last: bool):
             old_view, new_view = _rows_view(old, rows, self.kv_heads), _rows_view(new, group, self.kv_heads)
-            if slots_last:  # values [B, K, H, S]: the indexed axes come first, as [G, T, K, H]
+            if slots_last:  # keys [B, K, H, S]: the indexed axes come first, as [G, T, K, H]
                 updated = old_view.at[rows_g1, :, :, slots_1t].set(new_view.transpose(0, 3, 1, 2), mode="drop")
-            else:  # keys [B, K, S, H]
+            else:  # values [B, K, S, H]
                 updated = old_view.at[rows_g1, :, slots_1t, :].set(new_view.transpose(0, 2, 1, 3), mode="drop")
             return _cache_view(updated)
 
         return cache.replace(
-            keys=tuple(put(old, new, False) for old, new in zip(cache.keys, new_cache.keys)),
-            values=tuple(put(old, new, True) for old, new in zip(cache.values, new_cache.values)),
+            keys=tuple(put(old, new, True) for old, new in zip(cache.keys, new_cache.keys)),
+            values=tuple(put(old, new, False) for old, new in zip(cache.values, new_cache.values)),
             positions=cache.positions.at[rows_g1, slots_1t].set(new_cache.positions, mode="drop"))
 
     def _relayout(self, cache, source_rows_n, shift, *, rows: int, length: int):
@@ -306,8 +306,8 @@ class _Compiled:
             return _cache_view(jnp.take(view, slots_s, axis=slot_axis, mode="fill", fill_value=0))
 
         return cache.replace(
-            keys=tuple(move(keys, 2) for keys in cache.keys),
-            values=tuple(move(values, 3) for values in cache.values),
+            keys=tuple(move(keys, 3) for keys in cache.keys),
+            values=tuple(move(values, 2) for values in cache.values),
             positions=jnp.take(jnp.take(cache.positions, source_rows_n, axis=0, mode="fill", fill_value=0), slots_s,
                                axis=1, mode="fill", fill_value=0),
             index=cache.index - shift)

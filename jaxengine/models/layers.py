@@ -229,32 +229,36 @@ def fused_attention(q_btnh: jax.Array, k_btkh: jax.Array, v_btkh: jax.Array, len
 
 def kv_cache_shapes(batch: int, num_kv_heads: int, max_length: int, head_dim: int
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Shapes of one layer's (keys, values) cache buffers: [F, S, H] and [F, H, S], F = B * K.
+    """Shapes of one layer's (keys, values) cache buffers: [F, H, S] and [F, S, H], F = B * K.
 
-    Batch and key/value heads are flattened into one leading axis F, dropped when F = 1, and values
-    keep slots last. This is the exact operand layout of the two attention matmuls, so the in-place
-    cache write is read back without any reshape: XLA (on CPU at least) otherwise duplicates the
-    write into its consumer and copies the whole cache on every decode step.
+    Batch and key/value heads are flattened into one leading axis F, dropped when F = 1. This is the
+    exact operand layout of the two attention matmuls, so the in-place cache write is read back without
+    any reshape: XLA (on CPU at least) otherwise duplicates the write into its consumer and copies the
+    whole cache on every decode step. Of the two such layouts, this one puts last the axis each product
+    keeps (slots for the scores, head dim for the output), so it streams along contiguous memory; the
+    other ([F, S, H] keys, [F, H, S] values) makes both products dot products along the last axis,
+    which a decode step's few queries per key/value head (Q = G) do not amortise. On CPU, attention
+    alone at 16 rows x 2 heads took 1.7-2.2x the time that way (bench/RESULTS.md, "Serving throughput").
     """
     flat = batch * num_kv_heads
     leading = (flat,) if flat > 1 else ()
-    return leading + (max_length, head_dim), leading + (head_dim, max_length)
+    return leading + (head_dim, max_length), leading + (max_length, head_dim)
 
 
-def dot_product_attention(q_fqh: jax.Array, keys_fsh: jax.Array, values_fhs: jax.Array, mask_fqs: jax.Array, *,
+def dot_product_attention(q_fqh: jax.Array, keys_fhs: jax.Array, values_fsh: jax.Array, mask_fqs: jax.Array, *,
                           scale: float, softcap: float | None) -> jax.Array:
-    """Attention of queries [F, Q, H] over keys [F, S, H] and values [F, H, S] (F optional).
+    """Attention of queries [F, Q, H] over keys [F, H, S] and values [F, S, H] (F optional).
 
     F = batch x key/value heads, Q = query heads per key/value head x query length. Scores and
     softmax are float32. Returns [F, Q, H] in the query dtype.
     """
-    scores_fqs = jnp.einsum("...QH,...SH->...QS", q_fqh, keys_fsh.astype(q_fqh.dtype),
+    scores_fqs = jnp.einsum("...QH,...HS->...QS", q_fqh, keys_fhs.astype(q_fqh.dtype),
                             preferred_element_type=jnp.float32) * scale
     if softcap is not None:
         scores_fqs = jnp.tanh(scores_fqs / softcap) * softcap
     scores_fqs = jnp.where(mask_fqs, scores_fqs, MASK_VALUE)
     probs_fqs = jax.nn.softmax(scores_fqs, axis=-1).astype(q_fqh.dtype)
-    return jnp.einsum("...QS,...HS->...QH", probs_fqs, values_fhs.astype(q_fqh.dtype),
+    return jnp.einsum("...QS,...SH->...QH", probs_fqs, values_fsh.astype(q_fqh.dtype),
                       preferred_element_type=jnp.float32).astype(q_fqh.dtype)
 
 
@@ -321,26 +325,26 @@ class Attention(nnx.Module):
         flat = batch * kv_heads
         q_fqh = q_btnh.reshape(batch, length, kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4).reshape(
             flat, groups * length, head_dim)
-        k_fth = k_btkh.transpose(0, 2, 1, 3).reshape(flat, length, head_dim)
-        v_fht = v_btkh.transpose(0, 2, 3, 1).reshape(flat, head_dim, length)
+        k_fht = k_btkh.transpose(0, 2, 3, 1).reshape(flat, head_dim, length)
+        v_fth = v_btkh.transpose(0, 2, 1, 3).reshape(flat, length, head_dim)
         key_length = mask_bts.shape[-1]
         mask_fqs = jnp.broadcast_to(mask_bts[:, None, None], (batch, kv_heads, groups, length, key_length)).reshape(
             flat, groups * length, key_length)
         if flat == 1:
-            q_fqh, k_fth, v_fht, mask_fqs = q_fqh[0], k_fth[0], v_fht[0], mask_fqs[0]
+            q_fqh, k_fht, v_fth, mask_fqs = q_fqh[0], k_fht[0], v_fth[0], mask_fqs[0]
         if kv_cache is None:
-            keys_fsh, values_fhs, new_cache = k_fth, v_fht, None
+            keys_fhs, values_fsh, new_cache = k_fht, v_fth, None
         else:
             cached_keys, cached_values = kv_cache
             leading = (0,) * (cached_keys.ndim - 2)
-            keys_fsh = constrain_kv_cache(jax.lax.dynamic_update_slice(
-                cached_keys, k_fth.astype(cached_keys.dtype), leading + (write_index, 0)),
+            keys_fhs = constrain_kv_cache(jax.lax.dynamic_update_slice(
+                cached_keys, k_fht.astype(cached_keys.dtype), leading + (0, write_index)),
                 batch=batch, kv_heads=kv_heads)
-            values_fhs = constrain_kv_cache(jax.lax.dynamic_update_slice(
-                cached_values, v_fht.astype(cached_values.dtype), leading + (0, write_index)),
+            values_fsh = constrain_kv_cache(jax.lax.dynamic_update_slice(
+                cached_values, v_fth.astype(cached_values.dtype), leading + (write_index, 0)),
                 batch=batch, kv_heads=kv_heads)
-            new_cache = (keys_fsh, values_fhs)
-        out_fqh = dot_product_attention(q_fqh, keys_fsh, values_fhs, mask_fqs, scale=self.scale, softcap=self.softcap)
+            new_cache = (keys_fhs, values_fsh)
+        out_fqh = dot_product_attention(q_fqh, keys_fhs, values_fsh, mask_fqs, scale=self.scale, softcap=self.softcap)
         out_btnh = out_fqh.reshape(batch, kv_heads, groups, length, head_dim).transpose(0, 3, 1, 2, 4)
         return self.o_proj(out_btnh.reshape(batch, length, self.num_heads * self.head_dim)), new_cache
 

@@ -44,7 +44,7 @@ from jaxengine.models.layers import (
 class KVCache:
     """Static-shape key/value cache for every layer.
 
-    ``keys[i]``/``values[i]``: layer i's buffers, keys [F, S, H] and values [F, H, S] with F = B * K
+    ``keys[i]``/``values[i]``: layer i's buffers, keys [F, H, S] and values [F, S, H] with F = B * K
     (the F axis is dropped when F = 1; see ``layers.kv_cache_shapes``). ``positions``: [B, S] int32 rotary
     position of the token stored at each slot. ``index``: int32 scalar, the next slot to write
     (shared by all rows).

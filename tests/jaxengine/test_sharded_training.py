@@ -152,7 +152,7 @@ def test_the_sampler_cache_is_sharded_by_rows_and_kv_heads_under_a_mesh():
     mesh = make_mesh(data=2, fsdp=2, tensor=2)
     with jax.set_mesh(mesh):
         logits_bv, cache = run_prefill(state, ids_bt, pads_b)
-    # keys [B x K = 16, S, H]: rows over (data, fsdp), the two heads within each row over tensor.
+    # keys [B x K = 16, H, S]: rows over (data, fsdp), the two heads within each row over tensor.
     assert cache.keys[0].sharding.spec == PartitionSpec(("data", "fsdp", "tensor"))
     assert {shard.data.shape for shard in cache.keys[0].addressable_shards} == {(2, 16, 16)}
     assert cache.positions.sharding.spec == PartitionSpec(("data", "fsdp"))
