@@ -238,7 +238,7 @@ def kv_cache_shapes(batch: int, num_kv_heads: int, max_length: int, head_dim: in
     keeps (slots for the scores, head dim for the output), so it streams along contiguous memory; the
     other ([F, S, H] keys, [F, H, S] values) makes both products dot products along the last axis,
     which a decode step's few queries per key/value head (Q = G) do not amortise. On CPU, attention
-    alone at 16 rows x 2 heads took 1.7-2.2x the time that way (bench/RESULTS.md, "Serving throughput").
+    alone at 16 rows x 2 heads took 1.5-2.2x the time that way (bench/RESULTS.md, "Serving throughput").
     """
     flat = batch * num_kv_heads
     leading = (flat,) if flat > 1 else ()
