@@ -82,6 +82,18 @@ def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
     errors.setdefault(key, []).append(message)
 
 
+# The largest step count a run records: Run.total_steps and the step columns are PositiveIntegerFields,
+# 2**31 - 1 on PostgreSQL. The engine's schema has no upper bound on max_steps, and a larger one failed
+# the INSERT (a 500 page) instead of naming the field.
+MAX_RUN_STEPS = 2**31 - 1
+
+
+def _steps_problem(max_steps: int | None) -> str | None:
+    if max_steps is not None and max_steps > MAX_RUN_STEPS:
+        return f"{max_steps} steps is more than a run can record; give at most {MAX_RUN_STEPS:,}"
+    return None
+
+
 def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseModel | None, Run | None]:
     if not isinstance(reference, str) or not reference.strip():
         _add(errors, "model", "choose a starting model: a base model (bm_…) or a succeeded run's export (run_…)")
@@ -254,6 +266,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         job = None
     if job is not None:
         _check_layout(job, errors)
+        if problem := _steps_problem(job.train.max_steps):
+            _add(errors, "train.max_steps", problem)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -434,6 +448,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     if max_steps is not None:
         if max_steps <= run.current_step:
             raise ValidationError({"max_steps": f"give more than the {run.current_step} steps already done"})
+        if problem := _steps_problem(max_steps):
+            raise ValidationError({"max_steps": problem})
         for spec in (run.spec, run.resolved_spec):
             spec["train"]["max_steps"] = max_steps
             spec["train"]["epochs"] = None

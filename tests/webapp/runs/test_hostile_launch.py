@@ -1,0 +1,60 @@
+"""Hostile numbers in the launch form, the YAML view and resume: each is refused naming its field,
+with nothing saved, never a 500 page. The engine's schema bounds max_steps from below only; a run
+records its steps in PositiveIntegerFields (2**31 - 1 on PostgreSQL), and a larger count used to
+fail the INSERT."""
+import pytest
+
+from tests.webapp.runs.conftest import sft_spec
+from webapp.runs import services
+from webapp.runs.models import Run, RunStatus
+
+HUGE = "99999999999999999999999999"
+
+
+def _form(catalog, **fields) -> dict:
+    form = {"mode": "form", "task": "sft", "name": "big", "model": catalog.base_model.public_id,
+            "data.train": catalog.sft.public_id, "train.batch_size": "2", "train.max_steps": "5",
+            "peft.targets": ["q_proj"]}
+    form.update(fields)
+    return form
+
+
+def test_a_step_count_past_what_a_run_records_is_named_in_the_form(team, catalog, client_for, sent_tasks):
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{"train.max_steps": HUGE}))
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<code>train.max_steps</code>" in page and "more than a run can record; give at most 2,147,483,647" in page
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
+
+
+def test_the_largest_recordable_step_count_is_accepted(team, catalog, client_for, sent_tasks):
+    response = client_for(team.teammate).post("/p/alpha/runs/new/",
+                                              _form(catalog, **{"train.max_steps": str(services.MAX_RUN_STEPS)}))
+    assert response.status_code == 302
+    assert Run.objects.get(name="big").total_steps == 2**31 - 1
+
+
+def test_a_step_count_past_what_a_run_records_is_named_in_the_yaml_view(team, catalog, client_for, sent_tasks):
+    spec = sft_spec(catalog, train={"max_steps": int(HUGE), "batch_size": 2})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "name": "y",
+                                                                     "spec_yaml": services.spec_to_yaml(spec)})
+    assert response.status_code == 400 and "more than a run can record" in response.content.decode()
+    assert Run.objects.count() == 0
+
+
+def test_resuming_with_a_step_count_past_what_a_run_records_is_refused(team, catalog, client_for, sent_tasks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="r")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, current_step=3)
+    response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/resume/", {"max_steps": HUGE},
+                                              follow=True)
+    assert response.status_code == 200 and "more than a run can record" in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.total_steps == 10 and run.attempt == 1
+
+
+@pytest.mark.parametrize("value, message", [("-5", "greater than or equal to 1"), ("1e400", "valid integer")])
+def test_negative_and_overflowing_values_are_named(team, catalog, client_for, sent_tasks, value, message):
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{"train.max_steps": value}))
+    assert response.status_code == 400
+    assert "<code>train.max_steps</code>" in response.content.decode() and message in response.content.decode()
+    assert Run.objects.count() == 0
