@@ -20,6 +20,7 @@ SECRET_KEY = env_str("TEMPER_SECRET_KEY", "temper-insecure-development-key-chang
 DEBUG = env_bool("TEMPER_DEBUG", False)
 ALLOWED_HOSTS = env_list("TEMPER_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("TEMPER_CSRF_TRUSTED_ORIGINS", [])
+CSRF_FAILURE_VIEW = "webapp.core.views.csrf_failure"  # Temper's 403 page, saying what to do
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -37,3 +37,19 @@ def test_403_page_says_which_role_is_needed(team, client_for):
     response = client_for(team.viewer).post("/p/alpha/members/", {"username": "x", "role": "member"})
     assert response.status_code == 403
     assert "this needs the owner role in alpha" in response.content.decode()
+
+
+def test_a_form_without_its_csrf_token_gets_temper_403_page_saying_what_to_do(team):
+    from django.test import Client
+
+    from webapp.datasets.models import Dataset
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(team.teammate)
+    response = client.post("/p/alpha/datasets/new/", {"name": "sneaky", "kind": "sft"})
+    assert response.status_code == 403
+    content = response.content.decode()
+    assert "security token is missing or out of date (CSRF cookie not set)" in content
+    assert "reload the page and submit it again" in content
+    assert "Back to your projects" in content and "Log out" in content  # Temper's layout, not Django's bare page
+    assert not Dataset.objects.filter(name="sneaky").exists()
