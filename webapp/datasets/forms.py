@@ -15,6 +15,18 @@ def mapping_field_name(field_name: str) -> str:
     return f"map_{field_name}"
 
 
+class DatasetFileField(forms.FileField):
+    """A FileField whose empty-file error names the file and says what to do (Django's says only
+    "The submitted file is empty.")."""
+
+    def to_python(self, data):
+        if data and getattr(data, "size", None) == 0:
+            raise forms.ValidationError(
+                f"{data.name} is empty (0 bytes): choose the file that holds your rows, or export it again",
+                code="empty")
+        return super().to_python(data)
+
+
 class UploadForm(forms.Form):
     """Upload a dataset file: a new dataset (name and kind) or, with ``dataset``, a new version.
 
@@ -39,7 +51,7 @@ class UploadForm(forms.Form):
                 max_length=200, required=False, label=f"Column for '{field_name}'",
                 widget=forms.TextInput(attrs={"placeholder": field_name}),
             )
-        self.fields["file"] = forms.FileField(
+        self.fields["file"] = DatasetFileField(
             widget=forms.ClearableFileInput(attrs={"accept": ACCEPT}),
             help_text="JSONL, JSON (an array of objects), CSV with a header row, or Parquet; UTF-8 text.",
         )

@@ -93,6 +93,14 @@ class TestUpload:
         assert response.status_code == 400 and b"cannot tell the format" in response.content
         assert not Dataset.objects.exists()
 
+    def test_an_empty_file_is_named_with_what_to_do(self, team, client_for, settings):
+        stored_before = set(settings.DATA_ROOT.glob("**/*.jsonl"))
+        response = client_for(team.teammate).post(self.url, upload_data(content=b"", filename="rows.jsonl"))
+        assert response.status_code == 400
+        assert "rows.jsonl is empty (0 bytes): choose the file that holds your rows" in response.content.decode()
+        assert not Dataset.objects.exists() and not DatasetVersion.objects.exists()
+        assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before
+
     def test_it_rejects_a_body_over_the_limit_before_reading_it(self, team, client_for, settings):
         settings.TEMPER_MAX_UPLOAD_BYTES = 100
         client = client_for(team.teammate)
