@@ -1,0 +1,59 @@
+"""Hostile text on the pages that show it: markup runs nowhere (no dialog opens), a long unbroken
+string wraps instead of widening the page, and a fenced code block in rendered markdown is readable
+(it was light grey on light grey: the inline-code chip inside the dark block)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.factories import PASSWORD, make_base_model, make_team
+from webapp.chat.models import Conversation, Message, Role
+from webapp.review import services as review_services
+from webapp.runs.models import Run, RunStatus
+
+pytestmark = pytest.mark.browser
+
+MARKUP = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+UNBROKEN = "W" * 1500
+MARKDOWN = f"[click](javascript:alert(3)) {MARKUP}\n\n```\nprint('fenced')\n```\n"
+
+PAGE_FACTS = """() => ({width: document.documentElement.scrollWidth, viewport: innerWidth,
+    javascriptLinks: [...document.querySelectorAll('a[href]')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length})"""
+
+
+def _log_in(page, url: str, username: str) -> None:
+    page.goto(f"{url}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{url}/")
+
+
+def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_server):
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    conversation = Conversation.objects.create(project=team.project, user=team.owner, model_ref=base_model.public_id,
+                                               model_label="Base model: tiny", title=MARKUP + UNBROKEN[:190])
+    Message.objects.create(conversation=conversation, role=Role.USER, content=MARKUP + UNBROKEN)
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content=MARKDOWN + UNBROKEN)
+    run = Run.objects.create(project=team.project, name=MARKUP + UNBROKEN[:60], task="sft", status=RunStatus.FAILED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(live_server.url)},
+                             error_message=MARKUP + UNBROKEN, created_by=team.owner, tags=[MARKUP])
+    campaign = review_services.campaign_create(project=team.project, name="c" + MARKUP, guidelines=MARKDOWN + UNBROKEN,
+                                               required_reviews=1, reviewers=[team.owner], source_version=None,
+                                               user=team.owner)
+    review_services.item_add(campaign=campaign, prompt=MARKUP, response_a=UNBROKEN, response_b=MARKDOWN, source="arena")
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    _log_in(page, live_server.url, team.owner.username)
+    for path in (f"chat/{conversation.public_id}/", "chat/", "runs/", f"runs/{run.public_id}/",
+                 f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/"):
+        page.goto(f"{live_server.url}/p/alpha/{path}")
+        facts = page.evaluate(PAGE_FACTS)
+        assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
+        assert facts["javascriptLinks"] == 0, path
+    page.goto(f"{live_server.url}/p/alpha/chat/{conversation.public_id}/")
+    fenced = page.locator("pre code", has_text="print('fenced')")
+    assert fenced.evaluate("code => getComputedStyle(code).backgroundColor") == "rgba(0, 0, 0, 0)"
+    assert fenced.evaluate("code => getComputedStyle(code).color") == \
+        page.locator("pre", has_text="print('fenced')").evaluate("pre => getComputedStyle(pre).color")
+    assert dialogs == []
