@@ -22,6 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import schemas
 from webapp.api.services import token_authenticate
+from webapp.core.numbers import whole_number
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
@@ -222,7 +223,7 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         return JsonResponse({"stored": stored}, status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     step = request.GET.get("step")
-    samples = run_selectors.sample_list(run=run, step=int(step) if step and step.isdigit() else None)[:5000]
+    samples = run_selectors.sample_list(run=run, step=whole_number(step))[:5000]
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,
                                       "reward": sample.reward} for sample in samples]})
@@ -245,8 +246,8 @@ def _tar_stream(directory: Path) -> Iterator[bytes]:
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    step = request.GET.get("step", "0")
-    artifact = Artifact.objects.filter(run=run, kind=kind, step=int(step) if step.isdigit() else -1).first()
+    step = whole_number(request.GET.get("step", "0"))
+    artifact = Artifact.objects.filter(run=run, kind=kind, step=step).first() if step is not None else None
     if artifact is None:
         raise Http404(f"run {run.public_id} has no {kind} artifact")
     directory = Path(artifact.path).resolve()

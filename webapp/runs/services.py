@@ -33,6 +33,7 @@ from django.utils import timezone
 from jaxengine.spec import TASK_DATASET_KINDS, SpecError, parse_spec, parse_spec_text
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
@@ -82,10 +83,10 @@ def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
     errors.setdefault(key, []).append(message)
 
 
-# The largest step count a run records: Run.total_steps and the step columns are PositiveIntegerFields,
-# 2**31 - 1 on PostgreSQL. The engine's schema has no upper bound on max_steps, and a larger one failed
-# the INSERT (a 500 page) instead of naming the field.
-MAX_RUN_STEPS = 2**31 - 1
+# The largest step count a run records (Run.total_steps and the step columns are PositiveIntegerFields).
+# The engine's schema has no upper bound on max_steps, and a larger one failed the INSERT (a 500 page)
+# instead of naming the field.
+MAX_RUN_STEPS = MAX_STORED_INT
 
 
 def _steps_problem(max_steps: int | None) -> str | None:
@@ -113,8 +114,9 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             return "", None, None
         if at:
             # run_…@N: the exported checkpoint N of a run (see checkpoint_export_request).
-            exported = (source.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=int(step)).first()
-                        if step.isdigit() else None)
+            step_number = whole_number(step)
+            exported = (source.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step_number).first()
+                        if step_number is not None else None)
             if exported is None:
                 _add(errors, "model", f"checkpoint {step} of {run_id} is not exported; export it on the run's page")
                 return "", None, None

@@ -40,6 +40,7 @@ from pydantic_core import PydanticUndefined
 
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
 from jaxengine.spec import MULTI_HOST_TASKS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
+from webapp.core.numbers import whole_number
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
@@ -270,9 +271,9 @@ def _row_indices(key: str, data: Any) -> list[int]:
     indices = set()
     for name in data:
         if name.startswith(key + "."):
-            index = name[len(key) + 1:].split(".", 1)[0]
-            if index.isdigit():
-                indices.add(int(index))
+            index = whole_number(name[len(key) + 1:].split(".", 1)[0])
+            if index is not None:
+                indices.add(index)
     return sorted(indices)
 
 

@@ -22,6 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.core.numbers import whole_number
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import presets, selectors, services
@@ -274,9 +275,10 @@ def run_resume(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     raw = request.POST.get("max_steps", "").strip()
 
     def resume(run):
-        if raw and not raw.isdigit():
+        max_steps = whole_number(raw, maximum=None)  # run_resume names the largest count a run records
+        if raw and max_steps is None:
             raise ValidationError({"max_steps": f"max_steps must be a whole number of steps, not {raw!r}"})
-        return services.run_resume(run=run, user=request.user, max_steps=int(raw) if raw else None)
+        return services.run_resume(run=run, user=request.user, max_steps=max_steps)
 
     return _action(request, slug, run_id, resume)
 
@@ -293,9 +295,10 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
     raw = request.POST.get("step", "")
 
     def export(run):
-        if not raw.isdigit():
+        step = whole_number(raw)
+        if step is None:
             raise ValidationError({"step": f"choose a checkpoint step, not {raw!r}"})
-        result = services.checkpoint_export_request(run=run, step=int(raw), user=request.user)
+        result = services.checkpoint_export_request(run=run, step=step, user=request.user)
         messages.success(request, f"Exporting checkpoint {raw}; runs can start from it once it is listed.")
         return result
 

@@ -163,6 +163,11 @@ def test_artifacts_download_as_tar(world):
     with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
     assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
+    # '²' passes str.isdigit but not int(), and a 30-digit step overflows the query: both were 500s.
+    for step in ("%C2%B2", "9" * 30):
+        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/checkpoint/"
+                                          f"?step={step}")[0] == 404
+        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 200
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
 
 

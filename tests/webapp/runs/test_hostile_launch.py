@@ -58,3 +58,32 @@ def test_negative_and_overflowing_values_are_named(team, catalog, client_for, se
     assert response.status_code == 400
     assert "<code>train.max_steps</code>" in response.content.decode() and message in response.content.decode()
     assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize("action, field, value", [("resume/", "max_steps", "²"), ("export/", "step", "²"),
+                                                  ("export/", "step", HUGE)])
+def test_a_number_int_refuses_or_the_database_cannot_hold_is_named(team, catalog, client_for, sent_tasks,
+                                                                    action, field, value):
+    """'²'.isdigit() is True but int('²') raises: these were 500 pages; a huge step overflowed the query."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="r")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, current_step=3)
+    response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/{action}", {field: value}, follow=True)
+    assert response.status_code == 200
+    assert f"not {value!r}" in response.content.decode().replace("&#x27;", "'")
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.attempt == 1
+
+
+@pytest.mark.parametrize("model", ["run_x@²", f"run_x@{HUGE}"])
+def test_a_checkpoint_reference_with_a_strange_step_is_named(team, catalog, client_for, sent_tasks, model):
+    source = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="src")
+    response = client_for(team.teammate).post("/p/alpha/runs/new/",
+                                              _form(catalog, model=model.replace("run_x", source.public_id)))
+    assert response.status_code == 400 and "is not exported" in response.content.decode()
+
+
+def test_a_reward_row_index_int_refuses_is_ignored_not_a_500(team, catalog, client_for, sent_tasks):
+    form = {"mode": "form", "task": "grpo", "name": "g", "model": catalog.base_model.public_id,
+            "data.train": catalog.prompts.public_id, "train.max_steps": "5", "grpo.rewards.².function": "exact_match"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400 and Run.objects.filter(name="g").count() == 0

@@ -1,0 +1,18 @@
+"""Whole numbers typed by people (form fields, query parameters, parts of ids such as ``run_…@N``)."""
+from __future__ import annotations
+
+# The largest value of a PositiveIntegerField on PostgreSQL (steps, positions): a larger number in a
+# query or an INSERT fails in the database (SQLite: OverflowError) instead of matching nothing.
+MAX_STORED_INT = 2**31 - 1
+
+
+def whole_number(text: str | None, *, maximum: int | None = MAX_STORED_INT) -> int | None:
+    """``text`` as a non-negative int, or None when it is not ASCII digits or is over ``maximum``
+    (None: no bound, for a caller that names the bound itself).
+
+    ``str.isdigit`` alone also accepts digits such as '²' that ``int`` refuses (a ValueError, so a
+    500 page, where the caller meant to say what was wrong)."""
+    if not text or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if maximum is None or value <= maximum else None
