@@ -57,3 +57,28 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
     assert fenced.evaluate("code => getComputedStyle(code).color") == \
         page.locator("pre", has_text="print('fenced')").evaluate("pre => getComputedStyle(pre).color")
     assert dialogs == []
+
+
+DOUBLE_CLICK = """() => { const button = document.querySelector('#launch-form button[type=submit]');
+    button.click(); setTimeout(() => button.click(), 80); }"""
+
+
+def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page, live_server, monkeypatch):
+    from tests.webapp.factories import make_ready_version
+
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    version = make_ready_version(team.project, name="chats", kind="sft")
+    _log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.select_option("#spec-model", base_model.public_id)
+    page.select_option("select[name='data.train']", version.public_id)
+    page.fill("input[name='train.max_steps']", "3")
+    page.evaluate(DOUBLE_CLICK)
+    page.wait_for_url("**/runs/run_*/")
+    page.wait_for_timeout(500)  # a second request, had one gone out, would have landed by now
+    assert Run.objects.count() == 1
+    page.go_back()
+    page.wait_for_url("**/runs/new/**")
+    assert page.locator("#launch-form button[type=submit]").is_enabled()
