@@ -62,3 +62,9 @@ class Membership(models.Model):
     def can(self, minimum: str) -> bool:
         """True when this membership's role is at least ``minimum``."""
         return role_at_least(self.role, minimum)
+
+    @property
+    def can_act(self) -> bool:
+        """Members and owners: what spends the project's compute (launch, chat, arena, review) is
+        theirs; viewers read. For templates, which cannot pass ``can`` a role."""
+        return self.can(Role.MEMBER)

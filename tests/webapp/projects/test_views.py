@@ -142,3 +142,10 @@ class TestMembers:
         client = client_for(team.owner)
         assert client.get(self.url + "remove/").status_code == 405
         assert client.get(self.url + "role/").status_code == 405
+
+
+def test_viewers_are_not_offered_chat_and_arena_which_would_answer_403(team, client_for):
+    for user, offered in ((team.viewer, False), (team.teammate, True), (team.owner, True)):
+        page = client_for(user).get("/p/alpha/datasets/").content.decode()
+        assert ('href="/p/alpha/chat/"' in page) is offered and ('href="/p/alpha/arena/"' in page) is offered
+        assert client_for(user).get("/p/alpha/chat/").status_code == (200 if offered else 403)
