@@ -129,7 +129,7 @@ class TrainSpec(_Section):
 
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps; give this or epochs.")
     epochs: float | None = Field(default=None, gt=0, description="Passes over the training data; or max_steps.")
-    batch_size: int = Field(default=8, ge=1, description="Sequences per micro-batch.")
+    batch_size: int = Field(default=8, ge=1, le=65536, description="Sequences per micro-batch.")
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
@@ -333,7 +333,7 @@ class JobSpec(_Section):
     @model_validator(mode="before")
     @classmethod
     def _fill_task_section(cls, values: Any) -> Any:
-        if isinstance(values, dict) and values.get("task") in TASK_SECTIONS:
+        if isinstance(values, dict) and isinstance(values.get("task"), str) and values["task"] in TASK_SECTIONS:
             for section in TASK_SECTIONS[values["task"]]:
                 if values.get(section) is None:
                     values = {**values, section: {}}
@@ -411,18 +411,23 @@ def dump_spec(spec: JobSpec) -> str:
     return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
 
 
-def _key_lines(node: yaml.Node | None, prefix: tuple = ()) -> dict[tuple, int]:
-    """Map each key path in a composed YAML document to its 1-based line."""
+def _key_lines(node: yaml.Node | None, prefix: tuple = (), _within: frozenset[int] = frozenset()) -> dict[tuple, int]:
+    """Map each key path in a composed YAML document to its 1-based line. An alias that points back
+    into its own anchor (``a: &a [*a]``) is followed once: YAML allows such a cycle, the schema will
+    refuse the value."""
     lines: dict[tuple, int] = {}
+    if id(node) in _within:
+        return lines
+    within = _within | {id(node)}
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = (*prefix, key_node.value)
             lines[path] = key_node.start_mark.line + 1
-            lines.update(_key_lines(value_node, path))
+            lines.update(_key_lines(value_node, path, within))
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[(*prefix, index)] = item.start_mark.line + 1
-            lines.update(_key_lines(item, (*prefix, index)))
+            lines.update(_key_lines(item, (*prefix, index), within))
     return lines
 
 

@@ -116,6 +116,8 @@ def test_it_rejects_a_wrong_type():
 def test_it_rejects_out_of_range_numbers():
     [problem] = problems_of(minimal(peft={"method": "lora", "dropout": 1.5}))
     assert problem == "peft.dropout: 1.5: input should be less than 1"
+    assert problems_of(minimal(train={"max_steps": 10, "batch_size": 10**22})) == [
+        "train.batch_size: 10000000000000000000000: input should be less than or equal to 65536"]
 
 
 def test_it_rejects_an_unknown_lora_target_naming_the_item():
@@ -172,6 +174,21 @@ def test_it_rejects_a_spec_that_is_not_a_mapping():
         parse_spec_text("- task\n- sft\n", source="s.yaml")
     with pytest.raises(SpecError, match="s.yaml: the spec is empty"):
         parse_spec_text("", source="s.yaml")
+
+
+def test_a_task_that_is_not_a_name_is_refused_naming_the_key():
+    """A list or mapping as the task used to raise TypeError (unhashable) before validation."""
+    for task in (["sft"], {"a": 1}):
+        [problem] = problems_of(minimal(task=task))
+        assert problem.startswith("task: ") and "sft" in problem
+
+
+def test_a_yaml_alias_that_points_into_itself_is_a_named_error_not_a_recursion():
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text("task: sft\nmodel: m\noutput_dir: o\ndata: {train: t.jsonl}\n"
+                        "train: {max_steps: 1}\nnotes: &a [*a]\n", source="s.yaml")
+    [problem] = caught.value.problems
+    assert problem.startswith("s.yaml:6: notes: unknown key; allowed keys here: task, ")
 
 
 def test_it_names_a_missing_file(tmp_path):
