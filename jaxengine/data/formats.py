@@ -625,6 +625,9 @@ def _lookup(record: dict, mapping: ColumnMapping, field_name: str) -> Any:
 
 
 def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -> Problem:
+    if mapping.column_for(field_name) in record:  # there, but null
+        return (field_name, "missing_field",
+                f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
     columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
     return (
         field_name,

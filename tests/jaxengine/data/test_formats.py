@@ -210,6 +210,12 @@ def test_null_counts_as_missing(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"text": None}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text")))
     assert issue.code == "missing_field"
+    # Said as null, not as a column the row lacks while listing it among the row's columns.
+    path = write_jsonl(tmp_path / "n.jsonl", [{"prompt": None, "completion": "b"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("missing_field", "prompt")
+    assert issue.message.startswith("'prompt' is null: ") and issue.message.endswith("give it a value or drop the row")
+    assert "this row has columns" not in issue.message
 
 
 def test_wrongly_typed_field(tmp_path):
