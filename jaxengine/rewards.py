@@ -13,6 +13,7 @@ This module is pure Python (no jax), so the job spec, and with it the web proces
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -422,10 +423,18 @@ def reference_answer(terms: Sequence[WeightedReward], row: Mapping[str, object])
 
 
 def _answer_column(term: WeightedReward) -> str | None:
-    parameter = inspect.signature(REWARDS[term.name]).parameters.get("answer_column")
-    if parameter is None:
+    default = _default_answer_column(term.name)
+    if default is None:
         return None
-    return str((term.args or {}).get("answer_column", parameter.default))
+    return str((term.args or {}).get("answer_column", default))
+
+
+@functools.cache
+def _default_answer_column(name: str) -> str | None:
+    """The default of reward ``name``'s ``answer_column`` (None: it takes none); asked once per samples
+    record, so the signature is read once per function."""
+    parameter = inspect.signature(REWARDS[name]).parameters.get("answer_column")
+    return None if parameter is None else parameter.default
 
 
 def _call_reward(term: WeightedReward, completions: Sequence[str],

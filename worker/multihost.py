@@ -72,16 +72,8 @@ class HostLiveness:
     def stop(self, *, finished: bool) -> None:
         """Stop beating and watching; ``finished``: this process's part of the job is done (its peers
         may still be finishing theirs), else it gave up and its peers should stop too."""
-        self._stop.set()
         self.watchdog.stop()
-        self._beat_thread.join(timeout=5)
-        try:
-            if finished:
-                self._client.set(self._key(self.process_id), DONE, ex=DONE_SECONDS)
-            else:
-                self._client.delete(self._key(self.process_id))
-        except redis.RedisError:
-            pass  # it expires by itself
+        self._leave(DONE if finished else None)
         self._client.close()
 
     def _beat(self) -> None:
@@ -129,11 +121,11 @@ class HostLiveness:
         this process. A verdict that cannot be written (the database busy past its timeout) is tried
         again; ended this process must be in any case, since it is blocked, or about to be, in a
         collective."""
+        close_old_connections()
         try:
             if self._lost:
                 self._leave(STOPPED)
                 self._record_loss()
-            close_old_connections()
             placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
         except Exception:
             logger.exception("run %s: the verdict '%s' was not recorded", self.run.public_id, description)
@@ -141,19 +133,22 @@ class HostLiveness:
             logger.error("run %s: %s; ending process %s", self.run.public_id, description, self.process_id)
             end_process(description)
 
-    def _leave(self, value: bytes) -> None:
-        """Stop beating and leave ``value`` in this process's key for an hour."""
+    def _leave(self, value: bytes | None) -> None:
+        """Stop beating and leave ``value`` in this process's key for an hour (None: remove the key,
+        so that the peers take this process for lost at once)."""
         self._stop.set()
-        if self._beat_thread.is_alive():
-            self._beat_thread.join(timeout=2 * BEAT_SECONDS)
+        if self._beat_thread.is_alive() and self._beat_thread is not threading.current_thread():
+            self._beat_thread.join(timeout=5)
         try:
-            self._client.set(self._key(self.process_id), value, ex=DONE_SECONDS)
-        except redis.RedisError as error:
-            logger.warning("run %s: could not mark host %s stopped: %s", self.run.public_id, self.process_id, error)
+            if value is None:
+                self._client.delete(self._key(self.process_id))
+            else:
+                self._client.set(self._key(self.process_id), value, ex=DONE_SECONDS)
+        except redis.RedisError as error:  # the key expires by itself
+            logger.warning("run %s: host %s's key not updated: %s", self.run.public_id, self.process_id, error)
 
     def _record_loss(self) -> None:
         for attempt in range(1, VERDICT_TRIES + 1):
-            close_old_connections()
             try:
                 reporting.run_fail_hosts_lost(run=self.run, lost=self._lost)
                 return
@@ -162,3 +157,4 @@ class HostLiveness:
                     raise
                 logger.warning("run %s: recording the lost hosts failed (%s); trying again", self.run.public_id, error)
                 time.sleep(BEAT_SECONDS)
+                close_old_connections()

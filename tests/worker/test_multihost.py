@@ -33,6 +33,16 @@ def peer_beats(run: Run, process: int, *, seconds: int) -> None:
     client.close()
 
 
+def running_two_host_run() -> Run:
+    """A 2-host run at step 12, placed on train-tpu@h0 and train-tpu@h1."""
+    team = make_team()
+    return Run.objects.create(
+        project=team.project, name="mh", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"}, hosts=2,
+        status=RunStatus.RUNNING, current_step=12,
+        placement={"attempt": 1, "pool": "tpu", "coordinator": "h:1", "hosts": [
+            {"process": index, "worker": f"train-tpu@h{index}", "address": "h"} for index in range(2)]})
+
+
 def test_a_peer_seen_then_silent_is_lost_and_a_finished_one_is_not(run):
     liveness = HostLiveness(run=run, process_id=0, num_processes=3, worker_name="train-tpu@h0", lost_seconds=1)
     try:
@@ -67,12 +77,7 @@ def test_a_process_beats_while_alive_and_says_done_or_leaves_when_it_stops(run):
 def test_the_watchdog_verdict_fails_the_run_naming_the_host_and_ends_the_process(transactional_db, settings,
                                                                                    redis_url, monkeypatch):
     settings.REDIS_URL = redis_url
-    team = make_team()
-    run = Run.objects.create(
-        project=team.project, name="mh", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"}, hosts=2,
-        status=RunStatus.RUNNING, current_step=12,
-        placement={"attempt": 1, "pool": "tpu", "coordinator": "h:1", "hosts": [
-            {"process": index, "worker": f"train-tpu@h{index}", "address": "h"} for index in range(2)]})
+    run = running_two_host_run()
     ended = []
     monkeypatch.setattr(multihost, "end_process", ended.append)
     liveness = HostLiveness(run=run, process_id=0, num_processes=2, worker_name="train-tpu@h0", lost_seconds=2)
@@ -104,12 +109,7 @@ def test_a_verdict_the_database_refused_is_written_on_a_later_try(transactional_
     from webapp.runs import reporting
 
     settings.REDIS_URL = redis_url
-    team = make_team()
-    run = Run.objects.create(
-        project=team.project, name="mh", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"}, hosts=2,
-        status=RunStatus.RUNNING, current_step=12,
-        placement={"attempt": 1, "pool": "tpu", "coordinator": "h:1", "hosts": [
-            {"process": index, "worker": f"train-tpu@h{index}", "address": "h"} for index in range(2)]})
+    run = running_two_host_run()
     ended, tries = [], []
     real_fail = reporting.run_fail_hosts_lost
 
