@@ -63,7 +63,7 @@ DOUBLE_CLICK = """() => { const button = document.querySelector('#launch-form bu
     button.click(); setTimeout(() => button.click(), 80); }"""
 
 
-def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page, live_server, monkeypatch):
+def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page, live_server, monkeypatch, recwarn):
     from tests.webapp.factories import make_ready_version
 
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
@@ -82,3 +82,5 @@ def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page,
     page.go_back()
     page.wait_for_url("**/runs/new/**")
     assert page.locator("#launch-form button[type=submit]").is_enabled()
+    # The run page's event stream, served by the (WSGI) live server, was collected to its end first.
+    assert [str(warning.message) for warning in recwarn if "StreamingHttpResponse" in str(warning.message)] == []

@@ -45,4 +45,4 @@ async def message_events(request: HttpRequest, slug: str, conversation_id: str, 
     _project, _conversation, message = await sync_to_async(get_message_for_user)(
         user, slug, conversation_id, message_id)
     stream = relay(message.public_id) if message.status == MessageStatus.STREAMING else _finished(message)
-    return event_stream_response(stream)
+    return event_stream_response(request, stream)

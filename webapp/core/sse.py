@@ -10,14 +10,18 @@ event or after ``max_seconds`` (a browser's EventSource reconnects by itself).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import queue
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from django.http import StreamingHttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, StreamingHttpResponse
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +34,53 @@ def sse_message(event: dict | str) -> str:
     return f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n"
 
 
-def event_stream_response(stream: AsyncIterator[str]) -> StreamingHttpResponse:
-    """A ``text/event-stream`` response that proxies neither cache nor buffer."""
-    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+def event_stream_response(request: HttpRequest, stream: AsyncIterator[str]) -> StreamingHttpResponse:
+    """A ``text/event-stream`` response that proxies neither cache nor buffer, its ``stream`` served
+    the way the server serving ``request`` iterates (see the module note)."""
+    content = stream if isinstance(request, ASGIRequest) else _iterate_in_thread(stream)
+    response = StreamingHttpResponse(content, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def _iterate_in_thread(stream: AsyncIterator[str]) -> Iterator[str]:
+    """``stream``'s items, one by one as they come, from an event loop in a thread of its own.
+    Closing this generator (the WSGI server does when the client goes away) cancels the stream, so
+    its ``finally`` (unsubscribe, close the Redis client) runs."""
+    handoff: queue.Queue[tuple[str, object]] = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in stream:
+                handoff.put(("item", item))
+        except Exception as error:  # raised again in the consumer's thread
+            handoff.put(("error", error))
+        finally:
+            handoff.put(("end", None))
+
+    loop = asyncio.new_event_loop()
+    pumping = asyncio.run_coroutine_threadsafe(pump(), loop)
+    pumping.add_done_callback(lambda _future: loop.call_soon_threadsafe(loop.stop))
+
+    def run_loop() -> None:
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    threading.Thread(target=run_loop, name="sse-stream", daemon=True).start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value  # type: ignore[misc]
+            yield value  # type: ignore[misc]
+    finally:
+        pumping.cancel()
 
 
 async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,

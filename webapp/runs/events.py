@@ -40,4 +40,4 @@ async def run_events(request: HttpRequest, slug: str, run_id: str) -> StreamingH
     """``text/event-stream`` of the run's live events (see the module notes)."""
     user = await request.auser()
     _project, _membership, run = await sync_to_async(get_run_for_user)(user, slug, run_id)
-    return event_stream_response(_relay(run.public_id, run.status))
+    return event_stream_response(request, _relay(run.public_id, run.status))

@@ -1,0 +1,75 @@
+"""The run page's event stream under a WSGI server (Django's test client, like runserver and
+pytest-django's live server): messages arrive one by one as they are published, with no warning
+(Django used to collect the async stream to its end first, warning that it must consume it)."""
+import json
+import time
+import warnings
+
+import pytest
+import redis
+from django.test import override_settings
+
+from tests.webapp.runs.conftest import sft_spec
+from webapp.runs import channels, services
+from webapp.runs.models import Run, RunStatus
+
+
+@pytest.fixture
+def run(team, catalog, sent_tasks):
+    return services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+
+
+def _events(client, run):
+    return client.get(f"/p/alpha/runs/{run.public_id}/events/")
+
+
+def test_a_finished_run_streams_its_hello_without_a_warning(team, run, client_for):
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        response = _events(client_for(team.viewer), run)
+        body = b"".join(response).decode()
+        response.close()
+    assert response["Content-Type"] == "text/event-stream"
+    assert body == 'retry: 2000\n\ndata: {"type": "hello", "status": "succeeded"}\n\n'
+    assert [str(warning.message) for warning in caught] == []
+
+
+def test_a_running_run_streams_each_event_as_it_is_published(team, run, client_for, redis_url):
+    publisher = redis.Redis.from_url(redis_url)
+    channel = channels.events_channel(run.public_id)
+    with override_settings(REDIS_URL=redis_url), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        response = _events(client_for(team.teammate), run)
+        messages = iter(response)
+        # Both arrive before anything is published: the stream is not collected to its end first.
+        assert next(messages) == b"retry: 2000\n\n"
+        assert json.loads(next(messages).decode().removeprefix("data: ")) == {"type": "hello", "status": "queued"}
+        deadline = time.monotonic() + 10
+        while publisher.pubsub_numsub(channel)[0][1] == 0:  # the relay's subscription
+            assert time.monotonic() < deadline, "the stream never subscribed to the run's channel"
+            time.sleep(0.01)
+        publisher.publish(channel, json.dumps({"type": "progress", "step": 1}))
+        assert json.loads(next(messages).decode().removeprefix("data: ")) == {"type": "progress", "step": 1}
+        publisher.publish(channel, json.dumps({"type": "status", "status": "succeeded"}))
+        assert json.loads(next(messages).decode().removeprefix("data: "))["status"] == "succeeded"
+        assert list(messages) == []  # the terminal event ends the stream
+        response.close()
+    assert [str(warning.message) for warning in caught] == []
+
+
+def test_closing_a_stream_early_unsubscribes_it(team, run, client_for, redis_url):
+    publisher = redis.Redis.from_url(redis_url)
+    channel = channels.events_channel(run.public_id)
+    with override_settings(REDIS_URL=redis_url):
+        response = _events(client_for(team.teammate), run)
+        messages = iter(response)
+        next(messages), next(messages)
+        deadline = time.monotonic() + 10
+        while publisher.pubsub_numsub(channel)[0][1] == 0:
+            assert time.monotonic() < deadline, "the stream never subscribed to the run's channel"
+            time.sleep(0.01)
+        response.close()  # what the WSGI server does when the browser goes away
+        while publisher.pubsub_numsub(channel)[0][1] != 0:
+            assert time.monotonic() < deadline, "the closed stream is still subscribed"
+            time.sleep(0.01)
