@@ -20,3 +20,25 @@
     });
   });
 })();
+
+/* A form's one-time token (webapp/core/submissions.py) is hidden, and Back to a page the browser
+   fetches again brings a new one while the fields the user had filled in are restored: the same
+   launch sent again would look new to the server. So the token a form was sent with is kept for
+   the session, and put back when the page is reached by Back or Forward; the server then answers
+   an unchanged form with what it made the first time, and a changed one as a new sending. */
+(function () {
+  "use strict";
+  var FIELD = "submission_token";
+  var navigation = window.performance && performance.getEntriesByType ? performance.getEntriesByType("navigation")[0] : null;
+  var backOrForward = navigation && navigation.type === "back_forward";
+  document.querySelectorAll("form").forEach(function (form, index) {
+    var input = form.querySelector("input[name=" + FIELD + "]");
+    if (!input) return;
+    var key = "sent-token:" + location.pathname + location.search + ":" + (form.id || index);
+    try {
+      var sent = sessionStorage.getItem(key);
+      if (backOrForward && sent) input.value = sent;
+      form.addEventListener("submit", function () { sessionStorage.setItem(key, input.value); });
+    } catch (error) { /* storage disabled: the token stays the page's own */ }
+  });
+})();

@@ -64,6 +64,8 @@ DOUBLE_CLICK = """() => { const button = document.querySelector('#launch-form bu
 
 
 def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page, live_server, monkeypatch, recwarn):
+    """A double click sends once; Back and Launch unchanged lands on that run (the server's one-time
+    token, put back by forms.js on a page fetched again); Back, change, Launch is a new run."""
     from tests.webapp.factories import make_ready_version
 
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
@@ -82,5 +84,16 @@ def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page,
     page.go_back()
     page.wait_for_url("**/runs/new/**")
     assert page.locator("#launch-form button[type=submit]").is_enabled()
+    # Launch again unchanged: the server answers with the run the first press made.
+    page.locator("#launch-form button[type=submit]").click()
+    page.wait_for_url("**/runs/run_*/")
+    assert Run.objects.count() == 1 and "already sent" in page.content()
+    # Back, change the form, Launch: that is a new run.
+    page.go_back()
+    page.wait_for_url("**/runs/new/**")
+    page.fill("input[name='train.max_steps']", "4")
+    page.locator("#launch-form button[type=submit]").click()
+    page.wait_for_url("**/runs/run_*/")
+    assert sorted(Run.objects.values_list("total_steps", flat=True)) == [3, 4]
     # The run page's event stream, served by the (WSGI) live server, was collected to its end first.
     assert [str(warning.message) for warning in recwarn if "StreamingHttpResponse" in str(warning.message)] == []

@@ -17,6 +17,9 @@ SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "stri
 RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
 DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
            "description": "Dataset id (ds_…)."}
+IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
+                   "description": "Sent again with the same key and body, the request is answered with what the first "
+                                  "made (header Idempotent-Replayed: true) and nothing is queued again."}
 ERRORS = {
     "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
     "401": {"description": "No valid bearer token."},
@@ -66,7 +69,7 @@ def build_document() -> dict[str, Any]:
     paths = {
         f"{base}/datasets/": {
             "get": _operation("List the project's datasets", [SLUG]),
-            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG], status="201"),
+            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201"),
                      "requestBody": upload},
         },
         f"{base}/datasets/{{dataset_id}}/": {"get": _operation("A dataset and its versions", [SLUG, DATASET])},
@@ -75,7 +78,7 @@ def build_document() -> dict[str, Any]:
                                                           _query("task", "task"), _query("tag", "tag"),
                                                           _query("archived", "1: archived runs"),
                                                           _query("sort", "newest, oldest, name, status, task, steps")]),
-            "post": _operation("Launch a run from a job spec, or open an external run", [SLUG],
+            "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.RunCreate, status="201"),
         },
         f"{base}/runs/{{run_id}}/": {"get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN])},
@@ -99,7 +102,8 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines", [SLUG]),
-            "post": _operation("Start a pipeline (every stage is validated first)", [SLUG], body=PipelineDocument,
+            "post": _operation("Start a pipeline (every stage is validated first)", [SLUG, IDEMPOTENCY_KEY],
+                               body=PipelineDocument,
                                status="201"),
         },
         f"{base}/pipelines/{{pipeline_id}}/": {

@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from webapp.api import schemas
 from webapp.api.services import token_authenticate
 from webapp.core.numbers import whole_number
+from webapp.core.submissions import Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
@@ -36,6 +37,15 @@ from webapp.runs.models import Artifact, Run
 
 def _error(status: int, **body: Any) -> JsonResponse:
     return JsonResponse(body, status=status)
+
+
+def _created(body: dict[str, Any], sent: Sent) -> JsonResponse:
+    """201 with what a POST made; a repeat of a request with an ``Idempotency-Key`` (see
+    ``webapp.core.submissions``) gets what the first made, marked ``Idempotent-Replayed: true``."""
+    response = JsonResponse(body, status=201)
+    if not sent.created:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 def api_view(methods: tuple[str, ...]) -> Callable:
@@ -130,13 +140,21 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
     arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
                  "column_mapping": mapping, "user": request.user}
-    if request.POST.get("dataset"):
-        dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
-        version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
-    else:
-        version = dataset_services.dataset_create_with_upload(
-            project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
-    return JsonResponse({"dataset": _dataset_json(version.dataset), "version": _version_json(version)}, status=201)
+
+    def upload_version() -> str:
+        if request.POST.get("dataset"):
+            dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
+        else:
+            version = dataset_services.dataset_create_with_upload(
+                project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
+        return f"{version.dataset.public_id} {version.number}"
+
+    sent = request_send_once(request, create=upload_version)
+    dataset_id, number = sent.result.split()
+    version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project, public_id=dataset_id),
+                                            number=int(number))
+    return _created({"dataset": _dataset_json(version.dataset), "version": _version_json(version)}, sent)
 
 
 @api_view(("GET",))
@@ -157,13 +175,18 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"runs": [_run_json(run) for run in found]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     body = _body(request, schemas.RunCreate)
-    if body.external:
-        run = run_services.run_create_external(project=project, name=body.name, config=body.config,
-                                               user=request.user, tags=body.tags)
-    else:
+
+    def launch() -> str:
+        if body.external:
+            return run_services.run_create_external(project=project, name=body.name, config=body.config,
+                                                    user=request.user, tags=body.tags).public_id
         spec = body.spec if body.spec is not None else run_services.spec_from_yaml(body.spec_yaml)
-        run = run_services.run_create(project=project, spec=spec, user=request.user, name=body.name, tags=body.tags)
-    return JsonResponse(_run_json(run, detail=True), status=201)
+        return run_services.run_create(project=project, spec=spec, user=request.user, name=body.name,
+                                       tags=body.tags).public_id
+
+    sent = request_send_once(request, create=launch)
+    run, = run_selectors.runs_by_ids(project=project, public_ids=[sent.result])
+    return _created(_run_json(run, detail=True), sent)
 
 
 @api_view(("GET",))
@@ -281,8 +304,9 @@ def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
         document = json.loads(request.body or b"{}")
     except json.JSONDecodeError as error:
         raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
-    pipeline = pipeline_services.pipeline_create(project=project, document=document, user=request.user)
-    return JsonResponse(_pipeline_json(pipeline), status=201)
+    sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(
+        project=project, document=document, user=request.user).public_id)
+    return _created(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=sent.result)), sent)
 
 
 @api_view(("GET",))

@@ -19,6 +19,7 @@ from webapp.chat.access import chat_access
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
+from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
@@ -54,12 +55,15 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             if any(request.POST.get(field) for field in ("model_a", "model_b")) and None in picked:
                 raise ChatError("compare mode needs two models of this project; leave both empty for a blind battle")
-            battle = arena.battle_create(project=project, user=request.user, prompt=request.POST.get("prompt", ""),
-                                         choices=choices, compare=None if None in picked else tuple(picked))
+
+            def start() -> str:
+                battle = arena.battle_create(project=project, user=request.user, prompt=request.POST.get("prompt", ""),
+                                             choices=choices, compare=None if None in picked else tuple(picked))
+                return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
+
+            return redirect(form_send_once(request, create=start))
         except ChatError as problem:
             error = str(problem)
-        else:
-            return redirect("chat:battle", slug=project.slug, battle_id=battle.public_id)
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
                                                "battles": battles, "choices": choices,
@@ -101,14 +105,18 @@ def arena_vote(request: HttpRequest, slug: str, battle_id: str) -> HttpResponse:
 def arena_export(request: HttpRequest, slug: str) -> HttpResponse:
     project, _membership = chat_access(request.user, slug)
     name = request.POST.get("dataset_name", "").strip() or "arena-preferences"
-    try:
+
+    def export() -> str:
         version = arena.arena_export(project=project, user=request.user, dataset_name=name)
+        messages.success(request, f"Exported {version.dataset.name} v{version.number}; it is being validated.")
+        return reverse("datasets:version", kwargs={"slug": project.slug, "public_id": version.dataset.public_id,
+                                                   "number": version.number})
+
+    try:
+        return redirect(form_send_once(request, create=export))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
         return redirect("chat:arena", slug=project.slug)
-    messages.success(request, f"Exported {version.dataset.name} v{version.number}; it is being validated.")
-    return redirect("datasets:version", slug=project.slug, public_id=version.dataset.public_id,
-                    number=version.number)
 
 
 @login_required
@@ -169,16 +177,19 @@ def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
     """A new review campaign on every decisive arena vote of the project."""
     project, _membership = get_project_for_user(request.user, slug, min_role=ProjectRole.OWNER)
     back = "chat:leaderboard" if request.POST.get("back") == "leaderboard" else "chat:arena"
-    try:
-        required_reviews = int(request.POST.get("required_reviews", "2"))
+
+    def create() -> str:
         campaign, send = arena.arena_campaign_create(project=project, name=request.POST.get("name", ""),
                                                      required_reviews=required_reviews, user=request.user)
+        messages.success(request, f"Campaign {campaign.name} created: {_sent_message(send, campaign.name)} "
+                                  "Its reviewers are every member and owner; change them in Settings.")
+        return reverse("review:detail", args=[project.slug, campaign.public_id])
+
+    try:
+        required_reviews = int(request.POST.get("required_reviews", "2"))
+        return redirect(form_send_once(request, create=create))
     except ValueError:
         messages.error(request, "Reviews per item must be a whole number.")
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
-    else:
-        messages.success(request, f"Campaign {campaign.name} created: {_sent_message(send, campaign.name)} "
-                                  "Its reviewers are every member and owner; change them in Settings.")
-        return redirect("review:detail", project.slug, campaign.public_id)
     return redirect(back, slug=project.slug)

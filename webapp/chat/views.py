@@ -19,6 +19,7 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+from webapp.core.submissions import form_send_once
 
 
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
@@ -37,11 +38,15 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
     form = ConversationForm(request.POST or None, choices=choices)
     if request.method == "POST" and form.is_valid():
         model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
-        conversation = services.conversation_create(
-            project=project, user=request.user, model=model, system_prompt=form.cleaned_data["system_prompt"],
-            temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
-            top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"])
-        return redirect("chat:detail", slug=project.slug, conversation_id=conversation.public_id)
+
+        def start() -> str:
+            conversation = services.conversation_create(
+                project=project, user=request.user, model=model, system_prompt=form.cleaned_data["system_prompt"],
+                temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
+                top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"])
+            return reverse("chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation.public_id})
+
+        return redirect(form_send_once(request, create=start))
     return _list_page(request, project, membership, form, status=400 if request.method == "POST" else 200)
 
 

@@ -16,11 +16,13 @@ from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.basemodels.selectors import basemodel_list
 from webapp.core.forms import add_service_errors
+from webapp.core.submissions import form_send_once
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm
 from webapp.datasets.models import Dataset, VersionStatus
@@ -100,18 +102,21 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
             "column_mapping": form.column_mapping(),
             "user": request.user,
         }
-        try:
+
+        def upload() -> str:
             if dataset is None:
                 version = services.dataset_create_with_upload(
                     project=project, name=form.cleaned_data["name"], kind=form.cleaned_data["kind"], **arguments
                 )
             else:
                 version = services.dataset_version_create(dataset=dataset, **arguments)
+            messages.success(request, f"Uploaded {version.original_filename}; checking it now.")
+            return reverse("datasets:version", args=[project.slug, version.dataset.public_id, version.number])
+
+        try:
+            return redirect(form_send_once(request, create=upload))
         except ValidationError as error:
             add_service_errors(form, error)
-        else:
-            messages.success(request, f"Uploaded {version.original_filename}; checking it now.")
-            return redirect("datasets:version", project.slug, version.dataset.public_id, version.number)
     return _render_upload(request, project, membership, form, dataset, status=400)
 
 

@@ -13,9 +13,11 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.forms import add_service_errors
+from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors, services
@@ -44,17 +46,19 @@ def campaign_create(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     form = CampaignCreateForm(request.POST or None, project=project)
     if request.method == "POST" and form.is_valid():
-        try:
+        def create() -> str:
             campaign = services.campaign_create(
                 project=project, name=form.cleaned_data["name"], guidelines=form.cleaned_data["guidelines"],
                 required_reviews=form.cleaned_data["required_reviews"], reviewers=form.cleaned_data["reviewers"],
                 source_version=form.cleaned_data["source_version"], user=request.user)
-        except ValidationError as error:
-            add_service_errors(form, error)
-        else:
             messages.success(request, f"Campaign {campaign.name} created; its items are loading from "
                                       f"{campaign.source_version}.")
-            return redirect("review:detail", project.slug, campaign.public_id)
+            return reverse("review:detail", args=[project.slug, campaign.public_id])
+
+        try:
+            return redirect(form_send_once(request, create=create))
+        except ValidationError as error:
+            add_service_errors(form, error)
     return render(request, "review/create.html", {"project": project, "membership": membership, "form": form},
                   status=400 if request.method == "POST" else 200)
 
@@ -67,7 +71,8 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
     form = GeneratedCampaignForm(request.POST or None, project=project)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        try:
+
+        def generate() -> str:
             campaign = services.campaign_generate(
                 project=project, name=data["name"], guidelines=data["guidelines"],
                 required_reviews=data["required_reviews"], reviewers=data["reviewers"], model_a=data["model_a"],
@@ -76,11 +81,13 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
                     max_new_tokens=data["max_new_tokens"], temperature=data["temperature"], top_p=data["top_p"],
                     top_k=data["top_k"], seed=data["seed"]),
                 user=request.user)
+            messages.success(request, f"Campaign {campaign.name} created; both models are answering its prompts.")
+            return reverse("review:detail", args=[project.slug, campaign.public_id])
+
+        try:
+            return redirect(form_send_once(request, create=generate))
         except ValidationError as error:
             add_service_errors(form, error)
-        else:
-            messages.success(request, f"Campaign {campaign.name} created; both models are answering its prompts.")
-            return redirect("review:detail", project.slug, campaign.public_id)
     return render(request, "review/generate.html", {"project": project, "membership": membership, "form": form},
                   status=400 if request.method == "POST" else 200)
 
@@ -241,15 +248,17 @@ def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     form = ExportForm(request.POST)
     if form.is_valid():
+        def export() -> str:
+            made = services.export_create(campaign=campaign, user=request.user,
+                                          options=services.ExportOptions(**form.cleaned_data))
+            messages.success(request, f"Exporting the complete items to {made.dataset_name}; the new version "
+                                      "appears under Exports when it is written.")
+            return reverse("review:detail", args=[project.slug, campaign.public_id])
+
         try:
-            export = services.export_create(
-                campaign=campaign, user=request.user,
-                options=services.ExportOptions(**form.cleaned_data))
+            return redirect(form_send_once(request, create=export))
         except ValidationError as error:
             messages.error(request, " ".join(error.messages))
-        else:
-            messages.success(request, f"Exporting the complete items to {export.dataset_name}; the new version "
-                                      "appears under Exports when it is written.")
     else:
         messages.error(request, "Name the dataset to export to.")
     return redirect("review:detail", project.slug, campaign.public_id)

@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.numbers import whole_number
+from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import presets, selectors, services
@@ -128,12 +129,15 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             if input_errors:
                 raise _with_spec_errors(project, spec, input_errors)
         task = spec.get("task", task) if spec.get("task") in tasks() else task
-        run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
+
+        def launch() -> str:
+            run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
+            messages.success(request, f"Run {run.name} queued.")
+            return reverse("runs:detail", args=[project.slug, run.public_id])
+
+        return redirect(form_send_once(request, create=launch))
     except ValidationError as error:
         errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
-    else:
-        messages.success(request, f"Run {run.name} queued.")
-        return redirect("runs:detail", project.slug, run.public_id)
     if mode == "form":
         yaml_text = services.spec_to_yaml(spec)
     initial = spec_initial(spec) if spec else {}
@@ -405,12 +409,15 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
                 document = yaml.safe_load(text)
             except yaml.YAMLError as error:
                 raise ValidationError({"document": f"YAML syntax error: {error}"}) from None
-            pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)
+
+            def start() -> str:
+                pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)
+                messages.success(request, f"Pipeline {pipeline.name} started.")
+                return reverse("runs:pipeline", args=[project.slug, pipeline.public_id])
+
+            return redirect(form_send_once(request, create=start))
         except ValidationError as error:
             errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
-        else:
-            messages.success(request, f"Pipeline {pipeline.name} started.")
-            return redirect("runs:pipeline", project.slug, pipeline.public_id)
     else:
         first = lambda choices, fallback: choices[0][0] if choices else fallback  # noqa: E731
         text = PIPELINE_EXAMPLE.format(

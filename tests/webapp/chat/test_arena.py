@@ -2,6 +2,7 @@
 decisive vote becomes a preference pair (exported as a dataset version, or sent to review), the
 leaderboard page, access."""
 import json
+import re
 
 import pytest
 from django.template.defaultfilters import floatformat
@@ -11,6 +12,7 @@ from tests.webapp.factories import make_base_model
 from webapp.chat import arena, services
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle
+from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets.models import DatasetVersion
 
 
@@ -159,3 +161,18 @@ def test_compare_mode_names_both_models_and_stays_off_the_leaderboard(team, clie
     same = client.post(reverse("chat:arena", args=[team.project.slug]), {
         "prompt": "Twice.", "model_a": models[0].public_id, "model_b": models[0].public_id})
     assert same.status_code == 400 and b"two different models" in same.content
+
+
+def test_the_same_battle_sent_twice_asks_the_models_once(team, client_for, models, sent,
+                                                         django_capture_on_commit_callbacks):
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    form = {"prompt": "Name a colour.",
+            TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page[page.index('id="new-battle"'):]).group(1)}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(reverse("chat:arena", args=[team.project.slug]), form)
+        second = client.post(reverse("chat:arena", args=[team.project.slug]), form)
+    battle = Battle.objects.get()
+    assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"] == battle_url(
+        "battle", battle)
+    assert len(sent) == 2  # one generation per side, once

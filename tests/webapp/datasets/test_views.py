@@ -1,11 +1,13 @@
 """Dataset pages: access for owner/teammate/viewer/outsider, uploads and their limits, what a
 version page shows (escaped untrusted text, errors, statistics), download."""
 import asyncio
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets import services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
@@ -69,6 +71,20 @@ class TestUpload:
         assert response.status_code == 302 and response["Location"] == version_url(version)
         assert version.dataset.kind == "sft" and version.status == VersionStatus.UPLOADED
         assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
+
+    def test_the_same_upload_sent_twice_makes_one_version(self, team, client_for, no_broker,
+                                                         django_capture_on_commit_callbacks):
+        client = client_for(team.teammate)
+        token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get(self.url).content.decode()).group(1)
+        with django_capture_on_commit_callbacks(execute=True):
+            first = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))
+            second = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))  # not "already has a dataset named"
+        version = DatasetVersion.objects.get()
+        assert first.status_code == second.status_code == 302
+        assert first["Location"] == second["Location"] == version_url(version) and len(no_broker) == 1
+        # Another file under the same token (Back, pick another file, Upload) is a new upload.
+        other = client.post(self.url, upload_data(content=ROWS[:41], name="other", **{TOKEN_FIELD: token}))
+        assert other.status_code == 302 and DatasetVersion.objects.count() == 2
 
     def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
         data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")

@@ -1,8 +1,11 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
+import re
+
 from django.urls import reverse
 
 from tests.webapp.factories import make_ready_version
 from tests.webapp.review.conftest import answer, create_loaded
+from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
 from webapp.review.models import Campaign, Item, ItemStatus, Review
 
@@ -75,6 +78,18 @@ def test_the_owner_creates_a_campaign(team, carol, client_for, preference_versio
     campaign = services.campaign_load_items(campaign_id=campaign.pk)
     assert campaign.items.count() == 4
     assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate", "carol"}
+
+
+def test_the_same_campaign_sent_twice_is_created_once(team, carol, client_for, preference_version):
+    owner = client_for(team.owner)
+    page = owner.get(reverse("review:create", args=[team.project.slug])).content.decode()
+    form = {"name": "round 2", "source_version": preference_version.pk, "guidelines": "Be fair.",
+            "required_reviews": 2, "reviewers": [team.teammate.pk, carol.pk],
+            TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page).group(1)}
+    first = owner.post(reverse("review:create", args=[team.project.slug]), form)
+    second = owner.post(reverse("review:create", args=[team.project.slug]), form)
+    campaign = Campaign.objects.get()
+    assert first.status_code == second.status_code == 302 and first.url == second.url == url("detail", campaign)
 
 
 def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_version):

@@ -1,10 +1,13 @@
-"""Template filters shared by every page: ``{% load temper %}``."""
+"""Template filters and tags shared by every page: ``{% load temper %}``."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+
+from webapp.core.submissions import TOKEN_FIELD, new_submission_token
 from django.utils.timesince import timesince
 
 register = template.Library()
@@ -30,3 +33,10 @@ def time_ago(value: datetime, now: datetime | None = None) -> str:
     if now - value < timedelta(minutes=1):
         return "just now"
     return f"{timesince(value, now)} ago"
+
+
+@register.simple_tag
+def submission_token() -> str:
+    """The hidden one-time token of a form that queues work or makes data (``webapp.core.submissions``);
+    a new one each time the form is shown (a sending that failed left nothing under its token)."""
+    return format_html('<input type="hidden" name="{}" value="{}">', TOKEN_FIELD, new_submission_token())

@@ -1,0 +1,139 @@
+"""Launching is idempotent on the server: the launch form's one-time token makes a second identical
+POST (a script, a retrying proxy, Back and send again) land on the run the first made, with no
+second run and no second task; the API does the same for a repeated ``Idempotency-Key``."""
+import json
+import re
+
+import pytest
+
+from tests.webapp.runs.conftest import sft_spec
+from webapp.api.services import token_create
+from webapp.core.models import Submission
+from webapp.core.submissions import ALREADY_SENT, TOKEN_FIELD
+from webapp.runs import services
+from webapp.runs.models import Pipeline, Run
+
+NEW = "/p/alpha/runs/new/"
+
+
+def token_of(page: str, form_id: str = "launch-form") -> str:
+    form = page[page.index(f'id="{form_id}"'):]
+    return re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)
+
+
+@pytest.fixture
+def launch_form(team, catalog, client_for):
+    """The fields the launch page's form sends, with the token it was rendered with."""
+    page = client_for(team.teammate).get(NEW + "?task=sft").content.decode()
+    return {"mode": "form", "task": "sft", "name": "once", "model": catalog.base_model.public_id,
+            "data.train": catalog.sft.public_id, "peft.targets": ["q_proj", "v_proj"], "train.max_steps": "3",
+            TOKEN_FIELD: token_of(page)}
+
+
+@pytest.fixture
+def client_for(client_for, django_capture_on_commit_callbacks):
+    """Clients whose POSTs commit: the tasks a launch queues on commit are sent (to ``sent_tasks``)."""
+    def build(user):
+        client = client_for(user)
+        post = client.post
+
+        def committed_post(*args, **kwargs):
+            with django_capture_on_commit_callbacks(execute=True):
+                return post(*args, **kwargs)
+
+        client.post = committed_post
+        return client
+
+    return build
+
+
+def test_the_same_launch_sent_twice_queues_one_run(team, launch_form, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    first = client.post(NEW, launch_form)
+    second = client.post(NEW, launch_form)
+    run = Run.objects.get()
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] == f"/p/alpha/runs/{run.public_id}/"
+    assert len(sent_tasks.calls) == 1
+    assert ALREADY_SENT in client.get(second["Location"]).content.decode()
+
+
+def test_the_yaml_view_sends_once_too(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    page = client.get(NEW).content.decode()
+    form = {"mode": "yaml", "task": "sft", TOKEN_FIELD: token_of(page, "yaml-form"),
+            "spec_yaml": services.spec_to_yaml(sft_spec(catalog))}
+    assert client.post(NEW, form)["Location"] == client.post(NEW, form)["Location"]
+    assert Run.objects.count() == 1 and len(sent_tasks.calls) == 1
+
+
+def test_a_changed_form_sent_with_the_same_token_is_a_new_launch(team, launch_form, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    first = client.post(NEW, launch_form)
+    second = client.post(NEW, {**launch_form, "train.max_steps": "4"})  # Back, edit, Launch
+    assert first["Location"] != second["Location"]
+    assert sorted(Run.objects.values_list("total_steps", flat=True)) == [3, 4] and len(sent_tasks.calls) == 2
+
+
+def test_a_launch_that_failed_leaves_its_token_unspent(team, launch_form, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    assert client.post(NEW, {**launch_form, "model": ""}).status_code == 400
+    assert not Submission.objects.exists()
+    assert client.post(NEW, {**launch_form, "model": ""}).status_code == 400  # still an error, not a redirect
+    assert client.post(NEW, launch_form).status_code == 302 and Run.objects.count() == 1
+
+
+def test_each_user_has_their_own_tokens(team, launch_form, client_for, sent_tasks):
+    client_for(team.teammate).post(NEW, launch_form)
+    client_for(team.owner).post(NEW, launch_form)  # a token copied into another account's POST
+    assert sorted(Run.objects.values_list("created_by__username", flat=True)) == sorted(
+        [team.teammate.username, team.owner.username])
+
+
+def test_a_post_without_a_token_launches_every_time(team, launch_form, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    form = {key: value for key, value in launch_form.items() if key != TOKEN_FIELD}
+    client.post(NEW, form), client.post(NEW, form)
+    assert Run.objects.count() == 2
+
+
+def test_the_same_pipeline_sent_twice_starts_one(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/pipelines/new/").content.decode()
+    token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page).group(1)
+    document = (f"name: once\nstages:\n  - name: sft\n    spec:\n      task: sft\n      model: {catalog.base_model.public_id}\n"
+                f"      data: {{train: {catalog.sft.public_id}}}\n      train: {{max_steps: 3}}\n")
+    first = client.post("/p/alpha/pipelines/new/", {"document": document, TOKEN_FIELD: token})
+    second = client.post("/p/alpha/pipelines/new/", {"document": document, TOKEN_FIELD: token})
+    assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"]
+    assert Pipeline.objects.count() == 1 and Run.objects.count() == 1 and len(sent_tasks.calls) == 1
+
+
+def test_the_api_launches_once_per_idempotency_key(team, catalog, client_for, sent_tasks):
+    _token, secret = token_create(user=team.teammate, name="script")
+    body = json.dumps({"spec": {"task": "sft", "model": catalog.base_model.public_id,
+                                "data": {"train": catalog.sft.public_id}, "train": {"max_steps": 3}}})
+    client = client_for(team.teammate)
+
+    def post(**headers):
+        return client.post("/api/v1/projects/alpha/runs/", body, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {secret}", **headers)
+
+    first, second = post(HTTP_IDEMPOTENCY_KEY="retry-1"), post(HTTP_IDEMPOTENCY_KEY="retry-1")
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] == second.json()["id"] == Run.objects.get().public_id
+    assert "Idempotent-Replayed" not in first and second["Idempotent-Replayed"] == "true"
+    assert len(sent_tasks.calls) == 1
+    assert post().json()["id"] != first.json()["id"]  # no key: a new run every time
+    assert Run.objects.count() == 2
+
+
+def test_the_api_starts_a_pipeline_once_per_idempotency_key(team, catalog, client_for, sent_tasks):
+    _token, secret = token_create(user=team.teammate, name="script")
+    body = json.dumps({"name": "once", "stages": [{"name": "sft", "spec": sft_spec(catalog)}]})
+    client = client_for(team.teammate)
+    responses = [client.post("/api/v1/projects/alpha/pipelines/", body, content_type="application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="p-1") for _ in range(2)]
+    assert [response.status_code for response in responses] == [201, 201]
+    assert responses[0].json()["id"] == responses[1].json()["id"] == Pipeline.objects.get().public_id
+    assert Run.objects.count() == 1 and len(sent_tasks.calls) == 1

@@ -1,0 +1,23 @@
+"""What every app shares in the database: the record of each form sent (see ``submissions``)."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Submission(models.Model):
+    """A form (or an API request with an ``Idempotency-Key``) that made something: ``key`` digests
+    the form's name, its one-time token and the fields sent, ``result`` says what the first sending
+    made (the address of its page, or its id). Unique per user, so of two identical sendings, even
+    concurrent ones, one makes it and the other is answered with the first's ``result``."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=64)
+    result = models.CharField(max_length=512, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="submission_unique_user_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]}… → {self.result}"

@@ -1,0 +1,107 @@
+"""Forms that queue work or make data are acted on once per sending, on the server.
+
+Design note: ``static/forms.js`` stops a double click, but not two identical POSTs from a script, a
+proxy that retries, or Back and send again: each launched a run and queued its task. Every such
+form carries a one-time token (``{% submission_token %}``, a hidden field), and its view makes
+the thing through ``form_send_once``: in one transaction it stores a ``Submission`` keyed by the
+user, the address posted to, the token and the fields sent (a digest), then calls the service. The
+unique key decides between concurrent sendings (the second INSERT waits for the first's commit
+and fails), and a repeat is answered with what the first made — the same redirect, with a note —
+and queues nothing. A sending that fails (a validation error) rolls its record back, so sending
+it again is tried again. The fields are part of the key: after Back, a form sent unchanged is a
+repeat, one the user changed is a new launch (a page the browser fetches again on Back has a new
+token; ``static/forms.js`` puts back the one the form was sent with). The API does the same for
+a request with an ``Idempotency-Key`` header (``request_send_once``; the body is the fields). A
+sending without a token (older scripts) is acted on every time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest
+from django.utils import timezone
+
+from webapp.core.models import Submission
+
+TOKEN_FIELD = "submission_token"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# A token sent again after this long makes the thing again; the records older are deleted.
+KEEP_DAYS = 7
+MAX_TOKEN_CHARS = 200
+ALREADY_SENT = "This form was already sent; this is what it made. Change it to make another."
+# Fields that differ between two sendings of one form without the user changing anything.
+_NOT_FIELDS = {TOKEN_FIELD, "csrfmiddlewaretoken"}
+
+
+def new_submission_token() -> str:
+    return secrets.token_urlsafe(18)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a sending made (``result``: what ``create`` returned, then or the first time) and
+    whether this sending made it."""
+
+    result: str
+    created: bool
+
+
+def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[], str]) -> Sent:
+    """Call ``create`` (it makes the thing and returns its page address or id) unless ``user``
+    sent ``form`` (the address posted to) with this ``token`` and these ``fields`` before; then
+    return what that made.
+
+    ``create``'s errors propagate and leave no record. Without a token, ``create`` is called."""
+    if not token:
+        return Sent(result=create(), created=True)
+    key = hashlib.sha256(json.dumps([form, token[:MAX_TOKEN_CHARS]]).encode() + b"\0" + fields).hexdigest()
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                submission = Submission.objects.create(user=user, key=key)
+        except IntegrityError:
+            return Sent(result=Submission.objects.get(user=user, key=key).result, created=False)
+        result = create()
+        Submission.objects.filter(pk=submission.pk).update(result=result)
+        Submission.objects.filter(created_at__lt=timezone.now() - timedelta(days=KEEP_DAYS)).delete()
+    return Sent(result=result, created=True)
+
+
+def _form_fields(request: HttpRequest) -> bytes:
+    """The POSTed fields and files, in a stable order; files by name and content."""
+    digest = hashlib.sha256()
+    fields = sorted((name, request.POST.getlist(name)) for name in request.POST if name not in _NOT_FIELDS)
+    digest.update(json.dumps(fields).encode())
+    for name in sorted(request.FILES):
+        for upload in request.FILES.getlist(name):
+            digest.update(b"\0" + json.dumps([name, upload.name, upload.size]).encode())
+            for chunk in upload.chunks():
+                digest.update(chunk)
+            upload.seek(0)
+    return digest.digest()
+
+
+def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
+    """The page to redirect to after the form of ``request`` was sent: ``create``'s (it
+    makes the thing and returns that page's address), or, for a repeat, the first sending's, with
+    a note that says so (see the module note)."""
+    sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
+                     fields=_form_fields(request), create=create)
+    if not sent.created:
+        messages.info(request, ALREADY_SENT)
+    return sent.result
+
+
+def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sent:
+    """``send_once`` for an API request: the ``Idempotency-Key`` header is the token, the body (a
+    JSON body, or the fields and files of a form upload) the fields."""
+    form_body = request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
+    return send_once(user=request.user, form=request.path, token=request.headers.get(IDEMPOTENCY_HEADER, ""),
+                     fields=_form_fields(request) if form_body else request.body, create=create)
