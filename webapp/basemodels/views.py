@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from webapp.basemodels import selectors, services
 from webapp.basemodels.forms import BaseModelRegisterForm
+from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -45,7 +46,7 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             add_service_errors(form, error)
         else:
-            messages.success(request, f"Base model {base_model.name} registered.")
+            messages.success(request, f"Base model {isolated(base_model.name)} registered.")
             return redirect("basemodels:detail", project.slug, base_model.public_id)
     return render(
         request,

@@ -19,6 +19,7 @@ from webapp.chat.access import chat_access
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
+from webapp.core.bidi import isolated
 from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
@@ -108,7 +109,7 @@ def arena_export(request: HttpRequest, slug: str) -> HttpResponse:
 
     def export() -> str:
         version = arena.arena_export(project=project, user=request.user, dataset_name=name)
-        messages.success(request, f"Exported {version.dataset.name} v{version.number}; it is being validated.")
+        messages.success(request, f"Exported {isolated(version.dataset.name)} v{version.number}; it is being validated.")
         return reverse("datasets:version", kwargs={"slug": project.slug, "public_id": version.dataset.public_id,
                                                    "number": version.number})
 

@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.basemodels.selectors import basemodel_list
+from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import form_send_once
 from webapp.datasets import selectors, services
@@ -110,7 +111,7 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
                 )
             else:
                 version = services.dataset_version_create(dataset=dataset, **arguments)
-            messages.success(request, f"Uploaded {version.original_filename}; checking it now.")
+            messages.success(request, f"Uploaded {isolated(version.original_filename)}; checking it now.")
             return reverse("datasets:version", args=[project.slug, version.dataset.public_id, version.number])
 
         try:
@@ -225,7 +226,7 @@ def version_token_statistics(request: HttpRequest, slug: str, public_id: str, nu
             for text in error.messages:
                 messages.error(request, text)
         else:
-            messages.success(request, f"Counting tokens with the {base_model.name} tokenizer.")
+            messages.success(request, f"Counting tokens with the {isolated(base_model.name)} tokenizer.")
     else:
         messages.error(request, "choose a base model of this project")
     return redirect("datasets:version", project.slug, dataset.public_id, version.number)

@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.projects import selectors, services
 from webapp.projects.access import get_project_for_user
@@ -35,7 +36,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
         except ValidationError as error:
             add_service_errors(form, error)
         else:
-            messages.success(request, f"Project {project.name} created.")
+            messages.success(request, f"Project {isolated(project.name)} created.")
             return redirect("projects:detail", project.slug)
     status = 400 if form.errors else 200
     return render(request, "projects/create.html", {"form": form}, status=status)
@@ -138,7 +139,7 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         services.membership_remove(membership=target)
     except ValidationError as error:
         return _members_form_failed(request, project, membership, error.message_dict)
-    messages.success(request, f"{target.user.get_username()} removed from {project.name}.")
+    messages.success(request, f"{target.user.get_username()} removed from {isolated(project.name)}.")
     if target.user_id == request.user.id:
         return redirect("projects:list")
     return redirect("projects:members", project.slug)

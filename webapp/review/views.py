@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
@@ -51,8 +52,8 @@ def campaign_create(request: HttpRequest, slug: str) -> HttpResponse:
                 project=project, name=form.cleaned_data["name"], guidelines=form.cleaned_data["guidelines"],
                 required_reviews=form.cleaned_data["required_reviews"], reviewers=form.cleaned_data["reviewers"],
                 source_version=form.cleaned_data["source_version"], user=request.user)
-            messages.success(request, f"Campaign {campaign.name} created; its items are loading from "
-                                      f"{campaign.source_version}.")
+            messages.success(request, f"Campaign {isolated(campaign.name)} created; its items are loading from "
+                                      f"{isolated(campaign.source_version)}.")
             return reverse("review:detail", args=[project.slug, campaign.public_id])
 
         try:
@@ -81,7 +82,7 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
                     max_new_tokens=data["max_new_tokens"], temperature=data["temperature"], top_p=data["top_p"],
                     top_k=data["top_k"], seed=data["seed"]),
                 user=request.user)
-            messages.success(request, f"Campaign {campaign.name} created; both models are answering its prompts.")
+            messages.success(request, f"Campaign {isolated(campaign.name)} created; both models are answering its prompts.")
             return reverse("review:detail", args=[project.slug, campaign.public_id])
 
         try:
@@ -251,7 +252,7 @@ def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
         def export() -> str:
             made = services.export_create(campaign=campaign, user=request.user,
                                           options=services.ExportOptions(**form.cleaned_data))
-            messages.success(request, f"Exporting the complete items to {made.dataset_name}; the new version "
+            messages.success(request, f"Exporting the complete items to {isolated(made.dataset_name)}; the new version "
                                       "appears under Exports when it is written.")
             return reverse("review:detail", args=[project.slug, campaign.public_id])
 

@@ -22,6 +22,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
@@ -132,7 +133,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
 
         def launch() -> str:
             run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
-            messages.success(request, f"Run {run.name} queued.")
+            messages.success(request, f"Run {isolated(run.name)} queued.")
             return reverse("runs:detail", args=[project.slug, run.public_id])
 
         return redirect(form_send_once(request, create=launch))
@@ -412,7 +413,7 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
 
             def start() -> str:
                 pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)
-                messages.success(request, f"Pipeline {pipeline.name} started.")
+                messages.success(request, f"Pipeline {isolated(pipeline.name)} started.")
                 return reverse("runs:pipeline", args=[project.slug, pipeline.public_id])
 
             return redirect(form_send_once(request, create=start))

@@ -71,7 +71,7 @@ def test_the_owner_creates_a_campaign(team, carol, client_for, preference_versio
     assert response.status_code == 302 and response.url == url("detail", campaign)
     assert campaign.status == "loading"
     page = owner.get(url("detail", campaign))
-    assert b"Loading items from prefs v1" in page.content and b'http-equiv="refresh"' in page.content
+    assert b"Loading items from <bdi>prefs v1</bdi>" in page.content and b'http-equiv="refresh"' in page.content
     assert b"still loading" in client_for(team.teammate).get(url("next", campaign)).content
     assert client_for(team.teammate).post(url("load", campaign)).status_code == 403
     assert owner.post(url("load", campaign)).status_code == 302, "the owner may queue the load again"
@@ -172,11 +172,11 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert response.status_code == 302 and response.url == url("detail", campaign)
     export = campaign.exports.get()
     detail = owner.get(url("detail", campaign))
-    assert b"writing clean prefs" in detail.content and b'http-equiv="refresh"' in detail.content
+    assert b"writing <bdi>clean prefs</bdi>" in detail.content and b'http-equiv="refresh"' in detail.content
     version = services.export_write(export_id=export.pk).version
     assert version.absolute_path.read_text().count("\n") == 1
     detail = owner.get(url("detail", campaign))
-    assert b"clean prefs v1" in detail.content and b'http-equiv="refresh"' not in detail.content
+    assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
 def test_the_owner_changes_the_settings(campaign, team, carol, client_for):

@@ -1,0 +1,93 @@
+"""Bidi controls in people's text (U+202E RIGHT-TO-LEFT OVERRIDE, the U+2066-2069 isolates, U+200F)
+stay inside that text: every piece of it on the main pages is shown in a bidi isolate of its own
+(or alone in its block), so it cannot reorder the page's words around it."""
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.test_hostile_text import _log_in
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.chat.models import Conversation, Message, Role
+from webapp.projects.models import Project
+from webapp.review import services as review_services
+from webapp.runs.models import Run, RunStatus, Sample
+
+pytestmark = pytest.mark.browser
+
+RLO, LRI, PDI, RLM = "\u202e", "\u2066", "\u2069", "\u200f"
+END = "\u00a7"  # every hostile value ends with it, so what follows one in the page is the page's text
+
+
+def hostile(word: str) -> str:
+    """A name that, if not isolated, writes everything after it on its line backwards."""
+    return f"{word}{PDI}{RLO}{RLM}{LRI}{END}"  # a stray PDI, and an LRI left open, against the isolates
+
+
+# Text nodes holding a bidi control whose isolate (the nearest ancestor with unicode-bidi isolate
+# or plaintext, or a block, where a bidi paragraph ends) goes on after the hostile value: that
+# text would be reordered.
+LEAKS = """() => {
+  const HOSTILE = /[\\u202a-\\u202e\\u2066-\\u2069\\u200f]/;
+  const ISOLATING = new Set(["isolate", "plaintext", "isolate-override"]);
+  const leaks = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!HOSTILE.test(node.data) || parent.closest("script, style, template, textarea, select, [hidden]")) continue;
+    if (!parent.getClientRects().length) continue;  // not shown
+    let root = parent;
+    while (root !== document.body) {
+      const style = getComputedStyle(root);
+      if (ISOLATING.has(style.unicodeBidi) || !style.display.startsWith("inline")) break;
+      root = root.parentElement;
+    }
+    // The closers the server adds at a text's end (webapp/core/bidi.py) belong to it.
+    if (!root.textContent.trim().replace(/[\u202a-\u202e\u2066-\u2069]+$/, "").endsWith("\u00a7")) {
+      leaks.push(`<${root.tagName.toLowerCase()} class="${root.className}">${root.textContent.trim().slice(0, 80)}`);
+    }
+  }
+  return leaks;
+}"""
+
+
+def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live_server):
+    team = make_team()
+    Project.objects.filter(pk=team.project.pk).update(name=hostile("proj"))
+    base_model = make_base_model(team.project, name=hostile("model"))
+    version = make_ready_version(team.project, name=hostile("data"), kind="sft",
+                                 rows=[{"prompt": hostile("prompt"), "completion": hostile("answer")}])
+    run = Run.objects.create(project=team.project, name=hostile("run"), task="sft", status=RunStatus.FAILED,
+                             spec={"task": "sft", "model": base_model.public_id}, base_model=base_model,
+                             resolved_spec={"output_dir": str(live_server.url)}, error_message=hostile("error"),
+                             created_by=team.owner, tags=[hostile("tag")], notes=hostile("notes"))
+    version.original_filename = hostile("file")
+    version.save(update_fields=["original_filename"])
+    run.dataset_versions.set([version])
+    Sample.objects.create(run=run, step=1, position=0, prompt=hostile("sample prompt"), text=hostile("sample"))
+    conversation = Conversation.objects.create(project=team.project, user=team.owner, model_ref=base_model.public_id,
+                                               model_label=hostile("label"), title=hostile("title"))
+    Message.objects.create(conversation=conversation, role=Role.USER, content=hostile("question"))
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content=hostile("reply"))
+    campaign = review_services.campaign_create(project=team.project, name=hostile("campaign"),
+                                               guidelines=hostile("guidelines"), required_reviews=1,
+                                               reviewers=[team.owner], source_version=None, user=team.owner)
+    review_services.item_add(campaign=campaign, prompt=hostile("item"), response_a=hostile("a"),
+                             response_b=hostile("b"), source="arena")
+    _log_in(page, live_server.url, team.owner.username)
+    leaks = {}
+    for path in ("/", "/p/alpha/", "/p/alpha/runs/", f"/p/alpha/runs/{run.public_id}/", "/p/alpha/datasets/",
+                 f"/p/alpha/datasets/{version.dataset.public_id}/", f"/p/alpha/datasets/{version.dataset.public_id}/v/1/",
+                 "/p/alpha/models/", f"/p/alpha/models/{base_model.public_id}/", "/p/alpha/chat/",
+                 f"/p/alpha/chat/{conversation.public_id}/", "/p/alpha/review/", f"/p/alpha/review/{campaign.public_id}/",
+                 f"/p/alpha/review/{campaign.public_id}/next/", f"/p/alpha/review/{campaign.public_id}/items/",
+                 f"/p/alpha/runs/compare/?runs={run.public_id}", "/p/alpha/runs/new/", "/p/alpha/members/",
+                 "/p/alpha/arena/", "/p/alpha/arena/leaderboard/"):
+        response = page.goto(live_server.url + path)
+        assert response.status == 200, path
+        if found := page.evaluate(LEAKS):
+            leaks[path] = found
+    assert leaks == {}
+    # As drawn: the run's id, after its name in the heading, is still to the right of it.
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    name, run_id = (page.locator(selector).bounding_box() for selector in ("h1 bdi", "h1 .run-id"))
+    assert run_id["x"] >= name["x"] + name["width"] - 0.5

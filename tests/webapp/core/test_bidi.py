@@ -1,0 +1,50 @@
+"""Balancing the bidi controls of people's text (``webapp.core.bidi``): worked out by hand on short
+strings, then on a page: a hostile run name's controls are closed inside its own text."""
+from pathlib import Path
+
+import pytest
+
+from webapp.core.bidi import CONTROLS, FSI, LRI, PDF, PDI, RLE, RLO, balance_bidi_controls, balance_html_text, isolated
+from webapp.runs.models import Run, RunStatus
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("text, balanced", [
+    ("plain", "plain"),
+    (f"a{RLO}b", f"a{RLO}b{PDF}"),                          # an override left open is closed
+    (f"a{PDI}{RLO}b{LRI}c", f"a{RLO}b{LRI}c{PDI}{PDF}"),    # a stray PDI dropped; closed innermost first
+    (f"{FSI}x{PDI}", f"{FSI}x{PDI}"),                       # balanced text passes unchanged
+    (f"{PDF}x", "x"),                                       # a PDF that closes nothing
+    (f"{LRI}{RLE}x{PDI}y", f"{LRI}{RLE}x{PDI}y"),           # the PDI closes the embedding inside it too
+    (f"{LRI}x{PDF}y", f"{LRI}xy{PDI}"),                     # a PDF does not reach out of an isolate
+])
+def test_it_pairs_every_control(text, balanced):
+    assert balance_bidi_controls(text) == balanced
+
+
+def test_it_balances_each_text_run_and_leaves_tags_scripts_and_textareas_alone():
+    html = (f'<h1 title="t{RLO}">name{RLO}</h1> v1<script>var s = "{LRI}";</script>'
+            f"<textarea>{RLO}</textarea><!-- {RLO} -->")
+    assert balance_html_text(html) == (f'<h1 title="t{RLO}">name{RLO}{PDF}</h1> v1<script>var s = "{LRI}";</script>'
+                                       f"<textarea>{RLO}</textarea><!-- {RLO} -->")
+
+
+def test_a_page_closes_a_hostile_name_inside_its_own_text(team, client_for):
+    run = Run.objects.create(project=team.project, name=f"evil{PDI}{RLO}", task="sft", status=RunStatus.FAILED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner)
+    page = client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    assert f"<bdi>evil{RLO}{PDF}</bdi>" in page and f"{PDI}{RLO}" not in page
+
+
+def test_the_templates_hold_no_bidi_controls_of_their_own():
+    """The balancing treats every control on a page as data's."""
+    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "templates").rglob("*.html")
+                 if CONTROLS.search(path.read_text(encoding="utf-8"))]
+    assert offenders == []
+
+
+def test_a_name_in_a_flash_message_is_isolated(team, client_for):
+    assert isolated(f"evil{PDI}{RLO}") == f"{FSI}evil{RLO}{PDF}{PDI}"
+    response = client_for(team.owner).post("/projects/new/", {"name": f"evil{RLO}", "slug": "evil"}, follow=True)
+    assert f"Project {FSI}evil{RLO}{PDF}{PDI} created." in response.content.decode()

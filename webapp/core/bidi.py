@@ -1,0 +1,96 @@
+"""Bidi controls in people's text stay inside that text on every page.
+
+Design note: names, dataset rows and model output may hold Unicode bidi controls (U+202E RIGHT-TO-LEFT
+OVERRIDE and the other embeddings and overrides, U+2066-2069 isolates). Unclosed, one reorders the rest
+of its line: the page's own words after a run's name read backwards. Two layers keep them in:
+
+- ``static/temper.css`` shows the elements that carry such text (links, ``<bdi>``, ``.text``…) as
+  bidi isolates (``unicode-bidi: plaintext``), so what an override opens ends with the element;
+- Chromium implements an isolate with bidi control characters of its own, so an isolate control in
+  the text (a stray U+2069 POP DIRECTIONAL ISOLATE, or a U+2066 left open) pairs with those and
+  opens the isolate up. ``BidiBalanceMiddleware`` therefore balances the controls of every text
+  run of an HTML page (the text between two tags, where escaped text from a person always lies
+  whole): an unmatched closer is dropped, openers left open are closed at the run's end;
+- a name put into a sentence of plain text (a flash message) is ``isolated``: wrapped in FSI…PDI.
+
+The templates hold no bidi controls themselves (a test checks), so every control a page carries
+came from data; balanced ones (``⁨name⁩``) pass unchanged.
+"""
+from __future__ import annotations
+
+import re
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.deprecation import MiddlewareMixin
+
+LRE, RLE, PDF, LRO, RLO = "\u202a", "\u202b", "\u202c", "\u202d", "\u202e"
+LRI, RLI, FSI, PDI = "\u2066", "\u2067", "\u2068", "\u2069"
+EMBEDDINGS = frozenset((LRE, RLE, LRO, RLO))
+ISOLATES = frozenset((LRI, RLI, FSI))
+CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# Tags, and the elements whose text is not laid out as text (or is a form control's own value).
+_OPAQUE = re.compile(r"<(script|style|textarea)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.DOTALL | re.IGNORECASE)
+
+
+def balance_bidi_controls(text: str) -> str:
+    """``text`` with its bidi embeddings, overrides and isolates paired: a PDF or PDI that closes
+    nothing opened in ``text`` is dropped, and what is still open at its end is closed there
+    (Unicode Bidirectional Algorithm rules X6a and X7: a PDI also closes the embeddings opened
+    inside its isolate, a PDF does not reach out of an isolate)."""
+    if not CONTROLS.search(text):
+        return text
+    out: list[str] = []
+    opened: list[str] = []
+    for char in text:
+        if char in EMBEDDINGS or char in ISOLATES:
+            opened.append(char)
+        elif char == PDF:
+            if not opened or opened[-1] not in EMBEDDINGS:
+                continue
+            opened.pop()
+        elif char == PDI:
+            if not any(opener in ISOLATES for opener in opened):
+                continue
+            while opened.pop() not in ISOLATES:
+                pass
+        out.append(char)
+    out.extend(PDI if opener in ISOLATES else PDF for opener in reversed(opened))
+    return "".join(out)
+
+
+def isolated(text: str) -> str:
+    """``text`` between FSI and PDI, its own controls balanced: a name put into a sentence of plain
+    text (a flash message) reorders nothing of the sentence after it, in any browser."""
+    return f"{FSI}{balance_bidi_controls(str(text))}{PDI}"
+
+
+def balance_html_text(html: str) -> str:
+    """``html`` with the bidi controls of each text run between tags balanced (see the module note);
+    tags, comments and the contents of script, style and textarea are left as they are."""
+    if not CONTROLS.search(html):
+        return html
+    pieces: list[str] = []
+    start = 0
+    for opaque in _OPAQUE.finditer(html):
+        pieces.append(balance_bidi_controls(html[start:opaque.start()]))
+        pieces.append(opaque.group(0))
+        start = opaque.end()
+    pieces.append(balance_bidi_controls(html[start:]))
+    return "".join(pieces)
+
+
+class BidiBalanceMiddleware(MiddlewareMixin):
+    """Balances the bidi controls in the text of every HTML page (``balance_html_text``)."""
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if response.streaming or not response.get("Content-Type", "").startswith("text/html"):
+            return response
+        charset = response.charset or "utf-8"
+        text = response.content.decode(charset, errors="surrogateescape")
+        if CONTROLS.search(text):
+            balanced = balance_html_text(text)
+            if balanced != text:
+                response.content = balanced.encode(charset, errors="surrogateescape")
+                if response.has_header("Content-Length"):
+                    response["Content-Length"] = str(len(response.content))
+        return response
