@@ -1,15 +1,18 @@
 """Launching is idempotent on the server: the launch form's one-time token makes a second identical
 POST (a script, a retrying proxy, Back and send again) land on the run the first made, with no
-second run and no second task; the API does the same for a repeated ``Idempotency-Key``."""
+second run and no second task; the API does the same for a repeated ``Idempotency-Key`` (runs,
+pipelines, dataset uploads)."""
 import json
 import re
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.webapp.runs.conftest import sft_spec
 from webapp.api.services import token_create
 from webapp.core.models import Submission
 from webapp.core.submissions import ALREADY_SENT, TOKEN_FIELD
+from webapp.datasets.models import DatasetVersion
 from webapp.runs import services
 from webapp.runs.models import Pipeline, Run
 
@@ -137,3 +140,18 @@ def test_the_api_starts_a_pipeline_once_per_idempotency_key(team, catalog, clien
     assert [response.status_code for response in responses] == [201, 201]
     assert responses[0].json()["id"] == responses[1].json()["id"] == Pipeline.objects.get().public_id
     assert Run.objects.count() == 1 and len(sent_tasks.calls) == 1
+
+
+def test_the_api_uploads_once_per_idempotency_key(team, client_for, sent_tasks):
+    _token, secret = token_create(user=team.teammate, name="script")
+    client = client_for(team.teammate)
+
+    def upload(content=b'{"prompt": "a", "completion": "b"}\n'):
+        return client.post("/api/v1/projects/alpha/datasets/", {
+            "name": "chats", "kind": "sft", "file": SimpleUploadedFile("chats.jsonl", content)},
+            HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="u-1")
+
+    first, second = upload(), upload()  # the second is not "alpha already has a dataset named 'chats'"
+    assert first.status_code == second.status_code == 201, second.content
+    assert first.json()["version"]["id"] == second.json()["version"]["id"] == DatasetVersion.objects.get().public_id
+    assert second["Idempotent-Replayed"] == "true"
