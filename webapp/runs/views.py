@@ -258,14 +258,16 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 
 
 def _action(request, slug, run_id, action) -> HttpResponse:
+    """``action(run)``, once per sending of its form (retry makes a run, export queues a task), then
+    the page of the run it returns."""
     project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     try:
-        result = action(run)
+        return redirect(form_send_once(request, create=lambda: reverse("runs:detail", args=[
+            project.slug, action(run).public_id])))
     except ValidationError as error:
         for text in error.messages:
             messages.error(request, text)
         return redirect("runs:detail", project.slug, run.public_id)
-    return redirect("runs:detail", project.slug, result.public_id)
 
 
 @login_required

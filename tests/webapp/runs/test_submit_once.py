@@ -155,3 +155,19 @@ def test_the_api_uploads_once_per_idempotency_key(team, client_for, sent_tasks):
     assert first.status_code == second.status_code == 201, second.content
     assert first.json()["version"]["id"] == second.json()["version"]["id"] == DatasetVersion.objects.get().public_id
     assert second["Idempotent-Replayed"] == "true"
+
+
+def test_retry_and_export_sent_twice_act_once(team, catalog, client_for, sent_tasks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+    Run.objects.filter(pk=run.pk).update(status="failed")
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    client = client_for(team.teammate)
+    page = client.get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    for action, fields in (("retry", {}), ("export", {"step": "3"})):
+        form = page[page.index(f'action="/p/alpha/runs/{run.public_id}/{action}/"'):]
+        fields[TOKEN_FIELD] = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)
+        first, second = (client.post(f"/p/alpha/runs/{run.public_id}/{action}/", fields) for _ in range(2))
+        assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"], action
+    assert Run.objects.count() == 2  # the run and one retry
+    assert [name for name, _args, _queue in sent_tasks.calls] == [
+        "worker.tasks.train.train_run", "worker.tasks.train.export_checkpoint"]
