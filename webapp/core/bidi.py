@@ -28,6 +28,7 @@ LRI, RLI, FSI, PDI = "\u2066", "\u2067", "\u2068", "\u2069"
 EMBEDDINGS = frozenset((LRE, RLE, LRO, RLO))
 ISOLATES = frozenset((LRI, RLI, FSI))
 CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_UTF8_CONTROLS = re.compile(b"\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 # Tags, and the elements whose text is not laid out as text (or is a form control's own value).
 _OPAQUE = re.compile(r"<(script|style|textarea)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.DOTALL | re.IGNORECASE)
 
@@ -86,6 +87,8 @@ class BidiBalanceMiddleware(MiddlewareMixin):
         if response.streaming or not response.get("Content-Type", "").startswith("text/html"):
             return response
         charset = response.charset or "utf-8"
+        if charset.lower().replace("-", "") == "utf8" and not _UTF8_CONTROLS.search(response.content):
+            return response  # the common case, seen without decoding the page
         text = response.content.decode(charset, errors="surrogateescape")
         if CONTROLS.search(text):
             balanced = balance_html_text(text)
