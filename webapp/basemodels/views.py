@@ -7,12 +7,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from webapp.basemodels import selectors, services
 from webapp.basemodels.forms import BaseModelRegisterForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
+from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 
@@ -39,15 +41,17 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     form = BaseModelRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
+        def register() -> str:
             base_model = services.basemodel_register(
                 project=project, name=form.cleaned_data["name"], path=form.cleaned_data["path"], user=request.user
             )
+            messages.success(request, f"Base model {isolated(base_model.name)} registered.")
+            return reverse("basemodels:detail", args=[project.slug, base_model.public_id])
+
+        try:
+            return redirect(form_send_once(request, create=register))
         except ValidationError as error:
             add_service_errors(form, error)
-        else:
-            messages.success(request, f"Base model {isolated(base_model.name)} registered.")
-            return redirect("basemodels:detail", project.slug, base_model.public_id)
     return render(
         request,
         "basemodels/register.html",

@@ -200,14 +200,19 @@ def version_requeue(request: HttpRequest, slug: str, public_id: str, number: int
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
     version = selectors.version_get(dataset=dataset, number=number)
-    try:
+    page = reverse("datasets:version", args=[project.slug, dataset.public_id, version.number])
+
+    def requeue() -> str:
         services.dataset_version_requeue(version=version)
+        messages.success(request, f"Queued the check of v{version.number} again.")
+        return page
+
+    try:
+        return redirect(form_send_once(request, create=requeue))
     except ValidationError as error:
         for text in error.messages:
             messages.error(request, text)
-    else:
-        messages.success(request, f"Queued the check of v{version.number} again.")
-    return redirect("datasets:version", project.slug, dataset.public_id, version.number)
+    return redirect(page)
 
 
 @login_required
@@ -220,13 +225,18 @@ def version_token_statistics(request: HttpRequest, slug: str, public_id: str, nu
     form = TokenStatisticsForm(request.POST, base_models=base_models)
     if form.is_valid():
         base_model = next(model for model in base_models if model.public_id == form.cleaned_data["base_model"])
-        try:
+        page = reverse("datasets:version", args=[project.slug, dataset.public_id, version.number])
+
+        def count() -> str:
             services.token_statistics_request(version=version, base_model=base_model)
+            messages.success(request, f"Counting tokens with the {isolated(base_model.name)} tokenizer.")
+            return page
+
+        try:
+            return redirect(form_send_once(request, create=count))
         except ValidationError as error:
             for text in error.messages:
                 messages.error(request, text)
-        else:
-            messages.success(request, f"Counting tokens with the {isolated(base_model.name)} tokenizer.")
     else:
         messages.error(request, "choose a base model of this project")
     return redirect("datasets:version", project.slug, dataset.public_id, version.number)

@@ -7,10 +7,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
+from webapp.core.submissions import form_send_once
 from webapp.projects import selectors, services
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
@@ -29,15 +31,17 @@ def project_list(request: HttpRequest) -> HttpResponse:
 def project_create(request: HttpRequest) -> HttpResponse:
     form = ProjectCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
+        def create() -> str:
             project = services.project_create(
                 name=form.cleaned_data["name"], slug=form.cleaned_data["slug"], owner=request.user
             )
+            messages.success(request, f"Project {isolated(project.name)} created.")
+            return reverse("projects:detail", args=[project.slug])
+
+        try:
+            return redirect(form_send_once(request, create=create))
         except ValidationError as error:
             add_service_errors(form, error)
-        else:
-            messages.success(request, f"Project {isolated(project.name)} created.")
-            return redirect("projects:detail", project.slug)
     status = 400 if form.errors else 200
     return render(request, "projects/create.html", {"form": form}, status=status)
 

@@ -148,12 +148,16 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     """Queue a loading (or generating) campaign's items again (e.g. Redis was down when it was created)."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
-    try:
+
+    def load() -> str:
         services.campaign_load_request(campaign=campaign)
+        messages.success(request, "Loading the items again.")
+        return reverse("review:detail", args=[project.slug, campaign.public_id])
+
+    try:
+        return redirect(form_send_once(request, create=load))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
-    else:
-        messages.success(request, "Loading the items again.")
     return redirect("review:detail", project.slug, campaign.public_id)
 
 

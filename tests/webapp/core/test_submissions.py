@@ -9,9 +9,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import make_base_model, make_ready_version
 from webapp.core.models import Submission
 from webapp.core.submissions import TOKEN_FIELD, send_once
+from webapp.datasets import services as dataset_services
 
 
 def test_a_repeat_gets_what_the_first_made(team):
@@ -49,11 +50,12 @@ def test_without_a_token_it_makes_the_thing_every_time(team):
 
 
 @pytest.mark.parametrize("path, forms", [
-    ("runs/new/", 2), ("pipelines/new/", 1), ("review/new/", 1), ("review/new/generated/", 1), ("chat/", 1),
-    ("arena/", 3), ("datasets/new/", 1)])
+    ("/p/alpha/runs/new/", 2), ("/p/alpha/pipelines/new/", 1), ("/p/alpha/review/new/", 1),
+    ("/p/alpha/review/new/generated/", 1), ("/p/alpha/chat/", 1), ("/p/alpha/arena/", 3),
+    ("/p/alpha/datasets/new/", 1), ("/p/alpha/models/register/", 1), ("/projects/new/", 1)])
 def test_every_form_that_queues_work_carries_a_token(team, client_for, path, forms):
     make_base_model(team.project)  # the chat pages show their forms once there is a model
-    page = client_for(team.owner).get(f"/p/alpha/{path}")
+    page = client_for(team.owner).get(path)
     assert page.status_code == 200, path
     tokens = re.findall(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page.content.decode())
     assert len(tokens) == forms and len(set(tokens)) == forms, path
@@ -85,3 +87,28 @@ def test_two_concurrent_sendings_make_one_thing(transactional_db, team):
     assert len(made) == 1
     assert sorted(result.created for result in results) == [False, True]
     assert [result.result for result in results] == ["/made/", "/made/"]
+
+
+def test_the_same_project_sent_twice_is_created_once(team, client_for):
+    client = client_for(team.viewer)
+    token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get("/projects/new/").content.decode()).group(1)
+    form = {"name": "Reward models", "slug": "reward-models", TOKEN_FIELD: token}
+    first, second = client.post("/projects/new/", form), client.post("/projects/new/", form)
+    # The second is not refused with "the slug reward-models is taken".
+    assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"] == "/p/reward-models/"
+
+
+def test_counting_tokens_sent_twice_queues_one_count(team, client_for, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda name, args, queue: sent.append(name))
+    base_model, version = make_base_model(team.project), make_ready_version(team.project)
+    client = client_for(team.teammate)
+    page_url = f"/p/alpha/datasets/{version.dataset.public_id}/v/1/"
+    page = client.get(page_url).content.decode()
+    form = page[page.index("/tokens/"):]
+    fields = {"base_model": base_model.public_id,
+              TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)}
+    with django_capture_on_commit_callbacks(execute=True):
+        responses = [client.post(f"{page_url}tokens/", fields) for _ in range(2)]
+    assert [response["Location"] for response in responses] == [page_url, page_url]
+    assert len(sent) == 1
