@@ -11,6 +11,7 @@ event or after ``max_seconds`` (a browser's EventSource reconnects by itself).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
@@ -60,12 +61,15 @@ def _iterate_in_thread(stream: AsyncIterator[str]) -> Iterator[str]:
             handoff.put(("end", None))
 
     loop = asyncio.new_event_loop()
-    pumping = asyncio.run_coroutine_threadsafe(pump(), loop)
-    pumping.add_done_callback(lambda _future: loop.call_soon_threadsafe(loop.stop))
+    pumping = loop.create_task(pump())
 
     def run_loop() -> None:
+        # Until the task is done, not until the loop is told to stop: a cancelled stream's
+        # ``finally`` awaits (unsubscribe, close the client), and a loop stopped at the cancel
+        # left those pending and the Redis connection open ("Task was destroyed but it is pending").
         try:
-            loop.run_forever()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(pumping)
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
@@ -80,7 +84,9 @@ def _iterate_in_thread(stream: AsyncIterator[str]) -> Iterator[str]:
                 raise value  # type: ignore[misc]
             yield value  # type: ignore[misc]
     finally:
-        pumping.cancel()
+        # The loop is closed once the stream has ended by itself: nothing is left to cancel then.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(pumping.cancel)
 
 
 async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,

@@ -1,11 +1,15 @@
 """The shared SSE relay against a real Redis: backlog replay, no event twice, terminal event."""
 import asyncio
 import json
+import threading
+import time
 
+import pytest
 import redis
-from django.test import override_settings
+from django.http import StreamingHttpResponse
+from django.test import RequestFactory, override_settings
 
-from webapp.core.sse import relay_channel, sse_message
+from webapp.core.sse import event_stream_response, relay_channel, sse_message
 
 
 def test_sse_message_encodes_json_once():
@@ -65,3 +69,55 @@ def test_it_reports_an_unreachable_redis():
 
     assert asyncio.run(scenario()) == [sse_message({"type": "unavailable"})]
 
+
+
+def _wsgi_stream(stream) -> StreamingHttpResponse:
+    """``stream`` as a WSGI server (runserver, the live test server) is handed it."""
+    return event_stream_response(RequestFactory().get("/events/"), stream)
+
+
+def _sse_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "sse-stream"]
+
+
+def test_a_stream_closed_by_a_departed_client_finishes_its_cleanup_and_its_thread():
+    """The stream's ``finally`` awaits (as the relay's unsubscribe and close do): closing the
+    response must let those run to their end, not drop the task half-way."""
+    cleaned, started = [], threading.Event()
+
+    async def endless():
+        try:
+            started.set()
+            while True:
+                yield "data: tick\n\n"
+                await asyncio.sleep(0.01)
+        finally:
+            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)
+            cleaned.append("unsubscribed")
+
+    response = _wsgi_stream(endless())
+    messages = iter(response)
+    assert next(messages) == b"data: tick\n\n"
+    response.close()  # what the WSGI server does when the browser goes away
+    deadline = time.monotonic() + 5
+    while _sse_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cleaned == ["unsubscribed"]
+    assert _sse_threads() == []
+
+
+def test_a_stream_that_ends_by_itself_leaves_no_thread_and_its_error_reaches_the_server():
+    async def two_then_fail():
+        yield "data: 1\n\n"
+        yield "data: 2\n\n"
+        raise ConnectionError("redis went away")
+
+    messages = iter(_wsgi_stream(two_then_fail()))
+    assert [next(messages), next(messages)] == [b"data: 1\n\n", b"data: 2\n\n"]
+    with pytest.raises(ConnectionError, match="redis went away"):
+        next(messages)
+    deadline = time.monotonic() + 5
+    while _sse_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _sse_threads() == []
