@@ -84,16 +84,20 @@ class BidiBalanceMiddleware(MiddlewareMixin):
     """Balances the bidi controls in the text of every HTML page (``balance_html_text``)."""
 
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
-        if response.streaming or not response.get("Content-Type", "").startswith("text/html"):
-            return response
+        if (response.streaming or response.has_header("Content-Encoding")
+                or not response.get("Content-Type", "").startswith("text/html")):
+            return response  # a file, an event stream or a compressed body: no page text to read
+        body = response.content  # joined anew on each access: read once
         charset = response.charset or "utf-8"
-        if charset.lower().replace("-", "") == "utf8" and not _UTF8_CONTROLS.search(response.content):
+        if charset.lower().replace("-", "") == "utf8" and not _UTF8_CONTROLS.search(body):
             return response  # the common case, seen without decoding the page
-        text = response.content.decode(charset, errors="surrogateescape")
-        if CONTROLS.search(text):
-            balanced = balance_html_text(text)
-            if balanced != text:
-                response.content = balanced.encode(charset, errors="surrogateescape")
-                if response.has_header("Content-Length"):
-                    response["Content-Length"] = str(len(response.content))
+        try:
+            text = body.decode(charset, errors="surrogateescape")
+        except (LookupError, UnicodeDecodeError):
+            return response  # not text in the charset it names: a 500 here would hide the page's own fault
+        balanced = balance_html_text(text)
+        if balanced != text:
+            response.content = balanced.encode(charset, errors="surrogateescape")
+            if response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))
         return response

@@ -1,10 +1,14 @@
 """Balancing the bidi controls of people's text (``webapp.core.bidi``): worked out by hand on short
 strings, then on a page: a hostile run name's controls are closed inside its own text."""
+import gzip
 from pathlib import Path
 
 import pytest
+from django.http import FileResponse, HttpResponse, HttpResponseNotModified, JsonResponse
+from django.test import RequestFactory
 
-from webapp.core.bidi import CONTROLS, FSI, LRI, PDF, PDI, RLE, RLO, balance_bidi_controls, balance_html_text, isolated
+from webapp.core.bidi import (
+    CONTROLS, FSI, LRI, PDF, PDI, RLE, RLO, BidiBalanceMiddleware, balance_bidi_controls, balance_html_text, isolated)
 from webapp.runs.models import Run, RunStatus
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,3 +52,40 @@ def test_a_name_in_a_flash_message_is_isolated(team, client_for):
     assert isolated(f"evil{PDI}{RLO}") == f"{FSI}evil{RLO}{PDF}{PDI}"
     response = client_for(team.owner).post("/projects/new/", {"name": f"evil{RLO}", "slug": "evil"}, follow=True)
     assert f"Project {FSI}evil{RLO}{PDF}{PDI} created." in response.content.decode()
+
+
+def _through_middleware(response: HttpResponse, method: str = "GET") -> HttpResponse:
+    return BidiBalanceMiddleware(lambda request: response)(RequestFactory().generic(method, "/page/"))
+
+
+def test_a_compressed_page_is_passed_on_byte_for_byte():
+    """A gzip body is not text: stored (level 0) it holds the UTF-8 bytes of an RLO, which a
+    rewrite would cut out of the stream and corrupt it."""
+    page = f"<p>name{RLO}</p>".encode()
+    compressed = gzip.compress(page, compresslevel=0)
+    response = HttpResponse(compressed, content_type="text/html; charset=utf-8")
+    response["Content-Encoding"] = "gzip"
+    assert _through_middleware(response).content == compressed
+    assert gzip.decompress(response.content) == page
+
+
+def test_a_page_in_another_charset_is_balanced_in_it_and_one_that_does_not_decode_is_passed_on():
+    response = _through_middleware(HttpResponse(f"<p>name{RLO}</p>".encode("utf-16"),
+                                                content_type="text/html; charset=utf-16"))
+    assert response.content.decode("utf-16") == f"<p>name{RLO}{PDF}</p>"
+    truncated = f"<p>name{RLO}</p>".encode("utf-16") + b"x"  # an odd byte: not UTF-16
+    assert _through_middleware(HttpResponse(truncated, content_type="text/html; charset=utf-16")).content == truncated
+    unknown = HttpResponse(f"<p>{RLO}</p>".encode(), content_type="text/html; charset=x-no-such-codec")
+    assert _through_middleware(unknown).status_code == 200 and unknown.content == f"<p>{RLO}</p>".encode()
+
+
+def test_the_content_length_follows_the_rewritten_body_and_json_and_files_are_left_alone(tmp_path):
+    page = HttpResponse(f"<p>{RLO}x</p>", content_type="text/html; charset=utf-8")
+    page["Content-Length"] = str(len(page.content))
+    assert _through_middleware(page, "HEAD")["Content-Length"] == str(len(f"<p>{RLO}x{PDF}</p>".encode()))
+    data = JsonResponse({"name": f"x{RLO}"})
+    assert _through_middleware(data).content == data.content
+    (tmp_path / "page.html").write_text(f"<p>{RLO}</p>")
+    served = _through_middleware(FileResponse((tmp_path / "page.html").open("rb"), content_type="text/html"))
+    assert b"".join(served.streaming_content) == f"<p>{RLO}</p>".encode()
+    assert _through_middleware(HttpResponseNotModified()).content == b""
