@@ -19,7 +19,8 @@ DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"typ
            "description": "Dataset id (ds_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
-                                  "made (header Idempotent-Replayed: true) and nothing is queued again."}
+                                  "made (header Idempotent-Replayed: true) and nothing is queued again. At most 200 "
+                                  "characters (a longer key: 400); kept for 7 days."}
 ERRORS = {
     "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
     "401": {"description": "No valid bearer token."},

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
@@ -53,15 +54,22 @@ class Sent:
     created: bool
 
 
-def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[], str]) -> Sent:
+def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[], str],
+              token_name: str = TOKEN_FIELD) -> Sent:
     """Call ``create`` (it makes the thing and returns its page address or id) unless ``user``
-    sent ``form`` (the address posted to) with this ``token`` and these ``fields`` before; then
-    return what that made.
+    sent ``form`` (the address posted to) with this ``token`` and these ``fields`` in the last
+    ``KEEP_DAYS``; then return what that made.
 
-    ``create``'s errors propagate and leave no record. Without a token, ``create`` is called."""
+    ``create``'s errors propagate and leave no record. Without a token, ``create`` is called. A
+    token longer than ``MAX_TOKEN_CHARS`` is refused (a ``ValidationError`` on ``token_name``)
+    rather than cut: two keys that differ past the cut would be one sending."""
     if not token:
         return Sent(result=create(), created=True)
-    key = hashlib.sha256(json.dumps([form, token[:MAX_TOKEN_CHARS]]).encode() + b"\0" + fields).hexdigest()
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ValidationError({token_name: f"{token_name} is {len(token)} characters long; "
+                                           f"it may be at most {MAX_TOKEN_CHARS}"})
+    key = hashlib.sha256(json.dumps([form, token]).encode() + b"\0" + fields).hexdigest()
+    _forget_old_submissions()
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -70,8 +78,15 @@ def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[]
             return Sent(result=Submission.objects.get(user=user, key=key).result, created=False)
         result = create()
         Submission.objects.filter(pk=submission.pk).update(result=result)
-        Submission.objects.filter(created_at__lt=timezone.now() - timedelta(days=KEEP_DAYS)).delete()
     return Sent(result=result, created=True)
+
+
+def _forget_old_submissions() -> None:
+    """Delete the records past ``KEEP_DAYS``. Before a sending's transaction, not inside it: a
+    token older than that is then a new sending (its stale record would otherwise still be
+    found), and on PostgreSQL one sending does not hold the row locks of everyone's old records
+    while its service runs (another sending's delete of the same rows would wait on it)."""
+    Submission.objects.filter(created_at__lt=timezone.now() - timedelta(days=KEEP_DAYS)).delete()
 
 
 def _form_fields(request: HttpRequest) -> bytes:
@@ -104,4 +119,5 @@ def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sen
     JSON body, or the fields and files of a form upload) the fields."""
     form_body = request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
     return send_once(user=request.user, form=request.path, token=request.headers.get(IDEMPOTENCY_HEADER, ""),
-                     fields=_form_fields(request) if form_body else request.body, create=create)
+                     fields=_form_fields(request) if form_body else request.body, create=create,
+                     token_name=IDEMPOTENCY_HEADER)

@@ -4,14 +4,16 @@ makes data carries a token."""
 import re
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
+from django.utils import timezone
 
 from tests.webapp.factories import make_base_model, make_ready_version
 from webapp.core.models import Submission
-from webapp.core.submissions import TOKEN_FIELD, send_once
+from webapp.core.submissions import KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, send_once
 from webapp.datasets import services as dataset_services
 
 
@@ -112,3 +114,31 @@ def test_counting_tokens_sent_twice_queues_one_count(team, client_for, monkeypat
         responses = [client.post(f"{page_url}tokens/", fields) for _ in range(2)]
     assert [response["Location"] for response in responses] == [page_url, page_url]
     assert len(sent) == 1
+
+
+def test_a_token_sent_again_after_the_keeping_time_makes_the_thing_again(team):
+    made = []
+
+    def create():
+        made.append(len(made))
+        return f"/made/{len(made)}/"
+
+    send_once(user=team.owner, form="/f/", token="t", fields=b"", create=create)
+    Submission.objects.update(created_at=timezone.now() - timedelta(days=KEEP_DAYS, minutes=1))
+    again = send_once(user=team.owner, form="/f/", token="t", fields=b"", create=create)
+    assert (again.result, again.created) == ("/made/2/", True)
+    assert Submission.objects.count() == 1  # the old record is gone, the new one kept
+
+
+def test_a_token_longer_than_the_limit_is_refused_not_cut(team):
+    # Cut at the limit, these two keys would have been one sending, the second answered with the first's run.
+    first, second = "k" * MAX_TOKEN_CHARS + "1", "k" * MAX_TOKEN_CHARS + "2"
+    for token in (first, second):
+        with pytest.raises(ValidationError) as refused:
+            send_once(user=team.owner, form="/f/", token=token, fields=b"", create=lambda: "/x/",
+                      token_name="Idempotency-Key")
+        assert refused.value.message_dict == {
+            "Idempotency-Key": [f"Idempotency-Key is {MAX_TOKEN_CHARS + 1} characters long; "
+                                f"it may be at most {MAX_TOKEN_CHARS}"]}
+    assert send_once(user=team.owner, form="/f/", token="k" * MAX_TOKEN_CHARS, fields=b"",
+                     create=lambda: "/x/").created

@@ -171,3 +171,25 @@ def test_retry_and_export_sent_twice_act_once(team, catalog, client_for, sent_ta
     assert Run.objects.count() == 2  # the run and one retry
     assert [name for name, _args, _queue in sent_tasks.calls] == [
         "worker.tasks.train.train_run", "worker.tasks.train.export_checkpoint"]
+
+
+def test_an_idempotency_key_is_scoped_to_its_user_and_project_and_a_long_one_is_refused(team, catalog, client_for,
+                                                                                        sent_tasks):
+    body = json.dumps({"spec": {"task": "sft", "model": catalog.base_model.public_id,
+                                "data": {"train": catalog.sft.public_id}, "train": {"max_steps": 3}}})
+
+    def post(user, key, project="alpha"):
+        _token, secret = token_create(user=user, name="script")
+        return client_for(user).post(f"/api/v1/projects/{project}/runs/", body, content_type="application/json",
+                                     HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY=key)
+
+    first = post(team.teammate, "k-1")
+    assert first.status_code == 201
+    # The outsider replaying the member's key learns nothing of alpha: 404, as for any other request.
+    outsider = post(team.outsider, "k-1")
+    assert outsider.status_code == 404 and "Idempotent-Replayed" not in outsider
+    assert Run.objects.filter(project=team.project).count() == 1
+    too_long = post(team.teammate, "k" * 201)
+    assert too_long.status_code == 400
+    assert list(too_long.json()["errors"]) == ["Idempotency-Key"]
+    assert Run.objects.filter(project=team.project).count() == 1 and len(sent_tasks.calls) == 1
