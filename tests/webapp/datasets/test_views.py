@@ -7,6 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from webapp.core.models import Submission
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets import services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -85,6 +86,24 @@ class TestUpload:
         # Another file under the same token (Back, pick another file, Upload) is a new upload.
         other = client.post(self.url, upload_data(content=ROWS[:41], name="other", **{TOKEN_FIELD: token}))
         assert other.status_code == 302 and DatasetVersion.objects.count() == 2
+
+    def test_an_upload_the_service_refuses_saves_nothing_and_leaves_its_token_usable(
+            self, team, client_for, no_broker, django_capture_on_commit_callbacks):
+        """The refusal comes from the service, inside the sending's transaction: the form is shown
+        again with the error, nothing is kept, and the same token then uploads once."""
+        services.dataset_create(project=team.project, name="chats", kind="sft", user=team.owner)
+        client = client_for(team.teammate)
+        token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get(self.url).content.decode()).group(1)
+        with django_capture_on_commit_callbacks(execute=True):
+            refused = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))
+        assert refused.status_code == 400
+        assert "alpha already has a dataset named &#x27;chats&#x27;" in refused.content.decode()
+        assert not DatasetVersion.objects.exists() and not Submission.objects.exists() and no_broker == []
+        assert re.search(rf'name="{TOKEN_FIELD}" value="[^"]+"', refused.content.decode())  # a form to send again
+        with django_capture_on_commit_callbacks(execute=True):
+            renamed = [client.post(self.url, upload_data(name="chats-2", **{TOKEN_FIELD: token})) for _ in range(2)]
+        version = DatasetVersion.objects.get()
+        assert [response["Location"] for response in renamed] == [version_url(version)] * 2 and len(no_broker) == 1
 
     def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
         data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")
