@@ -5,11 +5,13 @@ teammate (member), a viewer, and an outsider who belongs to another project only
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 
+from webapp.core.submissions import TOKEN_FIELD
 from webapp.projects import services as project_services
 from webapp.projects.models import Project, Role
 
@@ -117,3 +119,14 @@ def make_ready_version(project: Project, *, name: str = "chats", kind: str = "sf
     version.size_bytes = version.absolute_path.stat().st_size
     version.save()
     return version
+
+
+def form_tokens(page: str, *, after: str = "") -> list[str]:
+    """The one-time tokens (``{% submission_token %}``) of the forms in ``page``, from the first
+    ``after`` on (a form's id or action, to pick one form of several)."""
+    return re.findall(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page[page.index(after):])
+
+
+def form_token(page: str, *, after: str = "") -> str:
+    """The token of the first form in ``page`` from ``after`` on (see ``form_tokens``)."""
+    return form_tokens(page, after=after)[0]

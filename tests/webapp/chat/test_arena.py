@@ -2,13 +2,12 @@
 decisive vote becomes a preference pair (exported as a dataset version, or sent to review), the
 leaderboard page, access."""
 import json
-import re
 
 import pytest
 from django.template.defaultfilters import floatformat
 from django.urls import reverse
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import form_token, make_base_model
 from webapp.chat import arena, services
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle
@@ -168,7 +167,7 @@ def test_the_same_battle_sent_twice_asks_the_models_once(team, client_for, model
     client = client_for(team.teammate)
     page = client.get(reverse("chat:arena", args=[team.project.slug])).content.decode()
     form = {"prompt": "Name a colour.",
-            TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page[page.index('id="new-battle"'):]).group(1)}
+            TOKEN_FIELD: form_token(page, after='id="new-battle"')}
     with django_capture_on_commit_callbacks(execute=True):
         first = client.post(reverse("chat:arena", args=[team.project.slug]), form)
         second = client.post(reverse("chat:arena", args=[team.project.slug]), form)

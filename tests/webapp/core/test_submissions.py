@@ -1,7 +1,6 @@
 """The one-time form token (``webapp.core.submissions``): a repeat is answered with what the first
 sending made, a changed or failed sending is not a repeat, and every form that queues work or
 makes data carries a token."""
-import re
 import threading
 import time
 from datetime import timedelta
@@ -11,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from tests.webapp.factories import make_base_model, make_ready_version
+from tests.webapp.factories import form_token, form_tokens, make_base_model, make_ready_version
 from webapp.core.models import Submission
 from webapp.core.submissions import KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, send_once
 from webapp.datasets import services as dataset_services
@@ -59,7 +58,7 @@ def test_every_form_that_queues_work_carries_a_token(team, client_for, path, for
     make_base_model(team.project)  # the chat pages show their forms once there is a model
     page = client_for(team.owner).get(path)
     assert page.status_code == 200, path
-    tokens = re.findall(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page.content.decode())
+    tokens = form_tokens(page.content.decode())
     assert len(tokens) == forms and len(set(tokens)) == forms, path
 
 
@@ -93,7 +92,7 @@ def test_two_concurrent_sendings_make_one_thing(transactional_db, team):
 
 def test_the_same_project_sent_twice_is_created_once(team, client_for):
     client = client_for(team.viewer)
-    token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get("/projects/new/").content.decode()).group(1)
+    token = form_token(client.get("/projects/new/").content.decode())
     form = {"name": "Reward models", "slug": "reward-models", TOKEN_FIELD: token}
     first, second = client.post("/projects/new/", form), client.post("/projects/new/", form)
     # The second is not refused with "the slug reward-models is taken".
@@ -107,9 +106,7 @@ def test_counting_tokens_sent_twice_queues_one_count(team, client_for, monkeypat
     client = client_for(team.teammate)
     page_url = f"/p/alpha/datasets/{version.dataset.public_id}/v/1/"
     page = client.get(page_url).content.decode()
-    form = page[page.index("/tokens/"):]
-    fields = {"base_model": base_model.public_id,
-              TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)}
+    fields = {"base_model": base_model.public_id, TOKEN_FIELD: form_token(page, after="/tokens/")}
     with django_capture_on_commit_callbacks(execute=True):
         responses = [client.post(f"{page_url}tokens/", fields) for _ in range(2)]
     assert [response["Location"] for response in responses] == [page_url, page_url]

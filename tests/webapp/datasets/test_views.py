@@ -1,12 +1,12 @@
 """Dataset pages: access for owner/teammate/viewer/outsider, uploads and their limits, what a
 version page shows (escaped untrusted text, errors, statistics), download."""
 import asyncio
-import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from tests.webapp.factories import form_token, form_tokens
 from webapp.core.models import Submission
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets import services
@@ -76,7 +76,7 @@ class TestUpload:
     def test_the_same_upload_sent_twice_makes_one_version(self, team, client_for, no_broker,
                                                          django_capture_on_commit_callbacks):
         client = client_for(team.teammate)
-        token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get(self.url).content.decode()).group(1)
+        token = form_token(client.get(self.url).content.decode())
         with django_capture_on_commit_callbacks(execute=True):
             first = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))
             second = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))  # not "already has a dataset named"
@@ -93,13 +93,13 @@ class TestUpload:
         again with the error, nothing is kept, and the same token then uploads once."""
         services.dataset_create(project=team.project, name="chats", kind="sft", user=team.owner)
         client = client_for(team.teammate)
-        token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', client.get(self.url).content.decode()).group(1)
+        token = form_token(client.get(self.url).content.decode())
         with django_capture_on_commit_callbacks(execute=True):
             refused = client.post(self.url, upload_data(**{TOKEN_FIELD: token}))
         assert refused.status_code == 400
         assert "alpha already has a dataset named &#x27;chats&#x27;" in refused.content.decode()
         assert not DatasetVersion.objects.exists() and not Submission.objects.exists() and no_broker == []
-        assert re.search(rf'name="{TOKEN_FIELD}" value="[^"]+"', refused.content.decode())  # a form to send again
+        assert form_tokens(refused.content.decode())  # a form to send again
         with django_capture_on_commit_callbacks(execute=True):
             renamed = [client.post(self.url, upload_data(name="chats-2", **{TOKEN_FIELD: token})) for _ in range(2)]
         version = DatasetVersion.objects.get()

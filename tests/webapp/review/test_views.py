@@ -1,9 +1,8 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
-import re
 
 from django.urls import reverse
 
-from tests.webapp.factories import make_ready_version
+from tests.webapp.factories import form_token, make_ready_version
 from tests.webapp.review.conftest import answer, create_loaded
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
@@ -85,7 +84,7 @@ def test_the_same_campaign_sent_twice_is_created_once(team, carol, client_for, p
     page = owner.get(reverse("review:create", args=[team.project.slug])).content.decode()
     form = {"name": "round 2", "source_version": preference_version.pk, "guidelines": "Be fair.",
             "required_reviews": 2, "reviewers": [team.teammate.pk, carol.pk],
-            TOKEN_FIELD: re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page).group(1)}
+            TOKEN_FIELD: form_token(page)}
     first = owner.post(reverse("review:create", args=[team.project.slug]), form)
     second = owner.post(reverse("review:create", args=[team.project.slug]), form)
     campaign = Campaign.objects.get()

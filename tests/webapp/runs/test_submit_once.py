@@ -3,11 +3,11 @@ POST (a script, a retrying proxy, Back and send again) land on the run the first
 second run and no second task; the API does the same for a repeated ``Idempotency-Key`` (runs,
 pipelines, dataset uploads)."""
 import json
-import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from tests.webapp.factories import form_token
 from tests.webapp.runs.conftest import sft_spec
 from webapp.api.services import token_create
 from webapp.core.models import Submission
@@ -20,8 +20,7 @@ NEW = "/p/alpha/runs/new/"
 
 
 def token_of(page: str, form_id: str = "launch-form") -> str:
-    form = page[page.index(f'id="{form_id}"'):]
-    return re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)
+    return form_token(page, after=f'id="{form_id}"')
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def test_a_post_without_a_token_launches_every_time(team, launch_form, client_fo
 def test_the_same_pipeline_sent_twice_starts_one(team, catalog, client_for, sent_tasks):
     client = client_for(team.teammate)
     page = client.get("/p/alpha/pipelines/new/").content.decode()
-    token = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', page).group(1)
+    token = form_token(page)
     document = (f"name: once\nstages:\n  - name: sft\n    spec:\n      task: sft\n      model: {catalog.base_model.public_id}\n"
                 f"      data: {{train: {catalog.sft.public_id}}}\n      train: {{max_steps: 3}}\n")
     first = client.post("/p/alpha/pipelines/new/", {"document": document, TOKEN_FIELD: token})
@@ -164,8 +163,7 @@ def test_retry_and_export_sent_twice_act_once(team, catalog, client_for, sent_ta
     client = client_for(team.teammate)
     page = client.get(f"/p/alpha/runs/{run.public_id}/").content.decode()
     for action, fields in (("retry", {}), ("export", {"step": "3"})):
-        form = page[page.index(f'action="/p/alpha/runs/{run.public_id}/{action}/"'):]
-        fields[TOKEN_FIELD] = re.search(rf'name="{TOKEN_FIELD}" value="([^"]+)"', form).group(1)
+        fields[TOKEN_FIELD] = form_token(page, after=f'action="/p/alpha/runs/{run.public_id}/{action}/"')
         first, second = (client.post(f"/p/alpha/runs/{run.public_id}/{action}/", fields) for _ in range(2))
         assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"], action
     assert Run.objects.count() == 2  # the run and one retry
