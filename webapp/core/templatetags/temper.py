@@ -6,9 +6,9 @@ from datetime import datetime, timedelta
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from webapp.core.submissions import TOKEN_FIELD, new_submission_token
-from django.utils.timesince import timesince
 
 register = template.Library()
 
