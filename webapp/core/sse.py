@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+# Messages a WSGI stream may hold for a client that reads nothing (its server's write blocks);
+# past that the stream waits, and Redis, not this process, holds what comes next.
+HANDOFF_MESSAGES = 64
+HANDOFF_WAIT_SECONDS = 0.02
 
 
 def sse_message(event: dict | str) -> str:
@@ -49,16 +53,27 @@ def _iterate_in_thread(stream: AsyncIterator[str]) -> Iterator[str]:
     """``stream``'s items, one by one as they come, from an event loop in a thread of its own.
     Closing this generator (the WSGI server does when the client goes away) cancels the stream, so
     its ``finally`` (unsubscribe, close the Redis client) runs."""
-    handoff: queue.Queue[tuple[str, object]] = queue.Queue()
+    handoff: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=HANDOFF_MESSAGES)
+
+    async def hand_over(kind: str, value: object) -> None:
+        # Not handoff.put(): a blocking put would stop the loop, and with it the cancel that
+        # closing this generator sends.
+        while True:
+            try:
+                return handoff.put_nowait((kind, value))
+            except queue.Full:
+                await asyncio.sleep(HANDOFF_WAIT_SECONDS)
 
     async def pump() -> None:
+        # Nothing is handed over once cancelled: the consumer is gone, and a full queue would
+        # never drain.
         try:
             async for item in stream:
-                handoff.put(("item", item))
+                await hand_over("item", item)
         except Exception as error:  # raised again in the consumer's thread
-            handoff.put(("error", error))
-        finally:
-            handoff.put(("end", None))
+            await hand_over("error", error)
+        else:
+            await hand_over("end", None)
 
     loop = asyncio.new_event_loop()
     pumping = loop.create_task(pump())

@@ -9,7 +9,7 @@ import redis
 from django.http import StreamingHttpResponse
 from django.test import RequestFactory, override_settings
 
-from webapp.core.sse import event_stream_response, relay_channel, sse_message
+from webapp.core.sse import HANDOFF_MESSAGES, event_stream_response, relay_channel, sse_message
 
 
 def test_sse_message_encodes_json_once():
@@ -117,6 +117,31 @@ def test_a_stream_that_ends_by_itself_leaves_no_thread_and_its_error_reaches_the
     assert [next(messages), next(messages)] == [b"data: 1\n\n", b"data: 2\n\n"]
     with pytest.raises(ConnectionError, match="redis went away"):
         next(messages)
+    deadline = time.monotonic() + 5
+    while _sse_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _sse_threads() == []
+
+
+def test_a_client_that_stops_reading_holds_the_stream_back_instead_of_piling_messages_up():
+    """The server's write blocks while the client reads nothing: the stream must wait too (its
+    messages stay in Redis, which drops a pub/sub client that falls too far behind), not queue
+    every message in the web process until ``max_seconds``."""
+    produced = []
+
+    async def fast():
+        while True:
+            produced.append(len(produced))
+            yield f"data: {len(produced)}\n\n"
+            await asyncio.sleep(0)
+
+    response = _wsgi_stream(fast())
+    messages = iter(response)
+    next(messages)
+    time.sleep(0.5)  # the client reads nothing for a while
+    assert len(produced) <= HANDOFF_MESSAGES + 2
+    assert [next(messages) for _ in range(3)] == [b"data: 2\n\n", b"data: 3\n\n", b"data: 4\n\n"]
+    response.close()
     deadline = time.monotonic() + 5
     while _sse_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
