@@ -59,11 +59,21 @@ class LoraAdapter(nnx.Module):
         if self.dropout is not None:
             x_bti = self.dropout(x_bti)
         dtype = self.compute_dtype
-        h_btr = jnp.einsum("...I,IR->...R", x_bti.astype(dtype), self.lora_a[...].astype(dtype),
-                           preferred_element_type=jnp.float32)
-        y_bto = jnp.einsum("...R,RO->...O", h_btr.astype(dtype), self.lora_b[...].astype(dtype),
-                           preferred_element_type=jnp.float32)
-        return self.scale * y_bto
+        h_nr = _flat_matmul(x_bti.astype(dtype), self.lora_a[...].astype(dtype))
+        y_no = _flat_matmul(h_nr.astype(dtype), self.lora_b[...].astype(dtype))
+        return self.scale * y_no.reshape(*x_bti.shape[:-1], y_no.shape[-1])
+
+
+def _flat_matmul(x: jax.Array, w_io: jax.Array) -> jax.Array:
+    """``x @ w`` as float32 [N, O] with x's leading axes flattened into one (N = their product).
+
+    The same products as an einsum over "...I,IO->...O", but the gradients of A and B (the only
+    weight gradients a LoRA step computes) become plain matrix products. Over the leading axes
+    [B, T] kept apart, XLA on CPU lays the [B, T, O] output gradient out transposed before
+    contracting it: a strided copy of the gate/up gradients that took more time than the matmuls
+    (bench/RESULTS.md, "LoRA SFT every position: where the step's time went").
+    """
+    return jnp.einsum("NI,IO->NO", x.reshape(-1, x.shape[-1]), w_io, preferred_element_type=jnp.float32)
 
 
 def _targeted_linears(model: nnx.Module, targets: Sequence[str]) -> list[tuple[tuple, Linear]]:
