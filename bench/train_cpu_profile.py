@@ -1,7 +1,7 @@
 """Where a ``bench/train_cpu.py`` training step spends its CPU time, per compiled XLA op.
 
 Runs one engine of ``bench/train_cpu.py`` (in its own venv for tunix) under ``jax.profiler.trace``
-with the optimized HLO dumped, and sums the thunk times of the CPU thread pool per op over every
+with the optimized HLO dumped, and sums the thunk times of XLA's CPU executor per op over every
 executed step (compilation emits no thunk events; the warmup steps run the same executable, so the
 figures are per step of that executable). Each op is named with its output shape and the jax
 operation it came from, and put in one of four groups:
@@ -15,8 +15,8 @@ operation it came from, and put in one of four groups:
     .venv/bin/python bench/train_cpu_profile.py jaxengine
     bench/.venv-tunix/bin/python bench/train_cpu_profile.py tunix
 
-Figures are sums over both threads of the pool (they add up to about the step's CPU time), measured
-on whatever else the machine is running: read the shares, not the milliseconds.
+Figures are the ops' durations summed (over every executor thread), measured on whatever else the
+machine is running: read the shares, not the milliseconds.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def main() -> None:
         groups[("matmul" if has_dot else "elementwise") + (", vocab" if touches_vocab else ", other")] += ms
         rows.append((ms, name, shape, op_name))
     total = sum(groups.values())
-    print(f"{args.engine}: {total:.0f} ms of pool-thread time per step")
+    print(f"{args.engine}: {total:.0f} ms of op time per step")
     for group, ms in sorted(groups.items(), key=lambda item: -item[1]):
         print(f"  {group:20s} {ms:7.0f} ms  {100 * ms / total:5.1f} %")
     for ms, name, shape, op_name in sorted(rows, reverse=True)[:args.top]:
