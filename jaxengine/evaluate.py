@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = 32, batch_size: int = 64
-                ) -> dict[str, Any]:
-    """Fraction of ``rows`` (each with ``prompt`` and ``answer``) whose greedy completion equals the answer."""
+def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = 32, batch_size: int = 64,
+                by: str | None = None) -> dict[str, Any]:
+    """Fraction of ``rows`` (each with ``prompt`` and ``answer``) whose greedy completion equals the answer.
+
+    With ``by`` (a column every row has, e.g. the demo's ``task``), ``groups`` also gives the fraction
+    and count for each of its values: one figure hides which kinds of prompt a model reads."""
     from jaxengine.data.pipeline import encode_prompt
     from jaxengine.sampler import Sampler, SamplingParams
 
@@ -23,9 +26,21 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
         chunk = rows[start : start + batch_size]
         texts += [g.text for g in sampler.generate([encode_prompt(tokenizer, row["prompt"]) for row in chunk], params)]
     matches = [text.strip() == str(row["answer"]).strip() for text, row in zip(texts, rows)]
-    return {"metric": "exact_match", "value": sum(matches) / max(len(matches), 1), "count": len(matches),
-            "examples": [{"prompt": row["prompt"], "answer": row["answer"], "text": text}
-                         for row, text in list(zip(rows, texts))[:5]]}
+    result = {"metric": "exact_match", "value": sum(matches) / max(len(matches), 1), "count": len(matches),
+              "examples": [{"prompt": row["prompt"], "answer": row["answer"], "text": text}
+                           for row, text in list(zip(rows, texts))[:5]]}
+    if by is not None:
+        result["by"] = by
+        result["groups"] = match_rate_by(matches, [str(row[by]) for row in rows])
+    return result
+
+
+def match_rate_by(matches: Sequence[bool], keys: Sequence[str]) -> dict[str, dict[str, float | int]]:
+    """``{key: {"value": fraction matched, "count": rows}}`` over the rows sharing each key, keys sorted."""
+    groups: dict[str, list[bool]] = {}
+    for key, matched in zip(keys, matches, strict=True):
+        groups.setdefault(key, []).append(matched)
+    return {key: {"value": sum(group) / len(group), "count": len(group)} for key, group in sorted(groups.items())}
 
 
 def mean_loss(model, tokenizer, rows: Sequence[dict], *, max_seq_len: int = 512, batch_size: int = 16

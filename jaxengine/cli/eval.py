@@ -3,7 +3,8 @@
 ``exact_match`` reads a ``prompts`` file with an ``answer`` column and compares greedy completions
 (prompt rendered with the model's chat template) with the answers; ``loss`` reads an ``sft`` file
 (or a ``prompts`` file with answers) and reports the mean token loss on the completions. The object
-holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations.
+holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations; with ``--by
+COLUMN``, ``groups`` holds the exact match for each value of that column.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N rows")
     parser.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="exact_match budget (default 32)")
     parser.add_argument("--max-seq-len", type=int, default=512, metavar="N", help="loss: tokens per row (default 512)")
+    parser.add_argument("--by", metavar="COLUMN",
+                        help="exact_match: also the figure for each value of this column (e.g. the demo's task)")
     parser.set_defaults(handler=lambda args: run_reporting_errors("eval", lambda: _eval(args)))
 
 
@@ -47,6 +50,12 @@ def _eval(args: argparse.Namespace) -> int:
     rows = _read_rows(args.data, args.metric)[: args.limit]
     if not rows:
         raise CliError(f"--data {args.data}: no rows to score")
+    if args.by is not None:
+        if args.metric != "exact_match":
+            raise CliError("--by groups exact_match only; leave it out for --metric loss")
+        missing = next((number for number, row in enumerate(rows, 1) if row.get(args.by) is None), None)
+        if missing is not None:
+            raise CliError(f"--data {args.data}: row {missing} has no '{args.by}' column to group --by")
 
     from jaxengine import evaluate
     from jaxengine.checkpoint.hf import load_hf_model
@@ -55,7 +64,7 @@ def _eval(args: argparse.Namespace) -> int:
     model, _ = load_hf_model(model_dir)
     tokenizer = load_tokenizer(model_dir)
     if args.metric == "exact_match":
-        result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens)
+        result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens, by=args.by)
     else:
         result = evaluate.mean_loss(model, tokenizer, rows, max_seq_len=args.max_seq_len)
     print(json.dumps(result))

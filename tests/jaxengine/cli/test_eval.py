@@ -1,0 +1,93 @@
+"""``jaxengine eval``: greedy exact match as the sampler scores it, the figure per value of ``--by``, and the
+errors a wrong file or flag gets."""
+import json
+
+import pytest
+
+from jaxengine.checkpoint.hf import load_hf_model
+from jaxengine.cli import main
+from jaxengine.data.pipeline import encode_prompt
+from jaxengine.demo.build import DemoSettings, build_demo
+from jaxengine.evaluate import match_rate_by
+from jaxengine.sampler import Sampler, SamplingParams
+from jaxengine.tokenizer import load_tokenizer
+
+MICRO = DemoSettings(problems=300, vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                     num_kv_heads=1, seq_len=64, batch_size=8, steps=2, max_eval=8)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    build_demo(out, MICRO, progress_bar=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def greedy_texts(demo_dir):
+    """The micro model's greedy 4-token completions of the demo's eval prompts, straight from the sampler."""
+    model, _ = load_hf_model(demo_dir / "model")
+    tokenizer = load_tokenizer(demo_dir / "model")
+    rows = [json.loads(line) for line in (demo_dir / "data/eval.jsonl").read_text().splitlines()]
+    generations = Sampler(model, tokenizer).generate([encode_prompt(tokenizer, row["prompt"]) for row in rows],
+                                                     SamplingParams(max_new_tokens=4, temperature=0.0, seed=0))
+    return rows, [generation.text for generation in generations]
+
+
+def eval_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["eval", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_exact_match_by_column_counts_each_group(demo_dir, greedy_texts, tmp_path, capsys):
+    rows, texts = greedy_texts
+    # Answers set so the outcome is known: group "read" matches all four, "half" the first two of four.
+    crafted = []
+    for index, (row, text) in enumerate(zip(rows, texts)):
+        group = "read" if index < 4 else "half"
+        answer = text if index < 6 else text + " not this"
+        crafted.append({"prompt": row["prompt"], "answer": f"  {answer.strip()} ", "kind": group})
+    data = tmp_path / "crafted.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in crafted))
+
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data),
+                              "--metric", "exact_match", "--max-new-tokens", "4", "--by", "kind")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["value"] == 6 / 8 and result["count"] == 8 and result["by"] == "kind"
+    assert result["groups"] == {"half": {"value": 0.5, "count": 4}, "read": {"value": 1.0, "count": 4}}
+    assert [example["text"] for example in result["examples"]] == texts[:5]
+
+
+def test_exact_match_without_by_has_no_groups(demo_dir, capsys):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", "exact_match", "--max-new-tokens", "4", "--limit", "3")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["count"] == 3 and "groups" not in result
+
+
+def test_by_a_column_a_row_lacks_names_the_row(demo_dir, tmp_path, capsys):
+    data = tmp_path / "partly.jsonl"
+    data.write_text('{"prompt": "a", "answer": "1", "task": "add"}\n{"prompt": "b", "answer": "2"}\n')
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data),
+                              "--metric", "exact_match", "--by", "task")
+    assert code == 2 and out == ""
+    assert f"--data {data}: row 2 has no 'task' column to group --by" in err
+
+
+def test_by_with_loss_is_refused(demo_dir, capsys):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", "loss", "--by", "task")
+    assert code == 2 and out == ""
+    assert "--by groups exact_match only" in err
+
+
+def test_match_rate_by_hand_computed():
+    groups = match_rate_by([True, False, True, True, False], ["b", "a", "b", "c", "b"])
+    assert groups == {"a": {"value": 0.0, "count": 1}, "b": {"value": 2 / 3, "count": 3},
+                      "c": {"value": 1.0, "count": 1}}
+    assert list(groups) == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        match_rate_by([True], ["a", "b"])
