@@ -51,7 +51,7 @@ def populate(*, dataset_count: int):
     from django.utils import timezone
 
     from webapp.basemodels.models import BaseModel
-    from webapp.projects.models import Membership, Project, Role
+    from webapp.projects.models import Membership, Role
     from webapp.projects.services import project_create
 
     users = get_user_model().objects

@@ -154,9 +154,9 @@ def _with_spec_errors(project, spec: dict[str, Any], input_errors: dict[str, str
     try:
         services.plan_run(project=project, spec=spec, output_dir=services.run_output_dir("form-check"))
     except ValidationError as error:
-        for key, messages in error.message_dict.items():
+        for key, key_messages in error.message_dict.items():
             if not any(known == key or known.startswith(key + ".") for known in input_errors):
-                errors[key] = messages
+                errors[key] = key_messages
     return ValidationError(errors)
 
 
