@@ -37,10 +37,10 @@ def test_owner_manages_the_team(page, live_server):
     page.fill("#id_username", "tom")
     page.select_option("#id_role", "viewer")
     page.get_by_role("button", name="Add member").click()
-    assert "tom added as viewer" in page.locator(".messages").inner_text()
+    assert "\u2068tom\u2069 added as viewer" in page.locator(".messages").inner_text(), "the name is isolated"
     page.select_option("select[aria-label='Role of tom']", "member")
     page.locator("tr", has_text="tom").get_by_role("button", name="Change").click()
-    assert "tom is now member" in page.locator(".messages").inner_text()
+    assert "\u2068tom\u2069 is now member" in page.locator(".messages").inner_text()
     assert Membership.objects.get(project__slug="reward-models", user__username="tom").role == Role.MEMBER
 
     page.fill("#id_username", "nobody")
@@ -58,7 +58,7 @@ def test_owner_manages_the_team(page, live_server):
     log_in(page, base, "olga")
     page.goto(f"{base}/p/reward-models/members/")
     page.locator("tr", has_text="tom").get_by_role("button", name="Remove").click()
-    assert "tom removed" in page.locator(".messages").inner_text()
+    assert "\u2068tom\u2069 removed from \u2068Reward models\u2069" in page.locator(".messages").inner_text()
     log_out(page)
 
     log_in(page, base, "tom")

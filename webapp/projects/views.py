@@ -94,7 +94,7 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             add_service_errors(form, error)
         else:
-            messages.success(request, f"{form.cleaned_data['username']} added as {form.cleaned_data['role']}.")
+            messages.success(request, f"{isolated(form.cleaned_data['username'])} added as {form.cleaned_data['role']}.")
             return redirect("projects:members", project.slug)
     return _render_members(request, project, membership, add_form=form, status=400)
 
@@ -127,7 +127,7 @@ def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
         services.membership_set_role(membership=target, role=form.cleaned_data["role"])
     except ValidationError as error:
         return _members_form_failed(request, project, membership, error.message_dict)
-    messages.success(request, f"{target.user.get_username()} is now {target.role}.")
+    messages.success(request, f"{isolated(target.user.get_username())} is now {target.role}.")
     return redirect("projects:members", project.slug)
 
 
@@ -143,7 +143,7 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         services.membership_remove(membership=target)
     except ValidationError as error:
         return _members_form_failed(request, project, membership, error.message_dict)
-    messages.success(request, f"{target.user.get_username()} removed from {isolated(project.name)}.")
+    messages.success(request, f"{isolated(target.user.get_username())} removed from {isolated(project.name)}.")
     if target.user_id == request.user.id:
         return redirect("projects:list")
     return redirect("projects:members", project.slug)
