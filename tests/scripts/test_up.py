@@ -108,11 +108,19 @@ def start_up(data_root: Path, port: int, redis_port: int, log: Path) -> subproce
         TEMPER_HEARTBEAT_SECONDS="2",
     )
     # A session of its own, as a terminal would give it, so that SIGINT can go to
-    # the whole foreground group like Ctrl-C does and every child is findable.
+    # the whole foreground group like Ctrl-C does and every child is findable. SIGINT
+    # at its default too, as in a terminal: a suite started in the background (`nohup
+    # make test &`) inherits it ignored, and a shell cannot trap a signal ignored when it
+    # started, so up.sh would see uvicorn stop (it handles SIGINT itself) and exit 1.
     return subprocess.Popen(
         ["bash", "scripts/up.sh"], cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_terminal_signals,
     )
+
+
+def _terminal_signals() -> None:
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def run_once(data_root: Path, log: Path, *, check_workers: bool) -> None:
