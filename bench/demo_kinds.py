@@ -5,7 +5,9 @@
 The demo's one exact-match figure hides which kinds of prompt (smallest, even, largest, add, count) the
 model reads; RL can only sharpen a kind the model partly reads. An SFT run logs its greedy eval samples
 (``train.eval_samples`` prompts) without their kind, so the kind is looked up in the eval file by
-prompt. A GRPO or PPO run's eval records carry ``kind: eval``; its rollouts are skipped.
+prompt. A GRPO or PPO run's eval records carry ``kind: eval``; its rollouts are skipped. (A run with
+``data.eval_group_by: task``, as the bench demo specs now have, logs ``eval/exact_match/<kind>`` itself;
+this reads runs without it.)
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from jaxengine.evaluate import match_rate_by
+from jaxengine.evaluate import mean_by
 
 
 def eval_records(samples_path: Path) -> dict[int, list[dict]]:
@@ -38,7 +40,7 @@ def main() -> None:
     print(f"{'step':>6} {'n':>4} {'all':>6} " + " ".join(f"{kind:>8}" for kind in kinds))
     for step, records in eval_records(args.run_dir / "samples.jsonl").items():
         matches = [record["text"].strip() == record["answer"].strip() for record in records]
-        groups = match_rate_by(matches, [task_of[record["prompt"]] for record in records])
+        groups = mean_by(matches, [task_of[record["prompt"]] for record in records])
         cells = " ".join(f"{groups[kind]['value']:8.1%}" if kind in groups else f"{'-':>8}" for kind in kinds)
         print(f"{step:>6} {len(records):>4} {sum(matches) / len(matches):6.1%} {cells}")
 

@@ -6,6 +6,7 @@ whitespace, equals the row's ``answer`` stripped the same way.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,16 +32,48 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
                            for row, text in list(zip(rows, texts))[:5]]}
     if by is not None:
         result["by"] = by
-        result["groups"] = match_rate_by(matches, [str(row[by]) for row in rows])
+        result["groups"] = mean_by(matches, [str(row[by]) for row in rows])
     return result
 
 
-def match_rate_by(matches: Sequence[bool], keys: Sequence[str]) -> dict[str, dict[str, float | int]]:
-    """``{key: {"value": fraction matched, "count": rows}}`` over the rows sharing each key, keys sorted."""
-    groups: dict[str, list[bool]] = {}
-    for key, matched in zip(keys, matches, strict=True):
-        groups.setdefault(key, []).append(matched)
+def mean_by(values: Sequence[float], keys: Sequence[str]) -> dict[str, dict[str, float | int]]:
+    """``{key: {"value": mean of its values, "count": rows}}`` over the rows sharing each key, keys
+    sorted (with booleans, the value is the fraction that are true)."""
+    groups: dict[str, list[float]] = {}
+    for key, value in zip(keys, values, strict=True):
+        groups.setdefault(key, []).append(float(value))
     return {key: {"value": sum(group) / len(group), "count": len(group)} for key, group in sorted(groups.items())}
+
+
+MAX_EVAL_GROUPS = 32
+_GROUP_LABEL = re.compile(r"[\w.+-]{1,40}")
+
+
+def eval_group_labels(rows: Sequence[dict], column: str, *, source: str) -> list[str]:
+    """Each row's value of ``column`` (``data.eval_group_by``) as a metric-name label; a ``ValueError``
+    naming the row when one lacks it or is not a short label, or when there are over ``MAX_EVAL_GROUPS``
+    values (eval metrics are logged once per value: a column of free text is not a grouping)."""
+    labels = []
+    for number, row in enumerate(rows, 1):
+        value = row.get(column)
+        if value is None or isinstance(value, (dict, list)):
+            raise ValueError(f"data.eval_group_by: row {number} of {source} has no '{column}' value to group by")
+        label = str(value)
+        if not _GROUP_LABEL.fullmatch(label):
+            raise ValueError(f"data.eval_group_by: row {number} of {source} has '{column}' {label[:60]!r}; group "
+                             "labels are 1-40 letters, digits or . _ + - (they become metric names)")
+        labels.append(label)
+    if len(set(labels)) > MAX_EVAL_GROUPS:
+        raise ValueError(f"data.eval_group_by: '{column}' has {len(set(labels))} values in {source}; at most "
+                         f"{MAX_EVAL_GROUPS} groups are logged, so group by a coarser column")
+    return labels
+
+
+def grouped_metrics(name: str, values: Sequence[float], labels: Sequence[str] | None) -> dict[str, float]:
+    """``{f"{name}/{label}": mean}`` for each label (nothing when ``labels`` is None)."""
+    if labels is None:
+        return {}
+    return {f"{name}/{label}": group["value"] for label, group in mean_by(values, labels).items()}
 
 
 def mean_loss(model, tokenizer, rows: Sequence[dict], *, max_seq_len: int = 512, batch_size: int = 16

@@ -395,11 +395,14 @@ def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt
 
 def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[list[int]], tokenizer,
                    terms: Sequence[WeightedReward], max_new_tokens: int, samples_path: Path, sample_count: int,
-                   batch_size: int = 64):
+                   batch_size: int = 64, group_labels: Sequence[str] | None = None):
     """After each evaluation: greedy completions of every held-out prompt, scored by ``terms`` as
     ``eval/<name>`` (the mean score) and ``eval/reward`` (the weighted total: the training reward, as
-    ``eval_metrics`` terms come with weight 0); the first
-    ``sample_count`` go to samples.jsonl (kind ``eval``)."""
+    ``eval_metrics`` terms come with weight 0), and with ``group_labels`` (``data.eval_group_by``, one
+    per row) ``eval/<name>/<label>`` for each group; the first ``sample_count`` go to samples.jsonl
+    (kind ``eval``)."""
+    from jaxengine.evaluate import grouped_metrics
+
     references = list(rows)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
 
@@ -417,6 +420,8 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
                                          "rewards": {name: scores[index] for name, scores in by_name.items()}}) + "\n")
         metrics = {f"eval/{name}": float(np.mean(scores)) for name, scores in by_name.items()}
         metrics["eval/reward"] = float(np.mean(totals))
+        for name, scores in by_name.items():
+            metrics.update(grouped_metrics(f"eval/{name}", scores, group_labels))
         return metrics
 
     return hook
@@ -432,12 +437,13 @@ class RlPrompts:
     eval_rows: list[Mapping[str, Any]]
     eval_prompt_ids: list[list[int]]
     counts: dict[str, Any]
+    eval_group_labels: list[str] | None = None  # data.eval_group_by of each eval row
 
 
 def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> RlPrompts:
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
     (``<section>.max_new_tokens``) of room in ``data.max_seq_len``; a JobError when none is left."""
-    from jaxengine.job import JobError
+    from jaxengine.job import JobError, eval_group_labels
 
     max_prompt_tokens = spec.data.max_seq_len - max_new_tokens
     if max_prompt_tokens < 1:
@@ -450,7 +456,8 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> Rl
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
     return RlPrompts(rows=rows, prompt_ids=prompt_ids, eval_rows=eval_rows, eval_prompt_ids=eval_prompt_ids,
-                     counts={"train": train_counts, "eval": eval_counts})
+                     counts={"train": train_counts, "eval": eval_counts},
+                     eval_group_labels=eval_group_labels(spec, eval_rows))
 
 
 def with_eval_metrics(terms: Sequence[WeightedReward], eval_metrics) -> list[WeightedReward]:
@@ -506,7 +513,8 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     eval_hook = make_eval_hook(rows=prompts.eval_rows, prompt_ids=prompts.eval_prompt_ids, tokenizer=tokenizer,
                                terms=eval_terms,
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
-                               sample_count=spec.train.eval_samples) if prompts.eval_rows else None
+                               sample_count=spec.train.eval_samples,
+                               group_labels=prompts.eval_group_labels) if prompts.eval_rows else None
     guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)

@@ -138,10 +138,26 @@ def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]
         return [{**row, "completion": row["answer"]} for row in rows]
 
 
-def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new_tokens: int):
+def eval_group_labels(spec: JobSpec, rows: list[dict]) -> list[str] | None:
+    """The ``data.eval_group_by`` label of each eval row (None when the spec groups nothing); a JobError
+    naming the file and row when a row has no usable label."""
+    from jaxengine.evaluate import eval_group_labels as labels_of
+
+    if spec.data.eval_group_by is None:
+        return None
+    try:
+        return labels_of(rows, spec.data.eval_group_by, source=str(spec.data.eval))
+    except ValueError as error:
+        raise JobError(str(error)) from None
+
+
+def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new_tokens: int,
+                     group_labels: list[str] | None = None):
     """After each evaluation: greedy generations for ``rows`` go to samples.jsonl; when the rows have an
-    ``answer``, ``eval/exact_match`` is the fraction whose stripped text equals it."""
+    ``answer``, ``eval/exact_match`` is the fraction whose stripped text equals it, and with
+    ``group_labels`` (one per row, ``data.eval_group_by``) ``eval/exact_match/<label>`` that of each group."""
     from jaxengine.data.pipeline import encode_prompt
+    from jaxengine.evaluate import grouped_metrics
     from jaxengine.sampler import Sampler, SamplingParams
 
     prompt_ids = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
@@ -149,15 +165,20 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
 
     def hook(model, step: int) -> dict[str, float]:
         generations = Sampler(model, tokenizer).generate(prompt_ids, params)
-        matches = []
+        matches, matched_labels = [], []
         with samples_path.open("a") as handle:
-            for row, generation in zip(rows, generations):
+            for index, (row, generation) in enumerate(zip(rows, generations)):
                 record = {"step": step, "prompt": row["prompt"], "text": generation.text}
                 if isinstance(row.get("answer"), str):
                     record["answer"] = row["answer"]
                     matches.append(generation.text.strip() == row["answer"].strip())
+                    if group_labels is not None:
+                        matched_labels.append(group_labels[index])
                 handle.write(json.dumps(record) + "\n")
-        return {"eval/exact_match": sum(matches) / len(matches)} if matches else {}
+        if not matches:
+            return {}
+        return {"eval/exact_match": sum(matches) / len(matches),
+                **grouped_metrics("eval/exact_match", matches, matched_labels if group_labels is not None else None)}
 
     return hook
 
@@ -378,7 +399,8 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     sample_rows = [row for row in eval_rows if generates and isinstance(row.get("prompt"), (str, list))]
     sample_rows = sample_rows[: spec.train.eval_samples]
     eval_hook = make_sample_hook(tokenizer=tokenizer, rows=sample_rows, samples_path=run_dir / "samples.jsonl",
-                                 max_new_tokens=spec.train.sample_max_new_tokens) if sample_rows else None
+                                 max_new_tokens=spec.train.sample_max_new_tokens,
+                                 group_labels=eval_group_labels(spec, sample_rows)) if sample_rows else None
     trainer = Trainer(model=model, task=task, config=train_config,
                       train_examples=train_examples, eval_examples=eval_examples, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, placement=placement)

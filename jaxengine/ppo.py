@@ -312,7 +312,8 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     if prompts.eval_rows:
         policy_hook = grpo.make_eval_hook(rows=prompts.eval_rows, prompt_ids=prompts.eval_prompt_ids,
                                           tokenizer=tokenizer, terms=grpo.with_eval_metrics(terms, ppo.eval_metrics), max_new_tokens=ppo.max_new_tokens,
-                                          samples_path=run_dir / "samples.jsonl", sample_count=spec.train.eval_samples)
+                                          samples_path=run_dir / "samples.jsonl", sample_count=spec.train.eval_samples,
+                                          group_labels=prompts.eval_group_labels)
 
         def eval_hook(model: PolicyWithValueHead, step: int) -> dict[str, float]:
             return policy_hook(model.backbone, step)

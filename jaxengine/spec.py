@@ -87,6 +87,17 @@ class DataSpec(_Section):
         default_factory=dict,
         description="The files' own column names for the task's fields, e.g. {prompt: question}.",
     )
+    eval_group_by: str | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="A column of data.eval (e.g. task or category): each eval metric is also logged per "
+                    "value, as eval/<metric>/<value> (at most 32 values).",
+    )
+
+    @model_validator(mode="after")
+    def _group_by_needs_eval(self) -> DataSpec:
+        if self.eval_group_by is not None and self.eval is None:
+            raise ValueError(f"eval_group_by: {self.eval_group_by!r} groups the eval rows, but data.eval is not set")
+        return self
 
 
 class PeftSpec(_Section):

@@ -239,3 +239,22 @@ def test_the_loss_from_the_first_completion_position_equals_the_loss_over_every_
         np.testing.assert_allclose(sliced_metrics[name], whole_metrics[name], rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree.leaves(sliced_grads), jax.tree.leaves(whole_grads)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path):
+    spec = grpo_spec(demo_dir, tmp_path / "run",
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(demo_dir / "data/eval.jsonl"),
+                           "max_seq_len": 64, "eval_group_by": "task"},
+                     train={"max_steps": 1, "batch_size": 2, "eval_every": 1, "eval_samples": 8})
+    trainer, _ = make_grpo_trainer(spec, build_job_model(spec), tmp_path / "run")
+    assert trainer.fit(progress_bar=False)["status"] == "succeeded"
+    final = read_jsonl(tmp_path / "run/metrics.jsonl")[-1]
+    task_of = {row["prompt"]: row["task"] for row in read_jsonl(demo_dir / "data/eval.jsonl")}
+    evals = [s for s in read_jsonl(tmp_path / "run/samples.jsonl") if s["kind"] == "eval"]
+    assert len(evals) == len(task_of) == 8  # every held-out prompt is scored and, here, logged
+    by_task: dict[str, list[float]] = {}
+    for sample in evals:
+        by_task.setdefault(task_of[sample["prompt"]], []).append(sample["rewards"]["contains"])
+    grouped = {key: value for key, value in final.items() if key.startswith("eval/contains/")}
+    assert grouped == {f"eval/contains/{task}": pytest.approx(np.mean(scores)) for task, scores in by_task.items()}
+    assert np.mean([score for scores in by_task.values() for score in scores]) == pytest.approx(final["eval/contains"])

@@ -161,3 +161,38 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_pat
     for before, after in zip(straight, resumed):
         for key in ("loss", "grad_norm", "learning_rate"):
             assert abs(before[key] - after[key]) <= 1e-5, (before["step"], key, before[key], after[key])
+
+
+def test_eval_group_by_logs_exact_match_for_each_group(demo_dir, tmp_path):
+    """data.eval_group_by: eval/exact_match/<task> for each task among the sampled eval rows, each the
+    share of that task's samples whose text matches, and together (by count) eval/exact_match."""
+    spec = spec_for(demo_dir, tmp_path / "run",
+                    data={"train": str(demo_dir / "data/sft.jsonl"), "eval": str(demo_dir / "data/eval.jsonl"),
+                          "max_seq_len": 64, "eval_group_by": "task"},
+                    train={"max_steps": 2, "batch_size": 4, "eval_every": 2, "eval_samples": 8,
+                           "sample_max_new_tokens": 4})
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    final = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()][-1]
+    task_of = {row["prompt"]: row["task"] for row in map(json.loads, (demo_dir / "data/eval.jsonl").open())}
+    samples = [json.loads(line) for line in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    by_task: dict[str, list[bool]] = {}
+    for sample in samples:
+        by_task.setdefault(task_of[sample["prompt"]], []).append(sample["text"].strip() == sample["answer"].strip())
+    assert len(samples) == 8 and len(by_task) >= 2
+    grouped = {key: value for key, value in final.items() if key.startswith("eval/exact_match/")}
+    assert grouped == {f"eval/exact_match/{task}": pytest.approx(sum(hits) / len(hits))
+                       for task, hits in by_task.items()}
+    weighted = sum(grouped[f"eval/exact_match/{task}"] * len(hits) for task, hits in by_task.items()) / 8
+    assert weighted == pytest.approx(final["eval/exact_match"])
+
+
+def test_eval_group_by_a_column_a_row_lacks_fails_naming_the_row(demo_dir, tmp_path):
+    rows = [json.loads(line) for line in (demo_dir / "data/eval.jsonl").open()][:4]
+    del rows[2]["task"]
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = spec_for(demo_dir, tmp_path / "run",
+                    data={"train": str(demo_dir / "data/sft.jsonl"), "eval": str(eval_file), "max_seq_len": 64,
+                          "eval_group_by": "task"})
+    with pytest.raises(JobError, match=f"data.eval_group_by: row 3 of {eval_file} has no 'task' value to group by"):
+        run_job(spec, progress_bar=False)

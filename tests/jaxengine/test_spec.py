@@ -141,6 +141,11 @@ def test_it_rejects_cross_field_mistakes_naming_the_field():
         "dpo.label_smoothing: only used with loss sigmoid (loss is 'ipo')"
     ]
     assert problems_of(minimal(peft={"quant_bits": 3})) == ["peft.quant_bits: 3 is not one of 4, 8"]
+    assert problems_of(minimal(data={"train": "t.jsonl", "eval_group_by": "task"})) == [
+        "data.eval_group_by: 'task' groups the eval rows, but data.eval is not set"
+    ]
+    assert parse_spec(minimal(data={"train": "t.jsonl", "eval": "e.jsonl", "eval_group_by": "task"})
+                      ).data.eval_group_by == "task"
 
 
 def test_it_rejects_a_section_for_another_task():
