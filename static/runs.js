@@ -1,6 +1,8 @@
 /* The run page: one plotly chart per logged metric, extended in place as points arrive over
    server-sent events (or, when those do not get through, by polling the state endpoint); the
-   progress bar, log tail and samples browser. Every text from the server is set with textContent. */
+   progress bar, log tail and samples browser. Every text from the server is set with textContent.
+   A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
+   a line per group, and the chart of eval/<metric> itself stays as it is. */
 (function () {
   "use strict";
 
@@ -9,8 +11,14 @@
   var series = JSON.parse(document.getElementById("run-series").textContent);
   var progress = JSON.parse(document.getElementById("run-progress").textContent);
   var chartsElement = document.getElementById("charts");
-  var charts = {};          // metric name -> plot element
+  var charts = {};          // metric name (or "<metric> by <column>") -> plot element
   var lastStep = {};        // metric name -> highest step drawn
+  var groupTrace = {};      // grouped metric name -> its trace's index in the group chart
+  var groupBy = config.dataset.evalGroupBy || "";
+  // The engine's group labels (1-40 letters, digits, . _ + -); a name not of this form gets its own chart.
+  var GROUPED = /^(eval\/[^\/]+)\/([\p{L}\p{N}_.+-]{1,40})$/u;
+  // The column name is the user's text: it goes into a chart title (plotly reads tags there) only when plain.
+  var PLAIN = /^[\p{L}\p{N}_ .+-]{1,64}$/u;
   var lastLogId = 0;
   var pollTimer = null;
   var source = null;
@@ -23,20 +31,16 @@
     };
   }
 
-  function ensureChart(name) {
-    if (charts[name]) return charts[name];
+  function newChart(key, traces, layout) {
     var figure = document.createElement("figure");
     figure.className = "chart";
     var plot = document.createElement("div");
     plot.className = "plot";
-    plot.dataset.metric = name;
+    plot.dataset.metric = key;
     figure.appendChild(plot);
     chartsElement.appendChild(figure);
-    charts[name] = plot;
-    lastStep[name] = 0;
-    window.Plotly.newPlot(plot, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
-      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
-      layoutFor(name), { displayModeBar: false, responsive: true });
+    charts[key] = plot;
+    window.Plotly.newPlot(plot, traces, layout, { displayModeBar: false, responsive: true });
     plot.on("plotly_click", function (event) {
       if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
     });
@@ -44,14 +48,37 @@
     return plot;
   }
 
+  function ensureChart(name) {
+    if (charts[name]) return charts[name];
+    lastStep[name] = 0;
+    return newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+      line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
+      layoutFor(name));
+  }
+
+  // The chart of eval/<metric>/<group> and the index of that group's line in it (added when first seen).
+  function groupTraceFor(name, group) {
+    var key = group.metric + " by " + (PLAIN.test(groupBy) ? groupBy : "group");
+    var plot = charts[key] || newChart(key, [], Object.assign(layoutFor(key), {
+      height: 260, showlegend: true, legend: { font: { size: 10 } } }));
+    if (!(name in groupTrace)) {
+      groupTrace[name] = plot.data.length;
+      lastStep[name] = 0;
+      window.Plotly.addTraces(plot, { x: [], y: [], name: group.label, type: "scatter", mode: "lines+markers",
+        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: group.label + ", step %{x}: %{y:.5g}<extra></extra>" });
+    }
+    return { plot: plot, index: groupTrace[name] };
+  }
+
   // Append points (sorted by step) newer than what a chart already shows.
   function addPoints(name, steps, values) {
-    var plot = ensureChart(name);
+    var match = groupBy ? GROUPED.exec(name) : null;
+    var target = match ? groupTraceFor(name, { metric: match[1], label: match[2] }) : { plot: ensureChart(name), index: 0 };
     var xs = [], ys = [];
     for (var i = 0; i < steps.length; i++) {
       if (steps[i] > lastStep[name]) { xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i]; }
     }
-    if (xs.length) window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [0]);
+    if (xs.length) window.Plotly.extendTraces(target.plot, { x: [xs], y: [ys] }, [target.index]);
   }
 
   function addSeries(seriesByName) {

@@ -261,3 +261,31 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     table = page.locator("#samples .sample-table").inner_text()
     assert "contains" in table and "length_target" in table and "advantage" in table.lower()
     assert page.locator("#samples tr.sample-row.rollout").count() == 4  # 2 prompts x 2 generations
+
+
+def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_db, monkeypatch):
+    """data.eval_group_by: eval/exact_match/<task> are lines of one chart, named by the task; the
+    overall eval/exact_match keeps its chart, and a name that is not a group label gets its own."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="gamma")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id,
+            "data": {"train": data.public_id, "eval": data.public_id, "eval_group_by": "task"},
+            "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="grouped")
+    values = {"eval/exact_match": 0.5, "eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75,
+              "eval/exact_match/<b>x</b>": 0.1, "loss": 1.0}
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value * step, wall_time=float(step), tokens=step)
+        for step in (10, 20) for name, value in values.items()])
+    log_in(page, asgi_server, "gamma-viewer")
+    page.goto(f"{asgi_server}/p/gamma/runs/{run.public_id}/")
+    chart = '.plot[data-metric="eval/exact_match by task"]'
+    page.wait_for_function(f"() => {{ const p = document.querySelector('{chart}'); return p && p.data && p.data.length === 2; }}")
+    traces = page.evaluate(f"() => document.querySelector('{chart}').data.map(t => [t.name, t.x, t.y])")
+    assert traces == [["even", [10, 20], [2.5, 5.0]], ["smallest", [10, 20], [7.5, 15.0]]]
+    assert page.evaluate(f"() => document.querySelector('{chart}').layout.showlegend") is True
+    metrics = page.evaluate("() => [...document.querySelectorAll('.plot')].map(p => p.dataset.metric)")
+    assert sorted(metrics) == sorted(["loss", "eval/exact_match", "eval/exact_match by task",
+                                      "eval/exact_match/<b>x</b>"])
