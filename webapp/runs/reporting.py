@@ -382,8 +382,9 @@ class RunReporter:
         evaluated = self._write_samples()
         for step in eval_steps:
             metrics = next(r for r in records if r.step == step).metrics
+            # Not each group of data.eval_group_by (eval/<metric>/<group>, up to 32 a metric): the charts show those.
             evaluation = ", ".join(f"{name} {value:.4g}" for name, value in metric_values(metrics)
-                                   if name.startswith("eval/"))
+                                   if name.startswith("eval/") and name.count("/") == 1)
             count = evaluated.get(step, 0)
             self.log(f"step {step}: evaluated ({evaluation}" + (f"; {count} samples)" if count else ")"))
 

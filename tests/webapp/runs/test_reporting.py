@@ -115,12 +115,14 @@ def test_samples_of_an_evaluated_step_are_stored(running_run):
     lines = [{"step": 2, "prompt": "a", "text": "x"}, {"step": 4, "prompt": "b", "text": "<y>", "answer": "y"},
              {"step": 4, "prompt": [{"role": "user", "content": "c"}], "text": "z", "rewards": {"format": 1.0, "exact": 0.5}}]
     (running_run.output_dir / "samples.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    report(running_run, [record(3), record(4, **{"eval/loss": 1.5})])
+    report(running_run, [record(3), record(4, **{"eval/loss": 1.5, "eval/exact_match/add": 0.25})])
     samples = list(Sample.objects.filter(run=running_run).order_by("step", "position"))
     assert [(s.step, s.position, s.text) for s in samples] == [(2, 0, "x"), (4, 0, "<y>"), (4, 1, "z")]
     samples = samples[1:]
     assert samples[0].answer == "y" and samples[1].rewards == {"format": 1.0, "exact": 0.5} and samples[1].reward == 1.5
-    assert running_run.log_lines.filter(message__startswith="step 4: evaluated (eval/loss 1.5; 2 samples)").exists()
+    # A group's figure is charted (stored as a metric) but not spelled out in the log line.
+    assert running_run.log_lines.filter(message="step 4: evaluated (eval/loss 1.5; 2 samples)").exists()
+    assert MetricPoint.objects.get(run=running_run, name="eval/exact_match/add").value == 0.25
 
 
 def test_the_database_cancel_flag_stops_the_run(running_run):
