@@ -17,6 +17,12 @@ The watch also asks the database whether the attempt is still on (``placement.at
 an attempt cancelled while queued, failed by a peer or the reaper, or placed again because a host
 never started (``placement.runs_replace_unstarted``) ends its processes within a second, including
 one still waiting in jax.distributed's initialization for a peer that will never come.
+
+A process can also die without a word when its peer vanishes: the collectives library (gloo) aborts
+the whole process (SIGABRT) on a half-received message, so no Python ``finally`` runs and this host's
+key expires as well, and the reaper would name every host. The worker's main process, which outlives
+its pool process, then does what the dead process would have done (``settle_after_crash``): waits for
+the peers' keys, and if some expired, records them as lost and leaves ``stopped`` in this host's key.
 """
 from __future__ import annotations
 
@@ -146,6 +152,25 @@ class HostLiveness:
                 self._client.set(self._key(self.process_id), value, ex=DONE_SECONDS)
         except redis.RedisError as error:  # the key expires by itself
             logger.warning("run %s: host %s's key not updated: %s", self.run.public_id, self.process_id, error)
+
+    def settle_after_crash(self) -> list[int]:
+        """In the worker's main process, after the pool process running this host died (see the module
+        note): the peers lost, waiting up to ``lost_seconds`` for their keys to expire, recorded as the
+        run's verdict with ``stopped`` left in this host's key; [] when none went (this host's death is
+        then the loss, which its peers or the reaper record). The reservation is given back either way."""
+        self._seen.update(self.peers)  # the attempt ran: every peer had started
+        try:
+            lost = self.wait_for_lost_peers()
+            if lost:
+                self._lost = lost
+                self._leave(STOPPED)
+                self._record_loss()
+                logger.error("run %s: host %s's process died after %s; recorded", self.run.public_id,
+                             self.process_id, ", ".join(f"host {process} was lost" for process in lost))
+            placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
+            return lost
+        finally:
+            self._client.close()
 
     def _record_loss(self) -> None:
         for attempt in range(1, VERDICT_TRIES + 1):

@@ -158,3 +158,78 @@ def test_the_watchdog_ends_a_process_whose_attempt_was_placed_again_without_fail
     assert ended == ["attempt 1 was superseded by attempt 2"]
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.error_message == ""
+
+
+def test_after_a_silent_crash_the_main_process_names_the_peer_that_went(transactional_db, settings, redis_url):
+    """Host 0's pool process aborted without a word (gloo's SIGABRT when its peer vanished mid-collective,
+    in a 2026-12-01 clean-clone run: the reaper then named both hosts). Its worker's main process waits
+    for the peers' keys: host 1's expires, so host 1 is recorded as lost, host 0 is left 'stopped', and
+    its reservation is given back."""
+    from webapp.workers.models import Worker
+    from worker.tasks.train import settle_host_crash
+
+    settings.REDIS_URL = redis_url
+    settings.TEMPER_HOST_LOST_SECONDS = 2
+    run = running_two_host_run()
+    from django.utils import timezone
+
+    Worker.objects.create(name="train-tpu@h0", host="h0", pid=1, queues=["train"], pool="tpu", reserved_run=run,
+                          reserved_attempt=1, started_at=timezone.now(), last_seen=timezone.now())
+    peer_beats(run, 0, seconds=2)  # the dead process's last beat, still in Redis
+    peer_beats(run, 1, seconds=1)  # host 1, killed: its key runs out
+    assert settle_host_crash(run_pk=run.pk, attempt=1, process_id=0, num_processes=2, worker_name="train-tpu@h0") == [1]
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.error_message.startswith("host 1 (worker train-tpu@h1) lost at step 12; the other hosts were stopped")
+    client = channels.redis_client()
+    assert client.get(channels.host_key(run.public_id, 1, 0)) == multihost.STOPPED
+    client.close()
+    time.sleep(2.2)
+    assert placement.silent_hosts(run) == [1]  # a later fallback verdict would name host 1 alone too
+    assert Worker.objects.get(name="train-tpu@h0").reserved_run is None
+
+
+def test_after_a_crash_with_every_peer_alive_nothing_is_recorded(transactional_db, settings, redis_url):
+    """A host whose own process died (its peers still beat) is the lost one: its main process records
+    nothing and leaves its key to expire, for the peers' watchdogs (or the reaper) to name it."""
+    from worker.tasks.train import settle_host_crash
+
+    settings.REDIS_URL = redis_url
+    settings.TEMPER_HOST_LOST_SECONDS = 1
+    run = running_two_host_run()
+    peer_beats(run, 1, seconds=30)
+    started = time.monotonic()
+    assert settle_host_crash(run_pk=run.pk, attempt=1, process_id=0, num_processes=2, worker_name="train-tpu@h0") == []
+    assert time.monotonic() - started >= 1  # it waited for the peers' expiry time
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    client = channels.redis_client()
+    assert client.get(channels.host_key(run.public_id, 1, 0)) is None
+    client.close()
+    assert settle_host_crash(run_pk=run.pk, attempt=2, process_id=0, num_processes=2, worker_name="w") == []
+
+
+def test_the_main_process_settles_only_a_lost_train_host_process(monkeypatch):
+    """Celery sends task_failure from the worker's main process when a pool process died
+    (WorkerLostError): for train_host the crash is settled, with the task's own arguments."""
+    import threading
+    import types
+
+    from billiard.exceptions import WorkerLostError
+    from celery import signals
+
+    from worker.tasks import train
+
+    settled, done = [], threading.Event()
+    monkeypatch.setattr(train, "settle_host_crash", lambda **kwargs: (settled.append(kwargs), done.set()))
+    class Task:  # what Celery passes as the sender: the task, its request on the stack
+        def __init__(self, name):
+            self.name, self.request = name, types.SimpleNamespace(hostname="train-tpu@h0")
+
+    sender = Task(train.train_host.name)
+    arguments = [7, 2, 0, 2, "h:1"]
+    signals.task_failure.send(sender=sender, exception=ValueError("an engine error"), args=arguments)
+    signals.task_failure.send(sender=Task(train.train_run.name), exception=WorkerLostError("signal 6"), args=arguments)
+    signals.task_failure.send(sender=sender, exception=WorkerLostError("signal 6 (SIGABRT)"), args=arguments)
+    assert done.wait(5)
+    assert settled == [dict(run_pk=7, attempt=2, process_id=0, num_processes=2, worker_name="train-tpu@h0")]

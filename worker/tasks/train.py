@@ -4,8 +4,12 @@ record the outcome (``webapp.runs.reporting`` and ``worker.multihost`` hold the 
 from __future__ import annotations
 
 import logging
+import threading
 
+from billiard.exceptions import WorkerLostError
+from celery import signals
 from django.conf import settings
+from django.db import close_old_connections, connection
 
 from jaxengine.spec import parse_spec
 from webapp.celery import app
@@ -146,3 +150,34 @@ def export_stage(pipeline_pk: int, stage: int) -> None:
         pipelines.export_stage_finish(pipeline_pk=pipeline_pk, stage=stage, error=error)
         return
     pipelines.export_stage_finish(pipeline_pk=pipeline_pk, stage=stage, description=description)
+
+
+@signals.task_failure.connect
+def _host_process_died(sender=None, exception=None, args=None, **_) -> None:
+    """The worker's main process, when the pool process of a ``train_host`` died (``WorkerLostError``:
+    killed, or aborted by the collectives library when a peer vanished): settle the loss in a thread,
+    so that the worker's own loop is not held for the peers' expiry time (``worker.multihost``)."""
+    if getattr(sender, "name", None) != train_host.name or not isinstance(exception, WorkerLostError):
+        return
+    run_pk, attempt, process_id, num_processes = args[:4]
+    worker_name = getattr(sender.request, "hostname", None) or "worker"
+    threading.Thread(target=settle_host_crash, name="temper-host-crash", daemon=True, kwargs=dict(
+        run_pk=run_pk, attempt=attempt, process_id=process_id, num_processes=num_processes,
+        worker_name=worker_name)).start()
+
+
+def settle_host_crash(*, run_pk: int, attempt: int, process_id: int, num_processes: int, worker_name: str) -> list[int]:
+    """``HostLiveness.settle_after_crash`` for process ``process_id`` of attempt ``attempt`` of run
+    ``run_pk``, unless the run has moved on to another attempt; returns the peers recorded as lost."""
+    close_old_connections()
+    try:
+        run = Run.objects.filter(pk=run_pk, attempt=attempt).first()
+        if run is None:
+            return []
+        liveness = HostLiveness(run=run, process_id=process_id, num_processes=num_processes, worker_name=worker_name)
+        return liveness.settle_after_crash()
+    except Exception:
+        logger.exception("run %s: settling host %s's crash failed", run_pk, process_id)
+        return []
+    finally:
+        connection.close()
