@@ -49,7 +49,7 @@ MAX_EVAL_GROUPS = 32
 _GROUP_LABEL = re.compile(r"[\w.+-]{1,40}")
 
 
-def eval_group_labels(rows: Sequence[dict], column: str, *, source: str) -> list[str]:
+def group_labels(rows: Sequence[dict], column: str, *, source: str) -> list[str]:
     """Each row's value of ``column`` (``data.eval_group_by``) as a metric-name label; a ``ValueError``
     naming the row when one lacks it or is not a short label, or when there are over ``MAX_EVAL_GROUPS``
     values (eval metrics are logged once per value: a column of free text is not a grouping)."""

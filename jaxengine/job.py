@@ -141,12 +141,12 @@ def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]
 def eval_group_labels(spec: JobSpec, rows: list[dict]) -> list[str] | None:
     """The ``data.eval_group_by`` label of each eval row (None when the spec groups nothing); a JobError
     naming the file and row when a row has no usable label."""
-    from jaxengine.evaluate import eval_group_labels as labels_of
+    from jaxengine.evaluate import group_labels
 
     if spec.data.eval_group_by is None:
         return None
     try:
-        return labels_of(rows, spec.data.eval_group_by, source=str(spec.data.eval))
+        return group_labels(rows, spec.data.eval_group_by, source=str(spec.data.eval))
     except ValueError as error:
         raise JobError(str(error)) from None
 
@@ -162,23 +162,24 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
 
     prompt_ids = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
+    answered = [isinstance(row.get("answer"), str) for row in rows]
+    answered_labels = None if group_labels is None else [
+        label for label, has_answer in zip(group_labels, answered, strict=True) if has_answer]
 
     def hook(model, step: int) -> dict[str, float]:
         generations = Sampler(model, tokenizer).generate(prompt_ids, params)
-        matches, matched_labels = [], []
+        matches = []
         with samples_path.open("a") as handle:
-            for index, (row, generation) in enumerate(zip(rows, generations)):
+            for row, has_answer, generation in zip(rows, answered, generations):
                 record = {"step": step, "prompt": row["prompt"], "text": generation.text}
-                if isinstance(row.get("answer"), str):
+                if has_answer:
                     record["answer"] = row["answer"]
                     matches.append(generation.text.strip() == row["answer"].strip())
-                    if group_labels is not None:
-                        matched_labels.append(group_labels[index])
                 handle.write(json.dumps(record) + "\n")
         if not matches:
             return {}
         return {"eval/exact_match": sum(matches) / len(matches),
-                **grouped_metrics("eval/exact_match", matches, matched_labels if group_labels is not None else None)}
+                **grouped_metrics("eval/exact_match", matches, answered_labels)}
 
     return hook
 

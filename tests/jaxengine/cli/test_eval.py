@@ -8,7 +8,7 @@ from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.demo.build import DemoSettings, build_demo
-from jaxengine.evaluate import eval_group_labels, grouped_metrics, mean_by
+from jaxengine.evaluate import grouped_metrics, group_labels, mean_by
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.tokenizer import load_tokenizer
 
@@ -95,13 +95,13 @@ def test_mean_by_hand_computed():
 
 def test_eval_group_labels_and_grouped_metrics():
     rows = [{"task": "add"}, {"task": 3}, {"task": "add"}]
-    assert eval_group_labels(rows, "task", source="e.jsonl") == ["add", "3", "add"]
+    assert group_labels(rows, "task", source="e.jsonl") == ["add", "3", "add"]
     assert grouped_metrics("eval/m", [1.0, 0.5, 0.0], ["add", "3", "add"]) == {"eval/m/3": 0.5, "eval/m/add": 0.5}
     assert grouped_metrics("eval/m", [1.0], None) == {}
     with pytest.raises(ValueError, match="row 2 of e.jsonl has no 'task' value"):
-        eval_group_labels([{"task": "a"}, {"other": 1}], "task", source="e.jsonl")
+        group_labels([{"task": "a"}, {"other": 1}], "task", source="e.jsonl")
     with pytest.raises(ValueError, match="row 1 of e.jsonl has 'task' 'two words'; group labels are 1-40"):
-        eval_group_labels([{"task": "two words"}], "task", source="e.jsonl")
+        group_labels([{"task": "two words"}], "task", source="e.jsonl")
     with pytest.raises(ValueError, match="'task' has 33 values in e.jsonl; at most 32 groups"):
-        eval_group_labels([{"task": f"t{index}"} for index in range(33)], "task", source="e.jsonl")
-    assert eval_group_labels([{"task": "ü.b-1+"}], "task", source="e.jsonl") == ["ü.b-1+"]
+        group_labels([{"task": f"t{index}"} for index in range(33)], "task", source="e.jsonl")
+    assert group_labels([{"task": "ü.b-1+"}], "task", source="e.jsonl") == ["ü.b-1+"]
