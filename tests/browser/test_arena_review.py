@@ -6,6 +6,7 @@ import pytest
 from tests.browser.test_datasets import screenshot
 from tests.browser.test_review import log_in
 from tests.webapp.factories import make_base_model, make_team
+from webapp.core.bidi import isolated
 from webapp.chat import arena, selectors, services
 from webapp.review import services as review_services
 from webapp.review.models import Campaign
@@ -39,7 +40,7 @@ def test_battles_go_to_review_from_the_arena_and_the_leaderboard(browser, live_s
         owner, reviewer = log_in(contexts[0], base, "alpha-owner"), log_in(contexts[1], base, "alpha-teammate")
         owner.goto(f"{base}/p/alpha/arena/")
         owner.get_by_label("Send “<b>Name</b> a colour.” to review").check()
-        owner.select_option("#id_review_campaign", label="arena pass (0 items)")
+        owner.select_option("#id_review_campaign", label=f"{isolated('arena pass')} (0 items)")
         with owner.expect_navigation():
             owner.get_by_role("button", name="Send ticked battles").click()
         assert "1 battle added to arena pass." in owner.locator(".messages").inner_text()

@@ -7,6 +7,7 @@ import pytest
 
 from tests.browser.test_datasets import screenshot
 from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
+from webapp.core.bidi import isolated
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
 from webapp.review.models import Campaign, Item, ItemStatus, Review
@@ -56,7 +57,7 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
         owner.locator("nav.subnav").get_by_role("link", name="Review").click()
         owner.get_by_role("link", name="New campaign", exact=True).click()
         owner.fill("#id_name", "pass 1")
-        owner.select_option("#id_source_version", label="prefs v1 (3 rows)")
+        owner.select_option("#id_source_version", label=f"{isolated('prefs')} v1 (3 rows)")
         owner.fill("#id_guidelines", "Pick the **right** one.")
         owner.fill("#id_required_reviews", "2")
         owner.get_by_label("alpha-teammate").check()

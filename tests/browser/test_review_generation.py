@@ -8,6 +8,7 @@ from tests.browser.test_datasets import screenshot
 from tests.browser.test_review import log_in
 from tests.factories import build_tiny_model_dir
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.core.bidi import isolated
 from webapp.review.models import Campaign
 
 pytestmark = pytest.mark.browser
@@ -42,9 +43,9 @@ def test_a_campaign_on_two_models_answers(browser, live_server, celery_workers, 
         owner.goto(f"{base}/p/alpha/review/")
         owner.get_by_role("link", name="New campaign on two models' answers").click()
         owner.fill("#id_name", "tiny duel")
-        owner.select_option("#id_model_a", label="Base model: tiny-0")
-        owner.select_option("#id_model_b", label="Base model: tiny-1")
-        owner.select_option("#id_prompts_version", label="questions v1 (prompts, 3 rows)")
+        owner.select_option("#id_model_a", label=f"Base model: {isolated('tiny-0')}")
+        owner.select_option("#id_model_b", label=f"Base model: {isolated('tiny-1')}")
+        owner.select_option("#id_prompts_version", label=f"{isolated('questions')} v1 (prompts, 3 rows)")
         owner.fill("#id_prompt_count", "3")
         owner.fill("#id_max_new_tokens", "8")
         owner.fill("#id_temperature", "0")

@@ -17,7 +17,7 @@ class ConversationForm(forms.Form):
 
     def __init__(self, *args, choices: list[ModelChoice], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["model"].choices = [(choice.ref, choice.label) for choice in choices]
+        self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
 
 
 class MessageForm(forms.Form):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from webapp.basemodels.models import BaseModel
 from webapp.chat.models import Conversation
+from webapp.core.bidi import isolated
 from webapp.projects.models import Project
 from webapp.runs.models import Artifact, RunStatus
 
@@ -17,10 +18,13 @@ _CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
 @dataclass(frozen=True, kw_only=True)
 class ModelChoice:
     """A model to chat with: ``ref`` as stored on a conversation, a label, and the directory served
-    (a run export's quantized serving copy when it has one)."""
+    (a run export's quantized serving copy when it has one). ``option_label`` is the label with the
+    model's or run's name bidi-isolated, for an ``<option>`` (``label`` is stored and compared, so
+    it stays the plain text)."""
 
     ref: str
     label: str
+    option_label: str
     path: str
 
     @property
@@ -33,9 +37,14 @@ def _served_path(export_dir: str) -> str:
     return str(quantized) if (quantized / "quantization.json").is_file() else export_dir
 
 
+def _choice(*, ref: str, path: str, before: str, name: str, after: str = "") -> ModelChoice:
+    return ModelChoice(ref=ref, path=path, label=f"{before}{name}{after}",
+                       option_label=f"{before}{isolated(name)}{after}")
+
+
 def model_choices(*, project: Project) -> list[ModelChoice]:
     """Base models, then succeeded runs' exports, then their exported checkpoints, newest first."""
-    choices = [ModelChoice(ref=model.public_id, label=f"Base model: {model.name}", path=model.path)
+    choices = [_choice(ref=model.public_id, path=model.path, before="Base model: ", name=model.name)
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     artifacts = (Artifact.objects.select_related("run")
                  .filter(run__project=project, kind__in=["model", "checkpoint"])
@@ -43,11 +52,10 @@ def model_choices(*, project: Project) -> list[ModelChoice]:
     for artifact in artifacts:
         run = artifact.run
         if artifact.kind == "model" and run.status == RunStatus.SUCCEEDED:
-            choices.append(ModelChoice(ref=run.public_id, label=f"Run: {run.name}", path=_served_path(artifact.path)))
+            choices.append(_choice(ref=run.public_id, path=_served_path(artifact.path), before="Run: ", name=run.name))
         elif artifact.kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(artifact.path)):
-            choices.append(ModelChoice(ref=f"{run.public_id}:step-{match.group(1)}",
-                                       label=f"Run: {run.name}, checkpoint {match.group(1)}",
-                                       path=_served_path(artifact.path)))
+            choices.append(_choice(ref=f"{run.public_id}:step-{match.group(1)}", path=_served_path(artifact.path),
+                                   before="Run: ", name=run.name, after=f", checkpoint {match.group(1)}"))
     return choices
 
 

@@ -11,7 +11,9 @@ of its line: the page's own words after a run's name read backwards. Two layers 
   opens the isolate up. ``BidiBalanceMiddleware`` therefore balances the controls of every text
   run of an HTML page (the text between two tags, where escaped text from a person always lies
   whole): an unmatched closer is dropped, openers left open are closed at the run's end;
-- a name put into a sentence of plain text (a flash message) is ``isolated``: wrapped in FSI…PDI.
+- a name put beside other words where no element can hold it (a flash message, the page
+  ``<title>``, an ``<option>``'s label) is ``isolated``: wrapped in FSI…PDI (``|isolated`` in
+  templates, ``{% load temper %}``).
 
 The templates hold no bidi controls themselves (a test checks), so every control a page carries
 came from data; balanced ones (``⁨name⁩``) pass unchanged.

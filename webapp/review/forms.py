@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.chat.selectors import model_choices
+from webapp.core.bidi import isolated
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
 from webapp.review.selectors import prompt_sources
 from webapp.review.services import MAX_GENERATED_PROMPTS
@@ -46,7 +47,7 @@ class CampaignCreateForm(CampaignSettingsForm):
                                           status=VersionStatus.READY)
             .select_related("dataset").order_by("dataset__name", "-number"))
         self.fields["source_version"].label_from_instance = (
-            lambda version: f"{version.dataset.name} v{version.number} ({version.row_count} rows)")
+            lambda version: f"{isolated(version.dataset.name)} v{version.number} ({version.row_count} rows)")
 
 
 class GeneratedCampaignForm(CampaignSettingsForm):
@@ -69,7 +70,7 @@ class GeneratedCampaignForm(CampaignSettingsForm):
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, project=project, **kwargs)
-        models = [(choice.ref, choice.label) for choice in model_choices(project=project)]
+        models = [(choice.ref, choice.option_label) for choice in model_choices(project=project)]
         self.fields["model_a"].choices = models
         self.fields["model_b"].choices = models
         sources = prompt_sources(project=project)

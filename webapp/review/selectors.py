@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet
 from django.http import Http404
 
+from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.review import agreement
@@ -40,9 +41,9 @@ def campaign_get(*, project: Project, public_id: str) -> Campaign:
 
 
 def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
-    """Dataset versions a generated campaign can take its prompts from, with a label each: the eval
-    sets of the project's succeeded runs first (named after their runs), then every ready ``prompts``
-    and ``sft`` version."""
+    """Dataset versions a generated campaign can take its prompts from, with an option label each
+    (names bidi-isolated): the eval sets of the project's succeeded runs first (named after their
+    runs), then every ready ``prompts`` and ``sft`` version."""
     from webapp.runs.models import Run, RunStatus
 
     versions = {version.public_id: version for version in
@@ -53,10 +54,11 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
         version = versions.get(((run.spec or {}).get("data") or {}).get("eval") or "")
         if version is not None and version.public_id not in seen:
             seen.add(version.public_id)
-            sources.append((version, f"Eval set of run {run.name}: {version.dataset.name} v{version.number}"))
+            sources.append((version, f"Eval set of run {isolated(run.name)}: "
+                                     f"{isolated(version.dataset.name)} v{version.number}"))
     for version in versions.values():
         if version.public_id not in seen and version.dataset.kind in ("prompts", "sft"):
-            sources.append((version, f"{version.dataset.name} v{version.number} ({version.dataset.kind}, "
+            sources.append((version, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
                                      f"{version.row_count} rows)"))
     return sources
 

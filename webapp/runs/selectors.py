@@ -11,6 +11,7 @@ from django.http import Http404
 from django.db.models.functions import Cast
 
 from webapp.basemodels.models import BaseModel
+from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
@@ -82,17 +83,18 @@ def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:
 
 
 def model_choices(*, project: Project) -> list[tuple[str, str]]:
-    """Starting models for a launch: registered base models, then succeeded runs' exported models."""
-    choices = [(model.public_id, f"{model.name} (base model)")
+    """Starting models for a launch (option labels, names bidi-isolated): registered base models,
+    then succeeded runs' exported models, then checkpoints."""
+    choices = [(model.public_id, f"{isolated(model.name)} (base model)")
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     exported = (Artifact.objects.filter(run__project=project, run__status=RunStatus.SUCCEEDED, kind=ArtifactKind.MODEL)
                 .select_related("run").order_by("-run__created_at"))
-    choices += [(artifact.run.public_id, f"{artifact.run.name} — exported by {artifact.run.public_id}")
+    choices += [(artifact.run.public_id, f"{isolated(artifact.run.name)} — exported by {artifact.run.public_id}")
                 for artifact in exported]
     checkpoints = (Artifact.objects.filter(run__project=project, kind=ArtifactKind.CHECKPOINT)
                    .select_related("run").order_by("-run__created_at", "step"))
-    choices += [(f"{artifact.run.public_id}@{artifact.step}", f"{artifact.run.name} — checkpoint {artifact.step}")
-                for artifact in checkpoints]
+    choices += [(f"{artifact.run.public_id}@{artifact.step}",
+                 f"{isolated(artifact.run.name)} — checkpoint {artifact.step}") for artifact in checkpoints]
     return choices
 
 
@@ -101,7 +103,7 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     runs of the project with an exported model, newest first."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
                                         kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
-    return [(artifact.run.public_id, f"{artifact.run.name} — reward model of {artifact.run.public_id}")
+    return [(artifact.run.public_id, f"{isolated(artifact.run.name)} — reward model of {artifact.run.public_id}")
             for artifact in exported]
 
 
@@ -116,11 +118,12 @@ def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
 
 
 def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Ready dataset versions of ``kinds`` in the project, newest version of each dataset first."""
+    """Ready dataset versions of ``kinds`` in the project, newest version of each dataset first (option
+    labels, names bidi-isolated)."""
     versions = (DatasetVersion.objects.filter(dataset__project=project, dataset__kind__in=kinds,
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
-    return [(version.public_id, f"{version.dataset.name} v{version.number} ({version.dataset.kind}, "
+    return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
                                 f"{version.row_count} row{'' if version.row_count == 1 else 's'})")
             for version in versions]
 

@@ -7,6 +7,7 @@ import pytest
 from django.http import FileResponse, HttpResponse, HttpResponseNotModified, JsonResponse
 from django.test import RequestFactory
 
+from tests.webapp.factories import make_base_model
 from webapp.core.bidi import (
     CONTROLS, FSI, LRI, PDF, PDI, RLE, RLO, BidiBalanceMiddleware, balance_bidi_controls, balance_html_text, isolated)
 from webapp.runs.models import Run, RunStatus
@@ -52,6 +53,21 @@ def test_a_name_in_a_flash_message_is_isolated(team, client_for):
     assert isolated(f"evil{PDI}{RLO}") == f"{FSI}evil{RLO}{PDF}{PDI}"
     response = client_for(team.owner).post("/projects/new/", {"name": f"evil{RLO}", "slug": "evil"}, follow=True)
     assert f"Project {FSI}evil{RLO}{PDF}{PDI} created." in response.content.decode()
+
+
+def test_a_name_in_the_page_title_and_in_an_option_label_is_isolated(team, client_for):
+    """Neither a <title> nor an <option> can hold an element: the name is wrapped in FSI…PDI, so the
+    words after it are outside the override, and it is still escaped."""
+    make_base_model(team.project, name=f"<b>evil{RLO}")
+    run = Run.objects.create(project=team.project, name=f"evil{RLO}", task="sft", status=RunStatus.FAILED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner)
+    client = client_for(team.owner)
+    page = client.get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    assert f"<title>{FSI}evil{RLO}{PDF}{PDI} · {FSI}Project alpha{PDI} · Temper</title>" in page
+    launch = client.get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert f"{FSI}&lt;b&gt;evil{RLO}{PDF}{PDI} (base model)</option>" in launch
+    chat = client.get("/p/alpha/chat/").content.decode()
+    assert f"Base model: {FSI}&lt;b&gt;evil{RLO}{PDF}{PDI}</option>" in chat
 
 
 def _through_middleware(response: HttpResponse, method: str = "GET") -> HttpResponse:

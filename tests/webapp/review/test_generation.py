@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from tests.webapp.factories import make_base_model, make_ready_version
 from tests.webapp.review.conftest import answer
+from webapp.core.bidi import isolated
 from webapp.review import services
 from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource
 
@@ -152,7 +153,7 @@ def test_it_rejects_bad_sampling_settings(field, value):
 def test_the_owner_creates_one_from_the_form(team, client_for, models, prompts_version):
     url = reverse("review:generate", args=[team.project.slug])
     page = client_for(team.owner).get(url).content.decode()
-    assert "Base model: falcon" in page and "chats v1 (sft, 3 rows)" in page
+    assert f"Base model: {isolated('falcon')}" in page and f"{isolated('chats')} v1 (sft, 3 rows)" in page
     response = client_for(team.owner).post(url, {
         "name": "pass 1", "model_a": models[0].public_id, "model_b": models[1].public_id,
         "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32, "temperature": 0.5,
@@ -251,7 +252,7 @@ def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_vers
     for step in (100, 200):
         Artifact.objects.create(run=run, kind="checkpoint", step=step, path=f"/runs/dpo-1/export-step-{step}")
     form = client_for(team.owner).get(reverse("review:generate", args=[team.project.slug])).context["form"]
-    assert dict(form.fields["prompts_version"].choices)[eval_set.public_id] == "Eval set of run dpo-1: held out v1"
+    assert dict(form.fields["prompts_version"].choices)[eval_set.public_id] == f"Eval set of run {isolated('dpo-1')}: {isolated('held out')} v1"
     assert {f"{run.public_id}:step-100", f"{run.public_id}:step-200"} <= set(dict(form.fields["model_a"].choices))
     campaign = services.campaign_generate(
         project=team.project, name="100 vs 200", guidelines="", required_reviews=1, reviewers=[team.teammate],

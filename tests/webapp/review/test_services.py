@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from tests.webapp.factories import make_ready_version
 from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded
+from webapp.core.bidi import isolated
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
@@ -316,7 +317,7 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     assert validated.status == VersionStatus.READY and validated.row_count == 3
     # ...and the DPO / reward launch form offers it.
     offered = dict(run_selectors.dataset_choices(project=team.project, kinds=("preference",)))
-    assert offered[version.public_id] == "prefs reviewed v1 (preference, 3 rows)"
+    assert offered[version.public_id] == f"{isolated('prefs reviewed')} v1 (preference, 3 rows)"
 
 
 def test_export_keeps_ties_and_originals_when_asked_and_adds_versions_to_the_same_dataset(campaign, team, carol):

@@ -4,6 +4,7 @@ from django.urls import reverse
 
 from tests.webapp.factories import form_token, make_ready_version
 from tests.webapp.review.conftest import answer, create_loaded
+from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
 from webapp.review.models import Campaign, Item, ItemStatus, Review
@@ -61,7 +62,7 @@ def test_only_owners_manage_campaigns(campaign, team, client_for, preference_ver
 def test_the_owner_creates_a_campaign(team, carol, client_for, preference_version):
     owner = client_for(team.owner)
     page = owner.get(reverse("review:create", args=[team.project.slug]))
-    assert b"prefs v1 (4 rows)" in page.content
+    assert f"{isolated('prefs')} v1 (4 rows)" in page.content.decode()
     assert b"alpha-viewer" not in page.content, "viewers are not offered as reviewers"
     response = owner.post(reverse("review:create", args=[team.project.slug]), {
         "name": "round 2", "source_version": preference_version.pk, "guidelines": "Be fair.",

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.webapp.runs.conftest import sft_spec
+from webapp.core.bidi import FSI, PDI, isolated
 from webapp.runs import reporting, services
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
@@ -434,7 +435,7 @@ def test_the_ppo_form_chooses_its_reward_model_among_the_projects_reward_runs(te
     unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
     client = client_for(team.teammate)
     page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
-    assert f'<option value="{scorer.public_id}" >scorer &lt;i&gt; — reward model of {scorer.public_id}</option>' in page
+    assert f'<option value="{scorer.public_id}" >{FSI}scorer &lt;i&gt;{PDI} — reward model of {scorer.public_id}</option>' in page
     assert f'value="{unfinished.public_id}"' not in page
     form = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
             "train.max_steps": "4", "train.batch_size": "2", "peft.targets": ["q_proj"], "ppo.max_new_tokens": "8",
@@ -475,4 +476,4 @@ def test_dataset_choices_say_one_row_not_one_rows(team, client_for):
     version.row_count = 1
     version.save(update_fields=["row_count"])
     assert selectors.dataset_choices(project=team.project, kinds=("sft",)) == [
-        (version.public_id, "single v1 (sft, 1 row)")]
+        (version.public_id, f"{isolated('single')} v1 (sft, 1 row)")]

@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
+from webapp.core import bidi
 from webapp.core.submissions import TOKEN_FIELD, new_submission_token
 
 register = template.Library()
@@ -23,6 +24,14 @@ def count_short(value: int | None) -> str:
             scaled = value / threshold
             return f"{scaled:.3g}{suffix}"
     return str(value)
+
+
+@register.filter
+def isolated(value) -> str:
+    """``value`` between FSI and PDI (``webapp.core.bidi.isolated``), for a person's text put beside
+    other words where no element can isolate it: the page ``<title>``, an ``<option>``'s label. A
+    plain str, so the template escapes it as any other value."""
+    return bidi.isolated(value)
 
 
 @register.filter
