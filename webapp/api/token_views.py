@@ -1,4 +1,6 @@
-"""The API tokens page: a user creates (the secret is shown once) and revokes their tokens."""
+"""The API tokens page: a user creates (the secret is shown once) and revokes their tokens. A token
+is made once per sending of the form (``webapp.core.submissions.form_send_once_secret``): a repeat
+cannot show the secret again, so it makes nothing and says where the secret was shown."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -10,6 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.api import services
 from webapp.api.models import ApiToken
+from webapp.core.submissions import form_send_once_secret, secret_already_shown
 
 
 @login_required
@@ -18,10 +21,18 @@ def token_list(request: HttpRequest) -> HttpResponse:
     secret = None
     error = None
     if request.method == "POST":
+        def create() -> tuple[str, str]:
+            token, new_secret = services.token_create(user=request.user, name=request.POST.get("name", ""))
+            return str(token.pk), new_secret
+
         try:
-            _token, secret = services.token_create(user=request.user, name=request.POST.get("name", ""))
+            token_id, secret = form_send_once_secret(request, create=create)
         except ValidationError as problem:
             error = problem.messages[0]
+        else:
+            if not secret:
+                made = ApiToken.objects.filter(user=request.user, pk=token_id).first()
+                messages.info(request, secret_already_shown(token_name=made.name if made else None))
     return render(request, "accounts/tokens.html", {
         "tokens": ApiToken.objects.filter(user=request.user), "secret": secret, "error": error,
     }, status=400 if error else 200)

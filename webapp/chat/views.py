@@ -7,6 +7,7 @@ another member's conversation is a 404 too. Model output is only ever put in a p
 """
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -19,7 +20,7 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import form_send_once, form_send_once_secret, secret_already_shown
 
 
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
@@ -53,10 +54,19 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only."""
+    """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only.
+    Once per sending (``form_send_once_secret``): a repeat makes no second token and says so."""
     project, membership = chat_access(request.user, slug)
     name = request.POST.get("name", "").strip()[:100] or "token"
-    _token, secret = project_token_create(user=request.user, project=project, name=name)
+
+    def create() -> tuple[str, str]:
+        token, secret = project_token_create(user=request.user, project=project, name=name)
+        return str(token.pk), secret
+
+    token_id, secret = form_send_once_secret(request, create=create)
+    if not secret:
+        made = ProjectToken.objects.filter(project=project, user=request.user, pk=token_id).first()
+        messages.info(request, secret_already_shown(token_name=made.name if made else None))
     form = ConversationForm(choices=selectors.model_choices(project=project))
     return _list_page(request, project, membership, form, new_secret=secret)
 

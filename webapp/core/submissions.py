@@ -13,6 +13,10 @@ repeat, one the user changed is a new launch (a page the browser fetches again o
 token; ``static/forms.js`` puts back the one the form was sent with). The API does the same for
 a request with an ``Idempotency-Key`` header (``request_send_once``; the body is the fields). A
 sending without a token (older scripts) is acted on every time.
+
+A new API token's secret is shown on the response to the sending that made it and never stored,
+so a repeat cannot show it: ``form_send_once_secret`` keeps only the token's id, and its views
+answer a repeat with ``secret_already_shown`` instead of making a second token.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from webapp.core.bidi import isolated
 from webapp.core.models import Submission
 
 TOKEN_FIELD = "submission_token"
@@ -112,6 +117,33 @@ def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
     if not sent.created:
         messages.info(request, ALREADY_SENT)
     return sent.result
+
+
+def form_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """``form_send_once`` for a form that makes a secret shown once (a new API token): ``create``
+    makes it and returns ``(id, secret)``, and only the id is kept. Returns ``(id, secret)`` for the
+    first sending, ``(the first sending's id, "")`` for a repeat, which made nothing."""
+    secrets_made: list[str] = []
+
+    def create_keeping_the_id() -> str:
+        made_id, secret = create()
+        secrets_made.append(secret)
+        return made_id
+
+    sent = send_once(user=request.user, form=request.path, token=request.POST.get(TOKEN_FIELD, ""),
+                     fields=_form_fields(request), create=create_keeping_the_id)
+    return sent.result, secrets_made[0] if sent.created else ""
+
+
+def secret_already_shown(*, token_name: str | None) -> str:
+    """What a repeated sending of a form that made an API token says (``form_send_once_secret``);
+    ``token_name`` None: the token has been revoked since."""
+    if token_name is None:
+        return ("This form was already sent and made a token, revoked since; its secret was shown only on the "
+                "page that answered that first sending. Create a new token with the form here.")
+    return (f"This form was already sent and made the token {isolated(token_name)}; its secret was shown only on "
+            "the page that answered that first sending, and it is not kept, so it cannot be shown again. If you did "
+            "not copy it, revoke that token and create a new one with the form here.")
 
 
 def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sent:

@@ -1,6 +1,7 @@
 """The one-time form token (``webapp.core.submissions``): a repeat is answered with what the first
 sending made, a changed or failed sending is not a repeat, and every form that queues work or
 makes data carries a token."""
+import html
 import threading
 import time
 from datetime import timedelta
@@ -12,7 +13,9 @@ from django.utils import timezone
 
 from tests.webapp.factories import form_token, form_tokens, make_base_model, make_ready_version
 from webapp.core.models import Submission
-from webapp.core.submissions import KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, send_once
+from webapp.api.models import ApiToken
+from webapp.chat.models import ProjectToken
+from webapp.core.submissions import KEEP_DAYS, MAX_TOKEN_CHARS, TOKEN_FIELD, secret_already_shown, send_once
 from webapp.datasets import services as dataset_services
 
 
@@ -52,8 +55,8 @@ def test_without_a_token_it_makes_the_thing_every_time(team):
 
 @pytest.mark.parametrize("path, forms", [
     ("/p/alpha/runs/new/", 2), ("/p/alpha/pipelines/new/", 1), ("/p/alpha/review/new/", 1),
-    ("/p/alpha/review/new/generated/", 1), ("/p/alpha/chat/", 1), ("/p/alpha/arena/", 3),
-    ("/p/alpha/datasets/new/", 1), ("/p/alpha/models/register/", 1), ("/projects/new/", 1)])
+    ("/p/alpha/review/new/generated/", 1), ("/p/alpha/chat/", 2), ("/p/alpha/arena/", 3),
+    ("/p/alpha/datasets/new/", 1), ("/p/alpha/models/register/", 1), ("/projects/new/", 1), ("/accounts/tokens/", 1)])
 def test_every_form_that_queues_work_carries_a_token(team, client_for, path, forms):
     make_base_model(team.project)  # the chat pages show their forms once there is a model
     page = client_for(team.owner).get(path)
@@ -111,6 +114,33 @@ def test_counting_tokens_sent_twice_queues_one_count(team, client_for, monkeypat
         responses = [client.post(f"{page_url}tokens/", fields) for _ in range(2)]
     assert [response["Location"] for response in responses] == [page_url, page_url]
     assert len(sent) == 1
+
+
+@pytest.mark.parametrize("page_url, create_url, tokens", [
+    ("/accounts/tokens/", "/accounts/tokens/", lambda user: ApiToken.objects.filter(user=user)),
+    ("/p/alpha/chat/", "/p/alpha/chat/tokens/", lambda user: ProjectToken.objects.filter(user=user))])
+def test_an_api_token_form_sent_twice_makes_one_token_and_says_its_secret_was_shown(
+        team, client_for, page_url, create_url, tokens):
+    """A token's secret is shown once: the repeat cannot show it again, so it makes nothing and says so."""
+    client = client_for(team.teammate)
+    token_of = lambda page: form_tokens(page)[-1]  # noqa: E731 (the token form is the page's last)
+    fields = {"name": "ci", TOKEN_FIELD: token_of(client.get(page_url).content.decode())}
+    first, second = (client.post(create_url, fields).content.decode() for _ in range(2))
+    assert tokens(team.teammate).count() == 1
+    assert 'id="new-token"' in first and 'id="new-token"' not in second
+    assert secret_already_shown(token_name="ci") in html.unescape(second)
+    # The form of the page that answered is a new sending: a second token.
+    assert 'id="new-token"' in client.post(create_url, {"name": "ci", TOKEN_FIELD: token_of(second)}).content.decode()
+    assert tokens(team.teammate).count() == 2
+
+
+def test_a_repeat_of_a_revoked_tokens_sending_says_it_was_revoked(team, client_for):
+    client = client_for(team.teammate)
+    fields = {"name": "ci", TOKEN_FIELD: form_token(client.get("/accounts/tokens/").content.decode())}
+    client.post("/accounts/tokens/", fields)
+    ApiToken.objects.all().delete()
+    page = html.unescape(client.post("/accounts/tokens/", fields).content.decode())
+    assert secret_already_shown(token_name=None) in page and not ApiToken.objects.exists()
 
 
 def test_a_token_sent_again_after_the_keeping_time_makes_the_thing_again(team):
