@@ -29,10 +29,20 @@ LRE, RLE, PDF, LRO, RLO = "\u202a", "\u202b", "\u202c", "\u202d", "\u202e"
 LRI, RLI, FSI, PDI = "\u2066", "\u2067", "\u2068", "\u2069"
 EMBEDDINGS = frozenset((LRE, RLE, LRO, RLO))
 ISOLATES = frozenset((LRI, RLI, FSI))
-CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_CONTROL_RANGES = "\u202a-\u202e\u2066-\u2069"
+CONTROLS = re.compile(f"[{_CONTROL_RANGES}]")
 _UTF8_CONTROLS = re.compile(b"\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
 # Tags, and the elements whose text is not laid out as text (or is a form control's own value).
-_OPAQUE = re.compile(r"<(script|style|textarea)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.DOTALL | re.IGNORECASE)
+_OPAQUE_PATTERN = r"<(?:script\b.*?</script\s*>|style\b.*?</style\s*>|textarea\b.*?</textarea\s*>|!--.*?-->|[^>]*>)"
+_OPAQUE = re.compile(_OPAQUE_PATTERN, re.DOTALL | re.IGNORECASE)
+# From the start of a text run or of a tag: the tags, and the text that holds no control, up to the
+# first control in text, in one match: the scan ``_OPAQUE.finditer`` would make, without a Python
+# step per tag. A ``<`` that begins no tag is text, as for ``finditer``; ``tag`` spans the last tag.
+# (A plain ``*``: inside a possessive ``*+`` Python 3.11's re raises SystemError on ``tag``'s span.)
+_UP_TO_A_CONTROL = re.compile(
+    rf"(?:(?P<tag>{_OPAQUE_PATTERN})|[^<{_CONTROL_RANGES}]+|(?!{_OPAQUE_PATTERN})<)*", re.DOTALL | re.IGNORECASE)
 
 
 def balance_bidi_controls(text: str) -> str:
@@ -40,25 +50,28 @@ def balance_bidi_controls(text: str) -> str:
     nothing opened in ``text`` is dropped, and what is still open at its end is closed there
     (Unicode Bidirectional Algorithm rules X6a and X7: a PDI also closes the embeddings opened
     inside its isolate, a PDF does not reach out of an isolate)."""
-    if not CONTROLS.search(text):
-        return text
-    out: list[str] = []
+    kept: list[str] = []
     opened: list[str] = []
-    for char in text:
+    copied = 0
+    for control in CONTROLS.finditer(text):
+        char = control.group()
         if char in EMBEDDINGS or char in ISOLATES:
             opened.append(char)
-        elif char == PDF:
-            if not opened or opened[-1] not in EMBEDDINGS:
-                continue
+            continue
+        if char == PDF and opened and opened[-1] in EMBEDDINGS:
             opened.pop()
-        elif char == PDI:
-            if not any(opener in ISOLATES for opener in opened):
-                continue
+            continue
+        if char == PDI and any(opener in ISOLATES for opener in opened):
             while opened.pop() not in ISOLATES:
                 pass
-        out.append(char)
-    out.extend(PDI if opener in ISOLATES else PDF for opener in reversed(opened))
-    return "".join(out)
+            continue
+        kept.append(text[copied:control.start()])  # a closer that closes nothing: dropped
+        copied = control.end()
+    if not kept and not opened:
+        return text
+    kept.append(text[copied:])
+    kept.extend(PDI if opener in ISOLATES else PDF for opener in reversed(opened))
+    return "".join(kept)
 
 
 def isolated(text: str) -> str:
@@ -69,16 +82,19 @@ def isolated(text: str) -> str:
 
 def balance_html_text(html: str) -> str:
     """``html`` with the bidi controls of each text run between tags balanced (see the module note);
-    tags, comments and the contents of script, style and textarea are left as they are."""
+    tags, comments and the contents of script, style and textarea are left as they are. Only the
+    runs that hold a control are cut out and balanced: one regex match skips to the next."""
     if not CONTROLS.search(html):
         return html
     pieces: list[str] = []
-    start = 0
-    for opaque in _OPAQUE.finditer(html):
-        pieces.append(balance_bidi_controls(html[start:opaque.start()]))
-        pieces.append(opaque.group(0))
-        start = opaque.end()
-    pieces.append(balance_bidi_controls(html[start:]))
+    copied = position = 0
+    while (skipped := _UP_TO_A_CONTROL.match(html, position)).end() < len(html):
+        run_start = skipped.end("tag") if skipped.start("tag") >= 0 else position
+        next_tag = _OPAQUE.search(html, skipped.end())
+        run_end = next_tag.start() if next_tag else len(html)
+        pieces += [html[copied:run_start], balance_bidi_controls(html[run_start:run_end])]
+        copied = position = run_end
+    pieces.append(html[copied:])
     return "".join(pieces)
 
 

@@ -1,6 +1,8 @@
 """Balancing the bidi controls of people's text (``webapp.core.bidi``): worked out by hand on short
 strings, then on a page: a hostile run name's controls are closed inside its own text."""
 import gzip
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,8 @@ from django.test import RequestFactory
 
 from tests.webapp.factories import make_base_model
 from webapp.core.bidi import (
-    CONTROLS, FSI, LRI, PDF, PDI, RLE, RLO, BidiBalanceMiddleware, balance_bidi_controls, balance_html_text, isolated)
+    CONTROLS, EMBEDDINGS, FSI, ISOLATES, LRI, PDF, PDI, RLE, RLO, BidiBalanceMiddleware, balance_bidi_controls,
+    balance_html_text, isolated)
 from webapp.runs.models import Run, RunStatus
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,6 +36,61 @@ def test_it_balances_each_text_run_and_leaves_tags_scripts_and_textareas_alone()
             f"<textarea>{RLO}</textarea><!-- {RLO} -->")
     assert balance_html_text(html) == (f'<h1 title="t{RLO}">name{RLO}{PDF}</h1> v1<script>var s = "{LRI}";</script>'
                                        f"<textarea>{RLO}</textarea><!-- {RLO} -->")
+
+
+# The first algorithm (a Python step per tag, then per character of each run), kept as the
+# specification that balance_html_text's faster scan must match exactly.
+_REFERENCE_OPAQUE = re.compile(r"<(script|style|textarea)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.DOTALL | re.IGNORECASE)
+
+
+def _reference_balance(text: str) -> str:
+    out: list[str] = []
+    opened: list[str] = []
+    for char in text:
+        if char in EMBEDDINGS or char in ISOLATES:
+            opened.append(char)
+        elif char == PDF:
+            if not opened or opened[-1] not in EMBEDDINGS:
+                continue
+            opened.pop()
+        elif char == PDI:
+            if not any(opener in ISOLATES for opener in opened):
+                continue
+            while opened.pop() not in ISOLATES:
+                pass
+        out.append(char)
+    out.extend(PDI if opener in ISOLATES else PDF for opener in reversed(opened))
+    return "".join(out)
+
+
+def _reference_balance_html_text(html: str) -> str:
+    pieces: list[str] = []
+    start = 0
+    for opaque in _REFERENCE_OPAQUE.finditer(html):
+        pieces.append(_reference_balance(html[start:opaque.start()]))
+        pieces.append(opaque.group(0))
+        start = opaque.end()
+    pieces.append(_reference_balance(html[start:]))
+    return "".join(pieces)
+
+
+# Pieces of hostile pages: tags that open and close in every way the scan knows, a "<" that begins
+# no tag, unclosed comments and scripts, attributes, and every control.
+_PIECES = ["<b>", "</b>", '<a title="', '">', "<script>", "</script>", "<SCRIPT type=x>", "</script >", "<textarea>",
+           "</TextArea>", "<style>", "</style>", "<scripts>", "<!--", "-->", "<", ">", "a < b", "text", " ", "\n",
+           "&lt;", *(chr(code) for code in (*range(0x202a, 0x202f), *range(0x2066, 0x206a)))]
+
+
+def test_the_fast_scan_balances_exactly_as_the_first_algorithm_did():
+    generator = random.Random(20261201)
+    samples = [(f"<tr><td><a href='/r/1/' title='t{RLO}'>evil{PDI}{RLO}name{LRI}</a> <span>r_1</span></td>"
+                f"<td>{RLO}x</td></tr>" * 50 + f"<textarea>{RLO}</textarea><script>if (a < b) {{ s = '{LRI}'; }}</script>"),
+               f"{RLO}before any tag", f"<p>{PDF}{PDI}</p>< {RLO}", f"<!-- {RLO} never closed <p>{RLO}",
+               f"<script>{RLO} never closed <p>{RLO}</p>"]
+    samples += ["".join(generator.choices(_PIECES, k=generator.randint(0, 80))) for _ in range(3000)]
+    for sample in samples:
+        assert balance_html_text(sample) == _reference_balance_html_text(sample), repr(sample)
+        assert balance_bidi_controls(sample) == _reference_balance(sample), repr(sample)
 
 
 def test_a_page_closes_a_hostile_name_inside_its_own_text(team, client_for):
