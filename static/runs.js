@@ -2,7 +2,7 @@
    server-sent events (or, when those do not get through, by polling the state endpoint); the
    progress bar, log tail and samples browser. Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
-   a line per group, and the chart of eval/<metric> itself stays as it is. */
+   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. */
 (function () {
   "use strict";
 
@@ -15,10 +15,6 @@
   var lastStep = {};        // metric name -> highest step drawn
   var groupTrace = {};      // grouped metric name -> its trace's index in the group chart
   var groupBy = config.dataset.evalGroupBy || "";
-  // The engine's group labels (1-40 letters, digits, . _ + -); a name not of this form gets its own chart.
-  var GROUPED = /^(eval\/[^\/]+)\/([\p{L}\p{N}_.+-]{1,40})$/u;
-  // The column name is the user's text: it goes into a chart title (plotly reads tags there) only when plain.
-  var PLAIN = /^[\p{L}\p{N}_ .+-]{1,64}$/u;
   var lastLogId = 0;
   var pollTimer = null;
   var source = null;
@@ -58,7 +54,7 @@
 
   // The chart of eval/<metric>/<group> and the index of that group's line in it (added when first seen).
   function groupTraceFor(name, group) {
-    var key = group.metric + " by " + (PLAIN.test(groupBy) ? groupBy : "group");
+    var key = group.chart;
     var plot = charts[key] || newChart(key, [], Object.assign(layoutFor(key), {
       height: 260, showlegend: true, legend: { font: { size: 10 } } }));
     if (!(name in groupTrace)) {
@@ -72,8 +68,8 @@
 
   // Append points (sorted by step) newer than what a chart already shows.
   function addPoints(name, steps, values) {
-    var match = groupBy ? GROUPED.exec(name) : null;
-    var target = match ? groupTraceFor(name, { metric: match[1], label: match[2] }) : { plot: ensureChart(name), index: 0 };
+    var group = window.TemperMetricGroups.groupOf(name, groupBy);
+    var target = group ? groupTraceFor(name, group) : { plot: ensureChart(name), index: 0 };
     var xs = [], ys = [];
     for (var i = 0; i < steps.length; i++) {
       if (steps[i] > lastStep[name]) { xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i]; }

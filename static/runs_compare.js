@@ -1,11 +1,35 @@
 /* The compare page: one overlaid chart per metric (a trace per run), x by step, tokens or wall
-   time, EMA smoothing, log scale; and the "differences only" switch of the config table. */
+   time, EMA smoothing, log scale; and the "differences only" switch of the config table. A run
+   with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
+   the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
+   and group: a group's color, a run's dash, named "<group> · <run>". */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
   var holder = document.getElementById("compare-charts");
   var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3"];
+  var dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
+
+  // Each chart in the order of the metric names: its key (its title), whether it holds groups, and
+  // its lines: { run, runIndex, metric, label } (label: the group's, or null).
+  function chartsOf() {
+    var charts = [], byKey = {};
+    function chart(key, grouped) {
+      if (!byKey[key]) charts.push(byKey[key] = { key: key, grouped: grouped, lines: [], labels: [] });
+      return byKey[key];
+    }
+    data.names.forEach(function (name) {
+      data.runs.forEach(function (run, runIndex) {
+        if (!data.series[run.id][name]) return;
+        var group = window.TemperMetricGroups.groupOf(name, run.group_by);
+        var target = chart(group ? group.chart : name, Boolean(group));
+        if (group && target.labels.indexOf(group.label) < 0) target.labels.push(group.label);
+        target.lines.push({ run: run, runIndex: runIndex, metric: name, label: group ? group.label : null });
+      });
+    });
+    return charts;
+  }
 
   // Debiased exponential moving average (as TensorBoard draws it): weight in [0, 1).
   function smooth(values, weight) {
@@ -19,30 +43,39 @@
     return out;
   }
 
+  function trace(chart, line, axis, weight) {
+    var entry = data.series[line.run.id][line.metric];
+    var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines" };
+    if (!chart.grouped) {
+      return Object.assign(common, { name: line.run.name, line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+    }
+    var color = colors[chart.labels.indexOf(line.label) % colors.length];
+    return Object.assign(common, { name: line.label + " · " + line.run.name, legendgroup: line.label,
+      line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
+  }
+
+  var charts = chartsOf();
+  var firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+
   function draw() {
     var axis = xAxis.value, weight = Number(ema.value);
     document.getElementById("ema-value").textContent = weight.toFixed(2);
-    data.names.forEach(function (name, index) {
-      var plot = holder.querySelector('[data-metric="' + CSS.escape(name) + '"]');
+    charts.forEach(function (chart) {
+      var plot = holder.querySelector('[data-metric="' + CSS.escape(chart.key) + '"]');
       if (!plot) {
         var figure = document.createElement("figure");
         figure.className = "chart";
         plot = document.createElement("div");
         plot.className = "plot";
-        plot.dataset.metric = name;
+        plot.dataset.metric = chart.key;
         figure.appendChild(plot);
         holder.appendChild(figure);
       }
-      var traces = data.runs.map(function (run, runIndex) {
-        var entry = data.series[run.id][name];
-        if (!entry) return null;
-        return { x: entry[axis], y: smooth(entry.value, weight), name: run.name, type: "scatter", mode: "lines",
-                 line: { color: colors[runIndex % colors.length], width: 1.5 } };
-      }).filter(Boolean);
-      window.Plotly.react(plot, traces, {
-        height: 260, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: name, font: { size: 13 } },
+      window.Plotly.react(plot, chart.lines.map(function (line) { return trace(chart, line, axis, weight); }), {
+        height: chart.grouped ? 300 : 260, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: chart.key, font: { size: 13 } },
         xaxis: { title: { text: axis === "time" ? "seconds" : axis } }, yaxis: { type: logY.checked ? "log" : "linear" },
-        legend: { orientation: "h", y: -0.25 }, showlegend: index === 0,
+        // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
+        legend: { orientation: "h", y: -0.25, font: { size: 10 } }, showlegend: chart.grouped || chart === firstPlain,
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
       }, { displayModeBar: false, responsive: true });
     });

@@ -289,3 +289,43 @@ def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_
     metrics = page.evaluate("() => [...document.querySelectorAll('.plot')].map(p => p.dataset.metric)")
     assert sorted(metrics) == sorted(["loss", "eval/exact_match", "eval/exact_match by task",
                                       "eval/exact_match/<b>x</b>"])
+
+
+def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, transactional_db, monkeypatch):
+    """As on the run page, eval/exact_match/<task> of runs grouped by task share one chart, here a line
+    per run and group: a group's color, a run's dash. The overall metric keeps its chart of a line
+    per run, and a name that is not a group label gets its own."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="delta")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id,
+            "data": {"train": data.public_id, "eval": data.public_id, "eval_group_by": "task"},
+            "train": {"max_steps": 50}}
+    runs = []
+    for name, scale, extra in (("first", 1, {"eval/exact_match/<b>x</b>": 0.1}), ("second", 2, {})):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        values = {"eval/exact_match": 0.5, "eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75,
+                  "loss": 1.0, **extra}
+        MetricPoint.objects.bulk_create([
+            MetricPoint(run=run, step=step, name=metric, value=value * step * scale, wall_time=float(step),
+                        tokens=step * 100) for step in (10, 20) for metric, value in values.items()])
+        runs.append(run)
+    log_in(page, asgi_server, "delta-viewer")
+    page.goto(f"{asgi_server}/p/delta/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    chart = '.plot[data-metric="eval/exact_match by task"]'
+    page.wait_for_function(f"() => {{ const p = document.querySelector('{chart}'); return p && p.data && p.data.length === 4; }}")
+    traces = page.evaluate(f"() => document.querySelector('{chart}').data.map(t => [t.name, t.x, t.y, t.line.dash])")
+    assert traces == [["even · first", [10, 20], [2.5, 5.0], "solid"], ["even · second", [10, 20], [5.0, 10.0], "dash"],
+                      ["smallest · first", [10, 20], [7.5, 15.0], "solid"],
+                      ["smallest · second", [10, 20], [15.0, 30.0], "dash"]]
+    colors = page.evaluate(f"() => document.querySelector('{chart}').data.map(t => t.line.color)")
+    assert colors[0] == colors[1] != colors[2] == colors[3], "a group's lines share its color"
+    assert page.evaluate(f"() => document.querySelector('{chart}').layout.showlegend") is True
+    overall = page.evaluate("() => document.querySelector('.plot[data-metric=\"eval/exact_match\"]').data.map(t => t.name)")
+    assert overall == ["first", "second"]
+    metrics = page.evaluate("() => [...document.querySelectorAll('.plot')].map(p => p.dataset.metric)")
+    # In the order of the metric names; a grouped chart where its first group's name would be ('<' before 'e').
+    assert metrics == ["loss", "eval/exact_match", "eval/exact_match/<b>x</b>", "eval/exact_match by task"]
+    page.select_option("#x-axis", "tokens")
+    assert page.evaluate(f"() => document.querySelector('{chart}').data[0].x") == [1000, 2000]

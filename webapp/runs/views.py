@@ -344,8 +344,10 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
-        "chart_data": {"runs": [{"id": run.public_id, "name": run.name} for run in runs], "series": series,
-                       "names": names},
+        # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
+        "chart_data": {"runs": [{"id": run.public_id, "name": run.name,
+                                 "group_by": ((run.spec or {}).get("data") or {}).get("eval_group_by") or ""}
+                                for run in runs], "series": series, "names": names},
         "diff": selectors.config_diff(runs=runs), "final_names": final_names,
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
         "generations": selectors.side_by_side(runs=runs),
