@@ -1,8 +1,9 @@
 """``jaxengine demo-base --out DIR``: build the demo model (preset ``demo-tiny``) and the demo datasets.
 
 Writes ``DIR/model/`` (Hugging Face format: config.json, model.safetensors, SentencePiece tokenizer
-with a chat template) and ``DIR/data/sft.jsonl``, ``preference.jsonl``, ``prompts.jsonl`` (with an
-``answer`` column) and ``eval.jsonl`` (held-out prompts with answers). Deterministic for a seed.
+with a chat template) and ``DIR/data/sft.jsonl``, ``sft_teacher.jsonl`` (an imperfect teacher's
+answers), ``preference.jsonl``, ``prompts.jsonl`` (with an ``answer`` column) and ``eval.jsonl``
+(held-out prompts with answers). Deterministic for a seed.
 Point ``TEMPER_DEMO_DIR`` at DIR (or build into ``$TEMPER_MODELS_ROOT/demo``) so that specs can say
 ``model: demo-tiny``.
 """

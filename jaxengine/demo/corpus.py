@@ -33,6 +33,10 @@ DIGITS_PER_LIST = 4
 
 EVAL_FRACTION_PER_MILLE = 100
 
+# The teacher of ``sft_teacher.jsonl`` gives the reference answer in this share of its demonstrations
+# and the problem's plausible wrong answer in the rest (see ``teacher_completion``).
+TEACHER_RIGHT_PER_MILLE = 400
+
 
 @dataclass(frozen=True, kw_only=True)
 class Problem:
@@ -46,6 +50,22 @@ class Problem:
     @property
     def held_out(self) -> bool:
         return zlib.crc32(self.prompt.encode()) % 1000 < EVAL_FRACTION_PER_MILLE
+
+
+def teacher_completion(problem: Problem) -> str:
+    """What an imperfect teacher demonstrates for ``problem``: the reference answer for 40 % of the
+    prompts, its typical mistake (``problem.wrong``: the other extreme, 4 minus the count, off by one)
+    for the rest, chosen by the prompt's CRC32 so that the choice is fixed whatever the seed and order.
+
+    Why: SFT imitates its demonstrations, mistakes included, so the demo SFT on these answers reads
+    the digits yet often puts the mistake first, while the right answer keeps a large share of its
+    samples. A verifiable reward (the ``answer`` column of ``prompts.jsonl``) can then move the
+    greedy answer, which is what RL from verifiable rewards is for and what issue 9's proof shows
+    (bench/RESULTS.md, "RL proof from the teacher's demonstrations"). On the clean ``sft.jsonl`` the
+    tiny model learns the kinds in sudden turns at build-dependent steps, and RL's gain depended on
+    catching one (bench/RESULTS.md, "RL proof from a fresh build: not reproduced")."""
+    right = zlib.crc32(f"teacher:{problem.prompt}".encode()) % 1000 < TEACHER_RIGHT_PER_MILLE
+    return problem.answer if right else problem.wrong
 
 
 def _digits(rng: random.Random) -> list[int]:
@@ -145,12 +165,14 @@ def pretrain_documents(problems: list[Problem], *, seed: int, per_document: int 
 
 
 def dataset_rows(problems: list[Problem], *, max_eval: int = 500) -> dict[str, list[dict]]:
-    """The demo datasets: ``sft``, ``preference``, ``prompts`` (training split) and ``eval`` (held out,
-    at most ``max_eval`` rows so that a greedy exact-match pass stays quick on CPU)."""
+    """The demo datasets: ``sft``, ``sft_teacher`` (an imperfect teacher's answers, ``teacher_completion``),
+    ``preference``, ``prompts`` (training split) and ``eval`` (held out, at most ``max_eval`` rows so
+    that a greedy exact-match pass stays quick on CPU)."""
     training = [problem for problem in problems if not problem.held_out]
     held_out = [problem for problem in problems if problem.held_out][:max_eval]
     return {
         "sft": [{"prompt": p.prompt, "completion": p.answer} for p in training],
+        "sft_teacher": [{"prompt": p.prompt, "completion": teacher_completion(p)} for p in training],
         "preference": [{"prompt": p.prompt, "chosen": p.answer, "rejected": p.wrong} for p in training],
         "prompts": [{"prompt": p.prompt, "answer": p.answer, "task": p.task} for p in training],
         "eval": [{"prompt": p.prompt, "answer": p.answer, "task": p.task} for p in held_out],

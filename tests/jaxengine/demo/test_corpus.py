@@ -74,3 +74,16 @@ def test_the_demo_tokenizer_loads_with_single_chat_markers(tmp_path):
     assert tok.decode(ids, skip_special_tokens=False) == text
     assert [tok.decode([i]) for i in tok.encode("1234")] == ["1", "2", "3", "4"]  # digits split
     assert tok.decode(tok.encode("ünïcødé ✨")) == "ünïcødé ✨"  # byte fallback
+
+
+def test_the_teacher_answers_right_two_times_in_five_and_otherwise_makes_the_problems_mistake():
+    problems = [p for p in corpus.generate_problems(seed=0, count=3000) if not p.held_out]
+    rows = corpus.dataset_rows(problems, max_eval=10)["sft_teacher"]
+    assert [row["prompt"] for row in rows] == [p.prompt for p in problems]
+    for task in corpus.TASKS:
+        answers = [(row["completion"], p) for row, p in zip(rows, problems) if p.task == task]
+        assert all(completion in (p.answer, p.wrong) for completion, p in answers)
+        right = sum(completion == p.answer for completion, p in answers) / len(answers)
+        assert 0.33 < right < 0.47, (task, right)  # 40 % by CRC32, a few hundred rows per kind
+    # fixed by the prompt alone: the same problem gets the same demonstration in any build
+    assert corpus.dataset_rows(problems[::-1], max_eval=10)["sft_teacher"] == rows[::-1]

@@ -60,17 +60,18 @@ def test_it_imports_the_demo_datasets_once_and_they_validate_as_their_kinds(db, 
     assert "demo dataset imported: demo-sft (sft)" in output
     datasets = {dataset.name: dataset for dataset in Dataset.objects.filter(project__slug="demo")}
     assert {name: dataset.kind for name, dataset in datasets.items()} == {
-        "demo-sft": "sft", "demo-preference": "preference", "demo-prompts": "prompts", "demo-eval": "prompts"}
+        "demo-sft": "sft", "demo-sft-teacher": "sft", "demo-preference": "preference", "demo-prompts": "prompts",
+        "demo-eval": "prompts"}
     assert all(dataset.created_by.username == "boss" for dataset in datasets.values())
     assert sorted(queued) == sorted(DatasetVersion.objects.values_list("pk", flat=True))  # validation queued
-    for name, source in (("demo-sft", "sft"), ("demo-preference", "preference"), ("demo-prompts", "prompts"),
-                         ("demo-eval", "eval")):
+    for name, source in (("demo-sft", "sft"), ("demo-sft-teacher", "sft_teacher"), ("demo-preference", "preference"),
+                         ("demo-prompts", "prompts"), ("demo-eval", "eval")):
         version = dataset_services.dataset_version_validate(version_id=datasets[name].versions.get().pk)
         assert version.status == VersionStatus.READY, version.errors
         assert version.row_count == len(written[source].read_text().splitlines())
         assert version.absolute_path.read_bytes() == written[source].read_bytes()
     run_setup()
-    assert (Dataset.objects.count(), DatasetVersion.objects.count()) == (4, 4)
+    assert (Dataset.objects.count(), DatasetVersion.objects.count()) == (5, 5)
 
 
 def test_it_imports_only_the_demo_datasets_that_exist(db, models_root):

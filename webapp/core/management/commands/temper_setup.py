@@ -33,9 +33,11 @@ from webapp.projects.services import membership_add, membership_set_role, projec
 DEMO_SLUG = "demo"
 DEMO_BASE_MODEL_NAME = "demo-base"
 # (dataset name, file in DIR/data, kind): eval.jsonl holds held-out prompts with their answers,
-# the evaluation data of SFT (exact match) and of GRPO/PPO.
+# the evaluation data of SFT (exact match) and of GRPO/PPO; sft_teacher.jsonl an imperfect teacher's
+# answers, the SFT that the RL proof starts from (jaxengine/demo/corpus.py, teacher_completion).
 DEMO_DATASETS = (
     ("demo-sft", "sft.jsonl", "sft"),
+    ("demo-sft-teacher", "sft_teacher.jsonl", "sft"),
     ("demo-preference", "preference.jsonl", "preference"),
     ("demo-prompts", "prompts.jsonl", "prompts"),
     ("demo-eval", "eval.jsonl", "prompts"),
