@@ -57,13 +57,13 @@ def teacher_completion(problem: Problem) -> str:
     prompts, its typical mistake (``problem.wrong``: the other extreme, 4 minus the count, off by one)
     for the rest, chosen by the prompt's CRC32 so that the choice is fixed whatever the seed and order.
 
-    Why: SFT imitates its demonstrations, mistakes included, so the demo SFT on these answers reads
-    the digits yet often puts the mistake first, while the right answer keeps a large share of its
-    samples. A verifiable reward (the ``answer`` column of ``prompts.jsonl``) can then move the
-    greedy answer, which is what RL from verifiable rewards is for and what issue 9's proof shows
-    (bench/RESULTS.md, "RL proof from the teacher's demonstrations"). On the clean ``sft.jsonl`` the
-    tiny model learns the kinds in sudden turns at build-dependent steps, and RL's gain depended on
-    catching one (bench/RESULTS.md, "RL proof from a fresh build: not reproduced")."""
+    Why: SFT imitates its demonstrations, mistakes included, so after the demo SFT on these answers
+    its greedy answer is the mistake while the right answer keeps part of its samples. A verifiable
+    reward (the ``answer`` column of ``prompts.jsonl``) can then move the greedy answer, which is
+    what RL from verifiable rewards is for (bench/RESULTS.md, "RL proof from the teacher's
+    demonstrations": on the tiny demo model mostly to the best constant of a kind, reading on one
+    build). On the clean ``sft.jsonl`` the tiny model learns the kinds in sudden turns at
+    build-dependent steps, and RL's gain depended on catching one (bench/RESULTS.md, "RL proof from a fresh build: not reproduced")."""
     right = zlib.crc32(f"teacher:{problem.prompt}".encode()) % 1000 < TEACHER_RIGHT_PER_MILLE
     return problem.answer if right else problem.wrong
 
