@@ -20,6 +20,7 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+from webapp.core.bidi import isolated
 from webapp.core.submissions import form_send_once, form_send_once_secret, secret_already_shown
 
 
@@ -109,7 +110,7 @@ def _answer_json(request: HttpRequest, project, conversation, answer: Message) -
 def _model_or_error(project, conversation):
     model = selectors.model_choice(project=project, ref=conversation.model_ref)
     if model is None:
-        raise services.ChatError(f"the model {conversation.model_label} is no longer available in this project")
+        raise services.ChatError(f"the model {isolated(conversation.model_label)} is no longer available in this project")
     return model
 
 

@@ -198,3 +198,21 @@ def test_stop_gives_up_an_answer_no_worker_will_finish(team, client_for, base_mo
     services.message_finish(message_id=answer, text="late", finish_reason="stop")  # a late worker changes nothing
     assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
     assert client.post(url("send", conversation), {"content": "Hi again"}).status_code == 200
+
+
+def test_a_removed_models_name_is_isolated_where_the_page_and_the_error_say_so(team, client_for, sent):
+    """The conversation keeps the label of a model since removed: an RLO in it reorders nothing of the
+    sentence around it, on the page (<bdi>) or in the send error (FSI…PDI)."""
+    model = make_base_model(team.project, name="tiny\u202eevil", path="/models/tiny")
+    conversation = conversation_of(team, client_for, model)
+    label = conversation.model_label
+    assert "\u202e" in label
+    model.delete()
+    client = client_for(team.teammate)
+    page = client.get(url("detail", conversation)).content.decode()
+    assert f"The model <bdi>{label}" in page and "</bdi> is no longer available" in page
+    response = client.post(url("send", conversation), {"content": "hi"})
+    assert response.status_code == 409
+    # the RLO closed (PDF) inside the isolate
+    assert f"the model \u2068{label}\u202c\u2069 is no longer available" in response.json()["error"]
+    assert not sent
