@@ -51,7 +51,7 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
                 .exclude(dataset__kind="text").select_related("dataset").order_by("dataset__name", "-number")}
     sources, seen = [], set()
     for run in Run.objects.filter(project=project, status=RunStatus.SUCCEEDED).order_by("-created_at"):
-        version = versions.get(((run.spec or {}).get("data") or {}).get("eval") or "")
+        version = versions.get(run.data_spec.get("eval") or "")
         if version is not None and version.public_id not in seen:
             seen.add(version.public_id)
             sources.append((version, f"Eval set of run {isolated(run.name)}: "

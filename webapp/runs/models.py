@@ -108,6 +108,11 @@ class Run(models.Model):
         return Path(self.resolved_spec["output_dir"])
 
     @property
+    def data_spec(self) -> dict:
+        """The spec's ``data`` section as the user wrote it (dataset public ids), ``{}`` when absent."""
+        return (self.spec or {}).get("data") or {}
+
+    @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
 

@@ -346,7 +346,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name,
-                                 "group_by": ((run.spec or {}).get("data") or {}).get("eval_group_by") or ""}
+                                 "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names},
         "diff": selectors.config_diff(runs=runs), "final_names": final_names,
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
