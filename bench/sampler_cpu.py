@@ -16,9 +16,12 @@ its own virtualenv (it pins safetensors<0.8, ours is 0.8.0), made once with:
     python3 -m venv bench/.venv-tunix
     bench/.venv-tunix/bin/pip install -c <(printf 'jax==0.10.2\\njaxlib==0.10.2\\nflax==0.12.8\\nnumpy==2.4.6\\n') google-tunix==0.1.7
 
-and this script runs itself there (``--engine tunix``) for the tunix rows. Besides the two engines it
-measures two variants of ours: with a per-token streaming callback, and a host-side decode loop around
-a jitted, cache-donating step (the design jaxengine's on-device loop was chosen over).
+and this script runs itself there (``--engine tunix``) for the tunix rows. jaxengine's model is in
+``inference_layout`` (projections joined, an untied [D, V] output kernel), as ``jaxengine generate``,
+``jaxengine eval`` and the serve worker load one. Besides the two engines it measures three variants
+of ours: the model in its training layout (what GRPO's rollouts sample from), with a per-token
+streaming callback, and a host-side decode loop around a jitted, cache-donating step (the design
+jaxengine's on-device loop was chosen over).
 
     .venv/bin/python bench/sampler_cpu.py              # full table (a few minutes on 2 cores)
 """
@@ -86,11 +89,15 @@ def jaxengine_model():
     return build_model(config, rngs=nnx.Rngs(0))
 
 
-def bench_jaxengine(repeats: int, *, streaming: bool) -> dict:
+def bench_jaxengine(repeats: int, *, streaming: bool, layout: bool = True) -> dict:
+    """``layout``: the model in ``inference_layout``, as ``jaxengine generate``, ``eval`` and the serve
+    worker load it; without, the layout a model has in training (GRPO's rollouts sample from that)."""
     from ids_tokenizer import ids_tokenizer  # bench/ is on sys.path when run as a script
+    from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler, SamplingParams
 
-    sampler = Sampler(jaxengine_model(), ids_tokenizer(MODEL["vocab_size"]))
+    model = inference_layout(jaxengine_model()) if layout else jaxengine_model()
+    sampler = Sampler(model, ids_tokenizer(MODEL["vocab_size"]))
     on_token = (lambda row, token_id, delta: None) if streaming else None
 
     def generate(prompts, new_tokens):
@@ -106,9 +113,10 @@ def bench_host_loop(repeats: int) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
+    from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import bucket_length, decode, prefill
 
-    graphdef, state = nnx.split(jaxengine_model())
+    graphdef, state = nnx.split(inference_layout(jaxengine_model()))
     total = bucket_length(PROMPT_BUCKET + NEW_TOKENS, minimum=16)
 
     @jax.jit
@@ -180,6 +188,8 @@ def run_engine(engine: str, repeats: int) -> dict:
         return bench_jaxengine(repeats, streaming=False)
     if engine == "jaxengine-streaming":
         return bench_jaxengine(repeats, streaming=True)
+    if engine == "jaxengine-training-layout":
+        return bench_jaxengine(repeats, streaming=False, layout=False)
     if engine == "jaxengine-host-loop":
         return bench_host_loop(repeats)
     return bench_tunix(repeats)
@@ -197,7 +207,8 @@ def in_subprocess(python: str, engine: str, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", choices=("jaxengine", "jaxengine-streaming", "jaxengine-host-loop", "tunix"))
+    parser.add_argument("--engine", choices=("jaxengine", "jaxengine-training-layout", "jaxengine-streaming",
+                                             "jaxengine-host-loop", "tunix"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tunix-python", default=str(REPO / "bench/.venv-tunix/bin/python"))
@@ -206,8 +217,8 @@ def main() -> None:
     if args.engine:
         print(json.dumps(run_engine(args.engine, args.repeats)))
         return
-    engines = {"jaxengine": sys.executable, "jaxengine-streaming": sys.executable,
-               "jaxengine-host-loop": sys.executable, "tunix": args.tunix_python}
+    engines = {"jaxengine": sys.executable, "jaxengine-training-layout": sys.executable,
+               "jaxengine-streaming": sys.executable, "jaxengine-host-loop": sys.executable, "tunix": args.tunix_python}
     results: dict[str, dict[int, dict[str, float]]] = {}
     for _ in range(args.rounds):
         for engine, python in engines.items():

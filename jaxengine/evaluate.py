@@ -18,9 +18,10 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
     With ``by`` (a column every row has, e.g. the demo's ``task``), ``groups`` also gives the fraction
     and count for each of its values: one figure hides which kinds of prompt a model reads."""
     from jaxengine.data.pipeline import encode_prompt
+    from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler, SamplingParams
 
-    sampler = Sampler(model, tokenizer)
+    sampler = Sampler(inference_layout(model), tokenizer)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, seed=0)
     texts: list[str] = []
     for start in range(0, len(rows), batch_size):

@@ -48,9 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxengine.models.transformer import fuse_projections
-from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decode, filter_logits, prefill,
-                              stop_string_end)
+from jaxengine.models.transformer import inference_layout
+from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decode, filter_logits, first_max_index,
+                              prefill, stop_string_end)
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
@@ -106,7 +106,7 @@ def load_serving_model(path: str | Path, *, compute_dtype=None) -> LoadedModel:
         model, _, _ = load_quantized(path, compute_dtype=compute_dtype)
     else:
         model, _ = load_hf_model(path, param_dtype=compute_dtype, compute_dtype=compute_dtype)
-    model = fuse_projections(model)  # once here, so the separate q/k/v and gate/up kernels are not kept too
+    model = inference_layout(model)  # once here, so the separate q/k/v and gate/up kernels are not kept too
     return LoadedModel(model=model, tokenizer=load_tokenizer(path), nbytes=weight_bytes(model), path=path)
 
 
@@ -199,7 +199,7 @@ def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filter
     with that noise's key. ``filtered``: some row uses top-k or top-p (a compile-time switch: the per-row
     sort is the costliest part of a small model's step)."""
     if noise_bv is None:
-        return jnp.argmax(logits_bv, axis=-1).astype(jnp.int32)
+        return first_max_index(logits_bv)
     sampled_b = temperature_b > 0
     scaled_bv = logits_bv / jnp.where(sampled_b, temperature_b, 1.0)[:, None]
     if filtered:
@@ -209,7 +209,7 @@ def _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, *, filter
         scaled_bv = jnp.where(filters_on_b[:, None], filtered_bv, scaled_bv)
     # One argmax over the vocabulary for greedy and sampling rows alike (a row's greedy logits, or
     # jax.random.categorical's Gumbel-max draw): the reduction is a large share of a small model's step.
-    return jnp.argmax(jnp.where(sampled_b[:, None], noise_bv + scaled_bv, logits_bv), axis=-1).astype(jnp.int32)
+    return first_max_index(jnp.where(sampled_b[:, None], noise_bv + scaled_bv, logits_bv))
 
 
 def _rows_view(keys_or_values: jax.Array, rows: int, kv_heads: int) -> jax.Array:
@@ -544,9 +544,9 @@ class BatchDecoder:
         if max_slots < 1 or steps_per_call < 1:
             raise ValueError(f"BatchDecoder: max_slots ({max_slots}) and steps_per_call ({steps_per_call}) "
                              "must be at least 1")
-        # q/k/v and gate/up as one matmul each (a copy sharing the other weights; none for a model that
-        # load_serving_model already fused).
-        self.model = fuse_projections(model)
+        # q/k/v and gate/up as one matmul each, on CPU an untied output projection (a copy sharing the
+        # other weights; nothing new for a model that load_serving_model already laid out).
+        self.model = inference_layout(model)
         self.tokenizer = tokenizer
         self.min_bucket = min_bucket
         self.cache_dtype = cache_dtype

@@ -81,6 +81,7 @@ def _generate(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler
     from jaxengine.tokenizer import load_tokenizer
 
@@ -94,6 +95,7 @@ def _generate(args: argparse.Namespace) -> int:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     model, _ = load_hf_model(model_dir, param_dtype=dtype, compute_dtype=dtype)
+    model = inference_layout(model)  # rebound: the separate q/k/v and gate/up kernels are not kept too
     sampler = Sampler(model, tokenizer)
 
     def print_delta(row: int, token_id: int, delta: str) -> None:

@@ -33,8 +33,9 @@ from jaxengine.models.layers import (
     Linear,
     RMSNorm,
     joined_projection,
-    resolve_attention_implementation,
     kv_cache_shapes,
+    param,
+    resolve_attention_implementation,
     rope_cos_sin,
     rope_inverse_frequencies,
 )
@@ -82,7 +83,8 @@ class CausalLM(nnx.Module):
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, unit_offset=config.norm_unit_offset,
                             param_dtype=param_dtype)
         if config.tie_word_embeddings:
-            self.lm_head = None
+            # Data, not static: ``untied_output_projection`` gives an inference copy a head of its own.
+            self.lm_head = nnx.data(None)
         else:
             self.lm_head = Linear(config.hidden_size, config.vocab_size, use_bias=False, axes=("embed", "vocab"),
                                   **common)
@@ -218,6 +220,36 @@ def fuse_projections(model: CausalLM) -> CausalLM:
             if gate_up is not None:
                 mlp.gate_up_proj, mlp.gate_proj, mlp.up_proj = gate_up, None, None
     return fused
+
+
+def untied_output_projection(model: CausalLM) -> CausalLM:
+    """A copy of ``model`` whose tied embedding also has its own output projection: ``lm_head`` with
+    the table's transpose as a [D, V] kernel (the table stays for the token lookup). The logits are
+    the tied model's to float rounding; a model with an ``lm_head`` already comes back as a copy
+    unchanged. For generation on CPU (``inference_layout``), at the cost of V x D more parameters:
+    XNNPACK's matrix-vector product over the vocabulary reads a [D, V] kernel about 1.4x faster than
+    it reads the [V, D] table as its transpose (bench/RESULTS.md, "Inference layout")."""
+    untied = nnx.merge(*nnx.split(model))
+    if untied.lm_head is None:
+        table_vd = untied.embed_tokens.embedding[...]
+        vocab_size, hidden_size = table_vd.shape
+        # Built abstract, then given the copy: no throwaway random kernel of the vocabulary's size.
+        head = nnx.eval_shape(lambda: Linear(hidden_size, vocab_size, use_bias=False, axes=("embed", "vocab"),
+                                             param_dtype=table_vd.dtype, compute_dtype=untied.compute_dtype,
+                                             rngs=nnx.Rngs(0)))
+        head.kernel = param(jnp.transpose(table_vd), ("embed", "vocab"))
+        untied.lm_head = head
+    return untied
+
+
+def inference_layout(model: CausalLM) -> CausalLM:
+    """A copy of ``model`` laid out for generation from fixed weights (serving, ``jaxengine generate`` and
+    ``eval``): projections joined (``fuse_projections``) and, on CPU, a tied embedding's output projection
+    as its own kernel (``untied_output_projection``; accelerators read either layout at full speed, so
+    there the copy would only cost memory). Not for a model being trained: its layout copies would
+    go stale at the first update."""
+    fused = fuse_projections(model)
+    return untied_output_projection(fused) if jax.default_backend() == "cpu" else fused
 
 
 def _run_layer(layer: DecoderLayer, x_btd, cos_bth, sin_bth, mask_bts, kv_cache, write_index, lengths_b, *,

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from jaxengine.models import build_model, preset
-from jaxengine.models.transformer import fuse_projections
+from jaxengine.models.transformer import fuse_projections, inference_layout, untied_output_projection
 from jaxengine.peft.lora import apply_lora
 from jaxengine.sampler import decode, prefill
 
@@ -51,3 +51,29 @@ def test_a_projection_with_a_lora_adapter_stays_separate_and_fusing_twice_change
     assert mlp.gate_up_proj is None and mlp.up_proj.lora is not None
     again = fuse_projections(fuse_projections(build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))))
     assert again.layers[0].self_attn.qkv_proj.kernel.shape == (64, 4 * 16 + 2 * 2 * 16)  # q, then k and v
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma3"])  # tied embeddings; Gemma's soft-capped logits
+def test_untied_output_projection_gives_the_tied_logits_and_keeps_the_table(name):
+    model = tiny(name)
+    assert model.lm_head is None
+    untied = untied_output_projection(model)
+    assert model.lm_head is None  # the original is left as it was
+    table_vd = model.embed_tokens.embedding[...]
+    assert untied.embed_tokens.embedding[...] is table_vd  # still the lookup table, not a copy
+    np.testing.assert_array_equal(np.asarray(untied.lm_head.kernel[...]), np.asarray(table_vd).T)
+
+    input_ids_bt = jax.random.randint(jax.random.key(2), (2, 5), 0, model.config.vocab_size)
+    positions_bt = jnp.broadcast_to(jnp.arange(5), (2, 5))
+    np.testing.assert_allclose(np.asarray(untied(input_ids_bt, positions_bt)[0]),
+                               np.asarray(model(input_ids_bt, positions_bt)[0]), rtol=1e-5, atol=1e-5)
+    again = untied_output_projection(untied)
+    assert again.lm_head.kernel[...] is untied.lm_head.kernel[...]  # an untied model is not copied again
+
+
+def test_inference_layout_on_cpu_fuses_and_unties():
+    model = tiny("tiny-qwen3")
+    laid_out = inference_layout(model)
+    assert laid_out.layers[0].self_attn.qkv_proj is not None and laid_out.layers[0].mlp.gate_up_proj is not None
+    assert laid_out.lm_head is not None and model.lm_head is None
+    assert model.layers[0].self_attn.qkv_proj is None

@@ -9,7 +9,8 @@ from flax import nnx
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.models import build_model, preset
-from jaxengine.sampler import Sampler, SamplingParams, bucket_length, decode, filter_logits, prefill
+from jaxengine.sampler import (Sampler, SamplingParams, bucket_length, decode, filter_logits, first_max_index,
+                               prefill)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -49,6 +50,35 @@ def test_filter_logits_by_hand():
     assert kept(2, 0.6).tolist() == [[False, True, False, False]]
     kept_values = filter_logits(logits, jnp.int32(2), jnp.float32(1.0))
     np.testing.assert_array_equal(np.asarray(kept_values)[0, [1, 3]], np.asarray(logits)[0, [1, 3]])
+
+
+def test_first_max_index_is_argmax_with_its_ties_and_nans():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((6, 1000)).astype(np.float32)
+    values[1, [10, 500, 900]] = 9.0  # ties: the first wins
+    values[2] = -np.inf  # nothing finite: index 0
+    values[3, [7, 70]] = np.nan  # a NaN wins over any number, the first NaN
+    values[4, -1] = np.inf
+    values[5] = np.round(values[5])  # many ties at the largest integer
+    expected = np.asarray(jnp.argmax(jnp.asarray(values), axis=-1))
+    got = np.asarray(jax.jit(first_max_index)(jnp.asarray(values)))
+    assert got.dtype == np.int32
+    assert got.tolist() == expected.tolist()
+    assert got[1:5].tolist() == [10, 0, 7, 999]
+
+
+def test_sampling_draws_what_jax_random_categorical_draws(sampler):
+    # The sampler's Gumbel-max draw with its own argmax must be categorical's draw for the documented key
+    # fold_in(fold_in(key(seed), row), step): the first token of each row from the prefill's logits.
+    tokenizer = sampler.tokenizer
+    params = SamplingParams(max_new_tokens=1, temperature=0.7, seed=11)
+    generations = sampler.generate(PROMPTS, params)
+    prompt_ids = [tokenizer.encode(prompt) for prompt in PROMPTS]
+    for row, (ids, generation) in enumerate(zip(prompt_ids, generations)):
+        logits_v = sampler.model(jnp.asarray([ids]), jnp.arange(len(ids))[None])[0][0, -1]
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(params.seed), row), 0)
+        assert generation.token_ids == [int(jax.random.categorical(key, logits_v / params.temperature))]
+    assert len({generation.token_ids[0] for generation in generations}) > 1
 
 
 @pytest.mark.parametrize("kind", ["tiny-gemma3"])  # sliding and global layers: both mask paths
