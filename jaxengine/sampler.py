@@ -125,7 +125,7 @@ def first_max_index(values_bv: jax.Array) -> jax.Array:
     """int32 ``jnp.argmax`` over the last axis (the first largest value, or the first NaN), computed as
     a max and then a min over the indices that hold it. XLA's CPU argmax is one reduction over (value,
     index) pairs that does not vectorize: over a 16k vocabulary it is 3-4x slower than these two
-    (bench/RESULTS.md, "Greedy argmax"), and a decode step takes one per row."""
+    (bench/RESULTS.md, "Greedy argmax and the inference layout"), and a decode step takes one per row."""
     size = values_bv.shape[-1]
     largest_b1 = jnp.max(values_bv, axis=-1, keepdims=True)
     holds_it_bv = (values_bv == largest_b1) | jnp.isnan(values_bv)

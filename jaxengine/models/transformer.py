@@ -228,7 +228,7 @@ def untied_output_projection(model: CausalLM) -> CausalLM:
     the tied model's to float rounding; a model with an ``lm_head`` already comes back as a copy
     unchanged. For generation on CPU (``inference_layout``), at the cost of V x D more parameters:
     XNNPACK's matrix-vector product over the vocabulary reads a [D, V] kernel about 1.4x faster than
-    it reads the [V, D] table as its transpose (bench/RESULTS.md, "Inference layout")."""
+    it reads the [V, D] table as its transpose (bench/RESULTS.md, "Greedy argmax and the inference layout")."""
     untied = nnx.merge(*nnx.split(model))
     if untied.lm_head is None:
         table_vd = untied.embed_tokens.embedding[...]
