@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.webapp.runs.conftest import sft_spec
+from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
 from webapp.runs import reporting, services
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
@@ -72,12 +72,22 @@ def test_the_scale_out_fieldset_offers_the_pools_workers_announce(team, catalog,
     assert 'id="scale-out"' in page
     for key in ("parallel.data", "parallel.fsdp", "parallel.tensor", "hosts"):
         assert f'name="{key}"' in page
-    assert '<option value="default" data-devices="" selected>default — no live workers</option>' in page
-    assert '<option value="tpu" data-devices="4" >tpu — 2 workers × 4 cpu devices (cpu)</option>' in page
+    assert f'<option value="default" data-devices="" selected>{FSI}default{PDI} — no live workers</option>' in page
+    assert f'<option value="tpu" data-devices="4" >{FSI}tpu{PDI} — 2 workers × 4 cpu devices (cpu)</option>' in page
     assert 'name="hosts" value="1"' in page
     assert 'name="parallel.data" value="" placeholder="default layout"' in page
     grpo = client_for(team.teammate).get("/p/alpha/runs/new/?task=grpo").content.decode()
     assert 'name="parallel.fsdp"' in grpo and 'name="pool"' in grpo and 'name="hosts"' not in grpo
+
+
+def test_a_pool_name_in_its_option_label_is_isolated(team, catalog, client_for):
+    """A pool's name is the queue a worker was started on (``train-<pool>``), any text: inside the
+    composed option label it is wrapped in FSI…PDI, its RLO closed inside the isolate, so the summary
+    after it is not reordered; and it is still escaped."""
+    make_pool_worker("train@evil-0", pool="evil\u202e<b>", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]})
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert f">{FSI}evil\u202e&lt;b&gt;\u202c{PDI} — 1 worker × 4 cpu devices (cpu)</option>" in page
+    assert "<b>" not in page.split('id="spec-pool"')[1].split("</select>")[0]
 
 
 def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, client_for, sent_tasks, tpu_pool):
@@ -97,7 +107,7 @@ def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, clien
     # A pool none of whose workers is alive now stays the duplicate's choice.
     gone = services.run_create(project=team.project, spec=sft_spec(catalog, pool="gone"), user=team.teammate)
     copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={gone.public_id}").content.decode()
-    assert '<option value="gone" data-devices="" selected>gone — no live workers</option>' in copy
+    assert f'<option value="gone" data-devices="" selected>{FSI}gone{PDI} — no live workers</option>' in copy
     assert 'name="parallel.data" value=""' in copy  # no parallel section: blank, the default layout
 
 
