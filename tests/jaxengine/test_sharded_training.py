@@ -189,7 +189,13 @@ def test_ppo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
     assert one["status"] == sharded["status"] == "succeeded"
     expected, got = read_metrics(tmp_path / "one/metrics.jsonl"), read_metrics(tmp_path / "mesh/metrics.jsonl")
     assert [m["reward"] for m in got] == [m["reward"] for m in expected]
-    assert_same_losses(expected, got, keys=(*COMPARED, "loss/value", "val/mean"))
+    assert_same_losses(expected, got, keys=("loss", "loss/value", "val/mean"))
+    # grad_norm is not a loss: the norm over every policy and value-head gradient, each rounded
+    # differently per layout. At step 10 it differed by 9.9e-5 on the machines of earlier CI runs and by
+    # 1.6e-4 of 0.822 on this one (AMD EPYC, 2026-12-02, the same at ecfe46f, before this session's
+    # changes), so it is held to a relative 5e-4 while the losses keep the 1e-4.
+    for before, after in zip(expected, got):
+        assert abs(before["grad_norm"] - after["grad_norm"]) <= 5e-4 * abs(before["grad_norm"]), after["step"]
 
 
 def test_the_spec_parallel_section_and_its_rules(tmp_path):
