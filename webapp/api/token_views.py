@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.api import services
 from webapp.api.models import ApiToken
-from webapp.core.submissions import form_send_once_secret, secret_already_shown
+from webapp.core.submissions import form_send_once_secret, note_secret_already_shown
 
 
 @login_required
@@ -31,8 +31,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
             error = problem.messages[0]
         else:
             if not secret:
-                made = ApiToken.objects.filter(user=request.user, pk=token_id).first()
-                messages.info(request, secret_already_shown(token_name=made.name if made else None))
+                note_secret_already_shown(request, tokens=ApiToken.objects.filter(user=request.user), token_id=token_id)
     return render(request, "accounts/tokens.html", {
         "tokens": ApiToken.objects.filter(user=request.user), "secret": secret, "error": error,
     }, status=400 if error else 200)

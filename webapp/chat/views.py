@@ -7,7 +7,6 @@ another member's conversation is a 404 too. Model output is only ever put in a p
 """
 from __future__ import annotations
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -21,7 +20,7 @@ from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
 from webapp.core.bidi import isolated
-from webapp.core.submissions import form_send_once, form_send_once_secret, secret_already_shown
+from webapp.core.submissions import form_send_once, form_send_once_secret, note_secret_already_shown
 
 
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
@@ -66,8 +65,8 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
 
     token_id, secret = form_send_once_secret(request, create=create)
     if not secret:
-        made = ProjectToken.objects.filter(project=project, user=request.user, pk=token_id).first()
-        messages.info(request, secret_already_shown(token_name=made.name if made else None))
+        note_secret_already_shown(request, tokens=ProjectToken.objects.filter(project=project, user=request.user),
+                                  token_id=token_id)
     form = ConversationForm(choices=selectors.model_choices(project=project))
     return _list_page(request, project, membership, form, new_secret=secret)
 

@@ -16,7 +16,8 @@ sending without a token (older scripts) is acted on every time.
 
 A new API token's secret is shown on the response to the sending that made it and never stored,
 so a repeat cannot show it: ``form_send_once_secret`` keeps only the token's id, and its views
-answer a repeat with ``secret_already_shown`` instead of making a second token.
+answer a repeat with ``secret_already_shown`` (``note_secret_already_shown``) instead of making a
+second token.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from datetime import timedelta
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -144,6 +146,15 @@ def secret_already_shown(*, token_name: str | None) -> str:
     return (f"This form was already sent and made the token {isolated(token_name)}; its secret was shown only on "
             "the page that answered that first sending, and it is not kept, so it cannot be shown again. If you did "
             "not copy it, revoke that token and create a new one with the form here.")
+
+
+def note_secret_already_shown(request: HttpRequest, *, tokens: QuerySet, token_id: str) -> None:
+    """The note a token view adds for a repeated sending (``form_send_once_secret`` returned no
+    secret): ``secret_already_shown`` with the name of the token the first sending made, looked up
+    by ``token_id`` among ``tokens`` (the user's own, so an id cannot name someone else's), or
+    saying it has been revoked since."""
+    name = tokens.filter(pk=token_id).values_list("name", flat=True).first()
+    messages.info(request, secret_already_shown(token_name=name))
 
 
 def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sent:
