@@ -18,10 +18,12 @@
   var lastLogId = 0;
   var pollTimer = null;
   var source = null;
+  // A metric's or a group's name as plotly shows it: as text, never as its tags (static/plot_text.js).
+  var literal = window.TemperPlotText.literal;
 
   function layoutFor(name) {
     return {
-      height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: name, font: { size: 13 } },
+      height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
       xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { zeroline: false },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
     };
@@ -60,8 +62,8 @@
     if (!(name in groupTrace)) {
       groupTrace[name] = plot.data.length;
       lastStep[name] = 0;
-      window.Plotly.addTraces(plot, { x: [], y: [], name: group.label, type: "scatter", mode: "lines+markers",
-        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: group.label + ", step %{x}: %{y:.5g}<extra></extra>" });
+      window.Plotly.addTraces(plot, { x: [], y: [], name: literal(group.label), type: "scatter", mode: "lines+markers",
+        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: literal(group.label) + ", step %{x}: %{y:.5g}<extra></extra>" });
     }
     return { plot: plot, index: groupTrace[name] };
   }

@@ -9,6 +9,8 @@
   var holder = document.getElementById("compare-charts");
   var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3"];
   var dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+  // A run's name, a metric's, a group's as plotly shows them: as text, never as its tags (static/plot_text.js).
+  var literal = window.TemperPlotText.literal;
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, and
@@ -47,10 +49,10 @@
     var entry = data.series[line.run.id][line.metric];
     var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines" };
     if (!chart.grouped) {
-      return Object.assign(common, { name: line.run.name, line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+      return Object.assign(common, { name: literal(line.run.name), line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
     }
     var color = colors[chart.labels.indexOf(line.label) % colors.length];
-    return Object.assign(common, { name: line.label + " · " + line.run.name, legendgroup: line.label,
+    return Object.assign(common, { name: literal(line.label + " · " + line.run.name), legendgroup: line.label,
       line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
   }
 
@@ -72,7 +74,7 @@
         holder.appendChild(figure);
       }
       window.Plotly.react(plot, chart.lines.map(function (line) { return trace(chart, line, axis, weight); }), {
-        height: chart.grouped ? 300 : 260, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: chart.key, font: { size: 13 } },
+        height: chart.grouped ? 300 : 260, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(chart.key), font: { size: 13 } },
         xaxis: { title: { text: axis === "time" ? "seconds" : axis } }, yaxis: { type: logY.checked ? "log" : "linear" },
         // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
         legend: { orientation: "h", y: -0.25, font: { size: 10 } }, showlegend: chart.grouped || chart === firstPlain,

@@ -198,6 +198,29 @@ def test_compare_two_runs(page, asgi_server, transactional_db, monkeypatch):
     assert page.evaluate("() => document.querySelector('.plot[data-metric=\"loss\"]').data[0].x[0]") == 100
 
 
+def test_run_names_in_the_compare_legend_are_text_not_markup(page, asgi_server, transactional_db, monkeypatch):
+    """Plotly reads <b>, <br>, <a> ... in a trace's name: a run's name is handed it with its '&', '<'
+    and '>' as entities (static/plot_text.js), so the legend shows the name as it was typed."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="kappa")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    names = ["<b>bold</b>", "a<br>b &amp; <i>c</i>"]
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in names]
+    for run in runs:
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                     wall_time=float(step), tokens=step) for step in (1, 2)])
+    log_in(page, asgi_server, "kappa-viewer")
+    page.goto(f"{asgi_server}/p/kappa/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    legend = '.plot[data-metric="loss"] .legend'
+    page.wait_for_function(f"() => document.querySelectorAll('{legend} .legendtext').length === 2")
+    texts = page.evaluate(f"() => [...document.querySelectorAll('{legend} .legendtext')].map(t => t.textContent)")
+    assert texts == names
+    # No element made of the name's tags: neither <b>/<i> (plotly draws them as styled tspans) nor <br> (a tspan.line).
+    assert page.evaluate(f"() => document.querySelectorAll('{legend} b, {legend} i, {legend} .legendtext tspan').length") == 0
+
+
 # Short prompts: rendered with the tiny tokenizer's chat template they still fill most of 128 tokens.
 PROMPTS = [{"prompt": word, "answer": word} for word in ("trees", "sea", "bees", "green", "steel", "sheep")]
 
