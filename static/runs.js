@@ -62,8 +62,9 @@
     if (!(name in groupTrace)) {
       groupTrace[name] = plot.data.length;
       lastStep[name] = 0;
-      window.Plotly.addTraces(plot, { x: [], y: [], name: literal(group.label), type: "scatter", mode: "lines+markers",
-        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: literal(group.label) + ", step %{x}: %{y:.5g}<extra></extra>" });
+      var label = literal(group.label);
+      window.Plotly.addTraces(plot, { x: [], y: [], name: label, type: "scatter", mode: "lines+markers",
+        marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: label + ", step %{x}: %{y:.5g}<extra></extra>" });
     }
     return { plot: plot, index: groupTrace[name] };
   }
