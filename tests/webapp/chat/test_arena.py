@@ -2,6 +2,7 @@
 decisive vote becomes a preference pair (exported as a dataset version, or sent to review), the
 leaderboard page, access."""
 import json
+import re
 
 import pytest
 from django.template.defaultfilters import floatformat
@@ -175,3 +176,18 @@ def test_the_same_battle_sent_twice_asks_the_models_once(team, client_for, model
     assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"] == battle_url(
         "battle", battle)
     assert len(sent) == 2  # one generation per side, once
+
+
+def active_tabs(page: str) -> list[str]:
+    subnav = page.split('<nav class="subnav"', 1)[1].split("</nav>", 1)[0]
+    return re.findall(r'class="active">([^<]+)</a>', subnav)
+
+
+def test_the_arena_pages_light_the_arena_tab_alone(team, client_for, models, sent):
+    """The arena's pages are served by the chat app, and both Chat and Arena were lit on them."""
+    battle = start_battle(team, client_for)
+    client = client_for(team.teammate)
+    for url in (reverse("chat:arena", args=[team.project.slug]), reverse("chat:leaderboard", args=[team.project.slug]),
+                battle_url("battle", battle)):
+        assert active_tabs(client.get(url).content.decode()) == ["Arena"], url
+    assert active_tabs(client.get(reverse("chat:list", args=[team.project.slug])).content.decode()) == ["Chat"]

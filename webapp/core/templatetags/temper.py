@@ -13,6 +13,10 @@ from webapp.core.submissions import TOKEN_FIELD, new_submission_token
 
 register = template.Library()
 
+# The chat app's URL names that belong to the Arena tab (webapp/chat/urls.py).
+ARENA_URL_NAMES = frozenset({"arena", "leaderboard", "arena_export", "arena_to_review", "arena_review_create",
+                             "battle", "vote"})
+
 
 @register.filter
 def count_short(value: int | None) -> str:
@@ -42,6 +46,19 @@ def time_ago(value: datetime, now: datetime | None = None) -> str:
     if now - value < timedelta(minutes=1):
         return "just now"
     return f"{timesince(value, now)} ago"
+
+
+@register.simple_tag(takes_context=True)
+def project_tab(context) -> str:
+    """The tab of the project bar the page belongs to: its URL namespace, except that every page under
+    ``/p/<slug>/arena/`` (arena, battles, leaderboard) is the Arena tab although the chat app serves it."""
+    request = context.get("request")
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        return ""
+    if match.namespace == "chat" and match.url_name in ARENA_URL_NAMES:
+        return "arena"
+    return match.namespace
 
 
 @register.simple_tag
