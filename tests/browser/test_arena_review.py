@@ -5,7 +5,7 @@ import pytest
 
 from tests.browser.test_datasets import screenshot
 from tests.browser.test_review import log_in
-from tests.webapp.factories import make_base_model, make_team
+from tests.webapp.factories import PASSWORD, make_base_model, make_team
 from webapp.core.bidi import isolated
 from webapp.chat import arena, selectors, services
 from webapp.review import services as review_services
@@ -72,3 +72,23 @@ def test_battles_go_to_review_from_the_arena_and_the_leaderboard(browser, live_s
     finally:
         for context in contexts:
             context.close()
+
+
+def test_text_inputs_written_without_a_type_look_like_the_others(page, live_server):
+    """An <input> with no type attribute is a text box, but the site's input rule named input[type=text]
+    only: the arena's dataset and campaign names and the chat page's token name were bare browser boxes."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.owner.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    look = "element => { const s = getComputedStyle(element); return [s.borderRadius, s.paddingLeft, s.borderTopColor]; }"
+    page.goto(f"{live_server.url}/p/alpha/chat/")
+    styled = page.locator("#id_max_tokens").evaluate(look)
+    assert styled[0] == "6px"
+    assert page.get_by_label("Token name").evaluate(look) == styled
+    page.goto(f"{live_server.url}/p/alpha/arena/")
+    assert page.get_by_label("Dataset name").evaluate(look) == styled
+    assert page.get_by_label("Campaign name").evaluate(look) == styled
