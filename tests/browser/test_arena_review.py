@@ -92,3 +92,22 @@ def test_text_inputs_written_without_a_type_look_like_the_others(page, live_serv
     page.goto(f"{live_server.url}/p/alpha/arena/")
     assert page.get_by_label("Dataset name").evaluate(look) == styled
     assert page.get_by_label("Campaign name").evaluate(look) == styled
+
+
+def test_the_battle_form_names_its_fields(page, live_server):
+    """The prompt box had no visible label and sat at the browser's default width, and the compare-mode
+    selects were two unnamed '— random —' boxes: nothing said which model would be A and which B."""
+    team = make_team()
+    make_base_model(team.project, name="falcon " + "with a long name " * 8, path="/models/falcon")
+    page = log_in(page.context, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/arena/")
+    form = page.locator("#new-battle")
+    for label in ("Prompt", "Model A", "Model B"):
+        assert form.locator("label", has_text=label).is_visible()
+        assert form.get_by_label(label, exact=True).is_visible()
+    form_width = form.evaluate("element => element.clientWidth")
+    assert form.get_by_label("Prompt").evaluate("element => element.offsetWidth") >= form_width * 0.9
+    first, second = form.get_by_label("Model A").bounding_box(), form.get_by_label("Model B").bounding_box()
+    assert first["y"] == second["y"]
+    box = form.bounding_box()
+    assert second["x"] + second["width"] <= box["x"] + box["width"], "a long model name widens no select past the form"
