@@ -66,8 +66,10 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
         except ChatError as problem:
             error = str(problem)
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
+    # A refused battle shows its form again as it was sent, so the prompt need not be typed again.
+    sent = {field: request.POST.get(field, "") for field in ("prompt", "model_a", "model_b")} if error else {}
     return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
-                                               "battles": battles, "choices": choices,
+                                               "battles": battles, "choices": choices, "sent": sent,
                                                "pairs": arena.decisive_battles(project=project).count(),
                                                **_review_context(project, membership)},
                   status=400 if error else 200)

@@ -191,3 +191,15 @@ def test_the_arena_pages_light_the_arena_tab_alone(team, client_for, models, sen
                 battle_url("battle", battle)):
         assert active_tabs(client.get(url).content.decode()) == ["Arena"], url
     assert active_tabs(client.get(reverse("chat:list", args=[team.project.slug])).content.decode()) == ["Chat"]
+
+
+def test_a_refused_battle_keeps_what_was_typed(team, client_for, models, sent):
+    """The form came back empty after an error (one model picked in compare mode), the prompt lost."""
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {
+        "prompt": "A long prompt <b>kept</b>\nover two lines", "model_a": models[1].public_id, "model_b": ""})
+    assert response.status_code == 400 and b"compare mode needs two models" in response.content
+    page = response.content.decode()
+    assert ('<textarea name="prompt" id="id_prompt" rows="3" required>A long prompt &lt;b&gt;kept&lt;/b&gt;\n'
+            'over two lines</textarea>') in page
+    assert f'<option value="{models[1].public_id}" selected>' in page.split('id="id_model_a"')[1].split("</select>")[0]
+    assert " selected>" not in page.split('id="id_model_b"')[1].split("</select>")[0]
