@@ -216,3 +216,16 @@ def test_a_removed_models_name_is_isolated_where_the_page_and_the_error_say_so(t
     # the RLO closed (PDF) inside the isolate
     assert f"the model \u2068{label}\u202c\u2069 is no longer available" in response.json()["error"]
     assert not sent
+
+
+def test_an_empty_answer_says_so(team, client_for, base_model, sent):
+    """A model that writes only white space (the demo model's '\\n\\n\\n') left an empty box under 'Model'."""
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    services.message_finish(message_id=answer, text="\n\n\n", finish_reason="stop", completion_tokens=4)
+    for response in (client.get(url("detail", conversation)), client.get(url("message", conversation, answer))):
+        assert "The answer is empty: the model wrote no visible text." in response.content.decode()
+    second = client.post(url("regenerate", conversation)).json()["message"]
+    services.message_finish(message_id=second, text="Hello.", finish_reason="stop", completion_tokens=2)
+    assert "The answer is empty" not in client.get(url("message", conversation, second)).content.decode()
