@@ -487,3 +487,31 @@ def test_dataset_choices_say_one_row_not_one_rows(team, client_for):
     version.save(update_fields=["row_count"])
     assert selectors.dataset_choices(project=team.project, kinds=("sft",)) == [
         (version.public_id, f"{isolated('single')} v1 (sft, 1 row)")]
+
+
+def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, client_for, catalog, sent_tasks):
+    """The table said 'last (best)' but 'best' was always the minimum (an exact match of 0.75 that fell to
+    0.5 showed a best of 0.25), and four decimals showed a 2e-4 learning rate as 0.0000."""
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second")
+    points = {"eval/exact_match": [0.25, 0.75, 0.5], "learning_rate": [0.0002, 0.0001, 0.00002], "tokens": [212, 424, 636]}
+    for target in (run, other):
+        MetricPoint.objects.bulk_create([MetricPoint(run=target, step=step, name=name, value=value, wall_time=float(step),
+                                                     tokens=0)
+                                         for name, values in points.items() for step, value in enumerate(values, 1)])
+        target.final_metrics = reporting.metric_summary(target)
+        target.save(update_fields=["final_metrics"])
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
+    table = page.split('class="table final-table"')[1].split("</table>")[0]
+    assert "last (best)" not in table and table.count("last (min – max)") == 4  # loss, eval/exact_match, learning_rate, tokens
+    assert '<td class="num">0.5 <small class="muted">(0.25 – 0.75)</small></td>' in table
+    assert '<td class="num">2e-05 <small class="muted">(2e-05 – 0.0002)</small></td>' in table
+    assert '<td class="num">636 <small class="muted">(212 – 636)</small></td>' in table
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (None, "—"), (6336.0, "6336"), (5304.0729, "5304"), (9.47291, "9.473"), (0.0002, "0.0002"), (2e-05, "2e-05"),
+    (0.0, "0"), (-1.23456, "-1.235"), (float("nan"), "nan")])
+def test_metric_value(value, shown):
+    from webapp.runs.templatetags.runs_tags import metric_value
+
+    assert metric_value(value) == shown

@@ -20,6 +20,21 @@ def get_item(mapping: Any, key: str) -> Any:
 
 
 @register.filter
+def metric_value(value: float | None) -> str:
+    """A logged metric as a person reads it: whole numbers whole (``6336``), magnitudes of a thousand and
+    more to the unit (``5304``), others to 4 significant digits (``9.473``, ``0.0002``, ``2e-05``), so a
+    learning rate is not shown as ``0.0000``."""
+    if value is None:
+        return "—"
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value.is_integer() or abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+@register.filter
 def duration_short(seconds: float | None) -> str:
     """``3725`` → ``1h 2m``; ``75`` → ``1m 15s``; ``9.4`` → ``9s``."""
     if seconds is None:
