@@ -121,3 +121,21 @@ def test_upload_form_follows_the_kind_and_refuses_a_file_over_the_limit(page, li
         "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files.")
     assert page.url.endswith("/p/alpha/datasets/new/")
     assert not Dataset.objects.exists()
+
+
+def test_the_preview_shows_column_names_as_written(page, live_server):
+    """Table headers are set in capitals; a column named 'Category' read 'CATEGORY', though the column
+    mapping and data.eval_group_by need its exact name."""
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    version = make_ready_version(team.project, name="evals", kind="prompts",
+                                 rows=[{"prompt": "2+2?", "answer": "4", "Category": "sums", "task_Kind": "x"}])
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    headers = page.locator("table.preview thead th").all_inner_texts()
+    assert headers == ["#", "prompt", "answer", "Category", "task_Kind"]

@@ -515,3 +515,16 @@ def test_metric_value(value, shown):
     from webapp.runs.templatetags.runs_tags import metric_value
 
     assert metric_value(value) == shown
+
+
+def test_compare_headers_that_are_names_are_set_as_written(team, run, client_for, catalog, sent_tasks):
+    """Run and metric names in the compare tables' headers keep their case (class literal, which undoes
+    the headers' capitals: 'lr 1e-3' read 'LR 1E-3')."""
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="lr 1e-3")
+    Sample.objects.create(run=other, step=5, position=0, prompt="<script>alert(1)</script>", text="x")
+    run.final_metrics = reporting.metric_summary(run)
+    run.save(update_fields=["final_metrics"])
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}").content.decode()
+    assert '<th class="num literal">loss<br>' in page
+    assert page.count('<th class="literal">lr 1e-3</th>') == 1  # config
+    assert page.count('<th class="literal">lr 1e-3<br>') == 1  # generations
