@@ -112,6 +112,16 @@ class Run(models.Model):
         """The spec's ``data`` section as the user wrote it (dataset public ids), ``{}`` when absent."""
         return (self.spec or {}).get("data") or {}
 
+    def datasets_by_use(self) -> list[tuple[str, DatasetVersion]]:
+        """The run's dataset versions with what the spec uses each for, training data first:
+        ``[("train", version), ("eval", version)]`` (one version may be both), then any the spec does not
+        name with use ``""``. Reads ``dataset_versions.all()``, so a prefetched list costs no query."""
+        by_id = {version.public_id: version for version in self.dataset_versions.all()}
+        data = self.data_spec
+        named = [(use, by_id[data[use]]) for use in ("train", "eval") if data.get(use) in by_id]
+        unnamed = by_id.keys() - {version.public_id for _use, version in named}
+        return named + [("", version) for public_id, version in by_id.items() if public_id in unnamed]
+
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES

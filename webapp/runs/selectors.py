@@ -287,11 +287,11 @@ def run_devices(*, run: Run) -> dict[str, Any]:
 
 def lineage(*, run: Run) -> dict[str, Any]:
     """Where the run came from and what used it: base model, source run (chained), dataset
-    versions, its artifacts and the runs that started from its export."""
+    versions with their use (``train``, ``eval``), its artifacts and the runs that started from its export."""
     return {
         "base_model": run.base_model,
         "source_run": run.source_run,
-        "dataset_versions": list(run.dataset_versions.select_related("dataset")),
+        "datasets": run.datasets_by_use(),
         "artifacts": list(run.artifacts.all()),
         "derived_runs": list(run.derived_runs.order_by("created_at")),
     }

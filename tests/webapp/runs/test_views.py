@@ -528,3 +528,22 @@ def test_compare_headers_that_are_names_are_set_as_written(team, run, client_for
     assert '<th class="num literal">loss<br>' in page
     assert page.count('<th class="literal">lr 1e-3</th>') == 1  # config
     assert page.count('<th class="literal">lr 1e-3<br>') == 1  # generations
+
+
+def test_the_runs_table_and_lineage_say_which_data_trains_and_which_evaluates(team, client_for, catalog, sent_tasks):
+    """Both listed the run's dataset versions in the order they were uploaded, unlabelled: a held-out set
+    uploaded first read as the first (training) dataset."""
+    from tests.webapp.factories import make_ready_version
+
+    held_out = make_ready_version(team.project, name="held-out", kind="sft")
+    training = make_ready_version(team.project, name="train-set", kind="sft")
+    run = services.run_create(project=team.project, user=team.teammate, name="r",
+                              spec=sft_spec(catalog, data={"train": training.public_id, "eval": held_out.public_id}))
+    client = client_for(team.viewer)
+    table = client.get("/p/alpha/runs/").content.decode()
+    assert ('<td><div><bdi>train-set</bdi> v1</div><div><bdi>held-out</bdi> v1 <small class="muted">(eval)</small>'
+            '</div></td>') in table
+    lineage = client.get(url(run)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
+    assert lineage.index("Training data <a") < lineage.index("train-set") < lineage.index("Evaluation data <a") \
+        < lineage.index("held-out")
+    assert lineage.count("data <a") == 2
