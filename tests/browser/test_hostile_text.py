@@ -97,3 +97,30 @@ def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page,
     assert sorted(Run.objects.values_list("total_steps", flat=True)) == [3, 4]
     # The run page's event stream, served by the (WSGI) live server, was collected to its end first.
     assert [str(warning.message) for warning in recwarn if "StreamingHttpResponse" in str(warning.message)] == []
+
+
+def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server):
+    """At 800 px the runs table (twelve columns) and the base models table were wider than the window:
+    the whole page scrolled sideways, the author column beyond the edge, and a run's tags broke
+    mid-word ('wal/k'). They scroll inside their own box now, and a tag stays whole."""
+    team = make_team()
+    make_base_model(team.project, name="a-base-model-with-a-long-name")
+    for name, tags in (("lr 1e-3 warmup 10 cosine schedule", ["walk", "ünïcode-sweep"]), ("x", ["a"])):
+        Run.objects.create(project=team.project, name=name, task="sft", status=RunStatus.SUCCEEDED, spec={"task": "sft"},
+                           resolved_spec={"output_dir": str(live_server.url)}, created_by=team.owner, tags=tags,
+                           total_steps=30, current_step=30, train_seconds=12.0,
+                           final_metrics={"loss": {"last": 4.3377, "min": 4.3377, "max": 12.1, "step": 30},
+                                          "eval/loss": {"last": 4.6962, "min": 4.6962, "max": 8.4, "step": 30}})
+    page.set_viewport_size({"width": 800, "height": 900})
+    _log_in(page, live_server.url, team.owner.username)
+    for path, table in (("runs/", "table.runs-table"), ("models/", "table.table")):
+        page.goto(f"{live_server.url}/p/alpha/{path}")
+        facts = page.evaluate(PAGE_FACTS)
+        assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
+        box = page.locator(table).evaluate("table => table.parentElement.getBoundingClientRect().right")
+        assert box <= facts["viewport"], path
+        assert page.locator(table).evaluate("t => getComputedStyle(t.parentElement).overflowX") == "auto", path
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    heights = [tag.evaluate("element => element.getBoundingClientRect().height")
+               for tag in page.locator(".runs-table .tag").all()]
+    assert len(heights) == 3 and len(set(heights)) == 1, f"a tag broke over lines: {heights}"
