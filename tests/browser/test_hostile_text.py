@@ -124,3 +124,25 @@ def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server)
     heights = [tag.evaluate("element => element.getBoundingClientRect().height")
                for tag in page.locator(".runs-table .tag").all()]
     assert len(heights) == 3 and len(set(heights)) == 1, f"a tag broke over lines: {heights}"
+
+
+def test_long_names_in_the_launch_forms_selects_stay_inside_the_form(page, live_server):
+    """A select is as wide as its longest option, and a fieldset at least as wide as its content: a
+    120-character run name among the starting models pushed 'Start from' (and the page) past the window."""
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    Run.objects.create(project=team.project, name="lora sweep " + "with a long descriptive name " * 4, task="sft",
+                       status=RunStatus.SUCCEEDED, spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"},
+                       created_by=team.owner)
+    make_ready_version(team.project, name="chats " + "from the support desk, cleaned " * 3, kind="sft")
+    _log_in(page, live_server.url, team.teammate.username)
+    for width in (1280, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+        facts = page.evaluate(PAGE_FACTS)
+        assert facts["width"] <= facts["viewport"], f"at {width} px the page is {facts['width']} px wide"
+        form_right = page.locator("#launch-form").evaluate("form => form.getBoundingClientRect().right")
+        for select in ("#spec-model", "select[name='data.train']", "select[name='data.eval']"):
+            assert page.locator(select).evaluate("s => s.getBoundingClientRect().right") <= form_right, (width, select)
