@@ -146,3 +146,20 @@ def test_long_names_in_the_launch_forms_selects_stay_inside_the_form(page, live_
         form_right = page.locator("#launch-form").evaluate("form => form.getBoundingClientRect().right")
         for select in ("#spec-model", "select[name='data.train']", "select[name='data.eval']"):
             assert page.locator(select).evaluate("s => s.getBoundingClientRect().right") <= form_right, (width, select)
+
+
+def test_the_launch_forms_defaults_read_as_a_spec_writes_them_and_stay_in_their_field(page, live_server):
+    """peft.targets' help ended 'Default: ['q_proj', 'k_proj', ...].' on one unbreakable line that ran
+    over the next field's help at 800 px; booleans read 'Default: False.'"""
+    team = make_team()
+    _log_in(page, live_server.url, team.teammate.username)
+    page.set_viewport_size({"width": 800, "height": 900})
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    targets = page.locator(".spec-field[data-key='peft.targets'] .default")
+    assert targets.inner_text() == "Default: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj."
+    field = page.locator(".spec-field[data-key='peft.targets']").bounding_box()
+    text = targets.bounding_box()
+    assert text["x"] + text["width"] <= field["x"] + field["width"], "the default ends inside its field"
+    assert page.locator(".spec-field[data-key='data.packing'] .default").inner_text() == "Default: false."
+    assert page.locator(".spec-field[data-key='train.max_steps'] .default").count() == 0  # no default: none shown
+    assert page.locator(".spec-field[data-key='optim.warmup_steps'] .default").inner_text() == "Default: 0."

@@ -74,6 +74,18 @@ def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[
             "groups": groups, "errors": row_errors}
 
 
+def default_text(value: Any) -> str:
+    """A key's default as a spec (or the YAML view) writes it: ``false``, ``q_proj, k_proj`` rather than
+    Python's ``False`` and ``['q_proj', 'k_proj']``; ``""`` for no default."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(item) for item in value) or "none"
+    return str(value)
+
+
 @register.inclusion_tag("runs/_spec_field.html")
 def spec_field(field, initial: dict, errors: dict, reference_choices: dict | None = None) -> dict[str, Any]:
     """One schema-built input with its value, help text and errors; a key of ``reference_choices``
@@ -95,7 +107,7 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
         "value": "" if value is None else value,
         "selected": [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)],
         "errors": errors.get(field.name, []),
-        "default": field.default,
+        "default": default_text(field.default), "default_is_list": isinstance(field.default, (list, tuple)),
         "reference_choices": _with_current(reference_choices, field.name, value),
     }
 
