@@ -183,19 +183,20 @@ def test_grpo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
 
 def test_ppo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
     train = {"max_steps": STEPS, "batch_size": 16, "seed": 1}
-    one = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "one", train=train)), progress_bar=False)
-    sharded = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "mesh", train=train,
+    # A gentler rate than test_ppo's 2e-2 (unclipped), at which the value head fits the rewards within
+    # ten steps: the whitened advantages then divide GAE's small residuals by their small spread, and
+    # the policy gradient sums advantage-weighted terms that nearly cancel, so the forward pass's 1e-7
+    # rounding reached grad_norm at 7.7e-5 here and 1.6e-4 on another CPU (step 10; the advantages at
+    # 3e-5) while every loss agreed to 2.4e-7. At 5e-3 the largest grad_norm gap of the ten steps is
+    # 2.4e-7 too (2026-12-02), so grad_norm is held to the 1e-4 like the losses.
+    optim = {"learning_rate": 5e-3, "schedule": "constant", "max_grad_norm": None}
+    one = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "one", train=train, optim=optim)), progress_bar=False)
+    sharded = run_job(parse_spec(ppo_mapping(demo_dir, tmp_path / "mesh", train=train, optim=optim,
                                              parallel={"data": 2, "fsdp": 4})), progress_bar=False)
     assert one["status"] == sharded["status"] == "succeeded"
     expected, got = read_metrics(tmp_path / "one/metrics.jsonl"), read_metrics(tmp_path / "mesh/metrics.jsonl")
     assert [m["reward"] for m in got] == [m["reward"] for m in expected]
-    assert_same_losses(expected, got, keys=("loss", "loss/value", "val/mean"))
-    # grad_norm is not a loss: the norm over every policy and value-head gradient, each rounded
-    # differently per layout. At step 10 it differed by 9.9e-5 on the machines of earlier CI runs and by
-    # 1.6e-4 of 0.822 on this one (AMD EPYC, 2026-12-02, the same at ecfe46f, before this session's
-    # changes), so it is held to a relative 5e-4 while the losses keep the 1e-4.
-    for before, after in zip(expected, got):
-        assert abs(before["grad_norm"] - after["grad_norm"]) <= 5e-4 * abs(before["grad_norm"]), after["step"]
+    assert_same_losses(expected, got, keys=(*COMPARED, "loss/value", "val/mean"))
 
 
 def test_the_spec_parallel_section_and_its_rules(tmp_path):
