@@ -12,9 +12,11 @@ ALLOWED_TAGS = {
 }
 
 
-def render_markdown(text: str) -> SafeString:
-    """``text`` (Markdown) as sanitized HTML, safe to put in a page."""
-    html = markdown.markdown(text or "", extensions=["fenced_code", "tables"])
+def render_markdown(text: str, *, line_breaks: bool = False) -> SafeString:
+    """``text`` (Markdown) as sanitized HTML, safe to put in a page. With ``line_breaks`` every line break
+    outside code is kept (``<br>``) instead of joining the lines of a paragraph, as Markdown does."""
+    extensions = ["fenced_code", "tables", *(["nl2br"] if line_breaks else [])]
+    html = markdown.markdown(text or "", extensions=extensions)
     # nh3 adds rel="noopener noreferrer" to links itself.
     return mark_safe(nh3.clean(html, tags=ALLOWED_TAGS, attributes={"a": {"href", "title"}},
                                url_schemes={"http", "https", "mailto"}))

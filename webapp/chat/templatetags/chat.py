@@ -8,5 +8,7 @@ register = template.Library()
 
 @register.filter
 def model_markdown(text: str) -> SafeString:
-    """A model's answer as sanitized Markdown HTML: no raw HTML, script or event handler survives."""
-    return render_markdown(text)
+    """A model's answer as sanitized Markdown HTML: no raw HTML, script or event handler survives. Its line
+    breaks stay: a model writes lines meant as lines (a list of answers, steps, verse), the answer streams in
+    with them, and plain Markdown would run them into one paragraph the moment it is done."""
+    return render_markdown(text, line_breaks=True)
