@@ -10,6 +10,7 @@
   if (!config) return;
   var series = JSON.parse(document.getElementById("run-series").textContent);
   var progress = JSON.parse(document.getElementById("run-progress").textContent);
+  var shownStatus = progress.status;  // the status this page was rendered for
   var chartsElement = document.getElementById("charts");
   var charts = {};          // metric name (or "<metric> by <column>") -> plot element
   var lastStep = {};        // metric name -> highest step drawn
@@ -190,15 +191,16 @@
         addSeries(state.series);
         showProgress(state.progress);
         addLogLines(state.log);
-        if (state.progress.status !== "queued" && state.progress.status !== "running") finished();
+        if (state.progress.status !== shownStatus) statusChanged();
       });
   }
 
-  function finished() {
+  // Every status has a page of its own (the badge, the actions, the worker and its devices, and once
+  // finished the artifacts): a run that starts or ends is shown by loading its page again.
+  function statusChanged() {
     if (source) source.close();
     if (pollTimer) clearInterval(pollTimer);
     document.getElementById("live-state").textContent = "";
-    // The final state (status, actions, artifacts) is a page of its own.
     window.setTimeout(function () { window.location.reload(); }, 500);
   }
 
@@ -218,7 +220,7 @@
       else if (event.type === "progress") showProgress(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();
-      else if (event.type === "status") finished();
+      else if (event.type === "status" && event.status !== shownStatus) statusChanged();
       else if (event.type === "unavailable") { source.close(); poll(); }
     };
     source.onerror = function () {

@@ -352,3 +352,27 @@ def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, trans
     assert metrics == ["loss", "eval/exact_match", "eval/exact_match/<b>x</b>", "eval/exact_match by task"]
     page.select_option("#x-axis", "tokens")
     assert page.evaluate(f"() => document.querySelector('{chart}').data[0].x") == [1000, 2000]
+
+
+def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_server, redis_url, transactional_db,
+                                                                   settings, monkeypatch):
+    """A run page opened while the run was queued kept saying 'queued' (with no worker and no devices)
+    while the steps counted up, until someone reloaded it. The worker's start is announced like the
+    other status changes, and the page shows the running run."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued; started by hand here
+    team = make_team(slug="iota")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="waits")
+    log_in(page, asgi_server, "iota-viewer")
+    page.goto(f"{asgi_server}/p/iota/runs/{run.public_id}/")
+    assert page.locator("#run-status").inner_text() == "queued"
+    page.locator("#live-state", has_text="live").wait_for()  # the event stream is open
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    page.locator("#run-status", has_text="running").wait_for(timeout=10_000)
+    assert "train@host-7" in page.locator("#progress").inner_text()
+    page.locator("#live-state", has_text="live").wait_for()  # and it listens on

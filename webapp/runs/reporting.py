@@ -90,6 +90,7 @@ def run_start(*, run_pk: int, attempt: int, worker_name: str) -> Run | None:
         return None
     run = Run.objects.get(pk=run_pk)
     RunLogLine.objects.create(run=run, message=f"attempt {attempt} started on {worker_name}")
+    _publish_status(run)  # an open run page shows the worker and its devices, not 'queued', from now on
     return run
 
 
