@@ -114,7 +114,9 @@
     document.getElementById("progress-tokens").textContent = progress.tokens;
     document.getElementById("progress-elapsed").textContent = formatDuration(progress.train_seconds);
     var eta = total && progress.step ? (total - progress.step) * progress.train_seconds / progress.step : null;
-    document.getElementById("progress-eta").textContent = progress.step >= total ? "—" : formatDuration(eta);
+    // Only a running run has time left: a cancelled or failed one stays where it stopped.
+    document.getElementById("progress-eta").textContent =
+      progress.status !== "running" || progress.step >= total ? "—" : formatDuration(eta);
     var bar = document.querySelector("#progress .bar");
     bar.setAttribute("aria-valuenow", progress.step);
     bar.setAttribute("aria-valuemax", total);

@@ -376,3 +376,17 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     page.locator("#run-status", has_text="running").wait_for(timeout=10_000)
     assert "train@host-7" in page.locator("#progress").inner_text()
     page.locator("#live-state", has_text="live").wait_for()  # and it listens on
+
+
+def test_a_stopped_run_shows_no_time_left(page, asgi_server, transactional_db):
+    """The ETA was worked out from the steps left whatever the status: a run cancelled at step 129 of
+    400 read 'ETA 28s' for good. Only a running run has one."""
+    team = make_team(slug="kappa2")
+    for status, eta in ((RunStatus.CANCELLED, "—"), (RunStatus.FAILED, "—"), (RunStatus.RUNNING, "28s")):
+        run = Run.objects.create(project=team.project, name=f"stopped {status}", task="sft", status=status,
+                                 spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                                 total_steps=400, current_step=129, train_seconds=13.4)
+        if status == RunStatus.CANCELLED:
+            log_in(page, asgi_server, "kappa2-viewer")
+        page.goto(f"{asgi_server}/p/kappa2/runs/{run.public_id}/")
+        assert page.locator("#progress-eta").inner_text() == eta, status
