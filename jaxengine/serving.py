@@ -29,6 +29,12 @@ Design note.
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
+* Warm-up: a fresh process compiles each program the first time a conversation needs it, on CPU about a
+  second each, so a first answer stalls at its prefill and at every cache size it grows into (1.0-1.5 s
+  each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
+  answer per prompt bucket and temperature), one at a time and only while no submitted request waits or
+  decodes; what they compile is what a real lone request with those settings calls, and their results
+  are dropped.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
+import logging
 import queue
 import threading
 import time
@@ -54,6 +61,8 @@ from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decod
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -585,6 +594,27 @@ class BatchDecoder:
                               f"({request.params.max_new_tokens}) exceeds the model's context length "
                               f"({config.max_position_embeddings}); shorten the conversation or generate less")
 
+    def warmup_requests(self, *, longest_prompt: int = 256, max_new_tokens: int = 256,
+                        temperatures: Sequence[float] = (0.7, 0.0)) -> list[ServeRequest]:
+        """Requests that compile the programs a lone conversation meets (see the module note): for each
+        temperature in turn (the chat's default first, then greedy; neither top-k nor top-p) and each
+        prompt bucket up to ``longest_prompt`` tokens, an answer to the bucket's shortest prompt, long
+        enough to reach the cache size its longest prompt reaches with ``max_new_tokens`` (within the
+        model's context). It compiles the bucket's prefill and every decode call and cache re-layout it
+        grows or shifts into; its row starts ahead of its prompt as far as the bucket allows, so the
+        cache is shifted as well as grown. Concurrent requests compile larger row counts when they come."""
+        context = self.model.config.max_position_embeddings
+        requests = []
+        for temperature in temperatures:
+            bucket = self.min_bucket
+            while bucket // 2 < min(longest_prompt, context - 1):  # the bucket holds a prompt that fits
+                prompt = bucket // 2 + 1
+                answer = min(max_new_tokens + bucket - prompt, context - prompt)
+                requests.append(ServeRequest(prompt_ids=(0,) * prompt, ignore_eos=True,
+                                             params=SamplingParams(max_new_tokens=answer, temperature=temperature)))
+                bucket *= 2
+        return requests
+
     @staticmethod
     def sampling_arrays(requests: Sequence[ServeRequest | None], rows: int):
         """Per-row (temperature, top_k, top_p, seed); rows without a request (None, or past the list) are greedy."""
@@ -610,6 +640,11 @@ class _Pending:
     submitted: float
 
 
+@dataclasses.dataclass(frozen=True)
+class _Warmup:
+    requests: tuple[ServeRequest, ...]
+
+
 class BatchingServer:
     """Continuous batching of the requests that callers on many threads submit for one model (see the
     module note). ``max_batch``: most requests decoding at once (default the decoder's ``max_slots``)."""
@@ -618,9 +653,17 @@ class BatchingServer:
         self.decoder = decoder
         self.max_batch = decoder.max_slots if max_batch is None else max_batch
         self.batch_sizes: list[int] = []  # requests decoding together in each decode call, for tests and benchmarks
-        self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        self._pending: queue.Queue[_Pending | _Warmup | None] = queue.Queue()
         self._in_flight: set[_Pending] = set()  # added to the batch, result not yet set
         self._batch = self._new_batch()
+        # Warm-up requests not yet decoded, and the batch that decodes them (apart from the served one,
+        # so that they never share a decode call with a real request).
+        self._warmups: collections.deque[ServeRequest] = collections.deque()
+        self._warm_batch = ContinuousBatch(decoder, max_slots=1)
+        self.warmed = threading.Event()  # set while no warm-up given to ``warm`` is left to decode
+        self.warmed.set()
+        self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet
+        self._warmups_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="batching-server", daemon=True)
         self._thread.start()
 
@@ -635,8 +678,20 @@ class BatchingServer:
                                    submitted=time.monotonic()))
         return future
 
+    def warm(self, requests: Sequence[ServeRequest]) -> None:
+        """Decode ``requests`` one after another while nothing submitted waits or decodes, to compile their
+        programs before the conversations that need them (see the module note); their results are dropped.
+        A request submitted meanwhile waits at most for the warm-up call under way (one compile)."""
+        for request in requests:
+            self.decoder.check(request)
+        with self._warmups_lock:
+            self._warmups_queued += 1
+            self.warmed.clear()
+        self._pending.put(_Warmup(tuple(requests)))
+
     def close(self, *, wait: bool = True) -> None:
-        """Stop the loop thread once the requests already submitted are done (``wait``: until then)."""
+        """Stop the loop thread once the requests already submitted are done (``wait``: until then);
+        a warm-up not yet done is dropped."""
         self._pending.put(None)
         if wait:
             self._thread.join()
@@ -651,9 +706,13 @@ class BatchingServer:
         while not closing or self._batch.busy:
             try:
                 while not closing:  # take everything submitted; wait for a request only when idle
-                    item = self._pending.get(block=not self._batch.busy)
+                    item = self._pending.get(block=not (self._batch.busy or self._warming))
                     if item is None:
                         closing = True
+                    elif isinstance(item, _Warmup):
+                        self._warmups.extend(item.requests)
+                        with self._warmups_lock:
+                            self._warmups_queued -= 1
                     else:
                         self._add(item)
             except queue.Empty:
@@ -661,11 +720,33 @@ class BatchingServer:
             try:
                 if self._batch.busy:
                     self._batch.step()
+                elif self._warming and not closing:
+                    self._warm_step()
             except Exception as error:  # the callers report it; the loop keeps serving
                 for item in self._in_flight:
                     item.future.set_exception(error)
                 self._in_flight.clear()
                 self._batch = self._new_batch()
+        self.warmed.set()  # closed: no warm-up will run
+
+    @property
+    def _warming(self) -> bool:
+        return bool(self._warmups) or self._warm_batch.busy
+
+    def _warm_step(self) -> None:
+        """One step of the warm-up batch, which takes its next request only when idle (a request alone,
+        as a lone conversation decodes). A failing warm-up is dropped: real requests report their own."""
+        try:
+            if not self._warm_batch.busy:
+                self._warm_batch.add(self._warmups.popleft(), on_finish=lambda result: None)
+            self._warm_batch.step()
+        except Exception:
+            logger.exception("serving warm-up failed; the programs it did not compile compile on first use")
+            self._warmups.clear()
+            self._warm_batch = ContinuousBatch(self.decoder, max_slots=1)
+        with self._warmups_lock:
+            if not self._warming and not self._warmups_queued:
+                self.warmed.set()
 
     def _add(self, item: _Pending) -> None:
         def on_finish(result: ServeResult) -> None:

@@ -148,6 +148,8 @@ def worker_environment(*, redis_url: str) -> dict[str, str]:
         TEMPER_CELERY_EAGER="0",
         # No serving copy after each test run: that is tested on its own (tests/worker/test_serve.py).
         TEMPER_SERVE_QUANTIZE="none",
+        # No warm-up compiles beside the tests' generations (tests/worker/test_serve.py tests them).
+        TEMPER_SERVE_WARMUP="0",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
     return environment

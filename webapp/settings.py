@@ -145,6 +145,9 @@ TEMPER_COORDINATOR_PORT = env_int("TEMPER_COORDINATOR_PORT", 0)
 # and the default time limit of one generation.
 TEMPER_SERVE_MEMORY_BYTES = env_int("TEMPER_SERVE_MEMORY_BYTES", 8 * 1024**3)
 TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
+# A model the serve worker loads compiles a lone conversation's programs in its idle time
+# (jaxengine.serving.BatchingServer.warm), so a first answer does not stall at each compile.
+TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)
 # Workers keep compiled XLA programs here (see worker/celery.py); empty: no persistent cache.
 TEMPER_JAX_CACHE = env_str("TEMPER_JAX_CACHE", str(DATA_ROOT / "jax-cache"))
 # The serving copy written when a run succeeds: int8 (per channel), int4 (groups of 64) or none.

@@ -14,9 +14,13 @@ from django.conf import settings  # noqa: E402
 
 # Compiled XLA programs persist across worker restarts (jax reads this before its first import, which
 # the task modules below make): a fresh serve worker would otherwise recompile every cache shape of its
-# first chats, several seconds each on CPU. An empty TEMPER_JAX_CACHE turns it off.
+# first chats, several seconds each on CPU. Every program is kept, not only those that took jax's default
+# second to compile: the demo model's decode calls take 0.3-1.5 s, and a restarted worker's first
+# answer took 4.6 s with the default and 1.2 s with every program kept (bench/RESULTS.md, serving warm-up).
+# An empty TEMPER_JAX_CACHE turns it off.
 if settings.TEMPER_JAX_CACHE:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(settings.TEMPER_JAX_CACHE))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import worker.tasks  # noqa: E402,F401  (registers every task)
 import worker.heartbeat  # noqa: E402,F401  (connects the heartbeat signals)

@@ -327,3 +327,65 @@ def test_a_stop_string_ends_its_row_as_the_sampler_ends_it_and_is_never_streamed
         assert result.token_ids == reference.token_ids and result.text == reference.text
         assert result.finish_reason == reference.finish_reason
     assert streamed == {0: results[0].text, 1: results[1].text}
+
+
+def test_warmup_requests_cover_each_prompt_bucket_with_each_temperature(served):
+    model, tokenizer, _ = served
+    requests = BatchDecoder(model, tokenizer).warmup_requests(longest_prompt=64, max_new_tokens=48)
+    # Buckets 16, 32, 64 (the decoder's min_bucket is 16); each bucket's shortest prompt, answered until
+    # the slot its longest prompt reaches with 48 new tokens.
+    assert [(len(r.prompt_ids), r.params.max_new_tokens, r.params.temperature) for r in requests] == [
+        (9, 55, 0.7), (17, 63, 0.7), (33, 79, 0.7), (9, 55, 0.0), (17, 63, 0.0), (33, 79, 0.0)]
+    assert all(r.ignore_eos and r.params.top_k == 0 and r.params.top_p == 1.0 for r in requests)
+    # Within the tiny model's 256-token context.
+    long = BatchDecoder(model, tokenizer).warmup_requests(longest_prompt=1000, max_new_tokens=1000,
+                                                          temperatures=(0.0,))
+    assert [len(r.prompt_ids) for r in long] == [9, 17, 33, 65, 129]
+    assert all(len(r.prompt_ids) + r.params.max_new_tokens == 256 for r in long)
+
+
+def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8)  # its own shapes: nothing compiled by other tests
+    server = BatchingServer(decoder)
+    server.warm(decoder.warmup_requests(longest_prompt=64, max_new_tokens=48))
+    assert server.warmed.wait(timeout=300)
+    warmed = decoder.compiled.trace_count
+    compiles = []
+
+    def on_event(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":  # every XLA compile, of any program
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        rng = np.random.default_rng(0)
+        for length in (1, 7, 8, 9, 16, 20, 33, 50, 64):
+            for temperature in (0.7, 0.0):
+                ids = tuple(int(i) for i in rng.integers(0, model.config.vocab_size, size=length))
+                request = ServeRequest(prompt_ids=ids, ignore_eos=True,  # every answer runs its whole budget
+                                       params=SamplingParams(max_new_tokens=48, temperature=temperature, seed=length))
+                assert len(server.submit(request).result(timeout=60).token_ids) == 48
+        assert decoder.compiled.trace_count == warmed
+        assert compiles == []
+        # The listener hears compiles: top-k is not warmed, so its programs compile now.
+        top_k = SamplingParams(max_new_tokens=4, temperature=0.7, top_k=5)
+        server.submit(ServeRequest(prompt_ids=(1, 2, 3), params=top_k)).result(timeout=60)
+    finally:
+        server.close()
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    assert decoder.compiled.trace_count > warmed and compiles
+
+
+def test_a_request_submitted_during_the_warmup_is_served_first_and_as_alone(served):
+    model, tokenizer, prompts = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=4)  # its own shapes: the warm-up compiles
+    server = BatchingServer(decoder)
+    server.warm(decoder.warmup_requests(longest_prompt=128, max_new_tokens=64))
+    request = ServeRequest(prompt_ids=tuple(prompts[1]), params=SamplingParams(max_new_tokens=20, temperature=0.0))
+    result = server.submit(request).result(timeout=120)
+    assert not server.warmed.is_set()  # answered while warm-up requests were left
+    assert result.token_ids == alone_tokens(model, tokenizer, prompts[1], 20)
+    assert server.warmed.wait(timeout=300)
+    assert server.batch_sizes and max(server.batch_sizes) == 1  # no warm-up row in a served decode call
+    server.close()

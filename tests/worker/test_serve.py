@@ -118,6 +118,23 @@ def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, m
     assert event["type"] == "error" and message in event["message"]
 
 
+def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client, model_dir, settings):
+    settings.TEMPER_SERVE_WARMUP = True
+    assert serve.prepare("tiny-prepared", str(model_dir)) == {"loaded": "tiny-prepared"}
+    server = serve._servers["tiny-prepared"]
+    assert server.warmed.wait(timeout=300)
+    compiled = server.decoder.compiled.trace_count
+    done = serve.generate(request(model_dir, "after-prepare", model_key="tiny-prepared", temperature=0.7, seed=3))
+    assert done["completion_tokens"] > 0 and "error" not in done
+    assert server.decoder.compiled.trace_count == compiled
+
+
+def test_a_model_that_cannot_load_is_not_prepared_and_nothing_raises(client, tmp_path, settings):
+    settings.TEMPER_SERVE_WARMUP = True
+    outcome = serve.prepare("missing", str(tmp_path / "no-such-model"))
+    assert "no-such-model" in outcome["error"] and "missing" not in serve._servers
+
+
 def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tmp_path, settings):
     import json
     import shutil

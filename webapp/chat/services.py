@@ -13,6 +13,7 @@ import secrets
 from datetime import datetime
 
 import redis
+from kombu.exceptions import OperationalError
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -27,6 +28,7 @@ from webapp.runs.channels import redis_client
 logger = logging.getLogger(__name__)
 
 GENERATE_TASK = "worker.tasks.serve.generate"
+PREPARE_TASK = "worker.tasks.serve.prepare"
 TITLE_CHARS = 80
 # Time a request may wait in the serve queue, on top of its generation's own timeout (see answer_is_lost).
 LOST_ANSWER_GRACE_SECONDS = 120
@@ -44,6 +46,19 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
         temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
+
+
+def model_prepare(*, model: ModelChoice) -> None:
+    """Ask the serve worker to load ``model`` (and compile its programs) while the person writes their
+    first message (``worker.tasks.serve.prepare``). A hint: it is sent once, without retries, and a
+    broker that is down costs the page nothing (the message itself reports that when sent)."""
+    def send() -> None:
+        try:
+            celery_app.send_task(PREPARE_TASK, args=[model.cache_key, model.path], queue="serve", retry=False)
+        except OperationalError as error:
+            logger.warning("could not ask the serve worker to prepare %s: %s", model.cache_key, error)
+
+    transaction.on_commit(send)
 
 
 def _history(conversation: Conversation) -> list[dict[str, str]]:

@@ -92,10 +92,12 @@ def _chat_conversation(request: HttpRequest, slug: str, conversation_id: str):
 @require_http_methods(["GET"])
 def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
     project, membership, conversation = _chat_conversation(request, slug, conversation_id)
+    model = selectors.model_choice(project=project, ref=conversation.model_ref)
+    if model is not None:  # loaded and compiling while the person reads and writes
+        services.model_prepare(model=model)
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
-        "chat_messages": list(conversation.messages.all()), "form": MessageForm(),
-        "model_available": selectors.model_choice(project=project, ref=conversation.model_ref) is not None})
+        "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None})
 
 
 def _answer_json(request: HttpRequest, project, conversation, answer: Message) -> JsonResponse:

@@ -72,7 +72,8 @@ _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
 
 def server_for(key: str, path: str):
     """The batching server of a cached model (loading it, and closing servers of evicted models); chats and
-    review campaigns share it, so a model is loaded once per serve process."""
+    review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
+    conversation's programs in its idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
     from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache
 
@@ -83,8 +84,24 @@ def server_for(key: str, path: str):
         for stale in set(_servers) - set(_cache.keys):
             _servers.pop(stale).close(wait=False)
         if key not in _servers:
-            _servers[key] = BatchingServer(BatchDecoder(loaded.model, loaded.tokenizer))
+            decoder = BatchDecoder(loaded.model, loaded.tokenizer)
+            _servers[key] = BatchingServer(decoder)
+            if settings.TEMPER_SERVE_WARMUP:
+                _servers[key].warm(decoder.warmup_requests())
         return _servers[key], loaded.tokenizer
+
+
+@app.task(name="worker.tasks.serve.prepare")
+def prepare(model_key: str, model_path: str) -> dict:
+    """Load a model a person is about to talk to (a conversation just opened), so that its first answer
+    finds it loaded and, with ``TEMPER_SERVE_WARMUP``, compiling or compiled. A model that cannot load is
+    only logged: the answer that needs it reports the error to the person."""
+    try:
+        server_for(model_key, model_path)
+    except Exception as error:
+        logger.warning("model %s (%s) not prepared: %s", model_key, model_path, error)
+        return {"error": str(error)}
+    return {"loaded": model_key}
 
 
 def prompt_ids(request: GenerateRequest, tokenizer) -> tuple[int, ...]:

@@ -6,9 +6,10 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from django.urls import reverse
+from kombu.exceptions import OperationalError
 
 from tests.webapp.factories import make_base_model
-from webapp.chat import channels, services
+from webapp.chat import channels, selectors, services
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.runs.channels import redis_client
 
@@ -18,7 +19,7 @@ def sent(monkeypatch):
     """The serve tasks enqueued, as (name, args, queue)."""
     calls = []
     monkeypatch.setattr(services.celery_app, "send_task",
-                        lambda name, args, queue: calls.append((name, args, queue)))
+                        lambda name, args, queue, **options: calls.append((name, args, queue)))
     return calls
 
 
@@ -63,6 +64,29 @@ def test_it_works(team, client_for, base_model, sent, django_capture_on_commit_c
     with django_capture_on_commit_callbacks(execute=True):
         client.post(url("send", conversation), {"content": "And 3 + 3?"})
     assert [turn["content"] for turn in sent[1][1][0]["messages"]] == ["Be brief.", "What is 2 + 2?", "4", "And 3 + 3?"]
+
+
+def test_opening_a_conversation_asks_the_serve_worker_to_load_its_model(team, client_for, base_model, sent,
+                                                                       django_capture_on_commit_callbacks):
+    conversation = conversation_of(team, client_for, base_model)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client_for(team.teammate).get(url("detail", conversation)).status_code == 200
+    model = selectors.model_choice(project=team.project, ref=conversation.model_ref)
+    assert sent == [("worker.tasks.serve.prepare", [model.cache_key, "/models/tiny"], "serve")]
+
+
+def test_a_conversation_opens_while_the_broker_is_down(team, client_for, base_model, monkeypatch,
+                                                       django_capture_on_commit_callbacks):
+    conversation = conversation_of(team, client_for, base_model)
+
+    def broker_down(name, args, queue, **options):
+        assert options == {"retry": False}  # a hint is not worth the page's time in retries
+        raise OperationalError("Error 111 connecting to localhost:6379. Connection refused.")
+
+    monkeypatch.setattr(services.celery_app, "send_task", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.teammate).get(url("detail", conversation))
+    assert response.status_code == 200 and b'id="chat-form"' in response.content
 
 
 def test_it_rejects_a_turn_while_an_answer_is_streaming(team, client_for, base_model, sent):
