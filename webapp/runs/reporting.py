@@ -504,7 +504,9 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
         if path and Path(path).is_dir():
             Artifact.objects.update_or_create(run=run, kind=kind, step=0,
                                               defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
-    message = f"{run.status} at step {run.current_step}" + (f": {run.error_message}" if run.error_message else "")
+    outcome = f"{run.status} at step {run.current_step}"
+    # The engine's own message often says just that ("cancelled at step 129"): it is not said twice.
+    message = outcome if run.error_message in ("", outcome) else f"{outcome}: {run.error_message}"
     RunLogLine.objects.create(run=run, message=message,
                               level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
     _publish_status(run)

@@ -156,6 +156,15 @@ def test_finish_records_status_and_artifacts(running_run, tmp_path):
     assert run.status == RunStatus.CANCELLED and run.error_message == "cancelled at step 2" and run.finished_at
     assert run.artifacts.get(kind=ArtifactKind.MODEL).size_bytes == 2
     assert run.final_metrics["loss"]["last"] == 5.0
+    # The log said it twice: 'cancelled at step 2: cancelled at step 2'.
+    assert run.log_lines.order_by("-id").first().message == "cancelled at step 2"
+
+
+def test_a_finished_runs_log_line_carries_the_engines_message(running_run):
+    report(running_run, [record(1), record(2)])
+    run = reporting.run_finish(run=running_run, summary={"status": "failed", "step": 2,
+                                                          "message": "stopped by the guard at step 2: kl 0.9 > 0.5"})
+    assert run.log_lines.order_by("-id").first().message == "failed at step 2: stopped by the guard at step 2: kl 0.9 > 0.5"
 
 
 def test_an_engine_error_fails_the_run(running_run):
