@@ -23,6 +23,12 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+def command_description(docstring: str) -> str:
+    """A sub-command's ``--help`` description: its module docstring's first paragraph, without the
+    reStructuredText literal marks (``jaxengine inspect ...``: ...) that read as stray backticks there."""
+    return docstring.split("\n\n")[0].replace("``", "").strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxengine", description="Temper's JAX post-training engine")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

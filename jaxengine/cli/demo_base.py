@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from jaxengine.cli import command_description
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo-base", help="build the demo model and datasets",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (model/ and data/ go here)")
     parser.add_argument("--seed", type=int, default=0, help="corpus, tokenizer and initialisation seed (default 0)")
     parser.add_argument("--steps", type=int, help="pre-training steps (default: the 5-minute budget's)")

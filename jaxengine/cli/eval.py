@@ -12,12 +12,13 @@ import argparse
 import json
 import sys
 
+from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match or loss)",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
     parser.add_argument("--data", required=True, metavar="FILE", help="dataset file (jsonl/json/csv/parquet)")
     parser.add_argument("--metric", required=True, choices=("exact_match", "loss"))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, run_reporting_errors
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("export", help="export a run's checkpoint as a Hugging Face model",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("--run", required=True, metavar="DIR", help="run directory (output_dir of a spec)")
     parser.add_argument("--step", type=int, metavar="N", help="checkpoint step (default: the latest)")
     parser.add_argument("--best", action="store_true",

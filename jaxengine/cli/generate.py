@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, read_model_config, run_reporting_errors
 
 DTYPES = ("float32", "bfloat16")
@@ -29,7 +30,7 @@ def _positive_int(value: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate a completion from a model directory",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer)")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
     parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")

@@ -11,12 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import checked_model_dir, read_model_config, run_reporting_errors, safetensors_summary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("inspect", help="describe a Hugging Face model directory",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(handler=lambda args: run_reporting_errors("inspect", lambda: _inspect(args)))

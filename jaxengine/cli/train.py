@@ -17,12 +17,14 @@ import json
 import signal
 import sys
 
+from jaxengine.cli import command_description
+
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANCELLED = 1, 2, 130
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="run a training job from a spec file",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("spec", metavar="SPEC.yaml", help="job spec file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even in a terminal")
     parser.add_argument("--coordinator", metavar="HOST:PORT", help="multi-host job: process 0's address and a free port")

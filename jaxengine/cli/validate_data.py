@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from jaxengine.cli import command_description
 from jaxengine.data import formats
 
 EXIT_PROBLEMS = 1
@@ -19,7 +20,7 @@ EXIT_USAGE = 2
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("validate-data", help="check a dataset file against its kind",
-                                   description=__doc__.split("\n\n")[0].strip("`"))
+                                   description=command_description(__doc__))
     parser.add_argument("file", metavar="FILE", help="a .jsonl, .json, .csv or .parquet file")
     parser.add_argument("--kind", required=True, choices=[kind.value for kind in formats.DatasetKind])
     parser.add_argument("--format", dest="file_format", choices=[fmt.value for fmt in formats.FileFormat],
