@@ -27,10 +27,13 @@ waited ``TEMPER_PLACEMENT_TIMEOUT_SECONDS`` fails with that reason. A worker is 
 alive (heartbeat within ``STALE_AFTER``), runs nothing, and holds no reservation of an attempt that
 is still active; reservations therefore lapse by themselves when an attempt ends, however it ends.
 
-Known gap: a worker's "runs nothing" comes from its last heartbeat, so a single-host run of the
-same pool taken in the seconds before a reservation delays that host's task until it finishes; the
-attempt is then re-placed after ``TEMPER_HOST_START_SECONDS`` (its late message is dropped as stale).
-Pools that serve multi-host jobs are best kept for them.
+"Runs nothing" is read twice: the worker's last heartbeat says no task is under way, and no run
+is recorded as running on it (``Run.worker_name``, written by ``reporting.run_start`` as a task
+starts), since a heartbeat is up to ``TEMPER_HEARTBEAT_SECONDS`` old. Known gap: a single-host run of
+the same pool whose message the worker took in the milliseconds before it recorded its start still
+delays that host's task until it finishes; the attempt is then re-placed after
+``TEMPER_HOST_START_SECONDS`` (its late message is dropped as stale). Pools that serve multi-host jobs
+are best kept for them.
 """
 from __future__ import annotations
 
@@ -87,10 +90,13 @@ def is_free(worker: Worker, *, now: datetime, for_run: Run) -> bool:
 
 
 def free_workers(*, pool: str, for_run: Run, now: datetime) -> list[Worker]:
-    """The free workers of ``pool``, by name."""
+    """The free workers of ``pool``, by name: free by their heartbeat (``is_free``) and with no
+    single-host run recorded as running on them since it was sent (see the module notes)."""
     workers = Worker.objects.filter(pool=pool, stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER)
+    running_here = set(Run.objects.filter(status=RunStatus.RUNNING, hosts__lte=1,
+                                          worker_name__in=workers.values("name")).values_list("worker_name", flat=True))
     return [worker for worker in workers.select_related("reserved_run").order_by("name")
-            if is_free(worker, now=now, for_run=for_run)]
+            if worker.name not in running_here and is_free(worker, now=now, for_run=for_run)]
 
 
 class _Contended(Exception):

@@ -91,6 +91,21 @@ def test_a_worker_reserved_for_another_active_run_is_not_free(team, catalog, sen
     assert Worker.objects.filter(reserved_run=second).count() == 2
 
 
+def test_a_worker_that_started_a_single_host_run_since_its_heartbeat_is_not_free(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    for name in ("a", "b"):
+        make_worker(f"train-tpu@{name}")  # both idle by their last heartbeat
+    single = launch(team, catalog, django_capture_on_commit_callbacks, hosts=1)
+    assert reporting.run_start(run_pk=single.pk, attempt=single.attempt, worker_name="train-tpu@a")
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    run.refresh_from_db()
+    assert run.waiting_reason == "waiting for 2 workers of pool tpu: 1 free" and host_calls(sent_tasks) == []
+
+    Run.objects.filter(pk=single.pk).update(status=RunStatus.SUCCEEDED)  # it ends: the worker is free again
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [placed.pk for placed in placement.runs_place_waiting()] == [run.pk]
+
+
 def test_a_reservation_lost_to_a_concurrent_placement_rolls_back_every_worker(team, catalog, sent_tasks,
                                                                              django_capture_on_commit_callbacks):
     make_worker("train-tpu@a"), make_worker("train-tpu@b")
