@@ -304,3 +304,82 @@ def test_it_rejects_grpo_mistakes():
         "every evaluation)"]
     assert problems_of(minimal(task="sft", grpo=one)) == [
         "grpo: only used when task is grpo (task is 'sft'); remove it"]
+
+
+def _schema_keys(model=None, prefix=""):
+    """Every settable key of the spec as a dotted path -> its pydantic field (sections recursed into)."""
+    from pydantic import BaseModel
+
+    from jaxengine.spec import JobSpec, _unwrap
+
+    keys = {}
+    for name, field in (model or JobSpec).model_fields.items():
+        section = _unwrap(field.annotation)
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            keys.update(_schema_keys(section, f"{prefix}{name}."))
+        else:
+            keys[f"{prefix}{name}"] = field
+    return keys
+
+
+def _readme_key_table() -> dict[str, str]:
+    """The README's "Job spec" table: dotted key -> the default cell as written.
+
+    A row may name several keys of one section (`optim.adam_beta1` / `adam_beta2`), with defaults
+    separated the same way (0.9 / 0.999)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Job spec\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        key_cell, default_cell = (cell.strip() for cell in line.strip("|").split(" | ")[:2])
+        names = [name.strip().strip("`") for name in key_cell.split(" / ")]
+        defaults = [part.strip() for part in default_cell.split(" / ")]
+        if len(defaults) != len(names):
+            defaults = defaults[:1] * len(names)
+        parent = names[0].rpartition(".")[0]
+        for name, default in zip(names, defaults):
+            rows[name if "." in name or not parent else f"{parent}.{name}"] = default
+    return rows
+
+
+def _readme_default(cell: str):
+    """The Python value a README default cell stands for: YAML, where a bare 'none' means no value."""
+    import yaml
+
+    from jaxengine.spec import ALL_PROJECTIONS
+
+    if cell == "none":
+        return None
+    if cell == "all seven":
+        return list(ALL_PROJECTIONS)
+    try:
+        return float(cell)  # YAML 1.1 reads 1e-4 as a string
+    except ValueError:
+        return yaml.safe_load(cell.strip("`"))
+
+
+def test_the_readme_documents_every_spec_key_with_its_default():
+    from pydantic_core import PydanticUndefined
+
+    schema = _schema_keys()
+    table = _readme_key_table()
+    assert sorted(set(schema) - set(table)) == [], "spec keys missing from the README's Job spec table"
+    assert sorted(set(table) - set(schema)) == [], "README Job spec rows naming no spec key"
+    for key, field in schema.items():
+        cell = table[key]
+        if cell == "see below":  # parallel.*: the layout without the section is explained under the table
+            continue
+        if field.default is PydanticUndefined and field.default_factory is None:
+            assert cell == "required", key
+        elif cell == "one required":  # train.max_steps / train.epochs: None, and the validator wants one
+            assert field.default is None, key
+        else:
+            default = field.default_factory() if field.default_factory else field.default
+            default = list(default) if isinstance(default, tuple) else default
+            expected = _readme_default(cell)
+            if isinstance(expected, float) and not isinstance(default, bool):
+                assert default == pytest.approx(expected, rel=1e-12), (key, cell, default)
+            else:
+                assert default == expected, (key, cell, default)
