@@ -119,6 +119,9 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
     if document.stages[0].guard is not None:
         errors["stages.0.guard"] = ["the first stage has no previous stage to guard against; remove its guard"]
     for index, stage in enumerate(document.stages):
+        if problem := _guard_problem(document.stages, index):
+            errors.setdefault(f"stages.{index}.guard.metric", []).append(problem)
+    for index, stage in enumerate(document.stages):
         if stage.export is not None:
             continue
         spec = dict(stage.spec)
@@ -134,6 +137,25 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
                 errors.setdefault(f"stages.{index}.spec.{key}", []).extend(messages)
     if errors:
         raise ValidationError(errors)
+
+
+def _guard_problem(stages: list[Stage], index: int) -> str | None:
+    """Why stage ``index``'s guard could never pass, if it is so: an ``eval/`` metric is logged only by a
+    run with evaluation data, and the guard reads it from this stage and the one before."""
+    guard = stages[index].guard
+    if guard is None or index == 0 or not guard.metric.startswith("eval/"):
+        return None
+
+    def has_eval(stage: Stage) -> bool:
+        data = (stage.spec or {}).get("data")
+        return isinstance(data, dict) and data.get("eval") not in (None, "")
+
+    without = [f"stage {number + 1} ({stages[number].name})" for number in (index - 1, index) if not has_eval(stages[number])]
+    if not without:
+        return None
+    return (f"{guard.metric} is logged only by a run with evaluation data, and {' and '.join(without)} "
+            f"{'has' if len(without) == 1 else 'have'} no data.eval, so this guard could never pass; "
+            "add data.eval there, or guard another metric")
 
 
 def _stage_spec(pipeline: Pipeline, index: int, model: str | None) -> dict[str, Any]:

@@ -393,7 +393,9 @@ stages:
       task: dpo
       data: {{train: {preference}}}
       train: {{max_steps: 100, batch_size: 8, save_every: 50}}
-    guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
+    # a guard compares a metric with the previous stage's and stops the pipeline when it got worse; an eval/
+    # metric needs data.eval in both stages:
+    # guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
   - name: serve
     # the last model's serving copy, quantized (int8 or int4), with its perplexity and agreement
     export: {{quantize: int8}}

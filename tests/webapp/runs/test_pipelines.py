@@ -14,9 +14,13 @@ from webapp.runs.models import ArtifactKind, Pipeline, PipelineStatus, Run, RunS
 
 
 def document(catalog, *, guard=None, stages=2):
+    """A pipeline of an sft stage and ``stages - 1`` dpo stages; with a ``guard``, every stage has eval data
+    (a guard's eval/ metric needs it in both stages it compares)."""
     sft = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
            "train": {"max_steps": 10}}
     dpo = {"task": "dpo", "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 5}}
+    if guard:
+        sft["data"]["eval"], dpo["data"]["eval"] = catalog.prompts.public_id, catalog.preference.public_id
     later = [{"name": f"dpo-{index}", "spec": dpo, **({"guard": guard} if guard else {})} for index in range(1, stages)]
     return {"name": "chain", "stages": [{"name": "sft", "spec": sft}, *later]}
 
@@ -49,6 +53,25 @@ def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document={"name": "x", "stages": []}, user=None)
     assert "stages" in caught.value.message_dict
+
+
+def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog, sent_tasks):
+    """The New pipeline page's own example guarded its dpo stage on eval/loss with no data.eval: it trained
+    the sft and dpo stages, then stopped with 'eval/loss was not logged'. Such a guard is refused up front."""
+    guarded = document(catalog, guard={"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False})
+    del guarded["stages"][1]["spec"]["data"]["eval"]
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
+    assert caught.value.message_dict == {"stages.1.guard.metric": [
+        "eval/loss is logged only by a run with evaluation data, and stage 2 (dpo-1) has no data.eval, so this guard "
+        "could never pass; add data.eval there, or guard another metric"]}
+    del guarded["stages"][0]["spec"]["data"]["eval"]
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
+    assert "stage 1 (sft) and stage 2 (dpo-1) have no data.eval" in caught.value.message_dict["stages.1.guard.metric"][0]
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
+    guarded["stages"][1]["guard"] = {"metric": "loss", "max_drop_percent": 5, "higher_is_better": False}
+    assert pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)  # logged by every run
 
 
 def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, tmp_path):
