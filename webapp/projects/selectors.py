@@ -30,3 +30,18 @@ def membership_list(*, project: Project) -> QuerySet[Membership]:
         .select_related("user")
         .order_by(-rank, "user__username")
     )
+
+
+def project_counts(*, project: Project) -> dict[str, int]:
+    """What the project holds, for its overview: datasets, base models, runs (not archived) and how many
+    of them are queued or running, review campaigns."""
+    from webapp.runs.models import ACTIVE_STATUSES
+
+    runs = project.runs.filter(archived=False)
+    return {
+        "datasets": project.datasets.count(),
+        "base_models": project.base_models.count(),
+        "runs": runs.count(),
+        "active_runs": runs.filter(status__in=ACTIVE_STATUSES).count(),
+        "campaigns": project.review_campaigns.count(),
+    }

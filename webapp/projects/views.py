@@ -57,6 +57,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "project": project,
             "membership": membership,
             "members": selectors.membership_list(project=project),
+            "counts": selectors.project_counts(project=project),
         },
     )
 

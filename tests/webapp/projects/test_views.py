@@ -64,6 +64,27 @@ class TestProjectDetail:
         assert b"Project alpha" in response.content
         assert b"alpha-teammate" in response.content
 
+    def test_it_leads_to_every_part_of_the_project_with_its_count(self, team, client_for):
+        """The overview offered Datasets, Base models and Members only, with no figure but the members':
+        no way to the runs or the review campaigns, nothing to say what the project holds."""
+        from tests.webapp.factories import make_base_model, make_ready_version
+        from webapp.runs.models import Run, RunStatus
+
+        make_ready_version(team.project, name="chats")
+        make_ready_version(team.project, name="pairs", kind="preference",
+                           rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+        make_base_model(team.project)
+        for status, archived in ((RunStatus.RUNNING, False), (RunStatus.SUCCEEDED, False), (RunStatus.FAILED, True)):
+            Run.objects.create(project=team.project, name=status, task="sft", status=status, archived=archived,
+                               spec={}, resolved_spec={})
+        Run.objects.create(project=team.outsider_project, name="theirs", task="sft", status=RunStatus.RUNNING,
+                           spec={}, resolved_spec={})
+        page = client_for(team.viewer).get(self.url).content.decode()
+        tiles = page.split('<div class="grid">')[1].split("</div>")[0]
+        assert '<a class="card tile" href="/p/alpha/runs/"><h2>Runs</h2><p><b>2</b> runs, <b>1</b> queued or running.' in tiles
+        assert '<a class="card tile" href="/p/alpha/review/"><h2>Review</h2><p><b>0</b> campaigns.' in tiles
+        assert "<b>2</b> datasets." in tiles and "<b>1</b> registered." in tiles and "<b>3</b> members." in tiles
+
     def test_it_requires_access(self, team, client, client_for):
         assert client_for(team.outsider).get(self.url).status_code == 404
         assert client_for(team.outsider).get("/p/no-such-project/").status_code == 404
