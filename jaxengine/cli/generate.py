@@ -21,13 +21,6 @@ from jaxengine.cli.model_dir import CliError, checked_model_dir, read_model_conf
 DTYPES = ("float32", "bfloat16")
 
 
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return number
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate a completion from a model directory",
                                    description=command_description(__doc__))
@@ -35,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
     parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")
     parser.add_argument("--system", metavar="TEXT", help="system turn before the prompt (with --chat)")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=256, metavar="N", help="default 256")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="default 256")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (1 = off)")
     parser.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely tokens (0 = off)")

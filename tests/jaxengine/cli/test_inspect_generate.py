@@ -93,8 +93,10 @@ def test_sampling_settings_fall_back_to_generation_config():
     (lambda tmp, model: ["generate", "--model", str(tmp / "missing"), "--prompt", "x"], "no such directory"),
     (lambda tmp, model: ["inspect", "--model", str(tmp)], "no config.json"),
     (lambda tmp, model: ["generate", "--model", str(model), "--prompt", "x", "--top-p", "0"], "--top-p must be in (0, 1]"),
+    (lambda tmp, model: ["generate", "--model", str(model), "--prompt", "x", "--max-new-tokens", "0"],
+     "--max-new-tokens must be at least 1, got 0"),
     (lambda tmp, model: ["generate", "--model", str(model), "--prompt", "x", "--system", "s"], "--system needs --chat"),
-], ids=["missing dir", "no config.json", "bad top-p", "system without chat"])
+], ids=["missing dir", "no config.json", "bad top-p", "no new tokens", "system without chat"])
 def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, message):
     result = run_cli(*make_args(tmp_path, model_dir))
     assert result.returncode == 2
