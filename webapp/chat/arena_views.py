@@ -125,7 +125,9 @@ def arena_export(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET"])
 def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
-    project, membership = chat_access(request.user, slug)
+    """The ratings from every vote of the project: a read, so viewers see it too (battles and votes,
+    which spend accelerator time, take the member role)."""
+    project, membership = get_project_for_user(request.user, slug)
     ratings, rates = arena.project_leaderboard(project=project)
     return render(request, "chat/leaderboard.html", {
         "project": project, "membership": membership, "ratings": ratings, **_review_context(project, membership),

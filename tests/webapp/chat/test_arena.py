@@ -137,6 +137,23 @@ def test_it_requires_access(team, client_for, models, sent):
     assert client_for(team.viewer).get(reverse("chat:arena", args=[team.project.slug])).status_code == 403
 
 
+def test_viewers_read_the_leaderboard(team, client_for, models, sent):
+    """Viewers 'read everything in the project', yet the leaderboard, which spends nothing, answered them 403
+    and no tab led to it. They read it now, from a Leaderboard tab, with no way into the arena itself."""
+    battle = start_battle(team, client_for)
+    finish(battle, "Blue.", "Red.")
+    arena.battle_vote(battle=battle, outcome="a")
+    response = client_for(team.viewer).get(reverse("chat:leaderboard", args=[team.project.slug]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Base model: falcon" in page and "Base model: heron" in page
+    assert active_tabs(page) == ["Leaderboard"]
+    assert f'href="{reverse("chat:arena", args=[team.project.slug])}"' not in page
+    assert "New review campaign from arena votes" not in page
+    member_page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
+    assert active_tabs(member_page) == ["Arena"]
+
+
 def test_it_needs_two_models(team, client_for, sent):
     make_base_model(team.project, name="only", path="/models/only")
     response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "Hi"})
