@@ -39,9 +39,12 @@ def _read_rows(path: str, metric: str) -> list[dict]:
         if metric == "exact_match":
             raise CliError(f"--data {error}; exact_match needs a prompts file with an 'answer' column") from None
         return list(pipeline.read_examples(path, kind="sft"))
-    if not all(isinstance(row.get("answer"), str) for row in rows):
+    unanswered = next((number for number, row in enumerate(rows, 1) if not isinstance(row.get("answer"), str)), None)
+    if unanswered is not None:
         if metric == "exact_match":
-            raise CliError(f"--data {path}: exact_match needs an 'answer' string in every row")
+            columns = ", ".join(sorted(rows[unanswered - 1]))
+            raise CliError(f"--data {path}: row {unanswered} has no 'answer' string (its columns: {columns}); "
+                           "exact_match needs a prompts file with an 'answer' column in every row")
         return list(pipeline.read_examples(path, kind="sft"))
     return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
 

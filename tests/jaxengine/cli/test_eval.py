@@ -77,6 +77,14 @@ def test_by_a_column_a_row_lacks_names_the_row(demo_dir, tmp_path, capsys):
     assert f"--data {data}: row 2 has no 'task' column to group --by" in err
 
 
+def test_exact_match_on_rows_without_answers_names_the_row(demo_dir, capsys):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/sft.jsonl"),
+                              "--metric", "exact_match")
+    assert code == 2 and out == ""
+    assert (f"--data {demo_dir / 'data/sft.jsonl'}: row 1 has no 'answer' string (its columns: completion, prompt); "
+            "exact_match needs a prompts file with an 'answer' column in every row") in err
+
+
 def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")
