@@ -23,6 +23,14 @@ def test_everyone_in_the_project_reads_the_campaign(campaign, team, client_for):
         assert response.status_code == 200 and b"Capital of France?" in response.content
 
 
+def test_the_position_bias_reads_as_one_figure(campaign, team, client_for):
+    """Its note sat after the figure, so a fresh campaign read 'no votes yet 0.5 = no bias'."""
+    page = client_for(team.viewer).get(f"/p/alpha/review/{campaign.public_id}/").content.decode()
+    figure = page.split('<dd class="figure-position">')[1].split("</dd>")[0]
+    assert figure.strip() == '<span class="muted">no votes yet</span>'
+    assert "0.5 = no bias)</span></dt>" in page
+
+
 def test_it_requires_access(campaign, team, client_for):
     outsider = client_for(team.outsider)
     for name in ("detail", "items", "next", "conflicts", "settings"):
