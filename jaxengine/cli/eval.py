@@ -50,6 +50,10 @@ def _read_rows(path: str, metric: str) -> list[dict]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    for flag, value in (("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens),
+                        ("--max-seq-len", args.max_seq_len)):
+        if value is not None and value < 1:
+            raise CliError(f"{flag} must be at least 1, got {value}")
     model_dir = checked_model_dir(args.model)
     rows = _read_rows(args.data, args.metric)[: args.limit]
     if not rows:

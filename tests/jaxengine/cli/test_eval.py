@@ -85,6 +85,16 @@ def test_exact_match_on_rows_without_answers_names_the_row(demo_dir, capsys):
             "exact_match needs a prompts file with an 'answer' column in every row") in err
 
 
+@pytest.mark.parametrize("flag, metric", [("--limit", "exact_match"), ("--max-new-tokens", "exact_match"),
+                                          ("--max-seq-len", "loss")])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_it_rejects_a_size_below_one_naming_the_flag(demo_dir, capsys, flag, metric, value):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", metric, flag, value)
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: {flag} must be at least 1, got {value}\n"
+
+
 def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")
