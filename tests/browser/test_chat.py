@@ -117,3 +117,24 @@ def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server,
     page.get_by_role("button", name="Send").click()
     page.locator(".chat-user").wait_for()
     assert page.locator("#chat-title").inner_text() == "Name <b>three</b> rivers"  # its first line, as text
+
+
+def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transactional_db):  # noqa: F811
+    """The answer's box was empty until the first token, seconds on a cold serve worker (9 s for the
+    demo model on CPU), with nothing to say that the model was being asked. No serve worker here: the
+    answer stays queued."""
+    from webapp.chat.models import Conversation, MessageStatus, Role
+
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    conversation = Conversation.objects.create(project=team.project, user=team.teammate,
+                                               model_ref=base_model.public_id, model_label="Base model: tiny",
+                                               title="hello")
+    Message.objects.create(conversation=conversation, role=Role.USER, content="hello")
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    waiting = page.locator(".chat-assistant .chat-streaming")
+    assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == '"waiting for the model…"'
+    waiting.evaluate("e => { e.textContent = 'Hel'; }")  # what the first token event does
+    assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"
