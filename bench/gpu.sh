@@ -13,8 +13,9 @@
 #   OUT=/some/dir bash bench/gpu.sh 1       # from the repository root; PYTHON defaults to python3
 #   OUT=/some/dir bash bench/gpu.sh 2
 #
-# pydantic/orjson are not on the GPU host: install the carried wheels to /tmp/site first, e.g.
-#   pip install --no-deps --target /tmp/site .whl/*.whl
+# pydantic/orjson are not on the GPU host: make their wheels here with bench/gpu_wheels.sh, carry .whl,
+# and install them to /tmp/site there first (this script puts /tmp/site on PYTHONPATH):
+#   pip install -q --no-deps --target /tmp/site .whl/*.whl && OUT=$OUT bash bench/gpu.sh 1
 set -u
 OUT="${OUT:-.}"
 LOG="$OUT/gpu.log"
