@@ -182,8 +182,17 @@ def _progress(run) -> dict[str, Any]:
 @require_GET
 def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     project, membership, run = get_run_for_user(request.user, slug, run_id)
+    return _render_run_page(request, project, membership, run)
+
+
+def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] | None = None,
+                     status: int = 200) -> HttpResponse:
+    """The run page; ``edit`` (the details form as sent, with its ``errors`` by field) shows that form
+    open with what was typed, after a refused edit."""
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
+        "edit": edit or {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes, "errors": {}},
+        "edit_refused": edit is not None,
         "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
@@ -191,7 +200,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": _checkpoints(run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
-    })
+    }, status=status)
 
 
 def _checkpoints(run) -> list[dict[str, Any]]:
@@ -315,8 +324,18 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
 @login_required
 @require_POST
 def run_edit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Rename the run, set its tags and notes; a refused edit shows the form again as it was sent
+    (notes can be long: they are not thrown away for a blank name)."""
+    project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     fields = {key: request.POST[key] for key in ("name", "tags", "notes") if key in request.POST}
-    return _action(request, slug, run_id, lambda run: services.run_update_details(run=run, **fields))
+    try:
+        services.run_update_details(run=run, **fields)
+    except ValidationError as error:
+        run.refresh_from_db()
+        edit = {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes, **fields,
+                "errors": error.message_dict}
+        return _render_run_page(request, project, membership, run, edit=edit, status=400)
+    return redirect("runs:detail", project.slug, run.public_id)
 
 
 def _compare_runs(request, slug):

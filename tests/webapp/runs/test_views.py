@@ -547,3 +547,30 @@ def test_the_runs_table_and_lineage_say_which_data_trains_and_which_evaluates(te
     assert lineage.index("Training data <a") < lineage.index("train-set") < lineage.index("Evaluation data <a") \
         < lineage.index("held-out")
     assert lineage.count("data <a") == 2
+
+
+def test_a_refused_edit_keeps_what_was_typed(team, run, client_for):
+    """A blank name sent the page back with 'a run needs a name' at the top and the edit gone: the
+    notes just written, and the tags, were lost. The form comes back open, as it was sent, the error
+    at its field; nothing of it is saved."""
+    notes = "## Result\n\nLoss fell to **1.08** <script>x()</script>"
+    response = client_for(team.teammate).post(url(run, "edit/"), {"name": " ", "tags": "best, ünï", "notes": notes})
+    assert response.status_code == 400
+    page = response.content.decode()
+    form = page.split('<details open><summary>Edit</summary>')[1].split("</details>")[0]
+    assert f'action="{url(run, "edit/")}#edit-form" id="edit-form"' in form  # the answer opens at the form
+    assert '<input type="text" id="edit-name" name="name" value=" " maxlength="120"><small class="error">a run needs a name' \
+        in form
+    assert 'value="best, ünï"' in form
+    assert "Loss fell to **1.08** &lt;script&gt;x()&lt;/script&gt;</textarea>" in form
+    run.refresh_from_db()
+    assert run.name == "first <b>run</b>" and run.tags == [] and run.notes == ""
+    response = client_for(team.teammate).post(url(run, "edit/"), {"name": "x", "tags": "y" * 41, "notes": notes})
+    assert 'class="field has-error"><label for="edit-tags">' in response.content.decode()
+    ok = client_for(team.teammate).post(url(run, "edit/"), {"name": "renamed", "tags": "best", "notes": notes})
+    assert ok.status_code == 302 and ok["Location"] == url(run)
+    run.refresh_from_db()
+    assert (run.name, run.tags, run.notes) == ("renamed", ["best"], notes)
+    assert "<details><summary>Edit</summary>" in client_for(team.teammate).get(url(run)).content.decode()
+    assert client_for(team.viewer).post(url(run, "edit/"), {"name": "v"}).status_code == 403
+    assert client_for(team.outsider).post(url(run, "edit/"), {"name": "v"}).status_code == 404
