@@ -71,7 +71,7 @@ class QuantScheme:
         if name == "int8":
             return cls(bits=8, group_size=group_size)
         if name == "int4":
-            return cls(bits=4, group_size=group_size or DEFAULT_INT4_GROUP_SIZE)
+            return cls(bits=4, group_size=DEFAULT_INT4_GROUP_SIZE if group_size is None else group_size)
         raise QuantizationError(f"--quantize: {name!r} is not one of {', '.join(SCHEMES)}")
 
     @property

@@ -63,6 +63,13 @@ def test_it_rejects_a_group_size_that_does_not_divide_a_projection():
         QuantScheme.named("int3")
 
 
+@pytest.mark.parametrize("name", ["int8", "int4"])
+def test_a_group_size_of_zero_is_refused_not_replaced_by_the_default(name):
+    with pytest.raises(quantize.QuantizationError, match="group_size: 0 must be an even number"):
+        QuantScheme.named(name, group_size=0)
+    assert QuantScheme.named("int4").group_size == quantize.DEFAULT_INT4_GROUP_SIZE
+
+
 def test_sizes_match_the_hand_count(tiny_model_dir):
     model, config = load_hf_model(tiny_model_dir)
     parameter_count = sum(int(np.prod(v.shape)) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
