@@ -34,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.quantize is None and args.group_size is not None:
+        raise CliError("--group-size sets the quantized copy's groups; give --quantize int8 or int4 with it")
+    if args.eval_limit < 0:
+        raise CliError(f"--eval-limit must be 0 (no scoring) or more, got {args.eval_limit}")
     from jaxengine.job import JobError, export_run
     from jaxengine.trainer import TrainingError
 
