@@ -145,7 +145,7 @@ class TrainSpec(_Section):
     eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss "
-                           "(task grpo: by the first eval metric).")
+                           "(tasks grpo and ppo: by the first eval metric).")
     seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
     param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
     compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run", required=True, metavar="DIR", help="run directory (output_dir of a spec)")
     parser.add_argument("--step", type=int, metavar="N", help="checkpoint step (default: the latest)")
     parser.add_argument("--best", action="store_true",
-                        help="export the best checkpoint (eval loss; grpo: the first eval metric)")
+                        help="export the best checkpoint (eval loss; grpo and ppo: the first eval metric)")
     parser.add_argument("--quantize", choices=("int8", "int4"),
                         help="also write export/quantized/: int8 per output channel, or int4 per group")
     parser.add_argument("--group-size", type=int, metavar="G",
