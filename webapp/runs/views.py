@@ -59,6 +59,10 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     runs = selectors.runs_by_ids(project=project, public_ids=request.POST.getlist("runs"))
     archived = request.POST.get("archived", "1") == "1"
+    if not runs:
+        # The button stands beside Compare under the table: pressed with nothing ticked, it says so.
+        messages.error(request, f"tick the runs to {'archive' if archived else 'restore'} first")
+        return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))
     count = services.run_set_archived(runs=runs, archived=archived)
     messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
     return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))

@@ -574,3 +574,15 @@ def test_a_refused_edit_keeps_what_was_typed(team, run, client_for):
     assert "<details><summary>Edit</summary>" in client_for(team.teammate).get(url(run)).content.decode()
     assert client_for(team.viewer).post(url(run, "edit/"), {"name": "v"}).status_code == 403
     assert client_for(team.outsider).post(url(run, "edit/"), {"name": "v"}).status_code == 404
+
+
+def test_archive_with_nothing_ticked_says_so(team, run, client_for):
+    """It answered 'Archived 0 runs.' as a success."""
+    client = client_for(team.teammate)
+    response = client.post("/p/alpha/runs/archive/", {"archived": "1"}, follow=True)
+    assert "tick the runs to archive first" in response.content.decode() and "Archived 0" not in response.content.decode()
+    response = client.post("/p/alpha/runs/archive/", {"archived": "0"}, follow=True)
+    assert response.redirect_chain[-1][0] == "/p/alpha/runs/?archived=1"
+    assert "tick the runs to restore first" in response.content.decode()
+    assert not Run.objects.filter(archived=True).exists()
+
