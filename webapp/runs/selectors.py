@@ -29,6 +29,11 @@ SORTS = {
     "newest": "-created_at", "oldest": "created_at", "name": "name", "-name": "-name",
     "status": "status", "task": "task", "steps": "-current_step",
 }
+# What the Runs page's sort select says for each key of SORTS (the keys stay the query's values).
+SORT_LABELS = {
+    "newest": "newest first", "oldest": "oldest first", "name": "name A–Z", "-name": "name Z–A",
+    "status": "by status", "task": "by task", "steps": "most steps first",
+}
 
 
 @dataclass(frozen=True, kw_only=True)

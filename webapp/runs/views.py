@@ -48,7 +48,7 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/list.html", {
         "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
         "tasks": tasks(), "statuses": RunStatus.choices, "tags": selectors.project_tags(project=project),
-        "sorts": list(selectors.SORTS), "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
+        "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
         "pipelines": selectors.pipeline_list(project=project)[:10],
     })
 

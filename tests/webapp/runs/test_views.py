@@ -586,3 +586,11 @@ def test_archive_with_nothing_ticked_says_so(team, run, client_for):
     assert "tick the runs to restore first" in response.content.decode()
     assert not Run.objects.filter(archived=True).exists()
 
+
+def test_the_sort_select_says_what_each_order_is(team, run, client_for):
+    """Its options were the query's keys: 'name' and '-name', 'steps' (most first?)."""
+    page = client_for(team.viewer).get("/p/alpha/runs/?sort=-name").content.decode()
+    select = page.split('<select name="sort"')[1].split("</select>")[0]
+    assert '<option value="-name" selected>name Z–A</option>' in select
+    assert '<option value="steps" >most steps first</option>' in select and select.count("<option") == 7
+
