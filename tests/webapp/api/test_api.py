@@ -194,7 +194,8 @@ def test_the_tokens_page_shows_a_new_token_once(world, client_for):
 def test_pipelines_start_and_report_their_stages(world):
     team, apis, sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)
-    stage = {"task": "sft", "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    # Eval data in both stages: the second stage's guard reads eval/loss of both.
+    stage = {"task": "sft", "data": {"train": data.public_id, "eval": data.public_id}, "train": {"max_steps": 5}}
     document = {"name": "two", "stages": [{"name": "a", "spec": {**stage, "model": model.public_id}},
                                           {"name": "b", "spec": stage,
                                            "guard": {"metric": "eval/loss", "max_drop_percent": 5,
