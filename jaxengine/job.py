@@ -294,6 +294,15 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
     return {"step": meta["step"], "export": exported}
 
 
+def check_data_files(spec: JobSpec) -> None:
+    """JobError naming the ``data`` key whose file is missing, before a model is loaded or a directory made."""
+    for key in ("train", "eval"):
+        path = getattr(spec.data, key)
+        if path is not None and not Path(path).is_file():
+            problem = "is a directory, not a file" if Path(path).is_dir() else "no such file"
+            raise JobError(f"data.{key}: {path}: {problem}")
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -313,6 +322,7 @@ def run_job(
     if jax.process_count() != spec.hosts:
         raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
+    check_data_files(spec)
     if placement is None:
         placement = job_placement(spec)
     writes_files = jax.process_index() == 0

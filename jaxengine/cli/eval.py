@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
@@ -55,6 +56,9 @@ def _eval(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise CliError(f"{flag} must be at least 1, got {value}")
     model_dir = checked_model_dir(args.model)
+    if not Path(args.data).is_file():
+        raise CliError(f"--data {args.data}: " + ("is a directory, not a file" if Path(args.data).is_dir()
+                                                  else "no such file"))
     rows = _read_rows(args.data, args.metric)[: args.limit]
     if not rows:
         raise CliError(f"--data {args.data}: no rows to score")

@@ -122,6 +122,19 @@ def test_cli_reports_an_invalid_spec_and_exits_2(tmp_path, capsys):
     assert f"{path}:6: optim.schedule: 'cosin' is not one of constant, linear, cosine" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("key", ["train", "eval"])
+def test_cli_names_a_missing_data_file_before_making_the_run(tmp_path, capsys, key):
+    present = tmp_path / "present.jsonl"
+    present.write_text('{"prompt": "a", "completion": "b"}\n')
+    files = {"train": str(present), "eval": str(present), key: str(tmp_path / "missing.jsonl")}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": "demo-tiny", "output_dir": str(tmp_path / "run"),
+                                    "data": files, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"{path}: data.{key}: {tmp_path / 'missing.jsonl'}: no such file\n"
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_unknown_model_is_named(tmp_path):
     with pytest.raises(JobError, match="model: 'nope' is neither a directory nor a preset"):
         resolve_model_dir("nope")

@@ -95,6 +95,14 @@ def test_it_rejects_a_size_below_one_naming_the_flag(demo_dir, capsys, flag, met
     assert err == f"jaxengine eval: error: {flag} must be at least 1, got {value}\n"
 
 
+@pytest.mark.parametrize("metric", ["exact_match", "loss"])
+def test_a_missing_data_file_is_named(demo_dir, tmp_path, capsys, metric):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(tmp_path / "missing.jsonl"),
+                              "--metric", metric)
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: --data {tmp_path / 'missing.jsonl'}: no such file\n"
+
+
 def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")
