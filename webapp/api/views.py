@@ -170,6 +170,10 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
     at most 500). POST: launch a run from a spec, or open an external run."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
+        # The Runs page falls back to its default order; a script asking for another order is told.
+        sort = request.GET.get("sort")
+        if sort is not None and sort not in run_selectors.SORTS:
+            raise ValidationError({"sort": f"{sort!r} is not one of {', '.join(run_selectors.SORTS)}"})
         filters = run_selectors.RunFilters.from_query(request.GET)
         found = run_selectors.run_list(project=project, filters=filters)[:500]
         return JsonResponse({"runs": [_run_json(run) for run in found]})

@@ -109,6 +109,14 @@ def test_runs_create_get_cancel_resume(world):
     assert apis["outsider"].call("POST", run_path + "cancel/")[0] == 404
 
 
+def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
+    team, apis, _sent = world
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=-created")
+    assert status == 400
+    assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps"]}}
+    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
+
+
 def test_an_external_run_is_logged_like_a_tracking_server(world):
     _team, apis, _sent = world
     status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
