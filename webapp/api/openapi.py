@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from jaxengine.spec import JobSpec
 from webapp.api import schemas
 from webapp.runs.pipelines import PipelineDocument
+from webapp.runs.selectors import SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -78,7 +79,8 @@ def build_document() -> dict[str, Any]:
             "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"), _query("status", "status"),
                                                           _query("task", "task"), _query("tag", "tag"),
                                                           _query("archived", "1: archived runs"),
-                                                          _query("sort", "newest, oldest, name, status, task, steps")]),
+                                                          {**_query("sort", "order; default newest"),
+                                                           "schema": {"type": "string", "enum": list(SORTS)}}]),
             "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.RunCreate, status="201"),
         },

@@ -189,6 +189,9 @@ def test_openapi_document_describes_every_endpoint(world):
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
+    sort, = (parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
+             if parameter["name"] == "sort")
+    assert sort["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):
