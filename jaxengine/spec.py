@@ -325,7 +325,7 @@ class JobSpec(_Section):
     """A whole training job."""
 
     task: Task = Field(description="pretrain | sft | reward | dpo | grpo | ppo")
-    model: str = Field(min_length=1, description="A Hugging Face-format directory or a preset name.")
+    model: str = Field(min_length=1, description="A Hugging Face-format directory, or demo-tiny (the demo model).")
     output_dir: str = Field(min_length=1, description="Run directory: metrics, checkpoints, export.")
     data: DataSpec
     peft: PeftSpec = PeftSpec()
