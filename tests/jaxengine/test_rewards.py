@@ -210,3 +210,18 @@ def test_the_catalog_describes_every_function_and_its_arguments_from_the_signatu
     assert [argument.kind for argument in catalog["contains"].arguments] == ["text_list", "choice", "boolean"]
     assert catalog["numeric_match"].arguments[4].kind == "number"
     assert catalog["excludes"].summary == "1.0 when none of ``keywords`` occurs, else 0.0."
+
+
+def test_the_readme_table_names_every_reward_function_and_its_arguments():
+    import inspect
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| name | args (default) | score |\n", 1)[1].split("\n\n", 1)[0]
+    rows = {match[1]: match[2] for match in re.finditer(r"^\| `(\w+)` \| (.*?) \|", table, flags=re.MULTILINE)}
+    assert sorted(rows) == sorted(rewards.REWARDS)
+    for name, function in rewards.REWARDS.items():
+        arguments = [parameter.name for parameter in inspect.signature(function).parameters.values()
+                     if parameter.kind == parameter.KEYWORD_ONLY]
+        assert [argument for argument in arguments if f"`{argument}`" not in rows[name]] == [], name
