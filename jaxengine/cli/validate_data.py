@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not path.is_file():
             raise ValueError(f"{path}: no such file")
+        if args.max_errors < 0:
+            raise ValueError(f"--max-errors must be 0 (count only) or more, got {args.max_errors}")
         file_format = formats.FileFormat(args.file_format) if args.file_format else formats.detect_format(path.name)
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(args.kind), columns=parse_mappings(args.mappings))
     except ValueError as error:

@@ -44,3 +44,7 @@ def test_usage_errors(tmp_path, capsys):
     assert "write FIELD=COLUMN" in capsys.readouterr().err
     assert main(["validate-data", str(tmp_path / "missing.jsonl"), "--kind", "sft"]) == 2
     assert "no such file" in capsys.readouterr().err
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": 1}\n', encoding="utf-8")
+    assert main(["validate-data", str(rows), "--kind", "sft", "--max-errors", "-1"]) == 2
+    assert capsys.readouterr().err == "jaxengine validate-data: error: --max-errors must be 0 (count only) or more, got -1\n"
