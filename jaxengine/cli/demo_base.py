@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from jaxengine.cli import command_description
+from jaxengine.cli.model_dir import EXIT_BAD_INPUT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,9 +32,13 @@ def _demo_base(args: argparse.Namespace) -> int:
 
     from jaxengine.demo.build import DemoSettings, build_demo
 
-    settings = DemoSettings(seed=args.seed)
-    if args.steps is not None:
-        settings = dataclasses.replace(settings, steps=args.steps)
+    try:
+        settings = DemoSettings(seed=args.seed)
+        if args.steps is not None:
+            settings = dataclasses.replace(settings, steps=args.steps)
+    except ValueError as error:
+        print(f"jaxengine demo-base: error: {str(error).replace('DemoSettings.', '--')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     result = build_demo(args.out, settings, progress_bar=False if args.no_progress else None)
     print(json.dumps(result))
     return 0

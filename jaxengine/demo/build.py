@@ -38,6 +38,12 @@ class DemoSettings:
     learning_rate: float = 3e-3
     max_eval: int = 500
 
+    def __post_init__(self):
+        if self.seed < 0:
+            raise ValueError(f"DemoSettings.seed must be ≥ 0, got {self.seed}")
+        if self.steps < 1:
+            raise ValueError(f"DemoSettings.steps must be at least 1, got {self.steps}")
+
 
 def demo_model_config(settings: DemoSettings, *, vocab_size: int, bos_id: int, eos_ids: list[int], pad_id: int):
     """The ``demo-tiny`` architecture: Llama-style, tied embeddings, grouped-query attention."""

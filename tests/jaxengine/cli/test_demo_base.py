@@ -1,0 +1,15 @@
+"""``jaxengine demo-base``: sizes that cannot build a model are refused before anything is written."""
+import pytest
+
+from jaxengine.cli import main
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["--steps", "-5"], "--steps must be at least 1, got -5"),
+    (["--seed", "-1"], "--seed must be ≥ 0, got -1"),
+])
+def test_it_rejects_sizes_that_cannot_build_naming_the_flag(tmp_path, capsys, flags, message):
+    assert main(["demo-base", "--out", str(tmp_path / "demo"), "--no-progress", *flags]) == 2
+    assert capsys.readouterr().err == f"jaxengine demo-base: error: {message}\n"
+    assert not (tmp_path / "demo").exists()
