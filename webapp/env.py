@@ -35,6 +35,15 @@ def env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"environment variable {name}={raw!r} must be a boolean (1/0, true/false)")
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise ValueError(f"environment variable {name}={raw!r} must be one of {', '.join(choices)}")
+    return raw
+
+
 def env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default.resolve()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from webapp.env import env_bool, env_int, env_list, env_path, env_str
+from webapp.env import env_bool, env_choice, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -151,7 +151,7 @@ TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)
 # Workers keep compiled XLA programs here (see worker/celery.py); empty: no persistent cache.
 TEMPER_JAX_CACHE = env_str("TEMPER_JAX_CACHE", str(DATA_ROOT / "jax-cache"))
 # The serving copy written when a run succeeds: int8 (per channel), int4 (groups of 64) or none.
-TEMPER_SERVE_QUANTIZE = env_str("TEMPER_SERVE_QUANTIZE", "int8")
+TEMPER_SERVE_QUANTIZE = env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "int4", "none"))
 
 LOGGING = {
     "version": 1,

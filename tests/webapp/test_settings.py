@@ -1,6 +1,13 @@
-"""Settings: every environment variable they read is documented in the README's configuration table."""
+"""Settings: every environment variable they read is documented in the README's configuration table, and a
+variable with a few allowed values refuses any other at startup."""
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from webapp.env import env_choice
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,3 +20,21 @@ def test_the_readme_documents_every_variable_the_settings_read():
                   for name in re.findall(r"`([A-Z0-9_]+)`", row.split(" | ")[0])}
     assert "TEMPER_DATA" in read and "DATABASE_URL" in read
     assert sorted(read - documented) == []
+
+
+def test_a_choice_variable_refuses_other_values_naming_them(monkeypatch):
+    monkeypatch.setenv("TEMPER_SERVE_QUANTIZE", "int16")
+    with pytest.raises(ValueError, match="environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of "
+                                         "int8, int4, none"):
+        env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "int4", "none"))
+    monkeypatch.setenv("TEMPER_SERVE_QUANTIZE", "")
+    assert env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "int4", "none")) == "int8"
+
+
+def test_the_settings_refuse_an_unknown_serving_quantization():
+    """A worker started with TEMPER_SERVE_QUANTIZE=int16 would otherwise fail every run's serving copy in its log."""
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                                                        "TEMPER_SERVE_QUANTIZE": "int16"})
+    assert result.returncode != 0
+    assert "environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of int8, int4, none" in result.stderr
