@@ -383,3 +383,13 @@ def test_the_readme_documents_every_spec_key_with_its_default():
                 assert default == pytest.approx(expected, rel=1e-12), (key, cell, default)
             else:
                 assert default == expected, (key, cell, default)
+
+
+def test_the_readme_first_spec_is_valid_and_reads_what_demo_base_writes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Engine CLI: train and demo-base\n", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    spec = parse_spec_text(example, source="README.md")
+    assert spec.model == "demo-tiny"
+    demo_out = section.split("jaxengine demo-base --out ", 1)[1].split()[0]  # the DIR of the block above it
+    assert {spec.data.train, spec.data.eval} == {f"{demo_out}/data/sft.jsonl", f"{demo_out}/data/eval.jsonl"}
