@@ -40,6 +40,20 @@ def test_models_and_chat_completions_streaming_and_not(api):
     assert chunks[-1].choices[0].finish_reason == "length"
     assert whole.object == "chat.completion" and whole.id.startswith("chatcmpl-")
     assert {chunk.object for chunk in chunks} == {"chat.completion.chunk"} and {chunk.id for chunk in chunks} == {chunks[0].id}
+    # Content as a list of text parts (as many clients send it) is the same conversation; other parts are refused.
+    parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+             {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    joined = [messages[0], {"role": "user", "content": "Hel\nlo"}]
+    as_parts = client.chat.completions.create(model=base_model.public_id, messages=parts, max_tokens=12, temperature=0)
+    as_string = client.chat.completions.create(model=base_model.public_id, messages=joined, max_tokens=12,
+                                               temperature=0)
+    assert as_parts.choices[0].message.content == as_string.choices[0].message.content
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="part 1 is of type 'image_url': these models read text only"):
+        client.chat.completions.create(model=base_model.public_id, max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])
 
 
 def test_completions(api):

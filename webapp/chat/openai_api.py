@@ -68,6 +68,24 @@ class _Message(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
     content: str
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, content):
+        """Content as OpenAI's clients may send it, a list of parts ``{"type": "text", "text": ...}``,
+        becomes one string, the parts joined by a line break (as vLLM's server joins them)."""
+        if not isinstance(content, list):
+            return content
+        texts = []
+        for index, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise ValueError(f"part {index} is of type {kind!r}: these models read text only; send text parts "
+                                 '({"type": "text", "text": ...}) or a string')
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"part {index}: a text part needs its text as a string")
+            texts.append(part["text"])
+        return "\n".join(texts)
+
 
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
@@ -129,7 +147,8 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _error(400, f"the body is not JSON: {error}")
     except pydantic.ValidationError as error:
         first = error.errors()[0]
-        return _error(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}", code="invalid_value")
+        message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
+        return _error(400, f"{'.'.join(map(str, first['loc']))}: {message}", code="invalid_value")
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
         return _error(404, f"the model {body.model!r} does not exist in project {token.project.slug}; "

@@ -86,3 +86,17 @@ def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):
     assert project_token_authenticate(f"Bearer {secret}") is None
     assert client_for(team.viewer).post(reverse("chat:token_create", args=[team.project.slug])).status_code == 403
     assert client_for(team.outsider).post(reverse("chat:token_create", args=[team.project.slug])).status_code == 404
+
+
+def test_a_messages_text_parts_are_joined_and_other_parts_refused_naming_them(team):
+    from webapp.chat.openai_api import ChatBody
+
+    body = ChatBody.model_validate({"model": "bm_x", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]})
+    assert body.messages[0].content == "first\nsecond"
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
+    response = Client().post("/v1/chat/completions", {"model": "bm_x", "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {}}]}]}, content_type="application/json", **bearer(secret))
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(
+        "messages.0.content: part 0 is of type 'input_audio': these models read text only")
