@@ -255,13 +255,22 @@ def redis_url(redis_server) -> Iterator[str]:
 
     server = redis_server
     previous = celery_app.conf.broker_url
-    celery_app.close()  # drop connections made to another broker
-    celery_app.conf.broker_url = server.url
+    _use_broker(celery_app, server.url)
     try:
         yield server.url
     finally:
-        celery_app.close()
-        celery_app.conf.broker_url = previous
+        _use_broker(celery_app, previous)
+
+
+def _use_broker(celery_app, url: str) -> None:
+    """Send the app's tasks to ``url`` from now on. Its connection pool and the producer pool made over it
+    both keep the broker they were made for, so both go, as Celery drops them after a fork: a page of a
+    live-server test that sent a task before this fixture ran (the chat page's prepare hint) had left
+    every later send of the session knocking at the settings' default broker."""
+    celery_app.close()
+    if "amqp" in celery_app.__dict__:
+        celery_app.amqp._producer_pool = None
+    celery_app.conf.broker_url = url
 
 
 @pytest.fixture(scope="session")
