@@ -100,6 +100,9 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     run = Run.objects.get(name="live sft")
     assert run.spec["train"]["max_steps"] == 3000 and run.spec["optim"]["learning_rate"] == 2e-5
 
+    # A page opened while the run is queued loads itself again once it runs (its worker, its devices);
+    # from then on it grows in place.
+    page.locator("#run-status .status-running").wait_for(timeout=60_000)
     page.evaluate("window.notReloaded = true")
     page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
                            " return p && p.data && p.data[0].x.length >= 3; }", timeout=60_000)
