@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
 from webapp.core.sse import event_stream_response, relay_channel, sse_message
@@ -38,6 +39,7 @@ async def _finished(message) -> AsyncIterator[str]:
                            "completion_tokens": message.completion_tokens})
 
 
+@login_required
 async def message_events(request: HttpRequest, slug: str, conversation_id: str, message_id: str
                          ) -> StreamingHttpResponse:
     """``text/event-stream`` of an answer's events."""

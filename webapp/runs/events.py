@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
 from webapp.core.sse import event_stream_response, relay_channel, sse_message
@@ -36,6 +37,7 @@ async def _relay(public_id: str, status: str) -> AsyncIterator[str]:
         yield message
 
 
+@login_required
 async def run_events(request: HttpRequest, slug: str, run_id: str) -> StreamingHttpResponse:
     """``text/event-stream`` of the run's live events (see the module notes)."""
     user = await request.auser()
