@@ -16,6 +16,10 @@ pattern fails the suite until someone says here how it is reached and who may us
   answered to anyone else exactly as a missing one;
 - and, so that none of that passes by missing the object, a user with the least role (the author,
   for private objects) reaches every method of every URL: the view found the object.
+
+``REFERENCES`` does the same for ids named in a query or a body (a run's model and data, the runs
+to compare): sent by the outsider in their own project, the team project's are refused as missing
+ones are, and the outsider's own are taken.
 """
 from __future__ import annotations
 
@@ -494,15 +498,15 @@ def database_state() -> dict[str, list]:
 
 def sweep_unchanged(check: Callable[[], list[str]], queued: list, capture) -> list[str]:
     """Run ``check`` and add a problem if it changed a row or a file, or queued or would queue a task."""
-    before = database_state()
+    before, queued_before = database_state(), len(queued)
     with capture() as callbacks:
         problems = check()
     after = database_state()
     changed = [label for label in after if before.get(label) != after[label]]
     if changed:
         problems.append(f"the sweep changed {changed}")
-    if queued or callbacks:
-        problems.append(f"the sweep queued work: {queued}, {len(callbacks)} on-commit callback(s)")
+    if queued[queued_before:] or callbacks:
+        problems.append(f"the sweep queued work: {queued[queued_before:]}, {len(callbacks)} on-commit callback(s)")
     return problems
 
 
@@ -603,4 +607,133 @@ def test_the_least_role_reaches_every_url(world, django_capture_on_commit_callba
                 transaction.set_rollback(True)
             if answer.status in (401, 403, 404, 405) or answer.status >= 500:
                 problems.append(f"{method} {name}: the {role} got {answer.status} {answer.body[:160]!r}")
+    assert not problems, report(problems)
+
+
+# Objects named in a query or a body ---------------------------------------------------------------------
+#
+# A URL is not the only way to name an object: forms and API bodies take ids too (a run's model and
+# data, a campaign's dataset version, the runs to compare or archive). The outsider, acting in their
+# own project, names the team project's objects there: each is refused as a missing one would be,
+# changing nothing; the same request with their own objects works, so the refusal is the reference's.
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    """A request in the caller's own project that names objects by id: ``request(slug, ids)`` gives
+    (query, form or JSON body) from ``ids`` (``project_ids``); ``kwargs(slug, ids)`` the URL's."""
+
+    name: str
+    method: str
+    request: Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]
+    foreign: tuple[str, ...]  # the ids swapped, one at a time, for the team project's
+    auth: Auth = Auth.SESSION
+    kwargs: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda slug, ids: {"slug": slug}
+
+
+def _spec(ids):
+    return {"task": "sft", "model": ids["model"], "data": {"train": ids["sft"]},
+            "train": {"max_steps": 10, "batch_size": 2}}
+
+
+def _pipeline_yaml(ids):
+    return json.dumps({"name": "chain", "stages": [{"name": "sft", "spec": _spec(ids)}]})  # JSON is YAML
+
+
+REFERENCES = [
+    Reference(name="runs:new", method="GET", foreign=("run",), request=lambda slug, ids: (f"?from={ids['run']}", {})),
+    Reference(name="runs:new", method="POST", foreign=("model", "sft"), request=lambda slug, ids: (
+        "", {"mode": "yaml", "spec_yaml": json.dumps(_spec(ids))})),
+    Reference(name="runs:compare_csv", method="GET", foreign=("run",),
+              request=lambda slug, ids: (f"?runs={ids['run']}", {})),
+    Reference(name="runs:archive", method="POST", foreign=("run",),
+              request=lambda slug, ids: ("", {"runs": ids["run"]})),
+    Reference(name="runs:pipeline_new", method="POST", foreign=("model", "sft"),
+              request=lambda slug, ids: ("", {"document": _pipeline_yaml(ids)})),
+    Reference(name="review:create", method="POST", foreign=("preference_pk", "user_pk"), request=lambda slug, ids: (
+        "", {"name": "pass", "source_version": ids["preference_pk"], "required_reviews": 1,
+             "reviewers": ids["user_pk"]})),
+    Reference(name="review:settings", method="POST", foreign=("user_pk",), request=lambda slug, ids: (
+        "", {"guidelines": "", "required_reviews": 1, "reviewers": ids["user_pk"]}),
+        kwargs=lambda slug, ids: {"slug": slug, "public_id": ids["campaign"]}),
+    Reference(name="datasets:tokens", method="POST", foreign=("model",), request=lambda slug, ids: (
+        "", {"base_model": ids["model"]}),
+        kwargs=lambda slug, ids: {"slug": slug, "public_id": ids["own_dataset"], "number": 1}),
+    Reference(name="chat:list", method="POST", foreign=("model",), request=lambda slug, ids: (
+        "", {"model": ids["model"], "temperature": 0.5, "top_p": 1, "top_k": 0, "max_tokens": 16})),
+    Reference(name="chat:arena", method="POST", foreign=("model", "other_model"), request=lambda slug, ids: (
+        "", {"prompt": "Name a colour.", "model_a": ids["model"], "model_b": ids["other_model"]})),
+    Reference(name="chat:arena_to_review", method="POST", foreign=("campaign",), request=lambda slug, ids: (
+        "", {"campaign": ids["campaign"], "scope": "all"})),
+    Reference(name="api:runs", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
+              request=lambda slug, ids: ("", {"spec": _spec(ids)})),
+    Reference(name="api:pipelines", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
+              request=lambda slug, ids: ("", json.loads(_pipeline_yaml(ids)))),
+]
+
+
+def project_ids(project, user) -> dict[str, Any]:
+    """One of each object a request may name, made in ``project`` by ``user`` (its owner)."""
+    models = [make_base_model(project, name=name, path=f"/models/{project.slug}-{name}") for name in ("m1", "m2")]
+    sft = make_ready_version(project, name="chats", kind="sft", user=user)
+    preference = make_ready_version(project, name="pairs", kind="preference", user=user,
+                                    rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    ids = {"model": models[0].public_id, "other_model": models[1].public_id, "sft": sft.public_id,
+           "preference_pk": preference.pk, "user_pk": user.pk, "own_dataset": sft.dataset.public_id}
+    ids["run"] = run_services.run_create(project=project, spec=_spec(ids), user=user, name="own").public_id
+    ids["campaign"] = review_services.campaign_create(
+        project=project, name="votes", guidelines="", required_reviews=1, reviewers=[user], source_version=None,
+        user=user).public_id
+    return ids
+
+
+def test_an_outsider_cannot_name_the_projects_objects_in_a_query_or_a_body(world, queued,
+                                                                           django_capture_on_commit_callbacks):
+    team = world.team
+    # The team project's objects, named from the outsider's own project, where they are an owner.
+    theirs = project_ids(team.project, team.owner)
+    own = project_ids(team.outsider_project, team.outsider)
+    client = Client()
+    client.force_login(team.outsider)
+    token = world.secrets[Auth.API_TOKEN, "outsider"]
+
+    def send(reference: Reference, ids: dict[str, Any]) -> Answer:
+        query, data = reference.request(team.outsider_project.slug, ids)
+        path = reverse(reference.name, kwargs=reference.kwargs(team.outsider_project.slug, ids)) + query
+        if reference.auth is Auth.API_TOKEN:
+            response = client.generic(reference.method, path, json.dumps(data), content_type="application/json",
+                                      headers={"Authorization": f"Bearer {token}"})
+        elif reference.method == "GET":
+            response = client.get(path)
+        else:
+            response = client.post(path, data)
+        content = b"".join(response.streaming_content) if response.streaming else response.content
+        return Answer(status=response.status_code, location=response.get("Location", ""),
+                      body=content.decode(errors="replace"))
+
+    markers = world.markers() | {value for value in theirs.values() if isinstance(value, str)}
+    problems = []
+    for reference in REFERENCES:
+        where = f"{reference.method} {reference.name}"
+        for key in reference.foreign:
+            named = {**own, key: theirs[key]}
+
+            def refused() -> list[str]:
+                answer = send(reference, named)
+                missing = send(reference, {**own, key: ghost(theirs[key])})
+                found = []
+                if not same_answer(answer, missing, {str(theirs[key]): str(ghost(theirs[key]))}):
+                    found.append(f"{where} naming their {key}: {answer.status} {answer.body[:160]!r}, for a missing "
+                                 f"one {missing.status} {missing.body[:160]!r}")
+                leaked = sorted(marker for marker in markers if marker in answer.body and marker != theirs[key])
+                if leaked:
+                    found.append(f"{where} naming their {key}: the answer shows {leaked}")
+                return found
+
+            problems += sweep_unchanged(refused, queued, django_capture_on_commit_callbacks)
+        with transaction.atomic(), django_capture_on_commit_callbacks():
+            answer = send(reference, own)
+            transaction.set_rollback(True)
+        if answer.status != (200 if reference.method == "GET" else 201 if reference.auth is Auth.API_TOKEN else 302):
+            problems.append(f"{where} with the outsider's own objects: {answer.status} {answer.body[:160]!r}")
     assert not problems, report(problems)
