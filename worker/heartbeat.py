@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime
 
 from celery import signals
@@ -62,20 +63,26 @@ print(json.dumps({
 """
 
 
-def probe_devices() -> dict:
+def probe_devices(*, started: Callable[[subprocess.Popen], bool] = lambda process: True) -> dict:
     """JAX's view of this host's devices, from a subprocess: platform, count,
-    device kinds, memory per device (None where unknown); ``{"error": ...}`` on failure."""
+    device kinds, memory per device (None where unknown); ``{"error": ...}`` on failure.
+    ``started(process)`` is told the subprocess as soon as it runs; False ends it (the worker is stopping)."""
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    process = subprocess.Popen([sys.executable, "-c", PROBE_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    if not started(process):
+        process.kill()
+        process.communicate()
+        return {"error": "the worker stopped before its device probe answered"}
     try:
-        result = subprocess.run(
-            [sys.executable, "-c", PROBE_SCRIPT],
-            capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_SECONDS,
-        )
+        stdout, stderr = process.communicate(timeout=PROBE_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
         return {"error": f"device probe gave no answer within {PROBE_TIMEOUT_SECONDS} s"}
-    if result.returncode != 0:
-        return {"error": f"device probe failed: {result.stderr.strip()[-500:]}"}
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    if process.returncode != 0:
+        return {"error": f"device probe failed: {stderr.strip()[-500:]}"}
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def worker_address() -> str:
@@ -119,6 +126,10 @@ class Heartbeat:
         self.started_at: datetime = timezone.now()
         self.devices: dict = {}
         self._stop = threading.Event()
+        # The device probe's subprocess while it runs: stop() ends it, so that a worker stopped while
+        # its probe is still importing jax leaves no process behind (up.sh's Ctrl-C test saw one).
+        self._probe_process: subprocess.Popen | None = None
+        self._probe_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="temper-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -126,7 +137,11 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._probe_lock:
+            self._stop.set()
+            probe = self._probe_process
+        if probe is not None and probe.poll() is None:
+            probe.kill()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         with database_round():
@@ -149,9 +164,15 @@ class Heartbeat:
             )
 
     def _probe(self) -> None:
-        self.devices = probe_devices()
+        self.devices = probe_devices(started=self._probe_started)
         if not self._stop.is_set():
             self._beat_safely()
+
+    def _probe_started(self, process: subprocess.Popen) -> bool:
+        """Record the probe's subprocess for stop(); False when stop() came first (the probe is ended)."""
+        with self._probe_lock:
+            self._probe_process = process
+            return not self._stop.is_set()
 
     def _run(self) -> None:
         while True:
