@@ -164,6 +164,10 @@ def _message(world):
     return {**_conversation(world), "message_id": world.message.public_id}
 
 
+def _api_base_model(world):
+    return {"slug": world.slug, "model_id": world.base_model.public_id}
+
+
 def _api_dataset(world):
     return {"slug": world.slug, "dataset_id": world.sft.dataset.public_id}
 
@@ -266,6 +270,8 @@ ROUTES: dict[str, Route] = {
     "chat:v1_chat_completions": Route(auth=Auth.PROJECT_TOKEN, body=_chat_body, methods={"POST": MEMBER}),
     "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER}),
 
+    "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
+    "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods=READ),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:dataset": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods=READ),
     "api:runs": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),

@@ -18,6 +18,8 @@ SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "stri
 RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
 DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
            "description": "Dataset id (ds_…)."}
+BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"},
+              "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
                                   "made (header Idempotent-Replayed: true) and nothing is queued again. At most 200 "
@@ -69,6 +71,10 @@ def build_document() -> dict[str, Any]:
                        "mapping": {"type": "string", "description": "JSON object: field → column name."}}}}}}
     base = "/api/v1/projects/{slug}"
     paths = {
+        f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
+                                                   [SLUG])},
+        f"{base}/base-models/{{model_id}}/": {"get": _operation("A base model: architecture, size, tokenizer",
+                                                                [SLUG, BASE_MODEL])},
         f"{base}/datasets/": {
             "get": _operation("List the project's datasets", [SLUG]),
             "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201"),

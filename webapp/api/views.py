@@ -22,6 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import schemas
 from webapp.api.services import token_authenticate
+from webapp.basemodels import selectors as basemodel_selectors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
@@ -119,6 +120,28 @@ def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
                     artifacts=[{"kind": artifact.kind, "step": artifact.step, "size_bytes": artifact.size_bytes}
                                for artifact in run.artifacts.all()])
     return body
+
+
+def _base_model_json(model) -> dict[str, Any]:
+    return {"id": model.public_id, "name": model.name, "architecture": model.architecture,
+            "model_type": model.model_type, "parameter_count": model.parameter_count,
+            "context_length": model.context_length, "vocab_size": model.vocab_size,
+            "tokenizer_type": model.tokenizer_type, "dtype": model.dtype, "size_bytes": model.size_bytes,
+            "created_at": model.created_at.isoformat()}
+
+
+@api_view(("GET",))
+def base_models(request: HttpRequest, slug: str) -> JsonResponse:
+    """GET: the project's registered base models, by name: the ``bm_…`` ids a run's ``model`` names."""
+    project, _membership = get_project_for_user(request.user, slug)
+    return JsonResponse({"base_models": [_base_model_json(model)
+                                         for model in basemodel_selectors.basemodel_list(project=project)]})
+
+
+@api_view(("GET",))
+def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> JsonResponse:
+    project, _membership = get_project_for_user(request.user, slug)
+    return JsonResponse(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=model_id)))
 
 
 @api_view(("GET", "POST"))

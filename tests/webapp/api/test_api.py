@@ -179,6 +179,25 @@ def test_artifacts_download_as_tar(world):
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
 
 
+def test_base_models_are_listed_for_every_role_and_hidden_from_outsiders(world):
+    team, apis, _sent = world
+    tiny = make_base_model(team.project, name="tiny", path="/models/tiny")
+    make_base_model(team.outsider_project, name="theirs", path="/models/theirs")
+    for role in ("viewer", "teammate"):
+        status, body = apis[role].call("GET", "/api/v1/projects/alpha/base-models/")
+        assert status == 200 and [model["id"] for model in body["base_models"]] == [tiny.public_id]
+    status, one = apis["viewer"].call("GET", f"/api/v1/projects/alpha/base-models/{tiny.public_id}/")
+    assert status == 200 and (one["name"], one["architecture"]) == ("tiny", tiny.architecture)
+    assert "path" not in one  # where it lies on the server is not the client's business
+    assert apis["outsider"].call("GET", "/api/v1/projects/alpha/base-models/")[0] == 404
+    assert apis["teammate"].call("GET", "/api/v1/projects/alpha/base-models/bm_missing/")[0] == 404
+    # The listed id is what a run's spec names.
+    status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": {
+        "task": "sft", "model": one["id"], "data": {"train": make_ready_version(team.project).public_id},
+        "train": {"max_steps": 5}}})
+    assert status == 201, created
+
+
 def test_openapi_document_describes_every_endpoint(world):
     _team, apis, _sent = world
     status, document = apis["anonymous"].call("GET", "/api/v1/openapi.json")
@@ -186,6 +205,7 @@ def test_openapi_document_describes_every_endpoint(world):
     paths = document["paths"]
     assert set(paths["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]) == {"get", "post"}
     assert "/api/v1/projects/{slug}/datasets/" in paths
+    assert set(paths["/api/v1/projects/{slug}/base-models/{model_id}/"]) == {"get"}
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
