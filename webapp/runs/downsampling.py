@@ -2,9 +2,13 @@
 
 Design note: a series longer than a chart can show is cut into buckets of ``width`` consecutive
 steps, bucket ``(step - 1) // width``; each bucket keeps its first and last step, its lowest and
-highest value, and the smallest token count and wall time (so spikes stay visible at any zoom-out).
+highest value with the steps they were logged at (the earliest on a tie), and the smallest token
+count and wall time (so spikes stay visible at any zoom-out). A bucket is drawn as its two extremes at
+their own steps, in step order, so a falling loss falls within each bucket too (drawing the low at
+the bucket's first step and the high at its last, as before, drew every falling stretch rising).
 Widths are powers of two. That makes the reduction mergeable: two neighbouring buckets of width
-``w`` are exactly one bucket of width ``2w`` (min of the mins, max of the maxes, ...), so
+``w`` are exactly one bucket of width ``2w`` (min of the mins with its step, max of the maxes with
+its step, ...), so
 
 - the train worker can keep a running run's buckets up to date as points arrive (``add``) and
   store them on the run row, doubling the width (``coarsen``) as the run grows, and
@@ -19,8 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# One bucket: [first_step, last_step, low, high, tokens, wall_time].
+# One bucket: [first_step, last_step, low, high, tokens, wall_time, low_step, high_step].
 Bucket = list
+# Buckets stored before the extremes' steps were kept had six fields; they are read as drawn then.
+_OLD_BUCKET_FIELDS = 6
 
 
 def bucket_width(span: int, max_points: int) -> int:
@@ -39,10 +45,10 @@ def merge_bucket(into: Bucket, other: Bucket) -> None:
         into[0] = other[0]
     if other[1] > into[1]:
         into[1] = other[1]
-    if other[2] < into[2]:
-        into[2] = other[2]
-    if other[3] > into[3]:
-        into[3] = other[3]
+    if other[2] < into[2] or (other[2] == into[2] and other[6] < into[6]):
+        into[2], into[6] = other[2], other[6]
+    if other[3] > into[3] or (other[3] == into[3] and other[7] < into[7]):
+        into[3], into[7] = other[3], other[7]
     if other[4] < into[4]:
         into[4] = other[4]
     if other[5] < into[5]:
@@ -69,17 +75,17 @@ class SeriesBuckets:
             by_index = self.buckets[name] = {}
         entry = by_index.get(index)
         if entry is None:
-            by_index[index] = [step, step, value, value, tokens, wall_time]
+            by_index[index] = [step, step, value, value, tokens, wall_time, step, step]
         else:
-            # first <= last and low <= high, so a new point can extend only one end of each.
+            # first <= last, so a new point can extend only one end.
             if step < entry[0]:
                 entry[0] = step
             elif step > entry[1]:
                 entry[1] = step
-            if value < entry[2]:
-                entry[2] = value
-            elif value > entry[3]:
-                entry[3] = value
+            if value < entry[2] or (value == entry[2] and step < entry[6]):
+                entry[2], entry[6] = value, step
+            if value > entry[3] or (value == entry[3] and step < entry[7]):
+                entry[3], entry[7] = value, step
             if tokens < entry[4]:
                 entry[4] = tokens
             if wall_time < entry[5]:
@@ -127,15 +133,23 @@ class SeriesBuckets:
             self.width = width
 
     def points(self) -> Iterable[tuple[str, int, float, int, float]]:
-        """``(name, step, value, tokens, wall_time)`` rows, two per bucket (its first step at its
-        lowest value, its last step at its highest: the envelope the raw curve fills), by name and step."""
+        """``(name, step, value, tokens, wall_time)`` rows, by name and step: two per bucket, its lowest
+        and its highest value at the steps they were logged; a bucket of one value is drawn flat from its
+        first step to its last (one point when it has one step)."""
         for name in sorted(self.buckets):
             by_index = self.buckets[name]
             for index in sorted(by_index):
-                first, last, low, high, tokens, wall_time = by_index[index]
-                yield name, first, low, tokens, wall_time
-                if last != first or high != low:
-                    yield name, last, high, tokens, wall_time
+                first, last, low, high, tokens, wall_time, low_step, high_step = by_index[index]
+                if low == high:
+                    yield name, first, low, tokens, wall_time
+                    if last != first:
+                        yield name, last, high, tokens, wall_time
+                elif low_step < high_step:
+                    yield name, low_step, low, tokens, wall_time
+                    yield name, high_step, high, tokens, wall_time
+                else:
+                    yield name, high_step, high, tokens, wall_time
+                    yield name, low_step, low, tokens, wall_time
 
     def to_json(self) -> dict[str, Any]:
         return {"width": self.width, "through_step": self.through_step, "through_id": self.through_id,
@@ -146,5 +160,13 @@ class SeriesBuckets:
     def from_json(cls, data: dict[str, Any]) -> SeriesBuckets:
         return cls(width=int(data["width"]), through_step=int(data["through_step"]),
                    through_id=int(data.get("through_id", 0)),
-                   buckets={name: {int(row[0]): list(row[1:]) for row in rows}
+                   buckets={name: {int(row[0]): _with_extreme_steps(list(row[1:])) for row in rows}
                             for name, rows in data["buckets"].items()})
+
+
+def _with_extreme_steps(bucket: Bucket) -> Bucket:
+    """A stored bucket with its extremes' steps; an old six-field one gets its first and last step, where
+    it was drawn before they were kept."""
+    if len(bucket) == _OLD_BUCKET_FIELDS:
+        bucket += [bucket[0], bucket[1]]
+    return bucket

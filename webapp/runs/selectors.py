@@ -3,6 +3,7 @@ server for long runs), samples, the log, lineage, and what the compare page show
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,19 +155,67 @@ def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, d
 
 
 def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int = 0) -> SeriesBuckets:
-    """``points`` reduced by the database to buckets of ``width`` steps after ``offset``, in one
-    grouped query (``through_id``: the highest point id among them)."""
-    grouped = (points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
-               .values("name", "bucket")
-               .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
-                         tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
-               .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
-                            "last_id"))
+    """``points`` reduced by the database to buckets of ``width`` steps after ``offset``: one grouped
+    query, then the steps of each bucket's extremes (``_extreme_steps``; ``through_id``: the highest
+    point id among them)."""
+    bucketed = points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
+    grouped = list(bucketed.values("name", "bucket")
+                   .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
+                             tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
+                   .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
+                                "last_id"))
+    extreme_steps = _extreme_steps(bucketed, grouped)
     buckets = SeriesBuckets(width=width)
     for name, index, *bucket, last_id in grouped:
-        buckets.add_bucket(name, width, index, bucket)
+        buckets.add_bucket(name, width, index, [*bucket, *extreme_steps[name, index]])
         buckets.through_id = max(buckets.through_id, last_id)
     return buckets
+
+
+# Extreme values asked for per query: under SQLite's oldest limit of 999 parameters.
+EXTREME_VALUES_PER_QUERY = 900
+
+
+def _extreme_steps(bucketed: QuerySet[MetricPoint], grouped: list[tuple]) -> dict[tuple[str, int], list[int]]:
+    """``{(name, bucket): [step of its lowest value, step of its highest]}`` for the ``grouped`` rows
+    (name, bucket, first step, last step, low, high, ...), the earliest step on a tie (as
+    ``SeriesBuckets.add`` keeps). The database returns only the points whose value is one of a bucket's
+    extremes, queried by runs of consecutive buckets (their steps through the (run, name, step) index,
+    their extremes as a set of values), so every point is read about once more, never sorted."""
+    extremes = {(name, index): (low, high) for name, index, _first, _last, low, high, *_rest in grouped}
+    steps: dict[tuple[str, int], list[int | None]] = {key: [None, None] for key in extremes}
+    for ranges, values in _extreme_queries(grouped):
+        where = Q()
+        for name, first_step, last_step in ranges:
+            where |= Q(name=name, step__gte=first_step, step__lte=last_step)
+        for name, index, step, value in (bucketed.filter(where, value__in=values).order_by()
+                                         .values_list("name", "bucket", "step", "value")):
+            low, high = extremes[name, index]
+            found = steps[name, index]
+            if value == low and (found[0] is None or step < found[0]):
+                found[0] = step
+            if value == high and (found[1] is None or step < found[1]):
+                found[1] = step
+    return steps
+
+
+def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[str, int, int]], list[float]]]:
+    """``([(name, first step, last step), ...], values)`` per query: buckets taken in (name, index)
+    order, at most ``EXTREME_VALUES_PER_QUERY`` extreme values a query, each name's consecutive buckets
+    as one step range (a running run's tail: one query; a whole run: a few per metric)."""
+    ranges: list[tuple[str, int, int]] = []
+    values: set[float] = set()
+    for name, _index, first_step, last_step, low, high, *_rest in sorted(grouped, key=lambda row: (row[0], row[1])):
+        if len(values | {low, high}) > EXTREME_VALUES_PER_QUERY:
+            yield ranges, sorted(values)
+            ranges, values = [], set()
+        values |= {low, high}
+        if ranges and ranges[-1][0] == name:
+            ranges[-1] = (name, ranges[-1][1], last_step)
+        else:
+            ranges.append((name, first_step, last_step))
+    if ranges:
+        yield ranges, sorted(values)
 
 
 def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:

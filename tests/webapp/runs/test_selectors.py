@@ -1,5 +1,6 @@
 """Run selectors: server-side downsampling of long series, the config diff and side-by-side rows."""
 from webapp.runs import selectors, services
+from webapp.runs.downsampling import SeriesBuckets
 from webapp.runs.models import MetricPoint, Run, Sample
 from tests.webapp.runs.conftest import sft_spec
 
@@ -29,11 +30,34 @@ def test_long_series_keep_each_buckets_min_and_max(team, catalog, sent_tasks):
     assert series["downsampled"] and len(series["step"]) <= 200
     assert max(series["value"]) == 50.0 and min(series["value"]) == -3.0
     assert series["step"] == sorted(series["step"]) and series["step"][0] == 1 and series["step"][-1] == 10_000
-    # 79 buckets of 128 steps (the smallest power of two giving at most 100): the spike's bucket,
-    # steps 4,993-5,120, is drawn from its first step (its low) to its last (its high).
-    spike = series["value"].index(50.0)
+    # 79 buckets of 128 steps (the smallest power of two giving at most 100), each drawn as its low and
+    # its high at the steps they were logged: the spike at step 5,000 after its bucket's first 1.0 (step
+    # 4,993, the earliest of the tied lows), the dip at 7,777 after its bucket's first 1.0 (7,681).
+    spike, dip = series["value"].index(50.0), series["value"].index(-3.0)
     assert len(series["step"]) == 2 * 79
-    assert series["step"][spike] == 5_120 and series["step"][spike - 1] == 4_993
+    assert (series["step"][spike - 1], series["step"][spike]) == (4_993, 5_000)
+    assert (series["step"][dip - 1], series["value"][dip - 1], series["step"][dip]) == (7_681, 1.0, 7_777)
+
+
+def test_a_falling_series_falls_within_each_bucket_too(team, catalog, sent_tasks):
+    """The low and the high of a bucket are drawn where they were logged: a falling loss reduced to one
+    bucket is its first (highest) point, then its last (lowest), not the other way round."""
+    run = make_run(team, catalog)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=12.0 - step / 40,
+                                                 wall_time=float(step), tokens=step) for step in range(1, 401)])
+    Run.objects.filter(pk=run.pk).update(current_step=400)
+    run.refresh_from_db()
+    for max_points in (2, 100):  # the database's reduction (one bucket; then 50 of 8 steps)
+        series = selectors.metric_series(run=run, max_points=max_points)["loss"]
+        assert series["downsampled"] and series["value"] == sorted(series["value"], reverse=True), max_points
+        assert (series["step"][0], series["value"][0]) == (1, 12.0 - 1 / 40)
+        assert (series["step"][-1], series["value"][-1]) == (400, 2.0)
+    # The worker's running buckets (SeriesBuckets.add, stored on the run) give the same points.
+    stored = SeriesBuckets(width=8)
+    for step in range(1, 401):
+        stored.add("loss", step, 12.0 - step / 40, step, float(step))
+    assert list(stored.points()) == list(selectors._grouped_buckets(MetricPoint.objects.filter(run=run),
+                                                                    width=8).points())
 
 
 def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
@@ -117,7 +141,7 @@ def test_a_running_runs_stored_buckets_answer_for_the_steps_they_cover(team, cat
     run.refresh_from_db()
     MetricPoint.objects.filter(run=run, step__lte=stored.through_step).delete()
     series = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)
-    assert series["loss"]["value"][0] == -99.0 and series["loss"]["step"][-1] == 4_000
+    assert -99.0 in series["loss"]["value"][:2] and series["loss"]["step"][-1] == 4_000  # the first bucket's two
 
 
 def _rollouts(run, step, rewards):
@@ -138,3 +162,19 @@ def test_rollouts_are_filtered_by_kind_and_ordered_by_reward_and_kept_out_of_sid
     assert [s.text for s in selectors.sample_list(run=run, kind="rollout", min_reward=0.75)] == ["r1.1", "r2.0"]
     table = selectors.side_by_side(runs=[run])
     assert table["columns"][0]["step"] == 1 and [row["prompt"] for row in table["rows"]] == ["q", "q2"]
+
+
+def test_extremes_are_queried_by_runs_of_buckets_under_the_parameter_limit():
+    limit = selectors.EXTREME_VALUES_PER_QUERY
+    # (name, bucket, first step, last step, low, high): 1,000 buckets of "loss" with distinct extremes,
+    # two of "kl" sharing one value.
+    grouped = [("loss", index, 8 * index + 1, 8 * index + 8, float(2 * index), float(2 * index + 1))
+               for index in range(1000)] + [("kl", 0, 1, 8, 1.0, 1.0), ("kl", 1, 9, 16, 1.0, 2.0)]
+    queries = list(selectors._extreme_queries(grouped))
+    assert all(len(values) <= limit for _ranges, values in queries)
+    # kl's buckets bring 1.0 and 2.0, which loss's first two share: its buckets 0-449 fill the first
+    # query to exactly 900 values (0.0-899.0), then 450 buckets a query.
+    assert queries[0] == ([("kl", 1, 16), ("loss", 1, 3600)], [float(value) for value in range(900)])
+    assert [ranges for ranges, _values in queries][1:] == [[("loss", 3601, 7200)], [("loss", 7201, 8000)]]
+    covered = [value for _ranges, values in queries for value in values]
+    assert sorted(covered) == [float(value) for value in range(2000)]  # every extreme asked for once
