@@ -50,10 +50,9 @@ def test_tokens_arrive_before_the_answer_is_complete(page, asgi_server, celery_w
     assert page.locator(".chat-user .chat-text").inner_text() == "Hello <b>model</b>"  # shown as text
 
 
-def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transactional_db):  # noqa: F811
-    """The Stop button carries `hidden` until an answer streams; the site's `button { display: inline-block }`
-    overrode the attribute, so a Stop that does nothing stood beside Send on every chat page."""
-    from webapp.chat.models import Conversation, MessageStatus, Role
+def conversation_with_an_answer(**answer):
+    """A teammate's conversation with the tiny base model: 'hello', then an assistant message of ``answer``'s fields."""
+    from webapp.chat.models import Conversation, Role
 
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
@@ -61,7 +60,16 @@ def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transa
                                                model_ref=base_model.public_id, model_label="Base model: tiny",
                                                title="hello")
     Message.objects.create(conversation=conversation, role=Role.USER, content="hello")
-    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content="hi", status=MessageStatus.COMPLETE)
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, **answer)
+    return team, conversation
+
+
+def test_a_finished_conversation_offers_no_stop_button(page, asgi_server, transactional_db):  # noqa: F811
+    """The Stop button carries `hidden` until an answer streams; the site's `button { display: inline-block }`
+    overrode the attribute, so a Stop that does nothing stood beside Send on every chat page."""
+    from webapp.chat.models import MessageStatus
+
+    team, conversation = conversation_with_an_answer(content="hi", status=MessageStatus.COMPLETE)
     log_in(page, asgi_server, team.teammate.username)
     page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
     assert page.get_by_role("button", name="Send").is_visible()
@@ -123,15 +131,9 @@ def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transa
     """The answer's box was empty until the first token, seconds on a cold serve worker (9 s for the
     demo model on CPU), with nothing to say that the model was being asked. No serve worker here: the
     answer stays queued."""
-    from webapp.chat.models import Conversation, MessageStatus, Role
+    from webapp.chat.models import MessageStatus
 
-    team = make_team()
-    base_model = make_base_model(team.project, name="tiny")
-    conversation = Conversation.objects.create(project=team.project, user=team.teammate,
-                                               model_ref=base_model.public_id, model_label="Base model: tiny",
-                                               title="hello")
-    Message.objects.create(conversation=conversation, role=Role.USER, content="hello")
-    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+    team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
     log_in(page, asgi_server, team.teammate.username)
     page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
     waiting = page.locator(".chat-assistant .chat-streaming")
