@@ -30,8 +30,10 @@ def token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
     return token, secret
 
 
-def token_revoke(*, user: AbstractBaseUser, token_id: int) -> None:
-    ApiToken.objects.filter(user=user, pk=token_id).delete()
+def token_revoke(*, user: AbstractBaseUser, token_id: int) -> bool:
+    """Delete one of ``user``'s tokens; False when there was none of that id (revoked already, or never theirs)."""
+    deleted, _by_model = ApiToken.objects.filter(user=user, pk=token_id).delete()
+    return bool(deleted)
 
 
 def token_authenticate(header: str) -> AbstractBaseUser | None:

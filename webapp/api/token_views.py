@@ -40,6 +40,8 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
-    services.token_revoke(user=request.user, token_id=token_id)
-    messages.success(request, "Token revoked.")
+    if services.token_revoke(user=request.user, token_id=token_id):
+        messages.success(request, "Token revoked.")
+    else:  # a second click, or an id that is not one of yours: the same answer, nothing changed
+        messages.info(request, "That token is not among yours (revoked already?); nothing was revoked.")
     return redirect("api:tokens")

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.api.models import ApiToken
 from webapp.api.services import token_create
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus
 
@@ -220,6 +221,20 @@ def test_the_tokens_page_shows_a_new_token_once(world, client_for):
     page = client.post("/accounts/tokens/", {"name": "ci"}).content.decode()
     assert 'id="new-token"' in page and "<code>tmp_" in page
     assert 'id="new-token"' not in client.get("/accounts/tokens/").content.decode()
+
+
+def test_revoking_a_token_says_whether_one_was_revoked(world, client_for):
+    team, _apis, _sent = world
+    mine, _secret = token_create(user=team.viewer, name="mine")
+    theirs, _secret = token_create(user=team.teammate, name="theirs")
+    client = client_for(team.viewer)
+    page = client.post(f"/accounts/tokens/{mine.pk}/revoke/", follow=True).content.decode()
+    assert "Token revoked." in page and "mine" not in page.split("Token revoked.")[1]
+    again = client.post(f"/accounts/tokens/{mine.pk}/revoke/", follow=True).content.decode()
+    other = client.post(f"/accounts/tokens/{theirs.pk}/revoke/", follow=True).content.decode()
+    for page in (again, other):  # a second click and another user's id read alike, and change nothing
+        assert "Token revoked." not in page and "nothing was revoked" in page
+    assert ApiToken.objects.filter(pk=theirs.pk).exists()
 
 
 def test_pipelines_start_and_report_their_stages(world):
