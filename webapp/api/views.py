@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from webapp.api import schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
+from webapp.chat.selectors import QUANTIZED_SUBDIR
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
@@ -33,7 +34,7 @@ from webapp.projects.models import Role
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs.access import get_run_for_user
-from webapp.runs.models import Artifact, Run
+from webapp.runs.models import Artifact, ArtifactKind, Run
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -279,11 +280,14 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                                       "reward": sample.reward} for sample in samples]})
 
 
-def _tar_stream(directory: Path) -> Iterator[bytes]:
-    """A gzip-less tar of ``directory``, produced file by file (never whole in memory)."""
+def _tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
+    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out``, produced file
+    by file (never whole in memory)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w|") as archive:
         for path in sorted(directory.rglob("*")):
+            if path.relative_to(directory).parts[0] in leave_out:
+                continue
             if path.is_file() and not path.is_symlink():
                 archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
                 yield buffer.getvalue()
@@ -303,7 +307,10 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     directory = Path(artifact.path).resolve()
     if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
-    response = StreamingHttpResponse(_tar_stream(directory), content_type="application/x-tar")
+    # The model is the Hugging Face export; the chat's quantized serving copy inside it is jaxengine's own
+    # format, as large again, and stays on the server.
+    leave_out = (QUANTIZED_SUBDIR,) if kind == ArtifactKind.MODEL else ()
+    response = StreamingHttpResponse(_tar_stream(directory, leave_out=leave_out), content_type="application/x-tar")
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{kind}.tar"'
     return response
 

@@ -166,10 +166,13 @@ def test_artifacts_download_as_tar(world):
     export = run.output_dir / "export"
     export.mkdir(parents=True)
     (export / "config.json").write_text('{"model_type": "llama"}')
+    (export / "quantized").mkdir()  # the chat's serving copy: not part of the download
+    (export / "quantized" / "model.safetensors").write_bytes(b"int8 codes")
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
     status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
     assert status == 200
     with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        assert archive.getnames() == ["export/config.json"]
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
     assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
     # '²' passes str.isdigit but not int(), and a 30-digit step overflows the query: both were 500s.
