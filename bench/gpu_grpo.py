@@ -30,18 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from grpo_cpu import even_share  # noqa: E402  (the CPU GRPO benchmark's toy reward: the share of even ids)
 from ids_tokenizer import ids_tokenizer  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 GENERATIONS, PROMPT_LENGTH, WARMUP_STEPS = 8, 128, 2
-
-
-def even_share(completions, references) -> list[float]:
-    """The toy reward: the share of even ids in each completion ("12 34 ..."), varied enough for advantages."""
-    shares = []
-    for text in completions:
-        ids = [int(piece) for piece in text.split()]
-        shares.append(sum(1 for i in ids if i % 2 == 0) / max(len(ids), 1))
-    return shares
 
 
 def main() -> None:
@@ -63,7 +55,7 @@ def main() -> None:
 
     started = time.perf_counter()
     if "bench_even_share" not in REWARDS:
-        register_reward("bench_even_share")(even_share)
+        register_reward("bench_even_share")(lambda completions, references: [even_share(text) for text in completions])
     config = preset(args.preset)
     config = config.replace(max_position_embeddings=max(config.max_position_embeddings, PROMPT_LENGTH + args.tokens))
     model = build_model(config, rngs=nnx.Rngs(0), param_dtype=jnp.bfloat16, compute_dtype=jnp.bfloat16, remat=True)

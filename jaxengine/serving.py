@@ -659,7 +659,7 @@ class BatchingServer:
         # Warm-up requests not yet decoded, and the batch that decodes them (apart from the served one,
         # so that they never share a decode call with a real request).
         self._warmups: collections.deque[ServeRequest] = collections.deque()
-        self._warm_batch = ContinuousBatch(decoder, max_slots=1)
+        self._warm_batch = self._new_warm_batch()
         self.warmed = threading.Event()  # set while no warm-up given to ``warm`` is left to decode
         self.warmed.set()
         self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet
@@ -733,6 +733,9 @@ class BatchingServer:
     def _warming(self) -> bool:
         return bool(self._warmups) or self._warm_batch.busy
 
+    def _new_warm_batch(self) -> ContinuousBatch:
+        return ContinuousBatch(self.decoder, max_slots=1)  # a lone conversation's row, as warm-up requests compile
+
     def _warm_step(self) -> None:
         """One step of the warm-up batch, which takes its next request only when idle (a request alone,
         as a lone conversation decodes). A failing warm-up is dropped: real requests report their own."""
@@ -743,7 +746,7 @@ class BatchingServer:
         except Exception:
             logger.exception("serving warm-up failed; the programs it did not compile compile on first use")
             self._warmups.clear()
-            self._warm_batch = ContinuousBatch(self.decoder, max_slots=1)
+            self._warm_batch = self._new_warm_batch()
         with self._warmups_lock:
             if not self._warming and not self._warmups_queued:
                 self.warmed.set()

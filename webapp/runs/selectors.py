@@ -206,10 +206,11 @@ def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[str, int
     ranges: list[tuple[str, int, int]] = []
     values: set[float] = set()
     for name, _index, first_step, last_step, low, high, *_rest in sorted(grouped, key=lambda row: (row[0], row[1])):
-        if len(values | {low, high}) > EXTREME_VALUES_PER_QUERY:
+        added = {low, high} - values  # not a union per bucket: that would copy the set each time
+        if len(values) + len(added) > EXTREME_VALUES_PER_QUERY:
             yield ranges, sorted(values)
-            ranges, values = [], set()
-        values |= {low, high}
+            ranges, values, added = [], set(), {low, high}
+        values |= added
         if ranges and ranges[-1][0] == name:
             ranges[-1] = (name, ranges[-1][1], last_step)
         else:
