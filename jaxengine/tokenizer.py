@@ -326,7 +326,7 @@ class SentencePieceTokenizer(Tokenizer):
         # The dummy prefix is applied here per chunk (see the module note), so the processor must not add it.
         proto.normalizer_spec.add_dummy_prefix = False
         self._processor = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
-        piece_count = self._processor.get_piece_size()
+        self._piece_count = piece_count = self._processor.get_piece_size()
 
         self._added_by_content: dict[str, AddedToken] = {token.content: token for token in settings.added_tokens}
         next_id = max([piece_count - 1, *(token.id for token in settings.added_tokens)]) + 1
@@ -401,6 +401,11 @@ class SentencePieceTokenizer(Tokenizer):
             if skip_special_tokens and token_id in self._special_ids:
                 continue
             added = self._added_by_id.get(token_id)
+            if added is None and not 0 <= token_id < self._piece_count:
+                # A model's embedding often has more rows than its tokenizer has pieces (padded to a
+                # multiple of 64 or 128: Gemma 3, Qwen 2.5); such an id has no text, and transformers
+                # (like the `tokenizers` library) decodes it as nothing rather than failing the answer.
+                continue
             piece = added.content if added is not None else self._processor.id_to_piece(token_id)
             byte_match = _BYTE_PIECE.match(piece) if added is None else None
             if byte_match:

@@ -84,6 +84,19 @@ def test_decode_of_invalid_byte_sequences_matches_transformers(pair):
         assert ours.decode(ids[cut:]) == reference.decode(ids[cut:], skip_special_tokens=True)
 
 
+def test_ids_beyond_the_vocabulary_decode_as_nothing_like_transformers(pair):
+    # Model embeddings are often padded past the tokenizer (Gemma 3: 262,208 rows for 262,144 pieces);
+    # a sampled padding id must not fail the answer.
+    _, ours, reference = pair
+    ids = reference.encode("Hello world", add_special_tokens=False)
+    beyond = [ours.vocab_size, ours.vocab_size + 63]
+    mixed = ids[:1] + beyond + ids[1:]
+    assert ours.decode(mixed) == reference.decode(mixed, skip_special_tokens=True) == ours.decode(ids)
+    assert ours.decode(mixed, skip_special_tokens=False) == reference.decode(mixed, skip_special_tokens=False)
+    decoder = IncrementalDecoder(ours)
+    assert "".join(decoder.push(token_id) for token_id in mixed) + decoder.flush() == ours.decode(ids)
+
+
 def test_special_ids_match_transformers(pair):
     _, ours, reference = pair
     assert ours.vocab_size == len(reference)
