@@ -1,6 +1,7 @@
 /* The run page: one plotly chart per logged metric, extended in place as points arrive over
    server-sent events (or, when those do not get through, by polling the state endpoint); the
-   progress bar, log tail and samples browser. Every text from the server is set with textContent.
+   progress bar, log tail, samples browser and checkpoints (a finished run's page listens while one of
+   its checkpoints is being exported). Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
    a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. */
 (function () {
@@ -184,6 +185,28 @@
     loadSamples(sampleFilters(), { scroll: false });
   }
 
+  // {step: state} of the checkpoints as shown (the partial's data-state: "", exporting, exported, failed).
+  function shownCheckpoints() {
+    var shown = {};
+    document.querySelectorAll("#checkpoints li[data-step]").forEach(function (item) {
+      shown[item.dataset.step] = item.dataset.state;
+    });
+    return shown;
+  }
+
+  function exportRunning() {
+    return document.querySelector('#checkpoints li[data-state="exporting"]') !== null;
+  }
+
+  function loadCheckpoints() {
+    return fetch(config.dataset.checkpointsUrl, { credentials: "same-origin" })
+      .then(function (response) { return response.text(); })
+      .then(function (html) {
+        document.getElementById("checkpoints").innerHTML = html;  // a server-rendered partial, escaped by Django
+        if (!config.dataset.active && !exportRunning()) stopListening();
+      });
+  }
+
   function catchUp() {
     var after = Math.min.apply(null, Object.keys(lastStep).map(function (name) { return lastStep[name]; }).concat([Infinity]));
     var query = new URLSearchParams({ after_step: isFinite(after) ? after : 0, after_log: lastLogId });
@@ -194,15 +217,21 @@
         showProgress(state.progress);
         addLogLines(state.log);
         if (state.progress.status !== shownStatus) statusChanged();
+        else if (JSON.stringify(state.checkpoints) !== JSON.stringify(shownCheckpoints())) loadCheckpoints();
       });
+  }
+
+  function stopListening() {
+    if (source) source.close();
+    if (pollTimer) clearInterval(pollTimer);
+    source = pollTimer = null;
+    document.getElementById("live-state").textContent = "";
   }
 
   // Every status has a page of its own (the badge, the actions, the worker and its devices, and once
   // finished the artifacts): a run that starts or ends is shown by loading its page again.
   function statusChanged() {
-    if (source) source.close();
-    if (pollTimer) clearInterval(pollTimer);
-    document.getElementById("live-state").textContent = "";
+    stopListening();
     window.setTimeout(function () { window.location.reload(); }, 500);
   }
 
@@ -222,6 +251,7 @@
       else if (event.type === "progress") showProgress(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();
+      else if (event.type === "checkpoint") catchUp();
       else if (event.type === "status" && event.status !== shownStatus) statusChanged();
       else if (event.type === "unavailable") { source.close(); poll(); }
     };
@@ -234,5 +264,5 @@
   addSeries(series);
   showProgress(progress);
   bindSampleFilter();
-  if (config.dataset.active) listen();
+  if (config.dataset.active || exportRunning()) listen();
 })();

@@ -393,3 +393,40 @@ def test_a_stopped_run_shows_no_time_left(page, asgi_server, transactional_db):
             log_in(page, asgi_server, "kappa2-viewer")
         page.goto(f"{asgi_server}/p/kappa2/runs/{run.public_id}/")
         assert page.locator("#progress-eta").inner_text() == eta, status
+
+
+def test_a_checkpoint_export_shows_its_end_without_a_reload(page, asgi_server, redis_url, transactional_db, settings,
+                                                            monkeypatch, tmp_path):
+    """A finished run's page did not listen to anything, so an export asked for on it stayed 'to do' (and
+    offered again) until someone reloaded the page. It shows each export as running, then done or failed
+    with the worker's message, in place, and stops listening once none is left."""
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # the 'worker' is this test
+    team = make_team(slug="lambda3")
+    run = Run.objects.create(project=team.project, name="exports", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    for step in (3, 6):
+        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+        services.checkpoint_export_request(run=run, step=step, user=team.teammate)
+    log_in(page, asgi_server, "lambda3-teammate")
+    page.goto(f"{asgi_server}/p/lambda3/runs/{run.public_id}/")
+    assert page.locator("#checkpoints li[data-state=exporting]").count() == 2
+    page.locator("#live-state", has_text="live").wait_for()
+    page.evaluate("() => { window.notReloaded = true; }")
+
+    services.checkpoint_export_finish(run=run, step=3, error=RuntimeError("<i>out of host memory</i>"))
+    failed = page.locator("#checkpoints li[data-step='3']")
+    failed.locator(".badge", has_text="export failed").wait_for(timeout=10_000)
+    assert "RuntimeError: <i>out of host memory</i>" in failed.inner_text()
+    assert failed.get_by_role("button", name="Export again").is_visible()
+    assert page.locator("#live-state").inner_text() == "live"  # checkpoint 6 is still being exported
+
+    (tmp_path / "export-step-6").mkdir()
+    services.checkpoint_export_finish(run=run, step=6, export_dir=tmp_path / "export-step-6")
+    done = page.locator("#checkpoints li[data-step='6']")
+    done.locator(".badge", has_text="exported").wait_for(timeout=10_000)
+    assert f"{run.public_id}@6" in done.inner_text()
+    assert page.locator("#log", has_text="checkpoint 6 exported").is_visible()
+    page.wait_for_function("() => document.getElementById('live-state').textContent === ''")
+    assert page.evaluate("() => window.notReloaded") is True

@@ -104,6 +104,7 @@ def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
              workers=train_worker, what="the checkpoint export")
     exported = run.artifacts.get(kind=ArtifactKind.CHECKPOINT, step=6)
     assert (run.output_dir / "export-step-6" / "config.json").is_file() and exported.size_bytes > 0
+    assert run.checkpoint_exports.get(step=6).status == "exported"  # what the run page shows
     team, _base_model, data = setup
     chained = services.run_create(project=team.project, user=None, spec={
         "task": "sft", "model": f"{run.public_id}@6", "data": {"train": data.public_id}, "train": {"max_steps": 1}})

@@ -231,6 +231,7 @@ ROUTES: dict[str, Route] = {
     "runs:state": Route(kwargs=_run, methods=READ),
     "runs:events": Route(kwargs=_run, methods=READ),
     "runs:samples": Route(kwargs=_run, methods=READ),
+    "runs:checkpoints": Route(kwargs=_run, methods=READ),
     "runs:cancel": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:resume": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),

@@ -3,7 +3,8 @@
 Each connection subscribes with ``redis.asyncio`` and forwards every published event as one SSE
 message (``data: <json>``), with a comment line every ``KEEPALIVE_SECONDS`` so proxies keep the
 connection open. A stream ends after ``MAX_STREAM_SECONDS`` (the browser's EventSource reconnects
-by itself) or once the run has finished. The page fills any gap (points published before it
+by itself) or once the run has finished; a finished run's stream stays open while a checkpoint of
+it is being exported, until the event of the last such export. The page fills any gap (points published before it
 subscribed) from the JSON endpoint when the stream opens, and falls back to polling it when
 server-sent events do not get through.
 """
@@ -18,6 +19,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from webapp.core.sse import event_stream_response, relay_channel, sse_message
 from webapp.runs import channels
 from webapp.runs.access import get_run_for_user
+from webapp.runs.models import CheckpointExportStatus
 
 MAX_STREAM_SECONDS = 600.0
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -27,12 +29,18 @@ def _is_terminal(event: dict) -> bool:
     return event.get("type") == "status" and event.get("status") in TERMINAL
 
 
-async def _relay(public_id: str, status: str) -> AsyncIterator[str]:
+def _ends_exports(event: dict) -> bool:
+    """The event of a checkpoint export after which none of the run's is still running."""
+    return event.get("type") == "checkpoint" and not event.get("exporting")
+
+
+async def _relay(public_id: str, status: str, *, exporting: bool) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     yield sse_message({"type": "hello", "status": status})
-    if status in TERMINAL:
+    if status in TERMINAL and not exporting:
         return
-    async for message in relay_channel(channels.events_channel(public_id), is_terminal=_is_terminal,
+    is_terminal = _ends_exports if status in TERMINAL else _is_terminal
+    async for message in relay_channel(channels.events_channel(public_id), is_terminal=is_terminal,
                                        max_seconds=MAX_STREAM_SECONDS, label=f"run {public_id}"):
         yield message
 
@@ -42,4 +50,5 @@ async def run_events(request: HttpRequest, slug: str, run_id: str) -> StreamingH
     """``text/event-stream`` of the run's live events (see the module notes)."""
     user = await request.auser()
     _project, _membership, run = await sync_to_async(get_run_for_user)(user, slug, run_id)
-    return event_stream_response(request, _relay(run.public_id, run.status))
+    exporting = await run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).aexists()
+    return event_stream_response(request, _relay(run.public_id, run.status, exporting=exporting))

@@ -246,3 +246,31 @@ class Artifact(models.Model):
     class Meta:
         ordering = ["kind", "step"]
         constraints = [models.UniqueConstraint(fields=["run", "kind", "step"], name="artifact_unique_run_kind_step")]
+
+
+class CheckpointExportStatus(models.TextChoices):
+    EXPORTING = "exporting", "Exporting"
+    EXPORTED = "exported", "Exported"
+    FAILED = "failed", "Failed"
+
+
+class CheckpointExport(models.Model):
+    """Someone asked for checkpoint ``step`` of a finished run as a starting model, and how that went.
+    The ``Artifact`` of kind ``checkpoint`` is the exported model itself; this row is what the run page
+    shows while the train worker exports it, and the message when it failed."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoint_exports")
+    step = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=CheckpointExportStatus.choices,
+                              default=CheckpointExportStatus.EXPORTING)
+    error_message = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="checkpointexport_unique_run_step"),
+            models.CheckConstraint(condition=models.Q(status__in=[status.value for status in CheckpointExportStatus]),
+                                   name="checkpointexport_status_valid"),
+        ]

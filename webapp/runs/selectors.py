@@ -18,6 +18,7 @@ from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL
+from webapp.runs.services import checkpoint_steps
 from webapp.workers.selectors import pool_offers
 
 # Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
@@ -330,6 +331,22 @@ def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLin
     """The newest ``limit`` log lines after ``after_id``, oldest first."""
     lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]
     return list(reversed(lines))
+
+
+def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
+    """The checkpoints in the run's directory, oldest first, each with its export (``artifact``) once it
+    is done and the state of the last export asked for (``export``: exporting, exported or failed)."""
+    exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
+    exports = {export.step: export for export in run.checkpoint_exports.all()}
+    return [{"step": step, "artifact": exported.get(step), "export": exports.get(step)}
+            for step in checkpoint_steps(run)]
+
+
+def checkpoint_states(*, run: Run) -> dict[str, str]:
+    """``{step: state}`` of every checkpoint: ``exported``, ``exporting``, ``failed`` or ``""`` (never
+    asked for). The run page compares it with what it shows, to know when to load its checkpoints again."""
+    return {str(checkpoint["step"]): "exported" if checkpoint["artifact"] else
+            (checkpoint["export"].status if checkpoint["export"] else "") for checkpoint in checkpoint_list(run=run)}
 
 
 def run_devices(*, run: Run) -> dict[str, Any]:

@@ -37,7 +37,8 @@ from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
-from webapp.runs.models import ArtifactKind, LogLevel, Run, RunLogLine, RunStatus, new_run_id
+from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
+                                RunStatus, new_run_id)
 from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
@@ -502,10 +503,42 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
                                        f"{', '.join(map(str, available)) or 'none'}"})
     if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
+    export, created = CheckpointExport.objects.select_for_update().get_or_create(
+        run=run, step=step, defaults={"requested_by": user if user and user.is_authenticated else None})
+    if not created:
+        if export.status == CheckpointExportStatus.EXPORTING:
+            raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is being exported; "
+                                           "it is listed on the run's page once it is done"})
+        export.status, export.error_message = CheckpointExportStatus.EXPORTING, ""
+        export.requested_by = user if user and user.is_authenticated else None
+        export.save(update_fields=["status", "error_message", "requested_by", "updated_at"])
     log_line(run, f"export of checkpoint {step} queued by {user.get_username() if user else 'the system'}")
     run_pk = run.pk
     transaction.on_commit(lambda: celery_app.send_task(EXPORT_CHECKPOINT_TASK, args=[run_pk, step], queue="train"))
     return run
+
+
+@transaction.atomic
+def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = None,
+                             error: BaseException | None = None) -> CheckpointExport:
+    """Record how the export of checkpoint ``step`` went (``export_dir`` written, or ``error``), and tell an
+    open run page: it shows the checkpoint as exporting until this event (or its next catch-up) arrives."""
+    from webapp.runs.reporting import checkpoint_export_failed, checkpoint_exported, publish_event
+
+    if error is None:
+        checkpoint_exported(run=run, step=step, export_dir=export_dir)
+    else:
+        checkpoint_export_failed(run=run, step=step, error=error)
+    export, _ = CheckpointExport.objects.select_for_update().get_or_create(run=run, step=step)
+    export.status = CheckpointExportStatus.EXPORTED if error is None else CheckpointExportStatus.FAILED
+    export.error_message = "" if error is None else f"{type(error).__name__}: {error}"[:4000]
+    export.save(update_fields=["status", "error_message", "updated_at"])
+    still_exporting = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
+                           .values_list("step", flat=True))
+    event = {"type": "checkpoint", "step": step, "status": export.status, "exporting": still_exporting}
+    public_id = run.public_id
+    transaction.on_commit(lambda: publish_event(public_id, event))
+    return export
 
 
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:

@@ -202,22 +202,27 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "devices": selectors.run_devices(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
-        "checkpoints": _checkpoints(run),
+        "checkpoints": selectors.checkpoint_list(run=run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 
 
-def _checkpoints(run) -> list[dict[str, Any]]:
-    """The run's checkpoints, each with its export when there is one."""
-    exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind="checkpoint")}
-    return [{"step": step, "artifact": exported.get(step)} for step in services.checkpoint_steps(run)]
+@login_required
+@require_GET
+def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """The checkpoints partial (the run page loads it again when an export it shows as running ends)."""
+    project, membership, run = get_run_for_user(request.user, slug, run_id)
+    return render(request, "runs/_checkpoints.html", {
+        "project": project, "run": run, "can_act": membership.can(Role.MEMBER),
+        "checkpoints": selectors.checkpoint_list(run=run)})
 
 
 @login_required
 @require_GET
 def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """Progress, new metric points (after ``after_step``) and new log lines (after ``after_log``):
-    what the run page needs to catch up, or to poll when server-sent events are unavailable."""
+    """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``) and the
+    state of each checkpoint's export: what the run page needs to catch up, or to poll when
+    server-sent events are unavailable."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     try:
         after_step = int(request.GET.get("after_step", "0"))
@@ -230,6 +235,7 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         "log": [{"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
                 for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
+        "checkpoints": selectors.checkpoint_states(run=run),
     })
 
 

@@ -13,7 +13,7 @@ from django.db import close_old_connections, connection
 
 from jaxengine.spec import parse_spec
 from webapp.celery import app
-from webapp.runs import pipelines, placement, reporting
+from webapp.runs import pipelines, placement, reporting, services
 from webapp.runs.models import Run, RunStatus
 from worker.multihost import HostLiveness
 
@@ -127,9 +127,9 @@ def export_checkpoint(run_pk: int, step: int) -> None:
         export_trained(trained, spec, job_model, export_dir)
     except Exception as error:
         logger.exception("run %s: export of checkpoint %s failed", run.public_id, step)
-        reporting.checkpoint_export_failed(run=run, step=step, error=error)
+        services.checkpoint_export_finish(run=run, step=step, error=error)
         return
-    reporting.checkpoint_exported(run=run, step=step, export_dir=export_dir)
+    services.checkpoint_export_finish(run=run, step=step, export_dir=export_dir)
 
 
 @app.task(name="worker.tasks.train.export_stage", acks_late=True)

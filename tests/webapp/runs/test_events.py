@@ -73,3 +73,30 @@ def test_closing_a_stream_early_unsubscribes_it(team, run, client_for, redis_url
         while publisher.pubsub_numsub(channel)[0][1] != 0:
             assert time.monotonic() < deadline, "the closed stream is still subscribed"
             time.sleep(0.01)
+
+
+def test_a_finished_runs_stream_stays_open_while_a_checkpoint_is_exported(team, run, client_for, redis_url,
+                                                                          django_capture_on_commit_callbacks):
+    """A finished run's stream used to end after its hello, so the page never heard of an export it had
+    asked for; it now lasts until the event of the last export still running."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    (run.output_dir / "checkpoints" / "4").mkdir(parents=True)
+    services.checkpoint_export_request(run=run, step=4, user=team.teammate)
+    publisher = redis.Redis.from_url(redis_url)
+    channel = channels.events_channel(run.public_id)
+    with override_settings(REDIS_URL=redis_url):
+        response = _events(client_for(team.viewer), run)
+        messages = iter(response)
+        assert next(messages) == b"retry: 2000\n\n"
+        assert json.loads(next(messages).decode().removeprefix("data: "))["status"] == "succeeded"
+        deadline = time.monotonic() + 10
+        while publisher.pubsub_numsub(channel)[0][1] == 0:
+            assert time.monotonic() < deadline, "the stream never subscribed to the run's channel"
+            time.sleep(0.01)
+        with django_capture_on_commit_callbacks(execute=True):  # the worker's commit publishes the event
+            services.checkpoint_export_finish(run=run, step=4, error=RuntimeError("out of memory"))
+        assert json.loads(next(messages).decode().removeprefix("data: ")) == {
+            "type": "checkpoint", "step": 4, "status": "failed", "exporting": []}
+        assert list(messages) == []  # no export left: the stream ends
+        response.close()

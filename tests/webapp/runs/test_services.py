@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version
 from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
-from webapp.runs import services
-from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+from webapp.runs import selectors, services
+from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus
 
 
 def create(team, catalog, sent_tasks, django_capture_on_commit_callbacks, **overrides) -> Run:
@@ -241,6 +241,45 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
     assert chained.spec["model"] == f"{run.public_id}@5"
     with pytest.raises(ValidationError, match="already exported"):
         services.checkpoint_export_request(run=run, step=5, user=None)
+
+
+def test_a_checkpoint_export_is_exporting_until_the_worker_reports_and_a_failed_one_can_be_asked_again(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch):
+    """The run page showed the export as still to do (and offered it again) until it was reloaded after the
+    worker finished: each export now has a state the page shows, and its end is announced to open pages."""
+    published = []
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    for step in (5, 10):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+        services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exporting"}
+    with pytest.raises(ValidationError, match="checkpoint 5 of .* is being exported"):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_finish(run=run, step=5, error=OSError("disk full"))
+    assert published == [{"type": "checkpoint", "step": 5, "status": "failed", "exporting": [10]}]
+    assert CheckpointExport.objects.get(run=run, step=5).error_message == "OSError: disk full"
+    assert selectors.checkpoint_states(run=run) == {"5": "failed", "10": "exporting"}
+
+    export_dir = run.output_dir / "export-step-10"
+    export_dir.mkdir()
+    (export_dir / "config.json").write_text("{}")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_finish(run=run, step=10, export_dir=export_dir)
+    assert published[-1] == {"type": "checkpoint", "step": 10, "status": "exported", "exporting": []}
+    assert run.artifacts.get(kind=ArtifactKind.CHECKPOINT, step=10).size_bytes == 2
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)  # the failed one, again
+    assert sent_tasks.calls[-1] == ("worker.tasks.train.export_checkpoint", [run.pk, 5], "train")
+    assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exported"}
+    assert CheckpointExport.objects.get(run=run, step=5).error_message == ""
 
 
 def test_train_messages_are_read_from_every_place_redis_keeps_them():

@@ -265,11 +265,41 @@ def test_checkpoints_are_listed_with_an_export_button(team, run, client_for, sen
     (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
     client = client_for(team.teammate)
     page = client.get(url(run)).content.decode()
-    assert '<li data-step="3">step 3' in page and "Export as a starting model" in page
+    assert '<li data-step="3" data-state="">step 3' in page and "Export as a starting model" in page
     assert "Export as a starting model" not in client_for(team.viewer).get(url(run)).content.decode()
     assert client.post(url(run, "export/"), {"step": "3"}).status_code == 302
     assert client_for(team.viewer).post(url(run, "export/"), {"step": "3"}).status_code == 403
     assert client_for(team.outsider).post(url(run, "export/"), {"step": "3"}).status_code == 404
+
+
+def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_state_endpoint(
+        team, run, client_for, sent_tasks, monkeypatch):
+    """What the run page needs to follow an export to its end without a reload: the partial it loads
+    again, and the states it compares with what it shows."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    for step in (3, 6, 9):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    (run.output_dir / "export-step-9").mkdir()
+    for step in (3, 6, 9):
+        services.checkpoint_export_request(run=run, step=step, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=6, error=ValueError("<b>no</b> weights for layer 2"))
+    services.checkpoint_export_finish(run=run, step=9, export_dir=run.output_dir / "export-step-9")
+
+    state = client_for(team.viewer).get(url(run, "state.json")).json()
+    assert state["checkpoints"] == {"3": "exporting", "6": "failed", "9": "exported"}
+    partial = client_for(team.teammate).get(url(run, "checkpoints/")).content.decode()
+    assert '<li data-step="3" data-state="exporting">' in partial and "exporting…" in partial
+    assert '<li data-step="6" data-state="failed">' in partial and "export failed" in partial
+    assert "ValueError: &lt;b&gt;no&lt;/b&gt; weights for layer 2" in partial and "<b>no</b>" not in partial
+    assert "Export again" in partial
+    assert '<li data-step="9" data-state="exported">' in partial and f"{run.public_id}@9" in partial
+    assert partial.count("<form") == 1  # neither the running nor the exported one is offered again
+    page = client_for(team.teammate).get(url(run)).content.decode()  # the page renders the same partial
+    assert '<li data-step="3" data-state="exporting">' in page and "ValueError: &lt;b&gt;no&lt;/b&gt;" in page
+    assert "<form" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
+    assert client_for(team.outsider).get(url(run, "checkpoints/")).status_code == 404
 
 
 def _grpo_form(catalog, **fields) -> dict:
