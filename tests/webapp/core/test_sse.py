@@ -6,6 +6,8 @@ import time
 
 import pytest
 import redis
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.http import StreamingHttpResponse
 from django.test import RequestFactory, override_settings
 
@@ -70,10 +72,23 @@ def test_it_reports_an_unreachable_redis():
     assert asyncio.run(scenario()) == [sse_message({"type": "unavailable"})]
 
 
-
 def _wsgi_stream(stream) -> StreamingHttpResponse:
     """``stream`` as a WSGI server (runserver, the live test server) is handed it."""
     return event_stream_response(RequestFactory().get("/events/"), stream)
+
+
+def _close_as_the_server_does(response: StreamingHttpResponse) -> None:
+    """``response.close()``, as a WSGI server calls it when the browser goes away, without the
+    ``request_finished`` receiver that checks this thread's database connection. These tests use no
+    database: alone they hold no connection and the check does nothing, but after any database test
+    in the same process (``pytest -n 8`` put tests/webapp/runs/test_views.py first) the thread holds
+    that test's connection, and pytest-django refuses the check's query. Django's test client closes
+    its responses the same way."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
 
 
 def _sse_threads() -> list[threading.Thread]:
@@ -99,7 +114,7 @@ def test_a_stream_closed_by_a_departed_client_finishes_its_cleanup_and_its_threa
     response = _wsgi_stream(endless())
     messages = iter(response)
     assert next(messages) == b"data: tick\n\n"
-    response.close()  # what the WSGI server does when the browser goes away
+    _close_as_the_server_does(response)  # the browser went away
     deadline = time.monotonic() + 5
     while _sse_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -141,7 +156,7 @@ def test_a_client_that_stops_reading_holds_the_stream_back_instead_of_piling_mes
     time.sleep(0.5)  # the client reads nothing for a while
     assert len(produced) <= HANDOFF_MESSAGES + 2
     assert [next(messages) for _ in range(3)] == [b"data: 2\n\n", b"data: 3\n\n", b"data: 4\n\n"]
-    response.close()
+    _close_as_the_server_does(response)
     deadline = time.monotonic() + 5
     while _sse_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
