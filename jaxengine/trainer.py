@@ -10,10 +10,11 @@ one step inside that same jitted function (see ``jaxengine.tasks`` for the weigh
 Checkpoints (orbax, synchronous, atomically renamed) hold the trainable state, the optimizer
 state, the RNG state (all as one flat list of arrays: their tree structure is rebuilt from the
 model and optimizer, which keeps the on-disk format independent of flax/optax internals), the
-step and the data position. ``fit`` on a run directory that has checkpoints resumes from the
-latest one: the same arrays, the same data order, the same jitted computation, hence the same
-metrics; metric and sample lines logged after that checkpoint (by a run that died) are dropped
-first, so the history never holds a step twice.
+step, the data position and the count of tokens trained on. ``fit`` on a run directory that has
+checkpoints resumes from the latest one: the same arrays, the same data order, the same jitted
+computation, hence the same metrics, and a token count that goes on from the checkpoint's; metric
+and sample lines logged after that checkpoint (by a run that died) are dropped first, so the
+history never holds a step twice.
 """
 from __future__ import annotations
 
@@ -185,6 +186,17 @@ def _truncate_jsonl(path: Path, *, after_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
+def _logged_tokens(path: Path, *, at_or_before: int) -> int:
+    """The ``tokens`` of the last line of ``path`` at or before step ``at_or_before`` (0 without one)."""
+    if not path.exists():
+        return 0
+    tokens = 0
+    for line in path.read_text().splitlines():
+        if line.strip() and (record := json.loads(line))["step"] <= at_or_before:
+            tokens = int(record.get("tokens", 0))
+    return tokens
+
+
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -321,7 +333,7 @@ class Progress:
     total_steps: int
     metrics: Metrics
     elapsed_seconds: float
-    tokens_seen: int
+    tokens_seen: int  # over the whole run, earlier attempts included
 
 
 class Trainer:
@@ -396,6 +408,7 @@ class Trainer:
             self._train_step, self._eval_step = sharded_steps(params, self.opt_state, rng_state, self.frozen)
         self.step = 0
         self.data_position = pipeline.DataPosition()
+        self.tokens_seen = 0
 
     # ---- counts -------------------------------------------------------------------------
 
@@ -440,8 +453,8 @@ class Trainer:
 
     def save_checkpoint(self, checkpoints: Checkpoints, *, eval_score: float | None) -> None:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
-                "seed": self.config.seed, "identity": self.config.identity, "eval_metric": self.config.best_metric,
-                "eval_score": eval_score}
+                "tokens_seen": self.tokens_seen, "seed": self.config.seed, "identity": self.config.identity,
+                "eval_metric": self.config.best_metric, "eval_score": eval_score}
         checkpoints.save(self.step, self._state_leaves(), meta)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
@@ -461,6 +474,13 @@ class Trainer:
         self._load_state_leaves(leaves)
         self.step = int(meta["step"])
         self.data_position = pipeline.DataPosition(epoch=int(meta["epoch"]), cursor=int(meta["cursor"]))
+        if "tokens_seen" in meta:
+            self.tokens_seen = int(meta["tokens_seen"])
+        else:
+            # Written by an engine that restarted the count at 0 on resume. Going on from the count it
+            # logged at this step (rather than from 0) keeps metrics.jsonl's count one that only drops
+            # where that engine restarted it, and is the whole run's count unless it had resumed before.
+            self.tokens_seen = _logged_tokens(self.metrics_path, at_or_before=self.step)
         return True
 
     def _best_saved_score(self, checkpoints: Checkpoints) -> float | None:
@@ -515,7 +535,6 @@ class Trainer:
                                                                  else sys.stderr.isatty()) else None
         status, message = "succeeded", None
         started = time.perf_counter()
-        tokens_seen = 0
         last_metrics: Metrics = {}
         best_eval = self._best_saved_score(checkpoints)
         try:
@@ -547,9 +566,9 @@ class Trainer:
                     break
                 tokens = sum(int(np.sum(np.asarray(part.segment_ids) > 0))
                              for part in jax.tree.leaves(batches, is_leaf=_is_token_batch) if _is_token_batch(part))
-                tokens_seen += tokens
+                self.tokens_seen += tokens
                 record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
-                          "tokens": tokens_seen, "epoch": self.data_position.epoch}
+                          "tokens": self.tokens_seen, "epoch": self.data_position.epoch}
                 record.pop("loss_weight")
                 if stream is None:
                     # Tasks that make their data each step (RL) time making it themselves; this is the update.
@@ -585,7 +604,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{metrics['loss']:.4f}")
                 if on_progress is not None:
                     on_progress(Progress(step=self.step, total_steps=config.total_steps, metrics=record,
-                                         elapsed_seconds=time.perf_counter() - started, tokens_seen=tokens_seen))
+                                         elapsed_seconds=time.perf_counter() - started,
+                                         tokens_seen=self.tokens_seen))
                 if self.guard is not None and (reason := self.guard(record)) is not None:
                     status, message = "failed", f"stopped by the guard at step {self.step}: {reason}"
                     break
@@ -605,7 +625,7 @@ class Trainer:
             "best_checkpoint": {"metric": config.best_metric, "step": best_step, "value": best_score},
             "best_checkpoint_step": best_step,
             "train_seconds": time.perf_counter() - started,
-            "tokens_seen": tokens_seen,
+            "tokens_seen": self.tokens_seen,
             "trainable_parameters": self.trainable_parameter_count,
         }
 

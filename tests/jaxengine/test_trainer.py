@@ -110,6 +110,23 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_metrics(tmp_path):
     for before, after in zip(straight[10:], resumed[10:]):
         for key in ("loss", "grad_norm", "learning_rate"):
             assert abs(before[key] - after[key]) <= 1e-5, (before["step"], key)
+    # The token count goes on from the checkpoint's, as if the run had never stopped.
+    assert [m["tokens"] for m in resumed] == [m["tokens"] for m in straight]
+    assert summary["tokens_seen"] == straight[-1]["tokens"]
+
+
+def test_a_checkpoint_without_a_token_count_resumes_from_the_logged_one(tmp_path, monkeypatch):
+    """Checkpoints of engines that restarted the count at 0 on resume hold no ``tokens_seen``: the resumed
+    attempt goes on from the count metrics.jsonl logged at the checkpoint's step."""
+    save = Checkpoints.save
+    monkeypatch.setattr(Checkpoints, "save", lambda self, step, leaves, meta: save(
+        self, step, leaves, {key: value for key, value in meta.items() if key != "tokens_seen"}))
+    make_trainer(tmp_path, total_steps=4, save_every=2).fit(progress_bar=False)
+    logged = [m["tokens"] for m in read_metrics(tmp_path / "metrics.jsonl")]
+    summary = make_trainer(tmp_path, total_steps=6, save_every=2).fit(progress_bar=False)
+    resumed = [m["tokens"] for m in read_metrics(tmp_path / "metrics.jsonl")]
+    assert summary["resumed_from_step"] == 4 and resumed[:4] == logged
+    assert logged[3] < resumed[4] < resumed[5] == summary["tokens_seen"]
 
 
 def test_cancel_saves_and_stops_between_steps(tmp_path):

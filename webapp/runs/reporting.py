@@ -21,10 +21,13 @@ One writer thread per attempt does everything else, off the training thread:
 Redis being away loses nothing: the database gets every point, and only the live push (and the
 fast cancel path, the database flag still works) waits until Redis is back.
 
-Resumed attempts: the engine drops metric lines logged after its last checkpoint and restarts its
-token count at 0. The first step an attempt reports is therefore the first one it computes anew;
-the writer deletes what an earlier attempt recorded from that step on (the engine recomputes it)
-and offsets token counts by the total recorded at the step before, so the history stays continuous.
+Resumed attempts: the engine drops metric lines logged after its last checkpoint and goes on with
+the token count the checkpoint holds. The first step an attempt reports is therefore the first one it
+computes anew; the writer deletes what an earlier attempt recorded from that step on (the engine
+recomputes it) and adds each step's new tokens to the total recorded at the step before. Older
+engines restarted the count at 0 on resume, and their run directories are still read (an engine
+resuming one of their checkpoints goes on from the count logged at its step): a count lower than the
+engine's count at the step before is such a restart, every token of it new (``TokenCount``).
 A worker killed mid-run can die with points still queued for the database, for steps up to the
 checkpoint the next attempt resumes from; those steps are never computed again, so the writer first
 fills them in from the run directory's ``metrics.jsonl``, which the engine writes before each
@@ -164,24 +167,36 @@ class AppendedLines:
         return [json.loads(line) for line in chunk[:end + 1].splitlines() if line.strip()]
 
 
-def read_metric_lines(metrics_path: Path, *, before_step: int) -> list[dict[str, Any]]:
+@dataclass(kw_only=True)
+class TokenCount:
+    """A run's tokens over all its attempts, followed through the engine's counts step by step."""
+
+    total: int = 0
+    engine_count: int = 0  # what the engine reported at the last step added
+
+    def add(self, engine_count: int) -> int:
+        """Take the engine's count at the next step; returns the run's total there."""
+        # Older engines restarted their count at 0 on resume: a count that went down is all new tokens.
+        new_tokens = engine_count - self.engine_count if engine_count >= self.engine_count else engine_count
+        self.total += new_tokens
+        self.engine_count = engine_count
+        return self.total
+
+
+def read_metric_lines(metrics_path: Path, *, before_step: int) -> tuple[list[dict[str, Any]], TokenCount]:
     """The engine's per-step records in ``metrics.jsonl`` for steps below ``before_step``, each with
-    its token count made cumulative across attempts (the engine restarts it at 0 on resume; a drop
-    in the count marks such a restart)."""
+    its token count made the run's total (see the module notes), and the count after the last of them."""
+    records, count = [], TokenCount()
     if not metrics_path.exists():
-        return []
-    records, total, previous = [], 0, 0
+        return records, count
     with metrics_path.open(encoding="utf-8") as handle:
         for line in handle:
             if not line.strip():
                 continue
             record = json.loads(line)
-            tokens = int(record.get("tokens", 0))
-            total += tokens - previous if tokens >= previous else tokens
-            previous = tokens
             if record.get("step", before_step) < before_step:
-                records.append({**record, "tokens": total})
-    return records
+                records.append({**record, "tokens": count.add(int(record.get("tokens", 0)))})
+    return records, count
 
 
 def sample_row(run: Run, step: int, position: int, record: dict[str, Any]) -> Sample:
@@ -224,7 +239,7 @@ class RunReporter:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"temper-report-{run.public_id}", daemon=True)
         self._first_step: int | None = None
-        self._token_offset = 0
+        self._tokens = TokenCount()
         self._base_train_seconds = run.train_seconds
         self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
         self._redis: redis.Redis | None = None
@@ -309,9 +324,16 @@ class RunReporter:
             MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
             Sample.objects.filter(run=self.run, step__gte=first_step).delete()
             if first_step > 1:
-                self._fill_lost_steps(before_step=first_step)
+                logged, logged_count = read_metric_lines(self.run.output_dir / "metrics.jsonl",
+                                                         before_step=first_step)
+                self._fill_lost_steps(logged)
                 previous = MetricPoint.objects.filter(run=self.run, name="tokens", step=first_step - 1).first()
-                self._token_offset = int(previous.value) if previous else self.run.tokens_seen
+                total = int(previous.value) if previous else self.run.tokens_seen
+                # The engine goes on from the count it logged at the step before; with no line there,
+                # from the run's total, which that count is unless an older engine once restarted it.
+                logged_before = bool(logged) and logged[-1]["step"] == first_step - 1
+                engine_count = logged_count.engine_count if logged_before else total
+                self._tokens = TokenCount(total=total, engine_count=engine_count)
             self.run.current_step = first_step - 1
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
             self._store_buckets()
@@ -322,13 +344,12 @@ class RunReporter:
         if first_step > 1:
             self.log(f"resumed: continuing from step {first_step - 1}")
 
-    def _fill_lost_steps(self, *, before_step: int) -> None:
-        """Store the steps before ``before_step`` that an earlier attempt computed but never got into
-        the database (see the module notes)."""
-        stored = set(MetricPoint.objects.filter(run=self.run, step__lt=before_step)
-                     .values_list("step", flat=True).distinct())
-        lost = [record for record in read_metric_lines(self.run.output_dir / "metrics.jsonl", before_step=before_step)
-                if record["step"] not in stored]
+    def _fill_lost_steps(self, logged: list[dict[str, Any]]) -> None:
+        """Store the steps of ``logged`` (``read_metric_lines``' records before the first step this
+        attempt computes) that an earlier attempt computed but never got into the database (see the
+        module notes)."""
+        stored = set(MetricPoint.objects.filter(run=self.run).values_list("step", flat=True).distinct())
+        lost = [record for record in logged if record["step"] not in stored]
         if not lost:
             return
         latest = MetricPoint.objects.filter(run=self.run).aggregate(Max("wall_time"))["wall_time__max"]
@@ -348,7 +369,7 @@ class RunReporter:
         payload = []
         eval_steps = []
         for record in records:
-            tokens = self._token_offset + int(record.metrics.get("tokens", record.tokens_seen))
+            tokens = self._tokens.add(int(record.metrics.get("tokens", record.tokens_seen)))
             for name, value in metric_values(record.metrics):
                 if name == "tokens":
                     value = float(tokens)
@@ -360,7 +381,7 @@ class RunReporter:
             if any(name.startswith("eval/") for name in record.metrics):
                 eval_steps.append(record.step)
         last = records[-1]
-        tokens_seen = self._token_offset + int(last.metrics.get("tokens", last.tokens_seen))
+        tokens_seen = self._tokens.total
         train_seconds = self._base_train_seconds + last.elapsed_seconds
         self._buckets.fit(self._buckets.through_step, MAX_POINTS)
         now = time.monotonic()

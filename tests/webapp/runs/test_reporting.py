@@ -21,6 +21,8 @@ class Progress:  # the engine's jaxengine.trainer.Progress, field for field
 
 
 def record(step: int, *, tokens_per_step: int = 100, offset_steps: int = 0, **extra) -> Progress:
+    """Step ``step``'s progress with a token count from step ``offset_steps`` on: the engine counts from
+    0 (the whole run); an older engine restarted its count at the step it resumed after."""
     tokens = (step - offset_steps) * tokens_per_step
     metrics = {"step": step, "loss": 10.0 / step, "learning_rate": 1e-3, "tokens": tokens, "epoch": 0, **extra}
     return Progress(step=step, total_steps=10, metrics=metrics, elapsed_seconds=step * 0.5, tokens_seen=tokens)
@@ -68,10 +70,15 @@ def test_replaying_a_step_never_duplicates_it(running_run):
     assert MetricPoint.objects.filter(run=running_run, name="loss").count() == 2
 
 
-def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run):
+# Where a resumed attempt's token count starts: the engine goes on with the whole run's count, an
+# older engine (whose run directories and attempts still exist) counted from 0 again.
+RESUMED_COUNTS = pytest.mark.parametrize("counted_from", ["run_start", "resume"])
+
+
+@RESUMED_COUNTS
+def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run, counted_from):
     report(running_run, [record(step) for step in range(1, 8)])  # died after step 7, checkpoint at 4
-    # The engine resumes at step 5 and counts tokens from 0 again.
-    resumed = [record(step, offset_steps=4) for step in range(5, 11)]
+    resumed = [record(step, offset_steps=4 if counted_from == "resume" else 0) for step in range(5, 11)]
     resumed = [Progress(item.step, item.total_steps, {**item.metrics, "loss": 1.0}, item.elapsed_seconds, item.tokens_seen)
                for item in resumed]
     report(Run.objects.get(pk=running_run.pk), resumed)
@@ -83,14 +90,15 @@ def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run
     assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
 
 
-def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(running_run):
+@RESUMED_COUNTS
+def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(running_run, counted_from):
     # The killed attempt's database writes stopped at step 5, but it reached step 8 with a checkpoint
     # at 7: metrics.jsonl (written by the engine before each checkpoint) holds steps 1-7.
     report(running_run, [record(step) for step in range(1, 6)])
     running_run.output_dir.mkdir(parents=True, exist_ok=True)
     lines = [record(step).metrics for step in range(1, 8)]
     (running_run.output_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    resumed = [record(step, offset_steps=7) for step in range(8, 11)]
+    resumed = [record(step, offset_steps=7 if counted_from == "resume" else 0) for step in range(8, 11)]
     report(Run.objects.get(pk=running_run.pk), resumed)
     losses = dict(MetricPoint.objects.filter(run=running_run, name="loss").values_list("step", "value"))
     assert sorted(losses) == list(range(1, 11))
@@ -100,14 +108,41 @@ def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(ru
     assert running_run.log_lines.filter(message="recovered steps 6-7 from the run directory").exists()
 
 
-def test_token_counts_read_back_are_cumulative_across_attempts(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    # Attempt 1: steps 1-3 (tokens 100..300); attempt 2 resumed after step 2, counting from 0 again.
-    lines = [{"step": 1, "tokens": 100}, {"step": 2, "tokens": 200}, {"step": 3, "tokens": 100},
-             {"step": 4, "tokens": 200}]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    records = reporting.read_metric_lines(path, before_step=4)
+def test_an_older_engines_restarted_count_that_the_engine_goes_on_with_is_offset_once(running_run):
+    # An older engine ran steps 1-4 and, resumed after step 2, steps 3-6 counting from 0 again; the
+    # engine then resumed that run's checkpoint at 6, which holds no count, and goes on from the one
+    # metrics.jsonl logged there (400), not from the run's 600.
+    report(running_run, [record(step) for step in range(1, 5)])
+    report(Run.objects.get(pk=running_run.pk), [record(step, offset_steps=2) for step in range(3, 7)])
+    lines = [record(step).metrics for step in (1, 2)] + [record(step, offset_steps=2).metrics for step in range(3, 7)]
+    running_run.output_dir.mkdir(parents=True, exist_ok=True)
+    (running_run.output_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report(Run.objects.get(pk=running_run.pk), [record(step, offset_steps=2) for step in (7, 8)])
+    tokens = dict(MetricPoint.objects.filter(run=running_run, name="tokens").values_list("step", "value"))
+    assert [tokens[step] for step in range(1, 9)] == [100, 200, 300, 400, 500, 600, 700, 800]
+    assert Run.objects.get(pk=running_run.pk).tokens_seen == 800
+
+
+def write_token_lines(path, counts: list[int]) -> None:
+    path.write_text("".join(json.dumps({"step": step, "tokens": count}) + "\n"
+                            for step, count in enumerate(counts, start=1)))
+
+
+def test_token_counts_read_back_from_the_engine_are_the_runs(tmp_path):
+    # Resumed after step 2, the engine went on with the count: lines never go down.
+    write_token_lines(tmp_path / "metrics.jsonl", [100, 200, 300, 400])
+    records, count = reporting.read_metric_lines(tmp_path / "metrics.jsonl", before_step=4)
     assert [(r["step"], r["tokens"]) for r in records] == [(1, 100), (2, 200), (3, 300)]
+    assert (count.total, count.engine_count) == (300, 300)
+
+
+def test_token_counts_read_back_from_an_older_engine_are_made_cumulative_across_attempts(tmp_path):
+    # Attempt 1: steps 1-3 (tokens 100..300); attempt 2 resumed after step 2, counting from 0 again;
+    # attempt 3, by the engine, resumed attempt 2's checkpoint at 4 and went on with its count.
+    write_token_lines(tmp_path / "metrics.jsonl", [100, 200, 100, 200, 300])
+    records, count = reporting.read_metric_lines(tmp_path / "metrics.jsonl", before_step=6)
+    assert [(r["step"], r["tokens"]) for r in records] == [(1, 100), (2, 200), (3, 300), (4, 400), (5, 500)]
+    assert (count.total, count.engine_count) == (500, 300)
 
 
 def test_samples_of_an_evaluated_step_are_stored(running_run):
