@@ -98,6 +98,13 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
 def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
+    return _render_campaign_page(request, project, membership, campaign)
+
+
+def _render_campaign_page(request, project, membership, campaign, *, export_form: ExportForm | None = None,
+                          status: int = 200) -> HttpResponse:
+    """The campaign page; ``export_form`` (the export form as sent, with its errors) shows what was typed
+    after a refused export."""
     can_manage = membership.can(Role.OWNER)
     exports = list(selectors.export_list(campaign=campaign))
     report = selectors.campaign_agreement(campaign=campaign)
@@ -113,10 +120,13 @@ def campaign_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
         "can_manage": can_manage,
-        "refreshing": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING) or any(
-            export.status == ExportStatus.WRITING for export in exports),
-        "export_form": ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None,
-    })
+        # Not after a refused export: the page's address is then the export's, which only takes a POST.
+        "refreshing": export_form is None and (
+            campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
+            or any(export.status == ExportStatus.WRITING for export in exports)),
+        "export_form": export_form or (
+            ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None),
+    }, status=status)
 
 
 @login_required
@@ -249,7 +259,9 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
 @login_required
 @require_POST
 def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    """Queue the export; a refused one shows the campaign page again with the form as it was sent and
+    the reason beside the field it concerns."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     form = ExportForm(request.POST)
     if form.is_valid():
@@ -263,7 +275,5 @@ def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
         try:
             return redirect(form_send_once(request, create=export))
         except ValidationError as error:
-            messages.error(request, " ".join(error.messages))
-    else:
-        messages.error(request, "Name the dataset to export to.")
-    return redirect("review:detail", project.slug, campaign.public_id)
+            add_service_errors(form, error)
+    return _render_campaign_page(request, project, membership, campaign, export_form=form, status=400)

@@ -221,3 +221,25 @@ def test_the_campaign_page_says_when_too_few_reviewers_could_ever_complete_an_it
     assert f'in <a href="{url("settings", campaign)}">Settings</a>' in page
     member_page = client_for(team.teammate).get(url("detail", campaign)).content.decode()
     assert "has 2 reviewers: no item can be complete until an owner adds reviewers" in member_page
+
+
+def test_a_refused_export_keeps_what_was_typed_and_says_why_beside_the_field(campaign, team, client_for):
+    """A refused export redirected to the campaign page, which showed the default dataset name and every
+    option ticked again, and a name over 100 characters read 'Name the dataset to export to.'"""
+    make_ready_version(team.project, name="plain <b>sft</b>", kind="sft")
+    owner = client_for(team.owner)
+    response = owner.post(url("export", campaign), {"dataset_name": "plain <b>sft</b>", "drop_both_bad": "on"})
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert 'value="plain &lt;b&gt;sft&lt;/b&gt;"' in page
+    assert ('<small class="error">&#x27;plain &lt;b&gt;sft&lt;/b&gt;&#x27; is a sft dataset; choose a preference '
+            'dataset or a new name</small>') in page
+    assert 'name="drop_ties" id="id_drop_ties"' in page and 'name="drop_ties" id="id_drop_ties" checked' not in page
+    assert 'name="drop_both_bad" id="id_drop_both_bad" checked' in page
+    assert 'http-equiv="refresh"' not in page  # this address takes only a POST
+
+    response = owner.post(url("export", campaign), {"dataset_name": "x" * 150})
+    page = response.content.decode()
+    assert response.status_code == 400 and "at most 100 characters (it has 150)" in page
+    assert "Name the dataset to export to" not in page
+    assert not campaign.exports.exists()
