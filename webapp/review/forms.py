@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.template.defaultfilters import pluralize
 
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
@@ -47,7 +48,8 @@ class CampaignCreateForm(CampaignSettingsForm):
                                           status=VersionStatus.READY)
             .select_related("dataset").order_by("dataset__name", "-number"))
         self.fields["source_version"].label_from_instance = (
-            lambda version: f"{isolated(version.dataset.name)} v{version.number} ({version.row_count} rows)")
+            lambda version: f"{isolated(version.dataset.name)} v{version.number} "
+                            f"({version.row_count} row{pluralize(version.row_count)})")
 
 
 class GeneratedCampaignForm(CampaignSettingsForm):

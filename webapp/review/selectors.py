@@ -13,6 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet
 from django.http import Http404
+from django.template.defaultfilters import pluralize
 
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -59,7 +60,7 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     for version in versions.values():
         if version.public_id not in seen and version.dataset.kind in ("prompts", "sft"):
             sources.append((version, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                     f"{version.row_count} rows)"))
+                                     f"{version.row_count} row{pluralize(version.row_count)})"))
     return sources
 
 

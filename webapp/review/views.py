@@ -60,8 +60,10 @@ def campaign_create(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(form_send_once(request, create=create))
         except ValidationError as error:
             add_service_errors(form, error)
-    return render(request, "review/create.html", {"project": project, "membership": membership, "form": form},
-                  status=400 if request.method == "POST" else 200)
+    return render(request, "review/create.html", {
+        "project": project, "membership": membership, "form": form,
+        "no_sources": not form.fields["source_version"].queryset.exists()},
+        status=400 if request.method == "POST" else 200)
 
 
 @login_required

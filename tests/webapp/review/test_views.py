@@ -100,6 +100,21 @@ def test_the_same_campaign_sent_twice_is_created_once(team, carol, client_for, p
     assert first.status_code == second.status_code == 302 and first.url == second.url == url("detail", campaign)
 
 
+def test_the_create_page_says_where_a_preference_dataset_comes_from_when_there_is_none(team, client_for):
+    """The form offered an empty 'Preference dataset version' list, which the browser refused to send, with
+    no word of what was missing or where to get one."""
+    create_url = reverse("review:create", args=[team.project.slug])
+    page = client_for(team.owner).get(create_url).content.decode()
+    assert "has no ready preference dataset version to review yet" in page
+    assert f'<a href="{reverse("datasets:upload", args=[team.project.slug])}">Upload one</a>' in page
+    assert f'href="{reverse("review:generate", args=[team.project.slug])}"' in page
+    make_ready_version(team.project, name="one pair", kind="preference",
+                       rows=[{"prompt": "2+2?", "chosen": "4", "rejected": "5"}])
+    page = client_for(team.owner).get(create_url).content.decode()
+    assert "no ready preference dataset version" not in page
+    assert f"{isolated('one pair')} v1 (1 row)</option>" in page
+
+
 def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_version):
     response = client_for(team.owner).post(reverse("review:create", args=[team.project.slug]), {
         "name": "round 2", "source_version": preference_version.pk, "required_reviews": 2})
