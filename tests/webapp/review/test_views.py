@@ -224,6 +224,14 @@ def test_the_items_page_filters_by_status(campaign, team, carol, client_for):
     assert b"Capital of France?" in page.content and b"What is 2+2?" not in page.content
 
 
+def test_the_items_page_names_each_items_source_once(campaign, team, client_for):
+    """The Source column read 'Dataset row row 2': the source's label and then its row."""
+    Item.objects.filter(campaign=campaign, sequence=1).update(source="runs", source_row=7)
+    page = client_for(team.viewer).get(url("items", campaign)).content.decode()
+    assert "<td>Dataset row 2</td>" in page and "row row" not in page
+    assert "<td>Run generations, prompt row 7</td>" in page
+
+
 def test_the_campaign_page_says_when_too_few_reviewers_could_ever_complete_an_item(campaign, team, carol,
                                                                                     client_for):
     """Two reviews per item from one reviewer can never be given: items stay 'in review' for ever
