@@ -1,8 +1,9 @@
 """Scoring a model directory on a dataset: greedy exact match on ``prompts`` rows, or mean token loss.
 
-Used by ``jaxengine eval`` and the benchmarks. Prompts are rendered by ``encode_prompt``, exactly as
-SFT rendered them in training; a generation matches when its text, stripped of surrounding
-whitespace, equals the row's ``answer`` stripped the same way.
+Used by ``jaxengine eval``, an SFT run's ``eval/exact_match`` and the benchmarks. Prompts are rendered
+by ``encode_prompt``, exactly as SFT rendered them in training. A generation matches its row's
+``answer`` as the ``exact_match`` reward compares them (``answers_match``), so that a model gets the
+same figure from ``jaxengine eval`` as from the reward that scored the same completions in training.
 """
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from jaxengine import rewards
+
 
 def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = 32, batch_size: int = 64,
                 by: str | None = None) -> dict[str, Any]:
-    """Fraction of ``rows`` (each with ``prompt`` and ``answer``) whose greedy completion equals the answer.
-
-    With ``by`` (a column every row has, e.g. the demo's ``task``), ``groups`` also gives the fraction
-    and count for each of its values: one figure hides which kinds of prompt a model reads."""
+    """``score_exact_match`` of the greedy completions of ``rows`` (each with ``prompt`` and ``answer``)."""
     from jaxengine.data.pipeline import encode_prompt
     from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler, SamplingParams
@@ -27,7 +27,16 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         texts += [g.text for g in sampler.generate([encode_prompt(tokenizer, row["prompt"]) for row in chunk], params)]
-    matches = [text.strip() == str(row["answer"]).strip() for text, row in zip(texts, rows)]
+    return score_exact_match(texts, rows, by=by)
+
+
+def score_exact_match(texts: Sequence[str], rows: Sequence[dict], *, by: str | None = None) -> dict[str, Any]:
+    """The fraction of ``rows`` whose completion in ``texts`` matches the answer (``answers_match``), the
+    count, and the first five completions as ``examples``.
+
+    With ``by`` (a column every row has, e.g. the demo's ``task``), ``groups`` also gives the fraction
+    and count for each of its values: one figure hides which kinds of prompt a model reads."""
+    matches = answers_match(texts, rows)
     result = {"metric": "exact_match", "value": sum(matches) / max(len(matches), 1), "count": len(matches),
               "examples": [{"prompt": row["prompt"], "answer": row["answer"], "text": text}
                            for row, text in list(zip(rows, texts))[:5]]}
@@ -35,6 +44,12 @@ def exact_match(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int =
         result["by"] = by
         result["groups"] = mean_by(matches, [str(row[by]) for row in rows])
     return result
+
+
+def answers_match(texts: Sequence[str], rows: Sequence[dict]) -> list[bool]:
+    """Whether each completion is its row's ``answer``, compared by the ``exact_match`` reward on the whole
+    text: NFKC, whitespace collapsed, numbers canonical ("1,000" is "1000"); a blank completion is no answer."""
+    return [score == 1.0 for score in rewards.exact_match(texts, rows, extract="full")]
 
 
 def mean_by(values: Sequence[float], keys: Sequence[str]) -> dict[str, dict[str, float | int]]:

@@ -154,10 +154,11 @@ def eval_group_labels(spec: JobSpec, rows: list[dict]) -> list[str] | None:
 def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new_tokens: int,
                      group_labels: list[str] | None = None):
     """After each evaluation: greedy generations for ``rows`` go to samples.jsonl; when the rows have an
-    ``answer``, ``eval/exact_match`` is the fraction whose stripped text equals it, and with
-    ``group_labels`` (one per row, ``data.eval_group_by``) ``eval/exact_match/<label>`` that of each group."""
+    ``answer``, ``eval/exact_match`` is the fraction whose text matches it (``evaluate.answers_match``, as
+    ``jaxengine eval`` scores), and with ``group_labels`` (one per row, ``data.eval_group_by``)
+    ``eval/exact_match/<label>`` that of each group."""
     from jaxengine.data.pipeline import encode_prompt
-    from jaxengine.evaluate import grouped_metrics
+    from jaxengine.evaluate import answers_match, grouped_metrics
     from jaxengine.sampler import Sampler, SamplingParams
 
     prompt_ids = [encode_prompt(tokenizer, row["prompt"]) for row in rows]
@@ -168,16 +169,18 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
 
     def hook(model, step: int) -> dict[str, float]:
         generations = Sampler(model, tokenizer).generate(prompt_ids, params)
-        matches = []
+        answered_rows, answered_texts = [], []
         with samples_path.open("a") as handle:
             for row, has_answer, generation in zip(rows, answered, generations):
                 record = {"step": step, "prompt": row["prompt"], "text": generation.text}
                 if has_answer:
                     record["answer"] = row["answer"]
-                    matches.append(generation.text.strip() == row["answer"].strip())
+                    answered_rows.append(row)
+                    answered_texts.append(generation.text)
                 handle.write(json.dumps(record) + "\n")
-        if not matches:
+        if not answered_rows:
             return {}
+        matches = answers_match(answered_texts, answered_rows)
         return {"eval/exact_match": sum(matches) / len(matches),
                 **grouped_metrics("eval/exact_match", matches, answered_labels)}
 

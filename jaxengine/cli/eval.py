@@ -1,8 +1,9 @@
 """``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|loss``: score a model, print one JSON object.
 
 ``exact_match`` reads a ``prompts`` file with an ``answer`` column and compares greedy completions
-(prompt rendered with the model's chat template) with the answers; ``loss`` reads an ``sft`` file
-(or a ``prompts`` file with answers) and reports the mean token loss on the completions. The object
+(prompt rendered with the model's chat template) with the answers, as the ``exact_match`` reward
+does (``evaluate.answers_match``); ``loss`` reads an ``sft`` file (or a ``prompts`` file with
+answers) and reports the mean token loss on the completions. The object
 holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations; with ``--by
 COLUMN``, ``groups`` holds the exact match for each value of that column.
 """

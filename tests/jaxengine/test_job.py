@@ -9,6 +9,7 @@ import yaml
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.demo.build import DemoSettings, build_demo
+from jaxengine.evaluate import answers_match
 from jaxengine.job import JobError, resolve_model_dir, run_job
 from jaxengine.spec import parse_spec
 
@@ -189,8 +190,8 @@ def test_eval_group_by_logs_exact_match_for_each_group(demo_dir, tmp_path):
     task_of = {row["prompt"]: row["task"] for row in map(json.loads, (demo_dir / "data/eval.jsonl").open())}
     samples = [json.loads(line) for line in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
     by_task: dict[str, list[bool]] = {}
-    for sample in samples:
-        by_task.setdefault(task_of[sample["prompt"]], []).append(sample["text"].strip() == sample["answer"].strip())
+    for sample, match in zip(samples, answers_match([sample["text"] for sample in samples], samples)):
+        by_task.setdefault(task_of[sample["prompt"]], []).append(match)
     assert len(samples) == 8 and len(by_task) >= 2
     grouped = {key: value for key, value in final.items() if key.startswith("eval/exact_match/")}
     assert grouped == {f"eval/exact_match/{task}": pytest.approx(sum(hits) / len(hits))

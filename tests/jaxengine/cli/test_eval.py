@@ -1,5 +1,5 @@
-"""``jaxengine eval``: greedy exact match as the sampler scores it, the figure per value of ``--by``, and the
-errors a wrong file or flag gets."""
+"""``jaxengine eval``: greedy exact match of the sampler's completions, compared as the ``exact_match`` reward
+compares, the figure per value of ``--by``, and the errors a wrong file or flag gets."""
 import json
 
 import pytest
@@ -8,7 +8,8 @@ from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.demo.build import DemoSettings, build_demo
-from jaxengine.evaluate import grouped_metrics, group_labels, mean_by
+from jaxengine import rewards
+from jaxengine.evaluate import answers_match, grouped_metrics, group_labels, mean_by, score_exact_match
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.tokenizer import load_tokenizer
 
@@ -40,24 +41,36 @@ def eval_cli(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_exact_match_by_column_counts_each_group(demo_dir, greedy_texts, tmp_path, capsys):
+def test_exact_match_by_column_scores_the_samplers_completions(demo_dir, greedy_texts, tmp_path, capsys):
     rows, texts = greedy_texts
-    # Answers set so the outcome is known: group "read" matches all four, "half" the first two of four.
-    crafted = []
-    for index, (row, text) in enumerate(zip(rows, texts)):
-        group = "read" if index < 4 else "half"
-        answer = text if index < 6 else text + " not this"
-        crafted.append({"prompt": row["prompt"], "answer": f"  {answer.strip()} ", "kind": group})
-    data = tmp_path / "crafted.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in crafted))
+    # The micro model (two training steps) answers with blank lines, which match nothing: the figures
+    # for known completions are worked out by hand below; here the CLI must score the sampler's own.
+    grouped = [{**row, "kind": "first" if index < 3 else "rest"} for index, row in enumerate(rows)]
+    data = tmp_path / "grouped.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in grouped))
 
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data),
                               "--metric", "exact_match", "--max-new-tokens", "4", "--by", "kind")
     assert code == 0, err
     result = json.loads(out)
-    assert result["value"] == 6 / 8 and result["count"] == 8 and result["by"] == "kind"
-    assert result["groups"] == {"half": {"value": 0.5, "count": 4}, "read": {"value": 1.0, "count": 4}}
+    assert result == score_exact_match(texts, grouped, by="kind")
+    assert result["count"] == 8 and {group: figures["count"] for group, figures in result["groups"].items()} == {
+        "first": 3, "rest": 5}
     assert [example["text"] for example in result["examples"]] == texts[:5]
+
+
+def test_exact_match_compares_as_the_exact_match_reward_does():
+    texts = ["1,000", " 7 ", "7", "Paris\n", "paris", "  ", "１２"]
+    rows = [{"prompt": str(index), "answer": answer, "kind": kind} for index, (answer, kind) in enumerate(
+        [("1000", "number"), ("7", "number"), ("8", "number"), ("Paris", "word"), ("Paris", "word"), ("", "word"),
+         ("12", "number")])]
+    assert answers_match(texts, rows) == [True, True, False, True, False, False, True]
+    assert answers_match(texts, rows) == [score == 1.0 for score in rewards.exact_match(texts, rows)]
+    result = score_exact_match(texts, rows, by="kind")
+    assert result["value"] == 4 / 7 and result["count"] == 7
+    assert result["groups"] == {"number": {"value": 0.75, "count": 4}, "word": {"value": 1 / 3, "count": 3}}
+    assert result["examples"] == [{"prompt": row["prompt"], "answer": row["answer"], "text": text}
+                                  for row, text in zip(rows[:5], texts)]
 
 
 def test_exact_match_without_by_has_no_groups(demo_dir, capsys):
