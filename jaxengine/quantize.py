@@ -369,7 +369,12 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
 
     tokenizer = load_tokenizer(model_dir)
     reference, config = load_hf_model(model_dir)
-    quantized, _ = load_hf_model(model_dir)
+    # A second module tree over the same arrays, without a second copy of the weights in memory:
+    # quantizing it replaces its kernels by codes and casts its other parameters, leaving the
+    # reference whole. Its Variables must be new ones (the tree.map), since nnx.merge of a split
+    # reuses the Variable objects, and the cast updates them in place.
+    graphdef, state = nnx.split(reference)
+    quantized = nnx.merge(graphdef, jax.tree.map(lambda array: array, state))
     sizes = quantize_for_serving(quantized, scheme)
     figures: dict[str, Any] = {}
     if eval_rows:

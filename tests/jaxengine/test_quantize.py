@@ -130,3 +130,15 @@ def test_int8_copy_agrees_with_the_unquantized_model(tiny_model_dir, tmp_path):
     assert description["greedy_agreement"] >= 0.8
     assert abs(description["perplexity_increase"]) < 0.05
     assert description["ratio_to_bfloat16"] < 0.7
+
+
+def test_the_copy_is_scored_against_the_whole_float32_model(tiny_model_dir, tmp_path):
+    # The quantized copy shares the reference's arrays (no second copy in memory); quantizing it must
+    # leave the reference float32 and unchanged, so its perplexity is a freshly loaded model's.
+    rows = [{"prompt": "Hello world", "completion": " and goodbye"}, {"prompt": "the quick", "completion": " fox"}]
+    description = quantize.export_quantized(tiny_model_dir, tmp_path / "int8", scheme=QuantScheme.named("int8"),
+                                            eval_rows=rows, eval_kind="sft", max_new_tokens=4)
+    fresh, _ = load_hf_model(tiny_model_dir)
+    sequences, scored, _ = quantize.eval_token_sets(load_tokenizer(tiny_model_dir), rows, kind="sft")
+    assert description["perplexity_reference"] == quantize.perplexity(fresh, sequences, scored=scored)
+    assert description["perplexity_quantized"] != description["perplexity_reference"]
