@@ -16,7 +16,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from jaxengine.evaluate import mean_by
+from jaxengine.evaluate import answers_match, mean_by
 
 
 def eval_records(samples_path: Path) -> dict[int, list[dict]]:
@@ -39,7 +39,7 @@ def main() -> None:
     kinds = sorted(set(task_of.values()))
     print(f"{'step':>6} {'n':>4} {'all':>6} " + " ".join(f"{kind:>8}" for kind in kinds))
     for step, records in eval_records(args.run_dir / "samples.jsonl").items():
-        matches = [record["text"].strip() == record["answer"].strip() for record in records]
+        matches = answers_match([record["text"] for record in records], records)
         groups = mean_by(matches, [task_of[record["prompt"]] for record in records])
         cells = " ".join(f"{groups[kind]['value']:8.1%}" if kind in groups else f"{'-':>8}" for kind in kinds)
         print(f"{step:>6} {len(records):>4} {sum(matches) / len(matches):6.1%} {cells}")
