@@ -125,8 +125,9 @@ TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 # Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
 TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 # Runs: a running run's worker refreshes its heartbeat this often; a run silent for longer than
-# TEMPER_RUN_LOST_SECONDS is lost and re-queued to resume (checked every TEMPER_REAPER_SECONDS by
-# every worker's main process; 0 turns the check off in that process).
+# TEMPER_RUN_LOST_SECONDS is lost and re-queued to resume, and a checkpoint export whose message
+# Redis has held nowhere that long is failed (checked every TEMPER_REAPER_SECONDS by every worker's
+# main process; 0 turns the check off in that process).
 TEMPER_RUN_HEARTBEAT_SECONDS = env_int("TEMPER_RUN_HEARTBEAT_SECONDS", 5)
 TEMPER_RUN_LOST_SECONDS = env_int("TEMPER_RUN_LOST_SECONDS", 60)
 TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)

@@ -6,8 +6,10 @@ every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`
 resume from their last checkpoint, and runs queued for that long whose message Redis no longer
 holds (a restart without persistence) are sent again, multi-host attempts that did not start on
 every host in time are placed again and multi-host runs waiting for their pool's workers are placed
-when enough are free (``webapp.runs.placement``), and pipelines whose export
-stage's message was lost are failed with that reason (``webapp.runs.pipelines``). Every worker (default, train, serve) runs it, so a lost run is
+when enough are free (``webapp.runs.placement``), pipelines whose export
+stage's message was lost are failed with that reason (``webapp.runs.pipelines``), and so are
+checkpoint exports whose message was lost (``services.checkpoint_exports_fail_lost``), which can then
+be asked for again. Every worker (default, train, serve) runs it, so a lost run is
 found while any worker is up; the conditional update in the service makes concurrent reapers safe.
 The thread lives in the main process, which a forked pool child's death does not take down; each
 round is a ``worker.forking.database_round`` (no pool child is forked while it uses the database).
@@ -22,7 +24,7 @@ from django.conf import settings
 
 from webapp.runs.pipelines import pipelines_fail_lost_exports
 from webapp.runs.placement import runs_place_waiting, runs_replace_unstarted
-from webapp.runs.services import runs_reap_lost, runs_requeue_lost_messages
+from webapp.runs.services import checkpoint_exports_fail_lost, runs_reap_lost, runs_requeue_lost_messages
 from worker.forking import database_round
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ class Reaper:
                     logger.info("run %s placed on %s hosts", run.public_id, run.hosts)
                 for pipeline in pipelines_fail_lost_exports():
                     logger.warning("pipeline %s failed: its export message was lost", pipeline.public_id)
+                for export in checkpoint_exports_fail_lost():
+                    logger.warning("run %s: the export of checkpoint %s was lost", export.run.public_id, export.step)
         except Exception:  # a failed check must never take the worker down; the next one retries
             logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)
 

@@ -62,9 +62,9 @@ def test_heartbeats_and_reaper_rounds_are_database_rounds(monkeypatch):
 
     monkeypatch.setattr(heartbeat, "worker_heartbeat_record", record)
     for name in ("runs_reap_lost", "runs_requeue_lost_messages", "runs_replace_unstarted", "runs_place_waiting",
-                 "pipelines_fail_lost_exports"):
+                 "pipelines_fail_lost_exports", "checkpoint_exports_fail_lost"):
         monkeypatch.setattr(reaper, name, lambda **kwargs: held.append(forking._rounds.locked()) or [])
     heartbeat.Heartbeat(name="train@h", queues=["train"], interval_seconds=1).beat()
     reaper.Reaper(interval_seconds=1).reap_once()
-    assert held == [True] * 6
+    assert held == [True] * 7
     assert not forking._rounds.locked()

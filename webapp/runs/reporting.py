@@ -544,9 +544,8 @@ def checkpoint_exported(*, run: Run, step: int, export_dir: Path) -> Artifact:
     return artifact
 
 
-def checkpoint_export_failed(*, run: Run, step: int, error: BaseException) -> None:
-    RunLogLine.objects.create(run=run, level=LogLevel.ERROR,
-                              message=f"export of checkpoint {step} failed: {type(error).__name__}: {error}"[:4000])
+def checkpoint_export_failed(*, run: Run, step: int, reason: str) -> None:
+    RunLogLine.objects.create(run=run, level=LogLevel.ERROR, message=f"export of checkpoint {step} failed: {reason}"[:4000])
 
 
 @transaction.atomic

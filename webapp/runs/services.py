@@ -1,5 +1,5 @@
 """Writes to runs: create (validate, save, enqueue), cancel, resume, retry, notes and tags, archive,
-and the reaping of runs whose worker went silent. Callers check access first
+and the reaping of runs whose worker went silent and of checkpoint exports whose worker was lost. Callers check access first
 (``webapp.runs.access.get_run_for_user`` / ``get_project_for_user`` with the member role).
 
 A spec as people write it names its starting model and datasets by public id — ``model: bm_…`` (a
@@ -480,6 +480,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
 
 
 EXPORT_CHECKPOINT_TASK = "worker.tasks.train.export_checkpoint"
+EXPORT_CHECKPOINT_QUEUE = "train"
 
 
 def checkpoint_steps(run: Run) -> list[int]:
@@ -514,24 +515,28 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
         export.save(update_fields=["status", "error_message", "requested_by", "updated_at"])
     log_line(run, f"export of checkpoint {step} queued by {user.get_username() if user else 'the system'}")
     run_pk = run.pk
-    transaction.on_commit(lambda: celery_app.send_task(EXPORT_CHECKPOINT_TASK, args=[run_pk, step], queue="train"))
+    transaction.on_commit(lambda: celery_app.send_task(EXPORT_CHECKPOINT_TASK, args=[run_pk, step],
+                                                                queue=EXPORT_CHECKPOINT_QUEUE))
     return run
 
 
 @transaction.atomic
 def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = None,
-                             error: BaseException | None = None) -> CheckpointExport:
-    """Record how the export of checkpoint ``step`` went (``export_dir`` written, or ``error``), and tell an
-    open run page: it shows the checkpoint as exporting until this event (or its next catch-up) arrives."""
+                             error: BaseException | None = None, failure: str | None = None) -> CheckpointExport:
+    """Record how the export of checkpoint ``step`` went (``export_dir`` written, or ``error`` raised, or
+    ``failure``: why it ended without either, as for a lost export), and tell an open run page: it shows
+    the checkpoint as exporting until this event (or its next catch-up) arrives."""
     from webapp.runs.reporting import checkpoint_export_failed, checkpoint_exported, publish_event
 
-    if error is None:
+    if error is not None:
+        failure = f"{type(error).__name__}: {error}"
+    if failure is None:
         checkpoint_exported(run=run, step=step, export_dir=export_dir)
     else:
-        checkpoint_export_failed(run=run, step=step, error=error)
+        checkpoint_export_failed(run=run, step=step, reason=failure)
     export, _ = CheckpointExport.objects.select_for_update().get_or_create(run=run, step=step)
-    export.status = CheckpointExportStatus.EXPORTED if error is None else CheckpointExportStatus.FAILED
-    export.error_message = "" if error is None else f"{type(error).__name__}: {error}"[:4000]
+    export.status = CheckpointExportStatus.EXPORTED if failure is None else CheckpointExportStatus.FAILED
+    export.error_message = (failure or "")[:4000]
     export.save(update_fields=["status", "error_message", "updated_at"])
     still_exporting = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
                            .values_list("step", flat=True))
@@ -539,6 +544,45 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
     public_id = run.public_id
     transaction.on_commit(lambda: publish_event(public_id, event))
     return export
+
+
+def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[CheckpointExport]:
+    """Fail each checkpoint export asked for over ``TEMPER_RUN_LOST_SECONDS`` ago whose message Redis no
+    longer holds, waiting or delivered, so that it can be asked for again: an export has no heartbeat,
+    but its message stays in Redis until the export is recorded (``acks_late``), however long it waits
+    behind a training run or takes. Celery acknowledges it without a record when the worker process
+    doing it dies (killed, out of memory), and a Redis restart without persistence drops it; a worker
+    killed outright leaves it delivered, and Celery hands it to another worker after its visibility
+    timeout. Safe from many reapers at once: an export is failed only while locked and still as read."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    waiting = list(CheckpointExport.objects.filter(status=CheckpointExportStatus.EXPORTING, updated_at__lt=cutoff)
+                   .select_related("run"))
+    if not waiting:
+        return []
+    try:
+        client = channels.redis_client()
+        try:
+            present = task_messages_in_redis(client, task=EXPORT_CHECKPOINT_TASK, queues=(EXPORT_CHECKPOINT_QUEUE,))
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("checkpoint exports not checked, Redis unavailable: %s", error)
+        return []
+    failed = []
+    for export in waiting:
+        if (export.run_id, export.step) in present:
+            continue
+        with transaction.atomic():
+            # Not if it ended, or was asked for again, since it was read.
+            if not CheckpointExport.objects.select_for_update().filter(
+                    pk=export.pk, status=CheckpointExportStatus.EXPORTING, updated_at=export.updated_at).exists():
+                continue
+            silent = int((now - export.updated_at).total_seconds())
+            failure = (f"the export was lost: its worker stopped before it ended (killed, out of memory) or Redis "
+                       f"lost its message, which Redis held nowhere {silent} s after it was asked for; export again")
+            failed.append(checkpoint_export_finish(run=export.run, step=export.step, failure=failure))
+    return failed
 
 
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:

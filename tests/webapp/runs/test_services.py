@@ -282,6 +282,73 @@ def test_a_checkpoint_export_is_exporting_until_the_worker_reports_and_a_failed_
     assert CheckpointExport.objects.get(run=run, step=5).error_message == ""
 
 
+def test_a_checkpoint_export_whose_worker_was_lost_fails_with_the_reason_and_can_be_asked_again(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch, client_for):
+    """An export whose worker died stayed 'exporting' for good, and its checkpoint could never be exported
+    again. Once Redis holds its message nowhere (Celery acknowledges the message of a worker process that
+    died; a Redis restart drops it), the reaper fails it with the reason, and it can be asked for again."""
+    published = []
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    for step in (5, 10):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+        services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    asked_at = CheckpointExport.objects.get(run=run, step=5).updated_at
+
+    def redis_holding(**messages):
+        monkeypatch.setattr(services.channels, "redis_client",
+                            lambda: FakeRedis(task=services.EXPORT_CHECKPOINT_TASK, **messages))
+
+    # Waiting behind a training run, or being exported (acks_late): not lost, however long.
+    for held in ({"waiting": [(run.pk, 5), (run.pk, 10)]}, {"priority": [(run.pk, 5), (run.pk, 10)]},
+                 {"unacked": [(run.pk, 5), (run.pk, 10)]}):
+        redis_holding(**held)
+        assert services.checkpoint_exports_fail_lost(now=asked_at + timedelta(hours=3)) == []
+    # Gone, but within TEMPER_RUN_LOST_SECONDS of the request (a message on its way): not yet.
+    redis_holding(waiting=[(run.pk, 10), (run.pk + 1, 5)])
+    assert services.checkpoint_exports_fail_lost(now=asked_at + timedelta(seconds=30)) == []
+    assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exporting"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        failed = services.checkpoint_exports_fail_lost(now=asked_at + timedelta(seconds=120))
+    assert [(export.run_id, export.step) for export in failed] == [(run.pk, 5)]
+    reason = ("the export was lost: its worker stopped before it ended (killed, out of memory) or Redis lost its "
+              "message, which Redis held nowhere 120 s after it was asked for; export again")
+    assert CheckpointExport.objects.get(run=run, step=5).error_message == reason
+    assert run.log_lines.filter(level="error", message=f"export of checkpoint 5 failed: {reason}").exists()
+    assert published == [{"type": "checkpoint", "step": 5, "status": "failed", "exporting": [10]}]
+    assert selectors.checkpoint_states(run=run) == {"5": "failed", "10": "exporting"}
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{run.public_id}/checkpoints/").content.decode()
+    assert "export failed" in page and reason in page and "Export again" in page
+    assert services.checkpoint_exports_fail_lost(now=asked_at + timedelta(seconds=240)) == []  # failed once
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+    assert sent_tasks.calls[-1] == ("worker.tasks.train.export_checkpoint", [run.pk, 5], "train")
+    assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exporting"}
+
+
+def test_checkpoint_exports_are_not_judged_lost_while_redis_cannot_be_asked(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch):
+    import redis
+
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    (run.output_dir / "checkpoints" / "5").mkdir(parents=True)
+    run.refresh_from_db()
+    services.checkpoint_export_request(run=run, step=5, user=team.teammate)
+
+    def unavailable():
+        raise redis.ConnectionError("refused")
+    monkeypatch.setattr(services.channels, "redis_client", unavailable)
+    assert services.checkpoint_exports_fail_lost(now=timezone.now() + timedelta(hours=1)) == []
+    assert selectors.checkpoint_states(run=run) == {"5": "exporting"}
+
+
 def test_train_messages_are_read_from_every_place_redis_keeps_them():
     fake = FakeRedis(waiting=[(1, 1), (2, 3)], priority=[(4, 1)], unacked=[(5, 2)])
     assert services.train_messages_in_redis(fake) == {(1, 1), (2, 3), (4, 1), (5, 2)}
