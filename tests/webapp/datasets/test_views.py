@@ -191,6 +191,14 @@ class TestVersionPage:
         assert 'id="character-charts"' in body and "vendor/plotly.min.js" in body
         assert response.context["charts"][0]["field"] == "completion"
 
+    def test_a_version_without_statistics_says_so(self, team, client_for):
+        """It showed the heading 'Lengths in characters.' with nothing under it."""
+        version = make_version(team)
+        DatasetVersion.objects.filter(pk=version.pk).update(statistics={})
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert "Lengths in characters" not in body and 'id="character-charts"' not in body
+        assert "No length statistics for this version." in body
+
     def test_it_escapes_dataset_text(self, team, client_for):
         row = b'{"prompt": "<script>alert(1)</script>", "completion": "<b>bold</b>"}\n'
         version = make_version(team, content=row)

@@ -232,6 +232,22 @@ def test_the_items_page_names_each_items_source_once(campaign, team, client_for)
     assert "<td>Run generations, prompt row 7</td>" in page
 
 
+def test_counts_of_one_read_in_the_singular(campaign, team, carol, client_for):
+    """The campaign page read 'You answered 1 items'."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    page = client_for(team.teammate).get(url("detail", campaign)).content.decode()
+    assert "<dt>You answered</dt><dd>1 item</dd>" in page
+    answer(Item.objects.get(campaign=campaign, sequence=2), team.teammate, "b")
+    page = client_for(team.teammate).get(url("detail", campaign)).content.decode()
+    assert "<dt>You answered</dt><dd>2 items</dd>" in page and "all 4 items" in page and "of <b>4</b> items" in page
+    Item.objects.filter(campaign=campaign, sequence__gt=1).delete()
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[])
+    page = client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert "the 1 item</a>" in page and "of <b>1</b> item</li>" in page
+    assert "Each item needs 1 review from different reviewers, but the campaign has 0 reviewers" in page
+
+
 def test_the_campaign_page_says_when_too_few_reviewers_could_ever_complete_an_item(campaign, team, carol,
                                                                                     client_for):
     """Two reviews per item from one reviewer can never be given: items stay 'in review' for ever
