@@ -6,6 +6,7 @@ never serves it to anyone again.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,8 +117,30 @@ def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> int:
 
 
 def item_list(*, campaign: Campaign, status: str | None) -> QuerySet[Item]:
-    items = Item.objects.filter(campaign=campaign).order_by("sequence")
+    """The campaign's items in order (only those of ``status`` when given), with their reviews."""
+    items = Item.objects.filter(campaign=campaign).order_by("sequence").prefetch_related("reviews")
     return items.filter(status=status) if status else items
+
+
+@dataclass(frozen=True, kw_only=True)
+class ItemRow:
+    item: Item
+    prompt: str  # one line of it (``preview_text``)
+    final_label: str  # as shown ("A better"); empty until the item is complete
+    resolved: bool  # the final label is an owner's resolution, not the reviewers' majority
+
+
+def item_rows(*, items: Iterable[Item]) -> list[ItemRow]:
+    """The items page's rows: each item (its reviews prefetched) with the label a complete one is exported
+    with, so that the page and the exported dataset never disagree."""
+    from webapp.review.services import final_label  # services reads through this module: imported when used
+
+    rows = []
+    for item in items:
+        label = final_label(item, item.reviews.all()) if item.status == ItemStatus.COMPLETE else None
+        rows.append(ItemRow(item=item, prompt=preview_text(item.prompt), final_label=Label(label).label if label else "",
+                            resolved=bool(item.resolved_label)))
+    return rows
 
 
 def conflict_list(*, campaign: Campaign) -> QuerySet[Item]:

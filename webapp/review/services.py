@@ -77,6 +77,12 @@ def majority_label(labels: list[str]) -> str | None:
     return top if count * 2 > len(labels) else None
 
 
+def final_label(item: Item, reviews: Iterable[Review]) -> str | None:
+    """The label ``item`` is exported with: the owner's resolution, else the majority of its reviews
+    (skips left out); None while it has neither."""
+    return item.resolved_label or majority_label([review.label for review in reviews if review.label != Label.SKIP])
+
+
 def is_conflict(labels: list[str]) -> bool:
     """Reviewers disagree: someone chose A and someone B, or no label has a majority."""
     return (Label.A in labels and Label.B in labels) or majority_label(labels) is None
@@ -654,8 +660,7 @@ class ExportOptions:
 
 
 def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tuple[dict[str, Any] | None, str]:
-    labels = [review.label for review in reviews if review.label != Label.SKIP]
-    label = item.resolved_label or majority_label(labels)
+    label = final_label(item, reviews)
     if label is None:
         return None, "no_majority"
     if label == Label.TIE and options.drop_ties:

@@ -223,7 +223,7 @@ def item_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
         request.GET.get("page"))
     return render(request, "review/items.html", {
         "project": project, "membership": membership, "campaign": campaign, "page": page,
-        "rows": [(item, selectors.preview_text(item.prompt)) for item in page.object_list], "status": status, "statuses": ItemStatus.choices,
+        "rows": selectors.item_rows(items=page.object_list), "status": status, "statuses": ItemStatus.choices,
     })
 
 

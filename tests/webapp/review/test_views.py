@@ -220,7 +220,7 @@ def test_the_items_page_filters_by_status(campaign, team, carol, client_for):
     item = Item.objects.get(campaign=campaign, sequence=2)
     answer(item, team.teammate, "a")
     page = client_for(team.viewer).get(url("items", campaign), {"status": "in_review"})
-    assert [row_item for row_item, _prompt in page.context["rows"]] == [item]
+    assert [row.item for row in page.context["rows"]] == [item]
     assert b"Capital of France?" in page.content and b"What is 2+2?" not in page.content
 
 
@@ -246,6 +246,24 @@ def test_counts_of_one_read_in_the_singular(campaign, team, carol, client_for):
     page = client_for(team.owner).get(url("detail", campaign)).content.decode()
     assert "the 1 item</a>" in page and "of <b>1</b> item</li>" in page
     assert "Each item needs 1 review from different reviewers, but the campaign has 0 reviewers" in page
+
+
+def test_the_items_page_shows_the_label_each_complete_item_is_exported_with(campaign, team, carol, client_for):
+    """The Final column showed only an owner's resolution: an item complete by its reviewers' majority
+    showed nothing there, though the export writes it with that label."""
+    by_majority, resolved, in_review = (Item.objects.get(campaign=campaign, sequence=number) for number in (1, 2, 3))
+    answer(by_majority, team.teammate, "b")
+    answer(by_majority, carol, "b")
+    answer(resolved, team.teammate, "a")
+    answer(resolved, carol, "b")
+    services.conflict_resolve(item=resolved, label="tie", user=team.owner)
+    answer(in_review, team.teammate, "a")
+    rows = {row.item.sequence: row for row in client_for(team.viewer).get(url("items", campaign)).context["rows"]}
+    assert (rows[1].final_label, rows[1].resolved) == ("B better", False)
+    assert (rows[2].final_label, rows[2].resolved) == ("Tie", True)
+    assert rows[3].final_label == "" and rows[4].final_label == ""
+    page = client_for(team.viewer).get(url("items", campaign)).content.decode()
+    assert 'B better <span class="muted">(majority)</span>' in page and 'Tie <span class="muted">(owner)</span>' in page
 
 
 def test_the_campaign_page_says_when_too_few_reviewers_could_ever_complete_an_item(campaign, team, carol,
