@@ -109,25 +109,27 @@ def _target_membership(project: Project, username: str) -> Membership:
     return target
 
 
-def _members_form_failed(request, project, membership, form_errors) -> HttpResponse:
+def _members_change_refused(request, project, form_errors) -> HttpResponse:
+    """Back to the members page with why: the change and removal forms live in its table, so a page
+    rendered at their POST address would be one that a reload sends again and a link cannot reach."""
     for messages_for_field in form_errors.values():
         for message in messages_for_field:
             messages.error(request, message)
-    return _render_members(request, project, membership, status=400)
+    return redirect("projects:members", project.slug)
 
 
 @login_required
 @require_POST
 def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
-    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
-        return _members_form_failed(request, project, membership, form.errors)
+        return _members_change_refused(request, project, form.errors)
     target = _target_membership(project, form.cleaned_data["username"])
     try:
         services.membership_set_role(membership=target, role=form.cleaned_data["role"])
     except ValidationError as error:
-        return _members_form_failed(request, project, membership, error.message_dict)
+        return _members_change_refused(request, project, error.message_dict)
     messages.success(request, f"{isolated(target.user.get_username())} is now {target.role}.")
     return redirect("projects:members", project.slug)
 
@@ -135,15 +137,15 @@ def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
-    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     form = MemberRemoveForm(request.POST)
     if not form.is_valid():
-        return _members_form_failed(request, project, membership, form.errors)
+        return _members_change_refused(request, project, form.errors)
     target = _target_membership(project, form.cleaned_data["username"])
     try:
         services.membership_remove(membership=target)
     except ValidationError as error:
-        return _members_form_failed(request, project, membership, error.message_dict)
+        return _members_change_refused(request, project, error.message_dict)
     messages.success(request, f"{isolated(target.user.get_username())} removed from {isolated(project.name)}.")
     if target.user_id == request.user.id:
         return redirect("projects:list")
