@@ -57,7 +57,11 @@ def test_owner_manages_the_team(page, live_server):
 
     log_in(page, base, "olga")
     page.goto(f"{base}/p/reward-models/members/")
-    page.locator("tr", has_text="tom").get_by_role("button", name="Remove").click()
+    row = page.locator("tr", has_text="tom")
+    assert not row.get_by_role("button", name="Remove tom").is_visible(), "removing asks first"
+    row.locator("summary", has_text="Remove…").click()
+    assert "tom loses access to Reward models" in row.inner_text()
+    row.get_by_role("button", name="Remove tom").click()
     assert "\u2068tom\u2069 removed from \u2068Reward models\u2069" in page.locator(".messages").inner_text()
     log_out(page)
 

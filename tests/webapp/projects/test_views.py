@@ -154,6 +154,18 @@ class TestMembers:
             assert b'id="members"' in response.content
         assert Membership.objects.get(project=team.project, user=team.owner).role == Role.OWNER
 
+    def test_removing_a_member_asks_first(self, team, client_for):
+        """The Remove button removed at once; it now opens what removing does, with a second button."""
+        page = client_for(team.owner).get(self.url).content.decode()
+        row = page.split("<td>alpha-viewer</td>")[1].split("</tr>")[0]
+        confirm = row.split('<details class="confirm">')[1].split("</details>")[0]
+        assert "<summary>Remove…</summary>" in confirm
+        assert "<bdi>alpha-viewer</bdi> loses access to <bdi>Project alpha</bdi>" in confirm
+        assert '<button type="submit" class="danger">Remove <bdi>alpha-viewer</bdi></button>' in confirm
+        assert '<button type="submit" class="danger">Remove</button>' not in page
+        own_row = page.split("<td>alpha-owner</td>")[1].split("</tr>")[0]
+        assert "You lose access to <bdi>Project alpha</bdi>" in own_row
+
     def test_it_rejects_unknown_member(self, team, client_for):
         client = client_for(team.owner)
         assert client.post(self.url + "role/", {"username": "alpha-outsider", "role": "member"}).status_code == 404
