@@ -64,7 +64,16 @@ def test_heartbeats_and_reaper_rounds_are_database_rounds(monkeypatch):
     for name in ("runs_reap_lost", "runs_requeue_lost_messages", "runs_replace_unstarted", "runs_place_waiting",
                  "pipelines_fail_lost_exports", "checkpoint_exports_fail_lost"):
         monkeypatch.setattr(reaper, name, lambda **kwargs: held.append(forking._rounds.locked()) or [])
-    heartbeat.Heartbeat(name="train@h", queues=["train"], interval_seconds=1).beat()
-    reaper.Reaper(interval_seconds=1).reap_once()
+
+    def rounds():
+        heartbeat.Heartbeat(name="train@h", queues=["train"], interval_seconds=1).beat()
+        reaper.Reaper(interval_seconds=1).reap_once()
+
+    # In a thread of its own, as in a worker: the test thread may hold a connection an earlier
+    # database test left open, which the round's close_old_connections would check, and pytest-django
+    # refuses database access in a test without the django_db mark.
+    thread = threading.Thread(target=rounds)
+    thread.start()
+    thread.join(30)
     assert held == [True] * 7
     assert not forking._rounds.locked()
