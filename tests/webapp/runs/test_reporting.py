@@ -274,4 +274,4 @@ def test_every_steps_rollouts_are_stored_as_they_are_written_within_bounds(runni
     long = stored[(2, 0)]
     assert long.text == "a" * 16 and long.extra["truncated_from"] == 20
     assert stored[(2, 2)].extra == {"kind": "eval"}
-    assert running_run.log_lines.filter(message="step 2: evaluated (eval/reward 1; 1 samples)").exists()
+    assert running_run.log_lines.filter(message="step 2: evaluated (eval/reward 1; 1 sample)").exists()
