@@ -240,6 +240,17 @@ def test_revoking_a_token_says_whether_one_was_revoked(world, client_for):
     assert ApiToken.objects.filter(pk=theirs.pk).exists()
 
 
+def test_revoking_asks_first_naming_the_token(world, client_for):
+    # Revoking cannot be undone: the button sits behind a summary that says so (no script needed).
+    team, _apis, _sent = world
+    token, _secret = token_create(user=team.viewer, name="<b>ci</b>")
+    page = client_for(team.viewer).get("/accounts/tokens/").content.decode()
+    confirm = page.split('<details class="confirm">')[1].split("</details>")[0]
+    assert "<summary>Revoke…</summary>" in confirm and f'action="/accounts/tokens/{token.pk}/revoke/"' in confirm
+    assert "cannot be undone" in confirm and "Revoke <bdi>&lt;b&gt;ci&lt;/b&gt;</bdi>" in confirm
+    assert "<b>ci</b>" not in page
+
+
 def test_pipelines_start_and_report_their_stages(world):
     team, apis, sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)

@@ -79,7 +79,12 @@ def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):
     secret = response.content.decode().split('<code id="new-token">')[1].split("</code>")[0]
     assert project_token_authenticate(f"Bearer {secret}").name == "notebook"
     token = ProjectToken.objects.get(user=team.teammate)
-    assert secret not in client.get(reverse("chat:list", args=[team.project.slug])).content.decode()  # shown once
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert secret not in page  # shown once
+    # Revoking cannot be undone: the button sits behind a summary that says so.
+    confirm = page.split('<details class="confirm">')[1].split("</details>")[0]
+    assert "cannot be undone" in confirm and "Revoke <bdi>notebook</bdi>" in confirm
+    assert f'action="{reverse("chat:token_revoke", args=[team.project.slug, token.pk])}"' in confirm
     assert client_for(team.owner).post(reverse("chat:token_revoke", args=[team.project.slug, token.pk])).status_code == 302
     assert ProjectToken.objects.filter(pk=token.pk).exists()  # only its owner revokes it
     client.post(reverse("chat:token_revoke", args=[team.project.slug, token.pk]))
