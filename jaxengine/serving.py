@@ -34,7 +34,8 @@ Design note.
   each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
   answer per prompt bucket and temperature), one at a time and only while no submitted request waits or
   decodes; what they compile is what a real lone request with those settings calls, and their results
-  are dropped.
+  are dropped. A warm-up row is fast-forwarded: after one decode call on a cache layout it skips to the
+  next layout, so the warm-up decodes a few calls per layout instead of whole answers.
 """
 from __future__ import annotations
 
@@ -347,6 +348,7 @@ class _Row:
     tokens: list[int] = dataclasses.field(default_factory=list)
     first_token: float | None = None
     start: int = 0  # first cache slot of its prompt
+    fast_forward: bool = False  # a warm-up row: meets each cache layout once (ContinuousBatch._fast_forward)
 
 
 class ContinuousBatch:
@@ -360,10 +362,12 @@ class ContinuousBatch:
         self.max_slots = decoder.max_slots if max_slots is None else max_slots
         self.clock = clock
         self.batch_sizes: list[int] = []  # requests decoding in each decode call, for tests and benchmarks
+        self.layouts: list[tuple[int, int]] = []  # the cache's (rows, slots) at each decode call, likewise
         self._waiting: collections.deque[_Row] = collections.deque()
         self._rows: list[_Row | None] = []  # one per cache row
         self._cache = None
         self._index = 0  # the slot the next decode step writes, shared by every row
+        self._calls_at_layout = 0  # decode calls since the cache was last laid out
         self._leaves, self._compiled = decoder.leaves, decoder.compiled
 
     @property
@@ -376,13 +380,15 @@ class ContinuousBatch:
 
     def add(self, request: ServeRequest, *, on_finish: Callable[[ServeResult], None],
             on_token: Callable[[int, str], None] | None = None, should_stop: Callable[[], bool] | None = None,
-            arrived: float | None = None) -> None:
-        """Queue ``request`` (checked with ``BatchDecoder.check``); ``on_finish`` gets its result."""
+            arrived: float | None = None, fast_forward: bool = False) -> None:
+        """Queue ``request`` (checked with ``BatchDecoder.check``); ``on_finish`` gets its result.
+
+        ``fast_forward``: a warm-up request, whose tokens nobody reads; see ``_fast_forward``."""
         self.decoder.check(request)
         stop_ids = set(request.params.stop_token_ids) | set(() if request.ignore_eos else self.decoder.tokenizer.eos_ids)
         self._waiting.append(_Row(request=request, on_token=on_token, should_stop=should_stop, on_finish=on_finish,
                                   arrived=self.clock() if arrived is None else arrived, stop_ids=frozenset(stop_ids),
-                                  decoder=IncrementalDecoder(self.decoder.tokenizer)))
+                                  decoder=IncrementalDecoder(self.decoder.tokenizer), fast_forward=fast_forward))
 
     def step(self) -> None:
         """Ends rows stopped or past their deadline, admits waiting requests, then decodes one call."""
@@ -392,6 +398,7 @@ class ContinuousBatch:
                 reason = self._early_finish(row, now)
                 if reason is not None:
                     self._finish(slot, reason)
+        self._fast_forward()
         admitted = []
         while self._waiting and self._active_count() + len(admitted) < self.max_slots:
             row = self._waiting.popleft()
@@ -413,6 +420,27 @@ class ContinuousBatch:
 
     def _active_count(self) -> int:
         return sum(row is not None for row in self._rows)
+
+    def _fast_forward(self) -> None:
+        """When every row is a warm-up row and one decode call has run on the cache's layout, move the
+        shared slot to where the next call no longer fits, as if the calls between had been decoded
+        (their tokens: 0, which the rows' ``ignore_eos`` budgets count and nobody reads). The next
+        ``_fit`` then grows the cache as a long answer's would, so the warm-up still compiles every
+        decode and re-layout program such an answer meets, without decoding the calls that run
+        programs already compiled: most of its work on a large model (each row keeps one token to
+        decode at the new layout)."""
+        rows = [row for row in self._rows if row is not None]
+        if not rows or self._waiting or not all(row.fast_forward for row in rows) or not self._calls_at_layout:
+            return
+        length = self._cache.positions.shape[1]
+        skip = min(length - self.decoder.steps_per_call + 1 - self._index,
+                   min(row.request.params.max_new_tokens - len(row.tokens) for row in rows) - 1)
+        if skip <= 0:
+            return
+        self._index += skip
+        self._cache = self._cache.replace(index=jnp.int32(self._index))
+        for row in rows:
+            row.tokens.extend([0] * skip)
 
     def _fit(self, *, new_rows: int, prompt_bucket: int) -> None:
         """Re-lays the cache out when the rows about to decode need other shapes: more or fewer rows,
@@ -443,6 +471,7 @@ class ContinuousBatch:
             row.start -= shift
         self._rows = moved + [None] * (rows - len(moved))
         self._index = index
+        self._calls_at_layout = 0
 
     def _admit(self, admitted: list[_Row], prompt_bucket: int) -> None:
         """Prefills the admitted requests as one group and copies them into free rows ending at the shared slot."""
@@ -481,11 +510,13 @@ class ContinuousBatch:
         requests = [row.request if row is not None else None for row in self._rows]
         live = [request for request in requests if request is not None]
         self.batch_sizes.append(len(live))
+        self.layouts.append(tuple(self._cache.positions.shape))
         steps = self.decoder.steps_per_call
         tokens_kb, self._cache = self._compiled.decode(
             self._leaves, self._cache, token_b, starts_b, steps_b, self.decoder.sampling_arrays(requests, rows),
             steps=steps, sampled=_any_sampled(live), filtered=_any_filtered(live))
         self._index += steps
+        self._calls_at_layout += 1
         tokens_kb = np.asarray(jax.device_get(tokens_kb))
         for slot in range(rows):
             for offset in range(steps):
@@ -741,7 +772,7 @@ class BatchingServer:
         as a lone conversation decodes). A failing warm-up is dropped: real requests report their own."""
         try:
             if not self._warm_batch.busy:
-                self._warm_batch.add(self._warmups.popleft(), on_finish=lambda result: None)
+                self._warm_batch.add(self._warmups.popleft(), on_finish=lambda result: None, fast_forward=True)
             self._warm_batch.step()
         except Exception:
             logger.exception("serving warm-up failed; the programs it did not compile compile on first use")

@@ -344,6 +344,28 @@ def test_warmup_requests_cover_each_prompt_bucket_with_each_temperature(served):
     assert all(len(r.prompt_ids) + r.params.max_new_tokens == 256 for r in long)
 
 
+def test_a_fast_forwarded_warmup_row_meets_every_layout_of_a_decoded_one_in_fewer_calls(served):
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
+    request = ServeRequest(prompt_ids=(1,) * 9, ignore_eos=True, params=SamplingParams(max_new_tokens=150))
+    layouts, results = {}, {}
+    for fast_forward in (False, True):
+        batch = ContinuousBatch(decoder, max_slots=1)
+        batch.add(request, on_finish=lambda result, key=fast_forward: results.__setitem__(key, result),
+                  fast_forward=fast_forward)
+        while batch.busy:
+            batch.step()
+        layouts[fast_forward] = batch.layouts
+    # The same cache layouts in the same order (so the same decode and re-layout programs), each met
+    # once or twice instead of once per call; the row still ends at its budget.
+    met = {key: [layout for index, layout in enumerate(calls) if index == 0 or calls[index - 1] != layout]
+           for key, calls in layouts.items()}
+    assert met[True] == met[False] and [rows for rows, _ in met[False]] == [1] * len(met[False])
+    assert [slots for _, slots in met[False]] == [32, 64, 128, 256]  # the prompt bucket 16 + a call of 8, ...
+    assert len(layouts[True]) <= 2 * len(met[True]) < len(layouts[False]), (len(layouts[True]), len(layouts[False]))
+    assert len(results[True].token_ids) == len(results[False].token_ids) == 150
+
+
 def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, min_bucket=8)  # its own shapes: nothing compiled by other tests
