@@ -242,7 +242,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
 def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
     """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head;
     a PPO run's value head is for training only and is not exported)."""
-    from jaxengine.checkpoint.hf import save_hf_model
+    from jaxengine.checkpoint.hf import save_hf_model, stored_half_dtype
     from jaxengine.tasks import save_reward_head
 
     exported = {}
@@ -264,7 +264,11 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
                           alpha=spec.peft.alpha, dropout=spec.peft.dropout, targets=spec.peft.targets)
         exported["adapter"] = str(export_dir / "adapter")
         merge_lora(trained)
-    save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer)
+    # In the base checkpoint's own dtype when it is a 16-bit one, as transformers saves a model loaded
+    # in its stored dtype: a bfloat16 base trained in float32 would otherwise export at twice its size.
+    # The PEFT adapter above keeps the float32 update (a small one may round away in bfloat16).
+    save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer,
+                  dtype=stored_half_dtype(job_model.model_dir))
     exported["model"] = str(export_dir)
     return exported
 

@@ -114,6 +114,14 @@ def read_hf_config(model_dir: str | Path) -> tuple[dict[str, Any], ModelConfig]:
     return hf_config, from_hf_config(hf_config, source=str(config_path))
 
 
+def stored_half_dtype(model_dir: str | Path):
+    """bfloat16 or float16 when the directory's config.json says its weights are stored so, else None:
+    the dtype a model fine-tuned from it is exported in (``jaxengine.job.export_trained``)."""
+    hf_config, _ = read_hf_config(model_dir)
+    name = hf_config.get("dtype") or hf_config.get("torch_dtype")
+    return {"bfloat16": jnp.bfloat16, "float16": jnp.float16}.get(name)
+
+
 def load_hf_model(model_dir: str | Path, *, param_dtype=jnp.float32, compute_dtype=jnp.float32,
                   mesh: jax.sharding.Mesh | None = None, rules: dict[str, Any] | None = None
                   ) -> tuple[CausalLM, ModelConfig]:
@@ -171,13 +179,15 @@ def iter_hf_tensors(model: CausalLM, *, prefix: str = "model.") -> Iterator[tupl
 
 
 def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, tokenizer: Any = None,
-                  source_dir: str | Path | None = None, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Path:
+                  source_dir: str | Path | None = None, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                  dtype=None) -> Path:
     """Write ``model`` as a Hugging Face directory that ``transformers`` loads.
 
     Writes config.json, ``model.safetensors`` (or ``model-XXXXX-of-YYYYY.safetensors`` shards
     plus ``model.safetensors.index.json`` above ``max_shard_bytes``), and the tokenizer:
     ``tokenizer.save(out_dir)`` when given, else the tokenizer/generation files copied from
-    ``source_dir``. Parameters keep their dtype. Returns ``out_dir``.
+    ``source_dir``. Parameters keep their dtype, or are written in ``dtype`` when given (rounded to
+    nearest). Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +199,8 @@ def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, 
     if tokenizer is not None:
         tokenizer.save(out_dir)
     tensors = dict(iter_hf_tensors(model))
+    if dtype is not None:
+        tensors = {name: array.astype(dtype) for name, array in tensors.items()}
     shards = _split_into_shards(tensors, max_shard_bytes)
     for stale in (out_dir / SINGLE_FILE, out_dir / INDEX_FILE, *out_dir.glob("model-*-of-*.safetensors")):
         stale.unlink(missing_ok=True)
@@ -203,7 +215,8 @@ def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, 
         index = {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map}
         (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     hf_config = to_hf_config(config)
-    hf_config["dtype"] = DTYPE_NAMES.get(jnp.dtype(model.param_dtype), str(jnp.dtype(model.param_dtype)))
+    written = jnp.dtype(model.param_dtype if dtype is None else dtype)
+    hf_config["dtype"] = DTYPE_NAMES.get(written, str(written))
     (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     return out_dir
 

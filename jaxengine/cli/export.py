@@ -1,6 +1,7 @@
 """``jaxengine export --run DIR [--step N | --best] [--quantize int8|int4]``: export a run's checkpoint as a Hugging Face model.
 
-Writes ``DIR/export/`` (LoRA/QLoRA merged into full-precision weights; ``export/adapter/`` in the
+Writes ``DIR/export/`` (LoRA/QLoRA merged into full-precision weights, written in the base's dtype when
+that is bfloat16 or float16; ``export/adapter/`` in the
 ``peft`` format; ``reward_head.safetensors`` for reward runs) from the latest checkpoint, or from
 checkpoint ``N`` — e.g. for a cancelled run — or with ``--best`` from the best one (by eval loss; for
 ``task: grpo`` by the first eval metric; ``summary.json`` names it as ``best_checkpoint``).

@@ -59,6 +59,7 @@ def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
     assert yaml.safe_load((run / "spec.yaml").read_text())["peft"]["rank"] == 4
     assert json.loads((run / "summary.json").read_text())["status"] == "succeeded"
     assert (run / "export/adapter/adapter_config.json").is_file()
+    assert json.loads((run / "export/config.json").read_text())["dtype"] == "float32"  # the base's own
     exported, _ = load_hf_model(run / "export")  # merged weights, plain Hugging Face format
     base, _ = load_hf_model(demo_dir / "model")
     assert not np.allclose(exported.layers[0].self_attn.q_proj.kernel[...], base.layers[0].self_attn.q_proj.kernel[...])
@@ -72,6 +73,41 @@ def test_sft_with_lora_writes_the_run_directory(demo_dir, tmp_path):
     np.testing.assert_allclose(again.layers[0].self_attn.q_proj.kernel[...],
                                exported.layers[0].self_attn.q_proj.kernel[...], atol=1e-6)
     assert (run / "export/adapter/adapter_model.safetensors").is_file()
+
+
+def test_a_bfloat16_base_is_exported_in_bfloat16_and_its_adapter_in_float32(demo_dir, tmp_path):
+    import jax.numpy as jnp
+    from safetensors import safe_open
+
+    from jaxengine.checkpoint.hf import iter_hf_tensors, save_hf_model
+    from jaxengine.job import build_job_model
+    from jaxengine.peft.lora import merge_lora
+    from jaxengine.trainer import restore_trained_model
+
+    model, config = load_hf_model(demo_dir / "model")
+    save_hf_model(model, config, tmp_path / "base", source_dir=demo_dir / "model", dtype=jnp.bfloat16)
+    spec = spec_for(demo_dir, tmp_path / "run", model=str(tmp_path / "base"))
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    export = tmp_path / "run" / "export"
+    assert json.loads((export / "config.json").read_text())["dtype"] == "bfloat16"
+
+    def stored(path):
+        with safe_open(str(path), framework="numpy") as handle:
+            return {name: handle.get_tensor(name) for name in handle.keys()}
+
+    exported = stored(export / "model.safetensors")
+    assert {str(array.dtype) for array in exported.values()} == {"bfloat16"}
+    assert {str(array.dtype) for array in stored(export / "adapter/adapter_model.safetensors").values()} == {"float32"}
+    # The float32 merge (the trainer's float32 weights), rounded to the nearest bfloat16.
+    job_model = build_job_model(spec)
+    trained, _ = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
+                                       checkpoint_dir=tmp_path / "run" / "checkpoints")
+    merge_lora(trained)
+    merged = dict(iter_hf_tensors(trained))
+    assert merged.keys() == exported.keys()
+    for name, array in merged.items():
+        assert array.dtype == np.float32
+        np.testing.assert_array_equal(exported[name], array.astype(jnp.bfloat16), err_msg=name)
 
 
 def test_qlora_trains_on_quantized_base_weights_and_reports_their_memory(demo_dir, tmp_path):
