@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from safetensors.numpy import save_file
 
 from jaxengine.peft.quant import QuantizedWeight
 
@@ -181,7 +180,7 @@ def _tensor_name(path: tuple, suffix: str) -> str:
 def save_quantized(model: nnx.Module, config, out_dir: str | Path, *, scheme: QuantScheme, tokenizer: Any,
                    sizes: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
     """Write a model quantized by ``quantize_for_serving`` as a serving copy (see module note)."""
-    from jaxengine.checkpoint.hf import SINGLE_FILE, iter_hf_tensors
+    from jaxengine.checkpoint.hf import SINGLE_FILE, iter_hf_tensors, write_safetensors
     from jaxengine.models import to_hf_config
 
     out_dir = Path(out_dir)
@@ -192,7 +191,7 @@ def save_quantized(model: nnx.Module, config, out_dir: str | Path, *, scheme: Qu
         tensors[_tensor_name(path, ".qweight")] = np.asarray(jax.device_get(linear.quantized.codes[...]))
         tensors[_tensor_name(path, ".scales")] = np.asarray(jax.device_get(linear.quantized.scales[...]))
         modules.append(_tensor_name(path, ""))
-    save_file(tensors, str(out_dir / SINGLE_FILE), metadata={"format": FORMAT_NAME})
+    write_safetensors(tensors, out_dir / SINGLE_FILE, metadata={"format": FORMAT_NAME})
     hf_config = to_hf_config(config)
     hf_config["dtype"] = "bfloat16"
     (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")

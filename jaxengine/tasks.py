@@ -229,10 +229,10 @@ REWARD_HEAD_FILE = "reward_head.safetensors"
 
 def save_reward_head(model: RewardModel, out_dir) -> None:
     """Write the head as ``score.weight`` [1, D] (the layout of transformers' *ForSequenceClassification)."""
-    from safetensors.numpy import save_file
+    from jaxengine.checkpoint.hf import write_safetensors
 
-    save_file({"score.weight": np.ascontiguousarray(np.asarray(model.score[...], np.float32).T)},
-              f"{out_dir}/{REWARD_HEAD_FILE}", metadata={"format": "pt"})
+    write_safetensors({"score.weight": np.ascontiguousarray(np.asarray(model.score[...], np.float32).T)},
+                      f"{out_dir}/{REWARD_HEAD_FILE}", metadata={"format": "pt"})
 
 
 def load_reward_model(model_dir) -> RewardModel:

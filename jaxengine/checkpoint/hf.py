@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,6 +115,24 @@ def read_hf_config(model_dir: str | Path) -> tuple[dict[str, Any], ModelConfig]:
     return hf_config, from_hf_config(hf_config, source=str(config_path))
 
 
+def write_safetensors(tensors: dict[str, np.ndarray], path: str | Path, *, metadata: dict[str, str]) -> None:
+    """``safetensors.numpy.save_file``, with the file readable as the process's umask allows: safetensors
+    0.8 writes it 0600, so a web server or teammate running as another user could not read an export."""
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread a moment)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
 def stored_half_dtype(model_dir: str | Path):
     """bfloat16 or float16 when the directory's config.json says its weights are stored so, else None:
     the dtype a model fine-tuned from it is exported in (``jaxengine.job.export_trained``)."""
@@ -205,12 +224,12 @@ def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, 
     for stale in (out_dir / SINGLE_FILE, out_dir / INDEX_FILE, *out_dir.glob("model-*-of-*.safetensors")):
         stale.unlink(missing_ok=True)
     if len(shards) == 1:
-        save_file(shards[0], str(out_dir / SINGLE_FILE), metadata={"format": "pt"})
+        write_safetensors(shards[0], out_dir / SINGLE_FILE, metadata={"format": "pt"})
     else:
         weight_map = {}
         for number, shard in enumerate(shards, start=1):
             file_name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out_dir / file_name), metadata={"format": "pt"})
+            write_safetensors(shard, out_dir / file_name, metadata={"format": "pt"})
             weight_map.update({name: file_name for name in shard})
         index = {"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map}
         (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxengine.checkpoint.hf import hf_weight_name
+from jaxengine.checkpoint.hf import hf_weight_name, write_safetensors
 from jaxengine.models.layers import Linear
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -132,8 +132,6 @@ def remove_lora(model: nnx.Module) -> None:
 def save_peft_adapter(model: nnx.Module, out_dir: str | Path, *, base_model: str, rank: int, alpha: float,
                       dropout: float, targets: Sequence[str]) -> Path:
     """Write ``adapter_config.json`` + ``adapter_model.safetensors`` that ``peft.PeftModel`` loads onto the base."""
-    from safetensors.numpy import save_file
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
@@ -142,7 +140,7 @@ def save_peft_adapter(model: nnx.Module, out_dir: str | Path, *, base_model: str
         stem = "base_model.model." + name.removesuffix(".weight")
         tensors[f"{stem}.lora_A.weight"] = np.ascontiguousarray(np.asarray(linear.lora.lora_a[...], np.float32).T)
         tensors[f"{stem}.lora_B.weight"] = np.ascontiguousarray(np.asarray(linear.lora.lora_b[...], np.float32).T)
-    save_file(tensors, str(out_dir / "adapter_model.safetensors"), metadata={"format": "pt"})
+    write_safetensors(tensors, out_dir / "adapter_model.safetensors", metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",

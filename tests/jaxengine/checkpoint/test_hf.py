@@ -144,3 +144,23 @@ def test_gemma3_multimodal_checkpoint_loads_its_text_model(tiny_hf_model_dir, tm
     model, loaded_config = load_hf_model(model_dir)
     assert loaded_config.family == "gemma3" and loaded_config.layer_types == ("sliding_attention", "full_attention")
     assert np.abs(our_logits(model, IDS_BT) - reference_logits(source, IDS_BT)).max() <= 1e-4
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_saved_weights_are_as_readable_as_the_umask_allows(umask, tiny_hf_model_dir, tmp_path):
+    # safetensors 0.8 writes its files 0600 whatever the umask: a web server or teammate running as
+    # another user could not read an export, unlike the config and tokenizer files beside it.
+    import os
+
+    source = tiny_hf_model_dir("llama")
+    model, config = load_hf_model(source)
+    previous = os.umask(umask)
+    try:
+        out = save_hf_model(model, config, tmp_path / "out", source_dir=source)
+        sharded = save_hf_model(model, config, tmp_path / "sharded", source_dir=source, max_shard_bytes=20_000)
+    finally:
+        os.umask(previous)
+    files = [out / "model.safetensors", *sharded.glob("model-*-of-*.safetensors")]
+    assert len(files) > 2
+    assert {file.stat().st_mode & 0o777 for file in files} == {0o666 & ~umask}
+    assert (out / "config.json").stat().st_mode & 0o777 == 0o666 & ~umask
