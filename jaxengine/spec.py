@@ -147,7 +147,9 @@ class TrainSpec(_Section):
     keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss "
                            "(tasks grpo and ppo: by the first eval metric).")
     seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
-    param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of trainable weights.")
+    param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of the model's weights: under "
+                                   "LoRA/QLoRA the frozen base's too (adapters are float32), so bfloat16 halves "
+                                   "a LoRA base's memory.")
     compute_dtype: ComputeDtype = Field(default="auto", description="Matmul dtype; auto = bfloat16 except on CPU.")
     remat: bool = Field(default=False, description="Recompute each layer in the backward pass: less memory, ~1/3 more compute.")
     logits_memory_mb: int = Field(default=1024, ge=0, description="Output logits (loss positions x vocabulary x 4 "

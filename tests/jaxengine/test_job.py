@@ -110,6 +110,31 @@ def test_a_bfloat16_base_is_exported_in_bfloat16_and_its_adapter_in_float32(demo
         np.testing.assert_array_equal(exported[name], array.astype(jnp.bfloat16), err_msg=name)
 
 
+def test_lora_on_a_bfloat16_base_keeps_float32_adapters(demo_dir, tmp_path):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxengine.job import build_job_model
+    from jaxengine.peft.lora import LoraParam
+
+    spec = spec_for(demo_dir, tmp_path / "run", train={**spec_for(demo_dir, tmp_path).train.model_dump(),
+                                                        "param_dtype": "bfloat16"})
+    job_model = build_job_model(spec)
+    base = {str(value.dtype) for value in jax.tree.leaves(nnx.state(job_model.model, nnx.Param))}
+    adapters = {str(value.dtype) for value in jax.tree.leaves(nnx.state(job_model.model, LoraParam))}
+    assert base == {"bfloat16"} and adapters == {"float32"}
+    summary = run_job(spec, progress_bar=False)
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["status"] == "succeeded" and len(losses) == 4 and all(np.isfinite(losses))
+    assert json.loads((tmp_path / "run" / "export" / "config.json").read_text())["dtype"] == "bfloat16"
+    # The float32 update survived the merge into the bfloat16 base: the adapted projection moved.
+    exported, _ = load_hf_model(tmp_path / "run" / "export", param_dtype=jnp.bfloat16)
+    base, _ = load_hf_model(demo_dir / "model", param_dtype=jnp.bfloat16)
+    assert not np.array_equal(np.asarray(exported.layers[0].self_attn.q_proj.kernel[...]),
+                              np.asarray(base.layers[0].self_attn.q_proj.kernel[...]))
+
+
 def test_qlora_trains_on_quantized_base_weights_and_reports_their_memory(demo_dir, tmp_path):
     spec = spec_for(demo_dir, tmp_path / "q", peft={"method": "qlora", "rank": 4, "alpha": 8, "quant_bits": 4,
                                                     "group_size": 32},
