@@ -100,10 +100,19 @@ def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page,
 
 
 def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server):
-    """At 800 px the runs table (twelve columns) and the base models table were wider than the window:
-    the whole page scrolled sideways, the author column beyond the edge, and a run's tags broke
-    mid-word ('wal/k'). They scroll inside their own box now, and a tag stays whole."""
+    """At 800 px the runs table (twelve columns), the base models table and the workers table (a worker
+    and pool named with underscores, which do not break a line) were wider than the window: the whole page
+    scrolled sideways, the author column beyond the edge, and a run's tags broke mid-word ('wal/k').
+    They scroll inside their own box now, and a tag stays whole."""
+    from django.utils import timezone
+
+    from webapp.workers.services import worker_heartbeat_record
+
     team = make_team()
+    pool = "h100_reserved_for_research_long_jobs"
+    worker_heartbeat_record(name=f"train_{pool}@gpu017.rack4.useast2.internal", host="gpu017.rack4.useast2.internal",
+                            pid=4242, queues=[f"train-{pool}"], current_jobs=[], started_at=timezone.now(), pool=pool,
+                            devices={"platform": "gpu", "count": 8, "kinds": ["NVIDIA H100 80GB HBM3"]})
     make_base_model(team.project, name="a-base-model-with-a-long-name")
     for name, tags in (("lr 1e-3 warmup 10 cosine schedule", ["walk", "ünïcode-sweep"]), ("x", ["a"])):
         Run.objects.create(project=team.project, name=name, task="sft", status=RunStatus.SUCCEEDED, spec={"task": "sft"},
@@ -113,8 +122,9 @@ def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server)
                                           "eval/loss": {"last": 4.6962, "min": 4.6962, "max": 8.4, "step": 30}})
     page.set_viewport_size({"width": 800, "height": 900})
     _log_in(page, live_server.url, team.owner.username)
-    for path, table in (("runs/", "table.runs-table"), ("models/", "table.table")):
-        page.goto(f"{live_server.url}/p/alpha/{path}")
+    for path, table in (("p/alpha/runs/", "table.runs-table"), ("p/alpha/models/", "table.table"),
+                        ("workers/", "table#workers")):
+        page.goto(f"{live_server.url}/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
         box = page.locator(table).evaluate("table => table.parentElement.getBoundingClientRect().right")
