@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A real-size model through the engine on CPU, each step in a fresh process with its wall time and peak
 # RSS: a random-initialised preset (default qwen2.5-0.5b, float32) with the demo tokenizer, then inspect,
-# generate, 6 LoRA and 6 QLoRA SFT steps on the demo data, the int8 serving copy, and decoding
-# 32 tokens from the export and from the copy (the serve worker's BatchDecoder). Not a speed target: it
-# shows what a CPU-only team meets with a model of the size they fine-tune, and catches what tiny test
-# models cannot (padded vocabularies, memory held twice).
+# generate, 6 LoRA and 6 QLoRA SFT steps and 3 LoRA GRPO steps (G = 4) on the demo data, the int8
+# serving copy, and decoding 32 tokens from the export and from the copy (the serve worker's
+# BatchDecoder). Not a speed target: it shows what a CPU-only team meets with a model of the size they
+# fine-tune, and catches what tiny test models cannot (padded vocabularies, memory held twice).
 #
 #   bash bench/real_size_cpu.sh DEMO_DIR [PRESET]    # DEMO_DIR from `jaxengine demo-base --out DEMO_DIR`
 set -euo pipefail
@@ -45,6 +45,22 @@ YAML
   step "train-$method" .venv/bin/jaxengine train "$WORK/$method.yaml"
   .venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1])); m=s['final_metrics']; print(f\"  tokens/s at step 6: {m['tokens_per_second']:.1f}, quantization: {s.get('quantization')}\")" "$WORK/run-$method/summary.json"
 done
+cat >"$WORK/grpo.yaml" <<YAML
+task: grpo
+model: $WORK/model
+output_dir: $WORK/run-grpo
+data: {train: $DEMO/data/prompts.jsonl, eval: $DEMO/data/eval.jsonl, max_seq_len: 64}
+peft: {method: lora, rank: 8, alpha: 16}
+optim: {learning_rate: 1.0e-5}
+train: {max_steps: 3, batch_size: 8, eval_every: 3, save_every: 3, eval_samples: 2}
+grpo:
+  num_generations: 4
+  max_new_tokens: 16
+  beta: 0.04
+  rewards: [{name: exact_match, args: {answer_column: answer}}]
+YAML
+step train-grpo .venv/bin/jaxengine train "$WORK/grpo.yaml"
+.venv/bin/python -c "import json,sys; m=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print('  step 3: ' + ', '.join(f'{k} {m[k]:.1f} s' for k in ('time/rollout', 'time/logprobs', 'time/update')))" "$WORK/run-grpo/metrics.jsonl"
 step export-int8 .venv/bin/jaxengine export --run "$WORK/run-lora" --quantize int8 --eval-limit 16
 for source in export export/quantized; do
   step "decode-${source//\//-}" .venv/bin/python - "$WORK/run-lora/$source" <<'PY'
