@@ -17,7 +17,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
-from webapp.runs.placement import DEFAULT_POOL
+from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import checkpoint_steps
 from webapp.workers.selectors import pool_offers
 
@@ -347,6 +347,20 @@ def checkpoint_states(*, run: Run) -> dict[str, str]:
     asked for). The run page compares it with what it shows, to know when to load its checkpoints again."""
     return {str(checkpoint["step"]): "exported" if checkpoint["artifact"] else
             (checkpoint["export"].status if checkpoint["export"] else "") for checkpoint in checkpoint_list(run=run)}
+
+
+def unserved_pool_note(*, run: Run) -> str:
+    """Why a queued single-host run has not started when no live train worker serves its pool, else "".
+    Its message waits in the pool's queue, where nothing says so; a multi-host run is placed by the web
+    and says why it waits itself (``waiting_reason``)."""
+    if run.status != RunStatus.QUEUED or run.hosts > 1:
+        return ""
+    pool = run_pool(run)
+    if pool in pool_offers():
+        return ""
+    queue = pool_queue(pool)
+    return (f"No live train worker serves pool {pool}: the run waits in queue {queue} and starts when a worker "
+            f"of that queue does (celery -A worker.celery worker -Q {queue}).")
 
 
 def run_devices(*, run: Run) -> dict[str, Any]:

@@ -200,6 +200,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
+        "unserved_pool_note": selectors.unserved_pool_note(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run),

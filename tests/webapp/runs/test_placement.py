@@ -288,6 +288,27 @@ def test_the_run_page_shows_why_it_waits_and_then_its_hosts(team, catalog, sent_
     assert client_for(team.outsider).get(page_url).status_code == 404
 
 
+def test_the_page_of_a_queued_run_says_when_no_live_worker_serves_its_pool(team, catalog, sent_tasks, client_for,
+                                                                          django_capture_on_commit_callbacks):
+    """A single-host run is sent to its pool's queue whether or not a worker consumes it; with none alive
+    it sat 'queued' with nothing on its page to say why."""
+    from django.urls import reverse
+
+    run = launch(team, catalog, django_capture_on_commit_callbacks, hosts=1, pool="gpu")
+    page_url = reverse("runs:detail", args=[team.project.slug, run.public_id])
+    note = ('<p class="card run-message" id="unserved-pool">No live train worker serves pool gpu: the run waits in '
+            'queue train-gpu and starts when a worker of that queue does (celery -A worker.celery worker -Q train-gpu).</p>')
+    assert note in client_for(team.viewer).get(page_url).content.decode()
+    make_worker("train-gpu@stale", pool="gpu", seen_ago=3600)
+    make_worker("train-tpu@a", pool="tpu")
+    assert note in client_for(team.viewer).get(page_url).content.decode()
+    make_worker("train-gpu@a", pool="gpu")
+    assert 'id="unserved-pool"' not in client_for(team.viewer).get(page_url).content.decode()
+    Worker.objects.all().delete()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    assert 'id="unserved-pool"' not in client_for(team.viewer).get(page_url).content.decode()
+
+
 def test_the_workers_page_shows_each_pool_workers_state(team, catalog, sent_tasks, client_for,
                                                        django_capture_on_commit_callbacks):
     make_worker("train-tpu@a"), make_worker("train-tpu@b")
