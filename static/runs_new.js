@@ -8,8 +8,20 @@
     document.querySelectorAll("form.launch-form").forEach(function (form) { form.hidden = form.dataset.mode !== mode; });
     tabs.forEach(function (tab) { tab.classList.toggle("active", tab.dataset.mode === mode); });
   }
+  // Each editor is a form of its own: a switch sends the shown one, and the server answers with the
+  // other holding what was typed (a bare switch showed it as first served, and launching it lost that).
   tabs.forEach(function (tab) {
-    tab.addEventListener("click", function (event) { event.preventDefault(); show(tab.dataset.mode); });
+    tab.addEventListener("click", function (event) {
+      event.preventDefault();
+      var shown = document.querySelector("form.launch-form:not([hidden])");
+      if (!shown || shown.dataset.mode === tab.dataset.mode) return;
+      var target = document.createElement("input");
+      target.type = "hidden";
+      target.name = "switch";
+      target.value = tab.dataset.mode;
+      shown.appendChild(target);
+      shown.submit();
+    });
   });
   if (window.location.hash === "#yaml") show("yaml");
 

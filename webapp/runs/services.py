@@ -324,6 +324,22 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
     return data
 
 
+def spec_mapping_from_yaml(text: str) -> dict[str, Any]:
+    """The mapping the advanced editor's YAML holds, not checked against the schema (the launch form
+    shows it to finish); a syntax error names its line as ``spec_from_yaml`` does."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        try:
+            parse_spec_text(text, source="spec")  # says where the syntax breaks, in the engine's words
+        except SpecError as error:
+            raise ValidationError({"spec_yaml": error.problems}) from None
+        raise
+    if not isinstance(data, dict):
+        raise ValidationError({"spec_yaml": ["the spec must be a mapping of keys (task, model, data, ...)"]})
+    return data
+
+
 def spec_to_yaml(spec: dict[str, Any]) -> str:
     """A written spec as YAML, in the schema's key order; text stays as typed (``bm_…``, not ``"bm_\\u2026"``)."""
     return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)

@@ -28,6 +28,7 @@ and ``pool``, the host pool whose workers take the job (a select of the pools li
 from __future__ import annotations
 
 import json
+import math
 import re
 import types
 import typing
@@ -182,10 +183,11 @@ def _read_scale_out(task: str, data: Any) -> dict[str, Any]:
         if not raw:
             continue
         section, _, key = field.name.rpartition(".")
+        value = _typed_number(raw) if field.widget == "number" else raw
         if section:
-            spec.setdefault(section, {})[key] = raw
+            spec.setdefault(section, {})[key] = value
         else:
-            spec[key] = raw
+            spec[key] = value
     return spec
 
 
@@ -241,10 +243,27 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
                 if field.optional:
                     sections[section.name][key] = None
                 continue
-            sections[section.name][key] = _coerce_choice(raw, field.choices) if field.widget == "select" else raw
+            if field.widget == "select":
+                sections[section.name][key] = _coerce_choice(raw, field.choices)
+            else:
+                sections[section.name][key] = _typed_number(raw) if field.widget == "number" else raw
     spec.update(sections)
     spec.update(_read_scale_out(task, data))
     return spec, errors
+
+
+def _typed_number(raw: str) -> Any:
+    # The spec reads "512" as 512 too, but the YAML view writes the spec back: 512, not '512'. Text that
+    # is no finite number ('abc', '1e400', 'nan') stays as typed, for the spec to name.
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        number = float(raw)
+    except ValueError:
+        return raw
+    return number if math.isfinite(number) else raw
 
 
 def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:

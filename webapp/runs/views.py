@@ -123,6 +123,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
                 _yaml_seed(task, spec)), mode="form", name=name, tags=tags, preset_name=preset_name))
     mode = request.POST.get("mode", "form")
+    if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
+        return _switch_editor(request, project, membership, task=task, source_mode=mode)
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     errors: dict[str, list[str]] = {}
     spec: dict[str, Any] = {}
@@ -149,6 +151,37 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/new.html", _launch_context(
         project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
         name=name, tags=tags, preset_name=None), status=400)
+
+
+EDITORS = ("form", "yaml")
+
+
+def _switch_editor(request: HttpRequest, project, membership, *, task: str, source_mode: str) -> HttpResponse:
+    """The launch page in the other editor, holding what was typed in ``source_mode``'s (the tabs send
+    the shown editor here): each editor is a form of its own, so a bare switch showed the other one as
+    the page was first served and a launch from it dropped what had been typed. Nothing is launched or
+    checked here; inputs the form cannot read, and YAML that is not a mapping, keep their editor with
+    the error, so that switching loses nothing."""
+    name, tags = request.POST.get("name", ""), request.POST.get("tags", "")
+    if source_mode == "yaml":
+        yaml_text = request.POST.get("spec_yaml", "")
+        try:
+            spec = services.spec_mapping_from_yaml(yaml_text)
+        except ValidationError as error:
+            return render(request, "runs/new.html", _launch_context(
+                project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
+                mode="yaml", name=name, tags=tags, preset_name=None), status=400)
+        task = spec.get("task") if spec.get("task") in tasks() else task
+        return render(request, "runs/new.html", _launch_context(
+            project, membership, task=task, initial=spec_initial(_defaults_with(task, spec)), errors={},
+            yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))
+    spec, input_errors = read_form(task, request.POST)
+    errors = {key: [message] for key, message in input_errors.items()}
+    context = _launch_context(project, membership, task=task, initial=spec_initial(spec), errors=errors,
+                              yaml_text=services.spec_to_yaml(spec), mode="form" if errors else "yaml", name=name,
+                              tags=tags, preset_name=None)
+    context["errors_heading"] = "Fix these inputs to switch to YAML"
+    return render(request, "runs/new.html", context, status=400 if errors else 200)
 
 
 def _with_spec_errors(project, spec: dict[str, Any], input_errors: dict[str, str]) -> ValidationError:

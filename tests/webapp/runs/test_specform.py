@@ -104,8 +104,10 @@ def test_the_layout_hosts_and_pool_are_read_back_and_flattened_again():
     data.update({"model": "bm_x", "data.train": "dv_y", "parallel.data": "2", "parallel.fsdp": " 4 ",
                  "parallel.tensor": "", "hosts": "2", "pool": "tpu"})
     spec = specform.spec_from_form("sft", data)
-    # As typed: the spec types them, and names a wrong one by its key.
-    assert spec["parallel"] == {"data": "2", "fsdp": "4"} and spec["hosts"] == "2" and spec["pool"] == "tpu"
+    # Numbers as numbers (the YAML view writes them back); anything else as typed, for the spec to name.
+    assert spec["parallel"] == {"data": 2, "fsdp": 4} and spec["hosts"] == 2 and spec["pool"] == "tpu"
+    data["parallel.fsdp"] = "four"
+    assert specform.spec_from_form("sft", data)["parallel"]["fsdp"] == "four"
     initial = specform.spec_initial({"model": "bm_x", "parallel": {"data": 2, "fsdp": 4, "tensor": 1},
                                      "hosts": 2, "pool": "tpu"})
     assert (initial["parallel.data"], initial["parallel.fsdp"], initial["parallel.tensor"]) == (2, 4, 1)

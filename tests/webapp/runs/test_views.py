@@ -121,7 +121,7 @@ def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team,
             'on pool tpu gets 8') in page
     # What was typed stays in the form, and the YAML view holds the same spec.
     assert 'name="parallel.data" value="2"' in page and 'name="hosts" value="2"' in page
-    assert "parallel:\n  data: &#x27;2&#x27;\n  fsdp: &#x27;2&#x27;\nhosts: &#x27;2&#x27;\npool: tpu" in page
+    assert "parallel:\n  data: 2\n  fsdp: 2\nhosts: 2\npool: tpu" in page
     bad = client_for(team.teammate).post("/p/alpha/runs/new/", _layout_form(
         catalog, **{"parallel.tensor": "half", "hosts": "0", "pool": "tpu"}))
     errors = bad.context["errors"]
@@ -152,6 +152,28 @@ def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sen
     good = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "from-yaml",
                                               "spec_yaml": services.spec_to_yaml(sft_spec(catalog))})
     assert good.status_code == 302 and Run.objects.filter(name="from-yaml").exists()
+
+
+def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    form = {**_layout_form(catalog), "name": "<b>mine</b>", "optim.learning_rate": "0.003", "switch": "yaml"}
+    page = client.post("/p/alpha/runs/new/", form).content.decode()
+    assert '<form method="post" class="launch-form card" id="yaml-form" data-submit-once data-mode="yaml" >' in page
+    assert "learning_rate: 0.003\n" in page and 'id="id_yaml_name" name="name" value="&lt;b&gt;mine&lt;/b&gt;"' in page
+    page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
+                                              "task: dpo\noptim: {learning_rate: 0.0005}\nfoo: [1"}).content.decode()
+    assert "spec:3:8: YAML syntax error" in page and "foo: [1</textarea>" in page  # stays in YAML, as typed
+    page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
+                                              "task: dpo\noptim: {learning_rate: 0.0005}\n"}).content.decode()
+    assert 'class="active" data-task="dpo"' in page and 'name="optim.learning_rate" value="0.0005"' in page
+    assert 'id="launch-form" data-submit-once data-mode="form" >' in page
+    # An input the form cannot read keeps the form, named.
+    response = client.post("/p/alpha/runs/new/", {**form, "data.eval_group_by": "x", "task": "grpo",
+                                                  "grpo.rewards.0.name": "length_target",
+                                                  "grpo.rewards.0.args.length_target.target": "long"})
+    assert response.status_code == 400
+    assert "Fix these inputs to switch to YAML" in response.content.decode()
+    assert not Run.objects.exists() and not sent_tasks.calls
 
 
 def test_duplicate_prefills_from_a_run(team, run, client_for):

@@ -1,0 +1,60 @@
+"""The launch page's two editors, the schema-built form and the YAML view, in a browser: what is typed
+in one is there when switching to the other, and a launch from either runs it."""
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.browser
+
+
+def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_server, monkeypatch):
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    prefs = make_ready_version(team.project, name="prefs", kind="preference",
+                               rows=[{"prompt": "p", "chosen": "c", "rejected": "r"}] * 4)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.teammate.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#id_name", "typed in the form")
+    page.select_option("#spec-model", base_model.public_id)
+    page.select_option("#spec-data-train", chats.public_id)
+    page.fill("#spec-optim-learning_rate", "0.003")
+    page.fill("#spec-train-max_steps", "7")
+    page.get_by_role("link", name="YAML (advanced)").click()
+    page.locator("#yaml-form").wait_for()
+    assert page.locator("#launch-form").is_hidden()
+    yaml_text = page.locator("#id_spec_yaml").input_value()
+    assert f"model: {base_model.public_id}" in yaml_text and f"train: {chats.public_id}" in yaml_text
+    assert "learning_rate: 0.003\n" in yaml_text and "max_steps: 7\n" in yaml_text
+    assert page.locator("#id_yaml_name").input_value() == "typed in the form"
+
+    # Edited in YAML (another task, too), back in the form.
+    yaml_text = (yaml_text.replace("task: sft", "task: dpo").replace(chats.public_id, prefs.public_id)
+                 .replace("learning_rate: 0.003", "learning_rate: 0.0005").replace("eval_samples: 16\n", "")
+                 .replace("sample_max_new_tokens: 64\n", ""))
+    page.fill("#id_spec_yaml", yaml_text)
+    page.fill("#id_yaml_name", "typed in YAML")
+    page.get_by_role("link", name="Form", exact=True).click()
+    page.locator("#launch-form").wait_for()
+    assert page.locator("#yaml-form").is_hidden()
+    assert page.locator("nav.tabs a.active[data-task]").inner_text() == "dpo"
+    assert page.locator("#id_name").input_value() == "typed in YAML"
+    assert page.locator("#spec-data-train").input_value() == prefs.public_id
+    assert page.locator("#spec-optim-learning_rate").input_value() == "0.0005"
+    assert page.locator("#spec-train-max_steps").input_value() == "7"
+    assert Run.objects.count() == 0  # switching launches nothing
+
+    page.locator("#launch-form button[type=submit]").click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get()
+    assert (run.name, run.task, run.spec["optim"]["learning_rate"], run.spec["train"]["max_steps"]) == (
+        "typed in YAML", "dpo", 0.0005, 7)
