@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import typing
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -94,13 +95,38 @@ def parse_document(data: Any) -> PipelineDocument:
     """Validate a pipeline document; errors name the stage and key (``stages.1.guard.metric``)."""
     import pydantic
 
+    if not isinstance(data, dict):
+        raise ValidationError("the document must be a mapping with a name and its stages")
     try:
         return PipelineDocument.model_validate(data)
     except pydantic.ValidationError as error:
         errors: dict[str, list[str]] = {}
         for problem in error.errors(include_url=False):
-            errors.setdefault(".".join(str(part) for part in problem["loc"]) or "__all__", []).append(problem["msg"])
+            errors.setdefault(".".join(str(part) for part in problem["loc"]) or "__all__", []).append(
+                _problem_in_words(problem))
         raise ValidationError(errors) from None
+
+
+# The part of a document whose keys an error lists, by the key that holds it.
+_PARTS = {"stages": Stage, "guard": Guard, "export": Export}
+
+
+def _problem_in_words(problem: dict[str, Any]) -> str:
+    """A pydantic error of a document as a run spec's read ('required key is missing', 'unknown key;
+    allowed keys here: ...', "'int3' is not one of int8, int4"), not pydantic's own words."""
+    kind, message, loc = problem["type"], problem["msg"], problem["loc"]
+    holders = [part for part in loc[:-1] if isinstance(part, str)]
+    part = _PARTS.get(holders[-1]) if holders else PipelineDocument
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        return "unknown key" + (f"; allowed keys here: {', '.join(part.model_fields)}" if part else "")
+    if kind == "literal_error" and part is not None and loc[-1] in part.model_fields:
+        allowed = typing.get_args(part.model_fields[loc[-1]].annotation)
+        return f"{problem['input']!r} is not one of {', '.join(map(str, allowed))}"
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    return f"{problem['input']!r}: {message[0].lower()}{message[1:]}"
 
 
 def _check_stages(project: Project, document: PipelineDocument) -> None:

@@ -324,17 +324,23 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
     return data
 
 
+def load_yaml(text: str, *, field: str, source: str) -> Any:
+    """``text`` parsed as YAML; a syntax error is a ``ValidationError`` on ``field`` that names its line
+    and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        try:
+            parse_spec_text(text, source=source)  # says where the syntax breaks, in the engine's words
+        except SpecError as error:
+            raise ValidationError({field: error.problems}) from None
+        raise
+
+
 def spec_mapping_from_yaml(text: str) -> dict[str, Any]:
     """The mapping the advanced editor's YAML holds, not checked against the schema (the launch form
     shows it to finish); a syntax error names its line as ``spec_from_yaml`` does."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        try:
-            parse_spec_text(text, source="spec")  # says where the syntax breaks, in the engine's words
-        except SpecError as error:
-            raise ValidationError({"spec_yaml": error.problems}) from None
-        raise
+    data = load_yaml(text, field="spec_yaml", source="spec")
     if not isinstance(data, dict):
         raise ValidationError({"spec_yaml": ["the spec must be a mapping of keys (task, model, data, ...)"]})
     return data

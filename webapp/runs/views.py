@@ -11,8 +11,6 @@ import csv
 from typing import Any
 from urllib.parse import urlencode
 
-import yaml
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -475,10 +473,7 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         text = request.POST.get("document", "")
         try:
-            try:
-                document = yaml.safe_load(text)
-            except yaml.YAMLError as error:
-                raise ValidationError({"document": f"YAML syntax error: {error}"}) from None
+            document = services.load_yaml(text, field="document", source="document")
 
             def start() -> str:
                 pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)

@@ -1,10 +1,12 @@
 """Pipelines: stages validated up front, each stage launched from the previous stage's export when
 it succeeds, regression guards that stop the pipeline and keep the previous result, failures."""
 from datetime import timedelta
+import re
 
 import pytest
 import redis
 import yaml
+from django.utils.html import escape
 from django.core.exceptions import ValidationError
 
 from tests.webapp.runs.conftest import FakeRedis
@@ -150,6 +152,30 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
     assert client_for(team.viewer).get("/p/alpha/pipelines/new/").status_code == 403
     assert client_for(team.outsider).get(response["Location"]).status_code == 404
     assert "chain" in client.get("/p/alpha/runs/").content.decode()
+
+
+@pytest.mark.parametrize("text, errors", [
+    ("name: x\nstages: [\n  - name: sft\n", ["<code>document</code>: document:3:3: YAML syntax error: expected the node "
+                                             "content, but found &#x27;-&#x27;"]),
+    ("- a\n- b\n", ["<code>__all__</code>: the document must be a mapping with a name and its stages"]),
+    ("name: x\n", ["<code>stages</code>: required key is missing"]),
+    ("name: x\nstages:\n  - name: one\n    spec: {task: sft}\n    foo: 1\n    guard: {metric: m, drop: 3}\n",
+     ["<code>stages.0.guard.max_drop_percent</code>: required key is missing",
+      "<code>stages.0.guard.drop</code>: unknown key; allowed keys here: metric, max_drop_percent, higher_is_better",
+      "<code>stages.0.foo</code>: unknown key; allowed keys here: name, spec, export, guard"]),
+    ("name: x\nstages:\n  - name: one\n  - name: two\n    export: {quantize: int3}\n",
+     ["<code>stages.0</code>: give a stage either a spec (a training run) or an export (e.g. {quantize: int4})",
+      "<code>stages.1.export.quantize</code>: &#x27;int3&#x27; is not one of int8, int4"]),
+])
+def test_a_bad_document_is_named_in_words_and_kept(team, catalog, client_for, text, errors):
+    """Syntax errors read as PyYAML's repr ('in "<unicode string>", line 3, column 3: ... ^') and document
+    errors as pydantic's ('Extra inputs are not permitted', 'Input should be a valid dictionary or instance
+    of PipelineDocument'); they now read as the run spec's do."""
+    response = client_for(team.teammate).post("/p/alpha/pipelines/new/", {"document": text})
+    page = response.content.decode()
+    assert response.status_code == 400 and not Pipeline.objects.exists()
+    assert re.findall(r"<li>(.*?)</li>", page[page.index('id="pipeline-errors"'):page.index("</ul>")]) == errors
+    assert escape(text) in page
 
 
 def export_document(catalog, **export):
