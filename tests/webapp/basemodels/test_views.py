@@ -98,6 +98,16 @@ class TestDetail:
         assert response.status_code == 200
         assert b"584" in response.content and b"tokenizer.json" in response.content
 
+    def test_it_shows_config_json_as_json(self, registered, team, client_for):
+        """The config.json card showed Python's repr of it: 'True', 'None' and single quotes."""
+        BaseModel.objects.filter(pk=registered.pk).update(config={
+            "architectures": ["LlamaForCausalLM"], "tie_word_embeddings": True, "rope_scaling": None,
+            "note": "<script>x</script>"})
+        page = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/").content.decode()
+        assert ('<pre>{\n  &quot;architectures&quot;: [\n    &quot;LlamaForCausalLM&quot;\n  ],\n'
+                '  &quot;tie_word_embeddings&quot;: true,\n  &quot;rope_scaling&quot;: null,\n'
+                '  &quot;note&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;\n}</pre>') in page
+
     def test_it_requires_access(self, registered, team, client, client_for):
         url = f"/p/alpha/models/{registered.public_id}/"
         assert client_for(team.outsider).get(url).status_code == 404

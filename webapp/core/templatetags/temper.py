@@ -1,6 +1,7 @@
 """Template filters and tags shared by every page: ``{% load temper %}``."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django import template
@@ -28,6 +29,13 @@ def count_short(value: int | None) -> str:
             scaled = value / threshold
             return f"{scaled:.3g}{suffix}"
     return str(value)
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """``value`` as indented JSON (escaped like any text): a config.json shown as the file reads, not as
+    Python's repr of it (True, None, single quotes)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 @register.filter
