@@ -405,8 +405,12 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
                                    label_smoothing=spec.dpo.label_smoothing, simpo_gamma=spec.dpo.simpo_gamma)
         if spec.dpo.loss not in REFERENCE_FREE:
             # The initial model is the reference: the base itself under LoRA (fresh adapters add zero).
+            # Only for the pairs the run's steps will read: a run of max_steps over part of a large
+            # preference set would otherwise spend most of its time on references it never uses.
             reference = dict(batch_size=spec.train.batch_size, max_seq_len=spec.data.max_seq_len, pad_id=pad_id)
-            train_examples = with_reference_log_probs(model, train_examples, **reference)
+            drawn = pipeline.examples_drawn(len(train_examples), seed=spec.train.seed, draws=(
+                train_config.total_steps * spec.train.batch_size * spec.train.grad_accum))
+            train_examples = with_reference_log_probs(model, train_examples, only=drawn, **reference)
             eval_examples = with_reference_log_probs(model, eval_examples, **reference)
     elif spec.task == "reward":
         task = RewardTask(center_rewards_coefficient=spec.reward.center_rewards_coefficient)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -172,18 +173,24 @@ def _reference_step(state, batch: PreferenceBatch, *, graphdef, chunk_size: int)
 
 
 def with_reference_log_probs(model, pairs: Sequence[PreferencePair], *, batch_size: int, max_seq_len: int,
-                             pad_id: int, chunk_size: int = 256) -> list[PreferencePair]:
-    """``pairs`` with ``reference_chosen``/``reference_rejected`` computed by ``model`` (in eval mode)."""
+                             pad_id: int, chunk_size: int = 256, only: Sequence[int] | None = None
+                             ) -> list[PreferencePair]:
+    """``pairs`` with ``reference_chosen``/``reference_rejected`` computed by ``model`` (in eval mode).
+
+    ``only``: the indices of the pairs training will read (``pipeline.examples_drawn``); the others get
+    NaN, so that reading one would fail the run's loss check instead of training on a made-up reference.
+    """
     model.eval()
     graphdef, state = nnx.split(model)
     model.train()
-    filled: list[PreferencePair] = []
-    for start in range(0, len(pairs), batch_size):
-        chunk = list(pairs[start : start + batch_size])
-        batch = make_batch(chunk, max_seq_len=max_seq_len, pad_id=pad_id)
+    indices = range(len(pairs)) if only is None else only
+    filled = [dataclasses.replace(pair, reference_chosen=math.nan, reference_rejected=math.nan) for pair in pairs]
+    for start in range(0, len(indices), batch_size):
+        chunk = list(indices[start : start + batch_size])
+        batch = make_batch([pairs[index] for index in chunk], max_seq_len=max_seq_len, pad_id=pad_id)
         chosen, rejected = _reference_step(state, batch, graphdef=graphdef, chunk_size=chunk_size)
-        filled += [dataclasses.replace(pair, reference_chosen=float(c), reference_rejected=float(r))
-                   for pair, c, r in zip(chunk, np.asarray(chosen), np.asarray(rejected))]
+        for index, c, r in zip(chunk, np.asarray(chosen), np.asarray(rejected)):
+            filled[index] = dataclasses.replace(pairs[index], reference_chosen=float(c), reference_rejected=float(r))
     return filled
 
 

@@ -379,6 +379,14 @@ def epoch_order(num_examples: int, *, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng((seed, epoch)).permutation(num_examples)
 
 
+def examples_drawn(num_examples: int, *, seed: int, draws: int) -> np.ndarray:
+    """The sorted indices of the examples that the first ``draws`` draws of an unpacked ``BatchStream``
+    (from the start, ``seed``) read: all of them once the draws reach an epoch."""
+    if draws >= num_examples:
+        return np.arange(num_examples)
+    return np.sort(epoch_order(num_examples, seed=seed, epoch=0)[:draws])
+
+
 @dataclass(kw_only=True)
 class BatchStream:
     """An endless, resumable stream of training batches over shuffled epochs.

@@ -78,3 +78,15 @@ def test_reward_model_learns_the_ranking_and_round_trips(tmp_path):
     save_reward_head(trained, tmp_path / "export")
     batch = make_batch(train[:4], max_seq_len=16, pad_id=0)
     np.testing.assert_allclose(load_reward_model(tmp_path / "export")(batch.chosen), trained(batch.chosen), atol=1e-5)
+
+
+def test_references_are_computed_only_for_the_pairs_asked_for():
+    model = build_model(preset("tiny-llama"), rngs=nnx.Rngs(0))
+    every = with_reference_log_probs(model, pairs(), batch_size=8, max_seq_len=16, pad_id=0)
+    some = with_reference_log_probs(model, pairs(), batch_size=8, max_seq_len=16, pad_id=0, only=[1, 4, 5, 11])
+    for index, (whole, part) in enumerate(zip(every, some)):
+        if index in (1, 4, 5, 11):  # the same values, batched with other pairs
+            assert part.reference_chosen == pytest.approx(whole.reference_chosen, abs=1e-5)
+            assert part.reference_rejected == pytest.approx(whole.reference_rejected, abs=1e-5)
+        else:  # never read by training; NaN would fail its loss check if it were
+            assert math.isnan(part.reference_chosen) and math.isnan(part.reference_rejected)

@@ -248,3 +248,13 @@ def test_read_examples_maps_the_files_own_column_names(tmp_path):
     path.write_text(json.dumps({"question": "a", "reply": "b"}) + "\n")
     rows = list(pipeline.read_examples(path, kind="sft", columns={"prompt": "question", "completion": "reply"}))
     assert rows == [{"prompt": "a", "completion": "b"}]
+
+
+@pytest.mark.parametrize("batches", [1, 3, 5, 9])
+def test_examples_drawn_are_the_ones_a_stream_reads(batches):
+    examples = examples_of_lengths([2] * 10)  # example i holds the id i + 5
+    stream = pipeline.BatchStream(examples=examples, batch_size=2, max_seq_len=16, pad_id=0, seed=7)
+    read = {row[0] - 5 for batch in collect(stream, batches) for row in batch}
+    drawn = pipeline.examples_drawn(len(examples), seed=7, draws=2 * batches)
+    assert drawn.tolist() == sorted(read)
+    assert len(drawn) == min(2 * batches, 10)  # from an epoch on, every example
