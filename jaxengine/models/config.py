@@ -21,10 +21,17 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 ROPE_TYPES = ("llama3", "linear")
 
-# Family name -> module under jaxengine.models. Each module defines ARCHITECTURES, MODEL_TYPES,
-# config_from_hf(dict) -> ModelConfig, config_to_hf(ModelConfig) -> dict, PRESETS and
+# Family name -> module under jaxengine.models. Each module defines ARCHITECTURES, MODEL_TYPES (its
+# entries below), config_from_hf(dict) -> ModelConfig, config_to_hf(ModelConfig) -> dict, PRESETS and
 # hf_param_names(ModelConfig).
 FAMILY_MODULES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
+# What each family reads: config.json's ``architectures`` entries, and its ``model_type`` when it names
+# no architecture. Here rather than in the family modules, which import jax, so that the web app can
+# refuse a model no family loads when it is registered.
+FAMILY_ARCHITECTURES = {"llama": ("LlamaForCausalLM",), "qwen2": ("Qwen2ForCausalLM",),
+                        "qwen3": ("Qwen3ForCausalLM",),
+                        "gemma3": ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")}
+FAMILY_MODEL_TYPES = {"llama": ("llama",), "qwen2": ("qwen2",), "qwen3": ("qwen3",), "gemma3": ("gemma3_text", "gemma3")}
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -154,20 +161,19 @@ def family_module(family: str):
 
 def supported_architectures() -> tuple[str, ...]:
     """Every Hugging Face ``architectures`` entry that some family loads."""
-    return tuple(arch for family in FAMILY_MODULES for arch in family_module(family).ARCHITECTURES)
+    return tuple(arch for family in FAMILY_MODULES for arch in FAMILY_ARCHITECTURES[family])
 
 
 def family_for_hf_config(hf_config: dict[str, Any], *, source: str = "config.json") -> str:
-    """The family that reads ``hf_config``, chosen by its ``architectures`` then ``model_type``."""
+    """The family that reads ``hf_config``, chosen by its ``architectures`` then ``model_type`` (jax-free)."""
     architectures = list(hf_config.get("architectures") or [])
     model_type = hf_config.get("model_type")
     for family in FAMILY_MODULES:
-        module = family_module(family)
-        if any(arch in module.ARCHITECTURES for arch in architectures):
+        if any(arch in FAMILY_ARCHITECTURES[family] for arch in architectures):
             return family
     if not architectures:
         for family in FAMILY_MODULES:
-            if model_type in family_module(family).MODEL_TYPES:
+            if model_type in FAMILY_MODEL_TYPES[family]:
                 return family
     raise UnsupportedArchitectureError(
         f"{source}: architectures={architectures} (model_type={model_type!r}) is not supported; "

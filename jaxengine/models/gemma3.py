@@ -17,11 +17,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxengine.models.config import ModelConfig, RopeScaling, eos_ids_from_hf, eos_ids_to_hf, rope_from_hf, rope_to_hf
+from jaxengine.models.config import (
+    FAMILY_ARCHITECTURES,
+    FAMILY_MODEL_TYPES,
+    ModelConfig,
+    RopeScaling,
+    eos_ids_from_hf,
+    eos_ids_to_hf,
+    rope_from_hf,
+    rope_to_hf,
+)
 from jaxengine.models.transformer import CausalLM
 
-ARCHITECTURES = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
-MODEL_TYPES = ("gemma3_text", "gemma3")
+ARCHITECTURES = FAMILY_ARCHITECTURES["gemma3"]
+MODEL_TYPES = FAMILY_MODEL_TYPES["gemma3"]
 # Text-only checkpoints, transformers 5 multimodal ones, transformers 4 multimodal ones.
 WEIGHT_PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 # Gemma3TextConfig's defaults: multimodal configs omit text_config fields that equal them.

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from jaxengine.models.config import (
+    FAMILY_ARCHITECTURES,
+    FAMILY_MODEL_TYPES,
     ModelConfig,
     RopeScaling,
     eos_ids_from_hf,
@@ -20,8 +22,8 @@ from jaxengine.models.config import (
 )
 from jaxengine.models.transformer import CausalLM
 
-ARCHITECTURES = ("LlamaForCausalLM",)
-MODEL_TYPES = ("llama",)
+ARCHITECTURES = FAMILY_ARCHITECTURES["llama"]
+MODEL_TYPES = FAMILY_MODEL_TYPES["llama"]
 # Hugging Face checkpoints name parameters "model.<our path>" ("lm_head.weight" for the head).
 WEIGHT_PREFIXES = ("model.",)
 

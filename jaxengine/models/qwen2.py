@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxengine.models.config import ModelConfig
+from jaxengine.models.config import FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, ModelConfig
 from jaxengine.models.llama import llama_like_fields, llama_like_to_hf
 from jaxengine.models.transformer import CausalLM
 
-ARCHITECTURES = ("Qwen2ForCausalLM",)
-MODEL_TYPES = ("qwen2",)
+ARCHITECTURES = FAMILY_ARCHITECTURES["qwen2"]
+MODEL_TYPES = FAMILY_MODEL_TYPES["qwen2"]
 WEIGHT_PREFIXES = ("model.",)
 
 

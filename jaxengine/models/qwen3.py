@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxengine.models.config import ModelConfig
+from jaxengine.models.config import FAMILY_ARCHITECTURES, FAMILY_MODEL_TYPES, ModelConfig
 from jaxengine.models.llama import llama_like_fields, llama_like_to_hf
 from jaxengine.models.qwen2 import sliding_layer_fields, sliding_layer_to_hf
 from jaxengine.models.transformer import CausalLM
 
-ARCHITECTURES = ("Qwen3ForCausalLM",)
-MODEL_TYPES = ("qwen3",)
+ARCHITECTURES = FAMILY_ARCHITECTURES["qwen3"]
+MODEL_TYPES = FAMILY_MODEL_TYPES["qwen3"]
 WEIGHT_PREFIXES = ("model.",)
 
 

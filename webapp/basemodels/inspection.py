@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from jaxengine.models.config import UnsupportedArchitectureError, family_for_hf_config
+
 # A safetensors header lists names, dtypes, shapes and offsets; even models with
 # tens of thousands of tensors stay far below this. Larger means a corrupt file.
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
@@ -169,6 +171,10 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
     architecture = str(architectures[0]) if architectures else model_type
     if not architecture:
         raise ModelDirError(f"{config_path}: neither 'architectures' nor 'model_type' is set")
+    try:  # refused now rather than when a run or a chat first loads it
+        family_for_hf_config(config, source=str(config_path))
+    except UnsupportedArchitectureError as error:
+        raise ModelDirError(f"{error}; register a model of one of these families") from None
     files = _weight_files(model_dir)
     parameter_count, dtype = _count_parameters(files)
     return ModelFacts(

@@ -133,3 +133,16 @@ def test_it_never_imports_jax():
 
     code = "import sys, webapp.basemodels.inspection; sys.exit('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_it_refuses_an_architecture_no_family_loads_naming_the_supported_ones(root):
+    model_dir = write_model_dir(root / "bert")
+    (model_dir / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "model_type": "bert"}))
+    with pytest.raises(ModelDirError) as refused:
+        read_model_facts(resolve_model_dir("bert", models_root=root))
+    message = str(refused.value)
+    assert "BertForMaskedLM" in message and "config.json" in message
+    assert all(name in message for name in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM"))
+    # A config naming no architecture is read by its model_type, as the engine reads it.
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 64}))
+    assert read_model_facts(resolve_model_dir("bert", models_root=root)).architecture == "qwen2"
