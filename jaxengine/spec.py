@@ -413,7 +413,34 @@ def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
         raise SpecError([f"{where}: YAML syntax error: {problem}"]) from None
     if data is None:
         raise SpecError([f"{source}: the spec is empty"])
+    duplicates = _duplicate_keys(node)
+    if duplicates:
+        raise SpecError([f"{source}:{line}: {key} is given twice (first on line {first}); YAML keeps the last, "
+                         "so keep the one you mean and delete the other" for key, first, line in duplicates])
     return parse_spec(data, source=source, _lines=_key_lines(node))
+
+
+def _duplicate_keys(node: yaml.Node | None, prefix: str = "", _within: frozenset[int] = frozenset()
+                    ) -> list[tuple[str, int, int]]:
+    """(dotted key, first line, repeated line) for each key a YAML mapping repeats: PyYAML quietly keeps
+    the last value, so a spec edited by hand could train with a setting its author thought removed."""
+    found: list[tuple[str, int, int]] = []
+    if id(node) in _within:
+        return found
+    within = _within | {id(node)}
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value in seen:
+                found.append((key, seen[key_node.value], line))
+            seen.setdefault(key_node.value, line)
+            found += _duplicate_keys(value_node, f"{key}.", within)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found += _duplicate_keys(item, f"{prefix}{index}.", within)
+    return found
 
 
 def dump_spec(spec: JobSpec) -> str:

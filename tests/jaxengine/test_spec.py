@@ -393,3 +393,19 @@ def test_the_readme_first_spec_is_valid_and_reads_what_demo_base_writes():
     assert spec.model == "demo-tiny"
     demo_out = section.split("jaxengine demo-base --out ", 1)[1].split()[0]  # the DIR of the block above it
     assert {spec.data.train, spec.data.eval} == {f"{demo_out}/data/sft.jsonl", f"{demo_out}/data/eval.jsonl"}
+
+
+def test_a_key_given_twice_is_named_with_both_lines():
+    # PyYAML keeps the last value: a spec edited by hand could train with the setting its author removed.
+    text = ("task: sft\nmodel: m\noutput_dir: o\ndata:\n  train: t.jsonl\noptim:\n  learning_rate: 1.0e-4\n"
+            "  learning_rate: 1.0e-3\ngrpo:\n  rewards:\n    - {name: exact_match, weight: 1, weight: 2}\n"
+            "train: {max_steps: 1}\n")
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text(text, source="s.yaml")
+    assert caught.value.problems == [
+        "s.yaml:8: optim.learning_rate is given twice (first on line 7); YAML keeps the last, so keep the one you "
+        "mean and delete the other",
+        "s.yaml:11: grpo.rewards.0.weight is given twice (first on line 11); YAML keeps the last, so keep the one "
+        "you mean and delete the other"]
+    assert parse_spec_text(text.replace("  learning_rate: 1.0e-3\n", "").replace(", weight: 2", "").replace(
+        "grpo:\n  rewards:\n    - {name: exact_match, weight: 1}\n", ""), source="s.yaml").optim.learning_rate == 1e-4

@@ -149,6 +149,8 @@ def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sen
     client = client_for(team.teammate)
     bad = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntrain:\n  max_stepz: 3\n"})
     assert bad.status_code == 400 and "spec:3: train.max_stepz: unknown key" in bad.content.decode()
+    twice = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntask: dpo\n"})
+    assert twice.status_code == 400 and "spec:2: task is given twice (first on line 1)" in twice.content.decode()
     good = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "from-yaml",
                                               "spec_yaml": services.spec_to_yaml(sft_spec(catalog))})
     assert good.status_code == 302 and Run.objects.filter(name="from-yaml").exists()
