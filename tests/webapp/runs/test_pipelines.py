@@ -137,6 +137,18 @@ def test_a_failed_or_cancelled_stage_ends_the_pipeline(team, catalog, sent_tasks
     assert other.status == PipelineStatus.FAILED and "RuntimeError: out of memory" in other.message
 
 
+def test_an_ended_pipeline_without_a_result_does_not_wait_for_one(team, catalog, sent_tasks, client_for):
+    # It read 'Result: none yet' after failing, as if a result might still come, and its message was
+    # styled like any note.
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert "none yet" in page
+    Pipeline.objects.filter(pk=pipeline.pk).update(status=PipelineStatus.FAILED, message="stage 1 (sft) failed: boom")
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert "none yet" not in page and "none: no stage succeeded and passed its guard" in page
+    assert 'class="card run-message message-error" id="pipeline-message">stage 1 (sft) failed: boom</p>' in page
+
+
 def test_pipeline_pages(team, catalog, sent_tasks, client_for):
     client = client_for(team.teammate)
     page = client.get("/p/alpha/pipelines/new/").content.decode()
