@@ -26,7 +26,6 @@ import typing
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -36,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
-from webapp.runs import channels, services
+from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -353,14 +352,8 @@ def pipelines_fail_lost_exports(*, now: datetime | None = None) -> list[Pipeline
                if pipeline.current_stage < len(pipeline.stages) and "export" in pipeline.stages[pipeline.current_stage]]
     if not waiting:
         return []
-    try:
-        client = channels.redis_client()
-        try:
-            present = services.task_messages_in_redis(client, task=EXPORT_STAGE_TASK, queues=(EXPORT_STAGE_QUEUE,))
-        finally:
-            client.close()
-    except redis.RedisError as error:
-        logger.warning("export stages not checked, Redis unavailable: %s", error)
+    present = services.held_task_messages(task=EXPORT_STAGE_TASK, queues=(EXPORT_STAGE_QUEUE,), checking="export stages")
+    if present is None:
         return []
     failed = []
     for pipeline in waiting:

@@ -582,14 +582,9 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
                    .select_related("run"))
     if not waiting:
         return []
-    try:
-        client = channels.redis_client()
-        try:
-            present = task_messages_in_redis(client, task=EXPORT_CHECKPOINT_TASK, queues=(EXPORT_CHECKPOINT_QUEUE,))
-        finally:
-            client.close()
-    except redis.RedisError as error:
-        logger.warning("checkpoint exports not checked, Redis unavailable: %s", error)
+    present = held_task_messages(task=EXPORT_CHECKPOINT_TASK, queues=(EXPORT_CHECKPOINT_QUEUE,),
+                                 checking="checkpoint exports")
+    if present is None:
         return []
     failed = []
     for export in waiting:
@@ -707,10 +702,27 @@ def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str,
     return found
 
 
+def held_task_messages(*, task: str, queues: tuple[str, ...], checking: str) -> set[tuple] | None:
+    """``task_messages_in_redis`` over a client of its own, or None (logged: ``checking`` not checked) while
+    Redis cannot be asked: the reaper's checks for lost messages then decide nothing."""
+    try:
+        client = channels.redis_client()
+        try:
+            return task_messages_in_redis(client, task=task, queues=queues)
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("%s not checked, Redis unavailable: %s", checking, error)
+        return None
+
+
 def train_messages_in_redis(client: redis.Redis, queues: tuple[str, ...] = ("train",)) -> set[tuple[int, int]]:
     """``(run pk, attempt)`` of every ``train_run`` message Redis holds in ``queues``: waiting or delivered."""
-    return {(int(arguments[0]), int(arguments[1]))
-            for arguments in task_messages_in_redis(client, task=TRAIN_TASK, queues=queues) if len(arguments) == 2}
+    return _run_attempts(task_messages_in_redis(client, task=TRAIN_TASK, queues=queues))
+
+
+def _run_attempts(train_messages: set[tuple]) -> set[tuple[int, int]]:
+    return {(int(arguments[0]), int(arguments[1])) for arguments in train_messages if len(arguments) == 2}
 
 
 def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
@@ -729,15 +741,10 @@ def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
                    .exclude(task=EXTERNAL_TASK))
     if not waiting:
         return []
-    try:
-        client = channels.redis_client()
-        try:
-            present = train_messages_in_redis(client, tuple({queue_of(run) for run in waiting}))
-        finally:
-            client.close()
-    except redis.RedisError as error:
-        logger.warning("queued runs not checked, Redis unavailable: %s", error)
+    held = held_task_messages(task=TRAIN_TASK, queues=tuple({queue_of(run) for run in waiting}), checking="queued runs")
+    if held is None:
         return []
+    present = _run_attempts(held)
     sent = []
     for run in waiting:
         if (run.pk, run.attempt) in present:

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from tests.webapp.runs.conftest import FakeRedis
 
-from webapp.runs import pipelines, reporting
+from webapp.runs import channels, pipelines, reporting
 from webapp.runs.models import ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
 
 
@@ -292,7 +292,7 @@ def test_an_export_stage_whose_message_was_lost_fails_the_pipeline_with_the_reas
     sent_at = first.finished_at
 
     def redis_holding(**messages):
-        monkeypatch.setattr(pipelines.channels, "redis_client",
+        monkeypatch.setattr(channels, "redis_client",
                             lambda: FakeRedis(task=pipelines.EXPORT_STAGE_TASK, **messages))
 
     # Waiting in the queue, or delivered to a worker that is quantizing (acks_late): not lost, however long.
@@ -306,7 +306,7 @@ def test_an_export_stage_whose_message_was_lost_fails_the_pipeline_with_the_reas
     # Redis cannot be asked: nothing is decided.
     def unavailable():
         raise redis.ConnectionError("refused")
-    monkeypatch.setattr(pipelines.channels, "redis_client", unavailable)
+    monkeypatch.setattr(channels, "redis_client", unavailable)
     assert pipelines.pipelines_fail_lost_exports(now=sent_at + timedelta(seconds=120)) == []
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING
@@ -336,7 +336,7 @@ def test_a_pipeline_at_a_training_stage_is_not_checked_for_an_export_message(tea
                                          user=team.teammate)
     first = finish(pipeline.runs.get(), tmp_path=tmp_path)
     pipelines.pipeline_advance(run=first)  # stage 2 is a run, with its own lost-run checks
-    monkeypatch.setattr(pipelines.channels, "redis_client", lambda: FakeRedis())
+    monkeypatch.setattr(channels, "redis_client", lambda: FakeRedis())
     assert pipelines.pipelines_fail_lost_exports(now=first.finished_at + timedelta(hours=1)) == []
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1
