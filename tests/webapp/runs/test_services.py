@@ -243,20 +243,27 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
         services.checkpoint_export_request(run=run, step=5, user=None)
 
 
-def test_a_checkpoint_export_is_exporting_until_the_worker_reports_and_a_failed_one_can_be_asked_again(
-        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch):
-    """The run page showed the export as still to do (and offered it again) until it was reloaded after the
-    worker finished: each export now has a state the page shows, and its end is announced to open pages."""
+def exporting_steps_5_and_10(team, catalog, sent_tasks, capture, monkeypatch):
+    """A succeeded run whose checkpoints 5 and 10 were both asked to export, and the events its page hears."""
     published = []
     monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
-    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    run = create(team, catalog, sent_tasks, capture)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
     run.refresh_from_db()
     for step in (5, 10):
         (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
-    with django_capture_on_commit_callbacks(execute=True):
+    with capture(execute=True):
         services.checkpoint_export_request(run=run, step=5, user=team.teammate)
         services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    return run, published
+
+
+def test_a_checkpoint_export_is_exporting_until_the_worker_reports_and_a_failed_one_can_be_asked_again(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch):
+    """The run page showed the export as still to do (and offered it again) until it was reloaded after the
+    worker finished: each export now has a state the page shows, and its end is announced to open pages."""
+    run, published = exporting_steps_5_and_10(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                              monkeypatch)
     assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exporting"}
     with pytest.raises(ValidationError, match="checkpoint 5 of .* is being exported"):
         services.checkpoint_export_request(run=run, step=5, user=team.teammate)
@@ -287,16 +294,8 @@ def test_a_checkpoint_export_whose_worker_was_lost_fails_with_the_reason_and_can
     """An export whose worker died stayed 'exporting' for good, and its checkpoint could never be exported
     again. Once Redis holds its message nowhere (Celery acknowledges the message of a worker process that
     died; a Redis restart drops it), the reaper fails it with the reason, and it can be asked for again."""
-    published = []
-    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
-    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
-    run.refresh_from_db()
-    for step in (5, 10):
-        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
-    with django_capture_on_commit_callbacks(execute=True):
-        services.checkpoint_export_request(run=run, step=5, user=team.teammate)
-        services.checkpoint_export_request(run=run, step=10, user=team.teammate)
+    run, published = exporting_steps_5_and_10(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                              monkeypatch)
     asked_at = CheckpointExport.objects.get(run=run, step=5).updated_at
 
     def redis_holding(**messages):
