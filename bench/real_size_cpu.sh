@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real-size model through the engine on CPU, each step in a fresh process with its wall time and peak
 # RSS: a random-initialised preset (default qwen2.5-0.5b, float32) with the demo tokenizer, then inspect,
-# generate, 6 LoRA and 6 QLoRA SFT steps and 3 LoRA GRPO steps (G = 4) on the demo data, the int8
-# serving copy, and decoding 32 tokens from the export and from the copy (the serve worker's
+# generate, 6 LoRA and 6 QLoRA SFT steps and 3 LoRA GRPO (G = 4), DPO, reward and PPO steps on the demo
+# data, the int8 serving copy, and decoding 32 tokens from the export and from the copy (the serve worker's
 # BatchDecoder). Not a speed target: it shows what a CPU-only team meets with a model of the size they
 # fine-tune, and catches what tiny test models cannot (padded vocabularies, memory held twice).
 #
@@ -61,6 +61,29 @@ grpo:
 YAML
 step train-grpo .venv/bin/jaxengine train "$WORK/grpo.yaml"
 .venv/bin/python -c "import json,sys; m=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print('  step 3: ' + ', '.join(f'{k} {m[k]:.1f} s' for k in ('time/rollout', 'time/logprobs', 'time/update')))" "$WORK/run-grpo/metrics.jsonl"
+for task in dpo reward; do
+  cat >"$WORK/$task.yaml" <<YAML
+task: $task
+model: $WORK/model
+output_dir: $WORK/run-$task
+data: {train: $DEMO/data/preference.jsonl, max_seq_len: 64}
+peft: {method: lora, rank: 8, alpha: 16}
+optim: {learning_rate: 1.0e-5}
+train: {max_steps: 3, batch_size: 4, save_every: 3}
+YAML
+  step "train-$task" .venv/bin/jaxengine train "$WORK/$task.yaml"
+done
+cat >"$WORK/ppo.yaml" <<YAML
+task: ppo
+model: $WORK/model
+output_dir: $WORK/run-ppo
+data: {train: $DEMO/data/prompts.jsonl, eval: $DEMO/data/eval.jsonl, max_seq_len: 64}
+peft: {method: lora, rank: 8, alpha: 16}
+optim: {learning_rate: 1.0e-5}
+train: {max_steps: 3, batch_size: 8, eval_every: 3, save_every: 3, eval_samples: 2}
+ppo: {max_new_tokens: 16, rewards: [{name: exact_match, args: {answer_column: answer}}]}
+YAML
+step train-ppo .venv/bin/jaxengine train "$WORK/ppo.yaml"
 step export-int8 .venv/bin/jaxengine export --run "$WORK/run-lora" --quantize int8 --eval-limit 16
 for source in export export/quantized; do
   step "decode-${source//\//-}" .venv/bin/python - "$WORK/run-lora/$source" <<'PY'
