@@ -413,34 +413,11 @@ def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
         raise SpecError([f"{where}: YAML syntax error: {problem}"]) from None
     if data is None:
         raise SpecError([f"{source}: the spec is empty"])
-    duplicates = _duplicate_keys(node)
+    lines, duplicates = _key_lines(node)
     if duplicates:
         raise SpecError([f"{source}:{line}: {key} is given twice (first on line {first}); YAML keeps the last, "
                          "so keep the one you mean and delete the other" for key, first, line in duplicates])
-    return parse_spec(data, source=source, _lines=_key_lines(node))
-
-
-def _duplicate_keys(node: yaml.Node | None, prefix: str = "", _within: frozenset[int] = frozenset()
-                    ) -> list[tuple[str, int, int]]:
-    """(dotted key, first line, repeated line) for each key a YAML mapping repeats: PyYAML quietly keeps
-    the last value, so a spec edited by hand could train with a setting its author thought removed."""
-    found: list[tuple[str, int, int]] = []
-    if id(node) in _within:
-        return found
-    within = _within | {id(node)}
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
-            line = key_node.start_mark.line + 1
-            if isinstance(key_node, yaml.ScalarNode) and key_node.value in seen:
-                found.append((key, seen[key_node.value], line))
-            seen.setdefault(key_node.value, line)
-            found += _duplicate_keys(value_node, f"{key}.", within)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            found += _duplicate_keys(item, f"{prefix}{index}.", within)
-    return found
+    return parse_spec(data, source=source, _lines=lines)
 
 
 def dump_spec(spec: JobSpec) -> str:
@@ -451,24 +428,37 @@ def dump_spec(spec: JobSpec) -> str:
     return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
 
 
-def _key_lines(node: yaml.Node | None, prefix: tuple = (), _within: frozenset[int] = frozenset()) -> dict[tuple, int]:
-    """Map each key path in a composed YAML document to its 1-based line. An alias that points back
-    into its own anchor (``a: &a [*a]``) is followed once: YAML allows such a cycle, the schema will
-    refuse the value."""
+def _key_lines(node: yaml.Node | None, prefix: tuple = (), _within: frozenset[int] = frozenset()
+               ) -> tuple[dict[tuple, int], list[tuple[str, int, int]]]:
+    """Map each key path in a composed YAML document to its 1-based line, and list (dotted key, first
+    line, repeated line) for each key a mapping gives twice: PyYAML quietly keeps the last value, so a
+    spec edited by hand could train with a setting its author thought removed. An alias that points
+    back into its own anchor (``a: &a [*a]``) is followed once: YAML allows such a cycle, the schema
+    will refuse the value."""
     lines: dict[tuple, int] = {}
+    duplicates: list[tuple[str, int, int]] = []
     if id(node) in _within:
-        return lines
+        return lines, duplicates
     within = _within | {id(node)}
+    children = []
     if isinstance(node, yaml.MappingNode):
+        first_lines: dict[tuple, int] = {}
         for key_node, value_node in node.value:
             path = (*prefix, key_node.value)
             lines[path] = key_node.start_mark.line + 1
-            lines.update(_key_lines(value_node, path, within))
+            if path in first_lines:
+                duplicates.append((".".join(map(str, path)), first_lines[path], lines[path]))
+            first_lines.setdefault(path, lines[path])
+            children.append((path, value_node))
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[(*prefix, index)] = item.start_mark.line + 1
-            lines.update(_key_lines(item, (*prefix, index), within))
-    return lines
+            children.append(((*prefix, index), item))
+    for path, child in children:
+        child_lines, child_duplicates = _key_lines(child, path, within)
+        lines.update(child_lines)
+        duplicates += child_duplicates
+    return lines, duplicates
 
 
 def _prefix(source: str | None, line: int | None) -> str:
