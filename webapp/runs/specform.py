@@ -278,6 +278,41 @@ def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
     return initial
 
 
+# Keys a YAML spec may hold that Temper sets itself (the launch refuses them too, with these words).
+SET_BY_TEMPER = {"output_dir": "Temper gives every run its own directory; remove it",
+                 "data.columns": "set from the dataset versions' column mappings (chosen at upload); remove it"}
+
+
+def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]:
+    """Keys of a YAML ``spec`` that ``task``'s form has no input for, or holds a value its input cannot
+    show (a select's value outside its choices), each with the reason. Switching from YAML to the form
+    refuses these rather than dropping them: a misspelt key or choice would otherwise vanish and the run
+    launch with the default in its place."""
+    fields = {field.name: field for section in form_sections(task) for field in section.fields}
+    fields.update((field.name, field) for field in scale_out_section(task).fields)
+    sections = set(task_section_names(task)) | {"parallel"}
+    problems: dict[str, str] = {}
+    for key, value in spec.items():
+        if key in ("task", "model"):
+            continue
+        if key in sections and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                name = f"{key}.{sub}"
+                field = fields.get(name)
+                if name in ("data.train", "data.eval"):
+                    continue
+                if field is None:
+                    problems[name] = SET_BY_TEMPER.get(name, f"the {task} form has no field for it")
+                elif field.widget == "select" and sub_value is not None and not any(
+                        str(choice) == str(sub_value) for choice in field.choices):
+                    problems[name] = f"{sub_value!r} is not one of {', '.join(map(str, field.choices))}"
+        elif value is None or (key in JobSpec.model_fields and value == JobSpec.model_fields[key].default):
+            continue  # what a written spec holds for a section or key the task leaves unset: nothing lost
+        elif key not in fields:
+            problems[key] = SET_BY_TEMPER.get(key, f"the {task} form has no field for it")
+    return problems
+
+
 # ---- reward-term rows -----------------------------------------------------------------------
 
 

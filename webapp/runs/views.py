@@ -30,7 +30,8 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import form_sections, read_form, scale_out_section, spec_initial, tasks
+from webapp.runs.specform import (form_sections, keys_the_form_cannot_show, read_form, scale_out_section, spec_initial,
+                                  tasks)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -158,8 +159,8 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
     """The launch page in the other editor, holding what was typed in ``source_mode``'s (the tabs send
     the shown editor here): each editor is a form of its own, so a bare switch showed the other one as
     the page was first served and a launch from it dropped what had been typed. Nothing is launched or
-    checked here; inputs the form cannot read, and YAML that is not a mapping, keep their editor with
-    the error, so that switching loses nothing."""
+    checked here; inputs the form cannot read, YAML that is not a mapping, and YAML keys or choices the
+    form has no input for keep their editor with the error, so that switching loses nothing."""
     name, tags = request.POST.get("name", ""), request.POST.get("tags", "")
     if source_mode == "yaml":
         yaml_text = request.POST.get("spec_yaml", "")
@@ -169,7 +170,17 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
             return render(request, "runs/new.html", _launch_context(
                 project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
                 mode="yaml", name=name, tags=tags, preset_name=None), status=400)
-        task = spec.get("task") if spec.get("task") in tasks() else task
+        if "task" in spec and spec["task"] not in tasks():
+            problems = {"task": f"{spec['task']!r} is not one of {', '.join(tasks())}"}
+        else:
+            task = spec.get("task", task)
+            problems = keys_the_form_cannot_show(task, spec)
+        if problems:
+            context = _launch_context(
+                project, membership, task=task, initial={}, errors={key: [why] for key, why in problems.items()},
+                yaml_text=yaml_text, mode="yaml", name=name, tags=tags, preset_name=None)
+            context["errors_heading"] = "Fix these keys to switch to the form (or launch from here)"
+            return render(request, "runs/new.html", context, status=400)
         return render(request, "runs/new.html", _launch_context(
             project, membership, task=task, initial=spec_initial(_defaults_with(task, spec)), errors={},
             yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))

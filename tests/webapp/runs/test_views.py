@@ -178,6 +178,30 @@ def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, cat
     assert not Run.objects.exists() and not sent_tasks.calls
 
 
+
+def test_switching_to_the_form_refuses_keys_it_cannot_show(team, run, client_for, sent_tasks):
+    """A misspelt key or choice, a key Temper sets, or an unknown task would vanish in the form and the
+    run launch with defaults in their place: the switch keeps the YAML, as typed, and names each."""
+    client = client_for(team.teammate)
+    typed = ("task: sft\noptim: {lerning_rate: 0.1, schedule: cosin, warmup_steps: 3}\noutput_dir: runs/x\n"
+             "dpo: {beta: 0.2}\n")
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml": typed})
+    page = response.content.decode()
+    assert response.status_code == 400 and "Fix these keys to switch to the form" in page
+    assert "<code>optim.lerning_rate</code>: the sft form has no field for it" in page
+    assert "<code>optim.schedule</code>: &#x27;cosin&#x27; is not one of constant, linear, cosine" in page
+    assert "<code>output_dir</code>: Temper gives every run its own directory" in page
+    assert "<code>dpo</code>: the sft form has no field for it" in page
+    assert "<code>optim.warmup_steps</code>" not in page
+    assert 'data-mode="yaml"' in page and "warmup_steps: 3}" in page  # still the YAML editor, as typed
+    page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "spec_yaml": "task: sfft\n"}).content.decode()
+    assert "<code>task</code>: &#x27;sfft&#x27; is not one of pretrain, sft" in page
+    # A run's written spec (null sections of other tasks, hosts: 1, pool) switches: nothing is lost.
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "spec_yaml": services.spec_to_yaml(
+        {**run.spec, "hosts": 1, "pool": "default", "parallel": None, "ppo": None})})
+    assert response.status_code == 200 and 'data-mode="form"' in response.content.decode()
+    assert not Run.objects.exclude(pk=run.pk).exists() and not sent_tasks.calls
+
 def test_duplicate_prefills_from_a_run(team, run, client_for):
     page = client_for(team.owner).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'value="first &lt;b&gt;run&lt;/b&gt; (copy)"' in page
