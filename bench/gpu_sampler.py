@@ -83,8 +83,8 @@ def main() -> None:
                        * jnp.dtype(jnp.bfloat16).itemsize)
         print(f"batch {batch:>3}: decode {batch / step_seconds:10.1f} tokens/s ({step_seconds * 1e3:.3f} ms/step), "
               f"prefill {sum(map(len, prompts)) / first:10.0f} tokens/s; weights {weight_bytes / 1e9:.2f} GB/step = "
-              f"{weight_bytes / step_seconds / HBM_BYTES_PER_S:.1%} of HBM roofline "
-              f"(+ KV cache {cache_bytes / 1e9:.2f} GB/step: {(weight_bytes + cache_bytes) / step_seconds / HBM_BYTES_PER_S:.1%})")
+              f"{weight_bytes / step_seconds / HBM_BYTES_PER_S:.4%} of HBM roofline "
+              f"(+ KV cache {cache_bytes / 1e9:.2f} GB/step: {(weight_bytes + cache_bytes) / step_seconds / HBM_BYTES_PER_S:.4%})")
     print(f"compiles: {sampler.trace_count}; total {time.perf_counter() - started:.0f} s")
 
 

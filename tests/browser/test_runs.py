@@ -114,7 +114,8 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     assert int(page.locator("#progress-step").inner_text()) > 0
     assert page.locator("#progress-total").inner_text() == "3000"
 
-    page.get_by_role("button", name="Cancel").click()
+    page.locator("#cancel-confirm summary").click()  # one click only opens the confirmation
+    page.get_by_role("button", name="Cancel live sft").click()
     page.locator("#run-status .status-cancelled").wait_for(timeout=20_000)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and 0 < run.current_step < 3000

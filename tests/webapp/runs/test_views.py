@@ -213,7 +213,17 @@ def test_the_run_page_escapes_model_text(team, run, client_for):
     assert "first &lt;b&gt;run&lt;/b&gt;" in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
     assert "<script>alert(1)" not in page
-    assert 'id="run-series"' in page and 'Cancel</button>' not in page  # viewers see no actions
+    assert 'id="run-series"' in page and 'id="cancel-confirm"' not in page  # viewers see no actions
+
+
+def test_cancel_asks_first(team, run, client_for):
+    run.status = RunStatus.RUNNING
+    run.save(update_fields=["status"])
+    page = client_for(team.teammate).get(url(run)).content.decode()
+    confirmation = page[page.index('<details class="confirm" id="cancel-confirm">'):]
+    confirmation = confirmation[:confirmation.index("</details>")]
+    assert "<summary>Cancel…</summary>" in confirmation and "Resume continues from the last saved checkpoint" in confirmation
+    assert '<button type="submit" class="danger">Cancel <bdi>first &lt;b&gt;run&lt;/b&gt;</bdi></button>' in confirmation
 
 
 def test_notes_are_rendered_safely(team, run, client_for):
