@@ -7,7 +7,9 @@ Design note: a pipeline is advanced by the end of its current stage's run, where
 so calling it twice, or for a run of no pipeline, changes nothing. A stage may carry a regression
 guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
 (``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
-the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``.
+the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``. A
+guard whose metric the previous stage did not log (a misspelt name) stops the pipeline before its
+stage is launched, with the closest logged name.
 
 The last stage may instead be an export (``export: {quantize: int8|int4}``): the train queue's
 ``worker.tasks.train.export_stage`` writes the result run's serving copy ``export/quantized/``
@@ -20,6 +22,7 @@ result stays the run, whose merged export still serves.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import logging
 import typing
@@ -230,6 +233,21 @@ def guard_verdict(guard: dict[str, Any], previous: Run, current: Run) -> str | N
     return None
 
 
+def _guard_never_passes(guard: dict[str, Any] | None, *, previous: Run) -> str | None:
+    """Why a stage's ``guard`` could never pass against ``previous``, the stage before it, once that has
+    ended: its metric is not among what ``previous`` logged (a misspelt name, or a metric of another
+    task). Known before the stage trains, so its run is not spent on a guard that can only fail."""
+    if not guard or guard["metric"] in (previous.final_metrics or {}):
+        return None
+    logged = sorted(previous.final_metrics or {})
+    close = difflib.get_close_matches(guard["metric"], logged, n=1)
+    evaluated = [name for name in logged if name.startswith("eval/")]
+    hint = (f" (did you mean {close[0]}?)" if close
+            else f" (it logged {', '.join(evaluated)})" if evaluated else " (it logged no eval/ metric)")
+    return (f"its guard reads {guard['metric']}, which {previous.name} ({previous.public_id}) did not log, so "
+            f"the guard could never pass{hint}")
+
+
 @transaction.atomic
 def pipeline_advance(*, run: Run) -> Pipeline | None:
     """Move ``run``'s pipeline on now that the run has ended (see the module notes)."""
@@ -278,6 +296,13 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         pipeline_pk, stage = pipeline.pk, index + 1
         transaction.on_commit(lambda: celery_app.send_task(EXPORT_STAGE_TASK, args=[pipeline_pk, stage],
                                                                   queue=EXPORT_STAGE_QUEUE))
+        return pipeline
+    if reason := _guard_never_passes(pipeline.stages[index + 1].get("guard"), previous=run):
+        pipeline.status, pipeline.finished_at = PipelineStatus.STOPPED, now
+        pipeline.message = (f"stage {index + 2} ({pipeline.stages[index + 1]['name']}) was not started: {reason}; "
+                            f"the result stays {run.name} ({run.public_id})")
+        pipeline.save(update_fields=["result_run", "status", "current_stage", "message", "finished_at"])
+        services.log_line(run, pipeline.message, level="warning")
         return pipeline
     pipeline.save(update_fields=["result_run", "status", "current_stage", "message"])
     try:

@@ -110,6 +110,31 @@ def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tas
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=2).exists()
 
 
+
+def test_a_guard_on_a_metric_the_previous_stage_did_not_log_stops_before_its_stage_trains(team, catalog, sent_tasks,
+                                                                                         tmp_path):
+    """A misspelt guard metric failed only after its stage had trained, though the previous stage's
+    metrics already showed it could never pass."""
+    guard = {"metric": "eval/exact_mtch", "max_drop_percent": 10}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=3),
+                                         user=team.teammate)
+    first = finish(pipeline.runs.get(), metrics={"eval/exact_match": 0.5, "eval/loss": 1.0, "loss": 0.9},
+                   tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first and pipeline.finished_at
+    assert pipeline.message == (
+        f"stage 2 (dpo-1) was not started: its guard reads eval/exact_mtch, which chain · 1. sft ({first.public_id}) "
+        f"did not log, so the guard could never pass (did you mean eval/exact_match?); the result stays chain · 1. sft "
+        f"({first.public_id})")
+    assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
+    # With nothing close, it names the eval metrics that were logged.
+    other = pipelines.pipeline_create(project=team.project, document=document(
+        catalog, guard={"metric": "eval/reward_model", "max_drop_percent": 10}), user=team.teammate)
+    pipelines.pipeline_advance(run=finish(other.runs.get(), metrics={"eval/loss": 1.0, "loss": 0.9}, tmp_path=tmp_path))
+    other.refresh_from_db()
+    assert other.status == PipelineStatus.STOPPED and "did not log, so the guard could never pass (it logged eval/loss);" in other.message
+
 def test_guards_on_losses_and_missing_metrics():
     previous = Run(name="a", public_id="run_a", final_metrics={"eval/loss": {"last": 2.0}})
     current = Run(name="b", public_id="run_b", final_metrics={"eval/loss": {"last": 2.08}})
