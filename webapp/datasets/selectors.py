@@ -20,6 +20,9 @@ PREVIEW_PAGE_SIZE = 20
 # Texts longer than this are folded in the preview, showing the first FOLD_HEAD characters.
 FOLD_AT = 280
 FOLD_HEAD = 160
+# An unfolded text shows at most this many characters: a row may hold megabytes (a whole book in one
+# line), and the page would carry every byte of it; the download has the rest.
+PREVIEW_TEXT_MAX = 10_000
 # Preview pages are read by scanning the file; past this many rows a page would be slow to serve.
 PREVIEW_MAX_ROW = 100_000
 
@@ -65,10 +68,16 @@ class Cell:
     """One value of a preview row: ``type`` is text, chat or json."""
 
     type: str
-    text: str = ""
+    text: str = ""  # at most PREVIEW_TEXT_MAX characters of it
     head: str = ""
     folded: bool = False
+    length: int = 0  # of the whole text
     turns: tuple[tuple[str, Cell], ...] = ()
+
+    @property
+    def cut(self) -> bool:
+        """Whether the text is longer than what the preview shows of it."""
+        return self.length > len(self.text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,9 +88,10 @@ class PreviewPage:
     page_count: int
 
 
-def _text_cell(text: str) -> Cell:
+def _text_cell(text: str, *, cell_type: str = "text") -> Cell:
     folded = len(text) > FOLD_AT
-    return Cell(type="text", text=text, head=text[:FOLD_HEAD] if folded else text, folded=folded)
+    return Cell(type=cell_type, text=text[:PREVIEW_TEXT_MAX], head=text[:FOLD_HEAD] if folded else text, folded=folded,
+                length=len(text))
 
 
 def _cell(value: Any) -> Cell:
@@ -91,8 +101,7 @@ def _cell(value: Any) -> Cell:
         return Cell(type="chat", turns=tuple((str(turn["role"]), _text_cell(str(turn.get("content", "")))) for turn in value))
     if value is None:
         return Cell(type="json", text="")
-    encoded = json.dumps(value, ensure_ascii=False, default=str)
-    return Cell(type="json", text=encoded, head=encoded[:FOLD_HEAD], folded=len(encoded) > FOLD_AT)
+    return _text_cell(json.dumps(value, ensure_ascii=False, default=str), cell_type="json")
 
 
 def _preview_columns(kind: formats.DatasetKind, examples: list[dict[str, Any]]) -> tuple[str, ...]:
