@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.factories import PASSWORD, make_base_model, make_team
+from webapp.api import services as api_tokens
 from webapp.chat.models import Conversation, Message, Role
 from webapp.review import services as review_services
 from webapp.runs.models import Run, RunStatus
@@ -134,6 +135,33 @@ def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server)
     heights = [tag.evaluate("element => element.getBoundingClientRect().height")
                for tag in page.locator(".runs-table .tag").all()]
     assert len(heights) == 3 and len(set(heights)) == 1, f"a tag broke over lines: {heights}"
+
+
+def test_every_page_fits_a_phone_wide_window(page, live_server):
+    """At 400 px the top bar pushed Log out past the edge and the project bar its last tabs (Members and
+    the role), so every page scrolled sideways; the projects and API tokens tables, a run page's
+    actions and samples table, the launch page's task tabs and the campaign page's agreement figures
+    did too. The bars wrap, wide tables scroll in their own box and facts stack under their terms."""
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft-lora", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(live_server.url)},
+                             created_by=team.owner, total_steps=30, current_step=30)
+    run.samples.create(step=30, position=0, prompt="What is 2 + 3?", text="5", answer="5")
+    campaign = review_services.campaign_create(project=team.project, name="c", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=None, user=team.owner)
+    page.set_viewport_size({"width": 400, "height": 800})
+    _log_in(page, live_server.url, team.owner.username)
+    api_tokens.token_create(user=team.owner, name="laptop")
+    for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/runs/new/",
+                 f"p/alpha/runs/{run.public_id}/", f"p/alpha/review/{campaign.public_id}/"):
+        page.goto(f"{live_server.url}/{path}")
+        facts = page.evaluate(PAGE_FACTS)
+        assert facts["width"] <= facts["viewport"], f"/{path}: the page is {facts['width']} px wide"
+        links = [page.get_by_role("button", name="Log out")]
+        if path.startswith("p/"):
+            links.append(page.locator("nav.subnav").get_by_role("link", name="Members"))
+        for link in links:
+            assert link.evaluate("element => element.getBoundingClientRect().right") <= 400, f"/{path}"
 
 
 def test_long_names_in_the_launch_forms_selects_stay_inside_the_form(page, live_server):
