@@ -114,6 +114,9 @@
     document.getElementById("progress-total").textContent = total || "?";
     document.getElementById("progress-tokens").textContent = progress.tokens;
     document.getElementById("progress-elapsed").textContent = formatDuration(progress.train_seconds);
+    if (progress.tokens_per_second !== null && progress.tokens_per_second !== undefined) {
+      document.getElementById("progress-speed").textContent = Math.round(progress.tokens_per_second);
+    }
     var eta = total && progress.step ? (total - progress.step) * progress.train_seconds / progress.step : null;
     // Only a running run has time left: a cancelled or failed one stays where it stopped.
     document.getElementById("progress-eta").textContent =

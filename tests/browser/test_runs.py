@@ -382,6 +382,26 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     page.locator("#live-state", has_text="live").wait_for()  # and it listens on
 
 
+def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url, transactional_db, settings):
+    """Step, tokens, elapsed time and ETA followed a running run, but Tokens/s read '—' (or the value of
+    the page's load) until a reload."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa3")
+    run = Run.objects.create(project=team.project, name="speed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=3, train_seconds=1.5)
+    log_in(page, asgi_server, "kappa3-viewer")
+    page.goto(f"{asgi_server}/p/kappa3/runs/{run.public_id}/")
+    assert page.locator("#progress-speed").inner_text() == "—"
+    page.locator("#live-state", has_text="live").wait_for()
+    reporting.publish_event(run.public_id, {"type": "progress", "step": 4, "total_steps": 400, "tokens": 4096,
+                                            "train_seconds": 2.0, "tokens_per_second": 2512.4})
+    page.locator("#progress-step", has_text="4").wait_for(timeout=10_000)
+    assert page.locator("#progress-speed").inner_text() == "2512"
+
+
 def test_a_stopped_run_shows_no_time_left(page, asgi_server, transactional_db):
     """The ETA was worked out from the steps left whatever the status: a run cancelled at step 129 of
     400 read 'ETA 28s' for good. Only a running run has one."""

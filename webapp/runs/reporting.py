@@ -59,7 +59,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from webapp.runs import channels
-from webapp.runs.selectors import MAX_POINTS, last_point_id, series_buckets, series_cache_for
+from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_buckets, series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
@@ -398,8 +398,9 @@ class RunReporter:
         self.points_written += len(points)
         self.run.current_step, self.run.tokens_seen = last.step, tokens_seen
         self._publish({"type": "metrics", "points": payload})
+        speed = last_value(final_metrics=self._summary_metrics, name="tokens_per_second")
         self._publish({"type": "progress", "step": last.step, "total_steps": last.total_steps,
-                       "tokens": tokens_seen, "train_seconds": train_seconds})
+                       "tokens": tokens_seen, "train_seconds": train_seconds, "tokens_per_second": speed})
         # The engine wrote a step's samples before reporting the step: they are in the file now.
         evaluated = self._write_samples()
         for step in eval_steps:

@@ -245,6 +245,11 @@ def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
     return buckets
 
 
+def last_value(*, final_metrics: dict[str, dict[str, float]], name: str) -> float | None:
+    """The latest value of metric ``name`` in a run's ``final_metrics`` (None before its first point)."""
+    return (final_metrics or {}).get(name, {}).get("last")
+
+
 def last_point_id(*, run: Run) -> int:
     """The id of the run's newest stored point (0 when none): what stored buckets cover."""
     return MetricPoint.objects.filter(run=run).aggregate(last=Max("id"))["last"] or 0

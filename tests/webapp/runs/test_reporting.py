@@ -65,6 +65,19 @@ def test_it_writes_points_progress_and_summary(running_run):
     assert running_run.final_metrics["loss"] == {"last": 2.0, "min": 2.0, "max": 10.0, "step": 5}
 
 
+def test_progress_events_carry_the_latest_tokens_per_second(running_run):
+    """The run page's Tokens/s read '—' all through a run: no event carried it, so it changed on a reload only."""
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=False)
+    events = []
+    reporter._publish = events.append
+    reporter.start()
+    for step in range(1, 4):
+        reporter.on_progress(record(step, tokens_per_second=1000.0 * step))
+    reporter.close()
+    progress = [event for event in events if event["type"] == "progress"]
+    assert progress and progress[-1]["tokens_per_second"] == 3000.0
+
+
 def test_replaying_a_step_never_duplicates_it(running_run):
     report(running_run, [record(1), record(2), record(2)])
     assert MetricPoint.objects.filter(run=running_run, name="loss").count() == 2

@@ -238,6 +238,13 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_state_endpoint_gives_the_latest_tokens_per_second(team, run, client_for):
+    assert client_for(team.viewer).get(url(run, "state.json")).json()["progress"]["tokens_per_second"] is None
+    run.final_metrics = {"tokens_per_second": {"last": 2512.4, "min": 35.7, "max": 3464.0, "step": 19}}
+    run.save(update_fields=["final_metrics"])
+    assert client_for(team.viewer).get(url(run, "state.json")).json()["progress"]["tokens_per_second"] == 2512.4
+
+
 def test_samples_partial_picks_the_nearest_step(team, run, client_for):
     page = client_for(team.viewer).get(url(run, "samples/") + "?step=3").content.decode()
     assert 'data-step="5"' in page and "&lt;img src=x" in page
