@@ -81,6 +81,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     fields = [field for section in (*sections, scale_out) for field in section.fields]
     # Reward rows show their own errors (``grpo.rewards.1.args.pattern``) in the row.
     row_prefixes = tuple(field.name + "." for field in fields if field.widget == "rewards")
+    train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
+    eval_choices = selectors.dataset_choices(project=project, kinds=services.eval_kinds(task))
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
@@ -90,8 +92,9 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "pool_value": initial.get("pool") or DEFAULT_POOL,
         "model_choices": selectors.model_choices(project=project),
-        "train_choices": selectors.dataset_choices(project=project, kinds=services.train_kinds(task)),
-        "eval_choices": selectors.dataset_choices(project=project, kinds=services.eval_kinds(task)),
+        "train_choices": train_choices, "eval_choices": eval_choices,
+        # The YAML view's list of ids: evaluation data of other kinds (prompts for sft) needs its id too.
+        "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
         # Spec keys that name the project's objects are chosen from them, like the model and data.
         "reference_choices": {"ppo.reward_model": selectors.reward_model_choices(project=project)},

@@ -232,6 +232,17 @@ def test_notes_are_rendered_safely(team, run, client_for):
     assert "<strong>bold</strong>" in page and "<script>x()" not in page and "javascript:" not in page
 
 
+def test_the_yaml_views_ids_include_evaluation_only_data(team, catalog, client_for):
+    """An sft run may evaluate on a prompts version (the demo's demo-eval), and the form offers it, but the
+    YAML view's 'Ids you can use' listed the training versions only, so its dv_ id was nowhere to copy."""
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    ids = page[page.index('<details class="ids">'):]
+    ids = ids[:ids.index("</details>")]
+    assert f"<code>{catalog.sft.public_id}</code>" in ids
+    assert f"<code>{catalog.prompts.public_id}</code> \u2068questions\u2069 v1 (prompts, 1 row) — <code>data.eval</code> only" in ids
+    assert catalog.preference.public_id not in ids
+
+
 def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     state = client_for(team.viewer).get(url(run, "state.json") + "?after_step=3").json()
     assert state["series"]["loss"]["step"] == [4, 5] and state["series"]["loss"]["value"] == [2.5, 2.0]
