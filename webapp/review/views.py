@@ -25,7 +25,7 @@ from webapp.review import selectors, services
 from webapp.review.forms import (
     CampaignCreateForm, CampaignSettingsForm, ExportForm, GeneratedCampaignForm, ResolveForm, ReviewForm,
 )
-from webapp.review.models import CampaignStatus, ExportStatus, ItemStatus
+from webapp.review.models import CampaignStatus, Choice, ExportStatus, ItemStatus
 from webapp.runs.markup import render_markdown
 
 ITEMS_PER_PAGE = 50
@@ -193,7 +193,9 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
             except ValidationError as error:
                 messages.error(request, " ".join(error.messages))
             else:
-                messages.success(request, f"Item {item.sequence} {'edited and ' if editing else ''}recorded.")
+                # A skip is no answer (it counts toward nothing), so it does not read as one.
+                done = "skipped" if form.cleaned_data["choice"] == Choice.SKIP else "recorded"
+                messages.success(request, f"Item {item.sequence} {'edited and ' if editing else ''}{done}.")
         else:
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)

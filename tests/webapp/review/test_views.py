@@ -133,6 +133,16 @@ def test_a_reviewer_reviews_with_the_form(campaign, team, client_for):
     assert reviewer.get(url("next", campaign)).context["item"].sequence == 2
 
 
+def test_a_skip_reads_as_skipped_not_recorded(campaign, team, client_for):
+    """'s' said 'Item 1 recorded.', as an answer does, though a skip counts toward nothing."""
+    reviewer = client_for(team.teammate)
+    item = reviewer.get(url("next", campaign)).context["item"]
+    page = reviewer.post(url("next", campaign), {"item": item.public_id, "choice": "skip"}, follow=True)
+    assert "Item 1 skipped." in page.content.decode() and "recorded" not in page.content.decode()
+    page = reviewer.post(url("next", campaign), {"item": page.context["item"].public_id, "choice": "first"}, follow=True)
+    assert "Item 2 recorded." in page.content.decode()
+
+
 def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, client_for):
     reviewer = client_for(team.teammate)
     page = reviewer.get(url("next", campaign))
