@@ -40,7 +40,7 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
     # Edited in YAML (another task, too), back in the form.
     yaml_text = (yaml_text.replace("task: sft", "task: dpo").replace(chats.public_id, prefs.public_id)
                  .replace("learning_rate: 0.003", "learning_rate: 0.0005").replace("  eval_samples: 16\n", "")
-                 .replace("  sample_max_new_tokens: 64\n", ""))  # sft's keys: the dpo form has no field for them
+                 .replace("  sample_max_new_tokens: 64\n", ""))
     page.fill("#id_spec_yaml", yaml_text)
     page.fill("#id_yaml_name", "typed in YAML")
     page.get_by_role("link", name="Form", exact=True).click()
