@@ -120,6 +120,16 @@ def test_it_reports_a_failing_engine_command(db, models_root, monkeypatch):
     assert Project.objects.filter(slug="demo").exists()
 
 
+def test_a_second_run_says_how_to_set_a_forgotten_random_password(db, models_root, monkeypatch):
+    """The random password is printed once, among forty lines of migrations; the next run said only
+    '(password unchanged)', which left a newcomer who missed it with no way in that the output named."""
+    monkeypatch.delenv("TEMPER_ADMIN_PASSWORD")
+    assert "admin account created: boss / " in run_setup("--no-demo-model")
+    output = run_setup("--no-demo-model")
+    assert "admin account: boss (password unchanged; forgot it? run again with TEMPER_ADMIN_PASSWORD=... to set one)" \
+        in output
+
+
 def test_it_restores_the_admin_as_demo_owner(db, models_root):
     run_setup("--no-demo-model")
     admin = get_user_model().objects.get(username="boss")

@@ -91,7 +91,9 @@ class Command(BaseCommand):
                 user.save(update_fields=["password"])
             self.stdout.write(f"admin account: {username} / {password}")
         else:
-            self.stdout.write(f"admin account: {username} (password unchanged)")
+            # The random password was printed once, among the migrations' lines: say how to get a known one.
+            self.stdout.write(f"admin account: {username} (password unchanged; forgot it? run again with "
+                              "TEMPER_ADMIN_PASSWORD=... to set one)")
         return user
 
     def _ensure_demo_project(self, admin) -> Project:
