@@ -24,6 +24,10 @@
     });
   });
   if (window.location.hash === "#yaml") show("yaml");
+  // A refused launch (or switch) lists its problems above the editor: start there, not at the top of
+  // the page, so that a keyboard or screen-reader user reads them first and tabs on into the fields.
+  var problems = document.getElementById("launch-errors");
+  if (problems) problems.focus();
 
   // Only the chosen function's argument inputs are shown; the server reads only those.
   function showArguments(row) {

@@ -58,3 +58,28 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
     run = Run.objects.get()
     assert (run.name, run.task, run.spec["optim"]["learning_rate"], run.spec["train"]["max_steps"]) == (
         "typed in YAML", "dpo", 0.0005, 7)
+
+
+def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
+    """Launched from the keyboard (Enter in the name field) with no model chosen, the page came back
+    with the problems listed above the form, but the focus at the top of the page: some thirty Tabs
+    through the navigation, tabs and presets before a field, and nothing read the problems out first."""
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.teammate.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.focus("#id_name")
+    page.keyboard.type("from the keyboard")
+    page.keyboard.press("Enter")
+    page.locator("#launch-errors").wait_for()
+    assert page.evaluate("() => document.activeElement.id") == "launch-errors"
+    assert "choose a starting model" in page.locator("#launch-errors").inner_text()
+    for _ in range(3):  # the editor tabs, then the form's first field
+        page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.id") == "id_name"
+    assert page.locator("#id_name").input_value() == "from the keyboard"
