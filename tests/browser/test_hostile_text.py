@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, make_base_model, make_team
+from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
 from webapp.api import services as api_tokens
 from webapp.chat.models import Conversation, Message, Role
 from webapp.review import services as review_services
-from webapp.runs.models import Run, RunStatus
+from webapp.runs.models import Pipeline, Run, RunStatus
 
 pytestmark = pytest.mark.browser
 
@@ -141,7 +141,9 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
     """At 400 px the top bar pushed Log out past the edge and the project bar its last tabs (Members and
     the role), so every page scrolled sideways; the projects and API tokens tables, a run page's
     actions and samples table, the launch page's task tabs and the campaign page's agreement figures
-    did too. The bars wrap, wide tables scroll in their own box and facts stack under their terms."""
+    did too, and so did the datasets, pipeline and leaderboard tables and the arena's export and review
+    forms. The bars and inline forms wrap, wide tables scroll in their own box and facts stack under
+    their terms."""
     team = make_team()
     run = Run.objects.create(project=team.project, name="sft-lora", task="sft", status=RunStatus.SUCCEEDED,
                              spec={"task": "sft"}, resolved_spec={"output_dir": str(live_server.url)},
@@ -149,11 +151,16 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
     run.samples.create(step=30, position=0, prompt="What is 2 + 3?", text="5", answer="5")
     campaign = review_services.campaign_create(project=team.project, name="c", guidelines="", required_reviews=1,
                                                reviewers=[team.owner], source_version=None, user=team.owner)
+    make_ready_version(team.project, name="chats")
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo", created_by=team.owner, stages=[
+        {"name": "sft", "spec": {"task": "sft"}}, {"name": "dpo", "spec": {"task": "dpo"},
+                                                   "guard": {"metric": "eval/loss", "max_drop_percent": 5}}])
     page.set_viewport_size({"width": 400, "height": 800})
     _log_in(page, live_server.url, team.owner.username)
     api_tokens.token_create(user=team.owner, name="laptop")
-    for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/runs/new/",
-                 f"p/alpha/runs/{run.public_id}/", f"p/alpha/review/{campaign.public_id}/"):
+    for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/datasets/", "p/alpha/runs/new/",
+                 f"p/alpha/runs/{run.public_id}/", f"p/alpha/pipelines/{pipeline.public_id}/",
+                 f"p/alpha/review/{campaign.public_id}/", "p/alpha/arena/", "p/alpha/arena/leaderboard/"):
         page.goto(f"{live_server.url}/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"/{path}: the page is {facts['width']} px wide"
