@@ -62,6 +62,9 @@ class Campaign(models.Model):
     generated_answers = models.PositiveIntegerField(default=0)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
+    # Counts the requests to load the items (creation, then each "Queue the load again"); a load carries
+    # its number and stops once a later one is asked for, so that two loads never write items at once.
+    load_attempt = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -26,7 +26,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -191,38 +191,58 @@ def campaign_load_request(*, campaign: Campaign) -> None:
     """Queue the making of a campaign's items, after commit: a ``loading`` campaign's load on the
     ``default`` queue, a ``generating`` one's generation on the ``serve`` queue."""
     if campaign.status == CampaignStatus.LOADING:
-        transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk]))
+        # A new attempt: a load still running for an earlier one (the page offers this button while
+        # items arrive) stops at its next batch instead of writing the same sequence numbers as this one.
+        Campaign.objects.filter(pk=campaign.pk).update(load_attempt=F("load_attempt") + 1)
+        attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
+        transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
         transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue="serve"))
     else:
         raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
 
 
-def campaign_load_items(*, campaign_id: int) -> Campaign:
+def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Campaign:
     """Make one item per row of a loading campaign's dataset version (the ``default`` worker runs this).
 
     Batches of ``ITEM_BATCH`` rows are committed one at a time, so a 100,000-row file never holds the
     database's write lock for long; the campaign stays ``loading`` (the queue serves nothing) until the
     last batch is in. Safe to redeliver: a campaign that is not loading is left alone, and a load that
-    died half-way starts over."""
+    died half-way starts over. ``attempt`` (the ``load_attempt`` the load was asked as; None: whatever
+    is current) stops a load once a later one has been asked for: that one starts over alone."""
     campaign = Campaign.objects.select_related("source_version__dataset").get(pk=campaign_id)
-    if campaign.status != CampaignStatus.LOADING:
-        return campaign
-    Item.objects.filter(campaign=campaign).delete()
-    Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
+    if attempt is None:
+        attempt = campaign.load_attempt
+    with transaction.atomic():
+        if not _load_is_current(campaign_id, attempt):
+            return campaign
+        Item.objects.filter(campaign=campaign).delete()
+        Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
+    status, load_error = CampaignStatus.READY, ""
     try:
         pairs = _version_pairs(campaign.source_version)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):
-            items_add(campaign=campaign, pairs=batch)
+            with transaction.atomic():
+                if not _load_is_current(campaign_id, attempt):
+                    logger.info("review campaign %s: load %s stops, a later one was asked for",
+                                campaign.public_id, attempt)
+                    return Campaign.objects.get(pk=campaign_id)
+                items_add(campaign=campaign, pairs=batch)
     except (formats.DatasetFormatError, OSError) as error:
-        campaign.status, campaign.load_error = CampaignStatus.FAILED, (
+        status, load_error = CampaignStatus.FAILED, (
             f"could not read {campaign.source_version}: {error}; the version may have been deleted from storage")
-    else:
-        campaign.status = CampaignStatus.READY
-    campaign.save(update_fields=["status", "load_error"])
+    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).update(
+        status=status, load_error=load_error)
     campaign.refresh_from_db()
     logger.info("review campaign %s: %s, %s items", campaign.public_id, campaign.status, campaign.next_sequence - 1)
     return campaign
+
+
+def _load_is_current(campaign_id: int, attempt: int) -> bool:
+    """Whether load ``attempt`` of the campaign may write its items (inside the caller's transaction,
+    with the campaign's row locked, as ``campaign_load_request`` bumps it)."""
+    return Campaign.objects.select_for_update().filter(
+        pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).exists()
 
 
 def _version_pairs(version: DatasetVersion) -> Iterator[Pair]:

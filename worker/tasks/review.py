@@ -15,9 +15,10 @@ logger = logging.getLogger(__name__)
 
 
 @app.task(name="worker.tasks.review.load_campaign_items", acks_late=True)
-def load_campaign_items(campaign_id: int) -> None:
-    """Make a loading campaign's items from its dataset version (safe to redeliver)."""
-    services.campaign_load_items(campaign_id=campaign_id)
+def load_campaign_items(campaign_id: int, attempt: int | None = None) -> None:
+    """Make a loading campaign's items from its dataset version (safe to redeliver; a message of a
+    superseded attempt does nothing; one sent before attempts were numbered loads as the current one)."""
+    services.campaign_load_items(campaign_id=campaign_id, attempt=attempt)
 
 
 @app.task(name="worker.tasks.review.write_export", acks_late=True)

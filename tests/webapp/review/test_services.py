@@ -32,12 +32,40 @@ def test_a_campaign_loads_its_items_in_the_worker(team, carol, preference_versio
         campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
                                             reviewers=[carol], source_version=preference_version, user=team.owner)
     assert campaign.status == CampaignStatus.LOADING and not campaign.items.exists()
-    assert sent_tasks == [(services.LOAD_TASK, [campaign.pk], "default")]
+    assert sent_tasks == [(services.LOAD_TASK, [campaign.pk, 1], "default")]
     assert services.queue_next_item(campaign=campaign, user=carol) is None, "nothing is served while loading"
     campaign = services.campaign_load_items(campaign_id=campaign.pk)
     assert campaign.status == CampaignStatus.READY and campaign.items.count() == 4
     assert services.queue_next_item(campaign=campaign, user=carol).sequence == 1
     assert services.campaign_load_items(campaign_id=campaign.pk).items.count() == 4, "a redelivery changes nothing"
+
+
+def test_queueing_the_load_again_while_it_runs_leaves_one_load_writing(team, carol, preference_version, monkeypatch,
+                                                                      sent_tasks, django_capture_on_commit_callbacks):
+    """'Queue the load again' is on the campaign page for as long as items load. Pressed while the load ran
+    (demo-preference, 10,838 rows), both loads wrote items from sequence 1 and both died on the unique
+    (campaign, sequence): the campaign stayed 'loading' for good with 4,000 of its items. A load now stops
+    once a later one is asked for, and that one makes every item once."""
+    with django_capture_on_commit_callbacks(execute=True):
+        campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
+                                            reviewers=[carol], source_version=preference_version, user=team.owner)
+    monkeypatch.setattr(services, "ITEM_BATCH", 3)
+    real_items_add = services.items_add
+
+    def asked_again_after_one_batch(**kwargs):
+        real_items_add(**kwargs)
+        with django_capture_on_commit_callbacks(execute=True):
+            services.campaign_load_request(campaign=campaign)  # the owner presses the button meanwhile
+
+    monkeypatch.setattr(services, "items_add", asked_again_after_one_batch)
+    first = services.campaign_load_items(campaign_id=campaign.pk, attempt=1)
+    assert first.status == CampaignStatus.LOADING and first.items.count() == 3, "the first load stopped"
+    assert sent_tasks[-1] == (services.LOAD_TASK, [campaign.pk, 2], "default")
+    monkeypatch.setattr(services, "items_add", real_items_add)
+    assert services.campaign_load_items(campaign_id=campaign.pk, attempt=1).items.count() == 3, "a stale one waits"
+    campaign = services.campaign_load_items(campaign_id=campaign.pk, attempt=2)
+    assert campaign.status == CampaignStatus.READY
+    assert [item.sequence for item in campaign.items.order_by("sequence")] == [1, 2, 3, 4]
 
 
 def test_a_load_that_died_half_way_starts_over(team, carol, preference_version, monkeypatch):
@@ -46,9 +74,12 @@ def test_a_load_that_died_half_way_starts_over(team, carol, preference_version, 
     monkeypatch.setattr(services, "ITEM_BATCH", 3)
     real_items_add = services.items_add
 
+    batches = []
+
     def dies_after_one_batch(**kwargs):
-        real_items_add(**kwargs)
-        raise KeyboardInterrupt  # the worker process killed mid-load
+        if batches:
+            raise KeyboardInterrupt  # the worker process killed mid-load, its first batch committed
+        batches.append(real_items_add(**kwargs))
 
     monkeypatch.setattr(services, "items_add", dies_after_one_batch)
     with pytest.raises(KeyboardInterrupt):
