@@ -226,6 +226,15 @@ def test_the_tokens_page_shows_a_new_token_once(world, client_for):
     assert 'id="new-token"' not in client.get("/accounts/tokens/").content.decode()
 
 
+def test_the_tokens_page_takes_a_name_as_long_as_is_kept(world, client_for):
+    """A name is kept to 100 characters; the page took any length and cut it without a word (the chat
+    page's project-token name input stops at 100)."""
+    team, _apis, _sent = world
+    page = client_for(team.viewer).get("/accounts/tokens/").content.decode()
+    assert '<input type="text" id="token-name" name="name" placeholder="laptop" maxlength="100">' in page
+    assert ApiToken._meta.get_field("name").max_length == 100
+
+
 def test_revoking_a_token_says_whether_one_was_revoked(world, client_for):
     team, _apis, _sent = world
     mine, _secret = token_create(user=team.viewer, name="mine")
