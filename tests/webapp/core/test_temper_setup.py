@@ -99,7 +99,7 @@ def test_it_builds_the_demo_model_with_the_engine_command(db, models_root, monke
     monkeypatch.setattr(temper_setup, "demo_base_command", fake_command)
     output = run_setup()
     assert "building into" in output
-    assert "about 8 minutes on 2 CPU cores, with no output meanwhile; TEMPER_DEMO_MODEL=0 skips it" in output
+    assert "about 5 minutes on 2 idle CPU cores, with no output meanwhile; TEMPER_DEMO_MODEL=0 skips it" in output
     assert BaseModel.objects.get(project__slug="demo").parameter_count == 21
 
 

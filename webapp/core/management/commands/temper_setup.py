@@ -120,7 +120,7 @@ class Command(BaseCommand):
                 self.stdout.write("demo base model: skipped (this engine has no `jaxengine demo-base` yet)")
                 return
             # The build prints nothing while it runs (its progress bar needs a terminal): say what to expect.
-            self.stdout.write(f"demo base model: building into {out_dir} (once; about 8 minutes on 2 CPU cores, "
+            self.stdout.write(f"demo base model: building into {out_dir} (once; about 5 minutes on 2 idle CPU cores, "
                               "with no output meanwhile; TEMPER_DEMO_MODEL=0 skips it) ...")
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
