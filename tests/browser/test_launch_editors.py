@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.browser
@@ -17,11 +18,7 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
     chats = make_ready_version(team.project, name="chats", kind="sft")
     prefs = make_ready_version(team.project, name="prefs", kind="preference",
                                rows=[{"prompt": "p", "chosen": "c", "rejected": "r"}] * 4)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.teammate.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, team.teammate.username)
 
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
     page.fill("#id_name", "typed in the form")
@@ -66,11 +63,7 @@ def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
     through the navigation, tabs and presets before a field, and nothing read the problems out first."""
     team = make_team()
     make_base_model(team.project, name="tiny")
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.teammate.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, team.teammate.username)
 
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
     page.focus("#id_name")
