@@ -39,7 +39,7 @@ from webapp.projects.models import Project
 from webapp.runs import channels
 from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
                                 RunStatus, new_run_id)
-from webapp.runs.specform import tasks
+from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.selectors import pool_offers
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: Dat
                                   f"training data as {columns or 'given'}; one run reads both with one mapping")
     given = data.get("columns")
     if given not in (None, {}) and given != columns:
-        _add(errors, "data.columns", "set from the dataset versions' column mappings (chosen at upload); remove it")
+        _add(errors, "data.columns", SET_BY_TEMPER["data.columns"])
     return columns
 
 
@@ -225,7 +225,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         raise ValidationError({"__all__": ["the spec must be a mapping of keys (task, model, data, ...)"]})
     spec = copy.deepcopy(spec)
     if "output_dir" in spec:
-        _add(errors, "output_dir", "Temper gives every run its own directory; remove output_dir")
+        _add(errors, "output_dir", SET_BY_TEMPER["output_dir"])
         spec.pop("output_dir")
     task = spec.get("task")
     if task not in tasks():

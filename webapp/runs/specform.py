@@ -278,8 +278,9 @@ def spec_initial(spec: dict[str, Any]) -> dict[str, Any]:
     return initial
 
 
-# Keys a YAML spec may hold that Temper sets itself (the launch refuses them too, with these words).
-SET_BY_TEMPER = {"output_dir": "Temper gives every run its own directory; remove it",
+# Keys a YAML spec may hold that Temper sets itself, and why they are refused (``services.plan_run``
+# refuses them at launch, the switch to the form here).
+SET_BY_TEMPER = {"output_dir": "Temper gives every run its own directory; remove output_dir",
                  "data.columns": "set from the dataset versions' column mappings (chosen at upload); remove it"}
 
 
@@ -298,9 +299,9 @@ def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]
         if key in sections and isinstance(value, dict):
             for sub, sub_value in value.items():
                 name = f"{key}.{sub}"
-                field = fields.get(name)
                 if name in ("data.train", "data.eval"):
                     continue
+                field = fields.get(name)
                 if field is None:
                     problems[name] = SET_BY_TEMPER.get(name, f"the {task} form has no field for it")
                 elif field.widget == "select" and sub_value is not None and not any(
