@@ -40,6 +40,7 @@ from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
+from webapp.runs.selectors import last_value
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +220,8 @@ def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser |
 def guard_verdict(guard: dict[str, Any], previous: Run, current: Run) -> str | None:
     """None when ``current`` passes ``guard`` against ``previous``; otherwise the reason, in words."""
     metric = guard["metric"]
-    before = (previous.final_metrics or {}).get(metric, {}).get("last")
-    after = (current.final_metrics or {}).get(metric, {}).get("last")
+    before = last_value(final_metrics=previous.final_metrics, name=metric)
+    after = last_value(final_metrics=current.final_metrics, name=metric)
     if before is None or after is None:
         missing = previous if before is None else current
         return f"{metric} was not logged by {missing.name} ({missing.public_id}), so the guard cannot pass"
