@@ -206,7 +206,11 @@
       .then(function (response) { return response.text(); })
       .then(function (html) {
         document.getElementById("checkpoints").innerHTML = html;  // a server-rendered partial, escaped by Django
-        if (!config.dataset.active && !exportRunning()) stopListening();
+        if (config.dataset.active || exportRunning() || !(source || pollTimer)) return;
+        stopListening();
+        // The catch-up that loaded this partial may have read the log before the last export ended,
+        // and that export's own event can now come to a closed stream: read the log once more.
+        return catchUp();
       });
   }
 

@@ -448,6 +448,41 @@ def test_a_checkpoint_export_shows_its_end_without_a_reload(page, asgi_server, r
     done = page.locator("#checkpoints li[data-step='6']")
     done.locator(".badge", has_text="exported").wait_for(timeout=10_000)
     assert f"{run.public_id}@6" in done.inner_text()
-    assert page.locator("#log", has_text="checkpoint 6 exported").is_visible()
+    page.locator("#log", has_text="checkpoint 6 exported").wait_for(timeout=10_000)
     page.wait_for_function("() => document.getElementById('live-state').textContent === ''")
     assert page.evaluate("() => window.notReloaded") is True
+
+
+def test_the_last_export_s_log_line_is_shown_when_its_event_comes_after_the_page_stops_listening(
+        page, asgi_server, redis_url, transactional_db, settings, monkeypatch, tmp_path):
+    """CI caught the page missing 'checkpoint 6 exported': a catch-up read the log before the export
+    of checkpoint 6 ended, but its checkpoints after, saw no export left and stopped listening before
+    the event of checkpoint 6 came. Here checkpoint 6 ends between those two reads, with its event
+    lost, and the page still shows its log line: it reads the log once more when it stops."""
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # the 'worker' is this test
+    team = make_team(slug="lambda4")
+    run = Run.objects.create(project=team.project, name="exports", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    for step in (3, 6):
+        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+        services.checkpoint_export_request(run=run, step=step, user=team.teammate)
+    (tmp_path / "export-step-6").mkdir()
+    log_in(page, asgi_server, "lambda4-teammate")
+    page.goto(f"{asgi_server}/p/lambda4/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+
+    def end_checkpoint_6_first(route):
+        if not run.checkpoint_exports.filter(step=6, status="exported").exists():
+            with monkeypatch.context() as lost:
+                lost.setattr("webapp.runs.reporting.publish_event", lambda *args, **kwargs: None)
+                services.checkpoint_export_finish(run=run, step=6, export_dir=tmp_path / "export-step-6")
+        route.continue_()
+
+    page.route("**/checkpoints/", end_checkpoint_6_first)
+    services.checkpoint_export_finish(run=run, step=3, error=RuntimeError("out of host memory"))
+    page.locator("#checkpoints li[data-step='6'] .badge", has_text="exported").wait_for(timeout=10_000)
+    page.wait_for_function("() => document.getElementById('live-state').textContent === ''")
+    page.locator("#log", has_text="checkpoint 6 exported").wait_for(timeout=10_000)
+    assert page.locator("#log", has_text="export of checkpoint 3 failed").is_visible()
