@@ -8,22 +8,37 @@
     document.querySelectorAll("form.launch-form").forEach(function (form) { form.hidden = form.dataset.mode !== mode; });
     tabs.forEach(function (tab) { tab.classList.toggle("active", tab.dataset.mode === mode); });
   }
-  // Each editor is a form of its own: a switch sends the shown one, and the server answers with the
-  // other holding what was typed (a bare switch showed it as first served, and launching it lost that).
+  // Send the shown editor with ``name`` = ``value`` added: the server answers with the page asked for,
+  // holding what was typed in it.
+  function sendShown(name, value) {
+    var shown = document.querySelector("form.launch-form:not([hidden])");
+    var target = document.createElement("input");
+    target.type = "hidden";
+    target.name = name;
+    target.value = value;
+    shown.appendChild(target);
+    shown.submit();
+  }
+  // Each editor is a form of its own: a bare switch showed the other as first served, and launching
+  // it lost what was typed.
   tabs.forEach(function (tab) {
     tab.addEventListener("click", function (event) {
       event.preventDefault();
       var shown = document.querySelector("form.launch-form:not([hidden])");
-      if (!shown || shown.dataset.mode === tab.dataset.mode) return;
-      var target = document.createElement("input");
-      target.type = "hidden";
-      target.name = "switch";
-      target.value = tab.dataset.mode;
-      shown.appendChild(target);
-      shown.submit();
+      if (shown && shown.dataset.mode !== tab.dataset.mode) sendShown("switch", tab.dataset.mode);
     });
   });
   if (window.location.hash === "#yaml") show("yaml");
+  // As bare links the task tabs dropped everything typed; the server keeps the values chosen (without
+  // JavaScript they stay links).
+  document.querySelectorAll("nav.tabs a[data-task]").forEach(function (tab) {
+    tab.addEventListener("click", function (event) {
+      if (tab.classList.contains("active") || !document.querySelector("form.launch-form:not([hidden])")) return;
+      event.preventDefault();
+      sendShown("switch_task", tab.dataset.task);
+    });
+  });
+
   // A refused launch (or switch) lists its problems above the editor: start there, not at the top of
   // the page, so that a keyboard or screen-reader user reads them first and tabs on into the fields.
   var problems = document.getElementById("launch-errors");

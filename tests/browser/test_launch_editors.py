@@ -76,3 +76,48 @@ def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
         page.keyboard.press("Tab")
     assert page.evaluate("() => document.activeElement.id") == "id_name"
     assert page.locator("#id_name").input_value() == "from the keyboard"
+
+
+def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(page, live_server, monkeypatch):
+    """The task tabs were links: choosing DPO after filling in the SFT form gave an empty DPO form."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    make_ready_version(team.project, name="chats", kind="sft")
+    prefs = make_ready_version(team.project, name="prefs", kind="preference",
+                               rows=[{"prompt": "p", "chosen": "c", "rejected": "r"}] * 4)
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#id_name", "picked on sft")
+    page.select_option("#spec-model", base_model.public_id)
+    page.fill("#spec-optim-learning_rate", "0.003")
+    page.fill("#spec-peft-rank", "4")
+    page.locator("nav.tabs a[data-task=dpo]").click()
+    page.locator("#task-switched").wait_for()
+    assert page.locator("nav.tabs a.active[data-task]").inner_text() == "dpo"
+    assert page.locator("#id_name").input_value() == "picked on sft"
+    assert page.locator("#spec-model").input_value() == base_model.public_id
+    assert page.locator("#spec-optim-learning_rate").input_value() == "0.003"
+    assert page.locator("#spec-peft-rank").input_value() == "4"
+    assert page.locator("#spec-dpo-beta").input_value() == "0.1"  # the DPO preset, for what was not changed
+    notice = page.locator("#task-switched").inner_text()
+    assert "Switched from sft to dpo" in notice and "model, optim.learning_rate, peft.rank" in notice
+
+    # In the YAML editor: a changed key goes along to GRPO and back, and a launch runs it.
+    page.get_by_role("link", name="YAML (advanced)").click()
+    page.locator("#yaml-form").wait_for()
+    page.fill("#id_spec_yaml", page.locator("#id_spec_yaml").input_value().replace("warmup_steps: 10", "warmup_steps: 3"))
+    page.locator("nav.tabs a[data-task=grpo]").click()
+    page.locator("#task-switched").wait_for()
+    assert page.locator("#yaml-form").is_visible()
+    yaml_text = page.locator("#id_spec_yaml").input_value()
+    assert "task: grpo\n" in yaml_text and "warmup_steps: 3\n" in yaml_text and "num_generations: 8\n" in yaml_text
+    page.locator("nav.tabs a[data-task=dpo]").click()
+    page.locator("#task-switched", has_text="from grpo to dpo").wait_for()
+    page.fill("#id_spec_yaml", page.locator("#id_spec_yaml").input_value().replace("train: dv_…", f"train: {prefs.public_id}"))
+    page.locator("#yaml-form button[type=submit]").click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get()
+    assert (run.name, run.task, run.spec["optim"]["warmup_steps"], run.spec["model"]) == (
+        "picked on sft", "dpo", 3, base_model.public_id)

@@ -42,6 +42,7 @@ from pydantic_core import PydanticUndefined
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
 from jaxengine.spec import MULTI_HOST_TASKS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
 from webapp.core.numbers import whole_number
+from webapp.runs.presets import preset_spec, presets_for
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
 # Keys the web fills itself: datasets are chosen from lists, and their column names come from the
@@ -312,6 +313,71 @@ def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]
         elif key not in fields:
             problems[key] = SET_BY_TEMPER.get(key, f"the {task} form has no field for it")
     return problems
+
+
+def merge_spec(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overlay``'s keys, section by section."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = merge_spec(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def with_form_defaults(task: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Every schema default of ``task``'s form, overlaid with ``spec``."""
+    defaults: dict[str, Any] = {"task": task}
+    for section in form_sections(task):
+        defaults[section.name] = {field.name.split(".", 1)[1]: field.default for field in section.fields}
+    return merge_spec(defaults, spec)
+
+
+def changed_from_presets(task: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The dotted-key ``values`` of a ``task`` launch page that someone chose: those neither the
+    schema nor any preset of ``task`` gives, and the model and data picked."""
+    scale_out = {field.name: field.default for field in scale_out_section(task).fields}
+    starts = [{**scale_out, **spec_initial(with_form_defaults(task, preset_spec(task, preset["name"])))}
+              for preset in presets_for(task)]
+    return {key: value for key, value in values.items()
+            if value not in ("", None) and all(start.get(key, _ABSENT) != value for start in starts)}
+
+
+_ABSENT = object()
+
+
+def carry_to_task(old_task: str, new_task: str, changes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What a switch of the launch page from ``old_task`` to ``new_task`` keeps of the values someone
+    changed there (``changes``, by dotted key as ``spec_initial`` gives them), and what it leaves out
+    with the reason. A key keeps its name where the new form has it (``optim.learning_rate``); a key
+    of the old task's own section moves to the new task's section of that name (``grpo.rewards`` to
+    ``ppo.rewards``). Everything else on the new page is the new task's first preset, so that a DPO
+    form does not inherit an SFT learning rate nobody chose."""
+    fields = {field.name for section in form_sections(new_task) for field in section.fields}
+    fields.update(field.name for field in scale_out_section(new_task).fields)
+    fields.update(("model", "data.train", "data.eval"))
+    kept: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    for key, value in changes.items():
+        section, _, sub = key.partition(".")
+        if key in fields:
+            kept[key] = value
+        elif section in TASK_SECTIONS.get(old_task, ()) and (moved := next(
+                (f"{own}.{sub}" for own in TASK_SECTIONS.get(new_task, ()) if f"{own}.{sub}" in fields), None)):
+            kept[moved] = value
+        else:
+            dropped[key] = f"the {new_task} form has no field for it"
+    return kept, dropped
+
+
+def spec_from_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """The spec mapping of dotted-key ``values`` (``spec_initial``'s inverse)."""
+    spec: dict[str, Any] = {}
+    for key, value in values.items():
+        section, _, sub = key.partition(".")
+        if sub:
+            spec.setdefault(section, {})[sub] = value
+        else:
+            spec[key] = value
+    return spec
 
 
 # ---- reward-term rows -----------------------------------------------------------------------

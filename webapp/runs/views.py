@@ -30,8 +30,9 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import (form_sections, keys_the_form_cannot_show, read_form, scale_out_section, spec_initial,
-                                  tasks)
+from webapp.runs.specform import (carry_to_task, changed_from_presets, form_sections, keys_the_form_cannot_show,
+                                  merge_spec, read_form, scale_out_section, spec_from_keys, spec_initial, tasks,
+                                  with_form_defaults)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -65,13 +66,6 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
     count = services.run_set_archived(runs=runs, archived=archived)
     messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
     return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))
-
-
-def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in overlay.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-    return merged
 
 
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
@@ -120,13 +114,15 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
-        initial = spec_initial(_defaults_with(task, spec))
+        initial = spec_initial(with_form_defaults(task, spec))
         return render(request, "runs/new.html", _launch_context(
             project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
                 _yaml_seed(task, spec)), mode="form", name=name, tags=tags, preset_name=preset_name))
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)
+    if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
+        return _switch_task(request, project, membership, task=task, new_task=request.POST["switch_task"], mode=mode)
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     errors: dict[str, list[str]] = {}
     spec: dict[str, Any] = {}
@@ -185,7 +181,7 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
             context["errors_heading"] = "Fix these keys to switch to the form (or launch from here)"
             return render(request, "runs/new.html", context, status=400)
         return render(request, "runs/new.html", _launch_context(
-            project, membership, task=task, initial=spec_initial(_defaults_with(task, spec)), errors={},
+            project, membership, task=task, initial=spec_initial(with_form_defaults(task, spec)), errors={},
             yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))
     spec, input_errors = read_form(task, request.POST)
     errors = {key: [message] for key, message in input_errors.items()}
@@ -194,6 +190,54 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
                               tags=tags, preset_name=None)
     context["errors_heading"] = "Fix these inputs to switch to YAML"
     return render(request, "runs/new.html", context, status=400 if errors else 200)
+
+
+def _switch_task(request: HttpRequest, project, membership, *, task: str, new_task: str, mode: str) -> HttpResponse:
+    """The launch page of ``new_task`` in the same editor, keeping what was chosen on ``task``'s (the
+    task tabs send the shown editor here; as bare links they lost everything typed). A value someone
+    chose (one that neither the schema nor a preset of ``task`` gives) is kept where ``new_task`` has
+    that key; the rest of the page is ``new_task``'s first preset, so that a DPO form does not inherit
+    the SFT preset's learning rate, and the page says what was kept and what was left out."""
+    name, tags = request.POST.get("name", ""), request.POST.get("tags", "")
+    if mode == "yaml":
+        yaml_text = request.POST.get("spec_yaml", "")
+        try:
+            current = _dotted_keys(services.spec_mapping_from_yaml(yaml_text))
+        except ValidationError as error:
+            return render(request, "runs/new.html", _launch_context(
+                project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
+                mode="yaml", name=name, tags=tags, preset_name=None), status=400)
+    else:
+        spec, input_errors = read_form(task, request.POST)
+        if input_errors:
+            context = _launch_context(project, membership, task=task, initial=spec_initial(spec),
+                                      errors={key: [message] for key, message in input_errors.items()},
+                                      yaml_text=services.spec_to_yaml(spec), mode="form", name=name, tags=tags,
+                                      preset_name=None)
+            context["errors_heading"] = f"Fix these inputs to switch to {new_task}"
+            return render(request, "runs/new.html", context, status=400)
+        current = spec_initial(spec)
+    kept, dropped = carry_to_task(task, new_task, changed_from_presets(task, current))
+    for key, kinds in (("data.train", services.train_kinds(new_task)), ("data.eval", services.eval_kinds(new_task))):
+        if key in kept and kept[key] not in {value for value, _label in selectors.dataset_choices(project=project, kinds=kinds)}:
+            dropped[key] = f"{new_task} takes {' or '.join(kinds)} data"
+            del kept[key]
+    preset_name = presets.presets_for(new_task)[0]["name"]
+    spec = merge_spec(presets.preset_spec(new_task, preset_name), spec_from_keys(kept))
+    context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
+                              errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
+                              name=name, tags=tags, preset_name=preset_name)
+    context["switched"] = {"from": task, "kept": sorted(kept), "dropped": dropped}
+    return render(request, "runs/new.html", context)
+
+
+def _dotted_keys(spec: dict[str, Any]) -> dict[str, Any]:
+    """A YAML spec's values by dotted key as the form names them, with its other top-level keys (a
+    misspelt ``epochs:``) as they are, so that a switch says it left them out; not the placeholders."""
+    keys = spec_initial(spec)
+    keys.update((key, value) for key, value in spec.items()
+                if key != "task" and key not in keys and not isinstance(value, dict))
+    return {key: value for key, value in keys.items() if YAML_PLACEHOLDERS.get(key) != value}
 
 
 def _with_spec_errors(project, spec: dict[str, Any], input_errors: dict[str, str]) -> ValidationError:
@@ -209,17 +253,14 @@ def _with_spec_errors(project, spec: dict[str, Any], input_errors: dict[str, str
     return ValidationError(errors)
 
 
-def _defaults_with(task: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Every schema default of ``task``'s form, overlaid with ``spec``."""
-    defaults: dict[str, Any] = {"task": task}
-    for section in form_sections(task):
-        defaults[section.name] = {field.name.split(".", 1)[1]: field.default for field in section.fields}
-    return _merge(defaults, spec)
+# What the YAML editor shows for the model and data until they are chosen.
+YAML_PLACEHOLDERS = {"model": "bm_…", "data.train": "dv_…"}
 
 
 def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
-    seed = {"task": task, "model": spec.get("model", "bm_…"), "data": {"train": "dv_…"}}
-    return _merge(seed, {key: value for key, value in spec.items() if key != "output_dir"})
+    seed = {"task": task, "model": spec.get("model", YAML_PLACEHOLDERS["model"]),
+            "data": {"train": YAML_PLACEHOLDERS["data.train"]}}
+    return merge_spec(seed, {key: value for key, value in spec.items() if key != "output_dir"})
 
 
 def _progress(run) -> dict[str, Any]:

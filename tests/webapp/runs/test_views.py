@@ -202,6 +202,72 @@ def test_switching_to_the_form_refuses_keys_it_cannot_show(team, run, client_for
     assert response.status_code == 200 and 'data-mode="form"' in response.content.decode()
     assert not Run.objects.exclude(pk=run.pk).exists() and not sent_tasks.calls
 
+def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_preset(team, catalog, client_for,
+                                                                                      sent_tasks):
+    """The task tabs were links: a switch lost everything typed. A value someone chose (neither the
+    schema's nor a preset's) is kept where the new task has it, the rest is the new task's first preset
+    (a DPO form must not inherit the SFT preset's learning rate), and the page says what was left out."""
+    client = client_for(team.teammate)
+    form = {**_layout_form(catalog), "name": "<b>mine</b>", "tags": "a, b", "optim.learning_rate": "0.003",
+            "optim.warmup_steps": "20", "peft.rank": "4", "data.eval": catalog.preference.public_id,
+            "switch_task": "dpo"}
+    response = client.post("/p/alpha/runs/new/", form)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'class="active" data-task="dpo"' in page
+    assert 'name="optim.learning_rate" value="0.003"' in page and 'name="peft.rank" value="4"' in page
+    assert 'name="dpo.beta" value="0.1"' in page  # the DPO preset
+    assert 'name="train.batch_size" value="8"' in page and 'name="train.max_steps" value="5"' in page
+    assert 'name="optim.warmup_steps" value="10"' in page  # 20 is the full fine-tune preset's: not a choice
+    assert f'<option value="{catalog.base_model.public_id}" selected>' in page
+    assert f'<option value="{catalog.preference.public_id}" selected>' in page  # data.eval
+    assert 'id="id_name" name="name" value="&lt;b&gt;mine&lt;/b&gt;"' in page and 'value="a, b"' in page
+    assert ("Kept what you chose: <code>data.eval</code>, <code>model</code>, <code>optim.learning_rate</code>, "
+            "<code>peft.rank</code>, <code>peft.targets</code>, <code>train.max_steps</code>.") in page
+    assert "<code>data.train</code>: dpo takes preference data" in page
+    assert "learning_rate: 0.003\n" in page and "task: dpo\n" in page  # the YAML view agrees
+
+    # GRPO to PPO: keys of GRPO's own section move to PPO's of the same name.
+    page = client.post("/p/alpha/runs/new/", {
+        "mode": "form", "task": "grpo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
+        "grpo.rewards.0.name": "length_target", "grpo.rewards.0.weight": "2",
+        "grpo.rewards.0.args.length_target.target": "12", "grpo.num_generations": "4", "grpo.epsilon": "0.3",
+        "switch_task": "ppo"}).content.decode()
+    assert 'class="active" data-task="ppo"' in page and 'name="ppo.epsilon" value="0.3"' in page
+    assert '<option value="length_target" selected>' in page and 'value="12"' in page
+    assert "<code>grpo.num_generations</code>: the ppo form has no field for it" in page
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
+    typed = served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003") + "epochs: 3\n"
+    assert "learning_rate: 0.003" in typed
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "name": "n", "spec_yaml": typed,
+                                                  "switch_task": "dpo"})
+    page = response.content.decode()
+    assert response.status_code == 200 and 'data-mode="yaml" >' in page
+    yaml_text = response.context["yaml_text"]
+    assert "task: dpo\n" in yaml_text and "learning_rate: 0.003\n" in yaml_text and "beta: 0.1\n" in yaml_text
+    assert "max_steps: 200" not in yaml_text  # the SFT preset's, not changed by hand: left behind
+    assert "Kept what you chose: <code>optim.learning_rate</code>." in page
+    assert "<code>epochs</code>: the dpo form has no field for it" in page
+    # YAML that does not parse stays as typed, with its line.
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n",
+                                                  "switch_task": "dpo"})
+    assert response.status_code == 400 and "YAML syntax error" in response.content.decode()
+    assert 'class="active" data-task="sft"' in response.content.decode()
+    # So does a form input that cannot be read.
+    response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "task": "grpo",
+                                                  "grpo.rewards.0.name": "length_target",
+                                                  "grpo.rewards.0.args.length_target.target": "long",
+                                                  "switch_task": "ppo"})
+    page = response.content.decode()
+    assert response.status_code == 400 and "Fix these inputs to switch to ppo" in page
+    assert 'class="active" data-task="grpo"' in page
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
 def test_duplicate_prefills_from_a_run(team, run, client_for):
     page = client_for(team.owner).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'value="first &lt;b&gt;run&lt;/b&gt; (copy)"' in page
