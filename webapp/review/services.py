@@ -41,12 +41,14 @@ from webapp.review.models import (
     MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
     ItemStatus, Label, Review,
 )
+from webapp.runs.services import held_task_messages
 
 logger = logging.getLogger(__name__)
 
 LOAD_TASK = "worker.tasks.review.load_campaign_items"
 EXPORT_TASK = "worker.tasks.review.write_export"
 GENERATE_TASK = "worker.tasks.review.generate_campaign_answers"
+GENERATE_QUEUE = "serve"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
 
@@ -197,9 +199,27 @@ def campaign_load_request(*, campaign: Campaign) -> None:
         attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
         transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
-        transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue="serve"))
+        transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue=GENERATE_QUEUE))
     else:
         raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
+
+
+def campaign_load_again(*, campaign: Campaign) -> None:
+    """``campaign_load_request`` asked from the campaign page (its message was lost: Redis was down, or
+    the worker stopped). Refused while Redis holds the generation's message."""
+    if campaign.status == CampaignStatus.GENERATING and generation_queued(campaign=campaign):
+        raise ValidationError({"status": f"the generation of {campaign.name} is queued or under way; its items "
+                                         "appear when it is done"})
+    campaign_load_request(campaign=campaign)
+
+
+def generation_queued(*, campaign: Campaign) -> bool | None:
+    """Whether Redis holds the generation message of ``campaign``, waiting or being answered (its task
+    acknowledges at the end); None while Redis cannot be asked. Sending it again then only makes the
+    serve worker answer every prompt twice, in the way of chats."""
+    held = held_task_messages(task=GENERATE_TASK, queues=(GENERATE_QUEUE,),
+                              checking=f"the generation of campaign {campaign.public_id}")
+    return None if held is None else (campaign.pk,) in held
 
 
 def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Campaign:

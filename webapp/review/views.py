@@ -117,6 +117,9 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         "report": report,
         "model_preferences": selectors.model_preference_rows(project=project, report=report),
         "generation_total": 2 * campaign.generation.get("prompts", {}).get("count", 0),
+        # Its owners are offered to queue it again only once Redis no longer holds its message.
+        "generation_queued": (services.generation_queued(campaign=campaign)
+                              if can_manage and campaign.status == CampaignStatus.GENERATING else None),
         "reviewers": selectors.reviewer_names(campaign=campaign),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
@@ -162,8 +165,9 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     campaign = selectors.campaign_get(project=project, public_id=public_id)
 
     def load() -> str:
-        services.campaign_load_request(campaign=campaign)
-        messages.success(request, "Loading the items again.")
+        services.campaign_load_again(campaign=campaign)
+        messages.success(request, "Generating the answers again." if campaign.status == CampaignStatus.GENERATING
+                         else "Loading the items again.")
         return reverse("review:detail", args=[project.slug, campaign.public_id])
 
     try:

@@ -261,3 +261,50 @@ def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_vers
     assert campaign.generation["model_b"]["path"] == "/runs/dpo-1/export-step-200"
     assert campaign.generation["prompts"]["count"] == 1, "no more prompts than the version has"
     assert [prompt.prompt for prompt in services.generation_prompts(campaign=campaign)] == ["Best colour?"]
+
+
+def test_queue_the_generation_again_is_offered_once_redis_no_longer_holds_its_message(
+        team, client_for, models, prompts_version, sent_tasks, redis_server, settings,
+        django_capture_on_commit_callbacks):
+    """The button was there while the answers were being generated: pressed, the serve worker answered
+    every prompt twice, in the way of chats. It is offered once Redis holds the message nowhere (the
+    worker stopped, or Redis lost it) or cannot be asked, and refused while the message is held."""
+    import redis
+    from celery import Celery
+
+    from tests.live import _use_broker
+    from webapp.celery import app as celery_app
+
+    url = f"redis://127.0.0.1:{redis_server.port}/9"  # a database no test worker listens on
+    settings.REDIS_URL = url
+    broker = redis.Redis.from_url(url)
+    broker.flushdb()
+    previous = celery_app.conf.broker_url
+    _use_broker(celery_app, url)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            campaign = generate(team, models, prompts_version)
+        name, args, queue = sent_tasks[-1]
+        Celery.send_task(celery_app, name, args=args, queue=queue)  # what the real send leaves in Redis
+        owner = client_for(team.owner)
+        detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+        again = reverse("review:load", args=[team.project.slug, campaign.public_id])
+        page = owner.get(detail).content.decode()
+        assert "campaign-generating" in page and "Queue the generation again" not in page
+        page = owner.post(again, follow=True).content.decode()
+        assert "the generation of falcon vs heron is queued or under way" in page and len(sent_tasks) == 1
+
+        broker.delete("serve")  # the worker stopped, the message with it
+        page = owner.get(detail).content.decode()
+        assert "Its message is no longer queued" in page and "Queue the generation again" in page
+        with django_capture_on_commit_callbacks(execute=True):
+            page = owner.post(again, follow=True).content.decode()
+        assert "Generating the answers again." in page
+        assert sent_tasks[-1] == (services.GENERATE_TASK, [campaign.pk], "serve") and len(sent_tasks) == 2
+        assert "Queue the generation again" not in client_for(team.teammate).get(detail).content.decode()
+
+        settings.REDIS_URL = "redis://127.0.0.1:1/0"  # Redis cannot be asked: offered, without a reason
+        page = owner.get(detail).content.decode()
+        assert "Queue the generation again" in page and "Its message is no longer queued" not in page
+    finally:
+        _use_broker(celery_app, previous)
