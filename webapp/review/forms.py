@@ -32,6 +32,10 @@ class CampaignSettingsForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["reviewers"].queryset = _reviewer_choices(project)
         self.fields["reviewers"].label_from_instance = lambda user: user.get_username()
+        if "required_reviews" not in self.initial:
+            # A new campaign of a project with one possible reviewer asked for 2 reviews per item, and
+            # opened saying no item could ever be complete.
+            self.fields["required_reviews"].initial = min(2, max(1, self.fields["reviewers"].queryset.count()))
 
 
 class CampaignCreateForm(CampaignSettingsForm):

@@ -121,6 +121,20 @@ def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_ve
     assert response.status_code == 400 and b"This field is required" in response.content
 
 
+def test_a_new_campaign_asks_for_no_more_reviews_per_item_than_the_project_has_reviewers(team, client_for):
+    """A project whose owner works alone got 2 reviews per item by default, and the new campaign opened
+    saying that no item could ever be complete."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+
+    solo = project_services.project_create(name="Solo", slug="solo", owner=make_user("solo-owner"))
+    for page_name in ("review:create", "review:generate"):
+        alone = client_for(solo.memberships.get().user).get(reverse(page_name, args=["solo"])).content.decode()
+        assert 'name="required_reviews" value="1"' in alone, page_name
+        together = client_for(team.owner).get(reverse(page_name, args=[team.project.slug])).content.decode()
+        assert 'name="required_reviews" value="2"' in together, page_name
+
+
 def test_a_reviewer_reviews_with_the_form(campaign, team, client_for):
     reviewer = client_for(team.teammate)
     page = reviewer.get(url("next", campaign))
