@@ -25,7 +25,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import form_send_once
 from webapp.datasets import selectors, services
-from webapp.datasets.forms import TokenStatisticsForm, UploadForm
+from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
 from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
@@ -90,7 +90,11 @@ def _too_large_message(limit: int) -> str:
 @csrf_protect
 def _upload_checked(request, project, membership, dataset, handler: LimitedUploadHandler | None):
     if request.method == "GET":
-        return _render_upload(request, project, membership, UploadForm(dataset=dataset), dataset)
+        # A new version usually has the columns of the last one: its form starts from that mapping.
+        previous = selectors.version_list(dataset=dataset).first() if dataset is not None else None
+        initial = {mapping_field_name(field): column for field, column in previous.column_mapping.items()} if previous else {}
+        return _render_upload(request, project, membership, UploadForm(dataset=dataset, initial=initial), dataset,
+                              mapping_from=previous if initial else None)
     form = UploadForm(request.POST, request.FILES, dataset=dataset)
     if handler is not None and handler.exceeded:
         form.is_valid()  # cleans the other fields, so that add_error may add to them
@@ -121,7 +125,8 @@ def _upload_checked(request, project, membership, dataset, handler: LimitedUploa
     return _render_upload(request, project, membership, form, dataset, status=400)
 
 
-def _render_upload(request, project, membership, form, dataset, *, error: str | None = None, status: int = 200):
+def _render_upload(request, project, membership, form, dataset, *, error: str | None = None, status: int = 200,
+                   mapping_from=None):
     return render(
         request,
         "datasets/upload.html",
@@ -131,6 +136,7 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
             "form": form,
             "dataset": dataset,
             "upload_error": error,
+            "mapping_from": mapping_from,
             "max_upload_bytes": settings.TEMPER_MAX_UPLOAD_BYTES,
         },
         status=status,

@@ -158,6 +158,18 @@ class TestUpload:
         assert list(first.dataset.versions.values_list("number", flat=True).order_by("number")) == [1, 2]
         assert client_for(team.outsider).get(url).status_code == 404
 
+    def test_a_new_version_starts_from_the_last_version_s_column_mapping(self, team, client_for):
+        first = services.dataset_create_with_upload(
+            project=team.project, name="qa", kind="sft",
+            upload=SimpleUploadedFile("qa.jsonl", b'{"question": "Hi", "answer": "Hello!"}\n'),
+            file_format=None, column_mapping={"prompt": "question", "completion": "answer"}, user=team.teammate,
+        )
+        url = f"/p/alpha/datasets/{first.dataset.public_id}/upload/"
+        page = client_for(team.teammate).get(url).content.decode()
+        assert 'name="map_prompt" value="question"' in page and 'name="map_completion" value="answer"' in page
+        assert "Filled in from v1's mapping" in page
+        assert 'name="map_prompt" value' not in client_for(team.teammate).get("/p/alpha/datasets/new/").content.decode()
+
 
 def test_the_asgi_guard_answers_413_without_reading_the_body():
     calls = []
