@@ -766,3 +766,19 @@ def test_the_sort_select_says_what_each_order_is(team, run, client_for):
     assert '<option value="-name" selected>name Z–A</option>' in select
     assert '<option value="steps" >most steps first</option>' in select and select.count("<option") == 7
 
+
+
+def test_the_table_s_pages_keep_its_filters_and_order(team, catalog, client_for, sent_tasks, monkeypatch):
+    """The page links were '?page=N': the next page of a filtered table listed every run, newest first."""
+    from webapp.runs import views
+
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 1)
+    for name in ("b-sweep", "a-sweep"):
+        services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=name, tags="sweep")
+    outside = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="c-other")
+    client = client_for(team.viewer)
+    first = client.get("/p/alpha/runs/?tag=sweep&sort=name").content.decode()
+    assert "Page 1 of 2 · 2 in all" in first and 'href="?tag=sweep&amp;sort=name&amp;page=2"' in first
+    second = client.get("/p/alpha/runs/?tag=sweep&sort=name&page=2").content.decode()
+    assert "b-sweep" in second and outside.public_id not in second
+    assert 'href="?tag=sweep&amp;sort=name&amp;page=1"' in second
