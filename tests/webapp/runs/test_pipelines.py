@@ -192,9 +192,9 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
 
 
 @pytest.mark.parametrize("text, errors", [
-    ("name: x\nstages: [\n  - name: sft\n", ["<code>document</code>: document:3:3: YAML syntax error: expected the node "
+    ("name: x\nstages: [\n  - name: sft\n", ["document:3:3: YAML syntax error: expected the node "
                                              "content, but found &#x27;-&#x27;"]),
-    ("- a\n- b\n", ["<code>__all__</code>: the document must be a mapping with a name and its stages"]),
+    ("- a\n- b\n", ["the document must be a mapping with a name and its stages"]),
     ("name: x\n", ["<code>stages</code>: required key is missing"]),
     ("name: x\nstages:\n  - name: one\n    spec: {task: sft}\n    foo: 1\n    guard: {metric: m, drop: 3}\n",
      ["<code>stages.0.guard.max_drop_percent</code>: required key is missing",
@@ -207,7 +207,8 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
 def test_a_bad_document_is_named_in_words_and_kept(team, catalog, client_for, text, errors):
     """Syntax errors read as PyYAML's repr ('in "<unicode string>", line 3, column 3: ... ^') and document
     errors as pydantic's ('Extra inputs are not permitted', 'Input should be a valid dictionary or instance
-    of PipelineDocument'); they now read as the run spec's do."""
+    of PipelineDocument'); they now read as the run spec's do. A problem of the whole document is not put
+    under a key: it read '__all__: the document must be a mapping' and 'document: document:3:3: ...'."""
     response = client_for(team.teammate).post("/p/alpha/pipelines/new/", {"document": text})
     page = response.content.decode()
     assert response.status_code == 400 and not Pipeline.objects.exists()
