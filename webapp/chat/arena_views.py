@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.chat import arena, selectors
+from webapp.chat import arena, selectors, services
 from webapp.chat.access import chat_access
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
@@ -82,6 +82,8 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
     sides = []
     for name, conversation in (("A", battle.side_a), ("B", battle.side_b)):
         answer = arena.battle_answer(conversation)
+        if services.message_give_up_if_lost(message=answer):  # else the vote would wait for it for ever
+            answer.refresh_from_db()
         kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
         sides.append({"name": name, "answer": answer, "model": conversation.model_label if battle.outcome or not battle.blind else None,
                       "events": reverse("chat:events", kwargs=kwargs), "html": reverse("chat:message", kwargs=kwargs)})

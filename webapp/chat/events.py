@@ -4,7 +4,8 @@ The view subscribes to the generation's channel first, then reads the events sto
 forwards channel events whose ``seq`` is past the last one sent (``webapp.chat.channels``), so a
 page that connects late still gets every token once. The stream ends with the ``done`` or ``error``
 event, or after ``MAX_STREAM_SECONDS``. An answer already finished in the database is sent as one
-``done`` event without touching Redis.
+``done`` event without touching Redis; one that no worker will finish (``services.answer_is_lost``) is
+failed first and sent as its ``error`` event.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
 from webapp.core.sse import event_stream_response, relay_channel, sse_message
-from webapp.chat import channels
+from webapp.chat import channels, services
 from webapp.chat.access import get_message_for_user
 from webapp.chat.models import MessageStatus
 
@@ -46,5 +47,10 @@ async def message_events(request: HttpRequest, slug: str, conversation_id: str, 
     user = await request.auser()
     _project, _conversation, message = await sync_to_async(get_message_for_user)(
         user, slug, conversation_id, message_id)
+    # A page left open on an answer no worker will finish reconnects here when each stream ends: fail
+    # the answer then, so that the page ends (an arena battle has no Stop, and waited for ever to vote).
+    if message.status == MessageStatus.STREAMING and await sync_to_async(services.message_give_up_if_lost)(
+            message=message):
+        await sync_to_async(message.refresh_from_db)()
     stream = relay(message.public_id) if message.status == MessageStatus.STREAMING else _finished(message)
     return event_stream_response(request, stream)

@@ -123,13 +123,21 @@ def message_stop(*, message: Message) -> None:
     worker will finish (``answer_is_lost``) fails at once instead, so its conversation can go on."""
     if message.status != MessageStatus.STREAMING:
         return
-    if answer_is_lost(message):
-        _give_up(message)
+    if message_give_up_if_lost(message=message):
         return
     try:
         channels.request_stop(redis_client(), message.public_id)
     except redis.RedisError as error:
         raise ChatError(f"the stop request did not reach Redis ({error}); the answer ends by its timeout") from None
+
+
+def message_give_up_if_lost(*, message: Message) -> bool:
+    """Fail ``message`` when no worker will finish it (``answer_is_lost``), telling a page that follows it;
+    whether it was lost. An arena battle has no Stop: its page gives up lost answers so the vote opens."""
+    if not answer_is_lost(message):
+        return False
+    _give_up(message)
+    return True
 
 
 def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", completion_tokens: int = 0,

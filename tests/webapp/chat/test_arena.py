@@ -127,6 +127,32 @@ def test_the_leaderboard_page_shows_intervals_from_the_minimum_number_of_votes(t
         assert f'<td class="num">{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}</td>' in page
 
 
+def test_a_battle_whose_answer_no_worker_will_finish_can_still_be_voted(team, client_for, models, sent, settings):
+    """A serve worker that died left a side streaming for ever: the battle has no Stop, so its vote waited
+    for good. Past the generation timeout and the queue's grace the page fails that answer; a recent one waits."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.chat.models import Message, MessageStatus
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # the failure is kept though its event cannot be sent
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 30
+    battle = start_battle(team, client_for)
+    services.message_finish(message_id=arena.battle_answer(battle.side_a).public_id, text="Blue.", finish_reason="stop")
+    client = client_for(team.teammate)
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert 'value="a" class="button" disabled' in page and "no serve worker finished" not in page
+    lost = arena.battle_answer(battle.side_b)
+    Message.objects.filter(pk=lost.pk).update(
+        created_at=timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1))
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert "no serve worker finished this answer" in page and 'value="a" class="button">' in page
+    assert Message.objects.get(pk=lost.pk).status == MessageStatus.FAILED
+    client.post(battle_url("vote", battle), {"outcome": "a"})
+    assert Battle.objects.get(pk=battle.pk).outcome == "a"
+
+
 def test_it_requires_access(team, client_for, models, sent):
     battle = start_battle(team, client_for)
     for user in (team.outsider, team.owner):  # a battle is its voter's own

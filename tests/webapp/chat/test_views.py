@@ -224,6 +224,26 @@ def test_stop_gives_up_an_answer_no_worker_will_finish(team, client_for, base_mo
     assert client.post(url("send", conversation), {"content": "Hi again"}).status_code == 200
 
 
+def test_the_event_stream_of_an_answer_no_worker_will_finish_fails_it(team, client_for, base_model, sent, settings):
+    """A page left open on a lost answer reconnected every MAX_STREAM_SECONDS to a stream that never ended;
+    past the generation timeout and the queue's grace the stream fails the answer and sends its error."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # the failure does not need Redis to be told
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 30
+    conversation = conversation_of(team, client_for, base_model)
+    answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    Message.objects.filter(public_id=answer).update(
+        created_at=timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1))
+    client = AsyncClient()
+    client.force_login(team.teammate)
+    [event] = read_events(client, url("events", conversation, answer))
+    assert event["type"] == "error" and "no serve worker finished this answer" in event["message"]
+    assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
+
+
 def test_a_removed_models_name_is_isolated_where_the_page_and_the_error_say_so(team, client_for, sent):
     """The conversation keeps the label of a model since removed: an RLO in it reorders nothing of the
     sentence around it, on the page (<bdi>) or in the send error (FSI…PDI)."""
