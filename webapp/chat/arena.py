@@ -174,12 +174,17 @@ def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
     return ReviewSend(added=len(pairs), already_sent=already_sent, unusable=unusable)
 
 
+def arena_reviewers(*, project: Project):
+    """The reviewers of a campaign made on the arena votes: every member and owner of the project."""
+    return get_user_model().objects.filter(
+        pk__in=Membership.objects.filter(project=project).exclude(role=ProjectRole.VIEWER).values("user_id"))
+
+
 @transaction.atomic
 def arena_campaign_create(*, project: Project, name: str, required_reviews: int, user) -> tuple[Campaign, ReviewSend]:
     """A new review campaign on every decisive vote of the project, reviewed by all its members and
     owners (the owner can change them in the campaign's settings)."""
-    reviewers = get_user_model().objects.filter(
-        pk__in=Membership.objects.filter(project=project).exclude(role=ProjectRole.VIEWER).values("user_id"))
+    reviewers = arena_reviewers(project=project)
     campaign = review_services.campaign_create(
         project=project, name=name, required_reviews=required_reviews, reviewers=reviewers, source_version=None,
         guidelines="Pairs from arena votes: the voter's pick is the original label.", user=user)

@@ -143,3 +143,16 @@ def test_battle_text_is_escaped_in_the_review(team, client_for, models, campaign
     page = client_for(team.teammate).get(reverse("review:next", args=[team.project.slug, campaign.public_id]))
     text = page.content.decode()
     assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;img src=x onerror" in text
+
+
+def test_a_new_campaign_on_the_votes_asks_for_no_more_reviews_per_item_than_it_has_reviewers(team, client_for, models):
+    """Its reviewers are the project's members and owners; the form started at 2 reviews per item, so an
+    owner working alone made a campaign that said no item could ever be complete."""
+    from webapp.projects.models import Membership
+
+    field = 'id="id_arena_required_reviews" value="{}"'
+    for name in ("arena", "leaderboard"):
+        assert field.format(2) in client_for(team.owner).get(reverse(f"chat:{name}", args=[team.project.slug])).content.decode()
+    Membership.objects.filter(project=team.project, user=team.teammate).delete()  # the viewer reviews nothing
+    for name in ("arena", "leaderboard"):
+        assert field.format(1) in client_for(team.owner).get(reverse(f"chat:{name}", args=[team.project.slug])).content.decode()
