@@ -18,7 +18,7 @@ from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import checkpoint_steps
+from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
 from webapp.workers.selectors import pool_offers
 
 # Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
@@ -80,6 +80,13 @@ def project_tags(*, project: Project) -> list[str]:
     for tag_list in Run.objects.filter(project=project).values_list("tags", flat=True):
         tags.update(tag_list)
     return sorted(tags)
+
+
+def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
+    """The runs table's task filter: the engine's ``tasks``, and ``external`` once the project logs such
+    runs (they were listed but could not be picked out)."""
+    external = Run.objects.filter(project=project, task=EXTERNAL_TASK).exists()
+    return [*tasks, EXTERNAL_TASK] if external else list(tasks)
 
 
 def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:

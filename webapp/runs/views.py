@@ -47,7 +47,8 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     page = Paginator(selectors.run_list(project=project, filters=filters), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/list.html", {
         "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
-        "tasks": tasks(), "statuses": RunStatus.choices, "tags": selectors.project_tags(project=project),
+        "tasks": selectors.table_tasks(project=project, tasks=tasks()), "statuses": RunStatus.choices,
+        "tags": selectors.project_tags(project=project),
         "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
         "pipelines": selectors.pipeline_list(project=project)[:10],
     })

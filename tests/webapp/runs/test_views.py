@@ -782,3 +782,13 @@ def test_the_table_s_pages_keep_its_filters_and_order(team, catalog, client_for,
     second = client.get("/p/alpha/runs/?tag=sweep&sort=name&page=2").content.decode()
     assert "b-sweep" in second and outside.public_id not in second
     assert 'href="?tag=sweep&amp;sort=name&amp;page=1"' in second
+
+
+def test_the_task_filter_offers_external_runs_once_the_project_has_some(team, run, client_for):
+    client = client_for(team.viewer)
+    assert "<option >external</option>" not in client.get("/p/alpha/runs/").content.decode()
+    logged = services.run_create_external(project=team.project, name="elsewhere", config={"lr": 0.1}, user=team.owner)
+    assert "<option >external</option>" in client.get("/p/alpha/runs/").content.decode()
+    page = client.get("/p/alpha/runs/?task=external").content.decode()
+    assert "<option selected>external</option>" in page
+    assert logged.public_id in page and run.public_id not in page
