@@ -93,6 +93,29 @@ def test_a_member_creates_and_revokes_a_token_in_the_ui(team, client_for):
     assert client_for(team.outsider).post(reverse("chat:token_create", args=[team.project.slug])).status_code == 404
 
 
+def test_the_page_a_new_token_is_shown_on_still_starts_conversations(team, client_for):
+    """That page is the chat list answered at chat/tokens/, and its New conversation form had no action:
+    pressing Start there made one more token named 'token' and no conversation."""
+    import re
+
+    from django.urls import reverse
+
+    from tests.webapp.factories import form_token
+    from webapp.chat.models import Conversation, ProjectToken
+
+    model = make_base_model(team.project)
+    client = client_for(team.teammate)
+    page = client.post(reverse("chat:token_create", args=[team.project.slug]), {"name": "notebook"}).content.decode()
+    form = page[page.index('id="new-conversation"') - 200:]
+    form = form[form.index("<form"):form.index("</form>")]
+    action = re.search(r'action="([^"]*)"', form)
+    assert action, "a form without an action posts to chat/tokens/, the URL the page was answered at"
+    client.post(action.group(1), {"model": model.public_id, "system_prompt": "", "temperature": "0.7", "top_p": "1",
+                                  "top_k": "0", "max_tokens": "64", "submission_token": form_token(form)})
+    assert Conversation.objects.filter(user=team.teammate).count() == 1
+    assert ProjectToken.objects.filter(user=team.teammate).count() == 1
+
+
 def test_a_messages_text_parts_are_joined_and_other_parts_refused_naming_them(team):
     from webapp.chat.openai_api import ChatBody
 
