@@ -15,7 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -51,7 +51,26 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
         "tags": selectors.project_tags(project=project),
         "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
         "pipelines": selectors.pipeline_list(project=project)[:10],
+        # The table's own query, for the actions under it to come back to; runs a refused Compare sent back ticked.
+        "table_query": _without_runs(request.GET), "ticked": set(request.GET.getlist("runs")),
     })
+
+
+def _without_runs(query: QueryDict) -> str:
+    params = query.copy()
+    params.pop("runs", None)
+    return params.urlencode()
+
+
+def _table_url(project, back: str | None, *, fallback: str = "", ticked: list[str] | None = None) -> str:
+    """The runs table as the person left it (``back``: its search, filters, order and page, which the
+    table's form sends), with ``ticked`` runs ticked; ``fallback`` when the form did not say."""
+    params = QueryDict(fallback if back is None else back, mutable=True)
+    params.pop("runs", None)
+    if ticked:
+        params.setlist("runs", ticked)
+    query = params.urlencode()
+    return reverse("runs:list", args=[project.slug]) + (f"?{query}" if query else "")
 
 
 @login_required
@@ -60,13 +79,14 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     runs = selectors.runs_by_ids(project=project, public_ids=request.POST.getlist("runs"))
     archived = request.POST.get("archived", "1") == "1"
+    table = _table_url(project, request.POST.get("back"), fallback="" if archived else "archived=1")
     if not runs:
         # The button stands beside Compare under the table: pressed with nothing ticked, it says so.
         messages.error(request, f"tick the runs to {'archive' if archived else 'restore'} first")
-        return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))
+        return redirect(table)
     count = services.run_set_archived(runs=runs, archived=archived)
     messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
-    return redirect(reverse("runs:list", args=[project.slug]) + ("?archived=1" if not archived else ""))
+    return redirect(table)
 
 
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
@@ -450,8 +470,12 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         # The Runs page's checkboxes arrive by POST (their form also archives, so it carries a CSRF
         # token, which a GET would put into the address bar, the history and the server logs).
         project, _membership = get_project_for_user(request.user, slug)
-        query = urlencode([("runs", run_id) for run_id in request.POST.getlist("runs")])
-        return redirect(reverse("runs:compare", args=[project.slug]) + (f"?{query}" if query else ""))
+        ticked = request.POST.getlist("runs")
+        if not 2 <= len(ticked) <= MAX_COMPARE:  # back to the table as it was, the ticks kept
+            messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
+            return redirect(_table_url(project, request.POST.get("back"), ticked=ticked))
+        query = urlencode([("runs", run_id) for run_id in ticked])
+        return redirect(reverse("runs:compare", args=[project.slug]) + f"?{query}")
     project, membership, runs = _compare_runs(request, slug)
     if not 2 <= len(runs) <= MAX_COMPARE:
         messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")

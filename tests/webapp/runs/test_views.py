@@ -792,3 +792,25 @@ def test_the_task_filter_offers_external_runs_once_the_project_has_some(team, ru
     page = client.get("/p/alpha/runs/?task=external").content.decode()
     assert "<option selected>external</option>" in page
     assert logged.public_id in page and run.public_id not in page
+
+
+def test_compare_and_archive_come_back_to_the_table_as_it_was_left(team, run, client_for, catalog, sent_tasks):
+    """Both went back to the whole table, newest first: a Compare with one run ticked lost the tick and the
+    table's filters, an Archive from a tag's runs showed every run."""
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second", tags="sweep")
+    client = client_for(team.teammate)
+    table = client.get("/p/alpha/runs/?tag=sweep&sort=name").content.decode()
+    assert '<input type="hidden" name="back" value="tag=sweep&amp;sort=name">' in table
+    response = client.post("/p/alpha/runs/compare/", {"runs": [other.public_id], "back": "tag=sweep&sort=name"})
+    assert response["Location"] == f"/p/alpha/runs/?tag=sweep&sort=name&runs={other.public_id}"
+    page = client.get(response["Location"]).content.decode()
+    assert "choose between 2 and 10 runs" in page
+    assert f'value="{other.public_id}" aria-label="Select second" checked>' in page
+    assert '<input type="hidden" name="back" value="tag=sweep&amp;sort=name">' in page  # the tick is not carried on
+    both = client.post("/p/alpha/runs/compare/", {"runs": [run.public_id, other.public_id], "back": "tag=sweep"})
+    assert both["Location"] == f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}"
+    archived = client.post("/p/alpha/runs/archive/", {"runs": [other.public_id], "archived": "1", "back": "tag=sweep"})
+    assert archived["Location"] == "/p/alpha/runs/?tag=sweep"
+    restored = client.post("/p/alpha/runs/archive/", {"runs": [other.public_id], "archived": "0",
+                                                      "back": "archived=1&q=sec"})
+    assert restored["Location"] == "/p/alpha/runs/?archived=1&q=sec"
