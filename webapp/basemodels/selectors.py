@@ -1,6 +1,7 @@
 """Reads of the base model registry for pages."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.db.models import QuerySet
@@ -40,3 +41,17 @@ def candidate_model_dirs(*, models_root: Path) -> list[str]:
             if len(found) >= CANDIDATE_LIMIT:
                 return found
     return found
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: str  # relative to the models root
+    registered_as: str | None  # the project's base model of that directory, if there is one
+
+
+def register_candidates(*, project: Project, models_root: Path) -> list[Candidate]:
+    """``candidate_model_dirs`` with the name each already has in ``project`` (registering it again is refused)."""
+    root = models_root.resolve()
+    registered = dict(BaseModel.objects.filter(project=project).values_list("path", "name"))
+    return [Candidate(path=path, registered_as=registered.get(str((root / path).resolve())))
+            for path in candidate_model_dirs(models_root=models_root)]

@@ -39,7 +39,8 @@ def basemodel_list(request: HttpRequest, slug: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    form = BaseModelRegisterForm(request.POST or None)
+    # A directory chosen among those found below comes as ?path=.
+    form = BaseModelRegisterForm(request.POST or None, initial={"path": request.GET.get("path", "")})
     if request.method == "POST" and form.is_valid():
         def register() -> str:
             base_model = services.basemodel_register(
@@ -60,7 +61,7 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
             "membership": membership,
             "form": form,
             "models_root": settings.MODELS_ROOT,
-            "candidates": selectors.candidate_model_dirs(models_root=settings.MODELS_ROOT),
+            "candidates": selectors.register_candidates(project=project, models_root=settings.MODELS_ROOT),
         },
         status=400 if form.errors else 200,
     )

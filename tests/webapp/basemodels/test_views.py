@@ -63,6 +63,18 @@ class TestRegister:
         base_model = BaseModel.objects.get(project=team.project)
         assert response["Location"] == f"/p/alpha/models/{base_model.public_id}/"
 
+    def test_found_directories_fill_in_the_path_and_say_which_are_registered(self, registered, team, models_root,
+                                                                              client_for):
+        """They were bare names: each had to be typed into Path, and one already registered here was listed
+        like the others until registering it was refused."""
+        write_model_dir(models_root / "family" / "small model")
+        client = client_for(team.teammate)
+        page = client.get(self.url).content.decode()
+        assert "<code>tiny</code> <span class=\"muted\">registered here as <bdi>tiny</bdi></span>" in page
+        assert '<a href="?path=family/small%20model" title="Fill in the path"><code>family/small model</code></a>' in page
+        chosen = client.get(self.url + "?path=family/small%20model").content.decode()
+        assert 'name="path" value="family/small model"' in chosen
+
     def test_it_requires_access(self, team, models_root, client, client_for):
         assert client_for(team.outsider).post(self.url, {"name": "t", "path": "tiny"}).status_code == 404
         assert client_for(team.viewer).post(self.url, {"name": "t", "path": "tiny"}).status_code == 403
