@@ -2,7 +2,8 @@
 
 ``tiny_hf_model_dir(kind)`` returns the directory of a tiny ``save_pretrained`` model of one
 kind from ``tests.factories.TINY_KINDS`` (``llama``, ``llama-untied``, ``qwen2``, ``qwen3``,
-``gemma3``). Treat the directories as read-only: they are shared by every test.
+``gemma3``); ``demo_dir`` a micro demo build (``MICRO``: model and datasets). Treat the
+directories as read-only: they are shared by every test.
 """
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from typing import Callable
 
 import pytest
 
+from jaxengine.demo.build import DemoSettings, build_demo
 from tests import factories
+
+# The demo build at a size that trains in seconds: 2 layers of width 32 over a 400-token vocabulary.
+MICRO = DemoSettings(problems=400, vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                     num_kv_heads=1, seq_len=64, batch_size=8, steps=3, max_eval=8)
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +38,12 @@ def sharded_tiny_hf_model_dir(tmp_path_factory) -> Path:
     """A tiny Qwen 2.5 model saved in several safetensors files with model.safetensors.index.json."""
     return factories.make_tiny_hf_model("qwen2", tmp_path_factory.mktemp("tiny-qwen2-sharded"), seed=1,
                                         max_shard_size="40KB")
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    """A micro demo build (``MICRO``), made once for the session: each engine module that trains on it
+    built its own (15-30 s each)."""
+    out = tmp_path_factory.mktemp("demo")
+    build_demo(out, MICRO, progress_bar=False)
+    return out

@@ -8,21 +8,9 @@ import yaml
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
-from jaxengine.demo.build import DemoSettings, build_demo
 from jaxengine.evaluate import answers_match
 from jaxengine.job import JobError, resolve_model_dir, run_job
 from jaxengine.spec import parse_spec
-
-MICRO = DemoSettings(problems=400, vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
-                     num_kv_heads=1, seq_len=64, batch_size=8, steps=3, max_eval=8)
-
-
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    result = build_demo(out, MICRO, progress_bar=False)
-    assert result["steps"] == 3 and result["datasets"]["eval"] == 8
-    return out
 
 
 def spec_for(demo_dir, run_dir, **overrides):
@@ -39,6 +27,8 @@ def spec_for(demo_dir, run_dir, **overrides):
 
 
 def test_demo_build_writes_a_loadable_model_and_the_datasets(demo_dir):
+    summary = json.loads((demo_dir / "demo.json").read_text())
+    assert summary["steps"] == 3 and summary["datasets"]["eval"] == 8
     model, config = load_hf_model(demo_dir / "model")
     assert config.family == "llama" and config.num_layers == 2
     for name in ("sft", "preference", "prompts", "eval"):

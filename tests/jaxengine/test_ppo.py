@@ -9,14 +9,10 @@ import pytest
 from flax import nnx
 
 from jaxengine import grpo, ppo, rl
-from jaxengine.demo.build import DemoSettings, build_demo
 from jaxengine.job import JobError, build_job_model, run_job
 from jaxengine.reward_scoring import score_texts
 from jaxengine.spec import SpecError, dump_spec, parse_spec, parse_spec_text
 from jaxengine.tasks import HeadParam
-
-MICRO = DemoSettings(problems=400, vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
-                     num_kv_heads=1, seq_len=64, batch_size=8, steps=3, max_eval=8)
 
 TRL_PPO_METRICS = {"objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
                    "objective/scores", "policy/clipfrac", "policy/entropy", "policy/approxkl", "val/clipfrac",
@@ -173,13 +169,6 @@ def test_a_ppo_section_needs_task_ppo_and_errors_carry_the_line(tmp_path):
 
 # --------------------------------------------------------------------------------------------
 # End to end on a micro demo build
-
-
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    build_demo(out, MICRO, progress_bar=False)
-    return out
 
 
 def read_jsonl(path):

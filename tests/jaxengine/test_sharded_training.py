@@ -24,7 +24,7 @@ from jaxengine.sharding import default_layout, layout_mesh, make_mesh
 from jaxengine.spec import OptimSpec, SpecError, parse_spec
 from jaxengine.tasks import LanguageModelTask, PreferenceTask, with_reference_log_probs
 from jaxengine.trainer import Trainer, TrainConfig
-from tests.jaxengine.test_grpo import MICRO, grpo_spec
+from tests.jaxengine.test_grpo import grpo_spec
 from tests.jaxengine.test_ppo import ppo_mapping
 from tests.jaxengine.test_tasks import pairs
 from tests.jaxengine.test_trainer import patterned_examples
@@ -157,15 +157,6 @@ def test_the_sampler_cache_is_sharded_by_rows_and_kv_heads_under_a_mesh():
     assert {shard.data.shape for shard in cache.keys[0].addressable_shards} == {(2, 16, 16)}
     assert cache.positions.sharding.spec == PartitionSpec(("data", "fsdp"))
     assert np.abs(np.asarray(logits_bv) - np.asarray(expected)).max() <= 1e-5
-
-
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
-    from jaxengine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("demo")
-    build_demo(out, MICRO, progress_bar=False)
-    return out
 
 
 def test_grpo_from_a_spec_logs_the_losses_of_one_device(demo_dir, tmp_path):
