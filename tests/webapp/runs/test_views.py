@@ -148,7 +148,9 @@ def test_the_yaml_view_launches_a_layout_the_form_shows_again(team, catalog, cli
 def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sent_tasks):
     client = client_for(team.teammate)
     bad = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntrain:\n  max_stepz: 3\n"})
-    assert bad.status_code == 400 and "spec:3: train.max_stepz: unknown key" in bad.content.decode()
+    assert bad.status_code == 400 and "<li>spec:3: train.max_stepz: unknown key" in bad.content.decode()
+    listed = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "- a\n"}).content.decode()
+    assert "<li>spec: the spec must be a mapping of keys, got list</li>" in listed  # not under the field's name
     twice = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntask: dpo\n"})
     assert twice.status_code == 400 and "spec:2: task is given twice (first on line 1)" in twice.content.decode()
     good = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "from-yaml",
