@@ -68,7 +68,10 @@
     const body = new FormData(form);
     try {
       const data = await post(log.dataset.send, body);
-      if (data.title) document.getElementById("chat-title").textContent = data.title;  // named by its first turn
+      if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
+        document.getElementById("chat-title").textContent = data.title;
+        document.title = "\u2068" + data.title + "\u2069" + document.title.slice(document.title.indexOf(" · "));
+      }
       bubble("user").textContent = body.get("content");
       bubble("assistant", data.message);
       form.querySelector("textarea").value = "";
@@ -76,6 +79,13 @@
     } catch (error) {
       errorBox.textContent = error.message;
     }
+  });
+
+  // Enter sends, as in every chat; Shift+Enter (or Enter while an input method composes) adds a line.
+  form.querySelector("textarea").addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    event.preventDefault();
+    if (!sendButton.disabled) form.requestSubmit();
   });
 
   stopButton.addEventListener("click", async () => {

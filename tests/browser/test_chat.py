@@ -125,6 +125,28 @@ def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server,
     page.get_by_role("button", name="Send").click()
     page.locator(".chat-user").wait_for()
     assert page.locator("#chat-title").inner_text() == "Name <b>three</b> rivers"  # its first line, as text
+    assert page.title() == "\u2068Name <b>three</b> rivers\u2069 · \u2068Project alpha\u2069 · Temper"  # the tab
+
+
+def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transactional_db):  # noqa: F811
+    """Enter only added a line: a message was sent with the mouse or by tabbing to Send."""
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    page.select_option("#id_model", base_model.public_id)
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    page.focus("#chat-form textarea")
+    page.keyboard.type("first line")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("second line")
+    assert page.locator(".chat-user").count() == 0
+    page.keyboard.press("Enter")
+    page.locator(".chat-user").wait_for()
+    assert page.locator(".chat-user .chat-text").inner_text() == "first line\nsecond line"
+    assert page.locator("#chat-form textarea").input_value() == ""
+    assert Message.objects.get(role="user").content == "first line\r\nsecond line"  # as a form sends a textarea
 
 
 def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transactional_db):  # noqa: F811
