@@ -21,6 +21,7 @@ from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
 from webapp.core.bidi import isolated
 from webapp.core.submissions import form_send_once, form_send_once_secret, note_secret_already_shown
+from webapp.core.views import post_answered_with_a_page
 
 
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
@@ -52,7 +53,7 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_answered_with_a_page("chat:list")
 def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
     """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only.
     Once per sending (``form_send_once_secret``): a repeat makes no second token and says so."""

@@ -1,5 +1,8 @@
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from collections.abc import Callable
+from functools import wraps
+
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.shortcuts import redirect, render
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,3 +18,19 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
                "This happens when the page was opened before you logged in again, or in another tab. "
                "Go back, reload the page and submit it again.")
     return render(request, "403.html", {"exception": message}, status=403)
+
+
+def post_answered_with_a_page(page: str) -> Callable:
+    """``require_POST`` for a view whose answer is a page at its own address (a refused form shown again,
+    a secret shown once): a GET of that address (the address bar after a reload, a bookmark, a restored
+    tab) goes to URL ``page``, with the same arguments, instead of a blank 405."""
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if request.method in ("GET", "HEAD"):
+                return redirect(page, *args, **kwargs)
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["GET", "POST"])
+            return view(request, *args, **kwargs)
+        return wrapped
+    return decorate

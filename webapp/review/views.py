@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import form_send_once
+from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors, services
@@ -265,7 +266,7 @@ def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: s
 
 
 @login_required
-@require_POST
+@post_answered_with_a_page("review:detail")
 def export_create(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """Queue the export; a refused one shows the campaign page again with the form as it was sent and
     the reason beside the field it concerns."""

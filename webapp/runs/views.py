@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
+from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.runs import presets, selectors, services
@@ -441,7 +442,7 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
 
 
 @login_required
-@require_POST
+@post_answered_with_a_page("runs:detail")
 def run_edit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """Rename the run, set its tags and notes; a refused edit shows the form again as it was sent
     (notes can be long: they are not thrown away for a blank name)."""
