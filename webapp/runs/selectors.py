@@ -142,8 +142,9 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
             for version in versions]
 
 
-def metric_names(*, run: Run) -> list[str]:
-    names = MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct()
+def chart_order(names: Iterable[str]) -> list[str]:
+    """Metric names in the order the run and compare pages draw them: loss, the other training
+    metrics by name, then the eval/ ones by name."""
     return sorted(names, key=lambda name: (name.startswith("eval/"), name != "loss", name))
 
 

@@ -298,6 +298,11 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     return _render_run_page(request, project, membership, run)
 
 
+def _in_chart_order(series: dict[str, Any]) -> dict[str, Any]:
+    # The page makes a chart per name in the JSON's order: loss first, as on the compare page.
+    return {name: series[name] for name in selectors.chart_order(series)}
+
+
 def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] | None = None,
                      status: int = 200) -> HttpResponse:
     """The run page; ``edit`` (the details form as sent, with its ``errors`` by field) shows that form
@@ -306,7 +311,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
         "edit": edit or {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes, "errors": {}},
         "edit_refused": edit is not None,
-        "series": selectors.metric_series(run=run), "progress": _progress(run), "log": selectors.log_tail(run=run),
+        "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
         "unserved_pool_note": selectors.unserved_pool_note(run=run),
@@ -482,8 +488,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
         return redirect("runs:list", project.slug)
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
-    names = sorted({name for run_series in series.values() for name in run_series},
-                   key=lambda name: (name.startswith("eval/"), name != "loss", name))
+    names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,

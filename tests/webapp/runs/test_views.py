@@ -2,6 +2,7 @@
 schema, its errors by field, the YAML view, duplicate, the run page and its endpoints, actions,
 the table and the compare page."""
 import json
+import re
 
 import pytest
 
@@ -274,6 +275,17 @@ def test_duplicate_prefills_from_a_run(team, run, client_for):
     page = client_for(team.owner).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'value="first &lt;b&gt;run&lt;/b&gt; (copy)"' in page
     assert f'<option value="{run.spec["data"]["train"]}" selected>' in page
+
+
+def test_the_run_page_draws_loss_first_as_the_compare_page_does(team, run, client_for):
+    """The run page made its charts in the names' alphabetical order, eval/loss before loss; the
+    compare page draws loss first, then the other training metrics, then the eval ones."""
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=5, name=name, value=1.0, wall_time=105.0, tokens=320)
+                                     for name in ("eval/loss", "grad_norm", "eval/accuracy")])
+    response = client_for(team.viewer).get(url(run))
+    series = json.loads(re.search(r'<script id="run-series" type="application/json">(.*?)</script>',
+                                  response.content.decode(), re.S).group(1))
+    assert list(series) == ["loss", "grad_norm", "eval/accuracy", "eval/loss"]
 
 
 def test_the_run_page_escapes_model_text(team, run, client_for):
