@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
@@ -60,7 +61,8 @@ def membership_add(*, project: Project, user: AbstractBaseUser, role: str) -> Me
     _validate_role(role)
     if Membership.objects.filter(project=project, user=user).exists():
         raise ValidationError(
-            {"username": f"{user.get_username()} is already a member of {project.slug}; change their role instead"}
+            {"username": f"{user.get_username()} is already a member of {isolated(project.name)}; change their role "
+                         "instead"}
         )
     return Membership.objects.create(project=project, user=user, role=role)
 
@@ -74,7 +76,7 @@ def _ensure_another_owner(membership: Membership) -> None:
     if not others.exists():
         raise ValidationError(
             {"username": f"{membership.user.get_username()} is the last owner of "
-             f"{membership.project.slug}; make someone else owner first"}
+             f"{isolated(membership.project.name)}; make someone else owner first"}
         )
 
 
