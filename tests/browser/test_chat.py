@@ -110,9 +110,9 @@ def test_the_arena_vote_opens_when_both_answers_are_done(page, asgi_server, redi
     assert Battle.objects.get(pk=battle.pk).outcome == "a"
 
 
-def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server, transactional_db):  # noqa: F811
-    """The heading said 'New conversation' until a reload, though the first turn had named it. No serve
-    worker runs here: the answer stays queued, which is enough for the heading."""
+def start_a_conversation(page, asgi_server) -> None:
+    """A teammate of a new team starts a conversation with its base model; no serve worker runs, so an
+    answer stays queued."""
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
     log_in(page, asgi_server, team.teammate.username)
@@ -120,6 +120,12 @@ def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server,
     page.select_option("#id_model", base_model.public_id)
     page.get_by_role("button", name="Start").click()
     page.wait_for_selector("#chat-form")
+
+
+def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server, transactional_db):  # noqa: F811
+    """The heading said 'New conversation' until a reload, though the first turn had named it. No serve
+    worker runs here: the answer stays queued, which is enough for the heading."""
+    start_a_conversation(page, asgi_server)
     assert page.locator("#chat-title").inner_text() == "New conversation"
     page.fill("#chat-form textarea", "Name <b>three</b> rivers\nin Europe")
     page.get_by_role("button", name="Send").click()
@@ -130,13 +136,7 @@ def test_the_first_message_names_the_conversation_on_the_page(page, asgi_server,
 
 def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transactional_db):  # noqa: F811
     """Enter only added a line: a message was sent with the mouse or by tabbing to Send."""
-    team = make_team()
-    base_model = make_base_model(team.project, name="tiny")
-    log_in(page, asgi_server, team.teammate.username)
-    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
-    page.select_option("#id_model", base_model.public_id)
-    page.get_by_role("button", name="Start").click()
-    page.wait_for_selector("#chat-form")
+    start_a_conversation(page, asgi_server)
     page.focus("#chat-form textarea")
     page.keyboard.type("first line")
     page.keyboard.press("Shift+Enter")

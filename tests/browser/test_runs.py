@@ -416,22 +416,29 @@ def test_a_stopped_run_shows_no_time_left(page, asgi_server, transactional_db):
         assert page.locator("#progress-eta").inner_text() == eta, status
 
 
-def test_a_checkpoint_export_shows_its_end_without_a_reload(page, asgi_server, redis_url, transactional_db, settings,
-                                                            monkeypatch, tmp_path):
-    """A finished run's page did not listen to anything, so an export asked for on it stayed 'to do' (and
-    offered again) until someone reloaded the page. It shows each export as running, then done or failed
-    with the worker's message, in place, and stops listening once none is left."""
-    settings.REDIS_URL = redis_url
+def open_a_finished_run_exporting_checkpoints_3_and_6(page, asgi_server, monkeypatch, tmp_path, *, slug: str) -> Run:
+    """A succeeded run of team ``slug`` whose checkpoints 3 and 6 are being exported (no worker: the
+    test ends the exports), open on its page for a teammate."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # the 'worker' is this test
-    team = make_team(slug="lambda3")
+    team = make_team(slug=slug)
     run = Run.objects.create(project=team.project, name="exports", task="sft", status=RunStatus.SUCCEEDED,
                              spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
                              total_steps=6, current_step=6)
     for step in (3, 6):
         (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
         services.checkpoint_export_request(run=run, step=step, user=team.teammate)
-    log_in(page, asgi_server, "lambda3-teammate")
-    page.goto(f"{asgi_server}/p/lambda3/runs/{run.public_id}/")
+    log_in(page, asgi_server, f"{slug}-teammate")
+    page.goto(f"{asgi_server}/p/{slug}/runs/{run.public_id}/")
+    return run
+
+
+def test_a_checkpoint_export_shows_its_end_without_a_reload(page, asgi_server, redis_url, transactional_db, settings,
+                                                            monkeypatch, tmp_path):
+    """A finished run's page did not listen to anything, so an export asked for on it stayed 'to do' (and
+    offered again) until someone reloaded the page. It shows each export as running, then done or failed
+    with the worker's message, in place, and stops listening once none is left."""
+    settings.REDIS_URL = redis_url
+    run = open_a_finished_run_exporting_checkpoints_3_and_6(page, asgi_server, monkeypatch, tmp_path, slug="lambda3")
     assert page.locator("#checkpoints li[data-state=exporting]").count() == 2
     page.locator("#live-state", has_text="live").wait_for()
     page.evaluate("() => { window.notReloaded = true; }")
@@ -460,17 +467,8 @@ def test_the_last_export_s_log_line_is_shown_when_its_event_comes_after_the_page
     the event of checkpoint 6 came. Here checkpoint 6 ends between those two reads, with its event
     lost, and the page still shows its log line: it reads the log once more when it stops."""
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # the 'worker' is this test
-    team = make_team(slug="lambda4")
-    run = Run.objects.create(project=team.project, name="exports", task="sft", status=RunStatus.SUCCEEDED,
-                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
-                             total_steps=6, current_step=6)
-    for step in (3, 6):
-        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
-        services.checkpoint_export_request(run=run, step=step, user=team.teammate)
+    run = open_a_finished_run_exporting_checkpoints_3_and_6(page, asgi_server, monkeypatch, tmp_path, slug="lambda4")
     (tmp_path / "export-step-6").mkdir()
-    log_in(page, asgi_server, "lambda4-teammate")
-    page.goto(f"{asgi_server}/p/lambda4/runs/{run.public_id}/")
     page.locator("#live-state", has_text="live").wait_for()
 
     def end_checkpoint_6_first(route):
