@@ -251,10 +251,12 @@
   function listen() {
     if (!window.EventSource) { poll(); return; }
     source = new EventSource(config.dataset.eventsUrl);
-    source.onopen = function () { document.getElementById("live-state").textContent = "live"; catchUp(); };
     source.onmessage = function (message) {
       var event = JSON.parse(message.data);
-      if (event.type === "metrics") addEventPoints(event.points);
+      // The hello comes once the server listens to the run's channel (the stream's opening comes
+      // before): catching up then leaves no gap for an event to fall into.
+      if (event.type === "hello") { document.getElementById("live-state").textContent = "live"; catchUp(); }
+      else if (event.type === "metrics") addEventPoints(event.points);
       else if (event.type === "progress") showProgress(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();

@@ -402,6 +402,30 @@ def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url,
     assert page.locator("#progress-speed").inner_text() == "2512"
 
 
+def test_the_stream_says_hello_once_it_listens_to_the_run(page, asgi_server, redis_url, transactional_db):
+    """CI lost a live event: the stream sent its hello, and the page went live and caught up, before the
+    server had subscribed to the run's channel, so an event published in between went nowhere. Under
+    the real ASGI server, the hello now comes once the subscription is in place."""
+    import redis
+
+    from webapp.runs import channels
+
+    team = make_team(slug="kappa4")
+    run = Run.objects.create(project=team.project, name="live", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=3)
+    log_in(page, asgi_server, "kappa4-viewer")
+    cookies = "; ".join(f"{cookie['name']}={cookie['value']}" for cookie in page.context.cookies())
+    publisher = redis.Redis.from_url(redis_url)
+    for _ in range(5):  # the subscription used to come a moment after the hello: ask more than once
+        request = urllib.request.Request(f"{asgi_server}/p/kappa4/runs/{run.public_id}/events/",
+                                         headers={"Cookie": cookies})
+        with urllib.request.urlopen(request, timeout=10) as stream:
+            while b'"type": "hello"' not in stream.readline():
+                pass
+            assert publisher.pubsub_numsub(channels.events_channel(run.public_id))[0][1] >= 1
+
+
 def test_a_stopped_run_shows_no_time_left(page, asgi_server, transactional_db):
     """The ETA was worked out from the steps left whatever the status: a run cancelled at step 129 of
     400 read 'ETA 28s' for good. Only a running run has one."""

@@ -105,17 +105,21 @@ def _iterate_in_thread(stream: AsyncIterator[str]) -> Iterator[str]:
 
 
 async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,
-                        backlog_key: str | None = None, label: str) -> AsyncIterator[str]:
+                        backlog_key: str | None = None, opening: tuple[str, ...] = (),
+                        label: str) -> AsyncIterator[str]:
     """SSE messages of the JSON events published on ``channel`` (see the module note).
 
-    ``backlog_key`` names a Redis list of the events published so far, each with a ``seq``.
-    When Redis is unreachable the stream sends ``{"type": "unavailable"}`` and ends; ``label``
-    names the stream in that log line.
+    ``opening`` is sent once the channel is subscribed: a page that catches up when it reads it
+    misses nothing published after its catch-up. ``backlog_key`` names a Redis list of the events
+    published so far, each with a ``seq``. When Redis is unreachable the stream sends
+    ``{"type": "unavailable"}`` and ends; ``label`` names the stream in that log line.
     """
     client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS)
     pubsub = client.pubsub()
     try:
         await pubsub.subscribe(channel)
+        for message in opening:
+            yield message
         last_seq = -1
         if backlog_key is not None:
             for raw in await client.lrange(backlog_key, 0, -1):

@@ -4,9 +4,9 @@ Each connection subscribes with ``redis.asyncio`` and forwards every published e
 message (``data: <json>``), with a comment line every ``KEEPALIVE_SECONDS`` so proxies keep the
 connection open. A stream ends after ``MAX_STREAM_SECONDS`` (the browser's EventSource reconnects
 by itself) or once the run has finished; a finished run's stream stays open while a checkpoint of
-it is being exported, until the event of the last such export. The page fills any gap (points published before it
-subscribed) from the JSON endpoint when the stream opens, and falls back to polling it when
-server-sent events do not get through.
+it is being exported, until the event of the last such export. Its first message, the hello, comes
+once the channel is subscribed: the page then fills any gap (what was published before) from the
+JSON endpoint, and falls back to polling it when server-sent events do not get through.
 """
 from __future__ import annotations
 
@@ -35,13 +35,16 @@ def _ends_exports(event: dict) -> bool:
 
 
 async def _relay(public_id: str, status: str, *, exporting: bool) -> AsyncIterator[str]:
-    yield "retry: 2000\n\n"
-    yield sse_message({"type": "hello", "status": status})
+    # The page goes live and catches up on the hello, so it comes once the channel is subscribed:
+    # sent before, an event published between the page's catch-up and the subscription was lost.
+    hello = ("retry: 2000\n\n", sse_message({"type": "hello", "status": status}))
     if status in TERMINAL and not exporting:
+        for message in hello:
+            yield message
         return
     is_terminal = _ends_exports if status in TERMINAL else _is_terminal
     async for message in relay_channel(channels.events_channel(public_id), is_terminal=is_terminal,
-                                       max_seconds=MAX_STREAM_SECONDS, label=f"run {public_id}"):
+                                       max_seconds=MAX_STREAM_SECONDS, opening=hello, label=f"run {public_id}"):
         yield message
 
 
