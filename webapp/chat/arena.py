@@ -15,7 +15,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
@@ -25,8 +24,7 @@ from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice
-from webapp.projects.models import Membership, Project
-from webapp.projects.models import Role as ProjectRole
+from webapp.projects.models import Project
 from webapp.review import selectors as review_selectors
 from webapp.review import services as review_services
 from webapp.review.models import Campaign, CampaignStatus, ItemSource
@@ -174,17 +172,11 @@ def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
     return ReviewSend(added=len(pairs), already_sent=already_sent, unusable=unusable)
 
 
-def arena_reviewers(*, project: Project):
-    """The reviewers of a campaign made on the arena votes: every member and owner of the project."""
-    return get_user_model().objects.filter(
-        pk__in=Membership.objects.filter(project=project).exclude(role=ProjectRole.VIEWER).values("user_id"))
-
-
 @transaction.atomic
 def arena_campaign_create(*, project: Project, name: str, required_reviews: int, user) -> tuple[Campaign, ReviewSend]:
     """A new review campaign on every decisive vote of the project, reviewed by all its members and
     owners (the owner can change them in the campaign's settings)."""
-    reviewers = arena_reviewers(project=project)
+    reviewers = review_selectors.possible_reviewers(project=project)
     campaign = review_services.campaign_create(
         project=project, name=name, required_reviews=required_reviews, reviewers=reviewers, source_version=None,
         guidelines="Pairs from arena votes: the voter's pick is the original label.", user=user)

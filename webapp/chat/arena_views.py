@@ -42,9 +42,8 @@ def _review_context(project: Project, membership: Membership) -> dict:
     if not membership.can(ProjectRole.OWNER):
         return {"can_send_to_review": False}
     campaigns = review_selectors.campaign_list(project=project).filter(status=CampaignStatus.READY)
-    # An owner working alone is the campaign's one reviewer: 2 reviews per item could never be given.
-    required_reviews = min(2, max(1, arena.arena_reviewers(project=project).count()))
-    return {"can_send_to_review": True, "review_campaigns": campaigns, "arena_required_reviews": required_reviews}
+    return {"can_send_to_review": True, "review_campaigns": campaigns,
+            "arena_required_reviews": review_selectors.default_required_reviews(project=project)}
 
 
 @login_required

@@ -1,22 +1,15 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth import get_user_model
 from django.template.defaultfilters import pluralize
 
 from webapp.datasets.models import DatasetVersion, VersionStatus
-from webapp.projects.models import Membership, Project, Role
+from webapp.projects.models import Project
 from webapp.chat.selectors import model_choices
 from webapp.core.bidi import isolated
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
-from webapp.review.selectors import prompt_sources
+from webapp.review.selectors import default_required_reviews, possible_reviewers, prompt_sources
 from webapp.review.services import MAX_GENERATED_PROMPTS
-
-
-def _reviewer_choices(project: Project):
-    """Users who may review: the project's members and owners."""
-    user_ids = Membership.objects.filter(project=project).exclude(role=Role.VIEWER).values("user_id")
-    return get_user_model().objects.filter(pk__in=user_ids).order_by("username")
 
 
 class CampaignSettingsForm(forms.Form):
@@ -30,12 +23,10 @@ class CampaignSettingsForm(forms.Form):
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["reviewers"].queryset = _reviewer_choices(project)
+        self.fields["reviewers"].queryset = possible_reviewers(project=project)
         self.fields["reviewers"].label_from_instance = lambda user: user.get_username()
         if "required_reviews" not in self.initial:
-            # A new campaign of a project with one possible reviewer asked for 2 reviews per item, and
-            # opened saying no item could ever be complete.
-            self.fields["required_reviews"].initial = min(2, max(1, self.fields["reviewers"].queryset.count()))
+            self.fields["required_reviews"].initial = default_required_reviews(project=project)
 
 
 class CampaignCreateForm(CampaignSettingsForm):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Count, Max, QuerySet
@@ -18,7 +19,7 @@ from django.template.defaultfilters import pluralize
 
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
 from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemSource, ItemStatus, Label, Review
 
@@ -236,3 +237,15 @@ def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
                       reviews=[review for review in item.reviews.all() if review.label != Label.SKIP])
         for item in conflict_list(campaign=campaign)[:limit]
     ]
+
+
+def possible_reviewers(*, project: Project):
+    """Users who may review a campaign of ``project``: its members and owners."""
+    user_ids = Membership.objects.filter(project=project).exclude(role=Role.VIEWER).values("user_id")
+    return get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+
+
+def default_required_reviews(*, project: Project) -> int:
+    """Reviews per item a new campaign starts at: 2, or 1 where one person may review (an owner working
+    alone), since 2 could then never be given."""
+    return min(2, max(1, possible_reviewers(project=project).count()))
