@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from jaxengine.data import formats
@@ -29,7 +29,8 @@ PREVIEW_MAX_ROW = 100_000
 
 def dataset_list(*, project: Project) -> QuerySet[Dataset]:
     """The project's datasets by name, with their version count and latest version's number,
-    status and row count (``latest_number``, ``latest_status``, ``latest_rows``) in one query."""
+    status, row count and problems (``latest_number``, ``latest_status``, ``latest_rows``,
+    ``latest_errors``, ``latest_error_count``) in one query."""
     latest = DatasetVersion.objects.filter(dataset=OuterRef("pk")).order_by("-number")
     return (
         Dataset.objects.filter(project=project)
@@ -38,6 +39,8 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
             latest_number=Subquery(latest.values("number")[:1], output_field=IntegerField()),
             latest_status=Subquery(latest.values("status")[:1]),
             latest_rows=Subquery(latest.values("row_count")[:1]),
+            latest_errors=Subquery(latest.values("errors")[:1], output_field=JSONField()),
+            latest_error_count=Subquery(latest.values("error_count")[:1], output_field=IntegerField()),
         )
         .order_by("name")
     )

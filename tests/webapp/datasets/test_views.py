@@ -14,6 +14,8 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
 
 ROWS = b'{"prompt": "Hi", "completion": "Hello!"}\n{"prompt": "2+2?", "completion": "4"}\n'
+# Three rows read, two of them wrong: the check fails with two problems, the first on line 2.
+FAILING_ROWS = b'{"prompt": "a", "completion": "b"}\n{"prompt": 5, "completion": "b"}\n{"prompt": 6, "completion": "b"}\n'
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +62,16 @@ class TestList:
     def test_it_requires_access(self, team, client_for):
         assert client_for(team.outsider).get(self.url).status_code == 404
         assert Client().get(self.url).status_code == 302
+
+    def test_a_failed_latest_version_shows_its_first_problem_not_a_row_count(self, team, client_for):
+        """It showed the rows read before the check failed, as if the version held them."""
+        version = make_version(team, content=FAILING_ROWS)
+        assert version.status == VersionStatus.FAILED and version.row_count == 3
+        response = client_for(team.viewer).get(self.url)
+        row = response.content.decode().split(version.dataset.public_id, 1)[1].split("</tr>", 1)[0]
+        assert '<td class="num">3</td>' not in row
+        assert "line 2, <code>prompt</code>: must be a string, got a number" in row
+        assert "(and 1 more)" in row
 
 
 class TestUpload:
@@ -250,6 +262,12 @@ class TestVersionPage:
         assert "1 problem found" in body and "must be a string, got a number" in body
         assert '<tr class="error-row" data-code="wrong_type">' in body
 
+    def test_a_failed_version_shows_no_row_count(self, team, client_for):
+        version = make_version(team, content=FAILING_ROWS)
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert "<dt>Rows</dt>" not in body
+        assert "2 problems found" in body
+
     def test_it_refreshes_while_validating(self, team, client_for):
         version = make_version(team, validate=False)
         body = client_for(team.viewer).get(version_url(version)).content.decode()
@@ -290,6 +308,14 @@ class TestDatasetPage:
         assert b"Upload a new version" not in response.content
         assert b"Upload a new version" in client_for(team.teammate).get(url).content
         assert client_for(team.outsider).get(url).status_code == 404
+
+    def test_a_failed_version_shows_its_first_problem_not_a_row_count(self, team, client_for):
+        version = make_version(team, content=FAILING_ROWS)
+        body = client_for(team.viewer).get(f"/p/alpha/datasets/{version.dataset.public_id}/").content.decode()
+        row = body.split('<tr class="version"', 1)[1].split("</tr>", 1)[0]
+        assert '<td class="num">3</td>' not in row
+        assert "line 2, <code>prompt</code>: must be a string, got a number" in row
+        assert "(and 1 more)" in row
 
 
 class TestTokenStatistics:
