@@ -139,3 +139,25 @@ def test_the_preview_shows_column_names_as_written(page, live_server):
     page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
     headers = page.locator("table.preview thead th").all_inner_texts()
     assert headers == ["#", "prompt", "answer", "Category", "task_Kind"]
+
+
+def test_the_preview_jumps_to_a_page(page, live_server):
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    version = make_ready_version(team.project, rows=[{"prompt": f"p{i}", "completion": "c"} for i in range(1, 46)])
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    page.get_by_label("Go to page").fill("3")
+    page.get_by_role("button", name="Go", exact=True).click()
+    page.wait_for_url("**/v/1/?page=3")
+    assert page.locator("table.preview tbody td.num").all_inner_texts() == ["41", "42", "43", "44", "45"]
+    assert page.get_by_label("Go to page").input_value() == "3"
+    page.get_by_label("Go to page").fill("9")  # past the end: the browser holds the form back and says why
+    page.get_by_role("button", name="Go", exact=True).click()
+    assert page.get_by_label("Go to page").evaluate("input => input.validity.rangeOverflow")
+    assert page.url.endswith("?page=3")

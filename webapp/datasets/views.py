@@ -176,17 +176,25 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     }
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))
-        try:
-            page = int(request.GET.get("page", "1"))
-        except ValueError:
-            page = 1
+        asked = request.GET.get("page", "").strip()
+        preview = selectors.version_preview(version=version, page=_page_number(asked) or 1)
         context.update(
-            preview=selectors.version_preview(version=version, page=page),
+            preview=preview,
+            # The page asked for when the preview does not have it (past the end, 0, not a number):
+            # the page says so rather than showing another page as if it were the one asked for.
+            page_not_found=asked if asked and _page_number(asked) != preview.page else None,
             charts=selectors.histograms(version.statistics),
             token_charts=selectors.histograms(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
         )
     return render(request, "datasets/version.html", context)
+
+
+def _page_number(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 @login_required

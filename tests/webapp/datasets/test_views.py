@@ -256,6 +256,29 @@ class TestVersionPage:
         assert [number for number, _ in preview.rows] == [41, 42, 43, 44, 45]
         assert client_for(team.owner).get(version_url(version) + "?page=abc").context["preview"].page == 1
 
+    def test_it_offers_to_jump_to_a_page_of_the_preview(self, team, client_for):
+        rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
+        version = make_version(team, content=rows)
+        response = client_for(team.viewer).get(version_url(version) + "?page=2")
+        body = response.content.decode()
+        assert '<form method="get" class="inline page-jump">' in body
+        assert '<input type="number" name="page" id="preview-page" min="1" max="3" value="2" required>' in body
+        assert "no-page" not in body
+
+    @pytest.mark.parametrize(("asked", "shown"), [("0", 1), ("-4", 1), ("7", 3), ("abc", 1), ("2.5", 1)])
+    def test_it_rejects_a_page_it_does_not_have_with_a_message(self, team, client_for, asked, shown):
+        rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
+        version = make_version(team, content=rows)
+        response = client_for(team.viewer).get(version_url(version), {"page": asked})
+        assert response.status_code == 200 and response.context["preview"].page == shown
+        assert (f'<p class="error no-page" role="alert">There is no page <bdi>{asked}</bdi>: the preview has 3 pages; '
+                f'this is page {shown}.</p>') in response.content.decode()
+
+    def test_a_page_asked_for_is_escaped_in_its_message(self, team, client_for):
+        version = make_version(team)
+        body = client_for(team.viewer).get(version_url(version), {"page": "<b>x</b>"}).content.decode()
+        assert "<b>x</b>" not in body and "There is no page <bdi>&lt;b&gt;x&lt;/b&gt;</bdi>" in body
+
     def test_it_shows_errors_of_a_failed_version(self, team, client_for):
         version = make_version(team, content=b'{"prompt": "a", "completion": "b"}\n{"prompt": 5, "completion": "b"}\n')
         body = client_for(team.viewer).get(version_url(version)).content.decode()
