@@ -59,12 +59,46 @@
   var charts = chartsOf();
   var firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
 
+  // The legend lies under the x axis, in as many rows as the names need at the chart's width, which
+  // plotly only knows once it has drawn it. Placed at a share of the plot's height (y: -0.25) it fell
+  // across the axis's numbers and title, which sit a number of pixels under the plot. So it is pinned
+  // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
+  // margin and to the figure, under the room the axis needs.
+  var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
+  function layout(chart, axis, legendHeight) {
+    return {
+      height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
+      title: { text: literal(chart.key), font: { size: 13 } },
+      xaxis: { title: { text: axis === "time" ? "seconds" : axis } }, yaxis: { type: logY.checked ? "log" : "linear" },
+      // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
+      legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
+      showlegend: chart.grouped || chart === firstPlain,
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
+    };
+  }
+
+  function measuredLegendHeight(plot) {
+    var legend = plot.querySelector(".legend");
+    return legend ? Math.ceil(legend.getBoundingClientRect().height) : 0;
+  }
+
+  // After every drawing (a new x axis, a resize that rewraps the names): make room for the legend
+  // as drawn. Once the room fits, the next drawing measures the same height and stops there.
+  function fitLegend(plot) {
+    var height = measuredLegendHeight(plot), reserved = Number(plot.dataset.legendHeight || 0);
+    if (height === reserved) return;
+    plot.dataset.legendHeight = height;
+    var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
+    window.Plotly.relayout(plot, { height: layout(chart, xAxis.value, height).height, "margin.b": AXIS_ROOM + height });
+  }
+
   function draw() {
     var axis = xAxis.value, weight = Number(ema.value);
     document.getElementById("ema-value").textContent = weight.toFixed(2);
     charts.forEach(function (chart) {
       var plot = holder.querySelector('[data-metric="' + CSS.escape(chart.key) + '"]');
-      if (!plot) {
+      var created = !plot;
+      if (created) {
         var figure = document.createElement("figure");
         figure.className = "chart";
         plot = document.createElement("div");
@@ -73,13 +107,10 @@
         figure.appendChild(plot);
         holder.appendChild(figure);
       }
-      window.Plotly.react(plot, chart.lines.map(function (line) { return trace(chart, line, axis, weight); }), {
-        height: chart.grouped ? 300 : 260, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(chart.key), font: { size: 13 } },
-        xaxis: { title: { text: axis === "time" ? "seconds" : axis } }, yaxis: { type: logY.checked ? "log" : "linear" },
-        // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
-        legend: { orientation: "h", y: -0.25, font: { size: 10 } }, showlegend: chart.grouped || chart === firstPlain,
-        paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
-      }, { displayModeBar: false, responsive: true });
+      window.Plotly.react(plot, chart.lines.map(function (line) { return trace(chart, line, axis, weight); }),
+        layout(chart, axis, Number(plot.dataset.legendHeight || 0)), { displayModeBar: false, responsive: true });
+      if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });
+      fitLegend(plot);
     });
   }
 

@@ -508,3 +508,38 @@ def test_the_last_export_s_log_line_is_shown_when_its_event_comes_after_the_page
     page.wait_for_function("() => document.getElementById('live-state').textContent === ''")
     page.locator("#log", has_text="checkpoint 6 exported").wait_for(timeout=10_000)
     assert page.locator("#log", has_text="export of checkpoint 3 failed").is_visible()
+
+
+def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypatch):
+    """The legend was drawn across the 'step' axis title and the step numbers: it was placed at a
+    share of the plot's height below it, which is not where the axis title sits (that is in pixels)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="lambda")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    runs = []
+    for index, name in enumerate(["baseline", "a run with a rather long descriptive name", "lr 3e-4 warmup 100",
+                                  "lr 1e-3 warmup 10 cosine", "the fifth of them"]):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=(index + 1.0) / step,
+                                                     wall_time=float(step), tokens=step) for step in range(1, 6)])
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    query = "&".join(f"runs={run.public_id}" for run in runs)
+    for width in (1280, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/p/lambda/runs/compare/?{query}")
+        plot = page.locator('.plot[data-metric="loss"]')
+        plot.locator(".legend .legendtext").nth(4).wait_for()
+        page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        legend = plot.locator(".legend .bg").bounding_box()
+        for below in (plot.locator(".xtitle"), plot.locator(".xaxislayer-above")):
+            box = below.bounding_box()
+            assert legend["y"] >= box["y"] + box["height"] or legend["y"] + legend["height"] <= box["y"], (width, legend, box)
+        figure = plot.locator(".main-svg").first.bounding_box()
+        assert legend["y"] + legend["height"] <= figure["y"] + figure["height"] + 0.5, "the legend is cut off"
