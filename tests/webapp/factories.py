@@ -57,11 +57,14 @@ def make_team(*, slug: str = "alpha") -> Team:
 
 
 def write_model_dir(
-    model_dir, *, shapes: dict[str, tuple[int, ...]] | None = None, shards: int = 1, tokenizer: str = "tokenizer.json"
+    model_dir, *, shapes: dict[str, tuple[int, ...]] | None = None, shards: int = 1, tokenizer: str = "tokenizer.json",
+    tokenizer_ids: int | None = None,
 ):
-    """Write a minimal Hugging Face-format directory: config.json, float32 zero
-    tensors of ``shapes`` split over ``shards`` safetensors files (with an index when
-    sharded) and an empty tokenizer file named ``tokenizer``. Returns the directory."""
+    """Write a minimal Hugging Face-format directory: config.json (a vocabulary of 64),
+    float32 zero tensors of ``shapes`` split over ``shards`` safetensors files (with an
+    index when sharded) and an empty tokenizer file named ``tokenizer`` — or, with
+    ``tokenizer_ids``, a word-level ``tokenizer.json`` of that many ids, the last one an
+    added special token. Returns the directory."""
     import json
 
     import numpy as np
@@ -87,8 +90,17 @@ def write_model_dir(
             save_file({name: np.zeros(shapes[name], np.float32) for name in part}, str(model_dir / file_name))
             weight_map.update({name: file_name for name in part})
         (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (model_dir / tokenizer).write_text("{}")
+    (model_dir / tokenizer).write_text("{}" if tokenizer_ids is None else json.dumps(_word_level_tokenizer(tokenizer_ids)))
     return model_dir
+
+
+def _word_level_tokenizer(ids: int) -> dict:
+    words = {f"w{index}": index for index in range(ids - 1)}
+    end = {"id": ids - 1, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [end], "normalizer": None,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": words, "unk_token": "w0"}}
 
 
 def make_base_model(project: Project, *, name: str = "tiny", path: str = "/models/tiny"):

@@ -3,7 +3,7 @@
 Registration must be instant and safe on a web worker, even for a 70B model: we
 read ``config.json``, the JSON header of each safetensors file (an 8-byte
 little-endian length, then that many bytes of JSON naming every tensor's dtype and
-shape) and the names of the tokenizer files. Tensor data is never read.
+shape) and the tokenizer (for its number of ids). Tensor data is never read.
 
 Paths come from users, so ``resolve_model_dir`` confines them to the allow-listed
 models root: ``..`` components are refused outright and symlinks are resolved
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from jaxengine.models.config import UnsupportedArchitectureError, family_for_hf_config
+from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
 # A safetensors header lists names, dtypes, shapes and offsets; even models with
 # tens of thousands of tensors stay far below this. Larger means a corrupt file.
@@ -40,7 +41,8 @@ class ModelFacts:
     model_type: str  # e.g. "llama"
     parameter_count: int
     context_length: int | None
-    vocab_size: int | None
+    vocab_size: int | None  # config.json's: the rows of the embedding (and output head)
+    tokenizer_vocab_size: int | None  # ids the tokenizer has; None when it cannot be read
     tokenizer_type: str  # "tokenizer.json" (Hugging Face tokenizers) or "sentencepiece"
     dtype: str  # the most common tensor dtype in the weights, e.g. "BF16"
     weight_files: tuple[str, ...]
@@ -145,6 +147,16 @@ def _tokenizer_type(model_dir: Path) -> str:
     raise ModelDirError(f"{model_dir}: no tokenizer (tokenizer.json or sentencepiece tokenizer.model)")
 
 
+def _tokenizer_vocab_size(model_dir: Path) -> int | None:
+    # Embeddings are often padded past the tokenizer's ids (to a multiple of 64 or 128, for the
+    # accelerator), so config.json's vocab_size alone does not say how many ids the tokenizer has.
+    # A tokenizer that cannot be read does not block the registration: its runs report why.
+    try:
+        return load_tokenizer(model_dir).vocab_size
+    except TokenizerError:
+        return None
+
+
 def _first_int(config: dict, keys: tuple[str, ...]) -> int | None:
     # Multimodal configs nest the language model's settings under "text_config".
     for source in (config, config.get("text_config") or {}):
@@ -183,6 +195,7 @@ def read_model_facts(model_dir: Path) -> ModelFacts:
         parameter_count=parameter_count,
         context_length=_first_int(config, CONTEXT_LENGTH_KEYS),
         vocab_size=_first_int(config, ("vocab_size",)),
+        tokenizer_vocab_size=_tokenizer_vocab_size(model_dir),
         tokenizer_type=_tokenizer_type(model_dir),
         dtype=dtype,
         weight_files=tuple(file.name for file in files),

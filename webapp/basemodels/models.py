@@ -23,7 +23,9 @@ class BaseModel(models.Model):
     model_type = models.CharField(max_length=50, blank=True)
     parameter_count = models.BigIntegerField()
     context_length = models.IntegerField(null=True)
-    vocab_size = models.IntegerField(null=True)
+    vocab_size = models.IntegerField(null=True, help_text="config.json's: the rows of the embedding.")
+    tokenizer_vocab_size = models.IntegerField(
+        null=True, help_text="The ids the tokenizer has, fewer than vocab_size when the embedding is padded.")
     tokenizer_type = models.CharField(max_length=20)
     dtype = models.CharField(max_length=20)
     size_bytes = models.BigIntegerField()
@@ -43,3 +45,11 @@ class BaseModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.public_id})"
+
+    @property
+    def vocabulary_padding(self) -> int | None:
+        """Embedding rows past the tokenizer's ids (negative: ids without an embedding row);
+        None when either size is unknown."""
+        if self.vocab_size is None or self.tokenizer_vocab_size is None:
+            return None
+        return self.vocab_size - self.tokenizer_vocab_size

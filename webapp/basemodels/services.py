@@ -45,6 +45,7 @@ def basemodel_register(
         parameter_count=facts.parameter_count,
         context_length=facts.context_length,
         vocab_size=facts.vocab_size,
+        tokenizer_vocab_size=facts.tokenizer_vocab_size,
         tokenizer_type=facts.tokenizer_type,
         dtype=facts.dtype,
         size_bytes=facts.size_bytes,

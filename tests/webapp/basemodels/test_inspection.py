@@ -25,6 +25,18 @@ def test_it_reads_a_single_file_model(root):
     assert facts.size_bytes == (model_dir / "model.safetensors").stat().st_size
 
 
+def test_it_reads_how_many_ids_the_tokenizer_has_beside_the_embedding_rows(root):
+    """config.json's vocab_size is the embedding's rows, often padded past the tokenizer's ids."""
+    write_model_dir(root / "padded", tokenizer_ids=50)
+    facts = read_model_facts(resolve_model_dir("padded", models_root=root))
+    assert (facts.vocab_size, facts.tokenizer_vocab_size) == (64, 50)
+
+
+def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
+    write_model_dir(root / "tiny")  # tokenizer.json holds "{}"
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root)).tokenizer_vocab_size is None
+
+
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
     facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root))

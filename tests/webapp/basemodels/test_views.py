@@ -110,6 +110,26 @@ class TestDetail:
         assert response.status_code == 200
         assert b"584" in response.content and b"tokenizer.json" in response.content
 
+    def test_it_shows_a_padded_vocabulary_with_both_sizes(self, team, models_root, client_for):
+        write_model_dir(models_root / "padded", tokenizer_ids=50)
+        model = basemodel_register(project=team.project, name="padded", path="padded", user=team.teammate)
+        page = client_for(team.viewer).get(f"/p/alpha/models/{model.public_id}/").content.decode()
+        assert ("<dt>Vocabulary</dt><dd>64 embedding rows, 50 tokenizer ids "
+                '<span class="muted">(14 rows of padding)</span></dd>') in page
+
+    def test_it_shows_one_size_when_the_embedding_fits_the_tokenizer(self, team, models_root, client_for):
+        write_model_dir(models_root / "exact", tokenizer_ids=64)
+        model = basemodel_register(project=team.project, name="exact", path="exact", user=team.teammate)
+        page = client_for(team.viewer).get(f"/p/alpha/models/{model.public_id}/").content.decode()
+        assert "<dt>Vocabulary</dt><dd>64</dd>" in page
+
+    def test_it_warns_of_tokenizer_ids_the_embedding_has_no_row_for(self, team, models_root, client_for):
+        write_model_dir(models_root / "short", tokenizer_ids=70)
+        model = basemodel_register(project=team.project, name="short", path="short", user=team.teammate)
+        page = client_for(team.viewer).get(f"/p/alpha/models/{model.public_id}/").content.decode()
+        assert ("<dt>Vocabulary</dt><dd>64 embedding rows, 70 tokenizer ids "
+                '<span class="error">(ids 64 to 69 have no embedding row)</span></dd>') in page
+
     def test_it_shows_config_json_as_json(self, registered, team, client_for):
         """The config.json card showed Python's repr of it: 'True', 'None' and single quotes."""
         BaseModel.objects.filter(pk=registered.pk).update(config={
