@@ -60,6 +60,9 @@ class Campaign(models.Model):
     generation = models.JSONField(default=dict, blank=True)
     # Answers generated so far (of 2 × the prompts), while generating.
     generated_answers = models.PositiveIntegerField(default=0)
+    # When the generation was last asked for or last reported answers: while answers keep coming, a
+    # worker holds its message and the page need not ask Redis whether it is still queued.
+    generation_progress_at = models.DateTimeField(null=True, blank=True)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
     # Counts the requests to load the items (creation, then each "Queue the load again"); a load carries

@@ -51,6 +51,9 @@ GENERATE_TASK = "worker.tasks.review.generate_campaign_answers"
 GENERATE_QUEUE = "serve"
 LEASE_SECONDS = 600
 ITEM_BATCH = 2000
+# A generation that has reported answers (or was asked for) within this long is taken to be under
+# way without asking Redis; answers come a slice of prompts at a time, seconds apart.
+GENERATION_QUIET_SECONDS = 60
 
 
 # --- Pure rules --------------------------------------------------------------------------------------
@@ -199,6 +202,7 @@ def campaign_load_request(*, campaign: Campaign) -> None:
         attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
         transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
+        Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now())
         transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue=GENERATE_QUEUE))
     else:
         raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
@@ -211,6 +215,17 @@ def campaign_load_again(*, campaign: Campaign) -> None:
         raise ValidationError({"status": f"the generation of {campaign.name} is queued or under way; its items "
                                          "appear when it is done"})
     campaign_load_request(campaign=campaign)
+
+
+def generation_seems_queued(*, campaign: Campaign) -> bool | None:
+    """``generation_queued`` for the campaign's page, which reloads every 3 s while it generates: True
+    without asking Redis while the answers keep coming (within ``GENERATION_QUIET_SECONDS`` of the
+    request or of the last answers reported), since a worker then holds the message (acknowledged at
+    the end); Redis is asked only once they have stopped."""
+    last_heard = campaign.generation_progress_at
+    if last_heard is not None and timezone.now() - last_heard <= timedelta(seconds=GENERATION_QUIET_SECONDS):
+        return True
+    return generation_queued(campaign=campaign)
 
 
 def generation_queued(*, campaign: Campaign) -> bool | None:
@@ -514,7 +529,8 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
 
 def generation_progress(*, campaign_id: int, answers: int) -> None:
     """Record how many answers a generating campaign has so far (shown on its page)."""
-    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(generated_answers=answers)
+    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+        generated_answers=answers, generation_progress_at=timezone.now())
 
 
 @transaction.atomic

@@ -118,8 +118,8 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         "report": report,
         "model_preferences": selectors.model_preference_rows(project=project, report=report),
         "generation_total": 2 * campaign.generation.get("prompts", {}).get("count", 0),
-        # Its owners are offered to queue it again only once Redis no longer holds its message.
-        "generation_queued": (services.generation_queued(campaign=campaign)
+        # Its owners are offered to queue it again only once its message is no longer held.
+        "generation_queued": (services.generation_seems_queued(campaign=campaign)
                               if can_manage and campaign.status == CampaignStatus.GENERATING else None),
         "reviewers": selectors.reviewer_names(campaign=campaign),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),

@@ -1,10 +1,12 @@
 """Campaigns on two models' answers: creating one (scoped to the project, owners only), the prompts
 it asks, its items made at once when the answers are in, failure with nothing half-made."""
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.webapp.factories import make_base_model, make_ready_version
 from tests.webapp.review.conftest import answer
@@ -295,6 +297,7 @@ def test_queue_the_generation_again_is_offered_once_redis_no_longer_holds_its_me
         assert "the generation of falcon vs heron is queued or under way" in page and len(sent_tasks) == 1
 
         broker.delete("serve")  # the worker stopped, the message with it
+        answers_stop(campaign)
         page = owner.get(detail).content.decode()
         assert "Its message is no longer queued" in page and "Queue the generation again" in page
         with django_capture_on_commit_callbacks(execute=True):
@@ -304,7 +307,33 @@ def test_queue_the_generation_again_is_offered_once_redis_no_longer_holds_its_me
         assert "Queue the generation again" not in client_for(team.teammate).get(detail).content.decode()
 
         settings.REDIS_URL = "redis://127.0.0.1:1/0"  # Redis cannot be asked: offered, without a reason
+        answers_stop(campaign)
         page = owner.get(detail).content.decode()
         assert "Queue the generation again" in page and "Its message is no longer queued" not in page
     finally:
         _use_broker(celery_app, previous)
+
+
+def answers_stop(campaign):
+    """The generation reported its last answers longer ago than the page takes on trust."""
+    Campaign.objects.filter(pk=campaign.pk).update(
+        generation_progress_at=timezone.now() - timedelta(seconds=services.GENERATION_QUIET_SECONDS + 1))
+
+
+def test_the_page_asks_redis_only_once_the_answers_stop_coming(team, client_for, models, prompts_version,
+                                                                 sent_tasks, settings):
+    """The campaign page (reloaded every 3 s) asked Redis on every load whether the generation's
+    message was still queued, reading the serve queue and every unacknowledged message. While the worker
+    reports answers its message is held (acknowledged at the end), so the page asks only once the
+    answers have stopped for GENERATION_QUIET_SECONDS. Redis is unreachable here: asking it would
+    offer the button."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    campaign = generate(team, models, prompts_version)
+    owner = client_for(team.owner)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    assert "Queue the generation again" not in owner.get(detail).content.decode()  # just asked for
+    answers_stop(campaign)
+    services.generation_progress(campaign_id=campaign.pk, answers=1)
+    assert "Queue the generation again" not in owner.get(detail).content.decode()  # an answer came
+    answers_stop(campaign)
+    assert "Queue the generation again" in owner.get(detail).content.decode()
