@@ -112,6 +112,14 @@ def current_jobs() -> list[str]:
     )
 
 
+def held_deliveries() -> list[str]:
+    """The broker delivery tags of the messages this worker holds: running, or reserved and waiting for
+    the pool (acks late: Redis keeps each as delivered until its task ends)."""
+    requests = list(worker_state.active_requests) + list(worker_state.reserved_requests)
+    return sorted({str(request.message.delivery_tag) for request in requests
+                   if request.message is not None and request.message.delivery_tag is not None})
+
+
 class Heartbeat:
     """Sends this worker's heartbeat until stopped."""
 
@@ -157,6 +165,7 @@ class Heartbeat:
                 queues=self.queues,
                 devices=self.devices,
                 current_jobs=current_jobs(),
+                deliveries=held_deliveries(),
                 started_at=self.started_at,
                 pool=self.pool,
                 address=self.address,

@@ -3,7 +3,7 @@ stops it within seconds of a step and a resume continues its history; a train wo
 SIGKILL mid-run is detected by its silent heartbeat and the run resumes from its last checkpoint on
 a new worker; a Redis restart mid-run loses neither the run nor a metric point.
 
-The train worker runs with short timings (heartbeat 1 s, lost after 6 s, reaper every 2 s) so that
+The train worker runs with short timings (heartbeats 1 s, lost after 6 s, reaper every 2 s) so that
 the fault tests take seconds instead of minutes; the logic is the same as with the defaults.
 """
 from __future__ import annotations
@@ -14,16 +14,20 @@ import signal
 import time
 
 import pytest
+import redis
 
 from tests.factories import build_tiny_model_dir
 from tests.live import wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import pipelines, services
 from webapp.runs.models import ArtifactKind, MetricPoint, PipelineStatus, Run, RunStatus
+from webapp.workers.deliveries import unacked_deliveries
+from webapp.workers.models import Worker
 
 pytestmark = pytest.mark.integration
 
-FAST_TIMINGS = {"TEMPER_RUN_HEARTBEAT_SECONDS": "1", "TEMPER_RUN_LOST_SECONDS": "6", "TEMPER_REAPER_SECONDS": "2"}
+FAST_TIMINGS = {"TEMPER_RUN_HEARTBEAT_SECONDS": "1", "TEMPER_RUN_LOST_SECONDS": "6", "TEMPER_REAPER_SECONDS": "2",
+                "TEMPER_HEARTBEAT_SECONDS": "1"}
 ROWS = [{"prompt": f"question {i}: what is {i} plus {i}?", "completion": f"it is {2 * i}"} for i in range(24)]
 
 
@@ -130,9 +134,16 @@ def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)  # the count continues across attempts
 
 
-def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker):
+def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker, redis_url):
     run = launch(setup, max_steps=160, save_every=20)
     wait_for(reached(run, status=RunStatus.RUNNING, step=45), timeout=120, workers=train_worker, what="training")
+    broker = redis.Redis.from_url(redis_url)
+
+    def delivered_messages() -> list[str]:  # acks late: a run's message stays delivered while it trains
+        return [delivery.tag for delivery in unacked_deliveries(broker) if delivery.arguments == f"[{run.pk}, 1]"]
+    [delivered] = delivered_messages()
+    wait_for(lambda: Worker.objects.filter(name__startswith="test-train@", deliveries=[delivered]).exists(),
+             timeout=10, workers=train_worker, what="the worker's heartbeat to report the message it holds")
     worker = train_worker.running["train"]
     worker.process.send_signal(signal.SIGKILL)
     worker.process.wait(timeout=10)
@@ -153,6 +164,11 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
     assert any(message.startswith("resumed: continuing from step ") for message in messages)
     resumed_from = int(next(m for m in messages if m.startswith("resumed:")).rsplit(" ", 1)[1])
     assert resumed_from % 20 == 0 and resumed_from <= killed_at
+    # The dead worker's message was queued again at once (not after Celery's hour-long visibility timeout)
+    # and dropped as stale by the worker that took it: Redis no longer holds it.
+    wait_for(lambda: delivered_messages() == [], timeout=15, workers=train_worker,
+             what="the lost worker's message to leave Redis")
+    assert "attempt 1: not queued as this attempt any more; message dropped" in train_worker.running["train"].log()
 
 
 def test_a_redis_restart_loses_no_run_and_no_point(setup, train_worker, redis_server):

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from webapp.celery import app as celery_app
 from webapp.chat import selectors
 from webapp.chat.events import relay
-from webapp.chat.services import GENERATE_TASK
+from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
 from webapp.chat.tokens import project_token_authenticate
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
@@ -218,7 +218,8 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
         return started
     _token, body, choice, generation_id = started
     await sync_to_async(celery_app.send_task)(
-        GENERATE_TASK, args=[_request(body, choice, generation_id, **endpoint.inputs(body))], queue="serve")
+        GENERATE_TASK, args=[_request(body, choice, generation_id, **endpoint.inputs(body))], queue="serve",
+        expires=generation_expiry_seconds())
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
         def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:

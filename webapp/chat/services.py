@@ -76,7 +76,8 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
                "model_path": model.path, "messages": _history(conversation), "max_new_tokens": conversation.max_tokens,
                "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
                "seed": secrets.randbelow(2**31)}  # a regenerated answer draws anew
-    transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve"))
+    transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",
+                                                       expires=generation_expiry_seconds()))
     return answer
 
 
@@ -109,13 +110,19 @@ def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Mes
     return _enqueue_answer(conversation, model)
 
 
+def generation_expiry_seconds() -> int:
+    """How long a generation request stays worth doing: past ``answer_is_lost``'s limit its answer is given
+    up, so a worker that takes it later (it waited behind others, or its first worker died holding it and
+    it was queued again) drops it (Celery's ``expires``) instead of writing an answer nobody waits for."""
+    return settings.TEMPER_SERVE_TIMEOUT_SECONDS + LOST_ANSWER_GRACE_SECONDS
+
+
 def answer_is_lost(message: Message, *, now: datetime | None = None) -> bool:
     """Whether a streaming answer has no serve worker behind it: every generation ends by its deadline,
     ``TEMPER_SERVE_TIMEOUT_SECONDS`` after a worker takes it up, so one still streaming
     ``LOST_ANSWER_GRACE_SECONDS`` past that (time for the queue) lost its worker or its request."""
     age = ((now or timezone.now()) - message.created_at).total_seconds()
-    return (message.status == MessageStatus.STREAMING
-            and age > settings.TEMPER_SERVE_TIMEOUT_SECONDS + LOST_ANSWER_GRACE_SECONDS)
+    return message.status == MessageStatus.STREAMING and age > generation_expiry_seconds()
 
 
 def message_stop(*, message: Message) -> None:

@@ -40,6 +40,7 @@ from webapp.runs import channels
 from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
                                 RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
+from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY
 from webapp.workers.selectors import pool_offers
 
 logger = logging.getLogger(__name__)
@@ -671,12 +672,6 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
             _enqueue(run)
             reaped.append(run)
     return reaped
-
-
-# Celery's Redis transport keeps waiting messages in a list named after the queue (priority
-# levels in lists named queue + SEP + level) and delivered, unacknowledged ones in a hash.
-KOMBU_PRIORITY_SEP = "\x06\x16"
-KOMBU_UNACKED_KEY = "unacked"
 
 
 def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:

@@ -28,6 +28,9 @@ class Worker(models.Model):
     # or {} while the worker is still probing, {"error": "..."} when probing failed.
     devices = models.JSONField(default=dict)
     current_jobs = models.JSONField(default=list)
+    # The broker delivery tags of the messages it holds (running or reserved): a message Redis keeps as
+    # delivered that no live worker holds lost its worker (``webapp.workers.deliveries``).
+    deliveries = models.JSONField(default=list)
     # The host pool of a train worker (queue ``train``: "default", ``train-<pool>``: <pool>), where
     # its peers reach it (``address``) and a port free for a job's coordinator on it.
     pool = models.CharField(max_length=40, blank=True)

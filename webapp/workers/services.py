@@ -17,6 +17,7 @@ def worker_heartbeat_record(
     devices: dict,
     current_jobs: list[str],
     started_at: datetime,
+    deliveries: list[str] = (),
     pool: str = "",
     address: str = "",
     coordinator_port: int | None = None,
@@ -32,6 +33,7 @@ def worker_heartbeat_record(
             "queues": queues,
             "devices": devices,
             "current_jobs": current_jobs,
+            "deliveries": list(deliveries),
             "pool": pool,
             "address": address,
             "coordinator_port": coordinator_port,
@@ -45,4 +47,4 @@ def worker_heartbeat_record(
 
 def worker_mark_stopped(*, name: str, pid: int) -> None:
     """Record a clean shutdown, unless another process has since taken the name over."""
-    Worker.objects.filter(name=name, pid=pid).update(stopped_at=timezone.now(), current_jobs=[])
+    Worker.objects.filter(name=name, pid=pid).update(stopped_at=timezone.now(), current_jobs=[], deliveries=[])

@@ -19,7 +19,7 @@ from webapp.datasets.models import DatasetVersion
 @pytest.fixture
 def sent(monkeypatch):
     calls = []
-    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: calls.append(args[0]))
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: calls.append(args[0]))
     return calls
 
 

@@ -13,7 +13,7 @@ from webapp.review.models import Campaign, CampaignStatus, Item
 
 @pytest.fixture(autouse=True)
 def sent(monkeypatch):
-    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Chat pages with an owner, a member (teammate), a viewer and an outsider: conversations, turns sent to
 the serve queue, stop, regenerate, the worker's outcome, escaping of model output, the SSE relay."""
 import json
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -87,6 +88,22 @@ def test_a_conversation_opens_while_the_broker_is_down(team, client_for, base_mo
     with django_capture_on_commit_callbacks(execute=True):
         response = client_for(team.teammate).get(url("detail", conversation))
     assert response.status_code == 200 and b'id="chat-form"' in response.content
+
+
+def test_a_generation_expires_when_its_answer_would_be_given_up(team, client_for, base_model, monkeypatch, settings,
+                                                                 django_capture_on_commit_callbacks):
+    """A request that reaches a worker late (queued behind others, or queued again after its first worker died
+    holding it) is dropped by Celery instead of writing an answer that was already given up."""
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 30
+    options = []
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **kw: options.append((name, kw)))
+    conversation = conversation_of(team, client_for, base_model)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"})
+    assert options[-1] == ("worker.tasks.serve.generate", {"expires": 30 + services.LOST_ANSWER_GRACE_SECONDS})
+    answer = Message.objects.get(public_id=response.json()["message"])
+    expiry = answer.created_at + timedelta(seconds=options[-1][1]["expires"])
+    assert not services.answer_is_lost(answer, now=expiry) and services.answer_is_lost(answer, now=expiry + timedelta(seconds=1))
 
 
 def test_it_rejects_a_turn_while_an_answer_is_streaming(team, client_for, base_model, sent):

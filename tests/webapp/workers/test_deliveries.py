@@ -1,0 +1,125 @@
+"""A message held by a worker killed outright goes back to its queue once its worker's heartbeat is stale,
+not an hour later. A private Redis server; the 'worker' is a real kombu consumer (the transport Celery's
+worker consumes with) in a subprocess that takes the message without acknowledging it and is killed."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+
+import pytest
+import redis
+from django.utils import timezone
+
+from tests.live import ROOT, _use_broker, start_redis
+from webapp.workers import deliveries
+from webapp.workers.models import Worker
+
+TASK = "worker.tasks.datasets.validate_dataset_version"
+HOLD_AND_HANG = """
+import sys, time
+from kombu import Connection, Consumer, Queue
+
+url, queue = sys.argv[1:3]
+with Connection(url) as connection:
+    channel = connection.channel()
+
+    def hold(body, message):  # never acknowledged: its worker dies holding it
+        print(message.delivery_tag, flush=True)
+
+    with Consumer(channel, queues=[Queue(queue)], callbacks=[hold], accept=["json"]):
+        connection.drain_events(timeout=20)
+        time.sleep(600)
+"""
+
+
+@pytest.fixture
+def broker(settings):
+    """A Redis of this test's own (the reaper looks at every delivery Redis holds) as the broker."""
+    from webapp.celery import app as celery_app
+
+    server = start_redis()
+    previous = celery_app.conf.broker_url
+    _use_broker(celery_app, server.url)
+    settings.REDIS_URL = server.url
+    settings.TEMPER_HEARTBEAT_SECONDS = 10
+    settings.TEMPER_RUN_LOST_SECONDS = 60
+    try:
+        yield redis.Redis.from_url(server.url)
+    finally:
+        _use_broker(celery_app, previous)
+        server.stop()
+
+
+def deliver_to_a_worker_that_dies(broker_url: str, queue: str) -> str:
+    """The delivery tag that a consumer took ``queue``'s first message under before SIGKILL."""
+    consumer = subprocess.Popen([sys.executable, "-c", HOLD_AND_HANG, broker_url, queue], cwd=ROOT,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        tag = consumer.stdout.readline().strip()
+    finally:
+        consumer.send_signal(signal.SIGKILL)
+        consumer.wait(timeout=10)
+    assert tag, "the consumer took no message"
+    return tag
+
+
+def worker_row(*, holding: list[str], last_seen) -> Worker:
+    return Worker.objects.create(name=f"w{uuid.uuid4().hex[:6]}@host", host="host", pid=1, queues=["default"],
+                                 deliveries=holding, started_at=last_seen - timedelta(hours=1), last_seen=last_seen)
+
+
+@pytest.mark.django_db
+def test_a_message_whose_worker_died_holding_it_is_queued_again_once(broker):
+    from webapp.celery import app as celery_app
+
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    celery_app.send_task(TASK, args=[41], queue=queue)
+    tag = deliver_to_a_worker_that_dies(broker_url, queue)
+
+    [held] = deliveries.unacked_deliveries(broker)
+    assert (held.tag, held.task, held.arguments, held.redelivered) == (tag, TASK, "[41]", False)
+    assert broker.llen(queue) == 0
+    now = timezone.now()
+    assert abs(held.delivered_at - now.timestamp()) < 30
+
+    # Delivered under TEMPER_RUN_LOST_SECONDS ago (its worker may not have reported it yet): kept.
+    assert deliveries.deliveries_restore_orphaned(now=now + timedelta(seconds=50)) == []
+    later = now + timedelta(seconds=90)
+    # A live worker holds it (running, or reserved): kept, however old.
+    holder = worker_row(holding=[tag], last_seen=later - timedelta(seconds=5))
+    assert deliveries.deliveries_restore_orphaned(now=later) == []
+    # With heartbeats off nobody reports what they hold: nothing is judged.
+    holder.delete()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deliveries.settings, "TEMPER_HEARTBEAT_SECONDS", 0)
+        assert deliveries.deliveries_restore_orphaned(now=later) == []
+    assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 1
+
+    # Its worker's heartbeat went stale (the row says it held it): queued again, at the consuming end.
+    worker_row(holding=[tag], last_seen=later - timedelta(seconds=61))
+    [restored] = deliveries.deliveries_restore_orphaned(now=later)
+    assert restored.tag == tag
+    assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 0 and broker.zcard(deliveries.KOMBU_UNACKED_INDEX_KEY) == 0
+    assert broker.llen(queue) == 1
+
+    # Its next worker dies holding it too: left to Celery's visibility timeout, not queued a third time.
+    again = deliver_to_a_worker_that_dies(broker_url, queue)
+    [held_again] = deliveries.unacked_deliveries(broker)
+    assert held_again.tag == again and held_again.arguments == "[41]" and held_again.redelivered
+    assert deliveries.deliveries_restore_orphaned(now=timezone.now() + timedelta(hours=1)) == []
+    assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 1 and broker.llen(queue) == 0
+
+
+def test_orphans_are_old_unheld_undirected_first_deliveries():
+    def delivery(tag, *, at=0.0, exchange="default", redelivered=False):
+        return deliveries.Delivery(tag=tag, task=TASK, arguments="[1]", exchange=exchange, delivered_at=at,
+                                   redelivered=redelivered)
+
+    candidates = [delivery("old"), delivery("held"), delivery("young", at=100.0),
+                  delivery("direct", exchange=deliveries.DIRECT_EXCHANGE), delivery("again", redelivered=True)]
+    assert [d.tag for d in deliveries.orphans(candidates, held={"held"}, delivered_before=50.0)] == ["old"]

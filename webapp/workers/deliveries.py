@@ -1,0 +1,127 @@
+"""Messages whose worker died holding them, handed on at once instead of an hour later.
+
+Every task is acknowledged late (``CELERY_TASK_ACKS_LATE``): Redis keeps a delivered message in kombu's
+``unacked`` hash, with its delivery time in the ``unacked_index`` sorted set, until its task ends. A worker
+killed outright (SIGKILL, its host or container gone) leaves the message there, and Celery's Redis
+transport gives it to another worker only after its visibility timeout, an hour by default: an hour in
+which a dataset stays "validating", a checkpoint "exporting", a review campaign "generating".
+
+Each worker's heartbeat lists the deliveries it holds (``Worker.deliveries``: running or reserved). The
+reaper (``worker/reaper.py``) restores a delivery made over ``TEMPER_RUN_LOST_SECONDS`` ago that no live
+worker holds, through kombu's own restore (what the visibility timeout would do): the task runs again on
+a live worker. Runs are not special here: a lost run's next attempt comes from its heartbeat
+(``runs.services.runs_reap_lost``), and a train message of an attempt that is no longer queued is
+dropped by the worker that takes it.
+
+- A message is restored this way once. One that was delivered again already and lost its worker again
+  may be what kills its workers (memory); it is left to the visibility timeout.
+- Messages on a worker's own queue (``<name>.dq2``) are left too: they go to that worker only, and
+  multi-host placement (``webapp.runs.placement``) places a lost host's job again.
+- It needs heartbeats on every worker: where ``TEMPER_HEARTBEAT_SECONDS`` is 0 nothing is restored.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from webapp.runs import channels
+from webapp.workers.models import STALE_AFTER, Worker
+
+logger = logging.getLogger(__name__)
+
+# Celery's Redis transport keeps waiting messages in a list named after the queue (priority levels in
+# lists named queue + SEP + level), delivered, unacknowledged ones in a hash and their delivery times
+# (seconds since the epoch) in a sorted set.
+KOMBU_PRIORITY_SEP = "\x06\x16"
+KOMBU_UNACKED_KEY = "unacked"
+KOMBU_UNACKED_INDEX_KEY = "unacked_index"
+DIRECT_EXCHANGE = "C.dq2"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """A message Redis keeps as delivered to a worker, not yet acknowledged."""
+
+    tag: str
+    task: str
+    arguments: str  # Celery's argsrepr
+    exchange: str
+    delivered_at: float
+    redelivered: bool
+
+
+def unacked_deliveries(client: redis.Redis) -> list[Delivery]:
+    """Every delivered, unacknowledged message Redis holds, oldest first."""
+    delivered_at = {_text(tag): score for tag, score in client.zrange(KOMBU_UNACKED_INDEX_KEY, 0, -1, withscores=True)}
+    deliveries = []
+    for tag, raw in client.hgetall(KOMBU_UNACKED_KEY).items():
+        tag = _text(tag)
+        payload, exchange, _routing_key = json.loads(raw)
+        headers = payload.get("headers") or {}
+        delivery_info = (payload.get("properties") or {}).get("delivery_info") or {}
+        deliveries.append(Delivery(
+            tag=tag, task=str(headers.get("task", "")), arguments=str(headers.get("argsrepr", "")),
+            exchange=exchange or "",
+            # A delivery whose time is missing (between kombu's two writes) counts as just made.
+            delivered_at=delivered_at.get(tag, float("inf")),
+            redelivered=bool(headers.get("redelivered") or delivery_info.get("redelivered")),
+        ))
+    return sorted(deliveries, key=lambda delivery: delivery.delivered_at)
+
+
+def orphans(deliveries: list[Delivery], *, held: set[str], delivered_before: float) -> list[Delivery]:
+    """The deliveries to restore: made before ``delivered_before``, held by no live worker, not on a
+    worker's own queue and not delivered again already."""
+    return [delivery for delivery in deliveries
+            if delivery.delivered_at < delivered_before and delivery.tag not in held
+            and delivery.exchange != DIRECT_EXCHANGE and not delivery.redelivered]
+
+
+def live_worker_deliveries(*, now: datetime) -> set[str]:
+    """The delivery tags that workers heard from within ``STALE_AFTER`` (and not stopped) hold."""
+    rows = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER)
+    return {str(tag) for deliveries in rows.values_list("deliveries", flat=True) for tag in deliveries}
+
+
+def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery]:
+    """Give each delivery whose worker died (``orphans``) back to its queue now; returns them. Safe from
+    many reapers at once: kombu restores a tag in a transaction that watches the hash, so a message is
+    queued again once, and not at all if its worker acknowledged it meanwhile."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return []
+    now = now or timezone.now()
+    held = live_worker_deliveries(now=now)
+    try:
+        client = channels.redis_client()
+        try:
+            lost = orphans(unacked_deliveries(client), held=held,
+                           delivered_before=now.timestamp() - settings.TEMPER_RUN_LOST_SECONDS)
+        finally:
+            client.close()
+        if lost:
+            _restore(lost)
+    except redis.RedisError as error:
+        logger.warning("deliveries of lost workers not checked, Redis unavailable: %s", error)
+        return []
+    for delivery in lost:
+        logger.warning("%s %s: its worker was lost holding it; queued again", delivery.task, delivery.arguments)
+    return lost
+
+
+def _restore(deliveries: list[Delivery]) -> None:
+    from webapp.celery import app as celery_app
+
+    with celery_app.connection_for_write() as connection:
+        qos = connection.default_channel.qos
+        for delivery in deliveries:
+            qos.restore_by_tag(delivery.tag)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
