@@ -62,8 +62,11 @@ def unacked_deliveries(client: redis.Redis) -> list[Delivery]:
     deliveries = []
     for tag, raw in client.hgetall(KOMBU_UNACKED_KEY).items():
         tag = _text(tag)
-        payload, exchange, _routing_key = json.loads(raw)
-        headers = payload.get("headers") or {}
+        try:
+            payload, exchange, _routing_key = json.loads(raw)
+            headers = payload.get("headers") or {}
+        except (ValueError, TypeError, AttributeError):  # not a message Celery wrote: not ours to judge
+            continue
         delivery_info = (payload.get("properties") or {}).get("delivery_info") or {}
         deliveries.append(Delivery(
             tag=tag, task=str(headers.get("task", "")), arguments=str(headers.get("argsrepr", "")),

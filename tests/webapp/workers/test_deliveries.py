@@ -81,7 +81,9 @@ def test_a_message_whose_worker_died_holding_it_is_queued_again_once(broker):
     celery_app.send_task(TASK, args=[41], queue=queue)
     tag = deliver_to_a_worker_that_dies(broker_url, queue)
 
+    broker.hset(deliveries.KOMBU_UNACKED_KEY, "not-celery", b"\x80 pickled?")  # skipped, not fatal
     [held] = deliveries.unacked_deliveries(broker)
+    broker.hdel(deliveries.KOMBU_UNACKED_KEY, "not-celery")
     assert (held.tag, held.task, held.arguments, held.redelivered) == (tag, TASK, "[41]", False)
     assert broker.llen(queue) == 0
     now = timezone.now()
