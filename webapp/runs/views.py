@@ -490,13 +490,14 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
+    diff = selectors.config_diff(runs=runs)
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names},
-        "diff": selectors.config_diff(runs=runs), "final_names": final_names,
+        "diff": diff, "config_differs": any(row["differs"] for row in diff), "final_names": final_names,
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
         "generations": selectors.side_by_side(runs=runs),
         "query": "&".join(f"runs={run.public_id}" for run in runs),

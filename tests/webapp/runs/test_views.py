@@ -694,6 +694,29 @@ def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, cli
     assert '<td class="num">636<br><small class="muted">212 – 636</small></td>' in table
 
 
+def test_compare_says_when_the_runs_have_no_metrics_or_the_same_config(team, client_for, catalog, sent_tasks):
+    """Two queued runs of one config: the charts' card showed its controls over nothing, the final
+    metrics a column of run names, and the config (differences only) a header over no rows."""
+    runs = [services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=name)
+            for name in ("first", "second")]
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"
+                                       ).content.decode()
+    assert '<p class="muted no-metrics">None of these runs has logged metrics yet.</p>' in page
+    assert 'class="table final-table"' not in page
+    assert ('<tr class="no-differences"><td colspan="3" class="muted">These runs have the same config: '
+            'untick <i>differences only</i> to read it.</td></tr>') in page
+
+
+def test_compare_shows_no_empty_state_when_runs_differ_and_have_metrics(team, run, client_for, catalog, sent_tasks):
+    other = services.run_create(project=team.project, spec=sft_spec(catalog, optim={"learning_rate": 0.01}),
+                                user=team.owner, name="second")
+    run.final_metrics = reporting.metric_summary(run)
+    run.save(update_fields=["final_metrics"])
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}"
+                                       ).content.decode()
+    assert "no-metrics" not in page and "no-differences" not in page and 'class="table final-table"' in page
+
+
 @pytest.mark.parametrize(("value", "shown"), [
     (None, "—"), (6336.0, "6336"), (5304.0729, "5304"), (9.47291, "9.473"), (0.0002, "0.0002"), (2e-05, "2e-05"),
     (0.0, "0"), (-1.23456, "-1.235"), (float("nan"), "nan")])
