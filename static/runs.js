@@ -79,7 +79,17 @@
     for (var i = 0; i < steps.length; i++) {
       if (steps[i] > lastStep[name]) { xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i]; }
     }
-    if (xs.length) window.Plotly.extendTraces(target.plot, { x: [xs], y: [ys] }, [target.index]);
+    if (!xs.length) return;
+    window.Plotly.extendTraces(target.plot, { x: [xs], y: [ys] }, [target.index]);
+    fitYAxis(target.plot);
+  }
+
+  // A chart whose points all have one value gets an axis around it (static/plot_axis.js); one that
+  // had and now varies goes back to plotly's range.
+  function fitYAxis(plot) {
+    var wanted = window.TemperPlotAxis.yRange(plot.data, false), current = plot.layout.yaxis;
+    if (wanted.autorange ? current.autorange !== false : String(current.range) === String(wanted.range)) return;
+    window.Plotly.relayout(plot, wanted.autorange ? { "yaxis.autorange": true } : { "yaxis.range": wanted.range });
   }
 
   function addSeries(seriesByName) {

@@ -65,11 +65,12 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
-  function layout(chart, axis, legendHeight) {
+  function layout(chart, traces, axis, legendHeight) {
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
       title: { text: literal(chart.key), font: { size: 13 } },
-      xaxis: { title: { text: axis === "time" ? "seconds" : axis } }, yaxis: { type: logY.checked ? "log" : "linear" },
+      xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
+      yaxis: Object.assign({ type: logY.checked ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, logY.checked)),
       // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       showlegend: chart.grouped || chart === firstPlain,
@@ -89,7 +90,8 @@
     if (height === reserved) return;
     plot.dataset.legendHeight = height;
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    window.Plotly.relayout(plot, { height: layout(chart, xAxis.value, height).height, "margin.b": AXIS_ROOM + height });
+    window.Plotly.relayout(plot, { height: layout(chart, plot.data, xAxis.value, height).height,
+      "margin.b": AXIS_ROOM + height });
   }
 
   function draw() {
@@ -107,8 +109,9 @@
         figure.appendChild(plot);
         holder.appendChild(figure);
       }
-      window.Plotly.react(plot, chart.lines.map(function (line) { return trace(chart, line, axis, weight); }),
-        layout(chart, axis, Number(plot.dataset.legendHeight || 0)), { displayModeBar: false, responsive: true });
+      var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
+      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)),
+        { displayModeBar: false, responsive: true });
       if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });
       fitLegend(plot);
     });

@@ -543,3 +543,73 @@ def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypa
             assert legend["y"] >= box["y"] + box["height"] or legend["y"] + legend["height"] <= box["y"], (width, legend, box)
         figure = plot.locator(".main-svg").first.bounding_box()
         assert legend["y"] + legend["height"] <= figure["y"] + figure["height"] + 0.5, "the legend is cut off"
+
+
+def test_a_live_chart_leaves_its_one_value_axis_once_the_values_differ(page, asgi_server, redis_url,
+                                                                       transactional_db, settings):
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="nu")
+    run = Run.objects.create(project=team.project, name="warming up", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=0)
+    log_in(page, asgi_server, "nu-viewer")
+    page.goto(f"{asgi_server}/p/nu/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    y_range = "() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.range"
+
+    def send(step, value):
+        reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+            {"step": step, "name": "learning_rate", "value": value, "tokens": step, "wall_time": float(step)}]})
+        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`)"
+                               f".data[0].x.length === {step}", timeout=10_000)
+
+    send(1, 3e-4)
+    send(2, 3e-4)
+    low, high = page.evaluate(y_range)
+    assert low < 3e-4 < high and high - low <= 6e-4, (low, high)
+    send(3, 6e-4)  # the warmup ends: plotly's own range over both values
+    low, high = page.evaluate(y_range)
+    assert 0 < low < 3e-4 and 6e-4 < high < 1e-3, (low, high)
+
+
+def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
+    """A constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line on the zero: plotly
+    pads a series of one value by 1 whatever its size, so the chart read as a learning rate of 0."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="mu")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    runs = []
+    for name in ("constant a", "constant b"):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=value, wall_time=float(step),
+                                                     tokens=step)
+                                         for step in range(1, 6)
+                                         for metric, value in (("learning_rate", 1e-4), ("loss", 2.0 / step))])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    y_range = "metric => document.querySelector(`.plot[data-metric='${metric}']`)._fullLayout.yaxis.range"
+    for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
+        page.goto(f"{live_server.url}/p/mu/runs/{path}")
+        page.locator('.plot[data-metric="learning_rate"] .main-svg').first.wait_for()
+        low, high = page.evaluate(y_range, "learning_rate")
+        assert low < 1e-4 < high and high - low <= 2e-4, (path, low, high)
+        low, high = page.evaluate(y_range, "loss")
+        assert low <= 0.4 and high >= 2.0, (path, low, high)  # a varying series keeps plotly's own range
+    page.goto(f"{live_server.url}/p/mu/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator("#ema").fill("0.6")  # smoothing leaves the constant off by rounding errors
+    page.wait_for_function("() => document.getElementById('ema-value').textContent === '0.60'")
+    low, high = page.evaluate(y_range, "learning_rate")
+    assert low < 1e-4 < high and 1e-4 <= high - low <= 2e-4, (low, high)
+    page.check("#log-y")
+    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type === 'log'")
+    low, high = page.evaluate(y_range, "learning_rate")
+    assert low < -4 < high and high - low <= 2, (low, high)  # log10 units
