@@ -136,9 +136,11 @@ def dataset_create_with_upload(
 
 
 def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
-    """Queue the validation of a version that no worker has taken yet (e.g. Redis was down when
-    it was uploaded). Safe to repeat: validation of a settled version changes nothing."""
-    if version.status != VersionStatus.UPLOADED:
+    """Queue again the validation of a version that is not settled: no worker took it (Redis was down
+    when it was uploaded, or restarted without persistence), or the check stopped half-way (its worker
+    process was killed or ran out of memory, and Celery dropped the message with it). Safe to repeat:
+    validation of a settled version changes nothing."""
+    if version.is_settled:
         raise ValidationError({"status": f"version {version.number} is {version.status}, not waiting for a worker"})
     _enqueue(VALIDATE_TASK, version.pk)
     return version

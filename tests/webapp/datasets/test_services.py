@@ -187,6 +187,13 @@ def test_requeue_sends_the_validation_again(team, sent_tasks, django_capture_on_
     with django_capture_on_commit_callbacks(execute=True):
         services.dataset_version_requeue(version=version)
     assert sent_tasks == [("worker.tasks.datasets.validate_dataset_version", (version.pk,), "default")]
+    # A check that stopped half-way (its worker process killed: Celery drops the message) can be queued again.
+    DatasetVersion.objects.filter(pk=version.pk).update(status=VersionStatus.VALIDATING)
+    version.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.dataset_version_requeue(version=version)
+    assert sent_tasks[-1] == ("worker.tasks.datasets.validate_dataset_version", (version.pk,), "default")
     version = services.dataset_version_validate(version_id=version.pk)
+    assert version.status == VersionStatus.READY
     with pytest.raises(ValidationError, match="is ready, not waiting for a worker"):
         services.dataset_version_requeue(version=version)

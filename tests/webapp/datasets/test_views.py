@@ -363,6 +363,16 @@ class TestRequeue:
         assert response.status_code == 302
         assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
 
+    def test_a_check_that_stopped_half_way_can_be_queued_again(self, team, client_for, no_broker,
+                                                               django_capture_on_commit_callbacks):
+        version = make_version(team, validate=False)
+        DatasetVersion.objects.filter(pk=version.pk).update(status=VersionStatus.VALIDATING)
+        page = client_for(team.teammate).get(version_url(version)).content
+        assert b"Checking the file" in page and b"queue the check again" in page
+        with django_capture_on_commit_callbacks(execute=True):
+            assert client_for(team.teammate).post(version_url(version, "requeue/")).status_code == 302
+        assert no_broker == [("worker.tasks.datasets.validate_dataset_version", [version.pk])]
+
     def test_it_requires_the_member_role(self, team, client_for):
         version = make_version(team, validate=False)
         assert b"queue the check again" not in client_for(team.viewer).get(version_url(version)).content
