@@ -161,3 +161,9 @@ def test_the_preview_jumps_to_a_page(page, live_server):
     page.get_by_role("button", name="Go", exact=True).click()
     assert page.get_by_label("Go to page").evaluate("input => input.validity.rangeOverflow")
     assert page.url.endswith("?page=3")
+    # In a phone-wide window the pager wraps its parts instead of breaking 'page 3 of 3' and '← Previous'.
+    line_height = page.locator(".pager .button").first.evaluate("button => button.getBoundingClientRect().height")
+    page.set_viewport_size({"width": 400, "height": 800})
+    for part in (".pager > span", ".pager .button", ".pager .page-jump"):
+        assert page.locator(part).first.evaluate("part => part.getBoundingClientRect().height") <= line_height, part
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 400
