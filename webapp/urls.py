@@ -18,3 +18,5 @@ urlpatterns = [
     path("", include("webapp.review.urls")),
     path("", include("webapp.chat.urls")),
 ]
+
+handler404 = core_views.page_not_found

@@ -3,6 +3,7 @@ from functools import wraps
 
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
+from django.views import defaults
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -18,6 +19,21 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
                "This happens when the page was opened before you logged in again, or in another tab. "
                "Go back, reload the page and submit it again.")
     return render(request, "403.html", {"exception": message}, status=403)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """404 for an address no view answers (settings' ``handler404``): under the REST API and the
+    OpenAI-compatible API it is JSON in that API's error shape, naming where the endpoints are, since the
+    program that mistyped an endpoint reads JSON; everywhere else it is the 404 page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"no API endpoint at {request.path}; "
+                                       "the endpoints are listed in /api/v1/openapi.json"}, status=404)
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": {
+            "message": f"no endpoint at {request.path}; the OpenAI-compatible API answers GET /v1/models, "
+                       "POST /v1/chat/completions and POST /v1/completions",
+            "type": "invalid_request_error", "code": "not_found"}}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 def post_answered_with_a_page(page: str) -> Callable:

@@ -33,6 +33,22 @@ def test_404_page_names_no_project(team, client_for):
     assert "Project alpha" not in content
 
 
+def test_an_address_no_api_endpoint_answers_gets_json_in_that_api_s_shape(team, client):
+    """A mistyped endpoint (runs/<id>/metric/, /v1/chat/completion) answered with the HTML 'Not found'
+    page, which a script reading the API's JSON errors cannot read."""
+    response = client.get("/api/v1/projects/alpha/run/")
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "no API endpoint at /api/v1/projects/alpha/run/; "
+                                         "the endpoints are listed in /api/v1/openapi.json"}
+    response = client.post("/v1/chat/completion", {}, content_type="application/json")
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json() == {"error": {
+        "message": "no endpoint at /v1/chat/completion; the OpenAI-compatible API answers GET /v1/models, "
+                   "POST /v1/chat/completions and POST /v1/completions",
+        "type": "invalid_request_error", "code": "not_found"}}
+    assert "<h1>Not found</h1>" in client.get("/p/nowhere/oops/").content.decode()  # pages keep the page
+
+
 def test_403_page_says_which_role_is_needed(team, client_for):
     response = client_for(team.viewer).post("/p/alpha/members/", {"username": "x", "role": "member"})
     assert response.status_code == 403
