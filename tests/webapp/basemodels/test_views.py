@@ -58,6 +58,8 @@ class TestRegister:
         page = client.get(self.url)
         assert page.status_code == 200
         assert b"<code>tiny</code>" in page.content, "candidate directories are suggested"
+        assert ("only the config, the safetensors headers and the tokenizer (for its number of ids) are read, "
+                "never the weights.") in page.content.decode()
         response = client.post(self.url, {"name": "tiny", "path": "tiny"})
         assert response.status_code == 302
         base_model = BaseModel.objects.get(project=team.project)
