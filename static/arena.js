@@ -12,6 +12,10 @@
         streaming.textContent += data.text;
         return;
       }
+      if (data.type === "status") {  // shown by the stylesheet until the first token
+        streaming.dataset.status = data.message;
+        return;
+      }
       if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
       source.close();
       const response = await fetch(side.dataset.html);

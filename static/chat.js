@@ -53,6 +53,10 @@
         text.textContent += data.text;
         return;
       }
+      if (data.type === "status") {  // shown by the stylesheet until the first token
+        text.dataset.status = data.message;
+        return;
+      }
       if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
       source.close();
       const response = await fetch(messagesUrl + id + "/");

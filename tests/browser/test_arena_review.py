@@ -24,7 +24,7 @@ def voted_battle(team, user, prompt, outcome, answers):
 
 def test_battles_go_to_review_from_the_arena_and_the_leaderboard(browser, live_server, monkeypatch):
     # The answers are written here; no serve worker generates them.
-    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
     base = live_server.url
     team = make_team()
     for name in ("falcon", "heron"):

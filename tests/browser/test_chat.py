@@ -86,7 +86,7 @@ def test_the_arena_vote_opens_when_both_answers_are_done(page, asgi_server, redi
     from webapp.runs.channels import redis_client
 
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue: None)  # answers written here
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)  # answers written here
     team = make_team()
     for name in ("falcon", "heron"):
         make_base_model(team.project, name=name, path=f"/models/{name}")
@@ -161,4 +161,29 @@ def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transa
     waiting = page.locator(".chat-assistant .chat-streaming")
     assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == '"waiting for the model…"'
     waiting.evaluate("e => { e.textContent = 'Hel'; }")  # what the first token event does
+    assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"
+
+
+def test_an_answer_waiting_for_its_model_to_load_says_so(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                         settings):
+    """A cold serve worker loads the model before the first token (minutes for a real model on CPU): its
+    'status' event replaces 'waiting for the model…' until the first token, as text."""
+    from webapp.chat import channels
+    from webapp.chat.models import MessageStatus
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+    answer = conversation.messages.get(role="assistant")
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    waiting = page.locator(".chat-assistant .chat-streaming")
+    assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == '"waiting for the model…"'
+    client = redis_client()
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "status", "message": "loading the <b>model</b>"})
+    page.wait_for_function("() => document.querySelector('.chat-assistant .chat-streaming').dataset.status")
+    assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == '"loading the <b>model</b>…"'
+    assert waiting.locator("b").count() == 0
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "Hel"})
+    page.wait_for_function("() => document.querySelector('.chat-assistant .chat-streaming').textContent === 'Hel'")
     assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"

@@ -29,7 +29,7 @@ def serve_worker(celery_workers, settings, redis_url):
 def send(model_dir, generation_id, **fields):
     app.send_task("worker.tasks.serve.generate", args=[{
         "id": generation_id, "model_key": "tiny", "model_path": str(model_dir),
-        "messages": [{"role": "user", "content": f"Hello {generation_id}"}], "temperature": 0.0, **fields}])
+        "messages": [{"role": "user", "content": f"Hello {generation_id}"}], "temperature": 0.0} | fields])
 
 
 def finished(client, generation_id):
@@ -45,8 +45,23 @@ def test_concurrent_chats_stream_and_complete(serve_worker, tiny_model_dir):
     for generation_id in ids:
         events = wait_for(lambda: finished(client, generation_id), timeout=90, workers=workers,
                           what=f"generation {generation_id}")
-        assert [event["type"] for event in events] == ["token"] * 16 + ["done"]
-        assert "".join(event["text"] for event in events[:-1]) == events[-1]["text"]
+        types = [event["type"] for event in events]
+        loading = types.count("status")  # those that came before the model was loaded say so first
+        assert types == ["status"] * loading + ["token"] * 16 + ["done"] and loading <= 1
+        assert "".join(event["text"] for event in events[loading:-1]) == events[-1]["text"]
+
+
+def test_the_first_answer_from_a_model_says_it_waits_for_the_model_to_load(serve_worker, tiny_model_dir):
+    workers, client = serve_worker
+    for generation_id in ("first-from-fresh", "second-from-fresh"):  # one after the other
+        send(tiny_model_dir, generation_id, max_new_tokens=4, model_key="tiny-fresh")
+        wait_for(lambda: finished(client, generation_id), timeout=90, workers=workers, what=generation_id)
+    first, second = (channels.stored_events(client, generation_id)
+                     for generation_id in ("first-from-fresh", "second-from-fresh"))
+    assert first[0] == {"seq": 0, "type": "status",
+                        "message": "loading the model: its first answer since the serve worker started"}
+    assert [event["type"] for event in first[1:]] == ["token"] * 4 + ["done"]
+    assert [event["type"] for event in second] == ["token"] * 4 + ["done"]
 
 
 def test_a_stopped_generation_ends_as_cancelled(serve_worker, tiny_model_dir):

@@ -4,6 +4,8 @@ A generation (a chat message, an API completion) has an id. The serve worker app
 the list ``events_key(id)`` (kept ``EVENTS_TTL_SECONDS``) and publishes it on ``channel(id)``; each
 event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
 
+- ``status``: ``message``, before any token, while the worker loads the generation's model (the
+  first answer from it since the worker started); pages show it where the answer will stream;
 - ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
   ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``;

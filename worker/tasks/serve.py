@@ -177,6 +177,8 @@ def generate(request: dict) -> dict:
         return _fail(events, request, f"the serve worker could not load the engine: {error}")
     try:
         parsed = GenerateRequest.model_validate(request)
+        if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
+            events.emit("status", message="loading the model: its first answer since the serve worker started")
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
         serve_request = ServeRequest(
             prompt_ids=prompt_ids(parsed, tokenizer), deadline=time.monotonic() + parsed.timeout_seconds,
