@@ -694,6 +694,18 @@ def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, cli
     assert '<td class="num">636<br><small class="muted">212 – 636</small></td>' in table
 
 
+def test_the_launch_page_of_an_empty_project_says_where_models_and_data_come_from(team, client_for):
+    """Training data said 'None yet: upload one' with a link; the empty Model list said nothing."""
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert 'None yet: <a href="/p/alpha/models/register/">register one</a>.' in page
+    assert 'None yet: <a href="/p/alpha/datasets/new/">upload one</a>.' in page
+
+
+def test_the_launch_page_says_nothing_of_registering_once_there_is_a_model(team, client_for, catalog):
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert "register one" not in page and "upload one" not in page
+
+
 def test_compare_says_when_the_runs_have_no_metrics_or_the_same_config(team, client_for, catalog, sent_tasks):
     """Two queued runs of one config: the charts' card showed its controls over nothing, the final
     metrics a column of run names, and the config (differences only) a header over no rows."""
