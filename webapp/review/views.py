@@ -92,8 +92,10 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(form_send_once(request, create=generate))
         except ValidationError as error:
             add_service_errors(form, error)
-    return render(request, "review/generate.html", {"project": project, "membership": membership, "form": form},
-                  status=400 if request.method == "POST" else 200)
+    return render(request, "review/generate.html", {
+        "project": project, "membership": membership, "form": form,
+        "model_count": len(form.fields["model_a"].choices), "no_prompts": not form.sources},
+        status=400 if request.method == "POST" else 200)
 
 
 @login_required

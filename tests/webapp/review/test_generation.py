@@ -337,3 +337,26 @@ def test_the_page_asks_redis_only_once_the_answers_stop_coming(team, client_for,
     assert "Queue the generation again" not in owner.get(detail).content.decode()  # an answer came
     answers_stop(campaign)
     assert "Queue the generation again" in owner.get(detail).content.decode()
+
+
+def test_the_page_says_what_the_project_lacks_for_a_campaign_on_answers(team, client_for):
+    """In a project without two models or prompts, the form offered empty lists and said nothing."""
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    card = page.split('id="missing-inputs">')[1].split("</p>")[0]
+    assert " ".join(card.split()) == (
+        f"A campaign on two models' answers needs two models, and {isolated(team.project.name)} has none: "
+        f'<a href="/p/alpha/models/register/">register a base model</a> or finish a run; and it needs prompts: '
+        f'<a href="/p/alpha/datasets/new/">upload a dataset</a> of kind <b>prompts</b> or <b>sft</b>.')
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    make_ready_version(team.project, name="chats", kind="sft", rows=SFT_ROWS, user=team.owner)
+    card = client_for(team.owner).get(url).content.decode().split('id="missing-inputs">')[1].split("</p>")[0]
+    assert " ".join(card.split()) == (
+        f"A campaign on two models' answers needs two models, and {isolated(team.project.name)} has 1: "
+        f'<a href="/p/alpha/models/register/">register a base model</a> or finish a run.')
+
+
+def test_the_page_has_no_such_note_once_the_project_has_two_models_and_prompts(team, client_for, models,
+                                                                               prompts_version):
+    assert 'id="missing-inputs"' not in client_for(team.owner).get(
+        reverse("review:generate", args=[team.project.slug])).content.decode()
