@@ -89,6 +89,7 @@ class PreviewPage:
     rows: tuple[tuple[int, tuple[Cell, ...]], ...]
     page: int
     page_count: int
+    rows_previewed: int  # the first rows of the version, at most PREVIEW_MAX_ROW, that its pages go through
 
 
 def _text_cell(text: str, *, cell_type: str = "text") -> Cell:
@@ -134,7 +135,7 @@ def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREV
     )
     columns = _preview_columns(kind, [example for _, example in found])
     rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
-    return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count)
+    return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown)
 
 
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:

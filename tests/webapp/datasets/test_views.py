@@ -274,6 +274,21 @@ class TestVersionPage:
         assert (f'<p class="error no-page" role="alert">There is no page <bdi>{asked}</bdi>: the preview has 3 pages; '
                 f'this is page {shown}.</p>') in response.content.decode()
 
+    def test_it_says_the_preview_stops_before_the_rows_of_a_long_file(self, team, client_for, monkeypatch):
+        """Pages stop at PREVIEW_MAX_ROW rows (read by scanning the file): past them the last page said
+        'page 3 of 3' and a number jump past it 'there is no page', with no word of the rows left out."""
+        from webapp.datasets import selectors
+
+        monkeypatch.setattr(selectors, "PREVIEW_MAX_ROW", 40)
+        rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
+        version = make_version(team, content=rows)
+        page = client_for(team.viewer).get(version_url(version), {"page": "2"}).content.decode()
+        assert client_for(team.viewer).get(version_url(version)).context["preview"].page_count == 2
+        assert (f'<p class="muted preview-limit">The preview pages through the first 40 rows; '
+                f'<a href="{version_url(version, "download/")}">download the file</a> for the rest.</p>') in page
+        assert "preview-limit" not in client_for(team.viewer).get(version_url(make_version(team, name="short"))
+                                                                  ).content.decode()
+
     def test_a_page_asked_for_is_escaped_in_its_message(self, team, client_for):
         version = make_version(team)
         body = client_for(team.viewer).get(version_url(version), {"page": "<b>x</b>"}).content.decode()
