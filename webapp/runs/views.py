@@ -18,6 +18,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
@@ -374,14 +375,28 @@ def _samples_context(run, query) -> dict[str, Any]:
     if step is not None and steps and step not in steps:
         step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
     order = query.get("order") if query.get("order") in selectors.SAMPLE_ORDERS else "position"
-    filters = {"kind": kind or "", "min_reward": query.get("min_reward", ""), "max_reward": query.get("max_reward", ""),
-               "order": order}
-    samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=_float_or_none(filters["min_reward"]),
-                                    max_reward=_float_or_none(filters["max_reward"]), order=order) if steps else []
+    filters = {"kind": kind or "", "min_reward": query.get("min_reward", "").strip(),
+               "max_reward": query.get("max_reward", "").strip(), "order": order}
+    min_reward, max_reward = _float_or_none(filters["min_reward"]), _float_or_none(filters["max_reward"])
+    samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=min_reward,
+                                    max_reward=max_reward, order=order) if steps else []
     page = Paginator(samples, SAMPLES_PER_PAGE).get_page(query.get("page"))
     return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
+            "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),
             "has_rollouts": any((sample.extra or {}).get("kind") == "rollout" for sample in page.object_list)}
+
+
+def _reward_range_problem(filters: dict[str, str], min_reward: float | None, max_reward: float | None) -> str:
+    """Why the reward range typed in the samples browser is not what filters them (its typed text is
+    kept in the boxes, so the page says so rather than showing the samples as if it had not been typed)."""
+    for end, text, value in (("from", filters["min_reward"], min_reward), ("to", filters["max_reward"], max_reward)):
+        if text and value is None:
+            return format_html("Reward {} <bdi>{}</bdi> is not a number; the samples are shown without it.", end, text)
+    if min_reward is not None and max_reward is not None and min_reward > max_reward:
+        return format_html("No reward is from {} to {}: give the lower bound first.", filters["min_reward"],
+                           filters["max_reward"])
+    return ""
 
 
 @login_required

@@ -564,6 +564,27 @@ def test_the_samples_browser_shows_a_steps_rollouts_with_rewards_per_function_in
     assert "reward_model 0.500" in ppo and "0.250" in ppo and "kl 0.063" in ppo
 
 
+@pytest.mark.parametrize(("query", "problem"), [
+    ("min_reward=abc", "Reward from <bdi>abc</bdi> is not a number; the samples are shown without it."),
+    ("min_reward=0.5&max_reward=%3Cb%3E", "Reward to <bdi>&lt;b&gt;</bdi> is not a number; the samples are shown "
+                                          "without it."),
+    ("min_reward=2&max_reward=1", "No reward is from 2 to 1: give the lower bound first."),
+])
+def test_the_samples_browser_says_when_its_reward_range_cannot_be_used(team, run, client_for, query, problem):
+    """A reward bound that is not a number was left out without a word, the samples shown as if it had
+    not been typed (and kept in its box); a range whose ends were swapped showed 'No samples match.'."""
+    Sample.objects.bulk_create([Sample(run=run, step=3, position=index, prompt="p", text=f"rollout {index}",
+                                       reward=index / 2) for index in range(4)])
+    page = client_for(team.viewer).get(url(run, f"samples/?step=3&{query}")).content.decode()
+    assert f'<p class="error reward-range-problem" role="alert">{problem}</p>' in page
+
+
+def test_the_samples_browser_says_nothing_of_a_usable_reward_range(team, run, client_for):
+    Sample.objects.create(run=run, step=3, position=0, prompt="p", text="rollout", reward=0.5)
+    page = client_for(team.viewer).get(url(run, "samples/?step=3&min_reward=0.25&max_reward=0.5")).content.decode()
+    assert "reward-range-problem" not in page and "rollout" in page
+
+
 def test_the_samples_browser_shows_a_rollouts_reference_answer(team, run, client_for):
     # Records as jaxengine.grpo writes them to samples.jsonl: the reference the reward read as "answer".
     records = [{"step": 2, "kind": "rollout", "prompt": "What is 49 + 97?", "text": "146", "answer": "146",
