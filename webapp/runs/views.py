@@ -506,6 +506,9 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
     diff = selectors.config_diff(runs=runs)
+    # Ids of the address that are no run of the project (mistyped, or another project's) are named.
+    shown = {run.public_id for run in runs}
+    missing_runs = [public_id for public_id in dict.fromkeys(request.GET.getlist("runs")) if public_id not in shown]
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
@@ -516,6 +519,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
         "generations": selectors.side_by_side(runs=runs),
         "query": "&".join(f"runs={run.public_id}" for run in runs),
+        "missing_runs": missing_runs,
     })
 
 

@@ -740,6 +740,18 @@ def test_compare_says_when_the_runs_have_no_metrics_or_the_same_config(team, cli
             'untick <i>differences only</i> to read it.</td></tr>') in page
 
 
+def test_compare_names_the_runs_of_its_address_it_cannot_show(team, client_for, catalog, sent_tasks):
+    """An id of the address that is no run of the project (mistyped, or of another project) was left out
+    without a word: 'Compare 2 runs' for an address naming three."""
+    runs = [services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=name)
+            for name in ("first", "second")]
+    query = f"runs={runs[0].public_id}&runs=run_%3Cb%3Enope&runs={runs[1].public_id}"
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?{query}").content.decode()
+    assert ('<p class="card message-error missing-runs" role="alert">Not shown: <code>run_&lt;b&gt;nope</code> '
+            "is not a run of this project.</p>") in page
+    assert "<h1>Compare 2 runs</h1>" in page
+
+
 def test_compare_shows_no_empty_state_when_runs_differ_and_have_metrics(team, run, client_for, catalog, sent_tasks):
     other = services.run_create(project=team.project, spec=sft_spec(catalog, optim={"learning_rate": 0.01}),
                                 user=team.owner, name="second")
