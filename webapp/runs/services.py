@@ -543,6 +543,17 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
     return run
 
 
+def checkpoint_export_pending(*, run_pk: int, step: int) -> Run | None:
+    """The run whose checkpoint ``step`` is to be exported, or None when its export already ended as
+    exported (a message delivered twice: after Celery's visibility timeout, or queued again after its
+    worker was lost): exporting again would rewrite a directory that runs may be starting from."""
+    export = CheckpointExport.objects.filter(run_id=run_pk, step=step).select_related("run").first()
+    if export is None or export.status == CheckpointExportStatus.EXPORTED:
+        logger.info("run %s: checkpoint %s is not waiting for an export; message dropped", run_pk, step)
+        return None
+    return export.run
+
+
 @transaction.atomic
 def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = None,
                              error: BaseException | None = None, failure: str | None = None) -> CheckpointExport:

@@ -117,7 +117,9 @@ def export_checkpoint(run_pk: int, step: int) -> None:
     from jaxengine.job import build_job_model, export_trained
     from jaxengine.trainer import restore_trained_model
 
-    run = Run.objects.get(pk=run_pk)
+    run = services.checkpoint_export_pending(run_pk=run_pk, step=step)
+    if run is None:
+        return
     spec = parse_spec(run.resolved_spec)
     export_dir = run.output_dir / f"export-step-{step}"
     try:

@@ -1,5 +1,6 @@
 """Run services: create (ids resolved to paths, validated by the engine's schema, enqueued on
 commit), cancel, resume, retry, tags, and the reaping of lost runs."""
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -329,6 +330,30 @@ def test_a_checkpoint_export_whose_worker_was_lost_fails_with_the_reason_and_can
         services.checkpoint_export_request(run=run, step=5, user=team.teammate)
     assert sent_tasks.calls[-1] == ("worker.tasks.train.export_checkpoint", [run.pk, 5], "train")
     assert selectors.checkpoint_states(run=run) == {"5": "exporting", "10": "exporting"}
+
+
+def test_a_checkpoint_export_delivered_again_after_it_ended_is_dropped(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, monkeypatch):
+    """A second delivery of an export's message (Celery's visibility timeout, or queued again after its worker
+    was lost) exported the step again, rewriting a directory runs may be starting from, or, with its
+    checkpoint pruned since, turned the exported step into a failed one."""
+    from worker.tasks.train import export_checkpoint
+
+    run, _published = exporting_steps_5_and_10(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                               monkeypatch)
+    export_dir = run.output_dir / "export-step-5"
+    export_dir.mkdir()
+    (export_dir / "config.json").write_text("{}")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.checkpoint_export_finish(run=run, step=5, export_dir=export_dir)
+    assert services.checkpoint_export_pending(run_pk=run.pk, step=5) is None
+    assert services.checkpoint_export_pending(run_pk=run.pk, step=10) == run  # still asked for
+    assert services.checkpoint_export_pending(run_pk=run.pk, step=7) is None  # never asked for
+    shutil.rmtree(run.output_dir / "checkpoints" / "5")  # pruned since: an export now would fail
+    lines = run.log_lines.count()
+    export_checkpoint(run.pk, 5)
+    assert CheckpointExport.objects.get(run=run, step=5).status == "exported"
+    assert run.log_lines.count() == lines and (export_dir / "config.json").read_text() == "{}"
 
 
 def test_checkpoint_exports_are_not_judged_lost_while_redis_cannot_be_asked(
