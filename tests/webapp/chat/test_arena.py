@@ -181,9 +181,19 @@ def test_viewers_read_the_leaderboard(team, client_for, models, sent):
 
 
 def test_it_needs_two_models(team, client_for, sent):
+    client, url = client_for(team.teammate), reverse("chat:arena", args=[team.project.slug])
+    page = client.get(url).content.decode()
+    assert "this project has none" in page and re.search(r'<button type="submit" class="button primary" disabled>', page)
     make_base_model(team.project, name="only", path="/models/only")
-    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "Hi"})
+    page = client.get(url).content.decode()  # said before Battle is pressed, with where models come from
+    assert "A battle needs two models, and this project has one, <bdi>Base model: only</bdi>" in page
+    assert f'href="{reverse("basemodels:register", args=[team.project.slug])}"' in page
+    assert f'href="{reverse("runs:new", args=[team.project.slug])}"' in page
+    response = client.post(url, {"prompt": "Hi"})
     assert response.status_code == 400 and b"at least two models" in response.content
+    make_base_model(team.project, name="second", path="/models/second")
+    page = client.get(url).content.decode()
+    assert "arena-needs-two-models" not in page and 'class="button primary">Battle' in page
 
 
 def test_compare_mode_names_both_models_and_stays_off_the_leaderboard(team, client_for, models, sent,
