@@ -260,6 +260,7 @@
 
   function listen() {
     if (!window.EventSource) { poll(); return; }
+    document.getElementById("live-state").textContent = "connecting";  // "live" waits for the hello
     source = new EventSource(config.dataset.eventsUrl);
     source.onmessage = function (message) {
       var event = JSON.parse(message.data);

@@ -382,6 +382,25 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     page.locator("#live-state", has_text="live").wait_for()  # and it listens on
 
 
+def test_the_page_says_live_only_once_the_stream_listens(page, asgi_server, transactional_db):
+    """CI lost a progress event: the page said 'live' as it loaded, before its event stream had said
+    hello (the server's subscription to the run), so an event published in that moment went nowhere
+    while the page claimed to be live. It says 'connecting' until the hello."""
+    team = make_team(slug="kappa5")
+    run = Run.objects.create(project=team.project, name="slow stream", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=3)
+    held = []
+    page.route("**/events/", lambda route: held.append(route))  # the stream is held: no hello comes
+    log_in(page, asgi_server, "kappa5-viewer")
+    page.goto(f"{asgi_server}/p/kappa5/runs/{run.public_id}/")
+    page.wait_for_function("() => document.readyState === 'complete'")
+    assert held, "the page opened its event stream"
+    assert page.locator("#live-state").inner_text() == "connecting"
+    page.unroute("**/events/")  # lets the held stream through
+    page.locator("#live-state", has_text="live").wait_for(timeout=10_000)
+
+
 def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url, transactional_db, settings):
     """Step, tokens, elapsed time and ETA followed a running run, but Tokens/s read '—' (or the value of
     the page's load) until a reload."""
