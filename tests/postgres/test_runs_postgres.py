@@ -37,8 +37,8 @@ series = selectors.metric_series(run=run, max_points=100)["loss"]
 assert series["downsampled"] and len(series["step"]) <= 100 and max(series["value"]) == 99.0, series["step"][:6]
 assert series["step"][0] == 1 and series["step"][-1] == 5000
 external = services.run_create_external(project=project, name="ext", config={"lr": 1}, user=owner)
-assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 2.0}}]) == 1
-assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 3.0}}]) == 0
+assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 2.0}}]).stored == 1
+assert services.metrics_log(run=external, points=[{"step": 1, "metrics": {"loss": 3.0}}]).stored == 0
 # A running run's stored buckets plus the points stored since (by id) equal a full reduction.
 Run.objects.filter(pk=run.pk).update(status="running")
 run.refresh_from_db()

@@ -251,8 +251,9 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if request.method == "POST":
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         body = _body(request, schemas.MetricsLog)
-        stored = run_services.metrics_log(run=run, points=[point.model_dump() for point in body.points])
-        return JsonResponse({"stored": stored}, status=201)
+        logged = run_services.metrics_log(run=run, points=[point.model_dump() for point in body.points])
+        return JsonResponse({"stored": logged.stored, "skipped": logged.skipped, "skipped_values": logged.skipped_values},
+                            status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     names = [name for name in request.GET.get("names", "").split(",") if name]
     try:

@@ -18,8 +18,9 @@ class CampaignSettingsForm(forms.Form):
     required_reviews = forms.IntegerField(min_value=1, max_value=MAX_REQUIRED_REVIEWS, initial=2,
                                           label="Reviews per item",
                                           help_text="An item is complete once this many reviewers have answered it.")
-    reviewers = forms.ModelMultipleChoiceField(queryset=None, widget=forms.CheckboxSelectMultiple,
-                                               help_text="Project members and owners.")
+    reviewers = forms.ModelMultipleChoiceField(
+        queryset=None, widget=forms.CheckboxSelectMultiple, help_text="Project members and owners.",
+        error_messages={"required": "Tick at least one reviewer: the items wait in the queues of those ticked."})
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
@@ -34,7 +35,8 @@ class CampaignCreateForm(CampaignSettingsForm):
 
     name = forms.CharField(max_length=100)
     source_version = forms.ModelChoiceField(queryset=None, label="Preference dataset version",
-                                            help_text="Every row becomes an item to review.")
+                                            help_text="Every row becomes an item to review.",
+                                            error_messages={"required": "Choose the preference dataset version to review."})
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, project=project, **kwargs)
@@ -54,9 +56,11 @@ class GeneratedCampaignForm(CampaignSettingsForm):
                    "top_p", "top_k", "seed", "guidelines", "required_reviews", "reviewers"]
 
     name = forms.CharField(max_length=100)
-    model_a = forms.ChoiceField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.")
-    model_b = forms.ChoiceField(label="Model B")
-    prompts_version = forms.ChoiceField(label="Prompts", help_text="A run's eval set, or a prompts or sft dataset.")
+    model_a = forms.ChoiceField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.",
+                                error_messages={"required": "Choose the model that answers as A."})
+    model_b = forms.ChoiceField(label="Model B", error_messages={"required": "Choose the model that answers as B."})
+    prompts_version = forms.ChoiceField(label="Prompts", help_text="A run's eval set, or a prompts or sft dataset.",
+                                        error_messages={"required": "Choose the prompts both models answer."})
     prompt_count = forms.IntegerField(min_value=1, max_value=MAX_GENERATED_PROMPTS, initial=100, label="Prompts to use",
                                       help_text="The first rows of the dataset.")
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max new tokens")

@@ -129,6 +129,10 @@ def _problem_in_words(problem: dict[str, Any]) -> str:
         return f"{problem['input']!r} is not one of {', '.join(map(str, allowed))}"
     if kind == "value_error":
         return message.removeprefix("Value error, ")
+    if loc == ("stages",) and kind == "too_short":
+        return "a pipeline has at least one stage: add a training stage (name and spec)"
+    if loc == ("stages",) and kind == "too_long":
+        return f"a pipeline has at most {MAX_STAGES} stages; it has {problem['ctx']['actual_length']}: split it in two"
     return f"{problem['input']!r}: {message[0].lower()}{message[1:]}"
 
 

@@ -16,6 +16,7 @@ import ast
 import copy
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -788,17 +789,33 @@ def _require_external(run: Run) -> None:
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; it takes no more data"})
 
 
+@dataclass(frozen=True)
+class MetricsLogged:
+    """What ``metrics_log`` did with a batch: the values stored, and each value left out with why
+    (the first ``SKIPPED_LISTED`` of them; ``skipped`` counts them all)."""
+
+    stored: int
+    skipped: int
+    skipped_values: list[dict[str, Any]]
+
+
+SKIPPED_LISTED = 20
+NOT_FINITE = "NaN or infinity: not stored (a chart cannot draw it); log a finite value or leave the metric out"
+ALREADY_LOGGED = "already logged at this step: the first value is kept"
+
+
 @transaction.atomic
-def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> int:
+def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     """Store logged points ``[{"step": 3, "metrics": {"loss": 1.2}, "tokens": 1536, "wall_time": ...}]``
-    of an external run; a (metric, step) logged twice keeps its first value. Returns points stored."""
+    of an external run; a (metric, step) logged twice keeps its first value, and a NaN or infinite
+    value is left out. The caller is told of each value left out, so nothing vanishes unannounced."""
     from webapp.runs.models import MetricPoint
-    from webapp.runs.reporting import metric_values, publish_event, track_metric
+    from webapp.runs.reporting import NOT_METRICS, publish_event, track_metric
 
     _require_external(run)
     run = Run.objects.select_for_update().get(pk=run.pk)
     now = timezone.now().timestamp()
-    rows, payload = [], []
+    rows, payload, skipped = [], [], []
     summary = dict(run.final_metrics or {})
     # Points already stored (or twice in this batch) are skipped, so the summary counts each once.
     seen = set(MetricPoint.objects.filter(run=run, step__in={point["step"] for point in points})
@@ -806,10 +823,15 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> int:
     for point in points:
         step, tokens = point["step"], int(point.get("tokens") or 0)
         wall_time = float(point.get("wall_time") or now)
-        for name, value in metric_values(point["metrics"]):
-            if (name, step) in seen:
+        for name, value in point["metrics"].items():
+            if name in NOT_METRICS:
+                continue
+            why = NOT_FINITE if not math.isfinite(value) else ALREADY_LOGGED if (name, step) in seen else None
+            if why:
+                skipped.append({"step": step, "name": name, "why": why})
                 continue
             seen.add((name, step))
+            value = float(value)
             rows.append(MetricPoint(run=run, step=step, name=name, value=value, wall_time=wall_time, tokens=tokens))
             payload.append({"step": step, "name": name, "value": value, "tokens": tokens, "wall_time": wall_time})
             track_metric(summary, name, value, step)
@@ -825,7 +847,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> int:
     public_id = run.public_id
     if payload:
         transaction.on_commit(lambda: publish_event(public_id, {"type": "metrics", "points": payload}))
-    return len(rows)
+    return MetricsLogged(stored=len(rows), skipped=len(skipped), skipped_values=skipped[:SKIPPED_LISTED])
 
 
 @transaction.atomic

@@ -118,6 +118,25 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
 
 
+def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
+    """A NaN or infinite value (a diverged loss, say) was dropped in silence: the answer read
+    {"stored": 0}, and the script that logged it could not tell why. It names each value left out."""
+    _team, apis, _sent = world
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "diverged"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    points = [{"step": 1, "metrics": {"loss": 2.5, "grad_norm": float("inf")}},
+              {"step": 2, "metrics": {"loss": float("nan")}}] + [{"step": step, "metrics": {"loss": float("nan")}}
+                                                                for step in range(3, 30)]
+    status, body = apis["teammate"].call("POST", path, {"points": points})
+    assert status == 201 and body["stored"] == 1 and body["skipped"] == 29
+    why = "NaN or infinity: not stored (a chart cannot draw it); log a finite value or leave the metric out"
+    assert body["skipped_values"][:2] == [{"step": 1, "name": "grad_norm", "why": why},
+                                          {"step": 2, "name": "loss", "why": why}]
+    assert len(body["skipped_values"]) == 20  # the first 20 are listed; "skipped" counts them all
+    status, series = apis["viewer"].call("GET", path + "?names=loss,grad_norm")
+    assert series["series"]["loss"]["value"] == [2.5] and "grad_norm" not in series["series"]
+
+
 def test_an_external_run_is_logged_like_a_tracking_server(world):
     _team, apis, _sent = world
     status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
@@ -129,7 +148,9 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
     status, body = apis["teammate"].call("POST", path + "metrics/", {"points": points})
     assert status == 201 and body["stored"] == 20
     status, body = apis["teammate"].call("POST", path + "metrics/", {"points": points[:2]})
-    assert body["stored"] == 0  # a step logged twice keeps its first value
+    assert body["stored"] == 0 and body["skipped"] == 4  # a step logged twice keeps its first value, and says so
+    assert body["skipped_values"][0] == {"step": 1, "name": "loss",
+                                         "why": "already logged at this step: the first value is kept"}
     status, bad = apis["teammate"].call("POST", path + "metrics/", {"points": [{"step": -1, "metrics": {}}]})
     assert status == 400 and {"points.0.step", "points.0.metrics"} <= set(bad["errors"])
     status, samples = apis["teammate"].call("POST", path + "samples/", {"samples": [

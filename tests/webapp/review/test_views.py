@@ -118,7 +118,9 @@ def test_the_create_page_says_where_a_preference_dataset_comes_from_when_there_i
 def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_version):
     response = client_for(team.owner).post(reverse("review:create", args=[team.project.slug]), {
         "name": "round 2", "source_version": preference_version.pk, "required_reviews": 2})
-    assert response.status_code == 400 and b"This field is required" in response.content
+    # It says what to do, not Django's 'This field is required.'
+    assert response.status_code == 400 and b"This field is required" not in response.content
+    assert b"Tick at least one reviewer: the items wait in the queues of those ticked." in response.content
 
 
 def test_a_new_campaign_asks_for_no_more_reviews_per_item_than_the_project_has_reviewers(team, client_for):

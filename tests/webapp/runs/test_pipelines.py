@@ -54,7 +54,13 @@ def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks
     assert not Pipeline.objects.exists() and not Run.objects.exists()
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document={"name": "x", "stages": []}, user=None)
-    assert "stages" in caught.value.message_dict
+    # In the spec's words, not pydantic's ('[]: list should have at least 1 item after validation, not 0').
+    assert caught.value.message_dict == {"stages": ["a pipeline has at least one stage: add a training stage "
+                                                    "(name and spec)"]}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document={"name": "x", "stages": bad["stages"][:1] * 11},
+                                  user=None)
+    assert caught.value.message_dict == {"stages": ["a pipeline has at most 10 stages; it has 11: split it in two"]}
 
 
 def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog, sent_tasks):
