@@ -231,7 +231,8 @@
       .then(function (response) { return response.json(); })
       .then(function (state) {
         addSeries(state.series);
-        showProgress(state.progress);
+        // A live event may have shown a later step while this was asked: the stored progress lags it.
+        if (state.progress.step >= progress.step) showProgress(state.progress);
         addLogLines(state.log);
         if (state.progress.status !== shownStatus) statusChanged();
         else if (JSON.stringify(state.checkpoints) !== JSON.stringify(shownCheckpoints())) loadCheckpoints();

@@ -421,6 +421,37 @@ def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url,
     assert page.locator("#progress-speed").inner_text() == "2512"
 
 
+def test_a_catch_up_answered_after_a_live_step_does_not_take_the_page_back(page, asgi_server, redis_url,
+                                                                          transactional_db, settings):
+    """CI again lost a progress event, with the stream subscribed: the hello's catch-up asked for the
+    stored progress (step 3), the live event showed step 4, then the catch-up's answer came and showed
+    step 3 again. The stored progress lags the live events, so it never takes the page back."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa6")
+    run = Run.objects.create(project=team.project, name="speed", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=3, train_seconds=1.5)
+    held = []
+    page.route("**/state.json*", lambda route: held.append(route))  # the catch-up's answer is held
+    log_in(page, asgi_server, "kappa6-viewer")
+    page.goto(f"{asgi_server}/p/kappa6/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.wait_for_function("() => true")  # lets the held request reach the handler
+    assert held, "the hello asked for a catch-up"
+    reporting.publish_event(run.public_id, {"type": "progress", "step": 4, "total_steps": 400, "tokens": 4096,
+                                            "train_seconds": 2.0, "tokens_per_second": 2512.4})
+    page.locator("#progress-step", has_text="4").wait_for(timeout=10_000)
+    answer = held[0].fetch().json()
+    assert answer["progress"]["step"] == 3  # stored before the live step
+    answer["log"].append({"id": 10**9, "level": "info", "time": "2026-12-03T08:00:00Z", "message": "caught up"})
+    held[0].fulfill(json=answer)
+    page.locator("#log", has_text="caught up").wait_for(timeout=10_000)  # the catch-up has been applied
+    assert page.locator("#progress-step").inner_text() == "4"
+    assert page.locator("#progress-speed").inner_text() == "2512"
+
+
 def test_the_stream_says_hello_once_it_listens_to_the_run(page, asgi_server, redis_url, transactional_db):
     """CI lost a live event: the stream sent its hello, and the page went live and caught up, before the
     server had subscribed to the run's channel, so an event published in between went nowhere. Under
