@@ -2,10 +2,16 @@
 
 Eight fake CPU devices let sharding tests build real meshes; the flag must be set
 before jax is first imported, which is why it lives at the top of the root conftest.
+
+The tests' tiny models spend most of their time being compiled, so XLA's CPU backend builds them
+at LLVM optimisation level 0: the same HLO programs after the same XLA passes, emitted without
+LLVM's optimisations (the matmuls are library calls at every level). It cut the engine's tests from
+582 to 475 s on a 2-core Xeon (bench/RESULTS.md, "Test suite time"). Set XLA_FLAGS yourself to run
+them as shipped, e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=8 make test``.
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # Real Redis and Celery worker processes for integration and browser tests (see tests/live.py).

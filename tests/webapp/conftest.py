@@ -21,3 +21,13 @@ def client_for(db):
         return client
 
     return build
+
+
+@pytest.fixture
+def only_this_tests_workers(db) -> None:
+    """No worker rows but the test's own. The session's live Celery workers (started by browser and
+    integration tests; under pytest-xdist in this very process) beat into the test database too.
+    Deleted inside the test's transaction, whose write lock holds their next beats back until it ends."""
+    from webapp.workers.models import Worker
+
+    Worker.objects.all().delete()

@@ -61,7 +61,7 @@ def beat(name, pid=1):
     )
 
 
-def test_it_works(client, db, redis_url):
+def test_it_works(client, db, redis_url, only_this_tests_workers):
     redis_url.lpush("train", "job-1", "job-2")
     redis_url.lpush("default", "job-3")
     beat("default@a")

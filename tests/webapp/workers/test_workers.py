@@ -8,6 +8,8 @@ from webapp.workers import selectors
 from webapp.workers.models import Worker
 from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
 
+pytestmark = pytest.mark.usefixtures("only_this_tests_workers")
+
 
 def record(name="train@gpu1", **overrides):
     fields = {
