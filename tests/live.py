@@ -155,11 +155,16 @@ def worker_environment(*, redis_url: str) -> dict[str, str]:
     return environment
 
 
+def temper_settings(environment: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environment.items() if name.startswith("TEMPER_")}
+
+
 @dataclass
 class CeleryWorker:
     queue: str
     process: subprocess.Popen
     log_path: Path
+    settings: dict[str, str] = field(default_factory=dict)  # the TEMPER_* environment it started with
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -181,16 +186,16 @@ def start_worker(queue: str, *, redis_url: str, log_dir: Path, name: str | None 
     name = name or f"test-{queue}"
     log_path = log_dir / f"worker-{name}.log"
     log_file = open(log_path, "wb")
+    full_environment = {**worker_environment(redis_url=redis_url), **(environment or {})}
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "worker.celery", "worker", "-Q", queue,
          *(pool_args or POOLS.get(queue, ("--pool", "solo"))),
          "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
          "--without-heartbeat"],
-        cwd=ROOT, env={**worker_environment(redis_url=redis_url), **(environment or {})}, stdout=log_file,
-        stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT, env=full_environment, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
     )
     log_file.close()
-    worker = CeleryWorker(queue=queue, process=process, log_path=log_path)
+    worker = CeleryWorker(queue=queue, process=process, log_path=log_path, settings=temper_settings(full_environment))
     deadline = time.monotonic() + WORKER_START_SECONDS
     while " ready." not in worker.log():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -209,7 +214,13 @@ class CeleryWorkers:
     running: dict[str, CeleryWorker] = field(default_factory=dict)
 
     def ensure(self, queue: str) -> CeleryWorker:
+        """The session's worker of ``queue``, started anew when it is gone or was started with other
+        TEMPER_* settings than the environment has now (a module's fast run timings, say): under
+        pytest-xdist a worker started by one test file may serve the next file of its process."""
         worker = self.running.get(queue)
+        if worker is not None and worker.settings != temper_settings(worker_environment(redis_url=self.redis_url)):
+            worker.stop()
+            worker = None
         if worker is None or worker.process.poll() is not None:
             worker = self.running[queue] = start_worker(queue, redis_url=self.redis_url, log_dir=self.log_dir)
         return worker

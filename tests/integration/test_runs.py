@@ -142,7 +142,7 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
     def delivered_messages() -> list[str]:  # acks late: a run's message stays delivered while it trains
         return [delivery.tag for delivery in unacked_deliveries(broker) if delivery.arguments == f"[{run.pk}, 1]"]
     [delivered] = delivered_messages()
-    # Within one heartbeat (every 10 s by default: the browser tests may have started this worker).
+    # Within a heartbeat or two (every second here: `ensure` restarts a worker started with other timings).
     wait_for(lambda: Worker.objects.filter(name__startswith="test-train@", deliveries=[delivered]).exists(),
              timeout=25, workers=train_worker, what="the worker's heartbeat to report the message it holds")
     worker = train_worker.running["train"]
