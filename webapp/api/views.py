@@ -6,6 +6,7 @@ anything of a project gets 404, a viewer's write gets 403. Errors are JSON: ``{"
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -252,8 +253,7 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         body = _body(request, schemas.MetricsLog)
         logged = run_services.metrics_log(run=run, points=[point.model_dump() for point in body.points])
-        return JsonResponse({"stored": logged.stored, "skipped": logged.skipped, "skipped_values": logged.skipped_values},
-                            status=201)
+        return JsonResponse(dataclasses.asdict(logged), status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     names = [name for name in request.GET.get("names", "").split(",") if name]
     try:

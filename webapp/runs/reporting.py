@@ -134,13 +134,16 @@ def insert_metric_rows(rows: list[tuple[int, int, str, float, float, int]]) -> N
             cursor.executemany(sql, rows[start:start + INSERT_BATCH])
 
 
-def metric_values(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
-    """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted)."""
+def metric_values(metrics: dict[str, Any], *, not_finite: list[str] | None = None) -> Iterable[tuple[str, float]]:
+    """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted); the
+    names of the numeric ones left out for that go to ``not_finite`` when it is given."""
     for name, value in metrics.items():
         if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if math.isfinite(value):
             yield name, float(value)
+        elif not_finite is not None:
+            not_finite.append(name)
 
 
 class AppendedLines:

@@ -16,7 +16,6 @@ import ast
 import copy
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -810,7 +809,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     of an external run; a (metric, step) logged twice keeps its first value, and a NaN or infinite
     value is left out. The caller is told of each value left out, so nothing vanishes unannounced."""
     from webapp.runs.models import MetricPoint
-    from webapp.runs.reporting import NOT_METRICS, publish_event, track_metric
+    from webapp.runs.reporting import metric_values, publish_event, track_metric
 
     _require_external(run)
     run = Run.objects.select_for_update().get(pk=run.pk)
@@ -823,18 +822,16 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     for point in points:
         step, tokens = point["step"], int(point.get("tokens") or 0)
         wall_time = float(point.get("wall_time") or now)
-        for name, value in point["metrics"].items():
-            if name in NOT_METRICS:
-                continue
-            why = NOT_FINITE if not math.isfinite(value) else ALREADY_LOGGED if (name, step) in seen else None
-            if why:
-                skipped.append({"step": step, "name": name, "why": why})
+        not_finite: list[str] = []
+        for name, value in metric_values(point["metrics"], not_finite=not_finite):
+            if (name, step) in seen:
+                skipped.append({"step": step, "name": name, "why": ALREADY_LOGGED})
                 continue
             seen.add((name, step))
-            value = float(value)
             rows.append(MetricPoint(run=run, step=step, name=name, value=value, wall_time=wall_time, tokens=tokens))
             payload.append({"step": step, "name": name, "value": value, "tokens": tokens, "wall_time": wall_time})
             track_metric(summary, name, value, step)
+        skipped.extend({"step": step, "name": name, "why": NOT_FINITE} for name in not_finite)
     MetricPoint.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
     if points:
         run.current_step = max(run.current_step, max(point["step"] for point in points))
