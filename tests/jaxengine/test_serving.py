@@ -143,15 +143,18 @@ def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served)
                   should_stop=lambda name=name: name in stopped)
     seen.add(batch, "c", prompts[2], greedy)
     seen.add(batch, "d", prompts[3], greedy)
+    # Step 0 prefills a and b (1 token each) and dispatches their first call; step 1 dispatches the
+    # second and reads the first back (9 tokens each): with both rows taken, c waiting changes nothing.
     seen.steps(batch, 2)
     assert batch.batch_sizes == [2, 2] and "c" not in seen.first_token_step  # both slots taken: c waits
     stopped.add("a")
     seen.steps(batch, 1)  # a's slot goes to c in the same step
-    assert seen.results["a"].finish_reason == "cancelled" and len(seen.results["a"].token_ids) == 17
+    # a ends with the tokens it streamed; what the call in flight decoded for it is dropped.
+    assert seen.results["a"].finish_reason == "cancelled" and len(seen.results["a"].token_ids) == 9
     assert seen.first_token_step == {"c": 2} and batch.batch_sizes[-1] == 2
     now[0] = 2.0
     seen.steps(batch, 1)  # past b's deadline: its slot goes to d
-    assert seen.results["b"].finish_reason == "timeout" and len(seen.results["b"].token_ids) == 25
+    assert seen.results["b"].finish_reason == "timeout" and len(seen.results["b"].token_ids) == 17
     assert seen.first_token_step == {"c": 2, "d": 3}
     while batch.busy:
         seen.steps(batch, 1)
@@ -179,7 +182,9 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     b_submitted.set()
     b_result, a_result = b.result(timeout=60), a.result(timeout=60)
     server.close()
-    assert a_tokens_at_b_start[0] == 9  # b started once the call under way ended, not after a's sixtieth token
+    # b was submitted while a's first decode call was being read back, with the second already dispatched
+    # (ContinuousBatch overlaps the two): it started once that call ended, not after a's sixtieth token.
+    assert a_tokens_at_b_start[0] == 17
     assert b_result.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
     assert a_result.token_ids == alone_tokens(model, tokenizer, prompts[1], 60)
     assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
@@ -199,6 +204,42 @@ def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served)
     served_after = server.submit(ServeRequest(prompt_ids=tuple(prompts[0]), params=params)).result(timeout=60)
     server.close()
     assert served_after.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
+
+
+def test_the_next_decode_call_is_dispatched_before_the_last_one_is_read_back(served):
+    # While the host streams one call's tokens, the device already decodes the next (chained on the
+    # first call's last tokens, which never leave the device for it); the tokens are those of decoding alone.
+    model, tokenizer, prompts = served
+    batch = ContinuousBatch(BatchDecoder(model, tokenizer))
+    calls_dispatched_at_token = []
+    greedy = SamplingParams(max_new_tokens=30, temperature=0.0)
+    results = []
+    batch.add(ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy), on_finish=results.append,
+              on_token=lambda token_id, delta: calls_dispatched_at_token.append(len(batch.batch_sizes)))
+    while batch.busy:
+        batch.step()
+    # Token 1 comes from the prefill, before any decode call; tokens 2-9 from call 1, read back once call 2
+    # was dispatched; ... tokens 26-30 from call 4, read back with no call after it (the budget ends in it).
+    assert calls_dispatched_at_token == [0] + [2] * 8 + [3] * 8 + [4] * 8 + [4] * 5
+    assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[1], 30)
+
+
+def test_a_row_ending_at_a_stop_token_gets_nothing_from_the_call_decoded_after_it(served):
+    model, tokenizer, prompts = served
+    [alone] = BatchDecoder(model, tokenizer).run(requests_for([prompts[0]], [SamplingParams(max_new_tokens=30,
+                                                                                           temperature=0.0)]))
+    stop_id = alone.token_ids[4]  # a token the answer reaches in its first decode call
+    params = SamplingParams(max_new_tokens=30, temperature=0.0, stop_token_ids=(stop_id,))
+    decoder = BatchDecoder(model, tokenizer)
+    batch, streamed, results = ContinuousBatch(decoder), [], []
+    batch.add(ServeRequest(prompt_ids=tuple(prompts[0]), params=params), on_finish=results.append,
+              on_token=lambda token_id, delta: streamed.append(token_id))
+    while batch.busy:
+        batch.step()
+    first_stop = alone.token_ids.index(stop_id)
+    assert results[0].token_ids == streamed == alone.token_ids[:first_stop + 1]
+    assert results[0].finish_reason == "stop"
+    assert len(batch.batch_sizes) == 2  # the call dispatched before the stop was seen, decoded in vain
 
 
 def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
