@@ -20,7 +20,7 @@ import time
 
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import SamplingParams
-from jaxengine.serving import BatchDecoder, ContinuousBatch, ServeRequest, load_serving_model
+from jaxengine.serving import BatchDecoder, ContinuousBatch, ServeRequest, load_serving_model, serving_devices
 
 
 def requests_for(prompts: list[list[int]], tokens: int) -> list[ServeRequest]:
@@ -54,9 +54,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps-per-call", type=int, default=8)
     parser.add_argument("--staggered", action="store_true", help="also measure streams arriving one call apart")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="CPU devices to split the rows over, as the serve worker does (0: one per core)")
     args = parser.parse_args()
+    devices = serving_devices(args.devices or None)
     loaded = load_serving_model(args.model)
-    decoder = BatchDecoder(loaded.model, loaded.tokenizer, steps_per_call=args.steps_per_call)
+    decoder = BatchDecoder(loaded.model, loaded.tokenizer, steps_per_call=args.steps_per_call, devices=devices)
     questions = [f"What is {17 + i} + {25 + 2 * i}?" for i in range(max(args.streams))]
     prompts = [encode_prompt(loaded.tokenizer, question) for question in questions]
     modes = [False, True] if args.staggered else [False]
@@ -74,7 +77,7 @@ def main() -> None:
         aggregate = run["tokens"] / run["seconds"]
         print(json.dumps({
             "model": args.model, "streams": count, "arrival": "staggered" if staggered else "together",
-            "steps_per_call": args.steps_per_call, "seconds": round(run["seconds"], 3),
+            "steps_per_call": args.steps_per_call, "devices": len(devices), "seconds": round(run["seconds"], 3),
             "cpu_seconds": round(run["cpu_seconds"], 3), "tokens": run["tokens"],
             "aggregate_tokens_per_second": round(aggregate, 1),
             "tokens_per_second_per_stream": round(aggregate / count, 1),

@@ -1,5 +1,8 @@
 """Serving: batched decoding gives each request the tokens it gets alone (and from the Sampler), per-row
 settings, stop and timeout, the batching server's batches, the memory-bounded model cache."""
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
+                               serving_devices,
                                gumbel_noise, load_serving_model)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
@@ -128,6 +132,68 @@ def test_requests_joining_a_running_batch_get_their_solo_tokens(served):
     # b, c and d each came in while a was decoding and got their first token at once.
     assert seen.first_token_step == {"a": 0, "b": 2, "c": 3, "d": 3}
     assert batch.batch_sizes[:4] == [1, 1, 2, 4] and max(batch.batch_sizes) == 4
+
+
+@pytest.mark.parametrize("device_count", [2, 4])
+def test_rows_split_over_devices_get_their_solo_tokens_as_rows_come_and_go(served, device_count):
+    # The tests' 8 host devices (tests/conftest.py) stand for a CPU's cores. Requests arrive one call apart
+    # and end at different budgets, so the cache grows from 1 row (one device) to 8 (split over them all)
+    # and shrinks again, moving between meshes; every request decodes what it decodes alone.
+    model, tokenizer, prompts = served
+    decoder = BatchDecoder(model, tokenizer, devices=jax.devices()[:device_count])
+    batch, seen, params = ContinuousBatch(decoder), Collected(), {}
+    split_rows = set()  # (cache rows, devices holding the cache) after each step
+
+    def step():
+        seen.steps(batch, 1)
+        if batch._cache is not None:
+            split_rows.add((batch._cache.positions.shape[0], len(batch._cache.keys[0].sharding.device_set)))
+
+    for name in range(7):  # later requests decode longer: 5 of them at once, then fewer and fewer
+        params[name] = SamplingParams(max_new_tokens=20 + 8 * name, temperature=0.0 if name % 2 else 0.9,
+                                      top_k=5 if name == 4 else 0, seed=name)
+        seen.add(batch, name, prompts[name % len(prompts)], params[name])
+        step()
+    while batch.busy:
+        step()
+    for name, param in params.items():
+        [alone] = Sampler(model, tokenizer).generate([prompts[name % len(prompts)]], param)
+        assert seen.results[name].token_ids == alone.token_ids, name
+    # Each cache was on as many devices as leave each one a row: 1 row on one, 8 rows on all of them.
+    assert {rows: devices for rows, devices in split_rows} == {rows: min(rows, device_count)
+                                                               for rows, _ in split_rows}
+    assert {rows for rows, _ in split_rows} == {1, 2, 4, 8}
+
+
+def test_each_device_holds_only_its_rows_of_the_cache(served):
+    model, tokenizer, prompts = served
+    decoder = BatchDecoder(model, tokenizer, devices=jax.devices()[:2])
+    batch = ContinuousBatch(decoder)
+    for ids in prompts:
+        batch.add(ServeRequest(prompt_ids=tuple(ids), params=SamplingParams(max_new_tokens=20, temperature=0.0)),
+                  on_finish=lambda result: None)
+    batch.step()
+    rows, kv_heads = 4, model.config.num_kv_heads
+    for buffer in (batch._cache.keys[0], batch._cache.values[0], batch._cache.positions):
+        shards = buffer.addressable_shards
+        assert sorted(shard.device.id for shard in shards) == [0, 1]
+        assert all(shard.data.shape[0] == buffer.shape[0] // 2 for shard in shards)
+    assert batch._cache.keys[0].shape[0] == rows * kv_heads
+
+
+def test_a_serving_process_gets_one_host_device_per_core_unless_told():
+    # JAX is asked for the host devices before its backend starts, in a fresh process as in a serve worker.
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    code = ("from jaxengine.serving import serving_devices; import os; "
+            "print(len(serving_devices(3)), len(os.sched_getaffinity(0)))")
+    told, cores = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 check=True).stdout.split()
+    assert told == "3"
+    code = "from jaxengine.serving import serving_devices; print(len(serving_devices()))"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == cores
+    # Once the backend has started (this process: 8 host devices), the devices it has, at most as many as asked.
+    assert serving_devices(3) == jax.devices()[:3] and serving_devices(1) == jax.devices()[:1]
 
 
 def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served):

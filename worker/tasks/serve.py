@@ -68,6 +68,7 @@ class GenerateRequest(BaseModel):
 _lock = threading.Lock()
 _cache = None
 _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
+_devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
 
 
 def server_for(key: str, path: str):
@@ -75,16 +76,19 @@ def server_for(key: str, path: str):
     review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
     conversation's programs in its idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
-    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache
+    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, serving_devices
 
+    global _devices
     with _lock:
         if _cache is None:
             _cache = ModelCache(budget_bytes=settings.TEMPER_SERVE_MEMORY_BYTES)
+            # Before the first model loads, while JAX can still be given one host device per core.
+            _devices = serving_devices(settings.TEMPER_SERVE_CPU_DEVICES or None)
         loaded = _cache.get(key, path)
         for stale in set(_servers) - set(_cache.keys):
             _servers.pop(stale).close(wait=False)
         if key not in _servers:
-            decoder = BatchDecoder(loaded.model, loaded.tokenizer)
+            decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=_devices)
             _servers[key] = BatchingServer(decoder)
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm(decoder.warmup_requests())
