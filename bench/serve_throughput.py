@@ -20,7 +20,8 @@ import time
 
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import SamplingParams
-from jaxengine.serving import BatchDecoder, ContinuousBatch, ServeRequest, load_serving_model, serving_devices
+from jaxengine.serving import (BatchDecoder, ContinuousBatch, ServeRequest, devices_for_model, load_serving_model,
+                               serving_devices)
 
 
 def requests_for(prompts: list[list[int]], tokens: int) -> list[ServeRequest]:
@@ -55,10 +56,11 @@ def main() -> None:
     parser.add_argument("--steps-per-call", type=int, default=8)
     parser.add_argument("--staggered", action="store_true", help="also measure streams arriving one call apart")
     parser.add_argument("--devices", type=int, default=1,
-                        help="CPU devices to split the rows over, as the serve worker does (0: one per core)")
+                        help="CPU devices to split a small model's rows over, as the serve worker does (0: one per core)")
     args = parser.parse_args()
-    devices = serving_devices(args.devices or None)
+    all_devices = serving_devices(args.devices or None)
     loaded = load_serving_model(args.model)
+    devices = devices_for_model(all_devices, loaded.nbytes)  # as the serve worker picks them
     decoder = BatchDecoder(loaded.model, loaded.tokenizer, steps_per_call=args.steps_per_call, devices=devices)
     questions = [f"What is {17 + i} + {25 + 2 * i}?" for i in range(max(args.streams))]
     prompts = [encode_prompt(loaded.tokenizer, question) for question in questions]

@@ -33,8 +33,10 @@ Design note.
   R rows lives on the most devices, a power of two, that leave each at least one row (``mesh_for``),
   every program runs on that mesh (the models' constraints split the rows over ``data``), and the
   weights are whole on each device (host devices share one copy). A lone conversation stays on one
-  device; 16 rows on 2 devices decode about 1.8x faster than on one. A re-layout that changes the device
-  count copies the cache whole onto the new mesh first. On an accelerator it is the chip alone.
+  device. A re-layout that changes the device count copies the cache whole onto the new mesh first. On
+  an accelerator it is the chip alone. Each device reads all the weights every step, so only a small
+  model gains (``devices_for_model``): 16 rows of the 11 MB demo model decode 1.6x faster on 2 devices
+  than on one, of an 80 MB model 0.67x as fast.
 * Compiles: the prefill per (group, prompt length) bucket and the decode call per (rows, slots) bucket
   and sampling mode, all powers of two, so a serving process compiles a bounded set of programs,
   never one per request (``trace_count``).
@@ -157,6 +159,18 @@ def serving_devices(count: int | None = None) -> list[jax.Device]:
     if jax.default_backend() != "cpu":
         return [jax.devices()[0]]
     return jax.devices("cpu")[:max(count, 1)]
+
+
+# Splitting rows over host devices makes each device read all the weights every step, and pays only while a
+# step cannot use the cores by itself: on a 2-core Xeon, 16 rows decoded 1.6x faster on 2 devices for an
+# 11 MB model, 1.29x for 20 MB, the same for 48 MB and 0.67x as fast for 80 MB (bench/RESULTS.md).
+SPLIT_MAX_WEIGHT_BYTES = 32 * 2**20
+
+
+def devices_for_model(devices: Sequence[jax.Device], nbytes: int) -> list[jax.Device]:
+    """The devices to split a model's rows over: all of ``devices`` for a model of at most
+    ``SPLIT_MAX_WEIGHT_BYTES`` of weights, the first alone for a larger one."""
+    return list(devices) if nbytes <= SPLIT_MAX_WEIGHT_BYTES else list(devices[:1])
 
 
 class ModelCache:

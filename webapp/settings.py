@@ -149,8 +149,9 @@ TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
 # A model the serve worker loads compiles a lone conversation's programs in its idle time
 # (jaxengine.serving.BatchingServer.warm), so a first answer does not stall at each compile.
 TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)
-# On CPU, concurrent conversations' rows are split over this many host devices, each decoding on its own
-# core (jaxengine.serving.serving_devices); 0: one per core the serve worker may use, 1: one device.
+# On CPU, concurrent conversations with a small model have their rows split over this many host devices,
+# each decoding on its own core (jaxengine.serving.serving_devices, devices_for_model); 0: one per core
+# the serve worker may use, 1: one device.
 TEMPER_SERVE_CPU_DEVICES = env_int("TEMPER_SERVE_CPU_DEVICES", 0)
 # Workers keep compiled XLA programs here (see worker/celery.py); empty: no persistent cache.
 TEMPER_JAX_CACHE = env_str("TEMPER_JAX_CACHE", str(DATA_ROOT / "jax-cache"))

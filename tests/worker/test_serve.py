@@ -157,3 +157,19 @@ def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tm
     written = json.loads((run_dir / "export" / "quantized" / "quantization.json").read_text())
     assert written["perplexity_quantized"] == description["perplexity_quantized"]
     assert "error" in serve.quantize_run(str(tmp_path / "missing"))
+
+
+def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(client, model_dir, monkeypatch):
+    import os
+
+    import jax
+
+    cores = min(len(os.sched_getaffinity(0)), len(jax.devices()))  # this process: the tests' 8 host devices
+    serve.generate(request(model_dir, "split"))
+    small, _ = serve.server_for("tiny", str(model_dir))
+    assert small.decoder.devices == tuple(jax.devices()[:cores])
+    monkeypatch.setattr(serving, "SPLIT_MAX_WEIGHT_BYTES", small.decoder.leaves[0].nbytes)  # now "too large"
+    large, _ = serve.server_for("tiny-as-large", str(model_dir))
+    assert large.decoder.devices == tuple(jax.devices()[:1])
+    done = serve.generate(request(model_dir, "unsplit", model_key="tiny-as-large"))
+    assert done["completion_tokens"] == 12 and "error" not in done

@@ -76,7 +76,7 @@ def server_for(key: str, path: str):
     review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
     conversation's programs in its idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
-    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, serving_devices
+    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model, serving_devices
 
     global _devices
     with _lock:
@@ -88,7 +88,7 @@ def server_for(key: str, path: str):
         for stale in set(_servers) - set(_cache.keys):
             _servers.pop(stale).close(wait=False)
         if key not in _servers:
-            decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=_devices)
+            decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(_devices, loaded.nbytes))
             _servers[key] = BatchingServer(decoder)
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm(decoder.warmup_requests())
