@@ -156,7 +156,16 @@ def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tm
     assert 0 <= description["greedy_agreement"] <= 1 and description["ratio_to_bfloat16"] < 0.6
     written = json.loads((run_dir / "export" / "quantized" / "quantization.json").read_text())
     assert written["perplexity_quantized"] == description["perplexity_quantized"]
-    assert "error" in serve.quantize_run(str(tmp_path / "missing"))
+    assert not (run_dir / "serving-copy-error.txt").exists()
+    # A copy that fails says why in the run directory (the run page shows it); one written later clears it.
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    failure = serve.quantize_run(str(missing))
+    assert "error" in failure and (missing / "serving-copy-error.txt").read_text() == failure["error"]
+    assert "spec.yaml" in failure["error"]
+    (run_dir / "serving-copy-error.txt").write_text("an earlier failure")
+    serve.quantize_run(str(run_dir))
+    assert not (run_dir / "serving-copy-error.txt").exists()
 
 
 def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(client, model_dir, monkeypatch):

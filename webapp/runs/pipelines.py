@@ -40,7 +40,7 @@ from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
-from webapp.runs.selectors import last_value
+from webapp.runs.selectors import export_summary, last_value, serving_copy_figures
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ PREVIOUS = "previous"
 MAX_STAGES = 10
 EXPORT_STAGE_TASK = "worker.tasks.train.export_stage"
 EXPORT_STAGE_QUEUE = "train"
-QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
 
 
 class Guard(BaseModel):
@@ -401,28 +400,13 @@ def pipelines_fail_lost_exports(*, now: datetime | None = None) -> list[Pipeline
     return failed
 
 
-def export_summary(description: dict[str, Any]) -> str:
-    """One line of a serving copy's figures (its ``quantization.json``)."""
-    parts = [f"{description.get('scheme', '?')} copy {description.get('model_bytes', 0) / 2**20:.1f} MiB "
-             f"({description.get('ratio_to_bfloat16', 0):.0%} of bfloat16)"]
-    if "perplexity_quantized" in description:
-        parts.append(f"perplexity {description['perplexity_reference']:.4g} → {description['perplexity_quantized']:.4g} "
-                     f"({description['perplexity_increase']:+.1%})")
-    if "greedy_agreement" in description:
-        parts.append(f"greedy agreement {description['greedy_agreement']:.0%}")
-    return ", ".join(parts)
-
-
 def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
     """The figures of the serving copy a succeeded export stage wrote (its ``quantization.json``), or None."""
     if pipeline.result_run is None or not pipeline.stages or "export" not in pipeline.stages[-1]:
         return None
-    path = pipeline.result_run.output_dir / "export" / "quantized" / QUANTIZATION_FILE
-    if pipeline.status != PipelineStatus.SUCCEEDED or not path.is_file():
+    if pipeline.status != PipelineStatus.SUCCEEDED:
         return None
-    description = json.loads(path.read_text())
-    description.pop("modules", None)
-    return {**description, "path": str(path.parent), "summary": export_summary(description)}
+    return serving_copy_figures(pipeline.result_run)
 
 
 def export_stage_status(pipeline: Pipeline, index: int) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F, IntegerField, Max, Min, Q, QuerySet
 from django.http import Http404
 from django.db.models.functions import Cast
@@ -382,6 +383,81 @@ def run_devices(*, run: Run) -> dict[str, Any]:
 
     worker = Worker.objects.filter(name=run.worker_name).first() if run.worker_name else None
     return worker.devices if worker is not None else {}
+
+
+QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
+# Written in the run directory by worker.tasks.serve.quantize_run when the serving copy fails (removed when
+# one is written), so that the run page can say why there is none.
+SERVING_COPY_ERROR_FILE = "serving-copy-error.txt"
+
+
+def export_summary(description: dict[str, Any]) -> str:
+    """One line of a serving copy's figures (its ``quantization.json``)."""
+    parts = [f"{description.get('scheme', '?')} copy {description.get('model_bytes', 0) / 2**20:.1f} MiB "
+             f"({description.get('ratio_to_bfloat16', 0):.0%} of bfloat16)"]
+    if "perplexity_quantized" in description:
+        parts.append(f"perplexity {description['perplexity_reference']:.4g} → {description['perplexity_quantized']:.4g} "
+                     f"({description['perplexity_increase']:+.1%})")
+    if "greedy_agreement" in description:
+        parts.append(f"greedy agreement {description['greedy_agreement']:.0%}")
+    return ", ".join(parts)
+
+
+def serving_copy_figures(run: Run) -> dict[str, Any] | None:
+    """The figures of the run's serving copy (``export/quantized/quantization.json``, its per-module list
+    left out) with ``path`` and a one-line ``summary``; None while there is none or it cannot be read."""
+    path = run.output_dir / "export" / "quantized" / QUANTIZATION_FILE
+    try:
+        description = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(description, dict):
+        return None
+    description.pop("modules", None)
+    return {**description, "path": str(path.parent), "summary": export_summary(description)}
+
+
+def serving_copy_facts(figures: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) lines of a serving copy's figures, for the run page."""
+    mib = 2**20
+    scheme = str(figures.get("scheme", "?"))
+    if figures.get("group_size"):
+        scheme += f", scales per group of {figures['group_size']}"
+    facts = [("Scheme", scheme)]
+    if "model_bytes" in figures and "bfloat16_bytes" in figures:
+        facts.append(("Memory", f"{figures['model_bytes'] / mib:.1f} MiB, {figures.get('ratio_to_bfloat16', 0):.0%} of "
+                                f"the bfloat16 model's {figures['bfloat16_bytes'] / mib:.1f} MiB"))
+    if "perplexity_quantized" in figures:
+        facts.append(("Perplexity", f"{figures['perplexity_quantized']:.4g} against {figures['perplexity_reference']:.4g} "
+                                    f"unquantized ({figures['perplexity_increase']:+.1%}), on "
+                                    f"{figures.get('eval_sequences', '?')} evaluation rows"))
+    if "greedy_agreement" in figures:
+        facts.append(("Greedy agreement", f"{figures['greedy_agreement']:.0%} of greedy tokens the same as the "
+                                          f"unquantized model's, on {figures.get('eval_prompts', '?')} prompts"))
+    if "perplexity_quantized" not in figures and "greedy_agreement" not in figures:
+        facts.append(("Quality", "not measured: the run has no evaluation data"))
+    facts.append(("Directory", figures["path"]))
+    return facts
+
+
+def serving_copy(*, run: Run) -> dict[str, Any] | None:
+    """What the run page says of a succeeded run's quantized serving copy: ``state`` ``written`` (with
+    its figures: memory against bfloat16, perplexity against the unquantized model, greedy agreement),
+    ``failed`` (with the worker's ``message``) or ``pending``. None for a run without a merged export
+    (not succeeded, external) and, while nothing writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
+    if run.status != RunStatus.SUCCEEDED or run.task == EXTERNAL_TASK or not (run.output_dir / "export").is_dir():
+        return None
+    figures = serving_copy_figures(run)
+    if figures is not None:
+        return {"state": "written", "facts": serving_copy_facts(figures), **figures}
+    try:
+        message = (run.output_dir / SERVING_COPY_ERROR_FILE).read_text()[:2000]
+    except OSError:
+        message = None
+    if message is not None:
+        return {"state": "failed", "message": message}
+    return None if settings.TEMPER_SERVE_QUANTIZE == "none" else {"state": "pending",
+                                                                 "scheme": settings.TEMPER_SERVE_QUANTIZE}
 
 
 def lineage(*, run: Run) -> dict[str, Any]:

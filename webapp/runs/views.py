@@ -319,7 +319,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "unserved_pool_note": selectors.unserved_pool_note(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
-        "checkpoints": selectors.checkpoint_list(run=run),
+        "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
         "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Annotated, Literal
 
 import redis
@@ -221,11 +222,19 @@ def quantize_run(run_dir: str) -> dict:
     """Write a succeeded run's serving copy ``export/quantized/`` (scheme ``TEMPER_SERVE_QUANTIZE``) with its
     memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on."""
     from jaxengine.quantize import quantize_run_export
+    from webapp.runs.selectors import SERVING_COPY_ERROR_FILE
 
+    error_file = Path(run_dir) / SERVING_COPY_ERROR_FILE
     try:
         description = quantize_run_export(run_dir, scheme_name=settings.TEMPER_SERVE_QUANTIZE)
-    except Exception as error:  # the merged export still serves; the operator sees why there is no copy
+    except Exception as error:  # the merged export still serves; the run page says why there is no copy
         logger.exception("serving copy of %s failed", run_dir)
-        return {"error": str(error)}
+        message = f"{type(error).__name__}: {error}"
+        try:
+            error_file.write_text(message)
+        except OSError:
+            logger.exception("the reason could not be written to %s", error_file)
+        return {"error": message}
+    error_file.unlink(missing_ok=True)
     description.pop("modules", None)
     return description

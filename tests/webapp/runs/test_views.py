@@ -296,6 +296,47 @@ def test_the_run_page_escapes_model_text(team, run, client_for):
     assert 'id="run-series"' in page and 'id="cancel-confirm"' not in page  # viewers see no actions
 
 
+def succeeded_with_export(run):
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    (run.output_dir / "export").mkdir(parents=True)
+    return run
+
+
+def test_the_run_page_reports_the_serving_copys_memory_perplexity_and_agreement(team, run, client_for, settings):
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()  # not succeeded
+    run = succeeded_with_export(run)
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert 'id="serving-copy"' in page and "Being written (int8) by a serve worker" in page
+    copy = run.output_dir / "export" / "quantized"
+    copy.mkdir()
+    # What jaxengine.quantize writes (tests/worker/test_serve.py runs the real one).
+    (copy / "quantization.json").write_text(json.dumps({
+        "scheme": "int8", "bits": 8, "group_size": None, "modules": [{"name": "a-module-name"}], "model_bytes": 3 * 2**20,
+        "bfloat16_bytes": 5 * 2**20, "ratio_to_bfloat16": 0.6, "eval_sequences": 16, "perplexity_reference": 4.25,
+        "perplexity_quantized": 4.3, "perplexity_increase": 0.30 / 25, "eval_prompts": 16, "greedy_agreement": 0.9375}))
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "Being written" not in page
+    assert "<dt>Memory</dt><dd>3.0 MiB, 60% of the bfloat16 model&#x27;s 5.0 MiB</dd>" in page
+    assert "<dt>Perplexity</dt><dd>4.3 against 4.25 unquantized (+1.2%), on 16 evaluation rows</dd>" in page
+    assert "94% of greedy tokens the same as the unquantized model&#x27;s, on 16 prompts" in page
+    assert f"<code>{copy}</code>" in page and "a-module-name" not in page
+
+
+def test_a_serving_copy_that_failed_says_why_escaped(team, run, client_for, settings):
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    run = succeeded_with_export(run)
+    (run.output_dir / "serving-copy-error.txt").write_text("ValueError: <img src=x onerror=alert(1)> too small")
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "Not written: ValueError: &lt;img src=x onerror=alert(1)&gt; too small" in page
+    assert f"jaxengine export --run {run.output_dir} --quantize int8" in page
+    settings.TEMPER_SERVE_QUANTIZE = "none"  # nothing writes copies, but this one's failure is still told
+    assert "Not written" in client_for(team.viewer).get(url(run)).content.decode()
+    (run.output_dir / "serving-copy-error.txt").unlink()
+    assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()
+
+
 def test_cancel_asks_first(team, run, client_for):
     run.status = RunStatus.RUNNING
     run.save(update_fields=["status"])
