@@ -14,7 +14,8 @@ of a transformer's weights but the most sensitive to rounding, and tied embeddin
 Rounding to the nearest code bounds the error of every weight by half a step:
 ``|w - scale * code| <= scale / 2`` (tested). ``ServingKernel`` has the same ``dequantize()``
 interface as QLoRA's ``QuantizedKernel``, so ``Linear`` dequantizes it inside the jitted matmul and
-the full-precision kernel never persists in memory.
+the full-precision kernel never persists in memory. On CPU, where XLA does not fuse that dequantization,
+``load_serving_model`` expands the kernels once instead (``expand_serving_kernels``: the same values).
 
 On disk (``export/quantized/``): ``model.safetensors`` with ``<module>.qweight`` (codes in our
 [in, out] layout, int4 packed as above) and ``<module>.scales`` [groups, out] per quantized
@@ -200,6 +201,26 @@ def save_quantized(model: nnx.Module, config, out_dir: str | Path, *, scheme: Qu
                    "group_size": scheme.group_size, "modules": modules, **sizes, **(extra or {})}
     (out_dir / QUANTIZATION_FILE).write_text(json.dumps(description, indent=2) + "\n")
     return out_dir
+
+
+def expand_serving_kernels(model: nnx.Module) -> None:
+    """Replace every ``ServingKernel`` by its dequantized kernel in the compute dtype, and cast every other
+    parameter (stored in bfloat16) to it, once: the very values the model would compute with at each
+    step, so it answers the same.
+
+    For CPU serving: XLA's CPU backend fuses neither the dequantization nor the bfloat16 cast into the
+    matmul, so each decode step would rebuild every weight in full precision and then read it. Expanded,
+    a copy decodes at the unquantized model's speed, with its memory, and still answers as the quantized
+    model does."""
+    from jaxengine.models.layers import Linear, param
+
+    for _, linear in nnx.iter_modules(model):
+        if isinstance(linear, Linear) and isinstance(linear.quantized, ServingKernel):
+            kernel = linear.quantized
+            linear.kernel = param(kernel.dequantize(), kernel.axes)
+            linear.quantized = nnx.data(None)
+    compute_dtype = model.compute_dtype
+    nnx.update(model, jax.tree.map(lambda value: value.astype(compute_dtype), nnx.state(model, nnx.Param)))
 
 
 def is_quantized_dir(model_dir: str | Path) -> bool:

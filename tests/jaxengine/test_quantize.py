@@ -142,3 +142,32 @@ def test_the_copy_is_scored_against_the_whole_float32_model(tiny_model_dir, tmp_
     sequences, scored, _ = quantize.eval_token_sets(load_tokenizer(tiny_model_dir), rows, kind="sft")
     assert description["perplexity_reference"] == quantize.perplexity(fresh, sequences, scored=scored)
     assert description["perplexity_quantized"] != description["perplexity_reference"]
+
+
+@pytest.mark.parametrize("name", ["int8", "int4"])
+def test_expanded_kernels_compute_what_the_codes_compute(tiny_model_dir, tmp_path, name):
+    # On CPU the serve worker expands a copy's codes once (no fused dequantization there): the model must
+    # still answer as the quantized one, not as the unquantized one it came from.
+    from jaxengine.serving import load_serving_model
+
+    model, config = load_hf_model(tiny_model_dir)
+    scheme = QuantScheme.named(name, group_size=32 if name == "int4" else None)
+    sizes = quantize.quantize_for_serving(model, scheme)
+    out = quantize.save_quantized(model, config, tmp_path / name, scheme=scheme,
+                                  tokenizer=load_tokenizer(tiny_model_dir), sizes=sizes)
+    codes, _, _ = quantize.load_quantized(out, compute_dtype=jnp.float32)
+    expanded, _, _ = quantize.load_quantized(out, compute_dtype=jnp.float32)
+    quantize.expand_serving_kernels(expanded)
+    assert not any(isinstance(module, quantize.ServingKernel) for _, module in nnx.iter_modules(expanded))
+    ids_bt, positions_bt = jnp.array([[5, 17, 99, 3, 42, 8]]), jnp.arange(6)[None]
+
+    @nnx.jit
+    def logits(model):
+        return model(ids_bt, positions_bt)[0]
+
+    np.testing.assert_array_equal(np.asarray(logits(expanded)), np.asarray(logits(codes)))
+    original, _ = load_hf_model(tiny_model_dir)
+    assert not np.array_equal(np.asarray(logits(expanded)), np.asarray(logits(original)))
+    served = load_serving_model(out)  # this test runs on CPU: expanded, and in the inference layout
+    assert not any(isinstance(module, quantize.ServingKernel) for _, module in nnx.iter_modules(served.model))
+    np.testing.assert_allclose(np.asarray(logits(served.model)), np.asarray(logits(codes)), rtol=0, atol=1e-5)
