@@ -182,3 +182,28 @@ def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(c
     assert large.decoder.devices == tuple(jax.devices()[:1])
     done = serve.generate(request(model_dir, "unsplit", model_key="tiny-as-large"))
     assert done["completion_tokens"] == 12 and "error" not in done
+
+
+# A worker process as Celery starts it with ``-Q <queues>`` (the app module, then celeryd_init), then a
+# serving copy's first JAX work; prints the host devices JAX has.
+WORKER_START = (
+    "import sys, worker.celery; from celery.signals import celeryd_init;"
+    "celeryd_init.send(sender='w@host', instance=None, conf=None, options={'queues': sys.argv[1]});"
+    "import jax, jax.numpy as jnp; jnp.ones(3).block_until_ready(); print(len(jax.devices()))"
+)
+
+
+@pytest.mark.parametrize("queues, devices", [("serve", "3"), ("default,serve", "3"), ("train", "1")])
+def test_a_serve_worker_asks_for_its_devices_as_it_starts(tmp_path, queues, devices):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    environ = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    environ.update(DJANGO_SETTINGS_MODULE="webapp.settings", TEMPER_DATA=str(tmp_path / "data"), TEMPER_JAX_CACHE="",
+                   TEMPER_SERVE_CPU_DEVICES="3", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", WORKER_START, queues], cwd=Path(__file__).resolve().parents[2],
+                            env=environ, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == devices

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import redis
+from celery.signals import celeryd_init
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -72,24 +73,48 @@ _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
 _devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
 
 
+_devices_lock = threading.Lock()
+
+
+def configure_devices() -> list:
+    """This process's serving devices (``jaxengine.serving.serving_devices``: on CPU, one host device per
+    core, ``TEMPER_SERVE_CPU_DEVICES``), asked of JAX once, before this process's first JAX work."""
+    global _devices
+    with _devices_lock:
+        if not _devices:
+            from jaxengine.serving import serving_devices
+
+            _devices = serving_devices(settings.TEMPER_SERVE_CPU_DEVICES or None)
+        return _devices
+
+
+@celeryd_init.connect
+def configure_serve_worker(sender=None, options=None, **kwargs) -> None:
+    """A worker consuming the ``serve`` queue asks for its devices as it starts: its first JAX work may be
+    a serving copy (``quantize_run``) rather than a chat, and would start JAX with one host device."""
+    queues = (options or {}).get("queues") or []
+    if isinstance(queues, str):
+        queues = queues.split(",")
+    if "serve" in queues:
+        configure_devices()
+
+
 def server_for(key: str, path: str):
     """The batching server of a cached model (loading it, and closing servers of evicted models); chats and
     review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
     conversation's programs in its idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
-    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model, serving_devices
+    from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model
 
-    global _devices
+    devices = configure_devices()  # before the first model loads, while JAX can still be given devices
     with _lock:
         if _cache is None:
             _cache = ModelCache(budget_bytes=settings.TEMPER_SERVE_MEMORY_BYTES)
-            # Before the first model loads, while JAX can still be given one host device per core.
-            _devices = serving_devices(settings.TEMPER_SERVE_CPU_DEVICES or None)
         loaded = _cache.get(key, path)
         for stale in set(_servers) - set(_cache.keys):
             _servers.pop(stale).close(wait=False)
         if key not in _servers:
-            decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(_devices, loaded.nbytes))
+            decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
             _servers[key] = BatchingServer(decoder)
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm(decoder.warmup_requests())
