@@ -663,3 +663,31 @@ def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_
     page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type === 'log'")
     low, high = page.evaluate(y_range, "learning_rate")
     assert low < -4 < high and high - low <= 2, (low, high)  # log10 units
+
+
+def test_the_serving_copy_card_shows_the_figures_once_the_copy_is_written(page, live_server, monkeypatch, settings,
+                                                                          tmp_path):
+    """The copy is written after the run has ended; its card said 'being written' until a reload."""
+    import json
+
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="servingcopy")
+    run = Run.objects.create(project=team.project, name="copied", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    (tmp_path / "export" / "quantized").mkdir(parents=True)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/servingcopy/runs/{run.public_id}/")
+    assert "Being written (int8)" in page.locator("#serving-copy").inner_text()
+    (tmp_path / "export" / "quantized" / "quantization.json").write_text(json.dumps({
+        "scheme": "int8", "bits": 8, "group_size": None, "model_bytes": 3 * 2**20, "bfloat16_bytes": 5 * 2**20,
+        "ratio_to_bfloat16": 0.6, "eval_prompts": 4, "greedy_agreement": 0.75}))
+    page.locator('#serving-copy-body[data-state="written"]').wait_for(timeout=20_000)
+    card = page.locator("#serving-copy").inner_text()
+    assert "75% of greedy tokens the same as the unquantized model's, on 4 prompts" in card
+    assert "Being written" not in card

@@ -336,6 +336,14 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
 
 @login_required
 @require_GET
+def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """The serving copy card's partial (the run page loads it again while the copy is being written)."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    return render(request, "runs/_serving_copy.html", {"run": run, "serving_copy": selectors.serving_copy(run=run)})
+
+
+@login_required
+@require_GET
 def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``) and the
     state of each checkpoint's export: what the run page needs to catch up, or to poll when

@@ -333,8 +333,11 @@ def test_a_serving_copy_that_failed_says_why_escaped(team, run, client_for, sett
     assert f"jaxengine export --run {run.output_dir} --quantize int8" in page
     settings.TEMPER_SERVE_QUANTIZE = "none"  # nothing writes copies, but this one's failure is still told
     assert "Not written" in client_for(team.viewer).get(url(run)).content.decode()
+    partial = client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()  # what the page asks again
+    assert 'data-state="failed"' in partial and "&lt;img src=x" in partial and "<img" not in partial
     (run.output_dir / "serving-copy-error.txt").unlink()
     assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()
+    assert 'data-state="none"' in client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()
 
 
 def test_cancel_asks_first(team, run, client_for):
@@ -392,7 +395,7 @@ def test_viewers_cannot_launch_or_act(team, run, client_for, catalog):
 
 def test_it_requires_access(team, run, client_for):
     client = client_for(team.outsider)
-    for path in ("", "state.json", "samples/", "events/"):
+    for path in ("", "state.json", "samples/", "events/", "checkpoints/", "serving-copy/"):
         assert client.get(url(run, path)).status_code == 404, path
     for action in ("cancel/", "resume/", "retry/", "edit/"):
         assert client.post(url(run, action)).status_code == 404
