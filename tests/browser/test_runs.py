@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import test_projects
 from tests.factories import build_tiny_model_dir
 from tests.live import ROOT, free_port, wait_for, worker_environment
 from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
@@ -677,11 +678,7 @@ def test_the_serving_copy_card_shows_the_figures_once_the_copy_is_written(page, 
                              spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
                              total_steps=6, current_step=6)
     (tmp_path / "export" / "quantized").mkdir(parents=True)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)  # the live server's test settings
     page.goto(f"{live_server.url}/p/servingcopy/runs/{run.public_id}/")
     assert "Being written (int8)" in page.locator("#serving-copy").inner_text()
     (tmp_path / "export" / "quantized" / "quantization.json").write_text(json.dumps({
