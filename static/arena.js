@@ -27,6 +27,11 @@
   // The server refuses a vote before both answers are done; the buttons open when they are.
   function openVoteWhenDone() {
     if (document.querySelector(".arena-side .chat-streaming")) return;
+    // A failed answer rates nothing: the server's page says so and offers the prompt again.
+    if (document.querySelector('.arena-side .chat-message[data-status="failed"]')) {
+      window.location.reload();
+      return;
+    }
     document.querySelectorAll(".arena-vote button").forEach((button) => { button.disabled = false; });
     document.querySelectorAll(".arena-vote-wait").forEach((note) => { note.hidden = true; });
   }

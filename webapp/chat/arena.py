@@ -10,6 +10,7 @@ battles go to a review campaign (``battles_to_review``, each battle once per cam
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from django.utils import timezone
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
-from webapp.chat.selectors import ModelChoice
+from webapp.chat.selectors import ModelChoice, distinct_labels
 from webapp.projects.models import Project
 from webapp.review import selectors as review_selectors
 from webapp.review import services as review_services
@@ -73,20 +74,44 @@ def battle_vote(*, battle: Battle, outcome: str) -> Battle:
     answers = [battle_answer(battle.side_a), battle_answer(battle.side_b)]
     if any(answer is None or answer.status == MessageStatus.STREAMING for answer in answers):
         raise services.ChatError("wait for both answers before voting")
+    if failed := failed_side(battle):
+        raise services.ChatError(f"answer {failed} failed, so this battle cannot be rated: start a new battle "
+                                 "with the same prompt")
     battle.outcome, battle.voted_at = outcome, timezone.now()
     battle.save(update_fields=["outcome", "voted_at"])
     return battle
 
 
+def failed_side(battle: Battle) -> str:
+    """"A" or "B" when that side's answer failed (an error, not the model's text: such a battle
+    rates nothing and cannot be voted on), else ""."""
+    for name, side in (("A", battle.side_a), ("B", battle.side_b)):
+        answer = battle_answer(side)
+        if answer is not None and answer.status == MessageStatus.FAILED:
+            return name
+    return ""
+
+
+def _usable_answers(battle: Battle) -> tuple[Message, Message] | None:
+    """Both answers of a voted battle when both can be one side of a preference pair: finished with
+    some text (an empty answer can be voted down, but a pair needs two texts)."""
+    answers = battle_answer(battle.side_a), battle_answer(battle.side_b)
+    if not battle.outcome or any(answer is None or not answer.content or answer.status in
+                                 (MessageStatus.FAILED, MessageStatus.STREAMING) for answer in answers):
+        return None
+    return answers
+
+
 def preference_pairs(*, project: Project) -> list[dict[str, Any]]:
-    """The decisive votes of the project as preference rows (``prompt``, ``chosen``, ``rejected``) with an
-    ``arena`` column naming the battle, the two models and the voter."""
+    """The decisive votes of the project with two usable answers as preference rows (``prompt``,
+    ``chosen``, ``rejected``) with an ``arena`` column naming the battle, the two models and the voter."""
     rows = []
     for battle in decisive_battles(project=project):
-        sides = [battle.side_a, battle.side_b]
-        winner, loser = sides if battle.outcome == BattleOutcome.A else sides[::-1]
-        rows.append({"prompt": battle.prompt, "chosen": battle_answer(winner).content,
-                     "rejected": battle_answer(loser).content,
+        if (answers := _usable_answers(battle)) is None:
+            continue
+        sides = [(battle.side_a, answers[0]), (battle.side_b, answers[1])]
+        (winner, chosen), (loser, rejected) = sides if battle.outcome == BattleOutcome.A else sides[::-1]
+        rows.append({"prompt": battle.prompt, "chosen": chosen.content, "rejected": rejected.content,
                      "arena": {"battle": battle.public_id, "chosen_model": winner.model_ref,
                                "rejected_model": loser.model_ref, "voter": battle.user.get_username()}})
     return rows
@@ -100,7 +125,8 @@ def arena_export(*, project: Project, user, dataset_name: str):
 
     rows = preference_pairs(project=project)
     if not rows:
-        raise ValidationError({"dataset_name": "no decisive votes yet: vote A or B in some battles first"})
+        raise ValidationError({"dataset_name": "no decisive vote with two usable answers yet: vote A or B in some "
+                                               "battles first"})
     content = "".join(json.dumps(row) + "\n" for row in rows).encode()
     with transaction.atomic():
         dataset = Dataset.objects.filter(project=project, name=dataset_name).first()
@@ -125,9 +151,7 @@ class ReviewSend:
 
 def _battle_pair(battle: Battle) -> Pair | None:
     """A voted battle as a review pair: A and B as shown, a decisive vote as the original label."""
-    answers = [battle_answer(battle.side_a), battle_answer(battle.side_b)]
-    if not battle.outcome or any(answer is None or not answer.content or answer.status == MessageStatus.FAILED
-                                 for answer in answers):
+    if (answers := _usable_answers(battle)) is None:
         return None
     return Pair(prompt=battle.prompt, response_a=answers[0].content, response_b=answers[1].content,
                 source=ItemSource.ARENA,
@@ -139,9 +163,17 @@ def _battle_pair(battle: Battle) -> Pair | None:
                 original_label=battle.outcome if battle.outcome in DECISIVE else "")
 
 
+def rated_battles(*, project: Project):
+    """The project's voted battles whose answers both finished (a vote recorded on a failed answer, as
+    once possible, rates nothing)."""
+    return (Battle.objects.filter(project=project).exclude(outcome="")
+            .exclude(side_a__messages__status=MessageStatus.FAILED)
+            .exclude(side_b__messages__status=MessageStatus.FAILED))
+
+
 def decisive_battles(*, project: Project):
-    """The project's battles with a decisive vote (every voter's), oldest vote first."""
-    return (Battle.objects.filter(project=project, outcome__in=DECISIVE)
+    """The project's rated battles with a decisive vote (every voter's), oldest vote first."""
+    return (rated_battles(project=project).filter(outcome__in=DECISIVE)
             .select_related("side_a", "side_b", "user").order_by("voted_at", "id"))
 
 
@@ -187,9 +219,16 @@ def arena_campaign_create(*, project: Project, name: str, required_reviews: int,
 
 
 def project_leaderboard(*, project: Project) -> tuple[list[Rating], dict]:
-    """Ratings (by model label) and pairwise win rates from every blind vote in the project."""
-    votes = [Vote(model_a=battle.side_a.model_label, model_b=battle.side_b.model_label, outcome=battle.outcome)
-             for battle in (Battle.objects.filter(project=project, blind=True).exclude(outcome="")
-                            .select_related("side_a", "side_b"))
-             if battle.side_a.model_label != battle.side_b.model_label]
-    return leaderboard(votes), win_rates(votes)
+    """Ratings and pairwise win rates from every rated blind vote in the project, by model (its ref:
+    two runs may share a name), shown by label; a label two models share is followed by the ref."""
+    battles = rated_battles(project=project).filter(blind=True).select_related("side_a", "side_b").order_by("id")
+    votes, labels = [], {}
+    for battle in battles:
+        for side in (battle.side_a, battle.side_b):
+            labels[side.model_ref] = side.model_label  # the latest battle's label of the model
+        if battle.side_a.model_ref != battle.side_b.model_ref:
+            votes.append(Vote(model_a=battle.side_a.model_ref, model_b=battle.side_b.model_ref, outcome=battle.outcome))
+    shown = distinct_labels(labels)
+    ratings = [dataclasses.replace(rating, model=shown[rating.model]) for rating in leaderboard(votes)]
+    rates = {(shown[first], shown[second]): rate for (first, second), rate in win_rates(votes).items()}
+    return ratings, rates

@@ -92,7 +92,9 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
         "project": project, "membership": membership, "battle": battle, "sides": sides,
         "outcomes": BattleOutcome.choices,
         # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
-        "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides)})
+        "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides),
+        # A failed answer (an error, not the model's text) rates nothing: no vote, the same prompt again.
+        "failed_side": arena.failed_side(battle)})
 
 
 @login_required

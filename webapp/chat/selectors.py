@@ -1,7 +1,9 @@
 """Reads for the chat pages: the models a project can chat with, a user's conversations."""
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,13 @@ def _choice(*, ref: str, path: str, before: str, name: str, after: str = "") -> 
                        option_label=f"{before}{isolated(name)}{after}")
 
 
+def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
+    """``{ref: label}`` with each label that several refs share followed by its ref (two runs of a
+    project may have the same name), so that no two models read alike."""
+    counts = Counter(labels.values())
+    return {ref: f"{label} ({ref})" if counts[label] > 1 else label for ref, label in labels.items()}
+
+
 def model_choices(*, project: Project) -> list[ModelChoice]:
     """Base models, then succeeded runs' exports, then their exported checkpoints, newest first."""
     choices = [_choice(ref=model.public_id, path=model.path, before="Base model: ", name=model.name)
@@ -56,7 +65,10 @@ def model_choices(*, project: Project) -> list[ModelChoice]:
         elif artifact.kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(artifact.path)):
             choices.append(_choice(ref=f"{run.public_id}:step-{match.group(1)}", path=_served_path(artifact.path),
                                    before="Run: ", name=run.name, after=f", checkpoint {match.group(1)}"))
-    return choices
+    shown = distinct_labels({choice.ref: choice.label for choice in choices})
+    return [choice if shown[choice.ref] == choice.label else
+            dataclasses.replace(choice, label=shown[choice.ref], option_label=f"{choice.option_label} ({choice.ref})")
+            for choice in choices]
 
 
 def model_choice(*, project: Project, ref: str) -> ModelChoice | None:

@@ -5,11 +5,12 @@ import json
 import re
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.template.defaultfilters import floatformat
 from django.urls import reverse
 
 from tests.webapp.factories import form_token, make_base_model
-from webapp.chat import arena, services
+from webapp.chat import arena, selectors, services
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle
 from webapp.core.submissions import TOKEN_FIELD
@@ -127,9 +128,10 @@ def test_the_leaderboard_page_shows_intervals_from_the_minimum_number_of_votes(t
         assert f'<td class="num">{floatformat(rating.low, 0)} – {floatformat(rating.high, 0)}</td>' in page
 
 
-def test_a_battle_whose_answer_no_worker_will_finish_can_still_be_voted(team, client_for, models, sent, settings):
+def test_a_battle_whose_answer_no_worker_will_finish_stops_waiting(team, client_for, models, sent, settings):
     """A serve worker that died left a side streaming for ever: the battle has no Stop, so its vote waited
-    for good. Past the generation timeout and the queue's grace the page fails that answer; a recent one waits."""
+    for good. Past the generation timeout and the queue's grace the page fails that answer (a recent one
+    waits), and the battle, which can no longer be rated, offers its prompt again."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -147,10 +149,70 @@ def test_a_battle_whose_answer_no_worker_will_finish_can_still_be_voted(team, cl
     Message.objects.filter(pk=lost.pk).update(
         created_at=timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1))
     page = client.get(battle_url("battle", battle)).content.decode()
-    assert "no serve worker finished this answer" in page and 'value="a" class="button">' in page
+    assert "no serve worker finished this answer" in page and "Answer B failed" in page
+    assert 'name="outcome"' not in page and "Start a new battle with this prompt" in page
     assert Message.objects.get(pk=lost.pk).status == MessageStatus.FAILED
     client.post(battle_url("vote", battle), {"outcome": "a"})
-    assert Battle.objects.get(pk=battle.pk).outcome == "a"
+    assert Battle.objects.get(pk=battle.pk).outcome == ""
+
+
+def test_a_failed_answer_cannot_be_voted_on_and_old_such_votes_rate_nothing(team, client_for, models, sent):
+    """A prompt over the context failed both answers, yet "B is better" was taken: the pair had two empty
+    answers, so every later export of the project's votes failed validation, and the vote counted."""
+    failed = start_battle(team, client_for, prompt="word " * 50)
+    for side in (failed.side_a, failed.side_b):
+        services.message_finish(message_id=arena.battle_answer(side).public_id, error="the prompt is too long")
+    with pytest.raises(services.ChatError, match="answer A failed, so this battle cannot be rated"):
+        arena.battle_vote(battle=failed, outcome="b")
+    page = client_for(team.teammate).get(battle_url("battle", failed)).content.decode()
+    assert 'name="outcome"' not in page
+    again = page.split('class="arena-vote arena-failed"')[1].split("</form>")[0]
+    assert f'name="prompt" value="{"word " * 50}"' in again and 'name="model_a"' not in again  # blind: no names
+    # A vote recorded before this check (as the QA run's was) is left out of the pairs and the ratings.
+    Battle.objects.filter(pk=failed.pk).update(outcome="b")
+    good = start_battle(team, client_for)
+    finish(good, "Blue.", "Seven.")
+    arena.battle_vote(battle=good, outcome="a")
+    assert [pair["prompt"] for pair in arena.preference_pairs(project=team.project)] == ["Name a colour."]
+    assert [rating.votes for rating in arena.project_leaderboard(project=team.project)[0]] == [1, 1]
+    from webapp.datasets.services import dataset_version_validate
+
+    version = arena.arena_export(project=team.project, user=team.teammate, dataset_name="votes")
+    version = dataset_version_validate(version_id=version.pk)
+    assert version.status == "ready" and version.row_count == 1
+
+
+def test_an_empty_answer_can_lose_a_vote_but_makes_no_pair(team, client_for, models, sent):
+    battle = start_battle(team, client_for)
+    finish(battle, "Blue.", "")
+    arena.battle_vote(battle=battle, outcome="a")
+    assert arena.preference_pairs(project=team.project) == []
+    assert [rating.votes for rating in arena.project_leaderboard(project=team.project)[0]] == [1, 1]
+    with pytest.raises(ValidationError, match="no decisive vote with two usable answers yet"):
+        arena.arena_export(project=team.project, user=team.teammate, dataset_name="votes")
+
+
+def test_two_runs_of_one_name_are_two_models(team, client_for, sent):
+    """Two runs named alike were one row of the leaderboard (their votes added up) and read alike in the
+    model picker, and a battle between them was left out."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    runs = [Run.objects.create(project=team.project, name="qa-bad", task="sft", status=RunStatus.SUCCEEDED,
+                            spec={}, resolved_spec={})
+            for _ in range(2)]
+    for run in runs:
+        Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=f"/runs/{run.public_id}/export")
+    labels = [choice.label for choice in selectors.model_choices(project=team.project)]
+    assert sorted(labels) == sorted(f"Run: qa-bad ({run.public_id})" for run in runs)
+    battle = start_battle(team, client_for)
+    finish(battle, "x", "y")
+    arena.battle_vote(battle=battle, outcome="a")
+    ratings, rates = arena.project_leaderboard(project=team.project)
+    winner = battle.side_a.model_label
+    assert [(rating.model, rating.votes) for rating in ratings] == [(winner, 1), (battle.side_b.model_label, 1)]
+    assert rates[(winner, battle.side_b.model_label)] == (1.0, 1)
+    page = client_for(team.teammate).get(reverse("chat:leaderboard", args=[team.project.slug])).content.decode()
+    assert all(f"Run: qa-bad ({run.public_id})" in page for run in runs)
 
 
 def test_it_requires_access(team, client_for, models, sent):
