@@ -54,6 +54,11 @@ class PromptError(ValueError):
     """A prompt the model cannot take (empty, ids outside its vocabulary, too long for its context)."""
 
 
+class ContextLengthError(PromptError):
+    """A prompt that, with the tokens asked for, does not fit the model's context (OpenAI's error code
+    ``context_length_exceeded``)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     """How to sample. ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` switch those filters off."""
@@ -372,7 +377,7 @@ class Sampler:
         longest = max(len(ids) for ids in prompt_ids)
         context = self.config.max_position_embeddings
         if longest + params.max_new_tokens > context:
-            raise PromptError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) "
+            raise ContextLengthError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the model's context length ({context}); shorten the prompt or generate less")
         batch = bucket_length(len(prompt_ids), minimum=1)
         prompt_length = bucket_length(longest, minimum=self.min_bucket)

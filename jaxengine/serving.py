@@ -78,8 +78,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
-from jaxengine.sampler import (PromptError, SamplingParams, bucket_length, decode, filter_logits, first_max_index,
-                              prefill, stop_string_end)
+from jaxengine.sampler import (ContextLengthError, PromptError, SamplingParams, bucket_length, decode, filter_logits,
+                              first_max_index, prefill, stop_string_end)
 from jaxengine.sharding import constrain, constrain_kv_cache, make_mesh
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -798,9 +798,9 @@ class BatchDecoder:
         if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= config.vocab_size:
             raise PromptError(f"the prompt has token ids outside the model's vocabulary (vocab_size={config.vocab_size})")
         if len(request.prompt_ids) + request.params.max_new_tokens > config.max_position_embeddings:
-            raise PromptError(f"the prompt ({len(request.prompt_ids)} tokens) plus max_new_tokens "
-                              f"({request.params.max_new_tokens}) exceeds the model's context length "
-                              f"({config.max_position_embeddings}); shorten the conversation or generate less")
+            raise ContextLengthError(f"the prompt ({len(request.prompt_ids)} tokens) plus the tokens to generate "
+                                     f"({request.params.max_new_tokens}) exceeds the model's context length "
+                                     f"({config.max_position_embeddings}); shorten the prompt or ask for fewer tokens")
 
     def warmup_requests(self, *, longest_prompt: int = 256, max_new_tokens: int = 256,
                         temperatures: Sequence[float] = (0.7, 0.0)) -> list[ServeRequest]:

@@ -207,3 +207,44 @@ def test_a_serve_worker_asks_for_its_devices_as_it_starts(tmp_path, queues, devi
                             env=environ, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == devices
+
+
+def test_a_chat_too_long_for_the_context_leaves_out_its_oldest_turns(model_dir):
+    """The chat panel took Max tokens 2000 for a 2048-token model: each later turn failed ('the prompt plus
+    max_new_tokens exceeds the model's context length') and the conversation could not go on."""
+    tokenizer = load_serving_model(model_dir).tokenizer
+    long_turns = [{"role": role, "content": f"turn {number} " + "many words here " * 12}
+                  for number in range(6) for role in ("user", "assistant")]
+    messages = [CONVERSATION[0], *long_turns, {"role": "user", "content": "And now?"}]
+    fitted = serve.GenerateRequest.model_validate(request(model_dir, "f", messages=messages, max_new_tokens=100,
+                                                         fit_context=True))
+    ids, max_new_tokens = serve.fit_to_context(fitted, tokenizer, 256)
+    assert len(serve.prompt_ids(fitted, tokenizer)) + 100 > 256  # it did not fit as it was
+    # The system prompt, then the newest turns that fit, starting with a user turn.
+    for start in range(1, len(messages)):
+        if messages[start]["role"] != "user":
+            continue
+        candidate = tuple(encode_prompt(tokenizer, [messages[0], *messages[start:]]))
+        if len(candidate) + 100 <= 256:
+            break
+    assert ids == candidate and max_new_tokens == 100 and start > 1  # turns were left out
+    # The last message alone leaves less room than asked: the answer gets what is left.
+    short = serve.GenerateRequest.model_validate(request(model_dir, "s", max_new_tokens=8000, fit_context=True))
+    ids, max_new_tokens = serve.fit_to_context(short, tokenizer, 256)
+    assert ids == serve.prompt_ids(short, tokenizer) and max_new_tokens == 256 - len(ids)
+    huge = serve.GenerateRequest.model_validate(request(
+        model_dir, "h", messages=[{"role": "user", "content": "words " * 400}], fit_context=True))
+    with pytest.raises(ValueError, match=r"fills the model's context \(256 tokens\) on its own; send a shorter one"):
+        serve.fit_to_context(huge, tokenizer, 256)
+    # Without fit_context (the API) nothing is changed: the server refuses what does not fit.
+    strict = serve.GenerateRequest.model_validate(request(model_dir, "x", messages=messages, max_new_tokens=100))
+    assert serve.fit_to_context(strict, tokenizer, 256) == (serve.prompt_ids(strict, tokenizer), 100)
+
+
+def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, model_dir):
+    refused = serve.generate(request(model_dir, "over", max_new_tokens=4000))
+    assert "exceeds the model's context length (256)" in refused["error"]
+    last = channels.stored_events(client, "over")[-1]
+    assert (last["type"], last["message"], last["code"]) == ("error", refused["error"], "context_length_exceeded")
+    done = serve.generate(request(model_dir, "fitted", max_new_tokens=4000, fit_context=True, timeout_seconds=60))
+    assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from webapp.api.models import ApiToken
+from webapp.core.auth_header import bearer_secret
 
 TOKEN_PREFIX = "tmp_"
 # A token's last use is written at most this often (one write per request would be wasteful).
@@ -38,10 +39,8 @@ def token_revoke(*, user: AbstractBaseUser, token_id: int) -> bool:
 
 def token_authenticate(header: str) -> AbstractBaseUser | None:
     """The active user whose token is in ``Authorization: Bearer <token>``, else None."""
-    if not header.startswith("Bearer "):
-        return None
-    secret = header[len("Bearer "):].strip()
-    if not secret.startswith(TOKEN_PREFIX):
+    secret = bearer_secret(header)
+    if secret is None or not secret.startswith(TOKEN_PREFIX):
         return None
     token = ApiToken.objects.select_related("user").filter(digest=_digest(secret)).first()
     if token is None or not token.user.is_active:

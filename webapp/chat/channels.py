@@ -9,7 +9,8 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
 - ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
   ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``;
-- ``error``: ``message`` (what went wrong, for the user).
+- ``error``: ``message`` (what went wrong, for the user), and ``code`` ``context_length_exceeded`` when
+  the prompt and the tokens asked for do not fit the model's context.
 
 A reader subscribes first, then reads the list, then keeps channel events whose ``seq`` is past the
 last one read: nothing is missed and nothing repeats, however late it arrives. ``stop_key(id)``,

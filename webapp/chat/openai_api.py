@@ -4,43 +4,65 @@ Authenticated by a project token (``Authorization: Bearer tpk_…``, ``webapp.ch
 are the project's chat models (``bm_…`` base models, ``run_…`` runs' exports, ``run_…:step-N``
 checkpoints). A completion is one ``worker.tasks.serve.generate`` request; the view relays its
 Redis events (``webapp.chat.events.relay``) as OpenAI chunks when ``stream`` is true, else waits for
-the ``done`` event. Errors have OpenAI's shape, ``{"error": {"message", "type", "code"}}``.
+the ``done`` event. Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``.
+
+A streamed completion answers once its first token (or its error) is there, so that a request the
+model refuses (a prompt over its context) gets a 4xx status like a whole one, not a 200 stream with an
+error in it. A client that goes away (Django cancels the view, or closes the stream, on the ASGI
+disconnect) stops its generation, which would otherwise hold a place in the serve worker's batch.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from asgiref.sync import sync_to_async
+from django.conf import settings
+import redis
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from webapp.celery import app as celery_app
-from webapp.chat import selectors
+from webapp.chat import channels, selectors
 from webapp.chat.events import relay
 from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
 from webapp.chat.tokens import project_token_authenticate
+from webapp.runs.channels import redis_client
+
+logger = logging.getLogger(__name__)
+
+# Floats that take a JSON number (an integer too) but not a string or a boolean, as OpenAI's API.
+Number = Annotated[float, pydantic.Strict()] | StrictInt
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
 
 
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: StrictBool = False  # a last chunk with no choices and the usage, as OpenAI sends it
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
-    model: str
-    max_tokens: int | None = Field(default=None, ge=1, le=8192)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=8192)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)  # not OpenAI's, as vLLM takes it
-    seed: int | None = Field(default=None, ge=0, lt=2**32)
-    stream: bool = False
-    n: int = Field(default=1, ge=1, le=1)
+    model: pydantic.StrictStr
+    max_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
+    temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(default=0, ge=0)  # not OpenAI's, as vLLM takes it
+    seed: StrictInt | None = Field(default=None, ge=0, lt=2**32)
+    stream: StrictBool = False
+    stream_options: _StreamOptions | None = None
+    n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
 
     @property
@@ -48,10 +70,14 @@ class _Body(BaseModel):
         """OpenAI's ``stop``: one string or up to four."""
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
-    @field_validator("stop")
+    @field_validator("stop", mode="before")
     @classmethod
     def _up_to_four_non_empty(cls, stop):
-        given = [stop] if isinstance(stop, str) else stop or []
+        if stop is None:
+            return None
+        given = [stop] if isinstance(stop, str) else stop
+        if not isinstance(given, list) or not all(isinstance(text, str) for text in given):
+            raise ValueError("give a string or a list of strings")
         if len(given) > 4:
             raise ValueError("give at most 4 stop sequences")
         if any(not text for text in given):
@@ -66,7 +92,7 @@ class _Body(BaseModel):
 class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    content: pydantic.StrictStr
 
     @field_validator("content", mode="before")
     @classmethod
@@ -77,7 +103,10 @@ class _Message(BaseModel):
             return content
         texts = []
         for index, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
+            if not isinstance(part, dict):
+                raise ValueError(f"part {index} is not an object: send text parts "
+                                 '({"type": "text", "text": ...}) or a string')
+            kind = part.get("type")
             if kind != "text":
                 raise ValueError(f"part {index} is of type {kind!r}: these models read text only; send text parts "
                                  '({"type": "text", "text": ...}) or a string')
@@ -95,8 +124,25 @@ class CompletionBody(_Body):
     prompt: str
 
 
-def _error(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None) -> JsonResponse:
-    return JsonResponse({"error": {"message": message, "type": kind, "code": code}}, status=status)
+def _error(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
+           param: str | None = None) -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
+
+
+def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
+    """The first problem of the body, named by the field's path as the client wrote it (``messages.0.role``)."""
+    first = error.errors()[0]
+    # pydantic puts a union member's name in the path (``stop.str``): not a field the client sent
+    path = ".".join(str(part) for part in first["loc"] if isinstance(part, int) or not _is_type_name(part))
+    message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
+    if first["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = "should be a JSON object"
+    return _error(400, f"{path}: {message}" if path else message, code="invalid_value", param=path or None)
+
+
+def _is_type_name(part: str) -> bool:
+    return part in ("str", "int", "float", "bool", "list[str]", "function-after[_text_parts(), str]") or \
+        part.startswith(("list[", "function-"))
 
 
 def _authenticate(request: HttpRequest):
@@ -142,13 +188,18 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     if token is None:
         return _unauthorized()
     try:
-        body = schema.model_validate(json.loads(request.body or b"{}"))
-    except json.JSONDecodeError as error:
+        data = json.loads(request.body or b"{}")
+    except RequestDataTooBig:
+        return _error(413, f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; send a shorter prompt",
+                      code="request_too_large")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         return _error(400, f"the body is not JSON: {error}")
+    if not isinstance(data, dict):
+        return _error(400, "the body must be a JSON object")
+    try:
+        body = schema.model_validate(data)
     except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
-        return _error(400, f"{'.'.join(map(str, first['loc']))}: {message}", code="invalid_value")
+        return _invalid_body(error)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
         return _error(404, f"the model {body.model!r} does not exist in project {token.project.slug}; "
@@ -156,12 +207,44 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
 
 
+async def _events(generation_id: str) -> AsyncIterator[dict[str, Any]]:
+    """The generation's events (see ``webapp.chat.channels``), ending with ``unavailable`` when the stream
+    ended without a terminal event (Redis went away, or the stream's time ran out)."""
+    async for line in relay(generation_id):
+        if line.startswith("data: "):
+            event = json.loads(line[len("data: "):])
+            yield event
+            if event["type"] in channels.TERMINAL_TYPES:
+                return
+    yield {"type": "unavailable"}
+
+
+async def _first_output(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+    """The first event that is not a ``status`` (model loading) or an empty token."""
+    async for event in events:
+        if event["type"] == "status" or (event["type"] == "token" and not event["text"]):
+            continue
+        return event
+    return {"type": "unavailable"}
+
+
+def _stop(generation_id: str) -> None:
+    """Ask the serve worker to end a generation whose client went away."""
+    try:
+        channels.request_stop(redis_client(), generation_id)
+    except redis.RedisError as error:
+        logger.warning("generation %s: its client went away; the stop was not sent: %s", generation_id, error)
+
+
 async def _final(generation_id: str) -> dict[str, Any]:
     """The generation's last event (``done`` or ``error``), or ``unavailable``."""
     last: dict[str, Any] = {"type": "unavailable"}
-    async for line in relay(generation_id):
-        if line.startswith("data: "):
-            last = json.loads(line[len("data: "):])
+    try:
+        async for event in _events(generation_id):
+            last = event
+    except asyncio.CancelledError:  # the client went away
+        _stop(generation_id)
+        raise
     return last
 
 
@@ -171,24 +254,43 @@ def _usage(done: dict[str, Any]) -> dict[str, int]:
 
 
 def _failed(event: dict[str, Any]) -> JsonResponse:
-    if event["type"] == "error":
-        return _error(400, event["message"], code="generation_failed")
+    if event["type"] == "error":  # the worker's code: context_length_exceeded, or none for other refusals
+        return _error(400, event["message"], code=event.get("code") or "generation_failed")
     return _error(503, "the live event channel (Redis) is unavailable; try again", kind="server_error")
 
 
-async def _stream(generation_id: str, chunk) -> AsyncIterator[str]:
-    async for line in relay(generation_id):
-        if not line.startswith("data: "):
-            continue
-        event = json.loads(line[len("data: "):])
-        if event["type"] == "token" and event["text"]:
-            yield f"data: {json.dumps(chunk(event['text'], None))}\n\n"
-        elif event["type"] == "done":
-            yield f"data: {json.dumps(chunk('', FINISH_REASONS[event['finish_reason']]) | {'usage': _usage(event)})}\n\n"
-        elif event["type"] in ("error", "unavailable"):
-            message = event.get("message", "the live event channel (Redis) is unavailable")
-            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'code': None}})}\n\n"
-    yield "data: [DONE]\n\n"
+def _sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+async def _stream(generation_id: str, first: dict[str, Any], events: AsyncIterator[dict[str, Any]], chunk,
+                  *, include_usage: bool) -> AsyncIterator[str]:
+    """The chunks of a generation from its ``first`` output event on; a stream closed before the generation
+    ended (the client went away) stops it."""
+    ended = False
+
+    async def rest() -> AsyncIterator[dict[str, Any]]:
+        yield first
+        async for event in events:
+            yield event
+
+    try:
+        async for event in rest():
+            if event["type"] == "token" and event["text"]:
+                yield _sse(chunk(event["text"], None))
+            elif event["type"] == "done":
+                ended = True
+                yield _sse(chunk("", FINISH_REASONS[event["finish_reason"]]))
+                if include_usage:
+                    yield _sse(chunk(None, None) | {"choices": [], "usage": _usage(event)})
+            elif event["type"] in ("error", "unavailable"):
+                ended = True
+                message = event.get("message", "the live event channel (Redis) is unavailable")
+                yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+        yield "data: [DONE]\n\n"
+    finally:
+        if not ended:
+            _stop(generation_id)
 
 
 def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
@@ -208,7 +310,7 @@ class _Endpoint:
     chunk_object: str
     final_object: str
     inputs: Callable[[Any], dict[str, Any]]  # the request's messages or prompt, from the parsed body
-    chunk_text: Callable[[str], dict[str, Any]]
+    chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
 
 
@@ -222,9 +324,25 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
         expires=generation_expiry_seconds())
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
-        def chunk(text: str, finish_reason: str | None) -> dict[str, Any]:
-            return head | {"choices": [{"index": 0, **endpoint.chunk_text(text), "finish_reason": finish_reason}]}
-        return _streaming(_stream(generation_id, chunk))
+        first_text = [True]
+
+        def chunk(text: str | None, finish_reason: str | None) -> dict[str, Any]:
+            if text is None:  # the usage chunk
+                return dict(head)
+            part = endpoint.chunk_text(text, first_text[0] and bool(text))
+            first_text[0] = first_text[0] and not text
+            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]}
+
+        events = _events(generation_id)
+        try:
+            first = await _first_output(events)
+        except asyncio.CancelledError:  # the client went away before the first token
+            _stop(generation_id)
+            raise
+        if first["type"] in ("error", "unavailable"):
+            return _failed(first)
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return _streaming(_stream(generation_id, first, events, chunk, include_usage=include_usage))
     done = await _final(generation_id)
     if done["type"] != "done":
         return _failed(done)
@@ -238,13 +356,14 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
 CHAT = _Endpoint(
     schema=ChatBody, id_prefix="chatcmpl", chunk_object="chat.completion.chunk", final_object="chat.completion",
     inputs=lambda body: {"messages": body.messages},
-    chunk_text=lambda text: {"delta": {"role": "assistant", "content": text} if text else {}},
+    # OpenAI names the role in the first chunk's delta only
+    chunk_text=lambda text, first: {"delta": ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})},
     final_text=lambda text: {"message": {"role": "assistant", "content": text}},
 )
 TEXT = _Endpoint(
     schema=CompletionBody, id_prefix="cmpl", chunk_object="text_completion", final_object="text_completion",
     inputs=lambda body: {"prompt": body.prompt},
-    chunk_text=lambda text: {"text": text, "logprobs": None},
+    chunk_text=lambda text, first: {"text": text, "logprobs": None},
     final_text=lambda text: {"text": text, "logprobs": None},
 )
 

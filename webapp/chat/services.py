@@ -75,7 +75,8 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
                "model_path": model.path, "messages": _history(conversation), "max_new_tokens": conversation.max_tokens,
                "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
-               "seed": secrets.randbelow(2**31)}  # a regenerated answer draws anew
+               "seed": secrets.randbelow(2**31),  # a regenerated answer draws anew
+               "fit_context": True}  # a long conversation leaves out its oldest turns instead of failing
     transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",
                                                        expires=generation_expiry_seconds()))
     return answer

@@ -7,6 +7,7 @@ import secrets
 from django.utils import timezone
 
 from webapp.chat.models import ProjectToken
+from webapp.core.auth_header import bearer_secret
 from webapp.projects.models import Membership, Project, Role, role_at_least
 
 TOKEN_PREFIX = "tpk_"
@@ -30,10 +31,10 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
 def project_token_authenticate(header: str) -> ProjectToken | None:
     """The token in ``Authorization: Bearer <token>`` while its user is active and still a member of its
     project, else None."""
-    if not header.startswith("Bearer "):
+    secret = bearer_secret(header)
+    if secret is None:
         return None
-    token = (ProjectToken.objects.select_related("user", "project")
-             .filter(digest=_digest(header[len("Bearer "):].strip())).first())
+    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first()
     if token is None or not token.user.is_active:
         return None
     membership = Membership.objects.filter(project=token.project, user=token.user).first()

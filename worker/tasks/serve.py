@@ -57,6 +57,9 @@ class GenerateRequest(BaseModel):
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
                                    le=3600)
+    # The chat panel's way with the context (``fit_to_context``): leave out the oldest turns, then generate
+    # only what still fits, instead of refusing. The API refuses, as OpenAI's does.
+    fit_context: bool = False
 
     @model_validator(mode="after")
     def _one_prompt(self):
@@ -134,13 +137,41 @@ def prepare(model_key: str, model_path: str) -> dict:
     return {"loaded": model_key}
 
 
-def prompt_ids(request: GenerateRequest, tokenizer) -> tuple[int, ...]:
-    """The request's prompt as token ids: a conversation rendered exactly as SFT renders prompts."""
+def prompt_ids(request: GenerateRequest, tokenizer, messages: list[Message] | None = None) -> tuple[int, ...]:
+    """The request's prompt (or ``messages`` in place of its conversation) as token ids: a conversation
+    rendered exactly as SFT renders prompts."""
     from jaxengine.data.pipeline import _with_bos, encode_prompt
 
     if request.messages is not None:
-        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in request.messages]))
+        turns = request.messages if messages is None else messages
+        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in turns]))
     return tuple(_with_bos(tokenizer, tokenizer.encode(request.prompt)))
+
+
+def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[tuple[int, ...], int]:
+    """(prompt ids, max new tokens) for the request within ``context`` tokens. A request without
+    ``fit_context`` is taken as it is (the server refuses one that does not fit). With it, as chat
+    panels do, a conversation whose prompt and answer would overflow leaves out its oldest turns (the
+    system prompt and the last message stay; what is left starts with a user turn, as chat templates
+    expect) and the answer gets what room is left; a last message that fills the context alone is
+    refused, naming its length."""
+    from jaxengine.sampler import ContextLengthError
+
+    ids = prompt_ids(request, tokenizer)
+    if not request.fit_context or len(ids) + request.max_new_tokens <= context:
+        return ids, request.max_new_tokens
+    if request.messages is not None:
+        system = [message for message in request.messages[:1] if message.role == "system"]
+        turns = request.messages[len(system):]
+        while len(ids) + request.max_new_tokens > context and len(turns) > 1:
+            turns = turns[1:]
+            while len(turns) > 1 and turns[0].role != "user":
+                turns = turns[1:]
+            ids = prompt_ids(request, tokenizer, system + turns)
+    if len(ids) >= context:
+        raise ContextLengthError(f"the message ({len(ids)} tokens with the chat template and system prompt) fills "
+                                 f"the model's context ({context} tokens) on its own; send a shorter one")
+    return ids, min(request.max_new_tokens, context - len(ids))
 
 
 class _Events:
@@ -200,7 +231,7 @@ def generate(request: dict) -> dict:
     generation_id = str(request.get("id", "")) if isinstance(request, dict) else ""
     events = _Events(redis_client(), generation_id)
     try:  # an engine that cannot load ends the answer with that error instead of leaving it streaming
-        from jaxengine.sampler import PromptError, SamplingParams
+        from jaxengine.sampler import ContextLengthError, PromptError, SamplingParams
         from jaxengine.serving import ServeRequest
     except Exception as error:
         logger.exception("generation %s: the engine did not load", generation_id)
@@ -210,15 +241,18 @@ def generate(request: dict) -> dict:
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
             events.emit("status", message="loading the model: its first answer since the serve worker started")
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
+        ids, max_new_tokens = fit_to_context(parsed, tokenizer, server.decoder.model.config.max_position_embeddings)
         serve_request = ServeRequest(
-            prompt_ids=prompt_ids(parsed, tokenizer), deadline=time.monotonic() + parsed.timeout_seconds,
-            params=SamplingParams(max_new_tokens=parsed.max_new_tokens, temperature=parsed.temperature,
+            prompt_ids=ids, deadline=time.monotonic() + parsed.timeout_seconds,
+            params=SamplingParams(max_new_tokens=max_new_tokens, temperature=parsed.temperature,
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
                                   stop_strings=tuple(parsed.stop)))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
         future = server.submit(serve_request, on_token=events.on_token, should_stop=lambda: events.stopped)
         events.relay(future)
         result = future.result()
+    except ContextLengthError as error:
+        return _fail(events, request, str(error), code="context_length_exceeded")
     except (ValidationError, PromptError, ValueError, OSError) as error:
         return _fail(events, request, str(error))
     except Exception as error:  # reported to the user, and logged with its traceback for the operator
@@ -234,11 +268,11 @@ def generate(request: dict) -> dict:
     return done
 
 
-def _fail(events: _Events, request, message: str) -> dict:
+def _fail(events: _Events, request, message: str, *, code: str | None = None) -> dict:
     chat_message = request.get("message") if isinstance(request, dict) else None
     if isinstance(chat_message, str):
         chat_services.message_finish(message_id=chat_message, error=message)
-    events.emit("error", message=message)
+    events.emit("error", message=message, **({"code": code} if code else {}))
     return {"error": message}
 
 

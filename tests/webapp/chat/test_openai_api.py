@@ -1,0 +1,166 @@
+"""The OpenAI-compatible API's own behaviour over a real Redis, with the serve worker's events written by
+the test: errors shaped and named as OpenAI's, a streamed request refused before its stream starts,
+OpenAI's chunks, and a client that goes away stopping its generation. (tests/integration/test_openai_api.py
+drives it with the official client against a real serve worker.)"""
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient, Client
+
+from tests.webapp.factories import make_base_model
+from webapp.chat import channels, openai_api
+from webapp.chat.tokens import project_token_create
+from webapp.runs.channels import redis_client
+
+
+@pytest.fixture
+def api(team, redis_server, settings):
+    settings.REDIS_URL = redis_server.url
+    redis_client().flushdb()
+    model = make_base_model(team.project, name="tiny", path="/models/tiny")
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
+    return model, {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    """Stands in for the serve worker: each request sent gets the events the test gave, at once."""
+    scripts, requests = [], []
+
+    def send_task(name, args, queue, **options):
+        requests.append(args[0])
+        for seq, event in enumerate(scripts.pop(0) if scripts else []):
+            channels.emit(redis_client(), args[0]["id"], {"seq": seq, **event})
+
+    monkeypatch.setattr(openai_api.celery_app, "send_task", send_task)
+    return scripts, requests
+
+
+def post(path, body, headers, **extra):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return Client().post(path, data, content_type="application/json", **headers, **extra)
+
+
+CHAT = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def chat(model, **fields):
+    return {**CHAT, "model": model.public_id, **fields}
+
+
+@pytest.mark.parametrize("fields,message,param", [
+    ({"stream": "yes"}, "stream: Input should be a valid boolean", "stream"),
+    ({"max_tokens": True}, "max_tokens: Input should be a valid integer", "max_tokens"),
+    ({"temperature": "0.5"}, "temperature: ", "temperature"),
+    ({"stop": 5}, "stop: give a string or a list of strings", "stop"),
+    ({"stop": ["a", 1]}, "stop: give a string or a list of strings", "stop"),
+    ({"messages": ["hi"]}, "messages.0: should be a JSON object", "messages.0"),
+    ({"messages": [{"role": "user", "content": ["x"]}]},
+     'messages.0.content: part 0 is not an object: send text parts ({"type": "text", "text": ...}) or a string',
+     "messages.0.content"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content: ", "messages.0.content"),
+])
+def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param):
+    """Strings and booleans were taken for numbers and flags ("stream": "yes" streamed), and messages named
+    pydantic's internals ("instance of _Message", "stop.str")."""
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, **fields), headers)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"].startswith(message) and error["param"] == param and error["type"] == "invalid_request_error"
+    assert "_Message" not in error["message"] and "ChatBody" not in error["message"]
+
+
+def test_a_body_that_is_not_an_object_or_too_large_gets_a_json_error(api, settings):
+    model, headers = api
+    response = post("/v1/chat/completions", "[1, 2]", headers)
+    assert response.status_code == 400 and response.json()["error"]["message"] == "the body must be a JSON object"
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # (10 MiB by default) was answered with an HTML page
+    response = post("/v1/completions", {"model": model.public_id, "prompt": "x" * 2000}, headers)
+    assert response.status_code == 413 and response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_the_bearer_scheme_is_case_insensitive(api):
+    model, headers = api
+    secret = headers["HTTP_AUTHORIZATION"].split(" ", 1)[1]
+    assert Client().get("/v1/models", HTTP_AUTHORIZATION=f"bearer {secret}").status_code == 200
+    assert Client().get("/v1/models", HTTP_AUTHORIZATION=f"BEARER  {secret} ").status_code == 200
+    assert Client().get("/v1/models", HTTP_AUTHORIZATION=f"Basic {secret}").status_code == 401
+
+
+def stream(path, body, headers):
+    async def collect():
+        response = await AsyncClient().post(path, json.dumps(body), content_type="application/json",
+                                            headers={"Authorization": headers["HTTP_AUTHORIZATION"]})
+        if not response.streaming:
+            return response.status_code, response.json()
+        return response.status_code, [chunk.decode() async for chunk in response.streaming_content]
+    return async_to_sync(collect)()
+
+
+CONTEXT_ERROR = {"type": "error", "code": "context_length_exceeded",
+                 "message": "the prompt (10 tokens) plus the tokens to generate (8192) exceeds the model's context"}
+
+
+def test_a_streamed_request_the_model_refuses_gets_a_400_not_a_stream(api, worker):
+    """It was a 200 stream with a server_error chunk, which the openai client raises as a bare APIError."""
+    model, headers = api
+    scripts, _requests = worker
+    scripts += [[{"type": "status", "message": "loading the model"}, CONTEXT_ERROR], [CONTEXT_ERROR]]
+    status, body = stream("/v1/chat/completions", chat(model, stream=True, max_tokens=8192), headers)
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    assert body["error"]["message"] == CONTEXT_ERROR["message"]
+    whole = post("/v1/chat/completions", chat(model, max_tokens=8192), headers)
+    assert whole.status_code == 400 and whole.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_chunks_name_the_role_once_and_usage_only_when_asked(api, worker):
+    model, headers = api
+    scripts, _requests = worker
+    events = [{"type": "token", "text": ""}, {"type": "token", "text": "Hel"}, {"type": "token", "text": "lo"},
+              {"type": "done", "text": "Hello", "finish_reason": "length", "prompt_tokens": 5, "completion_tokens": 2}]
+    scripts += [events, events]
+    status, lines = stream("/v1/chat/completions", chat(model, stream=True), headers)
+    assert status == 200 and lines[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert [chunk["choices"][0]["delta"] for chunk in chunks] == [
+        {"role": "assistant", "content": "Hel"}, {"content": "lo"}, {}]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and all("usage" not in chunk for chunk in chunks)
+    status, lines = stream("/v1/chat/completions", chat(model, stream=True, stream_options={"include_usage": True}),
+                           headers)
+    usage = json.loads(lines[-2].removeprefix("data: "))
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+
+
+def test_a_client_that_goes_away_stops_its_generation(api, worker):
+    """A client that disconnected left its generation running to its end, holding a place in the batch."""
+    client = redis_client()
+    channels.emit(client, "cmpl-gone", {"seq": 0, "type": "token", "text": "Hel"})
+
+    async def read_one_chunk_and_leave():
+        events = openai_api._events("cmpl-gone")
+        first = await openai_api._first_output(events)
+        chunks = openai_api._stream("cmpl-gone", first, events, lambda text, reason: {"text": text},
+                                    include_usage=False)
+        assert await anext(chunks) == 'data: {"text": "Hel"}\n\n'
+        await chunks.aclose()  # what Django does with the response's iterator when the client disconnects
+
+    async_to_sync(read_one_chunk_and_leave)()
+    assert client.exists(channels.stop_key("cmpl-gone"))
+
+    async def wait_and_be_cancelled():
+        waiting = asyncio.ensure_future(openai_api._final("cmpl-waiting"))
+        await asyncio.sleep(0.3)
+        waiting.cancel()  # what Django does with an async view when the client disconnects
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    async_to_sync(wait_and_be_cancelled)()
+    assert client.exists(channels.stop_key("cmpl-waiting"))
+    # A stream read to its end stops nothing.
+    channels.emit(client, "cmpl-done", {"seq": 0, "type": "done", "text": "", "finish_reason": "stop"})
+    async_to_sync(openai_api._final)("cmpl-done")
+    assert not client.exists(channels.stop_key("cmpl-done"))
