@@ -7,7 +7,7 @@ import pytest
 
 from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
 from webapp.api import services as api_tokens
-from webapp.chat.models import Conversation, Message, Role
+from webapp.chat.models import Battle, Conversation, Message, Role
 from webapp.review import services as review_services
 from webapp.runs.models import Pipeline, Run, RunStatus
 
@@ -43,17 +43,28 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
                                                required_reviews=1, reviewers=[team.owner], source_version=None,
                                                user=team.owner)
     review_services.item_add(campaign=campaign, prompt=MARKUP, response_a=UNBROKEN, response_b=MARKDOWN, source="arena")
+    # A voted battle between two models with long hostile names: the leaderboard and the arena's table
+    # of battles were 2,900 px wide with a 128-character run name.
+    sides = [Conversation.objects.create(project=team.project, user=team.owner, model_ref=f"run_{letter}", in_arena=True,
+                                         model_label=f"Run: {letter}{MARKUP}{UNBROKEN[:120]}") for letter in "ab"]
+    for side in sides:
+        Message.objects.create(conversation=side, role=Role.USER, content=MARKUP)
+        Message.objects.create(conversation=side, role=Role.ASSISTANT, content=MARKDOWN)
+    Battle.objects.create(project=team.project, user=team.owner, prompt=MARKUP + UNBROKEN, side_a=sides[0],
+                          side_b=sides[1], outcome="a")
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     _log_in(page, live_server.url, team.owner.username)
     for path in (f"chat/{conversation.public_id}/", "chat/", "runs/", f"runs/{run.public_id}/",
-                 f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/"):
+                 f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/", "arena/", "arena/leaderboard/"):
         page.goto(f"{live_server.url}/p/alpha/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
         assert facts["javascriptLinks"] == 0, path
     page.goto(f"{live_server.url}/p/alpha/chat/{conversation.public_id}/")
     fenced = page.locator("pre code", has_text="print('fenced')")
+    # The answer's raw HTML is text, shown as the model wrote it (it was sanitized away, words and all).
+    assert MARKUP in page.locator(".chat-assistant .chat-text").inner_text()
     assert fenced.evaluate("code => getComputedStyle(code).backgroundColor") == "rgba(0, 0, 0, 0)"
     assert fenced.evaluate("code => getComputedStyle(code).color") == \
         page.locator("pre", has_text="print('fenced')").evaluate("pre => getComputedStyle(pre).color")
