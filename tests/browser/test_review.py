@@ -121,3 +121,25 @@ def test_two_reviewers_a_conflict_and_the_export(browser, live_server, default_w
         ("Question 3?", "right answer 3, edited", "wrong answer 3", False),
     ]
     assert export.reviewers == ["alpha-teammate", "carol"]
+
+
+def test_long_responses_scroll_in_their_boxes_and_the_answers_stay_in_view(browser, live_server):
+    """A 30,000-character response made the reviewing page 17,000 px tall, its answer buttons far below."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    campaign = review_services.campaign_create(project=team.project, name="long", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=None, user=team.owner)
+    review_services.item_add(campaign=campaign, prompt="Q? " * 2000, response_a="L" * 30_000, response_b="short",
+                             source="arena")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        box = page.locator(".response-first .text") if "L" * 100 in page.locator(
+            ".response-first .text").inner_text() else page.locator(".response-second .text")
+        assert box.evaluate("text => text.scrollHeight > text.clientHeight")  # it scrolls in its place
+        assert page.locator(".choices button").first.bounding_box()["y"] < 1.3 * 900  # a short scroll away
+        assert page.evaluate("document.documentElement.scrollHeight") < 1.5 * 900
+    finally:
+        context.close()

@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 from django.template.defaultfilters import pluralize
 
@@ -84,7 +84,11 @@ def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:
 
 
 def reviewer_names(*, campaign: Campaign) -> list[str]:
-    return sorted(CampaignReviewer.objects.filter(campaign=campaign).values_list("user__username", flat=True))
+    """The campaign's reviewers who may still review: a reviewer since removed from the project, or made a
+    viewer, is left out (as the Settings form leaves them out, and its next save drops them)."""
+    allowed = possible_reviewers(project=campaign.project).values("pk")
+    return sorted(CampaignReviewer.objects.filter(campaign=campaign, user__in=allowed)
+                  .values_list("user__username", flat=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,9 +116,17 @@ def campaign_progress(*, campaign: Campaign) -> Progress:
     return Progress(total=sum(counts.values()), counts=counts, done=counts[ItemStatus.COMPLETE])
 
 
-def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> int:
-    """How many items ``user`` has answered (skips included) in ``campaign``."""
-    return Review.objects.filter(campaign=campaign, reviewer=user).count()
+@dataclass(frozen=True, kw_only=True)
+class ReviewerTally:
+    answered: int  # reviews with a label: a skip is not a review
+    skipped: int
+
+
+def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> ReviewerTally:
+    """How many items ``user`` has answered, and skipped, in ``campaign``."""
+    counts = Review.objects.filter(campaign=campaign, reviewer=user).aggregate(
+        skipped=Count("pk", filter=Q(label=Label.SKIP)), all=Count("pk"))
+    return ReviewerTally(answered=counts["all"] - counts["skipped"], skipped=counts["skipped"])
 
 
 def item_list(*, campaign: Campaign, status: str | None) -> QuerySet[Item]:

@@ -94,7 +94,10 @@ def is_conflict(labels: list[str]) -> bool:
 
 
 def item_status(labels: list[str], *, required: int, resolved_label: str) -> str:
-    """An item's status from its reviews' labels (skips left out)."""
+    """An item's status from its reviews' labels (skips left out). An owner's resolution is final: the
+    item stays complete if the campaign later asks for more reviews per item."""
+    if resolved_label:
+        return ItemStatus.COMPLETE
     if not labels:
         return ItemStatus.PENDING
     if len(labels) < required:

@@ -269,6 +269,44 @@ def test_reviewers_disagreeing_make_a_conflict_the_owner_resolves(campaign, team
     assert list(selectors.conflict_list(campaign=campaign)) == []
 
 
+def test_a_resolution_stays_final_when_more_reviews_are_asked_for(campaign, team, carol):
+    """Raising Reviews per item from 2 to 3 put an owner-resolved item back 'in review' with no final label
+    (and lowering it again brought the label back)."""
+    resolved, open_conflict = (Item.objects.get(campaign=campaign, sequence=sequence) for sequence in (2, 3))
+    for item in (resolved, open_conflict):
+        answer(item, team.teammate, "a")
+        answer(item, carol, "b")
+    services.conflict_resolve(item=resolved, label=Label.A, user=team.owner)
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=3, reviewers=[team.teammate, carol])
+    resolved.refresh_from_db()
+    open_conflict.refresh_from_db()
+    assert (resolved.status, resolved.resolved_label) == (ItemStatus.COMPLETE, "a")
+    assert open_conflict.status == ItemStatus.IN_REVIEW  # a third review may settle it
+    assert services.item_status(["a", "b"], required=3, resolved_label="a") == ItemStatus.COMPLETE
+
+
+def test_a_skip_is_not_counted_as_an_answer(campaign, team):
+    """'You answered 12 items' counted the one the reviewer skipped."""
+    first, second = (Item.objects.get(campaign=campaign, sequence=sequence) for sequence in (1, 2))
+    answer(first, team.teammate, "a")
+    answer(second, team.teammate, "skip")
+    assert selectors.reviewer_done(campaign=campaign, user=team.teammate) == selectors.ReviewerTally(answered=1,
+                                                                                                     skipped=1)
+
+
+def test_a_reviewer_who_left_the_project_is_not_listed(campaign, team, carol):
+    """The campaign page still named a reviewer removed from the project; its Settings form did not."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership
+
+    assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate", "carol"]
+    project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
+    assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate"]
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=team.teammate),
+                                         role="viewer")
+    assert selectors.reviewer_names(campaign=campaign) == []
+
+
 def test_only_conflicts_are_resolved(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
     with pytest.raises(ValidationError, match="item 1 is pending, not in conflict"):
