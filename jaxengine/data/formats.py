@@ -218,7 +218,8 @@ def detect_format(filename: str) -> FileFormat:
     except KeyError:
         accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
-            f"cannot tell the format of '{filename}' from its extension; use one of {accepted}"
+            f"cannot tell the format of '{filename}' from its extension: rename it with one of {accepted}, "
+            "or give its format (Format on the upload form, file_format in the API, --format on the command line)"
         ) from None
 
 
@@ -352,7 +353,8 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
     except json.JSONDecodeError as json_error:
         return Issue(
             code="json",
-            message=f"broken JSON at column {json_error.colno}: {json_error.msg}; each line must be one JSON object",
+            message=f"broken JSON at column {json_error.colno}: {_json_reason(json_error)}; each line must be one JSON "
+                    "object",
             line=line,
             row=row,
         )
@@ -442,7 +444,7 @@ class _JsonArrayReader:
                 line = self._line + self._buffer.count("\n", self._position, exc.pos)
                 column = exc.pos - (self._buffer.rfind("\n", 0, exc.pos) + 1) + 1
                 raise DatasetFormatError(
-                    Issue(code="json", message=f"broken JSON at column {column}: {exc.msg}; fix this element "
+                    Issue(code="json", message=f"broken JSON at column {column}: {_json_reason(exc)}; fix this element "
                           "(elements over 64 MB are not supported)", line=line, row=row)
                 ) from None
             self._line += self._buffer.count("\n", self._position, end)
@@ -515,6 +517,11 @@ def _decoded_lines(handle, on_line) -> Iterator[str]:
         offset += len(raw)
 
 
+def _json_reason(error: json.JSONDecodeError) -> str:
+    """json's reason without its dangling "starting at" (the column says where)."""
+    return error.msg.removesuffix(" starting at")
+
+
 def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
     """CSV rows as dicts keyed by the header; every value is a string."""
     position = {"line": 0}
@@ -522,8 +529,10 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
     def on_line(number: int, _offset: int) -> None:
         position["line"] = number
 
+    first_line = 1  # the line the row being read starts on
     with open(path, "rb") as handle:
-        reader = csv.reader(_decoded_lines(handle, on_line))
+        # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
+        reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
         try:
             header = next(reader, None)
             if header is None:
@@ -551,9 +560,20 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
-            raise DatasetFormatError(
-                Issue(code="csv", message=f"unreadable CSV: {exc}; check the quoting", line=position["line"])
-            ) from None
+            raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
+
+
+def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
+    reason = str(error)
+    if reason == "unexpected end of data":
+        return Issue(code="csv", line=first_line,
+                     message='a quoted cell that opens on this line is never closed: add its closing " '
+                             '(a " inside a quoted cell is written "")')
+    if reason.endswith("expected after '\"'"):
+        return Issue(code="csv", line=line,
+                     message='text follows the closing " of a quoted cell: quote the whole cell and write each " '
+                             'inside it as ""')
+    return Issue(code="csv", message=f"unreadable CSV: {error}; check the quoting", line=line)
 
 
 def _check_csv_header(header: list[str]) -> None:

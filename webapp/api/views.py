@@ -169,6 +169,10 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     def upload_version() -> str:
         if request.POST.get("dataset"):
             dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            kind = request.POST.get("kind")
+            if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
+                raise ValidationError({"kind": f"dataset {dataset.name} is a {dataset.kind} dataset, not {kind}; "
+                                               "a new version keeps its dataset's kind (leave kind out)"})
             version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
         else:
             version = dataset_services.dataset_create_with_upload(

@@ -4,6 +4,7 @@ from django import forms
 
 from jaxengine.data import formats
 from webapp.datasets.models import KIND_CHOICES
+from webapp.datasets.services import empty_upload_message
 
 FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
 # Every field a column mapping can name, across kinds; the page shows those of the chosen kind.
@@ -21,9 +22,7 @@ class DatasetFileField(forms.FileField):
 
     def to_python(self, data):
         if data and getattr(data, "size", None) == 0:
-            raise forms.ValidationError(
-                f"{data.name} is empty (0 bytes): choose the file that holds your rows, or export it again",
-                code="empty")
+            raise forms.ValidationError(empty_upload_message(data.name), code="empty")
         return super().to_python(data)
 
 

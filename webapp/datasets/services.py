@@ -47,7 +47,14 @@ def _enqueue(task_name: str, *args: Any) -> None:
     transaction.on_commit(lambda: _send(task_name, list(args)))
 
 
+def empty_upload_message(name: str) -> str:
+    return f"{name} is empty (0 bytes): choose the file that holds your rows, or export it again"
+
+
 def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping:
+    if not isinstance(columns, dict):
+        raise ValidationError({"column_mapping": "the column mapping must be a JSON object of field → column, "
+                                                 'e.g. {"prompt": "question"}'})
     try:
         return formats.ColumnMapping(kind=formats.DatasetKind(kind), columns=columns)
     except ValueError as error:
@@ -93,6 +100,8 @@ def dataset_version_create(
         except ValueError as error:
             raise ValidationError({"file": str(error)}) from error
     mapping = _column_mapping(dataset.kind, column_mapping)
+    if upload.size == 0:
+        raise ValidationError({"file": empty_upload_message(upload.name or "the file")})
     if upload.size is not None and upload.size > settings.TEMPER_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": f"the file is over the {settings.TEMPER_MAX_UPLOAD_BYTES} byte upload limit"})
     # Lock the dataset row so that two uploads at once get different numbers.

@@ -57,8 +57,30 @@ def test_detect_format(name, expected):
 
 
 def test_detect_format_rejects_unknown_extension():
-    with pytest.raises(ValueError, match=r"'data\.txt'.*\.csv, \.json, \.jsonl"):
+    with pytest.raises(ValueError, match=r"'data\.txt'.*\.csv, \.json, \.jsonl.*or give its format \(Format on the "
+                                         r"upload form, file_format in the API, --format on the command line\)"):
         detect_format("data.txt")
+
+
+def test_csv_quoting_mistakes_are_named(tmp_path):
+    """An unclosed quote read the rest of the file as one cell ('this row has 1 cell but the header has 2
+    columns'); text after a closing quote was silently joined to the cell."""
+    path = tmp_path / "q.csv"
+    path.write_text('prompt,completion\nq,a\n"unterminated,x\nmore,lines\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv", 3)
+    assert issue.message == 'a quoted cell that opens on this line is never closed: add its closing " (a " inside a ' \
+                            'quoted cell is written "")'
+    path.write_text('prompt,completion\n"q"x,a\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv", 2) and issue.message.startswith('text follows the closing " of a quoted')
+
+
+def test_a_string_left_open_is_named_without_jsons_dangling_words(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"text": "broken\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="text")))
+    assert issue.message == "broken JSON at column 10: Unterminated string; each line must be one JSON object"
 
 
 # ---------------------------------------------------------------- valid files of every kind

@@ -86,6 +86,33 @@ def test_datasets_upload_list_get(world):
     assert status == 400 and "name" in bad["errors"]
 
 
+def test_a_refused_upload_leaves_nothing_and_says_why(world):
+    """QA: an empty file was taken (201) and left a dataset whose only version failed, its name taken for good
+    (the web form refused the same file); a JSON list as the mapping got a Python error; kind was ignored
+    when adding a version, so an sft file was checked as text and failed with 30 errors."""
+    from webapp.datasets.models import Dataset
+
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "empty", "kind": "sft"}, "empty.jsonl", b"")
+    assert status == 400 and body["errors"]["file"] == [
+        "empty.jsonl is empty (0 bytes): choose the file that holds your rows, or export it again"]
+    assert not Dataset.objects.filter(name="empty").exists()
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "m", "kind": "sft", "mapping": '["a"]'},
+                          "m.jsonl", rows)
+    assert status == 400 and body["errors"]["column_mapping"][0].startswith(
+        "the column mapping must be a JSON object of field → column")
+    assert not Dataset.objects.filter(name="m").exists()
+    status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
+                             b'{"text": "x"}\n')
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": created["dataset"]["id"], "kind": "sft"},
+                          "s.jsonl", rows)
+    assert status == 400 and body["errors"]["kind"] == [
+        "dataset notes is a text dataset, not sft; a new version keeps its dataset's kind (leave kind out)"]
+    assert Dataset.objects.get(name="notes").versions.count() == 1
+
+
 def test_runs_create_get_cancel_resume(world):
     team, apis, sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)

@@ -117,6 +117,15 @@ class TestUpload:
         version = DatasetVersion.objects.get()
         assert [response["Location"] for response in renamed] == [version_url(version)] * 2 and len(no_broker) == 1
 
+    def test_an_unknown_format_is_said_next_to_its_field(self, team, client_for):
+        """The form came back marked invalid with no message: its Format field's errors were not shown."""
+        response = client_for(team.teammate).post(self.url, upload_data(file_format="xml"))
+        assert response.status_code == 400 and not DatasetVersion.objects.exists()
+        page = response.content.decode()
+        field = page.split('for="id_file_format"')[1].split("</div>")[0]
+        assert '<small class="error" id="id_file_format_error">Select a valid choice. xml is not one of the available ' \
+               'choices.</small>' in field
+
     def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
         data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")
         client_for(team.teammate).post(self.url, data)
