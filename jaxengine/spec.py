@@ -401,11 +401,29 @@ def load_spec(path: str | Path) -> JobSpec:
     return parse_spec_text(text, source=str(path))
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases (``*name``). A spec never needs one, and nine aliases to
+    a list of nine aliases, eight levels deep, is 1.5 KB of text that expands to 9**9 items: it took
+    the web process to 11 GB (a "billion laughs")."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in a spec; write the value out",
+                self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` as YAML, safely: the safe loader's types, no aliases (``yaml.YAMLError`` otherwise)."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+
+
 def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
     """Validate a spec given as YAML text (the web app's "advanced" editor uses this)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=_NoAliasLoader)
+        data = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -428,18 +446,12 @@ def dump_spec(spec: JobSpec) -> str:
     return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
 
 
-def _key_lines(node: yaml.Node | None, prefix: tuple = (), _within: frozenset[int] = frozenset()
-               ) -> tuple[dict[tuple, int], list[tuple[str, int, int]]]:
-    """Map each key path in a composed YAML document to its 1-based line, and list (dotted key, first
-    line, repeated line) for each key a mapping gives twice: PyYAML quietly keeps the last value, so a
-    spec edited by hand could train with a setting its author thought removed. An alias that points
-    back into its own anchor (``a: &a [*a]``) is followed once: YAML allows such a cycle, the schema
-    will refuse the value."""
+def _key_lines(node: yaml.Node | None, prefix: tuple = ()) -> tuple[dict[tuple, int], list[tuple[str, int, int]]]:
+    """Map each key path in a composed YAML document (no aliases, so a tree) to its 1-based line, and
+    list (dotted key, first line, repeated line) for each key a mapping gives twice: PyYAML quietly
+    keeps the last value, so a spec edited by hand could train with a setting its author thought removed."""
     lines: dict[tuple, int] = {}
     duplicates: list[tuple[str, int, int]] = []
-    if id(node) in _within:
-        return lines, duplicates
-    within = _within | {id(node)}
     children = []
     if isinstance(node, yaml.MappingNode):
         first_lines: dict[tuple, int] = {}
@@ -455,7 +467,7 @@ def _key_lines(node: yaml.Node | None, prefix: tuple = (), _within: frozenset[in
             lines[(*prefix, index)] = item.start_mark.line + 1
             children.append(((*prefix, index), item))
     for path, child in children:
-        child_lines, child_duplicates = _key_lines(child, path, within)
+        child_lines, child_duplicates = _key_lines(child, path)
         lines.update(child_lines)
         duplicates += child_duplicates
     return lines, duplicates

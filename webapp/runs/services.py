@@ -31,6 +31,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jaxengine.spec import TASK_DATASET_KINDS, SpecError, parse_spec, parse_spec_text
+from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.numbers import MAX_STORED_INT, whole_number
@@ -319,7 +320,7 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
                     if not problem.rstrip().endswith("output_dir: required key is missing")]
         if problems:
             raise ValidationError({"spec_yaml": problems}) from None
-    data = yaml.safe_load(text)
+    data = load_spec_yaml(text)
     if not isinstance(data, dict):
         raise ValidationError({"spec_yaml": ["the spec must be a mapping of keys (task, model, data, ...)"]})
     return data
@@ -329,7 +330,7 @@ def load_yaml(text: str, *, field: str, source: str) -> Any:
     """``text`` parsed as YAML; a syntax error is a ``ValidationError`` on ``field`` that names its line
     and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``)."""
     try:
-        return yaml.safe_load(text)
+        return load_spec_yaml(text)
     except yaml.YAMLError:
         try:
             parse_spec_text(text, source=source)  # says where the syntax breaks, in the engine's words

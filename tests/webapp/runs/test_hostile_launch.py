@@ -87,3 +87,17 @@ def test_a_reward_row_index_int_refuses_is_ignored_not_a_500(team, catalog, clie
             "data.train": catalog.prompts.public_id, "train.max_steps": "5", "grpo.rewards.².function": "exact_match"}
     response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
     assert response.status_code == 400 and Run.objects.filter(name="g").count() == 0
+
+
+BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
+    f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 9)}]" for level in range(1, 9)]) + "\n"
+
+
+@pytest.mark.parametrize("path,field", [("/p/alpha/runs/new/", "spec_yaml"), ("/p/alpha/pipelines/new/", "document")])
+def test_yaml_aliases_are_refused_before_they_expand(team, catalog, client_for, sent_tasks, path, field):
+    """1.5 KB of aliases (9**9 items once expanded) pasted into the launch form took the web process to
+    11 GB for two minutes; the same text as a pipeline document too."""
+    response = client_for(team.teammate).post(path, {"mode": "yaml", field: BOMB})
+    assert response.status_code == 400
+    assert ":2:" in response.content.decode() and "aliases (*name) are not allowed in a spec" in response.content.decode()
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
