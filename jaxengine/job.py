@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,12 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
         label for label, has_answer in zip(group_labels, answered, strict=True) if has_answer]
 
     def hook(model, step: int) -> dict[str, float]:
-        generations = Sampler(model, tokenizer).generate(prompt_ids, params)
+        sampler = Sampler(model, tokenizer)
+        # A preview longer than the context has left after the longest prompt is cut to fit (it stopped
+        # the run at its first evaluation); only a prompt that fills the context alone is still an error.
+        room = sampler.config.max_position_embeddings - max(map(len, prompt_ids))
+        fitted = dataclasses.replace(params, max_new_tokens=min(params.max_new_tokens, room)) if room >= 1 else params
+        generations = sampler.generate(prompt_ids, fitted)
         answered_rows, answered_texts = [], []
         with samples_path.open("a") as handle:
             for row, has_answer, generation in zip(rows, answered, generations):

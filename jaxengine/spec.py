@@ -146,7 +146,7 @@ class TrainSpec(_Section):
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_last: int = Field(default=3, ge=1, description="Checkpoints kept besides the best by eval loss "
                            "(tasks grpo and ppo: by the first eval metric).")
-    seed: int = Field(default=0, ge=0, description="Seeds initialisation, shuffling and dropout.")
+    seed: int = Field(default=0, ge=0, lt=2**32, description="Seeds initialisation, shuffling and dropout.")
     param_dtype: ParamDtype = Field(default="float32", description="Storage dtype of the model's weights: under "
                                    "LoRA/QLoRA the frozen base's too (adapters are float32), so bfloat16 halves "
                                    "a LoRA base's memory.")
@@ -368,6 +368,11 @@ class JobSpec(_Section):
         if self.hosts > 1 and self.task not in MULTI_HOST_TASKS:
             raise ValueError(f"hosts: {self.task} runs on one host (its rollouts are sampled by one process); "
                              f"multi-host jobs run {', '.join(MULTI_HOST_TASKS)}")
+        rollouts = getattr(self, self.task, None) if self.task in ("grpo", "ppo") else None
+        if rollouts is not None and rollouts.max_new_tokens >= self.data.max_seq_len:
+            raise ValueError(f"{self.task}.max_new_tokens: {rollouts.max_new_tokens} completion tokens leave no room "
+                             f"for a prompt in data.max_seq_len ({self.data.max_seq_len}); raise data.max_seq_len "
+                             f"above it or lower {self.task}.max_new_tokens")
         used = TASK_SECTIONS[self.task]
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:

@@ -261,3 +261,20 @@ def test_eval_group_by_a_column_a_row_lacks_fails_naming_the_row(demo_dir, tmp_p
                           "eval_group_by": "task"})
     with pytest.raises(JobError, match=f"data.eval_group_by: row 3 of {eval_file} has no 'task' value to group by"):
         run_job(spec, progress_bar=False)
+
+
+def test_eval_previews_longer_than_the_context_has_left_are_cut_to_fit(tmp_path):
+    """QA: train.sample_max_new_tokens 100000 stopped a run at its first evaluation, steps in ('the longest
+    prompt plus max_new_tokens exceeds the model's context length')."""
+    from jaxengine.job import make_sample_hook
+    from jaxengine.tokenizer import load_tokenizer
+    from tests.factories import build_tiny_model_dir
+
+    model_dir = build_tiny_model_dir(tmp_path / "tiny")
+    model, _config = load_hf_model(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    hook = make_sample_hook(tokenizer=tokenizer, rows=[{"prompt": "Hello", "answer": "x"}],
+                            samples_path=tmp_path / "samples.jsonl", max_new_tokens=100_000)
+    metrics = hook(model, 3)
+    [record] = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert record["step"] == 3 and record["prompt"] == "Hello" and metrics["eval/exact_match"] in (0.0, 1.0)

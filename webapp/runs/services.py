@@ -273,6 +273,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         _check_layout(job, errors)
         if problem := _steps_problem(job.train.max_steps):
             _add(errors, "train.max_steps", problem)
+        _check_sample_budget(job, base_model, errors)
+        _check_eval_groups(job, evaluation, errors)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -288,6 +290,33 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         term["args"]["model"] = given["args"]["model"].strip()
     return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
                    dataset_versions=versions)
+
+
+def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
+    """The eval generations' token budget must leave the model's context room for a prompt: the run
+    failed at its first evaluation otherwise, steps into training."""
+    context = base_model.context_length if base_model is not None else None
+    if context and job.task != "reward" and job.data.eval is not None and job.train.sample_max_new_tokens >= context:
+        _add(errors, "train.sample_max_new_tokens",
+             f"{job.train.sample_max_new_tokens} tokens leave no room for a prompt in the model's context of "
+             f"{context} tokens; give fewer (the eval samples are short previews: the default is 64)")
+
+
+def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:
+    """``data.eval_group_by`` must name a short label on every eval row (as the engine checks at the
+    run's start, where a missing column failed the run): read the eval version here and say so."""
+    from jaxengine.data import formats
+    from jaxengine.evaluate import group_labels
+
+    if job.data.eval_group_by is None or evaluation is None:
+        return
+    mapping = formats.ColumnMapping(kind=evaluation.dataset.kind, columns=evaluation.column_mapping or {})
+    try:
+        rows = list(formats.iter_examples(evaluation.absolute_path, fmt=formats.FileFormat(evaluation.format),
+                                          mapping=mapping))
+        group_labels(rows, job.data.eval_group_by, source=f"{evaluation.dataset.name} v{evaluation.number}")
+    except (ValueError, OSError, formats.DatasetFormatError) as error:
+        _add(errors, "data.eval_group_by", str(error).removeprefix("data.eval_group_by: "))
 
 
 def _check_layout(job, errors) -> None:

@@ -3,7 +3,9 @@ with nothing saved, never a 500 page. The engine's schema bounds max_steps from 
 records its steps in PositiveIntegerFields (2**31 - 1 on PostgreSQL), and a larger count used to
 fail the INSERT."""
 import pytest
+from django.core.exceptions import ValidationError
 
+from tests.webapp.factories import make_ready_version
 from tests.webapp.runs.conftest import sft_spec
 from webapp.runs import services
 from webapp.runs.models import Run, RunStatus
@@ -100,4 +102,41 @@ def test_yaml_aliases_are_refused_before_they_expand(team, catalog, client_for, 
     response = client_for(team.teammate).post(path, {"mode": "yaml", field: BOMB})
     assert response.status_code == 400
     assert ":2:" in response.content.decode() and "aliases (*name) are not allowed in a spec" in response.content.decode()
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
+
+
+def test_values_that_failed_the_run_on_its_worker_are_refused_at_launch(team, catalog, sent_tasks):
+    """QA: each of these was taken, and the run then failed on its worker: a seed past 2**32 (a bare
+    OverflowError from jax.random), eval samples longer than the model's context (at the first
+    evaluation, steps in), GRPO completions longer than data.max_seq_len, and an eval_group_by column
+    the eval rows lack (naming the server's path of the file)."""
+    from webapp.basemodels.models import BaseModel
+
+    BaseModel.objects.filter(pk=catalog.base_model.pk).update(context_length=2048)
+    catalog.base_model.refresh_from_db()
+    grouped = make_ready_version(team.project, name="held out", kind="prompts",
+                                 rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"}, {"prompt": "3?", "answer": "3"}])
+
+    def refused(task="sft", **changes) -> dict:
+        spec = sft_spec(catalog) if task == "sft" else {"task": "grpo", "model": catalog.base_model.public_id,
+                                                       "data": {"train": catalog.prompts.public_id},
+                                                       "train": {"max_steps": 2},
+                                                       "grpo": {"rewards": [{"name": "exact_match"}]}}
+        for dotted, value in changes.items():
+            section, key = dotted.split("__")
+            spec.setdefault(section, {})[key] = value
+        with pytest.raises(ValidationError) as caught:
+            services.run_create(project=team.project, spec=spec, user=team.teammate, name="late failure")
+        return caught.value.message_dict
+
+    assert "less than 4294967296" in refused(train__seed=10**23)["train.seed"][0]
+    assert refused(data__eval=catalog.prompts.public_id, train__sample_max_new_tokens=100_000)[
+        "train.sample_max_new_tokens"] == ["100000 tokens leave no room for a prompt in the model's context of 2048 "
+                                           "tokens; give fewer (the eval samples are short previews: the default is 64)"]
+    assert refused("grpo", data__max_seq_len=64, grpo__max_new_tokens=200)["grpo.max_new_tokens"] == [
+        "200 completion tokens leave no room for a prompt in data.max_seq_len (64); raise "
+        "data.max_seq_len above it or lower grpo.max_new_tokens"]
+    [problem] = refused(data__eval=grouped.public_id, data__eval_group_by="task")["data.eval_group_by"]
+    assert problem == "row 2 of held out v1 has no 'task' value to group by"
+    assert str(grouped.absolute_path) not in problem
     assert Run.objects.count() == 0 and sent_tasks.calls == []
