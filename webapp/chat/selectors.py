@@ -11,7 +11,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.chat.models import Conversation
 from webapp.core.bidi import isolated
 from webapp.projects.models import Project
-from webapp.runs.models import Artifact, RunStatus
+from webapp.runs.models import REWARD_TASK, Artifact, RunStatus
 
 QUANTIZED_SUBDIR = "quantized"  # jaxengine.quantize's serving copy inside an export
 _CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
@@ -52,11 +52,12 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def model_choices(*, project: Project) -> list[ModelChoice]:
-    """Base models, then succeeded runs' exports, then their exported checkpoints, newest first."""
+    """Base models, then succeeded runs' exports, then their exported checkpoints, newest first (not a
+    reward run's: its model scores text, it does not write any)."""
     choices = [_choice(ref=model.public_id, path=model.path, before="Base model: ", name=model.name)
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     artifacts = (Artifact.objects.select_related("run")
-                 .filter(run__project=project, kind__in=["model", "checkpoint"])
+                 .filter(run__project=project, kind__in=["model", "checkpoint"]).exclude(run__task=REWARD_TASK)
                  .order_by("-run__created_at", "kind", "path"))
     for artifact in artifacts:
         run = artifact.run

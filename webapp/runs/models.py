@@ -41,6 +41,9 @@ ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+REWARD_TASK = "reward"
+
+
 class Run(models.Model):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_run_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
@@ -121,6 +124,12 @@ class Run(models.Model):
         named = [(use, by_id[data[use]]) for use in ("train", "eval") if data.get(use) in by_id]
         unnamed = by_id.keys() - {version.public_id for _use, version in named}
         return named + [("", version) for public_id, version in by_id.items() if public_id in unnamed]
+
+    @property
+    def generates_text(self) -> bool:
+        """Whether the run's model writes text: a reward run's scores it (a value head), so it has no eval
+        previews, no serving copy, and no place in the chat's model lists."""
+        return self.task != REWARD_TASK
 
     @property
     def is_active(self) -> bool:

@@ -444,8 +444,9 @@ def serving_copy(*, run: Run) -> dict[str, Any] | None:
     """What the run page says of a succeeded run's quantized serving copy: ``state`` ``written`` (with
     its figures: memory against bfloat16, perplexity against the unquantized model, greedy agreement),
     ``failed`` (with the worker's ``message``) or ``pending``. None for a run without a merged export
-    (not succeeded, external) and, while nothing writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
-    if run.status != RunStatus.SUCCEEDED or run.task == EXTERNAL_TASK or not (run.output_dir / "export").is_dir():
+    (not succeeded, external), a reward run (it writes no text) and, while nothing writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
+    if (run.status != RunStatus.SUCCEEDED or run.task == EXTERNAL_TASK or not run.generates_text
+            or not (run.output_dir / "export").is_dir()):
         return None
     figures = serving_copy_figures(run)
     if figures is not None:

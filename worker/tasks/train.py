@@ -55,7 +55,7 @@ def _report_finished(run, reporter, summary) -> None:
     else:
         finished = reporting.run_finish(run=run, summary=summary)
         if (finished.status == RunStatus.SUCCEEDED and settings.TEMPER_SERVE_QUANTIZE != "none"
-                and not pipelines.exports_after(finished)):
+                and finished.generates_text and not pipelines.exports_after(finished)):
             app.send_task("worker.tasks.serve.quantize_run", args=[str(finished.output_dir)], queue="serve")
     pipelines.pipeline_advance(run=run)
 

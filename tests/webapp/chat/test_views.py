@@ -171,7 +171,8 @@ def test_model_output_is_escaped_text_with_safe_markdown(team, client_for, base_
     for response in (client.get(url("detail", conversation)), client.get(url("message", conversation, answer))):
         html = response.content.decode()
         assert "<strong>bold</strong>" in html
-        assert "<script>alert" not in html and "onerror" not in html and "javascript:" not in html
+        assert "<script>alert" not in html and "<img" not in html and "javascript:" not in html
+        assert "&lt;img src=x onerror" in html  # raw HTML is shown as the text it is
     assert "&lt;b&gt;hi&lt;/b&gt;" in client.get(url("detail", conversation)).content.decode()  # the user's text
 
 

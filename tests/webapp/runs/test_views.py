@@ -340,6 +340,26 @@ def test_a_serving_copy_that_failed_says_why_escaped(team, run, client_for, sett
     assert 'data-state="none"' in client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()
 
 
+def test_a_reward_run_is_not_served_as_a_chat_model(team, run, client_for, settings):
+    """QA: a reward run's page offered its 'serving copy' (perplexity 1.956e+05 against 1.956e+05), the chat
+    listed it among its models, and its Samples card waited for generations it never writes."""
+    from webapp.chat.selectors import model_choices
+    from webapp.runs.models import Artifact, ArtifactKind
+
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    Run.objects.filter(pk=run.pk).update(task="reward")
+    run = succeeded_with_export(run)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
+    from django.template.loader import render_to_string
+
+    assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()
+    assert "A reward model scores text and writes none" in render_to_string("runs/_samples.html", {"run": run})
+    assert run.public_id not in [choice.ref for choice in model_choices(project=team.project)]
+    Run.objects.filter(pk=run.pk).update(task="sft")
+    assert run.public_id in [choice.ref for choice in model_choices(project=team.project)]
+    assert 'id="serving-copy"' in client_for(team.viewer).get(url(run)).content.decode()
+
+
 def test_cancel_asks_first(team, run, client_for):
     run.status = RunStatus.RUNNING
     run.save(update_fields=["status"])
