@@ -302,6 +302,9 @@
   }
 
   document.querySelectorAll("#log li").forEach(function (item) { lastLogId = Math.max(lastLogId, Number(item.dataset.id)); });
+  // The log's box opens on its newest lines (the run's end: "cancelled at step 473"), as it follows new ones.
+  var logList = document.getElementById("log");
+  if (logList) logList.scrollTop = logList.scrollHeight;
   addSeries(series);
   showProgress(progress);
   bindSampleFilter();

@@ -688,3 +688,20 @@ def test_the_serving_copy_card_shows_the_figures_once_the_copy_is_written(page, 
     card = page.locator("#serving-copy").inner_text()
     assert "75% of greedy tokens the same as the unquantized model's, on 4 prompts" in card
     assert "Being written" not in card
+
+
+def test_the_log_opens_on_its_newest_lines(page, live_server, tmp_path):
+    """The log's box opened at its oldest lines: the run's end ('cancelled at step 473') was hidden below."""
+    from webapp.runs.models import RunLogLine
+
+    team = make_team(slug="logtail")
+    run = Run.objects.create(project=team.project, name="long log", task="sft", status=RunStatus.CANCELLED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=500, current_step=473)
+    RunLogLine.objects.bulk_create([RunLogLine(run=run, level="info", message=f"line {number}") for number in range(60)]
+                                   + [RunLogLine(run=run, level="warning", message="cancelled at step 473")])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/logtail/runs/{run.public_id}/")
+    log = page.locator("#log")
+    assert log.evaluate("list => list.scrollHeight > list.clientHeight")  # the box scrolls
+    assert log.evaluate("list => list.scrollTop + list.clientHeight >= list.scrollHeight - 1")

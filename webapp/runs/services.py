@@ -424,10 +424,11 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     """Validate ``spec`` (ids, not paths; see the module notes), save the run and enqueue it on the
     ``train`` queue once the transaction commits."""
     public_id = new_run_id()
+    name = _checked_name(name or "", required=False)
     plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
     tag_list = parse_tags(tags)
     run = Run.objects.create(
-        public_id=public_id, project=project, name=(name or "").strip()[:120] or _default_name(plan),
+        public_id=public_id, project=project, name=name or _default_name(plan),
         task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tag_list,
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
@@ -645,9 +646,25 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
 
 
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
-    """Start ``run``'s spec over as a new run with its own fresh run directory."""
-    return run_create(project=run.project, spec=run.spec, user=user, name=f"{run.name} (retry)"[:120],
-                      tags=run.tags)
+    """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
+    cut to leave room for the suffix, so the copy is always told apart)."""
+    suffix = " (retry)"
+    return run_create(project=run.project, spec=run.spec, user=user,
+                      name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)
+
+
+RUN_NAME_MAX = 120  # Run.name's max_length
+
+
+def _checked_name(name: str, *, required: bool) -> str:
+    """A run name, stripped; a ValidationError when it is blank (if ``required``) or too long (it was
+    cut at 120 characters without a word)."""
+    name = name.strip()
+    if required and not name:
+        raise ValidationError({"name": "a run needs a name"})
+    if len(name) > RUN_NAME_MAX:
+        raise ValidationError({"name": f"{len(name)} characters; a run name has at most {RUN_NAME_MAX}"})
+    return name
 
 
 def run_update_details(*, run: Run, name: str | None = None, tags: str | list[str] | None = None,
@@ -655,9 +672,7 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     """Rename a run, set its tags (comma-separated or a list) or its markdown notes."""
     fields = []
     if name is not None:
-        if not name.strip():
-            raise ValidationError({"name": "a run needs a name"})
-        run.name = name.strip()[:120]
+        run.name = _checked_name(name, required=True)
         fields.append("name")
     if tags is not None:
         run.tags = parse_tags(tags)

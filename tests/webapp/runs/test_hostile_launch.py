@@ -140,3 +140,16 @@ def test_values_that_failed_the_run_on_its_worker_are_refused_at_launch(team, ca
     assert problem == "row 2 of held out v1 has no 'task' value to group by"
     assert str(grouped.absolute_path) not in problem
     assert Run.objects.count() == 0 and sent_tasks.calls == []
+
+
+def test_a_name_too_long_is_refused_not_cut(team, catalog, client_for, sent_tasks):
+    """A 600-character name was saved cut to 120 without a word; a retry of a 120-character name then lost
+    its ' (retry)' and could not be told from the original."""
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, name="n" * 600))
+    assert response.status_code == 400 and "600 characters; a run name has at most 120" in response.content.decode()
+    assert Run.objects.count() == 0
+    full = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="m" * 120)
+    retried = services.run_retry(run=full, user=team.teammate)
+    assert retried.name == "m" * 112 + " (retry)"
+    with pytest.raises(ValidationError, match="121 characters"):
+        services.run_update_details(run=full, name="x" * 121)
