@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from django.core.exceptions import ValidationError
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticUndefined
 
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
@@ -308,11 +309,56 @@ def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]
                 elif field.widget == "select" and sub_value is not None and not any(
                         str(choice) == str(sub_value) for choice in field.choices):
                     problems[name] = f"{sub_value!r} is not one of {', '.join(map(str, field.choices))}"
+                elif field.widget == "checkbox" and _as_bool(sub_value) is None:
+                    problems[name] = f"{sub_value!r} is not true or false"
         elif value is None or (key in JobSpec.model_fields and value == JobSpec.model_fields[key].default):
             continue  # what a written spec holds for a section or key the task leaves unset: nothing lost
         elif key not in fields:
             problems[key] = SET_BY_TEMPER.get(key, f"the {task} form has no field for it")
     return problems
+
+
+_BOOL = TypeAdapter(bool)
+
+
+def _as_bool(value: Any) -> bool | None:
+    """``value`` as the schema reads a boolean (``"false"``, ``"no"`` and 0 are false), None when it is
+    none: a checkbox showed any non-empty string, "false" too, as ticked."""
+    try:
+        return _BOOL.validate_python(value)
+    except PydanticValidationError:
+        return None
+
+
+def with_checkbox_values(task: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with each value of a checkbox field of ``task``'s form read as the schema reads it
+    (``keys_the_form_cannot_show`` has refused the ones that are not booleans)."""
+    checkboxes = {field.name for section in form_sections(task) for field in section.fields if field.widget == "checkbox"}
+    spec = dict(spec)
+    for name in checkboxes:
+        section, key = name.split(".", 1)
+        if isinstance(spec.get(section), dict) and key in spec[section] and _as_bool(spec[section][key]) is not None:
+            spec[section] = {**spec[section], key: _as_bool(spec[section][key])}
+    return spec
+
+
+# Keys of which a spec gives exactly one (the schema refuses both): one kept from another task's page
+# drops its rival from the new task's preset.
+ONE_OF_KEYS = (("train.max_steps", "train.epochs"),)
+
+
+def without_rivals(spec: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without the rival of each one-of key in ``kept`` (``ONE_OF_KEYS``)."""
+    spec = {key: dict(value) if isinstance(value, dict) else value for key, value in spec.items()}
+    for pair in ONE_OF_KEYS:
+        for key in pair:
+            if kept.get(key) is None:
+                continue
+            for rival in pair:
+                section, name = rival.split(".", 1)
+                if rival != key and isinstance(spec.get(section), dict):
+                    spec[section].pop(name, None)
+    return spec
 
 
 def merge_spec(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

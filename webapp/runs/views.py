@@ -34,7 +34,7 @@ from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import (carry_to_task, changed_from_presets, form_sections, keys_the_form_cannot_show,
                                   merge_spec, read_form, scale_out_section, spec_from_keys, spec_initial, tasks,
-                                  with_form_defaults)
+                                  with_checkbox_values, with_form_defaults, without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -204,8 +204,8 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
             context["errors_heading"] = "Fix these keys to switch to the form (or launch from here)"
             return render(request, "runs/new.html", context, status=400)
         return render(request, "runs/new.html", _launch_context(
-            project, membership, task=task, initial=spec_initial(with_form_defaults(task, spec)), errors={},
-            yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))
+            project, membership, task=task, initial=spec_initial(with_form_defaults(task, with_checkbox_values(task, spec))),
+            errors={}, yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))
     spec, input_errors = read_form(task, request.POST)
     errors = {key: [message] for key, message in input_errors.items()}
     context = _launch_context(project, membership, task=task, initial=spec_initial(spec), errors=errors,
@@ -246,7 +246,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
             dropped[key] = f"{new_task} takes {' or '.join(kinds)} data"
             del kept[key]
     preset_name = presets.presets_for(new_task)[0]["name"]
-    spec = merge_spec(presets.preset_spec(new_task, preset_name), spec_from_keys(kept))
+    spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
                               name=name, tags=tags, preset_name=preset_name)

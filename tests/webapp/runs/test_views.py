@@ -220,6 +220,9 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
     assert 'name="optim.learning_rate" value="0.003"' in page and 'name="peft.rank" value="4"' in page
     assert 'name="dpo.beta" value="0.1"' in page  # the DPO preset
     assert 'name="train.batch_size" value="8"' in page and 'name="train.max_steps" value="5"' in page
+    # The DPO preset runs 1 epoch: with max_steps kept, a launch was refused for giving both.
+    epochs = page.split('name="train.epochs"')[1].split(">")[0]
+    assert 'value=""' in epochs or "value=" not in epochs, epochs
     assert 'name="optim.warmup_steps" value="10"' in page  # 20 is the full fine-tune preset's: not a choice
     assert f'<option value="{catalog.base_model.public_id}" selected>' in page
     assert f'<option value="{catalog.preference.public_id}" selected>' in page  # data.eval
@@ -239,6 +242,28 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
     assert '<option value="length_target" selected>' in page and 'value="12"' in page
     assert "<code>grpo.num_generations</code>: the ppo form has no field for it" in page
     assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_booleans_written_as_strings_in_yaml_show_as_the_schema_reads_them(team, catalog, client_for, sent_tasks):
+    """packing: "false" came up ticked in the form (a non-empty string), reversing what a launch from the
+    YAML stored; 'maybe' was ticked too, with no word."""
+    client = client_for(team.teammate)
+    served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
+
+    def packing_box(value: str):
+        response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "spec_yaml": served_yaml.replace(
+            "data:\n", f"data:\n  packing: {value}\n", 1)})
+        page = response.content.decode()
+        box = page.split('name="data.packing"')[1].split(">")[0] if response.status_code == 200 else None
+        return response.status_code, page, box
+
+    status, _page, box = packing_box('"false"')
+    assert status == 200 and "checked" not in box
+    status, _page, box = packing_box("'yes'")
+    assert status == 200 and "checked" in box
+    status, page, _box = packing_box("maybe")
+    assert status == 400 and "<code>data.packing</code>: &#x27;maybe&#x27; is not true or false" in page
+    assert not Run.objects.exists()
 
 
 def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, client_for, sent_tasks):
