@@ -161,6 +161,9 @@ TEMPER_SERVE_QUANTIZE = env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "in
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"client_errors_without_traceback": {"()": "webapp.core.logging.ClientErrorsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("TEMPER_LOG_LEVEL", "INFO")},
+    # 4xx answers keep their one line, not the traceback of the refusal (see the filter).
+    "loggers": {"django.request": {"filters": ["client_errors_without_traceback"]}},
 }

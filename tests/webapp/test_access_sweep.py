@@ -104,7 +104,10 @@ class World:
 class Route:
     """How to reach one URL pattern: ``methods`` maps each HTTP method the view takes to the least
     project role that may use it; ``kwargs``/``query``/``body`` fill the request from a ``World``;
-    ``private`` when the object is the teammate's own (a member's), hidden from everyone else."""
+    ``private`` when the object is the teammate's own (a member's), hidden from everyone else.
+    ``queues_a_generation``: an OpenAI completion, which answers once the serve worker's first event is
+    in Redis; the world has no Redis, so reaching it means its 503 saying so (after the token, the body
+    and the model were accepted and the generation was queued)."""
 
     methods: dict[str, str]
     kwargs: Callable[[World], dict[str, Any]] = lambda world: {}
@@ -112,6 +115,7 @@ class Route:
     body: Callable[[World], dict[str, Any]] | None = None
     auth: Auth = Auth.SESSION
     private: bool = False
+    queues_a_generation: bool = False
 
 
 def names_project(kwargs: dict, body: dict | None) -> bool:
@@ -269,8 +273,12 @@ ROUTES: dict[str, Route] = {
     "chat:stop": Route(kwargs=_message, methods={"POST": MEMBER}, private=True),
     "chat:events": Route(kwargs=_message, methods={"GET": MEMBER}, private=True),
     "chat:v1_models": Route(auth=Auth.PROJECT_TOKEN, methods={"GET": MEMBER}),
-    "chat:v1_chat_completions": Route(auth=Auth.PROJECT_TOKEN, body=_chat_body, methods={"POST": MEMBER}),
-    "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER}),
+    "chat:v1_model": Route(auth=Auth.PROJECT_TOKEN, kwargs=lambda world: {"model_id": world.base_model.public_id},
+                           methods={"GET": MEMBER}),
+    "chat:v1_chat_completions": Route(auth=Auth.PROJECT_TOKEN, body=_chat_body, methods={"POST": MEMBER},
+                                      queues_a_generation=True),
+    "chat:v1_completions": Route(auth=Auth.PROJECT_TOKEN, body=_completion_body, methods={"POST": MEMBER},
+                                 queues_a_generation=True),
 
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
     "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods=READ),
@@ -613,6 +621,8 @@ def test_the_least_role_reaches_every_url(world, django_capture_on_commit_callba
             with transaction.atomic(), django_capture_on_commit_callbacks():
                 answer = callers[role].call(method, name, route, kwargs, body)
                 transaction.set_rollback(True)
+            if route.queues_a_generation and answer.status == 503 and "(Redis) is unavailable" in answer.body:
+                continue
             if answer.status in (401, 403, 404, 405) or answer.status >= 500:
                 problems.append(f"{method} {name}: the {role} got {answer.status} {answer.body[:160]!r}")
     assert not problems, report(problems)

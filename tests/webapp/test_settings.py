@@ -38,3 +38,15 @@ def test_the_settings_refuse_an_unknown_serving_quantization():
                                                         "TEMPER_SERVE_QUANTIZE": "int16"})
     assert result.returncode != 0
     assert "environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of int8, int4, none" in result.stderr
+
+
+def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, client_for, caplog):
+    """Every 403 (a viewer opening a members-only page) wrote PermissionDenied's whole traceback to the
+    server's log: 55 of them in one QA session."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client_for(team.viewer).get("/p/alpha/datasets/new/").status_code == 403
+    [record] = [record for record in caplog.records if record.name == "django.request"]
+    assert record.getMessage() == "Forbidden (Permission denied): /p/alpha/datasets/new/"
+    assert record.exc_info is None and "Traceback" not in caplog.text

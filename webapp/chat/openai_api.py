@@ -163,9 +163,28 @@ def models(request: HttpRequest) -> HttpResponse:
     token = _authenticate(request)
     if token is None:
         return _unauthorized()
-    data = [{"id": choice.ref, "object": "model", "created": 0, "owned_by": token.project.slug, "name": choice.label}
-            for choice in selectors.model_choices(project=token.project)]
+    data = [_model_json(choice, token) for choice in selectors.model_choices(project=token.project)]
     return JsonResponse({"object": "list", "data": data})
+
+
+def _model_json(choice, token) -> dict[str, Any]:
+    return {"id": choice.ref, "object": "model", "created": choice.created, "owned_by": token.project.slug,
+            "name": choice.label}
+
+
+@csrf_exempt
+def model(request: HttpRequest, model_id: str) -> HttpResponse:
+    """``GET /v1/models/{id}`` (the openai client's ``models.retrieve``)."""
+    if request.method != "GET":
+        return _error(405, "use GET")
+    token = _authenticate(request)
+    if token is None:
+        return _unauthorized()
+    choice = selectors.model_choice(project=token.project, ref=model_id)
+    if choice is None:
+        return _error(404, f"the model {model_id!r} does not exist in project {token.project.slug}; "
+                           "GET /v1/models lists them", code="model_not_found")
+    return JsonResponse(_model_json(choice, token))
 
 
 def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=None) -> dict[str, Any]:

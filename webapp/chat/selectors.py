@@ -28,6 +28,7 @@ class ModelChoice:
     label: str
     option_label: str
     path: str
+    created: int = 0  # when the model was registered or its run finished (Unix seconds), for /v1/models
 
     @property
     def cache_key(self) -> str:
@@ -39,9 +40,10 @@ def _served_path(export_dir: str) -> str:
     return str(quantized) if (quantized / "quantization.json").is_file() else export_dir
 
 
-def _choice(*, ref: str, path: str, before: str, name: str, after: str = "") -> ModelChoice:
+def _choice(*, ref: str, path: str, before: str, name: str, after: str = "", created=None) -> ModelChoice:
     return ModelChoice(ref=ref, path=path, label=f"{before}{name}{after}",
-                       option_label=f"{before}{isolated(name)}{after}")
+                       option_label=f"{before}{isolated(name)}{after}",
+                       created=int(created.timestamp()) if created is not None else 0)
 
 
 def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -54,7 +56,8 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
 def model_choices(*, project: Project) -> list[ModelChoice]:
     """Base models, then succeeded runs' exports, then their exported checkpoints, newest first (not a
     reward run's: its model scores text, it does not write any)."""
-    choices = [_choice(ref=model.public_id, path=model.path, before="Base model: ", name=model.name)
+    choices = [_choice(ref=model.public_id, path=model.path, before="Base model: ", name=model.name,
+                       created=model.created_at)
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     artifacts = (Artifact.objects.select_related("run")
                  .filter(run__project=project, kind__in=["model", "checkpoint"]).exclude(run__task=REWARD_TASK)
@@ -62,10 +65,12 @@ def model_choices(*, project: Project) -> list[ModelChoice]:
     for artifact in artifacts:
         run = artifact.run
         if artifact.kind == "model" and run.status == RunStatus.SUCCEEDED:
-            choices.append(_choice(ref=run.public_id, path=_served_path(artifact.path), before="Run: ", name=run.name))
+            choices.append(_choice(ref=run.public_id, path=_served_path(artifact.path), before="Run: ", name=run.name,
+                                   created=run.finished_at or run.created_at))
         elif artifact.kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(artifact.path)):
             choices.append(_choice(ref=f"{run.public_id}:step-{match.group(1)}", path=_served_path(artifact.path),
-                                   before="Run: ", name=run.name, after=f", checkpoint {match.group(1)}"))
+                                   before="Run: ", name=run.name, after=f", checkpoint {match.group(1)}",
+                                   created=artifact.created_at))
     shown = distinct_labels({choice.ref: choice.label for choice in choices})
     return [choice if shown[choice.ref] == choice.label else
             dataclasses.replace(choice, label=shown[choice.ref], option_label=f"{choice.option_label} ({choice.ref})")

@@ -20,8 +20,12 @@ def _digest(secret: str) -> str:
 def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectToken, str]:
     """A new token of ``user`` for ``project`` (they must be a member or owner); returns (row, secret)."""
     membership = Membership.objects.filter(project=project, user=user).first()
-    if membership is None or not role_at_least(membership.role, Role.MEMBER):
-        raise PermissionError(f"{user.get_username()} is not a member of {project.slug}; only members may chat")
+    if membership is None:
+        raise PermissionError(f"{user.get_username()} is not in project {project.slug}; only its members and "
+                              "owners may chat")
+    if not role_at_least(membership.role, Role.MEMBER):
+        raise PermissionError(f"{user.get_username()} is a {membership.role} of {project.slug}; only its members and "
+                              "owners may chat: make them a member on the Members page")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=_digest(secret),
                                         prefix=secret[:10])

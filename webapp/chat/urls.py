@@ -6,6 +6,7 @@ app_name = "chat"
 
 urlpatterns = [
     path("v1/models", openai_api.models, name="v1_models"),
+    path("v1/models/<path:model_id>", openai_api.model, name="v1_model"),
     path("v1/chat/completions", openai_api.chat_completions, name="v1_chat_completions"),
     path("v1/completions", openai_api.completions, name="v1_completions"),
     path("p/<slug:slug>/chat/", views.chat_list, name="list"),

@@ -164,3 +164,15 @@ def test_a_client_that_goes_away_stops_its_generation(api, worker):
     channels.emit(client, "cmpl-done", {"seq": 0, "type": "done", "text": "", "finish_reason": "stop"})
     async_to_sync(openai_api._final)("cmpl-done")
     assert not client.exists(channels.stop_key("cmpl-done"))
+
+
+def test_a_model_is_retrieved_by_its_id_with_when_it_was_made(api):
+    """GET /v1/models/{id} was a 404, so the openai client's models.retrieve failed; created was 0."""
+    model, headers = api
+    listed = Client().get("/v1/models", **headers).json()["data"]
+    assert [entry["created"] for entry in listed] == [int(model.created_at.timestamp())]
+    one = Client().get(f"/v1/models/{model.public_id}", **headers)
+    assert one.status_code == 200 and one.json() == listed[0]
+    missing = Client().get("/v1/models/bm_nothing", **headers)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    assert Client().get(f"/v1/models/{model.public_id}").status_code == 401

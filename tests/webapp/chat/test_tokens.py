@@ -28,9 +28,11 @@ def test_the_command_prints_a_token_that_lists_the_projects_models(team):
 
 
 def test_it_requires_a_members_token(team):
-    for user in (team.viewer, team.outsider):
-        with pytest.raises(PermissionError, match="only members may chat"):
-            project_token_create(user=user, project=team.project, name="x")
+    with pytest.raises(PermissionError, match="alpha-viewer is a viewer of alpha; only its members and owners may "
+                                              "chat: make them a member on the Members page"):
+        project_token_create(user=team.viewer, project=team.project, name="x")
+    with pytest.raises(PermissionError, match="is not in project alpha; only its members and owners may chat"):
+        project_token_create(user=team.outsider, project=team.project, name="x")
     with pytest.raises(CommandError, match="no user named"):
         call_command("apitoken", user="nobody", project=team.project.slug)
     assert Client().get("/v1/models").status_code == 401
