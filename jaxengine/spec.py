@@ -14,6 +14,7 @@ one entry in ``TASK_SECTIONS``.
 """
 from __future__ import annotations
 
+import math
 import types
 import typing
 from pathlib import Path
@@ -433,6 +434,8 @@ def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(error, "problem", None) or str(error)
+        if "'\\t'" in problem:
+            problem += " (indent with spaces: YAML does not take tabs)"
         raise SpecError([f"{where}: YAML syntax error: {problem}"]) from None
     if data is None:
         raise SpecError([f"{source}: the spec is empty"])
@@ -498,6 +501,11 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = "unknown key" + (f"; allowed keys here: {', '.join(siblings)}" if siblings else "")
     elif kind == "missing":
         message = "required key is missing"
+    elif _non_finite(value):
+        message = f"{value!r} is not a finite number"
+    elif kind == "too_short" and isinstance(value, (list, tuple)):
+        least = err.get("ctx", {}).get("min_length", 1)
+        message = f"{list(value)!r}: give at least {least}"
     elif kind == "value_error":
         # Validators name their own field first ("group_size: ..."); fold it into the path.
         message = message.removeprefix("Value error, ")
@@ -509,6 +517,16 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
     dotted = ".".join(str(part) for part in loc) or "(top level)"
     line = _line_for(loc, lines)
     return f"{_prefix(source, line)}{dotted}: {message}"
+
+
+def _non_finite(value: Any) -> bool:
+    """NaN or an infinity, as a float or as the text pydantic reads as one ('nan', '-inf')."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _is_union_tag(part: Any) -> bool:

@@ -207,9 +207,22 @@ def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: Dat
     return columns
 
 
+def without_temper_keys(problem: str) -> str:
+    """An engine problem as the web says it: its list of allowed keys without those Temper sets (the
+    list offered output_dir, which the launch then refused)."""
+    head, marker, allowed = problem.partition("allowed keys here: ")
+    if not marker:
+        return problem
+    # "spec:3: data.colums: unknown key; ..." lists the keys of the section holding the unknown one
+    dotted = head.rsplit(": unknown key", 1)[0].rsplit(": ", 1)[-1]
+    section = dotted.rsplit(".", 1)[0] + "." if "." in dotted else ""
+    keys = [key for key in allowed.split(", ") if section + key not in SET_BY_TEMPER]
+    return f"{head}{marker}{', '.join(keys)}"
+
+
 def _spec_problems(problems: list[str], errors) -> None:
     # parse_spec without a source gives "dotted.key: message" per problem.
-    for problem in problems:
+    for problem in map(without_temper_keys, problems):
         key, sep, message = problem.partition(": ")
         if sep and " " not in key:
             _add(errors, key, message)
@@ -345,7 +358,7 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
     try:
         parse_spec_text(text, source="spec")
     except SpecError as error:
-        problems = [problem for problem in error.problems
+        problems = [without_temper_keys(problem) for problem in error.problems
                     if not problem.rstrip().endswith("output_dir: required key is missing")]
         if problems:
             raise ValidationError({"spec_yaml": problems}) from None

@@ -54,7 +54,7 @@ def test_resuming_with_a_step_count_past_what_a_run_records_is_refused(team, cat
     assert run.status == RunStatus.CANCELLED and run.total_steps == 10 and run.attempt == 1
 
 
-@pytest.mark.parametrize("value, message", [("-5", "greater than or equal to 1"), ("1e400", "valid integer")])
+@pytest.mark.parametrize("value, message", [("-5", "greater than or equal to 1"), ("1e400", "is not a finite number")])
 def test_negative_and_overflowing_values_are_named(team, catalog, client_for, sent_tasks, value, message):
     response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{"train.max_steps": value}))
     assert response.status_code == 400
@@ -153,3 +153,30 @@ def test_a_name_too_long_is_refused_not_cut(team, catalog, client_for, sent_task
     assert retried.name == "m" * 112 + " (retry)"
     with pytest.raises(ValidationError, match="121 characters"):
         services.run_update_details(run=full, name="x" * 121)
+
+
+def test_launch_messages_say_what_to_do_in_the_users_words(team, catalog, client_for, sent_tasks):
+    """QA's wording notes: a NaN learning rate was 'input should be less than or equal to 1'; the unknown-key
+    list offered output_dir, which the launch refuses; no target module was pydantic's 'tuple should have at
+    least 1 item after validation, not 0'; a tab said nothing of spaces; the reward functions' help showed
+    their ``double backquotes``."""
+    client = client_for(team.teammate)
+    page = client.post("/p/alpha/runs/new/", _form(catalog, **{"optim.learning_rate": "nan"})).content.decode()
+    assert "<code>optim.learning_rate</code>: &#x27;nan&#x27; is not a finite number" in page
+    page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\nmodle: x\ndata: {colums: 1}\n"
+                                              }).content.decode()
+    unknown_top = page.split("modle: unknown key; allowed keys here: ")[1].split("<")[0]
+    assert "task" in unknown_top and "output_dir" not in unknown_top
+    unknown_data = page.split("data.colums: unknown key; allowed keys here: ")[1].split("<")[0]
+    assert "train" in unknown_data and "columns" not in unknown_data.split(", ")
+    page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntrain:\n\tmax_steps: 3\n"
+                                              }).content.decode()
+    assert "(indent with spaces: YAML does not take tabs)" in page
+    form = _form(catalog)
+    form.pop("peft.targets")
+    page = client.post("/p/alpha/runs/new/", {**form, "peft.method": "lora"}).content.decode()
+    assert "<code>peft.targets</code>: [] : give at least 1".replace("] :", "]:") in page
+    launch = client.get("/p/alpha/runs/new/?task=grpo").content.decode()
+    assert "<code>normalize_answer</code>" in launch and "<code>allow_fence</code>" in launch
+    assert "``normalize_answer``" not in launch
+    assert Run.objects.count() == 0

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from webapp.core import bidi
@@ -17,6 +19,16 @@ register = template.Library()
 # The chat app's URL names that belong to the Arena tab (webapp/chat/urls.py).
 ARENA_URL_NAMES = frozenset({"arena", "leaderboard", "arena_export", "arena_to_review", "arena_review_create",
                              "battle", "vote"})
+
+
+_LITERAL = re.compile(r"(?<!`)``([^`]+?)``(?!`)")  # not a ```fence```
+
+
+@register.filter
+def literals(text: str) -> str:
+    """Docstring text as HTML: escaped, its ``literals`` as <code> (the reward functions' summaries
+    showed their double backquotes)."""
+    return mark_safe(_LITERAL.sub(lambda match: f"<code>{match.group(1)}</code>", conditional_escape(text)))
 
 
 @register.filter
