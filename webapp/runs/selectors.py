@@ -63,7 +63,9 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     """The project's runs matching ``filters``, with what the table shows joined in."""
     runs = Run.objects.filter(project=project, archived=filters.archived)
     if filters.search:
-        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id=filters.search))
+        # A run is found by any part of its name or of its id ("far6" finds run_far6r7yp…, as its page's
+        # address shows it), case aside.
+        runs = runs.filter(Q(name__icontains=filters.search) | Q(public_id__icontains=filters.search))
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.task:
@@ -141,6 +143,18 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
     return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
                                 f"{version.row_count} row{'' if version.row_count == 1 else 's'})")
             for version in versions]
+
+
+# What a comparison is read for, first in its table of final metrics (a run logs dozens of metrics, and
+# eval/loss sat off the table's right edge behind the eval/ ones before it by name).
+HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward")
+
+
+def final_order(names: Iterable[str]) -> list[str]:
+    """``names`` with the ``HEADLINE_METRICS`` first, in that order, then the rest as charts order them."""
+    names = list(names)
+    headline = [name for name in HEADLINE_METRICS if name in names]
+    return headline + [name for name in chart_order(names) if name not in headline]
 
 
 def chart_order(names: Iterable[str]) -> list[str]:

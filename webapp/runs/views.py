@@ -512,7 +512,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("runs:list", project.slug)
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
-    final_names = [name for name in names if any(name in run.final_metrics for run in runs)]
+    final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)
     # Ids of the address that are no run of the project (mistyped, or another project's) are named.
     shown = {run.public_id for run in runs}

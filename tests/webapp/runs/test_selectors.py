@@ -178,3 +178,11 @@ def test_extremes_are_queried_by_runs_of_buckets_under_the_parameter_limit():
     assert [ranges for ranges, _values in queries][1:] == [[("loss", 3601, 7200)], [("loss", 7201, 8000)]]
     covered = [value for _ranges, values in queries for value in values]
     assert sorted(covered) == [float(value) for value in range(2000)]  # every extreme asked for once
+
+
+def test_the_final_metrics_of_a_comparison_start_with_what_it_is_read_for():
+    """eval/loss sat at the right edge of the compare page's final table, behind the eval/ metrics before it
+    by name, off the visible part at 1400 px."""
+    names = ["grad_norm", "eval/accuracy", "eval/loss", "learning_rate", "loss", "eval/exact_match", "eval/aaa"]
+    assert selectors.final_order(names) == ["loss", "eval/loss", "eval/exact_match", "eval/accuracy", "grad_norm",
+                                            "learning_rate", "eval/aaa"]

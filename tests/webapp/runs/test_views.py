@@ -467,6 +467,11 @@ def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_ta
     page = client.get("/p/alpha/runs/?tag=sweep").content.decode()
     assert other.public_id in page and run.public_id not in page
     assert run.public_id in client.get("/p/alpha/runs/?q=first").content.decode()
+    # Part of an id finds its run, case aside (only the whole id did).
+    part = other.public_id[4:10]
+    for query in (part, part.upper(), other.public_id.upper()):
+        page = client.get(f"/p/alpha/runs/?q={query}").content.decode()
+        assert other.public_id in page and run.public_id not in page, query
     client.post("/p/alpha/runs/archive/", {"runs": [run.public_id], "archived": "1"})
     assert run.public_id not in client.get("/p/alpha/runs/").content.decode()
     assert run.public_id in client.get("/p/alpha/runs/?archived=1").content.decode()
