@@ -705,3 +705,24 @@ def test_the_log_opens_on_its_newest_lines(page, live_server, tmp_path):
     log = page.locator("#log")
     assert log.evaluate("list => list.scrollHeight > list.clientHeight")  # the box scrolls
     assert log.evaluate("list => list.scrollTop + list.clientHeight >= list.scrollHeight - 1")
+
+
+def test_the_runs_table_follows_a_run_to_its_end_without_a_reload(page, live_server, tmp_path):
+    """QA: the table said 'running 0 / 400' after the run had succeeded, until a reload."""
+    team = make_team(slug="livetable")
+    run = Run.objects.create(project=team.project, name="live row", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=400, current_step=0)
+    Run.objects.create(project=team.project, name="other row", task="sft", status=RunStatus.SUCCEEDED,
+                       spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path / "other")},
+                       created_by=team.owner, total_steps=4, current_step=4)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/livetable/runs/")
+    row = page.locator(f"tr[data-run='{run.public_id}']")
+    row.locator("input[name=runs]").check()
+    assert "0 / 400" in row.inner_text()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=400)
+    page.wait_for_function(f"document.querySelector(\"tr[data-run='{run.public_id}']\").innerText.includes('400 / 400')",
+                           timeout=15_000)
+    assert "succeeded" in row.inner_text().lower()
+    assert row.locator("input[name=runs]").is_checked()  # the tick survived the refresh
