@@ -68,7 +68,10 @@ start_worker() {  # name queue concurrency [pool]
 }
 start_worker default default 2
 start_worker train train 1
-start_worker serve serve 16 threads  # threads: concurrent chats share one batching server per model
+# threads: concurrent chats share one batching server per model. A thread only waits on its answer, so
+# 64 of them cost little, and match the server's 64 rows (with 16, the 17th chat waited in the queue
+# for a whole answer to end before its first token).
+start_worker serve serve 64 threads
 
 echo "Temper is starting on http://$HOST:$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
 .venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &

@@ -121,3 +121,18 @@ def test_each_pool_host_announces_its_own_address_and_a_coordinator_port():
 def test_the_pool_shares_one_data_root():
     volume = load_multihost()["volumes"]["data"]
     assert volume["driver_opts"]["type"] == "nfs"  # checkpoints are written by every host together
+
+
+def test_the_serve_worker_takes_as_many_chats_as_a_batch_has_rows():
+    """It took 16 (Celery threads), while a batch has 64 rows: the 17th chat waited in the queue for a whole
+    answer to end before its first token. Each thread only waits on its answer."""
+    import inspect
+    import re
+
+    from jaxengine.serving import BatchDecoder
+
+    rows = inspect.signature(BatchDecoder).parameters["max_slots"].default
+    command = load_compose()["services"]["worker-serve"]["command"]
+    assert command[command.index("--concurrency") + 1] == str(rows)
+    [started] = re.findall(r"^start_worker serve serve (\d+) threads", (ROOT / "scripts/up.sh").read_text(), re.M)
+    assert started == str(rows)
