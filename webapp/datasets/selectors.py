@@ -13,7 +13,7 @@ from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet,
 from django.http import Http404
 
 from jaxengine.data import formats
-from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 
 PREVIEW_PAGE_SIZE = 20
@@ -30,8 +30,10 @@ PREVIEW_MAX_ROW = 100_000
 def dataset_list(*, project: Project) -> QuerySet[Dataset]:
     """The project's datasets by name, with their version count and latest version's number,
     status, row count and problems (``latest_number``, ``latest_status``, ``latest_rows``,
-    ``latest_errors``, ``latest_error_count``) in one query."""
+    ``latest_errors``, ``latest_error_count``), and the number of their latest ready version
+    (``ready_number``: a failed new version leaves the one before usable) in one query."""
     latest = DatasetVersion.objects.filter(dataset=OuterRef("pk")).order_by("-number")
+    latest_ready = latest.filter(status=VersionStatus.READY)
     return (
         Dataset.objects.filter(project=project)
         .annotate(
@@ -41,6 +43,7 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
             latest_rows=Subquery(latest.values("row_count")[:1]),
             latest_errors=Subquery(latest.values("errors")[:1], output_field=JSONField()),
             latest_error_count=Subquery(latest.values("error_count")[:1], output_field=IntegerField()),
+            ready_number=Subquery(latest_ready.values("number")[:1], output_field=IntegerField()),
         )
         .order_by("name")
     )

@@ -63,6 +63,16 @@ class TestList:
         assert client_for(team.outsider).get(self.url).status_code == 404
         assert Client().get(self.url).status_code == 302
 
+    def test_a_failed_new_version_points_to_the_ready_one_before_it(self, team, client_for):
+        """QA: 'text-ok v2 failed' gave no hint that v1 was still ready to train on."""
+        ready = make_version(team)
+        failed = services.dataset_version_validate(version_id=services.dataset_version_create(
+            dataset=ready.dataset, upload=SimpleUploadedFile("v2.jsonl", FAILING_ROWS), file_format=None,
+            column_mapping={}, user=team.teammate).pk)
+        row = client_for(team.viewer).get(self.url).content.decode().split(ready.dataset.public_id, 1)[1]
+        row = row.split("</tr>", 1)[0]
+        assert failed.number == 2 and f'<a href="{version_url(ready)}">v1</a> is the latest ready' in row
+
     def test_a_failed_latest_version_shows_its_first_problem_not_a_row_count(self, team, client_for):
         """It showed the rows read before the check failed, as if the version held them."""
         version = make_version(team, content=FAILING_ROWS)
