@@ -13,7 +13,10 @@ class ConversationForm(forms.Form):
     temperature = forms.FloatField(min_value=0.0, max_value=2.0, initial=0.7, help_text="0 is greedy.")
     top_p = forms.FloatField(min_value=0.01, max_value=1.0, initial=1.0, label="Top-p", help_text="1 is off.")
     top_k = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Top-k", help_text="0 is off.")
-    max_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max tokens")
+    # As the API's max_tokens (and the serve request's bound); an answer gets no more than the model's context
+    # leaves it in any case (worker.tasks.serve.fit_to_context).
+    max_tokens = forms.IntegerField(min_value=1, max_value=8192, initial=256, label="Max tokens",
+                                    help_text="At most what the model's context leaves after the conversation.")
 
     def __init__(self, *args, choices: list[ModelChoice], **kwargs):
         super().__init__(*args, **kwargs)
