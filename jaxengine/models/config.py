@@ -32,6 +32,12 @@ FAMILY_ARCHITECTURES = {"llama": ("LlamaForCausalLM",), "qwen2": ("Qwen2ForCausa
                         "qwen3": ("Qwen3ForCausalLM",),
                         "gemma3": ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")}
 FAMILY_MODEL_TYPES = {"llama": ("llama",), "qwen2": ("qwen2",), "qwen3": ("qwen3",), "gemma3": ("gemma3_text", "gemma3")}
+# The config.json fields each family cannot do without (its config_from_hf raises without them; Gemma 3
+# fills every field from Gemma3TextConfig's defaults), for the web app to check at registration.
+_LLAMA_LIKE_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+REQUIRED_CONFIG_FIELDS = {"llama": _LLAMA_LIKE_REQUIRED, "qwen2": _LLAMA_LIKE_REQUIRED, "qwen3": _LLAMA_LIKE_REQUIRED,
+                          "gemma3": ()}
+NESTED_TEXT_CONFIG_FAMILIES = ("gemma3",)  # whose multimodal config.json holds the text model in text_config
 
 
 class UnsupportedArchitectureError(ValueError):

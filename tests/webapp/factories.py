@@ -77,6 +77,7 @@ def write_model_dir(
         "model_type": "llama",
         "max_position_embeddings": 256,
         "vocab_size": 64,
+        "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
     }
     (model_dir / "config.json").write_text(json.dumps(config))
     names = sorted(shapes)

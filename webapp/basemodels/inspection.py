@@ -7,7 +7,13 @@ shape) and the tokenizer (for its number of ids). Tensor data is never read.
 
 Paths come from users, so ``resolve_model_dir`` confines them to the allow-listed
 models root: ``..`` components are refused outright and symlinks are resolved
-before the containment check, so a link pointing outside the root is refused too.
+before the containment check, so a link pointing outside the root is refused too;
+``read_model_facts`` checks every file it reads the same way (a config.json linked to
+a file outside the root was read, and shown on the model's page).
+
+The files are untrusted too: every value read from them is checked for its type and
+range before use, so a malformed one is a ``ModelDirError`` naming the file and the
+field (``"architectures": 5`` was a 500 page).
 """
 from __future__ import annotations
 
@@ -18,12 +24,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from jaxengine.models.config import UnsupportedArchitectureError, family_for_hf_config
+from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, UnsupportedArchitectureError,
+                                     family_for_hf_config)
 from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
 # A safetensors header lists names, dtypes, shapes and offsets; even models with
 # tens of thousands of tensors stay far below this. Larger means a corrupt file.
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
+# Real config.json files are a few KB (multimodal ones tens of KB); the registry stores and shows it.
+MAX_CONFIG_BYTES = 1024 * 1024
+# Sizes and counts past this are no model's (and the database's integers end at 2**63).
+MAX_COUNT = 2**53
 SHARD_INDEX = "model.safetensors.index.json"
 # Keys under which Hugging Face configs of the common families state the context length.
 CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
@@ -97,13 +108,24 @@ def read_safetensors_header(path: Path) -> dict:
     return header
 
 
-def _weight_files(model_dir: Path) -> list[Path]:
+def _inside_root(path: Path, models_root: Path) -> Path:
+    """``path`` when it resolves inside ``models_root``; a file linked to one outside is refused."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(models_root.resolve()):
+        raise ModelDirError(f"{path} links to {resolved}, outside the models root {models_root.resolve()}; "
+                            "copy the file into the model's directory")
+    return path
+
+
+def _weight_files(model_dir: Path, models_root: Path) -> list[Path]:
     index_path = model_dir / SHARD_INDEX
     if index_path.exists():
         try:
-            weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = json.loads(_inside_root(index_path, models_root).read_text(encoding="utf-8"))["weight_map"]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ModelDirError(f"{index_path}: not a shard index with a 'weight_map' ({exc})") from exc
+        if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+            raise ModelDirError(f"{index_path}: 'weight_map' must map each tensor name to its file name")
         names = sorted(set(weight_map.values()))
         files = [(model_dir / name).resolve() for name in names]
         for name, file in zip(names, files):
@@ -112,7 +134,7 @@ def _weight_files(model_dir: Path) -> list[Path]:
             if not file.is_file():
                 raise ModelDirError(f"{index_path}: shard {name!r} is listed but missing")
         return files
-    files = sorted(model_dir.glob("*.safetensors"))
+    files = [_inside_root(file, models_root) for file in sorted(model_dir.glob("*.safetensors"))]
     if not files:
         raise ModelDirError(
             f"{model_dir}: no safetensors weights (model.safetensors or {SHARD_INDEX}); "
@@ -128,12 +150,18 @@ def _count_parameters(files: list[Path]) -> tuple[int, str]:
         for name, entry in read_safetensors_header(file).items():
             if name == "__metadata__":
                 continue
-            try:
-                count = math.prod(entry["shape"])
-                dtype = entry["dtype"]
-            except (KeyError, TypeError) as exc:
-                raise ModelDirError(f"{file}: tensor {name!r} has no dtype/shape in the header") from exc
+            shape = entry.get("shape") if isinstance(entry, dict) else None
+            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+            if (not isinstance(shape, list) or not isinstance(dtype, str)
+                    or not all(isinstance(size, int) and not isinstance(size, bool) and 0 <= size < MAX_COUNT
+                               for size in shape)):
+                raise ModelDirError(f"{file}: tensor {name!r} has no valid dtype and shape in the header (a string "
+                                    "and a list of sizes); the file is corrupt")
+            count = math.prod(shape)
             parameter_count += count
+            if parameter_count >= MAX_COUNT:
+                raise ModelDirError(f"{file}: the tensors' sizes add up to {parameter_count} parameters, more than "
+                                    "any model has; the header is corrupt")
             bytes_by_dtype[dtype] += count
     dtype = bytes_by_dtype.most_common(1)[0][0] if bytes_by_dtype else "unknown"
     return parameter_count, dtype
@@ -157,44 +185,73 @@ def _tokenizer_vocab_size(model_dir: Path) -> int | None:
         return None
 
 
-def _first_int(config: dict, keys: tuple[str, ...]) -> int | None:
+def _first_int(config: dict, keys: tuple[str, ...], *, source: Path) -> int | None:
     # Multimodal configs nest the language model's settings under "text_config".
-    for source in (config, config.get("text_config") or {}):
+    for part in (config, config.get("text_config") or {}):
         for key in keys:
-            value = source.get(key)
+            value = part.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
+                if not 0 < value < MAX_COUNT:
+                    raise ModelDirError(f"{source}: {key} is {value}; give the model's real value (a positive count)")
                 return value
     return None
 
 
-def read_model_facts(model_dir: Path) -> ModelFacts:
-    """Inspect a resolved model directory (see ``resolve_model_dir``)."""
+def _check_config(config: dict, family: str, config_path: Path) -> None:
+    """The fields the engine needs to build ``family``'s model, as positive integers: a config lacking
+    hidden_size was registered, and the first run on it failed at load."""
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+        raise ModelDirError(f"{config_path}: 'text_config' must be a JSON object")
+    text = config.get("text_config") or config if family in NESTED_TEXT_CONFIG_FAMILIES else config
+    for key in REQUIRED_CONFIG_FIELDS[family]:
+        value = text.get(key, config.get(key))
+        if value is None:
+            raise ModelDirError(f"{config_path}: a {family} model's config needs {key!r}, which is missing")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_COUNT:
+            raise ModelDirError(f"{config_path}: {key} is {value!r}; it must be a positive whole number")
+
+
+def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
+    """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``."""
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise ModelDirError(f"{model_dir}: no config.json; is this a Hugging Face-format model directory?")
+    _inside_root(config_path, models_root)
+    if config_path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelDirError(f"{config_path}: {config_path.stat().st_size} bytes; a config.json is a few KB (at most "
+                            f"{MAX_CONFIG_BYTES} here): is it the right file?")
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ModelDirError(f"{config_path}: not valid JSON ({exc})") from exc
     if not isinstance(config, dict):
         raise ModelDirError(f"{config_path}: must hold a JSON object")
     architectures = config.get("architectures") or []
-    model_type = str(config.get("model_type") or "")
-    architecture = str(architectures[0]) if architectures else model_type
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        raise ModelDirError(f"{config_path}: 'architectures' must be a list of class names, e.g. "
+                            '["LlamaForCausalLM"]')
+    model_type = config.get("model_type") or ""
+    if not isinstance(model_type, str):
+        raise ModelDirError(f"{config_path}: 'model_type' must be a string, e.g. \"llama\"")
+    architecture = architectures[0] if architectures else model_type
     if not architecture:
         raise ModelDirError(f"{config_path}: neither 'architectures' nor 'model_type' is set")
     try:  # refused now rather than when a run or a chat first loads it
-        family_for_hf_config(config, source=str(config_path))
+        family = family_for_hf_config(config, source=str(config_path))
     except UnsupportedArchitectureError as error:
         raise ModelDirError(f"{error}; register a model of one of these families") from None
-    files = _weight_files(model_dir)
+    _check_config(config, family, config_path)
+    files = _weight_files(model_dir, models_root)
     parameter_count, dtype = _count_parameters(files)
+    for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
+        if (model_dir / name).exists():
+            _inside_root(model_dir / name, models_root)
     return ModelFacts(
         architecture=architecture,
         model_type=model_type,
         parameter_count=parameter_count,
-        context_length=_first_int(config, CONTEXT_LENGTH_KEYS),
-        vocab_size=_first_int(config, ("vocab_size",)),
+        context_length=_first_int(config, CONTEXT_LENGTH_KEYS, source=config_path),
+        vocab_size=_first_int(config, ("vocab_size",), source=config_path),
         tokenizer_vocab_size=_tokenizer_vocab_size(model_dir),
         tokenizer_type=_tokenizer_type(model_dir),
         dtype=dtype,

@@ -30,7 +30,7 @@ def basemodel_register(
         raise ValidationError({"name": f"{project.slug} already has a base model named {name!r}"})
     try:
         model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT)
-        facts = read_model_facts(model_dir)
+        facts = read_model_facts(model_dir, models_root=settings.MODELS_ROOT)
     except ModelDirError as error:
         raise ValidationError({"path": str(error)}) from error
     existing = BaseModel.objects.filter(project=project, path=str(model_dir)).first()

@@ -141,3 +141,20 @@ def test_rope_frequencies_match_transformers(rope_parameters):
     np.testing.assert_allclose(ours, expected.numpy(), rtol=1e-6)
     # The scaling really changes the low frequencies.
     assert not np.allclose(ours, rope_inverse_frequencies(128, config.rope_theta, None))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"])
+def test_the_required_fields_the_web_checks_at_registration_are_the_ones_each_family_needs(name):
+    """The web app refuses a config.json without REQUIRED_CONFIG_FIELDS at registration (jax-free); this
+    holds that list to what each family's reader really cannot do without: each field left out fails it,
+    and with all of them the rest is optional (Gemma 3 fills every field from its defaults)."""
+    from jaxengine.models.config import REQUIRED_CONFIG_FIELDS
+
+    config = preset(name)
+    hf = to_hf_config(config)
+    required = REQUIRED_CONFIG_FIELDS[config.family]
+    for field in required:
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            from_hf_config({key: value for key, value in hf.items() if key != field})
+    minimal = {key: hf[key] for key in ("architectures", *required)}
+    assert from_hf_config(minimal).family == config.family

@@ -16,7 +16,7 @@ def root(tmp_path):
 
 def test_it_reads_a_single_file_model(root):
     model_dir = write_model_dir(root / "tiny")
-    facts = read_model_facts(resolve_model_dir("tiny", models_root=root))
+    facts = read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root)
     # 64*8 + 8*8 + 8 = 584 parameters, all float32.
     assert facts.parameter_count == 584
     assert (facts.architecture, facts.model_type, facts.dtype) == ("LlamaForCausalLM", "llama", "F32")
@@ -28,18 +28,18 @@ def test_it_reads_a_single_file_model(root):
 def test_it_reads_how_many_ids_the_tokenizer_has_beside_the_embedding_rows(root):
     """config.json's vocab_size is the embedding's rows, often padded past the tokenizer's ids."""
     write_model_dir(root / "padded", tokenizer_ids=50)
-    facts = read_model_facts(resolve_model_dir("padded", models_root=root))
+    facts = read_model_facts(resolve_model_dir("padded", models_root=root), models_root=root)
     assert (facts.vocab_size, facts.tokenizer_vocab_size) == (64, 50)
 
 
 def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     write_model_dir(root / "tiny")  # tokenizer.json holds "{}"
-    assert read_model_facts(resolve_model_dir("tiny", models_root=root)).tokenizer_vocab_size is None
+    assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
 
 
 def test_it_sums_a_sharded_model_via_its_index(root):
     write_model_dir(root / "sharded", shards=3, tokenizer="tokenizer.model")
-    facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root))
+    facts = read_model_facts(resolve_model_dir(str(root / "sharded"), models_root=root), models_root=root)
     assert facts.parameter_count == 584
     assert len(facts.weight_files) == 3
     assert facts.tokenizer_type == "sentencepiece"
@@ -56,7 +56,7 @@ def test_parameter_count_matches_transformers(root):
     model = transformers.LlamaForCausalLM(config)
     model.save_pretrained(root / "llama", max_shard_size="20KB")
     (root / "llama" / "tokenizer.json").write_text("{}")
-    facts = read_model_facts(resolve_model_dir("llama", models_root=root))
+    facts = read_model_facts(resolve_model_dir("llama", models_root=root), models_root=root)
     assert len(facts.weight_files) > 1, "the tiny model should be sharded by max_shard_size"
     assert facts.parameter_count == sum(p.numel() for p in model.parameters())
     assert (facts.context_length, facts.vocab_size, facts.architecture) == (512, 128, "LlamaForCausalLM")
@@ -104,28 +104,28 @@ def test_it_rejects_a_file(root):
 def test_it_rejects_directories_without_config_weights_or_tokenizer(root):
     (root / "empty").mkdir()
     with pytest.raises(ModelDirError, match="no config.json"):
-        read_model_facts(root / "empty")
+        read_model_facts(root / "empty", models_root=root)
     model_dir = write_model_dir(root / "noweights")
     (model_dir / "model.safetensors").unlink()
     with pytest.raises(ModelDirError, match="no safetensors weights"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
     model_dir = write_model_dir(root / "notok")
     (model_dir / "tokenizer.json").unlink()
     with pytest.raises(ModelDirError, match="no tokenizer"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
 
 
 def test_it_rejects_corrupt_headers(root):
     model_dir = write_model_dir(root / "corrupt")
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")
     with pytest.raises(ModelDirError, match="implausible"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 5) + b"{no")
     with pytest.raises(ModelDirError, match="truncated"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
     (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", 3) + b"{no")
     with pytest.raises(ModelDirError, match="not valid JSON"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
 
 
 def test_it_rejects_shards_outside_the_directory(root):
@@ -133,10 +133,10 @@ def test_it_rejects_shards_outside_the_directory(root):
     index = model_dir / "model.safetensors.index.json"
     index.write_text(json.dumps({"weight_map": {"a": "../other.safetensors"}}))
     with pytest.raises(ModelDirError, match="outside the model directory"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
     index.write_text(json.dumps({"weight_map": {"a": "missing.safetensors"}}))
     with pytest.raises(ModelDirError, match="listed but missing"):
-        read_model_facts(model_dir)
+        read_model_facts(model_dir, models_root=root)
 
 
 def test_it_never_imports_jax():
@@ -151,10 +151,81 @@ def test_it_refuses_an_architecture_no_family_loads_naming_the_supported_ones(ro
     model_dir = write_model_dir(root / "bert")
     (model_dir / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "model_type": "bert"}))
     with pytest.raises(ModelDirError) as refused:
-        read_model_facts(resolve_model_dir("bert", models_root=root))
+        read_model_facts(resolve_model_dir("bert", models_root=root), models_root=root)
     message = str(refused.value)
     assert "BertForMaskedLM" in message and "config.json" in message
     assert all(name in message for name in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM"))
     # A config naming no architecture is read by its model_type, as the engine reads it.
-    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 64}))
-    assert read_model_facts(resolve_model_dir("bert", models_root=root)).architecture == "qwen2"
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 8,
+                                                        "intermediate_size": 16, "num_hidden_layers": 1,
+                                                        "num_attention_heads": 2}))
+    assert read_model_facts(resolve_model_dir("bert", models_root=root), models_root=root).architecture == "qwen2"
+
+
+def _with_config(model_dir, **changes):
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(changes)
+    (model_dir / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"architectures": 5}, "'architectures' must be a list of class names"),
+    ({"architectures": "LlamaForCausalLM"}, "'architectures' must be a list of class names"),
+    ({"model_type": 7, "architectures": []}, "'model_type' must be a string"),
+    ({"text_config": [1, 2]}, "'text_config' must be a JSON object"),
+    ({"max_position_embeddings": 10**20}, "max_position_embeddings is 100000000000000000000; give the model's real"),
+    ({"hidden_size": None}, "a llama model's config needs 'hidden_size', which is missing"),
+    ({"num_hidden_layers": "4"}, "num_hidden_layers is '4'; it must be a positive whole number"),
+    ({"vocab_size": -5}, "vocab_size is -5; it must be a positive whole number"),
+])
+def test_a_malformed_config_is_named_not_a_500(root, changes, message):
+    """QA registered these: each was a 500 page (TypeError, AttributeError, OverflowError at the INSERT), or,
+    without hidden_size, a model whose first run failed at load."""
+    model_dir = write_model_dir(root / "bad")
+    _with_config(model_dir, **changes)
+    with pytest.raises(ModelDirError, match="config.json: " + __import__("re").escape(message)):
+        read_model_facts(model_dir, models_root=root)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"dtype": "F32", "shape": [10**20], "data_offsets": [0, 4]}, "no valid dtype and shape"),
+    ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, "no valid dtype and shape"),
+    ({"dtype": "F32", "shape": [-5, 3], "data_offsets": [0, 4]}, "no valid dtype and shape"),
+    ({"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}, "no valid dtype and shape"),
+    ({"dtype": "F32", "shape": [2**30, 2**30], "data_offsets": [0, 4]}, "more than any model has"),
+])
+def test_a_malformed_weights_header_is_named(root, entry, message):
+    model_dir = write_model_dir(root / "bad")
+    header = json.dumps({"t": entry}).encode()
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    with pytest.raises(ModelDirError, match=message):
+        read_model_facts(model_dir, models_root=root)
+
+
+@pytest.mark.parametrize("weight_map", [[1, 2], {"a": 5}])
+def test_a_malformed_shard_index_is_named(root, weight_map):
+    model_dir = write_model_dir(root / "bad", shards=2)
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ModelDirError, match="'weight_map' must map each tensor name to its file name"):
+        read_model_facts(model_dir, models_root=root)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
+def test_a_file_linked_outside_the_root_is_refused(root, tmp_path, name):
+    """Only the directory was checked: a config.json linked to a file outside the root was registered and
+    shown on the model's page."""
+    model_dir = write_model_dir(root / "linked")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / name).write_bytes((model_dir / name).read_bytes())
+    (model_dir / name).unlink()
+    (model_dir / name).symlink_to(outside / name)
+    with pytest.raises(ModelDirError, match=f"{name} links to .*outside the models root"):
+        read_model_facts(resolve_model_dir("linked", models_root=root), models_root=root)
+
+
+def test_a_config_too_large_to_be_one_is_refused(root):
+    model_dir = write_model_dir(root / "big")
+    _with_config(model_dir, padding="x" * (1024 * 1024))
+    with pytest.raises(ModelDirError, match="a config.json is a few KB"):
+        read_model_facts(model_dir, models_root=root)
