@@ -3,7 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
+
+from webapp.core.numbers import MAX_STORED_INT
+
+# Steps are stored as PositiveIntegerFields, token counts as 64-bit integers: past these an INSERT failed
+# (OverflowError, a 500) instead of naming the field.
+MAX_TOKENS = 2**62
 
 
 class _Body(BaseModel):
@@ -36,9 +42,9 @@ class RunResume(_Body):
 
 
 class MetricsPoint(_Body):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_STORED_INT)
     metrics: dict[str, float] = Field(min_length=1, description="{name: value} logged at this step.")
-    tokens: int | None = Field(default=None, ge=0, description="Tokens trained on up to this step.")
+    tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS, description="Tokens trained on up to this step.")
     wall_time: float | None = Field(default=None, description="Unix time of the step (default: now).")
 
 
@@ -47,11 +53,11 @@ class MetricsLog(_Body):
 
 
 class SampleIn(_Body):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_STORED_INT)
     prompt: str | list[dict[str, str]]
     text: str
     answer: str | None = None
-    rewards: dict[str, float] | None = None
+    rewards: dict[str, FiniteFloat] | None = None  # stored as JSON, which has no NaN or infinity
 
 
 class SamplesLog(_Body):

@@ -88,11 +88,16 @@ def api_view(methods: tuple[str, ...]) -> Callable:
 
 
 def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
+    return schema.model_validate(_json_body(request))
+
+
+def _json_body(request: HttpRequest) -> Any:
     try:
-        data = json.loads(request.body or b"{}")
+        return json.loads(request.body or b"{}")
     except json.JSONDecodeError as error:
         raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
-    return schema.model_validate(data)
+    except RecursionError:  # "[" * 100000: json's decoder recurses once per level
+        raise ValidationError({"__all__": "the body nests too deeply to be a request"}) from None
 
 
 def _version_json(version: DatasetVersion) -> dict[str, Any]:
@@ -339,10 +344,7 @@ def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"pipelines": [_pipeline_json(pipeline)
                                            for pipeline in run_selectors.pipeline_list(project=project)[:200]]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    try:
-        document = json.loads(request.body or b"{}")
-    except json.JSONDecodeError as error:
-        raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
+    document = _json_body(request)
     sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(
         project=project, document=document, user=request.user).public_id)
     return _created(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=sent.result)), sent)
@@ -354,8 +356,11 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> JsonRe
     return JsonResponse(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=pipeline_id)))
 
 
+@csrf_exempt  # read-only; other methods get a JSON 405, not the CSRF check's HTML page
 def openapi(request: HttpRequest) -> JsonResponse:
     """The OpenAPI 3.1 document (public: it describes the API, not any data)."""
     from webapp.api.openapi import build_document
 
+    if request.method not in ("GET", "HEAD"):
+        return _error(405, detail=f"{request.method} is not allowed here; use GET")
     return JsonResponse(build_document())

@@ -213,6 +213,8 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
                       code="request_too_large")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         return _error(400, f"the body is not JSON: {error}")
+    except RecursionError:
+        return _error(400, "the body nests too deeply to be a request")
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object")
     try:

@@ -27,14 +27,14 @@ import json
 import logging
 import typing
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
@@ -50,12 +50,19 @@ EXPORT_STAGE_TASK = "worker.tasks.train.export_stage"
 EXPORT_STAGE_QUEUE = "train"
 
 
+# Names are stripped; one of spaces only was taken and shown as a blank heading.
+Name60 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60)]
+Name120 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=120)]
+
+
 class Guard(BaseModel):
     """A stage's regression guard against the previous stage."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss.")
-    max_drop_percent: float = Field(ge=0, description="How far (in %) it may get worse than the previous stage's.")
+    # finite: stored as JSON, which has no infinity (Infinity was a 500 at the INSERT)
+    max_drop_percent: FiniteFloat = Field(ge=0, description="How far (in %) it may get worse than the previous "
+                                                            "stage's.")
     higher_is_better: bool = Field(default=True, description="false for losses: worse means higher.")
 
 
@@ -66,12 +73,20 @@ class Export(BaseModel):
     quantize: Literal["int8", "int4"] = Field(description="int8 (per channel) or int4 (groups of group_size).")
     group_size: int | None = Field(default=None, ge=2, description="Weights per scale; int4 defaults to 64.")
 
+    @model_validator(mode="after")
+    def _even_groups(self) -> Export:
+        # As jaxengine.quantize.QuantScheme requires (it imports jax): an odd size failed the export stage
+        # after every training stage had run.
+        if self.group_size is not None and self.group_size % 2:
+            raise ValueError(f"group_size: {self.group_size} must be an even number (e.g. 32, 64, 128)")
+        return self
+
 
 class Stage(BaseModel):
     """A training stage (``spec``) or, last, an export stage (``export``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1, max_length=60)
+    name: Name60 = Field(description="The stage's name (its run is named after it).")
     spec: dict[str, Any] | None = None
     export: Export | None = None
     guard: Guard | None = None
@@ -89,7 +104,7 @@ class PipelineDocument(BaseModel):
     """What a person writes: the pipeline's name and its stages."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1, max_length=120)
+    name: Name120 = Field(description="The pipeline's name.")
     stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
 
 

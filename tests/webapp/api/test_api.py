@@ -327,3 +327,50 @@ def test_pipelines_start_and_report_their_stages(world):
     status, got = apis["viewer"].call("GET", f"/api/v1/projects/alpha/pipelines/{created['id']}/")
     assert status == 200 and got["name"] == "two"
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/pipelines/{created['id']}/")[0] == 404
+
+
+def test_values_the_database_cannot_hold_are_named_not_a_500(world):
+    """QA: each of these was a 500 with a traceback (OverflowError, IntegrityError on the JSON column,
+    RecursionError), though nothing was stored."""
+    from webapp.runs.models import Pipeline
+
+    team, apis, _sent = world
+    call = apis["teammate"].call
+    status, run = call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "logged"})
+    base = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    status, body = call("POST", base + "metrics/", {"points": [{"step": 10**20, "metrics": {"loss": 1.0}}]})
+    assert status == 400 and "points.0.step" in body["errors"]
+    status, body = call("POST", base + "metrics/", {"points": [{"step": 1, "tokens": 10**20, "metrics": {"loss": 1}}]})
+    assert status == 400 and "points.0.tokens" in body["errors"]
+    status, body = call("POST", base + "samples/", data=b'{"samples": [{"step": 1, "prompt": "p", "text": "t", '
+                                                          b'"rewards": {"r": NaN}}]}')
+    assert status == 400 and "samples.0.rewards.r" in body["errors"]
+    status, body = call("POST", "/api/v1/projects/alpha/runs/", data=b"[" * 100_000 + b"]" * 100_000)
+    assert status == 400 and body["errors"]["__all__"] == ["the body nests too deeply to be a request"]
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    stage = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 2}}
+    for document, key in (
+            ({"name": "   ", "stages": [{"name": "a", "spec": stage}]}, "name"),
+            ({"name": "odd", "stages": [{"name": "a", "spec": stage},
+                                        {"name": "e", "export": {"quantize": "int4", "group_size": 7}}]},
+             "stages.1.export"),
+            ({"name": "inf", "stages": [{"name": "a", "spec": stage},
+                                        {"name": "b", "spec": stage, "guard": {"metric": "loss",
+                                                                               "max_drop_percent": float("inf")}}]},
+             "stages.1.guard.max_drop_percent")):
+        status, body = call("POST", "/api/v1/projects/alpha/pipelines/", document)
+        assert status == 400 and key in body["errors"], body
+    assert not Pipeline.objects.exists()
+
+
+def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_json(world):
+    """A POST to .../runs (no slash) got Django's 301 to .../runs/, which urllib followed as a GET: the runs
+    list came back and nothing was launched. A POST to openapi.json got the CSRF check's HTML page."""
+    team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs", {"external": True, "name": "x"})
+    assert status == 404 and body["detail"] == ("no API address /api/v1/projects/alpha/runs; it ends with a slash: "
+                                                "/api/v1/projects/alpha/runs/")
+    assert not Run.objects.exists()
+    status, body = apis["teammate"].call("POST", "/api/v1/openapi.json", {})
+    assert status == 405 and body["detail"] == "POST is not allowed here; use GET"
+    assert apis["anonymous"].call("GET", "/api/v1/openapi.json")[0] == 200

@@ -90,7 +90,8 @@ def test_it_builds_the_demo_model_with_the_engine_command(db, models_root, monke
         script = (
             "import json, sys, numpy as np; from pathlib import Path; from safetensors.numpy import save_file;"
             "model = Path(sys.argv[1]) / 'model'; model.mkdir(parents=True);"
-            "(model / 'config.json').write_text(json.dumps({'architectures': ['LlamaForCausalLM']}));"
+            "(model / 'config.json').write_text(json.dumps({'architectures': ['LlamaForCausalLM'], 'vocab_size': 7,"
+            " 'hidden_size': 3, 'intermediate_size': 6, 'num_hidden_layers': 1, 'num_attention_heads': 1}));"
             "(model / 'tokenizer.json').write_text('{}');"
             "save_file({'w': np.zeros((7, 3), np.float32)}, str(model / 'model.safetensors'))"
         )

@@ -1,0 +1,20 @@
+"""The REST API's addresses end with a slash. Django's CommonMiddleware answers one without it by a
+301 to the address with it, an HTML page, and a client that follows it (urllib does) sends its POST
+again as a GET: a run was not launched, and the client saw the runs list as if it had been. Under
+``/api/`` such an address gets a JSON 404 naming the right one instead."""
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import is_valid_path
+
+
+class ApiAddressWithoutSlash:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path_info
+        if (path.startswith("/api/") and not path.endswith("/") and not is_valid_path(path)
+                and is_valid_path(f"{path}/")):
+            return JsonResponse({"detail": f"no API address {path}; it ends with a slash: {path}/"}, status=404)
+        return self.get_response(request)
