@@ -109,6 +109,34 @@ def job_identity(spec: JobSpec) -> str:
                       sort_keys=True)
 
 
+def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
+    """A JobError, before anything is written, when ``run_dir`` holds checkpoints of another job (see
+    ``job_identity``). The trainer refused it too, but only after spec.yaml had been overwritten with this
+    job's, and the directory's own run could then no longer be exported."""
+    from jaxengine.spec import SpecError, load_spec
+
+    written = run_dir / "spec.yaml"
+    checkpoints = run_dir / "checkpoints"
+    if not written.is_file() or not checkpoints.is_dir() or not any(checkpoints.iterdir()):
+        return
+    try:
+        previous = load_spec(written)
+    except SpecError:
+        return  # not a spec this engine reads: the trainer's check on the checkpoints decides
+    if job_identity(previous) != job_identity(spec):
+        raise JobError(f"output_dir: {run_dir} holds the checkpoints of another job ({job_identity(previous)}), "
+                       f"not this one ({job_identity(spec)}); use a new output_dir")
+
+
+def _finished_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary of a run that succeeded in ``run_dir`` before, if any."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and summary.get("status") == "succeeded" else None
+
+
 def best_metric_for(spec: JobSpec) -> tuple[str, bool]:
     """(metric, higher is better) that ranks a run's checkpoints: eval loss, or for grpo and ppo the first
     eval metric (the first training reward when there is none; ppo's ``reward_model`` is ``eval/reward_model``)."""
@@ -214,9 +242,17 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
     from jaxengine.tasks import HeadParam, RewardModel
     from jaxengine.tokenizer import load_tokenizer
 
+    from safetensors import SafetensorError
+
+    from jaxengine.tokenizer import TokenizerError
+
     model_dir = resolve_model_dir(spec.model)
     param_dtype, compute_dtype = resolve_dtypes(spec)
-    model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
+    try:  # the model's own files: a broken one is named, not a traceback (`jaxengine generate` does the same)
+        tokenizer = load_tokenizer(model_dir)
+        model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
+    except (ValueError, TypeError, KeyError, OSError, TokenizerError, SafetensorError) as error:
+        raise JobError(f"model: {model_dir}: {error}") from None
     model.remat = spec.train.remat
     trainable: Any = nnx.Param
     quantization = None
@@ -241,7 +277,7 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
 
         model = PolicyWithValueHead(model)
         trainable = nnx.Param if spec.peft.method == "none" else nnx.Any(trainable, HeadParam)
-    return JobModel(model=model, config=config, tokenizer=load_tokenizer(model_dir), model_dir=model_dir,
+    return JobModel(model=model, config=config, tokenizer=tokenizer, model_dir=model_dir,
                     trainable=trainable, quantization=quantization)
 
 
@@ -340,9 +376,9 @@ def run_job(
         placement = job_placement(spec)
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
+    refuse_another_jobs_directory(spec, run_dir)
+    previous_summary = _finished_summary(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if writes_files:
-        (run_dir / "spec.yaml").write_text(dump_spec(spec))
     job_model = build_job_model(spec, mesh=getattr(placement, "mesh", None))
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
@@ -354,7 +390,12 @@ def run_job(
         trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement)
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
+    if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
+        (run_dir / "spec.yaml").write_text(dump_spec(spec))
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+    if (previous_summary is not None and summary["status"] == "succeeded"
+            and summary["step"] == summary["resumed_from_step"] == previous_summary.get("step")):
+        return previous_summary  # run again once done: nothing trained, and its summary says what was
     exported = {}
     if summary["status"] == "succeeded":
         trained = trainer.current_model()  # every process: gathering global arrays may be collective

@@ -422,6 +422,20 @@ def reference_answer(terms: Sequence[WeightedReward], row: Mapping[str, object])
     return None if value is None else str(value)
 
 
+def missing_reference_column(terms: Sequence[WeightedReward], rows: Sequence[Mapping[str, object]]
+                             ) -> tuple[str, str, int] | None:
+    """(reward name, column, 1-based row) of the first row that lacks a column a term reads its reference
+    from (``answer_column``), else None: checked before a run starts, where it otherwise failed mid-step."""
+    for term in terms:
+        column = _answer_column(term)
+        if column is None:
+            continue
+        for number, row in enumerate(rows, 1):
+            if row.get(column) is None:
+                return term.name, column, number
+    return None
+
+
 def _answer_column(term: WeightedReward) -> str | None:
     default = _default_answer_column(term.name)
     if default is None:

@@ -402,6 +402,10 @@ def load_spec(path: str | Path) -> JobSpec:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError([f"{path}: no such file"]) from None
+    except IsADirectoryError:
+        raise SpecError([f"{path}: a directory; give the spec's YAML file"]) from None
+    except OSError as error:
+        raise SpecError([f"{path}: cannot be read ({error.strerror})"]) from None
     except UnicodeDecodeError as error:
         raise SpecError([f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"]) from None
     return parse_spec_text(text, source=str(path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import EXIT_BAD_INPUT
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=command_description(__doc__))
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (model/ and data/ go here)")
     parser.add_argument("--seed", type=int, default=0, help="corpus, tokenizer and initialisation seed (default 0)")
-    parser.add_argument("--steps", type=int, help="pre-training steps (default: the 5-minute budget's)")
+    parser.add_argument("--steps", type=int, help="pre-training steps (default: 300, about 5 minutes on 2 cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even in a terminal")
     parser.set_defaults(handler=_demo_base)
 
@@ -38,6 +39,10 @@ def _demo_base(args: argparse.Namespace) -> int:
             settings = dataclasses.replace(settings, steps=args.steps)
     except ValueError as error:
         print(f"jaxengine demo-base: error: {str(error).replace('DemoSettings.', '--')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"jaxengine demo-base: error: --out {args.out} is a file; give a directory (it is made if missing)",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     result = build_demo(args.out, settings, progress_bar=False if args.no_progress else None)
     print(json.dumps(result))

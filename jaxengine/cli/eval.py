@@ -40,15 +40,25 @@ def _read_rows(path: str, metric: str) -> list[dict]:
     except pipeline.DataError as error:
         if metric == "exact_match":
             raise CliError(f"--data {error}; exact_match needs a prompts file with an 'answer' column") from None
-        return list(pipeline.read_examples(path, kind="sft"))
+        return _sft_rows(path)
     unanswered = next((number for number, row in enumerate(rows, 1) if not isinstance(row.get("answer"), str)), None)
     if unanswered is not None:
         if metric == "exact_match":
             columns = ", ".join(sorted(rows[unanswered - 1]))
             raise CliError(f"--data {path}: row {unanswered} has no 'answer' string (its columns: {columns}); "
                            "exact_match needs a prompts file with an 'answer' column in every row")
-        return list(pipeline.read_examples(path, kind="sft"))
+        return _sft_rows(path)
     return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
+
+
+def _sft_rows(path: str) -> list[dict]:
+    from jaxengine.data import pipeline
+
+    try:
+        return list(pipeline.read_examples(path, kind="sft"))
+    except pipeline.DataError as error:
+        raise CliError(f"--data {error}; loss needs an sft file (prompt and completion) or a prompts file with an "
+                       "'answer' column") from None
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -71,14 +71,19 @@ def _is_input_error(error: Exception) -> bool:
     if isinstance(error, CliError):
         return True
     # Imported only now: these modules import jax, which a bad --model path should not wait for.
+    from safetensors import SafetensorError
+
     from jaxengine.chat_template import ChatTemplateError
     from jaxengine.checkpoint.hf import CheckpointError
+    from jaxengine.data.pipeline import DataError
     from jaxengine.models.config import UnsupportedArchitectureError
     from jaxengine.sampler import PromptError
     from jaxengine.tokenizer import TokenizerError
 
+    # A weights file cut short (SafetensorError) and a data file that is not one (DataError) are the user's
+    # to fix too: they were tracebacks from generate and from eval --metric loss.
     return isinstance(error, (CheckpointError, UnsupportedArchitectureError, TokenizerError, ChatTemplateError,
-                              PromptError))
+                              PromptError, SafetensorError, DataError))
 
 
 def run_reporting_errors(command: str, body: Callable[[], int]) -> int:

@@ -264,6 +264,9 @@ def read_examples(path: str | Path, *, kind: str, columns: dict[str, str] | None
     the file's column names (fields left out keep their own names)."""
     try:
         fmt = formats.detect_format(str(path))
+    except ValueError as error:  # no extension it can read
+        raise DataError(str(error)) from None
+    try:
         mapping = formats.ColumnMapping(kind=kind, columns=columns or {})
         yield from formats.iter_examples(path, fmt=fmt, mapping=mapping)
     except formats.DatasetFormatError as error:

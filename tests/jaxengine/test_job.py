@@ -278,3 +278,48 @@ def test_eval_previews_longer_than_the_context_has_left_are_cut_to_fit(tmp_path)
     metrics = hook(model, 3)
     [record] = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert record["step"] == 3 and record["prompt"] == "Hello" and metrics["eval/exact_match"] in (0.0, 1.0)
+
+
+def test_a_refused_job_leaves_the_other_jobs_directory_as_it_was_and_a_rerun_keeps_its_summary(demo_dir, tmp_path):
+    """QA: a dpo spec pointed at an sft run's directory was refused, but only after it had written its own
+    spec.yaml there, so the sft run could no longer be exported; and running a finished job again rewrote its
+    summary.json with no metrics."""
+    run = tmp_path / "run"
+    assert run_job(spec_for(demo_dir, run), progress_bar=False)["status"] == "succeeded"
+    written, summary = (run / "spec.yaml").read_text(), (run / "summary.json").read_text()
+    other = spec_for(demo_dir, run, peft={"method": "none"})
+    with pytest.raises(JobError, match=f"output_dir: {run} holds the checkpoints of another job"):
+        run_job(other, progress_bar=False)
+    assert (run / "spec.yaml").read_text() == written
+    assert main(["export", "--run", str(run), "--best"]) == 0
+    again = run_job(spec_for(demo_dir, run), progress_bar=False)
+    assert again == json.loads(summary) and (run / "summary.json").read_text() == summary
+
+
+def test_a_broken_model_or_a_reward_column_the_data_lacks_is_refused_before_the_run_starts(demo_dir, tmp_path, capsys):
+    """QA: a config.json that is not JSON, a missing tokenizer and weights cut short were tracebacks from
+    `jaxengine train` (each leaving spec.yaml), and GRPO on sft data failed mid-step on exact_match's
+    missing 'answer' column. A directory given as the spec was a traceback too."""
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_dir / "model", broken)
+    (broken / "config.json").write_text('{"architectures": ["LlamaForCausalLM"],\n')
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({**spec_for(demo_dir, tmp_path / "run").model_dump(mode="json"),
+                                         "model": str(broken)}))
+    assert main(["train", str(spec_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"model: {broken}:" in err and "Traceback" not in err and not (tmp_path / "run" / "spec.yaml").exists()
+    shutil.copytree(demo_dir / "model", broken, dirs_exist_ok=True)
+    (broken / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes()[:1000])
+    assert main(["train", str(spec_path), "--no-progress"]) == 2
+    assert f"model: {broken}:" in capsys.readouterr().err
+    grpo = {"task": "grpo", "model": str(demo_dir / "model"), "output_dir": str(tmp_path / "grpo"),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 1, "batch_size": 2},
+            "grpo": {"num_generations": 2, "max_new_tokens": 4, "rewards": [{"name": "exact_match"}]}}
+    with pytest.raises(JobError, match=f"data.train: row 1 of {demo_dir / 'data/sft.jsonl'} has no 'answer', the "
+                                       "reference column reward exact_match reads"):
+        run_job(parse_spec(grpo), progress_bar=False)
+    assert not (tmp_path / "grpo" / "spec.yaml").exists()
+    assert main(["train", str(tmp_path), "--no-progress"]) == 2
+    assert f"{tmp_path}: a directory; give the spec's YAML file" in capsys.readouterr().err

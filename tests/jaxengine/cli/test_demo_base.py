@@ -13,3 +13,11 @@ def test_it_rejects_sizes_that_cannot_build_naming_the_flag(tmp_path, capsys, fl
     assert main(["demo-base", "--out", str(tmp_path / "demo"), "--no-progress", *flags]) == 2
     assert capsys.readouterr().err == f"jaxengine demo-base: error: {message}\n"
     assert not (tmp_path / "demo").exists()
+
+
+def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys):
+    """It was a NotADirectoryError traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["demo-base", "--out", str(afile), "--no-progress"]) == 2
+    assert f"--out {afile} is a file; give a directory" in capsys.readouterr().err

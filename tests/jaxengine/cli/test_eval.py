@@ -144,3 +144,15 @@ def test_eval_group_labels_and_grouped_metrics():
     with pytest.raises(ValueError, match="'task' has 33 values in e.jsonl; at most 32 groups"):
         group_labels([{"task": f"t{index}"} for index in range(33)], "task", source="e.jsonl")
     assert group_labels([{"task": "ü.b-1+"}], "task", source="e.jsonl") == ["ü.b-1+"]
+
+
+def test_loss_on_data_it_cannot_read_is_one_line(demo_dir, tmp_path, capsys):
+    """QA: --metric loss printed a traceback for data exact_match names in one line (DataError)."""
+    broken = tmp_path / "bad.jsonl"
+    broken.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
+    no_extension = tmp_path / "rows.txt"
+    no_extension.write_text('{"prompt": "a", "completion": "b"}\n')
+    for data, message in ((demo_dir / "data/preference.jsonl", "missing 'completion'"),
+                          (broken, "line 2"), (no_extension, "cannot tell the format")):
+        code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
+        assert code == 2 and out == "" and message in err and "Traceback" not in err, err

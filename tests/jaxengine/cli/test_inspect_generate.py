@@ -124,3 +124,15 @@ def test_it_rejects_a_model_dir_without_tokenizer(tmp_path, model_dir, capsys):
         (broken / name).write_bytes((model_dir / name).read_bytes())
     assert main(["generate", "--model", str(broken), "--prompt", "x"]) == 2
     assert "no tokenizer found" in capsys.readouterr().err
+
+
+def test_generate_names_weights_cut_short(tmp_path, model_dir, capsys):
+    """A truncated model.safetensors was a SafetensorError traceback."""
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(model_dir, cut)
+    (cut / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes()[:2000])
+    assert main(["generate", "--model", str(cut), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxengine generate: error: ") and "Traceback" not in err
