@@ -121,8 +121,12 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.family={self.family!r} is not supported; use one of {tuple(FAMILY_MODULES)}")
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                      "num_kv_heads", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            # a config.json's "num_hidden_layers": "four" failed as "'<=' not supported between 'str' and 'int'"
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"ModelConfig.{name} must be a whole number, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {value}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"

@@ -107,7 +107,10 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
 @pytest.mark.parametrize("config, message", [
     ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "lacks required field 'hidden_size'"),
     ({"architectures": ["FooForCausalLM"], "model_type": "foo"}, "is not supported; supported architectures"),
-], ids=["missing field", "unsupported architecture"])
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": "four", "num_attention_heads": 4},
+     "num_layers must be a whole number, got 'four'"),
+], ids=["missing field", "unsupported architecture", "a word for a number"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
