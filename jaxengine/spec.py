@@ -369,11 +369,6 @@ class JobSpec(_Section):
         if self.hosts > 1 and self.task not in MULTI_HOST_TASKS:
             raise ValueError(f"hosts: {self.task} runs on one host (its rollouts are sampled by one process); "
                              f"multi-host jobs run {', '.join(MULTI_HOST_TASKS)}")
-        rollouts = getattr(self, self.task, None) if self.task in ("grpo", "ppo") else None
-        if rollouts is not None and rollouts.max_new_tokens >= self.data.max_seq_len:
-            raise ValueError(f"{self.task}.max_new_tokens: {rollouts.max_new_tokens} completion tokens leave no room "
-                             f"for a prompt in data.max_seq_len ({self.data.max_seq_len}); raise data.max_seq_len "
-                             f"above it or lower {self.task}.max_new_tokens")
         used = TASK_SECTIONS[self.task]
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:

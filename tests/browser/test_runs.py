@@ -298,8 +298,12 @@ def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_
     team = make_team(slug="gamma")
     model = make_base_model(team.project)
     data = make_ready_version(team.project)
+    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
+    held_out = make_ready_version(team.project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
     spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": data.public_id, "eval_group_by": "task"},
+            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
             "train": {"max_steps": 50}}
     run = services.run_create(project=team.project, spec=spec, user=team.owner, name="grouped")
     values = {"eval/exact_match": 0.5, "eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75,
@@ -327,8 +331,12 @@ def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, trans
     team = make_team(slug="delta")
     model = make_base_model(team.project)
     data = make_ready_version(team.project)
+    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
+    held_out = make_ready_version(team.project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
     spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": data.public_id, "eval_group_by": "task"},
+            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
             "train": {"max_steps": 50}}
     runs = []
     for name, scale, extra in (("first", 1, {"eval/exact_match/<b>x</b>": 0.1}), ("second", 2, {})):
