@@ -141,8 +141,7 @@ def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
 
 
 def _is_type_name(part: str) -> bool:
-    return part in ("str", "int", "float", "bool", "list[str]", "function-after[_text_parts(), str]") or \
-        part.startswith(("list[", "function-"))
+    return part in ("str", "int", "float", "bool") or part.startswith(("list[", "function-"))
 
 
 def _authenticate(request: HttpRequest):
