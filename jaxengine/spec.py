@@ -57,6 +57,10 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
 # Tasks whose trainer runs as one SPMD program over many processes (``hosts`` > 1).
 MULTI_HOST_TASKS: tuple[str, ...] = ("pretrain", "sft", "reward", "dpo")
 
+# Keys of the common sections that only some tasks read. Elsewhere the spec refuses any value but the
+# default, and the web form does not show them.
+TASK_ONLY_KEYS: dict[str, tuple[str, ...]] = {"data.packing": ("pretrain", "sft"), "data.loss_on": ("sft",)}
+
 
 class SpecError(ValueError):
     """An invalid job spec. ``problems`` holds one human-readable line per problem."""
@@ -355,7 +359,7 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _sections_match_task(self) -> JobSpec:
-        if self.data.packing and self.task not in ("pretrain", "sft"):
+        if self.data.packing and self.task not in TASK_ONLY_KEYS["data.packing"]:
             raise ValueError(f"data.packing: only supported for pretrain and sft (task is {self.task!r})")
         kind = TASK_DATASET_KINDS[self.task]
         unknown = sorted(set(self.data.columns) - set(formats.KIND_FIELDS[formats.DatasetKind(kind)]))
@@ -363,7 +367,7 @@ class JobSpec(_Section):
             fields = ", ".join(formats.KIND_FIELDS[formats.DatasetKind(kind)])
             raise ValueError(f"data.columns: {', '.join(unknown)} not a field of the {kind} data that task "
                              f"{self.task!r} reads; fields: {fields}")
-        if self.data.loss_on == "all" and self.task != "sft":
+        if self.data.loss_on == "all" and self.task not in TASK_ONLY_KEYS["data.loss_on"]:
             raise ValueError(f"data.loss_on: 'all' only applies to sft (task is {self.task!r}); "
                              "pretrain always trains every token, reward and dpo score the completions")
         if self.hosts > 1 and self.task not in MULTI_HOST_TASKS:

@@ -41,7 +41,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticUndefined
 
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
-from jaxengine.spec import MULTI_HOST_TASKS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
+from jaxengine.spec import MULTI_HOST_TASKS, TASK_ONLY_KEYS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
 from webapp.core.numbers import whole_number
 from webapp.runs.presets import preset_spec, presets_for
 
@@ -143,7 +143,7 @@ def form_sections(task: str) -> list[SpecSection]:
         fields = tuple(
             _spec_field(name, key, info)
             for key, info in model.model_fields.items()
-            if f"{name}.{key}" not in REFERENCE_KEYS
+            if f"{name}.{key}" not in REFERENCE_KEYS and task in TASK_ONLY_KEYS.get(f"{name}.{key}", (task,))
         )
         sections.append(SpecSection(name=name, title=section_title(model.__doc__, name), fields=fields))
     return sections
@@ -304,7 +304,10 @@ def keys_the_form_cannot_show(task: str, spec: dict[str, Any]) -> dict[str, str]
                 if name in ("data.train", "data.eval"):
                     continue
                 field = fields.get(name)
-                if field is None:
+                if field is None and name in TASK_ONLY_KEYS:
+                    if sub_value != section_model(key).model_fields[sub].default:
+                        problems[name] = f"only {' and '.join(TASK_ONLY_KEYS[name])} read it; remove it"
+                elif field is None:
                     problems[name] = SET_BY_TEMPER.get(name, f"the {task} form has no field for it")
                 elif field.widget == "select" and sub_value is not None and not any(
                         str(choice) == str(sub_value) for choice in field.choices):

@@ -132,3 +132,23 @@ def test_a_sections_subtitle_is_plain_text_without_its_own_name():
     assert titles["data"] == "where the rows come from and how they become token sequences."
     assert not any("``" in title for title in titles.values())
     assert "``" not in specform.scale_out_section("sft").title
+
+
+def test_data_keys_of_some_tasks_only_are_fields_of_those_tasks_forms():
+    """'loss on' (completion / all) was on every task's form, though only sft reads it: a DPO or GRPO
+    user who chose 'all' got the engine's refusal after the launch."""
+    def data_fields(task):
+        return {field.name for section in specform.form_sections(task) for field in section.fields
+                if field.name.startswith("data.")}
+
+    assert {"data.loss_on", "data.packing"} <= data_fields("sft")
+    assert "data.packing" in data_fields("pretrain") and "data.loss_on" not in data_fields("pretrain")
+    for task in ("reward", "dpo", "grpo", "ppo"):
+        assert not {"data.loss_on", "data.packing"} & data_fields(task), task
+        assert "data.max_seq_len" in data_fields(task)
+
+
+def test_a_written_dpo_spec_keeps_the_default_of_an_sft_only_key_and_is_told_of_another_value():
+    assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "completion", "packing": False}}) == {}
+    assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "all", "packing": True}}) == {
+        "data.loss_on": "only sft read it; remove it", "data.packing": "only pretrain and sft read it; remove it"}
