@@ -15,12 +15,12 @@
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (html === null) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(".runs-table tbody");
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(".runs-table");
         if (!fresh) return;
-        var current = table.querySelector("tbody");
-        var ticked = new Set(Array.from(current.querySelectorAll("input[name=runs]:checked")).map(function (box) { return box.value; }));
+        var ticked = new Set(Array.from(table.querySelectorAll("input[name=runs]:checked")).map(function (box) { return box.value; }));
         fresh.querySelectorAll("input[name=runs]").forEach(function (box) { box.checked = ticked.has(box.value); });
-        current.replaceWith(document.importNode(fresh, true));
+        // The head too: a column (Reward) comes with the first run that logs it.
+        table.replaceChildren.apply(table, Array.from(document.importNode(fresh, true).childNodes));
       })
       .catch(function () {})  // asked again at the next tick
       .then(schedule);

@@ -729,8 +729,14 @@ def test_the_runs_table_follows_a_run_to_its_end_without_a_reload(page, live_ser
     row = page.locator(f"tr[data-run='{run.public_id}']")
     row.locator("input[name=runs]").check()
     assert "0 / 400" in row.inner_text()
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=400)
+    assert "Reward" not in page.locator(".runs-table thead").text_content()  # no run logs one yet
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=400,
+                                         final_metrics={"reward": {"last": 0.5, "min": 0.0, "max": 0.75}})
     page.wait_for_function(f"document.querySelector(\"tr[data-run='{run.public_id}']\").innerText.includes('400 / 400')",
                            timeout=15_000)
     assert "succeeded" in row.inner_text().lower()
     assert row.locator("input[name=runs]").is_checked()  # the tick survived the refresh
+    # The Reward column came with the first run that logged one, its heading over its cells.
+    headings = page.locator(".runs-table thead th").all_text_contents()
+    reward_cell = row.locator("td").nth(headings.index("Reward (last / best)"))
+    assert reward_cell.inner_text() == "0.5000 / 0.7500"

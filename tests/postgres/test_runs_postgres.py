@@ -57,6 +57,13 @@ Sample.objects.bulk_create([Sample(run=run, step=1, position=0, prompt="p", text
                             Sample(run=run, step=1, position=1, prompt="p", text="greedy")])
 assert [s.text for s in selectors.sample_list(run=run, kind="rollout")] == ["rollout"]
 assert [s.text for s in selectors.sample_list(run=run, kind="eval")] == ["greedy"]
+# The runs table's metric orders: a JSON key cast to a number, runs without it last.
+Run.objects.filter(pk=run.pk).update(final_metrics={"eval/loss": {"last": 2.5}, "reward": {"last": 0.25}})
+Run.objects.filter(pk=external.pk).update(final_metrics={"eval/loss": {"last": 10.0}})
+def order(sort):
+    return [r.public_id for r in selectors.run_list(project=project, filters=selectors.RunFilters(sort=sort))]
+assert order("eval_loss") == [run.public_id, external.public_id], order("eval_loss")
+assert order("reward") == [run.public_id, external.public_id], order("reward")
 print("ok")
 """
 

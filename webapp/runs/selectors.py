@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, IntegerField, Max, Min, Q, QuerySet
+from django.db.models import F, FloatField, IntegerField, Max, Min, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.db.models.functions import Cast
 
@@ -28,14 +29,27 @@ from webapp.workers.selectors import pool_offers
 MAX_POINTS = 2000
 # The compare page overlays up to ten runs per chart: fewer points per trace draw the same picture.
 COMPARE_MAX_POINTS = 1000
+
+
+def final_value(name: str, key: str = "last") -> Cast:
+    """A run's ``final_metrics[name][key]`` as a number for the database to order by (NULL where the
+    run has not logged ``name``)."""
+    return Cast(KeyTextTransform(key, KeyTransform(name, "final_metrics")), FloatField())
+
+
 SORTS = {
-    "newest": "-created_at", "oldest": "created_at", "name": "name", "-name": "-name",
-    "status": "status", "task": "task", "steps": "-current_step",
+    "newest": F("created_at").desc(), "oldest": F("created_at").asc(), "name": F("name").asc(),
+    "-name": F("name").desc(), "status": F("status").asc(), "task": F("task").asc(),
+    "steps": F("current_step").desc(),
+    # Runs that have not logged the metric come last in either direction.
+    "loss": final_value("loss").asc(nulls_last=True), "eval_loss": final_value("eval/loss").asc(nulls_last=True),
+    "reward": final_value("reward").desc(nulls_last=True), "duration": F("train_seconds").desc(),
 }
 # What the Runs page's sort select says for each key of SORTS (the keys stay the query's values).
 SORT_LABELS = {
     "newest": "newest first", "oldest": "oldest first", "name": "name A–Z", "-name": "name Z–A",
-    "status": "by status", "task": "by task", "steps": "most steps first",
+    "status": "by status", "task": "by task", "steps": "most steps first", "loss": "lowest loss first",
+    "eval_loss": "lowest eval loss first", "reward": "highest reward first", "duration": "longest first",
 }
 
 

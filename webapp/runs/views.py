@@ -49,6 +49,8 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     page = Paginator(selectors.run_list(project=project, filters=filters), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/list.html", {
         "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
+        # GRPO and PPO runs are read by their reward; the column is there when the page lists one.
+        "reward_column": any("reward" in run.final_metrics for run in page.object_list),
         "tasks": selectors.table_tasks(project=project, tasks=tasks()), "statuses": RunStatus.choices,
         "tags": selectors.project_tags(project=project),
         "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,

@@ -141,7 +141,7 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     team, apis, _sent = world
     status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=-created")
     assert status == 400
-    assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps"]}}
+    assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps, loss, eval_loss, reward, duration"]}}
     assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
 
 
@@ -263,7 +263,8 @@ def test_openapi_document_describes_every_endpoint(world):
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
     sort, = (parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
              if parameter["name"] == "sort")
-    assert sort["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps"]
+    assert sort["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss", "eval_loss",
+                                     "reward", "duration"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):

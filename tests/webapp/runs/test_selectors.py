@@ -186,3 +186,25 @@ def test_the_final_metrics_of_a_comparison_start_with_what_it_is_read_for():
     names = ["grad_norm", "eval/accuracy", "eval/loss", "learning_rate", "loss", "eval/exact_match", "eval/aaa"]
     assert selectors.final_order(names) == ["loss", "eval/loss", "eval/exact_match", "eval/accuracy", "grad_norm",
                                             "learning_rate", "eval/aaa"]
+
+
+def test_the_runs_table_sorts_by_final_loss_eval_loss_reward_and_duration(team, catalog, sent_tasks):
+    """Runs can be ordered by what they reached, not only by when they started; runs that have not
+    logged the metric come after the rest either way."""
+    finals = {"a": ({"loss": {"last": 0.9}, "eval/loss": {"last": 1.4}}, 30.0),
+              "b": ({"loss": {"last": 0.25}, "reward": {"last": -0.5}}, 300.0),
+              "c": ({"reward": {"last": 0.75}, "eval/loss": {"last": 1.1}}, 5.0),
+              "d": ({}, 0.0)}
+    for name, (final_metrics, seconds) in finals.items():
+        run = make_run(team, catalog)
+        Run.objects.filter(pk=run.pk).update(name=name, final_metrics=final_metrics, train_seconds=seconds)
+
+    def order(sort):
+        return [run.name for run in selectors.run_list(project=team.project, filters=selectors.RunFilters(sort=sort))]
+
+    # Ties (no value) keep the table's second order, the newest first.
+    assert order("loss") == ["b", "a", "d", "c"]
+    assert order("eval_loss") == ["c", "a", "d", "b"]
+    assert order("reward") == ["c", "b", "d", "a"]
+    assert order("duration") == ["b", "a", "c", "d"]
+    assert set(selectors.SORT_LABELS) == set(selectors.SORTS)

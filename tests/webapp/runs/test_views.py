@@ -940,7 +940,8 @@ def test_the_sort_select_says_what_each_order_is(team, run, client_for):
     page = client_for(team.viewer).get("/p/alpha/runs/?sort=-name").content.decode()
     select = page.split('<select name="sort"')[1].split("</select>")[0]
     assert '<option value="-name" selected>name Z–A</option>' in select
-    assert '<option value="steps" >most steps first</option>' in select and select.count("<option") == 7
+    assert '<option value="steps" >most steps first</option>' in select and select.count("<option") == 11
+    assert '<option value="eval_loss" >lowest eval loss first</option>' in select
 
 
 
