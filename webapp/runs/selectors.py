@@ -3,6 +3,7 @@ server for long runs), samples, the log, lineage, and what the compare page show
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -513,14 +514,49 @@ def flatten_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# The ids a written spec holds for a base model, a run (``@N``: its exported checkpoint N) or a dataset version.
+SPEC_REFERENCE = re.compile(r"(bm|run|dv)_[0-9A-Za-z]+(@[0-9]+)?")
+
+
+@dataclass(frozen=True)
+class SpecReference:
+    """A spec value that is an id, with the name of what it points at (``"chats v2"``)."""
+
+    name: str
+    ref: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.ref})"
+
+
+def reference_names(*, project_id: int, values: Iterable[Any]) -> dict[str, SpecReference]:
+    """The ids among ``values`` of things of the project, each named; three queries whatever the count."""
+    references = {value for value in values if isinstance(value, str) and SPEC_REFERENCE.fullmatch(value)}
+    ids = {reference.partition("@")[0] for reference in references}
+    names = dict(BaseModel.objects.filter(project_id=project_id, public_id__in=ids).values_list("public_id", "name"))
+    names.update(Run.objects.filter(project_id=project_id, public_id__in=ids).values_list("public_id", "name"))
+    names.update((version.public_id, f"{version.dataset.name} v{version.number}") for version in DatasetVersion.objects
+                 .filter(dataset__project_id=project_id, public_id__in=ids).select_related("dataset"))
+    found = {}
+    for reference in references:
+        public_id, at, step = reference.partition("@")
+        if public_id in names:
+            found[reference] = SpecReference(name=names[public_id] + (f", checkpoint {step}" if at else ""), ref=reference)
+    return found
+
+
 def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
-    """One row per spec key across ``runs``: its values (None where absent) and whether they differ."""
+    """One row per spec key across ``runs``: its values (None where absent; a model, run or dataset
+    version id as a ``SpecReference`` with its name) and whether they differ."""
     flat = [flatten_spec(run.spec) for run in runs]
     keys = sorted(set().union(*flat)) if flat else []
+    named = reference_names(project_id=runs[0].project_id, values=[value for entry in flat for value in entry.values()]
+                            ) if runs else {}
     rows = []
     for key in keys:
         values = [entry.get(key) for entry in flat]
-        rendered = [json.dumps(value) if isinstance(value, (list, dict)) else value for value in values]
+        rendered = [json.dumps(value) if isinstance(value, (list, dict)) else named.get(value, value)
+                    if isinstance(value, str) else value for value in values]
         rows.append({"key": key, "values": rendered, "differs": len({json.dumps(v, sort_keys=True) for v in values}) > 1})
     return rows
 

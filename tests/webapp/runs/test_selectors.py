@@ -208,3 +208,36 @@ def test_the_runs_table_sorts_by_final_loss_eval_loss_reward_and_duration(team, 
     assert order("reward") == ["c", "b", "d", "a"]
     assert order("duration") == ["b", "a", "c", "d"]
     assert set(selectors.SORT_LABELS) == set(selectors.SORTS)
+
+
+def test_config_diff_names_the_models_runs_and_dataset_versions_a_spec_points_at(team, catalog, sent_tasks):
+    """QA: the diff's model and data rows read bm_…, dv_…: which dataset was which took a trip to each run."""
+    first = make_run(team, catalog)
+    second = make_run(team, catalog, data={"train": catalog.sft.public_id, "eval": catalog.sft.public_id})
+    Run.objects.filter(pk=first.pk).update(name="first run")
+    third_spec = {**second.spec, "model": f"{first.public_id}@12"}
+    Run.objects.filter(pk=second.pk).update(spec=third_spec)
+    second.refresh_from_db()
+    first.refresh_from_db()
+    rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
+    model_values = rows["model"]["values"]
+    assert model_values[0] == selectors.SpecReference(name=catalog.base_model.name, ref=catalog.base_model.public_id)
+    assert model_values[1] == selectors.SpecReference(name="first run, checkpoint 12", ref=f"{first.public_id}@12")
+    assert rows["data.train"]["values"][0].name == f"{catalog.sft.dataset.name} v{catalog.sft.number}"
+    assert rows["data.eval"]["values"] == [None, rows["data.train"]["values"][0]] and rows["data.eval"]["differs"]
+    assert rows["model"]["differs"] and not rows["data.train"]["differs"]
+    assert rows["train.max_steps"]["values"] == [10, 10]  # other values as they were
+
+
+def test_config_diff_leaves_ids_of_other_projects_and_lookalike_text_as_written(team, catalog, sent_tasks):
+    from tests.webapp.factories import make_base_model, make_team
+
+    other = make_team(slug="other-diff")
+    outsider_model = make_base_model(other.project)
+    first = make_run(team, catalog)
+    second = make_run(team, catalog)
+    Run.objects.filter(pk=second.pk).update(spec={**second.spec, "model": outsider_model.public_id, "note": "bm_"})
+    second.refresh_from_db()
+    rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
+    assert rows["model"]["values"][1] == outsider_model.public_id  # not named: another project's
+    assert rows["note"]["values"] == [None, "bm_"]

@@ -487,6 +487,8 @@ def test_compare_page_and_csv(team, run, client_for, catalog, sent_tasks):
     page = response.content.decode()
     assert response.status_code == 200
     assert '<tr class="differs"><td><code>optim.learning_rate</code></td><td>0.0001</td><td>0.01</td></tr>' in page
+    train = f'<td><bdi>chats v{catalog.sft.number}</bdi> <small class="muted">{catalog.sft.public_id}</small></td>'
+    assert f'<tr class="same"><td><code>data.train</code></td>{train}{train}</tr>' in page
     data = json.loads(page.split('id="compare-data" type="application/json">')[1].split("</script>")[0])
     assert data["series"][run.public_id]["loss"]["step"] == [1, 2, 3, 4, 5]
     assert "other answer" in page and page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 1  # one prompt row
