@@ -527,7 +527,9 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     for kind, key in ((ArtifactKind.MODEL, "model"), (ArtifactKind.ADAPTER, "adapter")):
         path = (summary.get("export") or {}).get(key)
         if path and Path(path).is_dir():
-            Artifact.objects.update_or_create(run=run, kind=kind, step=0,
+            # One export a run (the engine writes it over the last): it is recorded with the step it holds.
+            Artifact.objects.filter(run=run, kind=kind).exclude(step=run.current_step).delete()
+            Artifact.objects.update_or_create(run=run, kind=kind, step=run.current_step,
                                               defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
     outcome = f"{run.status} at step {run.current_step}"
     # The engine's own message often says just that ("cancelled at step 129"): it is not said twice.

@@ -90,6 +90,8 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect(table)
     count = services.run_set_archived(runs=runs, archived=archived)
     messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
+    if request.POST.get("from") == "run" and len(runs) == 1:  # the run page's own button goes back to it
+        return redirect("runs:detail", project.slug, runs[0].public_id)
     return redirect(table)
 
 

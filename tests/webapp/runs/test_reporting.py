@@ -208,6 +208,19 @@ def test_finish_records_status_and_artifacts(running_run, tmp_path):
     assert run.log_lines.order_by("-id").first().message == "cancelled at step 2"
 
 
+def test_a_runs_export_is_recorded_with_the_step_it_holds_and_once(running_run, tmp_path):
+    """A resumed run's earlier export was listed with no step; the engine writes each export over the last."""
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}")
+    export = {"model": str(tmp_path / "export")}
+    reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 40, "export": export})
+    assert [(a.kind, a.step) for a in running_run.artifacts.all()] == [(ArtifactKind.MODEL, 40)]
+    Run.objects.filter(pk=running_run.pk).update(status=RunStatus.RUNNING, attempt=2, total_steps=80)
+    resumed = Run.objects.get(pk=running_run.pk)
+    reporting.run_finish(run=resumed, summary={"status": "succeeded", "step": 80, "export": export})
+    assert [(a.kind, a.step) for a in resumed.artifacts.all()] == [(ArtifactKind.MODEL, 80)]
+
+
 def test_a_finished_runs_log_line_carries_the_engines_message(running_run):
     report(running_run, [record(1), record(2)])
     run = reporting.run_finish(run=running_run, summary={"status": "failed", "step": 2,

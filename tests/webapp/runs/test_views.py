@@ -993,3 +993,30 @@ def test_compare_and_archive_come_back_to_the_table_as_it_was_left(team, run, cl
     restored = client.post("/p/alpha/runs/archive/", {"runs": [other.public_id], "archived": "0",
                                                       "back": "archived=1&q=sec"})
     assert restored["Location"] == "/p/alpha/runs/?archived=1&q=sec"
+
+
+def test_an_archived_runs_page_says_so_and_restores_it_in_place(team, run, client_for):
+    """QA: an archived run's page looked like any other; it was found again only through the table's filter."""
+    assert 'id="archived-note"' not in client_for(team.viewer).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    viewer_page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "This run is archived" in viewer_page and 'name="archived" value="0"' not in viewer_page  # viewers read
+    member = client_for(team.teammate)
+    assert 'name="archived" value="0"' in member.get(url(run)).content.decode()
+    response = member.post("/p/alpha/runs/archive/", {"runs": run.public_id, "archived": "0", "from": "run"})
+    assert response.status_code == 302 and response["Location"] == url(run)
+    assert not Run.objects.get(pk=run.pk).archived
+
+
+def test_lineage_says_the_step_of_the_export_and_why_a_cancelled_runs_is_not_offered(team, run, client_for):
+    """QA: a run resumed and then cancelled listed its earlier export, with no step and no word on why the
+    launch form did not offer it."""
+    from webapp.runs.models import Artifact, ArtifactKind
+
+    run = succeeded_with_export(run)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=40, path=str(run.output_dir / "export"))
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert f"Exported model at step 40 <span class=\"muted\">(start runs from <code>{run.public_id}</code>)" in page
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "Exported model at step 40 <span class=\"muted\">(from when the run last succeeded" in page
