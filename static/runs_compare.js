@@ -1,11 +1,14 @@
 /* The compare page: one overlaid chart per metric (a trace per run), x by step, tokens or wall
-   time, EMA smoothing, log scale; and the "differences only" switch of the config table. A run
+   time, EMA smoothing, log scale; and the "differences only" switch of the config table. While a
+   compared run is queued or running, the page reads itself again every 5 s (only while it is shown)
+   and redraws its charts, final metrics and generations from what it gets. A run
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
    and group: a group's color, a run's dash, named "<group> · <run>". */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
+  var LIVE_MS = 5000;
   var holder = document.getElementById("compare-charts");
   var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3"];
   var dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
@@ -117,9 +120,37 @@
     });
   }
 
+  function anyActive() { return data.runs.some(function (run) { return run.active; }); }
+
+  function refresh() {
+    if (document.visibilityState !== "visible") return schedule();
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        var freshData = fresh.getElementById("compare-data");
+        if (!freshData) return;
+        data = JSON.parse(freshData.textContent);
+        charts = chartsOf();
+        firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+        ["compare-finals", "compare-generations"].forEach(function (id) {
+          var current = document.getElementById(id), replacement = fresh.getElementById(id);
+          if (current && replacement) current.replaceWith(document.importNode(replacement, true));
+        });
+        document.getElementById("no-metrics").hidden = data.names.length > 0;
+        draw();
+      })
+      .catch(function () {})  // asked again at the next tick
+      .then(schedule);
+  }
+
+  function schedule() { if (anyActive()) setTimeout(refresh, LIVE_MS); }
+
   [xAxis, ema, logY].forEach(function (control) { control.addEventListener("input", draw); });
   document.getElementById("differences-only").addEventListener("change", function (event) {
     document.getElementById("diff-table").classList.toggle("only-differences", event.target.checked);
   });
   draw();
+  schedule();
 })();

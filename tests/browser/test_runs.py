@@ -740,3 +740,30 @@ def test_the_runs_table_follows_a_run_to_its_end_without_a_reload(page, live_ser
     headings = page.locator(".runs-table thead th").all_text_contents()
     reward_cell = row.locator("td").nth(headings.index("Reward (last / best)"))
     assert reward_cell.inner_text() == "0.5000 / 0.7500"
+
+
+def test_the_compare_page_follows_a_running_run_without_a_reload(page, live_server, monkeypatch):
+    """QA: the compare page was a snapshot: a run still training stopped at the point the page was opened."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="livecompare")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10}}
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("done", "training")]
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.SUCCEEDED, final_metrics={"loss": {"last": 0.5, "min": 0.5, "max": 2.0}})
+    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING)
+    for run, steps in ((runs[0], range(1, 11)), (runs[1], range(1, 4))):
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=5.0 / step,
+                                                     wall_time=float(step), tokens=step) for step in steps])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/livecompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    points = "() => document.querySelector('.plot[data-metric=\"loss\"]').data.map(t => t.x.length)"
+    page.wait_for_function(f"() => {{ try {{ return ({points})().join() === '10,3'; }} catch (e) {{ return false; }} }}")
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=step, name="loss", value=5.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in range(4, 11)])
+    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.SUCCEEDED, current_step=10,
+                                             final_metrics={"loss": {"last": 0.25, "min": 0.25, "max": 5.0}})
+    page.wait_for_function(f"() => ({points})().join() === '10,10'", timeout=15_000)
+    finals = page.locator("#compare-finals .final-table tbody tr").nth(1)
+    finals.filter(has_text="0.25").wait_for(timeout=5_000)
+    assert "succeeded" in finals.inner_text().lower()

@@ -524,7 +524,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
-        "chart_data": {"runs": [{"id": run.public_id, "name": run.name,
+        "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names},
         "diff": diff, "config_differs": any(row["differs"] for row in diff), "final_names": final_names,

@@ -830,7 +830,7 @@ def test_compare_says_when_the_runs_have_no_metrics_or_the_same_config(team, cli
             for name in ("first", "second")]
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}"
                                        ).content.decode()
-    assert '<p class="muted no-metrics">None of these runs has logged metrics yet.</p>' in page
+    assert '<p class="muted no-metrics" id="no-metrics">None of these runs has logged metrics yet.</p>' in page
     assert 'class="table final-table"' not in page
     assert ('<tr class="no-differences"><td colspan="3" class="muted">These runs have the same config: '
             'untick <i>differences only</i> to read it.</td></tr>') in page
@@ -855,7 +855,7 @@ def test_compare_shows_no_empty_state_when_runs_differ_and_have_metrics(team, ru
     run.save(update_fields=["final_metrics"])
     page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}"
                                        ).content.decode()
-    assert "no-metrics" not in page and "no-differences" not in page and 'class="table final-table"' in page
+    assert 'id="no-metrics" hidden>' in page and "no-differences" not in page and 'class="table final-table"' in page
 
 
 @pytest.mark.parametrize(("value", "shown"), [
