@@ -278,6 +278,8 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     wait_for(finished, timeout=240, workers=celery_workers, what="the GRPO run to finish")
     assert run.status == RunStatus.SUCCEEDED, run.error_message
     page.locator("#run-status .status-succeeded").wait_for(timeout=20_000)  # the page reloads when it ends
+    # A chart is drawn when it comes near the screen: the reward chart is scrolled to, as a person would.
+    page.locator(".plot[data-metric='reward']").scroll_into_view_if_needed()
     page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"reward\"]');"
                            " return p && p.data && p.data[0].x.length === 3; }")
     assert page.locator("#samples .samples").get_attribute("data-step") == "3"  # the newest step's rollouts
@@ -767,3 +769,27 @@ def test_the_compare_page_follows_a_running_run_without_a_reload(page, live_serv
     finals = page.locator("#compare-finals .final-table tbody tr").nth(1)
     finals.filter(has_text="0.25").wait_for(timeout=5_000)
     assert "succeeded" in finals.inner_text().lower()
+
+
+def test_charts_far_down_the_page_are_drawn_when_scrolled_to(page, live_server, tmp_path):
+    """A GRPO run's 33 charts took 1.45 s to draw before the page answered: a chart is now drawn when it
+    comes near the screen, with every point it was given while it waited."""
+    team = make_team(slug="lazycharts")
+    run = Run.objects.create(project=team.project, name="many charts", task="grpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=20, current_step=20)
+    names = [f"metric_{index:02d}" for index in range(24)]
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=step * (index + 1.0),
+                                                 wall_time=float(step), tokens=step)
+                                     for index, name in enumerate(names) for step in range(1, 21)])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_server.url}/p/lazycharts/runs/{run.public_id}/")
+    drawn = "() => [...document.querySelectorAll('#charts .plot')].filter(plot => plot.querySelector('.main-svg')).length"
+    assert page.locator("#charts .plot").count() == 24  # every chart has its place
+    assert 0 < page.evaluate(drawn) < 24
+    last = page.locator(".plot[data-metric='metric_23']")
+    last.scroll_into_view_if_needed()
+    page.wait_for_function("() => { const p = document.querySelector(`.plot[data-metric='metric_23']`);"
+                           " return p.data && p.data[0].x.length === 20; }")
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].y[19]") == 480.0
