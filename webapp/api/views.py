@@ -6,6 +6,7 @@ anything of a project gets 404, a viewer's write gets 403. Errors are JSON: ``{"
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -85,6 +86,22 @@ def api_view(methods: tuple[str, ...]) -> Callable:
         return wrapper
 
     return decorate
+
+
+@contextlib.contextmanager
+def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
+    """Key a service's ``ValidationError`` by the request's field names: ``names`` maps a service
+    argument (``column_mapping``) to the field a client sends it as (``mapping``), so that the client
+    can match each error to what it sent."""
+    try:
+        yield
+    except ValidationError as error:
+        if not hasattr(error, "error_dict"):
+            raise
+        renamed: dict[str, list[str]] = {}
+        for field, messages in error.message_dict.items():
+            renamed.setdefault(names.get(field, field), []).extend(messages)
+        raise ValidationError(renamed) from error
 
 
 def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
@@ -184,7 +201,8 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                 project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
         return f"{version.dataset.public_id} {version.number}"
 
-    sent = request_send_once(request, create=upload_version)
+    with _fields_as_sent({"column_mapping": "mapping"}):
+        sent = request_send_once(request, create=upload_version)
     dataset_id, number = sent.result.split()
     version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project, public_id=dataset_id),
                                             number=int(number))

@@ -101,7 +101,7 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     rows = b'{"prompt": "a", "completion": "b"}\n'
     status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "m", "kind": "sft", "mapping": '["a"]'},
                           "m.jsonl", rows)
-    assert status == 400 and body["errors"]["column_mapping"][0].startswith(
+    assert status == 400 and body["errors"]["mapping"][0].startswith(
         "the column mapping must be a JSON object of field → column")
     assert not Dataset.objects.filter(name="m").exists()
     status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
@@ -111,6 +111,29 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     assert status == 400 and body["errors"]["kind"] == [
         "dataset notes is a text dataset, not sft; a new version keeps its dataset's kind (leave kind out)"]
     assert Dataset.objects.get(name="notes").versions.count() == 1
+
+
+def test_upload_errors_name_the_fields_the_client_sent(world):
+    """QA: a bad mapping was reported under "column_mapping", the service's argument, though the request's
+    field is "mapping": a client matching errors to its fields found none."""
+    from webapp.datasets.models import Dataset
+
+    _team, apis, _sent = world
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    for mapping, message in (('["prompt"]', "the column mapping must be a JSON object of field → column"),
+                             ('{"answer": "x"}', "column mapping: 'answer' is not a field of kind 'sft'"),
+                             ('{"prompt": 5}', "column mapping: the column for 'prompt' must be a column name")):
+        status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                               {"name": "chats", "kind": "sft", "mapping": mapping}, "c.jsonl", rows)
+        assert status == 400 and set(body["errors"]) == {"mapping"}, body
+        assert body["errors"]["mapping"][0].startswith(message)
+    assert not Dataset.objects.exists()
+    status, created = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "chats", "kind": "sft"},
+                                              "c.jsonl", rows)
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",  # a new version of it
+                                           {"dataset": created["dataset"]["id"], "mapping": '{"answer": "x"}'},
+                                           "c.jsonl", rows)
+    assert status == 400 and set(body["errors"]) == {"mapping"}, body
 
 
 def test_runs_create_get_cancel_resume(world):
