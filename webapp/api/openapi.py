@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from jaxengine.spec import JobSpec
 from webapp.api import schemas
 from webapp.runs.pipelines import PipelineDocument
-from webapp.runs.selectors import SORTS
+from webapp.runs.models import RunStatus
+from webapp.runs.selectors import RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -53,6 +54,10 @@ def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
 
 
+def _enum(name: str, description: str, values) -> dict[str, Any]:
+    return {**_query(name, description), "schema": {"type": "string", "enum": list(values)}}
+
+
 @cache
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
@@ -82,11 +87,14 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/datasets/{{dataset_id}}/": {"get": _operation("A dataset and its versions", [SLUG, DATASET])},
         f"{base}/runs/": {
-            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"), _query("status", "status"),
-                                                          _query("task", "task"), _query("tag", "tag"),
-                                                          _query("archived", "1: archived runs"),
-                                                          {**_query("sort", "order; default newest"),
-                                                           "schema": {"type": "string", "enum": list(SORTS)}}]),
+            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
+                                                          _enum("status", "status (another value: 400)",
+                                                                RunStatus.values),
+                                                          _enum("task", "task (another value: 400)", RUN_TASKS),
+                                                          _query("tag", "tag"),
+                                                          _enum("archived", "1: archived runs only; 0 (default): "
+                                                                            "the others", ["0", "1"]),
+                                                          _enum("sort", "order; default newest", SORTS)]),
             "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.RunCreate, status="201"),
         },
@@ -105,7 +113,8 @@ def build_document() -> dict[str, Any]:
                                status="201"),
         },
         f"{base}/runs/{{run_id}}/samples/": {
-            "get": _operation("Logged generations", [SLUG, RUN], query=[_query("step", "one step", "integer")]),
+            "get": _operation("Logged generations", [SLUG, RUN],
+                              query=[_query("step", "one step (not a whole number: 400)", "integer")]),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201"),
         },

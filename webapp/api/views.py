@@ -26,7 +26,7 @@ from webapp.api import schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat.selectors import QUANTIZED_SUBDIR
-from webapp.core.numbers import whole_number
+from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.submissions import Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
@@ -222,11 +222,7 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
     at most 500). POST: launch a run from a spec, or open an external run."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        # The Runs page falls back to its default order; a script asking for another order is told.
-        sort = request.GET.get("sort")
-        if sort is not None and sort not in run_selectors.SORTS:
-            raise ValidationError({"sort": f"{sort!r} is not one of {', '.join(run_selectors.SORTS)}"})
-        filters = run_selectors.RunFilters.from_query(request.GET)
+        filters = run_selectors.RunFilters.from_api_query(request.GET)
         found = run_selectors.run_list(project=project, filters=filters)[:500]
         return JsonResponse({"runs": [_run_json(run) for run in found]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
@@ -283,11 +279,21 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         return JsonResponse(dataclasses.asdict(logged), status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     names = [name for name in request.GET.get("names", "").split(",") if name]
-    try:
-        after_step = int(request.GET.get("after_step", "0"))
-        max_points = min(int(request.GET.get("max_points", run_selectors.MAX_POINTS)), 1_000_000)
+    errors = {}
+    try:  # -1 is allowed: points after step -1 include those logged at step 0
+        after_step = int(request.GET.get("after_step") or "0")
+        if abs(after_step) > MAX_STORED_INT:
+            raise ValueError
     except ValueError:
-        raise ValidationError({"after_step": "after_step and max_points are whole numbers"}) from None
+        errors["after_step"] = (f"{request.GET['after_step']!r} is not a step; give a whole number up to "
+                                f"{MAX_STORED_INT} (only points after that step come back), or leave it out")
+    max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS), maximum=None)
+    if max_points is None:
+        errors["max_points"] = (f"{request.GET['max_points']!r} is not a number of points; give a whole number "
+                                f"(at least 2; {run_selectors.MAX_POINTS} when left out)")
+    if errors:
+        raise ValidationError(errors)
+    max_points = min(max_points, 1_000_000)
     return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
                                                                max_points=max(max_points, 2))})
 
@@ -301,7 +307,10 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         stored = run_services.samples_log(run=run, samples=[sample.model_dump() for sample in body.samples])
         return JsonResponse({"stored": stored}, status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    step = request.GET.get("step")
+    step = request.GET.get("step") or None
+    if step is not None and whole_number(step) is None:
+        raise ValidationError({"step": f"{step!r} is not a step; give a whole number from 0 to {MAX_STORED_INT}, "
+                                       "or leave step out for every step"})
     samples = run_selectors.sample_list(run=run, step=whole_number(step))[:5000]
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import F, IntegerField, Max, Min, Q, QuerySet
 from django.http import Http404
 from django.db.models.functions import Cast
@@ -20,6 +21,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
+from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
 # Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
@@ -32,6 +34,8 @@ SORTS = {
     "newest": "-created_at", "oldest": "created_at", "name": "name", "-name": "-name",
     "status": "status", "task": "task", "steps": "-current_step",
 }
+# Every task a run can have: the engine's, and runs logged from elsewhere.
+RUN_TASKS = (*tasks(), EXTERNAL_TASK)
 # What the Runs page's sort select says for each key of SORTS (the keys stay the query's values).
 SORT_LABELS = {
     "newest": "newest first", "oldest": "oldest first", "name": "name A–Z", "-name": "name Z–A",
@@ -57,6 +61,28 @@ class RunFilters:
         return cls(search=query.get("q", "").strip(), status=query.get("status", ""), task=query.get("task", ""),
                    tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
                    sort=sort if sort in SORTS else "newest")
+
+    @classmethod
+    def from_api_query(cls, query: Any) -> RunFilters:
+        """``from_query`` for a script: the Runs page's menus send only values it can match, but a
+        value typed into a query (``status=completed``, ``archived=true``) would match nothing, or be
+        read as another, and look like an empty project; it is a ``ValidationError`` naming the
+        parameter and the values it takes. Empty means "any", as on the page."""
+        errors: dict[str, str] = {}
+        for name, allowed, what in (("status", RunStatus.values, "a run status"), ("task", RUN_TASKS, "a run task")):
+            value = query.get(name, "")
+            if value and value not in allowed:
+                errors[name] = f"{value!r} is not {what}; use one of {', '.join(allowed)}"
+        archived = query.get("archived", "")
+        if archived not in ("", "0", "1"):
+            errors["archived"] = (f"{archived!r} is not a value of archived; use 1 (archived runs only) or 0 "
+                                  "(the others, as when left out)")
+        sort = query.get("sort")
+        if sort is not None and sort not in SORTS:
+            errors["sort"] = f"{sort!r} is not one of {', '.join(SORTS)}"
+        if errors:
+            raise ValidationError(errors)
+        return cls.from_query(query)
 
 
 def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySet[Run]:

@@ -168,6 +168,35 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
 
 
+def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(world):
+    """QA: ?status=bogus answered 200 with no runs, as if the project had none of that status (a typo,
+    or "completed" for "succeeded", looked like an empty project); ?task= and ?archived= did the same, and a
+    samples ?step= that is not a step answered every step's samples."""
+    team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    get = apis["viewer"].call
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=bogus") == (400, {"errors": {"status": [
+        "'bogus' is not a run status; use one of queued, running, succeeded, failed, cancelled"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?task=chat") == (400, {"errors": {"task": [
+        "'chat' is not a run task; use one of pretrain, sft, reward, dpo, grpo, ppo, external"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?archived=true") == (400, {"errors": {"archived": [
+        "'true' is not a value of archived; use 1 (archived runs only) or 0 (the others, as when left out)"]}})
+    for query, found in (("status=running", [run["id"]]), ("status=succeeded", []), ("status=", [run["id"]]),
+                         ("task=external", [run["id"]]), ("task=sft", []), ("archived=0", [run["id"]]),
+                         ("archived=1", [])):
+        status, body = get("GET", f"/api/v1/projects/alpha/runs/?{query}")
+        assert status == 200 and [listed["id"] for listed in body["runs"]] == found, query
+    samples = f"/api/v1/projects/alpha/runs/{run['id']}/samples/"
+    for step in ("last", "-1", "9" * 30):
+        assert get("GET", f"{samples}?step={step}") == (400, {"errors": {"step": [
+            f"'{step}' is not a step; give a whole number from 0 to 2147483647, or leave step out for every step"]}})
+    metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    status, body = get("GET", f"{metrics}?max_points=many")
+    assert status == 400 and set(body["errors"]) == {"max_points"}, body
+    status, body = get("GET", f"{metrics}?after_step=" + "9" * 30)
+    assert status == 400 and set(body["errors"]) == {"after_step"}, body
+
+
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
     """A NaN or infinite value (a diverged loss, say) was dropped in silence: the answer read
     {"stored": 0}, and the script that logged it could not tell why. It names each value left out."""
@@ -250,7 +279,7 @@ def test_artifacts_download_as_tar(world):
     for step in ("%C2%B2", "9" * 30):
         assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/checkpoint/"
                                           f"?step={step}")[0] == 404
-        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 200
+        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 400
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
 
 
@@ -284,9 +313,10 @@ def test_openapi_document_describes_every_endpoint(world):
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
-    sort, = (parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
-             if parameter["name"] == "sort")
-    assert sort["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps"]
+    query = {parameter["name"]: parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]}
+    assert query["sort"]["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps"]
+    assert query["status"]["schema"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
+    assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):
