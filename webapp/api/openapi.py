@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jaxengine.spec import JobSpec
-from webapp.api import schemas
+from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
 from webapp.runs.selectors import RUN_TASKS, SORTS
@@ -94,7 +94,15 @@ def build_document() -> dict[str, Any]:
                                                           _query("tag", "tag"),
                                                           _enum("archived", "1: archived runs only; 0 (default): "
                                                                             "the others", ["0", "1"]),
-                                                          _enum("sort", "order; default newest", SORTS)]),
+                                                          _enum("sort", "order; default newest", SORTS),
+                                                          {**_query("limit", f"runs per page (default "
+                                                                             f"{paging.DEFAULT_LIMIT})"),
+                                                           "schema": {"type": "integer", "minimum": 1,
+                                                                      "maximum": paging.MAX_LIMIT}},
+                                                          _query("cursor", "where the page starts: as given in "
+                                                                           "the previous page's next link")],
+                              response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
+                                       "page) for the page after; it keeps the query"),
             "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.RunCreate, status="201"),
         },

@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from webapp.api import schemas
+from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat.selectors import QUANTIZED_SUBDIR
@@ -218,13 +218,16 @@ def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> JsonResp
 
 @api_view(("GET", "POST"))
 def runs(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort;
-    at most 500). POST: launch a run from a spec, or open an external run."""
+    """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort),
+    a page at a time (``limit``, and the ``next`` link: see ``webapp.api.paging``). POST: launch a
+    run from a spec, or open an external run."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
         filters = run_selectors.RunFilters.from_api_query(request.GET)
-        found = run_selectors.run_list(project=project, filters=filters)[:500]
-        return JsonResponse({"runs": [_run_json(run) for run in found]})
+        asked = paging.page_query(request, sort=filters.sort)
+        page = run_selectors.run_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
+        return JsonResponse({"runs": [_run_json(run) for run in page.runs],
+                             "next": paging.next_link(request, sort=filters.sort, after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     body = _body(request, schemas.RunCreate)
 

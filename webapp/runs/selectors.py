@@ -103,6 +103,35 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
             .prefetch_related("dataset_versions__dataset").order_by(SORTS[filters.sort], "-id"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunPage:
+    """One page of ``run_list``: its ``runs`` and, when more follow, ``next_after``: the sort key
+    of its last run (``run_page``'s ``after`` for the next page; JSON values), else None."""
+
+    runs: list[Run]
+    next_after: tuple[Any, int] | None
+
+
+def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | None, limit: int) -> RunPage:
+    """The ``limit`` runs of ``run_list`` that follow the run whose sort key is ``after`` (from the
+    first when None). Keyset paging, not offsets: the key is the run's value of the sort's column
+    and its id (``run_list``'s tie-break), so a run launched or archived while a client reads page
+    after page moves no run of the pages still to come onto one already read, or off all of them."""
+    column = SORTS[filters.sort]
+    name = column.lstrip("-")
+    runs = run_list(project=project, filters=filters)
+    if after is not None:
+        value, last_id = after
+        beyond = f"{name}__lt" if column.startswith("-") else f"{name}__gt"
+        runs = runs.filter(Q(**{beyond: value}) | Q(**{name: value, "id__lt": last_id}))
+    found = list(runs[:limit + 1])
+    if len(found) <= limit:
+        return RunPage(runs=found, next_after=None)
+    last = found[limit - 1]
+    value = getattr(last, name)
+    return RunPage(runs=found[:limit], next_after=(value.isoformat() if name == "created_at" else value, last.pk))
+
+
 def project_tags(*, project: Project) -> list[str]:
     """Every tag used in the project, sorted."""
     tags: set[str] = set()

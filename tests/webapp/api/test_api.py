@@ -165,7 +165,60 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=-created")
     assert status == 400
     assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps"]}}
-    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
+    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": [], "next": None})
+
+
+def _listed(api, path: str) -> tuple[list[str], list[str]]:
+    """Every run id of a list followed page by page through its ``next`` links, and those links."""
+    ids, links = [], []
+    while path:
+        status, body = api.call("GET", path)
+        assert status == 200, body
+        ids += [run["id"] for run in body["runs"]]
+        path = body["next"] and body["next"].removeprefix(api.base)
+        links.append(path)
+    return ids, links
+
+
+def test_runs_list_pages_through_every_run(world):
+    """QA: the list stopped at 500 runs with no way to read the 501st. It pages: ?limit= (1 to 500,
+    default 100) and a next link (null on the last page) that carries the cursor and the query."""
+    from django.utils import timezone
+
+    team, apis, _sent = world
+    Run.objects.bulk_create(
+        [Run(project=team.project, name=f"run {index % 4}", task="external", spec={}, resolved_spec={},
+             status=[RunStatus.RUNNING, RunStatus.FAILED][index % 2], current_step=index % 3, tags=["t"])
+         for index in range(205)])
+    Run.objects.filter(name="run 0").update(created_at=timezone.now())  # 52 at one instant: pages split ties
+    Run.objects.filter(pk__in=Run.objects.order_by("pk").values("pk")[:1]).update(tags=[])
+    api = apis["viewer"]
+    ids, links = _listed(api, "/api/v1/projects/alpha/runs/")
+    assert len(links) == 3 and links[-1] is None  # 100, 100, 5
+    assert "limit=" not in links[0] and "cursor=" in links[0]
+    everything = list(Run.objects.order_by("-created_at", "-id").values_list("public_id", flat=True))
+    assert ids == everything
+    for sort, order in (("oldest", ("created_at", "-id")), ("name", ("name", "-id")), ("-name", ("-name", "-id")),
+                        ("status", ("status", "-id")), ("task", ("task", "-id")), ("steps", ("-current_step", "-id"))):
+        ids, _links = _listed(api, f"/api/v1/projects/alpha/runs/?sort={sort}&limit=7")
+        assert ids == list(Run.objects.order_by(*order).values_list("public_id", flat=True)), sort
+    ids, links = _listed(api, "/api/v1/projects/alpha/runs/?tag=t&status=failed&limit=30")
+    assert ids == list(Run.objects.filter(status=RunStatus.FAILED).exclude(tags=[]).order_by("-created_at", "-id")
+                       .values_list("public_id", flat=True))
+    assert all("tag=t" in link and "status=failed" in link and "limit=30" in link for link in links[:-1])
+    status, body = api.call("GET", "/api/v1/projects/alpha/runs/?limit=500")
+    assert len(body["runs"]) == 205 and body["next"] is None
+    for limit in ("0", "501", "all", "-5"):
+        assert api.call("GET", f"/api/v1/projects/alpha/runs/?limit={limit}") == (400, {"errors": {"limit": [
+            f"'{limit}' is not a page size; give a whole number from 1 to 500 (100 when left out)"]}})
+    for cursor in ("abc", links[0].split("cursor=")[1].split("&")[0][:-2]):
+        status, body = api.call("GET", f"/api/v1/projects/alpha/runs/?cursor={cursor}")
+        assert status == 400 and body["errors"]["cursor"] == [
+            "this cursor was not given by this list; follow the list's next link, or start again without cursor"]
+    by_name = _listed(api, "/api/v1/projects/alpha/runs/?sort=name&limit=7")[1][0]
+    status, body = api.call("GET", by_name.replace("sort=name", "sort=oldest"))
+    assert status == 400 and body["errors"]["cursor"] == [
+        "this cursor continues a list in the order name, not oldest; follow the list's next link as given"]
 
 
 def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(world):
@@ -317,6 +370,8 @@ def test_openapi_document_describes_every_endpoint(world):
     assert query["sort"]["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps"]
     assert query["status"]["schema"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
     assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
+    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query
+    assert "next" in paths["/api/v1/projects/{slug}/runs/"]["get"]["responses"]["200"]["description"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):
