@@ -300,6 +300,19 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
     assert status == 400 and "takes no more data" in json.dumps(closed)
 
 
+def test_an_external_run_name_over_the_limit_is_refused_not_cut(world):
+    """QA: an external run named with 121 characters or more was made with its name cut at 120, without a
+    word (the web's launch and edit already refuse it)."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "n" * 121})
+    assert (status, body) == (400, {"errors": {"name": ["121 characters; a run name has at most 120"]}})
+    assert not Run.objects.exists()
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "n" * 120})
+    assert status == 201 and run["name"] == "n" * 120
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "  "})
+    assert status == 201 and run["name"] == "external run"
+
+
 def test_logging_into_a_trained_run_is_refused(world):
     team, apis, _sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)
