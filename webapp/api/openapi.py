@@ -23,14 +23,17 @@ BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"ty
               "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
-                                  "made (header Idempotent-Replayed: true) and nothing is queued again. At most 200 "
-                                  "characters (a longer key: 400); kept for 7 days."}
+                                  "made (header Idempotent-Replayed: true) and nothing is queued again; sent again with "
+                                  "another body, it is refused (422). At most 200 characters (a longer key: 400); "
+                                  "kept for 7 days."}
 ERRORS = {
     "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
     "401": {"description": "No valid bearer token."},
     "403": {"description": "Your role in the project does not allow this."},
     "404": {"description": "No such object in a project you belong to."},
 }
+KEY_REUSED = {"422": {"description": "The Idempotency-Key was sent before with another body: "
+                                     "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made."}}
 
 
 def _json(description: str) -> dict[str, Any]:
@@ -44,7 +47,8 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
                query: list | None = None, response: str = "JSON") -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
-                                 "responses": {status: _json(response), **ERRORS}}
+                                 "responses": {status: _json(response), **ERRORS,
+                                               **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
     if body is not None:
         operation["requestBody"] = _body(body)
     return operation

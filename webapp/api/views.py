@@ -27,7 +27,7 @@ from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat.selectors import QUANTIZED_SUBDIR
 from webapp.core.numbers import MAX_STORED_INT, whole_number
-from webapp.core.submissions import Sent, request_send_once
+from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
@@ -71,6 +71,8 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 return view(request, *args, **kwargs)
             except Http404 as error:
                 return _error(404, detail=str(error) or "not found")
+            except IdempotencyKeyReused as error:
+                return _error(422, errors={IDEMPOTENCY_HEADER: [str(error)]})
             except PermissionDenied as error:
                 return _error(403, detail=str(error))
             except ValidationError as error:

@@ -385,6 +385,9 @@ def test_openapi_document_describes_every_endpoint(world):
     assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
     assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query
     assert "next" in paths["/api/v1/projects/{slug}/runs/"]["get"]["responses"]["200"]["description"]
+    for path in ("runs", "datasets", "pipelines"):  # the POSTs that take an Idempotency-Key
+        assert "another body" in paths[f"/api/v1/projects/{{slug}}/{path}/"]["post"]["responses"]["422"]["description"]
+    assert "422" not in paths["/api/v1/projects/{slug}/runs/{run_id}/cancel/"]["post"]["responses"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):
