@@ -33,6 +33,8 @@ from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
+from webapp.review import selectors as review_selectors
+from webapp.review.models import Campaign
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs.access import get_run_for_user
@@ -119,18 +121,23 @@ def _json_body(request: HttpRequest) -> Any:
         raise ValidationError({"__all__": "the body nests too deeply to be a request"}) from None
 
 
-def _version_json(version: DatasetVersion) -> dict[str, Any]:
+def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None = None) -> dict[str, Any]:
+    """A dataset version; ``review_campaign``: the campaign it was exported from, if it was."""
     return {"id": version.public_id, "number": version.number, "status": version.status,
             "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
             "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
-            "created_at": version.created_at.isoformat()}
+            "created_at": version.created_at.isoformat(),
+            "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
+                                if review_campaign is not None else None)}
 
 
 def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
     body = {"id": dataset.public_id, "name": dataset.name, "kind": dataset.kind,
             "created_at": dataset.created_at.isoformat()}
     if versions:
-        body["versions"] = [_version_json(version) for version in dataset_selectors.version_list(dataset=dataset)]
+        listed = list(dataset_selectors.version_list(dataset=dataset))
+        campaigns = review_selectors.export_campaigns(project=dataset.project, versions=listed)
+        body["versions"] = [_version_json(version, review_campaign=campaigns.get(version.pk)) for version in listed]
     return body
 
 

@@ -34,6 +34,13 @@ def campaign_list(*, project: Project) -> QuerySet[Campaign]:
     )
 
 
+def export_campaigns(*, project: Project, versions: Iterable[DatasetVersion]) -> dict[int, Campaign]:
+    """The campaign of ``project`` each of ``versions`` was exported from, by version pk (versions
+    uploaded or made otherwise are not keys); one query."""
+    exports = Export.objects.filter(campaign__project=project, version__in=list(versions)).select_related("campaign")
+    return {export.version_id: export.campaign for export in exports}
+
+
 def campaign_get(*, project: Project, public_id: str) -> Campaign:
     """The campaign ``public_id`` of ``project``; 404 when it belongs elsewhere."""
     campaign = (Campaign.objects.filter(project=project, public_id=public_id)
