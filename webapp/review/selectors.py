@@ -25,11 +25,14 @@ from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemS
 
 
 def campaign_list(*, project: Project) -> QuerySet[Campaign]:
-    """The project's campaigns, newest first, with their item count (``item_total``)."""
+    """The project's campaigns, newest first, with their item count (``item_total``) and how many of
+    those are complete (``item_complete``, as ``campaign_progress`` counts ``done``), both in the one
+    query: a page of campaigns costs no query per campaign."""
     return (
         Campaign.objects.filter(project=project)
         .select_related("source_version__dataset")
-        .annotate(item_total=Count("items", distinct=True))
+        .annotate(item_total=Count("items", distinct=True),
+                  item_complete=Count("items", filter=Q(items__status=ItemStatus.COMPLETE), distinct=True))
         .order_by("-created_at")
     )
 
