@@ -64,6 +64,11 @@ def order(sort):
     return [r.public_id for r in selectors.run_list(project=project, filters=selectors.RunFilters(sort=sort))]
 assert order("eval_loss") == [run.public_id, external.public_id], order("eval_loss")
 assert order("reward") == [run.public_id, external.public_id], order("reward")
+# The API's keyset pages over those orders: a value's page, then the page of the runs without one.
+for sort in ("eval_loss", "reward", "newest"):
+    first = selectors.run_page(project=project, filters=selectors.RunFilters(sort=sort), after=None, limit=1)
+    second = selectors.run_page(project=project, filters=selectors.RunFilters(sort=sort), after=first.next_after, limit=1)
+    assert [r.public_id for r in first.runs + second.runs] == order(sort) and second.next_after is None, sort
 print("ok")
 """
 

@@ -9,9 +9,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from jaxengine.spec import JobSpec
-from webapp.api import schemas
+from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
-from webapp.runs.selectors import SORTS
+from webapp.runs.models import RunStatus
+from webapp.runs.selectors import RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -22,14 +23,17 @@ BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"ty
               "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
                    "description": "Sent again with the same key and body, the request is answered with what the first "
-                                  "made (header Idempotent-Replayed: true) and nothing is queued again. At most 200 "
-                                  "characters (a longer key: 400); kept for 7 days."}
+                                  "made (header Idempotent-Replayed: true) and nothing is queued again; sent again with "
+                                  "another body, it is refused (422). At most 200 characters (a longer key: 400); "
+                                  "kept for 7 days."}
 ERRORS = {
     "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
     "401": {"description": "No valid bearer token."},
     "403": {"description": "Your role in the project does not allow this."},
     "404": {"description": "No such object in a project you belong to."},
 }
+KEY_REUSED = {"422": {"description": "The Idempotency-Key was sent before with another body: "
+                                     "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made."}}
 
 
 def _json(description: str) -> dict[str, Any]:
@@ -43,7 +47,8 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
                query: list | None = None, response: str = "JSON") -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
-                                 "responses": {status: _json(response), **ERRORS}}
+                                 "responses": {status: _json(response), **ERRORS,
+                                               **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
     if body is not None:
         operation["requestBody"] = _body(body)
     return operation
@@ -51,6 +56,10 @@ def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None =
 
 def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
+
+
+def _enum(name: str, description: str, values) -> dict[str, Any]:
+    return {**_query(name, description), "schema": {"type": "string", "enum": list(values)}}
 
 
 @cache
@@ -82,11 +91,22 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/datasets/{{dataset_id}}/": {"get": _operation("A dataset and its versions", [SLUG, DATASET])},
         f"{base}/runs/": {
-            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"), _query("status", "status"),
-                                                          _query("task", "task"), _query("tag", "tag"),
-                                                          _query("archived", "1: archived runs"),
-                                                          {**_query("sort", "order; default newest"),
-                                                           "schema": {"type": "string", "enum": list(SORTS)}}]),
+            "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
+                                                          _enum("status", "status (another value: 400)",
+                                                                RunStatus.values),
+                                                          _enum("task", "task (another value: 400)", RUN_TASKS),
+                                                          _query("tag", "tag"),
+                                                          _enum("archived", "1: archived runs only; 0 (default): "
+                                                                            "the others", ["0", "1"]),
+                                                          _enum("sort", "order; default newest", SORTS),
+                                                          {**_query("limit", f"runs per page (default "
+                                                                             f"{paging.DEFAULT_LIMIT})"),
+                                                           "schema": {"type": "integer", "minimum": 1,
+                                                                      "maximum": paging.MAX_LIMIT}},
+                                                          _query("cursor", "where the page starts: as given in "
+                                                                           "the previous page's next link")],
+                              response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
+                                       "page) for the page after; it keeps the query"),
             "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
                                body=schemas.RunCreate, status="201"),
         },
@@ -105,7 +125,8 @@ def build_document() -> dict[str, Any]:
                                status="201"),
         },
         f"{base}/runs/{{run_id}}/samples/": {
-            "get": _operation("Logged generations", [SLUG, RUN], query=[_query("step", "one step", "integer")]),
+            "get": _operation("Logged generations", [SLUG, RUN],
+                              query=[_query("step", "one step (not a whole number: 400)", "integer")]),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201"),
         },

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
 from webapp.core.numbers import MAX_STORED_INT
+from webapp.runs.services import RUN_NAME_MAX
 
 # Steps are stored as PositiveIntegerFields, token counts as 64-bit integers: past these an INSERT failed
 # (OverflowError, a 500) instead of naming the field.
@@ -22,7 +23,8 @@ class RunCreate(_Body):
 
     spec: dict[str, Any] | None = Field(default=None, description="The job spec as a mapping.")
     spec_yaml: str | None = Field(default=None, description="Or the job spec as YAML text.")
-    name: str = ""
+    name: str = Field(default="", description=f"At most {RUN_NAME_MAX} characters (a longer name is refused, "
+                                              "not cut); blank: one made from the spec, or 'external run'.")
     tags: list[str] = Field(default_factory=list)
     external: bool = Field(default=False, description="Open a run trained elsewhere; give config, not spec.")
     config: dict[str, Any] | None = Field(default=None, description="External runs: their hyper-parameters.")

@@ -6,6 +6,7 @@ anything of a project gets 404, a viewer's write gets 403. Errors are JSON: ``{"
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -21,17 +22,19 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from webapp.api import schemas
+from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat.selectors import QUANTIZED_SUBDIR
-from webapp.core.numbers import whole_number
-from webapp.core.submissions import Sent, request_send_once
+from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
+from webapp.review import selectors as review_selectors
+from webapp.review.models import Campaign
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs.access import get_run_for_user
@@ -70,6 +73,8 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 return view(request, *args, **kwargs)
             except Http404 as error:
                 return _error(404, detail=str(error) or "not found")
+            except IdempotencyKeyReused as error:
+                return _error(422, errors={IDEMPOTENCY_HEADER: [str(error)]})
             except PermissionDenied as error:
                 return _error(403, detail=str(error))
             except ValidationError as error:
@@ -87,6 +92,22 @@ def api_view(methods: tuple[str, ...]) -> Callable:
     return decorate
 
 
+@contextlib.contextmanager
+def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
+    """Key a service's ``ValidationError`` by the request's field names: ``names`` maps a service
+    argument (``column_mapping``) to the field a client sends it as (``mapping``), so that the client
+    can match each error to what it sent."""
+    try:
+        yield
+    except ValidationError as error:
+        if not hasattr(error, "error_dict"):
+            raise
+        renamed: dict[str, list[str]] = {}
+        for field, messages in error.message_dict.items():
+            renamed.setdefault(names.get(field, field), []).extend(messages)
+        raise ValidationError(renamed) from error
+
+
 def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
     return schema.model_validate(_json_body(request))
 
@@ -100,18 +121,23 @@ def _json_body(request: HttpRequest) -> Any:
         raise ValidationError({"__all__": "the body nests too deeply to be a request"}) from None
 
 
-def _version_json(version: DatasetVersion) -> dict[str, Any]:
+def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None = None) -> dict[str, Any]:
+    """A dataset version; ``review_campaign``: the campaign it was exported from, if it was."""
     return {"id": version.public_id, "number": version.number, "status": version.status,
             "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
             "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
-            "created_at": version.created_at.isoformat()}
+            "created_at": version.created_at.isoformat(),
+            "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
+                                if review_campaign is not None else None)}
 
 
 def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]:
     body = {"id": dataset.public_id, "name": dataset.name, "kind": dataset.kind,
             "created_at": dataset.created_at.isoformat()}
     if versions:
-        body["versions"] = [_version_json(version) for version in dataset_selectors.version_list(dataset=dataset)]
+        listed = list(dataset_selectors.version_list(dataset=dataset))
+        campaigns = review_selectors.export_campaigns(project=dataset.project, versions=listed)
+        body["versions"] = [_version_json(version, review_campaign=campaigns.get(version.pk)) for version in listed]
     return body
 
 
@@ -184,7 +210,8 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                 project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
         return f"{version.dataset.public_id} {version.number}"
 
-    sent = request_send_once(request, create=upload_version)
+    with _fields_as_sent({"column_mapping": "mapping"}):
+        sent = request_send_once(request, create=upload_version)
     dataset_id, number = sent.result.split()
     version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project, public_id=dataset_id),
                                             number=int(number))
@@ -200,17 +227,16 @@ def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> JsonResp
 
 @api_view(("GET", "POST"))
 def runs(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort;
-    at most 500). POST: launch a run from a spec, or open an external run."""
+    """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort),
+    a page at a time (``limit``, and the ``next`` link: see ``webapp.api.paging``). POST: launch a
+    run from a spec, or open an external run."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        # The Runs page falls back to its default order; a script asking for another order is told.
-        sort = request.GET.get("sort")
-        if sort is not None and sort not in run_selectors.SORTS:
-            raise ValidationError({"sort": f"{sort!r} is not one of {', '.join(run_selectors.SORTS)}"})
-        filters = run_selectors.RunFilters.from_query(request.GET)
-        found = run_selectors.run_list(project=project, filters=filters)[:500]
-        return JsonResponse({"runs": [_run_json(run) for run in found]})
+        filters = run_selectors.RunFilters.from_api_query(request.GET)
+        asked = paging.page_query(request, sort=filters.sort)
+        page = run_selectors.run_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
+        return JsonResponse({"runs": [_run_json(run) for run in page.runs],
+                             "next": paging.next_link(request, sort=filters.sort, after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     body = _body(request, schemas.RunCreate)
 
@@ -265,11 +291,21 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         return JsonResponse(dataclasses.asdict(logged), status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     names = [name for name in request.GET.get("names", "").split(",") if name]
-    try:
-        after_step = int(request.GET.get("after_step", "0"))
-        max_points = min(int(request.GET.get("max_points", run_selectors.MAX_POINTS)), 1_000_000)
+    errors = {}
+    try:  # -1 is allowed: points after step -1 include those logged at step 0
+        after_step = int(request.GET.get("after_step") or "0")
+        if abs(after_step) > MAX_STORED_INT:
+            raise ValueError
     except ValueError:
-        raise ValidationError({"after_step": "after_step and max_points are whole numbers"}) from None
+        errors["after_step"] = (f"{request.GET['after_step']!r} is not a step; give a whole number up to "
+                                f"{MAX_STORED_INT} (only points after that step come back), or leave it out")
+    max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS), maximum=None)
+    if max_points is None:
+        errors["max_points"] = (f"{request.GET['max_points']!r} is not a number of points; give a whole number "
+                                f"(at least 2; {run_selectors.MAX_POINTS} when left out)")
+    if errors:
+        raise ValidationError(errors)
+    max_points = min(max_points, 1_000_000)
     return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
                                                                max_points=max(max_points, 2))})
 
@@ -283,7 +319,10 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         stored = run_services.samples_log(run=run, samples=[sample.model_dump() for sample in body.samples])
         return JsonResponse({"stored": stored}, status=201)
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    step = request.GET.get("step")
+    step = request.GET.get("step") or None
+    if step is not None and whole_number(step) is None:
+        raise ValidationError({"step": f"{step!r} is not a step; give a whole number from 0 to {MAX_STORED_INT}, "
+                                       "or leave step out for every step"})
     samples = run_selectors.sample_list(run=run, step=whole_number(step))[:5000]
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,

@@ -9,10 +9,13 @@ class Submission(models.Model):
     """A form (or an API request with an ``Idempotency-Key``) that made something: ``key`` digests
     the form's name, its one-time token and the fields sent, ``result`` says what the first sending
     made (the address of its page, or its id). Unique per user, so of two identical sendings, even
-    concurrent ones, one makes it and the other is answered with the first's ``result``."""
+    concurrent ones, one makes it and the other is answered with the first's ``result``. An API
+    request's ``key`` digests its address and key alone, and ``body_digest`` its body: the key
+    stands for one request, and another body sent under it is refused."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=64)
+    body_digest = models.CharField(max_length=64, blank=True)
     result = models.CharField(max_length=512, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 

@@ -11,8 +11,11 @@ and queues nothing. A sending that fails (a validation error) rolls its record b
 it again is tried again. The fields are part of the key: after Back, a form sent unchanged is a
 repeat, one the user changed is a new launch (a page the browser fetches again on Back has a new
 token; ``static/forms.js`` puts back the one the form was sent with). The API does the same for
-a request with an ``Idempotency-Key`` header (``request_send_once``; the body is the fields). A
-sending without a token (older scripts) is acted on every time.
+a request with an ``Idempotency-Key`` header (``request_send_once``), but there the key alone is
+the record's key, and the body's digest is kept beside it: a client's key stands for one request
+(the IETF idempotency-key draft, as Stripe), so the key sent again with another body is a mistake
+to report (``IdempotencyKeyReused``, a 422), neither a second thing made nor the first's answer
+passed off as this one's. A sending without a token (older scripts) is acted on every time.
 
 A new API token's secret is shown on the response to the sending that made it and never stored,
 so a repeat cannot show it: ``form_send_once_secret`` keeps only the token's id, and its views
@@ -61,6 +64,16 @@ class Sent:
     created: bool
 
 
+class IdempotencyKeyReused(Exception):
+    """An API request's ``Idempotency-Key`` was sent before with another body (see the module note);
+    the message is for the client."""
+
+    def __init__(self, *, path: str):
+        super().__init__(f"{IDEMPOTENCY_HEADER} reused with a different request body: this key was first sent to "
+                         f"{path} with another body, and that request is the one it stands for. Send a new key for "
+                         "a new request, or the first body again to get what it made.")
+
+
 def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[], str],
               token_name: str = TOKEN_FIELD) -> Sent:
     """Call ``create`` (it makes the thing and returns its page address or id) unless ``user``
@@ -72,17 +85,31 @@ def send_once(*, user, form: str, token: str, fields: bytes, create: Callable[[]
     rather than cut: two keys that differ past the cut would be one sending."""
     if not token:
         return Sent(result=create(), created=True)
+    _check_token_length(token, token_name=token_name)
+    key = hashlib.sha256(json.dumps([form, token]).encode() + b"\0" + fields).hexdigest()
+    return _record_once(user=user, key=key, body_digest="", create=create, path=form)
+
+
+def _check_token_length(token: str, *, token_name: str) -> None:
     if len(token) > MAX_TOKEN_CHARS:
         raise ValidationError({token_name: f"{token_name} is {len(token)} characters long; "
                                            f"it may be at most {MAX_TOKEN_CHARS}"})
-    key = hashlib.sha256(json.dumps([form, token]).encode() + b"\0" + fields).hexdigest()
+
+
+def _record_once(*, user, key: str, body_digest: str, create: Callable[[], str], path: str) -> Sent:
+    """Store ``key`` for ``user`` and call ``create``, in one transaction; when ``key`` is stored
+    already, what its first sending made, or ``IdempotencyKeyReused`` if that sending's
+    ``body_digest`` differs (form sendings store none: their fields are part of their key)."""
     _forget_old_submissions()
     with transaction.atomic():
         try:
             with transaction.atomic():
-                submission = Submission.objects.create(user=user, key=key)
+                submission = Submission.objects.create(user=user, key=key, body_digest=body_digest)
         except IntegrityError:
-            return Sent(result=Submission.objects.get(user=user, key=key).result, created=False)
+            first = Submission.objects.get(user=user, key=key)
+            if first.body_digest != body_digest:
+                raise IdempotencyKeyReused(path=path) from None
+            return Sent(result=first.result, created=False)
         result = create()
         Submission.objects.filter(pk=submission.pk).update(result=result)
     return Sent(result=result, created=True)
@@ -158,9 +185,17 @@ def note_secret_already_shown(request: HttpRequest, *, tokens: QuerySet, token_i
 
 
 def request_send_once(request: HttpRequest, *, create: Callable[[], str]) -> Sent:
-    """``send_once`` for an API request: the ``Idempotency-Key`` header is the token, the body (a
-    JSON body, or the fields and files of a form upload) the fields."""
+    """``send_once`` for an API request with an ``Idempotency-Key`` header: the address and key are
+    the record's key, the body (a JSON body, or the fields and files of a form upload) is compared
+    with the first's. Sent again with the same body: what the first made; with another body:
+    ``IdempotencyKeyReused``. Without the header, ``create`` is called."""
+    token = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if not token:
+        return Sent(result=create(), created=True)
+    _check_token_length(token, token_name=IDEMPOTENCY_HEADER)
     form_body = request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
-    return send_once(user=request.user, form=request.path, token=request.headers.get(IDEMPOTENCY_HEADER, ""),
-                     fields=_form_fields(request) if form_body else request.body, create=create,
-                     token_name=IDEMPOTENCY_HEADER)
+    body = _form_fields(request) if form_body else request.body
+    # "api" keeps these keys apart from the forms', whose digests take the fields in too.
+    key = hashlib.sha256(json.dumps(["api", request.path, token]).encode()).hexdigest()
+    return _record_once(user=request.user, key=key, body_digest=hashlib.sha256(body).hexdigest(), create=create,
+                        path=request.path)

@@ -30,6 +30,7 @@ from webapp.datasets.models import Dataset, VersionStatus
 from webapp.datasets.uploads import LimitedUploadHandler, body_too_large
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project, Role
+from webapp.review.selectors import export_campaigns
 
 DATASETS_PER_PAGE = 50
 
@@ -173,6 +174,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
         "dataset": dataset,
         "version": version,
         "can_upload": membership.can(Role.MEMBER),
+        "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
     }
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))

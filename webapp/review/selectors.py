@@ -25,13 +25,23 @@ from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemS
 
 
 def campaign_list(*, project: Project) -> QuerySet[Campaign]:
-    """The project's campaigns, newest first, with their item count (``item_total``)."""
+    """The project's campaigns, newest first, with their item count (``item_total``) and how many of
+    those are complete (``item_complete``, as ``campaign_progress`` counts ``done``), both in the one
+    query: a page of campaigns costs no query per campaign."""
     return (
         Campaign.objects.filter(project=project)
         .select_related("source_version__dataset")
-        .annotate(item_total=Count("items", distinct=True))
+        .annotate(item_total=Count("items", distinct=True),
+                  item_complete=Count("items", filter=Q(items__status=ItemStatus.COMPLETE), distinct=True))
         .order_by("-created_at")
     )
+
+
+def export_campaigns(*, project: Project, versions: Iterable[DatasetVersion]) -> dict[int, Campaign]:
+    """The campaign of ``project`` each of ``versions`` was exported from, by version pk (versions
+    uploaded or made otherwise are not keys); one query."""
+    exports = Export.objects.filter(campaign__project=project, version__in=list(versions)).select_related("campaign")
+    return {export.version_id: export.campaign for export in exports}
 
 
 def campaign_get(*, project: Project, public_id: str) -> Campaign:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import F, FloatField, IntegerField, Max, Min, Q, QuerySet
+from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.db.models.functions import Cast
@@ -22,6 +24,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
+from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
 # Series longer than this are reduced to min/max pairs over at most MAX_POINTS / 2 step buckets
@@ -38,14 +41,25 @@ def final_value(name: str, key: str = "last") -> Cast:
     return Cast(KeyTextTransform(key, KeyTransform(name, "final_metrics")), FloatField())
 
 
+@dataclass(frozen=True)
+class SortOrder:
+    """An order of the runs table: ``value`` (a column, or a final metric), ``descending`` or not.
+    Runs without a value (a metric they have not logged) come last either way; ties go newest id first."""
+
+    value: Combinable
+    descending: bool = False
+
+
 SORTS = {
-    "newest": F("created_at").desc(), "oldest": F("created_at").asc(), "name": F("name").asc(),
-    "-name": F("name").desc(), "status": F("status").asc(), "task": F("task").asc(),
-    "steps": F("current_step").desc(),
-    # Runs that have not logged the metric come last in either direction.
-    "loss": final_value("loss").asc(nulls_last=True), "eval_loss": final_value("eval/loss").asc(nulls_last=True),
-    "reward": final_value("reward").desc(nulls_last=True), "duration": F("train_seconds").desc(),
+    "newest": SortOrder(F("created_at"), descending=True), "oldest": SortOrder(F("created_at")),
+    "name": SortOrder(F("name")), "-name": SortOrder(F("name"), descending=True), "status": SortOrder(F("status")),
+    "task": SortOrder(F("task")), "steps": SortOrder(F("current_step"), descending=True),
+    "loss": SortOrder(final_value("loss")), "eval_loss": SortOrder(final_value("eval/loss")),
+    "reward": SortOrder(final_value("reward"), descending=True),
+    "duration": SortOrder(F("train_seconds"), descending=True),
 }
+# Every task a run can have: the engine's, and runs logged from elsewhere.
+RUN_TASKS = (*tasks(), EXTERNAL_TASK)
 # What the Runs page's sort select says for each key of SORTS (the keys stay the query's values).
 SORT_LABELS = {
     "newest": "newest first", "oldest": "oldest first", "name": "name A–Z", "-name": "name Z–A",
@@ -73,6 +87,28 @@ class RunFilters:
                    tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
                    sort=sort if sort in SORTS else "newest")
 
+    @classmethod
+    def from_api_query(cls, query: Any) -> RunFilters:
+        """``from_query`` for a script: the Runs page's menus send only values it can match, but a
+        value typed into a query (``status=completed``, ``archived=true``) would match nothing, or be
+        read as another, and look like an empty project; it is a ``ValidationError`` naming the
+        parameter and the values it takes. Empty means "any", as on the page."""
+        errors: dict[str, str] = {}
+        for name, allowed, what in (("status", RunStatus.values, "a run status"), ("task", RUN_TASKS, "a run task")):
+            value = query.get(name, "")
+            if value and value not in allowed:
+                errors[name] = f"{value!r} is not {what}; use one of {', '.join(allowed)}"
+        archived = query.get("archived", "")
+        if archived not in ("", "0", "1"):
+            errors["archived"] = (f"{archived!r} is not a value of archived; use 1 (archived runs only) or 0 "
+                                  "(the others, as when left out)")
+        sort = query.get("sort")
+        if sort is not None and sort not in SORTS:
+            errors["sort"] = f"{sort!r} is not one of {', '.join(SORTS)}"
+        if errors:
+            raise ValidationError(errors)
+        return cls.from_query(query)
+
 
 def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySet[Run]:
     """The project's runs matching ``filters``, with what the table shows joined in."""
@@ -88,8 +124,40 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     if filters.tag:
         # Tags are a JSON list; a quoted match is exact on SQLite and PostgreSQL alike.
         runs = runs.filter(tags__icontains=json.dumps(filters.tag))
-    return (runs.select_related("base_model", "source_run", "created_by")
-            .prefetch_related("dataset_versions__dataset").order_by(SORTS[filters.sort], "-id"))
+    order = SORTS[filters.sort]
+    sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
+    return (runs.select_related("base_model", "source_run", "created_by").prefetch_related("dataset_versions__dataset")
+            .annotate(sort_value=order.value).order_by(sort_value, "-id"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPage:
+    """One page of ``run_list``: its ``runs`` and, when more follow, ``next_after``: the sort key
+    of its last run (``run_page``'s ``after`` for the next page; JSON values), else None."""
+
+    runs: list[Run]
+    next_after: tuple[Any, int] | None
+
+
+def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | None, limit: int) -> RunPage:
+    """The ``limit`` runs of ``run_list`` that follow the run whose sort key is ``after`` (from the
+    first when None). Keyset paging, not offsets: the key is the run's value of the sort's column
+    and its id (``run_list``'s tie-break), so a run launched or archived while a client reads page
+    after page moves no run of the pages still to come onto one already read, or off all of them."""
+    runs = run_list(project=project, filters=filters)
+    if after is not None:
+        value, last_id = after
+        if value is None:  # among the runs without a value, which come last
+            runs = runs.filter(sort_value__isnull=True, id__lt=last_id)
+        else:
+            beyond = "sort_value__lt" if SORTS[filters.sort].descending else "sort_value__gt"
+            runs = runs.filter(Q(**{beyond: value}) | Q(sort_value=value, id__lt=last_id) | Q(sort_value__isnull=True))
+    found = list(runs[:limit + 1])
+    if len(found) <= limit:
+        return RunPage(runs=found, next_after=None)
+    last = found[limit - 1]
+    value = last.sort_value
+    return RunPage(runs=found[:limit], next_after=(value.isoformat() if hasattr(value, "isoformat") else value, last.pk))
 
 
 def project_tags(*, project: Project) -> list[str]:

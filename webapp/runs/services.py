@@ -838,11 +838,13 @@ def runs_requeue_lost_messages(*, now: datetime | None = None) -> list[Run]:
 def run_create_external(*, project: Project, name: str, config: dict[str, Any] | None,
                         user: AbstractBaseUser | None, tags: str | list[str] = "") -> Run:
     """A running run that a process outside Temper reports into (``metrics_log``, ``samples_log``,
-    ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec)."""
+    ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec). A
+    blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
+    name = _checked_name(name or "", required=False) or "external run"
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(
-        public_id=public_id, project=project, name=(name or "").strip()[:120] or "external run", task=EXTERNAL_TASK,
+        public_id=public_id, project=project, name=name, task=EXTERNAL_TASK,
         spec=config or {}, resolved_spec={"output_dir": str(run_output_dir(public_id))}, status=RunStatus.RUNNING,
         started_at=now, last_heartbeat=now, worker_name="external", created_by=user, tags=parse_tags(tags),
     )

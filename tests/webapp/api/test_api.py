@@ -101,7 +101,7 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     rows = b'{"prompt": "a", "completion": "b"}\n'
     status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "m", "kind": "sft", "mapping": '["a"]'},
                           "m.jsonl", rows)
-    assert status == 400 and body["errors"]["column_mapping"][0].startswith(
+    assert status == 400 and body["errors"]["mapping"][0].startswith(
         "the column mapping must be a JSON object of field → column")
     assert not Dataset.objects.filter(name="m").exists()
     status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
@@ -111,6 +111,29 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     assert status == 400 and body["errors"]["kind"] == [
         "dataset notes is a text dataset, not sft; a new version keeps its dataset's kind (leave kind out)"]
     assert Dataset.objects.get(name="notes").versions.count() == 1
+
+
+def test_upload_errors_name_the_fields_the_client_sent(world):
+    """QA: a bad mapping was reported under "column_mapping", the service's argument, though the request's
+    field is "mapping": a client matching errors to its fields found none."""
+    from webapp.datasets.models import Dataset
+
+    _team, apis, _sent = world
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    for mapping, message in (('["prompt"]', "the column mapping must be a JSON object of field → column"),
+                             ('{"answer": "x"}', "column mapping: 'answer' is not a field of kind 'sft'"),
+                             ('{"prompt": 5}', "column mapping: the column for 'prompt' must be a column name")):
+        status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                               {"name": "chats", "kind": "sft", "mapping": mapping}, "c.jsonl", rows)
+        assert status == 400 and set(body["errors"]) == {"mapping"}, body
+        assert body["errors"]["mapping"][0].startswith(message)
+    assert not Dataset.objects.exists()
+    status, created = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "chats", "kind": "sft"},
+                                              "c.jsonl", rows)
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",  # a new version of it
+                                           {"dataset": created["dataset"]["id"], "mapping": '{"answer": "x"}'},
+                                           "c.jsonl", rows)
+    assert status == 400 and set(body["errors"]) == {"mapping"}, body
 
 
 def test_runs_create_get_cancel_resume(world):
@@ -142,7 +165,103 @@ def test_runs_list_rejects_an_unknown_sort_naming_the_choices(world):
     status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=-created")
     assert status == 400
     assert body == {"errors": {"sort": ["'-created' is not one of newest, oldest, name, -name, status, task, steps, loss, eval_loss, reward, duration"]}}
-    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": []})
+    assert apis["viewer"].call("GET", "/api/v1/projects/alpha/runs/?sort=oldest") == (200, {"runs": [], "next": None})
+
+
+def _listed(api, path: str) -> tuple[list[str], list[str]]:
+    """Every run id of a list followed page by page through its ``next`` links, and those links."""
+    ids, links = [], []
+    while path:
+        status, body = api.call("GET", path)
+        assert status == 200, body
+        ids += [run["id"] for run in body["runs"]]
+        path = body["next"] and body["next"].removeprefix(api.base)
+        links.append(path)
+    return ids, links
+
+
+def test_runs_list_pages_through_every_run(world):
+    """QA: the list stopped at 500 runs with no way to read the 501st. It pages: ?limit= (1 to 500,
+    default 100) and a next link (null on the last page) that carries the cursor and the query."""
+    from django.utils import timezone
+
+    team, apis, _sent = world
+    Run.objects.bulk_create(
+        [Run(project=team.project, name=f"run {index % 4}", task="external", spec={}, resolved_spec={},
+             status=[RunStatus.RUNNING, RunStatus.FAILED][index % 2], current_step=index % 3, tags=["t"])
+         for index in range(205)])
+    Run.objects.filter(name="run 0").update(created_at=timezone.now())  # 52 at one instant: pages split ties
+    Run.objects.filter(pk__in=Run.objects.order_by("pk").values("pk")[:1]).update(tags=[])
+    api = apis["viewer"]
+    ids, links = _listed(api, "/api/v1/projects/alpha/runs/")
+    assert len(links) == 3 and links[-1] is None  # 100, 100, 5
+    assert "limit=" not in links[0] and "cursor=" in links[0]
+    everything = list(Run.objects.order_by("-created_at", "-id").values_list("public_id", flat=True))
+    assert ids == everything
+    for sort, order in (("oldest", ("created_at", "-id")), ("name", ("name", "-id")), ("-name", ("-name", "-id")),
+                        ("status", ("status", "-id")), ("task", ("task", "-id")), ("steps", ("-current_step", "-id"))):
+        ids, _links = _listed(api, f"/api/v1/projects/alpha/runs/?sort={sort}&limit=7")
+        assert ids == list(Run.objects.order_by(*order).values_list("public_id", flat=True)), sort
+    # The orders by a final metric: runs with equal values (ties split across pages) and runs without one,
+    # which come last, after the others, in either direction.
+    for index, run in enumerate(Run.objects.order_by("id")):
+        if index % 5:
+            Run.objects.filter(pk=run.pk).update(final_metrics={"loss": {"last": index % 7 / 4},
+                                                                "reward": {"last": -(index % 3)}},
+                                                 train_seconds=float(index % 11))
+    runs = list(Run.objects.all())
+    for sort, key in (("loss", lambda run: run.final_metrics.get("loss", {}).get("last")),
+                      ("reward", lambda run: -run.final_metrics["reward"]["last"] if run.final_metrics else None),
+                      ("duration", lambda run: -run.train_seconds)):
+        expected = sorted(runs, key=lambda run: (key(run) is None, key(run) or 0, -run.pk))
+        ids, _links = _listed(api, f"/api/v1/projects/alpha/runs/?sort={sort}&limit=7")
+        assert ids == [run.public_id for run in expected], sort
+    ids, links = _listed(api, "/api/v1/projects/alpha/runs/?tag=t&status=failed&limit=30")
+    assert ids == list(Run.objects.filter(status=RunStatus.FAILED).exclude(tags=[]).order_by("-created_at", "-id")
+                       .values_list("public_id", flat=True))
+    assert all("tag=t" in link and "status=failed" in link and "limit=30" in link for link in links[:-1])
+    status, body = api.call("GET", "/api/v1/projects/alpha/runs/?limit=500")
+    assert len(body["runs"]) == 205 and body["next"] is None
+    for limit in ("0", "501", "all", "-5"):
+        assert api.call("GET", f"/api/v1/projects/alpha/runs/?limit={limit}") == (400, {"errors": {"limit": [
+            f"'{limit}' is not a page size; give a whole number from 1 to 500 (100 when left out)"]}})
+    for cursor in ("abc", links[0].split("cursor=")[1].split("&")[0][:-2]):
+        status, body = api.call("GET", f"/api/v1/projects/alpha/runs/?cursor={cursor}")
+        assert status == 400 and body["errors"]["cursor"] == [
+            "this cursor was not given by this list; follow the list's next link, or start again without cursor"]
+    by_name = _listed(api, "/api/v1/projects/alpha/runs/?sort=name&limit=7")[1][0]
+    status, body = api.call("GET", by_name.replace("sort=name", "sort=oldest"))
+    assert status == 400 and body["errors"]["cursor"] == [
+        "this cursor continues a list in the order name, not oldest; follow the list's next link as given"]
+
+
+def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(world):
+    """QA: ?status=bogus answered 200 with no runs, as if the project had none of that status (a typo,
+    or "completed" for "succeeded", looked like an empty project); ?task= and ?archived= did the same, and a
+    samples ?step= that is not a step answered every step's samples."""
+    team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    get = apis["viewer"].call
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=bogus") == (400, {"errors": {"status": [
+        "'bogus' is not a run status; use one of queued, running, succeeded, failed, cancelled"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?task=chat") == (400, {"errors": {"task": [
+        "'chat' is not a run task; use one of pretrain, sft, reward, dpo, grpo, ppo, external"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?archived=true") == (400, {"errors": {"archived": [
+        "'true' is not a value of archived; use 1 (archived runs only) or 0 (the others, as when left out)"]}})
+    for query, found in (("status=running", [run["id"]]), ("status=succeeded", []), ("status=", [run["id"]]),
+                         ("task=external", [run["id"]]), ("task=sft", []), ("archived=0", [run["id"]]),
+                         ("archived=1", [])):
+        status, body = get("GET", f"/api/v1/projects/alpha/runs/?{query}")
+        assert status == 200 and [listed["id"] for listed in body["runs"]] == found, query
+    samples = f"/api/v1/projects/alpha/runs/{run['id']}/samples/"
+    for step in ("last", "-1", "9" * 30):
+        assert get("GET", f"{samples}?step={step}") == (400, {"errors": {"step": [
+            f"'{step}' is not a step; give a whole number from 0 to 2147483647, or leave step out for every step"]}})
+    metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    status, body = get("GET", f"{metrics}?max_points=many")
+    assert status == 400 and set(body["errors"]) == {"max_points"}, body
+    status, body = get("GET", f"{metrics}?after_step=" + "9" * 30)
+    assert status == 400 and set(body["errors"]) == {"after_step"}, body
 
 
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
@@ -195,6 +314,19 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
     assert status == 400 and "takes no more data" in json.dumps(closed)
 
 
+def test_an_external_run_name_over_the_limit_is_refused_not_cut(world):
+    """QA: an external run named with 121 characters or more was made with its name cut at 120, without a
+    word (the web's launch and edit already refuse it)."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "n" * 121})
+    assert (status, body) == (400, {"errors": {"name": ["121 characters; a run name has at most 120"]}})
+    assert not Run.objects.exists()
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "n" * 120})
+    assert status == 201 and run["name"] == "n" * 120
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "  "})
+    assert status == 201 and run["name"] == "external run"
+
+
 def test_logging_into_a_trained_run_is_refused(world):
     team, apis, _sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)
@@ -227,7 +359,7 @@ def test_artifacts_download_as_tar(world):
     for step in ("%C2%B2", "9" * 30):
         assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/checkpoint/"
                                           f"?step={step}")[0] == 404
-        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 200
+        assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/samples/?step={step}")[0] == 400
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")[0] == 404
 
 
@@ -261,10 +393,16 @@ def test_openapi_document_describes_every_endpoint(world):
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
-    sort, = (parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]
-             if parameter["name"] == "sort")
-    assert sort["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss", "eval_loss",
-                                     "reward", "duration"]
+    query = {parameter["name"]: parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]}
+    assert query["sort"]["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss",
+                                               "eval_loss", "reward", "duration"]
+    assert query["status"]["schema"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
+    assert query["task"]["schema"]["enum"][-1] == "external" and query["archived"]["schema"]["enum"] == ["0", "1"]
+    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500} and "cursor" in query
+    assert "next" in paths["/api/v1/projects/{slug}/runs/"]["get"]["responses"]["200"]["description"]
+    for path in ("runs", "datasets", "pipelines"):  # the POSTs that take an Idempotency-Key
+        assert "another body" in paths[f"/api/v1/projects/{{slug}}/{path}/"]["post"]["responses"]["422"]["description"]
+    assert "422" not in paths["/api/v1/projects/{slug}/runs/{run_id}/cancel/"]["post"]["responses"]
 
 
 def test_the_tokens_page_shows_a_new_token_once(world, client_for):

@@ -228,6 +228,60 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
+def test_a_version_exported_from_a_campaign_links_back_to_it(campaign, team, carol, client_for):
+    """QA: a dataset version written by a campaign's export did not say where it came from; its page and
+    its API representation name the campaign, the page with a link to it."""
+    from webapp.api.services import token_create
+
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="clean prefs"),
+                                    user=team.owner)
+    version = services.export_write(export_id=export.pk).version
+    page = client_for(team.viewer).get(
+        reverse("datasets:version", args=["alpha", version.dataset.public_id, version.number])).content.decode()
+    assert f'<dt>From</dt><dd>review campaign <a href="{url("detail", campaign)}">pass 1</a></dd>' in page
+    source = client_for(team.viewer).get(reverse("datasets:version", args=[
+        "alpha", campaign.source_version.dataset.public_id, campaign.source_version.number])).content.decode()
+    assert "review campaign" not in source  # the campaign's own source was uploaded, not exported
+    _token, secret = token_create(user=team.viewer, name="script")
+    body = client_for(team.viewer).get(f"/api/v1/projects/alpha/datasets/{version.dataset.public_id}/",
+                                       HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+    assert body["versions"][0]["review_campaign"] == {"id": campaign.public_id, "name": "pass 1"}
+    body = client_for(team.viewer).get(f"/api/v1/projects/alpha/datasets/{campaign.source_version.dataset.public_id}/",
+                                       HTTP_AUTHORIZATION=f"Bearer {secret}").json()
+    assert body["versions"][0]["review_campaign"] is None
+
+
+def test_the_list_shows_each_campaigns_progress_in_as_many_queries_for_any_number(
+        campaign, team, carol, client_for, preference_version, django_assert_num_queries):
+    """QA: the campaign list had no progress column: seeing how far each campaign was meant opening it.
+    Each row says how many items are complete of all, with a bar, counted in the list's own query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for sequence in (1, 2):
+        item = Item.objects.get(campaign=campaign, sequence=sequence)
+        answer(item, team.teammate, "a")
+        answer(item, carol, "a")
+    answer(Item.objects.get(campaign=campaign, sequence=3), team.teammate, "a")  # one review of two: not complete
+    client = client_for(team.viewer)
+    list_url = reverse("review:list", args=["alpha"])
+    with CaptureQueriesContext(connection) as one_campaign:
+        page = client.get(list_url).content.decode()
+    row = page.split(url("detail", campaign))[1].split("</tr>")[0]
+    assert ('<td class="campaign-progress"><div class="review-progress"><div class="bar" role="progressbar" aria-valuemin="0" '
+            'aria-valuemax="100" aria-valuenow="50"><span style="width: 50%"></span></div>'
+            '<span class="percent">2 / 4 complete</span></div></td>') in row
+    for index in range(3):
+        create_loaded(project=team.project, name=f"pass {index + 2}", guidelines="", required_reviews=1,
+                      reviewers=[carol], source_version=preference_version, user=team.owner)
+    with django_assert_num_queries(len(one_campaign)):
+        page = client.get(list_url).content.decode()
+    assert page.count("0 / 4 complete") == 3 and page.count('aria-valuenow="0"') == 3
+
+
 def test_the_owner_changes_the_settings(campaign, team, carol, client_for):
     owner = client_for(team.owner)
     assert owner.get(url("settings", campaign)).status_code == 200

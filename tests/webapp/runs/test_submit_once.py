@@ -156,6 +156,49 @@ def test_the_api_uploads_once_per_idempotency_key(team, client_for, sent_tasks):
     assert second["Idempotent-Replayed"] == "true"
 
 
+REUSED = ("Idempotency-Key reused with a different request body: this key was first sent to {path} with another "
+          "body, and that request is the one it stands for. Send a new key for a new request, or the first body "
+          "again to get what it made.")
+
+
+def test_an_idempotency_key_sent_again_with_another_body_is_refused(team, catalog, client_for, sent_tasks):
+    """QA: the same key with a different body made a second run (the body was part of what the key was
+    stored under), so a client that reused a key by mistake got a new object and no word. The key stands for
+    its first request: another body under it is a 422 (IETF idempotency-key draft, as Stripe), and the
+    first body again still gets what it made."""
+    _token, secret = token_create(user=team.teammate, name="script")
+    client = client_for(team.teammate)
+
+    def launch(max_steps, key="k-1"):
+        spec = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
+                "train": {"max_steps": max_steps}}
+        return client.post("/api/v1/projects/alpha/runs/", json.dumps({"spec": spec}), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY=key)
+
+    first, other = launch(3), launch(4)
+    assert first.status_code == 201
+    assert other.status_code == 422 and other.json() == {
+        "errors": {"Idempotency-Key": [REUSED.format(path="/api/v1/projects/alpha/runs/")]}}
+    again = launch(3)
+    assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"] == Run.objects.get().public_id and len(sent_tasks.calls) == 1
+    # A request refused (a 400) leaves no record: the key is free for the corrected body.
+    assert launch(0, key="k-2").status_code == 400
+    assert launch(5, key="k-2").status_code == 201 and Run.objects.count() == 2
+
+    def upload(content):
+        return client.post("/api/v1/projects/alpha/datasets/", {
+            "name": "uploaded", "kind": "sft", "file": SimpleUploadedFile("chats.jsonl", content)},
+            HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="u-1")
+
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    assert upload(rows).status_code == 201
+    changed = upload(rows + rows)
+    assert changed.status_code == 422 and changed.json() == {
+        "errors": {"Idempotency-Key": [REUSED.format(path="/api/v1/projects/alpha/datasets/")]}}
+    assert DatasetVersion.objects.filter(dataset__name="uploaded").count() == 1 and upload(rows).status_code == 201
+
+
 def test_retry_and_export_sent_twice_act_once(team, catalog, client_for, sent_tasks):
     run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
     Run.objects.filter(pk=run.pk).update(status="failed")
