@@ -6,7 +6,9 @@ answers as the chat serves it.
 Prints the completion as it is generated; with ``--json`` prints one JSON object
 ``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
 the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
-with the generation prompt; otherwise the text is encoded as is, with the tokenizer's BOS.
+with the generation prompt; otherwise the text is encoded as transformers' ``tokenizer(text)`` encodes it
+(BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or ``add_bos_token: true`` beside a
+tokenizer.model).
 Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
 means greedy), else temperature 1, no top-k, top-p 1. ``--temperature 0`` is greedy.
 """
