@@ -7,7 +7,8 @@ shape) and the tokenizer (for its number of ids). Tensor data is never read.
 
 Paths come from users, so ``resolve_model_dir`` confines them to the allow-listed
 models root: ``..`` components are refused outright and symlinks are resolved
-before the containment check, so a link pointing outside the root is refused too;
+before the containment check, so a link pointing outside the root is refused too
+(every path outside the root, existing or not, gets the same message);
 ``read_model_facts`` checks every file it reads the same way (a config.json linked to
 a file outside the root was read, and shown on the model's page).
 
@@ -73,14 +74,18 @@ def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
     candidate = Path(raw_path).expanduser()
     if not candidate.is_absolute():
         candidate = root / candidate
+    # Judged before existence, on the path as it would resolve (a missing path is judged as if it existed),
+    # and with one message that shows only what was given: the form must not say whether a path outside
+    # the root exists, nor where a link points.
+    outside = ModelDirError(f"{candidate}: not a directory under the models root {root}; copy or move the model "
+                            "under the root (symlinks there may not point outside it)")
+    if not candidate.resolve().is_relative_to(root):
+        raise outside
     if not candidate.exists():
         raise ModelDirError(f"{candidate} does not exist; models must be copied under {root} first")
     resolved = candidate.resolve(strict=True)
-    if not resolved.is_relative_to(root):
-        raise ModelDirError(
-            f"{candidate} resolves to {resolved}, outside the models root {root} "
-            "(symlinks may not point outside it); copy or move the model under the root"
-        )
+    if not resolved.is_relative_to(root):  # a link changed since the check above
+        raise outside
     if not resolved.is_dir():
         raise ModelDirError(f"{resolved} is a file; give the model's directory (the one holding config.json)")
     return resolved

@@ -88,7 +88,7 @@ class TestRegister:
         ("path", "message"),
         [
             ("../tiny", b"contains &#x27;..&#x27;"),
-            ("/etc", b"outside the models root"),
+            ("/etc", b"not a directory under the models root"),
             ("nowhere", b"does not exist"),
         ],
     )
@@ -103,7 +103,7 @@ class TestRegister:
         (models_root / "sneaky").symlink_to(outside, target_is_directory=True)
         response = client_for(team.owner).post(self.url, {"name": "x", "path": "sneaky"})
         assert response.status_code == 400
-        assert b"symlinks may not point outside" in response.content
+        assert b"symlinks there may not point outside" in response.content
 
 
 class TestDetail:
