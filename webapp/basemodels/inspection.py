@@ -25,8 +25,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, UnsupportedArchitectureError,
-                                     family_for_hf_config)
+from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
+                                     UnsupportedArchitectureError, family_for_hf_config, vocab_size_mismatch)
 from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
 # A safetensors header lists names, dtypes, shapes and offsets; even models with
@@ -148,9 +148,11 @@ def _weight_files(model_dir: Path, models_root: Path) -> list[Path]:
     return files
 
 
-def _count_parameters(files: list[Path]) -> tuple[int, str]:
+def _count_parameters(files: list[Path]) -> tuple[int, str, list[tuple[str, Path, int]]]:
+    """(parameters, most common dtype, (name, file, rows) of each tensor with one row per token id)."""
     parameter_count = 0
     bytes_by_dtype: Counter[str] = Counter()
+    vocabulary_rows = []
     for file in files:
         for name, entry in read_safetensors_header(file).items():
             if name == "__metadata__":
@@ -168,8 +170,10 @@ def _count_parameters(files: list[Path]) -> tuple[int, str]:
                 raise ModelDirError(f"{file}: the tensors' sizes add up to {parameter_count} parameters, more than "
                                     "any model has; the header is corrupt")
             bytes_by_dtype[dtype] += count
+            if name.endswith(VOCABULARY_ROWS) and len(shape) == 2:
+                vocabulary_rows.append((name, file, shape[0]))
     dtype = bytes_by_dtype.most_common(1)[0][0] if bytes_by_dtype else "unknown"
-    return parameter_count, dtype
+    return parameter_count, dtype, vocabulary_rows
 
 
 def _tokenizer_type(model_dir: Path) -> str:
@@ -216,6 +220,15 @@ def _check_config(config: dict, family: str, config_path: Path) -> None:
             raise ModelDirError(f"{config_path}: {key} is {value!r}; it must be a positive whole number")
 
 
+def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:
+    """config.json's vocab_size as the engine reads it (a multimodal Gemma 3 config's text_config first)."""
+    if family in NESTED_TEXT_CONFIG_FAMILIES and isinstance(config.get("text_config"), dict):
+        nested = _first_int(config["text_config"], ("vocab_size",), source=config_path)
+        if nested is not None:
+            return nested
+    return _first_int(config, ("vocab_size",), source=config_path)
+
+
 def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
     """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``."""
     config_path = model_dir / "config.json"
@@ -247,7 +260,11 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
         raise ModelDirError(f"{error}; register a model of one of these families") from None
     _check_config(config, family, config_path)
     files = _weight_files(model_dir, models_root)
-    parameter_count, dtype = _count_parameters(files)
+    parameter_count, dtype, vocabulary_rows = _count_parameters(files)
+    vocab_size = _vocab_size(config, family, config_path)
+    for tensor, file, rows in vocabulary_rows:
+        if vocab_size is not None and rows != vocab_size:  # refused now, not when a run first loads it
+            raise ModelDirError(vocab_size_mismatch(config_path, vocab_size, tensor, file, rows, remedy="register"))
     for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         if (model_dir / name).exists():
             _inside_root(model_dir / name, models_root)
@@ -256,7 +273,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
         model_type=model_type,
         parameter_count=parameter_count,
         context_length=_first_int(config, CONTEXT_LENGTH_KEYS, source=config_path),
-        vocab_size=_first_int(config, ("vocab_size",), source=config_path),
+        vocab_size=vocab_size,
         tokenizer_vocab_size=_tokenizer_vocab_size(model_dir),
         tokenizer_type=_tokenizer_type(model_dir),
         dtype=dtype,

@@ -32,6 +32,20 @@ def test_it_reads_how_many_ids_the_tokenizer_has_beside_the_embedding_rows(root)
     assert (facts.vocab_size, facts.tokenizer_vocab_size) == (64, 50)
 
 
+@pytest.mark.parametrize("name", ["model.embed_tokens.weight", "lm_head.weight",
+                                  "model.language_model.embed_tokens.weight"])
+def test_a_vocab_size_the_embedding_does_not_have_is_refused_naming_both(root, name):
+    """QA: a config.json whose vocab_size (64) is not the embedding's rows (60) was registered, and the first
+    run or chat on it failed at load."""
+    write_model_dir(root / "tiny", shapes={name: (60, 8), "norm.weight": (8,)})
+    with pytest.raises(ModelDirError) as error:
+        read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root)
+    assert str(error.value) == (
+        f"{root / 'tiny' / 'config.json'}: vocab_size is 64, but {name!r} in {root / 'tiny' / 'model.safetensors'} "
+        "has 60 rows (one per token id); set vocab_size to 60, or register the weights this config.json was "
+        "written for")
+
+
 def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     write_model_dir(root / "tiny")  # tokenizer.json holds "{}"
     assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
