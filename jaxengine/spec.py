@@ -511,7 +511,7 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = "required key is missing"
     elif _non_finite(value):
         message = f"{value!r} is not a finite number"
-    elif kind in ("int_type", "float_type", "bool_type") and (wrong := _wrongly_written(kind, value)):
+    elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
     elif kind == "too_short" and isinstance(value, (list, tuple)):
         least = err.get("ctx", {}).get("min_length", 1)
@@ -529,8 +529,10 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
     return f"{_prefix(source, line)}{dotted}: {message}"
 
 
-def _wrongly_written(kind: str, value: Any) -> str | None:
-    """What is wrong with a number or boolean written as another type (strict mode), or None."""
+def wrongly_written_value(kind: str, value: Any) -> str | None:
+    """What is wrong with a number or boolean written as another type, for a strict pydantic error of ``kind``
+    (int_type, float_type, bool_type) on ``value``; None when it is no such case (the web's pipeline
+    documents say it the same way)."""
     if kind == "bool_type":
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
             return f"{value!r} is text (in quotes); write true or false without quotes"
@@ -539,10 +541,10 @@ def _wrongly_written(kind: str, value: Any) -> str | None:
         return f"{value!r} is true or false, not a number"
     if isinstance(value, str):
         try:
-            number = int(value) if kind == "int_type" else float(value)
+            int(value) if kind == "int_type" else float(value)
         except ValueError:
             return None
-        return f"{value!r} is text (in quotes); write the number without quotes: {number}"
+        return f"{value!r} is text (in quotes); write the number without quotes: {value.strip()}"
     if kind == "int_type" and isinstance(value, float):
         return f"{value!r} is not a whole number" + (f"; write {int(value)}" if value.is_integer() else "")
     return None
