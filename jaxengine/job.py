@@ -102,10 +102,32 @@ def job_placement(spec: JobSpec):
     return MeshPlacement(mesh)
 
 
+def canonical_model(model: str) -> str:
+    """One spelling per model directory: the resolved absolute path a spec's ``model`` names (the
+    ``demo-tiny`` preset, a relative path, a symlink or a trailing slash all give the directory's),
+    or ``model`` as written when it names none (the job then fails on it anyway)."""
+    try:
+        return str(resolve_model_dir(model).resolve())
+    except (JobError, OSError):
+        return model
+
+
 def job_identity(spec: JobSpec) -> str:
-    """What a run's checkpoints are of — task, model and PEFT settings — so a resume cannot mix jobs
-    (training lengths, data and optimizer settings may change between resumes)."""
-    return json.dumps({"task": spec.task, "model": spec.model, "peft": spec.peft.model_dump(mode="json")},
+    """What a run's checkpoints are of — task, model (``canonical_model``) and PEFT settings — so a
+    resume cannot mix jobs (training lengths, data and optimizer settings may change between resumes),
+    and the same job spelled two ways is one."""
+    return _identity(spec, canonical_model(spec.model))
+
+
+def earlier_job_identities(spec: JobSpec) -> tuple[str, ...]:
+    """The identity engines before ``canonical_model`` wrote into this job's checkpoints (its model as
+    the spec spells it), when that differs: those checkpoints still resume."""
+    written = _identity(spec, spec.model)
+    return () if written == job_identity(spec) else (written,)
+
+
+def _identity(spec: JobSpec, model: str) -> str:
+    return json.dumps({"task": spec.task, "model": model, "peft": spec.peft.model_dump(mode="json")},
                       sort_keys=True)
 
 
@@ -123,7 +145,7 @@ def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
         previous = load_spec(written)
     except SpecError:
         return  # not a spec this engine reads: the trainer's check on the checkpoints decides
-    if job_identity(previous) != job_identity(spec):
+    if job_identity(previous) not in (job_identity(spec), *earlier_job_identities(spec)):
         raise JobError(f"output_dir: {run_dir} holds the checkpoints of another job ({job_identity(previous)}), "
                        f"not this one ({job_identity(spec)}); use a new output_dir")
 
@@ -446,6 +468,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len, packing=spec.data.packing,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
+        identity_aliases=earlier_job_identities(spec),
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

@@ -129,20 +129,26 @@ def default_compute_dtype():
 def load_serving_model(path: str | Path, *, compute_dtype=None) -> LoadedModel:
     """A quantized serving copy (``jaxengine.quantize``; on CPU its kernels expanded once, see
     ``expand_serving_kernels``) or a Hugging Face model directory, ready to serve."""
-    from jaxengine.checkpoint.hf import load_hf_model
-    from jaxengine.quantize import expand_serving_kernels, is_quantized_dir, load_quantized
     from jaxengine.tokenizer import load_tokenizer
 
     path = Path(path)
-    compute_dtype = compute_dtype or default_compute_dtype()
+    model = load_serving_weights(path, compute_dtype=compute_dtype or default_compute_dtype())
+    return LoadedModel(model=model, tokenizer=load_tokenizer(path), nbytes=weight_bytes(model), path=path)
+
+
+def load_serving_weights(path: str | Path, *, compute_dtype) -> nnx.Module:
+    """The model of a quantized serving copy or of a Hugging Face model directory, in inference layout
+    (``load_serving_model`` without the tokenizer; ``jaxengine generate`` reads it first)."""
+    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.quantize import expand_serving_kernels, is_quantized_dir, load_quantized
+
     if is_quantized_dir(path):
         model, _, _ = load_quantized(path, compute_dtype=compute_dtype)
         if jax.default_backend() == "cpu":  # no fused dequantization there: expand the codes once
             expand_serving_kernels(model)
     else:
         model, _ = load_hf_model(path, param_dtype=compute_dtype, compute_dtype=compute_dtype)
-    model = inference_layout(model)  # once here, so the separate q/k/v and gate/up kernels are not kept too
-    return LoadedModel(model=model, tokenizer=load_tokenizer(path), nbytes=weight_bytes(model), path=path)
+    return inference_layout(model)  # once here, so the separate q/k/v and gate/up kernels are not kept too
 
 
 def serving_devices(count: int | None = None) -> list[jax.Device]:

@@ -40,6 +40,9 @@ ProjectionName = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "u
 
 ALL_PROJECTIONS: tuple[str, ...] = typing.get_args(ProjectionName)
 
+# Tuple keys take the lists YAML and JSON give (strict mode takes only tuples); their items stay strict.
+_LIST = {"strict": False}
+
 # Task -> the dataset kind (jaxengine.data.formats) its data files hold.
 TASK_DATASET_KINDS: dict[str, str] = {"pretrain": "text", "sft": "sft", "reward": "preference", "dpo": "preference",
                                       "grpo": "prompts", "ppo": "prompts"}
@@ -71,7 +74,10 @@ class SpecError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # Strict: a number or boolean must be written as one. In lax mode "64" (in quotes), 64.0 and true
+    # trained as 64, 64 and 1, so a quoted value or a typo in a YAML or JSON spec went unnoticed.
+    # Whole numbers still fill float keys. Lists fill tuple keys (``_LIST``), as YAML and JSON have no tuples.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class DataSpec(_Section):
@@ -113,7 +119,7 @@ class PeftSpec(_Section):
     alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator: updates are scaled by alpha / rank.")
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     targets: tuple[ProjectionName, ...] = Field(
-        default=ALL_PROJECTIONS, min_length=1, description="Projection names that get LoRA adapters."
+        default=ALL_PROJECTIONS, min_length=1, description="Projection names that get LoRA adapters.", **_LIST
     )
     quant_bits: Literal[4, 8] = Field(default=4, description="qlora: 4 (NF4) or 8 (int8) bits for frozen weights.")
     group_size: int = Field(default=64, ge=8, le=4096, description="qlora: weights per quantization scale.")
@@ -259,11 +265,11 @@ class GrpoSpec(_Section):
     dynamic_sampling_pool: int = Field(default=4, ge=1, description="With dynamic_sampling: prompts sampled per "
                                        "prompt of the batch, in one rollout; groups with reward variance fill the "
                                        "batch first.")
-    rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.")
+    rewards: tuple[RewardTermSpec, ...] = Field(description="Reward functions, summed with weights.", **_LIST)
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
                                 "when training on a format reward. The first ranks checkpoints (the best is kept); "
-                                "without any, the first reward does.")
+                                "without any, the first reward does.", **_LIST)
     zero_std_patience: int = Field(default=20, ge=1, description="Stop when every group's rewards are equal "
                                    "(frac_reward_zero_std = 1) this many steps in a row.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's kl exceeds this; null: no ceiling.")
@@ -289,7 +295,7 @@ class PpoSpec(_Section):
     reward_model: str | None = Field(default=None, description="A task: reward run (its directory or export/) "
                                      "scoring prompt + completion; or give rewards.")
     rewards: tuple[RewardTermSpec, ...] = Field(default=(), description="Reward functions, summed with weights; "
-                                                "or give reward_model.")
+                                                "or give reward_model.", **_LIST)
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Clip range of the policy ratio: 1 ± epsilon.")
     max_new_tokens: MaxNewTokens = 128
     temperature: RolloutTemperature = 1.0
@@ -298,7 +304,7 @@ class PpoSpec(_Section):
     mask_truncated: MaskTruncated = False
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
-                                "when rewarding with a reward model.")
+                                "when rewarding with a reward model.", **_LIST)
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's objective/kl (per completion) "
                                  "exceeds this; null: no ceiling.")
 
@@ -499,6 +505,9 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
     if kind == "literal_error":
         allowed = _allowed_values(loc)
         message = f"{value!r} is not one of {', '.join(map(str, allowed))}" if allowed else message
+        if isinstance(value, str) and any(not isinstance(choice, str) and str(choice) == value.strip()
+                                          for choice in allowed):
+            message += "; write the number without quotes"
     elif kind == "extra_forbidden":
         siblings = _allowed_keys(loc[:-1])
         message = "unknown key" + (f"; allowed keys here: {', '.join(siblings)}" if siblings else "")
@@ -506,6 +515,8 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = "required key is missing"
     elif _non_finite(value):
         message = f"{value!r} is not a finite number"
+    elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
+        message = wrong
     elif kind == "too_short" and isinstance(value, (list, tuple)):
         least = err.get("ctx", {}).get("min_length", 1)
         message = f"{list(value)!r}: give at least {least}"
@@ -520,6 +531,27 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
     dotted = ".".join(str(part) for part in loc) or "(top level)"
     line = _line_for(loc, lines)
     return f"{_prefix(source, line)}{dotted}: {message}"
+
+
+def wrongly_written_value(kind: str, value: Any) -> str | None:
+    """What is wrong with a number or boolean written as another type, for a strict pydantic error of ``kind``
+    (int_type, float_type, bool_type) on ``value``; None when it is no such case (the web's pipeline
+    documents say it the same way)."""
+    if kind == "bool_type":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
+            return f"{value!r} is text (in quotes); write true or false without quotes"
+        return f"{value!r} is not true or false" if isinstance(value, (int, float)) else None
+    if isinstance(value, bool):
+        return f"{value!r} is true or false, not a number"
+    if isinstance(value, str):
+        try:
+            int(value) if kind == "int_type" else float(value)
+        except ValueError:
+            return None
+        return f"{value!r} is text (in quotes); write the number without quotes: {value.strip()}"
+    if kind == "int_type" and isinstance(value, float):
+        return f"{value!r} is not a whole number" + (f"; write {int(value)}" if value.is_integer() else "")
+    return None
 
 
 def _non_finite(value: Any) -> bool:

@@ -320,6 +320,8 @@ class TrainConfig:
     optim: OptimSpec = field(default_factory=OptimSpec)
     # What the checkpoints belong to (e.g. task, model and PEFT settings); resuming checks it.
     identity: str = ""
+    # Identities earlier engines wrote for this same job (``jaxengine.job.earlier_job_identities``).
+    identity_aliases: tuple[str, ...] = ()
     # The evaluation metric that ranks checkpoints; the best one is always saved and never pruned.
     best_metric: str = "eval/loss"
     best_higher_is_better: bool = False
@@ -463,7 +465,7 @@ class Trainer:
         if not steps:
             return False
         meta = checkpoints.meta(steps[-1])
-        if meta.get("identity") != self.config.identity:
+        if meta.get("identity") not in (self.config.identity, *self.config.identity_aliases):
             raise TrainingError(f"{checkpoints.manager.directory}: these checkpoints belong to another job "
                                 f"({meta.get('identity')}), not this one ({self.config.identity}); "
                                 "use a new output_dir")

@@ -28,6 +28,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from jaxengine.models import CausalLM, ModelConfig, build_model, family_module, from_hf_config, to_hf_config
+from jaxengine.models.config import VOCABULARY_ROWS, vocab_size_mismatch
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -171,6 +172,10 @@ def load_hf_model(model_dir: str | Path, *, param_dtype=jnp.float32, compute_dty
             expected = tuple(variable.shape)
             if tuple(array.shape) != expected:
                 stored = tuple(reversed(array.shape)) if transposed else tuple(array.shape)
+                expected_stored = tuple(reversed(expected)) if transposed else expected
+                if name.endswith(VOCABULARY_ROWS) and stored[1:] == expected_stored[1:]:
+                    raise CheckpointError(vocab_size_mismatch(model_dir / "config.json", config.vocab_size,
+                                                              name, file, stored[0], remedy="use"))
                 raise CheckpointError(
                     f"tensor {name!r} in {file} has shape {stored}, expected "
                     f"{tuple(reversed(expected)) if transposed else expected} from config.json "

@@ -1,9 +1,14 @@
 """``jaxengine generate --model DIR --prompt TEXT ...``: complete one prompt with a model directory.
 
+DIR is a Hugging Face model directory or a quantized serving copy (a run's ``export/quantized/``), which
+answers as the chat serves it.
+
 Prints the completion as it is generated; with ``--json`` prints one JSON object
 ``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
 the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
-with the generation prompt; otherwise the text is encoded as is, with the tokenizer's BOS.
+with the generation prompt; otherwise the text is encoded as transformers' ``tokenizer(text)`` encodes it
+(BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or ``add_bos_token: true`` beside a
+tokenizer.model).
 Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
 means greedy), else temperature 1, no top-k, top-p 1. ``--temperature 0`` is greedy.
 """
@@ -24,7 +29,7 @@ DTYPES = ("float32", "bfloat16")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate a completion from a model directory",
                                    description=command_description(__doc__))
-    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer)")
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (config.json, safetensors, tokenizer), or a quantized serving copy")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
     parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")
     parser.add_argument("--system", metavar="TEXT", help="system turn before the prompt (with --chat)")
@@ -74,9 +79,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     import jax.numpy as jnp
 
-    from jaxengine.checkpoint.hf import load_hf_model
-    from jaxengine.models.transformer import inference_layout
     from jaxengine.sampler import Sampler
+    from jaxengine.serving import load_serving_weights
     from jaxengine.tokenizer import load_tokenizer
 
     read_model_config(model_dir)  # a bad config.json is reported before the weights are read
@@ -88,9 +92,8 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
-    model, _ = load_hf_model(model_dir, param_dtype=dtype, compute_dtype=dtype)
-    model = inference_layout(model)  # rebound: the separate q/k/v and gate/up kernels are not kept too
-    sampler = Sampler(model, tokenizer)
+    # A quantized serving copy (export/quantized/) loads as the chat serves it.
+    sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)
 
     def print_delta(row: int, token_id: int, delta: str) -> None:
         sys.stdout.write(delta)

@@ -1,8 +1,10 @@
 """``jaxengine inspect --model DIR [--json]``: what a Hugging Face model directory holds.
 
-Architecture and family, parameter count (of the model jaxengine builds from config.json, computed
-without allocating weights), the dtype config.json declares and the dtypes stored in the safetensors
-files, context length, main sizes, and the tokenizer (backend, vocabulary, special ids, chat template).
+Architecture and family, parameter count (of the weights the safetensors files hold, from their headers:
+no tensor is read), the dtype config.json declares and the dtypes stored in the safetensors files, context
+length, main sizes, and the tokenizer (backend, vocabulary, special ids, chat template). A tokenizer file
+that cannot be read is bad input, like a bad config.json; a directory without any tokenizer is described
+(tokenizer: none).
 """
 from __future__ import annotations
 
@@ -31,27 +33,17 @@ def human_count(count: int) -> str:
     return str(count)
 
 
-def parameter_count(config) -> int:
-    """Parameters of the model built from ``config`` (tied embeddings counted once), without allocating them."""
-    import jax
-    from flax import nnx
-
-    from jaxengine.models import build_model
-
-    abstract = nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0)))
-    return sum(leaf.size for leaf in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
-
-
 def describe(model_dir: Path) -> dict[str, Any]:
     """The facts ``inspect`` prints, as a JSON-ready dict."""
-    from jaxengine.tokenizer import TokenizerError, load_tokenizer
+    from jaxengine.tokenizer import SENTENCEPIECE_FILE, TOKENIZER_JSON_FILE, load_tokenizer
 
     hf_config, config = read_model_config(model_dir)
-    try:
-        tokenizer = load_tokenizer(model_dir)
-    except TokenizerError as error:
-        tokenizer_facts: dict[str, Any] = {"type": None, "problem": str(error)}
+    weights = safetensors_summary(model_dir)
+    if not any((model_dir / name).is_file() for name in (TOKENIZER_JSON_FILE, SENTENCEPIECE_FILE)):
+        tokenizer_facts: dict[str, Any] = {
+            "type": None, "problem": f"no {TOKENIZER_JSON_FILE} or {SENTENCEPIECE_FILE} in {model_dir}"}
     else:
+        tokenizer = load_tokenizer(model_dir)  # one that cannot be read is a TokenizerError: bad input
         tokenizer_facts = {
             "type": tokenizer.kind,
             "vocab_size": tokenizer.vocab_size,
@@ -65,9 +57,9 @@ def describe(model_dir: Path) -> dict[str, Any]:
         "model_dir": str(model_dir),
         "architecture": architectures[0],
         "family": config.family,
-        "parameters": parameter_count(config),
+        "parameters": weights["parameters"] if weights["files"] else None,
         "dtype": hf_config.get("dtype") or hf_config.get("torch_dtype"),
-        "weights": safetensors_summary(model_dir),
+        "weights": weights,
         "context_length": config.max_position_embeddings,
         "layers": config.num_layers,
         "hidden_size": config.hidden_size,
@@ -93,7 +85,8 @@ def _as_text(facts: dict[str, Any]) -> str:
                           f"chat template: {tokenizer['chat_template']}")
     rows = [
         ("architecture", f"{facts['architecture']} (family {facts['family']})"),
-        ("parameters", f"{human_count(facts['parameters'])} ({facts['parameters']:,})"),
+        ("parameters", "unknown (no safetensors files)" if facts["parameters"] is None
+                       else f"{human_count(facts['parameters'])} ({facts['parameters']:,})"),
         ("dtype", f"{facts['dtype'] or 'not stated'} (config.json); weights: {weight_line}"),
         ("context length", str(facts["context_length"])),
         ("layers", f"{facts['layers']}, hidden {facts['hidden_size']}, heads {facts['heads']} "

@@ -3,6 +3,7 @@ heavy import, reading safetensors headers, and turning known errors into one-lin
 from __future__ import annotations
 
 import json
+import math
 import struct
 import sys
 from collections.abc import Callable
@@ -47,24 +48,62 @@ def read_model_config(model_dir: Path):
         raise CliError(f"{model_dir / 'config.json'}: {error}") from None
 
 
+# A header larger than this is a corrupt length field, not a header (the biggest real ones are a few MB).
+MAX_HEADER_BYTES = 100 * 2**20
+
+
+def read_safetensors_header(path: Path) -> dict:
+    """The JSON header of a safetensors file (tensor name -> dtype, shape, offsets), without reading any
+    tensor; a file too short or not of that form is a CliError naming it."""
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        header_size = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
+        raw = handle.read(header_size) if header_size is not None and header_size <= MAX_HEADER_BYTES else b""
+    if header_size is None or len(raw) != header_size:
+        raise CliError(f"{path}: cut short or not a safetensors file (its header cannot be read); "
+                       "copy or convert the weights again")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict) or not all(
+            name == "__metadata__" or (isinstance(entry, dict) and isinstance(entry.get("dtype"), str)
+                                       and isinstance(entry.get("shape"), list)
+                                       and all(isinstance(size, int) and size >= 0 for size in entry["shape"]))
+            for name, entry in (header or {}).items()):
+        raise CliError(f"{path}: the safetensors header is not a JSON object of tensors (dtype and shape); "
+                       "the file is corrupt")
+    return header
+
+
 def safetensors_summary(model_dir: Path) -> dict:
-    """Files, tensor count, element count and dtypes of the ``*.safetensors`` files, from their headers only."""
+    """Files, tensor count, element count, dtypes and parameter count of the ``*.safetensors`` files, from
+    their headers only. The parameters are the model's weights as stored, so a config.json that does not
+    describe them is not believed; in a quantized serving copy (``jaxengine.quantize``) each ``.qweight`` of
+    codes counts as the weights it stands for (two per byte under int4) and its ``.scales`` not at all."""
+    quantization = model_dir / "quantization.json"
+    bits = None
+    if quantization.is_file():
+        try:
+            bits = json.loads(quantization.read_text(encoding="utf-8")).get("bits")
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            raise CliError(f"{quantization}: not a JSON object with the copy's 'bits'; export the serving copy "
+                           "again") from None
     files = sorted(model_dir.glob("*.safetensors"))
-    tensors, elements, dtypes = 0, 0, set()
+    tensors, elements, parameters, dtypes = 0, 0, 0, set()
     for path in files:
-        with path.open("rb") as handle:
-            (header_size,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(header_size))
-        for name, entry in header.items():
+        for name, entry in read_safetensors_header(path).items():
             if name == "__metadata__":
                 continue
             tensors += 1
-            count = 1
-            for size in entry["shape"]:
-                count *= size
+            count = math.prod(entry["shape"])
             elements += count
             dtypes.add(entry["dtype"])
-    return {"files": len(files), "tensors": tensors, "elements": elements, "dtypes": sorted(dtypes)}
+            if bits is not None and name.endswith(".scales"):
+                continue
+            parameters += count * 2 if bits == 4 and name.endswith(".qweight") else count
+    return {"files": len(files), "tensors": tensors, "elements": elements, "parameters": parameters,
+            "dtypes": sorted(dtypes)}
 
 
 def _is_input_error(error: Exception) -> bool:

@@ -39,6 +39,16 @@ REQUIRED_CONFIG_FIELDS = {"llama": _LLAMA_LIKE_REQUIRED, "qwen2": _LLAMA_LIKE_RE
                           "gemma3": ()}
 NESTED_TEXT_CONFIG_FAMILIES = ("gemma3",)  # whose multimodal config.json holds the text model in text_config
 
+# Tensors with one row per token id: config.json's vocab_size is their row count in every family (Llama,
+# Qwen and Gemma pad the embedding past the tokenizer's ids and state the padded size there).
+VOCABULARY_ROWS = ("embed_tokens.weight", "lm_head.weight")
+
+
+def vocab_size_mismatch(config_path, vocab_size: int, tensor: str, file, rows: int, *, remedy: str) -> str:
+    """The message for a config.json whose vocab_size is not the rows of ``tensor`` (also the registry's)."""
+    return (f"{config_path}: vocab_size is {vocab_size}, but {tensor!r} in {file} has {rows} rows (one per token "
+            f"id); set vocab_size to {rows}, or {remedy} the weights this config.json was written for")
+
 
 class UnsupportedArchitectureError(ValueError):
     """A config.json names an architecture no family here implements."""

@@ -9,7 +9,8 @@ import yaml
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.evaluate import answers_match
-from jaxengine.job import JobError, resolve_model_dir, run_job
+from jaxengine.job import JobError, job_identity, refuse_another_jobs_directory, resolve_model_dir, run_job
+from jaxengine.spec import dump_spec
 from jaxengine.spec import parse_spec
 
 
@@ -323,3 +324,22 @@ def test_a_broken_model_or_a_reward_column_the_data_lacks_is_refused_before_the_
     assert not (tmp_path / "grpo" / "spec.yaml").exists()
     assert main(["train", str(tmp_path), "--no-progress"]) == 2
     assert f"{tmp_path}: a directory; give the spec's YAML file" in capsys.readouterr().err
+
+
+def test_the_preset_and_every_spelling_of_its_directory_are_one_job(demo_dir, tmp_path, monkeypatch):
+    """QA: a job run as ``model: demo-tiny`` and again with the directory that name resolves to was
+    taken for another job (its run directory refused)."""
+    monkeypatch.setenv("TEMPER_DEMO_DIR", str(demo_dir))
+    monkeypatch.chdir(demo_dir)
+    run = tmp_path / "run"
+    spellings = ["demo-tiny", str(demo_dir / "model"), "model", "./model/", str(demo_dir / "data" / ".." / "model")]
+    identities = {job_identity(spec_for(demo_dir, run, model=model)) for model in spellings}
+    assert len(identities) == 1
+    run.mkdir()
+    (run / "spec.yaml").write_text(dump_spec(spec_for(demo_dir, run, model=str(demo_dir / "model"))))
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "1").mkdir()
+    refuse_another_jobs_directory(spec_for(demo_dir, run, model="demo-tiny"), run)
+    with pytest.raises(JobError, match="holds the checkpoints of another job"):
+        refuse_another_jobs_directory(spec_for(demo_dir, run, model="demo-tiny", task="pretrain",
+                                               data={"train": str(demo_dir / "data/sft.jsonl")}), run)

@@ -113,6 +113,36 @@ def test_it_rejects_a_wrong_type():
     assert problem.startswith("train.batch_size: 'eight': input should be a valid integer")
 
 
+@pytest.mark.parametrize("yaml_line, problem", [
+    ("    batch_size: \"64\"", "spec.yaml:5: train.batch_size: '64' is text (in quotes); write the number without quotes: 64"),
+    ("    batch_size: 64.0", "spec.yaml:5: train.batch_size: 64.0 is not a whole number; write 64"),
+    ("    batch_size: 2.5", "spec.yaml:5: train.batch_size: 2.5 is not a whole number"),
+    ("    batch_size: true", "spec.yaml:5: train.batch_size: True is true or false, not a number"),
+    ("    epochs: '1.5'", "spec.yaml:5: train.epochs: '1.5' is text (in quotes); write the number without quotes: 1.5"),
+    ("    remat: 'true'", "spec.yaml:5: train.remat: 'true' is text (in quotes); write true or false without quotes"),
+    ("    remat: 1", "spec.yaml:5: train.remat: 1 is not true or false"),
+], ids=["int as text", "int as float", "int with a fraction", "int as bool", "float as text", "bool as text",
+        "bool as number"])
+def test_it_refuses_numbers_and_booleans_written_as_something_else(yaml_line, problem):
+    """QA: batch_size: "64" (in quotes) trained with 64; YAML and JSON users who quote a number by mistake
+    are told, by field, to write it without quotes."""
+    text = "task: sft\nmodel: m\noutput_dir: o\ntrain:\n" + yaml_line + "\n" + (
+        "    max_steps: 3\n" if "epochs" not in yaml_line else "") + "data:\n    train: t.jsonl\n"
+    with pytest.raises(SpecError) as error:
+        parse_spec_text(text, source="spec.yaml")
+    assert error.value.problems == [problem]
+
+
+def test_a_quoted_choice_of_numbers_is_named_as_text():
+    assert problems_of(minimal(peft={"method": "qlora", "quant_bits": "8"})) == [
+        "peft.quant_bits: '8' is not one of 4, 8; write the number without quotes"]
+
+
+def test_whole_numbers_stay_welcome_where_a_fraction_is_allowed():
+    spec = parse_spec(minimal(optim={"learning_rate": 1, "weight_decay": 0}))
+    assert spec.optim.learning_rate == 1.0 and isinstance(spec.optim.learning_rate, float)
+
+
 def test_it_rejects_out_of_range_numbers():
     [problem] = problems_of(minimal(peft={"method": "lora", "dropout": 1.5}))
     assert problem == "peft.dropout: 1.5: input should be less than 1"

@@ -250,3 +250,17 @@ def test_resuming_refuses_checkpoints_of_another_job(tmp_path):
     with pytest.raises(TrainingError, match=r"belong to another job \(job A\), not this one \(job B\)"):
         Trainer(model=tiny_model(), task=LanguageModelTask(), config=other, train_examples=patterned_examples(),
                 pad_id=0, run_dir=tmp_path).fit(progress_bar=False)
+
+
+def test_resuming_takes_checkpoints_written_under_an_earlier_identity_of_the_same_job(tmp_path):
+    """Checkpoints of an engine that named the job's model as its spec spelled it resume under the
+    canonical identity (``TrainConfig.identity_aliases``)."""
+    config = TrainConfig(total_steps=2, batch_size=4, max_seq_len=32, save_every=1, identity="as written")
+    Trainer(model=tiny_model(), task=LanguageModelTask(), config=config, train_examples=patterned_examples(),
+            pad_id=0, run_dir=tmp_path).fit(progress_bar=False)
+    later = TrainConfig(total_steps=3, batch_size=4, max_seq_len=32, save_every=1, identity="canonical",
+                        identity_aliases=("as written",))
+    trainer = Trainer(model=tiny_model(), task=LanguageModelTask(), config=later,
+                      train_examples=patterned_examples(), pad_id=0, run_dir=tmp_path)
+    trainer.fit(progress_bar=False)
+    assert trainer.step == 3

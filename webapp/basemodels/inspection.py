@@ -7,7 +7,8 @@ shape) and the tokenizer (for its number of ids). Tensor data is never read.
 
 Paths come from users, so ``resolve_model_dir`` confines them to the allow-listed
 models root: ``..`` components are refused outright and symlinks are resolved
-before the containment check, so a link pointing outside the root is refused too;
+before the containment check, so a link pointing outside the root is refused too
+(every path outside the root, existing or not, gets the same message);
 ``read_model_facts`` checks every file it reads the same way (a config.json linked to
 a file outside the root was read, and shown on the model's page).
 
@@ -24,8 +25,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, UnsupportedArchitectureError,
-                                     family_for_hf_config)
+from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
+                                     UnsupportedArchitectureError, family_for_hf_config, vocab_size_mismatch)
 from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
 # A safetensors header lists names, dtypes, shapes and offsets; even models with
@@ -73,14 +74,18 @@ def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
     candidate = Path(raw_path).expanduser()
     if not candidate.is_absolute():
         candidate = root / candidate
+    # Judged before existence, on the path as it would resolve (a missing path is judged as if it existed),
+    # and with one message that shows only what was given: the form must not say whether a path outside
+    # the root exists, nor where a link points.
+    outside = ModelDirError(f"{candidate}: not a directory under the models root {root}; copy or move the model "
+                            "under the root (symlinks there may not point outside it)")
+    if not candidate.resolve().is_relative_to(root):
+        raise outside
     if not candidate.exists():
         raise ModelDirError(f"{candidate} does not exist; models must be copied under {root} first")
     resolved = candidate.resolve(strict=True)
-    if not resolved.is_relative_to(root):
-        raise ModelDirError(
-            f"{candidate} resolves to {resolved}, outside the models root {root} "
-            "(symlinks may not point outside it); copy or move the model under the root"
-        )
+    if not resolved.is_relative_to(root):  # a link changed since the check above
+        raise outside
     if not resolved.is_dir():
         raise ModelDirError(f"{resolved} is a file; give the model's directory (the one holding config.json)")
     return resolved
@@ -143,9 +148,11 @@ def _weight_files(model_dir: Path, models_root: Path) -> list[Path]:
     return files
 
 
-def _count_parameters(files: list[Path]) -> tuple[int, str]:
+def _count_parameters(files: list[Path]) -> tuple[int, str, list[tuple[str, Path, int]]]:
+    """(parameters, most common dtype, (name, file, rows) of each tensor with one row per token id)."""
     parameter_count = 0
     bytes_by_dtype: Counter[str] = Counter()
+    vocabulary_rows = []
     for file in files:
         for name, entry in read_safetensors_header(file).items():
             if name == "__metadata__":
@@ -163,8 +170,10 @@ def _count_parameters(files: list[Path]) -> tuple[int, str]:
                 raise ModelDirError(f"{file}: the tensors' sizes add up to {parameter_count} parameters, more than "
                                     "any model has; the header is corrupt")
             bytes_by_dtype[dtype] += count
+            if name.endswith(VOCABULARY_ROWS) and len(shape) == 2:
+                vocabulary_rows.append((name, file, shape[0]))
     dtype = bytes_by_dtype.most_common(1)[0][0] if bytes_by_dtype else "unknown"
-    return parameter_count, dtype
+    return parameter_count, dtype, vocabulary_rows
 
 
 def _tokenizer_type(model_dir: Path) -> str:
@@ -211,6 +220,15 @@ def _check_config(config: dict, family: str, config_path: Path) -> None:
             raise ModelDirError(f"{config_path}: {key} is {value!r}; it must be a positive whole number")
 
 
+def _vocab_size(config: dict, family: str, config_path: Path) -> int | None:
+    """config.json's vocab_size as the engine reads it (a multimodal Gemma 3 config's text_config first)."""
+    if family in NESTED_TEXT_CONFIG_FAMILIES and isinstance(config.get("text_config"), dict):
+        nested = _first_int(config["text_config"], ("vocab_size",), source=config_path)
+        if nested is not None:
+            return nested
+    return _first_int(config, ("vocab_size",), source=config_path)
+
+
 def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
     """Inspect a resolved model directory (see ``resolve_model_dir``) under ``models_root``."""
     config_path = model_dir / "config.json"
@@ -242,7 +260,11 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
         raise ModelDirError(f"{error}; register a model of one of these families") from None
     _check_config(config, family, config_path)
     files = _weight_files(model_dir, models_root)
-    parameter_count, dtype = _count_parameters(files)
+    parameter_count, dtype, vocabulary_rows = _count_parameters(files)
+    vocab_size = _vocab_size(config, family, config_path)
+    for tensor, file, rows in vocabulary_rows:
+        if vocab_size is not None and rows != vocab_size:  # refused now, not when a run first loads it
+            raise ModelDirError(vocab_size_mismatch(config_path, vocab_size, tensor, file, rows, remedy="register"))
     for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
         if (model_dir / name).exists():
             _inside_root(model_dir / name, models_root)
@@ -251,7 +273,7 @@ def read_model_facts(model_dir: Path, *, models_root: Path) -> ModelFacts:
         model_type=model_type,
         parameter_count=parameter_count,
         context_length=_first_int(config, CONTEXT_LENGTH_KEYS, source=config_path),
-        vocab_size=_first_int(config, ("vocab_size",), source=config_path),
+        vocab_size=vocab_size,
         tokenizer_vocab_size=_tokenizer_vocab_size(model_dir),
         tokenizer_type=_tokenizer_type(model_dir),
         dtype=dtype,

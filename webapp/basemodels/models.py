@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
 from webapp.projects.models import Project
@@ -39,7 +40,8 @@ class BaseModel(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="basemodel_unique_project_name"),
+            # Names that differ only in letter case are one name ("Demo" and "demo" could not be told apart).
+            models.UniqueConstraint("project", Lower("name"), name="basemodel_unique_project_lower_name"),
             models.UniqueConstraint(fields=["project", "path"], name="basemodel_unique_project_path"),
         ]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Value
+from django.db.models.functions import Lower
 from django.http import Http404
 
 from webapp.basemodels.models import BaseModel
@@ -18,6 +19,13 @@ CANDIDATE_LIMIT = 50
 def basemodel_list(*, project: Project) -> QuerySet[BaseModel]:
     """The project's base models, by name."""
     return BaseModel.objects.filter(project=project).select_related("registered_by").order_by("name")
+
+
+def basemodel_named(*, project: Project, name: str) -> BaseModel | None:
+    """The base model of ``project`` whose name is ``name`` but for letter case (the database's LOWER, as
+    its unique constraint compares them), or None."""
+    return (BaseModel.objects.alias(lower_name=Lower("name"))
+            .filter(project=project, lower_name=Lower(Value(name))).first())
 
 
 def basemodel_get(*, project: Project, public_id: str) -> BaseModel:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import basemodel_named
 from webapp.projects.models import Project
 
 
@@ -20,14 +21,14 @@ def basemodel_register(
     ``settings.MODELS_ROOT``) in ``project`` under ``name``.
 
     Raises ``ValidationError`` naming the field (``name`` or ``path``) when the name
-    is taken, the path leaves the models root, or the directory is not a readable
-    Hugging Face-format model.
+    is taken (in any letter case), the path leaves the models root, or the directory is
+    not a readable Hugging Face-format model.
     """
     name = name.strip()
     if not name:
         raise ValidationError({"name": "give the model a name, e.g. 'llama-3.2-1b'"})
-    if BaseModel.objects.filter(project=project, name=name).exists():
-        raise ValidationError({"name": f"{project.slug} already has a base model named {name!r}"})
+    if (taken := basemodel_named(project=project, name=name)) is not None:
+        raise ValidationError({"name": _name_taken(project, taken.name)})
     try:
         model_dir = resolve_model_dir(path, models_root=settings.MODELS_ROOT)
         facts = read_model_facts(model_dir, models_root=settings.MODELS_ROOT)
@@ -36,6 +37,21 @@ def basemodel_register(
     existing = BaseModel.objects.filter(project=project, path=str(model_dir)).first()
     if existing is not None:
         raise ValidationError({"path": f"{model_dir} is already registered here as {existing.name!r}"})
+    try:
+        with transaction.atomic():  # a savepoint: a registration racing this one under the same name
+            return _create(project=project, name=name, model_dir=model_dir, facts=facts, user=user)
+    except IntegrityError:
+        if (taken := basemodel_named(project=project, name=name)) is None:
+            raise
+        raise ValidationError({"name": _name_taken(project, taken.name)}) from None
+
+
+def _name_taken(project: Project, name: str) -> str:
+    return (f"{project.slug} already has a base model named {name!r}; names that differ only in letter case "
+            "are the same name")
+
+
+def _create(*, project: Project, name: str, model_dir, facts, user: AbstractBaseUser | None) -> BaseModel:
     return BaseModel.objects.create(
         project=project,
         name=name,

@@ -121,7 +121,7 @@ def arena_export(*, project: Project, user, dataset_name: str):
     """The project's preference pairs as the next version of ``preference`` dataset ``dataset_name``
     (created when new), validated like any upload. Returns the version."""
     from webapp.datasets import services as dataset_services
-    from webapp.datasets.models import Dataset
+    from webapp.datasets.selectors import dataset_named
 
     rows = preference_pairs(project=project)
     if not rows:
@@ -129,7 +129,7 @@ def arena_export(*, project: Project, user, dataset_name: str):
                                                "battles first"})
     content = "".join(json.dumps(row) + "\n" for row in rows).encode()
     with transaction.atomic():
-        dataset = Dataset.objects.filter(project=project, name=dataset_name).first()
+        dataset = dataset_named(project=project, name=dataset_name)
         if dataset is not None and dataset.kind != "preference":
             raise ValidationError({"dataset_name": f"{dataset_name} is a {dataset.kind} dataset; pick another name"})
         if dataset is None:

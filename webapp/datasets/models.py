@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
 from jaxengine.data.formats import DatasetKind, FileFormat
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
@@ -40,7 +41,8 @@ class Dataset(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="dataset_unique_project_name"),
+            # Names that differ only in letter case are one name ("Demo" and "demo" could not be told apart).
+            models.UniqueConstraint("project", Lower("name"), name="dataset_unique_project_lower_name"),
             models.CheckConstraint(
                 condition=models.Q(kind__in=[kind.value for kind in DatasetKind]), name="dataset_kind_valid"
             ),

@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Lower
 from django.http import Http404
 
 from jaxengine.data import formats
@@ -47,6 +48,13 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
         )
         .order_by("name")
     )
+
+
+def dataset_named(*, project: Project, name: str) -> Dataset | None:
+    """The dataset of ``project`` whose name is ``name`` but for letter case (the database's LOWER, as its
+    unique constraint compares them), or None."""
+    return (Dataset.objects.alias(lower_name=Lower("name"))
+            .filter(project=project, lower_name=Lower(Value(name))).first())
 
 
 def dataset_get(*, project: Project, public_id: str) -> Dataset:

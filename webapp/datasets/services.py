@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -23,6 +23,7 @@ from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.datasets.selectors import dataset_named
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
 
@@ -70,9 +71,20 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
     allowed = [member.value for member in formats.DatasetKind]
     if kind not in allowed:
         raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
-    if Dataset.objects.filter(project=project, name=name).exists():
-        raise ValidationError({"name": f"{project.slug} already has a dataset named {name!r}; upload a new version of it instead"})
-    return Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
+    if (taken := dataset_named(project=project, name=name)) is not None:
+        raise ValidationError({"name": _name_taken(project, taken.name)})
+    try:
+        with transaction.atomic():  # a savepoint: a dataset made at the same moment under the same name
+            return Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
+    except IntegrityError:
+        if (taken := dataset_named(project=project, name=name)) is None:
+            raise
+        raise ValidationError({"name": _name_taken(project, taken.name)}) from None
+
+
+def _name_taken(project: Project, name: str) -> str:
+    return (f"{project.slug} already has a dataset named {name!r} (names that differ only in letter case are the "
+            "same name); upload a new version of it instead")
 
 
 @transaction.atomic

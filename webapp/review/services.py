@@ -35,6 +35,7 @@ from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.datasets.selectors import dataset_named
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement, selectors
 from webapp.review.models import (
@@ -755,7 +756,7 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
 def _export_dataset(project: Project, name: str, user: AbstractBaseUser | None) -> Dataset | None:
     """The preference dataset ``name`` of ``project`` (None when there is none yet); refuses a dataset
     of another kind."""
-    dataset = Dataset.objects.filter(project=project, name=name).first()
+    dataset = dataset_named(project=project, name=name)
     if dataset is not None and dataset.kind != formats.DatasetKind.PREFERENCE:
         raise ValidationError({"dataset_name": f"{name!r} is a {dataset.kind} dataset; choose a preference "
                                                "dataset or a new name"})

@@ -36,6 +36,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
+from jaxengine.spec import wrongly_written_value
 from webapp.celery import app as celery_app
 from webapp.projects.models import Project
 from webapp.runs import services
@@ -58,7 +59,8 @@ Name120 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, 
 class Guard(BaseModel):
     """A stage's regression guard against the previous stage."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict, as the run spec's sections: "5" in quotes is refused, not read as 5
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss.")
     # finite: stored as JSON, which has no infinity (Infinity was a 500 at the INSERT)
     max_drop_percent: FiniteFloat = Field(ge=0, description="How far (in %) it may get worse than the previous "
@@ -69,7 +71,7 @@ class Guard(BaseModel):
 class Export(BaseModel):
     """An export stage: the previous stage's model quantized into its serving copy."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     quantize: Literal["int8", "int4"] = Field(description="int8 (per channel) or int4 (groups of group_size).")
     group_size: int | None = Field(default=None, ge=2, description="Weights per scale; int4 defaults to 64.")
 
@@ -143,6 +145,8 @@ def _problem_in_words(problem: dict[str, Any]) -> str:
         return f"{problem['input']!r} is not one of {', '.join(map(str, allowed))}"
     if kind == "value_error":
         return message.removeprefix("Value error, ")
+    if wrong := wrongly_written_value(kind, problem["input"]):
+        return wrong
     if loc == ("stages",) and kind == "too_short":
         return "a pipeline has at least one stage: add a training stage (name and spec)"
     if loc == ("stages",) and kind == "too_long":

@@ -255,7 +255,7 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def _typed_number(raw: str) -> Any:
-    # The spec reads "512" as 512 too, but the YAML view writes the spec back: 512, not '512'. Text that
+    # The spec takes numbers only ("512" in quotes is refused), and a form's inputs are text. Text that
     # is no finite number ('abc', '1e400', 'nan') stays as typed, for the spec to name.
     try:
         return int(raw)
@@ -325,8 +325,9 @@ _BOOL = TypeAdapter(bool)
 
 
 def _as_bool(value: Any) -> bool | None:
-    """``value`` as the schema reads a boolean (``"false"``, ``"no"`` and 0 are false), None when it is
-    none: a checkbox showed any non-empty string, "false" too, as ticked."""
+    """``value`` as a checkbox state (``"false"``, ``"no"`` and 0 are false: pydantic's lax reading; the
+    schema itself takes true and false only), None when it is none: a checkbox showed any non-empty string,
+    "false" too, as ticked."""
     try:
         return _BOOL.validate_python(value)
     except PydanticValidationError:
@@ -334,8 +335,8 @@ def _as_bool(value: Any) -> bool | None:
 
 
 def with_checkbox_values(task: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` with each value of a checkbox field of ``task``'s form read as the schema reads it
-    (``keys_the_form_cannot_show`` has refused the ones that are not booleans)."""
+    """``spec`` with each value of a checkbox field of ``task``'s form read as its checkbox shows it
+    (``_as_bool``; ``keys_the_form_cannot_show`` has refused the ones that are not booleans)."""
     checkboxes = {field.name for section in form_sections(task) for field in section.fields if field.widget == "checkbox"}
     spec = dict(spec)
     for name in checkboxes:

@@ -74,6 +74,23 @@ def test_shape_mismatch_names_tensor_shapes_and_file(tiny_hf_model_dir, tmp_path
     assert str(model_dir / "model.safetensors") in message and "intermediate_size=96" in message
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_a_vocab_size_the_embedding_does_not_have_is_named_with_both_numbers(kind, tiny_hf_model_dir, tmp_path):
+    """QA: config.json's vocab_size is the embedding's rows in every family (Llama, Qwen, Gemma pad the
+    embedding and state the padded size there); a mismatch was a bare shape mismatch."""
+    model_dir = copy_model_dir(tiny_hf_model_dir(kind), tmp_path / "model")
+    config = json.loads((model_dir / "config.json").read_text())
+    rows = config["vocab_size"]
+    config["vocab_size"] = rows + 8
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as error:
+        load_hf_model(model_dir)
+    assert str(error.value) == (
+        f"{model_dir / 'config.json'}: vocab_size is {rows + 8}, but 'model.embed_tokens.weight' in "
+        f"{model_dir / 'model.safetensors'} has {rows} rows (one per token id); set vocab_size to {rows}, or use "
+        "the weights this config.json was written for")
+
+
 def test_unsupported_architecture_is_named(tiny_hf_model_dir, tmp_path):
     model_dir = copy_model_dir(tiny_hf_model_dir("llama"), tmp_path / "model")
     config = json.loads((model_dir / "config.json").read_text())

@@ -139,3 +139,77 @@ def test_generate_names_weights_cut_short(tmp_path, model_dir, capsys):
     assert main(["generate", "--model", str(cut), "--prompt", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("jaxengine generate: error: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_generate_reads_a_quantized_serving_copy_as_the_chat_serves_it(tmp_path, model_dir, capsys, scheme):
+    """QA: generate --model on a run's export/quantized/ failed with "tensor ...down_proj.weight is missing
+    from the checkpoint; the weights do not match config.json"."""
+    from jaxengine.quantize import QuantScheme, export_quantized
+    from jaxengine.serving import load_serving_model
+
+    copy = tmp_path / scheme
+    export_quantized(model_dir, copy, scheme=QuantScheme.named(scheme))
+    assert main(["generate", "--model", str(copy), "--prompt", "Hello world", "--max-new-tokens", "6",
+                 "--temperature", "0", "--json"]) == 0
+    output = json.loads(capsys.readouterr().out)
+    served = load_serving_model(copy)
+    [expected] = Sampler(served.model, served.tokenizer).generate(
+        ["Hello world"], SamplingParams(max_new_tokens=6, temperature=0))
+    assert output["token_ids"] == expected.token_ids and len(expected.token_ids) == 6
+
+
+def test_inspect_counts_the_parameters_the_weights_hold_not_those_config_json_implies(tmp_path, model_dir):
+    """QA: the count was worked out from config.json, so a config that does not describe the weights
+    beside it (here: a wider MLP) was reported as if it did."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["intermediate_size"] *= 2
+    (copy / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+    result = run_cli("inspect", "--model", str(copy), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["parameters"] == sum(p.numel() for p in reference.parameters())
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_inspect_counts_the_parameters_of_a_quantized_copy_as_its_source_has_them(tmp_path, model_dir, capsys,
+                                                                                 scheme):
+    from jaxengine.quantize import QuantScheme, export_quantized
+
+    export_quantized(model_dir, tmp_path / scheme, scheme=QuantScheme.named(scheme))
+    assert main(["inspect", "--model", str(tmp_path / scheme), "--json"]) == 0
+    quantized = json.loads(capsys.readouterr().out)["parameters"]
+    assert main(["inspect", "--model", str(model_dir), "--json"]) == 0
+    assert quantized == json.loads(capsys.readouterr().out)["parameters"]
+
+
+@pytest.mark.parametrize("file_name, content", [
+    ("tokenizer.json", b'{"version": "1.0", "model": '),
+    ("tokenizer_config.json", b"{not json"),
+], ids=["tokenizer.json cut short", "tokenizer_config.json not JSON"])
+def test_inspect_refuses_a_corrupt_tokenizer_with_one_line_naming_the_file(tmp_path, model_dir, file_name, content):
+    """QA: inspect printed 'tokenizer none (...)' and exited 0 for a tokenizer file that cannot be read."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    (broken / file_name).write_bytes(content)
+    result = run_cli("inspect", "--model", str(broken))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("jaxengine inspect: error: ") and result.stderr.count("\n") == 1
+    assert str(broken / file_name) in result.stderr and "Traceback" not in result.stderr
+
+
+def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, model_dir, capsys):
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(model_dir, cut)
+    (cut / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes()[:100])
+    assert main(["inspect", "--model", str(cut)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and str(cut / "model.safetensors") in error

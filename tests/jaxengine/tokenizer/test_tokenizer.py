@@ -195,3 +195,27 @@ def test_it_rejects_bad_json_with_file_and_line(tmp_path):
     (model_dir / "generation_config.json").write_text('{\n "eos_token_id": [1,\n}')
     with pytest.raises(TokenizerError, match=r"generation_config.json: line 3: not valid JSON"):
         load_tokenizer(model_dir)
+
+
+@pytest.mark.parametrize("backend, add_bos_token, gets_bos", [
+    ("sentencepiece", True, True), ("sentencepiece", False, False), ("sentencepiece", None, False),
+    ("llama3", True, True), ("llama3", False, True), ("llama3", None, True),
+    ("qwen", True, False),
+], ids=lambda value: "absent" if value is None else str(value))
+def test_add_special_tokens_gives_bos_as_transformers_does(tmp_path, backend, add_bos_token, gets_bos):
+    """What README says of ``jaxengine generate`` without --chat: with only a tokenizer.model, BOS comes from
+    tokenizer_config.json's add_bos_token (absent: none, as the demo model's false); with a tokenizer.json,
+    its post-processor decides and add_bos_token is ignored — as transformers encodes."""
+    model_dir = (factories.build_sentencepiece_tokenizer_dir(tmp_path) if backend == "sentencepiece"
+                 else factories.build_bpe_tokenizer_dir(tmp_path, style=backend))
+    config_path = model_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("add_bos_token", None)
+    if add_bos_token is not None:
+        config["add_bos_token"] = add_bos_token
+    config_path.write_text(json.dumps(config))
+    ours = load_tokenizer(model_dir)
+    reference = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    ids = ours.encode("Hello world", add_special_tokens=True)
+    assert ids == reference("Hello world")["input_ids"]
+    assert (ids[0] == ours.bos_id) is gets_bos

@@ -32,6 +32,20 @@ def test_it_reads_how_many_ids_the_tokenizer_has_beside_the_embedding_rows(root)
     assert (facts.vocab_size, facts.tokenizer_vocab_size) == (64, 50)
 
 
+@pytest.mark.parametrize("name", ["model.embed_tokens.weight", "lm_head.weight",
+                                  "model.language_model.embed_tokens.weight"])
+def test_a_vocab_size_the_embedding_does_not_have_is_refused_naming_both(root, name):
+    """QA: a config.json whose vocab_size (64) is not the embedding's rows (60) was registered, and the first
+    run or chat on it failed at load."""
+    write_model_dir(root / "tiny", shapes={name: (60, 8), "norm.weight": (8,)})
+    with pytest.raises(ModelDirError) as error:
+        read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root)
+    assert str(error.value) == (
+        f"{root / 'tiny' / 'config.json'}: vocab_size is 64, but {name!r} in {root / 'tiny' / 'model.safetensors'} "
+        "has 60 rows (one per token id); set vocab_size to 60, or register the weights this config.json was "
+        "written for")
+
+
 def test_a_tokenizer_it_cannot_read_leaves_its_vocabulary_unknown(root):
     write_model_dir(root / "tiny")  # tokenizer.json holds "{}"
     assert read_model_facts(resolve_model_dir("tiny", models_root=root), models_root=root).tokenizer_vocab_size is None
@@ -72,14 +86,36 @@ def test_it_rejects_dot_dot(root):
 
 def test_it_rejects_paths_outside_the_root(root, tmp_path):
     outside = write_model_dir(tmp_path / "outside")
-    with pytest.raises(ModelDirError, match="outside the models root"):
+    with pytest.raises(ModelDirError, match="not a directory under the models root"):
         resolve_model_dir(str(outside), models_root=root)
+
+
+def test_a_path_outside_the_root_gets_one_message_whether_or_not_it_exists(root, tmp_path):
+    """QA: an existing path outside the root was 'X resolves to Y, outside the models root' and a missing one
+    'X does not exist', so the register form told anyone whether any path on the server existed."""
+    outside_dir = write_model_dir(tmp_path / "outside")
+    (tmp_path / "a-file").write_text("x")
+    (root / "link").symlink_to(outside_dir, target_is_directory=True)
+    (root / "dangling").symlink_to(tmp_path / "nothing-here", target_is_directory=True)
+    given = [str(outside_dir), str(tmp_path / "a-file"), str(tmp_path / "nothing-here"),
+             str(tmp_path / "nothing-here" / "deeper"), "/etc", "/no-such-dir-anywhere", "link", "dangling",
+             "link/config.json", "dangling/more"]
+    messages = set()
+    for raw in given:
+        with pytest.raises(ModelDirError) as error:
+            resolve_model_dir(raw, models_root=root)
+        shown = raw if raw.startswith("/") else str(root.resolve() / raw)
+        assert str(error.value).startswith(f"{shown}: ")
+        messages.add(str(error.value).removeprefix(f"{shown}: "))
+    [message] = messages
+    assert message == (f"not a directory under the models root {root.resolve()}; copy or move the model under the "
+                       "root (symlinks there may not point outside it)")
 
 
 def test_it_rejects_symlink_escapes(root, tmp_path):
     outside = write_model_dir(tmp_path / "outside")
     (root / "link").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(ModelDirError, match="symlinks may not point outside"):
+    with pytest.raises(ModelDirError, match="symlinks there may not point outside"):
         resolve_model_dir("link", models_root=root)
 
 

@@ -34,6 +34,24 @@ def test_register_rejects_duplicates(registered, team):
         basemodel_register(project=team.project, name="other", path="tiny", user=team.owner)
 
 
+def test_names_differing_only_in_letter_case_are_one_name(registered, team, models_root):
+    """QA: "Demo" and "demo" could both be registered in one project, and then not be told apart in lists."""
+    write_model_dir(models_root / "second")
+    with pytest.raises(ValidationError) as excinfo:
+        basemodel_register(project=team.project, name=" TINY ", path="second", user=team.owner)
+    assert excinfo.value.message_dict["name"] == [
+        "alpha already has a base model named 'tiny'; names that differ only in letter case are the same name"]
+    assert basemodel_register(project=team.outsider_project, name="TINY", path="tiny", user=team.outsider).name == "TINY"
+
+
+def test_the_database_refuses_a_name_differing_only_in_letter_case(registered, team):
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        BaseModel.objects.create(project=team.project, name="Tiny", path="/elsewhere", architecture="x",
+                                 parameter_count=1, tokenizer_type="x", dtype="x", size_bytes=1)
+
+
 class TestList:
     url = "/p/alpha/models/"
 
@@ -88,7 +106,7 @@ class TestRegister:
         ("path", "message"),
         [
             ("../tiny", b"contains &#x27;..&#x27;"),
-            ("/etc", b"outside the models root"),
+            ("/etc", b"not a directory under the models root"),
             ("nowhere", b"does not exist"),
         ],
     )
@@ -103,7 +121,7 @@ class TestRegister:
         (models_root / "sneaky").symlink_to(outside, target_is_directory=True)
         response = client_for(team.owner).post(self.url, {"name": "x", "path": "sneaky"})
         assert response.status_code == 400
-        assert b"symlinks may not point outside" in response.content
+        assert b"symlinks there may not point outside" in response.content
 
 
 class TestDetail:

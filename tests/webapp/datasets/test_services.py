@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from jaxengine.tokenizer import load_tokenizer
 from tests.factories import build_bpe_tokenizer_dir
 from webapp.basemodels.models import BaseModel
-from webapp.datasets import services
+from webapp.datasets import selectors, services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 
 SFT_ROWS = b'{"prompt": "Hi", "completion": "Hello!"}\n{"prompt": "2+2?", "completion": "4"}\n'
@@ -79,6 +79,22 @@ def test_it_rejects_a_duplicate_name(team):
     create(team)
     with pytest.raises(ValidationError, match="already has a dataset named 'chats'"):
         create(team)
+
+
+def test_names_differing_only_in_letter_case_are_one_name(team):
+    """QA: "Demo" and "demo" could both exist in one project."""
+    create(team)
+    with pytest.raises(ValidationError) as excinfo:
+        create(team, name="Chats")
+    assert excinfo.value.message_dict["name"] == [
+        "alpha already has a dataset named 'chats' (names that differ only in letter case are the same name); "
+        "upload a new version of it instead"]
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Dataset.objects.create(project=team.project, name="CHATS", kind="sft")
+    # Exports (arena, review) that name a dataset add a version to the one of that name in any case.
+    assert selectors.dataset_named(project=team.project, name="CHATS").name == "chats"
 
 
 def test_validation_makes_a_good_version_ready_with_statistics(team):

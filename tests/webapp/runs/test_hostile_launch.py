@@ -180,3 +180,25 @@ def test_launch_messages_say_what_to_do_in_the_users_words(team, catalog, client
     assert "<code>normalize_answer</code>" in launch and "<code>allow_fence</code>" in launch
     assert "``normalize_answer``" not in launch
     assert Run.objects.count() == 0
+
+
+def test_a_quoted_number_is_refused_in_the_yaml_view_and_the_form_still_takes_typed_numbers(
+        team, catalog, client_for, sent_tasks):
+    """QA: batch_size: "64" (in quotes) launched a run of batch size 64. The form's inputs are text, which
+    the form turns into numbers itself, so typing 4 there still launches."""
+    client = client_for(team.teammate)
+    spec_yaml = services.spec_to_yaml(sft_spec(catalog)).replace("batch_size: 2", "batch_size: '2'")
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "y", "spec_yaml": spec_yaml})
+    assert response.status_code == 400
+    assert ("spec:7: train.batch_size: &#x27;2&#x27; is text (in quotes); write the number without quotes: 2"
+            in response.content.decode())
+    assert Run.objects.count() == 0
+    with pytest.raises(ValidationError, match="write the number without quotes"):
+        services.run_create(project=team.project, spec=sft_spec(catalog, train={"max_steps": "10", "batch_size": 2}),
+                            user=team.teammate, name="api")
+    response = client.post("/p/alpha/runs/new/", _form(catalog, **{"train.batch_size": "4", "peft.method": "lora",
+                                                                     "peft.rank": "4", "peft.alpha": "8",
+                                                                     "data.packing": "on"}))
+    assert response.status_code == 302
+    run = Run.objects.get(name="big")
+    assert run.spec["train"]["batch_size"] == 4 and run.spec["peft"]["alpha"] == 8.0 and run.spec["data"]["packing"] is True

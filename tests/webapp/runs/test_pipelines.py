@@ -206,6 +206,14 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
      ["<code>stages.0.guard.max_drop_percent</code>: required key is missing",
       "<code>stages.0.guard.drop</code>: unknown key; allowed keys here: metric, max_drop_percent, higher_is_better",
       "<code>stages.0.foo</code>: unknown key; allowed keys here: name, spec, export, guard"]),
+    ("name: x\nstages:\n  - name: one\n    spec: {task: sft}\n    guard: {metric: m, max_drop_percent: '5', "
+     "higher_is_better: 'false'}\n  - name: two\n    export: {quantize: int4, group_size: '32'}\n",
+     ["<code>stages.0.guard.max_drop_percent</code>: &#x27;5&#x27; is text (in quotes); write the number without "
+      "quotes: 5",
+      "<code>stages.0.guard.higher_is_better</code>: &#x27;false&#x27; is text (in quotes); write true or false "
+      "without quotes",
+      "<code>stages.1.export.group_size</code>: &#x27;32&#x27; is text (in quotes); write the number without "
+      "quotes: 32"]),
     ("name: x\nstages:\n  - name: one\n  - name: two\n    export: {quantize: int3}\n",
      ["<code>stages.0</code>: give a stage either a spec (a training run) or an export (e.g. {quantize: int4})",
       "<code>stages.1.export.quantize</code>: &#x27;int3&#x27; is not one of int8, int4"]),

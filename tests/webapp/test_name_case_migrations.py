@@ -1,0 +1,44 @@
+"""The migrations that make base model and dataset names unique in any letter case: rows that differed only
+in case before keep their data; the later ones get a numbered name, and the constraint is then added."""
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = [("basemodels", "0002_tokenizer_vocab_size"), ("datasets", "0001_initial")]
+
+
+def migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_names_differing_only_in_case_get_numbered_and_the_constraint_is_added():
+    apps = migrate(BEFORE)
+    try:
+        Project = apps.get_model("projects", "Project")
+        BaseModel = apps.get_model("basemodels", "BaseModel")
+        Dataset = apps.get_model("datasets", "Dataset")
+        alpha = Project.objects.create(name="Alpha", slug="alpha")
+        beta = Project.objects.create(name="Beta", slug="beta")
+        model_fields = dict(architecture="x", parameter_count=1, tokenizer_type="x", dtype="x", size_bytes=1)
+        for index, name in enumerate(["demo", "Demo", "DEMO", "demo (2)"]):
+            BaseModel.objects.create(project=alpha, name=name, path=f"/m/{index}", **model_fields)
+        BaseModel.objects.create(project=beta, name="DEMO", path="/m/beta", **model_fields)
+        long_name = "x" * 100
+        for name in [long_name, long_name.upper(), "Chats", "chats"]:
+            Dataset.objects.create(project=alpha, name=name, kind="sft")
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.basemodels.models import BaseModel as CurrentBaseModel
+    from webapp.datasets.models import Dataset as CurrentDataset
+
+    assert list(CurrentBaseModel.objects.filter(project__slug="alpha").order_by("pk").values_list("name", flat=True)) == [
+        "demo", "Demo (3)", "DEMO (4)", "demo (2)"]
+    assert CurrentBaseModel.objects.get(project__slug="beta").name == "DEMO"
+    assert list(CurrentDataset.objects.order_by("pk").values_list("name", flat=True)) == [
+        "x" * 100, "X" * 96 + " (2)", "Chats", "chats (2)"]
