@@ -94,7 +94,7 @@
 
   function ensureChart(name) {
     if (charts[name]) return charts[name];
-    lastStep[name] = 0;
+    lastStep[name] = -1;  // before step 0
     return newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
       line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
       layoutFor(name));
@@ -107,7 +107,7 @@
       height: 260, showlegend: true, legend: { font: { size: 10 } } }));
     if (!(name in groupTrace)) {
       groupTrace[name] = traceCount(plot);
-      lastStep[name] = 0;
+      lastStep[name] = -1;  // before step 0
       var label = literal(group.label);
       addTrace(plot, { x: [], y: [], name: label, type: "scatter", mode: "lines+markers",
         marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: label + ", step %{x}: %{y:.5g}<extra></extra>" });
@@ -269,7 +269,7 @@
 
   function catchUp() {
     var after = Math.min.apply(null, Object.keys(lastStep).map(function (name) { return lastStep[name]; }).concat([Infinity]));
-    var query = new URLSearchParams({ after_step: isFinite(after) ? after : 0, after_log: lastLogId });
+    var query = new URLSearchParams({ after_step: isFinite(after) ? after : -1, after_log: lastLogId });
     return fetch(config.dataset.stateUrl + "?" + query.toString(), { credentials: "same-origin" })
       .then(function (response) { return response.json(); })
       .then(function (state) {

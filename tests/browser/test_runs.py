@@ -773,7 +773,7 @@ def test_the_compare_page_follows_a_running_run_without_a_reload(page, live_serv
 
 def test_charts_far_down_the_page_are_drawn_when_scrolled_to(page, live_server, tmp_path):
     """A GRPO run's 33 charts took 1.45 s to draw before the page answered: a chart is now drawn when it
-    comes near the screen, with every point it was given while it waited."""
+    comes near the screen, with every point it was given while it waited (a point at step 0 too)."""
     team = make_team(slug="lazycharts")
     run = Run.objects.create(project=team.project, name="many charts", task="grpo", status=RunStatus.SUCCEEDED,
                              spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
@@ -781,7 +781,7 @@ def test_charts_far_down_the_page_are_drawn_when_scrolled_to(page, live_server, 
     names = [f"metric_{index:02d}" for index in range(24)]
     MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=step * (index + 1.0),
                                                  wall_time=float(step), tokens=step)
-                                     for index, name in enumerate(names) for step in range(1, 21)])
+                                     for index, name in enumerate(names) for step in range(0, 21)])
     test_projects.log_in(page, live_server.url, team.viewer.username)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{live_server.url}/p/lazycharts/runs/{run.public_id}/")
@@ -791,5 +791,6 @@ def test_charts_far_down_the_page_are_drawn_when_scrolled_to(page, live_server, 
     last = page.locator(".plot[data-metric='metric_23']")
     last.scroll_into_view_if_needed()
     page.wait_for_function("() => { const p = document.querySelector(`.plot[data-metric='metric_23']`);"
-                           " return p.data && p.data[0].x.length === 20; }")
-    assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].y[19]") == 480.0
+                           " return p.data && p.data[0].x.length === 21; }")
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].x[0]") == 0  # step 0 too
+    assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].y[20]") == 480.0

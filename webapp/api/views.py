@@ -293,7 +293,7 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     names = [name for name in request.GET.get("names", "").split(",") if name]
     errors = {}
     try:  # -1 is allowed: points after step -1 include those logged at step 0
-        after_step = int(request.GET.get("after_step") or "0")
+        after_step = int(request.GET.get("after_step") or run_selectors.BEFORE_FIRST_STEP)
         if abs(after_step) > MAX_STORED_INT:
             raise ValueError
     except ValueError:

@@ -361,7 +361,11 @@ def last_point_id(*, run: Run) -> int:
     return MetricPoint.objects.filter(run=run).aggregate(last=Max("id"))["last"] or 0
 
 
-def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = 0,
+# Before every step: points may be logged at step 0 (an external run's first evaluation, say).
+BEFORE_FIRST_STEP = -1
+
+
+def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = BEFORE_FIRST_STEP,
                   max_points: int = MAX_POINTS) -> dict[str, dict[str, list]]:
     """``{name: {"step": [...], "value": [...], "tokens": [...], "time": [...], "downsampled": bool}}``.
 
@@ -371,7 +375,7 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     (``names``, ``after_step``) from one grouped query. The run's ``current_step`` bounds the
     steps, which saves a scan of the points to find their extent."""
     cached = run.series_cache or {}
-    whole_run = not after_step and not names
+    whole_run = after_step < 0 and not names
     if (whole_run and run.is_finished and cached.get("max_points") == max_points and "series" in cached):
         return cached["series"]
     points = MetricPoint.objects.filter(run=run, step__gt=after_step)
@@ -382,7 +386,8 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
         return {}
     # Times count from the run's first point; a whole-run read finds it among its own rows.
     start_time = (MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
-                  if after_step else None)
+                  if after_step >= 0 else None)
+    after_step = max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     span = last_step - after_step
     if span <= max_points:
         rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))

@@ -354,7 +354,7 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     server-sent events are unavailable."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     try:
-        after_step = int(request.GET.get("after_step", "0"))
+        after_step = int(request.GET.get("after_step", selectors.BEFORE_FIRST_STEP))
         after_log = int(request.GET.get("after_log", "0"))
     except ValueError:
         raise Http404("after_step and after_log are step and line numbers") from None

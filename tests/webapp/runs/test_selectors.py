@@ -241,3 +241,18 @@ def test_config_diff_leaves_ids_of_other_projects_and_lookalike_text_as_written(
     rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
     assert rows["model"]["values"][1] == outsider_model.public_id  # not named: another project's
     assert rows["note"]["values"] == [None, "bm_"]
+
+
+def test_points_logged_at_step_0_come_back(team, catalog, sent_tasks):
+    """An external run's evaluation before training, logged at step 0, was never charted: series were
+    read 'after step 0'."""
+    run = services.run_create_external(project=team.project, name="ext", config={}, user=team.owner)
+    services.metrics_log(run=run, points=[{"step": 0, "metrics": {"eval/loss": 3.0}},
+                                          {"step": 1, "metrics": {"eval/loss": 2.0, "loss": 2.5}}])
+    series = selectors.metric_series(run=run)
+    assert series["eval/loss"]["step"] == [0, 1] and series["eval/loss"]["value"] == [3.0, 2.0]
+    assert selectors.metric_series(run=run, after_step=0)["eval/loss"]["step"] == [1]
+    assert selectors.metric_series(run=run, names=["eval/loss"], max_points=2)["eval/loss"]["value"] == [3.0, 2.0]
+    services.metrics_log(run=run, points=[{"step": step, "metrics": {"eval/loss": 1.0}} for step in range(2, 41)])
+    reduced = selectors.metric_series(run=run, names=["eval/loss"], max_points=8)["eval/loss"]
+    assert reduced["downsampled"] and reduced["step"][0] == 0 and reduced["value"][0] == 3.0  # in the first bucket
