@@ -14,7 +14,8 @@ MAX_TOKENS = 2**62
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "64" is not 64, nor 1 true; a script that sends text for a number is told, not guessed at.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RunCreate(_Body):

@@ -513,3 +513,20 @@ def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_jso
     status, body = apis["teammate"].call("POST", "/api/v1/openapi.json", {})
     assert status == 405 and body["detail"] == "POST is not allowed here; use GET"
     assert apis["anonymous"].call("GET", "/api/v1/openapi.json")[0] == 200
+
+
+def test_bodies_take_numbers_and_booleans_as_json_writes_them_not_as_text(world):
+    """A step of "3" was read as 3 and "external": "yes" as true, where the job spec refuses such values:
+    a script's mistake was guessed at. A whole number still fills a float."""
+    _team, apis, _sent = world
+    call = apis["teammate"].call
+    status, body = call("POST", "/api/v1/projects/alpha/runs/", {"external": "yes", "name": "x"})
+    assert status == 400 and "external" in body["errors"], body
+    status, run = call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    assert status == 201
+    metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    status, body = call("POST", metrics, {"points": [{"step": "3", "metrics": {"loss": 1.0}}]})
+    assert status == 400 and "points.0.step" in body["errors"], body
+    status, body = call("POST", metrics, {"points": [{"step": 3, "metrics": {"loss": "1.0"}}]})
+    assert status == 400 and "points.0.metrics.loss" in body["errors"], body
+    assert call("POST", metrics, {"points": [{"step": 3, "metrics": {"loss": 1}}]})[0] == 201
