@@ -148,6 +148,12 @@ def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server)
     assert len(heights) == 3 and len(set(heights)) == 1, f"a tag broke over lines: {heights}"
 
 
+# A heading's lines and words: more lines than words means its words are broken to fit.
+HEADING_LINES = """h => { const style = getComputedStyle(h);
+    const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.2;
+    return [Math.round(h.getBoundingClientRect().height / line), h.textContent.trim().split(/\\s+/).length]; }"""
+
+
 def test_every_page_fits_a_phone_wide_window(page, live_server):
     """At 400 px the top bar pushed Log out past the edge and the project bar its last tabs (Members and
     the role), so every page scrolled sideways; the projects and API tokens tables, a run page's
@@ -171,15 +177,25 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
     api_tokens.token_create(user=team.owner, name="laptop")
     for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/datasets/", "p/alpha/runs/new/",
                  f"p/alpha/runs/{run.public_id}/", f"p/alpha/pipelines/{pipeline.public_id}/",
-                 f"p/alpha/review/{campaign.public_id}/", "p/alpha/arena/", "p/alpha/arena/leaderboard/"):
+                 f"p/alpha/review/{campaign.public_id}/", "p/alpha/arena/", "p/alpha/arena/leaderboard/",
+                 "p/alpha/review/", "p/alpha/runs/"):
         page.goto(f"{live_server.url}/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"/{path}: the page is {facts['width']} px wide"
+        # The heading keeps the width of its words: beside two buttons, 'Review campaigns' was squeezed
+        # to a column of one letter a line.
+        lines, words = page.locator("main h1").first.evaluate(HEADING_LINES)
+        assert lines <= words, f"/{path}: the heading's {words} words take {lines} lines"
         links = [page.get_by_role("button", name="Log out")]
         if path.startswith("p/"):
             links.append(page.locator("nav.subnav").get_by_role("link", name="Members"))
         for link in links:
             assert link.evaluate("element => element.getBoundingClientRect().right") <= 400, f"/{path}"
+    for width in (500, 600, 700):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.goto(f"{live_server.url}/p/alpha/review/")
+        lines, words = page.locator("main h1").first.evaluate(HEADING_LINES)
+        assert lines <= words, f"at {width} px the review list's heading's {words} words take {lines} lines"
 
 
 def test_long_names_in_the_launch_forms_selects_stay_inside_the_form(page, live_server):
