@@ -59,6 +59,10 @@ class ContextLengthError(PromptError):
     ``context_length_exceeded``)."""
 
 
+# The batched samplers hold each row's top_k in an int32 array (a k past every vocabulary: no filter).
+TOP_K_MAX = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     """How to sample. ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` switch those filters off."""
@@ -76,8 +80,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"SamplingParams.temperature must be a finite number ≥ 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"SamplingParams.top_k must be ≥ 0 (0 = off), got {self.top_k}")
+        if not 0 <= self.top_k <= TOP_K_MAX:
+            raise ValueError(f"SamplingParams.top_k must be from 0 (off) to {TOP_K_MAX}, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1] (1 = off), got {self.top_p}")
         if not 0 <= self.seed < 2**32:

@@ -431,13 +431,28 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 def load_yaml(text: str) -> Any:
     """``text`` as YAML, safely: the safe loader's types, no aliases (``yaml.YAMLError`` otherwise)."""
-    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    return _readable(yaml.load, text)
+
+
+def _readable(read, text: str) -> Any:
+    """``read(text)`` with the safe loader without aliases; what PyYAML lets escape as Python's own
+    errors (a RecursionError for "[" * 2000, a ValueError from a constructor: a number past Python's
+    4,300-digit limit, a date with a 13th month) is a ``yaml.YAMLError`` in words, like a syntax error."""
+    try:
+        return read(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except RecursionError:
+        raise yaml.YAMLError("it nests too deeply (lists or mappings hundreds of levels inside each other); "
+                             "write it flatter") from None
+    except ValueError as error:
+        if "integer string conversion" in str(error):
+            raise yaml.YAMLError("a number has more digits than any setting takes (over 4,300)") from None
+        raise yaml.YAMLError(f"a value cannot be read: {error}") from None
 
 
 def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
     """Validate a spec given as YAML text (the web app's "advanced" editor uses this)."""
     try:
-        node = yaml.compose(text, Loader=_NoAliasLoader)
+        node = _readable(yaml.compose, text)
         data = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)

@@ -26,7 +26,7 @@ from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat.selectors import QUANTIZED_SUBDIR
-from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
@@ -119,6 +119,8 @@ def _json_body(request: HttpRequest) -> Any:
         raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
     except RecursionError:  # "[" * 100000: json's decoder recurses once per level
         raise ValidationError({"__all__": "the body nests too deeply to be a request"}) from None
+    except ValueError:  # not a JSONDecodeError: a number past Python's digit limit
+        raise ValidationError({"__all__": f"the body cannot be read: {TOO_MANY_DIGITS}"}) from None
 
 
 def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None = None) -> dict[str, Any]:
@@ -192,7 +194,7 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:
         mapping = json.loads(request.POST.get("mapping") or "{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a number past Python's digit limit, nesting too deep
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
     arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
                  "column_mapping": mapping, "user": request.user}

@@ -36,12 +36,14 @@ from webapp.chat import channels, selectors
 from webapp.chat.events import relay
 from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
 from webapp.chat.tokens import project_token_authenticate
+from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.runs.channels import redis_client
 
 logger = logging.getLogger(__name__)
 
-# Floats that take a JSON number (an integer too) but not a string or a boolean, as OpenAI's API.
-Number = Annotated[float, pydantic.Strict()] | StrictInt
+# Floats that take a JSON number (an integer too) but not a string or a boolean, as OpenAI's API, and not
+# NaN (which Python's JSON reads): it was told it should be ≥ 0.
+Number = Annotated[float, pydantic.Strict(), pydantic.AllowInfNan(False)] | StrictInt
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
 
@@ -58,7 +60,7 @@ class _Body(BaseModel):
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
     temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
     top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: StrictInt = Field(default=0, ge=0)  # not OpenAI's, as vLLM takes it
+    top_k: StrictInt = Field(default=0, ge=0, le=MAX_STORED_INT)  # not OpenAI's, as vLLM takes it; an int32
     seed: StrictInt | None = Field(default=None, ge=0, lt=2**32)
     stream: StrictBool = False
     stream_options: _StreamOptions | None = None
@@ -214,6 +216,8 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _error(400, f"the body is not JSON: {error}")
     except RecursionError:
         return _error(400, "the body nests too deeply to be a request")
+    except ValueError:  # not a JSONDecodeError: a number past Python's digit limit
+        return _error(400, f"the body cannot be read: {TOO_MANY_DIGITS}")
     if not isinstance(data, dict):
         return _error(400, "the body must be a JSON object")
     try:

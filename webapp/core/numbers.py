@@ -4,6 +4,9 @@ from __future__ import annotations
 # The largest value of a PositiveIntegerField on PostgreSQL (steps, positions): a larger number in a
 # query or an INSERT fails in the database (SQLite: OverflowError) instead of matching nothing.
 MAX_STORED_INT = 2**31 - 1
+# What a JSON or YAML reader's ValueError past Python's limit on integer digits (4,300) is, in words:
+# json.loads and int() raise it for "9" * 5000, which no field takes.
+TOO_MANY_DIGITS = "a number has more digits than any field takes (over 4,300)"
 
 
 def whole_number(text: str | None, *, maximum: int | None = MAX_STORED_INT) -> int | None:
@@ -12,7 +15,7 @@ def whole_number(text: str | None, *, maximum: int | None = MAX_STORED_INT) -> i
 
     ``str.isdigit`` alone also accepts digits such as '²' that ``int`` refuses (a ValueError, so a
     500 page, where the caller meant to say what was wrong)."""
-    if not text or not (text.isascii() and text.isdigit()):
-        return None
+    if not text or not (text.isascii() and text.isdigit()) or len(text) > 4000:
+        return None  # 4,000 digits: past any maximum, and short of Python's limit on int() (a ValueError)
     value = int(text)
     return value if maximum is None or value <= maximum else None

@@ -66,7 +66,7 @@ class GeneratedCampaignForm(CampaignSettingsForm):
     max_new_tokens = forms.IntegerField(min_value=1, max_value=4096, initial=256, label="Max new tokens")
     temperature = forms.FloatField(min_value=0, max_value=5, initial=0.7, help_text="0 = greedy.")
     top_p = forms.FloatField(min_value=0.01, max_value=1, initial=1.0, label="Top-p")
-    top_k = forms.IntegerField(min_value=0, initial=0, label="Top-k", help_text="0 = off.")
+    top_k = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Top-k", help_text="0 = off.")
     seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
 
     def __init__(self, *args, project: Project, **kwargs):

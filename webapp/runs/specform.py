@@ -42,7 +42,7 @@ from pydantic_core import PydanticUndefined
 
 from jaxengine.rewards import RewardArgument, RewardDescription, reward_catalog
 from jaxengine.spec import MULTI_HOST_TASKS, TASK_ONLY_KEYS, TASK_SECTIONS, JobSpec, RewardTermSpec, Task
-from webapp.core.numbers import whole_number
+from webapp.core.numbers import TOO_MANY_DIGITS, whole_number
 from webapp.runs.presets import preset_spec, presets_for
 
 COMMON_SECTIONS = ("data", "peft", "optim", "train")
@@ -240,6 +240,10 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
                         sections[section.name][key] = json.loads(raw)
                     except json.JSONDecodeError as error:
                         errors[field.name] = f"not JSON: {error.msg} at column {error.colno}"
+                    except ValueError:  # a number past Python's digit limit
+                        errors[field.name] = TOO_MANY_DIGITS
+                    except RecursionError:
+                        errors[field.name] = "it nests too deeply to be read; write it flatter"
                 continue
             if raw == "" or raw.lower() in ("none", "null"):
                 if field.optional:

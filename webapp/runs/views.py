@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
-from webapp.core.numbers import whole_number
+from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.submissions import form_send_once
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
@@ -356,6 +356,8 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     try:
         after_step = int(request.GET.get("after_step", selectors.BEFORE_FIRST_STEP))
         after_log = int(request.GET.get("after_log", "0"))
+        if max(abs(after_step), abs(after_log)) > MAX_STORED_INT:  # past what the database can compare with
+            raise ValueError
     except ValueError:
         raise Http404("after_step and after_log are step and line numbers") from None
     return JsonResponse({

@@ -51,7 +51,7 @@ class GenerateRequest(BaseModel):
     max_new_tokens: int = Field(default=256, ge=1, le=8192)
     temperature: float = Field(default=0.7, ge=0.0, le=5.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=0, le=2**31 - 1)  # jaxengine.sampler.TOP_K_MAX: an int32 a row
     seed: int = Field(default=0, ge=0, lt=2**32)
     # Text that ends the generation where it first appears (cut before it), as OpenAI's ``stop``.
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)

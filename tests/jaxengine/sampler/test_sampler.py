@@ -232,6 +232,10 @@ def test_it_rejects_bad_input(sampler):
         SamplingParams(max_new_tokens=0)
     with pytest.raises(ValueError, match="top_p must be in"):
         SamplingParams(top_p=0)
+    # Past an int32, it failed the whole batch it joined (its row's array), not itself.
+    with pytest.raises(ValueError, match="top_k must be from 0 .off. to 2147483647, got 1099511627776"):
+        SamplingParams(top_k=2**40)
+    assert SamplingParams(top_k=2**31 - 1).top_k == 2**31 - 1
     with pytest.raises(ValueError, match="exceeds the model's context length"):
         sampler.generate(["hi"], SamplingParams(max_new_tokens=10_000))
     with pytest.raises(ValueError, match="outside the model's vocabulary"):

@@ -530,3 +530,20 @@ def test_bodies_take_numbers_and_booleans_as_json_writes_them_not_as_text(world)
     status, body = call("POST", metrics, {"points": [{"step": 3, "metrics": {"loss": "1.0"}}]})
     assert status == 400 and "points.0.metrics.loss" in body["errors"], body
     assert call("POST", metrics, {"points": [{"step": 3, "metrics": {"loss": 1}}]})[0] == 201
+
+
+def test_numbers_past_pythons_digit_limit_and_deep_nesting_are_named_not_a_server_error(world):
+    """QA: a 5,000-digit number anywhere in a body (json.loads' ValueError), in a spec's YAML (int()'s),
+    and "[" * 2000 in spec_yaml (PyYAML's RecursionError) were 500 pages."""
+    _team, apis, _sent = world
+    call = apis["teammate"].call
+    huge = "9" * 5000
+    status, body = call("POST", "/api/v1/projects/alpha/runs/", data=('{"spec": {"train": {"max_steps": ' + huge + '}}}').encode())
+    assert status == 400 and body["errors"]["__all__"] == [
+        "the body cannot be read: a number has more digits than any field takes (over 4,300)"], body
+    for text, problem in (("train: {max_steps: " + huge + "}", "a number has more digits than any setting takes"),
+                          ("[" * 2000 + "]" * 2000, "it nests too deeply"), ("when: 2024-13-01", "month must be in 1..12")):
+        status, body = call("POST", "/api/v1/projects/alpha/runs/", {"spec_yaml": text})
+        assert status == 400 and problem in " ".join(body["errors"]["spec_yaml"]), body
+    status, body = call("GET", "/api/v1/projects/alpha/runs/")  # nothing was made
+    assert body["runs"] == []

@@ -61,6 +61,10 @@ def chat(model, **fields):
      'messages.0.content: part 0 is not an object: send text parts ({"type": "text", "text": ...}) or a string',
      "messages.0.content"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content: ", "messages.0.content"),
+    # QA: a top_k of 2**40 reached the batch's int32 array and failed the other requests sharing it.
+    ({"top_k": 2**40}, "top_k: Input should be less than or equal to 2147483647", "top_k"),
+    ({"temperature": float("nan")}, "temperature: Input should be a finite number", "temperature"),
+    ({"top_p": float("nan")}, "top_p: Input should be a finite number", "top_p"),
 ])
 def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param):
     """Strings and booleans were taken for numbers and flags ("stream": "yes" streamed), and messages named
@@ -81,6 +85,15 @@ def test_a_body_that_is_not_an_object_or_too_large_gets_a_json_error(api, settin
     response = post("/v1/completions", {"model": model.public_id, "prompt": "x" * 2000}, headers)
     assert response.status_code == 413 and response["Content-Type"] == "application/json"
     assert response.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_number_of_5000_digits_gets_a_json_error_not_a_server_error(api):
+    """json.loads raises a ValueError (Python's limit on integer digits) that was not caught: a 500."""
+    model, headers = api
+    body = json.dumps(chat(model)).replace('"hi"}]', '"hi"}], "seed": ' + "9" * 5000)
+    response = post("/v1/chat/completions", body, headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "the body cannot be read: a number has more digits than any field takes (over 4,300)"
 
 
 def test_the_bearer_scheme_is_case_insensitive(api):

@@ -13,3 +13,8 @@ def test_whole_number(text, expected):
 def test_whole_number_without_a_bound_and_with_another():
     assert whole_number("9" * 30, maximum=None) == int("9" * 30)
     assert whole_number("11", maximum=10) is None and MAX_STORED_INT == 2**31 - 1
+
+
+def test_a_number_past_pythons_digit_limit_is_not_one():
+    """int() refuses 5,000 digits with a ValueError: a resume or export form's 500 page."""
+    assert whole_number("9" * 5000) is None and whole_number("9" * 5000, maximum=None) is None

@@ -152,6 +152,12 @@ def test_the_yaml_view_launches_and_reports_lines(team, catalog, client_for, sen
     assert bad.status_code == 400 and "<li>spec:3: train.max_stepz: unknown key" in bad.content.decode()
     listed = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "- a\n"}).content.decode()
     assert "<li>spec: the spec must be a mapping of keys, got list</li>" in listed  # not under the field's name
+    for text, problem in (("train: {max_steps: " + "9" * 5000 + "}", "more digits than any setting takes"),
+                          ("[" * 2000 + "]" * 2000, "it nests too deeply")):  # QA: each was a 500 page
+        refused = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": text})
+        assert refused.status_code == 400 and problem in refused.content.decode()
+    assert client.get(f"/p/alpha/runs/{Run.objects.create(project=team.project, name='x', task='sft', spec={}, resolved_spec={}).public_id}"
+                      "/state.json?after_step=-99999999999999999999").status_code == 404
     twice = client.post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": "task: sft\ntask: dpo\n"})
     assert twice.status_code == 400 and "spec:2: task is given twice (first on line 1)" in twice.content.decode()
     good = client.post("/p/alpha/runs/new/", {"mode": "yaml", "name": "from-yaml",
