@@ -351,8 +351,12 @@ def _tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    step = whole_number(request.GET.get("step", "0"))
-    artifact = Artifact.objects.filter(run=run, kind=kind, step=step).first() if step is not None else None
+    artifacts = Artifact.objects.filter(run=run, kind=kind)
+    if "step" in request.GET or kind == ArtifactKind.CHECKPOINT:
+        step = whole_number(request.GET.get("step"))
+        artifact = artifacts.filter(step=step).first() if step is not None else None
+    else:  # a run's one export (model, adapter), whatever step it holds
+        artifact = artifacts.order_by("-step").first()
     if artifact is None:
         raise Http404(f"run {run.public_id} has no {kind} artifact")
     directory = Path(artifact.path).resolve()

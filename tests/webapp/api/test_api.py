@@ -348,9 +348,12 @@ def test_artifacts_download_as_tar(world):
     (export / "config.json").write_text('{"model_type": "llama"}')
     (export / "quantized").mkdir()  # the chat's serving copy: not part of the download
     (export / "quantized" / "model.safetensors").write_bytes(b"int8 codes")
-    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    # Recorded at the step it holds, as run_finish records it: the download without ?step= was a 404.
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
     status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
     assert status == 200
+    assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/?step=5")[0] == 200
+    assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/?step=4")[0] == 404
     with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
         assert archive.getnames() == ["export/config.json"]
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
