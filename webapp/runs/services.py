@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -691,9 +692,42 @@ def _checked_name(name: str, *, required: bool) -> str:
     return name
 
 
+def edit_digest(text: str) -> str:
+    """A fingerprint of a field's text as the run's edit form shows it (``shown_details``), which the
+    form sends back beside the field: what it was when the page was opened."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def shown_details(run: Run) -> dict[str, str]:
+    """The run's name, tags and notes as its edit form shows them."""
+    return {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes}
+
+
+@transaction.atomic
 def run_update_details(*, run: Run, name: str | None = None, tags: str | list[str] | None = None,
-                       notes: str | None = None) -> Run:
-    """Rename a run, set its tags (comma-separated or a list) or its markdown notes."""
+                       notes: str | None = None, seen: dict[str, str] | None = None) -> Run:
+    """Rename a run, set its tags (comma-separated or a list) or its markdown notes.
+
+    ``seen``: the ``edit_digest`` of each field as the form showed it. A field sent as it was shown is
+    left as it is now (a tab opened before a teammate's edit, changing only the tags, wiped their
+    notes); a field changed here that someone else changed meanwhile is refused, naming it, so that
+    nobody's text is replaced unseen. Sent again, the form carries what it now shows, and replaces it."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    given = {"name": name, "tags": tags, "notes": notes}
+    if seen:
+        now = shown_details(run)
+        changed_elsewhere = {}
+        for key, value in given.items():
+            if not isinstance(value, str) or key not in seen:
+                continue
+            if edit_digest(value) == seen[key]:
+                given[key] = None  # as the form showed it: this edit leaves it as it is now
+            elif edit_digest(now[key]) != seen[key]:
+                changed_elsewhere[key] = [f"someone else changed the {key} since this page was opened; yours is "
+                                          "kept here: save again to replace theirs, or reload the page to read it"]
+        if changed_elsewhere:
+            raise ValidationError(changed_elsewhere)
+    name, tags, notes = given["name"], given["tags"], given["notes"]
     fields = []
     if name is not None:
         run.name = _checked_name(name, required=True)

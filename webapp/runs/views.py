@@ -314,7 +314,9 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     open with what was typed, after a refused edit."""
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
-        "edit": edit or {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes, "errors": {}},
+        "edit": edit or {**services.shown_details(run), "errors": {}},
+        # What the edit form shows now, sent back with it (services.run_update_details' ``seen``).
+        "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
         "log": selectors.log_tail(run=run),
@@ -483,12 +485,14 @@ def run_edit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     (notes can be long: they are not thrown away for a blank name)."""
     project, membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     fields = {key: request.POST[key] for key in ("name", "tags", "notes") if key in request.POST}
+    seen = {key: request.POST[f"seen_{key}"] for key in fields if f"seen_{key}" in request.POST}
     try:
-        services.run_update_details(run=run, **fields)
+        services.run_update_details(run=run, **fields, seen=seen)
     except ValidationError as error:
         run.refresh_from_db()
-        edit = {"name": run.name, "tags": ", ".join(run.tags), "notes": run.notes, **fields,
-                "errors": error.message_dict}
+        # What this person changed comes back as they sent it; the rest as it is now.
+        changed = {key: value for key, value in fields.items() if seen.get(key) != services.edit_digest(value)}
+        edit = {**services.shown_details(run), **changed, "errors": error.message_dict}
         return _render_run_page(request, project, membership, run, edit=edit, status=400)
     return redirect("runs:detail", project.slug, run.public_id)
 

@@ -1026,3 +1026,37 @@ def test_lineage_says_the_step_of_the_export_and_why_a_cancelled_runs_is_not_off
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert "Exported model at step 40 <span class=\"muted\">(from when the run last succeeded" in page
+
+
+def _edit_form(page: str) -> dict[str, str]:
+    """The run page's edit form as a browser would send it untouched."""
+    import html
+    import re
+
+    form = page.split('id="edit-form"')[1].split("</form>")[0]
+    values = {name: html.unescape(value) for name, value in re.findall(r'name="([a-z_]+)" value="([^"]*)"', form)}
+    values["notes"] = html.unescape(form.split('name="notes" rows="6">')[1].split("</textarea>")[0])
+    return values
+
+
+def test_an_edit_from_an_older_tab_keeps_what_a_teammate_saved_meanwhile(team, run, client_for):
+    """QA: bob saved notes; alice, in a tab opened before, changed only the tags and saved: bob's notes
+    were gone, without a word (the form sent every field as the page had loaded it)."""
+    alice, bob = client_for(team.owner), client_for(team.teammate)
+    alice_form = _edit_form(alice.get(url(run)).content.decode())
+    bob_form = _edit_form(bob.get(url(run)).content.decode())
+    assert bob.post(url(run, "edit/"), {**bob_form, "notes": "bob's findings"}).status_code == 302
+    assert alice.post(url(run, "edit/"), {**alice_form, "tags": "baseline"}).status_code == 302
+    run.refresh_from_db()
+    assert run.notes == "bob's findings" and run.tags == ["baseline"]
+    # Both changed the notes: the later is told, keeps its text, and replaces the other's only when sent again.
+    refused = alice.post(url(run, "edit/"), {**alice_form, "notes": "alice's view"})
+    page = refused.content.decode()
+    assert refused.status_code == 400 and "someone else changed the notes since this page was opened" in page
+    run.refresh_from_db()
+    assert run.notes == "bob's findings"
+    again = _edit_form(page)
+    assert again["notes"] == "alice's view"
+    assert alice.post(url(run, "edit/"), again).status_code == 302
+    run.refresh_from_db()
+    assert run.notes == "alice's view" and run.tags == ["baseline"]
