@@ -302,6 +302,14 @@
     pollTimer = setInterval(catchUp, 2000);
   }
 
+  // A finished run can be resumed or retried by a teammate or from another tab: while shown and not
+  // listening, its page asks for its state every 30 s and loads itself again once the run is queued.
+  function watchFinished() {
+    window.setInterval(function () {
+      if (document.visibilityState === "visible" && !source && !pollTimer) catchUp().catch(function () {});
+    }, window.TemperRunWatchMs || 30000);  // a test shortens it
+  }
+
   function listen() {
     if (!window.EventSource) { poll(); return; }
     document.getElementById("live-state").textContent = "connecting";  // "live" waits for the hello
@@ -351,5 +359,6 @@
   showProgress(progress);
   bindSampleFilter();
   if (config.dataset.active || exportRunning()) listen();
+  watchFinished();
   followServingCopy(3000);
 })();

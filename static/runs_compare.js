@@ -1,14 +1,14 @@
 /* The compare page: one overlaid chart per metric (a trace per run), x by step, tokens or wall
    time, EMA smoothing, log scale; and the "differences only" switch of the config table. While a
-   compared run is queued or running, the page reads itself again every 5 s (only while it is shown)
-   and redraws its charts, final metrics and generations from what it gets. A run
+   compared run is queued or running, the page reads itself again every 5 s, otherwise every 30 s (a
+   run may be resumed), only while it is shown, and redraws its charts, final metrics and generations. A run
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
    and group: a group's color, a run's dash, named "<group> · <run>". */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
-  var LIVE_MS = 5000;
+  var LIVE_MS = 5000, IDLE_MS = window.TemperCompareIdleMs || 30000;  // a test shortens the idle wait
   var holder = document.getElementById("compare-charts");
   var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3"];
   var dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
@@ -145,7 +145,8 @@
       .then(schedule);
   }
 
-  function schedule() { if (anyActive()) setTimeout(refresh, LIVE_MS); }
+  // Every 30 s otherwise: a teammate may resume or retry one of the runs.
+  function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
   [xAxis, ema, logY].forEach(function (control) { control.addEventListener("input", draw); });
   document.getElementById("differences-only").addEventListener("change", function (event) {

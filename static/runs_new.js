@@ -29,6 +29,22 @@
     });
   });
   if (window.location.hash === "#yaml") show("yaml");
+  // The spec takes one key of each rival pair (train.max_steps or train.epochs) and a preset fills one:
+  // typing a value in the other clears it, where the launch was refused with both given.
+  var launchForm = document.getElementById("launch-form");
+  JSON.parse((launchForm && launchForm.dataset.rivals) || "[]").forEach(function (pair) {
+    pair.forEach(function (name) {
+      var input = launchForm.querySelector('[name="' + name + '"]');
+      if (!input) return;
+      input.addEventListener("input", function () {
+        if (input.value.trim() === "") return;
+        pair.forEach(function (other) {
+          var rival = other !== name && launchForm.querySelector('[name="' + other + '"]');
+          if (rival) rival.value = "";
+        });
+      });
+    });
+  });
   // As bare links the task tabs dropped everything typed; the server keeps the values chosen (without
   // JavaScript they stay links).
   document.querySelectorAll("nav.tabs a[data-task]").forEach(function (tab) {

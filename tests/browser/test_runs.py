@@ -794,3 +794,39 @@ def test_charts_far_down_the_page_are_drawn_when_scrolled_to(page, live_server, 
                            " return p.data && p.data[0].x.length === 21; }")
     assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].x[0]") == 0  # step 0 too
     assert page.evaluate("() => document.querySelector(`.plot[data-metric='metric_23']`).data[0].y[20]") == 480.0
+
+
+def test_a_finished_runs_page_and_compare_notice_a_teammates_resume(page, live_server, tmp_path):
+    """QA: a viewer's page of a cancelled run kept 'cancelled, step 20' while a teammate's Resume trained
+    it to its end, and so did Compare: a finished run's page no longer listened."""
+    team = make_team(slug="resumed")
+    runs = [Run.objects.create(project=team.project, name=name, task="sft", status=RunStatus.CANCELLED,
+                               spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path / name)},
+                               created_by=team.owner, total_steps=40, current_step=20) for name in ("first", "second")]
+    page.add_init_script("window.TemperRunWatchMs = 300; window.TemperCompareIdleMs = 300;")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/resumed/runs/{runs[0].public_id}/")
+    assert "cancelled" in page.locator("#run-status").inner_text().lower()
+    Run.objects.filter(pk=runs[0].pk).update(status=RunStatus.QUEUED, attempt=2)
+    page.locator("#run-status .status-queued").wait_for(timeout=10_000)  # the page loaded itself again
+    page.goto(f"{live_server.url}/p/resumed/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    assert page.locator("#compare-finals .final-table").count() == 0  # nothing logged yet
+    MetricPoint.objects.create(run=runs[1], step=21, name="loss", value=0.5, wall_time=21.0, tokens=21)
+    Run.objects.filter(pk=runs[1].pk).update(status=RunStatus.RUNNING, final_metrics={"loss": {"last": 0.5, "min": 0.5, "max": 1.0}})
+    page.locator("#compare-finals .final-table", has_text="0.5").wait_for(timeout=10_000)
+    assert "running" in page.locator("#compare-finals .final-table").inner_text().lower()
+
+
+def test_typing_max_steps_clears_the_presets_epochs(page, live_server):
+    """QA: the DPO form came with epochs 1 from its preset; a user who set max steps 20 was refused,
+    'give exactly one of max_steps and epochs (both given)', until they found and cleared epochs."""
+    team = make_team(slug="rivals")
+    make_base_model(team.project)
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/rivals/runs/new/?task=dpo")
+    epochs, steps = page.locator("#launch-form [name='train.epochs']"), page.locator("#launch-form [name='train.max_steps']")
+    assert epochs.input_value() == "1" and steps.input_value() == ""
+    steps.fill("20")
+    assert epochs.input_value() == "" and steps.input_value() == "20"
+    epochs.fill("2")
+    assert steps.input_value() == ""

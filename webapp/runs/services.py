@@ -549,6 +549,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.cancel_requested = False
     run.error_message = ""
     run.finished_at = None
+    run.archived = False  # it trains again: in the table, not hidden under "archived"
     run.save()
     log_line(run, f"resume queued by {user.get_username() if user else 'the system'}"
                   + (f" with max_steps {max_steps}" if max_steps else "") + "; continuing from the last checkpoint")

@@ -8,6 +8,7 @@ Viewers read; members launch and act on runs. Every view starts with ``get_proje
 from __future__ import annotations
 
 import csv
+import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,9 +33,9 @@ from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
-from webapp.runs.specform import (carry_to_task, changed_from_presets, form_sections, keys_the_form_cannot_show,
-                                  merge_spec, read_form, scale_out_section, spec_from_keys, spec_initial, tasks,
-                                  with_checkbox_values, with_form_defaults, without_rivals)
+from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
+                                  keys_the_form_cannot_show, merge_spec, read_form, scale_out_section, spec_from_keys,
+                                  spec_initial, tasks, with_checkbox_values, with_form_defaults, without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -111,6 +112,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
                          if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
                          and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel")},
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
+        "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
         "model_choices": selectors.model_choices(project=project),
         "train_choices": train_choices, "eval_choices": eval_choices,

@@ -487,3 +487,11 @@ def test_a_reward_model_reward_function_names_a_reward_run_not_a_server_path(tea
     assert run.resolved_spec["grpo"]["rewards"][1]["args"]["model"] == str(tmp_path / "reward-export")
     assert run.spec["grpo"]["rewards"][1]["args"]["model"] == reward_run.public_id  # the written spec keeps the id
     assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
+
+
+def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_tasks):
+    """QA: an archived run, resumed, trained hidden under 'archived'."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, archived=True)
+    assert not services.run_resume(run=run, user=team.owner).archived
+    assert not Run.objects.get(pk=run.pk).archived

@@ -177,7 +177,7 @@ def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, cat
     page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
                                               "task: dpo\noptim: {learning_rate: 0.0005}\n"}).content.decode()
     assert 'class="active" data-task="dpo"' in page and 'name="optim.learning_rate" value="0.0005"' in page
-    assert 'id="launch-form" data-submit-once data-mode="form" >' in page
+    assert 'id="launch-form" data-submit-once data-mode="form" data-rivals="[[&quot;train.max_steps&quot;, &quot;train.epochs&quot;]]" >' in page
     # An input the form cannot read keeps the form, named.
     response = client.post("/p/alpha/runs/new/", {**form, "data.eval_group_by": "x", "task": "grpo",
                                                   "grpo.rewards.0.name": "length_target",
