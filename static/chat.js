@@ -36,9 +36,18 @@
 
   async function post(url, body) {
     const response = await fetch(url, {method: "POST", body: body || new FormData(), headers: {"X-CSRFToken": csrf}});
-    const data = await response.json().catch(() => ({error: "the server answered " + response.status}));
+    const text = await response.text();
+    let data;
+    try { data = JSON.parse(text); } catch (error) { data = {error: pageMessage(text)}; }
     if (!response.ok) throw new Error(data.error || ("the server answered " + response.status));
     return data;
+  }
+
+  // A refusal that comes as one of Temper's pages (403: "this needs the member role in alpha; you are a
+  // viewer"): its message, as text.
+  function pageMessage(html) {
+    const message = new DOMParser().parseFromString(html, "text/html").querySelector("main .card p");
+    return message ? message.textContent.trim() : null;
   }
 
   function follow(id) {

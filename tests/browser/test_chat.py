@@ -187,3 +187,17 @@ def test_an_answer_waiting_for_its_model_to_load_says_so(page, asgi_server, redi
     channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "Hel"})
     page.wait_for_function("() => document.querySelector('.chat-assistant .chat-streaming').textContent === 'Hel'")
     assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"
+
+
+def test_a_member_made_a_viewer_is_told_why_a_message_is_refused(page, asgi_server, transactional_db):  # noqa: F811
+    """QA: bob, demoted to viewer while his conversation was open, read 'the server answered 403'."""
+    from webapp.projects.models import Membership
+
+    start_a_conversation(page, asgi_server)
+    Membership.objects.filter(user__username__endswith="teammate").update(role="viewer")
+    page.fill("#chat-form textarea", "still there?")
+    page.keyboard.press("Enter")
+    error = page.locator("#chat-error")
+    error.filter(has_text="role").wait_for(timeout=10_000)
+    assert "this needs the member role in" in error.inner_text() and "you are a viewer" in error.inner_text()
+    assert page.locator("#chat-form textarea").input_value() == "still there?"  # what was typed is kept

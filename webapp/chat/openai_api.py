@@ -35,7 +35,7 @@ from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import relay
 from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
-from webapp.chat.tokens import project_token_authenticate
+from webapp.chat.tokens import project_token_authenticate, project_token_refusal
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.runs.channels import redis_client
 
@@ -150,7 +150,10 @@ def _authenticate(request: HttpRequest):
     return project_token_authenticate(request.headers.get("Authorization", ""))
 
 
-def _unauthorized() -> JsonResponse:
+def _unauthorized(request: HttpRequest) -> JsonResponse:
+    refusal = project_token_refusal(request.headers.get("Authorization", ""))
+    if refusal is not None:  # a real token whose user's role changed: not "send a token"
+        return _error(403, refusal, kind="permission_error", code="insufficient_role")
     return _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
                        "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
                        "the API tokens page (tmp_…) are for the REST API at /api/v1/",
@@ -163,7 +166,7 @@ def models(request: HttpRequest) -> HttpResponse:
         return _error(405, "use GET")
     token = _authenticate(request)
     if token is None:
-        return _unauthorized()
+        return _unauthorized(request)
     data = [_model_json(choice, token) for choice in selectors.model_choices(project=token.project)]
     return JsonResponse({"object": "list", "data": data})
 
@@ -180,7 +183,7 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
         return _error(405, "use GET")
     token = _authenticate(request)
     if token is None:
-        return _unauthorized()
+        return _unauthorized(request)
     choice = selectors.model_choice(project=token.project, ref=model_id)
     if choice is None:
         return _error(404, f"the model {model_id!r} does not exist in project {token.project.slug}; "
@@ -206,7 +209,7 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
         return _error(405, "use POST")
     token = await sync_to_async(_authenticate)(request)
     if token is None:
-        return _unauthorized()
+        return await sync_to_async(_unauthorized)(request)
     try:
         data = json.loads(request.body or b"{}")
     except RequestDataTooBig:

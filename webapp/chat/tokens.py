@@ -48,6 +48,25 @@ def project_token_authenticate(header: str) -> ProjectToken | None:
     return token
 
 
+def project_token_refusal(header: str) -> str | None:
+    """Why a project token that exists is refused (its user left the project, is now a viewer, or was
+    deactivated), in words; None when there is no such token (or it is accepted)."""
+    secret = bearer_secret(header)
+    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first() if secret else None
+    if token is None:
+        return None
+    who, project = token.user.get_username(), token.project.slug
+    if not token.user.is_active:
+        return f"this token's user, {who}, is deactivated"
+    membership = Membership.objects.filter(project=token.project, user=token.user).first()
+    if membership is None:
+        return f"this token's user, {who}, is no longer a member of {project}"
+    if not role_at_least(membership.role, Role.MEMBER):
+        return (f"this token's user, {who}, is now a {membership.role} of {project}; its tokens work again "
+                "once they are a member")
+    return None
+
+
 def project_token_revoke(*, user, project: Project, token_id: int) -> None:
     """Delete one of ``user``'s tokens for ``project`` (no error if it is already gone)."""
     ProjectToken.objects.filter(pk=token_id, user=user, project=project).delete()

@@ -189,3 +189,17 @@ def test_a_model_is_retrieved_by_its_id_with_when_it_was_made(api):
     missing = Client().get("/v1/models/bm_nothing", **headers)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     assert Client().get(f"/v1/models/{model.public_id}").status_code == 401
+
+
+def test_a_token_whose_user_is_now_a_viewer_is_told_so_not_to_send_a_token(api, team):
+    """QA: bob, demoted to viewer, got 401 'send Authorization: Bearer <token> with a project token (tpk_…)'
+    for the tpk_ token he had sent."""
+    from webapp.projects.models import Membership
+
+    model, headers = api
+    Membership.objects.filter(project=team.project, user=team.teammate).update(role="viewer")
+    for response in (post("/v1/chat/completions", chat(model), headers), Client().get("/v1/models", **headers)):
+        assert response.status_code == 403
+        error = response.json()["error"]
+        assert error["code"] == "insufficient_role" and "is now a viewer of alpha" in error["message"], error
+    assert post("/v1/chat/completions", chat(model), {"HTTP_AUTHORIZATION": "Bearer tpk_nothing"}).status_code == 401
