@@ -55,7 +55,10 @@ def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
     assert project_token_authenticate(f"Bearer {secret}") is not None
     Membership.objects.filter(project=team.project, user=team.teammate).update(role=Role.VIEWER)
     assert project_token_authenticate(f"Bearer {secret}") is None
-    assert Client().get("/v1/models", **bearer(secret)).status_code == 401
+    assert Client().get("/v1/models", **bearer(secret)).status_code == 403  # the role, named (test_openai_api)
+    Membership.objects.filter(project=team.project, user=team.teammate).delete()
+    response = Client().get("/v1/models", **bearer(secret))
+    assert response.status_code == 403 and "is no longer a member of alpha" in response.json()["error"]["message"]
 
 
 def test_it_rejects_a_model_of_another_project_and_a_bad_body(team):
