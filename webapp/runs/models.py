@@ -125,6 +125,20 @@ class Run(models.Model):
         unnamed = by_id.keys() - {version.public_id for _use, version in named}
         return named + [("", version) for public_id, version in by_id.items() if public_id in unnamed]
 
+    def deleted_references(self) -> list[tuple[str, str]]:
+        """``(use, id)`` for what the spec names that is gone (deleted in the admin since): ``("model",
+        "bm_…")`` when its base model is, ``("train" | "eval", "dv_…")`` for dataset versions. The history
+        says so instead of dropping the line. Reads ``dataset_versions.all()`` (prefetched in the table)."""
+        gone = []
+        model = self.spec.get("model") if isinstance(self.spec, dict) else None
+        if isinstance(model, str) and model.startswith("bm_") and self.base_model_id is None:
+            gone.append(("model", model))
+        present = {version.public_id for version in self.dataset_versions.all()}
+        data = self.data_spec
+        gone += [(use, data[use]) for use in ("train", "eval")
+                 if isinstance(data.get(use), str) and data[use].startswith("dv_") and data[use] not in present]
+        return gone
+
     @property
     def generates_text(self) -> bool:
         """Whether the run's model writes text: a reward run's scores it (a value head), so it has no eval

@@ -570,6 +570,7 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "base_model": run.base_model,
         "source_run": run.source_run,
         "datasets": run.datasets_by_use(),
+        "deleted": run.deleted_references(),
         "artifacts": list(run.artifacts.all()),
         "derived_runs": list(run.derived_runs.order_by("created_at")),
     }

@@ -134,7 +134,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if task not in tasks():
         task = "sft"
     if request.method == "GET":
-        name, tags = "", ""
+        name, tags, errors = "", "", {}
         preset_name = request.GET.get("preset")
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
@@ -143,10 +143,15 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
+            # What the run started from and is gone is said at its field, which comes up empty.
+            errors = {("model" if use == "model" else f"data.{use}"): [
+                f"{ref}, which {original.name} used, was deleted since; choose another"]
+                for use, ref in original.deleted_references()}
         initial = spec_initial(with_form_defaults(task, spec))
-        return render(request, "runs/new.html", _launch_context(
-            project, membership, task=task, initial=initial, errors={}, yaml_text=services.spec_to_yaml(
-                _yaml_seed(task, spec)), mode="form", name=name, tags=tags, preset_name=preset_name))
+        context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
+                                  yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
+                                  tags=tags, preset_name=preset_name)
+        return render(request, "runs/new.html", {**context, "errors_heading": "Some of what the run used is gone"})
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)

@@ -1060,3 +1060,21 @@ def test_an_edit_from_an_older_tab_keeps_what_a_teammate_saved_meanwhile(team, r
     assert alice.post(url(run, "edit/"), again).status_code == 302
     run.refresh_from_db()
     assert run.notes == "alice's view" and run.tags == ["baseline"]
+
+
+def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run, client_for, catalog):
+    """QA: after a dataset and a base model were deleted in the admin, the runs' lineage and table
+    dropped their lines, as if the run had been trained on nothing."""
+    catalog.sft.dataset.delete()
+    catalog.base_model.delete()
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert f"Base model <code>{catalog.base_model.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+    assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+    table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
+    row = table.split(f'data-run="{run.public_id}"')[1].split("</tr>")[0]
+    assert "deleted base model" in row and "deleted data" in row
+    # Duplicate says which of its fields came up empty, and why.
+    form = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
+    assert "Some of what the run used is gone" in form
+    assert f"{catalog.base_model.public_id}, which first &lt;b&gt;run&lt;/b&gt; used, was deleted since; choose another" in form
+    assert f"<code>data.train</code>: {catalog.sft.public_id}, which" in form
