@@ -115,6 +115,14 @@ def editable_text(response: Any) -> str:
     return str(response)
 
 
+def is_blank(response: Any) -> bool:
+    """Whether ``response`` has no text to judge or train on: a string of only whitespace, or a message
+    list that is empty or has a turn without text. The ``preference`` validator refuses such a row."""
+    if isinstance(response, list):
+        return not response or any(not str(turn.get("content") or "").strip() for turn in response)
+    return not str(response or "").strip()
+
+
 def with_text(response: Any, text: str) -> Any:
     """``response`` with its editable text replaced by ``text`` (a new value; ``response`` is kept)."""
     if isinstance(response, list) and response:
@@ -542,7 +550,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
                       answers_b: list[str]) -> Campaign:
     """Make a generating campaign's items from both models' answers, all at once, and make it ready.
 
-    A pair where either model answered nothing is left out (it cannot be reviewed; the count is kept
+    A pair where either model answered nothing (or only whitespace) is left out (it cannot be reviewed,
+    and the export's validator would refuse it; the count is kept
     in ``generation["empty_answers"]``). A campaign that is no longer generating (a redelivered task
     finishing second) is left alone."""
     campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
@@ -556,7 +565,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
               "prompts_version": generation["prompts"]["version"]}
     pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
                   source_row=prompt.row, metadata=models)
-             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b) if answer_a and answer_b]
+             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b)
+             if not is_blank(answer_a) and not is_blank(answer_b)]
     empty = len(prompts) - len(pairs)
     if not pairs:
         campaign.status = CampaignStatus.FAILED
@@ -734,6 +744,10 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
                 response_a = with_text(item.response_a, review.edited_a)
             if review.edited_b is not None:
                 response_b = with_text(item.response_b, review.edited_b)
+    if is_blank(response_a) or is_blank(response_b):
+        # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
+        # version's validator refuses the row, which would fail the whole export.
+        return None, "empty_response"
     swapped = label == Label.B
     chosen, rejected = (response_b, response_a) if swapped else (response_a, response_b)
     row: dict[str, Any] = {}
@@ -797,7 +811,8 @@ def export_write(*, export_id: int) -> Export:
         return export
     campaign = export.campaign
     options = ExportOptions(dataset_name=export.dataset_name, **export.options)
-    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0, "not_complete": 0}
+    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "unresolved_conflict": 0,
+              "not_complete": 0}
     upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
     try:
         items = (Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).select_related("campaign")
@@ -821,8 +836,8 @@ def export_write(*, export_id: int) -> Export:
             with transaction.atomic():
                 if counts["written"] == 0:
                     raise ValidationError({"dataset_name": "no pair was left to write: every complete item is a tie, "
-                                                           "both bad or without a majority; keep ties or both-bad "
-                                                           "items, or resolve more items"})
+                                                           "both bad, without a majority or with an empty answer; "
+                                                           "keep ties or both-bad items, or resolve more items"})
                 dataset = _export_dataset(campaign.project, options.dataset_name, export.created_by)
                 if dataset is None:
                     dataset = dataset_services.dataset_create(project=campaign.project, name=options.dataset_name,
