@@ -195,13 +195,16 @@ class Review(models.Model):
 
 class ExportStatus(models.TextChoices):
     WRITING = "writing", "Writing"
+    VALIDATING = "validating", "Validating"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
 
 
 class Export(models.Model):
     """A dataset version made from a campaign's reviews (written by the ``default`` worker), with its
-    provenance."""
+    provenance. Once its version is written the export is ``validating`` until the version's check
+    settles it: ``done`` when the version is ready, ``failed`` (with the version's first problem) when
+    not (``services.export_settle``)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
     dataset_name = models.CharField(max_length=100)

@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -805,7 +806,8 @@ def export_write(*, export_id: int) -> Export:
     leaves a finished export alone.
 
     Each row carries its review (label, item, campaign) in a ``review`` column, which the
-    ``preference`` kind ignores when training."""
+    ``preference`` kind ignores when training. The export is then ``validating`` until the version's
+    check settles it (``export_settle``)."""
     export = Export.objects.select_related("campaign__project", "created_by").get(pk=export_id)
     if export.status != ExportStatus.WRITING:
         return export
@@ -845,7 +847,8 @@ def export_write(*, export_id: int) -> Export:
                                                               user=export.created_by)
                 export.version = dataset_services.dataset_version_create(
                     dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
-                export.status = ExportStatus.DONE
+                # Done or failed once the version's own validation settles (export_settle).
+                export.status = ExportStatus.VALIDATING
                 export.save(update_fields=["version", "status", "counts", "reviewers", "agreement"])
         except ValidationError as error:
             export.status, export.error = ExportStatus.FAILED, " ".join(error.messages)
@@ -854,3 +857,27 @@ def export_write(*, export_id: int) -> Export:
         upload.close()
     logger.info("review export %s of %s: %s, %s", export.pk, campaign.public_id, export.status, counts)
     return export
+
+
+@transaction.atomic
+def export_settle(*, version_id: int) -> None:
+    """Give the exports that wrote version ``version_id`` its validation's outcome, once it has one:
+    ``done`` when the version is ready, ``failed`` with its first problem when it is not. The datasets'
+    validation task calls this for every version it checks: versions no export wrote, unsettled
+    versions and settled exports are left alone, so a redelivery changes nothing."""
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    if version is None or not version.is_settled:
+        return
+    waiting = Export.objects.select_for_update().filter(version=version, status=ExportStatus.VALIDATING)
+    if version.status == VersionStatus.READY:
+        waiting.update(status=ExportStatus.DONE)
+    else:
+        waiting.update(status=ExportStatus.FAILED, error=validation_failure(version))
+
+
+def validation_failure(version: DatasetVersion) -> str:
+    """Why an exported version failed its check, in one sentence: its first problem and how many more."""
+    first = formats.Issue.from_dict(version.errors[0]) if version.errors else "the check failed"
+    more = version.error_count - 1
+    return (f"{version} failed validation: {first}"
+            f"{f' (and {more} more problem{pluralize(more)})' if more > 0 else ''}; its page lists them")

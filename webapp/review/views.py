@@ -131,7 +131,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         # Not after a refused export: the page's address is then the export's, which only takes a POST.
         "refreshing": export_form is None and (
             campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
-            or any(export.status == ExportStatus.WRITING for export in exports)),
+            or any(export.status in (ExportStatus.WRITING, ExportStatus.VALIDATING) for export in exports)),
         "export_form": export_form or (
             ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None),
     }, status=status)

@@ -410,4 +410,4 @@ def test_an_edit_to_nothing_leaves_the_item_out_of_the_export(team, models, prom
     answer(second, team.teammate, "a")
     export = services.export_write(export_id=services.export_create(
         campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)
-    assert (export.status, export.counts["written"], export.counts["empty_response"]) == ("done", 1, 1)
+    assert (export.status, export.counts["written"], export.counts["empty_response"]) == ("validating", 1, 1)

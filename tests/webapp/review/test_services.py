@@ -13,6 +13,7 @@ from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
 from webapp.runs import selectors as run_selectors
 from webapp.review.models import CampaignReviewer, CampaignStatus, ExportStatus, Item, ItemStatus, Label, Review
+from worker.tasks.datasets import validate_dataset_version
 
 
 def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
@@ -363,7 +364,7 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     sent_tasks.clear()
     with django_capture_on_commit_callbacks(execute=True):
         export = services.export_write(export_id=export.pk)
-    assert export.status == ExportStatus.DONE
+    assert export.status == ExportStatus.VALIDATING
     assert services.export_write(export_id=export.pk).version == export.version, "a redelivery changes nothing"
     rows = exported_rows(export)
     assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [
@@ -382,8 +383,11 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     assert version.dataset.kind == "preference" and version.dataset.name == "prefs reviewed"
     assert version.status == VersionStatus.UPLOADED
     assert sent_tasks == [(dataset_services.VALIDATE_TASK, [version.pk], "default")]
-    validated = dataset_services.dataset_version_validate(version_id=version.pk)
-    assert validated.status == VersionStatus.READY and validated.row_count == 3
+    validate_dataset_version.apply(args=[version.pk]).get()
+    version.refresh_from_db()
+    assert version.status == VersionStatus.READY and version.row_count == 3
+    export.refresh_from_db()
+    assert export.status == ExportStatus.DONE
     # ...and the DPO / reward launch form offers it.
     offered = dict(run_selectors.dataset_choices(project=team.project, kinds=("preference",)))
     assert offered[version.public_id] == f"{isolated('prefs reviewed')} v1 (preference, 3 rows)"
@@ -429,3 +433,25 @@ def test_choice_for_helper_matches_the_service_mapping(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
     shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=team.teammate.pk)
     assert services.label_for_choice(choice_for(item, team.teammate, "b"), shown_first=shown_first) == "b"
+
+
+def test_an_export_is_done_only_once_its_version_validates(campaign, team, carol):
+    """QA: the Exports table said 'prefs reviewed v1' and its pairs, status done, while the version it linked
+    had failed validation. An export waits for its version's check and takes its outcome."""
+    review_all(campaign, team, carol)
+    good = export_now(campaign, team.owner, dataset_name="prefs reviewed")
+    assert good.status == ExportStatus.VALIDATING and good.version is not None
+    validate_dataset_version.apply(args=[good.version.pk]).get()
+    good.refresh_from_db()
+    assert (good.status, good.error) == (ExportStatus.DONE, "")
+
+    bad = export_now(campaign, team.owner, dataset_name="prefs reviewed")
+    bad.version.absolute_path.write_text('{"prompt": "2+2?", "chosen": "4", "rejected": "  "}\n{"prompt": 1}\n')
+    validate_dataset_version.apply(args=[bad.version.pk]).get()
+    bad.refresh_from_db()
+    assert bad.status == ExportStatus.FAILED
+    assert bad.error == ("prefs reviewed v2 failed validation: line 1, row 1, field 'rejected': is an empty string; "
+                         "give it text or drop the row (and 3 more problems); its page lists them")
+    validate_dataset_version.apply(args=[bad.version.pk]).get()  # a redelivery changes nothing
+    bad.refresh_from_db()
+    assert bad.status == ExportStatus.FAILED

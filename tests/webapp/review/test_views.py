@@ -8,6 +8,7 @@ from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
 from webapp.review.models import Campaign, Item, ItemStatus, Review
+from worker.tasks.datasets import validate_dataset_version
 
 
 def url(name, campaign, *extra):
@@ -225,6 +226,9 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     version = services.export_write(export_id=export.pk).version
     assert version.absolute_path.read_text().count("\n") == 1
     detail = owner.get(url("detail", campaign))
+    assert b"<bdi>clean prefs</bdi> v1</a> <span class=\"badge status-in_review\">validating" in detail.content
+    validate_dataset_version.apply(args=[version.pk]).get()
+    detail = owner.get(url("detail", campaign))
     assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
@@ -380,3 +384,26 @@ def test_a_refused_export_keeps_what_was_typed_and_says_why_beside_the_field(cam
     assert response.status_code == 400 and "at most 100 characters (it has 150)" in page
     assert "Name the dataset to export to" not in page
     assert not campaign.exports.exists()
+
+
+def test_the_exports_table_says_an_export_failed_and_why(campaign, team, carol, client_for):
+    """QA: an export whose version failed validation read 'gen-reviewed v1 · 5 pairs' with a link, as if
+    written; README says the table says why an export failed."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="gen-reviewed"),
+                                    user=team.owner)
+    export = services.export_write(export_id=export.pk)
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    row = page.split('<table class="table exports">')[1].split("</tr>")[1]
+    assert "validating" in row and 'http-equiv="refresh"' in page
+    export.version.absolute_path.write_text('{"prompt": "2+2?", "chosen": "", "rejected": "5"}\n')
+    validate_dataset_version.apply(args=[export.version.pk]).get()
+    page = owner.get(url("detail", campaign)).content.decode()
+    row = page.split('<table class="table exports">')[1].split("</tr>")[1]
+    assert '<span class="badge status-conflict">failed</span>' in row
+    assert "gen-reviewed v1 failed validation: line 1, row 1, field &#x27;chosen&#x27;: is an empty string" in row
+    assert '<td class="num">—</td>' in row, "no pair was written"
+    assert 'http-equiv="refresh"' not in page
