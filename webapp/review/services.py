@@ -197,8 +197,8 @@ def campaign_create(
                                                      "wait until it is ready"})
     campaign = Campaign.objects.create(
         project=project, name=name, guidelines=guidelines, required_reviews=required_reviews,
-        source_version=source_version, created_by=user,
-        status=CampaignStatus.LOADING if source_version is not None else CampaignStatus.READY)
+        source_version=source_version, source_label=str(source_version) if source_version is not None else "",
+        created_by=user, status=CampaignStatus.LOADING if source_version is not None else CampaignStatus.READY)
     CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
     if source_version is not None:
         campaign_load_request(campaign=campaign)
@@ -267,6 +267,11 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         Item.objects.filter(campaign=campaign).delete()
         Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
     status, load_error = CampaignStatus.READY, ""
+    if campaign.source_version is None:
+        Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).update(
+            status=CampaignStatus.FAILED,
+            load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
+        return Campaign.objects.get(pk=campaign_id)
     try:
         pairs = _version_pairs(campaign.source_version)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):

@@ -40,3 +40,27 @@ def test_exports_marked_done_take_their_versions_outcome():
     assert [export.status for export in exports] == ["failed", "done", "validating"]
     assert exports[0].error == ("gen-reviewed v1 failed validation: line 3, row 3, field 'chosen': is an empty string; "
                                 "give it text or drop the row (and 1 more problem); its page lists them")
+
+
+def test_campaigns_keep_the_name_of_their_source_version():
+    """A campaign whose source was deleted read 'arena votes'; it now keeps its source's name."""
+    apps = migrate([("review", "0007_export_validating")])
+    try:
+        Project = apps.get_model("projects", "Project")
+        Dataset = apps.get_model("datasets", "Dataset")
+        Campaign = apps.get_model("review", "Campaign")
+        project = Project.objects.create(name="Alpha", slug="alpha")
+        dataset = Dataset.objects.create(project=project, name="prefs", kind="preference")
+        version = dataset.versions.create(number=2, original_filename="x.jsonl", format="jsonl", size_bytes=1,
+                                          file_path="x", status="ready")
+        Campaign.objects.create(project=project, name="on prefs", source_version=version)
+        orphan = Campaign.objects.create(project=project, name="source gone")
+        orphan.items.create(sequence=1, source="dataset", response_a="a", response_b="b")
+        Campaign.objects.create(project=project, name="arena")
+        Campaign.objects.create(project=project, name="generated", generation={"prompts": {"label": "chats v1"}})
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.review.models import Campaign as CurrentCampaign
+
+    assert dict(CurrentCampaign.objects.values_list("name", "source_label")) == {
+        "on prefs": "prefs v2", "source gone": "a dataset version", "arena": "", "generated": ""}

@@ -455,3 +455,13 @@ def test_an_export_is_done_only_once_its_version_validates(campaign, team, carol
     validate_dataset_version.apply(args=[bad.version.pk]).get()  # a redelivery changes nothing
     bad.refresh_from_db()
     assert bad.status == ExportStatus.FAILED
+
+
+def test_a_campaign_whose_version_is_deleted_before_it_loads_fails_and_names_it(team, carol, preference_version):
+    """The load read the version it no longer had and died, leaving the campaign 'loading' for good."""
+    campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
+                                        reviewers=[carol], source_version=preference_version, user=team.owner)
+    preference_version.delete()
+    campaign = services.campaign_load_items(campaign_id=campaign.pk)
+    assert campaign.status == CampaignStatus.FAILED
+    assert campaign.load_error == "the dataset version prefs v1 was deleted before its items were loaded"

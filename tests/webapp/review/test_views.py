@@ -407,3 +407,12 @@ def test_the_exports_table_says_an_export_failed_and_why(campaign, team, carol, 
     assert "gen-reviewed v1 failed validation: line 1, row 1, field &#x27;chosen&#x27;: is an empty string" in row
     assert '<td class="num">—</td>' in row, "no pair was written"
     assert 'http-equiv="refresh"' not in page
+
+
+def test_a_campaign_whose_source_dataset_was_deleted_says_so(campaign, team, client_for, preference_version):
+    """QA: once its source dataset was deleted, the campaign read 'arena votes' on the list and on its page."""
+    preference_version.dataset.delete()
+    for page_url in (url("detail", campaign), reverse("review:list", args=[team.project.slug])):
+        page = client_for(team.viewer).get(page_url).content.decode()
+        assert '<bdi>prefs v1</bdi> <span class="muted">(deleted)</span>' in page, page_url
+        assert "arena votes" not in page, page_url
