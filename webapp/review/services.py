@@ -703,16 +703,42 @@ def review_submit(
     return review
 
 
+def resolver_name(item: Item) -> str:
+    """Who resolved ``item``, for messages (a deleted account leaves no name)."""
+    return item.resolved_by.get_username() if item.resolved_by else "an account since deleted"
+
+
+class AlreadyResolved(ValidationError):
+    """Another resolution of the item was made since the owner was shown it: ``label`` by ``resolved_by``
+    (a username). Resolving again over it (``shown_label=label``) changes it."""
+
+    def __init__(self, *, item: Item):
+        self.item = item
+        self.label = item.resolved_label
+        self.resolved_by = resolver_name(item)
+        super().__init__({"item": f"item {item.sequence} is already resolved as {Label(self.label).label} by "
+                                  f"{self.resolved_by}; confirm to change it"})
+
+
 @transaction.atomic
-def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser) -> Item:
-    """The owner's final label for an item whose reviewers disagree; the item becomes complete."""
+def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_label: str | None = None) -> Item:
+    """The owner's final label for an item whose reviewers disagree; the item becomes complete.
+
+    ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
+    the item has been resolved otherwise since (another owner, an older tab), nothing changes and
+    ``AlreadyResolved`` says by whom; when it already has ``label``, it is left as it is. ``None``
+    (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
-    item = Item.objects.select_for_update().get(pk=item.pk)
+    item = Item.objects.select_for_update().select_related("resolved_by").get(pk=item.pk)
     # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
                                        "not in conflict; only conflicts are resolved"})
+    if shown_label is not None and item.resolved_label != shown_label:
+        if item.resolved_label == label:
+            return item
+        raise AlreadyResolved(item=item)
     item.resolved_label = label
     item.resolved_by = user
     item.resolved_at = timezone.now()

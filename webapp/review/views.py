@@ -26,7 +26,7 @@ from webapp.review import selectors, services
 from webapp.review.forms import (
     CampaignCreateForm, CampaignSettingsForm, ExportForm, GeneratedCampaignForm, ResolveForm, ReviewForm,
 )
-from webapp.review.models import CampaignStatus, Choice, ExportStatus, ItemStatus
+from webapp.review.models import CampaignStatus, Choice, ExportStatus, ItemStatus, Label
 from webapp.runs.markup import render_markdown
 
 ITEMS_PER_PAGE = 50
@@ -251,19 +251,32 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 @login_required
 @require_POST
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    """Resolve a conflict with the label pressed. A resolution made by someone else since the page was
+    shown is not overwritten: the answer is a page that names it and asks to confirm the change."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
     form = ResolveForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose the final label: A better, B better, tie or both bad.")
+        return redirect("review:conflicts", project.slug, campaign.public_id)
+    label = form.cleaned_data["label"]
+    try:
+        item = services.conflict_resolve(item=item, label=label, user=request.user,
+                                         shown_label=form.cleaned_data["shown_label"])
+    except services.AlreadyResolved as resolved:
+        return render(request, "review/resolve_confirm.html", {
+            "project": project, "membership": membership, "campaign": campaign, "item": resolved.item,
+            "current": Label(resolved.label).label, "resolved_by": resolved.resolved_by,
+            "label": label, "label_text": Label(label).label}, status=409)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
     else:
-        try:
-            services.conflict_resolve(item=item, label=form.cleaned_data["label"], user=request.user)
-        except ValidationError as error:
-            messages.error(request, " ".join(error.messages))
+        if item.resolved_by_id == request.user.pk:
+            messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
-            messages.success(request, f"Item {item.sequence} resolved: {form.cleaned_data['label']}.")
+            messages.info(request, f"Item {item.sequence} is already resolved as {Label(label).label} by "
+                                   f"{services.resolver_name(item)}; nothing changed.")
     return redirect("review:conflicts", project.slug, campaign.public_id)
 
 

@@ -465,3 +465,44 @@ def test_a_campaign_whose_version_is_deleted_before_it_loads_fails_and_names_it(
     campaign = services.campaign_load_items(campaign_id=campaign.pk)
     assert campaign.status == CampaignStatus.FAILED
     assert campaign.load_error == "the dataset version prefs v1 was deleted before its items were loaded"
+
+
+def test_a_resolution_made_meanwhile_is_not_overwritten_silently(campaign, team, carol):
+    """QA: two owners resolving the same conflict at once (or one from an older tab) were both told their label
+    stood; the later one silently replaced the earlier. A resolution says which one it was chosen over."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
+    with pytest.raises(services.AlreadyResolved, match="item 2 is already resolved as A better by alice") as raised:
+        services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="")
+    assert (raised.value.label, raised.value.resolved_by) == ("a", "alice")
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("a", alice), "the earlier resolution stands"
+    # The same label chosen meanwhile: nothing to change, nothing to confirm.
+    assert services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="").resolved_by == alice
+    # Confirmed over the resolution now shown, it changes.
+    item = services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="a")
+    assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
+
+
+def test_a_resolution_by_a_deleted_account_is_named_as_such(campaign, team, carol):
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    gone = make_user("gone")
+    project_services.membership_add(project=team.project, user=gone, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="tie", user=gone, shown_label="")
+    gone.delete()
+    with pytest.raises(services.AlreadyResolved, match="already resolved as Tie by an account since deleted"):
+        services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="")

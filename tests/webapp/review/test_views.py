@@ -416,3 +416,40 @@ def test_a_campaign_whose_source_dataset_was_deleted_says_so(campaign, team, cli
         page = client_for(team.viewer).get(page_url).content.decode()
         assert '<bdi>prefs v1</bdi> <span class="muted">(deleted)</span>' in page, page_url
         assert "arena votes" not in page, page_url
+
+
+def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, carol, client_for):
+    """QA: the second of two owners resolving a conflict was told 'Item 2 resolved: b.' and silently replaced
+    the first owner's label; messages showed internal codes ('resolved: a.')."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    owner = client_for(team.owner)
+    conflicts = owner.get(url("conflicts", campaign)).content.decode()
+    assert '<input type="hidden" name="shown_label" value="">' in conflicts
+    page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "a", "shown_label": ""},
+                                  follow=True).content.decode()
+    assert "Item 2 resolved: A better." in page and "resolved: a." not in page
+
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    page = response.content.decode()
+    assert response.status_code == 409
+    assert "Item 2 is already resolved as A better by alice" in page
+    assert '<input type="hidden" name="shown_label" value="a">' in page
+    assert '<button type="submit" name="label" value="b" class="primary">Change to B better</button>' in page
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("a", alice)
+
+    page = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": "a"},
+                      follow=True).content.decode()
+    assert "Item 2 resolved: B better." in page
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
+    page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
+    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
