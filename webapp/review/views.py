@@ -210,6 +210,8 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
+    if item is None and campaign.status == CampaignStatus.READY:
+        context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)
         first, second = ((item.response_a, item.response_b) if shown_first == "a"

@@ -1,6 +1,9 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
 
+from datetime import timedelta
+
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.webapp.factories import form_token, make_ready_version
 from tests.webapp.review.conftest import answer, create_loaded
@@ -453,3 +456,19 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
     assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
     page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
     assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
+
+
+def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team, carol, client_for):
+    """QA: 'Nothing left for you to review' while an item was still pending, leased to another reviewer."""
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate, carol])
+    for sequence in (1, 2, 3):
+        answer(Item.objects.get(campaign=campaign, sequence=sequence), team.teammate, "a")
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 4
+    page = client_for(team.teammate).get(url("next", campaign)).content.decode()
+    assert "Nothing left for you to review" not in page
+    assert ("Nothing for you to review right now: 1 item is held by another reviewer. An item not answered while "
+            "it is held comes back to the queue; the first in 9\xa0minutes") in page
+    Item.objects.filter(campaign=campaign, sequence=4).update(leased_until=timezone.now() - timedelta(seconds=1))
+    assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
+    answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
+    assert "Nothing left for you to review" in client_for(team.teammate).get(url("next", campaign)).content.decode()
