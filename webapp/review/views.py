@@ -156,7 +156,8 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
             messages.success(request, "Campaign settings saved.")
             return redirect("review:detail", project.slug, campaign.public_id)
     return render(request, "review/settings.html",
-                  {"project": project, "membership": membership, "campaign": campaign, "form": form},
+                  {"project": project, "membership": membership, "campaign": campaign, "form": form,
+                   "reviewers": selectors.reviewer_names(campaign=campaign)},
                   status=400 if request.method == "POST" else 200)
 
 

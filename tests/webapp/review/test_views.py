@@ -472,3 +472,20 @@ def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team,
     assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
     answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
     assert "Nothing left for you to review" in client_for(team.teammate).get(url("next", campaign)).content.decode()
+
+
+def test_removing_a_reviewer_from_the_project_warns_that_items_cannot_complete(campaign, team, carol, client_for):
+    """QA: removing a reviewer from the project left the campaign one reviewer short of its reviews per item,
+    so no item could complete, and its Settings page said nothing of it."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership
+
+    project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in page
+    settings = owner.get(url("settings", campaign)).content.decode()
+    assert "Too few reviewers" in settings
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in settings
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate])
+    assert "Too few reviewers" not in owner.get(url("settings", campaign)).content.decode()
