@@ -90,8 +90,14 @@ class ReviewForm(forms.Form):
     comment = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}))
 
 
+RESOLUTION_CHOICES = [(label.value, label.label) for label in Label if label != Label.SKIP]
+
+
 class ResolveForm(forms.Form):
-    label = forms.ChoiceField(choices=[(label.value, label.label) for label in Label if label != Label.SKIP])
+    label = forms.ChoiceField(choices=RESOLUTION_CHOICES)
+    # The resolution the page showed ("" for none): one made since is not overwritten unasked. A page
+    # from before this field existed sends nothing, which reads as none.
+    shown_label = forms.ChoiceField(choices=[("", "none"), *RESOLUTION_CHOICES], required=False)
 
 
 class ExportForm(forms.Form):

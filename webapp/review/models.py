@@ -50,6 +50,9 @@ class Campaign(models.Model):
     required_reviews = models.PositiveSmallIntegerField(default=2)
     source_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
                                        related_name="review_campaigns")
+    # The source version's name and number ("prefs v1"), kept so that the campaign still names its
+    # source once the version or its dataset is deleted (``source_version`` is then empty).
+    source_label = models.CharField(max_length=200, blank=True)
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, through="CampaignReviewer", related_name="+")
     # A campaign on a dataset version is loading until the `default` worker has made its items; one
     # on two models' answers is generating until the `serve` worker has generated all of them.
@@ -195,13 +198,16 @@ class Review(models.Model):
 
 class ExportStatus(models.TextChoices):
     WRITING = "writing", "Writing"
+    VALIDATING = "validating", "Validating"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
 
 
 class Export(models.Model):
     """A dataset version made from a campaign's reviews (written by the ``default`` worker), with its
-    provenance."""
+    provenance. Once its version is written the export is ``validating`` until the version's check
+    settles it: ``done`` when the version is ready, ``failed`` (with the version's first problem) when
+    not (``services.export_settle``)."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
     dataset_name = models.CharField(max_length=100)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.template.defaultfilters import pluralize
+from django.utils import timezone
 
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -137,6 +139,24 @@ def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> ReviewerTall
     counts = Review.objects.filter(campaign=campaign, reviewer=user).aggregate(
         skipped=Count("pk", filter=Q(label=Label.SKIP)), all=Count("pk"))
     return ReviewerTally(answered=counts["all"] - counts["skipped"], skipped=counts["skipped"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldItems:
+    count: int
+    first_back_at: datetime  # when the earliest of their leases ends
+
+
+def items_held_by_others(*, campaign: Campaign, user: AbstractBaseUser) -> HeldItems | None:
+    """The open items ``user`` has not answered that other reviewers hold (leased to them and not yet
+    due back), with when the first lease ends; None when there are none. When the queue serves ``user``
+    nothing, these are what is left: each comes back to the queue if its holder does not answer it."""
+    answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
+    held = (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW),
+                                leased_until__gt=timezone.now())
+            .exclude(leased_by=user).exclude(Exists(answered))
+            .aggregate(count=Count("pk"), first_back_at=Min("leased_until")))
+    return HeldItems(**held) if held["count"] else None
 
 
 def item_list(*, campaign: Campaign, status: str | None) -> QuerySet[Item]:

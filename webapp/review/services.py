@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -115,6 +116,14 @@ def editable_text(response: Any) -> str:
     return str(response)
 
 
+def is_blank(response: Any) -> bool:
+    """Whether ``response`` has no text to judge or train on: a string of only whitespace, or a message
+    list that is empty or has a turn without text. The ``preference`` validator refuses such a row."""
+    if isinstance(response, list):
+        return not response or any(not str(turn.get("content") or "").strip() for turn in response)
+    return not str(response or "").strip()
+
+
 def with_text(response: Any, text: str) -> Any:
     """``response`` with its editable text replaced by ``text`` (a new value; ``response`` is kept)."""
     if isinstance(response, list) and response:
@@ -188,8 +197,8 @@ def campaign_create(
                                                      "wait until it is ready"})
     campaign = Campaign.objects.create(
         project=project, name=name, guidelines=guidelines, required_reviews=required_reviews,
-        source_version=source_version, created_by=user,
-        status=CampaignStatus.LOADING if source_version is not None else CampaignStatus.READY)
+        source_version=source_version, source_label=str(source_version) if source_version is not None else "",
+        created_by=user, status=CampaignStatus.LOADING if source_version is not None else CampaignStatus.READY)
     CampaignReviewer.objects.bulk_create(CampaignReviewer(campaign=campaign, user=reviewer) for reviewer in reviewers)
     if source_version is not None:
         campaign_load_request(campaign=campaign)
@@ -258,6 +267,11 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         Item.objects.filter(campaign=campaign).delete()
         Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
     status, load_error = CampaignStatus.READY, ""
+    if campaign.source_version is None:
+        Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).update(
+            status=CampaignStatus.FAILED,
+            load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
+        return Campaign.objects.get(pk=campaign_id)
     try:
         pairs = _version_pairs(campaign.source_version)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):
@@ -542,7 +556,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
                       answers_b: list[str]) -> Campaign:
     """Make a generating campaign's items from both models' answers, all at once, and make it ready.
 
-    A pair where either model answered nothing is left out (it cannot be reviewed; the count is kept
+    A pair where either model answered nothing (or only whitespace) is left out (it cannot be reviewed,
+    and the export's validator would refuse it; the count is kept
     in ``generation["empty_answers"]``). A campaign that is no longer generating (a redelivered task
     finishing second) is left alone."""
     campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
@@ -556,7 +571,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
               "prompts_version": generation["prompts"]["version"]}
     pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
                   source_row=prompt.row, metadata=models)
-             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b) if answer_a and answer_b]
+             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b)
+             if not is_blank(answer_a) and not is_blank(answer_b)]
     empty = len(prompts) - len(pairs)
     if not pairs:
         campaign.status = CampaignStatus.FAILED
@@ -687,16 +703,42 @@ def review_submit(
     return review
 
 
+def resolver_name(item: Item) -> str:
+    """Who resolved ``item``, for messages (a deleted account leaves no name)."""
+    return item.resolved_by.get_username() if item.resolved_by else "an account since deleted"
+
+
+class AlreadyResolved(ValidationError):
+    """Another resolution of the item was made since the owner was shown it: ``label`` by ``resolved_by``
+    (a username). Resolving again over it (``shown_label=label``) changes it."""
+
+    def __init__(self, *, item: Item):
+        self.item = item
+        self.label = item.resolved_label
+        self.resolved_by = resolver_name(item)
+        super().__init__({"item": f"item {item.sequence} is already resolved as {Label(self.label).label} by "
+                                  f"{self.resolved_by}; confirm to change it"})
+
+
 @transaction.atomic
-def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser) -> Item:
-    """The owner's final label for an item whose reviewers disagree; the item becomes complete."""
+def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_label: str | None = None) -> Item:
+    """The owner's final label for an item whose reviewers disagree; the item becomes complete.
+
+    ``shown_label`` is the resolution the owner chose over (``""``: none), as their page showed it. When
+    the item has been resolved otherwise since (another owner, an older tab), nothing changes and
+    ``AlreadyResolved`` says by whom; when it already has ``label``, it is left as it is. ``None``
+    (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
-    item = Item.objects.select_for_update().get(pk=item.pk)
+    item = Item.objects.select_for_update().select_related("resolved_by").get(pk=item.pk)
     # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "
                                        "not in conflict; only conflicts are resolved"})
+    if shown_label is not None and item.resolved_label != shown_label:
+        if item.resolved_label == label:
+            return item
+        raise AlreadyResolved(item=item)
     item.resolved_label = label
     item.resolved_by = user
     item.resolved_at = timezone.now()
@@ -734,6 +776,10 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
                 response_a = with_text(item.response_a, review.edited_a)
             if review.edited_b is not None:
                 response_b = with_text(item.response_b, review.edited_b)
+    if is_blank(response_a) or is_blank(response_b):
+        # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
+        # version's validator refuses the row, which would fail the whole export.
+        return None, "empty_response"
     swapped = label == Label.B
     chosen, rejected = (response_b, response_a) if swapped else (response_a, response_b)
     row: dict[str, Any] = {}
@@ -791,13 +837,15 @@ def export_write(*, export_id: int) -> Export:
     leaves a finished export alone.
 
     Each row carries its review (label, item, campaign) in a ``review`` column, which the
-    ``preference`` kind ignores when training."""
+    ``preference`` kind ignores when training. The export is then ``validating`` until the version's
+    check settles it (``export_settle``)."""
     export = Export.objects.select_related("campaign__project", "created_by").get(pk=export_id)
     if export.status != ExportStatus.WRITING:
         return export
     campaign = export.campaign
     options = ExportOptions(dataset_name=export.dataset_name, **export.options)
-    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0, "not_complete": 0}
+    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "unresolved_conflict": 0,
+              "not_complete": 0}
     upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
     try:
         items = (Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).select_related("campaign")
@@ -821,8 +869,8 @@ def export_write(*, export_id: int) -> Export:
             with transaction.atomic():
                 if counts["written"] == 0:
                     raise ValidationError({"dataset_name": "no pair was left to write: every complete item is a tie, "
-                                                           "both bad or without a majority; keep ties or both-bad "
-                                                           "items, or resolve more items"})
+                                                           "both bad, without a majority or with an empty answer; "
+                                                           "keep ties or both-bad items, or resolve more items"})
                 dataset = _export_dataset(campaign.project, options.dataset_name, export.created_by)
                 if dataset is None:
                     dataset = dataset_services.dataset_create(project=campaign.project, name=options.dataset_name,
@@ -830,7 +878,8 @@ def export_write(*, export_id: int) -> Export:
                                                               user=export.created_by)
                 export.version = dataset_services.dataset_version_create(
                     dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
-                export.status = ExportStatus.DONE
+                # Done or failed once the version's own validation settles (export_settle).
+                export.status = ExportStatus.VALIDATING
                 export.save(update_fields=["version", "status", "counts", "reviewers", "agreement"])
         except ValidationError as error:
             export.status, export.error = ExportStatus.FAILED, " ".join(error.messages)
@@ -839,3 +888,27 @@ def export_write(*, export_id: int) -> Export:
         upload.close()
     logger.info("review export %s of %s: %s, %s", export.pk, campaign.public_id, export.status, counts)
     return export
+
+
+@transaction.atomic
+def export_settle(*, version_id: int) -> None:
+    """Give the exports that wrote version ``version_id`` its validation's outcome, once it has one:
+    ``done`` when the version is ready, ``failed`` with its first problem when it is not. The datasets'
+    validation task calls this for every version it checks: versions no export wrote, unsettled
+    versions and settled exports are left alone, so a redelivery changes nothing."""
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    if version is None or not version.is_settled:
+        return
+    waiting = Export.objects.select_for_update().filter(version=version, status=ExportStatus.VALIDATING)
+    if version.status == VersionStatus.READY:
+        waiting.update(status=ExportStatus.DONE)
+    else:
+        waiting.update(status=ExportStatus.FAILED, error=validation_failure(version))
+
+
+def validation_failure(version: DatasetVersion) -> str:
+    """Why an exported version failed its check, in one sentence: its first problem and how many more."""
+    first = formats.Issue.from_dict(version.errors[0]) if version.errors else "the check failed"
+    more = version.error_count - 1
+    return (f"{version} failed validation: {first}"
+            f"{f' (and {more} more problem{pluralize(more)})' if more > 0 else ''}; its page lists them")

@@ -26,7 +26,7 @@ from webapp.review import selectors, services
 from webapp.review.forms import (
     CampaignCreateForm, CampaignSettingsForm, ExportForm, GeneratedCampaignForm, ResolveForm, ReviewForm,
 )
-from webapp.review.models import CampaignStatus, Choice, ExportStatus, ItemStatus
+from webapp.review.models import CampaignStatus, Choice, ExportStatus, ItemStatus, Label
 from webapp.runs.markup import render_markdown
 
 ITEMS_PER_PAGE = 50
@@ -131,7 +131,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         # Not after a refused export: the page's address is then the export's, which only takes a POST.
         "refreshing": export_form is None and (
             campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
-            or any(export.status == ExportStatus.WRITING for export in exports)),
+            or any(export.status in (ExportStatus.WRITING, ExportStatus.VALIDATING) for export in exports)),
         "export_form": export_form or (
             ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None),
     }, status=status)
@@ -156,7 +156,8 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
             messages.success(request, "Campaign settings saved.")
             return redirect("review:detail", project.slug, campaign.public_id)
     return render(request, "review/settings.html",
-                  {"project": project, "membership": membership, "campaign": campaign, "form": form},
+                  {"project": project, "membership": membership, "campaign": campaign, "form": form,
+                   "reviewers": selectors.reviewer_names(campaign=campaign)},
                   status=400 if request.method == "POST" else 200)
 
 
@@ -210,6 +211,8 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
+    if item is None and campaign.status == CampaignStatus.READY:
+        context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)
         first, second = ((item.response_a, item.response_b) if shown_first == "a"
@@ -251,19 +254,32 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 @login_required
 @require_POST
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    """Resolve a conflict with the label pressed. A resolution made by someone else since the page was
+    shown is not overwritten: the answer is a page that names it and asks to confirm the change."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
     form = ResolveForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose the final label: A better, B better, tie or both bad.")
+        return redirect("review:conflicts", project.slug, campaign.public_id)
+    label = form.cleaned_data["label"]
+    try:
+        item = services.conflict_resolve(item=item, label=label, user=request.user,
+                                         shown_label=form.cleaned_data["shown_label"])
+    except services.AlreadyResolved as resolved:
+        return render(request, "review/resolve_confirm.html", {
+            "project": project, "membership": membership, "campaign": campaign, "item": resolved.item,
+            "current": Label(resolved.label).label, "resolved_by": resolved.resolved_by,
+            "label": label, "label_text": Label(label).label}, status=409)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
     else:
-        try:
-            services.conflict_resolve(item=item, label=form.cleaned_data["label"], user=request.user)
-        except ValidationError as error:
-            messages.error(request, " ".join(error.messages))
+        if item.resolved_by_id == request.user.pk:
+            messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
-            messages.success(request, f"Item {item.sequence} resolved: {form.cleaned_data['label']}.")
+            messages.info(request, f"Item {item.sequence} is already resolved as {Label(label).label} by "
+                                   f"{services.resolver_name(item)}; nothing changed.")
     return redirect("review:conflicts", project.slug, campaign.public_id)
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from webapp.celery import app
 from webapp.datasets import services
+from webapp.review import services as review_services
 
 
 @app.task(name="worker.tasks.datasets.validate_dataset_version", acks_late=True)
 def validate_dataset_version(version_id: int) -> None:
-    """Validate a stored dataset version (safe to redeliver: settled versions are left alone)."""
+    """Validate a stored dataset version (safe to redeliver: settled versions are left alone), then give
+    a review campaign's export that wrote it the outcome."""
     services.dataset_version_validate(version_id=version_id)
+    review_services.export_settle(version_id=version_id)
 
 
 @app.task(name="worker.tasks.datasets.compute_token_statistics", acks_late=True)

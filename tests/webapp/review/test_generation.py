@@ -360,3 +360,54 @@ def test_the_page_has_no_such_note_once_the_project_has_two_models_and_prompts(t
                                                                                prompts_version):
     assert 'id="missing-inputs"' not in client_for(team.owner).get(
         reverse("review:generate", args=[team.project.slug])).content.decode()
+
+
+def test_a_whitespace_only_answer_is_left_out_and_counted_as_empty(team, client_for, models, prompts_version):
+    """QA: an answer of only newlines ('\\n\\n\\n') became an item, and the export of the reviewed pairs then
+    failed whole: its validator read 'chosen: is an empty string'."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts,
+                                          answers_a=["Red.", "\n\n\n", "c a t"], answers_b=["Green.", "Bye!", " \t "])
+    assert campaign.generation["empty_answers"] == 2
+    assert [item.source_row for item in campaign.items.order_by("sequence")] == [1]
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "(2 left out: an empty answer)" in page.content.decode()
+
+
+def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, client_for, models, prompts_version):
+    """A campaign generated before blank answers were left out holds such items; one of them failed the
+    whole export, so none of the reviewed pairs became a dataset."""
+    from webapp.datasets import services as dataset_services
+    from webapp.datasets.models import VersionStatus
+
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                          answers_b=["b1", "b2", "b3"])
+    Item.objects.filter(campaign=campaign, sequence=2).update(response_a="\n\n\n")  # as an older campaign stored it
+    for item in campaign.items.order_by("sequence"):
+        answer(item, team.teammate, "b" if item.sequence == 2 else "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="judged"),
+                                    user=team.owner)
+    export = services.export_write(export_id=export.pk)
+    assert export.counts["written"] == 2 and export.counts["empty_response"] == 1
+    rows = [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+    assert [row["chosen"] for row in rows] == ["a1", "a3"]
+    assert dataset_services.dataset_version_validate(version_id=export.version.pk).status == VersionStatus.READY
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "empty answer 1" in page.content.decode()
+
+
+def test_an_edit_to_nothing_leaves_the_item_out_of_the_export(team, models, prompts_version):
+    """A reviewer's edit that blanks a response would fail the export's validation as a blank answer does."""
+    campaign = generate(team, models, prompts_version, prompt_count=2)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2"],
+                                          answers_b=["b1", "b2"])
+    first, second = campaign.items.order_by("sequence")
+    answer(first, team.teammate, "a", edited_first="  \n", edited_second="  \n")
+    answer(second, team.teammate, "a")
+    export = services.export_write(export_id=services.export_create(
+        campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)
+    assert (export.status, export.counts["written"], export.counts["empty_response"]) == ("validating", 1, 1)

@@ -13,6 +13,7 @@ from webapp.datasets.models import Dataset, VersionStatus
 from webapp.review import selectors, services
 from webapp.runs import selectors as run_selectors
 from webapp.review.models import CampaignReviewer, CampaignStatus, ExportStatus, Item, ItemStatus, Label, Review
+from worker.tasks.datasets import validate_dataset_version
 
 
 def test_a_campaign_gets_one_item_per_row_of_its_version(campaign):
@@ -363,7 +364,7 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     sent_tasks.clear()
     with django_capture_on_commit_callbacks(execute=True):
         export = services.export_write(export_id=export.pk)
-    assert export.status == ExportStatus.DONE
+    assert export.status == ExportStatus.VALIDATING
     assert services.export_write(export_id=export.pk).version == export.version, "a redelivery changes nothing"
     rows = exported_rows(export)
     assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [
@@ -373,8 +374,8 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     ]
     assert rows[1]["review"] == {"campaign": campaign.public_id, "item": items[2].public_id, "label": "b",
                                  "resolved": True, "source": "dataset", "source_row": 2}
-    assert export.counts == {"written": 3, "tie": 1, "both_bad": 0, "no_majority": 0, "unresolved_conflict": 0,
-                             "not_complete": 0}
+    assert export.counts == {"written": 3, "tie": 1, "both_bad": 0, "no_majority": 0, "empty_response": 0,
+                             "unresolved_conflict": 0, "not_complete": 0}
     assert export.reviewers == ["alpha-teammate", "carol"]
     assert export.agreement["pairs"][0]["items"] == 4 and export.agreement["fleiss_raters"] == 2
     assert export.options == {"drop_ties": True, "drop_both_bad": True, "apply_edits": True}
@@ -382,8 +383,11 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     assert version.dataset.kind == "preference" and version.dataset.name == "prefs reviewed"
     assert version.status == VersionStatus.UPLOADED
     assert sent_tasks == [(dataset_services.VALIDATE_TASK, [version.pk], "default")]
-    validated = dataset_services.dataset_version_validate(version_id=version.pk)
-    assert validated.status == VersionStatus.READY and validated.row_count == 3
+    validate_dataset_version.apply(args=[version.pk]).get()
+    version.refresh_from_db()
+    assert version.status == VersionStatus.READY and version.row_count == 3
+    export.refresh_from_db()
+    assert export.status == ExportStatus.DONE
     # ...and the DPO / reward launch form offers it.
     offered = dict(run_selectors.dataset_choices(project=team.project, kinds=("preference",)))
     assert offered[version.public_id] == f"{isolated('prefs reviewed')} v1 (preference, 3 rows)"
@@ -429,3 +433,76 @@ def test_choice_for_helper_matches_the_service_mapping(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
     shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=team.teammate.pk)
     assert services.label_for_choice(choice_for(item, team.teammate, "b"), shown_first=shown_first) == "b"
+
+
+def test_an_export_is_done_only_once_its_version_validates(campaign, team, carol):
+    """QA: the Exports table said 'prefs reviewed v1' and its pairs, status done, while the version it linked
+    had failed validation. An export waits for its version's check and takes its outcome."""
+    review_all(campaign, team, carol)
+    good = export_now(campaign, team.owner, dataset_name="prefs reviewed")
+    assert good.status == ExportStatus.VALIDATING and good.version is not None
+    validate_dataset_version.apply(args=[good.version.pk]).get()
+    good.refresh_from_db()
+    assert (good.status, good.error) == (ExportStatus.DONE, "")
+
+    bad = export_now(campaign, team.owner, dataset_name="prefs reviewed")
+    bad.version.absolute_path.write_text('{"prompt": "2+2?", "chosen": "4", "rejected": "  "}\n{"prompt": 1}\n')
+    validate_dataset_version.apply(args=[bad.version.pk]).get()
+    bad.refresh_from_db()
+    assert bad.status == ExportStatus.FAILED
+    assert bad.error == ("prefs reviewed v2 failed validation: line 1, row 1, field 'rejected': is an empty string; "
+                         "give it text or drop the row (and 3 more problems); its page lists them")
+    validate_dataset_version.apply(args=[bad.version.pk]).get()  # a redelivery changes nothing
+    bad.refresh_from_db()
+    assert bad.status == ExportStatus.FAILED
+
+
+def test_a_campaign_whose_version_is_deleted_before_it_loads_fails_and_names_it(team, carol, preference_version):
+    """The load read the version it no longer had and died, leaving the campaign 'loading' for good."""
+    campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
+                                        reviewers=[carol], source_version=preference_version, user=team.owner)
+    preference_version.delete()
+    campaign = services.campaign_load_items(campaign_id=campaign.pk)
+    assert campaign.status == CampaignStatus.FAILED
+    assert campaign.load_error == "the dataset version prefs v1 was deleted before its items were loaded"
+
+
+def test_a_resolution_made_meanwhile_is_not_overwritten_silently(campaign, team, carol):
+    """QA: two owners resolving the same conflict at once (or one from an older tab) were both told their label
+    stood; the later one silently replaced the earlier. A resolution says which one it was chosen over."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
+    with pytest.raises(services.AlreadyResolved, match="item 2 is already resolved as A better by alice") as raised:
+        services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="")
+    assert (raised.value.label, raised.value.resolved_by) == ("a", "alice")
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("a", alice), "the earlier resolution stands"
+    # The same label chosen meanwhile: nothing to change, nothing to confirm.
+    assert services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="").resolved_by == alice
+    # Confirmed over the resolution now shown, it changes.
+    item = services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="a")
+    assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
+
+
+def test_a_resolution_by_a_deleted_account_is_named_as_such(campaign, team, carol):
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    gone = make_user("gone")
+    project_services.membership_add(project=team.project, user=gone, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="tie", user=gone, shown_label="")
+    gone.delete()
+    with pytest.raises(services.AlreadyResolved, match="already resolved as Tie by an account since deleted"):
+        services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="")

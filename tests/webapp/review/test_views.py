@@ -1,6 +1,9 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
 
+from datetime import timedelta
+
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.webapp.factories import form_token, make_ready_version
 from tests.webapp.review.conftest import answer, create_loaded
@@ -8,6 +11,7 @@ from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
 from webapp.review.models import Campaign, Item, ItemStatus, Review
+from worker.tasks.datasets import validate_dataset_version
 
 
 def url(name, campaign, *extra):
@@ -225,6 +229,9 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     version = services.export_write(export_id=export.pk).version
     assert version.absolute_path.read_text().count("\n") == 1
     detail = owner.get(url("detail", campaign))
+    assert b"<bdi>clean prefs</bdi> v1</a> <span class=\"badge status-in_review\">validating" in detail.content
+    validate_dataset_version.apply(args=[version.pk]).get()
+    detail = owner.get(url("detail", campaign))
     assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
@@ -380,3 +387,105 @@ def test_a_refused_export_keeps_what_was_typed_and_says_why_beside_the_field(cam
     assert response.status_code == 400 and "at most 100 characters (it has 150)" in page
     assert "Name the dataset to export to" not in page
     assert not campaign.exports.exists()
+
+
+def test_the_exports_table_says_an_export_failed_and_why(campaign, team, carol, client_for):
+    """QA: an export whose version failed validation read 'gen-reviewed v1 · 5 pairs' with a link, as if
+    written; README says the table says why an export failed."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="gen-reviewed"),
+                                    user=team.owner)
+    export = services.export_write(export_id=export.pk)
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    row = page.split('<table class="table exports">')[1].split("</tr>")[1]
+    assert "validating" in row and 'http-equiv="refresh"' in page
+    export.version.absolute_path.write_text('{"prompt": "2+2?", "chosen": "", "rejected": "5"}\n')
+    validate_dataset_version.apply(args=[export.version.pk]).get()
+    page = owner.get(url("detail", campaign)).content.decode()
+    row = page.split('<table class="table exports">')[1].split("</tr>")[1]
+    assert '<span class="badge status-conflict">failed</span>' in row
+    assert "gen-reviewed v1 failed validation: line 1, row 1, field &#x27;chosen&#x27;: is an empty string" in row
+    assert '<td class="num">—</td>' in row, "no pair was written"
+    assert 'http-equiv="refresh"' not in page
+
+
+def test_a_campaign_whose_source_dataset_was_deleted_says_so(campaign, team, client_for, preference_version):
+    """QA: once its source dataset was deleted, the campaign read 'arena votes' on the list and on its page."""
+    preference_version.dataset.delete()
+    for page_url in (url("detail", campaign), reverse("review:list", args=[team.project.slug])):
+        page = client_for(team.viewer).get(page_url).content.decode()
+        assert '<bdi>prefs v1</bdi> <span class="muted">(deleted)</span>' in page, page_url
+        assert "arena votes" not in page, page_url
+
+
+def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, carol, client_for):
+    """QA: the second of two owners resolving a conflict was told 'Item 2 resolved: b.' and silently replaced
+    the first owner's label; messages showed internal codes ('resolved: a.')."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    owner = client_for(team.owner)
+    conflicts = owner.get(url("conflicts", campaign)).content.decode()
+    assert '<input type="hidden" name="shown_label" value="">' in conflicts
+    page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "a", "shown_label": ""},
+                                  follow=True).content.decode()
+    assert "Item 2 resolved: A better." in page and "resolved: a." not in page
+
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    page = response.content.decode()
+    assert response.status_code == 409
+    assert "Item 2 is already resolved as A better by alice" in page
+    assert '<input type="hidden" name="shown_label" value="a">' in page
+    assert '<button type="submit" name="label" value="b" class="primary">Change to B better</button>' in page
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("a", alice)
+
+    page = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": "a"},
+                      follow=True).content.decode()
+    assert "Item 2 resolved: B better." in page
+    item.refresh_from_db()
+    assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
+    page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
+    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
+
+
+def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team, carol, client_for):
+    """QA: 'Nothing left for you to review' while an item was still pending, leased to another reviewer."""
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate, carol])
+    for sequence in (1, 2, 3):
+        answer(Item.objects.get(campaign=campaign, sequence=sequence), team.teammate, "a")
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 4
+    page = client_for(team.teammate).get(url("next", campaign)).content.decode()
+    assert "Nothing left for you to review" not in page
+    assert ("Nothing for you to review right now: 1 item is held by another reviewer. An item not answered while "
+            "it is held comes back to the queue; the first in 9\xa0minutes") in page
+    Item.objects.filter(campaign=campaign, sequence=4).update(leased_until=timezone.now() - timedelta(seconds=1))
+    assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
+    answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
+    assert "Nothing left for you to review" in client_for(team.teammate).get(url("next", campaign)).content.decode()
+
+
+def test_removing_a_reviewer_from_the_project_warns_that_items_cannot_complete(campaign, team, carol, client_for):
+    """QA: removing a reviewer from the project left the campaign one reviewer short of its reviews per item,
+    so no item could complete, and its Settings page said nothing of it."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership
+
+    project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in page
+    settings = owner.get(url("settings", campaign)).content.decode()
+    assert "Too few reviewers" in settings
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in settings
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate])
+    assert "Too few reviewers" not in owner.get(url("settings", campaign)).content.decode()

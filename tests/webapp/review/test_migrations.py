@@ -1,0 +1,66 @@
+"""Review migrations that fill new fields from what older rows hold."""
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_exports_marked_done_take_their_versions_outcome():
+    """Exports were marked done as soon as their version was written, whatever its check said."""
+    apps = migrate([("review", "0006_campaign_generation_progress_at")])
+    try:
+        Project = apps.get_model("projects", "Project")
+        Dataset = apps.get_model("datasets", "Dataset")
+        Campaign = apps.get_model("review", "Campaign")
+        Export = apps.get_model("review", "Export")
+        project = Project.objects.create(name="Alpha", slug="alpha")
+        dataset = Dataset.objects.create(project=project, name="gen-reviewed", kind="preference")
+        campaign = Campaign.objects.create(project=project, name="pass 1")
+        errors = [{"code": "empty_string", "message": "is an empty string; give it text or drop the row", "line": 3,
+                   "row": 3, "field": "chosen"}]
+        for number, status in enumerate(["failed", "ready", "uploaded"], start=1):
+            version = dataset.versions.create(number=number, original_filename="x.jsonl", format="jsonl", size_bytes=1,
+                                              file_path=f"x{number}", status=status, errors=errors if status == "failed" else [],
+                                              error_count=2 if status == "failed" else 0)
+            Export.objects.create(campaign=campaign, dataset_name="gen-reviewed", status="done", version=version)
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.review.models import Export as CurrentExport
+
+    exports = list(CurrentExport.objects.order_by("pk"))
+    assert [export.status for export in exports] == ["failed", "done", "validating"]
+    assert exports[0].error == ("gen-reviewed v1 failed validation: line 3, row 3, field 'chosen': is an empty string; "
+                                "give it text or drop the row (and 1 more problem); its page lists them")
+
+
+def test_campaigns_keep_the_name_of_their_source_version():
+    """A campaign whose source was deleted read 'arena votes'; it now keeps its source's name."""
+    apps = migrate([("review", "0007_export_validating")])
+    try:
+        Project = apps.get_model("projects", "Project")
+        Dataset = apps.get_model("datasets", "Dataset")
+        Campaign = apps.get_model("review", "Campaign")
+        project = Project.objects.create(name="Alpha", slug="alpha")
+        dataset = Dataset.objects.create(project=project, name="prefs", kind="preference")
+        version = dataset.versions.create(number=2, original_filename="x.jsonl", format="jsonl", size_bytes=1,
+                                          file_path="x", status="ready")
+        Campaign.objects.create(project=project, name="on prefs", source_version=version)
+        orphan = Campaign.objects.create(project=project, name="source gone")
+        orphan.items.create(sequence=1, source="dataset", response_a="a", response_b="b")
+        Campaign.objects.create(project=project, name="arena")
+        Campaign.objects.create(project=project, name="generated", generation={"prompts": {"label": "chats v1"}})
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.review.models import Campaign as CurrentCampaign
+
+    assert dict(CurrentCampaign.objects.values_list("name", "source_label")) == {
+        "on prefs": "prefs v2", "source gone": "a dataset version", "arena": "", "generated": ""}
