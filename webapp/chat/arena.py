@@ -94,9 +94,10 @@ def failed_side(battle: Battle) -> str:
 
 def _usable_answers(battle: Battle) -> tuple[Message, Message] | None:
     """Both answers of a voted battle when both can be one side of a preference pair: finished with
-    some text (an empty answer can be voted down, but a pair needs two texts)."""
+    some text (an empty or whitespace-only answer can be voted down, but a pair needs two texts, and
+    the export's check refuses a blank one: the whole export failed)."""
     answers = battle_answer(battle.side_a), battle_answer(battle.side_b)
-    if not battle.outcome or any(answer is None or not answer.content or answer.status in
+    if not battle.outcome or any(answer is None or not answer.content.strip() or answer.status in
                                  (MessageStatus.FAILED, MessageStatus.STREAMING) for answer in answers):
         return None
     return answers

@@ -72,8 +72,9 @@ def test_all_decisive_battles_of_the_project_not_yet_sent(team, client_for, mode
 def test_battles_without_a_usable_answer_are_left_out(team, models, campaign):
     failed = voted_battle(team, team.owner, "Name a colour.", "a", answers=("Blue.", ""))
     unvoted = voted_battle(team, team.owner, "Say hi.", "")
-    send = arena.battles_to_review(campaign=campaign, battles=[failed, unvoted])
-    assert (send.added, send.already_sent, send.unusable) == (0, 0, 2)
+    blank = voted_battle(team, team.owner, "Say nothing.", "b", answers=("Blue.", "\n\n  \n"))  # QA: its export failed
+    send = arena.battles_to_review(campaign=campaign, battles=[failed, unvoted, blank])
+    assert (send.added, send.already_sent, send.unusable) == (0, 0, 3)
     assert not campaign.items.exists()
 
 
