@@ -33,6 +33,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
@@ -176,6 +177,7 @@ def campaign_create(
     without it the campaign is ready and empty, and items come from ``items_add`` (arena votes).
     Campaigns on two models' answers are made by ``campaign_generate``."""
     name = _check_campaign_basics(project, name, required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
     if source_version is not None:
         if source_version.dataset.project_id != project.pk:
@@ -298,6 +300,7 @@ def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: in
     """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay;
     item statuses follow the new number of reviews."""
     _check_required(required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(campaign.project, reviewers)
     campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
     previous_required = campaign.required_reviews
@@ -468,6 +471,7 @@ def campaign_generate(
     ``sft`` or ``preference`` version of the project, e.g. a run's eval set). The campaign is
     ``generating`` until the ``serve`` worker has generated both answers to every prompt."""
     name = _check_campaign_basics(project, name, required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
     models = {"model_a": _generation_model(project, "model_a", model_a),
               "model_b": _generation_model(project, "model_b", model_b)}

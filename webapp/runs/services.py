@@ -35,6 +35,7 @@ from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
@@ -702,7 +703,7 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
         run.tags = parse_tags(tags)
         fields.append("tags")
     if notes is not None:
-        run.notes = notes
+        run.notes = checked_text(notes, field="notes", max_length=LONG_TEXT_MAX_CHARS)
         fields.append("notes")
     run.save(update_fields=fields)
     return run

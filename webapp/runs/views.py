@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.submissions import form_send_once
+from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -324,7 +325,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
-        "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
+        "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 
 

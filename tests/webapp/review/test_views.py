@@ -1,5 +1,7 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
 
+import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from tests.webapp.factories import form_token, make_ready_version
@@ -380,3 +382,18 @@ def test_a_refused_export_keeps_what_was_typed_and_says_why_beside_the_field(cam
     assert response.status_code == 400 and "at most 100 characters (it has 150)" in page
     assert "Name the dataset to export to" not in page
     assert not campaign.exports.exists()
+
+
+def test_it_rejects_guidelines_past_the_cap(campaign, team, carol, client_for, preference_version):
+    """Guidelines of any length were stored and rendered beside every item a reviewer opens."""
+    owner = client_for(team.owner)
+    assert 'maxlength="20000"' in owner.get(url("settings", campaign)).content.decode()
+    response = owner.post(url("settings", campaign), {"guidelines": "x" * 20_001, "required_reviews": 1,
+                                                      "reviewers": [carol.pk]})
+    assert response.status_code == 400 and b"20,001 characters; at most 20,000" in response.content
+    campaign.refresh_from_db()
+    assert campaign.guidelines == "Prefer **correct** answers."
+    with pytest.raises(ValidationError) as refused:
+        services.campaign_create(project=team.project, name="long", guidelines="x" * 20_001, required_reviews=1,
+                                 reviewers=[carol], source_version=preference_version, user=team.owner)
+    assert "guidelines" in refused.value.message_dict

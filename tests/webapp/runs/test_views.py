@@ -1026,3 +1026,21 @@ def test_lineage_says_the_step_of_the_export_and_why_a_cancelled_runs_is_not_off
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert "Exported model at step 40 <span class=\"muted\">(from when the run last succeeded" in page
+
+
+def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_for):
+    """Notes of any length were stored (9 MB was) and rendered on every view of the run page. Past
+    20,000 characters they are refused at the notes field, the text kept in the form; the textarea
+    says its limit to the browser too."""
+    client = client_for(team.teammate)
+    assert 'name="notes" rows="6" maxlength="20000"' in client.get(url(run)).content.decode()
+    notes = "x" * 20_001
+    response = client.post(url(run, "edit/"), {"name": "renamed", "tags": "", "notes": notes})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "notes: 20,001 characters; at most 20,000" in page.replace("<small class=\"error\">", "notes: ")
+    assert f">{notes}</textarea>" in page
+    run.refresh_from_db()
+    assert run.notes == "" and run.name != "renamed"
+    ok = client.post(url(run, "edit/"), {"name": "renamed", "notes": "x" * 20_000})
+    assert ok.status_code == 302
