@@ -520,11 +520,20 @@ def _clear_cancel_flag(public_id: str) -> None:
         logger.warning("cancel flag of %s not cleared in Redis: %s", public_id, error)
 
 
+def _refuse_external(run: Run, done: str) -> None:
+    """External runs have no spec Temper can train: a train worker given one failed it, replacing its
+    finish message."""
+    if run.task == EXTERNAL_TASK:
+        raise ValidationError({"__all__": f"run {run.public_id} is an external run, trained outside Temper; it "
+                                          f"cannot be {done} here: start it again where it ran"})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
     run = Run.objects.select_for_update().get(pk=run.pk)
+    _refuse_external(run, "resumed")
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     if max_steps is not None:
@@ -673,6 +682,7 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
     cut to leave room for the suffix, so the copy is always told apart)."""
+    _refuse_external(run, "retried")
     suffix = " (retry)"
     return run_create(project=run.project, spec=run.spec, user=user,
                       name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)

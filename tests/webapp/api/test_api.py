@@ -547,3 +547,24 @@ def test_numbers_past_pythons_digit_limit_and_deep_nesting_are_named_not_a_serve
         assert status == 400 and problem in " ".join(body["errors"]["spec_yaml"]), body
     status, body = call("GET", "/api/v1/projects/alpha/runs/")  # nothing was made
     assert body["runs"] == []
+
+
+def test_an_external_run_cannot_be_resumed_or_retried(world, client_for):
+    """An external run was 'resumed' (200, queued): the train worker then failed it, replacing its finish
+    message. Resume and retry are refused in the service, so the API and the web page both say why."""
+    team, apis, sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "laptop"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    apis["teammate"].call("POST", path + "finish/", {"status": "failed", "message": "OOM on my laptop"})
+    status, body = apis["teammate"].call("POST", path + "resume/", {"max_steps": 100})
+    assert status == 400 and "external run" in json.dumps(body) and "outside Temper" in json.dumps(body)
+    stored = Run.objects.get(public_id=run["id"])
+    assert (stored.status, stored.error_message, stored.attempt) == ("failed", "OOM on my laptop", 1)
+    client = client_for(team.teammate)
+    page = client.get(f"/p/alpha/runs/{run['id']}/").content.decode()
+    assert "runs:resume" not in page and ">Resume</button>" not in page and ">Retry</button>" not in page
+    for action in ("resume", "retry"):
+        answer = client.post(f"/p/alpha/runs/{run['id']}/{action}/", follow=True).content.decode()
+        assert "outside Temper" in answer
+    assert Run.objects.count() == 1 and Run.objects.get().status == "failed"
+    assert sent == []
