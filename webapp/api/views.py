@@ -104,7 +104,8 @@ def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
             raise
         renamed: dict[str, list[str]] = {}
         for field, messages in error.message_dict.items():
-            renamed.setdefault(names.get(field, field), []).extend(messages)
+            head, dot, rest = field.partition(".")  # column_mapping.prompt: mapping.prompt
+            renamed.setdefault(names.get(field, names.get(head, head) + dot + rest), []).extend(messages)
         raise ValidationError(renamed) from error
 
 

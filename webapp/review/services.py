@@ -138,7 +138,7 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
 
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
     """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
-    name = name.strip()
+    name = checked_text(name.strip(), field="name", max_length=Campaign._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
     if Campaign.objects.filter(project=project, name=name).exists():
@@ -662,6 +662,8 @@ def review_submit(
     shown response) and update the item's status. One review per reviewer and item."""
     if choice not in Choice.values:
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
+    for field, text in (("edited_first", edited_first), ("edited_second", edited_second), ("comment", comment)):
+        checked_text(text or "", field=field)
     item = Item.objects.select_for_update().select_related("campaign").get(pk=item.pk)
     campaign = item.campaign
     _reviewer_row(campaign, user)

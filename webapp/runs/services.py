@@ -35,7 +35,7 @@ from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.numbers import MAX_STORED_INT, whole_number
-from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_text
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
@@ -431,7 +431,7 @@ def parse_tags(text: str | list[str]) -> list[str]:
     items = text.split(",") if isinstance(text, str) else list(text)
     tags: list[str] = []
     for item in items:
-        tag = str(item).strip()
+        tag = checked_text(str(item), field="tags").strip()
         if not tag:
             continue
         if len(tag) > MAX_TAG_LENGTH:
@@ -450,6 +450,7 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     ``train`` queue once the transaction commits."""
     public_id = new_run_id()
     name = _checked_name(name or "", required=False)
+    checked_json(spec, field="")
     plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
     tag_list = parse_tags(tags)
     run = Run.objects.create(
@@ -694,7 +695,7 @@ RUN_NAME_MAX = 120  # Run.name's max_length
 def _checked_name(name: str, *, required: bool) -> str:
     """A run name, stripped; a ValidationError when it is blank (if ``required``) or too long (it was
     cut at 120 characters without a word)."""
-    name = name.strip()
+    name = checked_text(name, field="name").strip()
     if required and not name:
         raise ValidationError({"name": "a run needs a name"})
     if len(name) > RUN_NAME_MAX:
@@ -852,6 +853,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec). A
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
+    checked_json(config, field="config")
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(
@@ -894,6 +896,9 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     from webapp.runs.reporting import metric_values, publish_event, track_metric
 
     _require_external(run)
+    for index, point in enumerate(points):
+        for name in point["metrics"]:
+            _check_metric_name(name, field=f"points.{index}.metrics")
     run = Run.objects.select_for_update().get(pk=run.pk)
     now = timezone.now().timestamp()
     rows, payload, skipped = [], [], []
@@ -929,6 +934,19 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     return MetricsLogged(stored=len(rows), skipped=len(skipped), skipped_values=skipped[:SKIPPED_LISTED])
 
 
+METRIC_NAME_MAX = 100  # MetricPoint.name's max_length
+
+
+def _check_metric_name(name: str, *, field: str) -> None:
+    shown = name if len(name) <= 40 else name[:40] + "…"
+    if not name:
+        raise ValidationError({field: "a metric name is empty; name each metric, e.g. 'loss'"})
+    try:
+        checked_text(name, field=field, max_length=METRIC_NAME_MAX)
+    except ValidationError as error:
+        raise ValidationError({field: f"metric name {shown!r}: {error.message_dict[field][0]}"}) from None
+
+
 @transaction.atomic
 def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
     """Store generations ``[{"step", "prompt", "text", "answer"?, "rewards"?}]`` of an external run,
@@ -939,6 +957,8 @@ def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
     from webapp.runs.reporting import sample_row
 
     _require_external(run)
+    for index, record in enumerate(samples):
+        checked_json(record, field=f"samples.{index}")
     next_position: dict[int, int] = {}
     rows = []
     for record in samples:
@@ -959,6 +979,7 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     from webapp.runs.selectors import series_cache_for
 
     _require_external(run)
+    checked_text(message, field="message")
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
     run.status, run.error_message, run.finished_at = status, message, timezone.now()

@@ -15,6 +15,7 @@ import pytest
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.api.models import ApiToken
 from webapp.api.services import token_create
+from webapp.datasets.models import Dataset
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus
 
 
@@ -568,3 +569,37 @@ def test_an_external_run_cannot_be_resumed_or_retried(world, client_for):
         assert "outside Temper" in answer
     assert Run.objects.count() == 1 and Run.objects.get().status == "failed"
     assert sent == []
+
+
+def test_text_with_nul_or_past_its_column_is_refused_by_field(world):
+    """The API skipped what the web forms check: a dataset named with 5,000 characters (the column holds 100)
+    or with a NUL was made, metric names of 100,000 characters, '' and 'a\\x00' were stored. PostgreSQL
+    refuses NUL in text (a 500 there). Each is a 400 naming the field; nothing is stored."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    for name, why in (("d" * 5000, "5,000 characters; at most 100"), ("qa\x00", "NUL character (\\x00) at position 3")):
+        status, body = api.upload("/api/v1/projects/alpha/datasets/", {"name": name, "kind": "sft"}, "a.jsonl",
+                                  b'{"prompt": "p", "completion": "c"}\n')
+        assert (status, list(body["errors"])) == (400, ["name"]) and why in body["errors"]["name"][0]
+    status, body = api.upload("/api/v1/projects/alpha/datasets/", {"name": "ok", "kind": "sft",
+                                                                    "mapping": '{"prompt": "q\\u0000"}'},
+                              "a.jsonl", b'{"prompt": "p", "completion": "c"}\n')
+    assert status == 400 and list(body["errors"]) == ["mapping.prompt"]
+    assert not Dataset.objects.exists()
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x\x00"})
+    assert status == 400 and list(body["errors"]) == ["name"]
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "config": {"lr": "1\x00"}})
+    assert status == 400 and list(body["errors"]) == ["config.lr"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "laptop"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    for metric, why in (("m" * 100_000, "100,000 characters; at most 100"), ("", "empty"),
+                        ("a\x00", "NUL character (\\x00) at position 2")):
+        status, body = api.call("POST", path + "metrics/", {"points": [{"step": 1, "metrics": {"loss": 1.0}},
+                                                                       {"step": 2, "metrics": {metric: 1.0}}]})
+        assert (status, list(body["errors"])) == (400, ["points.1.metrics"]) and why in body["errors"]["points.1.metrics"][0]
+    assert not MetricPoint.objects.exists()
+    status, body = api.call("POST", path + "samples/", {"samples": [{"step": 1, "prompt": "p", "text": "t\x00"}]})
+    assert status == 400 and list(body["errors"]) == ["samples.0.text"]
+    status, body = api.call("POST", path + "finish/", {"status": "failed", "message": "oom\x00"})
+    assert status == 400 and list(body["errors"]) == ["message"]
+    assert Run.objects.get(public_id=run["id"]).status == "running"

@@ -1044,3 +1044,16 @@ def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_
     assert run.notes == "" and run.name != "renamed"
     ok = client.post(url(run, "edit/"), {"name": "renamed", "notes": "x" * 20_000})
     assert ok.status_code == 302
+
+
+def test_it_rejects_a_nul_in_the_name_or_tags(team, run, client_for):
+    """The edit form stored a name and tags holding NUL (PostgreSQL refuses them: a 500 there)."""
+    client = client_for(team.teammate)
+    for fields, field in (({"name": "a\x00b"}, "name"), ({"name": "ok", "tags": "x, y\x00"}, "tags"),
+                          ({"name": "ok", "notes": "n\x00"}, "notes")):
+        response = client.post(url(run, "edit/"), fields)
+        assert response.status_code == 400
+        assert f'class="field has-error"><label for="edit-{field}">' in response.content.decode()
+        assert "NUL character (\\x00)" in response.content.decode()
+    run.refresh_from_db()
+    assert run.name == "first <b>run</b>" and run.tags == [] and run.notes == ""
