@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.submissions import form_send_once
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
@@ -541,7 +542,8 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
-    """Every stored metric point of the chosen runs (not downsampled), one row each."""
+    """Every stored metric point of the chosen runs (not downsampled), one row each; names that a
+    spreadsheet would run as formulas are written as text (``spreadsheet_cell``)."""
     project, _membership, runs = _compare_runs(request, slug)
     if not runs:
         raise Http404("no runs of this project chosen")
@@ -555,7 +557,9 @@ def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
     points = (MetricPoint.objects.filter(run__in=runs).order_by("run_id", "name", "step")
               .values_list("run_id", "step", "name", "value", "tokens", "wall_time"))
     for run_pk, step, name, value, tokens, wall_time in points.iterator(chunk_size=5000):
-        writer.writerow([*names[run_pk], step, name, repr(value), tokens, f"{wall_time:.3f}"])
+        run_id, run_name = names[run_pk]
+        writer.writerow([run_id, spreadsheet_cell(run_name), step, spreadsheet_cell(name), repr(value), tokens,
+                         f"{wall_time:.3f}"])
     return response
 
 

@@ -1057,3 +1057,20 @@ def test_it_rejects_a_nul_in_the_name_or_tags(team, run, client_for):
         assert "NUL character (\\x00)" in response.content.decode()
     run.refresh_from_db()
     assert run.name == "first <b>run</b>" and run.tags == [] and run.notes == ""
+
+
+def test_the_compare_csv_writes_formulas_as_text(team, catalog, client_for, sent_tasks):
+    """Run and metric names went into the CSV as they were: '=HYPERLINK(…)' ran as a formula when the file
+    was opened in a spreadsheet. Such cells start with a quote; numbers (a negative value too) stay numbers."""
+    import csv
+    import io
+
+    runs = [services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name=name)
+            for name in ('=HYPERLINK("http://evil.example","click")', "@plain")]
+    MetricPoint.objects.create(run=runs[0], step=1, name="+cmd|' /C calc'!A0", value=-1.5, wall_time=1.0, tokens=0)
+    MetricPoint.objects.create(run=runs[1], step=1, name="loss", value=2.0, wall_time=1.0, tokens=0)
+    ids = "&".join(f"runs={run.public_id}" for run in runs)
+    rows = list(csv.reader(io.StringIO(client_for(team.teammate).get(
+        f"/p/alpha/runs/compare/metrics.csv?{ids}").content.decode())))
+    assert rows[1][1:5] == ['\'=HYPERLINK("http://evil.example","click")', "1", "'+cmd|' /C calc'!A0", "-1.5"]
+    assert rows[2][1:5] == ["'@plain", "1", "loss", "2.0"]
