@@ -22,7 +22,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
-from webapp.core.text import checked_json, checked_text
+from webapp.core.text import checked_json, checked_name, checked_text
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
 from webapp.datasets.uploads import store_upload
@@ -67,7 +67,7 @@ def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping
 @transaction.atomic
 def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None) -> Dataset:
     """Create an empty dataset ``name`` of ``kind`` in ``project``."""
-    name = checked_text(name.strip(), field="name", max_length=DATASET_NAME_MAX)
+    name = checked_name(name, field="name", max_length=DATASET_NAME_MAX)
     if not name:
         raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
     allowed = [member.value for member in formats.DatasetKind]

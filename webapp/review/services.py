@@ -33,7 +33,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
-from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_text
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
@@ -138,7 +138,7 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
 
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
     """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
-    name = checked_text(name.strip(), field="name", max_length=Campaign._meta.get_field("name").max_length)
+    name = checked_name(name, field="name", max_length=Campaign._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
     if Campaign.objects.filter(project=project, name=name).exists():

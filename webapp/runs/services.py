@@ -35,7 +35,7 @@ from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.numbers import MAX_STORED_INT, whole_number
-from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_text
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
@@ -693,9 +693,9 @@ RUN_NAME_MAX = 120  # Run.name's max_length
 
 
 def _checked_name(name: str, *, required: bool) -> str:
-    """A run name, stripped; a ValidationError when it is blank (if ``required``) or too long (it was
-    cut at 120 characters without a word)."""
-    name = checked_text(name, field="name").strip()
+    """A run name, stripped and in NFC; a ValidationError when it is blank (if ``required``), too long (it
+    was cut at 120 characters without a word) or holds a NUL or an invisible character."""
+    name = checked_name(name, field="name")
     if required and not name:
         raise ValidationError({"name": "a run needs a name"})
     if len(name) > RUN_NAME_MAX:
