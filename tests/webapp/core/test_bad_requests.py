@@ -1,4 +1,5 @@
-"""Bodies Django cannot read (malformed multipart, a file name past its limit) and bodies over the upload limit: JSON in the API's own error shape under
+"""Bodies Django cannot read (malformed multipart, a file name past its limit, a form past
+DATA_UPLOAD_MAX_MEMORY_SIZE) and bodies over the upload limit: JSON in the API's own error shape under
 /api/ and /v1/ (a program reads the answer), a page saying what was wrong everywhere else. They were
 Django's bare "Bad Request (400)" and a text/plain 413."""
 import asyncio
@@ -11,6 +12,7 @@ from django.test import Client
 from webapp.api.services import token_create
 from webapp.core.views import bad_request
 from webapp.datasets.uploads import MULTIPART_OVERHEAD_BYTES, RequestBodyLimit
+from webapp.runs import services as run_services
 
 DATASETS = "/api/v1/projects/alpha/datasets/"
 
@@ -53,6 +55,16 @@ def test_an_unreadable_body_under_v1_is_in_the_openai_shape(rf):
     assert json.loads(response.content)["error"] == {
         "message": "the body could not be read: Invalid boundary in multipart: None", "type": "invalid_request_error",
         "param": None, "code": "bad_request"}
+
+
+def test_a_form_over_the_memory_limit_is_a_page_saying_so(team, client_for, settings):
+    """Notes of 10 MB gave a bare 'Bad Request (400)' page."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    run = run_services.run_create_external(project=team.project, name="laptop", config={}, user=team.owner)
+    response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/edit/", {"notes": "x" * 2000})
+    assert response.status_code == 413
+    page = response.content.decode()
+    assert "<h1>The form is too large</h1>" in page and "1000 bytes" in page.replace("\u00a0", " ")
 
 
 def run_guard(path: str) -> tuple[dict, bytes]:
