@@ -190,6 +190,11 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"datasets": [_dataset_json(dataset)
                                           for dataset in dataset_selectors.dataset_list(project=project)]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    # Django keeps the last of a field sent twice: the first would be dropped without a word.
+    for field, sent in [*request.FILES.lists(), *request.POST.lists()]:
+        if len(sent) > 1:
+            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"
+                                          + (" file per request" if field in request.FILES else "")})
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})

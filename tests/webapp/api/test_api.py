@@ -603,3 +603,24 @@ def test_text_with_nul_or_past_its_column_is_refused_by_field(world):
     status, body = api.call("POST", path + "finish/", {"status": "failed", "message": "oom\x00"})
     assert status == 400 and list(body["errors"]) == ["message"]
     assert Run.objects.get(public_id=run["id"]).status == "running"
+
+
+def test_an_upload_with_two_files_or_two_names_is_refused(world):
+    """Two 'file' parts made a dataset of the last one, without a word about the first."""
+    _team, apis, _sent = world
+    boundary = uuid.uuid4().hex
+    row = b'{"prompt": "p", "completion": "c"}\n'
+
+    def part(name: str, value: bytes, filename: str | None = None) -> bytes:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        return f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n"
+
+    for parts, field in (([part("name", b"qa"), part("kind", b"sft"), part("file", row, "a.jsonl"),
+                           part("file", row, "b.jsonl")], "file"),
+                         ([part("name", b"qa"), part("name", b"qb"), part("kind", b"sft"),
+                           part("file", row, "a.jsonl")], "name")):
+        status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/datasets/",
+                                             data=b"".join(parts) + f"--{boundary}--\r\n".encode(),
+                                             content_type=f"multipart/form-data; boundary={boundary}")
+        assert status == 400 and list(body["errors"]) == [field] and "send one" in body["errors"][field][0]
+    assert not Dataset.objects.exists()
