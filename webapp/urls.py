@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("webapp.chat.urls")),
 ]
 
+handler400 = core_views.bad_request
 handler404 = core_views.page_not_found

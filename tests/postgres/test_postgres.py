@@ -119,6 +119,23 @@ except IntegrityError:
     pass
 else:
     raise AssertionError("an unknown role was stored")
+# PostgreSQL refuses NUL in text and JSON (a DataError, a 500): the services refuse it first, by field.
+from webapp.datasets import services as dataset_services
+from webapp.runs import services as run_services
+external = run_services.run_create_external(project=project, name="laptop", config={}, user=owner)
+for field, make in (
+    ("name", lambda: dataset_services.dataset_create(project=project, name="a\\x00", kind="sft", user=owner)),
+    ("config.lr", lambda: run_services.run_create_external(project=project, name="x", config={"lr": "1\\x00"}, user=owner)),
+    ("points.0.metrics", lambda: run_services.metrics_log(run=external, points=[{"step": 1, "metrics": {"a\\x00": 1.0}}])),
+    ("notes", lambda: run_services.run_update_details(run=external, notes="n\\x00")),
+):
+    try:
+        with transaction.atomic():
+            make()
+    except ValidationError as error:
+        assert list(error.message_dict) == [field], error.message_dict
+    else:
+        raise AssertionError(f"a NUL in {field} reached PostgreSQL")
 print("ok")
 """
 

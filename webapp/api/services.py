@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from webapp.api.models import ApiToken
+from webapp.core.text import checked_text
 from webapp.core.auth_header import bearer_secret
 
 TOKEN_PREFIX = "tmp_"
@@ -23,7 +24,7 @@ def _digest(token: str) -> str:
 
 def token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
     """A new token for ``user``: ``(row, secret)``; the secret is not stored and cannot be shown again."""
-    name = name.strip()
+    name = checked_text(name.strip(), field="name")
     if not name:
         raise ValidationError({"name": "name the token after where it is used, e.g. 'laptop' or 'ci'"})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)

@@ -104,7 +104,8 @@ def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
             raise
         renamed: dict[str, list[str]] = {}
         for field, messages in error.message_dict.items():
-            renamed.setdefault(names.get(field, field), []).extend(messages)
+            head, dot, rest = field.partition(".")  # column_mapping.prompt: mapping.prompt
+            renamed.setdefault(names.get(field, names.get(head, head) + dot + rest), []).extend(messages)
         raise ValidationError(renamed) from error
 
 
@@ -189,6 +190,11 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"datasets": [_dataset_json(dataset)
                                           for dataset in dataset_selectors.dataset_list(project=project)]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    # Django keeps the last of a field sent twice: the first would be dropped without a word.
+    for field, sent in [*request.FILES.lists(), *request.POST.lists()]:
+        if len(sent) > 1:
+            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"
+                                          + (" file per request" if field in request.FILES else "")})
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})

@@ -10,7 +10,11 @@ from django.db import IntegrityError, transaction
 from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.selectors import basemodel_named
+from webapp.core.text import checked_name, checked_text
 from webapp.projects.models import Project
+
+
+BASE_MODEL_NAME_MAX = BaseModel._meta.get_field("name").max_length
 
 
 @transaction.atomic
@@ -24,7 +28,8 @@ def basemodel_register(
     is taken (in any letter case), the path leaves the models root, or the directory is
     not a readable Hugging Face-format model.
     """
-    name = name.strip()
+    name = checked_name(name, field="name", max_length=BASE_MODEL_NAME_MAX)
+    checked_text(path, field="path")
     if not name:
         raise ValidationError({"name": "give the model a name, e.g. 'llama-3.2-1b'"})
     if (taken := basemodel_named(project=project, name=name)) is not None:

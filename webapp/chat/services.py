@@ -22,6 +22,7 @@ from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice
+from webapp.core.text import NUL
 from webapp.projects.models import Project
 from webapp.runs.channels import redis_client
 
@@ -87,6 +88,8 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
     """Add a user turn and ask for the answer; returns the (streaming) assistant message."""
     if not content.strip():
         raise ChatError("the message is empty")
+    if NUL in content:
+        raise ChatError("the message holds a NUL character (\\x00); remove it")
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from webapp.chat.models import ProjectToken
 from webapp.core.auth_header import bearer_secret
+from webapp.core.text import checked_text
 from webapp.projects.models import Membership, Project, Role, role_at_least
 
 TOKEN_PREFIX = "tpk_"
@@ -26,6 +27,7 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
     if not role_at_least(membership.role, Role.MEMBER):
         raise PermissionError(f"{user.get_username()} is a {membership.role} of {project.slug}; only its members and "
                               "owners may chat: make them a member on the Members page")
+    checked_text(name, field="name")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=_digest(secret),
                                         prefix=secret[:10])

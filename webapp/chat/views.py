@@ -7,7 +7,9 @@ another member's conversation is a 404 too. Model output is only ever put in a p
 """
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -64,7 +66,11 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
         token, secret = project_token_create(user=request.user, project=project, name=name)
         return str(token.pk), secret
 
-    token_id, secret = form_send_once_secret(request, create=create)
+    try:
+        token_id, secret = form_send_once_secret(request, create=create)
+    except ValidationError as error:
+        messages.error(request, f"No token made: {error.messages[0]}")
+        return redirect("chat:list", project.slug)
     if not secret:
         note_secret_already_shown(request, tokens=ProjectToken.objects.filter(project=project, user=request.user),
                                   token_id=token_id)

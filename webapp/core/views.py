@@ -1,8 +1,12 @@
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.views import defaults
 
 
@@ -34,6 +38,40 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
                        "POST /v1/chat/completions and POST /v1/completions",
             "type": "invalid_request_error", "code": "not_found"}}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+def _unreadable_body(exception: Exception | None) -> tuple[int, str, str]:
+    """(status, heading, what was wrong) for a body Django refused before the view could read it."""
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return 413, "The form is too large", (
+            f"What was sent is over the {filesizeformat(limit)} ({limit} bytes) a form may hold "
+            "(DATA_UPLOAD_MAX_MEMORY_SIZE; files are not counted). Go back and shorten the longest text: "
+            "notes and guidelines hold 20,000 characters at most.")
+    if isinstance(exception, MultiPartParserError) and "header size" in str(exception):
+        # Django reads at most 1,024 bytes of a part's headers, where a file's name is sent.
+        return 400, "The form could not be read", (
+            "the body could not be read: a part's headers are over 1,024 bytes, most likely the file name; "
+            "rename the file to a shorter name and send it again")
+    if isinstance(exception, (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent)):
+        return 400, "The form could not be read", f"the body could not be read: {exception}"
+    return 400, "The request could not be read", "the request could not be read (a header or the body is malformed)"
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """400 (413 for a form past ``DATA_UPLOAD_MAX_MEMORY_SIZE``) for a request Django refused before a view
+    read it (settings' ``handler400``): a multipart body without a boundary or with one of 300 characters,
+    a file name past the parser's limit, too many fields. Under the REST API and the OpenAI-compatible
+    API it is JSON in that API's error shape; everywhere else a page saying what was wrong (it was Django's
+    bare "Bad Request (400)"). A message of any other ``SuspiciousOperation`` is not repeated."""
+    status, heading, message = _unreadable_body(exception)
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": message}, status=status)
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                       "code": "request_too_large" if status == 413 else "bad_request"}},
+                            status=status)
+    return render(request, "400.html", {"heading": heading, "message": message}, status=status)
 
 
 def post_answered_with_a_page(page: str) -> Callable:

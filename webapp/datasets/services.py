@@ -22,6 +22,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.text import checked_json, checked_name, checked_text
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
 from webapp.datasets.uploads import store_upload
@@ -34,6 +35,7 @@ TOKEN_STATISTICS_TASK = "worker.tasks.datasets.compute_token_statistics"
 # Token lengths are measured on the first rows only: tokenizing a whole large upload would
 # hold the default queue for minutes for a histogram that a sample draws as well.
 TOKEN_STATISTICS_MAX_ROWS = 20_000
+DATASET_NAME_MAX = Dataset._meta.get_field("name").max_length
 
 
 def _send(task_name: str, args: list[Any]) -> None:
@@ -65,7 +67,7 @@ def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping
 @transaction.atomic
 def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBaseUser | None) -> Dataset:
     """Create an empty dataset ``name`` of ``kind`` in ``project``."""
-    name = name.strip()
+    name = checked_name(name, field="name", max_length=DATASET_NAME_MAX)
     if not name:
         raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
     allowed = [member.value for member in formats.DatasetKind]
@@ -111,6 +113,8 @@ def dataset_version_create(
             file_format = formats.detect_format(upload.name or "").value
         except ValueError as error:
             raise ValidationError({"file": str(error)}) from error
+    checked_json(column_mapping, field="column_mapping")
+    checked_text(upload.name or "", field="file")
     mapping = _column_mapping(dataset.kind, column_mapping)
     if upload.size == 0:
         raise ValidationError({"file": empty_upload_message(upload.name or "the file")})

@@ -8,6 +8,8 @@ so an oversize file is dropped part-way instead of being written out in full. A 
 """
 from __future__ import annotations
 
+import html
+import json
 import os
 import shutil
 import tempfile
@@ -92,12 +94,26 @@ class RequestBodyLimit:
             headers = dict(scope.get("headers") or [])
             if body_too_large(headers.get(b"content-length", b"").decode("latin-1"),
                               max_upload_bytes=self.max_upload_bytes):
-                body = (f"Request body too large: uploads are limited to {self.max_upload_bytes} bytes "
-                        "(TEMPER_MAX_UPLOAD_BYTES).\n").encode()
+                content_type, body = self._refusal(scope.get("path", ""))
                 await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            "headers": [(b"content-type", content_type),
                                         (b"content-length", str(len(body)).encode()),
                                         (b"connection", b"close")]})
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+    def _refusal(self, path: str) -> tuple[bytes, bytes]:
+        """The 413's content type and body in the shape of the place asked: the REST API's and the
+        OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
+        message = (f"the request body is over the upload limit of {self.max_upload_bytes} bytes "
+                   "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        if path.startswith("/api/"):
+            return b"application/json", json.dumps({"detail": message}).encode()
+        if path.startswith("/v1/"):
+            return b"application/json", json.dumps({"error": {
+                "message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}).encode()
+        page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Too large</title></head>"
+                f"<body><h1>The upload is too large</h1><p>{html.escape(message[0].upper() + message[1:])}.</p>"
+                "<p>Go back to the form.</p></body></html>")
+        return b"text/html; charset=utf-8", page.encode()

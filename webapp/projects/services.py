@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from webapp.core.bidi import isolated
+from webapp.core.text import checked_name
 from webapp.projects.models import Membership, Project, Role
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
@@ -38,7 +39,7 @@ def _validate_role(role: str) -> None:
 @transaction.atomic
 def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
     """Create a project with ``owner`` as its first owner."""
-    name = name.strip()
+    name = checked_name(name, field="name", max_length=Project._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "the project name must not be empty"})
     _validate_slug(slug)

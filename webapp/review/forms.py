@@ -7,14 +7,16 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.chat.selectors import model_choices
 from webapp.core.bidi import isolated
+from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
 from webapp.review.selectors import default_required_reviews, possible_reviewers, prompt_sources
 from webapp.review.services import MAX_GENERATED_PROMPTS
 
 
 class CampaignSettingsForm(forms.Form):
-    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False,
-                                 help_text="Markdown, shown beside every item.")
+    # The length is the service's to refuse (its message names the limit); the browser's maxlength warns first.
+    guidelines = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "maxlength": LONG_TEXT_MAX_CHARS}),
+                                 required=False, help_text="Markdown, shown beside every item.")
     required_reviews = forms.IntegerField(min_value=1, max_value=MAX_REQUIRED_REVIEWS, initial=2,
                                           label="Reviews per item",
                                           help_text="An item is complete once this many reviewers have answered it.")

@@ -34,6 +34,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
@@ -146,7 +147,7 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
 
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
     """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
-    name = name.strip()
+    name = checked_name(name, field="name", max_length=Campaign._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "give the campaign a name, e.g. 'helpfulness pass 1'"})
     if Campaign.objects.filter(project=project, name=name).exists():
@@ -185,6 +186,7 @@ def campaign_create(
     without it the campaign is ready and empty, and items come from ``items_add`` (arena votes).
     Campaigns on two models' answers are made by ``campaign_generate``."""
     name = _check_campaign_basics(project, name, required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
     if source_version is not None:
         if source_version.dataset.project_id != project.pk:
@@ -312,6 +314,7 @@ def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: in
     """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay;
     item statuses follow the new number of reviews."""
     _check_required(required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(campaign.project, reviewers)
     campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
     previous_required = campaign.required_reviews
@@ -482,6 +485,7 @@ def campaign_generate(
     ``sft`` or ``preference`` version of the project, e.g. a run's eval set). The campaign is
     ``generating`` until the ``serve`` worker has generated both answers to every prompt."""
     name = _check_campaign_basics(project, name, required_reviews)
+    checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
     models = {"model_a": _generation_model(project, "model_a", model_a),
               "model_b": _generation_model(project, "model_b", model_b)}
@@ -674,6 +678,8 @@ def review_submit(
     shown response) and update the item's status. One review per reviewer and item."""
     if choice not in Choice.values:
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
+    for field, text in (("edited_first", edited_first), ("edited_second", edited_second), ("comment", comment)):
+        checked_text(text or "", field=field)
     item = Item.objects.select_for_update().select_related("campaign").get(pk=item.pk)
     campaign = item.campaign
     _reviewer_row(campaign, user)

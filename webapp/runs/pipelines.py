@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraint
 
 from jaxengine.spec import wrongly_written_value
 from webapp.celery import app as celery_app
+from webapp.core.text import checked_json
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
@@ -116,6 +117,7 @@ def parse_document(data: Any) -> PipelineDocument:
 
     if not isinstance(data, dict):
         raise ValidationError("the document must be a mapping with a name and its stages")
+    checked_json(data, field="")
     try:
         return PipelineDocument.model_validate(data)
     except pydantic.ValidationError as error:

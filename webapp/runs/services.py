@@ -36,6 +36,7 @@ from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels
@@ -431,7 +432,7 @@ def parse_tags(text: str | list[str]) -> list[str]:
     items = text.split(",") if isinstance(text, str) else list(text)
     tags: list[str] = []
     for item in items:
-        tag = str(item).strip()
+        tag = checked_text(str(item), field="tags").strip()
         if not tag:
             continue
         if len(tag) > MAX_TAG_LENGTH:
@@ -450,6 +451,7 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     ``train`` queue once the transaction commits."""
     public_id = new_run_id()
     name = _checked_name(name or "", required=False)
+    checked_json(spec, field="")
     plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
     tag_list = parse_tags(tags)
     run = Run.objects.create(
@@ -520,11 +522,20 @@ def _clear_cancel_flag(public_id: str) -> None:
         logger.warning("cancel flag of %s not cleared in Redis: %s", public_id, error)
 
 
+def _refuse_external(run: Run, done: str) -> None:
+    """External runs have no spec Temper can train: a train worker given one failed it, replacing its
+    finish message."""
+    if run.task == EXTERNAL_TASK:
+        raise ValidationError({"__all__": f"run {run.public_id} is an external run, trained outside Temper; it "
+                                          f"cannot be {done} here: start it again where it ran"})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
     run = Run.objects.select_for_update().get(pk=run.pk)
+    _refuse_external(run, "resumed")
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     if max_steps is not None:
@@ -674,6 +685,7 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
     cut to leave room for the suffix, so the copy is always told apart)."""
+    _refuse_external(run, "retried")
     suffix = " (retry)"
     return run_create(project=run.project, spec=run.spec, user=user,
                       name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)
@@ -683,9 +695,9 @@ RUN_NAME_MAX = 120  # Run.name's max_length
 
 
 def _checked_name(name: str, *, required: bool) -> str:
-    """A run name, stripped; a ValidationError when it is blank (if ``required``) or too long (it was
-    cut at 120 characters without a word)."""
-    name = name.strip()
+    """A run name, stripped and in NFC; a ValidationError when it is blank (if ``required``), too long (it
+    was cut at 120 characters without a word) or holds a NUL or an invisible character."""
+    name = checked_name(name, field="name")
     if required and not name:
         raise ValidationError({"name": "a run needs a name"})
     if len(name) > RUN_NAME_MAX:
@@ -737,7 +749,7 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
         run.tags = parse_tags(tags)
         fields.append("tags")
     if notes is not None:
-        run.notes = notes
+        run.notes = checked_text(notes, field="notes", max_length=LONG_TEXT_MAX_CHARS)
         fields.append("notes")
     run.save(update_fields=fields)
     return run
@@ -876,6 +888,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec). A
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
+    checked_json(config, field="config")
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(
@@ -918,6 +931,9 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     from webapp.runs.reporting import metric_values, publish_event, track_metric
 
     _require_external(run)
+    for index, point in enumerate(points):
+        for name in point["metrics"]:
+            _check_metric_name(name, field=f"points.{index}.metrics")
     run = Run.objects.select_for_update().get(pk=run.pk)
     now = timezone.now().timestamp()
     rows, payload, skipped = [], [], []
@@ -953,6 +969,19 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     return MetricsLogged(stored=len(rows), skipped=len(skipped), skipped_values=skipped[:SKIPPED_LISTED])
 
 
+METRIC_NAME_MAX = 100  # MetricPoint.name's max_length
+
+
+def _check_metric_name(name: str, *, field: str) -> None:
+    shown = name if len(name) <= 40 else name[:40] + "…"
+    if not name:
+        raise ValidationError({field: "a metric name is empty; name each metric, e.g. 'loss'"})
+    try:
+        checked_text(name, field=field, max_length=METRIC_NAME_MAX)
+    except ValidationError as error:
+        raise ValidationError({field: f"metric name {shown!r}: {error.message_dict[field][0]}"}) from None
+
+
 @transaction.atomic
 def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
     """Store generations ``[{"step", "prompt", "text", "answer"?, "rewards"?}]`` of an external run,
@@ -963,6 +992,8 @@ def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
     from webapp.runs.reporting import sample_row
 
     _require_external(run)
+    for index, record in enumerate(samples):
+        checked_json(record, field=f"samples.{index}")
     next_position: dict[int, int] = {}
     rows = []
     for record in samples:
@@ -983,6 +1014,7 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     from webapp.runs.selectors import series_cache_for
 
     _require_external(run)
+    checked_text(message, field="message")
     if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
         raise ValidationError({"status": f"{status!r} is not one of succeeded, failed, cancelled"})
     run.status, run.error_message, run.finished_at = status, message, timezone.now()

@@ -24,7 +24,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.submissions import form_send_once
+from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -333,7 +335,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
-        "notes_html": render_markdown(run.notes), "spec_yaml": services.spec_to_yaml(run.spec),
+        "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 
 
@@ -551,7 +553,8 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
-    """Every stored metric point of the chosen runs (not downsampled), one row each."""
+    """Every stored metric point of the chosen runs (not downsampled), one row each; names that a
+    spreadsheet would run as formulas are written as text (``spreadsheet_cell``)."""
     project, _membership, runs = _compare_runs(request, slug)
     if not runs:
         raise Http404("no runs of this project chosen")
@@ -565,7 +568,9 @@ def run_compare_csv(request: HttpRequest, slug: str) -> HttpResponse:
     points = (MetricPoint.objects.filter(run__in=runs).order_by("run_id", "name", "step")
               .values_list("run_id", "step", "name", "value", "tokens", "wall_time"))
     for run_pk, step, name, value, tokens, wall_time in points.iterator(chunk_size=5000):
-        writer.writerow([*names[run_pk], step, name, repr(value), tokens, f"{wall_time:.3f}"])
+        run_id, run_name = names[run_pk]
+        writer.writerow([run_id, spreadsheet_cell(run_name), step, spreadsheet_cell(name), repr(value), tokens,
+                         f"{wall_time:.3f}"])
     return response
 
 

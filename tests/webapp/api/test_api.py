@@ -15,6 +15,7 @@ import pytest
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.api.models import ApiToken
 from webapp.api.services import token_create
+from webapp.datasets.models import Dataset
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus
 
 
@@ -550,3 +551,79 @@ def test_numbers_past_pythons_digit_limit_and_deep_nesting_are_named_not_a_serve
         assert status == 400 and problem in " ".join(body["errors"]["spec_yaml"]), body
     status, body = call("GET", "/api/v1/projects/alpha/runs/")  # nothing was made
     assert body["runs"] == []
+
+
+def test_an_external_run_cannot_be_resumed_or_retried(world, client_for):
+    """An external run was 'resumed' (200, queued): the train worker then failed it, replacing its finish
+    message. Resume and retry are refused in the service, so the API and the web page both say why."""
+    team, apis, sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "laptop"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    apis["teammate"].call("POST", path + "finish/", {"status": "failed", "message": "OOM on my laptop"})
+    status, body = apis["teammate"].call("POST", path + "resume/", {"max_steps": 100})
+    assert status == 400 and "external run" in json.dumps(body) and "outside Temper" in json.dumps(body)
+    stored = Run.objects.get(public_id=run["id"])
+    assert (stored.status, stored.error_message, stored.attempt) == ("failed", "OOM on my laptop", 1)
+    client = client_for(team.teammate)
+    page = client.get(f"/p/alpha/runs/{run['id']}/").content.decode()
+    assert "runs:resume" not in page and ">Resume</button>" not in page and ">Retry</button>" not in page
+    for action in ("resume", "retry"):
+        answer = client.post(f"/p/alpha/runs/{run['id']}/{action}/", follow=True).content.decode()
+        assert "outside Temper" in answer
+    assert Run.objects.count() == 1 and Run.objects.get().status == "failed"
+    assert sent == []
+
+
+def test_text_with_nul_or_past_its_column_is_refused_by_field(world):
+    """The API skipped what the web forms check: a dataset named with 5,000 characters (the column holds 100)
+    or with a NUL was made, metric names of 100,000 characters, '' and 'a\\x00' were stored. PostgreSQL
+    refuses NUL in text (a 500 there). Each is a 400 naming the field; nothing is stored."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    for name, why in (("d" * 5000, "5,000 characters; at most 100"), ("qa\x00", "NUL character (\\x00) at position 3")):
+        status, body = api.upload("/api/v1/projects/alpha/datasets/", {"name": name, "kind": "sft"}, "a.jsonl",
+                                  b'{"prompt": "p", "completion": "c"}\n')
+        assert (status, list(body["errors"])) == (400, ["name"]) and why in body["errors"]["name"][0]
+    status, body = api.upload("/api/v1/projects/alpha/datasets/", {"name": "ok", "kind": "sft",
+                                                                    "mapping": '{"prompt": "q\\u0000"}'},
+                              "a.jsonl", b'{"prompt": "p", "completion": "c"}\n')
+    assert status == 400 and list(body["errors"]) == ["mapping.prompt"]
+    assert not Dataset.objects.exists()
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x\x00"})
+    assert status == 400 and list(body["errors"]) == ["name"]
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "config": {"lr": "1\x00"}})
+    assert status == 400 and list(body["errors"]) == ["config.lr"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "laptop"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    for metric, why in (("m" * 100_000, "100,000 characters; at most 100"), ("", "empty"),
+                        ("a\x00", "NUL character (\\x00) at position 2")):
+        status, body = api.call("POST", path + "metrics/", {"points": [{"step": 1, "metrics": {"loss": 1.0}},
+                                                                       {"step": 2, "metrics": {metric: 1.0}}]})
+        assert (status, list(body["errors"])) == (400, ["points.1.metrics"]) and why in body["errors"]["points.1.metrics"][0]
+    assert not MetricPoint.objects.exists()
+    status, body = api.call("POST", path + "samples/", {"samples": [{"step": 1, "prompt": "p", "text": "t\x00"}]})
+    assert status == 400 and list(body["errors"]) == ["samples.0.text"]
+    status, body = api.call("POST", path + "finish/", {"status": "failed", "message": "oom\x00"})
+    assert status == 400 and list(body["errors"]) == ["message"]
+    assert Run.objects.get(public_id=run["id"]).status == "running"
+
+
+def test_an_upload_with_two_files_or_two_names_is_refused(world):
+    """Two 'file' parts made a dataset of the last one, without a word about the first."""
+    _team, apis, _sent = world
+    boundary = uuid.uuid4().hex
+    row = b'{"prompt": "p", "completion": "c"}\n'
+
+    def part(name: str, value: bytes, filename: str | None = None) -> bytes:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        return f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n"
+
+    for parts, field in (([part("name", b"qa"), part("kind", b"sft"), part("file", row, "a.jsonl"),
+                           part("file", row, "b.jsonl")], "file"),
+                         ([part("name", b"qa"), part("name", b"qb"), part("kind", b"sft"),
+                           part("file", row, "a.jsonl")], "name")):
+        status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/datasets/",
+                                             data=b"".join(parts) + f"--{boundary}--\r\n".encode(),
+                                             content_type=f"multipart/form-data; boundary={boundary}")
+        assert status == 400 and list(body["errors"]) == [field] and "send one" in body["errors"][field][0]
+    assert not Dataset.objects.exists()

@@ -133,3 +133,14 @@ def test_a_messages_text_parts_are_joined_and_other_parts_refused_naming_them(te
     assert response.status_code == 400
     assert response.json()["error"]["message"].startswith(
         "messages.0.content: part 0 is of type 'input_audio': these models read text only")
+
+
+def test_a_token_name_with_a_nul_is_refused(team, client_for):
+    """The name went to the database as sent (PostgreSQL refuses NUL in text: a 500 there)."""
+    from webapp.chat.models import ProjectToken
+
+    response = client_for(team.teammate).post("/p/alpha/chat/tokens/", {"name": "ci\x00"}, follow=True)
+    assert "NUL character (\\x00) at position 3" in response.content.decode()
+    assert not ProjectToken.objects.exists()
+    response = client_for(team.teammate).post("/accounts/tokens/", {"name": "ci\x00"})
+    assert response.status_code == 400 and "NUL character (\\x00) at position 3" in response.content.decode()

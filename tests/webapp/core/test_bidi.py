@@ -108,9 +108,10 @@ def test_the_templates_hold_no_bidi_controls_of_their_own():
 
 
 def test_a_name_in_a_flash_message_is_isolated(team, client_for):
+    """A right-to-left name (new names hold no bidi control, below) would carry the words after it along."""
     assert isolated(f"evil{PDI}{RLO}") == f"{FSI}evil{RLO}{PDF}{PDI}"
-    response = client_for(team.owner).post("/projects/new/", {"name": f"evil{RLO}", "slug": "evil"}, follow=True)
-    assert f"Project {FSI}evil{RLO}{PDF}{PDI} created." in response.content.decode()
+    response = client_for(team.owner).post("/projects/new/", {"name": "שלום 2", "slug": "evil"}, follow=True)
+    assert f"Project {FSI}שלום 2{PDI} created." in response.content.decode()
 
 
 def test_a_name_in_the_page_title_and_in_an_option_label_is_isolated(team, client_for):
@@ -163,3 +164,9 @@ def test_the_content_length_follows_the_rewritten_body_and_json_and_files_are_le
     served = _through_middleware(FileResponse((tmp_path / "page.html").open("rb"), content_type="text/html"))
     assert b"".join(served.streaming_content) == f"<p>{RLO}</p>".encode()
     assert _through_middleware(HttpResponseNotModified()).content == b""
+
+
+def test_a_new_name_with_a_bidi_control_is_refused(team, client_for):
+    """Names are isolated where they are shown (above), and new ones hold no invisible control at all."""
+    response = client_for(team.owner).post("/projects/new/", {"name": f"evil{RLO}", "slug": "evil"})
+    assert response.status_code == 400 and "U+202E (RIGHT-TO-LEFT OVERRIDE), at position 5" in response.content.decode()

@@ -213,3 +213,17 @@ def test_requeue_sends_the_validation_again(team, sent_tasks, django_capture_on_
     assert version.status == VersionStatus.READY
     with pytest.raises(ValidationError, match="is ready, not waiting for a worker"):
         services.dataset_version_requeue(version=version)
+
+
+def test_look_alike_names_are_refused_or_collide(team):
+    """A dataset named 'qa3-sft' + U+200B (zero-width space) was made beside 'qa3-sft'; a name typed with a
+    combining accent ('cafe' + U+0301) was a second 'café'."""
+    create(team, name="qa3-sft")
+    with pytest.raises(ValidationError) as refused:
+        create(team, name="qa3-sft\u200b")
+    assert refused.value.message_dict["name"][0].startswith("an invisible character, U+200B (ZERO WIDTH SPACE), "
+                                                            "at position 8")
+    create(team, name="café")
+    with pytest.raises(ValidationError, match="already has a dataset named 'café'"):
+        create(team, name="cafe\u0301")
+    assert sorted(Dataset.objects.values_list("name", flat=True)) == ["café", "qa3-sft"]

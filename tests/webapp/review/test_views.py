@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -489,3 +491,18 @@ def test_removing_a_reviewer_from_the_project_warns_that_items_cannot_complete(c
     assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in settings
     services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate])
     assert "Too few reviewers" not in owner.get(url("settings", campaign)).content.decode()
+
+
+def test_it_rejects_guidelines_past_the_cap(campaign, team, carol, client_for, preference_version):
+    """Guidelines of any length were stored and rendered beside every item a reviewer opens."""
+    owner = client_for(team.owner)
+    assert 'maxlength="20000"' in owner.get(url("settings", campaign)).content.decode()
+    response = owner.post(url("settings", campaign), {"guidelines": "x" * 20_001, "required_reviews": 1,
+                                                      "reviewers": [carol.pk]})
+    assert response.status_code == 400 and b"20,001 characters; at most 20,000" in response.content
+    campaign.refresh_from_db()
+    assert campaign.guidelines == "Prefer **correct** answers."
+    with pytest.raises(ValidationError) as refused:
+        services.campaign_create(project=team.project, name="long", guidelines="x" * 20_001, required_reviews=1,
+                                 reviewers=[carol], source_version=preference_version, user=team.owner)
+    assert "guidelines" in refused.value.message_dict

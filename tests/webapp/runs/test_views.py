@@ -1035,7 +1035,7 @@ def _edit_form(page: str) -> dict[str, str]:
 
     form = page.split('id="edit-form"')[1].split("</form>")[0]
     values = {name: html.unescape(value) for name, value in re.findall(r'name="([a-z_]+)" value="([^"]*)"', form)}
-    values["notes"] = html.unescape(form.split('name="notes" rows="6">')[1].split("</textarea>")[0])
+    values["notes"] = html.unescape(form.split('name="notes"')[1].split(">", 1)[1].split("</textarea>")[0])
     return values
 
 
@@ -1078,3 +1078,51 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     assert "Some of what the run used is gone" in form
     assert f"{catalog.base_model.public_id}, which first &lt;b&gt;run&lt;/b&gt; used, was deleted since; choose another" in form
     assert f"<code>data.train</code>: {catalog.sft.public_id}, which" in form
+
+
+def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_for):
+    """Notes of any length were stored (9 MB was) and rendered on every view of the run page. Past
+    20,000 characters they are refused at the notes field, the text kept in the form; the textarea
+    says its limit to the browser too."""
+    client = client_for(team.teammate)
+    assert 'name="notes" rows="6" maxlength="20000"' in client.get(url(run)).content.decode()
+    notes = "x" * 20_001
+    response = client.post(url(run, "edit/"), {"name": "renamed", "tags": "", "notes": notes})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "notes: 20,001 characters; at most 20,000" in page.replace("<small class=\"error\">", "notes: ")
+    assert f">{notes}</textarea>" in page
+    run.refresh_from_db()
+    assert run.notes == "" and run.name != "renamed"
+    ok = client.post(url(run, "edit/"), {"name": "renamed", "notes": "x" * 20_000})
+    assert ok.status_code == 302
+
+
+def test_it_rejects_a_nul_in_the_name_or_tags(team, run, client_for):
+    """The edit form stored a name and tags holding NUL (PostgreSQL refuses them: a 500 there)."""
+    client = client_for(team.teammate)
+    for fields, field in (({"name": "a\x00b"}, "name"), ({"name": "ok", "tags": "x, y\x00"}, "tags"),
+                          ({"name": "ok", "notes": "n\x00"}, "notes")):
+        response = client.post(url(run, "edit/"), fields)
+        assert response.status_code == 400
+        assert f'class="field has-error"><label for="edit-{field}">' in response.content.decode()
+        assert "NUL character (\\x00)" in response.content.decode()
+    run.refresh_from_db()
+    assert run.name == "first <b>run</b>" and run.tags == [] and run.notes == ""
+
+
+def test_the_compare_csv_writes_formulas_as_text(team, catalog, client_for, sent_tasks):
+    """Run and metric names went into the CSV as they were: '=HYPERLINK(…)' ran as a formula when the file
+    was opened in a spreadsheet. Such cells start with a quote; numbers (a negative value too) stay numbers."""
+    import csv
+    import io
+
+    runs = [services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name=name)
+            for name in ('=HYPERLINK("http://evil.example","click")', "@plain")]
+    MetricPoint.objects.create(run=runs[0], step=1, name="+cmd|' /C calc'!A0", value=-1.5, wall_time=1.0, tokens=0)
+    MetricPoint.objects.create(run=runs[1], step=1, name="loss", value=2.0, wall_time=1.0, tokens=0)
+    ids = "&".join(f"runs={run.public_id}" for run in runs)
+    rows = list(csv.reader(io.StringIO(client_for(team.teammate).get(
+        f"/p/alpha/runs/compare/metrics.csv?{ids}").content.decode())))
+    assert rows[1][1:5] == ['\'=HYPERLINK("http://evil.example","click")', "1", "'+cmd|' /C calc'!A0", "-1.5"]
+    assert rows[2][1:5] == ["'@plain", "1", "loss", "2.0"]

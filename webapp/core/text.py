@@ -1,0 +1,66 @@
+"""Text that people send, checked where it is written (the services), so that a web form, the API and a
+script meet the same limits, each refusal naming the field.
+
+NUL (U+0000) is refused everywhere: PostgreSQL stores no NUL in text or JSON (the INSERT fails, a 500),
+and Django's form fields already refuse it, but the API's bodies and the views that read ``request.POST``
+themselves did not.
+
+Names that people pick things by (datasets, base models, runs, projects, campaigns) also refuse invisible
+format characters (Unicode category Cf: zero-width spaces and joiners, the BOM, bidi controls): "qa3-sft"
+and "qa3-sft" + U+200B were two datasets no one could tell apart. They are stored in NFC, so that a
+name typed with a combining accent is the same name as one typed with the composed letter (compared as
+the unique constraints compare: case-insensitively for datasets and base models).
+"""
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+NUL = "\x00"
+# Notes and guidelines are Markdown rendered on page views; no one writes more by hand.
+LONG_TEXT_MAX_CHARS = 20_000
+_NUL_REFUSED = "text here cannot hold one"
+
+
+def checked_text(value: str, *, field: str, max_length: int | None = None) -> str:
+    """``value`` unchanged once it holds no NUL and fits ``max_length`` characters; else a
+    ValidationError keyed by ``field``."""
+    if (position := value.find(NUL)) >= 0:
+        raise ValidationError({field: f"a NUL character (\\x00) at position {position + 1}; remove it: {_NUL_REFUSED}"})
+    if max_length is not None and len(value) > max_length:
+        raise ValidationError({field: f"{len(value):,} characters; at most {max_length:,}"})
+    return value
+
+
+def checked_name(value: str, *, field: str, max_length: int | None = None) -> str:
+    """``value`` stripped and in NFC, once it holds no NUL, no invisible format character and fits
+    ``max_length`` characters; else a ValidationError keyed by ``field`` naming the character and where."""
+    name = checked_text(unicodedata.normalize("NFC", value.strip()), field=field, max_length=max_length)
+    for position, character in enumerate(name, start=1):
+        if unicodedata.category(character) == "Cf":
+            described = unicodedata.name(character, "a format character")
+            raise ValidationError({field: f"an invisible character, U+{ord(character):04X} ({described}), at position "
+                                          f"{position}: remove it (it makes names that look alike but differ)"})
+    return name
+
+
+def checked_json(value: Any, *, field: str) -> Any:
+    """``value`` (decoded JSON: dicts, lists, strings, numbers) unchanged once no key or string in it holds a
+    NUL; else a ValidationError keyed by the dotted path to the value (``config.layers.0.name``; a key
+    holding one is named by its mapping's path). A blank ``field`` leaves the path bare (a job spec's
+    ``data.train``)."""
+    pending = [(field, value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, str):
+            checked_text(item, field=path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if NUL in str(key):
+                    raise ValidationError({path: f"a key holding a NUL character (\\x00); remove it: {_NUL_REFUSED}"})
+                pending.append((f"{path}.{key}" if path else str(key), child))
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{path}.{index}" if path else str(index), child) for index, child in enumerate(item))
+    return value
