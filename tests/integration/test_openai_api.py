@@ -90,9 +90,9 @@ def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
     stranger = openai.OpenAI(base_url=f"{asgi_server}/v1", api_key="tpk_wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.models.list()
-    # A token stops working when its user leaves the project.
+    # A token stops working when its user leaves the project, and says why.
     from webapp.projects.models import Membership
 
     Membership.objects.filter(project=team.project, user=team.teammate).delete()
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.PermissionDeniedError, match="is no longer a member of"):
         client.models.list()
