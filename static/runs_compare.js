@@ -124,12 +124,9 @@
 
   function refresh() {
     if (document.visibilityState !== "visible") return schedule();
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (html === null) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
-        var freshData = fresh.getElementById("compare-data");
+    window.TemperPageAgain()
+      .then(function (fresh) {
+        var freshData = fresh && fresh.getElementById("compare-data");
         if (!freshData) return;
         data = JSON.parse(freshData.textContent);
         charts = chartsOf();

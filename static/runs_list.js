@@ -11,11 +11,9 @@
 
   function refresh() {
     if (document.visibilityState !== "visible") return schedule();
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (html === null) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(".runs-table");
+    window.TemperPageAgain()
+      .then(function (page) {
+        var fresh = page && page.querySelector(".runs-table");
         if (!fresh) return;
         var ticked = new Set(Array.from(table.querySelectorAll("input[name=runs]:checked")).map(function (box) { return box.value; }));
         fresh.querySelectorAll("input[name=runs]").forEach(function (box) { box.checked = ticked.has(box.value); });
