@@ -24,11 +24,11 @@ def _digest(token: str) -> str:
 
 def token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
     """A new token for ``user``: ``(row, secret)``; the secret is not stored and cannot be shown again."""
-    name = checked_text(name.strip(), field="name")
+    name = checked_text(name.strip(), field="name", max_length=100)  # ApiToken.name's max_length: refused, not cut
     if not name:
         raise ValidationError({"name": "name the token after where it is used, e.g. 'laptop' or 'ci'"})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name[:100], digest=_digest(secret), prefix=secret[:10])
+    token = ApiToken.objects.create(user=user, name=name, digest=_digest(secret), prefix=secret[:10])
     return token, secret
 
 

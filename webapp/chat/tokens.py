@@ -18,6 +18,9 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+TOKEN_NAME_MAX = 100  # ProjectToken.name's max_length, as ApiToken's
+
+
 def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectToken, str]:
     """A new token of ``user`` for ``project`` (they must be a member or owner); returns (row, secret)."""
     membership = Membership.objects.filter(project=project, user=user).first()
@@ -27,7 +30,7 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
     if not role_at_least(membership.role, Role.MEMBER):
         raise PermissionError(f"{user.get_username()} is a {membership.role} of {project.slug}; only its members and "
                               "owners may chat: make them a member on the Members page")
-    checked_text(name, field="name")
+    checked_text(name, field="name", max_length=TOKEN_NAME_MAX)  # refused, not cut
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=_digest(secret),
                                         prefix=secret[:10])

@@ -60,7 +60,7 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
     """A new token of the OpenAI-compatible API for this project; its secret is shown on this response only.
     Once per sending (``form_send_once_secret``): a repeat makes no second token and says so."""
     project, membership = chat_access(request.user, slug)
-    name = request.POST.get("name", "").strip()[:100] or "token"
+    name = request.POST.get("name", "").strip() or "token"
 
     def create() -> tuple[str, str]:
         token, secret = project_token_create(user=request.user, project=project, name=name)

@@ -144,3 +144,17 @@ def test_a_token_name_with_a_nul_is_refused(team, client_for):
     assert not ProjectToken.objects.exists()
     response = client_for(team.teammate).post("/accounts/tokens/", {"name": "ci\x00"})
     assert response.status_code == 400 and "NUL character (\\x00) at position 3" in response.content.decode()
+
+
+def test_a_token_name_past_100_characters_is_refused_not_cut(team):
+    """Both token pages cut a long name at 100 characters without a word."""
+    from django.core.exceptions import ValidationError
+
+    from webapp.api.services import token_create
+
+    for create in (lambda name: project_token_create(user=team.teammate, project=team.project, name=name),
+                   lambda name: token_create(user=team.teammate, name=name)):
+        with pytest.raises(ValidationError, match="101 characters; at most 100"):
+            create("n" * 101)
+        token, _secret = create("n" * 100)
+        assert token.name == "n" * 100
