@@ -136,6 +136,18 @@ for field, make in (
         assert list(error.message_dict) == [field], error.message_dict
     else:
         raise AssertionError(f"a NUL in {field} reached PostgreSQL")
+# A model's NUL (a byte-fallback <0x00> token) cannot be refused: its chat answer and its logged sample are
+# stored with U+FFFD in its place, where the UPDATE or INSERT failed.
+from webapp.chat.models import Conversation, Message, MessageStatus
+from webapp.chat.services import message_finish
+from webapp.runs.reporting import sample_row
+conversation = Conversation.objects.create(project=project, user=owner, model_ref="bm_x", model_label="x")
+answer = Message.objects.create(conversation=conversation, role="assistant", status=MessageStatus.STREAMING)
+message_finish(message_id=answer.public_id, text="a\\x00b", finish_reason="stop")
+answer.refresh_from_db()
+assert answer.content == "a\\ufffdb", repr(answer.content)
+sample_row(external, 1, 0, {"prompt": "p", "text": "x\\x00", "answer": "\\x00"}).save()
+assert external.samples.get().text == "x\\ufffd"
 print("ok")
 """
 

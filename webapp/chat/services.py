@@ -22,7 +22,7 @@ from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice
-from webapp.core.text import NUL
+from webapp.core.text import NUL, storable_model_text
 from webapp.projects.models import Project
 from webapp.runs.channels import redis_client
 
@@ -156,7 +156,7 @@ def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", 
     """Record the serve worker's outcome of an answer: its text and why it ended, or the error."""
     status = MessageStatus.FAILED if error else FINISH_STATUS[finish_reason]
     Message.objects.filter(public_id=message_id, status=MessageStatus.STREAMING).update(
-        content=text, status=status, error=error, completion_tokens=completion_tokens,
+        content=storable_model_text(text), status=status, error=error, completion_tokens=completion_tokens,
         first_token_seconds=first_token_seconds)
 
 

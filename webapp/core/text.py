@@ -10,6 +10,9 @@ format characters (Unicode category Cf: zero-width spaces and joiners, the BOM, 
 and "qa3-sft" + U+200B were two datasets no one could tell apart. They are stored in NFC, so that a
 name typed with a combining accent is the same name as one typed with the composed letter (compared as
 the unique constraints compare: case-insensitively for datasets and base models).
+
+A model's output cannot be refused: a NUL in it (a byte-fallback tokenizer's <0x00> token) is stored as
+U+FFFD, the replacement character, where it would otherwise fail the write (``storable_model_text``).
 """
 from __future__ import annotations
 
@@ -22,6 +25,11 @@ NUL = "\x00"
 # Notes and guidelines are Markdown rendered on page views; no one writes more by hand.
 LONG_TEXT_MAX_CHARS = 20_000
 _NUL_REFUSED = "text here cannot hold one"
+
+
+def storable_model_text(text: str) -> str:
+    """A model's text with each NUL as U+FFFD: stored on PostgreSQL, and shown as what it is."""
+    return text.replace(NUL, "\ufffd")
 
 
 def checked_text(value: str, *, field: str, max_length: int | None = None) -> str:

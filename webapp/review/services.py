@@ -34,7 +34,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
-from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text
+from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text, storable_model_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
@@ -573,6 +573,7 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
     models = {"model_a": generation["model_a"]["ref"], "model_a_label": generation["model_a"]["label"],
               "model_b": generation["model_b"]["ref"], "model_b_label": generation["model_b"]["label"],
               "prompts_version": generation["prompts"]["version"]}
+    answers_a, answers_b = map(storable_model_text, answers_a), map(storable_model_text, answers_b)
     pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
                   source_row=prompt.row, metadata=models)
              for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b)

@@ -58,6 +58,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from webapp.core.text import storable_model_text
 from webapp.runs import channels
 from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_buckets, series_cache_for
 from webapp.runs.models import (
@@ -208,13 +209,13 @@ def sample_row(run: Run, step: int, position: int, record: dict[str, Any]) -> Sa
     reward = record.get("reward")
     if reward is None and rewards:
         reward = sum(value for value in rewards.values() if isinstance(value, (int, float)))
-    text = str(record.get("text", ""))
+    text = storable_model_text(str(record.get("text", "")))
     extra = {key: value for key, value in record.items() if key not in known}
     if len(text) > SAMPLE_TEXT_CHARS:
         text, extra["truncated_from"] = text[:SAMPLE_TEXT_CHARS], len(text)
     return Sample(
         run=run, step=step, position=position, prompt=record.get("prompt", ""), text=text,
-        answer=str(record.get("answer") or ""), rewards=rewards,
+        answer=storable_model_text(str(record.get("answer") or "")), rewards=rewards,
         reward=reward if isinstance(reward, (int, float)) and math.isfinite(reward) else None,
         extra=extra,
     )

@@ -411,3 +411,13 @@ def test_an_edit_to_nothing_leaves_the_item_out_of_the_export(team, models, prom
     export = services.export_write(export_id=services.export_create(
         campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)
     assert (export.status, export.counts["written"], export.counts["empty_response"]) == ("validating", 1, 1)
+
+
+def test_a_models_nul_is_stored_as_the_replacement_character(team, models, prompts_version):
+    """PostgreSQL stores no NUL; a model's answer cannot be refused, so its NUL is shown as U+FFFD."""
+    campaign = generate(team, models, prompts_version, prompt_count=1)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a\x00b"],
+                                          answers_b=["ok"])
+    item = campaign.items.get()
+    assert (item.response_a, item.response_b) == ("a\ufffdb", "ok")
