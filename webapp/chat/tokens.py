@@ -37,39 +37,38 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
     return token, secret
 
 
+def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
+    """The project token in ``Authorization: Bearer <token>`` (None when there is none such) and, when
+    its user may not use it now (deactivated, left the project, now a viewer), why, in words."""
+    secret = bearer_secret(header)
+    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first() if secret else None
+    if token is None:
+        return None, None
+    who, project = token.user.get_username(), token.project.slug
+    if not token.user.is_active:
+        return token, f"this token's user, {who}, is deactivated"
+    membership = Membership.objects.filter(project=token.project, user=token.user).first()
+    if membership is None:
+        return token, f"this token's user, {who}, is no longer a member of {project}"
+    if not role_at_least(membership.role, Role.MEMBER):
+        return token, (f"this token's user, {who}, is now a {membership.role} of {project}; its tokens work again "
+                       "once they are a member")
+    return token, None
+
+
 def project_token_authenticate(header: str) -> ProjectToken | None:
     """The token in ``Authorization: Bearer <token>`` while its user is active and still a member of its
     project, else None."""
-    secret = bearer_secret(header)
-    if secret is None:
-        return None
-    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first()
-    if token is None or not token.user.is_active:
-        return None
-    membership = Membership.objects.filter(project=token.project, user=token.user).first()
-    if membership is None or not role_at_least(membership.role, Role.MEMBER):
+    token, refusal = _token_in(header)
+    if token is None or refusal is not None:
         return None
     ProjectToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token
 
 
 def project_token_refusal(header: str) -> str | None:
-    """Why a project token that exists is refused (its user left the project, is now a viewer, or was
-    deactivated), in words; None when there is no such token (or it is accepted)."""
-    secret = bearer_secret(header)
-    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first() if secret else None
-    if token is None:
-        return None
-    who, project = token.user.get_username(), token.project.slug
-    if not token.user.is_active:
-        return f"this token's user, {who}, is deactivated"
-    membership = Membership.objects.filter(project=token.project, user=token.user).first()
-    if membership is None:
-        return f"this token's user, {who}, is no longer a member of {project}"
-    if not role_at_least(membership.role, Role.MEMBER):
-        return (f"this token's user, {who}, is now a {membership.role} of {project}; its tokens work again "
-                "once they are a member")
-    return None
+    """Why a project token that exists is refused, in words; None when there is no such token (or it is accepted)."""
+    return _token_in(header)[1]
 
 
 def project_token_revoke(*, user, project: Project, token_id: int) -> None:
