@@ -43,6 +43,7 @@ import numpy as np
 from flax import nnx
 from jax.experimental import io_callback
 
+from jaxengine.losses import token_log_probs
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 OnToken = Callable[[int, int, str], None]  # (row index, token id, text delta)
@@ -130,13 +131,40 @@ def filter_logits(logits_bv: jax.Array, top_k: jax.Array, top_p: jax.Array) -> j
     return jnp.where(logits_bv >= threshold_b1, logits_bv, -jnp.inf)
 
 
+ARGMAX_BLOCK = 128
+
+
 def first_max_index(values_bv: jax.Array) -> jax.Array:
-    """int32 ``jnp.argmax`` over the last axis (the first largest value, or the first NaN), computed as
-    a max and then a min over the indices that hold it. XLA's CPU argmax is one reduction over (value,
-    index) pairs that does not vectorize: over a 16k vocabulary it is 3-4x slower than these two
-    (bench/RESULTS.md, "Greedy argmax and the inference layout"), and a decode step takes one per row."""
+    """int32 ``jnp.argmax`` over the last axis for rows without NaN; always an index in range.
+
+    A row holding a NaN (a diverged model) gets the index of a NaN or of its largest value: which one
+    depends on whether the platform's max propagates NaNs (XLA's CPU max skips them).
+    XLA's CPU argmax is one reduction over (value, index) pairs that does not vectorize: over a 16k
+    vocabulary it is 3-4x slower than a max and then a min over the indices that hold it (bench/RESULTS.md,
+    "Greedy argmax and the inference layout"). That second pass reads the whole row again, so when the
+    axis splits into blocks of ``ARGMAX_BLOCK`` the max is taken per block, and only the first block that
+    holds the row's largest value is searched: one pass over the row, not two (bench/RESULTS.md,
+    "Argmax and logprobs of a decode step").
+    """
     size = values_bv.shape[-1]
-    largest_b1 = jnp.max(values_bv, axis=-1, keepdims=True)
+    block = math.gcd(size, ARGMAX_BLOCK)
+    if block < ARGMAX_BLOCK // 4:  # an odd vocabulary: tiny blocks would not pay for the second step
+        return _first_index_of(values_bv, jnp.max(values_bv, axis=-1, keepdims=True))
+    blocks_bnk = values_bv.reshape(*values_bv.shape[:-1], size // block, block)
+    block_max_bn = jnp.max(blocks_bnk, axis=-1)
+    largest_b1 = jnp.max(block_max_bn, axis=-1, keepdims=True)
+    first_block_b = _first_index_of(block_max_bn, largest_b1)
+    holding_bk = jnp.take_along_axis(blocks_bnk, first_block_b[..., None, None], axis=-2)[..., 0, :]
+    return first_block_b * block + _first_index_of(holding_bk, largest_b1)
+
+
+def _first_index_of(values_bv: jax.Array, largest_b1: jax.Array) -> jax.Array:
+    """The first index along the last axis that holds ``largest_b1`` or a NaN.
+
+    Where the max skipped NaNs, ``largest_b1`` is found; where it propagated one, a NaN is: either way
+    some index matches, so the result is in range.
+    """
+    size = values_bv.shape[-1]
     holds_it_bv = (values_bv == largest_b1) | jnp.isnan(values_bv)
     return jnp.min(jnp.where(holds_it_bv, jnp.arange(size, dtype=jnp.int32), size), axis=-1)
 
@@ -153,7 +181,9 @@ def _sample(logits_bv, keys_b, temperature, top_k, top_p, *, greedy: bool, filte
 
 
 def _token_logprobs(logits_bv: jax.Array, tokens_b: jax.Array) -> jax.Array:
-    return jnp.take_along_axis(jax.nn.log_softmax(logits_bv, axis=-1), tokens_b[:, None], axis=-1)[:, 0]
+    # As the trainer computes them (its logit minus logsumexp): a log_softmax would write [B, V] only
+    # for one value per row to be read back.
+    return token_log_probs(logits_bv[:, None], tokens_b[:, None])[:, 0]
 
 
 def prefill(model, input_ids_bt: jax.Array, pad_counts_b: jax.Array, *, total_length: int, cache_dtype=None):

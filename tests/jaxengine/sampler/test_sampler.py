@@ -67,6 +67,41 @@ def test_first_max_index_is_argmax_with_its_ties_and_nans():
     assert got[1:5].tolist() == [10, 0, 7, 999]
 
 
+@pytest.mark.parametrize("vocab", [4096, 1600])  # blocks of 128, and of 64
+def test_first_max_index_by_blocks_is_argmax_and_in_range_with_nans(vocab):
+    # A vocabulary that splits into blocks takes the one-pass path: the first block holding the largest
+    # value is searched. Ties across blocks and at a block boundary decide which block that is.
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((8, vocab)).astype(np.float32)
+    values[0, [1500, 100, 1400]] = 9.0  # ties in three blocks: the first index wins
+    values[1] = -np.inf  # nothing finite: index 0
+    values[2, -1] = np.inf  # the largest in the last block's last slot
+    values[3] = np.round(values[3])  # many ties at the largest integer
+    values[4, 127:129] = 9.0  # a tie across a block boundary
+    values[5, 0] = 9.0
+    got = np.asarray(jax.jit(first_max_index)(jnp.asarray(values)))
+    assert got.dtype == np.int32
+    assert got[:6].tolist() == np.argmax(values[:6], axis=-1).tolist()
+    assert got[[0, 1, 2, 4, 5]].tolist() == [100, 0, vocab - 1, 127, 0]
+    # A NaN (a diverged model): the index of a NaN or of the row's largest value, never out of range.
+    values[6, [5, 1300]] = [50.0, np.nan]
+    values[7] = np.nan
+    got = np.asarray(jax.jit(first_max_index)(jnp.asarray(values)))
+    assert got[6] in (5, 1300)
+    assert 0 <= got[7] < vocab
+
+
+def test_generated_logprobs_are_the_log_softmax_of_the_models_logits(sampler):
+    # The sampler reads each token's log-probability as logit minus logsumexp; it must be what
+    # log_softmax gives for the same logits (the first token's, from a full forward pass).
+    prompt_ids = [sampler.tokenizer.encode(prompt) for prompt in PROMPTS]
+    generations = sampler.generate(prompt_ids, SamplingParams(max_new_tokens=1, temperature=0.8, seed=3))
+    for ids, generation in zip(prompt_ids, generations):
+        logits_v = sampler.model(jnp.asarray([ids]), jnp.arange(len(ids))[None])[0][0, -1]
+        expected = jax.nn.log_softmax(logits_v.astype(jnp.float32))[generation.token_ids[0]]
+        assert abs(generation.logprobs[0] - float(expected)) <= 1e-5
+
+
 def test_sampling_draws_what_jax_random_categorical_draws(sampler):
     # The sampler's Gumbel-max draw with its own argmax must be categorical's draw for the documented key
     # fold_in(fold_in(key(seed), row), step): the first token of each row from the prefill's logits.
