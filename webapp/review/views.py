@@ -181,10 +181,15 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     return redirect("review:detail", project.slug, campaign.public_id)
 
 
+# Fields of an answer that the reviewer typed: refused, they are shown again to be corrected, not lost.
+TYPED_FIELDS = ("edited_first", "edited_second", "comment")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
-    """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one."""
+    """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one; an
+    answer refused for what was typed (an edit that blanks a response) shows the item again with it."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     if request.method == "POST":
@@ -199,6 +204,9 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
                     edited_second=form.cleaned_data["edited_second"] if "edited_second" in request.POST else None,
                     comment=form.cleaned_data["comment"])
             except ValidationError as error:
+                if hasattr(error, "error_dict") and set(error.error_dict) & set(TYPED_FIELDS):
+                    add_service_errors(form, error)
+                    return _render_review_page(request, project, membership, campaign, item, refused=form)
                 messages.error(request, " ".join(error.messages))
             else:
                 # A skip is no answer (it counts toward nothing), so it does not read as one.
@@ -208,21 +216,32 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)
     item = services.queue_next_item(campaign=campaign, user=request.user)
+    return _render_review_page(request, project, membership, campaign, item)
+
+
+def _render_review_page(request, project, membership, campaign, item, *,
+                        refused: ReviewForm | None = None) -> HttpResponse:
+    """The reviewing page with ``item`` (None: nothing to review). ``refused``, an answer to it refused
+    for what was typed, is shown with its reasons (400): the comment and any edits as typed, the edit
+    boxes open."""
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
-               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
+               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused}
     if item is None and campaign.status == CampaignStatus.READY:
         context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)
         first, second = ((item.response_a, item.response_b) if shown_first == "a"
                          else (item.response_b, item.response_a))
+        typed = refused.data if refused is not None else {}
         context.update(
             prompt=selectors.as_display(item.prompt),
             first=selectors.as_display(first), second=selectors.as_display(second),
-            first_text=services.editable_text(first), second_text=services.editable_text(second),
+            first_text=typed.get("edited_first", services.editable_text(first)),
+            second_text=typed.get("edited_second", services.editable_text(second)),
+            editing="edited_first" in typed or "edited_second" in typed, comment=typed.get("comment", ""),
         )
-    return render(request, "review/review.html", context)
+    return render(request, "review/review.html", context, status=200 if refused is None else 400)
 
 
 @login_required

@@ -241,6 +241,27 @@ def test_an_edit_is_kept_as_a_new_text(campaign, team):
     assert item.response_a == [{"role": "assistant", "content": "Hi!"}], "the original is never overwritten"
 
 
+@pytest.mark.parametrize("sequence", [1, 3])  # a plain response; a chat's last turn
+def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, sequence):
+    """QA: an edit that left a response empty or only whitespace was stored (and the item then left out of
+    the export); it is refused, naming the response, and nothing of the answer is kept."""
+    item = Item.objects.get(campaign=campaign, sequence=sequence)
+    for edits, fields in (({"edited_first": "  \r\n\t"}, {"edited_first"}),
+                          ({"edited_second": ""}, {"edited_second"}),
+                          ({"edited_first": "", "edited_second": " "}, {"edited_first", "edited_second"})):
+        with pytest.raises(ValidationError) as refused:
+            services.review_submit(item=item, user=team.teammate, choice="first", comment="kept?", **edits)
+        assert set(refused.value.message_dict) == fields
+        for field in fields:
+            shown = "first" if field == "edited_first" else "second"
+            assert refused.value.message_dict[field] == [
+                f"your edit leaves the {shown} response empty: type the text it should have, or put its "
+                "original text back to leave it unedited"]
+    assert not Review.objects.exists()
+    item.refresh_from_db()
+    assert (item.status, item.review_count) == (ItemStatus.PENDING, 0)
+
+
 @pytest.mark.parametrize(("labels", "required", "status"), [
     ([], 2, ItemStatus.PENDING),
     (["a"], 2, ItemStatus.IN_REVIEW),

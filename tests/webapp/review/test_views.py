@@ -177,6 +177,30 @@ def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, 
     assert (review.edited_b if shown_first == "a" else review.edited_a) is None, "an unchanged text is no edit"
 
 
+def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, client_for):
+    """QA: an edit that left a response empty or only whitespace was accepted and stored. It is refused on
+    the item's page, shown again with what was typed and the reason under the box it concerns; nothing is
+    saved and the item stays the reviewer's."""
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    item = page.context["item"]
+    response = reviewer.post(url("next", campaign), {
+        "item": item.public_id, "choice": "first", "edited_first": "Four, <b>surely</b>.",
+        "edited_second": " \r\n ", "comment": "close <call>"})
+    body = response.content.decode()
+    assert response.status_code == 400 and response.context["item"] == item
+    assert ('<small class="error" id="edited_second-error">your edit leaves the second response empty: type the '
+            'text it should have, or put its original text back to leave it unedited</small>') in body
+    assert 'class="review-form editing"' in body and " disabled hidden" not in body
+    assert ">\nFour, &lt;b&gt;surely&lt;/b&gt;.</textarea>" in body
+    assert 'aria-describedby="edited_second-error" autofocus>\n \r\n </textarea>' in body
+    assert ">\nclose &lt;call&gt;</textarea>" in body
+    assert not Review.objects.exists()
+    item.refresh_from_db()
+    assert (item.status, item.leased_by) == (ItemStatus.PENDING, team.teammate)
+    assert reviewer.get(url("next", campaign)).context["item"] == item
+
+
 def test_a_reviewer_never_sees_another_answer_before_their_own(campaign, team, carol, client_for):
     item = Item.objects.get(campaign=campaign, sequence=1)
     answer(item, carol, "a", comment="carol-secret-comment")
