@@ -143,3 +143,43 @@ def test_long_responses_scroll_in_their_boxes_and_the_answers_stay_in_view(brows
         assert page.evaluate("document.documentElement.scrollHeight") < 1.5 * 900
     finally:
         context.close()
+
+
+def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server):
+    """QA: an edit that left a response empty was stored. The item comes back with the edit boxes open, what
+    was typed in them, the reason under the emptied one and the cursor in it; corrected, the answer goes."""
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    from webapp.review import services as review_services
+
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        page.keyboard.press("e")
+        page.locator("textarea[name=edited_first]").fill("   ")
+        page.locator("textarea[name=edited_second]").fill("kept as typed")
+        page.keyboard.press("Escape")
+        with page.expect_navigation():
+            page.keyboard.press("1")
+        error = page.locator(".response-first small.error")
+        assert error.inner_text() == ("your edit leaves the first response empty: type the text it should have, "
+                                      "or put its original text back to leave it unedited")
+        first_box = page.locator("textarea[name=edited_first]")
+        assert first_box.evaluate("element => element === document.activeElement")
+        assert page.locator("textarea[name=edited_second]").input_value() == "kept as typed"
+        assert not Review.objects.exists()
+        screenshot(page, "review-blank-edit")
+        first_box.fill("a better first answer")
+        page.keyboard.press("Escape")
+        with page.expect_navigation():
+            page.keyboard.press("1")
+        assert "Item 1 edited and recorded." in page.locator(".messages").inner_text()
+        review = Review.objects.get()
+        assert {review.edited_a, review.edited_b} == {"a better first answer", "kept as typed"}
+    finally:
+        context.close()
+
