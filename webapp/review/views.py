@@ -14,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
@@ -271,35 +272,54 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
-    """Resolve a conflict with the label pressed. A resolution made by someone else since the page was
-    shown is not overwritten: the answer is a page that names it and asks to confirm the change."""
+    """POST: resolve a conflict with the label pressed. A resolution made by someone else since the page
+    was shown is not overwritten: the answer redirects to a GET of this address with the label pressed
+    (``?label=b``), a page (409) that names that resolution and asks to confirm the change, so that
+    reloading it sends nothing again."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
-    form = ResolveForm(request.POST)
+    form = ResolveForm(request.GET if request.method == "GET" else request.POST)
     if not form.is_valid():
         messages.error(request, "Choose the final label: A better, B better, tie or both bad.")
         return redirect("review:conflicts", project.slug, campaign.public_id)
     label = form.cleaned_data["label"]
+    if request.method == "GET":
+        return _confirm_resolution_change(request, project, membership, campaign, item, label)
     try:
         item = services.conflict_resolve(item=item, label=label, user=request.user,
                                          shown_label=form.cleaned_data["shown_label"])
-    except services.AlreadyResolved as resolved:
-        return render(request, "review/resolve_confirm.html", {
-            "project": project, "membership": membership, "campaign": campaign, "item": resolved.item,
-            "current": Label(resolved.label).label, "resolved_by": resolved.resolved_by,
-            "label": label, "label_text": Label(label).label}, status=409)
+    except services.AlreadyResolved:
+        return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
+                        f"?{urlencode({'label': label})}")
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
         if item.resolved_by_id == request.user.pk:
             messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
-            messages.info(request, f"Item {item.sequence} is already resolved as {Label(label).label} by "
-                                   f"{services.resolver_name(item)}; nothing changed.")
+            _say_already_resolved(request, item)
     return redirect("review:conflicts", project.slug, campaign.public_id)
+
+
+def _confirm_resolution_change(request, project, membership, campaign, item, label: str) -> HttpResponse:
+    """The page asking to change ``item``'s resolution to ``label``, drawn from the resolution as it is
+    now (its form carries that one as the one shown); the conflicts page when there is none to change."""
+    if not item.resolved_label or item.resolved_label == label:
+        if item.resolved_label:
+            _say_already_resolved(request, item)
+        return redirect("review:conflicts", project.slug, campaign.public_id)
+    return render(request, "review/resolve_confirm.html", {
+        "project": project, "membership": membership, "campaign": campaign, "item": item,
+        "current": Label(item.resolved_label).label, "resolved_by": services.resolver_name(item),
+        "label": label, "label_text": Label(label).label}, status=409)
+
+
+def _say_already_resolved(request, item) -> None:
+    messages.info(request, f"Item {item.sequence} is already resolved as {Label(item.resolved_label).label} by "
+                           f"{services.resolver_name(item)}; nothing changed.")
 
 
 @login_required

@@ -466,7 +466,7 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
                                   follow=True).content.decode()
     assert "Item 2 resolved: A better." in page and "resolved: a." not in page
 
-    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""}, follow=True)
     page = response.content.decode()
     assert response.status_code == 409
     assert "Item 2 is already resolved as A better by alice" in page
@@ -482,6 +482,42 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
     assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
     page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
     assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
+
+
+def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team, carol, client_for):
+    """QA: a label pressed over a resolution made meanwhile was answered by the page asking to confirm the
+    change itself (409 to the POST), so reloading that page made the browser offer to send the form again.
+    The press now redirects to the page, a GET of the resolve address with the label pressed; reloading it
+    asks again and changes nothing, and once nothing is left to confirm it goes back to the conflicts."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
+    owner = client_for(team.owner)
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    confirm_url = f'{url("resolve", campaign, item.public_id)}?label=b'
+    assert (response.status_code, response.url) == (302, confirm_url)
+    for _reload in range(2):
+        page = owner.get(confirm_url)
+        assert page.status_code == 409
+        assert "Item 2 is already resolved as A better by alice" in page.content.decode()
+        assert '<input type="hidden" name="shown_label" value="a">' in page.content.decode()
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_by) == ("a", alice)
+
+    owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": "a"})
+    page = owner.get(confirm_url, follow=True)
+    assert page.redirect_chain == [(url("conflicts", campaign), 302)]
+    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page.content.decode()
+    page = owner.get(f'{url("resolve", campaign, item.public_id)}?label=skip', follow=True)
+    assert page.redirect_chain == [(url("conflicts", campaign), 302)]
+    assert "Choose the final label: A better, B better, tie or both bad." in page.content.decode()
 
 
 def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team, carol, client_for):
