@@ -96,8 +96,9 @@ def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:
 
 
 def reviewer_names(*, campaign: Campaign) -> list[str]:
-    """The campaign's reviewers who may still review: a reviewer since removed from the project, or made a
-    viewer, is left out (as the Settings form leaves them out, and its next save drops them)."""
+    """The campaign's reviewers who may still review: a reviewer since made a viewer is left out (as the
+    Settings form leaves them out, and its next save drops them). One removed from the project is no
+    longer a reviewer (``services.reviewer_leave_project``)."""
     allowed = possible_reviewers(project=campaign.project).values("pk")
     return sorted(CampaignReviewer.objects.filter(campaign=campaign, user__in=allowed)
                   .values_list("user__username", flat=True))

@@ -145,6 +145,15 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
     return reviewers
 
 
+@transaction.atomic
+def reviewer_leave_project(*, project: Project, user: AbstractBaseUser) -> None:
+    """Take ``user``, removed from ``project``, off the reviewers of every campaign of it, so that being
+    added to the project again does not make them a reviewer again unasked (an owner ticks them again in
+    Settings). Their reviews stay and count; the items they hold go back to the queue at once."""
+    CampaignReviewer.objects.filter(campaign__project=project, user=user).delete()
+    Item.objects.filter(campaign__project=project, leased_by=user).update(leased_by=None, leased_until=None)
+
+
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
     """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
     name = checked_name(name, field="name", max_length=Campaign._meta.get_field("name").max_length)

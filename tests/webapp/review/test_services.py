@@ -329,6 +329,47 @@ def test_a_reviewer_who_left_the_project_is_not_listed(campaign, team, carol):
     assert selectors.reviewer_names(campaign=campaign) == []
 
 
+def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_back(campaign, team, carol):
+    """QA: a reviewer removed from the project and later added again was silently a reviewer of their
+    campaigns again. Removal takes them off the reviewers of every campaign of the project (their answers
+    stay and count; the item they held goes back to the queue at once); being added again puts them on
+    none, and an owner ticks them again where they should review."""
+    from django.utils import timezone
+
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    elsewhere = project_services.project_create(name="Elsewhere", slug="elsewhere", owner=carol)
+    their_own = services.campaign_create(project=elsewhere, name="theirs", guidelines="", required_reviews=1,
+                                         reviewers=[carol], source_version=None, user=carol)
+    arena = services.campaign_create(project=team.project, name="arena", guidelines="", required_reviews=1,
+                                     reviewers=[carol], source_version=None, user=team.owner)
+    first = Item.objects.get(campaign=campaign, sequence=1)
+    answer(first, team.teammate, "a")
+    answer(first, carol, "a")
+    held = services.queue_next_item(campaign=campaign, user=carol)
+    assert held.leased_by == carol
+
+    project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
+    assert set(CampaignReviewer.objects.filter(user=carol).values_list("campaign__name", flat=True)) == {"theirs"}
+    first.refresh_from_db()
+    assert first.status == ItemStatus.COMPLETE and Review.objects.filter(reviewer=carol).count() == 1
+    assert selectors.campaign_agreement(campaign=campaign).items_rated_twice == 1
+    held.refresh_from_db()
+    assert (held.leased_by, held.leased_until) == (None, None)
+
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    for each in (campaign, arena):
+        assert not selectors.is_reviewer(campaign=each, user=carol)
+        with pytest.raises(PermissionDenied):
+            services.queue_next_item(campaign=each, user=carol)
+    assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate"]
+    assert selectors.is_reviewer(campaign=their_own, user=carol)
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol])
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == held.sequence
+    assert timezone.now() < Item.objects.get(pk=held.pk).leased_until
+
+
 def test_only_conflicts_are_resolved(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
     with pytest.raises(ValidationError, match="item 1 is pending, not in conflict"):
