@@ -38,7 +38,7 @@ ITEMS_PER_PAGE = 50
 def campaign_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     return render(request, "review/list.html", {
-        "project": project, "membership": membership, "campaigns": selectors.campaign_list(project=project),
+        "project": project, "membership": membership, "rows": selectors.campaign_rows(project=project),
         "can_manage": membership.can(Role.OWNER),
     })
 
@@ -114,6 +114,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
     can_manage = membership.can(Role.OWNER)
     exports = list(selectors.export_list(campaign=campaign))
     report = selectors.campaign_agreement(campaign=campaign)
+    reviewers = selectors.reviewer_names(campaign=campaign)
     return render(request, "review/detail.html", {
         "project": project, "membership": membership, "campaign": campaign,
         "guidelines_html": render_markdown(campaign.guidelines),
@@ -124,7 +125,8 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         # Its owners are offered to queue it again only once its message is no longer held.
         "generation_queued": (services.generation_seems_queued(campaign=campaign)
                               if can_manage and campaign.status == CampaignStatus.GENERATING else None),
-        "reviewers": selectors.reviewer_names(campaign=campaign),
+        "reviewers": reviewers,
+        "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers)),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
@@ -156,9 +158,11 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
         else:
             messages.success(request, "Campaign settings saved.")
             return redirect("review:detail", project.slug, campaign.public_id)
+    reviewers = selectors.reviewer_names(campaign=campaign)
     return render(request, "review/settings.html",
                   {"project": project, "membership": membership, "campaign": campaign, "form": form,
-                   "reviewers": selectors.reviewer_names(campaign=campaign)},
+                   "reviewers": reviewers,
+                   "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers))},
                   status=400 if request.method == "POST" else 200)
 
 

@@ -315,6 +315,34 @@ def test_the_list_shows_each_campaigns_progress_in_as_many_queries_for_any_numbe
     assert page.count("0 / 4 complete") == 3 and page.count('aria-valuenow="0"') == 3
 
 
+def test_the_list_flags_campaigns_with_too_few_reviewers(campaign, team, carol, client_for, preference_version):
+    """QA: the campaign page said 'Too few reviewers' (no item can be complete), but the campaign list did not,
+    so a stalled campaign looked like any other there. Its row is flagged by the campaign page's own rule:
+    reviewers who may still review (not those made viewers) fewer than the reviews per item."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    three = create_loaded(project=team.project, name="three each", guidelines="", required_reviews=3,
+                          reviewers=[team.teammate, carol], source_version=preference_version, user=team.owner)
+    with_a_viewer = create_loaded(project=team.project, name="with dave", guidelines="", required_reviews=2,
+                                  reviewers=[carol, dave], source_version=preference_version, user=team.owner)
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=dave),
+                                         role=Role.VIEWER)
+    client = client_for(team.viewer)
+    page = client.get(reverse("review:list", args=["alpha"])).content.decode()
+    rows = {each: page.split(url("detail", each))[1].split("</tr>")[0] for each in (campaign, three, with_a_viewer)}
+    assert "too few reviewers" not in rows[campaign]
+    assert '<span class="badge badge-error too-few-reviewers">too few reviewers (2 of 3 needed)</span>' in rows[three]
+    assert '<span class="badge badge-error too-few-reviewers">too few reviewers (1 of 2 needed)</span>' in rows[
+        with_a_viewer]
+    for each, row in rows.items():
+        flagged_on_its_page = "Too few reviewers" in client.get(url("detail", each)).content.decode()
+        assert flagged_on_its_page == ("too-few-reviewers" in row), each.name
+
+
 def test_the_owner_changes_the_settings(campaign, team, carol, client_for):
     owner = client_for(team.owner)
     assert owner.get(url("settings", campaign)).status_code == 200
