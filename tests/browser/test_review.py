@@ -143,3 +143,83 @@ def test_long_responses_scroll_in_their_boxes_and_the_answers_stay_in_view(brows
         assert page.evaluate("document.documentElement.scrollHeight") < 1.5 * 900
     finally:
         context.close()
+
+
+def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server):
+    """QA: an edit that left a response empty was stored. The item comes back with the edit boxes open, what
+    was typed in them, the reason under the emptied one and the cursor in it; corrected, the answer goes."""
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    from webapp.review import services as review_services
+
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        page.keyboard.press("e")
+        page.locator("textarea[name=edited_first]").fill("   ")
+        page.locator("textarea[name=edited_second]").fill("kept as typed")
+        page.keyboard.press("Escape")
+        with page.expect_navigation():
+            page.keyboard.press("1")
+        error = page.locator(".response-first small.error")
+        assert error.inner_text() == ("your edit leaves the first response empty: type the text it should have, "
+                                      "or put its original text back to leave it unedited")
+        first_box = page.locator("textarea[name=edited_first]")
+        assert first_box.evaluate("element => element === document.activeElement")
+        assert page.locator("textarea[name=edited_second]").input_value() == "kept as typed"
+        assert not Review.objects.exists()
+        screenshot(page, "review-blank-edit")
+        first_box.fill("a better first answer")
+        page.keyboard.press("Escape")
+        with page.expect_navigation():
+            page.keyboard.press("1")
+        assert "Item 1 edited and recorded." in page.locator(".messages").inner_text()
+        review = Review.objects.get()
+        assert {review.edited_a, review.edited_b} == {"a better first answer", "kept as typed"}
+    finally:
+        context.close()
+
+
+def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(browser, live_server):
+    """QA: the page asking to confirm a change of resolution was the answer to the POST, so reloading it made
+    the browser offer to send the form again. It is a page of its own: a reload asks again, changes nothing."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
+                                               reviewers=[team.owner, team.teammate], source_version=version,
+                                               user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    item = campaign.items.get()
+    for user, label in ((team.owner, "a"), (team.teammate, "b")):
+        shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
+        review_services.review_submit(item=item, user=user, choice="first" if shown_first == label else "second")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/conflicts/")
+        review_services.conflict_resolve(item=item, label="a", user=alice, shown_label="")  # meanwhile, elsewhere
+        with page.expect_navigation():
+            page.locator("article.conflict").get_by_role("button", name="B better").click()
+        assert page.url.endswith(f"/conflicts/{item.public_id}/resolve/?label=b")
+        heading = "Item 1 is already resolved as A better by alice"
+        assert page.locator(".resolve-confirm h2").inner_text() == heading
+        reloaded = page.reload()
+        assert (reloaded.request.method, reloaded.status) == ("GET", 409)
+        assert page.locator(".resolve-confirm h2").inner_text() == heading
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_by) == ("a", alice)
+        with page.expect_navigation():
+            page.get_by_role("button", name="Change to B better").click()
+        assert "Item 1 resolved: B better." in page.locator(".messages").inner_text()
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
+    finally:
+        context.close()

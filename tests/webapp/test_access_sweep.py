@@ -252,7 +252,7 @@ ROUTES: dict[str, Route] = {
     "review:next": Route(kwargs=_campaign, methods={"GET": MEMBER, "POST": MEMBER}),
     "review:items": Route(kwargs=_campaign, methods=READ),
     "review:conflicts": Route(kwargs=_campaign, methods={"GET": OWNER}),
-    "review:resolve": Route(kwargs=_item, methods={"POST": OWNER}),
+    "review:resolve": Route(kwargs=_item, methods={"GET": OWNER, "POST": OWNER}),
     "review:export": Route(kwargs=_campaign, methods={"POST": OWNER}),
 
     # Chatting spends accelerator time: the member role. Conversations and battles are their author's.

@@ -94,7 +94,12 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
 
 @transaction.atomic
 def membership_remove(*, membership: Membership) -> None:
-    """Remove a member from a project; the last owner cannot be removed."""
+    """Remove a member from a project; the last owner cannot be removed. They leave the reviewers of its
+    review campaigns, so that being added again later gives them back no role there unasked."""
+    # Imported here: the review app is built on projects, not the other way round.
+    from webapp.review.services import reviewer_leave_project
+
     if membership.role == Role.OWNER:
         _ensure_another_owner(membership)
+    reviewer_leave_project(project=membership.project, user=membership.user)
     membership.delete()

@@ -14,7 +14,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
@@ -27,16 +28,34 @@ from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemS
 
 
 def campaign_list(*, project: Project) -> QuerySet[Campaign]:
-    """The project's campaigns, newest first, with their item count (``item_total``) and how many of
-    those are complete (``item_complete``, as ``campaign_progress`` counts ``done``), both in the one
+    """The project's campaigns, newest first, with their item count (``item_total``), how many of those
+    are complete (``item_complete``, as ``campaign_progress`` counts ``done``) and how many of their
+    reviewers may still review (``reviewer_total``, as ``reviewer_names`` lists them), all in the one
     query: a page of campaigns costs no query per campaign."""
+    # A subquery, not a third join: joined with the items, each reviewer row would be read once per item.
+    reviewer_total = (_reviewers_who_may_review(project).filter(campaign=OuterRef("pk")).order_by()
+                      .values("campaign").annotate(count=Count("pk")).values("count"))
     return (
         Campaign.objects.filter(project=project)
         .select_related("source_version__dataset")
         .annotate(item_total=Count("items", distinct=True),
-                  item_complete=Count("items", filter=Q(items__status=ItemStatus.COMPLETE), distinct=True))
+                  item_complete=Count("items", filter=Q(items__status=ItemStatus.COMPLETE), distinct=True),
+                  reviewer_total=Coalesce(Subquery(reviewer_total), 0))
         .order_by("-created_at")
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignRow:
+    campaign: Campaign  # as ``campaign_list`` annotates it
+    too_few_reviewers: bool
+
+
+def campaign_rows(*, project: Project) -> list[CampaignRow]:
+    """The campaign list page's rows: ``campaign_list`` with each campaign's ``too_few_reviewers`` flag."""
+    return [CampaignRow(campaign=campaign, too_few_reviewers=too_few_reviewers(
+                campaign=campaign, reviewer_count=campaign.reviewer_total))
+            for campaign in campaign_list(project=project)]
 
 
 def export_campaigns(*, project: Project, versions: Iterable[DatasetVersion]) -> dict[int, Campaign]:
@@ -96,11 +115,22 @@ def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:
 
 
 def reviewer_names(*, campaign: Campaign) -> list[str]:
-    """The campaign's reviewers who may still review: a reviewer since removed from the project, or made a
-    viewer, is left out (as the Settings form leaves them out, and its next save drops them)."""
-    allowed = possible_reviewers(project=campaign.project).values("pk")
-    return sorted(CampaignReviewer.objects.filter(campaign=campaign, user__in=allowed)
+    """The campaign's reviewers who may still review: a reviewer since made a viewer is left out (as the
+    Settings form leaves them out, and its next save drops them). One removed from the project is no
+    longer a reviewer (``services.reviewer_leave_project``)."""
+    return sorted(_reviewers_who_may_review(campaign.project).filter(campaign=campaign)
                   .values_list("user__username", flat=True))
+
+
+def _reviewers_who_may_review(project: Project) -> QuerySet[CampaignReviewer]:
+    return CampaignReviewer.objects.filter(user__in=possible_reviewers(project=project).values("pk"))
+
+
+def too_few_reviewers(*, campaign: Campaign, reviewer_count: int) -> bool:
+    """Whether fewer reviewers may review ``campaign`` (``reviewer_count``, as ``reviewer_names`` counts
+    them) than each of its items needs: no item can then be complete. The campaign page, its Settings
+    and the campaign list say so."""
+    return reviewer_count < campaign.required_reviews
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -145,6 +145,15 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
     return reviewers
 
 
+@transaction.atomic
+def reviewer_leave_project(*, project: Project, user: AbstractBaseUser) -> None:
+    """Take ``user``, removed from ``project``, off the reviewers of every campaign of it, so that being
+    added to the project again does not make them a reviewer again unasked (an owner ticks them again in
+    Settings). Their reviews stay and count; the items they hold go back to the queue at once."""
+    CampaignReviewer.objects.filter(campaign__project=project, user=user).delete()
+    Item.objects.filter(campaign__project=project, leased_by=user).update(leased_by=None, leased_until=None)
+
+
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
     """The campaign's name, stripped, once it and ``required_reviews`` are valid."""
     name = checked_name(name, field="name", max_length=Campaign._meta.get_field("name").max_length)
@@ -676,7 +685,8 @@ def review_submit(
     comment: str = "",
 ) -> Review:
     """Record ``user``'s answer to ``item`` as they saw it (``choice`` and edits of the first/second
-    shown response) and update the item's status. One review per reviewer and item."""
+    shown response) and update the item's status. One review per reviewer and item. An edit that leaves
+    a response blank is refused (nothing is recorded): it could be neither judged nor exported."""
     if choice not in Choice.values:
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
     for field, text in (("edited_first", edited_first), ("edited_second", edited_second), ("comment", comment)):
@@ -689,10 +699,19 @@ def review_submit(
     shown_first = shown_first_for(item_public_id=item.public_id, user_id=user.pk)
     label = label_for_choice(choice, shown_first=shown_first)
     edited = {"a": None, "b": None}
-    for text, shown in ((edited_first, shown_first), (edited_second, "b" if shown_first == "a" else "a")):
+    blanked = {}
+    for field, position, text, shown in (("edited_first", "first", edited_first, shown_first),
+                                         ("edited_second", "second", edited_second,
+                                          "b" if shown_first == "a" else "a")):
         original = item.response_a if shown == "a" else item.response_b
-        if text is not None and text.replace("\r\n", "\n") != editable_text(original):
-            edited[shown] = text.replace("\r\n", "\n")
+        if text is None or text.replace("\r\n", "\n") == editable_text(original):
+            continue
+        if is_blank(with_text(original, text)) and not is_blank(original):
+            blanked[field] = (f"your edit leaves the {position} response empty: type the text it should have, "
+                              "or put its original text back to leave it unedited")
+        edited[shown] = text.replace("\r\n", "\n")
+    if blanked:
+        raise ValidationError(blanked)
     try:
         review = Review.objects.create(item=item, campaign=campaign, reviewer=user, shown_first=shown_first,
                                        choice=choice, label=label, edited_a=edited["a"], edited_b=edited["b"],

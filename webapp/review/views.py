@@ -14,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
@@ -37,7 +38,7 @@ ITEMS_PER_PAGE = 50
 def campaign_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     return render(request, "review/list.html", {
-        "project": project, "membership": membership, "campaigns": selectors.campaign_list(project=project),
+        "project": project, "membership": membership, "rows": selectors.campaign_rows(project=project),
         "can_manage": membership.can(Role.OWNER),
     })
 
@@ -113,6 +114,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
     can_manage = membership.can(Role.OWNER)
     exports = list(selectors.export_list(campaign=campaign))
     report = selectors.campaign_agreement(campaign=campaign)
+    reviewers = selectors.reviewer_names(campaign=campaign)
     return render(request, "review/detail.html", {
         "project": project, "membership": membership, "campaign": campaign,
         "guidelines_html": render_markdown(campaign.guidelines),
@@ -123,7 +125,8 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         # Its owners are offered to queue it again only once its message is no longer held.
         "generation_queued": (services.generation_seems_queued(campaign=campaign)
                               if can_manage and campaign.status == CampaignStatus.GENERATING else None),
-        "reviewers": selectors.reviewer_names(campaign=campaign),
+        "reviewers": reviewers,
+        "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers)),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
@@ -155,9 +158,11 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
         else:
             messages.success(request, "Campaign settings saved.")
             return redirect("review:detail", project.slug, campaign.public_id)
+    reviewers = selectors.reviewer_names(campaign=campaign)
     return render(request, "review/settings.html",
                   {"project": project, "membership": membership, "campaign": campaign, "form": form,
-                   "reviewers": selectors.reviewer_names(campaign=campaign)},
+                   "reviewers": reviewers,
+                   "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers))},
                   status=400 if request.method == "POST" else 200)
 
 
@@ -181,10 +186,15 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     return redirect("review:detail", project.slug, campaign.public_id)
 
 
+# Fields of an answer that the reviewer typed: refused, they are shown again to be corrected, not lost.
+TYPED_FIELDS = ("edited_first", "edited_second", "comment")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
-    """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one."""
+    """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one; an
+    answer refused for what was typed (an edit that blanks a response) shows the item again with it."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     if request.method == "POST":
@@ -199,6 +209,9 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
                     edited_second=form.cleaned_data["edited_second"] if "edited_second" in request.POST else None,
                     comment=form.cleaned_data["comment"])
             except ValidationError as error:
+                if hasattr(error, "error_dict") and set(error.error_dict) & set(TYPED_FIELDS):
+                    add_service_errors(form, error)
+                    return _render_review_page(request, project, membership, campaign, item, refused=form)
                 messages.error(request, " ".join(error.messages))
             else:
                 # A skip is no answer (it counts toward nothing), so it does not read as one.
@@ -208,21 +221,32 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)
     item = services.queue_next_item(campaign=campaign, user=request.user)
+    return _render_review_page(request, project, membership, campaign, item)
+
+
+def _render_review_page(request, project, membership, campaign, item, *,
+                        refused: ReviewForm | None = None) -> HttpResponse:
+    """The reviewing page with ``item`` (None: nothing to review). ``refused``, an answer to it refused
+    for what was typed, is shown with its reasons (400): the comment and any edits as typed, the edit
+    boxes open."""
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
-               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user)}
+               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused}
     if item is None and campaign.status == CampaignStatus.READY:
         context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:
         shown_first = services.shown_first_for(item_public_id=item.public_id, user_id=request.user.pk)
         first, second = ((item.response_a, item.response_b) if shown_first == "a"
                          else (item.response_b, item.response_a))
+        typed = refused.data if refused is not None else {}
         context.update(
             prompt=selectors.as_display(item.prompt),
             first=selectors.as_display(first), second=selectors.as_display(second),
-            first_text=services.editable_text(first), second_text=services.editable_text(second),
+            first_text=typed.get("edited_first", services.editable_text(first)),
+            second_text=typed.get("edited_second", services.editable_text(second)),
+            editing="edited_first" in typed or "edited_second" in typed, comment=typed.get("comment", ""),
         )
-    return render(request, "review/review.html", context)
+    return render(request, "review/review.html", context, status=200 if refused is None else 400)
 
 
 @login_required
@@ -252,35 +276,54 @@ def conflict_list(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def conflict_resolve(request: HttpRequest, slug: str, public_id: str, item_id: str) -> HttpResponse:
-    """Resolve a conflict with the label pressed. A resolution made by someone else since the page was
-    shown is not overwritten: the answer is a page that names it and asks to confirm the change."""
+    """POST: resolve a conflict with the label pressed. A resolution made by someone else since the page
+    was shown is not overwritten: the answer redirects to a GET of this address with the label pressed
+    (``?label=b``), a page (409) that names that resolution and asks to confirm the change, so that
+    reloading it sends nothing again."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     item = selectors.item_get(campaign=campaign, public_id=item_id)
-    form = ResolveForm(request.POST)
+    form = ResolveForm(request.GET if request.method == "GET" else request.POST)
     if not form.is_valid():
         messages.error(request, "Choose the final label: A better, B better, tie or both bad.")
         return redirect("review:conflicts", project.slug, campaign.public_id)
     label = form.cleaned_data["label"]
+    if request.method == "GET":
+        return _confirm_resolution_change(request, project, membership, campaign, item, label)
     try:
         item = services.conflict_resolve(item=item, label=label, user=request.user,
                                          shown_label=form.cleaned_data["shown_label"])
-    except services.AlreadyResolved as resolved:
-        return render(request, "review/resolve_confirm.html", {
-            "project": project, "membership": membership, "campaign": campaign, "item": resolved.item,
-            "current": Label(resolved.label).label, "resolved_by": resolved.resolved_by,
-            "label": label, "label_text": Label(label).label}, status=409)
+    except services.AlreadyResolved:
+        return redirect(f"{reverse('review:resolve', args=[project.slug, campaign.public_id, item.public_id])}"
+                        f"?{urlencode({'label': label})}")
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
         if item.resolved_by_id == request.user.pk:
             messages.success(request, f"Item {item.sequence} resolved: {Label(label).label}.")
         else:
-            messages.info(request, f"Item {item.sequence} is already resolved as {Label(label).label} by "
-                                   f"{services.resolver_name(item)}; nothing changed.")
+            _say_already_resolved(request, item)
     return redirect("review:conflicts", project.slug, campaign.public_id)
+
+
+def _confirm_resolution_change(request, project, membership, campaign, item, label: str) -> HttpResponse:
+    """The page asking to change ``item``'s resolution to ``label``, drawn from the resolution as it is
+    now (its form carries that one as the one shown); the conflicts page when there is none to change."""
+    if not item.resolved_label or item.resolved_label == label:
+        if item.resolved_label:
+            _say_already_resolved(request, item)
+        return redirect("review:conflicts", project.slug, campaign.public_id)
+    return render(request, "review/resolve_confirm.html", {
+        "project": project, "membership": membership, "campaign": campaign, "item": item,
+        "current": Label(item.resolved_label).label, "resolved_by": services.resolver_name(item),
+        "label": label, "label_text": Label(label).label}, status=409)
+
+
+def _say_already_resolved(request, item) -> None:
+    messages.info(request, f"Item {item.sequence} is already resolved as {Label(item.resolved_label).label} by "
+                           f"{services.resolver_name(item)}; nothing changed.")
 
 
 @login_required

@@ -163,6 +163,8 @@ class TestMembers:
         confirm = row.split('<details class="confirm">')[1].split("</details>")[0]
         assert "<summary>Remove…</summary>" in confirm
         assert "<bdi>alpha-viewer</bdi> loses access to <bdi>Project alpha</bdi>" in confirm
+        assert ("leaves the reviewers of its review campaigns (their answers stay): added again, they review only "
+                "where an owner ticks them.") in confirm
         assert '<button type="submit" class="danger">Remove <bdi>alpha-viewer</bdi></button>' in confirm
         assert '<button type="submit" class="danger">Remove</button>' not in page
         own_row = page.split("<td>alpha-owner</td>")[1].split("</tr>")[0]

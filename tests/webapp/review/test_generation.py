@@ -12,7 +12,7 @@ from tests.webapp.factories import make_base_model, make_ready_version
 from tests.webapp.review.conftest import answer
 from webapp.core.bidi import isolated
 from webapp.review import services
-from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource
+from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource, Review
 
 SFT_ROWS = [
     {"prompt": "Name a colour.", "completion": "Blue."},
@@ -400,13 +400,15 @@ def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, clie
 
 
 def test_an_edit_to_nothing_leaves_the_item_out_of_the_export(team, models, prompts_version):
-    """A reviewer's edit that blanks a response would fail the export's validation as a blank answer does."""
+    """A reviewer's edit that blanked a response, stored before such edits were refused, would fail the
+    export's validation as a blank answer does."""
     campaign = generate(team, models, prompts_version, prompt_count=2)
     prompts = services.generation_prompts(campaign=campaign)
     campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2"],
                                           answers_b=["b1", "b2"])
     first, second = campaign.items.order_by("sequence")
-    answer(first, team.teammate, "a", edited_first="  \n", edited_second="  \n")
+    answer(first, team.teammate, "a")
+    Review.objects.filter(item=first).update(edited_a="  \n", edited_b="  \n")
     answer(second, team.teammate, "a")
     export = services.export_write(export_id=services.export_create(
         campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)

@@ -64,3 +64,32 @@ def test_campaigns_keep_the_name_of_their_source_version():
 
     assert dict(CurrentCampaign.objects.values_list("name", "source_label")) == {
         "on prefs": "prefs v2", "source gone": "a dataset version", "arena": "", "generated": ""}
+
+
+def test_reviewers_no_longer_in_the_project_leave_its_campaigns():
+    """A member removed from a project stayed a reviewer of its campaigns, and was one again, unasked, once
+    added back; the migration takes off those who are not in the project now."""
+    apps = migrate([("review", "0008_campaign_source_label")])
+    try:
+        User = apps.get_model("auth", "User")
+        Project = apps.get_model("projects", "Project")
+        Membership = apps.get_model("projects", "Membership")
+        Campaign = apps.get_model("review", "Campaign")
+        owner, member, viewer, gone = (User.objects.create(username=name) for name in ("owner", "member", "viewer", "gone"))
+        alpha, beta = (Project.objects.create(name=slug, slug=slug) for slug in ("alpha", "beta"))
+        for user, role in ((owner, "owner"), (member, "member"), (viewer, "viewer")):
+            Membership.objects.create(project=alpha, user=user, role=role)
+        Membership.objects.create(project=beta, user=gone, role="member")
+        campaign = Campaign.objects.create(project=alpha, name="pass 1")
+        for user in (owner, member, viewer, gone):
+            campaign.reviewer_rows.create(user=user)
+        item = campaign.items.create(sequence=1, source="dataset", response_a="a", response_b="b")
+        campaign.reviews.create(item=item, reviewer=gone, shown_first="a", choice="first", label="a")
+        Campaign.objects.create(project=beta, name="theirs").reviewer_rows.create(user=gone)
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.review.models import CampaignReviewer, Review
+
+    assert sorted(CampaignReviewer.objects.values_list("campaign__name", "user__username")) == [
+        ("pass 1", "member"), ("pass 1", "owner"), ("pass 1", "viewer"), ("theirs", "gone")]
+    assert Review.objects.filter(reviewer__username="gone").count() == 1

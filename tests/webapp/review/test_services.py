@@ -241,6 +241,27 @@ def test_an_edit_is_kept_as_a_new_text(campaign, team):
     assert item.response_a == [{"role": "assistant", "content": "Hi!"}], "the original is never overwritten"
 
 
+@pytest.mark.parametrize("sequence", [1, 3])  # a plain response; a chat's last turn
+def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, sequence):
+    """QA: an edit that left a response empty or only whitespace was stored (and the item then left out of
+    the export); it is refused, naming the response, and nothing of the answer is kept."""
+    item = Item.objects.get(campaign=campaign, sequence=sequence)
+    for edits, fields in (({"edited_first": "  \r\n\t"}, {"edited_first"}),
+                          ({"edited_second": ""}, {"edited_second"}),
+                          ({"edited_first": "", "edited_second": " "}, {"edited_first", "edited_second"})):
+        with pytest.raises(ValidationError) as refused:
+            services.review_submit(item=item, user=team.teammate, choice="first", comment="kept?", **edits)
+        assert set(refused.value.message_dict) == fields
+        for field in fields:
+            shown = "first" if field == "edited_first" else "second"
+            assert refused.value.message_dict[field] == [
+                f"your edit leaves the {shown} response empty: type the text it should have, or put its "
+                "original text back to leave it unedited"]
+    assert not Review.objects.exists()
+    item.refresh_from_db()
+    assert (item.status, item.review_count) == (ItemStatus.PENDING, 0)
+
+
 @pytest.mark.parametrize(("labels", "required", "status"), [
     ([], 2, ItemStatus.PENDING),
     (["a"], 2, ItemStatus.IN_REVIEW),
@@ -306,6 +327,47 @@ def test_a_reviewer_who_left_the_project_is_not_listed(campaign, team, carol):
     project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=team.teammate),
                                          role="viewer")
     assert selectors.reviewer_names(campaign=campaign) == []
+
+
+def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_back(campaign, team, carol):
+    """QA: a reviewer removed from the project and later added again was silently a reviewer of their
+    campaigns again. Removal takes them off the reviewers of every campaign of the project (their answers
+    stay and count; the item they held goes back to the queue at once); being added again puts them on
+    none, and an owner ticks them again where they should review."""
+    from django.utils import timezone
+
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    elsewhere = project_services.project_create(name="Elsewhere", slug="elsewhere", owner=carol)
+    their_own = services.campaign_create(project=elsewhere, name="theirs", guidelines="", required_reviews=1,
+                                         reviewers=[carol], source_version=None, user=carol)
+    arena = services.campaign_create(project=team.project, name="arena", guidelines="", required_reviews=1,
+                                     reviewers=[carol], source_version=None, user=team.owner)
+    first = Item.objects.get(campaign=campaign, sequence=1)
+    answer(first, team.teammate, "a")
+    answer(first, carol, "a")
+    held = services.queue_next_item(campaign=campaign, user=carol)
+    assert held.leased_by == carol
+
+    project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
+    assert set(CampaignReviewer.objects.filter(user=carol).values_list("campaign__name", flat=True)) == {"theirs"}
+    first.refresh_from_db()
+    assert first.status == ItemStatus.COMPLETE and Review.objects.filter(reviewer=carol).count() == 1
+    assert selectors.campaign_agreement(campaign=campaign).items_rated_twice == 1
+    held.refresh_from_db()
+    assert (held.leased_by, held.leased_until) == (None, None)
+
+    project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
+    for each in (campaign, arena):
+        assert not selectors.is_reviewer(campaign=each, user=carol)
+        with pytest.raises(PermissionDenied):
+            services.queue_next_item(campaign=each, user=carol)
+    assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate"]
+    assert selectors.is_reviewer(campaign=their_own, user=carol)
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol])
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == held.sequence
+    assert timezone.now() < Item.objects.get(pk=held.pk).leased_until
 
 
 def test_only_conflicts_are_resolved(campaign, team):

@@ -177,6 +177,30 @@ def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, 
     assert (review.edited_b if shown_first == "a" else review.edited_a) is None, "an unchanged text is no edit"
 
 
+def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, client_for):
+    """QA: an edit that left a response empty or only whitespace was accepted and stored. It is refused on
+    the item's page, shown again with what was typed and the reason under the box it concerns; nothing is
+    saved and the item stays the reviewer's."""
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    item = page.context["item"]
+    response = reviewer.post(url("next", campaign), {
+        "item": item.public_id, "choice": "first", "edited_first": "Four, <b>surely</b>.",
+        "edited_second": " \r\n ", "comment": "close <call>"})
+    body = response.content.decode()
+    assert response.status_code == 400 and response.context["item"] == item
+    assert ('<small class="error" id="edited_second-error">your edit leaves the second response empty: type the '
+            'text it should have, or put its original text back to leave it unedited</small>') in body
+    assert 'class="review-form editing"' in body and " disabled hidden" not in body
+    assert ">\nFour, &lt;b&gt;surely&lt;/b&gt;.</textarea>" in body
+    assert 'aria-describedby="edited_second-error" autofocus>\n \r\n </textarea>' in body
+    assert ">\nclose &lt;call&gt;</textarea>" in body
+    assert not Review.objects.exists()
+    item.refresh_from_db()
+    assert (item.status, item.leased_by) == (ItemStatus.PENDING, team.teammate)
+    assert reviewer.get(url("next", campaign)).context["item"] == item
+
+
 def test_a_reviewer_never_sees_another_answer_before_their_own(campaign, team, carol, client_for):
     item = Item.objects.get(campaign=campaign, sequence=1)
     answer(item, carol, "a", comment="carol-secret-comment")
@@ -289,6 +313,34 @@ def test_the_list_shows_each_campaigns_progress_in_as_many_queries_for_any_numbe
     with django_assert_num_queries(len(one_campaign)):
         page = client.get(list_url).content.decode()
     assert page.count("0 / 4 complete") == 3 and page.count('aria-valuenow="0"') == 3
+
+
+def test_the_list_flags_campaigns_with_too_few_reviewers(campaign, team, carol, client_for, preference_version):
+    """QA: the campaign page said 'Too few reviewers' (no item can be complete), but the campaign list did not,
+    so a stalled campaign looked like any other there. Its row is flagged by the campaign page's own rule:
+    reviewers who may still review (not those made viewers) fewer than the reviews per item."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    three = create_loaded(project=team.project, name="three each", guidelines="", required_reviews=3,
+                          reviewers=[team.teammate, carol], source_version=preference_version, user=team.owner)
+    with_a_viewer = create_loaded(project=team.project, name="with dave", guidelines="", required_reviews=2,
+                                  reviewers=[carol, dave], source_version=preference_version, user=team.owner)
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=dave),
+                                         role=Role.VIEWER)
+    client = client_for(team.viewer)
+    page = client.get(reverse("review:list", args=["alpha"])).content.decode()
+    rows = {each: page.split(url("detail", each))[1].split("</tr>")[0] for each in (campaign, three, with_a_viewer)}
+    assert "too few reviewers" not in rows[campaign]
+    assert '<span class="badge badge-error too-few-reviewers">too few reviewers (2 of 3 needed)</span>' in rows[three]
+    assert '<span class="badge badge-error too-few-reviewers">too few reviewers (1 of 2 needed)</span>' in rows[
+        with_a_viewer]
+    for each, row in rows.items():
+        flagged_on_its_page = "Too few reviewers" in client.get(url("detail", each)).content.decode()
+        assert flagged_on_its_page == ("too-few-reviewers" in row), each.name
 
 
 def test_the_owner_changes_the_settings(campaign, team, carol, client_for):
@@ -442,7 +494,7 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
                                   follow=True).content.decode()
     assert "Item 2 resolved: A better." in page and "resolved: a." not in page
 
-    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""}, follow=True)
     page = response.content.decode()
     assert response.status_code == 409
     assert "Item 2 is already resolved as A better by alice" in page
@@ -458,6 +510,42 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
     assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
     page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
     assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
+
+
+def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team, carol, client_for):
+    """QA: a label pressed over a resolution made meanwhile was answered by the page asking to confirm the
+    change itself (409 to the POST), so reloading that page made the browser offer to send the form again.
+    The press now redirects to the page, a GET of the resolve address with the label pressed; reloading it
+    asks again and changes nothing, and once nothing is left to confirm it goes back to the conflicts."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    alice = make_user("alice")
+    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
+    owner = client_for(team.owner)
+    response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})
+    confirm_url = f'{url("resolve", campaign, item.public_id)}?label=b'
+    assert (response.status_code, response.url) == (302, confirm_url)
+    for _reload in range(2):
+        page = owner.get(confirm_url)
+        assert page.status_code == 409
+        assert "Item 2 is already resolved as A better by alice" in page.content.decode()
+        assert '<input type="hidden" name="shown_label" value="a">' in page.content.decode()
+        item.refresh_from_db()
+        assert (item.resolved_label, item.resolved_by) == ("a", alice)
+
+    owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": "a"})
+    page = owner.get(confirm_url, follow=True)
+    assert page.redirect_chain == [(url("conflicts", campaign), 302)]
+    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page.content.decode()
+    page = owner.get(f'{url("resolve", campaign, item.public_id)}?label=skip', follow=True)
+    assert page.redirect_chain == [(url("conflicts", campaign), 302)]
+    assert "Choose the final label: A better, B better, tie or both bad." in page.content.decode()
 
 
 def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team, carol, client_for):
