@@ -5,10 +5,12 @@ compare them: SQLite's LOWER() folds ASCII letters only ("Ärger" and "ärger" w
 PostgreSQL's depends on the database's collation. So each row stores ``name_key``, its name as Python
 folds it (``name_key``: NFC, ``str.casefold``), written by ``NameKeyModel.save`` and unique per project.
 
-Before such a rule was added, rows could hold names it refuses. The migrations rename them: the oldest row
-of each group keeps its name; each later one gets `` (2)``, `` (3)``, ... appended (the name cut to fit
-``max_length``), the first such suffix not taken in the project. No row is deleted: runs, chats and
-versions keep pointing at the same row, now under a name of its own. Each renaming is logged.
+Before such a rule was added, rows could hold names it refuses; before ``checked_name`` refused invisible
+format characters, names could hold them. The migrations rename those rows (``rename_to_distinct_names``):
+a name is cleaned where it needs it, and of the names of one project that are then one name, the one that
+was already as it is claims it first, then the oldest; each other one gets `` (2)``, `` (3)``, ... appended
+(the name cut to fit ``max_length``), the first such suffix not taken in the project. No row is deleted:
+runs, chats and versions keep pointing at the same row, now under a name of its own. Each renaming is logged.
 """
 from __future__ import annotations
 
@@ -62,15 +64,17 @@ def rename_to_distinct_names(model, *, max_length: int, key: Callable[[str], str
                              clean: Callable[[str], str] | None = None, scope: str | None = "project_id",
                              blank_fallback: str = "public_id") -> list[Renamed]:
     """Give each row of ``model`` the name ``clean`` makes of its own (unchanged without ``clean``; the row's
-    ``blank_fallback`` field where nothing is left) and, where ``key`` is given, rows of one ``scope`` whose
-    names share a key distinct ones: a name that stays as it was claims its key before a cleaned one, an
-    older row before a newer one, and the others are numbered. Returns (pk, old, new) per renamed row."""
+    ``blank_fallback`` field where it leaves nothing of a name) and, where ``key`` is given, rows of one
+    ``scope`` whose names share a key distinct ones: a name that stays as it was claims its key before a
+    cleaned one, an older row before a newer one, and the others are numbered. Returns (pk, old, new) per
+    renamed row."""
     groups = defaultdict(list)
-    for row in model.objects.order_by("pk"):
+    fields = {"pk", "name", blank_fallback, *([scope] if scope else [])}
+    for row in model.objects.only(*fields).order_by("pk"):
         groups[getattr(row, scope) if scope else None].append(row)
     renamed = []
     for rows in groups.values():
-        wanted = {row.pk: (clean(row.name) if clean else row.name) or getattr(row, blank_fallback) for row in rows}
+        wanted = {row.pk: _cleaned(row, clean, max_length=max_length, blank_fallback=blank_fallback) for row in rows}
         if key is not None:
             wanted = _distinct(rows, wanted, key=key, max_length=max_length)
         renamed.extend(_rename(row, wanted[row.pk]) for row in rows if wanted[row.pk] != row.name)
@@ -82,6 +86,13 @@ def _rename(row, name: str) -> Renamed:
     old_name, row.name = row.name, name
     row.save(update_fields=["name"])
     return row.pk, old_name, name
+
+
+def _cleaned(row, clean: Callable[[str], str] | None, *, max_length: int, blank_fallback: str) -> str:
+    if clean is None:
+        return row.name
+    name = clean(row.name)[:max_length]  # NFC may lengthen a name (a few characters decompose)
+    return name if name or not row.name else getattr(row, blank_fallback)
 
 
 def _distinct(rows, wanted: dict[int, str], *, key: Callable[[str], str], max_length: int) -> dict[int, str]:
