@@ -136,6 +136,18 @@ for field, make in (
         assert list(error.message_dict) == [field], error.message_dict
     else:
         raise AssertionError(f"a NUL in {field} reached PostgreSQL")
+# Names are one name in any letter case and script, whatever the database's collation makes of LOWER: the
+# stored name_key is unique per project.
+from webapp.datasets.models import Dataset
+dataset_services.dataset_create(project=project, name="Straße", kind="sft", user=owner)
+for other in ("STRASSE", "straße"):
+    try:
+        with transaction.atomic():
+            Dataset.objects.create(project=project, name=other, kind="sft")
+    except IntegrityError:
+        pass
+    else:
+        raise AssertionError(f"{other!r} was stored beside 'Straße'")
 # A model's NUL (a byte-fallback <0x00> token) cannot be refused: its chat answer and its logged sample are
 # stored with U+FFFD in its place, where the UPDATE or INSERT failed.
 from webapp.chat.models import Conversation, Message, MessageStatus

@@ -31,6 +31,7 @@ from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Se
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.datasets.uploads import one_file_per_upload_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
@@ -191,10 +192,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
                                           for dataset in dataset_selectors.dataset_list(project=project)]})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     # Django keeps the last of a field sent twice: the first would be dropped without a word.
-    for field, sent in [*request.FILES.lists(), *request.POST.lists()]:
+    for field, sent in request.FILES.lists():
         if len(sent) > 1:
-            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"
-                                          + (" file per request" if field in request.FILES else "")})
+            raise ValidationError({field: one_file_per_upload_message(len(sent))})
+    for field, sent in request.POST.lists():
+        if len(sent) > 1:
+            raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"})
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Lower
 
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.core.name_case import NameKeyModel
 from webapp.projects.models import Project
 
 
@@ -15,7 +15,7 @@ def new_basemodel_id() -> str:
     return new_public_id("bm")
 
 
-class BaseModel(models.Model):
+class BaseModel(NameKeyModel):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_basemodel_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="base_models")
     name = models.CharField(max_length=100)
@@ -41,7 +41,7 @@ class BaseModel(models.Model):
         ordering = ["name"]
         constraints = [
             # Names that differ only in letter case are one name ("Demo" and "demo" could not be told apart).
-            models.UniqueConstraint("project", Lower("name"), name="basemodel_unique_project_lower_name"),
+            models.UniqueConstraint(fields=["project", "name_key"], name="basemodel_unique_project_name_key"),
             models.UniqueConstraint(fields=["project", "path"], name="basemodel_unique_project_path"),
         ]
 

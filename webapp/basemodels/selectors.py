@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db.models import QuerySet, Value
-from django.db.models.functions import Lower
+from django.db.models import QuerySet
 from django.http import Http404
 
 from webapp.basemodels.models import BaseModel
+from webapp.core.name_case import name_key
 from webapp.projects.models import Project
 
 # How deep under the models root the register page looks for model directories.
@@ -22,10 +22,9 @@ def basemodel_list(*, project: Project) -> QuerySet[BaseModel]:
 
 
 def basemodel_named(*, project: Project, name: str) -> BaseModel | None:
-    """The base model of ``project`` whose name is ``name`` but for letter case (the database's LOWER, as
-    its unique constraint compares them), or None."""
-    return (BaseModel.objects.alias(lower_name=Lower("name"))
-            .filter(project=project, lower_name=Lower(Value(name))).first())
+    """The base model of ``project`` whose name is ``name`` but for letter case (``name_key``, as its unique
+    constraint compares them), or None."""
+    return BaseModel.objects.filter(project=project, name_key=name_key(name)).first()
 
 
 def basemodel_get(*, project: Project, public_id: str) -> BaseModel:

@@ -47,11 +47,21 @@ def checked_name(value: str, *, field: str, max_length: int | None = None) -> st
     ``max_length`` characters; else a ValidationError keyed by ``field`` naming the character and where."""
     name = checked_text(unicodedata.normalize("NFC", value.strip()), field=field, max_length=max_length)
     for position, character in enumerate(name, start=1):
-        if unicodedata.category(character) == "Cf":
+        if _is_format_character(character):
             described = unicodedata.name(character, "a format character")
             raise ValidationError({field: f"an invisible character, U+{ord(character):04X} ({described}), at position "
                                           f"{position}: remove it (it makes names that look alike but differ)"})
     return name
+
+
+def visible_name(value: str) -> str:
+    """``value`` as ``checked_name`` stores a name, its invisible format characters removed instead of refused:
+    for the names stored before they were refused (the migrations that clean them)."""
+    return unicodedata.normalize("NFC", "".join(c for c in value if not _is_format_character(c))).strip()
+
+
+def _is_format_character(character: str) -> bool:
+    return unicodedata.category(character) == "Cf"
 
 
 def checked_json(value: Any, *, field: str) -> Any:

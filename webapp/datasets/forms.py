@@ -5,6 +5,7 @@ from django import forms
 from jaxengine.data import formats
 from webapp.datasets.models import KIND_CHOICES
 from webapp.datasets.services import empty_upload_message
+from webapp.datasets.uploads import one_file_per_upload_message
 
 FORMAT_CHOICES = [("", "From the file extension")] + [(fmt.value, fmt.value.upper()) for fmt in formats.FileFormat]
 # Every field a column mapping can name, across kinds; the page shows those of the chosen kind.
@@ -16,11 +17,24 @@ def mapping_field_name(field_name: str) -> str:
     return f"map_{field_name}"
 
 
+class OneFileInput(forms.ClearableFileInput):
+    """Hands its field every file sent under its name when there are several: Django's input keeps the
+    last one, and the others would be dropped without a word."""
+
+    def value_from_datadict(self, data, files, name):
+        sent = files.getlist(name)
+        return sent if len(sent) > 1 else super().value_from_datadict(data, files, name)
+
+
 class DatasetFileField(forms.FileField):
-    """A FileField whose empty-file error names the file and says what to do (Django's says only
-    "The submitted file is empty.")."""
+    """A FileField that refuses several files (see ``OneFileInput``) and whose empty-file error names the
+    file and says what to do (Django's says only "The submitted file is empty.")."""
+
+    widget = OneFileInput
 
     def to_python(self, data):
+        if isinstance(data, list):
+            raise forms.ValidationError(one_file_per_upload_message(len(data)), code="several_files")
         if data and getattr(data, "size", None) == 0:
             raise forms.ValidationError(empty_upload_message(data.name), code="empty")
         return super().to_python(data)
@@ -51,7 +65,7 @@ class UploadForm(forms.Form):
                 widget=forms.TextInput(attrs={"placeholder": field_name}),
             )
         self.fields["file"] = DatasetFileField(
-            widget=forms.ClearableFileInput(attrs={"accept": ACCEPT}),
+            widget=OneFileInput(attrs={"accept": ACCEPT}),
             help_text="JSONL, JSON (an array of objects), CSV with a header row, or Parquet; UTF-8 text.",
         )
 

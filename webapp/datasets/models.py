@@ -12,10 +12,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Lower
 
 from jaxengine.data.formats import DatasetKind, FileFormat
 from webapp.core.ids import PUBLIC_ID_MAX_LENGTH, new_public_id
+from webapp.core.name_case import NameKeyModel
 from webapp.projects.models import Project
 
 KIND_CHOICES = [(kind.value, kind.value) for kind in DatasetKind]
@@ -30,7 +30,7 @@ def new_version_id() -> str:
     return new_public_id("dv")
 
 
-class Dataset(models.Model):
+class Dataset(NameKeyModel):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_dataset_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=100)
@@ -42,7 +42,7 @@ class Dataset(models.Model):
         ordering = ["name"]
         constraints = [
             # Names that differ only in letter case are one name ("Demo" and "demo" could not be told apart).
-            models.UniqueConstraint("project", Lower("name"), name="dataset_unique_project_lower_name"),
+            models.UniqueConstraint(fields=["project", "name_key"], name="dataset_unique_project_name_key"),
             models.CheckConstraint(
                 condition=models.Q(kind__in=[kind.value for kind in DatasetKind]), name="dataset_kind_valid"
             ),

@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery, Value
-from django.db.models.functions import Lower
+from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from jaxengine.data import formats
+from webapp.core.name_case import name_key
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 
@@ -51,10 +51,9 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
 
 
 def dataset_named(*, project: Project, name: str) -> Dataset | None:
-    """The dataset of ``project`` whose name is ``name`` but for letter case (the database's LOWER, as its
-    unique constraint compares them), or None."""
-    return (Dataset.objects.alias(lower_name=Lower("name"))
-            .filter(project=project, lower_name=Lower(Value(name))).first())
+    """The dataset of ``project`` whose name is ``name`` but for letter case (``name_key``, as its unique
+    constraint compares them), or None."""
+    return Dataset.objects.filter(project=project, name_key=name_key(name)).first()
 
 
 def dataset_get(*, project: Project, public_id: str) -> Dataset:

@@ -22,6 +22,12 @@ from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandl
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 
 
+def one_file_per_upload_message(count: int) -> str:
+    """The refusal of ``count`` files sent under one upload's file field, on the web form and in the API: the
+    multipart parser keeps the last of them, and the others would be dropped without a word."""
+    return f"{count} files were sent: send one file per upload (upload each as a version of its own)"
+
+
 def body_too_large(content_length: str | int | None, *, max_upload_bytes: int) -> bool:
     """True when a request body of ``content_length`` cannot hold a file within the limit."""
     try:

@@ -626,4 +626,7 @@ def test_an_upload_with_two_files_or_two_names_is_refused(world):
                                              data=b"".join(parts) + f"--{boundary}--\r\n".encode(),
                                              content_type=f"multipart/form-data; boundary={boundary}")
         assert status == 400 and list(body["errors"]) == [field] and "send one" in body["errors"][field][0]
+        if field == "file":  # the web form's refusal, in the same words
+            assert body["errors"]["file"] == ["2 files were sent: send one file per upload (upload each as a "
+                                              "version of its own)"]
     assert not Dataset.objects.exists()

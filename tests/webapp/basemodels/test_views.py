@@ -52,6 +52,22 @@ def test_the_database_refuses_a_name_differing_only_in_letter_case(registered, t
                                  parameter_count=1, tokenizer_type="x", dtype="x", size_bytes=1)
 
 
+@pytest.mark.parametrize("first, second", [("Ärger", "ärger"), ("ΣΟΦΙΑ", "σοφια")])
+def test_names_differing_only_in_letter_case_are_one_name_in_every_script(team, models_root, first, second):
+    """QA: on SQLite, LOWER() folds ASCII letters only, so "Ärger" and "ärger" could both be registered."""
+    from django.db import IntegrityError, transaction
+
+    basemodel_register(project=team.project, name=first, path="tiny", user=team.owner)
+    write_model_dir(models_root / "second")
+    with pytest.raises(ValidationError) as excinfo:
+        basemodel_register(project=team.project, name=second, path="second", user=team.owner)
+    assert excinfo.value.message_dict["name"] == [
+        f"alpha already has a base model named {first!r}; names that differ only in letter case are the same name"]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        BaseModel.objects.create(project=team.project, name=second, path="/elsewhere", architecture="x",
+                                 parameter_count=1, tokenizer_type="x", dtype="x", size_bytes=1)
+
+
 class TestList:
     url = "/p/alpha/models/"
 

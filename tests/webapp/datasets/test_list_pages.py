@@ -6,8 +6,10 @@ URL = "/p/alpha/datasets/"
 
 
 def make_datasets(team, count):
+    # bulk_create does not call save(), which fills name_key.
     Dataset.objects.bulk_create(
-        [Dataset(project=team.project, name=f"set-{index:03d}", kind="sft", created_by=team.owner) for index in range(count)]
+        [Dataset(project=team.project, name=f"set-{index:03d}", name_key=f"set-{index:03d}", kind="sft",
+                 created_by=team.owner) for index in range(count)]
     )
 
 

@@ -97,6 +97,23 @@ def test_names_differing_only_in_letter_case_are_one_name(team):
     assert selectors.dataset_named(project=team.project, name="CHATS").name == "chats"
 
 
+@pytest.mark.parametrize("first, second", [("Ärger", "ärger"), ("ΣΟΦΙΑ", "σοφια"), ("Straße", "STRASSE")])
+def test_names_differing_only_in_letter_case_are_one_name_in_every_script(team, first, second):
+    """QA: on SQLite, LOWER() folds ASCII letters only, so "Ärger" and "ärger" could both be stored."""
+    create(team, name=first)
+    with pytest.raises(ValidationError) as excinfo:
+        create(team, name=second)
+    assert excinfo.value.message_dict["name"] == [
+        f"alpha already has a dataset named {first!r} (names that differ only in letter case are the same name); "
+        "upload a new version of it instead"]
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Dataset.objects.create(project=team.project, name=second, kind="sft")
+    assert selectors.dataset_named(project=team.project, name=second).name == first
+    assert Dataset.objects.create(project=team.outsider_project, name=second, kind="sft").name == second
+
+
 def test_validation_makes_a_good_version_ready_with_statistics(team):
     version = services.dataset_version_validate(version_id=create(team).pk)
     version.refresh_from_db()

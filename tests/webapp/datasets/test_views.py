@@ -167,6 +167,24 @@ class TestUpload:
         assert not Dataset.objects.exists() and not DatasetVersion.objects.exists()
         assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before
 
+    def test_it_rejects_two_files_sent_as_one_upload(self, team, client_for, settings, no_broker):
+        """QA: a POST with two 'file' parts made a dataset of the last one, the first dropped without a word
+        (the API refused it already)."""
+        first = make_version(team, validate=False)
+        stored_before = set(settings.DATA_ROOT.glob("**/*.jsonl"))
+        client = client_for(team.teammate)
+        for url in (self.url, f"/p/alpha/datasets/{first.dataset.public_id}/upload/"):
+            data = upload_data(name="two-files")
+            data["file"] = [SimpleUploadedFile("a.jsonl", ROWS), SimpleUploadedFile("b.jsonl", ROWS)]
+            response = client.post(url, data)
+            assert response.status_code == 400
+            field = response.content.decode().split('for="id_file"')[1].split("</div>")[0]
+            assert ('<small class="error">2 files were sent: send one file per upload (upload each as a version of '
+                    'its own)</small>') in field
+        assert list(Dataset.objects.values_list("name", flat=True)) == ["chats"]
+        assert DatasetVersion.objects.get() == first
+        assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before
+
     def test_it_rejects_a_body_over_the_limit_before_reading_it(self, team, client_for, settings):
         settings.TEMPER_MAX_UPLOAD_BYTES = 100
         client = client_for(team.teammate)
