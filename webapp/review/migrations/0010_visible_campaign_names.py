@@ -17,7 +17,7 @@ def forwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("review", "0008_campaign_source_label"),
+        ("review", "0009_reviewers_left_the_project"),
     ]
 
     operations = [
