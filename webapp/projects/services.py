@@ -83,10 +83,16 @@ def _ensure_another_owner(membership: Membership) -> None:
 
 @transaction.atomic
 def membership_set_role(*, membership: Membership, role: str) -> Membership:
-    """Change a member's role; the last owner cannot be demoted."""
+    """Change a member's role; the last owner cannot be demoted. A member made a viewer leaves the reviewers
+    of the project's campaigns (viewers cannot review), so being promoted again gives them back no role
+    there unasked."""
+    from webapp.review.services import reviewer_leave_campaigns  # the review app is built on projects
+
     _validate_role(role)
     if membership.role == Role.OWNER and role != Role.OWNER:
         _ensure_another_owner(membership)
+    if role == Role.VIEWER:
+        reviewer_leave_campaigns(project=membership.project, user=membership.user)
     membership.role = role
     membership.save(update_fields=["role"])
     return membership
@@ -96,10 +102,9 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
 def membership_remove(*, membership: Membership) -> None:
     """Remove a member from a project; the last owner cannot be removed. They leave the reviewers of its
     review campaigns, so that being added again later gives them back no role there unasked."""
-    # Imported here: the review app is built on projects, not the other way round.
-    from webapp.review.services import reviewer_leave_project
+    from webapp.review.services import reviewer_leave_campaigns  # the review app is built on projects
 
     if membership.role == Role.OWNER:
         _ensure_another_owner(membership)
-    reviewer_leave_project(project=membership.project, user=membership.user)
+    reviewer_leave_campaigns(project=membership.project, user=membership.user)
     membership.delete()

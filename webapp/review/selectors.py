@@ -115,9 +115,9 @@ def is_reviewer(*, campaign: Campaign, user: AbstractBaseUser) -> bool:
 
 
 def reviewer_names(*, campaign: Campaign) -> list[str]:
-    """The campaign's reviewers who may still review: a reviewer since made a viewer is left out (as the
-    Settings form leaves them out, and its next save drops them). One removed from the project is no
-    longer a reviewer (``services.reviewer_leave_project``)."""
+    """The campaign's reviewers who may still review. A reviewer removed from the project or made a viewer
+    is no longer one (``services.reviewer_leave_campaigns``); members are checked here all the same, as the
+    Settings form checks them."""
     return sorted(_reviewers_who_may_review(campaign.project).filter(campaign=campaign)
                   .values_list("user__username", flat=True))
 

@@ -146,10 +146,10 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
 
 
 @transaction.atomic
-def reviewer_leave_project(*, project: Project, user: AbstractBaseUser) -> None:
-    """Take ``user``, removed from ``project``, off the reviewers of every campaign of it, so that being
-    added to the project again does not make them a reviewer again unasked (an owner ticks them again in
-    Settings). Their reviews stay and count; the items they hold go back to the queue at once."""
+def reviewer_leave_campaigns(*, project: Project, user: AbstractBaseUser) -> None:
+    """Take ``user``, removed from ``project`` or made a viewer of it, off the reviewers of every campaign of
+    it, so that being added (or promoted) again does not make them a reviewer again unasked (an owner ticks
+    them again in Settings). Their reviews stay and count; the items they hold go back to the queue at once."""
     CampaignReviewer.objects.filter(campaign__project=project, user=user).delete()
     Item.objects.filter(campaign__project=project, leased_by=user).update(leased_by=None, leased_until=None)
 

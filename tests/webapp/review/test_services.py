@@ -329,6 +329,26 @@ def test_a_reviewer_who_left_the_project_is_not_listed(campaign, team, carol):
     assert selectors.reviewer_names(campaign=campaign) == []
 
 
+def test_a_member_made_a_viewer_leaves_its_campaigns_and_is_not_put_back_when_promoted(campaign, team, carol):
+    """QA: a reviewer made a viewer kept their reviewer rows (only hidden), so promoting them back to member
+    made them a reviewer again unasked. A viewer cannot review: the demotion takes them off, as removal does."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    held = services.queue_next_item(campaign=campaign, user=carol)
+    membership = Membership.objects.get(project=team.project, user=carol)
+    project_services.membership_set_role(membership=membership, role=Role.VIEWER)
+    assert not CampaignReviewer.objects.filter(campaign=campaign, user=carol).exists()
+    held.refresh_from_db()
+    assert held.leased_by is None
+    project_services.membership_set_role(membership=membership, role=Role.MEMBER)
+    assert not selectors.is_reviewer(campaign=campaign, user=carol)
+    assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate"]
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=team.teammate),
+                                         role=Role.OWNER)  # another change of role leaves reviewers be
+    assert selectors.is_reviewer(campaign=campaign, user=team.teammate)
+
+
 def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_back(campaign, team, carol):
     """QA: a reviewer removed from the project and later added again was silently a reviewer of their
     campaigns again. Removal takes them off the reviewers of every campaign of the project (their answers
