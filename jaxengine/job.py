@@ -344,9 +344,16 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
     from jaxengine.trainer import Checkpoints, restore_trained_model
 
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise JobError(f"--run {run_dir}: no such directory; give the output_dir of a `jaxengine train` spec")
     if not (run_dir / "spec.yaml").is_file():
         raise JobError(f"--run {run_dir}: no spec.yaml; give a run directory written by `jaxengine train`")
     spec = load_spec(run_dir / "spec.yaml")
+    # Checked before the model is built: a run that saved nothing has nothing to export, whatever its model.
+    checkpoint_dir = run_dir / "checkpoints"
+    if not checkpoint_dir.is_dir() or not any(entry.name.isdigit() for entry in checkpoint_dir.iterdir()):
+        raise JobError(f"--run {run_dir}: no checkpoint in {checkpoint_dir}; train the run first "
+                       f"(`jaxengine train {run_dir / 'spec.yaml'}`) and export it once it has saved one")
     if best:
         if step is not None:
             raise JobError("give --step or --best, not both")

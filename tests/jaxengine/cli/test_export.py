@@ -13,3 +13,39 @@ def test_it_rejects_flags_that_cannot_apply(tmp_path, capsys, flags, message):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"jaxengine export: error: {message}\n"
+
+
+SPEC = """task: sft
+model: demo-tiny
+output_dir: {run_dir}
+data: {{train: sft.jsonl}}
+train: {{max_steps: 2}}
+"""
+
+
+@pytest.mark.parametrize("make_checkpoint_dir", [False, True], ids=["no checkpoints directory", "an empty one"])
+def test_it_rejects_a_run_that_saved_no_checkpoint_before_building_its_model(tmp_path, capsys, monkeypatch,
+                                                                              make_checkpoint_dir):
+    """QA: it built the spec's model first, so a run whose demo-tiny was not found (TEMPER_DEMO_DIR unset)
+    was refused for its model, and one whose model loaded said only 'checkpoints: no checkpoints to restore',
+    after creating that directory."""
+    monkeypatch.delenv("TEMPER_DEMO_DIR", raising=False)
+    monkeypatch.setenv("TEMPER_MODELS_ROOT", str(tmp_path / "no-models"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.yaml").write_text(SPEC.format(run_dir=run_dir))
+    if make_checkpoint_dir:
+        (run_dir / "checkpoints").mkdir()
+    assert main(["export", "--run", str(run_dir)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"jaxengine export: error: --run {run_dir}: no checkpoint in {run_dir / 'checkpoints'}; "
+                            f"train the run first (`jaxengine train {run_dir / 'spec.yaml'}`) and export it once "
+                            "it has saved one\n")
+    assert (run_dir / "checkpoints").exists() == make_checkpoint_dir
+
+
+def test_it_rejects_a_run_directory_that_does_not_exist(tmp_path, capsys):
+    assert main(["export", "--run", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == (f"jaxengine export: error: --run {tmp_path / 'nope'}: no such directory; "
+                                       "give the output_dir of a `jaxengine train` spec\n")
