@@ -17,6 +17,7 @@ import copy
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -374,11 +375,27 @@ def spec_from_yaml(text: str) -> dict[str, Any]:
         problems = [without_temper_keys(problem) for problem in error.problems
                     if not problem.rstrip().endswith("output_dir: required key is missing")]
         if problems:
-            raise ValidationError({"spec_yaml": problems}) from None
+            # The schema takes an output_dir, which plan_run refuses: say so now, or it shows only once
+            # these problems are fixed.
+            raise ValidationError({"spec_yaml": problems + _output_dir_problem(text)}) from None
     data = load_spec_yaml(text)
     if not isinstance(data, dict):
         raise ValidationError({"spec_yaml": ["the spec must be a mapping of keys (task, model, data, ...)"]})
     return data
+
+
+def _output_dir_problem(text: str) -> list[str]:
+    """``plan_run``'s refusal of a top-level ``output_dir`` in ``text``, naming its line as the schema's
+    problems do; none when there is no such key (or the text is not a YAML mapping)."""
+    try:
+        data = load_spec_yaml(text)  # the engine's hardened reader: hostile YAML is a YAMLError, not a crash
+    except yaml.YAMLError:
+        return []
+    if not isinstance(data, dict) or "output_dir" not in data:
+        return []
+    lines = [number for number, line in enumerate(text.splitlines(), start=1) if re.match(r"output_dir\s*:", line)]
+    where = f"spec:{lines[0]}" if lines else "spec"  # a flow mapping ({task: sft, output_dir: x}) has no own line
+    return [f"{where}: output_dir: {SET_BY_TEMPER['output_dir']}"]
 
 
 def load_yaml(text: str, *, field: str, source: str) -> Any:

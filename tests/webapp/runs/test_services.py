@@ -134,6 +134,18 @@ def test_yaml_errors_name_their_line(team, catalog):
         services.spec_from_yaml("task: [sft\n")
 
 
+def test_yaml_errors_list_an_output_dir_with_the_schemas_problems(team, catalog):
+    """QA: the schema accepts output_dir and plan_run refuses it, so a YAML spec with another mistake was
+    refused for that mistake alone, and for its output_dir only once it was fixed."""
+    text = (f"task: sft\nmodel: {catalog.base_model.public_id}\noutput_dir: runs/x\ndata:\n  train: x\n"
+            "optim:\n  schedule: cosin\ntrain:\n  max_steps: 5\n")
+    with pytest.raises(ValidationError) as caught:
+        services.spec_from_yaml(text)
+    assert caught.value.message_dict["spec_yaml"] == [
+        "spec:7: optim.schedule: 'cosin' is not one of constant, linear, cosine",
+        "spec:3: output_dir: Temper gives every run its own directory; remove output_dir"]
+
+
 def test_yaml_spec_launches_like_the_form(team, catalog, sent_tasks):
     text = services.spec_to_yaml(sft_spec(catalog))
     run = services.run_create(project=team.project, spec=services.spec_from_yaml(text), user=team.teammate)
