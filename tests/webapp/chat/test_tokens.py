@@ -158,3 +158,13 @@ def test_a_token_name_past_100_characters_is_refused_not_cut(team):
             create("n" * 101)
         token, _secret = create("n" * 100)
         assert token.name == "n" * 100
+
+
+def test_the_command_refuses_a_bad_name_naming_the_option(team):
+    """A name past 100 characters ended the command in a ValidationError traceback."""
+    from webapp.chat.models import ProjectToken
+
+    for name, why in (("n" * 101, "--name: 101 characters; at most 100"), ("ci\x00", "--name: .*NUL character")):
+        with pytest.raises(CommandError, match=why):
+            call_command("apitoken", user=team.teammate.username, project=team.project.slug, name=name)
+    assert not ProjectToken.objects.exists()

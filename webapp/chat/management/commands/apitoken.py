@@ -3,6 +3,7 @@ OpenAI-compatible API for one project."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from webapp.chat.tokens import project_token_create
@@ -28,4 +29,6 @@ class Command(BaseCommand):
             _token, secret = project_token_create(user=account, project=project_row, name=name)
         except PermissionError as error:
             raise CommandError(str(error)) from None
+        except ValidationError as error:  # the name: too long, or holding a NUL
+            raise CommandError(f"--name: {' '.join(error.messages)}") from None
         self.stdout.write(secret)
