@@ -20,12 +20,13 @@ from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
 from webapp.core.bidi import isolated
+from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
 from webapp.review import selectors as review_selectors
-from webapp.review.models import CampaignStatus
+from webapp.review.models import MAX_REQUIRED_REVIEWS, CampaignStatus
 
 
 def _battle(request: HttpRequest, slug: str, battle_id: str):
@@ -195,11 +196,13 @@ def arena_review_create(request: HttpRequest, slug: str) -> HttpResponse:
                                   "Its reviewers are every member and owner; change them in Settings.")
         return reverse("review:detail", args=[project.slug, campaign.public_id])
 
+    # Typed by a person: ASCII digits only (int() took "1_0" as 10); the service checks the range.
+    required_reviews = whole_number(request.POST.get("required_reviews", "2").strip())
+    if required_reviews is None:
+        messages.error(request, f"Reviews per item must be a whole number from 1 to {MAX_REQUIRED_REVIEWS}.")
+        return redirect(back, slug=project.slug)
     try:
-        required_reviews = int(request.POST.get("required_reviews", "2"))
         return redirect(form_send_once(request, create=create))
-    except ValueError:
-        messages.error(request, "Reviews per item must be a whole number.")
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     return redirect(back, slug=project.slug)

@@ -106,6 +106,16 @@ def test_a_new_campaign_needs_decisive_votes(team, client_for, models):
     assert not Campaign.objects.filter(name="votes pass").exists(), "nothing half-made"
 
 
+
+def test_a_new_campaign_refuses_reviews_per_item_that_are_not_typed_digits(team, client_for, models):
+    """int() read "1_0" as 10 reviews per item and made the campaign."""
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    for typed in ("1_0", "abc", "", "-3", "²"):
+        response = client_for(team.owner).post(reverse("chat:arena_review_create", args=[team.project.slug]),
+                                               {"name": "votes pass", "required_reviews": typed}, follow=True)
+        assert b"Reviews per item must be a whole number from 1 to 10." in response.content, typed
+    assert not Campaign.objects.filter(name="votes pass").exists()
+
 def test_the_pages_offer_it_to_owners_only(team, client_for, models, campaign):
     voted_battle(team, team.owner, "Name a colour.", "a")
     for name in ("chat:arena", "chat:leaderboard"):
