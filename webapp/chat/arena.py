@@ -25,7 +25,6 @@ from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice, distinct_labels
-from webapp.core.text import NUL
 from webapp.projects.models import Project
 from webapp.review import selectors as review_selectors
 from webapp.review import services as review_services
@@ -40,10 +39,7 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
                   compare: tuple[ModelChoice, ModelChoice] | None = None) -> Battle:
     """Send the prompt to two different models: drawn at random (a blind battle), or the two given
     (compare mode, names shown)."""
-    if not prompt.strip():
-        raise services.ChatError("the prompt is empty")
-    if NUL in prompt:
-        raise services.ChatError("the prompt holds a NUL character (\\x00); remove it")
+    services.check_turn_text(prompt, what="prompt")
     if compare is not None:
         if compare[0].ref == compare[1].ref:
             raise services.ChatError("pick two different models to compare")

@@ -73,6 +73,7 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
                                                "battles": battles, "choices": choices, "sent": sent,
                                                "pairs": arena.decisive_battles(project=project).count(),
+                                               "prompt_max_chars": services.MESSAGE_MAX_CHARS,
                                                **_review_context(project, membership)},
                   status=400 if error else 200)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from webapp.chat.selectors import ModelChoice
+from webapp.chat.services import MESSAGE_MAX_CHARS
 
 
 class ConversationForm(forms.Form):
@@ -24,4 +25,5 @@ class ConversationForm(forms.Form):
 
 
 class MessageForm(forms.Form):
-    content = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=100_000, strip=False)
+    content = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=MESSAGE_MAX_CHARS,
+                              strip=False)

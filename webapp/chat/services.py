@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 GENERATE_TASK = "worker.tasks.serve.generate"
 PREPARE_TASK = "worker.tasks.serve.prepare"
 TITLE_CHARS = 80
+# The longest user turn or arena prompt, in characters (the chat's form says so too). Far past any context
+# the served models have; the bound keeps a pasted file out of the database.
+MESSAGE_MAX_CHARS = 100_000
 # Time a request may wait in the serve queue, on top of its generation's own timeout (see answer_is_lost).
 LOST_ANSWER_GRACE_SECONDS = 120
 FINISH_STATUS = {"stop": MessageStatus.COMPLETE, "length": MessageStatus.COMPLETE,
@@ -71,6 +74,17 @@ def _history(conversation: Conversation) -> list[dict[str, str]]:
     return turns
 
 
+def check_turn_text(text: str, *, what: str) -> None:
+    """Refuse a user turn (``what``: "message", or an arena "prompt") that is blank, holds a NUL or is
+    past ``MESSAGE_MAX_CHARS``."""
+    if not text.strip():
+        raise ChatError(f"the {what} is empty")
+    if NUL in text:
+        raise ChatError(f"the {what} holds a NUL character (\\x00); remove it")
+    if len(text) > MESSAGE_MAX_CHARS:
+        raise ChatError(f"the {what} is {len(text):,} characters long; at most {MESSAGE_MAX_CHARS:,}")
+
+
 def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
     request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
@@ -86,10 +100,7 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
 @transaction.atomic
 def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
     """Add a user turn and ask for the answer; returns the (streaming) assistant message."""
-    if not content.strip():
-        raise ChatError("the message is empty")
-    if NUL in content:
-        raise ChatError("the message holds a NUL character (\\x00); remove it")
+    check_turn_text(content, what="message")
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")

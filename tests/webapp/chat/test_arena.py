@@ -314,7 +314,20 @@ def test_a_refused_battle_keeps_what_was_typed(team, client_for, models, sent):
         "prompt": "A long prompt <b>kept</b>\nover two lines", "model_a": models[1].public_id, "model_b": ""})
     assert response.status_code == 400 and b"compare mode needs two models" in response.content
     page = response.content.decode()
-    assert ('<textarea name="prompt" id="id_prompt" rows="3" required>A long prompt &lt;b&gt;kept&lt;/b&gt;\n'
+    assert ('<textarea name="prompt" id="id_prompt" rows="3" maxlength="100000" required>A long prompt &lt;b&gt;kept&lt;/b&gt;\n'
             'over two lines</textarea>') in page
     assert f'<option value="{models[1].public_id}" selected>' in page.split('id="id_model_a"')[1].split("</select>")[0]
     assert " selected>" not in page.split('id="id_model_b"')[1].split("</select>")[0]
+
+
+def test_it_rejects_a_prompt_longer_than_a_chat_message(team, client_for, models, sent):
+    """A chat message stops at 100,000 characters; an arena prompt of any length was stored twice (the battle
+    and both sides' turns) and sent to the models."""
+    from webapp.chat.models import Conversation
+
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]),
+                                              {"prompt": "x" * 100_001})
+    assert response.status_code == 400
+    assert b"the prompt is 100,001 characters long; at most 100,000" in response.content
+    assert not Battle.objects.exists() and not Conversation.objects.exists() and not sent
+    assert start_battle(team, client_for, prompt="x" * 100_000).prompt == "x" * 100_000
