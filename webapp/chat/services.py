@@ -65,11 +65,27 @@ def model_prepare(*, model: ModelChoice) -> None:
     transaction.on_commit(send)
 
 
+def _usable_answer(message: Message | None) -> bool:
+    """Whether an answer is text the person saw and the model may read back: finished, stopped or cut
+    by the timeout, with some text (not failed, not empty)."""
+    return (message is not None and message.role == Role.ASSISTANT and bool(message.content)
+            and message.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED, MessageStatus.TIMEOUT))
+
+
 def _history(conversation: Conversation) -> list[dict[str, str]]:
+    """The turns the model reads: the system prompt, each earlier user turn with its answer, and the newest
+    user turn. A turn whose answer failed or came out empty is left out with its answer, so that user and
+    assistant turns alternate, as many chat templates demand (Gemma's, Llama 2's and Mistral's raise
+    "Conversation roles must alternate"): a lone user turn left in made every later turn of the
+    conversation fail."""
     turns = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-    for message in conversation.messages.all():
-        if message.role == Role.USER or (message.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED)
-                                         and message.content):
+    messages = list(conversation.messages.all())
+    newest_user_turn = max((index for index, message in enumerate(messages) if message.role == Role.USER), default=-1)
+    for index, message in enumerate(messages):
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if message.role == Role.USER and (index == newest_user_turn or _usable_answer(following)):
+            turns.append({"role": message.role, "content": message.content})
+        elif _usable_answer(message):
             turns.append({"role": message.role, "content": message.content})
     return turns
 

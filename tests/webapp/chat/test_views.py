@@ -128,6 +128,35 @@ def test_regenerate_replaces_the_last_answer(team, client_for, base_model, sent,
     assert len(sent) == 2 and sent[1][1][0]["seed"] != sent[0][1][0]["seed"]
 
 
+
+def test_a_turn_whose_answer_failed_or_came_out_empty_leaves_the_history(team, client_for, base_model, sent,
+                                                                       django_capture_on_commit_callbacks):
+    """Such a user turn stayed in without its answer, two user turns in a row: chat templates that demand
+    alternating roles (Gemma's, Llama 2's) then refused every later turn of the conversation."""
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    outcomes = [("One?", {"text": "1", "finish_reason": "stop"}),
+                ("Two?", {"error": "the serve worker could not load the model"}),
+                ("Three?", {"text": "", "finish_reason": "cancelled"}),  # stopped before its first token
+                ("Four?", {"text": "4 and", "finish_reason": "timeout"}),  # cut short, as a stopped one
+                ("Five?", {"text": "5", "finish_reason": "cancelled"})]
+    for content, outcome in outcomes:
+        with django_capture_on_commit_callbacks(execute=True):
+            answer = client.post(url("send", conversation), {"content": content}).json()["message"]
+        services.message_finish(message_id=answer, **outcome)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "Six?"})
+    turns = sent[-1][1][0]["messages"]
+    assert [(turn["role"], turn["content"]) for turn in turns] == [
+        ("system", "Be brief."), ("user", "One?"), ("assistant", "1"), ("user", "Four?"), ("assistant", "4 and"),
+        ("user", "Five?"), ("assistant", "5"), ("user", "Six?")]
+    # Regenerating the newest answer asks the newest turn again, whatever became of it.
+    services.message_finish(message_id=Message.objects.filter(role="assistant").last().public_id,
+                            error="the serve worker could not load the model")
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("regenerate", conversation))
+    assert sent[-1][1][0]["messages"] == turns
+
 def test_the_workers_outcome_sets_the_status(team, client_for, base_model, sent):
     conversation = conversation_of(team, client_for, base_model)
     client = client_for(team.teammate)
