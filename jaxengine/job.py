@@ -51,7 +51,9 @@ def resolve_model_dir(model: str) -> Path:
         looked = ", ".join(str(c) for c in demo_model_candidates())
         raise JobError(f"model: the {DEMO_PRESET} preset is not built (looked in {looked}); "
                        "run `jaxengine demo-base --out DIR` and set TEMPER_DEMO_DIR=DIR")
-    raise JobError(f"model: {model!r} is neither a directory nor a preset ({DEMO_PRESET})")
+    problem = "a file, not a directory" if path.exists() else "no such directory"
+    raise JobError(f"model: {model!r}: {problem}; give a Hugging Face-format model directory (holding config.json) "
+                   f"or the preset {DEMO_PRESET}")
 
 
 def resolve_dtypes(spec: JobSpec):
@@ -407,7 +409,8 @@ def run_job(
     run_dir = Path(spec.output_dir)
     refuse_another_jobs_directory(spec, run_dir)
     previous_summary = _finished_summary(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
+    # leaves no directory behind.
     job_model = build_job_model(spec, mesh=getattr(placement, "mesh", None))
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
