@@ -17,6 +17,10 @@ from pathlib import Path
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
 
+# What each metric reads, said after a --data file it cannot use.
+NEEDS = {"exact_match": "exact_match needs a prompts file with an 'answer' column",
+         "loss": "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column"}
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match or loss)",
@@ -39,7 +43,7 @@ def _read_rows(path: str, metric: str) -> list[dict]:
         rows = list(pipeline.read_examples(path, kind="prompts"))
     except pipeline.DataError as error:
         if metric == "exact_match":
-            raise CliError(f"--data {error}; exact_match needs a prompts file with an 'answer' column") from None
+            raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
         return _sft_rows(path)
     unanswered = next((number for number, row in enumerate(rows, 1) if not isinstance(row.get("answer"), str)), None)
     if unanswered is not None:
@@ -57,8 +61,7 @@ def _sft_rows(path: str) -> list[dict]:
     try:
         return list(pipeline.read_examples(path, kind="sft"))
     except pipeline.DataError as error:
-        raise CliError(f"--data {error}; loss needs an sft file (prompt and completion) or a prompts file with an "
-                       "'answer' column") from None
+        raise CliError(f"--data {error}; {NEEDS['loss']}") from None
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -70,9 +73,11 @@ def _eval(args: argparse.Namespace) -> int:
     if not Path(args.data).is_file():
         raise CliError(f"--data {args.data}: " + ("is a directory, not a file" if Path(args.data).is_dir()
                                                   else "no such file"))
+    if Path(args.data).stat().st_size == 0:
+        raise CliError(f"--data {args.data}: the file is empty (0 bytes); {NEEDS[args.metric]}")
     rows = _read_rows(args.data, args.metric)[: args.limit]
     if not rows:
-        raise CliError(f"--data {args.data}: no rows to score")
+        raise CliError(f"--data {args.data}: no rows to score; {NEEDS[args.metric]}")
     if args.by is not None:
         if args.metric != "exact_match":
             raise CliError("--by groups exact_match only; leave it out for --metric loss")

@@ -116,6 +116,21 @@ def test_a_missing_data_file_is_named(demo_dir, tmp_path, capsys, metric):
     assert err == f"jaxengine eval: error: --data {tmp_path / 'missing.jsonl'}: no such file\n"
 
 
+@pytest.mark.parametrize("content, problem", [("", "the file is empty (0 bytes)"), ("\n\n", "no rows to score")],
+                         ids=["0 bytes", "blank lines"])
+@pytest.mark.parametrize("metric, need", [
+    ("exact_match", "exact_match needs a prompts file with an 'answer' column"),
+    ("loss", "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column")])
+def test_an_empty_data_file_is_named_with_what_the_metric_needs(demo_dir, tmp_path, capsys, content, problem,
+                                                                 metric, need):
+    """QA: an empty --data file was told to 'upload a file with rows', the web app's words."""
+    data = tmp_path / "empty.jsonl"
+    data.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", metric)
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: --data {data}: {problem}; {need}\n"
+
+
 def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")
