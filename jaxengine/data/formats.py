@@ -654,7 +654,8 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         field_name,
         "missing_field",
         f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns} "
-        "(map a differently named column to it in the column mapping)",
+        "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
+        "data.columns in a job spec, --map on the command line)",
     )
 
 
