@@ -51,7 +51,18 @@ def resolve_model_dir(model: str) -> Path:
         looked = ", ".join(str(c) for c in demo_model_candidates())
         raise JobError(f"model: the {DEMO_PRESET} preset is not built (looked in {looked}); "
                        "run `jaxengine demo-base --out DIR` and set TEMPER_DEMO_DIR=DIR")
-    raise JobError(f"model: {model!r} is neither a directory nor a preset ({DEMO_PRESET})")
+    problem = "a file, not a directory" if path.exists() else "no such directory"
+    raise JobError(f"model: {model!r}: {problem}; give a Hugging Face-format model directory (holding config.json) "
+                   f"or the preset {DEMO_PRESET}")
+
+
+def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
+    """The spec a run directory keeps: the ``demo-tiny`` preset written as the directory it resolved to, so
+    that ``jaxengine export`` (and a resume) find the model the run trained without TEMPER_DEMO_DIR, which
+    may be set for the training only. Job identities compare resolved directories, so this is the same job."""
+    if spec.model != DEMO_PRESET:
+        return spec
+    return spec.model_copy(update={"model": str(model_dir.resolve())})
 
 
 def resolve_dtypes(spec: JobSpec):
@@ -365,7 +376,10 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
             checkpoints.close()
         if step is None:
             raise JobError(f"--best: no checkpoint of {run_dir} has a {metric} score (the run never evaluated)")
-    job_model = build_job_model(spec)
+    try:
+        job_model = build_job_model(spec)
+    except JobError as error:  # the model's key is the run's spec.yaml's, not a spec the user has at hand
+        raise JobError(f"{run_dir / 'spec.yaml'}: {error}") from None
     trained, meta = restore_trained_model(job_model.model, trainable=job_model.trainable, optim=spec.optim,
                                           checkpoint_dir=run_dir / "checkpoints", step=step)
     exported = export_trained(trained, spec, job_model, run_dir / "export")
@@ -401,13 +415,15 @@ def run_job(
         raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
+    resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
     if placement is None:
         placement = job_placement(spec)
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     refuse_another_jobs_directory(spec, run_dir)
     previous_summary = _finished_summary(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
+    # leaves no directory behind.
     job_model = build_job_model(spec, mesh=getattr(placement, "mesh", None))
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
@@ -420,7 +436,7 @@ def run_job(
     else:
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
-        (run_dir / "spec.yaml").write_text(dump_spec(spec))
+        (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
     if (previous_summary is not None and summary["status"] == "succeeded"
             and summary["step"] == summary["resumed_from_step"] == previous_summary.get("step")):

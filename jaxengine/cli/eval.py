@@ -1,11 +1,12 @@
-"""``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|loss``: score a model, print one JSON object.
+"""``jaxengine eval --model DIR --data FILE.jsonl --metric exact_match|loss [--map FIELD=COLUMN ...]``: score a model, print one JSON object.
 
 ``exact_match`` reads a ``prompts`` file with an ``answer`` column and compares greedy completions
 (prompt rendered with the model's chat template) with the answers, as the ``exact_match`` reward
 does (``evaluate.answers_match``); ``loss`` reads an ``sft`` file (or a ``prompts`` file with
 answers) and reports the mean token loss on the completions. The object
 holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations; with ``--by
-COLUMN``, ``groups`` holds the exact match for each value of that column.
+COLUMN``, ``groups`` holds the exact match for each value of that column. ``--map`` reads a field from a
+differently named column, as ``validate-data --map`` and a spec's ``data.columns`` do.
 """
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from pathlib import Path
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, run_reporting_errors
+
+# What each metric reads, said after a --data file it cannot use.
+NEEDS = {"exact_match": "exact_match needs a prompts file with an 'answer' column",
+         "loss": "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column"}
+# The kind whose fields --map may name, as said in a message: loss reads a prompts file too, but its one
+# field is an sft field as well.
+MAPPED_KIND = {"exact_match": ("prompts", "a prompts file"), "loss": ("sft", "an sft file")}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,36 +37,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-seq-len", type=int, default=512, metavar="N", help="loss: tokens per row (default 512)")
     parser.add_argument("--by", metavar="COLUMN",
                         help="exact_match: also the figure for each value of this column (e.g. the demo's task)")
+    parser.add_argument("--map", dest="mappings", action="append", default=[], metavar="FIELD=COLUMN",
+                        help="read FIELD from COLUMN, e.g. --map prompt=question (repeatable)")
     parser.set_defaults(handler=lambda args: run_reporting_errors("eval", lambda: _eval(args)))
 
 
-def _read_rows(path: str, metric: str) -> list[dict]:
-    from jaxengine.data import pipeline
+def _columns(args: argparse.Namespace) -> dict[str, str]:
+    """The --map flags as a checked field -> column mapping of the kind the metric reads."""
+    from jaxengine.cli.validate_data import parse_mappings
+    from jaxengine.data import formats
 
+    kind, file_of_kind = MAPPED_KIND[args.metric]
     try:
-        rows = list(pipeline.read_examples(path, kind="prompts"))
+        columns = parse_mappings(args.mappings)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    try:
+        formats.ColumnMapping(kind=formats.DatasetKind(kind), columns=columns)
+    except ValueError as error:
+        raise CliError(f"--map: {error} ({args.metric} reads {file_of_kind})") from None
+    return columns
+
+
+def _read_rows(path: str, metric: str, columns: dict[str, str]) -> list[dict]:
+    from jaxengine.data import formats, pipeline
+
+    if not set(columns) <= set(formats.KIND_FIELDS[formats.DatasetKind.PROMPTS]):
+        return _sft_rows(path, columns)  # a completion or messages column was named: an sft file
+    try:
+        rows = list(pipeline.read_examples(path, kind="prompts", columns=columns))
     except pipeline.DataError as error:
         if metric == "exact_match":
-            raise CliError(f"--data {error}; exact_match needs a prompts file with an 'answer' column") from None
-        return _sft_rows(path)
+            raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
+        return _sft_rows(path, columns)
     unanswered = next((number for number, row in enumerate(rows, 1) if not isinstance(row.get("answer"), str)), None)
     if unanswered is not None:
         if metric == "exact_match":
-            columns = ", ".join(sorted(rows[unanswered - 1]))
-            raise CliError(f"--data {path}: row {unanswered} has no 'answer' string (its columns: {columns}); "
+            row_columns = ", ".join(sorted(rows[unanswered - 1]))
+            raise CliError(f"--data {path}: row {unanswered} has no 'answer' string (its columns: {row_columns}); "
                            "exact_match needs a prompts file with an 'answer' column in every row")
-        return _sft_rows(path)
+        return _sft_rows(path, columns)
     return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
 
 
-def _sft_rows(path: str) -> list[dict]:
+def _sft_rows(path: str, columns: dict[str, str]) -> list[dict]:
     from jaxengine.data import pipeline
 
     try:
-        return list(pipeline.read_examples(path, kind="sft"))
+        return list(pipeline.read_examples(path, kind="sft", columns=columns))
     except pipeline.DataError as error:
-        raise CliError(f"--data {error}; loss needs an sft file (prompt and completion) or a prompts file with an "
-                       "'answer' column") from None
+        raise CliError(f"--data {error}; {NEEDS['loss']}") from None
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -67,12 +95,15 @@ def _eval(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise CliError(f"{flag} must be at least 1, got {value}")
     model_dir = checked_model_dir(args.model)
+    columns = _columns(args)
     if not Path(args.data).is_file():
         raise CliError(f"--data {args.data}: " + ("is a directory, not a file" if Path(args.data).is_dir()
                                                   else "no such file"))
-    rows = _read_rows(args.data, args.metric)[: args.limit]
+    if Path(args.data).stat().st_size == 0:
+        raise CliError(f"--data {args.data}: the file is empty (0 bytes); {NEEDS[args.metric]}")
+    rows = _read_rows(args.data, args.metric, columns)[: args.limit]
     if not rows:
-        raise CliError(f"--data {args.data}: no rows to score")
+        raise CliError(f"--data {args.data}: no rows to score; {NEEDS[args.metric]}")
     if args.by is not None:
         if args.metric != "exact_match":
             raise CliError("--by groups exact_match only; leave it out for --metric loss")

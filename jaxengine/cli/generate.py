@@ -91,6 +91,9 @@ def _generate(args: argparse.Namespace) -> int:
         prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
     else:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
+    if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows
+        raise CliError(f"--prompt {args.prompt!r} encodes to no tokens (this model's tokenizer adds no start token), "
+                       "so there is nothing to continue; give some text to complete")
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     # A quantized serving copy (export/quantized/) loads as the chat serves it.
     sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)

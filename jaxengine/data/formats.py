@@ -92,11 +92,12 @@ EXTENSIONS: dict[str, FileFormat] = {
     ".pq": FileFormat.PARQUET,
 }
 
-# Leading bytes of files people upload by mistake, and what to tell them.
+# Leading bytes of files given by mistake, and what to tell them. Like every message of these checks, in
+# words that fit the upload form, the API and the command line (validate-data, train, eval) alike.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "a gzip-compressed file: decompress it first"),
     (b"PK\x03\x04", "a zip archive: extract the dataset file from it first"),
-    (b"PAR1", "a Parquet file: upload it with a .parquet extension"),
+    (b"PAR1", "a Parquet file: give it a .parquet extension"),
     (b"\x28\xb5\x2f\xfd", "a zstd-compressed file: decompress it first"),
     (b"BZh", "a bzip2-compressed file: decompress it first"),
 )
@@ -238,14 +239,14 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
             )
         )
     if size == 0:
-        raise DatasetFormatError(Issue(code="empty_file", message="the file is empty (0 bytes); upload a file with rows"))
+        raise DatasetFormatError(Issue(code="empty_file", message="the file is empty (0 bytes); give the file that holds the rows"))
     with open(path, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
     if fmt is FileFormat.PARQUET:
         if not head.startswith(b"PAR1"):
             raise DatasetFormatError(
                 Issue(code="binary", message="this is not a Parquet file (it does not start with 'PAR1'); "
-                      "check the file or upload it with the extension of its real format")
+                      "check the file, or give it the extension of its real format")
             )
         return
     for magic, what in _MAGIC:
@@ -260,7 +261,7 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
             Issue(
                 code="binary",
                 message=f"the file contains binary data (a NUL byte at byte offset {nul}), not {fmt.value.upper()} "
-                f"text{hint}; upload a UTF-8 text file",
+                f"text{hint}; give a UTF-8 text file",
                 line=head.count(b"\n", 0, nul) + 1,
             )
         )
@@ -653,7 +654,8 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         field_name,
         "missing_field",
         f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns} "
-        "(map a differently named column to it in the column mapping)",
+        "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
+        "data.columns in a job spec, --map on the command line)",
     )
 
 
@@ -964,7 +966,7 @@ def validate_file(
     state = _Pass(max_errors=max_errors)
     _validate_stream(iter_rows(path, fmt=fmt), mapping=mapping, fmt=fmt, state=state)
     if state.rows == 0 and state.error_count == 0:
-        state.report(Issue(code="empty_file", message="the file has no rows; upload a file with at least one record"))
+        state.report(Issue(code="empty_file", message="the file has no rows; give a file with at least one record"))
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

@@ -189,8 +189,31 @@ def test_cli_names_a_missing_data_file_before_making_the_run(tmp_path, capsys, k
 
 
 def test_an_unknown_model_is_named(tmp_path):
-    with pytest.raises(JobError, match="model: 'nope' is neither a directory nor a preset"):
+    with pytest.raises(JobError, match="^model: 'nope': no such directory; give a Hugging Face-format model "
+                                       "directory \\(holding config.json\\) or the preset demo-tiny$"):
         resolve_model_dir("nope")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(JobError, match="^model: '.*weights.bin': a file, not a directory; give a Hugging Face"):
+        resolve_model_dir(str(tmp_path / "weights.bin"))
+
+
+def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_dir, tmp_path, capsys):
+    """QA: a model path that does not exist left an empty output_dir behind (made before the model was
+    looked for); a row of the wrong type in the data did too."""
+    bad_row = tmp_path / "bad.jsonl"
+    bad_row.write_text('{"prompt": 1, "completion": "b"}\n')
+    for model, train, message in (
+            (str(tmp_path / "no-model"), str(demo_dir / "data/sft.jsonl"),
+             f"model: '{tmp_path / 'no-model'}': no such directory; give a Hugging Face-format model directory "
+             "(holding config.json) or the preset demo-tiny"),
+            (str(demo_dir / "model"), str(bad_row),
+             f"{bad_row}: line 1, row 1, field 'prompt': must be a string, got a number")):
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump({"task": "sft", "model": model, "output_dir": str(tmp_path / "runs" / "run"),
+                                        "data": {"train": train}, "train": {"max_steps": 1}}))
+        assert main(["train", str(path), "--no-progress"]) == 2
+        assert capsys.readouterr().err == f"{path}: {message}\n"
+        assert not (tmp_path / "runs").exists()
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):

@@ -25,14 +25,25 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     return render(request, "403.html", {"exception": message}, status=403)
 
 
+def json_api_at(path: str) -> str | None:
+    """The JSON API an address belongs to, so that its errors come in that API's shape: ``"rest"``
+    under ``/api``, ``"openai"`` under ``/v1``, each address itself included (a client given the base URL
+    asks it as it is); None for the pages."""
+    for prefix, api in (("/api", "rest"), ("/v1", "openai")):
+        if path == prefix or path.startswith(prefix + "/"):
+            return api
+    return None
+
+
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """404 for an address no view answers (settings' ``handler404``): under the REST API and the
     OpenAI-compatible API it is JSON in that API's error shape, naming where the endpoints are, since the
     program that mistyped an endpoint reads JSON; everywhere else it is the 404 page."""
-    if request.path.startswith("/api/"):
+    api = json_api_at(request.path)
+    if api == "rest":
         return JsonResponse({"detail": f"no API endpoint at {request.path}; "
                                        "the endpoints are listed in /api/v1/openapi.json"}, status=404)
-    if request.path.startswith("/v1/"):
+    if api == "openai":
         return JsonResponse({"error": {
             "message": f"no endpoint at {request.path}; the OpenAI-compatible API answers GET /v1/models, "
                        "POST /v1/chat/completions and POST /v1/completions",
@@ -65,9 +76,10 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     API it is JSON in that API's error shape; everywhere else a page saying what was wrong (it was Django's
     bare "Bad Request (400)"). A message of any other ``SuspiciousOperation`` is not repeated."""
     status, heading, message = _unreadable_body(exception)
-    if request.path.startswith("/api/"):
+    api = json_api_at(request.path)
+    if api == "rest":
         return JsonResponse({"detail": message}, status=status)
-    if request.path.startswith("/v1/"):
+    if api == "openai":
         return JsonResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
                                        "code": "request_too_large" if status == 413 else "bad_request"}},
                             status=status)

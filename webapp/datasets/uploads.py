@@ -18,6 +18,8 @@ from pathlib import Path
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandler
 
+from webapp.core.views import json_api_at
+
 # Room for the multipart framing and the form's other fields around the file itself.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 
@@ -114,9 +116,10 @@ class RequestBodyLimit:
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
         message = (f"the request body is over the upload limit of {self.max_upload_bytes} bytes "
                    "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
-        if path.startswith("/api/"):
+        api = json_api_at(path)
+        if api == "rest":
             return b"application/json", json.dumps({"detail": message}).encode()
-        if path.startswith("/v1/"):
+        if api == "openai":
             return b"application/json", json.dumps({"error": {
                 "message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}).encode()
         page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Too large</title></head>"

@@ -116,6 +116,60 @@ def test_a_missing_data_file_is_named(demo_dir, tmp_path, capsys, metric):
     assert err == f"jaxengine eval: error: --data {tmp_path / 'missing.jsonl'}: no such file\n"
 
 
+@pytest.mark.parametrize("content, problem", [("", "the file is empty (0 bytes)"), ("\n\n", "no rows to score")],
+                         ids=["0 bytes", "blank lines"])
+@pytest.mark.parametrize("metric, need", [
+    ("exact_match", "exact_match needs a prompts file with an 'answer' column"),
+    ("loss", "loss needs an sft file (prompt and completion) or a prompts file with an 'answer' column")])
+def test_an_empty_data_file_is_named_with_what_the_metric_needs(demo_dir, tmp_path, capsys, content, problem,
+                                                                 metric, need):
+    """QA: an empty --data file was told to 'upload a file with rows', the web app's words."""
+    data = tmp_path / "empty.jsonl"
+    data.write_text(content)
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", metric)
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: --data {data}: {problem}; {need}\n"
+
+
+def renamed(source, target, names: dict[str, str]) -> None:
+    """``source``'s rows with their columns renamed (old -> new) written to ``target``."""
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    target.write_text("".join(json.dumps({names.get(key, key): value for key, value in row.items()}) + "\n"
+                              for row in rows))
+
+
+@pytest.mark.parametrize("metric, source, names, flags", [
+    ("exact_match", "eval.jsonl", {"prompt": "question"}, ["--map", "prompt=question"]),
+    ("loss", "sft.jsonl", {"prompt": "question", "completion": "response"},
+     ["--map", "prompt=question", "--map", "completion=response"]),
+], ids=["exact_match", "loss"])
+def test_map_reads_fields_from_differently_named_columns(demo_dir, tmp_path, capsys, metric, source, names, flags):
+    """QA: eval's error suggested a column mapping that the command had no way to give."""
+    data = tmp_path / "renamed.jsonl"
+    renamed(demo_dir / "data" / source, data, names)
+    common = ["--model", str(demo_dir / "model"), "--metric", metric, "--limit", "3", "--max-new-tokens", "4"]
+    code, unmapped, err = eval_cli(capsys, *common, "--data", str(data))
+    assert code == 2 and "--map on the command line" in err
+    code, out, err = eval_cli(capsys, *common, "--data", str(data), *flags)
+    assert code == 0, err
+    code, expected, err = eval_cli(capsys, *common, "--data", str(demo_dir / "data" / source))
+    assert code == 0 and json.loads(out) == json.loads(expected)
+
+
+@pytest.mark.parametrize("metric, flag, message", [
+    ("exact_match", "prompt", "--map 'prompt': write FIELD=COLUMN, e.g. --map prompt=question"),
+    ("exact_match", "completion=response", "--map: column mapping: 'completion' is not a field of kind 'prompts'; "
+                                           "map one of: prompt (exact_match reads a prompts file)"),
+    ("loss", "chosen=better", "--map: column mapping: 'chosen' is not a field of kind 'sft'; "
+                              "map one of: prompt, completion, messages (loss reads an sft file)"),
+], ids=["no equals sign", "not a prompts field", "not an sft field"])
+def test_it_rejects_a_map_it_cannot_apply(demo_dir, capsys, metric, flag, message):
+    code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
+                              "--metric", metric, "--map", flag)
+    assert code == 2 and out == ""
+    assert err == f"jaxengine eval: error: {message}\n"
+
+
 def test_by_with_loss_is_refused(demo_dir, capsys):
     code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(demo_dir / "data/eval.jsonl"),
                               "--metric", "loss", "--by", "task")

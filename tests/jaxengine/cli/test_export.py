@@ -1,7 +1,11 @@
-"""``jaxengine export``: flags that cannot apply are refused before any checkpoint is read."""
+"""``jaxengine export``: flags that cannot apply are refused before any checkpoint is read, and a run
+finds the model it was trained from."""
+import json
+
 import pytest
 
 from jaxengine.cli import main
+from jaxengine.spec import load_spec
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -49,3 +53,32 @@ def test_it_rejects_a_run_directory_that_does_not_exist(tmp_path, capsys):
     assert main(["export", "--run", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == (f"jaxengine export: error: --run {tmp_path / 'nope'}: no such directory; "
                                        "give the output_dir of a `jaxengine train` spec\n")
+
+
+def test_a_run_of_the_demo_preset_exports_without_temper_demo_dir(demo_dir, tmp_path, capsys, monkeypatch):
+    """QA: a run trained as ``model: demo-tiny`` with TEMPER_DEMO_DIR set could not be exported once it
+    was unset: export looked the preset up again. The run's spec.yaml records the directory it resolved to."""
+    monkeypatch.setenv("TEMPER_DEMO_DIR", str(demo_dir))
+    monkeypatch.setenv("TEMPER_MODELS_ROOT", str(tmp_path / "no-models"))
+    run_dir = tmp_path / "run"
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC.format(run_dir=run_dir).replace("sft.jsonl", str(demo_dir / "data/sft.jsonl")))
+    assert main(["train", str(spec_path), "--no-progress"]) == 0
+    assert load_spec(run_dir / "spec.yaml").model == str((demo_dir / "model").resolve())
+    capsys.readouterr()
+
+    monkeypatch.delenv("TEMPER_DEMO_DIR")
+    assert main(["export", "--run", str(run_dir)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["export"]["model"] == str(run_dir / "export")
+    assert main(["train", str(spec_path), "--no-progress"]) == 2  # the spec itself still needs the variable
+    assert "model: the demo-tiny preset is not built" in capsys.readouterr().err
+
+
+def test_a_run_whose_model_directory_is_gone_is_named_with_its_spec(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "2").mkdir(parents=True)
+    (run_dir / "spec.yaml").write_text(SPEC.format(run_dir=run_dir).replace("demo-tiny", str(tmp_path / "gone")))
+    assert main(["export", "--run", str(run_dir)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxengine export: error: {run_dir / 'spec.yaml'}: model: '{tmp_path / 'gone'}': no such directory; give a "
+        "Hugging Face-format model directory (holding config.json) or the preset demo-tiny\n")

@@ -120,6 +120,16 @@ def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message
     assert message in error and error.count("\n") == 1 and error.startswith(f"jaxengine {command}: error: ")
 
 
+def test_generate_rejects_an_empty_prompt_naming_the_flag(model_dir, capsys):
+    """QA: ``--prompt ""`` said 'prompt 0 is empty after tokenization', a sampler's words for a batch
+    the command line never shows."""
+    assert main(["generate", "--model", str(model_dir), "--prompt", ""]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("jaxengine generate: error: --prompt '' encodes to no tokens (this model's tokenizer "
+                            "adds no start token), so there is nothing to continue; give some text to complete\n")
+
+
 def test_it_rejects_a_model_dir_without_tokenizer(tmp_path, model_dir, capsys):
     broken = tmp_path / "no-tokenizer"
     broken.mkdir()

@@ -48,3 +48,20 @@ def test_usage_errors(tmp_path, capsys):
     rows.write_text('{"prompt": 1}\n', encoding="utf-8")
     assert main(["validate-data", str(rows), "--kind", "sft", "--max-errors", "-1"]) == 2
     assert capsys.readouterr().err == "jaxengine validate-data: error: --max-errors must be 0 (count only) or more, got -1\n"
+
+
+def test_whole_file_problems_are_told_in_words_that_fit_the_command_line(tmp_path, capsys):
+    """QA: an empty file was told to 'upload a file with rows': the checks are the upload form's, but their
+    messages reach the command line too."""
+    empty, no_rows, parquet = tmp_path / "empty.jsonl", tmp_path / "none.json", tmp_path / "rows.jsonl"
+    empty.write_bytes(b"")
+    no_rows.write_text("[]", encoding="utf-8")
+    parquet.write_bytes(b"PAR1" + b"\x00" * 16)
+    expected = {
+        empty: f"{empty}: the file is empty (0 bytes); give the file that holds the rows [empty_file]",
+        no_rows: f"{no_rows}: the file has no rows; give a file with at least one record [empty_file]",
+        parquet: f"{parquet}: this looks like a Parquet file: give it a .parquet extension [binary]",
+    }
+    for path, line in expected.items():
+        assert main(["validate-data", str(path), "--kind", "sft"]) == 1
+        assert capsys.readouterr().out.splitlines()[0] == line

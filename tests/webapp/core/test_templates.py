@@ -49,6 +49,21 @@ def test_an_address_no_api_endpoint_answers_gets_json_in_that_api_s_shape(team, 
     assert "<h1>Not found</h1>" in client.get("/p/nowhere/oops/").content.decode()  # pages keep the page
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1", {"error": {"message": "no endpoint at /v1; the OpenAI-compatible API answers GET /v1/models, "
+                                  "POST /v1/chat/completions and POST /v1/completions",
+                       "type": "invalid_request_error", "code": "not_found"}}),
+    ("/api", {"detail": "no API endpoint at /api; the endpoints are listed in /api/v1/openapi.json"}),
+], ids=["openai", "rest"])
+def test_an_api_s_own_address_without_a_slash_gets_json_too(team, client, path, body):
+    """QA: GET /v1 (a client's base URL asked as it is) got the HTML 'Not found' page: only addresses
+    below /v1/ were taken for the API's."""
+    response = client.get(path)
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json() == body
+    assert client.get("/v1x").content.decode().count("<h1>Not found</h1>") == 1  # a page that only starts alike
+
+
 def test_403_page_says_which_role_is_needed(team, client_for):
     response = client_for(team.viewer).post("/p/alpha/members/", {"username": "x", "role": "member"})
     assert response.status_code == 403
