@@ -123,6 +123,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 TEMPER_MAX_UPLOAD_BYTES = env_int("TEMPER_MAX_UPLOAD_BYTES", 2 * 1024**3)
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
+# A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.
+TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
 TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 # Runs: a running run's worker refreshes its heartbeat this often; a run silent for longer than

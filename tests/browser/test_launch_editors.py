@@ -121,3 +121,26 @@ def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(
     run = Run.objects.get()
     assert (run.name, run.task, run.spec["optim"]["warmup_steps"], run.spec["model"]) == (
         "picked on sft", "dpo", 3, base_model.public_id)
+
+
+def test_a_sweep_typed_in_the_form_launches_a_run_per_combination_listed_together(page, live_server, monkeypatch):
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#id_name", "sweep")
+    page.select_option("#spec-model", base_model.public_id)
+    page.select_option("#spec-data-train", chats.public_id)
+    page.fill("#spec-train-max_steps", "5")
+    page.fill("#id_sweep", "optim.learning_rate: 1e-4, 1e-3\npeft.rank: 8, 16")
+    page.locator("#launch-form button[type=submit]").click()
+    page.wait_for_url("**/runs/?tag=sweep-*&sort=oldest")
+
+    names = [f"sweep · learning_rate={lr} rank={rank}" for lr in ("1e-4", "1e-3") for rank in (8, 16)]
+    assert page.locator(".runs-table tbody tr td:nth-child(2) a").all_inner_texts() == names
+    tag = Run.objects.order_by("id").first().tags[0]
+    assert f"Sweep {tag}: 4 runs queued." in page.locator("main").inner_text()
+    assert page.locator(".runs-table tbody tr").count() == Run.objects.filter(tags__icontains=tag).count() == 4

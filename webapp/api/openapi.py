@@ -107,8 +107,10 @@ def build_document() -> dict[str, Any]:
                                                                            "the previous page's next link")],
                               response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
                                        "page) for the page after; it keeps the query"),
-            "post": _operation("Launch a run from a job spec, or open an external run", [SLUG, IDEMPOTENCY_KEY],
-                               body=schemas.RunCreate, status="201"),
+            "post": _operation("Launch a run from a job spec (or, with sweep, a run per combination of values), "
+                               "or open an external run", [SLUG, IDEMPOTENCY_KEY], body=schemas.RunCreate,
+                               status="201", response="the run; for a sweep `{\"sweep\": tag, \"runs\": [...]}`, "
+                                                      "in the order they were queued"),
         },
         f"{base}/runs/{{run_id}}/": {"get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN])},
         f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN])},

@@ -27,14 +27,20 @@ class RunCreate(_Body):
     name: str = Field(default="", description=f"At most {RUN_NAME_MAX} characters (a longer name is refused, "
                                               "not cut); blank: one made from the spec, or 'external run'.")
     tags: list[str] = Field(default_factory=list)
+    sweep: dict[str, list[Any]] | None = Field(
+        default=None, description="A run for every combination of these spec keys' values, e.g. "
+                                  '{"optim.learning_rate": [0.0001, 0.0003], "peft.rank": [8, 16]} (4 runs): each '
+                                  "the spec with those keys set, named after its values and tagged sweep-<id>; all "
+                                  "are checked before any is made, at most TEMPER_SWEEP_MAX_RUNS (default 16) of them. The "
+                                  'answer is {"sweep": tag, "runs": [...]}, in the order they were queued.')
     external: bool = Field(default=False, description="Open a run trained elsewhere; give config, not spec.")
     config: dict[str, Any] | None = Field(default=None, description="External runs: their hyper-parameters.")
 
     @model_validator(mode="after")
     def _one_source(self) -> RunCreate:
         if self.external:
-            if self.spec is not None or self.spec_yaml is not None:
-                raise ValueError("an external run takes config, not spec or spec_yaml")
+            if self.spec is not None or self.spec_yaml is not None or self.sweep is not None:
+                raise ValueError("an external run takes config, not spec, spec_yaml or sweep")
         elif (self.spec is None) == (self.spec_yaml is None):
             raise ValueError("give exactly one of spec and spec_yaml (or external: true)")
         return self

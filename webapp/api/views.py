@@ -38,6 +38,7 @@ from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
+from webapp.runs import sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.models import Artifact, ArtifactKind, Run
 
@@ -256,10 +257,17 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
             return run_services.run_create_external(project=project, name=body.name, config=body.config,
                                                     user=request.user, tags=body.tags).public_id
         spec = body.spec if body.spec is not None else run_services.spec_from_yaml(body.spec_yaml)
+        if body.sweep is not None:
+            return run_services.sweep_create(project=project, spec=spec, user=request.user, name=body.name,
+                                             tags=body.tags, axes=sweeps.axes_from_mapping(body.sweep)).tag
         return run_services.run_create(project=project, spec=spec, user=request.user, name=body.name,
                                        tags=body.tags).public_id
 
     sent = request_send_once(request, create=launch)
+    if body.sweep is not None:  # what the sending made is the sweep's tag (a repeat finds its runs by it)
+        return _created({"sweep": sent.result, "runs": [_run_json(run, detail=True) for run in
+                                                        run_selectors.sweep_runs(project=project, tag=sent.result)]},
+                        sent)
     run, = run_selectors.runs_by_ids(project=project, public_ids=[sent.result])
     return _created(_run_json(run, detail=True), sent)
 

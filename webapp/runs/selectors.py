@@ -122,8 +122,7 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
     if filters.task:
         runs = runs.filter(task=filters.task)
     if filters.tag:
-        # Tags are a JSON list; a quoted match is exact on SQLite and PostgreSQL alike.
-        runs = runs.filter(tags__icontains=json.dumps(filters.tag))
+        runs = _tagged(runs, filters.tag)
     order = SORTS[filters.sort]
     sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
     return (runs.select_related("base_model", "source_run", "created_by").prefetch_related("dataset_versions__dataset")
@@ -173,6 +172,17 @@ def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
     runs (they were listed but could not be picked out)."""
     external = Run.objects.filter(project=project, task=EXTERNAL_TASK).exists()
     return [*tasks, EXTERNAL_TASK] if external else list(tasks)
+
+
+def _tagged(runs: QuerySet[Run], tag: str) -> QuerySet[Run]:
+    # Tags are a JSON list; a quoted match is exact on SQLite and PostgreSQL alike.
+    return runs.filter(tags__icontains=json.dumps(tag))
+
+
+def sweep_runs(*, project: Project, tag: str) -> list[Run]:
+    """The runs of ``project``'s sweep ``tag`` (``services.sweep_create``), archived too, in the order
+    they were queued."""
+    return list(_tagged(Run.objects.filter(project=project), tag).order_by("id").select_related("base_model", "created_by"))
 
 
 def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import re
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,7 +41,7 @@ from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.runs import channels
+from webapp.runs import channels, sweeps
 from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
                                 RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
@@ -470,10 +471,15 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     name = _checked_name(name or "", required=False)
     checked_json(spec, field="")
     plan = plan_run(project=project, spec=spec, output_dir=run_output_dir(public_id))
-    tag_list = parse_tags(tags)
+    return _save_planned(public_id=public_id, project=project, plan=plan, user=user,
+                         name=name or _default_name(plan), tags=parse_tags(tags))
+
+
+def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: AbstractBaseUser | None, name: str,
+                  tags: list[str]) -> Run:
     run = Run.objects.create(
-        public_id=public_id, project=project, name=name or _default_name(plan),
-        task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tag_list,
+        public_id=public_id, project=project, name=name,
+        task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tags,
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
     )
@@ -481,6 +487,54 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
     _enqueue(run)
     return run
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepLaunched:
+    """The runs a sweep made, in the order they were queued, and the tag they share."""
+
+    tag: str
+    runs: list[Run]
+
+
+def new_sweep_tag() -> str:
+    return f"sweep-{secrets.token_hex(4)}"
+
+
+@transaction.atomic
+def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, axes: list[sweeps.SweepAxis],
+                 name: str = "", tags: str | list[str] = "") -> SweepLaunched:
+    """A run for every combination of the ``axes``' values (``webapp.runs.sweeps``): ``spec`` with
+    those keys set, each planned by ``plan_run`` before any is saved, so that one bad combination
+    makes no run and queues nothing (a ``ValidationError`` naming its line, key and value under
+    ``sweep``; the spec's own problems under their keys, as for one run). The runs are named
+    ``<name> · <key>=<value> …``, tagged ``sweep-<id>`` besides ``tags``, and queued in product order."""
+    name = _checked_name(name or "", required=False)
+    checked_json(spec, field="")
+    sweeps.check_axes(axes, task=spec.get("task") if isinstance(spec, dict) and spec.get("task") in tasks() else None)
+    tag_list = parse_tags(tags)
+    if len(tag_list) >= MAX_TAGS:
+        raise ValidationError({"tags": f"a sweep adds its own tag to the {MAX_TAGS} a run may have: give at most "
+                                       f"{MAX_TAGS - 1}"})
+    tag = new_sweep_tag()
+    combinations = sweeps.combinations(axes)
+    planned, failures = [], []
+    for combination in combinations:
+        public_id = new_run_id()
+        try:
+            plan = plan_run(project=project, spec=sweeps.with_values(spec, axes, combination),
+                            output_dir=run_output_dir(public_id))
+        except ValidationError as error:
+            failures.append((combination, error.message_dict))
+            continue
+        planned.append((public_id, combination, plan))
+    if failures:
+        raise ValidationError(sweeps.errors(axes, failures, len(combinations)))
+    runs = [_save_planned(public_id=public_id, project=project, plan=plan, user=user, tags=[tag, *tag_list],
+                          name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
+                                                             max_length=RUN_NAME_MAX), required=True))
+            for public_id, combination, plan in planned]
+    return SweepLaunched(tag=tag, runs=runs)
 
 
 def _advance_pipeline(run: Run) -> None:

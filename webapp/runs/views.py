@@ -30,7 +30,7 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.runs import presets, selectors, services
+from webapp.runs import presets, selectors, services, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
@@ -99,7 +99,8 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
-                    yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None) -> dict[str, Any]:
+                    yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None,
+                    sweep: str = "") -> dict[str, Any]:
     sections = form_sections(task)
     scale_out = scale_out_section(task)
     fields = [field for section in (*sections, scale_out) for field in section.fields]
@@ -112,7 +113,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "sections": sections, "initial": initial, "errors": errors,
         "other_errors": {key: value for key, value in errors.items()
                          if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
-                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel")},
+                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel",
+                                         "sweep")},
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
@@ -123,7 +125,8 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
         # Spec keys that name the project's objects are chosen from them, like the model and data.
         "reference_choices": {"ppo.reward_model": selectors.reward_model_choices(project=project)},
-        "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags,
+        "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags, "sweep": sweep,
+        "sweep_max_runs": sweeps.max_runs(),
     }
 
 
@@ -160,6 +163,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
         return _switch_task(request, project, membership, task=task, new_task=request.POST["switch_task"], mode=mode)
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
+    sweep = request.POST.get("sweep", "")
     errors: dict[str, list[str]] = {}
     spec: dict[str, Any] = {}
     try:
@@ -172,6 +176,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         task = spec.get("task", task) if spec.get("task") in tasks() else task
 
         def launch() -> str:
+            axes = sweeps.axes_from_text(sweep)
+            if axes:
+                return _launch_sweep(request, project, spec=spec, axes=axes, name=name, tags=tags)
             run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
             messages.success(request, f"Run {isolated(run.name)} queued.")
             return reverse("runs:detail", args=[project.slug, run.public_id])
@@ -182,9 +189,21 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if mode == "form":
         yaml_text = services.spec_to_yaml(spec)
     initial = spec_initial(spec) if spec else {}
-    return render(request, "runs/new.html", _launch_context(
-        project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text, mode=mode,
-        name=name, tags=tags, preset_name=None), status=400)
+    context = _launch_context(project, membership, task=task, initial=initial, errors=errors, yaml_text=yaml_text,
+                              mode=mode, name=name, tags=tags, sweep=sweep, preset_name=None)
+    if sweep.strip():
+        context["errors_heading"] = "The sweep was not launched: none of its runs was made"
+    return render(request, "runs/new.html", context, status=400)
+
+
+def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:
+    """Launch a sweep; the page to show it on: the runs table filtered by the sweep's tag, in the order
+    its runs were queued. Not the compare page: that takes at most MAX_COMPARE runs (a sweep may have
+    more) and draws a run only once it logs, while the table shows every run's status as it changes,
+    and its ticks open the compare page for the runs chosen."""
+    launched = services.sweep_create(project=project, spec=spec, user=request.user, axes=axes, name=name, tags=tags)
+    messages.success(request, f"Sweep {launched.tag}: {len(launched.runs)} runs queued.")
+    return _table_url(project, None, fallback=urlencode({"tag": launched.tag, "sort": "oldest"}))
 
 
 EDITORS = ("form", "yaml")
@@ -196,7 +215,7 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
     the page was first served and a launch from it dropped what had been typed. Nothing is launched or
     checked here; inputs the form cannot read, YAML that is not a mapping, and YAML keys or choices the
     form has no input for keep their editor with the error, so that switching loses nothing."""
-    name, tags = request.POST.get("name", ""), request.POST.get("tags", "")
+    name, tags, sweep = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("sweep", "")
     if source_mode == "yaml":
         yaml_text = request.POST.get("spec_yaml", "")
         try:
@@ -204,7 +223,7 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
         except ValidationError as error:
             return render(request, "runs/new.html", _launch_context(
                 project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
-                mode="yaml", name=name, tags=tags, preset_name=None), status=400)
+                mode="yaml", name=name, tags=tags, sweep=sweep, preset_name=None), status=400)
         if "task" in spec and spec["task"] not in tasks():
             problems = {"task": f"{spec['task']!r} is not one of {', '.join(tasks())}"}
         else:
@@ -213,17 +232,17 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
         if problems:
             context = _launch_context(
                 project, membership, task=task, initial={}, errors={key: [why] for key, why in problems.items()},
-                yaml_text=yaml_text, mode="yaml", name=name, tags=tags, preset_name=None)
+                yaml_text=yaml_text, mode="yaml", name=name, tags=tags, sweep=sweep, preset_name=None)
             context["errors_heading"] = "Fix these keys to switch to the form (or launch from here)"
             return render(request, "runs/new.html", context, status=400)
         return render(request, "runs/new.html", _launch_context(
             project, membership, task=task, initial=spec_initial(with_form_defaults(task, with_checkbox_values(task, spec))),
-            errors={}, yaml_text=yaml_text, mode="form", name=name, tags=tags, preset_name=None))
+            errors={}, yaml_text=yaml_text, mode="form", name=name, tags=tags, sweep=sweep, preset_name=None))
     spec, input_errors = read_form(task, request.POST)
     errors = {key: [message] for key, message in input_errors.items()}
     context = _launch_context(project, membership, task=task, initial=spec_initial(spec), errors=errors,
                               yaml_text=services.spec_to_yaml(spec), mode="form" if errors else "yaml", name=name,
-                              tags=tags, preset_name=None)
+                              tags=tags, sweep=sweep, preset_name=None)
     context["errors_heading"] = "Fix these inputs to switch to YAML"
     return render(request, "runs/new.html", context, status=400 if errors else 200)
 
@@ -234,7 +253,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
     chose (one that neither the schema nor a preset of ``task`` gives) is kept where ``new_task`` has
     that key; the rest of the page is ``new_task``'s first preset, so that a DPO form does not inherit
     the SFT preset's learning rate, and the page says what was kept and what was left out."""
-    name, tags = request.POST.get("name", ""), request.POST.get("tags", "")
+    name, tags, sweep = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("sweep", "")
     if mode == "yaml":
         yaml_text = request.POST.get("spec_yaml", "")
         try:
@@ -242,14 +261,14 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
         except ValidationError as error:
             return render(request, "runs/new.html", _launch_context(
                 project, membership, task=task, initial={}, errors=error.message_dict, yaml_text=yaml_text,
-                mode="yaml", name=name, tags=tags, preset_name=None), status=400)
+                mode="yaml", name=name, tags=tags, sweep=sweep, preset_name=None), status=400)
     else:
         spec, input_errors = read_form(task, request.POST)
         if input_errors:
             context = _launch_context(project, membership, task=task, initial=spec_initial(spec),
                                       errors={key: [message] for key, message in input_errors.items()},
                                       yaml_text=services.spec_to_yaml(spec), mode="form", name=name, tags=tags,
-                                      preset_name=None)
+                                      sweep=sweep, preset_name=None)
             context["errors_heading"] = f"Fix these inputs to switch to {new_task}"
             return render(request, "runs/new.html", context, status=400)
         current = spec_initial(spec)
@@ -262,7 +281,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,
-                              name=name, tags=tags, preset_name=preset_name)
+                              name=name, tags=tags, sweep=sweep, preset_name=preset_name)
     context["switched"] = {"from": task, "kept": sorted(kept), "dropped": dropped}
     return render(request, "runs/new.html", context)
 

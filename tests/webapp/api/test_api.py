@@ -397,6 +397,8 @@ def test_openapi_document_describes_every_endpoint(world):
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
+    assert "tagged sweep-<id>" in schemas["RunCreate"]["properties"]["sweep"]["description"]
+    assert "sweep" in paths["/api/v1/projects/{slug}/runs/"]["post"]["responses"]["201"]["description"]
     query = {parameter["name"]: parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]}
     assert query["sort"]["schema"]["enum"] == ["newest", "oldest", "name", "-name", "status", "task", "steps", "loss",
                                                "eval_loss", "reward", "duration"]
@@ -630,3 +632,40 @@ def test_an_upload_with_two_files_or_two_names_is_refused(world):
             assert body["errors"]["file"] == ["2 files were sent: send one file per upload (upload each as a "
                                               "version of its own)"]
     assert not Dataset.objects.exists()
+
+
+def test_a_sweep_launches_a_run_per_combination_or_none(world):
+    team, apis, sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    runs_path = "/api/v1/projects/alpha/runs/"
+    status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
+        "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16], "peft.rnak": [4]}})
+    assert status == 400 and bad == {"errors": {"sweep": [
+        "peft.rnak: not a key of peft in a sft spec; its keys: method, rank, alpha, dropout, targets, quant_bits, "
+        "group_size"]}}
+    status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
+        "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16]}})
+    assert status == 400 and bad == {"errors": {"sweep": [
+        "optim.learning_rate = 2.0: 2.0: input should be less than or equal to 1 (combination 3 of 4: "
+        "learning_rate=2.0 rank=8)"]}}
+    assert not Run.objects.exists() and sent == []
+    status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": "8, 16"}})
+    assert status == 400 and list(bad["errors"]) == ["sweep.peft.rank"]
+    status, external = apis["teammate"].call("POST", runs_path, {"external": True, "sweep": {"peft.rank": [8]}})
+    assert status == 400 and "an external run takes config, not spec, spec_yaml or sweep" in json.dumps(external)
+
+    status, created = apis["teammate"].call("POST", runs_path, {
+        "spec_yaml": json.dumps(spec), "name": "api", "tags": ["mine"],
+        "sweep": {"optim.learning_rate": [0.0001, 0.001], "peft.rank": [8, 16]}})
+    assert status == 201 and created["sweep"].startswith("sweep-")
+    assert [(run["name"], run["spec"]["optim"]["learning_rate"], run["spec"]["peft"]["rank"], run["tags"])
+            for run in created["runs"]] == [
+        (f"api · learning_rate={lr} rank={rank}", lr, rank, [created["sweep"], "mine"])
+        for lr in (0.0001, 0.001) for rank in (8, 16)]
+    assert sent == [[Run.objects.get(public_id=run["id"]).pk, 1] for run in created["runs"]]  # queued in that order
+    status, listed = apis["viewer"].call("GET", f"{runs_path}?tag={created['sweep']}&sort=oldest")
+    assert [run["id"] for run in listed["runs"]] == [run["id"] for run in created["runs"]]
+    assert apis["viewer"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": [8, 16]}})[0] == 403
+    assert apis["outsider"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": [8, 16]}})[0] == 404
+    assert Run.objects.count() == 4

@@ -234,3 +234,26 @@ def test_an_idempotency_key_is_scoped_to_its_user_and_project_and_a_long_one_is_
     assert too_long.status_code == 400
     assert list(too_long.json()["errors"]) == ["Idempotency-Key"]
     assert Run.objects.filter(project=team.project).count() == 1 and len(sent_tasks.calls) == 1
+
+
+def test_a_sweep_sent_twice_launches_its_runs_once(team, launch_form, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    form = {**launch_form, "sweep": "peft.rank: 4, 8\noptim.learning_rate: 1e-4, 1e-3"}
+    first, second = client.post(NEW, form), client.post(NEW, form)
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] and "?tag=sweep-" in first["Location"]
+    assert Run.objects.count() == 4 and len(sent_tasks.calls) == 4
+    assert ALREADY_SENT in client.get(second["Location"]).content.decode()
+
+
+def test_the_api_launches_a_sweep_once_per_idempotency_key(team, catalog, client_for, sent_tasks):
+    _token, secret = token_create(user=team.teammate, name="script")
+    body = json.dumps({"spec": sft_spec(catalog), "sweep": {"peft.rank": [4, 8]}})
+    client = client_for(team.teammate)
+    first, second = [client.post("/api/v1/projects/alpha/runs/", body, content_type="application/json",
+                                 HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="sweep-1")
+                     for _ in range(2)]
+    assert first.status_code == second.status_code == 201 and second["Idempotent-Replayed"] == "true"
+    assert first.json() == second.json()
+    assert [run["id"] for run in first.json()["runs"]] == list(Run.objects.order_by("id").values_list("public_id", flat=True))
+    assert Run.objects.count() == 2 and len(sent_tasks.calls) == 2

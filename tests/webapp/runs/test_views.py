@@ -1126,3 +1126,75 @@ def test_the_compare_csv_writes_formulas_as_text(team, catalog, client_for, sent
         f"/p/alpha/runs/compare/metrics.csv?{ids}").content.decode())))
     assert rows[1][1:5] == ['\'=HYPERLINK("http://evil.example","click")', "1", "'+cmd|' /C calc'!A0", "-1.5"]
     assert rows[2][1:5] == ["'@plain", "1", "loss", "2.0"]
+
+
+def _sweep_tag(location: str) -> str:
+    match = re.fullmatch(r"/p/alpha/runs/\?tag=(sweep-[0-9a-f]{8})&sort=oldest", location)
+    assert match, location
+    return match.group(1)
+
+
+def test_launching_a_sweep_from_the_form_lists_its_runs(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    form = {**_layout_form(catalog), "name": "lr", "tags": "mine",
+            "sweep": "optim.learning_rate: 1e-4, 3e-4, 1e-3\r\npeft.rank: 8, 16\r\n"}
+    response = client.post("/p/alpha/runs/new/", form)
+    assert response.status_code == 302
+    tag = _sweep_tag(response["Location"])
+    runs = list(Run.objects.order_by("id"))
+    assert [run.name for run in runs] == [f"lr · learning_rate={lr} rank={rank}"
+                                          for lr in ("1e-4", "3e-4", "1e-3") for rank in (8, 16)]
+    assert all(run.tags == [tag, "mine"] and run.spec["train"]["batch_size"] == 8 for run in runs)
+    page = client.get(response["Location"]).content.decode()
+    assert f"Sweep {tag}: 6 runs queued." in page
+    # The table lists the sweep's runs in the order they were queued, and only them.
+    assert [page.index(run.public_id) for run in runs] == sorted(page.index(run.public_id) for run in runs)
+    other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="not swept")
+    assert other.public_id not in client.get(response["Location"]).content.decode()
+
+
+def test_launching_a_sweep_from_the_yaml_view(team, catalog, client_for, sent_tasks):
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {
+        "mode": "yaml", "spec_yaml": services.spec_to_yaml(sft_spec(catalog)), "sweep": "train.batch_size: 1, 4"})
+    assert response.status_code == 302
+    tag = _sweep_tag(response["Location"])
+    assert [(run.name, run.spec["train"]["batch_size"], run.tags) for run in Run.objects.order_by("id")] == [
+        ("sft-tiny · batch_size=1", 1, [tag]), ("sft-tiny · batch_size=4", 4, [tag])]
+
+
+def test_a_refused_sweep_names_its_line_escaped_keeps_what_was_typed_and_makes_nothing(team, catalog, client_for,
+                                                                                       sent_tasks):
+    client = client_for(team.teammate)
+    typed = "peft.rank: 8, <b>16</b>\noptim.lr: 1e-3"
+    for mode, form in (("form", _layout_form(catalog)),
+                       ("yaml", {"mode": "yaml", "spec_yaml": services.spec_to_yaml(sft_spec(catalog))})):
+        response = client.post("/p/alpha/runs/new/", {**form, "sweep": typed})
+        page = response.content.decode()
+        assert response.status_code == 400, mode
+        assert "The sweep was not launched: none of its runs was made" in page
+        assert "line 2: optim.lr: not a key of optim in a sft spec; its keys: learning_rate," in page
+        assert "<b>16</b>" not in page and "peft.rank: 8, &lt;b&gt;16&lt;/b&gt;\noptim.lr: 1e-3</textarea>" in page
+    # Its keys fixed, the value is plan_run's to refuse, by line and combination, still escaped.
+    page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": "peft.rank: 8, <b>16</b>"}).content.decode()
+    assert ("line 1: peft.rank = &lt;b&gt;16&lt;/b&gt;: &#x27;&lt;b&gt;16&lt;/b&gt;&#x27;: input should be a valid "
+            "integer (combination 2 of 2: rank=&lt;b&gt;16&lt;/b&gt;)") in page
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_a_sweep_needs_a_member_of_the_project(team, catalog, client_for, sent_tasks):
+    form = {**_layout_form(catalog), "sweep": "peft.rank: 4, 8"}
+    assert client_for(team.outsider).post("/p/alpha/runs/new/", form).status_code == 404
+    assert client_for(team.viewer).post("/p/alpha/runs/new/", form).status_code == 403
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_switching_editors_and_tasks_keeps_the_sweep(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    sweep = "peft.rank: 4, 8"
+    page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep, "switch": "yaml"}).content.decode()
+    assert 'name="sweep" rows="3" spellcheck="false" class="code" placeholder' in page
+    assert page.count(f">{sweep}</textarea>") == 2  # both editors hold it; the YAML one is shown
+    page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep,
+                                              "switch_task": "dpo"}).content.decode()
+    assert page.count(f">{sweep}</textarea>") == 2
+    assert not Run.objects.exists()
