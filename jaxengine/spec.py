@@ -15,6 +15,7 @@ one entry in ``TASK_SECTIONS``.
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -427,6 +428,14 @@ class _NoAliasLoader(yaml.SafeLoader):
                 None, None, "aliases (*name) are not allowed in a spec; write the value out",
                 self.peek_event().start_mark)
         return super().compose_node(parent, index)
+
+
+# YAML 1.2 reads 1e-4 as a number; PyYAML follows YAML 1.1, where an exponent needs a dot (1.0e-4) and
+# 1e-4 is text, which a strict spec then refused as "text (in quotes)" that the user never quoted. The
+# loader takes YAML 1.2's exponent form too; a quoted "1e-4" stays text.
+_NoAliasLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 def load_yaml(text: str) -> Any:

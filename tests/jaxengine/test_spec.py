@@ -133,6 +133,26 @@ def test_it_refuses_numbers_and_booleans_written_as_something_else(yaml_line, pr
     assert error.value.problems == [problem]
 
 
+@pytest.mark.parametrize("written, value", [("1e-4", 1e-4), ("3E-5", 3e-5), ("+2e-1", 0.2), (".5e-3", 5e-4),
+                                            ("1.0e-4", 1e-4), ("0.0001", 1e-4)])
+def test_an_exponent_without_a_dot_is_a_number(written, value):
+    """QA: PyYAML (YAML 1.1) read an unquoted learning_rate: 1e-4 as text, and the spec told the user to
+    write it "without quotes", which they had. The spec reads YAML 1.2's exponent form as a number."""
+    text = f"task: sft\nmodel: m\noutput_dir: o\ntrain: {{max_steps: 3}}\ndata: {{train: t.jsonl}}\noptim:\n  learning_rate: {written}\n"
+    assert parse_spec_text(text, source="spec.yaml").optim.learning_rate == value
+
+
+def test_a_quoted_exponent_stays_text_and_pyyaml_itself_is_unchanged():
+    import yaml
+
+    text = "task: sft\nmodel: m\noutput_dir: o\ntrain: {max_steps: 3}\ndata: {train: t.jsonl}\noptim:\n  learning_rate: '1e-4'\n"
+    with pytest.raises(SpecError) as error:
+        parse_spec_text(text, source="spec.yaml")
+    assert error.value.problems == [
+        "spec.yaml:7: optim.learning_rate: '1e-4' is text (in quotes); write the number without quotes: 1e-4"]
+    assert yaml.safe_load("a: 1e-4") == {"a": "1e-4"}  # the loader's resolver is its own, not SafeLoader's
+
+
 def test_a_quoted_choice_of_numbers_is_named_as_text():
     assert problems_of(minimal(peft={"method": "qlora", "quant_bits": "8"})) == [
         "peft.quant_bits: '8' is not one of 4, 8; write the number without quotes"]
@@ -394,7 +414,7 @@ def _readme_default(cell: str):
     if cell == "all seven":
         return list(ALL_PROJECTIONS)
     try:
-        return float(cell)  # YAML 1.1 reads 1e-4 as a string
+        return float(cell)
     except ValueError:
         return yaml.safe_load(cell.strip("`"))
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +33,6 @@ MAX_TEXT_CHARS = 10_000
 # Spec keys outside any section that a sweep may set (task is the launch page's tab; output_dir is Temper's).
 TOP_LEVEL_KEYS = ("model", "hosts", "pool")
 EXAMPLE = "optim.learning_rate: 1e-4, 3e-4"
-# YAML 1.2 reads 1e-4 as a number; PyYAML follows YAML 1.1, where an exponent needs a dot and a sign
-# (1.0e-4), and 1e-4 is text, which the spec then refuses as text. A learning rate is written 1e-4.
-_YAML_1_2_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +78,9 @@ def _read_values(text: str) -> tuple[list[Any], list[str]]:
     # load_spec_yaml took it (no aliases, not deeply nested): the plain reader's nodes say what was quoted.
     nodes = yaml.compose(flow, Loader=yaml.SafeLoader).value
     labels = []
-    for index, (value, node) in enumerate(zip(values, nodes)):
+    for value, node in zip(values, nodes):
         if not isinstance(node, yaml.ScalarNode):
             raise ValueError(f"{_label(value)} is not a single value; separate the values by commas")
-        if node.style is None and isinstance(value, str) and _YAML_1_2_FLOAT.fullmatch(value):
-            values[index] = float(value)
         labels.append(node.value)
     return values, labels
 
