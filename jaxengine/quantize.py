@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -383,6 +386,10 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     With ``eval_rows`` the copy is scored against the unquantized model (float32): perplexity of
     both on the rows' completion tokens (``eval_token_sets``), its relative increase, and
     ``greedy_agreement`` on the rows' prompts. Returns the description written to ``quantization.json`` (sizes and figures).
+
+    The copy is written into a new directory beside ``out_dir`` and renamed into place when whole
+    (``_replace_directory``): a server that finds ``out_dir`` finds a complete copy, and a failure
+    leaves whatever was there before (nothing, or an earlier copy) as it was.
     """
     from jaxengine.checkpoint.hf import load_hf_model
     from jaxengine.tokenizer import load_tokenizer
@@ -408,26 +415,90 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
         if prompts:
             figures.update(eval_prompts=len(prompts), greedy_agreement=greedy_agreement(
                 reference, quantized, tokenizer, prompts, max_new_tokens=max_new_tokens))
-    save_quantized(quantized, config, out_dir, scheme=scheme, tokenizer=tokenizer, sizes=sizes,
-                   extra={"source": str(model_dir), **figures})
-    return json.loads((Path(out_dir) / QUANTIZATION_FILE).read_text())
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.writing-", dir=out_dir.parent))
+    try:
+        save_quantized(quantized, config, staging, scheme=scheme, tokenizer=tokenizer, sizes=sizes,
+                       extra={"source": str(model_dir), **figures})
+        _replace_directory(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place
+    return json.loads((out_dir / QUANTIZATION_FILE).read_text())
+
+
+def _replace_directory(new: Path, target: Path) -> None:
+    """Put the complete directory ``new`` at ``target`` (same filesystem), replacing what is there.
+
+    A directory cannot be renamed over a non-empty one, so an earlier copy is first renamed aside and
+    deleted after: between the two renames ``target`` is missing (the chat then serves the unquantized
+    model for that moment), never half-written."""
+    aside = None
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.replaced-", dir=target.parent))
+        aside.rmdir()
+        target.rename(aside)
+    try:
+        new.rename(target)
+    except OSError:
+        if aside is not None:
+            aside.rename(target)  # the earlier copy serves on
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+# The kind of data each task's eval file holds (``jaxengine.data.pipeline.TASK_KINDS``, by name here).
+_SCORED_AS = {"text": "text", "sft": "sft", "preference": "sft", "prompts": "prompts"}
+
+
+def scoring_rows(rows: Sequence[dict], *, data_kind: str, limit: int = 64) -> tuple[list[dict], str]:
+    """(rows, ``eval_kind`` for ``export_quantized``) from up to ``limit`` rows of a dataset of ``data_kind``
+    (text, sft, preference, prompts): preference rows are scored by their chosen answers, prompts rows by
+    their reference answers."""
+    if data_kind not in _SCORED_AS:
+        raise QuantizationError(f"eval data of kind {data_kind!r} cannot score a serving copy; "
+                                f"give one of {', '.join(_SCORED_AS)}")
+    rows = list(rows)[:limit]
+    if data_kind == "preference":
+        rows = [{"prompt": row["prompt"], "completion": row["chosen"]} for row in rows
+                if row.get("prompt") is not None and isinstance(row.get("chosen"), str)]
+    return rows, _SCORED_AS[data_kind]
+
+
+def quantize_model_dir(model_dir: str | Path, out_dir: str | Path, *, scheme_name: str = "int8",
+                       group_size: int | None = None, eval_path: str | Path | None = None,
+                       eval_data_kind: str = "sft", eval_columns: dict[str, str] | None = None,
+                       eval_limit: int = 64) -> dict[str, Any]:
+    """The serving copy ``out_dir`` of any merged model directory (a base model, an exported checkpoint),
+    scored on up to ``eval_limit`` rows of the dataset file ``eval_path`` of ``eval_data_kind`` (none:
+    memory only)."""
+    from jaxengine.data.pipeline import read_examples
+
+    rows, eval_kind = [], "sft"
+    if eval_path is not None and eval_limit:
+        read = read_examples(eval_path, kind=eval_data_kind, columns=eval_columns)
+        rows, eval_kind = scoring_rows(itertools.islice(read, eval_limit), data_kind=eval_data_kind, limit=eval_limit)
+    return export_quantized(model_dir, out_dir, scheme=QuantScheme.named(scheme_name, group_size=group_size),
+                            eval_rows=rows, eval_kind=eval_kind)
 
 
 def quantize_run_export(run_dir: str | Path, *, scheme_name: str = "int8", group_size: int | None = None,
-                        eval_limit: int = 64) -> dict[str, Any]:
-    """Write ``<run_dir>/export/quantized/`` from the run's merged ``export/``, scored on up to
-    ``eval_limit`` rows of its ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts
-    by their reference answers)."""
+                        eval_limit: int = 64, model_dir: str | Path | None = None) -> dict[str, Any]:
+    """Write ``<model_dir>/quantized/`` from a run's merged model ``model_dir`` (default its final
+    ``export/``; an exported checkpoint's ``export-step-N/`` too), scored on up to ``eval_limit`` rows of
+    the run's ``data.eval`` (preference rows by their chosen answers; RL tasks' prompts by their
+    reference answers)."""
     from jaxengine.job import _read_eval_rows
-    from jaxengine.spec import load_spec
+    from jaxengine.spec import TASK_DATASET_KINDS, load_spec
 
     run_dir = Path(run_dir)
+    model_dir = run_dir / "export" if model_dir is None else Path(model_dir)
     spec = load_spec(run_dir / "spec.yaml")
-    rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns)[:eval_limit] if spec.data.eval else []
-    if spec.task in ("reward", "dpo"):
-        rows = [{"prompt": row["prompt"], "completion": row["chosen"]} for row in rows
-                if row.get("prompt") is not None and isinstance(row["chosen"], str)]
-    eval_kind = {"pretrain": "text", "sft": "sft", "reward": "sft", "dpo": "sft"}.get(spec.task, "prompts")
-    return export_quantized(run_dir / "export", run_dir / "export" / "quantized",
+    rows, eval_kind = [], "sft"
+    if spec.data.eval and eval_limit:
+        rows, eval_kind = scoring_rows(_read_eval_rows(spec.data.eval, spec.task, spec.data.columns),
+                                       data_kind=TASK_DATASET_KINDS.get(spec.task, "prompts"), limit=eval_limit)
+    return export_quantized(model_dir, model_dir / "quantized",
                             scheme=QuantScheme.named(scheme_name, group_size=group_size), eval_rows=rows,
                             eval_kind=eval_kind)

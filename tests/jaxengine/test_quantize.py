@@ -1,6 +1,7 @@
 """Serving quantization: codes by hand, the half-step error bound, sizes, save/load round trip, perplexity
 and greedy agreement on a tiny model."""
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -171,3 +172,97 @@ def test_expanded_kernels_compute_what_the_codes_compute(tiny_model_dir, tmp_pat
     served = load_serving_model(out)  # this test runs on CPU: expanded, and in the inference layout
     assert not any(isinstance(module, quantize.ServingKernel) for _, module in nnx.iter_modules(served.model))
     np.testing.assert_allclose(np.asarray(logits(served.model)), np.asarray(logits(codes)), rtol=0, atol=1e-5)
+
+
+PREFERENCE_ROWS = [{"prompt": "Hello world", "chosen": " and goodbye", "rejected": " no"},
+                   {"prompt": "the quick", "chosen": " brown fox", "rejected": " dog"},
+                   {"prompt": "a b c", "chosen": " d e f", "rejected": " z"}]
+
+
+def write_jsonl(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_a_base_models_copy_reports_its_memory_alone_without_eval_data(tiny_model_dir, tmp_path):
+    # A base model has no eval set: the copy is written (outside the model's own directory) with its sizes only.
+    out = tmp_path / "serving-copies" / "bm_tiny"
+    description = quantize.quantize_model_dir(tiny_model_dir, out, scheme_name="int8")
+    assert quantize.is_quantized_dir(out) and description["scheme"] == "int8"
+    assert description["ratio_to_bfloat16"] == description["model_bytes"] / description["bfloat16_bytes"]
+    # int8 codes are half of bfloat16's bytes; the bfloat16 embedding and head keep it above one half.
+    assert 0.5 < description["ratio_to_bfloat16"] < 0.7
+    assert not {"perplexity_quantized", "greedy_agreement", "eval_sequences"} & description.keys()
+    assert sorted(path.name for path in out.parent.iterdir()) == ["bm_tiny"]  # no staging directory left
+
+
+def test_a_base_models_copy_is_measured_on_a_dataset_file_of_the_project(tiny_model_dir, tmp_path):
+    eval_file = write_jsonl(tmp_path / "pairs.jsonl", PREFERENCE_ROWS)
+    description = quantize.quantize_model_dir(tiny_model_dir, tmp_path / "copy", scheme_name="int8",
+                                              eval_path=eval_file, eval_data_kind="preference")
+    # Preference rows are scored on their chosen answers: every row is a sequence and a prompt.
+    assert description["eval_sequences"] == 3 and description["eval_prompts"] == 3
+    assert abs(description["perplexity_increase"]) < 0.05 and description["greedy_agreement"] >= 0.8
+    sequences, scored, _ = quantize.eval_token_sets(
+        load_tokenizer(tiny_model_dir), [{"prompt": row["prompt"], "completion": row["chosen"]} for row in PREFERENCE_ROWS],
+        kind="sft")
+    fresh, _ = load_hf_model(tiny_model_dir)
+    assert description["perplexity_reference"] == quantize.perplexity(fresh, sequences, scored=scored)
+    limited = quantize.quantize_model_dir(tiny_model_dir, tmp_path / "copy-2", scheme_name="int8", eval_path=eval_file,
+                                          eval_data_kind="preference", eval_limit=2)
+    assert limited["eval_sequences"] == 2
+
+
+def test_a_checkpoints_copy_is_written_inside_its_export_and_scored_on_the_runs_eval_set(tiny_model_dir, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run_dir / "export-step-3")
+    eval_file = write_jsonl(tmp_path / "eval.jsonl", [{"prompt": "Hello there", "completion": " general"},
+                                                      {"prompt": "a b c", "completion": " d e"}])
+    (run_dir / "spec.yaml").write_text(f"task: sft\nmodel: {tiny_model_dir}\noutput_dir: {run_dir}\n"
+                                       f"data: {{train: {eval_file}, eval: {eval_file}}}\ntrain: {{max_steps: 1}}\n")
+    description = quantize.quantize_run_export(run_dir, scheme_name="int4", model_dir=run_dir / "export-step-3")
+    assert quantize.is_quantized_dir(run_dir / "export-step-3" / "quantized") and not (run_dir / "export").exists()
+    assert description["scheme"] == "int4" and description["group_size"] == quantize.DEFAULT_INT4_GROUP_SIZE
+    assert description["eval_sequences"] == 2 and 0 <= description["greedy_agreement"] <= 1
+    assert description["ratio_to_bfloat16"] < 0.6  # int4 codes: a quarter of bfloat16's bytes, plus the scales
+
+
+def test_a_failed_copy_leaves_the_earlier_copy_whole_and_nothing_half_written(tiny_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "export" / "quantized"
+    quantize.export_quantized(tiny_model_dir, out, scheme=QuantScheme.named("int8"))
+    save = quantize.save_quantized
+
+    def save_then_fail(model, config, out_dir, **kwargs):
+        save(model, config, out_dir, **kwargs)  # every file written, then the disk fills up
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(quantize, "save_quantized", save_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        quantize.export_quantized(tiny_model_dir, out, scheme=QuantScheme.named("int4"))
+    assert quantize.load_quantized(out)[2]["scheme"] == "int8"  # the earlier copy still serves, whole
+    assert sorted(path.name for path in out.parent.iterdir()) == ["quantized"]
+    monkeypatch.setattr(quantize, "save_quantized", save)
+    quantize.export_quantized(tiny_model_dir, out, scheme=QuantScheme.named("int4"))  # made again: replaced
+    assert quantize.load_quantized(out)[2]["scheme"] == "int4"
+    assert sorted(path.name for path in out.parent.iterdir()) == ["quantized"]
+
+
+def test_a_copy_is_never_seen_half_written(tiny_model_dir, tmp_path, monkeypatch):
+    # While the files are written, the served directory has no quantization.json (a server would take the
+    # unquantized model): the copy is written aside and renamed into place whole.
+    out = tmp_path / "quantized"
+    seen = []
+    save = quantize.save_quantized
+
+    def save_and_look(model, config, out_dir, **kwargs):
+        written = save(model, config, out_dir, **kwargs)
+        seen.append((Path(out_dir) != out, quantize.is_quantized_dir(out)))
+        return written
+
+    monkeypatch.setattr(quantize, "save_quantized", save_and_look)
+    quantize.export_quantized(tiny_model_dir, out, scheme=QuantScheme.named("int8"))
+    assert seen == [(True, False)] and quantize.is_quantized_dir(out)
