@@ -73,3 +73,43 @@ def test_a_stopped_generation_ends_as_cancelled(serve_worker, tiny_model_dir):
     events = wait_for(lambda: finished(client, "stopped"), timeout=90, workers=workers, what="the stopped answer")
     assert events[-1].get("finish_reason") == "cancelled", events[-1]
     assert events[-1]["completion_tokens"] == 0
+
+
+def test_a_serving_copy_asked_for_is_written_by_the_serve_worker_then_served(serve_worker, transactional_db):
+    """A base model's copy asked for as the page asks (the service, its message on the serve queue): the
+    serve worker writes it, the model's ref then resolves to the copy, and a chat through it answers."""
+    from django.conf import settings
+
+    from tests.webapp.factories import make_base_model, make_ready_version, make_team
+    from webapp.chat.selectors import model_choice
+    from webapp.runs import serving_copies
+    from webapp.runs.models import ServingCopy, ServingCopyStatus
+
+    workers, client = serve_worker
+    team = make_team()
+    model_dir = build_tiny_model_dir(settings.MODELS_ROOT / "tiny-serving-copy")
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    questions = make_ready_version(team.project, name="questions", kind="prompts",
+                                   rows=[{"prompt": "Hello there", "answer": "general"}, {"prompt": "a b c", "answer": "d"}])
+    unquantized = model_choice(project=team.project, ref=base_model.public_id)
+    assert unquantized.path == str(model_dir) and unquantized.quantization == ""
+    copy, queued = serving_copies.serving_copy_request(project=team.project, user=team.teammate,
+                                                       base_model=base_model, scheme="int4", eval_version=questions)
+    assert queued
+    _, queued_again = serving_copies.serving_copy_request(project=team.project, user=team.teammate,
+                                                          base_model=base_model, scheme="int4")
+    assert not queued_again  # while the worker writes it
+    wait_for(lambda: ServingCopy.objects.get(pk=copy.pk).status != ServingCopyStatus.WRITING, timeout=120,
+             workers=workers, what="the serving copy")
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.READY, copy.error_message
+    state = serving_copies.base_model_serving_copy(base_model=base_model)
+    assert state["state"] == "ready" and state["scheme"] == "int4" and state["eval_prompts"] == 2
+    assert state["ratio_to_bfloat16"] < 0.6 and 0 <= state["greedy_agreement"] <= 1
+    served = model_choice(project=team.project, ref=base_model.public_id)
+    assert served.path == str(serving_copies.base_model_copy_dir(base_model)) and served.quantization == "int4"
+    app.send_task("worker.tasks.serve.generate", args=[{
+        "id": "through-the-copy", "model_key": served.cache_key, "model_path": served.path,
+        "messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0, "max_new_tokens": 6}], queue="serve")
+    events = wait_for(lambda: finished(client, "through-the-copy"), timeout=90, workers=workers, what="the answer")
+    assert events[-1]["type"] == "done" and events[-1]["completion_tokens"] == 6

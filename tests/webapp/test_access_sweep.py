@@ -213,6 +213,7 @@ ROUTES: dict[str, Route] = {
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "basemodels:detail": Route(kwargs=_base_model, methods=READ),
+    "basemodels:serving_copy": Route(kwargs=_base_model, methods=READ_MEMBER_WRITE),
 
     "datasets:list": Route(kwargs=_project, methods=READ),
     "datasets:upload": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
@@ -242,6 +243,7 @@ ROUTES: dict[str, Route] = {
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:edit": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:export_checkpoint": Route(kwargs=_run, methods={"POST": MEMBER}),
+    "runs:checkpoint_serving_copy": Route(kwargs=_run, methods={"POST": MEMBER}),
 
     "review:list": Route(kwargs=_project, methods=READ),
     "review:create": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),

@@ -248,3 +248,48 @@ def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, mo
     assert (last["type"], last["message"], last["code"]) == ("error", refused["error"], "context_length_exceeded")
     done = serve.generate(request(model_dir, "fitted", max_new_tokens=4000, fit_context=True, timeout_seconds=60))
     assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
+
+
+def test_a_serving_copy_asked_for_is_written_measured_and_then_served(db, model_dir, tmp_path, settings):
+    from tests.webapp.factories import make_base_model, make_ready_version, make_team
+    from webapp.chat.selectors import model_choice
+    from webapp.runs import serving_copies
+    from webapp.runs.models import ServingCopy, ServingCopyStatus
+
+    settings.DATA_ROOT = tmp_path
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny", path=str(model_dir))
+    pairs = make_ready_version(team.project, name="pairs", kind="preference", rows=[
+        {"prompt": "Hello there", "chosen": " general", "rejected": " no"},
+        {"prompt": "a b c", "chosen": " d e", "rejected": " z"}])
+    copy = ServingCopy.objects.create(project=team.project, base_model=base_model, eval_version=pairs)
+    description = serve.make_serving_copy(copy.pk)
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.READY and copy.error_message == ""
+    assert description["scheme"] == "int8" and description["eval_sequences"] == 2 and description["eval_prompts"] == 2
+    assert 0.5 < description["ratio_to_bfloat16"] < 0.7 and description["greedy_agreement"] >= 0.5
+    served = model_choice(project=team.project, ref=base_model.public_id)
+    assert served.path == str(tmp_path / "serving-copies" / base_model.public_id) and served.quantization == "int8"
+    assert str(model_dir) not in served.path  # written outside the registered model's own directory
+    done = serve.generate({"id": "from-copy", "model_key": served.cache_key, "model_path": served.path,
+                           "prompt": "Hello", "max_new_tokens": 4, "temperature": 0.0})
+    assert done["completion_tokens"] == 4 and "error" not in done
+    assert serve.make_serving_copy(copy.pk) == {"dropped": copy.pk}  # a message delivered twice writes nothing
+
+
+def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(db, tmp_path, settings):
+    from tests.webapp.factories import make_base_model, make_team
+    from webapp.chat.selectors import model_choice
+    from webapp.runs.models import ServingCopy, ServingCopyStatus
+
+    settings.DATA_ROOT = tmp_path
+    team = make_team()
+    base_model = make_base_model(team.project, name="gone", path=str(tmp_path / "no-such-model"))
+    copy = ServingCopy.objects.create(project=team.project, base_model=base_model)
+    outcome = serve.make_serving_copy(copy.pk)
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.FAILED and "no-such-model" in copy.error_message
+    assert outcome["error"] == copy.error_message
+    served = model_choice(project=team.project, ref=base_model.public_id)
+    assert served.path == base_model.path and served.quantization == ""
+    assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))

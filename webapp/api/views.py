@@ -25,7 +25,6 @@ from django.views.decorators.csrf import csrf_exempt
 from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
-from webapp.chat.selectors import QUANTIZED_SUBDIR
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
@@ -41,6 +40,7 @@ from webapp.runs import services as run_services
 from webapp.runs import sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.models import Artifact, ArtifactKind, Run
+from webapp.runs.serving_copies import QUANTIZED_SUBDIR
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -379,9 +379,9 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     directory = Path(artifact.path).resolve()
     if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
-    # The model is the Hugging Face export; the chat's quantized serving copy inside it is jaxengine's own
-    # format, as large again, and stays on the server.
-    leave_out = (QUANTIZED_SUBDIR,) if kind == ArtifactKind.MODEL else ()
+    # The model is the Hugging Face export; the chat's quantized serving copy inside it (a run's or a
+    # checkpoint's) is jaxengine's own format, as large again, and stays on the server.
+    leave_out = (QUANTIZED_SUBDIR,) if kind in (ArtifactKind.MODEL, ArtifactKind.CHECKPOINT) else ()
     response = StreamingHttpResponse(_tar_stream(directory, leave_out=leave_out), content_type="application/x-tar")
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{kind}.tar"'
     return response

@@ -15,8 +15,10 @@ from webapp.basemodels.forms import BaseModelRegisterForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import form_send_once
+from webapp.datasets.models import DatasetVersion
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
+from webapp.runs import serving_copies
 
 
 @login_required
@@ -72,8 +74,49 @@ def basemodel_register(request: HttpRequest, slug: str) -> HttpResponse:
 def basemodel_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     base_model = selectors.basemodel_get(project=project, public_id=public_id)
-    return render(
-        request,
-        "basemodels/detail.html",
-        {"project": project, "membership": membership, "base_model": base_model},
-    )
+    return render(request, "basemodels/detail.html", _serving_copy_context(project, membership, base_model))
+
+
+def _serving_copy_context(project, membership, base_model) -> dict:
+    can_act = membership.can(Role.MEMBER)
+    return {"project": project, "membership": membership, "base_model": base_model, "can_act": can_act,
+            "serving_copy": serving_copies.base_model_serving_copy(base_model=base_model),
+            "eval_versions": serving_copies.eval_version_choices(project=project) if can_act else None}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def basemodel_serving_copy(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """GET: the serving copy card (the page asks for it again while the copy is being written). POST (member):
+    make the copy (``scheme`` int8 or int4, measured on ``eval_version`` when one is chosen), once per
+    sending; asked again while it is being written, nothing more is queued."""
+    project, membership = get_project_for_user(
+        request.user, slug, min_role=Role.MEMBER if request.method == "POST" else Role.VIEWER)
+    base_model = selectors.basemodel_get(project=project, public_id=public_id)
+    if request.method == "GET":
+        return render(request, "basemodels/_serving_copy.html", _serving_copy_context(project, membership, base_model))
+    page = reverse("basemodels:detail", args=[project.slug, base_model.public_id])
+
+    def make() -> str:
+        version_id = request.POST.get("eval_version", "")
+        eval_version = (DatasetVersion.objects.filter(dataset__project=project, public_id=version_id).first()
+                        if version_id else None)
+        if version_id and eval_version is None:
+            raise ValidationError({"eval_version": "choose a ready dataset version of this project"})
+        copy, queued = serving_copies.serving_copy_request(
+            project=project, user=request.user, base_model=base_model, scheme=request.POST.get("scheme", "int8"),
+            eval_version=eval_version)
+        if queued:
+            messages.success(request, f"Making the {copy.scheme} serving copy of {isolated(base_model.name)}; the chat "
+                                      "serves it once it is written, and the unquantized model until then.")
+        else:
+            messages.info(request, f"The {copy.scheme} serving copy of {isolated(base_model.name)} is already being "
+                                   "written.")
+        return page
+
+    try:
+        return redirect(form_send_once(request, create=make))
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+        return redirect(page)

@@ -172,8 +172,9 @@ def models(request: HttpRequest) -> HttpResponse:
 
 
 def _model_json(choice, token) -> dict[str, Any]:
+    # ``quantization``: the serving copy that answers (int8, int4), null while the model serves unquantized.
     return {"id": choice.ref, "object": "model", "created": choice.created, "owned_by": token.project.slug,
-            "name": choice.label}
+            "name": choice.label, "quantization": choice.quantization or None}
 
 
 @csrf_exempt

@@ -297,3 +297,48 @@ class CheckpointExport(models.Model):
             models.CheckConstraint(condition=models.Q(status__in=[status.value for status in CheckpointExportStatus]),
                                    name="checkpointexport_status_valid"),
         ]
+
+
+class ServingCopyStatus(models.TextChoices):
+    WRITING = "writing", "Being written"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
+SERVING_COPY_SCHEMES = ("int8", "int4")  # jaxengine.quantize.SCHEMES
+
+
+class ServingCopy(models.Model):
+    """A quantized serving copy someone asked for, of an exported checkpoint (``run`` + ``step``) or of a
+    registered base model, and how writing it went. The copy itself is a directory
+    (``webapp.runs.serving_copies.copy_dir``) that the chat serves once it is whole; this row is what the
+    pages show meanwhile, what keeps a second request from queueing a second writer, and the reason
+    when it failed. A run's final model gets its copy when it succeeds, without a row."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="serving_copies")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, blank=True, related_name="serving_copies")
+    step = models.PositiveIntegerField(null=True, blank=True)
+    base_model = models.ForeignKey(BaseModel, on_delete=models.CASCADE, null=True, blank=True,
+                                   related_name="serving_copies")
+    # A base model has no eval set of its own: a ready dataset version of the project, when one was chosen.
+    eval_version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, blank=True,
+                                     related_name="+")
+    scheme = models.CharField(max_length=8, choices=[(name, name) for name in SERVING_COPY_SCHEMES], default="int8")
+    status = models.CharField(max_length=10, choices=ServingCopyStatus.choices, default=ServingCopyStatus.WRITING)
+    error_message = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="servingcopy_unique_run_step"),
+            models.UniqueConstraint(fields=["base_model"], name="servingcopy_unique_base_model"),
+            models.CheckConstraint(
+                condition=(models.Q(run__isnull=False, step__isnull=False, base_model__isnull=True)
+                           | models.Q(run__isnull=True, step__isnull=True, base_model__isnull=False)),
+                name="servingcopy_one_source"),
+            models.CheckConstraint(condition=models.Q(status__in=[status.value for status in ServingCopyStatus]),
+                                   name="servingcopy_status_valid"),
+            models.CheckConstraint(condition=models.Q(scheme__in=SERVING_COPY_SCHEMES), name="servingcopy_scheme_valid"),
+        ]

@@ -42,7 +42,8 @@ from webapp.core.text import checked_json
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
-from webapp.runs.selectors import export_summary, last_value, serving_copy_figures
+from webapp.runs.selectors import last_value, serving_copy_figures
+from webapp.runs.serving_copies import export_summary
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
+from webapp.runs.serving_copies import checkpoint_serving_copies, copy_facts, copy_figures, export_copy_dir
 from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
@@ -461,11 +462,14 @@ def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLin
 
 def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
     """The checkpoints in the run's directory, oldest first, each with its export (``artifact``) once it
-    is done and the state of the last export asked for (``export``: exporting, exported or failed)."""
+    is done, the state of the last export asked for (``export``: exporting, exported or failed) and, once
+    exported, its serving copy's state (``serving_copy``, ``serving_copies.copy_state``; None for a model
+    that writes no text)."""
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
-    return [{"step": step, "artifact": exported.get(step), "export": exports.get(step)}
-            for step in checkpoint_steps(run)]
+    copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
+    return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
+             "serving_copy": copies.get(step)} for step in checkpoint_steps(run)]
 
 
 def checkpoint_states(*, run: Run) -> dict[str, str]:
@@ -497,59 +501,15 @@ def run_devices(*, run: Run) -> dict[str, Any]:
     return worker.devices if worker is not None else {}
 
 
-QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
 # Written in the run directory by worker.tasks.serve.quantize_run when the serving copy fails (removed when
 # one is written), so that the run page can say why there is none.
 SERVING_COPY_ERROR_FILE = "serving-copy-error.txt"
 
 
-def export_summary(description: dict[str, Any]) -> str:
-    """One line of a serving copy's figures (its ``quantization.json``)."""
-    parts = [f"{description.get('scheme', '?')} copy {description.get('model_bytes', 0) / 2**20:.1f} MiB "
-             f"({description.get('ratio_to_bfloat16', 0):.0%} of bfloat16)"]
-    if "perplexity_quantized" in description:
-        parts.append(f"perplexity {description['perplexity_reference']:.4g} → {description['perplexity_quantized']:.4g} "
-                     f"({description['perplexity_increase']:+.1%})")
-    if "greedy_agreement" in description:
-        parts.append(f"greedy agreement {description['greedy_agreement']:.0%}")
-    return ", ".join(parts)
-
-
 def serving_copy_figures(run: Run) -> dict[str, Any] | None:
     """The figures of the run's serving copy (``export/quantized/quantization.json``, its per-module list
     left out) with ``path`` and a one-line ``summary``; None while there is none or it cannot be read."""
-    path = run.output_dir / "export" / "quantized" / QUANTIZATION_FILE
-    try:
-        description = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(description, dict):
-        return None
-    description.pop("modules", None)
-    return {**description, "path": str(path.parent), "summary": export_summary(description)}
-
-
-def serving_copy_facts(figures: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, text) lines of a serving copy's figures, for the run page."""
-    mib = 2**20
-    scheme = str(figures.get("scheme", "?"))
-    if figures.get("group_size"):
-        scheme += f", scales per group of {figures['group_size']}"
-    facts = [("Scheme", scheme)]
-    if "model_bytes" in figures and "bfloat16_bytes" in figures:
-        facts.append(("Memory", f"{figures['model_bytes'] / mib:.1f} MiB, {figures.get('ratio_to_bfloat16', 0):.0%} of "
-                                f"the bfloat16 model's {figures['bfloat16_bytes'] / mib:.1f} MiB"))
-    if "perplexity_quantized" in figures:
-        facts.append(("Perplexity", f"{figures['perplexity_quantized']:.4g} against {figures['perplexity_reference']:.4g} "
-                                    f"unquantized ({figures['perplexity_increase']:+.1%}), on "
-                                    f"{figures.get('eval_sequences', '?')} evaluation rows"))
-    if "greedy_agreement" in figures:
-        facts.append(("Greedy agreement", f"{figures['greedy_agreement']:.0%} of greedy tokens the same as the "
-                                          f"unquantized model's, on {figures.get('eval_prompts', '?')} prompts"))
-    if "perplexity_quantized" not in figures and "greedy_agreement" not in figures:
-        facts.append(("Quality", "not measured: the run has no evaluation data"))
-    facts.append(("Directory", figures["path"]))
-    return facts
+    return copy_figures(export_copy_dir(run.output_dir / "export"))
 
 
 def serving_copy(*, run: Run) -> dict[str, Any] | None:
@@ -562,7 +522,7 @@ def serving_copy(*, run: Run) -> dict[str, Any] | None:
         return None
     figures = serving_copy_figures(run)
     if figures is not None:
-        return {"state": "written", "facts": serving_copy_facts(figures), **figures}
+        return {"state": "written", "facts": copy_facts(figures), **figures}
     try:
         message = (run.output_dir / SERVING_COPY_ERROR_FILE).read_text()[:2000]
     except OSError:

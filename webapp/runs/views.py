@@ -30,7 +30,7 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.runs import presets, selectors, services, sweeps
+from webapp.runs import presets, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
@@ -504,6 +504,29 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
         return result
 
     return _action(request, slug, run_id, export)
+
+
+@login_required
+@require_POST
+def run_checkpoint_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Make the quantized serving copy of an exported checkpoint (``scheme`` int8 or int4), which the chat
+    and the API then serve for it; asked again while it is being written, nothing more is queued."""
+    raw_step, scheme = request.POST.get("step", ""), request.POST.get("scheme", "int8")
+
+    def make(run):
+        step = whole_number(raw_step)
+        if step is None:
+            raise ValidationError({"step": f"choose a checkpoint step, not {raw_step!r}"})
+        copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
+                                                           step=step, scheme=scheme)
+        if queued:
+            messages.success(request, f"Making the {copy.scheme} serving copy of checkpoint {step}; the chat serves "
+                                      "it once it is written, and the unquantized checkpoint until then.")
+        else:
+            messages.info(request, f"The {copy.scheme} serving copy of checkpoint {step} is already being written.")
+        return run
+
+    return _action(request, slug, run_id, make)
 
 
 @login_required

@@ -297,3 +297,39 @@ def quantize_run(run_dir: str) -> dict:
     error_file.unlink(missing_ok=True)
     description.pop("modules", None)
     return description
+
+
+@app.task(name="worker.tasks.serve.make_serving_copy", acks_late=True)
+def make_serving_copy(copy_pk: int) -> dict:
+    """Write a serving copy someone asked for (``webapp.runs.serving_copies.serving_copy_request``): of an
+    exported checkpoint, scored on its run's eval set, or of a base model, scored on the dataset version
+    chosen, if any. Acknowledged late, so that its message stays in Redis while it writes (a copy whose
+    message is gone is taken as lost and can be asked for again). The copy is renamed into place whole;
+    a failure leaves the model serving as before and records the reason."""
+    from webapp.runs import serving_copies
+
+    copy = serving_copies.serving_copy_pending(copy_pk=copy_pk)
+    if copy is None:
+        return {"dropped": copy_pk}
+    try:
+        from jaxengine.quantize import quantize_model_dir, quantize_run_export
+
+        source = serving_copies.source_dir(copy)
+        if copy.run_id is not None:  # written inside the checkpoint's export, as a run's is inside export/
+            description = quantize_run_export(copy.run.output_dir, scheme_name=copy.scheme, model_dir=source,
+                                              eval_limit=serving_copies.EVAL_LIMIT)
+        else:
+            version = copy.eval_version
+            description = quantize_model_dir(
+                source, serving_copies.copy_dir(copy), scheme_name=copy.scheme,
+                eval_path=version.absolute_path if version is not None else None,
+                eval_data_kind=version.dataset.kind if version is not None else "sft",
+                eval_columns=version.column_mapping if version is not None else None,
+                eval_limit=serving_copies.EVAL_LIMIT)
+    except Exception as error:  # the model serves unquantized (or its earlier copy); the page says why
+        logger.exception("serving copy %s failed", copy_pk)
+        serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
+        return {"error": f"{type(error).__name__}: {error}"}
+    serving_copies.serving_copy_finish(copy_pk=copy_pk)
+    description.pop("modules", None)
+    return description

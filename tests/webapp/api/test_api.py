@@ -359,6 +359,15 @@ def test_artifacts_download_as_tar(world):
         assert archive.getnames() == ["export/config.json"]
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
     assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
+    # An exported checkpoint's serving copy (made on demand) stays on the server too.
+    checkpoint = run.output_dir / "export-step-3"
+    (checkpoint / "quantized").mkdir(parents=True)
+    (checkpoint / "config.json").write_text("{}")
+    (checkpoint / "quantized" / "model.safetensors").write_bytes(b"int4 codes")
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=3, path=str(checkpoint))
+    status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/checkpoint/?step=3")
+    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        assert status == 200 and archive.getnames() == ["export-step-3/config.json"]
     # '²' passes str.isdigit but not int(), and a 30-digit step overflows the query: both were 500s.
     for step in ("%C2%B2", "9" * 30):
         assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/checkpoint/"

@@ -553,7 +553,9 @@ def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_sta
     assert "ValueError: &lt;b&gt;no&lt;/b&gt; weights for layer 2" in partial and "<b>no</b>" not in partial
     assert "Export again" in partial
     assert '<li data-step="9" data-state="exported">' in partial and f"{run.public_id}@9" in partial
-    assert partial.count("<form") == 1  # neither the running nor the exported one is offered again
+    # Neither the running nor the exported one is offered again; the exported one offers its serving copy.
+    assert partial.count(f'action="{url(run, "export/")}"') == 1
+    assert partial.count(f'action="{url(run, "checkpoints/serving-copy/")}"') == 1 and "Make serving copy" in partial
     page = client_for(team.teammate).get(url(run)).content.decode()  # the page renders the same partial
     assert '<li data-step="3" data-state="exporting">' in page and "ValueError: &lt;b&gt;no&lt;/b&gt;" in page
     assert "<form" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()

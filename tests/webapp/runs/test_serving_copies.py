@@ -1,0 +1,265 @@
+"""Serving copies made on demand, of an exported checkpoint (on the run page) and of a base model (on its
+page): who may ask, one writer at a time, the states the pages show, the reason of a failure, and the copy
+the chat and the API then serve. The engine's side is tests/jaxengine/test_quantize.py; a real serve
+worker writing one is tests/integration/test_serve.py."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.chat import selectors as chat_selectors
+from webapp.chat.tokens import project_token_create
+from webapp.runs import serving_copies, services
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus, ServingCopy, ServingCopyStatus
+from webapp.runs.serving_copies import MAKE_COPY_QUEUE, MAKE_COPY_TASK
+
+from .test_services import sft_spec
+
+
+@pytest.fixture(autouse=True)
+def data_root(settings, tmp_path):
+    settings.DATA_ROOT = tmp_path
+    return tmp_path
+
+
+def write_copy(directory, *, scheme="int8", **figures):
+    """What the engine leaves once a copy is whole (jaxengine.quantize.export_quantized)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    description = {"format": "temper-quantized", "version": 1, "scheme": scheme, "bits": 8 if scheme == "int8" else 4,
+                   "group_size": None if scheme == "int8" else 64, "modules": ["model.layers.0.self_attn.q_proj"],
+                   "model_bytes": 600 * 2**20, "bfloat16_bytes": 1000 * 2**20, "ratio_to_bfloat16": 0.6, **figures}
+    (directory / "quantization.json").write_text(json.dumps(description))
+
+
+@pytest.fixture
+def checkpoint_run(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """A succeeded run with checkpoint 3 exported and checkpoint 6 not."""
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="first")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    for step in (3, 6):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    export = run.output_dir / "export-step-3"
+    export.mkdir()
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=3, path=str(export))
+    return run
+
+
+def copy_url(run):
+    return f"/p/alpha/runs/{run.public_id}/checkpoints/serving-copy/"
+
+
+def base_url(model, suffix=""):
+    return f"/p/alpha/models/{model.public_id}/{suffix}"
+
+
+def copy_tasks(sent_tasks):
+    return [call for call in sent_tasks.calls if call[0] == MAKE_COPY_TASK]
+
+
+# A checkpoint's copy ---------------------------------------------------------------------------------
+
+
+def test_a_member_makes_a_checkpoints_copy_once_while_it_is_written(team, client_for, checkpoint_run, sent_tasks,
+                                                                      django_capture_on_commit_callbacks):
+    client = client_for(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(copy_url(checkpoint_run), {"step": "3", "scheme": "int4"})
+    assert response.status_code == 302 and response["Location"] == f"/p/alpha/runs/{checkpoint_run.public_id}/"
+    copy = ServingCopy.objects.get(run=checkpoint_run, step=3)
+    assert (copy.scheme, copy.status, copy.requested_by) == ("int4", ServingCopyStatus.WRITING, team.teammate)
+    assert copy_tasks(sent_tasks) == [(MAKE_COPY_TASK, [copy.pk], MAKE_COPY_QUEUE)] and MAKE_COPY_QUEUE == "serve"
+    # A second click while it is written (a new sending, not the same one sent again) queues nothing more.
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(copy_url(checkpoint_run), {"step": "3", "scheme": "int8"})
+    assert len(copy_tasks(sent_tasks)) == 1 and ServingCopy.objects.get(pk=copy.pk).scheme == "int4"
+    page = client.get(f"/p/alpha/runs/{checkpoint_run.public_id}/", follow=True).content.decode()
+    assert "already being written" in page
+    partial = client.get(f"/p/alpha/runs/{checkpoint_run.public_id}/checkpoints/").content.decode()
+    assert 'data-copy-state="writing"' in partial and "int4 serving copy being written" in partial
+    assert "Make it again" not in partial and "Make serving copy" not in partial  # no second writer offered
+
+
+def test_it_requires_the_member_role_and_the_project(team, client_for, checkpoint_run, sent_tasks):
+    assert client_for(team.viewer).post(copy_url(checkpoint_run), {"step": "3"}).status_code == 403
+    assert client_for(team.outsider).post(copy_url(checkpoint_run), {"step": "3"}).status_code == 404
+    assert client_for(team.teammate).get(copy_url(checkpoint_run)).status_code == 405
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+    partial = client_for(team.viewer).get(f"/p/alpha/runs/{checkpoint_run.public_id}/checkpoints/").content.decode()
+    assert "Make serving copy" not in partial  # viewers see the state, without the form
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"step": "6"}, "checkpoint 6 of run_"),  # not exported
+    ({"step": "x"}, "choose a checkpoint step"),
+    ({"step": "3", "scheme": "int3"}, "int3&#x27; is not one of int8, int4"),
+])
+def test_it_rejects_a_checkpoint_that_cannot_be_copied(team, client_for, checkpoint_run, sent_tasks, fields, message):
+    page = client_for(team.teammate).post(copy_url(checkpoint_run), fields, follow=True).content.decode()
+    assert message in page
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+
+
+def test_the_checkpoint_shows_its_copys_figures_or_the_reason_it_failed(team, client_for, checkpoint_run,
+                                                                        django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, queued = serving_copies.serving_copy_request(project=team.project, user=team.teammate,
+                                                           run=checkpoint_run, step=3)
+    assert queued
+    serving_copies.serving_copy_finish(copy_pk=copy.pk, error=RuntimeError("<b>out of memory</b>"))
+    partial = client_for(team.teammate).get(f"/p/alpha/runs/{checkpoint_run.public_id}/checkpoints/").content.decode()
+    assert 'data-copy-state="failed"' in partial and "RuntimeError: &lt;b&gt;out of memory&lt;/b&gt;" in partial
+    assert "serve the checkpoint unquantized" in partial and "Make it again" in partial
+    # Asked again after a failure, it is queued again; the worker's copy then shows its figures.
+    with django_capture_on_commit_callbacks(execute=True):
+        _copy, queued = serving_copies.serving_copy_request(project=team.project, user=team.teammate,
+                                                            run=checkpoint_run, step=3)
+    assert queued and ServingCopy.objects.get(pk=copy.pk).error_message == ""
+    write_copy(checkpoint_run.output_dir / "export-step-3" / "quantized", perplexity_reference=4.0,
+               perplexity_quantized=4.04, perplexity_increase=0.01, eval_sequences=20, greedy_agreement=0.97,
+               eval_prompts=20)
+    serving_copies.serving_copy_finish(copy_pk=copy.pk)
+    partial = client_for(team.teammate).get(f"/p/alpha/runs/{checkpoint_run.public_id}/checkpoints/").content.decode()
+    assert 'data-copy-state="ready"' in partial and "60% of the bfloat16 model&#x27;s 1000.0 MiB" in partial
+    assert "4.04 against 4 unquantized (+1.0%), on 20 evaluation rows" in partial and "97% of greedy tokens" in partial
+
+
+def test_a_copy_whose_message_was_lost_can_be_asked_for_again(team, checkpoint_run, sent_tasks, monkeypatch,
+                                                               django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, _ = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+    held = {(copy.pk,)}
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: held)
+    ServingCopy.objects.filter(pk=copy.pk).update(updated_at=copy.updated_at - timedelta(minutes=10))
+    with django_capture_on_commit_callbacks(execute=True):
+        _, queued = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+    assert not queued  # its message is still in Redis: a worker has it, however long it takes
+    held.clear()  # the worker was killed, or Redis lost it
+    with django_capture_on_commit_callbacks(execute=True):
+        _, queued = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+    assert queued and len(copy_tasks(sent_tasks)) == 2
+
+
+def test_a_copy_ended_or_gone_is_not_written_again_by_a_late_message(team, checkpoint_run,
+                                                                      django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, _ = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+    assert serving_copies.serving_copy_pending(copy_pk=copy.pk) == copy
+    serving_copies.serving_copy_finish(copy_pk=copy.pk)
+    assert serving_copies.serving_copy_pending(copy_pk=copy.pk) is None
+    assert serving_copies.serving_copy_pending(copy_pk=copy.pk + 100) is None
+
+
+def test_a_reward_runs_checkpoint_gets_no_copy(team, checkpoint_run):
+    Run.objects.filter(pk=checkpoint_run.pk).update(task="reward")
+    checkpoint_run.refresh_from_db()
+    with pytest.raises(ValidationError, match="reward model"):
+        serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+
+
+# A base model's copy ---------------------------------------------------------------------------------
+
+
+def test_a_base_model_page_offers_a_copy_and_says_what_it_can_measure(team, client_for, catalog):
+    page = client_for(team.teammate).get(base_url(catalog.base_model)).content.decode()
+    assert "serve this model unquantized" in page and "need eval prompts" in page
+    assert f'action="{base_url(catalog.base_model, "serving-copy/")}"' in page and "Make serving copy" in page
+    # The project's ready dataset versions to measure on.
+    assert f'value="{catalog.sft.public_id}"' in page and f'value="{catalog.prompts.public_id}"' in page
+    assert f'data-follow-url="{base_url(catalog.base_model, "serving-copy/")}"' in page
+    viewer_page = client_for(team.viewer).get(base_url(catalog.base_model)).content.decode()
+    assert "Make serving copy" not in viewer_page and "serve this model unquantized" in viewer_page
+
+
+def test_a_member_makes_a_base_models_copy_measured_on_a_dataset_version(team, client_for, catalog, sent_tasks,
+                                                                         django_capture_on_commit_callbacks):
+    client = client_for(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(base_url(catalog.base_model, "serving-copy/"),
+                               {"scheme": "int8", "eval_version": catalog.prompts.public_id})
+    assert response.status_code == 302 and response["Location"] == base_url(catalog.base_model)
+    copy = ServingCopy.objects.get(base_model=catalog.base_model)
+    assert copy.eval_version == catalog.prompts and copy.project == team.project and copy.scheme == "int8"
+    assert copy_tasks(sent_tasks) == [(MAKE_COPY_TASK, [copy.pk], "serve")]
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(base_url(catalog.base_model, "serving-copy/"), {"scheme": "int4"})
+    assert len(copy_tasks(sent_tasks)) == 1  # being written: nothing more queued
+    card = client_for(team.viewer).get(base_url(catalog.base_model, "serving-copy/")).content.decode()
+    assert 'data-copy-state="writing"' in card and "perplexity and greedy agreement" in card
+    assert "Make" not in card
+
+
+def test_a_base_models_copy_requires_the_member_role_and_the_project(team, client_for, catalog, sent_tasks):
+    url = base_url(catalog.base_model, "serving-copy/")
+    assert client_for(team.viewer).post(url, {"scheme": "int8"}).status_code == 403
+    assert client_for(team.outsider).post(url, {"scheme": "int8"}).status_code == 404
+    assert client_for(team.outsider).get(url).status_code == 404
+    assert client_for(team.viewer).get(url).status_code == 200
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+
+
+def test_it_rejects_a_dataset_version_of_another_project_or_not_ready(team, client_for, catalog, sent_tasks):
+    theirs = make_ready_version(team.outsider_project, name="theirs", kind="sft")
+    url = base_url(catalog.base_model, "serving-copy/")
+    page = client_for(team.teammate).post(url, {"eval_version": theirs.public_id}, follow=True).content.decode()
+    assert "choose a ready dataset version of this project" in page
+    catalog.sft.status = "failed"
+    catalog.sft.save()
+    page = client_for(team.teammate).post(url, {"eval_version": catalog.sft.public_id}, follow=True).content.decode()
+    assert "choose a ready version to measure on" in page
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+
+
+def test_a_base_models_copy_without_eval_data_says_its_quality_was_not_measured(team, client_for, catalog, sent_tasks,
+                                                                                 django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, _ = serving_copies.serving_copy_request(project=team.project, user=None, base_model=catalog.base_model)
+    write_copy(serving_copies.base_model_copy_dir(catalog.base_model))
+    serving_copies.serving_copy_finish(copy_pk=copy.pk)
+    card = client_for(team.viewer).get(base_url(catalog.base_model, "serving-copy/")).content.decode()
+    assert 'data-copy-state="ready"' in card and "600.0 MiB, 60% of the bfloat16" in card
+    assert "perplexity and greedy agreement need eval prompts" in card
+
+
+# What is served --------------------------------------------------------------------------------------
+
+
+def test_the_chat_and_the_api_serve_a_copy_once_it_is_whole_and_say_which(team, client_for, catalog, checkpoint_run,
+                                                                            tmp_path):
+    base_model = make_base_model(team.project, name="other", path=str(tmp_path / "other-model"))
+    checkpoint_ref = f"{checkpoint_run.public_id}:step-3"
+
+    def served(ref):
+        return chat_selectors.model_choice(project=team.project, ref=ref)
+
+    before = served(base_model.public_id)
+    assert before.path == base_model.path and before.quantization == ""
+    assert served(checkpoint_ref).path == str(checkpoint_run.output_dir / "export-step-3")
+    # Being written: the staging directory and a copy without its quantization.json are not served.
+    copy_dir = serving_copies.base_model_copy_dir(base_model)
+    (copy_dir / "model.safetensors").parent.mkdir(parents=True)
+    (copy_dir / "model.safetensors").write_bytes(b"half")
+    assert served(base_model.public_id).path == base_model.path
+    write_copy(copy_dir)
+    write_copy(checkpoint_run.output_dir / "export-step-3" / "quantized", scheme="int4")
+    after = served(base_model.public_id)
+    assert after.path == str(copy_dir) and after.quantization == "int8" and after.cache_key != before.cache_key
+    assert "int8 serving copy" in after.option_label and after.label == "Base model: other"
+    checkpoint = served(checkpoint_ref)
+    assert checkpoint.path == str(checkpoint_run.output_dir / "export-step-3" / "quantized")
+    assert checkpoint.quantization == "int4"
+    # Made again in another scheme at the same path: another cache key, so the serve worker loads it anew.
+    write_copy(copy_dir, scheme="int4")
+    assert served(base_model.public_id).cache_key != after.cache_key
+    page = client_for(team.teammate).get("/p/alpha/chat/").content.decode()
+    assert "int4 serving copy" in page
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="t")
+    listed = client_for(team.teammate).get("/v1/models", headers={"Authorization": f"Bearer {secret}"}).json()
+    quantization = {entry["id"]: entry["quantization"] for entry in listed["data"]}
+    assert quantization[base_model.public_id] == "int4" and quantization[checkpoint_ref] == "int4"
+    assert quantization[catalog.base_model.public_id] is None

@@ -1,0 +1,283 @@
+"""Quantized serving copies: where each model's copy lives, which directory the chat serves, and the
+copies people ask for on demand (of an exported checkpoint, of a registered base model).
+
+Design note. The engine writes a copy into a new directory and renames it into place whole
+(``jaxengine.quantize.export_quantized``), ``quantization.json`` inside it; so a directory with that file
+is a complete copy, and ``served_model`` — the one place that decides what a model ref serves — takes
+the copy when the file is there and the unquantized model otherwise. A run's final model gets its copy
+when the run succeeds (``worker.tasks.serve.quantize_run``, no row: the run page reads the directory).
+A copy asked for by hand has a ``ServingCopy`` row: it says "being written" while a serve worker writes
+it, keeps a second click from queueing a second writer, and keeps the reason when it failed — the model
+then serves unquantized as before. Checkpoint copies live inside the checkpoint's export, as a run's do
+inside ``export/``; a base model's under ``DATA_ROOT/serving-copies/<bm_…>/``, since a registered model's
+directory is the user's and may be read-only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.basemodels.models import BaseModel
+from webapp.celery import app as celery_app
+from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.projects.models import Project
+from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, ServingCopy,
+                                ServingCopyStatus)
+
+logger = logging.getLogger(__name__)
+
+QUANTIZED_SUBDIR = "quantized"  # a run's or a checkpoint's copy inside its export
+QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
+BASE_MODEL_COPIES = "serving-copies"  # under DATA_ROOT, one directory per base model
+MAKE_COPY_TASK = "worker.tasks.serve.make_serving_copy"
+MAKE_COPY_QUEUE = "serve"  # the queue of the automatic copy (quantize_run): serve workers hold the engine
+EVAL_LIMIT = 64  # eval rows a copy is scored on, as for a run's copy
+
+
+# Where copies are, and what is served ----------------------------------------------------------------
+
+
+def export_copy_dir(export_dir: str | Path) -> Path:
+    """The copy of a run's export or an exported checkpoint: inside it."""
+    return Path(export_dir) / QUANTIZED_SUBDIR
+
+
+def base_model_copy_dir(base_model: BaseModel) -> Path:
+    return Path(settings.DATA_ROOT) / BASE_MODEL_COPIES / base_model.public_id
+
+
+def copy_description(copy_dir: str | Path) -> dict[str, Any] | None:
+    """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy."""
+    try:
+        description = json.loads((Path(copy_dir) / QUANTIZATION_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(description, dict):
+        return None
+    description.pop("modules", None)
+    return description
+
+
+@dataclass(frozen=True)
+class Served:
+    """The directory served for a model, and ``scheme`` (int8, int4) when it is a quantized copy, else ""."""
+
+    path: str
+    scheme: str = ""
+
+
+def served_model(source_dir: str | Path, copy_dir: str | Path) -> Served:
+    """What the chat, the arena, review generation and the API serve for a model: its copy once whole,
+    else the unquantized model."""
+    description = copy_description(copy_dir)
+    if description is None:
+        return Served(str(source_dir))
+    return Served(str(copy_dir), str(description.get("scheme", "")))
+
+
+def export_summary(description: dict[str, Any]) -> str:
+    """One line of a serving copy's figures (its ``quantization.json``)."""
+    parts = [f"{description.get('scheme', '?')} copy {description.get('model_bytes', 0) / 2**20:.1f} MiB "
+             f"({description.get('ratio_to_bfloat16', 0):.0%} of bfloat16)"]
+    if "perplexity_quantized" in description:
+        parts.append(f"perplexity {description['perplexity_reference']:.4g} → {description['perplexity_quantized']:.4g} "
+                     f"({description['perplexity_increase']:+.1%})")
+    if "greedy_agreement" in description:
+        parts.append(f"greedy agreement {description['greedy_agreement']:.0%}")
+    return ", ".join(parts)
+
+
+def copy_figures(copy_dir: str | Path) -> dict[str, Any] | None:
+    """A copy's figures with ``path`` and a one-line ``summary``; None while there is no whole copy."""
+    description = copy_description(copy_dir)
+    if description is None:
+        return None
+    return {**description, "path": str(copy_dir), "summary": export_summary(description)}
+
+
+RUN_HAS_NO_EVAL = "not measured: the run has no evaluation data"
+
+
+def copy_facts(figures: dict[str, Any], *, unmeasured: str = RUN_HAS_NO_EVAL) -> list[tuple[str, str]]:
+    """(label, text) lines of a copy's figures, for a page; ``unmeasured`` says why there is no quality figure."""
+    mib = 2**20
+    scheme = str(figures.get("scheme", "?"))
+    if figures.get("group_size"):
+        scheme += f", scales per group of {figures['group_size']}"
+    facts = [("Scheme", scheme)]
+    if "model_bytes" in figures and "bfloat16_bytes" in figures:
+        facts.append(("Memory", f"{figures['model_bytes'] / mib:.1f} MiB, {figures.get('ratio_to_bfloat16', 0):.0%} of "
+                                f"the bfloat16 model's {figures['bfloat16_bytes'] / mib:.1f} MiB"))
+    if "perplexity_quantized" in figures:
+        facts.append(("Perplexity", f"{figures['perplexity_quantized']:.4g} against {figures['perplexity_reference']:.4g} "
+                                    f"unquantized ({figures['perplexity_increase']:+.1%}), on "
+                                    f"{figures.get('eval_sequences', '?')} evaluation rows"))
+    if "greedy_agreement" in figures:
+        facts.append(("Greedy agreement", f"{figures['greedy_agreement']:.0%} of greedy tokens the same as the "
+                                          f"unquantized model's, on {figures.get('eval_prompts', '?')} prompts"))
+    if "perplexity_quantized" not in figures and "greedy_agreement" not in figures:
+        facts.append(("Quality", unmeasured))
+    facts.append(("Directory", figures["path"]))
+    return facts
+
+
+# Copies asked for ------------------------------------------------------------------------------------
+
+
+def source_dir(copy: ServingCopy) -> Path:
+    """The merged model a copy is made from: the checkpoint's export, or the base model's directory."""
+    if copy.base_model_id is not None:
+        return Path(copy.base_model.path)
+    artifact = Artifact.objects.get(run=copy.run, kind=ArtifactKind.CHECKPOINT, step=copy.step)
+    return Path(artifact.path)
+
+
+def copy_dir(copy: ServingCopy) -> Path:
+    return base_model_copy_dir(copy.base_model) if copy.base_model_id is not None else export_copy_dir(source_dir(copy))
+
+
+def _refuse_scheme(scheme: str) -> None:
+    if scheme not in SERVING_COPY_SCHEMES:
+        raise ValidationError({"scheme": f"{scheme!r} is not one of {', '.join(SERVING_COPY_SCHEMES)}"})
+
+
+def _checkpoint_artifact(run: Run, step: int) -> Artifact:
+    if run.task == REWARD_TASK:
+        raise ValidationError({"step": f"run {run.public_id} is a reward model: it scores text and writes none, so it "
+                                       "is not served"})
+    artifact = Artifact.objects.filter(run=run, kind=ArtifactKind.CHECKPOINT, step=step).first()
+    if artifact is None:
+        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is not exported; export it as a starting "
+                                       "model first, then make its serving copy"})
+    return artifact
+
+
+def _eval_version_checked(project: Project, eval_version: DatasetVersion | None) -> DatasetVersion | None:
+    if eval_version is None:
+        return None
+    if eval_version.dataset.project_id != project.pk:
+        raise ValidationError({"eval_version": "choose a dataset version of this project"})
+    if eval_version.status != VersionStatus.READY:
+        raise ValidationError({"eval_version": f"{eval_version.dataset.name} v{eval_version.number} is "
+                                               f"{eval_version.status}; choose a ready version to measure on"})
+    return eval_version
+
+
+def _message_lost(copy: ServingCopy) -> bool:
+    """Whether a copy shown as being written has no writer any more: asked for over
+    ``TEMPER_RUN_LOST_SECONDS`` ago and its message in Redis neither waiting nor delivered (the task
+    acknowledges it late, so a message stays there while a worker writes). A serve worker killed
+    mid-copy, or a Redis that lost its queue, would otherwise leave the copy "being written" for ever."""
+    from webapp.runs.services import held_task_messages
+
+    if copy.updated_at > timezone.now() - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS):
+        return False
+    held = held_task_messages(task=MAKE_COPY_TASK, queues=(MAKE_COPY_QUEUE,), checking="serving copies")
+    return held is not None and (copy.pk,) not in held
+
+
+@transaction.atomic
+def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, scheme: str = "int8",
+                         run: Run | None = None, step: int | None = None, base_model: BaseModel | None = None,
+                         eval_version: DatasetVersion | None = None) -> tuple[ServingCopy, bool]:
+    """Ask a serve worker for the serving copy of checkpoint ``step`` of ``run`` (scored on the run's eval
+    set) or of ``base_model`` (scored on ``eval_version``, a ready dataset version of the project, when
+    given; else memory only). Returns (the copy, whether this request queued it): while a copy is being
+    written, asking again queues nothing and returns it. A ready or failed copy is made again (another
+    scheme, another eval set): the old copy serves until the new one is whole."""
+    _refuse_scheme(scheme)
+    if (base_model is None) == (run is None):
+        raise ValueError("give a run's checkpoint or a base model")
+    if run is not None:
+        if run.project_id != project.pk or step is None:
+            raise ValidationError({"step": "choose an exported checkpoint of a run of this project"})
+        _checkpoint_artifact(run, step)
+        source = {"run": run, "step": step}
+        eval_version = None  # the run's own eval set scores it
+    else:
+        if base_model.project_id != project.pk:
+            raise ValidationError({"base_model": "choose a base model of this project"})
+        source = {"base_model": base_model}
+        eval_version = _eval_version_checked(project, eval_version)
+    requested_by = user if user is not None and user.is_authenticated else None
+    copy, created = ServingCopy.objects.select_for_update().get_or_create(
+        **source, defaults={"project": project, "scheme": scheme, "eval_version": eval_version,
+                            "requested_by": requested_by})
+    if not created:
+        if copy.status == ServingCopyStatus.WRITING and not _message_lost(copy):
+            return copy, False
+        copy.scheme, copy.eval_version, copy.requested_by = scheme, eval_version, requested_by
+        copy.status, copy.error_message = ServingCopyStatus.WRITING, ""
+        copy.save(update_fields=["scheme", "eval_version", "requested_by", "status", "error_message", "updated_at"])
+    copy_pk = copy.pk
+    transaction.on_commit(lambda: celery_app.send_task(MAKE_COPY_TASK, args=[copy_pk], queue=MAKE_COPY_QUEUE))
+    return copy, True
+
+
+def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:
+    """The copy a worker is to write, or None (the message is dropped) when it is not waiting for one: it
+    ended already (a message delivered twice) or its model is gone."""
+    copy = ServingCopy.objects.select_related("run", "base_model", "eval_version__dataset").filter(pk=copy_pk).first()
+    if copy is None or copy.status != ServingCopyStatus.WRITING:
+        logger.info("serving copy %s is not waiting to be written; message dropped", copy_pk)
+        return None
+    return copy
+
+
+@transaction.atomic
+def serving_copy_finish(*, copy_pk: int, error: BaseException | None = None) -> ServingCopy:
+    """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not."""
+    copy = ServingCopy.objects.select_for_update().get(pk=copy_pk)
+    copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
+    copy.error_message = "" if error is None else f"{type(error).__name__}: {error}"[:4000]
+    copy.save(update_fields=["status", "error_message", "updated_at"])
+    return copy
+
+
+def copy_state(copy: ServingCopy | None, directory: Path, *, unmeasured: str = RUN_HAS_NO_EVAL) -> dict[str, Any]:
+    """What a page says of a copy: ``state`` ``writing`` (with its ``scheme``), ``ready`` (its ``facts``),
+    ``failed`` (its ``message``) or ``none``; ``served`` is the scheme of the whole copy that serves now
+    ("" for none), since a copy made again serves the old one until the new one is whole."""
+    figures = copy_figures(directory)
+    served = str(figures.get("scheme", "")) if figures else ""
+    if copy is not None and copy.status == ServingCopyStatus.WRITING:
+        return {"state": "writing", "scheme": copy.scheme, "served": served, "copy": copy}
+    if copy is not None and copy.status == ServingCopyStatus.FAILED:
+        return {"state": "failed", "message": copy.error_message, "scheme": copy.scheme, "served": served,
+                "copy": copy}
+    if figures is not None:
+        return {"state": "ready", "facts": copy_facts(figures, unmeasured=unmeasured), "served": served,
+                "copy": copy, **figures}
+    return {"state": "none", "served": "", "copy": copy}
+
+
+BASE_MODEL_UNMEASURED = ("not measured: perplexity and greedy agreement need eval prompts, which a base model does "
+                         "not have; make the copy again with a ready dataset version of the project to measure on")
+
+
+def base_model_serving_copy(*, base_model: BaseModel) -> dict[str, Any]:
+    copy = ServingCopy.objects.filter(base_model=base_model).select_related("eval_version__dataset").first()
+    return copy_state(copy, base_model_copy_dir(base_model), unmeasured=BASE_MODEL_UNMEASURED)
+
+
+def checkpoint_serving_copies(*, run: Run, artifacts: dict[int, Artifact]) -> dict[int, dict[str, Any]]:
+    """``{step: copy state}`` of the run's exported checkpoints (``artifacts`` by step)."""
+    copies = {copy.step: copy for copy in ServingCopy.objects.filter(run=run)}
+    return {step: copy_state(copies.get(step), export_copy_dir(artifact.path)) for step, artifact in artifacts.items()}
+
+
+def eval_version_choices(*, project: Project) -> list[DatasetVersion]:
+    """Ready dataset versions of the project a base model's copy can be measured on, newest first."""
+    return list(DatasetVersion.objects.select_related("dataset")
+                .filter(dataset__project=project, status=VersionStatus.READY)
+                .order_by("dataset__name", "-number"))
