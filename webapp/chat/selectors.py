@@ -6,8 +6,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef, QuerySet
+
 from webapp.basemodels.models import BaseModel
-from webapp.chat.models import Conversation
+from webapp.chat.models import Conversation, Message
 from webapp.core.bidi import isolated
 from webapp.projects.models import Project
 from webapp.runs.models import REWARD_TASK, Artifact, RunStatus
@@ -80,5 +82,9 @@ def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
     return next((choice for choice in model_choices(project=project) if choice.ref == ref), None)
 
 
-def conversation_list(*, project: Project, user) -> list[Conversation]:
-    return list(Conversation.objects.filter(project=project, user=user, in_arena=False)[:100])
+def conversation_list(*, project: Project, user) -> QuerySet[Conversation]:
+    """The user's chat conversations in the project, most recently active first, without those in which
+    nothing was ever sent: each Start makes one (its page prepares the model while the person types), and
+    a Start left without a message is not a conversation to come back to."""
+    return (Conversation.objects.filter(project=project, user=user, in_arena=False)
+            .filter(Exists(Message.objects.filter(conversation=OuterRef("pk")))).order_by("-updated_at", "-pk"))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import redis
 from kombu.exceptions import OperationalError
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from webapp.celery import app as celery_app
@@ -44,9 +45,21 @@ class ChatError(ValueError):
     """A turn that cannot be taken now (e.g. an answer is still being written)."""
 
 
+# A conversation started and left without a message is deleted after this long (when its author next
+# starts one): long enough that a tab left open on it can still send.
+EMPTY_CONVERSATION_KEPT = timedelta(days=1)
+
+
+@transaction.atomic
 def conversation_create(*, project: Project, user, model: ModelChoice, system_prompt: str = "",
                         temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                         max_tokens: int = 256) -> Conversation:
+    """A new conversation (its page opens at once, and prepares the model while the person types). The
+    author's conversations in the project that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never
+    got a message are deleted: the list does not show them, and nothing else refers to them."""
+    (Conversation.objects.filter(project=project, user=user, in_arena=False,
+                                 created_at__lt=timezone.now() - EMPTY_CONVERSATION_KEPT)
+     .exclude(Exists(Message.objects.filter(conversation=OuterRef("pk")))).delete())
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
         temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)

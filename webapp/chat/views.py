@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -26,11 +27,18 @@ from webapp.core.submissions import form_send_once, form_send_once_secret, note_
 from webapp.core.views import post_answered_with_a_page
 
 
+CONVERSATIONS_PER_PAGE = 50
+
+
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
+    page = Paginator(selectors.conversation_list(project=project, user=request.user),
+                     CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "chat/list.html", {
         "project": project, "membership": membership, "form": form,
         "has_models": bool(form.fields["model"].choices), "new_secret": new_secret,
-        "conversations": selectors.conversation_list(project=project, user=request.user),
+        "conversations": page.object_list, "page": page,
+        # Also answered at chat/tokens/ (a new token's secret): the page links point at the list itself.
+        "page_base": reverse("chat:list", kwargs={"slug": project.slug}),
         "tokens": ProjectToken.objects.filter(project=project, user=request.user)}, status=status)
 
 

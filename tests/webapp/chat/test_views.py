@@ -1,12 +1,14 @@
 """Chat pages with an owner, a member (teammate), a viewer and an outsider: conversations, turns sent to
 the serve queue, stop, regenerate, the worker's outcome, escaping of model output, the SSE relay."""
 import json
+import re
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from django.urls import reverse
+from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from tests.webapp.factories import make_base_model
@@ -320,3 +322,57 @@ def test_an_empty_answer_says_so(team, client_for, base_model, sent):
     second = client.post(url("regenerate", conversation)).json()["message"]
     services.message_finish(message_id=second, text="Hello.", finish_reason="stop", completion_tokens=2)
     assert "The answer is empty" not in client.get(url("message", conversation, second)).content.decode()
+
+
+def talked(team, base_model, title, *, user=None, messages=1, minutes_ago=0):
+    """A conversation of the teammate (or ``user``) with ``messages`` messages, last active ``minutes_ago``."""
+    conversation = Conversation.objects.create(project=team.project, user=user or team.teammate,
+                                               model_ref=base_model.public_id, model_label="Base model: tiny",
+                                               title=title)
+    for _ in range(messages):
+        Message.objects.create(conversation=conversation, role="user", content=title)
+    moment = timezone.now() - timedelta(minutes=minutes_ago)
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=moment, created_at=moment)
+    return conversation
+
+
+def listed(page: str) -> list[str]:
+    return re.findall(r'<li><a href="/p/alpha/chat/conv_\w+/">([^<]*)</a>', page)
+
+
+def test_the_list_pages_through_every_conversation_newest_first(team, client_for, base_model):
+    for index in range(55):
+        talked(team, base_model, f"talk {index}", minutes_ago=index)
+    client = client_for(team.teammate)
+    first = client.get("/p/alpha/chat/").content.decode()
+    assert listed(first) == [f"talk {index}" for index in range(50)]
+    assert "Page 1 of 2 · 55 in all" in first and 'href="/p/alpha/chat/?page=2"' in first
+    second = client.get("/p/alpha/chat/?page=2").content.decode()
+    assert listed(second) == [f"talk {index}" for index in range(50, 55)]  # the oldest, no longer cut off
+    assert 'href="/p/alpha/chat/?page=1"' in second and "Next" not in second
+    # Answered at chat/tokens/ (a new token's secret), the links still go to the list.
+    with_token = client.post("/p/alpha/chat/tokens/", {"name": "ci"}).content.decode()
+    assert 'href="/p/alpha/chat/?page=2"' in with_token and listed(with_token) == listed(first)
+
+
+def test_a_conversation_started_without_a_message_is_not_listed_and_later_deleted(team, client_for, base_model, sent):
+    client = client_for(team.teammate)
+    started = conversation_of(team, client_for, base_model)
+    assert client.get(url("detail", started)).status_code == 200  # its page opens, ready for a first message
+    assert listed(client.get("/p/alpha/chat/").content.decode()) == []
+    assert "No conversations yet." in client.get("/p/alpha/chat/").content.decode()
+    Message.objects.create(conversation=started, role="user", content="Hello")
+    Conversation.objects.filter(pk=started.pk).update(title="Hello")
+    assert listed(client.get("/p/alpha/chat/").content.decode()) == ["Hello"]
+
+    left_yesterday = talked(team, base_model, "", messages=0, minutes_ago=25 * 60)
+    left_just_now = talked(team, base_model, "", messages=0, minutes_ago=5)  # perhaps open in another tab
+    theirs = talked(team, base_model, "", user=team.owner, messages=0, minutes_ago=25 * 60)
+    old_with_messages = talked(team, base_model, "kept", minutes_ago=30 * 24 * 60)
+    client.post(reverse("chat:list", args=["alpha"]), {"model": base_model.public_id, "temperature": 0.7,
+                                                       "top_p": 1.0, "top_k": 0, "max_tokens": 64})
+    remaining = set(Conversation.objects.values_list("pk", flat=True))
+    assert left_yesterday.pk not in remaining
+    assert {left_just_now.pk, theirs.pk, old_with_messages.pk, started.pk} <= remaining
+    assert Conversation.objects.filter(user=team.teammate).count() == 4  # and the one just started
+
