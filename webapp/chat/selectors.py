@@ -54,14 +54,14 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def model_choices(*, project: Project) -> list[ModelChoice]:
-    """Base models, then succeeded runs' exports, then their exported checkpoints, newest first (not a
-    reward run's: its model scores text, it does not write any)."""
+    """Base models, then runs newest first, each run's final model (if it succeeded) before its exported
+    checkpoints, latest step first (not a reward run's: its model scores text, it does not write any)."""
     choices = [_choice(ref=model.public_id, served=served_model(model.path, base_model_copy_dir(model)),
                        before="Base model: ", name=model.name, created=model.created_at)
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     artifacts = (Artifact.objects.select_related("run")
                  .filter(run__project=project, kind__in=["model", "checkpoint"]).exclude(run__task=REWARD_TASK)
-                 .order_by("-run__created_at", "kind", "path"))
+                 .order_by("-run__created_at", "run_id", "-kind", "-step"))  # kind "model" after "checkpoint"
     for artifact in artifacts:
         run = artifact.run
         served = served_model(artifact.path, export_copy_dir(artifact.path))

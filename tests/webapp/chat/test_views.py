@@ -376,3 +376,14 @@ def test_a_conversation_started_without_a_message_is_not_listed_and_later_delete
     assert {left_just_now.pk, theirs.pk, old_with_messages.pk, started.pk} <= remaining
     assert Conversation.objects.filter(user=team.teammate).count() == 4  # and the one just started
 
+
+def test_the_model_picker_lists_a_runs_final_model_before_its_checkpoints(team, base_model, tmp_path):
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    run = Run.objects.create(project=team.project, name="tuned", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    for step in (3, 10):
+        Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(tmp_path / f"export-step-{step}"))
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=12, path=str(tmp_path / "export"))
+    refs = [choice.ref for choice in selectors.model_choices(project=team.project)]
+    assert refs == [base_model.public_id, run.public_id, f"{run.public_id}:step-10", f"{run.public_id}:step-3"]
