@@ -50,10 +50,13 @@ Design note.
 * Warm-up: a fresh process compiles each program the first time a conversation needs it, on CPU about a
   second each, so a first answer stalls at its prefill and at every cache size it grows into (1.0-1.5 s
   each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
-  answer per prompt bucket and temperature), one at a time and only while no submitted request waits or
-  decodes; what they compile is what a real lone request with those settings calls, and their results
-  are dropped. A warm-up row is fast-forwarded: after one decode call on a cache layout it skips to the
-  next layout, so the warm-up decodes a few calls per layout instead of whole answers.
+  answer per prompt bucket and temperature), then ``BatchDecoder.warmup_groups`` (2, 4, 8 and 16 answers
+  decoded together: the row counts concurrent chats grow into, at every cache size), one at a time and
+  only while no submitted request waits or decodes; what they compile is what real requests with those
+  settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
+  a cache layout it skips to the next layout, so the warm-up decodes a few calls per layout instead of
+  whole answers. Re-layouts between row counts and prefill groups other than the warmed ones still
+  compile on first use (0.1-0.2 s each on CPU, kept in the persistent compilation cache).
 """
 from __future__ import annotations
 
@@ -509,7 +512,7 @@ class ContinuousBatch:
         if self._active_count():
             self._decode_call()
         if not self.busy:
-            self._cache, self._rows, self._index = None, [], 0  # idle: release the cache
+            self._cache, self._rows, self._index, self._mesh = None, [], 0, None  # idle: release the cache
 
     def _overlaps(self, previous: _Call) -> bool:
         """Whether the next decode call can be dispatched before ``previous`` is read back: it needs
@@ -556,7 +559,10 @@ class ContinuousBatch:
         room for the admitted prompts before the shared slot, room for one decode call after it."""
         steps = self.decoder.steps_per_call
         active = [slot for slot, row in enumerate(self._rows) if row is not None]
-        rows = bucket_length(len(active) + new_rows, minimum=1)
+        # A batch split over devices stays split when one row is left: moved onto one device its cache is
+        # pinned there, unlike a lone conversation's (and a warm-up's), so every call would be another
+        # program to compile; the smallest split decodes the row as fast, beside an empty one.
+        rows = bucket_length(len(active) + new_rows, minimum=1 if self._mesh is None else 2)
         if self._layout_fits(rows=rows, prompt_bucket=prompt_bucket):
             return
         lowest = self._lowest_start()
@@ -644,10 +650,16 @@ class ContinuousBatch:
         live = [request for request in requests if request is not None]
         self.batch_sizes.append(len(live))
         self.layouts.append(tuple(self._cache.positions.shape))
+        if previous is not None:
+            token_b = previous.last_b
+        elif self._mesh is not None:
+            # Split over the rows as a chained call's last tokens are: jit compiles a program per argument
+            # sharding, so host tokens made the first call at each layout and the chained calls after it two
+            # programs, and a warm-up (whose calls never chain) compiled only one of them.
+            token_b = jax.device_put(token_b, NamedSharding(self._mesh, PartitionSpec("data")))
         with _on(self._mesh):
             tokens_kb, last_b, self._cache = self._compiled.decode(
-                self.decoder.leaves_on(self._mesh), self._cache,
-                token_b if previous is None else previous.last_b, starts_b, steps_b,
+                self.decoder.leaves_on(self._mesh), self._cache, token_b, starts_b, steps_b,
                 self.decoder.sampling_arrays(requests, rows), steps=steps, sampled=_any_sampled(live),
                 filtered=_any_filtered(live))
         self._index += steps
@@ -829,6 +841,19 @@ class BatchDecoder:
                 bucket *= 2
         return requests
 
+    def warmup_groups(self, *, row_counts: Sequence[int] = (2, 4, 8, 16), max_new_tokens: int = 256,
+                      temperature: float = 0.7) -> list[tuple[ServeRequest, ...]]:
+        """Groups of requests decoded together that compile what concurrent conversations meet (see the
+        module note): for each row count (capped at ``max_slots``), that many answers at the chat's default
+        temperature to the smallest bucket's shortest prompt, admitted at once, growing the cache through
+        every size a lone answer of ``max_new_tokens`` reaches: the group's prefill, and its decode call and
+        re-layout at each size. Without them, the first time a row count meets a cache size its compile
+        (about a second on CPU for the demo model) stalled every conversation in the batch."""
+        [lone] = self.warmup_requests(longest_prompt=self.min_bucket // 2 + 1, max_new_tokens=max_new_tokens,
+                                      temperatures=(temperature,))
+        counts = sorted({min(count, self.max_slots) for count in row_counts} - {1})
+        return [(lone,) * count for count in counts]
+
     @staticmethod
     def sampling_arrays(requests: Sequence[ServeRequest | None], rows: int):
         """Per-row (temperature, top_k, top_p, seed); rows without a request (None, or past the list) are greedy."""
@@ -856,7 +881,7 @@ class _Pending:
 
 @dataclasses.dataclass(frozen=True)
 class _Warmup:
-    requests: tuple[ServeRequest, ...]
+    groups: tuple[tuple[ServeRequest, ...], ...]  # each decoded as one batch
 
 
 class BatchingServer:
@@ -872,7 +897,7 @@ class BatchingServer:
         self._batch = self._new_batch()
         # Warm-up requests not yet decoded, and the batch that decodes them (apart from the served one,
         # so that they never share a decode call with a real request).
-        self._warmups: collections.deque[ServeRequest] = collections.deque()
+        self._warmups: collections.deque[tuple[ServeRequest, ...]] = collections.deque()
         self._warm_batch = self._new_warm_batch()
         self.warmed = threading.Event()  # set while no warm-up given to ``warm`` is left to decode
         self.warmed.set()
@@ -892,16 +917,19 @@ class BatchingServer:
                                    submitted=time.monotonic()))
         return future
 
-    def warm(self, requests: Sequence[ServeRequest]) -> None:
+    def warm(self, requests: Sequence[ServeRequest | tuple[ServeRequest, ...]]) -> None:
         """Decode ``requests`` one after another while nothing submitted waits or decodes, to compile their
         programs before the conversations that need them (see the module note); their results are dropped.
-        A request submitted meanwhile waits at most for the warm-up call under way (one compile)."""
-        for request in requests:
-            self.decoder.check(request)
+        A tuple of requests (``BatchDecoder.warmup_groups``) decodes as one batch of that many rows. A
+        request submitted meanwhile waits at most for the warm-up call under way (one compile)."""
+        groups = [item if isinstance(item, tuple) else (item,) for item in requests]
+        for group in groups:
+            for request in group:
+                self.decoder.check(request)
         with self._warmups_lock:
             self._warmups_queued += 1
             self.warmed.clear()
-        self._pending.put(_Warmup(tuple(requests)))
+        self._pending.put(_Warmup(tuple(groups)))
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the loop thread once the requests already submitted are done (``wait``: until then);
@@ -924,7 +952,7 @@ class BatchingServer:
                     if item is None:
                         closing = True
                     elif isinstance(item, _Warmup):
-                        self._warmups.extend(item.requests)
+                        self._warmups.extend(item.groups)
                         with self._warmups_lock:
                             self._warmups_queued -= 1
                     else:
@@ -947,15 +975,19 @@ class BatchingServer:
     def _warming(self) -> bool:
         return bool(self._warmups) or self._warm_batch.busy
 
-    def _new_warm_batch(self) -> ContinuousBatch:
-        return ContinuousBatch(self.decoder, max_slots=1)  # a lone conversation's row, as warm-up requests compile
+    def _new_warm_batch(self, rows: int = 1) -> ContinuousBatch:
+        return ContinuousBatch(self.decoder, max_slots=rows)  # the rows of one warm-up group, as they compile
 
     def _warm_step(self) -> None:
-        """One step of the warm-up batch, which takes its next request only when idle (a request alone,
-        as a lone conversation decodes). A failing warm-up is dropped: real requests report their own."""
+        """One step of the warm-up batch, which takes its next group only when idle (its requests admitted
+        together, as that many conversations decode). A failing warm-up is dropped: real requests report
+        their own."""
         try:
             if not self._warm_batch.busy:
-                self._warm_batch.add(self._warmups.popleft(), on_finish=lambda result: None, fast_forward=True)
+                group = self._warmups.popleft()
+                self._warm_batch = self._new_warm_batch(len(group))
+                for request in group:
+                    self._warm_batch.add(request, on_finish=lambda result: None, fast_forward=True)
             self._warm_batch.step()
         except Exception:
             logger.exception("serving warm-up failed; the programs it did not compile compile on first use")

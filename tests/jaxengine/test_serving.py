@@ -510,6 +510,42 @@ def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
     assert decoder.compiled.trace_count > warmed and compiles
 
 
+def test_warmup_groups_hold_each_row_count_of_the_smallest_buckets_request(served):
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, max_slots=8)
+    groups = decoder.warmup_groups(row_counts=(1, 2, 4, 16), max_new_tokens=48)
+    [lone] = decoder.warmup_requests(longest_prompt=9, max_new_tokens=48, temperatures=(0.7,))
+    assert [len(group) for group in groups] == [2, 4, 8]  # 1 is the lone warm-up's; 16 is capped at max_slots
+    assert all(request == lone for group in groups for request in group)
+
+
+def test_a_warmed_server_compiles_no_decode_call_for_concurrent_conversations_on_two_devices(served):
+    """QA: 16 chats arriving within 150 ms through the API waited about a second for their first tokens:
+    the first time a row count met a cache size, its decode program compiled while every row waited, and
+    a call chained on the last one's tokens (split over the devices) was another program than a call
+    from tokens on the host, which is all a warm-up makes."""
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=jax.devices()[:2])  # shapes of its own
+    server = BatchingServer(decoder)
+    server.warm([*decoder.warmup_requests(longest_prompt=8, max_new_tokens=40, temperatures=(0.7,)),
+                 *decoder.warmup_groups(row_counts=(2, 4), max_new_tokens=40)])
+    assert server.warmed.wait(timeout=300)
+    warmed = decoder.compiled.trace_count
+    try:
+        for round_ in range(3):  # 1 to 4 rows at a time, as the server's loop happens to take them
+            futures = []
+            for index in range(4):
+                request = ServeRequest(prompt_ids=(1 + index, 2, 3), ignore_eos=True,
+                                       params=SamplingParams(max_new_tokens=40, temperature=0.7, seed=index))
+                futures.append(server.submit(request))
+                time.sleep(0.002 * round_ * index)
+            assert [len(future.result(timeout=60).token_ids) for future in futures] == [40] * 4
+        assert max(server.batch_sizes) > 1  # concurrent rows were decoded together
+        assert decoder.compiled.trace_count == warmed
+    finally:
+        server.close()
+
+
 def test_a_request_submitted_during_the_warmup_is_served_first_and_as_alone(served):
     model, tokenizer, prompts = served
     decoder = BatchDecoder(model, tokenizer, min_bucket=4)  # its own shapes: the warm-up compiles

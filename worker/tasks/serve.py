@@ -105,7 +105,7 @@ def configure_serve_worker(sender=None, options=None, **kwargs) -> None:
 def server_for(key: str, path: str):
     """The batching server of a cached model (loading it, and closing servers of evicted models); chats and
     review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
-    conversation's programs in its idle time (``TEMPER_SERVE_WARMUP``)."""
+    conversation's programs, then concurrent conversations', in its idle time (``TEMPER_SERVE_WARMUP``)."""
     global _cache
     from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model
 
@@ -120,7 +120,7 @@ def server_for(key: str, path: str):
             decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
             _servers[key] = BatchingServer(decoder)
             if settings.TEMPER_SERVE_WARMUP:
-                _servers[key].warm(decoder.warmup_requests())
+                _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
         return _servers[key], loaded.tokenizer
 
 
