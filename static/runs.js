@@ -1,8 +1,8 @@
 /* The run page: one plotly chart per logged metric (drawn when it comes near the screen), extended in place as points arrive over
    server-sent events (or, when those do not get through, by polling the state endpoint); the
    progress bar, log tail, samples browser and checkpoints (a finished run's page listens while one of
-   its checkpoints is being exported), and a succeeded run's serving copy card (asked for again while
-   the copy is being written). Every text from the server is set with textContent.
+   its checkpoints is being exported; serving copies being written are followed by static/serving_copy.js).
+   Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
    a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. */
 (function () {
@@ -332,25 +332,6 @@
     };
   }
 
-  // A succeeded run's serving copy is written after the run has ended (by a serve worker, in seconds to
-  // minutes): while its card says so, the card is asked for again, less and less often.
-  function followServingCopy(delay) {
-    var body = document.getElementById("serving-copy-body");
-    if (!body || body.dataset.state !== "pending") return;
-    window.setTimeout(function () {
-      fetch(config.dataset.servingCopyUrl, { credentials: "same-origin" })
-        .then(function (response) {
-          if (!response.ok) throw new Error("serving copy: HTTP " + response.status);
-          return response.text();
-        })
-        .then(function (html) {
-          document.getElementById("serving-copy").innerHTML = html;  // a server-rendered partial, escaped by Django
-        })
-        .catch(function () {})  // a failed request is asked again
-        .then(function () { followServingCopy(Math.min(delay * 1.5, 30000)); });
-    }, delay);
-  }
-
   document.querySelectorAll("#log li").forEach(function (item) { lastLogId = Math.max(lastLogId, Number(item.dataset.id)); });
   // The log's box opens on its newest lines (the run's end: "cancelled at step 473"), as it follows new ones.
   var logList = document.getElementById("log");
@@ -360,5 +341,4 @@
   bindSampleFilter();
   if (config.dataset.active || exportRunning()) listen();
   watchFinished();
-  followServingCopy(3000);
 })();

@@ -690,14 +690,14 @@ def test_the_serving_copy_card_shows_the_figures_once_the_copy_is_written(page, 
     (tmp_path / "export" / "quantized").mkdir(parents=True)
     test_projects.log_in(page, live_server.url, team.viewer.username)  # the live server's test settings
     page.goto(f"{live_server.url}/p/servingcopy/runs/{run.public_id}/")
-    assert "Being written (int8)" in page.locator("#serving-copy").inner_text()
+    assert "int8 serving copy being written" in page.locator("#serving-copy").inner_text()
     (tmp_path / "export" / "quantized" / "quantization.json").write_text(json.dumps({
         "scheme": "int8", "bits": 8, "group_size": None, "model_bytes": 3 * 2**20, "bfloat16_bytes": 5 * 2**20,
         "ratio_to_bfloat16": 0.6, "eval_prompts": 4, "greedy_agreement": 0.75}))
-    page.locator('#serving-copy-body[data-state="written"]').wait_for(timeout=20_000)
+    page.locator('#serving-copy-body[data-state="ready"]').wait_for(timeout=20_000)
     card = page.locator("#serving-copy").inner_text()
     assert "75% of greedy tokens the same as the unquantized model's, on 4 prompts" in card
-    assert "Being written" not in card
+    assert "being written" not in card
 
 
 def test_the_log_opens_on_its_newest_lines(page, live_server, tmp_path):

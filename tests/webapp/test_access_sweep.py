@@ -237,7 +237,7 @@ ROUTES: dict[str, Route] = {
     "runs:events": Route(kwargs=_run, methods=READ),
     "runs:samples": Route(kwargs=_run, methods=READ),
     "runs:checkpoints": Route(kwargs=_run, methods=READ),
-    "runs:serving_copy": Route(kwargs=_run, methods=READ),
+    "runs:serving_copy": Route(kwargs=_run, methods=READ_MEMBER_WRITE),
     "runs:cancel": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:resume": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),

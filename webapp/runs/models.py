@@ -309,11 +309,12 @@ SERVING_COPY_SCHEMES = ("int8", "int4")  # jaxengine.quantize.SCHEMES
 
 
 class ServingCopy(models.Model):
-    """A quantized serving copy someone asked for, of an exported checkpoint (``run`` + ``step``) or of a
-    registered base model, and how writing it went. The copy itself is a directory
-    (``webapp.runs.serving_copies.copy_dir``) that the chat serves once it is whole; this row is what the
-    pages show meanwhile, what keeps a second request from queueing a second writer, and the reason
-    when it failed. A run's final model gets its copy when it succeeds, without a row."""
+    """A quantized serving copy someone asked for, of an exported checkpoint (``run`` + ``step``), of a run's
+    final model made again (``run``, no ``step``) or of a registered base model, and how writing it went.
+    The copy itself is a directory (``webapp.runs.serving_copies.copy_dir``) that the chat serves once it
+    is whole; this row is what the pages show meanwhile, what keeps a second request from queueing a
+    second writer, and the reason when it failed. A run's final model gets its first copy when it
+    succeeds, without a row; a row appears once someone makes it again (another scheme, after a failure)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="serving_copies")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, blank=True, related_name="serving_copies")
@@ -333,9 +334,12 @@ class ServingCopy(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "step"], name="servingcopy_unique_run_step"),
+            # NULLs are distinct in the constraint above: one row for a run's final model, too.
+            models.UniqueConstraint(fields=["run"], condition=models.Q(step__isnull=True),
+                                    name="servingcopy_unique_run_final"),
             models.UniqueConstraint(fields=["base_model"], name="servingcopy_unique_base_model"),
             models.CheckConstraint(
-                condition=(models.Q(run__isnull=False, step__isnull=False, base_model__isnull=True)
+                condition=(models.Q(run__isnull=False, base_model__isnull=True)
                            | models.Q(run__isnull=True, step__isnull=True, base_model__isnull=False)),
                 name="servingcopy_one_source"),
             models.CheckConstraint(condition=models.Q(status__in=[status.value for status in ServingCopyStatus]),

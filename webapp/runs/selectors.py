@@ -24,7 +24,8 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
-from webapp.runs.serving_copies import checkpoint_serving_copies, copy_facts, copy_figures, export_copy_dir
+from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
+                                       final_serving_copy)
 from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
@@ -501,11 +502,6 @@ def run_devices(*, run: Run) -> dict[str, Any]:
     return worker.devices if worker is not None else {}
 
 
-# Written in the run directory by worker.tasks.serve.quantize_run when the serving copy fails (removed when
-# one is written), so that the run page can say why there is none.
-SERVING_COPY_ERROR_FILE = "serving-copy-error.txt"
-
-
 def serving_copy_figures(run: Run) -> dict[str, Any] | None:
     """The figures of the run's serving copy (``export/quantized/quantization.json``, its per-module list
     left out) with ``path`` and a one-line ``summary``; None while there is none or it cannot be read."""
@@ -513,24 +509,14 @@ def serving_copy_figures(run: Run) -> dict[str, Any] | None:
 
 
 def serving_copy(*, run: Run) -> dict[str, Any] | None:
-    """What the run page says of a succeeded run's quantized serving copy: ``state`` ``written`` (with
-    its figures: memory against bfloat16, perplexity against the unquantized model, greedy agreement),
-    ``failed`` (with the worker's ``message``) or ``pending``. None for a run without a merged export
-    (not succeeded, external), a reward run (it writes no text) and, while nothing writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
-    if (run.status != RunStatus.SUCCEEDED or run.task == EXTERNAL_TASK or not run.generates_text
-            or not (run.output_dir / "export").is_dir()):
+    """What the run page says of a succeeded run's quantized serving copy (``serving_copies.final_serving_copy``):
+    ``state`` ``ready`` (with its figures: memory against bfloat16, perplexity against the unquantized
+    model, greedy agreement), ``failed`` (with the worker's ``message``) or ``writing``. None for a run
+    without a merged export (not succeeded, external), a reward run (it writes no text) and, while nothing
+    writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
+    if not final_model_copyable(run):
         return None
-    figures = serving_copy_figures(run)
-    if figures is not None:
-        return {"state": "written", "facts": copy_facts(figures), **figures}
-    try:
-        message = (run.output_dir / SERVING_COPY_ERROR_FILE).read_text()[:2000]
-    except OSError:
-        message = None
-    if message is not None:
-        return {"state": "failed", "message": message}
-    return None if settings.TEMPER_SERVE_QUANTIZE == "none" else {"state": "pending",
-                                                                 "scheme": settings.TEMPER_SERVE_QUANTIZE}
+    return final_serving_copy(run=run, automatic_scheme=settings.TEMPER_SERVE_QUANTIZE)
 
 
 def lineage(*, run: Run) -> dict[str, Any]:

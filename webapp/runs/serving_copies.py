@@ -4,9 +4,11 @@ copies people ask for on demand (of an exported checkpoint, of a registered base
 Design note. The engine writes a copy into a new directory and renames it into place whole
 (``jaxengine.quantize.export_quantized``), ``quantization.json`` inside it; so a directory with that file
 is a complete copy, and ``served_model`` — the one place that decides what a model ref serves — takes
-the copy when the file is there and the unquantized model otherwise. A run's final model gets its copy
-when the run succeeds (``worker.tasks.serve.quantize_run``, no row: the run page reads the directory).
-A copy asked for by hand has a ``ServingCopy`` row: it says "being written" while a serve worker writes
+the copy when the file is there and the unquantized model otherwise. A run's final model gets its first
+copy when the run succeeds (``worker.tasks.serve.quantize_run``, no row: the run page reads the
+directory, and the reason file it leaves when it fails); making it again from the run page (after a
+failure, or in another scheme) goes through a row like any copy asked for. A copy asked for by hand
+has a ``ServingCopy`` row: it says "being written" while a serve worker writes
 it, keeps a second click from queueing a second writer, and keeps the reason when it failed — the model
 then serves unquantized as before. Checkpoint copies live inside the checkpoint's export, as a run's do
 inside ``export/``; a base model's under ``DATA_ROOT/serving-copies/<bm_…>/``, since a registered model's
@@ -31,8 +33,8 @@ from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, ServingCopy,
-                                ServingCopyStatus)
+from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, RunStatus,
+                                ServingCopy, ServingCopyStatus)
 
 logger = logging.getLogger(__name__)
 
@@ -134,10 +136,23 @@ def copy_facts(figures: dict[str, Any], *, unmeasured: str = RUN_HAS_NO_EVAL) ->
 # Copies asked for ------------------------------------------------------------------------------------
 
 
+# Written in the run directory by worker.tasks.serve.quantize_run when a run's automatic copy fails (removed
+# when a copy is written), so that the run page can say why there is none.
+SERVING_COPY_ERROR_FILE = "serving-copy-error.txt"
+
+
+def run_export_dir(run: Run) -> Path:
+    """A succeeded run's merged final model, whose copy is ``export/quantized/``."""
+    return run.output_dir / "export"
+
+
 def source_dir(copy: ServingCopy) -> Path:
-    """The merged model a copy is made from: the checkpoint's export, or the base model's directory."""
+    """The merged model a copy is made from: the run's final export, the checkpoint's export, or the base
+    model's directory."""
     if copy.base_model_id is not None:
         return Path(copy.base_model.path)
+    if copy.step is None:
+        return run_export_dir(copy.run)
     artifact = Artifact.objects.get(run=copy.run, kind=ArtifactKind.CHECKPOINT, step=copy.step)
     return Path(artifact.path)
 
@@ -160,6 +175,15 @@ def _checkpoint_artifact(run: Run, step: int) -> Artifact:
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is not exported; export it as a starting "
                                        "model first, then make its serving copy"})
     return artifact
+
+
+def final_model_copyable(run: Run) -> bool:
+    """Whether a run has a final model the chat serves, so a serving copy of it: succeeded, trained here,
+    writing text, its merged ``export/`` there."""
+    from webapp.runs.services import EXTERNAL_TASK
+
+    return (run.status == RunStatus.SUCCEEDED and run.task != EXTERNAL_TASK and run.generates_text
+            and run_export_dir(run).is_dir())
 
 
 def _eval_version_checked(project: Project, eval_version: DatasetVersion | None) -> DatasetVersion | None:
@@ -188,17 +212,26 @@ def _message_lost(copy: ServingCopy) -> bool:
 
 @transaction.atomic
 def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, scheme: str = "int8",
-                         run: Run | None = None, step: int | None = None, base_model: BaseModel | None = None,
+                         run: Run | None = None, step: int | None = None, final: bool = False,
+                         base_model: BaseModel | None = None,
                          eval_version: DatasetVersion | None = None) -> tuple[ServingCopy, bool]:
-    """Ask a serve worker for the serving copy of checkpoint ``step`` of ``run`` (scored on the run's eval
-    set) or of ``base_model`` (scored on ``eval_version``, a ready dataset version of the project, when
+    """Ask a serve worker for the serving copy of checkpoint ``step`` of ``run`` or, with ``final``, of the
+    run's final model (both scored on the run's eval set), or of ``base_model`` (scored on ``eval_version``, a ready dataset version of the project, when
     given; else memory only). Returns (the copy, whether this request queued it): while a copy is being
     written, asking again queues nothing and returns it. A ready or failed copy is made again (another
     scheme, another eval set): the old copy serves until the new one is whole."""
     _refuse_scheme(scheme)
     if (base_model is None) == (run is None):
         raise ValueError("give a run's checkpoint or a base model")
-    if run is not None:
+    if run is not None and final:
+        if run.project_id != project.pk or step is not None:
+            raise ValidationError({"run": "choose a run of this project"})
+        if not final_model_copyable(run):
+            raise ValidationError({"run": f"run {run.public_id} has no final model to copy: only a succeeded run "
+                                          "trained here, whose model writes text, has one"})
+        source = {"run": run, "step": None}
+        eval_version = None  # the run's own eval set scores it
+    elif run is not None:
         if run.project_id != project.pk or step is None:
             raise ValidationError({"step": "choose an exported checkpoint of a run of this project"})
         _checkpoint_artifact(run, step)
@@ -268,6 +301,28 @@ BASE_MODEL_UNMEASURED = ("not measured: perplexity and greedy agreement need eva
 def base_model_serving_copy(*, base_model: BaseModel) -> dict[str, Any]:
     copy = ServingCopy.objects.filter(base_model=base_model).select_related("eval_version__dataset").first()
     return copy_state(copy, base_model_copy_dir(base_model), unmeasured=BASE_MODEL_UNMEASURED)
+
+
+def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any] | None:
+    """The state of a succeeded run's final-model copy (``copy_state``'s, with ``automatic`` True while the
+    copy shown is the one written when the run succeeded, and there is no row): a copy made again has a row
+    and reads like any other; before that, the automatic copy is ``ready`` once whole, ``failed`` when its
+    reason file is there, else ``writing`` (``automatic_scheme``, ``TEMPER_SERVE_QUANTIZE``) — or None
+    when nothing writes one (``none``)."""
+    copy = ServingCopy.objects.filter(run=run, step__isnull=True).first()
+    state = copy_state(copy, export_copy_dir(run_export_dir(run)))
+    if copy is not None or state["state"] != "none":
+        return {**state, "automatic": copy is None}
+    try:
+        message = (run.output_dir / SERVING_COPY_ERROR_FILE).read_text()[:2000]
+    except OSError:
+        message = None
+    if message is not None:
+        return {"state": "failed", "message": message, "scheme": automatic_scheme, "served": "", "copy": None,
+                "automatic": True}
+    if automatic_scheme == "none":
+        return None
+    return {"state": "writing", "scheme": automatic_scheme, "served": "", "copy": None, "automatic": True}
 
 
 def checkpoint_serving_copies(*, run: Run, artifacts: dict[int, Artifact]) -> dict[int, dict[str, Any]]:

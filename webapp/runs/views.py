@@ -369,11 +369,29 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
-    """The serving copy card's partial (the run page loads it again while the copy is being written)."""
-    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    return render(request, "runs/_serving_copy.html", {"run": run, "serving_copy": selectors.serving_copy(run=run)})
+    """GET: the final model's serving copy card (the run page asks for it again while the copy is being
+    written). POST (member): make the copy again (``scheme`` int8 or int4), after a failure or to switch
+    scheme, once per sending; asked again while it is being written, nothing more is queued."""
+    if request.method == "GET":
+        project, membership, run = get_run_for_user(request.user, slug, run_id)
+        return render(request, "runs/_serving_copy.html", {
+            "project": project, "run": run, "can_act": membership.can(Role.MEMBER),
+            "serving_copy": selectors.serving_copy(run=run)})
+
+    def make(run):
+        copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
+                                                           final=True, scheme=request.POST.get("scheme", "int8"))
+        if queued:
+            messages.success(request, f"Making the {copy.scheme} serving copy of this run's final model again; the "
+                                      "chat serves it once it is written, and what it serves now until then.")
+        else:
+            messages.info(request, f"The {copy.scheme} serving copy of this run's final model is already being "
+                                   "written.")
+        return run
+
+    return _action(request, slug, run_id, make)
 
 
 @login_required

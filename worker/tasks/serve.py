@@ -281,7 +281,7 @@ def quantize_run(run_dir: str) -> dict:
     """Write a succeeded run's serving copy ``export/quantized/`` (scheme ``TEMPER_SERVE_QUANTIZE``) with its
     memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on."""
     from jaxengine.quantize import quantize_run_export
-    from webapp.runs.selectors import SERVING_COPY_ERROR_FILE
+    from webapp.runs.serving_copies import SERVING_COPY_ERROR_FILE
 
     error_file = Path(run_dir) / SERVING_COPY_ERROR_FILE
     try:
@@ -301,8 +301,8 @@ def quantize_run(run_dir: str) -> dict:
 
 @app.task(name="worker.tasks.serve.make_serving_copy", acks_late=True)
 def make_serving_copy(copy_pk: int) -> dict:
-    """Write a serving copy someone asked for (``webapp.runs.serving_copies.serving_copy_request``): of an
-    exported checkpoint, scored on its run's eval set, or of a base model, scored on the dataset version
+    """Write a serving copy someone asked for (``webapp.runs.serving_copies.serving_copy_request``): of a
+    run's final model made again or of an exported checkpoint, scored on its run's eval set, or of a base model, scored on the dataset version
     chosen, if any. Acknowledged late, so that its message stays in Redis while it writes (a copy whose
     message is gone is taken as lost and can be asked for again). The copy is renamed into place whole;
     a failure leaves the model serving as before and records the reason."""
@@ -315,7 +315,7 @@ def make_serving_copy(copy_pk: int) -> dict:
         from jaxengine.quantize import quantize_model_dir, quantize_run_export
 
         source = serving_copies.source_dir(copy)
-        if copy.run_id is not None:  # written inside the checkpoint's export, as a run's is inside export/
+        if copy.run_id is not None:  # written inside export/ (the final model's) or the checkpoint's export
             description = quantize_run_export(copy.run.output_dir, scheme_name=copy.scheme, model_dir=source,
                                               eval_limit=serving_copies.EVAL_LIMIT)
         else:
@@ -330,6 +330,8 @@ def make_serving_copy(copy_pk: int) -> dict:
         logger.exception("serving copy %s failed", copy_pk)
         serving_copies.serving_copy_finish(copy_pk=copy_pk, error=error)
         return {"error": f"{type(error).__name__}: {error}"}
+    if copy.run_id is not None and copy.step is None:  # the automatic copy's failure is no longer the story
+        (Path(copy.run.output_dir) / serving_copies.SERVING_COPY_ERROR_FILE).unlink(missing_ok=True)
     serving_copies.serving_copy_finish(copy_pk=copy_pk)
     description.pop("modules", None)
     return description

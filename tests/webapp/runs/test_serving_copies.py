@@ -162,6 +162,108 @@ def test_a_reward_runs_checkpoint_gets_no_copy(team, checkpoint_run):
         serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
 
 
+# A run's final model, made again ---------------------------------------------------------------------
+
+
+def final_url(run):
+    return f"/p/alpha/runs/{run.public_id}/serving-copy/"
+
+
+@pytest.fixture
+def final_run(checkpoint_run, settings):
+    """The succeeded run with its merged export, whose automatic int8 copy failed."""
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    (checkpoint_run.output_dir / "export").mkdir()
+    (checkpoint_run.output_dir / serving_copies.SERVING_COPY_ERROR_FILE).write_text("RuntimeError: out of memory")
+    return checkpoint_run
+
+
+def test_a_member_makes_a_failed_final_copy_again_once_while_it_is_written(team, client_for, final_run, sent_tasks,
+                                                                           django_capture_on_commit_callbacks):
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{final_run.public_id}/").content.decode()
+    assert "int8 serving copy failed" in page and "RuntimeError: out of memory" in page
+    assert f'action="{final_url(final_run)}"' in page and "Make it again" in page
+    assert f"jaxengine export --run {final_run.output_dir} --quantize int8" in page  # the CLI, as secondary text
+    client = client_for(team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(final_url(final_run), {"scheme": "int4"})
+    assert response.status_code == 302 and response["Location"] == f"/p/alpha/runs/{final_run.public_id}/"
+    copy = ServingCopy.objects.get(run=final_run, step__isnull=True)
+    assert (copy.scheme, copy.status, copy.requested_by) == ("int4", ServingCopyStatus.WRITING, team.teammate)
+    assert copy_tasks(sent_tasks) == [(MAKE_COPY_TASK, [copy.pk], MAKE_COPY_QUEUE)]
+    assert serving_copies.source_dir(copy) == final_run.output_dir / "export"
+    assert serving_copies.copy_dir(copy) == final_run.output_dir / "export" / "quantized"
+    # A second click while it is written queues nothing more.
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(final_url(final_run), {"scheme": "int8"})
+    assert len(copy_tasks(sent_tasks)) == 1 and ServingCopy.objects.get(pk=copy.pk).scheme == "int4"
+    assert "already being written" in client.get(f"/p/alpha/runs/{final_run.public_id}/", follow=True).content.decode()
+    partial = client.get(final_url(final_run)).content.decode()  # what static/serving_copy.js asks for again
+    assert 'data-copy-state="writing"' in partial and "int4 serving copy being written" in partial
+    assert "Make it again" not in partial and "jaxengine export" not in partial
+    # The checkpoint's copy is another row: the final model's does not stand in its way.
+    with django_capture_on_commit_callbacks(execute=True):
+        _, queued = serving_copies.serving_copy_request(project=team.project, user=None, run=final_run, step=3)
+    assert queued and len(copy_tasks(sent_tasks)) == 2
+
+
+def test_making_the_final_copy_again_requires_the_member_role_and_the_project(team, client_for, final_run,
+                                                                              sent_tasks):
+    assert client_for(team.viewer).post(final_url(final_run), {"scheme": "int4"}).status_code == 403
+    assert client_for(team.outsider).post(final_url(final_run), {"scheme": "int4"}).status_code == 404
+    assert client_for(team.outsider).get(final_url(final_run)).status_code == 404
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+    page = client_for(team.viewer).get(f"/p/alpha/runs/{final_run.public_id}/").content.decode()
+    assert "serving copy failed" in page and "Make it again" not in page  # viewers see the state, without the form
+    assert "Make it again" not in client_for(team.viewer).get(final_url(final_run)).content.decode()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"status": RunStatus.FAILED}, "has no final model to copy"),
+    ({"task": "reward"}, "has no final model to copy"),
+])
+def test_a_run_without_a_final_model_gets_no_copy(team, client_for, final_run, sent_tasks, change, message):
+    Run.objects.filter(pk=final_run.pk).update(**change)
+    page = client_for(team.teammate).post(final_url(final_run), {"scheme": "int8"}, follow=True).content.decode()
+    assert message in page and not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+
+
+def test_it_rejects_an_unknown_scheme_for_the_final_copy(team, client_for, final_run, sent_tasks):
+    page = client_for(team.teammate).post(final_url(final_run), {"scheme": "int3"}, follow=True).content.decode()
+    assert "int3&#x27; is not one of int8, int4" in page and not ServingCopy.objects.exists()
+
+
+def test_a_ready_final_copy_is_switched_to_int4_and_serves_the_int8_one_until_then(team, client_for, final_run,
+                                                                                   django_capture_on_commit_callbacks):
+    (final_run.output_dir / serving_copies.SERVING_COPY_ERROR_FILE).unlink()
+    Artifact.objects.create(run=final_run, kind=ArtifactKind.MODEL, path=str(final_run.output_dir / "export"))
+    write_copy(final_run.output_dir / "export" / "quantized", scheme="int8")
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{final_run.public_id}/").content.decode()
+    assert 'data-copy-state="ready"' in page and f'action="{final_url(final_run)}"' in page  # to switch scheme
+    assert "jaxengine export" not in page
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, queued = serving_copies.serving_copy_request(project=team.project, user=team.teammate, run=final_run,
+                                                           final=True, scheme="int4")
+    assert queued
+    state = serving_copies.final_serving_copy(run=final_run, automatic_scheme="int8")
+    assert (state["state"], state["scheme"], state["served"], state["automatic"]) == ("writing", "int4", "int8", False)
+    chosen = chat_selectors.model_choice(project=team.project, ref=final_run.public_id)
+    assert chosen.quantization == "int8"  # the old copy serves until the new one is whole
+    # The new copy fails: the reason is told, the int8 copy still serves, and it can be made again.
+    serving_copies.serving_copy_finish(copy_pk=copy.pk, error=ValueError("int4 <needs> 64"))
+    partial = client_for(team.teammate).get(final_url(final_run)).content.decode()
+    assert "int4 serving copy failed" in partial and "ValueError: int4 &lt;needs&gt; 64" in partial
+    assert "serve the earlier int8 copy" in partial and "Make it again" in partial
+    # Made again, written whole: the int4 copy is what the chat serves.
+    with django_capture_on_commit_callbacks(execute=True):
+        serving_copies.serving_copy_request(project=team.project, user=None, run=final_run, final=True, scheme="int4")
+    write_copy(final_run.output_dir / "export" / "quantized", scheme="int4")
+    serving_copies.serving_copy_finish(copy_pk=copy.pk)
+    assert chat_selectors.model_choice(project=team.project, ref=final_run.public_id).quantization == "int4"
+    partial = client_for(team.viewer).get(final_url(final_run)).content.decode()
+    assert 'data-copy-state="ready"' in partial and "int4 serving copy" in partial
+
+
 # A base model's copy ---------------------------------------------------------------------------------
 
 

@@ -339,7 +339,8 @@ def test_the_run_page_reports_the_serving_copys_memory_perplexity_and_agreement(
     assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()  # not succeeded
     run = succeeded_with_export(run)
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert 'id="serving-copy"' in page and "Being written (int8) by a serve worker" in page
+    assert 'id="serving-copy"' in page and "int8 serving copy being written" in page
+    assert "Make it again" not in page  # nothing to make again while the automatic copy is written
     copy = run.output_dir / "export" / "quantized"
     copy.mkdir()
     # What jaxengine.quantize writes (tests/worker/test_serve.py runs the real one).
@@ -348,7 +349,7 @@ def test_the_run_page_reports_the_serving_copys_memory_perplexity_and_agreement(
         "bfloat16_bytes": 5 * 2**20, "ratio_to_bfloat16": 0.6, "eval_sequences": 16, "perplexity_reference": 4.25,
         "perplexity_quantized": 4.3, "perplexity_increase": 0.30 / 25, "eval_prompts": 16, "greedy_agreement": 0.9375}))
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert "Being written" not in page
+    assert "being written" not in page and 'data-copy-state="ready"' in page
     assert "<dt>Memory</dt><dd>3.0 MiB, 60% of the bfloat16 model&#x27;s 5.0 MiB</dd>" in page
     assert "<dt>Perplexity</dt><dd>4.3 against 4.25 unquantized (+1.2%), on 16 evaluation rows</dd>" in page
     assert "94% of greedy tokens the same as the unquantized model&#x27;s, on 16 prompts" in page
@@ -360,10 +361,10 @@ def test_a_serving_copy_that_failed_says_why_escaped(team, run, client_for, sett
     run = succeeded_with_export(run)
     (run.output_dir / "serving-copy-error.txt").write_text("ValueError: <img src=x onerror=alert(1)> too small")
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert "Not written: ValueError: &lt;img src=x onerror=alert(1)&gt; too small" in page
+    assert "int8 serving copy failed" in page and "ValueError: &lt;img src=x onerror=alert(1)&gt; too small" in page
     assert f"jaxengine export --run {run.output_dir} --quantize int8" in page
     settings.TEMPER_SERVE_QUANTIZE = "none"  # nothing writes copies, but this one's failure is still told
-    assert "Not written" in client_for(team.viewer).get(url(run)).content.decode()
+    assert "serving copy failed" in client_for(team.viewer).get(url(run)).content.decode()
     partial = client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()  # what the page asks again
     assert 'data-state="failed"' in partial and "&lt;img src=x" in partial and "<img" not in partial
     (run.output_dir / "serving-copy-error.txt").unlink()
