@@ -623,8 +623,10 @@ def test_a_live_chart_leaves_its_one_value_axis_once_the_values_differ(page, asg
     def send(step, value):
         reporting.publish_event(run.public_id, {"type": "metrics", "points": [
             {"step": step, "name": "learning_rate", "value": value, "tokens": step, "wall_time": float(step)}]})
+        # ?.: the chart's element is on the page a moment before plotly has drawn into it (a throw in the
+        # predicate ends the wait at once instead of polling again).
         page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`)"
-                               f".data[0].x.length === {step}", timeout=10_000)
+                               f"?.data?.[0]?.x?.length === {step}", timeout=10_000)
 
     send(1, 3e-4)
     send(2, 3e-4)
