@@ -106,12 +106,8 @@ def basemodel_serving_copy(request: HttpRequest, slug: str, public_id: str) -> H
         copy, queued = serving_copies.serving_copy_request(
             project=project, user=request.user, base_model=base_model, scheme=request.POST.get("scheme", "int8"),
             eval_version=eval_version)
-        if queued:
-            messages.success(request, f"Making the {copy.scheme} serving copy of {isolated(base_model.name)}; the chat "
-                                      "serves it once it is written, and the unquantized model until then.")
-        else:
-            messages.info(request, f"The {copy.scheme} serving copy of {isolated(base_model.name)} is already being "
-                                   "written.")
+        messages.add_message(request, *serving_copies.request_message(
+            copy, queued, of=isolated(base_model.name), meanwhile="the unquantized model"))
         return page
 
     try:

@@ -25,7 +25,7 @@ from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Ru
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
-                                       final_serving_copy)
+                                       final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
 from webapp.workers.selectors import pool_offers
 
@@ -505,7 +505,7 @@ def run_devices(*, run: Run) -> dict[str, Any]:
 def serving_copy_figures(run: Run) -> dict[str, Any] | None:
     """The figures of the run's serving copy (``export/quantized/quantization.json``, its per-module list
     left out) with ``path`` and a one-line ``summary``; None while there is none or it cannot be read."""
-    return copy_figures(export_copy_dir(run.output_dir / "export"))
+    return copy_figures(export_copy_dir(run_export_dir(run)))
 
 
 def serving_copy(*, run: Run) -> dict[str, Any] | None:

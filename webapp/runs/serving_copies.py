@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -216,10 +217,11 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
                          base_model: BaseModel | None = None,
                          eval_version: DatasetVersion | None = None) -> tuple[ServingCopy, bool]:
     """Ask a serve worker for the serving copy of checkpoint ``step`` of ``run`` or, with ``final``, of the
-    run's final model (both scored on the run's eval set), or of ``base_model`` (scored on ``eval_version``, a ready dataset version of the project, when
-    given; else memory only). Returns (the copy, whether this request queued it): while a copy is being
-    written, asking again queues nothing and returns it. A ready or failed copy is made again (another
-    scheme, another eval set): the old copy serves until the new one is whole."""
+    run's final model (both scored on the run's eval set), or of ``base_model`` (scored on ``eval_version``, a
+    ready dataset version of the project, when given; else memory only). Returns (the copy, whether this
+    request queued it): while a copy is being written, asking again queues nothing and returns it. A ready
+    or failed copy is made again (another scheme, another eval set): the old copy serves until the new one
+    is whole."""
     _refuse_scheme(scheme)
     if (base_model is None) == (run is None):
         raise ValueError("give a run's checkpoint or a base model")
@@ -255,6 +257,16 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     copy_pk = copy.pk
     transaction.on_commit(lambda: celery_app.send_task(MAKE_COPY_TASK, args=[copy_pk], queue=MAKE_COPY_QUEUE))
     return copy, True
+
+
+def request_message(copy: ServingCopy, queued: bool, *, of: str, meanwhile: str, again: bool = False
+                    ) -> tuple[int, str]:
+    """(message level, text) a page shows after asking for ``copy`` of ``of`` (``serving_copy_request``'s
+    answer); ``meanwhile``: what the chat serves until the copy is whole."""
+    if queued:
+        return messages.SUCCESS, (f"Making the {copy.scheme} serving copy of {of}{' again' if again else ''}; the chat "
+                                  f"serves it once it is written, and {meanwhile} until then.")
+    return messages.INFO, f"The {copy.scheme} serving copy of {of} is already being written."
 
 
 def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:

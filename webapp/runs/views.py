@@ -383,12 +383,8 @@ def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpRespon
     def make(run):
         copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
                                                            final=True, scheme=request.POST.get("scheme", "int8"))
-        if queued:
-            messages.success(request, f"Making the {copy.scheme} serving copy of this run's final model again; the "
-                                      "chat serves it once it is written, and what it serves now until then.")
-        else:
-            messages.info(request, f"The {copy.scheme} serving copy of this run's final model is already being "
-                                   "written.")
+        messages.add_message(request, *serving_copies.request_message(
+            copy, queued, of="this run's final model", meanwhile="what it serves now", again=True))
         return run
 
     return _action(request, slug, run_id, make)
@@ -537,11 +533,8 @@ def run_checkpoint_serving_copy(request: HttpRequest, slug: str, run_id: str) ->
             raise ValidationError({"step": f"choose a checkpoint step, not {raw_step!r}"})
         copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
                                                            step=step, scheme=scheme)
-        if queued:
-            messages.success(request, f"Making the {copy.scheme} serving copy of checkpoint {step}; the chat serves "
-                                      "it once it is written, and the unquantized checkpoint until then.")
-        else:
-            messages.info(request, f"The {copy.scheme} serving copy of checkpoint {step} is already being written.")
+        messages.add_message(request, *serving_copies.request_message(
+            copy, queued, of=f"checkpoint {step}", meanwhile="the unquantized checkpoint"))
         return run
 
     return _action(request, slug, run_id, make)

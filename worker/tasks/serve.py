@@ -302,10 +302,10 @@ def quantize_run(run_dir: str) -> dict:
 @app.task(name="worker.tasks.serve.make_serving_copy", acks_late=True)
 def make_serving_copy(copy_pk: int) -> dict:
     """Write a serving copy someone asked for (``webapp.runs.serving_copies.serving_copy_request``): of a
-    run's final model made again or of an exported checkpoint, scored on its run's eval set, or of a base model, scored on the dataset version
-    chosen, if any. Acknowledged late, so that its message stays in Redis while it writes (a copy whose
-    message is gone is taken as lost and can be asked for again). The copy is renamed into place whole;
-    a failure leaves the model serving as before and records the reason."""
+    run's final model made again or of an exported checkpoint, scored on its run's eval set, or of a base
+    model, scored on the dataset version chosen, if any. Acknowledged late, so that its message stays in
+    Redis while it writes (a copy whose message is gone is taken as lost and can be asked for again). The
+    copy is renamed into place whole; a failure leaves the model serving as before and records the reason."""
     from webapp.runs import serving_copies
 
     copy = serving_copies.serving_copy_pending(copy_pk=copy_pk)
