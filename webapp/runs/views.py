@@ -60,7 +60,17 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
         "pipelines": selectors.pipeline_list(project=project)[:10],
         # The table's own query, for the actions under it to come back to; runs a refused Compare sent back ticked.
         "table_query": _without_runs(request.GET), "ticked": set(request.GET.getlist("runs")),
+        "compare_tagged_url": _compare_tagged_url(project, filters, page.paginator.count),
     })
+
+
+def _compare_tagged_url(project, filters: selectors.RunFilters, count: int) -> str | None:
+    """The compare page of every run the table lists when it is filtered by a tag (a sweep's, say) and
+    they are few enough to compare: a sweep is launched to be compared, and ticking each row is busywork."""
+    if not filters.tag or not 2 <= count <= MAX_COMPARE:
+        return None
+    run_ids = [run.public_id for run in selectors.run_list(project=project, filters=filters)]
+    return reverse("runs:compare", args=[project.slug]) + "?" + urlencode([("runs", run_id) for run_id in run_ids])
 
 
 def _without_runs(query: QueryDict) -> str:

@@ -1,6 +1,7 @@
 """Run pages with an owner, a teammate, a viewer and an outsider: the launch form built from the
 schema, its errors by field, the YAML view, duplicate, the run page and its endpoints, actions,
 the table and the compare page."""
+import html
 import json
 import re
 
@@ -8,7 +9,7 @@ import pytest
 
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
-from webapp.runs import reporting, services
+from webapp.runs import reporting, services, views
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
 
@@ -1154,6 +1155,28 @@ def test_launching_a_sweep_from_the_form_lists_its_runs(team, catalog, client_fo
     assert [page.index(run.public_id) for run in runs] == sorted(page.index(run.public_id) for run in runs)
     other = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="not swept")
     assert other.public_id not in client.get(response["Location"]).content.decode()
+
+
+def test_a_table_filtered_by_a_tag_links_to_the_comparison_of_its_runs(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": "train.batch_size: 1, 2, 4"})
+    tag = _sweep_tag(response["Location"])
+    swept = [run.public_id for run in Run.objects.order_by("id")]
+    services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="not swept")
+    link = re.search(r'<a class="button" href="([^"]+)">Compare the 3 runs tagged ' + tag + "</a>",
+                     client.get(response["Location"]).content.decode())
+    assert link, "no link to compare the sweep"
+    compare_url = html.unescape(link.group(1))
+    assert compare_url == "/p/alpha/runs/compare/?" + "&".join(f"runs={run_id}" for run_id in swept)
+    page = client.get(compare_url)
+    assert page.status_code == 200 and all(run_id in page.content.decode() for run_id in swept)
+    # Unfiltered, or a tag with one run, or with more runs than a comparison takes: no such link.
+    assert "Compare the" not in client.get("/p/alpha/runs/").content.decode()
+    services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="one", tags="alone")
+    assert "Compare the" not in client.get("/p/alpha/runs/?tag=alone").content.decode()
+    for _ in range(views.MAX_COMPARE + 1):
+        services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="many", tags="many")
+    assert "Compare the" not in client.get("/p/alpha/runs/?tag=many").content.decode()
 
 
 def test_launching_a_sweep_from_the_yaml_view(team, catalog, client_for, sent_tasks):
