@@ -22,6 +22,7 @@ import contextlib
 import functools
 import json
 import math
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -206,6 +207,27 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
 # Jitted computations. Module-level with the model structure, task and optimizer settings as
 # static arguments, so every Trainer over the same model shape reuses one compiled step (tests and
 # resumed runs in one process compile once).
+
+
+def memory_metrics(devices) -> dict[str, float]:
+    """Peak memory so far, in GiB: ``memory/host_peak_gib``, the process's resident set (on CPU the
+    devices' arrays live there too), and on accelerators ``memory/device_peak_gib``, the most any of
+    ``devices`` has held. Logged every step so that a batch size or sequence length near the limit
+    shows before it runs out."""
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    metrics = {"memory/host_peak_gib": peak_rss * (1 if sys.platform == "darwin" else 1024) / 2**30}
+    device_peaks = [stats.get("peak_bytes_in_use") for stats in map(_device_memory_stats, devices)]
+    device_peaks = [peak for peak in device_peaks if peak is not None]
+    if device_peaks:
+        metrics["memory/device_peak_gib"] = max(device_peaks) / 2**30
+    return metrics
+
+
+def _device_memory_stats(device) -> dict[str, int]:
+    try:
+        return device.memory_stats() or {}  # None on CPU
+    except Exception:  # a backend without the statistics: nothing to report, not a failed run
+        return {}
 
 
 def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
@@ -570,7 +592,8 @@ class Trainer:
                              for part in jax.tree.leaves(batches, is_leaf=_is_token_batch) if _is_token_batch(part))
                 self.tokens_seen += tokens
                 record = {"step": self.step, **metrics, "tokens_per_second": tokens / max(seconds, 1e-9),
-                          "tokens": self.tokens_seen, "epoch": self.data_position.epoch}
+                          "tokens": self.tokens_seen, "epoch": self.data_position.epoch,
+                          **memory_metrics(jax.local_devices())}
                 record.pop("loss_weight")
                 if stream is None:
                     # Tasks that make their data each step (RL) time making it themselves; this is the update.

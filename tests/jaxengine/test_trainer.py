@@ -12,7 +12,7 @@ from jaxengine.data.pipeline import Example, epoch_order
 from jaxengine.models import build_model, preset
 from jaxengine.spec import OptimSpec
 from jaxengine.tasks import LanguageModelTask
-from jaxengine.trainer import Checkpoints, Trainer, TrainConfig, learning_rate_schedule
+from jaxengine.trainer import Checkpoints, Trainer, TrainConfig, learning_rate_schedule, memory_metrics
 
 
 def tiny_model(seed=0):
@@ -69,6 +69,29 @@ def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     for key in ("loss", "learning_rate", "grad_norm", "tokens_per_second"):
         assert math.isfinite(metrics[5][key])
     assert sorted(Checkpoints(tmp_path / "checkpoints", keep_last=3).steps()) == [12, 24]
+    # Peak memory every step: the process's, which only grows (and holds at least the model), and on CPU
+    # no device figure (the devices' arrays are in the process).
+    host_peaks = [m["memory/host_peak_gib"] for m in metrics]
+    assert host_peaks == sorted(host_peaks) and host_peaks[0] * 2**30 > sum(leaf.nbytes for leaf in jax.tree.leaves((trainer.params, trainer.frozen)))
+    assert "memory/device_peak_gib" not in metrics[0]
+
+
+class _Device:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def memory_stats(self):
+        if isinstance(self.stats, Exception):
+            raise self.stats
+        return self.stats
+
+
+def test_memory_metrics_report_the_largest_device_peak_where_devices_count_their_memory():
+    devices = [_Device({"peak_bytes_in_use": 3 * 2**30, "bytes_in_use": 2**30}), _Device({"peak_bytes_in_use": 5 * 2**29}),
+               _Device(None), _Device(NotImplementedError("no statistics")), _Device({"bytes_limit": 2**34})]
+    metrics = memory_metrics(devices)
+    assert metrics["memory/device_peak_gib"] == 3.0 and metrics["memory/host_peak_gib"] > 0
+    assert memory_metrics([_Device(None)]).keys() == {"memory/host_peak_gib"}
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):
