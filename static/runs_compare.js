@@ -131,10 +131,11 @@
         data = JSON.parse(freshData.textContent);
         charts = chartsOf();
         firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
-        ["compare-finals", "compare-generations"].forEach(function (id) {
+        ["compare-finals", "compare-hyperparameters", "compare-generations"].forEach(function (id) {
           var current = document.getElementById(id), replacement = fresh.getElementById(id);
           if (current && replacement) current.replaceWith(document.importNode(replacement, true));
         });
+        window.TemperHyperparameters.draw();
         document.getElementById("no-metrics").hidden = data.names.length > 0;
         draw();
       })

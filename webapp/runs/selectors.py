@@ -591,6 +591,29 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def hyperparameter_axes(*, runs: list[Run], diff: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any] | None:
+    """What the compare page's parallel-coordinates chart draws, for three runs or more whose configs
+    differ (a sweep, say): an axis per differing key of single values (numbers as numbers, anything
+    else, a model's name say, as a category), and the runs' last value of each final metric (None where
+    a run has none), for the chart to color by and end on. None when there is nothing to draw."""
+    if len(runs) < 3:
+        return None
+    flat = [flatten_spec(run.spec) for run in runs]  # the diff writes lists out as JSON text
+    axes = []
+    for row in diff:
+        if not row["differs"] or any(isinstance(entry.get(row["key"]), (list, dict)) for entry in flat):
+            continue
+        values = [value.name if isinstance(value, SpecReference) else value for value in row["values"]]
+        numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
+        axes.append({"key": row["key"], "numeric": numeric,
+                     "values": values if numeric else ["—" if value is None else str(value) for value in values]})
+    metrics = {name: [(run.final_metrics.get(name) or {}).get("last") for run in runs] for name in metric_names}
+    metrics = {name: values for name, values in metrics.items() if any(value is not None for value in values)}
+    if not axes or not metrics:
+        return None
+    return {"runs": [run.name for run in runs], "axes": axes, "metrics": metrics}
+
+
 def generations_across_steps(*, run: Run, limit: int = 5) -> dict[str, Any]:
     """One run's generations for the same eval prompts at its last ``limit`` evaluated steps:
     rows are prompts, columns steps (how the answers changed as it trained)."""

@@ -606,6 +606,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names},
         "diff": diff, "config_differs": any(row["differs"] for row in diff), "final_names": final_names,
+        "hyperparameters": selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=final_names),
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
         "generations": selectors.side_by_side(runs=runs),
         "query": "&".join(f"runs={run.public_id}" for run in runs),

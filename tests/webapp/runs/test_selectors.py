@@ -256,3 +256,28 @@ def test_points_logged_at_step_0_come_back(team, catalog, sent_tasks):
     services.metrics_log(run=run, points=[{"step": step, "metrics": {"eval/loss": 1.0}} for step in range(2, 41)])
     reduced = selectors.metric_series(run=run, names=["eval/loss"], max_points=8)["eval/loss"]
     assert reduced["downsampled"] and reduced["step"][0] == 0 and reduced["value"][0] == 3.0  # in the first bucket
+
+
+def test_hyperparameter_axes_are_the_differing_single_values_with_each_runs_last_metrics(team, catalog, sent_tasks):
+    runs = [make_run(team, catalog, optim={"learning_rate": rate, "schedule": schedule},
+                     peft={"method": "lora", "targets": targets})
+            for rate, schedule, targets in ((1e-4, "cosine", ["q_proj"]), (1e-3, "linear", ["q_proj", "v_proj"]),
+                                            (3e-3, "cosine", ["q_proj"]))]
+    runs[2].spec = {**runs[2].spec, "data": {**runs[2].spec["data"], "eval": catalog.sft.public_id}}
+    for run, loss in zip(runs, (2.0, 1.5, None)):
+        run.final_metrics = {"reward": {"last": 0.5, "min": 0.0, "max": 0.5}} | (
+            {"loss": {"last": loss, "min": loss, "max": 3.0}} if loss is not None else {})
+    diff = selectors.config_diff(runs=runs)
+    drawn = selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=["loss", "eval/loss", "reward"])
+    assert drawn["runs"] == [run.name for run in runs]
+    # peft.targets (a list) has no axis; the evaluation data is a category named as the diff names it.
+    assert [(axis["key"], axis["numeric"]) for axis in drawn["axes"]] == [
+        ("data.eval", False), ("optim.learning_rate", True), ("optim.schedule", False)]
+    assert drawn["axes"][0]["values"] == ["—", "—", f"{catalog.sft.dataset.name} v{catalog.sft.number}"]
+    assert drawn["axes"][1]["values"] == [1e-4, 1e-3, 3e-3]
+    assert drawn["metrics"] == {"loss": [2.0, 1.5, None], "reward": [0.5, 0.5, 0.5]}  # no run has eval/loss
+    # Two runs (a plain comparison), or no differing key to draw: no chart.
+    assert selectors.hyperparameter_axes(runs=runs[:2], diff=selectors.config_diff(runs=runs[:2]),
+                                         metric_names=["loss"]) is None
+    same = [make_run(team, catalog) for _ in range(3)]
+    assert selectors.hyperparameter_axes(runs=same, diff=selectors.config_diff(runs=same), metric_names=["loss"]) is None

@@ -1,0 +1,50 @@
+/* The compare page's parallel-coordinates chart (webapp/runs/selectors.py: hyperparameter_axes): a
+   line per run through the config keys that differ, ending on the run's last value of the chosen
+   metric, which also colors the lines. Numbers are numeric axes; other values (a model's name, a
+   schedule) are categories. Runs without the chosen metric are left out, and the page says how many.
+   Names of keys, values and metrics reach plotly as text, never as its markup (static/plot_text.js).
+   runs_compare.js calls draw() again after it has read the page anew. */
+(function () {
+  "use strict";
+  var literal = window.TemperPlotText.literal;
+  var chosen = null;  // the metric picked, kept while the page reads itself again
+
+  function categoryAxis(axis, rows) {
+    var categories = axis.values.filter(function (value, index, all) { return all.indexOf(value) === index; }).sort();
+    return { label: literal(axis.key), values: rows.map(function (row) { return categories.indexOf(axis.values[row]); }),
+      tickvals: categories.map(function (_, index) { return index; }), ticktext: categories.map(literal),
+      range: [0, Math.max(categories.length - 1, 1)] };
+  }
+
+  function draw() {
+    var source = document.getElementById("hyperparameters-data");
+    var plot = document.getElementById("hyperparameters-plot");
+    if (!source || !plot) return;
+    var data = JSON.parse(source.textContent);
+    var select = document.getElementById("hp-metric");
+    if (chosen !== null && data.metrics[chosen]) select.value = chosen;
+    if (!select.dataset.bound) {
+      select.dataset.bound = "1";
+      select.addEventListener("change", function () { chosen = select.value; draw(); });
+    }
+    var metric = select.value, scores = data.metrics[metric];
+    var rows = scores.map(function (_, index) { return index; }).filter(function (index) { return scores[index] !== null; });
+    var dimensions = data.axes.map(function (axis) {
+      return axis.numeric ? { label: literal(axis.key), values: rows.map(function (row) { return axis.values[row]; }) }
+        : categoryAxis(axis, rows);
+    });
+    var metricValues = rows.map(function (row) { return scores[row]; });
+    dimensions.push({ label: literal(metric), values: metricValues });
+    var missing = document.getElementById("hp-missing");
+    var left = scores.length - rows.length;
+    missing.hidden = left === 0;
+    missing.textContent = left ? left + " of the " + scores.length + " runs have no " + metric + " and are not drawn." : "";
+    window.Plotly.react(plot, [{ type: "parcoords", dimensions: dimensions,
+      line: { color: metricValues, colorscale: "Viridis", showscale: true, colorbar: { thickness: 12 } } }],
+      { height: 340, margin: { l: 60, r: 60, t: 48, b: 24 }, paper_bgcolor: "rgba(0,0,0,0)", font: { size: 11 } },
+      { displayModeBar: false, responsive: true });
+  }
+
+  window.TemperHyperparameters = { draw: draw };
+  draw();
+})();
