@@ -1,7 +1,7 @@
 /* The compare page's parallel-coordinates chart (webapp/runs/selectors.py: hyperparameter_axes): a
    line per run through the config keys that differ, ending on the run's last value of the chosen
-   metric, which also colors the lines. Numbers are numeric axes; other values (a model's name, a
-   schedule) are categories. Runs without the chosen metric are left out, and the page says how many.
+   metric, which also colors the lines. Numbers are numeric axes (log scaled over a decade or more);
+   other values (a model's name, a schedule) are categories. Runs without the chosen metric are left out, and the page says how many.
    Names of keys, values and metrics reach plotly as text, never as its markup (static/plot_text.js).
    runs_compare.js calls draw() again after it has read the page anew. */
 (function () {
@@ -14,6 +14,18 @@
     return { label: literal(axis.key), values: rows.map(function (row) { return categories.indexOf(axis.values[row]); }),
       tickvals: categories.map(function (_, index) { return index; }), ticktext: categories.map(literal),
       range: [0, Math.max(categories.length - 1, 1)] };
+  }
+
+  // A numeric key swept over a decade or more (learning rates) is drawn on a log scale, which
+  // parcoords lacks: the axis holds log10 of the values and is ticked with the values themselves.
+  function numericAxis(axis, rows) {
+    var values = rows.map(function (row) { return axis.values[row]; });
+    var low = Math.min.apply(null, values), high = Math.max.apply(null, values);
+    if (!(low > 0 && high / low >= 10)) return { label: literal(axis.key), values: values };
+    var ticks = values.filter(function (value, index, all) { return all.indexOf(value) === index; })
+      .sort(function (a, b) { return a - b; });
+    return { label: literal(axis.key + " (log)"), values: values.map(Math.log10), tickvals: ticks.map(Math.log10),
+      ticktext: ticks.map(String) };
   }
 
   function draw() {
@@ -30,8 +42,7 @@
     var metric = select.value, scores = data.metrics[metric];
     var rows = scores.map(function (_, index) { return index; }).filter(function (index) { return scores[index] !== null; });
     var dimensions = data.axes.map(function (axis) {
-      return axis.numeric ? { label: literal(axis.key), values: rows.map(function (row) { return axis.values[row]; }) }
-        : categoryAxis(axis, rows);
+      return axis.numeric ? numericAxis(axis, rows) : categoryAxis(axis, rows);
     });
     var metricValues = rows.map(function (row) { return scores[row]; });
     dimensions.push({ label: literal(metric), values: metricValues });

@@ -4,6 +4,7 @@ SFT run from the form and watch its loss chart grow without a reload, then cance
 runs and see both curves, the config diff and the generations side by side."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -235,7 +236,9 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
                            " values: Array.from(x.values), ticktext: x.ticktext || null}))}; }")
     assert figure["type"] == "parcoords" and figure["color"] == [2.5, 1.5, 1.0]
     learning_rate, schedule, loss = figure["dims"]
-    assert learning_rate == {"label": "optim.learning_rate", "values": [1e-4, 1e-3, 3e-3], "ticktext": None}
+    # Swept over more than a decade: a log axis ticked with the rates themselves.
+    assert learning_rate["label"] == "optim.learning_rate (log)" and learning_rate["ticktext"] == ["0.0001", "0.001", "0.003"]
+    assert learning_rate["values"] == pytest.approx([-4, -3, math.log10(3e-3)])
     assert schedule["label"] == "optim.schedule" and schedule["values"] == [1, 0, 1]
     assert schedule["ticktext"] == ["&lt;b&gt;linear&lt;/b&gt;", "cosine"]  # plotly shows entities as text
     assert loss == {"label": "loss", "values": [2.5, 1.5, 1.0], "ticktext": None}
