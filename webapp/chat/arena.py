@@ -39,7 +39,7 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
                   compare: tuple[ModelChoice, ModelChoice] | None = None) -> Battle:
     """Send the prompt to two different models: drawn at random (a blind battle), or the two given
     (compare mode, names shown)."""
-    services.check_turn_text(prompt, what="prompt")
+    services.check_turn_text(prompt, field="prompt", what="prompt")
     if compare is not None:
         if compare[0].ref == compare[1].ref:
             raise services.ChatError("pick two different models to compare")

@@ -65,6 +65,8 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
                 return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
 
             return redirect(form_send_once(request, create=start))
+        except ValidationError as problem:  # the prompt (blank, a NUL, too long)
+            error = " ".join(problem.messages)
         except ChatError as problem:
             error = str(problem)
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]

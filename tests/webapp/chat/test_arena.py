@@ -331,3 +331,15 @@ def test_it_rejects_a_prompt_longer_than_a_chat_message(team, client_for, models
     assert b"the prompt is 100,001 characters long; at most 100,000" in response.content
     assert not Battle.objects.exists() and not Conversation.objects.exists() and not sent
     assert start_battle(team, client_for, prompt="x" * 100_000).prompt == "x" * 100_000
+
+
+def test_it_rejects_a_blank_prompt_as_bad_input(team, client_for, models, sent):
+    """A prompt of white space was refused like a busy conversation; it is bad input, said as such."""
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "  \n "})
+    assert response.status_code == 400
+    assert b"the prompt is empty or only white space; write something to send" in response.content
+    assert not Battle.objects.exists() and not sent
+    with pytest.raises(ValidationError) as refused:
+        arena.battle_create(project=team.project, user=team.teammate, prompt=" ", choices=selectors.model_choices(
+            project=team.project))
+    assert list(refused.value.message_dict) == ["prompt"]

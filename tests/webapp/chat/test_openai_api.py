@@ -130,6 +130,19 @@ def test_a_streamed_request_the_model_refuses_gets_a_400_not_a_stream(api, worke
     assert whole.status_code == 400 and whole.json()["error"]["code"] == "context_length_exceeded"
 
 
+def test_a_blank_user_message_is_answered_as_openai_answers_it(api, worker):
+    """OpenAI's API answers a user message of white space (or none at all) like any other, and so does this one:
+    the request reaches the model as sent, nothing is refused by the web and nothing fails there. (The chat
+    page, whose person can type again, refuses a blank turn: ``services.check_turn_text``.)"""
+    model, headers = api
+    scripts, requests = worker
+    scripts.append([{"type": "token", "text": "Hello"},
+                    {"type": "done", "text": "Hello", "finish_reason": "stop", "prompt_tokens": 4, "completion_tokens": 1}])
+    response = post("/v1/chat/completions", chat(model, messages=[{"role": "user", "content": "  \n "}]), headers)
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "Hello"
+    assert requests[0]["messages"] == [{"role": "user", "content": "  \n "}]
+
+
 def test_chunks_name_the_role_once_and_usage_only_when_asked(api, worker):
     model, headers = api
     scripts, _requests = worker
