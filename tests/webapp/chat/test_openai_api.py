@@ -77,6 +77,20 @@ def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param
     assert "_Message" not in error["message"] and "ChatBody" not in error["message"]
 
 
+@pytest.mark.parametrize("method,path,allowed", [
+    ("get", "/v1/chat/completions", "POST"),
+    ("put", "/v1/completions", "POST"),
+    ("post", "/v1/models", "GET"),
+    ("delete", "/v1/models/bm_x", "GET"),
+])
+def test_a_wrong_method_gets_the_allow_header_and_an_openai_error(db, method, path, allowed):
+    """A 405 came without the Allow header HTTP requires on it (RFC 9110, 15.5.6), and said only "use GET"."""
+    response = getattr(Client(), method)(path)
+    assert response.status_code == 405 and response["Allow"] == allowed
+    assert response.json() == {"error": {"message": f"{method.upper()} is not allowed here; use {allowed}",
+                                         "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}}
+
+
 def test_a_body_that_is_not_an_object_or_too_large_gets_a_json_error(api, settings):
     model, headers = api
     response = post("/v1/chat/completions", "[1, 2]", headers)
