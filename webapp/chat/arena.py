@@ -25,6 +25,7 @@ from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice, distinct_labels
+from webapp.core.text import checked_name
 from webapp.projects.models import Project
 from webapp.review import selectors as review_selectors
 from webapp.review import services as review_services
@@ -119,10 +120,16 @@ def preference_pairs(*, project: Project) -> list[dict[str, Any]]:
 
 def arena_export(*, project: Project, user, dataset_name: str):
     """The project's preference pairs as the next version of ``preference`` dataset ``dataset_name``
-    (created when new), validated like any upload. Returns the version."""
+    (created when new), validated like any upload. Returns the version. Every refusal is keyed by
+    ``dataset_name``, the arena form's field, so the page shows it next to the name typed."""
     from webapp.datasets import services as dataset_services
     from webapp.datasets.selectors import dataset_named
 
+    # Checked here under the form's field: the datasets service names its own argument, "name".
+    dataset_name = checked_name(dataset_name, field="dataset_name", max_length=dataset_services.DATASET_NAME_MAX)
+    if not dataset_name:
+        raise ValidationError({"dataset_name": "name the dataset the preference pairs go to, e.g. "
+                                               "'arena-preferences'"})
     rows = preference_pairs(project=project)
     if not rows:
         raise ValidationError({"dataset_name": "no decisive vote with two usable answers yet: vote A or B in some "
@@ -133,7 +140,12 @@ def arena_export(*, project: Project, user, dataset_name: str):
         if dataset is not None and dataset.kind != "preference":
             raise ValidationError({"dataset_name": f"{dataset_name} is a {dataset.kind} dataset; pick another name"})
         if dataset is None:
-            dataset = dataset_services.dataset_create(project=project, name=dataset_name, kind="preference", user=user)
+            try:
+                dataset = dataset_services.dataset_create(project=project, name=dataset_name, kind="preference",
+                                                          user=user)
+            except ValidationError as error:  # only the name can be refused now: taken by a dataset made
+                # at the same moment
+                raise ValidationError({"dataset_name": error.messages}) from error
         return dataset_services.dataset_version_create(
             dataset=dataset, upload=SimpleUploadedFile("arena.jsonl", content), file_format="jsonl",
             column_mapping={}, user=user)
