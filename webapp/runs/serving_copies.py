@@ -16,6 +16,7 @@ directory is the user's and may be read-only.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -60,10 +61,31 @@ def base_model_copy_dir(base_model: BaseModel) -> Path:
 
 
 def copy_description(copy_dir: str | Path) -> dict[str, Any] | None:
-    """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy."""
+    """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy.
+
+    The chat's model picker asks this of every model of the project on every request, so the parsed file
+    is kept (``_description_at``) under its path and what ``stat`` says of it: a copy made again is a new
+    file renamed into place (another inode and modification time), read at once; an unchanged one costs a
+    ``stat``, not a read and a parse of its per-module list."""
+    path = Path(copy_dir) / QUANTIZATION_FILE
     try:
-        description = json.loads((Path(copy_dir) / QUANTIZATION_FILE).read_text())
-    except (OSError, ValueError):
+        status = path.stat()
+        description = _description_at(str(path), status.st_ino, status.st_mtime_ns, status.st_size)
+    except OSError:  # no copy (yet), or unreadable now: not kept, so asked again next time
+        return None
+    return dict(description) if description is not None else None
+
+
+DESCRIPTIONS_KEPT = 512  # parsed quantization.json files (a few KiB each once their module list is left out)
+
+
+@functools.lru_cache(maxsize=DESCRIPTIONS_KEPT)
+def _description_at(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any] | None:
+    """The parsed file at ``path`` as it was when it had that inode, modification time and size (the key
+    only: a rewritten file has another); None for one that is not a JSON object. Callers get a copy."""
+    try:
+        description = json.loads(Path(path).read_text())
+    except ValueError:
         return None
     if not isinstance(description, dict):
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -365,3 +366,37 @@ def test_the_chat_and_the_api_serve_a_copy_once_it_is_whole_and_say_which(team, 
     quantization = {entry["id"]: entry["quantization"] for entry in listed["data"]}
     assert quantization[base_model.public_id] == "int4" and quantization[checkpoint_ref] == "int4"
     assert quantization[catalog.base_model.public_id] is None
+
+
+def test_a_copys_description_is_read_once_until_the_copy_is_made_again(team, catalog, monkeypatch):
+    """The chat's model picker (``model_choices``, on every chat and API request) read and parsed each copy's
+    quantization.json every time; it is kept while the file is the same, and a copy made again is seen at once."""
+    copy_dir = serving_copies.base_model_copy_dir(catalog.base_model)
+    write_copy(copy_dir, ratio_to_bfloat16=0.6)
+    reads = []
+    read_text = Path.read_text
+
+    def counted(path, *args, **kwargs):
+        if path.name == serving_copies.QUANTIZATION_FILE:
+            reads.append(path)
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+
+    def served():
+        return chat_selectors.model_choice(project=team.project, ref=catalog.base_model.public_id)
+
+    assert served().quantization == served().quantization == "int8" and len(reads) == 1
+    assert serving_copies.copy_figures(copy_dir)["ratio_to_bfloat16"] == 0.6 and len(reads) == 1
+    # Made again as the engine makes it: a new directory renamed into place (a file of the same size here).
+    staging = copy_dir.with_name("staging")
+    write_copy(staging, ratio_to_bfloat16=0.7)
+    assert (staging / "quantization.json").stat().st_size == (copy_dir / "quantization.json").stat().st_size
+    copy_dir.rename(copy_dir.with_name("aside"))
+    staging.rename(copy_dir)
+    assert serving_copies.copy_figures(copy_dir)["ratio_to_bfloat16"] == 0.7 and len(reads) == 2
+    # Rewritten in place (another scheme): seen at once too; a copy taken away is no longer served.
+    write_copy(copy_dir, scheme="int4")
+    assert served().quantization == "int4" and len(reads) == 3
+    (copy_dir / "quantization.json").unlink()
+    assert served().quantization == "" and served().path == catalog.base_model.path
