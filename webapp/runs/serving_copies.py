@@ -337,12 +337,12 @@ def base_model_serving_copy(*, base_model: BaseModel) -> dict[str, Any]:
     return copy_state(copy, base_model_copy_dir(base_model), unmeasured=BASE_MODEL_UNMEASURED)
 
 
-def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any] | None:
+def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any]:
     """The state of a succeeded run's final-model copy (``copy_state``'s, with ``automatic`` True while the
     copy shown is the one written when the run succeeded, and there is no row): a copy made again has a row
     and reads like any other; before that, the automatic copy is ``ready`` once whole, ``failed`` when its
-    reason file is there, else ``writing`` (``automatic_scheme``, ``TEMPER_SERVE_QUANTIZE``) — or None
-    when nothing writes one (``none``)."""
+    reason file is there, else ``writing`` (``automatic_scheme``, ``TEMPER_SERVE_QUANTIZE``) — or ``none``
+    when nothing writes one (``TEMPER_SERVE_QUANTIZE=none``), which the card offers to make."""
     copy = ServingCopy.objects.filter(run=run, step__isnull=True).first()
     state = copy_state(copy, export_copy_dir(run_export_dir(run)))
     if copy is not None or state["state"] != "none":
@@ -355,7 +355,7 @@ def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any] | N
         return {"state": "failed", "message": message, "scheme": automatic_scheme, "served": "", "copy": None,
                 "automatic": True}
     if automatic_scheme == "none":
-        return None
+        return {**state, "automatic": False}
     return {"state": "writing", "scheme": automatic_scheme, "served": "", "copy": None, "automatic": True}
 
 
