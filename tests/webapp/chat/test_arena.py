@@ -112,6 +112,9 @@ def test_an_export_refused_for_its_name_says_so_next_to_the_field(team, client_f
     assert f'value="{name}" aria-label="Dataset name" aria-invalid="true" aria-describedby="dataset_name-error"' in form
     assert re.search(r'<small class="error" id="dataset_name-error">[^<]*' + re.escape(says), form)
     assert Dataset.objects.filter(project=team.project).count() == 1
+    # The page is answered at the export's address: the battle form still posts to the arena's.
+    assert f'<form method="post" action="/p/{team.project.slug}/arena/" class="form" id="new-battle"' in (
+        response.content.decode())
 
 
 def test_a_battle_goes_to_review_with_the_vote_as_its_label(team, client_for, models, sent):
