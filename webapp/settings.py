@@ -160,6 +160,10 @@ TEMPER_SERVE_CPU_DEVICES = env_int("TEMPER_SERVE_CPU_DEVICES", 0)
 TEMPER_JAX_CACHE = env_str("TEMPER_JAX_CACHE", str(DATA_ROOT / "jax-cache"))
 # The serving copy written when a run succeeds: int8 (per channel), int4 (groups of 64) or none.
 TEMPER_SERVE_QUANTIZE = env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "int4", "none"))
+# A serving copy shown as being written for longer than this whose task no serve worker holds (its message
+# lost, its worker stopped) is shown as failed with that reason, so that it can be made again
+# (webapp.runs.serving_copies.serving_copies_give_up_stale).
+TEMPER_SERVING_COPY_STALE_SECONDS = env_int("TEMPER_SERVING_COPY_STALE_SECONDS", 1800)
 
 LOGGING = {
     "version": 1,

@@ -47,6 +47,14 @@ def _error(status: int, **body: Any) -> JsonResponse:
     return JsonResponse(body, status=status)
 
 
+def _method_not_allowed(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse:
+    """405 naming the methods the address takes, in the body and in ``Allow`` (RFC 9110 requires the header
+    on a 405: clients and proxies read it to know what to send instead)."""
+    response = _error(405, detail=f"{request.method} is not allowed here; use {', '.join(methods)}")
+    response["Allow"] = ", ".join(methods)
+    return response
+
+
 def _created(body: dict[str, Any], sent: Sent) -> JsonResponse:
     """201 with what a POST made; a repeat of a request with an ``Idempotency-Key`` (see
     ``webapp.core.submissions``) gets what the first made, marked ``Idempotent-Replayed: true``."""
@@ -69,7 +77,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 response["WWW-Authenticate"] = 'Bearer realm="temper"'
                 return response
             if request.method not in methods:
-                return _error(405, detail=f"{request.method} is not allowed here; use {', '.join(methods)}")
+                return _method_not_allowed(request, methods)
             request.user = user
             try:
                 return view(request, *args, **kwargs)
@@ -424,5 +432,5 @@ def openapi(request: HttpRequest) -> JsonResponse:
     from webapp.api.openapi import build_document
 
     if request.method not in ("GET", "HEAD"):
-        return _error(405, detail=f"{request.method} is not allowed here; use GET")
+        return _method_not_allowed(request, ("GET", "HEAD"))
     return JsonResponse(build_document())

@@ -16,10 +16,12 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import arena, selectors, services
 from webapp.chat.access import chat_access
+from webapp.chat.forms import ArenaExportForm
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
 from webapp.core.bidi import isolated
+from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
 from webapp.projects.access import get_project_for_user
@@ -65,17 +67,24 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
                 return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
 
             return redirect(form_send_once(request, create=start))
+        except ValidationError as problem:  # the prompt (blank, a NUL, too long)
+            error = " ".join(problem.messages)
         except ChatError as problem:
             error = str(problem)
-    battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     # A refused battle shows its form again as it was sent, so the prompt need not be typed again.
     sent = {field: request.POST.get(field, "") for field in ("prompt", "model_a", "model_b")} if error else {}
-    return render(request, "chat/arena.html", {"project": project, "membership": membership, "error": error,
-                                               "battles": battles, "choices": choices, "sent": sent,
-                                               "pairs": arena.decisive_battles(project=project).count(),
-                                               "prompt_max_chars": services.MESSAGE_MAX_CHARS,
-                                               **_review_context(project, membership)},
-                  status=400 if error else 200)
+    return _arena_page(request, project, membership, choices=choices, error=error, sent=sent,
+                       status=400 if error else 200)
+
+
+def _arena_page(request: HttpRequest, project: Project, membership: Membership, *, choices=None, error: str = "",
+                sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
+    battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
+    return render(request, "chat/arena.html", {
+        "project": project, "membership": membership, "error": error, "battles": battles,
+        "choices": selectors.model_choices(project=project) if choices is None else choices, "sent": sent or {},
+        "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
+        "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
 
 @login_required
@@ -113,20 +122,25 @@ def arena_vote(request: HttpRequest, slug: str, battle_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def arena_export(request: HttpRequest, slug: str) -> HttpResponse:
-    project, _membership = chat_access(request.user, slug)
-    name = request.POST.get("dataset_name", "").strip() or "arena-preferences"
+    """Export the decisive votes as the next version of a preference dataset; a refusal shows the arena page
+    again with the error next to the name field and the name as typed."""
+    project, membership = chat_access(request.user, slug)
+    form = ArenaExportForm(request.POST)
+    if form.is_valid():  # the field refuses a NUL; the service checks the rest of the name
+        name = form.cleaned_data["dataset_name"] or ArenaExportForm.base_fields["dataset_name"].initial
 
-    def export() -> str:
-        version = arena.arena_export(project=project, user=request.user, dataset_name=name)
-        messages.success(request, f"Exported {isolated(version.dataset.name)} v{version.number}; it is being validated.")
-        return reverse("datasets:version", kwargs={"slug": project.slug, "public_id": version.dataset.public_id,
-                                                   "number": version.number})
+        def export() -> str:
+            version = arena.arena_export(project=project, user=request.user, dataset_name=name)
+            messages.success(request, f"Exported {isolated(version.dataset.name)} v{version.number}; it is being "
+                                      "validated.")
+            return reverse("datasets:version", kwargs={"slug": project.slug, "public_id": version.dataset.public_id,
+                                                       "number": version.number})
 
-    try:
-        return redirect(form_send_once(request, create=export))
-    except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
-        return redirect("chat:arena", slug=project.slug)
+        try:
+            return redirect(form_send_once(request, create=export))
+        except ValidationError as error:
+            add_service_errors(form, error)
+    return _arena_page(request, project, membership, export_form=form, status=400)
 
 
 @login_required

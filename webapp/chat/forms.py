@@ -27,3 +27,10 @@ class ConversationForm(forms.Form):
 class MessageForm(forms.Form):
     content = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=MESSAGE_MAX_CHARS,
                               strip=False)
+
+
+class ArenaExportForm(forms.Form):
+    """The arena's export of its decisive votes: the ``preference`` dataset whose next version they become
+    (``arena.arena_export`` checks the name; its errors are keyed by this field)."""
+
+    dataset_name = forms.CharField(required=False, initial="arena-preferences", label="Dataset name")

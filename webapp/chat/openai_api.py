@@ -131,6 +131,14 @@ def _error(status: int, message: str, *, kind: str = "invalid_request_error", co
     return JsonResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
 
 
+def _method_not_allowed(request: HttpRequest, method: str) -> JsonResponse:
+    """405 in OpenAI's error shape, with the ``Allow`` header RFC 9110 requires on a 405 (each address takes
+    one method)."""
+    response = _error(405, f"{request.method} is not allowed here; use {method}", code="method_not_allowed")
+    response["Allow"] = method
+    return response
+
+
 def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
     """The first problem of the body, named by the field's path as the client wrote it (``messages.0.role``)."""
     first = error.errors()[0]
@@ -163,7 +171,7 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 def models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
-        return _error(405, "use GET")
+        return _method_not_allowed(request, "GET")
     token = _authenticate(request)
     if token is None:
         return _unauthorized(request)
@@ -181,7 +189,7 @@ def _model_json(choice, token) -> dict[str, Any]:
 def model(request: HttpRequest, model_id: str) -> HttpResponse:
     """``GET /v1/models/{id}`` (the openai client's ``models.retrieve``)."""
     if request.method != "GET":
-        return _error(405, "use GET")
+        return _method_not_allowed(request, "GET")
     token = _authenticate(request)
     if token is None:
         return _unauthorized(request)
@@ -207,7 +215,7 @@ def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=N
 async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     """(token, parsed body, model choice, generation id) or an error response."""
     if request.method != "POST":
-        return _error(405, "use POST")
+        return _method_not_allowed(request, "POST")
     token = await sync_to_async(_authenticate)(request)
     if token is None:
         return await sync_to_async(_unauthorized)(request)

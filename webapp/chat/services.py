@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import redis
 from kombu.exceptions import OperationalError
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -103,15 +104,16 @@ def _history(conversation: Conversation) -> list[dict[str, str]]:
     return turns
 
 
-def check_turn_text(text: str, *, what: str) -> None:
-    """Refuse a user turn (``what``: "message", or an arena "prompt") that is blank, holds a NUL or is
-    past ``MESSAGE_MAX_CHARS``."""
+def check_turn_text(text: str, *, field: str, what: str) -> None:
+    """Refuse a user turn (``what``: "message", or an arena "prompt", sent as form field ``field``) that is
+    blank, holds a NUL or is past ``MESSAGE_MAX_CHARS``: bad input, so a ``ValidationError`` keyed by the
+    field (a 400), not a ``ChatError`` (a turn refused for the conversation's state, a 409)."""
     if not text.strip():
-        raise ChatError(f"the {what} is empty")
+        raise ValidationError({field: f"the {what} is empty or only white space; write something to send"})
     if NUL in text:
-        raise ChatError(f"the {what} holds a NUL character (\\x00); remove it")
+        raise ValidationError({field: f"the {what} holds a NUL character (\\x00); remove it"})
     if len(text) > MESSAGE_MAX_CHARS:
-        raise ChatError(f"the {what} is {len(text):,} characters long; at most {MESSAGE_MAX_CHARS:,}")
+        raise ValidationError({field: f"the {what} is {len(text):,} characters long; at most {MESSAGE_MAX_CHARS:,}"})
 
 
 def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
@@ -128,8 +130,9 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
 
 @transaction.atomic
 def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
-    """Add a user turn and ask for the answer; returns the (streaming) assistant message."""
-    check_turn_text(content, what="message")
+    """Add a user turn and ask for the answer; returns the (streaming) assistant message. Bad text is a
+    ``ValidationError`` keyed by ``content``, the chat form's field."""
+    check_turn_text(content, field="content", what="message")
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")

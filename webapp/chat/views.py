@@ -136,14 +136,21 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
     project, _membership, conversation = _chat_conversation(request, slug, conversation_id)
     form = MessageForm(request.POST)
     if not form.is_valid():
-        return JsonResponse({"error": "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())},
-                            status=400)
+        return _invalid(form.errors)
     try:
         answer = services.message_send(conversation=conversation, model=_model_or_error(project, conversation),
                                        content=form.cleaned_data["content"])
-    except services.ChatError as error:
+    except ValidationError as error:  # the text itself (blank, a NUL): the sender can fix it
+        return _invalid(error.message_dict)
+    except services.ChatError as error:  # the conversation's state (an answer still streaming)
         return JsonResponse({"error": str(error)}, status=409)
     return _answer_json(request, project, conversation, answer)
+
+
+def _invalid(errors: dict[str, list[str]]) -> JsonResponse:
+    """400 for bad fields: ``error`` one line naming each field (what the page shows), ``errors`` by field."""
+    return JsonResponse({"error": "; ".join(f"{field}: {' '.join(texts)}" for field, texts in errors.items()),
+                         "errors": {field: list(texts) for field, texts in errors.items()}}, status=400)
 
 
 @login_required

@@ -511,9 +511,9 @@ def serving_copy_figures(run: Run) -> dict[str, Any] | None:
 def serving_copy(*, run: Run) -> dict[str, Any] | None:
     """What the run page says of a succeeded run's quantized serving copy (``serving_copies.final_serving_copy``):
     ``state`` ``ready`` (with its figures: memory against bfloat16, perplexity against the unquantized
-    model, greedy agreement), ``failed`` (with the worker's ``message``) or ``writing``. None for a run
-    without a merged export (not succeeded, external), a reward run (it writes no text) and, while nothing
-    writes copies (``TEMPER_SERVE_QUANTIZE=none``), without one."""
+    model, greedy agreement), ``failed`` (with the worker's ``message``), ``writing``, or ``none`` while
+    nothing writes copies (``TEMPER_SERVE_QUANTIZE=none``) and none was made (the card offers to make it).
+    None for a run without a merged export (not succeeded, external) and a reward run (it writes no text)."""
     if not final_model_copyable(run):
         return None
     return final_serving_copy(run=run, automatic_scheme=settings.TEMPER_SERVE_QUANTIZE)

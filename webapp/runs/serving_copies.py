@@ -10,16 +10,21 @@ directory, and the reason file it leaves when it fails); making it again from th
 failure, or in another scheme) goes through a row like any copy asked for. A copy asked for by hand
 has a ``ServingCopy`` row: it says "being written" while a serve worker writes
 it, keeps a second click from queueing a second writer, and keeps the reason when it failed — the model
-then serves unquantized as before. Checkpoint copies live inside the checkpoint's export, as a run's do
-inside ``export/``; a base model's under ``DATA_ROOT/serving-copies/<bm_…>/``, since a registered model's
-directory is the user's and may be read-only.
+then serves unquantized as before. A copy "being written" for over ``TEMPER_SERVING_COPY_STALE_SECONDS``
+with no task behind it (its message lost, its worker stopped) would say so for ever: the pages that show it
+fail it with that reason (``serving_copies_give_up_stale``; an automatic copy gets a failed row), so that it
+can be made again. Checkpoint copies live inside the checkpoint's export, as a run's do inside ``export/``; a
+base model's under ``DATA_ROOT/serving-copies/<bm_…>/``, since a registered model's directory is the user's
+and may be read-only.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ QUANTIZED_SUBDIR = "quantized"  # a run's or a checkpoint's copy inside its expo
 QUANTIZATION_FILE = "quantization.json"  # jaxengine.quantize.QUANTIZATION_FILE (the engine is not imported here)
 BASE_MODEL_COPIES = "serving-copies"  # under DATA_ROOT, one directory per base model
 MAKE_COPY_TASK = "worker.tasks.serve.make_serving_copy"
+AUTOMATIC_COPY_TASK = "worker.tasks.serve.quantize_run"  # a succeeded run's first copy (args: its directory)
 MAKE_COPY_QUEUE = "serve"  # the queue of the automatic copy (quantize_run): serve workers hold the engine
 EVAL_LIMIT = 64  # eval rows a copy is scored on, as for a run's copy
 
@@ -60,10 +66,31 @@ def base_model_copy_dir(base_model: BaseModel) -> Path:
 
 
 def copy_description(copy_dir: str | Path) -> dict[str, Any] | None:
-    """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy."""
+    """A copy's ``quantization.json`` (its per-module list left out), or None while there is no whole copy.
+
+    The chat's model picker asks this of every model of the project on every request, so the parsed file
+    is kept (``_description_at``) under its path and what ``stat`` says of it: a copy made again is a new
+    file renamed into place (another inode and modification time), read at once; an unchanged one costs a
+    ``stat``, not a read and a parse of its per-module list."""
+    path = Path(copy_dir) / QUANTIZATION_FILE
     try:
-        description = json.loads((Path(copy_dir) / QUANTIZATION_FILE).read_text())
-    except (OSError, ValueError):
+        status = path.stat()
+        description = _description_at(str(path), status.st_ino, status.st_mtime_ns, status.st_size)
+    except OSError:  # no copy (yet), or unreadable now: not kept, so asked again next time
+        return None
+    return dict(description) if description is not None else None
+
+
+DESCRIPTIONS_KEPT = 512  # parsed quantization.json files (a few KiB each once their module list is left out)
+
+
+@functools.lru_cache(maxsize=DESCRIPTIONS_KEPT)
+def _description_at(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any] | None:
+    """The parsed file at ``path`` as it was when it had that inode, modification time and size (the key
+    only: a rewritten file has another); None for one that is not a JSON object. Callers get a copy."""
+    try:
+        description = json.loads(Path(path).read_text())
+    except ValueError:
         return None
     if not isinstance(description, dict):
         return None
@@ -259,6 +286,85 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     return copy, True
 
 
+def _live_tasks(task: str, *, acknowledged_late: bool) -> set[tuple] | None:
+    """The arguments of every ``task`` waiting or being done: those of its messages Redis holds in the serve
+    queue or as delivered (where a task acknowledged late stays while it runs) and of the jobs that live
+    workers' heartbeats list as running. None when that cannot be told: Redis cannot be asked, a task
+    acknowledged early is running while heartbeats are off, or a heartbeat's job is cut too short to read."""
+    from webapp.runs.services import held_task_messages
+    from webapp.workers.models import STALE_AFTER, Worker
+
+    if not acknowledged_late and settings.TEMPER_HEARTBEAT_SECONDS == 0:
+        return None
+    held = held_task_messages(task=task, queues=(MAKE_COPY_QUEUE,), checking="serving copies being written")
+    if held is None:
+        return None
+    live = set(held)
+    workers = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - STALE_AFTER)
+    for jobs in workers.values_list("current_jobs", flat=True):
+        for job in jobs:  # "task.name argsrepr" (worker.heartbeat.current_jobs), at most 200 characters
+            name, _space, arguments = job.partition(" ")
+            if name != task:
+                continue
+            try:
+                live.add(tuple(ast.literal_eval(arguments)))
+            except (ValueError, SyntaxError, TypeError):
+                return None
+    return live
+
+
+def _stale_reason(since: datetime) -> str:
+    minutes = int((timezone.now() - since).total_seconds() // 60)
+    return (f"the worker never finished writing this copy: {minutes} minutes after it was asked for, no serve worker "
+            "holds its task (its message was lost, or its worker stopped); make it again")
+
+
+def _stale_cutoff() -> datetime:
+    return timezone.now() - timedelta(seconds=settings.TEMPER_SERVING_COPY_STALE_SECONDS)
+
+
+def serving_copies_give_up_stale(*, copies: list[ServingCopy]) -> None:
+    """Fail each of ``copies`` shown as being written for over ``TEMPER_SERVING_COPY_STALE_SECONDS`` whose
+    task is neither waiting nor running (``_live_tasks``), with the reason, so that its page offers to make
+    it again; the rows are updated in place. Only a copy still as it was read is failed (a worker that
+    records it meanwhile wins), and nothing is decided while Redis cannot be asked. Redis is asked only
+    when some copy is that old."""
+    cutoff = _stale_cutoff()
+    stale = [copy for copy in copies if copy.status == ServingCopyStatus.WRITING and copy.updated_at < cutoff]
+    if not stale:
+        return
+    live = _live_tasks(MAKE_COPY_TASK, acknowledged_late=True)
+    if live is None:
+        return
+    for copy in stale:
+        if (copy.pk,) in live:
+            continue
+        reason, now = _stale_reason(copy.updated_at), timezone.now()
+        if ServingCopy.objects.filter(pk=copy.pk, status=ServingCopyStatus.WRITING, updated_at=copy.updated_at).update(
+                status=ServingCopyStatus.FAILED, error_message=reason, updated_at=now):
+            logger.warning("serving copy %s given up: %s", copy.pk, reason)
+            copy.status, copy.error_message, copy.updated_at = ServingCopyStatus.FAILED, reason, now
+
+
+def _automatic_copy_given_up(run: Run, scheme: str) -> ServingCopy | None:
+    """The failed row that stands for a succeeded run's automatic copy (``quantize_run``, which has no row
+    and acknowledges its message early) when the run finished over ``TEMPER_SERVING_COPY_STALE_SECONDS``
+    ago without a copy or a reason file and no worker holds that task; else None (still being written, or
+    not to be told). Once the row is there, the copy is made again like any other."""
+    if run.finished_at is None or run.finished_at >= _stale_cutoff():
+        return None
+    live = _live_tasks(AUTOMATIC_COPY_TASK, acknowledged_late=False)
+    if live is None or (str(run.output_dir),) in live:
+        return None
+    reason = _stale_reason(run.finished_at)
+    copy, created = ServingCopy.objects.get_or_create(
+        run=run, step=None, defaults={"project_id": run.project_id, "scheme": scheme,
+                                      "status": ServingCopyStatus.FAILED, "error_message": reason})
+    if created:
+        logger.warning("automatic serving copy of %s given up: %s", run.public_id, reason)
+    return copy
+
+
 def request_message(copy: ServingCopy, queued: bool, *, of: str, meanwhile: str, again: bool = False
                     ) -> tuple[int, str]:
     """(message level, text) a page shows after asking for ``copy`` of ``of`` (``serving_copy_request``'s
@@ -312,16 +418,19 @@ BASE_MODEL_UNMEASURED = ("not measured: perplexity and greedy agreement need eva
 
 def base_model_serving_copy(*, base_model: BaseModel) -> dict[str, Any]:
     copy = ServingCopy.objects.filter(base_model=base_model).select_related("eval_version__dataset").first()
+    serving_copies_give_up_stale(copies=[copy] if copy is not None else [])
     return copy_state(copy, base_model_copy_dir(base_model), unmeasured=BASE_MODEL_UNMEASURED)
 
 
-def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any] | None:
+def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any]:
     """The state of a succeeded run's final-model copy (``copy_state``'s, with ``automatic`` True while the
     copy shown is the one written when the run succeeded, and there is no row): a copy made again has a row
     and reads like any other; before that, the automatic copy is ``ready`` once whole, ``failed`` when its
-    reason file is there, else ``writing`` (``automatic_scheme``, ``TEMPER_SERVE_QUANTIZE``) — or None
-    when nothing writes one (``none``)."""
+    reason file is there, else ``writing`` (``automatic_scheme``, ``TEMPER_SERVE_QUANTIZE``) until it is
+    given up (``_automatic_copy_given_up``) — or ``none`` when nothing writes one
+    (``TEMPER_SERVE_QUANTIZE=none``), which the card offers to make."""
     copy = ServingCopy.objects.filter(run=run, step__isnull=True).first()
+    serving_copies_give_up_stale(copies=[copy] if copy is not None else [])
     state = copy_state(copy, export_copy_dir(run_export_dir(run)))
     if copy is not None or state["state"] != "none":
         return {**state, "automatic": copy is None}
@@ -333,13 +442,16 @@ def final_serving_copy(*, run: Run, automatic_scheme: str) -> dict[str, Any] | N
         return {"state": "failed", "message": message, "scheme": automatic_scheme, "served": "", "copy": None,
                 "automatic": True}
     if automatic_scheme == "none":
-        return None
+        return {**state, "automatic": False}
+    if (given_up := _automatic_copy_given_up(run, automatic_scheme)) is not None:
+        return {**copy_state(given_up, export_copy_dir(run_export_dir(run))), "automatic": False}
     return {"state": "writing", "scheme": automatic_scheme, "served": "", "copy": None, "automatic": True}
 
 
 def checkpoint_serving_copies(*, run: Run, artifacts: dict[int, Artifact]) -> dict[int, dict[str, Any]]:
     """``{step: copy state}`` of the run's exported checkpoints (``artifacts`` by step)."""
     copies = {copy.step: copy for copy in ServingCopy.objects.filter(run=run)}
+    serving_copies_give_up_stale(copies=[copies[step] for step in artifacts if step in copies])
     return {step: copy_state(copies.get(step), export_copy_dir(artifact.path)) for step, artifact in artifacts.items()}
 
 

@@ -382,8 +382,9 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
 @require_http_methods(["GET", "POST"])
 def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """GET: the final model's serving copy card (the run page asks for it again while the copy is being
-    written). POST (member): make the copy again (``scheme`` int8 or int4), after a failure or to switch
-    scheme, once per sending; asked again while it is being written, nothing more is queued."""
+    written). POST (member): make the copy (``scheme`` int8 or int4) — the first one when none is written
+    automatically (``TEMPER_SERVE_QUANTIZE=none``), or again after a failure or to switch scheme — once
+    per sending; asked again while it is being written, nothing more is queued."""
     if request.method == "GET":
         project, membership, run = get_run_for_user(request.user, slug, run_id)
         return render(request, "runs/_serving_copy.html", {
@@ -391,10 +392,12 @@ def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpRespon
             "serving_copy": selectors.serving_copy(run=run)})
 
     def make(run):
+        # With TEMPER_SERVE_QUANTIZE=none a run may have no copy yet: this one is its first.
+        first = (selectors.serving_copy(run=run) or {}).get("state") == "none"
         copy, queued = serving_copies.serving_copy_request(project=run.project, user=request.user, run=run,
                                                            final=True, scheme=request.POST.get("scheme", "int8"))
         messages.add_message(request, *serving_copies.request_message(
-            copy, queued, of="this run's final model", meanwhile="what it serves now", again=True))
+            copy, queued, of="this run's final model", meanwhile="what it serves now", again=not first))
         return run
 
     return _action(request, slug, run_id, make)

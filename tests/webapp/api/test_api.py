@@ -526,8 +526,24 @@ def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_jso
                                                 "/api/v1/projects/alpha/runs/")
     assert not Run.objects.exists()
     status, body = apis["teammate"].call("POST", "/api/v1/openapi.json", {})
-    assert status == 405 and body["detail"] == "POST is not allowed here; use GET"
+    assert status == 405 and body["detail"] == "POST is not allowed here; use GET, HEAD"
     assert apis["anonymous"].call("GET", "/api/v1/openapi.json")[0] == 200
+
+
+@pytest.mark.parametrize("method,path,allowed", [
+    ("delete", "/api/v1/projects/alpha/runs/", "GET, POST"),
+    ("get", "/api/v1/projects/alpha/runs/run_x/cancel/", "POST"),
+    ("put", "/api/v1/projects/alpha/base-models/", "GET"),
+    ("post", "/api/v1/openapi.json", "GET, HEAD"),
+])
+def test_a_wrong_method_is_told_the_allowed_ones_in_the_allow_header(db, method, path, allowed):
+    """A 405 came without the Allow header HTTP requires on it (RFC 9110, 15.5.6): only the body said what to use."""
+    from django.test import Client
+
+    secret = token_create(user=make_team().teammate, name="test")[1]
+    response = getattr(Client(), method)(path, HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert response.status_code == 405 and response["Allow"] == allowed
+    assert response.json() == {"detail": f"{method.upper()} is not allowed here; use {allowed}"}
 
 
 def test_bodies_take_numbers_and_booleans_as_json_writes_them_not_as_text(world):

@@ -87,6 +87,36 @@ def test_a_decisive_vote_becomes_a_preference_pair_and_exports(team, client_for,
     assert [(row["prompt"], row["chosen"], row["rejected"]) for row in rows] == [("Name a colour.", "Seven.", "Blue.")]
 
 
+@pytest.mark.parametrize("name,says", [
+    ("votes\u200b", "an invisible character, U+200B (ZERO WIDTH SPACE), at position 6: remove it"),
+    ("v" * 101, "101 characters; at most 100"),
+    ("Chats", "Chats is a sft dataset; pick another name"),
+])
+def test_an_export_refused_for_its_name_says_so_next_to_the_field(team, client_for, models, sent, name, says):
+    """The datasets service keys its refusals by its own argument, "name": the arena's export passed them on
+    unkeyed as a note at the top of the page, and the name typed was lost."""
+    from webapp.datasets.models import Dataset
+    from tests.webapp.factories import make_ready_version
+
+    make_ready_version(team.project, name="chats", kind="sft")
+    battle = start_battle(team, client_for)
+    finish(battle, "Blue.", "Seven.")
+    arena.battle_vote(battle=battle, outcome="b")
+    with pytest.raises(ValidationError) as refused:
+        arena.arena_export(project=team.project, user=team.teammate, dataset_name=name)
+    assert list(refused.value.message_dict) == ["dataset_name"] and says in refused.value.messages[0]
+    response = client_for(team.teammate).post(reverse("chat:arena_export", args=[team.project.slug]),
+                                              {"dataset_name": name})
+    assert response.status_code == 400
+    form = response.content.decode().split('id="arena-export"')[1].split("</form>")[0]
+    assert f'value="{name}" aria-label="Dataset name" aria-invalid="true" aria-describedby="dataset_name-error"' in form
+    assert re.search(r'<small class="error" id="dataset_name-error">[^<]*' + re.escape(says), form)
+    assert Dataset.objects.filter(project=team.project).count() == 1
+    # The page is answered at the export's address: the battle form still posts to the arena's.
+    assert f'<form method="post" action="/p/{team.project.slug}/arena/" class="form" id="new-battle"' in (
+        response.content.decode())
+
+
 def test_a_battle_goes_to_review_with_the_vote_as_its_label(team, client_for, models, sent):
     from webapp.review.services import campaign_create
 
@@ -331,3 +361,15 @@ def test_it_rejects_a_prompt_longer_than_a_chat_message(team, client_for, models
     assert b"the prompt is 100,001 characters long; at most 100,000" in response.content
     assert not Battle.objects.exists() and not Conversation.objects.exists() and not sent
     assert start_battle(team, client_for, prompt="x" * 100_000).prompt == "x" * 100_000
+
+
+def test_it_rejects_a_blank_prompt_as_bad_input(team, client_for, models, sent):
+    """A prompt of white space was refused like a busy conversation; it is bad input, said as such."""
+    response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]), {"prompt": "  \n "})
+    assert response.status_code == 400
+    assert b"the prompt is empty or only white space; write something to send" in response.content
+    assert not Battle.objects.exists() and not sent
+    with pytest.raises(ValidationError) as refused:
+        arena.battle_create(project=team.project, user=team.teammate, prompt=" ", choices=selectors.model_choices(
+            project=team.project))
+    assert list(refused.value.message_dict) == ["prompt"]

@@ -1,9 +1,10 @@
 """Bradley–Terry ratings, bootstrap intervals and win rates, by hand."""
 import math
 
+import numpy as np
 import pytest
 
-from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL, Vote, leaderboard, win_rates
+from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL, Vote, fit_strengths, leaderboard, win_rates
 
 
 def votes(a, b, outcome, times):
@@ -89,3 +90,79 @@ def test_it_rejects_a_bad_vote():
         Vote(model_a="A", model_b="B", outcome="maybe")
     with pytest.raises(ValueError, match="two different models"):
         Vote(model_a="A", model_b="A", outcome="a")
+
+
+class CountedVotes(list):
+    """Votes that count how many times one is read out of them."""
+
+    def __init__(self, votes):
+        super().__init__(votes)
+        self.read = 0
+
+    def __iter__(self):
+        for vote in super().__iter__():
+            self.read += 1
+            yield vote
+
+    def __getitem__(self, index):
+        self.read += 1
+        return super().__getitem__(index)
+
+
+def drawn_votes(count, *, seed=0):
+    """``count`` votes among four models of known strengths, every outcome among them."""
+    rng = np.random.default_rng(seed)
+    strengths, names, drawn = np.array([1.0, 2.0, 0.5, 4.0]), "ABCD", []
+    for _ in range(count):
+        a, b = rng.choice(4, 2, replace=False)
+        draw = rng.random()
+        outcome = ("tie" if draw < 0.1 else "both_bad" if draw < 0.15 else
+                   "a" if rng.random() < strengths[a] / (strengths[a] + strengths[b]) else "b")
+        drawn.append(Vote(model_a=names[a], model_b=names[b], outcome=outcome))
+    return drawn
+
+
+def test_the_votes_are_read_once_whatever_the_bootstrap_rounds():
+    """Each of the 200 rounds drew and counted the votes one by one in Python: 10,000 votes took over half a
+    second (bench/leaderboard.py). They are now counted once per pair and outcome, and resampled as counts."""
+    data = CountedVotes(drawn_votes(500))
+    leaderboard(data, rounds=200)
+    assert data.read <= 3 * len(data)
+
+
+def test_the_bootstrap_resamples_as_resampling_the_votes_one_by_one_would():
+    """Reference: each round draws the votes with replacement one by one and credits each drawn vote to its
+    round's wins matrix (a win, or half to each side)."""
+    data = drawn_votes(300, seed=1)
+    index = {model: position for position, model in enumerate("ABCD")}
+    first = np.array([index[vote.model_a] for vote in data])
+    second = np.array([index[vote.model_b] for vote in data])
+    credit_first = np.array([{"a": 1.0, "b": 0.0}.get(vote.outcome, 0.5) for vote in data])
+    rounds = 20_000
+    drawn = np.random.default_rng(7).integers(0, len(data), (rounds, len(data)))  # [R, N] vote positions
+    wins = np.zeros(rounds * 16)
+    round_offset = 16 * np.arange(rounds)[:, None]
+    np.add.at(wins, (round_offset + first[drawn] * 4 + second[drawn]).ravel(), credit_first[drawn].ravel())
+    np.add.at(wins, (round_offset + second[drawn] * 4 + first[drawn]).ravel(), 1 - credit_first[drawn].ravel())
+    low, high = np.percentile(1000 + 400 * np.log10(fit_strengths(wins.reshape(rounds, 4, 4))), [2.5, 97.5], axis=0)
+    board = {rating.model: rating for rating in leaderboard(data, rounds=rounds)}
+    for model, i in index.items():
+        # Two bootstraps of 20,000 rounds agree to their Monte Carlo noise, about a point on intervals ~85 wide.
+        assert board[model].low == pytest.approx(low[i], abs=2.5)
+        assert board[model].high == pytest.approx(high[i], abs=2.5)
+
+
+def test_without_the_prior_a_resample_that_cannot_be_fitted_is_left_out():
+    # 3 wins to 1: about a third of the resamples hold no win of B, and have no finite fit.
+    board = leaderboard(votes("A", "B", "a", 3) + votes("A", "B", "b", 1), prior=0.0, rounds=200)
+    for rating in board:
+        assert all(map(math.isfinite, (rating.rating, rating.low, rating.high)))
+        assert rating.low <= rating.rating <= rating.high
+
+
+def test_the_fit_of_a_stack_of_matrices_is_each_ones_own_fit():
+    stack = np.array([[[0, 3, 1], [1, 0, 2], [2, 1, 0]], [[0, 5, 0], [0, 0, 1], [4, 2, 0]]], dtype=float)
+    for prior in (0.5, 0.0):
+        together = fit_strengths(stack, prior=prior)
+        for wins, strengths in zip(stack, together):
+            assert strengths == pytest.approx(fit_strengths(wins, prior=prior), rel=1e-12)

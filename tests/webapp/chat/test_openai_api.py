@@ -77,6 +77,20 @@ def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param
     assert "_Message" not in error["message"] and "ChatBody" not in error["message"]
 
 
+@pytest.mark.parametrize("method,path,allowed", [
+    ("get", "/v1/chat/completions", "POST"),
+    ("put", "/v1/completions", "POST"),
+    ("post", "/v1/models", "GET"),
+    ("delete", "/v1/models/bm_x", "GET"),
+])
+def test_a_wrong_method_gets_the_allow_header_and_an_openai_error(db, method, path, allowed):
+    """A 405 came without the Allow header HTTP requires on it (RFC 9110, 15.5.6), and said only "use GET"."""
+    response = getattr(Client(), method)(path)
+    assert response.status_code == 405 and response["Allow"] == allowed
+    assert response.json() == {"error": {"message": f"{method.upper()} is not allowed here; use {allowed}",
+                                         "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}}
+
+
 def test_a_body_that_is_not_an_object_or_too_large_gets_a_json_error(api, settings):
     model, headers = api
     response = post("/v1/chat/completions", "[1, 2]", headers)
@@ -128,6 +142,19 @@ def test_a_streamed_request_the_model_refuses_gets_a_400_not_a_stream(api, worke
     assert body["error"]["message"] == CONTEXT_ERROR["message"]
     whole = post("/v1/chat/completions", chat(model, max_tokens=8192), headers)
     assert whole.status_code == 400 and whole.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_blank_user_message_is_answered_as_openai_answers_it(api, worker):
+    """OpenAI's API answers a user message of white space (or none at all) like any other, and so does this one:
+    the request reaches the model as sent, nothing is refused by the web and nothing fails there. (The chat
+    page, whose person can type again, refuses a blank turn: ``services.check_turn_text``.)"""
+    model, headers = api
+    scripts, requests = worker
+    scripts.append([{"type": "token", "text": "Hello"},
+                    {"type": "done", "text": "Hello", "finish_reason": "stop", "prompt_tokens": 4, "completion_tokens": 1}])
+    response = post("/v1/chat/completions", chat(model, messages=[{"role": "user", "content": "  \n "}]), headers)
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "Hello"
+    assert requests[0]["messages"] == [{"role": "user", "content": "  \n "}]
 
 
 def test_chunks_name_the_role_once_and_usage_only_when_asked(api, worker):

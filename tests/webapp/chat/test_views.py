@@ -117,6 +117,19 @@ def test_it_rejects_a_turn_while_an_answer_is_streaming(team, client_for, base_m
     assert client.post(url("send", conversation), {"content": ""}).status_code == 400
 
 
+@pytest.mark.parametrize("content", [" \n\t ", "\u00a0\u3000"])  # no-break and ideographic spaces too
+def test_it_rejects_a_blank_message_naming_the_field(team, client_for, base_model, sent, content):
+    """White space alone passed the form (it keeps the text as typed) and the service refused it as a 409, the
+    status of a conversation busy with an answer: bad input is a 400 naming the field."""
+    conversation = conversation_of(team, client_for, base_model)
+    response = client_for(team.teammate).post(url("send", conversation), {"content": content})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "content: the message is empty or only white space; write something to send",
+        "errors": {"content": ["the message is empty or only white space; write something to send"]}}
+    assert not conversation.messages.exists() and not sent
+
+
 def test_regenerate_replaces_the_last_answer(team, client_for, base_model, sent, django_capture_on_commit_callbacks):
     conversation = conversation_of(team, client_for, base_model)
     client = client_for(team.teammate)

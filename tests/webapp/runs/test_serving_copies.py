@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -143,6 +144,104 @@ def test_a_copy_whose_message_was_lost_can_be_asked_for_again(team, checkpoint_r
     with django_capture_on_commit_callbacks(execute=True):
         _, queued = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
     assert queued and len(copy_tasks(sent_tasks)) == 2
+
+
+STALE = "the worker never finished writing this copy"
+
+
+def test_a_copy_written_too_long_with_no_task_behind_it_fails_and_is_made_again(
+        team, client_for, checkpoint_run, sent_tasks, monkeypatch, settings, django_capture_on_commit_callbacks):
+    """A copy whose message was lost said "being written" for ever, without a button, until someone asked again."""
+    settings.TEMPER_SERVING_COPY_STALE_SECONDS = 1800
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, _ = serving_copies.serving_copy_request(project=team.project, user=None, run=checkpoint_run, step=3)
+    checkpoints = f"/p/alpha/runs/{checkpoint_run.public_id}/checkpoints/"
+    client = client_for(team.teammate)
+
+    def redis_not_asked(**kwargs):
+        raise AssertionError("Redis asked about a copy written for less than TEMPER_SERVING_COPY_STALE_SECONDS")
+
+    monkeypatch.setattr(services, "held_task_messages", redis_not_asked)
+    ServingCopy.objects.filter(pk=copy.pk).update(updated_at=copy.updated_at - timedelta(seconds=1790))
+    assert 'data-copy-state="writing"' in client.get(checkpoints).content.decode()
+    ServingCopy.objects.filter(pk=copy.pk).update(updated_at=copy.updated_at - timedelta(minutes=40))
+    held = {(copy.pk,)}
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: held)
+    assert 'data-copy-state="writing"' in client.get(checkpoints).content.decode()  # a worker has it, however long
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: None)  # Redis down: nothing is decided
+    assert 'data-copy-state="writing"' in client.get(checkpoints).content.decode()
+    held.clear()  # the message was lost, or its worker killed
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: held)
+    partial = client.get(checkpoints).content.decode()
+    assert 'data-copy-state="failed"' in partial and "Make it again" in partial
+    assert (f"{STALE}: 40 minutes after it was asked for, no serve worker holds its task (its message was lost, or its "
+            "worker stopped); make it again") in partial
+    assert ServingCopy.objects.get(pk=copy.pk).status == ServingCopyStatus.FAILED
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(copy_url(checkpoint_run), {"step": "3", "scheme": "int8"})
+    assert ServingCopy.objects.get(pk=copy.pk).status == ServingCopyStatus.WRITING and len(copy_tasks(sent_tasks)) == 2
+    assert 'data-copy-state="writing"' in client.get(checkpoints).content.decode()
+
+
+def test_a_base_models_stale_copy_fails_too_unless_a_worker_is_writing_it(team, client_for, catalog, sent_tasks,
+                                                                          monkeypatch, django_capture_on_commit_callbacks):
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    with django_capture_on_commit_callbacks(execute=True):
+        copy, _ = serving_copies.serving_copy_request(project=team.project, user=None, base_model=catalog.base_model)
+    ServingCopy.objects.filter(pk=copy.pk).update(updated_at=copy.updated_at - timedelta(hours=2))
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: set())
+    now = timezone.now()
+    worker = Worker.objects.create(name="serve@gpu-1", host="gpu-1", pid=1, queues=["serve"], started_at=now,
+                                   last_seen=now, current_jobs=[f"{MAKE_COPY_TASK} [{copy.pk}]"])
+    assert serving_copies.base_model_serving_copy(base_model=catalog.base_model)["state"] == "writing"
+    Worker.objects.filter(pk=worker.pk).update(last_seen=now - timedelta(minutes=5))  # that worker is gone
+    state = serving_copies.base_model_serving_copy(base_model=catalog.base_model)
+    assert state["state"] == "failed" and state["message"].startswith(f"{STALE}: 120 minutes after")
+    page = client_for(team.teammate).get(base_url(catalog.base_model)).content.decode()
+    assert STALE in page and "Make it again" in page
+
+
+def test_a_runs_automatic_copy_never_written_fails_unless_a_worker_is_writing_it(
+        team, client_for, checkpoint_run, sent_tasks, monkeypatch, settings, django_capture_on_commit_callbacks):
+    """The copy written when a run succeeds (quantize_run: no row, its message acknowledged as it starts) said
+    "being written" for ever once its message was lost or its worker killed, and the card offered nothing."""
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    settings.TEMPER_SERVE_QUANTIZE = "int8"
+    run = checkpoint_run
+    (run.output_dir / "export").mkdir()
+    Run.objects.filter(pk=run.pk).update(finished_at=timezone.now() - timedelta(minutes=45))
+    run.refresh_from_db()
+    held = {(str(run.output_dir),)}  # waiting in the serve queue behind other work
+    monkeypatch.setattr(services, "held_task_messages", lambda **kwargs: held)
+    page_url = f"/p/alpha/runs/{run.public_id}/serving-copy/"
+    client = client_for(team.teammate)
+    assert 'data-state="writing"' in client.get(page_url).content.decode()
+    held.clear()
+    now = timezone.now()
+    worker = Worker.objects.create(name="serve@gpu-1", host="gpu-1", pid=1, queues=["serve"], started_at=now,
+                                   last_seen=now, current_jobs=[f"{MAKE_COPY_TASK} [7]",
+                                                                f"{serving_copies.AUTOMATIC_COPY_TASK} "
+                                                                f"[{str(run.output_dir)!r}]"])
+    assert 'data-state="writing"' in client.get(page_url).content.decode()  # being written, however long
+    settings.TEMPER_HEARTBEAT_SECONDS = 0  # without heartbeats a running quantize_run cannot be seen: not told
+    Worker.objects.filter(pk=worker.pk).update(current_jobs=[])
+    assert 'data-state="writing"' in client.get(page_url).content.decode() and not ServingCopy.objects.exists()
+    settings.TEMPER_HEARTBEAT_SECONDS = 10
+    partial = client.get(page_url).content.decode()
+    assert 'data-state="failed"' in partial and f"{STALE}: 45 minutes after it was asked for" in partial
+    assert "Make it again" in partial
+    copy = ServingCopy.objects.get(run=run, step__isnull=True)
+    assert (copy.status, copy.scheme) == (ServingCopyStatus.FAILED, "int8")
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(page_url, {"scheme": "int8"})
+    assert ServingCopy.objects.get(pk=copy.pk).status == ServingCopyStatus.WRITING
+    assert copy_tasks(sent_tasks) == [(MAKE_COPY_TASK, [copy.pk], MAKE_COPY_QUEUE)]
 
 
 def test_a_copy_ended_or_gone_is_not_written_again_by_a_late_message(team, checkpoint_run,
@@ -365,3 +464,37 @@ def test_the_chat_and_the_api_serve_a_copy_once_it_is_whole_and_say_which(team, 
     quantization = {entry["id"]: entry["quantization"] for entry in listed["data"]}
     assert quantization[base_model.public_id] == "int4" and quantization[checkpoint_ref] == "int4"
     assert quantization[catalog.base_model.public_id] is None
+
+
+def test_a_copys_description_is_read_once_until_the_copy_is_made_again(team, catalog, monkeypatch):
+    """The chat's model picker (``model_choices``, on every chat and API request) read and parsed each copy's
+    quantization.json every time; it is kept while the file is the same, and a copy made again is seen at once."""
+    copy_dir = serving_copies.base_model_copy_dir(catalog.base_model)
+    write_copy(copy_dir, ratio_to_bfloat16=0.6)
+    reads = []
+    read_text = Path.read_text
+
+    def counted(path, *args, **kwargs):
+        if path.name == serving_copies.QUANTIZATION_FILE:
+            reads.append(path)
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+
+    def served():
+        return chat_selectors.model_choice(project=team.project, ref=catalog.base_model.public_id)
+
+    assert served().quantization == served().quantization == "int8" and len(reads) == 1
+    assert serving_copies.copy_figures(copy_dir)["ratio_to_bfloat16"] == 0.6 and len(reads) == 1
+    # Made again as the engine makes it: a new directory renamed into place (a file of the same size here).
+    staging = copy_dir.with_name("staging")
+    write_copy(staging, ratio_to_bfloat16=0.7)
+    assert (staging / "quantization.json").stat().st_size == (copy_dir / "quantization.json").stat().st_size
+    copy_dir.rename(copy_dir.with_name("aside"))
+    staging.rename(copy_dir)
+    assert serving_copies.copy_figures(copy_dir)["ratio_to_bfloat16"] == 0.7 and len(reads) == 2
+    # Rewritten in place (another scheme): seen at once too; a copy taken away is no longer served.
+    write_copy(copy_dir, scheme="int4")
+    assert served().quantization == "int4" and len(reads) == 3
+    (copy_dir / "quantization.json").unlink()
+    assert served().quantization == "" and served().path == catalog.base_model.path

@@ -369,8 +369,37 @@ def test_a_serving_copy_that_failed_says_why_escaped(team, run, client_for, sett
     partial = client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()  # what the page asks again
     assert 'data-state="failed"' in partial and "&lt;img src=x" in partial and "<img" not in partial
     (run.output_dir / "serving-copy-error.txt").unlink()
-    assert 'id="serving-copy"' not in client_for(team.viewer).get(url(run)).content.decode()
-    assert 'data-state="none"' in client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()
+    partial = client_for(team.viewer).get(url(run, "serving-copy/")).content.decode()
+    assert 'data-state="none"' in partial and "No serving copy" in partial and "<form" not in partial
+
+
+def test_with_automatic_copies_off_a_member_makes_the_first_serving_copy(team, run, client_for, settings,
+                                                                          django_capture_on_commit_callbacks,
+                                                                          monkeypatch):
+    """With TEMPER_SERVE_QUANTIZE=none the run page had no serving copy card at all: the card only offered to
+    make a copy again once one existed, so a run's final model could not get its first one from the page."""
+    from webapp.celery import app as celery_app
+    from webapp.runs.models import ServingCopy, ServingCopyStatus
+    from webapp.runs.serving_copies import MAKE_COPY_TASK
+
+    sent = []
+    monkeypatch.setattr(celery_app, "send_task", lambda name, args=None, queue=None, **kwargs: sent.append((name, args)))
+    settings.TEMPER_SERVE_QUANTIZE = "none"
+    run = succeeded_with_export(run)
+    page = client_for(team.teammate).get(url(run)).content.decode()
+    card = page[page.index('id="serving-copy"'):]
+    card = card[:card.index("</section>")]
+    assert "No serving copy" in card and "TEMPER_SERVE_QUANTIZE=none" in card
+    assert f'action="{url(run, "serving-copy/")}"' in card and "Make serving copy" in card
+    assert '<option value="int8" selected>' in card and '<option value="int4">' in card
+    viewer_page = client_for(team.viewer).get(url(run)).content.decode()
+    assert "No serving copy" in viewer_page and "Make serving copy" not in viewer_page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.teammate).post(url(run, "serving-copy/"), {"scheme": "int4"}, follow=True)
+    copy = ServingCopy.objects.get(run=run, step__isnull=True)
+    assert (copy.scheme, copy.status) == ("int4", ServingCopyStatus.WRITING) and sent == [(MAKE_COPY_TASK, [copy.pk])]
+    page = response.content.decode()
+    assert "Making the int4 serving copy of this run&#x27;s final model;" in page and "int4 serving copy being written" in page
 
 
 def test_a_reward_run_is_not_served_as_a_chat_model(team, run, client_for, settings):
