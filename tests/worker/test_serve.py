@@ -166,6 +166,13 @@ def test_a_succeeded_runs_serving_copy_is_written_with_its_figures(model_dir, tm
     (run_dir / "serving-copy-error.txt").write_text("an earlier failure")
     serve.quantize_run(str(run_dir))
     assert not (run_dir / "serving-copy-error.txt").exists()
+    # Acknowledged when done, so the message of a worker lost while writing is handed to another, which
+    # writes the copy again over the one a previous delivery may have finished: nothing is left aside.
+    assert serve.quantize_run.acks_late
+    exported = sorted(path.name for path in (run_dir / "export").iterdir())
+    again = serve.quantize_run(str(run_dir))
+    assert again["perplexity_quantized"] == description["perplexity_quantized"]
+    assert sorted(path.name for path in (run_dir / "export").iterdir()) == exported
 
 
 def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(client, model_dir, monkeypatch):

@@ -276,10 +276,12 @@ def _fail(events: _Events, request, message: str, *, code: str | None = None) ->
     return {"error": message}
 
 
-@app.task(name="worker.tasks.serve.quantize_run")
+@app.task(name="worker.tasks.serve.quantize_run", acks_late=True)
 def quantize_run(run_dir: str) -> dict:
     """Write a succeeded run's serving copy ``export/quantized/`` (scheme ``TEMPER_SERVE_QUANTIZE``) with its
-    memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on."""
+    memory, perplexity and greedy-agreement figures in ``quantization.json``; the chat serves it from then on.
+    Acknowledged when done: a worker lost while writing leaves the message to another (the copy is written
+    aside and renamed into place, so writing it again is safe)."""
     from jaxengine.quantize import quantize_run_export
     from webapp.runs.serving_copies import SERVING_COPY_ERROR_FILE
 
