@@ -840,7 +840,8 @@ def export_create(*, campaign: Campaign, options: ExportOptions, user: AbstractB
     """Queue the export of the campaign's complete items as the next version of the ``preference``
     dataset ``options.dataset_name`` (created when missing); the ``default`` worker writes it
     (``export_write``). Returns the export, ``writing`` until then."""
-    name = options.dataset_name.strip()
+    # Checked as the dataset's own name will be, here where the form can show it, not in the worker.
+    name = checked_name(options.dataset_name, field="dataset_name", max_length=dataset_services.DATASET_NAME_MAX)
     if not name:
         raise ValidationError({"dataset_name": "name the dataset the reviewed pairs go to"})
     _export_dataset(campaign.project, name, user)

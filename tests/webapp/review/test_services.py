@@ -497,6 +497,11 @@ def test_export_refuses_a_campaign_with_nothing_complete_and_a_dataset_of_anothe
     with pytest.raises(ValidationError, match="'chats' is a sft dataset"):
         services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="chats"),
                                user=team.owner)
+    # A name the dataset could not take is refused here, keyed by the form's field, not by the worker later.
+    for bad, reason in (("x" * 101, "at most 100"), ("pairs\u200b", "invisible character")):
+        with pytest.raises(ValidationError, match=reason) as refused:
+            services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name=bad), user=team.owner)
+        assert list(refused.value.message_dict) == ["dataset_name"]
     assert not campaign.exports.exists()
 
 
