@@ -238,6 +238,7 @@ ROUTES: dict[str, Route] = {
     "runs:samples": Route(kwargs=_run, methods=READ),
     "runs:checkpoints": Route(kwargs=_run, methods=READ),
     "runs:serving_copy": Route(kwargs=_run, methods=READ_MEMBER_WRITE),
+    "runs:artifact": Route(kwargs=_api_artifact, methods=READ),
     "runs:cancel": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:resume": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),

@@ -9,17 +9,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import io
 import json
-import tarfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pydantic
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
@@ -35,12 +31,12 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
+from webapp.runs import artifacts
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import sweeps
 from webapp.runs.access import get_run_for_user
-from webapp.runs.models import Artifact, ArtifactKind, Run
-from webapp.runs.serving_copies import QUANTIZED_SUBDIR
+from webapp.runs.models import Run
 
 
 def _error(status: int, **body: Any) -> JsonResponse:
@@ -356,43 +352,12 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                                       "reward": sample.reward} for sample in samples]})
 
 
-def _tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
-    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out``, produced file
-    by file (never whole in memory)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w|") as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.relative_to(directory).parts[0] in leave_out:
-                continue
-            if path.is_file() and not path.is_symlink():
-                archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
-    yield buffer.getvalue()
-
-
 @api_view(("GET",))
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    artifacts = Artifact.objects.filter(run=run, kind=kind)
-    if "step" in request.GET or kind == ArtifactKind.CHECKPOINT:
-        step = whole_number(request.GET.get("step"))
-        artifact = artifacts.filter(step=step).first() if step is not None else None
-    else:  # a run's one export (model, adapter), whatever step it holds
-        artifact = artifacts.order_by("-step").first()
-    if artifact is None:
-        raise Http404(f"run {run.public_id} has no {kind} artifact")
-    directory = Path(artifact.path).resolve()
-    if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
-        raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
-    # The model is the Hugging Face export; the chat's quantized serving copy inside it (a run's or a
-    # checkpoint's) is jaxengine's own format, as large again, and stays on the server.
-    leave_out = (QUANTIZED_SUBDIR,) if kind in (ArtifactKind.MODEL, ArtifactKind.CHECKPOINT) else ()
-    response = StreamingHttpResponse(_tar_stream(directory, leave_out=leave_out), content_type="application/x-tar")
-    response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{kind}.tar"'
-    return response
+    artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
+    return artifacts.artifact_tar_response(run=run, artifact=artifact)
 
 
 def _pipeline_json(pipeline) -> dict[str, Any]:

@@ -25,4 +25,5 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<str:run_id>/checkpoints/serving-copy/", views.run_checkpoint_serving_copy,
          name="checkpoint_serving_copy"),
     path("p/<slug:slug>/runs/<str:run_id>/serving-copy/", views.run_serving_copy, name="serving_copy"),
+    path("p/<slug:slug>/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="artifact"),
 ]

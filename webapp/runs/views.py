@@ -30,7 +30,7 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.runs import presets, selectors, services, serving_copies, sweeps
+from webapp.runs import artifacts, presets, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
@@ -376,6 +376,16 @@ def run_checkpoints(request: HttpRequest, slug: str, run_id: str) -> HttpRespons
     return render(request, "runs/_checkpoints.html", {
         "project": project, "run": run, "can_act": membership.can(Role.MEMBER),
         "checkpoints": selectors.checkpoint_list(run=run)})
+
+
+@login_required
+@require_GET
+def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
+    """Download what the run exported (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a
+    tar; any member of the project may, as through the API (``webapp.runs.artifacts``)."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
+    return artifacts.artifact_tar_response(run=run, artifact=artifact)
 
 
 @login_required

@@ -2,8 +2,11 @@
 schema, its errors by field, the YAML view, duplicate, the run page and its endpoints, actions,
 the table and the compare page."""
 import html
+import io
 import json
 import re
+import shutil
+import tarfile
 
 import pytest
 
@@ -547,6 +550,51 @@ def test_the_run_page_shows_the_workers_devices(team, run, client_for):
     Run.objects.filter(pk=run.pk).update(worker_name="train@gpu")
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert '<dd id="devices">8 × NVIDIA H200, 150.0\xa0GB each</dd>' in page
+
+
+def test_the_run_page_downloads_each_export_as_a_tar(team, run, client_for, tmp_path):
+    run = succeeded_with_export(run)
+    export = run.output_dir / "export"
+    (export / "config.json").write_text('{"model_type": "llama"}')
+    (export / "quantized").mkdir()  # the chat's serving copy stays on the server
+    (export / "quantized" / "model.safetensors").write_bytes(b"int8 codes")
+    (export / "adapter").mkdir()
+    (export / "adapter" / "adapter_config.json").write_text("{}")
+    checkpoint = run.output_dir / "export-step-3"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    for kind, step, path in ((ArtifactKind.MODEL, 5, export), (ArtifactKind.ADAPTER, 5, export / "adapter"),
+                             (ArtifactKind.CHECKPOINT, 3, checkpoint)):
+        Artifact.objects.create(run=run, kind=kind, step=step, path=str(path))
+    viewer = client_for(team.viewer)
+    page = viewer.get(url(run)).content.decode()
+    links = re.findall(r'<a class="download" href="([^"]+)" download>Download \(tar\)</a>', page)
+    model_link, adapter_link, checkpoint_link = (url(run, "artifacts/model/"), url(run, "artifacts/adapter/"),
+                                                 url(run, "artifacts/checkpoint/?step=3"))
+    assert sorted(links) == sorted([model_link, adapter_link, checkpoint_link])
+    links = [model_link, adapter_link, checkpoint_link]
+
+    def names_in(response):
+        with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+            return archive.getnames()
+
+    response = viewer.get(links[0])
+    assert response.status_code == 200 and response["Content-Disposition"] == (
+        f'attachment; filename="{run.public_id}-model.tar"')
+    assert names_in(response) == ["export/adapter/adapter_config.json", "export/config.json"]
+    assert names_in(viewer.get(links[1])) == ["adapter/adapter_config.json"]
+    response = viewer.get(links[2])
+    assert response["Content-Disposition"].endswith(f'"{run.public_id}-checkpoint-step-3.tar"')
+    assert names_in(response) == ["export-step-3/config.json"]
+    # A step nobody exported, a kind the run has not, a directory gone from disk: 404s that say which.
+    assert viewer.get(url(run, "artifacts/checkpoint/?step=4")).status_code == 404
+    assert viewer.get(url(run, "artifacts/checkpoint/")).status_code == 404
+    shutil.rmtree(checkpoint)
+    assert viewer.get(links[2]).status_code == 404
+    # A path recorded outside the data root is never served.
+    Artifact.objects.filter(run=run, kind=ArtifactKind.ADAPTER).update(path=str(tmp_path))
+    assert viewer.get(links[1]).status_code == 404
+    assert client_for(team.outsider).get(links[0]).status_code == 404
 
 
 def test_checkpoints_are_listed_with_an_export_button(team, run, client_for, sent_tasks):

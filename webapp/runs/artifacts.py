@@ -1,0 +1,63 @@
+"""Downloads of what a run exported (its merged model, its LoRA adapter, exported checkpoints) as tar
+archives, for the run page and the REST API alike.
+
+A download is streamed file by file, never whole in memory: a model is gigabytes. The chat's quantized
+serving copy inside a model export is jaxengine's own format, as large again, and stays on the server.
+"""
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.conf import settings
+from django.http import Http404, StreamingHttpResponse
+
+from webapp.core.numbers import whole_number
+from webapp.runs.models import Artifact, ArtifactKind, Run
+from webapp.runs.serving_copies import QUANTIZED_SUBDIR
+
+
+def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
+    """The run's ``kind`` artifact (``model``, ``adapter``, or ``checkpoint`` with ``step``) that is still
+    on disk under the data root; Http404 naming what is missing otherwise. ``step`` is as sent (text):
+    without it, a run's one model or adapter export, whatever step it holds."""
+    artifacts = Artifact.objects.filter(run=run, kind=kind)
+    if step is not None or kind == ArtifactKind.CHECKPOINT:
+        number = whole_number(step)
+        artifact = artifacts.filter(step=number).first() if number is not None else None
+    else:
+        artifact = artifacts.order_by("-step").first()
+    if artifact is None:
+        raise Http404(f"run {run.public_id} has no {kind} artifact" + (f" at step {step}" if step is not None else ""))
+    directory = Path(artifact.path).resolve()
+    if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
+        raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")
+    return artifact
+
+
+def artifact_tar_response(*, run: Run, artifact: Artifact) -> StreamingHttpResponse:
+    """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress)."""
+    leave_out = (QUANTIZED_SUBDIR,) if artifact.kind in (ArtifactKind.MODEL, ArtifactKind.CHECKPOINT) else ()
+    response = StreamingHttpResponse(tar_stream(Path(artifact.path).resolve(), leave_out=leave_out),
+                                     content_type="application/x-tar")
+    step = f"-step-{artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT else ""
+    response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{artifact.kind}{step}.tar"'
+    return response
+
+
+def tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
+    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out``, produced file
+    by file (never whole in memory)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w|") as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.relative_to(directory).parts[0] in leave_out:
+                continue
+            if path.is_file() and not path.is_symlink():
+                archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+    yield buffer.getvalue()
