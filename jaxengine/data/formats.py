@@ -998,12 +998,22 @@ def read_page(path: str | os.PathLike, *, fmt: FileFormat, mapping: ColumnMappin
               limit: int) -> list[tuple[int, dict[str, Any]]]:
     """Rows ``offset+1 .. offset+limit`` as ``(row number, example)``, for previews of valid files."""
     page: list[tuple[int, dict[str, Any]]] = []
-    cells_are_strings = FileFormat(fmt) is FileFormat.CSV
-    for item in iter_rows(path, fmt=fmt):
-        if type(item) is Issue or item.row <= offset:
+    for number, example in numbered_examples(path, fmt=fmt, mapping=mapping):
+        if number <= offset:
             continue
-        example, _problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
-        page.append((item.row, example if example is not None else {}))
+        page.append((number, example))
         if len(page) >= limit:
             break
     return page
+
+
+def numbered_examples(path: str | os.PathLike, *, fmt: FileFormat,
+                      mapping: ColumnMapping) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every row of a valid file as ``(row number, example)`` after the column mapping (empty where a
+    row cannot be read as one), for previews and searches."""
+    cells_are_strings = FileFormat(fmt) is FileFormat.CSV
+    for item in iter_rows(path, fmt=fmt):
+        if type(item) is Issue:
+            continue
+        example, _problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+        yield item.row, example if example is not None else {}

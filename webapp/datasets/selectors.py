@@ -5,6 +5,7 @@ autoescaping on: dataset text is untrusted and is never marked safe.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,8 @@ class PreviewPage:
     page: int
     page_count: int
     rows_previewed: int  # the first rows of the version, at most PREVIEW_MAX_ROW, that its pages go through
+    search: str = ""  # the text the rows were searched for ("" for every row)
+    match_count: int = 0  # rows among rows_previewed that hold it
 
 
 def _text_cell(text: str, *, cell_type: str = "text") -> Cell:
@@ -146,6 +149,37 @@ def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREV
     columns = _preview_columns(kind, [example for _, example in found])
     rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
     return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown)
+
+
+def version_search(*, version: DatasetVersion, text: str, page: int, page_size: int = PREVIEW_PAGE_SIZE) -> PreviewPage:
+    """Page ``page`` of the rows (among the first ``PREVIEW_MAX_ROW``) that hold ``text`` in any value
+    after the column mapping, a chat's turns included, in any letter case (``str.casefold``: "STRASSE"
+    finds "Straße"). The file is read once per page asked: at the preview's row limit, a second or two."""
+    needle = text.casefold()
+    kind = formats.DatasetKind(version.dataset.kind)
+    mapping = formats.ColumnMapping(kind=kind, columns=version.column_mapping)
+    rows_shown = min(version.row_count or 0, PREVIEW_MAX_ROW)
+    matches = [(number, example) for number, example in itertools.islice(
+        formats.numbered_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping),
+        rows_shown) if needle in _searchable_text(example)]
+    page_count = max(1, -(-len(matches) // page_size))
+    page = min(max(page, 1), page_count)
+    found = matches[(page - 1) * page_size:page * page_size]
+    columns = _preview_columns(kind, [example for _, example in found])
+    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
+    return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown,
+                       search=text, match_count=len(matches))
+
+
+def _searchable_text(value: Any) -> str:
+    """Every string in ``value`` (nested lists and dicts: chat turns, extra columns), casefolded, one per line."""
+    if isinstance(value, str):
+        return value.casefold()
+    if isinstance(value, dict):
+        return "\n".join(_searchable_text(item) for item in value.values())
+    if isinstance(value, list):
+        return "\n".join(_searchable_text(item) for item in value)
+    return "" if value is None else str(value).casefold()
 
 
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:

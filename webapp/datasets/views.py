@@ -179,7 +179,10 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "").strip()
-        preview = selectors.version_preview(version=version, page=_page_number(asked) or 1)
+        # A search is cut to the length of a line: it is looked for in every row of the preview.
+        search = request.GET.get("q", "").strip()[:SEARCH_MAX_CHARS]
+        preview = (selectors.version_search(version=version, text=search, page=_page_number(asked) or 1) if search
+                   else selectors.version_preview(version=version, page=_page_number(asked) or 1))
         context.update(
             preview=preview,
             # The page asked for when the preview does not have it (past the end, 0, not a number):
@@ -190,6 +193,9 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
         )
     return render(request, "datasets/version.html", context)
+
+
+SEARCH_MAX_CHARS = 200
 
 
 def _page_number(text: str) -> int | None:

@@ -331,6 +331,35 @@ class TestVersionPage:
         body = client_for(team.viewer).get(version_url(version), {"page": "<b>x</b>"}).content.decode()
         assert "<b>x</b>" not in body and "There is no page <bdi>&lt;b&gt;x&lt;/b&gt;</bdi>" in body
 
+    def test_it_searches_the_rows_in_any_letter_case_chats_included(self, team, client_for, monkeypatch):
+        from webapp.datasets import selectors
+
+        rows = b"".join(b'{"prompt": "question %d", "completion": "%s"}\n' % (i, b"Refund please" if i % 10 == 0 else b"ok")
+                        for i in range(1, 46))
+        rows += '{"messages": [{"role": "user", "content": "Wo ist die STRASSE?"}, {"role": "assistant", "content": "da"}]}\n'.encode()
+        version = make_version(team, content=rows)
+        viewer = client_for(team.viewer)
+        response = viewer.get(version_url(version), {"q": "refund"})
+        preview = response.context["preview"]
+        assert [number for number, _ in preview.rows] == [10, 20, 30, 40] and preview.match_count == 4
+        body = response.content.decode()
+        assert "4 rows of 46 hold “<bdi>refund</bdi>”" in body and 'href="?">Show every row</a>' in body and 'value="refund"' in body
+        # casefold, not lower: "straße" finds "STRASSE"; a chat's turns are searched.
+        assert [number for number, _ in viewer.get(version_url(version), {"q": "straße"}).context["preview"].rows] == [46]
+        # Pages of matches (20 a page) keep the search in their links and in the jump form.
+        page = viewer.get(version_url(version), {"q": "QUESTION", "page": "2"})
+        assert [number for number, _ in page.context["preview"].rows] == list(range(21, 41))
+        assert page.context["preview"].page_count == 3
+        assert '?page=1&amp;q=QUESTION">← Previous</a>' in page.content.decode()
+        assert '<input type="hidden" name="q" value="QUESTION">' in page.content.decode()
+        # No match says so, with the text escaped; a search never reaches past the preview's rows.
+        body = viewer.get(version_url(version), {"q": "<img src=x onerror=alert(1)>"}).content.decode()
+        assert "<img src=x" not in body and "No row holds “<bdi>&lt;img src=x onerror=alert(1)&gt;</bdi>”" in body
+        monkeypatch.setattr(selectors, "PREVIEW_MAX_ROW", 15)
+        limited = viewer.get(version_url(version), {"q": "refund"})
+        assert limited.context["preview"].match_count == 1
+        assert "1 row of the first 15 holds" in limited.content.decode()
+
     def test_it_shows_errors_of_a_failed_version(self, team, client_for):
         version = make_version(team, content=b'{"prompt": "a", "completion": "b"}\n{"prompt": 5, "completion": "b"}\n')
         body = client_for(team.viewer).get(version_url(version)).content.decode()
