@@ -347,13 +347,14 @@ def serving_copies_give_up_stale(*, copies: list[ServingCopy]) -> None:
 
 
 def _automatic_copy_given_up(run: Run, scheme: str) -> ServingCopy | None:
-    """The failed row that stands for a succeeded run's automatic copy (``quantize_run``, which has no row
-    and acknowledges its message early) when the run finished over ``TEMPER_SERVING_COPY_STALE_SECONDS``
-    ago without a copy or a reason file and no worker holds that task; else None (still being written, or
-    not to be told). Once the row is there, the copy is made again like any other."""
+    """The failed row that stands for a succeeded run's automatic copy (``quantize_run``, which has no row;
+    its message is acknowledged when done, so Redis holds it while it runs) when the run finished over
+    ``TEMPER_SERVING_COPY_STALE_SECONDS`` ago without a copy or a reason file and no worker holds that task;
+    else None (still being written, or not to be told). Once the row is there, the copy is made again like
+    any other."""
     if run.finished_at is None or run.finished_at >= _stale_cutoff():
         return None
-    live = _live_tasks(AUTOMATIC_COPY_TASK, acknowledged_late=False)
+    live = _live_tasks(AUTOMATIC_COPY_TASK, acknowledged_late=True)
     if live is None or (str(run.output_dir),) in live:
         return None
     reason = _stale_reason(run.finished_at)
