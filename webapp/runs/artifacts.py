@@ -47,13 +47,20 @@ def artifact_tar_response(*, run: Run, artifact: Artifact) -> StreamingHttpRespo
     return response
 
 
+def _left_out(name: str, leave_out: tuple[str, ...]) -> bool:
+    # jaxengine.quantize writes a serving copy beside its place as ``.quantized.writing-…`` and moves the
+    # copy it replaces aside as ``.quantized.replaced-…``: the same copy, gone by a rename mid-download,
+    # and left behind for good by a worker killed while writing.
+    return any(name == subdirectory or name.startswith(f".{subdirectory}.") for subdirectory in leave_out)
+
+
 def tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
-    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out``, produced file
-    by file (never whole in memory)."""
+    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out`` (nor those
+    directories' copies being written or replaced), produced file by file (never whole in memory)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w|") as archive:
         for path in sorted(directory.rglob("*")):
-            if path.relative_to(directory).parts[0] in leave_out:
+            if _left_out(path.relative_to(directory).parts[0], leave_out):
                 continue
             if path.is_file() and not path.is_symlink():
                 archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
