@@ -94,6 +94,10 @@ def test_a_value_of_another_project_is_refused_by_line(team, catalog, sent_tasks
     ("data.columns: x", "line 1: data.columns: set from the dataset versions' column mappings"),
     ("task: sft, dpo", "line 1: task: a sweep varies the keys of one task; launch a sweep per task"),
     ("peft.rank: 8, 16, 8", "line 1: peft.rank: 8 is given twice; each value makes its own runs"),
+    # One number written two ways made two runs of one config.
+    ("optim.learning_rate: 1e-4, 3e-4, 0.0001", "line 1: optim.learning_rate: 1e-4 and 0.0001 are the same value; "
+                                                "give it once"),
+    ("optim.weight_decay: 1, 0.5, 1.0", "line 1: optim.weight_decay: 1 and 1.0 are the same value; give it once"),
     ("peft.rank: [8, 16]", "line 1: peft.rank: the values cannot be read: [8, 16] is not a single value"),
     ("peft.rank: 8,, 16", "line 1: peft.rank: the values cannot be read: expected the node content, but found ','"),
     ("peft.rank: *big", "line 1: peft.rank: the values cannot be read: aliases (*name) are not allowed"),
