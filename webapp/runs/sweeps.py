@@ -71,7 +71,7 @@ def _label(value: Any) -> str:
 def _read_values(text: str) -> tuple[list[Any], list[str]]:
     """The values of one line and their labels (as typed, without quotes); ``yaml.YAMLError`` or
     ``ValueError`` naming what is not a single value."""
-    flow = f"[{text}]"
+    flow = f"[{text}\n]"  # the bracket on a line of its own: a comment after the values ends at the line's end
     values = load_spec_yaml(flow)
     if not isinstance(values, list):
         raise ValueError("write the values separated by commas")

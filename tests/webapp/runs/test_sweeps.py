@@ -133,6 +133,10 @@ def test_values_are_yaml_scalars_with_exponents_read_as_numbers():
     assert axis.values == (1e-4, "1e-4", "a, b", True, None, 7)
     assert axis.labels == ("1e-4", "1e-4", "a, b", "true", "~", "7")
     assert sweeps.axes_from_text("\n# a comment\n   \n") == []
+    # A comment after the values, as YAML allows: it swallowed the closing bracket of the values' list,
+    # and the line was refused with "expected ',' or ']', but got '<stream end>'".
+    axis, = sweeps.axes_from_text('optim.learning_rate: 1e-4, "3e-4 # text"  # the lr sweep')
+    assert axis.values == (1e-4, "3e-4 # text") and axis.labels == ("1e-4", "3e-4 # text")
 
 
 def test_an_api_sweep_is_checked_like_the_pages():
