@@ -1,22 +1,30 @@
 """Downloads of what a run exported (its merged model, its LoRA adapter, exported checkpoints) as tar
 archives, for the run page and the REST API alike.
 
-A download is streamed file by file, never whole in memory: a model is gigabytes. The chat's quantized
-serving copy inside a model export is jaxengine's own format, as large again, and stays on the server.
+A download is streamed a chunk at a time, never whole in memory: a model is gigabytes, often in one
+safetensors file. The tar is written by hand (a header, the file's chunks, padding), since ``tarfile``
+copies a whole file into its output at once, and handed to Django as an asynchronous iterator, since
+its ASGI handler (uvicorn serves Temper) reads a synchronous one whole into a list before it sends a
+byte. The chat's quantized serving copy inside a model export is jaxengine's own format, as large
+again, and stays on the server.
 """
 from __future__ import annotations
 
-import io
+import os
+import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
 from webapp.core.numbers import whole_number
 from webapp.runs.models import Artifact, ArtifactKind, Run
 from webapp.runs.serving_copies import QUANTIZED_SUBDIR
+
+CHUNK_BYTES = 1 << 20  # read from a file and sent at a time
 
 
 def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
@@ -40,24 +48,46 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
 def artifact_tar_response(*, run: Run, artifact: Artifact) -> StreamingHttpResponse:
     """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress)."""
     leave_out = (QUANTIZED_SUBDIR,) if artifact.kind in (ArtifactKind.MODEL, ArtifactKind.CHECKPOINT) else ()
-    response = StreamingHttpResponse(tar_stream(Path(artifact.path).resolve(), leave_out=leave_out),
+    response = StreamingHttpResponse(asynchronous(tar_stream(Path(artifact.path).resolve(), leave_out=leave_out)),
                                      content_type="application/x-tar")
     step = f"-step-{artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT else ""
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{artifact.kind}{step}.tar"'
     return response
 
 
+def _left_out(name: str, leave_out: tuple[str, ...]) -> bool:
+    # jaxengine.quantize writes a serving copy beside its place as ``.quantized.writing-…`` and moves the
+    # copy it replaces aside as ``.quantized.replaced-…``: the same copy, gone by a rename mid-download,
+    # and left behind for good by a worker killed while writing.
+    return any(name == subdirectory or name.startswith(f".{subdirectory}.") for subdirectory in leave_out)
+
+
 def tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
-    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out``, produced file
-    by file (never whole in memory)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w|") as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.relative_to(directory).parts[0] in leave_out:
-                continue
-            if path.is_file() and not path.is_symlink():
-                archive.add(path, arcname=str(Path(directory.name) / path.relative_to(directory)))
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
-    yield buffer.getvalue()
+    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out`` (nor those
+    directories' copies being written or replaced), in pieces of at most ``CHUNK_BYTES``."""
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if _left_out(relative.parts[0], leave_out) or path.is_symlink() or not path.is_file():
+            continue
+        with path.open("rb") as file:
+            status = os.fstat(file.fileno())
+            header = tarfile.TarInfo(str(Path(directory.name) / relative))
+            header.size, header.mtime, header.mode = status.st_size, int(status.st_mtime), stat.S_IMODE(status.st_mode)
+            yield header.tobuf(format=tarfile.PAX_FORMAT)
+            left = header.size
+            while left:
+                chunk = file.read(min(CHUNK_BYTES, left))
+                if not chunk:  # the header promised more: a tar cut here would be read as whole
+                    raise OSError(f"{path} became shorter while it was being sent")
+                left -= len(chunk)
+                yield chunk
+        yield tarfile.NUL * (-header.size % tarfile.BLOCKSIZE)
+    yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)  # the end of the archive
+
+
+async def asynchronous(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """``chunks``, each read in a worker thread (file reads, no database), for Django's ASGI handler to
+    send as they come."""
+    read = sync_to_async(next, thread_sensitive=False)
+    while (chunk := await read(chunks, None)) is not None:
+        yield chunk

@@ -71,7 +71,7 @@ def _label(value: Any) -> str:
 def _read_values(text: str) -> tuple[list[Any], list[str]]:
     """The values of one line and their labels (as typed, without quotes); ``yaml.YAMLError`` or
     ``ValueError`` naming what is not a single value."""
-    flow = f"[{text}]"
+    flow = f"[{text}\n]"  # the bracket on a line of its own: a comment after the values ends at the line's end
     values = load_spec_yaml(flow)
     if not isinstance(values, list):
         raise ValueError("write the values separated by commas")
@@ -149,6 +149,18 @@ def _key_problem(key: str, task: str) -> str | None:
             f"optim.learning_rate, or one of {', '.join(TOP_LEVEL_KEYS)}")
 
 
+def _repeated_values(axis: SweepAxis) -> list[list[str]]:
+    """The ways each value given more than once was written (``["1e-4", "0.0001"]``, or ``["8"]``):
+    numbers are compared as numbers, since 1e-4 and 0.0001 (or 1 and 1.0) set a float key alike and
+    made two runs of one config; a boolean or a text is never the number it may look like."""
+    written: dict[tuple[str, Any], list[str]] = {}
+    for value, label in zip(axis.values, axis.labels):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        same = ("number", float(value)) if number else (type(value).__name__, json.dumps(value))
+        written.setdefault(same, []).append(label)
+    return [list(dict.fromkeys(labels)) for labels in written.values() if len(labels) > 1]
+
+
 def check_axes(axes: list[SweepAxis], *, task: str | None) -> None:
     """Refuse, each by its line, a key the ``task`` spec does not take (any task when ``task`` is not
     one: the spec's own check names that), one Temper sets, one given twice, a line without values,
@@ -168,8 +180,11 @@ def check_axes(axes: list[SweepAxis], *, task: str | None) -> None:
             problems.append(f"{axis.place}: {problem}")
         if not axis.values:
             problems.append(f"{axis.place}: no values; give one or more ({EXAMPLE})")
-        for label in {label for label in axis.labels if axis.labels.count(label) > 1}:
-            problems.append(f"{axis.place}: {label} is given twice; each value makes its own runs")
+        for written in _repeated_values(axis):
+            if len(written) == 1:
+                problems.append(f"{axis.place}: {written[0]} is given twice; each value makes its own runs")
+            else:
+                problems.append(f"{axis.place}: {' and '.join(written)} are the same value; give it once")
     total = math.prod(len(axis.values) for axis in axes)
     if total > max_runs():
         counts = " × ".join(f"{len(axis.values)} ({axis.place})" for axis in axes if len(axis.values) > 1)

@@ -94,6 +94,10 @@ def test_a_value_of_another_project_is_refused_by_line(team, catalog, sent_tasks
     ("data.columns: x", "line 1: data.columns: set from the dataset versions' column mappings"),
     ("task: sft, dpo", "line 1: task: a sweep varies the keys of one task; launch a sweep per task"),
     ("peft.rank: 8, 16, 8", "line 1: peft.rank: 8 is given twice; each value makes its own runs"),
+    # One number written two ways made two runs of one config.
+    ("optim.learning_rate: 1e-4, 3e-4, 0.0001", "line 1: optim.learning_rate: 1e-4 and 0.0001 are the same value; "
+                                                "give it once"),
+    ("optim.weight_decay: 1, 0.5, 1.0", "line 1: optim.weight_decay: 1 and 1.0 are the same value; give it once"),
     ("peft.rank: [8, 16]", "line 1: peft.rank: the values cannot be read: [8, 16] is not a single value"),
     ("peft.rank: 8,, 16", "line 1: peft.rank: the values cannot be read: expected the node content, but found ','"),
     ("peft.rank: *big", "line 1: peft.rank: the values cannot be read: aliases (*name) are not allowed"),
@@ -129,6 +133,10 @@ def test_values_are_yaml_scalars_with_exponents_read_as_numbers():
     assert axis.values == (1e-4, "1e-4", "a, b", True, None, 7)
     assert axis.labels == ("1e-4", "1e-4", "a, b", "true", "~", "7")
     assert sweeps.axes_from_text("\n# a comment\n   \n") == []
+    # A comment after the values, as YAML allows: it swallowed the closing bracket of the values' list,
+    # and the line was refused with "expected ',' or ']', but got '<stream end>'".
+    axis, = sweeps.axes_from_text('optim.learning_rate: 1e-4, "3e-4 # text"  # the lr sweep')
+    assert axis.values == (1e-4, "3e-4 # text") and axis.labels == ("1e-4", "3e-4 # text")
 
 
 def test_an_api_sweep_is_checked_like_the_pages():

@@ -575,12 +575,13 @@ def test_the_run_page_downloads_each_export_as_a_tar(team, run, client_for, tmp_
     links = [model_link, adapter_link, checkpoint_link]
 
     def names_in(response):
-        with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+        with tarfile.open(fileobj=io.BytesIO(b"".join(response))) as archive:
             return archive.getnames()
 
     response = viewer.get(links[0])
     assert response.status_code == 200 and response["Content-Disposition"] == (
         f'attachment; filename="{run.public_id}-model.tar"')
+    assert response.is_async  # sent as read under uvicorn, not first gathered whole (test_artifacts.py)
     assert names_in(response) == ["export/adapter/adapter_config.json", "export/config.json"]
     assert names_in(viewer.get(links[1])) == ["adapter/adapter_config.json"]
     response = viewer.get(links[2])
