@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
@@ -23,6 +23,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.basemodels.selectors import basemodel_list
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
+from webapp.core.streaming import file_download
 from webapp.core.submissions import form_send_once
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
@@ -207,13 +208,14 @@ def _page_number(text: str) -> int | None:
 
 @login_required
 @require_http_methods(["GET"])
-def version_download(request: HttpRequest, slug: str, public_id: str, number: int) -> FileResponse:
+def version_download(request: HttpRequest, slug: str, public_id: str, number: int) -> StreamingHttpResponse:
     project, _membership = get_project_for_user(request.user, slug)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
     version = selectors.version_get(dataset=dataset, number=number)
     if version.status != VersionStatus.READY or not version.absolute_path.is_file():
         raise Http404("only ready versions can be downloaded")
-    return FileResponse(open(version.absolute_path, "rb"), as_attachment=True, filename=version.original_filename)
+    # Streamed (webapp.core.streaming): a FileResponse is read whole into the web process under ASGI.
+    return file_download(version.absolute_path, filename=version.original_filename)
 
 
 @login_required

@@ -13,19 +13,16 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
 from webapp.core.numbers import whole_number
+from webapp.core.streaming import CHUNK_BYTES, asynchronous
 from webapp.runs.models import Artifact, ArtifactKind, Run
 from webapp.runs.serving_copies import QUANTIZED_SUBDIR
-
-CHUNK_BYTES = 1 << 20  # read from a file and sent at a time
-
 
 def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
     """The run's ``kind`` artifact (``model``, ``adapter``, or ``checkpoint`` with ``step``) that is still
@@ -83,11 +80,3 @@ def tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[
                 yield chunk
         yield tarfile.NUL * (-header.size % tarfile.BLOCKSIZE)
     yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)  # the end of the archive
-
-
-async def asynchronous(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """``chunks``, each read in a worker thread (file reads, no database), for Django's ASGI handler to
-    send as they come."""
-    read = sync_to_async(next, thread_sensitive=False)
-    while (chunk := await read(chunks, None)) is not None:
-        yield chunk
