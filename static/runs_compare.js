@@ -10,7 +10,9 @@
   var data = JSON.parse(document.getElementById("compare-data").textContent);
   var LIVE_MS = 5000, IDLE_MS = window.TemperCompareIdleMs || 30000;  // a test shortens the idle wait
   var holder = document.getElementById("compare-charts");
-  var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3"];
+  // One color a run, for as many runs as the page takes (views.MAX_COMPARE).
+  var colors = ["#4f46e5", "#db2777", "#059669", "#d97706", "#0891b2", "#7c3aed", "#dc2626", "#65a30d", "#475569", "#c026d3",
+                "#0d9488", "#ea580c", "#2563eb", "#9333ea", "#ca8a04", "#be123c"];
   var dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
   // A run's name, a metric's, a group's as plotly shows them: as text, never as its tags (static/plot_text.js).
   var literal = window.TemperPlotText.literal;

@@ -49,7 +49,8 @@
     var missing = document.getElementById("hp-missing");
     var left = scores.length - rows.length;
     missing.hidden = left === 0;
-    missing.textContent = left ? left + " of the " + scores.length + " runs have no " + metric + " and are not drawn." : "";
+    missing.textContent = !left ? "" : left + " of the " + scores.length + " runs " +
+      (left === 1 ? "has no " + metric + " and is not drawn." : "have no " + metric + " and are not drawn.");
     window.Plotly.react(plot, [{ type: "parcoords", dimensions: dimensions,
       line: { color: metricValues, colorscale: "Viridis", showscale: true, colorbar: { thickness: 12 } } }],
       { height: 340, margin: { l: 60, r: 60, t: 48, b: 24 }, paper_bgcolor: "rgba(0,0,0,0)", font: { size: 11 } },

@@ -247,7 +247,7 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
     page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[2].label"
                            " === 'reward'")
     assert page.evaluate("() => document.getElementById('hyperparameters-plot').data[0].line.color") == [0.25, 0.75]
-    assert page.locator("#hp-missing").inner_text() == "1 of the 3 runs have no reward and are not drawn."
+    assert page.locator("#hp-missing").inner_text() == "1 of the 3 runs has no reward and is not drawn."
 
 
 def test_run_names_in_the_compare_legend_are_text_not_markup(page, asgi_server, transactional_db, monkeypatch):

@@ -41,7 +41,8 @@ from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_prese
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
-MAX_COMPARE = 10
+# As many runs as a sweep launches at most by default (TEMPER_SWEEP_MAX_RUNS), so a whole sweep compares at once.
+MAX_COMPARE = 16
 
 
 @login_required

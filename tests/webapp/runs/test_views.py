@@ -1071,7 +1071,7 @@ def test_compare_and_archive_come_back_to_the_table_as_it_was_left(team, run, cl
     response = client.post("/p/alpha/runs/compare/", {"runs": [other.public_id], "back": "tag=sweep&sort=name"})
     assert response["Location"] == f"/p/alpha/runs/?tag=sweep&sort=name&runs={other.public_id}"
     page = client.get(response["Location"]).content.decode()
-    assert "choose between 2 and 10 runs" in page
+    assert "choose between 2 and 16 runs" in page
     assert f'value="{other.public_id}" aria-label="Select second" checked>' in page
     assert '<input type="hidden" name="back" value="tag=sweep&amp;sort=name">' in page  # the tick is not carried on
     both = client.post("/p/alpha/runs/compare/", {"runs": [run.public_id, other.public_id], "back": "tag=sweep"})
