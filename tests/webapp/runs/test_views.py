@@ -563,12 +563,17 @@ def test_the_run_page_downloads_each_export_as_a_tar(team, run, client_for, tmp_
     checkpoint = run.output_dir / "export-step-3"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)  # the training checkpoint it was exported from
     for kind, step, path in ((ArtifactKind.MODEL, 5, export), (ArtifactKind.ADAPTER, 5, export / "adapter"),
                              (ArtifactKind.CHECKPOINT, 3, checkpoint)):
         Artifact.objects.create(run=run, kind=kind, step=step, path=str(path))
     viewer = client_for(team.viewer)
     page = viewer.get(url(run)).content.decode()
     links = re.findall(r'<a class="download" href="([^"]+)" download>Download \(tar\)</a>', page)
+    # The checkpoints list (which the page reads again when an export ends) offers the export's download too.
+    partial = viewer.get(url(run, "checkpoints/")).content.decode()
+    assert re.findall(r'<a class="download" href="([^"]+)" download>', partial) == [url(run, "artifacts/checkpoint/?step=3")]
+    links = list(dict.fromkeys(links))  # the lineage and the checkpoints list both link the checkpoint
     model_link, adapter_link, checkpoint_link = (url(run, "artifacts/model/"), url(run, "artifacts/adapter/"),
                                                  url(run, "artifacts/checkpoint/?step=3"))
     assert sorted(links) == sorted([model_link, adapter_link, checkpoint_link])
