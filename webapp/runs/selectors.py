@@ -585,7 +585,8 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for key in keys:
         values = [entry.get(key) for entry in flat]
-        rendered = [json.dumps(value) if isinstance(value, (list, dict)) else named.get(value, value)
+        # Lists, mappings and booleans as the spec writes them (JSON's true, not Python's True).
+        rendered = [json.dumps(value) if isinstance(value, (list, dict, bool)) else named.get(value, value)
                     if isinstance(value, str) else value for value in values]
         rows.append({"key": key, "values": rendered, "differs": len({json.dumps(v, sort_keys=True) for v in values}) > 1})
     return rows

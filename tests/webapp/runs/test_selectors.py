@@ -66,6 +66,7 @@ def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
     rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
     assert rows["optim.learning_rate"]["differs"] and rows["optim.learning_rate"]["values"] == [0.0001, 0.01]
     assert rows["peft.targets"]["values"][1] == '["q_proj"]'
+    assert rows["data.packing"]["values"] == ["false", "false"]  # as the spec writes it, not Python's False
     assert not rows["train.max_steps"]["differs"]
 
 
