@@ -45,12 +45,12 @@ def main() -> None:
                        warmup_cpu_seconds=round(time.process_time() - cpu, 2))
     request = ServeRequest(prompt_ids=tuple(encode_prompt(loaded.tokenizer, "What is 17 + 25?")),
                            params=SamplingParams(max_new_tokens=args.tokens, temperature=0.7), ignore_eos=True)
-    token_times = []
+    read_times = []  # when each read of the device streamed its tokens (the first token, then each call's)
     wall, cpu = time.perf_counter(), time.process_time()
-    result = server.submit(request, on_token=lambda token_id, delta: token_times.append(time.perf_counter())).result()
+    result = server.submit(request, on_tokens=lambda token_ids, delta: read_times.append(time.perf_counter())).result()
     server.close()
-    pauses = [later - earlier for earlier, later in zip(token_times, token_times[1:])]
-    figures.update(first_token_seconds=round(token_times[0] - wall, 3),
+    pauses = [later - earlier for earlier, later in zip(read_times, read_times[1:])]
+    figures.update(first_token_seconds=round(read_times[0] - wall, 3),
                    first_answer_seconds=round(time.perf_counter() - wall, 2),
                    first_answer_cpu_seconds=round(time.process_time() - cpu, 2),
                    longest_pause_seconds=round(max(pauses), 3), tokens=len(result.token_ids),

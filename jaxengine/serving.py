@@ -10,7 +10,10 @@ Design note.
   (as one left-padded group) into free rows, then makes one device call of ``steps_per_call`` decode
   steps for every row; the host then streams each row's tokens and frees a row as soon as it ends (EOS
   / stop id, budget). A request arriving while others decode joins at the next call instead of waiting
-  for the batch to end; tokens decoded past a row's end within a call are dropped.
+  for the batch to end; tokens decoded past a row's end within a call are dropped. A row's tokens of one
+  call are read back at one moment, so they are streamed in one callback (``on_tokens``, as is the
+  prefill's first token): whatever the caller does per callback (the serve worker sends a Redis event
+  and the web an SSE message) is paid per call, not per token, and delays no token.
 * Overlap: a decode call is left in flight when ``step`` returns. The next ``step`` dispatches the
   following call chained on its last tokens (they stay on the device) and only then reads it back and
   streams its tokens, so the host's work per token (detokenizing, stop strings, callbacks) runs while the
@@ -403,7 +406,10 @@ def _compiled(graphdef, treedef, cache_dtype, kv_heads: int) -> _Compiled:
     return _Compiled(graphdef, treedef, cache_dtype, kv_heads)
 
 
-OnToken = Callable[[int, int, str], None]  # (request index, token id, text delta)
+OnTokens = Callable[[int, list[int], str], None]  # (request index, token ids read together, their text)
+# The tokens a row takes from one read of the device (its prefill's first token, then each decode call's) and
+# the text they add: read back at one moment, they are streamed in one callback.
+RowTokens = Callable[[list[int], str], None]
 ShouldStop = Callable[[int], bool]  # request index -> the user asked to stop it
 
 
@@ -412,7 +418,7 @@ class _Row:
     """A request in (or waiting for) a slot, and what it has generated so far."""
 
     request: ServeRequest
-    on_token: Callable[[int, str], None] | None
+    on_tokens: RowTokens | None
     should_stop: Callable[[], bool] | None
     on_finish: Callable[[ServeResult], None]
     arrived: float
@@ -466,14 +472,15 @@ class ContinuousBatch:
         return self._compiled.trace_count
 
     def add(self, request: ServeRequest, *, on_finish: Callable[[ServeResult], None],
-            on_token: Callable[[int, str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+            on_tokens: RowTokens | None = None, should_stop: Callable[[], bool] | None = None,
             arrived: float | None = None, fast_forward: bool = False) -> None:
-        """Queue ``request`` (checked with ``BatchDecoder.check``); ``on_finish`` gets its result.
+        """Queue ``request`` (checked with ``BatchDecoder.check``); ``on_finish`` gets its result, after
+        ``on_tokens`` got its last tokens (``RowTokens``: once per read of the device, not per token).
 
         ``fast_forward``: a warm-up request, whose tokens nobody reads; see ``_fast_forward``."""
         self.decoder.check(request)
         stop_ids = set(request.params.stop_token_ids) | set(() if request.ignore_eos else self.decoder.tokenizer.eos_ids)
-        self._waiting.append(_Row(request=request, on_token=on_token, should_stop=should_stop, on_finish=on_finish,
+        self._waiting.append(_Row(request=request, on_tokens=on_tokens, should_stop=should_stop, on_finish=on_finish,
                                   arrived=self.clock() if arrived is None else arrived, stop_ids=frozenset(stop_ids),
                                   decoder=IncrementalDecoder(self.decoder.tokenizer), fast_forward=fast_forward))
 
@@ -633,7 +640,7 @@ class ContinuousBatch:
             row.start = self._index - len(row.request.prompt_ids)
             self._rows[slot] = row
             row.first_token = now - row.arrived
-            self._take(slot, int(first_tokens[position]))
+            self._take(slot, [int(first_tokens[position])])
 
     def _decode_call(self, previous: _Call | None = None) -> None:
         """Dispatches one decode call of every row and leaves it in flight. Each row goes on from its last
@@ -671,28 +678,31 @@ class ContinuousBatch:
         (a row that ended meanwhile, or a row admitted since into its slot, takes none of them)."""
         tokens_kb = np.asarray(jax.device_get(call.tokens_kb))
         for slot, row in enumerate(call.rows):
-            for token_id in tokens_kb[:, slot]:
-                if row is None or self._rows[slot] is not row:
-                    break
-                self._take(slot, int(token_id))
+            if row is not None and self._rows[slot] is row:
+                self._take(slot, tokens_kb[:, slot].tolist())
 
-    def _take(self, slot: int, token_id: int) -> None:
-        """Appends a generated token to the row in ``slot``, streams it, and frees the slot when it ends the row."""
+    def _take(self, slot: int, token_ids: list[int]) -> None:
+        """Appends the tokens read for the row in ``slot`` up to the one that ends it (if any; the rest were
+        decoded in vain), streams them in one ``on_tokens`` call, and frees the slot when the row ended."""
         row = self._rows[slot]
-        row.tokens.append(token_id)
-        reason = None
-        if token_id in row.stop_ids:
-            reason = "stop"
-        elif len(row.tokens) >= row.request.params.max_new_tokens:
-            reason = "length"
-        row.text += row.decoder.push(token_id) + (row.decoder.flush() if reason else "")
-        end, stopped = stop_string_end(row.text, row.request.params.stop_strings, finished=reason is not None)
-        if stopped:
-            reason, row.text = "stop", row.text[:end]
+        taken, reason, end = [], None, len(row.text)
+        for token_id in token_ids:
+            row.tokens.append(token_id)
+            taken.append(token_id)
+            if token_id in row.stop_ids:
+                reason = "stop"
+            elif len(row.tokens) >= row.request.params.max_new_tokens:
+                reason = "length"
+            row.text += row.decoder.push(token_id) + (row.decoder.flush() if reason else "")
+            end, stopped = stop_string_end(row.text, row.request.params.stop_strings, finished=reason is not None)
+            if stopped:
+                reason, row.text = "stop", row.text[:end]
+            if reason is not None:
+                break
         delta = row.text[row.emitted:max(end, row.emitted)]
         row.emitted = max(end, row.emitted)
-        if row.on_token is not None:
-            row.on_token(token_id, delta)
+        if row.on_tokens is not None:
+            row.on_tokens(taken, delta)
         if reason is not None:
             self._finish(slot, reason)
 
@@ -792,7 +802,7 @@ class BatchDecoder:
 
         return jax.device_put(cache, jax.tree.map(sharding, cache))
 
-    def run(self, requests: Sequence[ServeRequest], *, on_token: OnToken | None = None,
+    def run(self, requests: Sequence[ServeRequest], *, on_tokens: OnTokens | None = None,
             should_stop: ShouldStop | None = None, clock: Callable[[], float] = time.monotonic) -> list[ServeResult]:
         """Generate for every request (all arriving now); each ends at an EOS / stop id, its token budget,
         a stop request or its deadline, whichever comes first."""
@@ -802,7 +812,7 @@ class BatchDecoder:
         results: list[ServeResult | None] = [None] * len(requests)
         for index, request in enumerate(requests):
             batch.add(request, on_finish=functools.partial(results.__setitem__, index),
-                      on_token=None if on_token is None else functools.partial(on_token, index),
+                      on_tokens=None if on_tokens is None else functools.partial(on_tokens, index),
                       should_stop=None if should_stop is None else functools.partial(should_stop, index))
         while batch.busy:
             batch.step()
@@ -873,7 +883,7 @@ class BatchDecoder:
 @dataclasses.dataclass(kw_only=True, eq=False)
 class _Pending:
     request: ServeRequest
-    on_token: Callable[[int, str], None] | None
+    on_tokens: RowTokens | None
     should_stop: Callable[[], bool] | None
     future: concurrent.futures.Future
     submitted: float
@@ -906,14 +916,15 @@ class BatchingServer:
         self._thread = threading.Thread(target=self._loop, name="batching-server", daemon=True)
         self._thread.start()
 
-    def submit(self, request: ServeRequest, *, on_token: Callable[[int, str], None] | None = None,
+    def submit(self, request: ServeRequest, *, on_tokens: RowTokens | None = None,
                should_stop: Callable[[], bool] | None = None) -> concurrent.futures.Future:
         """Queue a request (``PromptError`` at once if the model cannot take it); it joins the running
         batch at the next decode call. The future resolves to its ``ServeResult`` (or the batch's
-        exception). ``on_token(token_id, delta)`` and ``should_stop()`` run on the server's thread."""
+        exception). ``on_tokens(token_ids, delta)`` (once per read of the device: the first token, then each
+        decode call's) and ``should_stop()`` run on the server's thread."""
         self.decoder.check(request)
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._pending.put(_Pending(request=request, on_token=on_token, should_stop=should_stop, future=future,
+        self._pending.put(_Pending(request=request, on_tokens=on_tokens, should_stop=should_stop, future=future,
                                    submitted=time.monotonic()))
         return future
 
@@ -1003,5 +1014,5 @@ class BatchingServer:
             item.future.set_result(result)
 
         self._in_flight.add(item)
-        self._batch.add(item.request, on_finish=on_finish, on_token=item.on_token, should_stop=item.should_stop,
+        self._batch.add(item.request, on_finish=on_finish, on_tokens=item.on_tokens, should_stop=item.should_stop,
                         arrived=item.submitted)

@@ -1,6 +1,6 @@
 """Chat in a browser, against the real ASGI server and a real serve worker: start a conversation with
-a base model, send a message, and see the answer's tokens arrive one after another before the
-finished answer replaces them (rendered as sanitized Markdown)."""
+a base model, send a message, and see the answer arrive part by part (the tokens of one decode call at a
+time) before the finished answer replaces them (rendered as sanitized Markdown)."""
 from __future__ import annotations
 
 import pytest
@@ -32,7 +32,8 @@ def test_tokens_arrive_before_the_answer_is_complete(page, asgi_server, celery_w
     page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
     page.select_option("#id_model", base_model.public_id)
     page.fill("#id_temperature", "0")
-    page.fill("#id_max_tokens", "24")
+    # 64 tokens stream as 9 events: the prefill's token, then 8 of each decode call (one event a call)
+    page.fill("#id_max_tokens", "64")
     page.get_by_role("button", name="Start").click()
     page.wait_for_selector("#chat-form")
     page.evaluate(RECORD_STREAM)
@@ -40,7 +41,7 @@ def test_tokens_arrive_before_the_answer_is_complete(page, asgi_server, celery_w
     page.get_by_role("button", name="Send").click()
     page.wait_for_selector(".chat-assistant .chat-markdown", timeout=90_000)
     answer = Message.objects.get(conversation__user=team.teammate, role="assistant")
-    assert answer.status == "complete" and answer.completion_tokens == 24
+    assert answer.status == "complete" and answer.completion_tokens == 64
     snapshots = [text for text in page.evaluate("window.streamSnapshots") if text]
     # Many partial texts, each extending the previous one, the last being the whole answer.
     assert len(set(snapshots)) >= 5

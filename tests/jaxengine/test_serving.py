@@ -71,7 +71,7 @@ def test_stop_and_timeout_end_one_row_and_leave_the_others(served):
     # Stops and deadlines are looked at between decode calls of 8 steps: after the prefill a row has 1
     # token, then 9, 17, ... The clock reads row 2's streamed tokens, so its deadline has passed at 17.
     results = BatchDecoder(model, tokenizer).run(
-        requests, on_token=lambda row, token_id, delta: streamed[row].append(token_id),
+        requests, on_tokens=lambda row, token_ids, delta: streamed[row].extend(token_ids),
         should_stop=lambda row: row == 1 and len(streamed[1]) >= 3, clock=lambda: len(streamed[2]))
     assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[0], 20)
     assert results[0].finish_reason == "length"
@@ -102,7 +102,7 @@ class Collected:
 
     def add(self, batch, name, ids, params):
         batch.add(ServeRequest(prompt_ids=tuple(ids), params=params), on_finish=lambda r: self.results.update({name: r}),
-                  on_token=lambda token_id, delta: self.first_token_step.setdefault(name, self.step))
+                  on_tokens=lambda token_ids, delta: self.first_token_step.setdefault(name, self.step))
 
     def steps(self, batch, count):
         for _ in range(count):
@@ -235,16 +235,16 @@ def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
     long, short = SamplingParams(max_new_tokens=60, temperature=0.0), SamplingParams(max_new_tokens=6, temperature=0.0)
     a_tokens, a_tokens_at_b_start, b_submitted = [], [], threading.Event()
 
-    def on_a_token(token_id, delta):
-        a_tokens.append(token_id)
-        if len(a_tokens) == 5:
+    def on_a_tokens(token_ids, delta):
+        a_tokens.extend(token_ids)
+        if len(a_tokens) == 9:  # the prefill's token and the first decode call's 8
             assert b_submitted.wait(timeout=30)  # holds the server's loop while b is submitted
 
-    a = server.submit(ServeRequest(prompt_ids=tuple(prompts[1]), params=long), on_token=on_a_token)
-    while len(a_tokens) < 5:
+    a = server.submit(ServeRequest(prompt_ids=tuple(prompts[1]), params=long), on_tokens=on_a_tokens)
+    while len(a_tokens) < 9:
         time.sleep(0.01)
     b = server.submit(ServeRequest(prompt_ids=tuple(prompts[0]), params=short),
-                      on_token=lambda token_id, delta: a_tokens_at_b_start.append(len(a_tokens)))
+                      on_tokens=lambda token_ids, delta: a_tokens_at_b_start.append(len(a_tokens)))
     b_submitted.set()
     b_result, a_result = b.result(timeout=60), a.result(timeout=60)
     server.close()
@@ -277,16 +277,20 @@ def test_the_next_decode_call_is_dispatched_before_the_last_one_is_read_back(ser
     # first call's last tokens, which never leave the device for it); the tokens are those of decoding alone.
     model, tokenizer, prompts = served
     batch = ContinuousBatch(BatchDecoder(model, tokenizer))
-    calls_dispatched_at_token = []
+    calls_dispatched_at_read = []  # (tokens streamed in one callback, decode calls dispatched by then)
     greedy = SamplingParams(max_new_tokens=30, temperature=0.0)
     results = []
-    batch.add(ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy), on_finish=results.append,
-              on_token=lambda token_id, delta: calls_dispatched_at_token.append(len(batch.batch_sizes)))
+
+    def on_tokens(token_ids, delta):
+        calls_dispatched_at_read.append((len(token_ids), len(batch.batch_sizes)))
+
+    batch.add(ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy), on_finish=results.append, on_tokens=on_tokens)
     while batch.busy:
         batch.step()
     # Token 1 comes from the prefill, before any decode call; tokens 2-9 from call 1, read back once call 2
     # was dispatched; ... tokens 26-30 from call 4, read back with no call after it (the budget ends in it).
-    assert calls_dispatched_at_token == [0] + [2] * 8 + [3] * 8 + [4] * 8 + [4] * 5
+    # Each read streams in one callback.
+    assert calls_dispatched_at_read == [(1, 0), (8, 2), (8, 3), (8, 4), (5, 4)]
     assert results[0].token_ids == alone_tokens(model, tokenizer, prompts[1], 30)
 
 
@@ -299,7 +303,7 @@ def test_a_row_ending_at_a_stop_token_gets_nothing_from_the_call_decoded_after_i
     decoder = BatchDecoder(model, tokenizer)
     batch, streamed, results = ContinuousBatch(decoder), [], []
     batch.add(ServeRequest(prompt_ids=tuple(prompts[0]), params=params), on_finish=results.append,
-              on_token=lambda token_id, delta: streamed.append(token_id))
+              on_tokens=lambda token_ids, delta: streamed.extend(token_ids))
     while batch.busy:
         batch.step()
     first_stop = alone.token_ids.index(stop_id)
@@ -426,11 +430,11 @@ def test_a_stop_string_ends_its_row_as_the_sampler_ends_it_and_is_never_streamed
     with_stop = SamplingParams(max_new_tokens=12, temperature=0.0, stop_strings=(stop, "\x00never"))
     streamed: dict[int, str] = {0: "", 1: ""}
 
-    def on_token(index, token_id, delta):
+    def on_tokens(index, token_ids, delta):
         streamed[index] += delta
         assert stop not in streamed[index]
 
-    results = decoder.run(requests_for(prompts[:2], [with_stop, with_stop]), on_token=on_token)
+    results = decoder.run(requests_for(prompts[:2], [with_stop, with_stop]), on_tokens=on_tokens)
     references = Sampler(model, tokenizer).generate(prompts[:2], with_stop)
     assert results[0].text == free[0].text[:4] == references[0].text and results[0].finish_reason == "stop"
     assert len(results[0].token_ids) < 12

@@ -41,7 +41,9 @@ def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
     assert [event["seq"] for event in events] == list(range(len(events)))
     types = [event["type"] for event in events]
     loading = types.count("status")  # the model's first answer in this process waits for it to load, and says so
-    assert types == ["status"] * loading + ["token"] * 12 + ["done"] and loading <= 1
+    # One event for the prefill's token, then one for each decode call's (8 a call; the budget ends the second).
+    assert types == ["status"] * loading + ["token"] * 3 + ["done"] and loading <= 1
+    assert [event["tokens"] for event in events[loading:-1]] == [1, 8, 3]
     assert "".join(event["text"] for event in events[loading:-1]) == done["text"] == events[-1]["text"]
     loaded = load_serving_model(model_dir)
     [expected] = Sampler(loaded.model, loaded.tokenizer).generate(

@@ -6,7 +6,10 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
 
 - ``status``: ``message``, before any token, while the worker loads the generation's model (the
   first answer from it since the worker started); pages show it where the answer will stream;
-- ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete);
+- ``token``: ``text`` (the new text; may be empty while a multi-byte character is incomplete or a
+  possible stop string is held back) and ``tokens`` (how many tokens it adds: the first event one, the
+  prefill's; then those of one decode call each, up to the batch's ``steps_per_call``, 8, fewer where the
+  answer ends; read back from the device at one moment, so sending them together delays none of them);
 - ``done``: ``text`` (the whole answer), ``finish_reason`` (``stop`` | ``length`` | ``cancelled`` |
   ``timeout``), ``prompt_tokens``, ``completion_tokens``, ``first_token_seconds``;
 - ``error``: ``message`` (what went wrong, for the user), and ``code`` ``context_length_exceeded`` when
@@ -14,8 +17,8 @@ event is a JSON object with a ``seq`` (0, 1, ...) and a ``type``:
 
 A reader subscribes first, then reads the list, then keeps channel events whose ``seq`` is past the
 last one read: nothing is missed and nothing repeats, however late it arrives. ``stop_key(id)``,
-set by the web process (``request_stop``), asks the worker to end the generation after the current
-token. Jax-free: the web imports it.
+set by the web process (``request_stop``), asks the worker to end the generation with the tokens
+already sent (it is read between decode calls). Jax-free: the web imports it.
 """
 from __future__ import annotations
 

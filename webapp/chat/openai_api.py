@@ -3,8 +3,10 @@
 Authenticated by a project token (``Authorization: Bearer tpk_…``, ``webapp.chat.tokens``); model ids
 are the project's chat models (``bm_…`` base models, ``run_…`` runs' exports, ``run_…:step-N``
 checkpoints). A completion is one ``worker.tasks.serve.generate`` request; the view relays its
-Redis events (``webapp.chat.events.relay``) as OpenAI chunks when ``stream`` is true, else waits for
-the ``done`` event. Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``.
+Redis events (``webapp.chat.events.relay``) as OpenAI chunks when ``stream`` is true (a chunk per ``token``
+event: the text of a decode call's tokens, as OpenAI's chunks may carry several; the usage counts every
+token), else waits for the ``done`` event. Errors have OpenAI's shape,
+``{"error": {"message", "type", "param", "code"}}``.
 
 A streamed completion answers once its first token (or its error) is there, so that a request the
 model refuses (a prompt over its context) gets a 4xx status like a whole one, not a 200 stream with an

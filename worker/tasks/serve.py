@@ -179,7 +179,11 @@ class _Events:
 
     Every Redis call happens on the task's own thread (``relay``), never on the batching server's: a
     token event is a Redis round trip (about 0.2 ms), and 16 chats' tokens emitted from the server's
-    loop would stall the decoding of all of them for as long as it decodes.
+    loop would stall the decoding of all of them for as long as it decodes. One ``token`` event carries
+    the tokens the server streams in one callback (a decode call's, read back at one moment, so none waits
+    for another): a wake-up here, a Redis round trip, an SSE message in the web and a chunk for the client
+    are paid per call, not per token. A relay behind the server still sends one event per callback, never
+    merging calls, so a page sees an answer grow call by call however busy the machine is.
     """
 
     def __init__(self, client: redis.Redis, generation_id: str):
@@ -187,7 +191,8 @@ class _Events:
         self.generation_id = generation_id
         self.seq = 0
         self.stopped = False  # the stop flag as last read; the server's thread reads it between decode calls
-        self._deltas: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # token texts; None: the end
+        # (tokens, their text) of each callback of the server; None: the end
+        self._reads: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
 
     def emit(self, event_type: str, **fields) -> None:
         try:
@@ -196,8 +201,8 @@ class _Events:
             logger.warning("generation %s: event not sent to Redis: %s", self.generation_id, error)
         self.seq += 1
 
-    def on_token(self, token_id: int, delta: str) -> None:
-        self._deltas.put(delta)
+    def on_tokens(self, token_ids: list[int], delta: str) -> None:
+        self._reads.put((len(token_ids), delta))
 
     def read_stop_flag(self) -> None:
         try:
@@ -208,7 +213,7 @@ class _Events:
     def relay(self, future) -> None:
         """Until ``future`` is done: emit the tokens the server queues, and read the stop flag every
         ``STOP_POLL_SECONDS``."""
-        future.add_done_callback(lambda _: self._deltas.put(None))  # runs after the request's last token
+        future.add_done_callback(lambda _: self._reads.put(None))  # runs after the request's last tokens
         stop_checked_at = time.monotonic()
         while True:
             now = time.monotonic()
@@ -216,12 +221,13 @@ class _Events:
                 stop_checked_at = now
                 self.read_stop_flag()
             try:
-                delta = self._deltas.get(timeout=max(STOP_POLL_SECONDS, 0.01))
+                read = self._reads.get(timeout=max(STOP_POLL_SECONDS, 0.01))
             except queue.Empty:
                 continue
-            if delta is None:
+            if read is None:
                 return
-            self.emit("token", text=delta)
+            tokens, delta = read
+            self.emit("token", text=delta, tokens=tokens)
 
 
 @app.task(name="worker.tasks.serve.generate")
@@ -248,7 +254,7 @@ def generate(request: dict) -> dict:
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
                                   stop_strings=tuple(parsed.stop)))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
-        future = server.submit(serve_request, on_token=events.on_token, should_stop=lambda: events.stopped)
+        future = server.submit(serve_request, on_tokens=events.on_tokens, should_stop=lambda: events.stopped)
         events.relay(future)
         result = future.result()
     except ContextLengthError as error:

@@ -11,6 +11,7 @@ from django.db import close_old_connections
 from django.http import StreamingHttpResponse
 from django.test import RequestFactory, override_settings
 
+from webapp.core import sse
 from webapp.core.sse import HANDOFF_MESSAGES, event_stream_response, relay_channel, sse_message
 
 
@@ -61,6 +62,49 @@ def test_it_forwards_events_without_seq_until_the_terminal_one(redis_url):
     received = _collect(redis_url, channel="test:sse:plain", backlog_key=None, publish=[
         {"type": "metrics", "value": 1}, {"type": "metrics", "value": 1}, {"type": "done"}])
     assert received == [{"type": "metrics", "value": 1}, {"type": "metrics", "value": 1}, {"type": "done"}]
+
+
+def test_streams_at_once_share_one_pub_sub_connection_and_each_gets_its_own_channel(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    channels = ["test:sse:a", "test:sse:b", "test:sse:b", "test:sse:c"]  # two streams of one channel
+
+    async def scenario():
+        with override_settings(REDIS_URL=redis_url):
+            streams = [relay_channel(channel, max_seconds=10, label="test", opening=("data: open\n\n",),
+                                     is_terminal=lambda event: event["type"] == "done") for channel in channels]
+            for stream in streams:
+                await anext(stream)  # subscribed
+            connections = len(client.client_list(_type="pubsub"))
+            for channel in dict.fromkeys(channels):
+                client.publish(channel, json.dumps({"type": "token", "on": channel}))
+                client.publish(channel, json.dumps({"type": "done", "on": channel}))
+            received = [[json.loads(message.removeprefix("data: ")) async for message in stream] for stream in streams]
+        return connections, received
+
+    connections, received = asyncio.run(scenario())
+    assert connections == 1
+    for channel, events in zip(channels, received):
+        assert events == [{"type": "token", "on": channel}, {"type": "done", "on": channel}]
+    assert client.client_list(_type="pubsub") == []  # closed with the last stream
+
+
+def test_a_stream_that_takes_nothing_is_ended_instead_of_queueing_without_bound(redis_url, monkeypatch):
+    monkeypatch.setattr(sse, "SUBSCRIPTION_QUEUE_MESSAGES", 3)
+    client = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> list[str]:
+        with override_settings(REDIS_URL=redis_url):
+            stream = relay_channel("test:sse:slow", max_seconds=10, label="test", opening=("data: open\n\n",),
+                                   is_terminal=lambda event: event["type"] == "done")
+            received = [await anext(stream)]  # subscribed
+            for number in range(5):  # the stream takes none of them meanwhile
+                client.publish("test:sse:slow", json.dumps({"type": "token", "number": number}))
+            while len(received) < 2:
+                await asyncio.sleep(0.01)
+                received += [message async for message in stream]
+            return received
+
+    assert asyncio.run(scenario()) == ["data: open\n\n", sse_message({"type": "unavailable"})]
 
 
 def test_it_reports_an_unreachable_redis():
@@ -140,7 +184,7 @@ def test_a_stream_that_ends_by_itself_leaves_no_thread_and_its_error_reaches_the
 
 def test_a_client_that_stops_reading_holds_the_stream_back_instead_of_piling_messages_up():
     """The server's write blocks while the client reads nothing: the stream must wait too (its
-    messages stay in Redis, which drops a pub/sub client that falls too far behind), not queue
+    messages wait in its subscription's bounded queue, which ends a stream too far behind), not queue
     every message in the web process until ``max_seconds``."""
     produced = []
 
