@@ -159,16 +159,28 @@ def version_search(*, version: DatasetVersion, text: str, page: int, page_size: 
     kind = formats.DatasetKind(version.dataset.kind)
     mapping = formats.ColumnMapping(kind=kind, columns=version.column_mapping)
     rows_shown = min(version.row_count or 0, PREVIEW_MAX_ROW)
-    matches = [(number, example) for number, example in itertools.islice(
-        formats.numbered_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping),
-        rows_shown) if needle in _searchable_text(example)]
-    page_count = max(1, -(-len(matches) // page_size))
-    page = min(max(page, 1), page_count)
-    found = matches[(page - 1) * page_size:page * page_size]
-    columns = _preview_columns(kind, [example for _, example in found])
-    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in found)
+    # Every match is counted but only the page asked for is kept, and the last page's while reading (rows
+    # may be large, and "a" matches them all): a page past the last comes back as the last, as in the preview.
+    page = max(page, 1)
+    match_count, kept, last_page = 0, [], []
+    for number, example in itertools.islice(
+            formats.numbered_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping),
+            rows_shown):
+        if needle not in _searchable_text(example):
+            continue
+        if match_count % page_size == 0:
+            last_page = []
+        last_page.append((number, example))
+        if (page - 1) * page_size <= match_count < page * page_size:
+            kept.append((number, example))
+        match_count += 1
+    page_count = max(1, -(-match_count // page_size))
+    if page > page_count:
+        page, kept = page_count, last_page
+    columns = _preview_columns(kind, [example for _, example in kept])
+    rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in kept)
     return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown,
-                       search=text, match_count=len(matches))
+                       search=text, match_count=match_count)
 
 
 def _searchable_text(value: Any) -> str:

@@ -352,6 +352,11 @@ class TestVersionPage:
         assert page.context["preview"].page_count == 3
         assert '?page=1&amp;q=QUESTION">← Previous</a>' in page.content.decode()
         assert '<input type="hidden" name="q" value="QUESTION">' in page.content.decode()
+        # A page past the last shows the last (and says so), one before the first the first.
+        past = viewer.get(version_url(version), {"q": "QUESTION", "page": "9"})
+        assert [number for number, _ in past.context["preview"].rows] == list(range(41, 46))
+        assert "There is no page <bdi>9</bdi>" in past.content.decode()
+        assert viewer.get(version_url(version), {"q": "QUESTION", "page": "0"}).context["preview"].rows[0][0] == 1
         # No match says so, with the text escaped; a search never reaches past the preview's rows.
         body = viewer.get(version_url(version), {"q": "<img src=x onerror=alert(1)>"}).content.decode()
         assert "<img src=x" not in body and "No row holds “<bdi>&lt;img src=x onerror=alert(1)&gt;</bdi>”" in body
