@@ -78,7 +78,14 @@ def model_choices(*, project: Project) -> list[ModelChoice]:
             for choice in choices]
 
 
+# A run's exported checkpoint as a spec names it (``run_…@N``, the launch form and the REST API): the chat and
+# ``/v1/models`` list it as ``run_…:step-N``, and either names it.
+_SPEC_CHECKPOINT = re.compile(r"(run_[0-9A-Za-z]+)@([0-9]+)")
+
+
 def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
+    if match := _SPEC_CHECKPOINT.fullmatch(ref):
+        ref = f"{match.group(1)}:step-{match.group(2)}"
     return next((choice for choice in model_choices(project=project) if choice.ref == ref), None)
 
 

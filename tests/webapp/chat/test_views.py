@@ -400,3 +400,7 @@ def test_the_model_picker_lists_a_runs_final_model_before_its_checkpoints(team, 
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=12, path=str(tmp_path / "export"))
     refs = [choice.ref for choice in selectors.model_choices(project=team.project)]
     assert refs == [base_model.public_id, run.public_id, f"{run.public_id}:step-10", f"{run.public_id}:step-3"]
+    # A checkpoint is found by the spec's name for it too (run_…@N, as the launch form and REST API write it).
+    assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@10").ref == f"{run.public_id}:step-10"
+    assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@4") is None
+    assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@{'9' * 5000}") is None
