@@ -4,8 +4,8 @@ A random-initialised Llama-3.2-1B-shaped model (jaxengine preset ``llama3.2-1b``
 copy as ``jaxengine export --quantize`` makes one (``quantize.quantize_for_serving``: every projection
 int8 per output channel by default, or int4 in groups of 64; embedding, head and norms bfloat16), then
 decoded by ``serving.BatchDecoder`` (continuous batching, the serve worker's path: 8 decode steps per
-device call, the host streaming each token), every stream decoding its whole budget (``ignore_eos``),
-128-token prompts, temperature 0.7. Two figures, after a compiling run, best of 3:
+device call, the host reading each call's tokens back and decoding their text), every stream decoding
+its whole budget (``ignore_eos``), 128-token prompts, temperature 0.7. Two figures, after a compiling run, best of 3:
 
     time per output token at batch 1 = (time(1 request, N tokens) - time(1 request, 1 token)) / (N - 1)
     aggregate tokens/s at S streams  = S * N / time(S requests arriving together, N tokens each)
