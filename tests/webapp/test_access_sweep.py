@@ -204,6 +204,12 @@ VIEWER, MEMBER, OWNER = Role.VIEWER, Role.MEMBER, Role.OWNER
 READ = {"GET": VIEWER}
 READ_MEMBER_WRITE = {"GET": VIEWER, "POST": MEMBER}
 
+def _body(response) -> bytes:
+    """A response's bytes. A download's streaming body is asynchronous even from a sync view
+    (``webapp.core.streaming``); iterating the response reads either kind."""
+    return b"".join(response) if response.streaming else response.content
+
+
 ROUTES: dict[str, Route] = {
     "projects:detail": Route(kwargs=_project, methods=READ),
     "projects:members": Route(kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
@@ -445,7 +451,7 @@ class Caller:
         client = self.clients[is_async]
         if not is_async:
             response = client.generic(method, path, data, content_type=content_type, headers=headers)
-            content = b"".join(response.streaming_content) if response.streaming else response.content
+            content = _body(response)
         else:
             async def fetch():
                 answer = await client.generic(method, path, data, content_type=content_type, headers=headers)
@@ -727,7 +733,7 @@ def test_an_outsider_cannot_name_the_projects_objects_in_a_query_or_a_body(world
             response = client.get(path)
         else:
             response = client.post(path, data)
-        content = b"".join(response.streaming_content) if response.streaming else response.content
+        content = _body(response)
         return Answer(status=response.status_code, location=response.get("Location", ""),
                       body=content.decode(errors="replace"))
 
