@@ -531,11 +531,13 @@ class GenerationPrompt:
 def prompt_of(example: dict[str, Any]) -> Any:
     """The prompt of a validated ``prompts``/``sft``/``preference`` example: its ``prompt``, or the turns
     of its conversation before the last assistant turn (an sft ``messages`` row, a preference row made
-    of chats without a separate prompt)."""
+    of chats without a separate prompt), or the whole conversation when it has none (the preference
+    validator does not ask its chats for one)."""
     if example.get("prompt") is not None:
         return example["prompt"]
     messages = example.get("messages") or example.get("chosen")
-    last_assistant = max(index for index, turn in enumerate(messages) if turn.get("role") == "assistant")
+    last_assistant = max((index for index, turn in enumerate(messages) if turn.get("role") == "assistant"),
+                         default=len(messages))
     return messages[:last_assistant]
 
 
