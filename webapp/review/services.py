@@ -531,11 +531,13 @@ class GenerationPrompt:
 def prompt_of(example: dict[str, Any]) -> Any:
     """The prompt of a validated ``prompts``/``sft``/``preference`` example: its ``prompt``, or the turns
     of its conversation before the last assistant turn (an sft ``messages`` row, a preference row made
-    of chats without a separate prompt)."""
+    of chats without a separate prompt), or the whole conversation when it has none (the preference
+    validator does not ask its chats for one)."""
     if example.get("prompt") is not None:
         return example["prompt"]
     messages = example.get("messages") or example.get("chosen")
-    last_assistant = max(index for index, turn in enumerate(messages) if turn.get("role") == "assistant")
+    last_assistant = max((index for index, turn in enumerate(messages) if turn.get("role") == "assistant"),
+                         default=len(messages))
     return messages[:last_assistant]
 
 
@@ -696,6 +698,13 @@ def review_submit(
     _reviewer_row(campaign, user)
     if Review.objects.filter(item=item, reviewer=user).exists():
         raise ValidationError({"item": "you have already reviewed this item"})
+    if item.status not in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
+        # Others filled the item while this reviewer's page was open (their lease ran out, or the item was
+        # shared while it had room): one answer more could turn a complete item into a conflict.
+        required = campaign.required_reviews
+        raise ValidationError({"item": f"item {item.sequence} already has the {required} review"
+                                       f"{'' if required == 1 else 's'} it needs (others answered it while your "
+                                       "page was open); your answer was not recorded"})
     shown_first = shown_first_for(item_public_id=item.public_id, user_id=user.pk)
     label = label_for_choice(choice, shown_first=shown_first)
     edited = {"a": None, "b": None}

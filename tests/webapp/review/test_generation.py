@@ -65,6 +65,15 @@ def test_it_asks_the_first_prompts_of_the_version(team, models, prompts_version)
     assert len(services.generation_prompts(campaign=generate(team, models, prompts_version, name="two"))) == 2
 
 
+def test_a_preference_conversation_without_an_assistant_turn_is_asked_whole(team, models):
+    # Valid preference rows: whole conversations need no assistant turn; the prompt is then all of it.
+    chat = [{"role": "user", "content": "Tell me a joke"}]
+    version = make_ready_version(team.project, name="chat prefs", kind="preference", user=team.owner,
+                                 rows=[{"chosen": chat, "rejected": chat}])
+    campaign = generate(team, models, version, prompt_count=1)
+    assert [(prompt.row, prompt.prompt) for prompt in services.generation_prompts(campaign=campaign)] == [(1, chat)]
+
+
 def test_its_items_are_made_at_once_with_their_models(team, models, prompts_version):
     campaign = generate(team, models, prompts_version, prompt_count=3)
     prompts = services.generation_prompts(campaign=campaign)

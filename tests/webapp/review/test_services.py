@@ -1,9 +1,11 @@
 """Review services: campaigns from a dataset version, the reviewer queue, reviews, conflicts,
 resolution and export."""
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version
 from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded
@@ -185,6 +187,21 @@ def test_an_item_leased_to_another_is_shared_only_while_it_has_room(team, carol,
         assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
         served = services.queue_next_item(campaign=campaign, user=carol)
         assert (served.sequence if served else None) == carol_gets
+
+
+def test_it_rejects_an_answer_to_an_item_that_got_its_reviews_while_the_page_was_open(team, carol,
+                                                                                      preference_version):
+    one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
+    campaign = create_loaded(project=team.project, name="single", guidelines="", required_reviews=1,
+                             reviewers=[team.teammate, carol], source_version=one_row, user=team.owner)
+    item = services.queue_next_item(campaign=campaign, user=team.teammate)
+    Item.objects.filter(pk=item.pk).update(leased_until=timezone.now() - timedelta(seconds=1))
+    answer(services.queue_next_item(campaign=campaign, user=carol), carol, "a")
+    with pytest.raises(ValidationError, match="already has the 1 review it needs"):
+        answer(item, team.teammate, "b")
+    item.refresh_from_db()
+    assert (item.status, item.review_count) == (ItemStatus.COMPLETE, 1), "a late answer must not make a conflict"
+    assert not Review.objects.filter(item=item, reviewer=team.teammate).exists()
 
 
 def test_the_cursor_moves_past_finished_items_and_resets_when_more_reviews_are_needed(team, carol,
