@@ -154,8 +154,9 @@ def version_preview(*, version: DatasetVersion, page: int, page_size: int = PREV
 def version_search(*, version: DatasetVersion, text: str, page: int, page_size: int = PREVIEW_PAGE_SIZE) -> PreviewPage:
     """Page ``page`` of the rows (among the first ``PREVIEW_MAX_ROW``) that hold ``text`` in any value
     after the column mapping, a chat's turns included, in any letter case (``str.casefold``: "STRASSE"
-    finds "Straße"). The file is read once per page asked: at the preview's row limit, a second or two."""
-    needle = text.casefold()
+    finds "Straße"), in one Unicode form (``name_key``: an "é" typed as "e" and its accent finds a stored "é").
+    The file is read once per page asked: at the preview's row limit, a second or two."""
+    needle = name_key(text)
     kind = formats.DatasetKind(version.dataset.kind)
     mapping = formats.ColumnMapping(kind=kind, columns=version.column_mapping)
     rows_shown = min(version.row_count or 0, PREVIEW_MAX_ROW)
@@ -184,14 +185,15 @@ def version_search(*, version: DatasetVersion, text: str, page: int, page_size: 
 
 
 def _searchable_text(value: Any) -> str:
-    """Every string in ``value`` (nested lists and dicts: chat turns, extra columns), casefolded, one per line."""
+    """Every string in ``value`` (nested lists and dicts: chat turns, extra columns) as ``name_key`` compares
+    text, one per line."""
     if isinstance(value, str):
-        return value.casefold()
+        return name_key(value)
     if isinstance(value, dict):
         return "\n".join(_searchable_text(item) for item in value.values())
     if isinstance(value, list):
         return "\n".join(_searchable_text(item) for item in value)
-    return "" if value is None else str(value).casefold()
+    return "" if value is None else name_key(str(value))
 
 
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -337,15 +337,19 @@ class TestVersionPage:
         rows = b"".join(b'{"prompt": "question %d", "completion": "%s"}\n' % (i, b"Refund please" if i % 10 == 0 else b"ok")
                         for i in range(1, 46))
         rows += '{"messages": [{"role": "user", "content": "Wo ist die STRASSE?"}, {"role": "assistant", "content": "da"}]}\n'.encode()
+        rows += '{"prompt": "un caf\u00e9", "completion": "noir"}\n'.encode()
         version = make_version(team, content=rows)
         viewer = client_for(team.viewer)
         response = viewer.get(version_url(version), {"q": "refund"})
         preview = response.context["preview"]
         assert [number for number, _ in preview.rows] == [10, 20, 30, 40] and preview.match_count == 4
         body = response.content.decode()
-        assert "4 rows of 46 hold “<bdi>refund</bdi>”" in body and 'href="?">Show every row</a>' in body and 'value="refund"' in body
+        assert "4 rows of 47 hold “<bdi>refund</bdi>”" in body and 'href="?">Show every row</a>' in body and 'value="refund"' in body
         # casefold, not lower: "straße" finds "STRASSE"; a chat's turns are searched.
         assert [number for number, _ in viewer.get(version_url(version), {"q": "straße"}).context["preview"].rows] == [46]
+        # One Unicode form: "café" typed decomposed (e and a combining acute) finds it stored composed.
+        assert [number for number, _ in viewer.get(version_url(version), {"q": "CAFE\u0301"}).context["preview"].rows
+                ] == [47]
         # Pages of matches (20 a page) keep the search in their links and in the jump form.
         page = viewer.get(version_url(version), {"q": "QUESTION", "page": "2"})
         assert [number for number, _ in page.context["preview"].rows] == list(range(21, 41))
