@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -137,8 +137,12 @@ def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
-    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    """Owners remove members; any member may leave (remove themselves), the last owner excepted."""
+    project, membership = get_project_for_user(request.user, slug)
     form = MemberRemoveForm(request.POST)
+    leaving = form.is_valid() and form.cleaned_data["username"] == request.user.get_username()
+    if not leaving and not membership.can(Role.OWNER):
+        raise PermissionDenied(f"only owners remove members of {project.slug}; you may leave it yourself")
     if not form.is_valid():
         return _members_change_refused(request, project, form.errors)
     target = _target_membership(project, form.cleaned_data["username"])

@@ -119,7 +119,9 @@ class TestMembers:
         client = client_for(getattr(team, role_holder))
         assert client.post(self.url, {"username": "alpha-outsider", "role": "member"}).status_code == 403
         assert client.post(self.url + "role/", {"username": "alpha-viewer", "role": "owner"}).status_code == 403
-        assert client.post(self.url + "remove/", {"username": "alpha-viewer"}).status_code == 403
+        someone_else = "alpha-teammate" if role_holder == "viewer" else "alpha-viewer"  # leaving is theirs to do
+        assert client.post(self.url + "remove/", {"username": someone_else}).status_code == 403
+        assert client.post(self.url + "remove/", {}).status_code == 403
         assert Membership.objects.filter(project=team.project).count() == 3
         assert Membership.objects.get(project=team.project, user=team.viewer).role == Role.VIEWER
 
@@ -184,6 +186,23 @@ class TestMembers:
         assert response.status_code == 302
         assert not Membership.objects.filter(project=team.project, user=team.teammate).exists()
         assert client_for(team.teammate).get("/p/alpha/").status_code == 404
+
+    def test_a_member_leaves_but_removes_no_one_else_and_the_last_owner_stays(self, team, client_for):
+        viewer = client_for(team.viewer)
+        page = viewer.get(self.url).content.decode()
+        assert "Leave this project…" in page and 'name="username" value="alpha-viewer"' in page
+        assert viewer.post(self.url + "remove/", {"username": "alpha-teammate"}).status_code == 403
+        assert Membership.objects.filter(project=team.project, user=team.teammate).exists()
+        response = viewer.post(self.url + "remove/", {"username": "alpha-viewer"})
+        assert response.status_code == 302 and response["Location"] == "/"
+        assert not Membership.objects.filter(project=team.project, user=team.viewer).exists()
+        assert viewer.get("/p/alpha/").status_code == 404
+        # The last owner is refused (the project would have no one to manage it), with the reason.
+        owner = client_for(team.owner)
+        assert "Leave this project…" not in owner.get(self.url).content.decode()  # owners use the table's Remove
+        response = owner.post(self.url + "remove/", {"username": "alpha-owner"}, follow=True)
+        assert b"is the last owner of" in response.content
+        assert Membership.objects.filter(project=team.project, user=team.owner).exists()
 
     def test_membership_changes_need_post(self, team, client_for):
         client = client_for(team.owner)
