@@ -24,6 +24,7 @@ from webapp.core.streaming import CHUNK_BYTES, asynchronous
 from webapp.runs.models import Artifact, ArtifactKind, Run
 from webapp.runs.serving_copies import QUANTIZED_SUBDIR
 
+
 def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
     """The run's ``kind`` artifact (``model``, ``adapter``, or ``checkpoint`` with ``step``) that is still
     on disk under the data root; Http404 naming what is missing otherwise. ``step`` is as sent (text):
