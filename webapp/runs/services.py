@@ -530,6 +530,8 @@ def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, 
         planned.append((public_id, combination, plan))
     if failures:
         raise ValidationError(sweeps.errors(axes, failures, len(combinations)))
+    if same := sweeps.same_runs(axes, [(combination, plan.resolved) for _public_id, combination, plan in planned]):
+        raise ValidationError({sweeps.FIELD: same})
     runs = [_save_planned(public_id=public_id, project=project, plan=plan, user=user, tags=[tag, *tag_list],
                           name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
                                                              max_length=RUN_NAME_MAX), required=True))

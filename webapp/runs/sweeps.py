@@ -272,3 +272,52 @@ def errors(axes: list[SweepAxis], failures: list[tuple[Combination, dict[str, li
                 said.add(text)
                 result.setdefault(FIELD, []).append(f"{text} ({describe(axes, combination, total)})")
     return result
+
+
+def _unused_keys(resolved: dict[str, Any]) -> dict[str, str]:
+    """Keys of a run's resolved spec that its other settings leave unread, each with the reason: a sweep
+    over one of them makes runs that differ in nothing the engine does."""
+    unused: dict[str, str] = {}
+    method = (resolved.get("peft") or {}).get("method", "none")
+    if method == "none":
+        for name in ("rank", "alpha", "dropout", "targets", "quant_bits", "group_size"):
+            unused[f"peft.{name}"] = "peft.method is none (full fine-tuning trains no adapter)"
+    elif method == "lora":
+        for name in ("quant_bits", "group_size"):
+            unused[f"peft.{name}"] = "peft.method is lora (they set qlora's quantized base)"
+    if not (resolved.get("data") or {}).get("eval"):
+        for key in ("train.eval_every", "train.eval_samples", "train.sample_max_new_tokens"):
+            unused[key] = "there is no data.eval to evaluate on"
+    return unused
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def same_runs(axes: list[SweepAxis], planned: list[tuple[Combination, dict[str, Any]]]) -> list[str]:
+    """Problems of combinations that would train the same run as an earlier one: their resolved specs
+    (``planned``: each combination with its run's resolved spec) differ only in keys the run does not read
+    (``_unused_keys``). Each is named with the keys and why they change nothing."""
+    total = len(planned)
+    seen: dict[str, Combination] = {}
+    problems = []
+    for combination, resolved in planned:
+        unused = _unused_keys(resolved)
+        effective = {key: value for key, value in _flat(resolved).items() if key not in unused and key != "output_dir"}
+        fingerprint = json.dumps(effective, sort_keys=True, default=str)
+        if (first := seen.get(fingerprint)) is None:
+            seen[fingerprint] = combination
+            continue
+        differing = [axis.key for axis, mine, theirs in zip(axes, combination.values, first.values) if mine != theirs]
+        reasons = "; ".join(f"{key} changes nothing: {unused[key]}" for key in differing if key in unused)
+        problems.append(f"{describe(axes, combination, total)} would train the same run as "
+                        f"{describe(axes, first, total)} ({reasons or 'their specs are the same'}); drop the key "
+                        "from the sweep, or sweep what makes it count")
+    return problems

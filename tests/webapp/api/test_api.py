@@ -662,7 +662,8 @@ def test_an_upload_with_two_files_or_two_names_is_refused(world):
 def test_a_sweep_launches_a_run_per_combination_or_none(world):
     team, apis, sent = world
     model, data = make_base_model(team.project), make_ready_version(team.project)
-    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5},
+            "peft": {"method": "lora"}}  # full fine-tuning reads no peft.rank: such a sweep would be refused
     runs_path = "/api/v1/projects/alpha/runs/"
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
         "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16], "peft.rnak": [4]}})

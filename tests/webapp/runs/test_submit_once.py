@@ -238,7 +238,7 @@ def test_an_idempotency_key_is_scoped_to_its_user_and_project_and_a_long_one_is_
 
 def test_a_sweep_sent_twice_launches_its_runs_once(team, launch_form, client_for, sent_tasks):
     client = client_for(team.teammate)
-    form = {**launch_form, "sweep": "peft.rank: 4, 8\noptim.learning_rate: 1e-4, 1e-3"}
+    form = {**launch_form, "peft.method": "lora", "sweep": "peft.rank: 4, 8\noptim.learning_rate: 1e-4, 1e-3"}
     first, second = client.post(NEW, form), client.post(NEW, form)
     assert first.status_code == second.status_code == 302
     assert first["Location"] == second["Location"] and "?tag=sweep-" in first["Location"]
@@ -248,7 +248,7 @@ def test_a_sweep_sent_twice_launches_its_runs_once(team, launch_form, client_for
 
 def test_the_api_launches_a_sweep_once_per_idempotency_key(team, catalog, client_for, sent_tasks):
     _token, secret = token_create(user=team.teammate, name="script")
-    body = json.dumps({"spec": sft_spec(catalog), "sweep": {"peft.rank": [4, 8]}})
+    body = json.dumps({"spec": sft_spec(catalog, peft={"method": "lora"}), "sweep": {"peft.rank": [4, 8]}})
     client = client_for(team.teammate)
     first, second = [client.post("/api/v1/projects/alpha/runs/", body, content_type="application/json",
                                  HTTP_AUTHORIZATION=f"Bearer {secret}", HTTP_IDEMPOTENCY_KEY="sweep-1")

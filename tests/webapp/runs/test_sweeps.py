@@ -10,8 +10,13 @@ from webapp.runs.models import Run, RunLogLine
 LR_AND_RANK = "optim.learning_rate: 1e-4, 3e-4, 1e-3\npeft.rank: 8, 16\n"
 
 
+def lora_spec(catalog):
+    # LoRA: the sweeps here vary peft.rank, which full fine-tuning does not read (such a sweep is refused).
+    return sft_spec(catalog, peft={"method": "lora"})
+
+
 def launch(team, catalog, text, *, spec=None, **details):
-    return services.sweep_create(project=team.project, spec=spec or sft_spec(catalog), user=team.teammate,
+    return services.sweep_create(project=team.project, spec=spec or lora_spec(catalog), user=team.teammate,
                                  axes=sweeps.axes_from_text(text), **details)
 
 
@@ -168,3 +173,27 @@ def test_a_problem_of_another_key_in_some_combinations_names_the_combination():
         "grpo.max_new_tokens: 128 completion tokens leave no room (combination 1 of 2: max_seq_len=64)"]}
     # In every combination and of no swept key: the launch spec's own problem, at its key.
     assert sweeps.errors(axes, [(first, problem), (second, problem)], total=2) == problem
+
+
+def test_combinations_that_differ_only_in_keys_the_run_does_not_read_are_refused(team, catalog, sent_tasks):
+    """QA: peft.rank swept under full fine-tuning, or quant_bits under LoRA, launched runs that trained the
+    same thing, each spending the worker's time."""
+    full = sft_spec(catalog)  # peft.method none by default
+    errors = refusal(team, catalog, "optim.learning_rate: 1e-4, 1e-3\npeft.rank: 8, 16", spec=full)
+    assert errors == {"sweep": [
+        "combination 2 of 4: learning_rate=1e-4 rank=16 would train the same run as combination 1 of 4: "
+        "learning_rate=1e-4 rank=8 (peft.rank changes nothing: peft.method is none (full fine-tuning trains no "
+        "adapter)); drop the key from the sweep, or sweep what makes it count",
+        "combination 4 of 4: learning_rate=1e-3 rank=16 would train the same run as combination 3 of 4: "
+        "learning_rate=1e-3 rank=8 (peft.rank changes nothing: peft.method is none (full fine-tuning trains no "
+        "adapter)); drop the key from the sweep, or sweep what makes it count"]}
+    assert "peft.method is lora" in refusal(team, catalog, "peft.quant_bits: 4, 8")["sweep"][0]
+    assert "there is no data.eval" in refusal(team, catalog, "train.eval_samples: 4, 8")["sweep"][0]
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
+    # Swept with what makes it count, only the combinations that do not read it are named: qlora's two
+    # runs differ, lora's do not.
+    assert refusal(team, catalog, "peft.method: lora, qlora\npeft.quant_bits: 4, 8")["sweep"] == [
+        "combination 2 of 4: method=lora quant_bits=8 would train the same run as combination 1 of 4: method=lora "
+        "quant_bits=4 (peft.quant_bits changes nothing: peft.method is lora (they set qlora's quantized base)); "
+        "drop the key from the sweep, or sweep what makes it count"]
+    assert len(launch(team, catalog, "peft.method: qlora\npeft.quant_bits: 4, 8").runs) == 2

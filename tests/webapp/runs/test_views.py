@@ -1223,7 +1223,7 @@ def _sweep_tag(location: str) -> str:
 
 def test_launching_a_sweep_from_the_form_lists_its_runs(team, catalog, client_for, sent_tasks):
     client = client_for(team.teammate)
-    form = {**_layout_form(catalog), "name": "lr", "tags": "mine",
+    form = {**_layout_form(catalog), "name": "lr", "tags": "mine", "peft.method": "lora",
             "sweep": "optim.learning_rate: 1e-4, 3e-4, 1e-3\r\npeft.rank: 8, 16\r\n"}
     response = client.post("/p/alpha/runs/new/", form)
     assert response.status_code == 302
