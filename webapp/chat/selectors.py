@@ -1,10 +1,11 @@
 """Reads for the chat pages: the models a project can chat with, a user's conversations."""
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
 from django.db.models import Exists, OuterRef, QuerySet
 
@@ -13,7 +14,7 @@ from webapp.chat.models import Conversation, Message
 from webapp.core.bidi import isolated
 from webapp.projects.models import Project
 from webapp.runs.models import REWARD_TASK, Artifact, RunStatus
-from webapp.runs.serving_copies import Served, base_model_copy_dir, export_copy_dir, served_model
+from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
 
 _CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
 
@@ -39,11 +40,61 @@ class ModelChoice:
         return f"{self.ref}@{self.path}" + (f"#{self.quantization}" if self.quantization else "")
 
 
-def _choice(*, ref: str, served: Served, before: str, name: str, after: str = "", created=None) -> ModelChoice:
-    shown = f" · {served.scheme} serving copy" if served.scheme else ""
-    return ModelChoice(ref=ref, path=served.path, quantization=served.scheme, label=f"{before}{name}{after}",
-                       option_label=f"{before}{isolated(name)}{after}{shown}",
-                       created=int(created.timestamp()) if created is not None else 0)
+@dataclass(frozen=True, kw_only=True)
+class _Model:
+    """A model of the project as the database has it, before its directory is looked at: ``label`` is
+    ``before`` + ``name`` + ``after``, ``source`` the directory it was exported to and ``copy_dir`` where
+    its serving copy is (``served_model`` picks between them)."""
+
+    ref: str
+    before: str
+    name: str
+    after: str = ""
+    source: str
+    copy_dir: Path
+    created: datetime | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.before}{self.name}{self.after}"
+
+
+def _project_models(project: Project) -> list[_Model]:
+    """Base models, then runs newest first, each run's final model (if it succeeded) before its exported
+    checkpoints, latest step first (not a reward run's: its model scores text, it does not write any).
+    Only the columns named are read: the chat, ``/v1`` and the review form ask this on every request, and
+    a run's JSON columns (spec, summary) cost more to load than everything else together."""
+    models = [_Model(ref=model.public_id, before="Base model: ", name=model.name, source=model.path,
+                     copy_dir=base_model_copy_dir(model), created=model.created_at)
+              for model in BaseModel.objects.filter(project=project).order_by("name")
+              .only("public_id", "name", "path", "created_at")]
+    artifacts = (Artifact.objects.filter(run__project=project, kind__in=["model", "checkpoint"])
+                 .exclude(run__task=REWARD_TASK)
+                 .order_by("-run__created_at", "run_id", "-kind", "-step")  # kind "model" after "checkpoint"
+                 .values_list("kind", "path", "created_at", "run__public_id", "run__name", "run__status",
+                              "run__finished_at", "run__created_at"))
+    for kind, path, created, run_id, run_name, status, finished, run_created in artifacts:
+        if kind == "model" and status == RunStatus.SUCCEEDED:
+            models.append(_Model(ref=run_id, before="Run: ", name=run_name, source=path,
+                                 copy_dir=export_copy_dir(path), created=finished or run_created))
+        elif kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(path)):
+            models.append(_Model(ref=f"{run_id}:step-{match.group(1)}", before="Run: ", name=run_name,
+                                 after=f", checkpoint {match.group(1)}", source=path, copy_dir=export_copy_dir(path),
+                                 created=created))
+    return models
+
+
+def _choice(model: _Model, *, shown_label: str) -> ModelChoice:
+    """``model`` with what serves it (a look at its copy's directory) and ``shown_label``, its label made
+    distinct from the project's other models' (``distinct_labels``)."""
+    served = served_model(model.source, model.copy_dir)
+    copy = f" · {served.scheme} serving copy" if served.scheme else ""
+    option_label = f"{model.before}{isolated(model.name)}{model.after}{copy}"
+    if shown_label != model.label:
+        option_label = f"{option_label} ({model.ref})"
+    return ModelChoice(ref=model.ref, path=served.path, quantization=served.scheme, label=shown_label,
+                       option_label=option_label,
+                       created=int(model.created.timestamp()) if model.created is not None else 0)
 
 
 def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -54,28 +105,10 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def model_choices(*, project: Project) -> list[ModelChoice]:
-    """Base models, then runs newest first, each run's final model (if it succeeded) before its exported
-    checkpoints, latest step first (not a reward run's: its model scores text, it does not write any)."""
-    choices = [_choice(ref=model.public_id, served=served_model(model.path, base_model_copy_dir(model)),
-                       before="Base model: ", name=model.name, created=model.created_at)
-               for model in BaseModel.objects.filter(project=project).order_by("name")]
-    artifacts = (Artifact.objects.select_related("run")
-                 .filter(run__project=project, kind__in=["model", "checkpoint"]).exclude(run__task=REWARD_TASK)
-                 .order_by("-run__created_at", "run_id", "-kind", "-step"))  # kind "model" after "checkpoint"
-    for artifact in artifacts:
-        run = artifact.run
-        served = served_model(artifact.path, export_copy_dir(artifact.path))
-        if artifact.kind == "model" and run.status == RunStatus.SUCCEEDED:
-            choices.append(_choice(ref=run.public_id, served=served, before="Run: ", name=run.name,
-                                   created=run.finished_at or run.created_at))
-        elif artifact.kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(artifact.path)):
-            choices.append(_choice(ref=f"{run.public_id}:step-{match.group(1)}", served=served,
-                                   before="Run: ", name=run.name, after=f", checkpoint {match.group(1)}",
-                                   created=artifact.created_at))
-    shown = distinct_labels({choice.ref: choice.label for choice in choices})
-    return [choice if shown[choice.ref] == choice.label else
-            dataclasses.replace(choice, label=shown[choice.ref], option_label=f"{choice.option_label} ({choice.ref})")
-            for choice in choices]
+    """Every model the project can chat with, in ``_project_models``' order."""
+    models = _project_models(project)
+    shown = distinct_labels({model.ref: model.label for model in models})
+    return [_choice(model, shown_label=shown[model.ref]) for model in models]
 
 
 # A run's exported checkpoint as a spec names it (``run_…@N``, the launch form and the REST API): the chat and
@@ -84,9 +117,16 @@ _SPEC_CHECKPOINT = re.compile(r"(run_[0-9A-Za-z]+)@([0-9]+)")
 
 
 def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
+    """The model ``ref`` names among the project's, as ``model_choices`` has it; only its own directory is
+    looked at (each ``/v1`` request and chat turn asks this)."""
     if match := _SPEC_CHECKPOINT.fullmatch(ref):
         ref = f"{match.group(1)}:step-{match.group(2)}"
-    return next((choice for choice in model_choices(project=project) if choice.ref == ref), None)
+    models = _project_models(project)
+    model = next((model for model in models if model.ref == ref), None)
+    if model is None:
+        return None
+    shown = distinct_labels({model.ref: model.label for model in models})
+    return _choice(model, shown_label=shown[model.ref])
 
 
 def conversation_list(*, project: Project, user) -> QuerySet[Conversation]:

@@ -1,21 +1,16 @@
 """Project-scoped tokens of the OpenAI-compatible API: create, authenticate."""
 from __future__ import annotations
 
-import hashlib
 import secrets
 
-from django.utils import timezone
+from django.db.models import OuterRef, Subquery
 
 from webapp.chat.models import ProjectToken
-from webapp.core.auth_header import bearer_secret
+from webapp.core.auth_header import bearer_secret, note_token_use, token_digest
 from webapp.core.text import checked_text
 from webapp.projects.models import Membership, Project, Role, role_at_least
 
 TOKEN_PREFIX = "tpk_"
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 TOKEN_NAME_MAX = 100  # ProjectToken.name's max_length, as ApiToken's
@@ -32,7 +27,7 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
                               "owners may chat: make them a member on the Members page")
     checked_text(name, field="name", max_length=TOKEN_NAME_MAX)  # refused, not cut
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ProjectToken.objects.create(user=user, project=project, name=name, digest=_digest(secret),
+    token = ProjectToken.objects.create(user=user, project=project, name=name, digest=token_digest(secret),
                                         prefix=secret[:10])
     return token, secret
 
@@ -41,17 +36,21 @@ def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
     """The project token in ``Authorization: Bearer <token>`` (None when there is none such) and, when
     its user may not use it now (deactivated, left the project, now a viewer), why, in words."""
     secret = bearer_secret(header)
-    token = ProjectToken.objects.select_related("user", "project").filter(digest=_digest(secret)).first() if secret else None
+    if secret is None:
+        return None, None
+    # One query: every API request asks this. ``role`` is the user's role in the project now (None: gone).
+    role = Membership.objects.filter(project=OuterRef("project"), user=OuterRef("user")).values("role")[:1]
+    token = (ProjectToken.objects.select_related("user", "project").annotate(role=Subquery(role))
+             .filter(digest=token_digest(secret)).first())
     if token is None:
         return None, None
     who, project = token.user.get_username(), token.project.slug
     if not token.user.is_active:
         return token, f"this token's user, {who}, is deactivated"
-    membership = Membership.objects.filter(project=token.project, user=token.user).first()
-    if membership is None:
+    if token.role is None:
         return token, f"this token's user, {who}, is no longer a member of {project}"
-    if not role_at_least(membership.role, Role.MEMBER):
-        return token, (f"this token's user, {who}, is now a {membership.role} of {project}; its tokens work again "
+    if not role_at_least(token.role, Role.MEMBER):
+        return token, (f"this token's user, {who}, is now a {token.role} of {project}; its tokens work again "
                        "once they are a member")
     return token, None
 
@@ -62,7 +61,7 @@ def project_token_authenticate(header: str) -> ProjectToken | None:
     token, refusal = _token_in(header)
     if token is None or refusal is not None:
         return None
-    ProjectToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    note_token_use(token)
     return token
 
 

@@ -61,6 +61,29 @@ def test_a_token_stops_working_when_its_user_is_no_longer_a_member(team):
     assert response.status_code == 403 and "is no longer a member of alpha" in response.json()["error"]["message"]
 
 
+def test_authenticating_reads_one_row_and_writes_the_last_use_once_a_minute(team, django_assert_num_queries):
+    """Every ``/v1`` request authenticates: the token, its user, project and the user's role now come in
+    one query, and the last use (shown to the minute on the Chat page) is written when it is a minute old."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.chat.models import ProjectToken
+
+    token, secret = project_token_create(user=team.teammate, project=team.project, name="x")
+    with django_assert_num_queries(2):  # the read, and the first use written
+        assert project_token_authenticate(f"Bearer {secret}").pk == token.pk
+    first_use = ProjectToken.objects.get(pk=token.pk).last_used_at
+    assert first_use is not None
+    with django_assert_num_queries(1):
+        assert project_token_authenticate(f"Bearer {secret}").pk == token.pk
+    assert ProjectToken.objects.get(pk=token.pk).last_used_at == first_use
+    ProjectToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now() - timedelta(minutes=2))
+    with django_assert_num_queries(2):
+        project_token_authenticate(f"Bearer {secret}")
+    assert ProjectToken.objects.get(pk=token.pk).last_used_at > first_use
+
+
 def test_it_rejects_a_model_of_another_project_and_a_bad_body(team):
     theirs = make_base_model(team.outsider_project, name="theirs", path="/models/theirs")
     _token, secret = project_token_create(user=team.teammate, project=team.project, name="x")

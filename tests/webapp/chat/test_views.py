@@ -404,3 +404,35 @@ def test_the_model_picker_lists_a_runs_final_model_before_its_checkpoints(team, 
     assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@10").ref == f"{run.public_id}:step-10"
     assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@4") is None
     assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@{'9' * 5000}") is None
+
+
+def test_one_model_is_chosen_as_the_picker_lists_it_in_two_queries_however_many_runs(team, base_model, tmp_path,
+                                                                                    django_assert_num_queries):
+    """``model_choice`` (every chat turn and ``/v1`` request) reads the project's models without their runs'
+    JSON columns and looks at one model's directory; what it gives is the picker's entry for that ref, the
+    label made distinct from a same-named run's and the serving copy named."""
+    import json
+
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    runs = []
+    for index in range(6):
+        run = Run.objects.create(project=team.project, name="tuned" if index < 2 else f"run {index}", task="sft",
+                                 status=RunStatus.SUCCEEDED, spec={"task": "sft"},
+                                 resolved_spec={"output_dir": str(tmp_path / str(index))}, created_by=team.owner)
+        Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(tmp_path / str(index) / "export"))
+        Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=5,
+                                path=str(tmp_path / str(index) / "export-step-5"))
+        runs.append(run)
+    copy = tmp_path / "0" / "export" / "quantized"
+    copy.mkdir(parents=True)
+    (copy / "quantization.json").write_text(json.dumps({"scheme": "int8"}))
+    listed = selectors.model_choices(project=team.project)
+    assert len(listed) == 1 + 6 * 2
+    for choice in listed:
+        with django_assert_num_queries(2):
+            assert selectors.model_choice(project=team.project, ref=choice.ref) == choice
+    first = next(choice for choice in listed if choice.ref == runs[0].public_id)
+    assert first.label == f"Run: tuned ({runs[0].public_id})" and first.quantization == "int8"
+    assert first.path == str(copy) and "int8 serving copy" in first.option_label
+    assert next(choice for choice in listed if choice.ref == runs[2].public_id).label == "Run: run 2"
