@@ -44,7 +44,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "webapp.core.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "webapp.core.static.StaticFilesMiddleware",  # WhiteNoise, without a thread hop for other addresses
     "django.contrib.sessions.middleware.SessionMiddleware",
     "webapp.api.middleware.ApiAddressWithoutSlash",  # before CommonMiddleware's 301 to the slash
     "django.middleware.common.CommonMiddleware",
