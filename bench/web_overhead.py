@@ -30,15 +30,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=400, help="requests per chain and round")
     parser.add_argument("--concurrent", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database-url", default="", help="e.g. postgres://temper@127.0.0.1:5432/temper "
+                        "(an empty database; default: SQLite in a temporary directory)")
     return parser.parse_args()
 
 
-def setup_django(data_root: Path) -> None:
+def setup_django(data_root: Path, database_url: str = "") -> None:
     os.environ["TEMPER_DATA"] = str(data_root)
     (data_root / "staticfiles").mkdir()
     os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
-    for name in ("DATABASE_URL", "TEMPER_MODELS_ROOT"):
-        os.environ.pop(name, None)
+    os.environ.pop("TEMPER_MODELS_ROOT", None)
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    else:
+        os.environ.pop("DATABASE_URL", None)
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -54,6 +59,10 @@ def api_token() -> str:
     from webapp.chat.tokens import project_token_create
     from webapp.projects.services import project_create
 
+    from webapp.projects.models import Project
+
+    Project.objects.filter(slug="bench").delete()  # a database kept from an earlier run
+    get_user_model().objects.filter(username="bench-owner").delete()
     owner = get_user_model().objects.create_user("bench-owner", password="unused-password")
     project = project_create(name="Bench", slug="bench", owner=owner)
     return project_token_create(user=owner, project=project, name="bench")[1]
@@ -141,7 +150,7 @@ async def main(args: argparse.Namespace, chains: dict[str, list[str]], token: st
 if __name__ == "__main__":
     arguments = parse_args()
     with tempfile.TemporaryDirectory() as data:
-        setup_django(Path(data))
+        setup_django(Path(data), arguments.database_url)
         from django.conf import settings
 
         current = list(settings.MIDDLEWARE)

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "webapp.core.metrics.RequestMetricsMiddleware",
+    "webapp.core.streams.ReleaseDatabaseForStreams",  # after every other middleware's database work
     "django.middleware.security.SecurityMiddleware",
     "webapp.core.static.StaticFilesMiddleware",  # WhiteNoise, without a thread hop for other addresses
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -80,6 +81,17 @@ DATABASES = {
         conn_max_age=env_int("TEMPER_DB_CONN_MAX_AGE", 0),
     )
 }
+TEMPER_DB_POOL_MAX = env_int("TEMPER_DB_POOL_MAX", 16)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and TEMPER_DB_POOL_MAX > 0:
+    # Under uvicorn, Django runs each request's database work in a thread of its own (asgiref's
+    # per-request ThreadSensitiveContext), and a connection belongs to its thread: without a pool every
+    # request connected anew, a PostgreSQL backend started and authenticated each time (30-40 ms of wall
+    # time a request here). A psycopg pool per process hands connections from request to request.
+    # Persistent connections (TEMPER_DB_CONN_MAX_AGE) and a pool exclude each other; the pool wins.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": TEMPER_DB_POOL_MAX, "timeout": env_int("TEMPER_DB_POOL_TIMEOUT", 30),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web process read while a worker writes metrics. Transactions take the write lock
     # when they begin: a deferred one that read first fails at once ("database is locked", no wait)

@@ -172,3 +172,83 @@ def test_migrations_and_services_on_postgres(database_url, tmp_path):
     )
     run_django(migrate, database_url, tmp_path)
     assert run_django(SERVICES_SCRIPT, database_url, tmp_path).strip() == "ok"
+
+
+POOL_SCRIPT = """
+import asyncio
+import django
+django.setup()
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.handlers.asgi import ASGIHandler
+from django.db import connection, connections
+from django.test import Client
+from webapp.chat.models import Conversation, Message
+from webapp.projects.services import project_create
+
+assert settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"] == settings.TEMPER_DB_POOL_MAX
+owner = get_user_model().objects.create_user("pool-owner", password="x")
+project = project_create(name="Pool", slug="pool", owner=owner)
+conversation = Conversation.objects.create(project=project, user=owner, model_ref="bm_x", model_label="x")
+answer = Message.objects.create(conversation=conversation, role="assistant", content="hello", status="complete")
+client = Client()
+client.force_login(owner)
+cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+connection.close()  # back to the pool: the requests below are all that uses it
+
+
+def sessions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        count = cursor.fetchone()[0]
+    connection.close()
+    return count
+
+
+async def get(app, path, on_start=None):
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"cookie", cookie)], "client": ("127.0.0.1", 5), "server": ("127.0.0.1", 8)}
+    request, status, body = [{"type": "http.request", "body": b"", "more_body": False}], [], bytearray()
+
+    async def receive():
+        if request:
+            return request.pop()
+        await asyncio.Event().wait()
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+            if on_start:
+                on_start()
+        else:
+            body.extend(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status[0], bytes(body)
+
+
+app = ASGIHandler()
+before = sessions()
+for _ in range(20):  # each request's database work runs in a new thread (a connection each, without a pool)
+    assert asyncio.run(get(app, "/p/pool/chat/"))[0] == 200
+opened = sessions() - before - 1  # less the count's own
+assert opened <= 2, f"20 requests opened {opened} PostgreSQL sessions"
+
+pool = connections["default"].pool
+checked_out = []
+status, body = asyncio.run(get(app, f"/p/pool/chat/{conversation.public_id}/messages/{answer.public_id}/events/",
+                               on_start=lambda: checked_out.append(pool.get_stats()["pool_size"] - pool.get_stats()["pool_available"])))
+assert status == 200 and b'"text": "hello"' in body, body
+assert checked_out == [0], f"{checked_out} connections were held by a stream as it started"
+print("ok")
+"""
+
+
+def test_connections_are_pooled_across_requests_and_a_stream_holds_none(database_url, tmp_path):
+    """Under uvicorn each request's ORM work runs in a thread of its own: without a pool every request
+    connected to PostgreSQL anew; and a stream (a token stream, run events, a download) held its request's
+    connection until its last byte."""
+    migrate = "import django; django.setup(); from django.core.management import call_command; call_command('migrate', '--noinput', verbosity=0)"
+    run_django(migrate, database_url, tmp_path)
+    assert run_django(POOL_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
