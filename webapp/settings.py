@@ -88,7 +88,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and TEMPER_
     # request connected anew, a PostgreSQL backend started and authenticated each time (30-40 ms of wall
     # time a request here). A psycopg pool per process hands connections from request to request.
     # Persistent connections (TEMPER_DB_CONN_MAX_AGE) and a pool exclude each other; the pool wins.
+    # A pooled connection can die while idle (the server restarted; a Celery prefork child, forked from a
+    # process whose pool held connections, closes its inherited copies of them at start): each is checked
+    # (an empty query) before it is handed out, and replaced when dead, rather than failing its request.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1, "max_size": TEMPER_DB_POOL_MAX, "timeout": env_int("TEMPER_DB_POOL_TIMEOUT", 30),
     }

@@ -12,6 +12,10 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from webapp.core import db_pool  # noqa: E402
+
+db_pool.register()  # prefork children do not close the pooled connections they inherit (see the module)
+
 # Compiled XLA programs persist across worker restarts (jax reads this before its first import, which
 # the task modules below make): a fresh serve worker would otherwise recompile every cache shape of its
 # first chats, several seconds each on CPU. Every program is kept, not only those that took jax's default

@@ -252,3 +252,43 @@ def test_connections_are_pooled_across_requests_and_a_stream_holds_none(database
     migrate = "import django; django.setup(); from django.core.management import call_command; call_command('migrate', '--noinput', verbosity=0)"
     run_django(migrate, database_url, tmp_path)
     assert run_django(POOL_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+FORK_SCRIPT = """
+import os, sys
+import django
+django.setup()
+from django.db import connection
+
+if sys.argv[1] == "registered":
+    import worker.celery  # what a Celery worker's main process runs: it registers the at-fork handler
+with connection.cursor() as cursor:
+    cursor.execute("SELECT pg_backend_pid()")
+    parent_backend = cursor.fetchone()[0]
+connection.close()  # back to the pool, idle, as the heartbeat's is between beats
+child = os.fork()
+if child == 0:  # what Celery's Django fixup does in each new prefork child
+    connection.close()
+    connection.close_pool()
+    os._exit(0)
+os.waitpid(child, 0)
+with connection.cursor() as cursor:
+    cursor.execute("SELECT pg_backend_pid()")
+    print("same" if cursor.fetchone()[0] == parent_backend else "replaced")
+"""
+
+
+def test_a_forked_worker_child_leaves_its_parents_pooled_connections_open(database_url, tmp_path):
+    """A prefork child closed the pool it inherited, ending the PostgreSQL sessions of its parent's idle
+    pooled connections (the parent's heartbeat then failed with "server closed the connection
+    unexpectedly", or found the connection dead and opened another)."""
+    def run(mode: str) -> str:
+        env = {**os.environ, "DATABASE_URL": database_url, "TEMPER_DATA": str(tmp_path),
+               "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+        result = subprocess.run([sys.executable, "-c", FORK_SCRIPT, mode], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=180)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout.strip().splitlines()[-1]
+
+    assert run("registered") == "same"
+    assert run("unregistered") == "replaced"  # what the handler prevents
