@@ -60,6 +60,7 @@ from django.utils import timezone
 
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
+from webapp.runs.artifacts import download_size
 from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_buckets, series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
@@ -502,10 +503,6 @@ def metric_summary(run: Run) -> dict[str, dict[str, float]]:
     return summary
 
 
-def _directory_size(path: Path) -> int:
-    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
-
-
 @transaction.atomic
 def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     """Record the engine's summary: final status and message, artifacts (exported model, adapter),
@@ -531,7 +528,8 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
             # One export a run (the engine writes it over the last): it is recorded with the step it holds.
             Artifact.objects.filter(run=run, kind=kind).exclude(step=run.current_step).delete()
             Artifact.objects.update_or_create(run=run, kind=kind, step=run.current_step,
-                                              defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
+                                              defaults={"path": str(Path(path).resolve()),
+                                                        "size_bytes": download_size(Path(path), kind=kind)})
     outcome = f"{run.status} at step {run.current_step}"
     # The engine's own message often says just that ("cancelled at step 129"): it is not said twice.
     message = outcome if run.error_message in ("", outcome) else f"{outcome}: {run.error_message}"
@@ -546,7 +544,8 @@ def checkpoint_exported(*, run: Run, step: int, export_dir: Path) -> Artifact:
     """Register checkpoint ``step`` of ``run``, exported to ``export_dir``, as a starting model."""
     artifact, _ = Artifact.objects.update_or_create(
         run=run, kind=ArtifactKind.CHECKPOINT, step=step,
-        defaults={"path": str(export_dir.resolve()), "size_bytes": _directory_size(export_dir)})
+        defaults={"path": str(export_dir.resolve()),
+                  "size_bytes": download_size(export_dir, kind=ArtifactKind.CHECKPOINT)})
     RunLogLine.objects.create(run=run, message=f"checkpoint {step} exported to {export_dir}; start runs from {run.public_id}@{step}")
     return artifact
 

@@ -349,6 +349,8 @@ def test_artifacts_download_as_tar(world):
     (export / "config.json").write_text('{"model_type": "llama"}')
     (export / "quantized").mkdir()  # the chat's serving copy: not part of the download
     (export / "quantized" / "model.safetensors").write_bytes(b"int8 codes")
+    (export / "adapter").mkdir()  # the LoRA adapter: its own download, not part of the merged model's
+    (export / "adapter" / "adapter_config.json").write_text("{}")
     # Recorded at the step it holds, as run_finish records it: the download without ?step= was a 404.
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
     status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
@@ -359,6 +361,10 @@ def test_artifacts_download_as_tar(world):
         assert archive.getnames() == ["export/config.json"]
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
     assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
+    Artifact.objects.create(run=run, kind=ArtifactKind.ADAPTER, step=5, path=str(export / "adapter"))
+    status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")
+    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        assert status == 200 and archive.getnames() == ["adapter/adapter_config.json"]
     # An exported checkpoint's serving copy (made on demand) stays on the server too.
     checkpoint = run.output_dir / "export-step-3"
     (checkpoint / "quantized").mkdir(parents=True)

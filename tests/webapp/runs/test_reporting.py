@@ -196,13 +196,17 @@ def test_a_superseded_attempt_stops_and_records_nothing(running_run):
 
 
 def test_finish_records_status_and_artifacts(running_run, tmp_path):
-    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "adapter").mkdir(parents=True)
     (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "export" / "adapter" / "adapter_model.safetensors").write_bytes(b"lora")
     report(running_run, [record(1), record(2)])
+    export = {"model": str(tmp_path / "export"), "adapter": str(tmp_path / "export" / "adapter")}
     run = reporting.run_finish(run=running_run, summary={"status": "cancelled", "message": "cancelled at step 2",
-                                                          "step": 2, "export": {"model": str(tmp_path / "export")}})
+                                                          "step": 2, "export": export})
     assert run.status == RunStatus.CANCELLED and run.error_message == "cancelled at step 2" and run.finished_at
+    # Each the size of its download: the merged model's counted its adapter, which downloads on its own.
     assert run.artifacts.get(kind=ArtifactKind.MODEL).size_bytes == 2
+    assert run.artifacts.get(kind=ArtifactKind.ADAPTER).size_bytes == 4
     assert run.final_metrics["loss"]["last"] == 5.0
     # The log said it twice: 'cancelled at step 2: cancelled at step 2'.
     assert run.log_lines.order_by("-id").first().message == "cancelled at step 2"
