@@ -261,8 +261,10 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
     status, body = get("GET", f"{metrics}?max_points=many")
     assert status == 400 and set(body["errors"]) == {"max_points"}, body
-    status, body = get("GET", f"{metrics}?after_step=" + "9" * 30)
-    assert status == 400 and set(body["errors"]) == {"after_step"}, body
+    for after_step in ("9" * 30, "%203", "%2B3", "3_0", "%D9%A3"):  # int() took all but the first
+        status, body = get("GET", f"{metrics}?after_step={after_step}")
+        assert status == 400 and set(body["errors"]) == {"after_step"}, body
+    assert get("GET", f"{metrics}?after_step=-1")[0] == 200
 
 
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
