@@ -284,6 +284,9 @@ def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
     assert len(body["skipped_values"]) == 20  # the first 20 are listed; "skipped" counts them all
     status, series = apis["viewer"].call("GET", path + "?names=loss,grad_norm")
     assert series["series"]["loss"]["value"] == [2.5] and "grad_norm" not in series["series"]
+    # Kept as each metric's latest value not finite, for what reads final_metrics' older "last" (pipeline guards).
+    assert Run.objects.get(public_id=run["id"]).not_finite_metrics == {
+        "grad_norm": {"step": 1, "value": "inf"}, "loss": {"step": 29, "value": "nan"}}
 
 
 def test_an_external_run_is_logged_like_a_tracking_server(world):

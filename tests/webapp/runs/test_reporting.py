@@ -103,6 +103,30 @@ def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run
     assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
 
 
+def test_a_value_not_finite_is_kept_as_the_metrics_latest_until_a_finite_one_follows(running_run):
+    """NaN and infinity are not stored as points; the step and value of each metric's latest one are, so
+    that a reader of ``final_metrics`` (a pipeline guard) can tell its "last" is older than what was logged."""
+    from webapp.runs import selectors
+
+    report(running_run, [record(1, **{"eval/loss": 2.0}), record(2), record(3, **{"eval/loss": math.nan}),
+                         record(4, grad_norm=-math.inf)])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.final_metrics["eval/loss"]["last"] == 2.0
+    assert run.not_finite_metrics == {"eval/loss": {"step": 3, "value": "nan"},
+                                      "grad_norm": {"step": 4, "value": "-inf"}}
+    assert selectors.latest_not_finite(run=run, name="eval/loss") == ("NaN", 3)
+    assert selectors.latest_not_finite(run=run, name="grad_norm") == ("minus infinity", 4)
+    assert selectors.latest_not_finite(run=run, name="loss") is None
+    # Resumed from the checkpoint at step 2: the steps after it are computed again, finite this time.
+    report(run, [record(3, **{"eval/loss": 1.5}), record(4, grad_norm=0.5)])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.not_finite_metrics == {} and selectors.latest_not_finite(run=run, name="eval/loss") is None
+    report(run, [record(5, **{"eval/loss": math.inf}), record(6, **{"eval/loss": 1.4})])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.not_finite_metrics == {"eval/loss": {"step": 5, "value": "inf"}}
+    assert selectors.latest_not_finite(run=run, name="eval/loss") is None, "a finite value came after"
+
+
 @RESUMED_COUNTS
 def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(running_run, counted_from):
     # The killed attempt's database writes stopped at step 5, but it reached step 8 with a checkpoint
