@@ -315,11 +315,9 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     names = [name for name in request.GET.get("names", "").split(",") if name]
     errors = {}
-    try:  # -1 is allowed: points after step -1 include those logged at step 0
-        after_step = int(request.GET.get("after_step") or run_selectors.BEFORE_FIRST_STEP)
-        if abs(after_step) > MAX_STORED_INT:
-            raise ValueError
-    except ValueError:
+    # -1 is allowed: points after step -1 include those logged at step 0
+    after_step = whole_number(request.GET.get("after_step") or str(run_selectors.BEFORE_FIRST_STEP), signed=True)
+    if after_step is None:
         errors["after_step"] = (f"{request.GET['after_step']!r} is not a step; give a whole number up to "
                                 f"{MAX_STORED_INT} (only points after that step come back), or leave it out")
     max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS), maximum=None)

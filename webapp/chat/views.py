@@ -23,6 +23,7 @@ from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
 from webapp.core.bidi import isolated
+from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once, form_send_once_secret, note_secret_already_shown
 from webapp.core.views import post_answered_with_a_page
 
@@ -32,7 +33,7 @@ CONVERSATIONS_PER_PAGE = 50
 
 def _list_page(request: HttpRequest, project, membership, form, *, status: int = 200, new_secret: str = ""):
     page = Paginator(selectors.conversation_list(project=project, user=request.user),
-                     CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
+                     CONVERSATIONS_PER_PAGE).get_page(whole_number(request.GET.get("page")))
     return render(request, "chat/list.html", {
         "project": project, "membership": membership, "form": form,
         "has_models": bool(form.fields["model"].choices), "new_secret": new_secret,

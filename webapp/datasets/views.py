@@ -23,6 +23,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.basemodels.selectors import basemodel_list
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
+from webapp.core.numbers import whole_number
 from webapp.core.streaming import file_download
 from webapp.core.submissions import form_send_once
 from webapp.datasets import selectors, services
@@ -41,7 +42,8 @@ DATASETS_PER_PAGE = 50
 def dataset_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     # Paged so that the page stays fast (bench/pages.py: < 100 ms at p95) however many datasets.
-    page = Paginator(selectors.dataset_list(project=project), DATASETS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(selectors.dataset_list(project=project), DATASETS_PER_PAGE).get_page(
+        whole_number(request.GET.get("page")))
     return render(
         request,
         "datasets/list.html",
@@ -179,16 +181,16 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     }
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))
-        asked = request.GET.get("page", "").strip()
+        asked = request.GET.get("page", "")
         # A search is cut to the length of a line: it is looked for in every row of the preview.
         search = request.GET.get("q", "").strip()[:SEARCH_MAX_CHARS]
-        preview = (selectors.version_search(version=version, text=search, page=_page_number(asked) or 1) if search
-                   else selectors.version_preview(version=version, page=_page_number(asked) or 1))
+        preview = (selectors.version_search(version=version, text=search, page=whole_number(asked) or 1) if search
+                   else selectors.version_preview(version=version, page=whole_number(asked) or 1))
         context.update(
             preview=preview,
-            # The page asked for when the preview does not have it (past the end, 0, not a number):
+            # The page asked for when the preview does not have it (past the end, 0, not ASCII digits):
             # the page says so rather than showing another page as if it were the one asked for.
-            page_not_found=asked if asked and _page_number(asked) != preview.page else None,
+            page_not_found=asked if asked and whole_number(asked) != preview.page else None,
             charts=selectors.histograms(version.statistics),
             token_charts=selectors.histograms(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
@@ -197,13 +199,6 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
 
 
 SEARCH_MAX_CHARS = 200
-
-
-def _page_number(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 @login_required

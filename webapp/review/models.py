@@ -11,9 +11,9 @@ what was clicked as shown (``choice``: first/second/...) and the same answer in 
 
 The reviewer queue (``services.queue_next_item``) walks open (pending, in review) items by their
 per-campaign ``sequence`` from the reviewer's ``cursor`` (see ``CampaignReviewer``) through the
-(campaign, status, sequence) index; status, ``review_count`` (reviews that are not skips) and the
-item lease are columns of the item so that the walk needs no join except the (item, reviewer) probe
-of the ``Review`` unique index.
+(campaign, status, sequence) index; status and ``review_count`` (reviews that are not skips) are
+columns of the item so that the walk needs no join except the (item, reviewer) probe of the
+``Review`` unique index and the probe of the item's live ``Lease`` rows (one per reviewer holding it).
 """
 from __future__ import annotations
 
@@ -152,10 +152,6 @@ class Item(models.Model):
     original_label = models.CharField(max_length=1, blank=True, choices=[("a", "a"), ("b", "b")])
     status = models.CharField(max_length=10, choices=ItemStatus.choices, default=ItemStatus.PENDING)
     review_count = models.PositiveSmallIntegerField(default=0, help_text="Reviews that are not skips.")
-    # A served item is leased to its reviewer for a while so that reviewers working at the same
-    # time get different items.
-    leased_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
-    leased_until = models.DateTimeField(null=True)
     resolved_label = models.CharField(max_length=10, blank=True, choices=Label.choices)
     resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                     related_name="+")
@@ -173,6 +169,24 @@ class Item(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.sequence} of {self.campaign_id}"
+
+
+class Lease(models.Model):
+    """An item handed to a reviewer, held for them until ``until``: while it lasts it takes one of the
+    item's places (answers and live leases together never pass ``required_reviews``), so reviewers
+    working at the same time get different items, or share one only while it has room. A reviewer
+    holds one item per campaign at a time: being handed another moves their lease; answering (or
+    skipping) the item ends it."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="leases")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    until = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "reviewer"], name="lease_unique_campaign_reviewer"),
+        ]
 
 
 class Review(models.Model):

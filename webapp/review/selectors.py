@@ -14,8 +14,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Exists, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import GreaterThanOrEqual
 from django.http import Http404
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
@@ -24,7 +25,9 @@ from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
-from webapp.review.models import Campaign, CampaignReviewer, Export, Item, ItemSource, ItemStatus, Label, Review
+from webapp.review.models import (
+    Campaign, CampaignReviewer, Export, Item, ItemSource, ItemStatus, Label, Lease, Review,
+)
 
 
 def campaign_list(*, project: Project) -> QuerySet[Campaign]:
@@ -177,15 +180,32 @@ class HeldItems:
     first_back_at: datetime  # when the earliest of their leases ends
 
 
+def leases_of_others(*, user: AbstractBaseUser, now: datetime) -> QuerySet[Lease]:
+    """The live leases of reviewers other than ``user`` on the item of the outer query."""
+    return Lease.objects.filter(item=OuterRef("pk"), until__gt=now).exclude(reviewer=user)
+
+
+def places_taken(*, user: AbstractBaseUser, now: datetime) -> Any:
+    """For the item of the outer query: its answers (skips left out) and the live leases others hold on
+    it. ``user`` may be handed the item while this is below the campaign's ``required_reviews``."""
+    held = (leases_of_others(user=user, now=now).order_by().values("item")
+            .annotate(count=Count("pk")).values("count"))
+    return F("review_count") + Coalesce(Subquery(held), 0)
+
+
 def items_held_by_others(*, campaign: Campaign, user: AbstractBaseUser) -> HeldItems | None:
-    """The open items ``user`` has not answered that other reviewers hold (leased to them and not yet
-    due back), with when the first lease ends; None when there are none. When the queue serves ``user``
-    nothing, these are what is left: each comes back to the queue if its holder does not answer it."""
+    """The open items ``user`` has not answered whose places other reviewers hold (answers and live
+    leases fill them), with when the first of those leases ends; None when there are none. When the
+    queue serves ``user`` nothing, these are what is left: a place comes back to the queue if its holder
+    does not answer the item in time."""
+    now = timezone.now()
     answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
-    held = (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW),
-                                leased_until__gt=timezone.now())
-            .exclude(leased_by=user).exclude(Exists(answered))
-            .aggregate(count=Count("pk"), first_back_at=Min("leased_until")))
+    first_back = leases_of_others(user=user, now=now).order_by("until").values("until")[:1]
+    held = (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW))
+            .filter(GreaterThanOrEqual(places_taken(user=user, now=now), campaign.required_reviews))
+            .exclude(Exists(answered))
+            .annotate(back_at=Subquery(first_back))
+            .aggregate(count=Count("pk"), first_back_at=Min("back_at")))
     return HeldItems(**held) if held["count"] else None
 
 

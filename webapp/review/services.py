@@ -8,8 +8,11 @@ once per open status, in ``sequence`` order from the reviewer's cursor, keeping 
 has not answered (a probe of the (item, reviewer) unique index), and takes the earlier of the two.
 Complete and conflicting items are never read. The cursor moves up lazily to just before the first
 item still open to the reviewer, so the walk never re-reads what a reviewer has finished.
-A served item is leased to its reviewer for ``LEASE_SECONDS``; while the lease lasts it holds one
-of the item's slots, so reviewers working at the same time are given different items.
+A served item is leased to its reviewer for ``LEASE_SECONDS`` (a ``Lease`` row); while the lease lasts
+it holds one of the item's places, so reviewers working at the same time are given different items
+and share one only while it has room: an item is handed over only while its answers and the live
+leases of others are fewer than ``required_reviews``. That is decided under the item's row lock
+(``_lease``), so two reviewers asking at once cannot both take its last place.
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef
+from django.db.models.lookups import LessThan
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -42,7 +46,7 @@ from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement, selectors
 from webapp.review.models import (
     MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
-    ItemStatus, Label, Review,
+    ItemStatus, Label, Lease, Review,
 )
 from webapp.runs.services import held_task_messages
 
@@ -151,7 +155,7 @@ def reviewer_leave_campaigns(*, project: Project, user: AbstractBaseUser) -> Non
     it, so that being added (or promoted) again does not make them a reviewer again unasked (an owner ticks
     them again in Settings). Their reviews stay and count; the items they hold go back to the queue at once."""
     CampaignReviewer.objects.filter(campaign__project=project, user=user).delete()
-    Item.objects.filter(campaign__project=project, leased_by=user).update(leased_by=None, leased_until=None)
+    Lease.objects.filter(campaign__project=project, reviewer=user).delete()
 
 
 def _check_campaign_basics(project: Project, name: str, required_reviews: int) -> str:
@@ -622,11 +626,11 @@ def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewe
     return row
 
 
-def _first_open_item(*, campaign: Campaign, user: AbstractBaseUser, after: int, extra: Q | None = None) -> Item | None:
+def _first_open_item(*, campaign: Campaign, user: AbstractBaseUser, after: int, extra: Any = None) -> Item | None:
     """The first item after sequence ``after`` that still needs reviews and that ``user`` has not
-    answered (and that matches ``extra``). Open items are exactly the pending and in-review ones, so
-    each status walks its own stretch of the (campaign, status, sequence) index and finished items
-    are never read."""
+    answered (and that matches ``extra``, a filter). Open items are exactly the pending and in-review
+    ones, so each status walks its own stretch of the (campaign, status, sequence) index and finished
+    items are never read."""
     answered = Review.objects.filter(item=OuterRef("pk"), reviewer=user)
     found = []
     for status in (ItemStatus.PENDING, ItemStatus.IN_REVIEW):
@@ -639,41 +643,51 @@ def _first_open_item(*, campaign: Campaign, user: AbstractBaseUser, after: int, 
     return min(found, key=lambda item: item.sequence, default=None)
 
 
-def _leased_to_another(item: Item, user: AbstractBaseUser, now) -> bool:
-    return item.leased_until is not None and item.leased_until > now and item.leased_by_id != user.pk
+@transaction.atomic
+def _lease(*, item: Item, user: AbstractBaseUser) -> Item | None:
+    """Lease ``item`` to ``user`` (moving their lease in its campaign here) if it still has a place for
+    them; None when others took its last place since the walk read it. The item's row lock makes the
+    count and the lease one step for everyone asking at once (SQLite: the transaction's write lock)."""
+    item = (Item.objects.select_for_update().select_related("campaign")
+            .filter(pk=item.pk, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW)).first())
+    if item is None:
+        return None
+    now = timezone.now()
+    others = Lease.objects.filter(item=item, until__gt=now).exclude(reviewer=user).count()
+    if item.review_count + others >= item.campaign.required_reviews:
+        return None
+    Lease.objects.update_or_create(campaign=item.campaign, reviewer=user,
+                                   defaults={"item": item, "until": now + timedelta(seconds=LEASE_SECONDS)})
+    return item
 
 
 def queue_next_item(*, campaign: Campaign, user: AbstractBaseUser) -> Item | None:
     """The next item for ``user`` to review in ``campaign``, leased to them; None when nothing is left
-    (or the campaign's items are not loaded).
+    (or the campaign's items are not loaded, or others hold the places of every item left).
 
-    Never an item the user has reviewed (or skipped), never one with all its reviews."""
+    Never an item the user has reviewed (or skipped), never one with all its reviews, never one whose
+    answers and others' live leases fill its places. Items no one else holds come first, so that
+    reviewers working at once get different items; then items others hold that still have room."""
     reviewer = _reviewer_row(campaign, user)
     if campaign.status != CampaignStatus.READY:
         return None
-    now = timezone.now()
     first_open = _first_open_item(campaign=campaign, user=user, after=reviewer.cursor)
     if first_open is None:
         return None
     if first_open.sequence - 1 > reviewer.cursor:
         CampaignReviewer.objects.filter(pk=reviewer.pk, cursor__lt=first_open.sequence - 1).update(
             cursor=first_open.sequence - 1)
-    item = first_open
-    if _leased_to_another(item, user, now):
-        lease_free = Q(leased_until__isnull=True) | Q(leased_until__lte=now) | Q(leased_by=user)
-        item = _first_open_item(campaign=campaign, user=user, after=first_open.sequence, extra=lease_free)
-    if item is None:
-        # Everything left is leased to others; a leased item still has room when a slot remains after
-        # the leaseholder's review.
-        room = Q(review_count__lt=campaign.required_reviews - 1)
-        item = _first_open_item(campaign=campaign, user=user, after=first_open.sequence - 1, extra=room)
-        if item is None:
-            return None
-    if not _leased_to_another(item, user, now):
-        item.leased_by = user
-        item.leased_until = now + timedelta(seconds=LEASE_SECONDS)
-        Item.objects.filter(pk=item.pk).update(leased_by=user, leased_until=item.leased_until)
-    return item
+    now = timezone.now()
+    held_by_none = ~Exists(selectors.leases_of_others(user=user, now=now))
+    with_room = LessThan(selectors.places_taken(user=user, now=now), campaign.required_reviews)
+    for extra in (held_by_none, with_room):
+        after = first_open.sequence - 1
+        while (item := _first_open_item(campaign=campaign, user=user, after=after, extra=extra)) is not None:
+            leased = _lease(item=item, user=user)
+            if leased is not None:
+                return leased
+            after = item.sequence  # its last place went to someone asking at the same time
+    return None
 
 
 @transaction.atomic
@@ -730,11 +744,8 @@ def review_submit(
     labels = list(item.reviews.exclude(label=Label.SKIP).values_list("label", flat=True))
     item.review_count = len(labels)
     item.status = item_status(labels, required=campaign.required_reviews, resolved_label=item.resolved_label)
-    update = ["review_count", "status"]
-    if item.leased_by_id == user.pk:
-        item.leased_by, item.leased_until = None, None
-        update += ["leased_by", "leased_until"]
-    item.save(update_fields=update)
+    item.save(update_fields=["review_count", "status"])
+    Lease.objects.filter(item=item, reviewer=user).delete()
     return review
 
 

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
+from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
@@ -256,7 +257,7 @@ def item_list(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     campaign = selectors.campaign_get(project=project, public_id=public_id)
     status = request.GET.get("status") if request.GET.get("status") in ItemStatus.values else None
     page = Paginator(selectors.item_list(campaign=campaign, status=status), ITEMS_PER_PAGE).get_page(
-        request.GET.get("page"))
+        whole_number(request.GET.get("page")))
     return render(request, "review/items.html", {
         "project": project, "membership": membership, "campaign": campaign, "page": page,
         "rows": selectors.item_rows(items=page.object_list), "status": status, "statuses": ItemStatus.choices,

@@ -5,8 +5,14 @@ A download is streamed a chunk at a time, never whole in memory: a model is giga
 safetensors file. The tar is written by hand (a header, the file's chunks, padding), since ``tarfile``
 copies a whole file into its output at once, and handed to Django as an asynchronous iterator, since
 its ASGI handler (uvicorn serves Temper) reads a synchronous one whole into a list before it sends a
-byte. The chat's quantized serving copy inside a model export is jaxengine's own format, as large
-again, and stays on the server.
+byte.
+
+What each download holds (``downloaded_files``): a run's merged model is the Hugging Face model only.
+The engine writes a LoRA run's adapter inside it (``export/adapter/``), which is a download of its own,
+and the chat's quantized serving copy (jaxengine's own format, as large again) inside any model export;
+both stay out of it, as do the serving copy's directories being written or moved aside. An exported
+checkpoint keeps its adapter, which has no other download. The size recorded beside a download
+(``download_size``) counts the same files.
 """
 from __future__ import annotations
 
@@ -43,11 +49,20 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
     return artifact
 
 
+ADAPTER_SUBDIR = "adapter"  # jaxengine.job.export_trained's LoRA adapter inside a model export
+
+# The subdirectories of an artifact's directory that its download leaves out, by kind.
+LEFT_OUT = {
+    ArtifactKind.MODEL: (QUANTIZED_SUBDIR, ADAPTER_SUBDIR),
+    ArtifactKind.CHECKPOINT: (QUANTIZED_SUBDIR,),
+    ArtifactKind.ADAPTER: (),
+}
+
+
 def artifact_tar_response(*, run: Run, artifact: Artifact) -> StreamingHttpResponse:
     """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress)."""
-    leave_out = (QUANTIZED_SUBDIR,) if artifact.kind in (ArtifactKind.MODEL, ArtifactKind.CHECKPOINT) else ()
-    response = StreamingHttpResponse(asynchronous(tar_stream(Path(artifact.path).resolve(), leave_out=leave_out)),
-                                     content_type="application/x-tar")
+    stream = tar_stream(Path(artifact.path).resolve(), kind=artifact.kind)
+    response = StreamingHttpResponse(asynchronous(stream), content_type="application/x-tar")
     step = f"-step-{artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT else ""
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{artifact.kind}{step}.tar"'
     return response
@@ -60,13 +75,26 @@ def _left_out(name: str, leave_out: tuple[str, ...]) -> bool:
     return any(name == subdirectory or name.startswith(f".{subdirectory}.") for subdirectory in leave_out)
 
 
-def tar_stream(directory: Path, *, leave_out: tuple[str, ...] = ()) -> Iterator[bytes]:
-    """A gzip-less tar of ``directory`` without its subdirectories named in ``leave_out`` (nor those
-    directories' copies being written or replaced), in pieces of at most ``CHUNK_BYTES``."""
-    for path in sorted(directory.rglob("*")):
+def downloaded_files(directory: Path, *, kind: str) -> list[Path]:
+    """The plain files (not links) under ``directory`` that the download of a ``kind`` artifact holds, in
+    order: all but those in the subdirectories ``LEFT_OUT`` names for the kind."""
+    leave_out = LEFT_OUT[kind]
+    return [path for path in sorted(directory.rglob("*"))
+            if not _left_out(path.relative_to(directory).parts[0], leave_out)
+            and not path.is_symlink() and path.is_file()]
+
+
+def download_size(directory: Path, *, kind: str) -> int:
+    """The bytes of the files the download of a ``kind`` artifact in ``directory`` holds."""
+    return sum(path.stat().st_size for path in downloaded_files(directory, kind=kind))
+
+
+def tar_stream(directory: Path, *, kind: str) -> Iterator[bytes]:
+    """A gzip-less tar of what the download of a ``kind`` artifact in ``directory`` holds, named under
+    the directory's name, in pieces of at most ``CHUNK_BYTES``."""
+    files = downloaded_files(directory, kind=kind)
+    for path in files:
         relative = path.relative_to(directory)
-        if _left_out(relative.parts[0], leave_out) or path.is_symlink() or not path.is_file():
-            continue
         with path.open("rb") as file:
             status = os.fstat(file.fileno())
             header = tarfile.TarInfo(str(Path(directory.name) / relative))

@@ -78,6 +78,11 @@ class Run(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     # {"loss": {"last": 1.2, "min": 0.9, "max": 3.4, "step": 120}, ...}: filled as points arrive.
     final_metrics = models.JSONField(default=dict, blank=True)
+    # NaN and infinity are not stored as points (a chart cannot draw them), so final_metrics holds each
+    # metric's last finite value; this holds, per metric, the latest step it was logged not finite at:
+    # {"eval/loss": {"step": 120, "value": "nan"}} ("nan", "inf" or "-inf"). A metric's latest value was
+    # not finite when its step here is after final_metrics' (selectors.latest_not_finite).
+    not_finite_metrics = models.JSONField(default=dict, blank=True)
     # A finished run's downsampled series, computed once when it ends (the compare page reads these
     # instead of aggregating every point again): {"max_points": 1000, "series": {...}}.
     series_cache = models.JSONField(default=dict, blank=True)

@@ -9,7 +9,9 @@ guard: an eval metric that must not fall more than ``max_drop_percent`` below th
 (``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
 the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``. A
 guard whose metric the previous stage did not log (a misspelt name) stops the pipeline before its
-stage is launched, with the closest logged name.
+stage is launched, with the closest logged name. A metric whose latest logged value was NaN or
+infinite (not stored: ``Run.not_finite_metrics`` records it) fails the guard, naming the value and
+step, rather than comparing the older finite value ``final_metrics`` keeps.
 
 The last stage may instead be an export (``export: {quantize: int8|int4}``): the train queue's
 ``worker.tasks.train.export_stage`` writes the result run's serving copy ``export/quantized/``
@@ -42,7 +44,7 @@ from webapp.core.text import checked_json
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
-from webapp.runs.selectors import last_value, serving_copy_figures
+from webapp.runs.selectors import last_value, latest_not_finite, serving_copy_figures
 from webapp.runs.serving_copies import export_summary
 
 logger = logging.getLogger(__name__)
@@ -242,9 +244,21 @@ def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser |
     return pipeline
 
 
+def _ended_not_finite(metric: str, *runs: Run) -> str | None:
+    """Why a guard on ``metric`` cannot pass when one of ``runs`` last logged it as NaN or infinity:
+    ``final_metrics`` keeps only finite values, so its "last" would be an older one."""
+    for run in runs:
+        if ended := latest_not_finite(run=run, name=metric):
+            value, step = ended
+            return f"{metric} was {value} at step {step} of {run.name} ({run.public_id}): the guard cannot pass"
+    return None
+
+
 def guard_verdict(guard: dict[str, Any], previous: Run, current: Run) -> str | None:
     """None when ``current`` passes ``guard`` against ``previous``; otherwise the reason, in words."""
     metric = guard["metric"]
+    if reason := _ended_not_finite(metric, previous, current):
+        return reason
     before = last_value(final_metrics=previous.final_metrics, name=metric)
     after = last_value(final_metrics=current.final_metrics, name=metric)
     if before is None or after is None:
@@ -262,8 +276,13 @@ def guard_verdict(guard: dict[str, Any], previous: Run, current: Run) -> str | N
 def _guard_never_passes(guard: dict[str, Any] | None, *, previous: Run) -> str | None:
     """Why a stage's ``guard`` could never pass against ``previous``, the stage before it, once that has
     ended: its metric is not among what ``previous`` logged (a misspelt name, or a metric of another
-    task). Known before the stage trains, so its run is not spent on a guard that can only fail."""
-    if not guard or guard["metric"] in (previous.final_metrics or {}):
+    task), or the last value it logged was NaN or infinity. Known before the stage trains, so its run is
+    not spent on a guard that can only fail."""
+    if not guard:
+        return None
+    if reason := _ended_not_finite(guard["metric"], previous):
+        return reason
+    if guard["metric"] in (previous.final_metrics or {}):
         return None
     logged = sorted(previous.final_metrics or {})
     close = difflib.get_close_matches(guard["metric"], logged, n=1)

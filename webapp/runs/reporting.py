@@ -60,6 +60,7 @@ from django.utils import timezone
 
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
+from webapp.runs.artifacts import download_size
 from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_buckets, series_cache_for
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
@@ -135,16 +136,25 @@ def insert_metric_rows(rows: list[tuple[int, int, str, float, float, int]]) -> N
             cursor.executemany(sql, rows[start:start + INSERT_BATCH])
 
 
-def metric_values(metrics: dict[str, Any], *, not_finite: list[str] | None = None) -> Iterable[tuple[str, float]]:
+def track_not_finite(latest: dict[str, dict[str, Any]], name: str, value: float, step: int) -> None:
+    """Fold a NaN or infinite value of metric ``name`` at ``step`` into a run's ``not_finite_metrics``
+    (the latest step each metric was logged not finite at, with the value as text: nan, inf, -inf)."""
+    entry = latest.get(name)
+    if entry is None or step >= entry["step"]:
+        latest[name] = {"step": step, "value": str(float(value))}
+
+
+def metric_values(metrics: dict[str, Any], *, not_finite: list[tuple[str, float]] | None = None
+                  ) -> Iterable[tuple[str, float]]:
     """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted); the
-    names of the numeric ones left out for that go to ``not_finite`` when it is given."""
+    numeric ones left out for that go to ``not_finite`` (name, value) when it is given."""
     for name, value in metrics.items():
         if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if math.isfinite(value):
             yield name, float(value)
         elif not_finite is not None:
-            not_finite.append(name)
+            not_finite.append((name, value))
 
 
 class AppendedLines:
@@ -246,6 +256,7 @@ class RunReporter:
         self._tokens = TokenCount()
         self._base_train_seconds = run.train_seconds
         self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
+        self._not_finite: dict[str, dict[str, Any]] = dict(run.not_finite_metrics or {})
         self._redis: redis.Redis | None = None
         self._redis_warned = False
         self._buckets = None
@@ -327,6 +338,7 @@ class RunReporter:
         with transaction.atomic():
             MetricPoint.objects.filter(run=self.run, step__gte=first_step).delete()
             Sample.objects.filter(run=self.run, step__gte=first_step).delete()
+            self._not_finite = {name: entry for name, entry in self._not_finite.items() if entry["step"] < first_step}
             if first_step > 1:
                 logged, logged_count = read_metric_lines(self.run.output_dir / "metrics.jsonl",
                                                          before_step=first_step)
@@ -360,10 +372,14 @@ class RunReporter:
         wall_time = latest if latest is not None else time.time()
         rows = []
         for record in lost:
-            for name, value in metric_values(record):
+            not_finite: list[tuple[str, float]] = []
+            for name, value in metric_values(record, not_finite=not_finite):
                 rows.append((self.run.pk, record["step"], name, value, wall_time, record["tokens"]))
                 self._track(name, value, record["step"])
+            for name, value in not_finite:
+                track_not_finite(self._not_finite, name, value, record["step"])
         insert_metric_rows(rows)
+        Run.objects.filter(pk=self.run.pk).update(not_finite_metrics=self._not_finite)
         self.log(f"recovered steps {lost[0]['step']}-{lost[-1]['step']} from the run directory")
 
     def _write(self, records: list[ProgressRecord]) -> None:
@@ -374,7 +390,8 @@ class RunReporter:
         eval_steps = []
         for record in records:
             tokens = self._tokens.add(int(record.metrics.get("tokens", record.tokens_seen)))
-            for name, value in metric_values(record.metrics):
+            not_finite: list[tuple[str, float]] = []
+            for name, value in metric_values(record.metrics, not_finite=not_finite):
                 if name == "tokens":
                     value = float(tokens)
                 points.append((self.run.pk, record.step, name, value, record.wall_time, tokens))
@@ -382,6 +399,8 @@ class RunReporter:
                 payload.append({"step": record.step, "name": name, "value": value, "tokens": tokens,
                                 "wall_time": record.wall_time})
                 self._track(name, value, record.step)
+            for name, value in not_finite:
+                track_not_finite(self._not_finite, name, value, record.step)
             if any(name.startswith("eval/") for name in record.metrics):
                 eval_steps.append(record.step)
         last = records[-1]
@@ -395,6 +414,7 @@ class RunReporter:
             Run.objects.filter(pk=self.run.pk).update(
                 current_step=last.step, total_steps=last.total_steps, tokens_seen=tokens_seen,
                 train_seconds=train_seconds, last_heartbeat=timezone.now(), final_metrics=self._summary_metrics,
+                not_finite_metrics=self._not_finite,
             )
             if store_buckets:
                 self._store_buckets()
@@ -502,10 +522,6 @@ def metric_summary(run: Run) -> dict[str, dict[str, float]]:
     return summary
 
 
-def _directory_size(path: Path) -> int:
-    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
-
-
 @transaction.atomic
 def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     """Record the engine's summary: final status and message, artifacts (exported model, adapter),
@@ -531,7 +547,8 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
             # One export a run (the engine writes it over the last): it is recorded with the step it holds.
             Artifact.objects.filter(run=run, kind=kind).exclude(step=run.current_step).delete()
             Artifact.objects.update_or_create(run=run, kind=kind, step=run.current_step,
-                                              defaults={"path": str(Path(path).resolve()), "size_bytes": _directory_size(Path(path))})
+                                              defaults={"path": str(Path(path).resolve()),
+                                                        "size_bytes": download_size(Path(path), kind=kind)})
     outcome = f"{run.status} at step {run.current_step}"
     # The engine's own message often says just that ("cancelled at step 129"): it is not said twice.
     message = outcome if run.error_message in ("", outcome) else f"{outcome}: {run.error_message}"
@@ -546,7 +563,8 @@ def checkpoint_exported(*, run: Run, step: int, export_dir: Path) -> Artifact:
     """Register checkpoint ``step`` of ``run``, exported to ``export_dir``, as a starting model."""
     artifact, _ = Artifact.objects.update_or_create(
         run=run, kind=ArtifactKind.CHECKPOINT, step=step,
-        defaults={"path": str(export_dir.resolve()), "size_bytes": _directory_size(export_dir)})
+        defaults={"path": str(export_dir.resolve()),
+                  "size_bytes": download_size(export_dir, kind=ArtifactKind.CHECKPOINT)})
     RunLogLine.objects.create(run=run, message=f"checkpoint {step} exported to {export_dir}; start runs from {run.public_id}@{step}")
     return artifact
 

@@ -368,6 +368,19 @@ def last_value(*, final_metrics: dict[str, dict[str, float]], name: str) -> floa
     return (final_metrics or {}).get(name, {}).get("last")
 
 
+NOT_FINITE_WORDS = {"nan": "NaN", "inf": "infinity", "-inf": "minus infinity"}
+
+
+def latest_not_finite(*, run: Run, name: str) -> tuple[str, int] | None:
+    """When the latest value ``run`` logged of metric ``name`` was NaN or infinite (so not stored, and not
+    its ``final_metrics`` "last", which is the last finite one): that value in words and its step."""
+    entry = (run.not_finite_metrics or {}).get(name)
+    finite = (run.final_metrics or {}).get(name)
+    if entry is None or (finite is not None and finite.get("step", -1) >= entry["step"]):
+        return None
+    return NOT_FINITE_WORDS.get(entry["value"], entry["value"]), entry["step"]
+
+
 def last_point_id(*, run: Run) -> int:
     """The id of the run's newest stored point (0 when none): what stored buckets cover."""
     return MetricPoint.objects.filter(run=run).aggregate(last=Max("id"))["last"] or 0

@@ -1001,7 +1001,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     of an external run; a (metric, step) logged twice keeps its first value, and a NaN or infinite
     value is left out. The caller is told of each value left out, so nothing vanishes unannounced."""
     from webapp.runs.models import MetricPoint
-    from webapp.runs.reporting import metric_values, publish_event, track_metric
+    from webapp.runs.reporting import metric_values, publish_event, track_metric, track_not_finite
 
     _require_external(run)
     for index, point in enumerate(points):
@@ -1010,14 +1010,14 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     run = Run.objects.select_for_update().get(pk=run.pk)
     now = timezone.now().timestamp()
     rows, payload, skipped = [], [], []
-    summary = dict(run.final_metrics or {})
+    summary, not_finite_latest = dict(run.final_metrics or {}), dict(run.not_finite_metrics or {})
     # Points already stored (or twice in this batch) are skipped, so the summary counts each once.
     seen = set(MetricPoint.objects.filter(run=run, step__in={point["step"] for point in points})
                .values_list("name", "step"))
     for point in points:
         step, tokens = point["step"], int(point.get("tokens") or 0)
         wall_time = float(point.get("wall_time") or now)
-        not_finite: list[str] = []
+        not_finite: list[tuple[str, float]] = []
         for name, value in metric_values(point["metrics"], not_finite=not_finite):
             if (name, step) in seen:
                 skipped.append({"step": step, "name": name, "why": ALREADY_LOGGED})
@@ -1026,16 +1026,19 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
             rows.append(MetricPoint(run=run, step=step, name=name, value=value, wall_time=wall_time, tokens=tokens))
             payload.append({"step": step, "name": name, "value": value, "tokens": tokens, "wall_time": wall_time})
             track_metric(summary, name, value, step)
-        skipped.extend({"step": step, "name": name, "why": NOT_FINITE} for name in not_finite)
+        for name, value in not_finite:
+            skipped.append({"step": step, "name": name, "why": NOT_FINITE})
+            track_not_finite(not_finite_latest, name, value, step)
     MetricPoint.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
     if points:
         run.current_step = max(run.current_step, max(point["step"] for point in points))
         run.tokens_seen = max([run.tokens_seen] + [int(point.get("tokens") or 0) for point in points])
-    run.final_metrics = summary
+    run.final_metrics, run.not_finite_metrics = summary, not_finite_latest
     run.last_heartbeat = timezone.now()
     if run.started_at:
         run.train_seconds = (run.last_heartbeat - run.started_at).total_seconds()
-    run.save(update_fields=["current_step", "tokens_seen", "final_metrics", "last_heartbeat", "train_seconds"])
+    run.save(update_fields=["current_step", "tokens_seen", "final_metrics", "not_finite_metrics", "last_heartbeat",
+                            "train_seconds"])
     public_id = run.public_id
     if payload:
         transaction.on_commit(lambda: publish_event(public_id, {"type": "metrics", "points": payload}))

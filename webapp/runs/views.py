@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
-from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.numbers import whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.submissions import form_send_once
 from webapp.core.text import LONG_TEXT_MAX_CHARS
@@ -50,7 +50,8 @@ MAX_COMPARE = 16
 def run_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     filters = selectors.RunFilters.from_query(request.GET)
-    page = Paginator(selectors.run_list(project=project, filters=filters), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(selectors.run_list(project=project, filters=filters), RUNS_PER_PAGE).get_page(
+        whole_number(request.GET.get("page")))
     return render(request, "runs/list.html", {
         "project": project, "membership": membership, "runs": page.object_list, "page": page, "filters": filters,
         # GRPO and PPO runs are read by their reward; the column is there when the page lists one.
@@ -421,13 +422,11 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     state of each checkpoint's export: what the run page needs to catch up, or to poll when
     server-sent events are unavailable."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    try:
-        after_step = int(request.GET.get("after_step", selectors.BEFORE_FIRST_STEP))
-        after_log = int(request.GET.get("after_log", "0"))
-        if max(abs(after_step), abs(after_log)) > MAX_STORED_INT:  # past what the database can compare with
-            raise ValueError
-    except ValueError:
-        raise Http404("after_step and after_log are step and line numbers") from None
+    # Past MAX_STORED_INT (whole_number's bound) the database could not compare with them.
+    after_step = whole_number(request.GET.get("after_step", str(selectors.BEFORE_FIRST_STEP)), signed=True)
+    after_log = whole_number(request.GET.get("after_log", "0"))
+    if after_step is None or after_log is None:
+        raise Http404("after_step and after_log are step and line numbers")
     return JsonResponse({
         "progress": _progress(run),
         "series": selectors.metric_series(run=run, after_step=after_step),
@@ -450,10 +449,7 @@ def _samples_context(run, query) -> dict[str, Any]:
     chart lands on any step, so the nearest step that has samples of the kind is shown."""
     kind = query.get("kind") if query.get("kind") in selectors.SAMPLE_KINDS else None
     steps = selectors.sample_steps(run=run, kind=kind)
-    try:
-        step = int(query["step"]) if query.get("step") else (steps[-1] if steps else None)
-    except ValueError:
-        step = None
+    step = whole_number(query["step"], maximum=None) if query.get("step") else (steps[-1] if steps else None)
     if step is not None and steps and step not in steps:
         step = min(steps, key=lambda candidate: (abs(candidate - step), candidate))
     order = query.get("order") if query.get("order") in selectors.SAMPLE_ORDERS else "position"
@@ -462,7 +458,7 @@ def _samples_context(run, query) -> dict[str, Any]:
     min_reward, max_reward = _float_or_none(filters["min_reward"]), _float_or_none(filters["max_reward"])
     samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=min_reward,
                                     max_reward=max_reward, order=order) if steps else []
-    page = Paginator(samples, SAMPLES_PER_PAGE).get_page(query.get("page"))
+    page = Paginator(samples, SAMPLES_PER_PAGE).get_page(whole_number(query.get("page")))
     return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
             "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),

@@ -261,8 +261,10 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
     status, body = get("GET", f"{metrics}?max_points=many")
     assert status == 400 and set(body["errors"]) == {"max_points"}, body
-    status, body = get("GET", f"{metrics}?after_step=" + "9" * 30)
-    assert status == 400 and set(body["errors"]) == {"after_step"}, body
+    for after_step in ("9" * 30, "%203", "%2B3", "3_0", "%D9%A3"):  # int() took all but the first
+        status, body = get("GET", f"{metrics}?after_step={after_step}")
+        assert status == 400 and set(body["errors"]) == {"after_step"}, body
+    assert get("GET", f"{metrics}?after_step=-1")[0] == 200
 
 
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
@@ -282,6 +284,9 @@ def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
     assert len(body["skipped_values"]) == 20  # the first 20 are listed; "skipped" counts them all
     status, series = apis["viewer"].call("GET", path + "?names=loss,grad_norm")
     assert series["series"]["loss"]["value"] == [2.5] and "grad_norm" not in series["series"]
+    # Kept as each metric's latest value not finite, for what reads final_metrics' older "last" (pipeline guards).
+    assert Run.objects.get(public_id=run["id"]).not_finite_metrics == {
+        "grad_norm": {"step": 1, "value": "inf"}, "loss": {"step": 29, "value": "nan"}}
 
 
 def test_an_external_run_is_logged_like_a_tracking_server(world):
@@ -349,6 +354,8 @@ def test_artifacts_download_as_tar(world):
     (export / "config.json").write_text('{"model_type": "llama"}')
     (export / "quantized").mkdir()  # the chat's serving copy: not part of the download
     (export / "quantized" / "model.safetensors").write_bytes(b"int8 codes")
+    (export / "adapter").mkdir()  # the LoRA adapter: its own download, not part of the merged model's
+    (export / "adapter" / "adapter_config.json").write_text("{}")
     # Recorded at the step it holds, as run_finish records it: the download without ?step= was a 404.
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
     status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
@@ -359,6 +366,10 @@ def test_artifacts_download_as_tar(world):
         assert archive.getnames() == ["export/config.json"]
         assert archive.extractfile("export/config.json").read() == b'{"model_type": "llama"}'
     assert apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")[0] == 404
+    Artifact.objects.create(run=run, kind=ArtifactKind.ADAPTER, step=5, path=str(export / "adapter"))
+    status, raw = apis["viewer"].call("GET", f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/adapter/")
+    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        assert status == 200 and archive.getnames() == ["adapter/adapter_config.json"]
     # An exported checkpoint's serving copy (made on demand) stays on the server too.
     checkpoint = run.output_dir / "export-step-3"
     (checkpoint / "quantized").mkdir(parents=True)

@@ -33,3 +33,13 @@ def test_it_rejects_bad_page_numbers_gracefully(team, client_for):
         assert response.status_code == 200
         assert response.content.decode().count('<span class="badge">sft</span>') == 3
     assert "Page 1 of" not in client.get(URL).content.decode(), "a single page needs no page links"
+
+
+def test_a_page_number_is_ascii_digits(team, client_for):
+    """Django's paginator reads the page with int(): ' 2', '+2' and Arabic-Indic '٢' were page 2. Every list
+    reads its page number as the dataset preview does (webapp.core.numbers.whole_number)."""
+    make_datasets(team, DATASETS_PER_PAGE + 1)
+    client = client_for(team.viewer)
+    for page in (" 2", "+2", "٢", "0_2"):
+        assert "Page 1 of 2" in client.get(URL, {"page": page}).content.decode(), page
+    assert "Page 2 of 2" in client.get(URL, {"page": "2"}).content.decode()

@@ -293,6 +293,15 @@ class TestVersionPage:
         assert [number for number, _ in preview.rows] == [41, 42, 43, 44, 45]
         assert client_for(team.owner).get(version_url(version) + "?page=abc").context["preview"].page == 1
 
+    @pytest.mark.parametrize("asked", ["%202", "2%20", "%2B2", "1_0", "%D9%A2", "0", "-1", "2.0"])
+    def test_a_page_number_is_ascii_digits_as_typed(self, team, client_for, asked):
+        """int() took ' 2', '+2', '1_0' and Arabic-Indic '٢' (an address a person did not type as a page number)
+        as pages 2, 2, 10 and 2. Anything but a positive whole number in ASCII digits is a page not found."""
+        rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
+        response = client_for(team.owner).get(version_url(make_version(team, content=rows)) + f"?page={asked}")
+        assert response.context["preview"].page == 1 and response.context["page_not_found"] is not None
+        assert "There is no page" in response.content.decode()
+
     def test_it_offers_to_jump_to_a_page_of_the_preview(self, team, client_for):
         rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
         version = make_version(team, content=rows)

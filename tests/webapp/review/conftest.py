@@ -3,14 +3,17 @@ campaign on it reviewed by the teammate and carol, its items loaded as the worke
 recorded, not sent (``sent_tasks``)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version, make_user
 from webapp.celery import app as celery_app
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
 from webapp.review import services
-from webapp.review.models import Choice
+from webapp.review.models import Choice, Lease
 
 PREFERENCE_ROWS = [
     {"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"},
@@ -64,3 +67,11 @@ def choice_for(item, user, label: str) -> str:
 def answer(item, user, label: str, **kwargs):
     """Submit ``user``'s review of ``item`` with ``label`` in item terms."""
     return services.review_submit(item=item, user=user, choice=choice_for(item, user, label), **kwargs)
+
+
+def expire_leases(item, user=None):
+    """Let the leases on ``item`` (only ``user``'s, when given) run out, as ten minutes would."""
+    leases = Lease.objects.filter(item=item)
+    if user is not None:
+        leases = leases.filter(reviewer=user)
+    leases.update(until=timezone.now() - timedelta(seconds=1))

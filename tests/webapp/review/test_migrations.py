@@ -99,3 +99,30 @@ def test_reviewers_no_longer_members_of_the_project_leave_its_campaigns():
     assert sorted(CampaignReviewer.objects.values_list("campaign__name", "user__username")) == [
         ("pass 1", "member"), ("pass 1", "owner"), ("theirs", "gone")]
     assert Review.objects.filter(reviewer__username="gone").count() == 1
+
+
+def test_live_item_leases_become_lease_rows():
+    """An item held one lease in two columns, so a second reviewer handed an item with room held nothing;
+    leases are now rows. Live leases are kept (one item per reviewer and campaign: the one leased last);
+    those run out go."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    apps = migrate([("review", "0010_visible_campaign_names")])
+    now = timezone.now()
+    try:
+        User = apps.get_model("auth", "User")
+        Project = apps.get_model("projects", "Project")
+        Campaign = apps.get_model("review", "Campaign")
+        carol, dave = (User.objects.create(username=name) for name in ("carol", "dave"))
+        campaign = Campaign.objects.create(project=Project.objects.create(name="alpha", slug="alpha"), name="pass 1")
+        for sequence, holder, minutes in ((1, carol, 5), (2, carol, 8), (3, dave, -1), (4, None, None)):
+            campaign.items.create(sequence=sequence, source="dataset", response_a="a", response_b="b", leased_by=holder,
+                                  leased_until=now + timedelta(minutes=minutes) if minutes else None)
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.review.models import Lease
+
+    assert [(lease.item.sequence, lease.reviewer.username, lease.until) for lease in Lease.objects.all()] == [
+        (2, "carol", now + timedelta(minutes=8))]

@@ -1,20 +1,24 @@
 """Review services: campaigns from a dataset version, the reviewer queue, reviews, conflicts,
 resolution and export."""
 import json
-from datetime import timedelta
+import threading
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.utils import timezone
+from django.db import connection
 
-from tests.webapp.factories import make_ready_version
-from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded
+from tests.webapp.factories import make_ready_version, make_user
+from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded, expire_leases
 from webapp.core.bidi import isolated
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
+from webapp.projects import services as project_services
+from webapp.projects.models import Role
 from webapp.review import selectors, services
 from webapp.runs import selectors as run_selectors
-from webapp.review.models import CampaignReviewer, CampaignStatus, ExportStatus, Item, ItemStatus, Label, Review
+from webapp.review.models import (
+    CampaignReviewer, CampaignStatus, ExportStatus, Item, ItemStatus, Label, Lease, Review,
+)
 from worker.tasks.datasets import validate_dataset_version
 
 
@@ -189,13 +193,83 @@ def test_an_item_leased_to_another_is_shared_only_while_it_has_room(team, carol,
         assert (served.sequence if served else None) == carol_gets
 
 
+def more_reviewers(team, *names):
+    users = [make_user(name) for name in names]
+    for user in users:
+        project_services.membership_add(project=team.project, user=user, role=Role.MEMBER)
+    return users
+
+
+def test_an_item_is_handed_to_no_more_reviewers_than_it_still_needs(team, carol, preference_version):
+    """QA: an item leased to one reviewer was shared, while it had room, with every reviewer who asked: an
+    item needing 3 answers went to 4 reviewers at once. Answers and live leases together never pass the
+    answers needed; a lease that runs out frees its place."""
+    dave, erin = more_reviewers(team, "dave", "erin")
+    one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
+    campaign = create_loaded(project=team.project, name="needs 3", guidelines="", required_reviews=3,
+                             reviewers=[team.teammate, carol, dave, erin], source_version=one_row, user=team.owner)
+    for reviewer in (team.teammate, carol, dave):
+        assert services.queue_next_item(campaign=campaign, user=reviewer).sequence == 1
+    assert services.queue_next_item(campaign=campaign, user=erin) is None
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 1, "a reload keeps the item"
+    item = Item.objects.get(campaign=campaign)
+    answer(item, team.teammate, "a")
+    assert services.queue_next_item(campaign=campaign, user=erin) is None, "carol and dave hold the places left"
+    expire_leases(item, dave)
+    assert services.queue_next_item(campaign=campaign, user=erin).sequence == 1, "a lease run out frees its place"
+    assert services.queue_next_item(campaign=campaign, user=dave) is None, "and its holder must ask again"
+    services.review_submit(item=item, user=carol, choice="skip")
+    assert services.queue_next_item(campaign=campaign, user=dave).sequence == 1, "a skip gives its place back"
+    assert Lease.objects.filter(item=item).count() == 2
+
+
+def test_two_reviewers_asking_at_once_for_the_last_place_get_it_once(transactional_db, team, carol,
+                                                                     preference_version):
+    """QA: two requests at once could both lease an item with one place left. The database decides: the
+    item's row is locked while its live leases are counted (SQLite takes its write lock when the
+    transaction begins; PostgreSQL: ``tests/postgres/test_review_postgres.py``)."""
+    dave, = more_reviewers(team, "dave")
+    rows = 12
+    version = make_ready_version(team.project, name="many", kind="preference", rows=PREFERENCE_ROWS * (rows // 4))
+    campaign = create_loaded(project=team.project, name="needs 2", guidelines="", required_reviews=2,
+                             reviewers=[team.teammate, carol, dave], source_version=version, user=team.owner)
+    for item in Item.objects.filter(campaign=campaign):
+        answer(item, dave, "a")
+    served, errors, barrier = [], [], threading.Barrier(2, timeout=30)
+
+    def ask(user):
+        try:
+            for _ in range(rows):
+                barrier.wait()
+                item = services.queue_next_item(campaign=campaign, user=user)
+                served.append(item.sequence if item else None)
+                barrier.wait()  # both have asked before either answers
+                if item is not None:
+                    answer(item, user, "a")
+        except Exception as error:  # noqa: BLE001  (reported below; the other thread must not wait on it)
+            errors.append(error)
+            barrier.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask, args=(user,)) for user in (team.teammate, carol)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not [error for error in errors if not isinstance(error, threading.BrokenBarrierError)], errors
+    handed = [sequence for sequence in served if sequence is not None]
+    assert sorted(handed) == list(range(1, rows + 1)), "each item was handed to one of the two, once"
+    assert set(Item.objects.filter(campaign=campaign).values_list("review_count", flat=True)) == {2}
+
+
 def test_it_rejects_an_answer_to_an_item_that_got_its_reviews_while_the_page_was_open(team, carol,
                                                                                       preference_version):
     one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
     campaign = create_loaded(project=team.project, name="single", guidelines="", required_reviews=1,
                              reviewers=[team.teammate, carol], source_version=one_row, user=team.owner)
     item = services.queue_next_item(campaign=campaign, user=team.teammate)
-    Item.objects.filter(pk=item.pk).update(leased_until=timezone.now() - timedelta(seconds=1))
+    expire_leases(item)
     answer(services.queue_next_item(campaign=campaign, user=carol), carol, "a")
     with pytest.raises(ValidationError, match="already has the 1 review it needs"):
         answer(item, team.teammate, "b")
@@ -357,7 +431,7 @@ def test_a_member_made_a_viewer_leaves_its_campaigns_and_is_not_put_back_when_pr
     project_services.membership_set_role(membership=membership, role=Role.VIEWER)
     assert not CampaignReviewer.objects.filter(campaign=campaign, user=carol).exists()
     held.refresh_from_db()
-    assert held.leased_by is None
+    assert not Lease.objects.filter(item=held).exists()
     project_services.membership_set_role(membership=membership, role=Role.MEMBER)
     assert not selectors.is_reviewer(campaign=campaign, user=carol)
     assert selectors.reviewer_names(campaign=campaign) == ["alpha-teammate"]
@@ -385,7 +459,7 @@ def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_b
     answer(first, team.teammate, "a")
     answer(first, carol, "a")
     held = services.queue_next_item(campaign=campaign, user=carol)
-    assert held.leased_by == carol
+    assert list(Lease.objects.filter(item=held).values_list("reviewer", flat=True)) == [carol.pk]
 
     project_services.membership_remove(membership=Membership.objects.get(project=team.project, user=carol))
     assert set(CampaignReviewer.objects.filter(user=carol).values_list("campaign__name", flat=True)) == {"theirs"}
@@ -393,7 +467,7 @@ def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_b
     assert first.status == ItemStatus.COMPLETE and Review.objects.filter(reviewer=carol).count() == 1
     assert selectors.campaign_agreement(campaign=campaign).items_rated_twice == 1
     held.refresh_from_db()
-    assert (held.leased_by, held.leased_until) == (None, None)
+    assert not Lease.objects.filter(item=held).exists()
 
     project_services.membership_add(project=team.project, user=carol, role=Role.MEMBER)
     for each in (campaign, arena):
@@ -404,7 +478,7 @@ def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_b
     assert selectors.is_reviewer(campaign=their_own, user=carol)
     services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol])
     assert services.queue_next_item(campaign=campaign, user=carol).sequence == held.sequence
-    assert timezone.now() < Item.objects.get(pk=held.pk).leased_until
+    assert timezone.now() < Lease.objects.get(item=held, reviewer=carol).until
 
 
 def test_only_conflicts_are_resolved(campaign, team):

@@ -141,6 +141,62 @@ def test_a_guard_on_a_metric_the_previous_stage_did_not_log_stops_before_its_sta
     other.refresh_from_db()
     assert other.status == PipelineStatus.STOPPED and "did not log, so the guard could never pass (it logged eval/loss);" in other.message
 
+def train(run: Run, evaluations: dict[int, float], tmp_path) -> Run:
+    """What the train worker does for a stage's run: the engine's progress records (``eval/loss`` at the
+    steps of ``evaluations``) through the run's reporter, then its finish."""
+    from tests.webapp.runs.test_reporting import Progress
+
+    started = reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@test")
+    reporter = reporting.RunReporter(run=started, flush_seconds=0.05, use_redis=False)
+    reporter.start()
+    for step in range(1, 11):
+        metrics = {"step": step, "loss": 1.0, "tokens": step * 100,
+                   **({"eval/loss": evaluations[step]} if step in evaluations else {})}
+        reporter.on_progress(Progress(step=step, total_steps=10, metrics=metrics, elapsed_seconds=step,
+                                      tokens_seen=step * 100))
+    reporter.close()
+    (tmp_path / run.public_id).mkdir()
+    (tmp_path / run.public_id / "config.json").write_text("{}")
+    return reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={
+        "status": "succeeded", "step": 10, "export": {"model": str(tmp_path / run.public_id)}})
+
+
+def test_a_guard_cannot_pass_on_a_metric_whose_last_value_was_not_finite(transactional_db, team, catalog, sent_tasks,
+                                                                         tmp_path, client_for):
+    """QA: NaN and infinity are not stored (a chart cannot draw them), so a guard read the metric's last finite
+    value: a stage whose eval/loss went NaN at its last evaluation passed a guard on eval/loss with an older one."""
+    guard = {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=3),
+                                         user=team.teammate)
+    first = train(pipeline.runs.get(), {5: 2.0, 10: 2.0}, tmp_path)
+    pipelines.pipeline_advance(run=first)
+    second = train(Run.objects.get(pipeline=pipeline, pipeline_stage=1), {5: 1.9, 10: float("nan")}, tmp_path)
+    assert second.final_metrics["eval/loss"]["last"] == 1.9, "the charts' summary keeps the last value stored"
+    pipelines.pipeline_advance(run=second)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
+    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/loss was NaN at step 10 of chain · 2. dpo-1 "
+                                f"({second.public_id}): the guard cannot pass; the result stays chain · 1. sft "
+                                f"({first.public_id})")
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert f"eval/loss was NaN at step 10 of chain · 2. dpo-1 ({second.public_id}): the guard cannot pass" in page
+
+
+def test_a_stage_is_not_started_on_a_previous_stage_whose_guarded_metric_ended_not_finite(
+        transactional_db, team, catalog, sent_tasks, tmp_path):
+    guard = {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard),
+                                         user=team.teammate)
+    first = train(pipeline.runs.get(), {5: 2.0, 10: float("inf")}, tmp_path)
+    pipelines.pipeline_advance(run=first)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
+    assert pipeline.message == (f"stage 2 (dpo-1) was not started: eval/loss was infinity at step 10 of chain · 1. "
+                                f"sft ({first.public_id}): the guard cannot pass; the result stays chain · 1. sft "
+                                f"({first.public_id})")
+    assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
+
+
 def test_guards_on_losses_and_missing_metrics():
     previous = Run(name="a", public_id="run_a", final_metrics={"eval/loss": {"last": 2.0}})
     current = Run(name="b", public_id="run_b", final_metrics={"eval/loss": {"last": 2.08}})

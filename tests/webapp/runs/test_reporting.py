@@ -103,6 +103,30 @@ def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run
     assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
 
 
+def test_a_value_not_finite_is_kept_as_the_metrics_latest_until_a_finite_one_follows(running_run):
+    """NaN and infinity are not stored as points; the step and value of each metric's latest one are, so
+    that a reader of ``final_metrics`` (a pipeline guard) can tell its "last" is older than what was logged."""
+    from webapp.runs import selectors
+
+    report(running_run, [record(1, **{"eval/loss": 2.0}), record(2), record(3, **{"eval/loss": math.nan}),
+                         record(4, grad_norm=-math.inf)])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.final_metrics["eval/loss"]["last"] == 2.0
+    assert run.not_finite_metrics == {"eval/loss": {"step": 3, "value": "nan"},
+                                      "grad_norm": {"step": 4, "value": "-inf"}}
+    assert selectors.latest_not_finite(run=run, name="eval/loss") == ("NaN", 3)
+    assert selectors.latest_not_finite(run=run, name="grad_norm") == ("minus infinity", 4)
+    assert selectors.latest_not_finite(run=run, name="loss") is None
+    # Resumed from the checkpoint at step 2: the steps after it are computed again, finite this time.
+    report(run, [record(3, **{"eval/loss": 1.5}), record(4, grad_norm=0.5)])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.not_finite_metrics == {} and selectors.latest_not_finite(run=run, name="eval/loss") is None
+    report(run, [record(5, **{"eval/loss": math.inf}), record(6, **{"eval/loss": 1.4})])
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.not_finite_metrics == {"eval/loss": {"step": 5, "value": "inf"}}
+    assert selectors.latest_not_finite(run=run, name="eval/loss") is None, "a finite value came after"
+
+
 @RESUMED_COUNTS
 def test_steps_lost_with_a_killed_worker_are_recovered_from_the_run_directory(running_run, counted_from):
     # The killed attempt's database writes stopped at step 5, but it reached step 8 with a checkpoint
@@ -196,13 +220,17 @@ def test_a_superseded_attempt_stops_and_records_nothing(running_run):
 
 
 def test_finish_records_status_and_artifacts(running_run, tmp_path):
-    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "adapter").mkdir(parents=True)
     (tmp_path / "export" / "config.json").write_text("{}")
+    (tmp_path / "export" / "adapter" / "adapter_model.safetensors").write_bytes(b"lora")
     report(running_run, [record(1), record(2)])
+    export = {"model": str(tmp_path / "export"), "adapter": str(tmp_path / "export" / "adapter")}
     run = reporting.run_finish(run=running_run, summary={"status": "cancelled", "message": "cancelled at step 2",
-                                                          "step": 2, "export": {"model": str(tmp_path / "export")}})
+                                                          "step": 2, "export": export})
     assert run.status == RunStatus.CANCELLED and run.error_message == "cancelled at step 2" and run.finished_at
+    # Each the size of its download: the merged model's counted its adapter, which downloads on its own.
     assert run.artifacts.get(kind=ArtifactKind.MODEL).size_bytes == 2
+    assert run.artifacts.get(kind=ArtifactKind.ADAPTER).size_bytes == 4
     assert run.final_metrics["loss"]["last"] == 5.0
     # The log said it twice: 'cancelled at step 2: cancelled at step 2'.
     assert run.log_lines.order_by("-id").first().message == "cancelled at step 2"

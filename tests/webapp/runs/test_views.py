@@ -458,6 +458,20 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_state_endpoint_takes_step_and_line_numbers_as_ascii_digits(team, run, client_for):
+    """int() took ' 3', '+3', '3_0' and Arabic-Indic '٣' as numbers; they are no step nor line number."""
+    client = client_for(team.viewer)
+    assert client.get(url(run, "state.json") + "?after_step=-1").json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5]
+    for query in ("after_step=%203", "after_step=%2B3", "after_step=%D9%A3", "after_step=-%D9%A3", "after_log=1_0",
+                  "after_log=-1", "after_step=3.0"):
+        assert client.get(url(run, "state.json") + f"?{query}").status_code == 404, query
+
+
+def test_the_samples_step_is_ascii_digits(team, run, client_for):
+    client = client_for(team.viewer)
+    assert client.get(url(run, "samples/") + "?step=%D9%A3").content == client.get(url(run, "samples/") + "?step=abc").content
+
+
 def test_state_endpoint_gives_the_latest_tokens_per_second(team, run, client_for):
     assert client_for(team.viewer).get(url(run, "state.json")).json()["progress"]["tokens_per_second"] is None
     run.final_metrics = {"tokens_per_second": {"last": 2512.4, "min": 35.7, "max": 3464.0, "step": 19}}
@@ -587,7 +601,8 @@ def test_the_run_page_downloads_each_export_as_a_tar(team, run, client_for, tmp_
     assert response.status_code == 200 and response["Content-Disposition"] == (
         f'attachment; filename="{run.public_id}-model.tar"')
     assert response.is_async  # sent as read under uvicorn, not first gathered whole (test_artifacts.py)
-    assert names_in(response) == ["export/adapter/adapter_config.json", "export/config.json"]
+    # The merged model only: the LoRA adapter the engine writes inside it was in the tar, yet has its own download.
+    assert names_in(response) == ["export/config.json"]
     assert names_in(viewer.get(links[1])) == ["adapter/adapter_config.json"]
     response = viewer.get(links[2])
     assert response["Content-Disposition"].endswith(f'"{run.public_id}-checkpoint-step-3.tar"')
