@@ -5,27 +5,17 @@ again as a GET: a run was not launched, and the client saw the runs list as if i
 chain does not cross to a thread and back for it."""
 from __future__ import annotations
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import is_valid_path
 
+from webapp.core.middleware import DualModeMiddleware
 
-class ApiAddressWithoutSlash:
-    sync_capable = True
-    async_capable = True
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
+class ApiAddressWithoutSlash(DualModeMiddleware):
+    def call(self, request: HttpRequest) -> HttpResponse:
         return _missing_slash(request) or self.get_response(request)
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
+    async def acall(self, request: HttpRequest) -> HttpResponse:
         return _missing_slash(request) or await self.get_response(request)
 
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import redis
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.db.models import Count, Model
 from django.http import HttpRequest, HttpResponse
@@ -34,6 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from webapp.celery import app as celery_app
+from webapp.core.middleware import DualModeMiddleware
 from webapp.workers.models import WorkerState
 from webapp.workers.selectors import worker_list
 
@@ -70,28 +70,16 @@ def register_job_model(*, kind: str, model: type[Model], state_field: str = "sta
     _job_models.append(JobModel(kind=kind, model=model, state_field=state_field))
 
 
-class RequestMetricsMiddleware:
-    """Times every request into ``temper_http_request_duration_seconds``. Async-capable, so that under ASGI
-    the chain behind it does not cross to a thread and back for every request."""
+class RequestMetricsMiddleware(DualModeMiddleware):
+    """Times every request into ``temper_http_request_duration_seconds``."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
+    def call(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
         response = self.get_response(request)
         self._observe(request, response, started)
         return response
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
+    async def acall(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
         response = await self.get_response(request)
         self._observe(request, response, started)

@@ -8,33 +8,29 @@ file opened in a thread, off the event loop) and passes every other request stra
 """
 from __future__ import annotations
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from webapp.core.middleware import DualModeMiddleware
 
-class StaticFilesMiddleware(WhiteNoiseMiddleware):
-    sync_capable = True
-    async_capable = True
 
+class StaticFilesMiddleware(DualModeMiddleware):
     def __init__(self, get_response) -> None:
         super().__init__(get_response)
+        self.whitenoise = WhiteNoiseMiddleware(get_response)
         # Files added from WHITENOISE_ROOT are served at the site's root: then every address may be one.
-        self.static_only = all(url.startswith(self.static_prefix) for url in self.files)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        self.static_only = all(url.startswith(self.whitenoise.static_prefix) for url in self.whitenoise.files)
 
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
-        return super().__call__(request)
+    def call(self, request: HttpRequest) -> HttpResponse:
+        return self.whitenoise(request)
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        if self.static_only and not request.path_info.startswith(self.static_prefix):
+    async def acall(self, request: HttpRequest) -> HttpResponse:
+        whitenoise = self.whitenoise
+        if self.static_only and not request.path_info.startswith(whitenoise.static_prefix):
             return await self.get_response(request)
-        static_file = (await sync_to_async(self.find_file)(request.path_info) if self.autorefresh
-                       else self.files.get(request.path_info))
+        static_file = (await sync_to_async(whitenoise.find_file)(request.path_info) if whitenoise.autorefresh
+                       else whitenoise.files.get(request.path_info))
         if static_file is None:
             return await self.get_response(request)
-        return await sync_to_async(self.serve)(static_file, request)
+        return await sync_to_async(whitenoise.serve)(static_file, request)

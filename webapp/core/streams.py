@@ -13,9 +13,11 @@ left alone: closing it would roll the transaction back (the test suite runs each
 """
 from __future__ import annotations
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import HttpRequest, HttpResponse
+
+from webapp.core.middleware import DualModeMiddleware
 
 
 def release_connections() -> None:
@@ -25,25 +27,14 @@ def release_connections() -> None:
             connection.close_if_unusable_or_obsolete()
 
 
-class ReleaseDatabaseForStreams:
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
+class ReleaseDatabaseForStreams(DualModeMiddleware):
+    def call(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         if response.streaming:
             release_connections()
         return response
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
+    async def acall(self, request: HttpRequest) -> HttpResponse:
         response = await self.get_response(request)
         if response.streaming:
             # In the request's own thread (asgiref's thread-sensitive executor), where its ORM work ran.
