@@ -631,6 +631,23 @@ def _allowed_values(loc: tuple) -> tuple:
     return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
 
 
+def in_schema_order(mapping: dict[str, Any], loc: tuple = ()) -> dict[str, Any]:
+    """``mapping`` (a spec, or its part at ``loc``) with its keys in the schema's order and the keys the
+    schema does not name (a reward's ``args``) after them as given; nested sections and lists of them
+    likewise. A spec read back from PostgreSQL, whose jsonb keeps keys by length, reads as written."""
+    order = {key: index for index, key in enumerate(_allowed_keys(loc))}
+    keys = sorted(mapping, key=lambda key: order.get(key, len(order)))  # stable: the rest keep their order
+    return {key: _value_in_schema_order(mapping[key], (*loc, key)) for key in keys}
+
+
+def _value_in_schema_order(value: Any, loc: tuple) -> Any:
+    if isinstance(value, dict):
+        return in_schema_order(value, loc)
+    if isinstance(value, list):
+        return [_value_in_schema_order(item, (*loc, index)) for index, item in enumerate(value)]
+    return value
+
+
 def _allowed_keys(loc: tuple) -> list[str]:
     model = _unwrap(_field_annotation(loc)) if loc else JobSpec
     if isinstance(model, type) and issubclass(model, BaseModel):

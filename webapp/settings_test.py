@@ -15,6 +15,13 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The suite on PostgreSQL (DATABASE_URL=postgres://... make test): no pool. Django's test clients
+    # disconnect the request_finished handler that hands a request's connection back, so an ASGI request's
+    # pooled connection (a thread's own) was never returned and the pool ran dry mid-suite.
+    # tests/postgres/ checks the pool itself, in processes with the production settings.
+    DATABASES["default"]["OPTIONS"].pop("pool", None)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = str(DATA_ROOT / "test.sqlite3")
     # A file, not Django's default in-memory test database, so that the Celery worker processes

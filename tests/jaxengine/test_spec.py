@@ -468,3 +468,20 @@ def test_a_key_given_twice_is_named_with_both_lines():
         "you mean and delete the other"]
     assert parse_spec_text(text.replace("  learning_rate: 1.0e-3\n", "").replace(", weight: 2", "").replace(
         "grpo:\n  rewards:\n    - {name: exact_match, weight: 1}\n", ""), source="s.yaml").optim.learning_rate == 1e-4
+
+
+def test_a_spec_in_any_key_order_is_put_in_the_schemas_order():
+    """PostgreSQL's jsonb gives a stored spec back with its keys by length: the run page's YAML must not."""
+    from jaxengine.spec import in_schema_order
+
+    stored = {"train": {"seed": 0, "max_steps": 5}, "task": "grpo", "model": "bm_x",
+              "grpo": {"rewards": [{"weight": 1.0, "args": {"zeta": 1, "alpha": 2}, "name": "exact_match"}],
+                       "num_generations": 4},
+              "data": {"train": "dv_x", "max_seq_len": 64}}
+    ordered = in_schema_order(stored)
+    assert list(ordered) == ["task", "model", "data", "train", "grpo"]
+    assert list(ordered["data"]) == ["train", "max_seq_len"] and list(ordered["train"]) == ["max_steps", "seed"]
+    assert list(ordered["grpo"]) == ["num_generations", "rewards"]
+    assert list(ordered["grpo"]["rewards"][0]) == ["name", "weight", "args"]
+    assert list(ordered["grpo"]["rewards"][0]["args"]) == ["zeta", "alpha"]  # free-form: as given
+    assert ordered == stored

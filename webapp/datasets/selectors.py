@@ -200,7 +200,8 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-field histograms of a statistics dict, as plotly needs them: one entry per field with
     ``field``, ``summary`` (count/min/max/mean/percentiles) and bar ``x`` (bin starts), ``width``, ``y``."""
     charts = []
-    for name, summary in (statistics.get("fields") or {}).items():
+    # By name, as the engine writes them: PostgreSQL's jsonb does not keep the stored order.
+    for name, summary in sorted((statistics.get("fields") or {}).items()):
         histogram = summary.get("histogram")
         if not histogram:
             continue

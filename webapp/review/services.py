@@ -648,7 +648,7 @@ def _lease(*, item: Item, user: AbstractBaseUser) -> Item | None:
     """Lease ``item`` to ``user`` (moving their lease in its campaign here) if it still has a place for
     them; None when others took its last place since the walk read it. The item's row lock makes the
     count and the lease one step for everyone asking at once (SQLite: the transaction's write lock)."""
-    item = (Item.objects.select_for_update().select_related("campaign")
+    item = (Item.objects.select_for_update(of=("self",)).select_related("campaign")
             .filter(pk=item.pk, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW)).first())
     if item is None:
         return None
@@ -707,7 +707,7 @@ def review_submit(
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
     for field, text in (("edited_first", edited_first), ("edited_second", edited_second), ("comment", comment)):
         checked_text(text or "", field=field)
-    item = Item.objects.select_for_update().select_related("campaign").get(pk=item.pk)
+    item = Item.objects.select_for_update(of=("self",)).select_related("campaign").get(pk=item.pk)
     campaign = item.campaign
     _reviewer_row(campaign, user)
     if Review.objects.filter(item=item, reviewer=user).exists():
@@ -776,7 +776,7 @@ def conflict_resolve(*, item: Item, label: str, user: AbstractBaseUser, shown_la
     (scripts) resolves over whatever is there. The check and the write hold the item's row lock."""
     if label not in (Label.A, Label.B, Label.TIE, Label.BOTH_BAD):
         raise ValidationError({"label": f"label {label!r} is not one of a, b, tie, both_bad"})
-    item = Item.objects.select_for_update().select_related("resolved_by").get(pk=item.pk)
+    item = Item.objects.select_for_update(of=("self",)).select_related("resolved_by").get(pk=item.pk)
     # A resolved conflict may be resolved again (the owner changes their mind); nothing else may.
     if item.status != ItemStatus.CONFLICT and not item.resolved_label:
         raise ValidationError({"item": f"item {item.sequence} is {item.get_status_display().lower()}, "

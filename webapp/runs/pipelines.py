@@ -298,7 +298,8 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
     """Move ``run``'s pipeline on now that the run has ended (see the module notes)."""
     if run.pipeline_id is None:
         return None
-    pipeline = Pipeline.objects.select_for_update().select_related("project", "result_run").get(pk=run.pipeline_id)
+    pipeline = (Pipeline.objects.select_for_update(of=("self",)).select_related("project", "result_run")
+                .get(pk=run.pipeline_id))
     run = Run.objects.get(pk=run.pk)
     if run.pipeline_stage != pipeline.current_stage or pipeline.status in (PipelineStatus.SUCCEEDED,
                                                                             PipelineStatus.STOPPED):
@@ -386,7 +387,7 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
     """Record the export stage's outcome: the pipeline succeeds with the copy's figures in its
     message, or fails with the error (or the ``failure`` in words; its result stays the run). None
     when the stage had already ended (a message delivered twice, a lost stage failed meanwhile)."""
-    pipeline = Pipeline.objects.select_for_update().select_related("result_run").get(pk=pipeline_pk)
+    pipeline = Pipeline.objects.select_for_update(of=("self",)).select_related("result_run").get(pk=pipeline_pk)
     if pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage:
         return None
     label = f"stage {stage + 1} ({pipeline.stages[stage]['name']})"

@@ -33,7 +33,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import TASK_DATASET_KINDS, SpecError, parse_spec, parse_spec_text
+from jaxengine.spec import TASK_DATASET_KINDS, SpecError, in_schema_order, parse_spec, parse_spec_text
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
@@ -422,8 +422,9 @@ def spec_mapping_from_yaml(text: str) -> dict[str, Any]:
 
 
 def spec_to_yaml(spec: dict[str, Any]) -> str:
-    """A written spec as YAML, in the schema's key order; text stays as typed (``bm_…``, not ``"bm_\\u2026"``)."""
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+    """A written spec as YAML, in the schema's key order (``in_schema_order``: not the database's); text
+    stays as typed (``bm_…``, not ``"bm_\\u2026"``)."""
+    return yaml.safe_dump(in_schema_order(spec), sort_keys=False, allow_unicode=True)
 
 
 def _default_name(plan: RunPlan) -> str:

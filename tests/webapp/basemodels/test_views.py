@@ -173,8 +173,8 @@ class TestDetail:
             "note": "<script>x</script>"})
         page = client_for(team.viewer).get(f"/p/alpha/models/{registered.public_id}/").content.decode()
         assert ('<pre>{\n  &quot;architectures&quot;: [\n    &quot;LlamaForCausalLM&quot;\n  ],\n'
-                '  &quot;tie_word_embeddings&quot;: true,\n  &quot;rope_scaling&quot;: null,\n'
-                '  &quot;note&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;\n}</pre>') in page
+                '  &quot;note&quot;: &quot;&lt;script&gt;x&lt;/script&gt;&quot;,\n  &quot;rope_scaling&quot;: null,\n'
+                '  &quot;tie_word_embeddings&quot;: true\n}</pre>') in page  # sorted, as transformers writes it
 
     def test_it_requires_access(self, registered, team, client, client_for):
         url = f"/p/alpha/models/{registered.public_id}/"

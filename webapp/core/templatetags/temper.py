@@ -46,8 +46,9 @@ def count_short(value: int | None) -> str:
 @register.filter
 def pretty_json(value) -> str:
     """``value`` as indented JSON (escaped like any text): a config.json shown as the file reads, not as
-    Python's repr of it (True, None, single quotes)."""
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    Python's repr of it (True, None, single quotes). Keys sorted, as transformers writes config.json: the
+    order it was stored in is lost on PostgreSQL (jsonb keeps keys by length, then bytes)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 @register.filter
