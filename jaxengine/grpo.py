@@ -38,9 +38,10 @@ from flax import nnx
 
 from jaxengine import losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import WeightedReward, missing_reference_column, reference_answer, score_rewards
+from jaxengine.rewards import RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
+from jaxengine.trainer import TrainingError
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +150,17 @@ def rollout_rows(prompt_ids: Sequence[list[int]], generations: Sequence[Generati
     return tokens, old_log_probs
 
 
+def score_for_step(terms: Sequence[WeightedReward], completions: Sequence[str],
+                   references: Sequence[Mapping[str, Any]], *, step: int) -> tuple[list[float], dict[str, list[float]]]:
+    """``score_rewards`` for training step ``step`` (its rollouts or its evaluation): a reward function
+    that fails is a TrainingError, which ends the run as failed with the last checkpoint kept, saying
+    which step, function and sample, rather than an uncaught error (a traceback from ``jaxengine train``)."""
+    try:
+        return score_rewards(terms, completions, references)
+    except RewardError as error:
+        raise TrainingError(f"step {step}: {error}") from error
+
+
 def rollout_stats(rewards_pg: np.ndarray, by_name: Mapping[str, Sequence[float]],
                   generations: Sequence[Generation]) -> dict[str, float]:
     """The step's rollout metrics under TRL's names (``reward_std`` is the mean of the groups' stds)."""
@@ -254,10 +266,10 @@ class GrpoRollouts(BlockRollouts):
                                 top_p=self.grpo.top_p, seed=seed % 2**32)
         return Sampler(model, self.tokenizer).generate(prompts, params)
 
-    def _score(self, indices: Sequence[int], generations: Sequence[Generation]):
+    def _score(self, indices: Sequence[int], generations: Sequence[Generation], *, step: int):
         group = self.grpo.num_generations
         references = [self.rows[index] for index in indices for _ in range(group)]
-        totals, by_name = score_rewards(self.terms, [g.text for g in generations], references)
+        totals, by_name = score_for_step(self.terms, [g.text for g in generations], references, step=step)
         return np.asarray(totals, np.float64).reshape(len(indices), group), by_name
 
     def _rollout(self, trainer, block: int) -> RolloutBatch:
@@ -267,7 +279,7 @@ class GrpoRollouts(BlockRollouts):
         indices = self.prompt_indices(block)
         seed = self.seed * 1_000_003 + block
         generations = self._generate(model, indices, seed)
-        rewards_pg, by_name = self._score(indices, generations)
+        rewards_pg, by_name = self._score(indices, generations, step=trainer.step + 1)
         # Metrics describe everything the policy produced, before dynamic sampling picks the groups to train on.
         stats = rollout_stats(rewards_pg, by_name, generations)
         if grpo.dynamic_sampling:
@@ -411,7 +423,7 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
         texts = []
         for start in range(0, len(prompt_ids), batch_size):
             texts += [g.text for g in sampler.generate(prompt_ids[start:start + batch_size], params)]
-        totals, by_name = score_rewards(terms, texts, references)
+        totals, by_name = score_for_step(terms, texts, references, step=step)
         with samples_path.open("a") as handle:
             for index in range(min(sample_count, len(rows))):
                 handle.write(json.dumps({"step": step, "kind": "eval", "prompt": rows[index]["prompt"],

@@ -41,7 +41,7 @@ from flax import nnx
 
 from jaxengine import grpo, losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import WeightedReward, score_rewards
+from jaxengine.rewards import WeightedReward
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.spec import PpoSpec
 from jaxengine.tasks import HeadParam
@@ -192,7 +192,8 @@ class PpoRollouts(grpo.BlockRollouts):
                                 seed=(self.seed * 1_000_003 + block) % 2**32)
         generations = Sampler(model.backbone, self.tokenizer).generate(prompt_ids, params)
         references = [self.rows[index] for index in indices]
-        scores, by_name = score_rewards(self.terms, [g.text for g in generations], references)
+        scores, by_name = grpo.score_for_step(self.terms, [g.text for g in generations], references,
+                                              step=trainer.step + 1)
         scores_b = np.asarray(scores, np.float32)
         # One group: the whole batch (reward_std is the batch's, frac_reward_zero_std 1 when all scores are equal).
         stats = grpo.rollout_stats(scores_b[None, :].astype(np.float64), by_name, generations)

@@ -634,6 +634,11 @@ class Trainer:
                 if self.guard is not None and (reason := self.guard(record)) is not None:
                     status, message = "failed", f"stopped by the guard at step {self.step}: {reason}"
                     break
+        except TrainingError as error:
+            # A step that cannot be made (a reward function failing on a sample) fails the run like a
+            # non-finite loss: the summary says why, and the checkpoints saved so far are kept.
+            kept = checkpoints.steps()
+            status, message = "failed", f"{error}; stopped" + (f", keeping checkpoint {kept[-1]}" if kept else "")
         finally:
             if bar is not None:
                 bar.close()

@@ -175,6 +175,34 @@ def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it
     assert json.loads(capsys.readouterr().out)["step"] == best_step
 
 
+def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys):
+    """QA: numeric_match on a reference that is no number raised out of ``jaxengine train`` as a
+    traceback (and no summary.json); it now fails the run like a NaN loss, keeping the checkpoints."""
+    import yaml
+
+    from jaxengine.cli import main
+
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "four"}) + "\n")
+    run = tmp_path / "run"
+    spec = grpo_spec(demo_dir, run, train={"max_steps": 4, "batch_size": 2, "eval_every": 2, "save_every": 1},
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
+                     grpo={"rewards": [{"name": "numeric_match"}]})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    assert main(["train", str(spec_path), "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    # Steps 1 and 2 trained; the evaluation at step 2 scores the held-out row and fails before step 2 is saved.
+    message = ("step 2: reward 'numeric_match' failed on sample 0 (prompt 'What is 2 + 2?', completion "
+               f"{summary['message'].split('completion ')[1].split('): ')[0]}): ValueError: sample 0: reference "
+               "answer='four' is not a number; stopped, keeping checkpoint 1")
+    assert summary["status"] == "failed" and summary["message"] == message
+    assert err == f"{spec_path}: failed: {message}\n"
+    assert json.loads((run / "summary.json").read_text())["message"] == message
+    assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
+
+
 def test_dynamic_sampling_trains_on_the_pool_groups_with_reward_variance_first():
     from types import SimpleNamespace
 
