@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import json
 import time
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,9 +195,15 @@ def prompt_indices(block: int, *, per_block: int, count: int, seed: int) -> list
 class BlockRollouts:
     """A trainer ``batch_source`` that makes rollouts once per block of ``num_iterations`` steps and
     reuses them within the block (policy updates on stored old log-probs, mu > 1). Subclasses set
-    ``num_iterations`` and ``_cached = None`` and supply ``_rollout(trainer, block)``."""
+    ``num_iterations``, ``batch_type`` (their batch dataclass) and ``_cached = None`` and supply
+    ``_rollout(trainer, block)``.
+
+    A checkpoint saved inside a block carries that block's rollouts (``arrays_to_checkpoint``): the
+    run resumed from it trains the block's remaining steps on them, as the run that stopped would
+    have, instead of sampling a new block from the weights of the middle of the block."""
 
     num_iterations: int
+    batch_type: type
     _cached: tuple[int, Any] | None
 
     def __call__(self, trainer):
@@ -209,6 +216,54 @@ class BlockRollouts:
         batch = self._rollout(trainer, block)
         self._cached = (block, batch)
         return batch
+
+    def arrays_to_checkpoint(self, step: int) -> dict[str, np.ndarray]:
+        """The current block's rollouts, as named arrays, when the step after ``step`` trains on them."""
+        if step % self.num_iterations == 0 or self._cached is None or self._cached[0] != step // self.num_iterations:
+            return {}
+        block, batch = self._cached
+        return {"block": np.asarray(block), **_flatten_batch(batch)}
+
+    def restore_from_checkpoint(self, step: int, arrays: dict[str, np.ndarray]) -> None:
+        """Take back the rollouts ``arrays_to_checkpoint`` saved with the checkpoint of ``step`` (if any)."""
+        if arrays:
+            arrays = dict(arrays)
+            self._cached = (int(arrays.pop("block")), _unflatten_batch(self.batch_type, arrays))
+
+
+# Joins the field names of a batch's nested dataclasses and stats dict into one array name.
+_NAME_SEPARATOR = "|"
+
+
+def _flatten_batch(batch: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """A batch dataclass (fields: arrays, dataclasses of arrays, a dict of arrays) as named host arrays."""
+    if dataclasses.is_dataclass(batch):
+        parts = {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+    elif isinstance(batch, dict):
+        parts = batch
+    else:
+        return {prefix: np.asarray(batch)}
+    flat = {}
+    for name, value in parts.items():
+        flat.update(_flatten_batch(value, f"{prefix}{_NAME_SEPARATOR}{name}" if prefix else name))
+    return flat
+
+
+def _unflatten_batch(batch_type: type, flat: dict[str, np.ndarray], prefix: str = "") -> Any:
+    """The inverse of ``_flatten_batch`` for a batch of type ``batch_type``."""
+    hints = typing.get_type_hints(batch_type)
+    values = {}
+    for field in dataclasses.fields(batch_type):
+        name = f"{prefix}{_NAME_SEPARATOR}{field.name}" if prefix else field.name
+        kind = hints[field.name]
+        if dataclasses.is_dataclass(kind):
+            values[field.name] = _unflatten_batch(kind, flat, name)
+        elif typing.get_origin(kind) is dict:
+            start = name + _NAME_SEPARATOR
+            values[field.name] = {key[len(start):]: value for key, value in flat.items() if key.startswith(start)}
+        else:
+            values[field.name] = flat[name]
+    return batch_type(**values)
 
 
 class GrpoRollouts(BlockRollouts):
@@ -243,6 +298,7 @@ class GrpoRollouts(BlockRollouts):
         self.completion_start = min(len(ids) for ids in self.prompt_ids) - 1
         self.reference_passes = 0
         self.num_iterations = grpo.num_iterations
+        self.batch_type = RolloutBatch
         self._cached: tuple[int, RolloutBatch] | None = None
 
     # ---- prompt order ---------------------------------------------------------------------

@@ -179,6 +179,7 @@ class PpoRollouts(grpo.BlockRollouts):
         self.width = max(len(ids) for ids in self.prompt_ids) + ppo.max_new_tokens - 1
         self.reference_passes = 0
         self.num_iterations = ppo.num_iterations
+        self.batch_type = PpoBatch
         self._cached: tuple[int, PpoBatch] | None = None
 
     def _rollout(self, trainer, block: int) -> PpoBatch:

@@ -203,6 +203,45 @@ def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_pr
     assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
 
 
+def stop_before_step(step: int):
+    """A ``should_stop`` that lets steps 1 .. step - 1 run (it is asked before each step)."""
+    asked = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) >= step
+
+    return should_stop
+
+
+def assert_same_metrics(straight_dir, resumed_dir, steps: int) -> None:
+    """Every logged metric but timings and memory equal (<= 1e-5) at every step of the two runs."""
+    straight, resumed = read_jsonl(straight_dir / "metrics.jsonl"), read_jsonl(resumed_dir / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [m["step"] for m in straight] == list(range(1, steps + 1))
+    for before, after in zip(straight, resumed):
+        for key, value in before.items():
+            if not key.startswith(("time/", "memory/", "tokens_per_second")):
+                assert abs(after[key] - value) <= 1e-5, (before["step"], key, value, after[key])
+
+
+def test_a_run_stopped_inside_a_block_of_reused_rollouts_resumes_to_the_same_metrics(demo_dir, tmp_path):
+    """QA: with num_iterations 2, a run stopped after step 3 (half-way through the block of steps 3-4)
+    sampled new rollouts from step 3's weights on resume, so step 4 trained on other data than the
+    run that was not stopped; the block's rollouts now travel with the checkpoint."""
+    def spec(run_dir):
+        return grpo_spec(demo_dir, run_dir, train={"max_steps": 4, "batch_size": 2, "save_every": 1, "seed": 1},
+                         grpo={"num_iterations": 2, "beta": 0.04})
+
+    run_job(spec(tmp_path / "straight"), progress_bar=False)
+    assert run_job(spec(tmp_path / "stopped"), should_stop=stop_before_step(4), progress_bar=False)["step"] == 3
+    summary = run_job(spec(tmp_path / "stopped"), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 3
+    assert_same_metrics(tmp_path / "straight", tmp_path / "stopped", steps=4)
+    # The block's rollouts were logged once, at step 3, by the run that made them.
+    assert [s["step"] for s in read_jsonl(tmp_path / "stopped/samples.jsonl")] == [
+        s["step"] for s in read_jsonl(tmp_path / "straight/samples.jsonl")]
+
+
 def test_dynamic_sampling_trains_on_the_pool_groups_with_reward_variance_first():
     from types import SimpleNamespace
 

@@ -213,6 +213,22 @@ def test_ppo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refere
     assert all((s["prompt"], s["answer"]) in answers for s in samples)  # the samples browser's Reference
 
 
+def test_a_run_stopped_inside_a_block_of_reused_rollouts_resumes_to_the_same_metrics(demo_dir, tmp_path):
+    """QA: as for grpo, a PPO run with num_iterations 2 stopped after step 3 sampled a new block on resume."""
+    from tests.jaxengine.test_grpo import assert_same_metrics, stop_before_step
+
+    def spec(run_dir):
+        mapping = ppo_mapping(demo_dir, run_dir, train={"max_steps": 4, "batch_size": 4, "save_every": 1, "seed": 1})
+        mapping["ppo"].update(num_iterations=2, kl_coef=0.04)
+        return parse_spec(mapping)
+
+    run_job(spec(tmp_path / "straight"), progress_bar=False)
+    assert run_job(spec(tmp_path / "stopped"), should_stop=stop_before_step(4), progress_bar=False)["step"] == 3
+    summary = run_job(spec(tmp_path / "stopped"), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 3
+    assert_same_metrics(tmp_path / "straight", tmp_path / "stopped", steps=4)
+
+
 def test_lora_with_kl_reused_rollouts_eval_and_the_guard(demo_dir, tmp_path, reference_passes):
     spec = parse_spec(ppo_mapping(
         demo_dir, tmp_path / "run",
