@@ -535,6 +535,25 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> Rl
                      eval_group_labels=eval_group_labels(spec, eval_rows))
 
 
+def check_reward_models(options, *, section: str) -> None:
+    """A JobError naming the key when a reward model the ``section`` (``grpo`` or ``ppo``) options name,
+    as ``ppo.reward_model`` or as a ``reward_model`` function's ``args.model``, is no reward run: checked
+    before the run starts, where it otherwise failed the first step after a whole rollout."""
+    from jaxengine.job import JobError
+    from jaxengine.reward_scoring import reward_model_dir
+
+    named = [(f"{section}.reward_model", getattr(options, "reward_model", None))]
+    for key in ("rewards", "eval_metrics"):
+        named += [(f"{section}.{key}.{index}.args.model", term.args.get("model"))
+                  for index, term in enumerate(getattr(options, key)) if term.name == "reward_model"]
+    for key, path in named:
+        if path is not None:
+            try:
+                reward_model_dir(path)
+            except FileNotFoundError as error:
+                raise JobError(f"{key}: {error}") from None
+
+
 def with_eval_metrics(terms: Sequence[WeightedReward], eval_metrics) -> list[WeightedReward]:
     """What evaluations score: the training reward's terms, then the extra ``eval_metrics`` with weight 0
     (scored and logged as ``eval/<name>``, but not part of ``eval/reward``, the training reward)."""
@@ -574,6 +593,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     from jaxengine.trainer import Trainer
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
+    check_reward_models(grpo, section="grpo")
     prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens)
     pad_id = rollout_pad_id(tokenizer)
     config = rl_train_config(spec, rows=len(prompts.rows))

@@ -297,3 +297,18 @@ def test_a_reward_model_path_without_a_reward_run_is_named(demo_dir, tmp_path):
     spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", ppo_section={"reward_model": str(tmp_path)}))
     with pytest.raises(JobError, match=r"ppo.reward_model: .*no reward_head.safetensors"):
         ppo.make_ppo_trainer(spec, build_job_model(spec), tmp_path / "run")
+
+
+def test_a_reward_model_function_without_a_reward_run_is_named_before_the_run_starts(demo_dir, tmp_path):
+    """QA: grpo's reward_model reward (and an eval metric of ppo) on a directory that holds no reward model
+    failed the first step, after a whole rollout, while ppo.reward_model was named before the run started."""
+    scored = {"name": "reward_model", "args": {"model": str(tmp_path)}}
+    grpo_spec = parse_spec({**ppo_mapping(demo_dir, tmp_path / "run"), "task": "grpo", "ppo": None,
+                            "grpo": {"rewards": [{"name": "contains", "args": {"keywords": ["e"]}}, scored]}})
+    with pytest.raises(JobError, match=r"^grpo.rewards.1.args.model: .*no reward_head.safetensors"):
+        grpo.make_grpo_trainer(grpo_spec, build_job_model(grpo_spec), tmp_path / "run")
+    ppo_spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", ppo_section={
+        "rewards": [{"name": "contains", "args": {"keywords": ["e"]}}], "eval_metrics": [scored]}))
+    with pytest.raises(JobError, match=r"^ppo.eval_metrics.0.args.model: .*no reward_head.safetensors"):
+        ppo.make_ppo_trainer(ppo_spec, build_job_model(ppo_spec), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
