@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import json
 import time
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,10 @@ from flax import nnx
 
 from jaxengine import losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import WeightedReward, missing_reference_column, reference_answer, score_rewards
+from jaxengine.rewards import RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
+from jaxengine.trainer import TrainingError
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +151,17 @@ def rollout_rows(prompt_ids: Sequence[list[int]], generations: Sequence[Generati
     return tokens, old_log_probs
 
 
+def score_for_step(terms: Sequence[WeightedReward], completions: Sequence[str],
+                   references: Sequence[Mapping[str, Any]], *, step: int) -> tuple[list[float], dict[str, list[float]]]:
+    """``score_rewards`` for training step ``step`` (its rollouts or its evaluation): a reward function
+    that fails is a TrainingError, which ends the run as failed with the last checkpoint kept, saying
+    which step, function and sample, rather than an uncaught error (a traceback from ``jaxengine train``)."""
+    try:
+        return score_rewards(terms, completions, references)
+    except RewardError as error:
+        raise TrainingError(f"step {step}: {error}") from error
+
+
 def rollout_stats(rewards_pg: np.ndarray, by_name: Mapping[str, Sequence[float]],
                   generations: Sequence[Generation]) -> dict[str, float]:
     """The step's rollout metrics under TRL's names (``reward_std`` is the mean of the groups' stds)."""
@@ -182,9 +195,15 @@ def prompt_indices(block: int, *, per_block: int, count: int, seed: int) -> list
 class BlockRollouts:
     """A trainer ``batch_source`` that makes rollouts once per block of ``num_iterations`` steps and
     reuses them within the block (policy updates on stored old log-probs, mu > 1). Subclasses set
-    ``num_iterations`` and ``_cached = None`` and supply ``_rollout(trainer, block)``."""
+    ``num_iterations``, ``batch_type`` (their batch dataclass) and ``_cached = None`` and supply
+    ``_rollout(trainer, block)``.
+
+    A checkpoint saved inside a block carries that block's rollouts (``arrays_to_checkpoint``): the
+    run resumed from it trains the block's remaining steps on them, as the run that stopped would
+    have, instead of sampling a new block from the weights of the middle of the block."""
 
     num_iterations: int
+    batch_type: type
     _cached: tuple[int, Any] | None
 
     def __call__(self, trainer):
@@ -197,6 +216,54 @@ class BlockRollouts:
         batch = self._rollout(trainer, block)
         self._cached = (block, batch)
         return batch
+
+    def arrays_to_checkpoint(self, step: int) -> dict[str, np.ndarray]:
+        """The current block's rollouts, as named arrays, when the step after ``step`` trains on them."""
+        if step % self.num_iterations == 0 or self._cached is None or self._cached[0] != step // self.num_iterations:
+            return {}
+        block, batch = self._cached
+        return {"block": np.asarray(block), **_flatten_batch(batch)}
+
+    def restore_from_checkpoint(self, step: int, arrays: dict[str, np.ndarray]) -> None:
+        """Take back the rollouts ``arrays_to_checkpoint`` saved with the checkpoint of ``step`` (if any)."""
+        if arrays:
+            arrays = dict(arrays)
+            self._cached = (int(arrays.pop("block")), _unflatten_batch(self.batch_type, arrays))
+
+
+# Joins the field names of a batch's nested dataclasses and stats dict into one array name.
+_NAME_SEPARATOR = "|"
+
+
+def _flatten_batch(batch: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """A batch dataclass (fields: arrays, dataclasses of arrays, a dict of arrays) as named host arrays."""
+    if dataclasses.is_dataclass(batch):
+        parts = {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+    elif isinstance(batch, dict):
+        parts = batch
+    else:
+        return {prefix: np.asarray(batch)}
+    flat = {}
+    for name, value in parts.items():
+        flat.update(_flatten_batch(value, f"{prefix}{_NAME_SEPARATOR}{name}" if prefix else name))
+    return flat
+
+
+def _unflatten_batch(batch_type: type, flat: dict[str, np.ndarray], prefix: str = "") -> Any:
+    """The inverse of ``_flatten_batch`` for a batch of type ``batch_type``."""
+    hints = typing.get_type_hints(batch_type)
+    values = {}
+    for field in dataclasses.fields(batch_type):
+        name = f"{prefix}{_NAME_SEPARATOR}{field.name}" if prefix else field.name
+        kind = hints[field.name]
+        if dataclasses.is_dataclass(kind):
+            values[field.name] = _unflatten_batch(kind, flat, name)
+        elif typing.get_origin(kind) is dict:
+            start = name + _NAME_SEPARATOR
+            values[field.name] = {key[len(start):]: value for key, value in flat.items() if key.startswith(start)}
+        else:
+            values[field.name] = flat[name]
+    return batch_type(**values)
 
 
 class GrpoRollouts(BlockRollouts):
@@ -231,6 +298,7 @@ class GrpoRollouts(BlockRollouts):
         self.completion_start = min(len(ids) for ids in self.prompt_ids) - 1
         self.reference_passes = 0
         self.num_iterations = grpo.num_iterations
+        self.batch_type = RolloutBatch
         self._cached: tuple[int, RolloutBatch] | None = None
 
     # ---- prompt order ---------------------------------------------------------------------
@@ -254,10 +322,10 @@ class GrpoRollouts(BlockRollouts):
                                 top_p=self.grpo.top_p, seed=seed % 2**32)
         return Sampler(model, self.tokenizer).generate(prompts, params)
 
-    def _score(self, indices: Sequence[int], generations: Sequence[Generation]):
+    def _score(self, indices: Sequence[int], generations: Sequence[Generation], *, step: int):
         group = self.grpo.num_generations
         references = [self.rows[index] for index in indices for _ in range(group)]
-        totals, by_name = score_rewards(self.terms, [g.text for g in generations], references)
+        totals, by_name = score_for_step(self.terms, [g.text for g in generations], references, step=step)
         return np.asarray(totals, np.float64).reshape(len(indices), group), by_name
 
     def _rollout(self, trainer, block: int) -> RolloutBatch:
@@ -267,7 +335,7 @@ class GrpoRollouts(BlockRollouts):
         indices = self.prompt_indices(block)
         seed = self.seed * 1_000_003 + block
         generations = self._generate(model, indices, seed)
-        rewards_pg, by_name = self._score(indices, generations)
+        rewards_pg, by_name = self._score(indices, generations, step=trainer.step + 1)
         # Metrics describe everything the policy produced, before dynamic sampling picks the groups to train on.
         stats = rollout_stats(rewards_pg, by_name, generations)
         if grpo.dynamic_sampling:
@@ -411,7 +479,7 @@ def make_eval_hook(*, rows: Sequence[Mapping[str, Any]], prompt_ids: Sequence[li
         texts = []
         for start in range(0, len(prompt_ids), batch_size):
             texts += [g.text for g in sampler.generate(prompt_ids[start:start + batch_size], params)]
-        totals, by_name = score_rewards(terms, texts, references)
+        totals, by_name = score_for_step(terms, texts, references, step=step)
         with samples_path.open("a") as handle:
             for index in range(min(sample_count, len(rows))):
                 handle.write(json.dumps({"step": step, "kind": "eval", "prompt": rows[index]["prompt"],
@@ -467,6 +535,25 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> Rl
                      eval_group_labels=eval_group_labels(spec, eval_rows))
 
 
+def check_reward_models(options, *, section: str) -> None:
+    """A JobError naming the key when a reward model the ``section`` (``grpo`` or ``ppo``) options name,
+    as ``ppo.reward_model`` or as a ``reward_model`` function's ``args.model``, is no reward run: checked
+    before the run starts, where it otherwise failed the first step after a whole rollout."""
+    from jaxengine.job import JobError
+    from jaxengine.reward_scoring import reward_model_dir
+
+    named = [(f"{section}.reward_model", getattr(options, "reward_model", None))]
+    for key in ("rewards", "eval_metrics"):
+        named += [(f"{section}.{key}.{index}.args.model", term.args.get("model"))
+                  for index, term in enumerate(getattr(options, key)) if term.name == "reward_model"]
+    for key, path in named:
+        if path is not None:
+            try:
+                reward_model_dir(path)
+            except FileNotFoundError as error:
+                raise JobError(f"{key}: {error}") from None
+
+
 def with_eval_metrics(terms: Sequence[WeightedReward], eval_metrics) -> list[WeightedReward]:
     """What evaluations score: the training reward's terms, then the extra ``eval_metrics`` with weight 0
     (scored and logged as ``eval/<name>``, but not part of ``eval/reward``, the training reward)."""
@@ -506,6 +593,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     from jaxengine.trainer import Trainer
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
+    check_reward_models(grpo, section="grpo")
     prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens)
     pad_id = rollout_pad_id(tokenizer)
     config = rl_train_config(spec, rows=len(prompts.rows))

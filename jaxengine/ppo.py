@@ -41,7 +41,7 @@ from flax import nnx
 
 from jaxengine import grpo, losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import WeightedReward, score_rewards
+from jaxengine.rewards import WeightedReward
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.spec import PpoSpec
 from jaxengine.tasks import HeadParam
@@ -179,6 +179,7 @@ class PpoRollouts(grpo.BlockRollouts):
         self.width = max(len(ids) for ids in self.prompt_ids) + ppo.max_new_tokens - 1
         self.reference_passes = 0
         self.num_iterations = ppo.num_iterations
+        self.batch_type = PpoBatch
         self._cached: tuple[int, PpoBatch] | None = None
 
     def _rollout(self, trainer, block: int) -> PpoBatch:
@@ -192,7 +193,8 @@ class PpoRollouts(grpo.BlockRollouts):
                                 seed=(self.seed * 1_000_003 + block) % 2**32)
         generations = Sampler(model.backbone, self.tokenizer).generate(prompt_ids, params)
         references = [self.rows[index] for index in indices]
-        scores, by_name = score_rewards(self.terms, [g.text for g in generations], references)
+        scores, by_name = grpo.score_for_step(self.terms, [g.text for g in generations], references,
+                                              step=trainer.step + 1)
         scores_b = np.asarray(scores, np.float32)
         # One group: the whole batch (reward_std is the batch's, frac_reward_zero_std 1 when all scores are equal).
         stats = grpo.rollout_stats(scores_b[None, :].astype(np.float64), by_name, generations)
@@ -286,18 +288,13 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
     from jaxengine.job import JobError
-    from jaxengine.reward_scoring import reward_model_dir
     from jaxengine.trainer import Trainer
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
     if spec.train.batch_size * spec.train.grad_accum < 2:
         raise JobError("train.batch_size: PPO needs at least 2 completions per step (batch_size * grad_accum) "
                        "to whiten advantages over the batch")
-    if ppo.reward_model is not None:
-        try:
-            reward_model_dir(ppo.reward_model)
-        except FileNotFoundError as error:
-            raise JobError(f"ppo.reward_model: {error}") from None
+    grpo.check_reward_models(ppo, section="ppo")
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens)
     pad_id = grpo.rollout_pad_id(tokenizer)
     config = grpo.rl_train_config(spec, rows=len(prompts.rows))

@@ -45,7 +45,7 @@ _ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
 
 
 class RewardError(RuntimeError):
-    """A reward function failed on a sample; the message names the function and the sample index."""
+    """A reward function failed on a sample; the message names the function, the sample index and its prompt."""
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -463,8 +463,10 @@ def _call_reward(term: WeightedReward, completions: Sequence[str],
             try:
                 fn(completions[index:index + 1], references[index:index + 1], **args)
             except Exception as error:
-                raise RewardError(f"reward {term.name!r} failed on sample {index} "
-                                  f"(completion {completions[index][:80]!r}): {type(error).__name__}: {error}"
+                prompt = references[index].get("prompt")
+                shown = f"prompt {prompt[:80]!r}, " if isinstance(prompt, str) else ""
+                raise RewardError(f"reward {term.name!r} failed on sample {index} ({shown}"
+                                  f"completion {completions[index][:80]!r}): {type(error).__name__}: {error}"
                                   ) from error
         raise RewardError(f"reward {term.name!r} failed on the batch: {type(batch_error).__name__}: "
                           f"{batch_error}") from batch_error

@@ -380,11 +380,18 @@ class JobSpec(_Section):
         if self.hosts > 1 and self.task not in MULTI_HOST_TASKS:
             raise ValueError(f"hosts: {self.task} runs on one host (its rollouts are sampled by one process); "
                              f"multi-host jobs run {', '.join(MULTI_HOST_TASKS)}")
-        used = TASK_SECTIONS[self.task]
-        for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
-            if getattr(self, section) is not None:
-                raise ValueError(f"{section}: only used when task is {section} (task is {self.task!r}); remove it")
+        misplaced = _sections_for_another_task(self.task, [name for name in type(self).model_fields
+                                                           if getattr(self, name) is not None])
+        if misplaced:
+            raise ValueError(misplaced[0])
         return self
+
+
+def _sections_for_another_task(task: str, given: Any) -> list[str]:
+    """One problem per task section in ``given`` (section names) that ``task`` does not read, naming it."""
+    other_sections = {s for sections in TASK_SECTIONS.values() for s in sections} - set(TASK_SECTIONS[task])
+    return [f"{section}: only used when task is {section} (task is {task!r}); remove it"
+            for section in sorted(other_sections & set(given))]
 
 
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:
@@ -398,6 +405,13 @@ def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int]
         return JobSpec.model_validate(data)
     except ValidationError as error:
         problems = [_describe(err, source, _lines or {}) for err in error.errors(include_url=False)]
+        # A section for another task is checked once every field is valid; when some are not, it is
+        # named too: under task grpo a "ppo:" section otherwise showed only as "grpo.rewards: required".
+        task = data.get("task")
+        if isinstance(task, str) and task in TASK_SECTIONS:
+            misplaced = _sections_for_another_task(task, [key for key in data if data[key] is not None])
+            problems += [_prefix(source, (_lines or {}).get((line.partition(":")[0],))) + line
+                         for line in misplaced if not any(problem.endswith(line) for problem in problems)]
         raise SpecError(problems) from None
 
 
@@ -541,6 +555,13 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
+    elif kind in ("model_type", "dict_type"):
+        # pydantic says "a valid dictionary or instance of DataSpec": Python's words, not the spec's.
+        keys = _allowed_keys(loc)
+        message = f"{value!r} is not a mapping; write it as {{key: value, ...}}" + (
+            f" with keys among: {', '.join(keys)}" if keys else "")
+    elif kind in ("tuple_type", "list_type"):
+        message = f"{value!r} is not a list; write it as [a, b] or as lines starting with '- '"
     elif kind == "too_short" and isinstance(value, (list, tuple)):
         least = err.get("ctx", {}).get("min_length", 1)
         message = f"{list(value)!r}: give at least {least}"

@@ -111,7 +111,7 @@ class Checkpoints:
         self.manager = ocp.CheckpointManager(
             directory.absolute(),
             options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True),
-            item_names=("state", "meta"),
+            item_names=("state", "meta", "extra"),
         )
 
     def steps(self) -> list[int]:
@@ -121,13 +121,30 @@ class Checkpoints:
         ocp = self._ocp
         return dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
 
-    def save(self, step: int, leaves: list[jax.Array], meta: dict[str, Any]) -> None:
+    def save(self, step: int, leaves: list[jax.Array], meta: dict[str, Any],
+             extra: dict[str, np.ndarray] | None = None) -> None:
+        """Save ``leaves`` and ``meta`` as checkpoint ``step``, with ``extra`` named host arrays (read back
+        by ``extra``) when given; their names, shapes and dtypes go into the meta."""
         ocp = self._ocp
         state = {f"{i:05d}": _to_storable(leaf) for i, leaf in enumerate(leaves)}
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                         meta=ocp.args.JsonSave(meta)), force=True)
+        items = {"state": ocp.args.StandardSave(state)}
+        if extra:
+            arrays = [(name, np.asarray(value)) for name, value in sorted(extra.items())]
+            meta = {**meta, "extra": [{"name": name, "shape": list(array.shape), "dtype": array.dtype.str}
+                                      for name, array in arrays]}
+            items["extra"] = ocp.args.StandardSave({f"{i:05d}": array for i, (_, array) in enumerate(arrays)})
+        self.manager.save(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
         self._prune()
+
+    def extra(self, step: int) -> dict[str, np.ndarray]:
+        """The named host arrays saved with checkpoint ``step`` (none for most)."""
+        entries = self.meta(step).get("extra") or []
+        if not entries:
+            return {}
+        like = {f"{i:05d}": np.zeros(entry["shape"], np.dtype(entry["dtype"])) for i, entry in enumerate(entries)}
+        restored = self.manager.restore(step, args=self._ocp.args.Composite(extra=self._ocp.args.StandardRestore(like)))
+        return {entry["name"]: np.asarray(restored.extra[f"{i:05d}"]) for i, entry in enumerate(entries)}
 
     def restore(self, step: int, like: list[jax.Array]) -> tuple[list[jax.Array], dict[str, Any]]:
         """Arrays of checkpoint ``step`` shaped and placed like ``like``, and its metadata."""
@@ -479,7 +496,11 @@ class Trainer:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
                 "tokens_seen": self.tokens_seen, "seed": self.config.seed, "identity": self.config.identity,
                 "eval_metric": self.config.best_metric, "eval_score": eval_score}
-        checkpoints.save(self.step, self._state_leaves(), meta)
+        # A batch source that holds data across steps (RL rollouts reused for num_iterations updates)
+        # saves it with the checkpoint, so a run resumed from it trains on the same data.
+        extra = self.batch_source.arrays_to_checkpoint(self.step) if hasattr(
+            self.batch_source, "arrays_to_checkpoint") else None
+        checkpoints.save(self.step, self._state_leaves(), meta, extra=extra)
 
     def resume(self, checkpoints: Checkpoints) -> bool:
         """Restore the latest checkpoint if there is one; returns whether it did."""
@@ -497,6 +518,8 @@ class Trainer:
                                 f"the spec says {self.config.seed}; use a new output_dir or the same seed")
         self._load_state_leaves(leaves)
         self.step = int(meta["step"])
+        if hasattr(self.batch_source, "restore_from_checkpoint"):
+            self.batch_source.restore_from_checkpoint(self.step, checkpoints.extra(steps[-1]))
         self.data_position = pipeline.DataPosition(epoch=int(meta["epoch"]), cursor=int(meta["cursor"]))
         if "tokens_seen" in meta:
             self.tokens_seen = int(meta["tokens_seen"])
@@ -634,6 +657,11 @@ class Trainer:
                 if self.guard is not None and (reason := self.guard(record)) is not None:
                     status, message = "failed", f"stopped by the guard at step {self.step}: {reason}"
                     break
+        except TrainingError as error:
+            # A step that cannot be made (a reward function failing on a sample) fails the run like a
+            # non-finite loss: the summary says why, and the checkpoints saved so far are kept.
+            kept = checkpoints.steps()
+            status, message = "failed", f"{error}; stopped" + (f", keeping checkpoint {kept[-1]}" if kept else "")
         finally:
             if bar is not None:
                 bar.close()

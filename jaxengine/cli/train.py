@@ -4,7 +4,8 @@ The spec is validated before anything heavy is imported; an invalid one prints o
 (``file:line: dotted.key: ...``) and exits 2. Running the same spec again on an ``output_dir`` that has
 checkpoints resumes from the latest. Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
 a checkpoint and exits 130. The run summary is printed as one JSON object; exit 0 when the run
-succeeded, 1 when it failed (e.g. a non-finite loss).
+succeeded, 1 when it failed (e.g. a non-finite loss, a reward function that raised), its message
+then also on stderr.
 
 A spec with ``hosts: N`` runs as N processes, one per host, each started with the same spec and
 ``--coordinator HOST:PORT --num-processes N --process-id I`` (process 0's host; see
@@ -78,4 +79,6 @@ def _train(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(json.dumps(summary))
+    if summary["status"] == "failed":  # the why, where a terminal user reads errors, besides the summary's message
+        print(f"{args.spec}: failed: {summary['message']}", file=sys.stderr)
     return {"succeeded": 0, "cancelled": EXIT_CANCELLED}.get(summary["status"], EXIT_FAILED)

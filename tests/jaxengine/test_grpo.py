@@ -175,6 +175,73 @@ def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it
     assert json.loads(capsys.readouterr().out)["step"] == best_step
 
 
+def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys):
+    """QA: numeric_match on a reference that is no number raised out of ``jaxengine train`` as a
+    traceback (and no summary.json); it now fails the run like a NaN loss, keeping the checkpoints."""
+    import yaml
+
+    from jaxengine.cli import main
+
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "four"}) + "\n")
+    run = tmp_path / "run"
+    spec = grpo_spec(demo_dir, run, train={"max_steps": 4, "batch_size": 2, "eval_every": 2, "save_every": 1},
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
+                     grpo={"rewards": [{"name": "numeric_match"}]})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    assert main(["train", str(spec_path), "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    # Steps 1 and 2 trained; the evaluation at step 2 scores the held-out row and fails before step 2 is saved.
+    message = ("step 2: reward 'numeric_match' failed on sample 0 (prompt 'What is 2 + 2?', completion "
+               f"{summary['message'].split('completion ')[1].split('): ')[0]}): ValueError: sample 0: reference "
+               "answer='four' is not a number; stopped, keeping checkpoint 1")
+    assert summary["status"] == "failed" and summary["message"] == message
+    assert err == f"{spec_path}: failed: {message}\n"
+    assert json.loads((run / "summary.json").read_text())["message"] == message
+    assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
+
+
+def stop_before_step(step: int):
+    """A ``should_stop`` that lets steps 1 .. step - 1 run (it is asked before each step)."""
+    asked = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) >= step
+
+    return should_stop
+
+
+def assert_same_metrics(straight_dir, resumed_dir, steps: int) -> None:
+    """Every logged metric but timings and memory equal (<= 1e-5) at every step of the two runs."""
+    straight, resumed = read_jsonl(straight_dir / "metrics.jsonl"), read_jsonl(resumed_dir / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [m["step"] for m in straight] == list(range(1, steps + 1))
+    for before, after in zip(straight, resumed):
+        for key, value in before.items():
+            if not key.startswith(("time/", "memory/", "tokens_per_second")):
+                assert abs(after[key] - value) <= 1e-5, (before["step"], key, value, after[key])
+
+
+def test_a_run_stopped_inside_a_block_of_reused_rollouts_resumes_to_the_same_metrics(demo_dir, tmp_path):
+    """QA: with num_iterations 2, a run stopped after step 3 (half-way through the block of steps 3-4)
+    sampled new rollouts from step 3's weights on resume, so step 4 trained on other data than the
+    run that was not stopped; the block's rollouts now travel with the checkpoint."""
+    def spec(run_dir):
+        return grpo_spec(demo_dir, run_dir, train={"max_steps": 4, "batch_size": 2, "save_every": 1, "seed": 1},
+                         grpo={"num_iterations": 2, "beta": 0.04})
+
+    run_job(spec(tmp_path / "straight"), progress_bar=False)
+    assert run_job(spec(tmp_path / "stopped"), should_stop=stop_before_step(4), progress_bar=False)["step"] == 3
+    summary = run_job(spec(tmp_path / "stopped"), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 3
+    assert_same_metrics(tmp_path / "straight", tmp_path / "stopped", steps=4)
+    # The block's rollouts were logged once, at step 3, by the run that made them.
+    assert [s["step"] for s in read_jsonl(tmp_path / "stopped/samples.jsonl")] == [
+        s["step"] for s in read_jsonl(tmp_path / "straight/samples.jsonl")]
+
+
 def test_dynamic_sampling_trains_on_the_pool_groups_with_reward_variance_first():
     from types import SimpleNamespace
 

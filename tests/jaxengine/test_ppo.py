@@ -213,6 +213,22 @@ def test_ppo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, refere
     assert all((s["prompt"], s["answer"]) in answers for s in samples)  # the samples browser's Reference
 
 
+def test_a_run_stopped_inside_a_block_of_reused_rollouts_resumes_to_the_same_metrics(demo_dir, tmp_path):
+    """QA: as for grpo, a PPO run with num_iterations 2 stopped after step 3 sampled a new block on resume."""
+    from tests.jaxengine.test_grpo import assert_same_metrics, stop_before_step
+
+    def spec(run_dir):
+        mapping = ppo_mapping(demo_dir, run_dir, train={"max_steps": 4, "batch_size": 4, "save_every": 1, "seed": 1})
+        mapping["ppo"].update(num_iterations=2, kl_coef=0.04)
+        return parse_spec(mapping)
+
+    run_job(spec(tmp_path / "straight"), progress_bar=False)
+    assert run_job(spec(tmp_path / "stopped"), should_stop=stop_before_step(4), progress_bar=False)["step"] == 3
+    summary = run_job(spec(tmp_path / "stopped"), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 3
+    assert_same_metrics(tmp_path / "straight", tmp_path / "stopped", steps=4)
+
+
 def test_lora_with_kl_reused_rollouts_eval_and_the_guard(demo_dir, tmp_path, reference_passes):
     spec = parse_spec(ppo_mapping(
         demo_dir, tmp_path / "run",
@@ -281,3 +297,18 @@ def test_a_reward_model_path_without_a_reward_run_is_named(demo_dir, tmp_path):
     spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", ppo_section={"reward_model": str(tmp_path)}))
     with pytest.raises(JobError, match=r"ppo.reward_model: .*no reward_head.safetensors"):
         ppo.make_ppo_trainer(spec, build_job_model(spec), tmp_path / "run")
+
+
+def test_a_reward_model_function_without_a_reward_run_is_named_before_the_run_starts(demo_dir, tmp_path):
+    """QA: grpo's reward_model reward (and an eval metric of ppo) on a directory that holds no reward model
+    failed the first step, after a whole rollout, while ppo.reward_model was named before the run started."""
+    scored = {"name": "reward_model", "args": {"model": str(tmp_path)}}
+    grpo_spec = parse_spec({**ppo_mapping(demo_dir, tmp_path / "run"), "task": "grpo", "ppo": None,
+                            "grpo": {"rewards": [{"name": "contains", "args": {"keywords": ["e"]}}, scored]}})
+    with pytest.raises(JobError, match=r"^grpo.rewards.1.args.model: .*no reward_head.safetensors"):
+        grpo.make_grpo_trainer(grpo_spec, build_job_model(grpo_spec), tmp_path / "run")
+    ppo_spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", ppo_section={
+        "rewards": [{"name": "contains", "args": {"keywords": ["e"]}}], "eval_metrics": [scored]}))
+    with pytest.raises(JobError, match=r"^ppo.eval_metrics.0.args.model: .*no reward_head.safetensors"):
+        ppo.make_ppo_trainer(ppo_spec, build_job_model(ppo_spec), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -204,6 +204,38 @@ def test_it_rejects_a_section_for_another_task():
     ]
 
 
+def test_a_section_for_another_task_is_named_beside_the_other_problems():
+    """QA: under task grpo, a 'ppo:' section (and no grpo one) was reported only as 'grpo.rewards:
+    required key is missing', never saying that the section written was another task's."""
+    text = ("task: grpo\nmodel: m\noutput_dir: o\ndata: {train: t.jsonl}\ntrain: {max_steps: 1}\n"
+            "ppo: {rewards: [{name: exact_match}]}\n")
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text(text, source="s.yaml")
+    assert caught.value.problems == ["s.yaml: grpo.rewards: required key is missing",
+                                     "s.yaml:6: ppo: only used when task is ppo (task is 'grpo'); remove it"]
+
+
+@pytest.mark.parametrize("yaml_lines, problem", [
+    ("data: t.jsonl\ntrain: {max_steps: 1}",
+     "s.yaml:4: data: 't.jsonl' is not a mapping; write it as {key: value, ...} with keys among: train, eval, "
+     "max_seq_len, packing, loss_on, columns, eval_group_by"),
+    ("data: {train: t.jsonl, columns: [prompt]}\ntrain: {max_steps: 1}",
+     "s.yaml:4: data.columns: ['prompt'] is not a mapping; write it as {key: value, ...}"),
+    ("data: {train: t.jsonl}\ntrain: {max_steps: 1}\npeft: {targets: q_proj}",
+     "s.yaml:6: peft.targets: 'q_proj' is not a list; write it as [a, b] or as lines starting with '- '"),
+    ("data: {train: t.jsonl}\ntrain: {max_steps: 1}\ntask: grpo\ngrpo: {rewards: [exact_match]}",
+     "s.yaml:6: grpo.rewards.0: 'exact_match' is not a mapping; write it as {key: value, ...} with keys among: "
+     "name, weight, args"),
+], ids=["section as text", "mapping as list", "list as text", "reward as its name"])
+def test_a_mapping_or_list_written_as_something_else_is_named_in_spec_words(yaml_lines, problem):
+    """QA: these said 'input should be a valid dictionary or instance of DataSpec' and 'a valid tuple':
+    Python's words, naming a class the user never wrote."""
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text("model: m\noutput_dir: o\n" + ("" if "task:" in yaml_lines else "task: sft\n") + yaml_lines
+                        + "\n", source="s.yaml")
+    assert caught.value.problems == [problem]
+
+
 def test_it_reports_every_problem_at_once_with_file_lines(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(ISSUE_SPEC.replace("schedule: cosine", "schedule: cosin").replace("rank: 8", "rnk: 8"))

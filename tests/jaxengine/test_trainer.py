@@ -142,8 +142,8 @@ def test_a_checkpoint_without_a_token_count_resumes_from_the_logged_one(tmp_path
     """Checkpoints of engines that restarted the count at 0 on resume hold no ``tokens_seen``: the resumed
     attempt goes on from the count metrics.jsonl logged at the checkpoint's step."""
     save = Checkpoints.save
-    monkeypatch.setattr(Checkpoints, "save", lambda self, step, leaves, meta: save(
-        self, step, leaves, {key: value for key, value in meta.items() if key != "tokens_seen"}))
+    monkeypatch.setattr(Checkpoints, "save", lambda self, step, leaves, meta, **extra: save(
+        self, step, leaves, {key: value for key, value in meta.items() if key != "tokens_seen"}, **extra))
     make_trainer(tmp_path, total_steps=4, save_every=2).fit(progress_bar=False)
     logged = [m["tokens"] for m in read_metrics(tmp_path / "metrics.jsonl")]
     summary = make_trainer(tmp_path, total_steps=6, save_every=2).fit(progress_bar=False)
