@@ -16,6 +16,8 @@ So those threads use the database only inside ``database_round()``, which closes
 before it returns, and a fork of this process waits for the round in progress
 (``os.register_at_fork``): a child is always forked with no database call in flight and no
 connection open. A fork waits for at most one round (milliseconds; SQLite's busy timeout at worst).
+On PostgreSQL "closed" means handed back to the process's pool, still open: the child drops the pool
+it inherits without closing those connections (``webapp.core.db_pool``), which its parent still uses.
 """
 from __future__ import annotations
 
