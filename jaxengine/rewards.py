@@ -465,8 +465,11 @@ def _call_reward(term: WeightedReward, completions: Sequence[str],
             except Exception as error:
                 prompt = references[index].get("prompt")
                 shown = f"prompt {prompt[:80]!r}, " if isinstance(prompt, str) else ""
+                # The batch's own error when it is this one: a message that numbers samples counts them in
+                # the batch, where the retry's, scoring one alone, calls every sample 0.
+                cause = batch_error if type(batch_error) is type(error) else error
                 raise RewardError(f"reward {term.name!r} failed on sample {index} ({shown}"
-                                  f"completion {completions[index][:80]!r}): {type(error).__name__}: {error}"
+                                  f"completion {completions[index][:80]!r}): {type(cause).__name__}: {cause}"
                                   ) from error
         raise RewardError(f"reward {term.name!r} failed on the batch: {type(batch_error).__name__}: "
                           f"{batch_error}") from batch_error

@@ -138,7 +138,8 @@ def test_score_rewards_weights_and_keys():
 
 def test_a_raising_reward_names_the_function_and_the_sample():
     refs = [{"answer": "1"}, {"answer": "x"}, {"answer": "3"}]
-    with pytest.raises(RewardError, match=r"reward 'numeric_match' failed on sample 1 .*not a number"):
+    with pytest.raises(RewardError, match=r"reward 'numeric_match' failed on sample 1 .*: ValueError: sample 1: "
+                                          r"reference answer='x' is not a number"):
         score_rewards([WeightedReward(name="numeric_match")], ["1", "2", "3"], refs)
 
 
