@@ -102,6 +102,24 @@ def test_the_train_cli_asks_for_the_group_of_a_multi_host_spec(tmp_path, capsys)
     assert "coordinator_address: 'nohost' is not host:port" in capsys.readouterr().err
 
 
+def test_the_train_cli_refuses_a_process_count_other_than_the_specs_hosts(tmp_path, capsys):
+    """QA 2026-12-04: hosts: 3 started with --num-processes 2 waited in jax.distributed's initialization
+    (300 s) for peers that never came, saying nothing; a single-host spec given a group did the same."""
+    from jaxengine.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task: sft\nmodel: m\noutput_dir: o\nhosts: 3\ndata: {train: t.jsonl}\ntrain: {max_steps: 1}\n")
+    group = ["--coordinator", "127.0.0.1:1", "--process-id", "0"]
+    started = time.monotonic()
+    assert main(["train", str(spec), *group, "--num-processes", "2"]) == 2
+    assert time.monotonic() - started < 10
+    assert (f"{spec}: hosts: 3, but --num-processes is 2; start one process per host with --num-processes 3 "
+            "(or set hosts: 2 in the spec)") in capsys.readouterr().err
+    spec.write_text(spec.read_text().replace("hosts: 3\n", ""))
+    assert main(["train", str(spec), *group, "--num-processes", "2"]) == 2
+    assert "hosts: 1, but --num-processes is 2" in capsys.readouterr().err
+
+
 def test_a_job_refuses_a_spec_whose_hosts_are_not_its_processes(tmp_path):
     from jaxengine.job import JobError, run_job
 
