@@ -136,3 +136,26 @@ def test_the_serve_worker_takes_as_many_chats_as_a_batch_has_rows():
     assert command[command.index("--concurrency") + 1] == str(rows)
     [started] = re.findall(r"^start_worker serve serve (\d+) threads", (ROOT / "scripts/up.sh").read_text(), re.M)
     assert started == str(rows)
+
+
+def load_multihost_main() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.multihost-main.yml").read_text())
+
+
+def test_the_main_host_shares_the_pools_data_root_and_lets_it_reach_postgres_and_redis():
+    """The pool's workers read the datasets and models the web app stored and write the run directories it
+    serves, and use its Postgres and Redis: docker-compose.yml alone keeps a local data volume and no
+    published port, so a pool set up by the docs alone could not find a run's dataset (QA 2026-12-04)."""
+    main = load_compose()
+    override = load_multihost_main()
+    assert override["volumes"]["data"] == load_multihost()["volumes"]["data"]  # one NFS data root
+    assert set(override["services"]) == {"postgres", "redis"} and set(override["services"]) <= set(main["services"])
+    for name, port in (("postgres", 5432), ("redis", 6379)):
+        [published] = override["services"][name]["ports"]
+        address, host_port, container_port = published.rsplit(":", 2)
+        assert address.startswith("${TEMPER_PRIVATE_ADDRESS:?")  # required, and never every interface
+        assert int(host_port) == int(container_port) == port
+    pool_environment = load_multihost()["services"]["worker-host-0"]["environment"]
+    assert "5432" in pool_environment["DATABASE_URL"] and "6379" in pool_environment["REDIS_URL"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "docker compose -f docker-compose.yml -f docker-compose.multihost-main.yml up -d --build" in readme
