@@ -495,11 +495,16 @@ def unserved_pool_note(*, run: Run) -> str:
 
 
 def run_devices(*, run: Run) -> dict[str, Any]:
-    """The devices of the worker that trains (or trained) ``run``, as its heartbeat reports them."""
+    """The devices that train (or trained) ``run``, as its worker's heartbeat reports them. A multi-host
+    run's worker is host 0's: ``count`` is then every host's devices (the job's mesh spans them all, and
+    placement gives it hosts × each worker's count) and ``per_host`` that worker's."""
     from webapp.workers.models import Worker
 
     worker = Worker.objects.filter(name=run.worker_name).first() if run.worker_name else None
-    return worker.devices if worker is not None else {}
+    devices = dict(worker.devices) if worker is not None else {}
+    if run.hosts > 1 and devices.get("count"):
+        devices.update(per_host=devices["count"], count=devices["count"] * run.hosts)
+    return devices
 
 
 def serving_copy_figures(run: Run) -> dict[str, Any] | None:
