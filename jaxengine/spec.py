@@ -541,6 +541,9 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
+    elif kind == "model_type" and (keys := _allowed_keys(loc)):
+        # pydantic's words name the Python class ("a valid dictionary or instance of ParallelSpec").
+        message = f"{value!r} is not a mapping of keys; allowed keys here: {', '.join(keys)}"
     elif kind == "too_short" and isinstance(value, (list, tuple)):
         least = err.get("ctx", {}).get("min_length", 1)
         message = f"{list(value)!r}: give at least {least}"
