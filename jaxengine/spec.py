@@ -61,6 +61,11 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
 # Tasks whose trainer runs as one SPMD program over many processes (``hosts`` > 1).
 MULTI_HOST_TASKS: tuple[str, ...] = ("pretrain", "sft", "reward", "dpo")
 
+# A host pool's name is part of its Celery queue's (``train-<pool>``).
+POOL_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+# Patterns of string keys in words, for their errors (pydantic's quote the regular expression).
+PATTERN_WORDS = {POOL_PATTERN: "1-40 lowercase letters, digits and '-', the first a letter or digit"}
+
 # Keys of the common sections that only some tasks read. Elsewhere the spec refuses any value but the
 # default, and the web form does not show them.
 TASK_ONLY_KEYS: dict[str, tuple[str, ...]] = {"data.packing": ("pretrain", "sft"), "data.loss_on": ("sft",)}
@@ -352,7 +357,7 @@ class JobSpec(_Section):
     ppo: PpoSpec | None = None
     # Multi-host jobs (``jaxengine.distributed``): one process per host of ``pool``, joined by jax.distributed.
     hosts: int = Field(default=1, ge=1, le=256, description="Hosts (processes) the job runs on; 1 = one process.")
-    pool: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
+    pool: str = Field(default="default", pattern=POOL_PATTERN,
                       description="Host pool whose workers take the job (Celery queue train-<pool>; default: train).")
 
     @model_validator(mode="before")
@@ -541,6 +546,8 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
+    elif kind == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(err.get("ctx", {}).get("pattern"))):
+        message = f"{value!r} is not allowed here: give {words}"
     elif kind == "model_type" and (keys := _allowed_keys(loc)):
         # pydantic's words name the Python class ("a valid dictionary or instance of ParallelSpec").
         message = f"{value!r} is not a mapping of keys; allowed keys here: {', '.join(keys)}"

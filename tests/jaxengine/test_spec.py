@@ -110,6 +110,11 @@ def test_a_section_that_is_not_a_mapping_is_named_with_its_keys():
     assert problem.startswith("peft: 'lora' is not a mapping of keys; allowed keys here: method, rank, alpha")
 
 
+def test_a_pool_name_outside_its_pattern_says_what_a_name_may_hold():
+    assert problems_of(minimal(pool="TPU")) == [
+        "pool: 'TPU' is not allowed here: give 1-40 lowercase letters, digits and '-', the first a letter or digit"]
+
+
 def test_it_rejects_a_missing_required_key():
     data = minimal()
     del data["model"]
