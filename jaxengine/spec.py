@@ -331,7 +331,8 @@ class ParallelSpec(_Section):
     ``data`` copies the weights and splits the batch; ``fsdp`` splits the batch too and shards weights
     and optimizer state (gathered layer by layer); ``tensor`` splits heads, MLP width and vocabulary.
     The sizes must multiply to the job's device count (checked when the job starts, where the devices
-    are known). Leave the section out for the default: every device on fsdp on accelerators, one device
+    are known), and a micro-batch's rows must split over data × fsdp (``JobSpec`` checks it with the
+    batch size). Leave the section out for the default: every device on fsdp on accelerators, one device
     (unsharded) on CPU.
     """
 
@@ -389,7 +390,23 @@ class JobSpec(_Section):
         for section in sorted({s for sections in TASK_SECTIONS.values() for s in sections} - set(used)):
             if getattr(self, section) is not None:
                 raise ValueError(f"{section}: only used when task is {section} (task is {self.task!r}); remove it")
+        # A layout given here is checked against the batch here, before any host is placed; a default
+        # layout only where the job's devices are known (``jaxengine.job.job_placement``).
+        if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):
+            raise ValueError(problem)
         return self
+
+
+def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
+    """Why a micro-batch of ``spec`` (``train.batch_size`` rows, × ``grpo.num_generations`` for grpo)
+    cannot be split over the mesh's data × fsdp = ``multiple`` devices; None when it can."""
+    rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
+    if rows % multiple == 0:
+        return None
+    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {rows} rows"
+            if spec.task == "grpo" else f"{rows} rows")
+    return (f"train.batch_size: {what} do not split over parallel data × fsdp = {multiple} devices; "
+            f"give a multiple of {multiple}, or move devices to parallel.tensor")
 
 
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:

@@ -139,7 +139,8 @@ def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team,
 
 
 def test_the_yaml_view_launches_a_layout_the_form_shows_again(team, catalog, client_for, sent_tasks, tpu_pool):
-    text = services.spec_to_yaml(sft_spec(catalog, parallel={"data": 1, "fsdp": 4}, pool="tpu"))
+    text = services.spec_to_yaml(sft_spec(catalog, parallel={"data": 1, "fsdp": 4}, pool="tpu",
+                                          train={"max_steps": 10, "batch_size": 8}))
     response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "name": "yaml-layout",
                                                                      "spec_yaml": text})
     assert response.status_code == 302
