@@ -58,7 +58,20 @@ def test_each_process_runs_the_right_command():
         command = services[name]["command"]
         assert command[:4] == ["celery", "-A", "worker.celery", "worker"]
         assert command[command.index("-Q") + 1] == queue
-    assert services["worker-train"]["command"][-2:] == ["--concurrency", "1"]
+    train = services["worker-train"]["command"]
+    assert train[train.index("--concurrency") + 1] == "1"
+
+
+def test_every_train_worker_runs_a_fresh_process_per_job():
+    """The default pool takes multi-host jobs like any other, and a process stays in the jax.distributed
+    group it joined: QA 2026-12-04, after a 2-host run on pool default, every later run on those workers
+    failed ("hosts: the spec asks for 1 processes, this job has 2") until they were restarted."""
+    import re
+
+    train = load_compose()["services"]["worker-train"]["command"]
+    assert train[train.index("--max-tasks-per-child") + 1] == "1"
+    [options] = re.findall(r"^start_worker train train 1 (.*)$", (ROOT / "scripts/up.sh").read_text(), re.M)
+    assert options.split() == ["prefork", "--max-tasks-per-child", "1"]
 
 
 def test_dockerfile_copies_what_exists():
