@@ -220,12 +220,13 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
-    """The host pools a launch can pick (``name``, ``devices_per_worker``, ``summary``): those live
-    train workers announce, with what they offer, and the default pool and ``current`` (a duplicated
+    """The host pools a launch can pick (``name``, ``workers``, ``devices_per_worker``, ``summary``): those
+    live train workers announce, with what they offer, and the default pool and ``current`` (a duplicated
     run's) even when no worker of theirs is up."""
     offers = pool_offers()
     names = sorted({DEFAULT_POOL, *offers, *([current] if isinstance(current, str) and current else [])})
-    return [{"name": name, "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
+    return [{"name": name, "workers": offers[name].workers if name in offers else 0,
+             "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
              "summary": offers[name].summary if name in offers else "no live workers"} for name in names]
 
 
