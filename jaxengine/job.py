@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxengine.spec import JobSpec, dump_spec
+from jaxengine.spec import JobSpec, batch_split_problem, dump_spec
 
 DEMO_PRESET = "demo-tiny"
 
@@ -103,13 +103,8 @@ def job_placement(spec: JobSpec):
         mesh = layout_mesh(layout)
     except ValueError as error:
         raise JobError(str(error)) from None
-    rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
-    multiple = batch_rows_multiple(mesh)
-    if rows % multiple:
-        what = (f"train.batch_size x grpo.num_generations = {rows} rows" if spec.task == "grpo"
-                else f"train.batch_size: {rows} rows")
-        raise JobError(f"{what} do not split over parallel data x fsdp = {multiple} devices; "
-                       f"give a multiple of {multiple}, or move devices to parallel.tensor")
+    if problem := batch_split_problem(spec, batch_rows_multiple(mesh)):
+        raise JobError(problem)
     return MeshPlacement(mesh)
 
 

@@ -233,11 +233,17 @@ def mirrored_shardings(tree: Any, params: Any, param_shardings: Any, mesh: Mesh)
 
 def put(value: jax.Array, target: NamedSharding) -> jax.Array:
     """``value`` placed with ``target``; when the mesh spans several processes (each holding the same
-    value), each process fills in the pieces of its own devices."""
+    value), each process fills in the pieces of its own devices. A value already spread over several
+    processes (weights read straight into the mesh, an optimizer state made from them) has no copy in
+    any one process to cut pieces from: it is resharded on the devices instead."""
     if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
         return jax.random.wrap_key_data(put(jax.random.key_data(value), target), impl=jax.random.key_impl(value))
     if target.is_fully_addressable:
         return jax.device_put(value, target)
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        if value.sharding.is_equivalent_to(target, value.ndim):
+            return value
+        return jax.jit(lambda array: array, out_shardings=target)(value)
     host = np.asarray(value)
     return jax.make_array_from_callback(host.shape, target, lambda index: host[index])
 

@@ -61,6 +61,11 @@ TASK_SECTIONS: dict[str, tuple[str, ...]] = {
 # Tasks whose trainer runs as one SPMD program over many processes (``hosts`` > 1).
 MULTI_HOST_TASKS: tuple[str, ...] = ("pretrain", "sft", "reward", "dpo")
 
+# A host pool's name is part of its Celery queue's (``train-<pool>``).
+POOL_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+# Patterns of string keys in words, for their errors (pydantic's quote the regular expression).
+PATTERN_WORDS = {POOL_PATTERN: "1-40 lowercase letters, digits and '-', the first a letter or digit"}
+
 # Keys of the common sections that only some tasks read. Elsewhere the spec refuses any value but the
 # default, and the web form does not show them.
 TASK_ONLY_KEYS: dict[str, tuple[str, ...]] = {"data.packing": ("pretrain", "sft"), "data.loss_on": ("sft",)}
@@ -326,7 +331,8 @@ class ParallelSpec(_Section):
     ``data`` copies the weights and splits the batch; ``fsdp`` splits the batch too and shards weights
     and optimizer state (gathered layer by layer); ``tensor`` splits heads, MLP width and vocabulary.
     The sizes must multiply to the job's device count (checked when the job starts, where the devices
-    are known). Leave the section out for the default: every device on fsdp on accelerators, one device
+    are known), and a micro-batch's rows must split over data × fsdp (``JobSpec`` checks it with the
+    batch size). Leave the section out for the default: every device on fsdp on accelerators, one device
     (unsharded) on CPU.
     """
 
@@ -352,7 +358,7 @@ class JobSpec(_Section):
     ppo: PpoSpec | None = None
     # Multi-host jobs (``jaxengine.distributed``): one process per host of ``pool``, joined by jax.distributed.
     hosts: int = Field(default=1, ge=1, le=256, description="Hosts (processes) the job runs on; 1 = one process.")
-    pool: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$",
+    pool: str = Field(default="default", pattern=POOL_PATTERN,
                       description="Host pool whose workers take the job (Celery queue train-<pool>; default: train).")
 
     @model_validator(mode="before")
@@ -384,6 +390,10 @@ class JobSpec(_Section):
                                                            if getattr(self, name) is not None])
         if misplaced:
             raise ValueError(misplaced[0])
+        # A layout given here is checked against the batch here, before any host is placed; a default
+        # layout only where the job's devices are known (``jaxengine.job.job_placement``).
+        if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):
+            raise ValueError(problem)
         return self
 
 
@@ -392,6 +402,18 @@ def _sections_for_another_task(task: str, given: Any) -> list[str]:
     other_sections = {s for sections in TASK_SECTIONS.values() for s in sections} - set(TASK_SECTIONS[task])
     return [f"{section}: only used when task is {section} (task is {task!r}); remove it"
             for section in sorted(other_sections & set(given))]
+
+
+def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
+    """Why a micro-batch of ``spec`` (``train.batch_size`` rows, × ``grpo.num_generations`` for grpo)
+    cannot be split over the mesh's data × fsdp = ``multiple`` devices; None when it can."""
+    rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
+    if rows % multiple == 0:
+        return None
+    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {rows} rows"
+            if spec.task == "grpo" else f"{rows} rows")
+    return (f"train.batch_size: {what} do not split over parallel data × fsdp = {multiple} devices; "
+            f"give a multiple of {multiple}, or move devices to parallel.tensor")
 
 
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:
@@ -555,6 +577,8 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
+    elif kind == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(err.get("ctx", {}).get("pattern"))):
+        message = f"{value!r} is not allowed here: give {words}"
     elif kind in ("model_type", "dict_type"):
         # pydantic says "a valid dictionary or instance of DataSpec": Python's words, not the spec's.
         keys = _allowed_keys(loc)

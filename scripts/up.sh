@@ -61,13 +61,15 @@ $PY manage.py migrate --noinput
 $PY manage.py collectstatic --noinput >/dev/null
 $PY manage.py temper_setup
 
-start_worker() {  # name queue concurrency [pool]
-    .venv/bin/celery -A worker.celery worker -Q "$2" -n "$1@%h" --concurrency "$3" --pool "${4:-prefork}" \
+start_worker() {  # name queue concurrency [pool [celery options...]]
+    .venv/bin/celery -A worker.celery worker -Q "$2" -n "$1@%h" --concurrency "$3" --pool "${4:-prefork}" "${@:5}" \
         --loglevel INFO >"$TEMPER_DATA/logs/worker-$1.log" 2>&1 &
     pids+=($!)
 }
 start_worker default default 2
-start_worker train train 1
+# A fresh process per job: a process that took part in a multi-host job (pool default) stays in its
+# jax.distributed group, and every later run in it failed ("the spec asks for 1 processes, this job has 2").
+start_worker train train 1 prefork --max-tasks-per-child 1
 # threads: concurrent chats share one batching server per model. A thread only waits on its answer, so
 # 64 of them cost little, and match the server's 64 rows (with 16, the 17th chat waited in the queue
 # for a whole answer to end before its first token).

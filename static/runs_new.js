@@ -96,20 +96,30 @@
     var hosts = document.getElementById("spec-hosts");
     var pool = document.getElementById("spec-pool");
     var check = document.getElementById("layout-check");
+    // A job of more hosts than its pool has live workers is not refused (the pool may grow), but it
+    // waits until the pool has them, and fails after the placement timeout: say so before the launch.
+    var hostsNote = function (hostCount) {
+      var option = pool.selectedOptions[0];
+      var workers = option ? Number(option.dataset.workers) : 0;
+      if (!(hostCount > 1) || !(workers > 0) || hostCount <= workers) { return ""; }
+      return " Pool " + pool.value + " has " + workers + " live worker" + (workers === 1 ? "" : "s") + ": a job of " +
+        hostCount + " hosts waits for " + (hostCount - workers) + " more to start.";
+    };
     var updateCheck = function () {
       var given = sizes.filter(function (input) { return input.value.trim() !== ""; });
-      check.classList.remove("mismatch");
-      if (!given.length) { check.textContent = "Default layout."; return; }
-      var product = sizes.reduce(function (total, input) { return total * (Number(input.value.trim() || "1")); }, 1);
       var hostCount = hosts && hosts.value.trim() !== "" ? Number(hosts.value) : 1;
+      var note = hostsNote(hostCount);
+      check.classList.toggle("mismatch", note !== "");
+      if (!given.length) { check.textContent = "Default layout." + note; return; }
+      var product = sizes.reduce(function (total, input) { return total * (Number(input.value.trim() || "1")); }, 1);
       var perWorker = pool.selectedOptions[0] ? pool.selectedOptions[0].dataset.devices : "";
       var text = "data × fsdp × tensor = " + product + " devices";
       if (perWorker && Number.isFinite(product) && Number.isFinite(hostCount)) {
         var devices = hostCount * Number(perWorker);
         text += "; pool " + pool.value + " gives " + hostCount + " × " + perWorker + " = " + devices;
-        check.classList.toggle("mismatch", product !== devices);
+        check.classList.toggle("mismatch", product !== devices || note !== "");
       }
-      check.textContent = text + ".";
+      check.textContent = text + "." + note;
     };
     sizes.concat([hosts, pool]).forEach(function (input) {
       if (input) { input.addEventListener("input", updateCheck); input.addEventListener("change", updateCheck); }

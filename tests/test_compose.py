@@ -58,7 +58,20 @@ def test_each_process_runs_the_right_command():
         command = services[name]["command"]
         assert command[:4] == ["celery", "-A", "worker.celery", "worker"]
         assert command[command.index("-Q") + 1] == queue
-    assert services["worker-train"]["command"][-2:] == ["--concurrency", "1"]
+    train = services["worker-train"]["command"]
+    assert train[train.index("--concurrency") + 1] == "1"
+
+
+def test_every_train_worker_runs_a_fresh_process_per_job():
+    """The default pool takes multi-host jobs like any other, and a process stays in the jax.distributed
+    group it joined: QA 2026-12-04, after a 2-host run on pool default, every later run on those workers
+    failed ("hosts: the spec asks for 1 processes, this job has 2") until they were restarted."""
+    import re
+
+    train = load_compose()["services"]["worker-train"]["command"]
+    assert train[train.index("--max-tasks-per-child") + 1] == "1"
+    [options] = re.findall(r"^start_worker train train 1 (.*)$", (ROOT / "scripts/up.sh").read_text(), re.M)
+    assert options.split() == ["prefork", "--max-tasks-per-child", "1"]
 
 
 def test_dockerfile_copies_what_exists():
@@ -136,3 +149,26 @@ def test_the_serve_worker_takes_as_many_chats_as_a_batch_has_rows():
     assert command[command.index("--concurrency") + 1] == str(rows)
     [started] = re.findall(r"^start_worker serve serve (\d+) threads", (ROOT / "scripts/up.sh").read_text(), re.M)
     assert started == str(rows)
+
+
+def load_multihost_main() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.multihost-main.yml").read_text())
+
+
+def test_the_main_host_shares_the_pools_data_root_and_lets_it_reach_postgres_and_redis():
+    """The pool's workers read the datasets and models the web app stored and write the run directories it
+    serves, and use its Postgres and Redis: docker-compose.yml alone keeps a local data volume and no
+    published port, so a pool set up by the docs alone could not find a run's dataset (QA 2026-12-04)."""
+    main = load_compose()
+    override = load_multihost_main()
+    assert override["volumes"]["data"] == load_multihost()["volumes"]["data"]  # one NFS data root
+    assert set(override["services"]) == {"postgres", "redis"} and set(override["services"]) <= set(main["services"])
+    for name, port in (("postgres", 5432), ("redis", 6379)):
+        [published] = override["services"][name]["ports"]
+        address, host_port, container_port = published.rsplit(":", 2)
+        assert address.startswith("${TEMPER_PRIVATE_ADDRESS:?")  # required, and never every interface
+        assert int(host_port) == int(container_port) == port
+    pool_environment = load_multihost()["services"]["worker-host-0"]["environment"]
+    assert "5432" in pool_environment["DATABASE_URL"] and "6379" in pool_environment["REDIS_URL"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "docker compose -f docker-compose.yml -f docker-compose.multihost-main.yml up -d --build" in readme

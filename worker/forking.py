@@ -3,7 +3,8 @@
 Design note. A train worker of a host pool forks a fresh pool child for every job
 (``--max-tasks-per-child 1``), in its main process, at whatever moment the previous job ends; its
 heartbeat and reaper threads (``worker/heartbeat.py``, ``worker/reaper.py``) query the database in
-that same process every second or few. ``fork`` copies only the forking thread, but all of SQLite's
+that same process every second or few, and the thread that settles a dead host process's run
+(``worker.tasks.train.settle_host_crash``) does so just as the dead process is replaced. ``fork`` copies only the forking thread, but all of SQLite's
 process state: a mutex another thread held at that instant stays held in the child for ever, and
 the child's first query blocks on it (seen: a host's child stuck in ``sqlite3Malloc`` opening its
 connection, its job never started, the other host waiting for it); an open connection's lock

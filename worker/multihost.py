@@ -37,6 +37,7 @@ from django.db import DatabaseError, close_old_connections
 from jaxengine.distributed import PeerWatchdog, end_process
 from webapp.runs import channels, placement, reporting
 from webapp.runs.models import Run
+from worker.forking import database_round
 
 logger = logging.getLogger(__name__)
 
@@ -157,17 +158,20 @@ class HostLiveness:
         """In the worker's main process, after the pool process running this host died (see the module
         note): the peers lost, waiting up to ``lost_seconds`` for their keys to expire, recorded as the
         run's verdict with ``stopped`` left in this host's key; [] when none went (this host's death is
-        then the loss, which its peers or the reaper record). The reservation is given back either way."""
+        then the loss, which its peers or the reaper record). The reservation is given back either way.
+        The main process forks the dead process's replacement meanwhile, so the database is used in one
+        ``database_round`` (``worker.forking``), after the wait."""
         self._seen.update(self.peers)  # the attempt ran: every peer had started
         try:
             lost = self.wait_for_lost_peers()
-            if lost:
-                self._lost = lost
-                self._leave(STOPPED)
-                self._record_loss()
-                logger.error("run %s: host %s's process died after %s; recorded", self.run.public_id,
-                             self.process_id, ", ".join(f"host {process} was lost" for process in lost))
-            placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
+            with database_round():
+                if lost:
+                    self._lost = lost
+                    self._leave(STOPPED)
+                    self._record_loss()
+                    logger.error("run %s: host %s's process died after %s; recorded", self.run.public_id,
+                                 self.process_id, ", ".join(f"host {process} was lost" for process in lost))
+                placement.host_release(worker_name=self.worker_name, run_pk=self.run.pk, attempt=self.attempt)
             return lost
         finally:
             self._client.close()

@@ -51,6 +51,13 @@ def _train(args: argparse.Namespace) -> int:
             print(f"{args.spec}: hosts: {spec.hosts}: give --coordinator, --num-processes and --process-id "
                   "to each process", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if args.num_processes != spec.hosts:
+            # Checked before joining: process 0 would otherwise wait for peers that never come (up to
+            # jax.distributed's initialization timeout) before the job could say the counts differ.
+            print(f"{args.spec}: hosts: {spec.hosts}, but --num-processes is {args.num_processes}; start one "
+                  f"process per host with --num-processes {spec.hosts} (or set hosts: {args.num_processes} "
+                  "in the spec)", file=sys.stderr)
+            return EXIT_BAD_INPUT
         try:
             distributed.initialize(distributed.ProcessGroup(
                 coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id))

@@ -144,7 +144,13 @@ def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, 
     check = page.locator("#layout-check")
     assert check.inner_text() == "Default layout."
     page.select_option("#spec-pool", "tpu")
+    # More hosts than the pool's live workers is not refused (the pool may grow), but said (QA 2026-12-04:
+    # hosts 5 on a pool of 2 launched without a word and waited the placement timeout out).
+    page.fill("#spec-hosts", "5")
+    assert check.inner_text() == "Default layout. Pool tpu has 2 live workers: a job of 5 hosts waits for 3 more to start."
+    assert "mismatch" in check.get_attribute("class")
     page.fill("#spec-hosts", "2")
+    assert check.inner_text() == "Default layout." and "mismatch" not in check.get_attribute("class")
     page.fill("#spec-parallel-data", "2")
     page.fill("#spec-parallel-fsdp", "2")
     assert check.inner_text() == "data × fsdp × tensor = 4 devices; pool tpu gives 2 × 4 = 8."

@@ -204,8 +204,12 @@ def test_the_spec_parallel_section_and_its_rules(tmp_path):
     # Checked where the devices are known: the sizes must multiply to the job's 8.
     with pytest.raises(JobError, match=r"parallel: data 2 x fsdp 2 x tensor 1 = 4 devices, but this job has 8"):
         job_placement(parse_spec({**base, "parallel": {"data": 2, "fsdp": 2}}))
-    with pytest.raises(JobError, match=r"train.batch_size: 4 rows do not split over parallel data x fsdp = 8"):
-        job_placement(parse_spec({**base, "train": {"max_steps": 1, "batch_size": 4}, "parallel": {"fsdp": 8}}))
+    # A given layout against the batch is the spec's own rule (QA 2026-12-04: the web app placed such a
+    # job on its hosts, where it failed at its start).
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**base, "train": {"max_steps": 1, "batch_size": 4}, "parallel": {"fsdp": 8}})
+    assert refused.value.problems == ["train.batch_size: 4 rows do not split over parallel data × fsdp = 8 devices; "
+                                      "give a multiple of 8, or move devices to parallel.tensor"]
     placement = job_placement(parse_spec({**base, "train": {"max_steps": 1, "batch_size": 4},
                                           "parallel": {"data": 2, "tensor": 4}}))
     assert dict(placement.mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 4}

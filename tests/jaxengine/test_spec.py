@@ -102,6 +102,21 @@ def test_it_rejects_an_unknown_top_level_key():
     assert problem.startswith("lora: unknown key; allowed keys here: task, model, output_dir, data, peft")
 
 
+def test_a_section_that_is_not_a_mapping_is_named_with_its_keys():
+    """QA 2026-12-04: ``parallel: 8`` read "input should be a valid dictionary or instance of ParallelSpec",
+    a Python class, with nothing of what to write."""
+    assert problems_of(minimal(parallel=8)) == [
+        "parallel: 8 is not a mapping; write it as {key: value, ...} with keys among: data, fsdp, tensor"]
+    [problem] = problems_of(minimal(peft="lora"))
+    assert problem.startswith("peft: 'lora' is not a mapping; write it as {key: value, ...} with keys among: method, "
+                              "rank, alpha")
+
+
+def test_a_pool_name_outside_its_pattern_says_what_a_name_may_hold():
+    assert problems_of(minimal(pool="TPU")) == [
+        "pool: 'TPU' is not allowed here: give 1-40 lowercase letters, digits and '-', the first a letter or digit"]
+
+
 def test_it_rejects_a_missing_required_key():
     data = minimal()
     del data["model"]

@@ -189,6 +189,43 @@ def test_after_a_silent_crash_the_main_process_names_the_peer_that_went(transact
     assert Worker.objects.get(name="train-tpu@h0").reserved_run is None
 
 
+def test_settling_a_crash_uses_the_database_only_in_rounds(transactional_db, settings, redis_url):
+    """The main process forks the dead process's replacement while it settles the crash, and a child
+    forked with a query in flight or a connection open can read a stale database (worker/forking.py).
+    QA on 2026-12-04: host 1 killed, host 0's worker settled the loss outside a round; its next pool
+    child dropped the resumed run's placement as "attempt is not placed" (it had been placed), and the
+    resume waited TEMPER_HOST_START_SECONDS for a new placement."""
+    from django.db import connection
+
+    from webapp.workers.models import Worker
+    from worker import forking
+    from worker.tasks.train import settle_host_crash
+
+    settings.REDIS_URL = redis_url
+    settings.TEMPER_HOST_LOST_SECONDS = 1
+    run = running_two_host_run()
+    from django.utils import timezone
+
+    Worker.objects.create(name="train-tpu@h0", host="h0", pid=1, queues=["train"], pool="tpu", reserved_run=run,
+                          reserved_attempt=1, started_at=timezone.now(), last_seen=timezone.now())
+    peer_beats(run, 1, seconds=1)
+    outside_rounds = []
+
+    def only_in_rounds(execute, sql, params, many, context):
+        if not forking._rounds.locked():
+            outside_rounds.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(only_in_rounds):
+        assert settle_host_crash(run_pk=run.pk, attempt=1, process_id=0, num_processes=2,
+                                 worker_name="train-tpu@h0") == [1]
+    assert outside_rounds == []
+    assert connection.connection is None  # no connection left open for a later fork
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_message.startswith("host 1 (worker train-tpu@h1) lost")
+    assert Worker.objects.get(name="train-tpu@h0").reserved_run is None
+
+
 def test_after_a_crash_with_every_peer_alive_nothing_is_recorded(transactional_db, settings, redis_url):
     """A host whose own process died (its peers still beat) is the lost one: its main process records
     nothing and leaves its key to expire, for the peers' watchdogs (or the reaper) to name it."""

@@ -220,12 +220,13 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
-    """The host pools a launch can pick (``name``, ``devices_per_worker``, ``summary``): those live
-    train workers announce, with what they offer, and the default pool and ``current`` (a duplicated
+    """The host pools a launch can pick (``name``, ``workers``, ``devices_per_worker``, ``summary``): those
+    live train workers announce, with what they offer, and the default pool and ``current`` (a duplicated
     run's) even when no worker of theirs is up."""
     offers = pool_offers()
     names = sorted({DEFAULT_POOL, *offers, *([current] if isinstance(current, str) and current else [])})
-    return [{"name": name, "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
+    return [{"name": name, "workers": offers[name].workers if name in offers else 0,
+             "devices_per_worker": offers[name].devices_per_worker if name in offers else None,
              "summary": offers[name].summary if name in offers else "no live workers"} for name in names]
 
 
@@ -508,11 +509,16 @@ def unserved_pool_note(*, run: Run) -> str:
 
 
 def run_devices(*, run: Run) -> dict[str, Any]:
-    """The devices of the worker that trains (or trained) ``run``, as its heartbeat reports them."""
+    """The devices that train (or trained) ``run``, as its worker's heartbeat reports them. A multi-host
+    run's worker is host 0's: ``count`` is then every host's devices (the job's mesh spans them all, and
+    placement gives it hosts × each worker's count) and ``per_host`` that worker's."""
     from webapp.workers.models import Worker
 
     worker = Worker.objects.filter(name=run.worker_name).first() if run.worker_name else None
-    return worker.devices if worker is not None else {}
+    devices = dict(worker.devices) if worker is not None else {}
+    if run.hosts > 1 and devices.get("count"):
+        devices.update(per_host=devices["count"], count=devices["count"] * run.hosts)
+    return devices
 
 
 def serving_copy_figures(run: Run) -> dict[str, Any] | None:

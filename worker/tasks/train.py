@@ -9,12 +9,12 @@ import threading
 from billiard.exceptions import WorkerLostError
 from celery import signals
 from django.conf import settings
-from django.db import close_old_connections, connection
 
 from jaxengine.spec import parse_spec
 from webapp.celery import app
 from webapp.runs import pipelines, placement, reporting, services
 from webapp.runs.models import Run, RunStatus
+from worker.forking import database_round
 from worker.multihost import HostLiveness
 
 logger = logging.getLogger(__name__)
@@ -170,10 +170,13 @@ def _host_process_died(sender=None, exception=None, args=None, **_) -> None:
 
 def settle_host_crash(*, run_pk: int, attempt: int, process_id: int, num_processes: int, worker_name: str) -> list[int]:
     """``HostLiveness.settle_after_crash`` for process ``process_id`` of attempt ``attempt`` of run
-    ``run_pk``, unless the run has moved on to another attempt; returns the peers recorded as lost."""
-    close_old_connections()
+    ``run_pk``, unless the run has moved on to another attempt; returns the peers recorded as lost.
+
+    It runs in the worker's main process just as billiard forks the dead process's replacement, so it
+    uses the database only in ``database_round``s (``worker.forking``)."""
     try:
-        run = Run.objects.filter(pk=run_pk, attempt=attempt).first()
+        with database_round():
+            run = Run.objects.filter(pk=run_pk, attempt=attempt).first()
         if run is None:
             return []
         liveness = HostLiveness(run=run, process_id=process_id, num_processes=num_processes, worker_name=worker_name)
@@ -181,5 +184,3 @@ def settle_host_crash(*, run_pk: int, attempt: int, process_id: int, num_process
     except Exception:
         logger.exception("run %s: settling host %s's crash failed", run_pk, process_id)
         return []
-    finally:
-        connection.close()

@@ -291,6 +291,26 @@ def test_the_run_page_shows_why_it_waits_and_then_its_hosts(team, catalog, sent_
     assert client_for(team.outsider).get(page_url).status_code == 404
 
 
+def test_the_run_page_counts_the_devices_of_every_host(team, catalog, sent_tasks, client_for,
+                                                     django_capture_on_commit_callbacks):
+    """QA 2026-12-04: a 2-host run over 2 × 4 devices said "Devices 4 × cpu", host 0's worker's alone,
+    while its mesh spanned 8."""
+    from django.urls import reverse
+
+    cpu = {"platform": "cpu", "count": 4, "kinds": ["cpu"], "memory_bytes": None}
+    make_worker("train-tpu@a", devices=cpu)
+    make_worker("train-tpu@b", devices=cpu)
+    run = launch(team, catalog, django_capture_on_commit_callbacks)
+    reporting.host_start(run_pk=run.pk, attempt=1, process_id=0, worker_name="train-tpu@a")
+    page_url = reverse("runs:detail", args=[team.project.slug, run.public_id])
+    page = client_for(team.viewer).get(page_url).content.decode()
+    assert '<dd id="devices">8 × cpu (2 hosts × 4)</dd>' in page
+    single = launch(team, catalog, django_capture_on_commit_callbacks, hosts=1)
+    Run.objects.filter(pk=single.pk).update(worker_name="train-tpu@b")
+    page = client_for(team.viewer).get(reverse("runs:detail", args=[team.project.slug, single.public_id]))
+    assert '<dd id="devices">4 × cpu</dd>' in page.content.decode()
+
+
 def test_the_page_of_a_queued_run_says_when_no_live_worker_serves_its_pool(team, catalog, sent_tasks, client_for,
                                                                           django_capture_on_commit_callbacks):
     """A single-host run is sent to its pool's queue whether or not a worker consumes it; with none alive

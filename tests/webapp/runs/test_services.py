@@ -54,9 +54,12 @@ def test_it_rejects_each_wrong_key_by_name(team, catalog, sent_tasks):
     assert Run.objects.count() == 0
 
 
+EIGHT_ROWS = {"max_steps": 10, "batch_size": 8}  # rows that split over data × fsdp up to 8
+
+
 def test_a_layout_must_multiply_to_the_devices_the_pool_gives_the_job(team, catalog, sent_tasks, tpu_pool):
     # 2 hosts of pool tpu (live workers of 4 devices each; the stale one of 8 does not count) = 8 devices.
-    spec = sft_spec(catalog, parallel={"data": 2, "fsdp": 2}, hosts=2, pool="tpu")
+    spec = sft_spec(catalog, parallel={"data": 2, "fsdp": 2}, hosts=2, pool="tpu", train=EIGHT_ROWS)
     with pytest.raises(ValidationError) as caught:
         services.run_create(project=team.project, spec=spec, user=team.teammate)
     assert caught.value.message_dict == {"parallel": [
@@ -64,7 +67,7 @@ def test_a_layout_must_multiply_to_the_devices_the_pool_gives_the_job(team, cata
         "4 cpu devices (cpu)); make the sizes multiply to 8, or leave parallel out (blank in the form) for the "
         "default layout"]}
     assert Run.objects.count() == 0
-    one_host = sft_spec(catalog, parallel={"data": 2, "tensor": 2}, pool="tpu")  # hosts 1: 4 devices
+    one_host = sft_spec(catalog, parallel={"data": 2, "tensor": 2}, pool="tpu", train=EIGHT_ROWS)  # 4 devices
     assert services.run_create(project=team.project, spec=one_host, user=team.teammate).spec["parallel"] == {
         "data": 2, "fsdp": 1, "tensor": 2}
     run = services.run_create(project=team.project, spec={**spec, "parallel": {"data": 2, "fsdp": 4}},
@@ -74,7 +77,7 @@ def test_a_layout_must_multiply_to_the_devices_the_pool_gives_the_job(team, cata
 
 
 def test_a_layout_is_left_to_the_job_where_the_pool_does_not_say_its_devices(team, catalog, sent_tasks, tpu_pool):
-    odd = {"data": 3}
+    odd = {"tensor": 3}
     # No live worker of the pool; workers still probing; workers that differ: only the job's start can tell.
     assert services.run_create(project=team.project, spec=sft_spec(catalog, parallel=odd, pool="gpu"), user=None)
     make_pool_worker("train@a100", pool="mixed", devices={"platform": "gpu", "count": 4})
@@ -84,6 +87,18 @@ def test_a_layout_is_left_to_the_job_where_the_pool_does_not_say_its_devices(tea
         assert services.run_create(project=team.project, spec=sft_spec(catalog, parallel=odd, pool=pool), user=None)
     # Without parallel the job takes the default layout for whatever it gets.
     assert services.run_create(project=team.project, spec=sft_spec(catalog, hosts=2, pool="tpu"), user=None)
+
+
+def test_a_layout_the_batch_does_not_split_over_is_refused_at_launch(team, catalog, sent_tasks, tpu_pool):
+    """QA 2026-12-04: parallel {data: 8} with train.batch_size 4 was placed on two hosts, which joined
+    and then failed at the job's start; the rule needs no device, so the launch names it."""
+    spec = sft_spec(catalog, parallel={"data": 8}, hosts=2, pool="tpu", train={"max_steps": 10, "batch_size": 4})
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert caught.value.message_dict == {"train.batch_size": [
+        "4 rows do not split over parallel data × fsdp = 8 devices; give a multiple of 8, or move devices to "
+        "parallel.tensor"]}
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
 
 
 def test_bad_layout_hosts_and_pool_values_are_named_by_key(team, catalog, sent_tasks):

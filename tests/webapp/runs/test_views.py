@@ -77,8 +77,8 @@ def test_the_scale_out_fieldset_offers_the_pools_workers_announce(team, catalog,
     assert 'id="scale-out"' in page
     for key in ("parallel.data", "parallel.fsdp", "parallel.tensor", "hosts"):
         assert f'name="{key}"' in page
-    assert f'<option value="default" data-devices="" selected>{FSI}default{PDI} — no live workers</option>' in page
-    assert f'<option value="tpu" data-devices="4" >{FSI}tpu{PDI} — 2 workers × 4 cpu devices (cpu)</option>' in page
+    assert f'<option value="default" data-devices="" data-workers="0" selected>{FSI}default{PDI} — no live workers</option>' in page
+    assert f'<option value="tpu" data-devices="4" data-workers="2" >{FSI}tpu{PDI} — 2 workers × 4 cpu devices (cpu)</option>' in page
     assert 'name="hosts" value="1"' in page
     assert 'name="parallel.data" value="" placeholder="default layout"' in page
     grpo = client_for(team.teammate).get("/p/alpha/runs/new/?task=grpo").content.decode()
@@ -108,11 +108,11 @@ def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, clien
     # Duplicate fills the fieldset from the run.
     copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert 'name="parallel.data" value="2"' in copy and 'name="parallel.fsdp" value="4"' in copy
-    assert 'name="hosts" value="2"' in copy and '<option value="tpu" data-devices="4" selected>' in copy
+    assert 'name="hosts" value="2"' in copy and '<option value="tpu" data-devices="4" data-workers="2" selected>' in copy
     # A pool none of whose workers is alive now stays the duplicate's choice.
     gone = services.run_create(project=team.project, spec=sft_spec(catalog, pool="gone"), user=team.teammate)
     copy = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={gone.public_id}").content.decode()
-    assert f'<option value="gone" data-devices="" selected>{FSI}gone{PDI} — no live workers</option>' in copy
+    assert f'<option value="gone" data-devices="" data-workers="0" selected>{FSI}gone{PDI} — no live workers</option>' in copy
     assert 'name="parallel.data" value=""' in copy  # no parallel section: blank, the default layout
 
 
@@ -139,7 +139,8 @@ def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team,
 
 
 def test_the_yaml_view_launches_a_layout_the_form_shows_again(team, catalog, client_for, sent_tasks, tpu_pool):
-    text = services.spec_to_yaml(sft_spec(catalog, parallel={"data": 1, "fsdp": 4}, pool="tpu"))
+    text = services.spec_to_yaml(sft_spec(catalog, parallel={"data": 1, "fsdp": 4}, pool="tpu",
+                                          train={"max_steps": 10, "batch_size": 8}))
     response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "name": "yaml-layout",
                                                                      "spec_yaml": text})
     assert response.status_code == 302
