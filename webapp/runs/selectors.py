@@ -382,6 +382,14 @@ def latest_not_finite(*, run: Run, name: str) -> tuple[str, int] | None:
     return NOT_FINITE_WORDS.get(entry["value"], entry["value"]), entry["step"]
 
 
+def metrics_not_finite_now(*, run: Run) -> list[dict[str, Any]]:
+    """The metrics whose latest logged value was NaN or infinite, by name, each with that value in words and
+    its step: what the charts cannot draw (they end at the last finite point)."""
+    latest = {name: latest_not_finite(run=run, name=name) for name in sorted(run.not_finite_metrics or {})}
+    return [{"name": name, "value": value, "step": step} for name, found in latest.items() if found is not None
+            for value, step in [found]]
+
+
 def last_point_id(*, run: Run) -> int:
     """The id of the run's newest stored point (0 when none): what stored buckets cover."""
     return MetricPoint.objects.filter(run=run).aggregate(last=Max("id"))["last"] or 0

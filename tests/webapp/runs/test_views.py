@@ -324,6 +324,20 @@ def test_the_run_page_draws_loss_first_as_the_compare_page_does(team, run, clien
     assert list(series) == ["loss", "grad_norm", "eval/accuracy", "eval/loss"]
 
 
+def test_the_run_page_says_which_metrics_ended_not_finite(team, run, client_for):
+    """A chart ends at its metric's last finite point: a run whose eval loss went NaN at the end looked as if
+    it had stopped evaluating."""
+    Run.objects.filter(pk=run.pk).update(
+        final_metrics={"eval/loss": {"last": 2.0, "step": 2}, "grad_norm": {"last": 0.5, "step": 6}},
+        not_finite_metrics={"eval/loss": {"step": 4, "value": "nan"}, "grad_norm": {"step": 5, "value": "inf"},
+                            "<b>x</b>": {"step": 3, "value": "-inf"}})
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert ('<p class="error" id="not-finite">Not drawn: &lt;b&gt;x&lt;/b&gt; was minus infinity at step 3; '
+            'eval/loss was NaN at step 4.') in page  # grad_norm was finite again at step 6
+    Run.objects.filter(pk=run.pk).update(not_finite_metrics={})
+    assert 'id="not-finite"' not in client_for(team.viewer).get(url(run)).content.decode()
+
+
 def test_the_run_page_escapes_model_text(team, run, client_for):
     page = client_for(team.viewer).get(url(run)).content.decode()
     assert "first &lt;b&gt;run&lt;/b&gt;" in page
