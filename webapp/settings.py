@@ -85,12 +85,12 @@ TEMPER_DB_POOL_MAX = env_int("TEMPER_DB_POOL_MAX", 16)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and TEMPER_DB_POOL_MAX > 0:
     # Under uvicorn, Django runs each request's database work in a thread of its own (asgiref's
     # per-request ThreadSensitiveContext), and a connection belongs to its thread: without a pool every
-    # request connected anew, a PostgreSQL backend started and authenticated each time (30-40 ms of wall
-    # time a request here). A psycopg pool per process hands connections from request to request.
+    # request connected anew, a PostgreSQL backend started and authenticated each time (7-38 ms of wall
+    # time a request here: bench/RESULTS.md). A psycopg pool per process hands connections from request to request.
     # Persistent connections (TEMPER_DB_CONN_MAX_AGE) and a pool exclude each other; the pool wins.
-    # A pooled connection can die while idle (the server restarted; a Celery prefork child, forked from a
-    # process whose pool held connections, closes its inherited copies of them at start): each is checked
-    # (an empty query) before it is handed out, and replaced when dead, rather than failing its request.
+    # A pooled connection can die while idle (the server restarted, or ended idle sessions; see also
+    # webapp.core.db_pool for forked workers): each is checked (an empty query) before it is handed out,
+    # and replaced when dead, rather than failing its request.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
