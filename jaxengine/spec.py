@@ -390,6 +390,8 @@ class JobSpec(_Section):
                                                            if getattr(self, name) is not None])
         if misplaced:
             raise ValueError(misplaced[0])
+        if problem := eval_only_problem(self):
+            raise ValueError(problem)
         # A layout given here is checked against the batch here, before any host is placed; a default
         # layout only where the job's devices are known (``jaxengine.job.job_placement``).
         if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):
@@ -402,6 +404,23 @@ def _sections_for_another_task(task: str, given: Any) -> list[str]:
     other_sections = {s for sections in TASK_SECTIONS.values() for s in sections} - set(TASK_SECTIONS[task])
     return [f"{section}: only used when task is {section} (task is {task!r}); remove it"
             for section in sorted(other_sections & set(given))]
+
+
+# Task section -> its keys that only evaluations read (on data.eval's rows).
+EVAL_ONLY_KEYS: dict[str, tuple[str, ...]] = {"grpo": ("eval_metrics",), "ppo": ("eval_metrics",)}
+
+
+def eval_only_problem(spec: JobSpec) -> str | None:
+    """Why a key of ``spec`` that only evaluations read does nothing (no ``data.eval``); None when none does."""
+    if spec.data.eval is not None:
+        return None
+    for section in TASK_SECTIONS[spec.task]:
+        for key in EVAL_ONLY_KEYS.get(section, ()):
+            if value := getattr(getattr(spec, section), key):
+                names = [term.name for term in value]
+                return (f"{section}.{key}: {names} are scored on data.eval only, and data.eval is not set, so "
+                        f"they would never be scored; add data.eval (held-out prompts) or remove {section}.{key}")
+    return None
 
 
 def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:

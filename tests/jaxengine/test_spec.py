@@ -412,6 +412,28 @@ def test_it_rejects_grpo_mistakes():
         "grpo: only used when task is grpo (task is 'sft'); remove it"]
 
 
+def test_it_rejects_eval_metrics_without_eval_data():
+    """They are scored on data.eval only: without it, the spec was accepted and they silently did nothing."""
+    scored = [{"name": "exact_match"}, {"name": "valid_json"}]
+    grpo = {"rewards": [{"name": "format_regex", "args": {"pattern": "x"}}], "eval_metrics": scored}
+    assert problems_of(minimal(task="grpo", grpo=grpo)) == [
+        "grpo.eval_metrics: ['exact_match', 'valid_json'] are scored on data.eval only, and data.eval is not set, "
+        "so they would never be scored; add data.eval (held-out prompts) or remove grpo.eval_metrics"]
+    ppo = {"reward_model": "runs/r", "eval_metrics": scored[:1]}
+    assert problems_of(minimal(task="ppo", ppo=ppo)) == [
+        "ppo.eval_metrics: ['exact_match'] are scored on data.eval only, and data.eval is not set, "
+        "so they would never be scored; add data.eval (held-out prompts) or remove ppo.eval_metrics"]
+    with_eval = {"train": "t.jsonl", "eval": "e.jsonl"}
+    assert parse_spec(minimal(task="grpo", data=with_eval, grpo=grpo)).grpo.eval_metrics[1].name == "valid_json"
+    assert parse_spec(minimal(task="ppo", data=with_eval, ppo=ppo)).ppo.eval_metrics[0].name == "exact_match"
+    # From a file, at the key's line.
+    text = ("task: ppo\nmodel: demo-tiny\noutput_dir: runs/a\ndata: {train: t.jsonl}\ntrain: {max_steps: 10}\n"
+            "ppo:\n  reward_model: runs/r\n  eval_metrics:\n    - name: exact_match\n")
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text(text, source="spec.yaml")
+    assert caught.value.problems[0].startswith("spec.yaml:8: ppo.eval_metrics: ['exact_match'] are scored")
+
+
 def _schema_keys(model=None, prefix=""):
     """Every settable key of the spec as a dotted path -> its pydantic field (sections recursed into)."""
     from pydantic import BaseModel

@@ -496,7 +496,8 @@ def test_a_reward_model_reward_function_names_a_reward_run_not_a_server_path(tea
     def grpo_spec(model, *, as_eval_metric=False) -> dict:
         scored = {"name": "reward_model", "weight": 0.5, "args": {"model": model}}
         lists = {"rewards": [exact], "eval_metrics": [scored]} if as_eval_metric else {"rewards": [exact, scored]}
-        return {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+        data = {"train": catalog.prompts.public_id, **({"eval": catalog.prompts.public_id} if as_eval_metric else {})}
+        return {"task": "grpo", "model": catalog.base_model.public_id, "data": data,
                 "train": {"max_steps": 10, "batch_size": 2}, "grpo": {"num_generations": 2, **lists}}
 
     for spec, key, message in (
