@@ -435,6 +435,50 @@ def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
             f"give a multiple of {multiple}, or move devices to parallel.tensor")
 
 
+def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
+    """``train.max_steps``, or the steps that ``train.epochs`` passes over ``rows_per_epoch`` rows take."""
+    if spec.train.max_steps is not None:
+        return spec.train.max_steps
+    rows_per_step = spec.train.batch_size * spec.train.grad_accum
+    return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
+
+
+# Tasks whose batch rows per epoch are at most data.train's rows (one example or prompt per row, some
+# dropped). Not pretrain: it cuts a long text into several windows.
+ROWS_BOUND_STEPS_TASKS: tuple[str, ...] = ("sft", "reward", "dpo", "grpo", "ppo")
+
+
+def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
+    """Settings of a valid ``spec`` that work against each other, one line each (the spec still runs).
+
+    ``train_rows``, the row count of ``data.train`` where the caller knows it, bounds the optimizer steps
+    of a spec that gives ``train.epochs``; without it only ``train.max_steps`` tells them before the
+    engine reads the data, and nothing is said where they are not known."""
+    warnings = []
+    if problem := _warmup_problem(spec, train_rows=train_rows):
+        warnings.append(problem)
+    return warnings
+
+
+def _warmup_problem(spec: JobSpec, *, train_rows: int | None) -> str | None:
+    warmup = spec.optim.warmup_steps
+    if spec.train.max_steps is not None:
+        steps, counted = spec.train.max_steps, "train.max_steps"
+    elif train_rows is not None and spec.task in ROWS_BOUND_STEPS_TASKS:
+        # An upper bound (rows the engine drops make fewer steps): a warmup as long warms up for the whole run.
+        steps = total_steps_for(spec, train_rows)
+        counted = (f"at most: train.epochs {spec.train.epochs:g} × {train_rows} rows of data.train / "
+                   f"(train.batch_size {spec.train.batch_size} × train.grad_accum {spec.train.grad_accum})")
+    else:
+        return None
+    if warmup < steps:
+        return None
+    # The schedule reaches the peak at step index warmup_steps; the last step's index is steps - 1.
+    return (f"optim.warmup_steps: {warmup} is not below the run's {steps} optimizer steps ({counted}), so the "
+            f"learning rate never reaches optim.learning_rate {spec.optim.learning_rate:g}: the run ends still "
+            f"warming up; give warmup_steps below {steps} (a tenth of the steps is common) or train longer")
+
+
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:
     """Validate a spec given as a mapping (e.g. a parsed YAML document or a web form).
 

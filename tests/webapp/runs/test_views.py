@@ -739,6 +739,16 @@ def test_the_grpo_form_names_each_wrong_row_and_argument(team, catalog, client_f
     assert errors["grpo.rewards.1.args.pattern"] == ["format_regex: required argument missing: pattern (a text)"]
 
 
+def test_a_launch_whose_warmup_outlasts_the_run_says_so_on_the_run_page(team, catalog, client_for, sent_tasks):
+    text = (f"task: sft\nmodel: {catalog.base_model.public_id}\ndata: {{train: {catalog.sft.public_id}}}\n"
+            "optim: {warmup_steps: 10}\ntrain: {max_steps: 5}\n")
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": text}, follow=True)
+    assert response.status_code == 200 and Run.objects.get().status == RunStatus.QUEUED
+    page = response.content.decode()
+    assert ('<li class="message message-warning">optim.warmup_steps: 10 is not below the run&#x27;s 5 optimizer '
+            "steps (train.max_steps), so the learning rate never reaches optim.learning_rate 0.0001") in page
+
+
 def test_the_grpo_form_names_eval_metrics_without_eval_data_at_their_list(team, catalog, client_for, sent_tasks):
     data = _grpo_form(catalog, **{"grpo.rewards.0.name": "exact_match", "grpo.eval_metrics.0.name": "valid_json"})
     response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
