@@ -9,7 +9,6 @@ everything it produces lands in ``output_dir`` following the run-directory contr
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxengine.spec import JobSpec, batch_split_problem, dump_spec
+from jaxengine.spec import JobSpec, batch_split_problem, dump_spec, total_steps_for
 
 DEMO_PRESET = "demo-tiny"
 
@@ -75,14 +74,6 @@ def resolve_dtypes(spec: JobSpec):
     if compute == "auto":
         compute = "float32" if jax.default_backend() == "cpu" else "bfloat16"
     return names[spec.train.param_dtype], names[compute]
-
-
-def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
-    """``train.max_steps``, or the steps that ``train.epochs`` passes over ``rows_per_epoch`` rows take."""
-    if spec.train.max_steps is not None:
-        return spec.train.max_steps
-    rows_per_step = spec.train.batch_size * spec.train.grad_accum
-    return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
 
 
 def job_placement(spec: JobSpec):

@@ -390,6 +390,8 @@ class JobSpec(_Section):
                                                            if getattr(self, name) is not None])
         if misplaced:
             raise ValueError(misplaced[0])
+        if problem := eval_only_problem(self):
+            raise ValueError(problem)
         # A layout given here is checked against the batch here, before any host is placed; a default
         # layout only where the job's devices are known (``jaxengine.job.job_placement``).
         if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):
@@ -404,6 +406,23 @@ def _sections_for_another_task(task: str, given: Any) -> list[str]:
             for section in sorted(other_sections & set(given))]
 
 
+# Task section -> its keys that only evaluations read (on data.eval's rows).
+EVAL_ONLY_KEYS: dict[str, tuple[str, ...]] = {"grpo": ("eval_metrics",), "ppo": ("eval_metrics",)}
+
+
+def eval_only_problem(spec: JobSpec) -> str | None:
+    """Why a key of ``spec`` that only evaluations read does nothing (no ``data.eval``); None when none does."""
+    if spec.data.eval is not None:
+        return None
+    for section in TASK_SECTIONS[spec.task]:
+        for key in EVAL_ONLY_KEYS.get(section, ()):
+            if value := getattr(getattr(spec, section), key):
+                names = [term.name for term in value]
+                return (f"{section}.{key}: {names} are scored on data.eval only, and data.eval is not set, so "
+                        f"they would never be scored; add data.eval (held-out prompts) or remove {section}.{key}")
+    return None
+
+
 def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
     """Why a micro-batch of ``spec`` (``train.batch_size`` rows, × ``grpo.num_generations`` for grpo)
     cannot be split over the mesh's data × fsdp = ``multiple`` devices; None when it can."""
@@ -414,6 +433,50 @@ def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
             if spec.task == "grpo" else f"{rows} rows")
     return (f"train.batch_size: {what} do not split over parallel data × fsdp = {multiple} devices; "
             f"give a multiple of {multiple}, or move devices to parallel.tensor")
+
+
+def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
+    """``train.max_steps``, or the steps that ``train.epochs`` passes over ``rows_per_epoch`` rows take."""
+    if spec.train.max_steps is not None:
+        return spec.train.max_steps
+    rows_per_step = spec.train.batch_size * spec.train.grad_accum
+    return max(1, math.ceil(spec.train.epochs * rows_per_epoch / rows_per_step))
+
+
+# Tasks whose batch rows per epoch are at most data.train's rows (one example or prompt per row, some
+# dropped). Not pretrain: it cuts a long text into several windows.
+ROWS_BOUND_STEPS_TASKS: tuple[str, ...] = ("sft", "reward", "dpo", "grpo", "ppo")
+
+
+def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
+    """Settings of a valid ``spec`` that work against each other, one line each (the spec still runs).
+
+    ``train_rows``, the row count of ``data.train`` where the caller knows it, bounds the optimizer steps
+    of a spec that gives ``train.epochs``; without it only ``train.max_steps`` tells them before the
+    engine reads the data, and nothing is said where they are not known."""
+    warnings = []
+    if problem := _warmup_problem(spec, train_rows=train_rows):
+        warnings.append(problem)
+    return warnings
+
+
+def _warmup_problem(spec: JobSpec, *, train_rows: int | None) -> str | None:
+    warmup = spec.optim.warmup_steps
+    if spec.train.max_steps is not None:
+        steps, counted = spec.train.max_steps, "train.max_steps"
+    elif train_rows is not None and spec.task in ROWS_BOUND_STEPS_TASKS:
+        # An upper bound (rows the engine drops make fewer steps): a warmup as long warms up for the whole run.
+        steps = total_steps_for(spec, train_rows)
+        counted = (f"at most: train.epochs {spec.train.epochs:g} × {train_rows} rows of data.train / "
+                   f"(train.batch_size {spec.train.batch_size} × train.grad_accum {spec.train.grad_accum})")
+    else:
+        return None
+    if warmup < steps:
+        return None
+    # The schedule reaches the peak at step index warmup_steps; the last step's index is steps - 1.
+    return (f"optim.warmup_steps: {warmup} is not below the run's {steps} optimizer steps ({counted}), so the "
+            f"learning rate never reaches optim.learning_rate {spec.optim.learning_rate:g}: the run ends still "
+            f"warming up; give warmup_steps below {steps} (a tenth of the steps is common) or train longer")
 
 
 def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int] | None = None) -> JobSpec:

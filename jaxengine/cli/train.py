@@ -1,7 +1,8 @@
 """``jaxengine train SPEC.yaml``: run a training job described by a job spec (see README, "Job spec").
 
 The spec is validated before anything heavy is imported; an invalid one prints one line per problem
-(``file:line: dotted.key: ...``) and exits 2. Running the same spec again on an ``output_dir`` that has
+(``file:line: dotted.key: ...``) and exits 2; settings that work against each other (a warmup as long as
+the run) are named on stderr as ``SPEC.yaml: warning: ...`` and the job runs. Running the same spec again on an ``output_dir`` that has
 checkpoints resumes from the latest. Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
 a checkpoint and exits 130. The run summary is printed as one JSON object; exit 0 when the run
 succeeded, 1 when it failed (e.g. a non-finite loss, a reward function that raised), its message
@@ -35,13 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from jaxengine.spec import SpecError, load_spec
+    from jaxengine.spec import SpecError, load_spec, spec_warnings
 
     try:
         spec = load_spec(args.spec)
     except SpecError as error:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.process_id in (None, 0):  # once per job, not once per host
+        for warning in spec_warnings(spec):
+            print(f"{args.spec}: warning: {warning}", file=sys.stderr)
 
     group_arguments = (args.coordinator, args.num_processes, args.process_id)
     if spec.hosts > 1 or any(value is not None for value in group_arguments):

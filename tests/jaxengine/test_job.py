@@ -188,6 +188,18 @@ def test_cli_names_a_missing_data_file_before_making_the_run(tmp_path, capsys, k
     assert not (tmp_path / "run").exists()
 
 
+def test_cli_warns_of_a_warmup_as_long_as_the_run_before_it_starts(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": "demo-tiny", "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(tmp_path / "missing.jsonl")}, "train": {"max_steps": 20},
+                                    "optim": {"warmup_steps": 20, "learning_rate": 2e-4}}))
+    assert main(["train", str(path), "--no-progress"]) == 2  # the missing file, after the warning
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{path}: warning: optim.warmup_steps: 20 is not below the run's 20 optimizer steps (train.max_steps), so "
+        "the learning rate never reaches optim.learning_rate 0.0002: the run ends still warming up; give "
+        "warmup_steps below 20 (a tenth of the steps is common) or train longer")
+
+
 def test_an_unknown_model_is_named(tmp_path):
     with pytest.raises(JobError, match="^model: 'nope': no such directory; give a Hugging Face-format model "
                                        "directory \\(holding config.json\\) or the preset demo-tiny$"):

@@ -308,7 +308,8 @@ def test_a_reward_model_function_without_a_reward_run_is_named_before_the_run_st
     with pytest.raises(JobError, match=r"^grpo.rewards.1.args.model: .*no reward_head.safetensors"):
         grpo.make_grpo_trainer(grpo_spec, build_job_model(grpo_spec), tmp_path / "run")
     ppo_spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", ppo_section={
-        "rewards": [{"name": "contains", "args": {"keywords": ["e"]}}], "eval_metrics": [scored]}))
+        "rewards": [{"name": "contains", "args": {"keywords": ["e"]}}], "eval_metrics": [scored]},
+        data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(demo_dir / "data/eval.jsonl")}))
     with pytest.raises(JobError, match=r"^ppo.eval_metrics.0.args.model: .*no reward_head.safetensors"):
         ppo.make_ppo_trainer(ppo_spec, build_job_model(ppo_spec), tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -412,6 +412,55 @@ def test_it_rejects_grpo_mistakes():
         "grpo: only used when task is grpo (task is 'sft'); remove it"]
 
 
+def test_it_rejects_eval_metrics_without_eval_data():
+    """They are scored on data.eval only: without it, the spec was accepted and they silently did nothing."""
+    scored = [{"name": "exact_match"}, {"name": "valid_json"}]
+    grpo = {"rewards": [{"name": "format_regex", "args": {"pattern": "x"}}], "eval_metrics": scored}
+    assert problems_of(minimal(task="grpo", grpo=grpo)) == [
+        "grpo.eval_metrics: ['exact_match', 'valid_json'] are scored on data.eval only, and data.eval is not set, "
+        "so they would never be scored; add data.eval (held-out prompts) or remove grpo.eval_metrics"]
+    ppo = {"reward_model": "runs/r", "eval_metrics": scored[:1]}
+    assert problems_of(minimal(task="ppo", ppo=ppo)) == [
+        "ppo.eval_metrics: ['exact_match'] are scored on data.eval only, and data.eval is not set, "
+        "so they would never be scored; add data.eval (held-out prompts) or remove ppo.eval_metrics"]
+    with_eval = {"train": "t.jsonl", "eval": "e.jsonl"}
+    assert parse_spec(minimal(task="grpo", data=with_eval, grpo=grpo)).grpo.eval_metrics[1].name == "valid_json"
+    assert parse_spec(minimal(task="ppo", data=with_eval, ppo=ppo)).ppo.eval_metrics[0].name == "exact_match"
+    # From a file, at the key's line.
+    text = ("task: ppo\nmodel: demo-tiny\noutput_dir: runs/a\ndata: {train: t.jsonl}\ntrain: {max_steps: 10}\n"
+            "ppo:\n  reward_model: runs/r\n  eval_metrics:\n    - name: exact_match\n")
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text(text, source="spec.yaml")
+    assert caught.value.problems[0].startswith("spec.yaml:8: ppo.eval_metrics: ['exact_match'] are scored")
+
+
+def test_a_warmup_as_long_as_the_run_is_warned_of_when_the_steps_are_known():
+    from jaxengine.spec import spec_warnings
+
+    def warnings(train, *, warmup=10, task="sft", **known):
+        extra = {"grpo": {"rewards": [{"name": "valid_json"}]}} if task == "grpo" else {}
+        return spec_warnings(parse_spec(minimal(task=task, train=train, optim={"warmup_steps": warmup}, **extra)),
+                             **known)
+
+    assert warnings({"max_steps": 10}) == [
+        "optim.warmup_steps: 10 is not below the run's 10 optimizer steps (train.max_steps), so the learning rate "
+        "never reaches optim.learning_rate 0.0001: the run ends still warming up; give warmup_steps below 10 "
+        "(a tenth of the steps is common) or train longer"]
+    assert warnings({"max_steps": 11}) == []  # the peak at step index 10, the last step's
+    assert warnings({"max_steps": 5}, warmup=0) == []
+    # train.epochs: known only with data.train's row count; 2 epochs of 36 rows in steps of 4 × 2 rows: 9 at most.
+    epochs = {"epochs": 2, "batch_size": 4, "grad_accum": 2}
+    assert warnings(epochs) == []
+    assert warnings(epochs, train_rows=36, warmup=8) == []
+    assert warnings(epochs, train_rows=36, warmup=9, task="grpo") == [
+        "optim.warmup_steps: 9 is not below the run's 9 optimizer steps (at most: train.epochs 2 × 36 rows of "
+        "data.train / (train.batch_size 4 × train.grad_accum 2)), so the learning rate never reaches "
+        "optim.learning_rate 0.0001: the run ends still warming up; give warmup_steps below 9 (a tenth of the "
+        "steps is common) or train longer"]
+    # pretrain cuts a long text into several rows: its row count bounds no step count.
+    assert warnings(epochs, train_rows=36, warmup=9, task="pretrain") == []
+
+
 def _schema_keys(model=None, prefix=""):
     """Every settable key of the spec as a dotted path -> its pydantic field (sections recursed into)."""
     from pydantic import BaseModel

@@ -144,15 +144,21 @@ def track_not_finite(latest: dict[str, dict[str, Any]], name: str, value: float,
         latest[name] = {"step": step, "value": str(float(value))}
 
 
+def numeric_metrics(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
+    """The numeric metrics of one record, NaN and infinity included, in the record's order."""
+    for name, value in metrics.items():
+        if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        yield name, float(value)
+
+
 def metric_values(metrics: dict[str, Any], *, not_finite: list[tuple[str, float]] | None = None
                   ) -> Iterable[tuple[str, float]]:
     """The finite numeric metrics of one record (NaN and infinity cannot be stored or plotted); the
     numeric ones left out for that go to ``not_finite`` (name, value) when it is given."""
-    for name, value in metrics.items():
-        if name in NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
+    for name, value in numeric_metrics(metrics):
         if math.isfinite(value):
-            yield name, float(value)
+            yield name, value
         elif not_finite is not None:
             not_finite.append((name, value))
 
@@ -430,7 +436,8 @@ class RunReporter:
         for step in eval_steps:
             metrics = next(r for r in records if r.step == step).metrics
             # Not each group of data.eval_group_by (eval/<metric>/<group>, up to 32 a metric): the charts show those.
-            evaluation = ", ".join(f"{name} {value:.4g}" for name, value in metric_values(metrics)
+            # NaN and infinity too (as nan, inf): charts cannot show them, and an evaluation gone NaN is news.
+            evaluation = ", ".join(f"{name} {value:.4g}" for name, value in numeric_metrics(metrics)
                                    if name.startswith("eval/") and name.count("/") == 1)
             count = evaluated.get(step, 0)
             self.log(f"step {step}: evaluated ({evaluation}" + (f"; {count} sample{'' if count == 1 else 's'})" if count else ")"))

@@ -21,7 +21,7 @@ from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
-from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, LogLevel, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
@@ -500,6 +500,12 @@ def checkpoint_states(*, run: Run) -> dict[str, str]:
     asked for). The run page compares it with what it shows, to know when to load its checkpoints again."""
     return {str(checkpoint["step"]): "exported" if checkpoint["artifact"] else
             (checkpoint["export"].status if checkpoint["export"] else "") for checkpoint in checkpoint_list(run=run)}
+
+
+def launch_warnings(*, run: Run) -> list[str]:
+    """What its launch logged as warnings about the run's spec (``services.plan_warnings``): the run
+    started all the same, and the page it opens on says them again."""
+    return list(run.log_lines.filter(level=LogLevel.WARNING).order_by("pk").values_list("message", flat=True))
 
 
 def unserved_pool_note(*, run: Run) -> str:

@@ -33,7 +33,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import TASK_DATASET_KINDS, SpecError, in_schema_order, parse_spec, parse_spec_text
+from jaxengine.spec import TASK_DATASET_KINDS, SpecError, in_schema_order, parse_spec, parse_spec_text, spec_warnings
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
@@ -476,6 +476,13 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
                          name=name or _default_name(plan), tags=parse_tags(tags))
 
 
+def plan_warnings(plan: RunPlan) -> list[str]:
+    """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``."""
+    train = next((version for version in plan.dataset_versions
+                  if version.public_id == plan.spec["data"]["train"]), None)
+    return spec_warnings(parse_spec(plan.resolved), train_rows=train.row_count if train is not None else None)
+
+
 def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: AbstractBaseUser | None, name: str,
                   tags: list[str]) -> Run:
     run = Run.objects.create(
@@ -486,6 +493,8 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
     )
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
+    for warning in plan_warnings(plan):
+        log_line(run, warning, level=LogLevel.WARNING)
     _enqueue(run)
     return run
 

@@ -193,6 +193,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 return _launch_sweep(request, project, spec=spec, axes=axes, name=name, tags=tags)
             run = services.run_create(project=project, spec=spec, user=request.user, name=name, tags=tags)
             messages.success(request, f"Run {isolated(run.name)} queued.")
+            for warning in selectors.launch_warnings(run=run):
+                messages.warning(request, warning)
             return reverse("runs:detail", args=[project.slug, run.public_id])
 
         return redirect(form_send_once(request, create=launch))

@@ -20,6 +20,32 @@ from worker.multihost import HostLiveness
 logger = logging.getLogger(__name__)
 
 
+@signals.worker_init.connect
+def _fresh_process_per_train_task(sender=None, **_) -> None:
+    """A worker of a train queue runs each task in a fresh pool process, whatever its command line says.
+
+    A process that joined a multi-host job's jax.distributed group cannot leave it: a later run in it
+    failed ("the spec asks for 1 processes, this job has 2") and a later host refused to join. The
+    shipped scripts pass ``--max-tasks-per-child 1``; a worker started by hand without it reused the
+    process. Set here, before the pool is made (``worker_init``), it holds for the prefork pool; the
+    solo and thread pools run tasks in the worker's own process, which no setting renews."""
+    pool = placement.pool_of_queues(list(sender.app.amqp.queues.consume_from))
+    if not pool:
+        return
+    from celery.concurrency import get_implementation
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    if not issubclass(get_implementation(sender.pool_cls), PreforkPool):
+        logger.warning("train worker %s (host pool %s) runs its tasks in its own process, not a fresh one per task: "
+                       "after a multi-host job it cannot run another; start it with --pool prefork",
+                       sender.hostname, pool)
+        return
+    if sender.max_tasks_per_child != 1:
+        logger.info("train worker %s: one task per pool process (max tasks per child %s -> 1)",
+                    sender.hostname, sender.max_tasks_per_child)
+        sender.max_tasks_per_child = 1
+
+
 @app.task(name="worker.tasks.train.train_run", bind=True, acks_late=True)
 def train_run(self, run_pk: int, attempt: int) -> None:
     """Train attempt ``attempt`` of run ``run_pk``; a stale message (a later attempt exists, or the

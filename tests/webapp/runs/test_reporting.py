@@ -197,6 +197,14 @@ def test_samples_of_an_evaluated_step_are_stored(running_run):
     assert MetricPoint.objects.get(run=running_run, name="eval/exact_match/add").value == 0.25
 
 
+def test_the_evaluated_line_names_eval_values_that_are_not_finite(running_run):
+    """An eval loss gone NaN (or a metric gone infinite) was left out of the line, as if never evaluated."""
+    report(running_run, [record(2, **{"eval/loss": math.nan, "eval/accuracy": 0.5, "eval/reward": -math.inf,
+                                      "eval/kl": math.inf})])
+    assert running_run.log_lines.filter(
+        message="step 2: evaluated (eval/loss nan, eval/accuracy 0.5, eval/reward -inf, eval/kl inf)").exists()
+
+
 def test_the_database_cancel_flag_stops_the_run(running_run):
     Run.objects.filter(pk=running_run.pk).update(cancel_requested=True)
     reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, heartbeat_seconds=0.05, use_redis=False)

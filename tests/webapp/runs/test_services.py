@@ -36,6 +36,26 @@ def test_it_resolves_ids_validates_saves_and_enqueues_on_commit(team, catalog, s
     assert run.name == "sft-tiny"
 
 
+def test_a_warmup_as_long_as_the_run_is_logged_as_a_warning_at_launch(team, catalog, sent_tasks):
+    """The sft preset "Full fine-tune" (2 epochs, warmup 20) on 8 rows in batches of 8 takes 2 steps: its
+    learning rate never left the warmup, and nothing said so."""
+    from webapp.runs.models import LogLevel
+    from webapp.runs.presets import preset_spec
+
+    spec = {**preset_spec("sft", "Full fine-tune"), "model": catalog.base_model.public_id,
+            "data": {"train": catalog.sft.public_id}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
+        "optim.warmup_steps: 20 is not below the run's 2 optimizer steps (at most: train.epochs 2 × 8 rows of "
+        "data.train / (train.batch_size 8 × train.grad_accum 1)), so the learning rate never reaches "
+        "optim.learning_rate 2e-05: the run ends still warming up; give warmup_steps below 2 (a tenth of the "
+        "steps is common) or train longer"]
+    assert run.status == RunStatus.QUEUED  # a warning: the run is launched all the same
+    fitting = services.run_create(project=team.project, spec=sft_spec(catalog, optim={"warmup_steps": 9}),
+                                  user=team.teammate)
+    assert not fitting.log_lines.filter(level=LogLevel.WARNING).exists()
+
+
 def test_nothing_is_enqueued_before_commit(team, catalog, sent_tasks):
     services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
     assert sent_tasks.calls == []  # the test transaction never commits
@@ -496,7 +516,8 @@ def test_a_reward_model_reward_function_names_a_reward_run_not_a_server_path(tea
     def grpo_spec(model, *, as_eval_metric=False) -> dict:
         scored = {"name": "reward_model", "weight": 0.5, "args": {"model": model}}
         lists = {"rewards": [exact], "eval_metrics": [scored]} if as_eval_metric else {"rewards": [exact, scored]}
-        return {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+        data = {"train": catalog.prompts.public_id, **({"eval": catalog.prompts.public_id} if as_eval_metric else {})}
+        return {"task": "grpo", "model": catalog.base_model.public_id, "data": data,
                 "train": {"max_steps": 10, "batch_size": 2}, "grpo": {"num_generations": 2, **lists}}
 
     for spec, key, message in (

@@ -704,6 +704,7 @@ def test_launching_grpo_from_the_form_with_two_reward_functions(team, catalog, c
         "grpo.rewards.3.args.format_regex.pattern": r"^\d+$", "grpo.rewards.3.args.format_regex.full_match": "true",
         "grpo.rewards.4.name": "",  # a blank row added and left empty
         "grpo.eval_metrics.0.name": "contains", "grpo.eval_metrics.0.args.contains.keywords": "four\n4\n",
+        "data.eval": catalog.prompts.public_id,  # which the eval metrics score
     })
     response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -736,6 +737,27 @@ def test_the_grpo_form_names_each_wrong_row_and_argument(team, catalog, client_f
                  "grpo.beta": "0.04"})
     errors = client_for(team.teammate).post("/p/alpha/runs/new/", data).context["errors"]
     assert errors["grpo.rewards.1.args.pattern"] == ["format_regex: required argument missing: pattern (a text)"]
+
+
+def test_a_launch_whose_warmup_outlasts_the_run_says_so_on_the_run_page(team, catalog, client_for, sent_tasks):
+    text = (f"task: sft\nmodel: {catalog.base_model.public_id}\ndata: {{train: {catalog.sft.public_id}}}\n"
+            "optim: {warmup_steps: 10}\ntrain: {max_steps: 5}\n")
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {"mode": "yaml", "spec_yaml": text}, follow=True)
+    assert response.status_code == 200 and Run.objects.get().status == RunStatus.QUEUED
+    page = response.content.decode()
+    assert ('<li class="message message-warning">optim.warmup_steps: 10 is not below the run&#x27;s 5 optimizer '
+            "steps (train.max_steps), so the learning rate never reaches optim.learning_rate 0.0001") in page
+
+
+def test_the_grpo_form_names_eval_metrics_without_eval_data_at_their_list(team, catalog, client_for, sent_tasks):
+    data = _grpo_form(catalog, **{"grpo.rewards.0.name": "exact_match", "grpo.eval_metrics.0.name": "valid_json"})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
+    assert response.status_code == 400 and not Run.objects.exists() and not sent_tasks.calls
+    message = ("['valid_json'] are scored on data.eval only, and data.eval is not set, so they would never be "
+               "scored; add data.eval (held-out prompts) or remove grpo.eval_metrics")
+    assert response.context["errors"]["grpo.eval_metrics"] == [message]
+    page = response.content.decode()
+    assert page.index(message.replace("'", "&#x27;"), page.index('data-key="grpo.eval_metrics"')) > 0
 
 
 def test_an_argument_a_reward_function_rejects_is_named_at_its_input(team, catalog, client_for, sent_tasks):
