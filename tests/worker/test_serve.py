@@ -60,10 +60,20 @@ def slow_down_decoding(monkeypatch, seconds_per_call):
 def test_tokens_reach_redis_from_the_tasks_thread_not_the_servers(client, model_dir, monkeypatch):
     emitting_threads = set()
     emit = channels.emit
-    monkeypatch.setattr(channels, "emit", lambda *args: (emitting_threads.add(threading.current_thread().name),
-                                                         emit(*args)))
+    monkeypatch.setattr(channels, "emit", lambda *args, **kwargs: (
+        emitting_threads.add(threading.current_thread().name), emit(*args, **kwargs))[1])
     serve.generate(request(model_dir, "threads"))
     assert emitting_threads == {threading.current_thread().name}  # not "batching-server"
+
+
+def test_generations_share_the_processs_redis_connections(client, model_dir):
+    """A client per generation connected and handshook anew for each (6 % of a busy serve worker's time)."""
+    serve.generate(request(model_dir, "first"))
+    connections = client.info("stats")["total_connections_received"]
+    for index in range(3):
+        done = serve.generate(request(model_dir, f"next{index}"))
+        assert channels.stored_events(client, f"next{index}")[-1]["text"] == done["text"]
+    assert client.info("stats")["total_connections_received"] == connections
 
 
 def test_concurrent_generations_join_one_running_batch(client, model_dir, monkeypatch):

@@ -47,14 +47,18 @@ def request_stop(client, generation_id: str) -> None:
     client.set(stop_key(generation_id), "1", ex=STOP_TTL_SECONDS)
 
 
-def emit(client, generation_id: str, event: dict[str, Any]) -> None:
-    """Append ``event`` (with its ``seq``) to the generation's list and publish it."""
+def emit(client, generation_id: str, event: dict[str, Any], *, read_stop: bool = False) -> bool | None:
+    """Append ``event`` (with its ``seq``) to the generation's list and publish it, in one round trip;
+    ``read_stop``: also read whether a stop was asked for (returned), in the same round trip."""
     data = json.dumps(event)
-    pipe = client.pipeline()
+    pipe = client.pipeline(transaction=False)  # in order on one connection; a reader needs no more (above)
     pipe.rpush(events_key(generation_id), data)
     pipe.expire(events_key(generation_id), EVENTS_TTL_SECONDS)
     pipe.publish(channel(generation_id), data)
-    pipe.execute()
+    if read_stop:
+        pipe.exists(stop_key(generation_id))
+    replies = pipe.execute()
+    return bool(replies[-1]) if read_stop else None
 
 
 def stored_events(client, generation_id: str) -> list[dict[str, Any]]:
