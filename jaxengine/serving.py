@@ -42,17 +42,7 @@ Design note.
   than on one, of an 80 MB model 0.67x as fast.
 * Compiles: the prefill per (group, prompt length) bucket and the decode call per (rows, slots) bucket
   and sampling mode, all powers of two, so a serving process compiles a bounded set of programs,
-  never one per request (``trace_count``). A busy batch admits requests one prefill each (a prefill
-  group's copy into the cache is one program per group size, cache rows and slots), and a re-layout that
-  changes both rows and slots runs as two programs (rows, then slots): each program is then met by many
-  changes instead of one program per old and new shape of the whole cache.
-* Compiling aside: a server's batch (``compile_aside``) with rows decoding makes no change whose
-  programs never ran unless its next call needs it: a joining request waits, and a re-layout the rows
-  can go without (fewer rows or slots) is put off, while ``BatchDecoder.transitions`` runs the same step
-  on a copy of the batch (zeros for its cache) on a thread of its own; then the request joins. The rows
-  decode on meanwhile, where a compile on the loop (0.1-0.3 s on CPU) stalled every one of them: 16
-  chats arriving over ~100 ms met 2-7 such compiles a round. A request waits for one such compile, and
-  at most ``COMPILE_ASIDE_WAIT_SECONDS``.
+  never one per request (``trace_count``).
 * Sampling: row b draws with key ``fold_in(fold_in(key(seed_b), 0), step)``, the key ``Sampler`` gives a
   lone prompt, and the same Gumbel-max draw as ``jax.random.categorical``, so a request decodes the same
   whether it is batched, joins late or runs alone. The noise of a whole call is drawn before its steps
@@ -68,8 +58,8 @@ Design note.
   only while no submitted request waits or decodes; what they compile is what real requests with those
   settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
   a cache layout it skips to the next layout, so the warm-up decodes a few calls per layout instead of
-  whole answers. Re-layouts between row counts and the copies of joining requests compile on first use,
-  aside (above), and stay in the persistent compilation cache.
+  whole answers. Re-layouts between row counts and prefill groups other than the warmed ones still
+  compile on first use (0.1-0.2 s each on CPU, kept in the persistent compilation cache).
 """
 from __future__ import annotations
 
@@ -100,8 +90,6 @@ from jaxengine.sharding import constrain, constrain_kv_cache, make_mesh
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
 FINISH_REASONS = ("stop", "length", "cancelled", "timeout")
-# How long a request may wait to join a busy batch while its programs compile aside (ContinuousBatch._plan).
-COMPILE_ASIDE_WAIT_SECONDS = 3.0
 
 logger = logging.getLogger(__name__)
 
@@ -442,20 +430,6 @@ class _Row:
     first_token: float | None = None
     start: int = 0  # first cache slot of its prompt
     fast_forward: bool = False  # a warm-up row: meets each cache layout once (ContinuousBatch._fast_forward)
-    waits_since: float | None = None  # when its admission first waited for a compile aside (ContinuousBatch._plan)
-    compiled_aside: threading.Event | None = None  # set once the compile its admission waits for is done
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Layout:
-    """A cache layout ``ContinuousBatch._lay_out`` moves to: ``rows`` x ``length`` slots on ``mesh``, the
-    shared slot at ``index``, the old slots moved ``shift`` to the left."""
-
-    rows: int
-    length: int
-    index: int
-    shift: int
-    mesh: Mesh | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -474,9 +448,8 @@ class ContinuousBatch:
     Not thread-safe: one loop drives it."""
 
     def __init__(self, decoder: BatchDecoder, *, max_slots: int | None = None,
-                 clock: Callable[[], float] = time.monotonic, compile_aside: bool = False):
+                 clock: Callable[[], float] = time.monotonic):
         self.decoder = decoder
-        self.compile_aside = compile_aside  # see _plan
         self.max_slots = decoder.max_slots if max_slots is None else max_slots
         self.clock = clock
         self.batch_sizes: list[int] = []  # requests decoding in each decode call, for tests and benchmarks
@@ -537,13 +510,12 @@ class ContinuousBatch:
                 row.on_finish(self._result(row, reason))
             else:
                 admitted.append(row)
-        admitted, layout, transition = self._plan(admitted, now)
-        if layout is not None:
-            self._lay_out(layout)
-        for group in self._prefill_groups(admitted):
-            self._admit(group, self._prompt_bucket(group))
-        if transition is not None:
-            self.decoder.transitions.note(transition)
+        prompt_bucket = max((bucket_length(len(row.request.prompt_ids), minimum=self.decoder.min_bucket)
+                             for row in admitted), default=0)
+        if admitted or self._active_count():
+            self._fit(new_rows=len(admitted), prompt_bucket=prompt_bucket)
+        if admitted:
+            self._admit(admitted, prompt_bucket)
         if self._active_count():
             self._decode_call()
         if not self.busy:
@@ -589,137 +561,25 @@ class ContinuousBatch:
         for row in rows:
             row.tokens.extend([0] * skip)
 
-    def _prompt_bucket(self, admitted: list[_Row]) -> int:
-        return max((bucket_length(len(row.request.prompt_ids), minimum=self.decoder.min_bucket) for row in admitted),
-                   default=0)
-
-    def _plan(self, admitted: list[_Row], now: float) -> tuple[list[_Row], _Layout | None, frozenset | None]:
-        """(the requests this step admits, the layout it moves to or None, the programs of that change or None).
-
-        A batch that ``compile_aside`` (a server's) with rows decoding makes no change whose programs
-        never ran, unless it must: the admission waits, and a re-layout the rows can go without (fewer
-        rows, fewer slots) is put off, while ``BatchDecoder.transitions`` runs the change on a copy of the
-        batch on a thread of its own; the rows decode on at their layout meanwhile, where a compile here
-        (0.1-0.3 s on CPU) stalled every one of them. A request waits so at most
-        ``COMPILE_ASIDE_WAIT_SECONDS``, then its change compiles here. An idle batch, or one whose next call
-        does not fit its cache, changes at once."""
-        prompt_bucket = self._prompt_bucket(admitted)
-        layout = self._next_layout(new_rows=len(admitted), prompt_bucket=prompt_bucket)
-        if layout is None and not admitted:
-            return [], None, None
-        transition = self._transition(layout, admitted, prompt_bucket)
-        if not self.compile_aside or not self._active_count() or self.decoder.transitions.ready(transition):
-            return admitted, layout, transition
-        if admitted:
-            # Waiting for one compile, not for every change the batch's layout makes meanwhile (a lone row
-            # grows its cache every few calls): what that compile leaves, mostly nothing, compiles here.
-            if any(row.compiled_aside is not None and row.compiled_aside.is_set() for row in admitted):
-                return admitted, layout, transition
-            for row in admitted:
-                row.waits_since = now if row.waits_since is None else row.waits_since
-            if now - min(row.waits_since for row in admitted) >= COMPILE_ASIDE_WAIT_SECONDS:
-                return admitted, layout, transition
-            done = self.decoder.transitions.compile(transition, self._aside(admitted))
-            for row in admitted:
-                row.compiled_aside = row.compiled_aside or done
-            self._waiting.extendleft(reversed(admitted))
-            layout = self._next_layout(new_rows=0, prompt_bucket=0)
-            if layout is None or not self._must_lay_out():
-                return [], None, None  # a re-layout the rows can go without waits for the admission's compile
-            return [], layout, self._transition(layout, [], 0)
-        if self._must_lay_out():
-            return [], layout, transition
-        self.decoder.transitions.compile(transition, self._aside([]))
-        return [], None, None
-
-    def _prefill_groups(self, admitted: list[_Row]) -> list[list[_Row]]:
-        """The requests an idle batch admits prefill as one group; a busy batch's one each, so that their
-        copies into its cache (``_Compiled.insert``) are one program per cache shape and prompt bucket,
-        not per group size too (see the module note)."""
-        if not admitted:
-            return []
-        return [[row] for row in admitted] if self._active_count() else [admitted]
-
-    def _must_lay_out(self) -> bool:
-        """Whether the next decode call does not fit the cache as it is (its rows always fit: they only shrink)."""
-        return self._cache is None or self._index + self.decoder.steps_per_call > self._cache.positions.shape[1]
-
-    def _transition(self, layout: _Layout | None, admitted: list[_Row], prompt_bucket: int) -> frozenset[tuple]:
-        """The programs a step that lays out ``layout`` and admits ``admitted`` runs, each as what decides its
-        shapes: the re-layout's old and new rows, slots and devices, the prefill's group, prompt bucket and
-        sampling mode, the insert's cache and group, the decode call's cache and sampling mode."""
-        new = [row.request for row in admitted]
-        live = [row.request for row in self._rows if row is not None] + new
-        if layout is None:
-            rows, length, devices = len(self._rows), self._cache.positions.shape[1], _size(self._mesh)
-        else:
-            rows, length, devices = layout.rows, layout.length, _size(layout.mesh)
-        programs = {("decode", rows, length, devices, _any_sampled(live), _any_filtered(live))}
-        if layout is not None and self._cache is not None:
-            old_rows, old_length = len(self._rows), self._cache.positions.shape[1]
-            if rows != old_rows and length != old_length:  # two re-layouts (_lay_out)
-                programs.add(("relayout", old_rows, old_length, _size(self._mesh), rows, old_length, devices))
-                old_rows, old_length = rows, old_length
-            programs.add(("relayout", old_rows, old_length, _size(self._mesh) if old_rows == len(self._rows) else devices,
-                          rows, length, devices))
-        for group in self._prefill_groups(admitted):
-            requests, bucket = [row.request for row in group], self._prompt_bucket(group)
-            size = bucket_length(len(group), minimum=1)
-            programs.add(("prefill", size, bucket, _size(self.decoder.mesh_for(size)), _any_sampled(requests),
-                          _any_filtered(requests)))
-            programs.add(("insert", rows, length, devices, size, bucket))
-        return frozenset(programs)
-
-    def _aside(self, admitted: list[_Row]) -> Callable[[], None]:
-        """A job that runs this step's change (admitting ``admitted``, re-laying out) and the decode call after
-        it on a copy of the batch, zeros for its cache: the programs the batch will run, compiled by whichever
-        thread runs the job. The copy is taken now; the job touches nothing of this batch."""
-        def aside_row(row: _Row) -> _Row:
-            return dataclasses.replace(row, request=dataclasses.replace(row.request, deadline=None), on_tokens=None,
-                                       should_stop=None, on_finish=_drop, tokens=list(row.tokens), fast_forward=False)
-
-        rows = [None if row is None else aside_row(row) for row in self._rows]
-        requests = [dataclasses.replace(row.request, deadline=None) for row in admitted]
-        index, mesh = self._index, self._mesh
-        leaves, treedef = jax.tree.flatten(self._cache)
-        like = [(leaf.shape, leaf.dtype, leaf.sharding if leaf.committed else None) for leaf in leaves]
-
-        def job() -> None:
-            copy = ContinuousBatch(self.decoder, max_slots=self.max_slots)
-            copy._rows, copy._index, copy._mesh = rows, index, mesh
-            copy._cache = jax.tree.unflatten(treedef, [
-                jnp.zeros(shape, dtype) if sharding is None else jax.device_put(np.zeros(shape, dtype), sharding)
-                for shape, dtype, sharding in like])
-            for request in requests:
-                copy.add(request, on_finish=_drop)
-            copy.step()
-            if copy._in_flight is not None:
-                jax.block_until_ready(copy._in_flight.tokens_kb)
-
-        return job
-
-    def _next_layout(self, *, new_rows: int, prompt_bucket: int) -> _Layout | None:
-        """The layout the rows about to decode need, None while the cache's fits them: more or fewer rows,
+    def _fit(self, *, new_rows: int, prompt_bucket: int) -> None:
+        """Re-lays the cache out when the rows about to decode need other shapes: more or fewer rows,
         room for the admitted prompts before the shared slot, room for one decode call after it."""
         steps = self.decoder.steps_per_call
-        active = sum(row is not None for row in self._rows)
+        active = [slot for slot, row in enumerate(self._rows) if row is not None]
         # A batch split over devices stays split when one row is left: moved onto one device its cache is
         # pinned there, unlike a lone conversation's (and a warm-up's), so every call would be another
         # program to compile; the smallest split decodes the row as fast, beside an empty one.
-        rows = bucket_length(active + new_rows, minimum=1 if self._mesh is None else 2)
+        rows = bucket_length(len(active) + new_rows, minimum=1 if self._mesh is None else 2)
         if self._layout_fits(rows=rows, prompt_bucket=prompt_bucket):
-            return None
-        index = max(self._index - self._lowest_start(), prompt_bucket)  # slots before the oldest live row are dropped
-        return _Layout(rows=rows, length=bucket_length(index + steps, minimum=self.decoder.min_bucket), index=index,
-                       shift=self._index - index, mesh=self.decoder.mesh_for(rows))
-
-    def _lay_out(self, layout: _Layout) -> None:
-        """Re-lays the cache out (or makes it) as ``layout``: the live rows first, in slot order."""
-        active = [slot for slot, row in enumerate(self._rows) if row is not None]
-        rows, length, mesh = layout.rows, layout.length, layout.mesh
+            return
+        lowest = self._lowest_start()
+        index = max(self._index - lowest, prompt_bucket)  # slots before the oldest live row are dropped
+        shift = self._index - index
+        length = bucket_length(index + steps, minimum=self.decoder.min_bucket)
+        mesh = self.decoder.mesh_for(rows)
         if self._cache is None:
             cache = self.decoder.model.init_cache(batch_size=rows, max_length=length, dtype=self.decoder.cache_dtype)
-            cache = cache.replace(index=jnp.int32(layout.index))
+            cache = cache.replace(index=jnp.int32(index))
             # On one device the cache stays uncommitted, as the warm-up's is: a committed one is another
             # program to compile (jit specialises on where its arguments are pinned).
             self._cache = cache if mesh is None else self.decoder.place(cache, mesh)
@@ -727,21 +587,14 @@ class ContinuousBatch:
             source_rows_n = np.full((rows,), len(self._rows), np.int32)  # past the old rows: zeros
             source_rows_n[:len(active)] = active
             cache = self._cache if mesh is self._mesh else self.decoder.place(self._cache, mesh, whole=True)
-            old_length = cache.positions.shape[1]
             with _on(mesh):
-                if rows != len(self._rows) and length != old_length:
-                    # Rows, then slots, in two programs: each is met by many changes (a program per old and
-                    # new shape of both would be one per change: most compiled in the middle of a batch).
-                    cache = self._compiled.relayout(cache, source_rows_n, np.int32(0), rows=rows, length=old_length)
-                    source_rows_n = np.arange(rows, dtype=np.int32)
-                self._cache = self._compiled.relayout(cache, source_rows_n, np.int32(layout.shift), rows=rows,
-                                                      length=length)
+                self._cache = self._compiled.relayout(cache, source_rows_n, np.int32(shift), rows=rows, length=length)
         self._mesh = mesh
         moved = [self._rows[slot] for slot in active]
         for row in moved:
-            row.start -= layout.shift
+            row.start -= shift
         self._rows = moved + [None] * (rows - len(moved))
-        self._index = layout.index
+        self._index = index
         self._calls_at_layout = 0
 
     def _lowest_start(self) -> int:
@@ -873,75 +726,6 @@ class ContinuousBatch:
         return None
 
 
-def _drop(result: ServeResult) -> None:
-    """The ``on_finish`` of a row nobody waits for."""
-
-
-def _size(mesh: Mesh | None) -> int:
-    return 1 if mesh is None else mesh.devices.size
-
-
-class _AsideCompiler:
-    """Runs ``ContinuousBatch._aside`` jobs on a thread of its own, one at a time in the order given (the
-    thread ends when none is left, so an evicted model's decoder is not kept alive), and remembers the
-    programs that have run (``ContinuousBatch._transition``'s keys): in such a job, or in a batch itself
-    (``note``). A job that fails still counts as done: the batch then runs the change itself, and reports
-    what fails there."""
-
-    MAX_QUEUED = 8  # a burst of changes keeps its newest; a dropped one counts as done (its batch compiles it)
-
-    def __init__(self):
-        self._ran: set[tuple] = set()
-        self._queued: collections.OrderedDict[frozenset, tuple[Callable[[], None], threading.Event]] = \
-            collections.OrderedDict()
-        self._running: tuple[frozenset, threading.Event] | None = None
-        self._lock = threading.Lock()
-
-    def ready(self, programs: frozenset[tuple]) -> bool:
-        return programs <= self._ran
-
-    def note(self, programs: frozenset[tuple]) -> None:
-        self._ran.update(programs)
-
-    def compile(self, programs: frozenset[tuple], job: Callable[[], None]) -> threading.Event:
-        """Queue ``job``, which runs ``programs``, unless they ran or such a job is queued or running; the
-        event is set once they ran (or the job failed or was dropped)."""
-        with self._lock:
-            if programs <= self._ran:
-                done = threading.Event()
-                done.set()
-                return done
-            if programs in self._queued:
-                return self._queued[programs][1]
-            if self._running is not None and self._running[0] == programs:
-                return self._running[1]
-            done = threading.Event()
-            self._queued[programs] = (job, done)
-            while len(self._queued) > self.MAX_QUEUED:
-                self._queued.popitem(last=False)[1][1].set()
-            if self._running is None:
-                self._running = (frozenset(), threading.Event())  # a thread is starting
-                # Not a daemon: a compile cut off by the interpreter's exit aborts the process.
-                threading.Thread(target=self._loop, name="serving-compile-aside", daemon=False).start()
-            return done
-
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queued:
-                    self._running = None
-                    return
-                programs, (job, done) = self._queued.popitem(last=False)
-                self._running = (programs, done)
-            try:
-                if not programs <= self._ran:  # else run meanwhile by a batch or another job
-                    job()
-            except Exception:
-                logger.exception("compiling a batch's next programs aside failed; the batch compiles them itself")
-            self._ran.update(programs)
-            done.set()
-
-
 def _on(mesh: Mesh | None):
     """The context a program runs in for a cache split over ``mesh`` (None: one device, no mesh)."""
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
@@ -980,7 +764,6 @@ class BatchDecoder:
         graphdef, state = nnx.split(self.model)
         self.leaves, treedef = jax.tree.flatten(state)
         self.compiled = _compiled(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
-        self.transitions = _AsideCompiler()  # what the batches' changes of layout and admissions have compiled
         self.devices = tuple(devices or ())
         self._meshes: dict[int, Mesh] = {}
         self._leaves_on: dict[int, list[jax.Array]] = {}
@@ -1167,7 +950,7 @@ class BatchingServer:
             self._thread.join()
 
     def _new_batch(self) -> ContinuousBatch:
-        batch = ContinuousBatch(self.decoder, max_slots=self.max_batch, compile_aside=True)
+        batch = ContinuousBatch(self.decoder, max_slots=self.max_batch)
         batch.batch_sizes = self.batch_sizes  # one record across the batches a failure replaces
         return batch
 

@@ -229,8 +229,9 @@ def test_a_stopped_or_timed_out_request_frees_its_slot_for_a_waiting_one(served)
     assert len(seen.results["c"].token_ids) == len(seen.results["d"].token_ids) == 40
 
 
-def join_while_decoding(server, model, tokenizer, prompts) -> int:
-    """How many tokens a (60, greedy) had streamed when b (6), submitted after a's first decode call, got its first."""
+def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
+    model, tokenizer, prompts = served
+    server = BatchingServer(BatchDecoder(model, tokenizer))
     long, short = SamplingParams(max_new_tokens=60, temperature=0.0), SamplingParams(max_new_tokens=6, temperature=0.0)
     a_tokens, a_tokens_at_b_start, b_submitted = [], [], threading.Event()
 
@@ -246,76 +247,13 @@ def join_while_decoding(server, model, tokenizer, prompts) -> int:
                       on_tokens=lambda token_ids, delta: a_tokens_at_b_start.append(len(a_tokens)))
     b_submitted.set()
     b_result, a_result = b.result(timeout=60), a.result(timeout=60)
+    server.close()
+    # b was submitted while a's first decode call was being read back, with the second already dispatched
+    # (ContinuousBatch overlaps the two): it started once that call ended, not after a's sixtieth token.
+    assert a_tokens_at_b_start[0] == 17
     assert b_result.token_ids == alone_tokens(model, tokenizer, prompts[0], 6)
     assert a_result.token_ids == alone_tokens(model, tokenizer, prompts[1], 60)
-    return a_tokens_at_b_start[0]
-
-
-def test_the_server_lets_a_request_join_a_batch_that_is_decoding(served):
-    model, tokenizer, prompts = served
-    server = BatchingServer(BatchDecoder(model, tokenizer))
-    join_while_decoding(server, model, tokenizer, prompts)  # b's programs compile aside while a decodes on
-    compiled_calls = len(server.batch_sizes)
-    # b was submitted while a's first decode call was being read back, with the second already dispatched
-    # (ContinuousBatch overlaps the two): its programs compiled, it started once that call ended, not
-    # after a's sixtieth token.
-    assert join_while_decoding(server, model, tokenizer, prompts) == 17
-    server.close()
-    assert max(server.batch_sizes[compiled_calls:]) == 2 and server.batch_sizes[-1] == 1
-
-
-def test_rows_decode_on_while_a_joining_requests_programs_compile_aside(served):
-    """QA: 16 chats arriving over ~100 ms compiled 2-7 programs a round (re-layouts from one row count and
-    cache size to another, prefill groups copied into caches of each size), each stalling every row
-    decoding for 0.1-0.3 s. Now a server's batch keeps decoding its rows while another thread compiles
-    what a joining request needs, and admits it once that is done, compiling nothing itself."""
-    model, tokenizer, prompts = served
-    decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=jax.devices()[:2])  # shapes of its own
-    batch = ContinuousBatch(decoder, compile_aside=True)
-    results = {}
-    compiles_by_thread = []
-
-    def on_event(event, seconds, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles_by_thread.append(threading.current_thread().name)
-
-    greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
-    batch.add(ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy),
-              on_finish=lambda result: results.__setitem__("a", result))
-    batch.step()  # a alone: its programs compile here (an idle batch has nobody to keep waiting)
-    batch.add(ServeRequest(prompt_ids=tuple(prompts[3]), params=SamplingParams(max_new_tokens=12, temperature=0.0)),
-              on_finish=lambda result: results.__setitem__("b", result))
-    jax.monitoring.register_event_duration_secs_listener(on_event)
-    try:
-        batch.step()
-        [waiting] = batch._waiting  # b waits while a decodes on
-        assert batch.batch_sizes[-1] == 1 and waiting.compiled_aside is not None
-        assert waiting.compiled_aside.wait(timeout=120)
-        compiled_aside = len(compiles_by_thread)
-        batch.step()  # now b joins, with nothing left to compile
-        assert not batch._waiting and batch.batch_sizes[-1] == 2
-        assert compiled_aside and set(compiles_by_thread) == {"serving-compile-aside"}
-    finally:
-        jax.monitoring.unregister_event_duration_listener(on_event)
-    while batch.busy:
-        batch.step()
-    assert results["a"].token_ids == alone_tokens(model, tokenizer, prompts[1], 40)
-    assert results["b"].token_ids == alone_tokens(model, tokenizer, prompts[3], 12)
-
-
-def test_a_request_waits_for_a_compile_aside_at_most_so_long(served, monkeypatch):
-    model, tokenizer, prompts = served
-    monkeypatch.setattr("jaxengine.serving.COMPILE_ASIDE_WAIT_SECONDS", 0.0)
-    batch = ContinuousBatch(BatchDecoder(model, tokenizer, min_bucket=4), compile_aside=True)  # its own shapes
-    results = {}
-    for name, ids in (("a", prompts[1]), ("b", prompts[3])):
-        batch.add(ServeRequest(prompt_ids=tuple(ids), params=SamplingParams(max_new_tokens=12, temperature=0.0)),
-                  on_finish=lambda result, name=name: results.__setitem__(name, result))
-        batch.step()
-    assert not batch._waiting and batch.batch_sizes[-1] == 2  # b joined at once, compiling here
-    while batch.busy:
-        batch.step()
-    assert results["b"].token_ids == alone_tokens(model, tokenizer, prompts[3], 12)
+    assert max(server.batch_sizes) == 2 and server.batch_sizes[-1] == 1
 
 
 def test_a_failing_batch_fails_its_requests_and_the_server_keeps_serving(served):

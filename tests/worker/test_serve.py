@@ -80,12 +80,10 @@ def test_concurrent_generations_join_one_running_batch(client, model_dir, monkey
     serve.generate(request(model_dir, "warm"))  # loads the model and its server
     server, _ = serve.server_for("tiny", str(model_dir))
     before = len(server.batch_sizes)
-    # 8 tokens a call: each answer takes ~0.75 s, longer than the joiners' programs take to compile aside
-    # (a busy batch admits a request once they have compiled, decoding on meanwhile: jaxengine.serving)
-    slow_down_decoding(monkeypatch, 0.05)
+    slow_down_decoding(monkeypatch, 0.05)  # 8 tokens a call: each answer takes ~0.25 s
     results = {}
     threads = [threading.Thread(target=lambda i=i: results.update({i: serve.generate(request(
-        model_dir, f"c{i}", seed=i, temperature=0.8, max_new_tokens=120))})) for i in range(4)]
+        model_dir, f"c{i}", seed=i, temperature=0.8, max_new_tokens=40))})) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -95,7 +93,7 @@ def test_concurrent_generations_join_one_running_batch(client, model_dir, monkey
     loaded = load_serving_model(model_dir)
     for i in range(4):
         [alone] = Sampler(loaded.model, loaded.tokenizer).generate(
-            [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=120, temperature=0.8, seed=i))
+            [encode_prompt(loaded.tokenizer, CONVERSATION)], SamplingParams(max_new_tokens=40, temperature=0.8, seed=i))
         assert results[i]["text"] == alone.text == channels.stored_events(client, f"c{i}")[-1]["text"]
 
 
