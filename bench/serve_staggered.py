@@ -1,0 +1,77 @@
+"""Concurrent requests arriving a few milliseconds apart at a warmed ``BatchingServer``, as the serve
+worker receives a burst of chats: per round, its time, aggregate tokens/s, the median first token and
+the XLA compiles it met (counted on jax's compile events), in one process without the web or Redis.
+
+    .venv/bin/python bench/serve_staggered.py --model bench/out/demo/model --rounds 14
+
+The server is made and warmed as the serve worker makes it (``serving_devices``, ``devices_for_model``,
+``warmup_requests`` and ``warmup_groups``); each round submits ``--streams`` requests of ``--tokens``
+tokens at temperature 0.7, each after a uniform random pause of 0 to ``--stagger-ms`` (seeded). Prints
+one JSON object per round.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import statistics
+import threading
+import time
+
+import jax
+
+from jaxengine.sampler import SamplingParams
+from jaxengine.serving import (BatchDecoder, BatchingServer, ModelCache, ServeRequest, devices_for_model,
+                               serving_devices)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a Hugging Face-format model directory")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--stagger-ms", type=float, default=12.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    compiles: collections.Counter[str] = collections.Counter()  # by the thread that compiled
+
+    def on_event(event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles[threading.current_thread().name] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    loaded = ModelCache(budget_bytes=1 << 40).get("bench", args.model)
+    decoder = BatchDecoder(loaded.model, loaded.tokenizer,
+                           devices=devices_for_model(serving_devices(None), loaded.nbytes))
+    server = BatchingServer(decoder)
+    started = time.perf_counter()
+    server.warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
+    server.warmed.wait()
+    print(json.dumps({"warmup_seconds": round(time.perf_counter() - started, 1), "compiles": dict(compiles)}))
+    compiles.clear()
+    rng = random.Random(args.seed)
+    try:
+        for round_ in range(args.rounds):
+            futures, started = [], time.monotonic()
+            for index in range(args.streams):
+                prompt = loaded.tokenizer.encode(f"What is the largest digit in {rng.randint(1000, 9999)}? The answer is")
+                params = SamplingParams(max_new_tokens=args.tokens, temperature=0.7, seed=round_ * args.streams + index)
+                futures.append(server.submit(ServeRequest(prompt_ids=tuple(prompt), params=params, ignore_eos=True)))
+                time.sleep(rng.uniform(0, args.stagger_ms / 1000))
+            results = [future.result() for future in futures]
+            seconds = time.monotonic() - started
+            tokens = sum(len(result.token_ids) for result in results)
+            print(json.dumps({"round": round_, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
+                              "first_token_median_s": round(statistics.median(r.first_token_seconds for r in results), 3),
+                              "compiles": dict(compiles)}))
+            compiles.clear()
+    finally:
+        server.close()
+        jax.monitoring.unregister_event_duration_listener(on_event)
+
+
+if __name__ == "__main__":
+    main()
