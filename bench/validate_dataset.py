@@ -19,7 +19,6 @@ import random
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson

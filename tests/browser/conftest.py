@@ -7,7 +7,6 @@ actions, never concurrently, so the check is switched off for this directory.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -726,7 +726,7 @@ def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_
     low, high = page.evaluate(y_range, "learning_rate")
     assert low < 1e-4 < high and 1e-4 <= high - low <= 2e-4, (low, high)
     page.check("#log-y")
-    page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type === 'log'")
+    page.wait_for_function("() => document.querySelector(`.plot[data-metric='learning_rate']`)._fullLayout.yaxis.type === 'log'")
     low, high = page.evaluate(y_range, "learning_rate")
     assert low < -4 < high and high - low <= 2, (low, high)  # log10 units
 

@@ -272,7 +272,6 @@ def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, mo
 def test_a_serving_copy_asked_for_is_written_measured_and_then_served(db, model_dir, tmp_path, settings):
     from tests.webapp.factories import make_base_model, make_ready_version, make_team
     from webapp.chat.selectors import model_choice
-    from webapp.runs import serving_copies
     from webapp.runs.models import ServingCopy, ServingCopyStatus
 
     settings.DATA_ROOT = tmp_path

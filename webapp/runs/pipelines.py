@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import logging
 import typing
 from datetime import datetime, timedelta
