@@ -178,10 +178,14 @@ def test_a_lost_host_stops_the_other_fails_the_run_naming_it_and_resume_continue
     def survivor_stopped():
         # Either the watchdog saw host 1's heartbeat expire and ended the process, or a collective with the
         # dead peer raised first ("Connection closed by peer") and the task ended on its error path, after
-        # which its pool child (--max-tasks-per-child 1) exits: CI met the second once in two runs.
+        # which its pool child (--max-tasks-per-child 1) exits: CI met the second once in two runs; or jax's
+        # distributed runtime aborted the process (SIGABRT) and the worker's main process settled it
+        # (worker.multihost.HostLiveness.settle_after_crash): CI met the third on a loaded machine.
         survivor = Worker.objects.get(name=survivor_name)
         log = hosts.workers[0].log()
-        return not survivor.current_jobs and ("ending process 0" in log or f"run {run.public_id}: host 0 failed" in log)
+        ended = ("ending process 0", f"run {run.public_id}: host 0 failed",
+                 f"run {run.public_id}: host 0's process died after host 1 was lost; recorded")
+        return not survivor.current_jobs and any(line in log for line in ended)
     wait_for(survivor_stopped, timeout=60, what="host 0's process to end", workers=_Logs(hosts))
     stopped_after = time.monotonic() - killed
     assert stopped_after < 60

@@ -30,18 +30,28 @@ def max_tasks_per_child(name: str):
 
 
 @pytest.mark.parametrize("queue", ["train", "train-fresh"])
-def test_a_train_worker_replaces_its_pool_process_after_each_task(queue, celery_workers, transactional_db,
-                                                                   tmp_path):
-    name = f"test-fresh-{queue}"
+def test_a_worker_of_any_train_queue_runs_one_task_per_pool_process(queue, celery_workers, transactional_db,
+                                                                    tmp_path):
+    name = f"test-one-task-{queue}"
     worker = start_worker(queue, redis_url=celery_workers.redis_url, log_dir=tmp_path, name=name,
                           pool_args=PREFORK)
     try:
         assert max_tasks_per_child(host_format(f"{name}@%h")) == 1
+    finally:
+        worker.stop()
+
+
+def test_a_train_worker_replaces_its_pool_process_after_each_task(celery_workers, transactional_db, tmp_path):
+    # A queue of its own: the suite's train worker also consumes "train", and could take these tasks.
+    queue, name = "train-fresh", "test-fresh"
+    worker = start_worker(queue, redis_url=celery_workers.redis_url, log_dir=tmp_path, name=name,
+                          pool_args=PREFORK)
+    try:
         for number in (1, 2):
             before = wait_for(lambda: pool_children(worker), what="the worker's pool process")
             app.send_task("worker.tasks.train.train_run", args=[0, 1], queue=queue)
-            wait_for(lambda: worker.log().count("succeeded in") == number, what=f"train task {number} to end")
-            wait_for(lambda: pool_children(worker) and not pool_children(worker) & before, timeout=20,
+            wait_for(lambda: worker.log().count("succeeded in") == number, timeout=90, what=f"train task {number} to end")
+            wait_for(lambda: pool_children(worker) and not pool_children(worker) & before, timeout=30,
                      what=f"a fresh pool process after task {number}: {worker.log()[-3000:]}")
     finally:
         worker.stop()

@@ -131,7 +131,8 @@ def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):
     from jaxengine.job import best_metric_for
 
     def best(section):
-        return best_metric_for(parse_spec(ppo_mapping(tmp_path, tmp_path / "run", ppo_section=section)))
+        data = {"train": str(tmp_path / "data/prompts.jsonl"), "eval": str(tmp_path / "data/eval.jsonl")}
+        return best_metric_for(parse_spec(ppo_mapping(tmp_path, tmp_path / "run", ppo_section=section, data=data)))
 
     assert best({"reward_model": "runs/r"}) == ("eval/reward_model", True)
     assert best({"rewards": [{"name": "contains", "args": {"keywords": ["e"]}}]}) == ("eval/contains", True)
