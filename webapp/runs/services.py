@@ -33,7 +33,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import TASK_DATASET_KINDS, SpecError, in_schema_order, parse_spec, parse_spec_text, spec_warnings
+from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, in_schema_order, parse_spec, parse_spec_text,
+                            spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
@@ -76,11 +77,13 @@ def run_output_dir(public_id: str) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """A validated spec: as written (``spec``, ids) and as the engine runs it (``resolved``, paths)."""
+    """A validated spec: as written (``spec``, ids) and as the engine runs it (``resolved``, paths, and
+    ``job``, parsed)."""
 
     task: str
     spec: dict[str, Any]
     resolved: dict[str, Any]
+    job: JobSpec
     base_model: BaseModel | None
     source_run: Run | None
     dataset_versions: list[DatasetVersion] = field(default_factory=list)
@@ -306,8 +309,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         written["ppo"]["reward_model"] = ppo["reward_model"].strip()
     for (key, term), (_, given) in zip(_reward_model_terms(written), _reward_model_terms(spec)):
         term["args"]["model"] = given["args"]["model"].strip()
-    return RunPlan(task=job.task, spec=written, resolved=resolved, base_model=base_model, source_run=source_run,
-                   dataset_versions=versions)
+    return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
+                   source_run=source_run, dataset_versions=versions)
 
 
 def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
@@ -480,7 +483,7 @@ def plan_warnings(plan: RunPlan) -> list[str]:
     """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``."""
     train = next((version for version in plan.dataset_versions
                   if version.public_id == plan.spec["data"]["train"]), None)
-    return spec_warnings(parse_spec(plan.resolved), train_rows=train.row_count if train is not None else None)
+    return spec_warnings(plan.job, train_rows=train.row_count if train is not None else None)
 
 
 def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: AbstractBaseUser | None, name: str,
