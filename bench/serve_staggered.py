@@ -1,6 +1,8 @@
 """Concurrent requests arriving a few milliseconds apart at a warmed ``BatchingServer``, as the serve
 worker receives a burst of chats: per round, its time, aggregate tokens/s, the median first token and
-the XLA compiles it met (counted on jax's compile events), in one process without the web or Redis.
+the XLA compiles it met (counted on jax's compile events; "stalling": on the serving loop while a request
+of the round was unanswered, the rest ran while the server was idle), in one process without the web
+or Redis.
 
     .venv/bin/python bench/serve_staggered.py --model bench/out/demo/model --rounds 14
 
@@ -37,25 +39,31 @@ def main() -> None:
     args = parser.parse_args()
 
     compiles: collections.Counter[str] = collections.Counter()  # by the thread that compiled
+    futures: list = []  # the round's requests
+    stalls: list[float] = []  # compiles on the serving loop while a request of the round was unanswered
 
     def on_event(event: str, seconds: float, **kwargs) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
             compiles[threading.current_thread().name] += 1
+            if threading.current_thread().name == "batching-server" and not all(f.done() for f in futures):
+                stalls.append(seconds)
 
     jax.monitoring.register_event_duration_secs_listener(on_event)
+    devices = serving_devices(None)  # before any JAX work, as the serve worker asks: one host device per core
     loaded = ModelCache(budget_bytes=1 << 40).get("bench", args.model)
-    decoder = BatchDecoder(loaded.model, loaded.tokenizer,
-                           devices=devices_for_model(serving_devices(None), loaded.nbytes))
+    decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
     server = BatchingServer(decoder)
     started = time.perf_counter()
     server.warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
     server.warmed.wait()
-    print(json.dumps({"warmup_seconds": round(time.perf_counter() - started, 1), "compiles": dict(compiles)}))
+    print(json.dumps({"warmup_seconds": round(time.perf_counter() - started, 1), "devices": len(decoder.devices),
+                      "compiles": dict(compiles)}))
     compiles.clear()
     rng = random.Random(args.seed)
     try:
         for round_ in range(args.rounds):
-            futures, started = [], time.monotonic()
+            futures.clear()
+            started = time.monotonic()
             for index in range(args.streams):
                 prompt = loaded.tokenizer.encode(f"What is the largest digit in {rng.randint(1000, 9999)}? The answer is")
                 params = SamplingParams(max_new_tokens=args.tokens, temperature=0.7, seed=round_ * args.streams + index)
@@ -66,8 +74,10 @@ def main() -> None:
             tokens = sum(len(result.token_ids) for result in results)
             print(json.dumps({"round": round_, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
                               "first_token_median_s": round(statistics.median(r.first_token_seconds for r in results), 3),
-                              "compiles": dict(compiles)}))
+                              "compiles": dict(compiles), "stalling_compiles": len(stalls),
+                              "stalled_s": round(sum(stalls), 3)}))
             compiles.clear()
+            stalls.clear()
     finally:
         server.close()
         jax.monitoring.unregister_event_duration_listener(on_event)

@@ -302,6 +302,55 @@ def _cache_view(rows_view: jax.Array) -> jax.Array:
     return rows_view.reshape(((flat,) if flat > 1 else ()) + rows_view.shape[2:])
 
 
+def _relayout_on_host(cache, source_rows_n: np.ndarray, shift: int, *, rows: int, length: int, kv_heads: int):
+    """``_Compiled.relayout`` in numpy, without a compile: the cache (its arrays read back to the host)
+    laid out as ``rows`` x ``length``, row n slot s holding row ``source_rows_n[n]`` slot s + ``shift``."""
+    old_rows, old_length = cache.positions.shape
+    kept_n = np.flatnonzero(source_rows_n < old_rows)
+    sources_n = source_rows_n[kept_n]
+    first, end = max(0, -shift), min(length, old_length - shift)  # the new slots that have an old one
+
+    def move(old, slot_axis: int):
+        view = _rows_view(np.asarray(old), old_rows, kv_heads)
+        shape = [rows, *view.shape[1:]]
+        shape[slot_axis] = length
+        moved = np.zeros(shape, view.dtype)
+        if end > first:
+            into, out_of = [kept_n, slice(None), slice(None), slice(None)], [sources_n, slice(None), slice(None), slice(None)]
+            into[slot_axis], out_of[slot_axis] = slice(first, end), slice(first + shift, end + shift)
+            moved[tuple(into)] = view[tuple(out_of)]
+        return _cache_view(moved)
+
+    positions = np.zeros((rows, length), np.int32)
+    if end > first:
+        positions[kept_n, first:end] = np.asarray(cache.positions)[sources_n, first + shift:end + shift]
+    return cache.replace(keys=tuple(move(keys, 3) for keys in cache.keys),
+                         values=tuple(move(values, 2) for values in cache.values),
+                         positions=positions, index=np.int32(int(cache.index) - shift))
+
+
+def _insert_on_host(cache, new_cache, rows_g: np.ndarray, index: int, *, kv_heads: int):
+    """``_Compiled.insert`` in numpy, without a compile (the cache read back to the host and copied)."""
+    rows = cache.positions.shape[0]
+    group, new_length = new_cache.positions.shape
+    kept_g = np.flatnonzero(rows_g < rows)  # the group's padding rows are dropped
+    targets_g = rows_g[kept_g]
+    slots = slice(index - new_length, index)
+
+    def put(old, new, slot_axis: int):
+        view = _rows_view(np.array(old), rows, kv_heads)  # a copy: written
+        into = [targets_g, slice(None), slice(None), slice(None)]
+        into[slot_axis] = slots
+        view[tuple(into)] = _rows_view(np.asarray(new), group, kv_heads)[kept_g]
+        return _cache_view(view)
+
+    positions = np.array(cache.positions)
+    positions[targets_g, slots] = np.asarray(new_cache.positions)[kept_g]
+    return cache.replace(keys=tuple(put(old, new, 3) for old, new in zip(cache.keys, new_cache.keys)),
+                         values=tuple(put(old, new, 2) for old, new in zip(cache.values, new_cache.values)),
+                         positions=positions, index=np.asarray(cache.index))
+
+
 class _Compiled:
     """The jitted programs of continuous batching for one model structure (see the module note). The
     weights go in as a flat list of arrays, so a call's dispatch neither hashes the graph nor walks the
@@ -317,6 +366,21 @@ class _Compiled:
         self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered"), donate_argnames=("cache",))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
+        # Re-layouts and inserts by the shapes and placements they were run with (``ContinuousBatch._on_host``):
+        # on host devices, one whose program is not compiled yet runs in numpy and waits in ``moves_missed``
+        # (how to compile it) for an idle server (``compile_missed_move``).
+        self.moves_compiled: set[tuple] = set()
+        self.moves_missed: dict[tuple, Callable[[], Any]] = {}
+
+    def compile_missed_move(self) -> bool:
+        """Compiles one re-layout or insert program that a batch ran in numpy instead; False if none is left."""
+        try:
+            key, compile_it = self.moves_missed.popitem()
+        except KeyError:
+            return False
+        compile_it()
+        self.moves_compiled.add(key)
+        return True
 
     def _model(self, leaves):
         return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
@@ -378,8 +442,9 @@ class _Compiled:
     def _relayout(self, cache, source_rows_n, shift, *, rows: int, length: int):
         """A cache of ``rows`` x ``length`` whose row n, slot s holds row ``source_rows_n[n]``, slot s +
         ``shift`` of ``cache`` (zeros where that is outside it)."""
-        old_rows = cache.positions.shape[0]
+        old_rows, old_length = cache.positions.shape
         slots_s = jnp.arange(length, dtype=jnp.int32) + shift
+        slots_s = jnp.where(slots_s < 0, old_length, slots_s)  # take would count a negative slot from the end
 
         def move(old, slot_axis: int):
             view = jnp.take(_rows_view(old, old_rows, self.kv_heads), source_rows_n, axis=0, mode="fill", fill_value=0)
@@ -397,8 +462,10 @@ class _Compiled:
         one), so that every program hands the next one the cache in the sharding it was compiled for."""
         rows = cache.positions.shape[0]
         place = functools.partial(constrain_kv_cache, batch=rows, kv_heads=self.kv_heads)
+        # The index too: unconstrained, a program left it replicated under another sharding object than
+        # ``BatchDecoder.upload`` gives it, and jit compiles a program per argument sharding.
         return cache.replace(keys=tuple(map(place, cache.keys)), values=tuple(map(place, cache.values)),
-                             positions=constrain(cache.positions, ("batch", "length")))
+                             positions=constrain(cache.positions, ("batch", "length")), index=constrain(cache.index, ()))
 
 
 @functools.lru_cache(maxsize=16)
@@ -557,7 +624,11 @@ class ContinuousBatch:
         if skip <= 0:
             return
         self._index += skip
-        self._cache = self._cache.replace(index=jnp.int32(self._index))
+        # Placed as the index it replaces: an uncommitted one made every program after it another program
+        # than real traffic (whose index a program left on the mesh) calls.
+        index = self._cache.index
+        self._cache = self._cache.replace(index=jax.device_put(np.int32(self._index),
+                                                               index.sharding if index.committed else None))
         for row in rows:
             row.tokens.extend([0] * skip)
 
@@ -586,9 +657,7 @@ class ContinuousBatch:
         else:
             source_rows_n = np.full((rows,), len(self._rows), np.int32)  # past the old rows: zeros
             source_rows_n[:len(active)] = active
-            cache = self._cache if mesh is self._mesh else self.decoder.place(self._cache, mesh, whole=True)
-            with _on(mesh):
-                self._cache = self._compiled.relayout(cache, source_rows_n, np.int32(shift), rows=rows, length=length)
+            self._cache = self._relayout(source_rows_n, shift, rows=rows, length=length, mesh=mesh)
         self._mesh = mesh
         moved = [self._rows[slot] for slot in active]
         for row in moved:
@@ -596,6 +665,53 @@ class ContinuousBatch:
         self._rows = moved + [None] * (rows - len(moved))
         self._index = index
         self._calls_at_layout = 0
+
+    def _relayout(self, source_rows_n: np.ndarray, shift: int, *, rows: int, length: int, mesh: Mesh | None):
+        """The cache laid out anew (``_Compiled.relayout``) on ``mesh``, in numpy until its program is compiled."""
+        decoder, old_mesh = self.decoder, self._mesh
+
+        def program(cache):
+            cache = cache if mesh is old_mesh else decoder.place(cache, mesh, whole=True)
+            with _on(mesh):
+                return self._compiled.relayout(cache, source_rows_n, np.int32(shift), rows=rows, length=length)
+
+        key = ("relayout", self._cache.positions.shape, _placement(old_mesh), rows, length, _placement(mesh))
+        if self._on_host(key, program, self._cache):
+            return decoder.upload(_relayout_on_host(self._cache, source_rows_n, shift, rows=rows, length=length,
+                                                    kv_heads=self._compiled.kv_heads), mesh)
+        return program(self._cache)
+
+    def _insert(self, new_cache, new_mesh: Mesh | None, rows_g: np.ndarray):
+        """The cache with the prefilled ``new_cache`` (on ``new_mesh``) copied into rows ``rows_g``, ending at
+        the shared slot (``_Compiled.insert``), in numpy until its program is compiled."""
+        decoder, mesh, index = self.decoder, self._mesh, np.int32(self._index)
+
+        def program(cache, new_cache):
+            new_cache = new_cache if new_mesh is mesh else decoder.place(new_cache, mesh, whole=True)
+            with _on(mesh):
+                return self._compiled.insert(cache, new_cache, rows_g, index)
+
+        key = ("insert", self._cache.positions.shape, _placement(mesh), new_cache.positions.shape,
+               _placement(new_mesh))
+        if self._on_host(key, program, self._cache, new_cache):
+            return decoder.upload(_insert_on_host(self._cache, new_cache, rows_g, int(index),
+                                                  kv_heads=self._compiled.kv_heads), mesh)
+        return program(self._cache, new_cache)
+
+    def _on_host(self, key: tuple, program: Callable[..., Any], *caches) -> bool:
+        """Whether the re-layout or insert ``key`` names runs in numpy rather than as ``program(*caches)``: on
+        host devices, while its program is not compiled. A burst of requests joining a batch meets ever new
+        pairs of (rows, slots) layouts and group shapes; compiling each on the serving loop (0.1-0.3 s on CPU)
+        stalled every row, where the copy costs milliseconds. Its compile waits for the server to be idle
+        (``_Compiled.compile_missed_move``: ``program`` run on zeros shaped and placed as ``caches``)."""
+        moves = self._compiled
+        if not self.decoder.on_host or key in moves.moves_compiled:
+            moves.moves_compiled.add(key)
+            return False
+        if key not in moves.moves_missed:
+            shapes = [jax.tree.map(_shape_and_placement, cache) for cache in caches]
+            moves.moves_missed[key] = lambda: program(*(jax.tree.map(_zeros_placed, shape) for shape in shapes))
+        return True
 
     def _lowest_start(self) -> int:
         return min((row.start for row in self._rows if row is not None), default=self._index)
@@ -626,13 +742,10 @@ class ContinuousBatch:
                 self.decoder.leaves_on(group_mesh), input_ids_gt, pad_counts_g,
                 self.decoder.sampling_arrays(requests, group), sampled=_any_sampled(requests),
                 filtered=_any_filtered(requests))
-        if group_mesh is not self._mesh:
-            new_cache = self.decoder.place(new_cache, self._mesh, whole=True)
         free = [slot for slot, row in enumerate(self._rows) if row is None]
         rows_g = np.full((group,), len(self._rows), np.int32)  # padding rows: dropped
         rows_g[:len(admitted)] = free[:len(admitted)]
-        with _on(self._mesh):
-            self._cache = self._compiled.insert(self._cache, new_cache, rows_g, np.int32(self._index))
+        self._cache = self._insert(new_cache, group_mesh, rows_g)
         first_tokens = np.asarray(jax.device_get(token_g))
         now = self.clock()
         for position, row in enumerate(admitted):
@@ -726,6 +839,22 @@ class ContinuousBatch:
         return None
 
 
+def _placement(mesh: Mesh | None) -> tuple[int, ...] | None:
+    """The devices of ``mesh`` (None: one device, uncommitted), as a program's key names them."""
+    return None if mesh is None else tuple(device.id for device in mesh.devices.flat)
+
+
+def _shape_and_placement(array) -> jax.ShapeDtypeStruct:
+    """What a jitted program is compiled for about ``array``: shape, dtype, and where it is committed
+    (None: not committed to a device, another program than the same array committed)."""
+    return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=array.sharding if array.committed else None)
+
+
+def _zeros_placed(shape: jax.ShapeDtypeStruct) -> jax.Array:
+    """Zeros shaped and placed as ``shape`` says, for a program to compile on (``_shape_and_placement``)."""
+    return jax.device_put(np.zeros(shape.shape, shape.dtype), shape.sharding)
+
+
 def _on(mesh: Mesh | None):
     """The context a program runs in for a cache split over ``mesh`` (None: one device, no mesh)."""
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
@@ -765,6 +894,7 @@ class BatchDecoder:
         self.leaves, treedef = jax.tree.flatten(state)
         self.compiled = _compiled(graphdef, treedef, cache_dtype, model.config.num_kv_heads)
         self.devices = tuple(devices or ())
+        self.on_host = all(device.platform == "cpu" for device in self.leaves[0].devices())
         self._meshes: dict[int, Mesh] = {}
         self._leaves_on: dict[int, list[jax.Array]] = {}
 
@@ -794,13 +924,13 @@ class BatchDecoder:
         (``whole``: a copy on every device, for a program that then lays it out anew)."""
         if mesh is None:
             return jax.device_put(cache, next(iter(self.leaves[0].devices())))
-        count = mesh.devices.size
+        return jax.device_put(cache, _cache_shardings(cache, mesh, whole=whole))
 
-        def sharding(array):
-            split = not whole and array.ndim >= 2 and array.shape[0] % count == 0
-            return NamedSharding(mesh, PartitionSpec("data") if split else PartitionSpec())
-
-        return jax.device_put(cache, jax.tree.map(sharding, cache))
+    def upload(self, cache, mesh: Mesh | None):
+        """A cache built on the host (numpy), placed as the programs leave one: its rows split over ``mesh``,
+        or uncommitted on the default device without a mesh. Always a copy: the decode call donates it."""
+        shardings = None if mesh is None else _cache_shardings(cache, mesh, whole=False)
+        return jax.device_put(cache, shardings, may_alias=False)
 
     def run(self, requests: Sequence[ServeRequest], *, on_tokens: OnTokens | None = None,
             should_stop: ShouldStop | None = None, clock: Callable[[], float] = time.monotonic) -> list[ServeResult]:
@@ -880,6 +1010,18 @@ class BatchDecoder:
         return temperature_b, top_k_b, top_p_b, seed_b
 
 
+def _cache_shardings(cache, mesh: Mesh, *, whole: bool):
+    """Per array of ``cache``: its rows split over ``mesh``'s ``data`` axis, or (``whole``, or no rows to
+    split) a copy on every device."""
+    count = mesh.devices.size
+
+    def sharding(array):
+        split = not whole and np.ndim(array) >= 2 and np.shape(array)[0] % count == 0
+        return NamedSharding(mesh, PartitionSpec("data") if split else PartitionSpec())
+
+    return jax.tree.map(sharding, cache)
+
+
 @dataclasses.dataclass(kw_only=True, eq=False)
 class _Pending:
     request: ServeRequest
@@ -909,7 +1051,8 @@ class BatchingServer:
         # so that they never share a decode call with a real request).
         self._warmups: collections.deque[tuple[ServeRequest, ...]] = collections.deque()
         self._warm_batch = self._new_warm_batch()
-        self.warmed = threading.Event()  # set while no warm-up given to ``warm`` is left to decode
+        # Set while no warm-up given to ``warm`` is left to decode, nor a program it ran in numpy to compile.
+        self.warmed = threading.Event()
         self.warmed.set()
         self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet
         self._warmups_lock = threading.Lock()
@@ -959,7 +1102,7 @@ class BatchingServer:
         while not closing or self._batch.busy:
             try:
                 while not closing:  # take everything submitted; wait for a request only when idle
-                    item = self._pending.get(block=not (self._batch.busy or self._warming))
+                    item = self._pending.get(block=not (self._batch.busy or self._warming or self._moves_missed))
                     if item is None:
                         closing = True
                     elif isinstance(item, _Warmup):
@@ -975,6 +1118,8 @@ class BatchingServer:
                     self._batch.step()
                 elif self._warming and not closing:
                     self._warm_step()
+                elif self._moves_missed and not closing:
+                    self._compile_missed_move()
             except Exception as error:  # the callers report it; the loop keeps serving
                 for item in self._in_flight:
                     item.future.set_exception(error)
@@ -985,6 +1130,19 @@ class BatchingServer:
     @property
     def _warming(self) -> bool:
         return bool(self._warmups) or self._warm_batch.busy
+
+    @property
+    def _moves_missed(self) -> bool:
+        return bool(self.decoder.compiled.moves_missed)
+
+    def _compile_missed_move(self) -> None:
+        """While idle, one program that a batch ran in numpy instead (``ContinuousBatch._on_host``); a request
+        submitted meanwhile waits for this compile at most. A failing one is dropped: the copy still works."""
+        try:
+            self.decoder.compiled.compile_missed_move()
+        except Exception:
+            logger.exception("compiling a cache re-layout or insert failed; it keeps running in numpy")
+        self._set_warmed_when_done()
 
     def _new_warm_batch(self, rows: int = 1) -> ContinuousBatch:
         return ContinuousBatch(self.decoder, max_slots=rows)  # the rows of one warm-up group, as they compile
@@ -1004,8 +1162,11 @@ class BatchingServer:
             logger.exception("serving warm-up failed; the programs it did not compile compile on first use")
             self._warmups.clear()
             self._warm_batch = self._new_warm_batch()
+        self._set_warmed_when_done()
+
+    def _set_warmed_when_done(self) -> None:
         with self._warmups_lock:
-            if not self._warming and not self._warmups_queued:
+            if not self._warming and not self._warmups_queued and not self._moves_missed:
                 self.warmed.set()
 
     def _add(self, item: _Pending) -> None:

@@ -15,8 +15,8 @@ import pytest
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
-                               serving_devices,
-                               gumbel_noise, load_serving_model)
+                               _insert_on_host, _on, _relayout_on_host, gumbel_noise, load_serving_model,
+                               serving_devices)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -562,3 +562,104 @@ def test_a_request_submitted_during_the_warmup_is_served_first_and_as_alone(serv
     assert server.warmed.wait(timeout=300)
     assert server.batch_sizes and max(server.batch_sizes) == 1  # no warm-up row in a served decode call
     server.close()
+
+
+def random_cache(model, rng, *, rows, length, index):
+    cache = model.init_cache(batch_size=rows, max_length=length)
+    return cache.replace(keys=tuple(rng.standard_normal(keys.shape).astype(keys.dtype) for keys in cache.keys),
+                         values=tuple(rng.standard_normal(values.shape).astype(values.dtype) for values in cache.values),
+                         positions=rng.integers(0, 99, (rows, length)).astype(np.int32), index=np.int32(index))
+
+
+def assert_same_cache(actual, expected):
+    for got, want in zip(jax.tree.leaves(jax.device_get(actual)), jax.tree.leaves(jax.device_get(expected)), strict=True):
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("device_count", [1, 2])
+def test_a_relayout_or_insert_in_numpy_lays_the_cache_out_as_its_program_does(served, device_count):
+    """On host devices a re-layout or insert whose program is not compiled yet runs in numpy instead
+    (``ContinuousBatch._on_host``): rows gathered (a source past the old rows gives zeros), slots shifted
+    either way with zeros where nothing maps, a prefilled group's padding row dropped."""
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, devices=jax.devices()[:device_count])
+    compiled, kv_heads, rng = decoder.compiled, model.config.num_kv_heads, np.random.default_rng(0)
+    cache = random_cache(model, rng, rows=4, length=32, index=20)
+    for source_rows_n, shift, rows, length in [([2, 0, 4, 4, 4, 4, 4, 4], -8, 8, 64),  # grow; slots move right
+                                               ([3, 1], 12, 2, 16),  # shrink; the oldest slots dropped
+                                               ([0, 1, 2, 3], 5, 4, 32)]:
+        source_rows_n, mesh = np.array(source_rows_n, np.int32), decoder.mesh_for(rows)
+        with _on(mesh):
+            expected = compiled.relayout(cache if mesh is None else decoder.place(cache, mesh, whole=True),
+                                         source_rows_n, np.int32(shift), rows=rows, length=length)
+        moved = _relayout_on_host(cache, source_rows_n, shift, rows=rows, length=length, kv_heads=kv_heads)
+        assert_same_cache(decoder.upload(moved, mesh), expected)
+        assert int(moved.index) == 20 - shift
+    group = random_cache(model, rng, rows=4, length=8, index=8)
+    rows_g = np.array([2, 0, 4, 4], np.int32)  # two requests and two padding rows
+    mesh = decoder.mesh_for(4)
+    placed = cache if mesh is None else decoder.place(cache, mesh)
+    expected = jax.device_get(compiled.insert(decoder.upload(jax.device_get(placed), mesh),
+                                              decoder.upload(group, mesh), rows_g, np.int32(24)))
+    with _on(mesh):
+        inserted = _insert_on_host(placed, group, rows_g, 24, kv_heads=kv_heads)
+    assert_same_cache(inserted, expected)
+    assert np.array_equal(inserted.positions[[1, 3]], cache.positions[[1, 3]])  # rows without a request kept
+    assert np.array_equal(inserted.positions[2, 16:24], group.positions[0])
+
+
+def test_a_request_joining_a_batch_compiles_nothing_while_rows_decode_and_its_move_compiles_when_idle(served):
+    """QA: a burst of chats met 2-4 compiles on the serving loop every round (a re-layout of each pair of
+    cache layouts, an insert of each group into each layout), each stalling every row 0.1-0.3 s. On host
+    devices such a move now runs in numpy while its program is not compiled, and the program compiles
+    once the server is idle; the next burst like it runs the program."""
+    model, tokenizer, prompts = served
+    # Devices of its own: the record of compiled moves (like jit's) is shared by every model of this structure.
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=jax.devices()[2:4])
+    server = BatchingServer(decoder)
+    server.warm([*decoder.warmup_requests(longest_prompt=8, max_new_tokens=40, temperatures=(0.0,)),
+                 *decoder.warmup_groups(row_counts=(2, 4), max_new_tokens=40, temperature=0.0)])
+    assert server.warmed.wait(timeout=300) and not decoder.compiled.moves_missed
+    futures, stalls = [], []
+
+    def on_event(event, seconds, **kwargs):  # a compile on the serving loop while a request is unanswered
+        if (event == "/jax/core/compile/backend_compile_duration" and threading.current_thread().name == "batching-server"
+                and not all(future.done() for future in futures)):
+            stalls.append(seconds)
+
+    def burst():
+        """One lone answer, then three joining it at once: a re-layout from its one row to four, which no
+        warm-up met (each warm-up group is admitted at once into an empty batch)."""
+        params, first_token, joined = SamplingParams(max_new_tokens=40, temperature=0.0), threading.Event(), threading.Event()
+
+        def on_tokens(token_ids, delta):  # holds the loop at the lone answer's first token until the others came
+            first_token.set()
+            joined.wait(timeout=60)
+
+        futures[:] = [server.submit(ServeRequest(prompt_ids=(1, 2, 3), params=params), on_tokens=on_tokens)]
+        assert first_token.wait(timeout=60)
+        futures.extend(server.submit(ServeRequest(prompt_ids=tuple(ids[:6]), params=params)) for ids in prompts[:3])
+        joined.set()
+        return [future.result(timeout=60).token_ids for future in futures]
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        server.batch_sizes.clear()
+        first = burst()
+        missed = set(decoder.compiled.moves_missed)
+        # 1 row x 16 slots (a prompt bucket of 8, one call of 8) on one device -> 4 x 32 on two.
+        assert ("relayout", (1, 16), None, 4, 32, (2, 3)) in missed, missed
+        deadline = time.monotonic() + 120
+        while not missed <= decoder.compiled.moves_compiled and time.monotonic() < deadline:  # by the idle server
+            time.sleep(0.05)
+        assert not decoder.compiled.moves_missed and missed <= decoder.compiled.moves_compiled
+        server.batch_sizes.clear()
+        second = burst()
+        assert not decoder.compiled.moves_missed  # no move ran in numpy this time: its programs ran
+    finally:
+        server.close()
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    assert max(server.batch_sizes) == 4  # the three joined the lone answer
+    assert stalls == []
+    assert first == second == [alone_tokens(model, tokenizer, ids, 40) for ids in [(1, 2, 3), *(p[:6] for p in prompts[:3])]]
