@@ -58,8 +58,14 @@ Design note.
   only while no submitted request waits or decodes; what they compile is what real requests with those
   settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
   a cache layout it skips to the next layout, so the warm-up decodes a few calls per layout instead of
-  whole answers. Re-layouts between row counts and prefill groups other than the warmed ones still
-  compile on first use (0.1-0.2 s each on CPU, kept in the persistent compilation cache).
+  whole answers. Prefill groups other than the warmed ones still compile on first use.
+* Moves on host devices: requests arriving a few milliseconds apart join a batch in ever new pairs of
+  cache layouts, and each re-layout (rows, slots) -> (rows, slots) and each insert of a prefilled group
+  into a layout is a program of its own, which no warm-up can list: compiling one on the serving loop
+  (0.1-0.3 s on CPU) stalled every row, 2-4 times per burst. So on CPU a move whose program is not
+  compiled yet runs in numpy instead (milliseconds for the demo model's cache), and its program compiles
+  when the server is idle (``_Compiled.moves_missed``), for the next time. On an accelerator the programs
+  compile where they are met, as before.
 """
 from __future__ import annotations
 
