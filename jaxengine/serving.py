@@ -58,14 +58,18 @@ Design note.
   only while no submitted request waits or decodes; what they compile is what real requests with those
   settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
   a cache layout it skips to the next layout, so the warm-up decodes a few calls per layout instead of
-  whole answers. Prefill groups other than the warmed ones still compile on first use.
+  whole answers.
 * Moves on host devices: requests arriving a few milliseconds apart join a batch in ever new pairs of
   cache layouts, and each re-layout (rows, slots) -> (rows, slots) and each insert of a prefilled group
   into a layout is a program of its own, which no warm-up can list: compiling one on the serving loop
   (0.1-0.3 s on CPU) stalled every row, 2-4 times per burst. So on CPU a move whose program is not
   compiled yet runs in numpy instead (milliseconds for the demo model's cache), and its program compiles
-  when the server is idle (``_Compiled.moves_missed``), for the next time. On an accelerator the programs
+  when the server is idle (``_Compiled.missed``), for the next time. On an accelerator the programs
   compile where they are met, as before.
+* Prefill groups likewise: admitted requests are prefilled as one group (a power of two of rows, at the
+  longest prompt's bucket), a program per (rows, bucket, sampling mode); one not compiled yet, where
+  each request's lone prefill is, prefills them one at a time (on every platform: the lone prefills of
+  every bucket are warmed) and compiles the group's program when the server is idle.
 """
 from __future__ import annotations
 
@@ -372,20 +376,21 @@ class _Compiled:
         self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered"), donate_argnames=("cache",))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
-        # Re-layouts and inserts by the shapes and placements they were run with (``ContinuousBatch._on_host``):
-        # on host devices, one whose program is not compiled yet runs in numpy and waits in ``moves_missed``
-        # (how to compile it) for an idle server (``compile_missed_move``).
-        self.moves_compiled: set[tuple] = set()
-        self.moves_missed: dict[tuple, Callable[[], Any]] = {}
+        # Re-layouts, inserts and prefills by the shapes, placements and modes they were run with (keys made by
+        # ``ContinuousBatch``). One met before its program was compiled ran another way (a move in numpy on host
+        # devices, a group's prefill one row at a time) and waits in ``missed``, with how to compile it, for
+        # an idle server (``compile_missed``).
+        self.compiled_keys: set[tuple] = set()
+        self.missed: dict[tuple, Callable[[], Any]] = {}
 
-    def compile_missed_move(self) -> bool:
-        """Compiles one re-layout or insert program that a batch ran in numpy instead; False if none is left."""
+    def compile_missed(self) -> bool:
+        """Compiles one program that a batch did without (see ``missed``); False if none is left."""
         try:
-            key, compile_it = self.moves_missed.popitem()
+            key, compile_it = self.missed.popitem()
         except KeyError:
             return False
         compile_it()
-        self.moves_compiled.add(key)
+        self.compiled_keys.add(key)
         return True
 
     def _model(self, leaves):
@@ -709,15 +714,16 @@ class ContinuousBatch:
         host devices, while its program is not compiled. A burst of requests joining a batch meets ever new
         pairs of (rows, slots) layouts and group shapes; compiling each on the serving loop (0.1-0.3 s on CPU)
         stalled every row, where the copy costs milliseconds. Its compile waits for the server to be idle
-        (``_Compiled.compile_missed_move``: ``program`` run on zeros shaped and placed as ``caches``)."""
-        moves = self._compiled
-        if not self.decoder.on_host or key in moves.moves_compiled:
-            moves.moves_compiled.add(key)
+        (``_Compiled.compile_missed``: ``program`` run on zeros shaped and placed as ``caches``)."""
+        if not self.decoder.on_host or key in self._compiled.compiled_keys:
+            self._compiled.compiled_keys.add(key)
             return False
-        if key not in moves.moves_missed:
-            shapes = [jax.tree.map(_shape_and_placement, cache) for cache in caches]
-            moves.moves_missed[key] = lambda: program(*(jax.tree.map(_zeros_placed, shape) for shape in shapes))
+        shapes = [jax.tree.map(_shape_and_placement, cache) for cache in caches]
+        self._miss(key, lambda: program(*(jax.tree.map(_zeros_placed, shape) for shape in shapes)))
         return True
+
+    def _miss(self, key: tuple, compile_it: Callable[[], Any]) -> None:
+        self._compiled.missed.setdefault(key, compile_it)
 
     def _lowest_start(self) -> int:
         return min((row.start for row in self._rows if row is not None), default=self._index)
@@ -733,21 +739,49 @@ class ContinuousBatch:
                 > length)
 
     def _admit(self, admitted: list[_Row], prompt_bucket: int) -> None:
-        """Prefills the admitted requests as one group and copies them into free rows ending at the shared slot."""
-        group = bucket_length(len(admitted), minimum=1)
+        """Prefills the admitted requests and copies them into free rows ending at the shared slot: as one
+        group, or one at a time while the group's program is not compiled and each lone one's is (its compile
+        then waits for an idle server: see the module note)."""
+        key = self._prefill_key(admitted, prompt_bucket)
+        lone_keys = [self._prefill_key([row], prompt_bucket) for row in admitted]
+        if (len(admitted) == 1 or key in self._compiled.compiled_keys
+                or not all(lone in self._compiled.compiled_keys for lone in lone_keys)):
+            self._prefill(admitted, prompt_bucket)
+            return
+        requests = [row.request for row in admitted]
+        self._miss(key, lambda: self._prefill_program(requests, prompt_bucket))
+        for row in admitted:
+            self._prefill([row], prompt_bucket)
+
+    def _prefill_key(self, rows: list[_Row], prompt_bucket: int) -> tuple:
+        group = bucket_length(len(rows), minimum=1)
+        requests = [row.request for row in rows]
+        return ("prefill", group, prompt_bucket, _any_sampled(requests), _any_filtered(requests),
+                _placement(self.decoder.mesh_for(group)))
+
+    def _prefill_program(self, requests: list[ServeRequest], prompt_bucket: int):
+        """The prefill of ``requests`` as one group (padded to a power of two) at ``prompt_bucket``: their
+        first tokens, their cache and the mesh these are on."""
+        group = bucket_length(len(requests), minimum=1)
         input_ids_gt = np.zeros((group, prompt_bucket), np.int32)
         pad_counts_g = np.full((group,), prompt_bucket - 1, np.int32)  # group-padding rows hold one pad token
-        for position, row in enumerate(admitted):
-            ids = row.request.prompt_ids
+        for position, request in enumerate(requests):
+            ids = request.prompt_ids
             input_ids_gt[position, prompt_bucket - len(ids):] = ids
             pad_counts_g[position] = prompt_bucket - len(ids)
-        requests = [row.request for row in admitted]
         group_mesh = self.decoder.mesh_for(group)
         with _on(group_mesh):
             token_g, new_cache = self._compiled.prefill(
                 self.decoder.leaves_on(group_mesh), input_ids_gt, pad_counts_g,
                 self.decoder.sampling_arrays(requests, group), sampled=_any_sampled(requests),
                 filtered=_any_filtered(requests))
+        return token_g, new_cache, group_mesh
+
+    def _prefill(self, admitted: list[_Row], prompt_bucket: int) -> None:
+        """Prefills the admitted requests as one group and copies them into free rows ending at the shared slot."""
+        self._compiled.compiled_keys.add(self._prefill_key(admitted, prompt_bucket))
+        token_g, new_cache, group_mesh = self._prefill_program([row.request for row in admitted], prompt_bucket)
+        group = bucket_length(len(admitted), minimum=1)
         free = [slot for slot, row in enumerate(self._rows) if row is None]
         rows_g = np.full((group,), len(self._rows), np.int32)  # padding rows: dropped
         rows_g[:len(admitted)] = free[:len(admitted)]
@@ -1108,7 +1142,7 @@ class BatchingServer:
         while not closing or self._batch.busy:
             try:
                 while not closing:  # take everything submitted; wait for a request only when idle
-                    item = self._pending.get(block=not (self._batch.busy or self._warming or self._moves_missed))
+                    item = self._pending.get(block=not (self._batch.busy or self._warming or self._missed))
                     if item is None:
                         closing = True
                     elif isinstance(item, _Warmup):
@@ -1124,8 +1158,8 @@ class BatchingServer:
                     self._batch.step()
                 elif self._warming and not closing:
                     self._warm_step()
-                elif self._moves_missed and not closing:
-                    self._compile_missed_move()
+                elif self._missed and not closing:
+                    self._compile_missed()
             except Exception as error:  # the callers report it; the loop keeps serving
                 for item in self._in_flight:
                     item.future.set_exception(error)
@@ -1138,16 +1172,16 @@ class BatchingServer:
         return bool(self._warmups) or self._warm_batch.busy
 
     @property
-    def _moves_missed(self) -> bool:
-        return bool(self.decoder.compiled.moves_missed)
+    def _missed(self) -> bool:
+        return bool(self.decoder.compiled.missed)
 
-    def _compile_missed_move(self) -> None:
-        """While idle, one program that a batch ran in numpy instead (``ContinuousBatch._on_host``); a request
-        submitted meanwhile waits for this compile at most. A failing one is dropped: the copy still works."""
+    def _compile_missed(self) -> None:
+        """While idle, one program that a batch did without (``_Compiled.missed``); a request submitted
+        meanwhile waits for this compile at most. A failing one is dropped: the batch's other way still works."""
         try:
-            self.decoder.compiled.compile_missed_move()
+            self.decoder.compiled.compile_missed()
         except Exception:
-            logger.exception("compiling a cache re-layout or insert failed; it keeps running in numpy")
+            logger.exception("compiling a serving program met in a batch failed; the batch goes on without it")
         self._set_warmed_when_done()
 
     def _new_warm_batch(self, rows: int = 1) -> ContinuousBatch:
@@ -1172,7 +1206,7 @@ class BatchingServer:
 
     def _set_warmed_when_done(self) -> None:
         with self._warmups_lock:
-            if not self._warming and not self._warmups_queued and not self._moves_missed:
+            if not self._warming and not self._warmups_queued and not self._missed:
                 self.warmed.set()
 
     def _add(self, item: _Pending) -> None:

@@ -609,18 +609,29 @@ def test_a_relayout_or_insert_in_numpy_lays_the_cache_out_as_its_program_does(se
     assert np.array_equal(inserted.positions[2, 16:24], group.positions[0])
 
 
-def test_a_request_joining_a_batch_compiles_nothing_while_rows_decode_and_its_move_compiles_when_idle(served):
-    """QA: a burst of chats met 2-4 compiles on the serving loop every round (a re-layout of each pair of
-    cache layouts, an insert of each group into each layout), each stalling every row 0.1-0.3 s. On host
-    devices such a move now runs in numpy while its program is not compiled, and the program compiles
-    once the server is idle; the next burst like it runs the program."""
-    model, tokenizer, prompts = served
-    # Devices of its own: the record of compiled moves (like jit's) is shared by every model of this structure.
-    decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=jax.devices()[2:4])
+@pytest.mark.parametrize("case", ["move", "prefill"])
+def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_they_missed_compiles_when_idle(
+        served, case):
+    """QA: a burst of chats met 2-4 compiles on the serving loop every round, each stalling every row
+    0.1-0.3 s: a re-layout of each pair of cache layouts and an insert of each group into each layout
+    ("move"), and a prefill per group size and prompt bucket ("prefill": real prompts fall in every
+    bucket). On host devices a move not compiled yet runs in numpy; a group whose prefill is not compiled
+    is prefilled one request at a time; either program compiles once the server is idle, and the next
+    burst like it runs it."""
+    model, tokenizer, _ = served
+    # Devices of its own: the record of compiled programs (like jit's) is shared by every model of this structure.
+    devices = jax.devices()[2:4] if case == "move" else jax.devices()[4:6]
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=devices)
     server = BatchingServer(decoder)
-    server.warm([*decoder.warmup_requests(longest_prompt=8, max_new_tokens=40, temperatures=(0.0,)),
+    server.warm([*decoder.warmup_requests(longest_prompt=16, max_new_tokens=40, temperatures=(0.0,)),
                  *decoder.warmup_groups(row_counts=(2, 4), max_new_tokens=40, temperature=0.0)])
-    assert server.warmed.wait(timeout=300) and not decoder.compiled.moves_missed
+    assert server.warmed.wait(timeout=300) and not decoder.compiled.missed
+    # A lone answer to a prompt of bucket 8, then three joining it at once, of bucket 8 or 16.
+    lone, joining = (1, 2, 3), [tuple(range(10 + index, 16 + index + (6 if case == "prefill" else 0)))
+                                for index in range(3)]
+    placement = tuple(device.id for device in devices)
+    expected = {"move": ("relayout", (1, 16), None, 4, 32, placement),  # 1 row x 16 slots on one device -> 4 x 32
+                "prefill": ("prefill", 4, 16, False, False, placement)}[case]  # (the warm-up's groups are of bucket 8)
     futures, stalls = [], []
 
     def on_event(event, seconds, **kwargs):  # a compile on the serving loop while a request is unanswered
@@ -629,17 +640,15 @@ def test_a_request_joining_a_batch_compiles_nothing_while_rows_decode_and_its_mo
             stalls.append(seconds)
 
     def burst():
-        """One lone answer, then three joining it at once: a re-layout from its one row to four, which no
-        warm-up met (each warm-up group is admitted at once into an empty batch)."""
         params, first_token, joined = SamplingParams(max_new_tokens=40, temperature=0.0), threading.Event(), threading.Event()
 
         def on_tokens(token_ids, delta):  # holds the loop at the lone answer's first token until the others came
             first_token.set()
             joined.wait(timeout=60)
 
-        futures[:] = [server.submit(ServeRequest(prompt_ids=(1, 2, 3), params=params), on_tokens=on_tokens)]
+        futures[:] = [server.submit(ServeRequest(prompt_ids=lone, params=params), on_tokens=on_tokens)]
         assert first_token.wait(timeout=60)
-        futures.extend(server.submit(ServeRequest(prompt_ids=tuple(ids[:6]), params=params)) for ids in prompts[:3])
+        futures.extend(server.submit(ServeRequest(prompt_ids=ids, params=params)) for ids in joining)
         joined.set()
         return [future.result(timeout=60).token_ids for future in futures]
 
@@ -647,19 +656,18 @@ def test_a_request_joining_a_batch_compiles_nothing_while_rows_decode_and_its_mo
     try:
         server.batch_sizes.clear()
         first = burst()
-        missed = set(decoder.compiled.moves_missed)
-        # 1 row x 16 slots (a prompt bucket of 8, one call of 8) on one device -> 4 x 32 on two.
-        assert ("relayout", (1, 16), None, 4, 32, (2, 3)) in missed, missed
+        missed = set(decoder.compiled.missed)
+        assert expected in missed, missed
         deadline = time.monotonic() + 120
-        while not missed <= decoder.compiled.moves_compiled and time.monotonic() < deadline:  # by the idle server
+        while not missed <= decoder.compiled.compiled_keys and time.monotonic() < deadline:  # by the idle server
             time.sleep(0.05)
-        assert not decoder.compiled.moves_missed and missed <= decoder.compiled.moves_compiled
+        assert not decoder.compiled.missed and missed <= decoder.compiled.compiled_keys
         server.batch_sizes.clear()
         second = burst()
-        assert not decoder.compiled.moves_missed  # no move ran in numpy this time: its programs ran
+        assert not decoder.compiled.missed  # nothing was done without its program this time
     finally:
         server.close()
         jax.monitoring.unregister_event_duration_listener(on_event)
     assert max(server.batch_sizes) == 4  # the three joined the lone answer
     assert stalls == []
-    assert first == second == [alone_tokens(model, tokenizer, ids, 40) for ids in [(1, 2, 3), *(p[:6] for p in prompts[:3])]]
+    assert first == second == [alone_tokens(model, tokenizer, ids, 40) for ids in [lone, *joining]]
