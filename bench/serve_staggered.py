@@ -36,6 +36,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--stagger-ms", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pause-s", type=float, default=1.0,
+                        help="seconds between rounds, as bursts of chats are apart (the server compiles what a "
+                             "burst missed while idle)")
+    parser.add_argument("--max-repeat", type=int, default=1,
+                        help="each prompt asks its question 1 to this many times (uniform), so prompts fall in "
+                             "several buckets as real chats' do (default 1: one bucket)")
     args = parser.parse_args()
 
     compiles: collections.Counter[str] = collections.Counter()  # by the thread that compiled
@@ -65,13 +71,15 @@ def main() -> None:
             futures.clear()
             started = time.monotonic()
             for index in range(args.streams):
-                prompt = loaded.tokenizer.encode(f"What is the largest digit in {rng.randint(1000, 9999)}? The answer is")
+                question = f"What is the largest digit in {rng.randint(1000, 9999)}? The answer is"
+                prompt = loaded.tokenizer.encode(" ".join([question] * rng.randint(1, args.max_repeat)))
                 params = SamplingParams(max_new_tokens=args.tokens, temperature=0.7, seed=round_ * args.streams + index)
                 futures.append(server.submit(ServeRequest(prompt_ids=tuple(prompt), params=params, ignore_eos=True)))
                 time.sleep(rng.uniform(0, args.stagger_ms / 1000))
             results = [future.result() for future in futures]
             seconds = time.monotonic() - started
             tokens = sum(len(result.token_ids) for result in results)
+            time.sleep(args.pause_s)
             print(json.dumps({"round": round_, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
                               "first_token_median_s": round(statistics.median(r.first_token_seconds for r in results), 3),
                               "compiles": dict(compiles), "stalling_compiles": len(stalls),
