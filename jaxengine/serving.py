@@ -64,7 +64,10 @@ Design note.
   into a layout is a program of its own, which no warm-up can list: compiling one on the serving loop
   (0.1-0.3 s on CPU) stalled every row, 2-4 times per burst. So on CPU a move whose program is not
   compiled yet runs in numpy instead (milliseconds for the demo model's cache), and its program compiles
-  when the server is idle (``_Compiled.missed``), for the next time. On an accelerator the programs
+  for the next time (``_Compiled.missed``) on the server's compile thread, started only while the server
+  is idle, so that neither a burst nor a request arriving during the compile waits for it. A batch's
+  first cache is made in numpy too (``BatchDecoder.empty_cache``): zeros on the device are a program per
+  shape. On an accelerator the programs
   compile where they are met, as before.
 * Prefill groups likewise: admitted requests are prefilled as one group (a power of two of rows, at the
   longest prompt's bucket), a program per (rows, bucket, sampling mode); one not compiled yet, where
