@@ -970,7 +970,12 @@ class BatchDecoder:
         """A zero cache of ``rows`` x ``length`` writing slot ``index`` next, made on the host and uploaded:
         the model's ``init_cache`` (``jnp.zeros``) and a split of it over ``mesh`` are each a program to
         compile per shape, 0.2-0.3 s on CPU for a batch's first layout that no warm-up met. On one device it
-        stays uncommitted, as the warm-up's is: a committed one is another program to compile."""
+        stays uncommitted, as the warm-up's is: a committed one is another program to compile. On an
+        accelerator the zeros are made there: uploading a large cache's would cross the host link."""
+        if not self.on_host:
+            cache = self.model.init_cache(batch_size=rows, max_length=length, dtype=self.cache_dtype)
+            cache = cache.replace(index=jnp.int32(index))
+            return cache if mesh is None else self.place(cache, mesh)
         if (rows, length) not in self._cache_shapes:
             self._cache_shapes[rows, length] = jax.eval_shape(functools.partial(
                 self.model.init_cache, batch_size=rows, max_length=length, dtype=self.cache_dtype))

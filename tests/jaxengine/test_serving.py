@@ -672,3 +672,26 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
     assert max(server.batch_sizes) == 4  # the three joined the lone answer
     assert stalls == []
     assert first == second == [alone_tokens(model, tokenizer, ids, 40) for ids in [lone, *joining]]
+
+
+def test_an_accelerators_way_of_moving_and_making_caches_decodes_what_the_host_way_does(served):
+    """Off host devices (``BatchDecoder.on_host`` False) moves run as programs where met and a first cache
+    is zeros made on the device; requests joining a batch must decode the same either way, and alone."""
+    model, tokenizer, prompts = served
+    params = [SamplingParams(max_new_tokens=n, temperature=t, seed=n) for n, t in ((30, 0.0), (12, 0.8), (20, 0.0))]
+    results = {}
+    for on_host in (True, False):
+        decoder = BatchDecoder(model, tokenizer, min_bucket=4, devices=jax.devices()[6:8])  # shapes of its own
+        decoder.on_host = on_host
+        batch, seen = ContinuousBatch(decoder), Collected()
+        seen.add(batch, 0, prompts[1], params[0])
+        seen.steps(batch, 2)
+        seen.add(batch, 1, prompts[0], params[1])
+        seen.add(batch, 2, prompts[3], params[2])
+        while batch.busy:
+            seen.steps(batch, 1)
+        results[on_host] = [seen.results[name].token_ids for name in range(3)]
+        assert {rows for rows, _ in batch.layouts} == {1, 4}  # grew from one row to four (over two devices)
+    alone = [Sampler(model, tokenizer).generate([ids], param)[0].token_ids
+             for ids, param in zip([prompts[1], prompts[0], prompts[3]], params)]
+    assert results[True] == results[False] == alone
