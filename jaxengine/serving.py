@@ -1115,8 +1115,9 @@ class BatchingServer:
         self.warmed.set()
         self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet
         self._warmups_lock = threading.Lock()
-        # Programs a batch did without compile here, one at a time, started only while the server is idle,
-        # so that a request arriving meanwhile is not held up by one (0.1-0.5 s on CPU).
+        # Programs a batch did without compile here, one at a time, so that a request arriving meanwhile is
+        # not held up by one (0.1-0.5 s on CPU); on host devices started only while the server is idle, as
+        # the compile would take a core from the decoding rows.
         self._compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="serving-compile")
         self._compiles_running = 0
         self._thread = threading.Thread(target=self._loop, name="batching-server", daemon=True)
@@ -1181,6 +1182,10 @@ class BatchingServer:
             try:
                 if self._batch.busy:
                     self._batch.step()
+                    # An accelerator's host has cores to spare while the device decodes: a busy server need
+                    # not wait for an idle moment (which may not come under steady load) to compile.
+                    if not self.decoder.on_host and self._may_compile and not closing:
+                        self._start_compile()
                 elif self._warming and not closing:
                     self._warm_step()
                 elif self._may_compile and not closing:

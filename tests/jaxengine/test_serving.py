@@ -695,3 +695,45 @@ def test_an_accelerators_way_of_moving_and_making_caches_decodes_what_the_host_w
     alone = [Sampler(model, tokenizer).generate([ids], param)[0].token_ids
              for ids, param in zip([prompts[1], prompts[0], prompts[3]], params)]
     assert results[True] == results[False] == alone
+
+
+@pytest.mark.parametrize("on_host", [True, False])
+def test_what_a_busy_batch_missed_compiles_at_once_off_host_devices_and_when_idle_on_them(served, on_host):
+    """On host devices the compile thread starts only while the server is idle (it would take a core from
+    the decoding rows); on an accelerator it need not wait for an idle moment, which steady load may never
+    give: a group's prefill missed mid-answer compiles while the first answer still decodes."""
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
+    decoder.on_host = on_host
+    server = BatchingServer(decoder)
+    greedy, top_k = SamplingParams(max_new_tokens=8, temperature=0.0), SamplingParams(max_new_tokens=8, temperature=0.5, top_k=5)
+    prompts = [tuple(range(10 + i, 50 + i)) for i in range(3)]  # 40 tokens: bucket 64
+    key = ("prefill", 4, 64, True, True, None)  # the three together, one of them sampled with top-k
+    for sampling in (greedy, top_k):  # each one's lone prefill is compiled
+        server.submit(ServeRequest(prompt_ids=prompts[0], params=sampling)).result(timeout=60)
+    assert key not in decoder.compiled.compiled_keys
+    joined, calls, compiled_while_busy = threading.Event(), [], []
+
+    def on_tokens(token_ids, delta):  # the lone answer's reads: the first holds the loop until the others came
+        calls.append(len(token_ids))
+        if len(calls) == 1:
+            joined.wait(timeout=60)
+        elif len(calls) == 3:  # two decode calls after the group joined
+            deadline = time.monotonic() + (0.5 if on_host else 30)
+            while key not in decoder.compiled.compiled_keys and time.monotonic() < deadline:
+                time.sleep(0.01)
+            compiled_while_busy.append(key in decoder.compiled.compiled_keys)
+
+    try:
+        first = server.submit(ServeRequest(prompt_ids=(1, 2, 3), params=SamplingParams(max_new_tokens=60, temperature=0.0)),
+                              on_tokens=on_tokens)
+        while not calls:
+            time.sleep(0.001)
+        group = [server.submit(ServeRequest(prompt_ids=ids, params=top_k if index == 0 else greedy))
+                 for index, ids in enumerate(prompts)]
+        joined.set()
+        for future in [first, *group]:
+            future.result(timeout=60)
+    finally:
+        server.close()
+    assert compiled_while_busy == [not on_host]
