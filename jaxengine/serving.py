@@ -67,12 +67,14 @@ Design note.
   for the next time (``_Compiled.missed``) on the server's compile thread, started only while the server
   is idle, so that neither a burst nor a request arriving during the compile waits for it. A batch's
   first cache is made in numpy too (``BatchDecoder.empty_cache``): zeros on the device are a program per
-  shape. On an accelerator the programs
-  compile where they are met, as before.
-* Prefill groups likewise: admitted requests are prefilled as one group (a power of two of rows, at the
-  longest prompt's bucket), a program per (rows, bucket, sampling mode); one not compiled yet, where
-  each request's lone prefill is, prefills them one at a time (on every platform: the lone prefills of
-  every bucket are warmed) and compiles the group's program when the server is idle.
+  shape. On an accelerator moves compile where they are met, as before (a large cache's trip through the
+  host would cost more than the compile).
+* Prefill groups likewise, on every platform: admitted requests are prefilled as one group (a power of
+  two of rows, at the longest prompt's bucket), a program per (rows, bucket, sampling mode); one not
+  compiled yet, where each request's lone prefill is (the lone prefills of every bucket are warmed),
+  prefills them one at a time, and the group's program compiles on the compile thread: on host devices
+  once the server is idle, on an accelerator at once (its host has cores to spare, and steady load may
+  give no idle moment).
 """
 from __future__ import annotations
 
@@ -382,7 +384,7 @@ class _Compiled:
         # Re-layouts, inserts and prefills by the shapes, placements and modes they were run with (keys made by
         # ``ContinuousBatch``). One met before its program was compiled ran another way (a move in numpy on host
         # devices, a group's prefill one row at a time) and waits in ``missed``, with how to compile it, for
-        # an idle server (``compile_missed``).
+        # the server's compile thread (``compile_missed``).
         self.compiled_keys: set[tuple] = set()
         self.missed: dict[tuple, Callable[[], Any]] = {}
 
@@ -739,8 +741,8 @@ class ContinuousBatch:
 
     def _admit(self, admitted: list[_Row], prompt_bucket: int) -> None:
         """Prefills the admitted requests and copies them into free rows ending at the shared slot: as one
-        group, or one at a time while the group's program is not compiled and each lone one's is (its compile
-        then waits for an idle server: see the module note)."""
+        group, or one at a time while the group's program is not compiled and each lone one's is (the
+        server's compile thread then compiles it: see the module note)."""
         key = self._prefill_key(admitted, prompt_bucket)
         lone_keys = [self._prefill_key([row], prompt_bucket) for row in admitted]
         if (len(admitted) == 1 or key in self._compiled.compiled_keys
@@ -1110,7 +1112,7 @@ class BatchingServer:
         # so that they never share a decode call with a real request).
         self._warmups: collections.deque[tuple[ServeRequest, ...]] = collections.deque()
         self._warm_batch = self._new_warm_batch()
-        # Set while no warm-up given to ``warm`` is left to decode, nor a program it ran in numpy to compile.
+        # Set while no warm-up given to ``warm`` is left to decode, nor a program a batch did without to compile.
         self.warmed = threading.Event()
         self.warmed.set()
         self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet

@@ -6,11 +6,12 @@ import json
 import pytest
 
 from tests.browser.test_datasets import screenshot
+from tests.live import wait_for
 from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
 from webapp.core.bidi import isolated
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
-from webapp.review.models import Campaign, Item, ItemStatus, Review
+from webapp.review.models import Campaign, CampaignStatus, Item, ItemStatus, Review
 
 pytestmark = pytest.mark.browser
 
@@ -145,7 +146,15 @@ def test_long_responses_scroll_in_their_boxes_and_the_answers_stay_in_view(brows
         context.close()
 
 
-def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server):
+def loaded(campaign: Campaign, workers) -> Campaign:
+    """The campaign once the ``default`` worker has made its items (``campaign_create`` queued the load).
+    The tests used to call ``campaign_load_items`` as well, which raced a worker left running by an earlier
+    test: the later load's start deleted the items the other had just made (CI: "ready, 0 items")."""
+    return wait_for(lambda: Campaign.objects.filter(pk=campaign.pk, status=CampaignStatus.READY).first(),
+                    workers=workers, what=f"campaign {campaign.name} to be loaded")
+
+
+def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server, default_worker):
     """QA: an edit that left a response empty was stored. The item comes back with the edit boxes open, what
     was typed in them, the reason under the emptied one and the cursor in it; corrected, the answer goes."""
     team = make_team()
@@ -154,7 +163,7 @@ def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, 
 
     campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
                                                reviewers=[team.owner], source_version=version, user=team.owner)
-    review_services.campaign_load_items(campaign_id=campaign.pk)
+    loaded(campaign, default_worker)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = log_in(context, live_server.url, team.owner.username)
@@ -184,7 +193,7 @@ def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, 
         context.close()
 
 
-def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(browser, live_server):
+def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(browser, live_server, default_worker):
     """QA: the page asking to confirm a change of resolution was the answer to the POST, so reloading it made
     the browser offer to send the form again. It is a page of its own: a reload asks again, changes nothing."""
     from webapp.review import services as review_services
@@ -196,7 +205,7 @@ def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(brows
     campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=2,
                                                reviewers=[team.owner, team.teammate], source_version=version,
                                                user=team.owner)
-    review_services.campaign_load_items(campaign_id=campaign.pk)
+    loaded(campaign, default_worker)
     item = campaign.items.get()
     for user, label in ((team.owner, "a"), (team.teammate, "b")):
         shown_first = review_services.shown_first_for(item_public_id=item.public_id, user_id=user.pk)
