@@ -743,20 +743,19 @@ class ContinuousBatch:
         """Prefills the admitted requests and copies them into free rows ending at the shared slot: as one
         group, or one at a time while the group's program is not compiled and each lone one's is (the
         server's compile thread then compiles it: see the module note)."""
-        key = self._prefill_key(admitted, prompt_bucket)
-        lone_keys = [self._prefill_key([row], prompt_bucket) for row in admitted]
-        if (len(admitted) == 1 or key in self._compiled.compiled_keys
-                or not all(lone in self._compiled.compiled_keys for lone in lone_keys)):
-            self._prefill(admitted, prompt_bucket)
+        requests, compiled = [row.request for row in admitted], self._compiled.compiled_keys
+        key = self._prefill_key(requests, prompt_bucket)
+        lone_keys = ([] if len(admitted) == 1 or key in compiled
+                     else [self._prefill_key([request], prompt_bucket) for request in requests])
+        if not lone_keys or not all(lone in compiled for lone in lone_keys):
+            self._prefill(admitted, prompt_bucket, key)
             return
-        requests = [row.request for row in admitted]
         self._miss(key, lambda: self._prefill_program(requests, prompt_bucket))
-        for row in admitted:
-            self._prefill([row], prompt_bucket)
+        for row, lone in zip(admitted, lone_keys):
+            self._prefill([row], prompt_bucket, lone)
 
-    def _prefill_key(self, rows: list[_Row], prompt_bucket: int) -> tuple:
-        group = bucket_length(len(rows), minimum=1)
-        requests = [row.request for row in rows]
+    def _prefill_key(self, requests: list[ServeRequest], prompt_bucket: int) -> tuple:
+        group = bucket_length(len(requests), minimum=1)
         return ("prefill", group, prompt_bucket, _any_sampled(requests), _any_filtered(requests),
                 _placement(self.decoder.mesh_for(group)))
 
@@ -778,11 +777,12 @@ class ContinuousBatch:
                 filtered=_any_filtered(requests))
         return token_g, new_cache, group_mesh
 
-    def _prefill(self, admitted: list[_Row], prompt_bucket: int) -> None:
-        """Prefills the admitted requests as one group and copies them into free rows ending at the shared slot."""
-        self._compiled.compiled_keys.add(self._prefill_key(admitted, prompt_bucket))
+    def _prefill(self, admitted: list[_Row], prompt_bucket: int, key: tuple) -> None:
+        """Prefills the admitted requests as one group (the program ``key`` names) and copies them into free
+        rows ending at the shared slot."""
+        self._compiled.compiled_keys.add(key)
         token_g, new_cache, group_mesh = self._prefill_program([row.request for row in admitted], prompt_bucket)
-        group = bucket_length(len(admitted), minimum=1)
+        group = token_g.shape[0]
         free = [slot for slot, row in enumerate(self._rows) if row is None]
         rows_g = np.full((group,), len(self._rows), np.int32)  # padding rows: dropped
         rows_g[:len(admitted)] = free[:len(admitted)]
@@ -1116,7 +1116,7 @@ class BatchingServer:
         self.warmed = threading.Event()
         self.warmed.set()
         self._warmups_queued = 0  # ``warm`` calls the loop has not taken yet
-        self._warmups_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # guards the counts above and ``_compiles_running``
         # Programs a batch did without compile here, one at a time, so that a request arriving meanwhile is
         # not held up by one (0.1-0.5 s on CPU); on host devices started only while the server is idle, as
         # the compile would take a core from the decoding rows.
@@ -1146,7 +1146,7 @@ class BatchingServer:
         for group in groups:
             for request in group:
                 self.decoder.check(request)
-        with self._warmups_lock:
+        with self._state_lock:
             self._warmups_queued += 1
             self.warmed.clear()
         self._pending.put(_Warmup(tuple(groups)))
@@ -1175,7 +1175,7 @@ class BatchingServer:
                         pass
                     elif isinstance(item, _Warmup):
                         self._warmups.extend(item.groups)
-                        with self._warmups_lock:
+                        with self._state_lock:
                             self._warmups_queued -= 1
                     else:
                         self._add(item)
@@ -1215,7 +1215,7 @@ class BatchingServer:
     def _start_compile(self) -> None:
         """While idle, compile one program that a batch did without (``_Compiled.missed``) on the compile
         thread; its end wakes the loop for the next."""
-        with self._warmups_lock:
+        with self._state_lock:
             self._compiles_running += 1
         self._compiler.submit(self._compile_missed).add_done_callback(lambda _: self._pending.put(_WAKE))
 
@@ -1225,7 +1225,7 @@ class BatchingServer:
         except Exception:  # dropped: the batch's other way still works
             logger.exception("compiling a serving program met in a batch failed; the batch goes on without it")
         finally:
-            with self._warmups_lock:
+            with self._state_lock:
                 self._compiles_running -= 1
             self._set_warmed_when_done()
 
@@ -1250,7 +1250,7 @@ class BatchingServer:
         self._set_warmed_when_done()
 
     def _set_warmed_when_done(self) -> None:
-        with self._warmups_lock:
+        with self._state_lock:
             if not self._warming and not self._warmups_queued and not self._missed and not self._compiles_running:
                 self.warmed.set()
 
