@@ -71,6 +71,10 @@ class Campaign(models.Model):
     # Counts the requests to load the items (creation, then each "Queue the load again"); a load carries
     # its number and stops once a later one is asked for, so that two loads never write items at once.
     load_attempt = models.PositiveIntegerField(default=0)
+    # Counts the deliveries that started a load: a message redelivered while its first delivery still
+    # runs (the worker's connection dropped) starts over and the earlier delivery stops, so that it can
+    # neither delete the later one's items nor mark the campaign ready without them.
+    load_claim = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

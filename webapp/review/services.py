@@ -29,7 +29,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.db.models.lookups import LessThan
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
@@ -277,40 +277,43 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
     if attempt is None:
         attempt = campaign.load_attempt
     with transaction.atomic():
-        if not _load_is_current(campaign_id, attempt):
+        last_claim = _current_load(campaign_id, attempt).select_for_update().values_list("load_claim", flat=True).first()
+        if last_claim is None:
             return campaign
+        # This delivery claims the load: one that started earlier (the same message delivered twice)
+        # stops at its next batch, and only the claim's holder may write items or the outcome.
+        claim = last_claim + 1
+        Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1, load_claim=claim)
         Item.objects.filter(campaign=campaign).delete()
-        Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1)
+    mine = _current_load(campaign_id, attempt).filter(load_claim=claim)
     status, load_error = CampaignStatus.READY, ""
     if campaign.source_version is None:
-        Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).update(
-            status=CampaignStatus.FAILED,
-            load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
+        mine.update(status=CampaignStatus.FAILED,
+                    load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
         return Campaign.objects.get(pk=campaign_id)
     try:
         pairs = _version_pairs(campaign.source_version)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):
             with transaction.atomic():
-                if not _load_is_current(campaign_id, attempt):
-                    logger.info("review campaign %s: load %s stops, a later one was asked for",
-                                campaign.public_id, attempt)
+                if not mine.select_for_update().exists():
+                    logger.info("review campaign %s: load %s (delivery %s) stops, a later one started",
+                                campaign.public_id, attempt, claim)
                     return Campaign.objects.get(pk=campaign_id)
                 items_add(campaign=campaign, pairs=batch)
     except (formats.DatasetFormatError, OSError) as error:
         status, load_error = CampaignStatus.FAILED, (
             f"could not read {campaign.source_version}: {error}; the version may have been deleted from storage")
-    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).update(
-        status=status, load_error=load_error)
+    mine.update(status=status, load_error=load_error)
     campaign.refresh_from_db()
     logger.info("review campaign %s: %s, %s items", campaign.public_id, campaign.status, campaign.next_sequence - 1)
     return campaign
 
 
-def _load_is_current(campaign_id: int, attempt: int) -> bool:
-    """Whether load ``attempt`` of the campaign may write its items (inside the caller's transaction,
-    with the campaign's row locked, as ``campaign_load_request`` bumps it)."""
-    return Campaign.objects.select_for_update().filter(
-        pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt).exists()
+def _current_load(campaign_id: int, attempt: int) -> QuerySet[Campaign]:
+    """The campaign while load ``attempt`` is the one asked for last and it is still loading. Checked
+    with the row locked (``select_for_update``, inside the caller's transaction) before a load writes,
+    as ``campaign_load_request`` bumps the attempt under the same lock."""
+    return Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt)
 
 
 def _version_pairs(version: DatasetVersion) -> Iterator[Pair]:

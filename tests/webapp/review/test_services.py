@@ -75,6 +75,42 @@ def test_queueing_the_load_again_while_it_runs_leaves_one_load_writing(team, car
     assert [item.sequence for item in campaign.items.order_by("sequence")] == [1, 2, 3, 4]
 
 
+class _StillRunning(Exception):
+    """Stands for a delivery that has started over and is still reading the file."""
+
+
+def test_a_delivery_overtaken_by_a_redelivery_of_its_message_writes_nothing_more(
+        team, carol, preference_version, monkeypatch):
+    """One message delivered twice at once (the worker's broker connection dropped mid-load): the second
+    delivery's start deleted the items the first had made, then the first marked the campaign ready, and
+    the second, finding it no longer loading, stopped: 'ready' with 0 items (seen in CI). The earlier
+    delivery now stops once a later one has claimed the load, and only the later one ends it."""
+    campaign = services.campaign_create(project=team.project, name="twice", guidelines="", required_reviews=1,
+                                        reviewers=[carol], source_version=preference_version, user=team.owner)
+    monkeypatch.setattr(services, "ITEM_BATCH", 3)
+    real_items_add, real_pairs = services.items_add, services._version_pairs
+
+    def still_reading(version):
+        raise _StillRunning
+        yield  # a generator, as the real one
+
+    def redelivered_after_the_first_batch(**kwargs):
+        real_items_add(**kwargs)
+        monkeypatch.setattr(services, "_version_pairs", still_reading)
+        with pytest.raises(_StillRunning):
+            services.campaign_load_items(campaign_id=campaign.pk, attempt=1)  # the same message, again
+        monkeypatch.setattr(services, "_version_pairs", real_pairs)
+
+    monkeypatch.setattr(services, "items_add", redelivered_after_the_first_batch)
+    first = services.campaign_load_items(campaign_id=campaign.pk, attempt=1)
+    assert first.status == CampaignStatus.LOADING, "the overtaken delivery does not end the load"
+    assert not first.items.exists(), "it wrote no batch after the later delivery started over"
+    monkeypatch.setattr(services, "items_add", real_items_add)
+    campaign = services.campaign_load_items(campaign_id=campaign.pk, attempt=1)  # the later one, to the end
+    assert campaign.status == CampaignStatus.READY
+    assert [item.sequence for item in campaign.items.order_by("sequence")] == [1, 2, 3, 4]
+
+
 def test_a_load_that_died_half_way_starts_over(team, carol, preference_version, monkeypatch):
     campaign = services.campaign_create(project=team.project, name="later", guidelines="", required_reviews=1,
                                         reviewers=[carol], source_version=preference_version, user=team.owner)
