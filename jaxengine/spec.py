@@ -457,7 +457,17 @@ def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
     warnings = []
     if problem := _warmup_problem(spec, train_rows=train_rows):
         warnings.append(problem)
+    if problem := _eval_problem(spec):
+        warnings.append(problem)
     return warnings
+
+
+def _eval_problem(spec: JobSpec) -> str | None:
+    # The trainer evaluates on data.eval only: without it eval_every asks for evaluations that never run.
+    if spec.train.eval_every is None or spec.data.eval is not None:
+        return None
+    return (f"train.eval_every: {spec.train.eval_every} evaluates nothing, as data.eval is not given: the run logs "
+            f"training metrics only; give data.eval (held-out rows in data.train's format) or leave eval_every out")
 
 
 def _warmup_problem(spec: JobSpec, *, train_rows: int | None) -> str | None:

@@ -1,6 +1,7 @@
 /* The launch page: switch between the schema-built form and the YAML editor of the same spec, the
-   reward-function lists (add and remove rows; a row shows the arguments of its chosen function), and
-   the Scale-out fieldset's running check of data x fsdp x tensor against the devices of the job. */
+   reward-function lists (add and remove rows; a row shows the arguments of its chosen function), the
+   live check of an editor against the launch's own rules, and the Scale-out fieldset's running check
+   of data x fsdp x tensor against the devices of the job. */
 (function () {
   "use strict";
   var tabs = document.querySelectorAll("nav.tabs.small a[data-mode]");
@@ -86,6 +87,71 @@
       bindRow(row);
       showArguments(row);
       row.querySelector("select.reward-function").focus();
+    });
+  });
+
+  // A live check of each editor as it is filled in: what a launch would be refused for and what it
+  // would warn of (a warmup as long as the run, evaluations with no evaluation data), asked of the
+  // server, which runs the launch's own checks and saves nothing. Only after a first edit: a fresh
+  // form lacks its model and data, and saying so before anything is typed is noise.
+  function renderCheck(panel, result) {
+    var keys = Object.keys(result.errors || {});
+    var warnings = result.warnings || [];
+    var heading = document.createElement("p");
+    var list = document.createElement("ul");
+    keys.forEach(function (key) {
+      result.errors[key].forEach(function (message) {
+        var item = document.createElement("li");
+        if (key !== "__all__" && key !== "spec_yaml") {
+          var code = document.createElement("code");
+          code.textContent = key;
+          item.appendChild(code);
+          item.appendChild(document.createTextNode(": "));
+        }
+        item.appendChild(document.createTextNode(message));
+        list.appendChild(item);
+      });
+    });
+    warnings.forEach(function (message) {
+      var item = document.createElement("li");
+      item.textContent = message;
+      list.appendChild(item);
+    });
+    heading.textContent = keys.length ? "A launch now would be refused:" :
+      (warnings.length ? "Ready to launch, with " + (warnings.length === 1 ? "a warning" : "warnings") + ":" : "Ready to launch.");
+    panel.className = "launch-check " + (keys.length ? "refused" : (warnings.length ? "warned" : "ready"));
+    panel.replaceChildren(heading);
+    if (list.children.length) panel.appendChild(list);
+    panel.hidden = false;
+  }
+  document.querySelectorAll("form.launch-form[data-check-url]").forEach(function (form) {
+    var panel = form.querySelector(".launch-check");
+    var timer = null;
+    var asked = 0;
+    function check() {
+      var number = ++asked;
+      fetch(form.dataset.checkUrl, { method: "POST", body: new FormData(form), credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) throw new Error("the server answered " + response.status);
+          return response.json();
+        })
+        .then(function (result) { if (number === asked) renderCheck(panel, result); })
+        .catch(function (error) {
+          if (number !== asked) return;
+          panel.className = "launch-check";
+          panel.textContent = "Not checked (" + error.message + "); Launch checks everything again.";
+          panel.hidden = false;
+        });
+    }
+    function checkSoon() {
+      clearTimeout(timer);
+      timer = setTimeout(check, 400);
+    }
+    form.addEventListener("input", checkSoon);
+    form.addEventListener("change", checkSoon);
+    // The reward rows' Add and Remove buttons change the spec without an input event.
+    form.addEventListener("click", function (event) {
+      if (event.target.closest("button.reward-add, button.reward-remove")) checkSoon();
     });
   });
 

@@ -144,3 +144,38 @@ def test_a_sweep_typed_in_the_form_launches_a_run_per_combination_listed_togethe
     tag = Run.objects.order_by("id").first().tags[0]
     assert f"Sweep {tag}: 4 runs queued." in page.locator("main").inner_text()
     assert page.locator(".runs-table tbody tr").count() == Run.objects.filter(tags__icontains=tag).count() == 4
+
+
+def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(page, live_server):
+    """The warmup and evaluation warnings were shown only on the run page, after the launch; a refused
+    value only after pressing Launch. The form now asks the server's launch checks as it is edited."""
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")  # the LoRA preset: 200 steps, eval every 50
+    check = page.locator("#launch-check-form")
+    assert check.is_hidden(), "nothing is said before anything is typed"
+
+    page.select_option("#spec-model", base_model.public_id)
+    page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('refused')")
+    assert check.locator("li").all_inner_texts() == ["data.train: choose a ready dataset version (dv_…) of kind sft"]
+
+    page.select_option("#spec-data-train", chats.public_id)
+    page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('warned')")
+    assert check.locator("p").inner_text() == "Ready to launch, with a warning:"
+    assert check.locator("li").inner_text().startswith("train.eval_every: 50 evaluates nothing")
+
+    page.select_option("#spec-data-eval", chats.public_id)
+    page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('ready')")
+    assert check.inner_text() == "Ready to launch."
+
+    page.fill("#spec-optim-warmup_steps", "200")
+    page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('warned')")
+    assert check.locator("li").inner_text().startswith("optim.warmup_steps: 200 is not below the run's 200 optimizer steps")
+
+    page.fill("#spec-optim-learning_rate", "<b>fast</b>")  # typed text comes back as text
+    page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('refused')")
+    assert check.locator("li").all_inner_texts() == ["optim.learning_rate: '<b>fast</b>': input should be a valid number"]
+    assert check.locator("b").count() == 0
+    assert Run.objects.count() == 0

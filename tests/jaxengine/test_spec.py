@@ -461,6 +461,18 @@ def test_a_warmup_as_long_as_the_run_is_warned_of_when_the_steps_are_known():
     assert warnings(epochs, train_rows=36, warmup=9, task="pretrain") == []
 
 
+def test_evaluations_asked_for_without_eval_data_are_warned_of():
+    from jaxengine.spec import spec_warnings
+
+    lonely = parse_spec(minimal(train={"max_steps": 100, "eval_every": 50}))
+    assert spec_warnings(lonely) == [
+        "train.eval_every: 50 evaluates nothing, as data.eval is not given: the run logs training metrics only; "
+        "give data.eval (held-out rows in data.train's format) or leave eval_every out"]
+    assert spec_warnings(parse_spec(minimal(train={"max_steps": 100, "eval_every": 50},
+                                            data={"train": "t.jsonl", "eval": "e.jsonl"}))) == []
+    assert spec_warnings(parse_spec(minimal(train={"max_steps": 100}))) == []
+
+
 def _schema_keys(model=None, prefix=""):
     """Every settable key of the spec as a dotted path -> its pydantic field (sections recursed into)."""
     from pydantic import BaseModel

@@ -232,6 +232,7 @@ ROUTES: dict[str, Route] = {
 
     "runs:list": Route(kwargs=_project, methods=READ),
     "runs:new": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
+    "runs:check": Route(kwargs=_project, methods={"POST": MEMBER}),
     "runs:archive": Route(kwargs=_project, methods={"POST": MEMBER}),
     # POST only turns the ticked runs into the compare page's address: a read.
     "runs:compare": Route(kwargs=_project, query=_runs_query, methods={"GET": VIEWER, "POST": VIEWER}),

@@ -524,12 +524,30 @@ def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, 
     ``<name> · <key>=<value> …``, tagged ``sweep-<id>`` besides ``tags``, and queued in product order."""
     name = _checked_name(name or "", required=False)
     checked_json(spec, field="")
+    tag_list = _checked_sweep(spec=spec, axes=axes, tags=tags)
+    tag = new_sweep_tag()
+    planned = _plan_sweep(project=project, spec=spec, axes=axes)
+    runs = [_save_planned(public_id=public_id, project=project, plan=plan, user=user, tags=[tag, *tag_list],
+                          name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
+                                                             max_length=RUN_NAME_MAX), required=True))
+            for public_id, combination, plan in planned]
+    return SweepLaunched(tag=tag, runs=runs)
+
+
+def _checked_sweep(*, spec: Any, axes: list[sweeps.SweepAxis], tags: str | list[str]) -> list[str]:
+    """The tags of a sweep's runs besides its own, once its axes are checked against the spec's task."""
     sweeps.check_axes(axes, task=spec.get("task") if isinstance(spec, dict) and spec.get("task") in tasks() else None)
     tag_list = parse_tags(tags)
     if len(tag_list) >= MAX_TAGS:
         raise ValidationError({"tags": f"a sweep adds its own tag to the {MAX_TAGS} a run may have: give at most "
                                        f"{MAX_TAGS - 1}"})
-    tag = new_sweep_tag()
+    return tag_list
+
+
+def _plan_sweep(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis]
+                ) -> list[tuple[str, tuple[Any, ...], RunPlan]]:
+    """Each combination of a sweep's values planned by ``plan_run`` (with its run's id), or the
+    ``ValidationError`` that refuses the sweep: the combinations' problems, or runs that would be the same."""
     combinations = sweeps.combinations(axes)
     planned, failures = [], []
     for combination in combinations:
@@ -545,11 +563,22 @@ def sweep_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, 
         raise ValidationError(sweeps.errors(axes, failures, len(combinations)))
     if same := sweeps.same_runs(axes, [(combination, plan.resolved) for _public_id, combination, plan in planned]):
         raise ValidationError({sweeps.FIELD: same})
-    runs = [_save_planned(public_id=public_id, project=project, plan=plan, user=user, tags=[tag, *tag_list],
-                          name=_checked_name(sweeps.run_name(name or _default_name(plan), axes, combination,
-                                                             max_length=RUN_NAME_MAX), required=True))
-            for public_id, combination, plan in planned]
-    return SweepLaunched(tag=tag, runs=runs)
+    return planned
+
+
+def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], name: str = "",
+                 tags: str | list[str] = "") -> list[str]:
+    """What launching ``spec`` as one run (``axes`` empty) or as a sweep would warn of, once each, or the
+    ``ValidationError`` it would be refused with; nothing is saved or queued (the launch page's live check)."""
+    _checked_name(name or "", required=False)
+    checked_json(spec, field="")
+    if axes:
+        _checked_sweep(spec=spec, axes=axes, tags=tags)
+        plans = [plan for _public_id, _combination, plan in _plan_sweep(project=project, spec=spec, axes=axes)]
+    else:
+        parse_tags(tags)
+        plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
+    return list(dict.fromkeys(warning for plan in plans for warning in plan_warnings(plan)))
 
 
 def _advance_pipeline(run: Run) -> None:

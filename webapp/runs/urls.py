@@ -7,6 +7,7 @@ app_name = "runs"
 urlpatterns = [
     path("p/<slug:slug>/runs/", views.run_list, name="list"),
     path("p/<slug:slug>/runs/new/", views.run_create, name="new"),
+    path("p/<slug:slug>/runs/new/check/", views.run_check, name="check"),
     path("p/<slug:slug>/runs/archive/", views.run_archive, name="archive"),
     path("p/<slug:slug>/runs/compare/", views.run_compare, name="compare"),
     path("p/<slug:slug>/runs/compare/metrics.csv", views.run_compare_csv, name="compare_csv"),

@@ -179,12 +179,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     spec: dict[str, Any] = {}
     try:
-        if mode == "yaml":
-            spec = services.spec_from_yaml(yaml_text)
-        else:
-            spec, input_errors = read_form(task, request.POST)
-            if input_errors:
-                raise _with_spec_errors(project, spec, input_errors)
+        spec, refused = _posted_spec(request, project, task=task, mode=mode)
+        if refused is not None:
+            raise refused
         task = spec.get("task", task) if spec.get("task") in tasks() else task
 
         def launch() -> str:
@@ -208,6 +205,43 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if sweep.strip():
         context["errors_heading"] = "The sweep was not launched: none of its runs was made"
     return render(request, "runs/new.html", context, status=400)
+
+
+def _posted_spec(request: HttpRequest, project, *, task: str, mode: str
+                 ) -> tuple[dict[str, Any], ValidationError | None]:
+    """The spec posted from the launch page's ``mode`` editor, and the ``ValidationError`` of YAML that
+    does not read as a spec (the spec then empty) or of form inputs that cannot be read (with what the
+    spec check says of the rest; the spec then holds what was read, for the form to show again)."""
+    if mode == "yaml":
+        try:
+            return services.spec_from_yaml(request.POST.get("spec_yaml", "")), None
+        except ValidationError as error:
+            return {}, error
+    spec, input_errors = read_form(task, request.POST)
+    return spec, _with_spec_errors(project, spec, input_errors) if input_errors else None
+
+
+@login_required
+@require_POST
+def run_check(request: HttpRequest, slug: str) -> JsonResponse:
+    """The launch page's live check, as its editors are filled in (``static/runs_new.js``): what a
+    launch of the posted editor would be refused for (``errors``, by key, as the page lists them after a
+    refused launch) and what it would warn of (``warnings``), from the same services as the launch;
+    nothing is saved or queued."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    task = request.POST.get("task", "sft")
+    try:
+        spec, refused = _posted_spec(request, project, task=task if task in tasks() else "sft",
+                                     mode=request.POST.get("mode", "form"))
+        if refused is not None:
+            raise refused
+        warnings = services.launch_check(project=project, spec=spec, name=request.POST.get("name", ""),
+                                         tags=request.POST.get("tags", ""),
+                                         axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
+    except ValidationError as error:
+        errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+        return JsonResponse({"errors": errors, "warnings": []})
+    return JsonResponse({"errors": {}, "warnings": warnings})
 
 
 def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:

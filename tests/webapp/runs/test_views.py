@@ -174,7 +174,8 @@ def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, cat
     client = client_for(team.teammate)
     form = {**_layout_form(catalog), "name": "<b>mine</b>", "optim.learning_rate": "0.003", "switch": "yaml"}
     page = client.post("/p/alpha/runs/new/", form).content.decode()
-    assert '<form method="post" class="launch-form card" id="yaml-form" data-submit-once data-mode="yaml" >' in page
+    assert ('<form method="post" class="launch-form card" id="yaml-form" data-check-url="/p/alpha/runs/new/check/" '
+            'data-submit-once data-mode="yaml" >') in page
     assert "learning_rate: 0.003\n" in page and 'id="id_yaml_name" name="name" value="&lt;b&gt;mine&lt;/b&gt;"' in page
     page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
                                               "task: dpo\noptim: {learning_rate: 0.0005}\nfoo: [1"}).content.decode()
@@ -182,7 +183,7 @@ def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, cat
     page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
                                               "task: dpo\noptim: {learning_rate: 0.0005}\n"}).content.decode()
     assert 'class="active" data-task="dpo"' in page and 'name="optim.learning_rate" value="0.0005"' in page
-    assert 'id="launch-form" data-submit-once data-mode="form" data-rivals="[[&quot;train.max_steps&quot;, &quot;train.epochs&quot;]]" >' in page
+    assert 'id="launch-form" data-check-url="/p/alpha/runs/new/check/" data-submit-once data-mode="form" data-rivals="[[&quot;train.max_steps&quot;, &quot;train.epochs&quot;]]" >' in page
     # An input the form cannot read keeps the form, named.
     response = client.post("/p/alpha/runs/new/", {**form, "data.eval_group_by": "x", "task": "grpo",
                                                   "grpo.rewards.0.name": "length_target",
@@ -1359,3 +1360,42 @@ def test_switching_editors_and_tasks_keeps_the_sweep(team, catalog, client_for, 
                                               "switch_task": "dpo"}).content.decode()
     assert page.count(f">{sweep}</textarea>") == 2
     assert not Run.objects.exists()
+
+
+def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team, catalog, client_for, sent_tasks):
+    """The launch page asks this as its editors are filled in: the launch's own checks, nothing saved."""
+    client = client_for(team.teammate)
+    form = {**_layout_form(catalog), "optim.warmup_steps": "5", "train.eval_every": "2"}
+    answer = client.post("/p/alpha/runs/new/check/", form).json()
+    assert answer["errors"] == {}
+    assert [warning.split(":")[0] for warning in answer["warnings"]] == ["optim.warmup_steps", "train.eval_every"]
+    assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
+    assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
+    fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.sft.public_id}
+    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": []}
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_the_live_check_names_what_a_launch_would_be_refused_for(team, catalog, client_for, sent_tasks):
+    client = client_for(team.teammate)
+    refused = client.post("/p/alpha/runs/new/check/", {**_layout_form(catalog), "model": "",
+                                                        "optim.learning_rate": "fast", "train.batch_size": "0"}).json()
+    assert refused["warnings"] == []
+    assert set(refused["errors"]) == {"model", "optim.learning_rate", "train.batch_size"}
+    assert refused["errors"]["model"][0].startswith("choose a starting model")
+    # The YAML editor, with the line of its problem, as the launch reports it.
+    text = (f"task: sft\nmodel: {catalog.base_model.public_id}\ndata: {{train: {catalog.sft.public_id}}}\n"
+            "train: {max_steps: 5, batch_sise: 2}\n")
+    yaml_errors = client.post("/p/alpha/runs/new/check/", {"mode": "yaml", "spec_yaml": text}).json()["errors"]
+    assert list(yaml_errors) == ["spec_yaml"] and yaml_errors["spec_yaml"][0].startswith("spec:4: train.batch_sise:")
+    # A sweep: each combination checked, the bad one named under the sweep field.
+    sweep = client.post("/p/alpha/runs/new/check/", {**_layout_form(catalog), "sweep": "train.batch_size: 2, 0"}).json()
+    assert sweep["errors"] == {"sweep": ["line 1: train.batch_size = 0: 0: input should be greater than or equal "
+                                         "to 1 (combination 2 of 2: batch_size=0)"]}
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
+def test_viewers_and_outsiders_cannot_ask_the_live_check(team, catalog, client_for):
+    assert client_for(team.viewer).post("/p/alpha/runs/new/check/", _layout_form(catalog)).status_code == 403
+    assert client_for(team.outsider).post("/p/alpha/runs/new/check/", _layout_form(catalog)).status_code == 404
+    assert client_for(team.teammate).get("/p/alpha/runs/new/check/").status_code == 405
