@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
+from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
@@ -84,7 +85,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
             except PermissionDenied as error:
                 return _error(403, detail=str(error))
             except ValidationError as error:
-                errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+                errors = errors_by_key(error)
                 return _error(400, errors=errors)
             except pydantic.ValidationError as error:
                 errors: dict[str, list[str]] = {}

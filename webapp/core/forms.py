@@ -5,6 +5,11 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 
+def errors_by_key(error: ValidationError) -> dict[str, list[str]]:
+    """A service's ``ValidationError`` as messages by the key they name; one naming none under ``__all__``."""
+    return error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+
+
 def add_service_errors(form: forms.Form, error: ValidationError) -> None:
     """Show a service's ``ValidationError`` on ``form``: each message next to the
     field it names when the form has that field, otherwise at the top of the form."""

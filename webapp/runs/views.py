@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
+from webapp.core.forms import errors_by_key
 from webapp.core.numbers import whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.submissions import form_send_once
@@ -196,7 +197,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
 
         return redirect(form_send_once(request, create=launch))
     except ValidationError as error:
-        errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+        errors = errors_by_key(error)
     if mode == "form":
         yaml_text = services.spec_to_yaml(spec)
     initial = spec_initial(spec) if spec else {}
@@ -239,7 +240,7 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
                                          tags=request.POST.get("tags", ""),
                                          axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
     except ValidationError as error:
-        errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+        errors = errors_by_key(error)
         return JsonResponse({"errors": errors, "warnings": []})
     return JsonResponse({"errors": {}, "warnings": warnings})
 
@@ -730,7 +731,7 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
 
             return redirect(form_send_once(request, create=start))
         except ValidationError as error:
-            errors = error.message_dict if hasattr(error, "error_dict") else {"__all__": error.messages}
+            errors = errors_by_key(error)
     else:
         first = lambda choices, fallback: choices[0][0] if choices else fallback  # noqa: E731
         text = PIPELINE_EXAMPLE.format(
