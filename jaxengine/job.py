@@ -381,6 +381,17 @@ def check_data_files(spec: JobSpec) -> None:
             raise JobError(f"data.{key}: {path}: {problem}")
 
 
+def check_output_dir(run_dir: Path) -> None:
+    """JobError when ``run_dir`` is a file or lies below one, before a model is loaded: the trainer's mkdir
+    would fail there only after the model and the data had been read, as a FileExistsError traceback."""
+    for path in (run_dir, *run_dir.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise JobError(f"output_dir: {run_dir}: {path} is a file, not a directory; give a directory for "
+                               "the run (a new path is made)")
+            return
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -401,6 +412,7 @@ def run_job(
         raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
+    check_output_dir(Path(spec.output_dir))
     resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
     if placement is None:
         placement = job_placement(spec)

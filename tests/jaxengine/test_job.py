@@ -228,6 +228,23 @@ def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_d
         assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_cli_refuses_an_output_dir_that_is_a_file_before_loading_anything(demo_dir, tmp_path, capsys, where):
+    """QA: an output_dir naming a file (or a path below one) was a FileExistsError / NotADirectoryError
+    traceback from the trainer's mkdir, after the model and the data had been read."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    output_dir = a_file if where == "the file" else a_file / "run"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(output_dir),
+                                    "data": {"train": str(demo_dir / "data/sft.jsonl")}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: output_dir: {output_dir}: {a_file} is a file, not a directory; give a directory for the run "
+        "(a new path is made)\n")
+    assert a_file.read_text() == "mine\n"
+
+
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
     import os
     import signal
