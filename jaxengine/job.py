@@ -476,9 +476,9 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
     encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
                                         columns=spec.data.columns)
-    train_examples, train_stats = pipeline.encode_rows(train_rows, **encode)
+    train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)
     eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns) if spec.data.eval else []
-    eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode)
+    eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode, source=spec.data.eval)
     if not train_examples:
         raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")
     rows_per_epoch = pipeline.count_rows_per_epoch(train_examples, max_seq_len=spec.data.max_seq_len,

@@ -69,6 +69,7 @@ def _train(args: argparse.Namespace) -> int:
             print(f"{args.spec}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
 
+    from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError
     from jaxengine.job import JobError, run_job
     from jaxengine.trainer import TrainingError
@@ -83,7 +84,9 @@ def _train(args: argparse.Namespace) -> int:
     try:
         summary = run_job(spec, should_stop=lambda: bool(stop_requested),
                           progress_bar=False if args.no_progress else None)
-    except (JobError, DataError, TrainingError) as error:
+    # A chat template that raises where no row is named (a prompt of grpo's, an eval sample's) is the
+    # model's to fix too, not a traceback.
+    except (JobError, DataError, TrainingError, ChatTemplateError) as error:
         print(f"{args.spec}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:

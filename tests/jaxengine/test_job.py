@@ -245,6 +245,30 @@ def test_cli_refuses_an_output_dir_that_is_a_file_before_loading_anything(demo_d
     assert a_file.read_text() == "mine\n"
 
 
+def test_cli_names_the_data_row_a_models_chat_template_refuses(demo_dir, tmp_path, capsys):
+    """QA: a chat template that raises (here on a system turn, as Gemma's do) was a ChatTemplateError
+    traceback from jaxengine train; it is one line naming the row, and nothing is left behind."""
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir / "model", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{% if m.role == 'system' %}"
+                               "{{ raise_exception('System role not supported') }}{% endif %}"
+                               "{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    data = tmp_path / "chats.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
+                    '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, '
+                    '{"role": "assistant", "content": "b"}]}\n')
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(model), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data)}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: {data}: row 2: the model's chat template refused it: System role not supported; change the row or "
+        "the template\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
     import os
     import signal
