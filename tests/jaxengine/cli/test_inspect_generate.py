@@ -89,6 +89,33 @@ def test_sampling_settings_fall_back_to_generation_config():
     assert sampling_settings(flags, {}) == {"temperature": 1.0, "top_k": 0, "top_p": 0.5}
 
 
+def test_sampling_settings_read_a_null_in_generation_config_as_unset():
+    """QA: "top_k": null (transformers writes null for an unset field) was a TypeError traceback."""
+    flags = argparse.Namespace(temperature=None, top_k=None, top_p=None)
+    assert sampling_settings(flags, {"do_sample": None, "temperature": None, "top_k": None, "top_p": None}) == {
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"temperature": "0.7"}', "temperature = '0.7': expected a number"),
+    ('{"top_k": 2.5}', "top_k = 2.5: expected a whole number"),
+    ('{"do_sample": "yes"}', "do_sample = 'yes': expected true or false"),
+    ('{"top_p": 0}', "top_p must be in (0, 1] (1 = off), got 0; fix the file or give --top-p"),
+    ("[1]", "expected a JSON object at the top level, found list"),
+], ids=["text for a number", "fraction for top_k", "text for a boolean", "out of range", "not an object"])
+def test_generate_names_a_bad_generation_config_field(tmp_path, model_dir, capsys, content, problem):
+    """QA: a sampling field of generation_config.json of the wrong type, or the file not an object, was a
+    TypeError/AttributeError traceback; one out of range was blamed on a flag (--top-p) never given."""
+    import shutil
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    (copy / "generation_config.json").write_text(content)
+    assert main(["generate", "--model", str(copy), "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"jaxengine generate: error: {copy / 'generation_config.json'}: {problem}\n"
+
+
 @pytest.mark.parametrize("make_args, message", [
     (lambda tmp, model: ["generate", "--model", str(tmp / "missing"), "--prompt", "x"], "no such directory"),
     (lambda tmp, model: ["inspect", "--model", str(tmp)], "no config.json"),
