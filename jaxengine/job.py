@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 import dataclasses
@@ -302,12 +304,30 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
 
 def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
     """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head;
-    a PPO run's value head is for training only and is not exported)."""
-    from jaxengine.checkpoint.hf import save_hf_model, stored_half_dtype
+    a PPO run's value head is for training only and is not exported).
+
+    It is written into a new directory beside ``export_dir`` and renamed into place when whole
+    (``replace_directory``): an export that fails part way (a full disk, Ctrl-C) leaves the earlier one as
+    it was, not a config.json beside no weights, and the earlier export's serving copy (``quantized/``, a
+    copy of another checkpoint) goes with it rather than serving on beside this one."""
+    from jaxengine.checkpoint import hf
+
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.writing-", dir=export_dir.parent))
+    try:
+        written = _write_export(trained, spec, job_model, staging)
+        hf.replace_directory(staging, export_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place
+    return {name: str(export_dir / Path(path).relative_to(staging)) for name, path in written.items()}
+
+
+def _write_export(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
+    """``export_trained``'s files, written into ``export_dir``; returns their paths by kind."""
+    from jaxengine.checkpoint import hf
     from jaxengine.tasks import save_reward_head
 
     exported = {}
-    export_dir.mkdir(parents=True, exist_ok=True)
     if spec.task == "reward":
         save_reward_head(trained, export_dir)
         exported["reward_head"] = str(export_dir / "reward_head.safetensors")
@@ -328,8 +348,8 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     # In the base checkpoint's own dtype when it is a 16-bit one, as transformers saves a model loaded
     # in its stored dtype: a bfloat16 base trained in float32 would otherwise export at twice its size.
     # The PEFT adapter above keeps the float32 update (a small one may round away in bfloat16).
-    save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer,
-                  dtype=stored_half_dtype(job_model.model_dir))
+    hf.save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer,
+                     dtype=hf.stored_half_dtype(job_model.model_dir))
     exported["model"] = str(export_dir)
     return exported
 

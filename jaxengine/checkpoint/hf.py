@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -264,6 +265,27 @@ def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, 
     hf_config["dtype"] = DTYPE_NAMES.get(written, str(written))
     (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     return out_dir
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the complete directory ``new`` at ``target`` (same filesystem), replacing what is there.
+
+    A directory cannot be renamed over a non-empty one, so an earlier copy is first renamed aside and
+    deleted after: between the two renames ``target`` is missing (for a serving copy, the chat then serves
+    the unquantized model for that moment), never half-written. Used for serving copies and exports."""
+    aside = None
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.replaced-", dir=target.parent))
+        aside.rmdir()
+        target.rename(aside)
+    try:
+        new.rename(target)
+    except OSError:
+        if aside is not None:
+            aside.rename(target)  # the earlier copy serves on
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _split_into_shards(tensors: dict[str, np.ndarray], max_shard_bytes: int) -> list[dict[str, np.ndarray]]:
