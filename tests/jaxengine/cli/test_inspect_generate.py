@@ -136,8 +136,25 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
     ({"architectures": ["FooForCausalLM"], "model_type": "foo"}, "is not supported; supported architectures"),
     ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": "four", "num_attention_heads": 4},
-     "num_layers must be a whole number, got 'four'"),
-], ids=["missing field", "unsupported architecture", "a word for a number"])
+     "field 'num_hidden_layers' = 'four': expected a whole number"),
+    # QA: these said "can't multiply sequence by non-int of type 'str'", "invalid literal for int() with
+    # base 10: 'x'" (naming no field) or were an AttributeError traceback.
+    ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": "2", "num_attention_heads": 4},
+     "field 'num_hidden_layers' = '2': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": "x"},
+     "field 'max_position_embeddings' = 'x': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "rope_parameters": "x"},
+     "field 'rope_parameters' = 'x': expected a JSON object"),
+    ({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": "four"},
+     "field 'num_hidden_layers' = 'four': expected a whole number"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+      "text_config": {"rms_norm_eps": "small"}},
+     "field 'text_config.rms_norm_eps' = 'small': expected a number"),
+], ids=["missing field", "unsupported architecture", "a word for a number", "a number in quotes",
+        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
