@@ -267,3 +267,18 @@ def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, mode
     assert main(["inspect", "--model", str(cut)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and str(cut / "model.safetensors") in error
+
+
+def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, model_dir, capsys):
+    """QA: a model.safetensors whose copy stopped after its header was described as a whole model (its
+    parameters counted from the header), while generate and train refused it."""
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(model_dir, cut)
+    whole = (model_dir / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(whole[: len(whole) - 1000])
+    assert main(["inspect", "--model", str(cut)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxengine inspect: error: {cut / 'model.safetensors'}: cut short: its header describes "
+        f"{len(whole):,} bytes, the file holds {len(whole) - 1000:,}; copy or convert the weights again\n")
