@@ -269,6 +269,28 @@ def test_cli_names_the_data_row_a_models_chat_template_refuses(demo_dir, tmp_pat
     assert not (tmp_path / "run").exists()
 
 
+def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp_path, capsys):
+    """QA: a checkpoint directory without its items (a run directory copied part way, a save that stopped
+    on a full disk) was a KeyError traceback from orbax ('Item "meta" was not found') on resume and export."""
+    run_dir = tmp_path / "run"
+    path = tmp_path / "spec.yaml"
+    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 2, "batch_size": 2, "save_every": 1}}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    (run_dir / "checkpoints" / "3").mkdir()
+    spec["train"]["max_steps"] = 4
+    path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
+    problem = (f"{run_dir / 'checkpoints' / '3'}: checkpoint 3 cannot be read (it is incomplete: a save or a copy "
+               "that stopped part way); move it out of checkpoints/ to go on from the one before")
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"{path}: {problem}\n"
+    assert main(["export", "--run", str(run_dir)]) == 2
+    assert capsys.readouterr().err == f"jaxengine export: error: {problem}\n"
+
+
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
     import os
     import signal
