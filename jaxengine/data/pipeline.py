@@ -259,11 +259,9 @@ def encode_rows(
                                   stats=stats)
         except ChatTemplateError as error:
             # A template may refuse some rows only (Gemma's raise on a system turn): name the row, as a
-            # traceback from the middle of the data did not.
-            reason = str(error).removeprefix("chat template: ")
+            # traceback from the middle of the data did not (the error names the template's file).
             where = f"{source}: row {stats.rows}" if source is not None else f"row {stats.rows}"
-            raise DataError(f"{where}: the model's chat template refused it: {reason}; change the row or the "
-                            "template") from None
+            raise DataError(f"{where}: {error}; change the row or the model's chat template") from None
         for example in encoded:
             parts = (example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,)
             # Loss on token 0 is never computed (nothing predicts it), so it does not count.

@@ -282,3 +282,29 @@ def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, mod
     assert capsys.readouterr().err == (
         f"jaxengine inspect: error: {cut / 'model.safetensors'}: cut short: its header describes "
         f"{len(whole):,} bytes, the file holds {len(whole) - 1000:,}; copy or convert the weights again\n")
+
+
+@pytest.mark.parametrize("template_file", [False, True], ids=["in tokenizer_config.json", "chat_template.jinja"])
+@pytest.mark.parametrize("template, problem", [
+    ("{{ raise_exception('System role not supported') }}", "chat template: System role not supported"),
+    ("{% for m in messages %}{{ m.content }", "chat template line 1: unexpected '}'"),
+], ids=["raises", "invalid jinja"])
+def test_generate_names_the_file_of_a_chat_template_that_fails(tmp_path, model_dir, capsys, template_file,
+                                                                template, problem):
+    """QA: a model's chat template that raised or did not parse said only 'chat template: ...', not which
+    of the two files that may hold it (chat_template.jinja, tokenizer_config.json) to fix."""
+    import shutil
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (copy / "chat_template.jinja").unlink(missing_ok=True)
+    if template_file:
+        (copy / "chat_template.jinja").write_text(template)
+        source = copy / "chat_template.jinja"
+    else:
+        config["chat_template"] = template
+        source = copy / "tokenizer_config.json"
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    assert main(["generate", "--model", str(copy), "--prompt", "x", "--chat", "--max-new-tokens", "2"]) == 2
+    assert capsys.readouterr().err == f"jaxengine generate: error: {source}: {problem}\n"
