@@ -493,7 +493,8 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
 
     model, tokenizer = job_model.model, job_model.tokenizer
 
-    encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
+    encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on,
+                  vocab_size=job_model.config.vocab_size)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
                                         columns=spec.data.columns)
     train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)

@@ -112,7 +112,7 @@ def _generate(args: argparse.Namespace) -> int:
     from jaxengine.serving import load_serving_weights
     from jaxengine.tokenizer import load_tokenizer
 
-    read_model_config(model_dir)  # a bad config.json is reported before the weights are read
+    _, config = read_model_config(model_dir)  # a bad config.json is reported before the weights are read
     tokenizer = load_tokenizer(model_dir)
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
@@ -123,6 +123,10 @@ def _generate(args: argparse.Namespace) -> int:
     if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows
         raise CliError(f"--prompt {args.prompt!r} encodes to no tokens (this model's tokenizer adds no start token), "
                        "so there is nothing to continue; give some text to complete")
+    if max(prompt_ids) >= config.vocab_size:  # the sampler would name it "prompt 0", as above
+        raise CliError(f"--prompt {args.prompt!r} encodes to token id {max(prompt_ids)}, outside the model's "
+                       f"vocabulary (vocab_size={config.vocab_size} in {model_dir / 'config.json'}): the tokenizer "
+                       "is not the model's own; give the model directory its own tokenizer files")
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     # A quantized serving copy (export/quantized/) loads as the chat serves it.
     sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)

@@ -235,6 +235,19 @@ def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: 
     return encoded
 
 
+def check_vocabulary(examples: Sequence[Example | PreferencePair], vocab_size: int, *, where: str) -> None:
+    """DataError when a token id of ``examples`` (one row's) is past the model's embedding: a tokenizer not the
+    model's own. Unchecked, the embedding lookup clamped such ids and the run failed at its first step with a
+    NaN loss blamed on the learning rate."""
+    parts = [part for example in examples
+             for part in ((example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,))]
+    largest = max((int(part.ids.max()) for part in parts if len(part)), default=-1)
+    if largest >= vocab_size:
+        raise DataError(f"{where}: token id {largest} is outside the model's vocabulary (vocab_size={vocab_size} "
+                        "in its config.json): the tokenizer is not the model's own; give the model directory its "
+                        "own tokenizer files")
+
+
 def encode_rows(
     rows: Iterator[dict] | Sequence[dict],
     *,
@@ -243,9 +256,11 @@ def encode_rows(
     max_seq_len: int,
     loss_on: str = "completion",
     source: str | Path | None = None,
+    vocab_size: int | None = None,
 ) -> tuple[list[Example] | list[PreferencePair], EncodeStats]:
     """Tokenize dataset examples (as ``formats.iter_examples`` yields them) for ``task``; ``source``, the
-    rows' file, is named in the error for a row the model's chat template refuses.
+    rows' file, is named in the error for a row the model's chat template refuses, and with ``vocab_size``
+    (the model's) for a row whose token ids the model has no embedding for.
 
     pretrain: ``bos + text + eos``, long texts split into ``max_seq_len`` windows, loss on every token.
     sft: see the module notes. reward/dpo: a ``PreferencePair`` per row, loss on the continuation.
@@ -254,14 +269,16 @@ def encode_rows(
     examples: list = []
     for row in rows:
         stats.rows += 1
+        where = f"{source}: row {stats.rows}" if source is not None else f"row {stats.rows}"
         try:
             encoded = _encode_row(row, task=task, tokenizer=tokenizer, max_seq_len=max_seq_len, loss_on=loss_on,
                                   stats=stats)
         except ChatTemplateError as error:
             # A template may refuse some rows only (Gemma's raise on a system turn): name the row, as a
             # traceback from the middle of the data did not (the error names the template's file).
-            where = f"{source}: row {stats.rows}" if source is not None else f"row {stats.rows}"
             raise DataError(f"{where}: {error}; change the row or the model's chat template") from None
+        if vocab_size is not None:
+            check_vocabulary(encoded, vocab_size, where=where)
         for example in encoded:
             parts = (example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,)
             # Loss on token 0 is never computed (nothing predicts it), so it does not count.

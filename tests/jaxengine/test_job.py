@@ -291,6 +291,31 @@ def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp
     assert capsys.readouterr().err == f"jaxengine export: error: {problem}\n"
 
 
+def test_cli_refuses_data_the_models_vocabulary_does_not_cover(tiny_hf_model_dir, tmp_path, capsys):
+    """QA: a model directory holding another model's tokenizer (403 tokens for a 256-token model) trained
+    on token ids past its embedding, and the run failed at step 1 with 'loss is nan ... Lower
+    optim.learning_rate', leaving a run directory; the row and the mismatch are named before it starts."""
+    from tests import factories
+
+    model = shutil.copytree(tiny_hf_model_dir("qwen2"), tmp_path / "model")
+    factories.build_bpe_tokenizer_dir(tmp_path / "tokenizer", style="qwen")
+    for path in (tmp_path / "tokenizer").iterdir():
+        if path.name != "generation_config.json":
+            shutil.copyfile(path, model / path.name)
+    data = tmp_path / "sft.jsonl"
+    data.write_text('{"prompt": "hello world", "completion": "the quick brown fox"}\n')
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(model), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data), "max_seq_len": 64}, "train": {"max_steps": 1}}))
+    capsys.readouterr()  # transformers' progress bar, saving the tiny model
+    assert main(["train", str(path), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"{path}: {data}: row 1: token id ") and error.count("\n") == 1
+    assert error.endswith(" is outside the model's vocabulary (vocab_size=256 in its config.json): the "
+                          "tokenizer is not the model's own; give the model directory its own tokenizer files\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
     import os
     import signal

@@ -308,3 +308,21 @@ def test_generate_names_the_file_of_a_chat_template_that_fails(tmp_path, model_d
     (copy / "tokenizer_config.json").write_text(json.dumps(config))
     assert main(["generate", "--model", str(copy), "--prompt", "x", "--chat", "--max-new-tokens", "2"]) == 2
     assert capsys.readouterr().err == f"jaxengine generate: error: {source}: {problem}\n"
+
+
+def test_generate_names_a_prompt_the_models_vocabulary_does_not_cover(tiny_hf_model_dir, tmp_path, capsys):
+    """QA: a model directory holding another model's tokenizer said 'prompt 0 has token id ...', a batch row
+    the command line never shows."""
+    import shutil
+
+    model = shutil.copytree(tiny_hf_model_dir("qwen2"), tmp_path / "model")
+    factories.build_bpe_tokenizer_dir(tmp_path / "tokenizer", style="qwen")
+    for path in (tmp_path / "tokenizer").iterdir():
+        if path.name != "generation_config.json":
+            shutil.copyfile(path, model / path.name)
+    capsys.readouterr()  # transformers' progress bar, saving the tiny model
+    assert main(["generate", "--model", str(model), "--prompt", "hello world", "--max-new-tokens", "2"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("jaxengine generate: error: --prompt 'hello world' encodes to token id ")
+    assert error.endswith(f" outside the model's vocabulary (vocab_size=256 in {model / 'config.json'}): the "
+                          "tokenizer is not the model's own; give the model directory its own tokenizer files\n")
