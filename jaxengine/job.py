@@ -362,7 +362,8 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise JobError(f"--run {run_dir}: no such directory; give the output_dir of a `jaxengine train` spec")
+        problem = "a file, not a directory" if run_dir.exists() else "no such directory"
+        raise JobError(f"--run {run_dir}: {problem}; give the output_dir of a `jaxengine train` spec")
     if not (run_dir / "spec.yaml").is_file():
         raise JobError(f"--run {run_dir}: no spec.yaml; give a run directory written by `jaxengine train`")
     spec = load_spec(run_dir / "spec.yaml")

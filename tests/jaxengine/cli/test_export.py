@@ -123,3 +123,11 @@ def test_an_export_is_replaced_whole_and_a_failed_one_leaves_the_earlier_export(
     assert (export / "model.safetensors").read_bytes() != weights and not (export / "quantized").exists()
     assert sorted(path.name for path in run_dir.iterdir()) == [
         "checkpoints", "export", "metrics.jsonl", "spec.yaml", "summary.json"]
+
+
+def test_it_rejects_a_run_path_that_is_a_file_as_a_file(tmp_path, capsys):
+    """QA: ``--run`` naming a file (e.g. the run's spec.yaml) said 'no such directory'."""
+    (tmp_path / "spec.yaml").write_text("task: sft\n")
+    assert main(["export", "--run", str(tmp_path / "spec.yaml")]) == 2
+    assert capsys.readouterr().err == (f"jaxengine export: error: --run {tmp_path / 'spec.yaml'}: a file, not a "
+                                       "directory; give the output_dir of a `jaxengine train` spec\n")
