@@ -326,3 +326,15 @@ def test_generate_names_a_prompt_the_models_vocabulary_does_not_cover(tiny_hf_mo
     assert error.startswith("jaxengine generate: error: --prompt 'hello world' encodes to token id ")
     assert error.endswith(f" outside the model's vocabulary (vocab_size=256 in {model / 'config.json'}): the "
                           "tokenizer is not the model's own; give the model directory its own tokenizer files\n")
+
+
+def test_ctrl_c_stops_a_command_with_one_line_and_exit_130(model_dir, capsys, monkeypatch):
+    """QA: Ctrl-C during ``jaxengine generate`` printed a KeyboardInterrupt traceback."""
+    from jaxengine.cli import generate
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "_generate", interrupted)
+    assert main(["generate", "--model", str(model_dir), "--prompt", "x"]) == 130
+    assert capsys.readouterr().err == "\njaxengine generate: interrupted\n"
