@@ -44,6 +44,9 @@ def resolve_model_dir(model: str) -> Path:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise JobError(f"model: {model!r} has no config.json; point it at a Hugging Face-format model directory")
+        if (path / QUANTIZATION_FILE).is_file():
+            raise JobError(f"model: {model!r} is a quantized serving copy ({QUANTIZATION_FILE}), which is for "
+                           f"serving only; train from the model it was made from: {quantized_copy_source(path)}")
         return path
     if model == DEMO_PRESET:
         for candidate in demo_model_candidates():
@@ -55,6 +58,20 @@ def resolve_model_dir(model: str) -> Path:
     problem = "a file, not a directory" if path.exists() else "no such directory"
     raise JobError(f"model: {model!r}: {problem}; give a Hugging Face-format model directory (holding config.json) "
                    f"or the preset {DEMO_PRESET}")
+
+
+# A serving copy's description (jaxengine.quantize, which imports jax: named here for this jax-free check).
+QUANTIZATION_FILE = "quantization.json"
+
+
+def quantized_copy_source(path: Path) -> str:
+    """The model a quantized serving copy was made from, as its quantization.json records it. Its codes
+    cannot be trained: loaded as a Hugging Face checkpoint, it was refused as one missing its kernels."""
+    try:
+        source = json.loads((path / QUANTIZATION_FILE).read_text(encoding="utf-8")).get("source")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        source = None
+    return source if isinstance(source, str) and source else "its quantization.json does not say"
 
 
 def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:

@@ -209,6 +209,22 @@ def test_an_unknown_model_is_named(tmp_path):
         resolve_model_dir(str(tmp_path / "weights.bin"))
 
 
+def test_a_quantized_serving_copy_is_named_as_one_when_given_as_the_model(tmp_path):
+    """QA: ``model:`` naming a run's export/quantized/ said a tensor was missing and to check
+    num_hidden_layers and tie_word_embeddings, as for a broken checkpoint."""
+    from jaxengine import job, quantize
+
+    assert job.QUANTIZATION_FILE == quantize.QUANTIZATION_FILE
+    copy = tmp_path / "export" / "quantized"
+    copy.mkdir(parents=True)
+    (copy / "config.json").write_text("{}")
+    (copy / "quantization.json").write_text(json.dumps({"format": "temper-quantized", "source": "/runs/x/export"}))
+    with pytest.raises(JobError, match=f"^model: '{copy}' is a quantized serving copy \\(quantization.json\\), "
+                                       "which is for serving only; train from the model it was made from: "
+                                       "/runs/x/export$"):
+        resolve_model_dir(str(copy))
+
+
 def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_dir, tmp_path, capsys):
     """QA: a model path that does not exist left an empty output_dir behind (made before the model was
     looked for); a row of the wrong type in the data did too."""
