@@ -35,6 +35,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_train)
 
 
+def steps_past_max(summary: dict, max_steps: int | None) -> int | None:
+    """The step an output_dir resumed at (or had finished at) when it is past the spec's ``max_steps``, else
+    None: run again with a lower max_steps, a job trains nothing and keeps the later model, which the
+    summary alone did not point out."""
+    step = summary.get("step")
+    return step if max_steps is not None and isinstance(step, int) and step > max_steps else None
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxengine.spec import SpecError, load_spec, spec_warnings
 
@@ -93,6 +101,11 @@ def _train(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(json.dumps(summary))
+    past = steps_past_max(summary, spec.train.max_steps)
+    if past is not None and args.process_id in (None, 0):
+        print(f"{args.spec}: warning: output_dir {spec.output_dir} is at step {past}, past train.max_steps "
+              f"{spec.train.max_steps}: nothing was trained and its model is the step-{past} one; use a new "
+              f"output_dir to train {spec.train.max_steps} steps", file=sys.stderr)
     if summary["status"] == "failed":  # the why, where a terminal user reads errors, besides the summary's message
         print(f"{args.spec}: failed: {summary['message']}", file=sys.stderr)
     return {"succeeded": 0, "cancelled": EXIT_CANCELLED}.get(summary["status"], EXIT_FAILED)

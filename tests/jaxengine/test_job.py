@@ -332,6 +332,28 @@ def test_cli_refuses_data_the_models_vocabulary_does_not_cover(tiny_hf_model_dir
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "cancelled"])
+def test_cli_warns_when_the_output_dir_is_past_the_specs_max_steps(demo_dir, tmp_path, capsys, finished):
+    """QA: run again with a lower train.max_steps on an output_dir whose checkpoint was further on, the job
+    trained nothing and exported (or kept) the later step's model, saying nothing of it (exit 0)."""
+    run_dir = tmp_path / "run"
+    path = tmp_path / "spec.yaml"
+    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 3, "batch_size": 2, "save_every": 1}}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    if not finished:
+        (run_dir / "summary.json").unlink()
+    spec["train"]["max_steps"] = 2
+    path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
+    assert main(["train", str(path), "--no-progress"]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: output_dir {run_dir} is at step 3, past train.max_steps 2: nothing was trained and its "
+        "model is the step-3 one; use a new output_dir to train 2 steps\n")
+
+
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):
     import os
     import signal
