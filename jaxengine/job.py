@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 import dataclasses
@@ -42,6 +44,9 @@ def resolve_model_dir(model: str) -> Path:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise JobError(f"model: {model!r} has no config.json; point it at a Hugging Face-format model directory")
+        if (path / QUANTIZATION_FILE).is_file():
+            raise JobError(f"model: {model!r} is a quantized serving copy ({QUANTIZATION_FILE}), which is for "
+                           f"serving only; train from the model it was made from: {quantized_copy_source(path)}")
         return path
     if model == DEMO_PRESET:
         for candidate in demo_model_candidates():
@@ -53,6 +58,20 @@ def resolve_model_dir(model: str) -> Path:
     problem = "a file, not a directory" if path.exists() else "no such directory"
     raise JobError(f"model: {model!r}: {problem}; give a Hugging Face-format model directory (holding config.json) "
                    f"or the preset {DEMO_PRESET}")
+
+
+# A serving copy's description (jaxengine.quantize, which imports jax: named here for this jax-free check).
+QUANTIZATION_FILE = "quantization.json"
+
+
+def quantized_copy_source(path: Path) -> str:
+    """The model a quantized serving copy was made from, as its quantization.json records it. Its codes
+    cannot be trained: loaded as a Hugging Face checkpoint, it was refused as one missing its kernels."""
+    try:
+        source = json.loads((path / QUANTIZATION_FILE).read_text(encoding="utf-8")).get("source")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        source = None
+    return source if isinstance(source, str) and source else "its quantization.json does not say"
 
 
 def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
@@ -302,12 +321,30 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
 
 def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
     """Write the merged Hugging Face model to ``export_dir`` (plus the PEFT adapter and the reward head;
-    a PPO run's value head is for training only and is not exported)."""
-    from jaxengine.checkpoint.hf import save_hf_model, stored_half_dtype
+    a PPO run's value head is for training only and is not exported).
+
+    It is written into a new directory beside ``export_dir`` and renamed into place when whole
+    (``replace_directory``): an export that fails part way (a full disk, Ctrl-C) leaves the earlier one as
+    it was, not a config.json beside no weights, and the earlier export's serving copy (``quantized/``, a
+    copy of another checkpoint) goes with it rather than serving on beside this one."""
+    from jaxengine.checkpoint import hf
+
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.writing-", dir=export_dir.parent))
+    try:
+        written = _write_export(trained, spec, job_model, staging)
+        hf.replace_directory(staging, export_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place
+    return {name: str(export_dir / Path(path).relative_to(staging)) for name, path in written.items()}
+
+
+def _write_export(trained, spec: JobSpec, job_model: JobModel, export_dir: Path) -> dict[str, str]:
+    """``export_trained``'s files, written into ``export_dir``; returns their paths by kind."""
+    from jaxengine.checkpoint import hf
     from jaxengine.tasks import save_reward_head
 
     exported = {}
-    export_dir.mkdir(parents=True, exist_ok=True)
     if spec.task == "reward":
         save_reward_head(trained, export_dir)
         exported["reward_head"] = str(export_dir / "reward_head.safetensors")
@@ -328,8 +365,8 @@ def export_trained(trained, spec: JobSpec, job_model: JobModel, export_dir: Path
     # In the base checkpoint's own dtype when it is a 16-bit one, as transformers saves a model loaded
     # in its stored dtype: a bfloat16 base trained in float32 would otherwise export at twice its size.
     # The PEFT adapter above keeps the float32 update (a small one may round away in bfloat16).
-    save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer,
-                  dtype=stored_half_dtype(job_model.model_dir))
+    hf.save_hf_model(trained, job_model.config, export_dir, tokenizer=job_model.tokenizer,
+                     dtype=hf.stored_half_dtype(job_model.model_dir))
     exported["model"] = str(export_dir)
     return exported
 
@@ -342,7 +379,8 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise JobError(f"--run {run_dir}: no such directory; give the output_dir of a `jaxengine train` spec")
+        problem = "a file, not a directory" if run_dir.exists() else "no such directory"
+        raise JobError(f"--run {run_dir}: {problem}; give the output_dir of a `jaxengine train` spec")
     if not (run_dir / "spec.yaml").is_file():
         raise JobError(f"--run {run_dir}: no spec.yaml; give a run directory written by `jaxengine train`")
     spec = load_spec(run_dir / "spec.yaml")
@@ -381,6 +419,17 @@ def check_data_files(spec: JobSpec) -> None:
             raise JobError(f"data.{key}: {path}: {problem}")
 
 
+def check_output_dir(run_dir: Path) -> None:
+    """JobError when ``run_dir`` is a file or lies below one, before a model is loaded: the trainer's mkdir
+    would fail there only after the model and the data had been read, as a FileExistsError traceback."""
+    for path in (run_dir, *run_dir.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise JobError(f"output_dir: {run_dir}: {path} is a file, not a directory; give a directory for "
+                               "the run (a new path is made)")
+            return
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -401,6 +450,7 @@ def run_job(
         raise JobError(f"hosts: the spec asks for {spec.hosts} processes, this job has "
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
+    check_output_dir(Path(spec.output_dir))
     resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
     if placement is None:
         placement = job_placement(spec)
@@ -461,12 +511,13 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
 
     model, tokenizer = job_model.model, job_model.tokenizer
 
-    encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on)
+    encode = dict(task=spec.task, tokenizer=tokenizer, max_seq_len=spec.data.max_seq_len, loss_on=spec.data.loss_on,
+                  vocab_size=job_model.config.vocab_size)
     train_rows = pipeline.read_examples(spec.data.train, kind=pipeline.TASK_KINDS[spec.task],
                                         columns=spec.data.columns)
-    train_examples, train_stats = pipeline.encode_rows(train_rows, **encode)
+    train_examples, train_stats = pipeline.encode_rows(train_rows, **encode, source=spec.data.train)
     eval_rows = _read_eval_rows(spec.data.eval, spec.task, spec.data.columns) if spec.data.eval else []
-    eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode)
+    eval_examples, eval_stats = pipeline.encode_rows(eval_rows, **encode, source=spec.data.eval)
     if not train_examples:
         raise JobError(f"data.train: {spec.data.train} has no usable rows ({train_stats.to_dict()})")
     rows_per_epoch = pipeline.count_rows_per_epoch(train_examples, max_seq_len=spec.data.max_seq_len,

@@ -388,10 +388,10 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     ``greedy_agreement`` on the rows' prompts. Returns the description written to ``quantization.json`` (sizes and figures).
 
     The copy is written into a new directory beside ``out_dir`` and renamed into place when whole
-    (``_replace_directory``): a server that finds ``out_dir`` finds a complete copy, and a failure
+    (``jaxengine.checkpoint.hf.replace_directory``): a server that finds ``out_dir`` finds a complete copy, and a failure
     leaves whatever was there before (nothing, or an earlier copy) as it was.
     """
-    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.checkpoint.hf import load_hf_model, replace_directory
     from jaxengine.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
@@ -421,31 +421,10 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, *, scheme: Quan
     try:
         save_quantized(quantized, config, staging, scheme=scheme, tokenizer=tokenizer, sizes=sizes,
                        extra={"source": str(model_dir), **figures})
-        _replace_directory(staging, out_dir)
+        replace_directory(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone already once renamed into place
     return json.loads((out_dir / QUANTIZATION_FILE).read_text())
-
-
-def _replace_directory(new: Path, target: Path) -> None:
-    """Put the complete directory ``new`` at ``target`` (same filesystem), replacing what is there.
-
-    A directory cannot be renamed over a non-empty one, so an earlier copy is first renamed aside and
-    deleted after: between the two renames ``target`` is missing (the chat then serves the unquantized
-    model for that moment), never half-written."""
-    aside = None
-    if target.exists():
-        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.replaced-", dir=target.parent))
-        aside.rmdir()
-        target.rename(aside)
-    try:
-        new.rename(target)
-    except OSError:
-        if aside is not None:
-            aside.rename(target)  # the earlier copy serves on
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 # The kind of data each task's eval file holds (``jaxengine.data.pipeline.TASK_KINDS``, by name here).

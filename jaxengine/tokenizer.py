@@ -226,14 +226,31 @@ class Tokenizer(abc.ABC):
         """The model's chat template, or the documented ChatML-like default when it has none."""
         return self.settings.chat_template or chat_template_lib.DEFAULT_CHAT_TEMPLATE
 
+    @property
+    def chat_template_file(self) -> Path | None:
+        """The file the model's own chat template was read from (``read_chat_template``'s precedence), or
+        None when it has none and the default is used."""
+        if self.settings.chat_template is None:
+            return None
+        template_path = self.model_dir / chat_template_lib.CHAT_TEMPLATE_FILE
+        return template_path if template_path.is_file() else self.model_dir / TOKENIZER_CONFIG_FILE
+
     def apply_chat_template(
         self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, **template_kwargs: Any
     ) -> str:
-        """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids)."""
-        return chat_template_lib.render_chat_template(
-            self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-            **{**self.special_tokens_map, **template_kwargs},
-        )
+        """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids).
+
+        A ChatTemplateError of the model's own template names the file holding it: 'chat template: ...'
+        alone did not say which of the two that may hold one to fix."""
+        try:
+            return chat_template_lib.render_chat_template(
+                self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                **{**self.special_tokens_map, **template_kwargs},
+            )
+        except chat_template_lib.ChatTemplateError as error:
+            if self.chat_template_file is None or not messages:  # the default's, or no conversation at all
+                raise
+            raise chat_template_lib.ChatTemplateError(f"{self.chat_template_file}: {error}") from None
 
     def save(self, out_dir: str | Path) -> None:
         """Copies the tokenizer files this tokenizer was loaded from into ``out_dir``.

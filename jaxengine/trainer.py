@@ -44,6 +44,10 @@ from jaxengine.spec import OptimSpec
 Metrics = dict[str, float]
 
 
+# tensorstore's status codes for array data a checkpoint lacks (files deleted, or written part way).
+MISSING_DATA_STATUSES = ("NOT_FOUND", "DATA_LOSS", "OUT_OF_RANGE")
+
+
 class TrainingError(RuntimeError):
     """A run that cannot continue (non-finite loss, bad checkpoint); the message says what to do."""
 
@@ -119,7 +123,23 @@ class Checkpoints:
 
     def meta(self, step: int) -> dict[str, Any]:
         ocp = self._ocp
-        return dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+        return dict(self._read(step, ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+
+    def _read(self, step: int, args: Any) -> Any:
+        """``manager.restore(step, args)``; a checkpoint directory missing its items (a run directory copied
+        part way, a save that stopped on a full disk) is a TrainingError naming it, not orbax's KeyError
+        ('Item "meta" was not found in the checkpoint') from the middle of a resume or an export."""
+        try:
+            return self.manager.restore(step, args=args)
+        except (KeyError, ValueError, OSError) as error:
+            # tensorstore reports array files that are gone or cut short as a ValueError with these status
+            # codes; any other ValueError (arrays of another shape) is not an incomplete checkpoint.
+            if isinstance(error, ValueError) and not str(error).startswith(MISSING_DATA_STATUSES):
+                raise
+            raise TrainingError(
+                f"{Path(self.manager.directory) / str(step)}: checkpoint {step} cannot be read (it is incomplete: a "
+                "save or a copy that stopped part way); move it out of checkpoints/ to go on from the one before"
+            ) from None
 
     def save(self, step: int, leaves: list[jax.Array], meta: dict[str, Any],
              extra: dict[str, np.ndarray] | None = None) -> None:
@@ -143,7 +163,7 @@ class Checkpoints:
         if not entries:
             return {}
         like = {f"{i:05d}": np.zeros(entry["shape"], np.dtype(entry["dtype"])) for i, entry in enumerate(entries)}
-        restored = self.manager.restore(step, args=self._ocp.args.Composite(extra=self._ocp.args.StandardRestore(like)))
+        restored = self._read(step, self._ocp.args.Composite(extra=self._ocp.args.StandardRestore(like)))
         return {entry["name"]: np.asarray(restored.extra[f"{i:05d}"]) for i, entry in enumerate(entries)}
 
     def restore(self, step: int, like: list[jax.Array]) -> tuple[list[jax.Array], dict[str, Any]]:
@@ -154,8 +174,8 @@ class Checkpoints:
                                              sharding=getattr(leaf, "sharding", None))
             for i, leaf in enumerate(like)
         }
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                                      meta=ocp.args.JsonRestore()))
+        restored = self._read(step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                       meta=ocp.args.JsonRestore()))
         leaves = []
         for i, leaf in enumerate(like):
             value = restored.state[f"{i:05d}"]

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxengine.models import CausalLM, ModelConfig, build_model, family_module, from_hf_config, to_hf_config
@@ -63,6 +64,23 @@ def hf_weight_name(path: tuple[Any, ...], *, prefix: str = "model.") -> tuple[st
     return f"{head}{module_path}.{hf_leaf}", transposed
 
 
+def read_weight_map(index_path: Path) -> dict[str, str]:
+    """The ``weight_map`` (tensor name -> shard file name) of a ``model.safetensors.index.json``; an index that
+    is not JSON or lacks the map is a CheckpointError naming it (it was a KeyError or JSONDecodeError)."""
+    try:
+        weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
+        problem = None if isinstance(weight_map, dict) and all(
+            isinstance(file, str) for file in weight_map.values()) else 'no "weight_map" of file names'
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        problem = f"not valid JSON: {error}"
+    except AttributeError:  # a JSON list or number
+        problem = "not a JSON object"
+    if problem is not None:
+        raise CheckpointError(f'{index_path}: not a safetensors index ({problem}); it must be a JSON object whose '
+                              '"weight_map" maps each tensor name to its file')
+    return weight_map
+
+
 class SafetensorsDir:
     """Name -> file lookup over a single-file or index-sharded safetensors checkpoint."""
 
@@ -72,8 +90,7 @@ class SafetensorsDir:
         self._handles: dict[Path, Any] = {}
         index_path = model_dir / INDEX_FILE
         if index_path.exists():
-            weight_map = json.loads(index_path.read_text())["weight_map"]
-            self.file_for = {name: model_dir / file for name, file in weight_map.items()}
+            self.file_for = {name: model_dir / file for name, file in read_weight_map(index_path).items()}
             self.described_as = str(index_path)
         elif (model_dir / SINGLE_FILE).exists():
             handle = self._open(model_dir / SINGLE_FILE)
@@ -91,7 +108,12 @@ class SafetensorsDir:
         if path not in self._handles:
             if not path.exists():
                 raise CheckpointError(f"{path}: listed in {INDEX_FILE} but missing")
-            self._handles[path] = self._stack.enter_context(safe_open(str(path), framework="numpy"))
+            try:
+                handle = safe_open(str(path), framework="numpy")
+            except SafetensorError as error:  # its message names no file: which of the shards was it?
+                raise CheckpointError(f"{path}: cut short or not a safetensors file ({error}); copy or convert "
+                                      "the weights again") from None
+            self._handles[path] = self._stack.enter_context(handle)
         return self._handles[path]
 
     def read(self, names: tuple[str, ...]) -> tuple[str, Path, np.ndarray]:
@@ -243,6 +265,27 @@ def save_hf_model(model: CausalLM, config: ModelConfig, out_dir: str | Path, *, 
     hf_config["dtype"] = DTYPE_NAMES.get(written, str(written))
     (out_dir / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
     return out_dir
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Put the complete directory ``new`` at ``target`` (same filesystem), replacing what is there.
+
+    A directory cannot be renamed over a non-empty one, so an earlier copy is first renamed aside and
+    deleted after: between the two renames ``target`` is missing (for a serving copy, the chat then serves
+    the unquantized model for that moment), never half-written. Used for serving copies and exports."""
+    aside = None
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.replaced-", dir=target.parent))
+        aside.rmdir()
+        target.rename(aside)
+    try:
+        new.rename(target)
+    except OSError:
+        if aside is not None:
+            aside.rename(target)  # the earlier copy serves on
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _split_into_shards(tensors: dict[str, np.ndarray], max_shard_bytes: int) -> list[dict[str, np.ndarray]]:

@@ -37,9 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.handler(args) or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C (train stops at a step itself): one line, not a traceback
+        print(f"\njaxengine {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ does (``evaluate.answers_match``); ``loss`` reads an ``sft`` file (or a ``prompt
 answers) and reports the mean token loss on the completions. The object
 holds ``metric``, ``value``, ``count`` and, for exact match, the first few generations; with ``--by
 COLUMN``, ``groups`` holds the exact match for each value of that column. ``--map`` reads a field from a
-differently named column, as ``validate-data --map`` and a spec's ``data.columns`` do.
+differently named column, as ``validate-data --map`` and a spec's ``data.columns`` do. DIR may be a
+quantized serving copy (a run's ``export/quantized/``), scored as the chat serves it.
 """
 from __future__ import annotations
 
@@ -111,11 +112,15 @@ def _eval(args: argparse.Namespace) -> int:
         if missing is not None:
             raise CliError(f"--data {args.data}: row {missing} has no '{args.by}' column to group --by")
 
+    import jax.numpy as jnp
+
     from jaxengine import evaluate
-    from jaxengine.checkpoint.hf import load_hf_model
+    from jaxengine.serving import load_serving_weights
     from jaxengine.tokenizer import load_tokenizer
 
-    model, _ = load_hf_model(model_dir)
+    # A quantized serving copy (export/quantized/) is scored as the chat serves it, as generate reads it;
+    # loaded as a plain checkpoint it was refused as one missing its kernels. float32, as before.
+    model = load_serving_weights(model_dir, compute_dtype=jnp.float32)
     tokenizer = load_tokenizer(model_dir)
     if args.metric == "exact_match":
         result = evaluate.exact_match(model, tokenizer, rows, max_new_tokens=args.max_new_tokens, by=args.by)

@@ -43,16 +43,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=lambda args: run_reporting_errors("generate", lambda: _generate(args)))
 
 
-def sampling_settings(args: argparse.Namespace, generation_config: dict[str, Any]) -> dict[str, Any]:
-    """temperature/top_k/top_p from the flags, falling back to generation_config.json, then to plain sampling."""
-    sampled = generation_config.get("do_sample", True)
-    defaults = {
-        "temperature": generation_config.get("temperature", 1.0) if sampled else 0.0,
-        "top_k": generation_config.get("top_k", 0) if sampled else 0,
-        "top_p": generation_config.get("top_p", 1.0) if sampled else 1.0,
-    }
+# Sampling without generation_config.json's say: plain sampling, or its greedy equivalent under do_sample: false.
+SAMPLED_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+GREEDY_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0}
+
+
+def sampling_settings(args: argparse.Namespace, generation_config: dict[str, Any], *,
+                      source: str = "generation_config.json") -> dict[str, Any]:
+    """temperature/top_k/top_p from the flags, falling back to generation_config.json, then to plain sampling.
+
+    A null in the file is unset (transformers writes null for fields it leaves at their default). A value the
+    file gives that is used here and is of the wrong type or out of range is a CliError naming ``source`` and
+    the field: it was a TypeError traceback, or an error blaming a flag that was not given.
+    """
+    sampled = generation_config.get("do_sample")
+    if sampled is None:
+        sampled = True
+    elif not isinstance(sampled, bool):
+        raise CliError(f"{source}: do_sample = {sampled!r}: expected true or false")
     flags = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
-    return {name: flags[name] if flags[name] is not None else defaults[name] for name in defaults}
+    from_file = {name: generation_config.get(name) for name in flags
+                 if sampled and flags[name] is None and generation_config.get(name) is not None}
+    for name, value in from_file.items():
+        whole = name == "top_k"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            raise CliError(f"{source}: {name} = {value!r}: expected {'a whole number' if whole else 'a number'}")
+    from jaxengine.sampler import SamplingParams
+
+    try:
+        SamplingParams(max_new_tokens=1, **from_file)
+    except ValueError as error:
+        flag = "--" + str(error).split()[0].removeprefix("SamplingParams.").replace("_", "-")
+        raise CliError(f"{source}: {str(error).removeprefix('SamplingParams.')}; fix the file or give {flag}") from None
+    defaults = SAMPLED_DEFAULTS if sampled else GREEDY_DEFAULTS
+    return {name: flags[name] if flags[name] is not None else from_file.get(name, defaults[name]) for name in flags}
 
 
 def _read_generation_config(model_dir: Path) -> dict[str, Any]:
@@ -60,9 +84,13 @@ def _read_generation_config(model_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        generation_config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise CliError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(generation_config, dict):
+        # worded as the tokenizer words it for the same file, read for its stop ids
+        raise CliError(f"{path}: expected a JSON object at the top level, found {type(generation_config).__name__}")
+    return generation_config
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -73,7 +101,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     try:
         params = SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                **sampling_settings(args, _read_generation_config(model_dir)))
+                                **sampling_settings(args, _read_generation_config(model_dir),
+                                                    source=str(model_dir / "generation_config.json")))
     except ValueError as error:
         raise CliError(str(error).replace("SamplingParams.", "--").replace("_", "-")) from None
 
@@ -83,7 +112,7 @@ def _generate(args: argparse.Namespace) -> int:
     from jaxengine.serving import load_serving_weights
     from jaxengine.tokenizer import load_tokenizer
 
-    read_model_config(model_dir)  # a bad config.json is reported before the weights are read
+    _, config = read_model_config(model_dir)  # a bad config.json is reported before the weights are read
     tokenizer = load_tokenizer(model_dir)
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
@@ -94,6 +123,10 @@ def _generate(args: argparse.Namespace) -> int:
     if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows
         raise CliError(f"--prompt {args.prompt!r} encodes to no tokens (this model's tokenizer adds no start token), "
                        "so there is nothing to continue; give some text to complete")
+    if max(prompt_ids) >= config.vocab_size:  # the sampler would name it "prompt 0", as above
+        raise CliError(f"--prompt {args.prompt!r} encodes to token id {max(prompt_ids)}, outside the model's "
+                       f"vocabulary (vocab_size={config.vocab_size} in {model_dir / 'config.json'}): the tokenizer "
+                       "is not the model's own; give the model directory its own tokenizer files")
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     # A quantized serving copy (export/quantized/) loads as the chat serves it.
     sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)

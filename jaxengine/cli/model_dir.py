@@ -73,7 +73,22 @@ def read_safetensors_header(path: Path) -> dict:
             for name, entry in (header or {}).items()):
         raise CliError(f"{path}: the safetensors header is not a JSON object of tensors (dtype and shape); "
                        "the file is corrupt")
+    # The header alone reads fine from a copy that stopped after it; the tensors' end offsets say how long
+    # the whole file is, so a file cut short is named here, as generate and train refuse it.
+    described = 8 + header_size + max((entry["data_offsets"][1] for name, entry in header.items()
+                                       if name != "__metadata__" and _offsets(entry)), default=0)
+    size = path.stat().st_size
+    if size < described:
+        raise CliError(f"{path}: cut short: its header describes {described:,} bytes, the file holds {size:,}; "
+                       "copy or convert the weights again")
     return header
+
+
+def _offsets(entry: dict) -> bool:
+    """Whether a header entry has the [begin, end] byte offsets of its tensor."""
+    offsets = entry.get("data_offsets")
+    return (isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets))
 
 
 def safetensors_summary(model_dir: Path) -> dict:

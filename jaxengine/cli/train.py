@@ -35,6 +35,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_train)
 
 
+def steps_past_max(summary: dict, max_steps: int | None) -> int | None:
+    """The step an output_dir resumed at (or had finished at) when it is past the spec's ``max_steps``, else
+    None: run again with a lower max_steps, a job trains nothing and keeps the later model, which the
+    summary alone did not point out."""
+    step = summary.get("step")
+    return step if max_steps is not None and isinstance(step, int) and step > max_steps else None
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxengine.spec import SpecError, load_spec, spec_warnings
 
@@ -69,6 +77,7 @@ def _train(args: argparse.Namespace) -> int:
             print(f"{args.spec}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
 
+    from jaxengine.chat_template import ChatTemplateError
     from jaxengine.data.pipeline import DataError
     from jaxengine.job import JobError, run_job
     from jaxengine.trainer import TrainingError
@@ -83,13 +92,20 @@ def _train(args: argparse.Namespace) -> int:
     try:
         summary = run_job(spec, should_stop=lambda: bool(stop_requested),
                           progress_bar=False if args.no_progress else None)
-    except (JobError, DataError, TrainingError) as error:
+    # A chat template that raises where no row is named (a prompt of grpo's, an eval sample's) is the
+    # model's to fix too, not a traceback.
+    except (JobError, DataError, TrainingError, ChatTemplateError) as error:
         print(f"{args.spec}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(json.dumps(summary))
+    past = steps_past_max(summary, spec.train.max_steps)
+    if past is not None and args.process_id in (None, 0):
+        print(f"{args.spec}: warning: output_dir {spec.output_dir} is at step {past}, past train.max_steps "
+              f"{spec.train.max_steps}: nothing was trained and its model is the step-{past} one; use a new "
+              f"output_dir to train {spec.train.max_steps} steps", file=sys.stderr)
     if summary["status"] == "failed":  # the why, where a terminal user reads errors, besides the summary's message
         print(f"{args.spec}: failed: {summary['message']}", file=sys.stderr)
     return {"succeeded": 0, "cancelled": EXIT_CANCELLED}.get(summary["status"], EXIT_FAILED)

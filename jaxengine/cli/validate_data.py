@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
         if not path.is_file():
-            raise ValueError(f"{path}: no such file")
+            raise ValueError(f"{path}: " + ("is a directory, not a file" if path.is_dir() else "no such file"))
         if args.max_errors < 0:
             raise ValueError(f"--max-errors must be 0 (count only) or more, got {args.max_errors}")
         file_format = formats.FileFormat(args.file_format) if args.file_format else formats.detect_format(path.name)

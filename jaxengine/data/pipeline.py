@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxengine.chat_template import ChatTemplateError
 from jaxengine.data import formats
 from jaxengine.spec import TASK_DATASET_KINDS
 
@@ -203,6 +204,50 @@ def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> list[t
     return [(tokens, True) for tokens, _ in segments] if loss_on == "all" else segments
 
 
+def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: int, loss_on: str,
+                stats: EncodeStats) -> list:
+    """The examples of one row for ``task`` (its truncation and split counted in ``stats``)."""
+    if task == "pretrain":
+        ids = _with_bos(tokenizer, tokenizer.encode(row["text"])) + tokenizer.eos_ids[:1]
+        windows = [ids[i : i + max_seq_len] for i in range(0, len(ids), max_seq_len)]
+        stats.split += len(windows) > 1
+        # A one-token tail window predicts nothing; drop it.
+        encoded = [_segments_to_example([(w, True)]) for w in windows if len(w) > 1]
+    elif task == "sft":
+        segments, was_cut = _truncate(_encode_sft_row(tokenizer, row, loss_on), max_seq_len)
+        stats.truncated += was_cut
+        encoded = [_segments_to_example(segments)]
+    elif task in ("reward", "dpo"):
+        pair = []
+        cut_any = False
+        for side in ("chosen", "rejected"):
+            if row.get("prompt") is None:  # whole conversations: train on their assistant turns
+                segments = _chat_segments(tokenizer, row[side], first_trained=0)
+            else:
+                segments = _completion_segments(tokenizer, row["prompt"], row[side])
+            segments, was_cut = _truncate(segments, max_seq_len)
+            cut_any |= was_cut
+            pair.append(_segments_to_example(segments))
+        stats.truncated += cut_any
+        encoded = [PreferencePair(chosen=pair[0], rejected=pair[1])]
+    else:
+        raise DataError(f"task {task!r} has no data encoding; expected one of {', '.join(TASK_KINDS)}")
+    return encoded
+
+
+def check_vocabulary(examples: Sequence[Example | PreferencePair], vocab_size: int, *, where: str) -> None:
+    """DataError when a token id of ``examples`` (one row's) is past the model's embedding: a tokenizer not the
+    model's own. Unchecked, the embedding lookup clamped such ids and the run failed at its first step with a
+    NaN loss blamed on the learning rate."""
+    parts = [part for example in examples
+             for part in ((example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,))]
+    largest = max((int(part.ids.max()) for part in parts if len(part)), default=-1)
+    if largest >= vocab_size:
+        raise DataError(f"{where}: token id {largest} is outside the model's vocabulary (vocab_size={vocab_size} "
+                        "in its config.json): the tokenizer is not the model's own; give the model directory its "
+                        "own tokenizer files")
+
+
 def encode_rows(
     rows: Iterator[dict] | Sequence[dict],
     *,
@@ -210,8 +255,12 @@ def encode_rows(
     tokenizer: TokenizerLike,
     max_seq_len: int,
     loss_on: str = "completion",
+    source: str | Path | None = None,
+    vocab_size: int | None = None,
 ) -> tuple[list[Example] | list[PreferencePair], EncodeStats]:
-    """Tokenize dataset examples (as ``formats.iter_examples`` yields them) for ``task``.
+    """Tokenize dataset examples (as ``formats.iter_examples`` yields them) for ``task``; ``source``, the
+    rows' file, is named in the error for a row the model's chat template refuses, and with ``vocab_size``
+    (the model's) for a row whose token ids the model has no embedding for.
 
     pretrain: ``bos + text + eos``, long texts split into ``max_seq_len`` windows, loss on every token.
     sft: see the module notes. reward/dpo: a ``PreferencePair`` per row, loss on the continuation.
@@ -220,31 +269,16 @@ def encode_rows(
     examples: list = []
     for row in rows:
         stats.rows += 1
-        if task == "pretrain":
-            ids = _with_bos(tokenizer, tokenizer.encode(row["text"])) + tokenizer.eos_ids[:1]
-            windows = [ids[i : i + max_seq_len] for i in range(0, len(ids), max_seq_len)]
-            stats.split += len(windows) > 1
-            # A one-token tail window predicts nothing; drop it.
-            encoded = [_segments_to_example([(w, True)]) for w in windows if len(w) > 1]
-        elif task == "sft":
-            segments, was_cut = _truncate(_encode_sft_row(tokenizer, row, loss_on), max_seq_len)
-            stats.truncated += was_cut
-            encoded = [_segments_to_example(segments)]
-        elif task in ("reward", "dpo"):
-            pair = []
-            cut_any = False
-            for side in ("chosen", "rejected"):
-                if row.get("prompt") is None:  # whole conversations: train on their assistant turns
-                    segments = _chat_segments(tokenizer, row[side], first_trained=0)
-                else:
-                    segments = _completion_segments(tokenizer, row["prompt"], row[side])
-                segments, was_cut = _truncate(segments, max_seq_len)
-                cut_any |= was_cut
-                pair.append(_segments_to_example(segments))
-            stats.truncated += cut_any
-            encoded = [PreferencePair(chosen=pair[0], rejected=pair[1])]
-        else:
-            raise DataError(f"task {task!r} has no data encoding; expected one of {', '.join(TASK_KINDS)}")
+        where = f"{source}: row {stats.rows}" if source is not None else f"row {stats.rows}"
+        try:
+            encoded = _encode_row(row, task=task, tokenizer=tokenizer, max_seq_len=max_seq_len, loss_on=loss_on,
+                                  stats=stats)
+        except ChatTemplateError as error:
+            # A template may refuse some rows only (Gemma's raise on a system turn): name the row, as a
+            # traceback from the middle of the data did not (the error names the template's file).
+            raise DataError(f"{where}: {error}; change the row or the model's chat template") from None
+        if vocab_size is not None:
+            check_vocabulary(encoded, vocab_size, where=where)
         for example in encoded:
             parts = (example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,)
             # Loss on token 0 is never computed (nothing predicts it), so it does not count.

@@ -201,12 +201,47 @@ def family_for_hf_config(hf_config: dict[str, Any], *, source: str = "config.jso
     )
 
 
+# config.json fields the families read, by the JSON type they must have (when present and not null).
+WHOLE_NUMBER_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                       "num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window",
+                       "max_window_layers", "sliding_window_pattern", "_sliding_window_pattern")
+NUMBER_FIELDS = ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar",
+                 "attn_logit_softcapping", "final_logit_softcapping")
+OBJECT_FIELDS = ("rope_parameters", "rope_scaling", "text_config")
+
+
+def hf_field_type_problem(hf_config: dict[str, Any], *, prefix: str = "") -> str | None:
+    """The first field of ``hf_config`` (and of its ``text_config``) whose JSON type is not the one the families
+    read, as ``field 'key' = value: expected ...``; None when all are. Checked before a family reads them:
+    "num_hidden_layers": "2" failed there as "can't multiply sequence by non-int of type 'str'" and
+    "max_position_embeddings": "x" as "invalid literal for int()", naming no field."""
+    for key, value in hf_config.items():
+        if value is None:
+            continue
+        if key in WHOLE_NUMBER_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
+            expected = "a whole number"
+        elif key in NUMBER_FIELDS and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            expected = "a number"
+        elif key in OBJECT_FIELDS and not isinstance(value, dict):
+            expected = "a JSON object"
+        else:
+            continue
+        return f"field {prefix + key!r} = {value!r}: expected {expected}"
+    text_config = hf_config.get("text_config")
+    return hf_field_type_problem(text_config, prefix="text_config.") if isinstance(text_config, dict) else None
+
+
 def from_hf_config(hf_config: dict[str, Any], *, source: str = "config.json") -> ModelConfig:
     """Read a Hugging Face ``config.json`` dict into a ``ModelConfig``.
 
-    Raises ``UnsupportedArchitectureError`` naming what was found and what is supported.
+    Raises ``UnsupportedArchitectureError`` naming what was found and what is supported, and ValueError
+    naming a field of the wrong type.
     """
-    return family_module(family_for_hf_config(hf_config, source=source)).config_from_hf(hf_config)
+    family = family_for_hf_config(hf_config, source=source)
+    problem = hf_field_type_problem(hf_config)
+    if problem is not None:
+        raise ValueError(problem)
+    return family_module(family).config_from_hf(hf_config)
 
 
 def to_hf_config(config: ModelConfig) -> dict[str, Any]:

@@ -209,6 +209,22 @@ def test_an_unknown_model_is_named(tmp_path):
         resolve_model_dir(str(tmp_path / "weights.bin"))
 
 
+def test_a_quantized_serving_copy_is_named_as_one_when_given_as_the_model(tmp_path):
+    """QA: ``model:`` naming a run's export/quantized/ said a tensor was missing and to check
+    num_hidden_layers and tie_word_embeddings, as for a broken checkpoint."""
+    from jaxengine import job, quantize
+
+    assert job.QUANTIZATION_FILE == quantize.QUANTIZATION_FILE
+    copy = tmp_path / "export" / "quantized"
+    copy.mkdir(parents=True)
+    (copy / "config.json").write_text("{}")
+    (copy / "quantization.json").write_text(json.dumps({"format": "temper-quantized", "source": "/runs/x/export"}))
+    with pytest.raises(JobError, match=f"^model: '{copy}' is a quantized serving copy \\(quantization.json\\), "
+                                       "which is for serving only; train from the model it was made from: "
+                                       "/runs/x/export$"):
+        resolve_model_dir(str(copy))
+
+
 def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_dir, tmp_path, capsys):
     """QA: a model path that does not exist left an empty output_dir behind (made before the model was
     looked for); a row of the wrong type in the data did too."""
@@ -226,6 +242,116 @@ def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_d
         assert main(["train", str(path), "--no-progress"]) == 2
         assert capsys.readouterr().err == f"{path}: {message}\n"
         assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_cli_refuses_an_output_dir_that_is_a_file_before_loading_anything(demo_dir, tmp_path, capsys, where):
+    """QA: an output_dir naming a file (or a path below one) was a FileExistsError / NotADirectoryError
+    traceback from the trainer's mkdir, after the model and the data had been read."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    output_dir = a_file if where == "the file" else a_file / "run"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(output_dir),
+                                    "data": {"train": str(demo_dir / "data/sft.jsonl")}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: output_dir: {output_dir}: {a_file} is a file, not a directory; give a directory for the run "
+        "(a new path is made)\n")
+    assert a_file.read_text() == "mine\n"
+
+
+def test_cli_names_the_data_row_a_models_chat_template_refuses(demo_dir, tmp_path, capsys):
+    """QA: a chat template that raises (here on a system turn, as Gemma's do) was a ChatTemplateError
+    traceback from jaxengine train; it is one line naming the row, and nothing is left behind."""
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir / "model", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{% if m.role == 'system' %}"
+                               "{{ raise_exception('System role not supported') }}{% endif %}"
+                               "{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    data = tmp_path / "chats.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
+                    '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}, '
+                    '{"role": "assistant", "content": "b"}]}\n')
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(model), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data)}, "train": {"max_steps": 1}}))
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: {data}: row 2: {model / 'tokenizer_config.json'}: chat template: System role not supported; "
+        "change the row or the model's chat template\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp_path, capsys):
+    """QA: a checkpoint directory without its items (a run directory copied part way, a save that stopped
+    on a full disk) was a KeyError traceback from orbax ('Item "meta" was not found') on resume and export."""
+    run_dir = tmp_path / "run"
+    path = tmp_path / "spec.yaml"
+    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 2, "batch_size": 2, "save_every": 1}}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    (run_dir / "checkpoints" / "3").mkdir()
+    spec["train"]["max_steps"] = 4
+    path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
+    problem = (f"{run_dir / 'checkpoints' / '3'}: checkpoint 3 cannot be read (it is incomplete: a save or a copy "
+               "that stopped part way); move it out of checkpoints/ to go on from the one before")
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"{path}: {problem}\n"
+    assert main(["export", "--run", str(run_dir)]) == 2
+    assert capsys.readouterr().err == f"jaxengine export: error: {problem}\n"
+
+
+def test_cli_refuses_data_the_models_vocabulary_does_not_cover(tiny_hf_model_dir, tmp_path, capsys):
+    """QA: a model directory holding another model's tokenizer (403 tokens for a 256-token model) trained
+    on token ids past its embedding, and the run failed at step 1 with 'loss is nan ... Lower
+    optim.learning_rate', leaving a run directory; the row and the mismatch are named before it starts."""
+    from tests import factories
+
+    model = shutil.copytree(tiny_hf_model_dir("qwen2"), tmp_path / "model")
+    factories.build_bpe_tokenizer_dir(tmp_path / "tokenizer", style="qwen")
+    for path in (tmp_path / "tokenizer").iterdir():
+        if path.name != "generation_config.json":
+            shutil.copyfile(path, model / path.name)
+    data = tmp_path / "sft.jsonl"
+    data.write_text('{"prompt": "hello world", "completion": "the quick brown fox"}\n')
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"task": "sft", "model": str(model), "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": str(data), "max_seq_len": 64}, "train": {"max_steps": 1}}))
+    capsys.readouterr()  # transformers' progress bar, saving the tiny model
+    assert main(["train", str(path), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"{path}: {data}: row 1: token id ") and error.count("\n") == 1
+    assert error.endswith(" is outside the model's vocabulary (vocab_size=256 in its config.json): the "
+                          "tokenizer is not the model's own; give the model directory its own tokenizer files\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "cancelled"])
+def test_cli_warns_when_the_output_dir_is_past_the_specs_max_steps(demo_dir, tmp_path, capsys, finished):
+    """QA: run again with a lower train.max_steps on an output_dir whose checkpoint was further on, the job
+    trained nothing and exported (or kept) the later step's model, saying nothing of it (exit 0)."""
+    run_dir = tmp_path / "run"
+    path = tmp_path / "spec.yaml"
+    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 3, "batch_size": 2, "save_every": 1}}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    if not finished:
+        (run_dir / "summary.json").unlink()
+    spec["train"]["max_steps"] = 2
+    path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
+    assert main(["train", str(path), "--no-progress"]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: output_dir {run_dir} is at step 3, past train.max_steps 2: nothing was trained and its "
+        "model is the step-3 one; use a new output_dir to train 2 steps\n")
 
 
 def test_a_run_killed_with_sigkill_resumes_to_the_same_metrics(demo_dir, tmp_path):

@@ -228,6 +228,7 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     training sees them.
     """
     # Imported here: only the worker computes tokens, and the web process need not load tokenizers.
+    from jaxengine.chat_template import ChatTemplateError
     from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
     version = DatasetVersion.objects.select_related("dataset").get(pk=version_id)
@@ -252,7 +253,9 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
             rows += 1
             if rows >= TOKEN_STATISTICS_MAX_ROWS:
                 break
-    except (TokenizerError, formats.DatasetFormatError, OSError) as error:
+    # A chat template that raises on a row (Gemma's on a system turn) is the model's to fix, as a broken
+    # tokenizer is; uncaught, it left the statistics 'computing'.
+    except (TokenizerError, ChatTemplateError, formats.DatasetFormatError, OSError) as error:
         result.update(status="failed", error=str(error))
     else:
         result.update(

@@ -61,6 +61,34 @@ def test_missing_tensor_is_named(tiny_hf_model_dir, tmp_path):
         load_hf_model(model_dir)
 
 
+@pytest.mark.parametrize("damage", ["cut short", "not safetensors"])
+def test_a_corrupt_weights_file_is_named(tiny_hf_model_dir, tmp_path, damage):
+    """QA: a model.safetensors cut short (a copy that did not finish) or not one at all said only
+    "Error while deserializing header: ..." from generate, eval and train, naming no file."""
+    model_dir = copy_model_dir(tiny_hf_model_dir("llama"), tmp_path / "model")
+    weights = model_dir / "model.safetensors"
+    if damage == "cut short":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        weights.write_bytes(b"\x00" * 4096)
+    with pytest.raises(CheckpointError, match=rf"^{weights}: cut short or not a safetensors file \(Error while "
+                                              r"deserializing header: .*\); copy or convert the weights again$"):
+        load_hf_model(model_dir)
+
+
+@pytest.mark.parametrize("index_text", ['{"weight_map": ', '{"metadata": {}}', '["model-1.safetensors"]',
+                                        '{"weight_map": {"model.embed_tokens.weight": 3}}'])
+def test_an_index_that_is_not_a_weight_map_is_named(sharded_tiny_hf_model_dir, tmp_path, index_text):
+    """QA: a model.safetensors.index.json that is not JSON, or has no "weight_map" of file names, was a
+    JSONDecodeError / KeyError traceback from generate and train."""
+    model_dir = copy_model_dir(sharded_tiny_hf_model_dir, tmp_path / "model")
+    index = model_dir / "model.safetensors.index.json"
+    index.write_text(index_text)
+    with pytest.raises(CheckpointError, match=rf"^{index}: not a safetensors index \(.+\); it must be a JSON object "
+                                              r"whose \"weight_map\" maps each tensor name to its file$"):
+        load_hf_model(model_dir)
+
+
 def test_shape_mismatch_names_tensor_shapes_and_file(tiny_hf_model_dir, tmp_path):
     model_dir = copy_model_dir(tiny_hf_model_dir("qwen2"), tmp_path / "model")
     config = json.loads((model_dir / "config.json").read_text())

@@ -210,3 +210,26 @@ def test_loss_on_data_it_cannot_read_is_one_line(demo_dir, tmp_path, capsys):
                           (broken, "line 2"), (no_extension, "cannot tell the format")):
         code, out, err = eval_cli(capsys, "--model", str(demo_dir / "model"), "--data", str(data), "--metric", "loss")
         assert code == 2 and out == "" and message in err and "Traceback" not in err, err
+
+
+def test_it_scores_a_quantized_serving_copy_as_the_chat_serves_it(demo_dir, tmp_path, capsys):
+    """QA: eval --model on a run's export/quantized/ (which generate reads) said a tensor was missing and to
+    check num_hidden_layers and tie_word_embeddings, as for a broken checkpoint."""
+    import jax.numpy as jnp
+
+    from jaxengine import evaluate
+    from jaxengine.quantize import QuantScheme, export_quantized
+    from jaxengine.serving import load_serving_model
+
+    copy = tmp_path / "quantized"
+    export_quantized(demo_dir / "model", copy, scheme=QuantScheme.named("int8"))
+    served = load_serving_model(copy, compute_dtype=jnp.float32)
+    rows = [json.loads(line) for line in (demo_dir / "data/eval.jsonl").read_text().splitlines()][:4]
+    for metric in ("loss", "exact_match"):
+        code, out, err = eval_cli(capsys, "--model", str(copy), "--data", str(demo_dir / "data/eval.jsonl"),
+                                  "--metric", metric, "--limit", "4", "--max-new-tokens", "4")
+        assert code == 0, err
+        as_sft = [{"prompt": row["prompt"], "completion": row["answer"]} for row in rows]  # as the CLI reads them
+        expected = (evaluate.mean_loss(served.model, served.tokenizer, as_sft, max_seq_len=512) if metric == "loss"
+                    else evaluate.exact_match(served.model, served.tokenizer, rows, max_new_tokens=4))
+        assert json.loads(out)["value"] == pytest.approx(expected["value"])

@@ -1,10 +1,12 @@
 """``jaxengine export``: flags that cannot apply are refused before any checkpoint is read, and a run
 finds the model it was trained from."""
 import json
+from pathlib import Path
 
 import pytest
 
 from jaxengine.cli import main
+from jaxengine.job import export_run
 from jaxengine.spec import load_spec
 
 
@@ -82,3 +84,50 @@ def test_a_run_whose_model_directory_is_gone_is_named_with_its_spec(tmp_path, ca
     assert capsys.readouterr().err == (
         f"jaxengine export: error: {run_dir / 'spec.yaml'}: model: '{tmp_path / 'gone'}': no such directory; give a "
         "Hugging Face-format model directory (holding config.json) or the preset demo-tiny\n")
+
+
+def test_an_export_is_replaced_whole_and_a_failed_one_leaves_the_earlier_export(demo_dir, tmp_path, capsys,
+                                                                                monkeypatch):
+    """QA: an export was written into ``export/`` in place: one that failed part way (disk full, Ctrl-C)
+    left a config.json beside no weights, and one of another step kept the earlier export's quantized
+    serving copy, a copy of a different model. It is written beside ``export/`` and renamed into place."""
+    from jaxengine.checkpoint import hf
+
+    run_dir = tmp_path / "run"
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC.format(run_dir=run_dir).replace("demo-tiny", str(demo_dir / "model"))
+                         .replace("sft.jsonl", str(demo_dir / "data/sft.jsonl"))
+                         .replace("train: {max_steps: 2}", "train: {max_steps: 2, save_every: 1, batch_size: 2}"))
+    assert main(["train", str(spec_path), "--no-progress"]) == 0
+    export = run_dir / "export"
+    weights = (export / "model.safetensors").read_bytes()
+    (export / "quantized").mkdir()
+    (export / "quantized" / "quantization.json").write_text("{}")  # a serving copy of step 2
+    capsys.readouterr()
+
+    def save_then_fail(model, config, out_dir, **kwargs):
+        (Path(out_dir) / "config.json").write_text("{}")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "save_hf_model", save_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        export_run(run_dir, step=1)
+    assert (export / "model.safetensors").read_bytes() == weights and (export / "quantized").is_dir()
+    assert json.loads((export / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert sorted(path.name for path in run_dir.iterdir()) == [
+        "checkpoints", "export", "metrics.jsonl", "spec.yaml", "summary.json"]
+
+    monkeypatch.undo()
+    assert main(["export", "--run", str(run_dir), "--step", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 1
+    assert (export / "model.safetensors").read_bytes() != weights and not (export / "quantized").exists()
+    assert sorted(path.name for path in run_dir.iterdir()) == [
+        "checkpoints", "export", "metrics.jsonl", "spec.yaml", "summary.json"]
+
+
+def test_it_rejects_a_run_path_that_is_a_file_as_a_file(tmp_path, capsys):
+    """QA: ``--run`` naming a file (e.g. the run's spec.yaml) said 'no such directory'."""
+    (tmp_path / "spec.yaml").write_text("task: sft\n")
+    assert main(["export", "--run", str(tmp_path / "spec.yaml")]) == 2
+    assert capsys.readouterr().err == (f"jaxengine export: error: --run {tmp_path / 'spec.yaml'}: a file, not a "
+                                       "directory; give the output_dir of a `jaxengine train` spec\n")

@@ -89,6 +89,33 @@ def test_sampling_settings_fall_back_to_generation_config():
     assert sampling_settings(flags, {}) == {"temperature": 1.0, "top_k": 0, "top_p": 0.5}
 
 
+def test_sampling_settings_read_a_null_in_generation_config_as_unset():
+    """QA: "top_k": null (transformers writes null for an unset field) was a TypeError traceback."""
+    flags = argparse.Namespace(temperature=None, top_k=None, top_p=None)
+    assert sampling_settings(flags, {"do_sample": None, "temperature": None, "top_k": None, "top_p": None}) == {
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"temperature": "0.7"}', "temperature = '0.7': expected a number"),
+    ('{"top_k": 2.5}', "top_k = 2.5: expected a whole number"),
+    ('{"do_sample": "yes"}', "do_sample = 'yes': expected true or false"),
+    ('{"top_p": 0}', "top_p must be in (0, 1] (1 = off), got 0; fix the file or give --top-p"),
+    ("[1]", "expected a JSON object at the top level, found list"),
+], ids=["text for a number", "fraction for top_k", "text for a boolean", "out of range", "not an object"])
+def test_generate_names_a_bad_generation_config_field(tmp_path, model_dir, capsys, content, problem):
+    """QA: a sampling field of generation_config.json of the wrong type, or the file not an object, was a
+    TypeError/AttributeError traceback; one out of range was blamed on a flag (--top-p) never given."""
+    import shutil
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    (copy / "generation_config.json").write_text(content)
+    assert main(["generate", "--model", str(copy), "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"jaxengine generate: error: {copy / 'generation_config.json'}: {problem}\n"
+
+
 @pytest.mark.parametrize("make_args, message", [
     (lambda tmp, model: ["generate", "--model", str(tmp / "missing"), "--prompt", "x"], "no such directory"),
     (lambda tmp, model: ["inspect", "--model", str(tmp)], "no config.json"),
@@ -109,8 +136,25 @@ def test_it_rejects_bad_input_with_one_line(tmp_path, model_dir, make_args, mess
     ({"architectures": ["FooForCausalLM"], "model_type": "foo"}, "is not supported; supported architectures"),
     ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": "four", "num_attention_heads": 4},
-     "num_layers must be a whole number, got 'four'"),
-], ids=["missing field", "unsupported architecture", "a word for a number"])
+     "field 'num_hidden_layers' = 'four': expected a whole number"),
+    # QA: these said "can't multiply sequence by non-int of type 'str'", "invalid literal for int() with
+    # base 10: 'x'" (naming no field) or were an AttributeError traceback.
+    ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": "2", "num_attention_heads": 4},
+     "field 'num_hidden_layers' = '2': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": "x"},
+     "field 'max_position_embeddings' = 'x': expected a whole number"),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "rope_parameters": "x"},
+     "field 'rope_parameters' = 'x': expected a JSON object"),
+    ({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": "four"},
+     "field 'num_hidden_layers' = 'four': expected a whole number"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+      "text_config": {"rms_norm_eps": "small"}},
+     "field 'text_config.rms_norm_eps' = 'small': expected a number"),
+], ids=["missing field", "unsupported architecture", "a word for a number", "a number in quotes",
+        "a word for the context", "rope not an object", "gemma3 word for a number", "gemma3 text_config"])
 @pytest.mark.parametrize("command", ["inspect", "generate"])
 def test_it_rejects_a_bad_config_with_one_line(tmp_path, capsys, config, message, command):
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -223,3 +267,74 @@ def test_inspect_refuses_a_weights_file_whose_header_is_cut_short(tmp_path, mode
     assert main(["inspect", "--model", str(cut)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and str(cut / "model.safetensors") in error
+
+
+def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, model_dir, capsys):
+    """QA: a model.safetensors whose copy stopped after its header was described as a whole model (its
+    parameters counted from the header), while generate and train refused it."""
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(model_dir, cut)
+    whole = (model_dir / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(whole[: len(whole) - 1000])
+    assert main(["inspect", "--model", str(cut)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxengine inspect: error: {cut / 'model.safetensors'}: cut short: its header describes "
+        f"{len(whole):,} bytes, the file holds {len(whole) - 1000:,}; copy or convert the weights again\n")
+
+
+@pytest.mark.parametrize("template_file", [False, True], ids=["in tokenizer_config.json", "chat_template.jinja"])
+@pytest.mark.parametrize("template, problem", [
+    ("{{ raise_exception('System role not supported') }}", "chat template: System role not supported"),
+    ("{% for m in messages %}{{ m.content }", "chat template line 1: unexpected '}'"),
+], ids=["raises", "invalid jinja"])
+def test_generate_names_the_file_of_a_chat_template_that_fails(tmp_path, model_dir, capsys, template_file,
+                                                                template, problem):
+    """QA: a model's chat template that raised or did not parse said only 'chat template: ...', not which
+    of the two files that may hold it (chat_template.jinja, tokenizer_config.json) to fix."""
+    import shutil
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (copy / "chat_template.jinja").unlink(missing_ok=True)
+    if template_file:
+        (copy / "chat_template.jinja").write_text(template)
+        source = copy / "chat_template.jinja"
+    else:
+        config["chat_template"] = template
+        source = copy / "tokenizer_config.json"
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    assert main(["generate", "--model", str(copy), "--prompt", "x", "--chat", "--max-new-tokens", "2"]) == 2
+    assert capsys.readouterr().err == f"jaxengine generate: error: {source}: {problem}\n"
+
+
+def test_generate_names_a_prompt_the_models_vocabulary_does_not_cover(tiny_hf_model_dir, tmp_path, capsys):
+    """QA: a model directory holding another model's tokenizer said 'prompt 0 has token id ...', a batch row
+    the command line never shows."""
+    import shutil
+
+    model = shutil.copytree(tiny_hf_model_dir("qwen2"), tmp_path / "model")
+    factories.build_bpe_tokenizer_dir(tmp_path / "tokenizer", style="qwen")
+    for path in (tmp_path / "tokenizer").iterdir():
+        if path.name != "generation_config.json":
+            shutil.copyfile(path, model / path.name)
+    capsys.readouterr()  # transformers' progress bar, saving the tiny model
+    assert main(["generate", "--model", str(model), "--prompt", "hello world", "--max-new-tokens", "2"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("jaxengine generate: error: --prompt 'hello world' encodes to token id ")
+    assert error.endswith(f" outside the model's vocabulary (vocab_size=256 in {model / 'config.json'}): the "
+                          "tokenizer is not the model's own; give the model directory its own tokenizer files\n")
+
+
+def test_ctrl_c_stops_a_command_with_one_line_and_exit_130(model_dir, capsys, monkeypatch):
+    """QA: Ctrl-C during ``jaxengine generate`` printed a KeyboardInterrupt traceback."""
+    from jaxengine.cli import generate
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate, "_generate", interrupted)
+    assert main(["generate", "--model", str(model_dir), "--prompt", "x"]) == 130
+    assert capsys.readouterr().err == "\njaxengine generate: interrupted\n"

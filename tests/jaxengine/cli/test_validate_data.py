@@ -44,6 +44,9 @@ def test_usage_errors(tmp_path, capsys):
     assert "write FIELD=COLUMN" in capsys.readouterr().err
     assert main(["validate-data", str(tmp_path / "missing.jsonl"), "--kind", "sft"]) == 2
     assert "no such file" in capsys.readouterr().err
+    # QA: a directory was said not to exist, as eval and train say it is one
+    assert main(["validate-data", str(tmp_path), "--kind", "sft"]) == 2
+    assert capsys.readouterr().err == f"jaxengine validate-data: error: {tmp_path}: is a directory, not a file\n"
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": 1}\n', encoding="utf-8")
     assert main(["validate-data", str(rows), "--kind", "sft", "--max-errors", "-1"]) == 2

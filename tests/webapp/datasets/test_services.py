@@ -244,3 +244,19 @@ def test_look_alike_names_are_refused_or_collide(team):
     with pytest.raises(ValidationError, match="already has a dataset named 'café'"):
         create(team, name="cafe\u0301")
     assert sorted(Dataset.objects.values_list("name", flat=True)) == ["café", "qa3-sft"]
+
+
+def test_token_statistics_report_a_chat_template_that_refuses_a_row(team, tmp_path):
+    """QA: a base model whose chat template raises on a row (Gemma's on a system turn) made the worker's
+    task raise ChatTemplateError, leaving the statistics 'computing'; they fail naming the template."""
+    model_dir = build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen",
+                                        chat_template="{{ raise_exception('System role not supported') }}")
+    base_model = BaseModel.objects.create(
+        project=team.project, name="strict", path=str(model_dir), architecture="LlamaForCausalLM",
+        parameter_count=1, tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+    content = json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                                       {"role": "assistant", "content": "hello"}]}).encode() + b"\n"
+    version = services.dataset_version_validate(version_id=create(team, content=content).pk)
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
+    assert version.token_statistics["status"] == "failed"
+    assert "System role not supported" in version.token_statistics["error"]
