@@ -646,6 +646,9 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = "unknown key" + (f"; allowed keys here: {', '.join(siblings)}" if siblings else "")
     elif kind == "missing":
         message = "required key is missing"
+    elif value is None and kind.endswith("_type"):
+        # YAML reads "model:" with nothing after it as null; pydantic then asked for "a valid string".
+        message = "nothing is written after the colon; give a value"
     elif _non_finite(value):
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):

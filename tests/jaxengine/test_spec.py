@@ -593,3 +593,13 @@ def test_a_spec_in_any_key_order_is_put_in_the_schemas_order():
     assert list(ordered["grpo"]["rewards"][0]) == ["name", "weight", "args"]
     assert list(ordered["grpo"]["rewards"][0]["args"]) == ["zeta", "alpha"]  # free-form: as given
     assert ordered == stored
+
+
+def test_a_key_written_with_nothing_after_its_colon_is_named_as_such():
+    text = "task: sft\nmodel:\noutput_dir: runs/a\ndata: {train: }\ntrain: {max_steps: 2, batch_size: }\n"
+    with pytest.raises(SpecError) as caught:
+        parse_spec_text(text, source="spec.yaml")
+    assert caught.value.problems == [
+        "spec.yaml:2: model: nothing is written after the colon; give a value",
+        "spec.yaml:4: data.train: nothing is written after the colon; give a value",
+        "spec.yaml:5: train.batch_size: nothing is written after the colon; give a value"]
