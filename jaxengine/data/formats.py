@@ -332,6 +332,13 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             yield RawRow(row=row, line=line_number, value=value)
 
 
+# orjson refuses values nested deeper than 1024 levels; the json module (the JSON array reader, and the
+# wording of a broken line's message) recurses until Python's recursion limit and raises RecursionError,
+# which is no JSONDecodeError: uncaught, it ended the whole check (a web upload stayed "validating").
+_TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot be read; flatten this row's "
+             "values")
+
+
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
     nul = raw.find(b"\x00")
     if nul >= 0:
@@ -347,10 +354,14 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
         return _encoding_issue(
             line=line, row=row, line_offset=decode_error.start, file_offset=file_offset + decode_error.start
         )
+    if "depth limit exceeded" in str(exc):
+        return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     try:
         # Without its line break: a line cut short would otherwise be reported at column 1 of
         # "line 2", the parser having skipped the break as whitespace before running out of text.
         json.loads(text.rstrip("\r\n"))
+    except RecursionError:
+        return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     except json.JSONDecodeError as json_error:
         return Issue(
             code="json",
@@ -437,6 +448,8 @@ class _JsonArrayReader:
         while True:
             try:
                 value, end = self._decoder.raw_decode(self._buffer, self._position)
+            except RecursionError:
+                raise DatasetFormatError(Issue(code="json", message=_TOO_DEEP, line=self._line, row=row)) from None
             except json.JSONDecodeError as exc:
                 # The element may run past the buffer: read more and retry, up to a size limit.
                 maybe_cut = exc.pos >= len(self._buffer) - 16 or exc.msg.startswith("Unterminated string")

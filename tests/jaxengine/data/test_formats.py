@@ -221,6 +221,20 @@ def test_broken_json_inside_a_line_names_its_column(tmp_path):
     assert "broken JSON at column 16: Expecting ',' delimiter" in issue.message
 
 
+@pytest.mark.parametrize("depth", [1100, 100_000])
+def test_json_nested_too_deeply_is_a_problem_of_its_line_not_a_crash(tmp_path, depth):
+    # orjson refuses more than 1024 levels; the json module that words the message recursed until
+    # RecursionError, which ended the whole check: the web app's version stayed "validating" for ever.
+    deep = b"[" * depth + b"]" * depth
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n{"prompt": ' + deep + b', "completion": "b"}\n'
+                     b'{"prompt": 1, "completion": "b"}\n')
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert [(e.code, e.line, e.row) for e in report.errors] == [("json", 2, 2), ("wrong_type", 3, 3)]
+    assert "nested more than 1024 levels deep" in report.errors[0].message
+    assert report.row_count == 3
+
+
 def test_missing_field(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a"}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
@@ -428,6 +442,15 @@ def test_json_broken_element(tmp_path):
     issue = report.errors[-1]
     assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
     assert "broken JSON at column 14" in issue.message
+
+
+def test_json_array_element_nested_too_deeply_is_named(tmp_path):
+    depth = 100_000
+    path = tmp_path / "a.json"
+    path.write_text('[{"text": "a"},\n{"text": ' + "[" * depth + "]" * depth + "}]", encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert "nested more than 1024 levels deep" in issue.message
 
 
 @pytest.mark.parametrize(
