@@ -677,6 +677,17 @@ def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
     elif not value.strip():
         problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
+    else:
+        _check_no_nul(value, field_name, problems)
+
+
+def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
+    """A NUL character is binary data whether the file holds the byte (refused as the file is read) or
+    JSON's escape \\u0000 (or Parquet's string) does: no text needs one, and PostgreSQL, where the web app
+    stores a row's text (review items, run samples), stores none."""
+    if (position := value.find("\x00")) >= 0:
+        problems.append((field_name, "binary", f"holds a NUL character (\\u0000) at position {position + 1}, which is "
+                                               "binary data, not text; remove it"))
 
 
 def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
@@ -791,9 +802,12 @@ def check_record(
     if prompt is _MISSING:
         return None, [_missing(mapping, "prompt", value, "the prompts kind needs a 'prompt' field")]
     _check_text_or_messages(prompt, "prompt", problems)
+    prompt_column = mapping.column_for("prompt")
+    for key, item in value.items():  # references for reward functions, shown beside the run's samples
+        if type(item) is str and key != prompt_column:
+            _check_no_nul(item, key, problems)
     if problems:
         return None, problems
-    prompt_column = mapping.column_for("prompt")
     example = {key: item for key, item in value.items() if key != prompt_column}
     example["prompt"] = prompt
     return example, problems

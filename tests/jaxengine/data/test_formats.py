@@ -235,6 +235,26 @@ def test_json_nested_too_deeply_is_a_problem_of_its_line_not_a_crash(tmp_path, d
     assert report.row_count == 3
 
 
+def test_a_nul_character_in_a_value_is_refused_by_field(tmp_path):
+    # A NUL written as the escape \u0000 passed (the raw byte is refused as binary): the web app then
+    # failed to store the text on PostgreSQL, which holds no NUL (a review campaign's items, a run's samples).
+    path = write_jsonl(tmp_path / "n.jsonl", [{"prompt": "a", "completion": "b\x00"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("binary", "completion", 1)
+    assert "NUL character (\\u0000) at position 2" in issue.message
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "\x00"}]
+    path = write_jsonl(tmp_path / "p.jsonl", [{"chosen": chat, "rejected": [chat[0], {"role": "assistant", "content": "r"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference")))
+    assert (issue.code, issue.field) == ("binary", "chosen[1].content")
+    path = write_jsonl(tmp_path / "r.jsonl", [{"prompt": "q", "answer": "4\x002"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.field) == ("binary", "answer")
+    table = pyarrow.table({"text": ["fine", "x\x00"]})
+    pyarrow.parquet.write_table(table, tmp_path / "t.parquet")
+    issue = only_error(validate_file(tmp_path / "t.parquet", fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert (issue.code, issue.field, issue.row) == ("binary", "text", 2)
+
+
 def test_missing_field(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "a"}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
