@@ -663,6 +663,11 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         return (field_name, "missing_field",
                 f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
     columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
+    if field_name in record:  # mapped elsewhere, its own column there: a mapping carried over from an older file
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
+                f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
+                "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
     return (
         field_name,
         "missing_field",

@@ -148,6 +148,19 @@ def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
     assert "'prompt' (column 'question')" in issue.message and "'query'" in issue.message
 
 
+def test_a_mapping_to_a_missing_column_where_the_fields_own_column_is_there_says_to_clear_it(tmp_path):
+    # A new version's form starts from the last version's mapping: a file whose columns are the fields' own
+    # names then failed on every row with "map a differently named column to it", the opposite of the fix.
+    path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "q", "completion": "a"}])
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=mapping)
+    assert [issue.field for issue in report.errors] == ["prompt", "completion"]
+    message = report.errors[0].message
+    assert "missing 'prompt' (column 'question')" in message
+    assert "the row has a column 'prompt' itself: clear the mapping of 'prompt' to read it" in message
+    assert "map a differently named column" not in message
+
+
 @pytest.mark.parametrize(
     ("columns", "message"),
     [({"answer": "x"}, "'answer' is not a field of kind 'sft'"),
