@@ -197,10 +197,16 @@
     list.scrollTop = list.scrollHeight;
   }
 
+  // Only the answer to the latest request is put in: answers can come out of order (a step chosen, then
+  // another before the first's answer came; a new step's rollouts arriving meanwhile), and the slower,
+  // older one landing last showed samples, and filters, that were no longer asked for.
+  var samplesRequested = 0;
   function loadSamples(params, options) {
     var url = config.dataset.samplesUrl + "?" + new URLSearchParams(params).toString();
+    var request = ++samplesRequested;
     return fetch(url, { credentials: "same-origin" }).then(function (response) { return response.text(); })
       .then(function (html) {
+        if (request !== samplesRequested) return;
         var holder = document.getElementById("samples");
         holder.innerHTML = html;  // a server-rendered partial: every text in it is escaped by Django
         bindSampleFilter();

@@ -885,3 +885,35 @@ def test_typing_max_steps_clears_the_presets_epochs(page, live_server):
     assert epochs.input_value() == "" and steps.input_value() == "20"
     epochs.fill("2")
     assert steps.input_value() == ""
+
+
+def test_the_samples_browser_shows_the_step_chosen_last_when_an_earlier_answer_comes_late(page, live_server, tmp_path):
+    """The samples browser put in whichever answer came last: a step chosen, then another before the
+    first's answer came, showed the first step's samples (and its select) once that slower answer landed."""
+    team = make_team(slug="lateanswer")
+    run = Run.objects.create(project=team.project, name="rollouts", task="grpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=3, current_step=3)
+    Sample.objects.bulk_create([Sample(run=run, step=step, position=0, prompt=f"prompt of step {step}",
+                                       text=f"answer of step {step}", rewards={}, extra={"kind": "rollout"})
+                                for step in (1, 2, 3)])
+    held = []
+
+    def hold_step_one(route):
+        if "step=1" in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/samples/?*", hold_step_one)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/lateanswer/runs/{run.public_id}/")
+    page.select_option("#sample-step", "1")  # its answer is held back
+    page.wait_for_function("() => true")
+    assert held
+    page.select_option("#sample-step", "2")
+    page.locator("#samples .samples[data-step='2']").wait_for()
+    held[0].continue_()  # step 1's answer comes last
+    page.wait_for_timeout(1000)
+    assert page.locator("#samples .samples").get_attribute("data-step") == "2"
+    assert "answer of step 2" in page.locator("#samples .sample-table").inner_text()
