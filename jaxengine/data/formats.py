@@ -617,6 +617,14 @@ def _iter_parquet(path: Path) -> Iterator[RawRow | Issue]:
         raise DatasetFormatError(
             Issue(code="parquet", message=f"unreadable Parquet file: {exc}; re-export it or use JSONL")
         ) from None
+    # Rows are read as dicts: of two columns named alike, the last would stand for both without a word.
+    seen: set[str] = set()
+    for name in parquet_file.schema_arrow.names:
+        if name in seen:
+            raise DatasetFormatError(
+                Issue(code="parquet", message=f"the file names column '{name}' twice; column names must be unique")
+            )
+        seen.add(name)
     row = 0
     try:
         for batch in parquet_file.iter_batches(batch_size=1024):

@@ -448,6 +448,16 @@ def test_csv_duplicate_header(tmp_path):
     assert issue.code == "csv_header" and "'prompt' twice" in issue.message
 
 
+def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):
+    # A Parquet file may name two columns alike; each row read as a dict kept the last one's value without
+    # a word (the first 'prompt' column was never checked nor trained on), where a CSV header is refused.
+    table = pyarrow.Table.from_arrays([pyarrow.array(["a"]), pyarrow.array(["b"]), pyarrow.array(["c"])],
+                                      names=["prompt", "prompt", "completion"])
+    pyarrow.parquet.write_table(table, tmp_path / "d.parquet")
+    issue = only_error(validate_file(tmp_path / "d.parquet", fmt=FileFormat.PARQUET, mapping=SFT))
+    assert issue.code == "parquet" and "names column 'prompt' twice; column names must be unique" in issue.message
+
+
 # ---------------------------------------------------------------- JSON arrays
 
 
