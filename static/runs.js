@@ -197,10 +197,18 @@
     list.scrollTop = list.scrollHeight;
   }
 
+  // Only the answer to the latest request is put in: answers can come out of order (a step chosen, then
+  // another before the first's answer came; a new step's rollouts arriving meanwhile), and the slower,
+  // older one landing last showed samples, and filters, that were no longer asked for.
+  var samplesRequested = 0;
+  var samplesWaiting = false;  // rollouts came while the focus was in the filters (see samplesArrived)
   function loadSamples(params, options) {
     var url = config.dataset.samplesUrl + "?" + new URLSearchParams(params).toString();
+    var request = ++samplesRequested;
+    samplesWaiting = false;
     return fetch(url, { credentials: "same-origin" }).then(function (response) { return response.text(); })
       .then(function (html) {
+        if (request !== samplesRequested) return;
         var holder = document.getElementById("samples");
         holder.innerHTML = html;  // a server-rendered partial: every text in it is escaped by Django
         bindSampleFilter();
@@ -219,6 +227,10 @@
   function bindSampleFilter() {
     var form = document.querySelector("#samples form.sample-filter");
     if (!form) return;
+    // Rollouts that came while someone was in the filters come once the focus leaves them.
+    form.addEventListener("focusout", function (event) {
+      if (samplesWaiting && !form.contains(event.relatedTarget)) samplesArrived();
+    });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       loadSamples(Object.fromEntries(new FormData(form).entries()));
@@ -235,9 +247,13 @@
 
   // New samples (a GRPO/PPO run logs rollouts every step): follow them only while the newest step
   // is shown, without scrolling the page; a step someone chose stays.
+  // Not while the focus is in the filters: the browser put in anew took it from someone typing a reward
+  // bound (a GRPO run logs rollouts every step), and what they typed next went nowhere.
   function samplesArrived() {
     var shown = document.querySelector("#samples .samples");
     if (shown && shown.dataset.step && shown.dataset.step !== shown.dataset.lastStep) return;
+    var form = document.querySelector("#samples form.sample-filter");
+    if (form && form.contains(document.activeElement)) { samplesWaiting = true; return; }
     loadSamples(sampleFilters(), { scroll: false });
   }
 

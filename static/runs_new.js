@@ -56,6 +56,16 @@
     });
   });
 
+  // So did the presets, which were links too: the model, data and name picked were gone. The server
+  // applies the preset and keeps the values chosen, as for a task switch.
+  document.querySelectorAll("p.presets a[data-preset]").forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      if (!document.querySelector("form.launch-form:not([hidden])")) return;
+      event.preventDefault();
+      sendShown("apply_preset", link.dataset.preset);
+    });
+  });
+
   // A refused launch (or switch) lists its problems above the editor: start there, not at the top of
   // the page, so that a keyboard or screen-reader user reads them first and tabs on into the fields.
   var problems = document.getElementById("launch-errors");

@@ -332,6 +332,13 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             yield RawRow(row=row, line=line_number, value=value)
 
 
+# orjson refuses values nested deeper than 1024 levels; the json module (the JSON array reader, and the
+# wording of a broken line's message) recurses until Python's recursion limit and raises RecursionError,
+# which is no JSONDecodeError: uncaught, it ended the whole check (a web upload stayed "validating").
+_TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot be read; flatten this row's "
+             "values")
+
+
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
     nul = raw.find(b"\x00")
     if nul >= 0:
@@ -347,10 +354,14 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
         return _encoding_issue(
             line=line, row=row, line_offset=decode_error.start, file_offset=file_offset + decode_error.start
         )
+    if "depth limit exceeded" in str(exc):
+        return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     try:
         # Without its line break: a line cut short would otherwise be reported at column 1 of
         # "line 2", the parser having skipped the break as whitespace before running out of text.
         json.loads(text.rstrip("\r\n"))
+    except RecursionError:
+        return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     except json.JSONDecodeError as json_error:
         return Issue(
             code="json",
@@ -437,6 +448,8 @@ class _JsonArrayReader:
         while True:
             try:
                 value, end = self._decoder.raw_decode(self._buffer, self._position)
+            except RecursionError:
+                raise DatasetFormatError(Issue(code="json", message=_TOO_DEEP, line=self._line, row=row)) from None
             except json.JSONDecodeError as exc:
                 # The element may run past the buffer: read more and retry, up to a size limit.
                 maybe_cut = exc.pos >= len(self._buffer) - 16 or exc.msg.startswith("Unterminated string")
@@ -604,6 +617,14 @@ def _iter_parquet(path: Path) -> Iterator[RawRow | Issue]:
         raise DatasetFormatError(
             Issue(code="parquet", message=f"unreadable Parquet file: {exc}; re-export it or use JSONL")
         ) from None
+    # Rows are read as dicts: of two columns named alike, the last would stand for both without a word.
+    seen: set[str] = set()
+    for name in parquet_file.schema_arrow.names:
+        if name in seen:
+            raise DatasetFormatError(
+                Issue(code="parquet", message=f"the file names column '{name}' twice; column names must be unique")
+            )
+        seen.add(name)
     row = 0
     try:
         for batch in parquet_file.iter_batches(batch_size=1024):
@@ -650,6 +671,11 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         return (field_name, "missing_field",
                 f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
     columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
+    if field_name in record:  # mapped elsewhere, its own column there: a mapping carried over from an older file
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
+                f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
+                "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
     return (
         field_name,
         "missing_field",
@@ -664,6 +690,17 @@ def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
     elif not value.strip():
         problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
+    else:
+        _check_no_nul(value, field_name, problems)
+
+
+def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
+    """A NUL character is binary data whether the file holds the byte (refused as the file is read) or
+    JSON's escape \\u0000 (or Parquet's string) does: no text needs one, and PostgreSQL, where the web app
+    stores a row's text (review items, run samples), stores none."""
+    if (position := value.find("\x00")) >= 0:
+        problems.append((field_name, "binary", f"holds a NUL character (\\u0000) at position {position + 1}, which is "
+                                               "binary data, not text; remove it"))
 
 
 def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
@@ -778,9 +815,12 @@ def check_record(
     if prompt is _MISSING:
         return None, [_missing(mapping, "prompt", value, "the prompts kind needs a 'prompt' field")]
     _check_text_or_messages(prompt, "prompt", problems)
+    prompt_column = mapping.column_for("prompt")
+    for key, item in value.items():  # references for reward functions, shown beside the run's samples
+        if type(item) is str and key != prompt_column:
+            _check_no_nul(item, key, problems)
     if problems:
         return None, problems
-    prompt_column = mapping.column_for("prompt")
     example = {key: item for key, item in value.items() if key != prompt_column}
     example["prompt"] = prompt
     return example, problems

@@ -123,6 +123,35 @@ def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(
         "picked on sft", "dpo", 3, base_model.public_id)
 
 
+def test_choosing_a_preset_keeps_the_model_data_and_name_picked(page, live_server, monkeypatch):
+    """The presets were links: choosing QLoRA after picking the model and data and naming the run gave
+    the bare QLoRA page, with nothing picked left."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#id_name", "picked before the preset")
+    page.select_option("#spec-model", base_model.public_id)
+    page.select_option("#spec-data-train", chats.public_id)
+    page.fill("#spec-train-max_steps", "7")
+    page.locator("p.presets a[data-preset=QLoRA]").click()
+    page.locator("#task-switched", has_text="Applied the preset QLoRA").wait_for()
+    assert page.locator("p.presets a.active").inner_text() == "QLoRA"
+    assert page.locator("#spec-peft-method").input_value() == "qlora"
+    assert page.locator("#id_name").input_value() == "picked before the preset"
+    assert page.locator("#spec-model").input_value() == base_model.public_id
+    assert page.locator("#spec-data-train").input_value() == chats.public_id
+    assert page.locator("#spec-train-max_steps").input_value() == "7"
+    assert Run.objects.count() == 0  # choosing a preset launches nothing
+    page.locator("#launch-form button[type=submit]").click()
+    page.wait_for_url("**/runs/run_*/")
+    run = Run.objects.get()
+    assert (run.name, run.spec["peft"]["method"], run.spec["train"]["max_steps"]) == ("picked before the preset", "qlora", 7)
+
+
 def test_a_sweep_typed_in_the_form_launches_a_run_per_combination_listed_together(page, live_server, monkeypatch):
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
     team = make_team()

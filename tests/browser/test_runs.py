@@ -885,3 +885,74 @@ def test_typing_max_steps_clears_the_presets_epochs(page, live_server):
     assert epochs.input_value() == "" and steps.input_value() == "20"
     epochs.fill("2")
     assert steps.input_value() == ""
+
+
+def test_the_samples_browser_shows_the_step_chosen_last_when_an_earlier_answer_comes_late(page, live_server, tmp_path):
+    """The samples browser put in whichever answer came last: a step chosen, then another before the
+    first's answer came, showed the first step's samples (and its select) once that slower answer landed."""
+    team = make_team(slug="lateanswer")
+    run = Run.objects.create(project=team.project, name="rollouts", task="grpo", status=RunStatus.SUCCEEDED,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=3, current_step=3)
+    Sample.objects.bulk_create([Sample(run=run, step=step, position=0, prompt=f"prompt of step {step}",
+                                       text=f"answer of step {step}", rewards={}, extra={"kind": "rollout"})
+                                for step in (1, 2, 3)])
+    held = []
+
+    def hold_step_one(route):
+        if "step=1" in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/samples/?*", hold_step_one)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/lateanswer/runs/{run.public_id}/")
+    page.select_option("#sample-step", "1")  # its answer is held back
+    page.wait_for_function("() => true")
+    assert held
+    page.select_option("#sample-step", "2")
+    page.locator("#samples .samples[data-step='2']").wait_for()
+    held[0].continue_()  # step 1's answer comes last
+    page.wait_for_timeout(1000)
+    assert page.locator("#samples .samples").get_attribute("data-step") == "2"
+    assert "answer of step 2" in page.locator("#samples .sample-table").inner_text()
+
+
+def test_new_rollouts_wait_while_someone_types_in_the_samples_filters(page, asgi_server, redis_url, transactional_db,
+                                                                      settings, tmp_path):
+    """A running GRPO run logs rollouts every step, and each step's arrival put the samples browser in
+    anew: someone typing a reward bound lost the field's focus, and what they typed next went nowhere.
+    The newest rollouts wait until the focus leaves the filters."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="typing")
+    run = Run.objects.create(project=team.project, name="rollouts", task="grpo", status=RunStatus.RUNNING,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=50, current_step=1)
+
+    def log_step(step):
+        Sample.objects.create(run=run, step=step, position=0, prompt=f"prompt of step {step}",
+                              text=f"answer of step {step}", rewards={}, reward=float(step), extra={"kind": "rollout"})
+        reporting.publish_event(run.public_id, {"type": "samples", "step": step, "count": 1})
+
+    Sample.objects.create(run=run, step=1, position=0, prompt="prompt of step 1", text="answer of step 1", rewards={},
+                          reward=1.0, extra={"kind": "rollout"})
+    log_in(page, asgi_server, "typing-viewer")
+    page.goto(f"{asgi_server}/p/typing/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.click("#sample-min-reward")
+    page.keyboard.type("0.")
+    log_step(2)
+    page.wait_for_timeout(1500)
+    assert page.evaluate("() => document.activeElement.id") == "sample-min-reward"
+    page.keyboard.type("5")
+    assert page.locator("#sample-min-reward").input_value() == "0.5"
+    assert page.locator("#samples .samples").get_attribute("data-step") == "1"
+    page.keyboard.press("Tab")  # out of the bound's field, still in the filters
+    page.locator("#sample-order").focus()
+    page.locator("#sample-order").blur()  # the focus leaves the filters: the newest step comes, filtered as typed
+    page.locator("#samples .samples[data-step='2']").wait_for(timeout=10_000)
+    assert page.locator("#sample-min-reward").input_value() == "0.5"
+    assert "answer of step 2" in page.locator("#samples .sample-table").inner_text()

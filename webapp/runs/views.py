@@ -175,6 +175,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)
     if request.POST.get("switch_task") in tasks() and request.POST["switch_task"] != task:
         return _switch_task(request, project, membership, task=task, new_task=request.POST["switch_task"], mode=mode)
+    if request.POST.get("apply_preset") in {preset["name"] for preset in presets.presets_for(task)}:
+        return _switch_task(request, project, membership, task=task, new_task=task, mode=mode,
+                            preset_name=request.POST["apply_preset"])
     name, tags, yaml_text = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("spec_yaml", "")
     sweep = request.POST.get("sweep", "")
     errors: dict[str, list[str]] = {}
@@ -296,12 +299,15 @@ def _switch_editor(request: HttpRequest, project, membership, *, task: str, sour
     return render(request, "runs/new.html", context, status=400 if errors else 200)
 
 
-def _switch_task(request: HttpRequest, project, membership, *, task: str, new_task: str, mode: str) -> HttpResponse:
+def _switch_task(request: HttpRequest, project, membership, *, task: str, new_task: str, mode: str,
+                 preset_name: str | None = None) -> HttpResponse:
     """The launch page of ``new_task`` in the same editor, keeping what was chosen on ``task``'s (the
     task tabs send the shown editor here; as bare links they lost everything typed). A value someone
     chose (one that neither the schema nor a preset of ``task`` gives) is kept where ``new_task`` has
-    that key; the rest of the page is ``new_task``'s first preset, so that a DPO form does not inherit
-    the SFT preset's learning rate, and the page says what was kept and what was left out."""
+    that key; the rest of the page is ``new_task``'s first preset (``preset_name`` where given), so that a
+    DPO form does not inherit the SFT preset's learning rate, and the page says what was kept and what
+    was left out. The presets send the shown editor here too, with ``new_task`` = ``task``: as links they
+    also lost the model, data and name picked."""
     name, tags, sweep = request.POST.get("name", ""), request.POST.get("tags", ""), request.POST.get("sweep", "")
     if mode == "yaml":
         yaml_text = request.POST.get("spec_yaml", "")
@@ -326,7 +332,7 @@ def _switch_task(request: HttpRequest, project, membership, *, task: str, new_ta
         if key in kept and kept[key] not in {value for value, _label in selectors.dataset_choices(project=project, kinds=kinds)}:
             dropped[key] = f"{new_task} takes {' or '.join(kinds)} data"
             del kept[key]
-    preset_name = presets.presets_for(new_task)[0]["name"]
+    preset_name = preset_name or presets.presets_for(new_task)[0]["name"]
     spec = merge_spec(without_rivals(presets.preset_spec(new_task, preset_name), kept), spec_from_keys(kept))
     context = _launch_context(project, membership, task=new_task, initial=spec_initial(with_form_defaults(new_task, spec)),
                               errors={}, yaml_text=services.spec_to_yaml(_yaml_seed(new_task, spec)), mode=mode,

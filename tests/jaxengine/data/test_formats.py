@@ -148,6 +148,19 @@ def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
     assert "'prompt' (column 'question')" in issue.message and "'query'" in issue.message
 
 
+def test_a_mapping_to_a_missing_column_where_the_fields_own_column_is_there_says_to_clear_it(tmp_path):
+    # A new version's form starts from the last version's mapping: a file whose columns are the fields' own
+    # names then failed on every row with "map a differently named column to it", the opposite of the fix.
+    path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": "q", "completion": "a"}])
+    mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=mapping)
+    assert [issue.field for issue in report.errors] == ["prompt", "completion"]
+    message = report.errors[0].message
+    assert "missing 'prompt' (column 'question')" in message
+    assert "the row has a column 'prompt' itself: clear the mapping of 'prompt' to read it" in message
+    assert "map a differently named column" not in message
+
+
 @pytest.mark.parametrize(
     ("columns", "message"),
     [({"answer": "x"}, "'answer' is not a field of kind 'sft'"),
@@ -219,6 +232,40 @@ def test_broken_json_inside_a_line_names_its_column(tmp_path):
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
     assert (issue.code, issue.line) == ("json", 1)
     assert "broken JSON at column 16: Expecting ',' delimiter" in issue.message
+
+
+@pytest.mark.parametrize("depth", [1100, 100_000])
+def test_json_nested_too_deeply_is_a_problem_of_its_line_not_a_crash(tmp_path, depth):
+    # orjson refuses more than 1024 levels; the json module that words the message recursed until
+    # RecursionError, which ended the whole check: the web app's version stayed "validating" for ever.
+    deep = b"[" * depth + b"]" * depth
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n{"prompt": ' + deep + b', "completion": "b"}\n'
+                     b'{"prompt": 1, "completion": "b"}\n')
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert [(e.code, e.line, e.row) for e in report.errors] == [("json", 2, 2), ("wrong_type", 3, 3)]
+    assert "nested more than 1024 levels deep" in report.errors[0].message
+    assert report.row_count == 3
+
+
+def test_a_nul_character_in_a_value_is_refused_by_field(tmp_path):
+    # A NUL written as the escape \u0000 passed (the raw byte is refused as binary): the web app then
+    # failed to store the text on PostgreSQL, which holds no NUL (a review campaign's items, a run's samples).
+    path = write_jsonl(tmp_path / "n.jsonl", [{"prompt": "a", "completion": "b\x00"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("binary", "completion", 1)
+    assert "NUL character (\\u0000) at position 2" in issue.message
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "\x00"}]
+    path = write_jsonl(tmp_path / "p.jsonl", [{"chosen": chat, "rejected": [chat[0], {"role": "assistant", "content": "r"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference")))
+    assert (issue.code, issue.field) == ("binary", "chosen[1].content")
+    path = write_jsonl(tmp_path / "r.jsonl", [{"prompt": "q", "answer": "4\x002"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.field) == ("binary", "answer")
+    table = pyarrow.table({"text": ["fine", "x\x00"]})
+    pyarrow.parquet.write_table(table, tmp_path / "t.parquet")
+    issue = only_error(validate_file(tmp_path / "t.parquet", fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert (issue.code, issue.field, issue.row) == ("binary", "text", 2)
 
 
 def test_missing_field(tmp_path):
@@ -401,6 +448,16 @@ def test_csv_duplicate_header(tmp_path):
     assert issue.code == "csv_header" and "'prompt' twice" in issue.message
 
 
+def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):
+    # A Parquet file may name two columns alike; each row read as a dict kept the last one's value without
+    # a word (the first 'prompt' column was never checked nor trained on), where a CSV header is refused.
+    table = pyarrow.Table.from_arrays([pyarrow.array(["a"]), pyarrow.array(["b"]), pyarrow.array(["c"])],
+                                      names=["prompt", "prompt", "completion"])
+    pyarrow.parquet.write_table(table, tmp_path / "d.parquet")
+    issue = only_error(validate_file(tmp_path / "d.parquet", fmt=FileFormat.PARQUET, mapping=SFT))
+    assert issue.code == "parquet" and "names column 'prompt' twice; column names must be unique" in issue.message
+
+
 # ---------------------------------------------------------------- JSON arrays
 
 
@@ -428,6 +485,15 @@ def test_json_broken_element(tmp_path):
     issue = report.errors[-1]
     assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
     assert "broken JSON at column 14" in issue.message
+
+
+def test_json_array_element_nested_too_deeply_is_named(tmp_path):
+    depth = 100_000
+    path = tmp_path / "a.json"
+    path.write_text('[{"text": "a"},\n{"text": ' + "[" * depth + "]" * depth + "}]", encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert "nested more than 1024 levels deep" in issue.message
 
 
 @pytest.mark.parametrize(

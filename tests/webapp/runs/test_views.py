@@ -256,6 +256,35 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
     assert not Run.objects.exists() and not sent_tasks.calls
 
 
+def test_choosing_a_preset_keeps_what_was_chosen_and_takes_the_rest_from_it(team, catalog, client_for, sent_tasks):
+    """The presets were links: choosing QLoRA after picking the model and data and naming the run gave
+    the bare QLoRA page, everything picked gone without a word. Like a task switch, the page keeps the
+    values someone chose and takes the rest from the preset, in the same editor, and says what was kept."""
+    client = client_for(team.teammate)
+    form = {**_layout_form(catalog), "name": "<b>mine</b>", "tags": "a, b", "peft.method": "lora",
+            "train.max_steps": "77", "peft.targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                      "down_proj"], "apply_preset": "QLoRA"}
+    response = client.post("/p/alpha/runs/new/", form)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'class="active" data-task="sft"' in page
+    assert '<option value="qlora" selected>' in page  # the preset's, where the LoRA preset's value stood
+    assert '<a class="button active" href="?task=sft&preset=QLoRA"' in page
+    assert f'<option value="{catalog.base_model.public_id}" selected>' in page
+    assert f'<option value="{catalog.sft.public_id}" selected>' in page
+    assert 'name="train.max_steps" value="77"' in page
+    assert 'id="id_name" name="name" value="&lt;b&gt;mine&lt;/b&gt;"' in page and 'value="a, b"' in page
+    assert "Applied the preset QLoRA." in page and "Switched from" not in page
+    assert "Kept what you chose: <code>data.train</code>, <code>model</code>, <code>train.max_steps</code>." in page
+    # From the YAML editor too, which it stays in.
+    served_yaml = client.get("/p/alpha/runs/new/?task=sft").context["yaml_text"]
+    response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "name": "n", "apply_preset": "Full fine-tune",
+                                                  "spec_yaml": served_yaml.replace("learning_rate: 0.0002", "learning_rate: 0.003")})
+    assert response.status_code == 200 and 'data-mode="yaml" >' in response.content.decode()
+    yaml_text = response.context["yaml_text"]
+    assert "learning_rate: 0.003\n" in yaml_text and "method: none\n" in yaml_text
+    assert not Run.objects.exists() and not sent_tasks.calls
+
+
 def test_booleans_written_as_strings_in_yaml_show_as_the_schema_reads_them(team, catalog, client_for, sent_tasks):
     """packing: "false" came up ticked in the form (a non-empty string), reversing what a launch from the
     YAML stored; 'maybe' was ticked too, with no word."""
