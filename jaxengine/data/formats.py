@@ -552,6 +552,12 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             if header is None:
                 raise DatasetFormatError(Issue(code="empty_file", message="the CSV file has no header row"))
             header = [name.strip() for name in header]
+            if header[0].startswith(("{", "[")):
+                # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
+                raise DatasetFormatError(Issue(
+                    code="csv_header", line=1,
+                    message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
+                            "JSON array); give it the .jsonl (or .json) extension and upload it again"))
             _check_csv_header(header)
             row = 0
             while True:

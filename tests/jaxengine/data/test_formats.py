@@ -448,6 +448,17 @@ def test_csv_duplicate_header(tmp_path):
     assert issue.code == "csv_header" and "'prompt' twice" in issue.message
 
 
+@pytest.mark.parametrize("first_line", ['{"prompt": "a", "completion": "b"}', '[{"prompt": "a", "completion": "b"}'])
+def test_json_saved_as_csv_is_named_as_json(tmp_path, first_line):
+    """A JSONL file saved as .csv was read with its first row as the header: 58 rows 'missing' their
+    prompt, and nothing said the file was JSON."""
+    path = tmp_path / "rows.csv"
+    path.write_text(first_line + "\n" + '{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message.startswith("the first line is JSON, not a CSV header row: the file looks like JSON Lines")
+
+
 def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):
     # A Parquet file may name two columns alike; each row read as a dict kept the last one's value without
     # a word (the first 'prompt' column was never checked nor trained on), where a CSV header is refused.
