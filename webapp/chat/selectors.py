@@ -53,6 +53,7 @@ class _Model:
     source: str
     copy_dir: Path
     created: datetime | None
+    archived: bool = False  # its run's: left out of the pickers
 
     @property
     def label(self) -> str:
@@ -72,15 +73,15 @@ def _project_models(project: Project) -> list[_Model]:
                  .exclude(run__task=REWARD_TASK)
                  .order_by("-run__created_at", "run_id", "-kind", "-step")  # kind "model" after "checkpoint"
                  .values_list("kind", "path", "created_at", "run__public_id", "run__name", "run__status",
-                              "run__finished_at", "run__created_at"))
-    for kind, path, created, run_id, run_name, status, finished, run_created in artifacts:
+                              "run__finished_at", "run__created_at", "run__archived"))
+    for kind, path, created, run_id, run_name, status, finished, run_created, archived in artifacts:
         if kind == "model" and status == RunStatus.SUCCEEDED:
             models.append(_Model(ref=run_id, before="Run: ", name=run_name, source=path,
-                                 copy_dir=export_copy_dir(path), created=finished or run_created))
+                                 copy_dir=export_copy_dir(path), created=finished or run_created, archived=archived))
         elif kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(path)):
             models.append(_Model(ref=f"{run_id}:step-{match.group(1)}", before="Run: ", name=run_name,
                                  after=f", checkpoint {match.group(1)}", source=path, copy_dir=export_copy_dir(path),
-                                 created=created))
+                                 created=created, archived=archived))
     return models
 
 
@@ -104,11 +105,13 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
     return {ref: f"{label} ({ref})" if counts[label] > 1 else label for ref, label in labels.items()}
 
 
-def model_choices(*, project: Project) -> list[ModelChoice]:
-    """Every model the project can chat with, in ``_project_models``' order."""
+def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:
+    """The models the project offers to chat with, in ``_project_models``' order: not archived runs'
+    (someone put them away; the arena would still draw them) unless ``archived``. ``model_choice``
+    still finds those by ref, for the conversations and API clients that use them."""
     models = _project_models(project)
-    shown = distinct_labels({model.ref: model.label for model in models})
-    return [_choice(model, shown_label=shown[model.ref]) for model in models]
+    shown = distinct_labels({model.ref: model.label for model in models})  # as model_choice labels them
+    return [_choice(model, shown_label=shown[model.ref]) for model in models if archived or not model.archived]
 
 
 # A run's exported checkpoint as a spec names it (``run_…@N``, the launch form and the REST API): the chat and

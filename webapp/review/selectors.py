@@ -288,7 +288,8 @@ def model_preference_rows(*, project: Project, report: agreement.AgreementReport
     """The report's model preferences with the models' labels (a model no longer offered keeps its ref)."""
     from webapp.chat.selectors import model_choices
 
-    labels = {choice.ref: choice.label for choice in model_choices(project=project)} if report.models else {}
+    labels = ({choice.ref: choice.label for choice in model_choices(project=project, archived=True)}
+              if report.models else {})
     return [ModelPreferenceRow(first=labels.get(preference.models[0], preference.models[0]),
                                second=labels.get(preference.models[1], preference.models[1]), preference=preference)
             for preference in report.models]

@@ -194,16 +194,19 @@ def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:
     return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
 
 
-def model_choices(*, project: Project) -> list[tuple[str, str]]:
+def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, str]]:
     """Starting models for a launch (option labels, names bidi-isolated): registered base models,
-    then succeeded runs' exported models, then checkpoints."""
+    then succeeded runs' exported models, then checkpoints; not archived runs' (put away), except
+    ``current``, the model the form already holds (a duplicate of a run that started from one)."""
     choices = [(model.public_id, f"{isolated(model.name)} (base model)")
                for model in BaseModel.objects.filter(project=project).order_by("name")]
-    exported = (Artifact.objects.filter(run__project=project, run__status=RunStatus.SUCCEEDED, kind=ArtifactKind.MODEL)
-                .select_related("run").order_by("-run__created_at"))
+    current_run = current.partition("@")[0] if isinstance(current, str) else None
+    offered = Q(run__archived=False) | Q(run__public_id=current_run)
+    exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
+                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
     choices += [(artifact.run.public_id, f"{isolated(artifact.run.name)} — exported by {artifact.run.public_id}")
                 for artifact in exported]
-    checkpoints = (Artifact.objects.filter(run__project=project, kind=ArtifactKind.CHECKPOINT)
+    checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
                    .select_related("run").order_by("-run__created_at", "step"))
     choices += [(f"{artifact.run.public_id}@{artifact.step}",
                  f"{isolated(artifact.run.name)} — checkpoint {artifact.step}") for artifact in checkpoints]

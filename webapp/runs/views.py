@@ -131,7 +131,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
-        "model_choices": selectors.model_choices(project=project),
+        "model_choices": selectors.model_choices(project=project, current=initial.get("model")),
         "train_choices": train_choices, "eval_choices": eval_choices,
         # The YAML view's list of ids: evaluation data of other kinds (prompts for sft) needs its id too.
         "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],

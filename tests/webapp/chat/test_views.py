@@ -406,6 +406,31 @@ def test_the_model_picker_lists_a_runs_final_model_before_its_checkpoints(team, 
     assert selectors.model_choice(project=team.project, ref=f"{run.public_id}@{'9' * 5000}") is None
 
 
+def test_an_archived_runs_models_leave_the_pickers_and_still_answer_by_ref(team, base_model, tmp_path, client_for):
+    """Archived runs were still offered in the chat, the arena (which draws models at random) and
+    /v1/models. Conversations and API clients that name one go on working."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    run = Run.objects.create(project=team.project, name="put away", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             archived=True)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=12, path=str(tmp_path / "export"))
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=5, path=str(tmp_path / "export-step-5"))
+    assert [choice.ref for choice in selectors.model_choices(project=team.project)] == [base_model.public_id]
+    assert [choice.ref for choice in selectors.model_choices(project=team.project, archived=True)] == [
+        base_model.public_id, run.public_id, f"{run.public_id}:step-5"]
+    assert selectors.model_choice(project=team.project, ref=run.public_id).label == "Run: put away"
+    page = client_for(team.teammate).get(reverse("chat:list", args=["alpha"])).content.decode()
+    assert base_model.public_id in page and run.public_id not in page
+    launch = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert run.public_id not in launch
+    # Duplicating a run that started from it keeps it chosen.
+    copied = Run.objects.create(project=team.project, name="from it", task="sft", created_by=team.owner,
+                                spec={"task": "sft", "model": f"{run.public_id}@5"}, resolved_spec={})
+    duplicate = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={copied.public_id}").content.decode()
+    assert f'<option value="{run.public_id}@5" selected>' in duplicate
+
+
 def test_one_model_is_chosen_as_the_picker_lists_it_in_two_queries_however_many_runs(team, base_model, tmp_path,
                                                                                     django_assert_num_queries):
     """``model_choice`` (every chat turn and ``/v1`` request) reads the project's models without their runs'
