@@ -539,7 +539,7 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     run = current
     status = summary.get("status")
     run.status = status if status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED) else RunStatus.FAILED
-    run.error_message = summary.get("message") or ""
+    run.error_message = in_project_terms(run, summary.get("message") or "")
     run.summary = summary
     run.finished_at = timezone.now()
     run.current_step = int(summary.get("step", run.current_step))
@@ -563,6 +563,22 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
                               level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
     _publish_status(run)
     return run
+
+
+def in_project_terms(run: Run, message: str) -> str:
+    """The engine's ``message`` about ``run`` with the files it was given named as the project names them:
+    a dataset version's file as the version ("row 3 of questions v1 has no 'answer' column", not a path
+    under the data root nobody chose), the starting model's directory as the base model or run."""
+    names = {str(version.absolute_path): str(version) for version in run.dataset_versions.select_related("dataset")}
+    model_path = (run.resolved_spec or {}).get("model")
+    if isinstance(model_path, str) and model_path:
+        if run.base_model is not None:
+            names[model_path] = f"base model {run.base_model.name}"
+        elif run.source_run is not None:
+            names[model_path] = f"the model of run {run.source_run.name} ({run.source_run.public_id})"
+    for path in sorted(names, key=len, reverse=True):  # a longer path first: one may hold another
+        message = message.replace(path, names[path])
+    return message
 
 
 @transaction.atomic
@@ -589,7 +605,7 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
         return run
     run = current
     run.status = RunStatus.FAILED
-    run.error_message = f"{type(error).__name__}: {error}"[:4000]
+    run.error_message = in_project_terms(run, f"{type(error).__name__}: {error}")[:4000]
     run.finished_at = timezone.now()
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)

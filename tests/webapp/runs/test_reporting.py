@@ -337,3 +337,23 @@ def test_every_steps_rollouts_are_stored_as_they_are_written_within_bounds(runni
     assert long.text == "a" * 16 and long.extra["truncated_from"] == 20
     assert stored[(2, 2)].extra == {"kind": "eval"}
     assert running_run.log_lines.filter(message="step 2: evaluated (eval/reward 1; 1 sample)").exists()
+
+
+def test_a_failure_names_the_runs_files_as_the_project_names_them(running_run):
+    """A GRPO run whose reward read a column its data lacked failed naming the dataset's file under the data
+    root ("row 3 of /srv/temper/datasets/ds_…/v1/data.jsonl"), a path nobody in the project chose."""
+    version = running_run.dataset_versions.get()
+    model_path = running_run.resolved_spec["model"]
+    failed = reporting.run_fail(run=running_run, error=RuntimeError(
+        f"exact_match: row 3 of {version.absolute_path} has no 'answer' column; tokenizer of {model_path} ok"))
+    name = running_run.base_model.name
+    assert failed.error_message == (f"RuntimeError: exact_match: row 3 of {version} has no 'answer' column; "
+                                    f"tokenizer of base model {name} ok")
+    assert str(version.absolute_path) not in failed.log_lines.last().message
+
+
+def test_an_engine_summary_of_failure_names_the_runs_files_as_the_project_names_them(running_run):
+    version = running_run.dataset_versions.get()
+    finished = reporting.run_finish(run=running_run, summary={
+        "status": "failed", "step": 0, "message": f"data.train: {version.absolute_path} has no usable rows"})
+    assert finished.error_message == f"data.train: {version} has no usable rows"
