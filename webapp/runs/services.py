@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import itertools
 import json
 import logging
 import re
@@ -296,6 +297,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         _check_sample_budget(job, base_model, errors)
         _check_rollout_room(job, errors)
         _check_eval_groups(job, evaluation, errors)
+        _check_reference_columns(job, train, evaluation, errors)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -348,6 +350,42 @@ def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:
         group_labels(rows, job.data.eval_group_by, source=f"{evaluation.dataset.name} v{evaluation.number}")
     except (ValueError, OSError, formats.DatasetFormatError) as error:
         _add(errors, "data.eval_group_by", str(error).removeprefix("data.eval_group_by: "))
+
+
+# Rows of a version read at launch for its reward's reference column: enough to catch a column the
+# data lacks, few enough for the launch page's live check of every edit.
+REFERENCE_ROWS_CHECKED = 1000
+
+
+def _check_reference_columns(job, train: DatasetVersion | None, evaluation: DatasetVersion | None, errors) -> None:
+    """A reward (``grpo``/``ppo``: ``rewards`` on data.train and data.eval, ``eval_metrics`` on data.eval)
+    reading its reference answer from a column (``answer_column``) the data lacks, named at the term's
+    input here: the engine checks it when the run starts, where the run failed seconds after the launch."""
+    from jaxengine.data import formats
+    from jaxengine.rewards import WeightedReward, missing_reference_column
+
+    options = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
+    if options is None:
+        return
+    terms = [(f"{job.task}.rewards.{index}", term, (train, evaluation)) for index, term in enumerate(options.rewards)]
+    terms += [(f"{job.task}.eval_metrics.{index}", term, (evaluation,)) for index, term in enumerate(options.eval_metrics)]
+    rows: dict[int, list[dict]] = {}
+    for key, term, versions in terms:
+        for version in (version for version in versions if version is not None):
+            if version.pk not in rows:
+                mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping or {})
+                try:
+                    examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format),
+                                                     mapping=mapping)
+                    rows[version.pk] = list(itertools.islice(examples, REFERENCE_ROWS_CHECKED))
+                except (ValueError, OSError, formats.DatasetFormatError):
+                    rows[version.pk] = []  # unreadable now: the run's start says why
+            if missing := missing_reference_column([WeightedReward(name=term.name, args=term.args)], rows[version.pk]):
+                _name, column, number = missing
+                _add(errors, f"{key}.args.answer_column",
+                     f"{term.name} reads the reference answer from column '{column}', and row {number} of {version} "
+                     f"has none; give the column that holds the answers, or other data")
+                break
 
 
 def _check_layout(job, errors) -> None:

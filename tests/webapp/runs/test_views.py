@@ -1428,3 +1428,18 @@ def test_viewers_and_outsiders_cannot_ask_the_live_check(team, catalog, client_f
     assert client_for(team.viewer).post("/p/alpha/runs/new/check/", _layout_form(catalog)).status_code == 403
     assert client_for(team.outsider).post("/p/alpha/runs/new/check/", _layout_form(catalog)).status_code == 404
     assert client_for(team.teammate).get("/p/alpha/runs/new/check/").status_code == 405
+
+
+def test_a_reward_reading_a_column_the_data_lacks_is_refused_at_its_input(team, catalog, client_for, sent_tasks):
+    """QA: exact_match with answer_column 'solution' on prompts data with an 'answer' column was launched,
+    and the run failed at its start, naming the file's path under the data root."""
+    data = _grpo_form(catalog, **{"grpo.rewards.0.name": "exact_match",
+                                  "grpo.rewards.0.args.exact_match.answer_column": "solution"})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
+    assert response.status_code == 400 and not Run.objects.exists() and not sent_tasks.calls
+    assert response.context["errors"]["grpo.rewards.0.args.answer_column"] == [
+        "exact_match reads the reference answer from column 'solution', and row 1 of questions v1 has none; give "
+        "the column that holds the answers, or other data"]
+    # The data's own column: launched.
+    data["grpo.rewards.0.args.exact_match.answer_column"] = "answer"
+    assert client_for(team.teammate).post("/p/alpha/runs/new/", data).status_code == 302
