@@ -127,6 +127,10 @@ def _generate(args: argparse.Namespace) -> int:
         raise CliError(f"--prompt {args.prompt!r} encodes to token id {max(prompt_ids)}, outside the model's "
                        f"vocabulary (vocab_size={config.vocab_size} in {model_dir / 'config.json'}): the tokenizer "
                        "is not the model's own; give the model directory its own tokenizer files")
+    if len(prompt_ids) + params.max_new_tokens > config.max_position_embeddings:  # the sampler names no flags
+        raise CliError(f"--prompt is {len(prompt_ids)} tokens and --max-new-tokens {params.max_new_tokens}: together "
+                       f"past the model's context length ({config.max_position_embeddings}, max_position_embeddings "
+                       f"in {model_dir / 'config.json'}); shorten the prompt or lower --max-new-tokens")
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     # A quantized serving copy (export/quantized/) loads as the chat serves it.
     sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)

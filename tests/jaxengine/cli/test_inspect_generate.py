@@ -338,3 +338,13 @@ def test_ctrl_c_stops_a_command_with_one_line_and_exit_130(model_dir, capsys, mo
     monkeypatch.setattr(generate, "_generate", interrupted)
     assert main(["generate", "--model", str(model_dir), "--prompt", "x"]) == 130
     assert capsys.readouterr().err == "\njaxengine generate: interrupted\n"
+
+
+def test_generate_names_its_flags_when_the_prompt_and_new_tokens_outrun_the_context(model_dir, capsys):
+    """QA: the sampler's message said 'max_new_tokens', a name the command line does not take."""
+    assert main(["generate", "--model", str(model_dir), "--prompt", "hello", "--max-new-tokens", "300"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("jaxengine generate: error: --prompt is ")
+    assert error.endswith(f" tokens and --max-new-tokens 300: together past the model's context length (256, "
+                          f"max_position_embeddings in {model_dir / 'config.json'}); shorten the prompt or lower "
+                          "--max-new-tokens\n")
