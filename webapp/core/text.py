@@ -16,6 +16,7 @@ U+FFFD, the replacement character, where it would otherwise fail the write (``st
 """
 from __future__ import annotations
 
+import math
 import unicodedata
 from typing import Any
 
@@ -64,16 +65,20 @@ def _is_format_character(character: str) -> bool:
     return unicodedata.category(character) == "Cf"
 
 
-def checked_json(value: Any, *, field: str) -> Any:
+def checked_json(value: Any, *, field: str, finite: bool = False) -> Any:
     """``value`` (decoded JSON: dicts, lists, strings, numbers) unchanged once no key or string in it holds a
     NUL; else a ValidationError keyed by the dotted path to the value (``config.layers.0.name``; a key
     holding one is named by its mapping's path). A blank ``field`` leaves the path bare (a job spec's
-    ``data.train``)."""
+    ``data.train``). ``finite``: NaN and infinity are refused too, for a value stored as it is in a JSON
+    column (SQLite's JSON_VALID check and PostgreSQL's jsonb refuse them: the INSERT failed, a 500); a
+    job spec's are named by the spec's own checks instead."""
     pending = [(field, value)]
     while pending:
         path, item = pending.pop()
         if isinstance(item, str):
             checked_text(item, field=path)
+        elif finite and isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError({path: f"{item} is not a finite number"})
         elif isinstance(item, dict):
             for key, child in item.items():
                 if NUL in str(key):

@@ -1003,7 +1003,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec). A
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
-    checked_json(config, field="config")
+    checked_json(config, field="config", finite=True)
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(
@@ -1058,7 +1058,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
                .values_list("name", "step"))
     for point in points:
         step, tokens = point["step"], int(point.get("tokens") or 0)
-        wall_time = float(point.get("wall_time") or now)
+        wall_time = float(now if point.get("wall_time") is None else point["wall_time"])  # 0 is a time, not "now"
         not_finite: list[tuple[str, float]] = []
         for name, value in metric_values(point["metrics"], not_finite=not_finite):
             if (name, step) in seen:

@@ -528,6 +528,30 @@ def test_values_the_database_cannot_hold_are_named_not_a_500(world):
     assert not Pipeline.objects.exists()
 
 
+def test_a_non_finite_wall_time_or_config_value_is_named_not_stored_or_a_500(world):
+    """QA: a point's ``wall_time`` of NaN was answered "stored": 1 and then silently dropped (SQLite
+    keeps a NaN as NULL, which the NOT NULL column's INSERT OR IGNORE skipped); one of Infinity was
+    stored, after which the run's metrics, its state.json and the compare page wrote ``Infinity``,
+    which is not JSON (the charts could not read them). An external run's config holding NaN or
+    Infinity was a 500 (the JSON column's check refused the INSERT). Each is a 400 naming the field."""
+    _team, apis, _sent = world
+    call = apis["teammate"].call
+    status, run = call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "clocked"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    for wall_time in (float("nan"), float("inf"), float("-inf")):
+        status, body = call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0}, "wall_time": wall_time}]})
+        assert status == 400 and "points.0.wall_time" in body["errors"], body
+    assert not MetricPoint.objects.exists()
+    status, body = call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0}, "wall_time": 0}]})
+    assert status == 201 and body["stored"] == 1
+    assert MetricPoint.objects.get().wall_time == 0.0  # the Unix epoch as sent, not "now"
+    for value in (float("nan"), float("inf")):
+        status, body = call("POST", "/api/v1/projects/alpha/runs/",
+                            {"external": True, "name": "odd config", "config": {"optim": {"lr": [1e-4, value]}}})
+        assert status == 400 and body["errors"] == {"config.optim.lr.1": [f"{value} is not a finite number"]}, body
+    assert not Run.objects.filter(name="odd config").exists()
+
+
 def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_json(world):
     """A POST to .../runs (no slash) got Django's 301 to .../runs/, which urllib followed as a GET: the runs
     list came back and nothing was launched. A POST to openapi.json got the CSRF check's HTML page."""
