@@ -1092,8 +1092,8 @@ METRIC_NAME_MAX = 100  # MetricPoint.name's max_length
 
 def _check_metric_name(name: str, *, field: str) -> None:
     shown = name if len(name) <= 40 else name[:40] + "…"
-    if not name:
-        raise ValidationError({field: "a metric name is empty; name each metric, e.g. 'loss'"})
+    if not name.strip():  # one of spaces only was charted under a blank title, with no word of which metric
+        raise ValidationError({field: "a metric name is empty (or only spaces); name each metric, e.g. 'loss'"})
     try:
         checked_text(name, field=field, max_length=METRIC_NAME_MAX)
     except ValidationError as error:

@@ -670,6 +670,22 @@ def test_text_with_nul_or_past_its_column_is_refused_by_field(world):
     assert Run.objects.get(public_id=run["id"]).status == "running"
 
 
+def test_a_metric_name_of_only_spaces_is_refused_as_an_empty_one(world):
+    """QA: a metric named ' ' was stored, and charted under a blank title on the run and compare pages
+    (and a blank cell of the CSV) where nothing says which metric it is; it is refused as '' is."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "blank"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    for metric in (" ", "\t \n", "\u3000"):
+        status, body = api.call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0, metric: 2.0}}]})
+        assert (status, list(body["errors"])) == (400, ["points.0.metrics"]), body
+        assert "empty" in body["errors"]["points.0.metrics"][0]
+    assert not MetricPoint.objects.exists()
+    status, body = api.call("POST", path, {"points": [{"step": 1, "metrics": {" loss": 1.0}}]})
+    assert status == 201 and MetricPoint.objects.get().name == " loss"  # a name is kept as sent, spaces and all
+
+
 def test_an_upload_with_two_files_or_two_names_is_refused(world):
     """Two 'file' parts made a dataset of the last one, without a word about the first."""
     _team, apis, _sent = world
