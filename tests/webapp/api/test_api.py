@@ -615,6 +615,18 @@ def test_numbers_past_pythons_digit_limit_and_deep_nesting_are_named_not_a_serve
     assert body["runs"] == []
 
 
+def test_a_body_that_is_not_utf8_is_named_as_such(world):
+    """QA: a body in Latin-1 (a script that encoded 'café' as its platform does) was refused as holding "a
+    number [with] more digits than any field takes": the decoding error was taken for the digit limit, and
+    the script's author was sent looking for a number. It says the body is not UTF-8, and where."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                         data='{"external": true, "name": "café"}'.encode("latin-1"))
+    assert status == 400 and body == {"errors": {"__all__": [
+        "the body is not JSON in UTF-8: byte 0xe9 at position 31 is not UTF-8; send JSON encoded as UTF-8"]}}, body
+    assert not Run.objects.exists()
+
+
 def test_an_external_run_cannot_be_resumed_or_retried(world, client_for):
     """An external run was 'resumed' (200, queued): the train worker then failed it, replacing its finish
     message. Resume and retry are refused in the service, so the API and the web page both say why."""
