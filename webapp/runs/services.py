@@ -33,8 +33,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, in_schema_order, parse_spec, parse_spec_text,
-                            spec_warnings)
+from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
+                            parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
@@ -402,17 +402,22 @@ def _output_dir_problem(text: str) -> list[str]:
     return [f"{where}: output_dir: {SET_BY_TEMPER['output_dir']}"]
 
 
-def load_yaml(text: str, *, field: str, source: str) -> Any:
+def load_yaml(text: str, *, field: str, source: str, unique_keys: bool = False) -> Any:
     """``text`` parsed as YAML; a syntax error is a ``ValidationError`` on ``field`` that names its line
-    and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``)."""
+    and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``). ``unique_keys``:
+    a key given twice in a mapping is refused too, naming both lines, as a run spec's YAML is (YAML keeps
+    the last in silence: a pipeline's stage trained with a value its author meant to replace)."""
     try:
-        return load_spec_yaml(text)
+        data = load_spec_yaml(text)
     except yaml.YAMLError:
         try:
             parse_spec_text(text, source=source)  # says where the syntax breaks, in the engine's words
         except SpecError as error:
             raise ValidationError({field: error.problems}) from None
         raise
+    if unique_keys and (duplicates := duplicate_key_problems(text, source=source)):
+        raise ValidationError({field: duplicates})
+    return data
 
 
 def spec_mapping_from_yaml(text: str) -> dict[str, Any]:
