@@ -698,6 +698,36 @@ def test_a_metric_name_of_only_spaces_is_refused_as_an_empty_one(world):
     assert status == 201 and MetricPoint.objects.get().name == " loss"  # a name is kept as sent, spaces and all
 
 
+def test_text_with_a_lone_surrogate_is_refused_by_field(world):
+    """QA: JSON may escape half of a UTF-16 pair ("\\ud800"), which decodes to no character: a run name or a
+    metric name holding one, or a finish message, was a 500 (the database's UTF-8 encoding failed), and a
+    config, a tag or a sample's text was stored, to fail each page that wrote it out. Each is a 400 naming the
+    field; nothing is stored."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    runs = "/api/v1/projects/alpha/runs/"
+    for body, field in (('{"external": true, "name": "a\\ud800b"}', "name"),
+                        ('{"external": true, "config": {"k": ["x", "a\\udfff"]}}', "config.k.1"),
+                        ('{"external": true, "config": {"\\ud800": 1}}', "config"),
+                        ('{"external": true, "tags": ["t\\ud800"]}', "tags")):
+        status, answer = api.call("POST", runs, data=body.encode())
+        assert status == 400 and list(answer["errors"]) == [field], answer
+        assert "U+D800" in answer["errors"][field][0] or "U+DFFF" in answer["errors"][field][0]
+    assert not Run.objects.exists()
+    _status, run = api.call("POST", runs, {"external": True, "name": "laptop"})
+    path = f"{runs}{run['id']}/"
+    for suffix, body, field in (
+            ("metrics/", '{"points": [{"step": 1, "metrics": {"l\\ud800": 1}}]}', "points.0.metrics"),
+            ("samples/", '{"samples": [{"step": 1, "prompt": "p", "text": "t\\ud800"}]}', "samples.0.text"),
+            ("finish/", '{"status": "failed", "message": "m\\ud800"}', "message")):
+        status, answer = api.call("POST", path + suffix, data=body.encode())
+        assert status == 400 and list(answer["errors"]) == [field], answer
+    assert not MetricPoint.objects.exists() and Run.objects.get(public_id=run["id"]).status == "running"
+    status, _answer = api.call("POST", path + "samples/", data='{"samples": [{"step": 1, "prompt": "p", '
+                                                               '"text": "\\ud83d\\ude00"}]}'.encode())
+    assert status == 201  # a whole pair is a character (an emoji), and is kept
+
+
 def test_an_upload_with_two_files_or_two_names_is_refused(world):
     """Two 'file' parts made a dataset of the last one, without a word about the first."""
     _team, apis, _sent = world
