@@ -39,6 +39,13 @@ def _surrogate_refused(character: str, index: int) -> str:
             "(a \\u escape without its other half); send the whole pair or the character itself")
 
 
+def lone_surrogate_problem(value: str) -> str | None:
+    """Why ``value`` is refused for holding a lone surrogate, or None: for checks that raise their own
+    errors (the OpenAI-compatible API's, in OpenAI's shape)."""
+    surrogate = _SURROGATE.search(value)
+    return _surrogate_refused(surrogate.group(), surrogate.start()) if surrogate else None
+
+
 def storable_model_text(text: str) -> str:
     """A model's text with each NUL as U+FFFD: stored on PostgreSQL, and shown as what it is."""
     return text.replace(NUL, "\ufffd")
