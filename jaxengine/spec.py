@@ -583,9 +583,19 @@ def parse_spec_text(text: str, *, source: str = "<spec>") -> JobSpec:
         raise SpecError([f"{source}: the spec is empty"])
     lines, duplicates = _key_lines(node)
     if duplicates:
-        raise SpecError([f"{source}:{line}: {key} is given twice (first on line {first}); YAML keeps the last, "
-                         "so keep the one you mean and delete the other" for key, first, line in duplicates])
+        raise SpecError(_duplicate_problems(duplicates, source))
     return parse_spec(data, source=source, _lines=lines)
+
+
+def duplicate_key_problems(text: str, *, source: str) -> list[str]:
+    """Each key that a mapping of the YAML ``text`` gives twice, as ``parse_spec_text`` names it, for a
+    document that holds specs without being one (a pipeline's); ``text`` must already load."""
+    return _duplicate_problems(_key_lines(_readable(yaml.compose, text))[1], source)
+
+
+def _duplicate_problems(duplicates: list[tuple[str, int, int]], source: str) -> list[str]:
+    return [f"{source}:{line}: {key} is given twice (first on line {first}); YAML keeps the last, "
+            "so keep the one you mean and delete the other" for key, first, line in duplicates]
 
 
 def dump_spec(spec: JobSpec) -> str:

@@ -54,7 +54,9 @@ class MetricsPoint(_Body):
     step: int = Field(ge=0, le=MAX_STORED_INT)
     metrics: dict[str, float] = Field(min_length=1, description="{name: value} logged at this step.")
     tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS, description="Tokens trained on up to this step.")
-    wall_time: float | None = Field(default=None, description="Unix time of the step (default: now).")
+    # finite: a NaN was dropped after the answer counted it stored (SQLite keeps it as NULL), and an
+    # infinity was stored, making the run's series 'Infinity', which JSON readers (the charts) refuse.
+    wall_time: FiniteFloat | None = Field(default=None, description="Unix time of the step (default: now).")
 
 
 class MetricsLog(_Body):

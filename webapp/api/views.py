@@ -125,6 +125,9 @@ def _json_body(request: HttpRequest) -> Any:
         return json.loads(request.body or b"{}")
     except json.JSONDecodeError as error:
         raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
+    except UnicodeDecodeError as error:  # a ValueError too: it was taken for the digit limit below
+        raise ValidationError({"__all__": f"the body is not JSON in UTF-8: byte 0x{error.object[error.start]:02x} at "
+                                          f"position {error.start} is not UTF-8; send JSON encoded as UTF-8"}) from None
     except RecursionError:  # "[" * 100000: json's decoder recurses once per level
         raise ValidationError({"__all__": "the body nests too deeply to be a request"}) from None
     except ValueError:  # not a JSONDecodeError: a number past Python's digit limit

@@ -39,6 +39,7 @@ from webapp.chat.events import relay
 from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
+from webapp.core.text import lone_surrogate_problem
 from webapp.runs.channels import redis_client
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class _Body(BaseModel):
             raise ValueError("give at most 4 stop sequences")
         if any(not text for text in given):
             raise ValueError("a stop sequence must not be empty")
+        _refuse_lone_surrogates(*given)
         return stop
 
     @property
@@ -119,6 +121,11 @@ class _Message(BaseModel):
             texts.append(part["text"])
         return "\n".join(texts)
 
+    @field_validator("content")
+    @classmethod
+    def _whole_characters(cls, content: str) -> str:
+        return _refuse_lone_surrogates(content)
+
 
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
@@ -126,6 +133,20 @@ class ChatBody(_Body):
 
 class CompletionBody(_Body):
     prompt: str
+
+    @field_validator("prompt")
+    @classmethod
+    def _whole_characters(cls, prompt: str) -> str:
+        return _refuse_lone_surrogates(prompt)
+
+
+def _refuse_lone_surrogates(*texts: str) -> str:
+    """The (last) text, once none holds half of a UTF-16 pair ("\\ud800" in JSON): the serve worker's
+    tokenizer failed on one, answering with its C++ binding's words."""
+    for text in texts:
+        if problem := lone_surrogate_problem(text):
+            raise ValueError(problem)
+    return texts[-1]
 
 
 def _error(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,

@@ -11,11 +11,17 @@ and "qa3-sft" + U+200B were two datasets no one could tell apart. They are store
 name typed with a combining accent is the same name as one typed with the composed letter (compared as
 the unique constraints compare: case-insensitively for datasets and base models).
 
+A lone surrogate (U+D800 to U+DFFF: half of a UTF-16 pair, which JSON may escape as ``"\\ud800"``) is
+refused everywhere too: it is no character, UTF-8 cannot encode it, and the database's write failed (a 500)
+or a page that wrote it out did.
+
 A model's output cannot be refused: a NUL in it (a byte-fallback tokenizer's <0x00> token) is stored as
 U+FFFD, the replacement character, where it would otherwise fail the write (``storable_model_text``).
 """
 from __future__ import annotations
 
+import math
+import re
 import unicodedata
 from typing import Any
 
@@ -25,6 +31,19 @@ NUL = "\x00"
 # Notes and guidelines are Markdown rendered on page views; no one writes more by hand.
 LONG_TEXT_MAX_CHARS = 20_000
 _NUL_REFUSED = "text here cannot hold one"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_refused(character: str, index: int) -> str:
+    return (f"U+{ord(character):04X} at position {index + 1} is half of a UTF-16 surrogate pair, not a character "
+            "(a \\u escape without its other half); send the whole pair or the character itself")
+
+
+def lone_surrogate_problem(value: str) -> str | None:
+    """Why ``value`` is refused for holding a lone surrogate, or None: for checks that raise their own
+    errors (the OpenAI-compatible API's, in OpenAI's shape)."""
+    surrogate = _SURROGATE.search(value)
+    return _surrogate_refused(surrogate.group(), surrogate.start()) if surrogate else None
 
 
 def storable_model_text(text: str) -> str:
@@ -33,10 +52,12 @@ def storable_model_text(text: str) -> str:
 
 
 def checked_text(value: str, *, field: str, max_length: int | None = None) -> str:
-    """``value`` unchanged once it holds no NUL and fits ``max_length`` characters; else a
-    ValidationError keyed by ``field``."""
+    """``value`` unchanged once it holds no NUL and no lone surrogate and fits ``max_length`` characters;
+    else a ValidationError keyed by ``field``."""
     if (position := value.find(NUL)) >= 0:
         raise ValidationError({field: f"a NUL character (\\x00) at position {position + 1}; remove it: {_NUL_REFUSED}"})
+    if surrogate := _SURROGATE.search(value):
+        raise ValidationError({field: _surrogate_refused(surrogate.group(), surrogate.start())})
     if max_length is not None and len(value) > max_length:
         raise ValidationError({field: f"{len(value):,} characters; at most {max_length:,}"})
     return value
@@ -64,20 +85,26 @@ def _is_format_character(character: str) -> bool:
     return unicodedata.category(character) == "Cf"
 
 
-def checked_json(value: Any, *, field: str) -> Any:
+def checked_json(value: Any, *, field: str, finite: bool = False) -> Any:
     """``value`` (decoded JSON: dicts, lists, strings, numbers) unchanged once no key or string in it holds a
     NUL; else a ValidationError keyed by the dotted path to the value (``config.layers.0.name``; a key
     holding one is named by its mapping's path). A blank ``field`` leaves the path bare (a job spec's
-    ``data.train``)."""
+    ``data.train``). ``finite``: NaN and infinity are refused too, for a value stored as it is in a JSON
+    column (SQLite's JSON_VALID check and PostgreSQL's jsonb refuse them: the INSERT failed, a 500); a
+    job spec's are named by the spec's own checks instead."""
     pending = [(field, value)]
     while pending:
         path, item = pending.pop()
         if isinstance(item, str):
             checked_text(item, field=path)
+        elif finite and isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError({path: f"{item} is not a finite number"})
         elif isinstance(item, dict):
             for key, child in item.items():
                 if NUL in str(key):
                     raise ValidationError({path: f"a key holding a NUL character (\\x00); remove it: {_NUL_REFUSED}"})
+                if surrogate := _SURROGATE.search(str(key)):
+                    raise ValidationError({path: f"a key holding {_surrogate_refused(surrogate.group(), surrogate.start())}"})
                 pending.append((f"{path}.{key}" if path else str(key), child))
         elif isinstance(item, (list, tuple)):
             pending.extend((f"{path}.{index}" if path else str(index), child) for index, child in enumerate(item))

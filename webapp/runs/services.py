@@ -34,8 +34,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, in_schema_order, parse_spec, parse_spec_text,
-                            spec_warnings)
+from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
+                            parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
@@ -440,17 +440,22 @@ def _output_dir_problem(text: str) -> list[str]:
     return [f"{where}: output_dir: {SET_BY_TEMPER['output_dir']}"]
 
 
-def load_yaml(text: str, *, field: str, source: str) -> Any:
+def load_yaml(text: str, *, field: str, source: str, unique_keys: bool = False) -> Any:
     """``text`` parsed as YAML; a syntax error is a ``ValidationError`` on ``field`` that names its line
-    and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``)."""
+    and column as a spec's do (``<source>:3:8: YAML syntax error: expected ',' or ']'``). ``unique_keys``:
+    a key given twice in a mapping is refused too, naming both lines, as a run spec's YAML is (YAML keeps
+    the last in silence: a pipeline's stage trained with a value its author meant to replace)."""
     try:
-        return load_spec_yaml(text)
+        data = load_spec_yaml(text)
     except yaml.YAMLError:
         try:
             parse_spec_text(text, source=source)  # says where the syntax breaks, in the engine's words
         except SpecError as error:
             raise ValidationError({field: error.problems}) from None
         raise
+    if unique_keys and (duplicates := duplicate_key_problems(text, source=source)):
+        raise ValidationError({field: duplicates})
+    return data
 
 
 def spec_mapping_from_yaml(text: str) -> dict[str, Any]:
@@ -1041,7 +1046,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     ``run_finish_external``); ``config`` is whatever describes it (shown and diffed like a spec). A
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
-    checked_json(config, field="config")
+    checked_json(config, field="config", finite=True)
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(
@@ -1096,7 +1101,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
                .values_list("name", "step"))
     for point in points:
         step, tokens = point["step"], int(point.get("tokens") or 0)
-        wall_time = float(point.get("wall_time") or now)
+        wall_time = float(now if point.get("wall_time") is None else point["wall_time"])  # 0 is a time, not "now"
         not_finite: list[tuple[str, float]] = []
         for name, value in metric_values(point["metrics"], not_finite=not_finite):
             if (name, step) in seen:
@@ -1130,8 +1135,8 @@ METRIC_NAME_MAX = 100  # MetricPoint.name's max_length
 
 def _check_metric_name(name: str, *, field: str) -> None:
     shown = name if len(name) <= 40 else name[:40] + "…"
-    if not name:
-        raise ValidationError({field: "a metric name is empty; name each metric, e.g. 'loss'"})
+    if not name.strip():  # one of spaces only was charted under a blank title, with no word of which metric
+        raise ValidationError({field: "a metric name is empty (or only spaces); name each metric, e.g. 'loss'"})
     try:
         checked_text(name, field=field, max_length=METRIC_NAME_MAX)
     except ValidationError as error:

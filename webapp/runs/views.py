@@ -728,7 +728,7 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         text = request.POST.get("document", "")
         try:
-            document = services.load_yaml(text, field="document", source="document")
+            document = services.load_yaml(text, field="document", source="document", unique_keys=True)
 
             def start() -> str:
                 pipeline = pipelines.pipeline_create(project=project, document=document, user=request.user)

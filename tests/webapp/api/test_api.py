@@ -528,6 +528,30 @@ def test_values_the_database_cannot_hold_are_named_not_a_500(world):
     assert not Pipeline.objects.exists()
 
 
+def test_a_non_finite_wall_time_or_config_value_is_named_not_stored_or_a_500(world):
+    """QA: a point's ``wall_time`` of NaN was answered "stored": 1 and then silently dropped (SQLite
+    keeps a NaN as NULL, which the NOT NULL column's INSERT OR IGNORE skipped); one of Infinity was
+    stored, after which the run's metrics, its state.json and the compare page wrote ``Infinity``,
+    which is not JSON (the charts could not read them). An external run's config holding NaN or
+    Infinity was a 500 (the JSON column's check refused the INSERT). Each is a 400 naming the field."""
+    _team, apis, _sent = world
+    call = apis["teammate"].call
+    status, run = call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "clocked"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    for wall_time in (float("nan"), float("inf"), float("-inf")):
+        status, body = call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0}, "wall_time": wall_time}]})
+        assert status == 400 and "points.0.wall_time" in body["errors"], body
+    assert not MetricPoint.objects.exists()
+    status, body = call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0}, "wall_time": 0}]})
+    assert status == 201 and body["stored"] == 1
+    assert MetricPoint.objects.get().wall_time == 0.0  # the Unix epoch as sent, not "now"
+    for value in (float("nan"), float("inf")):
+        status, body = call("POST", "/api/v1/projects/alpha/runs/",
+                            {"external": True, "name": "odd config", "config": {"optim": {"lr": [1e-4, value]}}})
+        assert status == 400 and body["errors"] == {"config.optim.lr.1": [f"{value} is not a finite number"]}, body
+    assert not Run.objects.filter(name="odd config").exists()
+
+
 def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_json(world):
     """A POST to .../runs (no slash) got Django's 301 to .../runs/, which urllib followed as a GET: the runs
     list came back and nothing was launched. A POST to openapi.json got the CSRF check's HTML page."""
@@ -591,6 +615,18 @@ def test_numbers_past_pythons_digit_limit_and_deep_nesting_are_named_not_a_serve
     assert body["runs"] == []
 
 
+def test_a_body_that_is_not_utf8_is_named_as_such(world):
+    """QA: a body in Latin-1 (a script that encoded 'café' as its platform does) was refused as holding "a
+    number [with] more digits than any field takes": the decoding error was taken for the digit limit, and
+    the script's author was sent looking for a number. It says the body is not UTF-8, and where."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/",
+                                         data='{"external": true, "name": "café"}'.encode("latin-1"))
+    assert status == 400 and body == {"errors": {"__all__": [
+        "the body is not JSON in UTF-8: byte 0xe9 at position 31 is not UTF-8; send JSON encoded as UTF-8"]}}, body
+    assert not Run.objects.exists()
+
+
 def test_an_external_run_cannot_be_resumed_or_retried(world, client_for):
     """An external run was 'resumed' (200, queued): the train worker then failed it, replacing its finish
     message. Resume and retry are refused in the service, so the API and the web page both say why."""
@@ -644,6 +680,52 @@ def test_text_with_nul_or_past_its_column_is_refused_by_field(world):
     status, body = api.call("POST", path + "finish/", {"status": "failed", "message": "oom\x00"})
     assert status == 400 and list(body["errors"]) == ["message"]
     assert Run.objects.get(public_id=run["id"]).status == "running"
+
+
+def test_a_metric_name_of_only_spaces_is_refused_as_an_empty_one(world):
+    """QA: a metric named ' ' was stored, and charted under a blank title on the run and compare pages
+    (and a blank cell of the CSV) where nothing says which metric it is; it is refused as '' is."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "blank"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    for metric in (" ", "\t \n", "\u3000"):
+        status, body = api.call("POST", path, {"points": [{"step": 1, "metrics": {"loss": 1.0, metric: 2.0}}]})
+        assert (status, list(body["errors"])) == (400, ["points.0.metrics"]), body
+        assert "empty" in body["errors"]["points.0.metrics"][0]
+    assert not MetricPoint.objects.exists()
+    status, body = api.call("POST", path, {"points": [{"step": 1, "metrics": {" loss": 1.0}}]})
+    assert status == 201 and MetricPoint.objects.get().name == " loss"  # a name is kept as sent, spaces and all
+
+
+def test_text_with_a_lone_surrogate_is_refused_by_field(world):
+    """QA: JSON may escape half of a UTF-16 pair ("\\ud800"), which decodes to no character: a run name or a
+    metric name holding one, or a finish message, was a 500 (the database's UTF-8 encoding failed), and a
+    config, a tag or a sample's text was stored, to fail each page that wrote it out. Each is a 400 naming the
+    field; nothing is stored."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    runs = "/api/v1/projects/alpha/runs/"
+    for body, field in (('{"external": true, "name": "a\\ud800b"}', "name"),
+                        ('{"external": true, "config": {"k": ["x", "a\\udfff"]}}', "config.k.1"),
+                        ('{"external": true, "config": {"\\ud800": 1}}', "config"),
+                        ('{"external": true, "tags": ["t\\ud800"]}', "tags")):
+        status, answer = api.call("POST", runs, data=body.encode())
+        assert status == 400 and list(answer["errors"]) == [field], answer
+        assert "U+D800" in answer["errors"][field][0] or "U+DFFF" in answer["errors"][field][0]
+    assert not Run.objects.exists()
+    _status, run = api.call("POST", runs, {"external": True, "name": "laptop"})
+    path = f"{runs}{run['id']}/"
+    for suffix, body, field in (
+            ("metrics/", '{"points": [{"step": 1, "metrics": {"l\\ud800": 1}}]}', "points.0.metrics"),
+            ("samples/", '{"samples": [{"step": 1, "prompt": "p", "text": "t\\ud800"}]}', "samples.0.text"),
+            ("finish/", '{"status": "failed", "message": "m\\ud800"}', "message")):
+        status, answer = api.call("POST", path + suffix, data=body.encode())
+        assert status == 400 and list(answer["errors"]) == [field], answer
+    assert not MetricPoint.objects.exists() and Run.objects.get(public_id=run["id"]).status == "running"
+    status, _answer = api.call("POST", path + "samples/", data='{"samples": [{"step": 1, "prompt": "p", '
+                                                               '"text": "\\ud83d\\ude00"}]}'.encode())
+    assert status == 201  # a whole pair is a character (an emoji), and is kept
 
 
 def test_an_upload_with_two_files_or_two_names_is_refused(world):

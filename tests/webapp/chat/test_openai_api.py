@@ -65,6 +65,14 @@ def chat(model, **fields):
     ({"top_k": 2**40}, "top_k: Input should be less than or equal to 2147483647", "top_k"),
     ({"temperature": float("nan")}, "temperature: Input should be a finite number", "temperature"),
     ({"top_p": float("nan")}, "top_p: Input should be a finite number", "top_p"),
+    # QA: a lone surrogate ("\\ud800": half of a UTF-16 pair) reached the serve worker, whose tokenizer failed
+    # on it: a 400 reading "the model failed: Unable to cast Python instance of type <class 'str'> to C++ type".
+    ({"messages": [{"role": "user", "content": "a\ud800"}]},
+     "messages.0.content: U+D800 at position 2 is half of a UTF-16 surrogate pair, not a character",
+     "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+     "messages.0.content: U+DFFF at position 1 is half", "messages.0.content"),
+    ({"stop": ["ok", "\udc00"]}, "stop: U+DC00 at position 1 is half", "stop"),
 ])
 def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param):
     """Strings and booleans were taken for numbers and flags ("stream": "yes" streamed), and messages named

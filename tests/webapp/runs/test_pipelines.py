@@ -270,6 +270,13 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
       "without quotes",
       "<code>stages.1.export.group_size</code>: &#x27;32&#x27; is text (in quotes); write the number without "
       "quotes: 32"]),
+    # A key given twice was kept at its last value in silence, where a run spec's YAML is refused naming it:
+    # the stage trained 2000 steps though its author had meant 2 (or thought the line removed).
+    ("name: x\nstages:\n  - name: one\n    spec: {task: sft, train: {max_steps: 2, max_steps: 2000}}\nname: y\n",
+     ["document:5: name is given twice (first on line 1); YAML keeps the last, so keep the one you mean and "
+      "delete the other",
+      "document:4: stages.0.spec.train.max_steps is given twice (first on line 4); YAML keeps the last, so keep "
+      "the one you mean and delete the other"]),
     ("name: x\nstages:\n  - name: one\n  - name: two\n    export: {quantize: int3}\n",
      ["<code>stages.0</code>: give a stage either a spec (a training run) or an export (e.g. {quantize: int4})",
       "<code>stages.1.export.quantize</code>: &#x27;int3&#x27; is not one of int8, int4"]),
