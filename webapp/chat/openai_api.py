@@ -70,6 +70,14 @@ class _Body(BaseModel):
     n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
 
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, options, info: pydantic.ValidationInfo):
+        # As OpenAI's and vLLM's servers answer: it sets what a stream carries, and there is no stream.
+        if options is not None and info.data.get("stream") is not True:
+            raise ValueError("only allowed when stream is true; leave it out, or set stream: true")
+        return options
+
     @property
     def stop_strings(self) -> list[str]:
         """OpenAI's ``stop``: one string or up to four."""

@@ -73,6 +73,9 @@ def chat(model, **fields):
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
      "messages.0.content: U+DFFF at position 1 is half", "messages.0.content"),
     ({"stop": ["ok", "\udc00"]}, "stop: U+DC00 at position 1 is half", "stop"),
+    ({"stream_options": {"include_usage": True}},
+     "stream_options: only allowed when stream is true; leave it out, or set stream: true",
+     "stream_options"),
 ])
 def test_a_bad_field_is_named_as_the_client_wrote_it(api, fields, message, param):
     """Strings and booleans were taken for numbers and flags ("stream": "yes" streamed), and messages named
