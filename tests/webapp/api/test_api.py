@@ -566,9 +566,9 @@ def test_an_address_without_its_slash_or_a_post_to_the_openapi_document_gets_jso
 
 
 @pytest.mark.parametrize("method,path,allowed", [
-    ("delete", "/api/v1/projects/alpha/runs/", "GET, POST"),
+    ("delete", "/api/v1/projects/alpha/runs/", "GET, POST, HEAD"),
     ("get", "/api/v1/projects/alpha/runs/run_x/cancel/", "POST"),
-    ("put", "/api/v1/projects/alpha/base-models/", "GET"),
+    ("put", "/api/v1/projects/alpha/base-models/", "GET, HEAD"),
     ("post", "/api/v1/openapi.json", "GET, HEAD"),
 ])
 def test_a_wrong_method_is_told_the_allowed_ones_in_the_allow_header(db, method, path, allowed):
@@ -579,6 +579,21 @@ def test_a_wrong_method_is_told_the_allowed_ones_in_the_allow_header(db, method,
     response = getattr(Client(), method)(path, HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert response.status_code == 405 and response["Allow"] == allowed
     assert response.json() == {"detail": f"{method.upper()} is not allowed here; use {allowed}"}
+
+
+def test_head_is_answered_wherever_get_is(db):
+    """QA: HEAD on the API's GET addresses was a 405, where HTTP has every GET address answer HEAD (RFC 9110,
+    9.3.2); on an address that also takes POST it is still a read, never the POST."""
+    from django.test import Client
+
+    team = make_team()
+    secret = token_create(user=team.teammate, name="test")[1]
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    for path in ("/api/v1/projects/alpha/runs/", "/api/v1/projects/alpha/base-models/"):
+        got, head = client.get(path), client.head(path)
+        assert (head.status_code, head["Content-Type"]) == (got.status_code, got["Content-Type"]) == (200, "application/json")
+    assert client.head("/api/v1/projects/alpha/runs/run_x/cancel/").status_code == 405
+    assert not Run.objects.exists()
 
 
 def test_bodies_take_numbers_and_booleans_as_json_writes_them_not_as_text(world):
