@@ -60,7 +60,7 @@ def resolve_model_dir(model: str) -> Path:
                    f"or the preset {DEMO_PRESET}")
 
 
-# A serving copy's description (jaxengine.quantize, which imports jax: named here for this jax-free check).
+# A serving copy's description (``jaxengine.quantize`` writes it; defined here, where no jax is imported).
 QUANTIZATION_FILE = "quantization.json"
 
 

@@ -39,9 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
 from jaxengine.peft.quant import QuantizedWeight
 
-QUANTIZATION_FILE = "quantization.json"
 FORMAT_NAME = "temper-quantized"
 FORMAT_VERSION = 1
 SCHEMES = ("int8", "int4")

@@ -96,7 +96,9 @@ def safetensors_summary(model_dir: Path) -> dict:
     their headers only. The parameters are the model's weights as stored, so a config.json that does not
     describe them is not believed; in a quantized serving copy (``jaxengine.quantize``) each ``.qweight`` of
     codes counts as the weights it stands for (two per byte under int4) and its ``.scales`` not at all."""
-    quantization = model_dir / "quantization.json"
+    from jaxengine.job import QUANTIZATION_FILE
+
+    quantization = model_dir / QUANTIZATION_FILE
     bits = None
     if quantization.is_file():
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -361,7 +362,6 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
     """A reward (``grpo``/``ppo``: ``rewards`` on data.train and data.eval, ``eval_metrics`` on data.eval)
     reading its reference answer from a column (``answer_column``) the data lacks, named at the term's
     input here: the engine checks it when the run starts, where the run failed seconds after the launch."""
-    from jaxengine.data import formats
     from jaxengine.rewards import WeightedReward, missing_reference_column
 
     options = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
@@ -369,23 +369,38 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
         return
     terms = [(f"{job.task}.rewards.{index}", term, (train, evaluation)) for index, term in enumerate(options.rewards)]
     terms += [(f"{job.task}.eval_metrics.{index}", term, (evaluation,)) for index, term in enumerate(options.eval_metrics)]
-    rows: dict[int, list[dict]] = {}
     for key, term, versions in terms:
         for version in (version for version in versions if version is not None):
-            if version.pk not in rows:
-                mapping = formats.ColumnMapping(kind=version.dataset.kind, columns=version.column_mapping or {})
-                try:
-                    examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format),
-                                                     mapping=mapping)
-                    rows[version.pk] = list(itertools.islice(examples, REFERENCE_ROWS_CHECKED))
-                except (ValueError, OSError, formats.DatasetFormatError):
-                    rows[version.pk] = []  # unreadable now: the run's start says why
-            if missing := missing_reference_column([WeightedReward(name=term.name, args=term.args)], rows[version.pk]):
+            rows = _first_rows(str(version.absolute_path), _modified_ns(version.absolute_path), version.format,
+                               version.dataset.kind, json.dumps(version.column_mapping or {}, sort_keys=True))
+            if missing := missing_reference_column([WeightedReward(name=term.name, args=term.args)], rows):
                 _name, column, number = missing
                 _add(errors, f"{key}.args.answer_column",
                      f"{term.name} reads the reference answer from column '{column}', and row {number} of {version} "
                      f"has none; give the column that holds the answers, or other data")
                 break
+
+
+def _modified_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _first_rows(path: str, modified_ns: int | None, file_format: str, kind: str, columns: str) -> tuple[dict, ...]:
+    """The first ``REFERENCE_ROWS_CHECKED`` examples of a version's file (as last modified at
+    ``modified_ns``), read once for every plan of a sweep and every live check of the launch page; none
+    when it cannot be read now (the run's start says why)."""
+    from jaxengine.data import formats
+
+    mapping = formats.ColumnMapping(kind=kind, columns=json.loads(columns))
+    try:
+        examples = formats.iter_examples(Path(path), fmt=formats.FileFormat(file_format), mapping=mapping)
+        return tuple(itertools.islice(examples, REFERENCE_ROWS_CHECKED))
+    except (ValueError, OSError, formats.DatasetFormatError):
+        return ()
 
 
 def _check_layout(job, errors) -> None:
