@@ -339,18 +339,30 @@ def _check_rollout_room(job, errors) -> None:
 def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:
     """``data.eval_group_by`` must name a short label on every eval row (as the engine checks at the
     run's start, where a missing column failed the run): read the eval version here and say so."""
+    if job.data.eval_group_by is None or evaluation is None:
+        return
+    path = evaluation.absolute_path
+    if problem := _eval_groups_problem(str(path), _modified_ns(path), evaluation.format, evaluation.dataset.kind,
+                                       json.dumps(evaluation.column_mapping or {}, sort_keys=True),
+                                       job.data.eval_group_by, str(evaluation)):
+        _add(errors, "data.eval_group_by", problem)
+
+
+@functools.lru_cache(maxsize=16)
+def _eval_groups_problem(path: str, modified_ns: int | None, file_format: str, kind: str, columns: str,
+                         group_by: str, source: str) -> str | None:
+    """What the eval file (as last modified at ``modified_ns``) lacks to be grouped by ``group_by``, or
+    None: the whole file is read, once for every plan of a sweep and every live check of the launch page."""
     from jaxengine.data import formats
     from jaxengine.evaluate import group_labels
 
-    if job.data.eval_group_by is None or evaluation is None:
-        return
-    mapping = formats.ColumnMapping(kind=evaluation.dataset.kind, columns=evaluation.column_mapping or {})
+    mapping = formats.ColumnMapping(kind=kind, columns=json.loads(columns))
     try:
-        rows = list(formats.iter_examples(evaluation.absolute_path, fmt=formats.FileFormat(evaluation.format),
-                                          mapping=mapping))
-        group_labels(rows, job.data.eval_group_by, source=f"{evaluation.dataset.name} v{evaluation.number}")
+        group_labels(list(formats.iter_examples(Path(path), fmt=formats.FileFormat(file_format), mapping=mapping)),
+                     group_by, source=source)
     except (ValueError, OSError, formats.DatasetFormatError) as error:
-        _add(errors, "data.eval_group_by", str(error).removeprefix("data.eval_group_by: "))
+        return str(error).removeprefix("data.eval_group_by: ")
+    return None
 
 
 # Rows of a version read at launch for its reward's reference column: enough to catch a column the

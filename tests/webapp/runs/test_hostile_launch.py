@@ -202,3 +202,34 @@ def test_a_quoted_number_is_refused_in_the_yaml_view_and_the_form_still_takes_ty
     assert response.status_code == 302
     run = Run.objects.get(name="big")
     assert run.spec["train"]["batch_size"] == 4 and run.spec["peft"]["alpha"] == 8.0 and run.spec["data"]["packing"] is True
+
+
+def test_launch_checks_read_an_eval_file_once_until_it_changes(team, catalog, monkeypatch, sent_tasks):
+    """The eval_group_by check read the whole eval file for every combination of a sweep and on every live
+    check of the launch page (each edit); it reads it once now, and again only once the file changes."""
+    import json
+    import os
+
+    from jaxengine.data import formats
+    from webapp.runs import sweeps
+
+    grouped = make_ready_version(team.project, name="grouped eval", kind="prompts",
+                                 rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                       {"prompt": "3?", "answer": "3", "task": "count"}])
+    reads = []
+    real_iter_examples = formats.iter_examples
+    monkeypatch.setattr(formats, "iter_examples", lambda path, **kw: reads.append(path) or real_iter_examples(path, **kw))
+    spec = {**sft_spec(catalog), "data": {**sft_spec(catalog)["data"], "eval": grouped.public_id,
+                                          "eval_group_by": "task"}}
+    sweep = sweeps.axes_from_text("optim.learning_rate: 1e-4, 2e-4, 3e-4")
+    for _ in range(2):
+        assert services.launch_check(project=team.project, spec=spec, axes=sweep) == []
+        assert services.launch_check(project=team.project, spec=spec, axes=[]) == []
+    assert reads.count(grouped.absolute_path) == 1
+
+    grouped.absolute_path.write_text(json.dumps({"prompt": "no label", "answer": "x"}) + "\n")
+    os.utime(grouped.absolute_path, ns=(1, 1))  # another modification time, whatever the clock's resolution
+    with pytest.raises(ValidationError) as caught:
+        services.launch_check(project=team.project, spec=spec, axes=sweep)
+    assert caught.value.message_dict["data.eval_group_by"] == ["row 1 of grouped eval v1 has no 'task' value to group by"]
+    assert reads.count(grouped.absolute_path) == 2
