@@ -25,6 +25,7 @@ import math
 import resource
 import sys
 import time
+import traceback as tracebacks
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,45 @@ Metrics = dict[str, float]
 
 # tensorstore's status codes for array data a checkpoint lacks (files deleted, or written part way).
 MISSING_DATA_STATUSES = ("NOT_FOUND", "DATA_LOSS", "OUT_OF_RANGE")
+
+
+def _is_missing_data(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error that caused it, is tensorstore reporting array data that is gone or cut
+    short: a ValueError with one of ``MISSING_DATA_STATUSES``, or FAILED_PRECONDITION on reading a chunk
+    (an OCDBT data file deleted or emptied: "Truncated Zstd-compressed stream"). Orbax wraps the latter in a
+    bare Exception. Any other error (arrays of another shape) is not an incomplete checkpoint."""
+    while error is not None:
+        text = str(error).lstrip() if isinstance(error, ValueError) else ""
+        if text.startswith(MISSING_DATA_STATUSES) or (text.startswith("FAILED_PRECONDITION") and "Error reading" in text):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _is_late_read_callback(unraisable) -> bool:
+    """Whether an unraisable error (``sys.unraisablehook``'s argument) is tensorstore finishing one of a failed
+    restore's other reads: orbax closes the restore's event loop at the first failure, and each read still under
+    way then calls back into it from tensorstore's threads ("Event loop is closed" in ``call_soon_threadsafe``)."""
+    error = unraisable.exc_value
+    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed" and unraisable.exc_traceback):
+        return False
+    return tracebacks.extract_tb(unraisable.exc_traceback)[0].name == "call_soon_threadsafe"
+
+
+def _quiet_late_read_callbacks() -> None:
+    """Keep the tracebacks of a failed restore's late read callbacks (``_is_late_read_callback``: dozens, some
+    printed before the failure's one-line TrainingError, some after) off stderr; every other unraisable error
+    still goes to the hook that was there. Installed once, before the first restore."""
+    previous = sys.unraisablehook
+    if getattr(previous, "quiets_late_read_callbacks", False):
+        return
+
+    def hook(unraisable):
+        if not _is_late_read_callback(unraisable):
+            previous(unraisable)
+
+    hook.quiets_late_read_callbacks = True
+    sys.unraisablehook = hook
 
 
 class TrainingError(RuntimeError):
@@ -129,12 +169,11 @@ class Checkpoints:
         """``manager.restore(step, args)``; a checkpoint directory missing its items (a run directory copied
         part way, a save that stopped on a full disk) is a TrainingError naming it, not orbax's KeyError
         ('Item "meta" was not found in the checkpoint') from the middle of a resume or an export."""
+        _quiet_late_read_callbacks()
         try:
             return self.manager.restore(step, args=args)
-        except (KeyError, ValueError, OSError) as error:
-            # tensorstore reports array files that are gone or cut short as a ValueError with these status
-            # codes; any other ValueError (arrays of another shape) is not an incomplete checkpoint.
-            if isinstance(error, ValueError) and not str(error).startswith(MISSING_DATA_STATUSES):
+        except Exception as error:
+            if not isinstance(error, (KeyError, OSError)) and not _is_missing_data(error):
                 raise
             raise TrainingError(
                 f"{Path(self.manager.directory) / str(step)}: checkpoint {step} cannot be read (it is incomplete: a "

@@ -307,6 +307,30 @@ def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp
     assert capsys.readouterr().err == f"jaxengine export: error: {problem}\n"
 
 
+def test_a_checkpoint_whose_array_files_are_gone_is_named_by_train(demo_dir, tmp_path, capfd):
+    """QA: a checkpoint whose array data files were lost (deleted, or cut to nothing by a copy that stopped)
+    was a tensorstore FAILED_PRECONDITION traceback ('Truncated Zstd-compressed stream') on resume."""
+    run_dir = tmp_path / "run"
+    path = tmp_path / "spec.yaml"
+    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
+            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
+            "train": {"max_steps": 2, "batch_size": 2, "save_every": 1}}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["train", str(path), "--no-progress"]) == 0
+    # The arrays' chunks (OCDBT data files of process 0); the database's manifest and index stay.
+    data_files = list((run_dir / "checkpoints" / "2" / "state").glob("ocdbt.process_0/d/*"))
+    assert data_files
+    for file in data_files:
+        file.unlink()
+    spec["train"]["max_steps"] = 4
+    path.write_text(yaml.safe_dump(spec))
+    capfd.readouterr()
+    assert main(["train", str(path), "--no-progress"]) == 2
+    assert capfd.readouterr().err == (
+        f"{path}: {run_dir / 'checkpoints' / '2'}: checkpoint 2 cannot be read (it is incomplete: a save or a copy "
+        "that stopped part way); move it out of checkpoints/ to go on from the one before\n")
+
+
 def test_cli_refuses_data_the_models_vocabulary_does_not_cover(tiny_hf_model_dir, tmp_path, capsys):
     """QA: a model directory holding another model's tokenizer (403 tokens for a 256-token model) trained
     on token ids past its embedding, and the run failed at step 1 with 'loss is nan ... Lower

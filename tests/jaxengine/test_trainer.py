@@ -1,6 +1,7 @@
 """The trainer: schedules by hand, loss goes down, accumulation is exact, resume is exact, NaN stops."""
 import json
 import math
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -287,3 +288,41 @@ def test_resuming_takes_checkpoints_written_under_an_earlier_identity_of_the_sam
                       train_examples=patterned_examples(), pad_id=0, run_dir=tmp_path)
     trainer.fit(progress_bar=False)
     assert trainer.step == 3
+
+
+def test_a_failed_restores_late_read_callbacks_stay_off_stderr(monkeypatch, capsys):
+    """QA: a resume from a checkpoint whose array files were lost printed its one-line error amid dozens of
+    'RuntimeError: Event loop is closed' tracebacks: tensorstore's threads finishing the restore's other reads
+    call back into the event loop orbax closed at the first failure, and Python reports each as unraisable.
+    Those, and only those, are kept off stderr once a checkpoint has been read."""
+    import asyncio
+
+    from jaxengine import trainer as trainer_module
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back after the test
+    captured = []
+    sys.unraisablehook = captured.append
+
+    class RaisesWhenCollected:
+        def __del__(self):
+            raise RuntimeError("collected")
+
+    RaisesWhenCollected()
+    hook_args = type(captured[0])  # sys.UnraisableHookArgs, which Python does not export
+    closed = asyncio.new_event_loop()
+    closed.close()
+    try:
+        closed.call_soon_threadsafe(print)
+    except RuntimeError as error:
+        late_callback = error  # as tensorstore's thread meets it: its traceback starts in call_soon_threadsafe
+    other = RuntimeError("Event loop is closed")  # the same words from elsewhere are still reported
+
+    sys.unraisablehook = sys.__unraisablehook__
+    trainer_module._quiet_late_read_callbacks()
+    trainer_module._quiet_late_read_callbacks()  # once only, however many checkpoints are read
+    sys.unraisablehook(hook_args((RuntimeError, late_callback, late_callback.__traceback__.tb_next, None, None)))
+    assert capsys.readouterr().err == ""
+    sys.unraisablehook(hook_args((RuntimeError, other, None, "late", None)))
+    assert capsys.readouterr().err == "late:\nRuntimeError: Event loop is closed\n"
+    sys.unraisablehook(hook_args((ValueError, ValueError("x"), None, None, None)))
+    assert "ValueError: x" in capsys.readouterr().err
