@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxengine import chat_template as chat_template_lib
+from jaxengine.json_files import read_json_object
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -86,13 +86,7 @@ class TokenizerSettings:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise TokenizerError(f"{path}: line {error.lineno}: not valid JSON ({error.msg}); fix or remove the file") from None
-    if not isinstance(value, dict):
-        raise TokenizerError(f"{path}: expected a JSON object at the top level, found {type(value).__name__}")
-    return value
+    return read_json_object(path, error=TokenizerError, advice="fix or remove the file")
 
 
 def _token_content(value: Any) -> str | None:

@@ -30,6 +30,7 @@ from safetensors.numpy import save_file
 
 from jaxengine.models import CausalLM, ModelConfig, build_model, family_module, from_hf_config, to_hf_config
 from jaxengine.models.config import VOCABULARY_ROWS, vocab_size_mismatch
+from jaxengine.json_files import read_json_object
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -134,7 +135,7 @@ def read_hf_config(model_dir: str | Path) -> tuple[dict[str, Any], ModelConfig]:
     config_path = Path(model_dir) / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path}: not found; a Hugging Face model directory needs a config.json")
-    hf_config = json.loads(config_path.read_text())
+    hf_config = read_json_object(config_path)
     return hf_config, from_hf_config(hf_config, source=str(config_path))
 
 

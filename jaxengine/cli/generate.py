@@ -22,6 +22,7 @@ from typing import Any
 
 from jaxengine.cli import command_description
 from jaxengine.cli.model_dir import CliError, checked_model_dir, read_model_config, run_reporting_errors
+from jaxengine.json_files import read_json_object
 
 DTYPES = ("float32", "bfloat16")
 
@@ -83,14 +84,8 @@ def _read_generation_config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "generation_config.json"
     if not path.is_file():
         return {}
-    try:
-        generation_config = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise CliError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
-    if not isinstance(generation_config, dict):
-        # worded as the tokenizer words it for the same file, read for its stop ids
-        raise CliError(f"{path}: expected a JSON object at the top level, found {type(generation_config).__name__}")
-    return generation_config
+    # worded as the tokenizer words it for the same file, read for its stop ids
+    return read_json_object(path, error=CliError, advice="fix or remove the file")
 
 
 def _generate(args: argparse.Namespace) -> int:

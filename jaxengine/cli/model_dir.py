@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from jaxengine.json_files import read_json_object
+
 EXIT_BAD_INPUT = 2
 
 
@@ -26,12 +28,7 @@ def checked_model_dir(value: str) -> Path:
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise CliError(f"--model {value}: no config.json; a Hugging Face model directory needs one")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise CliError(f"{config_path}: line {error.lineno}: not valid JSON ({error.msg})") from None
-    if not isinstance(config, dict):
-        raise CliError(f"{config_path}: expected a JSON object")
+    read_json_object(config_path, error=CliError)
     return model_dir
 
 

@@ -101,7 +101,7 @@ def test_sampling_settings_read_a_null_in_generation_config_as_unset():
     ('{"top_k": 2.5}', "top_k = 2.5: expected a whole number"),
     ('{"do_sample": "yes"}', "do_sample = 'yes': expected true or false"),
     ('{"top_p": 0}', "top_p must be in (0, 1] (1 = off), got 0; fix the file or give --top-p"),
-    ("[1]", "expected a JSON object at the top level, found list"),
+    ("[1]", "expected a JSON object at the top level, found list; fix or remove the file"),
 ], ids=["text for a number", "fraction for top_k", "text for a boolean", "out of range", "not an object"])
 def test_generate_names_a_bad_generation_config_field(tmp_path, model_dir, capsys, content, problem):
     """QA: a sampling field of generation_config.json of the wrong type, or the file not an object, was a
@@ -114,6 +114,22 @@ def test_generate_names_a_bad_generation_config_field(tmp_path, model_dir, capsy
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"jaxengine generate: error: {copy / 'generation_config.json'}: {problem}\n"
+
+
+@pytest.mark.parametrize("file", ["config.json", "tokenizer_config.json", "generation_config.json"])
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_model_file_that_is_not_utf8_is_named_in_one_line(tmp_path, model_dir, capsys, file, command):
+    """QA: a model directory's JSON file holding bytes that are not UTF-8 (a file saved in another encoding, or
+    a binary copied over it) was a UnicodeDecodeError traceback from inspect and generate."""
+    import shutil
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    (copy / file).write_bytes(b'{"bos_token": "\xff"}')
+    args = [command, "--model", str(copy)] + (["--prompt", "x", "--max-new-tokens", "2"] if command == "generate" else [])
+    assert main(args) == 2
+    advice = "" if file == "config.json" else "; fix or remove the file"
+    assert capsys.readouterr().err == (f"jaxengine {command}: error: {copy / file}: not UTF-8 text (byte 15 is not "
+                                       f"valid UTF-8){advice}\n")
 
 
 @pytest.mark.parametrize("make_args, message", [
