@@ -40,6 +40,7 @@ import numpy as np
 from flax import nnx
 
 from jaxengine.job import QUANTIZATION_FILE  # jax-free there, for its own check of a model directory
+from jaxengine.json_files import read_json_object
 from jaxengine.peft.quant import QuantizedWeight
 
 FORMAT_NAME = "temper-quantized"
@@ -238,7 +239,8 @@ def load_quantized(model_dir: str | Path, *, compute_dtype=jnp.bfloat16):
     from jaxengine.models import build_model
 
     model_dir = Path(model_dir)
-    description = json.loads((model_dir / QUANTIZATION_FILE).read_text())
+    description = read_json_object(model_dir / QUANTIZATION_FILE, error=QuantizationError,
+                                   advice="export the serving copy again")
     if description.get("format") != FORMAT_NAME or description.get("version") != FORMAT_VERSION:
         raise QuantizationError(f"{model_dir / QUANTIZATION_FILE}: format {description.get('format')!r} version "
                                 f"{description.get('version')!r} is not {FORMAT_NAME!r} version {FORMAT_VERSION}; "

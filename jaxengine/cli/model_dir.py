@@ -98,11 +98,7 @@ def safetensors_summary(model_dir: Path) -> dict:
     quantization = model_dir / QUANTIZATION_FILE
     bits = None
     if quantization.is_file():
-        try:
-            bits = json.loads(quantization.read_text(encoding="utf-8")).get("bits")
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            raise CliError(f"{quantization}: not a JSON object with the copy's 'bits'; export the serving copy "
-                           "again") from None
+        bits = read_json_object(quantization, error=CliError, advice="export the serving copy again").get("bits")
     files = sorted(model_dir.glob("*.safetensors"))
     tensors, elements, parameters, dtypes = 0, 0, 0, set()
     for path in files:
@@ -130,13 +126,15 @@ def _is_input_error(error: Exception) -> bool:
     from jaxengine.checkpoint.hf import CheckpointError
     from jaxengine.data.pipeline import DataError
     from jaxengine.models.config import UnsupportedArchitectureError
+    from jaxengine.quantize import QuantizationError
     from jaxengine.sampler import PromptError
     from jaxengine.tokenizer import TokenizerError
 
-    # A weights file cut short (SafetensorError) and a data file that is not one (DataError) are the user's
-    # to fix too: they were tracebacks from generate and from eval --metric loss.
+    # A weights file cut short (SafetensorError), a data file that is not one (DataError) and a serving copy's
+    # damaged description (QuantizationError) are the user's to fix too: they were tracebacks from generate
+    # and from eval --metric loss.
     return isinstance(error, (CheckpointError, UnsupportedArchitectureError, TokenizerError, ChatTemplateError,
-                              PromptError, SafetensorError, DataError))
+                              PromptError, SafetensorError, DataError, QuantizationError))
 
 
 def run_reporting_errors(command: str, body: Callable[[], int]) -> int:

@@ -266,3 +266,26 @@ def test_a_copy_is_never_seen_half_written(tiny_model_dir, tmp_path, monkeypatch
     monkeypatch.setattr(quantize, "save_quantized", save_and_look)
     quantize.export_quantized(tiny_model_dir, out, scheme=QuantScheme.named("int8"))
     assert seen == [(True, False)] and quantize.is_quantized_dir(out)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b'{"format": ', b"[1, 2]"], ids=["not UTF-8", "not JSON", "a list"])
+def test_a_damaged_quantization_json_is_named_by_inspect_and_generate(tiny_model_dir, tmp_path, capsys, content):
+    """QA: a serving copy whose quantization.json was damaged (not UTF-8, cut short, not an object) was a
+    traceback from ``generate`` and the serve worker's load (and a message without the file's line from
+    ``inspect``); both name the file, the problem and the remedy now."""
+    from jaxengine.cli import main
+
+    out = tmp_path / "copy"
+    quantize.quantize_model_dir(tiny_model_dir, out, scheme_name="int8")
+    (out / "quantization.json").write_bytes(content)
+    problem = {b"\xff\xfe{}": "not UTF-8 text (byte 0 is not valid UTF-8)",
+               b'{"format": ': "line 1: not valid JSON (Expecting value)",
+               b"[1, 2]": "expected a JSON object at the top level, found list"}[content]
+    expected = f"{out / 'quantization.json'}: {problem}; export the serving copy again"
+    with pytest.raises(quantize.QuantizationError) as caught:
+        quantize.load_quantized(out)
+    assert str(caught.value) == expected
+    capsys.readouterr()
+    for command in (["inspect", "--model", str(out)], ["generate", "--model", str(out), "--prompt", "x", "--max-new-tokens", "2"]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"jaxengine {command[0]}: error: {expected}\n"
