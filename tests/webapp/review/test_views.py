@@ -126,6 +126,30 @@ def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_ve
     assert b"Tick at least one reviewer: the items wait in the queues of those ticked." in response.content
 
 
+def test_a_reviewer_ticked_who_can_no_longer_review_is_refused_in_words(campaign, team, carol, client_for,
+                                                                       preference_version):
+    """QA: an owner ticked a member on the New campaign (or Settings) page while another owner made that member
+    a viewer or removed them: the page answered "Select a valid choice. 5 is not one of the available choices.",
+    an id the owner never sees. It now says what happened and what to do."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=carol),
+                                         role=Role.VIEWER)
+    owner = client_for(team.owner)
+    for address, form in ((reverse("review:create", args=[team.project.slug]),
+                           {"name": "round 2", "source_version": preference_version.pk, "required_reviews": 1}),
+                          (url("settings", campaign), {"guidelines": "", "required_reviews": 1})):
+        response = owner.post(address, {**form, "reviewers": [team.teammate.pk, carol.pk]})
+        page = response.content.decode()
+        assert response.status_code == 400 and "is not one of the available choices" not in page
+        assert ("A reviewer you ticked can no longer review: they left the project or were made a viewer since the "
+                "page was shown. Tick the reviewers again from the list as it is now.") in page
+        assert "carol" not in page.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
+    assert not Campaign.objects.filter(name="round 2").exists()
+    assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate"}
+
+
 def test_a_new_campaign_asks_for_no_more_reviews_per_item_than_the_project_has_reviewers(team, client_for):
     """A project whose owner works alone got 2 reviews per item by default, and the new campaign opened
     saying that no item could ever be complete."""
