@@ -616,3 +616,32 @@ def test_it_rejects_guidelines_past_the_cap(campaign, team, carol, client_for, p
         services.campaign_create(project=team.project, name="long", guidelines="x" * 20_001, required_reviews=1,
                                  reviewers=[carol], source_version=preference_version, user=team.owner)
     assert "guidelines" in refused.value.message_dict
+
+
+def test_the_campaign_page_says_which_items_skips_left_out_of_reach(campaign, team, carol, client_for):
+    """QA: with as many reviewers as each item needs, an item one of them skipped could never be complete (a
+    skip is never served again), yet the campaign page counted it as waiting for reviews, and every reviewer
+    was told "Nothing left for you to review": the campaign could not finish and nothing said why. The page
+    now counts such items and says what would let them complete."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    first, second = (Item.objects.get(campaign=campaign, sequence=number) for number in (1, 2))
+    answer(first, carol, "skip")
+    answer(first, team.teammate, "a")
+    answer(second, carol, "a")  # a skip that still leaves room for the reviews needed
+    page = client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert ("1 item can no longer be complete: it needs 2 reviews from different reviewers, and after the skips "
+            "too few reviewers are left to give them. Add reviewers or lower the reviews per item in "
+            f'<a href="{url("settings", campaign)}">Settings</a>.') in page
+    assert "an owner adds reviewers or lowers the reviews per item" in client_for(team.teammate).get(
+        url("detail", campaign)).content.decode()
+    assert "after the skips too few reviewers are left" in client_for(team.owner).get(
+        url("settings", campaign)).content.decode()
+
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol, dave])
+    assert "can no longer be complete" not in client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert services.queue_next_item(campaign=campaign, user=dave).sequence == 1
