@@ -350,9 +350,10 @@ def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
 
 
 def possible_reviewers(*, project: Project):
-    """Users who may review a campaign of ``project``: its members and owners."""
+    """Users who may review a campaign of ``project``: its members and owners whose accounts are active (a
+    deactivated account cannot log in, so it would hold places it never fills)."""
     user_ids = Membership.objects.filter(project=project).exclude(role=Role.VIEWER).values("user_id")
-    return get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+    return get_user_model().objects.filter(pk__in=user_ids, is_active=True).order_by("username")
 
 
 def default_required_reviews(*, project: Project) -> int:

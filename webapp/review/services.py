@@ -146,6 +146,9 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
         if role is None or role == Role.VIEWER:
             raise ValidationError({"reviewers": f"{user.get_username()} cannot review: reviewers must be members "
                                                 f"or owners of {project.slug}"})
+        if not user.is_active:
+            raise ValidationError({"reviewers": f"{user.get_username()} cannot review: their account is "
+                                                "deactivated"})
     return reviewers
 
 

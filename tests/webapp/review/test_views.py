@@ -645,3 +645,21 @@ def test_the_campaign_page_says_which_items_skips_left_out_of_reach(campaign, te
     services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol, dave])
     assert "can no longer be complete" not in client_for(team.owner).get(url("detail", campaign)).content.decode()
     assert services.queue_next_item(campaign=campaign, user=dave).sequence == 1
+
+
+def test_a_reviewer_whose_account_is_deactivated_no_longer_counts_as_one(campaign, team, carol, client_for):
+    """QA: an administrator deactivated the account of a reviewer who had left the team; they could no
+    longer log in, yet they still counted among the campaign's reviewers (so no page said that too few were
+    left to complete an item) and were still offered in Settings. A deactivated account reviews nothing."""
+    carol.is_active = False
+    carol.save(update_fields=["is_active"])
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    assert "<dt>Reviewers</dt><dd>alpha-teammate</dd>" in page
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in page
+    settings = owner.get(url("settings", campaign)).content.decode()
+    assert "carol" not in settings.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
+    assert "carol" not in owner.get(reverse("review:create", args=[team.project.slug])).content.decode()
+    with pytest.raises(ValidationError, match="carol cannot review: their account is deactivated"):
+        services.campaign_update(campaign=campaign, guidelines="", required_reviews=1,
+                                 reviewers=[team.teammate, carol])
