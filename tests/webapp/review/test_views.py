@@ -143,8 +143,8 @@ def test_a_reviewer_ticked_who_can_no_longer_review_is_refused_in_words(campaign
         response = owner.post(address, {**form, "reviewers": [team.teammate.pk, carol.pk]})
         page = response.content.decode()
         assert response.status_code == 400 and "is not one of the available choices" not in page
-        assert ("A reviewer you ticked can no longer review: they left the project or were made a viewer since the "
-                "page was shown. Tick the reviewers again from the list as it is now.") in page
+        assert ("A reviewer you ticked can no longer review: they left the project, were made a viewer or were "
+                "deactivated since the page was shown. Tick the reviewers again from the list as it is now.") in page
         assert "carol" not in page.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
     assert not Campaign.objects.filter(name="round 2").exists()
     assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate"}
