@@ -69,12 +69,16 @@ def membership_add(*, project: Project, user: AbstractBaseUser, role: str) -> Me
 
 
 def _ensure_another_owner(membership: Membership) -> None:
-    others = (
+    # Every owner row of the project is locked, in one order, before the check. Locking only the others let
+    # two owners demoting each other at once each lock the other's row and then wait for their own (on
+    # PostgreSQL a deadlock: a server error); now the second waits for the first, then finds its change made.
+    owners = (
         Membership.objects.select_for_update()
         .filter(project_id=membership.project_id, role=Role.OWNER)
-        .exclude(pk=membership.pk)
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
-    if not others.exists():
+    if not [pk for pk in owners if pk != membership.pk]:
         raise ValidationError(
             {"username": f"{membership.user.get_username()} is the last owner of "
              f"{isolated(membership.project.name)}; make someone else owner first"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -101,11 +101,14 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _target_membership(project: Project, username: str) -> Membership:
+    """The membership an owner's change is for. Its absence is a refusal on the members page, not a 404: the
+    owner's page may list someone another owner has removed since."""
     target = Membership.objects.select_related("user", "project").filter(
         project=project, user__username=username
     ).first()
     if target is None:
-        raise Http404(f"{username!r} is not a member of {project.slug}")
+        raise ValidationError({"username": f"{username} is not a member of {isolated(project.name)}: an owner may "
+                                           "have removed them since this page was shown; nothing changed"})
     return target
 
 
@@ -125,8 +128,8 @@ def member_set_role(request: HttpRequest, slug: str) -> HttpResponse:
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         return _members_change_refused(request, project, form.errors)
-    target = _target_membership(project, form.cleaned_data["username"])
     try:
+        target = _target_membership(project, form.cleaned_data["username"])
         services.membership_set_role(membership=target, role=form.cleaned_data["role"])
     except ValidationError as error:
         return _members_change_refused(request, project, error.message_dict)
@@ -145,8 +148,8 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         raise PermissionDenied(f"only owners remove members of {project.slug}; you may leave it yourself")
     if not form.is_valid():
         return _members_change_refused(request, project, form.errors)
-    target = _target_membership(project, form.cleaned_data["username"])
     try:
+        target = _target_membership(project, form.cleaned_data["username"])
         services.membership_remove(membership=target)
     except ValidationError as error:
         return _members_change_refused(request, project, error.message_dict)

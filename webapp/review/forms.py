@@ -22,7 +22,15 @@ class CampaignSettingsForm(forms.Form):
                                           help_text="An item is complete once this many reviewers have answered it.")
     reviewers = forms.ModelMultipleChoiceField(
         queryset=None, widget=forms.CheckboxSelectMultiple, help_text="Project members and owners.",
-        error_messages={"required": "Tick at least one reviewer: the items wait in the queues of those ticked."})
+        error_messages={
+            "required": "Tick at least one reviewer: the items wait in the queues of those ticked.",
+            # Someone ticked from a page shown before another owner removed them or made them a viewer (or an
+            # administrator deactivated them). Not named: the id sent could be anyone's, and the list drawn
+            # again shows who may review now.
+            "invalid_choice": "A reviewer you ticked can no longer review: they left the project, were made a "
+                              "viewer or were deactivated since the page was shown. Tick the reviewers again from "
+                              "the list as it is now.",
+        })
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)

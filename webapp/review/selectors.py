@@ -16,7 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.db.models.lookups import GreaterThanOrEqual
+from django.db.models.lookups import GreaterThanOrEqual, LessThan
 from django.http import Http404
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
@@ -134,6 +134,23 @@ def too_few_reviewers(*, campaign: Campaign, reviewer_count: int) -> bool:
     them) than each of its items needs: no item can then be complete. The campaign page, its Settings
     and the campaign list say so."""
     return reviewer_count < campaign.required_reviews
+
+
+def items_out_of_reach(*, campaign: Campaign, reviewer_count: int) -> int:
+    """How many open items can never be complete although the campaign has reviewers enough: their answers
+    and the reviewers who have not yet answered or skipped them (``reviewer_count`` may review, as
+    ``reviewer_names`` counts them) fall short of ``required_reviews``, since a skip is never served again.
+    Only a skip leaves an item so (answers of reviewers who left still count), so only items with one are
+    read. 0 while ``too_few_reviewers`` holds: every item is then short, and that is said instead."""
+    if too_few_reviewers(campaign=campaign, reviewer_count=reviewer_count):
+        return 0
+    reviewers = _reviewers_who_may_review(campaign.project).filter(campaign=campaign).values("user_id")
+    seen_by_reviewers = (Review.objects.filter(item=OuterRef("pk"), reviewer__in=reviewers).order_by()
+                         .values("item").annotate(count=Count("pk")).values("count"))
+    reachable = F("review_count") + reviewer_count - Coalesce(Subquery(seen_by_reviewers), 0)
+    return (Item.objects.filter(campaign=campaign, status__in=(ItemStatus.PENDING, ItemStatus.IN_REVIEW))
+            .filter(Exists(Review.objects.filter(item=OuterRef("pk"), label=Label.SKIP)))
+            .filter(LessThan(reachable, campaign.required_reviews)).count())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,9 +350,10 @@ def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
 
 
 def possible_reviewers(*, project: Project):
-    """Users who may review a campaign of ``project``: its members and owners."""
+    """Users who may review a campaign of ``project``: its members and owners whose accounts are active (a
+    deactivated account cannot log in, so it would hold places it never fills)."""
     user_ids = Membership.objects.filter(project=project).exclude(role=Role.VIEWER).values("user_id")
-    return get_user_model().objects.filter(pk__in=user_ids).order_by("username")
+    return get_user_model().objects.filter(pk__in=user_ids, is_active=True).order_by("username")
 
 
 def default_required_reviews(*, project: Project) -> int:

@@ -146,6 +146,9 @@ def _check_reviewers(project: Project, reviewers: Iterable[AbstractBaseUser]) ->
         if role is None or role == Role.VIEWER:
             raise ValidationError({"reviewers": f"{user.get_username()} cannot review: reviewers must be members "
                                                 f"or owners of {project.slug}"})
+        if not user.is_active:
+            raise ValidationError({"reviewers": f"{user.get_username()} cannot review: their account is "
+                                                "deactivated"})
     return reviewers
 
 
@@ -327,8 +330,8 @@ def _version_pairs(version: DatasetVersion) -> Iterator[Pair]:
 @transaction.atomic
 def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: int,
                     reviewers: Iterable[AbstractBaseUser]) -> Campaign:
-    """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay;
-    item statuses follow the new number of reviews."""
+    """Change a campaign's guidelines, reviews per item and reviewers. Reviews already given stay (an
+    unticked reviewer's too); item statuses follow the new number of reviews."""
     _check_required(required_reviews)
     checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(campaign.project, reviewers)
@@ -339,6 +342,9 @@ def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: in
     campaign.save(update_fields=["guidelines", "required_reviews"])
     keep = {user.pk for user in reviewers}
     CampaignReviewer.objects.filter(campaign=campaign).exclude(user_id__in=keep).delete()
+    # An unticked reviewer can no longer answer the item they were shown: it goes back to the queue now,
+    # not when their lease runs out.
+    Lease.objects.filter(campaign=campaign).exclude(reviewer_id__in=keep).delete()
     present = set(CampaignReviewer.objects.filter(campaign=campaign).values_list("user_id", flat=True))
     CampaignReviewer.objects.bulk_create(
         CampaignReviewer(campaign=campaign, user=user) for user in reviewers if user.pk not in present)

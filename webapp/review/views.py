@@ -128,6 +128,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
                               if can_manage and campaign.status == CampaignStatus.GENERATING else None),
         "reviewers": reviewers,
         "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers)),
+        "out_of_reach": selectors.items_out_of_reach(campaign=campaign, reviewer_count=len(reviewers)),
         "is_reviewer": selectors.is_reviewer(campaign=campaign, user=request.user),
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
@@ -163,7 +164,8 @@ def campaign_settings(request: HttpRequest, slug: str, public_id: str) -> HttpRe
     return render(request, "review/settings.html",
                   {"project": project, "membership": membership, "campaign": campaign, "form": form,
                    "reviewers": reviewers,
-                   "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers))},
+                   "too_few_reviewers": selectors.too_few_reviewers(campaign=campaign, reviewer_count=len(reviewers)),
+                   "out_of_reach": selectors.items_out_of_reach(campaign=campaign, reviewer_count=len(reviewers))},
                   status=400 if request.method == "POST" else 200)
 
 

@@ -173,9 +173,19 @@ class TestMembers:
         assert "You lose access to <bdi>Project alpha</bdi>" in own_row
 
     def test_it_rejects_unknown_member(self, team, client_for):
+        """QA: a change posted for someone who is not a member answered the 404 page ("it belongs to a project
+        you are not a member of"), as if the owner had lost the project. Two owners with the page open: one
+        removes a member, the other then changes that member's role or removes them too (or presses Remove
+        twice). The members page now says who is not a member and that nothing changed."""
         client = client_for(team.owner)
-        assert client.post(self.url + "role/", {"username": "alpha-outsider", "role": "member"}).status_code == 404
-        assert client.post(self.url + "remove/", {"username": "nobody"}).status_code == 404
+        for action, data, username in (("role/", {"username": "alpha-outsider", "role": "member"}, "alpha-outsider"),
+                                        ("remove/", {"username": "nobody"}, "nobody")):
+            response = client.post(self.url + action, data, follow=True)
+            assert response.redirect_chain == [(self.url, 302)]
+            assert (f"{username} is not a member of {isolated('Project alpha')}: an owner may have removed them "
+                    "since this page was shown; nothing changed") in response.content.decode()
+            assert b'id="members"' in response.content
+        assert not Membership.objects.filter(project=team.project, user=team.outsider).exists()
         response = client.post(self.url + "role/", {"username": "alpha-viewer", "role": "<b>boss</b>"}, follow=True)
         assert response.redirect_chain == [(self.url, 302)]
         assert b"&lt;b&gt;boss&lt;/b&gt; is not one of the available choices" in response.content

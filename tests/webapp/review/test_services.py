@@ -517,6 +517,22 @@ def test_a_member_removed_from_the_project_leaves_its_campaigns_and_is_not_put_b
     assert timezone.now() < Lease.objects.get(item=held, reviewer=carol).until
 
 
+def test_a_reviewer_unticked_in_settings_gives_back_the_item_they_held(team, carol, preference_version):
+    """QA: unticking a reviewer in Settings left their lease: the item they were shown stayed held for up to
+    ten minutes by someone who could no longer answer it, and the reviewers left were told "held by another
+    reviewer" and to come back later. Unticked, they hold nothing (as when they leave the project)."""
+    one_row = make_ready_version(team.project, name="one", kind="preference", rows=PREFERENCE_ROWS[:1])
+    campaign = create_loaded(project=team.project, name="needs 1", guidelines="", required_reviews=1,
+                             reviewers=[team.teammate, carol], source_version=one_row, user=team.owner)
+    assert services.queue_next_item(campaign=campaign, user=carol).sequence == 1
+    assert services.queue_next_item(campaign=campaign, user=team.teammate) is None, "carol holds its only place"
+
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=1, reviewers=[team.teammate])
+    assert not Lease.objects.filter(campaign=campaign, reviewer=carol).exists()
+    assert selectors.items_held_by_others(campaign=campaign, user=team.teammate) is None
+    assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
+
+
 def test_only_conflicts_are_resolved(campaign, team):
     item = Item.objects.get(campaign=campaign, sequence=1)
     with pytest.raises(ValidationError, match="item 1 is pending, not in conflict"):

@@ -126,6 +126,30 @@ def test_it_rejects_a_campaign_without_reviewers(team, client_for, preference_ve
     assert b"Tick at least one reviewer: the items wait in the queues of those ticked." in response.content
 
 
+def test_a_reviewer_ticked_who_can_no_longer_review_is_refused_in_words(campaign, team, carol, client_for,
+                                                                       preference_version):
+    """QA: an owner ticked a member on the New campaign (or Settings) page while another owner made that member
+    a viewer or removed them: the page answered "Select a valid choice. 5 is not one of the available choices.",
+    an id the owner never sees. It now says what happened and what to do."""
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Membership, Role
+
+    project_services.membership_set_role(membership=Membership.objects.get(project=team.project, user=carol),
+                                         role=Role.VIEWER)
+    owner = client_for(team.owner)
+    for address, form in ((reverse("review:create", args=[team.project.slug]),
+                           {"name": "round 2", "source_version": preference_version.pk, "required_reviews": 1}),
+                          (url("settings", campaign), {"guidelines": "", "required_reviews": 1})):
+        response = owner.post(address, {**form, "reviewers": [team.teammate.pk, carol.pk]})
+        page = response.content.decode()
+        assert response.status_code == 400 and "is not one of the available choices" not in page
+        assert ("A reviewer you ticked can no longer review: they left the project, were made a viewer or were "
+                "deactivated since the page was shown. Tick the reviewers again from the list as it is now.") in page
+        assert "carol" not in page.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
+    assert not Campaign.objects.filter(name="round 2").exists()
+    assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate"}
+
+
 def test_a_new_campaign_asks_for_no_more_reviews_per_item_than_the_project_has_reviewers(team, client_for):
     """A project whose owner works alone got 2 reviews per item by default, and the new campaign opened
     saying that no item could ever be complete."""
@@ -592,3 +616,50 @@ def test_it_rejects_guidelines_past_the_cap(campaign, team, carol, client_for, p
         services.campaign_create(project=team.project, name="long", guidelines="x" * 20_001, required_reviews=1,
                                  reviewers=[carol], source_version=preference_version, user=team.owner)
     assert "guidelines" in refused.value.message_dict
+
+
+def test_the_campaign_page_says_which_items_skips_left_out_of_reach(campaign, team, carol, client_for):
+    """QA: with as many reviewers as each item needs, an item one of them skipped could never be complete (a
+    skip is never served again), yet the campaign page counted it as waiting for reviews, and every reviewer
+    was told "Nothing left for you to review": the campaign could not finish and nothing said why. The page
+    now counts such items and says what would let them complete."""
+    from tests.webapp.factories import make_user
+    from webapp.projects import services as project_services
+    from webapp.projects.models import Role
+
+    first, second = (Item.objects.get(campaign=campaign, sequence=number) for number in (1, 2))
+    answer(first, carol, "skip")
+    answer(first, team.teammate, "a")
+    answer(second, carol, "a")  # a skip that still leaves room for the reviews needed
+    page = client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert ("1 item can no longer be complete: it needs 2 reviews from different reviewers, and after the skips "
+            "too few reviewers are left to give them. Add reviewers or lower the reviews per item in "
+            f'<a href="{url("settings", campaign)}">Settings</a>.') in page
+    assert "an owner adds reviewers or lowers the reviews per item" in client_for(team.teammate).get(
+        url("detail", campaign)).content.decode()
+    assert "after the skips too few reviewers are left" in client_for(team.owner).get(
+        url("settings", campaign)).content.decode()
+
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    services.campaign_update(campaign=campaign, guidelines="", required_reviews=2, reviewers=[team.teammate, carol, dave])
+    assert "can no longer be complete" not in client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert services.queue_next_item(campaign=campaign, user=dave).sequence == 1
+
+
+def test_a_reviewer_whose_account_is_deactivated_no_longer_counts_as_one(campaign, team, carol, client_for):
+    """QA: an administrator deactivated the account of a reviewer who had left the team; they could no
+    longer log in, yet they still counted among the campaign's reviewers (so no page said that too few were
+    left to complete an item) and were still offered in Settings. A deactivated account reviews nothing."""
+    carol.is_active = False
+    carol.save(update_fields=["is_active"])
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    assert "<dt>Reviewers</dt><dd>alpha-teammate</dd>" in page
+    assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in page
+    settings = owner.get(url("settings", campaign)).content.decode()
+    assert "carol" not in settings.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
+    assert "carol" not in owner.get(reverse("review:create", args=[team.project.slug])).content.decode()
+    with pytest.raises(ValidationError, match="carol cannot review: their account is deactivated"):
+        services.campaign_update(campaign=campaign, guidelines="", required_reviews=1,
+                                 reviewers=[team.teammate, carol])
