@@ -124,6 +124,7 @@ def make_ready_version(project: Project, *, name: str = "chats", kind: str = "sf
     rows = rows if rows is not None else [{"prompt": f"q{i}", "completion": f"answer {i}"} for i in range(8)]
     dataset, _ = Dataset.objects.get_or_create(project=project, name=name, defaults={"kind": kind, "created_by": user})
     number = dataset.versions.count() + 1
+    Dataset.objects.filter(pk=dataset.pk).update(last_version_number=number)  # as the upload service keeps it
     version = DatasetVersion(dataset=dataset, number=number, original_filename=f"{name}.jsonl", format="jsonl",
                              size_bytes=0, status=VersionStatus.READY, row_count=len(rows), created_by=user)
     version.file_path = f"datasets/{dataset.public_id}/{version.public_id}.jsonl"

@@ -225,10 +225,13 @@ ROUTES: dict[str, Route] = {
     "datasets:upload": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "datasets:detail": Route(kwargs=_dataset, methods=READ),
     "datasets:version_upload": Route(kwargs=_dataset, methods={"GET": MEMBER, "POST": MEMBER}),
+    # a member deletes what they uploaded (the world's versions are the teammate's), an owner anything
+    "datasets:delete": Route(kwargs=_dataset, methods={"POST": MEMBER}),
     "datasets:version": Route(kwargs=_version, methods=READ),
     "datasets:download": Route(kwargs=_version, methods=READ),
     "datasets:requeue": Route(kwargs=_version, methods={"POST": MEMBER}),
     "datasets:tokens": Route(kwargs=_version, methods={"POST": MEMBER}),
+    "datasets:version_delete": Route(kwargs=_version, methods={"POST": MEMBER}),
 
     "runs:list": Route(kwargs=_project, methods=READ),
     "runs:new": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),

@@ -3,8 +3,9 @@
 A dataset is a named collection of uploads of one kind (``text``, ``sft``, ``preference``,
 ``prompts``; see ``jaxengine.data.formats``). Each upload is a new ``DatasetVersion``: the file
 is stored under ``settings.DATA_ROOT`` and checked by a ``default`` worker task. A version that
-passes becomes ``ready`` and never changes again (runs refer to it); one that fails keeps its
-errors but not its file, so nothing unchecked is ever usable.
+passes becomes ``ready`` and never changes again (runs refer to it) until someone deletes it, file
+and row (its number is not given again); one that fails keeps its errors but not its file, so
+nothing unchecked is ever usable.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class Dataset(NameKeyModel):
     kind = models.CharField(max_length=20, choices=KIND_CHOICES)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The highest version number given so far: numbers are never given twice, so a deleted "v3" that a
+    # run's history or a teammate's note names is never another file.
+    last_version_number = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["name"]

@@ -16,7 +16,7 @@ from django.http import Http404
 from jaxengine.data import formats
 from webapp.core.name_case import name_key
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 
 PREVIEW_PAGE_SIZE = 20
 # Texts longer than this are folded in the preview, showing the first FOLD_HEAD characters.
@@ -75,6 +75,54 @@ def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
     if version is None:
         raise Http404(f"{dataset.name} has no version {number}")
     return version
+
+
+def may_delete_version(*, membership: Membership, version: DatasetVersion) -> bool:
+    """An owner may delete any version; a member only one they uploaded themselves (a mistaken upload);
+    a viewer none."""
+    return membership.can(Role.OWNER) or (membership.can(Role.MEMBER) and version.created_by_id == membership.user_id)
+
+
+def may_delete_dataset(*, membership: Membership, dataset: Dataset, versions: list[DatasetVersion]) -> bool:
+    """An owner may delete any dataset; a member one they made whose every version they uploaded."""
+    return membership.can(Role.OWNER) or (
+        membership.can(Role.MEMBER) and dataset.created_by_id == membership.user_id
+        and all(may_delete_version(membership=membership, version=version) for version in versions))
+
+
+def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
+    """What still reads one of ``versions`` (the work a deletion would break), one sentence each: runs
+    queued or training on it, review campaigns loading their items from it or generating answers to its
+    prompts, running pipelines whose stages name it, and serving copies being written against it."""
+    # Imported here: these apps' models import this one's.
+    from webapp.review.models import Campaign, CampaignStatus
+    from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopy, ServingCopyStatus
+
+    if not versions:
+        return []
+    by_pk = {version.pk: version for version in versions}
+    public_ids = {version.public_id: version for version in versions}
+    readers = []
+    for run in Run.objects.filter(dataset_versions__in=versions, status__in=ACTIVE_STATUSES).distinct():
+        readers.append(f"run {run.name} ({run.public_id}) is {run.status} with it; cancel it or wait for it to finish")
+    for campaign in Campaign.objects.filter(source_version__in=versions, status=CampaignStatus.LOADING):
+        readers.append(f"review campaign {campaign.name} is loading its items from {by_pk[campaign.source_version_id]}; "
+                       "wait until it is ready")
+    project = versions[0].dataset.project_id
+    for campaign in Campaign.objects.filter(project=project, status=CampaignStatus.GENERATING):
+        version = public_ids.get(((campaign.generation or {}).get("prompts") or {}).get("version"))
+        if version is not None:
+            readers.append(f"review campaign {campaign.name} is generating answers to the prompts of {version}; "
+                           "wait until it is ready")
+    for pipeline in Pipeline.objects.filter(project=project, status=PipelineStatus.RUNNING):
+        named = [version for public_id, version in public_ids.items() if public_id in json.dumps(pipeline.stages)]
+        if named:
+            readers.append(f"pipeline {pipeline.name} is running, and its stages name {named[0]}; cancel it or wait "
+                           "for it to finish")
+    for copy in ServingCopy.objects.filter(eval_version__in=versions, status=ServingCopyStatus.WRITING):
+        readers.append(f"a serving copy is being written that measures itself on {by_pk[copy.eval_version_id]}; "
+                       "wait until it is ready")
+    return readers
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,15 +6,17 @@ failed version keeps no file.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -24,7 +26,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.text import checked_json, checked_name, checked_text
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
-from webapp.datasets.selectors import dataset_named
+from webapp.datasets.selectors import dataset_named, version_readers
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
 
@@ -89,6 +91,21 @@ def _name_taken(project: Project, name: str) -> str:
             "same name); upload a new version of it instead")
 
 
+def next_version_number(*, dataset: Dataset) -> int:
+    """The number the next upload to ``dataset`` gets (numbers of deleted versions are not given again)."""
+    highest = dataset.versions.aggregate(highest=Max("number"))["highest"] or 0
+    return max(dataset.last_version_number, highest) + 1
+
+
+def _take_version_number(dataset: Dataset) -> int:
+    """The next version number of ``dataset``, taken under its row's lock so that two uploads at once get
+    different ones."""
+    dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+    number = next_version_number(dataset=dataset)
+    Dataset.objects.filter(pk=dataset.pk).update(last_version_number=number)
+    return number
+
+
 @transaction.atomic
 def dataset_version_create(
     *,
@@ -120,9 +137,7 @@ def dataset_version_create(
         raise ValidationError({"file": empty_upload_message(upload.name or "the file")})
     if upload.size is not None and upload.size > settings.TEMPER_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": f"the file is over the {settings.TEMPER_MAX_UPLOAD_BYTES} byte upload limit"})
-    # Lock the dataset row so that two uploads at once get different numbers.
-    Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
-    number = (dataset.versions.aggregate(highest=Max("number"))["highest"] or 0) + 1
+    number = _take_version_number(dataset)
     version = DatasetVersion(
         dataset=dataset,
         number=number,
@@ -171,18 +186,22 @@ def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
     return version
 
 
-def dataset_version_validate(*, version_id: int) -> DatasetVersion:
+def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     """Check a stored version against its kind (the ``default`` worker runs this).
 
     Afterwards the version is ``ready`` with its row count and statistics, or ``failed`` with
     its first errors and their total, its file deleted. Running it again on a settled version
-    changes nothing, so a redelivered task is harmless.
+    changes nothing, so a redelivered task is harmless. None when the version was deleted before or
+    while it was checked.
     """
-    version = DatasetVersion.objects.select_related("dataset").get(pk=version_id)
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    if version is None:  # deleted before a worker took it
+        return None
     if version.is_settled:
         return version
+    if not DatasetVersion.objects.filter(pk=version.pk).update(status=VersionStatus.VALIDATING):
+        return None
     version.status = VersionStatus.VALIDATING
-    version.save(update_fields=["status"])
     mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
     try:
         report = formats.validate_file(
@@ -202,7 +221,8 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion:
     version.status = VersionStatus.READY if report.ok else VersionStatus.FAILED
     if not report.ok:
         version.absolute_path.unlink(missing_ok=True)
-    version.save(update_fields=["row_count", "error_count", "errors", "statistics", "validated_at", "status"])
+    if not _save_unless_deleted(version, ["row_count", "error_count", "errors", "statistics", "validated_at", "status"]):
+        return None
     logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
                 report.row_count, report.error_count)
     return version
@@ -221,7 +241,7 @@ def token_statistics_request(*, version: DatasetVersion, base_model: BaseModel) 
     return version
 
 
-def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetVersion:
+def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetVersion | None:
     """Token lengths per field of the first ``TOKEN_STATISTICS_MAX_ROWS`` rows (worker side).
 
     Strings are encoded as they are; chats are rendered with the model's chat template first, as
@@ -231,8 +251,10 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     from jaxengine.chat_template import ChatTemplateError
     from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
-    version = DatasetVersion.objects.select_related("dataset").get(pk=version_id)
-    base_model = BaseModel.objects.get(pk=base_model_id)
+    version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
+    base_model = BaseModel.objects.filter(pk=base_model_id).first()
+    if version is None or base_model is None:  # deleted since the count was asked for
+        return None
     result: dict[str, Any] = {"base_model": base_model.name, "tokenizer": base_model.tokenizer_type}
     try:
         tokenizer = load_tokenizer(base_model.path)
@@ -266,5 +288,54 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
             fields={name: formats.summarize_lengths(counter) for name, counter in sorted(lengths.items())},
         )
     version.token_statistics = result
-    version.save(update_fields=["token_statistics"])
-    return version
+    return version if _save_unless_deleted(version, ["token_statistics"]) else None
+
+
+def _save_unless_deleted(version: DatasetVersion, fields: list[str]) -> bool:
+    """Save a worker's result on ``version``; False (nothing saved) when a person deleted the version while
+    the worker read it (``save(update_fields=...)`` raises when no row is left to update)."""
+    if not DatasetVersion.objects.filter(pk=version.pk).exists():
+        logger.info("dataset version %s was deleted while a worker read it; its result is dropped", version.public_id)
+        return False
+    try:
+        version.save(update_fields=fields)
+    except DatabaseError:  # deleted between the two statements
+        return False
+    return True
+
+
+@transaction.atomic
+def dataset_version_delete(*, version: DatasetVersion) -> None:
+    """Delete ``version`` and, once committed, its file. Refused (``ValidationError`` on ``delete``) while
+    work still reads it. Runs trained on it keep their history and name it as deleted
+    (``Run.deleted_references``); review campaigns and exports keep their copies of its rows."""
+    version = DatasetVersion.objects.select_for_update().select_related("dataset").get(pk=version.pk)
+    if problems := version_readers(versions=[version]):
+        raise ValidationError({"delete": problems})
+    path = version.absolute_path
+    version.delete()
+    transaction.on_commit(lambda: path.unlink(missing_ok=True))
+    logger.info("dataset version %s (%s) deleted", version.public_id, version)
+
+
+@transaction.atomic
+def dataset_delete(*, dataset: Dataset) -> None:
+    """Delete ``dataset`` with every version and, once committed, their files; refused as
+    ``dataset_version_delete`` is while work still reads one of them. Its name is free again."""
+    dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+    versions = list(DatasetVersion.objects.select_for_update().select_related("dataset").filter(dataset=dataset))
+    if problems := version_readers(versions=versions):
+        raise ValidationError({"delete": problems})
+    paths = [version.absolute_path for version in versions]
+    dataset.delete()
+    transaction.on_commit(lambda: _remove_files(paths))
+    logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(paths))
+
+
+def _remove_files(paths: list[Path]) -> None:
+    """Remove a deleted dataset's files, then the folders they leave empty (``datasets/<ds id>/``)."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+    for folder in {path.parent for path in paths}:
+        with contextlib.suppress(OSError):  # not empty: something else was put there
+            folder.rmdir()

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
@@ -152,6 +152,7 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
 def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
     dataset = selectors.dataset_get(project=project, public_id=public_id)
+    versions = list(selectors.version_list(dataset=dataset))
     return render(
         request,
         "datasets/detail.html",
@@ -159,8 +160,11 @@ def dataset_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
             "project": project,
             "membership": membership,
             "dataset": dataset,
-            "versions": selectors.version_list(dataset=dataset),
+            "versions": versions,
+            # numbers count on past deleted versions: never one a run's history names
+            "next_number": services.next_version_number(dataset=dataset),
             "can_upload": membership.can(Role.MEMBER),
+            "can_delete": selectors.may_delete_dataset(membership=membership, dataset=dataset, versions=versions),
         },
     )
 
@@ -177,6 +181,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
         "dataset": dataset,
         "version": version,
         "can_upload": membership.can(Role.MEMBER),
+        "can_delete": selectors.may_delete_version(membership=membership, version=version),
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
     }
     if version.status == VersionStatus.READY:
@@ -231,6 +236,53 @@ def version_requeue(request: HttpRequest, slug: str, public_id: str, number: int
     except ValidationError as error:
         for text in error.messages:
             messages.error(request, text)
+    return redirect(page)
+
+
+@login_required
+@require_POST
+def version_delete(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+
+    def delete() -> str:  # looked up here: a second click finds the version gone and lands where the first did
+        dataset = selectors.dataset_get(project=project, public_id=public_id)
+        version = selectors.version_get(dataset=dataset, number=number)
+        if not selectors.may_delete_version(membership=membership, version=version):
+            raise PermissionDenied("only an owner, or the member who uploaded it, may delete a dataset version")
+        services.dataset_version_delete(version=version)
+        messages.success(request, f"Deleted {isolated(str(version))} and its file.")
+        return reverse("datasets:detail", args=[project.slug, dataset.public_id])
+
+    return _deleted_or_refused(request, delete,
+                               page=reverse("datasets:version", args=[project.slug, public_id, number]))
+
+
+@login_required
+@require_POST
+def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+
+    def delete() -> str:
+        dataset = selectors.dataset_get(project=project, public_id=public_id)
+        versions = list(selectors.version_list(dataset=dataset))
+        if not selectors.may_delete_dataset(membership=membership, dataset=dataset, versions=versions):
+            raise PermissionDenied("only an owner, or the member who made it and uploaded each of its versions, "
+                                   "may delete a dataset")
+        services.dataset_delete(dataset=dataset)
+        messages.success(request, f"Deleted the dataset {isolated(dataset.name)} with its {len(versions)} "
+                                  f"version{'s' if len(versions) != 1 else ''} and their files.")
+        return reverse("datasets:list", args=[project.slug])
+
+    return _deleted_or_refused(request, delete, page=reverse("datasets:detail", args=[project.slug, public_id]))
+
+
+def _deleted_or_refused(request: HttpRequest, delete, *, page: str) -> HttpResponse:
+    """``delete()`` once per form (a second click lands where the first did), or back to ``page`` saying
+    what still reads the data."""
+    try:
+        return redirect(form_send_once(request, create=delete))
+    except ValidationError as error:
+        messages.error(request, "Nothing was deleted: " + "; ".join(error.messages) + ".")
     return redirect(page)
 
 
