@@ -19,6 +19,8 @@ SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "stri
 RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
 DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
            "description": "Dataset id (ds_…)."}
+VERSION_NUMBER = {"name": "number", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1},
+                  "description": "Version number (1, 2, ...)."}
 BASE_MODEL = {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "Base model id (bm_…)."}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
@@ -46,8 +48,9 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
                query: list | None = None, response: str = "JSON") -> dict[str, Any]:
+    answer = {"description": response} if status == "204" else _json(response)  # a 204 has no body
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
-                                 "responses": {status: _json(response), **ERRORS,
+                                 "responses": {status: answer, **ERRORS,
                                                **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
     if body is not None:
         operation["requestBody"] = _body(body)
@@ -89,7 +92,18 @@ def build_document() -> dict[str, Any]:
             "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201"),
                      "requestBody": upload},
         },
-        f"{base}/datasets/{{dataset_id}}/": {"get": _operation("A dataset and its versions", [SLUG, DATASET])},
+        f"{base}/datasets/{{dataset_id}}/": {
+            "get": _operation("A dataset and its versions", [SLUG, DATASET]),
+            "delete": _operation("Delete a dataset, every version and their files (an owner, or the member who made "
+                                 "it and uploaded each version; 400 while work still reads one)", [SLUG, DATASET],
+                                 status="204", response="Nothing: deleted"),
+        },
+        f"{base}/datasets/{{dataset_id}}/versions/{{number}}/": {
+            "get": _operation("A dataset version", [SLUG, DATASET, VERSION_NUMBER]),
+            "delete": _operation("Delete a dataset version and its file (an owner, or the member who uploaded it; its "
+                                 "number is not given again; 400 while work still reads it)",
+                                 [SLUG, DATASET, VERSION_NUMBER], status="204", response="Nothing: deleted"),
+        },
         f"{base}/runs/": {
             "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
                                                           _enum("status", "status (another value: 400)",

@@ -244,11 +244,39 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     return _created({"dataset": _dataset_json(version.dataset), "version": _version_json(version)}, sent)
 
 
-@api_view(("GET",))
-def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> JsonResponse:
-    project, _membership = get_project_for_user(request.user, slug)
+@api_view(("GET", "DELETE"))
+def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> HttpResponse:
+    """GET: a dataset and its versions. DELETE: the dataset with every version and their files (an owner, or
+    the member who made it and uploaded each version; a 400 naming the work that still reads one)."""
+    if request.method == "GET":
+        project, _membership = get_project_for_user(request.user, slug)
+        return JsonResponse(_dataset_json(dataset_selectors.dataset_get(project=project, public_id=dataset_id),
+                                          versions=True))
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
-    return JsonResponse(_dataset_json(dataset, versions=True))
+    if not dataset_selectors.may_delete_dataset(membership=membership, dataset=dataset,
+                                                versions=list(dataset_selectors.version_list(dataset=dataset))):
+        raise PermissionDenied("only an owner, or the member who made it and uploaded each of its versions, may "
+                               "delete a dataset")
+    dataset_services.dataset_delete(dataset=dataset)
+    return HttpResponse(status=204)
+
+
+@api_view(("GET", "DELETE"))
+def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: int) -> HttpResponse:
+    """GET: one version of a dataset. DELETE: the version and its file (an owner, or the member who uploaded
+    it; its number is not given again; a 400 naming the work that still reads it)."""
+    project, membership = get_project_for_user(request.user, slug,
+                                               min_role=Role.VIEWER if request.method == "GET" else Role.MEMBER)
+    dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    version = dataset_selectors.version_get(dataset=dataset, number=number)
+    if request.method == "GET":
+        campaign = review_selectors.export_campaigns(project=project, versions=[version]).get(version.pk)
+        return JsonResponse(_version_json(version, review_campaign=campaign))
+    if not dataset_selectors.may_delete_version(membership=membership, version=version):
+        raise PermissionDenied("only an owner, or the member who uploaded it, may delete a dataset version")
+    dataset_services.dataset_version_delete(version=version)
+    return HttpResponse(status=204)
 
 
 @api_view(("GET", "POST"))

@@ -170,3 +170,39 @@ def test_a_worker_meeting_a_version_deleted_under_it_drops_its_result(team, sent
     assert services.dataset_version_validate(version_id=waiting.pk) is None
     assert services.dataset_version_validate(version_id=waiting.pk) is None  # a redelivery after the deletion
     assert not DatasetVersion.objects.filter(status=VersionStatus.READY, pk=waiting.pk).exists()
+
+
+def test_the_api_deletes_a_version_and_a_dataset(team, catalog, sent_tasks, django_capture_on_commit_callbacks):  # noqa: F811
+    """DELETE through the REST API, with the pages' rules: 403 for a viewer's token, a 400 naming a run that
+    still trains on it, 204 once nothing does; the version's address answers GET until then."""
+    import json
+
+    from django.test import Client
+
+    from webapp.api.services import token_create
+
+    def api(user):
+        _token, secret = token_create(user=user, name="script")
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+        def call(method, path):
+            with django_capture_on_commit_callbacks(execute=True):
+                response = getattr(client, method)(f"/api/v1/projects/alpha/{path}")
+            return response.status_code, json.loads(response.content or b"null")
+        return call
+
+    version = catalog.sft
+    path = f"datasets/{version.dataset.public_id}/versions/{version.number}/"
+    owner = api(team.owner)
+    status, body = owner("get", path)
+    assert status == 200 and body["id"] == version.public_id and body["status"] == "ready"
+    assert api(team.viewer)("delete", path)[0] == 403
+    run = run_services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="busy")
+    assert owner("delete", path) == (400, {"errors": {"delete": [
+        f"run busy ({run.public_id}) is queued with it; cancel it or wait for it to finish"]}})
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    assert owner("delete", path) == (204, None)
+    assert owner("get", path)[0] == 404 and not version.absolute_path.exists()
+    pairs = catalog.preference.dataset
+    assert owner("delete", f"datasets/{pairs.public_id}/") == (204, None)
+    assert not Dataset.objects.filter(pk=pairs.pk).exists()
