@@ -252,6 +252,7 @@ ROUTES: dict[str, Route] = {
     "runs:cancel": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:resume": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:retry": Route(kwargs=_run, methods={"POST": MEMBER}),
+    "runs:delete": Route(kwargs=_run, methods={"POST": MEMBER}),  # the world's run is the teammate's
     "runs:edit": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:export_checkpoint": Route(kwargs=_run, methods={"POST": MEMBER}),
     "runs:checkpoint_serving_copy": Route(kwargs=_run, methods={"POST": MEMBER}),
@@ -301,7 +302,7 @@ ROUTES: dict[str, Route] = {
                                                                             "number": world.sft.number},
                                  methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:runs": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
-    "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
+    "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:run_cancel": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_resume": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_finish": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),

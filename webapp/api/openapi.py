@@ -126,7 +126,12 @@ def build_document() -> dict[str, Any]:
                                status="201", response="the run; for a sweep `{\"sweep\": tag, \"runs\": [...]}`, "
                                                       "in the order they were queued"),
         },
-        f"{base}/runs/{{run_id}}/": {"get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN])},
+        f"{base}/runs/{{run_id}}/": {
+            "get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN]),
+            "delete": _operation("Delete a finished run and its files (an owner, or the member who launched it; 400 "
+                                 "while it or work on its model still runs)", [SLUG, RUN], status="204",
+                                 response="Nothing: deleted"),
+        },
         f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN])},
         f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
                                                                [SLUG, RUN], body=schemas.RunResume)},

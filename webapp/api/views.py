@@ -314,10 +314,17 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
     return _created(_run_json(run, detail=True), sent)
 
 
-@api_view(("GET",))
-def run_detail(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
-    return JsonResponse(_run_json(run, detail=True))
+@api_view(("GET", "DELETE"))
+def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """GET: a run. DELETE: the run and its files (an owner, or the member who launched it; a 400 naming what
+    still needs it, the run itself while it is queued or running)."""
+    _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method == "DELETE")
+    if request.method == "GET":
+        return JsonResponse(_run_json(run, detail=True))
+    if not run_selectors.may_delete_run(membership=membership, run=run):
+        raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+    run_services.run_delete(run=run)
+    return HttpResponse(status=204)
 
 
 @api_view(("POST",))

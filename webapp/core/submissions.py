@@ -148,6 +148,17 @@ def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
     return sent.result
 
 
+def deleted_once_or_refused(request: HttpRequest, *, delete: Callable[[], str], back: str) -> str:
+    """Where a deletion form goes: ``delete()``'s page (it looks its object up itself, so that a second
+    click, finding it gone, lands where the first did: ``form_send_once``), or ``back`` with an error
+    saying what still needs the object and that nothing was deleted (its ``ValidationError``)."""
+    try:
+        return form_send_once(request, create=delete)
+    except ValidationError as error:
+        messages.error(request, "Nothing was deleted: " + "; ".join(error.messages) + ".")
+    return back
+
+
 def form_send_once_secret(request: HttpRequest, *, create: Callable[[], tuple[str, str]]) -> tuple[str, str]:
     """``form_send_once`` for a form that makes a secret shown once (a new API token): ``create``
     makes it and returns ``(id, secret)``, and only the id is kept. Returns ``(id, secret)`` for the

@@ -25,7 +25,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.streaming import file_download
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
@@ -253,8 +253,8 @@ def version_delete(request: HttpRequest, slug: str, public_id: str, number: int)
         messages.success(request, f"Deleted {isolated(str(version))} and its file.")
         return reverse("datasets:detail", args=[project.slug, dataset.public_id])
 
-    return _deleted_or_refused(request, delete,
-                               page=reverse("datasets:version", args=[project.slug, public_id, number]))
+    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse(
+        "datasets:version", args=[project.slug, public_id, number])))
 
 
 @login_required
@@ -273,17 +273,8 @@ def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
                                   f"version{'s' if len(versions) != 1 else ''} and their files.")
         return reverse("datasets:list", args=[project.slug])
 
-    return _deleted_or_refused(request, delete, page=reverse("datasets:detail", args=[project.slug, public_id]))
-
-
-def _deleted_or_refused(request: HttpRequest, delete, *, page: str) -> HttpResponse:
-    """``delete()`` once per form (a second click lands where the first did), or back to ``page`` saying
-    what still reads the data."""
-    try:
-        return redirect(form_send_once(request, create=delete))
-    except ValidationError as error:
-        messages.error(request, "Nothing was deleted: " + "; ".join(error.messages) + ".")
-    return redirect(page)
+    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse(
+        "datasets:detail", args=[project.slug, public_id])))
 
 
 @login_required

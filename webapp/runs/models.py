@@ -131,12 +131,14 @@ class Run(models.Model):
         return named + [("", version) for public_id, version in by_id.items() if public_id in unnamed]
 
     def deleted_references(self) -> list[tuple[str, str]]:
-        """``(use, id)`` for what the spec names that is gone (deleted in the admin since): ``("model",
-        "bm_…")`` when its base model is, ``("train" | "eval", "dv_…")`` for dataset versions. The history
-        says so instead of dropping the line. Reads ``dataset_versions.all()`` (prefetched in the table)."""
+        """``(use, id)`` for what the spec names that is gone (deleted since): ``("model", "bm_…")`` when its
+        base model is, ``("model", "run_…")`` when the run it started from is, ``("train" | "eval", "dv_…")``
+        for dataset versions. The history says so instead of dropping the line. Reads
+        ``dataset_versions.all()`` (prefetched in the table)."""
         gone = []
         model = self.spec.get("model") if isinstance(self.spec, dict) else None
-        if isinstance(model, str) and model.startswith("bm_") and self.base_model_id is None:
+        if isinstance(model, str) and ((model.startswith("bm_") and self.base_model_id is None)
+                                       or (model.startswith("run_") and self.source_run_id is None)):
             gone.append(("model", model))
         present = {version.public_id for version in self.dataset_versions.all()}
         data = self.data_spec

@@ -19,9 +19,10 @@ from django.db.models.functions import Cast
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
-from webapp.runs.models import Artifact, ArtifactKind, LogLevel, MetricPoint, Pipeline, Run, RunLogLine, RunStatus, Sample
+from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
+                                Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
 from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
@@ -566,6 +567,38 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "artifacts": list(run.artifacts.all()),
         "derived_runs": list(run.derived_runs.order_by("created_at")),
     }
+
+
+def may_delete_run(*, membership: Membership, run: Run) -> bool:
+    """An owner may delete any run; a member one they launched (or opened, for an external run); a viewer none."""
+    return membership.can(Role.OWNER) or (membership.can(Role.MEMBER) and run.created_by_id == membership.user_id)
+
+
+def run_readers(*, run: Run) -> list[str]:
+    """What still needs ``run`` or its files (the work a deletion would break), one sentence each: the run
+    itself while queued or running, runs queued or training from its model, a running pipeline it is a stage
+    of, its serving copies and checkpoint exports being written, review campaigns generating with its model."""
+    from webapp.review.models import Campaign, CampaignStatus
+
+    readers = []
+    if run.is_active:
+        readers.append(f"it is {run.status}; cancel it and wait for it to stop")
+    for derived in Run.objects.filter(source_run=run, status__in=ACTIVE_STATUSES).order_by("created_at"):
+        readers.append(f"run {derived.name} ({derived.public_id}) is {derived.status} from its model; cancel it or "
+                       "wait for it to finish")
+    if run.pipeline_id is not None and run.pipeline.status == PipelineStatus.RUNNING:
+        readers.append(f"pipeline {run.pipeline.name} is running with it as a stage; cancel the pipeline or wait "
+                       "for it to finish")
+    if run.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
+        readers.append("a serving copy of its model is being written; wait until it is ready")
+    if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
+        readers.append("a checkpoint of it is being exported; wait until it is done")
+    for campaign in Campaign.objects.filter(project=run.project_id, status=CampaignStatus.GENERATING):
+        refs = [((campaign.generation or {}).get(side) or {}).get("ref") or "" for side in ("model_a", "model_b")]
+        if any(ref.split(":")[0] == run.public_id for ref in refs):  # the run's model, or a checkpoint's
+            readers.append(f"review campaign {campaign.name} is generating answers with its model; wait until it is "
+                           "ready")
+    return readers
 
 
 def flatten_spec(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -21,6 +21,7 @@ import json
 import logging
 import re
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -943,6 +944,24 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
 def run_set_archived(*, runs: list[Run], archived: bool) -> int:
     """Archive (hide from the default table) or restore runs; returns how many changed."""
     return Run.objects.filter(pk__in=[run.pk for run in runs]).update(archived=archived)
+
+
+@transaction.atomic
+def run_delete(*, run: Run) -> None:
+    """Delete ``run`` — its metrics, samples, logs, checkpoints, exports and serving copies — and, once
+    committed, its directory. Refused (``ValidationError`` on ``delete``) while anything still needs it
+    (``selectors.run_readers``). Runs started from its model keep their history and name it as deleted
+    (``Run.deleted_references``); chat conversations, arena votes and review items keep their texts."""
+    from webapp.runs.selectors import run_readers  # selectors import this module
+
+    run = Run.objects.select_for_update().select_related("pipeline").get(pk=run.pk)
+    if problems := run_readers(run=run):
+        raise ValidationError({"delete": problems})
+    directory = run_output_dir(run.public_id)
+    public_id, name = run.public_id, run.name
+    run.delete()
+    transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+    logger.info("run %s (%s) deleted", public_id, name)
 
 
 def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:

@@ -20,6 +20,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/<str:run_id>/cancel/", views.run_cancel, name="cancel"),
     path("p/<slug:slug>/runs/<str:run_id>/resume/", views.run_resume, name="resume"),
     path("p/<slug:slug>/runs/<str:run_id>/retry/", views.run_retry, name="retry"),
+    path("p/<slug:slug>/runs/<str:run_id>/delete/", views.run_delete, name="delete"),
     path("p/<slug:slug>/runs/<str:run_id>/edit/", views.run_edit, name="edit"),
     path("p/<slug:slug>/runs/<str:run_id>/export/", views.run_export_checkpoint, name="export_checkpoint"),
     path("p/<slug:slug>/runs/<str:run_id>/checkpoints/", views.run_checkpoints, name="checkpoints"),

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
@@ -26,7 +26,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
@@ -397,6 +397,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     open with what was typed, after a refused edit."""
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
+        "can_delete": selectors.may_delete_run(membership=membership, run=run),
         "edit": edit or {**services.shown_details(run), "errors": {}},
         # What the edit form shows now, sent back with it (services.run_update_details' ``seen``).
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
@@ -540,6 +541,23 @@ def _action(request, slug, run_id, action) -> HttpResponse:
         for text in error.messages:
             messages.error(request, text)
         return redirect("runs:detail", project.slug, run.public_id)
+
+
+@login_required
+@require_POST
+def run_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+
+    def delete() -> str:  # looked up here: a second click finds the run gone and lands where the first did
+        _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
+        if not selectors.may_delete_run(membership=membership, run=run):
+            raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+        services.run_delete(run=run)
+        messages.success(request, f"Deleted the run {isolated(run.name)} ({run.public_id}) and its files.")
+        return reverse("runs:list", args=[project.slug])
+
+    return redirect(deleted_once_or_refused(request, delete=delete,
+                                            back=reverse("runs:detail", args=[project.slug, run_id])))
 
 
 @login_required

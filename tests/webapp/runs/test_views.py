@@ -1237,11 +1237,11 @@ def test_a_deleted_base_model_or_dataset_is_named_in_the_runs_history(team, run,
     catalog.sft.dataset.delete()
     catalog.base_model.delete()
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert f"Base model <code>{catalog.base_model.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
+    assert f"Starting model <code>{catalog.base_model.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
     assert f"Training data <code>{catalog.sft.public_id}</code> <span class=\"muted\">(deleted since)</span>" in page
     table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
     row = table.split(f'data-run="{run.public_id}"')[1].split("</tr>")[0]
-    assert "deleted base model" in row and "deleted data" in row
+    assert "deleted starting model" in row and "deleted data" in row
     # Duplicate says which of its fields came up empty, and why.
     form = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     assert "Some of what the run used is gone" in form

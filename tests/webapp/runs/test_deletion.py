@@ -1,0 +1,111 @@
+"""Deleting a run: who may, what still needing it refuses it, its directory, and what the runs started
+from it keep."""
+import json
+
+from django.test import Client
+
+from tests.webapp.factories import form_token
+from tests.webapp.runs.conftest import sft_spec
+from webapp.api.services import token_create
+from webapp.core.bidi import isolated
+from webapp.runs import services
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, ServingCopy, ServingCopyStatus
+
+
+def url(run, suffix=""):
+    return f"/p/alpha/runs/{run.public_id}/{suffix}"
+
+
+def finished_run(team, catalog, *, user, name="done", **spec_overrides):
+    """A run that succeeded, with its exported model in its directory (what starts other runs)."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, **spec_overrides), user=user, name=name)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    export = services.run_output_dir(run.public_id) / "export"
+    export.mkdir(parents=True)
+    (export / "config.json").write_text("{}")
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    run.refresh_from_db()
+    return run
+
+
+def delete_from_page(client, run, capture):
+    page = client.get(url(run)).content.decode()
+    with capture(execute=True):
+        return client.post(url(run, "delete/"), {"submission_token": form_token(page, after=url(run, "delete/"))})
+
+
+def test_a_run_is_deleted_with_its_files_and_the_runs_from_it_name_it_as_deleted(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    parent = finished_run(team, catalog, user=team.teammate, name="parent")
+    directory = services.run_output_dir(parent.public_id)
+    (directory / "checkpoints" / "10").mkdir(parents=True)
+    (directory / "checkpoints" / "10" / "state").write_bytes(b"weights")
+    MetricPoint.objects.create(run=parent, step=1, name="loss", value=2.0, wall_time=1.0)
+    child = finished_run(team, catalog, user=team.teammate, name="child", model=parent.public_id)
+    assert child.source_run == parent
+    client = client_for(team.teammate)
+    response = delete_from_page(client, parent, django_capture_on_commit_callbacks)
+    assert response.status_code == 302 and response["Location"] == "/p/alpha/runs/"
+    assert f"Deleted the run {isolated('parent')} ({parent.public_id}) and its files." in client.get(
+        "/p/alpha/runs/").content.decode()
+    assert not Run.objects.filter(pk=parent.pk).exists() and not MetricPoint.objects.exists()
+    assert not directory.exists()
+    child.refresh_from_db()
+    assert child.deleted_references() == [("model", parent.public_id)]
+    assert (f"Starting model <code>{parent.public_id}</code> <span class=\"muted\">(deleted since)</span>"
+            in client.get(url(child)).content.decode())
+    assert client.get(url(parent)).status_code == 404
+
+
+def test_who_may_delete_a_run(team, catalog, client_for, sent_tasks):
+    """An owner any run; a member the runs they launched; a viewer none; an outsider gets 404."""
+    owners = finished_run(team, catalog, user=team.owner, name="owners")
+    teammate = client_for(team.teammate)
+    assert 'id="delete-confirm"' not in teammate.get(url(owners)).content.decode()
+    assert teammate.post(url(owners, "delete/")).status_code == 403
+    assert client_for(team.viewer).post(url(owners, "delete/")).status_code == 403
+    assert client_for(team.outsider).post(url(owners, "delete/")).status_code == 404
+    assert 'id="delete-confirm"' in client_for(team.owner).get(url(owners)).content.decode()
+    assert Run.objects.filter(pk=owners.pk).exists()
+
+
+def test_what_still_needs_a_run_refuses_its_deletion(team, catalog, client_for, sent_tasks,
+                                                     django_capture_on_commit_callbacks):
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="busy")
+    client = client_for(team.owner)
+    assert 'id="delete-confirm"' not in client.get(url(run)).content.decode()  # not offered while it runs
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url(run, "delete/"))
+    assert response["Location"] == url(run)
+    assert "Nothing was deleted: it is queued; cancel it and wait for it to stop." in client.get(
+        url(run)).content.decode()
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    export = services.run_output_dir(run.public_id) / "export"
+    export.mkdir(parents=True)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    child = services.run_create(project=team.project, spec=sft_spec(catalog, model=run.public_id), user=team.owner,
+                                name="from it")
+    ServingCopy.objects.create(project=team.project, run=run, status=ServingCopyStatus.WRITING)
+    response = delete_from_page(client, run, django_capture_on_commit_callbacks)
+    page = client.get(response["Location"]).content.decode()
+    assert (f"Nothing was deleted: run from it ({child.public_id}) is queued from its model; cancel it or wait for "
+            "it to finish; a serving copy of its model is being written; wait until it is ready.") in page
+    assert Run.objects.filter(pk=run.pk).exists()
+
+
+def test_the_api_deletes_a_finished_run(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    run = finished_run(team, catalog, user=team.teammate)
+    running = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="running")
+
+    def call(user, method, path):
+        _token, secret = token_create(user=user, name="script")
+        with django_capture_on_commit_callbacks(execute=True):
+            response = getattr(Client(HTTP_AUTHORIZATION=f"Bearer {secret}"), method)(f"/api/v1/projects/alpha/{path}")
+        return response.status_code, json.loads(response.content or b"null")
+
+    assert call(team.viewer, "delete", f"runs/{run.public_id}/")[0] == 403
+    assert call(team.teammate, "delete", f"runs/{running.public_id}/") == (
+        400, {"errors": {"delete": ["it is queued; cancel it and wait for it to stop"]}})
+    assert call(team.teammate, "delete", f"runs/{run.public_id}/") == (204, None)
+    assert call(team.teammate, "get", f"runs/{run.public_id}/")[0] == 404
