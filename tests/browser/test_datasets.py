@@ -167,3 +167,31 @@ def test_the_preview_jumps_to_a_page(page, live_server):
     for part in (".pager > span", ".pager .button", ".pager .page-jump"):
         assert page.locator(part).first.evaluate("part => part.getBoundingClientRect().height") <= line_height, part
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 400
+
+
+def test_an_owner_deletes_a_version_then_the_dataset_from_their_pages(page, live_server):
+    """The confirmations open, the buttons delete, the pages say what went; the numbers are not given again."""
+    from tests.webapp.factories import make_ready_version
+
+    team = make_team()
+    first = make_ready_version(team.project, name="mistake", rows=[{"prompt": "secret", "completion": "x"}])
+    second = make_ready_version(team.project, name="mistake", rows=[{"prompt": "fixed", "completion": "x"}])
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.owner.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/alpha/datasets/{first.dataset.public_id}/v/2/")
+    page.get_by_text("Delete…").click()
+    page.get_by_role("button", name="Delete v2").click()
+    page.wait_for_url(f"**/p/alpha/datasets/{first.dataset.public_id}/")
+    assert "Deleted \u2068mistake v2\u2069 and its file." in page.locator(".messages").inner_text()
+    assert page.locator("tr.version").count() == 1
+    assert "a new upload becomes version 3" in page.locator("main").inner_text()
+    assert not second.absolute_path.exists() and first.absolute_path.exists()
+    page.get_by_text("Delete this dataset…").click()
+    page.get_by_role("button", name="Delete mistake").click()
+    page.wait_for_url("**/p/alpha/datasets/")
+    assert ("Deleted the dataset \u2068mistake\u2069 with its 1 version and their files."
+            in page.locator(".messages").inner_text())
+    assert not Dataset.objects.filter(name="mistake").exists() and not first.absolute_path.exists()
