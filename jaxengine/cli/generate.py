@@ -6,7 +6,8 @@ answers as the chat serves it.
 Prints the completion as it is generated; with ``--json`` prints one JSON object
 ``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
 the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
-with the generation prompt; otherwise the text is encoded as transformers' ``tokenizer(text)`` encodes it
+with the generation prompt, rendered as training and the chat render it (``encode_prompt``: BOS first when the
+tokenizer has one and the template did not write it); otherwise the text is encoded as transformers' ``tokenizer(text)`` encodes it
 (BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or ``add_bos_token: true`` beside a
 tokenizer.model).
 Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
@@ -115,9 +116,13 @@ def _generate(args: argparse.Namespace) -> int:
     _, config = read_model_config(model_dir)  # a bad config.json is reported before the weights are read
     tokenizer = load_tokenizer(model_dir)
     if args.chat:
+        from jaxengine.data.pipeline import encode_prompt
+
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
         messages.append({"role": "user", "content": args.prompt})
-        prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        # As training, eval and the chat render it (a BOS before a template that writes none): a model trained
+        # here answers the same prompt here as in the chat.
+        prompt_ids = encode_prompt(tokenizer, messages)
     else:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
     if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows
