@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (1 = off)")
     parser.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely tokens (0 = off)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter and compute dtype")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter and compute dtype (default float32)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming text")
     parser.set_defaults(handler=lambda args: run_reporting_errors("generate", lambda: _generate(args)))
 
