@@ -114,3 +114,15 @@ def test_a_host_header_that_is_no_host_name_is_said_to_be_so_and_not_echoed():
     assert response.status_code == 400
     page = response.content.decode()
     assert "not a host name" in page and "<b>x</b>" not in page
+
+
+def test_an_unknown_host_name_is_logged_in_one_line_without_its_traceback(caplog):
+    """Every request to an address not in TEMPER_ALLOWED_HOSTS (a scanner trying the machine's IP, say) wrote
+    DisallowedHost's whole traceback to the server's log."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="django.security"):
+        assert Client().get("/", HTTP_HOST="10.1.2.3").status_code == 400
+    [record] = [record for record in caplog.records if record.name.startswith("django.security")]
+    assert "Invalid HTTP_HOST header: '10.1.2.3'" in record.getMessage()
+    assert record.exc_info is None and "Traceback" not in caplog.text
