@@ -13,6 +13,15 @@ export TEMPER_DATA="${TEMPER_DATA:-$PWD/var}"
 PY=.venv/bin/python
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# The address to open for a listening address: every interface (0.0.0.0, ::) is none to send a browser to
+# (its Host header is no name TEMPER_ALLOWED_HOSTS admits: a 400 page), and an IPv6 address goes in brackets.
+url_host() {
+    case "$1" in
+        0.0.0.0|::) echo 127.0.0.1 ;;
+        *:*) echo "[$1]" ;;
+        *) echo "$1" ;;
+    esac
+}
 
 if port_in_use "$PORT"; then
     echo "port $PORT is already in use (is Temper already running?); stop that process or set TEMPER_PORT" >&2
@@ -75,7 +84,7 @@ start_worker train train 1 prefork --max-tasks-per-child 1
 # for a whole answer to end before its first token).
 start_worker serve serve 64 threads
 
-echo "Temper is starting on http://$HOST:$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
+echo "Temper is starting on http://$(url_host "$HOST"):$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
 .venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &
 pids+=($!)
 set +e

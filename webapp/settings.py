@@ -187,6 +187,8 @@ LOGGING = {
     "filters": {"client_errors_without_traceback": {"()": "webapp.core.logging.ClientErrorsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("TEMPER_LOG_LEVEL", "INFO")},
-    # 4xx answers keep their one line, not the traceback of the refusal (see the filter).
-    "loggers": {"django.request": {"filters": ["client_errors_without_traceback"]}},
+    # 4xx answers keep their one line, not the traceback of the refusal (see the filter). A logger's filter
+    # sees only the records logged on that very logger, so each is named.
+    "loggers": {"django.request": {"filters": ["client_errors_without_traceback"]},
+                "django.security.DisallowedHost": {"filters": ["client_errors_without_traceback"]}},
 }

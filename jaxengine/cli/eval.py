@@ -30,7 +30,8 @@ MAPPED_KIND = {"exact_match": ("prompts", "a prompts file"), "loss": ("sft", "an
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="score a model on a dataset (exact match or loss)",
                                    description=command_description(__doc__))
-    parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="model directory (Hugging Face format), or a quantized serving copy")
     parser.add_argument("--data", required=True, metavar="FILE", help="dataset file (jsonl/json/csv/parquet)")
     parser.add_argument("--metric", required=True, choices=("exact_match", "loss"))
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N rows")

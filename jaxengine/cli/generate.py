@@ -6,9 +6,10 @@ answers as the chat serves it.
 Prints the completion as it is generated; with ``--json`` prints one JSON object
 ``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
 the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
-with the generation prompt; otherwise the text is encoded as transformers' ``tokenizer(text)`` encodes it
-(BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or ``add_bos_token: true`` beside a
-tokenizer.model).
+with the generation prompt, rendered as training and the chat render it (``encode_prompt``: BOS first when
+the tokenizer has one and the template did not write it); otherwise the text is encoded as transformers'
+``tokenizer(text)`` encodes it (BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or
+``add_bos_token: true`` beside a tokenizer.model).
 Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
 means greedy), else temperature 1, no top-k, top-p 1. ``--temperature 0`` is greedy.
 """
@@ -39,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (1 = off)")
     parser.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely tokens (0 = off)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="parameter and compute dtype")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="parameter and compute dtype (default float32)")
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming text")
     parser.set_defaults(handler=lambda args: run_reporting_errors("generate", lambda: _generate(args)))
 
@@ -110,9 +112,13 @@ def _generate(args: argparse.Namespace) -> int:
     _, config = read_model_config(model_dir)  # a bad config.json is reported before the weights are read
     tokenizer = load_tokenizer(model_dir)
     if args.chat:
+        from jaxengine.data.pipeline import encode_prompt
+
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
         messages.append({"role": "user", "content": args.prompt})
-        prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        # As training, eval and the chat render it (a BOS before a template that writes none): a model trained
+        # here answers the same prompt here as in the chat.
+        prompt_ids = encode_prompt(tokenizer, messages)
     else:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
     if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows

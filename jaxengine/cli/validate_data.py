@@ -27,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the file's format (default: from its extension)")
     parser.add_argument("--map", dest="mappings", action="append", default=[], metavar="FIELD=COLUMN",
                         help="read FIELD from COLUMN, e.g. --map prompt=question (repeatable)")
-    parser.add_argument("--max-errors", type=int, default=formats.DEFAULT_MAX_ERRORS,
-                        help="problems to list (all are counted)")
+    parser.add_argument("--max-errors", type=int, default=formats.DEFAULT_MAX_ERRORS, metavar="N",
+                        help=f"problems to list, all being counted "
+                             f"(default {formats.DEFAULT_MAX_ERRORS}; 0: count only)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(handler=run)
 

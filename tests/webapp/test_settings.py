@@ -1,5 +1,6 @@
-"""Settings: every environment variable they read is documented in the README's configuration table, and a
-variable with a few allowed values refuses any other at startup."""
+"""Settings: every environment variable they read is documented in the README's configuration table, every
+variable that table documents is read by some code, and a variable with a few allowed values refuses any other
+at startup."""
 import re
 import subprocess
 import sys
@@ -12,14 +13,26 @@ from webapp.env import env_choice
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_documents_every_variable_the_settings_read():
-    read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (ROOT / "webapp" / "settings.py").read_text()))
+def readme_variables() -> set[str]:
+    """The variables README's configuration table names."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     table = readme.split("\n## Configuration (environment variables)\n", 1)[1].split("\n## ", 1)[0]
-    documented = {name for row in table.splitlines() if row.startswith("| `")
-                  for name in re.findall(r"`([A-Z0-9_]+)`", row.split(" | ")[0])}
+    return {name for row in table.splitlines() if row.startswith("| `")
+            for name in re.findall(r"`([A-Z0-9_]+)`", row.split(" | ")[0])}
+
+
+def test_the_readme_documents_every_variable_the_settings_read():
+    read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (ROOT / "webapp" / "settings.py").read_text()))
     assert "TEMPER_DATA" in read and "DATABASE_URL" in read
-    assert sorted(read - documented) == []
+    assert sorted(read - readme_variables()) == []
+
+
+def test_every_variable_the_readme_documents_is_read_somewhere():
+    """The other direction: a row outliving the code that read its variable would be set to no effect."""
+    places = [*(ROOT / "webapp").rglob("*.py"), *(ROOT / "worker").rglob("*.py"), *(ROOT / "jaxengine").rglob("*.py"),
+              *(ROOT / "scripts").glob("*.sh")]
+    code = "\n".join(path.read_text(encoding="utf-8") for path in places)
+    assert sorted(name for name in readme_variables() if not re.search(rf"[\"'{{$]{name}\b", code)) == []
 
 
 def test_a_choice_variable_refuses_other_values_naming_them(monkeypatch):

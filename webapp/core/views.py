@@ -2,9 +2,10 @@ from collections.abc import Callable
 from functools import wraps
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.http.request import split_domain_port
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.views import defaults
@@ -69,13 +70,28 @@ def _unreadable_body(exception: Exception | None) -> tuple[int, str, str]:
     return 400, "The request could not be read", "the request could not be read (a header or the body is malformed)"
 
 
+def _unknown_host(request: HttpRequest) -> str:
+    """Why a request to a host name outside ``ALLOWED_HOSTS`` was refused, and the setting that admits it: the
+    first visit after ``TEMPER_HOST=0.0.0.0 make up``, at the machine's address, was told its request was
+    malformed. Only a valid host name is repeated (the page escapes it; the header is the sender's)."""
+    domain, _port = split_domain_port(request.META.get("HTTP_HOST", ""))
+    if not domain:
+        return "the Host header of this request is not a host name"
+    return (f"this server does not answer to the host name {domain!r}: add it to TEMPER_ALLOWED_HOSTS "
+            "(a comma-separated list, in the environment Temper starts in) and start Temper again")
+
+
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """400 (413 for a form past ``DATA_UPLOAD_MAX_MEMORY_SIZE``) for a request Django refused before a view
     read it (settings' ``handler400``): a multipart body without a boundary or with one of 300 characters,
-    a file name past the parser's limit, too many fields. Under the REST API and the OpenAI-compatible
-    API it is JSON in that API's error shape; everywhere else a page saying what was wrong (it was Django's
-    bare "Bad Request (400)"). A message of any other ``SuspiciousOperation`` is not repeated."""
-    status, heading, message = _unreadable_body(exception)
+    a file name past the parser's limit, too many fields, a host name outside ``TEMPER_ALLOWED_HOSTS``. Under
+    the REST API and the OpenAI-compatible API it is JSON in that API's error shape; everywhere else a page
+    saying what was wrong (it was Django's bare "Bad Request (400)"). A message of any other
+    ``SuspiciousOperation`` is not repeated."""
+    if isinstance(exception, DisallowedHost):
+        status, heading, message = 400, "Unknown host name", _unknown_host(request)
+    else:
+        status, heading, message = _unreadable_body(exception)
     api = json_api_at(request.path)
     if api == "rest":
         return JsonResponse({"detail": message}, status=status)
@@ -83,7 +99,8 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
         return JsonResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
                                        "code": "request_too_large" if status == 413 else "bad_request"}},
                             status=status)
-    return render(request, "400.html", {"heading": heading, "message": message}, status=status)
+    return render(request, "400.html", {"heading": heading, "message": message,
+                                        "from_a_form": not isinstance(exception, DisallowedHost)}, status=status)
 
 
 def post_answered_with_a_page(page: str) -> Callable:

@@ -29,3 +29,18 @@ def test_the_readme_names_every_flag_of_every_command():
         flags = [flag for action in parser._actions for flag in action.option_strings if flag not in ("-h", "--help")]
         missing += [command] if not documented else [f"{command} {flag}" for flag in flags if flag not in documented]
     assert missing == []
+
+
+def test_every_option_with_a_default_says_it_in_its_help():
+    """validate-data --max-errors (20) and generate --dtype (float32) had defaults their help did not give."""
+    import argparse
+
+    from jaxengine.cli import build_parser
+
+    subparsers = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    unsaid = [f"{command} {action.option_strings[0]}" for command, parser in subparsers.choices.items()
+              for action in parser._actions
+              if action.option_strings and isinstance(action.default, (int, float, str))
+              and not isinstance(action.default, bool) and action.default != argparse.SUPPRESS
+              and f"default {action.default}" not in (action.help or "")]
+    assert unsaid == []

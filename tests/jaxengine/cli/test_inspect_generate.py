@@ -80,6 +80,27 @@ def test_generate_chat_uses_the_template_and_streams_text(model_dir, capsys):
     assert capsys.readouterr().out == output["text"] + "\n"
 
 
+def test_generate_chat_renders_the_prompt_as_training_and_the_chat_do(tmp_path, capsys):
+    """QA: on the demo model (SentencePiece, add_bos_token false) training and the chat put BOS before the chat
+    template, but generate --chat did not: an SFT of the demo answered "11" in the chat and nothing here."""
+    from jaxengine.data.pipeline import encode_prompt
+
+    from jaxengine.demo.tokenizer import DEMO_CHAT_TEMPLATE
+
+    model_dir = factories.build_tiny_model_dir(tmp_path / "model", preset_name="tiny-llama",
+                                               tokenizer_style="sentencepiece")
+    config_path = model_dir / "tokenizer_config.json"  # the demo's settings: a template that writes no BOS
+    config = json.loads(config_path.read_text())
+    config.update(add_bos_token=False, chat_template=DEMO_CHAT_TEMPLATE)
+    config_path.write_text(json.dumps(config))
+    assert main(["generate", "--model", str(model_dir), "--prompt", "What is 2+2?", "--chat", "--system", "Be brief.",
+                 "--max-new-tokens", "2", "--temperature", "0", "--json"]) == 0
+    tokenizer = load_tokenizer(model_dir)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    assert tokenizer.bos_id is not None
+    assert json.loads(capsys.readouterr().out)["prompt_token_ids"] == encode_prompt(tokenizer, messages)
+
+
 def test_sampling_settings_fall_back_to_generation_config():
     flags = argparse.Namespace(temperature=None, top_k=None, top_p=0.5)
     assert sampling_settings(flags, {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.8}) == {

@@ -90,3 +90,39 @@ def test_an_oversize_body_is_refused_in_each_places_shape():
     assert json.loads(body)["error"]["code"] == "request_too_large"
     headers, body = run_guard("/p/alpha/datasets/new/")
     assert headers[b"content-type"].startswith(b"text/html") and b"TEMPER_MAX_UPLOAD_BYTES" in body
+
+
+def test_a_host_name_the_server_does_not_answer_to_is_named_with_the_setting_that_admits_it():
+    """QA: after `TEMPER_HOST=0.0.0.0 make up`, the machine's address said "the request could not be read (a
+    header or the body is malformed)" and "Go back to the form", of a first visit with no form and no fault."""
+    response = Client().get("/accounts/login/", HTTP_HOST="10.1.2.3:8000")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<h1>Unknown host name</h1>" in page
+    assert "does not answer to the host name &#x27;10.1.2.3&#x27;: add it to TEMPER_ALLOWED_HOSTS" in page
+    assert "malformed" not in page and "Go back to the form" not in page
+
+
+def test_an_unknown_host_name_is_json_under_the_api():
+    response = Client().get("/api/v1/openapi.json", HTTP_HOST="10.1.2.3:8000")
+    assert response.status_code == 400 and response["Content-Type"] == "application/json"
+    assert "add it to TEMPER_ALLOWED_HOSTS" in json.loads(response.content)["detail"]
+
+
+def test_a_host_header_that_is_no_host_name_is_said_to_be_so_and_not_echoed():
+    response = Client().get("/accounts/login/", HTTP_HOST="<b>x</b>")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "not a host name" in page and "<b>x</b>" not in page
+
+
+def test_an_unknown_host_name_is_logged_in_one_line_without_its_traceback(caplog):
+    """Every request to an address not in TEMPER_ALLOWED_HOSTS (a scanner trying the machine's IP, say) wrote
+    DisallowedHost's whole traceback to the server's log."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="django.security"):
+        assert Client().get("/", HTTP_HOST="10.1.2.3").status_code == 400
+    [record] = [record for record in caplog.records if record.name.startswith("django.security")]
+    assert "Invalid HTTP_HOST header: '10.1.2.3'" in record.getMessage()
+    assert record.exc_info is None and "Traceback" not in caplog.text
