@@ -169,3 +169,28 @@ def test_deleting_an_account_on_the_model_keeps_the_teams_data_too(team):
         carol.delete()
     assert counts_and_statuses(campaign) == [(1, ItemStatus.COMPLETE)]
     assert Membership.objects.filter(user=carol).exists()
+
+
+def test_the_project_admin_adds_members_but_removes_and_changes_them_only_on_the_members_page(team, admin_client):
+    """The project's admin page could delete its last owner's membership, or demote them, leaving the project
+    with no owner, and removed members kept their project tokens and reviewer places: the Members page's rules
+    were skipped. Existing memberships are now read-only there; adding one (an owner for a project whose
+    owners left) still works."""
+    project_token_create(user=team.teammate, project=team.project, name="notebook")
+    memberships = list(Membership.objects.filter(project=team.project).order_by("pk"))
+    data = {"name": team.project.name, "slug": team.project.slug, "memberships-TOTAL_FORMS": len(memberships) + 1,
+            "memberships-INITIAL_FORMS": len(memberships), "memberships-MIN_NUM_FORMS": 0,
+            "memberships-MAX_NUM_FORMS": 1000}
+    for index, membership in enumerate(memberships):
+        data.update({f"memberships-{index}-id": membership.pk, f"memberships-{index}-project": team.project.pk,
+                     f"memberships-{index}-user": membership.user_id, f"memberships-{index}-role": Role.VIEWER,
+                     f"memberships-{index}-DELETE": "on"})
+    new = len(memberships)
+    data.update({f"memberships-{new}-project": team.project.pk, f"memberships-{new}-user": team.outsider.pk,
+                 f"memberships-{new}-role": Role.OWNER})
+    response = admin_client.post(reverse("admin:projects_project_change", args=[team.project.pk]), data)
+    assert response.status_code == 302
+    assert sorted(Membership.objects.filter(project=team.project).values_list("user__username", "role")) == [
+        ("alpha-outsider", "owner"), ("alpha-owner", "owner"), ("alpha-teammate", "member"),
+        ("alpha-viewer", "viewer")]
+    assert ProjectToken.objects.filter(user=team.teammate, project=team.project).exists()
