@@ -89,7 +89,9 @@ class Battle(models.Model):
 
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_battle_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="battles")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="battles")
+    # An account that has battled cannot be deleted (deactivated, it stays): votes are the team's leaderboard
+    # and preference pairs, and its two sides are the battle's conversations.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="battles")
     prompt = models.TextField()
     side_a = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
     side_b = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
@@ -102,6 +104,9 @@ class Battle(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"arena battle {self.public_id}"
 
 
 class ProjectToken(models.Model):

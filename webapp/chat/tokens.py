@@ -50,8 +50,8 @@ def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
     if token.role is None:
         return token, f"this token's user, {who}, is no longer a member of {project}"
     if not role_at_least(token.role, Role.MEMBER):
-        return token, (f"this token's user, {who}, is now a {token.role} of {project}; its tokens work again "
-                       "once they are a member")
+        return token, (f"this token's user, {who}, is now a {token.role} of {project}; only its members and "
+                       "owners may use its tokens")
     return token, None
 
 
@@ -73,3 +73,10 @@ def project_token_refusal(header: str) -> str | None:
 def project_token_revoke(*, user, project: Project, token_id: int) -> None:
     """Delete one of ``user``'s tokens for ``project`` (no error if it is already gone)."""
     ProjectToken.objects.filter(pk=token_id, user=user, project=project).delete()
+
+
+def project_tokens_revoke_all(*, user, project: Project) -> None:
+    """Delete every token of ``user`` for ``project``, who has left it or become a viewer: refused meanwhile,
+    they would work again once the user is added back or promoted, unasked (GitHub revokes a removed
+    collaborator's access the same way)."""
+    ProjectToken.objects.filter(user=user, project=project).delete()

@@ -4,9 +4,17 @@ from webapp.projects.models import Membership, Project
 
 
 class MembershipInline(admin.TabularInline):
+    """Adds members (an owner for a project whose owners have left, say); existing memberships are read-only
+    here. Removals and role changes go through the project's Members page, whose services keep an owner and
+    take the member off the campaigns' reviewers and revoke their project tokens; deleted here, they did not."""
+
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
+    can_delete = False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Project)

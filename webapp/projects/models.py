@@ -39,11 +39,26 @@ class Project(models.Model):
         return self.slug
 
 
+def protect_last_owners(collector, field, sub_objs, using) -> None:
+    """``Membership.user``'s deletion rule: an account's memberships go with it, but an account (or several
+    deleted together) that holds the last owner memberships of a project cannot be deleted, as the Members
+    page cannot remove a last owner: ``ProtectedError`` names those memberships, and the admin lists them
+    and deletes nothing. Make someone else owner first, or deactivate the account."""
+    # ``sub_objs`` holds only primary keys (the collector defers the rest): read the rows anew.
+    owned = Membership.objects.using(using).filter(pk__in=[membership.pk for membership in sub_objs],
+                                                   role=Role.OWNER)
+    deleted_together = [user.pk for user in collector.data.get(field.related_model, ())]
+    still_owned = (Membership.objects.using(using).filter(project__in=owned.values("project"), role=Role.OWNER)
+                   .exclude(user__in=owned.values("user")).exclude(user__in=deleted_together).values("project"))
+    stranded = list(owned.exclude(project__in=still_owned).select_related("user", "project"))
+    if stranded:
+        raise models.ProtectedError("the last owners of a project cannot be deleted", stranded)
+    models.CASCADE(collector, field, sub_objs, using)
+
+
 class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=protect_last_owners, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices)
     created_at = models.DateTimeField(auto_now_add=True)
 

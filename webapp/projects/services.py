@@ -85,18 +85,27 @@ def _ensure_another_owner(membership: Membership) -> None:
         )
 
 
+def _give_up_what_members_hold(membership: Membership) -> None:
+    # What a member holds in the project that a viewer or someone outside may not: their place among the
+    # reviewers of its campaigns and their project tokens. Kept, they would be theirs again, unasked, once
+    # they are promoted or added back.
+    from webapp.chat.tokens import project_tokens_revoke_all  # the chat and review apps are built on projects
+    from webapp.review.services import reviewer_leave_campaigns
+
+    reviewer_leave_campaigns(project=membership.project, user=membership.user)
+    project_tokens_revoke_all(project=membership.project, user=membership.user)
+
+
 @transaction.atomic
 def membership_set_role(*, membership: Membership, role: str) -> Membership:
     """Change a member's role; the last owner cannot be demoted. A member made a viewer leaves the reviewers
-    of the project's campaigns (viewers cannot review), so being promoted again gives them back no role
-    there unasked."""
-    from webapp.review.services import reviewer_leave_campaigns  # the review app is built on projects
-
+    of the project's campaigns (viewers cannot review) and loses their project tokens (viewers cannot chat),
+    so being promoted again gives them back neither unasked."""
     _validate_role(role)
     if membership.role == Role.OWNER and role != Role.OWNER:
         _ensure_another_owner(membership)
     if role == Role.VIEWER:
-        reviewer_leave_campaigns(project=membership.project, user=membership.user)
+        _give_up_what_members_hold(membership)
     membership.role = role
     membership.save(update_fields=["role"])
     return membership
@@ -105,10 +114,9 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
 @transaction.atomic
 def membership_remove(*, membership: Membership) -> None:
     """Remove a member from a project; the last owner cannot be removed. They leave the reviewers of its
-    review campaigns, so that being added again later gives them back no role there unasked."""
-    from webapp.review.services import reviewer_leave_campaigns  # the review app is built on projects
-
+    review campaigns and their project tokens for it are revoked, so that being added again later gives them
+    back neither unasked."""
     if membership.role == Role.OWNER:
         _ensure_another_owner(membership)
-    reviewer_leave_campaigns(project=membership.project, user=membership.user)
+    _give_up_what_members_hold(membership)
     membership.delete()

@@ -196,7 +196,9 @@ class Lease(models.Model):
 class Review(models.Model):
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="reviews")
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="reviews")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # An account that has reviewed cannot be deleted (deactivated, it stays): the review is the team's, and
+    # the item's ``review_count`` and status count it.
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     shown_first = models.CharField(max_length=1, choices=[("a", "a"), ("b", "b")])
     choice = models.CharField(max_length=10, choices=Choice.choices)
     label = models.CharField(max_length=10, choices=Label.choices)
@@ -212,6 +214,10 @@ class Review(models.Model):
             models.UniqueConstraint(fields=["item", "reviewer"], name="review_unique_item_reviewer"),
         ]
         indexes = [models.Index(fields=["campaign", "reviewer"], name="review_campaign_reviewer")]
+
+    def __str__(self) -> str:
+        # Read by the admin for every review blocking an account's deletion: no further query.
+        return f"review {self.pk} in campaign {self.campaign_id}"
 
 
 class ExportStatus(models.TextChoices):

@@ -191,3 +191,40 @@ def test_the_command_refuses_a_bad_name_naming_the_option(team):
         with pytest.raises(CommandError, match=why):
             call_command("apitoken", user=team.teammate.username, project=team.project.slug, name=name)
     assert not ProjectToken.objects.exists()
+
+
+@pytest.mark.parametrize("leave", ["removed", "made a viewer"])
+def test_leaving_or_becoming_a_viewer_revokes_the_users_tokens_for_that_project_only(team, leave):
+    """QA: a member removed from a project (or made a viewer) and later added back (or promoted) found their
+    old tpk_ tokens working again. Their tokens for the project are now revoked when they go, as GitHub
+    revokes a removed collaborator's access; their tokens for other projects stay."""
+    from webapp.chat.models import ProjectToken
+    from webapp.projects.services import membership_add, membership_remove, membership_set_role
+
+    _token, secret = project_token_create(user=team.teammate, project=team.project, name="notebook")
+    membership_add(project=team.outsider_project, user=team.teammate, role=Role.MEMBER)
+    elsewhere, _secret = project_token_create(user=team.teammate, project=team.outsider_project, name="elsewhere")
+    membership = Membership.objects.get(project=team.project, user=team.teammate)
+    if leave == "removed":
+        membership_remove(membership=membership)
+        membership_add(project=team.project, user=team.teammate, role=Role.MEMBER)
+    else:
+        membership_set_role(membership=membership, role=Role.VIEWER)
+        membership_set_role(membership=membership, role=Role.MEMBER)
+    assert project_token_authenticate(f"Bearer {secret}") is None
+    assert Client().get("/v1/models", **bearer(secret)).status_code == 401
+    assert list(ProjectToken.objects.filter(user=team.teammate)) == [elsewhere]
+
+
+def test_a_personal_rest_token_stops_reaching_a_project_its_user_was_removed_from(team):
+    """A REST token (tmp_…) belongs to its user, not to a project: it is not revoked when they leave one,
+    and needs not be, since every REST request checks the user's membership now."""
+    from webapp.api.services import token_create
+    from webapp.projects.services import membership_remove
+
+    _token, secret = token_create(user=team.teammate, name="laptop")
+    url = f"/api/v1/projects/{team.project.slug}/runs/"
+    assert Client().get(url, **bearer(secret)).status_code == 200
+    membership_remove(membership=Membership.objects.get(project=team.project, user=team.teammate))
+    assert Client().get(url, **bearer(secret)).status_code == 404
+    assert Client().get(f"/api/v1/projects/{team.outsider_project.slug}/runs/", **bearer(secret)).status_code == 404

@@ -167,10 +167,12 @@ class TestMembers:
         assert "<bdi>alpha-viewer</bdi> loses access to <bdi>Project alpha</bdi>" in confirm
         assert ("leaves the reviewers of its review campaigns (their answers stay): added again, they review only "
                 "where an owner ticks them.") in confirm
+        assert "Their API tokens for this project (<code>tpk_…</code>) are revoked." in confirm
         assert '<button type="submit" class="danger">Remove <bdi>alpha-viewer</bdi></button>' in confirm
         assert '<button type="submit" class="danger">Remove</button>' not in page
         own_row = page.split("<td>alpha-owner</td>")[1].split("</tr>")[0]
         assert "You lose access to <bdi>Project alpha</bdi>" in own_row
+        assert "Your API tokens for this project (<code>tpk_…</code>) are revoked." in own_row
 
     def test_it_rejects_unknown_member(self, team, client_for):
         """QA: a change posted for someone who is not a member answered the 404 page ("it belongs to a project
@@ -201,6 +203,7 @@ class TestMembers:
         viewer = client_for(team.viewer)
         page = viewer.get(self.url).content.decode()
         assert "Leave this project…" in page and 'name="username" value="alpha-viewer"' in page
+        assert "Your API tokens for this project (<code>tpk_…</code>) are revoked." in page
         assert viewer.post(self.url + "remove/", {"username": "alpha-teammate"}).status_code == 403
         assert Membership.objects.filter(project=team.project, user=team.teammate).exists()
         response = viewer.post(self.url + "remove/", {"username": "alpha-viewer"})
