@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Case, Count, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from webapp.projects.models import ROLE_RANK, Membership, Project
 
@@ -45,3 +45,28 @@ def project_counts(*, project: Project) -> dict[str, int]:
         "active_runs": runs.filter(status__in=ACTIVE_STATUSES).count(),
         "campaigns": project.review_campaigns.count(),
     }
+
+
+# How much of each kind of recent work the overview lists.
+OVERVIEW_RUNS = 6
+OVERVIEW_VERSIONS = 5
+OVERVIEW_CAMPAIGNS = 3
+
+
+def project_overview(*, project: Project) -> dict[str, list]:
+    """The project page's lists of what happens in it: its runs, those queued or running first, then the
+    newest (``OVERVIEW_RUNS``); its newest dataset versions; its review campaigns still taking reviews,
+    with their progress. A few queries whatever the project holds."""
+    from webapp.datasets.models import DatasetVersion
+    from webapp.review.models import CampaignStatus
+    from webapp.review.selectors import campaign_list
+    from webapp.runs.models import ACTIVE_STATUSES
+
+    active_first = Case(When(status__in=ACTIVE_STATUSES, then=Value(0)), default=Value(1), output_field=IntegerField())
+    runs = (project.runs.filter(archived=False).select_related("created_by", "base_model", "source_run")
+            .order_by(active_first, "-created_at")[:OVERVIEW_RUNS])
+    versions = (DatasetVersion.objects.filter(dataset__project=project).select_related("dataset", "created_by")
+                .order_by("-created_at")[:OVERVIEW_VERSIONS])
+    campaigns = (campaign_list(project=project).exclude(status=CampaignStatus.FAILED)
+                 .filter(~Q(status=CampaignStatus.READY) | Q(item_complete__lt=F("item_total")))[:OVERVIEW_CAMPAIGNS])
+    return {"runs": list(runs), "versions": list(versions), "campaigns": list(campaigns)}

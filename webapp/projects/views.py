@@ -58,6 +58,9 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "membership": membership,
             "members": selectors.membership_list(project=project),
             "counts": selectors.project_counts(project=project),
+            "overview": selectors.project_overview(project=project),
+            "can_act": membership.can(Role.MEMBER),
+            "is_owner": membership.can(Role.OWNER),
         },
     )
 

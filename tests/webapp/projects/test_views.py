@@ -81,10 +81,60 @@ class TestProjectDetail:
         Run.objects.create(project=team.outsider_project, name="theirs", task="sft", status=RunStatus.RUNNING,
                            spec={}, resolved_spec={})
         page = client_for(team.viewer).get(self.url).content.decode()
-        tiles = page.split('<div class="grid">')[1].split("</div>")[0]
+        tiles = page.split('<div class="grid tiles">')[1].split("</div>")[0]
         assert '<a class="card tile" href="/p/alpha/runs/"><h2>Runs</h2><p><b>2</b> runs, <b>1</b> queued or running.' in tiles
         assert '<a class="card tile" href="/p/alpha/review/"><h2>Review</h2><p><b>0</b> campaigns.' in tiles
         assert "<b>2</b> datasets." in tiles and "<b>1</b> registered." in tiles and "<b>3</b> members." in tiles
+
+    def test_a_new_project_says_how_to_start_to_those_who_can(self, team, client_for):
+        """The overview of a project with no run was five counters: nothing said what to do first."""
+        page = client_for(team.teammate).get(self.url).content.decode()
+        assert "Getting started" in page
+        assert '<a href="/p/alpha/datasets/new/">Upload a dataset</a>: instruction pairs' in page  # no data yet
+        assert '<a href="/p/alpha/models/register/">Register a base model</a>' in page
+        assert '<a class="button primary" href="/p/alpha/runs/new/">Launch a run</a>' in page
+        viewer = client_for(team.viewer).get(self.url).content.decode()
+        assert "Getting started" not in viewer and "Launch a run" not in viewer
+
+    def test_it_lists_the_runs_going_on_then_the_newest_and_the_work_in_progress(self, team, client_for,
+                                                                              django_assert_max_num_queries):
+        """The overview showed counts only: a team opening its project could not see what was training, what
+        had just finished, which review campaigns wanted answers or what data had come in."""
+        from tests.webapp.factories import make_ready_version
+        from tests.webapp.review.conftest import PREFERENCE_ROWS, create_loaded
+        from webapp.review.models import Campaign, CampaignStatus
+        from webapp.runs.models import Run, RunStatus
+
+        def run(name, status, **fields):
+            return Run.objects.create(project=team.project, name=name, task="sft", status=status, spec={},
+                                      resolved_spec={}, **fields)
+
+        running = run("training now", RunStatus.RUNNING, current_step=40, total_steps=100)
+        for index in range(7):
+            run(f"finished {index}", RunStatus.SUCCEEDED, final_metrics={"loss": {"last": 1.5 + index}})
+        run("hidden", RunStatus.QUEUED, archived=True)
+        make_ready_version(team.project, name="older")
+        newest = make_ready_version(team.project, name="newest <b>data</b>")
+        prefs = make_ready_version(team.project, name="prefs", kind="preference", rows=PREFERENCE_ROWS)
+        create_loaded(project=team.project, name="open judging", guidelines="", required_reviews=1,
+                      reviewers=[team.teammate], source_version=prefs, user=team.owner)
+        Campaign.objects.create(project=team.project, name="waiting for votes", status=CampaignStatus.READY)
+        Campaign.objects.create(project=team.project, name="broken", status=CampaignStatus.FAILED)
+        viewer = client_for(team.viewer)
+        with django_assert_max_num_queries(15):  # a few queries whatever the project holds
+            page = viewer.get(self.url).content.decode()
+        runs = page.split('class="card overview-runs"')[1].split("</section>")[0]
+        names = [row.split("</a>")[0].split(">")[-1] for row in runs.split("<tr data-run=")[1:]]
+        assert names == ["training now", "finished 6", "finished 5", "finished 4", "finished 3", "finished 2"]
+        assert f'data-run="{running.public_id}"' in runs and "40 / 100" in runs and "7.5000" in runs
+        assert "hidden" not in runs and '<a class="more" href="/p/alpha/runs/">all runs →</a>' in runs
+        data = page.split('class="card overview-versions"')[1].split("</section>")[0]
+        assert data.index("<bdi>newest &lt;b&gt;data&lt;/b&gt;</bdi> v1") < data.index("<bdi>older</bdi> v1")  # escaped
+        assert f"/p/alpha/datasets/{newest.dataset.public_id}/v/1/" in data
+        campaigns = page.split('class="card overview-campaigns"')[1].split("</section>")[0]
+        assert f"open judging</a>\n      <span class=\"muted\">0 / {len(PREFERENCE_ROWS)} items complete" in campaigns
+        assert "broken" not in campaigns and "waiting for votes" not in campaigns  # failed; nothing to review
+        assert "Getting started" not in page
 
     def test_it_requires_access(self, team, client, client_for):
         assert client_for(team.outsider).get(self.url).status_code == 404
