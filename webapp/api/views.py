@@ -254,10 +254,8 @@ def dataset_detail(request: HttpRequest, slug: str, dataset_id: str) -> HttpResp
                                           versions=True))
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
-    if not dataset_selectors.may_delete_dataset(membership=membership, dataset=dataset,
-                                                versions=list(dataset_selectors.version_list(dataset=dataset))):
-        raise PermissionDenied("only an owner, or the member who made it and uploaded each of its versions, may "
-                               "delete a dataset")
+    dataset_selectors.ensure_may_delete_dataset(membership=membership, dataset=dataset,
+                                                versions=list(dataset_selectors.version_list(dataset=dataset)))
     dataset_services.dataset_delete(dataset=dataset)
     return HttpResponse(status=204)
 
@@ -273,8 +271,7 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     if request.method == "GET":
         campaign = review_selectors.export_campaigns(project=project, versions=[version]).get(version.pk)
         return JsonResponse(_version_json(version, review_campaign=campaign))
-    if not dataset_selectors.may_delete_version(membership=membership, version=version):
-        raise PermissionDenied("only an owner, or the member who uploaded it, may delete a dataset version")
+    dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
     dataset_services.dataset_version_delete(version=version)
     return HttpResponse(status=204)
 
@@ -321,8 +318,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method == "DELETE")
     if request.method == "GET":
         return JsonResponse(_run_json(run, detail=True))
-    if not run_selectors.may_delete_run(membership=membership, run=run):
-        raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+    run_selectors.ensure_may_delete_run(membership=membership, run=run)
     run_services.run_delete(run=run)
     return HttpResponse(status=204)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jaxengine.data import formats
@@ -88,6 +89,19 @@ def may_delete_dataset(*, membership: Membership, dataset: Dataset, versions: li
     return membership.can(Role.OWNER) or (
         membership.can(Role.MEMBER) and dataset.created_by_id == membership.user_id
         and all(may_delete_version(membership=membership, version=version) for version in versions))
+
+
+def ensure_may_delete_version(*, membership: Membership, version: DatasetVersion) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may delete ``version`` (pages and API)."""
+    if not may_delete_version(membership=membership, version=version):
+        raise PermissionDenied("only an owner, or the member who uploaded it, may delete a dataset version")
+
+
+def ensure_may_delete_dataset(*, membership: Membership, dataset: Dataset, versions: list[DatasetVersion]) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may delete ``dataset`` (pages and API)."""
+    if not may_delete_dataset(membership=membership, dataset=dataset, versions=versions):
+        raise PermissionDenied("only an owner, or the member who made it and uploaded each of its versions, may "
+                               "delete a dataset")
 
 
 def version_readers(*, versions: list[DatasetVersion]) -> list[str]:

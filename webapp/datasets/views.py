@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
@@ -247,8 +247,7 @@ def version_delete(request: HttpRequest, slug: str, public_id: str, number: int)
     def delete() -> str:  # looked up here: a second click finds the version gone and lands where the first did
         dataset = selectors.dataset_get(project=project, public_id=public_id)
         version = selectors.version_get(dataset=dataset, number=number)
-        if not selectors.may_delete_version(membership=membership, version=version):
-            raise PermissionDenied("only an owner, or the member who uploaded it, may delete a dataset version")
+        selectors.ensure_may_delete_version(membership=membership, version=version)
         services.dataset_version_delete(version=version)
         messages.success(request, f"Deleted {isolated(str(version))} and its file.")
         return reverse("datasets:detail", args=[project.slug, dataset.public_id])
@@ -265,9 +264,7 @@ def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
     def delete() -> str:
         dataset = selectors.dataset_get(project=project, public_id=public_id)
         versions = list(selectors.version_list(dataset=dataset))
-        if not selectors.may_delete_dataset(membership=membership, dataset=dataset, versions=versions):
-            raise PermissionDenied("only an owner, or the member who made it and uploaded each of its versions, "
-                                   "may delete a dataset")
+        selectors.ensure_may_delete_dataset(membership=membership, dataset=dataset, versions=versions)
         services.dataset_delete(dataset=dataset)
         messages.success(request, f"Deleted the dataset {isolated(dataset.name)} with its {len(versions)} "
                                   f"version{'s' if len(versions) != 1 else ''} and their files.")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import F, FloatField, IntegerField, Max, Min, Q, QuerySet
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
@@ -572,6 +572,12 @@ def lineage(*, run: Run) -> dict[str, Any]:
 def may_delete_run(*, membership: Membership, run: Run) -> bool:
     """An owner may delete any run; a member one they launched (or opened, for an external run); a viewer none."""
     return membership.can(Role.OWNER) or (membership.can(Role.MEMBER) and run.created_by_id == membership.user_id)
+
+
+def ensure_may_delete_run(*, membership: Membership, run: Run) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may delete ``run`` (pages and API)."""
+    if not may_delete_run(membership=membership, run=run):
+        raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
@@ -550,8 +550,7 @@ def run_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 
     def delete() -> str:  # looked up here: a second click finds the run gone and lands where the first did
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
-        if not selectors.may_delete_run(membership=membership, run=run):
-            raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+        selectors.ensure_may_delete_run(membership=membership, run=run)
         services.run_delete(run=run)
         messages.success(request, f"Deleted the run {isolated(run.name)} ({run.public_id}) and its files.")
         return reverse("runs:list", args=[project.slug])
