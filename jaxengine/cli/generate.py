@@ -16,6 +16,7 @@ means greedy), else temperature 1, no top-k, top-p 1. ``--temperature 0`` is gre
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ from jaxengine.json_files import read_json_object
 DTYPES = ("float32", "bfloat16")
 
 
+# Without --max-new-tokens: this many, or fewer where the prompt leaves less room in the context (the demo
+# model's is 256 tokens, so a fixed 256 refused every prompt by default).
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate a completion from a model directory",
                                    description=command_description(__doc__))
@@ -35,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
     parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")
     parser.add_argument("--system", metavar="TEXT", help="system turn before the prompt (with --chat)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="default 256")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help=f"default {DEFAULT_MAX_NEW_TOKENS}, or what the model's context leaves after the prompt")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
     parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (1 = off)")
     parser.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely tokens (0 = off)")
@@ -97,7 +104,7 @@ def _generate(args: argparse.Namespace) -> int:
     from jaxengine.sampler import SamplingParams
 
     try:
-        params = SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed,
+        params = SamplingParams(max_new_tokens=DEFAULT_MAX_NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens, seed=args.seed,
                                 **sampling_settings(args, _read_generation_config(model_dir),
                                                     source=str(model_dir / "generation_config.json")))
     except ValueError as error:
@@ -128,10 +135,15 @@ def _generate(args: argparse.Namespace) -> int:
         raise CliError(f"--prompt {args.prompt!r} encodes to token id {max(prompt_ids)}, outside the model's "
                        f"vocabulary (vocab_size={config.vocab_size} in {model_dir / 'config.json'}): the tokenizer "
                        "is not the model's own; give the model directory its own tokenizer files")
-    if len(prompt_ids) + params.max_new_tokens > config.max_position_embeddings:  # the sampler names no flags
-        raise CliError(f"--prompt is {len(prompt_ids)} tokens and --max-new-tokens {params.max_new_tokens}: together "
-                       f"past the model's context length ({config.max_position_embeddings}, max_position_embeddings "
-                       f"in {model_dir / 'config.json'}); shorten the prompt or lower --max-new-tokens")
+    room = config.max_position_embeddings - len(prompt_ids)
+    if args.max_new_tokens is None and room >= 1:
+        params = dataclasses.replace(params, max_new_tokens=min(DEFAULT_MAX_NEW_TOKENS, room))
+    elif len(prompt_ids) + params.max_new_tokens > config.max_position_embeddings:  # the sampler names no flags
+        given = (f"--max-new-tokens {params.max_new_tokens}" if args.max_new_tokens is not None
+                 else "at least one new token")
+        raise CliError(f"--prompt is {len(prompt_ids)} tokens and {given}: together past the model's context length "
+                       f"({config.max_position_embeddings}, max_position_embeddings in {model_dir / 'config.json'}); "
+                       "shorten the prompt or lower --max-new-tokens")
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     # A quantized serving copy (export/quantized/) loads as the chat serves it.
     sampler = Sampler(load_serving_weights(model_dir, compute_dtype=dtype), tokenizer)

@@ -385,3 +385,18 @@ def test_generate_names_its_flags_when_the_prompt_and_new_tokens_outrun_the_cont
     assert error.endswith(f" tokens and --max-new-tokens 300: together past the model's context length (256, "
                           f"max_position_embeddings in {model_dir / 'config.json'}); shorten the prompt or lower "
                           "--max-new-tokens\n")
+
+
+def test_generate_without_max_new_tokens_fits_the_answer_to_the_context(model_dir, capsys):
+    """QA: the default of 256 new tokens refused every prompt of a model whose context is 256 tokens (the demo
+    model's): `jaxengine generate --model DIR --prompt hi` failed out of the box. Left out, it is now what the
+    context leaves after the prompt, up to 256; a prompt that fills the context alone is still refused."""
+    import json
+
+    assert main(["generate", "--model", str(model_dir), "--prompt", "hello", "--temperature", "0", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 1 <= len(result["token_ids"]) <= 256 - len(result["prompt_token_ids"])
+    assert main(["generate", "--model", str(model_dir), "--prompt", "hello " * 300]) == 2
+    assert capsys.readouterr().err.endswith(" tokens and at least one new token: together past the model's context "
+                                            f"length (256, max_position_embeddings in {model_dir / 'config.json'}); "
+                                            "shorten the prompt or lower --max-new-tokens\n")
