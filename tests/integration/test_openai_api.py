@@ -79,6 +79,10 @@ def test_completions(api):
     assert "".join(chunk.choices[0].text for chunk in chunks) == cut
     with pytest.raises(openai.BadRequestError, match="at most 4 stop sequences"):
         client.completions.create(model=base_model.public_id, prompt="x", stop=["a", "b", "c", "d", "e"])
+    # Without max_tokens: what the model's context leaves after the prompt, up to 256 (this model's context is 256
+    # tokens, so a fixed 256 refused every prompt with context_length_exceeded).
+    unsaid = client.completions.create(model=base_model.public_id, prompt="Once upon a time", temperature=0)
+    assert 1 <= unsaid.usage.completion_tokens and unsaid.usage.total_tokens <= 256
 
 
 def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811

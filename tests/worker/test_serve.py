@@ -269,6 +269,21 @@ def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, mo
     assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
 
 
+def test_a_request_that_does_not_say_how_many_tokens_gets_what_the_context_leaves(client, model_dir):
+    """QA: an API request without max_tokens asked for 256 new tokens, so every prompt to a model whose context is
+    256 tokens (the demo model's) was refused with context_length_exceeded; OpenAI's and vLLM's servers fill
+    what the context leaves instead."""
+    tokenizer = load_serving_model(model_dir).tokenizer
+    unsaid = {key: value for key, value in request(model_dir, "open").items() if key != "max_new_tokens"}
+    ids, max_new_tokens = serve.fit_to_context(serve.GenerateRequest.model_validate(unsaid), tokenizer, 256)
+    assert max_new_tokens == 256 - len(ids) < serve.DEFAULT_MAX_NEW_TOKENS
+    assert serve.fit_to_context(serve.GenerateRequest.model_validate(unsaid), tokenizer, 4096)[1] == 256
+    done = serve.generate({**unsaid, "timeout_seconds": 60})
+    assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
+    huge = {**unsaid, "messages": [{"role": "user", "content": "words " * 400}]}
+    assert "fills the model's context (256 tokens) on its own" in serve.generate(huge)["error"]
+
+
 def test_a_serving_copy_asked_for_is_written_measured_and_then_served(db, model_dir, tmp_path, settings):
     from tests.webapp.factories import make_base_model, make_ready_version, make_team
     from webapp.chat.selectors import model_choice

@@ -99,8 +99,10 @@ class _Body(BaseModel):
         return stop
 
     @property
-    def budget(self) -> int:
-        return self.max_completion_tokens or self.max_tokens or 256
+    def budget(self) -> int | None:
+        """The new tokens asked for; None when neither field says: the serve worker then gives what the
+        model's context leaves after the prompt, up to 256 (``worker.tasks.serve.fit_to_context``)."""
+        return self.max_completion_tokens or self.max_tokens
 
 
 class _Message(BaseModel):

@@ -28,6 +28,7 @@ from webapp.runs.channels import redis_client
 logger = logging.getLogger(__name__)
 
 STOP_POLL_SECONDS = 0.1  # how often a generation reads its stop flag (not once per token)
+DEFAULT_MAX_NEW_TOKENS = 256  # a request that does not say how many
 
 _events_clients: dict[str, redis.Redis] = {}  # REDIS_URL -> the client every generation of this process shares
 _events_clients_lock = threading.Lock()
@@ -62,7 +63,9 @@ class GenerateRequest(BaseModel):
     model_path: str = Field(min_length=1)
     messages: list[Message] | None = None
     prompt: str | None = None
-    max_new_tokens: int = Field(default=256, ge=1, le=8192)
+    # None (an API request without max_tokens): up to DEFAULT_MAX_NEW_TOKENS, fewer where the prompt leaves less
+    # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse.
+    max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
     temperature: float = Field(default=0.7, ge=0.0, le=5.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=2**31 - 1)  # jaxengine.sampler.TOP_K_MAX: an int32 a row
@@ -163,15 +166,21 @@ def prompt_ids(request: GenerateRequest, tokenizer, messages: list[Message] | No
 
 
 def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[tuple[int, ...], int]:
-    """(prompt ids, max new tokens) for the request within ``context`` tokens. A request without
-    ``fit_context`` is taken as it is (the server refuses one that does not fit). With it, as chat
-    panels do, a conversation whose prompt and answer would overflow leaves out its oldest turns (the
-    system prompt and the last message stay; what is left starts with a user turn, as chat templates
-    expect) and the answer gets what room is left; a last message that fills the context alone is
-    refused, naming its length."""
+    """(prompt ids, max new tokens) for the request within ``context`` tokens. A request that does not say
+    how many new tokens gets what the context leaves after its prompt, up to ``DEFAULT_MAX_NEW_TOKENS``. One
+    that says without ``fit_context`` is taken as it is (the server refuses one that does not fit). With
+    it, as chat panels do, a conversation whose prompt and answer would overflow leaves out its oldest turns
+    (the system prompt and the last message stay; what is left starts with a user turn, as chat templates
+    expect) and the answer gets what room is left; a last message that fills the context alone is refused,
+    naming its length."""
     from jaxengine.sampler import ContextLengthError
 
     ids = prompt_ids(request, tokenizer)
+    if request.max_new_tokens is None:
+        if len(ids) >= context:
+            raise ContextLengthError(f"the prompt ({len(ids)} tokens) fills the model's context ({context} tokens) on "
+                                     "its own; send a shorter one")
+        return ids, min(DEFAULT_MAX_NEW_TOKENS, context - len(ids))
     if not request.fit_context or len(ids) + request.max_new_tokens <= context:
         return ids, request.max_new_tokens
     if request.messages is not None:
