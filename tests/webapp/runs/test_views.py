@@ -722,6 +722,8 @@ def test_the_grpo_form_offers_the_reward_registry(team, catalog, client_for):
     assert 'name="grpo.rewards.__row__.args.format_regex.pattern"' in page
     assert 'name="grpo.eval_metrics.__row__.name"' in page
     assert 'name="grpo.beta"' in page and "KL coefficient" in page
+    # An eval metric is scored alone: its row offers no weight, which would change nothing (QA: it did).
+    assert 'name="grpo.rewards.__row__.weight"' in page and 'name="grpo.eval_metrics.__row__.weight"' not in page
 
 
 def test_launching_grpo_from_the_form_with_two_reward_functions(team, catalog, client_for, sent_tasks):

@@ -71,6 +71,8 @@ def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[
                   for message in messages]
     weight = term.get("weight", "")
     return {"index": index, "prefix": prefix, "name": chosen, "weight": "" if weight in (None, "") else weight,
+            # An eval metric is scored alone: a weight there would change nothing, so none is offered.
+            "weighted": field.name.rsplit(".", 1)[-1] != "eval_metrics",
             "groups": groups, "errors": row_errors}
 
 
