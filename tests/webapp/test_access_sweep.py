@@ -281,6 +281,7 @@ ROUTES: dict[str, Route] = {
     "chat:battle": Route(kwargs=_battle, methods={"GET": MEMBER}, private=True),
     "chat:vote": Route(kwargs=_battle, methods={"POST": MEMBER}, private=True),
     "chat:detail": Route(kwargs=_conversation, methods={"GET": MEMBER}, private=True),
+    "chat:delete": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),  # refused: an answer streams
     "chat:send": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),
     "chat:regenerate": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),
     "chat:message": Route(kwargs=_message, methods={"GET": MEMBER}, private=True),
