@@ -263,6 +263,7 @@ ROUTES: dict[str, Route] = {
     "review:generate": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
     "review:detail": Route(kwargs=_campaign, methods=READ),
     "review:settings": Route(kwargs=_campaign, methods={"GET": OWNER, "POST": OWNER}),
+    "review:delete": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:load": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:next": Route(kwargs=_campaign, methods={"GET": MEMBER, "POST": MEMBER}),
     "review:items": Route(kwargs=_campaign, methods=READ),
