@@ -215,6 +215,7 @@ ROUTES: dict[str, Route] = {
     "projects:members": Route(kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "projects:member_role": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:member_remove": Route(kwargs=_project, methods={"POST": OWNER}),
+    "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
