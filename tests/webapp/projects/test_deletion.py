@@ -61,6 +61,15 @@ def test_an_owner_deletes_a_project_with_its_files_but_not_a_models_own_director
     assert Project.objects.filter(slug="alpha-elsewhere").exists()
 
 
+def test_the_form_sent_again_lands_where_the_first_sending_did(team, client_for, django_capture_on_commit_callbacks):
+    client = client_for(team.owner)
+    fields = {"submission_token": form_token(client.get(PAGE).content.decode(), after=ACTION), "confirm_slug": "alpha"}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(ACTION, fields)
+        second = client.post(ACTION, fields)
+    assert first["Location"] == second["Location"] == "/"
+
+
 def test_the_slug_must_be_typed_to_confirm(team, client_for, tmp_path, django_capture_on_commit_callbacks):
     paths = filled_project(team, tmp_path)
     client = client_for(team.owner)
