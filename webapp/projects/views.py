@@ -72,7 +72,8 @@ def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
         if not selectors.may_delete_project(membership=membership):
             raise PermissionDenied("only an owner may delete a project")
         services.project_delete(project=project, confirmation=request.POST.get("confirm_slug", ""))
-        messages.success(request, f"Deleted the project {isolated(project.name)} ({project.slug}) with everything in it.")
+        messages.success(request, f"Deleted the project {isolated(project.name)} ({project.slug}) with everything "
+                                  "in it.")
         return reverse("projects:list")
 
     return redirect(deleted_once_or_refused(request, delete=delete, back=reverse("projects:detail", args=[slug])))

@@ -16,7 +16,8 @@ def url(campaign, suffix=""):
 def delete_from_page(client, campaign, capture):
     page = client.get(url(campaign)).content.decode()
     with capture(execute=True):
-        return client.post(url(campaign, "delete/"), {"submission_token": form_token(page, after=url(campaign, "delete/"))})
+        return client.post(url(campaign, "delete/"),
+                           {"submission_token": form_token(page, after=url(campaign, "delete/"))})
 
 
 def reviewed_and_exported(campaign, team, carol):
