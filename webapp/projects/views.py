@@ -68,7 +68,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
 def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
     """Delete a project, its slug typed to confirm; refused back on its page, saying what is still at work."""
     def delete() -> str:  # only looked up here: a second click, finding it gone, lands where the first did
-        project, membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+        project, membership = get_project_for_user(request.user, slug)
         if not selectors.may_delete_project(membership=membership):
             raise PermissionDenied("only an owner may delete a project")
         services.project_delete(project=project, confirmation=request.POST.get("confirm_slug", ""))
