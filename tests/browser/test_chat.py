@@ -208,3 +208,22 @@ def test_a_member_made_a_viewer_is_told_why_a_message_is_refused(page, asgi_serv
     error.filter(has_text="role").wait_for(timeout=10_000)
     assert "this needs the member role in" in error.inner_text() and "you are a viewer" in error.inner_text()
     assert page.locator("#chat-form textarea").input_value() == "still there?"  # what was typed is kept
+
+
+def test_its_author_deletes_a_conversation_from_the_list(page, asgi_server, transactional_db):  # noqa: F811
+    """Each row of the list has its own confirmation; the one opened deletes its conversation only."""
+    from webapp.chat.models import Conversation, MessageStatus, Role
+
+    team, kept = conversation_with_an_answer(content="hi", status=MessageStatus.COMPLETE)
+    gone = Conversation.objects.create(project=team.project, user=team.teammate, model_ref=kept.model_ref,
+                                       model_label=kept.model_label, title="to forget")
+    Message.objects.create(conversation=gone, role=Role.USER, content="to forget")
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    row = page.locator(".chat-conversations li", has_text="to forget")
+    row.get_by_text("Delete…").click()
+    row.get_by_role("button", name="Delete to forget").click()
+    page.wait_for_url(f"**/p/{team.project.slug}/chat/")
+    assert "Deleted the conversation \u2068to forget\u2069." in page.locator(".messages").inner_text()
+    assert page.locator(".chat-conversations li").count() == 1
+    assert list(Conversation.objects.all()) == [kept]

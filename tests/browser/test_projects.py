@@ -84,3 +84,26 @@ def test_password_change(page, live_server):
     log_out(page)
     log_in(page, base, "pat", "a-brand-new-phrase")
     assert page.get_by_role("heading", name="Projects").is_visible()
+
+
+def test_an_owner_deletes_the_project_by_typing_its_slug(page, live_server):
+    """The confirmation opens, a wrong slug deletes nothing and says so, the right one deletes the project."""
+    from tests.webapp.factories import make_team
+    from webapp.projects.models import Project
+
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/")
+    page.get_by_text("Delete this project…").click()
+    page.fill("#confirm-slug", "alpha-elsewhere")
+    page.get_by_role("button", name="Delete Project alpha").click()
+    page.wait_for_url("**/p/alpha/")
+    assert ("Nothing was deleted: 'alpha-elsewhere' is not the project's slug; type alpha to confirm."
+            in page.locator(".messages").inner_text())
+    page.get_by_text("Delete this project…").click()
+    page.fill("#confirm-slug", "alpha")
+    page.get_by_role("button", name="Delete Project alpha").click()
+    page.wait_for_url(f"{live_server.url}/")
+    assert ("Deleted the project \u2068Project alpha\u2069 (alpha) with everything in it."
+            in page.locator(".messages").inner_text())
+    assert not Project.objects.filter(slug="alpha").exists() and Project.objects.filter(slug="alpha-elsewhere").exists()

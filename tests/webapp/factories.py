@@ -104,13 +104,14 @@ def _word_level_tokenizer(ids: int) -> dict:
             "model": {"type": "WordLevel", "vocab": words, "unk_token": "w0"}}
 
 
-def make_base_model(project: Project, *, name: str = "tiny", path: str = "/models/tiny"):
-    """A registered base model row (the directory itself is not read)."""
+def make_base_model(project: Project, *, name: str = "tiny", path: str = "/models/tiny",
+                    user: AbstractBaseUser | None = None):
+    """A registered base model row, registered by ``user`` (the directory itself is not read)."""
     from webapp.basemodels.models import BaseModel
 
     return BaseModel.objects.create(
         project=project, name=name, path=path, architecture="LlamaForCausalLM", parameter_count=1,
-        tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1,
+        tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1, registered_by=user,
     )
 
 

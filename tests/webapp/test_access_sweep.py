@@ -215,10 +215,12 @@ ROUTES: dict[str, Route] = {
     "projects:members": Route(kwargs=_project, methods={"GET": VIEWER, "POST": OWNER}),
     "projects:member_role": Route(kwargs=_project, methods={"POST": OWNER}),
     "projects:member_remove": Route(kwargs=_project, methods={"POST": OWNER}),
+    "projects:delete": Route(kwargs=_project, methods={"POST": OWNER}),  # refused: no slug typed, runs queued
 
     "basemodels:list": Route(kwargs=_project, methods=READ),
     "basemodels:register": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "basemodels:detail": Route(kwargs=_base_model, methods=READ),
+    "basemodels:delete": Route(kwargs=_base_model, methods={"POST": MEMBER}),  # the world's is the teammate's
     "basemodels:serving_copy": Route(kwargs=_base_model, methods=READ_MEMBER_WRITE),
 
     "datasets:list": Route(kwargs=_project, methods=READ),
@@ -262,6 +264,7 @@ ROUTES: dict[str, Route] = {
     "review:generate": Route(kwargs=_project, methods={"GET": OWNER, "POST": OWNER}),
     "review:detail": Route(kwargs=_campaign, methods=READ),
     "review:settings": Route(kwargs=_campaign, methods={"GET": OWNER, "POST": OWNER}),
+    "review:delete": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:load": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:next": Route(kwargs=_campaign, methods={"GET": MEMBER, "POST": MEMBER}),
     "review:items": Route(kwargs=_campaign, methods=READ),
@@ -281,6 +284,7 @@ ROUTES: dict[str, Route] = {
     "chat:battle": Route(kwargs=_battle, methods={"GET": MEMBER}, private=True),
     "chat:vote": Route(kwargs=_battle, methods={"POST": MEMBER}, private=True),
     "chat:detail": Route(kwargs=_conversation, methods={"GET": MEMBER}, private=True),
+    "chat:delete": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),  # refused: an answer streams
     "chat:send": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),
     "chat:regenerate": Route(kwargs=_conversation, methods={"POST": MEMBER}, private=True),
     "chat:message": Route(kwargs=_message, methods={"GET": MEMBER}, private=True),
@@ -295,7 +299,7 @@ ROUTES: dict[str, Route] = {
                                  queues_a_generation=True),
 
     "api:base_models": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ),
-    "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods=READ),
+    "api:base_model": Route(auth=Auth.API_TOKEN, kwargs=_api_base_model, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:datasets": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:dataset": Route(auth=Auth.API_TOKEN, kwargs=_api_dataset, methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:dataset_version": Route(auth=Auth.API_TOKEN, kwargs=lambda world: {**_api_dataset(world),
@@ -378,7 +382,7 @@ def world(team, queued, settings) -> World:
     # Nothing here may reach a Redis another test (or person) uses: live streams end at once instead.
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     project, teammate = team.project, team.teammate
-    base_model = make_base_model(project, name="tiny", path="/models/tiny")
+    base_model = make_base_model(project, name="tiny", path="/models/tiny", user=teammate)
     make_base_model(project, name="small", path="/models/small")  # a battle needs two models
     sft = make_ready_version(project, name="chats", kind="sft", user=teammate)
     preference = make_ready_version(project, name="pairs", kind="preference", user=teammate,

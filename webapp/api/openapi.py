@@ -85,8 +85,13 @@ def build_document() -> dict[str, Any]:
     paths = {
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
                                                    [SLUG])},
-        f"{base}/base-models/{{model_id}}/": {"get": _operation("A base model: architecture, size, tokenizer",
-                                                                [SLUG, BASE_MODEL])},
+        f"{base}/base-models/{{model_id}}/": {
+            "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL]),
+            "delete": _operation("Unregister a base model and remove its serving copies, never its directory (an "
+                                 "owner, or the member who registered it; 400 while runs, a pipeline, its serving "
+                                 "copy or a review campaign still need it)", [SLUG, BASE_MODEL], status="204",
+                                 response="Nothing: unregistered"),
+        },
         f"{base}/datasets/": {
             "get": _operation("List the project's datasets", [SLUG]),
             "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201"),

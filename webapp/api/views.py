@@ -21,6 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
+from webapp.basemodels import services as basemodel_services
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
@@ -190,10 +191,19 @@ def base_models(request: HttpRequest, slug: str) -> JsonResponse:
                                          for model in basemodel_selectors.basemodel_list(project=project)]})
 
 
-@api_view(("GET",))
-def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> JsonResponse:
-    project, _membership = get_project_for_user(request.user, slug)
-    return JsonResponse(_base_model_json(basemodel_selectors.basemodel_get(project=project, public_id=model_id)))
+@api_view(("GET", "DELETE"))
+def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpResponse:
+    """GET: a base model. DELETE: unregister it (an owner, or the member who registered it; its serving copies
+    go, its directory stays; a 400 naming the work that still needs it)."""
+    project, membership = get_project_for_user(request.user, slug,
+                                               min_role=Role.VIEWER if request.method == "GET" else Role.MEMBER)
+    base_model = basemodel_selectors.basemodel_get(project=project, public_id=model_id)
+    if request.method == "GET":
+        return JsonResponse(_base_model_json(base_model))
+    if not basemodel_selectors.may_unregister_base_model(membership=membership, base_model=base_model):
+        raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
+    basemodel_services.basemodel_unregister(base_model=base_model)
+    return HttpResponse(status=204)
 
 
 @api_view(("GET", "POST"))

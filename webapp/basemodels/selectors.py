@@ -1,6 +1,7 @@
 """Reads of the base model registry for pages."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from django.http import Http404
 
 from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 
 # How deep under the models root the register page looks for model directories.
 CANDIDATE_DEPTH = 3
@@ -33,6 +34,36 @@ def basemodel_get(*, project: Project, public_id: str) -> BaseModel:
     if model is None:
         raise Http404("no such base model in this project")
     return model
+
+
+def may_unregister_base_model(*, membership: Membership, base_model: BaseModel) -> bool:
+    """An owner may unregister any base model; a member one they registered; a viewer none."""
+    return membership.can(Role.OWNER) or (
+        membership.can(Role.MEMBER) and base_model.registered_by_id == membership.user_id)
+
+
+def base_model_readers(*, base_model: BaseModel) -> list[str]:
+    """What still needs ``base_model`` (the work unregistering it would break), one sentence each: runs
+    queued or training from it, running pipelines whose stages name it, its serving copy being written,
+    review campaigns generating answers with it."""
+    # Imported here: these apps' models import this one's.
+    from webapp.review.models import Campaign, CampaignStatus
+    from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopyStatus
+
+    readers = []
+    for run in Run.objects.filter(base_model=base_model, status__in=ACTIVE_STATUSES).order_by("created_at"):
+        readers.append(f"run {run.name} ({run.public_id}) is {run.status} from it; cancel it or wait for it to finish")
+    for pipeline in Pipeline.objects.filter(project=base_model.project_id, status=PipelineStatus.RUNNING):
+        if base_model.public_id in json.dumps(pipeline.stages):
+            readers.append(f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it "
+                           "to finish")
+    if base_model.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
+        readers.append("a serving copy of it is being written; wait until it is ready")
+    for campaign in Campaign.objects.filter(project=base_model.project_id, status=CampaignStatus.GENERATING):
+        refs = [((campaign.generation or {}).get(side) or {}).get("ref") for side in ("model_a", "model_b")]
+        if base_model.public_id in refs:
+            readers.append(f"review campaign {campaign.name} is generating answers with it; wait until it is ready")
+    return readers
 
 
 def candidate_model_dirs(*, models_root: Path) -> list[str]:

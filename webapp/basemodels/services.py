@@ -1,6 +1,10 @@
-"""Registering base models. The caller has checked that the user may write to the
-project (member or owner)."""
+"""Registering and unregistering base models. The caller has checked that the user may write to the
+project (member or owner). A model's directory is the user's (under ``TEMPER_MODELS_ROOT``, perhaps
+read-only, perhaps shared with other tools): neither registering nor unregistering ever writes to it."""
 from __future__ import annotations
+
+import logging
+import shutil
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -9,9 +13,12 @@ from django.db import IntegrityError, transaction
 
 from webapp.basemodels.inspection import ModelDirError, read_model_facts, resolve_model_dir
 from webapp.basemodels.models import BaseModel
-from webapp.basemodels.selectors import basemodel_named
+from webapp.basemodels.selectors import base_model_readers, basemodel_named
 from webapp.core.text import checked_name, checked_text
 from webapp.projects.models import Project
+from webapp.runs.serving_copies import base_model_copy_dir
+
+logger = logging.getLogger(__name__)
 
 
 BASE_MODEL_NAME_MAX = BaseModel._meta.get_field("name").max_length
@@ -74,3 +81,19 @@ def _create(*, project: Project, name: str, model_dir, facts, user: AbstractBase
         config=facts.config,
         registered_by=user,
     )
+
+
+@transaction.atomic
+def basemodel_unregister(*, base_model: BaseModel) -> None:
+    """Remove ``base_model``'s registration and its serving copies (their rows, and once committed their
+    directory under ``DATA_ROOT/serving-copies/``), never the model's own directory. Refused
+    (``ValidationError`` on ``delete``) while work still needs it (``selectors.base_model_readers``). Runs
+    started from it keep their history and name it as deleted (``Run.deleted_references``); conversations
+    with it say it is no longer available."""
+    base_model = BaseModel.objects.select_for_update().get(pk=base_model.pk)
+    if problems := base_model_readers(base_model=base_model):
+        raise ValidationError({"delete": problems})
+    copies = base_model_copy_dir(base_model)
+    base_model.delete()
+    transaction.on_commit(lambda: shutil.rmtree(copies, ignore_errors=True))
+    logger.info("base model %s unregistered; its directory %s is left in place", base_model, base_model.path)

@@ -1,20 +1,20 @@
-"""Base model pages: list, register, detail (project-scoped)."""
+"""Base model pages: list, register, detail, unregister (project-scoped)."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.basemodels import selectors, services
 from webapp.basemodels.forms import BaseModelRegisterForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.datasets.models import DatasetVersion
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -80,8 +80,28 @@ def basemodel_detail(request: HttpRequest, slug: str, public_id: str) -> HttpRes
 def _serving_copy_context(project, membership, base_model) -> dict:
     can_act = membership.can(Role.MEMBER)
     return {"project": project, "membership": membership, "base_model": base_model, "can_act": can_act,
+            "can_delete": selectors.may_unregister_base_model(membership=membership, base_model=base_model),
             "serving_copy": serving_copies.base_model_serving_copy(base_model=base_model),
             "eval_versions": serving_copies.eval_version_choices(project=project) if can_act else None}
+
+
+@login_required
+@require_POST
+def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """Unregister a base model: its row and serving copies go, its directory stays (it is the user's)."""
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+
+    def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
+        base_model = selectors.basemodel_get(project=project, public_id=public_id)
+        if not selectors.may_unregister_base_model(membership=membership, base_model=base_model):
+            raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
+        services.basemodel_unregister(base_model=base_model)
+        messages.success(request, f"Unregistered the base model {isolated(base_model.name)}; its directory "
+                                  f"{base_model.path} is left as it was.")
+        return reverse("basemodels:list", args=[project.slug])
+
+    return redirect(deleted_once_or_refused(request, delete=delete,
+                                            back=reverse("basemodels:detail", args=[project.slug, public_id])))
 
 
 @login_required

@@ -10,9 +10,9 @@ from pathlib import Path
 from django.db.models import Exists, OuterRef, QuerySet
 
 from webapp.basemodels.models import BaseModel
-from webapp.chat.models import Conversation, Message
+from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.core.bidi import isolated
-from webapp.projects.models import Project
+from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import REWARD_TASK, Artifact, RunStatus
 from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
 
@@ -138,3 +138,24 @@ def conversation_list(*, project: Project, user) -> QuerySet[Conversation]:
     a Start left without a message is not a conversation to come back to."""
     return (Conversation.objects.filter(project=project, user=user, in_arena=False)
             .filter(Exists(Message.objects.filter(conversation=OuterRef("pk")))).order_by("-updated_at", "-pk"))
+
+
+def may_delete_conversation(*, membership: Membership, conversation: Conversation) -> bool:
+    """Only its author, while a member: a conversation is private to them (nobody else even sees it)."""
+    return membership.can(Role.MEMBER) and conversation.user_id == membership.user_id
+
+
+def conversation_readers(*, conversation: Conversation) -> list[str]:
+    """What still needs ``conversation`` (what a deletion would break), one sentence each: an arena
+    battle it is a side of (its vote counts on the leaderboard and its pair may be exported or reviewed),
+    an answer a serve worker is still writing (it would spend the accelerator on an answer nobody reads;
+    one no worker will finish any more, ``answer_is_lost``, holds nothing)."""
+    from webapp.chat.services import answer_is_lost  # services import this module
+
+    readers = []
+    if conversation.in_arena:
+        readers.append("it is a side of an arena battle, whose vote the leaderboard counts")
+    streaming = conversation.messages.filter(status=MessageStatus.STREAMING)
+    if any(not answer_is_lost(message) for message in streaming):
+        readers.append("an answer is still being written; stop it or wait for it to finish")
+    return readers

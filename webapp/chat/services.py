@@ -23,7 +23,7 @@ from django.utils import timezone
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import Conversation, Message, MessageStatus, Role
-from webapp.chat.selectors import ModelChoice
+from webapp.chat.selectors import ModelChoice, conversation_readers
 from webapp.core.text import NUL, storable_model_text
 from webapp.projects.models import Project
 from webapp.runs.channels import redis_client
@@ -64,6 +64,19 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
         temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
+
+
+@transaction.atomic
+def conversation_delete(*, conversation: Conversation) -> None:
+    """Delete ``conversation`` with its messages; nothing else refers to a chat conversation. Refused
+    (``ValidationError`` on ``delete``) while something still needs it (``selectors.conversation_readers``):
+    an answer being written (stop it first), or a battle it is a side of (the arena's record)."""
+    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    if problems := conversation_readers(conversation=conversation):
+        raise ValidationError({"delete": problems})
+    public_id = conversation.public_id
+    conversation.delete()
+    logger.info("conversation %s deleted", public_id)
 
 
 def model_prepare(*, model: ModelChoice) -> None:

@@ -20,6 +20,7 @@ urlpatterns = [
     path("p/<slug:slug>/arena/<str:battle_id>/", arena_views.arena_battle, name="battle"),
     path("p/<slug:slug>/arena/<str:battle_id>/vote/", arena_views.arena_vote, name="vote"),
     path("p/<slug:slug>/chat/<str:conversation_id>/", views.chat_detail, name="detail"),
+    path("p/<slug:slug>/chat/<str:conversation_id>/delete/", views.chat_delete, name="delete"),
     path("p/<slug:slug>/chat/<str:conversation_id>/send/", views.chat_send, name="send"),
     path("p/<slug:slug>/chat/<str:conversation_id>/regenerate/", views.chat_regenerate, name="regenerate"),
     path("p/<slug:slug>/chat/<str:conversation_id>/messages/<str:message_id>/", views.chat_message, name="message"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -24,7 +24,8 @@ from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
-from webapp.core.submissions import form_send_once, form_send_once_secret, note_secret_already_shown
+from webapp.core.submissions import (deleted_once_or_refused, form_send_once, form_send_once_secret,
+                                     note_secret_already_shown)
 from webapp.core.views import post_answered_with_a_page
 
 
@@ -114,6 +115,25 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
         "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None})
+
+
+@login_required
+@require_POST
+def chat_delete(request: HttpRequest, slug: str, conversation_id: str) -> HttpResponse:
+    """Delete a conversation, from its page or the list; refused back on its page (where Stop is) while an
+    answer is being written. An arena battle's side is a 404 here, as on every chat page."""
+    project, _membership = chat_access(request.user, slug)
+
+    def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
+        _project, membership, conversation = _chat_conversation(request, slug, conversation_id)
+        if not selectors.may_delete_conversation(membership=membership, conversation=conversation):
+            raise PermissionDenied("only its author may delete a conversation")
+        services.conversation_delete(conversation=conversation)
+        messages.success(request, f"Deleted the conversation {isolated(conversation.title or '(untitled)')}.")
+        return reverse("chat:list", kwargs={"slug": project.slug})
+
+    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse(
+        "chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation_id})))
 
 
 def _answer_json(request: HttpRequest, project, conversation, answer: Message) -> JsonResponse:

@@ -328,12 +328,12 @@ def dataset_delete(*, dataset: Dataset) -> None:
         raise ValidationError({"delete": problems})
     paths = [version.absolute_path for version in versions]
     dataset.delete()
-    transaction.on_commit(lambda: _remove_files(paths))
+    transaction.on_commit(lambda: remove_dataset_files(paths))
     logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(paths))
 
 
-def _remove_files(paths: list[Path]) -> None:
-    """Remove a deleted dataset's files, then the folders they leave empty (``datasets/<ds id>/``)."""
+def remove_dataset_files(paths: list[Path]) -> None:
+    """Remove deleted versions' files, then the folders they leave empty (``datasets/<ds id>/``)."""
     for path in paths:
         path.unlink(missing_ok=True)
     for folder in {path.parent for path in paths}:

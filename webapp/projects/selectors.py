@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
 
-from webapp.projects.models import ROLE_RANK, Membership, Project
+from webapp.projects.models import ROLE_RANK, Membership, Project, Role
 
 
 def project_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Project]:
@@ -70,3 +70,42 @@ def project_overview(*, project: Project) -> dict[str, list]:
     campaigns = (campaign_list(project=project).exclude(status=CampaignStatus.FAILED)
                  .filter(~Q(status=CampaignStatus.READY) | Q(item_complete__lt=F("item_total")))[:OVERVIEW_CAMPAIGNS])
     return {"runs": list(runs), "versions": list(versions), "campaigns": list(campaigns)}
+
+
+def may_delete_project(*, membership: Membership) -> bool:
+    """Only an owner may delete a project: it takes every member's work with it."""
+    return membership.can(Role.OWNER)
+
+
+def project_readers(*, project: Project) -> list[str]:
+    """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
+    runs queued or running, running pipelines, review campaigns loading or generating and exports of them
+    being written, serving copies and checkpoint exports being written, chat and arena answers being
+    written. A dataset version being checked holds nothing: its check drops the result of a deleted one."""
+    # Imported here: these apps' models import this one's.
+    from webapp.chat.models import Message, MessageStatus
+    from webapp.chat.services import answer_is_lost
+    from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
+    from webapp.runs.models import (ACTIVE_STATUSES, CheckpointExport, CheckpointExportStatus, Pipeline,
+                                    PipelineStatus, Run, ServingCopy, ServingCopyStatus)
+
+    readers = []
+    for run in Run.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("created_at"):
+        readers.append(f"run {run.name} ({run.public_id}) is {run.status}; cancel it and wait for it to stop")
+    for pipeline in Pipeline.objects.filter(project=project, status=PipelineStatus.RUNNING).order_by("created_at"):
+        readers.append(f"pipeline {pipeline.name} is running; cancel it or wait for it to finish")
+    busy = Campaign.objects.filter(project=project, status__in=(CampaignStatus.LOADING, CampaignStatus.GENERATING))
+    for campaign in busy.order_by("created_at"):
+        readers.append(f"review campaign {campaign.name} is {campaign.get_status_display().lower()}; wait until "
+                       "it is ready")
+    for export in Export.objects.filter(campaign__project=project, status=ExportStatus.WRITING).select_related(
+            "campaign"):
+        readers.append(f"an export of review campaign {export.campaign.name} is being written; wait until it is done")
+    if ServingCopy.objects.filter(project=project, status=ServingCopyStatus.WRITING).exists():
+        readers.append("a serving copy is being written; wait until it is ready")
+    if CheckpointExport.objects.filter(run__project=project, status=CheckpointExportStatus.EXPORTING).exists():
+        readers.append("a checkpoint is being exported; wait until it is done")
+    streaming = Message.objects.filter(conversation__project=project, status=MessageStatus.STREAMING)
+    if any(not answer_is_lost(message) for message in streaming):
+        readers.append("a chat or arena answer is still being written; wait for it to finish")
+    return readers

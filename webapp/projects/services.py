@@ -5,6 +5,8 @@ always keeps at least one owner."""
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -13,6 +15,7 @@ from django.db import IntegrityError, transaction
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Membership, Project, Role
+from webapp.projects.selectors import project_readers
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
 # Slugs that would read like site sections rather than projects.
@@ -120,3 +123,45 @@ def membership_remove(*, membership: Membership) -> None:
         _ensure_another_owner(membership)
     _give_up_what_members_hold(membership)
     membership.delete()
+
+
+def _check_confirmation(project: Project, typed: str) -> None:
+    """Deleting a project is undone by nothing: the person types its slug, so that a click on the wrong
+    project's page (or a form sent by mistake) deletes nothing."""
+    typed = typed.strip()
+    if not typed:
+        raise ValidationError({"confirm_slug": f"type the project's slug, {project.slug}, to confirm"})
+    if typed != project.slug:
+        raise ValidationError({"confirm_slug": f"{typed!r} is not the project's slug; type {project.slug} to confirm"})
+
+
+@transaction.atomic
+def project_delete(*, project: Project, confirmation: str) -> None:
+    """Delete ``project`` with everything in it — memberships, datasets, base model registrations, runs,
+    pipelines, serving copies, review campaigns, conversations, battles, chat tokens — and, once committed,
+    the files of its dataset versions, its runs' directories and its base models' serving copies. A base
+    model's own directory stays (it is the user's, under ``TEMPER_MODELS_ROOT``). ``confirmation`` is the
+    slug as the person typed it. Refused (``ValidationError`` on ``delete``) while work in it is in flight
+    (``selectors.project_readers``)."""
+    # Imported here: these apps are built on projects.
+    from webapp.datasets.models import DatasetVersion
+    from webapp.runs.serving_copies import base_model_copy_dir
+    from webapp.runs.services import run_output_dir
+
+    _check_confirmation(project, confirmation)
+    project = Project.objects.select_for_update().get(pk=project.pk)
+    if problems := project_readers(project=project):
+        raise ValidationError({"delete": problems})
+    version_files = [version.absolute_path for version in DatasetVersion.objects.filter(dataset__project=project)]
+    directories = ([run_output_dir(public_id) for public_id in project.runs.values_list("public_id", flat=True)]
+                   + [base_model_copy_dir(base_model) for base_model in project.base_models.all()])
+    project.delete()
+    transaction.on_commit(lambda: _remove_project_files(version_files, directories))
+
+
+def _remove_project_files(version_files: list[Path], directories: list[Path]) -> None:
+    from webapp.datasets.services import remove_dataset_files  # the datasets app is built on projects
+
+    remove_dataset_files(version_files)
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)

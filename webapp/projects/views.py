@@ -1,4 +1,4 @@
-"""Project pages: the project list (home), project creation, the overview and the
+"""Project pages: the project list (home), project creation, the overview (with its deletion) and the
 members page. Every project-scoped view starts with ``get_project_for_user``."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.projects import selectors, services
 from webapp.projects.access import get_project_for_user
 from webapp.projects.forms import MemberAddForm, MemberRemoveForm, MemberRoleForm, ProjectCreateForm
@@ -60,9 +60,25 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "counts": selectors.project_counts(project=project),
             "overview": selectors.project_overview(project=project),
             "can_act": membership.can(Role.MEMBER),
-            "is_owner": membership.can(Role.OWNER),
+            "can_delete": selectors.may_delete_project(membership=membership),
         },
     )
+
+
+@login_required
+@require_POST
+def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    """Delete a project, its slug typed to confirm; refused back on its page, saying what is still at work."""
+    def delete() -> str:  # only looked up here: a second click, finding it gone, lands where the first did
+        project, membership = get_project_for_user(request.user, slug)
+        if not selectors.may_delete_project(membership=membership):
+            raise PermissionDenied("only an owner may delete a project")
+        services.project_delete(project=project, confirmation=request.POST.get("confirm_slug", ""))
+        messages.success(request, f"Deleted the project {isolated(project.name)} ({project.slug}) with everything "
+                                  "in it.")
+        return reverse("projects:list")
+
+    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse("projects:detail", args=[slug])))
 
 
 def _render_members(request, project: Project, membership: Membership, *, add_form=None, status=200):

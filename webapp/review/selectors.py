@@ -26,7 +26,8 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
 from webapp.review.models import (
-    Campaign, CampaignReviewer, Export, Item, ItemSource, ItemStatus, Label, Lease, Review,
+    Campaign, CampaignReviewer, CampaignStatus, Export, ExportStatus, Item, ItemSource, ItemStatus, Label, Lease,
+    Review,
 )
 
 
@@ -75,6 +76,25 @@ def campaign_get(*, project: Project, public_id: str) -> Campaign:
     if campaign is None:
         raise Http404("no such review campaign in this project")
     return campaign
+
+
+def may_delete_campaign(*, membership: Membership) -> bool:
+    """Owners may delete a campaign, as they alone create and change them; its reviewers may not."""
+    return membership.can(Role.OWNER)
+
+
+def campaign_readers(*, campaign: Campaign) -> list[str]:
+    """What still needs ``campaign`` (the work a deletion would break), one sentence each: a worker
+    loading its items or generating its answers, an export of its reviews being written. An export
+    whose version is being validated holds nothing: the version is a dataset's own."""
+    readers = []
+    if campaign.status == CampaignStatus.LOADING:
+        readers.append("its items are loading; wait until it is ready")
+    elif campaign.status == CampaignStatus.GENERATING:
+        readers.append("its answers are being generated; wait until it is ready")
+    for export in campaign.exports.filter(status=ExportStatus.WRITING).order_by("created_at"):
+        readers.append(f"its export to {export.dataset_name} is being written; wait until it is done")
+    return readers
 
 
 def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:

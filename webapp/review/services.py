@@ -626,6 +626,19 @@ def generation_fail(*, campaign_id: int, reason: str) -> None:
         logger.warning("review campaign %s: generation failed: %s", campaign_id, reason)
 
 
+@transaction.atomic
+def campaign_delete(*, campaign: Campaign) -> None:
+    """Delete ``campaign`` with its items, reviews, leases, reviewer rows and export records. The dataset
+    versions it exported stay: they are datasets now, trained on like any other. Refused
+    (``ValidationError`` on ``delete``) while a worker still makes its items or writes an export
+    (``selectors.campaign_readers``)."""
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    if problems := selectors.campaign_readers(campaign=campaign):
+        raise ValidationError({"delete": problems})
+    campaign.delete()
+    logger.info("review campaign %s deleted", campaign)
+
+
 # --- The queue and reviews ------------------------------------------------------------------------------
 
 def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewer:

@@ -10,6 +10,7 @@ urlpatterns = [
     path("p/<slug:slug>/review/new/generated/", views.campaign_generate, name="generate"),
     path("p/<slug:slug>/review/<str:public_id>/", views.campaign_detail, name="detail"),
     path("p/<slug:slug>/review/<str:public_id>/settings/", views.campaign_settings, name="settings"),
+    path("p/<slug:slug>/review/<str:public_id>/delete/", views.campaign_delete, name="delete"),
     path("p/<slug:slug>/review/<str:public_id>/load/", views.campaign_load, name="load"),
     path("p/<slug:slug>/review/<str:public_id>/next/", views.review_next, name="next"),
     path("p/<slug:slug>/review/<str:public_id>/items/", views.item_list, name="items"),

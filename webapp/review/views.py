@@ -1,7 +1,7 @@
 """Review pages: campaigns (list, create, settings), the reviewing page, items, conflicts, export.
 
 Everyone in the project reads campaigns and their figures; only a campaign's reviewers (members or
-owners) review; owners create campaigns, change them, resolve conflicts and export. Every view
+owners) review; owners create campaigns, change them, resolve conflicts, export and delete them. Every view
 starts with ``get_project_for_user``, so outsiders get 404. Dataset and review text is rendered by
 autoescaped templates; only the guidelines are HTML, made by ``render_markdown`` (sanitized).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
-from webapp.core.submissions import form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -133,6 +133,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
         "can_manage": can_manage,
+        "can_delete": selectors.may_delete_campaign(membership=membership),
         # Not after a refused export: the page's address is then the export's, which only takes a POST.
         "refreshing": export_form is None and (
             campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
@@ -187,6 +188,25 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     return redirect("review:detail", project.slug, campaign.public_id)
+
+
+@login_required
+@require_POST
+def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+
+    def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
+        campaign = selectors.campaign_get(project=project, public_id=public_id)
+        if not selectors.may_delete_campaign(membership=membership):
+            raise PermissionDenied("only an owner may delete a review campaign")
+        items = campaign.items.count()
+        services.campaign_delete(campaign=campaign)
+        messages.success(request, f"Deleted the review campaign {isolated(campaign.name)} with its {items} "
+                                  f"item{'s' if items != 1 else ''} and their reviews.")
+        return reverse("review:list", args=[project.slug])
+
+    return redirect(deleted_once_or_refused(request, delete=delete,
+                                            back=reverse("review:detail", args=[project.slug, public_id])))
 
 
 # Fields of an answer that the reviewer typed: refused, they are shown again to be corrected, not lost.

@@ -413,7 +413,7 @@ def test_openapi_document_describes_every_endpoint(world):
     paths = document["paths"]
     assert set(paths["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]) == {"get", "post"}
     assert "/api/v1/projects/{slug}/datasets/" in paths
-    assert set(paths["/api/v1/projects/{slug}/base-models/{model_id}/"]) == {"get"}
+    assert set(paths["/api/v1/projects/{slug}/base-models/{model_id}/"]) == {"get", "delete"}
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
