@@ -1068,7 +1068,7 @@ def test_the_runs_table_and_lineage_say_which_data_trains_and_which_evaluates(te
                               spec=sft_spec(catalog, data={"train": training.public_id, "eval": held_out.public_id}))
     client = client_for(team.viewer)
     table = client.get("/p/alpha/runs/").content.decode()
-    assert ('<td><div><bdi>train-set</bdi> v1</div><div><bdi>held-out</bdi> v1 <small class="muted">(eval)</small>'
+    assert ('<td class="name-cell"><div><bdi>train-set</bdi> v1</div><div><bdi>held-out</bdi> v1 <small class="muted">(eval)</small>'
             '</div></td>') in table
     lineage = client.get(url(run)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
     assert lineage.index("Training data <a") < lineage.index("train-set") < lineage.index("Evaluation data <a") \
