@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="exact_match: also the figure for each value of this column (e.g. the demo's task)")
     parser.add_argument("--map", dest="mappings", action="append", default=[], metavar="FIELD=COLUMN",
                         help="read FIELD from COLUMN, e.g. --map prompt=question (repeatable)")
+    parser.add_argument("--answer-column", default="answer", metavar="COLUMN",
+                        help="the prompts file's column of reference answers, as a reward's answer_column "
+                             "(default answer)")
     parser.set_defaults(handler=lambda args: run_reporting_errors("eval", lambda: _eval(args)))
 
 
@@ -61,7 +64,9 @@ def _columns(args: argparse.Namespace) -> dict[str, str]:
     return columns
 
 
-def _read_rows(path: str, metric: str, columns: dict[str, str]) -> list[dict]:
+def _read_rows(path: str, metric: str, columns: dict[str, str], answer_column: str = "answer") -> list[dict]:
+    """The rows ``metric`` scores, each prompts row with its reference under ``answer`` (read from
+    ``answer_column``)."""
     from jaxengine.data import formats, pipeline
 
     if not set(columns) <= set(formats.KIND_FIELDS[formats.DatasetKind.PROMPTS]):
@@ -72,13 +77,19 @@ def _read_rows(path: str, metric: str, columns: dict[str, str]) -> list[dict]:
         if metric == "exact_match":
             raise CliError(f"--data {error}; {NEEDS['exact_match']}") from None
         return _sft_rows(path, columns)
-    unanswered = next((number for number, row in enumerate(rows, 1) if not isinstance(row.get("answer"), str)), None)
+    unanswered = next((number for number, row in enumerate(rows, 1)
+                       if not isinstance(row.get(answer_column), str)), None)
     if unanswered is not None:
         if metric == "exact_match":
             row_columns = ", ".join(sorted(rows[unanswered - 1]))
-            raise CliError(f"--data {path}: row {unanswered} has no 'answer' string (its columns: {row_columns}); "
-                           "exact_match needs a prompts file with an 'answer' column in every row")
+            needs = ("exact_match needs a prompts file with an 'answer' column in every row, or --answer-column "
+                     "naming another" if answer_column == "answer" else
+                     f"exact_match needs the reference answers in column '{answer_column}' (--answer-column) of "
+                     "every row")
+            raise CliError(f"--data {path}: row {unanswered} has no '{answer_column}' string (its columns: "
+                           f"{row_columns}); {needs}")
         return _sft_rows(path, columns)
+    rows = [{**row, "answer": row[answer_column]} for row in rows]
     return [{**row, "completion": row["answer"]} for row in rows] if metric == "loss" else rows
 
 
@@ -103,7 +114,7 @@ def _eval(args: argparse.Namespace) -> int:
                                                   else "no such file"))
     if Path(args.data).stat().st_size == 0:
         raise CliError(f"--data {args.data}: the file is empty (0 bytes); {NEEDS[args.metric]}")
-    rows = _read_rows(args.data, args.metric, columns)[: args.limit]
+    rows = _read_rows(args.data, args.metric, columns, args.answer_column)[: args.limit]
     if not rows:
         raise CliError(f"--data {args.data}: no rows to score; {NEEDS[args.metric]}")
     if args.by is not None:

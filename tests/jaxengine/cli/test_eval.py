@@ -95,7 +95,23 @@ def test_exact_match_on_rows_without_answers_names_the_row(demo_dir, capsys):
                               "--metric", "exact_match")
     assert code == 2 and out == ""
     assert (f"--data {demo_dir / 'data/sft.jsonl'}: row 1 has no 'answer' string (its columns: completion, prompt); "
-            "exact_match needs a prompts file with an 'answer' column in every row") in err
+            "exact_match needs a prompts file with an 'answer' column in every row, or --answer-column naming "
+            "another") in err
+
+
+def test_answer_column_reads_the_references_from_another_column(demo_dir, tmp_path, capsys):
+    """QA: exact_match read references from an 'answer' column only, where the rewards take answer_column; a
+    prompts file whose answers are in 'solution' could not be scored without rewriting it."""
+    data = tmp_path / "solutions.jsonl"
+    renamed(demo_dir / "data" / "eval.jsonl", data, {"answer": "solution"})
+    common = ["--model", str(demo_dir / "model"), "--metric", "exact_match", "--limit", "3", "--max-new-tokens", "4"]
+    code, out, err = eval_cli(capsys, *common, "--data", str(data), "--answer-column", "solution")
+    assert code == 0, err
+    code, expected, err = eval_cli(capsys, *common, "--data", str(demo_dir / "data" / "eval.jsonl"))
+    assert code == 0 and json.loads(out)["value"] == json.loads(expected)["value"]
+    code, out, err = eval_cli(capsys, *common, "--data", str(data), "--answer-column", "missing")
+    assert code == 2 and "row 1 has no 'missing' string" in err
+    assert "exact_match needs the reference answers in column 'missing' (--answer-column) of every row" in err
 
 
 @pytest.mark.parametrize("flag, metric", [("--limit", "exact_match"), ("--max-new-tokens", "exact_match"),
