@@ -30,11 +30,13 @@ class JobError(RuntimeError):
 
 def demo_model_candidates() -> list[Path]:
     """Where the ``demo-tiny`` preset is looked for, in order (``jaxengine demo-base --out DIR`` writes DIR/model)."""
-    data_root = Path(os.environ.get("TEMPER_DATA", "var"))
-    models_root = Path(os.environ.get("TEMPER_MODELS_ROOT", data_root / "models"))
+    # As the web's settings read them (webapp.env.env_path): a variable set but empty counts as unset, not as
+    # the current directory, and ~ is the home directory.
+    data_root = Path(os.environ.get("TEMPER_DATA") or "var").expanduser()
+    models_root = Path(os.environ.get("TEMPER_MODELS_ROOT") or data_root / "models").expanduser()
     candidates = [models_root / "demo" / "model"]
     if os.environ.get("TEMPER_DEMO_DIR"):
-        candidates.insert(0, Path(os.environ["TEMPER_DEMO_DIR"]) / "model")
+        candidates.insert(0, Path(os.environ["TEMPER_DEMO_DIR"]).expanduser() / "model")
     return candidates
 
 

@@ -1,6 +1,7 @@
 """Jobs from specs, end to end on a micro demo build: SFT with LoRA and DPO write a complete run directory."""
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -528,3 +529,20 @@ def test_the_preset_and_every_spelling_of_its_directory_are_one_job(demo_dir, tm
     with pytest.raises(JobError, match="holds the checkpoints of another job"):
         refuse_another_jobs_directory(spec_for(demo_dir, run, model="demo-tiny", task="pretrain",
                                                data={"train": str(demo_dir / "data/sft.jsonl")}), run)
+
+
+def test_the_demo_model_is_looked_for_where_the_web_app_keeps_models(tmp_path, monkeypatch):
+    """QA: an empty TEMPER_DATA or TEMPER_MODELS_ROOT (set but blank, as compose files leave them) made the engine
+    look for demo-tiny under the current directory, while the web app's settings read blank as unset; and a ~
+    was taken literally."""
+    from jaxengine.job import demo_model_candidates
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TEMPER_DATA", "")
+    monkeypatch.setenv("TEMPER_MODELS_ROOT", "")
+    monkeypatch.delenv("TEMPER_DEMO_DIR", raising=False)
+    assert demo_model_candidates() == [Path("var/models/demo/model")]
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TEMPER_MODELS_ROOT", "~/models")
+    monkeypatch.setenv("TEMPER_DEMO_DIR", "~/demo")
+    assert demo_model_candidates() == [tmp_path / "home/demo/model", tmp_path / "home/models/demo/model"]
