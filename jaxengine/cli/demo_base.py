@@ -1,4 +1,4 @@
-"""``jaxengine demo-base --out DIR``: build the demo model (preset ``demo-tiny``) and the demo datasets.
+"""``jaxengine demo-base --out DIR``: build the demo model (``model: demo-tiny`` in a spec) and the demo datasets.
 
 Writes ``DIR/model/`` (Hugging Face format: config.json, model.safetensors, SentencePiece tokenizer
 with a chat template) and ``DIR/data/sft.jsonl``, ``sft_teacher.jsonl`` (an imperfect teacher's
