@@ -267,6 +267,7 @@ ROUTES: dict[str, Route] = {
     "review:delete": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:load": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:next": Route(kwargs=_campaign, methods={"GET": MEMBER, "POST": MEMBER}),
+    "review:change": Route(kwargs=_campaign, methods={"POST": MEMBER}),
     "review:items": Route(kwargs=_campaign, methods=READ),
     "review:conflicts": Route(kwargs=_campaign, methods={"GET": OWNER}),
     "review:resolve": Route(kwargs=_item, methods={"GET": OWNER, "POST": OWNER}),

@@ -211,6 +211,13 @@ def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> ReviewerTall
     return ReviewerTally(answered=counts["all"] - counts["skipped"], skipped=counts["skipped"])
 
 
+def last_answer(*, campaign: Campaign, user: AbstractBaseUser) -> Review | None:
+    """``user``'s most recent answer in ``campaign`` (skips included), with its item: the one the reviewing
+    page offers to change."""
+    return (Review.objects.filter(campaign=campaign, reviewer=user).select_related("item")
+            .order_by("-created_at", "-pk").first())
+
+
 @dataclass(frozen=True, kw_only=True)
 class HeldItems:
     count: int

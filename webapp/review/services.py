@@ -763,11 +763,44 @@ def review_submit(
                                        comment=comment.strip())
     except IntegrityError:
         raise ValidationError({"item": "you have already reviewed this item"}) from None
+    _count_reviews(item)
+    Lease.objects.filter(item=item, reviewer=user).delete()
+    return review
+
+
+def _count_reviews(item: Item) -> None:
+    """``item``'s review count and status from its reviews as they are now (skips left out)."""
     labels = list(item.reviews.exclude(label=Label.SKIP).values_list("label", flat=True))
     item.review_count = len(labels)
-    item.status = item_status(labels, required=campaign.required_reviews, resolved_label=item.resolved_label)
+    item.status = item_status(labels, required=item.campaign.required_reviews, resolved_label=item.resolved_label)
     item.save(update_fields=["review_count", "status"])
-    Lease.objects.filter(item=item, reviewer=user).delete()
+
+
+@transaction.atomic
+def review_change(*, item: Item, user: AbstractBaseUser, choice: str) -> Review:
+    """Change ``user``'s answer to ``item`` to ``choice`` (as clicked, like ``review_submit``'s), its edits and
+    comment kept; the item's count and status follow. A key pressed by mistake sent an answer no one could take
+    back. Refused once an owner has resolved the item (their label is final), and for a skip turned into an
+    answer once others have given the item the reviews it needs."""
+    if choice not in Choice.values:
+        raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
+    item = Item.objects.select_for_update(of=("self",)).select_related("campaign").get(pk=item.pk)
+    _reviewer_row(item.campaign, user)
+    review = Review.objects.filter(item=item, reviewer=user).first()
+    if review is None:
+        raise ValidationError({"item": f"you have not answered item {item.sequence}; answer it from the queue"})
+    if item.resolved_label:
+        raise ValidationError({"item": f"item {item.sequence} was resolved by {resolver_name(item)}, whose label is "
+                                       "final; ask an owner to resolve it again"})
+    label = label_for_choice(choice, shown_first=review.shown_first)
+    if review.label == Label.SKIP and label != Label.SKIP and item.review_count >= item.campaign.required_reviews:
+        required = item.campaign.required_reviews
+        raise ValidationError({"item": f"item {item.sequence} already has the {required} review"
+                                       f"{'' if required == 1 else 's'} it needs from others since you skipped it; "
+                                       "your skip stays"})
+    review.choice, review.label = choice, label
+    review.save(update_fields=["choice", "label"])
+    _count_reviews(item)
     return review
 
 

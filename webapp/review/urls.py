@@ -13,6 +13,7 @@ urlpatterns = [
     path("p/<slug:slug>/review/<str:public_id>/delete/", views.campaign_delete, name="delete"),
     path("p/<slug:slug>/review/<str:public_id>/load/", views.campaign_load, name="load"),
     path("p/<slug:slug>/review/<str:public_id>/next/", views.review_next, name="next"),
+    path("p/<slug:slug>/review/<str:public_id>/change/", views.review_change, name="change"),
     path("p/<slug:slug>/review/<str:public_id>/items/", views.item_list, name="items"),
     path("p/<slug:slug>/review/<str:public_id>/conflicts/", views.conflict_list, name="conflicts"),
     path("p/<slug:slug>/review/<str:public_id>/conflicts/<str:item_id>/resolve/", views.conflict_resolve,

@@ -247,6 +247,25 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
     return _render_review_page(request, project, membership, campaign, item)
 
 
+@login_required
+@require_POST
+def review_change(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """POST: the reviewer's answer to an item they answered changed (the reviewing page's "your last answer")."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    if not request.POST.get("item"):
+        messages.error(request, "Say which item's answer to change (the page's form sends it).")
+        return redirect("review:next", project.slug, campaign.public_id)
+    item = selectors.item_get(campaign=campaign, public_id=request.POST["item"])
+    try:
+        review = services.review_change(item=item, user=request.user, choice=request.POST.get("choice", ""))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, f"Item {item.sequence} changed to {review.get_choice_display().lower()}.")
+    return redirect("review:next", project.slug, campaign.public_id)
+
+
 def _render_review_page(request, project, membership, campaign, item, *,
                         refused: ReviewForm | None = None) -> HttpResponse:
     """The reviewing page with ``item`` (None: nothing to review). ``refused``, an answer to it refused
@@ -254,7 +273,9 @@ def _render_review_page(request, project, membership, campaign, item, *,
     boxes open."""
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
-               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused}
+               "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused,
+               "last_answer": selectors.last_answer(campaign=campaign, user=request.user),
+               "answer_choices": Choice.choices}
     if item is None and campaign.status == CampaignStatus.READY:
         context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:

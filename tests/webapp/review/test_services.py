@@ -736,3 +736,43 @@ def test_a_resolution_by_a_deleted_account_is_named_as_such(campaign, team, caro
     gone.delete()
     with pytest.raises(services.AlreadyResolved, match="already resolved as Tie by an account since deleted"):
         services.conflict_resolve(item=item, label="a", user=team.owner, shown_label="")
+
+
+def test_a_reviewer_changes_their_answer_and_the_item_follows(team, carol, campaign):
+    """A key pressed by mistake sent an answer that no one could take back (QA): the reviewer now changes it,
+    the item's count and status follow, and what cannot change is refused in words."""
+    item = campaign.items.order_by("sequence").first()
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    item.refresh_from_db()
+    assert (item.status, item.review_count) == (ItemStatus.COMPLETE, 2)
+    services.review_change(item=item, user=carol, choice=choice_for(item, carol, "b"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT and Review.objects.get(item=item, reviewer=carol).label == Label.B
+    services.review_change(item=item, user=carol, choice="skip")  # a skip frees the place
+    item.refresh_from_db()
+    assert (item.status, item.review_count) == (ItemStatus.IN_REVIEW, 1)
+    assert selectors.last_answer(campaign=campaign, user=carol).item == item
+
+    with pytest.raises(ValidationError, match="you have not answered item 2"):
+        services.review_change(item=campaign.items.get(sequence=2), user=carol, choice="tie")
+    with pytest.raises(ValidationError, match="is not one of"):
+        services.review_change(item=item, user=carol, choice="best")
+    with pytest.raises(PermissionDenied):
+        services.review_change(item=item, user=team.viewer, choice="tie")
+
+    # The skip turned back into an answer once another reviewer has filled the item: refused, the skip stays.
+    dave = make_user("dave")
+    project_services.membership_add(project=team.project, user=dave, role=Role.MEMBER)
+    CampaignReviewer.objects.create(campaign=campaign, user=dave)
+    expire_leases(item)
+    answer(item, dave, "a")
+    with pytest.raises(ValidationError, match="already has the 2 reviews it needs from others since you skipped it"):
+        services.review_change(item=item, user=carol, choice=choice_for(item, carol, "a"))
+    # An owner's resolution is final.
+    services.review_change(item=item, user=dave, choice=choice_for(item, dave, "b"))
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    services.conflict_resolve(item=item, label=Label.A, user=team.owner)
+    with pytest.raises(ValidationError, match="was resolved by alpha-owner, whose label is final"):
+        services.review_change(item=item, user=dave, choice="tie")

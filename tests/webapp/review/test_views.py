@@ -663,3 +663,25 @@ def test_a_reviewer_whose_account_is_deactivated_no_longer_counts_as_one(campaig
     with pytest.raises(ValidationError, match="carol cannot review: their account is deactivated"):
         services.campaign_update(campaign=campaign, guidelines="", required_reviews=1,
                                  reviewers=[team.teammate, carol])
+
+
+def test_the_reviewing_page_offers_to_change_the_last_answer(campaign, team, client_for):
+    """After an answer the next page says what it was and offers the other answers (a key pressed by mistake
+    could not be taken back); the change lands on the item and the page says so."""
+    client = client_for(team.teammate)
+    page = client.get(url("next", campaign)).content.decode()
+    assert "Your last answer" not in page
+    item_id = page.split('name="item" value="')[1].split('"')[0]
+    client.post(url("next", campaign), {"item": item_id, "choice": "tie"})
+    page = client.get(url("next", campaign)).content.decode()
+    last = page.split('class="card last-answer"')[1].split("</section>")[0]
+    assert f'<input type="hidden" name="item" value="{item_id}">' in last and "<b>Tie</b>" in last
+    assert '<button type="submit" name="choice" value="tie">' not in last
+    assert '<button type="submit" name="choice" value="both_bad">Both bad</button>' in last
+    response = client.post(url("change", campaign), {"item": item_id, "choice": "both_bad"})
+    assert response.status_code == 302 and response["Location"] == url("next", campaign)
+    item = Item.objects.get(public_id=item_id)
+    assert Review.objects.get(item=item, reviewer=team.teammate).label == "both_bad"
+    assert f"Item {item.sequence} changed to both bad." in client.get(url("next", campaign)).content.decode()
+    assert client_for(team.viewer).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 403
+    assert client_for(team.outsider).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 404
