@@ -2,7 +2,9 @@
 server for long runs), samples, the log, lineage, and what the compare page shows."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
                                 Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps
+from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, run_output_dir
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -578,6 +580,19 @@ def ensure_may_delete_run(*, membership: Membership, run: Run) -> None:
     """``PermissionDenied`` saying who may, unless ``membership`` may delete ``run`` (pages and API)."""
     if not may_delete_run(membership=membership, run=run):
         raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+
+
+def run_disk_bytes(*, run: Run) -> int:
+    """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
+    which deleting it frees (links not followed: what they point to is not the run's)."""
+    total = 0
+    for folder, _subfolders, files in os.walk(run_output_dir(run.public_id)):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):  # a file removed meanwhile (a checkpoint the run rotated out)
+                    total += os.stat(path).st_size
+    return total
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -395,9 +395,12 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                      status: int = 200) -> HttpResponse:
     """The run page; ``edit`` (the details form as sent, with its ``errors`` by field) shows that form
     open with what was typed, after a refused edit."""
+    can_delete = selectors.may_delete_run(membership=membership, run=run)
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
-        "can_delete": selectors.may_delete_run(membership=membership, run=run),
+        "can_delete": can_delete,
+        # What Delete frees, said in its confirmation (a walk of the run's directory: only where it is offered).
+        "disk_bytes": selectors.run_disk_bytes(run=run) if can_delete and not run.is_active else None,
         "edit": edit or {**services.shown_details(run), "errors": {}},
         # What the edit form shows now, sent back with it (services.run_update_details' ``seen``).
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
