@@ -13,6 +13,7 @@
   var series = JSON.parse(document.getElementById("run-series").textContent);
   var progress = JSON.parse(document.getElementById("run-progress").textContent);
   var shownStatus = progress.status;  // the status this page was rendered for
+  var shownStopping = Boolean(progress.stopping);  // and whether it showed the run stopping (a cancel asked)
   var chartsElement = document.getElementById("charts");
   var charts = {};          // metric name (or "<metric> by <column>") -> plot element
   var lastStep = {};        // metric name -> highest step drawn
@@ -293,7 +294,7 @@
         // A live event may have shown a later step while this was asked: the stored progress lags it.
         if (state.progress.step >= progress.step) showProgress(state.progress);
         addLogLines(state.log);
-        if (state.progress.status !== shownStatus) statusChanged();
+        if (state.progress.status !== shownStatus || Boolean(state.progress.stopping) !== shownStopping) statusChanged();
         else if (JSON.stringify(state.checkpoints) !== JSON.stringify(shownCheckpoints())) loadCheckpoints();
       });
   }
@@ -306,7 +307,7 @@
   }
 
   // Every status has a page of its own (the badge, the actions, the worker and its devices, and once
-  // finished the artifacts): a run that starts or ends is shown by loading its page again.
+  // finished the artifacts): a run that starts, is asked to stop or ends is shown by loading its page again.
   function statusChanged() {
     stopListening();
     window.setTimeout(function () { window.location.reload(); }, 500);
@@ -341,6 +342,7 @@
       else if (event.type === "samples") samplesArrived();
       else if (event.type === "checkpoint") catchUp();
       else if (event.type === "status" && event.status !== shownStatus) statusChanged();
+      else if (event.type === "cancel_requested" && !shownStopping) statusChanged();  // a teammate's Cancel: "stopping"
       else if (event.type === "unavailable") { source.close(); poll(); }
     };
     source.onerror = function () {

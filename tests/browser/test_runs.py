@@ -446,6 +446,29 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     page.locator("#live-state", has_text="live").wait_for()  # and it listens on
 
 
+def test_a_running_runs_page_says_it_is_stopping_once_a_teammate_cancels(page, asgi_server, redis_url,
+                                                                        transactional_db, settings, monkeypatch):
+    """QA: after Cancel the page still said 'running' and offered Cancel again until the worker ended its
+    step (minutes, for an evaluation or a rollout), and a teammate watching the run saw nothing at all."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="stopping")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="stops")
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    log_in(page, asgi_server, "stopping-teammate")
+    page.goto(f"{asgi_server}/p/stopping/runs/{run.public_id}/")
+    assert page.locator("#run-status").inner_text() == "running" and page.locator("#cancel-confirm").count() == 1
+    page.locator("#live-state", has_text="live").wait_for()
+    services.run_cancel(run=run, user=team.owner)
+    page.locator("#run-status .status-stopping").wait_for(timeout=10_000)
+    assert page.locator("#cancel-confirm").count() == 0
+    assert "stops after its current step" in page.locator("#stopping-note").inner_text()
+
+
 def test_the_page_says_live_only_once_the_stream_listens(page, asgi_server, transactional_db):
     """CI lost a progress event: the page said 'live' as it loaded, before its event stream had said
     hello (the server's subscription to the run), so an event published in that moment went nowhere

@@ -676,9 +676,10 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         return run
     if run.status != RunStatus.RUNNING:
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only queued or running runs can be cancelled"})
-    run.cancel_requested = True
-    run.save(update_fields=["cancel_requested"])
-    log_line(run, f"cancel requested by {who}; stopping after the current step")
+    if not run.cancel_requested:  # asked again (another tab, a teammate): the flag is set again, not logged twice
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested"])
+        log_line(run, f"cancel requested by {who}; stopping after the current step")
     public_id = run.public_id
     transaction.on_commit(lambda: _set_cancel_flag(public_id))
     return run

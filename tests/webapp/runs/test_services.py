@@ -203,6 +203,19 @@ def test_cancel_a_queued_run_at_once_and_a_running_one_by_flag(team, catalog, se
         services.run_cancel(run=cancelled, user=team.teammate)
 
 
+def test_a_second_cancel_of_a_stopping_run_asks_nothing_more(team, catalog, sent_tasks,
+                                                            django_capture_on_commit_callbacks, monkeypatch):
+    # A teammate's tab (or the same person's, still offering Cancel) logged a second "cancel requested".
+    monkeypatch.setattr(services, "_set_cancel_flag", lambda public_id: None)
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    services.run_cancel(run=run, user=team.teammate)
+    again = services.run_cancel(run=run, user=team.owner)
+    assert [line.message for line in run.log_lines.filter(message__startswith="cancel")] == [
+        "cancel requested by alpha-teammate; stopping after the current step"]
+    assert again.is_stopping and again.status == RunStatus.RUNNING
+
+
 def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
                                                      monkeypatch):
     monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)

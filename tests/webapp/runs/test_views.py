@@ -480,6 +480,20 @@ def test_cancel_asks_first(team, run, client_for):
     assert '<button type="submit" class="danger">Cancel <bdi>first &lt;b&gt;run&lt;/b&gt;</bdi></button>' in confirmation
 
 
+def test_a_running_run_whose_cancel_was_asked_says_it_is_stopping(team, run, client_for):
+    # It said "running" and offered Cancel again until the worker ended its step, on the page the
+    # Cancel button came back to, in the runs table and on a teammate's page.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, cancel_requested=True)
+    client = client_for(team.teammate)
+    page = client.get(url(run)).content.decode()
+    assert 'id="cancel-confirm"' not in page
+    assert '<span class="badge status status-stopping badge-warn" data-status="stopping">stopping</span>' in page
+    assert "Cancel asked: the worker stops after its current step" in page
+    assert json.loads(client.get(url(run, "state.json")).content)["progress"]["stopping"] is True
+    table = client.get("/p/alpha/runs/").content.decode()
+    assert 'data-status="stopping"' in table
+
+
 def test_notes_are_rendered_safely(team, run, client_for):
     services.run_update_details(run=run, notes="**bold** <script>x()</script> [a](javascript:alert(1))")
     page = client_for(team.viewer).get(url(run)).content.decode()
