@@ -721,6 +721,26 @@ def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_sta
     assert client_for(team.outsider).get(url(run, "checkpoints/")).status_code == 404
 
 
+def test_an_exported_checkpoint_stays_listed_after_a_resume_deletes_its_training_checkpoint(
+        team, run, client_for, sent_tasks, monkeypatch):
+    """QA: a resumed run keeps its last checkpoints only (train.keep_last), and an exported one went from the
+    page with its serving copy card (the chat and specs still use it; its copy could not be made again)."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    (run.output_dir / "export-step-3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=run.output_dir / "export-step-3")
+    (run.output_dir / "checkpoints" / "3").rmdir()  # the resumed run saved later ones in its place
+    (run.output_dir / "checkpoints" / "250").mkdir()
+    partial = client_for(team.teammate).get(url(run, "checkpoints/")).content.decode()
+    assert '<li data-step="3" data-state="exported">' in partial and f"{run.public_id}@3" in partial
+    assert "Make serving copy" in partial and '<li data-step="250" data-state="">' in partial
+    assert partial.count(f'action="{url(run, "export/")}"') == 1  # step 250 only: 3 has no checkpoint to export
+    assert client_for(team.viewer).get(url(run, "state.json")).json()["checkpoints"] == {"3": "exported", "250": ""}
+
+
 def _grpo_form(catalog, **fields) -> dict:
     data = {"mode": "form", "task": "grpo", "model": catalog.base_model.public_id,
             "data.train": catalog.prompts.public_id, "train.max_steps": "5", "train.batch_size": "2",
