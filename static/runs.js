@@ -161,6 +161,22 @@
     return secs + "s";
   }
 
+  // The ETA's pace: the seconds a step since the first step this page saw a worker end, not the run's
+  // average, whose first step holds the compilation (minutes on an accelerator, and again at each resume):
+  // a run of minutes read hours to go for a long while. Until then, the average is all there is.
+  var loadedStep = progress.step;
+  var paceFrom = null;  // {step, seconds} of that first step
+
+  function secondsPerStep() {
+    if (paceFrom === null && progress.status === "running" && progress.step > loadedStep) {
+      paceFrom = { step: progress.step, seconds: progress.train_seconds };
+    }
+    if (paceFrom !== null && progress.step > paceFrom.step) {
+      return (progress.train_seconds - paceFrom.seconds) / (progress.step - paceFrom.step);
+    }
+    return progress.step ? progress.train_seconds / progress.step : null;
+  }
+
   function showProgress(state) {
     progress = Object.assign(progress, state);
     var total = progress.total_steps || 0;
@@ -171,7 +187,8 @@
     if (progress.tokens_per_second !== null && progress.tokens_per_second !== undefined) {
       document.getElementById("progress-speed").textContent = Math.round(progress.tokens_per_second);
     }
-    var eta = total && progress.step ? (total - progress.step) * progress.train_seconds / progress.step : null;
+    var pace = secondsPerStep();
+    var eta = total && pace !== null ? (total - progress.step) * pace : null;
     // Only a running run has time left: a cancelled or failed one stays where it stopped.
     document.getElementById("progress-eta").textContent =
       progress.status !== "running" || progress.step >= total ? "—" : formatDuration(eta);

@@ -508,6 +508,28 @@ def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url,
     assert page.locator("#progress-speed").inner_text() == "2512"
 
 
+def test_the_eta_goes_by_the_pace_after_the_first_step_not_the_compilation(page, asgi_server, redis_url,
+                                                                          transactional_db, settings):
+    """QA: the ETA was the steps left times the average time a step, and the first step's average holds the
+    compilation (minutes on an accelerator, again at each resume): a 1000-step run of 0.1 s steps read
+    'ETA 1h 31m' at step 11. The page times the steps it sees after the first, as they come."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa7")
+    run = Run.objects.create(project=team.project, name="pace", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=1000, current_step=0, train_seconds=0.0)
+    log_in(page, asgi_server, "kappa7-viewer")
+    page.goto(f"{asgi_server}/p/kappa7/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    for step, seconds in ((1, 60.0), (11, 61.0)):  # the first step compiles for a minute, then 0.1 s a step
+        reporting.publish_event(run.public_id, {"type": "progress", "step": step, "total_steps": 1000,
+                                                "tokens": 100 * step, "train_seconds": seconds, "tokens_per_second": 1000})
+        page.locator("#progress-step", has_text=str(step)).wait_for(timeout=10_000)
+    assert page.locator("#progress-eta").inner_text() == "1m 39s"  # 989 steps of 0.1 s
+
+
 def test_a_catch_up_answered_after_a_live_step_does_not_take_the_page_back(page, asgi_server, redis_url,
                                                                           transactional_db, settings):
     """CI again lost a progress event, with the stream subscribed: the hello's catch-up asked for the
