@@ -736,8 +736,11 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.finished_at = None
     run.archived = False  # it trains again: in the table, not hidden under "archived"
     run.save()
+    saved = checkpoint_steps(run)  # the engine restores the latest
     log_line(run, f"resume queued by {user.get_username() if user else 'the system'}"
-                  + (f" with max_steps {max_steps}" if max_steps else "") + "; continuing from the last checkpoint")
+                  + (f" with max_steps {max_steps}" if max_steps else "")
+                  + (f"; continuing from checkpoint {saved[-1]}" if saved
+                     else "; no checkpoint was saved, so it starts from step 0"))
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)

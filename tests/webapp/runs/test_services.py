@@ -233,6 +233,24 @@ def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, 
     assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
 
 
+def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                               monkeypatch):
+    # A run cancelled before it started (or failed before its first checkpoint) logged "continuing from the
+    # last checkpoint", and then trained from step 0.
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    services.run_cancel(run=run, user=team.teammate)
+    services.run_resume(run=run, user=team.teammate)
+    assert run.log_lines.order_by("pk").last().message == (
+        "resume queued by alpha-teammate; no checkpoint was saved, so it starts from step 0")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=7)
+    for step in (3, 6):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    services.run_resume(run=run, user=team.teammate, max_steps=20)
+    assert run.log_lines.order_by("pk").last().message == (
+        "resume queued by alpha-teammate with max_steps 20; continuing from checkpoint 6")
+
+
 def test_retry_starts_over_in_a_new_directory(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     retried = services.run_retry(run=run, user=team.owner)
