@@ -733,6 +733,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.series_cache = {}
     run.cancel_requested = False
     run.error_message = ""
+    run.worker_name = ""  # it waits for whichever train worker is free, as a re-queued lost run does
     run.finished_at = None
     run.archived = False  # it trains again: in the table, not hidden under "archived"
     run.save()

@@ -494,6 +494,17 @@ def test_a_running_run_whose_cancel_was_asked_says_it_is_stopping(team, run, cli
     assert 'data-status="stopping"' in table
 
 
+def test_a_resumed_run_waiting_in_the_queue_names_no_worker(team, run, client_for, sent_tasks, monkeypatch):
+    # It read "Worker train@host-1 (attempt 2)" and that worker's devices while it waited in the queue,
+    # as if it were on it (it starts on whichever train worker is free), as the reaper's re-queue does not.
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, worker_name="train@host-1")
+    client_for(team.teammate).post(url(run, "resume/"))
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.worker_name == ""
+    assert "train@host-1" not in client_for(team.viewer).get(url(run)).content.decode()
+
+
 def test_notes_are_rendered_safely(team, run, client_for):
     services.run_update_details(run=run, notes="**bold** <script>x()</script> [a](javascript:alert(1))")
     page = client_for(team.viewer).get(url(run)).content.decode()
