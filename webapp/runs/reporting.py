@@ -357,6 +357,9 @@ class RunReporter:
                 engine_count = logged_count.engine_count if logged_before else total
                 self._tokens = TokenCount(total=total, engine_count=engine_count)
             self.run.current_step = first_step - 1
+            # Each metric's latest and range, as the table, the compare page and Tokens/s read them, without
+            # the deleted steps: the old latest, at a later step, held until this attempt passed it.
+            self._summary_metrics = metric_summary(self.run)
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
             self._store_buckets()
             self._buckets_stored_at = time.monotonic()
