@@ -971,8 +971,13 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
                    "re-queued to resume from its last checkpoint")
         if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message="",
                           queued_at=now):
+            from webapp.runs.reporting import publish_status  # reporting builds on this module
+
             run.refresh_from_db()
             log_line(run, message, level=LogLevel.WARNING)
+            # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
+            # would otherwise go on drawing with the lost attempt's values, under "running".
+            publish_status(run)
             logger.warning("run %s: %s", run.public_id, message)
             _enqueue(run)
             reaped.append(run)

@@ -285,6 +285,20 @@ def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django
     assert services.runs_reap_lost(now=now) == []  # taken once, even by many reapers
 
 
+def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                                  monkeypatch):
+    # QA: a page open on the run went on saying "running" through the re-queue, missed its log line, and
+    # kept drawing the steps the new attempt trained again with the lost attempt's values.
+    published = []
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append((public_id, event)))
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, last_heartbeat=now - timedelta(seconds=61))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.runs_reap_lost(now=now)
+    assert published == [(run.public_id, {"type": "status", "status": "queued", "message": ""})]
+
+
 def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     now = timezone.now()
