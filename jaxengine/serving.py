@@ -203,13 +203,28 @@ def devices_for_model(devices: Sequence[jax.Device], nbytes: int) -> list[jax.De
     return list(devices) if nbytes <= SPLIT_MAX_WEIGHT_BYTES else list(devices[:1])
 
 
+def directory_identity(path: str | Path) -> tuple[int, int] | None:
+    """What tells one directory written at ``path`` from the next: its inode and modification time (None
+    while nothing is there). Exports and serving copies are written beside their place and renamed into it
+    (``jaxengine.checkpoint.hf.replace_directory``), so a new one is a new directory."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns
+
+
 class ModelCache:
-    """Loaded models by key, least recently used evicted beyond ``budget_bytes``. Thread-safe."""
+    """Loaded models by key, least recently used evicted beyond ``budget_bytes``. Thread-safe.
+
+    A model is loaded again when the directory at its path is no longer the one it was loaded from: a
+    resumed run exports again, and a serving copy is made again, at the same path and under the same key."""
 
     def __init__(self, *, budget_bytes: int, loader: Callable[[Path], LoadedModel] = load_serving_model):
         self.budget_bytes = budget_bytes
         self._loader = loader
         self._models: collections.OrderedDict[str, LoadedModel] = collections.OrderedDict()
+        self._identities: dict[str, tuple[int, int] | None] = {}  # key -> directory_identity when loaded
         self._lock = threading.Lock()
 
     @property
@@ -223,16 +238,27 @@ class ModelCache:
         with self._lock:
             return sum(loaded.nbytes for loaded in self._models.values())
 
-    def get(self, key: str, path: str | Path) -> LoadedModel:
-        """The model cached under ``key``, loading it from ``path`` (and evicting others) when absent."""
+    def peek(self, key: str) -> LoadedModel | None:
+        """The model cached under ``key`` (None when it is not), without loading it or marking it used."""
         with self._lock:
-            if key in self._models:
+            return self._models.get(key)
+
+    def get(self, key: str, path: str | Path) -> LoadedModel:
+        """The model cached under ``key``, loading it from ``path`` (and evicting others) when absent or
+        when ``path`` holds another directory than the one it was loaded from."""
+        identity = directory_identity(path)
+        with self._lock:
+            if key in self._models and self._identities[key] == identity:
                 self._models.move_to_end(key)
                 return self._models[key]
+            self._models.pop(key, None)  # the weights it replaces are not kept beside it
+            self._identities.pop(key, None)
             loaded = self._loader(Path(path))
             while self._models and sum(m.nbytes for m in self._models.values()) + loaded.nbytes > self.budget_bytes:
-                self._models.popitem(last=False)
+                evicted, _ = self._models.popitem(last=False)
+                del self._identities[evicted]
             self._models[key] = loaded
+            self._identities[key] = identity
             return loaded
 
 

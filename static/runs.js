@@ -13,6 +13,7 @@
   var series = JSON.parse(document.getElementById("run-series").textContent);
   var progress = JSON.parse(document.getElementById("run-progress").textContent);
   var shownStatus = progress.status;  // the status this page was rendered for
+  var shownStopping = Boolean(progress.stopping);  // and whether it showed the run stopping (a cancel asked)
   var chartsElement = document.getElementById("charts");
   var charts = {};          // metric name (or "<metric> by <column>") -> plot element
   var lastStep = {};        // metric name -> highest step drawn
@@ -160,6 +161,22 @@
     return secs + "s";
   }
 
+  // The ETA's pace: the seconds a step since the first step this page saw a worker end, not the run's
+  // average, whose first step holds the compilation (minutes on an accelerator, and again at each resume):
+  // a run of minutes read hours to go for a long while. Until then, the average is all there is.
+  var loadedStep = progress.step;
+  var paceFrom = null;  // {step, seconds} of that first step
+
+  function secondsPerStep() {
+    if (paceFrom === null && progress.status === "running" && progress.step > loadedStep) {
+      paceFrom = { step: progress.step, seconds: progress.train_seconds };
+    }
+    if (paceFrom !== null && progress.step > paceFrom.step) {
+      return (progress.train_seconds - paceFrom.seconds) / (progress.step - paceFrom.step);
+    }
+    return progress.step ? progress.train_seconds / progress.step : null;
+  }
+
   function showProgress(state) {
     progress = Object.assign(progress, state);
     var total = progress.total_steps || 0;
@@ -170,7 +187,8 @@
     if (progress.tokens_per_second !== null && progress.tokens_per_second !== undefined) {
       document.getElementById("progress-speed").textContent = Math.round(progress.tokens_per_second);
     }
-    var eta = total && progress.step ? (total - progress.step) * progress.train_seconds / progress.step : null;
+    var pace = secondsPerStep();
+    var eta = total && pace !== null ? (total - progress.step) * pace : null;
     // Only a running run has time left: a cancelled or failed one stays where it stopped.
     document.getElementById("progress-eta").textContent =
       progress.status !== "running" || progress.step >= total ? "—" : formatDuration(eta);
@@ -293,7 +311,7 @@
         // A live event may have shown a later step while this was asked: the stored progress lags it.
         if (state.progress.step >= progress.step) showProgress(state.progress);
         addLogLines(state.log);
-        if (state.progress.status !== shownStatus) statusChanged();
+        if (state.progress.status !== shownStatus || Boolean(state.progress.stopping) !== shownStopping) statusChanged();
         else if (JSON.stringify(state.checkpoints) !== JSON.stringify(shownCheckpoints())) loadCheckpoints();
       });
   }
@@ -306,7 +324,7 @@
   }
 
   // Every status has a page of its own (the badge, the actions, the worker and its devices, and once
-  // finished the artifacts): a run that starts or ends is shown by loading its page again.
+  // finished the artifacts): a run that starts, is asked to stop or ends is shown by loading its page again.
   function statusChanged() {
     stopListening();
     window.setTimeout(function () { window.location.reload(); }, 500);
@@ -341,6 +359,7 @@
       else if (event.type === "samples") samplesArrived();
       else if (event.type === "checkpoint") catchUp();
       else if (event.type === "status" && event.status !== shownStatus) statusChanged();
+      else if (event.type === "cancel_requested" && !shownStopping) statusChanged();  // a teammate's Cancel: "stopping"
       else if (event.type === "unavailable") { source.close(); poll(); }
     };
     source.onerror = function () {

@@ -446,6 +446,29 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     page.locator("#live-state", has_text="live").wait_for()  # and it listens on
 
 
+def test_a_running_runs_page_says_it_is_stopping_once_a_teammate_cancels(page, asgi_server, redis_url,
+                                                                        transactional_db, settings, monkeypatch):
+    """QA: after Cancel the page still said 'running' and offered Cancel again until the worker ended its
+    step (minutes, for an evaluation or a rollout), and a teammate watching the run saw nothing at all."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="stopping")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="stops")
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    log_in(page, asgi_server, "stopping-teammate")
+    page.goto(f"{asgi_server}/p/stopping/runs/{run.public_id}/")
+    assert page.locator("#run-status").inner_text() == "running" and page.locator("#cancel-confirm").count() == 1
+    page.locator("#live-state", has_text="live").wait_for()
+    services.run_cancel(run=run, user=team.owner)
+    page.locator("#run-status .status-stopping").wait_for(timeout=10_000)
+    assert page.locator("#cancel-confirm").count() == 0
+    assert "stops after its current step" in page.locator("#stopping-note").inner_text()
+
+
 def test_the_page_says_live_only_once_the_stream_listens(page, asgi_server, transactional_db):
     """CI lost a progress event: the page said 'live' as it loaded, before its event stream had said
     hello (the server's subscription to the run), so an event published in that moment went nowhere
@@ -483,6 +506,28 @@ def test_tokens_per_second_follows_the_running_run(page, asgi_server, redis_url,
                                             "train_seconds": 2.0, "tokens_per_second": 2512.4})
     page.locator("#progress-step", has_text="4").wait_for(timeout=10_000)
     assert page.locator("#progress-speed").inner_text() == "2512"
+
+
+def test_the_eta_goes_by_the_pace_after_the_first_step_not_the_compilation(page, asgi_server, redis_url,
+                                                                          transactional_db, settings):
+    """QA: the ETA was the steps left times the average time a step, and the first step's average holds the
+    compilation (minutes on an accelerator, again at each resume): a 1000-step run of 0.1 s steps read
+    'ETA 1h 31m' at step 11. The page times the steps it sees after the first, as they come."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa7")
+    run = Run.objects.create(project=team.project, name="pace", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=1000, current_step=0, train_seconds=0.0)
+    log_in(page, asgi_server, "kappa7-viewer")
+    page.goto(f"{asgi_server}/p/kappa7/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    for step, seconds in ((1, 60.0), (11, 61.0)):  # the first step compiles for a minute, then 0.1 s a step
+        reporting.publish_event(run.public_id, {"type": "progress", "step": step, "total_steps": 1000,
+                                                "tokens": 100 * step, "train_seconds": seconds, "tokens_per_second": 1000})
+        page.locator("#progress-step", has_text=str(step)).wait_for(timeout=10_000)
+    assert page.locator("#progress-eta").inner_text() == "1m 39s"  # 989 steps of 0.1 s
 
 
 def test_a_catch_up_answered_after_a_live_step_does_not_take_the_page_back(page, asgi_server, redis_url,

@@ -381,6 +381,33 @@ def test_model_cache_evicts_the_least_recently_used_beyond_its_budget():
     assert cache.keys == ["d"] and loads == ["m40", "m50", "m30", "m200"]
 
 
+def test_model_cache_loads_again_a_directory_replaced_under_the_same_key(tmp_path):
+    # A resumed run's export and a serving copy made again are new directories renamed into the old one's
+    # place (hf.replace_directory), under the same key: the chat served the weights first loaded.
+    from jaxengine.checkpoint.hf import replace_directory
+
+    loads = []
+
+    def loader(path: Path) -> LoadedModel:
+        loads.append((path / "weights").read_text())
+        return LoadedModel(model=None, tokenizer=None, nbytes=40, path=path)
+
+    def write_export(text: str) -> None:
+        staging = tmp_path / f".export.writing-{text}"
+        staging.mkdir()
+        (staging / "weights").write_text(text)
+        replace_directory(staging, tmp_path / "export")
+
+    cache = ModelCache(budget_bytes=100, loader=loader)
+    write_export("step 6")
+    cache.get("run_a", tmp_path / "export")
+    cache.get("run_a", tmp_path / "export")
+    write_export("step 250")
+    assert cache.get("run_a", tmp_path / "export") is not None
+    assert loads == ["step 6", "step 250"]
+    assert cache.keys == ["run_a"] and cache.nbytes == 40  # the old weights' memory is given back
+
+
 def test_it_loads_a_quantized_copy_and_a_plain_export(served, tmp_path):
     from jaxengine.quantize import QuantScheme, export_quantized, load_quantized
 

@@ -203,6 +203,27 @@ def test_a_small_models_rows_are_split_over_the_cores_and_a_large_ones_are_not(c
     assert done["completion_tokens"] == 12 and "error" not in done
 
 
+def test_a_model_written_again_at_its_path_is_served_as_written_now(client, model_dir, tmp_path):
+    # A resumed run exports again (and its serving copy is made again) at the same path, under the same
+    # key: its chats went on being answered by the weights the worker had loaded before.
+    import shutil
+
+    from jaxengine.checkpoint.hf import replace_directory
+
+    def export(attempt: int) -> str:
+        staging = tmp_path / f".export.writing-{attempt}"
+        shutil.copytree(model_dir, staging)
+        replace_directory(staging, tmp_path / "export")
+        return str(tmp_path / "export")
+
+    before, _ = serve.server_for("run_resumed", export(1))
+    after, _ = serve.server_for("run_resumed", export(2))
+    assert after is not before and after.decoder.model is not before.decoder.model
+    assert serve.server_for("run_resumed", str(tmp_path / "export"))[0] is after
+    done = serve.generate(request(tmp_path / "export", "resumed", model_key="run_resumed"))
+    assert done["completion_tokens"] == 12 and "error" not in done
+
+
 # A worker process as Celery starts it with ``-Q <queues>`` (the app module, then celeryd_init), then a
 # serving copy's first JAX work; prints the host devices JAX has.
 WORKER_START = (

@@ -13,7 +13,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
-from webapp.runs.models import REWARD_TASK, Artifact, RunStatus
+from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
 from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
 
 _CHECKPOINT_DIR = re.compile(r"export-step-(\d+)$")
@@ -130,6 +130,15 @@ def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
         return None
     shown = distinct_labels({model.ref: model.label for model in models})
     return _choice(model, shown_label=shown[model.ref])
+
+
+def unavailable_reason(*, project: Project, conversation: Conversation) -> str:
+    """Why the conversation's model is not served now (``model_choice`` found none): the final model of a
+    run trained again (resumed), which is back once the run succeeds, or a model gone from the project."""
+    label = isolated(conversation.model_label)
+    if Run.objects.filter(project=project, public_id=conversation.model_ref, status__in=ACTIVE_STATUSES).exists():
+        return f"the model {label} is training again (its run was resumed): the conversation goes on once the run succeeds"
+    return f"the model {label} is no longer available in this project"
 
 
 def conversation_list(*, project: Project, user) -> QuerySet[Conversation]:

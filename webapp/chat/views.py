@@ -22,7 +22,6 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
-from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import (deleted_once_or_refused, form_send_once, form_send_once_secret,
                                      note_secret_already_shown)
@@ -114,7 +113,8 @@ def chat_detail(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
         services.model_prepare(model=model)
     return render(request, "chat/detail.html", {
         "project": project, "membership": membership, "conversation": conversation,
-        "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None})
+        "chat_messages": list(conversation.messages.all()), "form": MessageForm(), "model_available": model is not None,
+        "unavailable": "" if model is not None else selectors.unavailable_reason(project=project, conversation=conversation)})
 
 
 @login_required
@@ -147,7 +147,7 @@ def _answer_json(request: HttpRequest, project, conversation, answer: Message) -
 def _model_or_error(project, conversation):
     model = selectors.model_choice(project=project, ref=conversation.model_ref)
     if model is None:
-        raise services.ChatError(f"the model {isolated(conversation.model_label)} is no longer available in this project")
+        raise services.ChatError(selectors.unavailable_reason(project=project, conversation=conversation))
     return model
 
 

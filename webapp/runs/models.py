@@ -161,6 +161,17 @@ class Run(models.Model):
         return self.status in FINISHED_STATUSES
 
     @property
+    def is_stopping(self) -> bool:
+        """Running with a cancel asked for: the worker stops after its current step (an evaluation or a
+        rollout can take minutes), saving a checkpoint."""
+        return self.status == RunStatus.RUNNING and self.cancel_requested
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the pages show it: ``stopping`` for a run that is stopping."""
+        return "stopping" if self.is_stopping else self.status
+
+    @property
     def progress_fraction(self) -> float:
         if not self.total_steps:
             return 0.0

@@ -95,7 +95,7 @@ def run_start(*, run_pk: int, attempt: int, worker_name: str) -> Run | None:
         return None
     run = Run.objects.get(pk=run_pk)
     RunLogLine.objects.create(run=run, message=f"attempt {attempt} started on {worker_name}")
-    _publish_status(run)  # an open run page shows the worker and its devices, not 'queued', from now on
+    publish_status(run)  # an open run page shows the worker and its devices, not 'queued', from now on
     return run
 
 
@@ -357,6 +357,9 @@ class RunReporter:
                 engine_count = logged_count.engine_count if logged_before else total
                 self._tokens = TokenCount(total=total, engine_count=engine_count)
             self.run.current_step = first_step - 1
+            # Each metric's latest and range, as the table, the compare page and Tokens/s read them, without
+            # the deleted steps: the old latest, at a later step, held until this attempt passed it.
+            self._summary_metrics = metric_summary(self.run)
             self._buckets = series_buckets(run=self.run, reuse_stored=False)
             self._store_buckets()
             self._buckets_stored_at = time.monotonic()
@@ -561,7 +564,7 @@ def run_finish(*, run: Run, summary: dict[str, Any]) -> Run:
     message = outcome if run.error_message in ("", outcome) else f"{outcome}: {run.error_message}"
     RunLogLine.objects.create(run=run, message=message,
                               level=LogLevel.INFO if run.status == RunStatus.SUCCEEDED else LogLevel.WARNING)
-    _publish_status(run)
+    publish_status(run)
     return run
 
 
@@ -611,7 +614,7 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
     RunLogLine.objects.create(run=run, message=f"failed: {run.error_message}", level=LogLevel.ERROR)
-    _publish_status(run)
+    publish_status(run)
     return run
 
 
@@ -668,7 +671,7 @@ def run_fail_hosts_lost(*, run: Run, lost: list[int]) -> Run | None:
     current.series_cache = series_cache_for(current)
     current.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
     RunLogLine.objects.create(run=current, message=f"failed: {current.error_message}", level=LogLevel.ERROR)
-    _publish_status(current)
+    publish_status(current)
     return current
 
 
@@ -693,7 +696,8 @@ def publish_event(public_id: str, event: dict[str, Any]) -> None:
         logger.warning("run %s: %s event not published: %s", public_id, event.get("type"), error)
 
 
-def _publish_status(run: Run) -> None:
+def publish_status(run: Run) -> None:
+    """Tell the run's open pages its status once the transaction commits: each loads itself again."""
     event = {"type": "status", "status": run.status, "message": run.error_message}
     public_id = run.public_id
     transaction.on_commit(lambda: publish_event(public_id, event))

@@ -490,15 +490,16 @@ def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLin
 
 
 def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
-    """The checkpoints in the run's directory, oldest first, each with its export (``artifact``) once it
-    is done, the state of the last export asked for (``export``: exporting, exported or failed) and, once
-    exported, its serving copy's state (``serving_copy``, ``serving_copies.copy_state``; None for a model
-    that writes no text)."""
+    """The checkpoints in the run's directory and those exported, oldest first, each with its export
+    (``artifact``) once it is done, the state of the last export asked for (``export``: exporting, exported
+    or failed) and, once exported, its serving copy's state (``serving_copy``, ``serving_copies.copy_state``;
+    None for a model that writes no text). An exported one stays when a resume of the run deleted its
+    training checkpoint (``train.keep_last``): runs, the chat and its serving copy still use the export."""
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
     copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
     return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
-             "serving_copy": copies.get(step)} for step in checkpoint_steps(run)]
+             "serving_copy": copies.get(step)} for step in sorted({*checkpoint_steps(run), *exported})]
 
 
 def checkpoint_states(*, run: Run) -> dict[str, str]:

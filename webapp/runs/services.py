@@ -689,9 +689,10 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         return run
     if run.status != RunStatus.RUNNING:
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only queued or running runs can be cancelled"})
-    run.cancel_requested = True
-    run.save(update_fields=["cancel_requested"])
-    log_line(run, f"cancel requested by {who}; stopping after the current step")
+    if not run.cancel_requested:  # asked again (another tab, a teammate): the flag is set again, not logged twice
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested"])
+        log_line(run, f"cancel requested by {who}; stopping after the current step")
     public_id = run.public_id
     transaction.on_commit(lambda: _set_cancel_flag(public_id))
     return run
@@ -745,11 +746,15 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.series_cache = {}
     run.cancel_requested = False
     run.error_message = ""
+    run.worker_name = ""  # it waits for whichever train worker is free, as a re-queued lost run does
     run.finished_at = None
     run.archived = False  # it trains again: in the table, not hidden under "archived"
     run.save()
+    saved = checkpoint_steps(run)  # the engine restores the latest
     log_line(run, f"resume queued by {user.get_username() if user else 'the system'}"
-                  + (f" with max_steps {max_steps}" if max_steps else "") + "; continuing from the last checkpoint")
+                  + (f" with max_steps {max_steps}" if max_steps else "")
+                  + (f"; continuing from checkpoint {saved[-1]}" if saved
+                     else "; no checkpoint was saved, so it starts from step 0"))
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)
@@ -997,8 +1002,13 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
                    "re-queued to resume from its last checkpoint")
         if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message="",
                           queued_at=now):
+            from webapp.runs.reporting import publish_status  # reporting builds on this module
+
             run.refresh_from_db()
             log_line(run, message, level=LogLevel.WARNING)
+            # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
+            # would otherwise go on drawing with the lost attempt's values, under "running".
+            publish_status(run)
             logger.warning("run %s: %s", run.public_id, message)
             _enqueue(run)
             reaped.append(run)

@@ -375,7 +375,7 @@ def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _progress(run) -> dict[str, Any]:
     return {"step": run.current_step, "total_steps": run.total_steps, "tokens": run.tokens_seen,
-            "train_seconds": run.train_seconds, "status": run.status,
+            "train_seconds": run.train_seconds, "status": run.status, "stopping": run.is_stopping,
             "tokens_per_second": selectors.last_value(final_metrics=run.final_metrics, name="tokens_per_second")}
 
 

@@ -90,6 +90,7 @@ class GenerateRequest(BaseModel):
 _lock = threading.Lock()
 _cache = None
 _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
+_server_models: dict = {}  # model key -> the LoadedModel its server decodes
 _devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
 
 
@@ -120,9 +121,10 @@ def configure_serve_worker(sender=None, options=None, **kwargs) -> None:
 
 
 def server_for(key: str, path: str):
-    """The batching server of a cached model (loading it, and closing servers of evicted models); chats and
-    review campaigns share it, so a model is loaded once per serve process. A new server compiles a lone
-    conversation's programs, then concurrent conversations', in its idle time (``TEMPER_SERVE_WARMUP``)."""
+    """The batching server of a cached model (loading it, and closing servers of models evicted or loaded
+    again); chats and review campaigns share it, so a model is loaded once per serve process. A new server
+    compiles a lone conversation's programs, then concurrent conversations', in its idle time
+    (``TEMPER_SERVE_WARMUP``)."""
     global _cache
     from jaxengine.serving import BatchDecoder, BatchingServer, ModelCache, devices_for_model
 
@@ -131,11 +133,15 @@ def server_for(key: str, path: str):
         if _cache is None:
             _cache = ModelCache(budget_bytes=settings.TEMPER_SERVE_MEMORY_BYTES)
         loaded = _cache.get(key, path)
-        for stale in set(_servers) - set(_cache.keys):
+        # Evicted, or loaded again (a resumed run exported anew at the same path): answers already decoding
+        # end on the weights they began with, the next ones start on the new.
+        for stale in [stale for stale in _servers if _server_models[stale] is not _cache.peek(stale)]:
             _servers.pop(stale).close(wait=False)
+            del _server_models[stale]
         if key not in _servers:
             decoder = BatchDecoder(loaded.model, loaded.tokenizer, devices=devices_for_model(devices, loaded.nbytes))
             _servers[key] = BatchingServer(decoder)
+            _server_models[key] = loaded
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
         return _servers[key], loaded.tokenizer

@@ -308,7 +308,7 @@ def test_the_event_stream_of_an_answer_no_worker_will_finish_fails_it(team, clie
 
 def test_a_removed_models_name_is_isolated_where_the_page_and_the_error_say_so(team, client_for, sent):
     """The conversation keeps the label of a model since removed: an RLO in it reorders nothing of the
-    sentence around it, on the page (<bdi>) or in the send error (FSI…PDI)."""
+    sentence around it, on the page or in the send error (FSI…PDI)."""
     model = make_base_model(team.project, name="tiny\u202eevil", path="/models/tiny")
     conversation = conversation_of(team, client_for, model)
     label = conversation.model_label
@@ -316,12 +316,31 @@ def test_a_removed_models_name_is_isolated_where_the_page_and_the_error_say_so(t
     model.delete()
     client = client_for(team.teammate)
     page = client.get(url("detail", conversation)).content.decode()
-    assert f"The model <bdi>{label}" in page and "</bdi> is no longer available" in page
+    assert f"The model \u2068{label}\u202c\u2069 is no longer available in this project." in page
     response = client.post(url("send", conversation), {"content": "hi"})
     assert response.status_code == 409
     # the RLO closed (PDF) inside the isolate
     assert f"the model \u2068{label}\u202c\u2069 is no longer available" in response.json()["error"]
     assert not sent
+
+
+def test_a_conversation_with_a_resumed_run_says_it_trains_again_not_that_it_is_gone(team, client_for, tmp_path,
+                                                                                      sent):
+    """QA: while a teammate resumed the run, its conversations read 'no longer available in this project',
+    as if it had been deleted; it comes back when the run succeeds."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    run = Run.objects.create(project=team.project, name="tuned", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=12, path=str(tmp_path / "export"))
+    conversation = conversation_of(team, client_for, run)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    client = client_for(team.teammate)
+    page = client.get(url("detail", conversation)).content.decode()
+    assert "is training again (its run was resumed): the conversation goes on once the run succeeds" in page
+    assert "no longer available" not in page
+    response = client.post(url("send", conversation), {"content": "hi"})
+    assert response.status_code == 409 and "is training again" in response.json()["error"] and not sent
 
 
 def test_an_empty_answer_says_so(team, client_for, base_model, sent):

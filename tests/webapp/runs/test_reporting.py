@@ -103,6 +103,19 @@ def test_a_resumed_attempt_replaces_later_steps_and_continues_tokens(running_run
     assert running_run.log_lines.filter(message="resumed: continuing from step 4").exists()
 
 
+def test_a_resumed_attempts_latest_and_range_leave_out_the_steps_it_trains_again(running_run):
+    """QA: a run lost at step 7 and resumed from its checkpoint at step 4 kept, until it passed step 7, the
+    old step 7's loss as its latest (the table, the compare page and Tokens/s read it) and the range of
+    points since deleted."""
+    report(running_run, [record(step) for step in range(1, 8)])  # loss 10 / step; lost after step 7
+    resumed = [Progress(step, 10, {**record(step).metrics, "loss": 3.0, "tokens_per_second": 50.0}, step * 0.5,
+                        step * 100) for step in (5, 6)]
+    report(Run.objects.get(pk=running_run.pk), resumed)
+    run = Run.objects.get(pk=running_run.pk)
+    assert run.final_metrics["loss"] == {"last": 3.0, "min": 2.5, "max": 10.0, "step": 6}
+    assert run.final_metrics["tokens_per_second"]["last"] == 50.0
+
+
 def test_a_value_not_finite_is_kept_as_the_metrics_latest_until_a_finite_one_follows(running_run):
     """NaN and infinity are not stored as points; the step and value of each metric's latest one are, so
     that a reader of ``final_metrics`` (a pipeline guard) can tell its "last" is older than what was logged."""

@@ -203,6 +203,19 @@ def test_cancel_a_queued_run_at_once_and_a_running_one_by_flag(team, catalog, se
         services.run_cancel(run=cancelled, user=team.teammate)
 
 
+def test_a_second_cancel_of_a_stopping_run_asks_nothing_more(team, catalog, sent_tasks,
+                                                            django_capture_on_commit_callbacks, monkeypatch):
+    # A teammate's tab (or the same person's, still offering Cancel) logged a second "cancel requested".
+    monkeypatch.setattr(services, "_set_cancel_flag", lambda public_id: None)
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    services.run_cancel(run=run, user=team.teammate)
+    again = services.run_cancel(run=run, user=team.owner)
+    assert [line.message for line in run.log_lines.filter(message__startswith="cancel")] == [
+        "cancel requested by alpha-teammate; stopping after the current step"]
+    assert again.is_stopping and again.status == RunStatus.RUNNING
+
+
 def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
                                                      monkeypatch):
     monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
@@ -218,6 +231,24 @@ def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, 
     assert resumed.resolved_spec["train"]["max_steps"] == 30 and resumed.total_steps == 30
     assert resumed.resolved_spec["output_dir"] == run.resolved_spec["output_dir"]
     assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
+
+
+def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                               monkeypatch):
+    # A run cancelled before it started (or failed before its first checkpoint) logged "continuing from the
+    # last checkpoint", and then trained from step 0.
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    services.run_cancel(run=run, user=team.teammate)
+    services.run_resume(run=run, user=team.teammate)
+    assert run.log_lines.order_by("pk").last().message == (
+        "resume queued by alpha-teammate; no checkpoint was saved, so it starts from step 0")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=7)
+    for step in (3, 6):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    services.run_resume(run=run, user=team.teammate, max_steps=20)
+    assert run.log_lines.order_by("pk").last().message == (
+        "resume queued by alpha-teammate with max_steps 20; continuing from checkpoint 6")
 
 
 def test_retry_starts_over_in_a_new_directory(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
@@ -252,6 +283,20 @@ def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django
     assert "lost at step 7" in run.log_lines.last().message
     assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
     assert services.runs_reap_lost(now=now) == []  # taken once, even by many reapers
+
+
+def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
+                                                  monkeypatch):
+    # QA: a page open on the run went on saying "running" through the re-queue, missed its log line, and
+    # kept drawing the steps the new attempt trained again with the lost attempt's values.
+    published = []
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append((public_id, event)))
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, last_heartbeat=now - timedelta(seconds=61))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.runs_reap_lost(now=now)
+    assert published == [(run.public_id, {"type": "status", "status": "queued", "message": ""})]
 
 
 def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):

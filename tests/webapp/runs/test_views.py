@@ -480,6 +480,31 @@ def test_cancel_asks_first(team, run, client_for):
     assert '<button type="submit" class="danger">Cancel <bdi>first &lt;b&gt;run&lt;/b&gt;</bdi></button>' in confirmation
 
 
+def test_a_running_run_whose_cancel_was_asked_says_it_is_stopping(team, run, client_for):
+    # It said "running" and offered Cancel again until the worker ended its step, on the page the
+    # Cancel button came back to, in the runs table and on a teammate's page.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, cancel_requested=True)
+    client = client_for(team.teammate)
+    page = client.get(url(run)).content.decode()
+    assert 'id="cancel-confirm"' not in page
+    assert '<span class="badge status status-stopping badge-warn" data-status="stopping">stopping</span>' in page
+    assert "Cancel asked: the worker stops after its current step" in page
+    assert json.loads(client.get(url(run, "state.json")).content)["progress"]["stopping"] is True
+    table = client.get("/p/alpha/runs/").content.decode()
+    assert 'data-status="stopping"' in table
+
+
+def test_a_resumed_run_waiting_in_the_queue_names_no_worker(team, run, client_for, sent_tasks, monkeypatch):
+    # It read "Worker train@host-1 (attempt 2)" and that worker's devices while it waited in the queue,
+    # as if it were on it (it starts on whichever train worker is free), as the reaper's re-queue does not.
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, worker_name="train@host-1")
+    client_for(team.teammate).post(url(run, "resume/"))
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.worker_name == ""
+    assert "train@host-1" not in client_for(team.viewer).get(url(run)).content.decode()
+
+
 def test_notes_are_rendered_safely(team, run, client_for):
     services.run_update_details(run=run, notes="**bold** <script>x()</script> [a](javascript:alert(1))")
     page = client_for(team.viewer).get(url(run)).content.decode()
@@ -705,6 +730,26 @@ def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_sta
     assert '<li data-step="3" data-state="exporting">' in page and "ValueError: &lt;b&gt;no&lt;/b&gt;" in page
     assert "<form" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
     assert client_for(team.outsider).get(url(run, "checkpoints/")).status_code == 404
+
+
+def test_an_exported_checkpoint_stays_listed_after_a_resume_deletes_its_training_checkpoint(
+        team, run, client_for, sent_tasks, monkeypatch):
+    """QA: a resumed run keeps its last checkpoints only (train.keep_last), and an exported one went from the
+    page with its serving copy card (the chat and specs still use it; its copy could not be made again)."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
+    (run.output_dir / "export-step-3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=run.output_dir / "export-step-3")
+    (run.output_dir / "checkpoints" / "3").rmdir()  # the resumed run saved later ones in its place
+    (run.output_dir / "checkpoints" / "250").mkdir()
+    partial = client_for(team.teammate).get(url(run, "checkpoints/")).content.decode()
+    assert '<li data-step="3" data-state="exported">' in partial and f"{run.public_id}@3" in partial
+    assert "Make serving copy" in partial and '<li data-step="250" data-state="">' in partial
+    assert partial.count(f'action="{url(run, "export/")}"') == 1  # step 250 only: 3 has no checkpoint to export
+    assert client_for(team.viewer).get(url(run, "state.json")).json()["checkpoints"] == {"3": "exported", "250": ""}
 
 
 def _grpo_form(catalog, **fields) -> dict:
