@@ -22,6 +22,7 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import (deleted_once_or_refused, form_send_once, form_send_once_secret,
                                      note_secret_already_shown)

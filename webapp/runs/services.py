@@ -959,7 +959,7 @@ def run_delete(*, run: Run) -> None:
     (``Run.deleted_references``); chat conversations, arena votes and review items keep their texts."""
     from webapp.runs.selectors import run_readers  # selectors import this module
 
-    run = Run.objects.select_for_update().select_related("pipeline").get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).select_related("pipeline").get(pk=run.pk)  # pipeline: nullable
     if problems := run_readers(run=run):
         raise ValidationError({"delete": problems})
     directory = run_output_dir(run.public_id)

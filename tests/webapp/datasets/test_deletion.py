@@ -1,6 +1,5 @@
 """Deleting dataset versions and datasets: who may, what still reading them refuses it, what runs and
 campaigns keep, the files, numbers never given twice, and workers that meet a version deleted under them."""
-import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.webapp.factories import form_token, make_ready_version
