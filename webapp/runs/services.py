@@ -202,6 +202,16 @@ def _reward_model_terms(spec: dict[str, Any]):
                 yield f"{task}.{list_key}.{index}.args.model", term
 
 
+def reward_run_ids(spec: dict[str, Any]) -> set[str]:
+    """The reward runs a written spec scores with (``ppo.reward_model`` and the ``model`` of its
+    ``reward_model`` reward functions): their exported models are read from their directories while it trains."""
+    if not isinstance(spec, dict):  # an external run's
+        return set()
+    ppo = spec.get("ppo") if spec.get("task") == "ppo" and isinstance(spec.get("ppo"), dict) else {}
+    references = [ppo.get("reward_model")] + [term["args"].get("model") for _key, term in _reward_model_terms(spec)]
+    return {reference.strip() for reference in references if isinstance(reference, str) and reference.strip()}
+
+
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
              errors) -> dict[str, str]:
     """``data.columns`` for the engine: the training version's column mapping (the stored file keeps

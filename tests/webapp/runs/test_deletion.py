@@ -109,3 +109,37 @@ def test_the_api_deletes_a_finished_run(team, catalog, sent_tasks, django_captur
         400, {"errors": {"delete": ["it is queued; cancel it and wait for it to stop"]}})
     assert call(team.teammate, "delete", f"runs/{run.public_id}/") == (204, None)
     assert call(team.teammate, "get", f"runs/{run.public_id}/")[0] == 404
+
+
+def test_a_reward_run_that_active_runs_or_a_running_pipeline_score_with_is_not_deleted(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """A PPO run's ``ppo.reward_model`` and a GRPO run's ``reward_model`` reward function read the reward
+    run's exported model from its directory, as a running pipeline's stage will: deleting it failed them."""
+    from webapp.runs import pipelines
+
+    judge = finished_run(team, catalog, user=team.owner, name="judge", task="reward",
+                         data={"train": catalog.preference.public_id})
+    ppo = services.run_create(project=team.project, user=team.owner, name="ppo-run", spec={
+        "task": "ppo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": judge.public_id}})
+    grpo_spec = {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+                 "train": {"max_steps": 10, "batch_size": 2}, "grpo": {"num_generations": 2, "rewards": [
+                     {"name": "reward_model", "weight": 1.0, "args": {"model": judge.public_id}}]}}
+    grpo = services.run_create(project=team.project, user=team.owner, name="grpo-run", spec=grpo_spec)
+    client = Client()
+    client.force_login(team.owner)
+    response = delete_from_page(client, judge, django_capture_on_commit_callbacks)
+    page = client.get(response["Location"]).content.decode()
+    assert (f"Nothing was deleted: run ppo-run ({ppo.public_id}) is queued, scored by its model; cancel it or wait "
+            f"for it to finish; run grpo-run ({grpo.public_id}) is queued, scored by its model; cancel it or wait for "
+            "it to finish.") in page
+
+    Run.objects.filter(pk__in=[ppo.pk, grpo.pk]).update(status=RunStatus.CANCELLED)
+    pipeline = pipelines.pipeline_create(project=team.project, user=team.owner, document={"name": "later", "stages": [
+        {"name": "sft", "spec": sft_spec(catalog)}, {"name": "grpo", "spec": {key: value for key, value in grpo_spec.items() if key != "model"}}]})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.owner, name='s')[1]}").delete(
+            f"/api/v1/projects/alpha/runs/{judge.public_id}/")
+    assert json.loads(response.content) == {"errors": {"delete": [
+        f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it to finish"]}}
+    assert Run.objects.filter(pk=judge.pk).exists()
