@@ -726,12 +726,32 @@ def _refuse_external(run: Run, done: str) -> None:
                                           f"cannot be {done} here: start it again where it ran"})
 
 
+_INPUT_NAMES = {"model": "its starting model", "train": "its training data", "eval": "its evaluation data"}
+
+
+def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
+    """Refuse to train ``run`` again when what it trains on was deleted since: its starting run's export,
+    a dataset version's file, a reward run's model (queued, it failed on the missing file, in words that
+    named the wrong model). ``keep_base_model``: an unregistered base model is no refusal (a resume reads
+    its directory, which unregistering leaves in place)."""
+    gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
+            if not (keep_base_model and reference.startswith("bm_"))]
+    scored_by = reward_run_ids(run.spec)
+    present = set(Run.objects.filter(project=run.project_id, public_id__in=scored_by).values_list("public_id",
+                                                                                                     flat=True))
+    gone += [f"its reward model {reference}" for reference in sorted(scored_by - present)]
+    if gone:
+        raise ValidationError({"__all__": f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): "
+                                          "duplicate it to choose another"})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
     run = Run.objects.select_for_update().get(pk=run.pk)
     _refuse_external(run, "resumed")
+    _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     if max_steps is not None:
@@ -882,6 +902,7 @@ def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
     cut to leave room for the suffix, so the copy is always told apart)."""
     _refuse_external(run, "retried")
+    _refuse_gone_inputs(run)
     suffix = " (retry)"
     return run_create(project=run.project, spec=run.spec, user=user,
                       name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)

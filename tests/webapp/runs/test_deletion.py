@@ -2,9 +2,11 @@
 from it keep."""
 import json
 
+import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
-from tests.webapp.factories import form_token
+from tests.webapp.factories import form_token, make_ready_version
 from tests.webapp.runs.conftest import sft_spec
 from webapp.api.services import token_create
 from webapp.core.bidi import isolated
@@ -143,3 +145,44 @@ def test_a_reward_run_that_active_runs_or_a_running_pipeline_score_with_is_not_d
     assert json.loads(response.content) == {"errors": {"delete": [
         f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it to finish"]}}
     assert Run.objects.filter(pk=judge.pk).exists()
+
+
+def test_a_run_whose_starting_run_data_or_reward_model_was_deleted_is_neither_resumed_nor_retried(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """Resume trains on what the run started from: queued, it failed on the deleted run's missing
+    directory (an error naming the base model at the root of the chain); Retry said only that the id is no
+    run of the project. Both say what is gone and point to Duplicate, and queue nothing."""
+    from webapp.datasets.services import dataset_version_delete
+
+    parent = finished_run(team, catalog, user=team.owner, name="parent")
+    child = finished_run(team, catalog, user=team.owner, name="child", model=parent.public_id,
+                         data={"train": catalog.sft.public_id, "eval": catalog.prompts.public_id})
+    Run.objects.filter(pk=child.pk).update(status=RunStatus.FAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=parent)
+        dataset_version_delete(version=catalog.prompts)
+    child.refresh_from_db()
+    for act in (lambda: services.run_resume(run=child, user=team.owner),
+                lambda: services.run_retry(run=child, user=team.owner)):
+        with pytest.raises(ValidationError) as caught:
+            act()
+        assert caught.value.messages == [
+            f"what run {child.public_id} trains on was deleted since (its starting model {parent.public_id}, its "
+            f"evaluation data {catalog.prompts.public_id}): duplicate it to choose another"]
+    child.refresh_from_db()
+    assert child.status == RunStatus.FAILED and Run.objects.count() == 1
+
+    judge = finished_run(team, catalog, user=team.owner, name="judge", task="reward",
+                         data={"train": catalog.preference.public_id})
+    prompts = make_ready_version(team.project, name="more questions", kind="prompts", rows=[{"prompt": "1+1?"}])
+    ppo = services.run_create(project=team.project, user=team.owner, name="ppo-run", spec={
+        "task": "ppo", "model": catalog.base_model.public_id, "data": {"train": prompts.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": judge.public_id}})
+    Run.objects.filter(pk=ppo.pk).update(status=RunStatus.CANCELLED)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=judge)
+    ppo.refresh_from_db()
+    with pytest.raises(ValidationError) as caught:
+        services.run_resume(run=ppo, user=team.owner)
+    assert caught.value.messages == [f"what run {ppo.public_id} trains on was deleted since (its reward model "
+                                     f"{judge.public_id}): duplicate it to choose another"]
