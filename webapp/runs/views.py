@@ -776,8 +776,10 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpRe
     pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
     runs = {run.pipeline_stage: run for run in pipeline.runs.all()}
     stages = [{"index": index, "stage": stage, "run": runs.get(index),
+               "deleted": index not in runs and pipelines.stage_ran(pipeline, index),
                "export_status": pipelines.export_stage_status(pipeline, index) if "export" in stage else None}
               for index, stage in enumerate(pipeline.stages)]
     return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
                                                   "pipeline": pipeline, "stages": stages,
+                                                  "result_deleted": pipelines.result_deleted(pipeline),
                                                   "export": pipelines.export_result(pipeline)})

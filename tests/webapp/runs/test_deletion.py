@@ -186,3 +186,31 @@ def test_a_run_whose_starting_run_data_or_reward_model_was_deleted_is_neither_re
         services.run_resume(run=ppo, user=team.owner)
     assert caught.value.messages == [f"what run {ppo.public_id} trains on was deleted since (its reward model "
                                      f"{judge.public_id}): duplicate it to choose another"]
+
+
+def test_a_pipeline_whose_stage_runs_were_deleted_says_so_rather_than_that_they_never_started(
+        team, catalog, sent_tasks, tmp_path, client_for, django_capture_on_commit_callbacks):
+    """The page of a pipeline whose every stage succeeded said "not started" for each deleted stage's run
+    and "Result: none: no stage succeeded and passed its guard", beside its message "all 3 stages
+    succeeded"."""
+    from tests.webapp.runs.test_pipelines import finish
+    from webapp.runs import pipelines
+
+    sft = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
+           "train": {"max_steps": 10}}
+    dpo = {"task": "dpo", "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 5}}
+    pipeline = pipelines.pipeline_create(project=team.project, user=team.owner, document={"name": "chain", "stages": [
+        {"name": "sft", "spec": sft}, {"name": "dpo", "spec": dpo}, {"name": "serve", "export": {"quantize": "int8"}}]})
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(pipeline.runs.get(), tmp_path=tmp_path))
+        pipelines.pipeline_advance(run=finish(pipeline.runs.get(pipeline_stage=1), tmp_path=tmp_path))
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=2, description={
+        "scheme": "int8", "bits": 8, "model_bytes": 2**20, "bfloat16_bytes": 2**21, "ratio_to_bfloat16": 0.5})
+    with django_capture_on_commit_callbacks(execute=True):
+        for run in pipeline.runs.order_by("-pipeline_stage"):
+            services.run_delete(run=run)
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert "not started" not in page and "no stage succeeded" not in page
+    assert 'Result: <span class="muted">its run was deleted since</span>' in page
+    assert page.count('<span class="muted">deleted since</span>') == 2
+    assert '<span class="muted">serving copy of a run deleted since</span>' in page
