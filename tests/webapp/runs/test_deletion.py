@@ -214,3 +214,17 @@ def test_a_pipeline_whose_stage_runs_were_deleted_says_so_rather_than_that_they_
     assert 'Result: <span class="muted">its run was deleted since</span>' in page
     assert page.count('<span class="muted">deleted since</span>') == 2
     assert '<span class="muted">serving copy of a run deleted since</span>' in page
+
+
+def test_the_runs_table_does_not_give_the_base_model_of_the_chain_as_the_start_of_a_run_whose_start_was_deleted(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """A run started from a deleted run showed "tiny deleted starting model": the base model at the root of
+    the chain, as if the run had started from it."""
+    parent = finished_run(team, catalog, user=team.owner, name="parent")
+    child = finished_run(team, catalog, user=team.owner, name="child", model=parent.public_id)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=parent)
+    table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
+    row = table.split(f'data-run="{child.public_id}"')[1].split("</tr>")[0]
+    start_cell = row.split("<td")[4]
+    assert catalog.base_model.name not in start_cell and "deleted starting model" in start_cell
