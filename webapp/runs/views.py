@@ -660,16 +660,20 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         query = urlencode([("runs", run_id) for run_id in ticked])
         return redirect(reverse("runs:compare", args=[project.slug]) + f"?{query}")
     project, membership, runs = _compare_runs(request, slug)
+    # Ids of the address that are no run of the project (deleted since, mistyped, or another project's) are named.
+    shown = {run.public_id for run in runs}
+    missing_runs = [public_id for public_id in dict.fromkeys(request.GET.getlist("runs")) if public_id not in shown]
     if not 2 <= len(runs) <= MAX_COMPARE:
-        messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
+        problem = f"choose between 2 and {MAX_COMPARE} runs of this project to compare"
+        if missing_runs:
+            problem += (f": {', '.join(missing_runs)} {'is not a run' if len(missing_runs) == 1 else 'are not runs'} "
+                        "of this project (deleted since, or mistyped)")
+        messages.error(request, problem)
         return redirect("runs:list", project.slug)
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)
-    # Ids of the address that are no run of the project (mistyped, or another project's) are named.
-    shown = {run.public_id for run in runs}
-    missing_runs = [public_id for public_id in dict.fromkeys(request.GET.getlist("runs")) if public_id not in shown]
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.

@@ -228,3 +228,19 @@ def test_the_runs_table_does_not_give_the_base_model_of_the_chain_as_the_start_o
     row = table.split(f'data-run="{child.public_id}"')[1].split("</tr>")[0]
     start_cell = row.split("<td")[4]
     assert catalog.base_model.name not in start_cell and "deleted starting model" in start_cell
+
+
+def test_a_comparison_left_with_one_run_by_a_deletion_names_the_run_that_is_gone(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """A saved comparison of two runs, one deleted since, sent back to the table saying only "choose between 2
+    and 16 runs of this project to compare", as if the link were wrong."""
+    kept = finished_run(team, catalog, user=team.owner, name="kept")
+    gone = finished_run(team, catalog, user=team.owner, name="gone")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=gone)
+    client = client_for(team.viewer)
+    response = client.get(f"/p/alpha/runs/compare/?runs={kept.public_id}&runs={gone.public_id}")
+    assert response.status_code == 302
+    page = client.get(response["Location"]).content.decode()
+    assert (f"choose between 2 and 16 runs of this project to compare: {gone.public_id} is not a run of this project "
+            "(deleted since, or mistyped)") in page
