@@ -547,15 +547,16 @@ def _action(request, slug, run_id, action) -> HttpResponse:
 @require_POST
 def run_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("runs:list", args=[project.slug])
 
     def delete() -> str:  # looked up here: a second click finds the run gone and lands where the first did
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         selectors.ensure_may_delete_run(membership=membership, run=run)
         services.run_delete(run=run)
         messages.success(request, f"Deleted the run {isolated(run.name)} ({run.public_id}) and its files.")
-        return reverse("runs:list", args=[project.slug])
+        return listed
 
-    return redirect(deleted_once_or_refused(request, delete=delete,
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
                                             back=reverse("runs:detail", args=[project.slug, run_id])))
 
 

@@ -244,3 +244,18 @@ def test_a_comparison_left_with_one_run_by_a_deletion_names_the_run_that_is_gone
     page = client.get(response["Location"]).content.decode()
     assert (f"choose between 2 and 16 runs of this project to compare: {gone.public_id} is not a run of this project "
             "(deleted since, or mistyped)") in page
+
+
+def test_a_second_person_deleting_what_was_just_deleted_lands_on_the_list_told_so(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """Two owners on the same run's page both click Delete: the second got a bare "Not found" page for
+    their click, as if the site had lost their data."""
+    run = finished_run(team, catalog, user=team.owner, name="shared")
+    first, second = client_for(team.owner), client_for(team.owner)
+    second_page = second.get(url(run)).content.decode()
+    assert delete_from_page(first, run, django_capture_on_commit_callbacks)["Location"] == "/p/alpha/runs/"
+    response = second.post(url(run, "delete/"),
+                           {"submission_token": form_token(second_page, after=url(run, "delete/"))})
+    assert response.status_code == 302 and response["Location"] == "/p/alpha/runs/"
+    assert "Nothing to delete: it is gone already (deleted meanwhile, perhaps by someone else)." in second.get(
+        "/p/alpha/runs/").content.decode()
