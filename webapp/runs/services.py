@@ -202,14 +202,30 @@ def _reward_model_terms(spec: dict[str, Any]):
                 yield f"{task}.{list_key}.{index}.args.model", term
 
 
-def reward_run_ids(spec: dict[str, Any]) -> set[str]:
-    """The reward runs a written spec scores with (``ppo.reward_model`` and the ``model`` of its
-    ``reward_model`` reward functions): their exported models are read from their directories while it trains."""
+def reward_references(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key, run id)`` for each reward run a written spec scores with (``ppo.reward_model`` and the
+    ``model`` of its ``reward_model`` reward functions): their exported models are read from their
+    directories while it trains."""
     if not isinstance(spec, dict):  # an external run's
-        return set()
+        return []
     ppo = spec.get("ppo") if spec.get("task") == "ppo" and isinstance(spec.get("ppo"), dict) else {}
-    references = [ppo.get("reward_model")] + [term["args"].get("model") for _key, term in _reward_model_terms(spec)]
-    return {reference.strip() for reference in references if isinstance(reference, str) and reference.strip()}
+    references = [("ppo.reward_model", ppo.get("reward_model"))] + [
+        (key, term["args"].get("model")) for key, term in _reward_model_terms(spec)]
+    return [(key, reference.strip()) for key, reference in references
+            if isinstance(reference, str) and reference.strip()]
+
+
+def reward_run_ids(spec: dict[str, Any]) -> set[str]:
+    """The reward runs a written spec scores with (``reward_references``)."""
+    return {reference for _key, reference in reward_references(spec)}
+
+
+def deleted_reward_models(run: Run) -> list[tuple[str, str]]:
+    """``reward_references`` of ``run``'s spec whose run was deleted since."""
+    references = reward_references(run.spec)
+    present = set(Run.objects.filter(project=run.project_id, public_id__in=[ref for _key, ref in references])
+                  .values_list("public_id", flat=True))
+    return [(key, reference) for key, reference in references if reference not in present]
 
 
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
@@ -736,10 +752,8 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
     its directory, which unregistering leaves in place)."""
     gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
             if not (keep_base_model and reference.startswith("bm_"))]
-    scored_by = reward_run_ids(run.spec)
-    present = set(Run.objects.filter(project=run.project_id, public_id__in=scored_by).values_list("public_id",
-                                                                                                     flat=True))
-    gone += [f"its reward model {reference}" for reference in sorted(scored_by - present)]
+    gone += [f"its reward model {reference}" for reference in dict.fromkeys(
+        reference for _key, reference in deleted_reward_models(run))]
     if gone:
         raise ValidationError({"__all__": f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): "
                                           "duplicate it to choose another"})

@@ -162,9 +162,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
             # What the run started from and is gone is said at its field, which comes up empty.
-            errors = {("model" if use == "model" else f"data.{use}"): [
-                f"{ref}, which {original.name} used, was deleted since; choose another"]
-                for use, ref in original.deleted_references()}
+            gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
+            errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]
+                      for key, ref in gone + services.deleted_reward_models(original)}
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,

@@ -259,3 +259,20 @@ def test_a_second_person_deleting_what_was_just_deleted_lands_on_the_list_told_s
     assert response.status_code == 302 and response["Location"] == "/p/alpha/runs/"
     assert "Nothing to delete: it is gone already (deleted meanwhile, perhaps by someone else)." in second.get(
         "/p/alpha/runs/").content.decode()
+
+
+def test_duplicating_a_run_whose_reward_run_was_deleted_says_so_at_that_field(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """Duplicate named a deleted starting model or dataset at its field, but a deleted reward model left the
+    PPO form's reward model on "none" without a word (and the launch then asked for a reward)."""
+    judge = finished_run(team, catalog, user=team.owner, name="judge", task="reward",
+                         data={"train": catalog.preference.public_id})
+    ppo = services.run_create(project=team.project, user=team.owner, name="ppo-run", spec={
+        "task": "ppo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+        "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": judge.public_id}})
+    Run.objects.filter(pk=ppo.pk).update(status=RunStatus.CANCELLED)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=judge)
+    form = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={ppo.public_id}").content.decode()
+    assert "Some of what the run used is gone" in form
+    assert f"{judge.public_id}, which ppo-run used, was deleted since; choose another" in form
