@@ -569,6 +569,13 @@ def lineage(*, run: Run) -> dict[str, Any]:
     }
 
 
+def serving_copy_being_written(*, run: Run) -> bool:
+    """Whether a serve worker is writing a serving copy of ``run``'s model (into its directory): one asked for
+    (a row), or the copy written when the run succeeded, which has no row but its page says so."""
+    return ((serving_copy(run=run) or {}).get("state") == "writing"
+            or run.serving_copies.filter(status=ServingCopyStatus.WRITING).exists())
+
+
 def may_delete_run(*, membership: Membership, run: Run) -> bool:
     """An owner may delete any run; a member one they launched (or opened, for an external run); a viewer none."""
     return membership.can(Role.OWNER) or (membership.can(Role.MEMBER) and run.created_by_id == membership.user_id)
@@ -608,7 +615,7 @@ def run_readers(*, run: Run) -> list[str]:
         if run.public_id in json.dumps(pipeline.stages):
             readers.append(f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it "
                            "to finish")
-    if run.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
+    if serving_copy_being_written(run=run):
         readers.append("a serving copy of its model is being written; wait until it is ready")
     if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint of it is being exported; wait until it is done")

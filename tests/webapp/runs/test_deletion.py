@@ -26,8 +26,16 @@ def finished_run(team, catalog, *, user, name="done", **spec_overrides):
     export.mkdir(parents=True)
     (export / "config.json").write_text("{}")
     Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    write_serving_copy(export)
     run.refresh_from_db()
     return run
+
+
+def write_serving_copy(export):
+    """The serving copy a serve worker writes when a run succeeds (``worker.tasks.serve.quantize_run``)."""
+    (export / "quantized").mkdir()
+    (export / "quantized" / "quantization.json").write_text(json.dumps({
+        "scheme": "int8", "bits": 8, "model_bytes": 2**20, "bfloat16_bytes": 2**21, "ratio_to_bfloat16": 0.5}))
 
 
 def delete_from_page(client, run, capture):
@@ -276,3 +284,25 @@ def test_duplicating_a_run_whose_reward_run_was_deleted_says_so_at_that_field(
     form = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={ppo.public_id}").content.decode()
     assert "Some of what the run used is gone" in form
     assert f"{judge.public_id}, which ppo-run used, was deleted since; choose another" in form
+
+
+def test_a_run_whose_automatic_serving_copy_is_being_written_is_not_deleted(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """When a run succeeds a serve worker writes its serving copy (no row says so, its page does): deleted
+    meanwhile, the worker wrote the copy into a run directory made again for it, files nothing refers to."""
+    from webapp.runs import reporting
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="just done")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    export = services.run_output_dir(run.public_id) / "export"
+    export.mkdir(parents=True)
+    (export / "config.json").write_text("{}")
+    run = reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={
+        "status": "succeeded", "step": 10, "export": {"model": str(export)}})
+    client = client_for(team.owner)
+    response = delete_from_page(client, run, django_capture_on_commit_callbacks)
+    assert "Nothing was deleted: a serving copy of its model is being written; wait until it is ready." in client.get(
+        response["Location"]).content.decode()
+    assert Run.objects.filter(pk=run.pk).exists()
+    write_serving_copy(export)
+    assert delete_from_page(client, run, django_capture_on_commit_callbacks)["Location"] == "/p/alpha/runs/"
