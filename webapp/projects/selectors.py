@@ -80,8 +80,9 @@ def may_delete_project(*, membership: Membership) -> bool:
 def project_readers(*, project: Project) -> list[str]:
     """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
     runs queued or running, running pipelines, review campaigns loading or generating and exports of them
-    being written, serving copies (a run's first one too) and checkpoint exports being written, chat and arena answers being
-    written. A dataset version being checked holds nothing: its check drops the result of a deleted one."""
+    being written, serving copies (a run's first one too) and checkpoint exports being written, chat and arena
+    answers being written. A dataset version being checked holds nothing: its check drops the result of a deleted
+    one."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.models import Message, MessageStatus
     from webapp.chat.services import answer_is_lost

@@ -145,8 +145,9 @@ def test_a_reward_run_that_active_runs_or_a_running_pipeline_score_with_is_not_d
             "it to finish.") in page
 
     Run.objects.filter(pk__in=[ppo.pk, grpo.pk]).update(status=RunStatus.CANCELLED)
+    later_stage = {key: value for key, value in grpo_spec.items() if key != "model"}
     pipeline = pipelines.pipeline_create(project=team.project, user=team.owner, document={"name": "later", "stages": [
-        {"name": "sft", "spec": sft_spec(catalog)}, {"name": "grpo", "spec": {key: value for key, value in grpo_spec.items() if key != "model"}}]})
+        {"name": "sft", "spec": sft_spec(catalog)}, {"name": "grpo", "spec": later_stage}]})
     with django_capture_on_commit_callbacks(execute=True):
         response = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.owner, name='s')[1]}").delete(
             f"/api/v1/projects/alpha/runs/{judge.public_id}/")
