@@ -90,6 +90,7 @@ def _serving_copy_context(project, membership, base_model) -> dict:
 def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """Unregister a base model: its row and serving copies go, its directory stays (it is the user's)."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("basemodels:list", args=[project.slug])
 
     def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
         base_model = selectors.basemodel_get(project=project, public_id=public_id)
@@ -98,9 +99,9 @@ def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRes
         services.basemodel_unregister(base_model=base_model)
         messages.success(request, f"Unregistered the base model {isolated(base_model.name)}; its directory "
                                   f"{base_model.path} is left as it was.")
-        return reverse("basemodels:list", args=[project.slug])
+        return listed
 
-    return redirect(deleted_once_or_refused(request, delete=delete,
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
                                             back=reverse("basemodels:detail", args=[project.slug, public_id])))
 
 

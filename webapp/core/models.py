@@ -1,4 +1,5 @@
-"""What every app shares in the database: the record of each form sent (see ``submissions``)."""
+"""What every app shares in the database: the record of each form sent (see ``submissions``), and the
+steps ``temper_setup`` has done."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -24,3 +25,15 @@ class Submission(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key[:12]}… → {self.result}"
+
+
+class SetupStep(models.Model):
+    """A thing ``manage.py temper_setup`` made once (``name``: "demo-project", "demo-base-model",
+    "demo-dataset:demo-sft", ...). Setup runs at every start: without this record, what a team deleted of
+    the demo (a dataset, the base model, the whole project) was made again at the next one."""
+
+    name = models.CharField(max_length=100, unique=True)
+    done_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -35,7 +35,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.utils import timezone
 
 from webapp.core.bidi import isolated
@@ -47,6 +47,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 KEEP_DAYS = 7
 MAX_TOKEN_CHARS = 200
 ALREADY_SENT = "This form was already sent; this is what it made. Change it to make another."
+GONE_ALREADY = "Nothing to delete: it is gone already (deleted meanwhile, perhaps by someone else)."
 # Fields that differ between two sendings of one form without the user changing anything.
 _NOT_FIELDS = {TOKEN_FIELD, "csrfmiddlewaretoken"}
 
@@ -148,14 +149,23 @@ def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
     return sent.result
 
 
-def deleted_once_or_refused(request: HttpRequest, *, delete: Callable[[], str], back: str) -> str:
+def deleted_once_or_refused(request: HttpRequest, *, delete: Callable[[], str], back: str,
+                            gone: str | None = None) -> str:
     """Where a deletion form goes: ``delete()``'s page (it looks its object up itself, so that a second
     click, finding it gone, lands where the first did: ``form_send_once``), or ``back`` with an error
-    saying what still needs the object and that nothing was deleted (its ``ValidationError``)."""
+    saying what still needs the object and that nothing was deleted (its ``ValidationError``), or ``gone``
+    (the list the object was in) when ``delete()`` finds it gone already: deleted meanwhile from another
+    page, by this person or a teammate, whose sending is another form's (an ``Http404``). Without ``gone``
+    that stays a 404: for what is private to its author, or a project, a 404 is what outsiders get too."""
     try:
         return form_send_once(request, create=delete)
     except ValidationError as error:
         messages.error(request, "Nothing was deleted: " + "; ".join(error.messages) + ".")
+    except Http404:
+        if gone is None:
+            raise
+        messages.info(request, GONE_ALREADY)
+        return gone
     return back
 
 

@@ -146,7 +146,8 @@ def dataset_version_create(
         column_mapping=dict(mapping.columns),
         created_by=user,
     )
-    version.file_path = f"datasets/{dataset.public_id}/{version.public_id}.{file_format}"
+    version.file_path = str((dataset_folder(dataset.public_id) / f"{version.public_id}.{file_format}")
+                            .relative_to(settings.DATA_ROOT))
     version.size_bytes = store_upload(upload, version.absolute_path)
     try:
         version.save()
@@ -328,14 +329,21 @@ def dataset_delete(*, dataset: Dataset) -> None:
         raise ValidationError({"delete": problems})
     paths = [version.absolute_path for version in versions]
     dataset.delete()
-    transaction.on_commit(lambda: remove_dataset_files(paths))
+    transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[dataset.public_id]))
     logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(paths))
 
 
-def remove_dataset_files(paths: list[Path]) -> None:
-    """Remove deleted versions' files, then the folders they leave empty (``datasets/<ds id>/``)."""
+def dataset_folder(public_id: str) -> Path:
+    """The folder of a dataset's version files (``dataset_version_create`` stores them there)."""
+    return Path(settings.DATA_ROOT) / "datasets" / public_id
+
+
+def remove_dataset_files(paths: list[Path], *, dataset_ids: list[str]) -> None:
+    """Remove deleted versions' files, then the folders of the deleted datasets ``dataset_ids``: taken from
+    the datasets, not the files, since a dataset whose versions were deleted before it, or all failed (a
+    failed version keeps no file), has a folder and no file in it."""
     for path in paths:
         path.unlink(missing_ok=True)
-    for folder in {path.parent for path in paths}:
-        with contextlib.suppress(OSError):  # not empty: something else was put there
-            folder.rmdir()
+    for public_id in dataset_ids:
+        with contextlib.suppress(OSError):  # not empty: something else was put there; or never made
+            dataset_folder(public_id).rmdir()

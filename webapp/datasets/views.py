@@ -243,6 +243,7 @@ def version_requeue(request: HttpRequest, slug: str, public_id: str, number: int
 @require_POST
 def version_delete(request: HttpRequest, slug: str, public_id: str, number: int) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    dataset_page = reverse("datasets:detail", args=[project.slug, public_id])
 
     def delete() -> str:  # looked up here: a second click finds the version gone and lands where the first did
         dataset = selectors.dataset_get(project=project, public_id=public_id)
@@ -250,9 +251,9 @@ def version_delete(request: HttpRequest, slug: str, public_id: str, number: int)
         selectors.ensure_may_delete_version(membership=membership, version=version)
         services.dataset_version_delete(version=version)
         messages.success(request, f"Deleted {isolated(str(version))} and its file.")
-        return reverse("datasets:detail", args=[project.slug, dataset.public_id])
+        return dataset_page
 
-    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse(
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=dataset_page, back=reverse(
         "datasets:version", args=[project.slug, public_id, number])))
 
 
@@ -260,6 +261,7 @@ def version_delete(request: HttpRequest, slug: str, public_id: str, number: int)
 @require_POST
 def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("datasets:list", args=[project.slug])
 
     def delete() -> str:
         dataset = selectors.dataset_get(project=project, public_id=public_id)
@@ -268,9 +270,9 @@ def dataset_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRespo
         services.dataset_delete(dataset=dataset)
         messages.success(request, f"Deleted the dataset {isolated(dataset.name)} with its {len(versions)} "
                                   f"version{'s' if len(versions) != 1 else ''} and their files.")
-        return reverse("datasets:list", args=[project.slug])
+        return listed
 
-    return redirect(deleted_once_or_refused(request, delete=delete, back=reverse(
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed, back=reverse(
         "datasets:detail", args=[project.slug, public_id])))
 
 

@@ -80,14 +80,16 @@ def may_delete_project(*, membership: Membership) -> bool:
 def project_readers(*, project: Project) -> list[str]:
     """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
     runs queued or running, running pipelines, review campaigns loading or generating and exports of them
-    being written, serving copies and checkpoint exports being written, chat and arena answers being
-    written. A dataset version being checked holds nothing: its check drops the result of a deleted one."""
+    being written, serving copies (a run's first one too) and checkpoint exports being written, chat and arena
+    answers being written. A dataset version being checked holds nothing: its check drops the result of a deleted
+    one."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.models import Message, MessageStatus
     from webapp.chat.services import answer_is_lost
     from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
     from webapp.runs.models import (ACTIVE_STATUSES, CheckpointExport, CheckpointExportStatus, Pipeline,
-                                    PipelineStatus, Run, ServingCopy, ServingCopyStatus)
+                                    PipelineStatus, Run, RunStatus, ServingCopy, ServingCopyStatus)
+    from webapp.runs.selectors import serving_copy_being_written
 
     readers = []
     for run in Run.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("created_at"):
@@ -103,6 +105,11 @@ def project_readers(*, project: Project) -> list[str]:
         readers.append(f"an export of review campaign {export.campaign.name} is being written; wait until it is done")
     if ServingCopy.objects.filter(project=project, status=ServingCopyStatus.WRITING).exists():
         readers.append("a serving copy is being written; wait until it is ready")
+    # A run's first copy, written by a serve worker when it succeeded, has no row.
+    for run in Run.objects.filter(project=project, status=RunStatus.SUCCEEDED, serving_copies__isnull=True):
+        if serving_copy_being_written(run=run):
+            readers.append(f"the serving copy of run {run.name} ({run.public_id}) is being written; wait until it "
+                           "is ready")
     if CheckpointExport.objects.filter(run__project=project, status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint is being exported; wait until it is done")
     streaming = Message.objects.filter(conversation__project=project, status=MessageStatus.STREAMING)

@@ -153,15 +153,16 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})
     version_files = [version.absolute_path for version in DatasetVersion.objects.filter(dataset__project=project)]
+    dataset_ids = list(project.datasets.values_list("public_id", flat=True))
     directories = ([run_output_dir(public_id) for public_id in project.runs.values_list("public_id", flat=True)]
                    + [base_model_copy_dir(base_model) for base_model in project.base_models.all()])
     project.delete()
-    transaction.on_commit(lambda: _remove_project_files(version_files, directories))
+    transaction.on_commit(lambda: _remove_project_files(version_files, dataset_ids, directories))
 
 
-def _remove_project_files(version_files: list[Path], directories: list[Path]) -> None:
+def _remove_project_files(version_files: list[Path], dataset_ids: list[str], directories: list[Path]) -> None:
     from webapp.datasets.services import remove_dataset_files  # the datasets app is built on projects
 
-    remove_dataset_files(version_files)
+    remove_dataset_files(version_files, dataset_ids=dataset_ids)
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)

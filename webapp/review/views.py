@@ -194,6 +194,7 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 @require_POST
 def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("review:list", args=[project.slug])
 
     def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
         campaign = selectors.campaign_get(project=project, public_id=public_id)
@@ -203,9 +204,9 @@ def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         services.campaign_delete(campaign=campaign)
         messages.success(request, f"Deleted the review campaign {isolated(campaign.name)} with its {items} "
                                   f"item{'s' if items != 1 else ''} and their reviews.")
-        return reverse("review:list", args=[project.slug])
+        return listed
 
-    return redirect(deleted_once_or_refused(request, delete=delete,
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
                                             back=reverse("review:detail", args=[project.slug, public_id])))
 
 

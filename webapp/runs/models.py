@@ -130,6 +130,13 @@ class Run(models.Model):
         unnamed = by_id.keys() - {version.public_id for _use, version in named}
         return named + [("", version) for public_id, version in by_id.items() if public_id in unnamed]
 
+    @property
+    def started_from_a_run(self) -> bool:
+        """Whether the spec starts from a run's model (``run_…``), that run perhaps deleted since: its
+        ``base_model`` is then the one at the root of the chain, not what it started from."""
+        model = self.spec.get("model") if isinstance(self.spec, dict) else None
+        return isinstance(model, str) and model.startswith("run_")
+
     def deleted_references(self) -> list[tuple[str, str]]:
         """``(use, id)`` for what the spec names that is gone (deleted since): ``("model", "bm_…")`` when its
         base model is, ``("model", "run_…")`` when the run it started from is, ``("train" | "eval", "dv_…")``

@@ -450,6 +450,20 @@ def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
     return serving_copy_figures(pipeline.result_run)
 
 
+def stage_ran(pipeline: Pipeline, index: int) -> bool:
+    """Whether stage ``index`` was started, its run perhaps deleted since: a pipeline moves past a stage only
+    once its run succeeded, and a succeeded pipeline's last stage ran too."""
+    return index < pipeline.current_stage or (index == pipeline.current_stage
+                                             and pipeline.status == PipelineStatus.SUCCEEDED)
+
+
+def result_deleted(pipeline: Pipeline) -> bool:
+    """Whether the pipeline had a result whose run was deleted since: the first stage to succeed and pass
+    its guard becomes the result, before the pipeline moves on or succeeds."""
+    return pipeline.result_run_id is None and (pipeline.current_stage > 0
+                                               or pipeline.status == PipelineStatus.SUCCEEDED)
+
+
 def export_stage_status(pipeline: Pipeline, index: int) -> str:
     """running, succeeded or failed for the export stage the pipeline is at; not started before it."""
     if index != pipeline.current_stage:

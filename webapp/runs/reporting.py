@@ -575,10 +575,11 @@ def in_project_terms(run: Run, message: str) -> str:
     names = {str(version.absolute_path): str(version) for version in run.dataset_versions.select_related("dataset")}
     model_path = (run.resolved_spec or {}).get("model")
     if isinstance(model_path, str) and model_path:
-        if run.base_model is not None:
-            names[model_path] = f"base model {run.base_model.name}"
-        elif run.source_run is not None:
+        # A run started from a run also records the base model at the root of the chain: the run comes first.
+        if run.source_run is not None:
             names[model_path] = f"the model of run {run.source_run.name} ({run.source_run.public_id})"
+        elif run.base_model is not None:
+            names[model_path] = f"base model {run.base_model.name}"
     for path in sorted(names, key=len, reverse=True):  # a longer path first: one may hold another
         message = message.replace(path, names[path])
     return message

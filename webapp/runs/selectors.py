@@ -26,7 +26,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
                                 Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, run_output_dir
+from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, reward_run_ids, run_output_dir
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -572,6 +572,13 @@ def lineage(*, run: Run) -> dict[str, Any]:
     }
 
 
+def serving_copy_being_written(*, run: Run) -> bool:
+    """Whether a serve worker is writing a serving copy of ``run``'s model (into its directory): one asked for
+    (a row), or the copy written when the run succeeded, which has no row but its page says so."""
+    return ((serving_copy(run=run) or {}).get("state") == "writing"
+            or run.serving_copies.filter(status=ServingCopyStatus.WRITING).exists())
+
+
 def may_delete_run(*, membership: Membership, run: Run) -> bool:
     """An owner may delete any run; a member one they launched (or opened, for an external run); a viewer none."""
     return membership.can(Role.OWNER) or (membership.can(Role.MEMBER) and run.created_by_id == membership.user_id)
@@ -598,8 +605,9 @@ def run_disk_bytes(*, run: Run) -> int:
 
 def run_readers(*, run: Run) -> list[str]:
     """What still needs ``run`` or its files (the work a deletion would break), one sentence each: the run
-    itself while queued or running, runs queued or training from its model, a running pipeline it is a stage
-    of, its serving copies and checkpoint exports being written, review campaigns generating with its model."""
+    itself while queued or running, runs queued or training from its model or scored by it (a reward model), a
+    running pipeline it is a stage of or whose stages name it, its serving copies and checkpoint exports being
+    written, review campaigns generating with its model."""
     from webapp.review.models import Campaign, CampaignStatus
 
     readers = []
@@ -608,10 +616,22 @@ def run_readers(*, run: Run) -> list[str]:
     for derived in Run.objects.filter(source_run=run, status__in=ACTIVE_STATUSES).order_by("created_at"):
         readers.append(f"run {derived.name} ({derived.public_id}) is {derived.status} from its model; cancel it or "
                        "wait for it to finish")
+    active = Run.objects.filter(project=run.project_id, status__in=ACTIVE_STATUSES).exclude(pk=run.pk)
+    for scored in active.order_by("created_at"):
+        if run.public_id in reward_run_ids(scored.spec):
+            readers.append(f"run {scored.name} ({scored.public_id}) is {scored.status}, scored by its model; cancel "
+                           "it or wait for it to finish")
     if run.pipeline_id is not None and run.pipeline.status == PipelineStatus.RUNNING:
         readers.append(f"pipeline {run.pipeline.name} is running with it as a stage; cancel the pipeline or wait "
                        "for it to finish")
-    if run.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
+    # A later stage may name it (a starting model, a reward model) and be launched once the stage before ends.
+    running = Pipeline.objects.filter(project=run.project_id, status=PipelineStatus.RUNNING).exclude(
+        pk=run.pipeline_id)
+    for pipeline in running.order_by("created_at"):
+        if run.public_id in json.dumps(pipeline.stages):
+            readers.append(f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it "
+                           "to finish")
+    if serving_copy_being_written(run=run):
         readers.append("a serving copy of its model is being written; wait until it is ready")
     if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint of it is being exported; wait until it is done")

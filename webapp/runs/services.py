@@ -202,6 +202,32 @@ def _reward_model_terms(spec: dict[str, Any]):
                 yield f"{task}.{list_key}.{index}.args.model", term
 
 
+def reward_references(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key, run id)`` for each reward run a written spec scores with (``ppo.reward_model`` and the
+    ``model`` of its ``reward_model`` reward functions): their exported models are read from their
+    directories while it trains."""
+    if not isinstance(spec, dict):  # an external run's
+        return []
+    ppo = spec.get("ppo") if spec.get("task") == "ppo" and isinstance(spec.get("ppo"), dict) else {}
+    references = [("ppo.reward_model", ppo.get("reward_model"))] + [
+        (key, term["args"].get("model")) for key, term in _reward_model_terms(spec)]
+    return [(key, reference.strip()) for key, reference in references
+            if isinstance(reference, str) and reference.strip()]
+
+
+def reward_run_ids(spec: dict[str, Any]) -> set[str]:
+    """The reward runs a written spec scores with (``reward_references``)."""
+    return {reference for _key, reference in reward_references(spec)}
+
+
+def deleted_reward_models(run: Run) -> list[tuple[str, str]]:
+    """``reward_references`` of ``run``'s spec whose run was deleted since."""
+    references = reward_references(run.spec)
+    present = set(Run.objects.filter(project=run.project_id, public_id__in=[ref for _key, ref in references])
+                  .values_list("public_id", flat=True))
+    return [(key, reference) for key, reference in references if reference not in present]
+
+
 def _columns(data: dict[str, Any], train: DatasetVersion | None, evaluation: DatasetVersion | None,
              errors) -> dict[str, str]:
     """``data.columns`` for the engine: the training version's column mapping (the stored file keeps
@@ -717,12 +743,30 @@ def _refuse_external(run: Run, done: str) -> None:
                                           f"cannot be {done} here: start it again where it ran"})
 
 
+_INPUT_NAMES = {"model": "its starting model", "train": "its training data", "eval": "its evaluation data"}
+
+
+def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
+    """Refuse to train ``run`` again when what it trains on was deleted since: its starting run's export,
+    a dataset version's file, a reward run's model (queued, it failed on the missing file, in words that
+    named the wrong model). ``keep_base_model``: an unregistered base model is no refusal (a resume reads
+    its directory, which unregistering leaves in place)."""
+    gone = [f"{_INPUT_NAMES[use]} {reference}" for use, reference in run.deleted_references()
+            if not (keep_base_model and reference.startswith("bm_"))]
+    gone += [f"its reward model {reference}" for reference in dict.fromkeys(
+        reference for _key, reference in deleted_reward_models(run))]
+    if gone:
+        raise ValidationError({"__all__": f"what run {run.public_id} trains on was deleted since ({', '.join(gone)}): "
+                                          "duplicate it to choose another"})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
     run = Run.objects.select_for_update().get(pk=run.pk)
     _refuse_external(run, "resumed")
+    _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     if max_steps is not None:
@@ -877,6 +921,7 @@ def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
     cut to leave room for the suffix, so the copy is always told apart)."""
     _refuse_external(run, "retried")
+    _refuse_gone_inputs(run)
     suffix = " (retry)"
     return run_create(project=run.project, spec=run.spec, user=user,
                       name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)

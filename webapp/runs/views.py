@@ -162,9 +162,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 raise Http404("only runs trained by Temper can be duplicated")
             spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
             # What the run started from and is gone is said at its field, which comes up empty.
-            errors = {("model" if use == "model" else f"data.{use}"): [
-                f"{ref}, which {original.name} used, was deleted since; choose another"]
-                for use, ref in original.deleted_references()}
+            gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
+            errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]
+                      for key, ref in gone + services.deleted_reward_models(original)}
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
@@ -550,15 +550,16 @@ def _action(request, slug, run_id, action) -> HttpResponse:
 @require_POST
 def run_delete(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
+    listed = reverse("runs:list", args=[project.slug])
 
     def delete() -> str:  # looked up here: a second click finds the run gone and lands where the first did
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         selectors.ensure_may_delete_run(membership=membership, run=run)
         services.run_delete(run=run)
         messages.success(request, f"Deleted the run {isolated(run.name)} ({run.public_id}) and its files.")
-        return reverse("runs:list", args=[project.slug])
+        return listed
 
-    return redirect(deleted_once_or_refused(request, delete=delete,
+    return redirect(deleted_once_or_refused(request, delete=delete, gone=listed,
                                             back=reverse("runs:detail", args=[project.slug, run_id])))
 
 
@@ -663,16 +664,20 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         query = urlencode([("runs", run_id) for run_id in ticked])
         return redirect(reverse("runs:compare", args=[project.slug]) + f"?{query}")
     project, membership, runs = _compare_runs(request, slug)
+    # Ids of the address that are no run of the project (deleted since, mistyped, or another project's) are named.
+    shown = {run.public_id for run in runs}
+    missing_runs = [public_id for public_id in dict.fromkeys(request.GET.getlist("runs")) if public_id not in shown]
     if not 2 <= len(runs) <= MAX_COMPARE:
-        messages.error(request, f"choose between 2 and {MAX_COMPARE} runs of this project to compare")
+        problem = f"choose between 2 and {MAX_COMPARE} runs of this project to compare"
+        if missing_runs:
+            problem += (f": {', '.join(missing_runs)} {'is not a run' if len(missing_runs) == 1 else 'are not runs'} "
+                        "of this project (deleted since, or mistyped)")
+        messages.error(request, problem)
         return redirect("runs:list", project.slug)
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)
-    # Ids of the address that are no run of the project (mistyped, or another project's) are named.
-    shown = {run.public_id for run in runs}
-    missing_runs = [public_id for public_id in dict.fromkeys(request.GET.getlist("runs")) if public_id not in shown]
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
@@ -779,8 +784,10 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpRe
     pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
     runs = {run.pipeline_stage: run for run in pipeline.runs.all()}
     stages = [{"index": index, "stage": stage, "run": runs.get(index),
+               "deleted": index not in runs and pipelines.stage_ran(pipeline, index),
                "export_status": pipelines.export_stage_status(pipeline, index) if "export" in stage else None}
               for index, stage in enumerate(pipeline.stages)]
     return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
                                                   "pipeline": pipeline, "stages": stages,
+                                                  "result_deleted": pipelines.result_deleted(pipeline),
                                                   "export": pipelines.export_result(pipeline)})

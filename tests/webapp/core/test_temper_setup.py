@@ -151,3 +151,21 @@ def test_running_it_again_keeps_the_admins_sessions(db, models_root, monkeypatch
     run_setup("--no-demo-model")
     assert get_user_model().objects.get(username="boss").check_password("an0ther-pass")
     assert client.get("/p/demo/").status_code == 302  # a new password ends the old sessions, as Django does
+
+
+def test_what_a_team_deleted_of_the_demo_is_not_made_again_by_the_next_setup(db, models_root, monkeypatch):
+    """``make up`` runs setup at every start: a demo dataset, the demo base model or the whole demo project
+    that the team had deleted came back, the project with the admin as its owner."""
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    write_model_dir(models_root / "demo" / "model")
+    write_demo_data(models_root / "demo" / "data")
+    run_setup()
+    assert Dataset.objects.count() == 5 and BaseModel.objects.count() == 1
+    Dataset.objects.get(name="demo-eval").delete()
+    BaseModel.objects.get(name="demo-base").delete()
+    run_setup()
+    assert not Dataset.objects.filter(name="demo-eval").exists() and not BaseModel.objects.exists()
+    Project.objects.get(slug="demo").delete()
+    output = run_setup()
+    assert not Project.objects.exists() and not Dataset.objects.exists()
+    assert "demo project created" not in output

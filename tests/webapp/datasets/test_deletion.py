@@ -205,3 +205,29 @@ def test_the_api_deletes_a_version_and_a_dataset(team, catalog, sent_tasks, djan
     pairs = catalog.preference.dataset
     assert owner("delete", f"datasets/{pairs.public_id}/") == (204, None)
     assert not Dataset.objects.filter(pk=pairs.pk).exists()
+
+
+def test_a_dataset_whose_versions_were_deleted_or_failed_leaves_no_folder(team, sent_tasks, settings,  # noqa: F811
+                                                                          django_capture_on_commit_callbacks):
+    """The folder datasets/<ds id>/ was removed only as the parent of a file being deleted: a dataset whose
+    last version was deleted before it (or whose uploads all failed, which keep no file) left it behind,
+    and so did the project's deletion."""
+    from webapp.projects.services import project_delete
+
+    emptied = upload(team, user=team.owner, name="emptied")
+    folder = emptied.absolute_path.parent
+    with django_capture_on_commit_callbacks(execute=True):
+        services.dataset_version_delete(version=emptied)
+    assert folder.is_dir() and not any(folder.iterdir())
+    with django_capture_on_commit_callbacks(execute=True):
+        services.dataset_delete(dataset=emptied.dataset)
+    assert not folder.exists()
+
+    failed = services.dataset_create_with_upload(
+        project=team.project, name="broken", kind="sft", upload=SimpleUploadedFile("broken.jsonl", b"not json\n"),
+        file_format=None, column_mapping={}, user=team.owner)
+    failed = services.dataset_version_validate(version_id=failed.pk)
+    assert failed.status == VersionStatus.FAILED and not failed.absolute_path.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        project_delete(project=team.project, confirmation="alpha")
+    assert not failed.absolute_path.parent.exists()

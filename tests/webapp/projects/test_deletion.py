@@ -23,6 +23,14 @@ def delete_from_page(client, capture, *, typed="alpha"):
         return client.post(ACTION, {"submission_token": form_token(page, after=ACTION), "confirm_slug": typed})
 
 
+def finished_run(team, spec, *, name):
+    """A succeeded run of the teammate's (its directory where the train worker writes it)."""
+    public_id = run_services.new_run_id()
+    resolved = {**spec, "output_dir": str(run_services.run_output_dir(public_id))}
+    return Run.objects.create(public_id=public_id, project=team.project, name=name, task="sft", spec=spec,
+                              resolved_spec=resolved, status=RunStatus.SUCCEEDED, created_by=team.teammate)
+
+
 def filled_project(team, tmp_path):
     """The team's project with a dataset file, a finished run's directory and a base model's serving copy;
     the base model's own directory is the user's, outside DATA_ROOT."""
@@ -34,8 +42,7 @@ def filled_project(team, tmp_path):
     copy.mkdir(parents=True)
     version = make_ready_version(team.project, user=team.teammate)
     spec = {"task": "sft", "model": base_model.public_id, "data": {"train": version.public_id}}
-    run = Run.objects.create(project=team.project, name="done", task="sft", spec=spec, resolved_spec=spec,
-                             status=RunStatus.SUCCEEDED, created_by=team.teammate)
+    run = finished_run(team, spec, name="done")
     run_directory = run_services.run_output_dir(run.public_id)
     run_directory.mkdir(parents=True)
     (run_directory / "state").write_bytes(b"weights")
@@ -105,3 +112,18 @@ def test_work_in_flight_refuses_the_deletion(team, client_for, tmp_path, django_
             "review campaign pass 1 is loading items; wait until it is ready; "
             "a serving copy is being written; wait until it is ready.") in client.get(PAGE).content.decode()
     assert Project.objects.filter(slug="alpha").exists() and Path(run_services.run_output_dir(run.public_id)).is_dir()
+
+
+def test_a_project_whose_runs_automatic_serving_copy_is_being_written_is_not_deleted(
+        team, client_for, tmp_path, django_capture_on_commit_callbacks):
+    """A run that has just succeeded gets its serving copy from a serve worker, with no row to say so: the
+    project deleted meanwhile, the worker wrote the copy into a run directory made again for it."""
+    version = make_ready_version(team.project, user=team.teammate)
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id, "data": {"train": version.public_id}}
+    run = finished_run(team, spec, name="just done")
+    (run_services.run_output_dir(run.public_id) / "export").mkdir(parents=True)
+    client = client_for(team.owner)
+    assert delete_from_page(client, django_capture_on_commit_callbacks)["Location"] == PAGE
+    assert (f"Nothing was deleted: the serving copy of run just done ({run.public_id}) is being written; wait until "
+            "it is ready.") in client.get(PAGE).content.decode()
+    assert Project.objects.filter(pk=team.project.pk).exists()

@@ -8,7 +8,7 @@ import pytest
 
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import reporting, services
-from webapp.runs.models import ArtifactKind, MetricPoint, Run, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
 
 @dataclass(frozen=True)
@@ -370,3 +370,20 @@ def test_an_engine_summary_of_failure_names_the_runs_files_as_the_project_names_
     finished = reporting.run_finish(run=running_run, summary={
         "status": "failed", "step": 0, "message": f"data.train: {version.absolute_path} has no usable rows"})
     assert finished.error_message == f"data.train: {version} has no usable rows"
+
+
+def test_a_failure_names_the_starting_runs_model_as_that_run_not_as_the_base_model_of_the_chain(running_run,
+                                                                                                tmp_path):
+    """A run started from another run's export records both that run and the base model at the root of the
+    chain: the export's directory was named "base model demo-base" (where a user found nothing wrong)."""
+    Run.objects.filter(pk=running_run.pk).update(status=RunStatus.SUCCEEDED)
+    export = tmp_path / "export"
+    export.mkdir()
+    Artifact.objects.create(run=running_run, kind=ArtifactKind.MODEL, path=str(export))
+    spec = {**running_run.spec, "model": running_run.public_id}
+    child = services.run_create(project=running_run.project, spec=spec, user=None, name="child")
+    child = reporting.run_start(run_pk=child.pk, attempt=1, worker_name="train@test")
+    assert child.base_model == running_run.base_model and child.source_run == running_run
+    failed = reporting.run_fail(run=child, error=FileNotFoundError(f"{export}/config.json: no such file"))
+    assert failed.error_message == (f"FileNotFoundError: the model of run {running_run.name} "
+                                    f"({running_run.public_id})/config.json: no such file")

@@ -8,6 +8,9 @@ Building it imports jax, so it runs as a subprocess; when the installed engine h
 no such sub-command yet, or building fails, setup says so and carries on. Each
 ``DIR/data`` file that exists becomes a dataset of the demo project (``DEMO_DATASETS``),
 validated by the ``default`` worker like an upload; one already there by name is kept.
+
+Each of the demo's things is made once per database (``SetupStep`` records it): setup runs at every
+start, and what the team deleted since (a demo dataset, the base model, the project) stays deleted.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from django.core.management.base import BaseCommand
 
 from webapp.basemodels.models import BaseModel
 from webapp.basemodels.services import basemodel_register
+from webapp.core.models import SetupStep
 from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_create_with_upload
 from webapp.projects.models import Membership, Project, Role
@@ -42,6 +46,21 @@ DEMO_DATASETS = (
     ("demo-prompts", "prompts.jsonl", "prompts"),
     ("demo-eval", "eval.jsonl", "prompts"),
 )
+DEMO_PROJECT_STEP = "demo-project"
+DEMO_BASE_MODEL_STEP = "demo-base-model"
+
+
+def demo_dataset_step(name: str) -> str:
+    return f"demo-dataset:{name}"
+
+
+def step_done(name: str) -> bool:
+    return SetupStep.objects.filter(name=name).exists()
+
+
+def record_step(name: str) -> None:
+    """Note that ``name`` is made (also when an earlier setup, from before the steps were recorded, made it)."""
+    SetupStep.objects.get_or_create(name=name)
 
 
 def demo_dir() -> Path:
@@ -70,6 +89,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         admin = self._ensure_admin()
         project = self._ensure_demo_project(admin)
+        if project is None:
+            self.stdout.write("demo project: deleted since setup made it; not made again")
+            return
         # TEMPER_DEMO_MODEL=0 lets scripts and tests skip the engine build (it imports jax).
         if not options["no_demo_model"] and os.environ.get("TEMPER_DEMO_MODEL", "1") != "0":
             self._ensure_demo_base_model(project, admin)
@@ -96,12 +118,17 @@ class Command(BaseCommand):
                               "TEMPER_ADMIN_PASSWORD=... to set one)")
         return user
 
-    def _ensure_demo_project(self, admin) -> Project:
+    def _ensure_demo_project(self, admin) -> Project | None:
+        """The demo project, made if it never was; None when the team deleted it since."""
         project = Project.objects.filter(slug=DEMO_SLUG).first()
         if project is None:
+            if step_done(DEMO_PROJECT_STEP):
+                return None
             project = project_create(name="Demo", slug=DEMO_SLUG, owner=admin)
+            record_step(DEMO_PROJECT_STEP)
             self.stdout.write(f"demo project created: /p/{DEMO_SLUG}/")
             return project
+        record_step(DEMO_PROJECT_STEP)
         membership = Membership.objects.filter(project=project, user=admin).first()
         if membership is None:
             membership_add(project=project, user=admin, role=Role.OWNER)
@@ -111,6 +138,9 @@ class Command(BaseCommand):
 
     def _ensure_demo_base_model(self, project: Project, admin) -> None:
         if BaseModel.objects.filter(project=project, name=DEMO_BASE_MODEL_NAME).exists():
+            record_step(DEMO_BASE_MODEL_STEP)
+            return
+        if step_done(DEMO_BASE_MODEL_STEP):  # unregistered since
             return
         out_dir = demo_dir()
         model_dir = out_dir / "model"
@@ -136,13 +166,17 @@ class Command(BaseCommand):
         except ValidationError as error:
             self.stderr.write(f"demo base model: not registered: {'; '.join(error.messages)}")
             return
+        record_step(DEMO_BASE_MODEL_STEP)
         self.stdout.write(f"demo base model registered: {base_model.name} ({base_model.parameter_count} parameters)")
 
     def _ensure_demo_datasets(self, project: Project, admin) -> None:
         data_dir = demo_dir() / "data"
         for name, filename, kind in DEMO_DATASETS:
             path = data_dir / filename
-            if not path.is_file() or Dataset.objects.filter(project=project, name=name).exists():
+            if Dataset.objects.filter(project=project, name=name).exists():
+                record_step(demo_dataset_step(name))
+                continue
+            if not path.is_file() or step_done(demo_dataset_step(name)):  # not written yet, or deleted since
                 continue
             try:
                 with path.open("rb") as handle:
@@ -153,4 +187,5 @@ class Command(BaseCommand):
             except ValidationError as error:
                 self.stderr.write(f"demo dataset {name}: not imported: {'; '.join(error.messages)}")
                 continue
+            record_step(demo_dataset_step(name))
             self.stdout.write(f"demo dataset imported: {name} ({kind}), from {path}")
