@@ -583,8 +583,39 @@ def plan_warnings(plan: RunPlan) -> list[str]:
     return spec_warnings(plan.job, train_rows=train.row_count if train is not None else None)
 
 
+def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
+    """Lock the rows of what a run about to be saved reads — its dataset versions, base model, starting run
+    and reward runs — as their deletions lock them. A deletion under way then waits for this launch and finds
+    the run it must not pull data from under; one that committed first left nothing to lock, and the launch
+    is refused, naming what went. Without it, a launch and a deletion at the same instant each saw the other
+    not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error), and a reward
+    run (no foreign key) was deleted from under a run queued to read it."""
+    missing: dict[str, list[str]] = {}
+    versions = {version.pk: version for version in plan.dataset_versions}
+    present = set(DatasetVersion.objects.select_for_update().filter(pk__in=versions).values_list("pk", flat=True))
+    data = plan.spec.get("data") or {}
+    for pk in versions.keys() - present:
+        version = versions[pk]
+        key = next((f"data.{use}" for use in ("train", "eval") if data.get(use) == version.public_id), "data")
+        missing.setdefault(key, []).append(f"{version} was deleted as the run was being launched; choose another")
+    if plan.base_model is not None and not BaseModel.objects.select_for_update().filter(pk=plan.base_model.pk).exists():
+        missing.setdefault("model", []).append(f"base model {plan.base_model.name} was unregistered as the run was "
+                                               "being launched; choose another")
+    runs = {reference: key for key, reference in reward_references(plan.spec)}
+    if plan.source_run is not None:
+        runs[plan.source_run.public_id] = "model"
+    locked = set(Run.objects.select_for_update(of=("self",)).filter(project=project, public_id__in=runs)
+                 .values_list("public_id", flat=True))
+    for reference in runs.keys() - locked:
+        missing.setdefault(runs[reference], []).append(f"run {reference} was deleted as the run was being launched; "
+                                                       "choose another")
+    if missing:
+        raise ValidationError(missing)
+
+
 def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: AbstractBaseUser | None, name: str,
                   tags: list[str]) -> Run:
+    _lock_what_it_reads(project=project, plan=plan)
     run = Run.objects.create(
         public_id=public_id, project=project, name=name,
         task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tags,

@@ -1,0 +1,111 @@
+"""A launch and the deletion of its data at the same instant on PostgreSQL
+(``webapp.runs.services._lock_what_it_reads``): whichever locks the version first wins, and the other is
+refused in words; before, each saw the other not there, and the launch failed at its commit on the foreign key
+(a server error). SQLite's writes run one at a time, so only PostgreSQL shows it."""
+from __future__ import annotations
+
+import pytest
+
+from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+
+pytestmark = pytest.mark.integration
+
+LAUNCH_AND_DELETE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import DatasetVersion
+from webapp.projects import services as project_services
+from webapp.runs import services
+from webapp.runs.models import Run
+
+assert connection.vendor == "postgresql", connection.vendor
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("owner", password="unused-password")
+project = project_services.project_create(name="PG", slug="pg", owner=owner)
+base_model = make_base_model(project)
+
+
+def race(first, name):
+    '''Launch a run on a new version while another thread deletes the version; ``first`` is "delete" (it
+    commits between the launch's planning and its save) or "launch" (the launch holds its locks a moment
+    while the deletion comes in). Returns (launch outcome, deletion outcome).'''
+    version = make_ready_version(project, name=name)
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": version.public_id},
+            "train": {"max_steps": 2}}
+    reached, released = threading.Event(), threading.Event()
+    real_plan, real_lock = services.plan_run, services._lock_what_it_reads
+
+    def plan_then_wait(**kwargs):
+        plan = real_plan(**kwargs)
+        if first == "delete":
+            reached.set()
+            released.wait(10)
+        return plan
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "launch":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this launch's locks
+
+    services.plan_run, services._lock_what_it_reads = plan_then_wait, lock_then_hold
+    outcome = {}
+
+    def launch():
+        try:
+            outcome["launch"] = ("made", services.run_create(project=project, spec=spec, user=owner).public_id)
+        except ValidationError as error:
+            outcome["launch"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["launch"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def delete():
+        reached.wait(10)
+        try:
+            dataset_services.dataset_version_delete(version=DatasetVersion.objects.get(pk=version.pk))
+            outcome["delete"] = ("made", "")
+        except ValidationError as error:
+            outcome["delete"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["delete"] = ("failed", repr(error))
+        finally:
+            released.set()
+            connection.close()
+
+    threads = [threading.Thread(target=launch), threading.Thread(target=delete)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    services.plan_run, services._lock_what_it_reads = real_plan, real_lock
+    return outcome["launch"], outcome["delete"]
+
+
+launched, deleted = race("delete", "deleted first")
+assert deleted == ("made", ""), deleted
+assert launched[0] == "refused" and "deleted first v1 was deleted as the run was being launched" in launched[1], launched
+assert not Run.objects.exists()
+
+launched, deleted = race("launch", "launched first")
+assert launched[0] == "made", launched
+assert deleted[0] == "refused" and f"({launched[1]}) is queued with it" in deleted[1], deleted
+assert DatasetVersion.objects.filter(dataset__name="launched first").exists()
+print("ok")
+"""
+
+
+def test_a_launch_and_the_deletion_of_its_data_at_once_end_in_one_refusal_not_an_error(database_url, tmp_path):  # noqa: F811
+    assert run_django(LAUNCH_AND_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
