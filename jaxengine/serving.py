@@ -1116,6 +1116,10 @@ class _Pending:
 
 
 _WAKE = object()  # queued when an idle compile ends, so that an idle loop may start the next
+# On host devices a program a batch did without compiles while the server is idle; under load that never lets
+# up it would never compile, and every batch would go on moving its cache in numpy and prefilling one request
+# at a time. After this long busy without a break, one compiles anyway (a core for 0.1-1 s, once a program).
+BUSY_COMPILE_AFTER_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1127,9 +1131,12 @@ class BatchingServer:
     """Continuous batching of the requests that callers on many threads submit for one model (see the
     module note). ``max_batch``: most requests decoding at once (default the decoder's ``max_slots``)."""
 
-    def __init__(self, decoder: BatchDecoder, *, max_batch: int | None = None):
+    def __init__(self, decoder: BatchDecoder, *, max_batch: int | None = None,
+                 busy_compile_after_s: float = BUSY_COMPILE_AFTER_S):
         self.decoder = decoder
         self.max_batch = decoder.max_slots if max_batch is None else max_batch
+        self.busy_compile_after_s = busy_compile_after_s
+        self._busy_since: float | None = None  # when the batch last went from idle to decoding
         self.batch_sizes: list[int] = []  # requests decoding together in each decode call, for tests and benchmarks
         self._pending: queue.Queue[_Pending | _Warmup | object | None] = queue.Queue()
         self._in_flight: set[_Pending] = set()  # added to the batch, result not yet set
@@ -1209,15 +1216,23 @@ class BatchingServer:
                 pass
             try:
                 if self._batch.busy:
+                    if self._busy_since is None:
+                        self._busy_since = time.monotonic()
                     self._batch.step()
                     # An accelerator's host has cores to spare while the device decodes: a busy server need
-                    # not wait for an idle moment (which may not come under steady load) to compile.
-                    if not self.decoder.on_host and self._may_compile and not closing:
+                    # not wait for an idle moment (which may not come under steady load) to compile. On host
+                    # devices it waits, but not for ever (BUSY_COMPILE_AFTER_S).
+                    long_busy = time.monotonic() - self._busy_since >= self.busy_compile_after_s
+                    if (not self.decoder.on_host or long_busy) and self._may_compile and not closing:
                         self._start_compile()
                 elif self._warming and not closing:
+                    self._busy_since = None
                     self._warm_step()
                 elif self._may_compile and not closing:
+                    self._busy_since = None
                     self._start_compile()
+                else:
+                    self._busy_since = None
             except Exception as error:  # the callers report it; the loop keeps serving
                 for item in self._in_flight:
                     item.future.set_exception(error)

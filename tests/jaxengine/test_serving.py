@@ -764,3 +764,39 @@ def test_what_a_busy_batch_missed_compiles_at_once_off_host_devices_and_when_idl
     finally:
         server.close()
     assert compiled_while_busy == [not on_host]
+
+
+@pytest.mark.parametrize("busy_compile_after_s, compiles_while_busy", [(0.0, True), (30.0, False)],
+                         ids=["busy past the limit", "busy within it"])
+def test_a_server_on_host_devices_busy_past_the_limit_compiles_what_it_missed(served, busy_compile_after_s,
+                                                                          compiles_while_busy):
+    """On host devices what a batch missed compiled only while the server was idle, so under load that never
+    let up it never compiled (every join went on moving its cache in numpy, every group prefilled one request at
+    a time). Busy for ``busy_compile_after_s`` without a break, the server starts the compile anyway."""
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
+    decoder.on_host = True
+    server = BatchingServer(decoder, busy_compile_after_s=busy_compile_after_s)
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+    prompts = [tuple(range(100 + i, 124 + i)) for i in range(3)]  # 24 tokens: bucket 32, as three at once
+    joined, compiling = threading.Event(), []
+
+    def on_tokens(token_ids, delta):  # the lone answer's reads, on the server's loop between its decode calls
+        if not joined.is_set():
+            joined.wait(timeout=60)
+        else:
+            time.sleep(0.05)  # the loop stays busy a while, each call a chance to start a compile
+            compiling.append(server._compiles_running > 0)
+
+    try:
+        first = server.submit(ServeRequest(prompt_ids=(5, 6, 7), params=SamplingParams(max_new_tokens=80,
+                                                                                          temperature=0.0)),
+                              on_tokens=on_tokens)
+        time.sleep(0.2)
+        group = [server.submit(ServeRequest(prompt_ids=ids, params=greedy)) for ids in prompts]
+        joined.set()
+        for future in [first, *group]:
+            future.result(timeout=60)
+    finally:
+        server.close()
+    assert compiling and any(compiling) is compiles_while_busy
