@@ -10,6 +10,7 @@ from django.http import Http404
 
 from webapp.basemodels.models import BaseModel
 from webapp.core.name_case import name_key
+from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 
 # How deep under the models root the register page looks for model directories.
@@ -52,17 +53,19 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
 
     readers = []
     for run in Run.objects.filter(base_model=base_model, status__in=ACTIVE_STATUSES).order_by("created_at"):
-        readers.append(f"run {run.name} ({run.public_id}) is {run.status} from it; cancel it or wait for it to finish")
+        readers.append(f"run {isolated(run.name)} ({run.public_id}) is {run.status} from it; cancel it or wait for it "
+                       "to finish")
     for pipeline in Pipeline.objects.filter(project=base_model.project_id, status=PipelineStatus.RUNNING):
         if base_model.public_id in json.dumps(pipeline.stages):
-            readers.append(f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it "
-                           "to finish")
+            readers.append(f"pipeline {isolated(pipeline.name)} is running, and its stages name it; cancel it or wait "
+                           "for it to finish")
     if base_model.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
         readers.append("a serving copy of it is being written; wait until it is ready")
     for campaign in Campaign.objects.filter(project=base_model.project_id, status=CampaignStatus.GENERATING):
         refs = [((campaign.generation or {}).get(side) or {}).get("ref") for side in ("model_a", "model_b")]
         if base_model.public_id in refs:
-            readers.append(f"review campaign {campaign.name} is generating answers with it; wait until it is ready")
+            readers.append(f"review campaign {isolated(campaign.name)} is generating answers with it; wait until it "
+                           "is ready")
     return readers
 
 

@@ -17,6 +17,7 @@ from django.http import Http404
 from jaxengine.data import formats
 from webapp.core.name_case import name_key
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
+from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 
 PREVIEW_PAGE_SIZE = 20
@@ -118,24 +119,25 @@ def version_readers(*, versions: list[DatasetVersion]) -> list[str]:
     public_ids = {version.public_id: version for version in versions}
     readers = []
     for run in Run.objects.filter(dataset_versions__in=versions, status__in=ACTIVE_STATUSES).distinct():
-        readers.append(f"run {run.name} ({run.public_id}) is {run.status} with it; cancel it or wait for it to finish")
+        readers.append(f"run {isolated(run.name)} ({run.public_id}) is {run.status} with it; cancel it or wait for it "
+                       "to finish")
     for campaign in Campaign.objects.filter(source_version__in=versions, status=CampaignStatus.LOADING):
-        readers.append(f"review campaign {campaign.name} is loading its items from {by_pk[campaign.source_version_id]}; "
-                       "wait until it is ready")
+        readers.append(f"review campaign {isolated(campaign.name)} is loading its items from "
+                       f"{isolated(str(by_pk[campaign.source_version_id]))}; wait until it is ready")
     project = versions[0].dataset.project_id
     for campaign in Campaign.objects.filter(project=project, status=CampaignStatus.GENERATING):
         version = public_ids.get(((campaign.generation or {}).get("prompts") or {}).get("version"))
         if version is not None:
-            readers.append(f"review campaign {campaign.name} is generating answers to the prompts of {version}; "
-                           "wait until it is ready")
+            readers.append(f"review campaign {isolated(campaign.name)} is generating answers to the prompts of "
+                           f"{isolated(str(version))}; wait until it is ready")
     for pipeline in Pipeline.objects.filter(project=project, status=PipelineStatus.RUNNING):
         named = [version for public_id, version in public_ids.items() if public_id in json.dumps(pipeline.stages)]
         if named:
-            readers.append(f"pipeline {pipeline.name} is running, and its stages name {named[0]}; cancel it or wait "
-                           "for it to finish")
+            readers.append(f"pipeline {isolated(pipeline.name)} is running, and its stages name "
+                           f"{isolated(str(named[0]))}; cancel it or wait for it to finish")
     for copy in ServingCopy.objects.filter(eval_version__in=versions, status=ServingCopyStatus.WRITING):
-        readers.append(f"a serving copy is being written that measures itself on {by_pk[copy.eval_version_id]}; "
-                       "wait until it is ready")
+        readers.append("a serving copy is being written that measures itself on "
+                       f"{isolated(str(by_pk[copy.eval_version_id]))}; wait until it is ready")
     return readers
 
 

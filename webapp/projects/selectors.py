@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
 
+from webapp.core.bidi import isolated
 from webapp.projects.models import ROLE_RANK, Membership, Project, Role
 
 
@@ -93,13 +94,13 @@ def project_readers(*, project: Project) -> list[str]:
 
     readers = []
     for run in Run.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("created_at"):
-        readers.append(f"run {run.name} ({run.public_id}) is {run.status}; cancel it and wait for it to stop")
+        readers.append(f"run {isolated(run.name)} ({run.public_id}) is {run.status}; cancel it and wait for it to stop")
     for pipeline in Pipeline.objects.filter(project=project, status=PipelineStatus.RUNNING).order_by("created_at"):
-        readers.append(f"pipeline {pipeline.name} is running; cancel it or wait for it to finish")
+        readers.append(f"pipeline {isolated(pipeline.name)} is running; cancel it or wait for it to finish")
     busy = Campaign.objects.filter(project=project, status__in=(CampaignStatus.LOADING, CampaignStatus.GENERATING))
     for campaign in busy.order_by("created_at"):
-        readers.append(f"review campaign {campaign.name} is {campaign.get_status_display().lower()}; wait until "
-                       "it is ready")
+        readers.append(f"review campaign {isolated(campaign.name)} is {campaign.get_status_display().lower()}; wait "
+                       "until it is ready")
     for export in Export.objects.filter(campaign__project=project, status=ExportStatus.WRITING).select_related(
             "campaign"):
         readers.append(f"an export of review campaign {export.campaign.name} is being written; wait until it is done")
@@ -108,8 +109,8 @@ def project_readers(*, project: Project) -> list[str]:
     # A run's first copy, written by a serve worker when it succeeded, has no row.
     for run in Run.objects.filter(project=project, status=RunStatus.SUCCEEDED, serving_copies__isnull=True):
         if serving_copy_being_written(run=run):
-            readers.append(f"the serving copy of run {run.name} ({run.public_id}) is being written; wait until it "
-                           "is ready")
+            readers.append(f"the serving copy of run {isolated(run.name)} ({run.public_id}) is being written; wait "
+                           "until it is ready")
     if CheckpointExport.objects.filter(run__project=project, status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint is being exported; wait until it is done")
     streaming = Message.objects.filter(conversation__project=project, status=MessageStatus.STREAMING)

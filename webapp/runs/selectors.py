@@ -614,23 +614,23 @@ def run_readers(*, run: Run) -> list[str]:
     if run.is_active:
         readers.append(f"it is {run.status}; cancel it and wait for it to stop")
     for derived in Run.objects.filter(source_run=run, status__in=ACTIVE_STATUSES).order_by("created_at"):
-        readers.append(f"run {derived.name} ({derived.public_id}) is {derived.status} from its model; cancel it or "
-                       "wait for it to finish")
+        readers.append(f"run {isolated(derived.name)} ({derived.public_id}) is {derived.status} from its model; "
+                       "cancel it or wait for it to finish")
     active = Run.objects.filter(project=run.project_id, status__in=ACTIVE_STATUSES).exclude(pk=run.pk)
     for scored in active.order_by("created_at"):
         if run.public_id in reward_run_ids(scored.spec):
-            readers.append(f"run {scored.name} ({scored.public_id}) is {scored.status}, scored by its model; cancel "
-                           "it or wait for it to finish")
+            readers.append(f"run {isolated(scored.name)} ({scored.public_id}) is {scored.status}, scored by its "
+                           "model; cancel it or wait for it to finish")
     if run.pipeline_id is not None and run.pipeline.status == PipelineStatus.RUNNING:
-        readers.append(f"pipeline {run.pipeline.name} is running with it as a stage; cancel the pipeline or wait "
-                       "for it to finish")
+        readers.append(f"pipeline {isolated(run.pipeline.name)} is running with it as a stage; cancel the pipeline or "
+                       "wait for it to finish")
     # A later stage may name it (a starting model, a reward model) and be launched once the stage before ends.
     running = Pipeline.objects.filter(project=run.project_id, status=PipelineStatus.RUNNING).exclude(
         pk=run.pipeline_id)
     for pipeline in running.order_by("created_at"):
         if run.public_id in json.dumps(pipeline.stages):
-            readers.append(f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it "
-                           "to finish")
+            readers.append(f"pipeline {isolated(pipeline.name)} is running, and its stages name it; cancel it or wait "
+                           "for it to finish")
     if serving_copy_being_written(run=run):
         readers.append("a serving copy of its model is being written; wait until it is ready")
     if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
@@ -638,8 +638,8 @@ def run_readers(*, run: Run) -> list[str]:
     for campaign in Campaign.objects.filter(project=run.project_id, status=CampaignStatus.GENERATING):
         refs = [((campaign.generation or {}).get(side) or {}).get("ref") or "" for side in ("model_a", "model_b")]
         if any(ref.split(":")[0] == run.public_id for ref in refs):  # the run's model, or a checkpoint's
-            readers.append(f"review campaign {campaign.name} is generating answers with its model; wait until it is "
-                           "ready")
+            readers.append(f"review campaign {isolated(campaign.name)} is generating answers with its model; wait "
+                           "until it is ready")
     return readers
 
 

@@ -93,8 +93,8 @@ def test_what_still_needs_a_base_model_refuses_its_unregistering(
     response = unregister_from_page(client, base_model, django_capture_on_commit_callbacks)
     assert response["Location"] == url(base_model)
     page = client.get(url(base_model)).content.decode()
-    assert (f"Nothing was deleted: run busy ({run.public_id}) is queued from it; cancel it or wait for it to "
-            "finish; a serving copy of it is being written; wait until it is ready; review campaign judge is "
+    assert (f"Nothing was deleted: run \u2068busy\u2069 ({run.public_id}) is queued from it; cancel it or wait for it to "
+            "finish; a serving copy of it is being written; wait until it is ready; review campaign \u2068judge\u2069 is "
             "generating answers with it; wait until it is ready.") in page
     assert BaseModel.objects.filter(pk=base_model.pk).exists()
 
@@ -114,7 +114,7 @@ def test_the_api_unregisters_a_base_model(team, registered, catalog, sent_tasks,
     assert call(team.viewer, "delete", registered)[0] == 403
     assert call(team.teammate, "delete", busy)[0] == 403  # not theirs
     assert call(team.owner, "delete", busy) == (
-        400, {"errors": {"delete": [f"run busy ({run.public_id}) is queued from it; cancel it or wait for it to "
+        400, {"errors": {"delete": [f"run \u2068busy\u2069 ({run.public_id}) is queued from it; cancel it or wait for it to "
                                     "finish"]}})
     assert call(team.teammate, "delete", registered) == (204, None)
     assert call(team.teammate, "get", registered)[0] == 404

@@ -99,7 +99,7 @@ def test_a_version_a_run_still_trains_on_is_not_deleted(team, client_for, catalo
                          django_capture_on_commit_callbacks)
     assert response.status_code == 302 and response["Location"] == version_url(version)
     page = client.get(response["Location"]).content.decode()
-    assert (f"Nothing was deleted: run busy ({run.public_id}) is queued with it; cancel it or wait for it to "
+    assert (f"Nothing was deleted: run \u2068busy\u2069 ({run.public_id}) is queued with it; cancel it or wait for it to "
             "finish.") in page
     assert DatasetVersion.objects.filter(pk=version.pk).exists() and version.absolute_path.is_file()
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
@@ -120,7 +120,7 @@ def test_a_dataset_is_deleted_whole_unless_a_campaign_still_loads_from_it(
     client = client_for(team.owner)
     dataset_page = f"/p/alpha/datasets/{prefs.dataset.public_id}/"
     response = post_form(client, dataset_page, dataset_page + "delete/", django_capture_on_commit_callbacks)
-    assert "review campaign judge is loading its items from prefs v1; wait until it is ready" in client.get(
+    assert "review campaign \u2068judge\u2069 is loading its items from \u2068prefs v1\u2069; wait until it is ready" in client.get(
         response["Location"]).content.decode()
     assert Dataset.objects.filter(pk=prefs.dataset.pk).exists()
 
@@ -198,7 +198,7 @@ def test_the_api_deletes_a_version_and_a_dataset(team, catalog, sent_tasks, djan
     assert api(team.viewer)("delete", path)[0] == 403
     run = run_services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="busy")
     assert owner("delete", path) == (400, {"errors": {"delete": [
-        f"run busy ({run.public_id}) is queued with it; cancel it or wait for it to finish"]}})
+        f"run \u2068busy\u2069 ({run.public_id}) is queued with it; cancel it or wait for it to finish"]}})
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
     assert owner("delete", path) == (204, None)
     assert owner("get", path)[0] == 404 and not version.absolute_path.exists()

@@ -108,8 +108,8 @@ def test_work_in_flight_refuses_the_deletion(team, client_for, tmp_path, django_
     client = client_for(team.owner)
     response = delete_from_page(client, django_capture_on_commit_callbacks)
     assert response["Location"] == PAGE
-    assert (f"Nothing was deleted: run done ({run.public_id}) is running; cancel it and wait for it to stop; "
-            "review campaign pass 1 is loading items; wait until it is ready; "
+    assert (f"Nothing was deleted: run \u2068done\u2069 ({run.public_id}) is running; cancel it and wait for it to stop; "
+            "review campaign \u2068pass 1\u2069 is loading items; wait until it is ready; "
             "a serving copy is being written; wait until it is ready.") in client.get(PAGE).content.decode()
     assert Project.objects.filter(slug="alpha").exists() and Path(run_services.run_output_dir(run.public_id)).is_dir()
 
@@ -124,6 +124,6 @@ def test_a_project_whose_runs_automatic_serving_copy_is_being_written_is_not_del
     (run_services.run_output_dir(run.public_id) / "export").mkdir(parents=True)
     client = client_for(team.owner)
     assert delete_from_page(client, django_capture_on_commit_callbacks)["Location"] == PAGE
-    assert (f"Nothing was deleted: the serving copy of run just done ({run.public_id}) is being written; wait until "
+    assert (f"Nothing was deleted: the serving copy of run \u2068just done\u2069 ({run.public_id}) is being written; wait until "
             "it is ready.") in client.get(PAGE).content.decode()
     assert Project.objects.filter(pk=team.project.pk).exists()

@@ -104,7 +104,7 @@ def test_what_still_needs_a_run_refuses_its_deletion(team, catalog, client_for, 
     ServingCopy.objects.create(project=team.project, run=run, status=ServingCopyStatus.WRITING)
     response = delete_from_page(client, run, django_capture_on_commit_callbacks)
     page = client.get(response["Location"]).content.decode()
-    assert (f"Nothing was deleted: run from it ({child.public_id}) is queued from its model; cancel it or wait for "
+    assert (f"Nothing was deleted: run \u2068from it\u2069 ({child.public_id}) is queued from its model; cancel it or wait for "
             "it to finish; a serving copy of its model is being written; wait until it is ready.") in page
     assert Run.objects.filter(pk=run.pk).exists()
 
@@ -145,8 +145,8 @@ def test_a_reward_run_that_active_runs_or_a_running_pipeline_score_with_is_not_d
     client.force_login(team.owner)
     response = delete_from_page(client, judge, django_capture_on_commit_callbacks)
     page = client.get(response["Location"]).content.decode()
-    assert (f"Nothing was deleted: run ppo-run ({ppo.public_id}) is queued, scored by its model; cancel it or wait "
-            f"for it to finish; run grpo-run ({grpo.public_id}) is queued, scored by its model; cancel it or wait for "
+    assert (f"Nothing was deleted: run \u2068ppo-run\u2069 ({ppo.public_id}) is queued, scored by its model; cancel it or wait "
+            f"for it to finish; run \u2068grpo-run\u2069 ({grpo.public_id}) is queued, scored by its model; cancel it or wait for "
             "it to finish.") in page
 
     Run.objects.filter(pk__in=[ppo.pk, grpo.pk]).update(status=RunStatus.CANCELLED)
@@ -157,7 +157,7 @@ def test_a_reward_run_that_active_runs_or_a_running_pipeline_score_with_is_not_d
         response = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.owner, name='s')[1]}").delete(
             f"/api/v1/projects/alpha/runs/{judge.public_id}/")
     assert json.loads(response.content) == {"errors": {"delete": [
-        f"pipeline {pipeline.name} is running, and its stages name it; cancel it or wait for it to finish"]}}
+        f"pipeline {isolated(pipeline.name)} is running, and its stages name it; cancel it or wait for it to finish"]}}
     assert Run.objects.filter(pk=judge.pk).exists()
 
 
