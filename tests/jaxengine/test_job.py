@@ -286,9 +286,8 @@ def test_cli_names_the_data_row_a_models_chat_template_refuses(demo_dir, tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp_path, capsys):
-    """QA: a checkpoint directory without its items (a run directory copied part way, a save that stopped
-    on a full disk) was a KeyError traceback from orbax ('Item "meta" was not found') on resume and export."""
+def trained_with_checkpoints(demo_dir, tmp_path):
+    """(run directory, spec file, spec) of a 2-step SFT of the demo model that saved a checkpoint each step."""
     run_dir = tmp_path / "run"
     path = tmp_path / "spec.yaml"
     spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
@@ -296,6 +295,13 @@ def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp
             "train": {"max_steps": 2, "batch_size": 2, "save_every": 1}}
     path.write_text(yaml.safe_dump(spec))
     assert main(["train", str(path), "--no-progress"]) == 0
+    return run_dir, path, spec
+
+
+def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp_path, capsys):
+    """QA: a checkpoint directory without its items (a run directory copied part way, a save that stopped
+    on a full disk) was a KeyError traceback from orbax ('Item "meta" was not found') on resume and export."""
+    run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)
     (run_dir / "checkpoints" / "3").mkdir()
     spec["train"]["max_steps"] = 4
     path.write_text(yaml.safe_dump(spec))
@@ -311,13 +317,7 @@ def test_a_checkpoint_left_incomplete_is_named_by_train_and_export(demo_dir, tmp
 def test_a_checkpoint_whose_array_files_are_gone_is_named_by_train(demo_dir, tmp_path, capfd):
     """QA: a checkpoint whose array data files were lost (deleted, or cut to nothing by a copy that stopped)
     was a tensorstore FAILED_PRECONDITION traceback ('Truncated Zstd-compressed stream') on resume."""
-    run_dir = tmp_path / "run"
-    path = tmp_path / "spec.yaml"
-    spec = {"task": "sft", "model": str(demo_dir / "model"), "output_dir": str(run_dir),
-            "data": {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 64},
-            "train": {"max_steps": 2, "batch_size": 2, "save_every": 1}}
-    path.write_text(yaml.safe_dump(spec))
-    assert main(["train", str(path), "--no-progress"]) == 0
+    run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)
     # The arrays' chunks (OCDBT data files of process 0); the database's manifest and index stay.
     data_files = list((run_dir / "checkpoints" / "2" / "state").glob("ocdbt.process_0/d/*"))
     assert data_files

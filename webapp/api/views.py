@@ -200,8 +200,7 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
     base_model = basemodel_selectors.basemodel_get(project=project, public_id=model_id)
     if request.method == "GET":
         return JsonResponse(_base_model_json(base_model))
-    if not basemodel_selectors.may_unregister_base_model(membership=membership, base_model=base_model):
-        raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
+    basemodel_selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
     basemodel_services.basemodel_unregister(base_model=base_model)
     return HttpResponse(status=204)
 

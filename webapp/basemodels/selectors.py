@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -41,6 +42,12 @@ def may_unregister_base_model(*, membership: Membership, base_model: BaseModel) 
     """An owner may unregister any base model; a member one they registered; a viewer none."""
     return membership.can(Role.OWNER) or (
         membership.can(Role.MEMBER) and base_model.registered_by_id == membership.user_id)
+
+
+def ensure_may_unregister_base_model(*, membership: Membership, base_model: BaseModel) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may unregister ``base_model`` (pages and API)."""
+    if not may_unregister_base_model(membership=membership, base_model=base_model):
+        raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
 
 
 def base_model_readers(*, base_model: BaseModel) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -94,8 +94,7 @@ def basemodel_delete(request: HttpRequest, slug: str, public_id: str) -> HttpRes
 
     def delete() -> str:  # looked up here: a second click finds it gone and lands where the first did
         base_model = selectors.basemodel_get(project=project, public_id=public_id)
-        if not selectors.may_unregister_base_model(membership=membership, base_model=base_model):
-            raise PermissionDenied("only an owner, or the member who registered it, may unregister a base model")
+        selectors.ensure_may_unregister_base_model(membership=membership, base_model=base_model)
         services.basemodel_unregister(base_model=base_model)
         messages.success(request, f"Unregistered the base model {isolated(base_model.name)}; its directory "
                                   f"{base_model.path} is left as it was.")
