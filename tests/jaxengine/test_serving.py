@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxengine import serving
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.sampler import PromptError, Sampler, SamplingParams
 from jaxengine.serving import (BatchDecoder, BatchingServer, ContinuousBatch, LoadedModel, ModelCache, ServeRequest,
@@ -724,14 +725,23 @@ def test_an_accelerators_way_of_moving_and_making_caches_decodes_what_the_host_w
     assert results[True] == results[False] == alone
 
 
+def decoder_with_programs_of_its_own(model, tokenizer, *, on_host: bool) -> BatchDecoder:
+    """A decoder on host devices or not, whose compiled programs no earlier test shares: a model's programs are
+    shared by its decoders, so what an earlier test's batch missed (or compiled) would otherwise change what
+    compiles when (a test's own missed program waiting behind leftovers, or one compiled already)."""
+    serving._compiled.cache_clear()
+    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
+    decoder.on_host = on_host
+    return decoder
+
+
 @pytest.mark.parametrize("on_host", [True, False])
 def test_what_a_busy_batch_missed_compiles_at_once_off_host_devices_and_when_idle_on_them(served, on_host):
     """On host devices the compile thread starts only while the server is idle (it would take a core from
     the decoding rows); on an accelerator it need not wait for an idle moment, which steady load may never
     give: a group's prefill missed mid-answer compiles while the first answer still decodes."""
     model, tokenizer, _ = served
-    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
-    decoder.on_host = on_host
+    decoder = decoder_with_programs_of_its_own(model, tokenizer, on_host=on_host)
     server = BatchingServer(decoder)
     greedy, top_k = SamplingParams(max_new_tokens=8, temperature=0.0), SamplingParams(max_new_tokens=8, temperature=0.5, top_k=5)
     prompts = [tuple(range(10 + i, 50 + i)) for i in range(3)]  # 40 tokens: bucket 64
@@ -774,8 +784,7 @@ def test_a_server_on_host_devices_busy_past_the_limit_compiles_what_it_missed(se
     let up it never compiled (every join went on moving its cache in numpy, every group prefilled one request at
     a time). Busy for ``busy_compile_after_s`` without a break, the server starts the compile anyway."""
     model, tokenizer, _ = served
-    decoder = BatchDecoder(model, tokenizer, min_bucket=8)
-    decoder.on_host = True
+    decoder = decoder_with_programs_of_its_own(model, tokenizer, on_host=True)
     server = BatchingServer(decoder, busy_compile_after_s=busy_compile_after_s)
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
     prompts = [tuple(range(100 + i, 124 + i)) for i in range(3)]  # 24 tokens: bucket 32, as three at once
