@@ -50,6 +50,7 @@ from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExport
                                 RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY
+from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
 
 logger = logging.getLogger(__name__)
@@ -1045,50 +1046,102 @@ def run_delete(*, run: Run) -> None:
     logger.info("run %s (%s) deleted", public_id, name)
 
 
+def _worker_gone(run: Run, workers: dict[str, Worker], *, now: datetime) -> str | None:
+    """Why the worker process that ran ``run``'s attempt is gone, by its own heartbeat (``Worker``), or
+    None while it may be alive: its row silent for two of its heartbeats, marked stopped, or taken over by
+    a process started after the attempt began (a worker restarted under the same name). None too where
+    nothing tells (heartbeats off, no row): the run's own silence alone decides then, after
+    ``TEMPER_RUN_LOST_SECONDS``."""
+    worker = workers.get(run.worker_name)
+    if worker is None or settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return None
+    if worker.stopped_at is not None:
+        return "its worker stopped"
+    if run.started_at is not None and worker.started_at > run.started_at:
+        return "its worker was restarted"
+    silent = (now - worker.last_seen).total_seconds()
+    if silent > WORKER_GONE_BEATS * settings.TEMPER_HEARTBEAT_SECONDS:
+        return f"its worker has been silent for {int(silent)} s"
+    return None
+
+
+# A run's worker is gone once this many of its heartbeats are missing, and the run's own heartbeat (written by a
+# thread of its own, beside the engine, so a compilation or a long step does not hold it) is missing as many.
+WORKER_GONE_BEATS = 2
+
+
 def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
-    """Re-queue running runs whose heartbeat is older than ``TEMPER_RUN_LOST_SECONDS``: the worker
-    died (SIGKILL, host lost). Each is queued as a new attempt that resumes from its last checkpoint;
-    one whose cancel was requested is marked cancelled instead. Safe to run from many processes at
-    once: a run is taken by one conditional update only."""
+    """Re-queue running runs whose worker died (SIGKILL, out of memory, host lost): those whose heartbeat is
+    older than ``TEMPER_RUN_LOST_SECONDS``, and sooner those silent for ``WORKER_GONE_BEATS`` of their
+    heartbeats whose worker process is gone too (``_worker_gone``) — both the run's writer thread and its
+    worker's main process silent, which a busy engine does not make. Each is queued as a new attempt that
+    resumes from its last checkpoint (``run_attempt_lost``); one whose cancel was requested is marked
+    cancelled instead. Safe to run from many processes at once: a run is taken by one conditional update only."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
-    reaped = []
+    quiet = now - timedelta(seconds=WORKER_GONE_BEATS * settings.TEMPER_RUN_HEARTBEAT_SECONDS)
     # External runs are reported by a process Temper does not run: nothing to resume.
-    for run in Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=cutoff).exclude(task=EXTERNAL_TASK):
+    silent_runs = list(Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=max(quiet, cutoff))
+                       .exclude(task=EXTERNAL_TASK))
+    workers = {worker.name: worker for worker in Worker.objects.filter(
+        name__in={run.worker_name for run in silent_runs})} if silent_runs else {}
+    reaped = []
+    for run in silent_runs:
         silent = int((now - run.last_heartbeat).total_seconds())
-        claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt,
-                                     last_heartbeat=run.last_heartbeat)
-        if run.hosts > 1 and not run.cancel_requested:
-            # Its other processes cannot go on without the lost one: failed, to be resumed by a person
-            # once the pool has its hosts again.
-            from webapp.runs.placement import lost_host_message
-
-            message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
-            if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
-                log_line(run, message, level=LogLevel.ERROR)
-                _advance_pipeline(run)
+        if run.last_heartbeat < cutoff:
+            why = f"silent for {silent} s"
+        elif run.hosts == 1 and (gone := _worker_gone(run, workers, now=now)):
+            why = f"silent for {silent} s, and {gone}"
+        else:
             continue
-        if run.cancel_requested:
-            message = f"worker {run.worker_name} went silent ({silent} s) after a cancel request; marked cancelled"
-            if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
-                log_line(run, message, level=LogLevel.WARNING)
-                _advance_pipeline(run)
-            continue
-        message = (f"worker {run.worker_name} lost at step {run.current_step} (silent for {silent} s); "
-                   "re-queued to resume from its last checkpoint")
-        if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message="",
-                          queued_at=now):
-            from webapp.runs.reporting import publish_status  # reporting builds on this module
-
-            run.refresh_from_db()
-            log_line(run, message, level=LogLevel.WARNING)
-            # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
-            # would otherwise go on drawing with the lost attempt's values, under "running".
-            publish_status(run)
-            logger.warning("run %s: %s", run.public_id, message)
-            _enqueue(run)
-            reaped.append(run)
+        if (lost := run_attempt_lost(run=run, why=why, now=now, last_heartbeat=run.last_heartbeat)) is not None:
+            reaped.append(lost)
     return reaped
+
+
+def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_heartbeat: datetime | None = None
+                     ) -> Run | None:
+    """Settle attempt ``run.attempt`` of a running run whose training process is gone (``why``, in words): queued
+    again as the next attempt, to resume from its last checkpoint, with the reason as its message until that
+    attempt starts (its page shows it); a run whose cancel was asked is cancelled, and a multi-host run failed.
+    Returns the re-queued run, or None when nothing was re-queued. Nothing happens unless the run is still
+    running as that attempt (and, given ``last_heartbeat``, has not beaten since): one caller takes it."""
+    now = now or timezone.now()
+    claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt)
+    if last_heartbeat is not None:
+        claimed = claimed.filter(last_heartbeat=last_heartbeat)
+    silent = int((now - run.last_heartbeat).total_seconds()) if run.last_heartbeat else 0
+    if run.hosts > 1 and not run.cancel_requested:
+        # Its other processes cannot go on without the lost one: failed, to be resumed by a person
+        # once the pool has its hosts again.
+        from webapp.runs.placement import lost_host_message
+
+        message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
+        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
+            log_line(run, message, level=LogLevel.ERROR)
+            _advance_pipeline(run)
+        return None
+    if run.cancel_requested:
+        message = f"worker {run.worker_name} was lost ({why}) after a cancel request; marked cancelled"
+        if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
+            log_line(run, message, level=LogLevel.WARNING)
+            _advance_pipeline(run)
+        return None
+    message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name} ({why}); "
+               "re-queued to resume from its last checkpoint")
+    if not claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="",
+                          error_message=message[:4000], queued_at=now):
+        return None
+    from webapp.runs.reporting import publish_status  # reporting builds on this module
+
+    run.refresh_from_db()
+    log_line(run, message, level=LogLevel.WARNING)
+    # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
+    # would otherwise go on drawing with the lost attempt's values, under "running".
+    publish_status(run)
+    logger.warning("run %s: %s", run.public_id, message)
+    _enqueue(run)
+    return run
 
 
 def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:
