@@ -41,6 +41,7 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -792,6 +793,59 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
                                           "duplicate it to choose another"})
 
 
+def _refuse_while_files_written(run: Run) -> None:
+    """Refuse to resume ``run`` while a job writes or reads its directory: a checkpoint export (it reads
+    ``checkpoints/<N>``, which the resumed engine may rotate out), the serving copy of its final model (written
+    inside ``export/``, which the resumed engine replaces at its end) or a pipeline's export stage quantizing it.
+    Those requests lock the run's row and want it finished, so the two never overlap."""
+    from webapp.runs.models import Pipeline, PipelineStatus, ServingCopy, ServingCopyStatus
+    from webapp.runs.selectors import serving_copy  # selectors import this module
+
+    writers = []
+    steps = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
+                 .order_by("step").values_list("step", flat=True))
+    if steps:
+        writers.append(f"checkpoint{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} "
+                       f"{'are' if len(steps) > 1 else 'is'} being exported")
+    if ((serving_copy(run=run) or {}).get("state") == "writing"
+            or ServingCopy.objects.filter(run=run, step__isnull=True, status=ServingCopyStatus.WRITING).exists()):
+        writers.append("the serving copy of its final model is being written")
+    for pipeline in Pipeline.objects.filter(status=PipelineStatus.RUNNING, result_run=run).order_by("created_at"):
+        if "export" in pipeline.stages[pipeline.current_stage]:
+            writers.append(f"pipeline {isolated(pipeline.name)} is quantizing its model in its export stage")
+    if writers:
+        raise ValidationError({"__all__": f"run {run.public_id} cannot be resumed yet: {'; '.join(writers)}. "
+                                          "Resume it once that is done (its page shows when)"})
+
+
+def final_model_dependants(run: Run) -> list[Run]:
+    """The runs that started from ``run``'s final model (``model: run_…``, not one of its exported checkpoints)
+    or are scored by it (a reward model), oldest first: each names those weights as what it used."""
+    if not run.artifacts.filter(kind=ArtifactKind.MODEL).exists():
+        return []
+    started = [derived for derived in Run.objects.filter(source_run=run).order_by("created_at")
+               if isinstance(derived.spec, dict) and str(derived.spec.get("model", "")).strip() == run.public_id]
+    scored = [scored for scored in Run.objects.filter(project=run.project_id, task__in=("grpo", "ppo"))
+              .exclude(pk=run.pk).order_by("created_at") if run.public_id in reward_run_ids(scored.spec)]
+    return sorted({derived.pk: derived for derived in started + scored}.values(), key=lambda derived: derived.created_at)
+
+
+def _refuse_replacing_a_used_model(run: Run) -> None:
+    """Refuse to resume ``run`` when other runs started from (or are scored by) its final model: the resumed
+    engine writes ``export/`` again at its end, so they would name weights they did not use — their lineage,
+    a comparison with them, and a LoRA run resumed on other base weights under its adapter would all be wrong
+    without a word. Training on from those weights is a new run that starts from this one's model."""
+    dependants = final_model_dependants(run)
+    if not dependants:
+        return
+    shown = ", ".join(f"{isolated(derived.name)} ({derived.public_id})" for derived in dependants[:3])
+    more = f" and {len(dependants) - 3} more" if len(dependants) > 3 else ""
+    raise ValidationError({"__all__": (
+        f"run {run.public_id} cannot be resumed: runs {shown}{more} use its final model, which a resume would "
+        f"replace with other weights at its end. Train on from it as a new run instead: launch one with model "
+        f"{run.public_id}")})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
@@ -801,6 +855,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
+    _refuse_while_files_written(run)
+    _refuse_replacing_a_used_model(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
             raise ValidationError({"max_steps": f"give more than the {run.current_step} steps already done"})
@@ -853,7 +909,9 @@ def checkpoint_steps(run: Run) -> list[int]:
 def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | None) -> Run:
     """Queue the export of checkpoint ``step`` of a finished run to ``<output_dir>/export-step-<step>``
     (a Hugging Face model, like the final export); other runs can then start from ``run_…@<step>``.
-    The train queue does it: loading the model needs the engine and the accelerator."""
+    The train queue does it: loading the model needs the engine and the accelerator. The run's row is
+    locked and read again: a resume (which rotates checkpoints out) and an export never overlap."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
         raise ValidationError({"step": f"run {run.public_id} is {run.status}; export checkpoints of finished runs"})
     available = checkpoint_steps(run)
