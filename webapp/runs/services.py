@@ -47,8 +47,8 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, ch
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels, sweeps
-from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
-                                RunStatus, new_run_id)
+from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
+                                Run, RunLogLine, RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY
 from webapp.workers.models import Worker
@@ -1081,9 +1081,24 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     return run
 
 
+@transaction.atomic
 def run_set_archived(*, runs: list[Run], archived: bool) -> int:
-    """Archive (hide from the default table) or restore runs; returns how many changed."""
-    return Run.objects.filter(pk__in=[run.pk for run in runs]).update(archived=archived)
+    """Archive (hide from the default table) or restore runs; returns how many changed. Archiving a queued or
+    running run is refused (``ValidationError`` on ``runs``), and then none is archived: hidden under "archived",
+    it would go on holding a train worker out of sight of the table; cancel it first (a resume brings an
+    archived run back to the table, as it trains again)."""
+    chosen = Run.objects.select_for_update().filter(pk__in=[run.pk for run in runs])
+    if archived:
+        active = list(chosen.filter(status__in=ACTIVE_STATUSES).order_by("created_at"))
+        if len(active) == 1:
+            raise ValidationError({"runs": f"run {isolated(active[0].name)} ({active[0].public_id}) is "
+                                           f"{active[0].status}: cancel it first, then archive it. Nothing was archived"})
+        if active:
+            shown = ", ".join(f"{isolated(run.name)} ({run.public_id}, {run.status})" for run in active[:5])
+            more = f" and {len(active) - 5} more" if len(active) > 5 else ""
+            raise ValidationError({"runs": f"runs {shown}{more} are queued or running: cancel them first, or untick "
+                                           "them. Nothing was archived"})
+    return chosen.update(archived=archived)
 
 
 @transaction.atomic

@@ -79,3 +79,22 @@ def test_a_resume_keeps_the_final_model_that_other_runs_started_from(team, catal
         f"instead: launch one with model {finished_run.public_id}"]
     finished_run.refresh_from_db()
     assert finished_run.status == RunStatus.SUCCEEDED and finished_run.attempt == 1
+
+
+def test_an_active_run_is_not_archived_until_it_is_cancelled(team, catalog, finished_run):
+    queued = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="queued")
+    with pytest.raises(ValidationError) as refused:
+        services.run_set_archived(runs=[queued], archived=True)
+    assert refused.value.message_dict == {"runs": [
+        f"run \u2068queued\u2069 ({queued.public_id}) is queued: cancel it first, then archive it. Nothing was archived"]}
+    Run.objects.filter(pk=queued.pk).update(status=RunStatus.RUNNING)
+    with pytest.raises(ValidationError, match="are queued or running: cancel them first, or untick them"):
+        services.run_set_archived(runs=[finished_run, queued, Run.objects.create(
+            project=team.project, name="other", task="sft", spec={}, resolved_spec={})], archived=True)
+    assert not Run.objects.filter(archived=True).exists()  # all or nothing
+    services.run_cancel(run=queued, user=team.teammate)  # asks the worker to stop: it still runs
+    with pytest.raises(ValidationError, match="is running: cancel it first"):
+        services.run_set_archived(runs=[queued], archived=True)
+    Run.objects.filter(pk=queued.pk).update(status=RunStatus.CANCELLED)
+    assert services.run_set_archived(runs=[queued, finished_run], archived=True) == 2
+    assert services.run_set_archived(runs=[queued], archived=False) == 1  # restoring is always possible
