@@ -1008,13 +1008,31 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
 
 
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
-    """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
-    cut to leave room for the suffix, so the copy is always told apart)."""
+    """Start ``run``'s spec over as a new run with its own fresh run directory, named after it
+    (``retry_name``)."""
     _refuse_external(run, "retried")
     _refuse_gone_inputs(run)
-    suffix = " (retry)"
-    return run_create(project=run.project, spec=run.spec, user=user,
-                      name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)
+    return run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
+
+
+RETRY_SUFFIX = re.compile(r" \(retry(?: (?P<number>[0-9]+))?\)$")
+
+
+def retry_name(run: Run) -> str:
+    """The name of a retry of ``run``: ``x (retry)``, then ``x (retry 2)``, ``x (retry 3)``…, counted on from a
+    retry's own suffix (a retry of ``x (retry)`` is ``x (retry 2)``, not ``x (retry) (retry)``) and skipping the
+    names the project's runs already have; the name before the suffix is cut to fit, so a retry is always told
+    apart from what it retries."""
+    base, number = run.name, 1
+    if match := RETRY_SUFFIX.search(run.name):
+        base, number = run.name[:match.start()], int(match["number"] or 1) + 1
+    taken = set(Run.objects.filter(project=run.project_id, name__contains=" (retry").values_list("name", flat=True))
+    while True:
+        suffix = " (retry)" if number == 1 else f" (retry {number})"
+        name = base[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix
+        if name not in taken:
+            return name
+        number += 1
 
 
 RUN_NAME_MAX = 120  # Run.name's max_length

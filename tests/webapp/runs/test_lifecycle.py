@@ -98,3 +98,22 @@ def test_an_active_run_is_not_archived_until_it_is_cancelled(team, catalog, fini
     Run.objects.filter(pk=queued.pk).update(status=RunStatus.CANCELLED)
     assert services.run_set_archived(runs=[queued, finished_run], archived=True) == 2
     assert services.run_set_archived(runs=[queued], archived=False) == 1  # restoring is always possible
+
+
+def test_retries_are_numbered_instead_of_stacking_their_suffix(team, catalog, sent_tasks):
+    """A retry of a retry was named "x (retry) (retry)", and two retries of one run had the same name."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="lr sweep")
+    first = services.run_retry(run=run, user=team.teammate)
+    assert first.name == "lr sweep (retry)"
+    assert services.run_retry(run=first, user=team.teammate).name == "lr sweep (retry 2)"
+    assert services.run_retry(run=run, user=team.teammate).name == "lr sweep (retry 3)"  # the next name not taken
+    ninth = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate,
+                                name="lr sweep (retry 9)")
+    assert services.run_retry(run=ninth, user=team.teammate).name == "lr sweep (retry 10)"
+    # A name at the limit is cut before the suffix, never the suffix.
+    long = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate,
+                               name="a" * services.RUN_NAME_MAX)
+    retried = services.run_retry(run=long, user=team.teammate)
+    assert retried.name == "a" * (services.RUN_NAME_MAX - len(" (retry)")) + " (retry)"
+    assert services.run_retry(run=retried, user=team.teammate).name == (
+        "a" * (services.RUN_NAME_MAX - len(" (retry 2)")) + " (retry 2)")
