@@ -1219,6 +1219,24 @@ def test_compare_and_archive_come_back_to_the_table_as_it_was_left(team, run, cl
     assert restored["Location"] == "/p/alpha/runs/?archived=1&q=sec"
 
 
+def test_a_lost_and_requeued_runs_page_says_why_until_its_next_attempt_starts(team, run, client_for):
+    """QA: a run whose worker was killed went from "running" to "queued" with no word on its page."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.runs.reporting import run_start
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@gone", current_step=5,
+                                         last_heartbeat=timezone.now() - timedelta(seconds=61))
+    services.runs_reap_lost()
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert 'run-message">attempt 1 was lost at step 5 on worker train@gone (silent for 6' in page
+    assert " s); re-queued to resume from its last checkpoint</p>" in page
+    run_start(run_pk=run.pk, attempt=2, worker_name="train@next")
+    assert "was lost at step 5" not in client_for(team.viewer).get(url(run)).content.decode().split('id="log"')[0]
+
+
 def test_archiving_an_active_run_is_refused_on_its_page_and_in_the_table(team, run, client_for):
     """A queued or running run could be archived, and went on training hidden under "archived"."""
     client = client_for(team.teammate)
