@@ -144,12 +144,13 @@ TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
 TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 # Runs: a running run's worker refreshes its heartbeat this often; a run silent for longer than
-# TEMPER_RUN_LOST_SECONDS is lost and re-queued to resume, and a checkpoint export whose message
+# TEMPER_RUN_LOST_SECONDS (or for two of its beats while its worker is silent for two of its own) is lost
+# and re-queued to resume, and a checkpoint export whose message
 # Redis has held nowhere that long is failed (checked every TEMPER_REAPER_SECONDS by every worker's
 # main process; 0 turns the check off in that process).
 TEMPER_RUN_HEARTBEAT_SECONDS = env_int("TEMPER_RUN_HEARTBEAT_SECONDS", 5)
 TEMPER_RUN_LOST_SECONDS = env_int("TEMPER_RUN_LOST_SECONDS", 60)
-TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 15)
+TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 5)
 # Multi-host runs (``webapp.runs.placement``): a run waits this long for N free workers of its pool
 # (then fails with the reason); each host's process heartbeats in Redis and its peers end the job
 # when one is silent for TEMPER_HOST_LOST_SECONDS. A train worker announces the address its peers

@@ -2,8 +2,10 @@
 
 A run's heartbeat stops when the process training it dies (SIGKILL, out of memory, host lost). On
 ``worker_ready`` a daemon thread here calls ``webapp.runs.services.runs_reap_lost`` at once and then
-every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS`` are re-queued to
-resume from their last checkpoint, and runs queued for that long whose message Redis no longer
+every ``TEMPER_REAPER_SECONDS``: runs silent for over ``TEMPER_RUN_LOST_SECONDS``, or for two of their
+heartbeats while their worker's own heartbeat is gone too, are re-queued to resume from their last
+checkpoint (a pool process that dies under a living worker is settled at once by that worker:
+``worker.tasks.train._pool_process_died``), and runs queued for that long whose message Redis no longer
 holds (a restart without persistence) are sent again, multi-host attempts that did not start on
 every host in time are placed again and multi-host runs waiting for their pool's workers are placed
 when enough are free (``webapp.runs.placement``), pipelines whose export

@@ -1,7 +1,8 @@
 """Runs on a real train worker over a real Redis: a tiny SFT run trains end to end; a cancel
 stops it within seconds of a step and a resume continues its history; a train worker killed with
 SIGKILL mid-run is detected by its silent heartbeat and the run resumes from its last checkpoint on
-a new worker; a Redis restart mid-run loses neither the run nor a metric point.
+a new worker, and a prefork pool process killed mid-run is re-queued by its own worker at once; a Redis
+restart mid-run loses neither the run nor a metric point.
 
 The train worker runs with short timings (heartbeats 1 s, lost after 6 s, reaper every 2 s) so that
 the fault tests take seconds instead of minutes; the logic is the same as with the defaults.
@@ -170,6 +171,41 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
     dropped = "attempt 1: not queued as this attempt any more; message dropped"
     wait_for(lambda: dropped in train_worker.running["train"].log() and delivered_messages() == [], timeout=20,
              workers=train_worker, what="the lost worker's message to be queued again and dropped")
+
+
+def test_a_killed_training_process_is_requeued_by_its_own_worker_at_once(setup, train_worker):
+    """Production's train workers run each job in a prefork pool process. Killed -9 (or by the out-of-memory
+    killer), it left its run "running" until the reapers found its heartbeat silent, TEMPER_RUN_LOST_SECONDS
+    later (60-75 s with the defaults); its worker's main process sees the death at once and re-queues it."""
+    from subprocess import run as run_command
+
+    from tests.live import start_worker
+
+    train_worker.stop_all()  # the solo train worker would take the run; this test's worker forks a process per job
+    prefork = start_worker("train", redis_url=train_worker.redis_url, log_dir=train_worker.log_dir, name="test-prefork",
+                           pool_args=("--pool", "prefork", "--concurrency", "1", "--max-tasks-per-child", "1"))
+    try:
+        run = launch(setup, max_steps=100000, save_every=20)
+        wait_for(reached(run, status=RunStatus.RUNNING, step=25), timeout=120, workers=train_worker, what="training")
+        [child] = run_command(["pgrep", "-P", str(prefork.process.pid)], capture_output=True, text=True).stdout.split()
+        os.kill(int(child), signal.SIGKILL)
+        killed = time.monotonic()
+
+        def requeued():
+            run.refresh_from_db()
+            return run.attempt == 2
+        wait_for(requeued, timeout=30, workers=train_worker, what="the lost run to be re-queued")
+        # Under TEMPER_RUN_LOST_SECONDS (6 s here), so not the reapers' doing.
+        assert time.monotonic() - killed < 4, prefork.log()[-3000:]
+        # The reason, which the page shows until the next attempt starts, stays in the log.
+        assert run.log_lines.filter(message__contains="its training process died: Worker exited prematurely: "
+                                                      "signal 9 (SIGKILL)").exists()
+        wait_for(reached(run, status=RunStatus.RUNNING), timeout=120, workers=train_worker,
+                 what="the next attempt, in the pool's new process")
+        services.run_cancel(run=run, user=None)
+        wait_for(reached(run, status=RunStatus.CANCELLED), timeout=60, workers=train_worker, what="the cancel")
+    finally:
+        prefork.stop()
 
 
 def test_a_redis_restart_loses_no_run_and_no_point(setup, train_worker, redis_server):

@@ -259,6 +259,7 @@ def test_the_main_process_settles_only_a_lost_train_host_process(monkeypatch):
 
     settled, done = [], threading.Event()
     monkeypatch.setattr(train, "settle_host_crash", lambda **kwargs: (settled.append(kwargs), done.set()))
+    monkeypatch.setattr(train, "settle_run_crash", lambda **kwargs: None)  # tests/worker/test_lost_runs.py
     class Task:  # what Celery passes as the sender: the task, its request on the stack
         def __init__(self, name):
             self.name, self.request = name, types.SimpleNamespace(hostname="train-tpu@h0")

@@ -41,15 +41,17 @@ from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_ke
 from jaxengine.spec import load_yaml as load_spec_yaml
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs import channels, sweeps
-from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
-                                RunStatus, new_run_id)
+from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
+                                Run, RunLogLine, RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY
+from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
 
 logger = logging.getLogger(__name__)
@@ -791,6 +793,59 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
                                           "duplicate it to choose another"})
 
 
+def _refuse_while_files_written(run: Run) -> None:
+    """Refuse to resume ``run`` while a job writes or reads its directory: a checkpoint export (it reads
+    ``checkpoints/<N>``, which the resumed engine may rotate out), the serving copy of its final model (written
+    inside ``export/``, which the resumed engine replaces at its end) or a pipeline's export stage quantizing it.
+    Those requests lock the run's row and want it finished, so the two never overlap."""
+    from webapp.runs.models import Pipeline, PipelineStatus, ServingCopy, ServingCopyStatus
+    from webapp.runs.selectors import serving_copy  # selectors import this module
+
+    writers = []
+    steps = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
+                 .order_by("step").values_list("step", flat=True))
+    if steps:
+        writers.append(f"checkpoint{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} "
+                       f"{'are' if len(steps) > 1 else 'is'} being exported")
+    if ((serving_copy(run=run) or {}).get("state") == "writing"
+            or ServingCopy.objects.filter(run=run, step__isnull=True, status=ServingCopyStatus.WRITING).exists()):
+        writers.append("the serving copy of its final model is being written")
+    for pipeline in Pipeline.objects.filter(status=PipelineStatus.RUNNING, result_run=run).order_by("created_at"):
+        if "export" in pipeline.stages[pipeline.current_stage]:
+            writers.append(f"pipeline {isolated(pipeline.name)} is quantizing its model in its export stage")
+    if writers:
+        raise ValidationError({"__all__": f"run {run.public_id} cannot be resumed yet: {'; '.join(writers)}. "
+                                          "Resume it once that is done (its page shows when)"})
+
+
+def final_model_dependants(run: Run) -> list[Run]:
+    """The runs that started from ``run``'s final model (``model: run_…``, not one of its exported checkpoints)
+    or are scored by it (a reward model), oldest first: each names those weights as what it used."""
+    if not run.artifacts.filter(kind=ArtifactKind.MODEL).exists():
+        return []
+    started = [derived for derived in Run.objects.filter(source_run=run).order_by("created_at")
+               if isinstance(derived.spec, dict) and str(derived.spec.get("model", "")).strip() == run.public_id]
+    scored = [scored for scored in Run.objects.filter(project=run.project_id, task__in=("grpo", "ppo"))
+              .exclude(pk=run.pk).order_by("created_at") if run.public_id in reward_run_ids(scored.spec)]
+    return sorted({derived.pk: derived for derived in started + scored}.values(), key=lambda derived: derived.created_at)
+
+
+def _refuse_replacing_a_used_model(run: Run) -> None:
+    """Refuse to resume ``run`` when other runs started from (or are scored by) its final model: the resumed
+    engine writes ``export/`` again at its end, so they would name weights they did not use — their lineage,
+    a comparison with them, and a LoRA run resumed on other base weights under its adapter would all be wrong
+    without a word. Training on from those weights is a new run that starts from this one's model."""
+    dependants = final_model_dependants(run)
+    if not dependants:
+        return
+    shown = ", ".join(f"{isolated(derived.name)} ({derived.public_id})" for derived in dependants[:3])
+    more = f" and {len(dependants) - 3} more" if len(dependants) > 3 else ""
+    raise ValidationError({"__all__": (
+        f"run {run.public_id} cannot be resumed: runs {shown}{more} use its final model, which a resume would "
+        f"replace with other weights at its end. Train on from it as a new run instead: launch one with model "
+        f"{run.public_id}")})
+
+
 @transaction.atomic
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
@@ -800,6 +855,8 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
+    _refuse_while_files_written(run)
+    _refuse_replacing_a_used_model(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
             raise ValidationError({"max_steps": f"give more than the {run.current_step} steps already done"})
@@ -852,7 +909,9 @@ def checkpoint_steps(run: Run) -> list[int]:
 def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | None) -> Run:
     """Queue the export of checkpoint ``step`` of a finished run to ``<output_dir>/export-step-<step>``
     (a Hugging Face model, like the final export); other runs can then start from ``run_…@<step>``.
-    The train queue does it: loading the model needs the engine and the accelerator."""
+    The train queue does it: loading the model needs the engine and the accelerator. The run's row is
+    locked and read again: a resume (which rotates checkpoints out) and an export never overlap."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
         raise ValidationError({"step": f"run {run.public_id} is {run.status}; export checkpoints of finished runs"})
     available = checkpoint_steps(run)
@@ -949,13 +1008,31 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
 
 
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
-    """Start ``run``'s spec over as a new run with its own fresh run directory, named after it (its name
-    cut to leave room for the suffix, so the copy is always told apart)."""
+    """Start ``run``'s spec over as a new run with its own fresh run directory, named after it
+    (``retry_name``)."""
     _refuse_external(run, "retried")
     _refuse_gone_inputs(run)
-    suffix = " (retry)"
-    return run_create(project=run.project, spec=run.spec, user=user,
-                      name=run.name[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix, tags=run.tags)
+    return run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
+
+
+RETRY_SUFFIX = re.compile(r" \(retry(?: (?P<number>[0-9]+))?\)$")
+
+
+def retry_name(run: Run) -> str:
+    """The name of a retry of ``run``: ``x (retry)``, then ``x (retry 2)``, ``x (retry 3)``…, counted on from a
+    retry's own suffix (a retry of ``x (retry)`` is ``x (retry 2)``, not ``x (retry) (retry)``) and skipping the
+    names the project's runs already have; the name before the suffix is cut to fit, so a retry is always told
+    apart from what it retries."""
+    base, number = run.name, 1
+    if match := RETRY_SUFFIX.search(run.name):
+        base, number = run.name[:match.start()], int(match["number"] or 1) + 1
+    taken = set(Run.objects.filter(project=run.project_id, name__contains=" (retry").values_list("name", flat=True))
+    while True:
+        suffix = " (retry)" if number == 1 else f" (retry {number})"
+        name = base[:RUN_NAME_MAX - len(suffix)].rstrip() + suffix
+        if name not in taken:
+            return name
+        number += 1
 
 
 RUN_NAME_MAX = 120  # Run.name's max_length
@@ -1022,9 +1099,24 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     return run
 
 
+@transaction.atomic
 def run_set_archived(*, runs: list[Run], archived: bool) -> int:
-    """Archive (hide from the default table) or restore runs; returns how many changed."""
-    return Run.objects.filter(pk__in=[run.pk for run in runs]).update(archived=archived)
+    """Archive (hide from the default table) or restore runs; returns how many changed. Archiving a queued or
+    running run is refused (``ValidationError`` on ``runs``), and then none is archived: hidden under "archived",
+    it would go on holding a train worker out of sight of the table; cancel it first (a resume brings an
+    archived run back to the table, as it trains again)."""
+    chosen = Run.objects.select_for_update().filter(pk__in=[run.pk for run in runs])
+    if archived:
+        active = list(chosen.filter(status__in=ACTIVE_STATUSES).order_by("created_at"))
+        if len(active) == 1:
+            raise ValidationError({"runs": f"run {isolated(active[0].name)} ({active[0].public_id}) is "
+                                           f"{active[0].status}: cancel it first, then archive it. Nothing was archived"})
+        if active:
+            shown = ", ".join(f"{isolated(run.name)} ({run.public_id}, {run.status})" for run in active[:5])
+            more = f" and {len(active) - 5} more" if len(active) > 5 else ""
+            raise ValidationError({"runs": f"runs {shown}{more} are queued or running: cancel them first, or untick "
+                                           "them. Nothing was archived"})
+    return chosen.update(archived=archived)
 
 
 @transaction.atomic
@@ -1045,50 +1137,102 @@ def run_delete(*, run: Run) -> None:
     logger.info("run %s (%s) deleted", public_id, name)
 
 
+def _worker_gone(run: Run, workers: dict[str, Worker], *, now: datetime) -> str | None:
+    """Why the worker process that ran ``run``'s attempt is gone, by its own heartbeat (``Worker``), or
+    None while it may be alive: its row silent for two of its heartbeats, marked stopped, or taken over by
+    a process started after the attempt began (a worker restarted under the same name). None too where
+    nothing tells (heartbeats off, no row): the run's own silence alone decides then, after
+    ``TEMPER_RUN_LOST_SECONDS``."""
+    worker = workers.get(run.worker_name)
+    if worker is None or settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return None
+    if worker.stopped_at is not None:
+        return "its worker stopped"
+    if run.started_at is not None and worker.started_at > run.started_at:
+        return "its worker was restarted"
+    silent = (now - worker.last_seen).total_seconds()
+    if silent > WORKER_GONE_BEATS * settings.TEMPER_HEARTBEAT_SECONDS:
+        return f"its worker has been silent for {int(silent)} s"
+    return None
+
+
+# A run's worker is gone once this many of its heartbeats are missing, and the run's own heartbeat (written by a
+# thread of its own, beside the engine, so a compilation or a long step does not hold it) is missing as many.
+WORKER_GONE_BEATS = 2
+
+
 def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
-    """Re-queue running runs whose heartbeat is older than ``TEMPER_RUN_LOST_SECONDS``: the worker
-    died (SIGKILL, host lost). Each is queued as a new attempt that resumes from its last checkpoint;
-    one whose cancel was requested is marked cancelled instead. Safe to run from many processes at
-    once: a run is taken by one conditional update only."""
+    """Re-queue running runs whose worker died (SIGKILL, out of memory, host lost): those whose heartbeat is
+    older than ``TEMPER_RUN_LOST_SECONDS``, and sooner those silent for ``WORKER_GONE_BEATS`` of their
+    heartbeats whose worker process is gone too (``_worker_gone``) — both the run's writer thread and its
+    worker's main process silent, which a busy engine does not make. Each is queued as a new attempt that
+    resumes from its last checkpoint (``run_attempt_lost``); one whose cancel was requested is marked
+    cancelled instead. Safe to run from many processes at once: a run is taken by one conditional update only."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
-    reaped = []
+    quiet = now - timedelta(seconds=WORKER_GONE_BEATS * settings.TEMPER_RUN_HEARTBEAT_SECONDS)
     # External runs are reported by a process Temper does not run: nothing to resume.
-    for run in Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=cutoff).exclude(task=EXTERNAL_TASK):
+    silent_runs = list(Run.objects.filter(status=RunStatus.RUNNING, last_heartbeat__lt=max(quiet, cutoff))
+                       .exclude(task=EXTERNAL_TASK))
+    workers = {worker.name: worker for worker in Worker.objects.filter(
+        name__in={run.worker_name for run in silent_runs})} if silent_runs else {}
+    reaped = []
+    for run in silent_runs:
         silent = int((now - run.last_heartbeat).total_seconds())
-        claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt,
-                                     last_heartbeat=run.last_heartbeat)
-        if run.hosts > 1 and not run.cancel_requested:
-            # Its other processes cannot go on without the lost one: failed, to be resumed by a person
-            # once the pool has its hosts again.
-            from webapp.runs.placement import lost_host_message
-
-            message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
-            if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
-                log_line(run, message, level=LogLevel.ERROR)
-                _advance_pipeline(run)
+        if run.last_heartbeat < cutoff:
+            why = f"silent for {silent} s"
+        elif run.hosts == 1 and (gone := _worker_gone(run, workers, now=now)):
+            why = f"silent for {silent} s, and {gone}"
+        else:
             continue
-        if run.cancel_requested:
-            message = f"worker {run.worker_name} went silent ({silent} s) after a cancel request; marked cancelled"
-            if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
-                log_line(run, message, level=LogLevel.WARNING)
-                _advance_pipeline(run)
-            continue
-        message = (f"worker {run.worker_name} lost at step {run.current_step} (silent for {silent} s); "
-                   "re-queued to resume from its last checkpoint")
-        if claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="", error_message="",
-                          queued_at=now):
-            from webapp.runs.reporting import publish_status  # reporting builds on this module
-
-            run.refresh_from_db()
-            log_line(run, message, level=LogLevel.WARNING)
-            # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
-            # would otherwise go on drawing with the lost attempt's values, under "running".
-            publish_status(run)
-            logger.warning("run %s: %s", run.public_id, message)
-            _enqueue(run)
-            reaped.append(run)
+        if (lost := run_attempt_lost(run=run, why=why, now=now, last_heartbeat=run.last_heartbeat)) is not None:
+            reaped.append(lost)
     return reaped
+
+
+def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_heartbeat: datetime | None = None
+                     ) -> Run | None:
+    """Settle attempt ``run.attempt`` of a running run whose training process is gone (``why``, in words): queued
+    again as the next attempt, to resume from its last checkpoint, with the reason as its message until that
+    attempt starts (its page shows it); a run whose cancel was asked is cancelled, and a multi-host run failed.
+    Returns the re-queued run, or None when nothing was re-queued. Nothing happens unless the run is still
+    running as that attempt (and, given ``last_heartbeat``, has not beaten since): one caller takes it."""
+    now = now or timezone.now()
+    claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt)
+    if last_heartbeat is not None:
+        claimed = claimed.filter(last_heartbeat=last_heartbeat)
+    silent = int((now - run.last_heartbeat).total_seconds()) if run.last_heartbeat else 0
+    if run.hosts > 1 and not run.cancel_requested:
+        # Its other processes cannot go on without the lost one: failed, to be resumed by a person
+        # once the pool has its hosts again.
+        from webapp.runs.placement import lost_host_message
+
+        message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
+        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
+            log_line(run, message, level=LogLevel.ERROR)
+            _advance_pipeline(run)
+        return None
+    if run.cancel_requested:
+        message = f"worker {run.worker_name} was lost ({why}) after a cancel request; marked cancelled"
+        if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
+            log_line(run, message, level=LogLevel.WARNING)
+            _advance_pipeline(run)
+        return None
+    message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name} ({why}); "
+               "re-queued to resume from its last checkpoint")
+    if not claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="",
+                          error_message=message[:4000], queued_at=now):
+        return None
+    from webapp.runs.reporting import publish_status  # reporting builds on this module
+
+    run.refresh_from_db()
+    log_line(run, message, level=LogLevel.WARNING)
+    # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
+    # would otherwise go on drawing with the lost attempt's values, under "running".
+    publish_status(run)
+    logger.warning("run %s: %s", run.public_id, message)
+    _enqueue(run)
+    return run
 
 
 def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:

@@ -248,10 +248,13 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     ready dataset version of the project, when given; else memory only). Returns (the copy, whether this
     request queued it): while a copy is being written, asking again queues nothing and returns it. A ready
     or failed copy is made again (another scheme, another eval set): the old copy serves until the new one
-    is whole."""
+    is whole. A run's row is locked and read again: a resume, which writes its final model again, and a copy
+    of that model never overlap (``services.run_resume`` waits for the copy)."""
     _refuse_scheme(scheme)
     if (base_model is None) == (run is None):
         raise ValueError("give a run's checkpoint or a base model")
+    if run is not None:
+        run = Run.objects.select_for_update().get(pk=run.pk)
     if run is not None and final:
         if run.project_id != project.pk or step is not None:
             raise ValidationError({"run": "choose a run of this project"})

@@ -104,8 +104,13 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
         # The button stands beside Compare under the table: pressed with nothing ticked, it says so.
         messages.error(request, f"tick the runs to {'archive' if archived else 'restore'} first")
         return redirect(table)
-    count = services.run_set_archived(runs=runs, archived=archived)
-    messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
+    try:
+        count = services.run_set_archived(runs=runs, archived=archived)
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+    else:
+        messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
     if request.POST.get("from") == "run" and len(runs) == 1:  # the run page's own button goes back to it
         return redirect("runs:detail", project.slug, runs[0].public_id)
     return redirect(table)

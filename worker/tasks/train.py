@@ -181,17 +181,41 @@ def export_stage(pipeline_pk: int, stage: int) -> None:
 
 
 @signals.task_failure.connect
-def _host_process_died(sender=None, exception=None, args=None, **_) -> None:
-    """The worker's main process, when the pool process of a ``train_host`` died (``WorkerLostError``:
-    killed, or aborted by the collectives library when a peer vanished): settle the loss in a thread,
-    so that the worker's own loop is not held for the peers' expiry time (``worker.multihost``)."""
-    if getattr(sender, "name", None) != train_host.name or not isinstance(exception, WorkerLostError):
+def _pool_process_died(sender=None, exception=None, args=None, **_) -> None:
+    """The worker's main process, when the pool process of a ``train_run`` or a ``train_host`` died
+    (``WorkerLostError``: killed, out of memory, or aborted by the collectives library when a peer vanished):
+    settle the loss in a thread, so that the worker's own loop is not held (for a host, for the peers' expiry
+    time: ``worker.multihost``). A run's page then says at once what its silent heartbeat would have told
+    the reapers only after ``TEMPER_RUN_LOST_SECONDS``."""
+    name = getattr(sender, "name", None)
+    if name not in (train_run.name, train_host.name) or not isinstance(exception, WorkerLostError):
         return
-    run_pk, attempt, process_id, num_processes = args[:4]
     worker_name = getattr(sender.request, "hostname", None) or "worker"
-    threading.Thread(target=settle_host_crash, name="temper-host-crash", daemon=True, kwargs=dict(
-        run_pk=run_pk, attempt=attempt, process_id=process_id, num_processes=num_processes,
-        worker_name=worker_name)).start()
+    if name == train_run.name:
+        run_pk, attempt = args[:2]
+        target, kwargs = settle_run_crash, dict(run_pk=run_pk, attempt=attempt, worker_name=worker_name,
+                                                reason=str(exception))
+    else:
+        run_pk, attempt, process_id, num_processes = args[:4]
+        target, kwargs = settle_host_crash, dict(run_pk=run_pk, attempt=attempt, process_id=process_id,
+                                                 num_processes=num_processes, worker_name=worker_name)
+    threading.Thread(target=target, name="temper-process-crash", daemon=True, kwargs=kwargs).start()
+
+
+def settle_run_crash(*, run_pk: int, attempt: int, worker_name: str, reason: str) -> Run | None:
+    """``services.run_attempt_lost`` for attempt ``attempt`` of run ``run_pk``, whose process on ``worker_name``
+    died (``reason``, Celery's words), unless the run has moved on (finished, another attempt, another
+    worker); returns the run re-queued, if it was. Runs in the worker's main process: ``database_round``."""
+    try:
+        with database_round():
+            run = Run.objects.filter(pk=run_pk, attempt=attempt, status=RunStatus.RUNNING,
+                                     worker_name=worker_name[:255]).first()
+            if run is None:
+                return None
+            return services.run_attempt_lost(run=run, why=f"its training process died: {reason.strip()}")
+    except Exception:  # the reapers find the run by its silence instead
+        logger.exception("run %s: settling the crash of attempt %s failed", run_pk, attempt)
+        return None
 
 
 def settle_host_crash(*, run_pk: int, attempt: int, process_id: int, num_processes: int, worker_name: str) -> list[int]:

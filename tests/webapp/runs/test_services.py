@@ -13,6 +13,7 @@ from tests.webapp.factories import make_ready_version
 from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
 from webapp.runs import selectors, services
 from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus
+from webapp.workers.models import Worker
 
 
 def create(team, catalog, sent_tasks, django_capture_on_commit_callbacks, **overrides) -> Run:
@@ -285,6 +286,63 @@ def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django
     assert services.runs_reap_lost(now=now) == []  # taken once, even by many reapers
 
 
+def test_a_run_whose_worker_is_gone_is_requeued_within_seconds_with_the_reason(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, settings):
+    # QA: a run whose worker was killed -9 said "running" for 60-75 s (TEMPER_RUN_LOST_SECONDS plus a reaper
+    # round) and then "queued" with no reason on its page. Its worker's own heartbeat tells sooner.
+    settings.TEMPER_HEARTBEAT_SECONDS, settings.TEMPER_RUN_HEARTBEAT_SECONDS = 10, 5
+    now = timezone.now()
+    started = now - timedelta(minutes=5)
+    Worker.objects.create(name="train@dead", host="dead", pid=1, started_at=started - timedelta(minutes=1),
+                          last_seen=now - timedelta(seconds=21))
+    Worker.objects.create(name="train@busy", host="busy", pid=2, started_at=started - timedelta(minutes=1),
+                          last_seen=now - timedelta(seconds=3))
+    Worker.objects.create(name="train@restarted", host="restarted", pid=3, started_at=now - timedelta(seconds=4),
+                          last_seen=now - timedelta(seconds=3))
+    runs = {}
+    for worker, silent in (("train@dead", 11), ("train@busy", 30), ("train@restarted", 11), ("train@stopped", 11)):
+        run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name=worker, current_step=7,
+                                             started_at=started, last_heartbeat=now - timedelta(seconds=silent))
+        runs[worker] = run
+    Worker.objects.create(name="train@stopped", host="stopped", pid=4, started_at=started - timedelta(minutes=1),
+                          last_seen=now - timedelta(seconds=2), stopped_at=now - timedelta(seconds=2))
+    # Its worker silent for 21 s but the run itself beat 9 s ago: not yet.
+    just_beat = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=just_beat.pk).update(status=RunStatus.RUNNING, worker_name="train@dead", started_at=started,
+                                               last_heartbeat=now - timedelta(seconds=9))
+    with django_capture_on_commit_callbacks(execute=True):
+        reaped = services.runs_reap_lost(now=now)
+    # The busy worker (a long step, a compilation) beats on: its run waits for TEMPER_RUN_LOST_SECONDS.
+    assert sorted(run.pk for run in reaped) == sorted(runs[name].pk for name in ("train@dead", "train@restarted",
+                                                                                 "train@stopped"))
+    lost = Run.objects.get(pk=runs["train@dead"].pk)
+    assert lost.status == RunStatus.QUEUED and lost.attempt == 2
+    assert lost.error_message == ("attempt 1 was lost at step 7 on worker train@dead (silent for 11 s, and its worker "
+                                  "has been silent for 21 s); re-queued to resume from its last checkpoint")
+    assert "its worker was restarted" in Run.objects.get(pk=runs["train@restarted"].pk).error_message
+    assert "its worker stopped" in Run.objects.get(pk=runs["train@stopped"].pk).error_message
+    assert Run.objects.get(pk=runs["train@busy"].pk).status == RunStatus.RUNNING
+    assert Run.objects.get(pk=just_beat.pk).status == RunStatus.RUNNING
+    # Without worker heartbeats nothing tells but the run's own silence.
+    settings.TEMPER_HEARTBEAT_SECONDS = 0
+    Run.objects.filter(pk=just_beat.pk).update(last_heartbeat=now - timedelta(seconds=11))
+    assert services.runs_reap_lost(now=now) == []
+
+
+def test_the_next_attempt_clears_the_lost_reason(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    from webapp.runs.reporting import run_start
+
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a",
+                                         last_heartbeat=timezone.now() - timedelta(seconds=61))
+    [lost] = services.runs_reap_lost()
+    assert "re-queued to resume" in lost.error_message
+    run_start(run_pk=run.pk, attempt=2, worker_name="train@b")
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.error_message == ""
+
+
 def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
                                                   monkeypatch):
     # QA: a page open on the run went on saying "running" through the re-queue, missed its log line, and
@@ -296,7 +354,9 @@ def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, dja
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, last_heartbeat=now - timedelta(seconds=61))
     with django_capture_on_commit_callbacks(execute=True):
         services.runs_reap_lost(now=now)
-    assert published == [(run.public_id, {"type": "status", "status": "queued", "message": ""})]
+    [(public_id, event)] = published
+    assert public_id == run.public_id and event["type"] == "status" and event["status"] == "queued"
+    assert "was lost at step" in event["message"]  # the reason the page shows until the next attempt starts
 
 
 def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):

@@ -596,6 +596,7 @@ def test_runs_table_filters_and_archives(team, run, client_for, catalog, sent_ta
     for query in (part, part.upper(), other.public_id.upper()):
         page = client.get(f"/p/alpha/runs/?q={query}").content.decode()
         assert other.public_id in page and run.public_id not in page, query
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)  # an active run is not archived
     client.post("/p/alpha/runs/archive/", {"runs": [run.public_id], "archived": "1"})
     assert run.public_id not in client.get("/p/alpha/runs/").content.decode()
     assert run.public_id in client.get("/p/alpha/runs/?archived=1").content.decode()
@@ -1210,11 +1211,45 @@ def test_compare_and_archive_come_back_to_the_table_as_it_was_left(team, run, cl
     assert '<input type="hidden" name="back" value="tag=sweep&amp;sort=name">' in page  # the tick is not carried on
     both = client.post("/p/alpha/runs/compare/", {"runs": [run.public_id, other.public_id], "back": "tag=sweep"})
     assert both["Location"] == f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}"
+    Run.objects.filter(pk=other.pk).update(status=RunStatus.FAILED)  # an active run is not archived
     archived = client.post("/p/alpha/runs/archive/", {"runs": [other.public_id], "archived": "1", "back": "tag=sweep"})
     assert archived["Location"] == "/p/alpha/runs/?tag=sweep"
     restored = client.post("/p/alpha/runs/archive/", {"runs": [other.public_id], "archived": "0",
                                                       "back": "archived=1&q=sec"})
     assert restored["Location"] == "/p/alpha/runs/?archived=1&q=sec"
+
+
+def test_a_lost_and_requeued_runs_page_says_why_until_its_next_attempt_starts(team, run, client_for):
+    """QA: a run whose worker was killed went from "running" to "queued" with no word on its page."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.runs.reporting import run_start
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@gone", current_step=5,
+                                         last_heartbeat=timezone.now() - timedelta(seconds=61))
+    services.runs_reap_lost()
+    page = client_for(team.viewer).get(url(run)).content.decode()
+    assert 'run-message">attempt 1 was lost at step 5 on worker train@gone (silent for 6' in page
+    assert " s); re-queued to resume from its last checkpoint</p>" in page
+    run_start(run_pk=run.pk, attempt=2, worker_name="train@next")
+    assert "was lost at step 5" not in client_for(team.viewer).get(url(run)).content.decode().split('id="log"')[0]
+
+
+def test_archiving_an_active_run_is_refused_on_its_page_and_in_the_table(team, run, client_for):
+    """A queued or running run could be archived, and went on training hidden under "archived"."""
+    client = client_for(team.teammate)
+    response = client.post("/p/alpha/runs/archive/", {"runs": run.public_id, "archived": "1", "from": "run"},
+                           follow=True)
+    assert response.redirect_chain[-1][0] == url(run)
+    page = response.content.decode()
+    assert "is queued: cancel it first, then archive it. Nothing was archived" in page and "Archived 1" not in page
+    response = client.post("/p/alpha/runs/archive/", {"runs": [run.public_id], "archived": "1", "back": "q=first"},
+                           follow=True)
+    assert response.redirect_chain[-1][0] == "/p/alpha/runs/?q=first"
+    assert "cancel it first, then archive it" in response.content.decode()
+    assert not Run.objects.get(pk=run.pk).archived
 
 
 def test_an_archived_runs_page_says_so_and_restores_it_in_place(team, run, client_for):
