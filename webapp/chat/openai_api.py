@@ -31,7 +31,7 @@ import redis
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
@@ -51,9 +51,18 @@ Number = Annotated[float, pydantic.Strict(), pydantic.AllowInfNan(False)] | Stri
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
 
 
+def _without_nulls(data: Any) -> Any:
+    """The body with its null fields left out: OpenAI's API takes null for any optional field (its schema
+    marks them nullable) as the field not sent, and clients send it (a ``None`` left in a request's
+    arguments). A required field sent as null is then missing, and named so."""
+    return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
+
+
 class _StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
     include_usage: StrictBool = False  # a last chunk with no choices and the usage, as OpenAI sends it
+
+    _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
 
 class _Body(BaseModel):
@@ -69,6 +78,8 @@ class _Body(BaseModel):
     stream_options: _StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
+
+    _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
     @field_validator("stream_options")
     @classmethod
@@ -86,7 +97,7 @@ class _Body(BaseModel):
     @field_validator("stop", mode="before")
     @classmethod
     def _up_to_four_non_empty(cls, stop):
-        if stop is None:
+        if stop is None or stop == []:  # no stop sequence, as OpenAI's and vLLM's servers read an empty list
             return None
         given = [stop] if isinstance(stop, str) else stop
         if not isinstance(given, list) or not all(isinstance(text, str) for text in given):

@@ -241,3 +241,46 @@ def test_a_token_whose_user_is_now_a_viewer_is_told_so_not_to_send_a_token(api, 
         error = response.json()["error"]
         assert error["code"] == "insufficient_role" and "is now a viewer of alpha" in error["message"], error
     assert post("/v1/chat/completions", chat(model), {"HTTP_AUTHORIZATION": "Bearer tpk_nothing"}).status_code == 401
+
+
+ANSWER = [{"type": "token", "text": "Hi"},
+          {"type": "done", "text": "Hi", "finish_reason": "stop", "prompt_tokens": 4, "completion_tokens": 1}]
+
+
+def test_an_empty_stop_list_means_no_stop_sequence(api, worker):
+    """QA: "stop": [] (which OpenAI's and vLLM's servers take as no stop sequence) was a 500 with an HTML page:
+    the lone-surrogate check read the last of no texts."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    for path, body in (("/v1/chat/completions", chat(model, stop=[])),
+                       ("/v1/completions", {"model": model.public_id, "prompt": "x", "stop": []})):
+        response = post(path, body, headers)
+        assert response.status_code == 200, response.content
+    assert [request["stop"] for request in requests] == [[], []]
+
+
+OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
+                   "stream_options", "n", "stop", "logprobs", "top_logprobs")
+
+
+def test_null_is_a_field_left_out(api, worker):
+    """QA: OpenAI's API takes null for each optional field (its schema marks them nullable), and clients send it
+    (a None left in a request's arguments, LangChain's "n": null): "temperature": null was a 400 "Input should
+    be a valid number", "stream": null "a valid boolean", "n": null "a valid integer"."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    nulls = dict.fromkeys(OPTIONAL_FIELDS)
+    response = post("/v1/chat/completions", chat(model, **nulls), headers)
+    assert response.status_code == 200, response.content
+    assert response.json()["choices"][0]["message"]["content"] == "Hi"
+    response = post("/v1/completions", {"model": model.public_id, "prompt": "x", "echo": None, "best_of": None,
+                                        **nulls}, headers)
+    assert response.status_code == 200, response.content
+    for request in requests:  # each as if the field had not been sent
+        assert (request["max_new_tokens"], request["temperature"], request["top_p"], request["top_k"],
+                request["stop"]) == (None, 1.0, 1.0, 0, [])
+    # A required field sent as null is still refused, naming it.
+    response = post("/v1/chat/completions", {**chat(model), "model": None}, headers)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "model"
