@@ -32,6 +32,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
@@ -148,12 +149,53 @@ class _Message(BaseModel):
         return _refuse_lone_surrogates(content)
 
 
+NO_LOGPROBS = "the answers here carry no log probabilities"
+
+
+def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
+    """A field asking for what these answers cannot hold: refused (code ``unsupported_value``), not ignored, since
+    a client that asked for it reads it from the answer (``choices[0].logprobs.content``)."""
+    return PydanticCustomError("unsupported_value", f"not supported: {why}; leave {field} out (or send {off})")
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, logprobs: bool) -> bool:
+        if logprobs:
+            raise _unsupported("logprobs", NO_LOGPROBS, "false")
+        return logprobs
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _no_top_logprobs(cls, top_logprobs: int) -> int:
+        if top_logprobs:
+            raise _unsupported("top_logprobs", NO_LOGPROBS, "0")
+        return top_logprobs
 
 
 class CompletionBody(_Body):
     prompt: str
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)  # any number asks for the sampled token's
+    echo: StrictBool = False
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, logprobs: int | None) -> None:
+        if logprobs is not None:
+            raise _unsupported("logprobs", NO_LOGPROBS, "null")
+        return logprobs
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, echo: bool) -> bool:
+        if echo:
+            raise _unsupported("echo", "an answer is the completion only, without the prompt before it", "false")
+        return echo
 
     @field_validator("prompt")
     @classmethod
@@ -191,7 +233,8 @@ def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
     message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
     if first["type"] in ("model_type", "model_attributes_type", "dict_type"):
         message = "should be a JSON object"
-    return _error(400, f"{path}: {message}" if path else message, code="invalid_value", param=path or None)
+    code = "unsupported_value" if first["type"] == "unsupported_value" else "invalid_value"
+    return _error(400, f"{path}: {message}" if path else message, code=code, param=path or None)
 
 
 def _is_type_name(part: str) -> bool:

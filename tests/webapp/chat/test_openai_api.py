@@ -284,3 +284,29 @@ def test_null_is_a_field_left_out(api, worker):
     # A required field sent as null is still refused, naming it.
     response = post("/v1/chat/completions", {**chat(model), "model": None}, headers)
     assert response.status_code == 400 and response.json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("path,fields,param", [
+    ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+    ("/v1/completions", {"logprobs": 0}, "logprobs"),
+    ("/v1/completions", {"logprobs": 5}, "logprobs"),
+    ("/v1/completions", {"echo": True}, "echo"),
+])
+def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, path, fields, param):
+    """QA: "logprobs": true was answered without logprobs ("logprobs": null), so a client reading
+    choices[0].logprobs.content failed on the answer; "echo": true got the completion without the prompt
+    before it. Each is now a 400 naming the field, as OpenAI refuses what it does not serve."""
+    model, headers = api
+    scripts, _requests = worker
+    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
+    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == "unsupported_value", error
+    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
+    # Their off values ask for nothing and are answered.
+    scripts.append(ANSWER)
+    off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
+    assert post(path, {"model": model.public_id, **inputs, **off}, headers).status_code == 200
