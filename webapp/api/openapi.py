@@ -74,7 +74,7 @@ def build_document() -> dict[str, Any]:
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"],
+        "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
                        "name": {"type": "string", "description": "A new dataset's name."},
                        "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},

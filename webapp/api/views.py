@@ -205,6 +205,10 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
     return HttpResponse(status=204)
 
 
+# The text fields of a dataset upload (besides its ``file``).
+UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
+
+
 @api_view(("GET", "POST"))
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's datasets. POST (multipart: ``file``, ``kind``, and ``name`` for a new
@@ -222,6 +226,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     for field, sent in request.POST.lists():
         if len(sent) > 1:
             raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"})
+    # As a JSON body's unknown key is: a misnamed field ("format" for file_format) was dropped without a word.
+    unknown = [field for field in request.POST if field not in UPLOAD_TEXT_FIELDS]
+    unknown += [field for field in request.FILES if field != "file"]
+    if unknown:
+        raise ValidationError({field: f"{field!r} is not a field of an upload; send file, kind, name (or dataset for a "
+                                      "new version), file_format, mapping" for field in unknown})
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})

@@ -803,3 +803,21 @@ def test_a_sweep_launches_a_run_per_combination_or_none(world):
     assert apis["viewer"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": [8, 16]}})[0] == 403
     assert apis["outsider"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": [8, 16]}})[0] == 404
     assert Run.objects.count() == 4
+
+
+def test_an_upload_with_a_field_the_api_does_not_take_is_refused_naming_it(world):
+    """QA: a misnamed field was dropped without a word, as the JSON bodies' unknown keys are not: "format": "csv"
+    (for file_format) or "column_mapping" (for mapping) made a dataset read by the file's extension and
+    without the mapping, and "type" for kind was told only that kind was missing."""
+    _team, apis, _sent = world
+    rows = b'prompt,completion\na,b\n'
+    for fields, field in (({"name": "a", "kind": "sft", "format": "csv"}, "format"),
+                          ({"name": "b", "kind": "sft", "column_mapping": '{"prompt": "q"}'}, "column_mapping")):
+        status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", fields, "rows.txt", rows)
+        assert status == 400 and list(body["errors"]) == [field], body
+        assert body["errors"][field] == [f"{field!r} is not a field of an upload; send file, kind, name (or dataset "
+                                         "for a new version), file_format, mapping"]
+    assert not Dataset.objects.exists()
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "c", "kind": "sft", "file_format": "csv"}, "rows.txt", rows)
+    assert status == 201, body
