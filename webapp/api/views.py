@@ -98,7 +98,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 errors: dict[str, list[str]] = {}
                 for problem in error.errors(include_url=False):
                     key = ".".join(str(part) for part in problem["loc"]) or "__all__"
-                    errors.setdefault(key, []).append(problem["msg"])
+                    message = problem["msg"].removeprefix("Value error, ")  # pydantic's, before our validators' words
+                    if problem["type"] == "model_type" and not problem["loc"]:  # "... or instance of RunCreate"
+                        message = "the body must be a JSON object"
+                    errors.setdefault(key, []).append(message)
                 return _error(400, errors=errors)
 
         return wrapper

@@ -821,3 +821,16 @@ def test_an_upload_with_a_field_the_api_does_not_take_is_refused_naming_it(world
     status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
                                            {"name": "c", "kind": "sft", "file_format": "csv"}, "rows.txt", rows)
     assert status == 201, body
+
+
+def test_a_body_s_own_problems_are_told_without_pydantic_s_words(world):
+    """QA: a launch with neither spec nor spec_yaml was told "Value error, give exactly one of ...", and a JSON
+    list for the body "Input should be a valid dictionary or instance of RunCreate" (a class the client never
+    sees)."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {})
+    assert status == 400 and body == {"errors": {"__all__": ["give exactly one of spec and spec_yaml (or external: true)"]}}
+    for sent in (b"[1]", b'"spec"'):
+        status, body = api.call("POST", "/api/v1/projects/alpha/runs/", data=sent)
+        assert status == 400 and body == {"errors": {"__all__": ["the body must be a JSON object"]}}, body
