@@ -110,6 +110,10 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     else:
         status, heading, message = _unreadable_body(exception)
     api = json_api_at(request.path)
+    if api is not None and isinstance(exception, RequestDataTooBig):  # a program's body, not a page's form
+        message = (f"the body is over the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes a request's body may hold "
+                   "(DATA_UPLOAD_MAX_MEMORY_SIZE); send a smaller one (a dataset's file, sent as a multipart upload, "
+                   "is not counted)")
     if api == "rest":
         return JsonResponse({"detail": message}, status=status)
     if api == "openai":
