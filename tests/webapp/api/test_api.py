@@ -834,3 +834,75 @@ def test_a_body_s_own_problems_are_told_without_pydantic_s_words(world):
     for sent in (b"[1]", b'"spec"'):
         status, body = api.call("POST", "/api/v1/projects/alpha/runs/", data=sent)
         assert status == 400 and body == {"errors": {"__all__": ["the body must be a JSON object"]}}, body
+
+
+def test_every_answer_is_what_the_openapi_document_says(world):
+    """QA: every response in the OpenAPI document was {"type": "object"}, so a client generated from it knew no
+    field of any answer. Each endpoint's real answers (successes and errors) now validate, strictly and with no
+    key left over, against the schema the document gives for that status."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from webapp.api import schemas
+
+    team, apis, _sent = world
+    api = apis["teammate"]
+    document = api.call("GET", "/api/v1/openapi.json")[1]
+    components = document["components"]["schemas"]
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    base = "/api/v1/projects/alpha"
+
+    def check(method: str, path: str, status: int, body=None, *, template: str | None = None, call=None):
+        """The answer of ``method path``: its status, and its body valid against the document's schema for it."""
+        got_status, got = call() if call else api.call(method, f"{base}/{path}", body)
+        assert got_status == status, (path, got)
+        operation = document["paths"][f"/api/v1/projects/{{slug}}/{template or path}"][method.lower()]
+        schema = operation["responses"][str(status)]["content"]["application/json"]["schema"]
+        names = [reference["$ref"].rsplit("/", 1)[1] for reference in schema.get("oneOf", [schema])]
+        assert set(names) <= set(components), names
+        problems = []
+        for name in names:  # strict, no key left over; one of them when the document gives several
+            try:
+                TypeAdapter(getattr(schemas, name)).validate_json(json.dumps(got))
+                return got
+            except ValidationError as error:
+                problems.append(error)
+        raise AssertionError(f"{method} {path}: {problems}")
+
+    check("GET", "base-models/", 200)
+    check("GET", f"base-models/{model.public_id}/", 200, template="base-models/{model_id}/")
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    uploaded = check("POST", "datasets/", 201, template="datasets/", call=lambda: api.upload(
+        f"{base}/datasets/", {"name": "up", "kind": "sft"}, "up.jsonl", rows))
+    check("GET", "datasets/", 200)
+    check("GET", f"datasets/{data.dataset.public_id}/", 200, template="datasets/{dataset_id}/")
+    check("GET", f"datasets/{data.dataset.public_id}/versions/1/", 200,
+          template="datasets/{dataset_id}/versions/{number}/")
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5},
+            "peft": {"method": "lora"}}
+    run = check("POST", "runs/", 201, {"spec": spec, "name": "one"})
+    check("POST", "runs/", 201, {"spec": spec, "sweep": {"peft.rank": [4, 8]}})
+    check("GET", "runs/?limit=1", 200, template="runs/")
+    check("GET", f"runs/{run['id']}/", 200, template="runs/{run_id}/")
+    check("POST", f"runs/{run['id']}/cancel/", 200, template="runs/{run_id}/cancel/")
+    external = check("POST", "runs/", 201, {"external": True, "name": "laptop", "config": {"lr": 0.1}})
+    runs = "runs/{run_id}/"
+    check("POST", f"runs/{external['id']}/metrics/", 201, {"points": [{"step": 1, "metrics": {"loss": 2.0}}]},
+          template=runs + "metrics/")
+    check("POST", f"runs/{external['id']}/samples/", 201,
+          {"samples": [{"step": 1, "prompt": "p", "text": "t", "rewards": {"r": 1.0}}]}, template=runs + "samples/")
+    check("GET", f"runs/{external['id']}/metrics/", 200, template=runs + "metrics/")
+    check("GET", f"runs/{external['id']}/samples/", 200, template=runs + "samples/")
+    finished = check("POST", f"runs/{external['id']}/finish/", 200, {"status": "succeeded"}, template=runs + "finish/")
+    assert finished["status"] == "succeeded"
+    pipeline = check("POST", "pipelines/", 201, {"name": "p", "stages": [{"name": "a", "spec": spec}]})
+    check("GET", "pipelines/", 200)
+    check("GET", f"pipelines/{pipeline['id']}/", 200, template="pipelines/{pipeline_id}/")
+    # The errors: a field's problem, and the rest.
+    check("POST", "runs/", 400, {"spec": spec, "bogus": 1})
+    check("GET", "runs/run_nothing/", 404, template="runs/{run_id}/")
+    check("POST", "runs/", 403, {"spec": spec}, call=lambda: apis["viewer"].call("POST", f"{base}/runs/", {"spec": spec}))
+    check("GET", "runs/", 401, call=lambda: apis["anonymous"].call("GET", f"{base}/runs/"))
+    check("DELETE", f"datasets/{data.dataset.public_id}/", 400, template="datasets/{dataset_id}/",  # runs read it
+          call=lambda: apis["owner"].call("DELETE", f"{base}/datasets/{data.dataset.public_id}/"))
+    check("GET", f"datasets/{uploaded['dataset']['id']}/versions/2/", 404,
+          template="datasets/{dataset_id}/versions/{number}/")
