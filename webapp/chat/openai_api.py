@@ -449,12 +449,16 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
     if body.stream:
         first_text = [True]
 
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+
         def chunk(text: str | None, finish_reason: str | None) -> dict[str, Any]:
             if text is None:  # the usage chunk
                 return dict(head)
             part = endpoint.chunk_text(text, first_text[0] and bool(text))
             first_text[0] = first_text[0] and not text
-            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]}
+            # With the usage asked for, OpenAI's chunks before the last carry it as null.
+            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]} | (
+                {"usage": None} if include_usage else {})
 
         events = _events(generation_id)
         try:
@@ -464,7 +468,6 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
             raise
         if first["type"] in ("error", "unavailable"):
             return _failed(first)
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
         return _streaming(_stream(generation_id, first, events, chunk, include_usage=include_usage))
     done = await _final(generation_id)
     if done["type"] != "done":

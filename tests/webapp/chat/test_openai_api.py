@@ -310,3 +310,18 @@ def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, 
     scripts.append(ANSWER)
     off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
     assert post(path, {"model": model.public_id, **inputs, **off}, headers).status_code == 200
+
+
+def test_with_usage_asked_for_every_chunk_carries_usage_as_openai_sends_them(api, worker):
+    """QA: with stream_options.include_usage, OpenAI's chunks before the last carry "usage": null (its documented
+    shape, which typed clients read as a field that is always there); these chunks had no usage key."""
+    model, headers = api
+    scripts, _requests = worker
+    scripts.append(ANSWER)
+    status, lines = stream("/v1/completions", {"model": model.public_id, "prompt": "x", "stream": True,
+                                               "stream_options": {"include_usage": True}}, headers)
+    assert status == 200 and lines[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert [chunk["usage"] for chunk in chunks] == [None, None, {"prompt_tokens": 4, "completion_tokens": 1,
+                                                                 "total_tokens": 5}]
+    assert [chunk["choices"][0]["finish_reason"] for chunk in chunks[:-1]] == [None, "stop"]
