@@ -249,10 +249,12 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
     refusal = project_token_refusal(request.headers.get("Authorization", ""))
     if refusal is not None:  # a real token whose user's role changed: not "send a token"
         return _error(403, refusal, kind="permission_error", code="insufficient_role")
-    return _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
-                       "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
-                       "the API tokens page (tmp_…) are for the REST API at /api/v1/",
-                  kind="authentication_error", code="invalid_api_key")
+    response = _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
+                           "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
+                           "the API tokens page (tmp_…) are for the REST API at /api/v1/",
+                      kind="authentication_error", code="invalid_api_key")
+    response["WWW-Authenticate"] = 'Bearer realm="temper"'  # RFC 9110 requires it on a 401
+    return response
 
 
 @csrf_exempt

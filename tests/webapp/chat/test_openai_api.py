@@ -325,3 +325,12 @@ def test_with_usage_asked_for_every_chunk_carries_usage_as_openai_sends_them(api
     assert [chunk["usage"] for chunk in chunks] == [None, None, {"prompt_tokens": 4, "completion_tokens": 1,
                                                                  "total_tokens": 5}]
     assert [chunk["choices"][0]["finish_reason"] for chunk in chunks[:-1]] == [None, "stop"]
+
+
+@pytest.mark.parametrize("method,path", [("get", "/v1/models"), ("get", "/v1/models/bm_x"),
+                                         ("post", "/v1/chat/completions"), ("post", "/v1/completions")])
+def test_a_401_names_the_scheme_to_authenticate_with(db, method, path):
+    """QA: the /v1 401 came without the WWW-Authenticate header RFC 9110 requires on a 401 (the REST API's has it)."""
+    response = getattr(Client(), method)(path, HTTP_AUTHORIZATION="Bearer tpk_revoked")
+    assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
+    assert response.json()["error"]["code"] == "invalid_api_key"
