@@ -171,7 +171,15 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/runs/{{run_id}}/samples/": {
             "get": _operation("Logged generations", [SLUG, RUN],
-                              query=[_query("step", "one step (not a whole number: 400)", "integer")],
+                              query=[_query("step", "one step (not a whole number: 400)", "integer"),
+                                     {**_query("limit", f"samples per page (default "
+                                                        f"{paging.SAMPLES_DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1,
+                                                 "maximum": paging.SAMPLES_MAX_LIMIT}},
+                                     _query("cursor", "where the page starts: as given in the previous page's "
+                                                      "next link")],
+                              response="`{\"samples\": [...], \"next\": url}`: by step, then position; follow "
+                                       "`next` (null on the last page) for the page after",
                               answer=schemas.SampleList),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201", answer=schemas.SamplesStored),

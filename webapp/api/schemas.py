@@ -235,6 +235,7 @@ class SampleOut(_Answer):
 
 class SampleList(_Answer):
     samples: list[SampleOut]
+    next: str | None = Field(description="The address of the next page (it keeps the query); null on the last.")
 
 
 class SamplesStored(_Answer):

@@ -396,7 +396,8 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
 
 @api_view(("GET", "POST"))
 def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """GET: samples (``step`` to choose one). POST (external runs): log generations."""
+    """GET: samples (``step`` to choose one), a page at a time (``limit``, and the ``next`` link). POST (external
+    runs): log generations."""
     if request.method == "POST":
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         body = _body(request, schemas.SamplesLog)
@@ -407,10 +408,13 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if step is not None and whole_number(step) is None:
         raise ValidationError({"step": f"{step!r} is not a step; give a whole number from 0 to {MAX_STORED_INT}, "
                                        "or leave step out for every step"})
-    samples = run_selectors.sample_list(run=run, step=whole_number(step))[:5000]
+    asked = paging.page_query(request, sort="samples", default_limit=paging.SAMPLES_DEFAULT_LIMIT,
+                              max_limit=paging.SAMPLES_MAX_LIMIT)
+    page = run_selectors.sample_page(run=run, step=whole_number(step), after=asked.after, limit=asked.limit)
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,
-                                      "reward": sample.reward} for sample in samples]})
+                                      "reward": sample.reward} for sample in page.samples],
+                         "next": paging.next_link(request, sort="samples", after=page.next_after)})
 
 
 @api_view(("GET",))

@@ -483,6 +483,29 @@ def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, m
     return samples.order_by("step", *SAMPLE_ORDERS.get(order, SAMPLE_ORDERS["position"]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class SamplePage:
+    """One page of a run's samples and, when more follow, ``next_after``: the (step, position) of its last
+    sample (``sample_page``'s ``after`` for the next page), else None."""
+
+    samples: list[Sample]
+    next_after: tuple[int, int] | None
+
+
+def sample_page(*, run: Run, step: int | None, after: tuple[int, int] | None, limit: int) -> SamplePage:
+    """The ``limit`` samples of ``run`` (at ``step``, or every step) that follow the sample at (step, position)
+    ``after``, in the order of ``sample_list``: keyset paging on the unique (run, step, position)."""
+    samples = sample_list(run=run, step=step)
+    if after is not None:
+        after_step, after_position = after
+        samples = samples.filter(Q(step__gt=after_step) | Q(step=after_step, position__gt=after_position))
+    found = list(samples[:limit + 1])
+    if len(found) <= limit:
+        return SamplePage(samples=found, next_after=None)
+    last = found[limit - 1]
+    return SamplePage(samples=found[:limit], next_after=(last.step, last.position))
+
+
 def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
     """The newest ``limit`` log lines after ``after_id``, oldest first."""
     lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]

@@ -906,3 +906,30 @@ def test_every_answer_is_what_the_openapi_document_says(world):
           call=lambda: apis["owner"].call("DELETE", f"{base}/datasets/{data.dataset.public_id}/"))
     check("GET", f"datasets/{uploaded['dataset']['id']}/versions/2/", 404,
           template="datasets/{dataset_id}/versions/{number}/")
+
+
+def test_samples_come_a_page_at_a_time_with_a_link_to_the_next(world):
+    """QA: the samples of a run came back cut at the first 5,000 without a word, so a script reading a long GRPO
+    run's rollouts lost the rest; they now page as the runs list does (limit, and the next link)."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "rl"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/samples/"
+    logged = [{"step": step, "prompt": f"p{step}.{n}", "text": "t"} for step in (2, 1, 3) for n in range(3)]
+    assert api.call("POST", path, {"samples": logged})[0] == 201
+    read, url, pages = [], f"{path}?limit=4", 0
+    while url:
+        status, page = api.call("GET", url.removeprefix(api.base))
+        assert status == 200 and len(page["samples"]) <= 4, page
+        read += [(sample["step"], sample["position"], sample["prompt"]) for sample in page["samples"]]
+        url, pages = page["next"], pages + 1
+    assert pages == 3 and read == sorted(read) and len(read) == 9 and len(set(read)) == 9
+    assert [prompt for _step, _position, prompt in read][:3] == ["p1.0", "p1.1", "p1.2"]
+    status, page = api.call("GET", f"{path}?step=2&limit=2")
+    assert [sample["prompt"] for sample in page["samples"]] == ["p2.0", "p2.1"] and "step=2" in page["next"]
+    status, page = api.call("GET", page["next"].removeprefix(api.base))
+    assert [sample["prompt"] for sample in page["samples"]] == ["p2.2"] and page["next"] is None
+    status, page = api.call("GET", path)
+    assert len(page["samples"]) == 9 and page["next"] is None  # up to 1,000 a page when limit is left out
+    assert api.call("GET", f"{path}?limit=5001") == (400, {"errors": {"limit": [
+        "'5001' is not a page size; give a whole number from 1 to 5000 (1000 when left out)"]}})
