@@ -22,6 +22,8 @@ from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
+from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
+from webapp.core.auth_header import bearer_secret
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
@@ -62,6 +64,18 @@ def _created(body: dict[str, Any], sent: Sent) -> JsonResponse:
     return response
 
 
+def _why_unauthenticated(header: str) -> str:
+    """Why ``Authorization: header`` authenticates no one, in words: a token sent is not told to send one."""
+    secret = bearer_secret(header)
+    if secret is None:
+        return "send 'Authorization: Bearer <token>' with a token from the API tokens page"
+    if secret.startswith(PROJECT_TOKEN_PREFIX):
+        return ("this is a project token (tpk_…), for the OpenAI-compatible API at /v1/; the REST API takes a token "
+                "from the API tokens page (tmp_…)")
+    return ("the token sent is not a valid API token (revoked, mistyped, or its user deactivated); make one on the API "
+            "tokens page and send it as 'Authorization: Bearer <token>'")
+
+
 def api_view(methods: tuple[str, ...]) -> Callable:
     """Token authentication, allowed methods and JSON errors around an API view."""
 
@@ -71,9 +85,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
         @csrf_exempt  # bearer tokens, not cookies: there is no cross-site request to forge
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            user = token_authenticate(request.headers.get("Authorization", ""))
+            header = request.headers.get("Authorization", "")
+            user = token_authenticate(header)
             if user is None:
-                response = _error(401, detail="send 'Authorization: Bearer <token>' with a token from the API tokens page")
+                response = _error(401, detail=_why_unauthenticated(header))
                 response["WWW-Authenticate"] = 'Bearer realm="temper"'
                 return response
             if request.method not in allowed:

@@ -933,3 +933,26 @@ def test_samples_come_a_page_at_a_time_with_a_link_to_the_next(world):
     assert len(page["samples"]) == 9 and page["next"] is None  # up to 1,000 a page when limit is left out
     assert api.call("GET", f"{path}?limit=5001") == (400, {"errors": {"limit": [
         "'5001' is not a page size; give a whole number from 1 to 5000 (1000 when left out)"]}})
+
+
+def test_a_refused_token_is_told_why(world):
+    """QA: a revoked token and a project token (tpk_…, the /v1 API's) were both told "send 'Authorization: Bearer
+    <token>' with a token from the API tokens page", as if none had been sent."""
+    from webapp.api.services import token_revoke
+    from webapp.chat.tokens import project_token_create
+
+    team, apis, _sent = world
+    runs = "/api/v1/projects/alpha/runs/"
+    revoked = ApiToken.objects.get(user=team.teammate)
+    assert token_revoke(user=team.teammate, token_id=revoked.pk)
+    status, body = apis["teammate"].call("GET", runs)
+    assert status == 401 and body == {"detail": "the token sent is not a valid API token (revoked, mistyped, or its "
+                                                "user deactivated); make one on the API tokens page and send it as "
+                                                "'Authorization: Bearer <token>'"}
+    project_secret = project_token_create(user=team.owner, project=team.project, name="chat")[1]
+    status, body = Api(apis["owner"].base, project_secret).call("GET", runs)
+    assert status == 401 and body == {"detail": "this is a project token (tpk_…), for the OpenAI-compatible API at "
+                                                "/v1/; the REST API takes a token from the API tokens page (tmp_…)"}
+    status, body = apis["anonymous"].call("GET", runs)
+    assert status == 401 and body == {"detail": "send 'Authorization: Bearer <token>' with a token from the API "
+                                                "tokens page"}
