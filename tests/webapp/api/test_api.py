@@ -956,3 +956,10 @@ def test_a_refused_token_is_told_why(world):
     status, body = apis["anonymous"].call("GET", runs)
     assert status == 401 and body == {"detail": "send 'Authorization: Bearer <token>' with a token from the API "
                                                 "tokens page"}
+
+
+def test_an_unknown_task_is_told_once(world):
+    """QA: a spec's unknown task was told twice under task, once by Temper's check and once by the engine's."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": {"task": "sftx"}})
+    assert status == 400 and body["errors"]["task"] == ["'sftx' is not one of pretrain, sft, reward, dpo, grpo, ppo"]
