@@ -185,7 +185,13 @@ def build_document() -> dict[str, Any]:
                                status="201", answer=schemas.SamplesStored),
         },
         f"{base}/pipelines/": {
-            "get": _operation("List pipelines", [SLUG], answer=schemas.PipelineList),
+            "get": _operation("List pipelines, newest first", [SLUG],
+                              query=[{**_query("limit", f"pipelines per page (default {paging.DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT}},
+                                     _query("cursor", "where the page starts: as given in the previous page's "
+                                                      "next link")],
+                              response="`{\"pipelines\": [...], \"next\": url}`: follow `next` (null on the "
+                                       "last page) for the page after", answer=schemas.PipelineList),
             "post": _operation("Start a pipeline (every stage is validated first)", [SLUG, IDEMPOTENCY_KEY],
                                body=PipelineDocument, status="201", answer=schemas.PipelineOut),
         },

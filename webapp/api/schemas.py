@@ -255,6 +255,7 @@ class PipelineOut(_Answer):
 
 class PipelineList(_Answer):
     pipelines: list[PipelineOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
 
 
 class FieldErrors(_Answer):

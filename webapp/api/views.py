@@ -450,14 +450,16 @@ def _pipeline_json(pipeline) -> dict[str, Any]:
 
 @api_view(("GET", "POST"))
 def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's pipelines. POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
+    """GET: the project's pipelines, newest first, a page at a time (``limit``, and the ``next`` link). POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
     validate every stage and start the first."""
     from webapp.runs import pipelines as pipeline_services
 
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        return JsonResponse({"pipelines": [_pipeline_json(pipeline)
-                                           for pipeline in run_selectors.pipeline_list(project=project)[:200]]})
+        asked = paging.page_query(request, sort="pipelines")
+        page = run_selectors.pipeline_page(project=project, after=asked.after, limit=asked.limit)
+        return JsonResponse({"pipelines": [_pipeline_json(pipeline) for pipeline in page.pipelines],
+                             "next": paging.next_link(request, sort="pipelines", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     document = _json_body(request)
     sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(

@@ -789,7 +789,30 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
 
 
 def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
-    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at")
+    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelinePage:
+    """One page of ``pipeline_list`` and, when more follow, ``next_after``: the (creation time as ISO text, id)
+    of its last pipeline (``pipeline_page``'s ``after`` for the next page), else None."""
+
+    pipelines: list[Pipeline]
+    next_after: tuple[str, int] | None
+
+
+def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> PipelinePage:
+    """The ``limit`` pipelines of ``pipeline_list`` (newest first) that follow the one at ``after``: keyset
+    paging, so a pipeline started while a client reads the pages moves none of those still to come."""
+    pipelines = pipeline_list(project=project)
+    if after is not None:
+        created_at, last_id = after
+        pipelines = pipelines.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    found = list(pipelines[:limit + 1])
+    if len(found) <= limit:
+        return PipelinePage(pipelines=found, next_after=None)
+    last = found[limit - 1]
+    return PipelinePage(pipelines=found[:limit], next_after=(last.created_at.isoformat(), last.pk))
 
 
 def pipeline_get(*, project: Project, public_id: str) -> Pipeline:

@@ -963,3 +963,21 @@ def test_an_unknown_task_is_told_once(world):
     _team, apis, _sent = world
     status, body = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": {"task": "sftx"}})
     assert status == 400 and body["errors"]["task"] == ["'sftx' is not one of pretrain, sft, reward, dpo, grpo, ppo"]
+
+
+def test_pipelines_come_a_page_at_a_time_with_a_link_to_the_next(world):
+    """QA: the pipelines list was cut at the newest 200 without a word; it now pages as the runs list does."""
+    from webapp.runs.models import Pipeline
+
+    team, apis, _sent = world
+    made = [Pipeline.objects.create(project=team.project, name=f"p{n}", stages=[], created_by=team.owner).public_id
+            for n in range(5)]
+    read, url, pages = [], "/api/v1/projects/alpha/pipelines/?limit=2", 0
+    while url:
+        status, page = apis["viewer"].call("GET", url.removeprefix(apis["viewer"].base))
+        assert status == 200 and len(page["pipelines"]) <= 2, page
+        read += [pipeline["id"] for pipeline in page["pipelines"]]
+        url, pages = page["next"], pages + 1
+    assert pages == 3 and read == made[::-1]  # newest first, each once
+    status, page = apis["viewer"].call("GET", "/api/v1/projects/alpha/pipelines/")
+    assert [pipeline["id"] for pipeline in page["pipelines"]] == made[::-1] and page["next"] is None
