@@ -21,3 +21,4 @@ urlpatterns = [
 
 handler400 = core_views.bad_request
 handler404 = core_views.page_not_found
+handler500 = core_views.server_error

@@ -28,18 +28,29 @@ IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                                   "made (header Idempotent-Replayed: true) and nothing is queued again; sent again with "
                                   "another body, it is refused (422). At most 200 characters (a longer key: 400); "
                                   "kept for 7 days."}
+
+
+def _json(description: str, model: type[BaseModel] | tuple[type[BaseModel], ...]) -> dict[str, Any]:
+    """A JSON response whose body is ``model`` (or one of a tuple of them)."""
+    models = model if isinstance(model, tuple) else (model,)
+    references = [{"$ref": REF.format(model=one.__name__)} for one in models]
+    return {"description": description, "content": {"application/json": {
+        "schema": references[0] if len(references) == 1 else {"oneOf": references}}}}
+
+
 ERRORS = {
-    "400": {"description": "Bad input: `{\"errors\": {field: [messages]}}`."},
-    "401": {"description": "No valid bearer token."},
-    "403": {"description": "Your role in the project does not allow this."},
-    "404": {"description": "No such object in a project you belong to."},
+    "400": _json("Bad input: `{\"errors\": {field: [messages]}}`.", schemas.FieldErrors),
+    "401": _json("No valid bearer token: `{\"detail\": message}`.", schemas.Detail),
+    "403": _json("Your role in the project does not allow this: `{\"detail\": message}`.", schemas.Detail),
+    "404": _json("No such object in a project you belong to: `{\"detail\": message}`.", schemas.Detail),
 }
-KEY_REUSED = {"422": {"description": "The Idempotency-Key was sent before with another body: "
-                                     "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made."}}
-
-
-def _json(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": {"type": "object"}}}}
+KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another body: "
+                           "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made.", schemas.FieldErrors)}
+# Every body the API answers with (webapp.api.schemas), the components the responses refer to.
+ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
+           schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
+           schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored,
+           schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -47,8 +58,10 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
-               query: list | None = None, response: str = "JSON") -> dict[str, Any]:
-    answer = {"description": response} if status == "204" else _json(response)  # a 204 has no body
+               query: list | None = None, response: str = "JSON",
+               answer: type[BaseModel] | tuple[type[BaseModel], ...] | None = None) -> dict[str, Any]:
+    """``answer``: the body of the ``status`` response; a 204 has none."""
+    answer = {"description": response} if answer is None else _json(response, answer)
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
                                  "responses": {status: answer, **ERRORS,
                                                **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
@@ -69,12 +82,12 @@ def _enum(name: str, description: str, values) -> dict[str, Any]:
 def build_document() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for model in (schemas.RunCreate, schemas.RunResume, schemas.MetricsLog, schemas.SamplesLog, schemas.RunFinish,
-                  JobSpec, PipelineDocument):
+                  JobSpec, PipelineDocument, *ANSWERS):
         schema = model.model_json_schema(ref_template=REF)
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"],
+        "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
                        "name": {"type": "string", "description": "A new dataset's name."},
                        "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},
@@ -84,27 +97,29 @@ def build_document() -> dict[str, Any]:
     base = "/api/v1/projects/{slug}"
     paths = {
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
-                                                   [SLUG])},
+                                                   [SLUG], answer=schemas.BaseModelList)},
         f"{base}/base-models/{{model_id}}/": {
-            "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL]),
+            "get": _operation("A base model: architecture, size, tokenizer", [SLUG, BASE_MODEL],
+                              answer=schemas.BaseModelOut),
             "delete": _operation("Unregister a base model and remove its serving copies, never its directory (an "
                                  "owner, or the member who registered it; 400 while runs, a pipeline, its serving "
                                  "copy or a review campaign still need it)", [SLUG, BASE_MODEL], status="204",
                                  response="Nothing: unregistered"),
         },
         f"{base}/datasets/": {
-            "get": _operation("List the project's datasets", [SLUG]),
-            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201"),
+            "get": _operation("List the project's datasets", [SLUG], answer=schemas.DatasetList),
+            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201",
+                                  answer=schemas.UploadOut),
                      "requestBody": upload},
         },
         f"{base}/datasets/{{dataset_id}}/": {
-            "get": _operation("A dataset and its versions", [SLUG, DATASET]),
+            "get": _operation("A dataset and its versions", [SLUG, DATASET], answer=schemas.DatasetDetail),
             "delete": _operation("Delete a dataset, every version and their files (an owner, or the member who made "
                                  "it and uploaded each version; 400 while work still reads one)", [SLUG, DATASET],
                                  status="204", response="Nothing: deleted"),
         },
         f"{base}/datasets/{{dataset_id}}/versions/{{number}}/": {
-            "get": _operation("A dataset version", [SLUG, DATASET, VERSION_NUMBER]),
+            "get": _operation("A dataset version", [SLUG, DATASET, VERSION_NUMBER], answer=schemas.DatasetVersionOut),
             "delete": _operation("Delete a dataset version and its file (an owner, or the member who uploaded it; its "
                                  "number is not given again; 400 while work still reads it)",
                                  [SLUG, DATASET, VERSION_NUMBER], status="204", response="Nothing: deleted"),
@@ -125,47 +140,66 @@ def build_document() -> dict[str, Any]:
                                                           _query("cursor", "where the page starts: as given in "
                                                                            "the previous page's next link")],
                               response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
-                                       "page) for the page after; it keeps the query"),
+                                       "page) for the page after; it keeps the query", answer=schemas.RunPage),
             "post": _operation("Launch a run from a job spec (or, with sweep, a run per combination of values), "
                                "or open an external run", [SLUG, IDEMPOTENCY_KEY], body=schemas.RunCreate,
                                status="201", response="the run; for a sweep `{\"sweep\": tag, \"runs\": [...]}`, "
-                                                      "in the order they were queued"),
+                                                      "in the order they were queued",
+                               answer=(schemas.RunDetail, schemas.SweepOut)),
         },
         f"{base}/runs/{{run_id}}/": {
-            "get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN]),
+            "get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN], answer=schemas.RunDetail),
             "delete": _operation("Delete a finished run and its files (an owner, or the member who launched it; 400 "
                                  "while it or work on its model still runs)", [SLUG, RUN], status="204",
                                  response="Nothing: deleted"),
         },
-        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN])},
+        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN],
+                                                               answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
-                                                               [SLUG, RUN], body=schemas.RunResume)},
+                                                               [SLUG, RUN], body=schemas.RunResume,
+                                                               answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/finish/": {"post": _operation("Close an external run", [SLUG, RUN],
-                                                               body=schemas.RunFinish)},
+                                                               body=schemas.RunFinish, answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/metrics/": {
             "get": _operation("Metric series (downsampled beyond max_points)", [SLUG, RUN],
                               query=[_query("names", "comma-separated metric names"),
                                      _query("after_step", "only points after this step", "integer"),
-                                     _query("max_points", "points per metric before downsampling", "integer")]),
+                                     _query("max_points", "points per metric before downsampling", "integer")],
+                              answer=schemas.MetricSeries),
             "post": _operation("Log metric points into an external run", [SLUG, RUN], body=schemas.MetricsLog,
-                               status="201"),
+                               status="201", answer=schemas.MetricsLogged),
         },
         f"{base}/runs/{{run_id}}/samples/": {
             "get": _operation("Logged generations", [SLUG, RUN],
-                              query=[_query("step", "one step (not a whole number: 400)", "integer")]),
+                              query=[_query("step", "one step (not a whole number: 400)", "integer"),
+                                     {**_query("limit", f"samples per page (default "
+                                                        f"{paging.SAMPLES_DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1,
+                                                 "maximum": paging.SAMPLES_MAX_LIMIT}},
+                                     _query("cursor", "where the page starts: as given in the previous page's "
+                                                      "next link")],
+                              response="`{\"samples\": [...], \"next\": url}`: by step, then position; follow "
+                                       "`next` (null on the last page) for the page after",
+                              answer=schemas.SampleList),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
-                               status="201"),
+                               status="201", answer=schemas.SamplesStored),
         },
         f"{base}/pipelines/": {
-            "get": _operation("List pipelines", [SLUG]),
+            "get": _operation("List pipelines, newest first", [SLUG],
+                              query=[{**_query("limit", f"pipelines per page (default {paging.DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT}},
+                                     _query("cursor", "where the page starts: as given in the previous page's "
+                                                      "next link")],
+                              response="`{\"pipelines\": [...], \"next\": url}`: follow `next` (null on the "
+                                       "last page) for the page after", answer=schemas.PipelineList),
             "post": _operation("Start a pipeline (every stage is validated first)", [SLUG, IDEMPOTENCY_KEY],
-                               body=PipelineDocument,
-                               status="201"),
+                               body=PipelineDocument, status="201", answer=schemas.PipelineOut),
         },
         f"{base}/pipelines/{{pipeline_id}}/": {
             "get": _operation("A pipeline: status, stages and their runs, result, reason it stopped",
                               [SLUG, {"name": "pipeline_id", "in": "path", "required": True,
-                                      "schema": {"type": "string"}}]),
+                                      "schema": {"type": "string"}, "description": "Pipeline id (pl_…)."}],
+                              answer=schemas.PipelineOut),
         },
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model or adapter) as a tar archive",

@@ -1,5 +1,5 @@
-"""Paging of the API's run list: ``?limit=`` and an opaque ``cursor`` carried by each page's
-``next`` link.
+"""Paging of the API's lists (runs, a run's samples): ``?limit=`` and an opaque ``cursor`` carried by
+each page's ``next`` link.
 
 Design note: the cursor is the sort key of a page's last run (``run_selectors.run_page``) and the
 order it was read in, signed (``django.core.signing``) so that a client cannot hand-edit it into a
@@ -19,6 +19,9 @@ from webapp.core.numbers import whole_number
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
+# Samples are small and read in bulk: larger pages.
+SAMPLES_DEFAULT_LIMIT = 1000
+SAMPLES_MAX_LIMIT = 5000
 _SALT = "webapp.api.paging.cursor"
 
 
@@ -30,15 +33,16 @@ class PageQuery:
     after: tuple[Any, int] | None
 
 
-def page_query(request: HttpRequest, *, sort: str) -> PageQuery:
+def page_query(request: HttpRequest, *, sort: str, default_limit: int = DEFAULT_LIMIT,
+               max_limit: int = MAX_LIMIT) -> PageQuery:
     """``limit`` and ``cursor`` of ``request``'s query, for a list in the order ``sort``; a
     ``ValidationError`` naming each that is not one the list takes or gave."""
     errors: dict[str, str] = {}
     limit_text = request.GET.get("limit")
-    limit = DEFAULT_LIMIT if limit_text is None else whole_number(limit_text, maximum=MAX_LIMIT)
+    limit = default_limit if limit_text is None else whole_number(limit_text, maximum=max_limit)
     if not limit:
-        errors["limit"] = (f"{limit_text!r} is not a page size; give a whole number from 1 to {MAX_LIMIT} "
-                           f"({DEFAULT_LIMIT} when left out)")
+        errors["limit"] = (f"{limit_text!r} is not a page size; give a whole number from 1 to {max_limit} "
+                           f"({default_limit} when left out)")
     after = None
     cursor = request.GET.get("cursor")
     if cursor:

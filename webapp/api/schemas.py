@@ -1,6 +1,7 @@
 """Request bodies of the REST API, validated by pydantic; errors name the field."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
@@ -78,3 +79,188 @@ class SamplesLog(_Body):
 class RunFinish(_Body):
     status: Literal["succeeded", "failed", "cancelled"]
     message: str = ""
+
+
+# Response bodies: what each endpoint answers, for the OpenAPI document. The API's tests validate the server's
+# real answers against them (strict, no extra keys), so that the document and the answers cannot drift apart.
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class BaseModelOut(_Answer):
+    id: str = Field(description="bm_… id: what a spec's model names.")
+    name: str
+    architecture: str
+    model_type: str
+    parameter_count: int
+    context_length: int | None
+    vocab_size: int | None
+    tokenizer_type: str
+    dtype: str
+    size_bytes: int
+    created_at: datetime
+
+
+class BaseModelList(_Answer):
+    base_models: list[BaseModelOut]
+
+
+class IssueOut(_Answer):
+    code: str | None
+    message: str
+    line: int | None
+    row: int | None
+    field: str | None
+
+
+class CampaignRef(_Answer):
+    id: str
+    name: str
+
+
+class DatasetVersionOut(_Answer):
+    id: str = Field(description="dv_… id: what a spec's data names.")
+    number: int
+    status: Literal["uploaded", "validating", "ready", "failed"]
+    filename: str
+    format: str
+    size_bytes: int
+    row_count: int | None
+    error_count: int
+    errors: list[IssueOut] = Field(description="The first problems found, when the version failed.")
+    created_at: datetime
+    review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
+
+
+class DatasetOut(_Answer):
+    id: str
+    name: str
+    kind: Literal["text", "sft", "preference", "prompts"]
+    created_at: datetime
+
+
+class DatasetDetail(DatasetOut):
+    versions: list[DatasetVersionOut]
+
+
+class DatasetList(_Answer):
+    datasets: list[DatasetOut]
+
+
+class UploadOut(_Answer):
+    dataset: DatasetOut
+    version: DatasetVersionOut
+
+
+class FinalMetric(_Answer):
+    last: float
+    min: float
+    max: float
+    step: int
+
+
+class RunOut(_Answer):
+    id: str = Field(description="run_… id.")
+    name: str
+    task: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    error_message: str
+    attempt: int
+    current_step: int
+    total_steps: int | None
+    tokens_seen: int
+    tags: list[str]
+    archived: bool
+    created_at: datetime
+    finished_at: datetime | None
+    final_metrics: dict[str, FinalMetric]
+
+
+class ArtifactOut(_Answer):
+    kind: Literal["model", "adapter", "checkpoint"]
+    step: int | None = Field(description="A checkpoint's step; null for the model and the adapter.")
+    size_bytes: int
+
+
+class RunDetail(RunOut):
+    spec: dict[str, Any] = Field(description="The job spec as written (ids, not paths); an external run's config.")
+    summary: dict[str, Any] = Field(description="The engine's summary of the run ({} until it ends).")
+    notes: str
+    artifacts: list[ArtifactOut]
+
+
+class RunPage(_Answer):
+    runs: list[RunOut]
+    next: str | None = Field(description="The address of the next page (it keeps the query); null on the last.")
+
+
+class SweepOut(_Answer):
+    sweep: str = Field(description="The sweep's tag (sweep-…).")
+    runs: list[RunDetail]
+
+
+class Series(_Answer):
+    step: list[int]
+    value: list[float]
+    tokens: list[int | None]
+    time: list[float | None] = Field(description="Seconds since the run's first point.")
+    downsampled: bool
+
+
+class MetricSeries(_Answer):
+    series: dict[str, Series]
+
+
+class SkippedValue(_Answer):
+    step: int
+    name: str
+    why: str
+
+
+class MetricsLogged(_Answer):
+    stored: int
+    skipped: int
+    skipped_values: list[SkippedValue]
+
+
+class SampleOut(_Answer):
+    step: int
+    position: int
+    prompt: str | list[dict[str, Any]]
+    text: str
+    answer: str | None
+    rewards: dict[str, float] | None
+    reward: float | None
+
+
+class SampleList(_Answer):
+    samples: list[SampleOut]
+    next: str | None = Field(description="The address of the next page (it keeps the query); null on the last.")
+
+
+class SamplesStored(_Answer):
+    stored: int
+
+
+class PipelineOut(_Answer):
+    id: str
+    name: str
+    status: Literal["running", "succeeded", "stopped", "failed", "cancelled"]
+    current_stage: int
+    message: str
+    result_run: str | None
+    stages: list[dict[str, Any]] = Field(description="The stages as sent, each with its run's id under run (null "
+                                                     "until it starts).")
+
+
+class PipelineList(_Answer):
+    pipelines: list[PipelineOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
+
+
+class FieldErrors(_Answer):
+    errors: dict[str, list[str]] = Field(description="Messages by the field they are about (__all__: the body).")
+
+
+class Detail(_Answer):
+    detail: str

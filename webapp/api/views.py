@@ -22,6 +22,8 @@ from webapp.api import paging, schemas
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
+from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
+from webapp.core.auth_header import bearer_secret
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
@@ -62,6 +64,18 @@ def _created(body: dict[str, Any], sent: Sent) -> JsonResponse:
     return response
 
 
+def _why_unauthenticated(header: str) -> str:
+    """Why ``Authorization: header`` authenticates no one, in words: a token sent is not told to send one."""
+    secret = bearer_secret(header)
+    if secret is None:
+        return "send 'Authorization: Bearer <token>' with a token from the API tokens page"
+    if secret.startswith(PROJECT_TOKEN_PREFIX):
+        return ("this is a project token (tpk_…), for the OpenAI-compatible API at /v1/; the REST API takes a token "
+                "from the API tokens page (tmp_…)")
+    return ("the token sent is not a valid API token (revoked, mistyped, or its user deactivated); make one on the API "
+            "tokens page and send it as 'Authorization: Bearer <token>'")
+
+
 def api_view(methods: tuple[str, ...]) -> Callable:
     """Token authentication, allowed methods and JSON errors around an API view."""
 
@@ -71,9 +85,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
         @csrf_exempt  # bearer tokens, not cookies: there is no cross-site request to forge
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            user = token_authenticate(request.headers.get("Authorization", ""))
+            header = request.headers.get("Authorization", "")
+            user = token_authenticate(header)
             if user is None:
-                response = _error(401, detail="send 'Authorization: Bearer <token>' with a token from the API tokens page")
+                response = _error(401, detail=_why_unauthenticated(header))
                 response["WWW-Authenticate"] = 'Bearer realm="temper"'
                 return response
             if request.method not in allowed:
@@ -98,7 +113,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 errors: dict[str, list[str]] = {}
                 for problem in error.errors(include_url=False):
                     key = ".".join(str(part) for part in problem["loc"]) or "__all__"
-                    errors.setdefault(key, []).append(problem["msg"])
+                    message = problem["msg"].removeprefix("Value error, ")  # pydantic's, before our validators' words
+                    if problem["type"] == "model_type" and not problem["loc"]:  # "... or instance of RunCreate"
+                        message = "the body must be a JSON object"
+                    errors.setdefault(key, []).append(message)
                 return _error(400, errors=errors)
 
         return wrapper
@@ -205,6 +223,10 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
     return HttpResponse(status=204)
 
 
+# The text fields of a dataset upload (besides its ``file``).
+UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
+
+
 @api_view(("GET", "POST"))
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's datasets. POST (multipart: ``file``, ``kind``, and ``name`` for a new
@@ -222,6 +244,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     for field, sent in request.POST.lists():
         if len(sent) > 1:
             raise ValidationError({field: f"{len(sent)} parts named {field!r}: send one"})
+    # As a JSON body's unknown key is: a misnamed field ("format" for file_format) was dropped without a word.
+    unknown = [field for field in request.POST if field not in UPLOAD_TEXT_FIELDS]
+    unknown += [field for field in request.FILES if field != "file"]
+    if unknown:
+        raise ValidationError({field: f"{field!r} is not a field of an upload; send file, kind, name (or dataset for a "
+                                      "new version), file_format, mapping" for field in unknown})
     upload = request.FILES.get("file")
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
@@ -383,7 +411,8 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
 
 @api_view(("GET", "POST"))
 def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
-    """GET: samples (``step`` to choose one). POST (external runs): log generations."""
+    """GET: samples (``step`` to choose one), a page at a time (``limit``, and the ``next`` link). POST (external
+    runs): log generations."""
     if request.method == "POST":
         _project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
         body = _body(request, schemas.SamplesLog)
@@ -394,10 +423,13 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if step is not None and whole_number(step) is None:
         raise ValidationError({"step": f"{step!r} is not a step; give a whole number from 0 to {MAX_STORED_INT}, "
                                        "or leave step out for every step"})
-    samples = run_selectors.sample_list(run=run, step=whole_number(step))[:5000]
+    asked = paging.page_query(request, sort="samples", default_limit=paging.SAMPLES_DEFAULT_LIMIT,
+                              max_limit=paging.SAMPLES_MAX_LIMIT)
+    page = run_selectors.sample_page(run=run, step=whole_number(step), after=asked.after, limit=asked.limit)
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,
-                                      "reward": sample.reward} for sample in samples]})
+                                      "reward": sample.reward} for sample in page.samples],
+                         "next": paging.next_link(request, sort="samples", after=page.next_after)})
 
 
 @api_view(("GET",))
@@ -418,14 +450,16 @@ def _pipeline_json(pipeline) -> dict[str, Any]:
 
 @api_view(("GET", "POST"))
 def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's pipelines. POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
+    """GET: the project's pipelines, newest first, a page at a time (``limit``, and the ``next`` link). POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
     validate every stage and start the first."""
     from webapp.runs import pipelines as pipeline_services
 
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        return JsonResponse({"pipelines": [_pipeline_json(pipeline)
-                                           for pipeline in run_selectors.pipeline_list(project=project)[:200]]})
+        asked = paging.page_query(request, sort="pipelines")
+        page = run_selectors.pipeline_page(project=project, after=asked.after, limit=asked.limit)
+        return JsonResponse({"pipelines": [_pipeline_json(pipeline) for pipeline in page.pipelines],
+                             "next": paging.next_link(request, sort="pipelines", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     document = _json_body(request)
     sent = request_send_once(request, create=lambda: pipeline_services.pipeline_create(

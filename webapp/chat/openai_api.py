@@ -31,7 +31,8 @@ import redis
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
@@ -51,9 +52,18 @@ Number = Annotated[float, pydantic.Strict(), pydantic.AllowInfNan(False)] | Stri
 FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "timeout": "length"}
 
 
+def _without_nulls(data: Any) -> Any:
+    """The body with its null fields left out: OpenAI's API takes null for any optional field (its schema
+    marks them nullable) as the field not sent, and clients send it (a ``None`` left in a request's
+    arguments). A required field sent as null is then missing, and named so."""
+    return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
+
+
 class _StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
     include_usage: StrictBool = False  # a last chunk with no choices and the usage, as OpenAI sends it
+
+    _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
 
 class _Body(BaseModel):
@@ -69,6 +79,8 @@ class _Body(BaseModel):
     stream_options: _StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
+
+    _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
     @field_validator("stream_options")
     @classmethod
@@ -86,7 +98,7 @@ class _Body(BaseModel):
     @field_validator("stop", mode="before")
     @classmethod
     def _up_to_four_non_empty(cls, stop):
-        if stop is None:
+        if stop is None or stop == []:  # no stop sequence, as OpenAI's and vLLM's servers read an empty list
             return None
         given = [stop] if isinstance(stop, str) else stop
         if not isinstance(given, list) or not all(isinstance(text, str) for text in given):
@@ -137,12 +149,53 @@ class _Message(BaseModel):
         return _refuse_lone_surrogates(content)
 
 
+NO_LOGPROBS = "the answers here carry no log probabilities"
+
+
+def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
+    """A field asking for what these answers cannot hold: refused (code ``unsupported_value``), not ignored, since
+    a client that asked for it reads it from the answer (``choices[0].logprobs.content``)."""
+    return PydanticCustomError("unsupported_value", f"not supported: {why}; leave {field} out (or send {off})")
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, logprobs: bool) -> bool:
+        if logprobs:
+            raise _unsupported("logprobs", NO_LOGPROBS, "false")
+        return logprobs
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _no_top_logprobs(cls, top_logprobs: int) -> int:
+        if top_logprobs:
+            raise _unsupported("top_logprobs", NO_LOGPROBS, "0")
+        return top_logprobs
 
 
 class CompletionBody(_Body):
     prompt: str
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)  # any number asks for the sampled token's
+    echo: StrictBool = False
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, logprobs: int | None) -> None:
+        if logprobs is not None:
+            raise _unsupported("logprobs", NO_LOGPROBS, "null")
+        return logprobs
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, echo: bool) -> bool:
+        if echo:
+            raise _unsupported("echo", "an answer is the completion only, without the prompt before it", "false")
+        return echo
 
     @field_validator("prompt")
     @classmethod
@@ -180,7 +233,8 @@ def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
     message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
     if first["type"] in ("model_type", "model_attributes_type", "dict_type"):
         message = "should be a JSON object"
-    return _error(400, f"{path}: {message}" if path else message, code="invalid_value", param=path or None)
+    code = "unsupported_value" if first["type"] == "unsupported_value" else "invalid_value"
+    return _error(400, f"{path}: {message}" if path else message, code=code, param=path or None)
 
 
 def _is_type_name(part: str) -> bool:
@@ -195,10 +249,12 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
     refusal = project_token_refusal(request.headers.get("Authorization", ""))
     if refusal is not None:  # a real token whose user's role changed: not "send a token"
         return _error(403, refusal, kind="permission_error", code="insufficient_role")
-    return _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
-                       "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
-                       "the API tokens page (tmp_…) are for the REST API at /api/v1/",
-                  kind="authentication_error", code="invalid_api_key")
+    response = _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
+                           "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
+                           "the API tokens page (tmp_…) are for the REST API at /api/v1/",
+                      kind="authentication_error", code="invalid_api_key")
+    response["WWW-Authenticate"] = 'Bearer realm="temper"'  # RFC 9110 requires it on a 401
+    return response
 
 
 @csrf_exempt
@@ -395,12 +451,16 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
     if body.stream:
         first_text = [True]
 
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+
         def chunk(text: str | None, finish_reason: str | None) -> dict[str, Any]:
             if text is None:  # the usage chunk
                 return dict(head)
             part = endpoint.chunk_text(text, first_text[0] and bool(text))
             first_text[0] = first_text[0] and not text
-            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]}
+            # With the usage asked for, OpenAI's chunks before the last carry it as null.
+            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]} | (
+                {"usage": None} if include_usage else {})
 
         events = _events(generation_id)
         try:
@@ -410,7 +470,6 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
             raise
         if first["type"] in ("error", "unavailable"):
             return _failed(first)
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
         return _streaming(_stream(generation_id, first, events, chunk, include_usage=include_usage))
     done = await _final(generation_id)
     if done["type"] != "done":

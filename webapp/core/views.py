@@ -48,8 +48,25 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         return JsonResponse({"error": {
             "message": f"no endpoint at {request.path}; the OpenAI-compatible API answers GET /v1/models, "
                        "POST /v1/chat/completions and POST /v1/completions",
-            "type": "invalid_request_error", "code": "not_found"}}, status=404)
+            "type": "invalid_request_error", "param": None, "code": "not_found"}}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+SERVER_ERROR = ("the server failed on this request; the error has been logged: try again, and tell an administrator "
+                "if it goes on")
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500 for a request a view failed on (settings' ``handler500``): under the REST API and the
+    OpenAI-compatible API it is JSON in that API's error shape (the HTML page reached the openai client as
+    the error's message); everywhere else the 500 page. What failed stays in the log."""
+    api = json_api_at(request.path)
+    if api == "rest":
+        return JsonResponse({"detail": SERVER_ERROR}, status=500)
+    if api == "openai":
+        return JsonResponse({"error": {"message": SERVER_ERROR, "type": "server_error", "param": None, "code": None}},
+                            status=500)
+    return defaults.server_error(request)
 
 
 def _unreadable_body(exception: Exception | None) -> tuple[int, str, str]:
@@ -93,6 +110,10 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     else:
         status, heading, message = _unreadable_body(exception)
     api = json_api_at(request.path)
+    if api is not None and isinstance(exception, RequestDataTooBig):  # a program's body, not a page's form
+        message = (f"the body is over the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes a request's body may hold "
+                   "(DATA_UPLOAD_MAX_MEMORY_SIZE); send a smaller one (a dataset's file, sent as a multipart upload, "
+                   "is not counted)")
     if api == "rest":
         return JsonResponse({"detail": message}, status=status)
     if api == "openai":

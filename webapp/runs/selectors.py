@@ -483,6 +483,29 @@ def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, m
     return samples.order_by("step", *SAMPLE_ORDERS.get(order, SAMPLE_ORDERS["position"]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class SamplePage:
+    """One page of a run's samples and, when more follow, ``next_after``: the (step, position) of its last
+    sample (``sample_page``'s ``after`` for the next page), else None."""
+
+    samples: list[Sample]
+    next_after: tuple[int, int] | None
+
+
+def sample_page(*, run: Run, step: int | None, after: tuple[int, int] | None, limit: int) -> SamplePage:
+    """The ``limit`` samples of ``run`` (at ``step``, or every step) that follow the sample at (step, position)
+    ``after``, in the order of ``sample_list``: keyset paging on the unique (run, step, position)."""
+    samples = sample_list(run=run, step=step)
+    if after is not None:
+        after_step, after_position = after
+        samples = samples.filter(Q(step__gt=after_step) | Q(step=after_step, position__gt=after_position))
+    found = list(samples[:limit + 1])
+    if len(found) <= limit:
+        return SamplePage(samples=found, next_after=None)
+    last = found[limit - 1]
+    return SamplePage(samples=found[:limit], next_after=(last.step, last.position))
+
+
 def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
     """The newest ``limit`` log lines after ``after_id``, oldest first."""
     lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]
@@ -766,7 +789,30 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
 
 
 def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
-    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at")
+    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelinePage:
+    """One page of ``pipeline_list`` and, when more follow, ``next_after``: the (creation time as ISO text, id)
+    of its last pipeline (``pipeline_page``'s ``after`` for the next page), else None."""
+
+    pipelines: list[Pipeline]
+    next_after: tuple[str, int] | None
+
+
+def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> PipelinePage:
+    """The ``limit`` pipelines of ``pipeline_list`` (newest first) that follow the one at ``after``: keyset
+    paging, so a pipeline started while a client reads the pages moves none of those still to come."""
+    pipelines = pipeline_list(project=project)
+    if after is not None:
+        created_at, last_id = after
+        pipelines = pipelines.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
+    found = list(pipelines[:limit + 1])
+    if len(found) <= limit:
+        return PipelinePage(pipelines=found, next_after=None)
+    last = found[limit - 1]
+    return PipelinePage(pipelines=found[:limit], next_after=(last.created_at.isoformat(), last.pk))
 
 
 def pipeline_get(*, project: Project, public_id: str) -> Pipeline:

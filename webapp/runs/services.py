@@ -95,7 +95,9 @@ class RunPlan:
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
-    errors.setdefault(key, []).append(message)
+    # Once: a problem both Temper's checks and the engine's schema find (an unknown task) was told twice.
+    if message not in errors.setdefault(key, []):
+        errors[key].append(message)
 
 
 # The largest step count a run records (Run.total_steps and the step columns are PositiveIntegerFields).

@@ -241,3 +241,96 @@ def test_a_token_whose_user_is_now_a_viewer_is_told_so_not_to_send_a_token(api, 
         error = response.json()["error"]
         assert error["code"] == "insufficient_role" and "is now a viewer of alpha" in error["message"], error
     assert post("/v1/chat/completions", chat(model), {"HTTP_AUTHORIZATION": "Bearer tpk_nothing"}).status_code == 401
+
+
+ANSWER = [{"type": "token", "text": "Hi"},
+          {"type": "done", "text": "Hi", "finish_reason": "stop", "prompt_tokens": 4, "completion_tokens": 1}]
+
+
+def test_an_empty_stop_list_means_no_stop_sequence(api, worker):
+    """QA: "stop": [] (which OpenAI's and vLLM's servers take as no stop sequence) was a 500 with an HTML page:
+    the lone-surrogate check read the last of no texts."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    for path, body in (("/v1/chat/completions", chat(model, stop=[])),
+                       ("/v1/completions", {"model": model.public_id, "prompt": "x", "stop": []})):
+        response = post(path, body, headers)
+        assert response.status_code == 200, response.content
+    assert [request["stop"] for request in requests] == [[], []]
+
+
+OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
+                   "stream_options", "n", "stop", "logprobs", "top_logprobs")
+
+
+def test_null_is_a_field_left_out(api, worker):
+    """QA: OpenAI's API takes null for each optional field (its schema marks them nullable), and clients send it
+    (a None left in a request's arguments, LangChain's "n": null): "temperature": null was a 400 "Input should
+    be a valid number", "stream": null "a valid boolean", "n": null "a valid integer"."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    nulls = dict.fromkeys(OPTIONAL_FIELDS)
+    response = post("/v1/chat/completions", chat(model, **nulls), headers)
+    assert response.status_code == 200, response.content
+    assert response.json()["choices"][0]["message"]["content"] == "Hi"
+    response = post("/v1/completions", {"model": model.public_id, "prompt": "x", "echo": None, "best_of": None,
+                                        **nulls}, headers)
+    assert response.status_code == 200, response.content
+    for request in requests:  # each as if the field had not been sent
+        assert (request["max_new_tokens"], request["temperature"], request["top_p"], request["top_k"],
+                request["stop"]) == (None, 1.0, 1.0, 0, [])
+    # A required field sent as null is still refused, naming it.
+    response = post("/v1/chat/completions", {**chat(model), "model": None}, headers)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("path,fields,param", [
+    ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+    ("/v1/completions", {"logprobs": 0}, "logprobs"),
+    ("/v1/completions", {"logprobs": 5}, "logprobs"),
+    ("/v1/completions", {"echo": True}, "echo"),
+])
+def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, path, fields, param):
+    """QA: "logprobs": true was answered without logprobs ("logprobs": null), so a client reading
+    choices[0].logprobs.content failed on the answer; "echo": true got the completion without the prompt
+    before it. Each is now a 400 naming the field, as OpenAI refuses what it does not serve."""
+    model, headers = api
+    scripts, _requests = worker
+    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
+    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == "unsupported_value", error
+    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
+    # Their off values ask for nothing and are answered.
+    scripts.append(ANSWER)
+    off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
+    assert post(path, {"model": model.public_id, **inputs, **off}, headers).status_code == 200
+
+
+def test_with_usage_asked_for_every_chunk_carries_usage_as_openai_sends_them(api, worker):
+    """QA: with stream_options.include_usage, OpenAI's chunks before the last carry "usage": null (its documented
+    shape, which typed clients read as a field that is always there); these chunks had no usage key."""
+    model, headers = api
+    scripts, _requests = worker
+    scripts.append(ANSWER)
+    status, lines = stream("/v1/completions", {"model": model.public_id, "prompt": "x", "stream": True,
+                                               "stream_options": {"include_usage": True}}, headers)
+    assert status == 200 and lines[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert [chunk["usage"] for chunk in chunks] == [None, None, {"prompt_tokens": 4, "completion_tokens": 1,
+                                                                 "total_tokens": 5}]
+    assert [chunk["choices"][0]["finish_reason"] for chunk in chunks[:-1]] == [None, "stop"]
+
+
+@pytest.mark.parametrize("method,path", [("get", "/v1/models"), ("get", "/v1/models/bm_x"),
+                                         ("post", "/v1/chat/completions"), ("post", "/v1/completions")])
+def test_a_401_names_the_scheme_to_authenticate_with(db, method, path):
+    """QA: the /v1 401 came without the WWW-Authenticate header RFC 9110 requires on a 401 (the REST API's has it)."""
+    response = getattr(Client(), method)(path, HTTP_AUTHORIZATION="Bearer tpk_revoked")
+    assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
+    assert response.json()["error"]["code"] == "invalid_api_key"

@@ -126,3 +126,16 @@ def test_an_unknown_host_name_is_logged_in_one_line_without_its_traceback(caplog
     [record] = [record for record in caplog.records if record.name.startswith("django.security")]
     assert "Invalid HTTP_HOST header: '10.1.2.3'" in record.getMessage()
     assert record.exc_info is None and "Traceback" not in caplog.text
+
+
+def test_a_json_body_over_the_memory_limit_is_told_to_a_program_as_such(team, settings):
+    """QA: a REST body over DATA_UPLOAD_MAX_MEMORY_SIZE was told "Go back and shorten the longest text: notes
+    and guidelines hold 20,000 characters at most", the words of the page for a form."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    secret = token_create(user=team.teammate, name="t")[1]
+    response = Client().post("/api/v1/projects/alpha/runs/", json.dumps({"name": "x" * 2000}),
+                             content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert response.status_code == 413 and response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "the body is over the 1000 bytes a request's body may hold "
+                                         "(DATA_UPLOAD_MAX_MEMORY_SIZE); send a smaller one (a dataset's file, "
+                                         "sent as a multipart upload, is not counted)"}

@@ -2,6 +2,7 @@
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from webapp.core.templatetags.temper import count_short, time_ago
@@ -45,14 +46,14 @@ def test_an_address_no_api_endpoint_answers_gets_json_in_that_api_s_shape(team, 
     assert response.json() == {"error": {
         "message": "no endpoint at /v1/chat/completion; the OpenAI-compatible API answers GET /v1/models, "
                    "POST /v1/chat/completions and POST /v1/completions",
-        "type": "invalid_request_error", "code": "not_found"}}
+        "type": "invalid_request_error", "param": None, "code": "not_found"}}
     assert "<h1>Not found</h1>" in client.get("/p/nowhere/oops/").content.decode()  # pages keep the page
 
 
 @pytest.mark.parametrize(("path", "body"), [
     ("/v1", {"error": {"message": "no endpoint at /v1; the OpenAI-compatible API answers GET /v1/models, "
                                   "POST /v1/chat/completions and POST /v1/completions",
-                       "type": "invalid_request_error", "code": "not_found"}}),
+                       "type": "invalid_request_error", "param": None, "code": "not_found"}}),
     ("/api", {"detail": "no API endpoint at /api; the endpoints are listed in /api/v1/openapi.json"}),
 ], ids=["openai", "rest"])
 def test_an_api_s_own_address_without_a_slash_gets_json_too(team, client, path, body):
@@ -62,6 +63,33 @@ def test_an_api_s_own_address_without_a_slash_gets_json_too(team, client, path, 
     assert response.status_code == 404 and response["Content-Type"] == "application/json"
     assert response.json() == body
     assert client.get("/v1x").content.decode().count("<h1>Not found</h1>") == 1  # a page that only starts alike
+
+
+SERVER_ERROR = "the server failed on this request; the error has been logged: try again, and tell an administrator if it goes on"
+
+
+@pytest.mark.parametrize(("path", "failing", "body"), [
+    ("/api/v1/projects/alpha/base-models/", "webapp.basemodels.selectors.basemodel_list", {"detail": SERVER_ERROR}),
+    ("/v1/models", "webapp.chat.selectors.model_choices",
+     {"error": {"message": SERVER_ERROR, "type": "server_error", "param": None, "code": None}}),
+], ids=["rest", "openai"])
+def test_a_server_error_under_an_api_is_json_in_that_api_s_shape(team, monkeypatch, path, failing, body):
+    """QA: a request that failed on the server ("stop": [] at /v1/chat/completions) was answered with the HTML
+    'Something went wrong' page, which a client reading the API's JSON errors cannot read (the openai client
+    showed the page's markup as the error's message)."""
+    from webapp.api.services import token_create
+    from webapp.chat.tokens import project_token_create
+
+    def fail(**_arguments):
+        raise RuntimeError("a fault on the server")
+
+    monkeypatch.setattr(failing, fail)
+    secret = (token_create(user=team.teammate, name="t") if path.startswith("/api")
+              else project_token_create(user=team.teammate, project=team.project, name="t"))[1]
+    response = Client(raise_request_exception=False).get(path, HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert response.status_code == 500 and response["Content-Type"] == "application/json"
+    assert response.json() == body
+    assert "a fault on the server" not in response.content.decode()  # what failed is for the log, not the client
 
 
 def test_403_page_says_which_role_is_needed(team, client_for):
