@@ -194,3 +194,32 @@ def test_the_project_admin_adds_members_but_removes_and_changes_them_only_on_the
         ("alpha-outsider", "owner"), ("alpha-owner", "owner"), ("alpha-teammate", "member"),
         ("alpha-viewer", "viewer")]
     assert ProjectToken.objects.filter(user=team.teammate, project=team.project).exists()
+
+
+def test_an_unvoted_arena_battle_goes_with_its_account(team, admin_client):
+    """An arena battle never voted on is no one's data but its author's (the leaderboard and the preference
+    pairs read votes only): it went on blocking the account's deletion, in the admin and on the model. It now
+    goes with the account, its two sides with it; a voted battle of the same account still refuses it."""
+    def battle(user, **vote):
+        sides = [Conversation.objects.create(project=team.project, user=user, model_ref=model, model_label=model,
+                                             in_arena=True) for model in ("bm_a", "bm_b")]
+        return Battle.objects.create(project=team.project, user=user, prompt="Name a colour.", side_a=sides[0],
+                                     side_b=sides[1], **vote)
+
+    dave, erin = make_user("dave"), make_user("erin")
+    for user in (dave, erin):
+        project_services.membership_add(project=team.project, user=user, role=Role.MEMBER)
+    battle(dave)
+    page, response = delete_in_admin(admin_client, dave)
+    assert "Are you sure you want to delete" in page.content.decode()
+    assert response.status_code == 302 and not still_there(dave)
+    assert not Battle.objects.filter(user_id=dave.pk).exists()
+    assert not Conversation.objects.filter(user_id=dave.pk).exists()
+
+    unvoted, voted = battle(erin), battle(erin, outcome="b", voted_at=timezone.now())
+    with pytest.raises(ProtectedError) as refused:
+        erin.delete()
+    assert refused.value.protected_objects == {voted}
+    assert still_there(erin)
+    assert set(Battle.objects.filter(user=erin)) == {unvoted, voted}
+    assert Conversation.objects.filter(user=erin, in_arena=True).count() == 4
