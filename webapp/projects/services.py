@@ -135,6 +135,20 @@ def _check_confirmation(project: Project, typed: str) -> None:
         raise ValidationError({"confirm_slug": f"{typed!r} is not the project's slug; type {project.slug} to confirm"})
 
 
+def project_lock(*, project: Project, doing: str) -> Project:
+    """Lock ``project``'s row for work about to be added to it (a run launched or queued again, a pipeline),
+    inside the caller's transaction, and refuse the work (``ValidationError``, non-field) when the project was
+    deleted meanwhile; ``doing`` ends the sentence ("as the run was being launched"). ``project_delete``
+    locks the same row before its check, so a deletion and such work are taken one after the other: the
+    deletion then sees the work and is refused, or the work is. Lock the project before the rows of what is
+    in it, as the deletion does, so that neither waits on the other in turn. ``FOR NO KEY UPDATE``: a
+    deletion waits for it, the foreign-key checks of rows saved in the project meanwhile do not."""
+    locked = Project.objects.select_for_update(no_key=True).filter(pk=project.pk).first()
+    if locked is None:
+        raise ValidationError({"__all__": f"project {isolated(project.name)} was deleted {doing}"})
+    return locked
+
+
 @transaction.atomic
 def project_delete(*, project: Project, confirmation: str) -> None:
     """Delete ``project`` with everything in it — memberships, datasets, base model registrations, runs,
@@ -149,6 +163,7 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     from webapp.runs.services import run_output_dir
 
     _check_confirmation(project, confirmation)
+    # Locked before the check, as the work it looks for locks it (``project_lock``) before it is added.
     project = Project.objects.select_for_update().get(pk=project.pk)
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})

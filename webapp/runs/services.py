@@ -45,6 +45,7 @@ from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
+from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel, Run, RunLogLine,
                                 RunStatus, new_run_id)
@@ -584,12 +585,13 @@ def plan_warnings(plan: RunPlan) -> list[str]:
 
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
-    """Lock the rows of what a run about to be saved reads — its dataset versions, base model, starting run
-    and reward runs — as their deletions lock them. A deletion under way then waits for this launch and finds
+    """Lock the rows of what a run about to be saved reads — its project, dataset versions, base model,
+    starting run and reward runs — as their deletions lock them. A deletion under way then waits for this launch and finds
     the run it must not pull data from under; one that committed first left nothing to lock, and the launch
     is refused, naming what went. Without it, a launch and a deletion at the same instant each saw the other
     not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error), and a reward
     run (no foreign key) was deleted from under a run queued to read it."""
+    project_lock(project=project, doing="as the run was being launched")
     missing: dict[str, list[str]] = {}
     versions = {version.pk: version for version in plan.dataset_versions}
     present = set(DatasetVersion.objects.select_for_update().filter(pk__in=versions).values_list("pk", flat=True))
@@ -795,6 +797,7 @@ def _refuse_gone_inputs(run: Run, *, keep_base_model: bool = False) -> None:
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
+    project_lock(project=run.project, doing="as the run was being resumed")
     run = Run.objects.select_for_update().get(pk=run.pk)
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
@@ -1179,6 +1182,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
     checked_json(config, field="config", finite=True)
+    project_lock(project=project, doing="as the run was being opened")
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(

@@ -1,0 +1,114 @@
+"""A launch and the deletion of its project at the same instant on PostgreSQL: both lock the project's row
+first (``projects.services.project_lock``), so whichever comes first wins and the other is refused in words.
+Before, the deletion locked the row and the launch did not: the launch locked its dataset version and waited
+on the project's row to save its run, the deletion waited on that version to delete it, and PostgreSQL broke
+the deadlock by failing one of them (a server error); where the launch got its run saved between the
+deletion's check and its delete, the run went with the project while its task was queued."""
+from __future__ import annotations
+
+import pytest
+
+from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+
+pytestmark = pytest.mark.integration
+
+LAUNCH_AND_PROJECT_DELETE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+from webapp.projects import services as project_services
+from webapp.projects.models import Project
+from webapp.runs import services
+from webapp.runs.models import Run
+
+assert connection.vendor == "postgresql", connection.vendor
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("owner", password="unused-password")
+
+
+def race(first, slug):
+    '''Launch a run in a new project while another thread deletes the project; ``first`` is "delete" (it
+    holds its lock a moment after its check while the launch comes in) or "launch" (the launch holds its
+    locks a moment while the deletion comes in). Returns (launch outcome, deletion outcome).'''
+    project = project_services.project_create(name=slug, slug=slug, owner=owner)
+    base_model = make_base_model(project)
+    version = make_ready_version(project, name="prefs")
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": version.public_id},
+            "train": {"max_steps": 2}}
+    reached = threading.Event()
+    real_readers, real_lock = project_services.project_readers, services._lock_what_it_reads
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the launch is now planned and saving its run
+        return problems
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "launch":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this launch's locks
+
+    project_services.project_readers, services._lock_what_it_reads = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def launch():
+        if first == "delete":
+            reached.wait(10)
+        try:
+            outcome["launch"] = ("made", services.run_create(project=project, spec=spec, user=owner).public_id)
+        except ValidationError as error:
+            outcome["launch"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["launch"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def delete():
+        if first == "launch":
+            reached.wait(10)
+        try:
+            project_services.project_delete(project=Project.objects.get(pk=project.pk), confirmation=slug)
+            outcome["delete"] = ("made", "")
+        except ValidationError as error:
+            outcome["delete"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["delete"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=launch), threading.Thread(target=delete)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    project_services.project_readers, services._lock_what_it_reads = real_readers, real_lock
+    return outcome["launch"], outcome["delete"]
+
+
+launched, deleted = race("delete", "deleted-first")
+assert deleted == ("made", ""), deleted
+assert launched[0] == "refused" and "was deleted as the run was being launched" in launched[1], launched
+assert not Project.objects.filter(slug="deleted-first").exists() and not Run.objects.exists()
+
+launched, deleted = race("launch", "launched-first")
+assert launched[0] == "made", launched
+assert deleted[0] == "refused" and f"({launched[1]}) is queued" in deleted[1], deleted
+assert Run.objects.filter(public_id=launched[1], project__slug="launched-first").exists()
+print("ok")
+"""
+
+
+def test_a_launch_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    assert run_django(LAUNCH_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
