@@ -158,6 +158,7 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     slug as the person typed it. Refused (``ValidationError`` on ``delete``) while work in it is in flight
     (``selectors.project_readers``)."""
     # Imported here: these apps are built on projects.
+    from webapp.chat.services import models_deleted
     from webapp.datasets.models import DatasetVersion
     from webapp.runs.serving_copies import base_model_copy_dir
     from webapp.runs.services import run_output_dir
@@ -169,10 +170,13 @@ def project_delete(*, project: Project, confirmation: str) -> None:
         raise ValidationError({"delete": problems})
     version_files = [version.absolute_path for version in DatasetVersion.objects.filter(dataset__project=project)]
     dataset_ids = list(project.datasets.values_list("public_id", flat=True))
-    directories = ([run_output_dir(public_id) for public_id in project.runs.values_list("public_id", flat=True)]
-                   + [base_model_copy_dir(base_model) for base_model in project.base_models.all()])
+    run_ids = list(project.runs.values_list("public_id", flat=True))
+    base_models = list(project.base_models.all())
+    directories = ([run_output_dir(public_id) for public_id in run_ids]
+                   + [base_model_copy_dir(base_model) for base_model in base_models])
     project.delete()
     transaction.on_commit(lambda: _remove_project_files(version_files, dataset_ids, directories))
+    models_deleted(refs=[*run_ids, *(base_model.public_id for base_model in base_models)])
 
 
 def _remove_project_files(version_files: list[Path], dataset_ids: list[str], directories: list[Path]) -> None:

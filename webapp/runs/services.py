@@ -1036,6 +1036,7 @@ def run_delete(*, run: Run) -> None:
     committed, its directory. Refused (``ValidationError`` on ``delete``) while anything still needs it
     (``selectors.run_readers``). Runs started from its model keep their history and name it as deleted
     (``Run.deleted_references``); chat conversations, arena votes and review items keep their texts."""
+    from webapp.chat import services as chat_services  # the chat is built on runs
     from webapp.runs.selectors import run_readers  # selectors import this module
 
     run = Run.objects.select_for_update(of=("self",)).select_related("pipeline").get(pk=run.pk)  # pipeline: nullable
@@ -1045,6 +1046,7 @@ def run_delete(*, run: Run) -> None:
     public_id, name = run.public_id, run.name
     run.delete()
     transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+    chat_services.models_deleted(refs=[public_id])
     logger.info("run %s (%s) deleted", public_id, name)
 
 
