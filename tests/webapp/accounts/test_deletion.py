@@ -15,6 +15,7 @@ from webapp.api.models import ApiToken
 from webapp.api.services import token_create
 from webapp.chat.models import Battle, Conversation, ProjectToken
 from webapp.chat.tokens import project_token_create
+from webapp.core.bidi import isolated
 from webapp.core.models import Submission
 from webapp.projects import services as project_services
 from webapp.projects.models import Membership, Role
@@ -223,3 +224,34 @@ def test_an_unvoted_arena_battle_goes_with_its_account(team, admin_client):
     assert still_there(erin)
     assert set(Battle.objects.filter(user=erin)) == {unvoted, voted}
     assert Conversation.objects.filter(user=erin, in_arena=True).count() == 4
+
+
+def test_deleteaccount_deletes_an_account_or_says_in_words_what_keeps_it(team, reviewed):
+    """``user.delete()`` in a shell refused with Django's "Cannot delete some instances of model 'User' because
+    they are referenced through protected foreign keys: 'Battle.user'", which says neither what the rows are nor
+    what to do. ``manage.py deleteaccount`` deletes by the same rules and, when refused, says so in words."""
+    from django.core.management import CommandError, call_command
+
+    def side(user):
+        return Conversation.objects.create(project=team.project, user=user, model_ref="bm_a", model_label="a",
+                                           in_arena=True)
+
+    Battle.objects.create(project=team.project, user=team.teammate, prompt="Hi", side_a=side(team.teammate),
+                          side_b=side(team.teammate), outcome="tie", voted_at=timezone.now())
+    with pytest.raises(CommandError) as refused:
+        call_command("deleteaccount", "alpha-teammate")
+    assert str(refused.value) == (
+        f"{isolated('alpha-teammate')} was not deleted: they reviewed 2 items (review campaign {isolated('pass 1')}), "
+        f"which count in the items' reviews and agreement, and voted in 1 arena battle (project alpha), which counts "
+        "in the leaderboard and preference pairs. Deactivate the account instead (its Active box in the admin): it "
+        "can no longer log in, and what it did for the team stays.")
+    with pytest.raises(CommandError) as refused:
+        call_command("deleteaccount", "alpha-owner")
+    assert "Also they are the last owner of project alpha: make someone else owner first" in str(refused.value)
+    assert still_there(team.teammate) and still_there(team.owner)
+
+    with pytest.raises(CommandError, match="no user named 'nobody'"):
+        call_command("deleteaccount", "nobody")
+    dave = make_user("dave")
+    call_command("deleteaccount", "dave")
+    assert not still_there(dave)
