@@ -20,10 +20,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import Conversation, Message, MessageStatus, Role
-from webapp.basemodels.models import BaseModel
 from webapp.chat.selectors import ModelChoice, conversation_readers
 from webapp.core.bidi import isolated
 from webapp.core.text import NUL, storable_model_text
@@ -99,7 +99,8 @@ def model_prepare(*, model: ModelChoice) -> None:
 def models_deleted(*, refs: list[str]) -> None:
     """Once the deletion of the models ``refs`` (a run: its checkpoints too; a base model) commits, name them
     for the serve workers (``channels.models_deleted``), which drop their weights within seconds instead of
-    keeping them until evicted. Without Redis it is only logged: nothing can ask for those models again."""
+    keeping them until evicted. Without Redis it is only logged: the weights then stay until evicted, though
+    nothing can ask for those models any more."""
     def send() -> None:
         try:
             channels.models_deleted(redis_client(), refs)

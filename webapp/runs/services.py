@@ -586,11 +586,11 @@ def plan_warnings(plan: RunPlan) -> list[str]:
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
     """Lock the rows of what a run about to be saved reads — its project, dataset versions, base model,
-    starting run and reward runs — as their deletions lock them. A deletion under way then waits for this launch and finds
-    the run it must not pull data from under; one that committed first left nothing to lock, and the launch
-    is refused, naming what went. Without it, a launch and a deletion at the same instant each saw the other
-    not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error), and a reward
-    run (no foreign key) was deleted from under a run queued to read it."""
+    starting run and reward runs — as their deletions lock them. A deletion under way then waits for this
+    launch and finds the run it must not pull data from under; one that committed first left nothing to lock,
+    and the launch is refused, naming what went. Without it, a launch and a deletion at the same instant each
+    saw the other not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error),
+    and a reward run (no foreign key) was deleted from under a run queued to read it."""
     project_lock(project=project, doing="as the run was being launched")
     missing: dict[str, list[str]] = {}
     versions = {version.pk: version for version in plan.dataset_versions}
