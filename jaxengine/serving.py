@@ -243,6 +243,13 @@ class ModelCache:
         with self._lock:
             return self._models.get(key)
 
+    def discard(self, key: str) -> bool:
+        """Forget the model cached under ``key`` (its weights go once nothing else holds them); whether it
+        was cached."""
+        with self._lock:
+            self._identities.pop(key, None)
+            return self._models.pop(key, None) is not None
+
     def get(self, key: str, path: str | Path) -> LoadedModel:
         """The model cached under ``key``, loading it from ``path`` (and evicting others) when absent or
         when ``path`` holds another directory than the one it was loaded from."""

@@ -347,3 +347,33 @@ def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(
     served = model_choice(project=team.project, ref=base_model.public_id)
     assert served.path == base_model.path and served.quantization == ""
     assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))
+
+
+def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_saying_so(client, model_dir,
+                                                                                       monkeypatch):
+    """A run deleted (or a base model unregistered, or their project) while a serve worker had its model loaded:
+    the weights stayed in memory until evicted, and an answer decoding on them went on. Once the web names the
+    model deleted, the worker drops its weights and server (a thread looks every DELETED_POLL_SECONDS), and the
+    answer ends with an error that says why; other models stay."""
+    kept_key, gone_key = f"bm_kept@{model_dir}", f"run_gone:step-10@{model_dir}#int8"
+    kept, _ = serve.server_for(kept_key, str(model_dir))
+    gone, _ = serve.server_for(gone_key, str(model_dir))
+    assert serve._watcher is not None and serve._watcher.is_alive()
+    slow_down_decoding(monkeypatch, 0.1)  # ~80 tokens a second
+    outcome = {}
+    answering = threading.Thread(target=lambda: outcome.update(serve.generate(
+        request(model_dir, "deleted", model_key=gone_key, max_new_tokens=200))))
+    answering.start()
+    while len(channels.stored_events(client, "deleted")) < 2 and answering.is_alive():  # until it decodes
+        time.sleep(0.01)
+    assert answering.is_alive(), outcome
+    channels.models_deleted(client, ["run_gone"])
+    serve.drop_deleted_models()  # what the watching thread does within DELETED_POLL_SECONDS
+    answering.join(timeout=60)
+    assert outcome == {"error": serve.MODEL_DELETED}
+    last = channels.stored_events(client, "deleted")[-1]
+    assert last["type"] == "error" and last["message"] == serve.MODEL_DELETED
+    assert gone_key not in serve._cache.keys and gone_key not in serve._servers
+    gone._thread.join(timeout=10)
+    assert not gone._thread.is_alive()
+    assert kept_key in serve._cache.keys and serve.server_for(kept_key, str(model_dir))[0] is kept

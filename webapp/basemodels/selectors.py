@@ -53,8 +53,9 @@ def ensure_may_unregister_base_model(*, membership: Membership, base_model: Base
 def base_model_readers(*, base_model: BaseModel) -> list[str]:
     """What still needs ``base_model`` (the work unregistering it would break), one sentence each: runs
     queued or training from it, running pipelines whose stages name it, its serving copy being written,
-    review campaigns generating answers with it."""
+    review campaigns generating answers with it, chat and arena answers being written with it."""
     # Imported here: these apps' models import this one's.
+    from webapp.chat.selectors import answers_being_written
     from webapp.review.models import Campaign, CampaignStatus
     from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopyStatus
 
@@ -73,6 +74,7 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
         if base_model.public_id in refs:
             readers.append(f"review campaign {isolated(campaign.name)} is generating answers with it; wait until it "
                            "is ready")
+    readers.extend(answers_being_written(project_id=base_model.project_id, ref=base_model.public_id))
     return readers
 
 

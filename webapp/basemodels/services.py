@@ -90,10 +90,13 @@ def basemodel_unregister(*, base_model: BaseModel) -> None:
     (``ValidationError`` on ``delete``) while work still needs it (``selectors.base_model_readers``). Runs
     started from it keep their history and name it as deleted (``Run.deleted_references``); conversations
     with it say it is no longer available."""
+    from webapp.chat import services as chat_services  # the chat is built on base models
+
     base_model = BaseModel.objects.select_for_update().get(pk=base_model.pk)
     if problems := base_model_readers(base_model=base_model):
         raise ValidationError({"delete": problems})
     copies = base_model_copy_dir(base_model)
     base_model.delete()
     transaction.on_commit(lambda: shutil.rmtree(copies, ignore_errors=True))
+    chat_services.models_deleted(refs=[base_model.public_id])
     logger.info("base model %s unregistered; its directory %s is left in place", base_model, base_model.path)

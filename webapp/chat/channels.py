@@ -19,6 +19,10 @@ A reader subscribes first, then reads the list, then keeps channel events whose 
 last one read: nothing is missed and nothing repeats, however late it arrives. ``stop_key(id)``,
 set by the web process (``request_stop``), asks the worker to end the generation with the tokens
 already sent (it is read between decode calls). Jax-free: the web imports it.
+
+Models deleted (a run, a base model unregistered, a project) are named in the set ``DELETED_MODELS_KEY``
+(``models_deleted``, on the deletion's commit); every serve worker reads it every few seconds and drops
+the weights and batching servers of the models named (``worker.tasks.serve.drop_deleted_models``).
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ from typing import Any
 EVENTS_TTL_SECONDS = 3600
 STOP_TTL_SECONDS = 3600
 TERMINAL_TYPES = ("done", "error")
+DELETED_MODELS_KEY = "serve:deleted-models"
+# Kept a day after the last deletion: a serve worker reads it every few seconds, and one that was down
+# meanwhile starts with no model loaded.
+DELETED_MODELS_TTL_SECONDS = 86400
 
 
 def channel(generation_id: str) -> str:
@@ -64,3 +72,18 @@ def emit(client, generation_id: str, event: dict[str, Any], *, read_stop: bool =
 def stored_events(client, generation_id: str) -> list[dict[str, Any]]:
     """Every event emitted so far, in order."""
     return [json.loads(raw) for raw in client.lrange(events_key(generation_id), 0, -1)]
+
+
+def models_deleted(client, refs: list[str]) -> None:
+    """Name models deleted (``bm_…``, ``run_…``: a run's checkpoints go with it) for the serve workers."""
+    if not refs:
+        return
+    pipe = client.pipeline(transaction=False)
+    pipe.sadd(DELETED_MODELS_KEY, *refs)
+    pipe.expire(DELETED_MODELS_KEY, DELETED_MODELS_TTL_SECONDS)
+    pipe.execute()
+
+
+def deleted_models(client) -> set[str]:
+    """The models named by ``models_deleted`` in the last ``DELETED_MODELS_TTL_SECONDS``."""
+    return {ref.decode() for ref in client.smembers(DELETED_MODELS_KEY)}

@@ -83,15 +83,28 @@ class BattleOutcome(models.TextChoices):
     BOTH_BAD = "both_bad", "Both are bad"
 
 
+def protect_voted_battles(collector, field, sub_objs, using) -> None:
+    """``Battle.user``'s deletion rule: a battle the account voted on is the team's (a vote counts in the
+    leaderboard and the preference pairs, and means nothing without who gave it), so ``ProtectedError`` names
+    those battles and the admin lists them and deletes nothing: deactivate the account instead. A battle never
+    voted on is only its author's and goes with the account, as its two sides (the author's conversations) do."""
+    # ``sub_objs`` holds only primary keys (the collector defers the rest): read the rows anew.
+    battles = Battle.objects.using(using).filter(pk__in=[battle.pk for battle in sub_objs])
+    voted = list(battles.exclude(outcome=""))
+    if voted:
+        raise models.ProtectedError("the arena battles an account voted on cannot be deleted", voted)
+    models.CASCADE(collector, field, sub_objs, using)
+
+
 class Battle(models.Model):
     """An arena battle: one prompt answered by two models drawn at random, shown as A and B; the
     names are revealed once the user votes. A decisive vote (A or B) is a preference pair."""
 
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_battle_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="battles")
-    # An account that has battled cannot be deleted (deactivated, it stays): votes are the team's leaderboard
-    # and preference pairs, and its two sides are the battle's conversations.
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="battles")
+    # An account that has voted in the arena cannot be deleted (deactivated, it stays): votes are the team's
+    # leaderboard and preference pairs, and its two sides are the battle's conversations.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=protect_voted_battles, related_name="battles")
     prompt = models.TextField()
     side_a = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
     side_b = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from webapp.basemodels.models import BaseModel
-from webapp.chat.models import Conversation, Message, MessageStatus
+from webapp.chat.models import Battle, Conversation, Message, MessageStatus
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
@@ -167,4 +167,32 @@ def conversation_readers(*, conversation: Conversation) -> list[str]:
     streaming = conversation.messages.filter(status=MessageStatus.STREAMING)
     if any(not answer_is_lost(message) for message in streaming):
         readers.append("an answer is still being written; stop it or wait for it to finish")
+    return readers
+
+
+def answers_being_written(*, project_id: int, ref: str) -> list[str]:
+    """The conversations whose answer a serve worker is still writing with the model ``ref`` (a base model's
+    id, or a run's, which covers its checkpoints), one sentence each, for a deletion of that model to refuse:
+    it would pull the weights from under the answer. Named by their author and id, not their title, which
+    is private to the author. An answer no worker will finish (``answer_is_lost``) holds nothing."""
+    from webapp.chat.services import answer_is_lost  # services import this module
+
+    streaming = (Message.objects.filter(conversation__project_id=project_id, status=MessageStatus.STREAMING)
+                 .filter(Q(conversation__model_ref=ref) | Q(conversation__model_ref__startswith=f"{ref}:"))
+                 .select_related("conversation__user").order_by("created_at", "id"))
+    readers: list[str] = []
+    for message in streaming:
+        if answer_is_lost(message):
+            continue
+        conversation = message.conversation
+        author = isolated(conversation.user.get_username())
+        if conversation.in_arena:
+            battle = Battle.objects.filter(Q(side_a=conversation) | Q(side_b=conversation)).first()
+            sentence = (f"{author}'s arena battle {battle.public_id if battle else conversation.public_id} is being "
+                        "answered by its model; wait for the answers to finish")
+        else:
+            sentence = (f"{author}'s chat conversation {conversation.public_id} is being answered by its model; wait "
+                        "for the answer to finish (its author can stop it)")
+        if sentence not in readers:
+            readers.append(sentence)
     return readers

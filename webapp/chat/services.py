@@ -20,13 +20,17 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
 from webapp.chat.models import Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice, conversation_readers
+from webapp.core.bidi import isolated
 from webapp.core.text import NUL, storable_model_text
 from webapp.projects.models import Project
+from webapp.projects.services import project_lock
 from webapp.runs.channels import redis_client
+from webapp.runs.models import Run
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +96,20 @@ def model_prepare(*, model: ModelChoice) -> None:
     transaction.on_commit(send)
 
 
+def models_deleted(*, refs: list[str]) -> None:
+    """Once the deletion of the models ``refs`` (a run: its checkpoints too; a base model) commits, name them
+    for the serve workers (``channels.models_deleted``), which drop their weights within seconds instead of
+    keeping them until evicted. Without Redis it is only logged: the weights then stay until evicted, though
+    nothing can ask for those models any more."""
+    def send() -> None:
+        try:
+            channels.models_deleted(redis_client(), refs)
+        except redis.RedisError as error:
+            logger.warning("the serve workers were not told that %s were deleted: %s", ", ".join(refs), error)
+
+    transaction.on_commit(send)
+
+
 def _usable_answer(message: Message | None) -> bool:
     """Whether an answer is text the person saw and the model may read back: finished, stopped or cut
     by the timeout, with some text (not failed, not empty)."""
@@ -141,11 +159,29 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     return answer
 
 
+def _lock_model(conversation: Conversation, model: ModelChoice) -> None:
+    """Lock the rows of the project and of the model (its run, or base model) an answer is about to be asked
+    of, as their deletions lock them before looking for answers being written (``runs.selectors.run_readers``
+    and the like): a deletion under way waits for this turn and is refused, naming its conversation; one that
+    committed first left nothing to lock, and the turn is refused. Without it, a turn sent as the model was
+    deleted was answered by the weights the serve worker still had."""
+    try:
+        project_lock(project=conversation.project, doing="as the message was being sent")
+    except ValidationError as error:
+        raise ChatError(" ".join(error.messages)) from None
+    rows = (Run.objects.filter(public_id=model.ref.split(":", 1)[0]) if model.ref.startswith("run_")
+            else BaseModel.objects.filter(public_id=model.ref))
+    if not rows.select_for_update(no_key=True).filter(project_id=conversation.project_id).exists():
+        raise ChatError(f"the model {isolated(model.label)} was deleted as the message was being sent; choose "
+                        "another model")
+
+
 @transaction.atomic
 def message_send(*, conversation: Conversation, model: ModelChoice, content: str) -> Message:
     """Add a user turn and ask for the answer; returns the (streaming) assistant message. Bad text is a
     ``ValidationError`` keyed by ``content``, the chat form's field."""
     check_turn_text(content, field="content", what="message")
+    _lock_model(conversation, model)
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
@@ -159,6 +195,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
 @transaction.atomic
 def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Message:
     """Replace the last answer with a new one (a new seed) for the same conversation."""
+    _lock_model(conversation, model)
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     last = conversation.messages.order_by("-created_at", "-id").first()
     if last is None or last.role != Role.ASSISTANT:

@@ -135,6 +135,20 @@ def _check_confirmation(project: Project, typed: str) -> None:
         raise ValidationError({"confirm_slug": f"{typed!r} is not the project's slug; type {project.slug} to confirm"})
 
 
+def project_lock(*, project: Project, doing: str) -> Project:
+    """Lock ``project``'s row for work about to be added to it (a run launched or queued again, a pipeline, a
+    chat turn), inside the caller's transaction, and refuse the work (``ValidationError``, non-field) when the
+    project was deleted meanwhile; ``doing`` ends the sentence ("as the run was being launched"). ``project_delete``
+    locks the same row before its check, so a deletion and such work are taken one after the other: the
+    deletion then sees the work and is refused, or the work is. Lock the project before the rows of what is
+    in it, as the deletion does, so that neither waits on the other in turn. ``FOR NO KEY UPDATE``: a
+    deletion waits for it, the foreign-key checks of rows saved in the project meanwhile do not."""
+    locked = Project.objects.select_for_update(no_key=True).filter(pk=project.pk).first()
+    if locked is None:
+        raise ValidationError({"__all__": f"project {isolated(project.name)} was deleted {doing}"})
+    return locked
+
+
 @transaction.atomic
 def project_delete(*, project: Project, confirmation: str) -> None:
     """Delete ``project`` with everything in it — memberships, datasets, base model registrations, runs,
@@ -144,20 +158,25 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     slug as the person typed it. Refused (``ValidationError`` on ``delete``) while work in it is in flight
     (``selectors.project_readers``)."""
     # Imported here: these apps are built on projects.
+    from webapp.chat.services import models_deleted
     from webapp.datasets.models import DatasetVersion
     from webapp.runs.serving_copies import base_model_copy_dir
     from webapp.runs.services import run_output_dir
 
     _check_confirmation(project, confirmation)
+    # Locked before the check, as the work it looks for locks it (``project_lock``) before it is added.
     project = Project.objects.select_for_update().get(pk=project.pk)
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})
     version_files = [version.absolute_path for version in DatasetVersion.objects.filter(dataset__project=project)]
     dataset_ids = list(project.datasets.values_list("public_id", flat=True))
-    directories = ([run_output_dir(public_id) for public_id in project.runs.values_list("public_id", flat=True)]
-                   + [base_model_copy_dir(base_model) for base_model in project.base_models.all()])
+    run_ids = list(project.runs.values_list("public_id", flat=True))
+    base_models = list(project.base_models.all())
+    directories = ([run_output_dir(public_id) for public_id in run_ids]
+                   + [base_model_copy_dir(base_model) for base_model in base_models])
     project.delete()
     transaction.on_commit(lambda: _remove_project_files(version_files, dataset_ids, directories))
+    models_deleted(refs=[*run_ids, *(base_model.public_id for base_model in base_models)])
 
 
 def _remove_project_files(version_files: list[Path], dataset_ids: list[str], directories: list[Path]) -> None:

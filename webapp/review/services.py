@@ -727,8 +727,9 @@ def review_submit(
     a response blank is refused (nothing is recorded): it could be neither judged nor exported."""
     if choice not in Choice.values:
         raise ValidationError({"choice": f"choice {choice!r} is not one of {', '.join(Choice.values)}"})
-    for field, text in (("edited_first", edited_first), ("edited_second", edited_second), ("comment", comment)):
-        checked_text(text or "", field=field)
+    for field_name, text in (("edited_first", edited_first), ("edited_second", edited_second),
+                             ("comment", comment)):
+        checked_text(text or "", field=field_name)
     item = Item.objects.select_for_update(of=("self",)).select_related("campaign").get(pk=item.pk)
     campaign = item.campaign
     _reviewer_row(campaign, user)
@@ -745,15 +746,15 @@ def review_submit(
     label = label_for_choice(choice, shown_first=shown_first)
     edited = {"a": None, "b": None}
     blanked = {}
-    for field, position, text, shown in (("edited_first", "first", edited_first, shown_first),
-                                         ("edited_second", "second", edited_second,
-                                          "b" if shown_first == "a" else "a")):
+    for field_name, position, text, shown in (("edited_first", "first", edited_first, shown_first),
+                                              ("edited_second", "second", edited_second,
+                                               "b" if shown_first == "a" else "a")):
         original = item.response_a if shown == "a" else item.response_b
         if text is None or text.replace("\r\n", "\n") == editable_text(original):
             continue
         if is_blank(with_text(original, text)) and not is_blank(original):
-            blanked[field] = (f"your edit leaves the {position} response empty: type the text it should have, "
-                              "or put its original text back to leave it unedited")
+            blanked[field_name] = (f"your edit leaves the {position} response empty: type the text it should "
+                                   "have, or put its original text back to leave it unedited")
         edited[shown] = text.replace("\r\n", "\n")
     if blanked:
         raise ValidationError(blanked)

@@ -41,6 +41,7 @@ from jaxengine.spec import wrongly_written_value
 from webapp.celery import app as celery_app
 from webapp.core.text import checked_json
 from webapp.projects.models import Project
+from webapp.projects.services import project_lock
 from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 from webapp.runs.selectors import last_value, latest_not_finite, serving_copy_figures
@@ -235,6 +236,8 @@ def pipeline_create(*, project: Project, document: Any, user: AbstractBaseUser |
     """Validate every stage, save the pipeline and launch its first stage."""
     parsed = parse_document(document)
     _check_stages(project, parsed)
+    # Before the pipeline's row, whose foreign key would otherwise wait on a deletion's lock of the project.
+    project_lock(project=project, doing="as the pipeline was being created")
     pipeline = Pipeline.objects.create(
         project=project, name=parsed.name.strip(), created_by=user,
         stages=[stage.model_dump(mode="json", exclude_none=True) for stage in parsed.stages],

@@ -630,7 +630,8 @@ def run_readers(*, run: Run) -> list[str]:
     """What still needs ``run`` or its files (the work a deletion would break), one sentence each: the run
     itself while queued or running, runs queued or training from its model or scored by it (a reward model), a
     running pipeline it is a stage of or whose stages name it, its serving copies and checkpoint exports being
-    written, review campaigns generating with its model."""
+    written, review campaigns generating with its model, chat and arena answers being written with it."""
+    from webapp.chat.selectors import answers_being_written  # the chat is built on runs
     from webapp.review.models import Campaign, CampaignStatus
 
     readers = []
@@ -663,6 +664,7 @@ def run_readers(*, run: Run) -> list[str]:
         if any(ref.split(":")[0] == run.public_id for ref in refs):  # the run's model, or a checkpoint's
             readers.append(f"review campaign {isolated(campaign.name)} is generating answers with its model; wait "
                            "until it is ready")
+    readers.extend(answers_being_written(project_id=run.project_id, ref=run.public_id))
     return readers
 
 

@@ -46,6 +46,7 @@ from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
+from webapp.projects.services import project_lock
 from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
                                 Run, RunLogLine, RunStatus, new_run_id)
@@ -588,12 +589,13 @@ def plan_warnings(plan: RunPlan) -> list[str]:
 
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
-    """Lock the rows of what a run about to be saved reads — its dataset versions, base model, starting run
-    and reward runs — as their deletions lock them. A deletion under way then waits for this launch and finds
-    the run it must not pull data from under; one that committed first left nothing to lock, and the launch
-    is refused, naming what went. Without it, a launch and a deletion at the same instant each saw the other
-    not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error), and a reward
-    run (no foreign key) was deleted from under a run queued to read it."""
+    """Lock the rows of what a run about to be saved reads — its project, dataset versions, base model,
+    starting run and reward runs — as their deletions lock them. A deletion under way then waits for this
+    launch and finds the run it must not pull data from under; one that committed first left nothing to lock,
+    and the launch is refused, naming what went. Without it, a launch and a deletion at the same instant each
+    saw the other not there: on PostgreSQL the launch failed at its commit on a foreign key (a server error),
+    and a reward run (no foreign key) was deleted from under a run queued to read it."""
+    project_lock(project=project, doing="as the run was being launched")
     missing: dict[str, list[str]] = {}
     versions = {version.pk: version for version in plan.dataset_versions}
     present = set(DatasetVersion.objects.select_for_update().filter(pk__in=versions).values_list("pk", flat=True))
@@ -852,6 +854,7 @@ def _refuse_replacing_a_used_model(run: Run) -> None:
 def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None = None) -> Run:
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
+    project_lock(project=run.project, doing="as the run was being resumed")
     run = Run.objects.select_for_update().get(pk=run.pk)
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
@@ -1127,6 +1130,7 @@ def run_delete(*, run: Run) -> None:
     committed, its directory. Refused (``ValidationError`` on ``delete``) while anything still needs it
     (``selectors.run_readers``). Runs started from its model keep their history and name it as deleted
     (``Run.deleted_references``); chat conversations, arena votes and review items keep their texts."""
+    from webapp.chat import services as chat_services  # the chat is built on runs
     from webapp.runs.selectors import run_readers  # selectors import this module
 
     run = Run.objects.select_for_update(of=("self",)).select_related("pipeline").get(pk=run.pk)  # pipeline: nullable
@@ -1136,6 +1140,7 @@ def run_delete(*, run: Run) -> None:
     public_id, name = run.public_id, run.name
     run.delete()
     transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+    chat_services.models_deleted(refs=[public_id])
     logger.info("run %s (%s) deleted", public_id, name)
 
 
@@ -1325,6 +1330,7 @@ def run_create_external(*, project: Project, name: str, config: dict[str, Any] |
     blank ``name`` is "external run"; a longer one than ``RUN_NAME_MAX`` is refused, as at a launch."""
     name = _checked_name(name or "", required=False) or "external run"
     checked_json(config, field="config", finite=True)
+    project_lock(project=project, doing="as the run was being opened")
     public_id = new_run_id()
     now = timezone.now()
     run = Run.objects.create(

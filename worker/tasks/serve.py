@@ -4,7 +4,10 @@ The serve worker runs Celery's thread pool (``--pool threads --concurrency N``).
 renders its prompt, submits it to this process's ``jaxengine.serving.BatchingServer`` for its model
 and waits; the request joins the batch already decoding at the server's next decode call (continuous
 batching), so concurrent conversations share decode steps. Models stay loaded in a ``ModelCache`` bounded by
-``TEMPER_SERVE_MEMORY_BYTES`` (least recently used out). Events follow ``webapp.chat.channels``.
+``TEMPER_SERVE_MEMORY_BYTES`` (least recently used out), and go at once when the web deletes them: a thread
+reads the models deleted (``channels.deleted_models``) every ``DELETED_POLL_SECONDS`` and drops their weights
+and servers, ending with an error the answers still decoding on them (``drop_deleted_models``); otherwise a
+deleted model's weights stayed in memory until evicted. Events follow ``webapp.chat.channels``.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -29,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 STOP_POLL_SECONDS = 0.1  # how often a generation reads its stop flag (not once per token)
 DEFAULT_MAX_NEW_TOKENS = 256  # a request that does not say how many
+DELETED_POLL_SECONDS = 5.0  # how often the models deleted in the web are looked for (one Redis read)
+MODEL_DELETED = "the model was deleted while this answer was being written; choose another model"
 
 _events_clients: dict[str, redis.Redis] = {}  # REDIS_URL -> the client every generation of this process shares
 _events_clients_lock = threading.Lock()
@@ -92,6 +98,8 @@ _cache = None
 _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
 _server_models: dict = {}  # model key -> the LoadedModel its server decodes
 _devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
+_deleted_servers: weakref.WeakSet = weakref.WeakSet()  # servers dropped because their model was deleted
+_watcher: threading.Thread | None = None  # runs _watch_deleted_models once a model is loaded
 
 
 _devices_lock = threading.Lock()
@@ -132,6 +140,7 @@ def server_for(key: str, path: str):
     with _lock:
         if _cache is None:
             _cache = ModelCache(budget_bytes=settings.TEMPER_SERVE_MEMORY_BYTES)
+        _start_watching_deleted_models()
         loaded = _cache.get(key, path)
         # Evicted, or loaded again (a resumed run exported anew at the same path): answers already decoding
         # end on the weights they began with, the next ones start on the new.
@@ -145,6 +154,50 @@ def server_for(key: str, path: str):
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
         return _servers[key], loaded.tokenizer
+
+
+def model_ref(key: str) -> str:
+    """The run or base model a cache key serves: ``run_…:step-N@<path>#int8`` → ``run_…``."""
+    return key.split("@", 1)[0].split(":", 1)[0]
+
+
+def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
+    """Drop the cached weights and batching servers of the models ``deleted`` (by default, those the web
+    named: ``channels.deleted_models``); the answers still decoding on them stop at their next decode call
+    and end with ``MODEL_DELETED``. Returns the cache keys dropped."""
+    if deleted is None:
+        deleted = channels.deleted_models(events_client())
+    with _lock:
+        if _cache is None:
+            return []
+        dropped = sorted(key for key in {*_cache.keys, *_servers} if model_ref(key) in deleted)
+        for key in dropped:
+            _cache.discard(key)
+            if (server := _servers.pop(key, None)) is not None:
+                _deleted_servers.add(server)
+                server.close(wait=False)
+                del _server_models[key]
+    for key in dropped:
+        logger.info("model %s was deleted: its weights and server are dropped", key)
+    return dropped
+
+
+def _watch_deleted_models() -> None:
+    while True:
+        time.sleep(DELETED_POLL_SECONDS)
+        try:
+            drop_deleted_models()
+        except redis.RedisError as error:
+            logger.warning("the models deleted could not be read from Redis: %s", error)
+        except Exception:
+            logger.exception("dropping deleted models failed")
+
+
+def _start_watching_deleted_models() -> None:
+    global _watcher
+    if _watcher is None:
+        _watcher = threading.Thread(target=_watch_deleted_models, name="deleted-models", daemon=True)
+        _watcher.start()
 
 
 @app.task(name="worker.tasks.serve.prepare")
@@ -289,9 +342,12 @@ def generate(request: dict) -> dict:
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
                                   stop_strings=tuple(parsed.stop)))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
-        future = server.submit(serve_request, on_tokens=events.on_tokens, should_stop=lambda: events.stopped)
+        future = server.submit(serve_request, on_tokens=events.on_tokens,
+                               should_stop=lambda: events.stopped or server in _deleted_servers)
         events.relay(future)
         result = future.result()
+        if result.finish_reason == "cancelled" and not events.stopped and server in _deleted_servers:
+            return _fail(events, request, MODEL_DELETED)
     except ContextLengthError as error:
         return _fail(events, request, str(error), code="context_length_exceeded")
     except (ValidationError, PromptError, ValueError, OSError) as error:

@@ -15,6 +15,7 @@ from webapp.api.models import ApiToken
 from webapp.api.services import token_create
 from webapp.chat.models import Battle, Conversation, ProjectToken
 from webapp.chat.tokens import project_token_create
+from webapp.core.bidi import isolated
 from webapp.core.models import Submission
 from webapp.projects import services as project_services
 from webapp.projects.models import Membership, Role
@@ -194,3 +195,63 @@ def test_the_project_admin_adds_members_but_removes_and_changes_them_only_on_the
         ("alpha-outsider", "owner"), ("alpha-owner", "owner"), ("alpha-teammate", "member"),
         ("alpha-viewer", "viewer")]
     assert ProjectToken.objects.filter(user=team.teammate, project=team.project).exists()
+
+
+def test_an_unvoted_arena_battle_goes_with_its_account(team, admin_client):
+    """An arena battle never voted on is no one's data but its author's (the leaderboard and the preference
+    pairs read votes only): it went on blocking the account's deletion, in the admin and on the model. It now
+    goes with the account, its two sides with it; a voted battle of the same account still refuses it."""
+    def battle(user, **vote):
+        sides = [Conversation.objects.create(project=team.project, user=user, model_ref=model, model_label=model,
+                                             in_arena=True) for model in ("bm_a", "bm_b")]
+        return Battle.objects.create(project=team.project, user=user, prompt="Name a colour.", side_a=sides[0],
+                                     side_b=sides[1], **vote)
+
+    dave, erin = make_user("dave"), make_user("erin")
+    for user in (dave, erin):
+        project_services.membership_add(project=team.project, user=user, role=Role.MEMBER)
+    battle(dave)
+    page, response = delete_in_admin(admin_client, dave)
+    assert "Are you sure you want to delete" in page.content.decode()
+    assert response.status_code == 302 and not still_there(dave)
+    assert not Battle.objects.filter(user_id=dave.pk).exists()
+    assert not Conversation.objects.filter(user_id=dave.pk).exists()
+
+    unvoted, voted = battle(erin), battle(erin, outcome="b", voted_at=timezone.now())
+    with pytest.raises(ProtectedError) as refused:
+        erin.delete()
+    assert refused.value.protected_objects == {voted}
+    assert still_there(erin)
+    assert set(Battle.objects.filter(user=erin)) == {unvoted, voted}
+    assert Conversation.objects.filter(user=erin, in_arena=True).count() == 4
+
+
+def test_deleteaccount_deletes_an_account_or_says_in_words_what_keeps_it(team, reviewed):
+    """``user.delete()`` in a shell refused with Django's "Cannot delete some instances of model 'User' because
+    they are referenced through protected foreign keys: 'Battle.user'", which says neither what the rows are nor
+    what to do. ``manage.py deleteaccount`` deletes by the same rules and, when refused, says so in words."""
+    from django.core.management import CommandError, call_command
+
+    def side(user):
+        return Conversation.objects.create(project=team.project, user=user, model_ref="bm_a", model_label="a",
+                                           in_arena=True)
+
+    Battle.objects.create(project=team.project, user=team.teammate, prompt="Hi", side_a=side(team.teammate),
+                          side_b=side(team.teammate), outcome="tie", voted_at=timezone.now())
+    with pytest.raises(CommandError) as refused:
+        call_command("deleteaccount", "alpha-teammate")
+    assert str(refused.value) == (
+        f"{isolated('alpha-teammate')} was not deleted: they reviewed 2 items (review campaign {isolated('pass 1')}), "
+        f"which count in the items' reviews and agreement, and voted in 1 arena battle (project alpha), which counts "
+        "in the leaderboard and preference pairs. Deactivate the account instead (its Active box in the admin): it "
+        "can no longer log in, and what it did for the team stays.")
+    with pytest.raises(CommandError) as refused:
+        call_command("deleteaccount", "alpha-owner")
+    assert "Also they are the last owner of project alpha: make someone else owner first" in str(refused.value)
+    assert still_there(team.teammate) and still_there(team.owner)
+
+    with pytest.raises(CommandError, match="no user named 'nobody'"):
+        call_command("deleteaccount", "nobody")
+    dave = make_user("dave")
+    call_command("deleteaccount", "dave")
+    assert not still_there(dave)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from tests.webapp.factories import form_token, make_base_model, write_model_dir
@@ -119,3 +120,32 @@ def test_the_api_unregisters_a_base_model(team, registered, catalog, sent_tasks,
     assert call(team.teammate, "delete", registered) == (204, None)
     assert call(team.teammate, "get", registered)[0] == 404
     assert Path(registered.path).is_dir() and not base_model_copy_dir(registered).exists()
+
+
+def test_a_base_model_answering_in_a_chat_is_unregistered_only_once_the_answer_ends_and_the_workers_are_told(
+        team, registered, redis_server, settings, django_capture_on_commit_callbacks):
+    """Unregistering a base model while a chat answer was being written with it went at once, and the serve
+    worker kept its weights (and went on answering) until they were evicted. It now waits for the answer, naming
+    the conversation; once it goes, the serve workers are told (``channels.deleted_models``) and drop it."""
+    from webapp.chat import channels
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_server.url
+    client = redis_client()
+    client.flushdb()
+    model = chat_selectors.model_choice(project=team.project, ref=registered.public_id)
+    conversation = chat_services.conversation_create(project=team.project, user=team.teammate, model=model)
+    with django_capture_on_commit_callbacks(execute=False):
+        answer = chat_services.message_send(conversation=conversation, model=model, content="Hello")
+    with pytest.raises(ValidationError) as refused:
+        services.basemodel_unregister(base_model=registered)
+    assert refused.value.messages == [
+        f"{isolated('alpha-teammate')}'s chat conversation {conversation.public_id} is being answered by its model; "
+        "wait for the answer to finish (its author can stop it)"]
+    assert channels.deleted_models(client) == set()
+    chat_services.message_stop(message=answer)  # its author stops it; the worker ends it
+    chat_services.message_finish(message_id=answer.public_id, text="Hi", finish_reason="cancelled")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.basemodel_unregister(base_model=registered)
+    assert not BaseModel.objects.exists()
+    assert channels.deleted_models(client) == {registered.public_id}

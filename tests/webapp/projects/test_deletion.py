@@ -127,3 +127,21 @@ def test_a_project_whose_runs_automatic_serving_copy_is_being_written_is_not_del
     assert (f"Nothing was deleted: the serving copy of run \u2068just done\u2069 ({run.public_id}) is being written; wait until "
             "it is ready.") in client.get(PAGE).content.decode()
     assert Project.objects.filter(pk=team.project.pk).exists()
+
+
+def test_the_serve_workers_are_told_which_models_went_with_the_project(
+        team, client_for, tmp_path, redis_server, settings, django_capture_on_commit_callbacks):
+    """A serve worker kept a deleted project's models in memory until evicted: it is now told, once the deletion
+    commits, which runs and base models went (``webapp.chat.channels.deleted_models``), and drops them."""
+    from webapp.chat import channels
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_server.url
+    client = redis_client()
+    client.flushdb()
+    filled_project(team, tmp_path)
+    refs = {*Run.objects.values_list("public_id", flat=True),
+            *team.project.base_models.values_list("public_id", flat=True)}
+    assert len(refs) == 2
+    assert delete_from_page(client_for(team.owner), django_capture_on_commit_callbacks).status_code == 302
+    assert channels.deleted_models(client) == refs

@@ -312,3 +312,53 @@ def test_a_run_whose_automatic_serving_copy_is_being_written_is_not_deleted(
     assert Run.objects.filter(pk=run.pk).exists()
     write_serving_copy(export)
     assert delete_from_page(client, run, django_capture_on_commit_callbacks)["Location"] == "/p/alpha/runs/"
+
+
+def test_a_run_whose_model_is_answering_in_a_chat_or_the_arena_is_deleted_only_once_the_answers_end(
+        team, catalog, client_for, sent_tasks, django_capture_on_commit_callbacks):
+    """A run was deleted while a chat or arena answer was being written with its model or a checkpoint of it,
+    and the serve worker went on answering with the weights it had. The deletion now waits for those answers,
+    naming their conversations (by author and id: a title is private to its author); an answer no worker will
+    finish holds nothing. A turn sent after the deletion, from a page still open, is refused."""
+    from django.utils import timezone
+
+    from webapp.chat import selectors as chat_selectors, services as chat_services
+    from webapp.chat.models import Battle, Conversation, Message, MessageStatus, Role
+
+    run = finished_run(team, catalog, user=team.teammate, name="answering")
+    model = chat_selectors.model_choice(project=team.project, ref=run.public_id)
+    chat = chat_services.conversation_create(project=team.project, user=team.owner, model=model)
+    answer = chat_services.message_send(conversation=chat, model=model, content="Hello")
+
+    def side(user, ref, **message):
+        conversation = Conversation.objects.create(project=team.project, user=user, model_ref=ref, model_label=ref,
+                                                   in_arena=True)
+        Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING,
+                               **message)
+        return conversation
+
+    battle = Battle.objects.create(project=team.project, user=team.teammate, prompt="Hi",
+                                   side_a=side(team.teammate, f"{run.public_id}:step-10"),
+                                   side_b=side(team.teammate, catalog.base_model.public_id))
+    lost = side(team.viewer, run.public_id)
+    Message.objects.filter(conversation=lost).update(created_at=timezone.now() - timezone.timedelta(days=1))
+    with pytest.raises(ValidationError) as refused:
+        services.run_delete(run=run)
+    assert refused.value.message_dict == {"delete": [
+        f"{isolated('alpha-owner')}'s chat conversation {chat.public_id} is being answered by its model; wait for "
+        "the answer to finish (its author can stop it)",
+        f"{isolated('alpha-teammate')}'s arena battle {battle.public_id} is being answered by its model; wait for "
+        "the answers to finish"]}
+    page = client_for(team.teammate).post(url(run, "delete/"))
+    assert page["Location"] == url(run) and Run.objects.filter(pk=run.pk).exists()
+
+    chat_services.message_finish(message_id=answer.public_id, text="Hi", finish_reason="stop")
+    Message.objects.filter(conversation=battle.side_a).update(status=MessageStatus.COMPLETE)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_delete(run=run)
+    assert not Run.objects.filter(pk=run.pk).exists()
+    with pytest.raises(chat_services.ChatError, match="was deleted as the message was being sent"):
+        chat_services.message_send(conversation=chat, model=model, content="Still there?")
+    with pytest.raises(chat_services.ChatError, match="was deleted as the message was being sent"):
+        chat_services.message_regenerate(conversation=chat, model=model)
+    assert list(chat.messages.values_list("content", flat=True)) == ["Hello", "Hi"]

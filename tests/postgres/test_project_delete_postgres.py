@@ -1,0 +1,224 @@
+"""A launch and the deletion of its project at the same instant on PostgreSQL: both lock the project's row
+first (``projects.services.project_lock``), so whichever comes first wins and the other is refused in words.
+Before, the deletion locked the row and the launch did not: the launch locked its dataset version and waited
+on the project's row to save its run, the deletion waited on that version to delete it, and PostgreSQL broke
+the deadlock by failing one of them (a server error); where the launch got its run saved between the
+deletion's check and its delete, the run went with the project while its task was queued. Likewise a chat turn
+and the deletion of its model (``chat.services._lock_model``)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+
+pytestmark = pytest.mark.integration
+
+LAUNCH_AND_PROJECT_DELETE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+from webapp.projects import services as project_services
+from webapp.projects.models import Project
+from webapp.runs import services
+from webapp.runs.models import Run
+
+assert connection.vendor == "postgresql", connection.vendor
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("owner", password="unused-password")
+
+
+def race(first, slug):
+    '''Launch a run in a new project while another thread deletes the project; ``first`` is "delete" (it
+    holds its lock a moment after its check while the launch comes in) or "launch" (the launch holds its
+    locks a moment while the deletion comes in). Returns (launch outcome, deletion outcome).'''
+    project = project_services.project_create(name=slug, slug=slug, owner=owner)
+    base_model = make_base_model(project)
+    version = make_ready_version(project, name="prefs")
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": version.public_id},
+            "train": {"max_steps": 2}}
+    reached = threading.Event()
+    real_readers, real_lock = project_services.project_readers, services._lock_what_it_reads
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the launch is now planned and saving its run
+        return problems
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "launch":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this launch's locks
+
+    project_services.project_readers, services._lock_what_it_reads = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def launch():
+        if first == "delete":
+            reached.wait(10)
+        try:
+            outcome["launch"] = ("made", services.run_create(project=project, spec=spec, user=owner).public_id)
+        except ValidationError as error:
+            outcome["launch"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["launch"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def delete():
+        if first == "launch":
+            reached.wait(10)
+        try:
+            project_services.project_delete(project=Project.objects.get(pk=project.pk), confirmation=slug)
+            outcome["delete"] = ("made", "")
+        except ValidationError as error:
+            outcome["delete"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["delete"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=launch), threading.Thread(target=delete)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    project_services.project_readers, services._lock_what_it_reads = real_readers, real_lock
+    return outcome["launch"], outcome["delete"]
+
+
+launched, deleted = race("delete", "deleted-first")
+assert deleted == ("made", ""), deleted
+assert launched[0] == "refused" and "was deleted as the run was being launched" in launched[1], launched
+assert not Project.objects.filter(slug="deleted-first").exists() and not Run.objects.exists()
+
+launched, deleted = race("launch", "launched-first")
+assert launched[0] == "made", launched
+assert deleted[0] == "refused" and f"({launched[1]}) is queued" in deleted[1], deleted
+assert Run.objects.filter(public_id=launched[1], project__slug="launched-first").exists()
+print("ok")
+"""
+
+
+def test_a_launch_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    assert run_django(LAUNCH_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+CHAT_AND_MODEL_DELETE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from webapp.celery import app as celery_app
+from webapp.chat import services as chat_services
+from webapp.chat.models import Conversation, Message
+from webapp.chat.selectors import ModelChoice
+from webapp.projects import services as project_services
+from webapp.runs import selectors as run_selectors, services
+from webapp.runs.models import Run, RunStatus
+
+assert connection.vendor == "postgresql", connection.vendor
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("chat-owner", password="unused-password")
+project = project_services.project_create(name="PG chat", slug="pg-chat", owner=owner)
+
+
+def race(first):
+    '''Send a chat turn to a run's model while another thread deletes the run; ``first`` is "delete" (it holds
+    its lock a moment after its check) or "send" (the turn holds its locks a moment). Returns (turn outcome,
+    deletion outcome, conversation).'''
+    public_id = services.new_run_id()
+    run = Run.objects.create(public_id=public_id, project=project, name=f"{first} first", task="sft", spec={},
+                             resolved_spec={"output_dir": str(services.run_output_dir(public_id))},
+                             status=RunStatus.SUCCEEDED)
+    model = ModelChoice(ref=run.public_id, label=run.name, option_label=run.name, path="/models/unused")
+    conversation = Conversation.objects.create(project=project, user=owner, model_ref=model.ref,
+                                               model_label=model.label)
+    reached = threading.Event()
+    real_readers, real_lock = run_selectors.run_readers, chat_services._lock_model
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the turn is now being sent
+        return problems
+
+    def lock_then_hold(*args):
+        real_lock(*args)
+        if first == "send":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this turn's locks
+
+    run_selectors.run_readers, chat_services._lock_model = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def send():
+        if first == "delete":
+            reached.wait(10)
+        try:
+            chat_services.message_send(conversation=conversation, model=model, content="Hello")
+            outcome["send"] = ("made", "")
+        except chat_services.ChatError as error:
+            outcome["send"] = ("refused", str(error))
+        except Exception as error:
+            outcome["send"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def delete():
+        if first == "send":
+            reached.wait(10)
+        try:
+            services.run_delete(run=Run.objects.get(pk=run.pk))
+            outcome["delete"] = ("made", "")
+        except ValidationError as error:
+            outcome["delete"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["delete"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send), threading.Thread(target=delete)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    run_selectors.run_readers, chat_services._lock_model = real_readers, real_lock
+    return outcome["send"], outcome["delete"], conversation
+
+
+sent, deleted, conversation = race("delete")
+assert deleted == ("made", ""), deleted
+assert sent[0] == "refused" and "was deleted as the message was being sent" in sent[1], sent
+assert not Message.objects.filter(conversation=conversation).exists()
+
+sent, deleted, conversation = race("send")
+assert sent == ("made", ""), sent
+assert deleted[0] == "refused" and f"conversation {conversation.public_id} is being answered" in deleted[1], deleted
+assert Run.objects.filter(name="send first").exists()
+print("ok")
+"""
+
+
+def test_a_chat_turn_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    """Without the turn's lock of the model's row, a turn sent as the run was deleted was saved and queued, and the
+    serve worker answered it from the weights it still held."""
+    assert run_django(CHAT_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -1,0 +1,64 @@
+"""Deleting an account outside the admin (``manage.py deleteaccount``). The rules are the foreign keys' own
+(docs/architecture.md, *Deleting an account*): what was the person's goes, what was the team's stays, and
+an account whose reviews or arena votes count, or that is a project's last owner, is not deleted. Django's
+refusal (``ProtectedError``) names only the foreign keys ("'Battle.user'"); this says what the rows are and
+what to do."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Model, ProtectedError
+
+from webapp.core.bidi import isolated
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _named(kind: str, names: Iterable[str]) -> str:
+    """``kind`` and the distinct ``names``: "project alpha", "projects alpha, beta"."""
+    distinct = sorted(set(names))
+    return f"{kind}{'' if len(distinct) == 1 else 's'} {', '.join(distinct)}"
+
+
+def deletion_refusal(user: AbstractBaseUser, protected: Iterable[Model]) -> str:
+    """Why ``user`` cannot be deleted, in words, from the rows that block it (a ``ProtectedError``'s)."""
+    from webapp.chat.models import Battle  # these apps are built on accounts
+    from webapp.projects.models import Membership
+    from webapp.review.models import Review
+
+    protected = list(protected)
+    reviews = Review.objects.filter(pk__in=[row.pk for row in protected if isinstance(row, Review)])
+    battles = Battle.objects.filter(pk__in=[row.pk for row in protected if isinstance(row, Battle)])
+    owned = Membership.objects.filter(pk__in=[row.pk for row in protected if isinstance(row, Membership)])
+    reasons = []
+    if reviews:
+        campaigns = _named("review campaign", (isolated(name) for name in
+                                               reviews.values_list("item__campaign__name", flat=True)))
+        reasons.append(f"they reviewed {_plural(len(reviews), 'item')} ({campaigns}), which count in the items' "
+                       "reviews and agreement")
+    if battles:
+        projects = _named("project", battles.values_list("project__slug", flat=True))
+        reasons.append(f"voted in {_plural(len(battles), 'arena battle')} ({projects}), which counts in the "
+                       "leaderboard and preference pairs")
+    text = f"{isolated(user.get_username())} was not deleted: " + ", and ".join(reasons)
+    if owned:
+        projects = _named("project", owned.values_list("project__slug", flat=True))
+        ownership = f"they are the last owner of {projects}: make someone else owner first (the project's Members page)"
+        text += (". Also " if reasons else "") + ownership
+    return text + (". Deactivate the account instead (its Active box in the admin): it can no longer log in, and "
+                   "what it did for the team stays.")
+
+
+@transaction.atomic
+def account_delete(*, user: AbstractBaseUser) -> None:
+    """Delete ``user`` with what was theirs; refused (``ValidationError``, ``deletion_refusal``'s words) when
+    their reviews or arena votes count, or they are a project's last owner: nothing is deleted then."""
+    try:
+        user.delete()
+    except ProtectedError as error:
+        raise ValidationError(deletion_refusal(user, error.protected_objects)) from None
