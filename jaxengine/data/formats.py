@@ -325,11 +325,24 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             except orjson.JSONDecodeError as exc:
                 if not raw.strip():
                     continue
+                if row == 0 and raw.lstrip().startswith(b"["):
+                    raise DatasetFormatError(_json_array_as_jsonl(line_number)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
+            if row == 0 and type(value) is list and value and all(type(element) is dict for element in value):
+                raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
             yield RawRow(row=row, line=line_number, value=value)
+
+
+def _json_array_as_jsonl(line: int) -> Issue:
+    # Read line by line, an array gave a "broken JSON" problem for each of its lines (or, on one line,
+    # "a row that is not an object"), and nothing said that the whole file was one array.
+    return Issue(code="json", line=line,
+                 message="the file is one JSON array (the layout of a .json file), not one JSON object per line: "
+                         "choose the format JSON (Format on the upload form, file_format in the API, --format on "
+                         "the command line) or give the file the .json extension, and upload it again")
 
 
 # orjson refuses values nested deeper than 1024 levels; the json module (the JSON array reader, and the
@@ -558,6 +571,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     code="csv_header", line=1,
                     message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
                             "JSON array); give it the .jsonl (or .json) extension and upload it again"))
+            _check_other_separator(header)
             _check_csv_header(header)
             row = 0
             while True:
@@ -594,6 +608,23 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
                      message='text follows the closing " of a quoted cell: quote the whole cell and write each " '
                              'inside it as ""')
     return Issue(code="csv", message=f"unreadable CSV: {error}; check the quoting", line=line)
+
+
+_OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars"))
+
+
+def _check_other_separator(header: list[str]) -> None:
+    """A file separated by semicolons (a spreadsheet's CSV in many locales) or tabs reads as one column;
+    every row was then reported missing each of its kind's fields, twice a row for sft."""
+    if len(header) != 1:
+        return
+    for separator, name in _OTHER_SEPARATORS:
+        if separator in header[0]:
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=1,
+                message=f"the header row is one column, '{header[0]}': the file looks separated by {name}, and a "
+                        "CSV file must be separated by commas; export it again with commas as the separator (or as "
+                        "JSON Lines)"))
 
 
 def _check_csv_header(header: list[str]) -> None:

@@ -459,6 +459,42 @@ def test_json_saved_as_csv_is_named_as_json(tmp_path, first_line):
     assert issue.message.startswith("the first line is JSON, not a CSV header row: the file looks like JSON Lines")
 
 
+@pytest.mark.parametrize("content", [
+    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}], indent=2),
+    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]),
+])
+def test_a_json_array_saved_as_jsonl_is_named_as_one_problem(tmp_path, content):
+    """A JSON array (the .json layout) uploaded as .jsonl listed a "broken JSON" problem for each of its
+    lines, 22 for five short rows, and nothing said the file was one array; on one line it was "a row
+    that is not an object"."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(content + "\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", 1)
+    assert issue.message.startswith("the file is one JSON array (the layout of a .json file), not one JSON object "
+                                    "per line: choose the format JSON")
+
+
+def test_a_jsonl_file_whose_first_row_is_a_list_of_strings_is_still_a_row_problem(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('["a", "b"]\n{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list")
+
+
+@pytest.mark.parametrize(("separator", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")])
+def test_a_csv_separated_by_another_character_is_named(tmp_path, separator, name):
+    """A CSV exported with semicolons (a spreadsheet in many locales) or tabs was read as one column,
+    'prompt;completion', and every row was reported twice as missing its prompt and its completion."""
+    path = tmp_path / "rows.csv"
+    path.write_text(f"prompt{separator}completion\np1{separator}c1\np2{separator}c2\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == (f"the header row is one column, 'prompt{separator}completion': the file looks separated "
+                             f"by {name}, and a CSV file must be separated by commas; export it again with commas "
+                             "as the separator (or as JSON Lines)")
+
+
 def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):
     # A Parquet file may name two columns alike; each row read as a dict kept the last one's value without
     # a word (the first 'prompt' column was never checked nor trained on), where a CSV header is refused.
