@@ -83,6 +83,7 @@ KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
 }
 
 # File name extensions (lower case) and the format each one means.
+COMPRESSED_EXTENSIONS = frozenset({".gz", ".gzip", ".zip", ".zst", ".zstd", ".bz2", ".xz", ".7z", ".tgz"})
 EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": FileFormat.JSONL,
     ".ndjson": FileFormat.JSONL,
@@ -217,6 +218,12 @@ def detect_format(filename: str) -> FileFormat:
     try:
         return EXTENSIONS[suffix]
     except KeyError:
+        if suffix in COMPRESSED_EXTENSIONS:
+            # Told only to rename it, a user renamed rows.jsonl.gz to rows.jsonl and had it refused as binary.
+            raise ValueError(
+                f"'{filename}' is a compressed file ({Path(filename).suffix}), which Temper does not read: decompress "
+                f"it and give the file it holds ('{Path(filename).stem}')"
+            ) from None
         accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
             f"cannot tell the format of '{filename}' from its extension: rename it with one of {accepted}, "

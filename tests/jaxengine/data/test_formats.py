@@ -62,6 +62,16 @@ def test_detect_format_rejects_unknown_extension():
         detect_format("data.txt")
 
 
+@pytest.mark.parametrize(("name", "inner"), [("rows.jsonl.gz", "rows.jsonl"), ("rows.csv.zip", "rows.csv"),
+                                             ("rows.zst", "rows")])
+def test_detect_format_says_to_decompress_a_compressed_file(name, inner):
+    """'rows.jsonl.gz' was told to rename itself to a known extension, and renamed it failed again, as binary."""
+    with pytest.raises(ValueError) as raised:
+        detect_format(name)
+    assert str(raised.value) == (f"'{name}' is a compressed file ({Path(name).suffix}), which Temper does not read: "
+                                 f"decompress it and give the file it holds ('{inner}')")
+
+
 def test_csv_quoting_mistakes_are_named(tmp_path):
     """An unclosed quote read the rest of the file as one cell ('this row has 1 cell but the header has 2
     columns'); text after a closing quote was silently joined to the cell."""
