@@ -8,6 +8,7 @@ from django.test import Client
 
 from tests.webapp.factories import form_token, form_tokens
 from webapp.core.models import Submission
+from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets import services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -126,6 +127,21 @@ class TestUpload:
             renamed = [client.post(self.url, upload_data(name="chats-2", **{TOKEN_FIELD: token})) for _ in range(2)]
         version = DatasetVersion.objects.get()
         assert [response["Location"] for response in renamed] == [version_url(version)] * 2 and len(no_broker) == 1
+
+    def test_a_form_sent_back_with_errors_says_to_choose_its_file_again(self, team, client_for):
+        """QA: with the name taken, the form came back with the name and kind kept but the file input
+        silently empty (a browser keeps no chosen file), and Upload then said only that a file is needed."""
+        services.dataset_create(project=team.project, name="chats", kind="sft", user=team.owner)
+        refused = client_for(team.teammate).post(self.url, upload_data(filename="שורות.jsonl"))
+        assert refused.status_code == 400
+        sent_name = isolated("שורות.jsonl")
+        assert (f"Choose {sent_name} again: a browser does not keep a chosen file when a form "
+                "comes back with errors.") in refused.content.decode()
+
+    def test_a_refused_file_is_not_asked_for_again_twice(self, team, client_for):
+        refused = client_for(team.teammate).post(self.url, upload_data(content=b""))
+        assert refused.status_code == 400 and "is empty (0 bytes)" in refused.content.decode()
+        assert "again: a browser does not keep" not in refused.content.decode()
 
     def test_an_unknown_format_is_said_next_to_its_field(self, team, client_for):
         """The form came back marked invalid with no message: its Format field's errors were not shown."""
