@@ -1,0 +1,46 @@
+"""What a newcomer met in their first hour (a QA pass in the browser): a project made from its name
+alone, and pages whose sections sat against each other at a phone's width and a desktop's."""
+import pytest
+
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_base_model, make_team, make_user
+from webapp.projects.models import Project
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_new_project_needs_only_a_name(page, live_server):
+    make_user("nina")
+    log_in(page, live_server.url, "nina")
+    page.get_by_role("link", name="New project").click()
+    page.fill("#id_name", "Chat tuning")
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url(f"{live_server.url}/p/chat-tuning/")
+    assert Project.objects.get(slug="chat-tuning").name == "Chat tuning"
+
+
+def vertical_gap(page, upper: str, lower: str) -> float:
+    """Pixels between the bottom of ``upper`` and the top of ``lower`` (CSS selectors)."""
+    return page.evaluate(
+        "([upper, lower]) => document.querySelector(lower).getBoundingClientRect().top"
+        " - document.querySelector(upper).getBoundingClientRect().bottom",
+        [upper, lower],
+    )
+
+
+@pytest.mark.parametrize("width", [390, 1440])
+def test_the_arena_page_keeps_its_sections_apart(browser, live_server, width):
+    """The Battle button touched the "Your battles" heading below it, and the export form the Team
+    review card (0 px between them)."""
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/arena/")
+        assert vertical_gap(page, "#new-battle button[type=submit]", "#new-battle + h2") >= 12
+        assert vertical_gap(page, "#arena-export", "#to-review") >= 12
+    finally:
+        context.close()
