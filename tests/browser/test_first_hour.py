@@ -1,9 +1,11 @@
 """What a newcomer met in their first hour (a QA pass in the browser): a project made from its name
 alone, and pages whose sections sat against each other at a phone's width and a desktop's."""
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.browser.test_projects import log_in
 from tests.webapp.factories import make_base_model, make_team, make_user
+from webapp.datasets import services as dataset_services
 from webapp.projects.models import Project
 
 pytestmark = pytest.mark.browser
@@ -42,5 +44,29 @@ def test_the_arena_page_keeps_its_sections_apart(browser, live_server, width):
         page.goto(f"{live_server.url}/p/alpha/arena/")
         assert vertical_gap(page, "#new-battle button[type=submit]", "#new-battle + h2") >= 12
         assert vertical_gap(page, "#arena-export", "#to-review") >= 12
+    finally:
+        context.close()
+
+
+def test_a_failed_versions_problems_fit_a_phone(browser, live_server, monkeypatch):
+    """At 390 px the problems table ran 12 px past the page, its Problem column a word wide: one
+    problem took a screen's height, and the page 13,000 px."""
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(5))
+    version = dataset_services.dataset_create_with_upload(
+        project=team.project, name="wrong-columns", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
+        file_format=None, column_mapping={}, user=team.owner)
+    version = dataset_services.dataset_version_validate(version_id=version.pk)
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        problem = page.locator(".errors-table tbody tr").first
+        assert problem.locator("td").nth(3).bounding_box()["width"] >= 250
+        assert problem.bounding_box()["height"] <= 260
+        assert problem.inner_text().startswith("line 1")
     finally:
         context.close()
