@@ -4,9 +4,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.browser.test_projects import log_in
-from tests.webapp.factories import make_base_model, make_team, make_user
+from tests.webapp.factories import make_base_model, make_ready_version, make_team, make_user
 from webapp.datasets import services as dataset_services
 from webapp.projects.models import Project
+from webapp.review import services as review_services
 
 pytestmark = pytest.mark.browser
 
@@ -68,5 +69,30 @@ def test_a_failed_versions_problems_fit_a_phone(browser, live_server, monkeypatc
         assert problem.locator("td").nth(3).bounding_box()["width"] >= 250
         assert problem.bounding_box()["height"] <= 260
         assert problem.inner_text().startswith("line 1")
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("page_of", ["dataset", "review items"])
+def test_tables_scroll_inside_a_phones_page(browser, live_server, monkeypatch, page_of):
+    """At 390 px a dataset's versions table made the page 623 px wide and a campaign's items table
+    529 px: the whole page scrolled sideways, its top bar ending half-way."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="preferences-of-the-spring-campaign", kind="preference",
+                                 rows=[{"prompt": f"q{i}", "chosen": "a", "rejected": "b"} for i in range(3)],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    address = {"dataset": f"/p/alpha/datasets/{version.dataset.public_id}/",
+               "review items": f"/p/alpha/review/{campaign.public_id}/items/"}[page_of]
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(live_server.url + address)
+        assert page.locator("table.table").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
