@@ -96,3 +96,20 @@ def test_tables_scroll_inside_a_phones_page(browser, live_server, monkeypatch, p
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
+
+
+def test_a_base_models_serving_copy_form_fits_a_phone(browser, live_server):
+    """At 390 px the "Measure on" select, as wide as its longest option, made the page 426 px wide."""
+    team = make_team()
+    base_model = make_base_model(team.project, name="falcon", path="/models/falcon")
+    make_ready_version(team.project, name="held-out-prompts-of-the-spring-campaign", kind="prompts",
+                       rows=[{"prompt": "q"}], user=team.owner)
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/models/{base_model.public_id}/")
+        assert "held-out-prompts-of-the-spring-campaign" in page.locator("select[name=eval_version]").inner_text()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()
