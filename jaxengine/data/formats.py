@@ -720,6 +720,12 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
                 f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
                 "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
+    if not mapping.columns and (other := _kind_of_row(record)) not in (None, mapping.kind):
+        # Rows of another kind (preference pairs uploaded as sft) were told to map a column, which none of theirs is.
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, the fields of the "
+                f"{other} kind: if the file holds {other} rows, choose the kind {other} (Kind on the upload form, "
+                "kind in the API, --kind on the command line)")
     return (
         field_name,
         "missing_field",
@@ -727,6 +733,17 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
         "data.columns in a job spec, --map on the command line)",
     )
+
+
+def _kind_of_row(record: dict) -> DatasetKind | None:
+    """The kind whose fields a row has by their own names, if any: preference, then sft, then text."""
+    if "chosen" in record and "rejected" in record:
+        return DatasetKind.PREFERENCE
+    if ("prompt" in record and "completion" in record) or "messages" in record:
+        return DatasetKind.SFT
+    if "text" in record:
+        return DatasetKind.TEXT
+    return None
 
 
 def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:

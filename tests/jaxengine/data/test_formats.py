@@ -150,6 +150,23 @@ def test_column_mapping_renames_fields(tmp_path):
     assert list(iter_examples(path, fmt=FileFormat.JSONL, mapping=mapping)) == [{"prompt": "q", "completion": "a"}]
 
 
+@pytest.mark.parametrize(("kind", "row", "other"), [
+    ("sft", {"prompt": "q", "chosen": "a", "rejected": "b"}, "preference"),
+    ("preference", {"prompt": "q", "completion": "a"}, "sft"),
+    ("text", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "sft"),
+])
+def test_a_row_of_another_kind_is_named_as_that_kind(tmp_path, kind, row, other):
+    """QA: preference pairs uploaded as sft were told to map a column to 'completion', which no column
+    of theirs is; the kind was what was wrong."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [row])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind))
+    assert report.error_count >= 1
+    for issue in report.errors:
+        assert issue.message.endswith(f", the fields of the {other} kind: if the file holds {other} rows, choose the "
+                                      f"kind {other} (Kind on the upload form, kind in the API, --kind on the command "
+                                      "line)")
+
+
 def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"query": "q", "answer": "a"}])
     mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
