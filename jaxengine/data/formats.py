@@ -212,21 +212,23 @@ class ValidationReport:
 # Format detection and whole-file checks
 
 
-def detect_format(filename: str) -> FileFormat:
-    """The file format from a file name's extension; ``ValueError`` names the accepted ones."""
+def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
+    """The file format from a file name's extension; ``ValueError`` names the accepted ones, and the file
+    as ``shown_as`` when given (the web app's, between bidi isolates)."""
     suffix = Path(filename).suffix.lower()
+    shown = filename if shown_as is None else shown_as
     try:
         return EXTENSIONS[suffix]
     except KeyError:
         if suffix in COMPRESSED_EXTENSIONS:
             # Told only to rename it, a user renamed rows.jsonl.gz to rows.jsonl and had it refused as binary.
             raise ValueError(
-                f"'{filename}' is a compressed file ({Path(filename).suffix}), which Temper does not read: decompress "
+                f"'{shown}' is a compressed file ({Path(filename).suffix}), which Temper does not read: decompress "
                 f"it and give the file it holds ('{Path(filename).stem}')"
             ) from None
         accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
-            f"cannot tell the format of '{filename}' from its extension: rename it with one of {accepted}, "
+            f"cannot tell the format of '{shown}' from its extension: rename it with one of {accepted}, "
             "or give its format (Format on the upload form, file_format in the API, --format on the command line)"
         ) from None
 

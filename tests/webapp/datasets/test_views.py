@@ -152,6 +152,12 @@ class TestUpload:
         assert '<small class="error" id="id_file_format_error">Select a valid choice. xml is not one of the available ' \
                'choices.</small>' in field
 
+    def test_a_name_with_an_unknown_extension_is_isolated_in_its_message(self, team, client_for):
+        response = client_for(team.teammate).post(self.url, upload_data(filename="صفوف.txt"))
+        assert response.status_code == 400 and not DatasetVersion.objects.exists()
+        assert (f"cannot tell the format of &#x27;{isolated('صفوف.txt')}&#x27; from its extension"
+                in response.content.decode())
+
     def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
         data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")
         client_for(team.teammate).post(self.url, data)
@@ -177,9 +183,11 @@ class TestUpload:
 
     def test_an_empty_file_is_named_with_what_to_do(self, team, client_for, settings):
         stored_before = set(settings.DATA_ROOT.glob("**/*.jsonl"))
-        response = client_for(team.teammate).post(self.url, upload_data(content=b"", filename="rows.jsonl"))
+        response = client_for(team.teammate).post(self.url, upload_data(content=b"", filename="صفوف.jsonl"))
         assert response.status_code == 400
-        assert "rows.jsonl is empty (0 bytes): choose the file that holds your rows" in response.content.decode()
+        # The name isolated: a right-to-left one at the head of the sentence took "is empty" into its run.
+        assert (f"{isolated('صفوف.jsonl')} is empty (0 bytes): choose the file that holds your rows"
+                in response.content.decode())
         assert not Dataset.objects.exists() and not DatasetVersion.objects.exists()
         assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before
 
