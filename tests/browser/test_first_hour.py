@@ -113,3 +113,29 @@ def test_a_base_models_serving_copy_form_fits_a_phone(browser, live_server):
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
+
+
+def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(browser, live_server, monkeypatch):
+    """At 1440 px, beside a failed version's first problem, the Datasets table cut names inside their
+    words ("demo-prompt|s", "wrongc|ols") and dates after their month ("2026-12-|05")."""
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    for name in ("demo-preference", "prompts"):
+        make_ready_version(team.project, name=name, user=team.owner)
+    rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(5))
+    failed = dataset_services.dataset_create_with_upload(
+        project=team.project, name="wrongcols", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
+        file_format=None, column_mapping={}, user=team.owner)
+    dataset_services.dataset_version_validate(version_id=failed.pk)
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/datasets/")
+        lines = page.evaluate("""() => [...document.querySelectorAll('table.table tbody tr')].map(row => {
+            const name = row.cells[0].querySelector('a'), date = row.cells[row.cells.length - 1];
+            const range = document.createRange(); range.selectNodeContents(date);
+            return [name.textContent, name.getClientRects().length, range.getClientRects().length]; })""")
+        assert lines == [["demo-preference", 1, 1], ["prompts", 1, 1], ["wrongcols", 1, 1]]
+    finally:
+        context.close()
