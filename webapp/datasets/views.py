@@ -184,6 +184,8 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
         "can_delete": selectors.may_delete_version(membership=membership, version=version),
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
     }
+    if version.status == VersionStatus.FAILED:
+        context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")

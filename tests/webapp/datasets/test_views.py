@@ -408,6 +408,22 @@ class TestVersionPage:
         assert "1 problem found" in body and "must be a string, got a number" in body
         assert '<tr class="error-row" data-code="wrong_type">' in body
 
+    def test_the_same_problem_on_many_rows_is_listed_once_with_its_lines(self, team, client_for):
+        """QA: a file whose columns were named differently listed 20 problems, two a row, each repeating the
+        same paragraph about the columns and the mapping: a screen of it for the two things to fix."""
+        rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(8))
+        rows += b'{"prompt": "p", "completion": 5}\n'
+        version = make_version(team, content=rows)
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        problems = body.split('<table class="table errors-table">')[1].split("</table>")[0].split('<tr class="error-row"')[1:]
+        assert "17 problems found" in body and len(problems) == 3
+        first, second, third = problems
+        assert '<span class="cell-label">lines </span>1, 2, 3, 4, 5 and 3 more</td>' in first
+        assert "<code>prompt</code>" in first and first.count("missing &#x27;prompt&#x27;") == 1
+        assert '<span class="cell-label">lines </span>1, 2, 3, 4, 5 and 3 more</td>' in second
+        assert "<code>completion</code>" in second
+        assert '<span class="cell-label">line </span>9</td>' in third and "must be a string" in third
+
     def test_a_failed_version_shows_no_row_count(self, team, client_for):
         version = make_version(team, content=FAILING_ROWS)
         body = client_for(team.viewer).get(version_url(version)).content.decode()
