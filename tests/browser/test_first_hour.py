@@ -139,3 +139,17 @@ def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(browser, live_
         assert lines == [["demo-preference", 1, 1], ["prompts", 1, 1], ["wrongcols", 1, 1]]
     finally:
         context.close()
+
+
+def test_the_keyboard_skips_the_menus_to_the_page(page, live_server):
+    """QA: on a project's pages 14 Tab presses (the top bar, the project menu) came before a page's first
+    field; the first Tab now offers to skip them."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.keyboard.press("Tab")
+    skip = page.evaluate("document.activeElement.textContent.trim()")
+    assert skip == "Skip to the page"
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "id_name"
