@@ -231,6 +231,13 @@ class TestUpload:
         assert list(first.dataset.versions.values_list("number", flat=True).order_by("number")) == [1, 2]
         assert client_for(team.outsider).get(url).status_code == 404
 
+    def test_a_new_versions_page_says_the_kind_its_rows_must_be(self, team, client_for):
+        """QA: the page had no Kind field and named the kind nowhere: only the mapping's field names hinted it."""
+        first = make_version(team)
+        page = client_for(team.owner).get(f"/p/alpha/datasets/{first.dataset.public_id}/upload/").content.decode()
+        assert ('<p class="version-kind">Kind <span class="badge">sft</span>: supervised fine-tuning: '
+                "&#x27;prompt&#x27; and &#x27;completion&#x27;, or &#x27;messages&#x27; (a chat).</p>") in page
+
     def test_a_new_version_starts_from_the_last_version_s_column_mapping(self, team, client_for):
         first = services.dataset_create_with_upload(
             project=team.project, name="qa", kind="sft",
