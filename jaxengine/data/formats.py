@@ -726,8 +726,8 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         # Rows of another kind (preference pairs uploaded as sft) were told to map a column, which none of theirs is.
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, the fields of the "
-                f"{other} kind: if the file holds {other} rows, choose the kind {other} (Kind on the upload form, "
-                "kind in the API, --kind on the command line)")
+                f"{other} kind: if the file holds {other} rows, upload it as a dataset of kind {other} (Kind on the "
+                "upload form, kind in the API, --kind on the command line)")
     return (
         field_name,
         "missing_field",

@@ -162,9 +162,9 @@ def test_a_row_of_another_kind_is_named_as_that_kind(tmp_path, kind, row, other)
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind))
     assert report.error_count >= 1
     for issue in report.errors:
-        assert issue.message.endswith(f", the fields of the {other} kind: if the file holds {other} rows, choose the "
-                                      f"kind {other} (Kind on the upload form, kind in the API, --kind on the command "
-                                      "line)")
+        assert issue.message.endswith(f", the fields of the {other} kind: if the file holds {other} rows, upload it as "
+                                      f"a dataset of kind {other} (Kind on the upload form, kind in the API, --kind on "
+                                      "the command line)")
 
 
 def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
