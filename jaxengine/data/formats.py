@@ -83,6 +83,7 @@ KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
 }
 
 # File name extensions (lower case) and the format each one means.
+COMPRESSED_EXTENSIONS = frozenset({".gz", ".gzip", ".zip", ".zst", ".zstd", ".bz2", ".xz", ".7z", ".tgz"})
 EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": FileFormat.JSONL,
     ".ndjson": FileFormat.JSONL,
@@ -211,15 +212,23 @@ class ValidationReport:
 # Format detection and whole-file checks
 
 
-def detect_format(filename: str) -> FileFormat:
-    """The file format from a file name's extension; ``ValueError`` names the accepted ones."""
+def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
+    """The file format from a file name's extension; ``ValueError`` names the accepted ones, and the file
+    as ``shown_as`` when given (the web app's, between bidi isolates)."""
     suffix = Path(filename).suffix.lower()
+    shown = filename if shown_as is None else shown_as
     try:
         return EXTENSIONS[suffix]
     except KeyError:
+        if suffix in COMPRESSED_EXTENSIONS:
+            # Told only to rename it, a user renamed rows.jsonl.gz to rows.jsonl and had it refused as binary.
+            raise ValueError(
+                f"'{shown}' is a compressed file ({Path(filename).suffix}), which Temper does not read: decompress "
+                f"it and give the file it holds ('{Path(filename).stem}')"
+            ) from None
         accepted = ", ".join(sorted(EXTENSIONS))
         raise ValueError(
-            f"cannot tell the format of '{filename}' from its extension: rename it with one of {accepted}, "
+            f"cannot tell the format of '{shown}' from its extension: rename it with one of {accepted}, "
             "or give its format (Format on the upload form, file_format in the API, --format on the command line)"
         ) from None
 
@@ -325,11 +334,24 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             except orjson.JSONDecodeError as exc:
                 if not raw.strip():
                     continue
+                if row == 0 and raw.lstrip().startswith(b"["):
+                    raise DatasetFormatError(_json_array_as_jsonl(line_number)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
+            if row == 0 and type(value) is list and value and all(type(element) is dict for element in value):
+                raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
             yield RawRow(row=row, line=line_number, value=value)
+
+
+def _json_array_as_jsonl(line: int) -> Issue:
+    # Read line by line, an array gave a "broken JSON" problem for each of its lines (or, on one line,
+    # "a row that is not an object"), and nothing said that the whole file was one array.
+    return Issue(code="json", line=line,
+                 message="the file is one JSON array (the layout of a .json file), not one JSON object per line: "
+                         "choose the format JSON (Format on the upload form, file_format in the API, --format on "
+                         "the command line) or give the file the .json extension, and upload it again")
 
 
 # orjson refuses values nested deeper than 1024 levels; the json module (the JSON array reader, and the
@@ -558,6 +580,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                     code="csv_header", line=1,
                     message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
                             "JSON array); give it the .jsonl (or .json) extension and upload it again"))
+            _check_other_separator(header)
             _check_csv_header(header)
             row = 0
             while True:
@@ -594,6 +617,23 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
                      message='text follows the closing " of a quoted cell: quote the whole cell and write each " '
                              'inside it as ""')
     return Issue(code="csv", message=f"unreadable CSV: {error}; check the quoting", line=line)
+
+
+_OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars"))
+
+
+def _check_other_separator(header: list[str]) -> None:
+    """A file separated by semicolons (a spreadsheet's CSV in many locales) or tabs reads as one column;
+    every row was then reported missing each of its kind's fields, twice a row for sft."""
+    if len(header) != 1:
+        return
+    for separator, name in _OTHER_SEPARATORS:
+        if separator in header[0]:
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=1,
+                message=f"the header row is one column, '{header[0]}': the file looks separated by {name}, and a "
+                        "CSV file must be separated by commas; export it again with commas as the separator (or as "
+                        "JSON Lines)"))
 
 
 def _check_csv_header(header: list[str]) -> None:
@@ -682,6 +722,12 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
                 f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
                 "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
+    if not mapping.columns and (other := _kind_of_row(record)) not in (None, mapping.kind):
+        # Rows of another kind (preference pairs uploaded as sft) were told to map a column, which none of theirs is.
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, the fields of the "
+                f"{other} kind: if the file holds {other} rows, upload it as a dataset of kind {other} (Kind on the "
+                "upload form, kind in the API, --kind on the command line)")
     return (
         field_name,
         "missing_field",
@@ -689,6 +735,17 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
         "data.columns in a job spec, --map on the command line)",
     )
+
+
+def _kind_of_row(record: dict) -> DatasetKind | None:
+    """The kind whose fields a row has by their own names, if any: preference, then sft, then text."""
+    if "chosen" in record and "rejected" in record:
+        return DatasetKind.PREFERENCE
+    if ("prompt" in record and "completion" in record) or "messages" in record:
+        return DatasetKind.SFT
+    if "text" in record:
+        return DatasetKind.TEXT
+    return None
 
 
 def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:

@@ -25,8 +25,11 @@ class ConversationForm(forms.Form):
 
 
 class MessageForm(forms.Form):
-    content = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=MESSAGE_MAX_CHARS,
-                              strip=False)
+    # The page shows no label beside the box: its name and how to send are on the box itself.
+    content = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "aria-label": "Message",
+                                     "placeholder": "Message the model: Enter sends, Shift+Enter starts a new line"}),
+        max_length=MESSAGE_MAX_CHARS, strip=False)
 
 
 class ArenaExportForm(forms.Form):

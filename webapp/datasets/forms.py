@@ -69,6 +69,15 @@ class UploadForm(forms.Form):
             help_text="JSONL, JSON (an array of objects), CSV with a header row, or Parquet; UTF-8 text.",
         )
 
+    @property
+    def file_to_choose_again(self) -> str | None:
+        """The name of the file sent with a form that comes back for errors in its other fields: the
+        browser shows the file input empty, so the page says to choose it again."""
+        sent = self.files.get("file") if self.is_bound else None
+        if sent is None or not self.errors or "file" in self.errors:
+            return None
+        return sent.name
+
     def column_mapping(self) -> dict[str, str]:
         """The mapping for the dataset's kind: those of its fields with a column name filled in."""
         kind = formats.DatasetKind(self.dataset.kind if self.dataset is not None else self.cleaned_data["kind"])

@@ -260,6 +260,50 @@ def _searchable_text(value: Any) -> str:
     return "" if value is None else name_key(str(value))
 
 
+SHOWN_PLACES = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProblemGroup:
+    """One problem as a failed version's page lists it: the stored errors that say the same thing of the
+    same field (rows with a column named differently, each missing the same field) are one entry with the
+    places where they are, in the order they were found."""
+
+    code: str
+    field: str | None
+    message: str
+    lines: tuple[int | None, ...]
+    rows: tuple[int | None, ...]
+
+    @property
+    def many(self) -> bool:
+        return len(self.lines) > 1
+
+    @property
+    def line_list(self) -> str:
+        return _places(self.lines)
+
+    @property
+    def row_list(self) -> str:
+        return _places(self.rows)
+
+
+def _places(numbers: tuple[int | None, ...]) -> str:
+    shown = ", ".join("—" if number is None else str(number) for number in numbers[:SHOWN_PLACES])
+    more = len(numbers) - SHOWN_PLACES
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def problem_groups(*, version: DatasetVersion) -> list[ProblemGroup]:
+    """The stored errors of ``version`` (the first ``DEFAULT_MAX_ERRORS``), alike ones together."""
+    grouped: dict[tuple[str, str | None, str], list[dict[str, Any]]] = {}
+    for error in version.errors:
+        grouped.setdefault((error.get("code", ""), error.get("field"), error.get("message", "")), []).append(error)
+    return [ProblemGroup(code=code, field=field, message=message,
+                         lines=tuple(error.get("line") for error in errors), rows=tuple(error.get("row") for error in errors))
+            for (code, field, message), errors in grouped.items()]
+
+
 def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-field histograms of a statistics dict, as plotly needs them: one entry per field with
     ``field``, ``summary`` (count/min/max/mean/percentiles) and bar ``x`` (bin starts), ``width``, ``y``."""

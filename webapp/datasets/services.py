@@ -24,6 +24,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name, checked_text
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named, version_readers
@@ -53,7 +54,7 @@ def _enqueue(task_name: str, *args: Any) -> None:
 
 
 def empty_upload_message(name: str) -> str:
-    return f"{name} is empty (0 bytes): choose the file that holds your rows, or export it again"
+    return f"{isolated(name)} is empty (0 bytes): choose the file that holds your rows, or export it again"
 
 
 def _column_mapping(kind: str, columns: dict[str, str]) -> formats.ColumnMapping:
@@ -127,7 +128,7 @@ def dataset_version_create(
             raise ValidationError({"file_format": f"unknown format {file_format!r}"}) from None
     else:
         try:
-            file_format = formats.detect_format(upload.name or "").value
+            file_format = formats.detect_format(upload.name or "", shown_as=isolated(upload.name or "")).value
         except ValueError as error:
             raise ValidationError({"file": str(error)}) from error
     checked_json(column_mapping, field="column_mapping")

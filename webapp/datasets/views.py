@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
+from jaxengine.data import formats
 from webapp.basemodels.selectors import basemodel_list
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
@@ -141,6 +142,7 @@ def _render_upload(request, project, membership, form, dataset, *, error: str | 
             "dataset": dataset,
             "upload_error": error,
             "mapping_from": mapping_from,
+            "kind_description": formats.KIND_DESCRIPTIONS[formats.DatasetKind(dataset.kind)] if dataset else None,
             "max_upload_bytes": settings.TEMPER_MAX_UPLOAD_BYTES,
         },
         status=status,
@@ -184,6 +186,8 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
         "can_delete": selectors.may_delete_version(membership=membership, version=version),
         "review_campaign": export_campaigns(project=project, versions=[version]).get(version.pk),
     }
+    if version.status == VersionStatus.FAILED:
+        context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")

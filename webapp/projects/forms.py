@@ -10,7 +10,8 @@ class ProjectCreateForm(forms.Form):
     name = forms.CharField(max_length=100)
     slug = forms.CharField(
         max_length=50,
-        help_text="Used in URLs: lower-case letters, digits and hyphens, e.g. chat-tuning.",
+        required=False,
+        help_text="Used in URLs: lower-case letters, digits and hyphens, e.g. chat-tuning. Blank: made from the name.",
     )
 
 

@@ -11,12 +11,14 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils.text import slugify
 
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Membership, Project, Role
 from webapp.projects.selectors import project_readers
 
+SLUG_MAX_LENGTH = 50
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?$")
 # Slugs that would read like site sections rather than projects.
 RESERVED_SLUGS = frozenset({"new", "admin", "api", "accounts", "static", "metrics", "workers"})
@@ -41,10 +43,15 @@ def _validate_role(role: str) -> None:
 
 @transaction.atomic
 def project_create(*, name: str, slug: str, owner: AbstractBaseUser) -> Project:
-    """Create a project with ``owner`` as its first owner."""
+    """Create a project with ``owner`` as its first owner; a blank ``slug`` is made from the name."""
     name = checked_name(name, field="name", max_length=Project._meta.get_field("name").max_length)
     if not name:
         raise ValidationError({"name": "the project name must not be empty"})
+    if not slug:
+        slug = slugify(name)[:SLUG_MAX_LENGTH].strip("-")
+        if not slug:
+            raise ValidationError({"slug": "the name gives no slug (lower-case letters a-z, digits and hyphens); "
+                                           "type one"})
     _validate_slug(slug)
     taken = ValidationError({"slug": f"a project with slug {slug!r} already exists; choose another"})
     if Project.objects.filter(slug=slug).exists():

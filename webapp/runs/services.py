@@ -876,7 +876,9 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
             raise ValidationError({"max_steps": error.problems}) from None
         run.total_steps = max_steps
     elif run.status == RunStatus.SUCCEEDED:
-        raise ValidationError({"max_steps": "the run has finished its steps; give a larger max_steps to train on"})
+        raise ValidationError({"max_steps": f"the run has done all its {run.current_step} steps: give a new total above "
+                                            f"{run.current_step} (the box beside Resume; max_steps in the API) to train "
+                                            "it further"})
     run.status = RunStatus.QUEUED
     run.attempt += 1
     run.queued_at = timezone.now()

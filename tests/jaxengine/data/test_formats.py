@@ -62,6 +62,16 @@ def test_detect_format_rejects_unknown_extension():
         detect_format("data.txt")
 
 
+@pytest.mark.parametrize(("name", "inner"), [("rows.jsonl.gz", "rows.jsonl"), ("rows.csv.zip", "rows.csv"),
+                                             ("rows.zst", "rows")])
+def test_detect_format_says_to_decompress_a_compressed_file(name, inner):
+    """'rows.jsonl.gz' was told to rename itself to a known extension, and renamed it failed again, as binary."""
+    with pytest.raises(ValueError) as raised:
+        detect_format(name)
+    assert str(raised.value) == (f"'{name}' is a compressed file ({Path(name).suffix}), which Temper does not read: "
+                                 f"decompress it and give the file it holds ('{inner}')")
+
+
 def test_csv_quoting_mistakes_are_named(tmp_path):
     """An unclosed quote read the rest of the file as one cell ('this row has 1 cell but the header has 2
     columns'); text after a closing quote was silently joined to the cell."""
@@ -138,6 +148,23 @@ def test_column_mapping_renames_fields(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"question": "q", "answer": "a"}])
     mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})
     assert list(iter_examples(path, fmt=FileFormat.JSONL, mapping=mapping)) == [{"prompt": "q", "completion": "a"}]
+
+
+@pytest.mark.parametrize(("kind", "row", "other"), [
+    ("sft", {"prompt": "q", "chosen": "a", "rejected": "b"}, "preference"),
+    ("preference", {"prompt": "q", "completion": "a"}, "sft"),
+    ("text", {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "sft"),
+])
+def test_a_row_of_another_kind_is_named_as_that_kind(tmp_path, kind, row, other):
+    """QA: preference pairs uploaded as sft were told to map a column to 'completion', which no column
+    of theirs is; the kind was what was wrong."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [row])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind))
+    assert report.error_count >= 1
+    for issue in report.errors:
+        assert issue.message.endswith(f", the fields of the {other} kind: if the file holds {other} rows, upload it as "
+                                      f"a dataset of kind {other} (Kind on the upload form, kind in the API, --kind on "
+                                      "the command line)")
 
 
 def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
@@ -457,6 +484,42 @@ def test_json_saved_as_csv_is_named_as_json(tmp_path, first_line):
     issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
     assert (issue.code, issue.line) == ("csv_header", 1)
     assert issue.message.startswith("the first line is JSON, not a CSV header row: the file looks like JSON Lines")
+
+
+@pytest.mark.parametrize("content", [
+    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}], indent=2),
+    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]),
+])
+def test_a_json_array_saved_as_jsonl_is_named_as_one_problem(tmp_path, content):
+    """A JSON array (the .json layout) uploaded as .jsonl listed a "broken JSON" problem for each of its
+    lines, 22 for five short rows, and nothing said the file was one array; on one line it was "a row
+    that is not an object"."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(content + "\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", 1)
+    assert issue.message.startswith("the file is one JSON array (the layout of a .json file), not one JSON object "
+                                    "per line: choose the format JSON")
+
+
+def test_a_jsonl_file_whose_first_row_is_a_list_of_strings_is_still_a_row_problem(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('["a", "b"]\n{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list")
+
+
+@pytest.mark.parametrize(("separator", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")])
+def test_a_csv_separated_by_another_character_is_named(tmp_path, separator, name):
+    """A CSV exported with semicolons (a spreadsheet in many locales) or tabs was read as one column,
+    'prompt;completion', and every row was reported twice as missing its prompt and its completion."""
+    path = tmp_path / "rows.csv"
+    path.write_text(f"prompt{separator}completion\np1{separator}c1\np2{separator}c2\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == (f"the header row is one column, 'prompt{separator}completion': the file looks separated "
+                             f"by {name}, and a CSV file must be separated by commas; export it again with commas "
+                             "as the separator (or as JSON Lines)")
 
 
 def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):

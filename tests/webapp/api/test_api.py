@@ -97,7 +97,7 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     upload = apis["teammate"].upload
     status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "empty", "kind": "sft"}, "empty.jsonl", b"")
     assert status == 400 and body["errors"]["file"] == [
-        "empty.jsonl is empty (0 bytes): choose the file that holds your rows, or export it again"]
+        "\u2068empty.jsonl\u2069 is empty (0 bytes): choose the file that holds your rows, or export it again"]
     assert not Dataset.objects.filter(name="empty").exists()
     rows = b'{"prompt": "a", "completion": "b"}\n'
     status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "m", "kind": "sft", "mapping": '["a"]'},

@@ -69,6 +69,16 @@ def test_it_works(team, client_for, base_model, sent, django_capture_on_commit_c
     assert [turn["content"] for turn in sent[1][1][0]["messages"]] == ["Be brief.", "What is 2 + 2?", "4", "And 3 + 3?"]
 
 
+def test_the_message_box_has_a_name_and_says_how_to_send(team, client_for, base_model, sent):
+    """QA: the box had no label, no accessible name and no placeholder: a screen reader said only "edit
+    text", and nothing said that Enter sends."""
+    conversation = conversation_of(team, client_for, base_model)
+    page = client_for(team.teammate).get(url("detail", conversation)).content.decode()
+    box = page.split('<form id="chat-form"', 1)[1].split("<textarea", 1)[1].split(">", 1)[0]
+    assert 'aria-label="Message"' in box
+    assert 'placeholder="Message the model: Enter sends, Shift+Enter starts a new line"' in box
+
+
 def test_opening_a_conversation_asks_the_serve_worker_to_load_its_model(team, client_for, base_model, sent,
                                                                        django_capture_on_commit_callbacks):
     conversation = conversation_of(team, client_for, base_model)

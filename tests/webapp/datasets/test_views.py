@@ -8,6 +8,7 @@ from django.test import Client
 
 from tests.webapp.factories import form_token, form_tokens
 from webapp.core.models import Submission
+from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.datasets import services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -127,6 +128,21 @@ class TestUpload:
         version = DatasetVersion.objects.get()
         assert [response["Location"] for response in renamed] == [version_url(version)] * 2 and len(no_broker) == 1
 
+    def test_a_form_sent_back_with_errors_says_to_choose_its_file_again(self, team, client_for):
+        """QA: with the name taken, the form came back with the name and kind kept but the file input
+        silently empty (a browser keeps no chosen file), and Upload then said only that a file is needed."""
+        services.dataset_create(project=team.project, name="chats", kind="sft", user=team.owner)
+        refused = client_for(team.teammate).post(self.url, upload_data(filename="שורות.jsonl"))
+        assert refused.status_code == 400
+        sent_name = isolated("שורות.jsonl")
+        assert (f"Choose {sent_name} again: a browser does not keep a chosen file when a form "
+                "comes back with errors.") in refused.content.decode()
+
+    def test_a_refused_file_is_not_asked_for_again_twice(self, team, client_for):
+        refused = client_for(team.teammate).post(self.url, upload_data(content=b""))
+        assert refused.status_code == 400 and "is empty (0 bytes)" in refused.content.decode()
+        assert "again: a browser does not keep" not in refused.content.decode()
+
     def test_an_unknown_format_is_said_next_to_its_field(self, team, client_for):
         """The form came back marked invalid with no message: its Format field's errors were not shown."""
         response = client_for(team.teammate).post(self.url, upload_data(file_format="xml"))
@@ -135,6 +151,12 @@ class TestUpload:
         field = page.split('for="id_file_format"')[1].split("</div>")[0]
         assert '<small class="error" id="id_file_format_error">Select a valid choice. xml is not one of the available ' \
                'choices.</small>' in field
+
+    def test_a_name_with_an_unknown_extension_is_isolated_in_its_message(self, team, client_for):
+        response = client_for(team.teammate).post(self.url, upload_data(filename="صفوف.txt"))
+        assert response.status_code == 400 and not DatasetVersion.objects.exists()
+        assert (f"cannot tell the format of &#x27;{isolated('صفوف.txt')}&#x27; from its extension"
+                in response.content.decode())
 
     def test_it_passes_the_column_mapping_of_the_kind(self, team, client_for):
         data = upload_data(map_prompt="question", map_completion=" answer ", map_chosen="ignored")
@@ -161,9 +183,11 @@ class TestUpload:
 
     def test_an_empty_file_is_named_with_what_to_do(self, team, client_for, settings):
         stored_before = set(settings.DATA_ROOT.glob("**/*.jsonl"))
-        response = client_for(team.teammate).post(self.url, upload_data(content=b"", filename="rows.jsonl"))
+        response = client_for(team.teammate).post(self.url, upload_data(content=b"", filename="صفوف.jsonl"))
         assert response.status_code == 400
-        assert "rows.jsonl is empty (0 bytes): choose the file that holds your rows" in response.content.decode()
+        # The name isolated: a right-to-left one at the head of the sentence took "is empty" into its run.
+        assert (f"{isolated('صفوف.jsonl')} is empty (0 bytes): choose the file that holds your rows"
+                in response.content.decode())
         assert not Dataset.objects.exists() and not DatasetVersion.objects.exists()
         assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before
 
@@ -206,6 +230,13 @@ class TestUpload:
         assert response.status_code == 302
         assert list(first.dataset.versions.values_list("number", flat=True).order_by("number")) == [1, 2]
         assert client_for(team.outsider).get(url).status_code == 404
+
+    def test_a_new_versions_page_says_the_kind_its_rows_must_be(self, team, client_for):
+        """QA: the page had no Kind field and named the kind nowhere: only the mapping's field names hinted it."""
+        first = make_version(team)
+        page = client_for(team.owner).get(f"/p/alpha/datasets/{first.dataset.public_id}/upload/").content.decode()
+        assert ('<p class="version-kind">Kind <span class="badge">sft</span>: supervised fine-tuning: '
+                "&#x27;prompt&#x27; and &#x27;completion&#x27;, or &#x27;messages&#x27; (a chat).</p>") in page
 
     def test_a_new_version_starts_from_the_last_version_s_column_mapping(self, team, client_for):
         first = services.dataset_create_with_upload(
@@ -383,6 +414,22 @@ class TestVersionPage:
         body = client_for(team.viewer).get(version_url(version)).content.decode()
         assert "1 problem found" in body and "must be a string, got a number" in body
         assert '<tr class="error-row" data-code="wrong_type">' in body
+
+    def test_the_same_problem_on_many_rows_is_listed_once_with_its_lines(self, team, client_for):
+        """QA: a file whose columns were named differently listed 20 problems, two a row, each repeating the
+        same paragraph about the columns and the mapping: a screen of it for the two things to fix."""
+        rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(8))
+        rows += b'{"prompt": "p", "completion": 5}\n'
+        version = make_version(team, content=rows)
+        body = client_for(team.viewer).get(version_url(version)).content.decode()
+        problems = body.split('<table class="table errors-table">')[1].split("</table>")[0].split('<tr class="error-row"')[1:]
+        assert "17 problems found" in body and len(problems) == 3
+        first, second, third = problems
+        assert '<span class="cell-label">lines </span>1, 2, 3, 4, 5 and 3 more</td>' in first
+        assert "<code>prompt</code>" in first and first.count("missing &#x27;prompt&#x27;") == 1
+        assert '<span class="cell-label">lines </span>1, 2, 3, 4, 5 and 3 more</td>' in second
+        assert "<code>completion</code>" in second
+        assert '<span class="cell-label">line </span>9</td>' in third and "must be a string" in third
 
     def test_a_failed_version_shows_no_row_count(self, team, client_for):
         version = make_version(team, content=FAILING_ROWS)

@@ -14,7 +14,13 @@ def test_project_create_makes_the_creator_owner(db):
     assert (membership.user, membership.role) == (owner, Role.OWNER)
 
 
-@pytest.mark.parametrize("slug", ["", "Upper", "under_score", "-lead", "trail-", "a" * 51, "new", "admin"])
+@pytest.mark.parametrize(("name", "slug"), [("Chat tuning", "chat-tuning"), ("  Ärger -- 2!", "arger-2"),
+                                         ("x" * 49 + " y", "x" * 49)])
+def test_project_create_makes_a_blank_slug_from_the_name(db, name, slug):
+    assert services.project_create(name=name, slug="", owner=make_user("ada")).slug == slug
+
+
+@pytest.mark.parametrize("slug", ["Upper", "under_score", "-lead", "trail-", "a" * 51, "new", "admin"])
 def test_project_create_rejects_bad_slug(db, slug):
     with pytest.raises(ValidationError) as excinfo:
         services.project_create(name="x", slug=slug, owner=make_user("ada"))

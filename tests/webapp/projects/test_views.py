@@ -36,6 +36,21 @@ class TestProjectCreate:
         project = Project.objects.get(slug="reward-models")
         assert Membership.objects.get(project=project, user=team.viewer).role == Role.OWNER
 
+    def test_a_blank_slug_is_made_from_the_name(self, team, client_for):
+        """QA: a newcomer typed a name and pressed Create; the browser only said to fill in the slug."""
+        response = client_for(team.viewer).post(self.url, {"name": "Chat tuning: Ärger 2", "slug": ""})
+        assert response.status_code == 302 and response["Location"] == "/p/chat-tuning-arger-2/"
+        assert Project.objects.get(slug="chat-tuning-arger-2").name == "Chat tuning: Ärger 2"
+
+    @pytest.mark.parametrize(("name", "message"), [
+        ("Alpha", "a project with slug 'alpha' already exists; choose another"),
+        ("Σοφία", "the name gives no slug (lower-case letters a-z, digits and hyphens); type one"),
+    ])
+    def test_a_slug_made_from_the_name_that_cannot_be_used_is_asked_for(self, team, client_for, name, message):
+        response = client_for(team.viewer).post(self.url, {"name": name, "slug": ""})
+        assert response.status_code == 400 and message in response.content.decode().replace("&#x27;", "'")
+        assert 'value="Σοφία"' in response.content.decode() or name == "Alpha"
+
     def test_it_requires_access(self, client, db):
         assert_redirects_to_login(client.get(self.url), self.url)
         assert client.post(self.url, {"name": "x", "slug": "x"}).status_code == 302

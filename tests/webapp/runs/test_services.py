@@ -234,6 +234,19 @@ def test_resume_queues_a_new_attempt_with_more_steps(team, catalog, sent_tasks, 
     assert sent_tasks.calls[-1] == ("worker.tasks.train.train_run", [run.pk, 2], "train")
 
 
+def test_resuming_a_succeeded_run_asks_for_a_new_total_by_the_names_a_person_sees(team, catalog, sent_tasks,
+                                                                                   django_capture_on_commit_callbacks):
+    """QA: Resume pressed with the "new total" box empty said "give a larger max_steps", a name the run page
+    shows nowhere, nor how many steps were done."""
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=20)
+    with pytest.raises(ValidationError) as refused:
+        services.run_resume(run=run, user=team.teammate)
+    assert refused.value.message_dict == {"max_steps": [
+        "the run has done all its 20 steps: give a new total above 20 (the box beside Resume; max_steps in the API) "
+        "to train it further"]}
+
+
 def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django_capture_on_commit_callbacks,
                                                monkeypatch):
     # A run cancelled before it started (or failed before its first checkpoint) logged "continuing from the

@@ -1,0 +1,155 @@
+"""What a newcomer met in their first hour (a QA pass in the browser): a project made from its name
+alone, and pages whose sections sat against each other at a phone's width and a desktop's."""
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_base_model, make_ready_version, make_team, make_user
+from webapp.datasets import services as dataset_services
+from webapp.projects.models import Project
+from webapp.review import services as review_services
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_new_project_needs_only_a_name(page, live_server):
+    make_user("nina")
+    log_in(page, live_server.url, "nina")
+    page.get_by_role("link", name="New project").click()
+    page.fill("#id_name", "Chat tuning")
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url(f"{live_server.url}/p/chat-tuning/")
+    assert Project.objects.get(slug="chat-tuning").name == "Chat tuning"
+
+
+def vertical_gap(page, upper: str, lower: str) -> float:
+    """Pixels between the bottom of ``upper`` and the top of ``lower`` (CSS selectors)."""
+    return page.evaluate(
+        "([upper, lower]) => document.querySelector(lower).getBoundingClientRect().top"
+        " - document.querySelector(upper).getBoundingClientRect().bottom",
+        [upper, lower],
+    )
+
+
+@pytest.mark.parametrize("width", [390, 1440])
+def test_the_arena_page_keeps_its_sections_apart(browser, live_server, width):
+    """The Battle button touched the "Your battles" heading below it, and the export form the Team
+    review card (0 px between them)."""
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/arena/")
+        assert vertical_gap(page, "#new-battle button[type=submit]", "#new-battle + h2") >= 12
+        assert vertical_gap(page, "#arena-export", "#to-review") >= 12
+    finally:
+        context.close()
+
+
+def test_a_failed_versions_problems_fit_a_phone(browser, live_server, monkeypatch):
+    """At 390 px the problems table ran 12 px past the page, its Problem column a word wide: one
+    problem took a screen's height, and the page 13,000 px."""
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(5))
+    version = dataset_services.dataset_create_with_upload(
+        project=team.project, name="wrong-columns", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
+        file_format=None, column_mapping={}, user=team.owner)
+    version = dataset_services.dataset_version_validate(version_id=version.pk)
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        problem = page.locator(".errors-table tbody tr").first
+        assert problem.locator("td").nth(3).bounding_box()["width"] >= 250
+        assert problem.bounding_box()["height"] <= 320  # it was over 800
+        assert problem.inner_text().startswith("lines 1, 2, 3, 4, 5")
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("page_of", ["dataset", "review items"])
+def test_tables_scroll_inside_a_phones_page(browser, live_server, monkeypatch, page_of):
+    """At 390 px a dataset's versions table made the page 623 px wide and a campaign's items table
+    529 px: the whole page scrolled sideways, its top bar ending half-way."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="preferences-of-the-spring-campaign", kind="preference",
+                                 rows=[{"prompt": f"q{i}", "chosen": "a", "rejected": "b"} for i in range(3)],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    address = {"dataset": f"/p/alpha/datasets/{version.dataset.public_id}/",
+               "review items": f"/p/alpha/review/{campaign.public_id}/items/"}[page_of]
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(live_server.url + address)
+        assert page.locator("table.table").count() == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()
+
+
+def test_a_base_models_serving_copy_form_fits_a_phone(browser, live_server):
+    """At 390 px the "Measure on" select, as wide as its longest option, made the page 426 px wide."""
+    team = make_team()
+    base_model = make_base_model(team.project, name="falcon", path="/models/falcon")
+    make_ready_version(team.project, name="held-out-prompts-of-the-spring-campaign", kind="prompts",
+                       rows=[{"prompt": "q"}], user=team.owner)
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/models/{base_model.public_id}/")
+        assert "held-out-prompts-of-the-spring-campaign" in page.locator("select[name=eval_version]").inner_text()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()
+
+
+def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(browser, live_server, monkeypatch):
+    """At 1440 px, beside a failed version's first problem, the Datasets table cut names inside their
+    words ("demo-prompt|s", "wrongc|ols") and dates after their month ("2026-12-|05")."""
+    monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    for name in ("demo-preference", "prompts"):
+        make_ready_version(team.project, name=name, user=team.owner)
+    rows = b"".join(b'{"question": "q%d", "answer": "a"}\n' % index for index in range(5))
+    failed = dataset_services.dataset_create_with_upload(
+        project=team.project, name="wrongcols", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
+        file_format=None, column_mapping={}, user=team.owner)
+    dataset_services.dataset_version_validate(version_id=failed.pk)
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/datasets/")
+        lines = page.evaluate("""() => [...document.querySelectorAll('table.table tbody tr')].map(row => {
+            const name = row.cells[0].querySelector('a'), date = row.cells[row.cells.length - 1];
+            const range = document.createRange(); range.selectNodeContents(date);
+            return [name.textContent, name.getClientRects().length, range.getClientRects().length]; })""")
+        assert lines == [["demo-preference", 1, 1], ["prompts", 1, 1], ["wrongcols", 1, 1]]
+    finally:
+        context.close()
+
+
+def test_the_keyboard_skips_the_menus_to_the_page(page, live_server):
+    """QA: on a project's pages 14 Tab presses (the top bar, the project menu) came before a page's first
+    field; the first Tab now offers to skip them."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.keyboard.press("Tab")
+    skip = page.evaluate("document.activeElement.textContent.trim()")
+    assert skip == "Skip to the page"
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "id_name"
