@@ -38,6 +38,8 @@ class CampaignSettingsForm(forms.Form):
         self.fields["reviewers"].label_from_instance = lambda user: user.get_username()
         if "required_reviews" not in self.initial:
             self.fields["required_reviews"].initial = default_required_reviews(project=project)
+        if "reviewers" not in self.initial:  # a new campaign: the team reviews, unless someone is unticked
+            self.fields["reviewers"].initial = list(self.fields["reviewers"].queryset)
 
 
 class CampaignCreateForm(CampaignSettingsForm):

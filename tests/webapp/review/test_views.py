@@ -164,6 +164,17 @@ def test_a_new_campaign_asks_for_no_more_reviews_per_item_than_the_project_has_r
         assert 'name="required_reviews" value="2"' in together, page_name
 
 
+def test_a_new_campaign_starts_with_the_team_ticked_as_reviewers(team, carol, client_for):
+    """A new campaign's form ticked no one, so even an owner working alone was sent back to tick themselves;
+    the settings page still shows the campaign's own reviewers."""
+    import re
+
+    for page_name in ("review:create", "review:generate"):
+        page = client_for(team.owner).get(reverse(page_name, args=[team.project.slug])).content.decode()
+        boxes = re.findall(r'<input type="checkbox" name="reviewers"[^>]*>', page)
+        assert len(boxes) == 3 and all("checked" in box for box in boxes), (page_name, boxes)
+
+
 def test_a_reviewer_reviews_with_the_form(campaign, team, client_for):
     reviewer = client_for(team.teammate)
     page = reviewer.get(url("next", campaign))
