@@ -858,6 +858,9 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     _refuse_while_files_written(run)
+    from webapp.runs import pipelines  # pipelines build on this module
+
+    pipelines.refuse_resuming_a_result(run)
     _refuse_replacing_a_used_model(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
@@ -890,6 +893,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
                   + (f" with max_steps {max_steps}" if max_steps else "")
                   + (f"; continuing from checkpoint {saved[-1]}" if saved
                      else "; no checkpoint was saved, so it starts from step 0"))
+    pipelines.pipeline_follow_resume(run=run, user=user)
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)
