@@ -151,6 +151,9 @@ TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 TEMPER_RUN_HEARTBEAT_SECONDS = env_int("TEMPER_RUN_HEARTBEAT_SECONDS", 5)
 TEMPER_RUN_LOST_SECONDS = env_int("TEMPER_RUN_LOST_SECONDS", 60)
 TEMPER_REAPER_SECONDS = env_int("TEMPER_REAPER_SECONDS", 5)
+# A run lost this many times in a row with no new checkpoint between (killed at the same step again and
+# again) is failed with the reason instead of re-queued; 0 re-queues it for ever.
+TEMPER_RUN_LOST_LIMIT = env_int("TEMPER_RUN_LOST_LIMIT", 3)
 # Multi-host runs (``webapp.runs.placement``): a run waits this long for N free workers of its pool
 # (then fails with the reason); each host's process heartbeats in Redis and its peers end the job
 # when one is silent for TEMPER_HOST_LOST_SECONDS. A train worker announces the address its peers

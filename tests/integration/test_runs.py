@@ -1,7 +1,8 @@
 """Runs on a real train worker over a real Redis: a tiny SFT run trains end to end; a cancel
 stops it within seconds of a step and a resume continues its history; a train worker killed with
 SIGKILL mid-run is detected by its silent heartbeat and the run resumes from its last checkpoint on
-a new worker, and a prefork pool process killed mid-run is re-queued by its own worker at once; a Redis
+a new worker, and a prefork pool process killed mid-run is re-queued by its own worker at once (and, killed
+again and again before a new checkpoint, fails its run with the reason); a Redis
 restart mid-run loses neither the run nor a metric point.
 
 The train worker runs with short timings (heartbeats 1 s, lost after 6 s, reaper every 2 s) so that
@@ -204,6 +205,35 @@ def test_a_killed_training_process_is_requeued_by_its_own_worker_at_once(setup, 
                  what="the next attempt, in the pool's new process")
         services.run_cancel(run=run, user=None)
         wait_for(reached(run, status=RunStatus.CANCELLED), timeout=60, workers=train_worker, what="the cancel")
+    finally:
+        prefork.stop()
+
+
+def test_a_training_process_killed_again_and_again_fails_its_run_with_the_reason(setup, train_worker):
+    """A run whose process is killed before each next checkpoint (out of memory at the same step, a batch that
+    crashes it) was re-queued for ever; after TEMPER_RUN_LOST_LIMIT losses in a row it fails, saying why."""
+    from subprocess import run as run_command
+
+    from tests.live import start_worker
+
+    train_worker.stop_all()  # the solo train worker would take the run; this test's worker forks a process per job
+    prefork = start_worker("train", redis_url=train_worker.redis_url, log_dir=train_worker.log_dir,
+                           name="test-prefork-lost", environment={"TEMPER_RUN_LOST_LIMIT": "2"},
+                           pool_args=("--pool", "prefork", "--concurrency", "1", "--max-tasks-per-child", "1"))
+    try:
+        run = launch(setup, max_steps=100000, save_every=100000)
+        for attempt in (1, 2):
+            def training():
+                run.refresh_from_db()
+                return run.attempt == attempt and run.status == RunStatus.RUNNING and run.current_step >= 3
+            wait_for(training, timeout=120, workers=train_worker, what=f"attempt {attempt} to train")
+            [child] = run_command(["pgrep", "-P", str(prefork.process.pid)], capture_output=True, text=True).stdout.split()
+            os.kill(int(child), signal.SIGKILL)
+        wait_for(reached(run, status=RunStatus.FAILED), timeout=30, workers=train_worker, what="the run to fail")
+        assert run.attempt == 2, run.error_message
+        assert run.error_message.startswith("lost 2 times in a row at step "), run.error_message
+        assert "before saving any checkpoint: the last time, attempt 2 on worker test-prefork-lost@" in run.error_message
+        assert "signal 9 (SIGKILL)" in run.error_message and run.error_message.endswith("and Resume")
     finally:
         prefork.stop()
 

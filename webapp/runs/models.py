@@ -75,6 +75,12 @@ class Run(models.Model):
     placement = models.JSONField(default=dict, blank=True)
     waiting_reason = models.CharField(max_length=255, blank=True)
     last_heartbeat = models.DateTimeField(null=True)
+    # Attempts lost one after another (``services.run_attempt_lost``) with no new checkpoint between them, and the
+    # latest checkpoint's step at the last of them (None: none saved): a run killed at the same step again and
+    # again (out of memory there, a batch that crashes the process) fails at TEMPER_RUN_LOST_LIMIT instead of
+    # being re-queued for ever. A resume counts afresh.
+    lost_in_a_row = models.PositiveIntegerField(default=0)
+    lost_after_checkpoint = models.PositiveIntegerField(null=True, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     # {"loss": {"last": 1.2, "min": 0.9, "max": 3.4, "step": 120}, ...}: filled as points arrive.
     final_metrics = models.JSONField(default=dict, blank=True)

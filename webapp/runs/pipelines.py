@@ -20,6 +20,12 @@ memory, perplexity and agreement figures in ``quantization.json``, which the pip
 (``export_result``). That run then gets no automatic serving copy (``exports_after``): the stage
 writes the copy the chat serves, in the scheme it names. A failed export fails the pipeline; its
 result stays the run, whose merged export still serves.
+
+A stage's run resumed by a person is followed, not left behind: the pipeline it ended (failed, cancelled, stopped
+by its guard) runs again and moves on when the run ends (``pipeline_follow_resume``), and an export stage that
+finds its run resumed waits for it instead of quantizing a model about to be replaced (``export_stage_start``).
+Only the pipeline's result is not resumed (``refuse_resuming_a_result``): the pipeline, its later stages and its
+serving copy stand for that model. Rows are locked run first, pipeline second, wherever both are.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraint
 
 from jaxengine.spec import wrongly_written_value
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.core.text import checked_json
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
@@ -300,11 +307,13 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
     """Move ``run``'s pipeline on now that the run has ended (see the module notes)."""
     if run.pipeline_id is None:
         return None
+    # The run first, as run_resume locks it: a resume at this instant either commits first (the run is queued
+    # again, and the pipeline waits for it) or finds the pipeline moved on (and refuses while its export stage runs).
+    run = Run.objects.select_for_update().get(pk=run.pk)
     pipeline = (Pipeline.objects.select_for_update(of=("self",)).select_related("project", "result_run")
                 .get(pk=run.pipeline_id))
-    run = Run.objects.get(pk=run.pk)
-    if run.pipeline_stage != pipeline.current_stage or pipeline.status in (PipelineStatus.SUCCEEDED,
-                                                                            PipelineStatus.STOPPED):
+    # An ended pipeline is taken on again only by a resume of its stage (pipeline_follow_resume).
+    if run.pipeline_stage != pipeline.current_stage or pipeline.status != PipelineStatus.RUNNING:
         return pipeline
     index, now = pipeline.current_stage, timezone.now()
     label = f"stage {index + 1} ({pipeline.stages[index]['name']})"
@@ -372,15 +381,87 @@ def exports_after(run: Run) -> bool:
     return run.pipeline_stage + 1 < len(stages) and "export" in stages[run.pipeline_stage + 1]
 
 
+@transaction.atomic
 def export_stage_start(*, pipeline_pk: int, stage: int) -> tuple[Run, dict[str, Any]] | None:
     """The run to quantize and the export settings of stage ``stage``; None when the pipeline is
-    not (or no longer) at that stage, e.g. a message delivered twice after the stage ended."""
-    pipeline = Pipeline.objects.select_related("result_run").filter(pk=pipeline_pk).first()
+    not (or no longer) at that stage, e.g. a message delivered twice after the stage ended.
+
+    The run is locked and read again first, as ``run_resume`` and ``pipeline_advance`` lock it: once this
+    returns, a resume is refused until the stage ends (``services._refuse_while_files_written``). A run found
+    resumed all the same (it was resumed as the pipeline moved on) is not quantized: the pipeline goes back to
+    its stage and follows it, as it follows any resumed stage, and exports once it succeeds again."""
+    run = _lock_result_run(pipeline_pk)
+    pipeline = Pipeline.objects.select_for_update(of=("self",)).filter(pk=pipeline_pk).first()
     if (pipeline is None or pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage
-            or pipeline.result_run is None or "export" not in pipeline.stages[stage]):
+            or run is None or pipeline.result_run_id != run.pk or "export" not in pipeline.stages[stage]):
         logger.info("pipeline %s: export stage %s is not current; message dropped", pipeline_pk, stage)
         return None
-    return pipeline.result_run, pipeline.stages[stage]["export"]
+    if run.status != RunStatus.SUCCEEDED:
+        _follow_resumed_result(pipeline, run)
+        return None
+    return run, pipeline.stages[stage]["export"]
+
+
+def _lock_result_run(pipeline_pk: int) -> Run | None:
+    """Lock the run the pipeline's export stage quantizes before the pipeline itself: rows are locked run first,
+    pipeline second everywhere (``run_resume``, ``run_cancel``, ``pipeline_advance``), so no two wait on each other."""
+    result_run_pk = Pipeline.objects.filter(pk=pipeline_pk).values_list("result_run", flat=True).first()
+    return Run.objects.select_for_update().filter(pk=result_run_pk).first() if result_run_pk else None
+
+
+def _follow_resumed_result(pipeline: Pipeline, run: Run) -> None:
+    """Put ``pipeline`` back at ``run``'s stage, its result the stage before's run again, since ``run`` was resumed
+    before the export stage after it began; once ``run`` ends, ``pipeline_advance`` judges its guard again and sends
+    the export. Both rows are locked."""
+    index = run.pipeline_stage
+    previous = (Run.objects.filter(pipeline=pipeline, pipeline_stage=index - 1, status=RunStatus.SUCCEEDED)
+                .order_by("-created_at").first() if index else None)
+    export_label = f"stage {pipeline.current_stage + 1} ({pipeline.stages[pipeline.current_stage]['name']})"
+    pipeline.current_stage, pipeline.result_run = index, previous
+    pipeline.message = (f"{export_label} waits: {isolated(run.name)} ({run.public_id}) was resumed as it began; the "
+                        "pipeline goes on once it ends")
+    pipeline.save(update_fields=["current_stage", "result_run", "message"])
+    services.log_line(run, f"{pipeline.message} (pipeline {isolated(pipeline.name)})", level="warning")
+    logger.warning("pipeline %s: %s", pipeline.public_id, pipeline.message)
+    if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):  # it ended again before the message was taken
+        pipeline_advance(run=run)
+
+
+def refuse_resuming_a_result(run: Run) -> None:
+    """Refuse to resume ``run`` while it is a pipeline's result (the last stage that succeeded and passed its
+    guard): the pipeline stands for its final model as trained, which the resumed engine replaces at its end
+    (and with it the serving copy an export stage quantized, which nothing writes again). Training on from it is
+    a new run that starts from its model."""
+    pipeline = Pipeline.objects.filter(result_run=run).order_by("created_at").first()
+    if pipeline is None:
+        return
+    quantized = (pipeline.status == PipelineStatus.SUCCEEDED and bool(pipeline.stages)
+                 and "export" in pipeline.stages[-1])
+    raise ValidationError({"__all__": (
+        f"run {run.public_id} cannot be resumed: it is the result of pipeline {isolated(pipeline.name)} "
+        f"({pipeline.public_id}), which stands for its final model as trained"
+        + (", quantized by its export stage into the serving copy a resume would delete" if quantized else "")
+        + f"; a resume would replace that model with other weights at its end. Train on from it as a new run "
+        f"instead: launch one with model {run.public_id}")})
+
+
+def pipeline_follow_resume(*, run: Run, user: AbstractBaseUser | None) -> Pipeline | None:
+    """Take ``run``'s ended pipeline on again when ``run``, its current stage, is resumed (it failed, was
+    cancelled, or failed its guard): the pipeline is running again and moves on when the run ends, as if the stage
+    had not ended. Called by ``run_resume`` with the run's row locked; the pipeline's is locked here."""
+    if run.pipeline_id is None:
+        return None
+    pipeline = Pipeline.objects.select_for_update(of=("self",)).get(pk=run.pipeline_id)
+    if run.pipeline_stage != pipeline.current_stage or pipeline.status not in (
+            PipelineStatus.FAILED, PipelineStatus.CANCELLED, PipelineStatus.STOPPED):
+        return pipeline
+    label = f"stage {pipeline.current_stage + 1} ({pipeline.stages[pipeline.current_stage]['name']})"
+    pipeline.status, pipeline.finished_at = PipelineStatus.RUNNING, None
+    pipeline.message = (f"{label} resumed by {user.get_username() if user else 'the system'}: the pipeline goes on "
+                        f"once {isolated(run.name)} ({run.public_id}) ends")
+    pipeline.save(update_fields=["status", "finished_at", "message"])
+    services.log_line(run, f"{pipeline.message} (pipeline {isolated(pipeline.name)})")
+    return pipeline
 
 
 @transaction.atomic
@@ -389,6 +470,7 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
     """Record the export stage's outcome: the pipeline succeeds with the copy's figures in its
     message, or fails with the error (or the ``failure`` in words; its result stays the run). None
     when the stage had already ended (a message delivered twice, a lost stage failed meanwhile)."""
+    _lock_result_run(pipeline_pk)
     pipeline = Pipeline.objects.select_for_update(of=("self",)).select_related("result_run").get(pk=pipeline_pk)
     if pipeline.status != PipelineStatus.RUNNING or pipeline.current_stage != stage:
         return None

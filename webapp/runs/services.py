@@ -861,6 +861,9 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
         raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
     _refuse_while_files_written(run)
+    from webapp.runs import pipelines  # pipelines build on this module
+
+    pipelines.refuse_resuming_a_result(run)
     _refuse_replacing_a_used_model(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
@@ -886,6 +889,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.cancel_requested = False
     run.error_message = ""
     run.worker_name = ""  # it waits for whichever train worker is free, as a re-queued lost run does
+    run.lost_in_a_row, run.lost_after_checkpoint = 0, None  # a person's resume: lost attempts count afresh
     run.finished_at = None
     run.archived = False  # it trains again: in the table, not hidden under "archived"
     run.save()
@@ -894,6 +898,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
                   + (f" with max_steps {max_steps}" if max_steps else "")
                   + (f"; continuing from checkpoint {saved[-1]}" if saved
                      else "; no checkpoint was saved, so it starts from step 0"))
+    pipelines.pipeline_follow_resume(run=run, user=user)
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)
@@ -1203,8 +1208,9 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
                      ) -> Run | None:
     """Settle attempt ``run.attempt`` of a running run whose training process is gone (``why``, in words): queued
     again as the next attempt, to resume from its last checkpoint, with the reason as its message until that
-    attempt starts (its page shows it); a run whose cancel was asked is cancelled, and a multi-host run failed.
-    Returns the re-queued run, or None when nothing was re-queued. Nothing happens unless the run is still
+    attempt starts (its page shows it); a run whose cancel was asked is cancelled, and a multi-host run failed. So
+    is a run lost ``TEMPER_RUN_LOST_LIMIT`` times in a row with no new checkpoint between (the same step killing it
+    each time would otherwise hold a train worker for ever), with the count and the last reason. Returns the re-queued run, or None when nothing was re-queued. Nothing happens unless the run is still
     running as that attempt (and, given ``last_heartbeat``, has not beaten since): one caller takes it."""
     now = now or timezone.now()
     claimed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=run.attempt)
@@ -1227,13 +1233,27 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
             log_line(run, message, level=LogLevel.WARNING)
             _advance_pipeline(run)
         return None
+    from webapp.runs.reporting import publish_status  # reporting builds on this module
+
+    saved = checkpoint_steps(run)
+    checkpoint = saved[-1] if saved else None
+    in_a_row = run.lost_in_a_row + 1 if run.lost_in_a_row and checkpoint == run.lost_after_checkpoint else 1
+    if 0 < settings.TEMPER_RUN_LOST_LIMIT <= in_a_row:
+        message = _lost_too_often_message(run, why=why, in_a_row=in_a_row, checkpoint=checkpoint)
+        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message[:4000],
+                          lost_in_a_row=in_a_row, lost_after_checkpoint=checkpoint):
+            run.refresh_from_db()
+            log_line(run, run.error_message, level=LogLevel.ERROR)
+            publish_status(run)
+            logger.warning("run %s: %s", run.public_id, message)
+            _advance_pipeline(run)
+        return None
     message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name} ({why}); "
                "re-queued to resume from its last checkpoint")
     if not claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="",
-                          error_message=message[:4000], queued_at=now):
+                          error_message=message[:4000], queued_at=now, lost_in_a_row=in_a_row,
+                          lost_after_checkpoint=checkpoint):
         return None
-    from webapp.runs.reporting import publish_status  # reporting builds on this module
-
     run.refresh_from_db()
     log_line(run, message, level=LogLevel.WARNING)
     # An open page reloads: the new attempt trains the steps after the checkpoint again, which it
@@ -1242,6 +1262,14 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
     logger.warning("run %s: %s", run.public_id, message)
     _enqueue(run)
     return run
+
+
+def _lost_too_often_message(run: Run, *, why: str, in_a_row: int, checkpoint: int | None) -> str:
+    since = ("before saving any checkpoint" if checkpoint is None
+             else f"no attempt saving a checkpoint after step {checkpoint}")
+    return (f"lost {in_a_row} times in a row at step {run.current_step}, {since}: the last time, attempt "
+            f"{run.attempt} on worker {run.worker_name} ({why}); it is not re-queued again: fix the cause (the same "
+            "step each time is often out of memory there, or a batch that crashes the process) and Resume")
 
 
 def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:

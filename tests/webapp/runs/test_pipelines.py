@@ -32,7 +32,7 @@ def finish(run: Run, *, status="succeeded", metrics=None, tmp_path=None) -> Run:
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     run.refresh_from_db()
     export = tmp_path / run.public_id
-    export.mkdir()
+    export.mkdir(exist_ok=True)  # a resumed stage finishes again
     (export / "config.json").write_text("{}")
     run = reporting.run_finish(run=run, summary={"status": status, "step": 10, "export": {"model": str(export)}})
     Run.objects.filter(pk=run.pk).update(final_metrics={name: {"last": value} for name, value in (metrics or {}).items()})
@@ -443,3 +443,101 @@ def test_a_pipeline_at_a_training_stage_is_not_checked_for_an_export_message(tea
     assert pipelines.pipelines_fail_lost_exports(now=first.finished_at + timedelta(hours=1)) == []
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1
+
+
+@pytest.fixture
+def resumable(monkeypatch):
+    from webapp.runs import services
+
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    return services
+
+
+def test_a_resumed_stage_takes_its_ended_pipeline_on_again(team, catalog, sent_tasks, tmp_path, resumable):
+    """A failed stage's run resumed: its pipeline went on saying failed while the run trained, then moved on without
+    a word when it succeeded. It follows the run again at once, and says so."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    Run.objects.filter(pk=first.pk).update(status=RunStatus.RUNNING)
+    first.refresh_from_db()
+    pipelines.pipeline_advance(run=reporting.run_fail(run=first, error=RuntimeError("out of memory")))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.FAILED and pipeline.finished_at is not None
+    resumable.run_resume(run=first, user=team.owner)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.finished_at is None
+    assert pipeline.message == ("stage 1 (sft) resumed by alpha-owner: the pipeline goes on once \u2068chain · 1. "
+                                f"sft\u2069 ({first.public_id}) ends")
+    assert first.log_lines.filter(message=f"{pipeline.message} (pipeline \u2068chain\u2069)").exists()
+    pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1 and pipeline.result_run == first
+    assert Run.objects.get(pipeline=pipeline, pipeline_stage=1).spec["model"] == first.public_id
+
+
+def test_a_stage_resumed_after_failing_its_guard_is_judged_again(team, catalog, sent_tasks, tmp_path, resumable):
+    guard = {"metric": "eval/exact_match", "max_drop_percent": 10}
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard),
+                                         user=team.teammate)
+    first = finish(pipeline.runs.get(), metrics={"eval/exact_match": 0.5}, tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    second = finish(Run.objects.get(pipeline=pipeline, pipeline_stage=1), metrics={"eval/exact_match": 0.4},
+                    tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=second)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.STOPPED
+    resumable.run_resume(run=second, user=team.teammate, max_steps=20)  # trained longer, it may pass
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.result_run == first
+    pipelines.pipeline_advance(run=finish(Run.objects.get(pk=second.pk), metrics={"eval/exact_match": 0.48},
+                                          tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.result_run == second
+
+
+def test_a_pipelines_result_is_not_resumed(team, catalog, sent_tasks, tmp_path, resumable,
+                                           django_capture_on_commit_callbacks):
+    """A succeeded pipeline's result resumed: the engine wrote other weights at its end than those its guards judged
+    and its export stage quantized (the serving copy then served the old ones, under the run's name)."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
+    with pytest.raises(ValidationError, match="is quantizing its model in its export stage"):
+        resumable.run_resume(run=first, user=team.teammate, max_steps=20)
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, description={"scheme": "int4"})
+    with pytest.raises(ValidationError) as refused:
+        resumable.run_resume(run=first, user=team.teammate, max_steps=20)
+    assert refused.value.messages == [
+        f"run {first.public_id} cannot be resumed: it is the result of pipeline \u2068chain\u2069 ({pipeline.public_id}), "
+        "which stands for its final model as trained, quantized by its export stage into the serving copy a resume "
+        "would delete; a resume would replace that model with other weights at its end. Train on from it as a new run "
+        f"instead: launch one with model {first.public_id}"]
+    assert Run.objects.get(pk=first.pk).status == RunStatus.SUCCEEDED
+
+
+def test_an_export_stage_whose_run_was_resumed_as_it_began_follows_the_run(team, catalog, sent_tasks, tmp_path,
+                                                                          django_capture_on_commit_callbacks):
+    """The export task took the pipeline's word that its run had finished: a run resumed as the pipeline moved on
+    was quantized while it trained again, and the pipeline succeeded on the weights its resume then replaced."""
+    from django.db.models import F
+
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
+    assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
+    # What a resume committed at that instant leaves (tests/postgres/test_pipelines_postgres.py races the two).
+    Run.objects.filter(pk=first.pk).update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, finished_at=None)
+    assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 0 and pipeline.result_run is None
+    assert pipeline.message == (f"stage 2 (serve) waits: \u2068chain · 1. sft\u2069 ({first.public_id}) was resumed as "
+                                "it began; the pipeline goes on once it ends")
+    # Once the resumed run ends, its new weights are exported.
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.current_stage == 1 and pipeline.result_run == first
+    assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
+    assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) == (first, {"quantize": "int4"})

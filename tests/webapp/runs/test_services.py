@@ -382,6 +382,71 @@ def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_task
     assert run.status == RunStatus.CANCELLED
 
 
+KILLED = "its training process died: Worker exited prematurely: signal 9 (SIGKILL) Job: 0."
+
+
+def lose(run: Run, *, step: int) -> Run | None:
+    """The current attempt of ``run`` starts on train@a, reaches ``step`` and its process is killed there."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a", current_step=step,
+                                         started_at=timezone.now(), last_heartbeat=timezone.now())
+    run.refresh_from_db()
+    return services.run_attempt_lost(run=run, why=KILLED)
+
+
+def test_a_run_lost_again_and_again_without_a_new_checkpoint_fails_with_the_reason(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, settings, monkeypatch):
+    # QA: a run killed at the same step each time (out of memory there, a batch that crashes the process) was
+    # re-queued forever, holding a train worker and its devices for nothing.
+    settings.TEMPER_RUN_LOST_LIMIT = 3
+    monkeypatch.setattr(services, "_clear_cancel_flag", lambda public_id: None)
+    published = []
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: published.append(event))
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    (run.output_dir / "checkpoints" / "20").mkdir(parents=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lose(run, step=25) is not None  # saved checkpoint 20, then killed
+        assert lose(run, step=25) is not None  # resumed from 20, killed again before the next checkpoint
+        assert lose(run, step=25) is None  # a third time: not re-queued again
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.attempt == 3 and run.finished_at is not None
+    assert run.error_message == (
+        "lost 3 times in a row at step 25, no attempt saving a checkpoint after step 20: the last time, attempt 3 "
+        f"on worker train@a ({KILLED}); it is not re-queued again: fix the cause (the same step each time is often "
+        "out of memory there, or a batch that crashes the process) and Resume")
+    assert run.log_lines.order_by("pk").last().message == run.error_message
+    assert published[-1] == {"type": "status", "status": "failed", "message": run.error_message}
+    assert [call[1] for call in sent_tasks.calls] == [[run.pk, 1], [run.pk, 2], [run.pk, 3]]
+    # A person's Resume counts afresh.
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_resume(run=run, user=team.teammate)
+    assert lose(run, step=25) is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.attempt == 5
+
+
+def test_a_lost_run_that_saved_a_new_checkpoint_since_counts_afresh(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks, settings):
+    settings.TEMPER_RUN_LOST_LIMIT = 2
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    assert lose(run, step=5) is not None  # killed before its first checkpoint
+    for step in (20, 40):  # each next attempt gets further, and saves a checkpoint before it is killed
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+        assert lose(run, step=step + 5) is not None
+    assert lose(run, step=45) is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_message.startswith(
+        "lost 2 times in a row at step 45, no attempt saving a checkpoint after step 40: ")
+    # Killed before any checkpoint, each time; and with no limit, re-queued for ever.
+    never_saved = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    lose(never_saved, step=3)
+    assert lose(never_saved, step=3) is None
+    assert Run.objects.get(pk=never_saved.pk).error_message.startswith(
+        "lost 2 times in a row at step 3, before saving any checkpoint: the last time, attempt 2 ")
+    settings.TEMPER_RUN_LOST_LIMIT = 0
+    unlimited = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    assert all(lose(unlimited, step=3) is not None for _ in range(5))
+
+
 def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catalog, sent_tasks,
                                                                       django_capture_on_commit_callbacks, tmp_path):
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)

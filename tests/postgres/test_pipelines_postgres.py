@@ -1,0 +1,116 @@
+"""A pipeline stage's run resumed at the instant its pipeline moves on to its export stage, on PostgreSQL
+(``pipelines.pipeline_advance`` locks the run, as ``run_resume`` does): whichever takes the run first wins, and
+the other waits for it — a resume first leaves the pipeline waiting for the run, an advance first has the resume
+refused while the export stage quantizes. Before, each read the other's rows as they were, and the export stage
+quantized a run that trained again. SQLite's writes run one at a time, so only PostgreSQL shows it."""
+from __future__ import annotations
+
+import pytest
+
+from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+
+pytestmark = pytest.mark.integration
+
+RESUME_AND_ADVANCE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+from webapp.projects import services as project_services
+from webapp.runs import pipelines, services
+from webapp.runs.models import Pipeline, Run, RunStatus
+
+assert connection.vendor == "postgresql", connection.vendor
+sent = []
+celery_app.send_task = lambda name, args=None, **kwargs: sent.append((name, args))
+owner = get_user_model().objects.create_user("owner", password="unused-password")
+project = project_services.project_create(name="PG", slug="pg", owner=owner)
+base_model, data = make_base_model(project), make_ready_version(project)
+
+
+def race(first, name):
+    '''A pipeline's training stage has just succeeded; one thread resumes its run while another moves the pipeline on
+    to its export stage. ``first`` holds its locks a moment while the other comes in. Returns (resume outcome,
+    the pipeline afterwards, the run afterwards).'''
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 2}}
+    pipeline = pipelines.pipeline_create(project=project, user=owner, document={
+        "name": name, "stages": [{"name": "sft", "spec": spec}, {"name": "serve", "export": {"quantize": "int8"}}]})
+    run = pipeline.runs.get()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=2)
+    sent.clear()
+    reached = threading.Event()
+    real_refuse, real_log_line = services._refuse_while_files_written, services.log_line
+
+    def refuse_then_hold(checked):
+        real_refuse(checked)
+        if first == "resume":
+            reached.set()
+            time.sleep(0.5)  # the pipeline's advance now comes in
+
+    def log_then_hold(logged, message, **kwargs):
+        line = real_log_line(logged, message, **kwargs)
+        if first == "advance" and "quantizing" in message:
+            reached.set()
+            time.sleep(0.5)  # the resume now comes in
+        return line
+
+    services._refuse_while_files_written, services.log_line = refuse_then_hold, log_then_hold
+    outcome = {}
+
+    def resume():
+        if first != "resume":
+            reached.wait(10)
+        try:
+            services.run_resume(run=Run.objects.get(pk=run.pk), user=owner, max_steps=4)
+            outcome["resume"] = ("made", "")
+        except ValidationError as error:
+            outcome["resume"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["resume"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def advance():
+        if first != "advance":
+            reached.wait(10)
+        try:
+            pipelines.pipeline_advance(run=run)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=resume), threading.Thread(target=advance)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    services._refuse_while_files_written, services.log_line = real_refuse, real_log_line
+    return outcome["resume"], Pipeline.objects.get(pk=pipeline.pk), Run.objects.get(pk=run.pk)
+
+
+resumed, pipeline, run = race("resume", "resumed first")
+assert resumed == ("made", ""), resumed
+assert run.status == RunStatus.QUEUED
+# The pipeline waits for the resumed run: no export stage began on the weights the resume replaces.
+assert pipeline.current_stage == 0 and pipeline.result_run_id is None, (pipeline.current_stage, pipeline.message)
+assert [name for name, _args in sent] == [services.TRAIN_TASK], sent
+
+resumed, pipeline, run = race("advance", "advanced first")
+assert resumed[0] == "refused" and "is quantizing its model in its export stage" in resumed[1], resumed
+assert run.status == RunStatus.SUCCEEDED
+assert pipeline.current_stage == 1 and pipeline.result_run_id == run.pk
+assert sent == [(pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1])], sent
+assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1)[0].pk == run.pk
+print("ok")
+"""
+
+
+def test_a_resume_and_its_pipelines_advance_at_once_never_export_a_run_that_trains_again(database_url, tmp_path):  # noqa: F811
+    assert run_django(RESUME_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
