@@ -145,6 +145,7 @@ class DatasetDetail(DatasetOut):
 
 class DatasetList(_Answer):
     datasets: list[DatasetOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
 
 
 class UploadOut(_Answer):

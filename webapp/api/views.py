@@ -229,13 +229,16 @@ UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
 
 @api_view(("GET", "POST"))
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's datasets. POST (multipart: ``file``, ``kind``, and ``name`` for a new
-    dataset or ``dataset`` (an id) for a new version; optional ``file_format``, ``mapping`` JSON):
-    upload; the version is checked by a worker (poll its dataset until ``ready`` or ``failed``)."""
+    """GET: the project's datasets by name, a page at a time (``limit``, and the ``next`` link). POST
+    (multipart: ``file``, ``kind``, and ``name`` for a new dataset or ``dataset`` (an id) for a new version;
+    optional ``file_format``, ``mapping`` JSON): upload; the version is checked by a worker (poll its dataset
+    until ``ready`` or ``failed``)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        return JsonResponse({"datasets": [_dataset_json(dataset)
-                                          for dataset in dataset_selectors.dataset_list(project=project)]})
+        asked = paging.page_query(request, sort="datasets")
+        page = dataset_selectors.dataset_page(project=project, after=asked.after, limit=asked.limit)
+        return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.datasets],
+                             "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     # Django keeps the last of a field sent twice: the first would be dropped without a word.
     for field, sent in request.FILES.lists():

@@ -981,3 +981,25 @@ def test_pipelines_come_a_page_at_a_time_with_a_link_to_the_next(world):
     assert pages == 3 and read == made[::-1]  # newest first, each once
     status, page = apis["viewer"].call("GET", "/api/v1/projects/alpha/pipelines/")
     assert [pipeline["id"] for pipeline in page["pipelines"]] == made[::-1] and page["next"] is None
+
+
+def test_datasets_come_a_page_at_a_time_with_a_link_to_the_next(world):
+    """The datasets list had no paging: every dataset in one answer. It now pages by name as the runs list does."""
+    team, apis, _sent = world
+    # bulk_create does not call save(), which fills name_key.
+    Dataset.objects.bulk_create([Dataset(project=team.project, name=name, name_key=f"{name}-{index}", kind="sft",
+                                         created_by=team.owner) for index, name in enumerate(
+                                             ["set-d", "set-a", "set-c", "set-b", "set-e"])])
+    read, url, pages = [], "/api/v1/projects/alpha/datasets/?limit=2", 0
+    while url:
+        status, page = apis["viewer"].call("GET", url.removeprefix(apis["viewer"].base))
+        assert status == 200 and len(page["datasets"]) <= 2, page
+        read += [dataset["name"] for dataset in page["datasets"]]
+        url, pages = page["next"], pages + 1
+    assert pages == 3 and read == ["set-a", "set-b", "set-c", "set-d", "set-e"]  # by name, each once
+    status, page = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/")
+    assert len(page["datasets"]) == 5 and page["next"] is None
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/?limit=0")
+    assert status == 400 and "limit" in body["errors"]
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/?cursor=edited")
+    assert status == 400 and "cursor" in body["errors"]
