@@ -155,6 +155,9 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/runs/{{run_id}}/": {
             "get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN], answer=schemas.RunDetail),
+            "patch": _operation("Rename, tag, write notes on, archive or restore a run (any of them; all or nothing; "
+                                "archiving a queued or running run is refused)", [SLUG, RUN],
+                                body=schemas.RunUpdate, answer=schemas.RunDetail),
             "delete": _operation("Delete a finished run and its files (an owner, or the member who launched it; 400 "
                                  "while it or work on its model still runs)", [SLUG, RUN], status="204",
                                  response="Nothing: deleted"),
