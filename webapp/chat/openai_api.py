@@ -548,10 +548,17 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
                     _stop(one_id)
             return _failed(refused)
         return _streaming(_stream(list(zip(generation_ids, firsts, streams)), chunk, include_usage=include_usage))
-    finals = await asyncio.gather(*(_final(one_id) for one_id in generation_ids))
-    failed = next((done for done in finals if done["type"] != "done"), None)
-    if failed is not None:
-        return _failed(failed)
+    waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
+    try:
+        for next_final in asyncio.as_completed(waits):
+            final = await next_final
+            if final["type"] != "done":  # the answer is this refusal: the others' text would be thrown away
+                return _failed(final)
+    finally:
+        for wait in waits:
+            wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
+        await asyncio.gather(*waits, return_exceptions=True)
+    finals = [wait.result() for wait in waits]
     return JsonResponse(head | {
         "object": endpoint.final_object,
         "choices": [{"index": index, **endpoint.final_text(done["text"]),

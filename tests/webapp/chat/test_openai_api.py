@@ -404,3 +404,8 @@ def test_a_list_of_prompts_one_of_which_the_model_refuses_is_a_400(api, worker):
     status, body = stream("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"], "stream": True},
                           headers)
     assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    # A refused prompt is answered at once, and the generations of the others still going are stopped.
+    scripts += [[{"type": "token", "text": "still going"}], [CONTEXT_ERROR]]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"]}, headers)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    assert redis_client().exists(channels.stop_key(_requests[-2]["id"]))
