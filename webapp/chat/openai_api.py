@@ -513,7 +513,8 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
     _token, body, choice, generation_id = started
     inputs = endpoint.inputs(body)
     # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
-    generation_ids = [generation_id] if len(inputs) == 1 else [f"{generation_id}-{index}" for index in range(len(inputs))]
+    generation_ids = ([generation_id] if len(inputs) == 1
+                      else [f"{generation_id}-{index}" for index in range(len(inputs))])
     for one_id, one_input in zip(generation_ids, inputs):
         await sync_to_async(celery_app.send_task)(
             GENERATE_TASK, args=[_request(body, choice, one_id, **one_input)], queue="serve",
