@@ -307,7 +307,7 @@ ROUTES: dict[str, Route] = {
                                                                             "number": world.sft.number},
                                  methods={"GET": VIEWER, "DELETE": MEMBER}),
     "api:runs": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
-    "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"GET": VIEWER, "DELETE": MEMBER}),
+    "api:run": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"GET": VIEWER, "PATCH": MEMBER, "DELETE": MEMBER}),
     "api:run_cancel": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_resume": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_finish": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),

@@ -107,7 +107,13 @@ def build_document() -> dict[str, Any]:
                                  response="Nothing: unregistered"),
         },
         f"{base}/datasets/": {
-            "get": _operation("List the project's datasets", [SLUG], answer=schemas.DatasetList),
+            "get": _operation("List the project's datasets, by name", [SLUG],
+                              query=[{**_query("limit", f"datasets per page (default {paging.DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT}},
+                                     _query("cursor", "where the page starts: as given in the previous page's "
+                                                      "next link")],
+                              response="`{\"datasets\": [...], \"next\": url}`: follow `next` (null on the "
+                                       "last page) for the page after", answer=schemas.DatasetList),
             "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201",
                                   answer=schemas.UploadOut),
                      "requestBody": upload},
@@ -149,6 +155,9 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/runs/{{run_id}}/": {
             "get": _operation("A run: status, progress, spec, final metrics", [SLUG, RUN], answer=schemas.RunDetail),
+            "patch": _operation("Rename, tag, write notes on, archive or restore a run (any of them; all or nothing; "
+                                "archiving a queued or running run is refused)", [SLUG, RUN],
+                                body=schemas.RunUpdate, answer=schemas.RunDetail),
             "delete": _operation("Delete a finished run and its files (an owner, or the member who launched it; 400 "
                                  "while it or work on its model still runs)", [SLUG, RUN], status="204",
                                  response="Nothing: deleted"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationInfo, field_validator, model_validator
 
 from webapp.core.numbers import MAX_STORED_INT
 from webapp.runs.services import RUN_NAME_MAX
@@ -44,6 +44,31 @@ class RunCreate(_Body):
                 raise ValueError("an external run takes config, not spec, spec_yaml or sweep")
         elif (self.spec is None) == (self.spec_yaml is None):
             raise ValueError("give exactly one of spec and spec_yaml (or external: true)")
+        return self
+
+
+class RunUpdate(_Body):
+    """What the run page's edit form and archive button change; a key left out is left as it is."""
+
+    name: str | None = Field(default=None, description=f"At most {RUN_NAME_MAX} characters, not blank.")
+    tags: list[str] | None = Field(default=None, description="Replace the tags (an empty list: none).")
+    notes: str | None = Field(default=None, description="Markdown notes (\"\": none).")
+    archived: bool | None = Field(default=None, description="Hide the run from the default table (a queued or "
+                                                            "running run is refused: cancel it first) or restore it.")
+
+    @field_validator("name", "tags", "notes", "archived")
+    @classmethod
+    def _not_null(cls, value: Any, info: ValidationInfo) -> Any:
+        # Only a value sent is checked (defaults are not): a null sent would otherwise read as left out.
+        if value is None:
+            clear = ', or send "" to clear it' if info.field_name == "notes" else ""
+            raise ValueError(f"null is not a value of {info.field_name}: leave the key out to keep it as it is{clear}")
+        return value
+
+    @model_validator(mode="after")
+    def _something_given(self) -> RunUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of name, tags, notes, archived")
         return self
 
 
@@ -145,6 +170,7 @@ class DatasetDetail(DatasetOut):
 
 class DatasetList(_Answer):
     datasets: list[DatasetOut]
+    next: str | None = Field(description="The address of the next page; null on the last.")
 
 
 class UploadOut(_Answer):

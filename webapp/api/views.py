@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -229,13 +230,16 @@ UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
 
 @api_view(("GET", "POST"))
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
-    """GET: the project's datasets. POST (multipart: ``file``, ``kind``, and ``name`` for a new
-    dataset or ``dataset`` (an id) for a new version; optional ``file_format``, ``mapping`` JSON):
-    upload; the version is checked by a worker (poll its dataset until ``ready`` or ``failed``)."""
+    """GET: the project's datasets by name, a page at a time (``limit``, and the ``next`` link). POST
+    (multipart: ``file``, ``kind``, and ``name`` for a new dataset or ``dataset`` (an id) for a new version;
+    optional ``file_format``, ``mapping`` JSON): upload; the version is checked by a worker (poll its dataset
+    until ``ready`` or ``failed``)."""
     if request.method == "GET":
         project, _membership = get_project_for_user(request.user, slug)
-        return JsonResponse({"datasets": [_dataset_json(dataset)
-                                          for dataset in dataset_selectors.dataset_list(project=project)]})
+        asked = paging.page_query(request, sort="datasets")
+        page = dataset_selectors.dataset_page(project=project, after=asked.after, limit=asked.limit)
+        return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.datasets],
+                             "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     # Django keeps the last of a field sent twice: the first would be dropped without a word.
     for field, sent in request.FILES.lists():
@@ -348,12 +352,25 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
     return _created(_run_json(run, detail=True), sent)
 
 
-@api_view(("GET", "DELETE"))
+@api_view(("GET", "PATCH", "DELETE"))
 def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
-    """GET: a run. DELETE: the run and its files (an owner, or the member who launched it; a 400 naming what
-    still needs it, the run itself while it is queued or running)."""
-    _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method == "DELETE")
+    """GET: a run. PATCH ``{"name", "tags", "notes", "archived"}`` (any of them): what the run page's edit form
+    and archive button change, by the same services and rules; all or nothing. DELETE: the run and its files
+    (an owner, or the member who launched it; a 400 naming what still needs it, the run itself while it is
+    queued or running)."""
+    _project, membership, run = get_run_for_user(request.user, slug, run_id, write=request.method != "GET")
     if request.method == "GET":
+        return JsonResponse(_run_json(run, detail=True))
+    if request.method == "PATCH":
+        body = _body(request, schemas.RunUpdate)
+        details = {key: getattr(body, key) for key in ("name", "tags", "notes") if key in body.model_fields_set}
+        with transaction.atomic():
+            if details:
+                run_services.run_update_details(run=run, **details)
+            if body.archived is not None:
+                with _fields_as_sent({"runs": "archived"}):
+                    run_services.run_set_archived(runs=[run], archived=body.archived)
+        run.refresh_from_db()
         return JsonResponse(_run_json(run, detail=True))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)
     run_services.run_delete(run=run)

@@ -110,6 +110,16 @@ class _Body(BaseModel):
         _refuse_lone_surrogates(*given)
         return stop
 
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _one_budget(cls, budget: int | None, info: pydantic.ValidationInfo) -> int | None:
+        # OpenAI reads max_tokens as max_completion_tokens' older name: two numbers are two budgets for one answer.
+        older = info.data.get("max_tokens")
+        if budget is not None and older is not None and budget != older:
+            raise ValueError(f"{budget} is not max_tokens ({older}): max_tokens is the older name of "
+                             "max_completion_tokens; send one of them")
+        return budget
+
     @property
     def budget(self) -> int | None:
         """The new tokens asked for; None when neither field says: the serve worker then gives what the
@@ -178,8 +188,12 @@ class ChatBody(_Body):
         return top_logprobs
 
 
+# Prompts one /v1/completions request may list: each is a generation of its own in the serve worker's batch.
+MAX_PROMPTS = 32
+
+
 class CompletionBody(_Body):
-    prompt: str
+    prompt: str | list[str]
     logprobs: StrictInt | None = Field(default=None, ge=0, le=5)  # any number asks for the sampled token's
     echo: StrictBool = False
 
@@ -197,10 +211,25 @@ class CompletionBody(_Body):
             raise _unsupported("echo", "an answer is the completion only, without the prompt before it", "false")
         return echo
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _whole_characters(cls, prompt: str) -> str:
-        return _refuse_lone_surrogates(prompt)
+    def _one_or_more_strings(cls, prompt):
+        # OpenAI's prompt is a string or a list of them (a choice each); its lists of token ids are not taken here.
+        if isinstance(prompt, str):
+            return _refuse_lone_surrogates(prompt)
+        if not isinstance(prompt, list) or not all(isinstance(text, str) for text in prompt):
+            raise ValueError("give a string or a list of strings (token ids are not taken)")
+        if not prompt:
+            raise ValueError("give at least one prompt")
+        if len(prompt) > MAX_PROMPTS:
+            raise ValueError(f"give at most {MAX_PROMPTS} prompts")
+        for text in prompt:
+            _refuse_lone_surrogates(text)
+        return prompt
+
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else self.prompt
 
 
 def _refuse_lone_surrogates(*texts: str) -> str:
@@ -373,8 +402,10 @@ async def _final(generation_id: str) -> dict[str, Any]:
     return last
 
 
-def _usage(done: dict[str, Any]) -> dict[str, int]:
-    prompt, completion = done.get("prompt_tokens", 0), done.get("completion_tokens", 0)
+def _usage(dones: list[dict[str, Any]]) -> dict[str, int]:
+    """The usage of every choice's generation (its ``done`` event) together."""
+    prompt = sum(done.get("prompt_tokens", 0) for done in dones)
+    completion = sum(done.get("completion_tokens", 0) for done in dones)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -388,34 +419,70 @@ def _sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-async def _stream(generation_id: str, first: dict[str, Any], events: AsyncIterator[dict[str, Any]], chunk,
-                  *, include_usage: bool) -> AsyncIterator[str]:
-    """The chunks of a generation from its ``first`` output event on; a stream closed before the generation
-    ended (the client went away) stops it."""
-    ended = False
+async def _from(first: dict[str, Any], events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    yield first
+    async for event in events:
+        yield event
 
-    async def rest() -> AsyncIterator[dict[str, Any]]:
-        yield first
-        async for event in events:
-            yield event
 
+async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """``(index, event)`` of several generations' events, each as it comes (one task per stream, cancelled
+    when the merge is closed); an error reading one is raised here."""
+    queue: asyncio.Queue[tuple[int, dict[str, Any] | Exception | None]] = asyncio.Queue()
+
+    async def pump(index: int, events: AsyncIterator[dict[str, Any]]) -> None:
+        try:
+            async for event in events:
+                queue.put_nowait((index, event))
+        except Exception as error:  # noqa: BLE001 - handed to the reader, which raises it
+            queue.put_nowait((index, error))
+        else:
+            queue.put_nowait((index, None))
+
+    tasks = [asyncio.ensure_future(pump(index, events)) for index, events in enumerate(streams)]
     try:
-        async for event in rest():
+        left = len(tasks)
+        while left:
+            index, event = await queue.get()
+            if isinstance(event, Exception):
+                raise event
+            if event is None:
+                left -= 1
+            else:
+                yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dict[str, Any]]]], chunk,
+                  *, include_usage: bool) -> AsyncIterator[str]:
+    """The chunks of the ``(generation id, first output event, the events after it)`` of each choice, its index
+    its place in ``generations``, as their events come; a stream closed before they ended (the client went away,
+    or one of them failed) stops those still going."""
+    going = set(range(len(generations)))
+    dones: list[dict[str, Any]] = []
+    merged = _merged([_from(first, events) for _generation_id, first, events in generations])
+    try:
+        async for index, event in merged:
             if event["type"] == "token" and event["text"]:
-                yield _sse(chunk(event["text"], None))
+                yield _sse(chunk(index, event["text"], None))
             elif event["type"] == "done":
-                ended = True
-                yield _sse(chunk("", FINISH_REASONS[event["finish_reason"]]))
-                if include_usage:
-                    yield _sse(chunk(None, None) | {"choices": [], "usage": _usage(event)})
+                going.discard(index)
+                dones.append(event)
+                yield _sse(chunk(index, "", FINISH_REASONS[event["finish_reason"]]))
+                if include_usage and not going:
+                    yield _sse(chunk(index, None, None) | {"choices": [], "usage": _usage(dones)})
             elif event["type"] in ("error", "unavailable"):
-                ended = True
+                going.discard(index)
                 message = event.get("message", "the live event channel (Redis) is unavailable")
                 yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+                break
         yield "data: [DONE]\n\n"
     finally:
-        if not ended:
-            _stop(generation_id)
+        await merged.aclose()
+        for index in going:
+            _stop(generations[index][0])
 
 
 def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
@@ -434,8 +501,8 @@ class _Endpoint:
     id_prefix: str
     chunk_object: str
     final_object: str
-    inputs: Callable[[Any], dict[str, Any]]  # the request's messages or prompt, from the parsed body
-    chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the first text of the stream)
+    inputs: Callable[[Any], list[dict[str, Any]]]  # each choice's messages or prompt, from the parsed body
+    chunk_text: Callable[[str, bool], dict[str, Any]]  # (text, whether it is the choice's first text of the stream)
     final_text: Callable[[str], dict[str, Any]]
 
 
@@ -444,53 +511,72 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
     if isinstance(started, HttpResponse):
         return started
     _token, body, choice, generation_id = started
-    await sync_to_async(celery_app.send_task)(
-        GENERATE_TASK, args=[_request(body, choice, generation_id, **endpoint.inputs(body))], queue="serve",
-        expires=generation_expiry_seconds())
+    inputs = endpoint.inputs(body)
+    # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
+    generation_ids = ([generation_id] if len(inputs) == 1
+                      else [f"{generation_id}-{index}" for index in range(len(inputs))])
+    for one_id, one_input in zip(generation_ids, inputs):
+        await sync_to_async(celery_app.send_task)(
+            GENERATE_TASK, args=[_request(body, choice, one_id, **one_input)], queue="serve",
+            expires=generation_expiry_seconds())
     head = {"id": generation_id, "object": endpoint.chunk_object, "created": int(time.time()), "model": body.model}
     if body.stream:
-        first_text = [True]
+        texted: set[int] = set()  # the choices whose first text was sent
 
         include_usage = body.stream_options is not None and body.stream_options.include_usage
 
-        def chunk(text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        def chunk(index: int, text: str | None, finish_reason: str | None) -> dict[str, Any]:
             if text is None:  # the usage chunk
                 return dict(head)
-            part = endpoint.chunk_text(text, first_text[0] and bool(text))
-            first_text[0] = first_text[0] and not text
+            part = endpoint.chunk_text(text, bool(text) and index not in texted)
+            if text:
+                texted.add(index)
             # With the usage asked for, OpenAI's chunks before the last carry it as null.
-            return head | {"choices": [{"index": 0, **part, "finish_reason": finish_reason}]} | (
+            return head | {"choices": [{"index": index, **part, "finish_reason": finish_reason}]} | (
                 {"usage": None} if include_usage else {})
 
-        events = _events(generation_id)
+        streams = [_events(one_id) for one_id in generation_ids]
         try:
-            first = await _first_output(events)
-        except asyncio.CancelledError:  # the client went away before the first token
-            _stop(generation_id)
+            firsts = await asyncio.gather(*(_first_output(events) for events in streams))
+        except asyncio.CancelledError:  # the client went away before the first tokens
+            for one_id in generation_ids:
+                _stop(one_id)
             raise
-        if first["type"] in ("error", "unavailable"):
-            return _failed(first)
-        return _streaming(_stream(generation_id, first, events, chunk, include_usage=include_usage))
-    done = await _final(generation_id)
-    if done["type"] != "done":
-        return _failed(done)
+        refused = next((first for first in firsts if first["type"] in ("error", "unavailable")), None)
+        if refused is not None:
+            for one_id, first in zip(generation_ids, firsts):
+                if first["type"] not in channels.TERMINAL_TYPES:
+                    _stop(one_id)
+            return _failed(refused)
+        return _streaming(_stream(list(zip(generation_ids, firsts, streams)), chunk, include_usage=include_usage))
+    waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
+    try:
+        for next_final in asyncio.as_completed(waits):
+            final = await next_final
+            if final["type"] != "done":  # the answer is this refusal: the others' text would be thrown away
+                return _failed(final)
+    finally:
+        for wait in waits:
+            wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
+        await asyncio.gather(*waits, return_exceptions=True)
+    finals = [wait.result() for wait in waits]
     return JsonResponse(head | {
         "object": endpoint.final_object,
-        "choices": [{"index": 0, **endpoint.final_text(done["text"]),
-                     "finish_reason": FINISH_REASONS[done["finish_reason"]]}],
-        "usage": _usage(done)})
+        "choices": [{"index": index, **endpoint.final_text(done["text"]),
+                     "finish_reason": FINISH_REASONS[done["finish_reason"]]} for index, done in enumerate(finals)],
+        "usage": _usage(finals)})
 
 
 CHAT = _Endpoint(
     schema=ChatBody, id_prefix="chatcmpl", chunk_object="chat.completion.chunk", final_object="chat.completion",
-    inputs=lambda body: {"messages": body.messages},
+    inputs=lambda body: [{"messages": body.messages}],
     # OpenAI names the role in the first chunk's delta only
     chunk_text=lambda text, first: {"delta": ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})},
     final_text=lambda text: {"message": {"role": "assistant", "content": text}},
 )
 TEXT = _Endpoint(
     schema=CompletionBody, id_prefix="cmpl", chunk_object="text_completion", final_object="text_completion",
-    inputs=lambda body: {"prompt": body.prompt},
+    inputs=lambda body: [{"prompt": prompt} for prompt in body.prompts],
     chunk_text=lambda text, first: {"text": text, "logprobs": None},
     final_text=lambda text: {"text": text, "logprobs": None},
 )

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, IntegerField, JSONField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
@@ -49,8 +49,31 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
             latest_error_count=Subquery(latest.values("error_count")[:1], output_field=IntegerField()),
             ready_number=Subquery(latest_ready.values("number")[:1], output_field=IntegerField()),
         )
-        .order_by("name")
+        .order_by("name", "id")
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetPage:
+    """One page of ``dataset_list`` and, when more follow, ``next_after``: the (name, id) of its last dataset
+    (``dataset_page``'s ``after`` for the next page), else None."""
+
+    datasets: list[Dataset]
+    next_after: tuple[str, int] | None
+
+
+def dataset_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> DatasetPage:
+    """The ``limit`` datasets of ``dataset_list`` (by name) that follow the one at ``after``: keyset paging, so a
+    dataset uploaded while a client reads the pages moves none of those still to come."""
+    datasets = dataset_list(project=project)
+    if after is not None:
+        name, last_id = after
+        datasets = datasets.filter(Q(name__gt=name) | Q(name=name, id__gt=last_id))
+    found = list(datasets[:limit + 1])
+    if len(found) <= limit:
+        return DatasetPage(datasets=found, next_after=None)
+    last = found[limit - 1]
+    return DatasetPage(datasets=found[:limit], next_after=(last.name, last.pk))
 
 
 def dataset_named(*, project: Project, name: str) -> Dataset | None:

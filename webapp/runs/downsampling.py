@@ -2,10 +2,13 @@
 
 Design note: a series longer than a chart can show is cut into buckets of ``width`` consecutive
 steps, bucket ``(step - 1) // width``; each bucket keeps its first and last step, its lowest and
-highest value with the steps they were logged at (the earliest on a tie), and the smallest token
-count and wall time (so spikes stay visible at any zoom-out). A bucket is drawn as its two extremes at
-their own steps, in step order, so a falling loss falls within each bucket too (drawing the low at
-the bucket's first step and the high at its last, as before, drew every falling stretch rising).
+highest value with the step, token count and wall time of the point each was logged at (the low's
+earliest step on a tie, the high's latest, so a bucket of one value spans its first step to its last),
+and its smallest token count and wall time (a series' times count from its smallest). Spikes stay
+visible at any zoom-out. A bucket is drawn as its two extremes at their own steps, in step order, so a
+falling loss falls within each bucket too (drawing the low at the bucket's first step and the high at
+its last, as before, drew every falling stretch rising), and each at its own tokens and time, so a
+tokens or time x-axis is exact too.
 Widths are powers of two. That makes the reduction mergeable: two neighbouring buckets of width
 ``w`` are exactly one bucket of width ``2w`` (min of the mins with its step, max of the maxes with
 its step, ...), so
@@ -23,10 +26,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# One bucket: [first_step, last_step, low, high, tokens, wall_time, low_step, high_step].
+# One bucket: [first_step, last_step, low, high, tokens, wall_time, low_step, high_step,
+#              low_tokens, low_wall_time, high_tokens, high_wall_time]
+# (tokens, wall_time: the bucket's smallest; low_/high_: those of the extremes' own points).
 Bucket = list
-# Buckets stored before the extremes' steps were kept had six fields; they are read as drawn then.
-_OLD_BUCKET_FIELDS = 6
+# Buckets stored before the extremes' steps were kept had six fields, and before the extremes' own
+# tokens and times were kept eight; both are read as they were drawn then (see _in_current_layout).
+_SIX_FIELDS, _EIGHT_FIELDS = 6, 8
 
 
 def bucket_width(span: int, max_points: int) -> int:
@@ -46,9 +52,9 @@ def merge_bucket(into: Bucket, other: Bucket) -> None:
     if other[1] > into[1]:
         into[1] = other[1]
     if other[2] < into[2] or (other[2] == into[2] and other[6] < into[6]):
-        into[2], into[6] = other[2], other[6]
-    if other[3] > into[3] or (other[3] == into[3] and other[7] < into[7]):
-        into[3], into[7] = other[3], other[7]
+        into[2], into[6], into[8], into[9] = other[2], other[6], other[8], other[9]
+    if other[3] > into[3] or (other[3] == into[3] and other[7] > into[7]):
+        into[3], into[7], into[10], into[11] = other[3], other[7], other[10], other[11]
     if other[4] < into[4]:
         into[4] = other[4]
     if other[5] < into[5]:
@@ -75,7 +81,8 @@ class SeriesBuckets:
             by_index = self.buckets[name] = {}
         entry = by_index.get(index)
         if entry is None:
-            by_index[index] = [step, step, value, value, tokens, wall_time, step, step]
+            by_index[index] = [step, step, value, value, tokens, wall_time, step, step,
+                               tokens, wall_time, tokens, wall_time]
         else:
             # first <= last, so a new point can extend only one end.
             if step < entry[0]:
@@ -83,9 +90,9 @@ class SeriesBuckets:
             elif step > entry[1]:
                 entry[1] = step
             if value < entry[2] or (value == entry[2] and step < entry[6]):
-                entry[2], entry[6] = value, step
-            if value > entry[3] or (value == entry[3] and step < entry[7]):
-                entry[3], entry[7] = value, step
+                entry[2], entry[6], entry[8], entry[9] = value, step, tokens, wall_time
+            if value > entry[3] or (value == entry[3] and step > entry[7]):
+                entry[3], entry[7], entry[10], entry[11] = value, step, tokens, wall_time
             if tokens < entry[4]:
                 entry[4] = tokens
             if wall_time < entry[5]:
@@ -134,22 +141,26 @@ class SeriesBuckets:
 
     def points(self) -> Iterable[tuple[str, int, float, int, float]]:
         """``(name, step, value, tokens, wall_time)`` rows, by name and step: two per bucket, its lowest
-        and its highest value at the steps they were logged; a bucket of one value is drawn flat from its
-        first step to its last (one point when it has one step)."""
+        and its highest value at the points they were logged (a bucket of one value: its first step and
+        its last), one when both are the same point."""
         for name in sorted(self.buckets):
             by_index = self.buckets[name]
             for index in sorted(by_index):
-                first, last, low, high, tokens, wall_time, low_step, high_step = by_index[index]
-                if low == high:
-                    yield name, first, low, tokens, wall_time
-                    if last != first:
-                        yield name, last, high, tokens, wall_time
+                (_first, _last, low, high, _tokens, _wall_time, low_step, high_step,
+                 low_tokens, low_wall_time, high_tokens, high_wall_time) = by_index[index]
+                if low_step == high_step:
+                    yield name, low_step, low, low_tokens, low_wall_time
                 elif low_step < high_step:
-                    yield name, low_step, low, tokens, wall_time
-                    yield name, high_step, high, tokens, wall_time
+                    yield name, low_step, low, low_tokens, low_wall_time
+                    yield name, high_step, high, high_tokens, high_wall_time
                 else:
-                    yield name, high_step, high, tokens, wall_time
-                    yield name, low_step, low, tokens, wall_time
+                    yield name, high_step, high, high_tokens, high_wall_time
+                    yield name, low_step, low, low_tokens, low_wall_time
+
+    def start_time(self) -> float | None:
+        """The smallest wall time of the points folded in (None when none): where a series' times count
+        from, which its drawn points need not include."""
+        return min((bucket[5] for by_index in self.buckets.values() for bucket in by_index.values()), default=None)
 
     def to_json(self) -> dict[str, Any]:
         return {"width": self.width, "through_step": self.through_step, "through_id": self.through_id,
@@ -160,13 +171,18 @@ class SeriesBuckets:
     def from_json(cls, data: dict[str, Any]) -> SeriesBuckets:
         return cls(width=int(data["width"]), through_step=int(data["through_step"]),
                    through_id=int(data.get("through_id", 0)),
-                   buckets={name: {int(row[0]): _with_extreme_steps(list(row[1:])) for row in rows}
+                   buckets={name: {int(row[0]): _in_current_layout(list(row[1:])) for row in rows}
                             for name, rows in data["buckets"].items()})
 
 
-def _with_extreme_steps(bucket: Bucket) -> Bucket:
-    """A stored bucket with its extremes' steps; an old six-field one gets its first and last step, where
-    it was drawn before they were kept."""
-    if len(bucket) == _OLD_BUCKET_FIELDS:
+def _in_current_layout(bucket: Bucket) -> Bucket:
+    """A stored bucket in the current twelve-field layout, drawn as it was when stored: a six-field one
+    low at its first step and high at its last, an eight-field one at its extremes' steps (a bucket of one
+    value from its first step to its last); both at the bucket's smallest tokens and wall time."""
+    if len(bucket) == _SIX_FIELDS:
         bucket += [bucket[0], bucket[1]]
+    if len(bucket) == _EIGHT_FIELDS:
+        if bucket[2] == bucket[3]:
+            bucket[7] = bucket[1]
+        bucket += [bucket[4], bucket[5], bucket[4], bucket[5]]
     return bucket

@@ -282,7 +282,7 @@ def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, d
 
 def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int = 0) -> SeriesBuckets:
     """``points`` reduced by the database to buckets of ``width`` steps after ``offset``: one grouped
-    query, then the steps of each bucket's extremes (``_extreme_steps``; ``through_id``: the highest
+    query, then the points of each bucket's extremes (``_extreme_points``; ``through_id``: the highest
     point id among them)."""
     bucketed = points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
     grouped = list(bucketed.values("name", "bucket")
@@ -290,10 +290,10 @@ def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int =
                              tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
                    .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
                                 "last_id"))
-    extreme_steps = _extreme_steps(bucketed, grouped)
+    extreme_points = _extreme_points(bucketed, grouped)
     buckets = SeriesBuckets(width=width)
     for name, index, *bucket, last_id in grouped:
-        buckets.add_bucket(name, width, index, [*bucket, *extreme_steps[name, index]])
+        buckets.add_bucket(name, width, index, [*bucket, *extreme_points[name, index]])
         buckets.through_id = max(buckets.through_id, last_id)
     return buckets
 
@@ -302,27 +302,29 @@ def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int =
 EXTREME_VALUES_PER_QUERY = 900
 
 
-def _extreme_steps(bucketed: QuerySet[MetricPoint], grouped: list[tuple]) -> dict[tuple[str, int], list[int]]:
-    """``{(name, bucket): [step of its lowest value, step of its highest]}`` for the ``grouped`` rows
-    (name, bucket, first step, last step, low, high, ...), the earliest step on a tie (as
+def _extreme_points(bucketed: QuerySet[MetricPoint], grouped: list[tuple]) -> dict[tuple[str, int], list]:
+    """``{(name, bucket): [low's step, high's step, low's tokens, low's wall time, high's tokens, high's
+    wall time]}`` for the ``grouped`` rows (name, bucket, first step, last step, low, high, ...): the
+    points of each bucket's extremes, the low's earliest step and the high's latest on a tie (as
     ``SeriesBuckets.add`` keeps). The database returns only the points whose value is one of a bucket's
     extremes, queried by runs of consecutive buckets (their steps through the (run, name, step) index,
     their extremes as a set of values), so every point is read about once more, never sorted."""
     extremes = {(name, index): (low, high) for name, index, _first, _last, low, high, *_rest in grouped}
-    steps: dict[tuple[str, int], list[int | None]] = {key: [None, None] for key in extremes}
+    found_points: dict[tuple[str, int], list] = {key: [None, None, 0, 0.0, 0, 0.0] for key in extremes}
     for ranges, values in _extreme_queries(grouped):
         where = Q()
         for name, first_step, last_step in ranges:
             where |= Q(name=name, step__gte=first_step, step__lte=last_step)
-        for name, index, step, value in (bucketed.filter(where, value__in=values).order_by()
-                                         .values_list("name", "bucket", "step", "value")):
+        for name, index, step, value, tokens, wall_time in (
+                bucketed.filter(where, value__in=values).order_by()
+                .values_list("name", "bucket", "step", "value", "tokens", "wall_time")):
             low, high = extremes[name, index]
-            found = steps[name, index]
+            found = found_points[name, index]
             if value == low and (found[0] is None or step < found[0]):
-                found[0] = step
-            if value == high and (found[1] is None or step < found[1]):
-                found[1] = step
-    return steps
+                found[0], found[2], found[3] = step, tokens, wall_time
+            if value == high and (found[1] is None or step > found[1]):
+                found[1], found[4], found[5] = step, tokens, wall_time
+    return found_points
 
 
 def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[str, int, int]], list[float]]]:
@@ -435,9 +437,11 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     width = bucket_width(span, max_points)
     if whole_run and max_points <= MAX_POINTS:
         buckets = series_buckets(run=run)
-        return _series(list(buckets.coarsened(max(width, buckets.width)).points()), downsampled=True, start_time=None)
-    return _series(list(_grouped_buckets(points, width=width, offset=after_step).points()), downsampled=True,
-                   start_time=start_time)
+        return _series(list(buckets.coarsened(max(width, buckets.width)).points()), downsampled=True,
+                       start_time=buckets.start_time())
+    buckets = _grouped_buckets(points, width=width, offset=after_step)
+    return _series(list(buckets.points()), downsampled=True,
+                   start_time=buckets.start_time() if start_time is None else start_time)
 
 
 def series_cache_for(run: Run) -> dict[str, Any]:

@@ -894,6 +894,9 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     check("GET", f"runs/{external['id']}/samples/", 200, template=runs + "samples/")
     finished = check("POST", f"runs/{external['id']}/finish/", 200, {"status": "succeeded"}, template=runs + "finish/")
     assert finished["status"] == "succeeded"
+    check("PATCH", f"runs/{external['id']}/", 200, {"name": "desk", "tags": ["t"], "notes": "n", "archived": True},
+          template=runs)
+    check("PATCH", f"runs/{external['id']}/", 400, {"name": ""}, template=runs)
     pipeline = check("POST", "pipelines/", 201, {"name": "p", "stages": [{"name": "a", "spec": spec}]})
     check("GET", "pipelines/", 200)
     check("GET", f"pipelines/{pipeline['id']}/", 200, template="pipelines/{pipeline_id}/")
@@ -981,3 +984,65 @@ def test_pipelines_come_a_page_at_a_time_with_a_link_to_the_next(world):
     assert pages == 3 and read == made[::-1]  # newest first, each once
     status, page = apis["viewer"].call("GET", "/api/v1/projects/alpha/pipelines/")
     assert [pipeline["id"] for pipeline in page["pipelines"]] == made[::-1] and page["next"] is None
+
+
+def test_datasets_come_a_page_at_a_time_with_a_link_to_the_next(world):
+    """The datasets list had no paging: every dataset in one answer. It now pages by name as the runs list does."""
+    team, apis, _sent = world
+    # bulk_create does not call save(), which fills name_key.
+    Dataset.objects.bulk_create([Dataset(project=team.project, name=name, name_key=f"{name}-{index}", kind="sft",
+                                         created_by=team.owner) for index, name in enumerate(
+                                             ["set-d", "set-a", "set-c", "set-b", "set-e"])])
+    read, url, pages = [], "/api/v1/projects/alpha/datasets/?limit=2", 0
+    while url:
+        status, page = apis["viewer"].call("GET", url.removeprefix(apis["viewer"].base))
+        assert status == 200 and len(page["datasets"]) <= 2, page
+        read += [dataset["name"] for dataset in page["datasets"]]
+        url, pages = page["next"], pages + 1
+    assert pages == 3 and read == ["set-a", "set-b", "set-c", "set-d", "set-e"]  # by name, each once
+    status, page = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/")
+    assert len(page["datasets"]) == 5 and page["next"] is None
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/?limit=0")
+    assert status == 400 and "limit" in body["errors"]
+    status, body = apis["viewer"].call("GET", "/api/v1/projects/alpha/datasets/?cursor=edited")
+    assert status == 400 and "cursor" in body["errors"]
+
+
+def test_a_run_is_renamed_tagged_noted_and_archived_as_on_its_page(world):
+    """The API could not rename, tag, note or archive a run that the web page could: PATCH runs/<id>/ does it
+    through the page's services, with their rules and the API's field-named errors."""
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    url = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    status, body = apis["teammate"].call("PATCH", url, {"name": "lr sweep", "tags": ["a", " b ", "a"],
+                                                        "notes": "**why**"})
+    assert status == 200, body
+    assert (body["name"], body["tags"], body["notes"], body["archived"]) == ("lr sweep", ["a", "b"], "**why**", False)
+    status, body = apis["teammate"].call("PATCH", url, {"tags": []})  # only what is sent changes
+    assert status == 200 and (body["name"], body["tags"], body["notes"]) == ("lr sweep", [], "**why**")
+    # An open run is not archived, and nothing else of that request is kept.
+    status, body = apis["teammate"].call("PATCH", url, {"name": "renamed", "archived": True})
+    assert status == 400 and body["errors"]["archived"][0].endswith("cancel it first, then archive it. Nothing was "
+                                                                    "archived"), body
+    assert apis["viewer"].call("GET", url)[1]["name"] == "lr sweep"
+    apis["teammate"].call("POST", f"{url}finish/", {"status": "succeeded"})
+    status, body = apis["teammate"].call("PATCH", url, {"archived": True})
+    assert status == 200 and body["archived"] is True
+    status, body = apis["owner"].call("PATCH", url, {"archived": False})
+    assert status == 200 and body["archived"] is False
+    # The page's rules: a name is required, tags are checked; each error names its field.
+    status, body = apis["teammate"].call("PATCH", url, {"name": " "})
+    assert status == 400 and list(body["errors"]) == ["name"]
+    status, body = apis["teammate"].call("PATCH", url, {"tags": ["x" * 41]})
+    assert status == 400 and list(body["errors"]) == ["tags"]
+    status, body = apis["teammate"].call("PATCH", url, {"notes": None})
+    assert status == 400 and body["errors"]["notes"] == ['null is not a value of notes: leave the key out to keep '
+                                                         'it as it is, or send "" to clear it']
+    status, body = apis["teammate"].call("PATCH", url, {"archived": "yes", "colour": "red"})
+    assert status == 400 and set(body["errors"]) == {"archived", "colour"}
+    status, body = apis["teammate"].call("PATCH", url, {})
+    assert status == 400 and body["errors"]["__all__"] == ["give at least one of name, tags, notes, archived"]
+    # A viewer reads the run but changes nothing of it; an outsider does not find it.
+    assert apis["viewer"].call("PATCH", url, {"name": "mine"})[0] == 403
+    assert apis["outsider"].call("PATCH", url, {"name": "mine"})[0] == 404
+    assert apis["viewer"].call("GET", url)[1]["name"] == "lr sweep"

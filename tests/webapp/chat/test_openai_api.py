@@ -194,7 +194,7 @@ def test_a_client_that_goes_away_stops_its_generation(api, worker):
     async def read_one_chunk_and_leave():
         events = openai_api._events("cmpl-gone")
         first = await openai_api._first_output(events)
-        chunks = openai_api._stream("cmpl-gone", first, events, lambda text, reason: {"text": text},
+        chunks = openai_api._stream([("cmpl-gone", first, events)], lambda index, text, reason: {"text": text},
                                     include_usage=False)
         assert await anext(chunks) == 'data: {"text": "Hel"}\n\n'
         await chunks.aclose()  # what Django does with the response's iterator when the client disconnects
@@ -334,3 +334,78 @@ def test_a_401_names_the_scheme_to_authenticate_with(db, method, path):
     response = getattr(Client(), method)(path, HTTP_AUTHORIZATION="Bearer tpk_revoked")
     assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
     assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_max_tokens_and_max_completion_tokens_that_differ_are_refused_naming_both(api, worker):
+    """Both were taken and max_completion_tokens won without a word. OpenAI reads max_tokens as the older name of
+    max_completion_tokens: the same number in both is one budget; two numbers are a 400 naming both."""
+    model, headers = api
+    scripts, requests = worker
+    response = post("/v1/chat/completions", chat(model, max_tokens=100, max_completion_tokens=200), headers)
+    assert response.status_code == 400 and response.json()["error"] == {
+        "message": "max_completion_tokens: 200 is not max_tokens (100): max_tokens is the older name of "
+                   "max_completion_tokens; send one of them", "type": "invalid_request_error",
+        "param": "max_completion_tokens", "code": "invalid_value"}
+    assert requests == []
+    scripts.append(ANSWER)
+    response = post("/v1/chat/completions", chat(model, max_tokens=100, max_completion_tokens=100), headers)
+    assert response.status_code == 200 and requests[0]["max_new_tokens"] == 100
+
+
+def completion_events(text: str, prompt_tokens: int) -> list[dict]:
+    return [{"type": "token", "text": text}, {"type": "done", "text": text, "finish_reason": "stop",
+                                               "prompt_tokens": prompt_tokens, "completion_tokens": 1}]
+
+
+def test_a_list_of_prompts_gets_a_choice_per_prompt_in_order(api, worker):
+    """A list of prompts was a 400 ("Input should be a valid string"); OpenAI's /v1/completions answers a choice per
+    prompt, its index the prompt's place in the list, and the usage of them all."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [completion_events("A", 3), completion_events("B", 5)]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"], "max_tokens": 1}, headers)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert [request["prompt"] for request in requests] == ["one", "two"]
+    assert len({request["id"] for request in requests}) == 2
+    assert body["choices"] == [{"index": 0, "text": "A", "logprobs": None, "finish_reason": "stop"},
+                               {"index": 1, "text": "B", "logprobs": None, "finish_reason": "stop"}]
+    assert body["usage"] == {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}
+    # Streamed: each chunk names its prompt's index; the usage is of them all.
+    scripts += [completion_events("A", 3), completion_events("B", 5)]
+    status, lines = stream("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"], "stream": True,
+                                               "stream_options": {"include_usage": True}}, headers)
+    assert status == 200 and lines[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    by_index = {0: [], 1: []}
+    for chunk in chunks[:-1]:
+        (part,) = chunk["choices"]
+        by_index[part["index"]].append((part["text"], part["finish_reason"]))
+    assert by_index == {0: [("A", None), ("", "stop")], 1: [("B", None), ("", "stop")]}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 8, "completion_tokens": 2,
+                                                                   "total_tokens": 10}
+    # One string in a list is that string; what is not a list of strings is named.
+    scripts.append(completion_events("A", 3))
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one"]}, headers)
+    assert response.status_code == 200 and len(response.json()["choices"]) == 1
+    for prompt, message in (([], "prompt: give at least one prompt"),
+                            ([1, 2], "prompt: give a string or a list of strings (token ids are not taken)"),
+                            (["a"] * 33, "prompt: give at most 32 prompts")):
+        response = post("/v1/completions", {"model": model.public_id, "prompt": prompt}, headers)
+        assert response.status_code == 400 and response.json()["error"]["message"] == message, response.content
+
+
+def test_a_list_of_prompts_one_of_which_the_model_refuses_is_a_400(api, worker):
+    model, headers = api
+    scripts, _requests = worker
+    scripts += [completion_events("A", 3), [CONTEXT_ERROR], completion_events("A", 3), [CONTEXT_ERROR]]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"]}, headers)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    status, body = stream("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"], "stream": True},
+                          headers)
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    # A refused prompt is answered at once, and the generations of the others still going are stopped.
+    scripts += [[{"type": "token", "text": "still going"}], [CONTEXT_ERROR]]
+    response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"]}, headers)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+    assert redis_client().exists(channels.stop_key(_requests[-2]["id"]))

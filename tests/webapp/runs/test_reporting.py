@@ -300,9 +300,11 @@ def test_it_stores_the_runs_buckets_with_the_points(running_run):
     running_run.refresh_from_db()
     stored = running_run.series_cache["buckets"]
     assert stored == selectors.series_buckets(run=running_run, reuse_stored=False).to_json()
-    # [index, first step, last step, low, high, tokens, wall time, the low's step, the high's step]
-    assert stored["through_step"] == 7 and stored["buckets"]["loss"][0] == [0, 1, 1, 10.0, 10.0, 100,
-                                                                           stored["buckets"]["loss"][0][6], 1, 1]
+    # [index, first step, last step, low, high, tokens, wall time, the low's step, the high's step, the
+    #  low's tokens and wall time, the high's tokens and wall time]
+    wall_time = stored["buckets"]["loss"][0][6]
+    assert stored["through_step"] == 7 and stored["buckets"]["loss"][0] == [0, 1, 1, 10.0, 10.0, 100, wall_time,
+                                                                           1, 1, 100, wall_time, 100, wall_time]
     # A resumed attempt from step 5 replaces steps 5-7: the stored buckets are rebuilt without them.
     resumed = [Progress(item.step, item.total_steps, {**item.metrics, "loss": 100.0}, item.elapsed_seconds,
                         item.tokens_seen) for item in (record(step, offset_steps=4) for step in (5, 6))]

@@ -32,11 +32,12 @@ def test_long_series_keep_each_buckets_min_and_max(team, catalog, sent_tasks):
     assert series["step"] == sorted(series["step"]) and series["step"][0] == 1 and series["step"][-1] == 10_000
     # 79 buckets of 128 steps (the smallest power of two giving at most 100), each drawn as its low and
     # its high at the steps they were logged: the spike at step 5,000 after its bucket's first 1.0 (step
-    # 4,993, the earliest of the tied lows), the dip at 7,777 after its bucket's first 1.0 (7,681).
+    # 4,993, the earliest of the tied lows), the dip at 7,777 before its bucket's last 1.0 (7,808, the
+    # latest of the tied highs).
     spike, dip = series["value"].index(50.0), series["value"].index(-3.0)
     assert len(series["step"]) == 2 * 79
     assert (series["step"][spike - 1], series["step"][spike]) == (4_993, 5_000)
-    assert (series["step"][dip - 1], series["value"][dip - 1], series["step"][dip]) == (7_681, 1.0, 7_777)
+    assert (series["step"][dip], series["step"][dip + 1], series["value"][dip + 1]) == (7_777, 7_808, 1.0)
 
 
 def test_a_falling_series_falls_within_each_bucket_too(team, catalog, sent_tasks):
@@ -282,3 +283,28 @@ def test_hyperparameter_axes_are_the_differing_single_values_with_each_runs_last
                                          metric_names=["loss"]) is None
     same = [make_run(team, catalog) for _ in range(3)]
     assert selectors.hyperparameter_axes(runs=same, diff=selectors.config_diff(runs=same), metric_names=["loss"]) is None
+
+
+def test_each_drawn_extreme_carries_its_own_tokens_and_time(team, catalog, sent_tasks):
+    """A tokens or time x-axis draws each bucket's low and high at the tokens and wall time of their own
+    points, not the bucket's first ones: the database's reduction and the worker's agree on them."""
+    run = make_run(team, catalog)
+    # Steps 1-8 in one bucket (max_points=2); the low 1.0 at step 4, the high 9.0 at step 5.
+    values = {1: 5.0, 2: 4.0, 3: 3.0, 4: 1.0, 5: 9.0, 6: 2.0, 7: 2.0, 8: 2.0}
+    tokens = {1: 100, 2: 212, 3: 500, 4: 839, 5: 1046, 6: 1200, 7: 1300, 8: 1400}
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value,
+                                                 wall_time=1000.0 + 3 * step, tokens=tokens[step])
+                                     for step, value in values.items()])
+    Run.objects.filter(pk=run.pk).update(current_step=8)
+    run.refresh_from_db()
+    series = selectors.metric_series(run=run, max_points=2)["loss"]
+    # Times count from the run's first point (1003.0), which is neither extreme.
+    assert series == {"step": [4, 5], "value": [1.0, 9.0], "tokens": [839, 1046], "time": [9.0, 12.0],
+                      "downsampled": True}
+    part = selectors.metric_series(run=run, names=["loss"], after_step=2, max_points=2)["loss"]
+    assert (part["step"], part["tokens"], part["time"]) == ([4, 5], [839, 1046], [9.0, 12.0])
+    worker = SeriesBuckets(width=8)
+    for step, value in values.items():
+        worker.add("loss", step, value, tokens[step], 1000.0 + 3 * step)
+    assert list(worker.points()) == [("loss", 4, 1.0, 839, 1012.0), ("loss", 5, 9.0, 1046, 1015.0)]
+    assert worker.buckets == selectors._grouped_buckets(MetricPoint.objects.filter(run=run), width=8).buckets
