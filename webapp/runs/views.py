@@ -142,7 +142,9 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
         # Spec keys that name the project's objects are chosen from them, like the model and data.
-        "reference_choices": {"ppo.reward_model": selectors.reward_model_choices(project=project)},
+        # A reward row's argument is keyed <function>.<argument>: the reward_model function's model too.
+        "reference_choices": {"ppo.reward_model": (reward_runs := selectors.reward_model_choices(project=project)),
+                              "reward_model.model": reward_runs},
         "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags, "sweep": sweep,
         "sweep_max_runs": sweeps.max_runs(),
     }

@@ -1525,3 +1525,35 @@ def test_a_reward_reading_a_column_the_data_lacks_is_refused_at_its_input(team, 
     # The data's own column: launched.
     data["grpo.rewards.0.args.exact_match.answer_column"] = "answer"
     assert client_for(team.teammate).post("/p/alpha/runs/new/", data).status_code == 302
+
+
+def test_the_grpo_forms_reward_model_function_chooses_its_model_among_the_projects_reward_runs(
+        team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: the ``reward_model`` reward function's ``model`` was a bare text input, so scoring GRPO
+    rollouts with a trained reward model meant finding and pasting its run id (left blank: 'required
+    argument missing: model (a text)'). It is a select of the project's succeeded reward runs, as
+    ``ppo.reward_model`` is, and a launch keeps the chosen one."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer <i>")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/runs/new/?task=grpo").content.decode()
+    option = f'<option value="{scorer.public_id}" >{FSI}scorer &lt;i&gt;{PDI} — reward model of {scorer.public_id}</option>'
+    blank_row_select = page.index('<select id="spec-grpo-rewards-__row__-reward_model-model" '
+                                  'name="grpo.rewards.__row__.args.reward_model.model">')
+    assert page.index(option, blank_row_select) < page.index("</select>", blank_row_select)
+    assert f'value="{unfinished.public_id}"' not in page
+    data = _grpo_form(catalog, **{"grpo.rewards.0.name": "reward_model",
+                                  "grpo.rewards.0.args.reward_model.model": scorer.public_id})
+    response = client.post("/p/alpha/runs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    run = Run.objects.get(task="grpo")
+    assert run.spec["grpo"]["rewards"] == [{"name": "reward_model", "weight": 1.0,
+                                            "args": {"model": scorer.public_id}}]
+    # Duplicate shows it chosen in its row.
+    again = client.get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
+    chosen = again.index('name="grpo.rewards.0.args.reward_model.model"')
+    assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
