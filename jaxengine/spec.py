@@ -392,6 +392,12 @@ class JobSpec(_Section):
             raise ValueError(misplaced[0])
         if problem := eval_only_problem(self):
             raise ValueError(problem)
+        completions = self.train.batch_size * self.train.grad_accum
+        if self.task == "ppo" and completions < 2:
+            # Its advantages are whitened over the step's completions (jaxengine.ppo): one has no spread.
+            raise ValueError(f"train.batch_size: PPO needs at least 2 completions per step (batch_size "
+                             f"{self.train.batch_size} × grad_accum {self.train.grad_accum}) to whiten advantages "
+                             "over the batch; raise train.batch_size or train.grad_accum")
         # A layout given here is checked against the batch here, before any host is placed; a default
         # layout only where the job's devices are known (``jaxengine.job.job_placement``).
         if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):
