@@ -120,7 +120,9 @@ class DataSpec(_Section):
 class PeftSpec(_Section):
     """``peft``: full fine-tuning (``none``), LoRA, or LoRA over a quantized frozen base (QLoRA)."""
 
-    method: PeftMethod = Field(default="none", description="none | lora | qlora")
+    method: PeftMethod = Field(default="none", description="none: every weight trained | lora: low-rank adapters "
+                               "on the targets, the base frozen | qlora: LoRA over a base quantized to quant_bits, "
+                               "the least memory")
     rank: int = Field(default=8, ge=1, le=1024, description="LoRA rank r.")
     alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator: updates are scaled by alpha / rank.")
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
@@ -187,7 +189,11 @@ class DpoSpec(_Section):
     """``dpo``: preference optimisation loss and its knobs."""
 
     beta: float = Field(default=0.1, gt=0, description="Inverse temperature; ORPO's odds-ratio weight.")
-    loss: DpoLoss = Field(default="sigmoid", description="sigmoid | ipo | hinge | simpo | orpo")
+    loss: DpoLoss = Field(default="sigmoid", description=(
+        "sigmoid: DPO, -log σ(beta × log-ratio margin) | ipo: (margin − 1/(2 beta))², less prone to "
+        "overfit | hinge: SLiC, relu(1 − beta × margin) | simpo: reference-free, length-normalised, "
+        "target margin simpo_gamma | orpo: reference-free, chosen NLL plus an odds-ratio term weighted by "
+        "beta"))
     label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description="sigmoid only: assumed label noise.")
     simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
 
@@ -260,11 +266,20 @@ class GrpoSpec(_Section):
     temperature: RolloutTemperature = 1.0
     top_p: RolloutTopP = 1.0
     beta: float = Field(default=0.04, ge=0, description="KL coefficient; 0 skips the reference pass entirely.")
-    kl_estimator: KlEstimator = Field(default="k3", description="k1 | k2 | k3")
+    kl_estimator: KlEstimator = Field(default="k3", description=(
+        "How the per-token KL to the reference is estimated: k1: log(π/π_ref), unbiased but can go "
+        "negative | k2: ½ log²(π/π_ref), low variance, biased | k3: π_ref/π − log(π_ref/π) − 1, unbiased "
+        "and non-negative (GRPO's)"))
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
     epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip (DAPO clip-higher when > epsilon).")
-    loss_type: GrpoLossType = Field(default="grpo", description="grpo | dr_grpo | dapo | gspo")
-    advantage: AdvantageEstimator = Field(default="group", description="group | group_mean | rloo")
+    loss_type: GrpoLossType = Field(default="grpo", description=(
+        "How per-token losses become one: grpo: mean over each completion, then over completions | "
+        "dr_grpo: sum / (completions × max_new_tokens), no length bias | dapo: mean over every token of "
+        "the batch | gspo: one sequence-level ratio per completion, averaged as grpo"))
+    advantage: AdvantageEstimator = Field(default="group", description=(
+        "A completion's advantage from its group's rewards: group: (r − mean) / std | group_mean: r − "
+        "mean (Dr. GRPO: hard and easy prompts weigh alike) | rloo: r − mean of the other completions of "
+        "its prompt"))
     num_iterations: NumIterations = 1
     mask_truncated: MaskTruncated = False
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")

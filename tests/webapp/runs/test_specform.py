@@ -152,3 +152,18 @@ def test_a_written_dpo_spec_keeps_the_default_of_an_sft_only_key_and_is_told_of_
     assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "completion", "packing": False}}) == {}
     assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "all", "packing": True}}) == {
         "data.loss_on": "only sft read it; remove it", "data.packing": "only pretrain and sft read it; remove it"}
+
+
+@pytest.mark.parametrize("task", specform.tasks())
+def test_the_help_of_every_choice_of_several_options_says_what_they_do(task):
+    """QA: dpo.loss, grpo.loss_type, grpo.advantage and grpo.kl_estimator were helped by their choices
+    alone ('sigmoid | ipo | hinge | simpo | orpo'), leaving what each does to the README. A select's
+    help says more than the names of its choices."""
+    for section in specform.form_sections(task):
+        for field in section.fields:
+            if field.widget != "select":
+                continue
+            words = field.help
+            for choice in sorted(map(str, field.choices), key=len, reverse=True):
+                words = words.replace(choice, "")
+            assert words.strip(" |.,;:"), f"{field.name}: its help only names its choices: {field.help!r}"
