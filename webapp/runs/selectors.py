@@ -218,9 +218,11 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
 
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
-    runs of the project with an exported model, newest first."""
+    runs of the project with an exported model, newest first; not archived runs' (put away, as in
+    ``model_choices``: the launch form keeps a spec's own choice selectable)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
-                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
+                                        run__archived=False, kind=ArtifactKind.MODEL)
+                .select_related("run").order_by("-run__created_at"))
     return [(artifact.run.public_id, f"{isolated(artifact.run.name)} — reward model of {artifact.run.public_id}")
             for artifact in exported]
 

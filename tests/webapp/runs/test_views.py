@@ -1557,3 +1557,28 @@ def test_the_grpo_forms_reward_model_function_chooses_its_model_among_the_projec
     again = client.get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
     chosen = again.index('name="grpo.rewards.0.args.reward_model.model"')
     assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
+
+
+def test_an_archived_reward_run_leaves_the_reward_model_pickers_but_a_duplicate_keeps_it(
+        team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: archiving puts a run's models away from the launch form's pickers, but an archived reward run
+    was still offered as ``ppo.reward_model`` and as a ``reward_model`` function's model. A spec that
+    names it (a duplicate) still shows it chosen."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="old scorer")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    client = client_for(team.teammate)
+    form = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
+            "train.max_steps": "4", "train.batch_size": "2", "peft.targets": ["q_proj"], "ppo.max_new_tokens": "8",
+            "ppo.reward_model": scorer.public_id}
+    assert client.post("/p/alpha/runs/new/", form).status_code == 302
+    ppo_run = Run.objects.get(task="ppo")
+    Run.objects.filter(pk=scorer.pk).update(archived=True)
+    for task in ("ppo", "grpo"):
+        page = client.get(f"/p/alpha/runs/new/?task={task}").content.decode()
+        assert f'value="{scorer.public_id}"' not in page, task
+    again = client.get(f"/p/alpha/runs/new/?from={ppo_run.public_id}").content.decode()
+    chosen = again.index('name="ppo.reward_model"')
+    assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
