@@ -253,8 +253,9 @@
       event.preventDefault();
       loadSamples(Object.fromEntries(new FormData(form).entries()));
     });
-    ["step", "kind", "order"].forEach(function (name) {
-      form.querySelector("select[name=" + name + "]").addEventListener("change", function () { form.requestSubmit(); });
+    // kind and order only where the run's samples are scored (GRPO, PPO).
+    form.querySelectorAll("select[name=step], select[name=kind], select[name=order]").forEach(function (select) {
+      select.addEventListener("change", function () { form.requestSubmit(); });
     });
     document.querySelectorAll("#samples .sample-pages button[data-page]").forEach(function (button) {
       button.addEventListener("click", function () {

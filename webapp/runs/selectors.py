@@ -471,6 +471,12 @@ def sample_steps(*, run: Run, kind: str | None = None) -> list[int]:
     return list(samples.values_list("step", flat=True).distinct().order_by("step"))
 
 
+def samples_scored(*, run: Run) -> bool:
+    """Whether any sample of ``run`` has a reward (GRPO and PPO score theirs): the samples browser offers
+    its kind, reward range and reward order only then."""
+    return Sample.objects.filter(run=run, reward__isnull=False).exists()
+
+
 def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, min_reward: float | None = None,
                 max_reward: float | None = None, order: str = "position") -> QuerySet[Sample]:
     """Samples of ``run`` at ``step`` (all steps when None), of ``kind`` (any when None), optionally

@@ -517,6 +517,7 @@ def _samples_context(run, query) -> dict[str, Any]:
     return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
             "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),
+            "samples_scored": bool(steps) and selectors.samples_scored(run=run),
             "has_rollouts": any((sample.extra or {}).get("kind") == "rollout" for sample in page.object_list)}
 
 

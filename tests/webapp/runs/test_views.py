@@ -1582,3 +1582,23 @@ def test_an_archived_reward_run_leaves_the_reward_model_pickers_but_a_duplicate_
     again = client.get(f"/p/alpha/runs/new/?from={ppo_run.public_id}").content.decode()
     chosen = again.index('name="ppo.reward_model"')
     assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
+
+
+def test_the_samples_browser_of_a_run_without_scores_offers_no_reward_filters(team, run, client_for):
+    """QA: a DPO run's page offered 'Show: rollouts', a reward range, ordering by reward and a Reward column
+    of dashes beside its eval generations, none of which it has: those belong to runs whose samples are
+    scored (GRPO, PPO)."""
+    Sample.objects.bulk_create([Sample(run=run, step=5, position=index, prompt="p", text=f"generation {index}",
+                                       extra={"kind": "eval"}) for index in (1, 2)])
+    client = client_for(team.viewer)
+    for address in (url(run), url(run, "samples/?step=5")):
+        page = client.get(address).content.decode()
+        assert "generation 1" in page and 'name="step"' in page
+        for offered in ('name="kind"', 'name="min_reward"', 'name="max_reward"', "highest reward first",
+                        '<th class="num">Reward</th>'):
+            assert offered not in page, (address, offered)
+    # Scored once one sample is: the filters come with it.
+    Sample.objects.create(run=run, step=6, position=0, prompt="p", text="rollout", reward=0.5,
+                          extra={"kind": "rollout", "advantage": 0.0})
+    page = client.get(url(run, "samples/?step=5")).content.decode()
+    assert 'name="kind"' in page and 'name="min_reward"' in page and '<th class="num">Reward</th>' in page
