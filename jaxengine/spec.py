@@ -332,8 +332,10 @@ class PpoSpec(_Section):
     @model_validator(mode="after")
     def _one_reward_source(self) -> PpoSpec:
         if (self.reward_model is None) == (not self.rewards):
-            given = "both" if self.rewards else "neither"
-            raise ValueError(f"reward_model: give exactly one of reward_model and rewards ({given} given)")
+            what_to_do = ("(both given): remove the reward functions, or choose no reward model" if self.rewards else
+                          "(neither given): choose a reward model (a task: reward run) or add a reward function "
+                          "such as exact_match")
+            raise ValueError(f"reward_model: give exactly one of reward_model and rewards {what_to_do}")
         if self.reward_model is not None and not self.reward_model.strip():
             raise ValueError("reward_model: empty; give the directory of a task: reward run")
         _check_reward_names(self.rewards, self.eval_metrics)

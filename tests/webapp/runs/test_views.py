@@ -950,7 +950,9 @@ def test_launching_ppo_from_the_form_with_a_reward_run_of_the_project(team, cata
     client = client_for(team.teammate)
     # The form's reward row and a reward model: the spec takes exactly one.
     both = client.post("/p/alpha/runs/new/", {**data, "ppo.rewards.0.name": "exact_match"}).content.decode()
-    assert "give exactly one of reward_model and rewards (both given)" in both
+    # QA: it said what was wrong but not what to do, which for a form's preset row is to remove it.
+    assert ("give exactly one of reward_model and rewards (both given): remove the reward functions, "
+            "or choose no reward model") in both
     response = client.post("/p/alpha/runs/new/", data)
     assert response.status_code == 302, response.content.decode()[:3000]
     run = Run.objects.get(task="ppo")
