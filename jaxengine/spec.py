@@ -159,7 +159,9 @@ class TrainSpec(_Section):
 
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps; give this or epochs.")
     epochs: float | None = Field(default=None, gt=0, description="Passes over the training data; or max_steps.")
-    batch_size: int = Field(default=8, ge=1, le=65536, description="Sequences per micro-batch.")
+    batch_size: int = Field(default=8, ge=1, le=65536, description=(
+        "Rows per micro-batch: sequences (pretrain, sft), chosen/rejected pairs (reward, dpo), prompts (grpo: "
+        "each sampled num_generations times; ppo: one completion each)."))
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")

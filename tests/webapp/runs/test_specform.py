@@ -167,3 +167,14 @@ def test_the_help_of_every_choice_of_several_options_says_what_they_do(task):
             for choice in sorted(map(str, field.choices), key=len, reverse=True):
                 words = words.replace(choice, "")
             assert words.strip(" |.,;:"), f"{field.name}: its help only names its choices: {field.help!r}"
+
+
+def test_the_batch_size_help_says_what_a_row_of_each_task_is():
+    """QA: train.batch_size was 'Sequences per micro-batch' in every task's form, while reward and dpo read
+    it as chosen/rejected pairs and grpo as prompts, each sampled num_generations times (8 × 8 = 64
+    completions a micro-batch): an engineer sizing memory from the help was off by that factor."""
+    train = next(section for section in specform.form_sections("grpo") if section.name == "train")
+    help_text = next(field.help for field in train.fields if field.name == "train.batch_size")
+    for words in ("sequences (pretrain, sft)", "pairs (reward, dpo)", "prompts (grpo", "num_generations",
+                  "ppo"):
+        assert words in help_text, help_text
