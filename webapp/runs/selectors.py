@@ -261,10 +261,20 @@ def final_order(names: Iterable[str]) -> list[str]:
     return headline + [name for name in chart_order(names) if name not in headline]
 
 
+# What each kind of run is read for, drawn first (after loss) among dozens of charts: an RL run's reward and
+# KL to its reference, a preference run's accuracy and margin (DPO's implicit reward, a reward model's).
+LEADING_CHARTS = ("loss", "reward", "kl", "objective/kl", "rewards/accuracies", "rewards/margins", "accuracy", "margin")
+
+
 def chart_order(names: Iterable[str]) -> list[str]:
-    """Metric names in the order the run and compare pages draw them: loss, the other training
-    metrics by name, then the eval/ ones by name."""
-    return sorted(names, key=lambda name: (name.startswith("eval/"), name != "loss", name))
+    """Metric names in the order the run and compare pages draw them: the training metrics, then the
+    eval/ ones, each with the ``LEADING_CHARTS`` first, in that order, and the rest by name."""
+    def key(name: str) -> tuple:
+        metric = name.removeprefix("eval/")
+        leading = LEADING_CHARTS.index(metric) if metric in LEADING_CHARTS else len(LEADING_CHARTS)
+        return name.startswith("eval/"), leading, name
+
+    return sorted(names, key=key)
 
 
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:

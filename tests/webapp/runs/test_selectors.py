@@ -282,3 +282,25 @@ def test_hyperparameter_axes_are_the_differing_single_values_with_each_runs_last
                                          metric_names=["loss"]) is None
     same = [make_run(team, catalog) for _ in range(3)]
     assert selectors.hyperparameter_axes(runs=same, diff=selectors.config_diff(runs=same), metric_names=["loss"]) is None
+
+
+def test_charts_lead_with_what_each_kind_of_run_is_read_for():
+    """QA: a GRPO or PPO run page drew ~30 charts by name, its reward after completions/*, entropy, epoch,
+    grad_norm and memory, its KL further down; a DPO run's accuracies and margins after logps/* and memory.
+    Loss comes first, then reward, KL, and preference accuracy and margin; the rest by name, eval/ last."""
+    grpo = ["clip_ratio", "completions/mean_length", "entropy", "epoch", "frac_reward_zero_std", "grad_norm", "kl",
+            "loss", "memory/host_peak_gib", "reward", "reward_std", "rewards/exact_match/mean", "eval/reward",
+            "eval/exact_match"]
+    assert selectors.chart_order(grpo)[:3] == ["loss", "reward", "kl"]
+    assert selectors.chart_order(grpo)[-2:] == ["eval/reward", "eval/exact_match"]
+    ppo = ["loss", "loss/value", "objective/kl", "objective/scores", "policy/clipfrac", "reward", "val/mean"]
+    assert selectors.chart_order(ppo)[:3] == ["loss", "reward", "objective/kl"]
+    dpo = ["epoch", "grad_norm", "logps/chosen", "logps/rejected", "loss", "memory/host_peak_gib",
+           "rewards/accuracies", "rewards/chosen", "rewards/margins", "rewards/rejected", "eval/loss",
+           "eval/rewards/accuracies", "eval/rewards/margins", "eval/logps/chosen"]
+    assert selectors.chart_order(dpo)[:3] == ["loss", "rewards/accuracies", "rewards/margins"]
+    assert selectors.chart_order(dpo)[-4:] == ["eval/loss", "eval/rewards/accuracies", "eval/rewards/margins",
+                                               "eval/logps/chosen"]
+    reward = ["accuracy", "epoch", "loss", "margin", "rewards/chosen", "eval/accuracy", "eval/loss", "eval/margin"]
+    assert selectors.chart_order(reward) == ["loss", "accuracy", "margin", "epoch", "rewards/chosen", "eval/loss",
+                                             "eval/accuracy", "eval/margin"]

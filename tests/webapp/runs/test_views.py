@@ -345,13 +345,14 @@ def test_duplicate_prefills_from_a_run(team, run, client_for):
 
 def test_the_run_page_draws_loss_first_as_the_compare_page_does(team, run, client_for):
     """The run page made its charts in the names' alphabetical order, eval/loss before loss; the
-    compare page draws loss first, then the other training metrics, then the eval ones."""
+    compare page draws loss first, then the other training metrics, then the eval ones, eval/loss first
+    among them (``selectors.chart_order``)."""
     MetricPoint.objects.bulk_create([MetricPoint(run=run, step=5, name=name, value=1.0, wall_time=105.0, tokens=320)
                                      for name in ("eval/loss", "grad_norm", "eval/accuracy")])
     response = client_for(team.viewer).get(url(run))
     series = json.loads(re.search(r'<script id="run-series" type="application/json">(.*?)</script>',
                                   response.content.decode(), re.S).group(1))
-    assert list(series) == ["loss", "grad_norm", "eval/accuracy", "eval/loss"]
+    assert list(series) == ["loss", "grad_norm", "eval/loss", "eval/accuracy"]
 
 
 def test_the_run_page_says_which_metrics_ended_not_finite(team, run, client_for):
