@@ -207,7 +207,9 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
                                         kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
-    choices += [(artifact.run.public_id, f"{isolated(artifact.run.name)} — exported by {artifact.run.public_id}")
+    # The task tells a reward model (it scores, and writes no text worth reading) from a policy.
+    choices += [(artifact.run.public_id,
+                 f"{isolated(artifact.run.name)} — {artifact.run.task} model exported by {artifact.run.public_id}")
                 for artifact in exported]
     checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
                    .select_related("run").order_by("-run__created_at", "step"))

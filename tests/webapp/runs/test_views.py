@@ -1605,3 +1605,19 @@ def test_the_samples_browser_of_a_run_without_scores_offers_no_reward_filters(te
                           extra={"kind": "rollout", "advantage": 0.0})
     page = client.get(url(run, "samples/?step=5")).content.decode()
     assert 'name="kind"' in page and 'name="min_reward"' in page and '<th class="num">Reward</th>' in page
+
+
+def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: the starting-model picker listed a reward run's export like any other ('scorer — exported by
+    run_…'): nothing told a reward model, whose head scores and whose text no page serves, from a DPO
+    policy. Each run's export names its task."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
+    policy = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="policy")
+    for finished in (scorer, policy):
+        Run.objects.filter(pk=finished.pk).update(status=RunStatus.SUCCEEDED)
+        Artifact.objects.create(run=finished, kind=ArtifactKind.MODEL, path=str(tmp_path / finished.public_id))
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=dpo").content.decode()
+    assert f'<option value="{scorer.public_id}" >{FSI}scorer{PDI} — reward model exported by {scorer.public_id}' in page
+    assert f'<option value="{policy.public_id}" >{FSI}policy{PDI} — sft model exported by {policy.public_id}' in page
