@@ -1621,3 +1621,16 @@ def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catal
     page = client_for(team.teammate).get("/p/alpha/runs/new/?task=dpo").content.decode()
     assert f'<option value="{scorer.public_id}" >{FSI}scorer{PDI} — reward model exported by {scorer.public_id}' in page
     assert f'<option value="{policy.public_id}" >{FSI}policy{PDI} — sft model exported by {policy.public_id}' in page
+
+
+def test_a_reward_runs_page_says_its_model_scores_rollouts(team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: a reward run's page offered its export with '(start runs from run_…)', as a policy's does, and
+    said nothing of what a reward model is for: scoring PPO and GRPO rollouts."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"), step=2)
+    page = client_for(team.viewer).get(url(scorer)).content.decode()
+    assert (f'Exported model at step 2 <span class="muted">(scores PPO and GRPO rollouts as <code>{scorer.public_id}'
+            '</code>: choose it as ppo.reward_model, or as the model of a reward_model reward function)') in page
