@@ -1001,3 +1001,24 @@ def test_new_rollouts_wait_while_someone_types_in_the_samples_filters(page, asgi
     page.locator("#samples .samples[data-step='2']").wait_for(timeout=10_000)
     assert page.locator("#sample-min-reward").input_value() == "0.5"
     assert "answer of step 2" in page.locator("#samples .sample-table").inner_text()
+
+
+def test_charts_of_metrics_that_come_later_take_their_place_in_the_order(page, live_server, tmp_path):
+    """QA: the run page drew its first charts in the server's order (loss, then reward, KL, preference accuracy
+    and margin, then the rest by name) but appended those of metrics first logged later, so a GRPO run
+    watched from its start had its reward wherever it happened to come."""
+    team = make_team(slug="chartorder")
+    run = Run.objects.create(project=team.project, name="rl", task="grpo", status=RunStatus.RUNNING,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=10, current_step=1)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=1.0, wall_time=100.0, tokens=8)
+                                     for name in ("loss", "grad_norm", "eval/loss")])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/chartorder/runs/{run.public_id}/")
+    page.locator(".plot[data-metric='grad_norm']").wait_for(state="attached")
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=2, name=name, value=2.0, wall_time=101.0, tokens=16)
+                                     for name in ("loss", "epoch", "kl", "reward", "eval/reward", "eval/accuracy")])
+    Run.objects.filter(pk=run.pk).update(current_step=2)
+    page.locator(".plot[data-metric='eval/reward']").wait_for(state="attached", timeout=20_000)
+    order = page.evaluate("() => [...document.querySelectorAll('#charts .plot')].map(plot => plot.dataset.metric)")
+    assert order == ["loss", "reward", "kl", "epoch", "grad_norm", "eval/loss", "eval/reward", "eval/accuracy"]

@@ -413,6 +413,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        # static/runs.js places the charts of metrics first logged later by the same rule.
+        "leading_charts": json.dumps(selectors.LEADING_CHARTS),
         "not_finite": selectors.metrics_not_finite_now(run=run),
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
