@@ -263,7 +263,9 @@ def _check_reward_names(rewards: tuple[RewardTermSpec, ...], eval_metrics: tuple
 class GrpoSpec(_Section):
     """``grpo``: rollouts, rewards, advantages and the GRPO-family objective."""
 
-    num_generations: int = Field(default=8, ge=2, description="Completions per prompt (G).")
+    num_generations: int = Field(default=8, ge=2, description=(
+        "Completions per prompt (G), at least 2: a completion's advantage is its reward against the others of "
+        "its prompt."))
     max_new_tokens: MaxNewTokens = 128
     temperature: RolloutTemperature = 1.0
     top_p: RolloutTopP = 1.0

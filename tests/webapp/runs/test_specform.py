@@ -178,3 +178,12 @@ def test_the_batch_size_help_says_what_a_row_of_each_task_is():
     for words in ("sequences (pretrain, sft)", "pairs (reward, dpo)", "prompts (grpo", "num_generations",
                   "ppo"):
         assert words in help_text, help_text
+
+
+def test_the_group_size_help_says_why_it_is_at_least_two():
+    """QA: grpo.num_generations 1 was refused with pydantic's 'input should be greater than or equal to 2'
+    beside a help of 'Completions per prompt (G).': nothing said that a completion's advantage is its
+    reward against the others of its prompt, so one alone learns nothing."""
+    grpo = next(section for section in specform.form_sections("grpo") if section.name == "grpo")
+    help_text = next(field.help for field in grpo.fields if field.name == "grpo.num_generations")
+    assert "at least 2" in help_text and "the others of its prompt" in help_text, help_text
