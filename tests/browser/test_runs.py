@@ -1022,3 +1022,26 @@ def test_charts_of_metrics_that_come_later_take_their_place_in_the_order(page, l
     page.locator(".plot[data-metric='eval/reward']").wait_for(state="attached", timeout=20_000)
     order = page.evaluate("() => [...document.querySelectorAll('#charts .plot')].map(plot => plot.dataset.metric)")
     assert order == ["loss", "reward", "kl", "epoch", "grad_norm", "eval/loss", "eval/reward", "eval/accuracy"]
+
+
+def test_the_compare_page_places_a_metric_first_logged_later_in_the_order(page, live_server, monkeypatch):
+    """QA: the compare page, reading itself again while a run trains, appended the chart of a metric that
+    run logged first after the page was opened (a GRPO run's reward) below every other, out of the order
+    the page draws (loss, reward, KL, ... the rest by name, eval/ last)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="latecompare")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10}}
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("a", "b")]
+    Run.objects.filter(pk__in=[run.pk for run in runs]).update(status=RunStatus.RUNNING)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=1.0, wall_time=1.0, tokens=1)
+                                     for run in runs for name in ("loss", "grad_norm", "eval/loss")])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/latecompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator(".plot[data-metric='grad_norm']").wait_for(state="attached")
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=2, name=name, value=2.0, wall_time=2.0, tokens=2)
+                                     for name in ("loss", "reward", "epoch")])
+    page.locator(".plot[data-metric='reward']").wait_for(state="attached", timeout=15_000)
+    order = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
+    assert order == ["loss", "reward", "epoch", "grad_norm", "eval/loss"]
