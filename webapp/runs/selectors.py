@@ -253,7 +253,8 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
 
 # What a comparison is read for, first in its table of final metrics (a run logs dozens of metrics, and
 # eval/loss sat off the table's right edge behind the eval/ ones before it by name).
-HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward")
+HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward",
+                    "rewards/accuracies", "eval/rewards/accuracies", "rewards/margins", "eval/rewards/margins")
 
 
 def final_order(names: Iterable[str]) -> list[str]:

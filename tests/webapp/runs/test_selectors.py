@@ -304,3 +304,12 @@ def test_charts_lead_with_what_each_kind_of_run_is_read_for():
     reward = ["accuracy", "epoch", "loss", "margin", "rewards/chosen", "eval/accuracy", "eval/loss", "eval/margin"]
     assert selectors.chart_order(reward) == ["loss", "accuracy", "margin", "epoch", "rewards/chosen", "eval/loss",
                                              "eval/accuracy", "eval/margin"]
+
+
+def test_the_final_metrics_of_a_dpo_comparison_lead_with_its_accuracy_and_margin():
+    """QA: comparing DPO runs, rewards/accuracies and rewards/margins (and their eval/ values) sat behind
+    epoch, grad_norm, learning_rate, logps/* and memory in the final table, off its visible part."""
+    names = ["epoch", "grad_norm", "learning_rate", "logps/chosen", "loss", "memory/host_peak_gib",
+             "rewards/accuracies", "rewards/margins", "eval/loss", "eval/rewards/accuracies", "eval/rewards/margins"]
+    assert selectors.final_order(names)[:6] == ["loss", "eval/loss", "rewards/accuracies", "eval/rewards/accuracies",
+                                                "rewards/margins", "eval/rewards/margins"]
