@@ -287,13 +287,9 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
 def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
     ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
-    from jaxengine.job import JobError
     from jaxengine.trainer import Trainer
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
-    if spec.train.batch_size * spec.train.grad_accum < 2:
-        raise JobError("train.batch_size: PPO needs at least 2 completions per step (batch_size * grad_accum) "
-                       "to whiten advantages over the batch")
     grpo.check_reward_models(ppo, section="ppo")
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens)
     pad_id = grpo.rollout_pad_id(tokenizer)

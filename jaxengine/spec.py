@@ -120,7 +120,9 @@ class DataSpec(_Section):
 class PeftSpec(_Section):
     """``peft``: full fine-tuning (``none``), LoRA, or LoRA over a quantized frozen base (QLoRA)."""
 
-    method: PeftMethod = Field(default="none", description="none | lora | qlora")
+    method: PeftMethod = Field(default="none", description="none: every weight trained | lora: low-rank adapters "
+                               "on the targets, the base frozen | qlora: LoRA over a base quantized to quant_bits, "
+                               "the least memory")
     rank: int = Field(default=8, ge=1, le=1024, description="LoRA rank r.")
     alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator: updates are scaled by alpha / rank.")
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
@@ -157,7 +159,9 @@ class TrainSpec(_Section):
 
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps; give this or epochs.")
     epochs: float | None = Field(default=None, gt=0, description="Passes over the training data; or max_steps.")
-    batch_size: int = Field(default=8, ge=1, le=65536, description="Sequences per micro-batch.")
+    batch_size: int = Field(default=8, ge=1, le=65536, description=(
+        "Rows per micro-batch: sequences (pretrain, sft), chosen/rejected pairs (reward, dpo), prompts (grpo: "
+        "each sampled num_generations times; ppo: one completion each)."))
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     eval_every: int | None = Field(default=None, ge=1, description="Evaluate every N steps (and at the end).")
     save_every: int | None = Field(default=None, ge=1, description="Checkpoint every N steps (and at the end).")
@@ -187,7 +191,11 @@ class DpoSpec(_Section):
     """``dpo``: preference optimisation loss and its knobs."""
 
     beta: float = Field(default=0.1, gt=0, description="Inverse temperature; ORPO's odds-ratio weight.")
-    loss: DpoLoss = Field(default="sigmoid", description="sigmoid | ipo | hinge | simpo | orpo")
+    loss: DpoLoss = Field(default="sigmoid", description=(
+        "sigmoid: DPO, -log σ(beta × log-ratio margin) | ipo: (margin − 1/(2 beta))², less prone to "
+        "overfit | hinge: SLiC, relu(1 − beta × margin) | simpo: reference-free, length-normalised, "
+        "target margin simpo_gamma | orpo: reference-free, chosen NLL plus an odds-ratio term weighted by "
+        "beta"))
     label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description="sigmoid only: assumed label noise.")
     simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
 
@@ -255,16 +263,27 @@ def _check_reward_names(rewards: tuple[RewardTermSpec, ...], eval_metrics: tuple
 class GrpoSpec(_Section):
     """``grpo``: rollouts, rewards, advantages and the GRPO-family objective."""
 
-    num_generations: int = Field(default=8, ge=2, description="Completions per prompt (G).")
+    num_generations: int = Field(default=8, ge=2, description=(
+        "Completions per prompt (G), at least 2: a completion's advantage is its reward against the others of "
+        "its prompt."))
     max_new_tokens: MaxNewTokens = 128
     temperature: RolloutTemperature = 1.0
     top_p: RolloutTopP = 1.0
     beta: float = Field(default=0.04, ge=0, description="KL coefficient; 0 skips the reference pass entirely.")
-    kl_estimator: KlEstimator = Field(default="k3", description="k1 | k2 | k3")
+    kl_estimator: KlEstimator = Field(default="k3", description=(
+        "How the per-token KL to the reference is estimated: k1: log(π/π_ref), unbiased but can go "
+        "negative | k2: ½ log²(π/π_ref), low variance, biased | k3: π_ref/π − log(π_ref/π) − 1, unbiased "
+        "and non-negative (GRPO's)"))
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
     epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip (DAPO clip-higher when > epsilon).")
-    loss_type: GrpoLossType = Field(default="grpo", description="grpo | dr_grpo | dapo | gspo")
-    advantage: AdvantageEstimator = Field(default="group", description="group | group_mean | rloo")
+    loss_type: GrpoLossType = Field(default="grpo", description=(
+        "How per-token losses become one: grpo: mean over each completion, then over completions | "
+        "dr_grpo: sum / (completions × max_new_tokens), no length bias | dapo: mean over every token of "
+        "the batch | gspo: one sequence-level ratio per completion, averaged as grpo"))
+    advantage: AdvantageEstimator = Field(default="group", description=(
+        "A completion's advantage from its group's rewards: group: (r − mean) / std | group_mean: r − "
+        "mean (Dr. GRPO: hard and easy prompts weigh alike) | rloo: r − mean of the other completions of "
+        "its prompt"))
     num_iterations: NumIterations = 1
     mask_truncated: MaskTruncated = False
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")
@@ -317,8 +336,10 @@ class PpoSpec(_Section):
     @model_validator(mode="after")
     def _one_reward_source(self) -> PpoSpec:
         if (self.reward_model is None) == (not self.rewards):
-            given = "both" if self.rewards else "neither"
-            raise ValueError(f"reward_model: give exactly one of reward_model and rewards ({given} given)")
+            what_to_do = ("(both given): remove the reward functions, or choose no reward model" if self.rewards else
+                          "(neither given): choose a reward model (a task: reward run) or add a reward function "
+                          "such as exact_match")
+            raise ValueError(f"reward_model: give exactly one of reward_model and rewards {what_to_do}")
         if self.reward_model is not None and not self.reward_model.strip():
             raise ValueError("reward_model: empty; give the directory of a task: reward run")
         _check_reward_names(self.rewards, self.eval_metrics)
@@ -392,6 +413,12 @@ class JobSpec(_Section):
             raise ValueError(misplaced[0])
         if problem := eval_only_problem(self):
             raise ValueError(problem)
+        completions = self.train.batch_size * self.train.grad_accum
+        if self.task == "ppo" and completions < 2:
+            # Its advantages are whitened over the step's completions (jaxengine.ppo): one has no spread.
+            raise ValueError(f"train.batch_size: PPO needs at least 2 completions per step (batch_size "
+                             f"{self.train.batch_size} × grad_accum {self.train.grad_accum}) to whiten advantages "
+                             "over the batch; raise train.batch_size or train.grad_accum")
         # A layout given here is checked against the batch here, before any host is placed; a default
         # layout only where the job's devices are known (``jaxengine.job.job_placement``).
         if self.parallel is not None and (problem := batch_split_problem(self, self.parallel.data * self.parallel.fsdp)):

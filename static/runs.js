@@ -56,6 +56,31 @@
     });
   }
 
+  // selectors.chart_order: training metrics, then eval/ ones, each led by LEADING_CHARTS, the rest by name.
+  // A metric first logged after the page was drawn (a GRPO run's reward at its first step) takes its place.
+  var leadingCharts = JSON.parse(chartsElement.dataset.leading || "[]");
+
+  function chartRank(key) {
+    var isEval = key.indexOf("eval/") === 0;
+    var leading = leadingCharts.indexOf(isEval ? key.slice(5) : key);
+    return [isEval ? 1 : 0, leading < 0 ? leadingCharts.length : leading, key];
+  }
+
+  function firstChartAfter(key) {
+    var rank = chartRank(key);
+    var figures = chartsElement.querySelectorAll("figure.chart");
+    for (var index = 0; index < figures.length; index++) {
+      var other = chartRank(figures[index].querySelector(".plot").dataset.metric);
+      for (var part = 0; part < 3; part++) {
+        if (other[part] !== rank[part]) {
+          if (other[part] > rank[part]) return figures[index];
+          break;
+        }
+      }
+    }
+    return null;
+  }
+
   function newChart(key, traces, layout) {
     var figure = document.createElement("figure");
     figure.className = "chart";
@@ -64,7 +89,7 @@
     plot.dataset.metric = key;
     plot.style.minHeight = layout.height + "px";  // its place in the page, kept until it is drawn
     figure.appendChild(plot);
-    chartsElement.appendChild(figure);
+    chartsElement.insertBefore(figure, firstChartAfter(key));
     charts[key] = plot;
     undrawn.set(plot, { traces: traces, layout: layout });
     if (nearScreen) nearScreen.observe(plot); else drawChart(plot);
@@ -253,8 +278,9 @@
       event.preventDefault();
       loadSamples(Object.fromEntries(new FormData(form).entries()));
     });
-    ["step", "kind", "order"].forEach(function (name) {
-      form.querySelector("select[name=" + name + "]").addEventListener("change", function () { form.requestSubmit(); });
+    // kind and order only where the run's samples are scored (GRPO, PPO).
+    form.querySelectorAll("select[name=step], select[name=kind], select[name=order]").forEach(function (select) {
+      select.addEventListener("change", function () { form.requestSubmit(); });
     });
     document.querySelectorAll("#samples .sample-pages button[data-page]").forEach(function (button) {
       button.addEventListener("click", function () {

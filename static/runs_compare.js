@@ -102,6 +102,9 @@
   function draw() {
     var axis = xAxis.value, weight = Number(ema.value);
     document.getElementById("ema-value").textContent = weight.toFixed(2);
+    // The server sends the charts in their order (selectors.chart_order): a chart new to the page (a metric
+    // a running run logged first since) goes after the one before it there, not last.
+    var previous = null;
     charts.forEach(function (chart) {
       var plot = holder.querySelector('[data-metric="' + CSS.escape(chart.key) + '"]');
       var created = !plot;
@@ -112,8 +115,9 @@
         plot.className = "plot";
         plot.dataset.metric = chart.key;
         figure.appendChild(plot);
-        holder.appendChild(figure);
+        holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
+      previous = plot.parentNode;
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
       window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)),
         { displayModeBar: false, responsive: true });

@@ -1001,3 +1001,47 @@ def test_new_rollouts_wait_while_someone_types_in_the_samples_filters(page, asgi
     page.locator("#samples .samples[data-step='2']").wait_for(timeout=10_000)
     assert page.locator("#sample-min-reward").input_value() == "0.5"
     assert "answer of step 2" in page.locator("#samples .sample-table").inner_text()
+
+
+def test_charts_of_metrics_that_come_later_take_their_place_in_the_order(page, live_server, tmp_path):
+    """QA: the run page drew its first charts in the server's order (loss, then reward, KL, preference accuracy
+    and margin, then the rest by name) but appended those of metrics first logged later, so a GRPO run
+    watched from its start had its reward wherever it happened to come."""
+    team = make_team(slug="chartorder")
+    run = Run.objects.create(project=team.project, name="rl", task="grpo", status=RunStatus.RUNNING,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=10, current_step=1)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=1.0, wall_time=100.0, tokens=8)
+                                     for name in ("loss", "grad_norm", "eval/loss")])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/chartorder/runs/{run.public_id}/")
+    page.locator(".plot[data-metric='grad_norm']").wait_for(state="attached")
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=2, name=name, value=2.0, wall_time=101.0, tokens=16)
+                                     for name in ("loss", "epoch", "kl", "reward", "eval/reward", "eval/accuracy")])
+    Run.objects.filter(pk=run.pk).update(current_step=2)
+    page.locator(".plot[data-metric='eval/reward']").wait_for(state="attached", timeout=20_000)
+    order = page.evaluate("() => [...document.querySelectorAll('#charts .plot')].map(plot => plot.dataset.metric)")
+    assert order == ["loss", "reward", "kl", "epoch", "grad_norm", "eval/loss", "eval/reward", "eval/accuracy"]
+
+
+def test_the_compare_page_places_a_metric_first_logged_later_in_the_order(page, live_server, monkeypatch):
+    """QA: the compare page, reading itself again while a run trains, appended the chart of a metric that
+    run logged first after the page was opened (a GRPO run's reward) below every other, out of the order
+    the page draws (loss, reward, KL, ... the rest by name, eval/ last)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="latecompare")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 10}}
+    runs = [services.run_create(project=team.project, spec=spec, user=team.owner, name=name) for name in ("a", "b")]
+    Run.objects.filter(pk__in=[run.pk for run in runs]).update(status=RunStatus.RUNNING)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=1.0, wall_time=1.0, tokens=1)
+                                     for run in runs for name in ("loss", "grad_norm", "eval/loss")])
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/latecompare/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator(".plot[data-metric='grad_norm']").wait_for(state="attached")
+    MetricPoint.objects.bulk_create([MetricPoint(run=runs[1], step=2, name=name, value=2.0, wall_time=2.0, tokens=2)
+                                     for name in ("loss", "reward", "epoch")])
+    page.locator(".plot[data-metric='reward']").wait_for(state="attached", timeout=15_000)
+    order = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
+    assert order == ["loss", "reward", "epoch", "grad_norm", "eval/loss"]

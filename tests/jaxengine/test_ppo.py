@@ -140,9 +140,11 @@ def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):
 
 
 @pytest.mark.parametrize("section, message", [
-    ({}, "ppo.reward_model: give exactly one of reward_model and rewards (neither given)"),
+    ({}, "ppo.reward_model: give exactly one of reward_model and rewards (neither given): choose a reward model "
+         "(a task: reward run) or add a reward function such as exact_match"),
     ({"reward_model": "runs/r", "rewards": [{"name": "exact_match"}]},
-     "ppo.reward_model: give exactly one of reward_model and rewards (both given)"),
+     "ppo.reward_model: give exactly one of reward_model and rewards (both given): remove the reward functions, "
+     "or choose no reward model"),
     ({"reward_model": "  "}, "ppo.reward_model: empty"),
     ({"reward_model": "runs/r", "lam": 1.5}, "ppo.lam: 1.5: input should be less than or equal to 1"),
     ({"reward_model": "runs/r", "kl_coef": -1}, "ppo.kl_coef: -1: input should be greater than or equal to 0"),

@@ -412,6 +412,19 @@ def test_it_rejects_grpo_mistakes():
         "grpo: only used when task is grpo (task is 'sft'); remove it"]
 
 
+def test_it_rejects_a_ppo_batch_of_one_completion():
+    """QA: PPO whitens advantages over a step's completions, so a step needs two; a spec of train.batch_size 1
+    was accepted (the launch form, the YAML view, the API) and the run failed at its start instead."""
+    ppo = {"reward_model": "runs/r"}
+    message = ("train.batch_size: PPO needs at least 2 completions per step (batch_size 1 × grad_accum 1) to "
+               "whiten advantages over the batch; raise train.batch_size or train.grad_accum")
+    assert problems_of(minimal(task="ppo", ppo=ppo, train={"max_steps": 10, "batch_size": 1})) == [message]
+    assert parse_spec(minimal(task="ppo", ppo=ppo, train={"max_steps": 10, "batch_size": 1, "grad_accum": 2}))
+    # GRPO's completions are its groups': one prompt of num_generations completions is enough.
+    assert parse_spec(minimal(task="grpo", grpo={"rewards": [{"name": "valid_json"}]},
+                              train={"max_steps": 10, "batch_size": 1}))
+
+
 def test_it_rejects_eval_metrics_without_eval_data():
     """They are scored on data.eval only: without it, the spec was accepted and they silently did nothing."""
     scored = [{"name": "exact_match"}, {"name": "valid_json"}]

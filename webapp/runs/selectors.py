@@ -207,7 +207,9 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
                                         kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
-    choices += [(artifact.run.public_id, f"{isolated(artifact.run.name)} — exported by {artifact.run.public_id}")
+    # The task tells a reward model (it scores, and writes no text worth reading) from a policy.
+    choices += [(artifact.run.public_id,
+                 f"{isolated(artifact.run.name)} — {artifact.run.task} model exported by {artifact.run.public_id}")
                 for artifact in exported]
     checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
                    .select_related("run").order_by("-run__created_at", "step"))
@@ -218,9 +220,11 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
 
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
-    runs of the project with an exported model, newest first."""
+    runs of the project with an exported model, newest first; not archived runs' (put away, as in
+    ``model_choices``: the launch form keeps a spec's own choice selectable)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
-                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
+                                        run__archived=False, kind=ArtifactKind.MODEL)
+                .select_related("run").order_by("-run__created_at"))
     return [(artifact.run.public_id, f"{isolated(artifact.run.name)} — reward model of {artifact.run.public_id}")
             for artifact in exported]
 
@@ -249,7 +253,8 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
 
 # What a comparison is read for, first in its table of final metrics (a run logs dozens of metrics, and
 # eval/loss sat off the table's right edge behind the eval/ ones before it by name).
-HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward")
+HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward",
+                    "rewards/accuracies", "eval/rewards/accuracies", "rewards/margins", "eval/rewards/margins")
 
 
 def final_order(names: Iterable[str]) -> list[str]:
@@ -259,10 +264,20 @@ def final_order(names: Iterable[str]) -> list[str]:
     return headline + [name for name in chart_order(names) if name not in headline]
 
 
+# What each kind of run is read for, drawn first (after loss) among dozens of charts: an RL run's reward and
+# KL to its reference, a preference run's accuracy and margin (DPO's implicit reward, a reward model's).
+LEADING_CHARTS = ("loss", "reward", "kl", "objective/kl", "rewards/accuracies", "rewards/margins", "accuracy", "margin")
+
+
 def chart_order(names: Iterable[str]) -> list[str]:
-    """Metric names in the order the run and compare pages draw them: loss, the other training
-    metrics by name, then the eval/ ones by name."""
-    return sorted(names, key=lambda name: (name.startswith("eval/"), name != "loss", name))
+    """Metric names in the order the run and compare pages draw them: the training metrics, then the
+    eval/ ones, each with the ``LEADING_CHARTS`` first, in that order, and the rest by name."""
+    def key(name: str) -> tuple:
+        metric = name.removeprefix("eval/")
+        leading = LEADING_CHARTS.index(metric) if metric in LEADING_CHARTS else len(LEADING_CHARTS)
+        return name.startswith("eval/"), leading, name
+
+    return sorted(names, key=key)
 
 
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
@@ -471,6 +486,12 @@ def sample_steps(*, run: Run, kind: str | None = None) -> list[int]:
     """The steps that have samples (of ``kind``, one of ``SAMPLE_KINDS``; any when None)."""
     samples = _of_kind(Sample.objects.filter(run=run), kind)
     return list(samples.values_list("step", flat=True).distinct().order_by("step"))
+
+
+def samples_scored(*, run: Run) -> bool:
+    """Whether any sample of ``run`` has a reward (GRPO and PPO score theirs): the samples browser offers
+    its kind, reward range and reward order only then."""
+    return Sample.objects.filter(run=run, reward__isnull=False).exists()
 
 
 def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, min_reward: float | None = None,

@@ -142,7 +142,9 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
         "eval_only_choices": [choice for choice in eval_choices if choice not in train_choices],
         "train_kinds": services.train_kinds(task), "presets": presets.presets_for(task), "preset_name": preset_name,
         # Spec keys that name the project's objects are chosen from them, like the model and data.
-        "reference_choices": {"ppo.reward_model": selectors.reward_model_choices(project=project)},
+        # A reward row's argument is keyed <function>.<argument>: the reward_model function's model too.
+        "reference_choices": {"ppo.reward_model": (reward_runs := selectors.reward_model_choices(project=project)),
+                              "reward_model.model": reward_runs},
         "yaml_text": yaml_text, "mode": mode, "name": name, "tags": tags, "sweep": sweep,
         "sweep_max_runs": sweeps.max_runs(),
     }
@@ -411,6 +413,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        # static/runs.js places the charts of metrics first logged later by the same rule.
+        "leading_charts": json.dumps(selectors.LEADING_CHARTS),
         "not_finite": selectors.metrics_not_finite_now(run=run),
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
@@ -515,6 +519,7 @@ def _samples_context(run, query) -> dict[str, Any]:
     return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
             "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),
+            "samples_scored": bool(steps) and selectors.samples_scored(run=run),
             "has_rollouts": any((sample.extra or {}).get("kind") == "rollout" for sample in page.object_list)}
 
 

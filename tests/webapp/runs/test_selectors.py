@@ -308,3 +308,34 @@ def test_each_drawn_extreme_carries_its_own_tokens_and_time(team, catalog, sent_
         worker.add("loss", step, value, tokens[step], 1000.0 + 3 * step)
     assert list(worker.points()) == [("loss", 4, 1.0, 839, 1012.0), ("loss", 5, 9.0, 1046, 1015.0)]
     assert worker.buckets == selectors._grouped_buckets(MetricPoint.objects.filter(run=run), width=8).buckets
+
+
+def test_charts_lead_with_what_each_kind_of_run_is_read_for():
+    """QA: a GRPO or PPO run page drew ~30 charts by name, its reward after completions/*, entropy, epoch,
+    grad_norm and memory, its KL further down; a DPO run's accuracies and margins after logps/* and memory.
+    Loss comes first, then reward, KL, and preference accuracy and margin; the rest by name, eval/ last."""
+    grpo = ["clip_ratio", "completions/mean_length", "entropy", "epoch", "frac_reward_zero_std", "grad_norm", "kl",
+            "loss", "memory/host_peak_gib", "reward", "reward_std", "rewards/exact_match/mean", "eval/reward",
+            "eval/exact_match"]
+    assert selectors.chart_order(grpo)[:3] == ["loss", "reward", "kl"]
+    assert selectors.chart_order(grpo)[-2:] == ["eval/reward", "eval/exact_match"]
+    ppo = ["loss", "loss/value", "objective/kl", "objective/scores", "policy/clipfrac", "reward", "val/mean"]
+    assert selectors.chart_order(ppo)[:3] == ["loss", "reward", "objective/kl"]
+    dpo = ["epoch", "grad_norm", "logps/chosen", "logps/rejected", "loss", "memory/host_peak_gib",
+           "rewards/accuracies", "rewards/chosen", "rewards/margins", "rewards/rejected", "eval/loss",
+           "eval/rewards/accuracies", "eval/rewards/margins", "eval/logps/chosen"]
+    assert selectors.chart_order(dpo)[:3] == ["loss", "rewards/accuracies", "rewards/margins"]
+    assert selectors.chart_order(dpo)[-4:] == ["eval/loss", "eval/rewards/accuracies", "eval/rewards/margins",
+                                               "eval/logps/chosen"]
+    reward = ["accuracy", "epoch", "loss", "margin", "rewards/chosen", "eval/accuracy", "eval/loss", "eval/margin"]
+    assert selectors.chart_order(reward) == ["loss", "accuracy", "margin", "epoch", "rewards/chosen", "eval/loss",
+                                             "eval/accuracy", "eval/margin"]
+
+
+def test_the_final_metrics_of_a_dpo_comparison_lead_with_its_accuracy_and_margin():
+    """QA: comparing DPO runs, rewards/accuracies and rewards/margins (and their eval/ values) sat behind
+    epoch, grad_norm, learning_rate, logps/* and memory in the final table, off its visible part."""
+    names = ["epoch", "grad_norm", "learning_rate", "logps/chosen", "loss", "memory/host_peak_gib",
+             "rewards/accuracies", "rewards/margins", "eval/loss", "eval/rewards/accuracies", "eval/rewards/margins"]
+    assert selectors.final_order(names)[:6] == ["loss", "eval/loss", "rewards/accuracies", "eval/rewards/accuracies",
+                                                "rewards/margins", "eval/rewards/margins"]

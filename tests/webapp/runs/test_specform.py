@@ -152,3 +152,38 @@ def test_a_written_dpo_spec_keeps_the_default_of_an_sft_only_key_and_is_told_of_
     assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "completion", "packing": False}}) == {}
     assert specform.keys_the_form_cannot_show("dpo", {"data": {"loss_on": "all", "packing": True}}) == {
         "data.loss_on": "only sft read it; remove it", "data.packing": "only pretrain and sft read it; remove it"}
+
+
+@pytest.mark.parametrize("task", specform.tasks())
+def test_the_help_of_every_choice_of_several_options_says_what_they_do(task):
+    """QA: dpo.loss, grpo.loss_type, grpo.advantage and grpo.kl_estimator were helped by their choices
+    alone ('sigmoid | ipo | hinge | simpo | orpo'), leaving what each does to the README. A select's
+    help says more than the names of its choices."""
+    for section in specform.form_sections(task):
+        for field in section.fields:
+            if field.widget != "select":
+                continue
+            words = field.help
+            for choice in sorted(map(str, field.choices), key=len, reverse=True):
+                words = words.replace(choice, "")
+            assert words.strip(" |.,;:"), f"{field.name}: its help only names its choices: {field.help!r}"
+
+
+def test_the_batch_size_help_says_what_a_row_of_each_task_is():
+    """QA: train.batch_size was 'Sequences per micro-batch' in every task's form, while reward and dpo read
+    it as chosen/rejected pairs and grpo as prompts, each sampled num_generations times (8 × 8 = 64
+    completions a micro-batch): an engineer sizing memory from the help was off by that factor."""
+    train = next(section for section in specform.form_sections("grpo") if section.name == "train")
+    help_text = next(field.help for field in train.fields if field.name == "train.batch_size")
+    for words in ("sequences (pretrain, sft)", "pairs (reward, dpo)", "prompts (grpo", "num_generations",
+                  "ppo"):
+        assert words in help_text, help_text
+
+
+def test_the_group_size_help_says_why_it_is_at_least_two():
+    """QA: grpo.num_generations 1 was refused with pydantic's 'input should be greater than or equal to 2'
+    beside a help of 'Completions per prompt (G).': nothing said that a completion's advantage is its
+    reward against the others of its prompt, so one alone learns nothing."""
+    grpo = next(section for section in specform.form_sections("grpo") if section.name == "grpo")
+    help_text = next(field.help for field in grpo.fields if field.name == "grpo.num_generations")
+    assert "at least 2" in help_text and "the others of its prompt" in help_text, help_text

@@ -345,13 +345,14 @@ def test_duplicate_prefills_from_a_run(team, run, client_for):
 
 def test_the_run_page_draws_loss_first_as_the_compare_page_does(team, run, client_for):
     """The run page made its charts in the names' alphabetical order, eval/loss before loss; the
-    compare page draws loss first, then the other training metrics, then the eval ones."""
+    compare page draws loss first, then the other training metrics, then the eval ones, eval/loss first
+    among them (``selectors.chart_order``)."""
     MetricPoint.objects.bulk_create([MetricPoint(run=run, step=5, name=name, value=1.0, wall_time=105.0, tokens=320)
                                      for name in ("eval/loss", "grad_norm", "eval/accuracy")])
     response = client_for(team.viewer).get(url(run))
     series = json.loads(re.search(r'<script id="run-series" type="application/json">(.*?)</script>',
                                   response.content.decode(), re.S).group(1))
-    assert list(series) == ["loss", "grad_norm", "eval/accuracy", "eval/loss"]
+    assert list(series) == ["loss", "grad_norm", "eval/loss", "eval/accuracy"]
 
 
 def test_the_run_page_says_which_metrics_ended_not_finite(team, run, client_for):
@@ -950,7 +951,9 @@ def test_launching_ppo_from_the_form_with_a_reward_run_of_the_project(team, cata
     client = client_for(team.teammate)
     # The form's reward row and a reward model: the spec takes exactly one.
     both = client.post("/p/alpha/runs/new/", {**data, "ppo.rewards.0.name": "exact_match"}).content.decode()
-    assert "give exactly one of reward_model and rewards (both given)" in both
+    # QA: it said what was wrong but not what to do, which for a form's preset row is to remove it.
+    assert ("give exactly one of reward_model and rewards (both given): remove the reward functions, "
+            "or choose no reward model") in both
     response = client.post("/p/alpha/runs/new/", data)
     assert response.status_code == 302, response.content.decode()[:3000]
     run = Run.objects.get(task="ppo")
@@ -1525,3 +1528,109 @@ def test_a_reward_reading_a_column_the_data_lacks_is_refused_at_its_input(team, 
     # The data's own column: launched.
     data["grpo.rewards.0.args.exact_match.answer_column"] = "answer"
     assert client_for(team.teammate).post("/p/alpha/runs/new/", data).status_code == 302
+
+
+def test_the_grpo_forms_reward_model_function_chooses_its_model_among_the_projects_reward_runs(
+        team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: the ``reward_model`` reward function's ``model`` was a bare text input, so scoring GRPO
+    rollouts with a trained reward model meant finding and pasting its run id (left blank: 'required
+    argument missing: model (a text)'). It is a select of the project's succeeded reward runs, as
+    ``ppo.reward_model`` is, and a launch keeps the chosen one."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer <i>")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
+    client = client_for(team.teammate)
+    page = client.get("/p/alpha/runs/new/?task=grpo").content.decode()
+    option = f'<option value="{scorer.public_id}" >{FSI}scorer &lt;i&gt;{PDI} — reward model of {scorer.public_id}</option>'
+    blank_row_select = page.index('<select id="spec-grpo-rewards-__row__-reward_model-model" '
+                                  'name="grpo.rewards.__row__.args.reward_model.model">')
+    assert page.index(option, blank_row_select) < page.index("</select>", blank_row_select)
+    assert f'value="{unfinished.public_id}"' not in page
+    data = _grpo_form(catalog, **{"grpo.rewards.0.name": "reward_model",
+                                  "grpo.rewards.0.args.reward_model.model": scorer.public_id})
+    response = client.post("/p/alpha/runs/new/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    run = Run.objects.get(task="grpo")
+    assert run.spec["grpo"]["rewards"] == [{"name": "reward_model", "weight": 1.0,
+                                            "args": {"model": scorer.public_id}}]
+    # Duplicate shows it chosen in its row.
+    again = client.get(f"/p/alpha/runs/new/?from={run.public_id}").content.decode()
+    chosen = again.index('name="grpo.rewards.0.args.reward_model.model"')
+    assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
+
+
+def test_an_archived_reward_run_leaves_the_reward_model_pickers_but_a_duplicate_keeps_it(
+        team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: archiving puts a run's models away from the launch form's pickers, but an archived reward run
+    was still offered as ``ppo.reward_model`` and as a ``reward_model`` function's model. A spec that
+    names it (a duplicate) still shows it chosen."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="old scorer")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    client = client_for(team.teammate)
+    form = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
+            "train.max_steps": "4", "train.batch_size": "2", "peft.targets": ["q_proj"], "ppo.max_new_tokens": "8",
+            "ppo.reward_model": scorer.public_id}
+    assert client.post("/p/alpha/runs/new/", form).status_code == 302
+    ppo_run = Run.objects.get(task="ppo")
+    Run.objects.filter(pk=scorer.pk).update(archived=True)
+    for task in ("ppo", "grpo"):
+        page = client.get(f"/p/alpha/runs/new/?task={task}").content.decode()
+        assert f'value="{scorer.public_id}"' not in page, task
+    again = client.get(f"/p/alpha/runs/new/?from={ppo_run.public_id}").content.decode()
+    chosen = again.index('name="ppo.reward_model"')
+    assert again.index(f'<option value="{scorer.public_id}" selected>', chosen) < again.index("</select>", chosen)
+
+
+def test_the_samples_browser_of_a_run_without_scores_offers_no_reward_filters(team, run, client_for):
+    """QA: a DPO run's page offered 'Show: rollouts', a reward range, ordering by reward and a Reward column
+    of dashes beside its eval generations, none of which it has: those belong to runs whose samples are
+    scored (GRPO, PPO)."""
+    Sample.objects.bulk_create([Sample(run=run, step=5, position=index, prompt="p", text=f"generation {index}",
+                                       extra={"kind": "eval"}) for index in (1, 2)])
+    client = client_for(team.viewer)
+    for address in (url(run), url(run, "samples/?step=5")):
+        page = client.get(address).content.decode()
+        assert "generation 1" in page and 'name="step"' in page
+        for offered in ('name="kind"', 'name="min_reward"', 'name="max_reward"', "highest reward first",
+                        '<th class="num">Reward</th>'):
+            assert offered not in page, (address, offered)
+    # Scored once one sample is: the filters come with it.
+    Sample.objects.create(run=run, step=6, position=0, prompt="p", text="rollout", reward=0.5,
+                          extra={"kind": "rollout", "advantage": 0.0})
+    page = client.get(url(run, "samples/?step=5")).content.decode()
+    assert 'name="kind"' in page and 'name="min_reward"' in page and '<th class="num">Reward</th>' in page
+
+
+def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: the starting-model picker listed a reward run's export like any other ('scorer — exported by
+    run_…'): nothing told a reward model, whose head scores and whose text no page serves, from a DPO
+    policy. Each run's export names its task."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
+    policy = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="policy")
+    for finished in (scorer, policy):
+        Run.objects.filter(pk=finished.pk).update(status=RunStatus.SUCCEEDED)
+        Artifact.objects.create(run=finished, kind=ArtifactKind.MODEL, path=str(tmp_path / finished.public_id))
+    page = client_for(team.teammate).get("/p/alpha/runs/new/?task=dpo").content.decode()
+    assert f'<option value="{scorer.public_id}" >{FSI}scorer{PDI} — reward model exported by {scorer.public_id}' in page
+    assert f'<option value="{policy.public_id}" >{FSI}policy{PDI} — sft model exported by {policy.public_id}' in page
+
+
+def test_a_reward_runs_page_says_its_model_scores_rollouts(team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: a reward run's page offered its export with '(start runs from run_…)', as a policy's does, and
+    said nothing of what a reward model is for: scoring PPO and GRPO rollouts."""
+    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"), step=2)
+    page = client_for(team.viewer).get(url(scorer)).content.decode()
+    assert (f'Exported model at step 2 <span class="muted">(scores PPO and GRPO rollouts as <code>{scorer.public_id}'
+            '</code>: choose it as ppo.reward_model, or as the model of a reward_model reward function)') in page

@@ -49,9 +49,11 @@ def duration_short(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[str, Any]:
+def _reward_row(field, index: Any, term: dict, errors: dict, functions,
+                reference_choices: dict | None = None) -> dict[str, Any]:
     """What one reward row shows: its function, weight, each function's argument inputs (only the
-    chosen function's visible) and the errors under ``<key>.<index>``."""
+    chosen function's visible; an argument keyed ``<function>.<argument>`` in ``reference_choices``,
+    such as ``reward_model.model``, a select of those) and the errors under ``<key>.<index>``."""
     prefix = f"{field.name}.{index}"
     chosen = term.get("name", "")
     args = term.get("args") or {}
@@ -60,7 +62,9 @@ def _reward_row(field, index: Any, term: dict, errors: dict, functions) -> dict[
         "arguments": [{
             "argument": argument, "input_name": f"{prefix}.args.{function.name}.{argument.name}",
             "input_id": f"spec-{field.name.replace('.', '-')}-{index}-{function.name}-{argument.name}",
-            "value": argument_input_value(argument, args.get(argument.name)) if function.name == chosen else "",
+            "value": (value := argument_input_value(argument, args.get(argument.name)) if function.name == chosen
+                      else ""),
+            "choices": _with_current(reference_choices, f"{function.name}.{argument.name}", value),
             "default": "" if argument.required else argument_input_value(argument, argument.default),
             "errors": errors.get(f"{prefix}.args.{argument.name}", []) if function.name == chosen else [],
         } for argument in function.arguments],
@@ -99,9 +103,9 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
         return {
             "field": field, "functions": list(functions.values()), "errors": errors.get(field.name, []),
             "default": None,
-            "rows": [_reward_row(field, index, term if isinstance(term, dict) else {}, errors, functions)
-                     for index, term in enumerate(terms)],
-            "blank_row": _reward_row(field, "__row__", {}, {}, functions),
+            "rows": [_reward_row(field, index, term if isinstance(term, dict) else {}, errors, functions,
+                                 reference_choices) for index, term in enumerate(terms)],
+            "blank_row": _reward_row(field, "__row__", {}, {}, functions, reference_choices),
         }
     return {
         "json_value": json.dumps(value) if field.widget == "json" and value not in (None, "") else (value or ""),
