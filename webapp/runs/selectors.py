@@ -613,6 +613,17 @@ def ensure_may_delete_run(*, membership: Membership, run: Run) -> None:
         raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
 
 
+def may_cancel_pipeline(*, membership: Membership) -> bool:
+    """Whoever may cancel a pipeline's runs (a member or an owner) may cancel the pipeline."""
+    return membership.can(Role.MEMBER)
+
+
+def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may cancel a pipeline (pages and API)."""
+    if not may_cancel_pipeline(membership=membership):
+        raise PermissionDenied("only a member or an owner of the project may cancel a pipeline")
+
+
 def run_disk_bytes(*, run: Run) -> int:
     """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
     which deleting it frees (links not followed: what they point to is not the run's)."""

@@ -794,5 +794,29 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpRe
               for index, stage in enumerate(pipeline.stages)]
     return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
                                                   "pipeline": pipeline, "stages": stages,
+                                                  "can_cancel": selectors.may_cancel_pipeline(membership=membership),
                                                   "result_deleted": pipelines.result_deleted(pipeline),
                                                   "export": pipelines.export_result(pipeline)})
+
+
+@login_required
+@require_POST
+def pipeline_cancel(request: HttpRequest, slug: str, pipeline_id: str) -> HttpResponse:
+    from webapp.runs import pipelines
+
+    project, membership = get_project_for_user(request.user, slug)
+    selectors.ensure_may_cancel_pipeline(membership=membership)
+    pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
+    page = reverse("runs:pipeline", args=[project.slug, pipeline.public_id])
+
+    def cancel() -> str:
+        pipelines.pipeline_cancel(pipeline=pipeline, user=request.user)
+        messages.success(request, f"Pipeline {isolated(pipeline.name)} cancelled.")
+        return page
+
+    try:
+        return redirect(form_send_once(request, create=cancel))
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+        return redirect(page)
