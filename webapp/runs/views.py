@@ -769,12 +769,12 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             errors = errors_by_key(error)
     else:
-        first = lambda choices, fallback: choices[0][0] if choices else fallback  # noqa: E731
+        models = selectors.model_choices(project=project)
+        train = selectors.newest_ready_version(project=project, kinds=("sft",))
         text = PIPELINE_EXAMPLE.format(
-            model=first(selectors.model_choices(project=project), "bm_…"),
-            sft=first(selectors.dataset_choices(project=project, kinds=("sft",)), "dv_…"),
-            eval=first(selectors.dataset_choices(project=project, kinds=("sft", "prompts")), "dv_…"),
-            preference=first(selectors.dataset_choices(project=project, kinds=("preference",)), "dv_…"))
+            model=models[0][0] if models else "bm_…", sft=train or "dv_…",
+            eval=selectors.newest_ready_version(project=project, kinds=("sft", "prompts"), other_than=train) or "dv_…",
+            preference=selectors.newest_ready_version(project=project, kinds=("preference",)) or "dv_…")
     return render(request, "runs/pipeline_new.html", {"project": project, "membership": membership,
                                                       "document": text, "errors": errors},
                   status=400 if errors else 200)

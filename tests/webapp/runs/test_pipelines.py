@@ -385,6 +385,34 @@ def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, cat
     assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
 
 
+def test_the_new_pipeline_example_fills_in_the_newest_ready_data_of_each_kind(team, catalog, client_for):
+    """The example filled in the first sft dataset by name ("aardvark", an old one, here) rather than the data the
+    team uploaded last, and could give the training data as its own evaluation data."""
+    import html
+
+    from tests.webapp.factories import make_ready_version
+    from webapp.datasets.models import DatasetVersion, VersionStatus
+
+    older_sft = make_ready_version(team.project, name="aardvark", kind="sft")
+    newest_sft = make_ready_version(team.project, name="zebra chats", kind="sft")
+    newest_pairs = make_ready_version(team.project, name="zebra pairs", kind="preference",
+                                      rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    failed = make_ready_version(team.project, name="broken", kind="sft")
+    DatasetVersion.objects.filter(pk=failed.pk).update(status=VersionStatus.FAILED)  # newest, but not ready
+
+    def example() -> dict:
+        page = client_for(team.teammate).get("/p/alpha/pipelines/new/").content.decode()
+        return yaml.safe_load(html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", page, re.S).group(1)))
+
+    stages = example()["stages"]
+    assert stages[0]["spec"]["data"]["train"] == newest_sft.public_id
+    # Evaluation data other than the training data: the newest other sft or prompts version.
+    assert stages[0]["spec"]["data"]["eval"] == older_sft.public_id
+    assert stages[1]["spec"]["data"]["train"] == newest_pairs.public_id
+    newest_prompts = make_ready_version(team.project, name="held-out", kind="prompts")
+    assert example()["stages"][0]["spec"]["data"]["eval"] == newest_prompts.public_id
+
+
 def test_an_export_stage_whose_message_was_lost_fails_the_pipeline_with_the_reason(
         team, catalog, sent_tasks, tmp_path, client_for, monkeypatch, django_capture_on_commit_callbacks):
     pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
