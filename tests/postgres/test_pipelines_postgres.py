@@ -114,3 +114,116 @@ print("ok")
 
 def test_a_resume_and_its_pipelines_advance_at_once_never_export_a_run_that_trains_again(database_url, tmp_path):  # noqa: F811
     assert run_django(RESUME_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+CANCEL_AND_ADVANCE_SCRIPT = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.celery import app as celery_app
+from webapp.projects import services as project_services
+from webapp.runs import pipelines, services
+from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
+
+assert connection.vendor == "postgresql", connection.vendor
+sent = []
+celery_app.send_task = lambda name, args=None, **kwargs: sent.append((name, args))
+owner = get_user_model().objects.create_user("canceller", password="unused-password")
+project = project_services.project_create(name="PG cancel", slug="pg-cancel", owner=owner)
+base_model, data = make_base_model(project), make_ready_version(project)
+
+
+def race(first, name):
+    '''A pipeline's first training stage has just succeeded; one thread cancels the pipeline while another moves
+    it on to its second stage. ``first`` holds its locks a moment while the other comes in. Returns (cancel
+    outcome, the pipeline afterwards, its runs by stage afterwards).'''
+    spec = {"task": "sft", "model": base_model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 2}}
+    later = {"task": "sft", "data": {"train": data.public_id}, "train": {"max_steps": 2}}
+    pipeline = pipelines.pipeline_create(project=project, user=owner, document={
+        "name": name, "stages": [{"name": "one", "spec": spec}, {"name": "two", "spec": later}]})
+    run = pipeline.runs.get()
+    export = services.run_output_dir(run.public_id) / "export"
+    export.mkdir(parents=True, exist_ok=True)
+    (export / "config.json").write_text("{}")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    from webapp.runs import reporting
+    reporting.run_finish(run=Run.objects.get(pk=run.pk),
+                         summary={"status": "succeeded", "step": 2, "export": {"model": str(export)}})
+    sent.clear()
+    reached = threading.Event()
+    real_launch, real_info = pipelines._launch_stage, pipelines.logger.info
+
+    def launch_then_hold(*args, **kwargs):
+        launched = real_launch(*args, **kwargs)
+        if first == "advance":
+            reached.set()
+            time.sleep(0.5)  # the cancel now comes in
+        return launched
+
+    def info_then_hold(message, *args):
+        real_info(message, *args)
+        if first == "cancel" and args and "cancelled by" in str(args[-1]):
+            reached.set()
+            time.sleep(0.5)  # the advance now comes in
+
+    pipelines._launch_stage, pipelines.logger.info = launch_then_hold, info_then_hold
+    outcome = {}
+
+    def cancel():
+        if first != "cancel":
+            reached.wait(10)
+        try:
+            pipelines.pipeline_cancel(pipeline=Pipeline.objects.get(pk=pipeline.pk), user=owner)
+            outcome["cancel"] = ("made", "")
+        except ValidationError as error:
+            outcome["cancel"] = ("refused", " ".join(error.messages))
+        except Exception as error:
+            outcome["cancel"] = ("failed", repr(error))
+        finally:
+            connection.close()
+
+    def advance():
+        if first != "advance":
+            reached.wait(10)
+        try:
+            pipelines.pipeline_advance(run=Run.objects.get(pk=run.pk))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=cancel), threading.Thread(target=advance)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pipelines._launch_stage, pipelines.logger.info = real_launch, real_info
+    runs = {stage.pipeline_stage: stage for stage in Run.objects.filter(pipeline=pipeline)}
+    return outcome["cancel"], Pipeline.objects.get(pk=pipeline.pk), runs
+
+
+# The cancel first: the advance waits for it, finds the pipeline cancelled and starts no second stage.
+cancelled, pipeline, runs = race("cancel", "cancelled first")
+assert cancelled == ("made", ""), cancelled
+assert pipeline.status == PipelineStatus.CANCELLED and pipeline.current_stage == 0, (pipeline.status, pipeline.message)
+assert sorted(runs) == [0] and runs[0].status == RunStatus.SUCCEEDED, runs
+assert sent == [], sent
+
+# The advance first: the cancel waits, sees the pipeline moved on, and cancels the second stage it launched.
+cancelled, pipeline, runs = race("advance", "advanced first")
+assert cancelled == ("made", ""), cancelled
+assert pipeline.status == PipelineStatus.CANCELLED and pipeline.current_stage == 1, (pipeline.status, pipeline.message)
+assert pipeline.message.startswith("cancelled by canceller at stage 2"), pipeline.message
+assert runs[1].status == RunStatus.CANCELLED, runs[1].status
+print("ok")
+"""
+
+
+def test_a_pipelines_cancel_and_its_advance_at_once_leave_no_stage_running(database_url, tmp_path):  # noqa: F811
+    assert run_django(CANCEL_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

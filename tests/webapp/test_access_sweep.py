@@ -244,6 +244,7 @@ ROUTES: dict[str, Route] = {
     "runs:compare_csv": Route(kwargs=_project, query=_runs_query, methods=READ),
     "runs:pipeline_new": Route(kwargs=_project, methods={"GET": MEMBER, "POST": MEMBER}),
     "runs:pipeline": Route(kwargs=_pipeline, methods=READ),
+    "runs:pipeline_cancel": Route(kwargs=_pipeline, methods={"POST": MEMBER}),
     "runs:detail": Route(kwargs=_run, methods=READ),
     "runs:state": Route(kwargs=_run, methods=READ),
     "runs:events": Route(kwargs=_run, methods=READ),
@@ -316,6 +317,7 @@ ROUTES: dict[str, Route] = {
     "api:run_artifact": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),
+    "api:pipeline_cancel": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods={"POST": MEMBER}),
     # A user's own REST token: not a project's, so any signed-in user may call it, on their tokens only.
     "api:token_revoke": Route(kwargs=_api_token, methods={"POST": VIEWER}, private=True),
 }

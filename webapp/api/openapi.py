@@ -17,6 +17,8 @@ from webapp.runs.selectors import RUN_TASKS, SORTS
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
 RUN = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Run id (run_…)."}
+PIPELINE = {"name": "pipeline_id", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "Pipeline id (pl_…)."}
 DATASET = {"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"},
            "description": "Dataset id (ds_…)."}
 VERSION_NUMBER = {"name": "number", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1},
@@ -206,10 +208,13 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/pipelines/{{pipeline_id}}/": {
             "get": _operation("A pipeline: status, stages and their runs, result, reason it stopped",
-                              [SLUG, {"name": "pipeline_id", "in": "path", "required": True,
-                                      "schema": {"type": "string"}, "description": "Pipeline id (pl_…)."}],
+                              [SLUG, PIPELINE],
                               answer=schemas.PipelineOut),
         },
+        f"{base}/pipelines/{{pipeline_id}}/cancel/": {"post": _operation(
+            "Cancel a running pipeline: its current stage's run is cancelled (a queued one at once, a training one "
+            "after its current step), an export stage not yet writing is dropped (400 while it writes its serving "
+            "copy, and once the pipeline has ended)", [SLUG, PIPELINE], answer=schemas.PipelineOut)},
         f"{base}/runs/{{run_id}}/artifacts/{{kind}}/": {
             "get": {**_operation("Download an artifact (model or adapter) as a tar archive",
                                  [SLUG, RUN, {"name": "kind", "in": "path", "required": True,

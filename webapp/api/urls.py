@@ -22,6 +22,7 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="run_artifact"),
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
+    path(f"{base}/pipelines/<str:pipeline_id>/cancel/", views.pipeline_cancel, name="pipeline_cancel"),
     path("accounts/tokens/", token_views.token_list, name="tokens"),
     path("accounts/tokens/<int:token_id>/revoke/", token_views.token_revoke, name="token_revoke"),
 ]

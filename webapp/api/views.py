@@ -490,6 +490,18 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> JsonRe
     return JsonResponse(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=pipeline_id)))
 
 
+@api_view(("POST",))
+def pipeline_cancel(request: HttpRequest, slug: str, pipeline_id: str) -> JsonResponse:
+    """Cancel a running pipeline: its current stage's run, or its export stage not yet writing."""
+    from webapp.runs import pipelines as pipeline_services
+
+    project, membership = get_project_for_user(request.user, slug)
+    run_selectors.ensure_may_cancel_pipeline(membership=membership)
+    pipeline = run_selectors.pipeline_get(project=project, public_id=pipeline_id)
+    pipeline_services.pipeline_cancel(pipeline=pipeline, user=request.user)
+    return JsonResponse(_pipeline_json(run_selectors.pipeline_get(project=project, public_id=pipeline_id)))
+
+
 @csrf_exempt  # read-only; other methods get a JSON 405, not the CSRF check's HTML page
 def openapi(request: HttpRequest) -> JsonResponse:
     """The OpenAPI 3.1 document (public: it describes the API, not any data)."""

@@ -220,6 +220,8 @@ class Pipeline(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True)
+    # When a worker took the export stage and began writing its serving copy: from then on a cancel must wait.
+    export_started_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["-created_at"]

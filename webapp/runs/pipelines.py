@@ -26,6 +26,10 @@ by its guard) runs again and moves on when the run ends (``pipeline_follow_resum
 finds its run resumed waits for it instead of quantizing a model about to be replaced (``export_stage_start``).
 Only the pipeline's result is not resumed (``refuse_resuming_a_result``): the pipeline, its later stages and its
 serving copy stand for that model. Rows are locked run first, pipeline second, wherever both are.
+
+A person may cancel a running pipeline (``pipeline_cancel``): its current stage's run is cancelled, an export
+stage not yet taken by a worker is dropped (``export_stage_start`` finds the pipeline ended), and one writing its
+serving copy (``export_started_at``) is waited for.
 """
 from __future__ import annotations
 
@@ -373,6 +377,77 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
     return pipeline
 
 
+class _MovedOn(Exception):
+    """The pipeline moved to another stage between finding its stage's run and locking it."""
+
+
+def _stage_run_pk(pipeline: Pipeline) -> int | None:
+    """The run whose end moves the pipeline on: its current stage's, or at an export stage the run it quantizes."""
+    if "export" in pipeline.stages[pipeline.current_stage]:
+        return pipeline.result_run_id
+    return (Run.objects.filter(pipeline=pipeline, pipeline_stage=pipeline.current_stage)
+            .order_by("-created_at").values_list("pk", flat=True).first())
+
+
+def pipeline_cancel(*, pipeline: Pipeline, user: AbstractBaseUser | None) -> Pipeline:
+    """Cancel a running pipeline: its current stage's run is cancelled (``services.run_cancel``: at once when
+    queued, after its current step when running), an export stage not yet taken by a worker is dropped, and the
+    pipeline ends cancelled, naming who cancelled it. Refused once the pipeline has ended, and while its export
+    stage writes the serving copy (stopping it midway would leave half a copy).
+
+    Rows are locked run first, pipeline second, as ``pipeline_advance`` locks them: the stage's run is found, locked,
+    and the pipeline locked and read again; if it moved on meanwhile (the run ended and the next stage started),
+    the transaction is rolled back and the lookup done again."""
+    for _attempt in range(3):
+        try:
+            return _pipeline_cancel_once(pipeline_pk=pipeline.pk, user=user)
+        except _MovedOn:
+            continue
+    raise ValidationError({"__all__": f"pipeline {isolated(pipeline.name)} ({pipeline.public_id}) kept moving on to "
+                                      "its next stage as it was being cancelled; try again"})
+
+
+@transaction.atomic
+def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) -> Pipeline:
+    seen = Pipeline.objects.get(pk=pipeline_pk)
+    run_pk = _stage_run_pk(seen) if seen.status == PipelineStatus.RUNNING else None
+    run = Run.objects.select_for_update().filter(pk=run_pk).first() if run_pk else None
+    pipeline = (Pipeline.objects.select_for_update(of=("self",)).select_related("result_run")
+                .get(pk=pipeline_pk))
+    if pipeline.status != PipelineStatus.RUNNING:
+        raise ValidationError({"__all__": f"pipeline {isolated(pipeline.name)} ({pipeline.public_id}) has already "
+                                          f"ended ({pipeline.get_status_display().lower()}); only a running pipeline "
+                                          "can be cancelled"})
+    if (pipeline.current_stage, pipeline.result_run_id) != (seen.current_stage, seen.result_run_id):
+        raise _MovedOn
+    index = pipeline.current_stage
+    label = f"stage {index + 1} ({isolated(pipeline.stages[index]['name'])})"
+    exporting = "export" in pipeline.stages[index]
+    if exporting and pipeline.export_started_at is not None:
+        raise ValidationError({"__all__": (
+            f"pipeline {isolated(pipeline.name)} ({pipeline.public_id}) cannot be cancelled now: {label} is writing "
+            f"the serving copy of its model, which cannot be stopped midway; wait for it to end (its page shows when)")})
+    who = user.get_username() if user else "the system"
+    stopping = run is not None and not exporting and run.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    result_note = (f"; the result stays {isolated(pipeline.result_run.name)} ({pipeline.result_run.public_id})"
+                   if pipeline.result_run else "")
+    pipeline.status, pipeline.finished_at = PipelineStatus.CANCELLED, timezone.now()
+    pipeline.message = (f"cancelled by {who} at {label}"
+                        + ("; its export was not started" if exporting else "")
+                        + (f"; its run {isolated(run.name)} ({run.public_id}) "
+                           + ("leaves the queue" if run.status == RunStatus.QUEUED else "stops after its current step")
+                           if stopping else "")
+                        + result_note)
+    # Saved before the run is cancelled: pipeline_advance, which run_cancel calls for a queued run, then finds
+    # the pipeline ended and leaves this message.
+    pipeline.save(update_fields=["status", "finished_at", "message"])
+    if stopping:
+        services.run_cancel(run=run, user=user)
+        services.log_line(run, f"pipeline {isolated(pipeline.name)} cancelled by {who}")
+    logger.info("pipeline %s: %s", pipeline.public_id, pipeline.message)
+    return pipeline
+
+
 def exports_after(run: Run) -> bool:
     """Whether ``run`` is a pipeline stage followed by an export stage (which writes its serving copy)."""
     if run.pipeline_id is None or run.pipeline_stage is None:
@@ -399,6 +474,9 @@ def export_stage_start(*, pipeline_pk: int, stage: int) -> tuple[Run, dict[str, 
     if run.status != RunStatus.SUCCEEDED:
         _follow_resumed_result(pipeline, run)
         return None
+    # From here the copy is being written: pipeline_cancel asks to wait rather than leave half a copy.
+    pipeline.export_started_at = timezone.now()
+    pipeline.save(update_fields=["export_started_at"])
     return run, pipeline.stages[stage]["export"]
 
 

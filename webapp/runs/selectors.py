@@ -251,6 +251,19 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
             for version in versions]
 
 
+def newest_ready_version(*, project: Project, kinds: tuple[str, ...], other_than: str | None = None) -> str | None:
+    """The id of the project's most recently uploaded ready version of ``kinds``, preferring one other than
+    ``other_than`` (evaluation data apart from the training data) when there is one; None when there is none.
+    What an example (the New pipeline page's) fills in: the data the team is working with now, not the
+    first dataset by name."""
+    versions = (DatasetVersion.objects.filter(dataset__project=project, dataset__kind__in=kinds,
+                                              status=VersionStatus.READY)
+                .order_by("-created_at", "-pk").values_list("public_id", flat=True))
+    ids = list(versions[:2])
+    preferred = [version for version in ids if version != other_than]
+    return (preferred or ids or [None])[0]
+
+
 # What a comparison is read for, first in its table of final metrics (a run logs dozens of metrics, and
 # eval/loss sat off the table's right edge behind the eval/ ones before it by name).
 HEADLINE_METRICS = ("loss", "eval/loss", "reward", "eval/exact_match", "eval/accuracy", "eval/reward",
@@ -636,6 +649,17 @@ def ensure_may_delete_run(*, membership: Membership, run: Run) -> None:
     """``PermissionDenied`` saying who may, unless ``membership`` may delete ``run`` (pages and API)."""
     if not may_delete_run(membership=membership, run=run):
         raise PermissionDenied("only an owner, or the member who launched it, may delete a run")
+
+
+def may_cancel_pipeline(*, membership: Membership) -> bool:
+    """Whoever may cancel a pipeline's runs (a member or an owner) may cancel the pipeline."""
+    return membership.can(Role.MEMBER)
+
+
+def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
+    """``PermissionDenied`` saying who may, unless ``membership`` may cancel a pipeline (pages and API)."""
+    if not may_cancel_pipeline(membership=membership):
+        raise PermissionDenied("only a member or an owner of the project may cancel a pipeline")
 
 
 def run_disk_bytes(*, run: Run) -> int:

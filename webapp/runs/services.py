@@ -880,7 +880,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
         run.total_steps = max_steps
     elif run.status == RunStatus.SUCCEEDED:
         raise ValidationError({"max_steps": f"the run has done all its {run.current_step} steps: give a new total above "
-                                            f"{run.current_step} (the box beside Resume; max_steps in the API) to train "
+                                            f"{run.current_step} (the box beside Train further; max_steps in the API) to train "
                                             "it further"})
     run.status = RunStatus.QUEUED
     run.attempt += 1

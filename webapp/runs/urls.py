@@ -13,6 +13,7 @@ urlpatterns = [
     path("p/<slug:slug>/runs/compare/metrics.csv", views.run_compare_csv, name="compare_csv"),
     path("p/<slug:slug>/pipelines/new/", views.pipeline_create, name="pipeline_new"),
     path("p/<slug:slug>/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),
+    path("p/<slug:slug>/pipelines/<str:pipeline_id>/cancel/", views.pipeline_cancel, name="pipeline_cancel"),
     path("p/<slug:slug>/runs/<str:run_id>/", views.run_detail, name="detail"),
     path("p/<slug:slug>/runs/<str:run_id>/state.json", views.run_state, name="state"),
     path("p/<slug:slug>/runs/<str:run_id>/events/", events.run_events, name="events"),

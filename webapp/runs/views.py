@@ -774,12 +774,12 @@ def pipeline_create(request: HttpRequest, slug: str) -> HttpResponse:
         except ValidationError as error:
             errors = errors_by_key(error)
     else:
-        first = lambda choices, fallback: choices[0][0] if choices else fallback  # noqa: E731
+        models = selectors.model_choices(project=project)
+        train = selectors.newest_ready_version(project=project, kinds=("sft",))
         text = PIPELINE_EXAMPLE.format(
-            model=first(selectors.model_choices(project=project), "bm_…"),
-            sft=first(selectors.dataset_choices(project=project, kinds=("sft",)), "dv_…"),
-            eval=first(selectors.dataset_choices(project=project, kinds=("sft", "prompts")), "dv_…"),
-            preference=first(selectors.dataset_choices(project=project, kinds=("preference",)), "dv_…"))
+            model=models[0][0] if models else "bm_…", sft=train or "dv_…",
+            eval=selectors.newest_ready_version(project=project, kinds=("sft", "prompts"), other_than=train) or "dv_…",
+            preference=selectors.newest_ready_version(project=project, kinds=("preference",)) or "dv_…")
     return render(request, "runs/pipeline_new.html", {"project": project, "membership": membership,
                                                       "document": text, "errors": errors},
                   status=400 if errors else 200)
@@ -799,5 +799,29 @@ def pipeline_detail(request: HttpRequest, slug: str, pipeline_id: str) -> HttpRe
               for index, stage in enumerate(pipeline.stages)]
     return render(request, "runs/pipeline.html", {"project": project, "membership": membership,
                                                   "pipeline": pipeline, "stages": stages,
+                                                  "can_cancel": selectors.may_cancel_pipeline(membership=membership),
                                                   "result_deleted": pipelines.result_deleted(pipeline),
                                                   "export": pipelines.export_result(pipeline)})
+
+
+@login_required
+@require_POST
+def pipeline_cancel(request: HttpRequest, slug: str, pipeline_id: str) -> HttpResponse:
+    from webapp.runs import pipelines
+
+    project, membership = get_project_for_user(request.user, slug)
+    selectors.ensure_may_cancel_pipeline(membership=membership)
+    pipeline = selectors.pipeline_get(project=project, public_id=pipeline_id)
+    page = reverse("runs:pipeline", args=[project.slug, pipeline.public_id])
+
+    def cancel() -> str:
+        pipelines.pipeline_cancel(pipeline=pipeline, user=request.user)
+        messages.success(request, f"Pipeline {isolated(pipeline.name)} cancelled.")
+        return page
+
+    try:
+        return redirect(form_send_once(request, create=cancel))
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+        return redirect(page)

@@ -494,6 +494,26 @@ def test_pipelines_start_and_report_their_stages(world):
     assert apis["outsider"].call("GET", f"/api/v1/projects/alpha/pipelines/{created['id']}/")[0] == 404
 
 
+def test_a_pipeline_is_cancelled_through_the_api(world):
+    """There was no POST pipelines/<id>/cancel/: a script had to find the current stage's run and cancel that."""
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    document = {"name": "one", "stages": [{"name": "a", "spec": {"task": "sft", "model": model.public_id,
+                                                                 "data": {"train": data.public_id},
+                                                                 "train": {"max_steps": 5}}}]}
+    status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/pipelines/", document)
+    path = f"/api/v1/projects/alpha/pipelines/{created['id']}/cancel/"
+    assert apis["viewer"].call("POST", path)[0] == 403 and apis["outsider"].call("POST", path)[0] == 404
+    status, cancelled = apis["owner"].call("POST", path)
+    assert status == 200 and cancelled["status"] == "cancelled"
+    assert cancelled["message"].startswith("cancelled by alpha-owner at stage 1 (\u2068a\u2069); its run")
+    assert apis["owner"].call("GET", f"/api/v1/projects/alpha/runs/{created['stages'][0]['run']}/")[1]["status"] == \
+        "cancelled"
+    assert apis["owner"].call("POST", path) == (400, {"errors": {"__all__": [
+        f"pipeline \u2068one\u2069 ({created['id']}) has already ended (cancelled); only a running pipeline can be "
+        "cancelled"]}})
+
+
 def test_values_the_database_cannot_hold_are_named_not_a_500(world):
     """QA: each of these was a 500 with a traceback (OverflowError, IntegrityError on the JSON column,
     RecursionError), though nothing was stored."""
@@ -900,6 +920,9 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     pipeline = check("POST", "pipelines/", 201, {"name": "p", "stages": [{"name": "a", "spec": spec}]})
     check("GET", "pipelines/", 200)
     check("GET", f"pipelines/{pipeline['id']}/", 200, template="pipelines/{pipeline_id}/")
+    cancelled = check("POST", f"pipelines/{pipeline['id']}/cancel/", 200, template="pipelines/{pipeline_id}/cancel/")
+    assert cancelled["status"] == "cancelled"
+    check("POST", f"pipelines/{pipeline['id']}/cancel/", 400, template="pipelines/{pipeline_id}/cancel/")
     # The errors: a field's problem, and the rest.
     check("POST", "runs/", 400, {"spec": spec, "bogus": 1})
     check("GET", "runs/run_nothing/", 404, template="runs/{run_id}/")

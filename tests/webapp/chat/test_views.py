@@ -490,3 +490,25 @@ def test_one_model_is_chosen_as_the_picker_lists_it_in_two_queries_however_many_
     assert first.label == f"Run: tuned ({runs[0].public_id})" and first.quantization == "int8"
     assert first.path == str(copy) and "int8 serving copy" in first.option_label
     assert next(choice for choice in listed if choice.ref == runs[2].public_id).label == "Run: run 2"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("temperature", "5", "Temperature must be a number from 0 to 2."),
+    ("temperature", "-0.1", "Temperature must be a number from 0 to 2."),
+    ("temperature", "warm", "Temperature must be a number from 0 to 2."),
+    ("top_p", "0", "Top-p must be a number from 0.01 to 1."),
+    ("top_p", "", "Top-p must be a number from 0.01 to 1."),
+    ("top_k", "2.5", "Top-k must be a whole number from 0 to 1000."),
+    ("top_k", "5000", "Top-k must be a whole number from 0 to 1000."),
+    ("max_tokens", "0", "Max tokens must be a whole number from 1 to 8192."),
+    ("max_tokens", "100000", "Max tokens must be a whole number from 1 to 8192."),
+])
+def test_a_setting_out_of_range_is_named_with_its_range(team, client_for, base_model, field, value, message):
+    """The conversation form said Django's "Ensure this value is less than or equal to 2.0." (or "Enter a whole
+    number."), naming neither the setting nor how low it may go."""
+    fields = {"model": base_model.public_id, "temperature": 0.7, "top_p": 1, "top_k": 0, "max_tokens": 256,
+              field: value}
+    response = client_for(team.teammate).post(reverse("chat:list", args=[team.project.slug]), fields)
+    assert response.status_code == 400 and not Conversation.objects.exists()
+    page = response.content.decode()
+    assert message in page and "Ensure this value" not in page and "Enter a" not in page

@@ -385,6 +385,34 @@ def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, cat
     assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
 
 
+def test_the_new_pipeline_example_fills_in_the_newest_ready_data_of_each_kind(team, catalog, client_for):
+    """The example filled in the first sft dataset by name ("aardvark", an old one, here) rather than the data the
+    team uploaded last, and could give the training data as its own evaluation data."""
+    import html
+
+    from tests.webapp.factories import make_ready_version
+    from webapp.datasets.models import DatasetVersion, VersionStatus
+
+    older_sft = make_ready_version(team.project, name="aardvark", kind="sft")
+    newest_sft = make_ready_version(team.project, name="zebra chats", kind="sft")
+    newest_pairs = make_ready_version(team.project, name="zebra pairs", kind="preference",
+                                      rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    failed = make_ready_version(team.project, name="broken", kind="sft")
+    DatasetVersion.objects.filter(pk=failed.pk).update(status=VersionStatus.FAILED)  # newest, but not ready
+
+    def example() -> dict:
+        page = client_for(team.teammate).get("/p/alpha/pipelines/new/").content.decode()
+        return yaml.safe_load(html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", page, re.S).group(1)))
+
+    stages = example()["stages"]
+    assert stages[0]["spec"]["data"]["train"] == newest_sft.public_id
+    # Evaluation data other than the training data: the newest other sft or prompts version.
+    assert stages[0]["spec"]["data"]["eval"] == older_sft.public_id
+    assert stages[1]["spec"]["data"]["train"] == newest_pairs.public_id
+    newest_prompts = make_ready_version(team.project, name="held-out", kind="prompts")
+    assert example()["stages"][0]["spec"]["data"]["eval"] == newest_prompts.public_id
+
+
 def test_an_export_stage_whose_message_was_lost_fails_the_pipeline_with_the_reason(
         team, catalog, sent_tasks, tmp_path, client_for, monkeypatch, django_capture_on_commit_callbacks):
     pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
@@ -541,3 +569,90 @@ def test_an_export_stage_whose_run_was_resumed_as_it_began_follows_the_run(team,
     assert pipeline.current_stage == 1 and pipeline.result_run == first
     assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) == (first, {"quantize": "int4"})
+
+
+def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, catalog, sent_tasks, tmp_path):
+    """A pipeline had no cancel of its own: messages told people to "cancel the pipeline", and the only way was to
+    find its current stage's run and cancel that."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
+    assert cancelled.status == PipelineStatus.CANCELLED and cancelled.finished_at is not None
+    assert cancelled.message == (f"cancelled by alpha-owner at stage 1 (\u2068sft\u2069); its run \u2068chain · 1. "
+                                 f"sft\u2069 ({first.public_id}) leaves the queue")
+    first.refresh_from_db()
+    assert first.status == RunStatus.CANCELLED and first.error_message == "cancelled by alpha-owner before it started"
+    pipeline.refresh_from_db()
+    assert pipeline.message == cancelled.message  # not replaced by the run's own cancel reaching pipeline_advance
+    with pytest.raises(ValidationError) as refused:
+        pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
+    assert refused.value.messages == [f"pipeline \u2068chain\u2069 ({pipeline.public_id}) has already ended "
+                                      "(cancelled); only a running pipeline can be cancelled"]
+
+
+def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team, catalog, sent_tasks, tmp_path,
+                                                                          resumable):
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3),
+                                         user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    second = Run.objects.get(pipeline=pipeline, pipeline_stage=1)
+    Run.objects.filter(pk=second.pk).update(status=RunStatus.RUNNING)
+    cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
+    assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068dpo-1\u2069); its run \u2068chain · "
+                                 f"2. dpo-1\u2069 ({second.public_id}) stops after its current step; the result stays "
+                                 f"\u2068chain · 1. sft\u2069 ({first.public_id})")
+    second.refresh_from_db()
+    assert second.status == RunStatus.RUNNING and second.cancel_requested
+    # Even should the stage still succeed (its last step was under way), the pipeline stays cancelled.
+    pipelines.pipeline_advance(run=finish(second, tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and pipeline.result_run == first
+    assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=2).exists()
+
+
+def test_cancelling_a_pipeline_drops_an_export_not_started_and_waits_for_one_writing(
+        team, catalog, sent_tasks, tmp_path, django_capture_on_commit_callbacks):
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
+    cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
+    assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068serve\u2069); its export was not "
+                                 f"started; the result stays \u2068chain · 1. sft\u2069 ({first.public_id})")
+    assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None  # the worker drops its message
+    assert Run.objects.get(pk=first.pk).status == RunStatus.SUCCEEDED  # the run it would have quantized is kept
+
+    writing = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    with django_capture_on_commit_callbacks(execute=True):
+        pipelines.pipeline_advance(run=finish(writing.runs.get(), tmp_path=tmp_path))
+    assert pipelines.export_stage_start(pipeline_pk=writing.pk, stage=1) is not None  # a worker took it
+    with pytest.raises(ValidationError) as refused:
+        pipelines.pipeline_cancel(pipeline=writing, user=team.teammate)
+    assert refused.value.messages == [
+        f"pipeline \u2068chain\u2069 ({writing.public_id}) cannot be cancelled now: stage 2 (\u2068serve\u2069) is "
+        "writing the serving copy of its model, which cannot be stopped midway; wait for it to end (its page shows "
+        "when)"]
+    writing.refresh_from_db()
+    assert writing.status == PipelineStatus.RUNNING
+
+
+def test_the_pipeline_page_cancels_for_members_only(team, catalog, sent_tasks, client_for):
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    address = f"/p/alpha/pipelines/{pipeline.public_id}/"
+    assert 'id="pipeline-cancel"' not in client_for(team.viewer).get(address).content.decode()
+    assert client_for(team.viewer).post(f"{address}cancel/").status_code == 403
+    client = client_for(team.teammate)
+    page = client.get(address).content.decode()
+    assert f'action="{address}cancel/"' in page and ">Cancel pipeline</button>" in page
+    token = re.search(r'name="submission_token" value="([^"]+)"', page).group(1)
+    response = client.post(f"{address}cancel/", {"submission_token": token})
+    assert response.status_code == 302 and response["Location"] == address
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and "cancelled by alpha-teammate" in pipeline.message
+    page = client.get(address).content.decode()
+    assert "Pipeline \u2068chain\u2069 cancelled." in page and 'id="pipeline-cancel"' not in page
+    again = client.post(f"{address}cancel/", {"submission_token": token})  # the same form sent twice: no error
+    assert again["Location"] == address and "already ended" not in client.get(address).content.decode()
+    refused = client.post(f"{address}cancel/", follow=True).content.decode()
+    assert "has already ended (cancelled); only a running pipeline can be cancelled" in refused

@@ -243,7 +243,7 @@ def test_resuming_a_succeeded_run_asks_for_a_new_total_by_the_names_a_person_see
     with pytest.raises(ValidationError) as refused:
         services.run_resume(run=run, user=team.teammate)
     assert refused.value.message_dict == {"max_steps": [
-        "the run has done all its 20 steps: give a new total above 20 (the box beside Resume; max_steps in the API) "
+        "the run has done all its 20 steps: give a new total above 20 (the box beside Train further; max_steps in the API) "
         "to train it further"]}
 
 

@@ -481,6 +481,25 @@ def test_cancel_asks_first(team, run, client_for):
     assert '<button type="submit" class="danger">Cancel <bdi>first &lt;b&gt;run&lt;/b&gt;</bdi></button>' in confirmation
 
 
+def test_a_succeeded_run_offers_to_train_further_and_an_ended_one_to_resume(team, run, client_for):
+    """A succeeded run's page showed "Resume" beside an empty "new total" box: nothing said it meant training the
+    run further, past the steps it had done."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=20)
+    page = client_for(team.teammate).get(url(run)).content.decode()
+    form = page[page.index('class="inline resume-form"'):]
+    form = form[:form.index("</form>")]
+    assert '<button type="submit">Train further</button>' in form and ">Resume<" not in form
+    assert "All 20 steps done: give a new total above 20 to train it further." in form
+    assert 'aria-label="New total of steps to train to"' in form
+    for status in (RunStatus.CANCELLED, RunStatus.FAILED):
+        Run.objects.filter(pk=run.pk).update(status=status, current_step=12)
+        page = client_for(team.teammate).get(url(run)).content.decode()
+        form = page[page.index('class="inline resume-form"'):]
+        form = form[:form.index("</form>")]
+        assert '<button type="submit">Resume</button>' in form and "Train further" not in form
+        assert 'id="train-further-hint"' not in form
+
+
 def test_a_running_run_whose_cancel_was_asked_says_it_is_stopping(team, run, client_for):
     # It said "running" and offered Cancel again until the worker ended its step, on the page the
     # Cancel button came back to, in the runs table and on a teammate's page.
