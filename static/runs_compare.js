@@ -4,7 +4,8 @@
    run may be resumed), only while it is shown, and redraws its charts, final metrics and generations. A run
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
-   and group: a group's color, a run's dash, named "<group> · <run>". */
+   and group: a group's color, a run's dash, named "<group> · <run>". The view's settings are kept in the
+   address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
@@ -78,6 +79,8 @@
       yaxis: Object.assign({ type: logY.checked ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, logY.checked)),
       // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
+      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
+      hoverlabel: { namelength: -1 },
       showlegend: chart.grouped || chart === firstPlain,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
     };
@@ -148,10 +151,32 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  [xAxis, ema, logY].forEach(function (control) { control.addEventListener("input", draw); });
-  document.getElementById("differences-only").addEventListener("change", function (event) {
-    document.getElementById("diff-table").classList.toggle("only-differences", event.target.checked);
+  // The view's settings are kept in the address (x, ema, log, config), so that a link to the page opens
+  // this view; a value no control offers is left at the control's default.
+  var differencesOnly = document.getElementById("differences-only");
+  function showDifferences() {
+    document.getElementById("diff-table").classList.toggle("only-differences", differencesOnly.checked);
+  }
+  var asked = new URLSearchParams(window.location.search);
+  if (Array.prototype.some.call(xAxis.options, function (option) { return option.value === asked.get("x"); })) {
+    xAxis.value = asked.get("x");
+  }
+  var askedWeight = Number(asked.get("ema"));
+  if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
+  logY.checked = asked.get("log") === "1";
+  if (asked.get("config") === "all") differencesOnly.checked = false;
+  showDifferences();
+
+  function remember() {
+    window.TemperKeepInAddress("x", xAxis.value === "step" ? null : xAxis.value);
+    window.TemperKeepInAddress("ema", Number(ema.value) ? ema.value : null);
+    window.TemperKeepInAddress("log", logY.checked ? "1" : null);
+    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
+  }
+  [xAxis, ema, logY].forEach(function (control) {
+    control.addEventListener("input", function () { remember(); draw(); });
   });
+  differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
   draw();
   schedule();
 })();
