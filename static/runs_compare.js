@@ -62,8 +62,21 @@
       line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
   }
 
+  // The runs' colors are the same on every plain chart, so their legend is drawn once: on the first
+  // chart, and on a later one only where it holds a run no chart above it named (one without the first
+  // chart's metric: an external run logging its own names, a DPO run beside a reward run).
+  function legendCharts(charts) {
+    var named = {};
+    return charts.filter(function (chart) {
+      if (chart.grouped) return false;
+      var unnamed = chart.lines.filter(function (line) { return !named[line.run.id]; });
+      unnamed.forEach(function (line) { named[line.run.id] = true; });
+      return unnamed.length > 0;
+    });
+  }
+
   var charts = chartsOf();
-  var firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+  var withLegend = legendCharts(charts);
 
   // The legend lies under the x axis, in as many rows as the names need at the chart's width, which
   // plotly only knows once it has drawn it. Placed at a share of the plot's height (y: -0.25) it fell
@@ -77,11 +90,10 @@
       title: { text: literal(chart.key), font: { size: 13 } },
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
       yaxis: Object.assign({ type: logY.checked ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, logY.checked)),
-      // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
       hoverlabel: { namelength: -1 },
-      showlegend: chart.grouped || chart === firstPlain,
+      showlegend: chart.grouped || withLegend.indexOf(chart) >= 0,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
     };
   }
@@ -135,7 +147,7 @@
         if (!freshData) return;
         data = JSON.parse(freshData.textContent);
         charts = chartsOf();
-        firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+        withLegend = legendCharts(charts);
         ["compare-finals", "compare-hyperparameters", "compare-generations"].forEach(function (id) {
           var current = document.getElementById(id), replacement = fresh.getElementById(id);
           if (current && replacement) current.replaceWith(document.importNode(replacement, true));

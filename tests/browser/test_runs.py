@@ -1083,3 +1083,28 @@ def test_the_compare_page_fits_390_pixels(page, live_server, monkeypatch):
         line = page.get_by_role("heading", name=heading).evaluate("h => parseFloat(getComputedStyle(h).lineHeight)"
                                                                   " || parseFloat(getComputedStyle(h).fontSize) * 1.3")
         assert box["height"] < 2 * line, (heading, box, line)
+
+
+def test_every_compared_run_is_named_in_a_legend(page, live_server, monkeypatch):
+    """QA: only the first chart had a legend, so a run without that chart's metric (an external run
+    logging its own names, a DPO run beside a reward run) was a color no legend named. A chart now has
+    its legend when it holds a run that no chart above it named."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="legends")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    metrics = {"sft run": ("loss", "grad_norm", "tokens"), "other run": ("grad_norm", "tokens")}
+    runs = []
+    for name, names in metrics.items():
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=1.0 / step,
+                                                     wall_time=float(step), tokens=step)
+                                         for metric in names for step in (1, 2)])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/legends/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.wait_for_function("() => document.querySelectorAll('.plot[data-metric]').length === 3")
+    legends = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
+                            " [p.dataset.metric, [...p.querySelectorAll('.legend .legendtext')].map(t => t.textContent)]))")
+    assert legends == {"loss": ["sft run"], "grad_norm": ["sft run", "other run"], "tokens": []}
