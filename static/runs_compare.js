@@ -84,12 +84,19 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
+  // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
+  // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
+  function anyAboveZero(traces) {
+    return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
+  }
+
   function layout(chart, traces, axis, legendHeight) {
+    var log = logY.checked && anyAboveZero(traces);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
-      title: { text: literal(chart.key), font: { size: 13 } },
+      title: { text: literal(chart.key) + (logY.checked && !log ? " (linear: no value above 0)" : ""), font: { size: 13 } },
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
-      yaxis: Object.assign({ type: logY.checked ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, logY.checked)),
+      yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
       hoverlabel: { namelength: -1 },

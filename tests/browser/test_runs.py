@@ -1108,3 +1108,18 @@ def test_every_compared_run_is_named_in_a_legend(page, live_server, monkeypatch)
     legends = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
                             " [p.dataset.metric, [...p.querySelectorAll('.legend .legendtext')].map(t => t.textContent)]))")
     assert legends == {"loss": ["sft run"], "grad_norm": ["sft run", "other run"], "tokens": []}
+
+
+def test_a_chart_with_nothing_above_zero_stays_linear_on_the_log_scale(page, live_server, monkeypatch):
+    """QA: ticking *log scale* emptied the charts of metrics that stay at 0 (epoch, an exact match not
+    yet scored): a log axis cannot show 0, so plotly drew an axis from 100 to 10k with no line, read as
+    no data. Such a chart stays linear, and its title says why."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="logzero")
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="epoch", value=0.0, wall_time=float(step),
+                                                 tokens=step) for run in runs for step in (1, 2)])
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"epoch\"]')?.data?.length === 3")
+    page.check("#log-y")
+    axes = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
+                         " [p.dataset.metric, [p.layout.yaxis.type, p.layout.title.text]]))")
+    assert axes == {"loss": ["log", "loss"], "epoch": ["linear", "epoch (linear: no value above 0)"]}
