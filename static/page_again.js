@@ -6,3 +6,13 @@ window.TemperPageAgain = function () {
     .then(function (response) { return response.ok ? response.text() : null; })
     .then(function (html) { return html === null ? null : new DOMParser().parseFromString(html, "text/html"); });
 };
+
+/* A view's setting (the compare page's x axis, say) kept in the page's address as it changes, so that
+   the link copied from the address bar opens the same view; null takes it out. The history gets no
+   entry per change: Back still leaves the page. */
+window.TemperKeepInAddress = function (key, value) {
+  "use strict";
+  var params = new URLSearchParams(window.location.search);
+  if (value === null) params.delete(key); else params.set(key, value);
+  window.history.replaceState(window.history.state, "", "?" + params.toString() + window.location.hash);
+};

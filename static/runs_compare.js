@@ -4,7 +4,8 @@
    run may be resumed), only while it is shown, and redraws its charts, final metrics and generations. A run
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
-   and group: a group's color, a run's dash, named "<group> · <run>". */
+   and group: a group's color, a run's dash, named "<group> · <run>". The view's settings are kept in the
+   address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
@@ -61,8 +62,21 @@
       line: { color: color, width: 1.5, dash: dashes[line.runIndex % dashes.length] } });
   }
 
+  // The runs' colors are the same on every plain chart, so their legend is drawn once: on the first
+  // chart, and on a later one only where it holds a run no chart above it named (one without the first
+  // chart's metric: an external run logging its own names, a DPO run beside a reward run).
+  function legendCharts(charts) {
+    var named = {};
+    return charts.filter(function (chart) {
+      if (chart.grouped) return false;
+      var unnamed = chart.lines.filter(function (line) { return !named[line.run.id]; });
+      unnamed.forEach(function (line) { named[line.run.id] = true; });
+      return unnamed.length > 0;
+    });
+  }
+
   var charts = chartsOf();
-  var firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+  var withLegend = legendCharts(charts);
 
   // The legend lies under the x axis, in as many rows as the names need at the chart's width, which
   // plotly only knows once it has drawn it. Placed at a share of the plot's height (y: -0.25) it fell
@@ -70,15 +84,23 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
+  // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
+  // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
+  function anyAboveZero(traces) {
+    return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
+  }
+
   function layout(chart, traces, axis, legendHeight) {
+    var log = logY.checked && anyAboveZero(traces);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
-      title: { text: literal(chart.key), font: { size: 13 } },
+      title: { text: literal(chart.key) + (logY.checked && !log ? " (linear: no value above 0)" : ""), font: { size: 13 } },
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
-      yaxis: Object.assign({ type: logY.checked ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, logY.checked)),
-      // The runs' colors are the same on every plain chart: their legend is drawn once, on the first.
+      yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
-      showlegend: chart.grouped || chart === firstPlain,
+      // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
+      hoverlabel: { namelength: -1 },
+      showlegend: chart.grouped || withLegend.indexOf(chart) >= 0,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 },
     };
   }
@@ -136,7 +158,7 @@
         if (!freshData) return;
         data = JSON.parse(freshData.textContent);
         charts = chartsOf();
-        firstPlain = charts.filter(function (chart) { return !chart.grouped; })[0];
+        withLegend = legendCharts(charts);
         ["compare-finals", "compare-hyperparameters", "compare-generations"].forEach(function (id) {
           var current = document.getElementById(id), replacement = fresh.getElementById(id);
           if (current && replacement) current.replaceWith(document.importNode(replacement, true));
@@ -152,10 +174,32 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  [xAxis, ema, logY].forEach(function (control) { control.addEventListener("input", draw); });
-  document.getElementById("differences-only").addEventListener("change", function (event) {
-    document.getElementById("diff-table").classList.toggle("only-differences", event.target.checked);
+  // The view's settings are kept in the address (x, ema, log, config), so that a link to the page opens
+  // this view; a value no control offers is left at the control's default.
+  var differencesOnly = document.getElementById("differences-only");
+  function showDifferences() {
+    document.getElementById("diff-table").classList.toggle("only-differences", differencesOnly.checked);
+  }
+  var asked = new URLSearchParams(window.location.search);
+  if (Array.prototype.some.call(xAxis.options, function (option) { return option.value === asked.get("x"); })) {
+    xAxis.value = asked.get("x");
+  }
+  var askedWeight = Number(asked.get("ema"));
+  if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
+  logY.checked = asked.get("log") === "1";
+  if (asked.get("config") === "all") differencesOnly.checked = false;
+  showDifferences();
+
+  function remember() {
+    window.TemperKeepInAddress("x", xAxis.value === "step" ? null : xAxis.value);
+    window.TemperKeepInAddress("ema", Number(ema.value) ? ema.value : null);
+    window.TemperKeepInAddress("log", logY.checked ? "1" : null);
+    window.TemperKeepInAddress("config", differencesOnly.checked ? null : "all");
+  }
+  [xAxis, ema, logY].forEach(function (control) {
+    control.addEventListener("input", function () { remember(); draw(); });
   });
+  differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
   draw();
   schedule();
 })();

@@ -7,7 +7,8 @@
 (function () {
   "use strict";
   var literal = window.TemperPlotText.literal;
-  var chosen = null;  // the metric picked, kept while the page reads itself again
+  // The metric picked, kept while the page reads itself again and in the address (a shared link's pick).
+  var chosen = new URLSearchParams(window.location.search).get("metric");
 
   function categoryAxis(axis, rows) {
     var categories = axis.values.filter(function (value, index, all) { return all.indexOf(value) === index; }).sort();
@@ -37,7 +38,11 @@
     if (chosen !== null && data.metrics[chosen]) select.value = chosen;
     if (!select.dataset.bound) {
       select.dataset.bound = "1";
-      select.addEventListener("change", function () { chosen = select.value; draw(); });
+      select.addEventListener("change", function () {
+        chosen = select.value;
+        window.TemperKeepInAddress("metric", chosen);
+        draw();
+      });
     }
     var metric = select.value, scores = data.metrics[metric];
     var rows = scores.map(function (_, index) { return index; }).filter(function (index) { return scores[index] !== null; });

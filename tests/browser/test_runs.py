@@ -1045,3 +1045,125 @@ def test_the_compare_page_places_a_metric_first_logged_later_in_the_order(page, 
     page.locator(".plot[data-metric='reward']").wait_for(state="attached", timeout=15_000)
     order = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
     assert order == ["loss", "reward", "epoch", "grad_norm", "eval/loss"]
+
+
+def open_a_sweeps_comparison(page, live_server, monkeypatch, *, slug: str, width: int = 1280) -> list[Run]:
+    """Three runs of a learning-rate sweep, named as a sweep names them (alike but for their ends), each
+    with a loss curve, opened on the compare page by a viewer."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for index, rate in enumerate((1e-4, 3e-4, 1e-3)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"learning_rate": rate}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner,
+                                  name=f"lr-sweep · learning_rate={rate:g}")
+        run.final_metrics = {"loss": {"last": 1.0 / (index + 1), "min": 1.0 / (index + 1), "max": 4.0}}
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=(4.0 - index) / step,
+                                                     wall_time=1000.0 + 2 * step, tokens=step * 100)
+                                         for step in range(1, 6)])
+        runs.append(run)
+    page.set_viewport_size({"width": width, "height": 900})
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
+                           " return p && p.data && p.data.length === 3; }")
+    return runs
+
+
+def test_a_compare_points_hover_names_its_whole_run(page, live_server, monkeypatch):
+    """QA: plotly cut a trace's name in the hover label to 15 characters, so the runs of a sweep, named
+    alike but for their ends, all read "lr-sweep · learn…": the value could not be told to its run."""
+    open_a_sweeps_comparison(page, live_server, monkeypatch, slug="hovername")
+    page.evaluate("() => Plotly.Fx.hover(document.querySelector('.plot[data-metric=\"loss\"]'),"
+                  " [{curveNumber: 1, pointNumber: 2}])")
+    label = page.locator('.plot[data-metric="loss"] .hoverlayer .hovertext')
+    label.first.wait_for()
+    assert "lr-sweep · learning_rate=0.0003" in label.first.text_content()
+
+
+def test_a_shared_compare_link_opens_the_same_view(page, live_server, monkeypatch):
+    """QA: the x axis, the smoothing, the log scale, the config's 'differences only' and the
+    hyperparameters' metric lived in the page alone: a link sent to a teammate opened on steps, raw,
+    linear, differences only. They are kept in the address as they change, and read from it."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="sharedview")
+    page.select_option("#x-axis", "tokens")
+    page.fill("#ema", "0.5")
+    page.check("#log-y")
+    page.uncheck("#differences-only")
+    page.wait_for_function("() => location.search.includes('log=1')")
+    link = page.url
+    assert link.startswith(f"{live_server.url}/p/sharedview/runs/compare/?runs={runs[0].public_id}&runs=")
+    other = page.context.new_page()
+    other.goto(link)
+    other.wait_for_function("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
+                            " return p && p.data && p.data.length === 3; }")
+    assert other.input_value("#x-axis") == "tokens" and other.input_value("#ema") == "0.5"
+    assert other.is_checked("#log-y") and not other.is_checked("#differences-only")
+    figure = other.evaluate("() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');"
+                            " return {x: p.data[0].x[0], y: p.data[0].y[1], scale: p.layout.yaxis.type}; }")
+    # The second point smoothed (the debiased EMA of 4.0 and 2.0 at 0.5), on a log axis, by tokens.
+    assert figure == {"x": 100, "y": pytest.approx((4.0 * 0.5 * 0.5 + 2.0 * 0.5) / (0.5 * 0.5 + 0.5)), "scale": "log"}
+    assert other.locator("#diff-table tr.same").first.is_visible()
+    # A value no control offers is left at the control's own.
+    other.goto(link.replace("x=tokens", "x=bogus").replace("ema=0.5", "ema=7"))
+    other.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.length === 3")
+    assert other.input_value("#x-axis") == "step" and other.input_value("#ema") == "0"
+
+
+def test_the_compare_page_fits_390_pixels(page, live_server, monkeypatch):
+    """QA: on a phone the Hyperparameters heading was squeezed beside its metric picker into a column of
+    one letter a line (the picker now goes under the heading when both do not fit), and the charts, at
+    least 320 pixels wide, stuck out of their card."""
+    open_a_sweeps_comparison(page, live_server, monkeypatch, slug="narrowheads", width=390)
+    card = page.locator("#compare-charts").bounding_box()
+    chart = page.locator("#compare-charts .chart").first.bounding_box()
+    assert chart["x"] + chart["width"] <= card["x"] + card["width"] + 0.5, (chart, card)
+    for heading in ("Hyperparameters", "Config"):
+        box = page.get_by_role("heading", name=heading).bounding_box()
+        line = page.get_by_role("heading", name=heading).evaluate("h => parseFloat(getComputedStyle(h).lineHeight)"
+                                                                  " || parseFloat(getComputedStyle(h).fontSize) * 1.3")
+        assert box["height"] < 2 * line, (heading, box, line)
+
+
+def test_every_compared_run_is_named_in_a_legend(page, live_server, monkeypatch):
+    """QA: only the first chart had a legend, so a run without that chart's metric (an external run
+    logging its own names, a DPO run beside a reward run) was a color no legend named. A chart now has
+    its legend when it holds a run that no chart above it named."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="legends")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    metrics = {"sft run": ("loss", "grad_norm", "tokens"), "other run": ("grad_norm", "tokens")}
+    runs = []
+    for name, names in metrics.items():
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=1.0 / step,
+                                                     wall_time=float(step), tokens=step)
+                                         for metric in names for step in (1, 2)])
+        runs.append(run)
+    test_projects.log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/legends/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.wait_for_function("() => document.querySelectorAll('.plot[data-metric]').length === 3")
+    legends = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
+                            " [p.dataset.metric, [...p.querySelectorAll('.legend .legendtext')].map(t => t.textContent)]))")
+    assert legends == {"loss": ["sft run"], "grad_norm": ["sft run", "other run"], "tokens": []}
+
+
+def test_a_chart_with_nothing_above_zero_stays_linear_on_the_log_scale(page, live_server, monkeypatch):
+    """QA: ticking *log scale* emptied the charts of metrics that stay at 0 (epoch, an exact match not
+    yet scored): a log axis cannot show 0, so plotly drew an axis from 100 to 10k with no line, read as
+    no data. Such a chart stays linear, and its title says why."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="logzero")
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="epoch", value=0.0, wall_time=float(step),
+                                                 tokens=step) for run in runs for step in (1, 2)])
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"epoch\"]')?.data?.length === 3")
+    page.check("#log-y")
+    axes = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
+                         " [p.dataset.metric, [p.layout.yaxis.type, p.layout.title.text]]))")
+    assert axes == {"loss": ["log", "loss"], "epoch": ["linear", "epoch (linear: no value above 0)"]}
