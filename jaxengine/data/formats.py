@@ -653,14 +653,15 @@ def _check_csv_header(header: list[str]) -> None:
 
 
 # Parquet packs data in ways a byte count does not bound: a long value stored once in a column's dictionary
-# and named by every row, a page of one letter that zstd shrinks 30,000 times. A file of 1 KiB could unpack
-# to gigabytes in the validating worker's memory. A column chunk that unpacks to over PARQUET_PACKED_BYTES at
-# more than PARQUET_MAX_RATIO times its stored size is refused before a page is read (real text compresses
-# up to ~200 times with zstd, when every row repeats a long instruction), which bounds a repeated
-# dictionary value too; rows are read PARQUET_BATCH_ROWS at a time (a few times slower than 1,024 at a time,
-# still far faster than the checks of each row), and a batch that would take over PARQUET_BATCH_BYTES as
-# Python values (a dictionary column read as such counted as unpacked) is refused before it becomes them,
-# as is a file whose rows together would take over PARQUET_MAX_RATIO times its size (hours of checks).
+# and named by every row, a page of one letter that zstd shrinks 30,000 times, a list of millions of nulls
+# in run-length encoded levels. A file of 1 KiB could unpack to gigabytes in the validating worker's memory.
+# Before a page is read, a column chunk is refused that unpacks to over PARQUET_PACKED_BYTES at more than
+# PARQUET_MAX_RATIO times its stored size (real text compresses up to ~200 times with zstd, when every row
+# repeats a long instruction; this bounds a dictionary's values too), or whose values outnumber its rows by
+# more than that many times its size. Rows are read PARQUET_BATCH_ROWS at a time (slower than 1,024 at a
+# time, still far faster than the checks of each row); a batch that would take over PARQUET_BATCH_BYTES as
+# Python values (a dictionary column read as such counted unpacked) is refused before it becomes them, as is
+# a file whose rows together would take over PARQUET_MAX_RATIO times its size (hours of checks).
 PARQUET_BATCH_ROWS = 16
 PARQUET_BATCH_BYTES = 256 * 1024 * 1024
 PARQUET_PACKED_BYTES = 16 * 1024 * 1024
@@ -708,6 +709,12 @@ def _parquet_packing_problem(parquet_file) -> str | None:
                 return (f"column '{chunk.path_in_schema}' of row group {group + 1} unpacks to {_human_bytes(unpacked)} "
                         f"from {_human_bytes(stored)}, over {PARQUET_MAX_RATIO} times its size in the file; "
                         "re-export it without the repeats, or as JSONL")
+            # A list's elements, nulls too, are run-length encoded levels: millions of them in a few bytes.
+            rows = metadata.row_group(group).num_rows
+            if chunk.num_values > rows + PARQUET_MAX_RATIO * stored:
+                return (f"column '{chunk.path_in_schema}' of row group {group + 1} holds {chunk.num_values:,} values "
+                        f"in {rows:,} row{'s' if rows != 1 else ''} from {_human_bytes(stored)}, over "
+                        f"{PARQUET_MAX_RATIO} times its size in the file; re-export it without the repeats, or as JSONL")
     return None
 
 

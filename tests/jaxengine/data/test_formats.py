@@ -734,3 +734,15 @@ def test_a_parquet_file_whose_rows_together_unpack_past_the_cap_is_refused(tmp_p
     pyarrow.parquet.write_table(table, path, compression="zstd")
     issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
     assert issue.code == "parquet" and "times the file's size" in issue.message
+
+
+def test_a_parquet_row_holding_millions_of_packed_values_is_refused_before_it_is_read(tmp_path):
+    # A list of two million nulls is a few hundred bytes (its levels are run-length encoded); 2,000 million
+    # would be no bigger on disk and gigabytes once read: the count in the file's metadata is checked first.
+    values = 2_000_000
+    column = pyarrow.ListArray.from_arrays(pyarrow.array([0, values], pyarrow.int32()), pyarrow.nulls(values, pyarrow.string()))
+    path = tmp_path / "nulls.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"text": column}), path, compression="zstd")
+    assert path.stat().st_size < 4096
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "parquet" and "2,000,000 values in 1 row" in issue.message
