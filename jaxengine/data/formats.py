@@ -714,7 +714,8 @@ def _parquet_packing_problem(parquet_file) -> str | None:
             if chunk.num_values > rows + PARQUET_MAX_RATIO * stored:
                 return (f"column '{chunk.path_in_schema}' of row group {group + 1} holds {chunk.num_values:,} values "
                         f"in {rows:,} row{'s' if rows != 1 else ''} from {_human_bytes(stored)}, over "
-                        f"{PARQUET_MAX_RATIO} times its size in the file; re-export it without the repeats, or as JSONL")
+                        f"{PARQUET_MAX_RATIO} times its size in the file; re-export it without the repeats, "
+                        "or as JSONL")
     return None
 
 

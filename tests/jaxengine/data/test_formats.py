@@ -740,7 +740,8 @@ def test_a_parquet_row_holding_millions_of_packed_values_is_refused_before_it_is
     # A list of two million nulls is a few hundred bytes (its levels are run-length encoded); 2,000 million
     # would be no bigger on disk and gigabytes once read: the count in the file's metadata is checked first.
     values = 2_000_000
-    column = pyarrow.ListArray.from_arrays(pyarrow.array([0, values], pyarrow.int32()), pyarrow.nulls(values, pyarrow.string()))
+    column = pyarrow.ListArray.from_arrays(pyarrow.array([0, values], pyarrow.int32()),
+                                           pyarrow.nulls(values, pyarrow.string()))
     path = tmp_path / "nulls.parquet"
     pyarrow.parquet.write_table(pyarrow.table({"text": column}), path, compression="zstd")
     assert path.stat().st_size < 4096
