@@ -39,7 +39,8 @@ def page(browser):
     page = context.new_page()
     page.set_default_timeout(15_000)
     refused = []
-    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+    page.on("console",
+            lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
     try:
         yield page
     finally:
