@@ -90,26 +90,61 @@ def store_upload(upload: UploadedFile, destination: Path) -> int:
 
 class RequestBodyLimit:
     """ASGI middleware: answer 413 to a request whose ``Content-Length`` is over the upload limit,
-    before its body is received. Django's ASGI handler reads a whole body (spooling it to disk)
-    before any view runs, so only this layer can refuse it without reading it."""
+    before its body is received, and to one sent without a length (chunked) once it passes the limit.
+    Django's ASGI handler reads a whole body (spooling it to disk) before any view or login check runs,
+    so only this layer can refuse it without reading it."""
 
     def __init__(self, app, *, max_upload_bytes: int):
         self.app = app
         self.max_upload_bytes = max_upload_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            if body_too_large(headers.get(b"content-length", b"").decode("latin-1"),
-                              max_upload_bytes=self.max_upload_bytes):
-                content_type, body = self._refusal(scope.get("path", ""))
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", content_type),
-                                        (b"content-length", str(len(body)).encode()),
-                                        (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": body})
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None:  # the server holds the body to it
+            if body_too_large(length.decode("latin-1"), max_upload_bytes=self.max_upload_bytes):
+                await self._refuse(scope, send)
                 return
-        await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
+        await self._counted(scope, receive, send)
+
+    async def _counted(self, scope, receive, send):
+        """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
+        app is told the client went away (Django drops the request it was reading) and the client gets 413."""
+        received, over, started = 0, False, False
+
+        async def counted_receive():
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if body_too_large(received, max_upload_bytes=self.max_upload_bytes):
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted_receive, tracked_send)
+        if over and not started:
+            await self._refuse(scope, send)
+
+    async def _refuse(self, scope, send) -> None:
+        content_type, body = self._refusal(scope.get("path", ""))
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", content_type),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
 
     def _refusal(self, path: str) -> tuple[bytes, bytes]:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
