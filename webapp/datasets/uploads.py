@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -94,9 +95,18 @@ class RequestBodyLimit:
     Django's ASGI handler reads a whole body (spooling it to disk) before any view or login check runs,
     so only this layer can refuse it without reading it."""
 
-    def __init__(self, app, *, max_upload_bytes: int):
+    # The addresses that take a dataset file: the web form's two and the REST API's. Every other address takes
+    # forms and JSON of at most ``max_other_bytes`` (DATA_UPLOAD_MAX_MEMORY_SIZE): at the upload limit, anyone
+    # could have Django spool gigabytes to disk at the login page, many requests at a time.
+    UPLOAD_PATHS = re.compile(r"/p/[^/]+/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/[^/]+/datasets/")
+
+    def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None):
         self.app = app
-        self.max_upload_bytes = max_upload_bytes
+        self.upload_bytes = max_upload_bytes
+        self.other_bytes = max_upload_bytes if max_other_bytes is None else max_other_bytes
+
+    def _limit(self, path: str) -> int:
+        return self.upload_bytes if self.UPLOAD_PATHS.fullmatch(path) else self.other_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -105,7 +115,7 @@ class RequestBodyLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None:  # the server holds the body to it
-            if body_too_large(length.decode("latin-1"), max_upload_bytes=self.max_upload_bytes):
+            if body_too_large(length.decode("latin-1"), max_upload_bytes=self._limit(scope.get("path", ""))):
                 await self._refuse(scope, send)
                 return
             await self.app(scope, receive, send)
@@ -124,7 +134,7 @@ class RequestBodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if body_too_large(received, max_upload_bytes=self.max_upload_bytes):
+                if body_too_large(received, max_upload_bytes=self._limit(scope.get("path", ""))):
                     over = True
                     return {"type": "http.disconnect"}
             return message
@@ -149,8 +159,12 @@ class RequestBodyLimit:
     def _refusal(self, path: str) -> tuple[bytes, bytes]:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
-        message = (f"the request body is over the upload limit of {self.max_upload_bytes} bytes "
-                   "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        if self.UPLOAD_PATHS.fullmatch(path) or self.other_bytes == self.upload_bytes:
+            message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
+                       "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        else:
+            message = (f"the request body is over the {self.other_bytes} bytes this address takes "
+                       "(files are uploaded on a project's Datasets pages or POST /api/v1/projects/<slug>/datasets/)")
         api = json_api_at(path)
         if api == "rest":
             return b"application/json", json.dumps({"detail": message}).encode()

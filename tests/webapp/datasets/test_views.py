@@ -569,3 +569,30 @@ def test_the_asgi_guard_stops_a_chunked_body_past_the_limit():
     asyncio.run(guard(scope, receive, send))
     assert sent[0]["status"] == 413
     assert len(chunks_sent) * len(chunk) <= limit + len(chunk)
+
+
+def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded():
+    # Every other address takes forms and JSON of at most DATA_UPLOAD_MAX_MEMORY_SIZE; at the upload limit
+    # (2 GB) anyone could have Django spool gigabytes to disk at the login page, many requests at a time.
+    calls, sent = [], []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+
+    async def receive():
+        raise AssertionError("the body must not be read")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
+    five_megabytes = [(b"content-length", str(5 * 1024 * 1024).encode())]
+    for path in ("/accounts/login/", "/admin/login/", "/p/alpha/runs/new/", "/api/v1/projects/alpha/runs/",
+                 "/v1/chat/completions", "/p/alpha/datasets/new/x"):
+        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
+        assert sent.pop(0)["status"] == 413 and calls == [], path
+        sent.clear()
+    uploads = ["/p/alpha/datasets/new/", "/p/alpha/datasets/ds_abc/upload/", "/api/v1/projects/alpha/datasets/"]
+    for path in uploads:
+        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
+    assert calls == uploads and sent == []
