@@ -10,4 +10,5 @@ from django.conf import settings  # noqa: E402  (configured by get_asgi_applicat
 
 from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402
 
-application = RequestBodyLimit(application, max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES)
+application = RequestBodyLimit(application, max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES,
+                               max_other_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)

@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "webapp.core.metrics.RequestMetricsMiddleware",
     "webapp.core.streams.ReleaseDatabaseForStreams",  # after every other middleware's database work
     "django.middleware.security.SecurityMiddleware",
+    "webapp.core.middleware.ContentSecurityPolicy",
     "webapp.core.static.StaticFilesMiddleware",  # WhiteNoise, without a thread hop for other addresses
     "django.contrib.sessions.middleware.SessionMiddleware",
     "webapp.api.middleware.ApiAddressWithoutSlash",  # before CommonMiddleware's 301 to the slash

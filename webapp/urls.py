@@ -1,8 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from webapp.accounts.throttle import ThrottledAdminAuthenticationForm
 from webapp.core import views as core_views
 from webapp.core.metrics import metrics_view
+
+admin.site.login_form = ThrottledAdminAuthenticationForm  # see webapp.accounts.throttle
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),

@@ -652,8 +652,75 @@ def _check_csv_header(header: list[str]) -> None:
         seen.add(name)
 
 
+# Parquet packs data in ways a byte count does not bound: a long value stored once in a column's dictionary
+# and named by every row, a page of one letter that zstd shrinks 30,000 times, a list of millions of nulls
+# in run-length encoded levels. A file of 1 KiB could unpack to gigabytes in the validating worker's memory.
+# Before a page is read, a column chunk is refused that unpacks to over PARQUET_PACKED_BYTES at more than
+# PARQUET_MAX_RATIO times its stored size (real text compresses up to ~200 times with zstd, when every row
+# repeats a long instruction; this bounds a dictionary's values too), or whose values outnumber its rows by
+# more than that many times its size. Rows are read PARQUET_BATCH_ROWS at a time (slower than 1,024 at a
+# time, still far faster than the checks of each row); a batch that would take over PARQUET_BATCH_BYTES as
+# Python values (a dictionary column read as such counted unpacked) is refused before it becomes them, as is
+# a file whose rows together would take over PARQUET_MAX_RATIO times its size (hours of checks).
+PARQUET_BATCH_ROWS = 16
+PARQUET_BATCH_BYTES = 256 * 1024 * 1024
+PARQUET_PACKED_BYTES = 16 * 1024 * 1024
+PARQUET_MAX_RATIO = 1024
+_VALUE_BYTES = 16  # what a value costs as a Python object beyond its text, roughly: a None, an int, a pointer
+
+
+def _text_type(kind) -> bool:
+    import pyarrow
+
+    return any(check(kind) for check in (pyarrow.types.is_string, pyarrow.types.is_large_string,
+                                          pyarrow.types.is_binary, pyarrow.types.is_large_binary))
+
+
+def _unpacked_bytes(array) -> int:
+    """What ``array`` (a batch's column) takes as Python values, roughly: the bytes of every text and binary
+    value, each repeat of a dictionary entry counted (a file written from Arrow reads back its dictionary
+    columns as such), plus ``_VALUE_BYTES`` a value at every level of nesting."""
+    import pyarrow
+    import pyarrow.compute
+
+    kind, own = array.type, len(array) * _VALUE_BYTES
+    if pyarrow.types.is_dictionary(kind):
+        if not _text_type(kind.value_type):
+            return own
+        lengths = pyarrow.compute.binary_length(array.dictionary).take(array.indices)
+        return own + (pyarrow.compute.sum(lengths).as_py() or 0)
+    if _text_type(kind):
+        return own + (pyarrow.compute.sum(pyarrow.compute.binary_length(array)).as_py() or 0)
+    if any(check(kind) for check in (pyarrow.types.is_list, pyarrow.types.is_large_list,
+                                     pyarrow.types.is_fixed_size_list, pyarrow.types.is_map)):
+        return own + _unpacked_bytes(array.flatten())
+    if pyarrow.types.is_struct(kind):
+        return own + sum(_unpacked_bytes(field) for field in array.flatten())
+    return own
+
+
+def _parquet_packing_problem(parquet_file) -> str | None:
+    metadata = parquet_file.metadata
+    for group in range(metadata.num_row_groups):
+        for column in range(metadata.num_columns):
+            chunk = metadata.row_group(group).column(column)
+            stored, unpacked = max(chunk.total_compressed_size, 1), chunk.total_uncompressed_size
+            if unpacked > PARQUET_PACKED_BYTES and unpacked > PARQUET_MAX_RATIO * stored:
+                return (f"column '{chunk.path_in_schema}' of row group {group + 1} unpacks to {_human_bytes(unpacked)} "
+                        f"from {_human_bytes(stored)}, over {PARQUET_MAX_RATIO} times its size in the file; "
+                        "re-export it without the repeats, or as JSONL")
+            # A list's elements, nulls too, are run-length encoded levels: millions of them in a few bytes.
+            rows = metadata.row_group(group).num_rows
+            if chunk.num_values > rows + PARQUET_MAX_RATIO * stored:
+                return (f"column '{chunk.path_in_schema}' of row group {group + 1} holds {chunk.num_values:,} values "
+                        f"in {rows:,} row{'s' if rows != 1 else ''} from {_human_bytes(stored)}, over "
+                        f"{PARQUET_MAX_RATIO} times its size in the file; re-export it without the repeats, "
+                        "or as JSONL")
+    return None
+
+
 def _iter_parquet(path: Path) -> Iterator[RawRow | Issue]:
-    """Parquet rows as dicts, one record batch at a time."""
+    """Parquet rows as dicts, a few at a time, within the limits above."""
     import pyarrow
     import pyarrow.parquet
 
@@ -671,9 +738,26 @@ def _iter_parquet(path: Path) -> Iterator[RawRow | Issue]:
                 Issue(code="parquet", message=f"the file names column '{name}' twice; column names must be unique")
             )
         seen.add(name)
-    row = 0
+    if (problem := _parquet_packing_problem(parquet_file)) is not None:
+        raise DatasetFormatError(Issue(code="parquet", message=problem))
+    row, total, most = 0, 0, PARQUET_MAX_RATIO * path.stat().st_size + PARQUET_BATCH_BYTES
     try:
-        for batch in parquet_file.iter_batches(batch_size=1024):
+        for batch in parquet_file.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            unpacked = sum(_unpacked_bytes(column) for column in batch.columns)
+            total += unpacked
+            if total > most:
+                raise DatasetFormatError(Issue(
+                    code="parquet", row=row + 1,
+                    message=f"the rows up to row {row + batch.num_rows} unpack to {_human_bytes(total)}, over "
+                            f"{PARQUET_MAX_RATIO} times the file's size (a long value repeated from a column's "
+                            "dictionary?); re-export it without the repeats, or as JSONL"))
+            if unpacked > PARQUET_BATCH_BYTES:
+                raise DatasetFormatError(Issue(
+                    code="parquet", row=row + 1,
+                    message=f"rows {row + 1} to {row + batch.num_rows} unpack to {_human_bytes(unpacked)}, over "
+                            f"the {_human_bytes(PARQUET_BATCH_BYTES)} Temper reads {PARQUET_BATCH_ROWS} rows at a "
+                            "time (a long value repeated from the column's dictionary?); re-export it without "
+                            "the repeats, or as JSONL"))
             for value in batch.to_pylist():
                 row += 1
                 yield RawRow(row=row, line=None, value=value)

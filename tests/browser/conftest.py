@@ -34,10 +34,15 @@ def browser():
 
 @pytest.fixture
 def page(browser):
+    """A fresh page; a test whose pages broke the Content-Security-Policy (webapp.core.middleware) fails."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15_000)
+    refused = []
+    page.on("console",
+            lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
     try:
         yield page
     finally:
         context.close()
+    assert not refused, f"the page broke its Content-Security-Policy: {refused}"

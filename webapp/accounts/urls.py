@@ -4,12 +4,15 @@ site); there is no self-service sign-up."""
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
+from webapp.accounts.throttle import ThrottledAuthenticationForm
+
 app_name = "accounts"
 
 urlpatterns = [
     path(
         "login/",
-        auth_views.LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True),
+        auth_views.LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True,
+                                     authentication_form=ThrottledAuthenticationForm),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -90,32 +91,80 @@ def store_upload(upload: UploadedFile, destination: Path) -> int:
 
 class RequestBodyLimit:
     """ASGI middleware: answer 413 to a request whose ``Content-Length`` is over the upload limit,
-    before its body is received. Django's ASGI handler reads a whole body (spooling it to disk)
-    before any view runs, so only this layer can refuse it without reading it."""
+    before its body is received, and to one sent without a length (chunked) once it passes the limit.
+    Django's ASGI handler reads a whole body (spooling it to disk) before any view or login check runs,
+    so only this layer can refuse it without reading it."""
 
-    def __init__(self, app, *, max_upload_bytes: int):
+    # The addresses that take a dataset file: the web form's two and the REST API's. Every other address takes
+    # forms and JSON of at most ``max_other_bytes`` (DATA_UPLOAD_MAX_MEMORY_SIZE): at the upload limit, anyone
+    # could have Django spool gigabytes to disk at the login page, many requests at a time.
+    UPLOAD_PATHS = re.compile(r"/p/[^/]+/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/[^/]+/datasets/")
+
+    def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None):
         self.app = app
-        self.max_upload_bytes = max_upload_bytes
+        self.upload_bytes = max_upload_bytes
+        self.other_bytes = max_upload_bytes if max_other_bytes is None else max_other_bytes
+
+    def _limit(self, path: str) -> int:
+        return self.upload_bytes if self.UPLOAD_PATHS.fullmatch(path) else self.other_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            if body_too_large(headers.get(b"content-length", b"").decode("latin-1"),
-                              max_upload_bytes=self.max_upload_bytes):
-                content_type, body = self._refusal(scope.get("path", ""))
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", content_type),
-                                        (b"content-length", str(len(body)).encode()),
-                                        (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": body})
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None:  # the server holds the body to it
+            if body_too_large(length.decode("latin-1"), max_upload_bytes=self._limit(scope.get("path", ""))):
+                await self._refuse(scope, send)
                 return
-        await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
+        await self._counted(scope, receive, send)
+
+    async def _counted(self, scope, receive, send):
+        """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
+        app is told the client went away (Django drops the request it was reading) and the client gets 413."""
+        received, over, started = 0, False, False
+
+        async def counted_receive():
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if body_too_large(received, max_upload_bytes=self._limit(scope.get("path", ""))):
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted_receive, tracked_send)
+        if over and not started:
+            await self._refuse(scope, send)
+
+    async def _refuse(self, scope, send) -> None:
+        content_type, body = self._refusal(scope.get("path", ""))
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", content_type),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
 
     def _refusal(self, path: str) -> tuple[bytes, bytes]:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
-        message = (f"the request body is over the upload limit of {self.max_upload_bytes} bytes "
-                   "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        if self.UPLOAD_PATHS.fullmatch(path) or self.other_bytes == self.upload_bytes:
+            message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
+                       "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        else:
+            message = (f"the request body is over the {self.other_bytes} bytes this address takes "
+                       "(files are uploaded on a project's Datasets pages or POST /api/v1/projects/<slug>/datasets/)")
         api = json_api_at(path)
         if api == "rest":
             return b"application/json", json.dumps({"detail": message}).encode()

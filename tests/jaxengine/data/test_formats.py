@@ -693,3 +693,57 @@ def test_json_unterminated_string_stops_at_the_element_size_limit(tmp_path, monk
     assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
     assert "Unterminated string" in issue.message
     assert len(reads) < 10  # about 40 characters read, not the whole 1 KB
+
+
+@pytest.mark.parametrize("use_dictionary", [True, False], ids=["dictionary", "compressed"])
+def test_a_parquet_file_that_unpacks_to_far_more_than_its_size_is_refused(tmp_path, monkeypatch, use_dictionary):
+    # A few kilobytes that unpack to 256 MiB: one long value repeated (a dictionary-encoded column keeps
+    # it once) or compressed (zstd packs a run of one letter thousands of times over). Read as it came, a
+    # file of 1 KiB could fill the validating worker's memory. The limits are lowered to keep the test light.
+    monkeypatch.setattr(formats, "PARQUET_BATCH_BYTES", 1024 * 1024)
+    monkeypatch.setattr(formats, "PARQUET_PACKED_BYTES", 1024 * 1024)
+    long_text = "a" * (256 * 1024)
+    table = pyarrow.table({"text": pyarrow.DictionaryArray.from_arrays(pyarrow.array([0] * 1024, pyarrow.int32()),
+                                                                       pyarrow.array([long_text]))})
+    path = tmp_path / "bomb.parquet"
+    pyarrow.parquet.write_table(table, path, compression="zstd", use_dictionary=use_dictionary)
+    assert path.stat().st_size < 64 * 1024
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "parquet"
+    assert "unpack" in issue.message and "as JSONL" in issue.message
+
+
+def test_a_parquet_file_with_a_repeated_system_prompt_is_read(tmp_path):
+    # The cap leaves room for the repeats real data has: a long instruction on every row, short answers.
+    rows = 5000
+    table = pyarrow.table({"prompt": [f"{'Answer as a careful tutor would. ' * 60}Q{index}" for index in range(rows)],
+                           "completion": [f"A{index}" for index in range(rows)]})
+    path = tmp_path / "repeats.parquet"
+    pyarrow.parquet.write_table(table, path, compression="zstd")
+    report = validate_file(path, fmt=FileFormat.PARQUET, mapping=SFT)
+    assert report.ok and report.row_count == rows
+
+
+def test_a_parquet_file_whose_rows_together_unpack_past_the_cap_is_refused(tmp_path, monkeypatch):
+    # Each batch of rows fits, but 4,096 repeats of one 64 KiB value are 256 MiB from a file of a few
+    # kilobytes: hours of row checks for a file that big would be minutes.
+    monkeypatch.setattr(formats, "PARQUET_BATCH_BYTES", 4 * 1024 * 1024)
+    table = pyarrow.table({"text": pyarrow.DictionaryArray.from_arrays(pyarrow.array([0] * 4096, pyarrow.int32()),
+                                                                       pyarrow.array(["a" * 64 * 1024]))})
+    path = tmp_path / "repeats.parquet"
+    pyarrow.parquet.write_table(table, path, compression="zstd")
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "parquet" and "times the file's size" in issue.message
+
+
+def test_a_parquet_row_holding_millions_of_packed_values_is_refused_before_it_is_read(tmp_path):
+    # A list of two million nulls is a few hundred bytes (its levels are run-length encoded); 2,000 million
+    # would be no bigger on disk and gigabytes once read: the count in the file's metadata is checked first.
+    values = 2_000_000
+    column = pyarrow.ListArray.from_arrays(pyarrow.array([0, values], pyarrow.int32()),
+                                           pyarrow.nulls(values, pyarrow.string()))
+    path = tmp_path / "nulls.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"text": column}), path, compression="zstd")
+    assert path.stat().st_size < 4096
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "parquet" and "2,000,000 values in 1 row" in issue.message

@@ -1,5 +1,10 @@
 """Login, logout and password change."""
+import pytest
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.test import Client
+
+from webapp.accounts.throttle import MAX_FAILURES
 
 from tests.webapp.factories import PASSWORD
 
@@ -63,3 +68,38 @@ class TestPasswordChange:
         assert response.status_code == 200
         assert b"old password was entered incorrectly" in response.content
         assert get_user_model().objects.get(username="alpha-owner").check_password(PASSWORD)
+
+
+class TestLoginThrottle:
+    """A guesser cannot try a password list against one account: after ``MAX_FAILURES`` wrong passwords
+    from one address, that account's logins from that address are refused for a while, right password
+    or not; another address, and the same address for another account, are not held up."""
+
+    @pytest.fixture(autouse=True)
+    def _fresh_counts(self):
+        cache.clear()
+        yield
+        cache.clear()
+
+    @pytest.mark.parametrize("url", ["/accounts/login/", "/admin/login/"])
+    def test_it_refuses_after_too_many_wrong_passwords(self, team, client, url):
+        admin = get_user_model().objects.create_superuser("root", password=PASSWORD)
+        get_user_model().objects.create_superuser("root-two", password=PASSWORD)
+        for _attempt in range(MAX_FAILURES):
+            response = client.post(url, {"username": admin.username, "password": "guess"})
+            assert response.status_code == 200 and b"correct username and password" in response.content
+        response = client.post(url, {"username": "ROOT", "password": PASSWORD})
+        assert response.status_code == 200
+        assert b"Too many failed logins" in response.content
+        assert client.get("/admin/").status_code == 302
+        assert Client(REMOTE_ADDR="10.0.0.9").post(url, {"username": "root", "password": PASSWORD}).status_code == 302
+        assert client.post(url, {"username": "root-two", "password": PASSWORD}).status_code == 302
+
+    def test_a_right_password_forgives_the_earlier_failures(self, team, client):
+        for _attempt in range(MAX_FAILURES - 1):
+            client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
+        assert client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
+        client.post("/accounts/logout/")
+        for _attempt in range(MAX_FAILURES - 1):
+            client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
+        assert client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD}).status_code == 302

@@ -541,3 +541,58 @@ def test_prompts_preview_shows_reference_columns(team, client_for):
     [(number, cells)] = preview.rows
     assert number == 1 and [cell.text for cell in cells] == ["1+1?", "2", '{"level": 1}']
     assert [cell.type for cell in cells] == ["text", "text", "json"]
+
+
+def test_the_asgi_guard_stops_a_chunked_body_past_the_limit():
+    # Sent with Transfer-Encoding: chunked there is no Content-Length to refuse; Django's ASGI handler read
+    # such a body whole, spooled to disk, before any view or login check: anyone could fill the disk.
+    from django.core.asgi import get_asgi_application
+
+    limit = 10 + MULTIPART_OVERHEAD_BYTES
+    chunk, chunks_sent = b"x" * 1024, []
+
+    async def receive():
+        if len(chunks_sent) == 4000:  # the whole body sent: the client waits for the answer, as a server's would
+            await asyncio.Event().wait()
+        chunks_sent.append(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": len(chunks_sent) < 4000}
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(get_asgi_application(), max_upload_bytes=10)
+    scope = {"type": "http", "method": "POST", "path": "/api/v1/openapi.json", "raw_path": b"/api/v1/openapi.json",
+             "query_string": b"", "root_path": "", "scheme": "http", "server": ("testserver", 80),
+             "client": ("127.0.0.1", 5000), "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked")]}
+    asyncio.run(guard(scope, receive, send))
+    assert sent[0]["status"] == 413
+    assert len(chunks_sent) * len(chunk) <= limit + len(chunk)
+
+
+def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded():
+    # Every other address takes forms and JSON of at most DATA_UPLOAD_MAX_MEMORY_SIZE; at the upload limit
+    # (2 GB) anyone could have Django spool gigabytes to disk at the login page, many requests at a time.
+    calls, sent = [], []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+
+    async def receive():
+        raise AssertionError("the body must not be read")
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
+    five_megabytes = [(b"content-length", str(5 * 1024 * 1024).encode())]
+    for path in ("/accounts/login/", "/admin/login/", "/p/alpha/runs/new/", "/api/v1/projects/alpha/runs/",
+                 "/v1/chat/completions", "/p/alpha/datasets/new/x"):
+        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
+        assert sent.pop(0)["status"] == 413 and calls == [], path
+        sent.clear()
+    uploads = ["/p/alpha/datasets/new/", "/p/alpha/datasets/ds_abc/upload/", "/api/v1/projects/alpha/datasets/"]
+    for path in uploads:
+        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
+    assert calls == uploads and sent == []

@@ -1,0 +1,55 @@
+"""Login throttling. Django's login views check as many passwords as they are sent, so a guesser could
+try a password list against a known account (``admin``) at the speed of the server. After
+``MAX_FAILURES`` wrong passwords for one account from one client address within ``WINDOW_SECONDS``, that
+account's logins from that address are refused, right password or not, until ``WINDOW_SECONDS`` after the
+last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere;
+behind a reverse proxy every client has the proxy's address, and the limit is then per account.
+
+The counts live in Django's cache: the web server's own memory with the default settings (one uvicorn
+process), so a restart forgives them. Both login forms (``/accounts/login/`` and the admin site's) use it."""
+from __future__ import annotations
+
+import hashlib
+
+from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.cache import cache
+
+MAX_FAILURES = 10
+WINDOW_SECONDS = 15 * 60
+
+
+def _key(username: str, address: str) -> str:
+    # Hashed: a username is text a person typed, of any length and characters, and cache keys are not.
+    digest = hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
+    return f"temper:login-failures:{digest}"
+
+
+class ThrottledLogin:
+    """A mixin for Django's authentication forms: refuses an account's login from an address that sent
+    too many wrong passwords for it, and counts each wrong password."""
+
+    def clean(self):
+        username = self.cleaned_data.get("username") or ""
+        address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
+        key = _key(username, address)
+        if cache.get(key, 0) >= MAX_FAILURES:
+            raise forms.ValidationError(
+                f"Too many failed logins for this account from your address: wait {WINDOW_SECONDS // 60} "
+                "minutes and try again, or ask an administrator to set a new password.", code="throttled")
+        try:
+            cleaned = super().clean()
+        except forms.ValidationError:
+            cache.set(key, cache.get(key, 0) + 1, WINDOW_SECONDS)
+            raise
+        cache.delete(key)
+        return cleaned
+
+
+class ThrottledAuthenticationForm(ThrottledLogin, AuthenticationForm):
+    pass
+
+
+class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
+    pass
