@@ -6,30 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
 
 pytestmark = pytest.mark.integration
 
-LAUNCH_AND_DELETE_SCRIPT = """
-import threading
-import time
-
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import connection
+LAUNCH_AND_DELETE_SCRIPT = RACE_PREAMBLE + """
 from tests.webapp.factories import make_base_model, make_ready_version
-from webapp.celery import app as celery_app
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import DatasetVersion
-from webapp.projects import services as project_services
 from webapp.runs import services
 from webapp.runs.models import Run
 
-assert connection.vendor == "postgresql", connection.vendor
 celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
 owner = get_user_model().objects.create_user("owner", password="unused-password")
 project = project_services.project_create(name="PG", slug="pg", owner=owner)

@@ -7,28 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
 
 pytestmark = pytest.mark.integration
 
-RESUME_AND_ADVANCE_SCRIPT = """
-import threading
-import time
-
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import connection
+RESUME_AND_ADVANCE_SCRIPT = RACE_PREAMBLE + """
 from tests.webapp.factories import make_base_model, make_ready_version
-from webapp.celery import app as celery_app
-from webapp.projects import services as project_services
 from webapp.runs import pipelines, services
 from webapp.runs.models import Pipeline, Run, RunStatus
 
-assert connection.vendor == "postgresql", connection.vendor
 sent = []
 celery_app.send_task = lambda name, args=None, **kwargs: sent.append((name, args))
 owner = get_user_model().objects.create_user("owner", password="unused-password")
@@ -116,24 +103,11 @@ def test_a_resume_and_its_pipelines_advance_at_once_never_export_a_run_that_trai
     assert run_django(RESUME_AND_ADVANCE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
-CANCEL_AND_ADVANCE_SCRIPT = """
-import threading
-import time
-
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import connection
+CANCEL_AND_ADVANCE_SCRIPT = RACE_PREAMBLE + """
 from tests.webapp.factories import make_base_model, make_ready_version
-from webapp.celery import app as celery_app
-from webapp.projects import services as project_services
 from webapp.runs import pipelines, services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 
-assert connection.vendor == "postgresql", connection.vendor
 sent = []
 celery_app.send_task = lambda name, args=None, **kwargs: sent.append((name, args))
 owner = get_user_model().objects.create_user("canceller", password="unused-password")

@@ -82,6 +82,26 @@ def run_django(code: str, database_url: str, data_root: Path) -> str:
     return result.stdout
 
 
+# The head of a script in which threads race on PostgreSQL: Django set up and migrated, what every race
+# script uses imported, and the database checked to be PostgreSQL (SQLite runs writes one at a time).
+RACE_PREAMBLE = """
+import threading
+import time
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from webapp.celery import app as celery_app
+from webapp.projects import services as project_services
+
+assert connection.vendor == "postgresql", connection.vendor
+"""
+
+
 SERVICES_SCRIPT = """
 import django
 django.setup()

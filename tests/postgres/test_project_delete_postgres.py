@@ -9,29 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.postgres.test_postgres import database_url, run_django  # noqa: F401  (the cluster fixture)
+from tests.postgres.test_postgres import RACE_PREAMBLE, database_url, run_django  # noqa: F401  (the cluster fixture)
 
 pytestmark = pytest.mark.integration
 
-LAUNCH_AND_PROJECT_DELETE_SCRIPT = """
-import threading
-import time
-
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import connection
+LAUNCH_AND_PROJECT_DELETE_SCRIPT = RACE_PREAMBLE + """
 from tests.webapp.factories import make_base_model, make_ready_version
-from webapp.celery import app as celery_app
-from webapp.projects import services as project_services
 from webapp.projects.models import Project
 from webapp.runs import services
 from webapp.runs.models import Run
 
-assert connection.vendor == "postgresql", connection.vendor
 celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
 owner = get_user_model().objects.create_user("owner", password="unused-password")
 
@@ -115,26 +102,13 @@ def test_a_launch_and_the_deletion_of_its_project_at_once_end_in_one_refusal(dat
     assert run_django(LAUNCH_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
-CHAT_AND_MODEL_DELETE_SCRIPT = """
-import threading
-import time
-
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", "--noinput", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import connection
-from webapp.celery import app as celery_app
+CHAT_AND_MODEL_DELETE_SCRIPT = RACE_PREAMBLE + """
 from webapp.chat import services as chat_services
 from webapp.chat.models import Conversation, Message
 from webapp.chat.selectors import ModelChoice
-from webapp.projects import services as project_services
 from webapp.runs import selectors as run_selectors, services
 from webapp.runs.models import Run, RunStatus
 
-assert connection.vendor == "postgresql", connection.vendor
 celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
 owner = get_user_model().objects.create_user("chat-owner", password="unused-password")
 project = project_services.project_create(name="PG chat", slug="pg-chat", owner=owner)
