@@ -68,7 +68,7 @@ assert order("reward") == [run.public_id, external.public_id], order("reward")
 for sort in ("eval_loss", "reward", "newest"):
     first = selectors.run_page(project=project, filters=selectors.RunFilters(sort=sort), after=None, limit=1)
     second = selectors.run_page(project=project, filters=selectors.RunFilters(sort=sort), after=first.next_after, limit=1)
-    assert [r.public_id for r in first.runs + second.runs] == order(sort) and second.next_after is None, sort
+    assert [r.public_id for r in first.rows + second.rows] == order(sort) and second.next_after is None, sort
 print("ok")
 """
 

@@ -238,7 +238,7 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         project, _membership = get_project_for_user(request.user, slug)
         asked = paging.page_query(request, sort="datasets")
         page = dataset_selectors.dataset_page(project=project, after=asked.after, limit=asked.limit)
-        return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.datasets],
+        return JsonResponse({"datasets": [_dataset_json(dataset) for dataset in page.rows],
                              "next": paging.next_link(request, sort="datasets", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     # Django keeps the last of a field sent twice: the first would be dropped without a word.
@@ -327,7 +327,7 @@ def runs(request: HttpRequest, slug: str) -> JsonResponse:
         filters = run_selectors.RunFilters.from_api_query(request.GET)
         asked = paging.page_query(request, sort=filters.sort)
         page = run_selectors.run_page(project=project, filters=filters, after=asked.after, limit=asked.limit)
-        return JsonResponse({"runs": [_run_json(run) for run in page.runs],
+        return JsonResponse({"runs": [_run_json(run) for run in page.rows],
                              "next": paging.next_link(request, sort=filters.sort, after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     body = _body(request, schemas.RunCreate)
@@ -445,7 +445,7 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     page = run_selectors.sample_page(run=run, step=whole_number(step), after=asked.after, limit=asked.limit)
     return JsonResponse({"samples": [{"step": sample.step, "position": sample.position, "prompt": sample.prompt,
                                       "text": sample.text, "answer": sample.answer, "rewards": sample.rewards,
-                                      "reward": sample.reward} for sample in page.samples],
+                                      "reward": sample.reward} for sample in page.rows],
                          "next": paging.next_link(request, sort="samples", after=page.next_after)})
 
 
@@ -475,7 +475,7 @@ def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
         project, _membership = get_project_for_user(request.user, slug)
         asked = paging.page_query(request, sort="pipelines")
         page = run_selectors.pipeline_page(project=project, after=asked.after, limit=asked.limit)
-        return JsonResponse({"pipelines": [_pipeline_json(pipeline) for pipeline in page.pipelines],
+        return JsonResponse({"pipelines": [_pipeline_json(pipeline) for pipeline in page.rows],
                              "next": paging.next_link(request, sort="pipelines", after=page.next_after)})
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     document = _json_body(request)

@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jaxengine.data import formats
+from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.name_case import name_key
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.core.bidi import isolated
@@ -53,27 +54,14 @@ def dataset_list(*, project: Project) -> QuerySet[Dataset]:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class DatasetPage:
-    """One page of ``dataset_list`` and, when more follow, ``next_after``: the (name, id) of its last dataset
-    (``dataset_page``'s ``after`` for the next page), else None."""
-
-    datasets: list[Dataset]
-    next_after: tuple[str, int] | None
-
-
-def dataset_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> DatasetPage:
-    """The ``limit`` datasets of ``dataset_list`` (by name) that follow the one at ``after``: keyset paging, so a
-    dataset uploaded while a client reads the pages moves none of those still to come."""
+def dataset_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Dataset]:
+    """The ``limit`` datasets of ``dataset_list`` (by name) that follow the one whose (name, id) is ``after``
+    (``webapp.core.keyset``)."""
     datasets = dataset_list(project=project)
     if after is not None:
         name, last_id = after
         datasets = datasets.filter(Q(name__gt=name) | Q(name=name, id__gt=last_id))
-    found = list(datasets[:limit + 1])
-    if len(found) <= limit:
-        return DatasetPage(datasets=found, next_after=None)
-    last = found[limit - 1]
-    return DatasetPage(datasets=found[:limit], next_after=(last.name, last.pk))
+    return keyset_page(datasets, limit=limit, key=lambda dataset: (dataset.name, dataset.pk))
 
 
 def dataset_named(*, project: Project, name: str) -> Dataset | None:

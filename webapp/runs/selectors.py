@@ -20,6 +20,7 @@ from django.db.models.functions import Cast
 
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
+from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
@@ -134,16 +135,7 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
             .annotate(sort_value=order.value).order_by(sort_value, "-id"))
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunPage:
-    """One page of ``run_list``: its ``runs`` and, when more follow, ``next_after``: the sort key
-    of its last run (``run_page``'s ``after`` for the next page; JSON values), else None."""
-
-    runs: list[Run]
-    next_after: tuple[Any, int] | None
-
-
-def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | None, limit: int) -> RunPage:
+def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | None, limit: int) -> KeysetPage[Run]:
     """The ``limit`` runs of ``run_list`` that follow the run whose sort key is ``after`` (from the
     first when None). Keyset paging, not offsets: the key is the run's value of the sort's column
     and its id (``run_list``'s tie-break), so a run launched or archived while a client reads page
@@ -156,12 +148,8 @@ def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | 
         else:
             beyond = "sort_value__lt" if SORTS[filters.sort].descending else "sort_value__gt"
             runs = runs.filter(Q(**{beyond: value}) | Q(sort_value=value, id__lt=last_id) | Q(sort_value__isnull=True))
-    found = list(runs[:limit + 1])
-    if len(found) <= limit:
-        return RunPage(runs=found, next_after=None)
-    last = found[limit - 1]
-    value = last.sort_value
-    return RunPage(runs=found[:limit], next_after=(value.isoformat() if hasattr(value, "isoformat") else value, last.pk))
+    return keyset_page(runs, limit=limit, key=lambda run: (
+        run.sort_value.isoformat() if hasattr(run.sort_value, "isoformat") else run.sort_value, run.pk))
 
 
 def project_tags(*, project: Project) -> list[str]:
@@ -521,27 +509,14 @@ def sample_list(*, run: Run, step: int | None = None, kind: str | None = None, m
     return samples.order_by("step", *SAMPLE_ORDERS.get(order, SAMPLE_ORDERS["position"]))
 
 
-@dataclass(frozen=True, kw_only=True)
-class SamplePage:
-    """One page of a run's samples and, when more follow, ``next_after``: the (step, position) of its last
-    sample (``sample_page``'s ``after`` for the next page), else None."""
-
-    samples: list[Sample]
-    next_after: tuple[int, int] | None
-
-
-def sample_page(*, run: Run, step: int | None, after: tuple[int, int] | None, limit: int) -> SamplePage:
+def sample_page(*, run: Run, step: int | None, after: tuple[int, int] | None, limit: int) -> KeysetPage[Sample]:
     """The ``limit`` samples of ``run`` (at ``step``, or every step) that follow the sample at (step, position)
     ``after``, in the order of ``sample_list``: keyset paging on the unique (run, step, position)."""
     samples = sample_list(run=run, step=step)
     if after is not None:
         after_step, after_position = after
         samples = samples.filter(Q(step__gt=after_step) | Q(step=after_step, position__gt=after_position))
-    found = list(samples[:limit + 1])
-    if len(found) <= limit:
-        return SamplePage(samples=found, next_after=None)
-    last = found[limit - 1]
-    return SamplePage(samples=found[:limit], next_after=(last.step, last.position))
+    return keyset_page(samples, limit=limit, key=lambda sample: (sample.step, sample.position))
 
 
 def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
@@ -843,27 +818,14 @@ def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
     return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at", "-id")
 
 
-@dataclass(frozen=True, kw_only=True)
-class PipelinePage:
-    """One page of ``pipeline_list`` and, when more follow, ``next_after``: the (creation time as ISO text, id)
-    of its last pipeline (``pipeline_page``'s ``after`` for the next page), else None."""
-
-    pipelines: list[Pipeline]
-    next_after: tuple[str, int] | None
-
-
-def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> PipelinePage:
-    """The ``limit`` pipelines of ``pipeline_list`` (newest first) that follow the one at ``after``: keyset
-    paging, so a pipeline started while a client reads the pages moves none of those still to come."""
+def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Pipeline]:
+    """The ``limit`` pipelines of ``pipeline_list`` (newest first) that follow the one whose (creation time as
+    ISO text, id) is ``after`` (``webapp.core.keyset``)."""
     pipelines = pipeline_list(project=project)
     if after is not None:
         created_at, last_id = after
         pipelines = pipelines.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    found = list(pipelines[:limit + 1])
-    if len(found) <= limit:
-        return PipelinePage(pipelines=found, next_after=None)
-    last = found[limit - 1]
-    return PipelinePage(pipelines=found[:limit], next_after=(last.created_at.isoformat(), last.pk))
+    return keyset_page(pipelines, limit=limit, key=lambda pipeline: (pipeline.created_at.isoformat(), pipeline.pk))
 
 
 def pipeline_get(*, project: Project, public_id: str) -> Pipeline:
