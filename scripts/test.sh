@@ -5,6 +5,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 workers="${TEMPER_TEST_WORKERS:-2}"
+# A key of the suite's own: no test process makes one in ./var (webapp/secret.py; tests/webapp/test_secret_key.py
+# checks the file).
+export TEMPER_SECRET_KEY="${TEMPER_SECRET_KEY:-temper-test-suite-signing-key-not-for-any-deployment}"
 parallel=()
 if [ "$workers" != "0" ]; then parallel=(-n "$workers" --dist loadfile); fi
 .venv/bin/python -m pytest "${parallel[@]}" "$@"

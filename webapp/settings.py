@@ -10,13 +10,15 @@ from pathlib import Path
 import dj_database_url
 
 from webapp.env import env_bool, env_choice, env_int, env_list, env_path, env_str
+from webapp.secret import secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DATA_ROOT = env_path("TEMPER_DATA", BASE_DIR / "var")
 MODELS_ROOT = env_path("TEMPER_MODELS_ROOT", DATA_ROOT / "models")
 
-SECRET_KEY = env_str("TEMPER_SECRET_KEY", "temper-insecure-development-key-change-me-in-production")
+# TEMPER_SECRET_KEY, or a random key made once in DATA_ROOT/secret_key (webapp/secret.py).
+SECRET_KEY = secret_key(env_str("TEMPER_SECRET_KEY", ""), DATA_ROOT)
 DEBUG = env_bool("TEMPER_DEBUG", False)
 ALLOWED_HOSTS = env_list("TEMPER_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("TEMPER_CSRF_TRUSTED_ORIGINS", [])
