@@ -22,6 +22,13 @@ SECRET_KEY = secret_key(env_str("TEMPER_SECRET_KEY", ""), DATA_ROOT)
 DEBUG = env_bool("TEMPER_DEBUG", False)
 ALLOWED_HOSTS = env_list("TEMPER_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("TEMPER_CSRF_TRUSTED_ORIGINS", [])
+# Served over HTTPS by a proxy in front (TEMPER_HTTPS=1): the session and CSRF cookies are sent over HTTPS only,
+# a request is secure when the proxy says it came so (X-Forwarded-Proto, which the proxy must set itself and
+# never pass on from the client), and browsers are told to use HTTPS for TEMPER_HSTS_SECONDS.
+SERVED_OVER_HTTPS = env_bool("TEMPER_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SERVED_OVER_HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if SERVED_OVER_HTTPS else None
+SECURE_HSTS_SECONDS = env_int("TEMPER_HSTS_SECONDS", 0) if SERVED_OVER_HTTPS else 0
 CSRF_FAILURE_VIEW = "webapp.core.views.csrf_failure"  # Temper's 403 page, saying what to do
 
 INSTALLED_APPS = [

@@ -63,3 +63,29 @@ def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, cli
     [record] = [record for record in caplog.records if record.name == "django.request"]
     assert record.getMessage() == "Forbidden (Permission denied): /p/alpha/datasets/new/"
     assert record.exc_info is None and "Traceback" not in caplog.text
+
+
+def test_behind_an_https_proxy_the_cookies_go_over_https_only():
+    """The session and CSRF cookies had no Secure flag and nothing read the proxy's X-Forwarded-Proto, so behind
+    an HTTPS proxy a session cookie was still sent over plain HTTP (and Django saw every request as HTTP)."""
+    code = """
+import django; django.setup()
+from django.conf import settings
+from django.test import Client
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+get_user_model().objects.create_user("ada", password="pw-ada-1234")
+client = Client(HTTP_X_FORWARDED_PROTO="https")
+response = client.post("/accounts/login/", {"username": "ada", "password": "pw-ada-1234"})
+print(settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, bool(response.cookies["sessionid"]["secure"]),
+      response.wsgi_request.is_secure(), response.headers.get("Strict-Transport-Security"))
+"""
+    def run(**env):
+        import os
+        environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings_test", **env}
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True,
+                              text=True, timeout=120, check=True).stdout.split()
+
+    assert run(TEMPER_HTTPS="1", TEMPER_HSTS_SECONDS="3600") == ["True", "True", "True", "True", "max-age=3600"]
+    assert run(TEMPER_HTTPS="0", TEMPER_HSTS_SECONDS="3600") == ["False", "False", "False", "False", "None"]
