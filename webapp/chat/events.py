@@ -9,13 +9,13 @@ failed first and sent as its ``error`` event.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
-from webapp.core.sse import event_stream_response, relay_channel, sse_message
+from webapp.core.sse import event_stream_response, lost_when_refused, relay_channel, sse_message
 from webapp.chat import channels, services
 from webapp.chat.access import get_message_for_user
 from webapp.chat.models import MessageStatus
@@ -24,11 +24,11 @@ MAX_STREAM_SECONDS = 300.0
 FINISH_REASON = {MessageStatus.COMPLETE: "stop", MessageStatus.STOPPED: "cancelled", MessageStatus.TIMEOUT: "timeout"}
 
 
-def relay(generation_id: str) -> AsyncIterator[str]:
+def relay(generation_id: str, *, access_lost: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[str]:
     """SSE lines of one generation's events until its terminal event (see the module note)."""
     return relay_channel(channels.channel(generation_id), backlog_key=channels.events_key(generation_id),
                          is_terminal=lambda event: event["type"] in channels.TERMINAL_TYPES,
-                         max_seconds=MAX_STREAM_SECONDS, label=f"generation {generation_id}")
+                         max_seconds=MAX_STREAM_SECONDS, access_lost=access_lost, label=f"generation {generation_id}")
 
 
 async def _finished(message) -> AsyncIterator[str]:
@@ -52,5 +52,7 @@ async def message_events(request: HttpRequest, slug: str, conversation_id: str, 
     if message.status == MessageStatus.STREAMING and await sync_to_async(services.message_give_up_if_lost)(
             message=message):
         await sync_to_async(message.refresh_from_db)()
-    stream = relay(message.public_id) if message.status == MessageStatus.STREAMING else _finished(message)
+    access_lost = lost_when_refused(lambda: get_message_for_user(user, slug, conversation_id, message_id))
+    stream = (relay(message.public_id, access_lost=access_lost) if message.status == MessageStatus.STREAMING
+              else _finished(message))
     return event_stream_response(request, stream)

@@ -25,16 +25,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import Http404, HttpRequest, StreamingHttpResponse
 
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
+# How often a stream asks again whether its client may still read it (``relay_channel``'s ``access_lost``):
+# a member removed from the project, or an object deleted, gets no more of its events after that long.
+ACCESS_RECHECK_SECONDS = 15.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
 # Messages a WSGI stream may hold for a client that reads nothing (its server's write blocks);
 # past that the stream waits, and its subscription's queue holds what comes next.
@@ -48,6 +53,18 @@ SUBSCRIPTION_QUEUE_MESSAGES = 4096
 
 class FellBehind(Exception):
     """A stream's subscription queue filled up (``SUBSCRIPTION_QUEUE_MESSAGES``): its client reads nothing."""
+
+
+def lost_when_refused(lookup: Callable[[], object]) -> Callable[[], Awaitable[bool]]:
+    """An ``access_lost`` for ``relay_channel``: true once ``lookup()``, the view's own access check run again,
+    refuses (404: no longer a member, or the object is gone; 403)."""
+    async def access_lost() -> bool:
+        try:
+            await sync_to_async(lookup)()
+        except (Http404, PermissionDenied):
+            return True
+        return False
+    return access_lost
 
 
 def sse_message(event: dict | str) -> str:
@@ -221,6 +238,7 @@ async def _subscriber() -> AsyncIterator[_Subscriber]:
 
 async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,
                         backlog_key: str | None = None, opening: tuple[str, ...] = (),
+                        access_lost: Callable[[], Awaitable[bool]] | None = None,
                         label: str) -> AsyncIterator[str]:
     """SSE messages of the JSON events published on ``channel`` (see the module note).
 
@@ -228,7 +246,9 @@ async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], ma
     misses nothing published after its catch-up. ``backlog_key`` names a Redis list of the events
     published so far, each with a ``seq``. When Redis is unreachable, or the client reads too little
     (``FellBehind``), the stream sends ``{"type": "unavailable"}`` and ends; ``label`` names the stream
-    in that log line.
+    in that log line. ``access_lost()`` is asked every ``ACCESS_RECHECK_SECONDS``: once it is true (the
+    client left the project, the object was deleted) the stream ends, forwarding nothing more, and the
+    browser's reconnection meets the 404 any other request of it would.
     """
     async with _subscriber() as subscriber:
         messages: asyncio.Queue | None = None
@@ -245,12 +265,19 @@ async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], ma
                     if is_terminal(event):
                         return
             deadline = time.monotonic() + max_seconds
-            last_sent = time.monotonic()
+            last_sent = last_checked = time.monotonic()
             while time.monotonic() < deadline:
                 try:
                     async with asyncio.timeout(1.0):
                         data = await messages.get()
                 except TimeoutError:
+                    data = None
+                # Asked between an event's arrival and its forwarding: none goes to a client refused since.
+                if access_lost is not None and time.monotonic() - last_checked >= ACCESS_RECHECK_SECONDS:
+                    if await access_lost():
+                        return
+                    last_checked = time.monotonic()
+                if data is None:
                     if time.monotonic() - last_sent > KEEPALIVE_SECONDS:
                         yield ": keepalive\n\n"
                         last_sent = time.monotonic()

@@ -10,13 +10,13 @@ JSON endpoint, and falls back to polling it when server-sent events do not get t
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
-from webapp.core.sse import event_stream_response, relay_channel, sse_message
+from webapp.core.sse import event_stream_response, lost_when_refused, relay_channel, sse_message
 from webapp.runs import channels
 from webapp.runs.access import get_run_for_user
 from webapp.runs.models import CheckpointExportStatus
@@ -34,7 +34,8 @@ def _ends_exports(event: dict) -> bool:
     return event.get("type") == "checkpoint" and not event.get("exporting")
 
 
-async def _relay(public_id: str, status: str, *, exporting: bool) -> AsyncIterator[str]:
+async def _relay(public_id: str, status: str, *, exporting: bool,
+                 access_lost: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
     # The page goes live and catches up on the hello, so it comes once the channel is subscribed:
     # sent before, an event published between the page's catch-up and the subscription was lost.
     hello = ("retry: 2000\n\n", sse_message({"type": "hello", "status": status}))
@@ -44,7 +45,8 @@ async def _relay(public_id: str, status: str, *, exporting: bool) -> AsyncIterat
         return
     is_terminal = _ends_exports if status in TERMINAL else _is_terminal
     async for message in relay_channel(channels.events_channel(public_id), is_terminal=is_terminal,
-                                       max_seconds=MAX_STREAM_SECONDS, opening=hello, label=f"run {public_id}"):
+                                       max_seconds=MAX_STREAM_SECONDS, opening=hello, access_lost=access_lost,
+                                       label=f"run {public_id}"):
         yield message
 
 
@@ -54,4 +56,6 @@ async def run_events(request: HttpRequest, slug: str, run_id: str) -> StreamingH
     user = await request.auser()
     _project, _membership, run = await sync_to_async(get_run_for_user)(user, slug, run_id)
     exporting = await run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).aexists()
-    return event_stream_response(request, _relay(run.public_id, run.status, exporting=exporting))
+    access_lost = lost_when_refused(lambda: get_run_for_user(user, slug, run_id))
+    return event_stream_response(request, _relay(run.public_id, run.status, exporting=exporting,
+                                                  access_lost=access_lost))

@@ -96,3 +96,27 @@ def test_a_finished_runs_stream_stays_open_while_a_checkpoint_is_exported(team, 
             "type": "checkpoint", "step": 4, "status": "failed", "exporting": []}
         assert list(messages) == []  # no export left: the stream ends
         response.close()
+
+
+# Committed: under the test client (WSGI) the stream's check runs on a thread of its own, with its own connection.
+@pytest.mark.django_db(transaction=True)
+def test_a_member_removed_while_watching_gets_none_of_the_events_after(team, run, client_for, redis_url, monkeypatch):
+    """An open stream went on relaying a run's events to someone removed from its project, until the stream's
+    own end (10 minutes); it now asks again every ACCESS_RECHECK_SECONDS (here: at every event) and ends."""
+    from webapp.core import sse
+    from webapp.projects import services as project_services
+
+    monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.0)
+    publisher = redis.Redis.from_url(redis_url)
+    channel = channels.events_channel(run.public_id)
+    with override_settings(REDIS_URL=redis_url):
+        response = _events(client_for(team.viewer), run)
+        messages = iter(response)
+        next(messages), next(messages)  # retry, hello: subscribed
+        publisher.publish(channel, json.dumps({"type": "progress", "step": 1}))
+        assert json.loads(next(messages).decode().removeprefix("data: ")) == {"type": "progress", "step": 1}
+        project_services.membership_remove(membership=team.project.memberships.get(user=team.viewer))
+        publisher.publish(channel, json.dumps({"type": "progress", "step": 2}))
+        publisher.publish(channel, json.dumps({"type": "status", "status": "succeeded"}))  # would end it anyway
+        assert list(messages) == []  # ended at step 2, which it did not send
+        response.close()
