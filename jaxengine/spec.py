@@ -317,8 +317,9 @@ class PpoSpec(_Section):
     entropy_coef: float = Field(default=0.0, ge=0.0, description="Weight of the entropy bonus (subtracted from the loss).")
     kl_coef: float = Field(default=0.04, ge=0.0, description="KL penalty per token, folded into the reward; "
                            "0 skips the reference pass entirely.")
-    reward_model: str | None = Field(default=None, description="A task: reward run (its directory or export/) "
-                                     "scoring prompt + completion; or give rewards.")
+    reward_model: str | None = Field(default=None, description="A task: reward run scoring prompt + completion: in "
+                                     "Temper the run (run_…), to the jaxengine CLI its directory or export/; or "
+                                     "give rewards.")
     rewards: tuple[RewardTermSpec, ...] = Field(default=(), description="Reward functions, summed with weights; "
                                                 "or give reward_model.", **_LIST)
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Clip range of the policy ratio: 1 ± epsilon.")
