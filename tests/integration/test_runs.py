@@ -190,17 +190,15 @@ def test_a_killed_training_process_is_requeued_by_its_own_worker_at_once(setup, 
         wait_for(reached(run, status=RunStatus.RUNNING, step=25), timeout=120, workers=train_worker, what="training")
         [child] = run_command(["pgrep", "-P", str(prefork.process.pid)], capture_output=True, text=True).stdout.split()
         os.kill(int(child), signal.SIGKILL)
-        killed = time.monotonic()
 
         def requeued():
             run.refresh_from_db()
             return run.attempt == 2
         wait_for(requeued, timeout=30, workers=train_worker, what="the lost run to be re-queued")
-        # Under TEMPER_RUN_LOST_SECONDS (6 s here), so not the reapers' doing.
-        assert time.monotonic() - killed < 4, prefork.log()[-3000:]
-        # The reason, which the page shows until the next attempt starts, stays in the log.
+        # The worker's own settlement, not the reapers' (theirs says "silent for N s"): the reason, which the page
+        # shows until the next attempt starts, stays in the log. (Not timed: under load it took 5 s in CI.)
         assert run.log_lines.filter(message__contains="its training process died: Worker exited prematurely: "
-                                                      "signal 9 (SIGKILL)").exists()
+                                                      "signal 9 (SIGKILL)").exists(), prefork.log()[-3000:]
         wait_for(reached(run, status=RunStatus.RUNNING), timeout=120, workers=train_worker,
                  what="the next attempt, in the pool's new process")
         services.run_cancel(run=run, user=None)
