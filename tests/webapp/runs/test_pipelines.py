@@ -652,6 +652,8 @@ def test_the_pipeline_page_cancels_for_members_only(team, catalog, sent_tasks, c
     assert pipeline.status == PipelineStatus.CANCELLED and "cancelled by alpha-teammate" in pipeline.message
     page = client.get(address).content.decode()
     assert "Pipeline \u2068chain\u2069 cancelled." in page and 'id="pipeline-cancel"' not in page
+    # Not "no stage succeeded and passed its guard", which a cancelled pipeline's page said of its result.
+    assert "none: cancelled before a stage gave one" in page and "passed its guard" not in page
     again = client.post(f"{address}cancel/", {"submission_token": token})  # the same form sent twice: no error
     assert again["Location"] == address and "already ended" not in client.get(address).content.decode()
     refused = client.post(f"{address}cancel/", follow=True).content.decode()
