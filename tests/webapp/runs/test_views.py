@@ -1653,3 +1653,14 @@ def test_a_reward_runs_page_says_its_model_scores_rollouts(team, catalog, client
     page = client_for(team.viewer).get(url(scorer)).content.decode()
     assert (f'Exported model at step 2 <span class="muted">(scores PPO and GRPO rollouts as <code>{scorer.public_id}'
             '</code>: choose it as ppo.reward_model, or as the model of a reward_model reward function)') in page
+
+
+def test_an_empty_runs_table_offers_what_fits_its_filters(team, run, client_for):
+    """Filtered to nothing, the table offered "Launch one" (a new run matches no filter of a search that found
+    none); it now offers the table without its filters, and an unfiltered empty table the launch."""
+    client = client_for(team.teammate)
+    filtered = client.get("/p/alpha/runs/?q=nothing-is-named-so").content.decode()
+    assert "No runs match these filters." in filtered
+    assert 'href="/p/alpha/runs/" id="runs-unfiltered"' in filtered and "Launch one" not in filtered
+    archived = client.get("/p/alpha/runs/?archived=1").content.decode()
+    assert "No archived runs." in archived and "Launch one" not in archived
