@@ -11,12 +11,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Model, ProtectedError
+from django.template.defaultfilters import pluralize
 
 from webapp.core.bidi import isolated
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _named(kind: str, names: Iterable[str]) -> str:
@@ -39,11 +36,11 @@ def deletion_refusal(user: AbstractBaseUser, protected: Iterable[Model]) -> str:
     if reviews:
         campaigns = _named("review campaign", (isolated(name) for name in
                                                reviews.values_list("item__campaign__name", flat=True)))
-        reasons.append(f"they reviewed {_plural(len(reviews), 'item')} ({campaigns}), which count in the items' "
+        reasons.append(f"they reviewed {len(reviews)} item{pluralize(len(reviews))} ({campaigns}), which count in the items' "
                        "reviews and agreement")
     if battles:
         projects = _named("project", battles.values_list("project__slug", flat=True))
-        reasons.append(f"voted in {_plural(len(battles), 'arena battle')} ({projects}), which counts in the "
+        reasons.append(f"voted in {len(battles)} arena battle{pluralize(len(battles))} ({projects}), which counts in the "
                        "leaderboard and preference pairs")
     text = f"{isolated(user.get_username())} was not deleted: " + ", and ".join(reasons)
     if owned:

@@ -76,6 +76,14 @@ def _query(name: str, description: str, kind: str = "string") -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
 
 
+def _page_query(rows: str, *, default: int = paging.DEFAULT_LIMIT, maximum: int = paging.MAX_LIMIT
+                ) -> list[dict[str, Any]]:
+    """The ``limit`` and ``cursor`` parameters of a keyset-paged list of ``rows`` (``webapp.api.paging``)."""
+    return [{**_query("limit", f"{rows} per page (default {default})"),
+             "schema": {"type": "integer", "minimum": 1, "maximum": maximum}},
+            _query("cursor", "where the page starts: as given in the previous page's next link")]
+
+
 def _enum(name: str, description: str, values) -> dict[str, Any]:
     return {**_query(name, description), "schema": {"type": "string", "enum": list(values)}}
 
@@ -110,10 +118,7 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/datasets/": {
             "get": _operation("List the project's datasets, by name", [SLUG],
-                              query=[{**_query("limit", f"datasets per page (default {paging.DEFAULT_LIMIT})"),
-                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT}},
-                                     _query("cursor", "where the page starts: as given in the previous page's "
-                                                      "next link")],
+                              query=_page_query("datasets"),
                               response="`{\"datasets\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for the page after", answer=schemas.DatasetList),
             "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201",
@@ -141,12 +146,7 @@ def build_document() -> dict[str, Any]:
                                                           _enum("archived", "1: archived runs only; 0 (default): "
                                                                             "the others", ["0", "1"]),
                                                           _enum("sort", "order; default newest", SORTS),
-                                                          {**_query("limit", f"runs per page (default "
-                                                                             f"{paging.DEFAULT_LIMIT})"),
-                                                           "schema": {"type": "integer", "minimum": 1,
-                                                                      "maximum": paging.MAX_LIMIT}},
-                                                          _query("cursor", "where the page starts: as given in "
-                                                                           "the previous page's next link")],
+                                                          *_page_query("runs")],
                               response="`{\"runs\": [...], \"next\": url}`: follow `next` (null on the last "
                                        "page) for the page after; it keeps the query", answer=schemas.RunPage),
             "post": _operation("Launch a run from a job spec (or, with sweep, a run per combination of values), "
@@ -183,12 +183,8 @@ def build_document() -> dict[str, Any]:
         f"{base}/runs/{{run_id}}/samples/": {
             "get": _operation("Logged generations", [SLUG, RUN],
                               query=[_query("step", "one step (not a whole number: 400)", "integer"),
-                                     {**_query("limit", f"samples per page (default "
-                                                        f"{paging.SAMPLES_DEFAULT_LIMIT})"),
-                                      "schema": {"type": "integer", "minimum": 1,
-                                                 "maximum": paging.SAMPLES_MAX_LIMIT}},
-                                     _query("cursor", "where the page starts: as given in the previous page's "
-                                                      "next link")],
+                                     *_page_query("samples", default=paging.SAMPLES_DEFAULT_LIMIT,
+                                                  maximum=paging.SAMPLES_MAX_LIMIT)],
                               response="`{\"samples\": [...], \"next\": url}`: by step, then position; follow "
                                        "`next` (null on the last page) for the page after",
                               answer=schemas.SampleList),
@@ -197,10 +193,7 @@ def build_document() -> dict[str, Any]:
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines, newest first", [SLUG],
-                              query=[{**_query("limit", f"pipelines per page (default {paging.DEFAULT_LIMIT})"),
-                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.MAX_LIMIT}},
-                                     _query("cursor", "where the page starts: as given in the previous page's "
-                                                      "next link")],
+                              query=_page_query("pipelines"),
                               response="`{\"pipelines\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for the page after", answer=schemas.PipelineList),
             "post": _operation("Start a pipeline (every stage is validated first)", [SLUG, IDEMPOTENCY_KEY],
