@@ -50,33 +50,16 @@ def race(first, name):
     outcome = {}
 
     def launch():
-        try:
-            outcome["launch"] = ("made", services.run_create(project=project, spec=spec, user=owner).public_id)
-        except ValidationError as error:
-            outcome["launch"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["launch"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["launch"] = outcome_of(lambda: services.run_create(project=project, spec=spec, user=owner),
+                                       made=lambda run: run.public_id)
 
     def delete():
         reached.wait(10)
-        try:
-            dataset_services.dataset_version_delete(version=DatasetVersion.objects.get(pk=version.pk))
-            outcome["delete"] = ("made", "")
-        except ValidationError as error:
-            outcome["delete"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["delete"] = ("failed", repr(error))
-        finally:
-            released.set()
-            connection.close()
+        outcome["delete"] = outcome_of(lambda: dataset_services.dataset_version_delete(
+            version=DatasetVersion.objects.get(pk=version.pk)))
+        released.set()
 
-    threads = [threading.Thread(target=launch), threading.Thread(target=delete)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(launch, delete)
     services.plan_run, services._lock_what_it_reads = real_plan, real_lock
     return outcome["launch"], outcome["delete"]
 

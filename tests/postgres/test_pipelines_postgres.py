@@ -55,15 +55,8 @@ def race(first, name):
     def resume():
         if first != "resume":
             reached.wait(10)
-        try:
-            services.run_resume(run=Run.objects.get(pk=run.pk), user=owner, max_steps=4)
-            outcome["resume"] = ("made", "")
-        except ValidationError as error:
-            outcome["resume"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["resume"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["resume"] = outcome_of(lambda: services.run_resume(run=Run.objects.get(pk=run.pk), user=owner,
+                                                                   max_steps=4))
 
     def advance():
         if first != "advance":
@@ -73,11 +66,7 @@ def race(first, name):
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=resume), threading.Thread(target=advance)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(resume, advance)
     services._refuse_while_files_written, services.log_line = real_refuse, real_log_line
     return outcome["resume"], Pipeline.objects.get(pk=pipeline.pk), Run.objects.get(pk=run.pk)
 
@@ -154,15 +143,8 @@ def race(first, name):
     def cancel():
         if first != "cancel":
             reached.wait(10)
-        try:
-            pipelines.pipeline_cancel(pipeline=Pipeline.objects.get(pk=pipeline.pk), user=owner)
-            outcome["cancel"] = ("made", "")
-        except ValidationError as error:
-            outcome["cancel"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["cancel"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["cancel"] = outcome_of(lambda: pipelines.pipeline_cancel(pipeline=Pipeline.objects.get(pk=pipeline.pk),
+                                                                         user=owner))
 
     def advance():
         if first != "advance":
@@ -172,11 +154,7 @@ def race(first, name):
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=cancel), threading.Thread(target=advance)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(cancel, advance)
     pipelines._launch_stage, pipelines.logger.info = real_launch, real_info
     runs = {stage.pipeline_stage: stage for stage in Run.objects.filter(pipeline=pipeline)}
     return outcome["cancel"], Pipeline.objects.get(pk=pipeline.pk), runs

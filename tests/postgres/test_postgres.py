@@ -99,6 +99,28 @@ from webapp.celery import app as celery_app
 from webapp.projects import services as project_services
 
 assert connection.vendor == "postgresql", connection.vendor
+
+
+def outcome_of(action, refusal=ValidationError, made=lambda result: ""):
+    '''("made", ``made`` of what ``action()`` returned), ("refused", the refusal's words) or ("failed", the
+    error), on this thread's own connection, closed after.'''
+    try:
+        return ("made", made(action()))
+    except refusal as error:
+        return ("refused", " ".join(error.messages) if isinstance(error, ValidationError) else str(error))
+    except Exception as error:
+        return ("failed", repr(error))
+    finally:
+        connection.close()
+
+
+def run_together(*targets):
+    '''Each of ``targets`` on a thread of its own, started together; returns once all have ended.'''
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 """
 
 

@@ -54,33 +54,16 @@ def race(first, slug):
     def launch():
         if first == "delete":
             reached.wait(10)
-        try:
-            outcome["launch"] = ("made", services.run_create(project=project, spec=spec, user=owner).public_id)
-        except ValidationError as error:
-            outcome["launch"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["launch"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["launch"] = outcome_of(lambda: services.run_create(project=project, spec=spec, user=owner),
+                                       made=lambda run: run.public_id)
 
     def delete():
         if first == "launch":
             reached.wait(10)
-        try:
-            project_services.project_delete(project=Project.objects.get(pk=project.pk), confirmation=slug)
-            outcome["delete"] = ("made", "")
-        except ValidationError as error:
-            outcome["delete"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["delete"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
+            project=Project.objects.get(pk=project.pk), confirmation=slug))
 
-    threads = [threading.Thread(target=launch), threading.Thread(target=delete)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(launch, delete)
     project_services.project_readers, services._lock_what_it_reads = real_readers, real_lock
     return outcome["launch"], outcome["delete"]
 
@@ -147,34 +130,15 @@ def race(first):
     def send():
         if first == "delete":
             reached.wait(10)
-        try:
-            chat_services.message_send(conversation=conversation, model=model, content="Hello")
-            outcome["send"] = ("made", "")
-        except chat_services.ChatError as error:
-            outcome["send"] = ("refused", str(error))
-        except Exception as error:
-            outcome["send"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["send"] = outcome_of(lambda: chat_services.message_send(conversation=conversation, model=model,
+                                                                        content="Hello"), chat_services.ChatError)
 
     def delete():
         if first == "send":
             reached.wait(10)
-        try:
-            services.run_delete(run=Run.objects.get(pk=run.pk))
-            outcome["delete"] = ("made", "")
-        except ValidationError as error:
-            outcome["delete"] = ("refused", " ".join(error.messages))
-        except Exception as error:
-            outcome["delete"] = ("failed", repr(error))
-        finally:
-            connection.close()
+        outcome["delete"] = outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk)))
 
-    threads = [threading.Thread(target=send), threading.Thread(target=delete)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_together(send, delete)
     run_selectors.run_readers, chat_services._lock_model = real_readers, real_lock
     return outcome["send"], outcome["delete"], conversation
 
