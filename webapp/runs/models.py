@@ -222,6 +222,10 @@ class Pipeline(models.Model):
     finished_at = models.DateTimeField(null=True)
     # When a worker took the export stage and began writing its serving copy: from then on a cancel must wait.
     export_started_at = models.DateTimeField(null=True)
+    # Who cancelled the pipeline itself (``pipeline_cancel``): a username, or "the system"; blank when it was not
+    # (a pipeline ended cancelled by its stage's run follows a resume of that run, one a person cancelled does not).
+    # Their name, not a key: it outlives their account, which would otherwise turn it into a stage's cancel.
+    cancelled_by = models.CharField(max_length=150, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

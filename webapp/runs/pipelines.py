@@ -22,14 +22,15 @@ writes the copy the chat serves, in the scheme it names. A failed export fails t
 result stays the run, whose merged export still serves.
 
 A stage's run resumed by a person is followed, not left behind: the pipeline it ended (failed, cancelled, stopped
-by its guard) runs again and moves on when the run ends (``pipeline_follow_resume``), and an export stage that
+by its guard; not one a person cancelled, see below) runs again and moves on when the run ends (``pipeline_follow_resume``), and an export stage that
 finds its run resumed waits for it instead of quantizing a model about to be replaced (``export_stage_start``).
 Only the pipeline's result is not resumed (``refuse_resuming_a_result``): the pipeline, its later stages and its
 serving copy stand for that model. Rows are locked run first, pipeline second, wherever both are.
 
 A person may cancel a running pipeline (``pipeline_cancel``): its current stage's run is cancelled, an export
 stage not yet taken by a worker is dropped (``export_stage_start`` finds the pipeline ended), and one writing its
-serving copy (``export_started_at``) is waited for.
+serving copy (``export_started_at``) is waited for. Such a pipeline records who cancelled it (``cancelled_by``)
+and is not taken on again by a resume of its stage's run, which then trains alone.
 """
 from __future__ import annotations
 
@@ -431,7 +432,7 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
     stopping = run is not None and not exporting and run.status in (RunStatus.QUEUED, RunStatus.RUNNING)
     result_note = (f"; the result stays {isolated(pipeline.result_run.name)} ({pipeline.result_run.public_id})"
                    if pipeline.result_run else "")
-    pipeline.status, pipeline.finished_at = PipelineStatus.CANCELLED, timezone.now()
+    pipeline.status, pipeline.finished_at, pipeline.cancelled_by = PipelineStatus.CANCELLED, timezone.now(), who
     pipeline.message = (f"cancelled by {who} at {label}"
                         + ("; its export was not started" if exporting else "")
                         + (f"; its run {isolated(run.name)} ({run.public_id}) "
@@ -440,7 +441,7 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
                         + result_note)
     # Saved before the run is cancelled: pipeline_advance, which run_cancel calls for a queued run, then finds
     # the pipeline ended and leaves this message.
-    pipeline.save(update_fields=["status", "finished_at", "message"])
+    pipeline.save(update_fields=["status", "finished_at", "cancelled_by", "message"])
     if stopping:
         services.run_cancel(run=run, user=user)
         services.log_line(run, f"pipeline {isolated(pipeline.name)} cancelled by {who}")
@@ -526,12 +527,16 @@ def refuse_resuming_a_result(run: Run) -> None:
 def pipeline_follow_resume(*, run: Run, user: AbstractBaseUser | None) -> Pipeline | None:
     """Take ``run``'s ended pipeline on again when ``run``, its current stage, is resumed (it failed, was
     cancelled, or failed its guard): the pipeline is running again and moves on when the run ends, as if the stage
-    had not ended. Called by ``run_resume`` with the run's row locked; the pipeline's is locked here."""
+    had not ended. A pipeline a person cancelled (``cancelled_by``) stays cancelled: the run alone is resumed, and
+    its log says so. Called by ``run_resume`` with the run's row locked; the pipeline's is locked here."""
     if run.pipeline_id is None:
         return None
     pipeline = Pipeline.objects.select_for_update(of=("self",)).get(pk=run.pipeline_id)
     if run.pipeline_stage != pipeline.current_stage or pipeline.status not in (
             PipelineStatus.FAILED, PipelineStatus.CANCELLED, PipelineStatus.STOPPED):
+        return pipeline
+    if pipeline.cancelled_by:
+        services.log_line(run, resumed_alone_note(pipeline))
         return pipeline
     label = f"stage {pipeline.current_stage + 1} ({pipeline.stages[pipeline.current_stage]['name']})"
     pipeline.status, pipeline.finished_at = PipelineStatus.RUNNING, None
@@ -540,6 +545,13 @@ def pipeline_follow_resume(*, run: Run, user: AbstractBaseUser | None) -> Pipeli
     pipeline.save(update_fields=["status", "finished_at", "message"])
     services.log_line(run, f"{pipeline.message} (pipeline {isolated(pipeline.name)})")
     return pipeline
+
+
+def resumed_alone_note(pipeline: Pipeline) -> str:
+    """What a stage's run of a pipeline a person cancelled says (its page, and its log when resumed)."""
+    return (f"pipeline {isolated(pipeline.name)} was cancelled by {isolated(pipeline.cancelled_by)} and stays "
+            "cancelled: resumed, this run trains alone, and no later stage starts when it ends; launch the pipeline "
+            "again to run them")
 
 
 @transaction.atomic

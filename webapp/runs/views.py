@@ -402,6 +402,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
                      status: int = 200) -> HttpResponse:
     """The run page; ``edit`` (the details form as sent, with its ``errors`` by field) shows that form
     open with what was typed, after a refused edit."""
+    from webapp.runs import pipelines
+
     can_delete = selectors.may_delete_run(membership=membership, run=run)
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
@@ -419,6 +421,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
+        "pipeline_cancelled_note": (pipelines.resumed_alone_note(run.pipeline)
+                                    if run.pipeline is not None and run.pipeline.cancelled_by else ""),
         "unserved_pool_note": selectors.unserved_pool_note(run=run),
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),

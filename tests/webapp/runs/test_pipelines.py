@@ -658,3 +658,46 @@ def test_the_pipeline_page_cancels_for_members_only(team, catalog, sent_tasks, c
     assert again["Location"] == address and "already ended" not in client.get(address).content.decode()
     refused = client.post(f"{address}cancel/", follow=True).content.decode()
     assert "has already ended (cancelled); only a running pipeline can be cancelled" in refused
+
+
+def test_resuming_the_stage_of_a_pipeline_a_person_cancelled_leaves_the_pipeline_cancelled(
+        team, catalog, sent_tasks, tmp_path, resumable, client_for):
+    """The pipeline kept no record of who cancelled it: resuming its cancelled stage's run took it on again, and the
+    stages the person had cancelled were launched when the run ended."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
+    pipeline.refresh_from_db()
+    assert pipeline.cancelled_by == "alpha-owner"
+    cancelled_message = pipeline.message
+    resumable.run_resume(run=Run.objects.get(pk=first.pk), user=team.teammate)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and pipeline.message == cancelled_message
+    note = ("pipeline \u2068chain\u2069 was cancelled by \u2068alpha-owner\u2069 and stays cancelled: resumed, this run "
+            "trains alone, and no later stage starts when it ends; launch the pipeline again to run them")
+    assert Run.objects.get(pk=first.pk).status == RunStatus.QUEUED
+    assert first.log_lines.filter(message=note).exists()
+    assert escape(note) in client_for(team.teammate).get(f"/p/alpha/runs/{first.public_id}/").content.decode()
+    pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and pipeline.result_run is None
+    assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
+
+
+def test_a_pipeline_cancelled_by_its_stages_run_follows_the_resumed_run(team, catalog, sent_tasks, tmp_path,
+                                                                       resumable, client_for):
+    """Only the pipeline's own cancel keeps it cancelled: its stage's run cancelled alone ends it cancelled too, and
+    a resume of that run takes it on again, as a failed stage's does."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog), user=team.teammate)
+    first = pipeline.runs.get()
+    resumable.run_cancel(run=first, user=team.owner)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.CANCELLED and pipeline.cancelled_by == ""
+    page = client_for(team.teammate).get(f"/p/alpha/runs/{first.public_id}/").content.decode()
+    assert "stays cancelled" not in page
+    resumable.run_resume(run=Run.objects.get(pk=first.pk), user=team.teammate)
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING
+    pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.current_stage == 1 and pipeline.result_run == first
