@@ -4,7 +4,9 @@ Before, the deletion locked the row and the launch did not: the launch locked it
 on the project's row to save its run, the deletion waited on that version to delete it, and PostgreSQL broke
 the deadlock by failing one of them (a server error); where the launch got its run saved between the
 deletion's check and its delete, the run went with the project while its task was queued. Likewise a chat turn
-and the deletion of its model (``chat.services._lock_model``)."""
+and the deletion of its model (``chat.services.chat_model_lock``), a review campaign's generation and the
+deletion of one of its models (``chat.services.model_lock``), and an arena battle and the deletion of its
+project."""
 from __future__ import annotations
 
 import pytest
@@ -109,7 +111,7 @@ def race(first):
     conversation = Conversation.objects.create(project=project, user=owner, model_ref=model.ref,
                                                model_label=model.label)
     reached = threading.Event()
-    real_readers, real_lock = run_selectors.run_readers, chat_services._lock_model
+    real_readers, real_lock = run_selectors.run_readers, chat_services.chat_model_lock
 
     def readers_then_hold(**kwargs):
         problems = real_readers(**kwargs)
@@ -118,13 +120,13 @@ def race(first):
             time.sleep(0.5)  # the turn is now being sent
         return problems
 
-    def lock_then_hold(*args):
-        real_lock(*args)
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
         if first == "send":
             reached.set()
             time.sleep(0.5)  # the deletion is now waiting for this turn's locks
 
-    run_selectors.run_readers, chat_services._lock_model = readers_then_hold, lock_then_hold
+    run_selectors.run_readers, chat_services.chat_model_lock = readers_then_hold, lock_then_hold
     outcome = {}
 
     def send():
@@ -139,7 +141,7 @@ def race(first):
         outcome["delete"] = outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk)))
 
     run_together(send, delete)
-    run_selectors.run_readers, chat_services._lock_model = real_readers, real_lock
+    run_selectors.run_readers, chat_services.chat_model_lock = real_readers, real_lock
     return outcome["send"], outcome["delete"], conversation
 
 
@@ -160,3 +162,156 @@ def test_a_chat_turn_and_the_deletion_of_its_model_at_once_end_in_one_refusal(da
     """Without the turn's lock of the model's row, a turn sent as the run was deleted was saved and queued, and the
     serve worker answered it from the weights it still held."""
     assert run_django(CHAT_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+CAMPAIGN_AND_MODEL_DELETE_SCRIPT = RACE_PREAMBLE + """
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.basemodels import services as base_model_services
+from webapp.basemodels.models import BaseModel
+from webapp.review import services as review_services
+from webapp.review.models import Campaign
+
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("review-owner", password="unused-password")
+project = project_services.project_create(name="PG review", slug="pg-review", owner=owner)
+prompts = make_ready_version(project, name="chats", kind="sft", user=owner)
+
+
+def race(first):
+    '''Create a campaign on the answers of two base models while another thread unregisters the second;
+    ``first`` is "delete" (it holds its lock a moment after its check) or "generate" (the campaign holds its
+    locks of both models a moment). Returns (generation outcome, deletion outcome).'''
+    falcon = make_base_model(project, name=f"falcon {first}", path=f"/models/falcon-{first}")
+    heron = make_base_model(project, name=f"heron {first}", path=f"/models/heron-{first}")
+    reached = threading.Event()
+    real_readers, real_lock = base_model_services.base_model_readers, review_services.model_lock
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the campaign is now being created
+        return problems
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "generate" and kwargs["field"] == "model_b":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this campaign's locks
+
+    base_model_services.base_model_readers, review_services.model_lock = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def generate():
+        if first == "delete":
+            reached.wait(10)
+        outcome["generate"] = outcome_of(lambda: review_services.campaign_generate(
+            project=project, name=f"{first} first", guidelines="", required_reviews=1, reviewers=[owner],
+            model_a=falcon.public_id, model_b=heron.public_id, prompts_version=prompts, prompt_count=2,
+            sampling=review_services.GenerationSettings(), user=owner))
+
+    def delete():
+        if first == "generate":
+            reached.wait(10)
+        outcome["delete"] = outcome_of(lambda: base_model_services.basemodel_unregister(
+            base_model=BaseModel.objects.get(pk=heron.pk)))
+
+    run_together(generate, delete)
+    base_model_services.base_model_readers, review_services.model_lock = real_readers, real_lock
+    return outcome["generate"], outcome["delete"]
+
+
+generated, deleted = race("delete")
+assert deleted == ("made", ""), deleted
+assert generated == ("refused", "the model \\u2068Base model: heron delete\\u2069 was deleted as the campaign was being "
+                                "created; choose another model"), generated
+assert not Campaign.objects.filter(name="delete first").exists()
+
+generated, deleted = race("generate")
+assert generated == ("made", ""), generated
+assert deleted == ("refused", "review campaign \\u2068generate first\\u2069 is generating answers with it; wait until "
+                              "it is ready"), deleted
+assert BaseModel.objects.filter(name="heron generate").exists()
+print("ok")
+"""
+
+
+def test_a_campaigns_generation_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    """Without the campaign's lock of its models' rows, a campaign created as one of them was unregistered was saved
+    generating and queued: the serve worker then generated from a model no longer in the project."""
+    assert run_django(CAMPAIGN_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+BATTLE_AND_PROJECT_DELETE_SCRIPT = RACE_PREAMBLE + """
+from tests.webapp.factories import make_base_model
+from webapp.chat import arena
+from webapp.chat import services as chat_services
+from webapp.chat.models import Battle
+from webapp.chat.selectors import ModelChoice
+from webapp.projects.models import Project
+
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("arena-owner", password="unused-password")
+
+
+def race(first, slug):
+    '''Start an arena battle in a new project while another thread deletes the project; ``first`` is "delete"
+    (it holds its lock a moment after its check) or "battle" (the battle holds its first locks a moment).
+    Returns (battle outcome, deletion outcome).'''
+    project = project_services.project_create(name=slug, slug=slug, owner=owner)
+    choices = [ModelChoice(ref=model.public_id, label=model.name, option_label=model.name, path="/models/unused")
+               for model in (make_base_model(project, name="falcon", path="/models/falcon"),
+                             make_base_model(project, name="heron", path="/models/heron"))]
+    reached = threading.Event()
+    real_readers, real_lock = project_services.project_readers, chat_services.chat_model_lock
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the battle is now being started
+        return problems
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "battle" and not reached.is_set():
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this battle's lock of the project
+
+    project_services.project_readers, chat_services.chat_model_lock = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def battle():
+        if first == "delete":
+            reached.wait(10)
+        outcome["battle"] = outcome_of(lambda: arena.battle_create(project=project, user=owner, prompt="Hello",
+                                                                   choices=choices), chat_services.ChatError)
+
+    def delete():
+        if first == "battle":
+            reached.wait(10)
+        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
+            project=Project.objects.get(pk=project.pk), confirmation=slug))
+
+    run_together(battle, delete)
+    project_services.project_readers, chat_services.chat_model_lock = real_readers, real_lock
+    return outcome["battle"], outcome["delete"]
+
+
+started, deleted = race("delete", "deleted-first")
+assert deleted == ("made", ""), deleted
+assert started == ("refused", "project \\u2068deleted-first\\u2069 was deleted as the battle was being started"), started
+assert not Project.objects.filter(slug="deleted-first").exists()
+
+started, deleted = race("battle", "battle-first")
+assert started == ("made", ""), started
+assert deleted == ("refused", "a chat or arena answer is still being written; wait for it to finish"), deleted
+assert Battle.objects.filter(project__slug="battle-first").count() == 1
+print("ok")
+"""
+
+
+def test_an_arena_battle_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    """The battle locks the project and both models before its first row, and its refusal says so; before, only each
+    side's turn locked them, and a battle refused there read "as the message was being sent"."""
+    assert run_django(BATTLE_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -49,6 +49,11 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
         raise services.ChatError("the arena needs at least two models in the project (base models or finished runs)")
     else:
         model_a, model_b = secrets.SystemRandom().sample(choices, 2)
+    # Both models (and the project) before the battle's first row, as a chat turn locks its model: a deletion and
+    # the battle are taken one after the other, and either is refused in words; the battle's refusal names the
+    # battle, not the message each side's turn sends (which locks them again, at no cost).
+    for model in (model_a, model_b):
+        services.chat_model_lock(project=project, model=model, doing="as the battle was being started")
     sides = []
     for model in (model_a, model_b):
         conversation = services.conversation_create(project=project, user=user, model=model)

@@ -159,21 +159,27 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     return answer
 
 
-def _lock_model(conversation: Conversation, model: ModelChoice) -> None:
-    """Lock the rows of the project and of the model (its run, or base model) an answer is about to be asked
-    of, as their deletions lock them before looking for answers being written (``runs.selectors.run_readers``
-    and the like): a deletion under way waits for this turn and is refused, naming its conversation; one that
-    committed first left nothing to lock, and the turn is refused. Without it, a turn sent as the model was
-    deleted was answered by the weights the serve worker still had."""
+def model_lock(*, project: Project, ref: str, label: str, doing: str, field: str = "__all__") -> None:
+    """Lock the rows of ``project`` and of the model ``ref`` (its run, or base model) that work is about to ask for
+    answers — a chat or arena turn, a review campaign's generation — inside the caller's transaction, as their
+    deletions lock them before looking for that work (``runs.selectors.run_readers`` and the like): a deletion
+    under way waits for it and is then refused, naming the work; one that committed first left nothing to lock,
+    and the work is refused (``ValidationError`` keyed by ``field``; ``doing`` ends its sentence, "as the message
+    was being sent"). Without it, work started as the model was deleted was queued all the same, and the serve
+    worker answered from weights it still held, or failed on files removed under it."""
+    project_lock(project=project, doing=doing)
+    rows = (Run.objects.filter(public_id=ref.split(":", 1)[0]) if ref.startswith("run_")
+            else BaseModel.objects.filter(public_id=ref))
+    if not rows.select_for_update(no_key=True).filter(project_id=project.pk).exists():
+        raise ValidationError({field: f"the model {isolated(label)} was deleted {doing}; choose another model"})
+
+
+def chat_model_lock(*, project: Project, model: ModelChoice, doing: str) -> None:
+    """``model_lock`` for a chat or arena turn, refused as a ``ChatError`` (the turn's state, not its text)."""
     try:
-        project_lock(project=conversation.project, doing="as the message was being sent")
+        model_lock(project=project, ref=model.ref, label=model.label, doing=doing)
     except ValidationError as error:
         raise ChatError(" ".join(error.messages)) from None
-    rows = (Run.objects.filter(public_id=model.ref.split(":", 1)[0]) if model.ref.startswith("run_")
-            else BaseModel.objects.filter(public_id=model.ref))
-    if not rows.select_for_update(no_key=True).filter(project_id=conversation.project_id).exists():
-        raise ChatError(f"the model {isolated(model.label)} was deleted as the message was being sent; choose "
-                        "another model")
 
 
 @transaction.atomic
@@ -181,7 +187,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
     """Add a user turn and ask for the answer; returns the (streaming) assistant message. Bad text is a
     ``ValidationError`` keyed by ``content``, the chat form's field."""
     check_turn_text(content, field="content", what="message")
-    _lock_model(conversation, model)
+    chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
@@ -195,7 +201,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
 @transaction.atomic
 def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Message:
     """Replace the last answer with a new one (a new seed) for the same conversation."""
-    _lock_model(conversation, model)
+    chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
     conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
     last = conversation.messages.order_by("-created_at", "-id").first()
     if last is None or last.role != Role.ASSISTANT:

@@ -38,6 +38,7 @@ from kombu.exceptions import OperationalError
 from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
+from webapp.chat.services import model_lock
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text, storable_model_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -526,6 +527,11 @@ def campaign_generate(
                                                f"got {prompt_count}"})
     prompts = {"version": prompts_version.public_id, "label": str(prompts_version),
                "count": min(prompt_count, prompts_version.row_count or prompt_count)}
+    # Before the campaign's row, as a chat turn: a deletion of either model (or of the project) and this
+    # generation are taken one after the other, and the deletion then names the campaign (run_readers).
+    for field_name, model in models.items():
+        model_lock(project=project, ref=model["ref"], label=model["label"], field=field_name,
+                   doing="as the campaign was being created")
     campaign = Campaign.objects.create(
         project=project, name=name, guidelines=guidelines, required_reviews=required_reviews, created_by=user,
         status=CampaignStatus.GENERATING,
