@@ -5,8 +5,8 @@ on the project's row to save its run, the deletion waited on that version to del
 the deadlock by failing one of them (a server error); where the launch got its run saved between the
 deletion's check and its delete, the run went with the project while its task was queued. Likewise a chat turn
 and the deletion of its model (``chat.services.chat_model_lock``), a review campaign's generation and the
-deletion of one of its models (``chat.services.model_lock``), and an arena battle and the deletion of its
-project."""
+deletion of one of its models (``chat.services.model_lock``), an arena battle and the deletion of its project,
+and a /v1 completion and the deletion of its model (``chat.services.api_generation_start``)."""
 from __future__ import annotations
 
 import pytest
@@ -315,3 +315,81 @@ def test_an_arena_battle_and_the_deletion_of_its_project_at_once_end_in_one_refu
     """The battle locks the project and both models before its first row, and its refusal says so; before, only each
     side's turn locked them, and a battle refused there read "as the message was being sent"."""
     assert run_django(BATTLE_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+COMPLETION_AND_MODEL_DELETE_SCRIPT = RACE_PREAMBLE + """
+from webapp.chat import services as chat_services
+from webapp.chat.models import ApiGeneration
+from webapp.chat.selectors import ModelChoice
+from webapp.chat.tokens import project_token_create
+from webapp.runs import selectors as run_selectors, services
+from webapp.runs.models import Run, RunStatus
+
+owner = get_user_model().objects.create_user("api-owner", password="unused-password")
+project = project_services.project_create(name="PG api", slug="pg-api", owner=owner)
+token, _secret = project_token_create(user=owner, project=project, name="ci")
+
+
+def race(first):
+    '''Record a /v1 completion of a run's model (what the view does before queuing it) while another thread deletes
+    the run; ``first`` is "delete" (it holds its lock a moment after its check) or "ask" (the completion holds its
+    locks a moment). Returns (completion outcome, deletion outcome).'''
+    public_id = services.new_run_id()
+    run = Run.objects.create(public_id=public_id, project=project, name=f"{first} first", task="sft", spec={},
+                             resolved_spec={"output_dir": str(services.run_output_dir(public_id))},
+                             status=RunStatus.SUCCEEDED)
+    model = ModelChoice(ref=run.public_id, label=run.name, option_label=run.name, path="/models/unused")
+    reached = threading.Event()
+    real_readers, real_lock = run_selectors.run_readers, chat_services.model_lock
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the completion is now being asked for
+        return problems
+
+    def lock_then_hold(**kwargs):
+        real_lock(**kwargs)
+        if first == "ask":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this completion's locks
+
+    run_selectors.run_readers, chat_services.model_lock = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def ask():
+        if first == "delete":
+            reached.wait(10)
+        outcome["ask"] = outcome_of(lambda: chat_services.api_generation_start(
+            token=token, model=model, generation_id=f"chatcmpl-{first}"))
+
+    def delete():
+        if first == "ask":
+            reached.wait(10)
+        outcome["delete"] = outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk)))
+
+    run_together(ask, delete)
+    run_selectors.run_readers, chat_services.model_lock = real_readers, real_lock
+    return outcome["ask"], outcome["delete"]
+
+
+asked, deleted = race("delete")
+assert deleted == ("made", ""), deleted
+assert asked == ("refused", "the model \\u2068delete first\\u2069 was deleted as the completion was being asked for; "
+                            "choose another model"), asked
+assert not ApiGeneration.objects.exists()
+
+asked, deleted = race("ask")
+assert asked == ("made", ""), asked
+assert deleted == ("refused", "\\u2068api-owner\\u2069's /v1 completion chatcmpl-ask (project token \\u2068ci\\u2069) is "
+                              "being answered by its model; wait for it to finish"), deleted
+assert Run.objects.filter(name="ask first").exists()
+print("ok")
+"""
+
+
+def test_a_completion_and_the_deletion_of_its_model_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    """A /v1 completion took no lock and left no record: one asked as its model was deleted was queued all the same,
+    and a deletion while one was answered went through, the serve worker dropping the weights under it."""
+    assert run_django(COMPLETION_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -137,3 +137,19 @@ class ProjectToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+
+class ApiGeneration(models.Model):
+    """A ``/v1`` completion being answered (``webapp.chat.openai_api``): saved, under the lock of its model's row
+    (``services.api_generation_start``), before its request is queued, and deleted once its answer ends, so that a
+    deletion of the model (or of the project) is refused while it is answered, as while a chat answer streams.
+    One its view could not delete (the process died) holds nothing once ``services.answer_is_lost`` would give up
+    a chat answer that old."""
+
+    # The completion's id as its client sees it (``chatcmpl-…``, ``cmpl-…``).
+    public_id = models.CharField(max_length=64, unique=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_generations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    token_name = models.CharField(max_length=100)
+    model_ref = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)

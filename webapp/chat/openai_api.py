@@ -12,6 +12,11 @@ A streamed completion answers once its first token (or its error) is there, so t
 model refuses (a prompt over its context) gets a 4xx status like a whole one, not a 200 stream with an
 error in it. A client that goes away (Django cancels the view, or closes the stream, on the ASGI
 disconnect) stops its generation, which would otherwise hold a place in the serve worker's batch.
+
+A completion is recorded (``ApiGeneration``, ``services.api_generation_start``) under the lock of its model's row
+before its request is queued, and the record deleted once it is answered: a deletion of the model, or of the
+project, waits for that lock and is refused while the answer is written, as while a chat answer streams; one that
+committed first makes the completion a 404 ("was deleted as the completion was being asked for").
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import pydantic
 from asgiref.sync import sync_to_async
 from django.conf import settings
 import redis
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
@@ -37,7 +42,8 @@ from pydantic_core import PydanticCustomError
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import relay
-from webapp.chat.services import GENERATE_TASK, generation_expiry_seconds
+from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
+                                  generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.core.text import lone_surrogate_problem
@@ -456,10 +462,11 @@ async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator
 
 
 async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dict[str, Any]]]], chunk,
-                  *, include_usage: bool) -> AsyncIterator[str]:
+                  *, include_usage: bool, answer_id: str | None = None) -> AsyncIterator[str]:
     """The chunks of the ``(generation id, first output event, the events after it)`` of each choice, its index
     its place in ``generations``, as their events come; a stream closed before they ended (the client went away,
-    or one of them failed) stops those still going."""
+    or one of them failed) stops those still going. Once it ends, however it ends, the completion ``answer_id``
+    is no longer being answered (``api_generation_end``)."""
     going = set(range(len(generations)))
     dones: list[dict[str, Any]] = []
     merged = _merged([_from(first, events) for _generation_id, first, events in generations])
@@ -483,6 +490,8 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
         await merged.aclose()
         for index in going:
             _stop(generations[index][0])
+        if answer_id is not None:
+            await sync_to_async(api_generation_end)(generation_id=answer_id)
 
 
 def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
@@ -510,7 +519,23 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
     started = await _start(request, endpoint.schema, endpoint.id_prefix)
     if isinstance(started, HttpResponse):
         return started
-    _token, body, choice, generation_id = started
+    token, body, choice, generation_id = started
+    try:
+        # Recorded under the lock of the model's row: its deletion is refused until the answer ends.
+        await sync_to_async(api_generation_start)(token=token, model=choice, generation_id=generation_id)
+    except ValidationError as error:
+        return _error(404, f"{' '.join(error.messages)} (GET /v1/models lists them)", code="model_not_found")
+    response = None
+    try:
+        response = await _answer(body, choice, generation_id, endpoint)
+        return response
+    finally:
+        if not isinstance(response, StreamingHttpResponse):  # a stream ends the record where it ends (_stream)
+            await sync_to_async(api_generation_end)(generation_id=generation_id)
+
+
+async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint) -> HttpResponse:
+    """Queue the completion's generations and answer with their outcome, or a stream of it."""
     inputs = endpoint.inputs(body)
     # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
     generation_ids = ([generation_id] if len(inputs) == 1
@@ -548,7 +573,8 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
                 if first["type"] not in channels.TERMINAL_TYPES:
                     _stop(one_id)
             return _failed(refused)
-        return _streaming(_stream(list(zip(generation_ids, firsts, streams)), chunk, include_usage=include_usage))
+        return _streaming(_stream(list(zip(generation_ids, firsts, streams)), chunk, include_usage=include_usage,
+                                  answer_id=generation_id))
     waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
     try:
         for next_final in asyncio.as_completed(waits):

@@ -4,13 +4,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
-from webapp.chat.models import Battle, Conversation, Message, MessageStatus
+from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
@@ -170,11 +171,25 @@ def conversation_readers(*, conversation: Conversation) -> list[str]:
     return readers
 
 
+def api_generations_answered(*, project_id: int, ref: str | None = None) -> QuerySet[ApiGeneration]:
+    """The project's ``/v1`` completions being answered (with the model ``ref``, a base model's id or a run's,
+    which covers its checkpoints; any model without it), oldest first. One older than a chat answer is given up
+    after (``services.generation_expiry_seconds``) lost its view and holds nothing."""
+    from webapp.chat.services import generation_expiry_seconds  # services import this module
+
+    since = timezone.now() - timedelta(seconds=generation_expiry_seconds())
+    answered = ApiGeneration.objects.filter(project_id=project_id, created_at__gte=since)
+    if ref is not None:
+        answered = answered.filter(Q(model_ref=ref) | Q(model_ref__startswith=f"{ref}:"))
+    return answered.select_related("user").order_by("created_at", "id")
+
+
 def answers_being_written(*, project_id: int, ref: str) -> list[str]:
     """The conversations whose answer a serve worker is still writing with the model ``ref`` (a base model's
-    id, or a run's, which covers its checkpoints), one sentence each, for a deletion of that model to refuse:
-    it would pull the weights from under the answer. Named by their author and id, not their title, which
-    is private to the author. An answer no worker will finish (``answer_is_lost``) holds nothing."""
+    id, or a run's, which covers its checkpoints), and the ``/v1`` completions answered with it
+    (``api_generations_answered``), one sentence each, for a deletion of that model to refuse: it would pull
+    the weights from under the answer. Named by their author and id, not their title, which is private to the
+    author. An answer no worker will finish (``answer_is_lost``) holds nothing."""
     from webapp.chat.services import answer_is_lost  # services import this module
 
     streaming = (Message.objects.filter(conversation__project_id=project_id, status=MessageStatus.STREAMING)
@@ -195,4 +210,7 @@ def answers_being_written(*, project_id: int, ref: str) -> list[str]:
                         "for the answer to finish (its author can stop it)")
         if sentence not in readers:
             readers.append(sentence)
+    for completion in api_generations_answered(project_id=project_id, ref=ref):
+        readers.append(f"{isolated(completion.user.get_username())}'s /v1 completion {completion.public_id} (project "
+                       f"token {isolated(completion.token_name)}) is being answered by its model; wait for it to finish")
     return readers

@@ -23,7 +23,7 @@ from django.utils import timezone
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.chat import channels
-from webapp.chat.models import Conversation, Message, MessageStatus, Role
+from webapp.chat.models import ApiGeneration, Conversation, Message, MessageStatus, ProjectToken, Role
 from webapp.chat.selectors import ModelChoice, conversation_readers
 from webapp.core.bidi import isolated
 from webapp.core.text import NUL, storable_model_text
@@ -180,6 +180,25 @@ def chat_model_lock(*, project: Project, model: ModelChoice, doing: str) -> None
         model_lock(project=project, ref=model.ref, label=model.label, doing=doing)
     except ValidationError as error:
         raise ChatError(" ".join(error.messages)) from None
+
+
+@transaction.atomic
+def api_generation_start(*, token: ProjectToken, model: ModelChoice, generation_id: str) -> ApiGeneration:
+    """Record the ``/v1`` completion ``generation_id`` asked of ``model`` with ``token``, before its request is
+    queued, under the lock of its project's and model's rows (``model_lock``): a deletion of either under way waits
+    and is then refused, naming the completion (``selectors.answers_being_written``); one that committed first
+    refuses the completion (``ValidationError``). ``api_generation_end`` deletes the row once the answer ends; the
+    project's rows their view left behind (a process that died) go here."""
+    model_lock(project=token.project, ref=model.ref, label=model.label, doing="as the completion was being asked for")
+    lost = timezone.now() - timedelta(seconds=generation_expiry_seconds())
+    ApiGeneration.objects.filter(project=token.project, created_at__lt=lost).delete()
+    return ApiGeneration.objects.create(public_id=generation_id, project=token.project, user=token.user,
+                                        token_name=token.name, model_ref=model.ref)
+
+
+def api_generation_end(*, generation_id: str) -> None:
+    """The ``/v1`` completion ``generation_id`` was answered (or refused, or its client went away)."""
+    ApiGeneration.objects.filter(public_id=generation_id).delete()
 
 
 @transaction.atomic

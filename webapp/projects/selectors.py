@@ -82,10 +82,11 @@ def project_readers(*, project: Project) -> list[str]:
     """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
     runs queued or running, running pipelines, review campaigns loading or generating and exports of them
     being written, serving copies (a run's first one too) and checkpoint exports being written, chat and arena
-    answers being written. A dataset version being checked holds nothing: its check drops the result of a deleted
-    one."""
+    answers being written, /v1 completions being answered. A dataset version being checked holds nothing: its
+    check drops the result of a deleted one."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.models import Message, MessageStatus
+    from webapp.chat.selectors import api_generations_answered
     from webapp.chat.services import answer_is_lost
     from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
     from webapp.runs.models import (ACTIVE_STATUSES, CheckpointExport, CheckpointExportStatus, Pipeline,
@@ -116,4 +117,6 @@ def project_readers(*, project: Project) -> list[str]:
     streaming = Message.objects.filter(conversation__project=project, status=MessageStatus.STREAMING)
     if any(not answer_is_lost(message) for message in streaming):
         readers.append("a chat or arena answer is still being written; wait for it to finish")
+    if api_generations_answered(project_id=project.pk).exists():
+        readers.append("a /v1 completion is being answered; wait for it to finish")
     return readers

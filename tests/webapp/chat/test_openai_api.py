@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient, Client
 
 from tests.webapp.factories import make_base_model
@@ -409,3 +409,64 @@ def test_a_list_of_prompts_one_of_which_the_model_refuses_is_a_400(api, worker):
     response = post("/v1/completions", {"model": model.public_id, "prompt": ["one", "two"]}, headers)
     assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
     assert redis_client().exists(channels.stop_key(_requests[-2]["id"]))
+
+
+def test_a_model_is_not_deleted_while_a_completion_is_answered_with_it(api, worker, team):
+    """A /v1 answer left no trace a deletion could see: the model (or its project) was deleted under it, and the
+    serve worker dropped the weights it was answering with."""
+    from django.core.exceptions import ValidationError
+
+    from webapp.basemodels.services import basemodel_unregister
+    from webapp.chat.models import ApiGeneration
+    from webapp.projects.services import project_delete
+
+    model, headers = api
+    scripts, _requests = worker
+    scripts.append([{"type": "token", "text": "Hel"}])  # the rest once the deletions were tried
+
+    async def answer_while_deleting():
+        response = await AsyncClient().post("/v1/chat/completions", json.dumps(chat(model, stream=True)),
+                                            content_type="application/json",
+                                            headers={"Authorization": headers["HTTP_AUTHORIZATION"]})
+        chunks = aiter(response.streaming_content)
+        answer_id = json.loads((await anext(chunks)).decode().removeprefix("data: "))["id"]
+        refusals = []
+        for delete in (lambda: basemodel_unregister(base_model=model),
+                       lambda: project_delete(project=team.project, confirmation="alpha")):
+            with pytest.raises(ValidationError) as refused:
+                await sync_to_async(delete)()
+            refusals.append(refused.value.message_dict["delete"])
+        channels.emit(redis_client(), answer_id, {"seq": 1, "type": "done", "text": "Hel", "finish_reason": "stop"})
+        return answer_id, refusals, [chunk.decode() async for chunk in chunks]
+
+    answer_id, refusals, rest = async_to_sync(answer_while_deleting)()
+    assert refusals == [[f"\u2068alpha-teammate\u2069's /v1 completion {answer_id} (project token \u2068x\u2069) is "
+                         "being answered by its model; wait for it to finish"],
+                        ["a /v1 completion is being answered; wait for it to finish"]]
+    assert rest[-1] == "data: [DONE]\n\n" and not ApiGeneration.objects.exists()
+    # A whole answer, and a refused one, leave nothing behind either.
+    scripts += [[{"type": "done", "text": "Hi", "finish_reason": "stop"}], [CONTEXT_ERROR]]
+    assert post("/v1/chat/completions", chat(model), headers).status_code == 200
+    assert post("/v1/chat/completions", chat(model, max_tokens=8192), headers).status_code == 400
+    assert not ApiGeneration.objects.exists()
+    basemodel_unregister(base_model=model)
+
+
+def test_a_completion_asked_of_a_model_deleted_as_it_was_asked_for_is_refused(api, team):
+    """The model was looked up before the deletion committed and is gone once its row is locked: the completion is
+    not recorded (nor queued), and says why. (tests/postgres/test_project_delete_postgres.py races the two.)"""
+    from django.core.exceptions import ValidationError
+
+    from webapp.basemodels.services import basemodel_unregister
+    from webapp.chat import selectors, services
+    from webapp.chat.models import ApiGeneration, ProjectToken
+
+    model, _headers = api
+    choice = selectors.model_choice(project=team.project, ref=model.public_id)
+    basemodel_unregister(base_model=model)
+    with pytest.raises(ValidationError) as refused:
+        services.api_generation_start(token=ProjectToken.objects.get(name="x"), model=choice,
+                                      generation_id="chatcmpl-late")
+    assert refused.value.messages == ["the model \u2068Base model: tiny\u2069 was deleted as the completion was being "
+                                      "asked for; choose another model"]
+    assert not ApiGeneration.objects.exists()
