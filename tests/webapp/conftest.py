@@ -8,6 +8,17 @@ from django.test import Client
 from tests.webapp.factories import Team, make_team
 
 
+@pytest.fixture(autouse=True, scope="session")
+def every_view_imported() -> None:
+    """The URLconf, and with it every app's views and services, imported before the first test: a module that
+    imports a name by value (``from webapp.runs.channels import redis_client``) first imported by a page a test
+    asked for while it patched that name kept the test's stand-in for the rest of the session (a FakeRedis
+    without ``pipeline`` met the deletions of tests that ran after it on the same worker)."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns
+
+
 @pytest.fixture
 def team(db) -> Team:
     return make_team()
