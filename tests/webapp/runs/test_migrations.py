@@ -1,0 +1,35 @@
+"""Runs migrations that bring older rows in line with what the services now do."""
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_pipelines_cancelled_by_a_person_before_cancelled_by_existed_name_who():
+    """A pipeline cancelled by a person before ``Pipeline.cancelled_by`` said who only in its message: without the
+    name read back, a resume of its stage's run would take it on again. One its stage's run ended cancelled stays
+    without a name, and follows such a resume."""
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    before = [("runs", "0013_pipeline_export_started_at")]
+    executor.migrate(before)
+    apps = executor.loader.project_state(before).apps
+    try:
+        Project = apps.get_model("projects", "Project")
+        Pipeline = apps.get_model("runs", "Pipeline")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        for public_id, status, message in (
+                ("pl_person", "cancelled", "cancelled by alpha-owner at stage 2 (\u2068dpo\u2069); its run ... stops"),
+                ("pl_system", "cancelled", "cancelled by the system at stage 1 (\u2068sft\u2069)"),
+                ("pl_stage", "cancelled", "stage 1 (sft) cancelled: cancelled by alpha-owner before it started"),
+                ("pl_failed", "failed", "stage 1 (sft) failed: out of memory")):
+            Pipeline.objects.create(public_id=public_id, project=project, name="chain", stages=[], status=status,
+                                    message=message)
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.runs.models import Pipeline as CurrentPipeline
+
+    assert dict(CurrentPipeline.objects.values_list("public_id", "cancelled_by")) == {
+        "pl_person": "alpha-owner", "pl_system": "the system", "pl_stage": "", "pl_failed": ""}
