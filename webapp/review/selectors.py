@@ -297,10 +297,10 @@ AGREEMENT_CACHE_SECONDS = 24 * 3600
 
 def campaign_agreement(*, campaign: Campaign) -> agreement.AgreementReport:
     """The campaign's agreement figures from all its non-skip reviews, cached until a review is added
-    (or the number of reviews per item changes)."""
+    or an answer changed (or the number of reviews per item changes)."""
     state = Review.objects.filter(campaign=campaign).aggregate(count=Count("pk"), last=Max("pk"))
     key = (f"review-agreement:{campaign.public_id}:{campaign.required_reviews}:"
-           f"{state['count']}:{state['last']}")
+           f"{state['count']}:{state['last']}:{campaign.answers_changed}")
     report = cache.get(key)
     if report is None:
         report = _compute_agreement(campaign)

@@ -802,6 +802,7 @@ def review_change(*, item: Item, user: AbstractBaseUser, choice: str) -> Review:
     review.choice, review.label = choice, label
     review.save(update_fields=["choice", "label"])
     _count_reviews(item)
+    Campaign.objects.filter(pk=item.campaign_id).update(answers_changed=F("answers_changed") + 1)
     return review
 
 

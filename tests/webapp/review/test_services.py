@@ -549,6 +549,23 @@ def test_the_agreement_figures_follow_new_reviews(campaign, team, carol):
     assert report.reviews == 2 and report.pairs[0].agreement == 0.0
 
 
+def test_the_agreement_figures_follow_a_changed_answer(campaign, team, carol):
+    """QA: a reviewer who changed an answer ("Your last answer … Change it to") changed the item's status,
+    but the campaign page kept the agreement figures of the answer as first given for a day: the report was
+    cached under the count and the last id of the reviews, which a change leaves as they were."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    assert selectors.campaign_agreement(campaign=campaign).pairs[0].agreement == 0.0
+    services.review_change(item=item, user=carol, choice=choice_for(item, carol, "a"))
+    campaign.refresh_from_db()
+    assert selectors.campaign_agreement(campaign=campaign).pairs[0].agreement == 1.0
+    services.review_change(item=item, user=carol, choice="skip")
+    campaign.refresh_from_db()
+    report = selectors.campaign_agreement(campaign=campaign)
+    assert report.reviews == 1 and report.pairs == ()
+
+
 def review_all(campaign, team, carol):
     """Item 1 both a; item 2 a vs b (conflict, owner says b); item 3 both tie; item 4 both a with
     the teammate's edit of response a."""
