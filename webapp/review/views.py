@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -214,13 +214,25 @@ def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResp
 TYPED_FIELDS = ("edited_first", "edited_second", "comment")
 
 
+def _campaign_gone(request: HttpRequest, project, public_id: str) -> HttpResponse:
+    """Where the reviewing page's requests go once its campaign is gone: an owner can delete it while the
+    page is open, and the 404 page ("a project you are not a member of") would tell its reviewer wrong."""
+    not_recorded = "; your answer was not recorded" if request.method == "POST" else ""
+    messages.error(request, f"There is no review campaign {isolated(public_id)} in this project any more: an owner "
+                            f"deleted it, or the address is mistyped{not_recorded}.")
+    return redirect("review:list", project.slug)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one; an
     answer refused for what was typed (an edit that blanks a response) shows the item again with it."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    try:
+        campaign = selectors.campaign_get(project=project, public_id=public_id)
+    except Http404:
+        return _campaign_gone(request, project, public_id)
     if request.method == "POST":
         form = ReviewForm(request.POST)
         if form.is_valid():
@@ -253,7 +265,10 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
 def review_change(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """POST: the reviewer's answer to an item they answered changed (the reviewing page's "your last answer")."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    try:
+        campaign = selectors.campaign_get(project=project, public_id=public_id)
+    except Http404:
+        return _campaign_gone(request, project, public_id)
     if not request.POST.get("item"):
         messages.error(request, "Say which item's answer to change (the page's form sends it).")
         return redirect("review:next", project.slug, campaign.public_id)

@@ -696,3 +696,28 @@ def test_the_reviewing_page_offers_to_change_the_last_answer(campaign, team, cli
     assert f"Item {item.sequence} changed to both bad." in client.get(url("next", campaign)).content.decode()
     assert client_for(team.viewer).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 403
     assert client_for(team.outsider).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 404
+
+
+def test_a_reviewer_whose_campaign_was_deleted_meanwhile_is_told_so(campaign, team, client_for):
+    """QA: an owner deleted a campaign while a reviewer had an item open; the reviewer's answer (or a
+    reload, or a change of their last answer) met "Not found … it belongs to a project you are not a
+    member of", though they still were one. They now land on the project's campaigns, told that the
+    campaign is gone and that the answer was not recorded; outsiders still get 404."""
+    reviewer = client_for(team.teammate)
+    item = reviewer.get(url("next", campaign)).context["item"]
+    reviewer.post(url("next", campaign), {"item": item.public_id, "choice": "tie"})
+    open_item = reviewer.get(url("next", campaign)).context["item"]
+    services.campaign_delete(campaign=campaign)
+    listed = reverse("review:list", args=[team.project.slug])
+    for name, data, said in (
+            ("next", {"item": open_item.public_id, "choice": "first"}, "your answer was not recorded"),
+            ("change", {"item": item.public_id, "choice": "both_bad"}, "your answer was not recorded")):
+        response = reviewer.post(url(name, campaign), data)
+        assert response.status_code == 302 and response["Location"] == listed
+        page = reviewer.get(listed).content.decode()
+        assert f"There is no review campaign {isolated(campaign.public_id)} in this project any more" in page and said in page
+    response = reviewer.get(url("next", campaign))
+    assert response.status_code == 302 and response["Location"] == listed
+    assert "your answer" not in reviewer.get(listed).content.decode()
+    assert client_for(team.outsider).post(url("next", campaign), {"item": open_item.public_id,
+                                                                 "choice": "first"}).status_code == 404
