@@ -793,3 +793,24 @@ def test_a_reviewer_changes_their_answer_and_the_item_follows(team, carol, campa
     services.conflict_resolve(item=item, label=Label.A, user=team.owner)
     with pytest.raises(ValidationError, match="was resolved by alpha-owner, whose label is final"):
         services.review_change(item=item, user=dave, choice="tie")
+
+
+def test_a_campaign_named_in_a_sentence_reorders_nothing_after_it(team, carol, preference_version):
+    """QA: a right-to-left campaign name in "you are not a reviewer of …; ask a project owner" (the
+    reviewing page's 403), in the refusal to load it again and in a project deletion's list of work in
+    flight was put in bare, so the words after it could be drawn inside it; its neighbours isolate theirs."""
+    from webapp.projects.selectors import project_readers
+
+    name = "סקירה 1"
+    campaign = create_loaded(project=team.project, name=name, guidelines="", required_reviews=1, reviewers=[carol],
+                             source_version=preference_version, user=team.owner)
+    with pytest.raises(PermissionDenied) as refused:
+        services.queue_next_item(campaign=campaign, user=team.teammate)
+    assert str(refused.value) == f"you are not a reviewer of {isolated(name)}; ask a project owner to add you"
+    with pytest.raises(ValidationError) as refused:
+        services.campaign_load_request(campaign=campaign)
+    assert refused.value.messages == [f"campaign {isolated(name)} is ready, not waiting for its items"]
+    answer(campaign.items.get(sequence=1), carol, "a")
+    services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="out"), user=team.owner)
+    assert (f"an export of review campaign {isolated(name)} is being written; wait until it is done"
+            in project_readers(project=team.project))
