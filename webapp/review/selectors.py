@@ -212,9 +212,9 @@ def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> ReviewerTall
 
 
 def last_answer(*, campaign: Campaign, user: AbstractBaseUser) -> Review | None:
-    """``user``'s most recent answer in ``campaign`` (skips included), with its item: the one the reviewing
-    page offers to change."""
-    return (Review.objects.filter(campaign=campaign, reviewer=user).select_related("item")
+    """``user``'s most recent answer in ``campaign`` (skips included), with its item and who resolved it: the
+    one the reviewing page offers to change, unless an owner has resolved its item."""
+    return (Review.objects.filter(campaign=campaign, reviewer=user).select_related("item__resolved_by")
             .order_by("-created_at", "-pk").first())
 
 

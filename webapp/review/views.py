@@ -287,11 +287,14 @@ def _render_review_page(request, project, membership, campaign, item, *,
     """The reviewing page with ``item`` (None: nothing to review). ``refused``, an answer to it refused
     for what was typed, is shown with its reasons (400): the comment and any edits as typed, the edit
     boxes open."""
+    last_answer = selectors.last_answer(campaign=campaign, user=request.user)
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused,
-               "last_answer": selectors.last_answer(campaign=campaign, user=request.user),
-               "answer_choices": Choice.choices}
+               "last_answer": last_answer, "answer_choices": Choice.choices,
+               # An owner's resolution is final (``services.review_change``): the answer is shown, not offered to change.
+               "last_answer_resolver": (services.resolver_name(last_answer.item)
+                                        if last_answer is not None and last_answer.item.resolved_label else None)}
     if item is None and campaign.status == CampaignStatus.READY:
         context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:

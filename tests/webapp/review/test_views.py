@@ -721,3 +721,22 @@ def test_a_reviewer_whose_campaign_was_deleted_meanwhile_is_told_so(campaign, te
     assert "your answer" not in reviewer.get(listed).content.decode()
     assert client_for(team.outsider).post(url("next", campaign), {"item": open_item.public_id,
                                                                  "choice": "first"}).status_code == 404
+
+
+def test_the_last_answer_to_a_resolved_item_is_offered_no_change(campaign, team, carol, client_for):
+    """QA: once an owner resolved the item of a reviewer's last answer, the reviewing page still offered
+    "Change it to …" buttons, every one of them refused ("whose label is final"). It now says the item was
+    resolved, and by whom, and offers none."""
+    client = client_for(team.teammate)
+    item = client.get(url("next", campaign)).context["item"]
+    client.post(url("next", campaign), {"item": item.public_id, "choice": "first"})
+    expire_leases(item)
+    answer(item, carol, "b" if services.shown_first_for(item_public_id=item.public_id,
+                                                        user_id=team.teammate.pk) == "a" else "a")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    services.conflict_resolve(item=item, label="tie", user=team.owner)
+    page = client.get(url("next", campaign)).content.decode()
+    last = page.split('class="card last-answer"')[1].split("</section>")[0]
+    assert f"Your last answer, item {item.sequence}: <b>First better</b>." in last
+    assert "resolved by <bdi>alpha-owner</bdi> as Tie, whose label is final." in last and "<button" not in last
