@@ -740,3 +740,15 @@ def test_the_last_answer_to_a_resolved_item_is_offered_no_change(campaign, team,
     last = page.split('class="card last-answer"')[1].split("</section>")[0]
     assert f"Your last answer, item {item.sequence}: <b>First better</b>." in last
     assert "resolved by <bdi>alpha-owner</bdi> as Tie, whose label is final." in last and "<button" not in last
+
+
+def test_the_campaign_page_counts_skips_beside_the_answers_not_among_them(campaign, team, client_for):
+    """QA: a reviewer who answered one item and skipped another read "You answered 1 item (1 skipped)" on the
+    campaign page, as if the skip were that one answer; the reviewing page says "you answered 1, skipped 1"."""
+    client = client_for(team.teammate)
+    for choice in ("first", "skip"):
+        item = client.get(url("next", campaign)).context["item"]
+        client.post(url("next", campaign), {"item": item.public_id, "choice": choice})
+    page = client.get(url("detail", campaign)).content.decode()
+    assert "<dt>You answered</dt><dd>1 item; skipped 1</dd>" in page
+    assert "you answered 1, skipped 1" in client.get(url("next", campaign)).content.decode()
