@@ -237,9 +237,8 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
         form = ReviewForm(request.POST)
         if form.is_valid():
             item = selectors.item_get(campaign=campaign, public_id=form.cleaned_data["item"])
-            editing = "edited_first" in request.POST or "edited_second" in request.POST
             try:
-                services.review_submit(
+                review = services.review_submit(
                     item=item, user=request.user, choice=form.cleaned_data["choice"],
                     edited_first=form.cleaned_data["edited_first"] if "edited_first" in request.POST else None,
                     edited_second=form.cleaned_data["edited_second"] if "edited_second" in request.POST else None,
@@ -252,7 +251,9 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
             else:
                 # A skip is no answer (it counts toward nothing), so it does not read as one.
                 done = "skipped" if form.cleaned_data["choice"] == Choice.SKIP else "recorded"
-                messages.success(request, f"Item {item.sequence} {'edited and ' if editing else ''}{done}.")
+                # Edit boxes opened and left as they were store no edit, so they do not read as one.
+                edited = review.edited_a is not None or review.edited_b is not None
+                messages.success(request, f"Item {item.sequence} {'edited and ' if edited else ''}{done}.")
         else:
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)

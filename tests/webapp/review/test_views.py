@@ -209,6 +209,22 @@ def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, 
     assert (review.edited_b if shown_first == "a" else review.edited_a) is None, "an unchanged text is no edit"
 
 
+def test_edit_boxes_opened_but_left_as_they_were_read_as_no_edit(campaign, team, client_for):
+    """QA: a reviewer who pressed e, changed nothing and answered was told "Item 1 edited and recorded.",
+    though no edit was stored (an unchanged text is none)."""
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    answered = reviewer.post(url("next", campaign), {
+        "item": page.context["item"].public_id, "choice": "first", "edited_first": page.context["first_text"],
+        "edited_second": page.context["second_text"]}, follow=True).content.decode()
+    assert "Item 1 recorded." in answered and "edited" not in answered.split('class="messages"')[1].split("</ul>")[0]
+    page = reviewer.get(url("next", campaign))
+    answered = reviewer.post(url("next", campaign), {
+        "item": page.context["item"].public_id, "choice": "skip", "edited_first": "Better.",
+        "edited_second": page.context["second_text"]}, follow=True).content.decode()
+    assert "Item 2 edited and skipped." in answered
+
+
 def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, client_for):
     """QA: an edit that left a response empty or only whitespace was accepted and stored. It is refused on
     the item's page, shown again with what was typed and the reason under the box it concerns; nothing is
