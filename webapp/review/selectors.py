@@ -93,7 +93,7 @@ def campaign_readers(*, campaign: Campaign) -> list[str]:
     elif campaign.status == CampaignStatus.GENERATING:
         readers.append("its answers are being generated; wait until it is ready")
     for export in campaign.exports.filter(status=ExportStatus.WRITING).order_by("created_at"):
-        readers.append(f"its export to {export.dataset_name} is being written; wait until it is done")
+        readers.append(f"its export to {isolated(export.dataset_name)} is being written; wait until it is done")
     return readers
 
 
