@@ -28,12 +28,14 @@
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.key === "e") {
+    // Caps Lock sends "T" for t: the letters answer in either case.
+    const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;
+    if (key === "e") {
       event.preventDefault();
       startEditing();
       return;
     }
-    const button = form.querySelector('button[type=submit][data-key="' + CSS.escape(event.key) + '"]');
+    const button = form.querySelector('button[type=submit][data-key="' + CSS.escape(key) + '"]');
     if (button) {
       event.preventDefault();
       button.click();

@@ -232,3 +232,31 @@ def test_reloading_the_page_that_asks_to_change_a_resolution_sends_nothing(brows
         assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
     finally:
         context.close()
+
+
+def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_worker):
+    """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
+    key "t" and was sent "T"); the letters now answer in either case."""
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:2], user=team.owner)
+    from webapp.review import services as review_services
+
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    loaded(campaign, default_worker)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = log_in(context, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        with page.expect_navigation():
+            page.keyboard.press("T")
+        assert page.locator(".messages").inner_text() == "Item 1 recorded."
+        page.keyboard.press("E")
+        assert page.locator("textarea[name=edited_first]").evaluate("element => element === document.activeElement")
+        page.keyboard.press("Escape")
+        with page.expect_navigation():
+            page.keyboard.press("S")
+        assert [review.choice for review in Review.objects.filter(item__campaign=campaign).order_by("item__sequence")
+                ] == ["tie", "skip"]
+    finally:
+        context.close()

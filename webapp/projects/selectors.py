@@ -104,7 +104,7 @@ def project_readers(*, project: Project) -> list[str]:
                        "until it is ready")
     for export in Export.objects.filter(campaign__project=project, status=ExportStatus.WRITING).select_related(
             "campaign"):
-        readers.append(f"an export of review campaign {export.campaign.name} is being written; wait until it is done")
+        readers.append(f"an export of review campaign {isolated(export.campaign.name)} is being written; wait until it is done")
     if ServingCopy.objects.filter(project=project, status=ServingCopyStatus.WRITING).exists():
         readers.append("a serving copy is being written; wait until it is ready")
     # A run's first copy, written by a serve worker when it succeeded, has no row.

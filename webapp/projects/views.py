@@ -172,7 +172,8 @@ def member_remove(request: HttpRequest, slug: str) -> HttpResponse:
         services.membership_remove(membership=target)
     except ValidationError as error:
         return _members_change_refused(request, project, error.message_dict)
-    messages.success(request, f"{isolated(target.user.get_username())} removed from {isolated(project.name)}.")
     if target.user_id == request.user.id:
+        messages.success(request, f"You left {isolated(project.name)}.")
         return redirect("projects:list")
+    messages.success(request, f"{isolated(target.user.get_username())} removed from {isolated(project.name)}.")
     return redirect("projects:members", project.slug)

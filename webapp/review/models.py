@@ -75,6 +75,9 @@ class Campaign(models.Model):
     # runs (the worker's connection dropped) starts over and the earlier delivery stops, so that it can
     # neither delete the later one's items nor mark the campaign ready without them.
     load_claim = models.PositiveIntegerField(default=0)
+    # Counts the answers changed after they were given (``services.review_change``): a change adds no review,
+    # so the agreement report's cache key (``selectors.campaign_agreement``) carries this count too.
+    answers_changed = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

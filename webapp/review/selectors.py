@@ -93,7 +93,7 @@ def campaign_readers(*, campaign: Campaign) -> list[str]:
     elif campaign.status == CampaignStatus.GENERATING:
         readers.append("its answers are being generated; wait until it is ready")
     for export in campaign.exports.filter(status=ExportStatus.WRITING).order_by("created_at"):
-        readers.append(f"its export to {export.dataset_name} is being written; wait until it is done")
+        readers.append(f"its export to {isolated(export.dataset_name)} is being written; wait until it is done")
     return readers
 
 
@@ -212,9 +212,9 @@ def reviewer_done(*, campaign: Campaign, user: AbstractBaseUser) -> ReviewerTall
 
 
 def last_answer(*, campaign: Campaign, user: AbstractBaseUser) -> Review | None:
-    """``user``'s most recent answer in ``campaign`` (skips included), with its item: the one the reviewing
-    page offers to change."""
-    return (Review.objects.filter(campaign=campaign, reviewer=user).select_related("item")
+    """``user``'s most recent answer in ``campaign`` (skips included), with its item and who resolved it: the
+    one the reviewing page offers to change, unless an owner has resolved its item."""
+    return (Review.objects.filter(campaign=campaign, reviewer=user).select_related("item__resolved_by")
             .order_by("-created_at", "-pk").first())
 
 
@@ -297,10 +297,10 @@ AGREEMENT_CACHE_SECONDS = 24 * 3600
 
 def campaign_agreement(*, campaign: Campaign) -> agreement.AgreementReport:
     """The campaign's agreement figures from all its non-skip reviews, cached until a review is added
-    (or the number of reviews per item changes)."""
+    or an answer changed (or the number of reviews per item changes)."""
     state = Review.objects.filter(campaign=campaign).aggregate(count=Count("pk"), last=Max("pk"))
     key = (f"review-agreement:{campaign.public_id}:{campaign.required_reviews}:"
-           f"{state['count']}:{state['last']}")
+           f"{state['count']}:{state['last']}:{campaign.answers_changed}")
     report = cache.get(key)
     if report is None:
         report = _compute_agreement(campaign)

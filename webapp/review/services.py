@@ -39,6 +39,7 @@ from jaxengine.data import formats
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.chat.services import model_lock
+from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text, storable_model_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -237,14 +238,14 @@ def campaign_load_request(*, campaign: Campaign) -> None:
         Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now())
         transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue=GENERATE_QUEUE))
     else:
-        raise ValidationError({"status": f"campaign {campaign.name} is {campaign.status}, not waiting for its items"})
+        raise ValidationError({"status": f"campaign {isolated(campaign.name)} is {campaign.status}, not waiting for its items"})
 
 
 def campaign_load_again(*, campaign: Campaign) -> None:
     """``campaign_load_request`` asked from the campaign page (its message was lost: Redis was down, or
     the worker stopped). Refused while Redis holds the generation's message."""
     if campaign.status == CampaignStatus.GENERATING and generation_queued(campaign=campaign):
-        raise ValidationError({"status": f"the generation of {campaign.name} is queued or under way; its items "
+        raise ValidationError({"status": f"the generation of {isolated(campaign.name)} is queued or under way; its items "
                                          "appear when it is done"})
     campaign_load_request(campaign=campaign)
 
@@ -650,7 +651,7 @@ def campaign_delete(*, campaign: Campaign) -> None:
 def _reviewer_row(campaign: Campaign, user: AbstractBaseUser) -> CampaignReviewer:
     row = CampaignReviewer.objects.filter(campaign=campaign, user=user).first()
     if row is None:
-        raise PermissionDenied(f"you are not a reviewer of {campaign.name}; ask a project owner to add you")
+        raise PermissionDenied(f"you are not a reviewer of {isolated(campaign.name)}; ask a project owner to add you")
     return row
 
 
@@ -808,6 +809,7 @@ def review_change(*, item: Item, user: AbstractBaseUser, choice: str) -> Review:
     review.choice, review.label = choice, label
     review.save(update_fields=["choice", "label"])
     _count_reviews(item)
+    Campaign.objects.filter(pk=item.campaign_id).update(answers_changed=F("answers_changed") + 1)
     return review
 
 

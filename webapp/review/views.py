@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -214,20 +214,31 @@ def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResp
 TYPED_FIELDS = ("edited_first", "edited_second", "comment")
 
 
+def _campaign_gone(request: HttpRequest, project, public_id: str) -> HttpResponse:
+    """Where the reviewing page's requests go once its campaign is gone: an owner can delete it while the
+    page is open, and the 404 page ("a project you are not a member of") would tell its reviewer wrong."""
+    not_recorded = "; your answer was not recorded" if request.method == "POST" else ""
+    messages.error(request, f"There is no review campaign {isolated(public_id)} in this project any more: an owner "
+                            f"deleted it, or the address is mistyped{not_recorded}.")
+    return redirect("review:list", project.slug)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """GET: the next item of the reviewer's queue. POST: their answer to an item, then the next one; an
     answer refused for what was typed (an edit that blanks a response) shows the item again with it."""
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    try:
+        campaign = selectors.campaign_get(project=project, public_id=public_id)
+    except Http404:
+        return _campaign_gone(request, project, public_id)
     if request.method == "POST":
         form = ReviewForm(request.POST)
         if form.is_valid():
             item = selectors.item_get(campaign=campaign, public_id=form.cleaned_data["item"])
-            editing = "edited_first" in request.POST or "edited_second" in request.POST
             try:
-                services.review_submit(
+                review = services.review_submit(
                     item=item, user=request.user, choice=form.cleaned_data["choice"],
                     edited_first=form.cleaned_data["edited_first"] if "edited_first" in request.POST else None,
                     edited_second=form.cleaned_data["edited_second"] if "edited_second" in request.POST else None,
@@ -240,7 +251,9 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
             else:
                 # A skip is no answer (it counts toward nothing), so it does not read as one.
                 done = "skipped" if form.cleaned_data["choice"] == Choice.SKIP else "recorded"
-                messages.success(request, f"Item {item.sequence} {'edited and ' if editing else ''}{done}.")
+                # Edit boxes opened and left as they were store no edit, so they do not read as one.
+                edited = review.edited_a is not None or review.edited_b is not None
+                messages.success(request, f"Item {item.sequence} {'edited and ' if edited else ''}{done}.")
         else:
             messages.error(request, "That answer was incomplete; answer the item again.")
         return redirect("review:next", project.slug, campaign.public_id)
@@ -253,7 +266,10 @@ def review_next(request: HttpRequest, slug: str, public_id: str) -> HttpResponse
 def review_change(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     """POST: the reviewer's answer to an item they answered changed (the reviewing page's "your last answer")."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
-    campaign = selectors.campaign_get(project=project, public_id=public_id)
+    try:
+        campaign = selectors.campaign_get(project=project, public_id=public_id)
+    except Http404:
+        return _campaign_gone(request, project, public_id)
     if not request.POST.get("item"):
         messages.error(request, "Say which item's answer to change (the page's form sends it).")
         return redirect("review:next", project.slug, campaign.public_id)
@@ -272,11 +288,14 @@ def _render_review_page(request, project, membership, campaign, item, *,
     """The reviewing page with ``item`` (None: nothing to review). ``refused``, an answer to it refused
     for what was typed, is shown with its reasons (400): the comment and any edits as typed, the edit
     boxes open."""
+    last_answer = selectors.last_answer(campaign=campaign, user=request.user)
     context = {"project": project, "membership": membership, "campaign": campaign, "item": item,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused,
-               "last_answer": selectors.last_answer(campaign=campaign, user=request.user),
-               "answer_choices": Choice.choices}
+               "last_answer": last_answer, "answer_choices": Choice.choices,
+               # An owner's resolution is final (``services.review_change``): the answer is shown, not offered to change.
+               "last_answer_resolver": (services.resolver_name(last_answer.item)
+                                        if last_answer is not None and last_answer.item.resolved_label else None)}
     if item is None and campaign.status == CampaignStatus.READY:
         context["held"] = selectors.items_held_by_others(campaign=campaign, user=request.user)
     if item is not None:

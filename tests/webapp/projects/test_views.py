@@ -273,6 +273,8 @@ class TestMembers:
         assert Membership.objects.filter(project=team.project, user=team.teammate).exists()
         response = viewer.post(self.url + "remove/", {"username": "alpha-viewer"})
         assert response.status_code == 302 and response["Location"] == "/"
+        # QA: it read "alpha-viewer removed from …", as if someone else had removed them.
+        assert f"You left {isolated(team.project.name)}." in viewer.get("/").content.decode()
         assert not Membership.objects.filter(project=team.project, user=team.viewer).exists()
         assert viewer.get("/p/alpha/").status_code == 404
         # The last owner is refused (the project would have no one to manage it), with the reason.

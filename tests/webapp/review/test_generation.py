@@ -303,7 +303,7 @@ def test_queue_the_generation_again_is_offered_once_redis_no_longer_holds_its_me
         page = owner.get(detail).content.decode()
         assert "campaign-generating" in page and "Queue the generation again" not in page
         page = owner.post(again, follow=True).content.decode()
-        assert "the generation of falcon vs heron is queued or under way" in page and len(sent_tasks) == 1
+        assert f"the generation of {isolated('falcon vs heron')} is queued or under way" in page and len(sent_tasks) == 1
 
         broker.delete("serve")  # the worker stopped, the message with it
         answers_stop(campaign)

@@ -549,6 +549,23 @@ def test_the_agreement_figures_follow_new_reviews(campaign, team, carol):
     assert report.reviews == 2 and report.pairs[0].agreement == 0.0
 
 
+def test_the_agreement_figures_follow_a_changed_answer(campaign, team, carol):
+    """QA: a reviewer who changed an answer ("Your last answer … Change it to") changed the item's status,
+    but the campaign page kept the agreement figures of the answer as first given for a day: the report was
+    cached under the count and the last id of the reviews, which a change leaves as they were."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    assert selectors.campaign_agreement(campaign=campaign).pairs[0].agreement == 0.0
+    services.review_change(item=item, user=carol, choice=choice_for(item, carol, "a"))
+    campaign.refresh_from_db()
+    assert selectors.campaign_agreement(campaign=campaign).pairs[0].agreement == 1.0
+    services.review_change(item=item, user=carol, choice="skip")
+    campaign.refresh_from_db()
+    report = selectors.campaign_agreement(campaign=campaign)
+    assert report.reviews == 1 and report.pairs == ()
+
+
 def review_all(campaign, team, carol):
     """Item 1 both a; item 2 a vs b (conflict, owner says b); item 3 both tie; item 4 both a with
     the teammate's edit of response a."""
@@ -776,3 +793,24 @@ def test_a_reviewer_changes_their_answer_and_the_item_follows(team, carol, campa
     services.conflict_resolve(item=item, label=Label.A, user=team.owner)
     with pytest.raises(ValidationError, match="was resolved by alpha-owner, whose label is final"):
         services.review_change(item=item, user=dave, choice="tie")
+
+
+def test_a_campaign_named_in_a_sentence_reorders_nothing_after_it(team, carol, preference_version):
+    """QA: a right-to-left campaign name in "you are not a reviewer of …; ask a project owner" (the
+    reviewing page's 403), in the refusal to load it again and in a project deletion's list of work in
+    flight was put in bare, so the words after it could be drawn inside it; its neighbours isolate theirs."""
+    from webapp.projects.selectors import project_readers
+
+    name = "סקירה 1"
+    campaign = create_loaded(project=team.project, name=name, guidelines="", required_reviews=1, reviewers=[carol],
+                             source_version=preference_version, user=team.owner)
+    with pytest.raises(PermissionDenied) as refused:
+        services.queue_next_item(campaign=campaign, user=team.teammate)
+    assert str(refused.value) == f"you are not a reviewer of {isolated(name)}; ask a project owner to add you"
+    with pytest.raises(ValidationError) as refused:
+        services.campaign_load_request(campaign=campaign)
+    assert refused.value.messages == [f"campaign {isolated(name)} is ready, not waiting for its items"]
+    answer(campaign.items.get(sequence=1), carol, "a")
+    services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="out"), user=team.owner)
+    assert (f"an export of review campaign {isolated(name)} is being written; wait until it is done"
+            in project_readers(project=team.project))

@@ -209,6 +209,22 @@ def test_an_edit_through_the_form_is_stored_beside_the_original(campaign, team, 
     assert (review.edited_b if shown_first == "a" else review.edited_a) is None, "an unchanged text is no edit"
 
 
+def test_edit_boxes_opened_but_left_as_they_were_read_as_no_edit(campaign, team, client_for):
+    """QA: a reviewer who pressed e, changed nothing and answered was told "Item 1 edited and recorded.",
+    though no edit was stored (an unchanged text is none)."""
+    reviewer = client_for(team.teammate)
+    page = reviewer.get(url("next", campaign))
+    answered = reviewer.post(url("next", campaign), {
+        "item": page.context["item"].public_id, "choice": "first", "edited_first": page.context["first_text"],
+        "edited_second": page.context["second_text"]}, follow=True).content.decode()
+    assert "Item 1 recorded." in answered and "edited" not in answered.split('class="messages"')[1].split("</ul>")[0]
+    page = reviewer.get(url("next", campaign))
+    answered = reviewer.post(url("next", campaign), {
+        "item": page.context["item"].public_id, "choice": "skip", "edited_first": "Better.",
+        "edited_second": page.context["second_text"]}, follow=True).content.decode()
+    assert "Item 2 edited and skipped." in answered
+
+
 def test_it_rejects_an_edit_that_blanks_a_response(campaign, team, client_for):
     """QA: an edit that left a response empty or only whitespace was accepted and stored. It is refused on
     the item's page, shown again with what was typed and the reason under the box it concerns; nothing is
@@ -696,3 +712,59 @@ def test_the_reviewing_page_offers_to_change_the_last_answer(campaign, team, cli
     assert f"Item {item.sequence} changed to both bad." in client.get(url("next", campaign)).content.decode()
     assert client_for(team.viewer).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 403
     assert client_for(team.outsider).post(url("change", campaign), {"item": item_id, "choice": "tie"}).status_code == 404
+
+
+def test_a_reviewer_whose_campaign_was_deleted_meanwhile_is_told_so(campaign, team, client_for):
+    """QA: an owner deleted a campaign while a reviewer had an item open; the reviewer's answer (or a
+    reload, or a change of their last answer) met "Not found … it belongs to a project you are not a
+    member of", though they still were one. They now land on the project's campaigns, told that the
+    campaign is gone and that the answer was not recorded; outsiders still get 404."""
+    reviewer = client_for(team.teammate)
+    item = reviewer.get(url("next", campaign)).context["item"]
+    reviewer.post(url("next", campaign), {"item": item.public_id, "choice": "tie"})
+    open_item = reviewer.get(url("next", campaign)).context["item"]
+    services.campaign_delete(campaign=campaign)
+    listed = reverse("review:list", args=[team.project.slug])
+    for name, data, said in (
+            ("next", {"item": open_item.public_id, "choice": "first"}, "your answer was not recorded"),
+            ("change", {"item": item.public_id, "choice": "both_bad"}, "your answer was not recorded")):
+        response = reviewer.post(url(name, campaign), data)
+        assert response.status_code == 302 and response["Location"] == listed
+        page = reviewer.get(listed).content.decode()
+        assert f"There is no review campaign {isolated(campaign.public_id)} in this project any more" in page and said in page
+    response = reviewer.get(url("next", campaign))
+    assert response.status_code == 302 and response["Location"] == listed
+    assert "your answer" not in reviewer.get(listed).content.decode()
+    assert client_for(team.outsider).post(url("next", campaign), {"item": open_item.public_id,
+                                                                 "choice": "first"}).status_code == 404
+
+
+def test_the_last_answer_to_a_resolved_item_is_offered_no_change(campaign, team, carol, client_for):
+    """QA: once an owner resolved the item of a reviewer's last answer, the reviewing page still offered
+    "Change it to …" buttons, every one of them refused ("whose label is final"). It now says the item was
+    resolved, and by whom, and offers none."""
+    client = client_for(team.teammate)
+    item = client.get(url("next", campaign)).context["item"]
+    client.post(url("next", campaign), {"item": item.public_id, "choice": "first"})
+    expire_leases(item)
+    answer(item, carol, "b" if services.shown_first_for(item_public_id=item.public_id,
+                                                        user_id=team.teammate.pk) == "a" else "a")
+    item.refresh_from_db()
+    assert item.status == ItemStatus.CONFLICT
+    services.conflict_resolve(item=item, label="tie", user=team.owner)
+    page = client.get(url("next", campaign)).content.decode()
+    last = page.split('class="card last-answer"')[1].split("</section>")[0]
+    assert f"Your last answer, item {item.sequence}: <b>First better</b>." in last
+    assert "resolved by <bdi>alpha-owner</bdi> as Tie, whose label is final." in last and "<button" not in last
+
+
+def test_the_campaign_page_counts_skips_beside_the_answers_not_among_them(campaign, team, client_for):
+    """QA: a reviewer who answered one item and skipped another read "You answered 1 item (1 skipped)" on the
+    campaign page, as if the skip were that one answer; the reviewing page says "you answered 1, skipped 1"."""
+    client = client_for(team.teammate)
+    for choice in ("first", "skip"):
+        item = client.get(url("next", campaign)).context["item"]
+        client.post(url("next", campaign), {"item": item.public_id, "choice": choice})
+    page = client.get(url("detail", campaign)).content.decode()
+    assert "<dt>You answered</dt><dd>1 item; skipped 1</dd>" in page
+    assert "you answered 1, skipped 1" in client.get(url("next", campaign)).content.decode()
