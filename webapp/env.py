@@ -5,6 +5,7 @@ Every setting has an embedded default so that Temper runs with no variable set
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -54,3 +55,15 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated IP addresses or networks (``127.0.0.1, 10.0.0.0/8``); none when unset or empty."""
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"environment variable {name}: {item!r} is not an IP address or network (such as "
+                             "10.0.0.5 or 10.0.0.0/8); separate several with commas") from None
+    return tuple(networks)

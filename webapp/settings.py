@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from webapp.env import env_bool, env_choice, env_int, env_list, env_path, env_str
+from webapp.env import env_bool, env_choice, env_int, env_list, env_networks, env_path, env_str
 from webapp.secret import secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -149,6 +149,9 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 TEMPER_MAX_UPLOAD_BYTES = env_int("TEMPER_MAX_UPLOAD_BYTES", 2 * 1024**3)
 TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
+# Addresses that may read /metrics without the token; none by default, not even 127.0.0.1: behind a reverse
+# proxy on the same host every request comes from there.
+TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
 # A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.
 TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from webapp.accounts.throttle import ThrottledAdminAuthenticationForm
 from webapp.core import views as core_views
@@ -10,6 +11,9 @@ admin.site.login_form = ThrottledAdminAuthenticationForm  # see webapp.accounts.
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    # The admin site's own password change form is not throttled: its page leads to ours, which is.
+    path("admin/password_change/", RedirectView.as_view(pattern_name="accounts:password_change"),
+         name="admin_password_change"),
     path("admin/", admin.site.urls),
     path("accounts/", include("webapp.accounts.urls")),
     path("", include("webapp.projects.urls")),

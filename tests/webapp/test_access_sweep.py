@@ -324,11 +324,12 @@ ROUTES: dict[str, Route] = {
 
 EXEMPT: dict[str, str] = {
     "healthz": "liveness probe: no data, no login by design",
-    "metrics": "Prometheus text: its own check (local address or TEMPER_METRICS_TOKEN), tested in core/test_metrics.py",
+    "metrics": "Prometheus text: its own check (TEMPER_METRICS_TOKEN or an address in TEMPER_METRICS_ALLOW), tested in core/test_metrics.py",
     "accounts:login": "the login page itself",
     "accounts:logout": "ends the caller's own session",
     "accounts:password_change": "the caller's own password (login required, accounts/test_views.py)",
     "accounts:password_change_done": "a static confirmation for the caller",
+    "admin_password_change": "a redirect to accounts:password_change, the throttled form (accounts/test_views.py)",
     "projects:list": "lists only the caller's own projects",
     "projects:create": "anyone signed in may create a project",
     "workers:list": "workers are shared infrastructure, shown to every signed-in user (workers/test_workers.py)",

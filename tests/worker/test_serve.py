@@ -349,6 +349,23 @@ def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(
     assert not (tmp_path / "serving-copies").exists() or not any((tmp_path / "serving-copies").rglob("quantization.json"))
 
 
+def test_a_deletion_wakes_the_watching_thread_at_once(client, model_dir):
+    """The watching thread read the deleted models every DELETED_POLL_SECONDS only: a deleted model's weights
+    stayed up to 5 s. It now listens on the deletions' channel too, so models_deleted reaches it at once (the
+    poll remains for what a lost connection missed)."""
+    serve.server_for(f"run_soon_gone@{model_dir}", str(model_dir))
+    assert serve._watcher is not None and serve._watcher.is_alive()
+    for _attempt in range(1000):  # the thread subscribes once it runs
+        if client.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1]:
+            break
+        time.sleep(0.01)
+    assert client.pubsub_numsub(channels.DELETED_MODELS_CHANNEL)[0][1] == 1
+    assert channels.models_deleted(client, ["run_soon_gone"]) == 1  # serve workers told at once
+    while any(serve.model_ref(key) == "run_soon_gone" for key in serve._cache.keys):
+        time.sleep(0.01)
+    assert f"run_soon_gone@{model_dir}" not in serve._servers
+
+
 def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_saying_so(client, model_dir,
                                                                                        monkeypatch):
     """A run deleted (or a base model unregistered, or their project) while a serve worker had its model loaded:

@@ -6,14 +6,20 @@ last failure. Keyed by account *and* address so that a stranger cannot lock a pe
 behind a reverse proxy every client has the proxy's address, and the limit is then per account.
 
 The counts live in Django's cache: the web server's own memory with the default settings (one uvicorn
-process), so a restart forgives them. Both login forms (``/accounts/login/`` and the admin site's) use it."""
+process), so a restart forgives them. Both login forms (``/accounts/login/`` and the admin site's) use it.
+
+Changing a password checks the current one, so a stolen session (a browser left signed in) could guess it
+there instead, then change it and keep the account. ``ThrottledPasswordChangeForm`` counts wrong current
+passwords the same way, keyed by the account alone: whoever asks is already signed in as it, so no stranger
+can lock it, and a guesser holding the session gains nothing from changing address. The admin site's
+password change page leads to the same form (``webapp/urls.py``)."""
 from __future__ import annotations
 
 import hashlib
 
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.core.cache import cache
 
 MAX_FAILURES = 10
@@ -24,6 +30,10 @@ def _key(username: str, address: str) -> str:
     # Hashed: a username is text a person typed, of any length and characters, and cache keys are not.
     digest = hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
     return f"temper:login-failures:{digest}"
+
+
+def _password_change_key(user_pk: int) -> str:
+    return f"temper:password-change-failures:{user_pk}"
 
 
 class ThrottledLogin:
@@ -53,3 +63,21 @@ class ThrottledAuthenticationForm(ThrottledLogin, AuthenticationForm):
 
 class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
     pass
+
+
+class ThrottledPasswordChangeForm(PasswordChangeForm):
+    """Django's password change form, refusing an account's change after too many wrong current passwords."""
+
+    def clean_old_password(self):
+        key = _password_change_key(self.user.pk)
+        if cache.get(key, 0) >= MAX_FAILURES:
+            raise forms.ValidationError(
+                f"Too many wrong current passwords for this account: wait {WINDOW_SECONDS // 60} minutes and try "
+                "again, or ask an administrator to set a new password.", code="throttled")
+        try:
+            old_password = super().clean_old_password()
+        except forms.ValidationError:
+            cache.set(key, cache.get(key, 0) + 1, WINDOW_SECONDS)
+            raise
+        cache.delete(key)
+        return old_password

@@ -4,7 +4,7 @@ site); there is no self-service sign-up."""
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from webapp.accounts.throttle import ThrottledAuthenticationForm
+from webapp.accounts.throttle import ThrottledAuthenticationForm, ThrottledPasswordChangeForm
 
 app_name = "accounts"
 
@@ -20,6 +20,7 @@ urlpatterns = [
         "password/",
         auth_views.PasswordChangeView.as_view(
             template_name="accounts/password_change.html",
+            form_class=ThrottledPasswordChangeForm,
             success_url=reverse_lazy("accounts:password_change_done"),
         ),
         name="password_change",

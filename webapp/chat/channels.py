@@ -21,8 +21,10 @@ set by the web process (``request_stop``), asks the worker to end the generation
 already sent (it is read between decode calls). Jax-free: the web imports it.
 
 Models deleted (a run, a base model unregistered, a project) are named in the set ``DELETED_MODELS_KEY``
-(``models_deleted``, on the deletion's commit); every serve worker reads it every few seconds and drops
-the weights and batching servers of the models named (``worker.tasks.serve.drop_deleted_models``).
+(``models_deleted``, on the deletion's commit) and announced on ``DELETED_MODELS_CHANNEL``; every serve
+worker reads the set when the announcement wakes it, and every few seconds in case it missed one (its
+connection lost), and drops the weights and batching servers of the models named
+(``worker.tasks.serve.drop_deleted_models``).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ EVENTS_TTL_SECONDS = 3600
 STOP_TTL_SECONDS = 3600
 TERMINAL_TYPES = ("done", "error")
 DELETED_MODELS_KEY = "serve:deleted-models"
+DELETED_MODELS_CHANNEL = "serve:deleted-models:announced"
 # Kept a day after the last deletion: a serve worker reads it every few seconds, and one that was down
 # meanwhile starts with no model loaded.
 DELETED_MODELS_TTL_SECONDS = 86400
@@ -74,14 +77,16 @@ def stored_events(client, generation_id: str) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in client.lrange(events_key(generation_id), 0, -1)]
 
 
-def models_deleted(client, refs: list[str]) -> None:
-    """Name models deleted (``bm_…``, ``run_…``: a run's checkpoints go with it) for the serve workers."""
+def models_deleted(client, refs: list[str]) -> int:
+    """Name models deleted (``bm_…``, ``run_…``: a run's checkpoints go with it) for the serve workers; returns
+    how many were listening, and so told at once (the others find the names at their next poll)."""
     if not refs:
-        return
+        return 0
     pipe = client.pipeline(transaction=False)
     pipe.sadd(DELETED_MODELS_KEY, *refs)
     pipe.expire(DELETED_MODELS_KEY, DELETED_MODELS_TTL_SECONDS)
-    pipe.execute()
+    pipe.publish(DELETED_MODELS_CHANNEL, json.dumps(refs))  # after the set: a worker woken finds them there
+    return pipe.execute()[-1]
 
 
 def deleted_models(client) -> set[str]:

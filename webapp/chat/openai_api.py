@@ -21,6 +21,7 @@ committed first makes the completion a 404 ("was deleted as the completion was b
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import secrets
@@ -80,7 +81,7 @@ class _Body(BaseModel):
     temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
     top_p: Number = Field(default=1.0, gt=0.0, le=1.0)
     top_k: StrictInt = Field(default=0, ge=0, le=MAX_STORED_INT)  # not OpenAI's, as vLLM takes it; an int32
-    seed: StrictInt | None = Field(default=None, ge=0, lt=2**32)
+    seed: StrictInt | None = Field(default=None, ge=-2**63, lt=2**63)  # OpenAI's: a signed 64-bit integer
     stream: StrictBool = False
     stream_options: _StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1, le=1)
@@ -324,10 +325,20 @@ def model(request: HttpRequest, model_id: str) -> HttpResponse:
     return JsonResponse(_model_json(choice, token))
 
 
+def engine_seed(seed: int) -> int:
+    """The engine's 32-bit seed for an API ``seed`` of 64 bits: a seed in [0, 2**32) as it is, any other folded
+    by a hash, so the same seed always draws the same and 2**32 does not draw as 0 (as wrapping would)."""
+    if 0 <= seed < 2**32:
+        return seed
+    digest = hashlib.blake2b(seed.to_bytes(8, "big", signed=True), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
 def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=None) -> dict[str, Any]:
     request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
                "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-               "seed": body.seed if body.seed is not None else secrets.randbelow(2**31), "stop": body.stop_strings}
+               "seed": engine_seed(body.seed) if body.seed is not None else secrets.randbelow(2**31),
+               "stop": body.stop_strings}
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]

@@ -98,7 +98,7 @@ def model_prepare(*, model: ModelChoice) -> None:
 
 def models_deleted(*, refs: list[str]) -> None:
     """Once the deletion of the models ``refs`` (a run: its checkpoints too; a base model) commits, name them
-    for the serve workers (``channels.models_deleted``), which drop their weights within seconds instead of
+    for the serve workers (``channels.models_deleted``), which drop their weights at once instead of
     keeping them until evicted. Without Redis it is only logged: the weights then stay until evicted, though
     nothing can ask for those models any more."""
     def send() -> None:

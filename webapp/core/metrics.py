@@ -10,14 +10,15 @@
 - ``temper_workers``: workers by heartbeat state, ``temper_workers_alive``.
 
 The gauges are computed when scraped, so they are true for every web process.
-Readable without login only from the same host, or with
-``Authorization: Bearer $TEMPER_METRICS_TOKEN``; everyone else gets 403. Behind a
-reverse proxy on the same host every request looks local: set the token and
-block ``/metrics`` at the proxy.
+Readable without login only with ``Authorization: Bearer $TEMPER_METRICS_TOKEN`` or
+from an address in ``TEMPER_METRICS_ALLOW``; everyone else gets 403. No address is
+trusted unless listed, not even the same host's: behind a reverse proxy on it every
+request comes from 127.0.0.1.
 """
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Iterator
@@ -39,7 +40,6 @@ from webapp.workers.selectors import worker_list
 
 logger = logging.getLogger(__name__)
 
-LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::1"})
 REDIS_TIMEOUT_SECONDS = 1.0
 
 REGISTRY = CollectorRegistry()
@@ -152,18 +152,26 @@ REGISTRY.register(StateCollector())
 
 
 def metrics_allowed(request: HttpRequest) -> bool:
-    """Local requests, and requests bearing the configured token, may read metrics."""
+    """Requests bearing the configured token, and requests from an address in ``TEMPER_METRICS_ALLOW``,
+    may read metrics."""
     token = settings.TEMPER_METRICS_TOKEN
     header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer ") and hmac.compare_digest(header[len("Bearer "):], token):
+    # Compared as bytes: compare_digest raises on a str with characters outside ASCII, which a header may hold.
+    if token and header.startswith("Bearer ") and hmac.compare_digest(header[len("Bearer "):].encode(), token.encode()):
         return True
-    return request.META.get("REMOTE_ADDR") in LOCAL_ADDRESSES
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
+    except ValueError:
+        return False
+    return any(address in network for network in settings.TEMPER_METRICS_ALLOW)
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     if not metrics_allowed(request):
         return HttpResponse(
-            "metrics are readable from this host, or with 'Authorization: Bearer <TEMPER_METRICS_TOKEN>'\n",
+            "metrics are readable with 'Authorization: Bearer <TEMPER_METRICS_TOKEN>', or from an address listed in "
+            f"TEMPER_METRICS_ALLOW (this request came from {request.META.get('REMOTE_ADDR') or 'no address'}); "
+            "set either where Temper runs\n",
             status=403,
             content_type="text/plain",
         )

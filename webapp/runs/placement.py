@@ -132,6 +132,7 @@ def _fail_placement(run: Run, message: str, now: datetime) -> None:
     run.finished_at = now
     run.save(update_fields=["status", "error_message", "waiting_reason", "finished_at"])
     services.log_line(run, run.error_message, level=LogLevel.ERROR)
+    services.publish_status(run)
     transaction.on_commit(lambda: services._advance_pipeline(run))
 
 
@@ -257,6 +258,7 @@ def _replace_unstarted(run: Run, now: datetime) -> bool:
     run.waiting_reason = message
     run.save(update_fields=["status", "attempt", "placement", "worker_name", "waiting_reason"])
     services.log_line(run, message, level=LogLevel.WARNING)
+    services.publish_status(run)
     logger.warning("run %s: %s", run.public_id, message)
     run_place(run=run, now=now)
     return True

@@ -65,6 +65,7 @@ from webapp.runs.selectors import MAX_POINTS, last_point_id, last_value, series_
 from webapp.runs.models import (
     Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunLogLine, RunStatus, Sample,
 )
+from webapp.runs.services import publish_status
 
 logger = logging.getLogger(__name__)
 
@@ -696,9 +697,3 @@ def publish_event(public_id: str, event: dict[str, Any]) -> None:
     except redis.RedisError as error:
         logger.warning("run %s: %s event not published: %s", public_id, event.get("type"), error)
 
-
-def publish_status(run: Run) -> None:
-    """Tell the run's open pages its status once the transaction commits: each loads itself again."""
-    event = {"type": "status", "status": run.status, "message": run.error_message}
-    public_id = run.public_id
-    transaction.on_commit(lambda: publish_event(public_id, event))

@@ -715,6 +715,17 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
     return list(dict.fromkeys(warning for plan in plans for warning in plan_warnings(plan)))
 
 
+def publish_status(run: Run) -> None:
+    """Tell the run's open pages its status once the transaction commits: each loads itself again. Every change
+    of a run's status calls it (``tests/webapp/runs/test_status_events.py``): a page not told shows the old
+    status until its stream ends, ten minutes on."""
+    from webapp.runs.reporting import publish_event  # reporting builds on this module
+
+    event = {"type": "status", "status": run.status, "message": run.error_message}
+    public_id = run.public_id
+    transaction.on_commit(lambda: publish_event(public_id, event))
+
+
 def _advance_pipeline(run: Run) -> None:
     from webapp.runs.pipelines import pipeline_advance  # pipelines build on this module
 
@@ -748,6 +759,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         run.error_message = f"cancelled by {who}" + ("" if external else " before it started")
         run.save(update_fields=["status", "finished_at", "error_message"])
         log_line(run, run.error_message)
+        publish_status(run)
         _advance_pipeline(run)
         return run
     if run.status != RunStatus.RUNNING:
@@ -899,6 +911,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
                   + (f"; continuing from checkpoint {saved[-1]}" if saved
                      else "; no checkpoint was saved, so it starts from step 0"))
     pipelines.pipeline_follow_resume(run=run, user=user)
+    publish_status(run)
     public_id = run.public_id
     transaction.on_commit(lambda: _clear_cancel_flag(public_id))
     _enqueue(run)
@@ -1224,17 +1237,19 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
 
         message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
         if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
+            run.refresh_from_db()
             log_line(run, message, level=LogLevel.ERROR)
+            publish_status(run)
             _advance_pipeline(run)
         return None
     if run.cancel_requested:
         message = f"worker {run.worker_name} was lost ({why}) after a cancel request; marked cancelled"
         if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
+            run.refresh_from_db()
             log_line(run, message, level=LogLevel.WARNING)
+            publish_status(run)
             _advance_pipeline(run)
         return None
-    from webapp.runs.reporting import publish_status  # reporting builds on this module
-
     saved = checkpoint_steps(run)
     checkpoint = saved[-1] if saved else None
     in_a_row = run.lost_in_a_row + 1 if run.lost_in_a_row and checkpoint == run.lost_after_checkpoint else 1
@@ -1497,4 +1512,5 @@ def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     run.series_cache = series_cache_for(run)
     run.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
     log_line(run, f"external run closed: {status}" + (f" ({message})" if message else ""))
+    publish_status(run)
     return run

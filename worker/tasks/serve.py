@@ -5,7 +5,8 @@ renders its prompt, submits it to this process's ``jaxengine.serving.BatchingSer
 and waits; the request joins the batch already decoding at the server's next decode call (continuous
 batching), so concurrent conversations share decode steps. Models stay loaded in a ``ModelCache`` bounded by
 ``TEMPER_SERVE_MEMORY_BYTES`` (least recently used out), and go at once when the web deletes them: a thread
-reads the models deleted (``channels.deleted_models``) every ``DELETED_POLL_SECONDS`` and drops their weights
+woken by each deletion's announcement (``channels.DELETED_MODELS_CHANNEL``), and every ``DELETED_POLL_SECONDS``
+in case its connection lost one, reads the models deleted (``channels.deleted_models``) and drops their weights
 and servers, ending with an error the answers still decoding on them (``drop_deleted_models``); otherwise a
 deleted model's weights stayed in memory until evicted. Events follow ``webapp.chat.channels``.
 """
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 STOP_POLL_SECONDS = 0.1  # how often a generation reads its stop flag (not once per token)
 DEFAULT_MAX_NEW_TOKENS = 256  # a request that does not say how many
-DELETED_POLL_SECONDS = 5.0  # how often the models deleted in the web are looked for (one Redis read)
+DELETED_POLL_SECONDS = 5.0  # how often the models deleted in the web are looked for unannounced (one Redis read)
 MODEL_DELETED = "the model was deleted while this answer was being written; choose another model"
 
 _events_clients: dict[str, redis.Redis] = {}  # REDIS_URL -> the client every generation of this process shares
@@ -183,14 +184,24 @@ def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
 
 
 def _watch_deleted_models() -> None:
+    subscription = None
     while True:
-        time.sleep(DELETED_POLL_SECONDS)
         try:
+            if subscription is None:
+                subscription = events_client().pubsub()
+                subscription.subscribe(channels.DELETED_MODELS_CHANNEL)
+            # Returns on an announcement (or the subscription's confirmation) at once, else after the poll's time.
+            subscription.get_message(timeout=DELETED_POLL_SECONDS)
             drop_deleted_models()
         except redis.RedisError as error:
             logger.warning("the models deleted could not be read from Redis: %s", error)
+            if subscription is not None:
+                subscription.reset()  # subscribed again, on a new connection, at the next turn
+                subscription = None
+            time.sleep(DELETED_POLL_SECONDS)
         except Exception:
             logger.exception("dropping deleted models failed")
+            time.sleep(DELETED_POLL_SECONDS)
 
 
 def _start_watching_deleted_models() -> None:

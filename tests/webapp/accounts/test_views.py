@@ -103,3 +103,48 @@ class TestLoginThrottle:
         for _attempt in range(MAX_FAILURES - 1):
             client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
         assert client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
+
+
+class TestPasswordChangeThrottle:
+    """A stolen session cannot guess the account's password on the password change page: after
+    ``MAX_FAILURES`` wrong current passwords the change is refused for a while, right password or not;
+    another account is not held up, and the admin site's password change leads to the same form."""
+
+    url = "/accounts/password/"
+
+    @pytest.fixture(autouse=True)
+    def _fresh_counts(self):
+        cache.clear()
+        yield
+        cache.clear()
+
+    @staticmethod
+    def change(client, old_password):
+        return client.post(TestPasswordChangeThrottle.url, {"old_password": old_password,
+                                                            "new_password1": "a-new-long-phrase",
+                                                            "new_password2": "a-new-long-phrase"})
+
+    def test_it_refuses_after_too_many_wrong_current_passwords(self, team, client_for):
+        client = client_for(team.owner)
+        for _attempt in range(MAX_FAILURES):
+            response = self.change(client, "guess")
+            assert response.status_code == 200 and b"old password was entered incorrectly" in response.content
+        response = self.change(client, PASSWORD)
+        assert response.status_code == 200
+        assert b"Too many wrong current passwords for this account: wait 15 minutes" in response.content
+        assert get_user_model().objects.get(username="alpha-owner").check_password(PASSWORD)
+        assert self.change(client_for(team.teammate), PASSWORD).status_code == 302
+
+    def test_a_right_password_forgives_the_earlier_failures(self, team, client_for):
+        client = client_for(team.owner)
+        for _attempt in range(MAX_FAILURES - 1):
+            self.change(client, "guess")
+        assert self.change(client, PASSWORD).status_code == 302
+        for _attempt in range(MAX_FAILURES - 1):
+            self.change(client, "guess")
+        assert self.change(client, "a-new-long-phrase").status_code == 302
+
+    def test_the_admin_sites_password_change_leads_to_the_throttled_form(self, team, client_for):
+        admin = get_user_model().objects.create_superuser("root", password=PASSWORD)
+        response = client_for(admin).get("/admin/password_change/")
+        assert response.status_code == 302 and response["Location"] == self.url

@@ -260,6 +260,28 @@ def test_an_empty_stop_list_means_no_stop_sequence(api, worker):
     assert [request["stop"] for request in requests] == [[], []]
 
 
+def test_a_seed_is_any_64_bit_integer_and_each_gives_its_own_draws(api, worker):
+    """OpenAI's API takes a seed of 64 bits, negative ones too; a seed from 2**32 or below 0 was a 400. The engine
+    draws from 32 bits: a seed in [0, 2**32) is passed as it is, any other is folded by a hash, so the same seed
+    draws the same and 2**32 does not draw as 0 does."""
+    model, headers = api
+    scripts, requests = worker
+    seeds = [0, 7, 2**32 - 1, 2**32, 2**32 + 7, 2**40, -1, -7, 2**63 - 1, -2**63]
+    for seed in seeds + seeds:
+        scripts.append(ANSWER)
+        response = post("/v1/chat/completions", chat(model, seed=seed), headers)
+        assert response.status_code == 200, response.content
+    sent = [request["seed"] for request in requests]
+    assert sent[:3] == [0, 7, 2**32 - 1]
+    assert sent[:len(seeds)] == sent[len(seeds):]
+    assert len(set(sent[:len(seeds)])) == len(seeds)
+    assert all(0 <= seed < 2**32 for seed in sent)  # what the serve worker takes (GenerateRequest.seed)
+    for seed in (2**63, -2**63 - 1):
+        response = post("/v1/chat/completions", chat(model, seed=seed), headers)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
+        assert response.json()["error"]["message"].startswith("seed: Input should be")
+
+
 OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
                    "stream_options", "n", "stop", "logprobs", "top_logprobs")
 

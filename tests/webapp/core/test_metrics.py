@@ -1,4 +1,5 @@
 """``/metrics``: access rule and content."""
+import ipaddress
 import shutil
 import socket
 import subprocess
@@ -10,11 +11,18 @@ import redis
 from django.utils import timezone
 
 from webapp.core.metrics import register_job_model
+from webapp.env import env_networks
 from webapp.projects.models import Membership
 from webapp.workers.models import Worker
 from webapp.workers.services import worker_heartbeat_record
 
 URL = "/metrics"
+
+
+@pytest.fixture(autouse=True)
+def _this_host_may_read(settings):
+    """The content tests read from the test client's address, 127.0.0.1, listed as a scraper's would be."""
+    settings.TEMPER_METRICS_ALLOW = (ipaddress.ip_network("127.0.0.1"),)
 
 
 def free_port() -> int:
@@ -101,15 +109,30 @@ def test_it_reports_redis_down(client, db, settings):
 
 def test_it_requires_access(client, db, settings):
     settings.TEMPER_METRICS_TOKEN = "s3cret"
-    remote = {"REMOTE_ADDR": "10.1.2.3"}
+    settings.TEMPER_METRICS_ALLOW = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1"))
+    remote = {"REMOTE_ADDR": "192.168.1.2"}
     response = client.get(URL, **remote)
     assert response.status_code == 403
-    assert b"TEMPER_METRICS_TOKEN" in response.content
+    assert response.content.decode() == (
+        "metrics are readable with 'Authorization: Bearer <TEMPER_METRICS_TOKEN>', or from an address listed in "
+        "TEMPER_METRICS_ALLOW (this request came from 192.168.1.2); set either where Temper runs\n")
     assert client.get(URL, headers={"Authorization": "Bearer wrong"}, **remote).status_code == 403
     assert client.get(URL, headers={"Authorization": "s3cret"}, **remote).status_code == 403
+    # A header outside ASCII was a 500: compare_digest refuses such a str.
+    assert client.get(URL, headers={"Authorization": "Bearer s3cr\u00e9t"}, **remote).status_code == 403
+    assert client.get(URL, REMOTE_ADDR="127.0.0.1").status_code == 403  # not listed: a local proxy's address
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     assert client.get(URL, headers={"Authorization": "Bearer s3cret"}, **remote).status_code == 200
+    assert client.get(URL, REMOTE_ADDR="10.1.2.3").status_code == 200
     assert client.get(URL, REMOTE_ADDR="::1").status_code == 200
+
+
+def test_no_address_may_read_by_default(client, db, settings):
+    """Not even the same host's: behind a reverse proxy on it, every request comes from 127.0.0.1."""
+    settings.TEMPER_METRICS_ALLOW = ()
+    settings.TEMPER_METRICS_TOKEN = ""
+    assert client.get(URL, REMOTE_ADDR="127.0.0.1").status_code == 403
+    assert client.get(URL, REMOTE_ADDR="::1").status_code == 403
 
 
 def test_it_rejects_any_bearer_when_no_token_is_configured(client, db, settings):
@@ -117,6 +140,12 @@ def test_it_rejects_any_bearer_when_no_token_is_configured(client, db, settings)
     response = client.get(URL, headers={"Authorization": "Bearer "}, REMOTE_ADDR="10.1.2.3")
     assert response.status_code == 403
 
+
+def test_the_allow_list_refuses_what_is_not_an_address_naming_it(monkeypatch):
+    monkeypatch.setenv("TEMPER_METRICS_ALLOW", "10.0.0.0/8, proxy.local")
+    with pytest.raises(ValueError, match="environment variable TEMPER_METRICS_ALLOW: 'proxy.local' is not an IP "
+                                         "address or network"):
+        env_networks("TEMPER_METRICS_ALLOW")
 
 
 def test_it_counts_dataset_versions_by_status(client, team, settings):
