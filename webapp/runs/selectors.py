@@ -371,6 +371,8 @@ def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
     buckets' ``through_id``, which the run's index finds without reading its other points — else
     every point. ``reuse_stored=False`` is for the worker itself, after a resume changed the points."""
     stored = (run.series_cache or {}).get("buckets") if reuse_stored else None
+    if not SeriesBuckets.in_layout(stored):
+        stored = None  # an older layout's, drawn as then: the points answer exactly
     last_step = run.current_step or MetricPoint.objects.filter(run=run).aggregate(last=Max("step"))["last"] or 0
     if stored:
         buckets = SeriesBuckets.from_json(stored)
@@ -434,7 +436,7 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     steps, which saves a scan of the points to find their extent."""
     cached = run.series_cache or {}
     whole_run = after_step < 0 and not names
-    if (whole_run and run.is_finished and cached.get("max_points") == max_points and "series" in cached):
+    if whole_run and run.is_finished and cached.get("max_points") == max_points and series_cache_current(run=run):
         return cached["series"]
     points = MetricPoint.objects.filter(run=run, step__gt=after_step)
     if names:
@@ -458,6 +460,13 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     buckets = _grouped_buckets(points, width=width, offset=after_step)
     return _series(list(buckets.points()), downsampled=True,
                    start_time=buckets.start_time() if start_time is None else start_time)
+
+
+def series_cache_current(*, run: Run) -> bool:
+    """Whether the run's cached series were drawn in the current bucket layout (``series_cache_for`` of
+    this code): a run finished before it keeps series drawn at each bucket's smallest tokens and time."""
+    cached = run.series_cache or {}
+    return "series" in cached and SeriesBuckets.in_layout(cached.get("buckets"))
 
 
 def series_cache_for(run: Run) -> dict[str, Any]:

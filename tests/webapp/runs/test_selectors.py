@@ -339,3 +339,41 @@ def test_the_final_metrics_of_a_dpo_comparison_lead_with_its_accuracy_and_margin
              "rewards/accuracies", "rewards/margins", "eval/loss", "eval/rewards/accuracies", "eval/rewards/margins"]
     assert selectors.final_order(names)[:6] == ["loss", "eval/loss", "rewards/accuracies", "eval/rewards/accuracies",
                                                 "rewards/margins", "eval/rewards/margins"]
+
+
+def test_a_finished_runs_cache_of_the_older_bucket_layout_is_read_again_from_its_points(team, catalog, sent_tasks,
+                                                                                         client_for):
+    """A run that finished before buckets kept each extreme's own tokens and time cached its compare series
+    at each bucket's smallest tokens and time: on a tokens or time x-axis its points sat up to a bucket
+    early. Such a cache (eight-field buckets, no layout) is not read; the compare page draws the run from
+    its points and stores the cache again in the current layout."""
+    run = make_run(team, catalog)
+    steps = 2 * selectors.COMPARE_MAX_POINTS  # buckets of four steps at the compare page's resolution
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=float(step % 4),
+                                                 wall_time=100.0 + step, tokens=10 * step)
+                                     for step in range(1, steps + 1)])
+    exact = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"]
+    # What a run finished then stored: each bucket [first, last, low, high, tokens, time, low step, high step]
+    # (its high 3.0 at step 4i + 3, its low 0.0 at 4i + 4), drawn at the bucket's smallest tokens and time.
+    old_buckets = {"width": 4, "through_step": steps, "through_id": 0,
+                   "buckets": {"loss": [[index, 4 * index + 1, 4 * index + 4, 0.0, 3.0, 10 * (4 * index + 1),
+                                         101.0 + 4 * index, 4 * index + 4, 4 * index + 3]
+                                        for index in range(steps // 4)]}}
+    old_series = {"loss": {"step": exact["step"], "value": exact["value"],
+                           "tokens": [10 * (4 * (point // 2) + 1) for point in range(steps // 2)],
+                           "time": [4.0 * (point // 2) for point in range(steps // 2)], "downsampled": True}}
+    Run.objects.filter(pk=run.pk).update(status="succeeded", current_step=steps, series_cache={
+        "buckets": old_buckets, "max_points": selectors.COMPARE_MAX_POINTS, "series": old_series})
+    run.refresh_from_db()
+    assert exact["tokens"][:2] == [30, 40] and old_series["loss"]["tokens"][:2] == [10, 10]
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
+
+    other = make_run(team, catalog)
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}")
+    assert page.status_code == 200
+    assert page.context["chart_data"]["series"][run.public_id]["loss"] == exact
+    run.refresh_from_db()
+    assert run.series_cache["series"]["loss"] == exact
+    assert run.series_cache["buckets"]["layout"] == SeriesBuckets.LAYOUT
+    MetricPoint.objects.filter(run=run).delete()  # the renewed cache answers now, not the points
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
