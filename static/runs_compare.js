@@ -19,22 +19,32 @@
   var literal = window.TemperPlotText.literal;
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
 
-  // Each chart in the order of the metric names: its key (its title), whether it holds groups, and
-  // its lines: { run, runIndex, metric, label } (label: the group's, or null).
+  // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
+  // it is shared (one quantity that kinds of run log under names of their own, selectors.shared_charts:
+  // its lines named "<run> · <metric>", its title naming its metrics), and its lines:
+  // { run, runIndex, metric, label } (label: the group's, or null).
   function chartsOf() {
     var charts = [], byKey = {};
-    function chart(key, grouped) {
-      if (!byKey[key]) charts.push(byKey[key] = { key: key, grouped: grouped, lines: [], labels: [] });
+    function chart(key, grouped, shared) {
+      if (!byKey[key]) charts.push(byKey[key] = { key: key, grouped: grouped, shared: shared, lines: [], labels: [] });
       return byKey[key];
     }
     data.names.forEach(function (name) {
       data.runs.forEach(function (run, runIndex) {
         if (!data.series[run.id][name]) return;
-        var group = window.TemperMetricGroups.groupOf(name, run.group_by);
-        var target = chart(group ? group.chart : name, Boolean(group));
+        var shared = (data.shared[run.id] || {})[name];
+        var group = shared ? null : window.TemperMetricGroups.groupOf(name, run.group_by);
+        var target = chart(shared || (group ? group.chart : name), Boolean(group), Boolean(shared));
         if (group && target.labels.indexOf(group.label) < 0) target.labels.push(group.label);
         target.lines.push({ run: run, runIndex: runIndex, metric: name, label: group ? group.label : null });
       });
+    });
+    // A shared chart's lines in the runs' order, as on every other chart (its metrics came in name order).
+    charts.forEach(function (chart) {
+      if (!chart.shared) return;
+      chart.lines.sort(function (a, b) { return a.runIndex - b.runIndex; });
+      chart.metrics = chart.lines.map(function (line) { return line.metric; })
+        .filter(function (metric, index, all) { return all.indexOf(metric) === index; });
     });
     return charts;
   }
@@ -55,7 +65,8 @@
     var entry = data.series[line.run.id][line.metric];
     var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines" };
     if (!chart.grouped) {
-      return Object.assign(common, { name: literal(line.run.name), line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+      return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
+        line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
     }
     var color = colors[chart.labels.indexOf(line.label) % colors.length];
     return Object.assign(common, { name: literal(line.label + " · " + line.run.name), legendgroup: line.label,
@@ -90,11 +101,29 @@
     return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
   }
 
+  // A log axis leaves out the points at 0 or below of a chart that also has some above; how many is said in
+  // its title, since a margin that went negative would otherwise vanish from the chart unnoticed.
+  function pointsAtOrBelowZero(traces) {
+    return traces.reduce(function (count, each) {
+      return count + Array.prototype.filter.call(each.y || [], function (y) { return y !== null && y <= 0; }).length;
+    }, 0);
+  }
+
+  function titleOf(chart, traces, log) {
+    var title = chart.shared ? chart.key + " (" + chart.metrics.join(" · ") + ")" : chart.key;
+    if (logY.checked && !log) return title + " (linear: no value above 0)";
+    var hidden = log ? pointsAtOrBelowZero(traces) : 0;
+    if (hidden) return title + " (log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn)";
+    return title;
+  }
+
   function layout(chart, traces, axis, legendHeight) {
     var log = logY.checked && anyAboveZero(traces);
     return {
       height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
-      title: { text: literal(chart.key) + (logY.checked && !log ? " (linear: no value above 0)" : ""), font: { size: 13 } },
+      title: { text: literal(titleOf(chart, traces, log)), font: { size: 13 } },
+      // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
+      hovermode: "x unified",
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
       yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },

@@ -1167,3 +1167,62 @@ def test_a_chart_with_nothing_above_zero_stays_linear_on_the_log_scale(page, liv
     axes = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
                          " [p.dataset.metric, [p.layout.yaxis.type, p.layout.title.text]]))")
     assert axes == {"loss": ["log", "loss"], "epoch": ["linear", "epoch (linear: no value above 0)"]}
+
+
+def open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, *, slug: str) -> None:
+    """A reward model "scorer" and a DPO run "policy", steps 1-5 of loss, their accuracy and their margin
+    (-1, 0, 1, 2, 3), each under its own kind's names, opened on the compare page by a viewer."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    runs = []
+    for name, task, accuracy, margin in (("scorer", "reward", "accuracy", "margin"),
+                                         ("policy", "dpo", "rewards/accuracies", "rewards/margins")):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=value,
+                                                     wall_time=float(step), tokens=step)
+                                         for step in range(1, 6)
+                                         for metric, value in (("loss", 2.0 / step), (accuracy, 0.5 + step / 20),
+                                                               (margin, step - 2.0))])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, task=task)
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
+
+
+def test_compare_overlays_what_a_reward_model_and_a_dpo_run_log_under_their_own_names(page, live_server,
+                                                                                     monkeypatch):
+    """A reward model logs accuracy and margin, a DPO run rewards/accuracies and rewards/margins: the same
+    quantities, drawn on charts of their own that could not be overlaid. Compared, each pair is one chart
+    naming both metrics, its lines "<run> · <metric>"."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="kinds")
+    shared = '.plot[data-metric="preference accuracy"]'
+    page.locator(f"{shared} .main-svg").first.wait_for()
+    assert page.evaluate(f"() => document.querySelector('{shared}').data.map(t => t.name)") == [
+        "scorer · accuracy", "policy · rewards/accuracies"]
+    assert page.evaluate(f"() => document.querySelector('{shared}').layout.title.text") == (
+        "preference accuracy (accuracy · rewards/accuracies)")
+    charts = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
+    assert charts == ["loss", "preference accuracy", "reward margin"]
+
+
+def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(page, live_server, monkeypatch):
+    """Hovering a compare chart named only the closest line, where a reader wants every run at that step;
+    a log axis left out the values at 0 or below (a margin that went negative) without a word."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="hover")
+    loss = '.plot[data-metric="loss"]'
+    assert page.evaluate(f"() => document.querySelector('{loss}')._fullLayout.hovermode") == "x unified"
+    page.check("#log-y")
+    margin = '.plot[data-metric="reward margin"]'
+    page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.yaxis.type === 'log'")
+    # Steps 1 and 2 of each run: margins of -1 and 0.
+    assert page.evaluate(f"() => document.querySelector('{margin}').layout.title.text") == (
+        "reward margin (margin · rewards/margins) (log: 4 points at 0 or below not drawn)")
+    assert page.evaluate(f"() => document.querySelector('{loss}').layout.title.text") == "loss"

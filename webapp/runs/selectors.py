@@ -281,6 +281,31 @@ def chart_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=key)
 
 
+# One quantity that two kinds of run log under names of their own, by the chart both are drawn on when
+# compared: a reward model's (the bradley_terry loss) and a DPO run's (its implicit reward: beta times the
+# policy's log-ratio, to the reference where the loss has one) share of preference pairs whose chosen answer
+# scores above the rejected one, and mean chosen-minus-rejected score, each in its own run's reward. Both
+# losses are -log sigmoid of that margin, so the two are the same Bradley-Terry quantities; rewards/chosen
+# and rewards/rejected already share their names. Nothing else the kinds log means the same.
+SHARED_METRICS = {"preference accuracy": {"reward": "accuracy", "dpo": "rewards/accuracies"},
+                  "reward margin": {"reward": "margin", "dpo": "rewards/margins"}}
+
+
+def shared_charts(*, runs: list[Run], series: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{run id: {metric: chart}}``: the ``SHARED_METRICS`` (and their eval/ values) that the compared
+    ``runs`` log under more than one name (``series``: each run's, by id), each drawn on one chart named
+    for the quantity (eval/ ones "eval/<quantity>"). Runs of one kind keep their own names' charts."""
+    shared: dict[str, dict[str, str]] = {}
+    for quantity, by_task in SHARED_METRICS.items():
+        for prefix in ("", "eval/"):
+            logged = {run.public_id: prefix + by_task[run.task] for run in runs if run.task in by_task
+                      and prefix + by_task[run.task] in series.get(run.public_id, {})}
+            if len(set(logged.values())) > 1:
+                for run_id, name in logged.items():
+                    shared.setdefault(run_id, {})[name] = prefix + quantity
+    return shared
+
+
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
     series: dict[str, dict[str, list]] = {}
     if start_time is None:

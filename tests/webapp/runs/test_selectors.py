@@ -377,3 +377,27 @@ def test_a_finished_runs_cache_of_the_older_bucket_layout_is_read_again_from_its
     assert run.series_cache["buckets"]["layout"] == SeriesBuckets.LAYOUT
     MetricPoint.objects.filter(run=run).delete()  # the renewed cache answers now, not the points
     assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
+
+
+def test_a_reward_model_and_a_dpo_run_share_charts_of_the_quantities_both_log_under_their_own_names(
+        team, catalog, sent_tasks):
+    """A reward model logs accuracy and margin (and eval/ ones), DPO rewards/accuracies and rewards/margins:
+    the same share of pairs ranked right and mean chosen-minus-rejected reward. Compared, each pair is one
+    chart; names of one kind alone, or of no kind that logs them (an SFT run's accuracy), stay as they are."""
+    reward, dpo, sft = (make_run(team, catalog) for _ in range(3))
+    Run.objects.filter(pk=reward.pk).update(task="reward")
+    Run.objects.filter(pk=dpo.pk).update(task="dpo")
+    for run in (reward, dpo):
+        run.refresh_from_db()
+    series = {reward.public_id: {"loss": {}, "accuracy": {}, "margin": {}, "eval/accuracy": {}},
+              dpo.public_id: {"loss": {}, "rewards/accuracies": {}, "rewards/margins": {}, "logps/chosen": {}},
+              sft.public_id: {"loss": {}, "accuracy": {}}}
+    assert selectors.shared_charts(runs=[reward, dpo, sft], series=series) == {
+        reward.public_id: {"accuracy": "preference accuracy", "margin": "reward margin"},
+        dpo.public_id: {"rewards/accuracies": "preference accuracy", "rewards/margins": "reward margin"}}
+    # eval/accuracy has no DPO counterpart here: it keeps its own chart.
+    series[dpo.public_id]["eval/rewards/accuracies"] = {}
+    shared = selectors.shared_charts(runs=[reward, dpo], series=series)
+    assert shared[reward.public_id]["eval/accuracy"] == shared[dpo.public_id]["eval/rewards/accuracies"] == (
+        "eval/preference accuracy")
+    assert selectors.shared_charts(runs=[dpo, make_run(team, catalog)], series=series) == {}
