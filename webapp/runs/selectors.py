@@ -18,6 +18,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.db.models.functions import Cast
 
+from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -786,9 +787,19 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def _key_applies(key: str, *, task: str) -> bool:
+    """Whether a flat spec ``key`` is one a ``task`` run reads: not another task's section's, nor a common
+    section's key for other tasks only (``TASK_ONLY_KEYS``)."""
+    section = key.partition(".")[0]
+    if section not in TASK_SECTIONS.get(task, ()) and any(section in sections for sections in TASK_SECTIONS.values()):
+        return False
+    return task in TASK_ONLY_KEYS.get(key, (task,))
+
+
 def hyperparameter_axes(*, runs: list[Run], diff: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any] | None:
     """What the compare page's parallel-coordinates chart draws, for three runs or more whose configs
-    differ (a sweep, say): an axis per differing key of single values (numbers as numbers, anything
+    differ (a sweep, say): an axis per key of single values that differs among the runs it applies to
+    (``_key_applies``: runs of different kinds have sections of their own; numbers as numbers, anything
     else, a model's name say, as a category), and the runs' last value of each final metric (None where
     a run has none), for the chart to color by and end on. None when there is nothing to draw."""
     if len(runs) < 3:
@@ -799,6 +810,12 @@ def hyperparameter_axes(*, runs: list[Run], diff: list[dict[str, Any]], metric_n
         if not row["differs"] or any(isinstance(entry.get(row["key"]), (list, dict)) for entry in flat):
             continue
         values = [value.name if isinstance(value, SpecReference) else value for value in row["values"]]
+        # Runs of different kinds each have keys of their own, "—" in the others: a key is an axis only where
+        # the runs it applies to differ in it (not a loss type every DPO run shares, nor the one reward run's
+        # coefficient), else the chart of a DPO, a reward and an SFT run was a wall of "—" axes.
+        applies = [_key_applies(row["key"], task=run.task) for run in runs]
+        if len({json.dumps(value) for value, used in zip(values, applies) if used}) < 2:
+            continue
         numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
         axes.append({"key": row["key"], "numeric": numeric,
                      "values": values if numeric else ["—" if value is None else str(value) for value in values]})

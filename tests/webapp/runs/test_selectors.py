@@ -401,3 +401,20 @@ def test_a_reward_model_and_a_dpo_run_share_charts_of_the_quantities_both_log_un
     assert shared[reward.public_id]["eval/accuracy"] == shared[dpo.public_id]["eval/rewards/accuracies"] == (
         "eval/preference accuracy")
     assert selectors.shared_charts(runs=[dpo, make_run(team, catalog)], series=series) == {}
+
+
+def test_hyperparameter_axes_leave_out_keys_only_one_compared_run_has(team, catalog, sent_tasks):
+    """QA: comparing runs of different kinds drew an axis for every key of each kind's own section, each
+    "—" for all runs but one, or the same value in each run of that kind: a wall of axes that compare
+    nothing. A key is an axis where the runs it applies to differ in it (the task's axis tells kinds apart)."""
+    runs = [make_run(team, catalog, optim={"learning_rate": rate}) for rate in (1e-4, 1e-3, 3e-3)]
+    runs[0].spec = {**runs[0].spec, "task": "dpo", "dpo": {"beta": 0.1, "loss_type": "sigmoid"}}
+    runs[1].spec = {**runs[1].spec, "task": "dpo", "dpo": {"beta": 0.2, "loss_type": "sigmoid"}}
+    runs[2].spec = {**runs[2].spec, "task": "reward", "reward": {"center_rewards_coefficient": 0.01}}
+    for run in runs:
+        run.task = run.spec["task"]
+        run.final_metrics = {"loss": {"last": 1.0, "min": 1.0, "max": 2.0}}
+    diff = selectors.config_diff(runs=runs)
+    drawn = selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=["loss"])
+    assert [axis["key"] for axis in drawn["axes"]] == ["dpo.beta", "optim.learning_rate", "task"]
+    assert drawn["axes"][0] == {"key": "dpo.beta", "numeric": False, "values": ["0.1", "0.2", "—"]}
