@@ -95,6 +95,7 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
+  var PLOT_CONFIG = { displayModeBar: false, responsive: true };
   // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
   // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
   function anyAboveZero(traces) {
@@ -140,14 +141,15 @@
   }
 
   // After every drawing (a new x axis, a resize that rewraps the names): make room for the legend
-  // as drawn. Once the room fits, the next drawing measures the same height and stops there.
+  // as drawn. Once the room fits, the next drawing measures the same height and stops there. The chart is
+  // drawn again with its whole layout: a relayout of its height would pin plotly's width as well, and the
+  // chart would no longer follow the window's (Plotly.Plots.resize leaves a chart of set width and height).
   function fitLegend(plot) {
     var height = measuredLegendHeight(plot), reserved = Number(plot.dataset.legendHeight || 0);
     if (height === reserved) return;
     plot.dataset.legendHeight = height;
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    window.Plotly.relayout(plot, { height: layout(chart, plot.data, xAxis.value, height).height,
-      "margin.b": AXIS_ROOM + height });
+    window.Plotly.react(plot, plot.data, layout(chart, plot.data, xAxis.value, height), PLOT_CONFIG);
   }
 
   function draw() {
@@ -170,8 +172,7 @@
       }
       previous = plot.parentNode;
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
-      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)),
-        { displayModeBar: false, responsive: true });
+      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
       if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });
       fitLegend(plot);
     });

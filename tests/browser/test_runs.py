@@ -1226,3 +1226,18 @@ def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(
     assert page.evaluate(f"() => document.querySelector('{margin}').layout.title.text") == (
         "reward margin (margin · rewards/margins) (log: 4 points at 0 or below not drawn)")
     assert page.evaluate(f"() => document.querySelector('{loss}').layout.title.text") == "loss"
+
+
+def test_the_compare_chart_with_the_legend_follows_the_window_width(page, live_server, monkeypatch):
+    """QA: narrowing the window (a phone turned, a window halved) narrowed every compare chart but the one
+    holding the legend: its room for the legend was made with a relayout of its height, which pins plotly's
+    width too, so it was cut off at the right (and kept narrow once the window widened again)."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="narrow")
+    widths = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot =>
+        [plot.dataset.metric, Math.round(plot._fullLayout.width), plot.getBoundingClientRect().width])"""
+    for viewport in (420, 1280):
+        page.set_viewport_size({"width": viewport, "height": 900})
+        page.wait_for_function(f"() => ({widths})().every(([, drawn, room]) => Math.abs(drawn - room) <= 1)")
+        drawn = page.evaluate(widths)
+        assert [metric for metric, _, _ in drawn] == ["loss", "preference accuracy", "reward margin"]
+        assert all(width < viewport for _, width, _ in drawn), drawn
