@@ -1241,3 +1241,39 @@ def test_the_compare_chart_with_the_legend_follows_the_window_width(page, live_s
         drawn = page.evaluate(widths)
         assert [metric for metric, _, _ in drawn] == ["loss", "preference accuracy", "reward margin"]
         assert all(width < viewport for _, width, _ in drawn), drawn
+
+
+def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(page, live_server, monkeypatch):
+    """QA: colored by a metric one run lacks, the chart leaves that run out and says so, but its category
+    axes still named the left-out run's values (its task, say), as if a line went through them."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="leftout")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for schedule, loss in (("cosine", 2.0), ("linear", 1.0), ("constant", None)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"schedule": schedule}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=schedule)
+        run.final_metrics = {"reward": {"last": 0.5, "min": 0.5, "max": 0.5}} | (
+            {"loss": {"last": loss, "min": loss, "max": loss}} if loss is not None else {})
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=figures["last"], wall_time=1.0,
+                                                     tokens=1) for name, figures in run.final_metrics.items()])
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
+                           " return p && p.data && p.data.length === 1; }")
+    schedule = "() => { const d = document.getElementById('hyperparameters-plot').data[0].dimensions[0];" \
+               " return [d.label, d.ticktext, Array.from(d.values)]; }"
+    assert page.evaluate(schedule) == ["optim.schedule", ["cosine", "linear"], [0, 1]]  # by loss: "constant" is left out
+    assert page.locator("#hp-missing").inner_text() == "1 of the 3 runs has no loss and is not drawn."
+    page.select_option("#hp-metric", "reward")
+    page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[1].label"
+                           " === 'reward'")
+    assert page.evaluate(schedule) == ["optim.schedule", ["constant", "cosine", "linear"], [1, 2, 0]]
