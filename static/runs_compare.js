@@ -110,19 +110,25 @@
     }, 0);
   }
 
+  // The chart's name, and under it a line for each thing a reader must know to read it: the metrics a
+  // shared chart draws, the points a log axis leaves out. On one line they ran past a phone's chart, cut
+  // off at its edges. Each part is text (literal), the line breaks plotly's.
+  var NOTE_ROOM = 16;  // pixels of a line of the title
   function titleOf(chart, traces, log) {
-    var title = chart.shared ? chart.key + " (" + chart.metrics.join(" · ") + ")" : chart.key;
-    if (logY.checked && !log) return title + " (linear: no value above 0)";
+    var title = literal(chart.key), notes = chart.shared ? [chart.metrics.join(" · ")] : [];
+    if (logY.checked && !log) title += literal(" (linear: no value above 0)");
     var hidden = log ? pointsAtOrBelowZero(traces) : 0;
-    if (hidden) return title + " (log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn)";
-    return title;
+    if (hidden) notes.push("log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn");
+    return { text: [title].concat(notes.map(literal)).join("<br>"), lines: 1 + notes.length };
   }
 
   function layout(chart, traces, axis, legendHeight) {
-    var log = logY.checked && anyAboveZero(traces);
+    var log = logY.checked && anyAboveZero(traces), title = titleOf(chart, traces, log);
+    var titleRoom = (title.lines - 1) * NOTE_ROOM;
     return {
-      height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
-      title: { text: literal(titleOf(chart, traces, log)), font: { size: 13 } },
+      height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
+      margin: { l: 56, r: 12, t: 28 + titleRoom, b: AXIS_ROOM + legendHeight },
+      title: { text: title.text, font: { size: 13 } },
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },

@@ -1208,7 +1208,7 @@ def test_compare_overlays_what_a_reward_model_and_a_dpo_run_log_under_their_own_
     assert page.evaluate(f"() => document.querySelector('{shared}').data.map(t => t.name)") == [
         "scorer · accuracy", "policy · rewards/accuracies"]
     assert page.evaluate(f"() => document.querySelector('{shared}').layout.title.text") == (
-        "preference accuracy (accuracy · rewards/accuracies)")
+        "preference accuracy<br>accuracy · rewards/accuracies")
     charts = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
     assert charts == ["loss", "preference accuracy", "reward margin"]
 
@@ -1224,8 +1224,14 @@ def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(
     page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.yaxis.type === 'log'")
     # Steps 1 and 2 of each run: margins of -1 and 0.
     assert page.evaluate(f"() => document.querySelector('{margin}').layout.title.text") == (
-        "reward margin (margin · rewards/margins) (log: 4 points at 0 or below not drawn)")
+        "reward margin<br>margin · rewards/margins<br>log: 4 points at 0 or below not drawn")
     assert page.evaluate(f"() => document.querySelector('{loss}').layout.title.text") == "loss"
+    # On a phone each note is a line of its own under the name, within the chart, not cut off at its edges.
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.width < 400")
+    title, chart = page.evaluate(f"""() => {{ const plot = document.querySelector('{margin}');
+        return [plot.querySelector('.gtitle').getBoundingClientRect().width, plot.getBoundingClientRect().width]; }}""")
+    assert title <= chart, (title, chart)
 
 
 def test_the_compare_chart_with_the_legend_follows_the_window_width(page, live_server, monkeypatch):
