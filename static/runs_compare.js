@@ -19,22 +19,32 @@
   var literal = window.TemperPlotText.literal;
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
 
-  // Each chart in the order of the metric names: its key (its title), whether it holds groups, and
-  // its lines: { run, runIndex, metric, label } (label: the group's, or null).
+  // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
+  // it is shared (one quantity that kinds of run log under names of their own, selectors.shared_charts:
+  // its lines named "<run> · <metric>", its title naming its metrics), and its lines:
+  // { run, runIndex, metric, label } (label: the group's, or null).
   function chartsOf() {
     var charts = [], byKey = {};
-    function chart(key, grouped) {
-      if (!byKey[key]) charts.push(byKey[key] = { key: key, grouped: grouped, lines: [], labels: [] });
+    function chart(key, grouped, shared) {
+      if (!byKey[key]) charts.push(byKey[key] = { key: key, grouped: grouped, shared: shared, lines: [], labels: [] });
       return byKey[key];
     }
     data.names.forEach(function (name) {
       data.runs.forEach(function (run, runIndex) {
         if (!data.series[run.id][name]) return;
-        var group = window.TemperMetricGroups.groupOf(name, run.group_by);
-        var target = chart(group ? group.chart : name, Boolean(group));
+        var shared = (data.shared[run.id] || {})[name];
+        var group = shared ? null : window.TemperMetricGroups.groupOf(name, run.group_by);
+        var target = chart(shared || (group ? group.chart : name), Boolean(group), Boolean(shared));
         if (group && target.labels.indexOf(group.label) < 0) target.labels.push(group.label);
         target.lines.push({ run: run, runIndex: runIndex, metric: name, label: group ? group.label : null });
       });
+    });
+    // A shared chart's lines in the runs' order, as on every other chart (its metrics came in name order).
+    charts.forEach(function (chart) {
+      if (!chart.shared) return;
+      chart.lines.sort(function (a, b) { return a.runIndex - b.runIndex; });
+      chart.metrics = chart.lines.map(function (line) { return line.metric; })
+        .filter(function (metric, index, all) { return all.indexOf(metric) === index; });
     });
     return charts;
   }
@@ -55,7 +65,8 @@
     var entry = data.series[line.run.id][line.metric];
     var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines" };
     if (!chart.grouped) {
-      return Object.assign(common, { name: literal(line.run.name), line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
+      return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
+        line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
     }
     var color = colors[chart.labels.indexOf(line.label) % colors.length];
     return Object.assign(common, { name: literal(line.label + " · " + line.run.name), legendgroup: line.label,
@@ -84,17 +95,42 @@
   // to the figure's bottom edge, and once drawn its height is measured and added to the bottom
   // margin and to the figure, under the room the axis needs.
   var AXIS_ROOM = 44; // pixels under the plot for the x axis's numbers and title
+  var PLOT_CONFIG = { displayModeBar: false, responsive: true };
   // A log axis cannot show 0 or less: a chart with no value above 0 (an epoch still 0, an exact match not
   // yet scored) drawn on one was an empty axis from 100 to 10k, read as no data. It stays linear and says so.
   function anyAboveZero(traces) {
     return traces.some(function (each) { return Array.prototype.some.call(each.y || [], function (y) { return y > 0; }); });
   }
 
+  // A log axis leaves out the points at 0 or below of a chart that also has some above; how many is said in
+  // its title, since a margin that went negative would otherwise vanish from the chart unnoticed.
+  function pointsAtOrBelowZero(traces) {
+    return traces.reduce(function (count, each) {
+      return count + Array.prototype.filter.call(each.y || [], function (y) { return y !== null && y <= 0; }).length;
+    }, 0);
+  }
+
+  // The chart's name, and under it a line for each thing a reader must know to read it: the metrics a
+  // shared chart draws, the points a log axis leaves out. On one line they ran past a phone's chart, cut
+  // off at its edges. Each part is text (literal), the line breaks plotly's.
+  var NOTE_ROOM = 16;  // pixels of a line of the title
+  function titleOf(chart, traces, log) {
+    var title = literal(chart.key), notes = chart.shared ? [chart.metrics.join(" · ")] : [];
+    if (logY.checked && !log) title += literal(" (linear: no value above 0)");
+    var hidden = log ? pointsAtOrBelowZero(traces) : 0;
+    if (hidden) notes.push("log: " + hidden + (hidden === 1 ? " point" : " points") + " at 0 or below not drawn");
+    return { text: [title].concat(notes.map(literal)).join("<br>"), lines: 1 + notes.length };
+  }
+
   function layout(chart, traces, axis, legendHeight) {
-    var log = logY.checked && anyAboveZero(traces);
+    var log = logY.checked && anyAboveZero(traces), title = titleOf(chart, traces, log);
+    var titleRoom = (title.lines - 1) * NOTE_ROOM;
     return {
-      height: (chart.grouped ? 300 : 260) + legendHeight, margin: { l: 56, r: 12, t: 28, b: AXIS_ROOM + legendHeight },
-      title: { text: literal(chart.key) + (logY.checked && !log ? " (linear: no value above 0)" : ""), font: { size: 13 } },
+      height: (chart.grouped ? 300 : 260) + legendHeight + titleRoom,
+      margin: { l: 56, r: 12, t: 28 + titleRoom, b: AXIS_ROOM + legendHeight },
+      title: { text: title.text, font: { size: 13 } },
+      // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
+      hovermode: "x unified",
       xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
       yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
@@ -111,14 +147,15 @@
   }
 
   // After every drawing (a new x axis, a resize that rewraps the names): make room for the legend
-  // as drawn. Once the room fits, the next drawing measures the same height and stops there.
+  // as drawn. Once the room fits, the next drawing measures the same height and stops there. The chart is
+  // drawn again with its whole layout: a relayout of its height would pin plotly's width as well, and the
+  // chart would no longer follow the window's (Plotly.Plots.resize leaves a chart of set width and height).
   function fitLegend(plot) {
     var height = measuredLegendHeight(plot), reserved = Number(plot.dataset.legendHeight || 0);
     if (height === reserved) return;
     plot.dataset.legendHeight = height;
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
-    window.Plotly.relayout(plot, { height: layout(chart, plot.data, xAxis.value, height).height,
-      "margin.b": AXIS_ROOM + height });
+    window.Plotly.react(plot, plot.data, layout(chart, plot.data, xAxis.value, height), PLOT_CONFIG);
   }
 
   function draw() {
@@ -141,8 +178,7 @@
       }
       previous = plot.parentNode;
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
-      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)),
-        { displayModeBar: false, responsive: true });
+      window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
       if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });
       fitLegend(plot);
     });

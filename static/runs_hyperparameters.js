@@ -10,8 +10,10 @@
   // The metric picked, kept while the page reads itself again and in the address (a shared link's pick).
   var chosen = new URLSearchParams(window.location.search).get("metric");
 
+  // Ticked with the values of the runs drawn (``rows``): a run left out for want of the metric names none.
   function categoryAxis(axis, rows) {
-    var categories = axis.values.filter(function (value, index, all) { return all.indexOf(value) === index; }).sort();
+    var categories = rows.map(function (row) { return axis.values[row]; })
+      .filter(function (value, index, all) { return all.indexOf(value) === index; }).sort();
     return { label: literal(axis.key), values: rows.map(function (row) { return categories.indexOf(axis.values[row]); }),
       tickvals: categories.map(function (_, index) { return index; }), ticktext: categories.map(literal),
       range: [0, Math.max(categories.length - 1, 1)] };

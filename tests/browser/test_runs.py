@@ -1167,3 +1167,119 @@ def test_a_chart_with_nothing_above_zero_stays_linear_on_the_log_scale(page, liv
     axes = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('.plot[data-metric]')].map(p =>"
                          " [p.dataset.metric, [p.layout.yaxis.type, p.layout.title.text]]))")
     assert axes == {"loss": ["log", "loss"], "epoch": ["linear", "epoch (linear: no value above 0)"]}
+
+
+def open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, *, slug: str) -> None:
+    """A reward model "scorer" and a DPO run "policy", steps 1-5 of loss, their accuracy and their margin
+    (-1, 0, 1, 2, 3), each under its own kind's names, opened on the compare page by a viewer."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug=slug)
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    runs = []
+    for name, task, accuracy, margin in (("scorer", "reward", "accuracy", "margin"),
+                                         ("policy", "dpo", "rewards/accuracies", "rewards/margins")):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=metric, value=value,
+                                                     wall_time=float(step), tokens=step)
+                                         for step in range(1, 6)
+                                         for metric, value in (("loss", 2.0 / step), (accuracy, 0.5 + step / 20),
+                                                               (margin, step - 2.0))])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, task=task)
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
+
+
+def test_compare_overlays_what_a_reward_model_and_a_dpo_run_log_under_their_own_names(page, live_server,
+                                                                                     monkeypatch):
+    """A reward model logs accuracy and margin, a DPO run rewards/accuracies and rewards/margins: the same
+    quantities, drawn on charts of their own that could not be overlaid. Compared, each pair is one chart
+    naming both metrics, its lines "<run> · <metric>"."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="kinds")
+    shared = '.plot[data-metric="preference accuracy"]'
+    page.locator(f"{shared} .main-svg").first.wait_for()
+    assert page.evaluate(f"() => document.querySelector('{shared}').data.map(t => t.name)") == [
+        "scorer · accuracy", "policy · rewards/accuracies"]
+    assert page.evaluate(f"() => document.querySelector('{shared}').layout.title.text") == (
+        "preference accuracy<br>accuracy · rewards/accuracies")
+    charts = page.evaluate("() => [...document.querySelectorAll('#compare-charts .plot')].map(p => p.dataset.metric)")
+    assert charts == ["loss", "preference accuracy", "reward margin"]
+
+
+def test_compare_hovers_every_run_at_a_step_and_says_what_a_log_axis_leaves_out(page, live_server, monkeypatch):
+    """Hovering a compare chart named only the closest line, where a reader wants every run at that step;
+    a log axis left out the values at 0 or below (a margin that went negative) without a word."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="hover")
+    loss = '.plot[data-metric="loss"]'
+    assert page.evaluate(f"() => document.querySelector('{loss}')._fullLayout.hovermode") == "x unified"
+    page.check("#log-y")
+    margin = '.plot[data-metric="reward margin"]'
+    page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.yaxis.type === 'log'")
+    # Steps 1 and 2 of each run: margins of -1 and 0.
+    assert page.evaluate(f"() => document.querySelector('{margin}').layout.title.text") == (
+        "reward margin<br>margin · rewards/margins<br>log: 4 points at 0 or below not drawn")
+    assert page.evaluate(f"() => document.querySelector('{loss}').layout.title.text") == "loss"
+    # On a phone each note is a line of its own under the name, within the chart, not cut off at its edges.
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_function(f"() => document.querySelector('{margin}')._fullLayout.width < 400")
+    title, chart = page.evaluate(f"""() => {{ const plot = document.querySelector('{margin}');
+        return [plot.querySelector('.gtitle').getBoundingClientRect().width, plot.getBoundingClientRect().width]; }}""")
+    assert title <= chart, (title, chart)
+
+
+def test_the_compare_chart_with_the_legend_follows_the_window_width(page, live_server, monkeypatch):
+    """QA: narrowing the window (a phone turned, a window halved) narrowed every compare chart but the one
+    holding the legend: its room for the legend was made with a relayout of its height, which pins plotly's
+    width too, so it was cut off at the right (and kept narrow once the window widened again)."""
+    open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, slug="narrow")
+    widths = """() => [...document.querySelectorAll('#compare-charts .plot')].map(plot =>
+        [plot.dataset.metric, Math.round(plot._fullLayout.width), plot.getBoundingClientRect().width])"""
+    for viewport in (420, 1280):
+        page.set_viewport_size({"width": viewport, "height": 900})
+        page.wait_for_function(f"() => ({widths})().every(([, drawn, room]) => Math.abs(drawn - room) <= 1)")
+        drawn = page.evaluate(widths)
+        assert [metric for metric, _, _ in drawn] == ["loss", "preference accuracy", "reward margin"]
+        assert all(width < viewport for _, width, _ in drawn), drawn
+
+
+def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(page, live_server, monkeypatch):
+    """QA: colored by a metric one run lacks, the chart leaves that run out and says so, but its category
+    axes still named the left-out run's values (its task, say), as if a line went through them."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="leftout")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    runs = []
+    for schedule, loss in (("cosine", 2.0), ("linear", 1.0), ("constant", None)):
+        spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id},
+                "optim": {"schedule": schedule}, "train": {"max_steps": 5}}
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=schedule)
+        run.final_metrics = {"reward": {"last": 0.5, "min": 0.5, "max": 0.5}} | (
+            {"loss": {"last": loss, "min": loss, "max": loss}} if loss is not None else {})
+        run.save(update_fields=["final_metrics"])
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=figures["last"], wall_time=1.0,
+                                                     tokens=1) for name, figures in run.final_metrics.items()])
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+    page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
+                           " return p && p.data && p.data.length === 1; }")
+    schedule = "() => { const d = document.getElementById('hyperparameters-plot').data[0].dimensions[0];" \
+               " return [d.label, d.ticktext, Array.from(d.values)]; }"
+    assert page.evaluate(schedule) == ["optim.schedule", ["cosine", "linear"], [0, 1]]  # by loss: "constant" is left out
+    assert page.locator("#hp-missing").inner_text() == "1 of the 3 runs has no loss and is not drawn."
+    page.select_option("#hp-metric", "reward")
+    page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[1].label"
+                           " === 'reward'")
+    assert page.evaluate(schedule) == ["optim.schedule", ["constant", "cosine", "linear"], [1, 2, 0]]

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 # One bucket: [first_step, last_step, low, high, tokens, wall_time, low_step, high_step,
 #              low_tokens, low_wall_time, high_tokens, high_wall_time]
 # (tokens, wall_time: the bucket's smallest; low_/high_: those of the extremes' own points).
 Bucket = list
 # Buckets stored before the extremes' steps were kept had six fields, and before the extremes' own
-# tokens and times were kept eight; both are read as they were drawn then (see _in_current_layout).
-_SIX_FIELDS, _EIGHT_FIELDS = 6, 8
+# tokens and times were kept eight: such stored buckets are not read (``SeriesBuckets.in_layout``).
 
 
 def bucket_width(span: int, max_points: int) -> int:
@@ -71,6 +70,11 @@ class SeriesBuckets:
     through_step: int = 0
     buckets: dict[str, dict[int, Bucket]] = field(default_factory=dict)
     through_id: int = 0
+
+    # Written with the buckets (``to_json``), so that buckets stored in an older layout are known: read in
+    # this one, they keep the older drawing (at the bucket's smallest tokens and time), and so does a
+    # finished run's series cached from them. Those are read again from the points (``in_layout``).
+    LAYOUT: ClassVar[int] = 12
 
     def add(self, name: str, step: int, value: float, tokens: int, wall_time: float) -> None:
         """Fold one point in (any order; a point of a step already covered is folded in as well).
@@ -163,26 +167,20 @@ class SeriesBuckets:
         return min((bucket[5] for by_index in self.buckets.values() for bucket in by_index.values()), default=None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"width": self.width, "through_step": self.through_step, "through_id": self.through_id,
-                "buckets": {name: [[index, *bucket] for index, bucket in sorted(by_index.items())]
+        return {"layout": self.LAYOUT, "width": self.width, "through_step": self.through_step,
+                "through_id": self.through_id, "buckets": {name: [[index, *bucket] for index, bucket in sorted(by_index.items())]
                             for name, by_index in self.buckets.items()}}
+
+    @classmethod
+    def in_layout(cls, data: dict[str, Any] | None) -> bool:
+        """Whether stored buckets (``to_json``'s) draw each extreme at its own point: written in the
+        current layout, not converted from six or eight fields (a run stored across the change)."""
+        return bool(data) and data.get("layout") == cls.LAYOUT
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SeriesBuckets:
         return cls(width=int(data["width"]), through_step=int(data["through_step"]),
                    through_id=int(data.get("through_id", 0)),
-                   buckets={name: {int(row[0]): _in_current_layout(list(row[1:])) for row in rows}
+                   buckets={name: {int(row[0]): list(row[1:]) for row in rows}
                             for name, rows in data["buckets"].items()})
 
-
-def _in_current_layout(bucket: Bucket) -> Bucket:
-    """A stored bucket in the current twelve-field layout, drawn as it was when stored: a six-field one
-    low at its first step and high at its last, an eight-field one at its extremes' steps (a bucket of one
-    value from its first step to its last); both at the bucket's smallest tokens and wall time."""
-    if len(bucket) == _SIX_FIELDS:
-        bucket += [bucket[0], bucket[1]]
-    if len(bucket) == _EIGHT_FIELDS:
-        if bucket[2] == bucket[3]:
-            bucket[7] = bucket[1]
-        bucket += [bucket[4], bucket[5], bucket[4], bucket[5]]
-    return bucket

@@ -18,6 +18,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
 from django.db.models.functions import Cast
 
+from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -281,6 +282,31 @@ def chart_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=key)
 
 
+# One quantity that two kinds of run log under names of their own, by the chart both are drawn on when
+# compared: a reward model's (the bradley_terry loss) and a DPO run's (its implicit reward: beta times the
+# policy's log-ratio, to the reference where the loss has one) share of preference pairs whose chosen answer
+# scores above the rejected one, and mean chosen-minus-rejected score, each in its own run's reward. Both
+# losses are -log sigmoid of that margin, so the two are the same Bradley-Terry quantities; rewards/chosen
+# and rewards/rejected already share their names. Nothing else the kinds log means the same.
+SHARED_METRICS = {"preference accuracy": {"reward": "accuracy", "dpo": "rewards/accuracies"},
+                  "reward margin": {"reward": "margin", "dpo": "rewards/margins"}}
+
+
+def shared_charts(*, runs: list[Run], series: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{run id: {metric: chart}}``: the ``SHARED_METRICS`` (and their eval/ values) that the compared
+    ``runs`` log under more than one name (``series``: each run's, by id), each drawn on one chart named
+    for the quantity (eval/ ones "eval/<quantity>"). Runs of one kind keep their own names' charts."""
+    shared: dict[str, dict[str, str]] = {}
+    for quantity, by_task in SHARED_METRICS.items():
+        for prefix in ("", "eval/"):
+            logged = {run.public_id: prefix + by_task[run.task] for run in runs if run.task in by_task
+                      and prefix + by_task[run.task] in series.get(run.public_id, {})}
+            if len(set(logged.values())) > 1:
+                for run_id, name in logged.items():
+                    shared.setdefault(run_id, {})[name] = prefix + quantity
+    return shared
+
+
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
     series: dict[str, dict[str, list]] = {}
     if start_time is None:
@@ -371,6 +397,8 @@ def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
     buckets' ``through_id``, which the run's index finds without reading its other points — else
     every point. ``reuse_stored=False`` is for the worker itself, after a resume changed the points."""
     stored = (run.series_cache or {}).get("buckets") if reuse_stored else None
+    if not SeriesBuckets.in_layout(stored):
+        stored = None  # an older layout's, drawn as then: the points answer exactly
     last_step = run.current_step or MetricPoint.objects.filter(run=run).aggregate(last=Max("step"))["last"] or 0
     if stored:
         buckets = SeriesBuckets.from_json(stored)
@@ -434,7 +462,7 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     steps, which saves a scan of the points to find their extent."""
     cached = run.series_cache or {}
     whole_run = after_step < 0 and not names
-    if (whole_run and run.is_finished and cached.get("max_points") == max_points and "series" in cached):
+    if whole_run and run.is_finished and cached.get("max_points") == max_points and series_cache_current(run=run):
         return cached["series"]
     points = MetricPoint.objects.filter(run=run, step__gt=after_step)
     if names:
@@ -458,6 +486,13 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     buckets = _grouped_buckets(points, width=width, offset=after_step)
     return _series(list(buckets.points()), downsampled=True,
                    start_time=buckets.start_time() if start_time is None else start_time)
+
+
+def series_cache_current(*, run: Run) -> bool:
+    """Whether the run's cached series were drawn in the current bucket layout (``series_cache_for`` of
+    this code): a run finished before it keeps series drawn at each bucket's smallest tokens and time."""
+    cached = run.series_cache or {}
+    return "series" in cached and SeriesBuckets.in_layout(cached.get("buckets"))
 
 
 def series_cache_for(run: Run) -> dict[str, Any]:
@@ -752,9 +787,19 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
+def _key_applies(key: str, *, task: str) -> bool:
+    """Whether a flat spec ``key`` is one a ``task`` run reads: not another task's section's, nor a common
+    section's key for other tasks only (``TASK_ONLY_KEYS``)."""
+    section = key.partition(".")[0]
+    if section not in TASK_SECTIONS.get(task, ()) and any(section in sections for sections in TASK_SECTIONS.values()):
+        return False
+    return task in TASK_ONLY_KEYS.get(key, (task,))
+
+
 def hyperparameter_axes(*, runs: list[Run], diff: list[dict[str, Any]], metric_names: list[str]) -> dict[str, Any] | None:
     """What the compare page's parallel-coordinates chart draws, for three runs or more whose configs
-    differ (a sweep, say): an axis per differing key of single values (numbers as numbers, anything
+    differ (a sweep, say): an axis per key of single values that differs among the runs it applies to
+    (``_key_applies``: runs of different kinds have sections of their own; numbers as numbers, anything
     else, a model's name say, as a category), and the runs' last value of each final metric (None where
     a run has none), for the chart to color by and end on. None when there is nothing to draw."""
     if len(runs) < 3:
@@ -765,6 +810,12 @@ def hyperparameter_axes(*, runs: list[Run], diff: list[dict[str, Any]], metric_n
         if not row["differs"] or any(isinstance(entry.get(row["key"]), (list, dict)) for entry in flat):
             continue
         values = [value.name if isinstance(value, SpecReference) else value for value in row["values"]]
+        # Runs of different kinds each have keys of their own, "—" in the others: a key is an axis only where
+        # the runs it applies to differ in it (not a loss type every DPO run shares, nor the one reward run's
+        # coefficient), else the chart of a DPO, a reward and an SFT run was a wall of "—" axes.
+        applies = [_key_applies(row["key"], task=run.task) for run in runs]
+        if len({json.dumps(value) for value, used in zip(values, applies) if used}) < 2:
+            continue
         numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
         axes.append({"key": row["key"], "numeric": numeric,
                      "values": values if numeric else ["—" if value is None else str(value) for value in values]})

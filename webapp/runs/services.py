@@ -1497,6 +1497,25 @@ def samples_log(*, run: Run, samples: list[dict[str, Any]]) -> int:
     return len(rows)
 
 
+def series_caches_renew(*, runs: list[Run]) -> None:
+    """Cache again the series of those finished ``runs`` whose cache was written in an older bucket layout
+    (``selectors.series_cache_current``), from their points: read from that cache, a tokens or time x-axis
+    drew each bucket's extremes at its smallest tokens and time, so once per run instead of each read."""
+    from webapp.runs.selectors import series_cache_current, series_cache_for
+
+    for run in runs:
+        if not run.is_finished or series_cache_current(run=run):
+            continue
+        with transaction.atomic():
+            locked = Run.objects.select_for_update(of=("self",)).filter(pk=run.pk).first()
+            if locked is None:  # deleted meanwhile
+                continue
+            if locked.is_finished and not series_cache_current(run=locked):
+                locked.series_cache = series_cache_for(locked)
+                locked.save(update_fields=["series_cache"])
+            run.series_cache = locked.series_cache
+
+
 @transaction.atomic
 def run_finish_external(*, run: Run, status: str, message: str = "") -> Run:
     """Close an external run as succeeded, failed or cancelled."""

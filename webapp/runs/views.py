@@ -688,6 +688,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
                         "of this project (deleted since, or mistyped)")
         messages.error(request, problem)
         return redirect("runs:list", project.slug)
+    services.series_caches_renew(runs=runs)  # runs finished before the current bucket layout, once
     series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
@@ -697,7 +698,9 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
-                                for run in runs], "series": series, "names": names},
+                                for run in runs], "series": series, "names": names,
+                       # A reward model's accuracy and a DPO run's rewards/accuracies, say, on one chart.
+                       "shared": selectors.shared_charts(runs=runs, series=series)},
         "diff": diff, "config_differs": any(row["differs"] for row in diff), "final_names": final_names,
         "hyperparameters": selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=final_names),
         "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],

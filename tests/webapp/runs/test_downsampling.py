@@ -52,14 +52,16 @@ def test_ties_keep_the_lows_earliest_step_and_the_highs_latest_in_any_order_and_
         "m": {0: [1, 6, 1.0, 5.0, 1, 0.0, 2, 5, 2, 0.0, 5, 0.0]}}
 
 
-def test_stored_buckets_of_the_old_six_and_eight_field_shapes_are_read_as_they_were_drawn():
-    # Six fields: the low at the first step, the high at the last; both at the smallest tokens and time.
-    old = {"width": 4, "through_step": 3, "through_id": 0, "buckets": {"loss": [[0, 1, 3, -1.0, 7.0, 10, 101.0]]}}
-    assert list(SeriesBuckets.from_json(old).points()) == [("loss", 1, -1.0, 10, 101.0), ("loss", 3, 7.0, 10, 101.0)]
-    # Eight fields: at the extremes' steps (a bucket of one value flat from its first step to its last).
-    old["buckets"] = {"loss": [[0, 1, 3, -1.0, 7.0, 10, 101.0, 3, 2], [1, 5, 8, 2.0, 2.0, 50, 105.0, 5, 5]]}
-    assert list(SeriesBuckets.from_json(old).points()) == [("loss", 2, 7.0, 10, 101.0), ("loss", 3, -1.0, 10, 101.0),
-                                                           ("loss", 5, 2.0, 50, 105.0), ("loss", 8, 2.0, 50, 105.0)]
+def test_stored_buckets_of_an_older_layout_are_known_as_such():
+    """Six- and eight-field buckets (and twelve-field ones written out again from them, with no layout)
+    drew each extreme at its bucket's smallest tokens and time: they are not read, the points are."""
+    six = {"width": 4, "through_step": 3, "through_id": 0, "buckets": {"loss": [[0, 1, 3, -1.0, 7.0, 10, 101.0]]}}
+    eight = {**six, "buckets": {"loss": [[0, 1, 3, -1.0, 7.0, 10, 101.0, 3, 2]]}}
+    current = SeriesBuckets(width=4)
+    current.add("loss", 1, -1.0, 10, 101.0)
+    unmarked = {key: value for key, value in current.to_json().items() if key != "layout"}
+    assert [SeriesBuckets.in_layout(data) for data in (six, eight, unmarked, {}, None, current.to_json())] == [
+        False, False, False, False, False, True]
 
 
 def test_coarsening_merges_neighbours_exactly_as_reducing_at_the_wider_width():

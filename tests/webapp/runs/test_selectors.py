@@ -339,3 +339,82 @@ def test_the_final_metrics_of_a_dpo_comparison_lead_with_its_accuracy_and_margin
              "rewards/accuracies", "rewards/margins", "eval/loss", "eval/rewards/accuracies", "eval/rewards/margins"]
     assert selectors.final_order(names)[:6] == ["loss", "eval/loss", "rewards/accuracies", "eval/rewards/accuracies",
                                                 "rewards/margins", "eval/rewards/margins"]
+
+
+def test_a_finished_runs_cache_of_the_older_bucket_layout_is_read_again_from_its_points(team, catalog, sent_tasks,
+                                                                                         client_for):
+    """A run that finished before buckets kept each extreme's own tokens and time cached its compare series
+    at each bucket's smallest tokens and time: on a tokens or time x-axis its points sat up to a bucket
+    early. Such a cache (eight-field buckets, no layout) is not read; the compare page draws the run from
+    its points and stores the cache again in the current layout."""
+    run = make_run(team, catalog)
+    steps = 2 * selectors.COMPARE_MAX_POINTS  # buckets of four steps at the compare page's resolution
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=float(step % 4),
+                                                 wall_time=100.0 + step, tokens=10 * step)
+                                     for step in range(1, steps + 1)])
+    exact = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"]
+    # What a run finished then stored: each bucket [first, last, low, high, tokens, time, low step, high step]
+    # (its high 3.0 at step 4i + 3, its low 0.0 at 4i + 4), drawn at the bucket's smallest tokens and time.
+    old_buckets = {"width": 4, "through_step": steps, "through_id": 0,
+                   "buckets": {"loss": [[index, 4 * index + 1, 4 * index + 4, 0.0, 3.0, 10 * (4 * index + 1),
+                                         101.0 + 4 * index, 4 * index + 4, 4 * index + 3]
+                                        for index in range(steps // 4)]}}
+    old_series = {"loss": {"step": exact["step"], "value": exact["value"],
+                           "tokens": [10 * (4 * (point // 2) + 1) for point in range(steps // 2)],
+                           "time": [4.0 * (point // 2) for point in range(steps // 2)], "downsampled": True}}
+    Run.objects.filter(pk=run.pk).update(status="succeeded", current_step=steps, series_cache={
+        "buckets": old_buckets, "max_points": selectors.COMPARE_MAX_POINTS, "series": old_series})
+    run.refresh_from_db()
+    assert exact["tokens"][:2] == [30, 40] and old_series["loss"]["tokens"][:2] == [10, 10]
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
+
+    other = make_run(team, catalog)
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={other.public_id}")
+    assert page.status_code == 200
+    assert page.context["chart_data"]["series"][run.public_id]["loss"] == exact
+    run.refresh_from_db()
+    assert run.series_cache["series"]["loss"] == exact
+    assert run.series_cache["buckets"]["layout"] == SeriesBuckets.LAYOUT
+    MetricPoint.objects.filter(run=run).delete()  # the renewed cache answers now, not the points
+    assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
+
+
+def test_a_reward_model_and_a_dpo_run_share_charts_of_the_quantities_both_log_under_their_own_names(
+        team, catalog, sent_tasks):
+    """A reward model logs accuracy and margin (and eval/ ones), DPO rewards/accuracies and rewards/margins:
+    the same share of pairs ranked right and mean chosen-minus-rejected reward. Compared, each pair is one
+    chart; names of one kind alone, or of no kind that logs them (an SFT run's accuracy), stay as they are."""
+    reward, dpo, sft = (make_run(team, catalog) for _ in range(3))
+    Run.objects.filter(pk=reward.pk).update(task="reward")
+    Run.objects.filter(pk=dpo.pk).update(task="dpo")
+    for run in (reward, dpo):
+        run.refresh_from_db()
+    series = {reward.public_id: {"loss": {}, "accuracy": {}, "margin": {}, "eval/accuracy": {}},
+              dpo.public_id: {"loss": {}, "rewards/accuracies": {}, "rewards/margins": {}, "logps/chosen": {}},
+              sft.public_id: {"loss": {}, "accuracy": {}}}
+    assert selectors.shared_charts(runs=[reward, dpo, sft], series=series) == {
+        reward.public_id: {"accuracy": "preference accuracy", "margin": "reward margin"},
+        dpo.public_id: {"rewards/accuracies": "preference accuracy", "rewards/margins": "reward margin"}}
+    # eval/accuracy has no DPO counterpart here: it keeps its own chart.
+    series[dpo.public_id]["eval/rewards/accuracies"] = {}
+    shared = selectors.shared_charts(runs=[reward, dpo], series=series)
+    assert shared[reward.public_id]["eval/accuracy"] == shared[dpo.public_id]["eval/rewards/accuracies"] == (
+        "eval/preference accuracy")
+    assert selectors.shared_charts(runs=[dpo, make_run(team, catalog)], series=series) == {}
+
+
+def test_hyperparameter_axes_leave_out_keys_only_one_compared_run_has(team, catalog, sent_tasks):
+    """QA: comparing runs of different kinds drew an axis for every key of each kind's own section, each
+    "—" for all runs but one, or the same value in each run of that kind: a wall of axes that compare
+    nothing. A key is an axis where the runs it applies to differ in it (the task's axis tells kinds apart)."""
+    runs = [make_run(team, catalog, optim={"learning_rate": rate}) for rate in (1e-4, 1e-3, 3e-3)]
+    runs[0].spec = {**runs[0].spec, "task": "dpo", "dpo": {"beta": 0.1, "loss_type": "sigmoid"}}
+    runs[1].spec = {**runs[1].spec, "task": "dpo", "dpo": {"beta": 0.2, "loss_type": "sigmoid"}}
+    runs[2].spec = {**runs[2].spec, "task": "reward", "reward": {"center_rewards_coefficient": 0.01}}
+    for run in runs:
+        run.task = run.spec["task"]
+        run.final_metrics = {"loss": {"last": 1.0, "min": 1.0, "max": 2.0}}
+    diff = selectors.config_diff(runs=runs)
+    drawn = selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=["loss"])
+    assert [axis["key"] for axis in drawn["axes"]] == ["dpo.beta", "optim.learning_rate", "task"]
+    assert drawn["axes"][0] == {"key": "dpo.beta", "numeric": False, "values": ["0.1", "0.2", "—"]}
