@@ -233,7 +233,6 @@ def test_compare_draws_a_sweeps_hyperparameters_against_a_chosen_metric(page, as
                                                      tokens=100) for name, figures in run.final_metrics.items()])
         runs.append(run)
     log_in(page, asgi_server, "sweep-viewer")
-    page.on("console", lambda m: print("CONSOLE", m.type, m.text)); page.on("pageerror", lambda e: print("PAGEERROR", e))
     page.goto(f"{asgi_server}/p/sweep/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
