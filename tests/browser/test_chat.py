@@ -153,7 +153,7 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transa
     page.locator(".chat-user").wait_for()
     assert page.locator(".chat-user .chat-text").inner_text() == "first line\nsecond line"
     assert page.locator("#chat-form textarea").input_value() == ""
-    assert Message.objects.get(role="user").content == "first line\r\nsecond line"  # as a form sends a textarea
+    assert Message.objects.get(role="user").content == "first line\nsecond line"  # as typed, not as the form sends it
 
 
 def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transactional_db):  # noqa: F811
