@@ -6,8 +6,13 @@
     const streaming = side.querySelector(".chat-streaming");
     if (!streaming) return;
     const source = new EventSource(side.dataset.events);
+    // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
+    // opened again by the EventSource itself, and the server replays the answer's events from its first.
+    let lastSeq = -1;
     source.onmessage = async (event) => {
       const data = JSON.parse(event.data);
+      if ((data.type === "token" || data.type === "status") && data.seq <= lastSeq) return;  // shown already
+      if (typeof data.seq === "number") lastSeq = Math.max(lastSeq, data.seq);
       if (data.type === "token") {
         streaming.textContent += data.text;
         return;

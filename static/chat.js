@@ -56,8 +56,13 @@
     stopUrl = messagesUrl + id + "/stop/";
     busy(true);
     const source = new EventSource(messagesUrl + id + "/events/");
+    // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
+    // opened again by the EventSource itself, and the server replays the answer's events from its first.
+    let lastSeq = -1;
     source.onmessage = async (event) => {
       const data = JSON.parse(event.data);
+      if ((data.type === "token" || data.type === "status") && data.seq <= lastSeq) return;  // shown already
+      if (typeof data.seq === "number") lastSeq = Math.max(lastSeq, data.seq);
       if (data.type === "token") {
         text.textContent += data.text;
         return;

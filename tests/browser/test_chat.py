@@ -196,6 +196,70 @@ def test_an_answer_waiting_for_its_model_to_load_says_so(page, asgi_server, redi
     assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"
 
 
+def _relayed_until(generation_id: str, seconds: float) -> str:
+    """What the events view sends of an answer's stream that ends before its terminal event (its
+    ``MAX_STREAM_SECONDS`` passed, a proxy or the network cut it): the real relay, for ``seconds``."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webapp.chat import channels
+    from webapp.core.sse import relay_channel
+
+    async def lines() -> str:
+        stream = relay_channel(channels.channel(generation_id), backlog_key=channels.events_key(generation_id),
+                               is_terminal=lambda event: event["type"] in channels.TERMINAL_TYPES,
+                               max_seconds=seconds, label="test")
+        return "".join([line async for line in stream])
+
+    with ThreadPoolExecutor(1) as thread:  # Playwright's event loop runs in this one
+        return thread.submit(asyncio.run, lines()).result()
+
+
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_a_stream_that_reconnects_shows_each_token_once(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                        settings, monkeypatch, where):
+    """An answer's stream ends without its last event after MAX_STREAM_SECONDS (or when the network or a proxy
+    cuts it); the browser's EventSource reconnects by itself, and the relay replays the answer's events from its
+    first: the page appended them again, showing "HelloHello world" until the answer was done."""
+    from webapp.chat import arena, channels, selectors, services
+    from webapp.chat.models import MessageStatus
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    if where == "chat":
+        team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+        answer = conversation.messages.get(role="assistant")
+        path = f"/p/{team.project.slug}/chat/{conversation.public_id}/"
+    else:
+        monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
+        team = make_team()
+        for name in ("falcon", "heron"):
+            make_base_model(team.project, name=name, path=f"/models/{name}")
+        battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Greet.",
+                                     choices=selectors.model_choices(project=team.project))
+        answer = arena.battle_answer(battle.side_a)
+        path = f"/p/{team.project.slug}/arena/{battle.public_id}/"
+    client = redis_client()
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "lo"})
+    connections = []
+
+    def cut_short(route):
+        connections.append(route.request.url)
+        # retry: the browser reconnects after 50 ms rather than its default 3 s
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                      body="retry: 50\n\n" + _relayed_until(answer.public_id, 0.2))
+
+    page.route(f"**/messages/{answer.public_id}/events/", cut_short)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    streaming = page.locator(f"#{answer.public_id} .chat-streaming")
+    streaming.filter(has_text="Hello").wait_for()
+    channels.emit(client, answer.public_id, {"seq": 2, "type": "token", "text": " world"})
+    streaming.filter(has_text="world").wait_for()
+    assert len(connections) >= 2 and streaming.text_content() == "Hello world"
+
+
 def test_a_member_made_a_viewer_is_told_why_a_message_is_refused(page, asgi_server, transactional_db):  # noqa: F811
     """QA: bob, demoted to viewer while his conversation was open, read 'the server answered 403'."""
     from webapp.projects.models import Membership
