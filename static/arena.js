@@ -21,7 +21,9 @@
         streaming.dataset.status = data.message;
         return;
       }
-      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      // "unavailable": the server lost Redis (or this page read too slowly) and ends the stream; the answer goes on,
+      // and the EventSource, left open, reconnects by itself to follow it again.
+      if (data.type !== "done" && data.type !== "error") return;
       source.close();
       const response = await fetch(side.dataset.html);
       if (response.ok) side.querySelector(".chat-message").outerHTML = await response.text();

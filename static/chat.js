@@ -71,7 +71,9 @@
         text.dataset.status = data.message;
         return;
       }
-      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      // "unavailable": the server lost Redis (or this page read too slowly) and ends the stream; the answer goes on,
+      // and the EventSource, left open, reconnects by itself to follow it again.
+      if (data.type !== "done" && data.type !== "error") return;
       source.close();
       const response = await fetch(messagesUrl + id + "/");
       if (response.ok) element.outerHTML = await response.text();

@@ -215,30 +215,35 @@ def _relayed_until(generation_id: str, seconds: float) -> str:
         return thread.submit(asyncio.run, lines()).result()
 
 
+def _an_answer_streaming(where: str, monkeypatch):
+    """(team, answer, page path) of an answer being written, shown on its chat page or on an arena battle's."""
+    from webapp.chat import arena, selectors, services
+    from webapp.chat.models import MessageStatus
+
+    if where == "chat":
+        team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+        return (team, conversation.messages.get(role="assistant"),
+                f"/p/{team.project.slug}/chat/{conversation.public_id}/")
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Greet.",
+                                 choices=selectors.model_choices(project=team.project))
+    return team, arena.battle_answer(battle.side_a), f"/p/{team.project.slug}/arena/{battle.public_id}/"
+
+
 @pytest.mark.parametrize("where", ["chat", "arena"])
 def test_a_stream_that_reconnects_shows_each_token_once(page, asgi_server, redis_url, transactional_db,  # noqa: F811
                                                         settings, monkeypatch, where):
     """An answer's stream ends without its last event after MAX_STREAM_SECONDS (or when the network or a proxy
     cuts it); the browser's EventSource reconnects by itself, and the relay replays the answer's events from its
     first: the page appended them again, showing "HelloHello world" until the answer was done."""
-    from webapp.chat import arena, channels, selectors, services
-    from webapp.chat.models import MessageStatus
+    from webapp.chat import channels
     from webapp.runs.channels import redis_client
 
     settings.REDIS_URL = redis_url
-    if where == "chat":
-        team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
-        answer = conversation.messages.get(role="assistant")
-        path = f"/p/{team.project.slug}/chat/{conversation.public_id}/"
-    else:
-        monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
-        team = make_team()
-        for name in ("falcon", "heron"):
-            make_base_model(team.project, name=name, path=f"/models/{name}")
-        battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Greet.",
-                                     choices=selectors.model_choices(project=team.project))
-        answer = arena.battle_answer(battle.side_a)
-        path = f"/p/{team.project.slug}/arena/{battle.public_id}/"
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
     client = redis_client()
     channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
     channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "lo"})
@@ -258,6 +263,40 @@ def test_a_stream_that_reconnects_shows_each_token_once(page, asgi_server, redis
     channels.emit(client, answer.public_id, {"seq": 2, "type": "token", "text": " world"})
     streaming.filter(has_text="world").wait_for()
     assert len(connections) >= 2 and streaming.text_content() == "Hello world"
+
+
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_an_answer_whose_stream_lost_redis_is_followed_again(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                            settings, monkeypatch, where):
+    """The events view ends a stream with 'unavailable' when its Redis connection fails (or the page read too
+    slowly); the page closed its EventSource then, and the answer, still being written, stayed an empty box
+    (the arena's vote closed) until a reload, while Send met 'an answer is still being written'."""
+    from webapp.chat import channels, services
+    from webapp.core.sse import sse_message
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
+    client = redis_client()
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    connections = []
+
+    def cut_by_redis_first(route):
+        connections.append(route.request.url)
+        body = (_relayed_until(answer.public_id, 0.2) + sse_message({"type": "unavailable"}) if len(connections) == 1
+                else _relayed_until(answer.public_id, 0.2))
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                      body="retry: 50\n\n" + body)
+
+    page.route(f"**/messages/{answer.public_id}/events/", cut_by_redis_first)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    page.locator(f"#{answer.public_id} .chat-streaming").filter(has_text="Hel").wait_for()
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "lo"})
+    services.message_finish(message_id=answer.public_id, text="Hello", finish_reason="stop", completion_tokens=2)
+    channels.emit(client, answer.public_id, {"seq": 2, "type": "done", "text": "Hello", "finish_reason": "stop"})
+    page.locator(f"#{answer.public_id} .chat-markdown").filter(has_text="Hello").wait_for()
+    assert len(connections) >= 2
 
 
 def test_a_member_made_a_viewer_is_told_why_a_message_is_refused(page, asgi_server, transactional_db):  # noqa: F811
