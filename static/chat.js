@@ -50,6 +50,16 @@
     return message ? message.textContent.trim() : null;
   }
 
+  // Whether the page's last message is the one the server put before the new turn: another tab on this
+  // conversation may have taken a turn meanwhile, and the new answer would show under a turn it did not answer.
+  // If not, the page is loaded again (it follows the new answer from there).
+  function showsLast(previous) {
+    const last = log.querySelector(".chat-message:last-child");
+    if ((last ? last.id : "") === previous) return true;
+    window.location.reload();
+    return false;
+  }
+
   function follow(id) {
     const element = document.getElementById(id);
     const text = element.querySelector(".chat-streaming");
@@ -88,13 +98,16 @@
     const body = new FormData(form);
     try {
       const data = await post(log.dataset.send, body);
+      form.querySelector("textarea").value = "";  // sent: not restored into the box by a reload
+      if (!showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
         document.title = "\u2068" + data.title + "\u2069" + document.title.slice(document.title.indexOf(" · "));
       }
-      bubble("user").textContent = body.get("content");
+      const sent = bubble("user");
+      sent.textContent = body.get("content");
+      sent.parentElement.id = data.user_message;
       bubble("assistant", data.message);
-      form.querySelector("textarea").value = "";
       follow(data.message);
     } catch (error) {
       errorBox.textContent = error.message;
@@ -118,6 +131,7 @@
       const data = await post(log.dataset.regenerate);
       const answers = log.querySelectorAll(".chat-assistant");
       if (answers.length) answers[answers.length - 1].remove();
+      if (!showsLast(data.previous)) return;
       bubble("assistant", data.message);
       follow(data.message);
     } catch (error) {
