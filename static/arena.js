@@ -6,8 +6,13 @@
     const streaming = side.querySelector(".chat-streaming");
     if (!streaming) return;
     const source = new EventSource(side.dataset.events);
+    // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
+    // opened again by the EventSource itself, and the server replays the answer's events from its first.
+    let lastSeq = -1;
     source.onmessage = async (event) => {
       const data = JSON.parse(event.data);
+      if ((data.type === "token" || data.type === "status") && data.seq <= lastSeq) return;  // shown already
+      if (typeof data.seq === "number") lastSeq = Math.max(lastSeq, data.seq);
       if (data.type === "token") {
         streaming.textContent += data.text;
         return;
@@ -16,7 +21,9 @@
         streaming.dataset.status = data.message;
         return;
       }
-      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      // "unavailable": the server lost Redis (or this page read too slowly) and ends the stream; the answer goes on,
+      // and the EventSource, left open, reconnects by itself to follow it again.
+      if (data.type !== "done" && data.type !== "error") return;
       source.close();
       const response = await fetch(side.dataset.html);
       if (response.ok) side.querySelector(".chat-message").outerHTML = await response.text();

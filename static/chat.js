@@ -50,14 +50,29 @@
     return message ? message.textContent.trim() : null;
   }
 
+  // Whether the page's last message is the one the server put before the new turn: another tab on this
+  // conversation may have taken a turn meanwhile, and the new answer would show under a turn it did not answer.
+  // If not, the page is loaded again (it follows the new answer from there).
+  function showsLast(previous) {
+    const last = log.querySelector(".chat-message:last-child");
+    if ((last ? last.id : "") === previous) return true;
+    window.location.reload();
+    return false;
+  }
+
   function follow(id) {
     const element = document.getElementById(id);
     const text = element.querySelector(".chat-streaming");
     stopUrl = messagesUrl + id + "/stop/";
     busy(true);
     const source = new EventSource(messagesUrl + id + "/events/");
+    // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
+    // opened again by the EventSource itself, and the server replays the answer's events from its first.
+    let lastSeq = -1;
     source.onmessage = async (event) => {
       const data = JSON.parse(event.data);
+      if ((data.type === "token" || data.type === "status") && data.seq <= lastSeq) return;  // shown already
+      if (typeof data.seq === "number") lastSeq = Math.max(lastSeq, data.seq);
       if (data.type === "token") {
         text.textContent += data.text;
         return;
@@ -66,7 +81,9 @@
         text.dataset.status = data.message;
         return;
       }
-      if (data.type !== "done" && data.type !== "error" && data.type !== "unavailable") return;
+      // "unavailable": the server lost Redis (or this page read too slowly) and ends the stream; the answer goes on,
+      // and the EventSource, left open, reconnects by itself to follow it again.
+      if (data.type !== "done" && data.type !== "error") return;
       source.close();
       const response = await fetch(messagesUrl + id + "/");
       if (response.ok) element.outerHTML = await response.text();
@@ -81,13 +98,16 @@
     const body = new FormData(form);
     try {
       const data = await post(log.dataset.send, body);
+      form.querySelector("textarea").value = "";  // sent: not restored into the box by a reload
+      if (!showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
         document.title = "\u2068" + data.title + "\u2069" + document.title.slice(document.title.indexOf(" · "));
       }
-      bubble("user").textContent = body.get("content");
+      const sent = bubble("user");
+      sent.textContent = body.get("content");
+      sent.parentElement.id = data.user_message;
       bubble("assistant", data.message);
-      form.querySelector("textarea").value = "";
       follow(data.message);
     } catch (error) {
       errorBox.textContent = error.message;
@@ -111,6 +131,7 @@
       const data = await post(log.dataset.regenerate);
       const answers = log.querySelectorAll(".chat-assistant");
       if (answers.length) answers[answers.length - 1].remove();
+      if (!showsLast(data.previous)) return;
       bubble("assistant", data.message);
       follow(data.message);
     } catch (error) {

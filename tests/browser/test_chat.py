@@ -153,7 +153,7 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(page, asgi_server, transa
     page.locator(".chat-user").wait_for()
     assert page.locator(".chat-user .chat-text").inner_text() == "first line\nsecond line"
     assert page.locator("#chat-form textarea").input_value() == ""
-    assert Message.objects.get(role="user").content == "first line\r\nsecond line"  # as a form sends a textarea
+    assert Message.objects.get(role="user").content == "first line\nsecond line"  # as typed, not as the form sends it
 
 
 def test_an_answer_waiting_for_its_first_token_says_so(page, asgi_server, transactional_db):  # noqa: F811
@@ -194,6 +194,132 @@ def test_an_answer_waiting_for_its_model_to_load_says_so(page, asgi_server, redi
     channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "Hel"})
     page.wait_for_function("() => document.querySelector('.chat-assistant .chat-streaming').textContent === 'Hel'")
     assert waiting.evaluate("e => getComputedStyle(e, '::after').content") == "none"
+
+
+def _relayed_until(generation_id: str, seconds: float) -> str:
+    """What the events view sends of an answer's stream that ends before its terminal event (its
+    ``MAX_STREAM_SECONDS`` passed, a proxy or the network cut it): the real relay, for ``seconds``."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webapp.chat import channels
+    from webapp.core.sse import relay_channel
+
+    async def lines() -> str:
+        stream = relay_channel(channels.channel(generation_id), backlog_key=channels.events_key(generation_id),
+                               is_terminal=lambda event: event["type"] in channels.TERMINAL_TYPES,
+                               max_seconds=seconds, label="test")
+        return "".join([line async for line in stream])
+
+    with ThreadPoolExecutor(1) as thread:  # Playwright's event loop runs in this one
+        return thread.submit(asyncio.run, lines()).result()
+
+
+def _an_answer_streaming(where: str, monkeypatch):
+    """(team, answer, page path) of an answer being written, shown on its chat page or on an arena battle's."""
+    from webapp.chat import arena, selectors, services
+    from webapp.chat.models import MessageStatus
+
+    if where == "chat":
+        team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+        return (team, conversation.messages.get(role="assistant"),
+                f"/p/{team.project.slug}/chat/{conversation.public_id}/")
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Greet.",
+                                 choices=selectors.model_choices(project=team.project))
+    return team, arena.battle_answer(battle.side_a), f"/p/{team.project.slug}/arena/{battle.public_id}/"
+
+
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_a_stream_that_reconnects_shows_each_token_once(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                        settings, monkeypatch, where):
+    """An answer's stream ends without its last event after MAX_STREAM_SECONDS (or when the network or a proxy
+    cuts it); the browser's EventSource reconnects by itself, and the relay replays the answer's events from its
+    first: the page appended them again, showing "HelloHello world" until the answer was done."""
+    from webapp.chat import channels
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
+    client = redis_client()
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "lo"})
+    connections = []
+
+    def cut_short(route):
+        connections.append(route.request.url)
+        # retry: the browser reconnects after 50 ms rather than its default 3 s
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                      body="retry: 50\n\n" + _relayed_until(answer.public_id, 0.2))
+
+    page.route(f"**/messages/{answer.public_id}/events/", cut_short)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    streaming = page.locator(f"#{answer.public_id} .chat-streaming")
+    streaming.filter(has_text="Hello").wait_for()
+    channels.emit(client, answer.public_id, {"seq": 2, "type": "token", "text": " world"})
+    streaming.filter(has_text="world").wait_for()
+    assert len(connections) >= 2 and streaming.text_content() == "Hello world"
+
+
+@pytest.mark.parametrize("where", ["chat", "arena"])
+def test_an_answer_whose_stream_lost_redis_is_followed_again(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                            settings, monkeypatch, where):
+    """The events view ends a stream with 'unavailable' when its Redis connection fails (or the page read too
+    slowly); the page closed its EventSource then, and the answer, still being written, stayed an empty box
+    (the arena's vote closed) until a reload, while Send met 'an answer is still being written'."""
+    from webapp.chat import channels, services
+    from webapp.core.sse import sse_message
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, answer, path = _an_answer_streaming(where, monkeypatch)
+    client = redis_client()
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    connections = []
+
+    def cut_by_redis_first(route):
+        connections.append(route.request.url)
+        body = (_relayed_until(answer.public_id, 0.2) + sse_message({"type": "unavailable"}) if len(connections) == 1
+                else _relayed_until(answer.public_id, 0.2))
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                      body="retry: 50\n\n" + body)
+
+    page.route(f"**/messages/{answer.public_id}/events/", cut_by_redis_first)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(asgi_server + path)
+    page.locator(f"#{answer.public_id} .chat-streaming").filter(has_text="Hel").wait_for()
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "token", "text": "lo"})
+    services.message_finish(message_id=answer.public_id, text="Hello", finish_reason="stop", completion_tokens=2)
+    channels.emit(client, answer.public_id, {"seq": 2, "type": "done", "text": "Hello", "finish_reason": "stop"})
+    page.locator(f"#{answer.public_id} .chat-markdown").filter(has_text="Hello").wait_for()
+    assert len(connections) >= 2
+
+
+def test_a_tab_left_behind_by_another_shows_the_conversation_as_it_is(page, asgi_server, transactional_db):  # noqa: F811
+    """Two tabs on one conversation: the first takes a turn; the second, still showing the conversation as it was,
+    regenerates (the server replaces the newest answer, the first tab's). It removed its own last answer, still
+    stored, and showed the new answer under the turn it had shown last, which that answer did not answer."""
+    from webapp.chat.models import MessageStatus, Role
+
+    team, conversation = conversation_with_an_answer(content="Hi there.", status=MessageStatus.COMPLETE)
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    page.wait_for_load_state("load")
+    # The other tab's turn, answered
+    Message.objects.create(conversation=conversation, role=Role.USER, content="Name a river.")
+    Message.objects.create(conversation=conversation, role=Role.ASSISTANT, content="The Rhine.",
+                           status=MessageStatus.COMPLETE)
+
+    page.get_by_role("button", name="Regenerate").click()
+    page.locator(".chat-user", has_text="Name a river.").wait_for()  # loaded again, as the conversation now is
+    assert page.locator(".chat-markdown", has_text="Hi there.").count() == 1  # the answer still stored
+    assert page.locator(".chat-message").evaluate_all("messages => messages.map(message => message.id)") == [
+        *conversation.messages.order_by("created_at", "id").values_list("public_id", flat=True)]
+    assert page.locator(".chat-markdown", has_text="The Rhine.").count() == 0  # the answer replaced
 
 
 def test_a_member_made_a_viewer_is_told_why_a_message_is_refused(page, asgi_server, transactional_db):  # noqa: F811

@@ -281,6 +281,26 @@ def test_a_chat_too_long_for_the_context_leaves_out_its_oldest_turns(model_dir):
     assert serve.fit_to_context(strict, tokenizer, 256) == (serve.prompt_ids(strict, tokenizer), 100)
 
 
+def test_a_system_prompt_that_fills_the_context_is_named_as_the_cause(model_dir):
+    """QA: a conversation whose system prompt alone filled the context refused every turn, even "hi", with "the
+    message (7017 tokens with the chat template and system prompt) fills the model's context ...; send a shorter
+    one": no shorter message could fit, and the page's system prompt is fixed for the conversation."""
+    tokenizer = load_serving_model(model_dir).tokenizer
+    long_system = serve.GenerateRequest.model_validate(request(
+        model_dir, "sys", messages=[{"role": "system", "content": "words " * 400}, {"role": "user", "content": "hi"}],
+        max_new_tokens=50, fit_context=True))
+    with pytest.raises(ValueError, match=r"^the system prompt \(\d+ tokens with the chat template\) fills the model's "
+                                         r"context \(256 tokens\) on its own; start a new conversation with a shorter "
+                                         r"system prompt$"):
+        serve.fit_to_context(long_system, tokenizer, 256)
+    # A short system prompt leaves the refusal to the message, as before.
+    long_message = serve.GenerateRequest.model_validate(request(
+        model_dir, "msg", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "words " * 400}],
+        max_new_tokens=50, fit_context=True))
+    with pytest.raises(ValueError, match=r"fills the model's context \(256 tokens\) on its own; send a shorter one$"):
+        serve.fit_to_context(long_message, tokenizer, 256)
+
+
 def test_a_request_over_the_context_fails_with_its_code_unless_fitted(client, model_dir):
     refused = serve.generate(request(model_dir, "over", max_new_tokens=4000))
     assert "exceeds the model's context length (256)" in refused["error"]

@@ -24,6 +24,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import form_send_once
+from webapp.core.text import typed_text
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
@@ -62,7 +63,8 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
                 raise ChatError("compare mode needs two models of this project; leave both empty for a blind battle")
 
             def start() -> str:
-                battle = arena.battle_create(project=project, user=request.user, prompt=request.POST.get("prompt", ""),
+                battle = arena.battle_create(project=project, user=request.user,
+                                             prompt=typed_text(request.POST.get("prompt", "")),
                                              choices=choices, compare=None if None in picked else tuple(picked))
                 return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
 

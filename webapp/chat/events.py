@@ -24,11 +24,12 @@ MAX_STREAM_SECONDS = 300.0
 FINISH_REASON = {MessageStatus.COMPLETE: "stop", MessageStatus.STOPPED: "cancelled", MessageStatus.TIMEOUT: "timeout"}
 
 
-def relay(generation_id: str, *, access_lost: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[str]:
-    """SSE lines of one generation's events until its terminal event (see the module note)."""
+def relay(generation_id: str, *, access_lost: Callable[[], Awaitable[bool]] | None = None,
+          max_seconds: float = MAX_STREAM_SECONDS) -> AsyncIterator[str]:
+    """SSE lines of one generation's events until its terminal event, or for ``max_seconds`` (see the module note)."""
     return relay_channel(channels.channel(generation_id), backlog_key=channels.events_key(generation_id),
                          is_terminal=lambda event: event["type"] in channels.TERMINAL_TYPES,
-                         max_seconds=MAX_STREAM_SECONDS, access_lost=access_lost, label=f"generation {generation_id}")
+                         max_seconds=max_seconds, access_lost=access_lost, label=f"generation {generation_id}")
 
 
 async def _finished(message) -> AsyncIterator[str]:

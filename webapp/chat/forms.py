@@ -4,6 +4,14 @@ from django import forms
 
 from webapp.chat.selectors import ModelChoice
 from webapp.chat.services import MESSAGE_MAX_CHARS
+from webapp.core.text import typed_text
+
+
+class TypedTextField(forms.CharField):
+    """Text for the model, typed in a textarea: its line breaks as typed (``typed_text``), not as the form sent them."""
+
+    def to_python(self, value):
+        return typed_text(super().to_python(value))
 
 
 def _setting(field: type[forms.Field], *, label: str, minimum: float, maximum: float, **kwargs) -> forms.Field:
@@ -19,7 +27,7 @@ class ConversationForm(forms.Form):
     """A new conversation: the model, the system prompt and the sampling settings."""
 
     model = forms.ChoiceField(help_text="A base model, a succeeded run's export, or an exported checkpoint.")
-    system_prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=20_000)
+    system_prompt = TypedTextField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=20_000)
     temperature = _setting(forms.FloatField, label="Temperature", minimum=0.0, maximum=2.0, initial=0.7,
                            help_text="0 is greedy.")
     top_p = _setting(forms.FloatField, label="Top-p", minimum=0.01, maximum=1.0, initial=1.0, help_text="1 is off.")
@@ -36,7 +44,7 @@ class ConversationForm(forms.Form):
 
 class MessageForm(forms.Form):
     # The page shows no label beside the box: its name and how to send are on the box itself.
-    content = forms.CharField(
+    content = TypedTextField(
         widget=forms.Textarea(attrs={"rows": 3, "aria-label": "Message",
                                      "placeholder": "Message the model: Enter sends, Shift+Enter starts a new line"}),
         max_length=MESSAGE_MAX_CHARS, strip=False)

@@ -42,7 +42,7 @@ from pydantic_core import PydanticCustomError
 
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
-from webapp.chat.events import relay
+from webapp.chat.events import MAX_STREAM_SECONDS, relay
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal
@@ -378,16 +378,26 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     return token, body, choice, f"{prefix}-{secrets.token_hex(12)}"
 
 
+def answer_wait_seconds() -> float:
+    """How long a completion waits for its generation's last event: until the latest a generation can end (taken
+    up by a worker just before it expires, then its whole timeout), and never less than a chat page's stream."""
+    return max(MAX_STREAM_SECONDS, generation_expiry_seconds() + settings.TEMPER_SERVE_TIMEOUT_SECONDS)
+
+
 async def _events(generation_id: str) -> AsyncIterator[dict[str, Any]]:
-    """The generation's events (see ``webapp.chat.channels``), ending with ``unavailable`` when the stream
-    ended without a terminal event (Redis went away, or the stream's time ran out)."""
-    async for line in relay(generation_id):
+    """The generation's events (see ``webapp.chat.channels``), ending with ``unavailable`` when Redis went away, or
+    ``unanswered`` when no last event came in ``answer_wait_seconds`` (no serve worker took the request up)."""
+    redis_lost = False
+    async for line in relay(generation_id, max_seconds=answer_wait_seconds()):
         if line.startswith("data: "):
             event = json.loads(line[len("data: "):])
+            if event["type"] == "unavailable":
+                redis_lost = True
+                continue
             yield event
             if event["type"] in channels.TERMINAL_TYPES:
                 return
-    yield {"type": "unavailable"}
+    yield {"type": "unavailable" if redis_lost else "unanswered"}
 
 
 async def _first_output(events: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
@@ -408,7 +418,7 @@ def _stop(generation_id: str) -> None:
 
 
 async def _final(generation_id: str) -> dict[str, Any]:
-    """The generation's last event (``done`` or ``error``), or ``unavailable``."""
+    """The generation's last event (``done`` or ``error``), or why none came (``unavailable``, ``unanswered``)."""
     last: dict[str, Any] = {"type": "unavailable"}
     try:
         async for event in _events(generation_id):
@@ -426,10 +436,20 @@ def _usage(dones: list[dict[str, Any]]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+REDIS_LOST = "the live event channel (Redis) is unavailable; try again"
+
+
+def _unanswered() -> str:
+    return (f"no serve worker answered within {answer_wait_seconds():.0f} s: check that a serve worker consumes the "
+            "'serve' queue (scripts/up.sh starts one) and is not stuck, then try again")
+
+
 def _failed(event: dict[str, Any]) -> JsonResponse:
     if event["type"] == "error":  # the worker's code: context_length_exceeded, or none for other refusals
         return _error(400, event["message"], code=event.get("code") or "generation_failed")
-    return _error(503, "the live event channel (Redis) is unavailable; try again", kind="server_error")
+    if event["type"] == "unanswered":
+        return _error(503, _unanswered(), kind="server_error", code="no_serve_worker")
+    return _error(503, REDIS_LOST, kind="server_error")
 
 
 def _sse(data: dict[str, Any]) -> str:
@@ -491,9 +511,9 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
                 yield _sse(chunk(index, "", FINISH_REASONS[event["finish_reason"]]))
                 if include_usage and not going:
                     yield _sse(chunk(index, None, None) | {"choices": [], "usage": _usage(dones)})
-            elif event["type"] in ("error", "unavailable"):
+            elif event["type"] in ("error", "unavailable", "unanswered"):
                 going.discard(index)
-                message = event.get("message", "the live event channel (Redis) is unavailable")
+                message = event.get("message") or (_unanswered() if event["type"] == "unanswered" else REDIS_LOST)
                 yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
                 break
         yield "data: [DONE]\n\n"
@@ -578,7 +598,7 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint) 
             for one_id in generation_ids:
                 _stop(one_id)
             raise
-        refused = next((first for first in firsts if first["type"] in ("error", "unavailable")), None)
+        refused = next((first for first in firsts if first["type"] in ("error", "unavailable", "unanswered")), None)
         if refused is not None:
             for one_id, first in zip(generation_ids, firsts):
                 if first["type"] not in channels.TERMINAL_TYPES:

@@ -150,6 +150,13 @@ def conversation_list(*, project: Project, user) -> QuerySet[Conversation]:
             .filter(Exists(Message.objects.filter(conversation=OuterRef("pk")))).order_by("-updated_at", "-pk"))
 
 
+def messages_before(*, conversation: Conversation, answer: Message, count: int) -> list[str]:
+    """The public ids of the ``count`` messages of ``conversation`` just before ``answer``, the newest first:
+    what a page must show above the answer it is told of (another tab may have taken a turn meanwhile)."""
+    return list(conversation.messages.exclude(pk=answer.pk).order_by("-created_at", "-id")
+                .values_list("public_id", flat=True)[:count])
+
+
 def may_delete_conversation(*, membership: Membership, conversation: Conversation) -> bool:
     """Only its author, while a member: a conversation is private to them (nobody else even sees it)."""
     return membership.can(Role.MEMBER) and conversation.user_id == membership.user_id

@@ -137,12 +137,19 @@ def chat_delete(request: HttpRequest, slug: str, conversation_id: str) -> HttpRe
         "chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation_id})))
 
 
-def _answer_json(request: HttpRequest, project, conversation, answer: Message) -> JsonResponse:
+def _answer_json(request: HttpRequest, project, conversation, answer: Message, *, sent: bool) -> JsonResponse:
+    """The new answer's addresses, with the messages the page must show above it: ``previous``, the one before
+    this turn (a sent message's, "" for the first; a regenerated answer's user turn), and ``user_message``, the
+    sent one. A page whose last message is another (a second tab took a turn meanwhile) loads the conversation
+    again rather than show the answer under a turn it did not answer."""
     kwargs = {"slug": project.slug, "conversation_id": conversation.public_id, "message_id": answer.public_id}
     conversation.refresh_from_db(fields=["title"])  # the first turn names the conversation
+    before = selectors.messages_before(conversation=conversation, answer=answer, count=2 if sent else 1)
+    turn = {"user_message": before[0], "previous": before[1] if len(before) > 1 else ""} if sent else {
+        "previous": before[0] if before else ""}
     return JsonResponse({"message": answer.public_id, "events": reverse("chat:events", kwargs=kwargs),
                          "html": reverse("chat:message", kwargs=kwargs), "stop": reverse("chat:stop", kwargs=kwargs),
-                         "title": conversation.title})
+                         "title": conversation.title, **turn})
 
 
 def _model_or_error(project, conversation):
@@ -166,7 +173,7 @@ def chat_send(request: HttpRequest, slug: str, conversation_id: str) -> HttpResp
         return _invalid(error.message_dict)
     except services.ChatError as error:  # the conversation's state (an answer still streaming)
         return JsonResponse({"error": str(error)}, status=409)
-    return _answer_json(request, project, conversation, answer)
+    return _answer_json(request, project, conversation, answer, sent=True)
 
 
 def _invalid(errors: dict[str, list[str]]) -> JsonResponse:
@@ -183,7 +190,7 @@ def chat_regenerate(request: HttpRequest, slug: str, conversation_id: str) -> Ht
         answer = services.message_regenerate(conversation=conversation, model=_model_or_error(project, conversation))
     except services.ChatError as error:
         return JsonResponse({"error": str(error)}, status=409)
-    return _answer_json(request, project, conversation, answer)
+    return _answer_json(request, project, conversation, answer, sent=False)
 
 
 @login_required

@@ -242,7 +242,7 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
     it, as chat panels do, a conversation whose prompt and answer would overflow leaves out its oldest turns
     (the system prompt and the last message stay; what is left starts with a user turn, as chat templates
     expect) and the answer gets what room is left; a last message that fills the context alone is refused,
-    naming its length."""
+    naming its length, or the system prompt when no message would fit after it."""
     from jaxengine.sampler import ContextLengthError
 
     ids = prompt_ids(request, tokenizer)
@@ -262,6 +262,14 @@ def fit_to_context(request: GenerateRequest, tokenizer, context: int) -> tuple[t
                 turns = turns[1:]
             ids = prompt_ids(request, tokenizer, system + turns)
     if len(ids) >= context:
+        if request.messages is not None and system and turns:
+            # With no message at all it does not fit either: no shorter message helps, and a chat page's system
+            # prompt is its conversation's for good.
+            before_any_message = prompt_ids(request, tokenizer, system + [turns[-1].model_copy(update={"content": ""})])
+            if len(before_any_message) >= context:
+                raise ContextLengthError(
+                    f"the system prompt ({len(before_any_message)} tokens with the chat template) fills the model's "
+                    f"context ({context} tokens) on its own; start a new conversation with a shorter system prompt")
         raise ContextLengthError(f"the message ({len(ids)} tokens with the chat template and system prompt) fills "
                                  f"the model's context ({context} tokens) on its own; send a shorter one")
     return ids, min(request.max_new_tokens, context - len(ids))

@@ -373,3 +373,18 @@ def test_it_rejects_a_blank_prompt_as_bad_input(team, client_for, models, sent):
         arena.battle_create(project=team.project, user=team.teammate, prompt=" ", choices=selectors.model_choices(
             project=team.project))
     assert list(refused.value.message_dict) == ["prompt"]
+
+
+def test_a_prompts_line_breaks_reach_the_models_and_the_preference_pairs_as_typed(team, client_for, models, sent,
+                                                                                django_capture_on_commit_callbacks):
+    """The arena's form sends the prompt's line breaks as CRLF: both models read "\\r\\n", and the exported
+    pairs' prompts carried it into the preference data trained on."""
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(team.teammate).post(reverse("chat:arena", args=[team.project.slug]),
+                                                  {"prompt": "Name a colour\r\nin one word."})
+    assert response.status_code == 302
+    battle = Battle.objects.get(project=team.project, prompt="Name a colour\nin one word.")
+    assert all(request["messages"] == [{"role": "user", "content": "Name a colour\nin one word."}] for request in sent)
+    finish(battle, "Blue.", "Red.")
+    client_for(team.teammate).post(battle_url("vote", battle), {"outcome": "a"})
+    assert [row["prompt"] for row in arena.preference_pairs(project=team.project)] == ["Name a colour\nin one word."]

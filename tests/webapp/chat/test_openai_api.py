@@ -492,3 +492,24 @@ def test_a_completion_asked_of_a_model_deleted_as_it_was_asked_for_is_refused(ap
     assert refused.value.messages == ["the model \u2068Base model: tiny\u2069 was deleted as the completion was being "
                                       "asked for; choose another model"]
     assert not ApiGeneration.objects.exists()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_no_serve_worker_takes_up_says_so_not_that_redis_is_down(api, monkeypatch, stream):
+    """QA: with no serve worker running (or every one stuck), a completion waited five minutes and was told "the
+    live event channel (Redis) is unavailable; try again", though Redis answered all along."""
+    monkeypatch.setattr(openai_api.celery_app, "send_task", lambda name, args, queue, **options: None)  # no worker
+    monkeypatch.setattr(openai_api, "answer_wait_seconds", lambda: 1.0)
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, stream=stream), headers)
+    assert response.status_code == 503
+    assert response.json()["error"] == {
+        "message": "no serve worker answered within 1 s: check that a serve worker consumes the 'serve' queue "
+                   "(scripts/up.sh starts one) and is not stuck, then try again",
+        "type": "server_error", "param": None, "code": "no_serve_worker"}
+
+
+def test_a_completion_waits_as_long_as_its_generation_may_last(settings):
+    """A serve timeout set past five minutes (TEMPER_SERVE_TIMEOUT_SECONDS) cut completions at five minutes."""
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 600
+    assert openai_api.answer_wait_seconds() == 600 + 600 + 120  # taken up just before it expires, then its timeout

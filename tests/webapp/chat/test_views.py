@@ -118,6 +118,33 @@ def test_a_generation_expires_when_its_answer_would_be_given_up(team, client_for
     assert not services.answer_is_lost(answer, now=expiry) and services.answer_is_lost(answer, now=expiry + timedelta(seconds=1))
 
 
+def test_line_breaks_typed_in_the_page_reach_the_model_as_typed(team, client_for, base_model, sent,
+                                                                django_capture_on_commit_callbacks):
+    """A browser sends a textarea's line breaks as CRLF (the form encodings do): the model read each as the
+    tokens of "\\r\\n", which no API client and no training row sends (the demo tokenizer: two more tokens
+    for a message of three lines), and the arena's preference pairs carried them into training data."""
+    conversation = conversation_of(team, client_for, base_model, system_prompt="Be brief.\r\nUse English.")
+    with django_capture_on_commit_callbacks(execute=True):
+        client_for(team.teammate).post(url("send", conversation), {"content": "first line\r\nsecond line"})
+    [(_name, [request], _queue)] = sent
+    assert request["messages"] == [{"role": "system", "content": "Be brief.\nUse English."},
+                                   {"role": "user", "content": "first line\nsecond line"}]
+    assert conversation.messages.get(role="user").content == "first line\nsecond line"
+
+
+def test_a_turn_names_the_message_the_page_must_show_before_it(team, client_for, base_model, sent):
+    """A second tab on the conversation may have taken a turn: the page compares ``previous`` with its last message."""
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    first = client.post(url("send", conversation), {"content": "Hi"}).json()
+    assert first["previous"] == "" and Message.objects.get(public_id=first["user_message"]).content == "Hi"
+    services.message_finish(message_id=first["message"], text="Hello.", finish_reason="stop")
+    second = client.post(url("send", conversation), {"content": "Again"}).json()
+    assert second["previous"] == first["message"]
+    services.message_finish(message_id=second["message"], text="Hello again.", finish_reason="stop")
+    assert client.post(url("regenerate", conversation)).json()["previous"] == second["user_message"]
+
+
 def test_it_rejects_a_turn_while_an_answer_is_streaming(team, client_for, base_model, sent):
     conversation = conversation_of(team, client_for, base_model)
     client = client_for(team.teammate)
