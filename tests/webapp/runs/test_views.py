@@ -1664,3 +1664,25 @@ def test_an_empty_runs_table_offers_what_fits_its_filters(team, run, client_for)
     assert 'href="/p/alpha/runs/" id="runs-unfiltered"' in filtered and "Launch one" not in filtered
     archived = client.get("/p/alpha/runs/?archived=1").content.decode()
     assert "No archived runs." in archived and "Launch one" not in archived
+
+
+def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_for):
+    """QA: a first-time user whose run succeeded found no way from its page to talk to the model: the chat
+    lived on another page, in a menu of every model of the project, the base model first."""
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
+    chat_link = f'href="/p/alpha/chat/?model={run.public_id}#new-conversation"'
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
+    run = succeeded_with_export(run)
+    assert chat_link in client_for(team.teammate).get(url(run)).content.decode()
+    # The chat is for members: a viewer's page does not offer it, nor does an archived run's (the chat lists
+    # no archived run's model).
+    assert chat_link not in client_for(team.viewer).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False)
+    # The link's chat page starts with that model chosen.
+    chat = client_for(team.teammate).get(f"/p/alpha/chat/?model={run.public_id}").content.decode()
+    assert f'<option value="{run.public_id}" selected>' in chat
+    # A reward model writes no text: nothing to chat with.
+    Run.objects.filter(pk=run.pk).update(task="reward")
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
