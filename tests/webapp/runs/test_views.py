@@ -1686,3 +1686,14 @@ def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_fo
     # A reward model writes no text: nothing to chat with.
     Run.objects.filter(pk=run.pk).update(task="reward")
     assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
+
+
+def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
+    """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
+    then showed none: a reward model scores text and writes none."""
+    reward_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=reward").content.decode()
+    help_text = re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>', reward_page, re.S).group(1)
+    assert "generations" not in help_text and "accuracy" in help_text
+    sft_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert "generations on its prompts" in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
+                                                     sft_page, re.S).group(1)
