@@ -1690,10 +1690,13 @@ def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_fo
 
 def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
     """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
-    then showed none: a reward model scores text and writes none."""
+    then showed none: a reward model scores text and writes none; nor has pretraining's plain text prompts."""
     reward_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=reward").content.decode()
     help_text = re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>', reward_page, re.S).group(1)
     assert "generations" not in help_text and "accuracy" in help_text
+    pretrain_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=pretrain").content.decode()
+    assert "generations" not in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
+                                          pretrain_page, re.S).group(1)
     sft_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
     assert "generations on its prompts" in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
                                                      sft_page, re.S).group(1)
