@@ -78,6 +78,36 @@ def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
     assert page.locator("#id_name").input_value() == "from the keyboard"
 
 
+def test_a_switch_from_the_keyboard_keeps_the_keyboard_where_it_was(page, live_server):
+    """QA: Enter on the YAML tab, a task tab or a preset loads the page again (the server carries what was
+    typed), and the focus was back at the top of the page: some thirty Tabs from the editor, every switch."""
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.focus('nav.tabs a[data-mode="yaml"]')
+    page.keyboard.press("Enter")
+    page.locator("#yaml-form").wait_for()
+    assert page.evaluate("() => document.activeElement.dataset.mode") == "yaml"
+    page.focus('nav.tabs a[data-mode="form"]')
+    page.keyboard.press("Enter")
+    page.locator("#launch-form").wait_for()
+    assert page.evaluate("() => document.activeElement.dataset.mode") == "form"
+    # A task or a preset: on the notice that says what was kept, the editor a Tab or two on.
+    page.focus('nav.tabs a[data-task="dpo"]')
+    page.keyboard.press("Enter")
+    page.locator("#task-switched").wait_for()
+    assert page.evaluate("() => document.activeElement.id") == "task-switched"
+    page.focus('p.presets a[data-preset="SimPO"]')
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('#task-switched').innerText.includes('SimPO')")
+    assert page.evaluate("() => document.activeElement.id") == "task-switched"
+    # A page loaded afresh starts at the top as usual.
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    assert page.evaluate("() => document.activeElement.tagName") == "BODY"
+
+
 def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(page, live_server, monkeypatch):
     """The task tabs were links: choosing DPO after filling in the SFT form gave an empty DPO form."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
