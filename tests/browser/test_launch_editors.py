@@ -211,6 +211,7 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
     chats = make_ready_version(team.project, name="chats", kind="sft")
+    held_out = make_ready_version(team.project, name="held-out", kind="sft")
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")  # the LoRA preset: 200 steps, eval every 50
     check = page.locator("#launch-check-form")
@@ -225,7 +226,11 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     assert check.locator("p").inner_text() == "Ready to launch, with a warning:"
     assert check.locator("li").inner_text().startswith("train.eval_every: 50 evaluates nothing")
 
-    page.select_option("#spec-data-eval", chats.public_id)
+    page.select_option("#spec-data-eval", chats.public_id)  # the training data itself
+    page.wait_for_function("() => document.querySelector('#launch-check-form li').innerText.startsWith('data.eval')")
+    assert check.locator("li").inner_text().startswith("data.eval: the same data as data.train")
+
+    page.select_option("#spec-data-eval", held_out.public_id)
     page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('ready')")
     assert check.inner_text() == "Ready to launch."
 
