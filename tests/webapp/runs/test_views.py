@@ -1703,3 +1703,20 @@ def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, 
     sft_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
     assert "generations on its prompts" in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
                                                      sft_page, re.S).group(1)
+
+
+def test_lineage_isolates_the_names_of_models_and_runs_as_it_does_datasets(team, run, client_for, catalog, sent_tasks):
+    """The lineage wrapped a dataset's name in <bdi> but not the base model's, the starting run's or a
+    derived run's: a right-to-left name ran into the text around it."""
+    from webapp.runs.models import Artifact, ArtifactKind
+
+    source = succeeded_with_export(run)
+    Artifact.objects.create(run=source, kind=ArtifactKind.MODEL, path=str(source.output_dir / "export"))
+    derived = services.run_create(project=team.project, user=team.teammate, name="نموذج (copy)",
+                                  spec=sft_spec(catalog, model=source.public_id))
+    client = client_for(team.viewer)
+    lineage = client.get(url(derived)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
+    assert f"><bdi>{html.escape(source.name, quote=False)}</bdi></a>" in lineage
+    lineage = client.get(url(source)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
+    assert f"><bdi>{catalog.base_model.name}</bdi></a>" in lineage
+    assert "><bdi>نموذج (copy)</bdi></a>" in lineage
