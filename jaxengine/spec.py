@@ -487,7 +487,18 @@ def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
         warnings.append(problem)
     if problem := _eval_problem(spec):
         warnings.append(problem)
+    if problem := _held_out_problem(spec):
+        warnings.append(problem)
     return warnings
+
+
+def _held_out_problem(spec: JobSpec) -> str | None:
+    # A project with one dataset of a kind (the demo's preference pairs) invites picking it for both.
+    if spec.data.eval is None or spec.data.eval != spec.data.train:
+        return None
+    return ("data.eval: the same data as data.train, so each evaluation scores rows the run trains on and its eval "
+            "metrics say more of memory than of what the model learned; give held-out rows (another dataset, or a "
+            "version of this one without them)")
 
 
 def _eval_problem(spec: JobSpec) -> str | None:

@@ -9,9 +9,24 @@
     document.querySelectorAll("form.launch-form").forEach(function (form) { form.hidden = form.dataset.mode !== mode; });
     tabs.forEach(function (tab) { tab.classList.toggle("active", tab.dataset.mode === mode); });
   }
+  // Each switch loads the page again: the page it loads puts the focus back where the switch was made
+  // (the editor tab used, or the notice of what a task or preset switch kept), not at the top of the
+  // page, some thirty Tabs from the editor. Remembered for the next page of this tab only.
+  var SWITCHED = "temper-launch-switched";
+  function remember(name) {
+    try { window.sessionStorage.setItem(SWITCHED, name); } catch (error) { /* storage off: focus stays at the top */ }
+  }
+  function switchMade() {
+    try {
+      var name = window.sessionStorage.getItem(SWITCHED);
+      window.sessionStorage.removeItem(SWITCHED);
+      return name;
+    } catch (error) { return null; }
+  }
   // Send the shown editor with ``name`` = ``value`` added: the server answers with the page asked for,
   // holding what was typed in it.
   function sendShown(name, value) {
+    remember(name);
     var shown = document.querySelector("form.launch-form:not([hidden])");
     var target = document.createElement("input");
     target.type = "hidden";
@@ -69,7 +84,10 @@
   // A refused launch (or switch) lists its problems above the editor: start there, not at the top of
   // the page, so that a keyboard or screen-reader user reads them first and tabs on into the fields.
   var problems = document.getElementById("launch-errors");
+  var switched = switchMade();
   if (problems) problems.focus();
+  else if (switched === "switch") (document.querySelector("nav.tabs.small a.active") || document.body).focus();
+  else if (switched) (document.getElementById("task-switched") || document.body).focus();
 
   // Only the chosen function's argument inputs are shown; the server reads only those.
   function showArguments(row) {

@@ -78,6 +78,36 @@ def test_a_refused_launch_puts_the_keyboard_on_its_problems(page, live_server):
     assert page.locator("#id_name").input_value() == "from the keyboard"
 
 
+def test_a_switch_from_the_keyboard_keeps_the_keyboard_where_it_was(page, live_server):
+    """QA: Enter on the YAML tab, a task tab or a preset loads the page again (the server carries what was
+    typed), and the focus was back at the top of the page: some thirty Tabs from the editor, every switch."""
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    log_in(page, live_server.url, team.teammate.username)
+
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.focus('nav.tabs a[data-mode="yaml"]')
+    page.keyboard.press("Enter")
+    page.locator("#yaml-form").wait_for()
+    assert page.evaluate("() => document.activeElement.dataset.mode") == "yaml"
+    page.focus('nav.tabs a[data-mode="form"]')
+    page.keyboard.press("Enter")
+    page.locator("#launch-form").wait_for()
+    assert page.evaluate("() => document.activeElement.dataset.mode") == "form"
+    # A task or a preset: on the notice that says what was kept, the editor a Tab or two on.
+    page.focus('nav.tabs a[data-task="dpo"]')
+    page.keyboard.press("Enter")
+    page.locator("#task-switched").wait_for()
+    assert page.evaluate("() => document.activeElement.id") == "task-switched"
+    page.focus('p.presets a[data-preset="SimPO"]')
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('#task-switched').innerText.includes('SimPO')")
+    assert page.evaluate("() => document.activeElement.id") == "task-switched"
+    # A page loaded afresh starts at the top as usual.
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    assert page.evaluate("() => document.activeElement.tagName") == "BODY"
+
+
 def test_switching_task_keeps_what_was_changed_in_either_editor_and_launches_it(page, live_server, monkeypatch):
     """The task tabs were links: choosing DPO after filling in the SFT form gave an empty DPO form."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued, not trained
@@ -181,6 +211,7 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
     chats = make_ready_version(team.project, name="chats", kind="sft")
+    held_out = make_ready_version(team.project, name="held-out", kind="sft")
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")  # the LoRA preset: 200 steps, eval every 50
     check = page.locator("#launch-check-form")
@@ -195,7 +226,11 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     assert check.locator("p").inner_text() == "Ready to launch, with a warning:"
     assert check.locator("li").inner_text().startswith("train.eval_every: 50 evaluates nothing")
 
-    page.select_option("#spec-data-eval", chats.public_id)
+    page.select_option("#spec-data-eval", chats.public_id)  # the training data itself
+    page.wait_for_function("() => document.querySelector('#launch-check-form li').innerText.startsWith('data.eval')")
+    assert check.locator("li").inner_text().startswith("data.eval: the same data as data.train")
+
+    page.select_option("#spec-data-eval", held_out.public_id)
     page.wait_for_function("() => document.querySelector('#launch-check-form').classList.contains('ready')")
     assert check.inner_text() == "Ready to launch."
 

@@ -486,6 +486,20 @@ def test_evaluations_asked_for_without_eval_data_are_warned_of():
     assert spec_warnings(parse_spec(minimal(train={"max_steps": 100}))) == []
 
 
+def test_evaluation_on_the_training_data_itself_is_warned_of():
+    """QA: the demo project has one preference dataset, and a first-time DPO or reward run picked it as its
+    evaluation data too: its eval accuracy scored pairs it trained on, and nothing said so."""
+    from jaxengine.spec import spec_warnings
+
+    same = parse_spec(minimal(data={"train": "t.jsonl", "eval": "t.jsonl"}, train={"max_steps": 100, "eval_every": 50}))
+    assert spec_warnings(same) == [
+        "data.eval: the same data as data.train, so each evaluation scores rows the run trains on and its eval "
+        "metrics say more of memory than of what the model learned; give held-out rows (another dataset, or a "
+        "version of this one without them)"]
+    held_out = parse_spec(minimal(data={"train": "t.jsonl", "eval": "e.jsonl"}, train={"max_steps": 100}))
+    assert spec_warnings(held_out) == []
+
+
 def _schema_keys(model=None, prefix=""):
     """Every settable key of the spec as a dotted path -> its pydantic field (sections recursed into)."""
     from pydantic import BaseModel

@@ -49,7 +49,8 @@ def _list_page(request: HttpRequest, project, membership, form, *, status: int =
 def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = chat_access(request.user, slug)
     choices = selectors.model_choices(project=project)
-    form = ConversationForm(request.POST or None, choices=choices)
+    # A run page's "Chat with it" names its model (?model=run_…): the form starts with it chosen.
+    form = ConversationForm(request.POST or None, choices=choices, initial={"model": request.GET.get("model")})
     if request.method == "POST" and form.is_valid():
         model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
 

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import whole_number
@@ -427,6 +428,9 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "across_steps": (selectors.generations_across_steps(run=run)
                          if len(selectors.sample_steps(run=run, kind="eval")) > 1 else None),
         "checkpoints": selectors.checkpoint_list(run=run), "serving_copy": selectors.serving_copy(run=run),
+        # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
+        "can_chat": (membership.can(Role.MEMBER) and not run.archived
+                     and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
         "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import reporting, services
-from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, LogLevel, MetricPoint, Run, RunStatus, Sample
 
 
 @dataclass(frozen=True)
@@ -275,6 +275,36 @@ def test_a_finished_runs_log_line_carries_the_engines_message(running_run):
     run = reporting.run_finish(run=running_run, summary={"status": "failed", "step": 2,
                                                           "message": "stopped by the guard at step 2: kl 0.9 > 0.5"})
     assert run.log_lines.order_by("-id").first().message == "failed at step 2: stopped by the guard at step 2: kl 0.9 > 0.5"
+
+
+def test_a_finished_run_says_what_its_data_lost_to_max_seq_len(running_run):
+    """QA: an SFT at data.max_seq_len 8 cut every one of its 10,838 rows, and its page said nothing: the engine
+    counts the cuts in its summary (data.train.truncated), which no page showed."""
+    data = {"train": {"rows": 10838, "examples": 10838, "truncated": 10838, "dropped": 3, "split": 0},
+            "eval": {"rows": 500, "examples": 500, "truncated": 0, "dropped": 0, "split": 0}}
+    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
+    warnings = list(run.log_lines.filter(level=LogLevel.WARNING).order_by("id").values_list("message", flat=True))
+    assert warnings == [
+        "data.train: 10838 of 10838 rows (100%) were longer than data.max_seq_len 512 tokens and were cut to it: "
+        "raise data.max_seq_len, or shorten those rows",
+        "data.train: 3 of 10838 rows were left out, with no token to train on (an empty completion, or no assistant "
+        "turn): fill or remove them"]
+    assert run.log_lines.order_by("-id").first().message == "succeeded at step 10"
+
+
+def test_a_finished_run_whose_data_fit_says_nothing_of_it(running_run):
+    data = {"train": {"rows": 8, "examples": 8, "truncated": 0, "dropped": 0, "split": 0}}
+    run = reporting.run_finish(run=running_run, summary={"status": "succeeded", "step": 10, "data": data})
+    assert not run.log_lines.filter(level=LogLevel.WARNING).exists()
+    # Held-out rows cut too are said of data.eval, a few as under 1%.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    data["eval"] = {"rows": 500, "examples": 499, "truncated": 2, "dropped": 1, "split": 0}
+    run = reporting.run_finish(run=Run.objects.get(pk=run.pk), summary={"status": "succeeded", "step": 10, "data": data})
+    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
+        "data.eval: 2 of 500 rows (under 1%) were longer than data.max_seq_len 512 tokens and were cut to it: raise "
+        "data.max_seq_len, or shorten those rows",
+        "data.eval: 1 of 500 rows was left out, with no token to score (an empty completion, or no assistant turn): "
+        "fill or remove them"]
 
 
 def test_an_engine_error_fails_the_run(running_run):

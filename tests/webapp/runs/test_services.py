@@ -44,7 +44,7 @@ def test_a_warmup_as_long_as_the_run_is_logged_as_a_warning_at_launch(team, cata
     from webapp.runs.presets import preset_spec
 
     spec = {**preset_spec("sft", "Full fine-tune"), "model": catalog.base_model.public_id,
-            "data": {"train": catalog.sft.public_id, "eval": catalog.sft.public_id}}
+            "data": {"train": catalog.sft.public_id, "eval": catalog.prompts.public_id}}
     run = services.run_create(project=team.project, spec=spec, user=team.teammate)
     assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
         "optim.warmup_steps: 20 is not below the run's 2 optimizer steps (at most: train.epochs 2 × 8 rows of "

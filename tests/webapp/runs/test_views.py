@@ -1504,8 +1504,11 @@ def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team,
     assert [warning.split(":")[0] for warning in answer["warnings"]] == ["optim.warmup_steps", "train.eval_every"]
     assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
     assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
-    fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.sft.public_id}
+    fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.prompts.public_id}
     assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": []}
+    # Evaluating on the training version itself is said too.
+    on_itself = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": catalog.sft.public_id}).json()
+    assert [warning.split(":")[0] for warning in on_itself["warnings"]] == ["data.eval"]
     assert not Run.objects.exists() and not sent_tasks.calls
 
 
@@ -1664,3 +1667,56 @@ def test_an_empty_runs_table_offers_what_fits_its_filters(team, run, client_for)
     assert 'href="/p/alpha/runs/" id="runs-unfiltered"' in filtered and "Launch one" not in filtered
     archived = client.get("/p/alpha/runs/?archived=1").content.decode()
     assert "No archived runs." in archived and "Launch one" not in archived
+
+
+def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_for):
+    """QA: a first-time user whose run succeeded found no way from its page to talk to the model: the chat
+    lived on another page, in a menu of every model of the project, the base model first."""
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
+    chat_link = f'href="/p/alpha/chat/?model={run.public_id}#new-conversation"'
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
+    run = succeeded_with_export(run)
+    assert chat_link in client_for(team.teammate).get(url(run)).content.decode()
+    # The chat is for members: a viewer's page does not offer it, nor does an archived run's (the chat lists
+    # no archived run's model).
+    assert chat_link not in client_for(team.viewer).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False)
+    # The link's chat page starts with that model chosen.
+    chat = client_for(team.teammate).get(f"/p/alpha/chat/?model={run.public_id}").content.decode()
+    assert f'<option value="{run.public_id}" selected>' in chat
+    # A reward model writes no text: nothing to chat with.
+    Run.objects.filter(pk=run.pk).update(task="reward")
+    assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
+
+
+def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
+    """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
+    then showed none: a reward model scores text and writes none; nor has pretraining's plain text prompts."""
+    reward_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=reward").content.decode()
+    help_text = re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>', reward_page, re.S).group(1)
+    assert "generations" not in help_text and "accuracy" in help_text
+    pretrain_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=pretrain").content.decode()
+    assert "generations" not in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
+                                          pretrain_page, re.S).group(1)
+    sft_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
+    assert "generations on its prompts" in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
+                                                     sft_page, re.S).group(1)
+
+
+def test_lineage_isolates_the_names_of_models_and_runs_as_it_does_datasets(team, run, client_for, catalog, sent_tasks):
+    """The lineage wrapped a dataset's name in <bdi> but not the base model's, the starting run's or a
+    derived run's: a right-to-left name ran into the text around it."""
+    from webapp.runs.models import Artifact, ArtifactKind
+
+    source = succeeded_with_export(run)
+    Artifact.objects.create(run=source, kind=ArtifactKind.MODEL, path=str(source.output_dir / "export"))
+    derived = services.run_create(project=team.project, user=team.teammate, name="نموذج (copy)",
+                                  spec=sft_spec(catalog, model=source.public_id))
+    client = client_for(team.viewer)
+    lineage = client.get(url(derived)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
+    assert f"><bdi>{html.escape(source.name, quote=False)}</bdi></a>" in lineage
+    lineage = client.get(url(source)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
+    assert f"><bdi>{catalog.base_model.name}</bdi></a>" in lineage
+    assert "><bdi>نموذج (copy)</bdi></a>" in lineage
