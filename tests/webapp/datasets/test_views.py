@@ -84,6 +84,26 @@ class TestList:
         assert "line 2, <code>prompt</code>: must be a string, got a number" in row
         assert "(and 1 more)" in row
 
+    def test_a_failed_parquet_version_names_the_row_of_its_first_problem(self, team, client_for, tmp_path):
+        """QA: a Parquet file has no lines, and the list showed "completion: 'completion' is null" with no word
+        of which of its rows."""
+        import pyarrow
+        import pyarrow.parquet
+
+        pyarrow.parquet.write_table(pyarrow.table({"prompt": ["a", "b"], "completion": ["c", None]}),
+                                    tmp_path / "rows.parquet")
+        version = services.dataset_version_validate(version_id=services.dataset_create_with_upload(
+            project=team.project, name="pairs", kind="sft",
+            upload=SimpleUploadedFile("rows.parquet", (tmp_path / "rows.parquet").read_bytes()),
+            file_format=None, column_mapping={}, user=team.teammate).pk)
+        assert version.status == VersionStatus.FAILED
+        client = client_for(team.viewer)
+        listed = client.get(self.url).content.decode().split(version.dataset.public_id, 1)[1].split("</tr>", 1)[0]
+        detail = client.get(f"/p/alpha/datasets/{version.dataset.public_id}/").content.decode()
+        detail = detail.split('<tr class="version"', 1)[1].split("</tr>", 1)[0]
+        for row in (listed, detail):
+            assert "row 2, <code>completion</code>: &#x27;completion&#x27; is null" in row
+
 
 class TestUpload:
     url = "/p/alpha/datasets/new/"
