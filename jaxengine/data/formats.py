@@ -47,6 +47,8 @@ ROLES = frozenset({"system", "user", "assistant"})
 DEFAULT_MAX_ERRORS = 20
 # A JSON array element larger than this is treated as broken JSON rather than buffered further.
 MAX_JSON_ELEMENT_CHARS = 64 * 1024 * 1024
+# The same bound for one CSV cell: the csv module's own default, 131,072 characters, refused long documents.
+MAX_CSV_CELL_CHARS = MAX_JSON_ELEMENT_CHARS
 _JSON_CHUNK_BYTES = 1024 * 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SNIFF_BYTES = 8192
@@ -336,6 +338,8 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                     continue
                 if row == 0 and raw.lstrip().startswith(b"["):
                     raise DatasetFormatError(_json_array_as_jsonl(line_number)) from None
+                if row == 0 and _ends_lines_with_cr(raw):
+                    raise DatasetFormatError(_cr_line_endings(line_number)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
@@ -343,6 +347,26 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
             yield RawRow(row=row, line=line_number, value=value)
+
+
+def _ends_lines_with_cr(raw: bytes) -> bool:
+    """Whether a line that failed to parse is whole lines ended by CR alone: its text up to the first CR parses."""
+    cut = raw.find(b"\r")
+    if cut < 0 or not raw[cut:].strip():
+        return False
+    try:
+        orjson.loads(raw[:cut])
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _cr_line_endings(line: int) -> Issue:
+    # Read by LF, such a file was one line: "broken JSON ... Extra data", or the csv module's "new-line character
+    # seen in unquoted field - do you need to open the file in universal-newline mode?".
+    return Issue(code="line_endings", line=line,
+                 message="the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
+                         "save it again with LF (or CRLF) line endings")
 
 
 def _json_array_as_jsonl(line: int) -> Issue:
@@ -566,6 +590,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         position["line"] = number
 
     first_line = 1  # the line the row being read starts on
+    previous_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
     with open(path, "rb") as handle:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
@@ -588,8 +613,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if not cells:
-                    continue  # a blank line
+                if not cells or (len(header) > 1 and len(cells) == 1 and not cells[0].strip()):
+                    continue  # a blank line, or one of only spaces
                 row += 1
                 if len(cells) != len(header):
                     yield Issue(
@@ -604,6 +629,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
+        finally:  # the limit is the process's: other readers of CSV keep theirs
+            csv.field_size_limit(previous_limit)
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -612,6 +639,17 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
         return Issue(code="csv", line=first_line,
                      message='a quoted cell that opens on this line is never closed: add its closing " '
                              '(a " inside a quoted cell is written "")')
+    if reason.startswith("field larger than field limit"):
+        return Issue(code="csv", line=first_line,
+                     message=f"a cell of the row that starts on this line is over {MAX_CSV_CELL_CHARS:,} characters, "
+                             "more than Temper reads from one CSV cell: shorten it, or check for a quote (\") that "
+                             "is never closed")
+    if reason.startswith("new-line character seen in unquoted field"):
+        if line == 1:
+            return _cr_line_endings(line)
+        return Issue(code="csv", line=line,
+                     message="a cell holds a carriage return (CR) outside quotes: quote the cells that hold line "
+                             "breaks, or remove the CR")
     if reason.endswith("expected after '\"'"):
         return Issue(code="csv", line=line,
                      message='text follows the closing " of a quoted cell: quote the whole cell and write each " '

@@ -747,3 +747,50 @@ def test_a_parquet_row_holding_millions_of_packed_values_is_refused_before_it_is
     assert path.stat().st_size < 4096
     issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
     assert issue.code == "parquet" and "2,000,000 values in 1 row" in issue.message
+
+
+def test_a_csv_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    """QA: a text-kind CSV of long documents (a cell over 131,072 characters, the csv module's default field
+    limit) was refused as "unreadable CSV: field larger than field limit (131072); check the quoting", though
+    its quoting was right and the same rows as JSONL were read."""
+    document = "word " * 60_000
+    path = tmp_path / "long.csv"
+    path.write_text('text\n"' + document + '"\nshort\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text"))
+    assert report.ok and report.row_count == 2, report.errors
+    assert next(iter_examples(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text")))["text"] == document
+
+
+def test_a_csv_cell_past_the_element_limit_is_named_with_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "MAX_CSV_CELL_CHARS", 1000)
+    path = tmp_path / "long.csv"
+    path.write_text('text\nshort\n"' + "x" * 1001 + '"\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text")))
+    assert (issue.code, issue.line) == ("csv", 3)
+    assert issue.message == ("a cell of the row that starts on this line is over 1,000 characters, more than Temper "
+                             "reads from one CSV cell: shorten it, or check for a quote (\") that is never closed")
+
+
+def test_a_csv_line_of_only_spaces_is_a_blank_line(tmp_path):
+    """QA: a CSV whose editor left '   ' on its last line failed with "this row has 1 cell but the header has 2
+    columns; quote cells that contain commas or line breaks", about a row the user never wrote."""
+    path = tmp_path / "rows.csv"
+    path.write_text("prompt,completion\r\na,b\r\n   \r\n\t\r\n", encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 1, report.errors
+
+
+@pytest.mark.parametrize(("name", "data", "fmt"), [
+    ("rows.csv", b"prompt,completion\ra,b\rc,d\r", FileFormat.CSV),
+    ("rows.jsonl", b'{"prompt": "a", "completion": "b"}\r{"prompt": "c", "completion": "d"}\r', FileFormat.JSONL),
+])
+def test_a_file_with_old_mac_line_endings_is_named(tmp_path, name, data, fmt):
+    """QA: lines ended by CR alone (Excel for Mac's "CSV (Macintosh)") read as one line: the CSV was "unreadable
+    CSV: new-line character seen in unquoted field - do you need to open the file in universal-newline mode?",
+    the JSONL "broken JSON at column 35: Extra data"; neither said what to change."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert issue.line == 1
+    assert issue.message == ("the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
+                             "save it again with LF (or CRLF) line endings")
