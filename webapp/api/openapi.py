@@ -99,7 +99,8 @@ def build_document() -> dict[str, Any]:
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
-                       "name": {"type": "string", "description": "A new dataset's name."},
+                       "name": {"type": "string", "description": "A new dataset's name (sent with dataset, it must be that "
+                                                                "dataset's name)."},
                        "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},
                        "dataset": {"type": "string", "description": "Or an existing dataset's id: a new version."},
                        "file_format": {"type": "string", "enum": ["jsonl", "json", "csv", "parquet"]},

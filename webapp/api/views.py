@@ -25,6 +25,7 @@ from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
 from webapp.core.auth_header import bearer_secret
+from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
@@ -271,6 +272,11 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {dataset.name} is a {dataset.kind} dataset, not {kind}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
+            name = request.POST.get("name")
+            if name and dataset_selectors.dataset_named(project=project, name=name) != dataset:  # it was ignored too
+                raise ValidationError({"name": f"dataset {dataset.public_id} is named {isolated(dataset.name)}, "
+                                               f"not {isolated(name)}: send name for a new dataset, or dataset (its id) for a new "
+                                               "version of one, not both"})
             version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
         else:
             version = dataset_services.dataset_create_with_upload(

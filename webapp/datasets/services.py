@@ -123,9 +123,11 @@ def dataset_version_create(
     """
     if file_format:
         try:
-            file_format = formats.FileFormat(file_format).value
+            file_format = formats.FileFormat(file_format.strip().lower()).value
         except ValueError:
-            raise ValidationError({"file_format": f"unknown format {file_format!r}"}) from None
+            accepted = ", ".join(member.value for member in formats.FileFormat)
+            raise ValidationError({"file_format": f"unknown format {file_format!r}: use one of {accepted}, or leave it "
+                                                  "out to tell the format from the file's extension"}) from None
     else:
         try:
             file_format = formats.detect_format(upload.name or "", shown_as=isolated(upload.name or "")).value

@@ -114,6 +114,42 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     assert Dataset.objects.get(name="notes").versions.count() == 1
 
 
+def test_a_new_version_refuses_a_name_other_than_its_datasets(world):
+    """QA: a new version sent with a dataset id and a name was added to that dataset, the name dropped without
+    a word (a client meaning to make the dataset 'other' found a version of 'notes' instead)."""
+    from webapp.datasets.models import Dataset
+
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    _status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
+                              b'{"text": "x"}\n')
+    dataset_id = created["dataset"]["id"]
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "name": "other"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    assert status == 400 and body["errors"]["name"] == [
+        f"dataset {dataset_id} is named \u2068notes\u2069, not \u2068other\u2069: send name for a new dataset, or "
+        "dataset (its id) for a new version of one, not both"]
+    assert Dataset.objects.get(name="notes").versions.count() == 1 and not Dataset.objects.filter(name="other")
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "name": "NOTES"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    assert status == 201 and body["version"]["number"] == 2
+
+
+def test_a_file_format_is_named_in_any_case_and_a_wrong_one_lists_the_formats(world):
+    """QA: file_format "JSONL", as the upload form's menu spells it, was "unknown format 'JSONL'", and a wrong one
+    did not say which formats there are."""
+    _team, apis, _sent = world
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "a", "kind": "sft", "file_format": "JSONL"}, "rows.txt", rows)
+    assert status == 201 and body["version"]["format"] == "jsonl"
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "b", "kind": "sft", "file_format": "xml"}, "rows.txt", rows)
+    assert status == 400 and body["errors"]["file_format"] == [
+        "unknown format 'xml': use one of jsonl, json, csv, parquet, or leave it out to tell the format from the "
+        "file's extension"]
+
+
 def test_upload_errors_name_the_fields_the_client_sent(world):
     """QA: a bad mapping was reported under "column_mapping", the service's argument, though the request's
     field is "mapping": a client matching errors to its fields found none."""
