@@ -439,6 +439,9 @@ class _JsonArrayReader:
         if self._buffer.startswith("\ufeff"):
             self._position = 1
         self._skip_whitespace()
+        if self._peek() == "":
+            raise DatasetFormatError(Issue(code="empty_file", message="the file holds only spaces and blank lines; "
+                                                                      "give the file that holds the rows"))
         if self._peek() != "[":
             found = self._peek() or "nothing"
             raise self._broken(
@@ -451,14 +454,21 @@ class _JsonArrayReader:
         if self._peek() == "]":
             self._position += 1
         else:
+            comma_line = None  # the line of the comma before the element to read
             while True:
                 self._skip_whitespace()
+                if comma_line is not None and self._peek() == "]":
+                    raise DatasetFormatError(Issue(
+                        code="json", line=comma_line,
+                        message=f"a comma follows the last element of the JSON array (element {row}), and JSON "
+                                "allows none there: remove it"))
                 line = self._line
                 value = self._parse_element(row + 1)
                 row += 1
                 yield RawRow(row=row, line=line, value=value)
                 self._skip_whitespace()
                 separator = self._peek()
+                comma_line = self._line
                 if separator == "":
                     raise self._broken("the JSON array is not closed with ']'; the file may be cut short")
                 self._position += 1

@@ -794,3 +794,23 @@ def test_a_file_with_old_mac_line_endings_is_named(tmp_path, name, data, fmt):
     assert issue.line == 1
     assert issue.message == ("the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
                              "save it again with LF (or CRLF) line endings")
+
+
+def test_a_json_array_with_a_comma_after_its_last_element_says_so(tmp_path):
+    """QA: `[{...},]`, as many editors and JavaScript write it, was "row 2: broken JSON at column 34: Expecting
+    value", about a second row the file does not have."""
+    path = tmp_path / "rows.json"
+    path.write_text('[\n{"prompt": "a", "completion": "b"},\n]\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 2, None)
+    assert issue.message == ("a comma follows the last element of the JSON array (element 1), and JSON allows none "
+                             "there: remove it")
+
+
+def test_a_json_file_of_only_spaces_is_empty(tmp_path):
+    """QA: it was "a .json dataset must be one array of objects ... but it starts with 'nothing'"."""
+    path = tmp_path / "rows.json"
+    path.write_text(" \n\n  \n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.message) == ("empty_file", "the file holds only spaces and blank lines; give the file "
+                                                         "that holds the rows")
