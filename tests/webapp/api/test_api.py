@@ -135,6 +135,26 @@ def test_a_new_version_refuses_a_name_other_than_its_datasets(world):
     assert status == 201 and body["version"]["number"] == 2
 
 
+def test_a_version_shows_its_column_mapping_and_statistics(world):
+    """QA: a version uploaded through the API with a mapping came back without it, and without the statistics its
+    page shows: a client could not check which columns were read, nor how long the rows are."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    status, body = apis["teammate"].upload(
+        "/api/v1/projects/alpha/datasets/",
+        {"name": "qa", "kind": "sft", "mapping": '{"prompt": "question", "completion": "answer"}'}, "qa.jsonl",
+        b'{"question": "2+2?", "answer": "4"}\n{"question": "Hi", "answer": "Hello"}\n')
+    assert status == 201 and body["version"]["mapping"] == {"prompt": "question", "completion": "answer"}
+    assert body["version"]["statistics"] == {}
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/")
+    assert status == 200 and version["status"] == "ready"
+    assert version["statistics"]["rows"] == 2 and version["statistics"]["unit"] == "characters"
+    assert version["statistics"]["fields"]["completion"]["max"] == 5
+
+
 def test_a_file_format_is_named_in_any_case_and_a_wrong_one_lists_the_formats(world):
     """QA: file_format "JSONL", as the upload form's menu spells it, was "unknown format 'JSONL'", and a wrong one
     did not say which formats there are."""
