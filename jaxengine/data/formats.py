@@ -901,7 +901,11 @@ def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
 def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
     """Check a chat; returns whether it has an assistant turn."""
     if type(value) is not list:
-        problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {_json_type(value)}"))
+        got = _json_type(value)
+        if type(_maybe_chat(value)) is list:
+            got = ("a string that holds one as JSON text: store the list itself (decode it with json.loads before "
+                   "saving the file)")
+        problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {got}"))
         return False
     if not value:
         problems.append((field_name, "empty_messages", "is an empty list; a chat needs at least one message"))

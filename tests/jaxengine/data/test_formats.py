@@ -814,3 +814,17 @@ def test_a_json_file_of_only_spaces_is_empty(tmp_path):
     issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
     assert (issue.code, issue.message) == ("empty_file", "the file holds only spaces and blank lines; give the file "
                                                          "that holds the rows")
+
+
+def test_a_chat_saved_as_json_text_says_to_give_the_list_itself(tmp_path):
+    """QA: a chat written as a JSON string (pandas' to_parquet of json.dumps'd messages, or a double-encoded JSONL
+    value) was "must be a list of {role, content} messages, got a string", with no word that the string held
+    one."""
+    chat = json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    pyarrow.parquet.write_table(pyarrow.table({"messages": [chat]}), tmp_path / "chats.parquet")
+    write_jsonl(tmp_path / "chats.jsonl", [{"messages": chat}])
+    for name, fmt in (("chats.parquet", FileFormat.PARQUET), ("chats.jsonl", FileFormat.JSONL)):
+        issue = only_error(validate_file(tmp_path / name, fmt=fmt, mapping=SFT))
+        assert (issue.code, issue.field) == ("wrong_type", "messages")
+        assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as JSON "
+                                 "text: store the list itself (decode it with json.loads before saving the file)")
