@@ -916,6 +916,11 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         if type(message) is not dict:
             problems.append((where, "wrong_type", f"must be an object with 'role' and 'content', got {_json_type(message)}"))
             continue
+        if "role" not in message and "content" not in message and "from" in message and "value" in message:
+            problems.append((where, "bad_role", "the message is ShareGPT's {from, value}, not {role, content}: write "
+                                                "each as {\"role\": ..., \"content\": ...} with the roles human → user, "
+                                                "gpt → assistant, system → system"))
+            continue
         role = message.get("role")
         if role not in ROLES:
             shown = "missing" if role is None else repr(role)

@@ -828,3 +828,17 @@ def test_a_chat_saved_as_json_text_says_to_give_the_list_itself(tmp_path):
         assert (issue.code, issue.field) == ("wrong_type", "messages")
         assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as JSON "
                                  "text: store the list itself (decode it with json.loads before saving the file)")
+
+
+def test_a_sharegpt_chat_is_named_with_the_change_it_needs(tmp_path):
+    """QA: ShareGPT rows ({"from": "human", "value": ...}, mapped as messages) got two problems per turn, "role is
+    missing" and "the message has no 'content'", with no word of the format they were in."""
+    path = write_jsonl(tmp_path / "share.jsonl", [{"conversations": [{"from": "human", "value": "q"},
+                                                                     {"from": "gpt", "value": "a"}]}])
+    report = validate_file(path, fmt=FileFormat.JSONL,
+                           mapping=ColumnMapping(kind="sft", columns={"messages": "conversations"}))
+    assert [(issue.code, issue.field) for issue in report.errors] == [("bad_role", "messages[0]"),
+                                                                       ("bad_role", "messages[1]")]
+    assert report.errors[0].message == (
+        "the message is ShareGPT's {from, value}, not {role, content}: write each as {\"role\": ..., \"content\": ...} "
+        "with the roles human → user, gpt → assistant, system → system")
