@@ -523,6 +523,25 @@ class TestTokenStatistics:
         assert all(name != "worker.tasks.datasets.compute_token_statistics" for name, _ in no_broker)
 
 
+    def test_a_count_that_never_ends_can_be_asked_again(self, team, client_for, no_broker,
+                                                        django_capture_on_commit_callbacks):
+        """QA: a count whose task was lost (Redis down when it was sent, its worker killed) stayed 'Counting tokens…'
+        for good: the page refreshed every two seconds and hid the form, so it could never be asked again."""
+        from tests.webapp.factories import make_base_model
+
+        version = make_version(team)
+        base_model = make_base_model(team.project)
+        DatasetVersion.objects.filter(pk=version.pk).update(
+            token_statistics={"status": "computing", "base_model": base_model.name})
+        page = client_for(team.teammate).get(version_url(version)).content.decode()
+        assert "Counting tokens with the tiny tokenizer…" in page
+        assert f'action="{version_url(version, "tokens/")}"' in page
+        assert "Nothing happening? Check that the <code>default</code> worker and Redis run, then" in page
+        with django_capture_on_commit_callbacks(execute=True):
+            client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": base_model.public_id})
+        assert no_broker[-1] == ("worker.tasks.datasets.compute_token_statistics", [version.pk, base_model.pk])
+
+
 class TestRequeue:
     def test_it_works(self, team, client_for, no_broker, django_capture_on_commit_callbacks):
         version = make_version(team, validate=False)
