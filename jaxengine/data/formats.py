@@ -898,6 +898,10 @@ def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
                                                "binary data, not text; remove it"))
 
 
+# The start of a list of dicts as Python's repr writes it: [{'role': ...
+_PYTHON_LIST_OF_DICTS = re.compile(r"\s*\[\s*\{\s*'")
+
+
 def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
     """Check a chat; returns whether it has an assistant turn."""
     if type(value) is not list:
@@ -905,6 +909,9 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         if type(_maybe_chat(value)) is list:
             got = ("a string that holds one as JSON text: store the list itself (decode it with json.loads before "
                    "saving the file)")
+        elif type(value) is str and _PYTHON_LIST_OF_DICTS.match(value):
+            got = ("a string that holds one as Python writes it (single quotes, as pandas' to_csv saves a list), not "
+                   "JSON: write the cell with json.dumps, or save the file as JSONL or Parquet")
         problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {got}"))
         return False
     if not value:

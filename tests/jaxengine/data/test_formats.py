@@ -842,3 +842,16 @@ def test_a_sharegpt_chat_is_named_with_the_change_it_needs(tmp_path):
     assert report.errors[0].message == (
         "the message is ShareGPT's {from, value}, not {role, content}: write each as {\"role\": ..., \"content\": ...} "
         "with the roles human → user, gpt → assistant, system → system")
+
+
+def test_a_chat_written_as_a_python_list_says_to_write_json(tmp_path):
+    """QA: pandas' to_csv writes a column of message lists as Python's repr, [{'role': 'user', ...}], which is not
+    JSON: every row was "must be a list of {role, content} messages, got a string", with no word of why."""
+    frame_cell = str([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    path = tmp_path / "chats.csv"
+    path.write_text('messages\n"' + frame_cell.replace('"', '""') + '"\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("wrong_type", "messages", 2)
+    assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as Python "
+                             "writes it (single quotes, as pandas' to_csv saves a list), not JSON: write the cell "
+                             "with json.dumps, or save the file as JSONL or Parquet")
