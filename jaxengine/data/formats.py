@@ -937,6 +937,10 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         content = message.get("content", _MISSING)
         if content is _MISSING or content is None:
             problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
+        elif type(content) is list and content and all(type(part) is dict and "type" in part for part in content):
+            problems.append((f"{where}.content", "wrong_type",
+                             "must be a string, got a list of content parts ([{\"type\": \"text\", \"text\": ...}]): "
+                             "Temper reads text only; give the message's text as one string"))
         else:
             _check_string(content, f"{where}.content", problems)
     return has_assistant

@@ -855,3 +855,13 @@ def test_a_chat_written_as_a_python_list_says_to_write_json(tmp_path):
     assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as Python "
                              "writes it (single quotes, as pandas' to_csv saves a list), not JSON: write the cell "
                              "with json.dumps, or save the file as JSONL or Parquet")
+
+
+def test_a_message_whose_content_is_a_list_of_parts_says_to_give_the_text(tmp_path):
+    """QA: OpenAI's content parts ([{"type": "text", "text": ...}]) got "must be a string, got a list"."""
+    path = write_jsonl(tmp_path / "parts.jsonl", [{"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "messages[0].content")
+    assert issue.message == ("must be a string, got a list of content parts ([{\"type\": \"text\", \"text\": ...}]): "
+                             "Temper reads text only; give the message's text as one string")
