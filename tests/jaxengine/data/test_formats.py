@@ -865,3 +865,17 @@ def test_a_message_whose_content_is_a_list_of_parts_says_to_give_the_text(tmp_pa
     assert (issue.code, issue.field) == ("wrong_type", "messages[0].content")
     assert issue.message == ("must be a string, got a list of content parts ([{\"type\": \"text\", \"text\": ...}]): "
                              "Temper reads text only; give the message's text as one string")
+
+
+def test_a_preference_chat_without_an_assistant_turn_is_refused_as_in_sft(tmp_path):
+    """QA: a pair whose 'chosen' chat held only the user's turn was taken: training reads the assistant turns of
+    each side, so that side had nothing to compare, and DPO learnt from a log-probability of 0 without a word.
+    An sft chat without an assistant turn was refused all along."""
+    user_only = [{"role": "user", "content": "q"}]
+    answered = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    path = write_jsonl(tmp_path / "pairs.jsonl", [{"chosen": user_only, "rejected": answered},
+                                                  {"prompt": "q", "chosen": "a", "rejected": answered}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference")))
+    assert (issue.code, issue.field, issue.row) == ("no_assistant_turn", "chosen", 1)
+    assert issue.message == ("has no assistant turn, so this side of the pair has nothing to compare; add the "
+                             "assistant's reply")
