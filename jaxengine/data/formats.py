@@ -623,7 +623,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if not cells or (len(header) > 1 and len(cells) == 1 and not cells[0].strip()):
+                if not cells or (len(cells) == 1 and not cells[0].strip()):
                     continue  # a blank line, or one of only spaces
                 row += 1
                 if len(cells) != len(header):

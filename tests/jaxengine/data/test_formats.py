@@ -879,3 +879,11 @@ def test_a_preference_chat_without_an_assistant_turn_is_refused_as_in_sft(tmp_pa
     assert (issue.code, issue.field, issue.row) == ("no_assistant_turn", "chosen", 1)
     assert issue.message == ("has no assistant turn, so this side of the pair has nothing to compare; add the "
                              "assistant's reply")
+
+
+def test_a_line_of_only_spaces_is_blank_in_a_one_column_csv_too(tmp_path):
+    """QA (live): a text-kind CSV whose last line held spaces failed with "is an empty string" about it."""
+    path = tmp_path / "texts.csv"
+    path.write_text('text\n"a long document"\n   \n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text"))
+    assert report.ok and report.row_count == 1, report.errors
