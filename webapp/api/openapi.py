@@ -138,6 +138,14 @@ def build_document() -> dict[str, Any]:
                                  "number is not given again; 400 while work still reads it)",
                                  [SLUG, DATASET, VERSION_NUMBER], status="204", response="Nothing: deleted"),
         },
+        f"{base}/datasets/{{dataset_id}}/versions/{{number}}/file/": {
+            "get": {**_operation("Download a ready version's file, byte for byte as it was uploaded (404 before it is "
+                                 "ready, and for a failed one, which keeps no file)", [SLUG, DATASET, VERSION_NUMBER]),
+                    "responses": {"200": {"description": "the file, as an attachment under its original name",
+                                          "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                              "format": "binary"}}}},
+                                  **ERRORS}},
+        },
         f"{base}/runs/": {
             "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),
                                                           _enum("status", "status (another value: 400)",

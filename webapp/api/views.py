@@ -28,10 +28,11 @@ from webapp.core.auth_header import bearer_secret
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
+from webapp.core.streaming import file_download
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
-from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import one_file_per_upload_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -321,6 +322,24 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
     dataset_services.dataset_version_delete(version=version)
     return HttpResponse(status=204)
+
+
+@api_view(("GET",))
+def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, number: int) -> HttpResponse:
+    """GET: the file of a ready version, byte for byte as it was uploaded, under its original name."""
+    project, _membership = get_project_for_user(request.user, slug)
+    dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    version = dataset_selectors.version_get(dataset=dataset, number=number)
+    if version.status == VersionStatus.FAILED:
+        raise Http404(f"version {number} of {isolated(dataset.name)} failed its check and keeps no file; fix the "
+                      "file and upload it again")
+    if version.status != VersionStatus.READY:
+        raise Http404(f"version {number} of {isolated(dataset.name)} is {version.status}: only a ready version has "
+                      "a file to download; wait for its check to end")
+    if not version.absolute_path.is_file():
+        raise Http404(f"the file of version {number} of {isolated(dataset.name)} is gone from storage")
+    # Streamed (webapp.core.streaming), as the version page's Download link is.
+    return file_download(version.absolute_path, filename=version.original_filename)
 
 
 @api_view(("GET", "POST"))

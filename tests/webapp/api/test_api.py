@@ -155,6 +155,26 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert version["statistics"]["fields"]["completion"]["max"] == 5
 
 
+def test_a_ready_version_s_file_downloads_as_uploaded(world):
+    """QA: the API listed, uploaded and deleted versions but gave no way to fetch one's file back (only the web
+    page's Download link, behind a login a script does not have)."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    rows = "\ufeff{\"prompt\": \"مرحبا\", \"completion\": \"👋\"}\r\n".encode()
+    _status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "qa", "kind": "sft"},
+                                            "greetings.jsonl", rows)
+    url = f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/file/"
+    status, refused = apis["viewer"].call("GET", url)
+    assert status == 404 and refused == {"detail": "version 1 of \u2068qa\u2069 is uploaded: only a ready version "
+                                                   "has a file to download; wait for its check to end"}
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, raw = apis["viewer"].call("GET", url)
+    assert status == 200 and raw == rows
+    assert apis["outsider"].call("GET", url)[0] == 404
+
+
 def test_a_file_format_is_named_in_any_case_and_a_wrong_one_lists_the_formats(world):
     """QA: file_format "JSONL", as the upload form's menu spells it, was "unknown format 'JSONL'", and a wrong one
     did not say which formats there are."""
