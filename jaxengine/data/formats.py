@@ -386,6 +386,10 @@ _TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot b
 
 
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
+    if raw.startswith(codecs.BOM_UTF8):  # the first line's is dropped before parsing
+        return Issue(code="json", line=line, row=row,
+                     message="this line starts with a byte order mark (BOM), which only a file's first line may have: "
+                             "the file may be several files joined together; remove the BOM")
     nul = raw.find(b"\x00")
     if nul >= 0:
         return Issue(
@@ -635,6 +639,11 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                         line=first_line,
                         row=row,
                     )
+                    continue
+                if [cell.strip() for cell in cells] == header:  # silently, it was a row of data
+                    yield Issue(code="csv_header", line=first_line, row=row,
+                                message="this row repeats the header row: the file may be several CSV files joined "
+                                        "together; remove the repeated header")
                     continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:

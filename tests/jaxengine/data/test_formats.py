@@ -887,3 +887,25 @@ def test_a_line_of_only_spaces_is_blank_in_a_one_column_csv_too(tmp_path):
     path.write_text('text\n"a long document"\n   \n', encoding="utf-8")
     report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text"))
     assert report.ok and report.row_count == 1, report.errors
+
+
+def test_a_csv_row_that_repeats_the_header_is_named(tmp_path):
+    """QA: two CSV exports joined with `cat` were taken with their second header as a row of data (a prompt
+    'prompt' whose completion is 'completion'), without a word."""
+    path = tmp_path / "joined.csv"
+    path.write_text("prompt,completion\na,b\nprompt,completion\nc,d\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("csv_header", 3, 2)
+    assert issue.message == ("this row repeats the header row: the file may be several CSV files joined together; "
+                             "remove the repeated header")
+
+
+def test_a_byte_order_mark_inside_a_jsonl_file_is_named(tmp_path):
+    """QA: JSONL files joined with `cat`, the second saved with a BOM, failed on its first line with "broken JSON
+    at column 1: Unexpected UTF-8 BOM (decode using utf-8-sig)"."""
+    path = tmp_path / "joined.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n\xef\xbb\xbf{"prompt": "c", "completion": "d"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert issue.message == ("this line starts with a byte order mark (BOM), which only a file's first line may "
+                             "have: the file may be several files joined together; remove the BOM")
