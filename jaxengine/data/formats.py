@@ -696,6 +696,11 @@ def _check_other_separator(header: list[str]) -> None:
 def _check_csv_header(header: list[str]) -> None:
     seen: set[str] = set()
     for index, name in enumerate(header, start=1):
+        if not name and index == len(header) > 1:
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=1,
+                message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
+                        "the commas at the ends of the lines (or name the column)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",

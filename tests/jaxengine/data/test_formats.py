@@ -909,3 +909,14 @@ def test_a_byte_order_mark_inside_a_jsonl_file_is_named(tmp_path):
     assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
     assert issue.message == ("this line starts with a byte order mark (BOM), which only a file's first line may "
                              "have: the file may be several files joined together; remove the BOM")
+
+
+def test_a_header_ending_in_a_comma_says_so(tmp_path):
+    """QA: a spreadsheet's export with a comma after the last column was told "column 3 of the header row has no
+    name; name every column", though it has no third column to name."""
+    path = tmp_path / "rows.csv"
+    path.write_text("prompt,completion,\na,b,\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == ("the header row ends with a comma, which makes an empty column 3 with no name; remove "
+                             "the commas at the ends of the lines (or name the column)")
