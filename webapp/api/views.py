@@ -261,7 +261,10 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:
         mapping = json.loads(request.POST.get("mapping") or "{}")
-    except (ValueError, RecursionError):  # not JSON, a number past Python's digit limit, nesting too deep
+    except json.JSONDecodeError as error:
+        raise ValidationError({"mapping": f"mapping is not JSON ({error.msg} at column {error.colno}): send a JSON "
+                                          'object of field → column, e.g. {"prompt": "question"}'}) from None
+    except (ValueError, RecursionError):  # a number past Python's digit limit, nesting too deep
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
     arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
                  "column_mapping": mapping, "user": request.user}

@@ -190,6 +190,18 @@ def test_a_file_format_is_named_in_any_case_and_a_wrong_one_lists_the_formats(wo
         "file's extension"]
 
 
+def test_a_mapping_that_is_not_json_says_where_and_shows_one(world):
+    """QA: a mapping written as prompt=question, or with single quotes, was "mapping must be a JSON object of field
+    → column", with no word of what was wrong in it nor an example."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "m", "kind": "sft", "mapping": "{'prompt': 'question'}"}, "m.jsonl",
+                                           b'{"question": "a", "completion": "b"}\n')
+    assert status == 400 and body["errors"]["mapping"] == [
+        "mapping is not JSON (Expecting property name enclosed in double quotes at column 2): send a JSON object of "
+        "field → column, e.g. {\"prompt\": \"question\"}"]
+
+
 def test_upload_errors_name_the_fields_the_client_sent(world):
     """QA: a bad mapping was reported under "column_mapping", the service's argument, though the request's
     field is "mapping": a client matching errors to its fields found none."""
