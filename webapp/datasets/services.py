@@ -74,6 +74,8 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
     if not name:
         raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
     allowed = [member.value for member in formats.DatasetKind]
+    if not kind:
+        raise ValidationError({"kind": f"choose the dataset's kind: one of {', '.join(allowed)}"})
     if kind not in allowed:
         raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
     if (taken := dataset_named(project=project, name=name)) is not None:
