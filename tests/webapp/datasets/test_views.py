@@ -534,12 +534,23 @@ class TestTokenStatistics:
         DatasetVersion.objects.filter(pk=version.pk).update(
             token_statistics={"status": "computing", "base_model": base_model.name})
         page = client_for(team.teammate).get(version_url(version)).content.decode()
-        assert "Counting tokens with the tiny tokenizer…" in page
+        assert "Counting tokens with the <bdi>tiny</bdi> tokenizer…" in page
         assert f'action="{version_url(version, "tokens/")}"' in page
         assert "Nothing happening? Check that the <code>default</code> worker and Redis run, then" in page
         with django_capture_on_commit_callbacks(execute=True):
             client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": base_model.public_id})
         assert no_broker[-1] == ("worker.tasks.datasets.compute_token_statistics", [version.pk, base_model.pk])
+
+
+    @pytest.mark.parametrize("status", ["computing", "failed", "ready"])
+    def test_the_base_model_s_name_is_isolated(self, team, client_for, status):
+        """QA: a right-to-left base model name ran into the sentence around it ("With the … tokenizer"), as names
+        beside it on the page do not."""
+        version = make_version(team)
+        statistics = {"status": status, "base_model": "نموذج 1", "error": "x", "rows": 2, "fields": {}}
+        DatasetVersion.objects.filter(pk=version.pk).update(token_statistics=statistics)
+        page = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert "<bdi>نموذج 1</bdi>" in page
 
 
 class TestRequeue:
