@@ -1018,6 +1018,10 @@ def check_record(
         for field_name, field_value in (("prompt", prompt), ("completion", completion)):
             if field_value is _MISSING:
                 problems.append(_missing(mapping, field_name, value, need))
+            elif type(field_value) is list:
+                problems.append((field_name, "wrong_type", "must be a string, got a list (a chat?); for a chat, give "
+                                                           "the whole conversation as 'messages', the completion as "
+                                                           "its last, assistant, turn"))
             else:
                 _check_string(field_value, field_name, problems)
         return (None if problems else {"prompt": prompt, "completion": completion}), problems

@@ -920,3 +920,14 @@ def test_a_header_ending_in_a_comma_says_so(tmp_path):
     assert (issue.code, issue.line) == ("csv_header", 1)
     assert issue.message == ("the header row ends with a comma, which makes an empty column 3 with no name; remove "
                              "the commas at the ends of the lines (or name the column)")
+
+
+def test_an_sft_prompt_given_as_a_chat_says_how_to_write_it(tmp_path):
+    """QA: an sft row whose prompt was a message list (a system turn and the user's) was "must be a string, got a
+    list", with no word of how sft takes a chat."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": [{"role": "system", "content": "s"},
+                                                             {"role": "user", "content": "q"}], "completion": "a"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "prompt")
+    assert issue.message == ("must be a string, got a list (a chat?); for a chat, give the whole conversation as "
+                             "'messages', the completion as its last, assistant, turn")
