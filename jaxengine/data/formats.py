@@ -446,6 +446,10 @@ class _JsonArrayReader:
         if self._peek() == "":
             raise DatasetFormatError(Issue(code="empty_file", message="the file holds only spaces and blank lines; "
                                                                       "give the file that holds the rows"))
+        if self._peek() == "{":
+            raise self._broken("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
+                               "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
+                               "it holds one object per line, give it the .jsonl extension")
         if self._peek() != "[":
             found = self._peek() or "nothing"
             raise self._broken(

@@ -931,3 +931,15 @@ def test_an_sft_prompt_given_as_a_chat_says_how_to_write_it(tmp_path):
     assert (issue.code, issue.field) == ("wrong_type", "prompt")
     assert issue.message == ("must be a string, got a list (a chat?); for a chat, give the whole conversation as "
                              "'messages', the completion as its last, assistant, turn")
+
+
+def test_a_json_object_holding_the_rows_under_a_key_says_what_to_save(tmp_path):
+    """QA: {"data": [...]}, as many exports write, was told "for one object per line use a .jsonl file", which
+    would not help: its rows are a list under a key."""
+    path = tmp_path / "export.json"
+    path.write_text('{"version": 1, "data": [{"prompt": "a", "completion": "b"}]}', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", 1)
+    assert issue.message == ("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
+                             "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
+                             "it holds one object per line, give it the .jsonl extension")
