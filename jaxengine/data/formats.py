@@ -21,8 +21,8 @@ Kinds and their fields (a ``ColumnMapping`` maps a file's own column names onto 
 - ``text``: ``text`` (string), for continued pre-training;
 - ``sft``: ``prompt`` and ``completion`` (strings), or ``messages`` (a list of ``{role, content}``
   with roles system/user/assistant and at least one assistant turn; it wins when both are present);
-- ``preference``: ``prompt``, ``chosen``, ``rejected``, each a string or a message list (a side's with an
-  assistant turn); ``prompt`` may be left out when ``chosen`` and ``rejected`` are whole conversations;
+- ``preference``: ``prompt``, ``chosen``, ``rejected``, each a string or a message list; ``prompt``
+  may be left out when ``chosen`` and ``rejected`` are whole conversations (message lists);
 - ``prompts``: ``prompt`` (string or message list); every other column is kept as a reference
   value (e.g. ``answer``) for reward functions.
 """
