@@ -1037,13 +1037,8 @@ def check_record(
         for field_name, field_value in (("chosen", chosen), ("rejected", rejected)):
             if field_value is _MISSING:
                 problems.append(_missing(mapping, field_name, value, need))
-                continue
-            found = len(problems)
-            chats.append(_check_text_or_messages(field_value, field_name, problems))
-            # Training reads each side's assistant turns: without one a side compares nothing (as an sft chat).
-            if chats[-1] and len(problems) == found and all(turn["role"] != "assistant" for turn in field_value):
-                problems.append((field_name, "no_assistant_turn", "has no assistant turn, so this side of the pair "
-                                                                  "has nothing to compare; add the assistant's reply"))
+            else:
+                chats.append(_check_text_or_messages(field_value, field_name, problems))
         if prompt is _MISSING:
             if not (len(chats) == 2 and all(chats)):
                 problems.append(_missing(mapping, "prompt", value, need + " (the prompt may be left out only when "

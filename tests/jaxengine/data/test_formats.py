@@ -867,20 +867,6 @@ def test_a_message_whose_content_is_a_list_of_parts_says_to_give_the_text(tmp_pa
                              "Temper reads text only; give the message's text as one string")
 
 
-def test_a_preference_chat_without_an_assistant_turn_is_refused_as_in_sft(tmp_path):
-    """QA: a pair whose 'chosen' chat held only the user's turn was taken: training reads the assistant turns of
-    each side, so that side had nothing to compare, and DPO learnt from a log-probability of 0 without a word.
-    An sft chat without an assistant turn was refused all along."""
-    user_only = [{"role": "user", "content": "q"}]
-    answered = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    path = write_jsonl(tmp_path / "pairs.jsonl", [{"chosen": user_only, "rejected": answered},
-                                                  {"prompt": "q", "chosen": "a", "rejected": answered}])
-    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind="preference")))
-    assert (issue.code, issue.field, issue.row) == ("no_assistant_turn", "chosen", 1)
-    assert issue.message == ("has no assistant turn, so this side of the pair has nothing to compare; add the "
-                             "assistant's reply")
-
-
 def test_a_line_of_only_spaces_is_blank_in_a_one_column_csv_too(tmp_path):
     """QA (live): a text-kind CSV whose last line held spaces failed with "is an empty string" about it."""
     path = tmp_path / "texts.csv"
