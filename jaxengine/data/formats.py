@@ -85,6 +85,7 @@ KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
 }
 
 # File name extensions (lower case) and the format each one means.
+SPREADSHEET_EXTENSIONS = frozenset({".xlsx", ".xlsm", ".xls", ".ods", ".numbers"})
 COMPRESSED_EXTENSIONS = frozenset({".gz", ".gzip", ".zip", ".zst", ".zstd", ".bz2", ".xz", ".7z", ".tgz"})
 EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": FileFormat.JSONL,
@@ -222,6 +223,9 @@ def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
     try:
         return EXTENSIONS[suffix]
     except KeyError:
+        if suffix in SPREADSHEET_EXTENSIONS:
+            raise ValueError(f"'{shown}' is a spreadsheet workbook, which Temper does not read: export the sheet as "
+                             "CSV (UTF-8) and upload that file") from None
         if suffix in COMPRESSED_EXTENSIONS:
             # Told only to rename it, a user renamed rows.jsonl.gz to rows.jsonl and had it refused as binary.
             raise ValueError(
@@ -260,6 +264,11 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
                       "check the file, or give it the extension of its real format")
             )
         return
+    # A workbook (xlsx, ods) is a zip archive too, but "extract the dataset file from it" finds none in it.
+    if head.startswith(b"PK\x03\x04") and (b"[Content_Types].xml" in head or b"mimetypeapplication/vnd.oasis" in head):
+        raise DatasetFormatError(Issue(code="binary", message="this looks like a spreadsheet workbook (Excel or "
+                                                              "OpenDocument): export the sheet as CSV (UTF-8) and "
+                                                              "upload that file"))
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise DatasetFormatError(Issue(code="binary", message=f"this looks like {what}"))

@@ -929,3 +929,25 @@ def test_a_json_object_holding_the_rows_under_a_key_says_what_to_save(tmp_path):
     assert issue.message == ("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
                              "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
                              "it holds one object per line, give it the .jsonl extension")
+
+
+@pytest.mark.parametrize("name", ["rows.xlsx", "rows.XLS", "rows.ods"])
+def test_a_spreadsheet_is_told_to_be_exported_as_csv(name):
+    """QA: an Excel workbook was told to rename itself to a dataset extension; renamed .csv, it was then "a zip
+    archive: extract the dataset file from it first", which no workbook holds."""
+    with pytest.raises(ValueError) as raised:
+        detect_format(name)
+    assert str(raised.value) == (f"'{name}' is a spreadsheet workbook, which Temper does not read: export the sheet "
+                                 "as CSV (UTF-8) and upload that file")
+
+
+def test_a_workbook_renamed_csv_is_named_as_one(tmp_path):
+    import zipfile
+
+    path = tmp_path / "rows.csv"
+    with zipfile.ZipFile(path, "w") as workbook:
+        workbook.writestr("[Content_Types].xml", "<Types/>")
+        workbook.writestr("xl/workbook.xml", "<workbook/>")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.message) == ("binary", "this looks like a spreadsheet workbook (Excel or OpenDocument): "
+                                                     "export the sheet as CSV (UTF-8) and upload that file")
