@@ -223,6 +223,9 @@ def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
     try:
         return EXTENSIONS[suffix]
     except KeyError:
+        if suffix == ".tsv":
+            raise ValueError(f"'{shown}' is separated by tabs, which Temper does not read: export it again as CSV "
+                             "(separated by commas) or as JSON Lines") from None
         if suffix in SPREADSHEET_EXTENSIONS:
             raise ValueError(f"'{shown}' is a spreadsheet workbook, which Temper does not read: export the sheet as "
                              "CSV (UTF-8) and upload that file") from None

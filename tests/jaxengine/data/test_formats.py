@@ -951,3 +951,11 @@ def test_a_workbook_renamed_csv_is_named_as_one(tmp_path):
     issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
     assert (issue.code, issue.message) == ("binary", "this looks like a spreadsheet workbook (Excel or OpenDocument): "
                                                      "export the sheet as CSV (UTF-8) and upload that file")
+
+
+def test_a_tab_separated_file_is_told_to_use_commas():
+    """QA: rows.tsv was told to rename itself .csv, which then failed as "separated by tabs"."""
+    with pytest.raises(ValueError) as raised:
+        detect_format("rows.tsv")
+    assert str(raised.value) == ("'rows.tsv' is separated by tabs, which Temper does not read: export it again as CSV "
+                                 "(separated by commas) or as JSON Lines")
