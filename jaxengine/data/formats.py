@@ -47,6 +47,8 @@ ROLES = frozenset({"system", "user", "assistant"})
 DEFAULT_MAX_ERRORS = 20
 # A JSON array element larger than this is treated as broken JSON rather than buffered further.
 MAX_JSON_ELEMENT_CHARS = 64 * 1024 * 1024
+# The same bound for one CSV cell: the csv module's own default, 131,072 characters, refused long documents.
+MAX_CSV_CELL_CHARS = MAX_JSON_ELEMENT_CHARS
 _JSON_CHUNK_BYTES = 1024 * 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SNIFF_BYTES = 8192
@@ -83,6 +85,7 @@ KIND_DESCRIPTIONS: dict[DatasetKind, str] = {
 }
 
 # File name extensions (lower case) and the format each one means.
+SPREADSHEET_EXTENSIONS = frozenset({".xlsx", ".xlsm", ".xls", ".ods", ".numbers"})
 COMPRESSED_EXTENSIONS = frozenset({".gz", ".gzip", ".zip", ".zst", ".zstd", ".bz2", ".xz", ".7z", ".tgz"})
 EXTENSIONS: dict[str, FileFormat] = {
     ".jsonl": FileFormat.JSONL,
@@ -220,6 +223,12 @@ def detect_format(filename: str, *, shown_as: str | None = None) -> FileFormat:
     try:
         return EXTENSIONS[suffix]
     except KeyError:
+        if suffix == ".tsv":
+            raise ValueError(f"'{shown}' is separated by tabs, which Temper does not read: export it again as CSV "
+                             "(separated by commas) or as JSON Lines") from None
+        if suffix in SPREADSHEET_EXTENSIONS:
+            raise ValueError(f"'{shown}' is a spreadsheet workbook, which Temper does not read: export the sheet as "
+                             "CSV (UTF-8) and upload that file") from None
         if suffix in COMPRESSED_EXTENSIONS:
             # Told only to rename it, a user renamed rows.jsonl.gz to rows.jsonl and had it refused as binary.
             raise ValueError(
@@ -258,6 +267,11 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
                       "check the file, or give it the extension of its real format")
             )
         return
+    # A workbook (xlsx, ods) is a zip archive too, but "extract the dataset file from it" finds none in it.
+    if head.startswith(b"PK\x03\x04") and (b"[Content_Types].xml" in head or b"mimetypeapplication/vnd.oasis" in head):
+        raise DatasetFormatError(Issue(code="binary", message="this looks like a spreadsheet workbook (Excel or "
+                                                              "OpenDocument): export the sheet as CSV (UTF-8) and "
+                                                              "upload that file"))
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise DatasetFormatError(Issue(code="binary", message=f"this looks like {what}"))
@@ -336,6 +350,8 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                     continue
                 if row == 0 and raw.lstrip().startswith(b"["):
                     raise DatasetFormatError(_json_array_as_jsonl(line_number)) from None
+                if row == 0 and _ends_lines_with_cr(raw):
+                    raise DatasetFormatError(_cr_line_endings(line_number)) from None
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
@@ -343,6 +359,26 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
             yield RawRow(row=row, line=line_number, value=value)
+
+
+def _ends_lines_with_cr(raw: bytes) -> bool:
+    """Whether a line that failed to parse is whole lines ended by CR alone: its text up to the first CR parses."""
+    cut = raw.find(b"\r")
+    if cut < 0 or not raw[cut:].strip():
+        return False
+    try:
+        orjson.loads(raw[:cut])
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _cr_line_endings(line: int) -> Issue:
+    # Read by LF, such a file was one line: "broken JSON ... Extra data", or the csv module's "new-line character
+    # seen in unquoted field - do you need to open the file in universal-newline mode?".
+    return Issue(code="line_endings", line=line,
+                 message="the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
+                         "save it again with LF (or CRLF) line endings")
 
 
 def _json_array_as_jsonl(line: int) -> Issue:
@@ -362,6 +398,10 @@ _TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot b
 
 
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
+    if raw.startswith(codecs.BOM_UTF8):  # the first line's is dropped before parsing
+        return Issue(code="json", line=line, row=row,
+                     message="this line starts with a byte order mark (BOM), which only a file's first line may have: "
+                             "the file may be several files joined together; remove the BOM")
     nul = raw.find(b"\x00")
     if nul >= 0:
         return Issue(
@@ -415,6 +455,13 @@ class _JsonArrayReader:
         if self._buffer.startswith("\ufeff"):
             self._position = 1
         self._skip_whitespace()
+        if self._peek() == "":
+            raise DatasetFormatError(Issue(code="empty_file", message="the file holds only spaces and blank lines; "
+                                                                      "give the file that holds the rows"))
+        if self._peek() == "{":
+            raise self._broken("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
+                               "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
+                               "it holds one object per line, give it the .jsonl extension")
         if self._peek() != "[":
             found = self._peek() or "nothing"
             raise self._broken(
@@ -427,14 +474,21 @@ class _JsonArrayReader:
         if self._peek() == "]":
             self._position += 1
         else:
+            comma_line = None  # the line of the comma before the element to read
             while True:
                 self._skip_whitespace()
+                if comma_line is not None and self._peek() == "]":
+                    raise DatasetFormatError(Issue(
+                        code="json", line=comma_line,
+                        message=f"a comma follows the last element of the JSON array (element {row}), and JSON "
+                                "allows none there: remove it"))
                 line = self._line
                 value = self._parse_element(row + 1)
                 row += 1
                 yield RawRow(row=row, line=line, value=value)
                 self._skip_whitespace()
                 separator = self._peek()
+                comma_line = self._line
                 if separator == "":
                     raise self._broken("the JSON array is not closed with ']'; the file may be cut short")
                 self._position += 1
@@ -566,6 +620,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         position["line"] = number
 
     first_line = 1  # the line the row being read starts on
+    previous_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
     with open(path, "rb") as handle:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
@@ -588,8 +643,8 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if not cells:
-                    continue  # a blank line
+                if not cells or (len(cells) == 1 and not cells[0].strip()):
+                    continue  # a blank line, or one of only spaces
                 row += 1
                 if len(cells) != len(header):
                     yield Issue(
@@ -601,9 +656,16 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                         row=row,
                     )
                     continue
+                if [cell.strip() for cell in cells] == header:  # silently, it was a row of data
+                    yield Issue(code="csv_header", line=first_line, row=row,
+                                message="this row repeats the header row: the file may be several CSV files joined "
+                                        "together; remove the repeated header")
+                    continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
+        finally:  # the limit is the process's: other readers of CSV keep theirs
+            csv.field_size_limit(previous_limit)
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -612,6 +674,17 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
         return Issue(code="csv", line=first_line,
                      message='a quoted cell that opens on this line is never closed: add its closing " '
                              '(a " inside a quoted cell is written "")')
+    if reason.startswith("field larger than field limit"):
+        return Issue(code="csv", line=first_line,
+                     message=f"a cell of the row that starts on this line is over {MAX_CSV_CELL_CHARS:,} characters, "
+                             "more than Temper reads from one CSV cell: shorten it, or check for a quote (\") that "
+                             "is never closed")
+    if reason.startswith("new-line character seen in unquoted field"):
+        if line == 1:
+            return _cr_line_endings(line)
+        return Issue(code="csv", line=line,
+                     message="a cell holds a carriage return (CR) outside quotes: quote the cells that hold line "
+                             "breaks, or remove the CR")
     if reason.endswith("expected after '\"'"):
         return Issue(code="csv", line=line,
                      message='text follows the closing " of a quoted cell: quote the whole cell and write each " '
@@ -639,6 +712,11 @@ def _check_other_separator(header: list[str]) -> None:
 def _check_csv_header(header: list[str]) -> None:
     seen: set[str] = set()
     for index, name in enumerate(header, start=1):
+        if not name and index == len(header) > 1:
+            raise DatasetFormatError(Issue(
+                code="csv_header", line=1,
+                message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
+                        "the commas at the ends of the lines (or name the column)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
@@ -850,10 +928,21 @@ def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
                                                "binary data, not text; remove it"))
 
 
+# The start of a list of dicts as Python's repr writes it: [{'role': ...
+_PYTHON_LIST_OF_DICTS = re.compile(r"\s*\[\s*\{\s*'")
+
+
 def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
     """Check a chat; returns whether it has an assistant turn."""
     if type(value) is not list:
-        problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {_json_type(value)}"))
+        got = _json_type(value)
+        if type(_maybe_chat(value)) is list:
+            got = ("a string that holds one as JSON text: store the list itself (decode it with json.loads before "
+                   "saving the file)")
+        elif type(value) is str and _PYTHON_LIST_OF_DICTS.match(value):
+            got = ("a string that holds one as Python writes it (single quotes, as pandas' to_csv saves a list), not "
+                   "JSON: write the cell with json.dumps, or save the file as JSONL or Parquet")
+        problems.append((field_name, "wrong_type", f"must be a list of {{role, content}} messages, got {got}"))
         return False
     if not value:
         problems.append((field_name, "empty_messages", "is an empty list; a chat needs at least one message"))
@@ -864,6 +953,11 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         if type(message) is not dict:
             problems.append((where, "wrong_type", f"must be an object with 'role' and 'content', got {_json_type(message)}"))
             continue
+        if "role" not in message and "content" not in message and "from" in message and "value" in message:
+            problems.append((where, "bad_role", "the message is ShareGPT's {from, value}, not {role, content}: write "
+                                                "each as {\"role\": ..., \"content\": ...} with the roles human → user, "
+                                                "gpt → assistant, system → system"))
+            continue
         role = message.get("role")
         if role not in ROLES:
             shown = "missing" if role is None else repr(role)
@@ -873,6 +967,10 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         content = message.get("content", _MISSING)
         if content is _MISSING or content is None:
             problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
+        elif type(content) is list and content and all(type(part) is dict and "type" in part for part in content):
+            problems.append((f"{where}.content", "wrong_type",
+                             "must be a string, got a list of content parts ([{\"type\": \"text\", \"text\": ...}]): "
+                             "Temper reads text only; give the message's text as one string"))
         else:
             _check_string(content, f"{where}.content", problems)
     return has_assistant
@@ -936,6 +1034,10 @@ def check_record(
         for field_name, field_value in (("prompt", prompt), ("completion", completion)):
             if field_value is _MISSING:
                 problems.append(_missing(mapping, field_name, value, need))
+            elif type(field_value) is list:
+                problems.append((field_name, "wrong_type", "must be a string, got a list (a chat?); for a chat, give "
+                                                           "the whole conversation as 'messages', the completion as "
+                                                           "its last, assistant, turn"))
             else:
                 _check_string(field_value, field_name, problems)
         return (None if problems else {"prompt": prompt, "completion": completion}), problems

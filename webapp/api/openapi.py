@@ -99,7 +99,8 @@ def build_document() -> dict[str, Any]:
     upload = {"required": True, "content": {"multipart/form-data": {"schema": {
         "type": "object", "required": ["file"], "additionalProperties": False,
         "properties": {"file": {"type": "string", "format": "binary"},
-                       "name": {"type": "string", "description": "A new dataset's name."},
+                       "name": {"type": "string", "description": "A new dataset's name (sent with dataset, it must be that "
+                                                                "dataset's name)."},
                        "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},
                        "dataset": {"type": "string", "description": "Or an existing dataset's id: a new version."},
                        "file_format": {"type": "string", "enum": ["jsonl", "json", "csv", "parquet"]},
@@ -136,6 +137,14 @@ def build_document() -> dict[str, Any]:
             "delete": _operation("Delete a dataset version and its file (an owner, or the member who uploaded it; its "
                                  "number is not given again; 400 while work still reads it)",
                                  [SLUG, DATASET, VERSION_NUMBER], status="204", response="Nothing: deleted"),
+        },
+        f"{base}/datasets/{{dataset_id}}/versions/{{number}}/file/": {
+            "get": {**_operation("Download a ready version's file, byte for byte as it was uploaded (404 before it is "
+                                 "ready, and for a failed one, which keeps no file)", [SLUG, DATASET, VERSION_NUMBER]),
+                    "responses": {"200": {"description": "the file, as an attachment under its original name",
+                                          "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                              "format": "binary"}}}},
+                                  **ERRORS}},
         },
         f"{base}/runs/": {
             "get": _operation("List runs", [SLUG], query=[_query("q", "name or id"),

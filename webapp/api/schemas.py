@@ -153,6 +153,10 @@ class DatasetVersionOut(_Answer):
     row_count: int | None
     error_count: int
     errors: list[IssueOut] = Field(description="The first problems found, when the version failed.")
+    mapping: dict[str, str] = Field(description="The column mapping the file is read with, field → column; a field "
+                                                "read from a column of its own name is left out.")
+    statistics: dict[str, Any] = Field(description="Once ready: character lengths per field (rows, unit, and per "
+                                                   "field count, min, max, mean, p50, p90, p99, histogram); {} before.")
     created_at: datetime
     review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
 

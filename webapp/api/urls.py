@@ -12,6 +12,8 @@ urlpatterns = [
     path(f"{base}/datasets/", views.datasets, name="datasets"),
     path(f"{base}/datasets/<str:dataset_id>/", views.dataset_detail, name="dataset"),
     path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/", views.dataset_version, name="dataset_version"),
+    path(f"{base}/datasets/<str:dataset_id>/versions/<int:number>/file/", views.dataset_version_file,
+         name="dataset_version_file"),
     path(f"{base}/runs/", views.runs, name="runs"),
     path(f"{base}/runs/<str:run_id>/", views.run_detail, name="run"),
     path(f"{base}/runs/<str:run_id>/cancel/", views.run_cancel, name="run_cancel"),

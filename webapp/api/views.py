@@ -25,12 +25,14 @@ from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
 from webapp.core.auth_header import bearer_secret
+from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
+from webapp.core.streaming import file_download
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
-from webapp.datasets.models import Dataset, DatasetVersion
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.uploads import one_file_per_upload_message
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -165,7 +167,7 @@ def _version_json(version: DatasetVersion, *, review_campaign: Campaign | None =
     return {"id": version.public_id, "number": version.number, "status": version.status,
             "filename": version.original_filename, "format": version.format, "size_bytes": version.size_bytes,
             "row_count": version.row_count, "error_count": version.error_count, "errors": version.errors,
-            "created_at": version.created_at.isoformat(),
+            "mapping": version.column_mapping, "statistics": version.statistics, "created_at": version.created_at.isoformat(),
             "review_campaign": ({"id": review_campaign.public_id, "name": review_campaign.name}
                                 if review_campaign is not None else None)}
 
@@ -259,7 +261,10 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:
         mapping = json.loads(request.POST.get("mapping") or "{}")
-    except (ValueError, RecursionError):  # not JSON, a number past Python's digit limit, nesting too deep
+    except json.JSONDecodeError as error:
+        raise ValidationError({"mapping": f"mapping is not JSON ({error.msg} at column {error.colno}): send a JSON "
+                                          'object of field → column, e.g. {"prompt": "question"}'}) from None
+    except (ValueError, RecursionError):  # a number past Python's digit limit, nesting too deep
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
     arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
                  "column_mapping": mapping, "user": request.user}
@@ -271,6 +276,11 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {dataset.name} is a {dataset.kind} dataset, not {kind}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
+            name = request.POST.get("name")
+            if name and dataset_selectors.dataset_named(project=project, name=name) != dataset:  # it was ignored too
+                raise ValidationError({"name": f"dataset {dataset.public_id} is named {isolated(dataset.name)}, "
+                                               f"not {isolated(name)}: send name for a new dataset, or dataset (its id) for a new "
+                                               "version of one, not both"})
             version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
         else:
             version = dataset_services.dataset_create_with_upload(
@@ -315,6 +325,24 @@ def dataset_version(request: HttpRequest, slug: str, dataset_id: str, number: in
     dataset_selectors.ensure_may_delete_version(membership=membership, version=version)
     dataset_services.dataset_version_delete(version=version)
     return HttpResponse(status=204)
+
+
+@api_view(("GET",))
+def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, number: int) -> HttpResponse:
+    """GET: the file of a ready version, byte for byte as it was uploaded, under its original name."""
+    project, _membership = get_project_for_user(request.user, slug)
+    dataset = dataset_selectors.dataset_get(project=project, public_id=dataset_id)
+    version = dataset_selectors.version_get(dataset=dataset, number=number)
+    if version.status == VersionStatus.FAILED:
+        raise Http404(f"version {number} of {isolated(dataset.name)} failed its check and keeps no file; fix the "
+                      "file and upload it again")
+    if version.status != VersionStatus.READY:
+        raise Http404(f"version {number} of {isolated(dataset.name)} is {version.status}: only a ready version has "
+                      "a file to download; wait for its check to end")
+    if not version.absolute_path.is_file():
+        raise Http404(f"the file of version {number} of {isolated(dataset.name)} is gone from storage")
+    # Streamed (webapp.core.streaming), as the version page's Download link is.
+    return file_download(version.absolute_path, filename=version.original_filename)
 
 
 @api_view(("GET", "POST"))

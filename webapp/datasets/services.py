@@ -74,6 +74,8 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
     if not name:
         raise ValidationError({"name": "give the dataset a name, e.g. 'support-chats'"})
     allowed = [member.value for member in formats.DatasetKind]
+    if not kind:
+        raise ValidationError({"kind": f"choose the dataset's kind: one of {', '.join(allowed)}"})
     if kind not in allowed:
         raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
     if (taken := dataset_named(project=project, name=name)) is not None:
@@ -123,9 +125,11 @@ def dataset_version_create(
     """
     if file_format:
         try:
-            file_format = formats.FileFormat(file_format).value
+            file_format = formats.FileFormat(file_format.strip().lower()).value
         except ValueError:
-            raise ValidationError({"file_format": f"unknown format {file_format!r}"}) from None
+            accepted = ", ".join(member.value for member in formats.FileFormat)
+            raise ValidationError({"file_format": f"unknown format {file_format!r}: use one of {accepted}, or leave it "
+                                                  "out to tell the format from the file's extension"}) from None
     else:
         try:
             file_format = formats.detect_format(upload.name or "", shown_as=isolated(upload.name or "")).value

@@ -747,3 +747,215 @@ def test_a_parquet_row_holding_millions_of_packed_values_is_refused_before_it_is
     assert path.stat().st_size < 4096
     issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="text")))
     assert issue.code == "parquet" and "2,000,000 values in 1 row" in issue.message
+
+
+def test_a_csv_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    """QA: a text-kind CSV of long documents (a cell over 131,072 characters, the csv module's default field
+    limit) was refused as "unreadable CSV: field larger than field limit (131072); check the quoting", though
+    its quoting was right and the same rows as JSONL were read."""
+    document = "word " * 60_000
+    path = tmp_path / "long.csv"
+    path.write_text('text\n"' + document + '"\nshort\n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text"))
+    assert report.ok and report.row_count == 2, report.errors
+    assert next(iter_examples(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text")))["text"] == document
+
+
+def test_a_csv_cell_past_the_element_limit_is_named_with_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(formats, "MAX_CSV_CELL_CHARS", 1000)
+    path = tmp_path / "long.csv"
+    path.write_text('text\nshort\n"' + "x" * 1001 + '"\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text")))
+    assert (issue.code, issue.line) == ("csv", 3)
+    assert issue.message == ("a cell of the row that starts on this line is over 1,000 characters, more than Temper "
+                             "reads from one CSV cell: shorten it, or check for a quote (\") that is never closed")
+
+
+def test_a_csv_line_of_only_spaces_is_a_blank_line(tmp_path):
+    """QA: a CSV whose editor left '   ' on its last line failed with "this row has 1 cell but the header has 2
+    columns; quote cells that contain commas or line breaks", about a row the user never wrote."""
+    path = tmp_path / "rows.csv"
+    path.write_text("prompt,completion\r\na,b\r\n   \r\n\t\r\n", encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 1, report.errors
+
+
+@pytest.mark.parametrize(("name", "data", "fmt"), [
+    ("rows.csv", b"prompt,completion\ra,b\rc,d\r", FileFormat.CSV),
+    ("rows.jsonl", b'{"prompt": "a", "completion": "b"}\r{"prompt": "c", "completion": "d"}\r', FileFormat.JSONL),
+])
+def test_a_file_with_old_mac_line_endings_is_named(tmp_path, name, data, fmt):
+    """QA: lines ended by CR alone (Excel for Mac's "CSV (Macintosh)") read as one line: the CSV was "unreadable
+    CSV: new-line character seen in unquoted field - do you need to open the file in universal-newline mode?",
+    the JSONL "broken JSON at column 35: Extra data"; neither said what to change."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert issue.line == 1
+    assert issue.message == ("the lines of this file end with a carriage return (CR) alone, an old Mac line ending: "
+                             "save it again with LF (or CRLF) line endings")
+
+
+def test_a_json_array_with_a_comma_after_its_last_element_says_so(tmp_path):
+    """QA: `[{...},]`, as many editors and JavaScript write it, was "row 2: broken JSON at column 34: Expecting
+    value", about a second row the file does not have."""
+    path = tmp_path / "rows.json"
+    path.write_text('[\n{"prompt": "a", "completion": "b"},\n]\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 2, None)
+    assert issue.message == ("a comma follows the last element of the JSON array (element 1), and JSON allows none "
+                             "there: remove it")
+
+
+def test_a_json_file_of_only_spaces_is_empty(tmp_path):
+    """QA: it was "a .json dataset must be one array of objects ... but it starts with 'nothing'"."""
+    path = tmp_path / "rows.json"
+    path.write_text(" \n\n  \n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.message) == ("empty_file", "the file holds only spaces and blank lines; give the file "
+                                                         "that holds the rows")
+
+
+def test_a_chat_saved_as_json_text_says_to_give_the_list_itself(tmp_path):
+    """QA: a chat written as a JSON string (pandas' to_parquet of json.dumps'd messages, or a double-encoded JSONL
+    value) was "must be a list of {role, content} messages, got a string", with no word that the string held
+    one."""
+    chat = json.dumps([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    pyarrow.parquet.write_table(pyarrow.table({"messages": [chat]}), tmp_path / "chats.parquet")
+    write_jsonl(tmp_path / "chats.jsonl", [{"messages": chat}])
+    for name, fmt in (("chats.parquet", FileFormat.PARQUET), ("chats.jsonl", FileFormat.JSONL)):
+        issue = only_error(validate_file(tmp_path / name, fmt=fmt, mapping=SFT))
+        assert (issue.code, issue.field) == ("wrong_type", "messages")
+        assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as JSON "
+                                 "text: store the list itself (decode it with json.loads before saving the file)")
+
+
+def test_a_sharegpt_chat_is_named_with_the_change_it_needs(tmp_path):
+    """QA: ShareGPT rows ({"from": "human", "value": ...}, mapped as messages) got two problems per turn, "role is
+    missing" and "the message has no 'content'", with no word of the format they were in."""
+    path = write_jsonl(tmp_path / "share.jsonl", [{"conversations": [{"from": "human", "value": "q"},
+                                                                     {"from": "gpt", "value": "a"}]}])
+    report = validate_file(path, fmt=FileFormat.JSONL,
+                           mapping=ColumnMapping(kind="sft", columns={"messages": "conversations"}))
+    assert [(issue.code, issue.field) for issue in report.errors] == [("bad_role", "messages[0]"),
+                                                                       ("bad_role", "messages[1]")]
+    assert report.errors[0].message == (
+        "the message is ShareGPT's {from, value}, not {role, content}: write each as {\"role\": ..., \"content\": ...} "
+        "with the roles human → user, gpt → assistant, system → system")
+
+
+def test_a_chat_written_as_a_python_list_says_to_write_json(tmp_path):
+    """QA: pandas' to_csv writes a column of message lists as Python's repr, [{'role': 'user', ...}], which is not
+    JSON: every row was "must be a list of {role, content} messages, got a string", with no word of why."""
+    frame_cell = str([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    path = tmp_path / "chats.csv"
+    path.write_text('messages\n"' + frame_cell.replace('"', '""') + '"\n', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.field, issue.line) == ("wrong_type", "messages", 2)
+    assert issue.message == ("must be a list of {role, content} messages, got a string that holds one as Python "
+                             "writes it (single quotes, as pandas' to_csv saves a list), not JSON: write the cell "
+                             "with json.dumps, or save the file as JSONL or Parquet")
+
+
+def test_a_message_whose_content_is_a_list_of_parts_says_to_give_the_text(tmp_path):
+    """QA: OpenAI's content parts ([{"type": "text", "text": ...}]) got "must be a string, got a list"."""
+    path = write_jsonl(tmp_path / "parts.jsonl", [{"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "q"}]}, {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "messages[0].content")
+    assert issue.message == ("must be a string, got a list of content parts ([{\"type\": \"text\", \"text\": ...}]): "
+                             "Temper reads text only; give the message's text as one string")
+
+
+def test_a_line_of_only_spaces_is_blank_in_a_one_column_csv_too(tmp_path):
+    """QA (live): a text-kind CSV whose last line held spaces failed with "is an empty string" about it."""
+    path = tmp_path / "texts.csv"
+    path.write_text('text\n"a long document"\n   \n', encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind="text"))
+    assert report.ok and report.row_count == 1, report.errors
+
+
+def test_a_csv_row_that_repeats_the_header_is_named(tmp_path):
+    """QA: two CSV exports joined with `cat` were taken with their second header as a row of data (a prompt
+    'prompt' whose completion is 'completion'), without a word."""
+    path = tmp_path / "joined.csv"
+    path.write_text("prompt,completion\na,b\nprompt,completion\nc,d\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("csv_header", 3, 2)
+    assert issue.message == ("this row repeats the header row: the file may be several CSV files joined together; "
+                             "remove the repeated header")
+
+
+def test_a_byte_order_mark_inside_a_jsonl_file_is_named(tmp_path):
+    """QA: JSONL files joined with `cat`, the second saved with a BOM, failed on its first line with "broken JSON
+    at column 1: Unexpected UTF-8 BOM (decode using utf-8-sig)"."""
+    path = tmp_path / "joined.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion": "b"}\n\xef\xbb\xbf{"prompt": "c", "completion": "d"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
+    assert issue.message == ("this line starts with a byte order mark (BOM), which only a file's first line may "
+                             "have: the file may be several files joined together; remove the BOM")
+
+
+def test_a_header_ending_in_a_comma_says_so(tmp_path):
+    """QA: a spreadsheet's export with a comma after the last column was told "column 3 of the header row has no
+    name; name every column", though it has no third column to name."""
+    path = tmp_path / "rows.csv"
+    path.write_text("prompt,completion,\na,b,\n", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line) == ("csv_header", 1)
+    assert issue.message == ("the header row ends with a comma, which makes an empty column 3 with no name; remove "
+                             "the commas at the ends of the lines (or name the column)")
+
+
+def test_an_sft_prompt_given_as_a_chat_says_how_to_write_it(tmp_path):
+    """QA: an sft row whose prompt was a message list (a system turn and the user's) was "must be a string, got a
+    list", with no word of how sft takes a chat."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": [{"role": "system", "content": "s"},
+                                                             {"role": "user", "content": "q"}], "completion": "a"}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "prompt")
+    assert issue.message == ("must be a string, got a list (a chat?); for a chat, give the whole conversation as "
+                             "'messages', the completion as its last, assistant, turn")
+
+
+def test_a_json_object_holding_the_rows_under_a_key_says_what_to_save(tmp_path):
+    """QA: {"data": [...]}, as many exports write, was told "for one object per line use a .jsonl file", which
+    would not help: its rows are a list under a key."""
+    path = tmp_path / "export.json"
+    path.write_text('{"version": 1, "data": [{"prompt": "a", "completion": "b"}]}', encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", 1)
+    assert issue.message == ("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
+                             "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
+                             "it holds one object per line, give it the .jsonl extension")
+
+
+@pytest.mark.parametrize("name", ["rows.xlsx", "rows.XLS", "rows.ods"])
+def test_a_spreadsheet_is_told_to_be_exported_as_csv(name):
+    """QA: an Excel workbook was told to rename itself to a dataset extension; renamed .csv, it was then "a zip
+    archive: extract the dataset file from it first", which no workbook holds."""
+    with pytest.raises(ValueError) as raised:
+        detect_format(name)
+    assert str(raised.value) == (f"'{name}' is a spreadsheet workbook, which Temper does not read: export the sheet "
+                                 "as CSV (UTF-8) and upload that file")
+
+
+def test_a_workbook_renamed_csv_is_named_as_one(tmp_path):
+    import zipfile
+
+    path = tmp_path / "rows.csv"
+    with zipfile.ZipFile(path, "w") as workbook:
+        workbook.writestr("[Content_Types].xml", "<Types/>")
+        workbook.writestr("xl/workbook.xml", "<workbook/>")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.message) == ("binary", "this looks like a spreadsheet workbook (Excel or OpenDocument): "
+                                                     "export the sheet as CSV (UTF-8) and upload that file")
+
+
+def test_a_tab_separated_file_is_told_to_use_commas():
+    """QA: rows.tsv was told to rename itself .csv, which then failed as "separated by tabs"."""
+    with pytest.raises(ValueError) as raised:
+        detect_format("rows.tsv")
+    assert str(raised.value) == ("'rows.tsv' is separated by tabs, which Temper does not read: export it again as CSV "
+                                 "(separated by commas) or as JSON Lines")

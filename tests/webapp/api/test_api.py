@@ -114,6 +114,94 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     assert Dataset.objects.get(name="notes").versions.count() == 1
 
 
+def test_a_new_version_refuses_a_name_other_than_its_datasets(world):
+    """QA: a new version sent with a dataset id and a name was added to that dataset, the name dropped without
+    a word (a client meaning to make the dataset 'other' found a version of 'notes' instead)."""
+    from webapp.datasets.models import Dataset
+
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    _status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
+                              b'{"text": "x"}\n')
+    dataset_id = created["dataset"]["id"]
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "name": "other"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    assert status == 400 and body["errors"]["name"] == [
+        f"dataset {dataset_id} is named \u2068notes\u2069, not \u2068other\u2069: send name for a new dataset, or "
+        "dataset (its id) for a new version of one, not both"]
+    assert Dataset.objects.get(name="notes").versions.count() == 1 and not Dataset.objects.filter(name="other")
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "name": "NOTES"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    assert status == 201 and body["version"]["number"] == 2
+
+
+def test_a_version_shows_its_column_mapping_and_statistics(world):
+    """QA: a version uploaded through the API with a mapping came back without it, and without the statistics its
+    page shows: a client could not check which columns were read, nor how long the rows are."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    status, body = apis["teammate"].upload(
+        "/api/v1/projects/alpha/datasets/",
+        {"name": "qa", "kind": "sft", "mapping": '{"prompt": "question", "completion": "answer"}'}, "qa.jsonl",
+        b'{"question": "2+2?", "answer": "4"}\n{"question": "Hi", "answer": "Hello"}\n')
+    assert status == 201 and body["version"]["mapping"] == {"prompt": "question", "completion": "answer"}
+    assert body["version"]["statistics"] == {}
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/")
+    assert status == 200 and version["status"] == "ready"
+    assert version["statistics"]["rows"] == 2 and version["statistics"]["unit"] == "characters"
+    assert version["statistics"]["fields"]["completion"]["max"] == 5
+
+
+def test_a_ready_version_s_file_downloads_as_uploaded(world):
+    """QA: the API listed, uploaded and deleted versions but gave no way to fetch one's file back (only the web
+    page's Download link, behind a login a script does not have)."""
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion
+
+    _team, apis, _sent = world
+    rows = "\ufeff{\"prompt\": \"مرحبا\", \"completion\": \"👋\"}\r\n".encode()
+    _status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"name": "qa", "kind": "sft"},
+                                            "greetings.jsonl", rows)
+    url = f"/api/v1/projects/alpha/datasets/{body['dataset']['id']}/versions/1/file/"
+    status, refused = apis["viewer"].call("GET", url)
+    assert status == 404 and refused == {"detail": "version 1 of \u2068qa\u2069 is uploaded: only a ready version "
+                                                   "has a file to download; wait for its check to end"}
+    services.dataset_version_validate(version_id=DatasetVersion.objects.get(public_id=body["version"]["id"]).pk)
+    status, raw = apis["viewer"].call("GET", url)
+    assert status == 200 and raw == rows
+    assert apis["outsider"].call("GET", url)[0] == 404
+
+
+def test_a_file_format_is_named_in_any_case_and_a_wrong_one_lists_the_formats(world):
+    """QA: file_format "JSONL", as the upload form's menu spells it, was "unknown format 'JSONL'", and a wrong one
+    did not say which formats there are."""
+    _team, apis, _sent = world
+    rows = b'{"prompt": "a", "completion": "b"}\n'
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "a", "kind": "sft", "file_format": "JSONL"}, "rows.txt", rows)
+    assert status == 201 and body["version"]["format"] == "jsonl"
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "b", "kind": "sft", "file_format": "xml"}, "rows.txt", rows)
+    assert status == 400 and body["errors"]["file_format"] == [
+        "unknown format 'xml': use one of jsonl, json, csv, parquet, or leave it out to tell the format from the "
+        "file's extension"]
+
+
+def test_a_mapping_that_is_not_json_says_where_and_shows_one(world):
+    """QA: a mapping written as prompt=question, or with single quotes, was "mapping must be a JSON object of field
+    → column", with no word of what was wrong in it nor an example."""
+    _team, apis, _sent = world
+    status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/",
+                                           {"name": "m", "kind": "sft", "mapping": "{'prompt': 'question'}"}, "m.jsonl",
+                                           b'{"question": "a", "completion": "b"}\n')
+    assert status == 400 and body["errors"]["mapping"] == [
+        "mapping is not JSON (Expecting property name enclosed in double quotes at column 2): send a JSON object of "
+        "field → column, e.g. {\"prompt\": \"question\"}"]
+
+
 def test_upload_errors_name_the_fields_the_client_sent(world):
     """QA: a bad mapping was reported under "column_mapping", the service's argument, though the request's
     field is "mapping": a client matching errors to its fields found none."""

@@ -66,6 +66,8 @@ def test_format_comes_from_extension_unless_given(team):
     [({"filename": "rows.txt"}, "file", "cannot tell the format"),
      ({"mapping": {"answer": "x"}}, "column_mapping", "not a field of kind 'sft'"),
      ({"kind": "chat"}, "kind", "not one of text, sft, preference, prompts"),
+     # QA: left out (the API's kind), it was "kind '' is not one of ...", as if '' had been chosen.
+     ({"kind": ""}, "kind", "choose the dataset's kind: one of text, sft, preference, prompts"),
      ({"name": "  "}, "name", "give the dataset a name")],
 )
 def test_it_rejects_bad_uploads_and_creates_nothing(team, arguments, field, message):

@@ -84,6 +84,26 @@ class TestList:
         assert "line 2, <code>prompt</code>: must be a string, got a number" in row
         assert "(and 1 more)" in row
 
+    def test_a_failed_parquet_version_names_the_row_of_its_first_problem(self, team, client_for, tmp_path):
+        """QA: a Parquet file has no lines, and the list showed "completion: 'completion' is null" with no word
+        of which of its rows."""
+        import pyarrow
+        import pyarrow.parquet
+
+        pyarrow.parquet.write_table(pyarrow.table({"prompt": ["a", "b"], "completion": ["c", None]}),
+                                    tmp_path / "rows.parquet")
+        version = services.dataset_version_validate(version_id=services.dataset_create_with_upload(
+            project=team.project, name="pairs", kind="sft",
+            upload=SimpleUploadedFile("rows.parquet", (tmp_path / "rows.parquet").read_bytes()),
+            file_format=None, column_mapping={}, user=team.teammate).pk)
+        assert version.status == VersionStatus.FAILED
+        client = client_for(team.viewer)
+        listed = client.get(self.url).content.decode().split(version.dataset.public_id, 1)[1].split("</tr>", 1)[0]
+        detail = client.get(f"/p/alpha/datasets/{version.dataset.public_id}/").content.decode()
+        detail = detail.split('<tr class="version"', 1)[1].split("</tr>", 1)[0]
+        for row in (listed, detail):
+            assert "row 2, <code>completion</code>: &#x27;completion&#x27; is null" in row
+
 
 class TestUpload:
     url = "/p/alpha/datasets/new/"
@@ -501,6 +521,36 @@ class TestTokenStatistics:
         response = client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": "bm_x"}, follow=True)
         assert b"choose a base model of this project" in response.content
         assert all(name != "worker.tasks.datasets.compute_token_statistics" for name, _ in no_broker)
+
+
+    def test_a_count_that_never_ends_can_be_asked_again(self, team, client_for, no_broker,
+                                                        django_capture_on_commit_callbacks):
+        """QA: a count whose task was lost (Redis down when it was sent, its worker killed) stayed 'Counting tokens…'
+        for good: the page refreshed every two seconds and hid the form, so it could never be asked again."""
+        from tests.webapp.factories import make_base_model
+
+        version = make_version(team)
+        base_model = make_base_model(team.project)
+        DatasetVersion.objects.filter(pk=version.pk).update(
+            token_statistics={"status": "computing", "base_model": base_model.name})
+        page = client_for(team.teammate).get(version_url(version)).content.decode()
+        assert "Counting tokens with the <bdi>tiny</bdi> tokenizer…" in page
+        assert f'action="{version_url(version, "tokens/")}"' in page
+        assert "Nothing happening? Check that the <code>default</code> worker and Redis run, then" in page
+        with django_capture_on_commit_callbacks(execute=True):
+            client_for(team.teammate).post(version_url(version, "tokens/"), {"base_model": base_model.public_id})
+        assert no_broker[-1] == ("worker.tasks.datasets.compute_token_statistics", [version.pk, base_model.pk])
+
+
+    @pytest.mark.parametrize("status", ["computing", "failed", "ready"])
+    def test_the_base_model_s_name_is_isolated(self, team, client_for, status):
+        """QA: a right-to-left base model name ran into the sentence around it ("With the … tokenizer"), as names
+        beside it on the page do not."""
+        version = make_version(team)
+        statistics = {"status": status, "base_model": "نموذج 1", "error": "x", "rows": 2, "fields": {}}
+        DatasetVersion.objects.filter(pk=version.pk).update(token_statistics=statistics)
+        page = client_for(team.viewer).get(version_url(version)).content.decode()
+        assert "<bdi>نموذج 1</bdi>" in page
 
 
 class TestRequeue:
