@@ -447,7 +447,7 @@ class GrpoGuard:
 def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int
                  ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
     """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
-    because the prompt leaves no room for ``max_new_tokens`` within ``data.max_seq_len``)."""
+    because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``)."""
     from jaxengine.data.pipeline import encode_prompt, read_examples
 
     rows, prompt_ids, dropped = [], [], 0
@@ -508,12 +508,17 @@ class RlPrompts:
     eval_group_labels: list[str] | None = None  # data.eval_group_by of each eval row
 
 
-def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> RlPrompts:
+def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, context_length: int) -> RlPrompts:
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
-    (``<section>.max_new_tokens``) of room in ``data.max_seq_len``; a JobError when none is left."""
+    (``<section>.max_new_tokens``) of room in ``data.max_seq_len`` and in the model's ``context_length``
+    (the sampler refuses a prompt and completion past it); a JobError when none is left."""
     from jaxengine.job import JobError, eval_group_labels
 
-    max_prompt_tokens = spec.data.max_seq_len - max_new_tokens
+    if max_new_tokens >= context_length:
+        raise JobError(f"{section}.max_new_tokens ({max_new_tokens}) leaves no room for a prompt within the model's "
+                       f"context length ({context_length} tokens, max_position_embeddings in its config.json); "
+                       f"lower {section}.max_new_tokens below {context_length}")
+    max_prompt_tokens = min(spec.data.max_seq_len, context_length) - max_new_tokens
     if max_prompt_tokens < 1:
         raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
                        f"{section}.max_new_tokens ({max_new_tokens}); raise max_seq_len or lower max_new_tokens")
@@ -594,7 +599,8 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
     check_reward_models(grpo, section="grpo")
-    prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens)
+    prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens,
+                              context_length=job_model.config.max_position_embeddings)
     pad_id = rollout_pad_id(tokenizer)
     config = rl_train_config(spec, rows=len(prompts.rows))
     reference = reference_weights(spec, job_model) if grpo.beta > 0 else None

@@ -315,3 +315,36 @@ def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path)
     grouped = {key: value for key, value in final.items() if key.startswith("eval/contains/")}
     assert grouped == {f"eval/contains/{task}": pytest.approx(np.mean(scores)) for task, scores in by_task.items()}
     assert np.mean([score for scores in by_task.values() for score in scores]) == pytest.approx(final["eval/contains"])
+
+
+def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+    """QA: max_new_tokens past the model's context (2048 here) with a data.max_seq_len that leaves room for
+    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout."""
+    from jaxengine.job import JobError
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout was sampled")
+
+    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/prompts.jsonl"),
+                                                       "max_seq_len": 4096},
+                     grpo={"max_new_tokens": 2100})
+    with pytest.raises(JobError) as raised:
+        run_job(spec, progress_bar=False)
+    assert str(raised.value) == ("grpo.max_new_tokens (2100) leaves no room for a prompt within the model's "
+                                 "context length (2048 tokens, max_position_embeddings in its config.json); "
+                                 "lower grpo.max_new_tokens below 2048")
+
+
+def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo_dir, tmp_path):
+    """With data.max_seq_len past the context, a prompt is kept only where it and max_new_tokens fit the
+    context: those past it failed the sampler mid-run (ContextLengthError)."""
+    train = tmp_path / "prompts.jsonl"
+    train.write_text("".join(json.dumps({"prompt": prompt, "answer": "1"}) + "\n"
+                             for prompt in ("1 2", "What is the largest digit in 1 2 3 4? " * 40)))
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(train), "max_seq_len": 4096},
+                     grpo={"max_new_tokens": 1900})
+    tokenizer = build_job_model(spec).tokenizer
+    prompts = grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=1900, context_length=2048)
+    assert [row["prompt"] for row in prompts.rows] == ["1 2"]
+    assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}
