@@ -218,7 +218,8 @@ class RewardTermSpec(_Section):
     """One term of an RL reward: a registered reward function (``jaxengine.rewards``), its weight, its args."""
 
     name: str = Field(description="A registered reward function, e.g. exact_match, format_regex.")
-    weight: float = Field(default=1.0, description="Multiplies this function's scores in the total reward.")
+    weight: float = Field(default=1.0, allow_inf_nan=False,
+                          description="Multiplies this function's scores in the total reward.")
     args: dict[str, Any] = Field(default_factory=dict, description="The function's keyword arguments.")
 
     @model_validator(mode="after")
