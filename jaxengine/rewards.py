@@ -86,6 +86,8 @@ def check_args(name: str, args: Mapping[str, object]) -> None:
     for key, value in args.items():
         if not _fits_kind(arguments[key], value):
             raise RewardArgumentError(key, f"{key} must be {_kind_phrase(arguments[key])}, got {value!r}")
+        if arguments[key].kind == "number" and isinstance(value, float) and not math.isfinite(value):
+            raise RewardArgumentError(key, f"{key} must be a finite number, got {value!r}")
 
 
 def _fits_kind(argument: RewardArgument, value: object) -> bool:
@@ -119,13 +121,20 @@ def _compiled(pattern: str, *, argument: str = "pattern") -> re.Pattern:
         raise RewardArgumentError(argument, f"{argument} {pattern!r} is not a regular expression ({error})") from None
 
 
-def _check_extraction(extract: str, pattern: str | None) -> None:
+def _check_extraction(extract: str, pattern: str | None, group: int) -> None:
     """The arguments of ``extract_answer``, checked before any completion is read, so that a spec
-    with ``extract: regex`` and no (or a broken) ``pattern`` fails at launch, not at the first rollout."""
+    with ``extract: regex`` and no (or a broken) ``pattern``, or a ``group`` the pattern lacks, fails at
+    launch, not at the first rollout (or the first completion the pattern matches)."""
     if extract == "regex":
         if pattern is None:
             raise RewardArgumentError("pattern", "extract 'regex' needs a pattern (a regular expression)")
-        _compiled(pattern)
+        groups = _compiled(pattern).groups
+        if not 0 <= group <= groups:
+            raise RewardArgumentError("group", (
+                f"group {group}: pattern {pattern!r} has no group (parentheses); give group 0 for the whole match, "
+                "or put the answer in parentheses") if groups == 0 else (
+                f"group {group}: pattern {pattern!r} has {groups} group{'s' if groups > 1 else ''}; give a group "
+                f"from 0 (the whole match) to {groups}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +220,7 @@ def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, ob
                 group: int = 1, case_sensitive: bool = True) -> list[float]:
     """1.0 when the answer extracted from the completion equals the reference column after
     ``normalize_answer`` (so "1,000" matches "1000"), else 0.0; no answer found is 0.0."""
-    _check_extraction(extract, pattern)
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         found = extract_answer(text, extract=extract, pattern=pattern, group=group)
@@ -232,7 +241,9 @@ def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, 
     """1.0 when the extracted number is within ``tolerance`` of the reference number (absolute, or
     relative to the reference's magnitude), else 0.0; no number in the completion is 0.0. A reference
     that is not a number is an error (the data, not the completion, is wrong)."""
-    _check_extraction(extract, pattern)
+    if tolerance < 0:
+        raise RewardArgumentError("tolerance", f"tolerance must be 0 or more, got {tolerance}")
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -258,7 +269,7 @@ def numeric_closeness(completions: Sequence[str], references: Sequence[Mapping[s
     with ``non_numeric_reference: zero`` (datasets that mix numeric and other answers)."""
     if not scale > 0:
         raise RewardArgumentError("scale", f"scale must be > 0, got {scale}")
-    _check_extraction(extract, pattern)
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -329,6 +340,15 @@ def valid_json(completions: Sequence[str], references: Sequence[Mapping[str, obj
     return scores
 
 
+def _check_keywords(keywords: Sequence[str]) -> None:
+    if not keywords:
+        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    if any(not keyword.strip() for keyword in keywords):
+        # "" is in every text, and a blank one in nearly every: the term would score all completions alike.
+        raise RewardArgumentError("keywords", "keywords must not hold an empty keyword (one occurs in every "
+                                              "completion); remove it")
+
+
 def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> list[bool]:
     if not case_sensitive:
         text, keywords = text.casefold(), [keyword.casefold() for keyword in keywords]
@@ -339,8 +359,7 @@ def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> l
 def contains(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
              keywords: Sequence[str], mode: KeywordMode = "all", case_sensitive: bool = False) -> list[float]:
     """``mode`` all: 1.0 when every keyword occurs; any: when at least one does; fraction: the share that do."""
-    if not keywords:
-        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    _check_keywords(keywords)
     reducers = {"all": lambda hits: float(all(hits)), "any": lambda hits: float(any(hits)),
                 "fraction": lambda hits: sum(hits) / len(hits)}
     if mode not in reducers:
@@ -352,8 +371,7 @@ def contains(completions: Sequence[str], references: Sequence[Mapping[str, objec
 def excludes(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
              keywords: Sequence[str], case_sensitive: bool = False) -> list[float]:
     """1.0 when none of ``keywords`` occurs, else 0.0."""
-    if not keywords:
-        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    _check_keywords(keywords)
     return [float(not any(_keyword_hits(text, keywords, case_sensitive))) for text in completions]
 
 
