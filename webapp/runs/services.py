@@ -328,7 +328,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         if problem := _steps_problem(job.train.max_steps):
             _add(errors, "train.max_steps", problem)
         _check_sample_budget(job, base_model, errors)
-        _check_rollout_room(job, errors)
+        _check_rollout_room(job, base_model, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
     if errors:
@@ -358,14 +358,21 @@ def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
              f"{context} tokens; give fewer (the eval samples are short previews: the default is 64)")
 
 
-def _check_rollout_room(job, errors) -> None:
-    """GRPO and PPO completions must leave data.max_seq_len room for a prompt (the engine refuses such a
-    job at its start, after the run was made)."""
+def _check_rollout_room(job, base_model: BaseModel | None, errors) -> None:
+    """GRPO and PPO completions must leave data.max_seq_len, and the model's context, room for a prompt
+    (the engine refuses such a job at its start, after the run was made)."""
     rollouts = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
-    if rollouts is not None and rollouts.max_new_tokens >= job.data.max_seq_len:
+    if rollouts is None:
+        return
+    context = base_model.context_length if base_model is not None else None
+    if rollouts.max_new_tokens >= job.data.max_seq_len:
         _add(errors, f"{job.task}.max_new_tokens",
              f"{rollouts.max_new_tokens} completion tokens leave no room for a prompt in data.max_seq_len "
              f"({job.data.max_seq_len}); raise data.max_seq_len above it or lower {job.task}.max_new_tokens")
+    elif context and rollouts.max_new_tokens >= context:
+        _add(errors, f"{job.task}.max_new_tokens",
+             f"{rollouts.max_new_tokens} completion tokens leave no room for a prompt in the model's context of "
+             f"{context} tokens; lower {job.task}.max_new_tokens below {context}")
 
 
 def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:
