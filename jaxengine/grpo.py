@@ -419,14 +419,17 @@ class GrpoGuard:
     """The trainer's ``guard`` for GRPO: a reason to stop when the run cannot learn or drifts too far.
 
     Stops when ``frac_reward_zero_std`` has been 1.0 for ``zero_std_patience`` steps in a row (no group
-    had any reward variance, so every advantage was zero), or when ``kl`` exceeds ``max_kl``. (A NaN
-    loss is the trainer's own stop.) The count starts again when a run is resumed.
+    had any reward variance, so every advantage was zero), when under ``mask_truncated`` every completion
+    was truncated (all left out of the loss) as many steps in a row, or when ``kl`` exceeds ``max_kl``.
+    (A NaN loss is the trainer's own stop.) The counts start again when a run is resumed.
     """
 
-    def __init__(self, *, zero_std_patience: int, max_kl: float | None):
+    def __init__(self, *, zero_std_patience: int, max_kl: float | None, mask_truncated: bool):
         self.zero_std_patience = zero_std_patience
         self.max_kl = max_kl
+        self.mask_truncated = mask_truncated
         self.zero_std_steps = 0
+        self.all_masked_steps = 0
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
         self.zero_std_steps = self.zero_std_steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
@@ -434,6 +437,13 @@ class GrpoGuard:
             return (f"frac_reward_zero_std has been 1.0 for {self.zero_std_steps} steps: every prompt's completions "
                     "got equal rewards, so there is no learning signal. Check the reward functions against the "
                     "completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations")
+        all_masked = self.mask_truncated and record["completions/clipped_ratio"] >= 1.0
+        self.all_masked_steps = self.all_masked_steps + 1 if all_masked else 0
+        if self.all_masked_steps >= self.zero_std_patience:
+            # A policy that never trains never learns to finish sooner: waiting longer changes nothing.
+            return (f"every completion hit grpo.max_new_tokens for {self.all_masked_steps} steps, and "
+                    "grpo.mask_truncated leaves such completions out of the loss, so nothing trained. Raise "
+                    "grpo.max_new_tokens, or set grpo.mask_truncated to false")
         if self.max_kl is not None and record["kl"] > self.max_kl:
             return (f"kl {record['kl']:.4g} exceeds grpo.max_kl {self.max_kl:g}: the policy drifted too far from "
                     "the reference. Raise grpo.beta or lower optim.learning_rate")
@@ -617,7 +627,8 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
                                sample_count=spec.train.eval_samples,
                                group_labels=prompts.eval_group_labels) if prompts.eval_rows else None
-    guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
+    guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl,
+                      mask_truncated=grpo.mask_truncated)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
     return trainer, prompts.counts

@@ -137,13 +137,29 @@ def test_rollout_rows_alignment_and_truncation_mask():
 
 
 def test_guard_reasons():
-    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)
+    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5, mask_truncated=False)
     flat, varied = {"frac_reward_zero_std": 1.0, "kl": 0.0}, {"frac_reward_zero_std": 0.5, "kl": 0.0}
     assert [guard(record) for record in (flat, flat, varied, flat, flat)] == [None] * 5
     assert "frac_reward_zero_std has been 1.0 for 3 steps" in guard(flat)
-    assert "kl 0.6 exceeds grpo.max_kl 0.5" in grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)(
+    assert "kl 0.6 exceeds grpo.max_kl 0.5" in grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5, mask_truncated=False)(
         {"frac_reward_zero_std": 0.0, "kl": 0.6})
-    assert grpo.GrpoGuard(zero_std_patience=3, max_kl=None)({"frac_reward_zero_std": 0.0, "kl": 1e9}) is None
+    assert grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=False)(
+        {"frac_reward_zero_std": 0.0, "kl": 1e9}) is None
+
+
+def test_the_guard_stops_a_run_whose_completions_are_all_masked_as_truncated():
+    """QA: with grpo.mask_truncated and every completion hitting max_new_tokens, every step had loss 0 and
+    grad_norm 0 (no token in the loss), and the run 'succeeded' having trained nothing: a model that never
+    trains never learns to stop sooner, so it is stopped, saying what to change."""
+    truncated = {"frac_reward_zero_std": 0.0, "kl": 0.0, "completions/clipped_ratio": 1.0}
+    some_finished = {**truncated, "completions/clipped_ratio": 0.75}
+    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=True)
+    assert [guard(record) for record in (truncated, truncated, some_finished, truncated, truncated)] == [None] * 5
+    assert guard(truncated) == (
+        "every completion hit grpo.max_new_tokens for 3 steps, and grpo.mask_truncated leaves such completions out "
+        "of the loss, so nothing trained. Raise grpo.max_new_tokens, or set grpo.mask_truncated to false")
+    unmasked = grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=False)
+    assert [unmasked(truncated) for _ in range(4)] == [None] * 4
 
 
 def test_a_reward_nobody_can_earn_stops_the_run(demo_dir, tmp_path):
