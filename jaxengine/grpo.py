@@ -39,7 +39,8 @@ from flax import nnx
 
 from jaxengine import losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards
+from jaxengine.rewards import (RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards,
+                               unscorable_reference)
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
 from jaxengine.trainer import TrainingError
@@ -539,12 +540,19 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, conte
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
     options = getattr(spec, section)
-    scored = [WeightedReward(name=term.name, args=term.args) for term in (*options.rewards, *options.eval_metrics)]
-    for rows_read, key, path in ((rows, "data.train", spec.data.train), (eval_rows, "data.eval", spec.data.eval)):
-        if missing := missing_reference_column(scored, rows_read):
+    training = [WeightedReward(name=term.name, args=term.args) for term in options.rewards]
+    scored = [*training, *(WeightedReward(name=term.name, args=term.args) for term in options.eval_metrics)]
+    # Each split against the terms that score it: eval_metrics read data.eval only.
+    for rows_read, key, path, terms in ((rows, "data.train", spec.data.train, training),
+                                        (eval_rows, "data.eval", spec.data.eval, scored)):
+        if missing := missing_reference_column(terms, rows_read):
             name, column, number = missing
             raise JobError(f"{key}: row {number} of {path} has no '{column}', the reference column reward {name} "
                            f"reads; give prompts data with that column, or set its args.answer_column")
+        if unscorable := unscorable_reference(terms, rows_read):
+            name, number, problem = unscorable
+            raise JobError(f"{key}: row {number} of {path}: reward {name} cannot score it: {problem}; correct the "
+                           "row, or give the reward another args.answer_column")
     return RlPrompts(rows=rows, prompt_ids=prompt_ids, eval_rows=eval_rows, eval_prompt_ids=eval_prompt_ids,
                      counts={"train": train_counts, "eval": eval_counts},
                      eval_group_labels=eval_group_labels(spec, eval_rows))

@@ -454,6 +454,31 @@ def missing_reference_column(terms: Sequence[WeightedReward], rows: Sequence[Map
     return None
 
 
+def unscorable_reference(terms: Sequence[WeightedReward], rows: Sequence[Mapping[str, object]]
+                         ) -> tuple[str, int, str] | None:
+    """(reward name, 1-based row, what is wrong) of the first row a term cannot score whatever the
+    completion (numeric_match on a reference that is no number), found by scoring an empty completion
+    for every row; None when every row scores. Checked before a run starts, where it otherwise failed the
+    step or the evaluation (hours in) that drew the row. ``reward_model`` terms score with a model, so
+    they are not run here."""
+    for term in terms:
+        if term.name == "reward_model":
+            continue
+        fn, args = REWARDS[term.name], dict(term.args or {})
+        try:
+            fn([""] * len(rows), rows, **args)
+            continue
+        except Exception:
+            pass
+        for number, row in enumerate(rows, 1):
+            try:
+                fn([""], [row], **args)
+            except Exception as error:
+                # Scored alone, the row is every function's "sample 0": the row number says which it is.
+                return term.name, number, str(error).removeprefix("sample 0: ")
+    return None
+
+
 def _answer_column(term: WeightedReward) -> str | None:
     default = _default_answer_column(term.name)
     if default is None:

@@ -191,32 +191,65 @@ def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it
     assert json.loads(capsys.readouterr().out)["step"] == best_step
 
 
-def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys):
-    """QA: numeric_match on a reference that is no number raised out of ``jaxengine train`` as a
-    traceback (and no summary.json); it now fails the run like a NaN loss, keeping the checkpoints."""
+def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """QA: a reward function raising mid-run raised out of ``jaxengine train`` as a traceback (and no
+    summary.json); it now fails the run like a NaN loss, keeping the checkpoints. (The registry's own
+    functions refuse bad data before the run starts: ``unscorable_reference``; this one fails on completions.)"""
     import yaml
 
+    from jaxengine import rewards
     from jaxengine.cli import main
 
+    def fails_on_held_out(completions, references):
+        """Cannot score a completion of the held-out question (an empty one, as the start's check gives, scores)."""
+        for index, (text, row) in enumerate(zip(completions, references)):
+            if text and row["prompt"] == "What is 2 + 2?":
+                raise ValueError(f"sample {index}: cannot score {text!r}")
+        return [0.0] * len(completions)
+
+    monkeypatch.setitem(rewards.REWARDS, "fails_on_held_out", fails_on_held_out)
     eval_file = tmp_path / "eval.jsonl"
-    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "four"}) + "\n")
+    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n")
     run = tmp_path / "run"
     spec = grpo_spec(demo_dir, run, train={"max_steps": 4, "batch_size": 2, "eval_every": 2, "save_every": 1},
                      data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
-                     grpo={"rewards": [{"name": "numeric_match"}]})
+                     grpo={"rewards": [{"name": "fails_on_held_out"}]})
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
     assert main(["train", str(spec_path), "--no-progress"]) == 1
     out, err = capsys.readouterr()
     summary = json.loads(out)
     # Steps 1 and 2 trained; the evaluation at step 2 scores the held-out row and fails before step 2 is saved.
-    message = ("step 2: reward 'numeric_match' failed on sample 0 (prompt 'What is 2 + 2?', completion "
-               f"{summary['message'].split('completion ')[1].split('): ')[0]}): ValueError: sample 0: reference "
-               "answer='four' is not a number; stopped, keeping checkpoint 1")
+    completion = summary["message"].split("completion ")[1].split("): ")[0]
+    message = (f"step 2: reward 'fails_on_held_out' failed on sample 0 (prompt 'What is 2 + 2?', completion "
+               f"{completion}): ValueError: sample 0: cannot score {completion}; stopped, keeping checkpoint 1")
     assert summary["status"] == "failed" and summary["message"] == message
     assert err == f"{spec_path}: failed: {message}\n"
     assert json.loads((run / "summary.json").read_text())["message"] == message
     assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
+
+
+def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+    """QA: numeric_match on a held-out answer that is no number failed the run at its first evaluation,
+    eval_every steps of rollouts in; the rows are now scored against an empty completion at the start."""
+    from jaxengine.job import JobError
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout was sampled")
+
+    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text("".join(json.dumps({"prompt": f"What is {n} + {n}?", "answer": answer}) + "\n"
+                                 for n, answer in ((1, "2"), (2, "four"))))
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 4, "batch_size": 2, "eval_every": 2},
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
+                     grpo={"rewards": [{"name": "numeric_match"}]})
+    with pytest.raises(JobError) as raised:
+        run_job(spec, progress_bar=False)
+    assert str(raised.value) == (f"data.eval: row 2 of {eval_file}: reward numeric_match cannot score it: reference "
+                                 "answer='four' is not a number; correct the row, or give the reward another "
+                                 "args.answer_column")
 
 
 def stop_before_step(step: int):

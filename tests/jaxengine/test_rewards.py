@@ -245,3 +245,17 @@ def test_the_readme_table_names_every_reward_function_and_its_arguments():
         arguments = [parameter.name for parameter in inspect.signature(function).parameters.values()
                      if parameter.kind == parameter.KEYWORD_ONLY]
         assert [argument for argument in arguments if f"`{argument}`" not in rows[name]] == [], name
+
+
+def test_a_reference_a_reward_cannot_score_is_found_before_any_completion():
+    """QA: numeric_match on data whose reference is no number failed the run at the first step (data.train)
+    or the first evaluation (data.eval, possibly hours in); ``unscorable_reference`` finds the row first."""
+    rows = [{"prompt": "a", "answer": "4"}, {"prompt": "b", "answer": "four"}]
+    numeric = WeightedReward(name="numeric_match")
+    assert rewards.unscorable_reference([WeightedReward(name="exact_match"), numeric], rows) == (
+        "numeric_match", 2, "reference answer='four' is not a number")
+    assert rewards.unscorable_reference([numeric], rows[:1]) is None
+    closeness = WeightedReward(name="numeric_closeness", args={"non_numeric_reference": "zero"})
+    assert rewards.unscorable_reference([closeness], rows) is None
+    # A reward model scores with a model: it is not run here.
+    assert rewards.unscorable_reference([WeightedReward(name="reward_model", args={"model": "/nowhere"})], rows) is None

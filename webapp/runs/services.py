@@ -411,9 +411,10 @@ REFERENCE_ROWS_CHECKED = 1000
 
 def _check_reference_columns(job, train: DatasetVersion | None, evaluation: DatasetVersion | None, errors) -> None:
     """A reward (``grpo``/``ppo``: ``rewards`` on data.train and data.eval, ``eval_metrics`` on data.eval)
-    reading its reference answer from a column (``answer_column``) the data lacks, named at the term's
-    input here: the engine checks it when the run starts, where the run failed seconds after the launch."""
-    from jaxengine.rewards import WeightedReward, missing_reference_column
+    reading its reference answer from a column (``answer_column``) the data lacks, or holding one it cannot
+    score (numeric_match on words), named at the term's input here: the engine checks it when the run
+    starts, where the run failed seconds after the launch."""
+    from jaxengine.rewards import WeightedReward, missing_reference_column, unscorable_reference
 
     options = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
     if options is None:
@@ -424,11 +425,18 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
         for version in (version for version in versions if version is not None):
             rows = _first_rows(str(version.absolute_path), _modified_ns(version.absolute_path), version.format,
                                version.dataset.kind, json.dumps(version.column_mapping or {}, sort_keys=True))
-            if missing := missing_reference_column([WeightedReward(name=term.name, args=term.args)], rows):
+            scored = [WeightedReward(name=term.name, args=term.args)]
+            if missing := missing_reference_column(scored, rows):
                 _name, column, number = missing
                 _add(errors, f"{key}.args.answer_column",
                      f"{term.name} reads the reference answer from column '{column}', and row {number} of {version} "
                      f"has none; give the column that holds the answers, or other data")
+                break
+            if unscorable := unscorable_reference(scored, rows):
+                _name, number, problem = unscorable
+                _add(errors, f"{key}.args.answer_column",
+                     f"{term.name} cannot score row {number} of {version}: {problem}; correct the row, or give "
+                     "another column")
                 break
 
 
