@@ -13,11 +13,14 @@ This module is pure Python (no jax), so the job spec, and with it the web proces
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import math
 import re
+import signal
+import threading
 import types
 import typing
 import unicodedata
@@ -46,6 +49,39 @@ _ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
 
 class RewardError(RuntimeError):
     """A reward function failed on a sample; the message names the function, the sample index and its prompt."""
+
+
+# How long one term may take to score one batch. A pure function takes milliseconds; a regular
+# expression with nested repetition takes time exponential in the text's length, and Python's re
+# cannot be stopped from outside (a run hung in it never reached its cancel check). reward_model,
+# which loads and runs a model, has no limit.
+REWARD_TIME_LIMIT_SECONDS = 60.0
+
+
+class _TimeLimitExpired(BaseException):
+    """Raised into a reward function by the timer: a BaseException, so the function's own
+    ``except Exception`` does not swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Raise ``_TimeLimitExpired`` in the block after ``seconds`` (re's matching loop checks signals).
+    SIGALRM is the main thread's alone, so elsewhere, or while another timer runs, there is no limit."""
+    if (seconds is None or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _TimeLimitExpired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -496,6 +532,18 @@ def _default_answer_column(name: str) -> str | None:
 
 def _call_reward(term: WeightedReward, completions: Sequence[str],
                  references: Sequence[Mapping[str, object]]) -> list[float]:
+    limit = None if term.name == "reward_model" else REWARD_TIME_LIMIT_SECONDS
+    try:
+        with _time_limit(limit):
+            return _score_checked(term, completions, references)
+    except _TimeLimitExpired:
+        raise RewardError(f"reward {term.name!r} took more than {limit:g} s to score {len(completions)} completions; "
+                          "a regular expression with nested repetition, such as (\\w+\\s?)*, takes time exponential "
+                          "in a completion's length: simplify its pattern") from None
+
+
+def _score_checked(term: WeightedReward, completions: Sequence[str],
+                   references: Sequence[Mapping[str, object]]) -> list[float]:
     fn = REWARDS[term.name]
     args = dict(term.args or {})
     try:

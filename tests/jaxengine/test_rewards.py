@@ -259,3 +259,17 @@ def test_a_reference_a_reward_cannot_score_is_found_before_any_completion():
     assert rewards.unscorable_reference([closeness], rows) is None
     # A reward model scores with a model: it is not run here.
     assert rewards.unscorable_reference([WeightedReward(name="reward_model", args={"model": "/nowhere"})], rows) is None
+
+
+def test_a_reward_that_takes_too_long_fails_naming_the_function(monkeypatch):
+    """QA: a format_regex pattern with nested repetition takes time exponential in a completion's length
+    (40 characters: hours), and the run hung at its first rollout's scoring, never reaching a cancel check."""
+    monkeypatch.setattr(rewards, "REWARD_TIME_LIMIT_SECONDS", 0.5)
+    term = WeightedReward(name="format_regex", args={"pattern": r"^(\w+\s?)*$"})
+    with pytest.raises(RewardError) as raised:
+        score_rewards([term], ["ok", "ab" * 20 + "!"], [{}, {}])
+    assert str(raised.value) == (
+        "reward 'format_regex' took more than 0.5 s to score 2 completions; a regular expression with nested "
+        "repetition, such as (\\w+\\s?)*, takes time exponential in a completion's length: simplify its pattern")
+    # The timer is gone afterwards: quick scoring still works.
+    assert score_rewards([WeightedReward(name="format_regex", args={"pattern": "ok"})], ["ok"], [{}])[0] == [1.0]
