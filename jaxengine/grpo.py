@@ -39,7 +39,8 @@ from flax import nnx
 
 from jaxengine import losses, rl
 from jaxengine.data.pipeline import TokenBatch
-from jaxengine.rewards import RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards
+from jaxengine.rewards import (RewardError, WeightedReward, missing_reference_column, reference_answer, score_rewards,
+                               unscorable_reference)
 from jaxengine.sampler import Generation, Sampler, SamplingParams
 from jaxengine.spec import GrpoSpec
 from jaxengine.trainer import TrainingError
@@ -419,14 +420,17 @@ class GrpoGuard:
     """The trainer's ``guard`` for GRPO: a reason to stop when the run cannot learn or drifts too far.
 
     Stops when ``frac_reward_zero_std`` has been 1.0 for ``zero_std_patience`` steps in a row (no group
-    had any reward variance, so every advantage was zero), or when ``kl`` exceeds ``max_kl``. (A NaN
-    loss is the trainer's own stop.) The count starts again when a run is resumed.
+    had any reward variance, so every advantage was zero), when under ``mask_truncated`` every completion
+    was truncated (all left out of the loss) as many steps in a row, or when ``kl`` exceeds ``max_kl``.
+    (A NaN loss is the trainer's own stop.) The counts start again when a run is resumed.
     """
 
-    def __init__(self, *, zero_std_patience: int, max_kl: float | None):
+    def __init__(self, *, zero_std_patience: int, max_kl: float | None, mask_truncated: bool):
         self.zero_std_patience = zero_std_patience
         self.max_kl = max_kl
+        self.mask_truncated = mask_truncated
         self.zero_std_steps = 0
+        self.all_masked_steps = 0
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
         self.zero_std_steps = self.zero_std_steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
@@ -434,6 +438,13 @@ class GrpoGuard:
             return (f"frac_reward_zero_std has been 1.0 for {self.zero_std_steps} steps: every prompt's completions "
                     "got equal rewards, so there is no learning signal. Check the reward functions against the "
                     "completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations")
+        all_masked = self.mask_truncated and record["completions/clipped_ratio"] >= 1.0
+        self.all_masked_steps = self.all_masked_steps + 1 if all_masked else 0
+        if self.all_masked_steps >= self.zero_std_patience:
+            # A policy that never trains never learns to finish sooner: waiting longer changes nothing.
+            return (f"every completion hit grpo.max_new_tokens for {self.all_masked_steps} steps, and "
+                    "grpo.mask_truncated leaves such completions out of the loss, so nothing trained. Raise "
+                    "grpo.max_new_tokens, or set grpo.mask_truncated to false")
         if self.max_kl is not None and record["kl"] > self.max_kl:
             return (f"kl {record['kl']:.4g} exceeds grpo.max_kl {self.max_kl:g}: the policy drifted too far from "
                     "the reference. Raise grpo.beta or lower optim.learning_rate")
@@ -447,7 +458,7 @@ class GrpoGuard:
 def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt_tokens: int
                  ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
     """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
-    because the prompt leaves no room for ``max_new_tokens`` within ``data.max_seq_len``)."""
+    because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``)."""
     from jaxengine.data.pipeline import encode_prompt, read_examples
 
     rows, prompt_ids, dropped = [], [], 0
@@ -508,12 +519,17 @@ class RlPrompts:
     eval_group_labels: list[str] | None = None  # data.eval_group_by of each eval row
 
 
-def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> RlPrompts:
+def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int, context_length: int) -> RlPrompts:
     """``data.train`` and ``data.eval`` of an RL spec, keeping prompts that leave ``max_new_tokens``
-    (``<section>.max_new_tokens``) of room in ``data.max_seq_len``; a JobError when none is left."""
+    (``<section>.max_new_tokens``) of room in ``data.max_seq_len`` and in the model's ``context_length``
+    (the sampler refuses a prompt and completion past it); a JobError when none is left."""
     from jaxengine.job import JobError, eval_group_labels
 
-    max_prompt_tokens = spec.data.max_seq_len - max_new_tokens
+    if max_new_tokens >= context_length:
+        raise JobError(f"{section}.max_new_tokens ({max_new_tokens}) leaves no room for a prompt within the model's "
+                       f"context length ({context_length} tokens, max_position_embeddings in its config.json); "
+                       f"lower {section}.max_new_tokens below {context_length}")
+    max_prompt_tokens = min(spec.data.max_seq_len, context_length) - max_new_tokens
     if max_prompt_tokens < 1:
         raise JobError(f"data.max_seq_len ({spec.data.max_seq_len}) leaves no room for a prompt before "
                        f"{section}.max_new_tokens ({max_new_tokens}); raise max_seq_len or lower max_new_tokens")
@@ -524,12 +540,19 @@ def read_rl_prompts(spec, tokenizer, *, section: str, max_new_tokens: int) -> Rl
                        f"({train_counts})")
     eval_rows, eval_prompt_ids, eval_counts = read_prompts(spec.data.eval, **read) if spec.data.eval else ([], [], {})
     options = getattr(spec, section)
-    scored = [WeightedReward(name=term.name, args=term.args) for term in (*options.rewards, *options.eval_metrics)]
-    for rows_read, key, path in ((rows, "data.train", spec.data.train), (eval_rows, "data.eval", spec.data.eval)):
-        if missing := missing_reference_column(scored, rows_read):
+    training = [WeightedReward(name=term.name, args=term.args) for term in options.rewards]
+    scored = [*training, *(WeightedReward(name=term.name, args=term.args) for term in options.eval_metrics)]
+    # Each split against the terms that score it: eval_metrics read data.eval only.
+    for rows_read, key, path, terms in ((rows, "data.train", spec.data.train, training),
+                                        (eval_rows, "data.eval", spec.data.eval, scored)):
+        if missing := missing_reference_column(terms, rows_read):
             name, column, number = missing
             raise JobError(f"{key}: row {number} of {path} has no '{column}', the reference column reward {name} "
                            f"reads; give prompts data with that column, or set its args.answer_column")
+        if unscorable := unscorable_reference(terms, rows_read):
+            name, number, problem = unscorable
+            raise JobError(f"{key}: row {number} of {path}: reward {name} cannot score it: {problem}; correct the "
+                           "row, or give the reward another args.answer_column")
     return RlPrompts(rows=rows, prompt_ids=prompt_ids, eval_rows=eval_rows, eval_prompt_ids=eval_prompt_ids,
                      counts={"train": train_counts, "eval": eval_counts},
                      eval_group_labels=eval_group_labels(spec, eval_rows))
@@ -594,7 +617,8 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
     check_reward_models(grpo, section="grpo")
-    prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens)
+    prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens,
+                              context_length=job_model.config.max_position_embeddings)
     pad_id = rollout_pad_id(tokenizer)
     config = rl_train_config(spec, rows=len(prompts.rows))
     reference = reference_weights(spec, job_model) if grpo.beta > 0 else None
@@ -611,7 +635,8 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
                                max_new_tokens=grpo.max_new_tokens, samples_path=run_dir / "samples.jsonl",
                                sample_count=spec.train.eval_samples,
                                group_labels=prompts.eval_group_labels) if prompts.eval_rows else None
-    guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl)
+    guard = GrpoGuard(zero_std_patience=grpo.zero_std_patience, max_kl=grpo.max_kl,
+                      mask_truncated=grpo.mask_truncated)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
     return trainer, prompts.counts

@@ -291,7 +291,8 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
     grpo.check_reward_models(ppo, section="ppo")
-    prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens)
+    prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens,
+                                   context_length=job_model.config.max_position_embeddings)
     pad_id = grpo.rollout_pad_id(tokenizer)
     config = grpo.rl_train_config(spec, rows=len(prompts.rows))
     reference = grpo.reference_weights(spec, job_model) if ppo.kl_coef > 0 else None

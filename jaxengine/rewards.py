@@ -13,11 +13,14 @@ This module is pure Python (no jax), so the job spec, and with it the web proces
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import math
 import re
+import signal
+import threading
 import types
 import typing
 import unicodedata
@@ -46,6 +49,39 @@ _ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
 
 class RewardError(RuntimeError):
     """A reward function failed on a sample; the message names the function, the sample index and its prompt."""
+
+
+# How long one term may take to score one batch. A pure function takes milliseconds; a regular
+# expression with nested repetition takes time exponential in the text's length, and Python's re
+# cannot be stopped from outside (a run hung in it never reached its cancel check). reward_model,
+# which loads and runs a model, has no limit.
+REWARD_TIME_LIMIT_SECONDS = 60.0
+
+
+class _TimeLimitExpired(BaseException):
+    """Raised into a reward function by the timer: a BaseException, so the function's own
+    ``except Exception`` does not swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Raise ``_TimeLimitExpired`` in the block after ``seconds`` (re's matching loop checks signals).
+    SIGALRM is the main thread's alone, so elsewhere, or while another timer runs, there is no limit."""
+    if (seconds is None or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _TimeLimitExpired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -86,6 +122,8 @@ def check_args(name: str, args: Mapping[str, object]) -> None:
     for key, value in args.items():
         if not _fits_kind(arguments[key], value):
             raise RewardArgumentError(key, f"{key} must be {_kind_phrase(arguments[key])}, got {value!r}")
+        if arguments[key].kind == "number" and isinstance(value, float) and not math.isfinite(value):
+            raise RewardArgumentError(key, f"{key} must be a finite number, got {value!r}")
 
 
 def _fits_kind(argument: RewardArgument, value: object) -> bool:
@@ -119,13 +157,20 @@ def _compiled(pattern: str, *, argument: str = "pattern") -> re.Pattern:
         raise RewardArgumentError(argument, f"{argument} {pattern!r} is not a regular expression ({error})") from None
 
 
-def _check_extraction(extract: str, pattern: str | None) -> None:
+def _check_extraction(extract: str, pattern: str | None, group: int) -> None:
     """The arguments of ``extract_answer``, checked before any completion is read, so that a spec
-    with ``extract: regex`` and no (or a broken) ``pattern`` fails at launch, not at the first rollout."""
+    with ``extract: regex`` and no (or a broken) ``pattern``, or a ``group`` the pattern lacks, fails at
+    launch, not at the first rollout (or the first completion the pattern matches)."""
     if extract == "regex":
         if pattern is None:
             raise RewardArgumentError("pattern", "extract 'regex' needs a pattern (a regular expression)")
-        _compiled(pattern)
+        groups = _compiled(pattern).groups
+        if not 0 <= group <= groups:
+            raise RewardArgumentError("group", (
+                f"group {group}: pattern {pattern!r} has no group (parentheses); give group 0 for the whole match, "
+                "or put the answer in parentheses") if groups == 0 else (
+                f"group {group}: pattern {pattern!r} has {groups} group{'s' if groups > 1 else ''}; give a group "
+                f"from 0 (the whole match) to {groups}"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +256,7 @@ def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, ob
                 group: int = 1, case_sensitive: bool = True) -> list[float]:
     """1.0 when the answer extracted from the completion equals the reference column after
     ``normalize_answer`` (so "1,000" matches "1000"), else 0.0; no answer found is 0.0."""
-    _check_extraction(extract, pattern)
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         found = extract_answer(text, extract=extract, pattern=pattern, group=group)
@@ -232,7 +277,9 @@ def numeric_match(completions: Sequence[str], references: Sequence[Mapping[str, 
     """1.0 when the extracted number is within ``tolerance`` of the reference number (absolute, or
     relative to the reference's magnitude), else 0.0; no number in the completion is 0.0. A reference
     that is not a number is an error (the data, not the completion, is wrong)."""
-    _check_extraction(extract, pattern)
+    if tolerance < 0:
+        raise RewardArgumentError("tolerance", f"tolerance must be 0 or more, got {tolerance}")
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -258,7 +305,7 @@ def numeric_closeness(completions: Sequence[str], references: Sequence[Mapping[s
     with ``non_numeric_reference: zero`` (datasets that mix numeric and other answers)."""
     if not scale > 0:
         raise RewardArgumentError("scale", f"scale must be > 0, got {scale}")
-    _check_extraction(extract, pattern)
+    _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
         want = parse_number(_reference(row, answer_column, index))
@@ -329,6 +376,15 @@ def valid_json(completions: Sequence[str], references: Sequence[Mapping[str, obj
     return scores
 
 
+def _check_keywords(keywords: Sequence[str]) -> None:
+    if not keywords:
+        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    if any(not keyword.strip() for keyword in keywords):
+        # "" is in every text, and a blank one in nearly every: the term would score all completions alike.
+        raise RewardArgumentError("keywords", "keywords must not hold an empty keyword (one occurs in every "
+                                              "completion); remove it")
+
+
 def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> list[bool]:
     if not case_sensitive:
         text, keywords = text.casefold(), [keyword.casefold() for keyword in keywords]
@@ -339,8 +395,7 @@ def _keyword_hits(text: str, keywords: Sequence[str], case_sensitive: bool) -> l
 def contains(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
              keywords: Sequence[str], mode: KeywordMode = "all", case_sensitive: bool = False) -> list[float]:
     """``mode`` all: 1.0 when every keyword occurs; any: when at least one does; fraction: the share that do."""
-    if not keywords:
-        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    _check_keywords(keywords)
     reducers = {"all": lambda hits: float(all(hits)), "any": lambda hits: float(any(hits)),
                 "fraction": lambda hits: sum(hits) / len(hits)}
     if mode not in reducers:
@@ -352,8 +407,7 @@ def contains(completions: Sequence[str], references: Sequence[Mapping[str, objec
 def excludes(completions: Sequence[str], references: Sequence[Mapping[str, object]], *,
              keywords: Sequence[str], case_sensitive: bool = False) -> list[float]:
     """1.0 when none of ``keywords`` occurs, else 0.0."""
-    if not keywords:
-        raise RewardArgumentError("keywords", "keywords must name at least one keyword")
+    _check_keywords(keywords)
     return [float(not any(_keyword_hits(text, keywords, case_sensitive))) for text in completions]
 
 
@@ -436,6 +490,31 @@ def missing_reference_column(terms: Sequence[WeightedReward], rows: Sequence[Map
     return None
 
 
+def unscorable_reference(terms: Sequence[WeightedReward], rows: Sequence[Mapping[str, object]]
+                         ) -> tuple[str, int, str] | None:
+    """(reward name, 1-based row, what is wrong) of the first row a term cannot score whatever the
+    completion (numeric_match on a reference that is no number), found by scoring an empty completion
+    for every row; None when every row scores. Checked before a run starts, where it otherwise failed the
+    step or the evaluation (hours in) that drew the row. ``reward_model`` terms score with a model, so
+    they are not run here."""
+    for term in terms:
+        if term.name == "reward_model":
+            continue
+        fn, args = REWARDS[term.name], dict(term.args or {})
+        try:
+            fn([""] * len(rows), rows, **args)
+            continue
+        except Exception:
+            pass
+        for number, row in enumerate(rows, 1):
+            try:
+                fn([""], [row], **args)
+            except Exception as error:
+                # Scored alone, the row is every function's "sample 0": the row number says which it is.
+                return term.name, number, str(error).removeprefix("sample 0: ")
+    return None
+
+
 def _answer_column(term: WeightedReward) -> str | None:
     default = _default_answer_column(term.name)
     if default is None:
@@ -453,6 +532,18 @@ def _default_answer_column(name: str) -> str | None:
 
 def _call_reward(term: WeightedReward, completions: Sequence[str],
                  references: Sequence[Mapping[str, object]]) -> list[float]:
+    limit = None if term.name == "reward_model" else REWARD_TIME_LIMIT_SECONDS
+    try:
+        with _time_limit(limit):
+            return _score_checked(term, completions, references)
+    except _TimeLimitExpired:
+        raise RewardError(f"reward {term.name!r} took more than {limit:g} s to score {len(completions)} completions; "
+                          "a regular expression with nested repetition, such as (\\w+\\s?)*, takes time exponential "
+                          "in a completion's length: simplify its pattern") from None
+
+
+def _score_checked(term: WeightedReward, completions: Sequence[str],
+                   references: Sequence[Mapping[str, object]]) -> list[float]:
     fn = REWARDS[term.name]
     args = dict(term.args or {})
     try:

@@ -218,7 +218,8 @@ class RewardTermSpec(_Section):
     """One term of an RL reward: a registered reward function (``jaxengine.rewards``), its weight, its args."""
 
     name: str = Field(description="A registered reward function, e.g. exact_match, format_regex.")
-    weight: float = Field(default=1.0, description="Multiplies this function's scores in the total reward.")
+    weight: float = Field(default=1.0, allow_inf_nan=False,
+                          description="Multiplies this function's scores in the total reward.")
     args: dict[str, Any] = Field(default_factory=dict, description="The function's keyword arguments.")
 
     @model_validator(mode="after")
@@ -296,7 +297,8 @@ class GrpoSpec(_Section):
                                 "when training on a format reward. The first ranks checkpoints (the best is kept); "
                                 "without any, the first reward does.", **_LIST)
     zero_std_patience: int = Field(default=20, ge=1, description="Stop when every group's rewards are equal "
-                                   "(frac_reward_zero_std = 1) this many steps in a row.")
+                                   "(frac_reward_zero_std = 1) this many steps in a row, or, with mask_truncated, "
+                                   "every completion was truncated.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's kl exceeds this; null: no ceiling.")
 
     @model_validator(mode="after")

@@ -323,7 +323,9 @@ def _train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef
     """One optimizer step over ``batches`` (a batch pytree with a leading grad-accum axis [A, ...]).
 
     Returns the new (params, opt_state, rng_state) and the step's metrics: the task's metrics
-    weighted over micro-batches, ``grad_norm`` (before clipping), ``learning_rate``, ``loss_weight``.
+    weighted over micro-batches (their plain mean when every weight is 0, e.g. RL completions all
+    masked as truncated: the rollout metrics still say what happened), ``grad_norm`` (before clipping),
+    ``learning_rate``, ``loss_weight``.
     """
     loss_fn = functools.partial(_micro_loss, graphdef=graphdef, task=task)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -331,26 +333,25 @@ def _train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef
     _, (_, _, metric_shapes, _) = jax.eval_shape(loss_fn, params, rng_state, frozen, first)
 
     def body(carry, batch):
-        grads_sum, rng_state, weighted, weight_sum = carry
+        grads_sum, rng_state, weighted, summed, weight_sum = carry
         (_, (loss, weight, metrics, rng_state)), grads = grad_fn(params, rng_state, frozen, batch)
         grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
         weighted = {name: weighted[name] + value * weight for name, value in metrics.items()}
-        return (grads_sum, rng_state, weighted, weight_sum + weight), None
+        summed = {name: summed[name] + value for name, value in metrics.items()}
+        return (grads_sum, rng_state, weighted, summed, weight_sum + weight), None
 
-    zeros = (
-        jax.tree.map(jnp.zeros_like, params),
-        rng_state,
-        {name: jnp.zeros((), jnp.float32) for name in metric_shapes},
-        jnp.zeros((), jnp.float32),
-    )
-    (grads_sum, rng_state, weighted, weight_sum), _ = jax.lax.scan(body, zeros, batches)
+    no_metrics = {name: jnp.zeros((), jnp.float32) for name in metric_shapes}
+    zeros = (jax.tree.map(jnp.zeros_like, params), rng_state, no_metrics, no_metrics, jnp.zeros((), jnp.float32))
+    (grads_sum, rng_state, weighted, summed, weight_sum), _ = jax.lax.scan(body, zeros, batches)
+    micro_batches = jax.tree.leaves(batches)[0].shape[0]
     denominator = jnp.maximum(weight_sum, 1.0)
     grads = jax.tree.map(lambda g: g / denominator, grads_sum)
     grad_norm = optax.tree.norm(grads)
     optimizer = make_optimizer(optim, total_steps=total_steps)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = {name: value / denominator for name, value in weighted.items()}
+    metrics = {name: jnp.where(weight_sum > 0, value / denominator, summed[name] / micro_batches)
+               for name, value in weighted.items()}
     schedule = learning_rate_schedule(optim, total_steps=total_steps)
     metrics.update(grad_norm=grad_norm, learning_rate=schedule(step), loss_weight=weight_sum)
     return params, opt_state, rng_state, metrics

@@ -137,13 +137,29 @@ def test_rollout_rows_alignment_and_truncation_mask():
 
 
 def test_guard_reasons():
-    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)
+    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5, mask_truncated=False)
     flat, varied = {"frac_reward_zero_std": 1.0, "kl": 0.0}, {"frac_reward_zero_std": 0.5, "kl": 0.0}
     assert [guard(record) for record in (flat, flat, varied, flat, flat)] == [None] * 5
     assert "frac_reward_zero_std has been 1.0 for 3 steps" in guard(flat)
-    assert "kl 0.6 exceeds grpo.max_kl 0.5" in grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5)(
+    assert "kl 0.6 exceeds grpo.max_kl 0.5" in grpo.GrpoGuard(zero_std_patience=3, max_kl=0.5, mask_truncated=False)(
         {"frac_reward_zero_std": 0.0, "kl": 0.6})
-    assert grpo.GrpoGuard(zero_std_patience=3, max_kl=None)({"frac_reward_zero_std": 0.0, "kl": 1e9}) is None
+    assert grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=False)(
+        {"frac_reward_zero_std": 0.0, "kl": 1e9}) is None
+
+
+def test_the_guard_stops_a_run_whose_completions_are_all_masked_as_truncated():
+    """QA: with grpo.mask_truncated and every completion hitting max_new_tokens, every step had loss 0 and
+    grad_norm 0 (no token in the loss), and the run 'succeeded' having trained nothing: a model that never
+    trains never learns to stop sooner, so it is stopped, saying what to change."""
+    truncated = {"frac_reward_zero_std": 0.0, "kl": 0.0, "completions/clipped_ratio": 1.0}
+    some_finished = {**truncated, "completions/clipped_ratio": 0.75}
+    guard = grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=True)
+    assert [guard(record) for record in (truncated, truncated, some_finished, truncated, truncated)] == [None] * 5
+    assert guard(truncated) == (
+        "every completion hit grpo.max_new_tokens for 3 steps, and grpo.mask_truncated leaves such completions out "
+        "of the loss, so nothing trained. Raise grpo.max_new_tokens, or set grpo.mask_truncated to false")
+    unmasked = grpo.GrpoGuard(zero_std_patience=3, max_kl=None, mask_truncated=False)
+    assert [unmasked(truncated) for _ in range(4)] == [None] * 4
 
 
 def test_a_reward_nobody_can_earn_stops_the_run(demo_dir, tmp_path):
@@ -175,32 +191,65 @@ def test_the_best_checkpoint_is_by_the_first_eval_metric_and_export_best_uses_it
     assert json.loads(capsys.readouterr().out)["step"] == best_step
 
 
-def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys):
-    """QA: numeric_match on a reference that is no number raised out of ``jaxengine train`` as a
-    traceback (and no summary.json); it now fails the run like a NaN loss, keeping the checkpoints."""
+def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_prompt(demo_dir, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """QA: a reward function raising mid-run raised out of ``jaxengine train`` as a traceback (and no
+    summary.json); it now fails the run like a NaN loss, keeping the checkpoints. (The registry's own
+    functions refuse bad data before the run starts: ``unscorable_reference``; this one fails on completions.)"""
     import yaml
 
+    from jaxengine import rewards
     from jaxengine.cli import main
 
+    def fails_on_held_out(completions, references):
+        """Cannot score a completion of the held-out question (an empty one, as the start's check gives, scores)."""
+        for index, (text, row) in enumerate(zip(completions, references)):
+            if text and row["prompt"] == "What is 2 + 2?":
+                raise ValueError(f"sample {index}: cannot score {text!r}")
+        return [0.0] * len(completions)
+
+    monkeypatch.setitem(rewards.REWARDS, "fails_on_held_out", fails_on_held_out)
     eval_file = tmp_path / "eval.jsonl"
-    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "four"}) + "\n")
+    eval_file.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n")
     run = tmp_path / "run"
     spec = grpo_spec(demo_dir, run, train={"max_steps": 4, "batch_size": 2, "eval_every": 2, "save_every": 1},
                      data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
-                     grpo={"rewards": [{"name": "numeric_match"}]})
+                     grpo={"rewards": [{"name": "fails_on_held_out"}]})
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
     assert main(["train", str(spec_path), "--no-progress"]) == 1
     out, err = capsys.readouterr()
     summary = json.loads(out)
     # Steps 1 and 2 trained; the evaluation at step 2 scores the held-out row and fails before step 2 is saved.
-    message = ("step 2: reward 'numeric_match' failed on sample 0 (prompt 'What is 2 + 2?', completion "
-               f"{summary['message'].split('completion ')[1].split('): ')[0]}): ValueError: sample 0: reference "
-               "answer='four' is not a number; stopped, keeping checkpoint 1")
+    completion = summary["message"].split("completion ")[1].split("): ")[0]
+    message = (f"step 2: reward 'fails_on_held_out' failed on sample 0 (prompt 'What is 2 + 2?', completion "
+               f"{completion}): ValueError: sample 0: cannot score {completion}; stopped, keeping checkpoint 1")
     assert summary["status"] == "failed" and summary["message"] == message
     assert err == f"{spec_path}: failed: {message}\n"
     assert json.loads((run / "summary.json").read_text())["message"] == message
     assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
+
+
+def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+    """QA: numeric_match on a held-out answer that is no number failed the run at its first evaluation,
+    eval_every steps of rollouts in; the rows are now scored against an empty completion at the start."""
+    from jaxengine.job import JobError
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout was sampled")
+
+    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text("".join(json.dumps({"prompt": f"What is {n} + {n}?", "answer": answer}) + "\n"
+                                 for n, answer in ((1, "2"), (2, "four"))))
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 4, "batch_size": 2, "eval_every": 2},
+                     data={"train": str(demo_dir / "data/prompts.jsonl"), "eval": str(eval_file), "max_seq_len": 64},
+                     grpo={"rewards": [{"name": "numeric_match"}]})
+    with pytest.raises(JobError) as raised:
+        run_job(spec, progress_bar=False)
+    assert str(raised.value) == (f"data.eval: row 2 of {eval_file}: reward numeric_match cannot score it: reference "
+                                 "answer='four' is not a number; correct the row, or give the reward another "
+                                 "args.answer_column")
 
 
 def stop_before_step(step: int):
@@ -315,3 +364,36 @@ def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path)
     grouped = {key: value for key, value in final.items() if key.startswith("eval/contains/")}
     assert grouped == {f"eval/contains/{task}": pytest.approx(np.mean(scores)) for task, scores in by_task.items()}
     assert np.mean([score for scores in by_task.values() for score in scores]) == pytest.approx(final["eval/contains"])
+
+
+def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+    """QA: max_new_tokens past the model's context (2048 here) with a data.max_seq_len that leaves room for
+    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout."""
+    from jaxengine.job import JobError
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout was sampled")
+
+    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/prompts.jsonl"),
+                                                       "max_seq_len": 4096},
+                     grpo={"max_new_tokens": 2100})
+    with pytest.raises(JobError) as raised:
+        run_job(spec, progress_bar=False)
+    assert str(raised.value) == ("grpo.max_new_tokens (2100) leaves no room for a prompt within the model's "
+                                 "context length (2048 tokens, max_position_embeddings in its config.json); "
+                                 "lower grpo.max_new_tokens below 2048")
+
+
+def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo_dir, tmp_path):
+    """With data.max_seq_len past the context, a prompt is kept only where it and max_new_tokens fit the
+    context: those past it failed the sampler mid-run (ContextLengthError)."""
+    train = tmp_path / "prompts.jsonl"
+    train.write_text("".join(json.dumps({"prompt": prompt, "answer": "1"}) + "\n"
+                             for prompt in ("1 2", "What is the largest digit in 1 2 3 4? " * 40)))
+    spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(train), "max_seq_len": 4096},
+                     grpo={"max_new_tokens": 1900})
+    tokenizer = build_job_model(spec).tokenizer
+    prompts = grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=1900, context_length=2048)
+    assert [row["prompt"] for row in prompts.rows] == ["1 2"]
+    assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}

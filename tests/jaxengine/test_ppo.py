@@ -316,3 +316,22 @@ def test_a_reward_model_function_without_a_reward_run_is_named_before_the_run_st
     with pytest.raises(JobError, match=r"^ppo.eval_metrics.0.args.model: .*no reward_head.safetensors"):
         ppo.make_ppo_trainer(ppo_spec, build_job_model(ppo_spec), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_step_whose_completions_are_all_masked_logs_its_rollout_metrics(demo_dir, tmp_path):
+    """QA: PPO weighs its metrics by completion tokens; with mask_truncated and every completion truncated
+    that weight was 0, and every metric of the step, the rollouts' own included, was logged as 0: reward 0,
+    completions/clipped_ratio 0 (not 1), mean_length 0, so the live page hid why nothing trained."""
+    run = tmp_path / "run"
+    spec = ppo_mapping(demo_dir, run, train={"max_steps": 2, "batch_size": 4, "seed": 1},
+                       ppo_section={"max_new_tokens": 2, "kl_coef": 0.0, "mask_truncated": True,
+                                    "rewards": [{"name": "length_target", "args": {"target": 3}}]})
+    assert run_job(parse_spec(spec), progress_bar=False)["status"] == "succeeded"
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    for record in (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()):
+        rollouts = [sample for sample in samples if sample["step"] == record["step"] and sample["kind"] == "rollout"]
+        truncated = np.mean([sample["finish_reason"] == "length" for sample in rollouts])
+        assert record["completions/clipped_ratio"] == pytest.approx(truncated, abs=1e-6)
+        assert record["rewards/length_target/mean"] == pytest.approx(
+            np.mean([sample["rewards"]["length_target"] for sample in rollouts]), abs=1e-6)
+        assert record["completions/max_length"] == 2.0

@@ -172,6 +172,9 @@ def test_check_args_names_unknown_and_missing_args():
     ("format_regex", {"pattern": "x", "full_match": "yes"}, "full_match", "full_match must be true or false, got 'yes'"),
     ("contains", {"keywords": "four"}, "keywords", "keywords must be a list of texts, got 'four'"),
     ("exact_match", {"pattern": None, "group": None}, "group", "group must be a whole number, got None"),
+    # QA: NaN and infinity passed as numbers: a NaN tolerance scored every completion 0, an infinite scale 1.
+    ("numeric_match", {"tolerance": math.nan}, "tolerance", "tolerance must be a finite number, got nan"),
+    ("numeric_closeness", {"scale": math.inf}, "scale", "scale must be a finite number, got inf"),
 ])
 def test_check_args_names_an_argument_of_the_wrong_kind_and_what_it_takes(name, args, argument, message):
     with pytest.raises(rewards.RewardArgumentError) as error:
@@ -191,6 +194,22 @@ def test_check_args_names_an_argument_of_the_wrong_kind_and_what_it_takes(name, 
     ("exact_match", {"extract": "regex"}, "pattern", "extract 'regex' needs a pattern (a regular expression)"),
     ("numeric_match", {"extract": "regex", "pattern": "[0-9"}, "pattern",
      "pattern '[0-9' is not a regular expression (unterminated character set at position 0)"),
+    # QA: a group the pattern does not have passed the spec and failed the run at the first completion
+    # the pattern matched ("IndexError: no such group"), however many steps in.
+    ("exact_match", {"extract": "regex", "pattern": r"\d+"}, "group",
+     r"group 1: pattern '\\d+' has no group (parentheses); give group 0 for the whole match, or put the answer "
+     "in parentheses"),
+    ("numeric_match", {"extract": "regex", "pattern": r"(\d+) (\d+)", "group": 3}, "group",
+     r"group 3: pattern '(\\d+) (\\d+)' has 2 groups; give a group from 0 (the whole match) to 2"),
+    ("numeric_closeness", {"extract": "regex", "pattern": r"(\d+)", "group": -1}, "group",
+     r"group -1: pattern '(\\d+)' has 1 group; give a group from 0 (the whole match) to 1"),
+    # QA: a negative tolerance scored every completion 0, so the run stopped on frac_reward_zero_std.
+    ("numeric_match", {"tolerance": -0.5}, "tolerance", "tolerance must be 0 or more, got -0.5"),
+    # QA: an empty keyword is in every completion: contains scored all 1 and excludes all 0.
+    ("contains", {"keywords": ["Answer", ""]}, "keywords",
+     "keywords must not hold an empty keyword (one occurs in every completion); remove it"),
+    ("excludes", {"keywords": [" "]}, "keywords",
+     "keywords must not hold an empty keyword (one occurs in every completion); remove it"),
 ])
 def test_a_function_rejecting_an_argument_value_names_the_argument(name, args, argument, message):
     with pytest.raises(rewards.RewardArgumentError) as error:
@@ -226,3 +245,31 @@ def test_the_readme_table_names_every_reward_function_and_its_arguments():
         arguments = [parameter.name for parameter in inspect.signature(function).parameters.values()
                      if parameter.kind == parameter.KEYWORD_ONLY]
         assert [argument for argument in arguments if f"`{argument}`" not in rows[name]] == [], name
+
+
+def test_a_reference_a_reward_cannot_score_is_found_before_any_completion():
+    """QA: numeric_match on data whose reference is no number failed the run at the first step (data.train)
+    or the first evaluation (data.eval, possibly hours in); ``unscorable_reference`` finds the row first."""
+    rows = [{"prompt": "a", "answer": "4"}, {"prompt": "b", "answer": "four"}]
+    numeric = WeightedReward(name="numeric_match")
+    assert rewards.unscorable_reference([WeightedReward(name="exact_match"), numeric], rows) == (
+        "numeric_match", 2, "reference answer='four' is not a number")
+    assert rewards.unscorable_reference([numeric], rows[:1]) is None
+    closeness = WeightedReward(name="numeric_closeness", args={"non_numeric_reference": "zero"})
+    assert rewards.unscorable_reference([closeness], rows) is None
+    # A reward model scores with a model: it is not run here.
+    assert rewards.unscorable_reference([WeightedReward(name="reward_model", args={"model": "/nowhere"})], rows) is None
+
+
+def test_a_reward_that_takes_too_long_fails_naming_the_function(monkeypatch):
+    """QA: a format_regex pattern with nested repetition takes time exponential in a completion's length
+    (40 characters: hours), and the run hung at its first rollout's scoring, never reaching a cancel check."""
+    monkeypatch.setattr(rewards, "REWARD_TIME_LIMIT_SECONDS", 0.5)
+    term = WeightedReward(name="format_regex", args={"pattern": r"^(\w+\s?)*$"})
+    with pytest.raises(RewardError) as raised:
+        score_rewards([term], ["ok", "ab" * 20 + "!"], [{}, {}])
+    assert str(raised.value) == (
+        "reward 'format_regex' took more than 0.5 s to score 2 completions; a regular expression with nested "
+        "repetition, such as (\\w+\\s?)*, takes time exponential in a completion's length: simplify its pattern")
+    # The timer is gone afterwards: quick scoring still works.
+    assert score_rewards([WeightedReward(name="format_regex", args={"pattern": "ok"})], ["ok"], [{}])[0] == [1.0]

@@ -630,3 +630,13 @@ def test_a_key_written_with_nothing_after_its_colon_is_named_as_such():
         "spec.yaml:2: model: nothing is written after the colon; give a value",
         "spec.yaml:4: data.train: nothing is written after the colon; give a value",
         "spec.yaml:5: train.batch_size: nothing is written after the colon; give a value"]
+
+
+def test_it_rejects_a_reward_weight_that_is_no_finite_number():
+    """QA: a weight of .nan or .inf was accepted, and the run spent its first rollout and update to fail with
+    'loss is nan ... lower optim.learning_rate', pointing away from the weight."""
+    for weight in (float("nan"), float("inf")):
+        assert problems_of(minimal(task="grpo", grpo={"rewards": [{"name": "valid_json", "weight": weight}]})) == [
+            f"grpo.rewards.0.weight: {weight!r} is not a finite number"]
+        assert problems_of(minimal(task="ppo", ppo={"rewards": [{"name": "valid_json", "weight": weight}]})) == [
+            f"ppo.rewards.0.weight: {weight!r} is not a finite number"]

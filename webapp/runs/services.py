@@ -328,7 +328,7 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         if problem := _steps_problem(job.train.max_steps):
             _add(errors, "train.max_steps", problem)
         _check_sample_budget(job, base_model, errors)
-        _check_rollout_room(job, errors)
+        _check_rollout_room(job, base_model, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
     if errors:
@@ -358,14 +358,21 @@ def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
              f"{context} tokens; give fewer (the eval samples are short previews: the default is 64)")
 
 
-def _check_rollout_room(job, errors) -> None:
-    """GRPO and PPO completions must leave data.max_seq_len room for a prompt (the engine refuses such a
-    job at its start, after the run was made)."""
+def _check_rollout_room(job, base_model: BaseModel | None, errors) -> None:
+    """GRPO and PPO completions must leave data.max_seq_len, and the model's context, room for a prompt
+    (the engine refuses such a job at its start, after the run was made)."""
     rollouts = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
-    if rollouts is not None and rollouts.max_new_tokens >= job.data.max_seq_len:
+    if rollouts is None:
+        return
+    context = base_model.context_length if base_model is not None else None
+    if rollouts.max_new_tokens >= job.data.max_seq_len:
         _add(errors, f"{job.task}.max_new_tokens",
              f"{rollouts.max_new_tokens} completion tokens leave no room for a prompt in data.max_seq_len "
              f"({job.data.max_seq_len}); raise data.max_seq_len above it or lower {job.task}.max_new_tokens")
+    elif context and rollouts.max_new_tokens >= context:
+        _add(errors, f"{job.task}.max_new_tokens",
+             f"{rollouts.max_new_tokens} completion tokens leave no room for a prompt in the model's context of "
+             f"{context} tokens; lower {job.task}.max_new_tokens below {context}")
 
 
 def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:
@@ -404,9 +411,10 @@ REFERENCE_ROWS_CHECKED = 1000
 
 def _check_reference_columns(job, train: DatasetVersion | None, evaluation: DatasetVersion | None, errors) -> None:
     """A reward (``grpo``/``ppo``: ``rewards`` on data.train and data.eval, ``eval_metrics`` on data.eval)
-    reading its reference answer from a column (``answer_column``) the data lacks, named at the term's
-    input here: the engine checks it when the run starts, where the run failed seconds after the launch."""
-    from jaxengine.rewards import WeightedReward, missing_reference_column
+    reading its reference answer from a column (``answer_column``) the data lacks, or holding one it cannot
+    score (numeric_match on words), named at the term's input here: the engine checks it when the run
+    starts, where the run failed seconds after the launch."""
+    from jaxengine.rewards import WeightedReward, missing_reference_column, unscorable_reference
 
     options = getattr(job, job.task, None) if job.task in ("grpo", "ppo") else None
     if options is None:
@@ -417,11 +425,18 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
         for version in (version for version in versions if version is not None):
             rows = _first_rows(str(version.absolute_path), _modified_ns(version.absolute_path), version.format,
                                version.dataset.kind, json.dumps(version.column_mapping or {}, sort_keys=True))
-            if missing := missing_reference_column([WeightedReward(name=term.name, args=term.args)], rows):
+            scored = [WeightedReward(name=term.name, args=term.args)]
+            if missing := missing_reference_column(scored, rows):
                 _name, column, number = missing
                 _add(errors, f"{key}.args.answer_column",
                      f"{term.name} reads the reference answer from column '{column}', and row {number} of {version} "
                      f"has none; give the column that holds the answers, or other data")
+                break
+            if unscorable := unscorable_reference(scored, rows):
+                _name, number, problem = unscorable
+                _add(errors, f"{key}.args.answer_column",
+                     f"{term.name} cannot score row {number} of {version}: {problem}; correct the row, or give "
+                     "another column")
                 break
 
 

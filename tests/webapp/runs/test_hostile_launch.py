@@ -108,8 +108,8 @@ def test_yaml_aliases_are_refused_before_they_expand(team, catalog, client_for, 
 def test_values_that_failed_the_run_on_its_worker_are_refused_at_launch(team, catalog, sent_tasks):
     """QA: each of these was taken, and the run then failed on its worker: a seed past 2**32 (a bare
     OverflowError from jax.random), eval samples longer than the model's context (at the first
-    evaluation, steps in), GRPO completions longer than data.max_seq_len, and an eval_group_by column
-    the eval rows lack (naming the server's path of the file)."""
+    evaluation, steps in), GRPO completions longer than data.max_seq_len or the model's context, and an
+    eval_group_by column the eval rows lack (naming the server's path of the file)."""
     from webapp.basemodels.models import BaseModel
 
     BaseModel.objects.filter(pk=catalog.base_model.pk).update(context_length=2048)
@@ -136,6 +136,10 @@ def test_values_that_failed_the_run_on_its_worker_are_refused_at_launch(team, ca
     assert refused("grpo", data__max_seq_len=64, grpo__max_new_tokens=200)["grpo.max_new_tokens"] == [
         "200 completion tokens leave no room for a prompt in data.max_seq_len (64); raise "
         "data.max_seq_len above it or lower grpo.max_new_tokens"]
+    # QA: within a data.max_seq_len past the model's context, the first rollout failed with the sampler's traceback.
+    assert refused("grpo", data__max_seq_len=4096, grpo__max_new_tokens=2100)["grpo.max_new_tokens"] == [
+        "2100 completion tokens leave no room for a prompt in the model's context of 2048 tokens; lower "
+        "grpo.max_new_tokens below 2048"]
     [problem] = refused(data__eval=grouped.public_id, data__eval_group_by="task")["data.eval_group_by"]
     assert problem == "row 2 of held out v1 has no 'task' value to group by"
     assert str(grouped.absolute_path) not in problem

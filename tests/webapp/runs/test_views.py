@@ -1552,6 +1552,24 @@ def test_a_reward_reading_a_column_the_data_lacks_is_refused_at_its_input(team, 
     assert client_for(team.teammate).post("/p/alpha/runs/new/", data).status_code == 302
 
 
+def test_a_reference_the_reward_cannot_score_is_refused_at_its_input(team, catalog, client_for, sent_tasks):
+    """QA: numeric_match on held-out answers that are words was launched, and the run failed at its first
+    evaluation, after eval_every steps of rollouts."""
+    from tests.webapp.factories import make_ready_version
+
+    worded = make_ready_version(team.project, name="worded", kind="prompts",
+                                rows=[{"prompt": "2+2?", "answer": "4"}, {"prompt": "3+3?", "answer": "six"}])
+    data = _grpo_form(catalog, **{"data.eval": worded.public_id, "grpo.rewards.0.name": "numeric_match"})
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", data)
+    assert response.status_code == 400 and not Run.objects.exists() and not sent_tasks.calls
+    assert response.context["errors"]["grpo.rewards.0.args.answer_column"] == [
+        "numeric_match cannot score row 2 of worded v1: reference answer='six' is not a number; correct the row, "
+        "or give another column"]
+    # The same reward on numeric answers: launched.
+    data["data.eval"] = catalog.prompts.public_id
+    assert client_for(team.teammate).post("/p/alpha/runs/new/", data).status_code == 302
+
+
 def test_the_grpo_forms_reward_model_function_chooses_its_model_among_the_projects_reward_runs(
         team, catalog, client_for, sent_tasks, tmp_path):
     """QA: the ``reward_model`` reward function's ``model`` was a bare text input, so scoring GRPO
