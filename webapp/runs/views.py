@@ -406,6 +406,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     from webapp.runs import pipelines
 
     can_delete = selectors.may_delete_run(membership=membership, run=run)
+    services.series_caches_renew(runs=[run])  # a run finished before the current bucket layout, once
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
         "can_delete": can_delete,
