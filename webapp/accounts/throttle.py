@@ -5,8 +5,15 @@ account's logins from that address are refused, right password or not, until ``W
 last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere;
 behind a reverse proxy every client has the proxy's address, and the limit is then per account.
 
-The counts live in Django's cache: the web server's own memory with the default settings (one uvicorn
-process), so a restart forgives them. Both login forms (``/accounts/login/`` and the admin site's) use it.
+Each attempt is counted before its password is checked (``_count_attempt``: ``cache.add`` then
+``cache.incr``, each atomic), and a right password then forgives the count: had the count been read first and
+written after a failure, a burst of parallel guesses would all have read a count under the limit and been
+checked. So however many guesses arrive at once, at most ``MAX_FAILURES`` passwords are checked.
+
+The counts live in Django's default cache, the web server's own memory (local-memory cache: no ``CACHES`` in
+the settings), so the limit is per web process and a restart forgives them. Temper runs one uvicorn process;
+a deployment that starts several (``--workers``) multiplies the limit by their number. Not Redis: a sign-in
+would then fail whenever Redis is down. Both login forms (``/accounts/login/`` and the admin site's) use it.
 
 Changing a password checks the current one, so a stolen session (a browser left signed in) could guess it
 there instead, then change it and keep the account. ``ThrottledPasswordChangeForm`` counts wrong current
@@ -36,22 +43,44 @@ def _password_change_key(user_pk: int) -> str:
     return f"temper:password-change-failures:{user_pk}"
 
 
+def _count_attempt(key: str) -> int:
+    """Counts an attempt at ``key`` before its password is checked; returns the attempts counted since the
+    last right password, this one included."""
+    while True:
+        if cache.add(key, 1, WINDOW_SECONDS):
+            return 1
+        try:
+            return cache.incr(key)
+        except ValueError:  # the count expired between the two calls: start it again
+            continue
+
+
+def _count_failure(key: str) -> None:
+    # The count was taken before the check; a failure only moves the window to run from now (incr keeps
+    # the expiry the count was made with).
+    cache.touch(key, WINDOW_SECONDS)
+
+
 class ThrottledLogin:
     """A mixin for Django's authentication forms: refuses an account's login from an address that sent
     too many wrong passwords for it, and counts each wrong password."""
 
     def clean(self):
         username = self.cleaned_data.get("username") or ""
+        if not username or not self.cleaned_data.get("password"):
+            # No password is checked (the empty field has its own error), so nothing is counted, and
+            # nothing forgiven: an empty password must not clear a guesser's count.
+            return super().clean()
         address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
         key = _key(username, address)
-        if cache.get(key, 0) >= MAX_FAILURES:
+        if _count_attempt(key) > MAX_FAILURES:
             raise forms.ValidationError(
                 f"Too many failed logins for this account from your address: wait {WINDOW_SECONDS // 60} "
                 "minutes and try again, or ask an administrator to set a new password.", code="throttled")
         try:
             cleaned = super().clean()
         except forms.ValidationError:
-            cache.set(key, cache.get(key, 0) + 1, WINDOW_SECONDS)
+            _count_failure(key)
             raise
         cache.delete(key)
         return cleaned
@@ -70,14 +99,14 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
 
     def clean_old_password(self):
         key = _password_change_key(self.user.pk)
-        if cache.get(key, 0) >= MAX_FAILURES:
+        if _count_attempt(key) > MAX_FAILURES:
             raise forms.ValidationError(
                 f"Too many wrong current passwords for this account: wait {WINDOW_SECONDS // 60} minutes and try "
                 "again, or ask an administrator to set a new password.", code="throttled")
         try:
             old_password = super().clean_old_password()
         except forms.ValidationError:
-            cache.set(key, cache.get(key, 0) + 1, WINDOW_SECONDS)
+            _count_failure(key)
             raise
         cache.delete(key)
         return old_password

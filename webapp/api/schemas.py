@@ -279,6 +279,10 @@ class PipelineOut(_Answer):
     current_stage: int
     message: str
     result_run: str | None
+    cancelled_by: str = Field(description="Who cancelled the pipeline itself: a username, or \"the system\"; empty "
+                                          "when nobody did (one that ended cancelled because its stage's run was "
+                                          "cancelled goes on when that run is resumed, one a person cancelled "
+                                          "does not).")
     stages: list[dict[str, Any]] = Field(description="The stages as sent, each with its run's id under run (null "
                                                      "until it starts).")
 

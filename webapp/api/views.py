@@ -490,6 +490,7 @@ def _pipeline_json(pipeline) -> dict[str, Any]:
     return {"id": pipeline.public_id, "name": pipeline.name, "status": pipeline.status,
             "current_stage": pipeline.current_stage, "message": pipeline.message,
             "result_run": pipeline.result_run.public_id if pipeline.result_run else None,
+            "cancelled_by": pipeline.cancelled_by,
             "stages": [{**stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]}
 
 

@@ -525,7 +525,36 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
             await sync_to_async(api_generation_end)(generation_id=answer_id)
 
 
-def _streaming(events: AsyncIterator[str]) -> StreamingHttpResponse:
+class _AnswerStream:
+    """``_stream``'s chunks as Django is handed them. A client that goes away once the view has answered but before
+    Django reads the stream (as the response's head is sent) leaves the stream never started, so its ``finally``,
+    which stops the generations and ends the completion's record, never runs; Django then only closes the response,
+    which calls ``close`` here (a streamed content's ``close`` is one of the response's closers), and that does it."""
+
+    def __init__(self, generations: list[tuple[str, dict[str, Any], AsyncIterator[dict[str, Any]]]], chunk, *,
+                 include_usage: bool, answer_id: str):
+        self._generations, self._answer_id = generations, answer_id
+        self._chunks = _stream(generations, chunk, include_usage=include_usage, answer_id=answer_id)
+        self._started = False
+
+    def __aiter__(self) -> _AnswerStream:
+        return self
+
+    async def __anext__(self) -> str:
+        # Set before the stream's first step, which enters its try at once: from here its finally does the ending.
+        self._started = True
+        return await anext(self._chunks)
+
+    def close(self) -> None:
+        if self._started:
+            return
+        for generation_id, first, _events in self._generations:
+            if first["type"] not in channels.TERMINAL_TYPES:
+                _stop(generation_id)
+        api_generation_end(generation_id=self._answer_id)
+
+
+def _streaming(events: _AnswerStream) -> StreamingHttpResponse:
     response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -604,8 +633,8 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint) 
                 if first["type"] not in channels.TERMINAL_TYPES:
                     _stop(one_id)
             return _failed(refused)
-        return _streaming(_stream(list(zip(generation_ids, firsts, streams)), chunk, include_usage=include_usage,
-                                  answer_id=generation_id))
+        return _streaming(_AnswerStream(list(zip(generation_ids, firsts, streams)), chunk,
+                                        include_usage=include_usage, answer_id=generation_id))
     waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
     try:
         for next_final in asyncio.as_completed(waits):

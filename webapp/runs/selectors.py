@@ -307,6 +307,29 @@ def shared_charts(*, runs: list[Run], series: dict[str, dict[str, Any]]) -> dict
     return shared
 
 
+def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict[str, str]]) -> dict[str, list]:
+    """The compare page's final-metrics table: ``columns`` (``{"label", "metrics"}``) and ``rows`` (``{"run",
+    "values"}``: each column's summary from the run's ``final_metrics``, None where it has none). A column per
+    metric of ``names`` that a run has a final value of, in ``final_order``, except that a quantity the runs log
+    under names of their own (``shared``, from ``shared_charts``) is one column, where its first name comes,
+    labelled as its chart is, its ``metrics`` the names it holds in the runs' order (one, for most columns)."""
+    columns: dict[str, dict[str, Any]] = {}  # by label, in the order they come
+    for name in final_order(name for name in names if any(name in run.final_metrics for run in runs)):
+        for run in runs:
+            if name in run.final_metrics:
+                label = shared.get(run.public_id, {}).get(name, name)
+                columns.setdefault(label, {"label": label, "by_run": {}})["by_run"][run.public_id] = name
+    rows = [{"run": run, "values": [run.final_metrics[column["by_run"][run.public_id]]
+                                    if run.public_id in column["by_run"] else None for column in columns.values()]}
+            for run in runs]
+    # A column's names in the runs' order, as its chart's title gives them.
+    return {"columns": [{"label": column["label"],
+                         "metrics": list(dict.fromkeys(column["by_run"][run.public_id] for run in runs
+                                                       if run.public_id in column["by_run"]))}
+                        for column in columns.values()],
+            "rows": rows}
+
+
 def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, dict[str, list]]:
     series: dict[str, dict[str, list]] = {}
     if start_time is None:

@@ -406,6 +406,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     from webapp.runs import pipelines
 
     can_delete = selectors.may_delete_run(membership=membership, run=run)
+    services.series_caches_renew(runs=[run])  # a run finished before the current bucket layout, once
     return render(request, "runs/detail.html", {
         "project": project, "membership": membership, "run": run, "can_act": membership.can(Role.MEMBER),
         "can_delete": can_delete,
@@ -697,17 +698,17 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)
+    # A reward model's accuracy and a DPO run's rewards/accuracies, say, on one chart, and in one final column.
+    shared = selectors.shared_charts(runs=runs, series=series)
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
-                                for run in runs], "series": series, "names": names,
-                       # A reward model's accuracy and a DPO run's rewards/accuracies, say, on one chart.
-                       "shared": selectors.shared_charts(runs=runs, series=series)},
-        "diff": diff, "config_differs": any(row["differs"] for row in diff), "final_names": final_names,
+                                for run in runs], "series": series, "names": names, "shared": shared},
+        "diff": diff, "config_differs": any(row["differs"] for row in diff),
         "hyperparameters": selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=final_names),
-        "final_rows": [{"run": run, "values": [run.final_metrics.get(name) for name in final_names]} for run in runs],
+        "final": selectors.final_table(runs=runs, names=names, shared=shared),
         "generations": selectors.side_by_side(runs=runs),
         "query": "&".join(f"runs={run.public_id}" for run in runs),
         "missing_runs": missing_runs,

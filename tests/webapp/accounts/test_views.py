@@ -1,10 +1,14 @@
 """Login, logout and password change."""
+import threading
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.core.cache import cache
-from django.test import Client
+from django.db import connection
+from django.test import Client, RequestFactory
 
-from webapp.accounts.throttle import MAX_FAILURES
+from webapp.accounts.throttle import MAX_FAILURES, ThrottledLogin, ThrottledPasswordChangeForm
 
 from tests.webapp.factories import PASSWORD
 
@@ -95,6 +99,15 @@ class TestLoginThrottle:
         assert Client(REMOTE_ADDR="10.0.0.9").post(url, {"username": "root", "password": PASSWORD}).status_code == 302
         assert client.post(url, {"username": "root-two", "password": PASSWORD}).status_code == 302
 
+    def test_an_empty_password_forgives_nothing(self, team, client):
+        for _attempt in range(MAX_FAILURES - 1):
+            client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
+        response = client.post("/accounts/login/", {"username": "alpha-owner", "password": ""})
+        assert b"This field is required" in response.content
+        client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
+        response = client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD})
+        assert b"Too many failed logins" in response.content
+
     def test_a_right_password_forgives_the_earlier_failures(self, team, client):
         for _attempt in range(MAX_FAILURES - 1):
             client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
@@ -103,6 +116,99 @@ class TestLoginThrottle:
         for _attempt in range(MAX_FAILURES - 1):
             client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
         assert client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
+
+
+class _Burst:
+    """Holds every password check of a burst of parallel attempts until each attempt of the burst has
+    either reached its check or been refused, so that all of them are decided while no failure has yet
+    been counted: the order in which a real burst of parallel requests could run."""
+
+    def __init__(self, size: int):
+        self.size, self.decided, self.checks = size, 0, 0
+        self.condition = threading.Condition()
+
+    def decide(self) -> None:
+        with self.condition:
+            self.decided += 1
+            self.condition.notify_all()
+
+    def hold_check(self) -> None:
+        with self.condition:
+            self.checks += 1
+            self.decided += 1
+            self.condition.notify_all()
+            # Not a timing assert: the count of checks below is what the test reads, whenever they end.
+            self.condition.wait_for(lambda: self.decided >= self.size, timeout=60)
+
+    def run(self, attempt) -> list:
+        errors = []
+
+        def one():
+            try:
+                form = attempt()
+                if not form.is_valid():
+                    errors.append(form.errors.as_data())
+                    if any(error.code == "throttled" for field in form.errors.as_data().values() for error in field):
+                        self.decide()
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=one) for _ in range(self.size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return errors
+
+
+@pytest.mark.django_db(transaction=True)
+class TestThrottlesCountParallelAttempts:
+    """A burst of parallel wrong passwords, on real threads against the configured cache, gets no more
+    than ``MAX_FAILURES`` of them checked: each attempt is counted before its password is checked."""
+
+    burst = 3 * MAX_FAILURES
+
+    @pytest.fixture(autouse=True)
+    def _fresh_counts(self):
+        cache.clear()
+        yield
+        cache.clear()
+
+    def test_at_most_max_failures_logins_are_checked(self):
+        get_user_model().objects.create_user("root", password=PASSWORD)
+        burst = _Burst(self.burst)
+
+        class HeldCheck(AuthenticationForm):
+            def clean(self):
+                burst.hold_check()
+                return super().clean()
+
+        class Form(ThrottledLogin, HeldCheck):
+            pass
+
+        request = RequestFactory().post("/accounts/login/")
+        errors = burst.run(lambda: Form(request, data={"username": "root", "password": "guess"}))
+        assert len(errors) == self.burst
+        assert burst.checks == MAX_FAILURES
+        assert Form(request, data={"username": "root", "password": PASSWORD}).errors["__all__"][0].startswith(
+            "Too many failed logins")
+
+    def test_at_most_max_failures_current_passwords_are_checked(self):
+        user = get_user_model().objects.create_user("root", password=PASSWORD)
+        burst = _Burst(self.burst)
+
+        class HeldCheck(PasswordChangeForm):
+            def clean_old_password(self):
+                burst.hold_check()
+                return super().clean_old_password()
+
+        class HeldForm(ThrottledPasswordChangeForm, HeldCheck):
+            pass
+
+        data = {"old_password": "guess", "new_password1": "a-new-long-phrase", "new_password2": "a-new-long-phrase"}
+        errors = burst.run(lambda: HeldForm(user, data=data))
+        assert len(errors) == self.burst
+        assert burst.checks == MAX_FAILURES
 
 
 class TestPasswordChangeThrottle:

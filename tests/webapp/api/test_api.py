@@ -590,10 +590,12 @@ def test_a_pipeline_is_cancelled_through_the_api(world):
                                                                  "data": {"train": data.public_id},
                                                                  "train": {"max_steps": 5}}}]}
     status, created = apis["teammate"].call("POST", "/api/v1/projects/alpha/pipelines/", document)
+    assert created["cancelled_by"] == ""
     path = f"/api/v1/projects/alpha/pipelines/{created['id']}/cancel/"
     assert apis["viewer"].call("POST", path)[0] == 403 and apis["outsider"].call("POST", path)[0] == 404
     status, cancelled = apis["owner"].call("POST", path)
-    assert status == 200 and cancelled["status"] == "cancelled"
+    # Who cancelled it, as the page says: a pipeline a person cancelled is not resumed with its run.
+    assert status == 200 and cancelled["status"] == "cancelled" and cancelled["cancelled_by"] == "alpha-owner"
     assert cancelled["message"].startswith("cancelled by alpha-owner at stage 1 (\u2068a\u2069); its run")
     assert apis["owner"].call("GET", f"/api/v1/projects/alpha/runs/{created['stages'][0]['run']}/")[1]["status"] == \
         "cancelled"

@@ -513,3 +513,46 @@ def test_a_completion_waits_as_long_as_its_generation_may_last(settings):
     """A serve timeout set past five minutes (TEMPER_SERVE_TIMEOUT_SECONDS) cut completions at five minutes."""
     settings.TEMPER_SERVE_TIMEOUT_SECONDS = 600
     assert openai_api.answer_wait_seconds() == 600 + 600 + 120  # taken up just before it expires, then its timeout
+
+
+def test_a_client_gone_before_its_stream_started_leaves_no_record(api, worker, transactional_db):
+    """A client that went away after the view answered, as Django sent the response's head, left the completion
+    recorded (``ApiGeneration``) until it expired: its model and project could not be deleted meanwhile, and its
+    generation ran on. Django never read the stream, whose own ending does both; it only closed the response."""
+    from django.core.handlers.asgi import ASGIHandler
+
+    from webapp.chat.models import ApiGeneration
+
+    model, headers = api
+    scripts, requests = worker
+    scripts.append([{"type": "token", "text": "Hel"}])
+    body = json.dumps(chat(model, stream=True)).encode()
+
+    async def leave_as_the_head_is_sent():
+        head_sent, sent, asked = asyncio.Event(), [], []
+
+        async def receive():
+            if not asked:
+                asked.append(True)
+                return {"type": "http.request", "body": body, "more_body": False}
+            await head_sent.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message["type"] == "http.response.start":
+                head_sent.set()
+                await asyncio.Event().wait()  # a client that reads nothing more: Django waits until it cancels
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                             (b"authorization", headers["HTTP_AUTHORIZATION"].encode())]}
+        await ASGIHandler()(scope, receive, send)
+        return sent
+
+    sent = async_to_sync(leave_as_the_head_is_sent)()
+    assert [(message["type"], message.get("status")) for message in sent] == [("http.response.start", 200)]
+    assert not ApiGeneration.objects.exists()
+    assert redis_client().exists(channels.stop_key(requests[0]["id"]))

@@ -379,6 +379,30 @@ def test_a_finished_runs_cache_of_the_older_bucket_layout_is_read_again_from_its
     assert selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)["loss"] == exact
 
 
+def test_the_run_page_caches_an_older_layout_finished_runs_series_again(team, catalog, sent_tasks, client_for):
+    """The run page, unlike the compare page, left a run finished before the current bucket layout as it was:
+    each view reduced all its points again, until the run was opened on the compare page."""
+    run = make_run(team, catalog)
+    steps = 2 * selectors.MAX_POINTS  # over the run page's resolution: drawn from buckets, not the points
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=float(step % 4),
+                                                 wall_time=100.0 + step, tokens=10 * step)
+                                     for step in range(1, steps + 1)])
+    exact = selectors.metric_series(run=run)["loss"]
+    # Eight-field buckets with no layout, as a run finished then stored them.
+    old_buckets = {"width": 4, "through_step": steps, "through_id": 0,
+                   "buckets": {"loss": [[index, 4 * index + 1, 4 * index + 4, 0.0, 3.0, 10 * (4 * index + 1),
+                                         101.0 + 4 * index, 4 * index + 4, 4 * index + 3]
+                                        for index in range(steps // 4)]}}
+    Run.objects.filter(pk=run.pk).update(status="succeeded", current_step=steps, series_cache={
+        "buckets": old_buckets, "max_points": selectors.COMPARE_MAX_POINTS, "series": {}})
+    page = client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/")
+    assert page.status_code == 200 and page.context["series"]["loss"] == exact
+    run.refresh_from_db()
+    assert selectors.series_cache_current(run=run)
+    MetricPoint.objects.filter(run=run).delete()  # the renewed cache answers now, not the points
+    assert client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/").context["series"]["loss"] == exact
+
+
 def test_a_reward_model_and_a_dpo_run_share_charts_of_the_quantities_both_log_under_their_own_names(
         team, catalog, sent_tasks):
     """A reward model logs accuracy and margin (and eval/ ones), DPO rewards/accuracies and rewards/margins:

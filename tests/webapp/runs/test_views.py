@@ -1056,6 +1056,35 @@ def test_compare_final_metrics_show_the_range_in_readable_figures(team, run, cli
     assert '<td class="num">636<br><small class="muted">212 – 636</small></td>' in table
 
 
+def test_compare_final_metrics_put_a_quantity_two_kinds_log_under_their_own_names_in_one_column(
+        team, run, client_for, catalog, sent_tasks):
+    """The charts drew a reward model's accuracy and a DPO run's rewards/accuracies as one preference accuracy, but
+    the final table gave each name a column of its own, each a dash in the other run's row."""
+    from webapp.runs.models import Run
+
+    dpo = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="second")
+    logged = {run: {"accuracy": [0.5, 0.75], "margin": [0.1, 0.3]},
+              dpo: {"rewards/accuracies": [0.25, 0.5], "rewards/margins": [0.2, 0.4]}}
+    for target, task in ((run, "reward"), (dpo, "dpo")):
+        Run.objects.filter(pk=target.pk).update(task=task)
+        target.refresh_from_db()
+        MetricPoint.objects.bulk_create([MetricPoint(run=target, step=step, name=name, value=value, wall_time=float(step),
+                                                     tokens=0)
+                                         for name, values in logged[target].items()
+                                         for step, value in enumerate(values, 1)])
+        target.final_metrics = reporting.metric_summary(target)
+        target.save(update_fields=["final_metrics"])
+    response = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={run.public_id}&runs={dpo.public_id}")
+    table = response.content.decode().split('class="table final-table"')[1].split("</table>")[0]
+    assert ('<th class="num literal">preference accuracy<br><small class="muted">accuracy · rewards/accuracies<br>'
+            'last<br>min – max</small></th>') in table
+    assert table.count("</th>") == 4 and table.count("—") == 1  # Run, loss and the two shared; the second run's loss
+    assert '<td class="num">0.75<br><small class="muted">0.5 – 0.75</small></td>' in table
+    assert '<td class="num">0.5<br><small class="muted">0.25 – 0.5</small></td>' in table
+    assert [column["label"] for column in response.context["final"]["columns"]] == [
+        "loss", "preference accuracy", "reward margin"]  # the run fixture's loss: the first run's alone
+
+
 def test_the_launch_page_of_an_empty_project_says_where_models_and_data_come_from(team, client_for):
     """Training data said 'None yet: upload one' with a link; the empty Model list said nothing."""
     page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
