@@ -315,7 +315,9 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
     """Delete ``version`` and, once committed, its file. Refused (``ValidationError`` on ``delete``) while
     work still reads it. Runs trained on it keep their history and name it as deleted
     (``Run.deleted_references``); review campaigns and exports keep their copies of its rows."""
-    version = DatasetVersion.objects.select_for_update().select_related("dataset").get(pk=version.pk)
+    # Joined to the dataset for the names its refusals show; the lock is the version's only, so that an upload
+    # of another version (which takes its number under the dataset's lock) need not wait for this one.
+    version = DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset").get(pk=version.pk)
     if problems := version_readers(versions=[version]):
         raise ValidationError({"delete": problems})
     path = version.absolute_path
@@ -329,7 +331,8 @@ def dataset_delete(*, dataset: Dataset) -> None:
     """Delete ``dataset`` with every version and, once committed, their files; refused as
     ``dataset_version_delete`` is while work still reads one of them. Its name is free again."""
     dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
-    versions = list(DatasetVersion.objects.select_for_update().select_related("dataset").filter(dataset=dataset))
+    versions = list(DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset")
+                    .filter(dataset=dataset))
     if problems := version_readers(versions=versions):
         raise ValidationError({"delete": problems})
     paths = [version.absolute_path for version in versions]
