@@ -262,14 +262,16 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     if version is None or base_model is None:  # deleted since the count was asked for
         return None
     result: dict[str, Any] = {"base_model": base_model.name, "tokenizer": base_model.tokenizer_type}
+    rows, doing = 0, "loading the tokenizer"
     try:
         tokenizer = load_tokenizer(base_model.path)
+        doing = "reading row 1"
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
         lengths: dict[str, Counter] = {}
-        rows = 0
         for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
             total = 0
             for field_name in formats.KIND_FIELDS[mapping.kind]:
+                doing = f"row {rows + 1}, field {field_name}"
                 value = example.get(field_name)
                 if value is None:
                     continue
@@ -279,12 +281,18 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
                 total += count
             lengths.setdefault("total", Counter())[total] += 1
             rows += 1
+            doing = f"reading row {rows + 1}"
             if rows >= TOKEN_STATISTICS_MAX_ROWS:
                 break
     # A chat template that raises on a row (Gemma's on a system turn) is the model's to fix, as a broken
     # tokenizer is; uncaught, it left the statistics 'computing'.
     except (TokenizerError, ChatTemplateError, formats.DatasetFormatError, OSError) as error:
         result.update(status="failed", error=str(error))
+    # Anything else (a template's own bug, a tokenizer library's) is recorded too: uncaught, it ended the task
+    # and left the statistics 'computing' for ever, with nothing on the page to say why.
+    except Exception as error:
+        logger.exception("token statistics of %s with %s failed", version.public_id, base_model.name)
+        result.update(status="failed", error=f"{doing}: {type(error).__name__}: {error}")
     else:
         result.update(
             status="ready",

@@ -262,3 +262,25 @@ def test_token_statistics_report_a_chat_template_that_refuses_a_row(team, tmp_pa
     version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
     assert version.token_statistics["status"] == "failed"
     assert "System role not supported" in version.token_statistics["error"]
+
+
+def test_token_statistics_record_an_unexpected_error_instead_of_computing_for_ever(team, tmp_path, client):
+    """QA: only the listed errors were caught; any other (here a chat template dividing by zero) ended the
+    worker's task and left the statistics 'computing', the page counting for ever with no error shown."""
+    model_dir = build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen",
+                                        chat_template="{{ 1 // (messages | length - 2) }}")
+    base_model = BaseModel.objects.create(
+        project=team.project, name="divides", path=str(model_dir), architecture="LlamaForCausalLM",
+        parameter_count=1, tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+    exchange = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    content = (json.dumps({"messages": exchange * 2}).encode() + b"\n"
+               + json.dumps({"messages": exchange}).encode() + b"\n")  # two turns: the template divides by 0
+    version = services.dataset_version_validate(version_id=create(team, content=content).pk)
+    services.token_statistics_request(version=version, base_model=base_model)
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
+    version.refresh_from_db()
+    assert version.token_statistics["status"] == "failed"
+    assert version.token_statistics["error"].startswith("row 2, field messages: ZeroDivisionError: ")
+    client.force_login(team.owner)
+    page = client.get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/{version.number}/").content.decode()
+    assert "failed: row 2, field messages: ZeroDivisionError" in page and "Try again</button>" in page
