@@ -274,7 +274,8 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
             dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
             kind = request.POST.get("kind")
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
-                raise ValidationError({"kind": f"dataset {dataset.name} is a {dataset.kind} dataset, not {kind}; "
+                raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is a {dataset.kind} dataset, "
+                                               f"not {isolated(kind)}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
             name = request.POST.get("name")
             if name and dataset_selectors.dataset_named(project=project, name=name) != dataset:  # it was ignored too

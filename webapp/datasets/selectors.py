@@ -86,7 +86,7 @@ def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
     """Version ``number`` of ``dataset``; 404 when there is none."""
     version = dataset.versions.filter(number=number).select_related("created_by", "dataset").first()
     if version is None:
-        raise Http404(f"{dataset.name} has no version {number}")
+        raise Http404(f"{isolated(dataset.name)} has no version {number}")
     return version
 
 

@@ -110,8 +110,24 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": created["dataset"]["id"], "kind": "sft"},
                           "s.jsonl", rows)
     assert status == 400 and body["errors"]["kind"] == [
-        "dataset notes is a text dataset, not sft; a new version keeps its dataset's kind (leave kind out)"]
+        "dataset \u2068notes\u2069 is a text dataset, not \u2068sft\u2069; a new version keeps its dataset's kind "
+        "(leave kind out)"]
     assert Dataset.objects.get(name="notes").versions.count() == 1
+
+
+def test_a_right_to_left_dataset_name_is_isolated_in_refusals(world):
+    """QA: the kind-mismatch message and the 404 of a missing version put the dataset's name into the sentence
+    as it is, so a right-to-left name took the words after it into its run."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, created = api.upload("/api/v1/projects/alpha/datasets/", {"name": "ملاحظات", "kind": "text"}, "t.jsonl",
+                                  b'{"text": "x"}\n')
+    dataset_id = created["dataset"]["id"]
+    status, body = api.upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "kind": "sft"}, "s.jsonl",
+                              b'{"prompt": "a", "completion": "b"}\n')
+    assert status == 400 and body["errors"]["kind"][0].startswith("dataset \u2068ملاحظات\u2069 is a text dataset")
+    status, body = api.call("GET", f"/api/v1/projects/alpha/datasets/{dataset_id}/versions/7/")
+    assert status == 404 and "\u2068ملاحظات\u2069 has no version 7" in json.dumps(body, ensure_ascii=False)
 
 
 def test_a_new_version_refuses_a_name_other_than_its_datasets(world):
