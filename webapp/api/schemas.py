@@ -180,6 +180,9 @@ class DatasetList(_Answer):
 class UploadOut(_Answer):
     dataset: DatasetOut
     version: DatasetVersionOut
+    mapping_inherited_from: int | None = Field(
+        description="A new version sent without mapping is read with the last version's: that version's number; "
+                    "null when the upload sent its own mapping, or there was none to keep.")
 
 
 class FinalMetric(_Answer):

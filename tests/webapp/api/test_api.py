@@ -171,6 +171,27 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert version["statistics"]["fields"]["completion"]["max"] == 5
 
 
+def test_a_new_version_sent_without_a_mapping_keeps_the_last_versions(world):
+    """QA: a new version sent through the API without ``mapping`` was read with none, where the web form starts
+    from the last version's: a file of the same columns failed with "no column 'prompt'" on every row."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    rows = b'{"question": "2+2?", "answer": "4"}\n'
+    mapping = {"prompt": "question", "completion": "answer"}
+    _status, first = upload("/api/v1/projects/alpha/datasets/", {"name": "qa", "kind": "sft",
+                                                                 "mapping": json.dumps(mapping)}, "qa.jsonl", rows)
+    assert first["mapping_inherited_from"] is None
+    dataset_id = first["dataset"]["id"]
+    status, second = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id}, "qa2.jsonl", rows)
+    assert status == 201 and second["version"]["mapping"] == mapping and second["mapping_inherited_from"] == 1
+    # A mapping sent, even an empty one, is the version's own.
+    status, third = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "mapping": "{}"}, "qa3.jsonl",
+                           b'{"prompt": "2+2?", "completion": "4"}\n')
+    assert status == 201 and third["version"]["mapping"] == {} and third["mapping_inherited_from"] is None
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{dataset_id}/versions/2/")
+    assert status == 200 and version["mapping"] == mapping
+
+
 def test_a_ready_version_s_file_downloads_as_uploaded(world):
     """QA: the API listed, uploaded and deleted versions but gave no way to fetch one's file back (only the web
     page's Download link, behind a login a script does not have)."""
