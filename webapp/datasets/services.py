@@ -225,9 +225,12 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     version.statistics = report.statistics
     version.validated_at = timezone.now()
     version.status = VersionStatus.READY if report.ok else VersionStatus.FAILED
-    if not report.ok:
+    if report.ok:
+        version.row_digests_path.write_bytes(report.row_digests)
+    else:
         version.absolute_path.unlink(missing_ok=True)
     if not _save_unless_deleted(version, ["row_count", "error_count", "errors", "statistics", "validated_at", "status"]):
+        version.row_digests_path.unlink(missing_ok=True)
         return None
     logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
                 report.row_count, report.error_count)
@@ -328,9 +331,9 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
     version = DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset").get(pk=version.pk)
     if problems := version_readers(versions=[version]):
         raise ValidationError({"delete": problems})
-    path = version.absolute_path
+    paths = [version.absolute_path, version.row_digests_path]
     version.delete()
-    transaction.on_commit(lambda: path.unlink(missing_ok=True))
+    transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[]))
     logger.info("dataset version %s (%s) deleted", version.public_id, version)
 
 
@@ -343,10 +346,10 @@ def dataset_delete(*, dataset: Dataset) -> None:
                     .filter(dataset=dataset))
     if problems := version_readers(versions=versions):
         raise ValidationError({"delete": problems})
-    paths = [version.absolute_path for version in versions]
+    paths = [path for version in versions for path in (version.absolute_path, version.row_digests_path)]
     dataset.delete()
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[dataset.public_id]))
-    logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(paths))
+    logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(versions))
 
 
 def dataset_folder(public_id: str) -> Path:
