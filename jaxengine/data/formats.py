@@ -31,9 +31,11 @@ from __future__ import annotations
 import bisect
 import codecs
 import csv
+import hashlib
 import json
 import os
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +55,8 @@ _JSON_CHUNK_BYTES = 1024 * 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SNIFF_BYTES = 8192
 _HISTOGRAM_BINS = 30
+# Rows named in the statistics' duplicate and one-sided-chat counts; the rest are counted only.
+ROWS_SHOWN = 5
 
 
 class DatasetKind(StrEnum):
@@ -205,6 +209,8 @@ class ValidationReport:
     errors: tuple[Issue, ...]
     statistics: dict[str, Any]
     columns: tuple[str, ...]
+    # ``row_digest`` of each row in file order, as ``array("Q")`` bytes: what a launch compares two versions by.
+    row_digests: bytes = b""
 
     @property
     def ok(self) -> bool:
@@ -1186,6 +1192,60 @@ def _nice_width(raw: float) -> int:
 # Validation and reading for the engine
 
 
+def row_digest(example: Mapping[str, Any]) -> int:
+    """A 64-bit digest of an example as training reads it (its fields after the column mapping, keys sorted):
+    two rows with the same one are exact duplicates (a chance collision needs billions of rows)."""
+    encoded = orjson.dumps(example, option=orjson.OPT_SORT_KEYS)
+    return int.from_bytes(hashlib.blake2b(encoded, digest_size=8).digest(), "little")
+
+
+@dataclass
+class DuplicateRows:
+    """Exact duplicates among a file's rows (by ``row_digest``), each against the first row that had it;
+    ``digests`` keeps every row's, in file order."""
+
+    first_row: dict[int, int] = field(default_factory=dict)
+    digests: array = field(default_factory=lambda: array("Q"))
+    count: int = 0
+    shown: list[list[int]] = field(default_factory=list)  # [row, the earlier row it repeats]
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        digest = row_digest(example)
+        self.digests.append(digest)
+        first = self.first_row.setdefault(digest, row)
+        if first != row:
+            self.count += 1
+            if len(self.shown) < ROWS_SHOWN:
+                self.shown.append([row, first])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "rows": self.shown}
+
+
+def _has_assistant_turn(chat: list) -> bool:
+    return any(type(message) is dict and message.get("role") == "assistant" for message in chat)
+
+
+@dataclass
+class OneSidedChats:
+    """Preference rows whose ``chosen`` or ``rejected`` is a chat with no assistant turn: valid (a review
+    campaign asks for answers to such rows), but DPO and reward training learn nothing from that side."""
+
+    rows: dict[str, list[int]] = field(default_factory=lambda: {"chosen": [], "rejected": []})
+    counts: dict[str, int] = field(default_factory=lambda: {"chosen": 0, "rejected": 0})
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        for side in ("chosen", "rejected"):
+            value = example.get(side)
+            if type(value) is list and not _has_assistant_turn(value):
+                self.counts[side] += 1
+                if len(self.rows[side]) < ROWS_SHOWN:
+                    self.rows[side].append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {side: {"count": self.counts[side], "rows": self.rows[side]} for side in ("chosen", "rejected")}
+
+
 @dataclass
 class _Pass:
     """Mutable state of one validation pass over a file or a byte range of it."""
@@ -1196,6 +1256,8 @@ class _Pass:
     errors: list[Issue] = field(default_factory=list)
     columns: tuple[str, ...] = ()
     statistics: LengthStatistics = field(default_factory=LengthStatistics)
+    duplicates: DuplicateRows = field(default_factory=DuplicateRows)
+    one_sided: OneSidedChats | None = None
 
     def report(self, issue: Issue) -> None:
         self.error_count += 1
@@ -1212,6 +1274,8 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
     cells_are_strings = fmt is FileFormat.CSV
     fields = _stat_fields(mapping.kind)
     add = state.statistics.add
+    if mapping.kind is DatasetKind.PREFERENCE and state.one_sided is None:
+        state.one_sided = OneSidedChats()
     try:
         for item in items:
             if type(item) is Issue:
@@ -1228,8 +1292,11 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                         state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
                     else:
                         state.error_count += 1  # counted, not kept: skip building the Issue
-            else:
+            elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
                 add(example, fields)
+                state.duplicates.add(example, item.row)
+                if state.one_sided is not None:
+                    state.one_sided.add(example, item.row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 
@@ -1256,12 +1323,18 @@ def validate_file(
     _validate_stream(iter_rows(path, fmt=fmt), mapping=mapping, fmt=fmt, state=state)
     if state.rows == 0 and state.error_count == 0:
         state.report(Issue(code="empty_file", message="the file has no rows; give a file with at least one record"))
+    statistics: dict[str, Any] = {}
+    if state.error_count == 0:
+        statistics = {**state.statistics.to_dict(), "duplicates": state.duplicates.to_dict()}
+        if state.one_sided is not None:
+            statistics["no_assistant_turn"] = state.one_sided.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,
         errors=tuple(state.errors),
-        statistics=state.statistics.to_dict() if state.error_count == 0 else {},
+        statistics=statistics,
         columns=state.columns,
+        row_digests=state.duplicates.digests.tobytes() if state.error_count == 0 else b"",
     )
 
 

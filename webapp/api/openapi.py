@@ -104,7 +104,9 @@ def build_document() -> dict[str, Any]:
                        "kind": {"type": "string", "enum": ["text", "sft", "preference", "prompts"]},
                        "dataset": {"type": "string", "description": "Or an existing dataset's id: a new version."},
                        "file_format": {"type": "string", "enum": ["jsonl", "json", "csv", "parquet"]},
-                       "mapping": {"type": "string", "description": "JSON object: field → column name."}}}}}}
+                       "mapping": {"type": "string", "description": "JSON object: field → column name. Left out of a "
+                                                                   "new version, the last version's is kept (the "
+                                                                   "answer's mapping_inherited_from); {} for none."}}}}}}
     base = "/api/v1/projects/{slug}"
     paths = {
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",

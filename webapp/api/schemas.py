@@ -156,7 +156,10 @@ class DatasetVersionOut(_Answer):
     mapping: dict[str, str] = Field(description="The column mapping the file is read with, field → column; a field "
                                                 "read from a column of its own name is left out.")
     statistics: dict[str, Any] = Field(description="Once ready: character lengths per field (rows, unit, and per "
-                                                   "field count, min, max, mean, p50, p90, p99, histogram); {} before.")
+                                                   "field count, min, max, mean, p50, p90, p99, histogram), exact "
+                                                   "duplicates (duplicates: count, rows as [row, earlier row]) and, "
+                                                   "for preference data, chats with no assistant turn "
+                                                   "(no_assistant_turn: per side, count and rows); {} before.")
     created_at: datetime
     review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
 
@@ -180,6 +183,9 @@ class DatasetList(_Answer):
 class UploadOut(_Answer):
     dataset: DatasetOut
     version: DatasetVersionOut
+    mapping_inherited_from: int | None = Field(
+        description="A new version sent without mapping is read with the last version's: that version's number; "
+                    "null when the upload sent its own mapping, or there was none to keep.")
 
 
 class FinalMetric(_Answer):

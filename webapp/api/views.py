@@ -274,25 +274,35 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
             dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
             kind = request.POST.get("kind")
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
-                raise ValidationError({"kind": f"dataset {dataset.name} is a {dataset.kind} dataset, not {kind}; "
+                raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is a {dataset.kind} dataset, "
+                                               f"not {isolated(kind)}; "
                                                "a new version keeps its dataset's kind (leave kind out)"})
             name = request.POST.get("name")
             if name and dataset_selectors.dataset_named(project=project, name=name) != dataset:  # it was ignored too
                 raise ValidationError({"name": f"dataset {dataset.public_id} is named {isolated(dataset.name)}, "
                                                f"not {isolated(name)}: send name for a new dataset, or dataset (its id) for a new "
                                                "version of one, not both"})
+            # As the web form does, a new version sent without a mapping is read with the last version's: it
+            # usually has the same columns. One sent, even {}, is its own.
+            previous = dataset_selectors.version_list(dataset=dataset).first() if "mapping" not in request.POST else None
+            if previous is not None and previous.column_mapping:
+                arguments["column_mapping"] = previous.column_mapping
+            else:
+                previous = None
             version = dataset_services.dataset_version_create(dataset=dataset, **arguments)
         else:
+            previous = None
             version = dataset_services.dataset_create_with_upload(
                 project=project, name=request.POST.get("name", ""), kind=request.POST.get("kind", ""), **arguments)
-        return f"{version.dataset.public_id} {version.number}"
+        return f"{version.dataset.public_id} {version.number} {previous.number if previous is not None else '-'}"
 
     with _fields_as_sent({"column_mapping": "mapping"}):
         sent = request_send_once(request, create=upload_version)
-    dataset_id, number = sent.result.split()
+    dataset_id, number, *inherited = sent.result.split()  # a replay of one answered before: no third word
     version = dataset_selectors.version_get(dataset=dataset_selectors.dataset_get(project=project, public_id=dataset_id),
                                             number=int(number))
-    return _created({"dataset": _dataset_json(version.dataset), "version": _version_json(version)}, sent)
+    return _created({"dataset": _dataset_json(version.dataset), "version": _version_json(version),
+                     "mapping_inherited_from": int(inherited[0]) if inherited and inherited[0] != "-" else None}, sent)
 
 
 @api_view(("GET", "DELETE"))

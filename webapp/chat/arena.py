@@ -25,6 +25,7 @@ from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
 from webapp.chat.selectors import ModelChoice, distinct_labels
+from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Project
 from webapp.review import selectors as review_selectors
@@ -143,7 +144,8 @@ def arena_export(*, project: Project, user, dataset_name: str):
     with transaction.atomic():
         dataset = dataset_named(project=project, name=dataset_name)
         if dataset is not None and dataset.kind != "preference":
-            raise ValidationError({"dataset_name": f"{dataset_name} is a {dataset.kind} dataset; pick another name"})
+            raise ValidationError({"dataset_name": f"{isolated(dataset_name)} is a {dataset.kind} dataset; pick another "
+                                                   "name"})
         if dataset is None:
             try:
                 dataset = dataset_services.dataset_create(project=project, name=dataset_name, kind="preference",

@@ -75,7 +75,7 @@ def conversation_delete(*, conversation: Conversation) -> None:
     """Delete ``conversation`` with its messages; nothing else refers to a chat conversation. Refused
     (``ValidationError`` on ``delete``) while something still needs it (``selectors.conversation_readers``):
     an answer being written (stop it first), or a battle it is a side of (the arena's record)."""
-    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     if problems := conversation_readers(conversation=conversation):
         raise ValidationError({"delete": problems})
     public_id = conversation.public_id
@@ -207,7 +207,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
     ``ValidationError`` keyed by ``content``, the chat form's field."""
     check_turn_text(content, field="content", what="message")
     chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
-    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     if conversation.messages.filter(status=MessageStatus.STREAMING).exists():
         raise ChatError("an answer is still being written; stop it or wait for it to finish")
     Message.objects.create(conversation=conversation, role=Role.USER, content=content)
@@ -221,7 +221,7 @@ def message_send(*, conversation: Conversation, model: ModelChoice, content: str
 def message_regenerate(*, conversation: Conversation, model: ModelChoice) -> Message:
     """Replace the last answer with a new one (a new seed) for the same conversation."""
     chat_model_lock(project=conversation.project, model=model, doing="as the message was being sent")
-    conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    conversation = Conversation.objects.select_for_update(of=("self",)).get(pk=conversation.pk)
     last = conversation.messages.order_by("-created_at", "-id").first()
     if last is None or last.role != Role.ASSISTANT:
         raise ChatError("there is no answer to regenerate; send a message first")

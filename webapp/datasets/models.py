@@ -100,6 +100,12 @@ class DatasetVersion(models.Model):
         return Path(settings.DATA_ROOT) / self.file_path
 
     @property
+    def row_digests_path(self) -> Path:
+        """Beside the file once it is ready: each row's ``formats.row_digest`` in file order, 8 bytes a row (a
+        launch counts the rows its train and eval versions share with them)."""
+        return self.absolute_path.with_suffix(".rows")
+
+    @property
     def is_settled(self) -> bool:
         """True once validation has finished, either way."""
         return self.status in (VersionStatus.READY, VersionStatus.FAILED)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,11 @@ FOLD_HEAD = 160
 PREVIEW_TEXT_MAX = 10_000
 # Preview pages are read by scanning the file; past this many rows a page would be slow to serve.
 PREVIEW_MAX_ROW = 100_000
+# A launch warns of the training data's exact duplicates from this share of its rows on: a few repeats are
+# common and harmless, many weight those rows over the rest (a file concatenated twice, say).
+DUPLICATE_WARNING_SHARE = 0.01
+# The tasks that learn from both sides of preference rows.
+PREFERENCE_TASKS = ("dpo", "reward")
 
 
 def dataset_list(*, project: Project) -> QuerySet[Dataset]:
@@ -86,7 +92,7 @@ def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
     """Version ``number`` of ``dataset``; 404 when there is none."""
     version = dataset.versions.filter(number=number).select_related("created_by", "dataset").first()
     if version is None:
-        raise Http404(f"{dataset.name} has no version {number}")
+        raise Http404(f"{isolated(dataset.name)} has no version {number}")
     return version
 
 
@@ -334,3 +340,92 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
             "y": histogram["counts"],
         })
     return charts
+
+
+def statistics_notes(statistics: dict[str, Any]) -> list[str]:
+    """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
+    rows, and preference chats with no assistant turn. Nothing for versions validated before they were counted."""
+    notes = []
+    if (duplicates := statistics.get("duplicates")) is not None:
+        count = duplicates.get("count") or 0
+        repeats = ", ".join(f"row {row} = row {first}" for row, first in duplicates.get("rows") or [])
+        notes.append(f"{count:,} row{'s' if count != 1 else ''} repeat{'s' if count == 1 else ''} an earlier row "
+                     f"exactly ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''})." if count
+                     else "No row repeats another exactly.")
+    for side, found in sorted(((statistics.get("no_assistant_turn") or {}).items())):
+        if count := found.get("count"):
+            notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "
+                         f"{'have' if count != 1 else 'has'} a {side} chat with no assistant turn: dpo and reward "
+                         "runs learn nothing from that side (review campaigns ask for its answer).")
+    return notes
+
+
+def _rows_named(rows: list[int], count: int) -> str:
+    """``rows 3, 7, 9`` (``…`` after them when ``count`` is more than they are)."""
+    named = ", ".join(str(row) for row in rows)
+    return f"row{'s' if count > 1 else ''} {named}{', …' if count > len(rows) else ''}"
+
+
+def _row_digests(version: DatasetVersion) -> array | None:
+    """The row digests written beside a ready version's file, or None (a version validated before they were)."""
+    try:
+        digests = array("Q")
+        digests.frombytes(version.row_digests_path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return digests
+
+
+def _one_sided_warning(key: str, version: DatasetVersion, task: str) -> str | None:
+    sides = (version.statistics or {}).get("no_assistant_turn") or {}
+    found = [(side, sides[side]) for side in ("chosen", "rejected") if (sides.get(side) or {}).get("count")]
+    if not found:
+        return None
+    parts = "; ".join(f"{found_side['count']:,} whose {side} side does ({_rows_named(found_side['rows'], found_side['count'])})"
+                      for side, found_side in found)
+    return (f"{key}: rows of {isolated(str(version))} end with no assistant turn — {parts}: {task} learns nothing "
+            "from a side without the assistant's answer; add the answer to those chats, or leave the rows out (rows "
+            "without one are meant as a review campaign's prompts)")
+
+
+def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
+    duplicates = (version.statistics or {}).get("duplicates") or {}
+    count, rows = duplicates.get("count") or 0, version.row_count or 0
+    if not count or count < DUPLICATE_WARNING_SHARE * rows:
+        return None
+    repeats = ", ".join(f"row {row} = row {first}" for row, first in duplicates.get("rows") or [])
+    return (f"{key}: {count:,} of the {rows:,} rows of {isolated(str(version))} repeat earlier rows exactly "
+            f"({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''}), so the run weights those rows "
+            "over the rest; remove the repeats unless that is meant")
+
+
+def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str | None:
+    train_digests, eval_digests = _row_digests(train), _row_digests(evaluation)
+    if not train_digests or not eval_digests:
+        return None
+    shared = set(eval_digests).intersection(train_digests)
+    if not shared:
+        return None
+    rows = [index + 1 for index, digest in enumerate(eval_digests) if digest in shared]
+    return (f"data.eval: {len(rows):,} of the {len(eval_digests):,} rows of {isolated(str(evaluation))} are also in "
+            f"data.train's {isolated(str(train))} ({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so "
+            "evaluation scores rows the run trains on; take them out of one of the two")
+
+
+def launch_warnings(*, task: str, train: DatasetVersion | None, evaluation: DatasetVersion | None) -> list[str]:
+    """What a run of ``task`` on ``train`` (``data.train``) and ``evaluation`` (``data.eval``) should be told of
+    its data, from what validation found (``formats.validate_file``'s statistics and row digests): preference
+    rows with a side that has no assistant turn (dpo and reward learn nothing from it), many exact duplicates in
+    the training rows, and rows the evaluation data shares with it. Versions validated before these were
+    counted say nothing."""
+    warnings = []
+    if task in PREFERENCE_TASKS:
+        for key, version in (("data.train", train), ("data.eval", evaluation)):
+            if version is not None and (warning := _one_sided_warning(key, version, task)):
+                warnings.append(warning)
+    if train is not None and (warning := _duplicates_warning("data.train", train)):
+        warnings.append(warning)
+    if train is not None and evaluation is not None and train.pk != evaluation.pk:
+        if warning := _overlap_warning(train, evaluation):
+            warnings.append(warning)
+    return warnings

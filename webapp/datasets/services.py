@@ -225,9 +225,12 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     version.statistics = report.statistics
     version.validated_at = timezone.now()
     version.status = VersionStatus.READY if report.ok else VersionStatus.FAILED
-    if not report.ok:
+    if report.ok:
+        version.row_digests_path.write_bytes(report.row_digests)
+    else:
         version.absolute_path.unlink(missing_ok=True)
     if not _save_unless_deleted(version, ["row_count", "error_count", "errors", "statistics", "validated_at", "status"]):
+        version.row_digests_path.unlink(missing_ok=True)
         return None
     logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
                 report.row_count, report.error_count)
@@ -262,14 +265,16 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     if version is None or base_model is None:  # deleted since the count was asked for
         return None
     result: dict[str, Any] = {"base_model": base_model.name, "tokenizer": base_model.tokenizer_type}
+    rows, doing = 0, "loading the tokenizer"
     try:
         tokenizer = load_tokenizer(base_model.path)
+        doing = "reading row 1"
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
         lengths: dict[str, Counter] = {}
-        rows = 0
         for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
             total = 0
             for field_name in formats.KIND_FIELDS[mapping.kind]:
+                doing = f"row {rows + 1}, field {field_name}"
                 value = example.get(field_name)
                 if value is None:
                     continue
@@ -279,12 +284,18 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
                 total += count
             lengths.setdefault("total", Counter())[total] += 1
             rows += 1
+            doing = f"reading row {rows + 1}"
             if rows >= TOKEN_STATISTICS_MAX_ROWS:
                 break
     # A chat template that raises on a row (Gemma's on a system turn) is the model's to fix, as a broken
     # tokenizer is; uncaught, it left the statistics 'computing'.
     except (TokenizerError, ChatTemplateError, formats.DatasetFormatError, OSError) as error:
         result.update(status="failed", error=str(error))
+    # Anything else (a template's own bug, a tokenizer library's) is recorded too: uncaught, it ended the task
+    # and left the statistics 'computing' for ever, with nothing on the page to say why.
+    except Exception as error:
+        logger.exception("token statistics of %s with %s failed", version.public_id, base_model.name)
+        result.update(status="failed", error=f"{doing}: {type(error).__name__}: {error}")
     else:
         result.update(
             status="ready",
@@ -315,12 +326,14 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
     """Delete ``version`` and, once committed, its file. Refused (``ValidationError`` on ``delete``) while
     work still reads it. Runs trained on it keep their history and name it as deleted
     (``Run.deleted_references``); review campaigns and exports keep their copies of its rows."""
-    version = DatasetVersion.objects.select_for_update().select_related("dataset").get(pk=version.pk)
+    # Joined to the dataset for the names its refusals show; the lock is the version's only, so that an upload
+    # of another version (which takes its number under the dataset's lock) need not wait for this one.
+    version = DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset").get(pk=version.pk)
     if problems := version_readers(versions=[version]):
         raise ValidationError({"delete": problems})
-    path = version.absolute_path
+    paths = [version.absolute_path, version.row_digests_path]
     version.delete()
-    transaction.on_commit(lambda: path.unlink(missing_ok=True))
+    transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[]))
     logger.info("dataset version %s (%s) deleted", version.public_id, version)
 
 
@@ -329,13 +342,14 @@ def dataset_delete(*, dataset: Dataset) -> None:
     """Delete ``dataset`` with every version and, once committed, their files; refused as
     ``dataset_version_delete`` is while work still reads one of them. Its name is free again."""
     dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
-    versions = list(DatasetVersion.objects.select_for_update().select_related("dataset").filter(dataset=dataset))
+    versions = list(DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset")
+                    .filter(dataset=dataset))
     if problems := version_readers(versions=versions):
         raise ValidationError({"delete": problems})
-    paths = [version.absolute_path for version in versions]
+    paths = [path for version in versions for path in (version.absolute_path, version.row_digests_path)]
     dataset.delete()
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[dataset.public_id]))
-    logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(paths))
+    logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(versions))
 
 
 def dataset_folder(public_id: str) -> Path:

@@ -201,6 +201,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             # the page says so rather than showing another page as if it were the one asked for.
             page_not_found=asked if asked and whole_number(asked) != preview.page else None,
             charts=selectors.histograms(version.statistics),
+            statistics_notes=selectors.statistics_notes(version.statistics),
             token_charts=selectors.histograms(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
         )

@@ -176,7 +176,8 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     project = Project.objects.select_for_update().get(pk=project.pk)
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})
-    version_files = [version.absolute_path for version in DatasetVersion.objects.filter(dataset__project=project)]
+    version_files = [path for version in DatasetVersion.objects.filter(dataset__project=project)
+                     for path in (version.absolute_path, version.row_digests_path)]
     dataset_ids = list(project.datasets.values_list("public_id", flat=True))
     run_ids = list(project.runs.values_list("public_id", flat=True))
     base_models = list(project.base_models.all())

@@ -44,6 +44,7 @@ from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
+from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
@@ -597,10 +598,13 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
 
 
 def plan_warnings(plan: RunPlan) -> list[str]:
-    """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``."""
-    train = next((version for version in plan.dataset_versions
-                  if version.public_id == plan.spec["data"]["train"]), None)
-    return spec_warnings(plan.job, train_rows=train.row_count if train is not None else None)
+    """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``, then what
+    its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``)."""
+    data = plan.spec["data"]
+    versions = {version.public_id: version for version in plan.dataset_versions}
+    train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
+    return [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
+            *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
 
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:

@@ -959,3 +959,33 @@ def test_a_tab_separated_file_is_told_to_use_commas():
         detect_format("rows.tsv")
     assert str(raised.value) == ("'rows.tsv' is separated by tabs, which Temper does not read: export it again as CSV "
                                  "(separated by commas) or as JSON Lines")
+
+
+def test_exact_duplicates_are_counted_after_the_column_mapping(tmp_path):
+    """Rows equal once mapped (the key order aside) are duplicates; each row's digest is kept in file order."""
+    mapping = ColumnMapping(kind=DatasetKind.SFT, columns={"prompt": "q", "completion": "a"})
+    path = write_jsonl(tmp_path / "d.jsonl", [{"q": "1", "a": "x"}, {"q": "2", "a": "x"}, {"a": "x", "q": "1"},
+                                              {"q": "1", "a": "y"}, {"q": "1", "a": "x"}])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=mapping)
+    assert report.ok and report.statistics["duplicates"] == {"count": 2, "rows": [[3, 1], [5, 1]]}
+    digests = [int.from_bytes(report.row_digests[start:start + 8], sys.byteorder) for start in range(0, 40, 8)]
+    assert digests[0] == digests[2] == digests[4] == formats.row_digest({"prompt": "1", "completion": "x"})
+    assert len(set(digests)) == 3
+    assert "no_assistant_turn" not in report.statistics  # a preference file's count only
+
+
+def test_preference_chats_with_no_assistant_turn_are_counted_per_side(tmp_path):
+    user_only = [{"role": "user", "content": "hi"}]
+    answered = [*user_only, {"role": "assistant", "content": "hello"}]
+    path = write_jsonl(tmp_path / "p.jsonl", [{"chosen": answered, "rejected": user_only},
+                                              {"prompt": "p", "chosen": "a", "rejected": "b"},
+                                              {"chosen": user_only, "rejected": user_only}])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=DatasetKind.PREFERENCE))
+    assert report.ok and report.statistics["no_assistant_turn"] == {"chosen": {"count": 1, "rows": [3]},
+                                                                    "rejected": {"count": 2, "rows": [1, 3]}}
+
+
+def test_a_failed_file_keeps_no_duplicate_counts_or_digests(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "1", "completion": "x"}, {"prompt": "1"}])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert not report.ok and report.statistics == {} and report.row_digests == b""

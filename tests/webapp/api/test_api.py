@@ -110,8 +110,24 @@ def test_a_refused_upload_leaves_nothing_and_says_why(world):
     status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": created["dataset"]["id"], "kind": "sft"},
                           "s.jsonl", rows)
     assert status == 400 and body["errors"]["kind"] == [
-        "dataset notes is a text dataset, not sft; a new version keeps its dataset's kind (leave kind out)"]
+        "dataset \u2068notes\u2069 is a text dataset, not \u2068sft\u2069; a new version keeps its dataset's kind "
+        "(leave kind out)"]
     assert Dataset.objects.get(name="notes").versions.count() == 1
+
+
+def test_a_right_to_left_dataset_name_is_isolated_in_refusals(world):
+    """QA: the kind-mismatch message and the 404 of a missing version put the dataset's name into the sentence
+    as it is, so a right-to-left name took the words after it into its run."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, created = api.upload("/api/v1/projects/alpha/datasets/", {"name": "ملاحظات", "kind": "text"}, "t.jsonl",
+                                  b'{"text": "x"}\n')
+    dataset_id = created["dataset"]["id"]
+    status, body = api.upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "kind": "sft"}, "s.jsonl",
+                              b'{"prompt": "a", "completion": "b"}\n')
+    assert status == 400 and body["errors"]["kind"][0].startswith("dataset \u2068ملاحظات\u2069 is a text dataset")
+    status, body = api.call("GET", f"/api/v1/projects/alpha/datasets/{dataset_id}/versions/7/")
+    assert status == 404 and "\u2068ملاحظات\u2069 has no version 7" in json.dumps(body, ensure_ascii=False)
 
 
 def test_a_new_version_refuses_a_name_other_than_its_datasets(world):
@@ -153,6 +169,27 @@ def test_a_version_shows_its_column_mapping_and_statistics(world):
     assert status == 200 and version["status"] == "ready"
     assert version["statistics"]["rows"] == 2 and version["statistics"]["unit"] == "characters"
     assert version["statistics"]["fields"]["completion"]["max"] == 5
+
+
+def test_a_new_version_sent_without_a_mapping_keeps_the_last_versions(world):
+    """QA: a new version sent through the API without ``mapping`` was read with none, where the web form starts
+    from the last version's: a file of the same columns failed with "no column 'prompt'" on every row."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    rows = b'{"question": "2+2?", "answer": "4"}\n'
+    mapping = {"prompt": "question", "completion": "answer"}
+    _status, first = upload("/api/v1/projects/alpha/datasets/", {"name": "qa", "kind": "sft",
+                                                                 "mapping": json.dumps(mapping)}, "qa.jsonl", rows)
+    assert first["mapping_inherited_from"] is None
+    dataset_id = first["dataset"]["id"]
+    status, second = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id}, "qa2.jsonl", rows)
+    assert status == 201 and second["version"]["mapping"] == mapping and second["mapping_inherited_from"] == 1
+    # A mapping sent, even an empty one, is the version's own.
+    status, third = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id, "mapping": "{}"}, "qa3.jsonl",
+                           b'{"prompt": "2+2?", "completion": "4"}\n')
+    assert status == 201 and third["version"]["mapping"] == {} and third["mapping_inherited_from"] is None
+    status, version = apis["viewer"].call("GET", f"/api/v1/projects/alpha/datasets/{dataset_id}/versions/2/")
+    assert status == 200 and version["mapping"] == mapping
 
 
 def test_a_ready_version_s_file_downloads_as_uploaded(world):

@@ -8,6 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from jaxengine.tokenizer import load_tokenizer
 from tests.factories import build_bpe_tokenizer_dir
 from webapp.basemodels.models import BaseModel
+from webapp.core.bidi import isolated
 from webapp.datasets import selectors, services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 
@@ -262,3 +263,108 @@ def test_token_statistics_report_a_chat_template_that_refuses_a_row(team, tmp_pa
     version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
     assert version.token_statistics["status"] == "failed"
     assert "System role not supported" in version.token_statistics["error"]
+
+
+def test_token_statistics_record_an_unexpected_error_instead_of_computing_for_ever(team, tmp_path, client):
+    """QA: only the listed errors were caught; any other (here a chat template dividing by zero) ended the
+    worker's task and left the statistics 'computing', the page counting for ever with no error shown."""
+    model_dir = build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen",
+                                        chat_template="{{ 1 // (messages | length - 2) }}")
+    base_model = BaseModel.objects.create(
+        project=team.project, name="divides", path=str(model_dir), architecture="LlamaForCausalLM",
+        parameter_count=1, tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+    exchange = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    content = (json.dumps({"messages": exchange * 2}).encode() + b"\n"
+               + json.dumps({"messages": exchange}).encode() + b"\n")  # two turns: the template divides by 0
+    version = services.dataset_version_validate(version_id=create(team, content=content).pk)
+    services.token_statistics_request(version=version, base_model=base_model)
+    version = services.token_statistics_compute(version_id=version.pk, base_model_id=base_model.pk)
+    version.refresh_from_db()
+    assert version.token_statistics["status"] == "failed"
+    assert version.token_statistics["error"].startswith("row 2, field messages: ZeroDivisionError: ")
+    client.force_login(team.owner)
+    page = client.get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/{version.number}/").content.decode()
+    assert "failed: row 2, field messages: ZeroDivisionError" in page and "Try again</button>" in page
+
+
+def ready(team, *, name, kind, rows):
+    """A version of ``rows`` uploaded and validated as the worker does it."""
+    content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    return services.dataset_version_validate(version_id=create(team, name=name, kind=kind, content=content).pk)
+
+
+def launch_warnings(team, *, task, train, evaluation=None):
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    data = {"train": train.public_id, **({"eval": evaluation.public_id} if evaluation is not None else {})}
+    model = BaseModel.objects.filter(project=team.project).first() or make_base_model(team.project)
+    spec = {"task": task, "model": model.public_id, "data": data, "train": {"max_steps": 2}}
+    return run_services.launch_check(project=team.project, spec=spec, axes=[])
+
+
+def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_warned_of_at_launch(team, client):
+    """QA: such rows are valid (a review campaign's prompts), but a DPO or reward run picked them and silently
+    learned nothing from that side."""
+    def chat(*roles):
+        return [{"role": role, "content": f"{role} says"} for role in roles]
+
+    rows = [{"chosen": chat("user", "assistant"), "rejected": chat("user", "assistant")} for _ in range(3)]
+    rows[1] = {"chosen": chat("user"), "rejected": chat("user", "assistant")}
+    rows[2] = {"chosen": chat("user"), "rejected": chat("system", "user")}
+    version = ready(team, name="pairs", kind="preference", rows=rows)
+    assert version.status == VersionStatus.READY
+    assert version.statistics["no_assistant_turn"] == {"chosen": {"count": 2, "rows": [2, 3]},
+                                                       "rejected": {"count": 1, "rows": [3]}}
+    page = version_page(team, client, version)
+    assert "2 rows (rows 2, 3) have a chosen chat with no assistant turn: dpo and reward runs learn" in page
+    assert "1 row (row 3) has a rejected chat with no assistant turn" in page
+    assert launch_warnings(team, task="dpo", train=version) == [
+        f"data.train: rows of {isolated('pairs v1')} end with no assistant turn — 2 whose chosen side does (rows 2, "
+        "3); 1 whose rejected side does (row 3): dpo learns nothing from a side without the assistant's answer; add "
+        "the answer to those chats, or leave the rows out (rows without one are meant as a review campaign's "
+        "prompts)"]
+    whole = ready(team, name="whole", kind="preference", rows=rows[:1])
+    assert launch_warnings(team, task="reward", train=whole, evaluation=version)[0].startswith(
+        f"data.eval: rows of {isolated('pairs v1')} end with no assistant turn")
+    assert launch_warnings(team, task="dpo", train=whole) == []
+
+
+def version_page(team, client, version) -> str:
+    client.force_login(team.owner)
+    return client.get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/{version.number}/").content.decode()
+
+
+def test_duplicate_rows_are_counted_and_many_are_warned_of_at_launch(team, client):
+    """QA: exact duplicates went unseen: not counted, not shown, not warned of."""
+    rows = [{"prompt": f"q{index}", "completion": "a"} for index in range(6)]
+    version = ready(team, name="chats", kind="sft", rows=[*rows, rows[1], rows[4], rows[1]])
+    assert version.statistics["duplicates"] == {"count": 3, "rows": [[7, 2], [8, 5], [9, 2]]}
+    assert ("3 rows repeat an earlier row exactly (row 7 = row 2, row 8 = row 5, row 9 = row 2)."
+            in version_page(team, client, version))
+    assert launch_warnings(team, task="sft", train=version) == [
+        f"data.train: 3 of the 9 rows of {isolated('chats v1')} repeat earlier rows exactly (row 7 = row 2, row 8 = "
+        "row 5, row 9 = row 2), so the run weights those rows over the rest; remove the repeats unless that is "
+        "meant"]
+    # One repeat in more than a hundred rows is common and harmless: not said.
+    many = ready(team, name="many", kind="sft", rows=[*({"prompt": f"q{i}", "completion": "a"} for i in range(150)),
+                                                      {"prompt": "q0", "completion": "a"}])
+    assert many.statistics["duplicates"]["count"] == 1
+    assert launch_warnings(team, task="sft", train=many) == []
+
+
+def test_rows_that_eval_shares_with_train_are_warned_of_at_launch(team, django_capture_on_commit_callbacks):
+    train = ready(team, name="train", kind="sft", rows=[{"prompt": f"q{i}", "completion": "a"} for i in range(5)])
+    held_out = ready(team, name="held", kind="sft", rows=[{"prompt": "new", "completion": "a"},
+                                                          {"prompt": "q3", "completion": "a"},
+                                                          {"prompt": "other", "completion": "a"},
+                                                          {"prompt": "q0", "completion": "a"}])
+    assert launch_warnings(team, task="sft", train=train, evaluation=held_out) == [
+        f"data.eval: 2 of the 4 rows of {isolated('held v1')} are also in data.train's {isolated('train v1')} (rows "
+        "2, 4), so evaluation scores rows the run trains on; take them out of one of the two"]
+    # The digests go with the version's file.
+    digests = held_out.row_digests_path
+    assert digests.is_file()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.dataset_version_delete(version=held_out)
+    assert not digests.exists()

@@ -322,18 +322,20 @@ class TestVersionPage:
         long_text = "word " * 200
         version = make_version(team, content=('{"prompt": "p", "completion": "%s"}\n' % long_text).encode())
         body = client_for(team.owner).get(version_url(version)).content.decode()
-        assert '<details class="fold">' in body and "1000 characters" in body
+        assert '<details class="fold">' in body and "1,000 characters" in body
 
     def test_it_cuts_a_huge_text_in_the_preview(self, team, client_for):
-        """A row of 3 MB was sent whole inside its fold: a 70 MB line made a 73 MB page."""
+        """A row of 3 MB was sent whole inside its fold: a 70 MB line made a 73 MB page. Its length reads with
+        thousands separators (QA: "3000000 characters")."""
         huge = "x" * 3_000_000
         content = ('{"prompt": "p", "completion": "%s"}\n{"messages": [{"role": "user", "content": "%s"}, '
                    '{"role": "assistant", "content": "a"}]}\n' % (huge, huge)).encode()
         response = client_for(team.owner).get(version_url(make_version(team, content=content)))
         body = response.content.decode()
         assert len(body) < 200_000
-        assert body.count('<span class="more">3000000 characters</span>') == 2
-        assert body.count("The preview shows the first 10000 of 3000000 characters; download the file for the rest.") == 2
+        assert body.count('<span class="more">3,000,000 characters</span>') == 2
+        assert body.count("The preview shows the first 10,000 of 3,000,000 characters; download the file for the "
+                          "rest.") == 2
 
     def test_it_pages_the_preview(self, team, client_for):
         rows = b"".join(b'{"prompt": "p%d", "completion": "c"}\n' % i for i in range(1, 46))
