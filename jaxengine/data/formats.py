@@ -43,6 +43,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 ROLES = frozenset({"system", "user", "assistant"})
@@ -1202,24 +1203,31 @@ def row_digest(example: Mapping[str, Any]) -> int:
 @dataclass
 class DuplicateRows:
     """Exact duplicates among a file's rows (by ``row_digest``), each against the first row that had it;
-    ``digests`` keeps every row's, in file order."""
+    ``digests`` keeps every row's, in file order.
 
-    first_row: dict[int, int] = field(default_factory=dict)
+    Only the digests and row numbers are kept while the file streams (16 bytes a row, in two flat arrays): a
+    dictionary from digest to first row took about 100 bytes a row, gigabytes for the tens of millions of short
+    rows an upload at the size limit can hold. ``to_dict`` finds the repeats once, by a stable sort."""
+
     digests: array = field(default_factory=lambda: array("Q"))
-    count: int = 0
-    shown: list[list[int]] = field(default_factory=list)  # [row, the earlier row it repeats]
+    rows: array = field(default_factory=lambda: array("Q"))
 
     def add(self, example: Mapping[str, Any], row: int) -> None:
-        digest = row_digest(example)
-        self.digests.append(digest)
-        first = self.first_row.setdefault(digest, row)
-        if first != row:
-            self.count += 1
-            if len(self.shown) < ROWS_SHOWN:
-                self.shown.append([row, first])
+        self.digests.append(row_digest(example))
+        self.rows.append(row)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "rows": self.shown}
+        digests = np.frombuffer(self.digests, dtype=np.uint64) if self.digests else np.zeros(0, np.uint64)
+        order = np.argsort(digests, kind="stable")  # equal digests stay in file order: each group's first is first
+        in_order = digests[order]
+        repeat = np.zeros(len(order), dtype=bool)
+        repeat[1:] = in_order[1:] == in_order[:-1]
+        group_start = np.maximum.accumulate(np.where(repeat, 0, np.arange(len(order))))
+        repeats, firsts = order[repeat], order[group_start[repeat]]
+        shown = np.argsort(repeats, kind="stable")[:ROWS_SHOWN]  # the earliest repeats in the file
+        rows = np.frombuffer(self.rows, dtype=np.uint64) if self.rows else np.zeros(0, np.uint64)
+        return {"count": int(repeat.sum()),
+                "rows": [[int(rows[repeats[i]]), int(rows[firsts[i]])] for i in shown]}
 
 
 def _has_assistant_turn(chat: list) -> bool:

@@ -989,3 +989,21 @@ def test_a_failed_file_keeps_no_duplicate_counts_or_digests(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "1", "completion": "x"}, {"prompt": "1"}])
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
     assert not report.ok and report.statistics == {} and report.row_digests == b""
+
+
+def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
+    """The stable-sort count (16 bytes a row kept) against the plain reading of the rule: a row is a repeat when
+    an earlier row had its digest, named against the first that did; the earliest repeats are shown."""
+    import random
+
+    rng = random.Random(7)
+    found = formats.DuplicateRows()
+    first_row, repeats = {}, []
+    for row in range(1, 3001):
+        example = {"prompt": str(rng.randrange(400)), "completion": "x"}
+        found.add(example, row * 2)  # row numbers need not be positions (a JSONL file's blank lines)
+        first = first_row.setdefault(formats.row_digest(example), row * 2)
+        if first != row * 2:
+            repeats.append([row * 2, first])
+    assert found.to_dict() == {"count": len(repeats), "rows": repeats[:formats.ROWS_SHOWN]}
+    assert formats.DuplicateRows().to_dict() == {"count": 0, "rows": []}
