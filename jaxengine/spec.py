@@ -303,6 +303,10 @@ class GrpoSpec(_Section):
 
     @model_validator(mode="after")
     def _distinct_reward_names(self) -> GrpoSpec:
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high: {self.epsilon_high:g} is below grpo.epsilon {self.epsilon:g}; give "
+                             "epsilon_high at least epsilon (equal: the symmetric PPO clip, larger: DAPO's "
+                             "clip-higher), or lower epsilon")
         if not self.rewards:
             raise ValueError("rewards: give at least one reward function, e.g. {name: exact_match}")
         _check_reward_names(self.rewards, self.eval_metrics)
