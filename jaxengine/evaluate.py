@@ -48,8 +48,15 @@ def score_exact_match(texts: Sequence[str], rows: Sequence[dict], *, by: str | N
 
 def answers_match(texts: Sequence[str], rows: Sequence[dict]) -> list[bool]:
     """Whether each completion is its row's ``answer``, compared by the ``exact_match`` reward on the whole
-    text: NFKC, whitespace collapsed, numbers canonical ("1,000" is "1000"); a blank completion is no answer."""
-    return [score == 1.0 for score in rewards.exact_match(texts, rows, extract="full")]
+    text: NFKC, whitespace collapsed, numbers canonical ("1,000" is "1000"); a blank completion is no answer,
+    and a blank reference is matched by none (the reward refuses one: an RL run cannot learn from it)."""
+    answerable = [index for index, row in enumerate(rows) if str(row["answer"]).strip()]
+    scores = rewards.exact_match([texts[index] for index in answerable], [rows[index] for index in answerable],
+                                 extract="full")
+    matches = [False] * len(rows)
+    for index, score in zip(answerable, scores, strict=True):
+        matches[index] = score == 1.0
+    return matches
 
 
 def mean_by(values: Sequence[float], keys: Sequence[str]) -> dict[str, dict[str, float | int]]:

@@ -416,21 +416,41 @@ def sample_answer(terms: Sequence[WeightedReward], row: Mapping[str, Any]) -> di
     return {} if answer is None else {"answer": answer}
 
 
+class AllMaskedCount:
+    """Part of GRPO's and PPO's guards: a reason to stop once, under ``<section>.mask_truncated``, every
+    completion was truncated (``completions/clipped_ratio`` 1, so none is in the loss) for ``patience``
+    steps in a row. A policy that never trains never learns to finish sooner: waiting longer changes nothing."""
+
+    def __init__(self, *, section: str, patience: int, mask_truncated: bool):
+        self.section = section
+        self.patience = patience
+        self.mask_truncated = mask_truncated
+        self.steps = 0
+
+    def __call__(self, record: Mapping[str, float]) -> str | None:
+        all_masked = self.mask_truncated and record["completions/clipped_ratio"] >= 1.0
+        self.steps = self.steps + 1 if all_masked else 0
+        if self.steps < self.patience:
+            return None
+        return (f"every completion hit {self.section}.max_new_tokens for {self.steps} steps, and "
+                f"{self.section}.mask_truncated leaves such completions out of the loss, so nothing trained. Raise "
+                f"{self.section}.max_new_tokens, or set {self.section}.mask_truncated to false")
+
+
 class GrpoGuard:
     """The trainer's ``guard`` for GRPO: a reason to stop when the run cannot learn or drifts too far.
 
     Stops when ``frac_reward_zero_std`` has been 1.0 for ``zero_std_patience`` steps in a row (no group
     had any reward variance, so every advantage was zero), when under ``mask_truncated`` every completion
-    was truncated (all left out of the loss) as many steps in a row, or when ``kl`` exceeds ``max_kl``.
-    (A NaN loss is the trainer's own stop.) The counts start again when a run is resumed.
+    was truncated (all left out of the loss) as many steps in a row (``AllMaskedCount``), or when ``kl``
+    exceeds ``max_kl``. (A NaN loss is the trainer's own stop.) The counts start again when a run is resumed.
     """
 
     def __init__(self, *, zero_std_patience: int, max_kl: float | None, mask_truncated: bool):
         self.zero_std_patience = zero_std_patience
         self.max_kl = max_kl
-        self.mask_truncated = mask_truncated
         self.zero_std_steps = 0
-        self.all_masked_steps = 0
+        self.all_masked = AllMaskedCount(section="grpo", patience=zero_std_patience, mask_truncated=mask_truncated)
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
         self.zero_std_steps = self.zero_std_steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
@@ -438,13 +458,8 @@ class GrpoGuard:
             return (f"frac_reward_zero_std has been 1.0 for {self.zero_std_steps} steps: every prompt's completions "
                     "got equal rewards, so there is no learning signal. Check the reward functions against the "
                     "completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations")
-        all_masked = self.mask_truncated and record["completions/clipped_ratio"] >= 1.0
-        self.all_masked_steps = self.all_masked_steps + 1 if all_masked else 0
-        if self.all_masked_steps >= self.zero_std_patience:
-            # A policy that never trains never learns to finish sooner: waiting longer changes nothing.
-            return (f"every completion hit grpo.max_new_tokens for {self.all_masked_steps} steps, and "
-                    "grpo.mask_truncated leaves such completions out of the loss, so nothing trained. Raise "
-                    "grpo.max_new_tokens, or set grpo.mask_truncated to false")
+        if reason := self.all_masked(record):
+            return reason
         if self.max_kl is not None and record["kl"] > self.max_kl:
             return (f"kl {record['kl']:.4g} exceeds grpo.max_kl {self.max_kl:g}: the policy drifted too far from "
                     "the reference. Raise grpo.beta or lower optim.learning_rate")

@@ -260,13 +260,18 @@ class PpoRollouts(grpo.BlockRollouts):
 
 
 class PpoGuard:
-    """The trainer's ``guard`` for PPO: stops when ``objective/kl`` exceeds ``max_kl`` (a NaN loss is the
-    trainer's own stop)."""
+    """The trainer's ``guard`` for PPO: stops when under ``mask_truncated`` every completion was truncated
+    for ``truncated_patience`` steps in a row (``grpo.AllMaskedCount``, as GRPO's guard), or when
+    ``objective/kl`` exceeds ``max_kl`` (a NaN loss is the trainer's own stop)."""
 
-    def __init__(self, *, max_kl: float | None):
+    def __init__(self, *, max_kl: float | None, truncated_patience: int, mask_truncated: bool):
         self.max_kl = max_kl
+        self.all_masked = grpo.AllMaskedCount(section="ppo", patience=truncated_patience,
+                                              mask_truncated=mask_truncated)
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
+        if reason := self.all_masked(record):
+            return reason
         if self.max_kl is not None and record["objective/kl"] > self.max_kl:
             return (f"objective/kl {record['objective/kl']:.4g} exceeds ppo.max_kl {self.max_kl:g}: the policy "
                     "drifted too far from the reference. Raise ppo.kl_coef or lower optim.learning_rate")
@@ -312,7 +317,7 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
         def eval_hook(model: PolicyWithValueHead, step: int) -> dict[str, float]:
             return policy_hook(model.backbone, step)
 
+    guard = PpoGuard(max_kl=ppo.max_kl, truncated_patience=ppo.truncated_patience, mask_truncated=ppo.mask_truncated)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
-                      trainable=job_model.trainable, eval_hook=eval_hook, guard=PpoGuard(max_kl=ppo.max_kl),
-                      placement=placement)
+                      trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
     return trainer, prompts.counts

@@ -161,6 +161,10 @@ def _check_extraction(extract: str, pattern: str | None, group: int) -> None:
     """The arguments of ``extract_answer``, checked before any completion is read, so that a spec
     with ``extract: regex`` and no (or a broken) ``pattern``, or a ``group`` the pattern lacks, fails at
     launch, not at the first rollout (or the first completion the pattern matches)."""
+    if pattern is not None and extract != "regex":
+        # Only regex extraction reads a pattern: with another the reward scored as if none were given.
+        raise RewardArgumentError("pattern", f"pattern is read only with extract: regex (extract is {extract!r}); "
+                                             "set extract to regex, or remove pattern")
     if extract == "regex":
         if pattern is None:
             raise RewardArgumentError("pattern", "extract 'regex' needs a pattern (a regular expression)")
@@ -246,6 +250,15 @@ def _reference(row: Mapping[str, object], column: str, index: int) -> str:
     return str(row[column])
 
 
+def _nonempty_reference(row: Mapping[str, object], column: str, index: int) -> str:
+    """The row's reference, which a text comparison needs to hold something: no completion's answer equals
+    a blank one, so such a row would score 0 whatever the model wrote."""
+    reference = _reference(row, column, index)
+    if not reference.strip():
+        raise ValueError(f"sample {index}: reference {column}={reference!r} is empty, so no completion can match it")
+    return reference
+
+
 # --------------------------------------------------------------------------------------------
 # Reward functions
 
@@ -259,11 +272,12 @@ def exact_match(completions: Sequence[str], references: Sequence[Mapping[str, ob
     _check_extraction(extract, pattern, group)
     scores = []
     for index, (text, row) in enumerate(zip(completions, references, strict=True)):
+        want = normalize_answer(_nonempty_reference(row, answer_column, index))
         found = extract_answer(text, extract=extract, pattern=pattern, group=group)
         if found is None:
             scores.append(0.0)
             continue
-        got, want = normalize_answer(found), normalize_answer(_reference(row, answer_column, index))
+        got = normalize_answer(found)
         if not case_sensitive:
             got, want = got.casefold(), want.casefold()
         scores.append(float(got == want))
@@ -416,6 +430,9 @@ def reward_model(completions: Sequence[str], references: Sequence[Mapping[str, o
                  model: str, max_seq_len: int = 512, batch_size: int = 16) -> list[float]:
     """The score of a reward model trained with ``task: reward`` (``model``: its run directory or its
     ``export/``) for each row's ``prompt`` followed by the completion."""
+    for argument, value in (("max_seq_len", max_seq_len), ("batch_size", batch_size)):
+        if value < 1:
+            raise RewardArgumentError(argument, f"{argument} must be at least 1, got {value}")
     if not completions:
         return []
     # jax only here: the spec (imported by the web process) checks arguments by scoring nothing.

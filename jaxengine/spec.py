@@ -303,6 +303,10 @@ class GrpoSpec(_Section):
 
     @model_validator(mode="after")
     def _distinct_reward_names(self) -> GrpoSpec:
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high: {self.epsilon_high:g} is below grpo.epsilon {self.epsilon:g}; give "
+                             "epsilon_high at least epsilon (equal: the symmetric PPO clip, larger: DAPO's "
+                             "clip-higher), or lower epsilon")
         if not self.rewards:
             raise ValueError("rewards: give at least one reward function, e.g. {name: exact_match}")
         _check_reward_names(self.rewards, self.eval_metrics)
@@ -333,6 +337,8 @@ class PpoSpec(_Section):
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
                                 "when rewarding with a reward model.", **_LIST)
+    truncated_patience: int = Field(default=20, ge=1, description="With mask_truncated: stop when every "
+                                    "completion was truncated (none in the loss) this many steps in a row.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's objective/kl (per completion) "
                                  "exceeds this; null: no ceiling.")
 

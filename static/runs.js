@@ -4,7 +4,9 @@
    its checkpoints is being exported; serving copies being written are followed by static/serving_copy.js).
    Every text from the server is set with textContent.
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
-   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is. */
+   a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is.
+   Steps that could not train (every group's rewards equal, or nothing in the loss) are shaded on the loss and
+   reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps. */
 (function () {
   "use strict";
 
@@ -121,9 +123,65 @@
   function ensureChart(name) {
     if (charts[name]) return charts[name];
     lastStep[name] = -1;  // before step 0
+    var layout = layoutFor(name);
+    if (SHADED_CHARTS.indexOf(name) >= 0) layout.shapes = noSignalShapes();
     return newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
       line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
-      layoutFor(name));
+      layout);
+  }
+
+  // Steps without learning signal: {ranges: [[first, last], ...], count, steps, through} as the server
+  // counted them up to step `through`; a later step counts once its grad_norm (every training step logs
+  // one) comes, and is flagged when that is 0 or its frac_reward_zero_std is 1.
+  var SHADED_CHARTS = ["loss", "reward"];
+  var noSignal = JSON.parse(document.getElementById("run-no-signal").textContent);
+  var flaggedLive = {};  // step -> true, for steps after noSignal.through
+
+  function noSignalShapes() {
+    return noSignal.ranges.map(function (range) {
+      return { type: "rect", xref: "x", yref: "paper", x0: range[0] - 0.5, x1: range[1] + 0.5, y0: 0, y1: 1,
+        fillcolor: "rgba(217, 45, 32, 0.16)", line: { width: 0 }, layer: "below" };
+    });
+  }
+
+  function flagStep(step) {
+    if (flaggedLive[step]) return;
+    flaggedLive[step] = true;
+    noSignal.count += 1;
+    var ranges = noSignal.ranges, last = ranges[ranges.length - 1];
+    if (last && last[1] === step - 1) last[1] = step;
+    else {
+      ranges.push([step, step]);
+      ranges.sort(function (a, b) { return a[0] - b[0]; });
+    }
+  }
+
+  // Whether the point changed what is shown (a step counted or flagged).
+  function noteSignal(name, step, value) {
+    if (step <= noSignal.through) return false;  // the server counted it
+    if (name === "grad_norm") {
+      noSignal.steps += 1;
+      if (value === 0) flagStep(step);
+      return true;
+    }
+    if (name === "frac_reward_zero_std" && value >= 1 && !flaggedLive[step]) {
+      flagStep(step);
+      return true;
+    }
+    return false;
+  }
+
+  function showNoSignal() {
+    document.getElementById("no-signal-count").textContent = noSignal.count;
+    document.getElementById("no-signal-steps").textContent = noSignal.steps;
+    document.getElementById("no-signal").hidden = noSignal.count === 0;
+    SHADED_CHARTS.forEach(function (name) {
+      var plot = charts[name];
+      if (!plot) return;
+      var figure = undrawn.get(plot);
+      if (figure) figure.layout.shapes = noSignalShapes();
+      else window.Plotly.relayout(plot, { shapes: noSignalShapes() });
+    });
   }
 
   // The chart of eval/<metric>/<group> and the index of that group's line in it (added when first seen).
@@ -145,12 +203,16 @@
   function addPoints(name, steps, values) {
     var group = window.TemperMetricGroups.groupOf(name, groupBy);
     var target = group ? groupTraceFor(name, group) : { plot: ensureChart(name), index: 0 };
-    var xs = [], ys = [];
+    var xs = [], ys = [], signalChanged = false;
     for (var i = 0; i < steps.length; i++) {
-      if (steps[i] > lastStep[name]) { xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i]; }
+      if (steps[i] > lastStep[name]) {
+        xs.push(steps[i]); ys.push(values[i]); lastStep[name] = steps[i];
+        if (noteSignal(name, steps[i], values[i])) signalChanged = true;
+      }
     }
     if (!xs.length) return;
     extendTrace(target.plot, target.index, xs, ys);
+    if (signalChanged) showNoSignal();
   }
 
   // A chart whose points all have one value gets an axis around it (static/plot_axis.js); one that

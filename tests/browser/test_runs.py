@@ -1282,3 +1282,40 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
     page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[1].label"
                            " === 'reward'")
     assert page.evaluate(schedule) == ["optim.schedule", ["constant", "cosine", "linear"], [1, 2, 0]]
+
+
+def test_steps_without_learning_signal_are_shaded_and_counted_live(page, asgi_server, redis_url, transactional_db,
+                                                                  settings):
+    """QA: a GRPO run whose groups all got equal rewards (frac_reward_zero_std 1), or whose completions were all
+    masked (grad_norm 0), drew a flat loss that read as converged: those steps are shaded on the loss and reward
+    charts and counted with what to do, from the stored points and then from the live ones."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="xi")
+    run = Run.objects.create(project=team.project, name="flat rewards", task="grpo", status=RunStatus.RUNNING,
+                             spec={"task": "grpo"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=10, current_step=4)
+    logged = {1: (0.4, 0.5), 2: (0.0, 1.0), 3: (0.0, 1.0), 4: (0.3, 0.25)}  # step: (grad_norm, frac_reward_zero_std)
+    MetricPoint.objects.bulk_create([
+        MetricPoint(run=run, step=step, name=name, value=value, wall_time=float(step), tokens=step)
+        for step, (grad_norm, zero_std) in logged.items()
+        for name, value in (("loss", 0.1 * step), ("reward", 0.5), ("grad_norm", grad_norm),
+                            ("frac_reward_zero_std", zero_std))])
+    log_in(page, asgi_server, "xi-viewer")
+    page.goto(f"{asgi_server}/p/xi/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    notice = page.locator("#no-signal")
+    assert notice.is_visible()
+    assert notice.inner_text().startswith("2 of 4 steps had no learning signal (shaded on the loss and reward charts)")
+    assert "raise grpo.temperature or grpo.num_generations" in notice.inner_text()
+    page.locator('.plot[data-metric="reward"] .main-svg').first.wait_for()
+    shapes = "name => document.querySelector(`.plot[data-metric='${name}']`).layout.shapes.map(s => [s.x0, s.x1])"
+    assert page.evaluate(shapes, "loss") == page.evaluate(shapes, "reward") == [[1.5, 3.5]]
+    # A live step whose completions were all masked: counted, and its band drawn.
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 5, "name": name, "value": value, "tokens": 5, "wall_time": 5.0}
+        for name, value in (("loss", 0.0), ("reward", 0.0), ("grad_norm", 0.0), ("frac_reward_zero_std", 0.0))]})
+    page.wait_for_function("() => document.getElementById('no-signal-count').textContent === '3'", timeout=10_000)
+    assert page.locator("#no-signal-steps").inner_text() == "5"
+    assert page.evaluate(shapes, "loss") == [[1.5, 3.5], [4.5, 5.5]]

@@ -252,6 +252,28 @@ def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(dem
                                  "args.answer_column")
 
 
+def test_an_empty_exact_match_reference_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+    """QA: exact_match against a blank reference answer scored every completion 0, silently: the row could
+    never be matched. It is refused at the start, naming the file and the row."""
+    from jaxengine.job import JobError
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout was sampled")
+
+    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text("".join(json.dumps({"prompt": f"What is {n} + {n}?", "answer": answer}) + "\n"
+                                  for n, answer in ((1, "2"), (2, "4"), (3, " "))))
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 4, "batch_size": 2},
+                     data={"train": str(train_file), "max_seq_len": 64},
+                     grpo={"rewards": [{"name": "exact_match"}]})
+    with pytest.raises(JobError) as raised:
+        run_job(spec, progress_bar=False)
+    assert str(raised.value) == (f"data.train: row 3 of {train_file}: reward exact_match cannot score it: reference "
+                                 "answer=' ' is empty, so no completion can match it; correct the row, or give the "
+                                 "reward another args.answer_column")
+
+
 def stop_before_step(step: int):
     """A ``should_stop`` that lets steps 1 .. step - 1 run (it is asked before each step)."""
     asked = []

@@ -63,6 +63,18 @@ def test_exact_match_missing_reference_column_is_an_error():
         rewards.exact_match(["42"], [{"solution": "42"}])
 
 
+def test_exact_match_refuses_an_empty_reference():
+    """QA: a blank reference answer silently scored every completion 0 (no answer can equal it), so the rows
+    gave no signal; it is an error, which ``unscorable_reference`` finds before the run starts."""
+    for blank in ("", "  \n"):
+        with pytest.raises(ValueError) as raised:
+            rewards.exact_match(["", "42"], [{"answer": "42"}, {"answer": blank}])
+        assert str(raised.value) == f"sample 1: reference answer={blank!r} is empty, so no completion can match it"
+    rows = [{"prompt": "a", "answer": "4"}, {"prompt": "b", "answer": ""}]
+    assert rewards.unscorable_reference([WeightedReward(name="exact_match")], rows) == (
+        "exact_match", 2, "reference answer='' is empty, so no completion can match it")
+
+
 def test_numeric_closeness_by_hand_and_on_edge_cases():
     refs = [{"answer": "67"}] * 6
     scores = rewards.numeric_closeness(["67", "57", "it is 77", "none", "", "\u0666\u0667"], refs)
@@ -203,6 +215,14 @@ def test_check_args_names_an_argument_of_the_wrong_kind_and_what_it_takes(name, 
      r"group 3: pattern '(\\d+) (\\d+)' has 2 groups; give a group from 0 (the whole match) to 2"),
     ("numeric_closeness", {"extract": "regex", "pattern": r"(\d+)", "group": -1}, "group",
      r"group -1: pattern '(\\d+)' has 1 group; give a group from 0 (the whole match) to 1"),
+    # QA: a pattern without extract: regex was silently ignored (the whole text, or the last number, was read).
+    ("exact_match", {"pattern": r"(\d+)"}, "pattern",
+     "pattern is read only with extract: regex (extract is 'full'); set extract to regex, or remove pattern"),
+    ("numeric_match", {"pattern": r"(\d+)", "extract": "last_number"}, "pattern",
+     "pattern is read only with extract: regex (extract is 'last_number'); set extract to regex, or remove pattern"),
+    # QA: reward_model's batch_size and max_seq_len of 0 passed the spec check and failed the first scoring.
+    ("reward_model", {"model": "runs/r", "batch_size": 0}, "batch_size", "batch_size must be at least 1, got 0"),
+    ("reward_model", {"model": "runs/r", "max_seq_len": 0}, "max_seq_len", "max_seq_len must be at least 1, got 0"),
     # QA: a negative tolerance scored every completion 0, so the run stopped on frac_reward_zero_std.
     ("numeric_match", {"tolerance": -0.5}, "tolerance", "tolerance must be 0 or more, got -0.5"),
     # QA: an empty keyword is in every completion: contains scored all 1 and excludes all 0.

@@ -640,3 +640,33 @@ def test_it_rejects_a_reward_weight_that_is_no_finite_number():
             f"grpo.rewards.0.weight: {weight!r} is not a finite number"]
         assert problems_of(minimal(task="ppo", ppo={"rewards": [{"name": "valid_json", "weight": weight}]})) == [
             f"ppo.rewards.0.weight: {weight!r} is not a finite number"]
+
+
+def test_it_rejects_an_upper_clip_below_the_lower_naming_both():
+    """QA: grpo.epsilon_high below grpo.epsilon was accepted: the clip range [1 - epsilon, 1 + epsilon_high]
+    then favours lowering probabilities, the opposite of DAPO's clip-higher, and nothing said so."""
+    grpo = {"rewards": [{"name": "valid_json"}], "epsilon": 0.2, "epsilon_high": 0.1}
+    assert problems_of(minimal(task="grpo", grpo=grpo)) == [
+        "grpo.epsilon_high: 0.1 is below grpo.epsilon 0.2; give epsilon_high at least epsilon (equal: the "
+        "symmetric PPO clip, larger: DAPO's clip-higher), or lower epsilon"]
+    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.2})).grpo.epsilon_high == 0.2
+    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.28})).grpo.epsilon_high == 0.28
+
+
+def test_it_rejects_a_pattern_without_regex_extraction():
+    """QA: a pattern given with another extraction (the default full, or last_number) was silently ignored:
+    the reward scored the whole text or the last number while the spec read as if it used the pattern."""
+    term = {"name": "exact_match", "args": {"pattern": r"#### (\d+)"}}
+    assert problems_of(minimal(task="grpo", grpo={"rewards": [term]})) == [
+        "grpo.rewards.0.args.pattern: exact_match: pattern is read only with extract: regex (extract is 'full'); "
+        "set extract to regex, or remove pattern"]
+    assert parse_spec(minimal(task="grpo", grpo={"rewards": [{**term, "args": {**term["args"], "extract": "regex"}}]}))
+
+
+def test_it_rejects_a_reward_model_batch_or_length_of_zero():
+    """QA: reward_model's batch_size 0 and max_seq_len 0 passed the spec check; the run then failed (or
+    looped) in the reward model's first scoring, a whole rollout in."""
+    for argument in ("batch_size", "max_seq_len"):
+        term = {"name": "reward_model", "args": {"model": "runs/r", argument: 0}}
+        assert problems_of(minimal(task="grpo", grpo={"rewards": [term]})) == [
+            f"grpo.rewards.0.args.{argument}: reward_model: {argument} must be at least 1, got 0"]

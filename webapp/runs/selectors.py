@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import F, FloatField, IntegerField, Max, Min, Q, QuerySet
+from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, QuerySet
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
@@ -463,6 +463,26 @@ def metrics_not_finite_now(*, run: Run) -> list[dict[str, Any]]:
     latest = {name: latest_not_finite(run=run, name=name) for name in sorted(run.not_finite_metrics or {})}
     return [{"name": name, "value": value, "step": step} for name, found in latest.items() if found is not None
             for value, step in [found]]
+
+
+def no_learning_signal(*, run: Run) -> dict[str, Any]:
+    """The training steps of ``run`` that could not train: every group's rewards equal
+    (``frac_reward_zero_std`` 1, so every advantage was 0) or nothing in the loss (``grad_norm`` 0, as when
+    every completion was masked as truncated). ``ranges``: [first, last] runs of consecutive such steps (the
+    run page shades them); ``count`` of them, of ``steps`` training steps logged (every step logs grad_norm),
+    ``through`` the last (-1 before any). Read from every stored point: the drawn series may be downsampled."""
+    points = MetricPoint.objects.filter(run=run)
+    logged = points.filter(name="grad_norm").aggregate(steps=Count("id"), through=Max("step"))
+    flat = set(points.filter(Q(name="grad_norm", value=0.0) | Q(name="frac_reward_zero_std", value__gte=1.0))
+               .values_list("step", flat=True))
+    ranges: list[list[int]] = []
+    for step in sorted(flat):
+        if ranges and ranges[-1][1] == step - 1:
+            ranges[-1][1] = step
+        else:
+            ranges.append([step, step])
+    return {"ranges": ranges, "count": len(flat), "steps": logged["steps"],
+            "through": -1 if logged["through"] is None else logged["through"]}
 
 
 def last_point_id(*, run: Run) -> int:

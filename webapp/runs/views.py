@@ -420,6 +420,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         # static/runs.js places the charts of metrics first logged later by the same rule.
         "leading_charts": json.dumps(selectors.LEADING_CHARTS),
         "not_finite": selectors.metrics_not_finite_now(run=run),
+        # Steps that could not train, shaded and counted by static/runs.js (which adds the live ones).
+        "no_signal": selectors.no_learning_signal(run=run),
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),

@@ -65,7 +65,14 @@ def test_exact_match_compares_as_the_exact_match_reward_does():
         [("1000", "number"), ("7", "number"), ("8", "number"), ("Paris", "word"), ("Paris", "word"), ("", "word"),
          ("12", "number")])]
     assert answers_match(texts, rows) == [True, True, False, True, False, False, True]
-    assert answers_match(texts, rows) == [score == 1.0 for score in rewards.exact_match(texts, rows)]
+    answerable = [index for index, row in enumerate(rows) if row["answer"]]
+    assert [answers_match(texts, rows)[index] for index in answerable] == [
+        score == 1.0 for score in rewards.exact_match([texts[index] for index in answerable],
+                                                      [rows[index] for index in answerable])]
+    # The reward refuses a blank reference (an RL run's rows are checked before it starts); an evaluation
+    # counts the row as unmatched, as it always did.
+    with pytest.raises(ValueError, match="reference answer='' is empty"):
+        rewards.exact_match(texts, rows)
     result = score_exact_match(texts, rows, by="kind")
     assert result["value"] == 4 / 7 and result["count"] == 7
     assert result["groups"] == {"number": {"value": 0.75, "count": 4}, "word": {"value": 1 / 3, "count": 3}}

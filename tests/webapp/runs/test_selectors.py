@@ -442,3 +442,20 @@ def test_hyperparameter_axes_leave_out_keys_only_one_compared_run_has(team, cata
     drawn = selectors.hyperparameter_axes(runs=runs, diff=diff, metric_names=["loss"])
     assert [axis["key"] for axis in drawn["axes"]] == ["dpo.beta", "optim.learning_rate", "task"]
     assert drawn["axes"][0] == {"key": "dpo.beta", "numeric": False, "values": ["0.1", "0.2", "—"]}
+
+
+def test_steps_without_learning_signal_are_counted_and_joined_into_ranges(team, catalog, sent_tasks):
+    """QA: the run page did not flag steps that could not train (every group's rewards equal,
+    frac_reward_zero_std 1, or nothing in the loss, grad_norm 0): their flat loss read as converged. Counted
+    from every stored point, not the drawn (downsampled) series."""
+    run = make_run(team, catalog)
+    assert selectors.no_learning_signal(run=run) == {"ranges": [], "count": 0, "steps": 0, "through": -1}
+    grad_norm = {1: 0.5, 2: 0.0, 3: 0.0, 4: 0.7, 5: 0.2, 6: 0.4, 7: 0.0, 8: 0.3}
+    zero_std = {1: 0.5, 2: 1.0, 3: 1.0, 4: 0.9, 5: 0.2, 6: 1.0, 7: 0.0, 8: 0.0}
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, step=step, name="grad_norm", value=value, wall_time=1.0) for step, value in grad_norm.items()]
+        + [MetricPoint(run=run, step=step, name="frac_reward_zero_std", value=value, wall_time=1.0)
+           for step, value in zero_std.items()]
+        # An evaluation's metrics say nothing of training steps.
+        + [MetricPoint(run=run, step=8, name="eval/reward", value=0.0, wall_time=1.0)])
+    assert selectors.no_learning_signal(run=run) == {"ranges": [[2, 3], [6, 7]], "count": 4, "steps": 8, "through": 8}
