@@ -61,6 +61,20 @@ def _count_failure(key: str) -> None:
     cache.touch(key, WINDOW_SECONDS)
 
 
+def _checked_within_limit(key: str, check, *, refusal: str):
+    """``check()`` (a form's password check), counted under ``key`` before it runs: refused with ``refusal`` past
+    ``MAX_FAILURES`` attempts in the window, a failure keeping its count, a success clearing it."""
+    if _count_attempt(key) > MAX_FAILURES:
+        raise forms.ValidationError(refusal, code="throttled")
+    try:
+        result = check()
+    except forms.ValidationError:
+        _count_failure(key)
+        raise
+    cache.delete(key)
+    return result
+
+
 class ThrottledLogin:
     """A mixin for Django's authentication forms: refuses an account's login from an address that sent
     too many wrong passwords for it, and counts each wrong password."""
@@ -72,18 +86,10 @@ class ThrottledLogin:
             # nothing forgiven: an empty password must not clear a guesser's count.
             return super().clean()
         address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
-        key = _key(username, address)
-        if _count_attempt(key) > MAX_FAILURES:
-            raise forms.ValidationError(
-                f"Too many failed logins for this account from your address: wait {WINDOW_SECONDS // 60} "
-                "minutes and try again, or ask an administrator to set a new password.", code="throttled")
-        try:
-            cleaned = super().clean()
-        except forms.ValidationError:
-            _count_failure(key)
-            raise
-        cache.delete(key)
-        return cleaned
+        return _checked_within_limit(
+            _key(username, address), super().clean,
+            refusal=f"Too many failed logins for this account from your address: wait {WINDOW_SECONDS // 60} "
+                    "minutes and try again, or ask an administrator to set a new password.")
 
 
 class ThrottledAuthenticationForm(ThrottledLogin, AuthenticationForm):
@@ -98,15 +104,7 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
     """Django's password change form, refusing an account's change after too many wrong current passwords."""
 
     def clean_old_password(self):
-        key = _password_change_key(self.user.pk)
-        if _count_attempt(key) > MAX_FAILURES:
-            raise forms.ValidationError(
-                f"Too many wrong current passwords for this account: wait {WINDOW_SECONDS // 60} minutes and try "
-                "again, or ask an administrator to set a new password.", code="throttled")
-        try:
-            old_password = super().clean_old_password()
-        except forms.ValidationError:
-            _count_failure(key)
-            raise
-        cache.delete(key)
-        return old_password
+        return _checked_within_limit(
+            _password_change_key(self.user.pk), super().clean_old_password,
+            refusal=f"Too many wrong current passwords for this account: wait {WINDOW_SECONDS // 60} minutes and "
+                    "try again, or ask an administrator to set a new password.")
