@@ -121,6 +121,50 @@ def run_together(*targets):
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def race_in_order(first, *, readers, lock, delete, act, hold_after_lock=lambda **kwargs: True):
+    '''A deletion and an action on two threads, the one named ``first`` ("delete" or ``act``'s name) ahead:
+    the deletion holds half a second once its ``readers`` check (a (module, name) pair, patched for the race)
+    has answered, the action once it took its ``lock`` (likewise; the first call for which
+    ``hold_after_lock(**kwargs)``), while the other comes in. ``delete`` and ``act``'s function return their
+    ``outcome_of``. Returns {"delete": outcome, act's name: outcome}.'''
+    act_name, act_function = act
+    reached = threading.Event()
+    (readers_module, readers_name), (lock_module, lock_name) = readers, lock
+    real_readers, real_lock = getattr(readers_module, readers_name), getattr(lock_module, lock_name)
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the action is now under way
+        return problems
+
+    def lock_then_hold(**kwargs):
+        locked = real_lock(**kwargs)
+        if first == act_name and not reached.is_set() and hold_after_lock(**kwargs):
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for the action's locks
+        return locked
+
+    outcome = {}
+
+    def side(name, function):
+        def go():
+            if first != name:
+                reached.wait(10)
+            outcome[name] = function()
+        return go
+
+    setattr(readers_module, readers_name, readers_then_hold)
+    setattr(lock_module, lock_name, lock_then_hold)
+    try:
+        run_together(side(act_name, act_function), side("delete", delete))
+    finally:
+        setattr(readers_module, readers_name, real_readers)
+        setattr(lock_module, lock_name, real_lock)
+    return outcome
 """
 
 

@@ -34,39 +34,12 @@ def race(first, slug):
     version = make_ready_version(project, name="prefs")
     spec = {"task": "sft", "model": base_model.public_id, "data": {"train": version.public_id},
             "train": {"max_steps": 2}}
-    reached = threading.Event()
-    real_readers, real_lock = project_services.project_readers, services._lock_what_it_reads
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the launch is now planned and saving its run
-        return problems
-
-    def lock_then_hold(**kwargs):
-        real_lock(**kwargs)
-        if first == "launch":
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this launch's locks
-
-    project_services.project_readers, services._lock_what_it_reads = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def launch():
-        if first == "delete":
-            reached.wait(10)
-        outcome["launch"] = outcome_of(lambda: services.run_create(project=project, spec=spec, user=owner),
-                                       made=lambda run: run.public_id)
-
-    def delete():
-        if first == "launch":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
-            project=Project.objects.get(pk=project.pk), confirmation=slug))
-
-    run_together(launch, delete)
-    project_services.project_readers, services._lock_what_it_reads = real_readers, real_lock
+    outcome = race_in_order(
+        first, readers=(project_services, "project_readers"), lock=(services, "_lock_what_it_reads"),
+        delete=lambda: outcome_of(lambda: project_services.project_delete(project=Project.objects.get(pk=project.pk),
+                                                                          confirmation=slug)),
+        act=("launch", lambda: outcome_of(lambda: services.run_create(project=project, spec=spec, user=owner),
+                                          made=lambda run: run.public_id)))
     return outcome["launch"], outcome["delete"]
 
 
@@ -110,38 +83,11 @@ def race(first):
     model = ModelChoice(ref=run.public_id, label=run.name, option_label=run.name, path="/models/unused")
     conversation = Conversation.objects.create(project=project, user=owner, model_ref=model.ref,
                                                model_label=model.label)
-    reached = threading.Event()
-    real_readers, real_lock = run_selectors.run_readers, chat_services.chat_model_lock
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the turn is now being sent
-        return problems
-
-    def lock_then_hold(**kwargs):
-        real_lock(**kwargs)
-        if first == "send":
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this turn's locks
-
-    run_selectors.run_readers, chat_services.chat_model_lock = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def send():
-        if first == "delete":
-            reached.wait(10)
-        outcome["send"] = outcome_of(lambda: chat_services.message_send(conversation=conversation, model=model,
-                                                                        content="Hello"), chat_services.ChatError)
-
-    def delete():
-        if first == "send":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk)))
-
-    run_together(send, delete)
-    run_selectors.run_readers, chat_services.chat_model_lock = real_readers, real_lock
+    outcome = race_in_order(
+        first, readers=(run_selectors, "run_readers"), lock=(chat_services, "chat_model_lock"),
+        delete=lambda: outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk))),
+        act=("send", lambda: outcome_of(lambda: chat_services.message_send(conversation=conversation, model=model,
+                                                                           content="Hello"), chat_services.ChatError)))
     return outcome["send"], outcome["delete"], conversation
 
 
@@ -183,41 +129,15 @@ def race(first):
     locks of both models a moment). Returns (generation outcome, deletion outcome).'''
     falcon = make_base_model(project, name=f"falcon {first}", path=f"/models/falcon-{first}")
     heron = make_base_model(project, name=f"heron {first}", path=f"/models/heron-{first}")
-    reached = threading.Event()
-    real_readers, real_lock = base_model_services.base_model_readers, review_services.model_lock
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the campaign is now being created
-        return problems
-
-    def lock_then_hold(**kwargs):
-        real_lock(**kwargs)
-        if first == "generate" and kwargs["field"] == "model_b":
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this campaign's locks
-
-    base_model_services.base_model_readers, review_services.model_lock = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def generate():
-        if first == "delete":
-            reached.wait(10)
-        outcome["generate"] = outcome_of(lambda: review_services.campaign_generate(
+    outcome = race_in_order(
+        first, readers=(base_model_services, "base_model_readers"), lock=(review_services, "model_lock"),
+        hold_after_lock=lambda **kwargs: kwargs["field"] == "model_b",  # both models locked
+        delete=lambda: outcome_of(lambda: base_model_services.basemodel_unregister(
+            base_model=BaseModel.objects.get(pk=heron.pk))),
+        act=("generate", lambda: outcome_of(lambda: review_services.campaign_generate(
             project=project, name=f"{first} first", guidelines="", required_reviews=1, reviewers=[owner],
             model_a=falcon.public_id, model_b=heron.public_id, prompts_version=prompts, prompt_count=2,
-            sampling=review_services.GenerationSettings(), user=owner))
-
-    def delete():
-        if first == "generate":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: base_model_services.basemodel_unregister(
-            base_model=BaseModel.objects.get(pk=heron.pk)))
-
-    run_together(generate, delete)
-    base_model_services.base_model_readers, review_services.model_lock = real_readers, real_lock
+            sampling=review_services.GenerationSettings(), user=owner))))
     return outcome["generate"], outcome["delete"]
 
 
@@ -262,39 +182,12 @@ def race(first, slug):
     choices = [ModelChoice(ref=model.public_id, label=model.name, option_label=model.name, path="/models/unused")
                for model in (make_base_model(project, name="falcon", path="/models/falcon"),
                              make_base_model(project, name="heron", path="/models/heron"))]
-    reached = threading.Event()
-    real_readers, real_lock = project_services.project_readers, chat_services.chat_model_lock
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the battle is now being started
-        return problems
-
-    def lock_then_hold(**kwargs):
-        real_lock(**kwargs)
-        if first == "battle" and not reached.is_set():
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this battle's lock of the project
-
-    project_services.project_readers, chat_services.chat_model_lock = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def battle():
-        if first == "delete":
-            reached.wait(10)
-        outcome["battle"] = outcome_of(lambda: arena.battle_create(project=project, user=owner, prompt="Hello",
-                                                                   choices=choices), chat_services.ChatError)
-
-    def delete():
-        if first == "battle":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
-            project=Project.objects.get(pk=project.pk), confirmation=slug))
-
-    run_together(battle, delete)
-    project_services.project_readers, chat_services.chat_model_lock = real_readers, real_lock
+    outcome = race_in_order(
+        first, readers=(project_services, "project_readers"), lock=(chat_services, "chat_model_lock"),
+        delete=lambda: outcome_of(lambda: project_services.project_delete(project=Project.objects.get(pk=project.pk),
+                                                                          confirmation=slug)),
+        act=("battle", lambda: outcome_of(lambda: arena.battle_create(project=project, user=owner, prompt="Hello",
+                                                                      choices=choices), chat_services.ChatError)))
     return outcome["battle"], outcome["delete"]
 
 
@@ -339,38 +232,11 @@ def race(first):
                              resolved_spec={"output_dir": str(services.run_output_dir(public_id))},
                              status=RunStatus.SUCCEEDED)
     model = ModelChoice(ref=run.public_id, label=run.name, option_label=run.name, path="/models/unused")
-    reached = threading.Event()
-    real_readers, real_lock = run_selectors.run_readers, chat_services.model_lock
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the completion is now being asked for
-        return problems
-
-    def lock_then_hold(**kwargs):
-        real_lock(**kwargs)
-        if first == "ask":
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this completion's locks
-
-    run_selectors.run_readers, chat_services.model_lock = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def ask():
-        if first == "delete":
-            reached.wait(10)
-        outcome["ask"] = outcome_of(lambda: chat_services.api_generation_start(
-            token=token, model=model, generation_id=f"chatcmpl-{first}"))
-
-    def delete():
-        if first == "ask":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk)))
-
-    run_together(ask, delete)
-    run_selectors.run_readers, chat_services.model_lock = real_readers, real_lock
+    outcome = race_in_order(
+        first, readers=(run_selectors, "run_readers"), lock=(chat_services, "model_lock"),
+        delete=lambda: outcome_of(lambda: services.run_delete(run=Run.objects.get(pk=run.pk))),
+        act=("ask", lambda: outcome_of(lambda: chat_services.api_generation_start(
+            token=token, model=model, generation_id=f"chatcmpl-{first}"))))
     return outcome["ask"], outcome["delete"]
 
 
