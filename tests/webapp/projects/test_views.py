@@ -204,6 +204,14 @@ class TestMembers:
         assert message in response.content
         assert Membership.objects.filter(project=team.project).count() == 3
 
+    def test_an_unknown_username_says_who_makes_accounts(self, team, client_for):
+        """QA: "check the spelling" left an owner looking for a sign-up page; only an administrator makes
+        accounts, in the admin site."""
+        response = client_for(team.owner).post(self.url, {"username": "newcomer", "role": "member"})
+        assert response.status_code == 400
+        assert b"only an administrator makes accounts" in response.content
+        assert b"/admin/auth/user/add/" in response.content
+
     def test_owner_changes_a_role(self, team, client_for):
         response = client_for(team.owner).post(self.url + "role/", {"username": "alpha-viewer", "role": "member"})
         assert response.status_code == 302
