@@ -9,7 +9,7 @@ from tests.webapp.review.conftest import answer, create_loaded, expire_leases
 from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
-from webapp.review.models import Campaign, Item, ItemStatus, Review
+from webapp.review.models import Campaign, Item, ItemStatus, Lease, Review
 from worker.tasks.datasets import validate_dataset_version
 
 
@@ -607,6 +607,9 @@ def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team,
     assert "Nothing left for you to review" not in page
     assert ("Nothing for you to review right now: 1 item is held by another reviewer. An item not answered while "
             "it is held comes back to the queue; the first in 9\xa0minutes") in page
+    # QA: the clock time had no zone, read by a reviewer elsewhere as their own.
+    until = Lease.objects.get(campaign=campaign, reviewer=carol).until
+    assert f"(at {until:%H:%M} UTC)" in page
     expire_leases(Item.objects.get(campaign=campaign, sequence=4))
     assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
     answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
