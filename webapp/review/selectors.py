@@ -22,7 +22,7 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from webapp.core.bidi import isolated
-from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
 from webapp.review.models import (
@@ -81,6 +81,19 @@ def campaign_get(*, project: Project, public_id: str) -> Campaign:
 def may_delete_campaign(*, membership: Membership) -> bool:
     """Owners may delete a campaign, as they alone create and change them; its reviewers may not."""
     return membership.can(Role.OWNER)
+
+
+EXPORT_NAME_SUFFIX = " reviewed"
+
+
+def default_export_name(*, campaign: Campaign) -> str:
+    """The dataset name the export form suggests: "<campaign> reviewed", the campaign's name shortened
+    with an ellipsis where both would pass a dataset name's length (a campaign name may be as long)."""
+    limit = Dataset._meta.get_field("name").max_length
+    name = campaign.name
+    if len(name) + len(EXPORT_NAME_SUFFIX) > limit:
+        name = name[:limit - len(EXPORT_NAME_SUFFIX) - 1].rstrip() + "…"
+    return name + EXPORT_NAME_SUFFIX
 
 
 def campaign_readers(*, campaign: Campaign) -> list[str]:

@@ -139,7 +139,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
             campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
             or any(export.status in (ExportStatus.WRITING, ExportStatus.VALIDATING) for export in exports)),
         "export_form": export_form or (
-            ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None),
+            ExportForm(initial={"dataset_name": selectors.default_export_name(campaign=campaign)}) if can_manage else None),
     }, status=status)
 
 

@@ -310,6 +310,21 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
+def test_the_default_export_name_of_a_long_campaign_name_fits_a_dataset_name(campaign, team, carol, client_for):
+    """QA: "<campaign> reviewed" passed the 100 characters of a dataset name for a long campaign name, so the
+    export form's own suggestion was refused."""
+    Campaign.objects.filter(pk=campaign.pk).update(name="helpfulness and harmlessness pass " + "x" * 66)
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    owner = client_for(team.owner)
+    suggested = owner.get(url("detail", campaign)).context["export_form"].initial["dataset_name"]
+    assert len(suggested) == 100
+    assert suggested == "helpfulness and harmlessness pass " + "x" * 56 + "… reviewed"
+    response = owner.post(url("export", campaign), {"dataset_name": suggested, "drop_ties": "on"})
+    assert response.status_code == 302 and campaign.exports.get().dataset_name == suggested
+
+
 def test_a_version_exported_from_a_campaign_links_back_to_it(campaign, team, carol, client_for):
     """QA: a dataset version written by a campaign's export did not say where it came from; its page and
     its API representation name the campaign, the page with a link to it."""
