@@ -798,7 +798,7 @@ def review_change(*, item: Item, user: AbstractBaseUser, choice: str) -> Review:
     if review is None:
         raise ValidationError({"item": f"you have not answered item {item.sequence}; answer it from the queue"})
     if item.resolved_label:
-        raise ValidationError({"item": f"item {item.sequence} was resolved by {resolver_name(item)}, whose label is "
+        raise ValidationError({"item": f"item {item.sequence} was resolved by {isolated(resolver_name(item))}, whose label is "
                                        "final; ask an owner to resolve it again"})
     label = label_for_choice(choice, shown_first=review.shown_first)
     if review.label == Label.SKIP and label != Label.SKIP and item.review_count >= item.campaign.required_reviews:

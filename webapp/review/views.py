@@ -387,7 +387,7 @@ def _confirm_resolution_change(request, project, membership, campaign, item, lab
 
 def _say_already_resolved(request, item) -> None:
     messages.info(request, f"Item {item.sequence} is already resolved as {Label(item.resolved_label).label} by "
-                           f"{services.resolver_name(item)}; nothing changed.")
+                           f"{isolated(services.resolver_name(item))}; nothing changed.")
 
 
 @login_required
