@@ -131,6 +131,18 @@ def is_blank(response: Any) -> bool:
     return not str(response or "").strip()
 
 
+def _comparable(response: Any) -> Any:
+    if isinstance(response, list):
+        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
+    return str(response or "").strip()
+
+
+def is_same_response(first: Any, second: Any) -> bool:
+    """Whether two responses say the same, whitespace around each text aside: a pair of them holds
+    nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
+    return _comparable(first) == _comparable(second)
+
+
 def with_text(response: Any, text: str) -> Any:
     """``response`` with its editable text replaced by ``text`` (a new value; ``response`` is kept)."""
     if isinstance(response, list) and response:
@@ -592,8 +604,9 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
     """Make a generating campaign's items from both models' answers, all at once, and make it ready.
 
     A pair where either model answered nothing (or only whitespace) is left out (it cannot be reviewed,
-    and the export's validator would refuse it; the count is kept
-    in ``generation["empty_answers"]``). A campaign that is no longer generating (a redelivered task
+    and the export's validator would refuse it; the count is kept in ``generation["empty_answers"]``), and so
+    is one where both gave the same answer (``is_same_response``: nothing to prefer; counted in
+    ``generation["identical_answers"]``). A campaign that is no longer generating (a redelivered task
     finishing second) is left alone."""
     campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
     if campaign.status != CampaignStatus.GENERATING:
@@ -605,23 +618,35 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
               "model_b": generation["model_b"]["ref"], "model_b_label": generation["model_b"]["label"],
               "prompts_version": generation["prompts"]["version"]}
     answers_a, answers_b = map(storable_model_text, answers_a), map(storable_model_text, answers_b)
-    pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
-                  source_row=prompt.row, metadata=models)
-             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b)
-             if not is_blank(answer_a) and not is_blank(answer_b)]
-    empty = len(prompts) - len(pairs)
+    pairs, empty, identical = [], 0, 0
+    for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b):
+        if is_blank(answer_a) or is_blank(answer_b):
+            empty += 1
+        elif is_same_response(answer_a, answer_b):
+            identical += 1
+        else:
+            pairs.append(Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
+                              source_row=prompt.row, metadata=models))
     if not pairs:
         campaign.status = CampaignStatus.FAILED
-        campaign.load_error = (f"every one of the {len(prompts)} prompts got an empty answer from at least one model; "
-                               "allow more new tokens, or check the models end their answers sensibly")
+        if not identical:
+            campaign.load_error = (f"every one of the {len(prompts)} prompts got an empty answer from at least one "
+                                   "model; allow more new tokens, or check the models end their answers sensibly")
+        elif not empty:
+            campaign.load_error = (f"both models gave the same answer to every one of the {len(prompts)} prompts; "
+                                   "raise the temperature, or choose models that differ more")
+        else:
+            campaign.load_error = (f"none of the {len(prompts)} prompts left a pair to review: {empty} got an empty "
+                                   f"answer from at least one model, {identical} the same answer from both; allow "
+                                   "more new tokens, raise the temperature, or choose models that differ more")
     else:
         items_add(campaign=campaign, pairs=pairs)
         campaign.status = CampaignStatus.READY
-    campaign.generation = {**generation, "empty_answers": empty}
+    campaign.generation = {**generation, "empty_answers": empty, "identical_answers": identical}
     campaign.generated_answers = 2 * len(prompts)
     campaign.save(update_fields=["status", "load_error", "generation", "generated_answers"])
-    logger.info("review campaign %s: %s, %s pairs generated, %s left out empty", campaign.public_id,
-                campaign.status, len(pairs), empty)
+    logger.info("review campaign %s: %s, %s pairs generated, %s left out empty, %s identical", campaign.public_id,
+                campaign.status, len(pairs), empty, identical)
     return Campaign.objects.get(pk=campaign.pk)
 
 
@@ -890,6 +915,9 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
         # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
         # version's validator refuses the row, which would fail the whole export.
         return None, "empty_response"
+    if is_same_response(response_a, response_b):
+        # Stored by campaigns generated before identical answers were left out, or made one by edits.
+        return None, "identical"
     swapped = label == Label.B
     chosen, rejected = (response_b, response_a) if swapped else (response_a, response_b)
     row: dict[str, Any] = {}
@@ -955,8 +983,8 @@ def export_write(*, export_id: int) -> Export:
         return export
     campaign = export.campaign
     options = ExportOptions(dataset_name=export.dataset_name, **export.options)
-    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "unresolved_conflict": 0,
-              "not_complete": 0}
+    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "identical": 0,
+              "unresolved_conflict": 0, "not_complete": 0}
     upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
     try:
         items = (Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).select_related("campaign")
@@ -980,7 +1008,8 @@ def export_write(*, export_id: int) -> Export:
             with transaction.atomic():
                 if counts["written"] == 0:
                     raise ValidationError({"dataset_name": "no pair was left to write: every complete item is a tie, "
-                                                           "both bad, without a majority or with an empty answer; "
+                                                           "both bad, without a majority, with an empty answer or "
+                                                           "with the same answer twice; "
                                                            "keep ties or both-bad items, or resolve more items"})
                 dataset = _export_dataset(campaign.project, options.dataset_name, export.created_by)
                 if dataset is None:

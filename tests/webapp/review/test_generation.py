@@ -384,6 +384,50 @@ def test_a_whitespace_only_answer_is_left_out_and_counted_as_empty(team, client_
     assert "(2 left out: an empty answer)" in page.content.decode()
 
 
+def test_a_pair_of_identical_answers_is_left_out_and_counted(team, client_for, models, prompts_version):
+    """QA: both models gave the same text and the pair became an item, which could be exported as a preference
+    pair whose chosen and rejected are one answer; nothing can be preferred in it."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts,
+                                          answers_a=["Red.", "Bye.", "c-a-t"], answers_b=["Red.", "Bye!", "c-a-t\n"])
+    assert (campaign.generation["identical_answers"], campaign.generation["empty_answers"]) == (2, 0)
+    assert [item.source_row for item in campaign.items.order_by("sequence")] == [2]
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "(2 left out: both models gave the same answer)" in page.content.decode()
+
+
+def test_it_fails_with_nothing_made_when_every_pair_is_identical_or_empty(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["same", ""],
+                                          answers_b=["same", "b"])
+    assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
+    assert campaign.load_error == ("none of the 2 prompts left a pair to review: 1 got an empty answer from at least "
+                                   "one model, 1 the same answer from both; allow more new tokens, raise the "
+                                   "temperature, or choose models that differ more")
+
+
+def test_an_export_leaves_out_an_item_whose_responses_are_the_same(team, client_for, models, prompts_version):
+    """An item stored before identical answers were left out (or made identical by a reviewer's edits) would
+    be written as chosen == rejected: a preference pair that teaches nothing."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                          answers_b=["b1", "b2", "b3"])
+    Item.objects.filter(campaign=campaign, sequence=2).update(response_b="a2")  # as an older campaign stored it
+    for item in campaign.items.order_by("sequence"):
+        answer(item, team.teammate, "a")
+    Review.objects.filter(item__sequence=3, item__campaign=campaign).update(edited_b=" a3")
+    export = services.export_write(export_id=services.export_create(
+        campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)
+    assert (export.counts["written"], export.counts["identical"]) == (1, 2)
+    rows = [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+    assert [(row["chosen"], row["rejected"]) for row in rows] == [("a1", "b1")]
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "same answer twice 2" in page.content.decode()
+
+
 def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, client_for, models, prompts_version):
     """A campaign generated before blank answers were left out holds such items; one of them failed the
     whole export, so none of the reviewed pairs became a dataset."""
