@@ -617,7 +617,7 @@ def test_export_writes_a_preference_version_that_validates(campaign, team, carol
     assert rows[1]["review"] == {"campaign": campaign.public_id, "item": items[2].public_id, "label": "b",
                                  "resolved": True, "source": "dataset", "source_row": 2}
     assert export.counts == {"written": 3, "tie": 1, "both_bad": 0, "no_majority": 0, "empty_response": 0,
-                             "unresolved_conflict": 0, "not_complete": 0}
+                             "identical": 0, "unresolved_conflict": 0, "not_complete": 0}
     assert export.reviewers == ["alpha-teammate", "carol"]
     assert export.agreement["pairs"][0]["items"] == 4 and export.agreement["fleiss_raters"] == 2
     assert export.options == {"drop_ties": True, "drop_both_bad": True, "apply_edits": True}
