@@ -45,6 +45,7 @@ from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
 from webapp.projects.models import Membership, Project, Role
+from webapp.projects.services import project_lock
 from webapp.review import agreement, selectors
 from webapp.review.models import (
     MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
@@ -215,6 +216,10 @@ def campaign_create(
     ``loading`` until the ``default`` worker has made one item per row (``campaign_load_items``);
     without it the campaign is ready and empty, and items come from ``items_add`` (arena votes).
     Campaigns on two models' answers are made by ``campaign_generate``."""
+    # First, as every creator in a project does: a deletion of the project at this moment either waits and is
+    # refused (a loading campaign is in flight) or committed first and this campaign is refused in words (its
+    # save would otherwise fail on the project's foreign key: a server error).
+    project_lock(project=project, doing="as the campaign was being created")
     name = _check_campaign_basics(project, name, required_reviews)
     checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
