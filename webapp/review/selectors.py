@@ -96,14 +96,15 @@ def default_export_name(*, campaign: Campaign) -> str:
     return name + EXPORT_NAME_SUFFIX
 
 
-def campaign_readers(*, campaign: Campaign) -> list[str]:
+def campaign_readers(*, campaign: Campaign, stopping_generation: bool = False) -> list[str]:
     """What still needs ``campaign`` (the work a deletion would break), one sentence each: a worker
-    loading its items or generating its answers, an export of its reviews being written. An export
+    loading its items or generating its answers (not with ``stopping_generation``: a deletion that stops
+    it, which the generation notices at its next slice), an export of its reviews being written. An export
     whose version is being validated holds nothing: the version is a dataset's own."""
     readers = []
     if campaign.status == CampaignStatus.LOADING:
         readers.append("its items are loading; wait until it is ready")
-    elif campaign.status == CampaignStatus.GENERATING:
+    elif campaign.status == CampaignStatus.GENERATING and not stopping_generation:
         readers.append("its answers are being generated; wait until it is ready")
     for export in campaign.exports.filter(status=ExportStatus.WRITING).order_by("created_at"):
         readers.append(f"its export to {isolated(export.dataset_name)} is being written; wait until it is done")

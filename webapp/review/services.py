@@ -597,24 +597,46 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
     return prompts
 
 
-def generation_progress(*, campaign_id: int, answers: int) -> None:
-    """Record how many answers a generating campaign has so far (shown on its page)."""
-    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
-        generated_answers=answers, generation_progress_at=timezone.now())
+def generation_progress(*, campaign_id: int, answers: int) -> bool:
+    """Record how many answers a generating campaign has so far (shown on its page). Returns whether it is
+    still generating: False once an owner cancelled it (``generation_cancel``) or deleted it, which the
+    serve worker reads after each slice of prompts as its cue to stop."""
+    return Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+        generated_answers=answers, generation_progress_at=timezone.now()) > 0
+
+
+@transaction.atomic
+def generation_cancel(*, campaign: Campaign, user: AbstractBaseUser) -> Campaign:
+    """Stop a generating campaign: it becomes ``cancelled`` at once, with no items (a pair needs both models'
+    answers, and model A answers every prompt before B), and can be deleted; the serve worker finds it so after
+    its current slice of prompts (``generation_progress``) and stops there, and a message of it still queued
+    does nothing. Refused for a campaign that is not generating (it finished or failed meanwhile)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
+    if campaign.status != CampaignStatus.GENERATING:
+        raise ValidationError({"status": f"campaign {isolated(campaign.name)} is "
+                                         f"{campaign.get_status_display().lower()}, not generating: there is no "
+                                         "generation to cancel"})
+    total = 2 * campaign.generation.get("prompts", {}).get("count", 0)
+    campaign.status = CampaignStatus.CANCELLED
+    campaign.load_error = (f"{isolated(user.get_username())} cancelled the generation after {campaign.generated_answers} of "
+                           f"{total} answers; no items were made, as each pair needs both models' answers")
+    campaign.save(update_fields=["status", "load_error"])
+    logger.info("review campaign %s: generation cancelled by %s", campaign.public_id, user.get_username())
+    return campaign
 
 
 @transaction.atomic
 def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answers_a: list[str],
-                      answers_b: list[str]) -> Campaign:
+                      answers_b: list[str]) -> Campaign | None:
     """Make a generating campaign's items from both models' answers, all at once, and make it ready.
 
     A pair where either model answered nothing (or only whitespace) is left out (it cannot be reviewed,
     and the export's validator would refuse it; the count is kept in ``generation["empty_answers"]``), and so
     is one where both gave the same answer (``is_same_response``: nothing to prefer; counted in
     ``generation["identical_answers"]``). A campaign that is no longer generating (a redelivered task
-    finishing second) is left alone."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
-    if campaign.status != CampaignStatus.GENERATING:
+    finishing second, a cancelled one) is left alone, and so is one deleted meanwhile (None)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).filter(pk=campaign_id).first()
+    if campaign is None or campaign.status != CampaignStatus.GENERATING:
         return campaign
     if not len(prompts) == len(answers_a) == len(answers_b):
         raise ValueError(f"{len(prompts)} prompts but {len(answers_a)} and {len(answers_b)} answers")
@@ -664,13 +686,15 @@ def generation_fail(*, campaign_id: int, reason: str) -> None:
 
 
 @transaction.atomic
-def campaign_delete(*, campaign: Campaign) -> None:
+def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> None:
     """Delete ``campaign`` with its items, reviews, leases, reviewer rows and export records. The dataset
     versions it exported stay: they are datasets now, trained on like any other. Refused
     (``ValidationError`` on ``delete``) while a worker still makes its items or writes an export
-    (``selectors.campaign_readers``)."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
-    if problems := selectors.campaign_readers(campaign=campaign):
+    (``selectors.campaign_readers``); with ``stop_generation`` (the page's Delete said so) a generation under
+    way is no reason: the serve worker finds the campaign gone after its current slice and stops, as for a
+    cancel (``generation_progress``)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
+    if problems := selectors.campaign_readers(campaign=campaign, stopping_generation=stop_generation):
         raise ValidationError({"delete": problems})
     campaign.delete()
     logger.info("review campaign %s deleted", campaign)

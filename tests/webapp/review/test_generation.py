@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.factories import make_base_model, make_ready_version
+from tests.webapp.factories import form_token, make_base_model, make_ready_version
 from tests.webapp.review.conftest import answer
 from webapp.core.bidi import isolated
 from webapp.review import services
@@ -250,6 +250,56 @@ def test_the_owner_queues_a_stuck_generation_again(team, client_for, models, pro
     assert response.status_code == 302 and sent_tasks == [(services.GENERATE_TASK, [campaign.pk], "serve")]
     assert client_for(team.teammate).post(reverse("review:load", args=[team.project.slug,
                                                                       campaign.public_id])).status_code == 403
+
+
+def test_the_owner_cancels_a_generation(team, client_for, models, prompts_version):
+    """QA: a big mistaken generation could not be stopped: it ran to its end, in the way of chats."""
+    campaign = generate(team, models, prompts_version)
+    services.generation_progress(campaign_id=campaign.pk, answers=1)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    cancel = reverse("review:cancel", args=[team.project.slug, campaign.public_id])
+    owner = client_for(team.owner)
+    page = owner.get(detail).content.decode()
+    assert 'id="cancel-confirm"' in page and "No items are made from what was generated" in page
+    assert client_for(team.teammate).post(cancel).status_code == 403
+    response = owner.post(cancel, {"submission_token": form_token(page, after=cancel)}, follow=True)
+    page = response.content.decode()
+    assert response.redirect_chain == [(detail, 302)]
+    assert f"Cancelled the generation of {isolated('falcon vs heron')}" in page
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.CANCELLED and not campaign.items.exists()
+    assert campaign.load_error == (f"{isolated('alpha-owner')} cancelled the generation after 1 of 4 answers; no "
+                                   "items were made, as each pair needs both models' answers")
+    assert "The generation was cancelled" in page and 'http-equiv="refresh"' not in page
+    assert 'id="cancel-confirm"' not in page and 'id="delete-confirm"' in page
+    # The serve worker, told after its slice, stops; its finish and a redelivery make nothing.
+    assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False
+    prompts = services.generation_prompts(campaign=campaign)
+    services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a", "b"], answers_b=["c", "d"])
+    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.CANCELLED and not campaign.items.exists()
+    with pytest.raises(ValidationError, match="not generating: there is no generation to cancel"):
+        services.generation_cancel(campaign=campaign, user=team.owner)
+
+
+def test_deleting_a_generating_campaign_stops_its_generation(team, client_for, models, prompts_version,
+                                                             django_capture_on_commit_callbacks):
+    """QA: its page offered "Delete…", which was then refused ("its answers are being generated"); it now says it
+    stops the generation, and does."""
+    campaign = generate(team, models, prompts_version)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    delete = reverse("review:delete", args=[team.project.slug, campaign.public_id])
+    owner = client_for(team.owner)
+    page = owner.get(detail).content.decode()
+    assert "Stops the generation of its answers" in page and "Stop and delete" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner.post(delete, {"submission_token": form_token(page, after=delete)}, follow=True)
+    assert f"Deleted the review campaign {isolated('falcon vs heron')}, stopping its generation," in (
+        response.content.decode())
+    assert not Campaign.objects.filter(pk=campaign.pk).exists()
+    assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False
+    prompts = [services.GenerationPrompt(row=1, prompt="Name a colour.")]
+    assert services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a"],
+                                      answers_b=["b"]) is None
 
 
 def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_version):
