@@ -403,7 +403,7 @@ from webapp.review import services as review_services
 from webapp.review.models import Campaign
 
 celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
-owner = get_user_model().objects.create_user("review-owner", password="unused-password")
+owner = get_user_model().objects.create_user("campaign-race-owner", password="unused-password")
 
 
 def race(first, slug):
@@ -436,7 +436,7 @@ def race(first, slug):
         if first == "delete":
             reached.wait(10)
         outcome["create"] = outcome_of(lambda: review_services.campaign_create(
-            project=project, name="pass 1", guidelines="", required_reviews=1, reviewers=[owner],
+            project=project, name="race campaign", guidelines="", required_reviews=1, reviewers=[owner],
             source_version=version, user=owner))
 
     def delete():
@@ -450,15 +450,18 @@ def race(first, slug):
     return outcome["create"], outcome["delete"]
 
 
-created, deleted = race("delete", "deleted-first")
+created, deleted = race("delete", "campaign-deleted-first")
 assert deleted == ("made", ""), deleted
-assert created == ("refused", "project \\u2068deleted-first\\u2069 was deleted as the campaign was being created"), created
-assert not Project.objects.filter(slug="deleted-first").exists() and not Campaign.objects.exists()
+assert created == ("refused", "project \\u2068campaign-deleted-first\\u2069 was deleted as the campaign was being "
+                              "created"), created
+assert not Project.objects.filter(slug="campaign-deleted-first").exists()
+assert not Campaign.objects.filter(name="race campaign").exists()
 
-created, deleted = race("create", "created-first")
+created, deleted = race("create", "campaign-created-first")
 assert created == ("made", ""), created
-assert deleted == ("refused", "review campaign \\u2068pass 1\\u2069 is loading items; wait until it is ready"), deleted
-assert Campaign.objects.filter(project__slug="created-first").count() == 1
+assert deleted == ("refused", "review campaign \\u2068race campaign\\u2069 is loading items; wait until it is "
+                              "ready"), deleted
+assert Campaign.objects.filter(project__slug="campaign-created-first").count() == 1
 print("ok")
 """
 
