@@ -272,6 +272,8 @@ def test_the_owner_cancels_a_generation(team, client_for, models, prompts_versio
                                    "items were made, as each pair needs both models' answers")
     assert "The generation was cancelled" in page and 'http-equiv="refresh"' not in page
     assert 'id="cancel-confirm"' not in page and 'id="delete-confirm"' in page
+    reviewing = client_for(team.teammate).get(reverse("review:next", args=[team.project.slug, campaign.public_id]))
+    assert "This campaign has no items: " in reviewing.content.decode(), "not 'nothing left for you to review'"
     # The serve worker, told after its slice, stops; its finish and a redelivery make nothing.
     assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False
     prompts = services.generation_prompts(campaign=campaign)
