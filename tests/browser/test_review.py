@@ -260,3 +260,47 @@ def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_
                 ] == ["tie", "skip"]
     finally:
         context.close()
+
+
+def test_a_generating_campaigns_confirmations_stay_open_while_its_page_follows_it(browser, live_server,
+                                                                                   transactional_db):
+    """QA: the campaign page reloaded itself every 3 s while its answers were generated, which closed an open
+    "Delete…" under the owner's pointer. It now reloads only while no confirmation is open; "Stop and delete"
+    then deletes the campaign and stops its generation."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.review import services
+
+    team = make_team()
+    campaign = services.campaign_create(project=team.project, name="big mistake", guidelines="", required_reviews=1,
+                                        reviewers=[team.teammate], source_version=None, user=team.owner)
+    # A generation under way (no serve worker here: what it would do next is not the question).
+    Campaign.objects.filter(pk=campaign.pk).update(
+        status=CampaignStatus.GENERATING, generation_progress_at=timezone.now() + timedelta(hours=1),
+        generation={"model_a": {"label": "falcon"}, "model_b": {"label": "heron"},
+                    "prompts": {"label": "questions v1", "count": 5000},
+                    "sampling": {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256, "seed": 0}})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    refused = []
+    try:
+        owner = log_in(context, live_server.url, "alpha-owner")
+        owner.on("console", lambda message: refused.append(message.text)
+                 if "Content Security Policy" in message.text else None)
+        owner.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/")
+        with owner.expect_navigation():  # it follows the generation: nothing is open
+            pass
+        owner.locator("#delete-confirm summary").click()
+        owner.evaluate("window.loadedOnce = true")
+        owner.wait_for_timeout(7_000)  # two of its reload periods
+        assert owner.evaluate("window.loadedOnce === true"), "the page reloaded with Delete… open"
+        assert owner.locator("#delete-confirm").get_attribute("open") is not None
+        with owner.expect_navigation():
+            owner.get_by_role("button", name="Stop and delete big mistake").click()
+        assert owner.url == f"{live_server.url}/p/alpha/review/"
+        assert "stopping its generation" in owner.locator(".messages").inner_text()
+        assert not Campaign.objects.filter(pk=campaign.pk).exists()
+        assert refused == []
+    finally:
+        context.close()

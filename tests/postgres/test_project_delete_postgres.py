@@ -6,7 +6,8 @@ the deadlock by failing one of them (a server error); where the launch got its r
 deletion's check and its delete, the run went with the project while its task was queued. Likewise a chat turn
 and the deletion of its model (``chat.services.chat_model_lock``), a review campaign's generation and the
 deletion of one of its models (``chat.services.model_lock``), an arena battle and the deletion of its project,
-and a /v1 completion and the deletion of its model (``chat.services.api_generation_start``)."""
+a /v1 completion and the deletion of its model (``chat.services.api_generation_start``), and a review campaign
+on a dataset version and the deletion of its project (``review.services.campaign_create``)."""
 from __future__ import annotations
 
 import pytest
@@ -259,3 +260,79 @@ def test_a_completion_and_the_deletion_of_its_model_at_once_end_in_one_refusal(d
     """A /v1 completion took no lock and left no record: one asked as its model was deleted was queued all the same,
     and a deletion while one was answered went through, the serve worker dropping the weights under it."""
     assert run_django(COMPLETION_AND_MODEL_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+CAMPAIGN_AND_PROJECT_DELETE_SCRIPT = RACE_PREAMBLE + """
+from tests.webapp.factories import make_ready_version
+from webapp.projects.models import Project
+from webapp.review import services as review_services
+from webapp.review.models import Campaign
+
+celery_app.send_task = lambda *args, **kwargs: None  # no broker here: what is queued is not the question
+owner = get_user_model().objects.create_user("campaign-race-owner", password="unused-password")
+
+
+def race(first, slug):
+    '''Create a review campaign on a dataset version of a new project while another thread deletes the project;
+    ``first`` is "delete" (it holds its lock a moment after its check) or "create" (the creation holds its lock
+    of the project a moment). Returns (creation outcome, deletion outcome).'''
+    project = project_services.project_create(name=slug, slug=slug, owner=owner)
+    version = make_ready_version(project, name="prefs", kind="preference", user=owner)
+    reached = threading.Event()
+    real_readers, real_lock = project_services.project_readers, review_services.project_lock
+
+    def readers_then_hold(**kwargs):
+        problems = real_readers(**kwargs)
+        if first == "delete":
+            reached.set()
+            time.sleep(0.5)  # the campaign is now being created
+        return problems
+
+    def lock_then_hold(**kwargs):
+        locked = real_lock(**kwargs)
+        if first == "create":
+            reached.set()
+            time.sleep(0.5)  # the deletion is now waiting for this creation's lock of the project
+        return locked
+
+    project_services.project_readers, review_services.project_lock = readers_then_hold, lock_then_hold
+    outcome = {}
+
+    def create():
+        if first == "delete":
+            reached.wait(10)
+        outcome["create"] = outcome_of(lambda: review_services.campaign_create(
+            project=project, name="race campaign", guidelines="", required_reviews=1, reviewers=[owner],
+            source_version=version, user=owner))
+
+    def delete():
+        if first == "create":
+            reached.wait(10)
+        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
+            project=Project.objects.get(pk=project.pk), confirmation=slug))
+
+    run_together(create, delete)
+    project_services.project_readers, review_services.project_lock = real_readers, real_lock
+    return outcome["create"], outcome["delete"]
+
+
+created, deleted = race("delete", "campaign-deleted-first")
+assert deleted == ("made", ""), deleted
+assert created == ("refused", "project \\u2068campaign-deleted-first\\u2069 was deleted as the campaign was being "
+                              "created"), created
+assert not Project.objects.filter(slug="campaign-deleted-first").exists()
+assert not Campaign.objects.filter(name="race campaign").exists()
+
+created, deleted = race("create", "campaign-created-first")
+assert created == ("made", ""), created
+assert deleted == ("refused", "review campaign \\u2068race campaign\\u2069 is loading items; wait until it is "
+                              "ready"), deleted
+assert Campaign.objects.filter(project__slug="campaign-created-first").count() == 1
+print("ok")
+"""
+
+
+def test_a_review_campaign_and_the_deletion_of_its_project_at_once_end_in_one_refusal(database_url, tmp_path):  # noqa: F811
+    """QA: ``review.services.campaign_create`` did not lock its project as the other creators do, so a campaign
+    created while its project was being deleted waited on the deletion and then failed to save (a server error)."""
+    assert run_django(CAMPAIGN_AND_PROJECT_DELETE_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

@@ -267,6 +267,7 @@ ROUTES: dict[str, Route] = {
     "review:settings": Route(kwargs=_campaign, methods={"GET": OWNER, "POST": OWNER}),
     "review:delete": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:load": Route(kwargs=_campaign, methods={"POST": OWNER}),
+    "review:cancel": Route(kwargs=_campaign, methods={"POST": OWNER}),
     "review:next": Route(kwargs=_campaign, methods={"GET": MEMBER, "POST": MEMBER}),
     "review:change": Route(kwargs=_campaign, methods={"POST": MEMBER}),
     "review:items": Route(kwargs=_campaign, methods=READ),

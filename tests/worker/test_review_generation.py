@@ -72,3 +72,24 @@ def test_a_prompt_a_model_cannot_take_fails_the_campaign(campaign_for):
     assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
     assert campaign.load_error.startswith("Base model: tiny-0 cannot answer row 1 of the prompts:")
     assert "context length (256)" in campaign.load_error
+
+
+def test_a_cancelled_generation_stops_after_the_slice_under_way(campaign_for, monkeypatch):
+    """QA: a big mistaken generation could not be stopped. An owner cancelling it while model A answers its
+    slice: the worker reads so when it reports the slice, and model B is never asked."""
+    campaign = campaign_for(max_new_tokens=4, temperature=0.0)
+    reported = []
+    record = services.generation_progress
+
+    def cancel_during_the_first_slice(**kwargs):
+        if not reported:
+            services.generation_cancel(campaign=campaign, user=campaign.created_by)
+        reported.append(kwargs["answers"])
+        return record(**kwargs)
+
+    monkeypatch.setattr(services, "generation_progress", cancel_during_the_first_slice)
+    review.generate_campaign_answers(campaign.pk)
+    assert reported == [3], "model B was asked after the cancel"
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.CANCELLED and not campaign.items.exists()
+    assert campaign.generated_answers == 0 and "cancelled the generation after 0 of 6 answers" in campaign.load_error

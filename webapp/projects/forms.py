@@ -23,7 +23,11 @@ class MemberAddForm(forms.Form):
         username = self.cleaned_data["username"].strip()
         user = get_user_model().objects.filter(username=username, is_active=True).first()
         if user is None:
-            raise forms.ValidationError(f"no active user is named {username!r}; check the spelling")
+            # Temper has no sign-up page: a newcomer's account is made by an administrator first.
+            raise forms.ValidationError(
+                f"no active user is named {username!r}; check the spelling. Someone new needs an account first, "
+                "and only an administrator makes accounts: in the admin site (/admin/auth/user/add/) or, on the "
+                "server, with manage.py createsuperuser for another administrator")
         self.cleaned_data["user"] = user
         return username
 

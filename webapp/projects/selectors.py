@@ -68,7 +68,7 @@ def project_overview(*, project: Project) -> dict[str, list]:
             .order_by(active_first, "-created_at")[:OVERVIEW_RUNS])
     versions = (DatasetVersion.objects.filter(dataset__project=project).select_related("dataset", "created_by")
                 .order_by("-created_at")[:OVERVIEW_VERSIONS])
-    campaigns = (campaign_list(project=project).exclude(status=CampaignStatus.FAILED)
+    campaigns = (campaign_list(project=project).exclude(status__in=(CampaignStatus.FAILED, CampaignStatus.CANCELLED))
                  .filter(~Q(status=CampaignStatus.READY) | Q(item_complete__lt=F("item_total")))[:OVERVIEW_CAMPAIGNS])
     return {"runs": list(runs), "versions": list(versions), "campaigns": list(campaigns)}
 

@@ -144,10 +144,10 @@ def _check_confirmation(project: Project, typed: str) -> None:
 
 def project_lock(*, project: Project, doing: str) -> Project:
     """Lock ``project``'s row for work about to be added to it (a run launched or queued again, a pipeline, a
-    chat turn, an arena battle, a generated review campaign, a /v1 completion: ``chat.services.model_lock``),
-    inside the caller's transaction, and refuse the work (``ValidationError``, non-field) when the project was
-    deleted meanwhile; ``doing`` ends the sentence ("as the run was being launched"). ``project_delete``
-    locks the same row before its check, so a deletion and such work are taken one after the other: the
+    review campaign; through ``chat.services.model_lock`` a chat turn, an arena battle, a generated review
+    campaign, a /v1 completion), inside the caller's transaction, and refuse the work (``ValidationError``,
+    non-field) when the project was deleted meanwhile; ``doing`` ends the sentence ("as the run was being
+    launched"). ``project_delete`` locks the same row before its check, so a deletion and such work are taken one after the other: the
     deletion then sees the work and is refused, or the work is. Lock the project before the rows of what is
     in it, as the deletion does, so that neither waits on the other in turn. ``FOR NO KEY UPDATE``: a
     deletion waits for it, the foreign-key checks of rows saved in the project meanwhile do not."""

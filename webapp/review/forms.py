@@ -35,7 +35,7 @@ class CampaignSettingsForm(forms.Form):
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["reviewers"].queryset = possible_reviewers(project=project)
-        self.fields["reviewers"].label_from_instance = lambda user: user.get_username()
+        self.fields["reviewers"].label_from_instance = lambda user: isolated(user.get_username())
         if "required_reviews" not in self.initial:
             self.fields["required_reviews"].initial = default_required_reviews(project=project)
         if "reviewers" not in self.initial:  # a new campaign: the team reviews, unless someone is unticked

@@ -40,6 +40,9 @@ class CampaignStatus(models.TextChoices):
     GENERATING = "generating", "Generating answers"
     READY = "ready", "Ready"
     FAILED = "failed", "Failed to load"
+    # An owner stopped the generation (``services.generation_cancel``): no items, as a pair needs both models'
+    # answers and model A answers every prompt before model B.
+    CANCELLED = "cancelled", "Generation cancelled"
 
 
 class Campaign(models.Model):
@@ -55,7 +58,8 @@ class Campaign(models.Model):
     source_label = models.CharField(max_length=200, blank=True)
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, through="CampaignReviewer", related_name="+")
     # A campaign on a dataset version is loading until the `default` worker has made its items; one
-    # on two models' answers is generating until the `serve` worker has generated all of them.
+    # on two models' answers is generating until the `serve` worker has generated all of them (or an
+    # owner cancels it: the worker stops at its next slice of prompts).
     status = models.CharField(max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.READY)
     load_error = models.TextField(blank=True)
     # A generated campaign's request (``services.campaign_generate``): the two models, the prompts, the

@@ -22,7 +22,7 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from webapp.core.bidi import isolated
-from webapp.datasets.models import DatasetVersion, VersionStatus
+from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
 from webapp.review import agreement
 from webapp.review.models import (
@@ -83,14 +83,28 @@ def may_delete_campaign(*, membership: Membership) -> bool:
     return membership.can(Role.OWNER)
 
 
-def campaign_readers(*, campaign: Campaign) -> list[str]:
+EXPORT_NAME_SUFFIX = " reviewed"
+
+
+def default_export_name(*, campaign: Campaign) -> str:
+    """The dataset name the export form suggests: "<campaign> reviewed", the campaign's name shortened
+    with an ellipsis where both would pass a dataset name's length (a campaign name may be as long)."""
+    limit = Dataset._meta.get_field("name").max_length
+    name = campaign.name
+    if len(name) + len(EXPORT_NAME_SUFFIX) > limit:
+        name = name[:limit - len(EXPORT_NAME_SUFFIX) - 1].rstrip() + "…"
+    return name + EXPORT_NAME_SUFFIX
+
+
+def campaign_readers(*, campaign: Campaign, stopping_generation: bool = False) -> list[str]:
     """What still needs ``campaign`` (the work a deletion would break), one sentence each: a worker
-    loading its items or generating its answers, an export of its reviews being written. An export
+    loading its items or generating its answers (not with ``stopping_generation``: a deletion that stops
+    it, which the generation notices at its next slice), an export of its reviews being written. An export
     whose version is being validated holds nothing: the version is a dataset's own."""
     readers = []
     if campaign.status == CampaignStatus.LOADING:
         readers.append("its items are loading; wait until it is ready")
-    elif campaign.status == CampaignStatus.GENERATING:
+    elif campaign.status == CampaignStatus.GENERATING and not stopping_generation:
         readers.append("its answers are being generated; wait until it is ready")
     for export in campaign.exports.filter(status=ExportStatus.WRITING).order_by("created_at"):
         readers.append(f"its export to {isolated(export.dataset_name)} is being written; wait until it is done")

@@ -45,6 +45,7 @@ from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named
 from webapp.projects.models import Membership, Project, Role
+from webapp.projects.services import project_lock
 from webapp.review import agreement, selectors
 from webapp.review.models import (
     MAX_REQUIRED_REVIEWS, Campaign, CampaignReviewer, CampaignStatus, Choice, Export, ExportStatus, Item, ItemSource,
@@ -131,6 +132,18 @@ def is_blank(response: Any) -> bool:
     return not str(response or "").strip()
 
 
+def _comparable(response: Any) -> Any:
+    if isinstance(response, list):
+        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
+    return str(response or "").strip()
+
+
+def is_same_response(first: Any, second: Any) -> bool:
+    """Whether two responses say the same, whitespace around each text aside: a pair of them holds
+    nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
+    return _comparable(first) == _comparable(second)
+
+
 def with_text(response: Any, text: str) -> Any:
     """``response`` with its editable text replaced by ``text`` (a new value; ``response`` is kept)."""
     if isinstance(response, list) and response:
@@ -203,6 +216,10 @@ def campaign_create(
     ``loading`` until the ``default`` worker has made one item per row (``campaign_load_items``);
     without it the campaign is ready and empty, and items come from ``items_add`` (arena votes).
     Campaigns on two models' answers are made by ``campaign_generate``."""
+    # First, as every creator in a project does: a deletion of the project at this moment either waits and is
+    # refused (a loading campaign is in flight) or committed first and this campaign is refused in words (its
+    # save would otherwise fail on the project's foreign key: a server error).
+    project_lock(project=project, doing="as the campaign was being created")
     name = _check_campaign_basics(project, name, required_reviews)
     checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(project, reviewers)
@@ -580,23 +597,46 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
     return prompts
 
 
-def generation_progress(*, campaign_id: int, answers: int) -> None:
-    """Record how many answers a generating campaign has so far (shown on its page)."""
-    Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
-        generated_answers=answers, generation_progress_at=timezone.now())
+def generation_progress(*, campaign_id: int, answers: int) -> bool:
+    """Record how many answers a generating campaign has so far (shown on its page). Returns whether it is
+    still generating: False once an owner cancelled it (``generation_cancel``) or deleted it, which the
+    serve worker reads after each slice of prompts as its cue to stop."""
+    return Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+        generated_answers=answers, generation_progress_at=timezone.now()) > 0
+
+
+@transaction.atomic
+def generation_cancel(*, campaign: Campaign, user: AbstractBaseUser) -> Campaign:
+    """Stop a generating campaign: it becomes ``cancelled`` at once, with no items (a pair needs both models'
+    answers, and model A answers every prompt before B), and can be deleted; the serve worker finds it so after
+    its current slice of prompts (``generation_progress``) and stops there, and a message of it still queued
+    does nothing. Refused for a campaign that is not generating (it finished or failed meanwhile)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
+    if campaign.status != CampaignStatus.GENERATING:
+        raise ValidationError({"status": f"campaign {isolated(campaign.name)} is "
+                                         f"{campaign.get_status_display().lower()}, not generating: there is no "
+                                         "generation to cancel"})
+    total = 2 * campaign.generation.get("prompts", {}).get("count", 0)
+    campaign.status = CampaignStatus.CANCELLED
+    campaign.load_error = (f"{isolated(user.get_username())} cancelled the generation after {campaign.generated_answers} of "
+                           f"{total} answers; no items were made, as each pair needs both models' answers")
+    campaign.save(update_fields=["status", "load_error"])
+    logger.info("review campaign %s: generation cancelled by %s", campaign.public_id, user.get_username())
+    return campaign
 
 
 @transaction.atomic
 def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answers_a: list[str],
-                      answers_b: list[str]) -> Campaign:
+                      answers_b: list[str]) -> Campaign | None:
     """Make a generating campaign's items from both models' answers, all at once, and make it ready.
 
     A pair where either model answered nothing (or only whitespace) is left out (it cannot be reviewed,
-    and the export's validator would refuse it; the count is kept
-    in ``generation["empty_answers"]``). A campaign that is no longer generating (a redelivered task
-    finishing second) is left alone."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign_id)
-    if campaign.status != CampaignStatus.GENERATING:
+    and the export's validator would refuse it; the count is kept in ``generation["empty_answers"]``), and so
+    is one where both gave the same answer (``is_same_response``: nothing to prefer; counted in
+    ``generation["identical_answers"]``). A campaign that is no longer generating (a redelivered task
+    finishing second, a cancelled one) is left alone, and so is one deleted meanwhile (None)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).filter(pk=campaign_id).first()
+    if campaign is None or campaign.status != CampaignStatus.GENERATING:
         return campaign
     if not len(prompts) == len(answers_a) == len(answers_b):
         raise ValueError(f"{len(prompts)} prompts but {len(answers_a)} and {len(answers_b)} answers")
@@ -605,23 +645,35 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
               "model_b": generation["model_b"]["ref"], "model_b_label": generation["model_b"]["label"],
               "prompts_version": generation["prompts"]["version"]}
     answers_a, answers_b = map(storable_model_text, answers_a), map(storable_model_text, answers_b)
-    pairs = [Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
-                  source_row=prompt.row, metadata=models)
-             for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b)
-             if not is_blank(answer_a) and not is_blank(answer_b)]
-    empty = len(prompts) - len(pairs)
+    pairs, empty, identical = [], 0, 0
+    for prompt, answer_a, answer_b in zip(prompts, answers_a, answers_b):
+        if is_blank(answer_a) or is_blank(answer_b):
+            empty += 1
+        elif is_same_response(answer_a, answer_b):
+            identical += 1
+        else:
+            pairs.append(Pair(prompt=prompt.prompt, response_a=answer_a, response_b=answer_b, source=ItemSource.RUNS,
+                              source_row=prompt.row, metadata=models))
     if not pairs:
         campaign.status = CampaignStatus.FAILED
-        campaign.load_error = (f"every one of the {len(prompts)} prompts got an empty answer from at least one model; "
-                               "allow more new tokens, or check the models end their answers sensibly")
+        if not identical:
+            campaign.load_error = (f"every one of the {len(prompts)} prompts got an empty answer from at least one "
+                                   "model; allow more new tokens, or check the models end their answers sensibly")
+        elif not empty:
+            campaign.load_error = (f"both models gave the same answer to every one of the {len(prompts)} prompts; "
+                                   "raise the temperature, or choose models that differ more")
+        else:
+            campaign.load_error = (f"none of the {len(prompts)} prompts left a pair to review: {empty} got an empty "
+                                   f"answer from at least one model, {identical} the same answer from both; allow "
+                                   "more new tokens, raise the temperature, or choose models that differ more")
     else:
         items_add(campaign=campaign, pairs=pairs)
         campaign.status = CampaignStatus.READY
-    campaign.generation = {**generation, "empty_answers": empty}
+    campaign.generation = {**generation, "empty_answers": empty, "identical_answers": identical}
     campaign.generated_answers = 2 * len(prompts)
     campaign.save(update_fields=["status", "load_error", "generation", "generated_answers"])
-    logger.info("review campaign %s: %s, %s pairs generated, %s left out empty", campaign.public_id,
-                campaign.status, len(pairs), empty)
+    logger.info("review campaign %s: %s, %s pairs generated, %s left out empty, %s identical", campaign.public_id,
+                campaign.status, len(pairs), empty, identical)
     return Campaign.objects.get(pk=campaign.pk)
 
 
@@ -634,13 +686,15 @@ def generation_fail(*, campaign_id: int, reason: str) -> None:
 
 
 @transaction.atomic
-def campaign_delete(*, campaign: Campaign) -> None:
+def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> None:
     """Delete ``campaign`` with its items, reviews, leases, reviewer rows and export records. The dataset
     versions it exported stay: they are datasets now, trained on like any other. Refused
     (``ValidationError`` on ``delete``) while a worker still makes its items or writes an export
-    (``selectors.campaign_readers``)."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
-    if problems := selectors.campaign_readers(campaign=campaign):
+    (``selectors.campaign_readers``); with ``stop_generation`` (the page's Delete said so) a generation under
+    way is no reason: the serve worker finds the campaign gone after its current slice and stops, as for a
+    cancel (``generation_progress``)."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
+    if problems := selectors.campaign_readers(campaign=campaign, stopping_generation=stop_generation):
         raise ValidationError({"delete": problems})
     campaign.delete()
     logger.info("review campaign %s deleted", campaign)
@@ -798,7 +852,7 @@ def review_change(*, item: Item, user: AbstractBaseUser, choice: str) -> Review:
     if review is None:
         raise ValidationError({"item": f"you have not answered item {item.sequence}; answer it from the queue"})
     if item.resolved_label:
-        raise ValidationError({"item": f"item {item.sequence} was resolved by {resolver_name(item)}, whose label is "
+        raise ValidationError({"item": f"item {item.sequence} was resolved by {isolated(resolver_name(item))}, whose label is "
                                        "final; ask an owner to resolve it again"})
     label = label_for_choice(choice, shown_first=review.shown_first)
     if review.label == Label.SKIP and label != Label.SKIP and item.review_count >= item.campaign.required_reviews:
@@ -890,6 +944,9 @@ def _final_row(item: Item, reviews: list[Review], options: ExportOptions) -> tup
         # Stored by campaigns generated before blank answers were left out, or blanked by an edit: the
         # version's validator refuses the row, which would fail the whole export.
         return None, "empty_response"
+    if is_same_response(response_a, response_b):
+        # Stored by campaigns generated before identical answers were left out, or made one by edits.
+        return None, "identical"
     swapped = label == Label.B
     chosen, rejected = (response_b, response_a) if swapped else (response_a, response_b)
     row: dict[str, Any] = {}
@@ -955,8 +1012,8 @@ def export_write(*, export_id: int) -> Export:
         return export
     campaign = export.campaign
     options = ExportOptions(dataset_name=export.dataset_name, **export.options)
-    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "unresolved_conflict": 0,
-              "not_complete": 0}
+    counts = {"written": 0, "tie": 0, "both_bad": 0, "no_majority": 0, "empty_response": 0, "identical": 0,
+              "unresolved_conflict": 0, "not_complete": 0}
     upload = TemporaryUploadedFile(f"review-{campaign.public_id}.jsonl", "application/x-ndjson", 0, "utf-8")
     try:
         items = (Item.objects.filter(campaign=campaign, status=ItemStatus.COMPLETE).select_related("campaign")
@@ -980,7 +1037,8 @@ def export_write(*, export_id: int) -> Export:
             with transaction.atomic():
                 if counts["written"] == 0:
                     raise ValidationError({"dataset_name": "no pair was left to write: every complete item is a tie, "
-                                                           "both bad, without a majority or with an empty answer; "
+                                                           "both bad, without a majority, with an empty answer or "
+                                                           "with the same answer twice; "
                                                            "keep ties or both-bad items, or resolve more items"})
                 dataset = _export_dataset(campaign.project, options.dataset_name, export.created_by)
                 if dataset is None:

@@ -12,6 +12,7 @@ urlpatterns = [
     path("p/<slug:slug>/review/<str:public_id>/settings/", views.campaign_settings, name="settings"),
     path("p/<slug:slug>/review/<str:public_id>/delete/", views.campaign_delete, name="delete"),
     path("p/<slug:slug>/review/<str:public_id>/load/", views.campaign_load, name="load"),
+    path("p/<slug:slug>/review/<str:public_id>/cancel/", views.generation_cancel, name="cancel"),
     path("p/<slug:slug>/review/<str:public_id>/next/", views.review_next, name="next"),
     path("p/<slug:slug>/review/<str:public_id>/change/", views.review_change, name="change"),
     path("p/<slug:slug>/review/<str:public_id>/items/", views.item_list, name="items"),

@@ -116,6 +116,7 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
     exports = list(selectors.export_list(campaign=campaign))
     report = selectors.campaign_agreement(campaign=campaign)
     reviewers = selectors.reviewer_names(campaign=campaign)
+    delete_blocked = selectors.campaign_readers(campaign=campaign, stopping_generation=True)
     return render(request, "review/detail.html", {
         "project": project, "membership": membership, "campaign": campaign,
         "guidelines_html": render_markdown(campaign.guidelines),
@@ -133,13 +134,16 @@ def _render_campaign_page(request, project, membership, campaign, *, export_form
         "my_done": selectors.reviewer_done(campaign=campaign, user=request.user),
         "exports": exports,
         "can_manage": can_manage,
-        "can_delete": selectors.may_delete_campaign(membership=membership),
+        # Offered only when it would be done: not while items load or an export is written (said instead);
+        # a generation under way is stopped by it, and its confirmation says so.
+        "can_delete": selectors.may_delete_campaign(membership=membership) and not delete_blocked,
+        "delete_blocked": delete_blocked if selectors.may_delete_campaign(membership=membership) else [],
         # Not after a refused export: the page's address is then the export's, which only takes a POST.
         "refreshing": export_form is None and (
             campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING)
             or any(export.status in (ExportStatus.WRITING, ExportStatus.VALIDATING) for export in exports)),
         "export_form": export_form or (
-            ExportForm(initial={"dataset_name": f"{campaign.name} reviewed"}) if can_manage else None),
+            ExportForm(initial={"dataset_name": selectors.default_export_name(campaign=campaign)}) if can_manage else None),
     }, status=status)
 
 
@@ -192,6 +196,27 @@ def campaign_load(request: HttpRequest, slug: str, public_id: str) -> HttpRespon
 
 @login_required
 @require_POST
+def generation_cancel(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
+    """Stop a generating campaign's generation (a mistaken one need not run to its end)."""
+    project, _membership = get_project_for_user(request.user, slug, min_role=Role.OWNER)
+    campaign = selectors.campaign_get(project=project, public_id=public_id)
+
+    def cancel() -> str:
+        services.generation_cancel(campaign=campaign, user=request.user)
+        messages.success(request, f"Cancelled the generation of {isolated(campaign.name)}: the serve worker stops "
+                                  "after the prompts it is answering now. Delete the campaign, or keep it as a "
+                                  "record.")
+        return reverse("review:detail", args=[project.slug, campaign.public_id])
+
+    try:
+        return redirect(form_send_once(request, create=cancel))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    return redirect("review:detail", project.slug, campaign.public_id)
+
+
+@login_required
+@require_POST
 def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     listed = reverse("review:list", args=[project.slug])
@@ -201,8 +226,11 @@ def campaign_delete(request: HttpRequest, slug: str, public_id: str) -> HttpResp
         if not selectors.may_delete_campaign(membership=membership):
             raise PermissionDenied("only an owner may delete a review campaign")
         items = campaign.items.count()
-        services.campaign_delete(campaign=campaign)
-        messages.success(request, f"Deleted the review campaign {isolated(campaign.name)} with its {items} "
+        generating = campaign.status == CampaignStatus.GENERATING
+        # The page's Delete of a generating campaign says that it stops the generation.
+        services.campaign_delete(campaign=campaign, stop_generation=True)
+        messages.success(request, f"Deleted the review campaign {isolated(campaign.name)}"
+                                  f"{', stopping its generation,' if generating else ''} with its {items} "
                                   f"item{'s' if items != 1 else ''} and their reviews.")
         return listed
 
@@ -387,7 +415,7 @@ def _confirm_resolution_change(request, project, membership, campaign, item, lab
 
 def _say_already_resolved(request, item) -> None:
     messages.info(request, f"Item {item.sequence} is already resolved as {Label(item.resolved_label).label} by "
-                           f"{services.resolver_name(item)}; nothing changed.")
+                           f"{isolated(services.resolver_name(item))}; nothing changed.")
 
 
 @login_required

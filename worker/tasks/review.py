@@ -31,6 +31,7 @@ def write_export(export_id: int) -> None:
 def generate_campaign_answers(campaign_id: int) -> None:
     """Generate both models' answers to a generating campaign's prompts, then make its items at once
     (``services.generation_finish``); any failure fails the campaign with the reason and no items.
+    Stops after the slice of prompts under way once an owner cancelled or deleted the campaign.
     Sent to the ``serve`` queue: safe to redeliver (a campaign that is no longer generating is left
     alone, and only the first finish makes items)."""
     campaign = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).first()
@@ -45,6 +46,10 @@ def generate_campaign_answers(campaign_id: int) -> None:
             services.generation_progress(campaign_id=campaign_id, answers=count)))
         answers_b = model_answers(generation["model_b"], prompts, settings, on_progress=lambda count: (
             services.generation_progress(campaign_id=campaign_id, answers=len(prompts) + count)))
+    except GenerationStopped:
+        logger.info("review campaign %s: generation stopped, the campaign was cancelled or deleted",
+                    campaign.public_id)
+        return
     except ValidationError as error:
         services.generation_fail(campaign_id=campaign_id, reason=" ".join(error.messages))
         return
@@ -62,14 +67,19 @@ class GenerationError(Exception):
     """A prompt one of the models cannot take; the message names the model and the row."""
 
 
+class GenerationStopped(Exception):
+    """The campaign is no longer generating (cancelled or deleted by an owner): the rest is not asked."""
+
+
 def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt],
-                  settings: services.GenerationSettings, *, on_progress: Callable[[int], None]) -> list[str]:
+                  settings: services.GenerationSettings, *, on_progress: Callable[[int], bool]) -> list[str]:
     """``model``'s answer to every prompt, generated through the serve worker's cache and batching
     server for that model, so that a model already loaded for chats is not loaded twice.
 
     Prompts go in slices of the server's batch size and each slice is awaited before the next is
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
-    campaign. Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models)."""
+    campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
+    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models)."""
     from jaxengine.data.pipeline import DataError, encode_prompt
     from jaxengine.sampler import PromptError, SamplingParams
     from jaxengine.serving import ServeRequest
@@ -92,5 +102,6 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     for start in range(0, len(requests), server.max_batch):
         futures = [server.submit(request) for request in requests[start:start + server.max_batch]]
         answers += [future.result().text for future in futures]
-        on_progress(len(answers))
+        if not on_progress(len(answers)):
+            raise GenerationStopped
     return answers

@@ -135,6 +135,7 @@ class TestProjectDetail:
                       reviewers=[team.teammate], source_version=prefs, user=team.owner)
         Campaign.objects.create(project=team.project, name="waiting for votes", status=CampaignStatus.READY)
         Campaign.objects.create(project=team.project, name="broken", status=CampaignStatus.FAILED)
+        Campaign.objects.create(project=team.project, name="stopped", status=CampaignStatus.CANCELLED)
         viewer = client_for(team.viewer)
         with django_assert_max_num_queries(15):  # a few queries whatever the project holds
             page = viewer.get(self.url).content.decode()
@@ -149,6 +150,7 @@ class TestProjectDetail:
         campaigns = page.split('class="card overview-campaigns"')[1].split("</section>")[0]
         assert f"open judging</a>\n      <span class=\"muted\">0 / {len(PREFERENCE_ROWS)} items complete" in campaigns
         assert "broken" not in campaigns and "waiting for votes" not in campaigns  # failed; nothing to review
+        assert "stopped" not in campaigns  # its generation was cancelled: it takes no answers
         assert "Getting started" not in page
 
     def test_it_requires_access(self, team, client, client_for):
@@ -203,6 +205,14 @@ class TestMembers:
         assert response.status_code == 400
         assert message in response.content
         assert Membership.objects.filter(project=team.project).count() == 3
+
+    def test_an_unknown_username_says_who_makes_accounts(self, team, client_for):
+        """QA: "check the spelling" left an owner looking for a sign-up page; only an administrator makes
+        accounts, in the admin site."""
+        response = client_for(team.owner).post(self.url, {"username": "newcomer", "role": "member"})
+        assert response.status_code == 400
+        assert b"only an administrator makes accounts" in response.content
+        assert b"/admin/auth/user/add/" in response.content
 
     def test_owner_changes_a_role(self, team, client_for):
         response = client_for(team.owner).post(self.url + "role/", {"username": "alpha-viewer", "role": "member"})

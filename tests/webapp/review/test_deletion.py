@@ -1,6 +1,6 @@
 """Deleting a review campaign: owners only; its items, reviews, leases and exports' records go, the
-dataset versions it exported stay; refused while its items are loading or generating or an export is
-being written."""
+dataset versions it exported stay; refused while its items are loading or an export is being written;
+a generation under way is stopped by it."""
 from tests.webapp.factories import form_token
 from tests.webapp.review.conftest import answer
 from webapp.core.bidi import isolated
@@ -59,19 +59,32 @@ def test_only_an_owner_may_delete_a_campaign(campaign, team, client_for):
     assert Campaign.objects.filter(pk=campaign.pk).exists()
 
 
-def test_a_campaign_is_not_deleted_while_its_items_are_made_or_exported(
+def test_a_campaign_is_not_deleted_while_its_items_load_or_an_export_is_written(
         campaign, team, carol, client_for, django_capture_on_commit_callbacks):
+    """QA: the page offered "Delete…" while the deletion would be refused; it now says why instead, and a page
+    opened before (which still has the button) is refused in words."""
     client = client_for(team.owner)
-    for status, says in ((CampaignStatus.LOADING, "its items are loading; wait until it is ready"),
-                         (CampaignStatus.GENERATING, "its answers are being generated; wait until it is ready")):
-        Campaign.objects.filter(pk=campaign.pk).update(status=status)
-        response = delete_from_page(client, campaign, django_capture_on_commit_callbacks)
-        assert response["Location"] == url(campaign)
-        assert f"Nothing was deleted: {says}." in client.get(url(campaign)).content.decode()
+    opened_before = client.get(url(campaign)).content.decode()
+    Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.LOADING)
+    page = client.get(url(campaign)).content.decode()
+    assert 'id="delete-confirm"' not in page
+    assert "Delete is offered once nothing is working on it: its items are loading; wait until it is ready." in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url(campaign, "delete/"),
+                               {"submission_token": form_token(opened_before, after=url(campaign, "delete/"))})
+    assert response["Location"] == url(campaign)
+    assert ("Nothing was deleted: its items are loading; wait until it is ready."
+            in client.get(url(campaign)).content.decode())
     Campaign.objects.filter(pk=campaign.pk).update(status=CampaignStatus.READY)
+    opened_before = client.get(url(campaign)).content.decode()
     Export.objects.create(campaign=campaign, dataset_name="out", status=ExportStatus.WRITING)
-    response = delete_from_page(client, campaign, django_capture_on_commit_callbacks)
     # The dataset name, typed by an owner, is isolated: a right-to-left one drew the words after it into itself.
+    page = client.get(url(campaign)).content.decode()
+    assert 'id="delete-confirm"' not in page
+    assert f"its export to {isolated('out')} is being written; wait until it is done." in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url(campaign, "delete/"),
+                               {"submission_token": form_token(opened_before, after=url(campaign, "delete/"))})
     assert (f"Nothing was deleted: its export to {isolated('out')} is being written; wait until it is done."
             in client.get(response["Location"]).content.decode())
     assert Campaign.objects.filter(pk=campaign.pk).exists()

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.factories import make_base_model, make_ready_version
+from tests.webapp.factories import form_token, make_base_model, make_ready_version
 from tests.webapp.review.conftest import answer
 from webapp.core.bidi import isolated
 from webapp.review import services
@@ -252,6 +252,58 @@ def test_the_owner_queues_a_stuck_generation_again(team, client_for, models, pro
                                                                       campaign.public_id])).status_code == 403
 
 
+def test_the_owner_cancels_a_generation(team, client_for, models, prompts_version):
+    """QA: a big mistaken generation could not be stopped: it ran to its end, in the way of chats."""
+    campaign = generate(team, models, prompts_version)
+    services.generation_progress(campaign_id=campaign.pk, answers=1)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    cancel = reverse("review:cancel", args=[team.project.slug, campaign.public_id])
+    owner = client_for(team.owner)
+    page = owner.get(detail).content.decode()
+    assert 'id="cancel-confirm"' in page and "No items are made from what was generated" in page
+    assert client_for(team.teammate).post(cancel).status_code == 403
+    response = owner.post(cancel, {"submission_token": form_token(page, after=cancel)}, follow=True)
+    page = response.content.decode()
+    assert response.redirect_chain == [(detail, 302)]
+    assert f"Cancelled the generation of {isolated('falcon vs heron')}" in page
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.CANCELLED and not campaign.items.exists()
+    assert campaign.load_error == (f"{isolated('alpha-owner')} cancelled the generation after 1 of 4 answers; no "
+                                   "items were made, as each pair needs both models' answers")
+    assert "The generation was cancelled" in page and 'http-equiv="refresh"' not in page
+    assert 'id="cancel-confirm"' not in page and 'id="delete-confirm"' in page
+    reviewing = client_for(team.teammate).get(reverse("review:next", args=[team.project.slug, campaign.public_id]))
+    assert "This campaign has no items: " in reviewing.content.decode(), "not 'nothing left for you to review'"
+    # The serve worker, told after its slice, stops; its finish and a redelivery make nothing.
+    assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False
+    prompts = services.generation_prompts(campaign=campaign)
+    services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a", "b"], answers_b=["c", "d"])
+    assert Campaign.objects.get(pk=campaign.pk).status == CampaignStatus.CANCELLED and not campaign.items.exists()
+    with pytest.raises(ValidationError, match="not generating: there is no generation to cancel"):
+        services.generation_cancel(campaign=campaign, user=team.owner)
+
+
+def test_deleting_a_generating_campaign_stops_its_generation(team, client_for, models, prompts_version,
+                                                             django_capture_on_commit_callbacks):
+    """QA: its page offered "Delete…", which was then refused ("its answers are being generated"); it now says it
+    stops the generation, and does."""
+    campaign = generate(team, models, prompts_version)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    delete = reverse("review:delete", args=[team.project.slug, campaign.public_id])
+    owner = client_for(team.owner)
+    page = owner.get(detail).content.decode()
+    assert "Stops the generation of its answers" in page and "Stop and delete" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner.post(delete, {"submission_token": form_token(page, after=delete)}, follow=True)
+    assert f"Deleted the review campaign {isolated('falcon vs heron')}, stopping its generation," in (
+        response.content.decode())
+    assert not Campaign.objects.filter(pk=campaign.pk).exists()
+    assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False
+    prompts = [services.GenerationPrompt(row=1, prompt="Name a colour.")]
+    assert services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a"],
+                                      answers_b=["b"]) is None
+
+
 def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_version):
     from webapp.runs.models import Artifact, Run, RunStatus
 
@@ -382,6 +434,50 @@ def test_a_whitespace_only_answer_is_left_out_and_counted_as_empty(team, client_
     assert [item.source_row for item in campaign.items.order_by("sequence")] == [1]
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
     assert "(2 left out: an empty answer)" in page.content.decode()
+
+
+def test_a_pair_of_identical_answers_is_left_out_and_counted(team, client_for, models, prompts_version):
+    """QA: both models gave the same text and the pair became an item, which could be exported as a preference
+    pair whose chosen and rejected are one answer; nothing can be preferred in it."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts,
+                                          answers_a=["Red.", "Bye.", "c-a-t"], answers_b=["Red.", "Bye!", "c-a-t\n"])
+    assert (campaign.generation["identical_answers"], campaign.generation["empty_answers"]) == (2, 0)
+    assert [item.source_row for item in campaign.items.order_by("sequence")] == [2]
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "(2 left out: both models gave the same answer)" in page.content.decode()
+
+
+def test_it_fails_with_nothing_made_when_every_pair_is_identical_or_empty(team, models, prompts_version):
+    campaign = generate(team, models, prompts_version)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["same", ""],
+                                          answers_b=["same", "b"])
+    assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
+    assert campaign.load_error == ("none of the 2 prompts left a pair to review: 1 got an empty answer from at least "
+                                   "one model, 1 the same answer from both; allow more new tokens, raise the "
+                                   "temperature, or choose models that differ more")
+
+
+def test_an_export_leaves_out_an_item_whose_responses_are_the_same(team, client_for, models, prompts_version):
+    """An item stored before identical answers were left out (or made identical by a reviewer's edits) would
+    be written as chosen == rejected: a preference pair that teaches nothing."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    prompts = services.generation_prompts(campaign=campaign)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                          answers_b=["b1", "b2", "b3"])
+    Item.objects.filter(campaign=campaign, sequence=2).update(response_b="a2")  # as an older campaign stored it
+    for item in campaign.items.order_by("sequence"):
+        answer(item, team.teammate, "a")
+    Review.objects.filter(item__sequence=3, item__campaign=campaign).update(edited_b=" a3")
+    export = services.export_write(export_id=services.export_create(
+        campaign=campaign, options=services.ExportOptions(dataset_name="judged"), user=team.owner).pk)
+    assert (export.counts["written"], export.counts["identical"]) == (1, 2)
+    rows = [json.loads(line) for line in export.version.absolute_path.read_text().splitlines()]
+    assert [(row["chosen"], row["rejected"]) for row in rows] == [("a1", "b1")]
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "same answer twice 2" in page.content.decode()
 
 
 def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, client_for, models, prompts_version):

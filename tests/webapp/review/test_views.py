@@ -9,7 +9,7 @@ from tests.webapp.review.conftest import answer, create_loaded, expire_leases
 from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
-from webapp.review.models import Campaign, Item, ItemStatus, Review
+from webapp.review.models import Campaign, Item, ItemStatus, Lease, Review
 from worker.tasks.datasets import validate_dataset_version
 
 
@@ -310,6 +310,42 @@ def test_the_owner_resolves_a_conflict_and_exports(campaign, team, carol, client
     assert b"<bdi>clean prefs</bdi> v1" in detail.content and b'http-equiv="refresh"' not in detail.content
 
 
+def test_the_default_export_name_of_a_long_campaign_name_fits_a_dataset_name(campaign, team, carol, client_for):
+    """QA: "<campaign> reviewed" passed the 100 characters of a dataset name for a long campaign name, so the
+    export form's own suggestion was refused."""
+    Campaign.objects.filter(pk=campaign.pk).update(name="helpfulness and harmlessness pass " + "x" * 66)
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    owner = client_for(team.owner)
+    suggested = owner.get(url("detail", campaign)).context["export_form"].initial["dataset_name"]
+    assert len(suggested) == 100
+    assert suggested == "helpfulness and harmlessness pass " + "x" * 56 + "… reviewed"
+    response = owner.post(url("export", campaign), {"dataset_name": suggested, "drop_ties": "on"})
+    assert response.status_code == 302 and campaign.exports.get().dataset_name == suggested
+
+
+def test_reviewer_names_are_bidi_isolated_in_lists_and_labels(campaign, team, carol, client_for):
+    """QA: a right-to-left username in the comma-joined reviewer lists and in the reviewer checkboxes' labels
+    took the commas and the neighbouring names into its own direction."""
+    carol.username = "\u05d3\u05e0\u05d4"  # Dana, in Hebrew
+    carol.save(update_fields=["username"])
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="clean prefs"),
+                                    user=team.owner)
+    services.export_write(export_id=export.pk)
+    owner = client_for(team.owner)
+    page = owner.get(url("detail", campaign)).content.decode()
+    assert "<dd><bdi>alpha-teammate</bdi>, <bdi>\u05d3\u05e0\u05d4</bdi></dd>" in page  # the campaign's reviewers
+    assert "<td><bdi>alpha-teammate</bdi>, <bdi>\u05d3\u05e0\u05d4</bdi></td>" in page  # the export's reviewers
+    assert "<td><bdi>alpha-teammate</bdi> · <bdi>\u05d3\u05e0\u05d4</bdi></td>" in page  # a pair of reviewers
+    assert "<td><bdi>alpha-owner</bdi></td>" in page  # who exported
+    settings_page = owner.get(url("settings", campaign)).content.decode()
+    assert f" {isolated(carol.username)}</label>" in settings_page
+
+
 def test_a_version_exported_from_a_campaign_links_back_to_it(campaign, team, carol, client_for):
     """QA: a dataset version written by a campaign's export did not say where it came from; its page and
     its API representation name the campaign, the page with a link to it."""
@@ -546,7 +582,7 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
     response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""}, follow=True)
     page = response.content.decode()
     assert response.status_code == 409
-    assert "Item 2 is already resolved as A better by alice" in page
+    assert "Item 2 is already resolved as A better by <bdi>alice</bdi>" in page
     assert '<input type="hidden" name="shown_label" value="a">' in page
     assert '<button type="submit" name="label" value="b" class="primary">Change to B better</button>' in page
     item.refresh_from_db()
@@ -558,7 +594,7 @@ def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, c
     item.refresh_from_db()
     assert (item.resolved_label, item.resolved_by) == ("b", team.owner)
     page = client_for(alice).post(url("resolve", campaign, item.public_id), {"label": "b"}, follow=True).content.decode()
-    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page
+    assert f"Item 2 is already resolved as B better by {isolated('alpha-owner')}; nothing changed." in page
 
 
 def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team, carol, client_for):
@@ -583,7 +619,7 @@ def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team
     for _reload in range(2):
         page = owner.get(confirm_url)
         assert page.status_code == 409
-        assert "Item 2 is already resolved as A better by alice" in page.content.decode()
+        assert "Item 2 is already resolved as A better by <bdi>alice</bdi>" in page.content.decode()
         assert '<input type="hidden" name="shown_label" value="a">' in page.content.decode()
         item.refresh_from_db()
         assert (item.resolved_label, item.resolved_by) == ("a", alice)
@@ -591,7 +627,7 @@ def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team
     owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": "a"})
     page = owner.get(confirm_url, follow=True)
     assert page.redirect_chain == [(url("conflicts", campaign), 302)]
-    assert "Item 2 is already resolved as B better by alpha-owner; nothing changed." in page.content.decode()
+    assert f"Item 2 is already resolved as B better by {isolated('alpha-owner')}; nothing changed." in page.content.decode()
     page = owner.get(f'{url("resolve", campaign, item.public_id)}?label=skip', follow=True)
     assert page.redirect_chain == [(url("conflicts", campaign), 302)]
     assert "Choose the final label: A better, B better, tie or both bad." in page.content.decode()
@@ -607,6 +643,9 @@ def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team,
     assert "Nothing left for you to review" not in page
     assert ("Nothing for you to review right now: 1 item is held by another reviewer. An item not answered while "
             "it is held comes back to the queue; the first in 9\xa0minutes") in page
+    # QA: the clock time had no zone, read by a reviewer elsewhere as their own.
+    until = Lease.objects.get(campaign=campaign, reviewer=carol).until
+    assert f"(at {until:%H:%M} UTC)" in page
     expire_leases(Item.objects.get(campaign=campaign, sequence=4))
     assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
     answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
@@ -682,7 +721,7 @@ def test_a_reviewer_whose_account_is_deactivated_no_longer_counts_as_one(campaig
     carol.save(update_fields=["is_active"])
     owner = client_for(team.owner)
     page = owner.get(url("detail", campaign)).content.decode()
-    assert "<dt>Reviewers</dt><dd>alpha-teammate</dd>" in page
+    assert "<dt>Reviewers</dt><dd><bdi>alpha-teammate</bdi></dd>" in page
     assert "Each item needs 2 reviews from different reviewers, but the campaign has 1 reviewer" in page
     settings = owner.get(url("settings", campaign)).content.decode()
     assert "carol" not in settings.split('id="id_reviewers"')[1].split("</div>\n</div>")[0]
