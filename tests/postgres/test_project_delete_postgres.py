@@ -278,41 +278,13 @@ def race(first, slug):
     of the project a moment). Returns (creation outcome, deletion outcome).'''
     project = project_services.project_create(name=slug, slug=slug, owner=owner)
     version = make_ready_version(project, name="prefs", kind="preference", user=owner)
-    reached = threading.Event()
-    real_readers, real_lock = project_services.project_readers, review_services.project_lock
-
-    def readers_then_hold(**kwargs):
-        problems = real_readers(**kwargs)
-        if first == "delete":
-            reached.set()
-            time.sleep(0.5)  # the campaign is now being created
-        return problems
-
-    def lock_then_hold(**kwargs):
-        locked = real_lock(**kwargs)
-        if first == "create":
-            reached.set()
-            time.sleep(0.5)  # the deletion is now waiting for this creation's lock of the project
-        return locked
-
-    project_services.project_readers, review_services.project_lock = readers_then_hold, lock_then_hold
-    outcome = {}
-
-    def create():
-        if first == "delete":
-            reached.wait(10)
-        outcome["create"] = outcome_of(lambda: review_services.campaign_create(
+    outcome = race_in_order(
+        first, readers=(project_services, "project_readers"), lock=(review_services, "project_lock"),
+        delete=lambda: outcome_of(lambda: project_services.project_delete(project=Project.objects.get(pk=project.pk),
+                                                                          confirmation=slug)),
+        act=("create", lambda: outcome_of(lambda: review_services.campaign_create(
             project=project, name="race campaign", guidelines="", required_reviews=1, reviewers=[owner],
-            source_version=version, user=owner))
-
-    def delete():
-        if first == "create":
-            reached.wait(10)
-        outcome["delete"] = outcome_of(lambda: project_services.project_delete(
-            project=Project.objects.get(pk=project.pk), confirmation=slug))
-
-    run_together(create, delete)
-    project_services.project_readers, review_services.project_lock = real_readers, real_lock
+            source_version=version, user=owner))))
     return outcome["create"], outcome["delete"]
 
 
