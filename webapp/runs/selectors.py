@@ -78,7 +78,8 @@ SORT_LABELS = {
 @dataclass(frozen=True, kw_only=True)
 class RunFilters:
     """The runs table's query: free-text ``search`` (name or id), ``status``, ``task``, ``tag``,
-    archived runs shown or not, and a ``sort`` key of ``SORTS``."""
+    archived runs shown or not, and a ``sort`` key of ``SORTS``; ``ignored`` says which values of the
+    query were not understood and left out."""
 
     search: str = ""
     status: str = ""
@@ -86,13 +87,23 @@ class RunFilters:
     tag: str = ""
     archived: bool = False
     sort: str = "newest"
+    ignored: tuple[str, ...] = ()
 
     @classmethod
     def from_query(cls, query: Any) -> RunFilters:
-        sort = query.get("sort", "newest")
-        return cls(search=query.get("q", "").strip(), status=query.get("status", ""), task=query.get("task", ""),
+        """The page's filters. A status or task it cannot match (an old bookmark, an address typed by hand)
+        would match nothing and read as "no such runs"; it is left out, with a note in ``ignored``."""
+        values, ignored = {}, []
+        for name, allowed, what in (("status", RunStatus.values, "a run status"), ("task", RUN_TASKS, "a run task"),
+                                    ("sort", tuple(SORTS), "a sort order")):
+            value = query.get(name, "")
+            if value and value not in allowed:
+                ignored.append(f"{name}={value!r}: not {what}; use one of {', '.join(allowed)}")
+                value = ""
+            values[name] = value
+        return cls(search=query.get("q", "").strip(), status=values["status"], task=values["task"],
                    tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
-                   sort=sort if sort in SORTS else "newest")
+                   sort=values["sort"] or "newest", ignored=tuple(ignored))
 
     @classmethod
     def from_api_query(cls, query: Any) -> RunFilters:

@@ -1720,3 +1720,15 @@ def test_lineage_isolates_the_names_of_models_and_runs_as_it_does_datasets(team,
     lineage = client.get(url(source)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
     assert f"><bdi>{catalog.base_model.name}</bdi></a>" in lineage
     assert "><bdi>نموذج (copy)</bdi></a>" in lineage
+
+
+def test_a_runs_table_filter_it_does_not_understand_is_ignored_with_a_note(team, run, client_for):
+    """QA: ``?status=bogus`` (an old bookmark, a hand-typed address) showed "No runs match these filters", as if
+    the project had no run of that status; the table now ignores the value it cannot read and says so."""
+    page = client_for(team.teammate).get("/p/alpha/runs/?status=bogus&task=nonsense").content.decode()
+    assert "No runs match" not in page and run.public_id in page
+    assert "Ignored status=&#x27;bogus&#x27;: not a run status; use one of queued, " in page
+    assert "Ignored task=&#x27;nonsense&#x27;: not a run task; use one of pretrain, sft, " in page
+    # A value it reads is no note, and still filters.
+    filtered = client_for(team.teammate).get("/p/alpha/runs/?status=succeeded").content.decode()
+    assert "Ignored" not in filtered and "No runs match these filters." in filtered
