@@ -50,6 +50,7 @@
     // As fitYAxis sets it on a drawn chart (autorange false with a range, so that it can tell the two apart).
     var range = window.TemperPlotAxis.yRange(figure.traces, false);
     figure.layout.yaxis = Object.assign(figure.layout.yaxis || {}, range.autorange ? range : { autorange: false, range: range.range });
+    Object.assign(figure.layout.xaxis, window.TemperPlotAxis.wholeXTicks(figure.traces));
     window.Plotly.newPlot(plot, figure.traces, figure.layout, { displayModeBar: false, responsive: true });
     plot.on("plotly_click", function (event) {
       if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
@@ -116,6 +117,7 @@
     }
     window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
     fitYAxis(plot);
+    fitXTicks(plot);
   }
 
   function ensureChart(name) {
@@ -159,6 +161,14 @@
     var wanted = window.TemperPlotAxis.yRange(plot.data, false), current = plot.layout.yaxis;
     if (wanted.autorange ? current.autorange !== false : String(current.range) === String(wanted.range)) return;
     window.Plotly.relayout(plot, wanted.autorange ? { "yaxis.autorange": true } : { "yaxis.range": wanted.range });
+  }
+
+  // A tick per step while the run is short; plotly's own ticks once it has run ten steps.
+  function fitXTicks(plot) {
+    var wanted = window.TemperPlotAxis.wholeXTicks(plot.data);
+    if (plot.layout.xaxis.tickmode === wanted.tickmode) return;
+    window.Plotly.relayout(plot, { "xaxis.tickmode": wanted.tickmode, "xaxis.tick0": wanted.tick0 === undefined ? null : wanted.tick0,
+                                 "xaxis.dtick": wanted.dtick || null });
   }
 
   function addSeries(seriesByName) {

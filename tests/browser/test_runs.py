@@ -1282,3 +1282,29 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
     page.wait_for_function("() => document.getElementById('hyperparameters-plot').data[0].dimensions[1].label"
                            " === 'reward'")
     assert page.evaluate(schedule) == ["optim.schedule", ["constant", "cosine", "linear"], [1, 2, 0]]
+
+
+def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
+    """QA: a short run's compare page labelled its step axis 1, 1.5, 2, 2.5 …: a step is a whole number."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="wholesteps")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 4}}
+    runs = []
+    for name in ("short a", "short b"):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0 / step,
+                                                     wall_time=float(step), tokens=3 * step) for step in range(1, 5)])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    x_ticks = "() => [...document.querySelectorAll(`.plot[data-metric='loss'] .xtick text`)].map(t => t.textContent)"
+    for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
+        page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")
+        page.locator('.plot[data-metric="loss"] .xtick').first.wait_for()
+        assert page.evaluate(x_ticks) == ["1", "2", "3", "4"], path
