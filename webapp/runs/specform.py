@@ -355,6 +355,18 @@ def with_checkbox_values(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 ONE_OF_KEYS = (("train.max_steps", "train.epochs"),)
 
 
+def one_of_errors(errors: dict[str, list[str]], key: str) -> list[str]:
+    """The messages of ``errors`` about the pair of ``ONE_OF_KEYS`` holding ``key``: the spec checks a pair
+    in its section ("train: give exactly one of max_steps and epochs"), and the form shows that at both
+    inputs, not only in its list of errors."""
+    for pair in ONE_OF_KEYS:
+        if key in pair:
+            section = key.split(".", 1)[0]
+            names = [rival.split(".", 1)[1] for rival in pair]
+            return [message for message in errors.get(section, []) if all(name in message for name in names)]
+    return []
+
+
 def without_rivals(spec: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
     """``spec`` without the rival of each one-of key in ``kept`` (``ONE_OF_KEYS``)."""
     spec = {key: dict(value) if isinstance(value, dict) else value for key, value in spec.items()}

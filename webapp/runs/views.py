@@ -38,8 +38,9 @@ from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
-                                  keys_the_form_cannot_show, merge_spec, read_form, scale_out_section, spec_from_keys,
-                                  spec_initial, tasks, with_checkbox_values, with_form_defaults, without_rivals)
+                                  keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
+                                  spec_from_keys, spec_initial, tasks, with_checkbox_values, with_form_defaults,
+                                  without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -117,6 +118,15 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect(table)
 
 
+def _other_errors(errors: dict[str, list[str]], fields, row_prefixes: tuple[str, ...]) -> dict[str, list[str]]:
+    """The errors no input of the form shows, listed under it: a pair's (``ONE_OF_KEYS``) is at its inputs."""
+    at_inputs = {message for field in fields for message in one_of_errors(errors, field.name)}
+    other = {key: [message for message in messages if message not in at_inputs] for key, messages in errors.items()
+             if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
+             and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel", "sweep")}
+    return {key: messages for key, messages in other.items() if messages}
+
+
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None,
                     sweep: str = "") -> dict[str, Any]:
@@ -130,10 +140,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
-        "other_errors": {key: value for key, value in errors.items()
-                         if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
-                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel",
-                                         "sweep")},
+        "other_errors": _other_errors(errors, fields, row_prefixes),
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,

@@ -1732,3 +1732,18 @@ def test_a_runs_table_filter_it_does_not_understand_is_ignored_with_a_note(team,
     # A value it reads is no note, and still filters.
     filtered = client_for(team.teammate).get("/p/alpha/runs/?status=succeeded").content.decode()
     assert "Ignored" not in filtered and "No runs match these filters." in filtered
+
+
+def test_giving_both_max_steps_and_epochs_is_said_at_both_fields(team, catalog, client_for, sent_tasks):
+    """QA: "give exactly one of max_steps and epochs" was listed at the top of the form only, the two fields it
+    is about unmarked; it is now at each of them too."""
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "5", "train.epochs": "1"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400
+    page = response.content.decode()
+    message = "give exactly one of max_steps and epochs (both given)"
+    for key in ("train.max_steps", "train.epochs"):
+        field = re.search(rf'<div class="field spec-field[^"]*" data-key="{re.escape(key)}">.*?</div>', page, re.S)
+        assert "has-error" in field.group(0) and f'<small class="error">{message}</small>' in field.group(0), key
+    assert page.count(message) == 3  # the two fields, and the list at the top
