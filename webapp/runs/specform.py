@@ -245,7 +245,8 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
                     except RecursionError:
                         errors[field.name] = "it nests too deeply to be read; write it flatter"
                 continue
-            if raw == "" or raw.lower() in ("none", "null"):
+            # "none" is a value of some choices (peft.method: none trains every weight), not an empty input.
+            if raw == "" or (raw.lower() in ("none", "null") and raw not in field.choices):
                 if field.optional:
                     sections[section.name][key] = None
                 continue

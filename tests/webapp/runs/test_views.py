@@ -1747,3 +1747,12 @@ def test_giving_both_max_steps_and_epochs_is_said_at_both_fields(team, catalog, 
         field = re.search(rf'<div class="field spec-field[^"]*" data-key="{re.escape(key)}">.*?</div>', page, re.S)
         assert "has-error" in field.group(0) and f'<small class="error">{message}</small>' in field.group(0), key
     assert page.count(message) == 3  # the two fields, and the list at the top
+
+
+def test_switching_to_yaml_keeps_a_peft_method_of_none(team, catalog, client_for, sent_tasks):
+    """QA: after Form→YAML, a spec whose peft.method was "none" (full fine-tuning) had no method line: the
+    form read the choice "none" as an input left empty."""
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "5", "peft.method": "none", "switch": "yaml"}
+    page = html.unescape(client_for(team.teammate).post("/p/alpha/runs/new/", form).content.decode())
+    assert "peft:\n  method: none\n" in page
