@@ -1756,3 +1756,15 @@ def test_switching_to_yaml_keeps_a_peft_method_of_none(team, catalog, client_for
             "train.max_steps": "5", "peft.method": "none", "switch": "yaml"}
     page = html.unescape(client_for(team.teammate).post("/p/alpha/runs/new/", form).content.decode())
     assert "peft:\n  method: none\n" in page
+
+
+def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team, catalog, client_for, sent_tasks):
+    """QA: a DPO run's eval samples showed "—" in the Reference column: its rows hold a chosen answer, not an
+    ``answer``. The engine records the chosen one, shown under a column that says so."""
+    spec = {"task": "dpo", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 4}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate, name="prefer")
+    reporting.sample_row(run, 2, 0, {"step": 2, "prompt": "Say hi", "text": "hello", "chosen": "Hi <b>there</b>"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference (chosen answer)</th>" in page
+    assert '<td class="text muted">Hi &lt;b&gt;there&lt;/b&gt;</td>' in page
