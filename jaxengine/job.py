@@ -452,6 +452,7 @@ def run_job(
     on_progress: Callable[[Any], None] | None = None,
     progress_bar: bool | None = None,
     placement: Any = None,
+    on_evaluation: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
 
@@ -488,7 +489,8 @@ def run_job(
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
-    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
+                          on_evaluation=on_evaluation)
     if (previous_summary is not None and summary["status"] == "succeeded"
             and summary["step"] == summary["resumed_from_step"] == previous_summary.get("step")):
         return previous_summary  # run again once done: nothing trained, and its summary says what was

@@ -212,8 +212,24 @@
     return progress.step ? progress.train_seconds / progress.step : null;
   }
 
+  // An evaluation runs before its step is reported (a minute and more over a large eval set): said next to
+  // the step until that step's progress comes.
+  var evaluatingStep = null;
+  function showEvaluating(event) {
+    if (event.step <= progress.step) return;  // a late event of an evaluation already reported
+    evaluatingStep = event.step;
+    var element = document.getElementById("progress-evaluating");
+    element.textContent = "evaluating step " + event.step + (event.generating ? " (generating samples)" :
+      " (" + event.batches_done + "/" + event.batches + " batches)");
+    element.hidden = false;
+  }
+
   function showProgress(state) {
     progress = Object.assign(progress, state);
+    if (evaluatingStep !== null && progress.step >= evaluatingStep) {
+      evaluatingStep = null;
+      document.getElementById("progress-evaluating").hidden = true;
+    }
     var total = progress.total_steps || 0;
     document.getElementById("progress-step").textContent = progress.step;
     document.getElementById("progress-total").textContent = total || "?";
@@ -391,6 +407,7 @@
       if (event.type === "hello") { document.getElementById("live-state").textContent = "live"; catchUp(); }
       else if (event.type === "metrics") addEventPoints(event.points);
       else if (event.type === "progress") showProgress(event);
+      else if (event.type === "evaluating") showEvaluating(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();
       else if (event.type === "checkpoint") catchUp();
