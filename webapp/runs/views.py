@@ -245,8 +245,8 @@ def _posted_spec(request: HttpRequest, project, *, task: str, mode: str
 def run_check(request: HttpRequest, slug: str) -> JsonResponse:
     """The launch page's live check, as its editors are filled in (``static/runs_new.js``): what a
     launch of the posted editor would be refused for (``errors``, by key, as the page lists them after a
-    refused launch) and what it would warn of (``warnings``), from the same services as the launch;
-    nothing is saved or queued."""
+    refused launch), what it would warn of (``warnings``) and the memory a device would need for each run
+    (``memory``, ``jaxengine.memory``), from the same services as the launch; nothing is saved or queued."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     task = request.POST.get("task", "sft")
     try:
@@ -254,13 +254,13 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
                                      mode=request.POST.get("mode", "form"))
         if refused is not None:
             raise refused
-        warnings = services.launch_check(project=project, spec=spec, name=request.POST.get("name", ""),
-                                         tags=request.POST.get("tags", ""),
-                                         axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
+        check = services.launch_check(project=project, spec=spec, name=request.POST.get("name", ""),
+                                      tags=request.POST.get("tags", ""),
+                                      axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
     except ValidationError as error:
         errors = errors_by_key(error)
-        return JsonResponse({"errors": errors, "warnings": []})
-    return JsonResponse({"errors": {}, "warnings": warnings})
+        return JsonResponse({"errors": errors, "warnings": [], "memory": []})
+    return JsonResponse({"errors": {}, "warnings": check.warnings, "memory": check.memory})
 
 
 def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:
@@ -429,6 +429,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
+        "memory": selectors.run_memory_check(run=run),
         "pipeline_cancelled_note": (pipelines.resumed_alone_note(run.pipeline)
                                     if run.pipeline is not None and run.pipeline.cancelled_by else ""),
         "unserved_pool_note": selectors.unserved_pool_note(run=run),

@@ -1505,7 +1505,7 @@ def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team,
     assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
     assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
     fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.prompts.public_id}
-    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": []}
+    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "memory": []}
     # Evaluating on the training version itself is said too.
     on_itself = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": catalog.sft.public_id}).json()
     assert [warning.split(":")[0] for warning in on_itself["warnings"]] == ["data.eval"]
@@ -1768,3 +1768,40 @@ def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team,
     page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
     assert "<th>Reference (chosen answer)</th>" in page
     assert '<td class="text muted">Hi &lt;b&gt;there&lt;/b&gt;</td>' in page
+
+
+TINY_CONFIG = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+               "intermediate_size": 32, "vocab_size": 64}
+
+
+def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(team, catalog, client_for, sent_tasks):
+    """QA: the launch form gave no idea of the memory a run would need, nor whether the workers' devices held
+    it. The live check and the run page now say ``jaxengine.memory``'s estimate (tests/jaxengine/test_memory.py
+    works it out by hand: 186,624 bytes for this spec on this model), and warn where it exceeds the smallest
+    device of the pool's live train workers."""
+    type(catalog.base_model).objects.filter(pk=catalog.base_model.pk).update(parameter_count=10_000, config=TINY_CONFIG)
+    worker = make_pool_worker("train@small", pool="default",
+                              devices={"platform": "gpu", "count": 1, "kinds": ["Tiny GPU"], "memory_bytes": 100_000})
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "3", "train.batch_size": "2", "data.max_seq_len": "8", "peft.method": "none",
+            "peft.targets": ["q_proj"]}
+    client = client_for(team.teammate)
+    check = client.post("/p/alpha/runs/new/check/", form).json()
+    assert check["errors"] == {}
+    [memory] = check["memory"]
+    assert memory.startswith("≈ 0.00017 GiB per device for weights + optimizer + activations (weights 3.7e-05, ")
+    assert memory.endswith(": more than the 9.3e-05 GiB of each Tiny GPU of pool default")
+    assert [warning for warning in check["warnings"] if warning.startswith("memory: ")] == [
+        f"memory: the run needs {memory.split(': more than')[0]}, more than the 9.3e-05 GiB of each Tiny GPU of "
+        "pool default; lower train.batch_size (and raise train.grad_accum to keep the batch), set train.remat, lower "
+        "data.max_seq_len, or use peft.method lora or qlora"]
+    # A device that holds it: no warning, and the estimate says it fits.
+    worker.devices = {**worker.devices, "memory_bytes": 1024**3}
+    worker.save()
+    check = client.post("/p/alpha/runs/new/check/", form).json()
+    assert not any(warning.startswith("memory: ") for warning in check["warnings"])
+    assert check["memory"][0].endswith(": fits the 1 GiB of each Tiny GPU of pool default")
+    response = client.post("/p/alpha/runs/new/", form)
+    run = Run.objects.get(public_id=response["Location"].split("/")[-2])
+    page = html.unescape(client.get(url(run)).content.decode())
+    assert f'<dd id="memory-estimate">{check["memory"][0]} <span class="muted">(an estimate)</span></dd>' in page
