@@ -225,7 +225,8 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
     """After each evaluation: greedy generations for ``rows`` go to samples.jsonl; when the rows have an
     ``answer``, ``eval/exact_match`` is the fraction whose text matches it (``evaluate.answers_match``, as
     ``jaxengine eval`` scores), and with ``group_labels`` (one per row, ``data.eval_group_by``)
-    ``eval/exact_match/<label>`` that of each group."""
+    ``eval/exact_match/<label>`` that of each group. A preference row's chosen answer is recorded as
+    ``chosen``, the reference a reader compares the generation with (no answer to score: many fit)."""
     from jaxengine.data.pipeline import encode_prompt
     from jaxengine.evaluate import answers_match, grouped_metrics
     from jaxengine.sampler import Sampler, SamplingParams
@@ -251,6 +252,8 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
                     record["answer"] = row["answer"]
                     answered_rows.append(row)
                     answered_texts.append(generation.text)
+                elif (chosen := _chosen_text(row.get("chosen"))) is not None:
+                    record["chosen"] = chosen
                 handle.write(json.dumps(record) + "\n")
         if not answered_rows:
             return {}
@@ -259,6 +262,16 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
                 **grouped_metrics("eval/exact_match", matches, answered_labels)}
 
     return hook
+
+
+def _chosen_text(chosen: Any) -> str | None:
+    # A preference pair's chosen answer: its text, or a chat's last assistant turn.
+    if isinstance(chosen, str):
+        return chosen
+    if isinstance(chosen, list):
+        turns = [turn.get("content") for turn in chosen if isinstance(turn, dict) and turn.get("role") == "assistant"]
+        return turns[-1] if turns and isinstance(turns[-1], str) else None
+    return None
 
 
 @dataclass(kw_only=True)
@@ -439,6 +452,7 @@ def run_job(
     on_progress: Callable[[Any], None] | None = None,
     progress_bar: bool | None = None,
     placement: Any = None,
+    on_evaluation: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
 
@@ -475,7 +489,8 @@ def run_job(
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
-    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+    summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
+                          on_evaluation=on_evaluation)
     if (previous_summary is not None and summary["status"] == "succeeded"
             and summary["step"] == summary["resumed_from_step"] == previous_summary.get("step")):
         return previous_summary  # run again once done: nothing trained, and its summary says what was

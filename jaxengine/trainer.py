@@ -437,6 +437,19 @@ class Progress:
     tokens_seen: int  # over the whole run, earlier attempts included
 
 
+@dataclass(frozen=True, kw_only=True)
+class EvalProgress:
+    """What the evaluation callback receives while a step evaluates, before that step's ``Progress``: at
+    its start and after each eval batch (``batches_done`` of ``batches``), then once more with
+    ``generating`` before the eval hook (greedy samples, RL eval rollouts) runs. An evaluation over a
+    large eval set takes a minute and more, and a page that heard nothing meanwhile looked stuck."""
+
+    step: int
+    batches_done: int
+    batches: int
+    generating: bool = False
+
+
 class Trainer:
     """Trains ``model`` on ``task`` (see module notes). ``trainable`` picks the trained variables.
 
@@ -527,12 +540,17 @@ class Trainer:
             state = self.placement.to_local(state)
         return nnx.merge(self.graphdef if train else self.eval_graphdef, *state)
 
-    def evaluate(self) -> Metrics:
-        """Weighted means of the task's metrics over the whole eval set, as ``eval/<name>``."""
+    def evaluate(self, *, on_batch: Callable[[int, int], None] | None = None) -> Metrics:
+        """Weighted means of the task's metrics over the whole eval set, as ``eval/<name>``;
+        ``on_batch(done, batches)`` is called before the first batch and after each, when there is one."""
         totals: dict[str, float] = {}
         weight_total = 0.0
-        for batch in pipeline.eval_batches(self.eval_examples, batch_size=self.config.batch_size,
-                                           max_seq_len=self.config.max_seq_len, pad_id=self.pad_id):
+        batches = -(-len(self.eval_examples) // self.config.batch_size)
+        if on_batch is not None and batches:  # RL tasks evaluate in their hook alone
+            on_batch(0, batches)
+        for done, batch in enumerate(pipeline.eval_batches(self.eval_examples, batch_size=self.config.batch_size,
+                                                           max_seq_len=self.config.max_seq_len, pad_id=self.pad_id),
+                                     start=1):
             task = self._task_for_batches(batch)
             if self.placement is not None:
                 batch = self.placement.put_replicated(batch)
@@ -541,6 +559,8 @@ class Trainer:
             for name, value in weighted.items():
                 totals[name] = totals.get(name, 0.0) + float(value)
             weight_total += float(weight)
+            if on_batch is not None:
+                on_batch(done, batches)
         return {f"eval/{name}": value / max(weight_total, 1.0) for name, value in totals.items()}
 
     # ---- checkpoints ------------------------------------------------------------------------
@@ -614,8 +634,10 @@ class Trainer:
         should_stop: Callable[[], bool] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         progress_bar: bool | None = None,
+        on_evaluation: Callable[[EvalProgress], None] | None = None,
     ) -> dict[str, Any]:
         """Train to ``total_steps`` (resuming from the run's checkpoints); returns the run summary.
+        ``on_progress`` hears of every step, ``on_evaluation`` of an evaluation as it goes.
 
         ``should_stop`` is checked between steps; when it returns True the run saves a checkpoint and
         ends with status ``cancelled``. A non-finite loss ends it with status ``failed`` and keeps the
@@ -625,7 +647,8 @@ class Trainer:
             # Everything the run traces (steps, rollouts, eval hooks) sees the mesh, so that the models'
             # activation and KV-cache constraints apply.
             with jax.set_mesh(self.placement.mesh):
-                return self.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar)
+                return self.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
+                                on_evaluation=on_evaluation)
         config = self.config
         checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last,
                                   higher_is_better=config.best_higher_is_better)
@@ -685,8 +708,15 @@ class Trainer:
                 evaluates = self.eval_examples or self.eval_hook is not None
                 eval_score, new_best = None, False
                 if evaluates and ((config.eval_every and self.step % config.eval_every == 0) or at_end):
-                    evaluation = self.evaluate()
+                    evaluated = self.step
+                    evaluation = self.evaluate(on_batch=None if on_evaluation is None else (
+                        lambda done, batches: on_evaluation(EvalProgress(step=evaluated, batches_done=done,
+                                                                         batches=batches))))
                     if self.eval_hook is not None:
+                        if on_evaluation is not None:
+                            batches = -(-len(self.eval_examples) // config.batch_size)
+                            on_evaluation(EvalProgress(step=evaluated, batches_done=batches, batches=batches,
+                                                       generating=True))
                         current = self.current_model()  # on every process: gathering may be collective
                         if self.writes_files:
                             # Several processes: process 0 alone runs the hook, on its local copy and

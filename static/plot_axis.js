@@ -1,7 +1,10 @@
-/* The y axis of a chart whose points all have one value. Plotly's autorange pads such a series by 1
+/* The axes of the run page's and compare page's charts.
+   The y axis of a chart whose points all have one value. Plotly's autorange pads such a series by 1
    whatever its size, so a constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line
    on the zero, and read as 0. Such a chart gets an axis of half the value either side of it (1 either
-   side of 0; half a decade either side on a log axis) instead; any other chart keeps plotly's own. */
+   side of 0; half a decade either side on a log axis) instead; any other chart keeps plotly's own.
+   An x axis of steps (or tokens) over fewer than ten of them: plotly ticks a short span in halves (1, 1.5,
+   2 …), and a step is a whole number, so it is ticked at each one instead. */
 window.TemperPlotAxis = (function () {
   "use strict";
 
@@ -20,7 +23,25 @@ window.TemperPlotAxis = (function () {
     return value;
   }
 
+  var WHOLE_TICKS_UNDER = 10;  // a tick per step up to this span; plotly's own, whole from there on
+
+  function xSpan(traces) {
+    var low = Infinity, high = -Infinity;
+    for (var t = 0; t < traces.length; t++) {
+      var xs = traces[t].x || [];
+      for (var i = 0; i < xs.length; i++) {
+        if (xs[i] < low) low = xs[i];
+        if (xs[i] > high) high = xs[i];
+      }
+    }
+    return high >= low ? high - low : 0;
+  }
+
   return {
+    // The x axis's ticks for ``traces`` whose x are whole numbers (steps, tokens), as layout properties.
+    wholeXTicks: function (traces) {
+      return xSpan(traces) < WHOLE_TICKS_UNDER ? { tickmode: "linear", tick0: 0, dtick: 1 } : { tickmode: "auto" };
+    },
     // The y axis's range for ``traces`` as layout properties: { range: [low, high] } or { autorange: true }.
     yRange: function (traces, logScale) {
       var value = onlyValue(traces);

@@ -52,6 +52,7 @@
     // As fitYAxis sets it on a drawn chart (autorange false with a range, so that it can tell the two apart).
     var range = window.TemperPlotAxis.yRange(figure.traces, false);
     figure.layout.yaxis = Object.assign(figure.layout.yaxis || {}, range.autorange ? range : { autorange: false, range: range.range });
+    Object.assign(figure.layout.xaxis, window.TemperPlotAxis.wholeXTicks(figure.traces));
     window.Plotly.newPlot(plot, figure.traces, figure.layout, { displayModeBar: false, responsive: true });
     plot.on("plotly_click", function (event) {
       if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
@@ -118,6 +119,7 @@
     }
     window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
     fitYAxis(plot);
+    fitXTicks(plot);
   }
 
   function ensureChart(name) {
@@ -223,6 +225,14 @@
     window.Plotly.relayout(plot, wanted.autorange ? { "yaxis.autorange": true } : { "yaxis.range": wanted.range });
   }
 
+  // A tick per step while the run is short; plotly's own ticks once it has run ten steps.
+  function fitXTicks(plot) {
+    var wanted = window.TemperPlotAxis.wholeXTicks(plot.data);
+    if (plot.layout.xaxis.tickmode === wanted.tickmode) return;
+    window.Plotly.relayout(plot, { "xaxis.tickmode": wanted.tickmode, "xaxis.tick0": wanted.tick0 === undefined ? null : wanted.tick0,
+                                 "xaxis.dtick": wanted.dtick || null });
+  }
+
   function addSeries(seriesByName) {
     Object.keys(seriesByName).forEach(function (name) {
       addPoints(name, seriesByName[name].step, seriesByName[name].value);
@@ -264,8 +274,24 @@
     return progress.step ? progress.train_seconds / progress.step : null;
   }
 
+  // An evaluation runs before its step is reported (a minute and more over a large eval set): said next to
+  // the step until that step's progress comes.
+  var evaluatingStep = null;
+  function showEvaluating(event) {
+    if (event.step <= progress.step) return;  // a late event of an evaluation already reported
+    evaluatingStep = event.step;
+    var element = document.getElementById("progress-evaluating");
+    element.textContent = "evaluating step " + event.step + (event.generating ? " (generating samples)" :
+      " (" + event.batches_done + "/" + event.batches + " batches)");
+    element.hidden = false;
+  }
+
   function showProgress(state) {
     progress = Object.assign(progress, state);
+    if (evaluatingStep !== null && progress.step >= evaluatingStep) {
+      evaluatingStep = null;
+      document.getElementById("progress-evaluating").hidden = true;
+    }
     var total = progress.total_steps || 0;
     document.getElementById("progress-step").textContent = progress.step;
     document.getElementById("progress-total").textContent = total || "?";
@@ -443,6 +469,7 @@
       if (event.type === "hello") { document.getElementById("live-state").textContent = "live"; catchUp(); }
       else if (event.type === "metrics") addEventPoints(event.points);
       else if (event.type === "progress") showProgress(event);
+      else if (event.type === "evaluating") showEvaluating(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();
       else if (event.type === "checkpoint") catchUp();

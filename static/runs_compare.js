@@ -131,7 +131,9 @@
       title: { text: title.text, font: { size: 13 } },
       // Curves are read across runs at one step (or tokens, or time): the hover lists every line there.
       hovermode: "x unified",
-      xaxis: { title: { text: axis === "time" ? "seconds" : axis } },
+      // Steps and tokens are whole numbers; seconds are not.
+      xaxis: Object.assign({ title: { text: axis === "time" ? "seconds" : axis } },
+                           axis === "time" ? {} : window.TemperPlotAxis.wholeXTicks(traces)),
       yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.

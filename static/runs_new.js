@@ -150,6 +150,13 @@
     panel.className = "launch-check " + (keys.length ? "refused" : (warnings.length ? "warned" : "ready"));
     panel.replaceChildren(heading);
     if (list.children.length) panel.appendChild(list);
+    // The memory a device would need (jaxengine/memory.py), a guide whether or not it warns.
+    (result.memory || []).forEach(function (line) {
+      var memory = document.createElement("p");
+      memory.className = "memory-estimate muted";
+      memory.textContent = "Memory: " + line + ".";
+      panel.appendChild(memory);
+    });
     panel.hidden = false;
   }
   document.querySelectorAll("form.launch-form[data-check-url]").forEach(function (form) {

@@ -243,3 +243,28 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     assert check.locator("li").all_inner_texts() == ["optim.learning_rate: '<b>fast</b>': input should be a valid number"]
     assert check.locator("b").count() == 0
     assert Run.objects.count() == 0
+
+
+def test_the_live_check_says_the_memory_a_device_would_need(page, live_server):
+    """QA: the launch form offered no estimate of memory: the live check now says ``jaxengine.memory``'s, and
+    warns where the pool's devices are smaller."""
+    from tests.webapp.runs.conftest import make_pool_worker
+    from webapp.basemodels.models import BaseModel
+
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    BaseModel.objects.filter(pk=base_model.pk).update(parameter_count=10_000, config={
+        "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "intermediate_size": 32, "vocab_size": 64})
+    make_pool_worker("train@small", pool="default",
+                     devices={"platform": "gpu", "count": 1, "kinds": ["Tiny GPU"], "memory_bytes": 1_000})
+    chats = make_ready_version(team.project, name="chats", kind="sft")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.select_option("#spec-model", base_model.public_id)
+    page.select_option("#spec-data-train", chats.public_id)
+    check = page.locator("#launch-check-form")
+    check.locator(".memory-estimate").wait_for(timeout=10_000)
+    assert check.locator(".memory-estimate").inner_text().startswith(
+        "Memory: ≈ ") and "GiB per device for weights + optimizer + activations" in check.inner_text()
+    assert any(item.startswith("memory: the run needs ≈ ") for item in check.locator("li").all_inner_texts())

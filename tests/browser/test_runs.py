@@ -1319,3 +1319,56 @@ def test_steps_without_learning_signal_are_shaded_and_counted_live(page, asgi_se
     page.wait_for_function("() => document.getElementById('no-signal-count').textContent === '3'", timeout=10_000)
     assert page.locator("#no-signal-steps").inner_text() == "5"
     assert page.evaluate(shapes, "loss") == [[1.5, 3.5], [4.5, 5.5]]
+
+
+def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
+    """QA: a short run's compare page labelled its step axis 1, 1.5, 2, 2.5 …: a step is a whole number."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team(slug="wholesteps")
+    model = make_base_model(team.project)
+    data = make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 4}}
+    runs = []
+    for name in ("short a", "short b"):
+        run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0 / step,
+                                                     wall_time=float(step), tokens=3 * step) for step in range(1, 5)])
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        runs.append(run)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", team.viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/")
+    x_ticks = "() => [...document.querySelectorAll(`.plot[data-metric='loss'] .xtick text`)].map(t => t.textContent)"
+    for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
+        page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")
+        page.locator('.plot[data-metric="loss"] .xtick').first.wait_for()
+        assert page.evaluate(x_ticks) == ["1", "2", "3", "4"], path
+
+
+def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url, transactional_db, settings):
+    """QA: a minute-long evaluation (DPO over a large eval set) showed nothing on the run page, its step
+    standing still; it now reads "evaluating (n/m batches)" until the step's progress arrives."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="evaluating")
+    run = Run.objects.create(project=team.project, name="long eval", task="dpo", status=RunStatus.RUNNING,
+                             spec={"task": "dpo"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=40, current_step=9, train_seconds=30.0)
+    log_in(page, asgi_server, "evaluating-viewer")
+    page.goto(f"{asgi_server}/p/evaluating/runs/{run.public_id}/")
+    evaluating = page.locator("#progress-evaluating")
+    assert evaluating.is_hidden()
+    page.locator("#live-state", has_text="live").wait_for()
+    reporting.publish_event(run.public_id, {"type": "evaluating", "step": 10, "batches_done": 3, "batches": 12,
+                                            "generating": False})
+    page.locator("#progress-evaluating", has_text="evaluating step 10 (3/12 batches)").wait_for(timeout=10_000)
+    reporting.publish_event(run.public_id, {"type": "evaluating", "step": 10, "batches_done": 12, "batches": 12,
+                                            "generating": True})
+    page.locator("#progress-evaluating", has_text="evaluating step 10 (generating samples)").wait_for(timeout=10_000)
+    reporting.publish_event(run.public_id, {"type": "progress", "step": 10, "total_steps": 40, "tokens": 4096,
+                                            "train_seconds": 95.0, "tokens_per_second": 100.0})
+    page.locator("#progress-step", has_text="10").wait_for(timeout=10_000)
+    evaluating.wait_for(state="hidden", timeout=10_000)

@@ -546,3 +546,24 @@ def test_the_demo_model_is_looked_for_where_the_web_app_keeps_models(tmp_path, m
     monkeypatch.setenv("TEMPER_MODELS_ROOT", "~/models")
     monkeypatch.setenv("TEMPER_DEMO_DIR", "~/demo")
     assert demo_model_candidates() == [tmp_path / "home/demo/model", tmp_path / "home/models/demo/model"]
+
+
+def test_eval_previews_of_preference_rows_record_the_chosen_answer(tmp_path):
+    """QA: a DPO run's eval samples showed "—" as their reference: the rows hold no ``answer``, but their chosen
+    answer is what the run is taught to prefer. It is recorded as ``chosen`` (the text of a chat's last
+    assistant turn), and is no answer to score exact match against."""
+    from jaxengine.job import make_sample_hook
+    from jaxengine.tokenizer import load_tokenizer
+    from tests.factories import build_tiny_model_dir
+
+    model_dir = build_tiny_model_dir(tmp_path / "tiny")
+    model, _config = load_hf_model(model_dir)
+    rows = [{"prompt": "Hello", "chosen": "Hi there", "rejected": "Go away"},
+            {"prompt": [{"role": "user", "content": "Hey"}],
+             "chosen": [{"role": "assistant", "content": "Hello!"}], "rejected": [{"role": "assistant", "content": "No"}]}]
+    hook = make_sample_hook(tokenizer=load_tokenizer(model_dir), rows=rows, samples_path=tmp_path / "samples.jsonl",
+                            max_new_tokens=4)
+    assert hook(model, 2) == {}
+    records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [record["chosen"] for record in records] == ["Hi there", "Hello!"]
+    assert not any("answer" in record for record in records)

@@ -13,7 +13,8 @@ from jaxengine.data.pipeline import Example, epoch_order
 from jaxengine.models import build_model, preset
 from jaxengine.spec import OptimSpec
 from jaxengine.tasks import LanguageModelTask
-from jaxengine.trainer import Checkpoints, Trainer, TrainConfig, learning_rate_schedule, memory_metrics
+from jaxengine.trainer import (Checkpoints, EvalProgress, Trainer, TrainConfig, learning_rate_schedule,
+                              memory_metrics)
 
 
 def tiny_model(seed=0):
@@ -326,3 +327,17 @@ def test_a_failed_restores_late_read_callbacks_stay_off_stderr(monkeypatch, caps
     assert capsys.readouterr().err == "late:\nRuntimeError: Event loop is closed\n"
     sys.unraisablehook(hook_args((ValueError, ValueError("x"), None, None, None)))
     assert "ValueError: x" in capsys.readouterr().err
+
+
+def test_an_evaluation_reports_its_batches_as_it_goes(tmp_path):
+    """QA: an evaluation over a large eval set (a minute on DPO) gave no sign of itself: progress came after
+    each step's evaluation only. ``on_evaluation`` now hears of each eval batch, and of the eval hook's
+    generations, before the step's progress."""
+    heard = []
+    trainer = make_trainer(tmp_path, total_steps=2, eval_every=2)  # 6 eval examples, 4 a batch: 2 batches
+    trainer.eval_hook = lambda model, step: heard.append("hook") or {}
+    trainer.fit(on_evaluation=heard.append, on_progress=lambda progress: heard.append(progress.step),
+                progress_bar=False)
+    assert heard == [1, EvalProgress(step=2, batches_done=0, batches=2), EvalProgress(step=2, batches_done=1, batches=2),
+                     EvalProgress(step=2, batches_done=2, batches=2),
+                     EvalProgress(step=2, batches_done=2, batches=2, generating=True), "hook", 2]

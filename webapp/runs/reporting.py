@@ -13,6 +13,8 @@ One writer thread per attempt does everything else, off the training thread:
   step buckets (``webapp.runs.downsampling``) and stores them on the run row every
   ``BUCKETS_SECONDS``, in the transaction that stores the points they cover, so that charts of a
   running run reduce only the points stored since;
+- it publishes the engine's latest ``EvalProgress`` (``on_evaluation``, which only keeps it) as an
+  ``evaluating`` event, so that a page shows a long evaluation under way;
 - every ``TEMPER_RUN_HEARTBEAT_SECONDS`` it refreshes the run's heartbeat (even while the engine
   compiles or evaluates and reports nothing) and re-reads ``Run.cancel_requested``;
 - every ``CANCEL_POLL_SECONDS`` it reads the run's Redis cancel flag; ``should_stop`` (checked by
@@ -264,6 +266,8 @@ class RunReporter:
         self._base_train_seconds = run.train_seconds
         self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
         self._not_finite: dict[str, dict[str, Any]] = dict(run.not_finite_metrics or {})
+        self._evaluation: Any = None  # the engine's latest EvalProgress
+        self._evaluation_published: Any = None
         self._redis: redis.Redis | None = None
         self._redis_warned = False
         self._buckets = None
@@ -281,6 +285,11 @@ class RunReporter:
             step=progress.step, total_steps=progress.total_steps, metrics=progress.metrics,
             elapsed_seconds=progress.elapsed_seconds, tokens_seen=progress.tokens_seen, wall_time=time.time(),
         ))
+
+    def on_evaluation(self, evaluation: Any) -> None:
+        # The engine's EvalProgress, after every eval batch: only the latest is kept (one assignment),
+        # and the writer publishes it at its next pass.
+        self._evaluation = evaluation
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -311,6 +320,7 @@ class RunReporter:
                 records = self._drain()
                 if records:
                     self._write(records)
+                self._publish_evaluation()
                 now = time.monotonic()
                 if self.use_redis and now >= next_cancel_poll and not closing:
                     self._poll_cancel_flag()
@@ -328,6 +338,16 @@ class RunReporter:
             self._cancel.set()
         finally:
             connection.close()
+
+    def _publish_evaluation(self) -> None:
+        # An evaluation runs before its step's progress is reported: "evaluating" tells the run page it has
+        # not stopped (the page shows it until that step's progress arrives).
+        evaluation = self._evaluation
+        if evaluation is None or evaluation == self._evaluation_published:
+            return
+        self._evaluation_published = evaluation
+        self._publish({"type": "evaluating", "step": evaluation.step, "batches_done": evaluation.batches_done,
+                       "batches": evaluation.batches, "generating": evaluation.generating})
 
     def _drain(self) -> list[ProgressRecord]:
         records = []

@@ -16,9 +16,11 @@ from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, Qu
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
+from django.utils import timezone
 from django.db.models.functions import Cast
 
-from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS
+from jaxengine.memory import ModelFacts, estimate_memory, gib
+from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, parse_spec
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -78,7 +80,8 @@ SORT_LABELS = {
 @dataclass(frozen=True, kw_only=True)
 class RunFilters:
     """The runs table's query: free-text ``search`` (name or id), ``status``, ``task``, ``tag``,
-    archived runs shown or not, and a ``sort`` key of ``SORTS``."""
+    archived runs shown or not, and a ``sort`` key of ``SORTS``; ``ignored`` says which values of the
+    query were not understood and left out."""
 
     search: str = ""
     status: str = ""
@@ -86,13 +89,23 @@ class RunFilters:
     tag: str = ""
     archived: bool = False
     sort: str = "newest"
+    ignored: tuple[str, ...] = ()
 
     @classmethod
     def from_query(cls, query: Any) -> RunFilters:
-        sort = query.get("sort", "newest")
-        return cls(search=query.get("q", "").strip(), status=query.get("status", ""), task=query.get("task", ""),
+        """The page's filters. A status or task it cannot match (an old bookmark, an address typed by hand)
+        would match nothing and read as "no such runs"; it is left out, with a note in ``ignored``."""
+        values, ignored = {}, []
+        for name, allowed, what in (("status", RunStatus.values, "a run status"), ("task", RUN_TASKS, "a run task"),
+                                    ("sort", tuple(SORTS), "a sort order")):
+            value = query.get(name, "")
+            if value and value not in allowed:
+                ignored.append(f"{name}={value!r}: not {what}; use one of {', '.join(allowed)}")
+                value = ""
+            values[name] = value
+        return cls(search=query.get("q", "").strip(), status=values["status"], task=values["task"],
                    tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
-                   sort=sort if sort in SORTS else "newest")
+                   sort=values["sort"] or "newest", ignored=tuple(ignored))
 
     @classmethod
     def from_api_query(cls, query: Any) -> RunFilters:
@@ -928,3 +941,52 @@ def pipeline_get(*, project: Project, public_id: str) -> Pipeline:
     if pipeline is None:
         raise Http404("no such pipeline in this project")
     return pipeline
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryCheck:
+    """``jaxengine.memory``'s estimate of a run's memory per device, as the launch form and the run page say
+    it (``summary``), and ``warning`` when it exceeds the smallest device of its pool's live train workers."""
+
+    summary: str
+    warning: str = ""
+
+
+def memory_check(*, job: Any, base_model: BaseModel | None, pool: str) -> MemoryCheck | None:
+    """The memory ``job`` (a parsed ``JobSpec``) needs a device when it trains from ``base_model`` (whose
+    registration read its facts), against the devices the live train workers of ``pool`` registered; None
+    when the model's config lacks a fact the estimate reads."""
+    from webapp.workers.models import STALE_AFTER, Worker
+
+    if base_model is None:
+        return None
+    facts = ModelFacts.from_config(parameter_count=base_model.parameter_count, config=base_model.config or {})
+    if facts is None:
+        return None
+    alive = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - STALE_AFTER, pool=pool)
+    probed = [worker.devices for worker in alive if isinstance(worker.devices.get("memory_bytes"), int)
+              and isinstance(worker.devices.get("count"), int)]
+    smallest = min(probed, key=lambda devices: devices["memory_bytes"], default=None)
+    count = smallest["count"] * job.hosts if smallest is not None else 1
+    estimate = estimate_memory(facts=facts, spec=job, devices=count)
+    summary = estimate.summary()
+    if smallest is None:
+        return MemoryCheck(summary=f"{summary}; no live train worker of pool {pool} has said its devices' memory")
+    memory = smallest["memory_bytes"]
+    device = f"{gib(memory)} GiB of each {', '.join(smallest.get('kinds') or []) or 'device'} of pool {pool}"
+    if estimate.total <= memory:
+        return MemoryCheck(summary=f"{summary}: fits the {device}")
+    return MemoryCheck(summary=f"{summary}: more than the {device}", warning=(
+        f"memory: the run needs {summary}, more than the {device}; lower train.batch_size (and raise "
+        "train.grad_accum to keep the batch), set train.remat, lower data.max_seq_len, or use peft.method lora "
+        "or qlora"))
+
+
+def run_memory_check(*, run: Run) -> MemoryCheck | None:
+    """``memory_check`` of a launched run, by its resolved spec (None for one the schema no longer reads)."""
+    try:
+        job = parse_spec(run.resolved_spec)
+    except SpecError:
+        return None
+    return memory_check(job=job, base_model=run.base_model, pool=run_pool(run))

@@ -599,12 +599,22 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
 
 def plan_warnings(plan: RunPlan) -> list[str]:
     """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``, then what
-    its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``)."""
+    its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``), and
+    the memory it would need past its pool's devices (``selectors.memory_check``)."""
     data = plan.spec["data"]
     versions = {version.public_id: version for version in plan.dataset_versions}
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
-    return [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
-            *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
+    warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
+                *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
+    memory = plan_memory(plan)
+    return warnings + [memory.warning] if memory is not None and memory.warning else warnings
+
+
+def plan_memory(plan: RunPlan):
+    """``selectors.memory_check`` of a planned run."""
+    from webapp.runs.selectors import memory_check  # selectors build on this module
+
+    return memory_check(job=plan.job, base_model=plan.base_model, pool=plan.job.pool)
 
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
@@ -719,10 +729,19 @@ def _plan_sweep(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis]
     return planned
 
 
+@dataclass(frozen=True, kw_only=True)
+class LaunchCheck:
+    """What a launch would warn of, and the memory estimate of each run it would make (once each)."""
+
+    warnings: list[str]
+    memory: list[str]
+
+
 def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], name: str = "",
-                 tags: str | list[str] = "") -> list[str]:
-    """What launching ``spec`` as one run (``axes`` empty) or as a sweep would warn of, once each, or the
-    ``ValidationError`` it would be refused with; nothing is saved or queued (the launch page's live check)."""
+                 tags: str | list[str] = "") -> LaunchCheck:
+    """What launching ``spec`` as one run (``axes`` empty) or as a sweep would warn of, once each, and the
+    memory its runs need, or the ``ValidationError`` it would be refused with; nothing is saved or queued
+    (the launch page's live check)."""
     _checked_name(name or "", required=False)
     checked_json(spec, field="")
     if axes:
@@ -731,7 +750,9 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
     else:
         parse_tags(tags)
         plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
-    return list(dict.fromkeys(warning for plan in plans for warning in plan_warnings(plan)))
+    memory = [plan_memory(plan) for plan in plans]
+    return LaunchCheck(warnings=list(dict.fromkeys(warning for plan in plans for warning in plan_warnings(plan))),
+                       memory=list(dict.fromkeys(check.summary for check in memory if check is not None)))
 
 
 def publish_status(run: Run) -> None:

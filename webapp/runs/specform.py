@@ -245,7 +245,8 @@ def read_form(task: str, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
                     except RecursionError:
                         errors[field.name] = "it nests too deeply to be read; write it flatter"
                 continue
-            if raw == "" or raw.lower() in ("none", "null"):
+            # "none" is a value of some choices (peft.method: none trains every weight), not an empty input.
+            if raw == "" or (raw.lower() in ("none", "null") and raw not in field.choices):
                 if field.optional:
                     sections[section.name][key] = None
                 continue
@@ -353,6 +354,18 @@ def with_checkbox_values(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 # Keys of which a spec gives exactly one (the schema refuses both): one kept from another task's page
 # drops its rival from the new task's preset.
 ONE_OF_KEYS = (("train.max_steps", "train.epochs"),)
+
+
+def one_of_errors(errors: dict[str, list[str]], key: str) -> list[str]:
+    """The messages of ``errors`` about the pair of ``ONE_OF_KEYS`` holding ``key``: the spec checks a pair
+    in its section ("train: give exactly one of max_steps and epochs"), and the form shows that at both
+    inputs, not only in its list of errors."""
+    for pair in ONE_OF_KEYS:
+        if key in pair:
+            section = key.split(".", 1)[0]
+            names = [rival.split(".", 1)[1] for rival in pair]
+            return [message for message in errors.get(section, []) if all(name in message for name in names)]
+    return []
 
 
 def without_rivals(spec: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:

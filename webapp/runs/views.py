@@ -38,8 +38,9 @@ from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
 from webapp.runs.placement import DEFAULT_POOL
 from webapp.runs.specform import (ONE_OF_KEYS, carry_to_task, changed_from_presets, form_sections,
-                                  keys_the_form_cannot_show, merge_spec, read_form, scale_out_section, spec_from_keys,
-                                  spec_initial, tasks, with_checkbox_values, with_form_defaults, without_rivals)
+                                  keys_the_form_cannot_show, merge_spec, one_of_errors, read_form, scale_out_section,
+                                  spec_from_keys, spec_initial, tasks, with_checkbox_values, with_form_defaults,
+                                  without_rivals)
 
 RUNS_PER_PAGE = 50
 SAMPLES_PER_PAGE = 50
@@ -117,6 +118,15 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect(table)
 
 
+def _other_errors(errors: dict[str, list[str]], fields, row_prefixes: tuple[str, ...]) -> dict[str, list[str]]:
+    """The errors no input of the form shows, listed under it: a pair's (``ONE_OF_KEYS``) is at its inputs."""
+    at_inputs = {message for field in fields for message in one_of_errors(errors, field.name)}
+    other = {key: [message for message in messages if message not in at_inputs] for key, messages in errors.items()
+             if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
+             and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel", "sweep")}
+    return {key: messages for key, messages in other.items() if messages}
+
+
 def _launch_context(project, membership, *, task: str, initial: dict[str, Any], errors: dict[str, list[str]],
                     yaml_text: str, mode: str, name: str, tags: str, preset_name: str | None,
                     sweep: str = "") -> dict[str, Any]:
@@ -130,10 +140,7 @@ def _launch_context(project, membership, *, task: str, initial: dict[str, Any], 
     return {
         "project": project, "membership": membership, "task": task, "tasks": tasks(),
         "sections": sections, "initial": initial, "errors": errors,
-        "other_errors": {key: value for key, value in errors.items()
-                         if key not in {field.name for field in fields} and not key.startswith(row_prefixes)
-                         and key not in ("model", "data.train", "data.eval", "spec_yaml", "name", "tags", "parallel",
-                                         "sweep")},
+        "other_errors": _other_errors(errors, fields, row_prefixes),
         "scale_out": scale_out, "pools": selectors.pool_choices(current=initial.get("pool")),
         "rivals": json.dumps(ONE_OF_KEYS),  # static/runs_new.js clears a key's rival as the key is typed
         "pool_value": initial.get("pool") or DEFAULT_POOL,
@@ -238,8 +245,8 @@ def _posted_spec(request: HttpRequest, project, *, task: str, mode: str
 def run_check(request: HttpRequest, slug: str) -> JsonResponse:
     """The launch page's live check, as its editors are filled in (``static/runs_new.js``): what a
     launch of the posted editor would be refused for (``errors``, by key, as the page lists them after a
-    refused launch) and what it would warn of (``warnings``), from the same services as the launch;
-    nothing is saved or queued."""
+    refused launch), what it would warn of (``warnings``) and the memory a device would need for each run
+    (``memory``, ``jaxengine.memory``), from the same services as the launch; nothing is saved or queued."""
     project, _membership = get_project_for_user(request.user, slug, min_role=Role.MEMBER)
     task = request.POST.get("task", "sft")
     try:
@@ -247,13 +254,13 @@ def run_check(request: HttpRequest, slug: str) -> JsonResponse:
                                      mode=request.POST.get("mode", "form"))
         if refused is not None:
             raise refused
-        warnings = services.launch_check(project=project, spec=spec, name=request.POST.get("name", ""),
-                                         tags=request.POST.get("tags", ""),
-                                         axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
+        check = services.launch_check(project=project, spec=spec, name=request.POST.get("name", ""),
+                                      tags=request.POST.get("tags", ""),
+                                      axes=sweeps.axes_from_text(request.POST.get("sweep", "")))
     except ValidationError as error:
         errors = errors_by_key(error)
-        return JsonResponse({"errors": errors, "warnings": []})
-    return JsonResponse({"errors": {}, "warnings": warnings})
+        return JsonResponse({"errors": errors, "warnings": [], "memory": []})
+    return JsonResponse({"errors": {}, "warnings": check.warnings, "memory": check.memory})
 
 
 def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, name: str, tags: str) -> str:
@@ -425,6 +432,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "log": selectors.log_tail(run=run),
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
+        "memory": selectors.run_memory_check(run=run),
         "pipeline_cancelled_note": (pipelines.resumed_alone_note(run.pipeline)
                                     if run.pipeline is not None and run.pipeline.cancelled_by else ""),
         "unserved_pool_note": selectors.unserved_pool_note(run=run),

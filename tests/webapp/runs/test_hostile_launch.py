@@ -227,8 +227,8 @@ def test_launch_checks_read_an_eval_file_once_until_it_changes(team, catalog, mo
                                           "eval_group_by": "task"}}
     sweep = sweeps.axes_from_text("optim.learning_rate: 1e-4, 2e-4, 3e-4")
     for _ in range(2):
-        assert services.launch_check(project=team.project, spec=spec, axes=sweep) == []
-        assert services.launch_check(project=team.project, spec=spec, axes=[]) == []
+        assert services.launch_check(project=team.project, spec=spec, axes=sweep).warnings == []
+        assert services.launch_check(project=team.project, spec=spec, axes=[]).warnings == []
     assert reads.count(grouped.absolute_path) == 1
 
     grouped.absolute_path.write_text(json.dumps({"prompt": "no label", "answer": "x"}) + "\n")

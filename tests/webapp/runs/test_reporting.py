@@ -20,6 +20,14 @@ class Progress:  # the engine's jaxengine.trainer.Progress, field for field
     tokens_seen: int
 
 
+@dataclass(frozen=True)
+class EvalProgress:  # the engine's jaxengine.trainer.EvalProgress, field for field
+    step: int
+    batches_done: int
+    batches: int
+    generating: bool = False
+
+
 def record(step: int, *, tokens_per_step: int = 100, offset_steps: int = 0, **extra) -> Progress:
     """Step ``step``'s progress with a token count from step ``offset_steps`` on: the engine counts from
     0 (the whole run); an older engine restarted its count at the step it resumed after."""
@@ -419,3 +427,17 @@ def test_a_failure_names_the_starting_runs_model_as_that_run_not_as_the_base_mod
     failed = reporting.run_fail(run=child, error=FileNotFoundError(f"{export}/config.json: no such file"))
     assert failed.error_message == (f"FileNotFoundError: the model of run {running_run.name} "
                                     f"({running_run.public_id})/config.json: no such file")
+
+
+def test_an_evaluation_in_progress_is_published_for_the_run_page(running_run):
+    """QA: the run page gave no sign of a minute-long evaluation. The engine's ``on_evaluation`` is published
+    as an ``evaluating`` event, the latest of each flush (the training thread only keeps it)."""
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=False)
+    events = []
+    reporter._publish = events.append
+    reporter.start()
+    reporter.on_progress(record(1))
+    reporter.on_evaluation(EvalProgress(step=2, batches_done=3, batches=8))
+    reporter.close()
+    assert [event for event in events if event["type"] == "evaluating"] == [
+        {"type": "evaluating", "step": 2, "batches_done": 3, "batches": 8, "generating": False}]

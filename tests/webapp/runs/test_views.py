@@ -1534,7 +1534,7 @@ def test_the_live_check_says_what_a_launch_would_warn_of_and_saves_nothing(team,
     assert answer["warnings"][0].startswith("optim.warmup_steps: 5 is not below the run's 5 optimizer steps")
     assert answer["warnings"][1].startswith("train.eval_every: 2 evaluates nothing, as data.eval is not given")
     fitting = {**form, "optim.warmup_steps": "1", "data.eval": catalog.prompts.public_id}
-    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": []}
+    assert client.post("/p/alpha/runs/new/check/", fitting).json() == {"errors": {}, "warnings": [], "memory": []}
     # Evaluating on the training version itself is said too.
     on_itself = client.post("/p/alpha/runs/new/check/", {**fitting, "data.eval": catalog.sft.public_id}).json()
     assert [warning.split(":")[0] for warning in on_itself["warnings"]] == ["data.eval"]
@@ -1767,3 +1767,88 @@ def test_lineage_isolates_the_names_of_models_and_runs_as_it_does_datasets(team,
     lineage = client.get(url(source)).content.decode().split('<ol class="lineage">')[1].split("</ol>")[0]
     assert f"><bdi>{catalog.base_model.name}</bdi></a>" in lineage
     assert "><bdi>نموذج (copy)</bdi></a>" in lineage
+
+
+def test_a_runs_table_filter_it_does_not_understand_is_ignored_with_a_note(team, run, client_for):
+    """QA: ``?status=bogus`` (an old bookmark, a hand-typed address) showed "No runs match these filters", as if
+    the project had no run of that status; the table now ignores the value it cannot read and says so."""
+    page = client_for(team.teammate).get("/p/alpha/runs/?status=bogus&task=nonsense").content.decode()
+    assert "No runs match" not in page and run.public_id in page
+    assert "Ignored status=&#x27;bogus&#x27;: not a run status; use one of queued, " in page
+    assert "Ignored task=&#x27;nonsense&#x27;: not a run task; use one of pretrain, sft, " in page
+    # A value it reads is no note, and still filters.
+    filtered = client_for(team.teammate).get("/p/alpha/runs/?status=succeeded").content.decode()
+    assert "Ignored" not in filtered and "No runs match these filters." in filtered
+
+
+def test_giving_both_max_steps_and_epochs_is_said_at_both_fields(team, catalog, client_for, sent_tasks):
+    """QA: "give exactly one of max_steps and epochs" was listed at the top of the form only, the two fields it
+    is about unmarked; it is now at each of them too."""
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "5", "train.epochs": "1"}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400
+    page = response.content.decode()
+    message = "give exactly one of max_steps and epochs (both given)"
+    for key in ("train.max_steps", "train.epochs"):
+        field = re.search(rf'<div class="field spec-field[^"]*" data-key="{re.escape(key)}">.*?</div>', page, re.S)
+        assert "has-error" in field.group(0) and f'<small class="error">{message}</small>' in field.group(0), key
+    assert page.count(message) == 3  # the two fields, and the list at the top
+
+
+def test_switching_to_yaml_keeps_a_peft_method_of_none(team, catalog, client_for, sent_tasks):
+    """QA: after Form→YAML, a spec whose peft.method was "none" (full fine-tuning) had no method line: the
+    form read the choice "none" as an input left empty."""
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "5", "peft.method": "none", "switch": "yaml"}
+    page = html.unescape(client_for(team.teammate).post("/p/alpha/runs/new/", form).content.decode())
+    assert "peft:\n  method: none\n" in page
+
+
+def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team, catalog, client_for, sent_tasks):
+    """QA: a DPO run's eval samples showed "—" in the Reference column: its rows hold a chosen answer, not an
+    ``answer``. The engine records the chosen one, shown under a column that says so."""
+    spec = {"task": "dpo", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 4}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate, name="prefer")
+    reporting.sample_row(run, 2, 0, {"step": 2, "prompt": "Say hi", "text": "hello", "chosen": "Hi <b>there</b>"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference (chosen answer)</th>" in page
+    assert '<td class="text muted">Hi &lt;b&gt;there&lt;/b&gt;</td>' in page
+
+
+TINY_CONFIG = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+               "intermediate_size": 32, "vocab_size": 64}
+
+
+def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(team, catalog, client_for, sent_tasks):
+    """QA: the launch form gave no idea of the memory a run would need, nor whether the workers' devices held
+    it. The live check and the run page now say ``jaxengine.memory``'s estimate (tests/jaxengine/test_memory.py
+    works it out by hand: 186,624 bytes for this spec on this model), and warn where it exceeds the smallest
+    device of the pool's live train workers."""
+    type(catalog.base_model).objects.filter(pk=catalog.base_model.pk).update(parameter_count=10_000, config=TINY_CONFIG)
+    worker = make_pool_worker("train@small", pool="default",
+                              devices={"platform": "gpu", "count": 1, "kinds": ["Tiny GPU"], "memory_bytes": 100_000})
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "3", "train.batch_size": "2", "data.max_seq_len": "8", "peft.method": "none",
+            "peft.targets": ["q_proj"]}
+    client = client_for(team.teammate)
+    check = client.post("/p/alpha/runs/new/check/", form).json()
+    assert check["errors"] == {}
+    [memory] = check["memory"]
+    assert memory.startswith("≈ 0.00017 GiB per device for weights + optimizer + activations (weights 3.7e-05, ")
+    assert memory.endswith(": more than the 9.3e-05 GiB of each Tiny GPU of pool default")
+    assert [warning for warning in check["warnings"] if warning.startswith("memory: ")] == [
+        f"memory: the run needs {memory.split(': more than')[0]}, more than the 9.3e-05 GiB of each Tiny GPU of "
+        "pool default; lower train.batch_size (and raise train.grad_accum to keep the batch), set train.remat, lower "
+        "data.max_seq_len, or use peft.method lora or qlora"]
+    # A device that holds it: no warning, and the estimate says it fits.
+    worker.devices = {**worker.devices, "memory_bytes": 1024**3}
+    worker.save()
+    check = client.post("/p/alpha/runs/new/check/", form).json()
+    assert not any(warning.startswith("memory: ") for warning in check["warnings"])
+    assert check["memory"][0].endswith(": fits the 1 GiB of each Tiny GPU of pool default")
+    response = client.post("/p/alpha/runs/new/", form)
+    run = Run.objects.get(public_id=response["Location"].split("/")[-2])
+    page = html.unescape(client.get(url(run)).content.decode())
+    assert f'<dd id="memory-estimate">{check["memory"][0]} <span class="muted">(an estimate)</span></dd>' in page

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from webapp.runs.specform import argument_input_value, reward_functions
+from webapp.runs.specform import argument_input_value, one_of_errors, reward_functions
 
 register = template.Library()
 
@@ -112,7 +112,7 @@ def spec_field(field, initial: dict, errors: dict, reference_choices: dict | Non
         "field": field,
         "value": "" if value is None else value,
         "selected": [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)],
-        "errors": errors.get(field.name, []),
+        "errors": [*errors.get(field.name, []), *one_of_errors(errors, field.name)],
         "default": default_text(field.default), "default_is_list": isinstance(field.default, (list, tuple)),
         "reference_choices": _with_current(reference_choices, field.name, value),
     }

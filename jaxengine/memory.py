@@ -1,0 +1,119 @@
+"""An estimate of a training job's memory per device, from the model's facts and the job spec (jax-free).
+
+Design note. It is a guide, not a measurement: it counts what dominates and says what it leaves out.
+
+- Weights: every parameter in ``train.param_dtype``; under QLoRA the layers' projections at
+  ``peft.quant_bits`` plus one float32 scale per ``peft.group_size`` weights. LoRA adapters are float32.
+- Gradients and AdamW's two moments: one copy and two copies of the trained parameters, in their dtype.
+- Weights, gradients and optimizer state are sharded over ``parallel.fsdp`` × ``parallel.tensor``.
+- Activations kept for the backward pass (Korthikanti et al., 2022, for 16-bit compute): per layer and
+  row, ``T·(34·D + 5·H·T)`` bytes, with ``T`` the sequence length, ``D`` the width and ``H`` the heads;
+  with ``train.remat`` only each layer's input (``2·T·D``) plus one layer's whole set. float32 compute
+  doubles them. Plus the output logits, ``T·V·4`` bytes a row up to ``train.logits_memory_mb`` (the
+  trainer computes larger ones in chunks). A micro-batch has ``train.batch_size`` rows, twice that for
+  preference pairs (reward, dpo) and ``× grpo.num_generations`` for grpo, split over ``parallel.data`` ×
+  ``parallel.fsdp``.
+- RL (grpo, ppo) also holds the sampler's KV cache: per row, ``2·L·KV·head_dim·T`` values in the compute
+  dtype. PPO's value head and reward model are not counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxengine.spec import JobSpec, ParallelSpec
+
+GIB = 1024**3
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What the estimate reads of a model: its parameter count and the shapes of its config.json."""
+
+    parameter_count: int
+    layers: int
+    width: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocabulary: int
+
+    @classmethod
+    def from_config(cls, *, parameter_count: int, config: dict) -> ModelFacts | None:
+        """From a Hugging Face config.json's keys; None when one it needs is missing."""
+        try:
+            width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+            return cls(parameter_count=parameter_count, layers=int(config["num_hidden_layers"]), width=width,
+                       intermediate=int(config["intermediate_size"]), heads=heads,
+                       kv_heads=int(config.get("num_key_value_heads") or heads),
+                       head_dim=int(config.get("head_dim") or width // heads), vocabulary=int(config["vocab_size"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def projection_shapes(self) -> dict[str, tuple[int, int]]:
+        query, key_value = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {"q_proj": (self.width, query), "k_proj": (self.width, key_value), "v_proj": (self.width, key_value),
+                "o_proj": (query, self.width), "gate_proj": (self.width, self.intermediate),
+                "up_proj": (self.width, self.intermediate), "down_proj": (self.intermediate, self.width)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    """Bytes per device, by part."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    kv_cache: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+
+    def summary(self) -> str:
+        """``≈ 3.2 GiB per device for weights + optimizer + activations (weights 1.0, ...)``."""
+        parts = [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
+                 ("activations", self.activations)] + ([("KV cache", self.kv_cache)] if self.kv_cache else [])
+        return (f"≈ {gib(self.total)} GiB per device for weights + optimizer + activations ("
+                + ", ".join(f"{name} {gib(value)}" for name, value in parts) + " GiB)")
+
+
+def gib(value: int) -> str:
+    return f"{value / GIB:.3g}" if value >= GIB / 100 else f"{value / GIB:.2g}"
+
+
+def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1) -> MemoryEstimate:
+    """The memory a device holds training ``spec`` on a model of ``facts`` (see the module notes); a spec
+    without ``parallel`` puts its ``devices`` on fsdp, as the job does on accelerators."""
+    train, peft = spec.train, spec.peft
+    parallel = spec.parallel or ParallelSpec(fsdp=devices)
+    param_bytes = _DTYPE_BYTES.get(train.param_dtype, 4)
+    compute_bytes = 4 if train.compute_dtype == "float32" else 2
+    shapes = facts.projection_shapes()
+    if peft.method == "none":
+        weights = facts.parameter_count * param_bytes
+        trained = facts.parameter_count * param_bytes
+    else:
+        adapters = facts.layers * sum(peft.rank * sum(shapes[name]) for name in peft.targets)
+        trained = adapters * 4
+        if peft.method == "qlora":
+            projections = facts.layers * sum(inputs * outputs for inputs, outputs in shapes.values())
+            quantized = projections * peft.quant_bits // 8 + projections // peft.group_size * 4
+            weights = (facts.parameter_count - projections) * param_bytes + quantized + trained
+        else:
+            weights = facts.parameter_count * param_bytes + trained
+    model_shards = parallel.fsdp * parallel.tensor
+    rows = train.batch_size * {"dpo": 2, "reward": 2}.get(spec.task, 1)
+    if spec.task == "grpo":
+        rows *= spec.grpo.num_generations
+    rows = -(-rows // (parallel.data * parallel.fsdp))
+    length = spec.data.max_seq_len
+    layer = length * (34 * facts.width + 5 * facts.heads * length) * compute_bytes // 2
+    kept = facts.layers * 2 * length * facts.width * compute_bytes // 2 + layer if train.remat else facts.layers * layer
+    logits = min(length * facts.vocabulary * 4 * rows, train.logits_memory_mb * 1024**2)
+    kv_cache = (rows * 2 * facts.layers * facts.kv_heads * facts.head_dim * length * compute_bytes
+                if spec.task in ("grpo", "ppo") else 0)
+    return MemoryEstimate(weights=weights // model_shards, gradients=trained // model_shards,
+                          optimizer=2 * trained // model_shards, activations=rows * kept + logits, kv_cache=kv_cache)

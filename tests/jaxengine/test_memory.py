@@ -1,0 +1,76 @@
+"""The memory estimate against numbers worked out by hand for a tiny model (see jaxengine/memory.py's notes)."""
+from jaxengine.memory import MemoryEstimate, ModelFacts, estimate_memory
+from jaxengine.spec import parse_spec
+
+# 2 layers, width 16, MLP 32, 4 heads of 4 (2 key/value heads), vocabulary 64. A layer's projections:
+# q 16×16, k 16×8, v 16×8, o 16×16, gate 16×32, up 16×32, down 32×16 = 2304 weights; 4608 in all.
+FACTS = ModelFacts(parameter_count=10_000, layers=2, width=16, intermediate=32, heads=4, kv_heads=2, head_dim=4,
+                   vocabulary=64)
+
+
+def spec(**sections):
+    base = {"task": "sft", "model": "m", "output_dir": "/tmp/out", "data": {"train": "t.jsonl", "max_seq_len": 8},
+            "train": {"max_steps": 1, "batch_size": 2}}
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values} if isinstance(values, dict) else values
+    return parse_spec(base)
+
+
+# Activations of one row and layer, 16-bit compute: T·(34·D + 5·H·T) = 8·(544 + 160) = 5632 bytes;
+# two layers, two rows: 22528. Logits: 2 rows × 8 × 64 × 4 = 4096.
+def test_full_fine_tuning():
+    estimate = estimate_memory(facts=FACTS, spec=spec())
+    assert estimate == MemoryEstimate(weights=40_000, gradients=40_000, optimizer=80_000, activations=26_624,
+                                      kv_cache=0)
+    assert estimate.total == 186_624
+
+
+def test_lora_trains_only_its_adapters():
+    # rank 2 on q (16+16) and v (16+8): 2·(2·32 + 2·24) = 224 float32 adapter weights = 896 bytes.
+    estimate = estimate_memory(facts=FACTS, spec=spec(peft={"method": "lora", "rank": 2, "targets": ["q_proj", "v_proj"]}))
+    assert (estimate.weights, estimate.gradients, estimate.optimizer) == (40_896, 896, 1_792)
+
+
+def test_qlora_quantizes_the_projections():
+    # 4608 projection weights at 4 bits = 2304 bytes, plus 4608 / 8 scales × 4 bytes = 2304; the other 5392
+    # parameters in float32 = 21568; adapters 896.
+    estimate = estimate_memory(facts=FACTS, spec=spec(peft={"method": "qlora", "rank": 2, "targets": ["q_proj", "v_proj"],
+                                                            "quant_bits": 4, "group_size": 8}))
+    assert estimate.weights == 21_568 + 4_608 + 896
+
+
+def test_remat_keeps_each_layers_input_and_one_layer():
+    # Per row: 2 layers × 2·8·16 = 512, plus one layer's 5632 = 6144; two rows 12288, plus logits 4096.
+    assert estimate_memory(facts=FACTS, spec=spec(train={"remat": True})).activations == 16_384
+
+
+def test_bfloat16_weights_halve_them_and_fsdp_shards_them_and_the_batch():
+    estimate = estimate_memory(facts=FACTS, spec=spec(train={"param_dtype": "bfloat16"}, parallel={"fsdp": 2}))
+    assert (estimate.weights, estimate.gradients, estimate.optimizer) == (10_000, 10_000, 20_000)
+    assert estimate.activations == 11_264 + 2_048  # one row a device
+
+
+def test_grpo_counts_every_generation_and_the_kv_cache():
+    grpo = estimate_memory(facts=FACTS, spec=spec(task="grpo", data={"train": "p.jsonl", "max_seq_len": 8},
+                                                  grpo={"num_generations": 2, "rewards": [{"name": "exact_match"}]}))
+    # 2 prompts × 2 generations = 4 rows; KV: 4 rows × 2 (K, V) × 2 layers × 2 heads × 4 × 8 positions × 2 bytes.
+    assert grpo.activations == 4 * 11_264 + 8_192 and grpo.kv_cache == 2_048
+
+
+def test_dpo_rows_are_pairs():
+    dpo = estimate_memory(facts=FACTS, spec=spec(task="dpo", data={"train": "p.jsonl", "max_seq_len": 8}))
+    assert dpo.activations == 4 * 11_264 + 8_192
+
+
+def test_the_summary_names_each_part():
+    estimate = MemoryEstimate(weights=2 * 1024**3, gradients=1024**3, optimizer=2 * 1024**3,
+                              activations=3 * 1024**3 // 2, kv_cache=0)
+    assert estimate.summary() == ("≈ 6.5 GiB per device for weights + optimizer + activations (weights 2, "
+                                  "gradients 1, optimizer state 2, activations 1.5 GiB)")
+
+
+def test_facts_come_from_a_config_json():
+    config = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "intermediate_size": 32, "vocab_size": 64}
+    assert ModelFacts.from_config(parameter_count=10_000, config=config) == FACTS
+    assert ModelFacts.from_config(parameter_count=10_000, config={"hidden_size": 16}) is None
