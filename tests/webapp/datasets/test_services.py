@@ -300,7 +300,7 @@ def launch_warnings(team, *, task, train, evaluation=None):
     data = {"train": train.public_id, **({"eval": evaluation.public_id} if evaluation is not None else {})}
     model = BaseModel.objects.filter(project=team.project).first() or make_base_model(team.project)
     spec = {"task": task, "model": model.public_id, "data": data, "train": {"max_steps": 2}}
-    return run_services.launch_check(project=team.project, spec=spec, axes=[])
+    return run_services.launch_check(project=team.project, spec=spec, axes=[]).warnings
 
 
 def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_warned_of_at_launch(team, client):
