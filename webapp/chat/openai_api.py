@@ -86,8 +86,22 @@ class _Body(BaseModel):
     stream_options: _StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
+    response_format: dict[str, Any] | None = None
 
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Refused, not ignored: a client asking for JSON parses the answer as JSON, and these models' answers
+        # are free text (nothing constrains their tokens to a grammar).
+        kind = None if response_format is None else response_format.get("type")
+        if response_format is None or kind == "text":
+            return response_format
+        if kind in ("json_object", "json_schema"):
+            raise _unsupported("response_format", f"{kind} output: the answers here are free text, not constrained "
+                               "to JSON", '{"type": "text"}')
+        raise ValueError(f"type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
 
     @field_validator("stream_options")
     @classmethod
@@ -175,10 +189,30 @@ def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
     return PydanticCustomError("unsupported_value", f"not supported: {why}; leave {field} out (or send {off})")
 
 
+NO_TOOLS = "the answers here are text only, the model is not asked to call tools"
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
+    # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[Any] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_tool_choice(cls, tool_choice):
+        if tool_choice is not None and tool_choice != "none":
+            raise _unsupported("tool_choice", NO_TOOLS, '"none"')
+        return tool_choice
+
+    @field_validator("tools")
+    @classmethod
+    def _no_tools(cls, tools, info: pydantic.ValidationInfo):
+        if tools and info.data.get("tool_choice") != "none":
+            raise _unsupported("tools", NO_TOOLS, 'tool_choice: "none"')
+        return tools
 
     @field_validator("logprobs")
     @classmethod
