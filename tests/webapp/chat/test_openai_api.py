@@ -282,9 +282,41 @@ def test_a_seed_is_any_64_bit_integer_and_each_gives_its_own_draws(api, worker):
         assert response.json()["error"]["message"].startswith("seed: Input should be")
 
 
+def test_penalties_and_logit_bias_are_sent_to_the_serve_worker(api, worker):
+    """frequency_penalty, presence_penalty and logit_bias were accepted and dropped: the answer was the
+    unpenalized one. Both endpoints send them with the request."""
+    model, headers = api
+    scripts, requests = worker
+    fields = {"frequency_penalty": 1.5, "presence_penalty": -0.5, "logit_bias": {"5": -100, "17": 2.5}}
+    scripts += [ANSWER, ANSWER]
+    assert post("/v1/chat/completions", chat(model, **fields), headers).status_code == 200
+    assert post("/v1/completions", {"model": model.public_id, "prompt": "x", **fields}, headers).status_code == 200
+    for request in requests:
+        assert (request["frequency_penalty"], request["presence_penalty"], request["logit_bias"]) == (
+            1.5, -0.5, {5: -100.0, 17: 2.5})
+
+
+@pytest.mark.parametrize("fields,message,param", [
+    ({"frequency_penalty": 2.5}, "frequency_penalty: Input should be less than or equal to 2", "frequency_penalty"),
+    ({"presence_penalty": -3}, "presence_penalty: Input should be greater than or equal to -2", "presence_penalty"),
+    ({"logit_bias": {"abc": 1}}, "logit_bias: 'abc' is not a token id", "logit_bias"),
+    ({"logit_bias": {"-5": 1}}, "logit_bias: '-5' is not a token id", "logit_bias"),
+    ({"logit_bias": {"5": 101}}, "logit_bias: the bias of token 5 is 101; give a number from -100 to 100",
+     "logit_bias"),
+    ({"logit_bias": {str(token_id): 1 for token_id in range(1025)}}, "logit_bias: 1025 tokens; give at most 1024",
+     "logit_bias"),
+])
+def test_bad_penalties_and_logit_bias_are_named(api, fields, message, param):
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, **fields), headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["message"].startswith(message) and error["param"] == param, error
+
+
 OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
                    "stream_options", "n", "stop", "logprobs", "top_logprobs", "response_format", "tools",
-                   "tool_choice")
+                   "tool_choice", "presence_penalty", "frequency_penalty", "logit_bias")
 
 
 def test_null_is_a_field_left_out(api, worker):
