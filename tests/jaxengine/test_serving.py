@@ -153,7 +153,9 @@ def test_rows_split_over_devices_get_their_solo_tokens_as_rows_come_and_go(serve
 
     for name in range(7):  # later requests decode longer: 5 of them at once, then fewer and fewer
         params[name] = SamplingParams(max_new_tokens=20 + 8 * name, temperature=0.0 if name % 2 else 0.9,
-                                      top_k=5 if name == 4 else 0, seed=name)
+                                      top_k=5 if name == 4 else 0, seed=name,
+                                      frequency_penalty=1.5 if name % 3 == 0 else 0.0,  # counts split over devices
+                                      logit_bias={11: 4.0} if name == 5 else {})
         seen.add(batch, name, prompts[name % len(prompts)], params[name])
         step()
     while batch.busy:
