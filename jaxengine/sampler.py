@@ -106,15 +106,15 @@ class SamplingParams:
             value = getattr(self, name)
             if not (math.isfinite(value) and -PENALTY_MAX <= value <= PENALTY_MAX):
                 raise ValueError(f"SamplingParams.{name} must be from -{PENALTY_MAX} to {PENALTY_MAX}, got {value}")
-        bias = dict(self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias)
+        bias = {int(token_id): float(value) for token_id, value in
+                (self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias)}
         if len(bias) > LOGIT_BIAS_MAX_TOKENS:
             raise ValueError(f"SamplingParams.logit_bias holds {len(bias)} tokens; give at most {LOGIT_BIAS_MAX_TOKENS}")
         for token_id, value in bias.items():
             if not (math.isfinite(value) and -LOGIT_BIAS_MAX <= value <= LOGIT_BIAS_MAX):
                 raise ValueError(f"SamplingParams.logit_bias of token {token_id} must be from -{LOGIT_BIAS_MAX} to "
                                  f"{LOGIT_BIAS_MAX}, got {value}")
-        object.__setattr__(self, "logit_bias", tuple(sorted((int(token_id), float(value))
-                                                            for token_id, value in bias.items())))
+        object.__setattr__(self, "logit_bias", tuple(sorted(bias.items())))
         object.__setattr__(self, "stop_token_ids", tuple(int(token_id) for token_id in self.stop_token_ids))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
 
