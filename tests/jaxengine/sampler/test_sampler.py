@@ -347,6 +347,10 @@ def test_logit_bias_forbids_and_forces_tokens(repeating_sampler):
         assert generation.token_ids == [forced] * 12
 
 
+def test_a_token_biased_under_two_spellings_of_its_id_is_biased_once():
+    assert SamplingParams(logit_bias={5: 1, "5": 2, 3: -1}).logit_bias == ((3, -1.0), (5, 2.0))
+
+
 def test_it_rejects_bad_penalties_and_bias(repeating_sampler):
     with pytest.raises(ValueError, match="frequency_penalty must be from -2.0 to 2.0, got 2.5"):
         SamplingParams(frequency_penalty=2.5)
