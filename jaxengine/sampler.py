@@ -21,6 +21,11 @@ Design note.
   top-k keeps the k largest (0 = off), then top-p keeps the smallest set of most likely tokens whose
   probability reaches p (1 = off), and a token is drawn. Ties at a threshold are kept. Random keys are
   ``fold_in(fold_in(key(seed), row), step)``: the same seed and batch give the same output.
+* Penalties and bias (OpenAI's): before temperature and filters, ``logit_bias`` is added to its tokens'
+  logits and ``logits[t] -= presence_penalty * (count[t] > 0) + frequency_penalty * count[t]``, ``count``
+  being how often t was generated so far in that row (a [B, V] array in the loop state, the prompt not
+  counted). Their values are data; whether any request uses them is a compile-time switch, so a call
+  without them carries no count array.
 * Logprobs are those of the generated tokens under the model's own distribution
   (``log_softmax(logits)``, before temperature and filtering), i.e. what a trainer recomputes for
   the policy.
@@ -60,6 +65,11 @@ class ContextLengthError(PromptError):
     ``context_length_exceeded``)."""
 
 
+# OpenAI's ranges: penalties in [-2, 2], a token's bias in [-100, 100] (-100 bans it, 100 all but forces it).
+PENALTY_MAX = 2.0
+LOGIT_BIAS_MAX = 100.0
+LOGIT_BIAS_MAX_TOKENS = 1024  # a row's bias is a [N] array: N a power of two ≥ the tokens given
+
 # The batched samplers hold each row's top_k in an int32 array (a k past every vocabulary: no filter).
 TOP_K_MAX = 2**31 - 1
 
@@ -75,6 +85,9 @@ class SamplingParams:
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs; a mapping is taken too
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -89,12 +102,34 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.seed must be in [0, 2**32), got {self.seed}")
         if any(not stop for stop in self.stop_strings):
             raise ValueError("SamplingParams.stop_strings must not contain an empty string")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and -PENALTY_MAX <= value <= PENALTY_MAX):
+                raise ValueError(f"SamplingParams.{name} must be from -{PENALTY_MAX} to {PENALTY_MAX}, got {value}")
+        bias = {int(token_id): float(value) for token_id, value in
+                (self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias)}
+        if len(bias) > LOGIT_BIAS_MAX_TOKENS:
+            raise ValueError(f"SamplingParams.logit_bias holds {len(bias)} tokens; give at most {LOGIT_BIAS_MAX_TOKENS}")
+        for token_id, value in bias.items():
+            if not (math.isfinite(value) and -LOGIT_BIAS_MAX <= value <= LOGIT_BIAS_MAX):
+                raise ValueError(f"SamplingParams.logit_bias of token {token_id} must be from -{LOGIT_BIAS_MAX} to "
+                                 f"{LOGIT_BIAS_MAX}, got {value}")
+        object.__setattr__(self, "logit_bias", tuple(sorted(bias.items())))
         object.__setattr__(self, "stop_token_ids", tuple(int(token_id) for token_id in self.stop_token_ids))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a presence or frequency penalty applies (the decode loop then counts tokens)."""
+        return self.presence_penalty != 0 or self.frequency_penalty != 0
+
+    @property
+    def biased(self) -> bool:
+        return bool(self.logit_bias)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,6 +164,54 @@ def filter_logits(logits_bv: jax.Array, top_k: jax.Array, top_p: jax.Array) -> j
     keep_count_b = jnp.maximum(jnp.sum((mass_before_bv < top_p) & (rank_v[None, :] < k), axis=-1), 1)
     threshold_b1 = jnp.take_along_axis(sorted_bv, keep_count_b[:, None] - 1, axis=-1)
     return jnp.where(logits_bv >= threshold_b1, logits_bv, -jnp.inf)
+
+
+def apply_penalties(logits_bv: jax.Array, counts_bv: jax.Array, presence_b: jax.Array,
+                    frequency_b: jax.Array) -> jax.Array:
+    """OpenAI's presence and frequency penalties: ``logits - presence * (count > 0) - frequency * count``.
+
+    ``counts_bv``: how often each token was generated so far in each row. ``presence_b``, ``frequency_b``:
+    float32 [B], 0 = off.
+    """
+    counts_bv = counts_bv.astype(logits_bv.dtype)
+    return (logits_bv - presence_b[:, None] * (counts_bv > 0).astype(logits_bv.dtype)
+            - frequency_b[:, None] * counts_bv)
+
+
+def apply_logit_bias(logits_bv: jax.Array, bias_ids_bn: jax.Array, bias_values_bn: jax.Array) -> jax.Array:
+    """Adds each row's bias to its tokens' logits. ``bias_ids_bn``: int32 [B, N] token ids, padded with ids
+    past the vocabulary (dropped); ``bias_values_bn``: float32 [B, N]."""
+    rows_b1 = jnp.arange(logits_bv.shape[0])[:, None]
+    return logits_bv.at[rows_b1, bias_ids_bn].add(bias_values_bn.astype(logits_bv.dtype), mode="drop")
+
+
+def count_tokens(counts_bv: jax.Array, token_b: jax.Array, active_b: jax.Array | None = None) -> jax.Array:
+    """``counts_bv`` with one more of each row's ``token_b`` (of the rows ``active_b`` marks, if given)."""
+    one_hot_bv = token_b[:, None] == jnp.arange(counts_bv.shape[-1], dtype=token_b.dtype)[None, :]
+    if active_b is not None:
+        one_hot_bv = one_hot_bv & active_b[:, None]
+    return counts_bv + one_hot_bv.astype(counts_bv.dtype)
+
+
+def logit_bias_arrays(biases: Sequence[tuple[tuple[int, float], ...]], rows: int, vocab_size: int):
+    """(int32 [rows, N] ids, float32 [rows, N] values) for ``apply_logit_bias`` from each row's
+    ``SamplingParams.logit_bias`` (rows past the list: none); N is a power of two ≥ 8 that holds the largest,
+    so that it rarely changes (each N is a compile)."""
+    width = bucket_length(max((len(bias) for bias in biases), default=0), minimum=8)
+    ids_bn = np.full((rows, width), vocab_size, np.int32)  # past the vocabulary: dropped
+    values_bn = np.zeros((rows, width), np.float32)
+    for row, bias in enumerate(biases):
+        for position, (token_id, value) in enumerate(bias):
+            ids_bn[row, position], values_bn[row, position] = token_id, value
+    return ids_bn, values_bn
+
+
+def check_logit_bias(params: SamplingParams, vocab_size: int) -> None:
+    """``PromptError`` naming the first ``logit_bias`` token id outside the model's vocabulary."""
+    for token_id, _ in params.logit_bias:
+        if not 0 <= token_id < vocab_size:
+            raise PromptError(f"logit_bias: token id {token_id} is outside the model's vocabulary (ids 0 to "
+                              f"{vocab_size - 1}); use ids of this model's tokenizer")
 
 
 ARGMAX_BLOCK = 128
@@ -284,11 +367,13 @@ class _CompiledGenerate:
         self.graphdef = graphdef
         self.cache_dtype = cache_dtype
         self.trace_count = 0  # times traced; each trace is one compile
-        self.function = jax.jit(self._generate, static_argnames=("total_length", "greedy", "filtered", "with_callback"))
+        self.function = jax.jit(self._generate, static_argnames=("total_length", "greedy", "filtered", "with_callback",
+                                                                  "penalized", "biased"))
 
     def _generate(self, state, input_ids_bt, pad_counts_b, row_valid_b, max_new_tokens, temperature, top_k, top_p,
-                  seed, stop_ids_n, stream_id, *, total_length: int, greedy: bool, filtered: bool,
-                  with_callback: bool):
+                  seed, stop_ids_n, stream_id, presence, frequency, bias_ids_bn, bias_values_bn, *,
+                  total_length: int, greedy: bool, filtered: bool, with_callback: bool, penalized: bool,
+                  biased: bool):
         self.trace_count += 1
         model = nnx.merge(self.graphdef, state)
         batch, prompt_length = input_ids_bt.shape
@@ -304,10 +389,19 @@ class _CompiledGenerate:
             keys_b = jax.vmap(lambda key: jax.random.fold_in(key, step))(row_keys_b)
             return _sample(logits_bv, keys_b, temperature, top_k, top_p, greedy=greedy, filtered=filtered)
 
+        presence_b, frequency_b = jnp.full((batch,), presence), jnp.full((batch,), frequency)
+
         def record(carry, logits_bv, step):
-            tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b = carry
+            tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b, counts_bv = carry
             active_b = ~done_b
-            token_b = sample(logits_bv, step)
+            adjusted_bv = logits_bv
+            if biased:
+                adjusted_bv = apply_logit_bias(adjusted_bv, bias_ids_bn, bias_values_bn)
+            if penalized:
+                adjusted_bv = apply_penalties(adjusted_bv, counts_bv, presence_b, frequency_b)
+            token_b = sample(adjusted_bv, step)
+            if penalized:
+                counts_bv = count_tokens(counts_bv, token_b, active_b)
             logprob_b = _token_logprobs(logits_bv, token_b)
             tokens_bn = jax.lax.dynamic_update_slice(tokens_bn, jnp.where(active_b, token_b, 0)[:, None], (0, step))
             logprobs_bn = jax.lax.dynamic_update_slice(
@@ -321,7 +415,7 @@ class _CompiledGenerate:
                 hit_stop_b = hit_stop_b | (active_b & string_stop_b)
             stopped_b = stopped_b | hit_stop_b
             done_b = done_b | hit_stop_b
-            return token_b, (tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b)
+            return token_b, (tokens_bn, logprobs_bn, lengths_b, done_b, stopped_b, counts_bv)
 
         outputs = (
             jnp.zeros((batch, generated_capacity), jnp.int32),
@@ -329,6 +423,7 @@ class _CompiledGenerate:
             jnp.zeros((batch,), jnp.int32),
             ~row_valid_b,
             jnp.zeros((batch,), jnp.bool_),
+            jnp.zeros((batch, logits_bv.shape[-1]), jnp.int32) if penalized else None,  # [B, V] tokens generated
         )
         token_b, outputs = record(outputs, logits_bv, jnp.int32(0))
 
@@ -343,7 +438,7 @@ class _CompiledGenerate:
             return step + 1, token_b, cache, outputs
 
         _, _, _, outputs = jax.lax.while_loop(keep_going, decode_step, (jnp.int32(1), token_b, cache, outputs))
-        tokens_bn, logprobs_bn, lengths_b, _, stopped_b = outputs
+        tokens_bn, logprobs_bn, lengths_b, _, stopped_b, _ = outputs
         return tokens_bn, logprobs_bn, lengths_b, stopped_b
 
 
@@ -426,6 +521,8 @@ class Sampler:
         stop_ids = list(dict.fromkeys([*self.tokenizer.eos_ids, *params.stop_token_ids]))
         stop_ids_n = np.full(max(1, -(-len(stop_ids) // _STOP_ID_SLOTS)) * _STOP_ID_SLOTS, -1, np.int32)
         stop_ids_n[:len(stop_ids)] = stop_ids
+        check_logit_bias(params, self.config.vocab_size)
+        bias_ids_bn, bias_values_bn = logit_bias_arrays([params.logit_bias] * batch, batch, self.config.vocab_size)
 
         with_callback = on_token is not None or bool(params.stop_strings)
         stream_id = next(_STREAM_IDS) % 2**31
@@ -437,8 +534,10 @@ class Sampler:
                 state, input_ids_bt, pad_counts_b, row_valid_b, np.int32(params.max_new_tokens),
                 np.float32(params.temperature if not params.greedy else 1.0), np.int32(params.top_k),
                 np.float32(params.top_p), np.uint32(params.seed), stop_ids_n, np.int32(stream_id),
+                np.float32(params.presence_penalty), np.float32(params.frequency_penalty), bias_ids_bn, bias_values_bn,
                 total_length=total_length, greedy=params.greedy,
-                filtered=not params.greedy and (params.top_k > 0 or params.top_p < 1), with_callback=with_callback)
+                filtered=not params.greedy and (params.top_k > 0 or params.top_p < 1), with_callback=with_callback,
+                penalized=params.penalized, biased=params.biased)
             tokens_bn, logprobs_bn, lengths_b, stopped_b = jax.device_get(outputs)
         finally:
             del _STREAMS[stream_id]

@@ -47,6 +47,12 @@ Design note.
   lone prompt, and the same Gumbel-max draw as ``jax.random.categorical``, so a request decodes the same
   whether it is batched, joins late or runs alone. The noise of a whole call is drawn before its steps
   (``gumbel_noise``): on CPU the random generator's per-call cost dwarfs its per-row cost.
+* Penalties and bias: each row's presence/frequency penalty and logit bias are data (per-row arrays, the
+  bias as [B, N] ids and values), so requests with different ones decode in one call; only whether some
+  row uses them switches programs. A penalized call carries each row's counts of its generated tokens
+  ([B, V], donated like the cache) and hands them to the call chained on it; a call that is not chained
+  (rows admitted, a re-layout) counts each row's tokens on the host and uploads them, which keeps them
+  out of every re-layout and insert program.
 * ``BatchDecoder`` holds a model and its settings; ``run`` decodes a list of requests arriving together.
   ``BatchingServer`` is the concurrency: callers on any thread ``submit`` a request and wait on its
   future; one loop thread adds every submitted request to its ``ContinuousBatch`` and steps it.
@@ -99,8 +105,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
-from jaxengine.sampler import (ContextLengthError, PromptError, SamplingParams, bucket_length, decode, filter_logits,
-                              first_max_index, prefill, stop_string_end)
+from jaxengine.sampler import (ContextLengthError, PromptError, SamplingParams, apply_logit_bias, apply_penalties,
+                              bucket_length, check_logit_bias, count_tokens, decode, filter_logits, first_max_index,
+                              logit_bias_arrays, prefill, stop_string_end)
 from jaxengine.sharding import constrain, constrain_kv_cache, make_mesh
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -410,8 +417,9 @@ class _Compiled:
         self.cache_dtype = cache_dtype
         self.kv_heads = kv_heads
         self.trace_count = 0
-        self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered"))
-        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered"), donate_argnames=("cache",))
+        self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered", "biased"))
+        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered", "penalized", "biased"),
+                              donate_argnames=("cache", "counts_bv"))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
         # Re-layouts, inserts and prefills by the shapes, placements and modes they were run with (keys made by
@@ -434,38 +442,52 @@ class _Compiled:
     def _model(self, leaves):
         return nnx.merge(self.graphdef, jax.tree.unflatten(self.treedef, leaves))
 
-    def _prefill(self, leaves, input_ids_gt, pad_counts_g, sampling_g, *, sampled: bool, filtered: bool):
-        """New requests' left-padded prompts [G, T] into a cache of T slots; their first tokens [G]."""
+    def _prefill(self, leaves, input_ids_gt, pad_counts_g, sampling_g, *, sampled: bool, filtered: bool,
+                 biased: bool):
+        """New requests' left-padded prompts [G, T] into a cache of T slots; their first tokens [G] (nothing
+        generated yet: no penalty applies)."""
         self.trace_count += 1
         logits_gv, cache = prefill(self._model(leaves), input_ids_gt, pad_counts_g, total_length=input_ids_gt.shape[1],
                                    cache_dtype=self.cache_dtype)
-        temperature_g, top_k_g, top_p_g, seed_g = sampling_g
+        temperature_g, top_k_g, top_p_g, seed_g, _, _, bias_ids_gn, bias_values_gn = sampling_g
+        if biased:
+            logits_gv = apply_logit_bias(logits_gv, bias_ids_gn, bias_values_gn)
         noise_gv = (gumbel_noise(seed_g, jnp.zeros(seed_g.shape, jnp.int32), 1, logits_gv.shape[-1])[0] if sampled
                     else None)
         return _sample_rows(logits_gv, temperature_g, top_k_g, top_p_g, noise_gv, filtered=filtered), cache
 
-    def _decode(self, leaves, cache, token_b, starts_b, steps_b, sampling_b, *, steps: int, sampled: bool,
-                filtered: bool):
+    def _decode(self, leaves, cache, counts_bv, token_b, starts_b, steps_b, sampling_b, *, steps: int, sampled: bool,
+                filtered: bool, penalized: bool, biased: bool):
         """``steps`` decode steps of every row, in one call: returns the tokens [steps, B], the last of them
         [B] (what a call chained on this one starts from, sliced here rather than by an eager op that
-        would compile on its first use) and the cache.
+        would compile on its first use), the cache and (``penalized``; else None) the counts [B, V] of each
+        row's generated tokens but the last. ``counts_bv`` comes in likewise: each step counts the token it
+        is fed.
 
         Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
         ``[starts_b, cache.index]`` and its rotary position is the slot minus its start.
         """
         self.trace_count += 1
         model = self._model(leaves)
-        temperature_b, top_k_b, top_p_b, seed_b = sampling_b
+        temperature_b, top_k_b, top_p_b, seed_b, presence_b, frequency_b, bias_ids_bn, bias_values_bn = sampling_b
         noise_kbv = gumbel_noise(seed_b, steps_b, steps, model.config.vocab_size) if sampled else None
 
         def one_step(carry, noise_bv):
-            token_b, cache = carry
+            token_b, cache, counts_bv = carry
             logits_bv, cache = decode(model, token_b, cache.index - starts_b, starts_b, cache)
+            if biased:
+                logits_bv = apply_logit_bias(logits_bv, bias_ids_bn, bias_values_bn)
+            if penalized:
+                counts_bv = count_tokens(counts_bv, token_b)
+                logits_bv = apply_penalties(logits_bv, counts_bv, presence_b, frequency_b)
             token_b = _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, filtered=filtered)
-            return (token_b, cache), token_b
+            return (token_b, cache, counts_bv), token_b
 
-        (_, cache), tokens_kb = jax.lax.scan(one_step, (token_b, cache), noise_kbv, length=steps)
-        return tokens_kb, tokens_kb[-1], self._constrained(cache)
+        (_, cache, counts_bv), tokens_kb = jax.lax.scan(one_step, (token_b, cache, counts_bv if penalized else None),
+                                                        noise_kbv, length=steps)
+        if penalized:
+            counts_bv = constrain(counts_bv, ("batch", None))
+        return tokens_kb, tokens_kb[-1], self._constrained(cache), counts_bv
 
     def _insert(self, cache, new_cache, rows_g, index):
         """Copies the prefilled rows (``new_cache``, T slots) into ``cache`` rows ``rows_g``, slots
@@ -577,6 +599,9 @@ class ContinuousBatch:
         self._calls_at_layout = 0  # decode calls since the cache was last laid out
         self._in_flight: _Call | None = None  # the decode call dispatched and not yet read back
         self._mesh: Mesh | None = None  # the devices the cache's rows are split over (BatchDecoder.mesh_for)
+        # [rows, V] counts of each row's tokens but its last, from the last penalized decode call (None: not
+        # penalized), for a call chained on it.
+        self._counts = None
         self._compiled = decoder.compiled
 
     @property
@@ -636,6 +661,7 @@ class ContinuousBatch:
             self._decode_call()
         if not self.busy:
             self._cache, self._rows, self._index, self._mesh = None, [], 0, None  # idle: release the cache
+            self._counts = None
 
     def _overlaps(self, previous: _Call) -> bool:
         """Whether the next decode call can be dispatched before ``previous`` is read back: it needs
@@ -790,7 +816,7 @@ class ContinuousBatch:
     def _prefill_key(self, requests: list[ServeRequest], prompt_bucket: int) -> tuple:
         group = bucket_length(len(requests), minimum=1)
         return ("prefill", group, prompt_bucket, _any_sampled(requests), _any_filtered(requests),
-                _placement(self.decoder.mesh_for(group)))
+                _any_biased(requests), _placement(self.decoder.mesh_for(group)))
 
     def _prefill_program(self, requests: list[ServeRequest], prompt_bucket: int):
         """The prefill of ``requests`` as one group (padded to a power of two) at ``prompt_bucket``: their
@@ -807,7 +833,7 @@ class ContinuousBatch:
             token_g, new_cache = self._compiled.prefill(
                 self.decoder.leaves_on(group_mesh), input_ids_gt, pad_counts_g,
                 self.decoder.sampling_arrays(requests, group), sampled=_any_sampled(requests),
-                filtered=_any_filtered(requests))
+                filtered=_any_filtered(requests), biased=_any_biased(requests))
         return token_g, new_cache, group_mesh
 
     def _prefill(self, admitted: list[_Row], prompt_bucket: int, key: tuple) -> None:
@@ -851,14 +877,31 @@ class ContinuousBatch:
             # sharding, so host tokens made the first call at each layout and the chained calls after it two
             # programs, and a warm-up (whose calls never chain) compiled only one of them.
             token_b = jax.device_put(token_b, NamedSharding(self._mesh, PartitionSpec("data")))
+        penalized = _any_penalized(live)
+        counts_bv = None
+        if penalized:
+            # Chained: the previous call's counts (the same rows); else each row's tokens but its last, counted here.
+            counts_bv = self._counts if previous is not None and self._counts is not None else self._host_counts()
         with _on(self._mesh):
-            tokens_kb, last_b, self._cache = self._compiled.decode(
-                self.decoder.leaves_on(self._mesh), self._cache, token_b, starts_b, steps_b,
+            tokens_kb, last_b, self._cache, self._counts = self._compiled.decode(
+                self.decoder.leaves_on(self._mesh), self._cache, counts_bv, token_b, starts_b, steps_b,
                 self.decoder.sampling_arrays(requests, rows), steps=steps, sampled=_any_sampled(live),
-                filtered=_any_filtered(live))
+                filtered=_any_filtered(live), penalized=penalized, biased=_any_biased(live))
         self._index += steps
         self._calls_at_layout += 1
         self._in_flight = _Call(tokens_kb=tokens_kb, last_b=last_b, rows=list(self._rows))
+
+    def _host_counts(self):
+        """[rows, V] int32: how often each row generated each token, its last token left out (the decode call
+        counts the token it is fed), placed as the cache's rows."""
+        vocab_size = self.decoder.model.config.vocab_size
+        counts_bv = np.zeros((len(self._rows), vocab_size), np.int32)
+        for slot, row in enumerate(self._rows):
+            if row is not None and len(row.tokens) > 1:
+                counts_bv[slot] = np.bincount(row.tokens[:-1], minlength=vocab_size)[:vocab_size]
+        if self._mesh is None:
+            return jax.device_put(counts_bv)
+        return jax.device_put(counts_bv, NamedSharding(self._mesh, PartitionSpec("data")))
 
     def _collect(self, call: _Call) -> None:
         """Reads a decode call's tokens back and takes them, for each row still in the slot it had then
@@ -936,6 +979,14 @@ def _on(mesh: Mesh | None):
 
 def _any_sampled(requests) -> bool:
     return any(request.params.temperature > 0 for request in requests if request is not None)
+
+
+def _any_penalized(requests) -> bool:
+    return any(request.params.penalized for request in requests if request is not None)
+
+
+def _any_biased(requests) -> bool:
+    return any(request.params.biased for request in requests if request is not None)
 
 
 def _any_filtered(requests) -> bool:
@@ -1046,6 +1097,7 @@ class BatchDecoder:
             raise PromptError("the prompt is empty; give at least one token")
         if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= config.vocab_size:
             raise PromptError(f"the prompt has token ids outside the model's vocabulary (vocab_size={config.vocab_size})")
+        check_logit_bias(request.params, config.vocab_size)
         if len(request.prompt_ids) + request.params.max_new_tokens > config.max_position_embeddings:
             raise ContextLengthError(f"the prompt ({len(request.prompt_ids)} tokens) plus the tokens to generate "
                                      f"({request.params.max_new_tokens}) exceeds the model's context length "
@@ -1085,9 +1137,17 @@ class BatchDecoder:
         counts = sorted({min(count, self.max_slots) for count in row_counts} - {1})
         return [(lone,) * count for count in counts]
 
-    @staticmethod
-    def sampling_arrays(requests: Sequence[ServeRequest | None], rows: int):
-        """Per-row (temperature, top_k, top_p, seed); rows without a request (None, or past the list) are greedy."""
+    def sampling_arrays(self, requests: Sequence[ServeRequest | None], rows: int):
+        """Per-row (temperature, top_k, top_p, seed, presence penalty, frequency penalty, logit bias ids [B, N],
+        their biases [B, N]); rows without a request (None, or past the list) are greedy, unpenalized, unbiased."""
+        presence_b = np.zeros((rows,), np.float32)
+        frequency_b = np.zeros((rows,), np.float32)
+        for row, request in enumerate(requests):
+            if request is not None:
+                presence_b[row], frequency_b[row] = request.params.presence_penalty, request.params.frequency_penalty
+        bias_ids_bn, bias_values_bn = logit_bias_arrays(
+            [() if request is None else request.params.logit_bias for request in requests], rows,
+            self.model.config.vocab_size)
         temperature_b = np.zeros((rows,), np.float32)
         top_k_b = np.zeros((rows,), np.int32)
         top_p_b = np.ones((rows,), np.float32)
@@ -1098,7 +1158,7 @@ class BatchDecoder:
                 top_k_b[row] = request.params.top_k
                 top_p_b[row] = request.params.top_p
                 seed_b[row] = request.params.seed
-        return temperature_b, top_k_b, top_p_b, seed_b
+        return temperature_b, top_k_b, top_p_b, seed_b, presence_b, frequency_b, bias_ids_bn, bias_values_bn
 
 
 def _cache_shardings(cache, mesh: Mesh, *, whole: bool):

@@ -1,5 +1,6 @@
 """Serving: batched decoding gives each request the tokens it gets alone (and from the Sampler), per-row
 settings, stop and timeout, the batching server's batches, the memory-bounded model cache."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -152,7 +153,9 @@ def test_rows_split_over_devices_get_their_solo_tokens_as_rows_come_and_go(serve
 
     for name in range(7):  # later requests decode longer: 5 of them at once, then fewer and fewer
         params[name] = SamplingParams(max_new_tokens=20 + 8 * name, temperature=0.0 if name % 2 else 0.9,
-                                      top_k=5 if name == 4 else 0, seed=name)
+                                      top_k=5 if name == 4 else 0, seed=name,
+                                      frequency_penalty=1.5 if name % 3 == 0 else 0.0,  # counts split over devices
+                                      logit_bias={11: 4.0} if name == 5 else {})
         seen.add(batch, name, prompts[name % len(prompts)], params[name])
         step()
     while batch.busy:
@@ -311,6 +314,52 @@ def test_a_row_ending_at_a_stop_token_gets_nothing_from_the_call_decoded_after_i
     assert results[0].token_ids == streamed == alone.token_ids[:first_stop + 1]
     assert results[0].finish_reason == "stop"
     assert len(batch.batch_sizes) == 2  # the call dispatched before the stop was seen, decoded in vain
+
+
+def test_rows_with_their_own_penalties_and_bias_decode_together_as_the_sampler_decodes_them_alone(served):
+    """Penalties and bias are data: requests with different ones share decode calls (chained ones, and calls
+    after rows joined and the cache was laid out anew), each gets what the Sampler gives it alone, and other
+    values compile nothing."""
+    model, tokenizer, prompts = served
+    params = {"a": SamplingParams(max_new_tokens=30, temperature=0.0, frequency_penalty=2.0),
+              "b": SamplingParams(max_new_tokens=20, temperature=0.0, presence_penalty=1.5, logit_bias={5: 100}),
+              "c": SamplingParams(max_new_tokens=20, temperature=0.8, seed=7, frequency_penalty=-0.5,
+                                  logit_bias={7: -100, 9: 3.5}),
+              "d": SamplingParams(max_new_tokens=25, temperature=0.0)}
+
+    def wave(params):
+        batch, seen = ContinuousBatch(BatchDecoder(model, tokenizer)), Collected()
+        seen.add(batch, "a", prompts[1], params["a"])
+        seen.add(batch, "d", prompts[3], params["d"])
+        seen.steps(batch, 3)  # a and d decode chained calls before b and c join
+        seen.add(batch, "b", prompts[0], params["b"])
+        seen.add(batch, "c", prompts[2], params["c"])
+        while batch.busy:
+            seen.steps(batch, 1)
+        return batch, seen
+
+    batch, seen = wave(params)
+    assert max(batch.batch_sizes) >= 3  # rows of three settings or more in one call (a row may end at EOS first)
+    for name, ids in zip("abcd", (prompts[1], prompts[0], prompts[2], prompts[3])):
+        [alone] = Sampler(model, tokenizer).generate([ids], params[name])
+        assert seen.results[name].token_ids == alone.token_ids, name
+    assert seen.results["b"].token_ids == [5] * 20
+    assert 7 not in seen.results["c"].token_ids
+    traces = batch.trace_count
+    other = {name: dataclasses.replace(value, presence_penalty=-value.presence_penalty / 2,
+                                       frequency_penalty=value.frequency_penalty / 4,
+                                       logit_bias={token_id: -bias for token_id, bias in value.logit_bias})
+             for name, value in params.items()}
+    assert wave(other)[0].trace_count == traces
+
+
+def test_it_rejects_a_logit_bias_outside_the_vocabulary(served):
+    model, tokenizer, prompts = served
+    vocab_size = model.config.vocab_size
+    request = ServeRequest(prompt_ids=tuple(prompts[0]), params=SamplingParams(max_new_tokens=4,
+                                                                                 logit_bias={vocab_size: -1}))
+    with pytest.raises(PromptError, match=f"logit_bias: token id {vocab_size} is outside the model's vocabulary"):
+        BatchDecoder(model, tokenizer).check(request)
 
 
 def test_a_serving_loop_compiles_once_per_shape_not_per_request(served):
@@ -659,7 +708,7 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
                                 for index in range(3)]
     placement = tuple(device.id for device in devices)
     expected = {"move": ("relayout", (1, 16), None, 4, 32, placement),  # 1 row x 16 slots on one device -> 4 x 32
-                "prefill": ("prefill", 4, 16, False, False, placement)}[case]  # (the warm-up's groups are of bucket 8)
+                "prefill": ("prefill", 4, 16, False, False, False, placement)}[case]  # (the warm-up's groups are of bucket 8)
     futures, stalls = [], []
 
     def on_event(event, seconds, **kwargs):  # a compile on the serving loop while a request is unanswered
@@ -745,7 +794,7 @@ def test_what_a_busy_batch_missed_compiles_at_once_off_host_devices_and_when_idl
     server = BatchingServer(decoder)
     greedy, top_k = SamplingParams(max_new_tokens=8, temperature=0.0), SamplingParams(max_new_tokens=8, temperature=0.5, top_k=5)
     prompts = [tuple(range(10 + i, 50 + i)) for i in range(3)]  # 40 tokens: bucket 64
-    key = ("prefill", 4, 64, True, True, None)  # the three together, one of them sampled with top-k
+    key = ("prefill", 4, 64, True, True, False, None)  # the three together, one of them sampled with top-k, no bias
     for sampling in (greedy, top_k):  # each one's lone prefill is compiled
         server.submit(ServeRequest(prompt_ids=prompts[0], params=sampling)).result(timeout=60)
     assert key not in decoder.compiled.compiled_keys

@@ -52,6 +52,20 @@ def test_it_streams_the_answer_the_sampler_gives(client, model_dir):
     assert done["prompt_tokens"] == len(expected.prompt_token_ids) and done["completion_tokens"] == 12
 
 
+def test_penalties_and_logit_bias_reach_the_engine(client, model_dir):
+    """They were dropped on the way: an answer asked not to repeat itself, or never to say a token, was the
+    unpenalized one. The ids come as JSON's string keys, as the web sends them."""
+    fields = {"frequency_penalty": 2.0, "presence_penalty": 0.5, "logit_bias": {"5": 100}}
+    done = serve.generate(request(model_dir, "g-penal", **fields))
+    loaded = load_serving_model(model_dir)
+    [expected] = Sampler(loaded.model, loaded.tokenizer).generate(
+        [encode_prompt(loaded.tokenizer, CONVERSATION)],
+        SamplingParams(max_new_tokens=12, temperature=0.0, frequency_penalty=2.0, presence_penalty=0.5,
+                       logit_bias={5: 100}))
+    assert expected.token_ids == [5] * 12
+    assert done["text"] == expected.text and done["completion_tokens"] == 12
+
+
 def slow_down_decoding(monkeypatch, seconds_per_call):
     step = serving.ContinuousBatch.step
     monkeypatch.setattr(serving.ContinuousBatch, "step", lambda batch: (time.sleep(seconds_per_call), step(batch)))
@@ -124,13 +138,17 @@ def test_a_generation_past_its_timeout_ends_as_timeout(client, model_dir):
     ({"temperature": -1}, "temperature"),
     ({"messages": None}, "exactly one of messages"),
     ({"model_path": "/nonexistent/model"}, "config.json"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty"),
+    ({"logit_bias": {"99999": 1}}, "logit_bias: token id 99999 is outside the model's vocabulary"),
 ])
 def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, message):
     result = serve.generate({**request(model_dir, "bad"), "model_key": str(fields), **fields})
     assert message in result["error"]
     events = channels.stored_events(client, "bad")
-    # A request that parses says it loads its model first (here a model that is not there).
-    assert [event["type"] for event in events] == (["status", "error"] if "model_path" in fields else ["error"])
+    # A request that parses says it loads its model first (here a model that is not there, or one whose
+    # vocabulary has no such token).
+    parses = "model_path" in fields or "logit_bias" in fields
+    assert [event["type"] for event in events] == (["status", "error"] if parses else ["error"])
     assert message in events[-1]["message"]
 
 

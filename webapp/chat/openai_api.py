@@ -86,8 +86,43 @@ class _Body(BaseModel):
     stream_options: _StreamOptions | None = None
     n: StrictInt = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
+    response_format: dict[str, Any] | None = None
+    presence_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Number] | None = None
 
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids_and_biases(cls, logit_bias: dict[str, float] | None) -> dict[int, float] | None:
+        # The ids are checked against the model's vocabulary where it is loaded (the serve worker's 400).
+        if logit_bias is None:
+            return None
+        if len(logit_bias) > MAX_LOGIT_BIAS_TOKENS:
+            raise ValueError(f"{len(logit_bias)} tokens; give at most {MAX_LOGIT_BIAS_TOKENS}")
+        biases = {}
+        for key, bias in logit_bias.items():
+            if not (key.isascii() and key.isdecimal() and int(key) <= MAX_STORED_INT):
+                raise ValueError(f"{key!r} is not a token id: give token ids of the model's tokenizer as strings "
+                                 'of digits, e.g. {"50256": -100}')
+            if not -100 <= bias <= 100:
+                raise ValueError(f"the bias of token {key} is {bias}; give a number from -100 to 100")
+            biases[int(key)] = float(bias)
+        return biases
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Refused, not ignored: a client asking for JSON parses the answer as JSON, and these models' answers
+        # are free text (nothing constrains their tokens to a grammar).
+        kind = None if response_format is None else response_format.get("type")
+        if response_format is None or kind == "text":
+            return response_format
+        if kind in ("json_object", "json_schema"):
+            raise _unsupported("response_format", f"{kind} output: the answers here are free text, not constrained "
+                               "to JSON", '{"type": "text"}')
+        raise ValueError(f"type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
 
     @field_validator("stream_options")
     @classmethod
@@ -175,10 +210,30 @@ def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
     return PydanticCustomError("unsupported_value", f"not supported: {why}; leave {field} out (or send {off})")
 
 
+NO_TOOLS = "the answers here are text only, the model is not asked to call tools"
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
+    # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[Any] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_tool_choice(cls, tool_choice):
+        if tool_choice is not None and tool_choice != "none":
+            raise _unsupported("tool_choice", NO_TOOLS, '"none"')
+        return tool_choice
+
+    @field_validator("tools")
+    @classmethod
+    def _no_tools(cls, tools, info: pydantic.ValidationInfo):
+        if tools and info.data.get("tool_choice") != "none":
+            raise _unsupported("tools", NO_TOOLS, 'tool_choice: "none"')
+        return tools
 
     @field_validator("logprobs")
     @classmethod
@@ -194,6 +249,9 @@ class ChatBody(_Body):
             raise _unsupported("top_logprobs", NO_LOGPROBS, "0")
         return top_logprobs
 
+
+# Tokens one logit_bias may name (jaxengine.sampler.LOGIT_BIAS_MAX_TOKENS: a row's bias is an array that long).
+MAX_LOGIT_BIAS_TOKENS = 1024
 
 # Prompts one /v1/completions request may list: each is a generation of its own in the serve worker's batch.
 MAX_PROMPTS = 32
@@ -338,7 +396,8 @@ def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=N
     request = {"id": generation_id, "model_key": choice.cache_key, "model_path": choice.path,
                "max_new_tokens": body.budget, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
                "seed": engine_seed(body.seed) if body.seed is not None else secrets.randbelow(2**31),
-               "stop": body.stop_strings}
+               "stop": body.stop_strings, "presence_penalty": body.presence_penalty,
+               "frequency_penalty": body.frequency_penalty, "logit_bias": body.logit_bias or {}}
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]

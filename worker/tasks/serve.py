@@ -77,6 +77,10 @@ class GenerateRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0, le=2**31 - 1)  # jaxengine.sampler.TOP_K_MAX: an int32 a row
     seed: int = Field(default=0, ge=0, lt=2**32)
+    # OpenAI's (jaxengine.sampler.SamplingParams): penalties of tokens already generated, and a bias by token id.
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[int, Annotated[float, Field(ge=-100.0, le=100.0)]] = Field(default_factory=dict, max_length=1024)
     # Text that ends the generation where it first appears (cut before it), as OpenAI's ``stop``.
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=4)
     timeout_seconds: float = Field(default_factory=lambda: float(settings.TEMPER_SERVE_TIMEOUT_SECONDS), gt=0,
@@ -359,7 +363,8 @@ def generate(request: dict) -> dict:
             prompt_ids=ids, deadline=time.monotonic() + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=max_new_tokens, temperature=parsed.temperature,
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
-                                  stop_strings=tuple(parsed.stop)))
+                                  stop_strings=tuple(parsed.stop), presence_penalty=parsed.presence_penalty,
+                                  frequency_penalty=parsed.frequency_penalty, logit_bias=parsed.logit_bias))
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
         future = server.submit(serve_request, on_tokens=events.on_tokens,
                                should_stop=lambda: events.stopped or server in _deleted_servers)

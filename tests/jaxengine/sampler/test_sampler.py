@@ -1,5 +1,7 @@
 """Sampler: cached decoding against full forward passes, transformers' greedy generate, sampling
 filters by hand, stopping, streaming, seeds and the compile count."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,8 @@ from flax import nnx
 
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.models import build_model, preset
-from jaxengine.sampler import (Sampler, SamplingParams, bucket_length, decode, filter_logits, first_max_index,
+from jaxengine.sampler import (PromptError, Sampler, SamplingParams, apply_logit_bias, apply_penalties, bucket_length,
+                               count_tokens, decode, filter_logits, first_max_index, logit_bias_arrays,
                                prefill)
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
@@ -293,3 +296,66 @@ def test_updated_weights_and_new_samplers_do_not_recompile(tokenizer):
     fresh = Sampler(model, tokenizer)  # as an evaluation hook would make one each time
     assert [g.token_ids for g in after] == [g.token_ids for g in fresh.generate(PROMPTS, params)]
     assert fresh.trace_count == sampler.trace_count == traces  # compiled code is shared by model structure
+
+
+def test_penalties_logit_bias_and_counts_by_hand():
+    logits_bv = jnp.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+    counts_bv = jnp.array([[0, 1, 3], [2, 0, 0]], jnp.int32)
+    penalized = apply_penalties(logits_bv, counts_bv, jnp.array([0.5, 1.0]), jnp.array([0.25, -1.0]))
+    # row 0: 2 - 0.5 - 0.25, 3 - 0.5 - 3 * 0.25; row 1: 0 - 1 + 2 * 1
+    np.testing.assert_allclose(penalized, [[1.0, 1.25, 1.75], [1.0, 0.0, 0.0]], atol=1e-5)
+    ids_bn, values_bn = logit_bias_arrays([((2, -100.0),), ((0, 1.5), (1, -0.5))], 3, 3)
+    assert ids_bn.shape == (3, 8) and ids_bn[0, 1] == 3 and ids_bn[2].tolist() == [3] * 8  # padding: past V
+    np.testing.assert_allclose(apply_logit_bias(jnp.concatenate([logits_bv, logits_bv[:1]]), ids_bn, values_bn),
+                               [[1.0, 2.0, -97.0], [1.5, -0.5, 0.0], [1.0, 2.0, 3.0]], atol=1e-5)
+    counted = count_tokens(jnp.zeros((2, 3), jnp.int32), jnp.array([2, 0]), jnp.array([True, False]))
+    assert counted.tolist() == [[0, 0, 1], [0, 0, 0]]
+
+
+@pytest.fixture(scope="module")
+def repeating_sampler(tokenizer):
+    # Unscaled weights: the tiny model's greedy answer is one token repeated.
+    model = build_model(preset("tiny-qwen3").replace(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
+    return Sampler(model, tokenizer)
+
+
+def test_a_frequency_penalty_stops_the_repetition_greedy_decoding_makes(repeating_sampler):
+    plain = SamplingParams(max_new_tokens=24, temperature=0)
+    [repeated] = repeating_sampler.generate(["Hello world"], plain)
+    assert len(set(repeated.token_ids)) == 1, repeated.token_ids  # what the model does unpenalized
+    traces = repeating_sampler.trace_count
+    for params in (dataclasses.replace(plain, frequency_penalty=2.0), dataclasses.replace(plain, presence_penalty=2.0)):
+        [varied] = repeating_sampler.generate(["Hello world"], params)
+        assert varied.token_ids[0] == repeated.token_ids[0]  # nothing generated yet: nothing penalized
+        assert len(set(varied.token_ids)) == len(varied.token_ids) == 24, varied.token_ids
+        # The logprobs stay the model's own (before penalties), as for temperature and filters.
+        assert varied.logprobs[0] == pytest.approx(repeated.logprobs[0], abs=1e-5)
+    # Another penalty is data: the penalized program compiled once.
+    repeating_sampler.generate(["Hello world"], dataclasses.replace(plain, frequency_penalty=0.5))
+    assert repeating_sampler.trace_count == traces + 1
+
+
+def test_logit_bias_forbids_and_forces_tokens(repeating_sampler):
+    plain = SamplingParams(max_new_tokens=12, temperature=0)
+    [repeated] = repeating_sampler.generate(["Hello world"], plain)
+    banned = repeated.token_ids[0]
+    [without] = repeating_sampler.generate(["Hello world"], dataclasses.replace(plain, logit_bias={banned: -100}))
+    assert banned not in without.token_ids
+    forced = (banned + 7) % repeating_sampler.config.vocab_size
+    sampled = dataclasses.replace(plain, temperature=1.0, seed=3, logit_bias={forced: 100})
+    for generation in repeating_sampler.generate(["Hello world", "x y"], sampled):
+        assert generation.token_ids == [forced] * 12
+
+
+def test_a_token_biased_under_two_spellings_of_its_id_is_biased_once():
+    assert SamplingParams(logit_bias={5: 1, "5": 2, 3: -1}).logit_bias == ((3, -1.0), (5, 2.0))
+
+
+def test_it_rejects_bad_penalties_and_bias(repeating_sampler):
+    with pytest.raises(ValueError, match="frequency_penalty must be from -2.0 to 2.0, got 2.5"):
+        SamplingParams(frequency_penalty=2.5)
+    with pytest.raises(ValueError, match="logit_bias of token 5 must be from -100.0 to 100.0, got 101"):
+        SamplingParams(logit_bias={5: 101})
+    vocab_size = repeating_sampler.config.vocab_size
+    with pytest.raises(PromptError, match=f"logit_bias: token id {vocab_size} is outside the model's vocabulary"):
+        repeating_sampler.generate(["Hi"], SamplingParams(max_new_tokens=4, logit_bias={vocab_size: 1}))

@@ -282,8 +282,41 @@ def test_a_seed_is_any_64_bit_integer_and_each_gives_its_own_draws(api, worker):
         assert response.json()["error"]["message"].startswith("seed: Input should be")
 
 
+def test_penalties_and_logit_bias_are_sent_to_the_serve_worker(api, worker):
+    """frequency_penalty, presence_penalty and logit_bias were accepted and dropped: the answer was the
+    unpenalized one. Both endpoints send them with the request."""
+    model, headers = api
+    scripts, requests = worker
+    fields = {"frequency_penalty": 1.5, "presence_penalty": -0.5, "logit_bias": {"5": -100, "17": 2.5}}
+    scripts += [ANSWER, ANSWER]
+    assert post("/v1/chat/completions", chat(model, **fields), headers).status_code == 200
+    assert post("/v1/completions", {"model": model.public_id, "prompt": "x", **fields}, headers).status_code == 200
+    for request in requests:
+        assert (request["frequency_penalty"], request["presence_penalty"], request["logit_bias"]) == (
+            1.5, -0.5, {5: -100.0, 17: 2.5})
+
+
+@pytest.mark.parametrize("fields,message,param", [
+    ({"frequency_penalty": 2.5}, "frequency_penalty: Input should be less than or equal to 2", "frequency_penalty"),
+    ({"presence_penalty": -3}, "presence_penalty: Input should be greater than or equal to -2", "presence_penalty"),
+    ({"logit_bias": {"abc": 1}}, "logit_bias: 'abc' is not a token id", "logit_bias"),
+    ({"logit_bias": {"-5": 1}}, "logit_bias: '-5' is not a token id", "logit_bias"),
+    ({"logit_bias": {"5": 101}}, "logit_bias: the bias of token 5 is 101; give a number from -100 to 100",
+     "logit_bias"),
+    ({"logit_bias": {str(token_id): 1 for token_id in range(1025)}}, "logit_bias: 1025 tokens; give at most 1024",
+     "logit_bias"),
+])
+def test_bad_penalties_and_logit_bias_are_named(api, fields, message, param):
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, **fields), headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["message"].startswith(message) and error["param"] == param, error
+
+
 OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
-                   "stream_options", "n", "stop", "logprobs", "top_logprobs")
+                   "stream_options", "n", "stop", "logprobs", "top_logprobs", "response_format", "tools",
+                   "tool_choice", "presence_penalty", "frequency_penalty", "logit_bias")
 
 
 def test_null_is_a_field_left_out(api, worker):
@@ -332,6 +365,54 @@ def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, 
     scripts.append(ANSWER)
     off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
     assert post(path, {"model": model.public_id, **inputs, **off}, headers).status_code == 200
+
+
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("path,fields,param", [
+    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format"),
+    ("/v1/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"tools": [TOOL]}, "tools"),
+    ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": "auto"}, "tool_choice"),
+    ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
+    ("/v1/chat/completions", {"tool_choice": {"type": "function", "function": {"name": "weather"}}}, "tool_choice"),
+])
+def test_json_output_and_tool_calls_are_refused_not_ignored(api, worker, path, fields, param):
+    """A client asking for JSON output or tool calls got free text and no error: it then failed parsing the
+    answer as JSON, or waited for a tool call that never came. Each is a 400 naming the field."""
+    model, headers = api
+    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
+    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == "unsupported_value", error
+    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
+
+
+@pytest.mark.parametrize("fields", [
+    {"response_format": {"type": "text"}},
+    {"tools": [TOOL], "tool_choice": "none"},
+    {"tools": [], "tool_choice": "none"},
+    {"tools": []},
+])
+def test_text_output_and_no_tool_call_are_answered(api, worker, fields):
+    model, headers = api
+    scripts, _requests = worker
+    scripts.append(ANSWER)
+    response = post("/v1/chat/completions", chat(model, **fields), headers)
+    assert response.status_code == 200, response.content
+
+
+def test_an_unknown_response_format_is_named(api):
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, response_format={"type": "xml"}), headers)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "response_format" and error["code"] == "invalid_value", error
+    assert "'xml' is not one of 'text', 'json_object', 'json_schema'" in error["message"], error
 
 
 def test_with_usage_asked_for_every_chunk_carries_usage_as_openai_sends_them(api, worker):
