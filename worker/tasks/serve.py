@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from webapp.celery import app
 from webapp.chat import channels
 from webapp.chat import services as chat_services
-from webapp.runs.channels import redis_client
+from webapp.runs.channels import REDIS_TIMEOUT_SECONDS, redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -187,16 +187,28 @@ def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
     return dropped
 
 
+WATCHER_CLIENT_NAME = "temper-deleted-models"  # its connections in Redis's CLIENT LIST
+
+
 def _watch_deleted_models() -> None:
-    subscription = None
+    # The watcher's own client (two connections: its subscription and its reads), not the generations' pool:
+    # a read taken from that pool while a generation held its connection made the pool connect anew.
+    subscription, watching = None, None  # watching: (the Redis URL, its client)
     while True:
         try:
+            if watching is None or watching[0] != settings.REDIS_URL:
+                if subscription is not None:
+                    subscription.reset()
+                    subscription = None
+                watching = (settings.REDIS_URL, redis.Redis.from_url(
+                    settings.REDIS_URL, client_name=WATCHER_CLIENT_NAME, socket_timeout=REDIS_TIMEOUT_SECONDS,
+                    socket_connect_timeout=REDIS_TIMEOUT_SECONDS))
             if subscription is None:
-                subscription = events_client().pubsub()
+                subscription = watching[1].pubsub()
                 subscription.subscribe(channels.DELETED_MODELS_CHANNEL)
             # Returns on an announcement (or the subscription's confirmation) at once, else after the poll's time.
             subscription.get_message(timeout=DELETED_POLL_SECONDS)
-            drop_deleted_models()
+            drop_deleted_models(channels.deleted_models(watching[1]))
         except redis.RedisError as error:
             logger.warning("the models deleted could not be read from Redis: %s", error)
             if subscription is not None:
