@@ -437,6 +437,23 @@ class AllMaskedCount:
                 f"{self.section}.max_new_tokens, or set {self.section}.mask_truncated to false")
 
 
+class ZeroStdCount:
+    """Part of GRPO's and PPO's guards: a reason to stop once ``frac_reward_zero_std`` has been 1.0 for
+    ``patience`` steps in a row: every group (PPO's one group is the whole batch) got equal rewards, so every
+    advantage from the reward is zero. ``what_to_do`` ends the reason: the knobs of that section."""
+
+    def __init__(self, *, patience: int, what_to_do: str):
+        self.patience = patience
+        self.what_to_do = what_to_do
+        self.steps = 0
+
+    def __call__(self, record: Mapping[str, float]) -> str | None:
+        self.steps = self.steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
+        if self.steps < self.patience:
+            return None
+        return f"frac_reward_zero_std has been 1.0 for {self.steps} steps: {self.what_to_do}"
+
+
 class GrpoGuard:
     """The trainer's ``guard`` for GRPO: a reason to stop when the run cannot learn or drifts too far.
 
@@ -447,17 +464,15 @@ class GrpoGuard:
     """
 
     def __init__(self, *, zero_std_patience: int, max_kl: float | None, mask_truncated: bool):
-        self.zero_std_patience = zero_std_patience
         self.max_kl = max_kl
-        self.zero_std_steps = 0
+        self.zero_std = ZeroStdCount(patience=zero_std_patience, what_to_do=(
+            "every prompt's completions got equal rewards, so there is no learning signal. Check the reward "
+            "functions against the completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations"))
         self.all_masked = AllMaskedCount(section="grpo", patience=zero_std_patience, mask_truncated=mask_truncated)
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
-        self.zero_std_steps = self.zero_std_steps + 1 if record["frac_reward_zero_std"] >= 1.0 else 0
-        if self.zero_std_steps >= self.zero_std_patience:
-            return (f"frac_reward_zero_std has been 1.0 for {self.zero_std_steps} steps: every prompt's completions "
-                    "got equal rewards, so there is no learning signal. Check the reward functions against the "
-                    "completions in samples.jsonl, or raise grpo.temperature or grpo.num_generations")
+        if reason := self.zero_std(record):
+            return reason
         if reason := self.all_masked(record):
             return reason
         if self.max_kl is not None and record["kl"] > self.max_kl:

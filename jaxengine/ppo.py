@@ -260,16 +260,24 @@ class PpoRollouts(grpo.BlockRollouts):
 
 
 class PpoGuard:
-    """The trainer's ``guard`` for PPO: stops when under ``mask_truncated`` every completion was truncated
-    for ``truncated_patience`` steps in a row (``grpo.AllMaskedCount``, as GRPO's guard), or when
-    ``objective/kl`` exceeds ``max_kl`` (a NaN loss is the trainer's own stop)."""
+    """The trainer's ``guard`` for PPO: stops when ``frac_reward_zero_std`` has been 1.0 (the whole batch
+    scored equally) for ``zero_std_patience`` steps in a row (``grpo.ZeroStdCount``), when under
+    ``mask_truncated`` every completion was truncated for ``truncated_patience`` steps in a row
+    (``grpo.AllMaskedCount``), both as GRPO's guard, or when ``objective/kl`` exceeds ``max_kl`` (a NaN
+    loss is the trainer's own stop)."""
 
-    def __init__(self, *, max_kl: float | None, truncated_patience: int, mask_truncated: bool):
+    def __init__(self, *, max_kl: float | None, zero_std_patience: int, truncated_patience: int,
+                 mask_truncated: bool):
         self.max_kl = max_kl
+        self.zero_std = grpo.ZeroStdCount(patience=zero_std_patience, what_to_do=(
+            "every completion of the batch got the same reward, so the reward gives no learning signal. Check the "
+            "reward functions (or reward model) against the completions in samples.jsonl, or raise ppo.temperature"))
         self.all_masked = grpo.AllMaskedCount(section="ppo", patience=truncated_patience,
                                               mask_truncated=mask_truncated)
 
     def __call__(self, record: Mapping[str, float]) -> str | None:
+        if reason := self.zero_std(record):
+            return reason
         if reason := self.all_masked(record):
             return reason
         if self.max_kl is not None and record["objective/kl"] > self.max_kl:
@@ -317,7 +325,8 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
         def eval_hook(model: PolicyWithValueHead, step: int) -> dict[str, float]:
             return policy_hook(model.backbone, step)
 
-    guard = PpoGuard(max_kl=ppo.max_kl, truncated_patience=ppo.truncated_patience, mask_truncated=ppo.mask_truncated)
+    guard = PpoGuard(max_kl=ppo.max_kl, zero_std_patience=ppo.zero_std_patience,
+                     truncated_patience=ppo.truncated_patience, mask_truncated=ppo.mask_truncated)
     trainer = Trainer(model=model, task=task, config=config, batch_source=rollouts, pad_id=pad_id, run_dir=run_dir,
                       trainable=job_model.trainable, eval_hook=eval_hook, guard=guard, placement=placement)
     return trainer, prompts.counts

@@ -337,6 +337,8 @@ class PpoSpec(_Section):
     eval_metrics: tuple[RewardTermSpec, ...] = Field(
         default=(), description="Extra reward functions scored on data.eval only (eval/<name>), e.g. exact_match "
                                 "when rewarding with a reward model.", **_LIST)
+    zero_std_patience: int = Field(default=20, ge=1, description="Stop when every completion of the batch got "
+                                   "the same reward (frac_reward_zero_std = 1) this many steps in a row.")
     truncated_patience: int = Field(default=20, ge=1, description="With mask_truncated: stop when every "
                                     "completion was truncated (none in the loss) this many steps in a row.")
     max_kl: float | None = Field(default=None, gt=0, description="Stop when the step's objective/kl (per completion) "

@@ -259,11 +259,11 @@ def test_lora_with_kl_reused_rollouts_eval_and_the_guard(demo_dir, tmp_path, ref
     assert [s["step"] for s in samples if s["kind"] == "rollout"] == [1] * 8 + [3] * 8
     evals = [s for s in samples if s["kind"] == "eval"]
     assert len(evals) == 3 and all(s["reward"] == s["rewards"]["contains"] for s in evals)
-    guard = ppo.PpoGuard(max_kl=0.5, truncated_patience=20, mask_truncated=False)
-    finished = {"completions/clipped_ratio": 0.0}
+    guard = ppo.PpoGuard(max_kl=0.5, zero_std_patience=20, truncated_patience=20, mask_truncated=False)
+    finished = {"completions/clipped_ratio": 0.0, "frac_reward_zero_std": 0.0}
     assert guard({**finished, "objective/kl": 0.4}) is None
     assert guard({**finished, "objective/kl": 0.6}).startswith("objective/kl 0.6 exceeds ppo.max_kl 0.5")
-    assert ppo.PpoGuard(max_kl=None, truncated_patience=20, mask_truncated=False)(
+    assert ppo.PpoGuard(max_kl=None, zero_std_patience=20, truncated_patience=20, mask_truncated=False)(
         {**finished, "objective/kl": 1e9}) is None
 
 
@@ -282,14 +282,14 @@ def test_the_guard_stops_a_run_whose_completions_are_all_masked_as_truncated(dem
     """QA: with ppo.mask_truncated and every completion hitting max_new_tokens, no token was in the loss: every
     step had grad_norm 0 and the run 'succeeded' having trained nothing. As GRPO's guard does (the same code),
     it is stopped after ppo.truncated_patience such steps, saying what to change."""
-    truncated = {"objective/kl": 0.0, "completions/clipped_ratio": 1.0}
+    truncated = {"objective/kl": 0.0, "completions/clipped_ratio": 1.0, "frac_reward_zero_std": 0.0}
     some_finished = {**truncated, "completions/clipped_ratio": 0.5}
-    guard = ppo.PpoGuard(max_kl=None, truncated_patience=2, mask_truncated=True)
+    guard = ppo.PpoGuard(max_kl=None, zero_std_patience=20, truncated_patience=2, mask_truncated=True)
     assert [guard(record) for record in (truncated, some_finished, truncated)] == [None] * 3
     assert guard(truncated) == (
         "every completion hit ppo.max_new_tokens for 2 steps, and ppo.mask_truncated leaves such completions out "
         "of the loss, so nothing trained. Raise ppo.max_new_tokens, or set ppo.mask_truncated to false")
-    unmasked = ppo.PpoGuard(max_kl=None, truncated_patience=2, mask_truncated=False)
+    unmasked = ppo.PpoGuard(max_kl=None, zero_std_patience=20, truncated_patience=2, mask_truncated=False)
     assert [unmasked(truncated) for _ in range(3)] == [None] * 3
 
     # A whole run: 2-token completions of the demo model never finish.
@@ -303,6 +303,28 @@ def test_the_guard_stops_a_run_whose_completions_are_all_masked_as_truncated(dem
                                   "steps, and ppo.mask_truncated leaves such completions out of the loss, so nothing "
                                   "trained. Raise ppo.max_new_tokens, or set ppo.mask_truncated to false")
     assert [record["grad_norm"] for record in read_jsonl(tmp_path / "run/metrics.jsonl")] == [0.0] * 3
+
+
+def test_a_reward_nobody_can_earn_stops_the_run(demo_dir, tmp_path):
+    """QA: PPO had no stop on frac_reward_zero_std: a batch scored all alike, step after step, trained only
+    on the KL penalty and the run 'succeeded'. As GRPO's guard does (the same code, grpo.ZeroStdCount), it is
+    stopped after ppo.zero_std_patience such steps in a row, saying what to check."""
+    flat, varied = {"frac_reward_zero_std": 1.0, "objective/kl": 0.0, "completions/clipped_ratio": 0.0}, {
+        "frac_reward_zero_std": 0.0, "objective/kl": 0.0, "completions/clipped_ratio": 0.0}
+    guard = ppo.PpoGuard(max_kl=None, zero_std_patience=3, truncated_patience=20, mask_truncated=False)
+    assert [guard(record) for record in (flat, flat, varied, flat, flat)] == [None] * 5
+    assert guard(flat) == (
+        "frac_reward_zero_std has been 1.0 for 3 steps: every completion of the batch got the same reward, so the "
+        "reward gives no learning signal. Check the reward functions (or reward model) against the completions in "
+        "samples.jsonl, or raise ppo.temperature")
+
+    spec = parse_spec(ppo_mapping(demo_dir, tmp_path / "run", train={"max_steps": 5, "batch_size": 4, "seed": 1},
+                                  ppo_section={"max_new_tokens": 4, "zero_std_patience": 2,
+                                               "rewards": [{"name": "contains", "args": {"keywords": ["@@@"]}}]}))
+    summary = run_job(spec, progress_bar=False)
+    assert summary["status"] == "failed" and summary["step"] == 2, summary["message"]
+    assert summary["message"].startswith("stopped by the guard at step 2: frac_reward_zero_std has been 1.0 for 2")
+    assert [record["frac_reward_zero_std"] for record in read_jsonl(tmp_path / "run/metrics.jsonl")] == [1.0] * 2
 
 
 def test_ppo_from_a_reward_run(demo_dir, tmp_path):
