@@ -276,7 +276,8 @@ class GrpoSpec(_Section):
         "negative | k2: ½ log²(π/π_ref), low variance, biased | k3: π_ref/π − log(π_ref/π) − 1, unbiased "
         "and non-negative (GRPO's)"))
     epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
-    epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip (DAPO clip-higher when > epsilon).")
+    epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip of the policy ratio: 1 + epsilon_high; "
+                                "at least epsilon (equal: the symmetric PPO clip, larger: DAPO's clip-higher).")
     loss_type: GrpoLossType = Field(default="grpo", description=(
         "How per-token losses become one: grpo: mean over each completion, then over completions | "
         "dr_grpo: sum / (completions × max_new_tokens), no length bias | dapo: mean over every token of "

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxengine.spec import SpecError, dump_spec, load_spec, parse_spec, parse_spec_text
+from jaxengine.spec import GrpoSpec, SpecError, dump_spec, load_spec, parse_spec, parse_spec_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -651,6 +651,10 @@ def test_it_rejects_an_upper_clip_below_the_lower_naming_both():
         "symmetric PPO clip, larger: DAPO's clip-higher), or lower epsilon"]
     assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.2})).grpo.epsilon_high == 0.2
     assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.28})).grpo.epsilon_high == 0.28
+    # The launch form shows the field's description: it states the rule before anyone breaks it.
+    assert GrpoSpec.model_fields["epsilon_high"].description == (
+        "Upper clip of the policy ratio: 1 + epsilon_high; at least epsilon (equal: the symmetric PPO clip, "
+        "larger: DAPO's clip-higher).")
 
 
 def test_it_rejects_a_pattern_without_regex_extraction():
