@@ -14,7 +14,11 @@ Design note. It is a guide, not a measurement: it counts what dominates and says
   preference pairs (reward, dpo) and ``× grpo.num_generations`` for grpo, split over ``parallel.data`` ×
   ``parallel.fsdp``.
 - RL (grpo, ppo) also holds the sampler's KV cache: per row, ``2·L·KV·head_dim·T`` values in the compute
-  dtype. PPO's value head and reward model are not counted.
+  dtype.
+- PPO also trains its value head (``width + 1`` float32 weights, under LoRA too, replicated: weights,
+  gradients and AdamW's moments), and with ``ppo.reward_model`` holds that model whole on one device: its
+  parameters in float32 (as ``reward_scoring`` loads it, unsharded) plus its ``width`` float32 score head.
+  The reward model's scoring activations (inference only, a few rows) are not counted.
 """
 from __future__ import annotations
 
@@ -67,15 +71,17 @@ class MemoryEstimate:
     optimizer: int
     activations: int
     kv_cache: int
+    reward_model: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache
+        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.reward_model
 
     def summary(self) -> str:
         """``≈ 3.2 GiB per device for weights + optimizer + activations (weights 1.0, ...)``."""
         parts = [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
-                 ("activations", self.activations)] + ([("KV cache", self.kv_cache)] if self.kv_cache else [])
+                 ("activations", self.activations)] + ([("KV cache", self.kv_cache)] if self.kv_cache else []) \
+            + ([("reward model", self.reward_model)] if self.reward_model else [])
         return (f"≈ {gib(self.total)} GiB per device for weights + optimizer + activations ("
                 + ", ".join(f"{name} {gib(value)}" for name, value in parts) + " GiB)")
 
@@ -84,9 +90,11 @@ def gib(value: int) -> str:
     return f"{value / GIB:.3g}" if value >= GIB / 100 else f"{value / GIB:.2g}"
 
 
-def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1) -> MemoryEstimate:
+def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1,
+                    reward_model: ModelFacts | None = None) -> MemoryEstimate:
     """The memory a device holds training ``spec`` on a model of ``facts`` (see the module notes); a spec
-    without ``parallel`` puts its ``devices`` on fsdp, as the job does on accelerators."""
+    without ``parallel`` puts its ``devices`` on fsdp, as the job does on accelerators. ``reward_model``:
+    the facts of ``ppo.reward_model``'s model, counted when the spec scores with it."""
     train, peft = spec.train, spec.peft
     parallel = spec.parallel or ParallelSpec(fsdp=devices)
     param_bytes = _DTYPE_BYTES.get(train.param_dtype, 4)
@@ -113,7 +121,12 @@ def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1) -> Me
     layer = length * (34 * facts.width + 5 * facts.heads * length) * compute_bytes // 2
     kept = facts.layers * 2 * length * facts.width * compute_bytes // 2 + layer if train.remat else facts.layers * layer
     logits = min(length * facts.vocabulary * 4 * rows, train.logits_memory_mb * 1024**2)
+    # PPO's value head and the reward model are replicated, not sharded (see the module notes).
+    value_head = (facts.width + 1) * 4 if spec.task == "ppo" else 0
+    scorer = (reward_model.parameter_count * 4 + reward_model.width * 4
+              if spec.task == "ppo" and spec.ppo.reward_model is not None and reward_model is not None else 0)
     kv_cache = (rows * 2 * facts.layers * facts.kv_heads * facts.head_dim * length * compute_bytes
                 if spec.task in ("grpo", "ppo") else 0)
-    return MemoryEstimate(weights=weights // model_shards, gradients=trained // model_shards,
-                          optimizer=2 * trained // model_shards, activations=rows * kept + logits, kv_cache=kv_cache)
+    return MemoryEstimate(weights=weights // model_shards + value_head, gradients=trained // model_shards + value_head,
+                          optimizer=2 * trained // model_shards + 2 * value_head, activations=rows * kept + logits,
+                          kv_cache=kv_cache, reward_model=scorer)

@@ -74,3 +74,26 @@ def test_facts_come_from_a_config_json():
               "intermediate_size": 32, "vocab_size": 64}
     assert ModelFacts.from_config(parameter_count=10_000, config=config) == FACTS
     assert ModelFacts.from_config(parameter_count=10_000, config={"hidden_size": 16}) is None
+
+
+def test_ppo_counts_its_value_head_and_its_reward_model():
+    """QA: PPO's estimate left out what PPO holds beyond the policy: the value head (width + 1 float32
+    weights, trained under LoRA too, replicated) and, with ppo.reward_model, the whole reward model."""
+    rules = estimate_memory(facts=FACTS, spec=spec(task="ppo", data={"train": "p.jsonl", "max_seq_len": 8},
+                                                   ppo={"rewards": [{"name": "exact_match"}]}))
+    # Value head: 16 + 1 = 17 float32 weights = 68 bytes; its gradient 68 and AdamW's two moments 136.
+    assert (rules.weights, rules.gradients, rules.optimizer, rules.reward_model) == (40_068, 40_068, 80_136, 0)
+    lora = estimate_memory(facts=FACTS, spec=spec(task="ppo", data={"train": "p.jsonl", "max_seq_len": 8},
+                                                  peft={"method": "lora", "rank": 2, "targets": ["q_proj", "v_proj"]},
+                                                  ppo={"rewards": [{"name": "exact_match"}]}))
+    assert (lora.weights, lora.gradients, lora.optimizer) == (40_896 + 68, 896 + 68, 1_792 + 136)
+
+    # The reward model (loaded in float32 on one device, not sharded): 10_000 parameters = 40_000 bytes,
+    # plus its score head, 16 float32 weights = 64 bytes; whatever the policy's fsdp.
+    scored = estimate_memory(facts=FACTS, reward_model=FACTS,
+                             spec=spec(task="ppo", data={"train": "p.jsonl", "max_seq_len": 8}, parallel={"fsdp": 2},
+                                       ppo={"reward_model": "run_x"}))
+    assert scored.reward_model == 40_064 and scored.weights == 20_000 + 68
+    assert scored.total == (scored.weights + scored.gradients + scored.optimizer + scored.activations
+                            + scored.kv_cache + 40_064)
+    assert "reward model 3.7e-05 GiB" in scored.summary()
