@@ -953,10 +953,22 @@ class MemoryCheck:
     warning: str = ""
 
 
-def memory_check(*, job: Any, base_model: BaseModel | None, pool: str) -> MemoryCheck | None:
+def reward_base_model(*, project: Project, spec: dict[str, Any]) -> BaseModel | None:
+    """The base model of the reward run a written ``task: ppo`` spec scores with (``ppo.reward_model:
+    run_…`` of ``project``), whose facts are the reward model's; None for any other spec."""
+    reference = (spec.get("ppo") or {}).get("reward_model") if spec.get("task") == "ppo" else None
+    if not isinstance(reference, str) or not reference:
+        return None
+    run = Run.objects.filter(project=project, public_id=reference, task="reward").select_related("base_model").first()
+    return run.base_model if run is not None else None
+
+
+def memory_check(*, job: Any, base_model: BaseModel | None, pool: str,
+                 reward_base_model: BaseModel | None = None) -> MemoryCheck | None:
     """The memory ``job`` (a parsed ``JobSpec``) needs a device when it trains from ``base_model`` (whose
     registration read its facts), against the devices the live train workers of ``pool`` registered; None
-    when the model's config lacks a fact the estimate reads."""
+    when the model's config lacks a fact the estimate reads. ``reward_base_model``: that of PPO's reward
+    run (``reward_base_model``), whose model the run also holds."""
     from webapp.workers.models import STALE_AFTER, Worker
 
     if base_model is None:
@@ -969,7 +981,10 @@ def memory_check(*, job: Any, base_model: BaseModel | None, pool: str) -> Memory
               and isinstance(worker.devices.get("count"), int)]
     smallest = min(probed, key=lambda devices: devices["memory_bytes"], default=None)
     count = smallest["count"] * job.hosts if smallest is not None else 1
-    estimate = estimate_memory(facts=facts, spec=job, devices=count)
+    reward_facts = (ModelFacts.from_config(parameter_count=reward_base_model.parameter_count,
+                                           config=reward_base_model.config or {})
+                    if reward_base_model is not None else None)
+    estimate = estimate_memory(facts=facts, spec=job, devices=count, reward_model=reward_facts)
     summary = estimate.summary()
     if smallest is None:
         return MemoryCheck(summary=f"{summary}; no live train worker of pool {pool} has said its devices' memory")
@@ -989,4 +1004,5 @@ def run_memory_check(*, run: Run) -> MemoryCheck | None:
         job = parse_spec(run.resolved_spec)
     except SpecError:
         return None
-    return memory_check(job=job, base_model=run.base_model, pool=run_pool(run))
+    return memory_check(job=job, base_model=run.base_model, pool=run_pool(run),
+                        reward_base_model=reward_base_model(project=run.project, spec=run.spec or {}))

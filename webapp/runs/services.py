@@ -94,6 +94,8 @@ class RunPlan:
     base_model: BaseModel | None
     source_run: Run | None
     dataset_versions: list[DatasetVersion] = field(default_factory=list)
+    # The base model of ``ppo.reward_model``'s reward run: the memory estimate counts that model.
+    reward_base_model: BaseModel | None = None
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
@@ -345,8 +347,11 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         written["ppo"]["reward_model"] = ppo["reward_model"].strip()
     for (key, term), (_, given) in zip(_reward_model_terms(written), _reward_model_terms(spec)):
         term["args"]["model"] = given["args"]["model"].strip()
+    from webapp.runs.selectors import reward_base_model  # selectors build on this module
+
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
-                   source_run=source_run, dataset_versions=versions)
+                   source_run=source_run, dataset_versions=versions,
+                   reward_base_model=reward_base_model(project=project, spec=written))
 
 
 def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
@@ -614,7 +619,8 @@ def plan_memory(plan: RunPlan):
     """``selectors.memory_check`` of a planned run."""
     from webapp.runs.selectors import memory_check  # selectors build on this module
 
-    return memory_check(job=plan.job, base_model=plan.base_model, pool=plan.job.pool)
+    return memory_check(job=plan.job, base_model=plan.base_model, pool=plan.job.pool,
+                        reward_base_model=plan.reward_base_model)
 
 
 def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
-from webapp.runs import reporting, services, views
+from webapp.runs import reporting, selectors, services, views
 from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
 
 
@@ -1852,3 +1852,26 @@ def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(te
     run = Run.objects.get(public_id=response["Location"].split("/")[-2])
     page = html.unescape(client.get(url(run)).content.decode())
     assert f'<dd id="memory-estimate">{check["memory"][0]} <span class="muted">(an estimate)</span></dd>' in page
+
+
+def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, client_for, sent_tasks, tmp_path):
+    """QA: a PPO run scoring with ppo.reward_model holds that whole model on a device, and the estimate left it
+    out. The launch check and the run page now count it from the reward run's base model (10,000 float32
+    parameters + a 16-wide head = 40,064 bytes, tests/jaxengine/test_memory.py)."""
+    type(catalog.base_model).objects.filter(pk=catalog.base_model.pk).update(parameter_count=10_000, config=TINY_CONFIG)
+    reward_spec = {"task": "reward", "model": catalog.base_model.public_id,
+                   "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 10, "batch_size": 2}}
+    reward_run = services.run_create(project=team.project, spec=reward_spec, user=team.teammate)
+    Run.objects.filter(pk=reward_run.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=reward_run, kind=ArtifactKind.MODEL, path=str(tmp_path / reward_run.public_id))
+    spec = {"task": "ppo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
+            "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward_run.public_id}}
+    [memory] = services.launch_check(project=team.project, spec=spec, axes=[]).memory
+    assert ", reward model 3.7e-05 GiB)" in memory
+    ppo_run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    page = html.unescape(client_for(team.teammate).get(url(ppo_run)).content.decode())
+    assert f'<dd id="memory-estimate">{memory} <span class="muted">(an estimate)</span></dd>' in page
+    # The lookup is scoped: a reward run of another project is nobody's reward model here.
+    written = {"task": "ppo", "ppo": {"reward_model": reward_run.public_id}}
+    assert selectors.reward_base_model(project=team.project, spec=written) == catalog.base_model
+    assert selectors.reward_base_model(project=team.outsider_project, spec=written) is None
