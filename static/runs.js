@@ -276,7 +276,9 @@
 
   // An evaluation runs before its step is reported (a minute and more over a large eval set): said next to
   // the step until that step's progress comes.
-  var evaluatingStep = null;
+  // A page loaded mid-evaluation says it from the start (data-step: selectors.run_evaluating).
+  var evaluatingShown = document.getElementById("progress-evaluating");
+  var evaluatingStep = evaluatingShown && evaluatingShown.dataset.step ? Number(evaluatingShown.dataset.step) : null;
   function showEvaluating(event) {
     if (event.step <= progress.step) return;  // a late event of an evaluation already reported
     evaluatingStep = event.step;

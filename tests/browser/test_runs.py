@@ -1372,3 +1372,21 @@ def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url,
                                             "train_seconds": 95.0, "tokens_per_second": 100.0})
     page.locator("#progress-step", has_text="10").wait_for(timeout=10_000)
     evaluating.wait_for(state="hidden", timeout=10_000)
+
+    # A page loaded mid-evaluation says it from the start (what the worker keeps beside publishing), and
+    # still hides it when that step's progress comes.
+    import json
+
+    from webapp.runs import channels
+
+    Run.objects.filter(pk=run.pk).update(current_step=10)
+    client = channels.redis_client()
+    client.set(channels.evaluating_key(run.public_id), json.dumps(
+        {"type": "evaluating", "step": 11, "batches_done": 5, "batches": 12, "generating": False}))
+    client.close()
+    page.goto(f"{asgi_server}/p/evaluating/runs/{run.public_id}/")
+    assert evaluating.text_content() == "evaluating step 11 (5/12 batches)" and evaluating.is_visible()
+    page.locator("#live-state", has_text="live").wait_for()
+    reporting.publish_event(run.public_id, {"type": "progress", "step": 11, "total_steps": 40, "tokens": 4096,
+                                            "train_seconds": 99.0, "tokens_per_second": 100.0})
+    evaluating.wait_for(state="hidden", timeout=10_000)

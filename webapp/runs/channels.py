@@ -8,6 +8,8 @@
   tokens, elapsed), ``log`` (``lines``), ``samples`` (``step``), ``status`` (the run's status). The
   database holds everything the channel carries, so a page that missed events loses nothing: it
   reads the database on load and the channel only extends what it has.
+- ``evaluating_key(run)``: the latest ``evaluating`` event (JSON, with a day's expiry), kept by the worker as
+  it publishes it, so that a page loaded mid-evaluation says so too (the database keeps no such event).
 - ``host_key(run, attempt, process)``: each process of a multi-host run refreshes it (with an expiry of
   ``TEMPER_HOST_LOST_SECONDS``) while it lives; a key that expired names the host that was lost.
 """
@@ -17,6 +19,7 @@ import redis
 from django.conf import settings
 
 CANCEL_FLAG_SECONDS = 24 * 3600
+EVALUATING_SECONDS = 24 * 3600
 REDIS_TIMEOUT_SECONDS = 2.0
 
 
@@ -26,6 +29,10 @@ def cancel_key(public_id: str) -> str:
 
 def events_channel(public_id: str) -> str:
     return f"temper:run:{public_id}:events"
+
+
+def evaluating_key(public_id: str) -> str:
+    return f"temper:run:{public_id}:evaluating"
 
 
 def host_key(public_id: str, attempt: int, process: int) -> str:

@@ -14,7 +14,8 @@ One writer thread per attempt does everything else, off the training thread:
   ``BUCKETS_SECONDS``, in the transaction that stores the points they cover, so that charts of a
   running run reduce only the points stored since;
 - it publishes the engine's latest ``EvalProgress`` (``on_evaluation``, which only keeps it) as an
-  ``evaluating`` event, so that a page shows a long evaluation under way;
+  ``evaluating`` event, and keeps it under ``channels.evaluating_key`` for pages loaded meanwhile, so
+  that a page shows a long evaluation under way;
 - every ``TEMPER_RUN_HEARTBEAT_SECONDS`` it refreshes the run's heartbeat (even while the engine
   compiles or evaluates and reports nothing) and re-reads ``Run.cancel_requested``;
 - every ``CANCEL_POLL_SECONDS`` it reads the run's Redis cancel flag; ``should_stop`` (checked by
@@ -346,8 +347,16 @@ class RunReporter:
         if evaluation is None or evaluation == self._evaluation_published:
             return
         self._evaluation_published = evaluation
-        self._publish({"type": "evaluating", "step": evaluation.step, "batches_done": evaluation.batches_done,
-                       "batches": evaluation.batches, "generating": evaluation.generating})
+        event = {"type": "evaluating", "step": evaluation.step, "batches_done": evaluation.batches_done,
+                 "batches": evaluation.batches, "generating": evaluation.generating}
+        self._publish(event)
+        # Kept too, for a page loaded mid-evaluation (selectors.run_evaluating): one SET per flush at most.
+        if self.use_redis:
+            try:
+                self._client().set(channels.evaluating_key(self.run.public_id), json.dumps(event),
+                                   ex=channels.EVALUATING_SECONDS)
+            except redis.RedisError as error:
+                self._redis_failed(error)
 
     def _drain(self) -> list[ProgressRecord]:
         records = []

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, QuerySet
@@ -26,6 +27,7 @@ from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
+from webapp.runs import channels
 from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
                                 Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
@@ -942,6 +944,28 @@ def pipeline_get(*, project: Project, public_id: str) -> Pipeline:
         raise Http404("no such pipeline in this project")
     return pipeline
 
+
+
+def run_evaluating(*, run: Run) -> dict[str, Any] | None:
+    """The evaluation an active run is in now, as its page says it on load (``step`` and ``text``, as
+    static/runs.js words the live ``evaluating`` event): the latest one its worker kept in Redis, unless
+    that step's progress is recorded already; None when Redis is away."""
+    if not run.is_active:
+        return None
+    client = channels.redis_client()
+    try:
+        kept = client.get(channels.evaluating_key(run.public_id))
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    if kept is None:
+        return None
+    event = json.loads(kept)
+    if event["step"] <= run.current_step:
+        return None
+    detail = "generating samples" if event["generating"] else f"{event['batches_done']}/{event['batches']} batches"
+    return {"step": event["step"], "text": f"evaluating step {event['step']} ({detail})"}
 
 
 @dataclass(frozen=True, kw_only=True)

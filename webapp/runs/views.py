@@ -433,6 +433,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         **_samples_context(run, {}), "lineage": selectors.lineage(run=run),
         "devices": selectors.run_devices(run=run),
         "memory": selectors.run_memory_check(run=run),
+        "evaluating": selectors.run_evaluating(run=run),
         "pipeline_cancelled_note": (pipelines.resumed_alone_note(run.pipeline)
                                     if run.pipeline is not None and run.pipeline.cancelled_by else ""),
         "unserved_pool_note": selectors.unserved_pool_note(run=run),

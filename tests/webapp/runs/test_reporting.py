@@ -441,3 +441,23 @@ def test_an_evaluation_in_progress_is_published_for_the_run_page(running_run):
     reporter.close()
     assert [event for event in events if event["type"] == "evaluating"] == [
         {"type": "evaluating", "step": 2, "batches_done": 3, "batches": 8, "generating": False}]
+
+
+def test_a_page_loaded_mid_evaluation_says_it_is_evaluating(running_run, redis_server, settings, client):
+    """QA: "evaluating step N (n/m batches)" came only over the live stream, so a run page opened during a
+    long evaluation showed nothing until the next event. The writer keeps the latest evaluation in Redis
+    beside publishing it, and the page shows it on load until that step's progress is recorded."""
+    settings.REDIS_URL = redis_server.url
+    reporter = reporting.RunReporter(run=running_run, flush_seconds=0.05, use_redis=True)
+    reporter.start()
+    reporter.on_progress(record(1))
+    reporter.on_evaluation(EvalProgress(step=2, batches_done=3, batches=8))
+    reporter.close()
+    client.force_login(running_run.created_by)
+    page_url = f"/p/{running_run.project.slug}/runs/{running_run.public_id}/"
+    page = client.get(page_url).content.decode()
+    assert '<span class="muted" id="progress-evaluating" data-step="2">evaluating step 2 (3/8 batches)</span>' in page
+    # Once step 2 is recorded the evaluation is over: nothing said on load.
+    report(running_run, [record(2)])
+    page = client.get(page_url).content.decode()
+    assert '<span class="muted" id="progress-evaluating" hidden></span>' in page
