@@ -110,7 +110,32 @@ def read_safetensors_header(path: Path) -> dict:
         raise ModelDirError(f"{path}: header is not valid JSON ({exc}); the file is corrupt") from exc
     if not isinstance(header, dict):
         raise ModelDirError(f"{path}: header is not a JSON object; the file is corrupt")
+    _check_data_covered(path, header, data_bytes=path.stat().st_size - 8 - header_bytes)
     return header
+
+
+def _check_data_covered(path: Path, header: dict, *, data_bytes: int) -> None:
+    """The tensors' data must fill the rest of the file exactly, as the loader (the safetensors library)
+    demands: a half-copied model.safetensors has an intact header, and was registered, its first run or
+    chat failing at load ("incomplete metadata, file not fully covered")."""
+    data_end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            raise ModelDirError(f"{path}: tensor {name!r} has no valid data_offsets in the header (two byte "
+                                "offsets, begin <= end); the file is corrupt")
+        data_end = max(data_end, offsets[1])
+    if data_end > data_bytes:
+        raise ModelDirError(f"{path}: the header places tensor data up to byte {data_end} of the data section, "
+                            f"but the file holds {data_bytes}; the file is truncated (an interrupted download or "
+                            "copy?): copy it again")
+    if data_end < data_bytes:
+        raise ModelDirError(f"{path}: {data_bytes - data_end} bytes after the last tensor's data, which the "
+                            "loader refuses; the file is corrupt: copy it again")
 
 
 def _inside_root(path: Path, models_root: Path) -> Path:

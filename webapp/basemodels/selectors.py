@@ -80,13 +80,16 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
 
 def candidate_model_dirs(*, models_root: Path) -> list[str]:
     """Directories under ``models_root`` (relative paths) that hold a config.json,
-    to suggest on the register page."""
+    to suggest on the register page. One reached through a link out of the root is left out: registering
+    it is refused, and listing it would tell what lies where the link points."""
     root = models_root.resolve()
     if not root.is_dir():
         return []
     found: list[str] = []
     for depth in range(1, CANDIDATE_DEPTH + 1):
         for config in sorted(root.glob("/".join(["*"] * depth) + "/config.json")):
+            if not config.parent.resolve().is_relative_to(root):
+                continue
             found.append(str(config.parent.relative_to(root)))
             if len(found) >= CANDIDATE_LIMIT:
                 return found

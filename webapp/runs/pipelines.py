@@ -233,10 +233,17 @@ def _stage_spec(pipeline: Pipeline, index: int, model: str | None) -> dict[str, 
     return spec
 
 
+def _stage_run_name(pipeline: Pipeline, index: int) -> str:
+    """``<pipeline> · <n>. <stage>``, the pipeline's name cut to fit a run name: both names may be as long as
+    their fields allow (120 and 60), and a stage whose run name was too long failed to start after the
+    stages before it had trained."""
+    stage = f" · {index + 1}. {pipeline.stages[index]['name']}"
+    return pipeline.name[:services.RUN_NAME_MAX - len(stage)].rstrip() + stage
+
+
 def _launch_stage(pipeline: Pipeline, index: int, *, model: str | None, user: AbstractBaseUser | None) -> Run:
-    stage = pipeline.stages[index]
     run = services.run_create(project=pipeline.project, spec=_stage_spec(pipeline, index, model), user=user,
-                              name=f"{pipeline.name} · {index + 1}. {stage['name']}")
+                              name=_stage_run_name(pipeline, index))
     Run.objects.filter(pk=run.pk).update(pipeline=pipeline, pipeline_stage=index)
     run.pipeline, run.pipeline_stage = pipeline, index
     services.log_line(run, f"stage {index + 1} of {len(pipeline.stages)} of pipeline {pipeline.name}")

@@ -265,3 +265,27 @@ def test_a_config_too_large_to_be_one_is_refused(root):
     _with_config(model_dir, padding="x" * (1024 * 1024))
     with pytest.raises(ModelDirError, match="a config.json is a few KB"):
         read_model_facts(model_dir, models_root=root)
+
+
+def test_a_truncated_weights_file_is_refused(root):
+    """A half-copied model.safetensors keeps an intact header: it was registered, and its first run or chat
+    failed at load ("incomplete metadata, file not fully covered")."""
+    model_dir = write_model_dir(root / "half")
+    weights = model_dir / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(whole[:-100])
+    with pytest.raises(ModelDirError, match=r"model.safetensors: the header places tensor data up to byte \d+ .* "
+                                            "the file is truncated"):
+        read_model_facts(model_dir, models_root=root)
+    weights.write_bytes(whole + b"\0" * 16)
+    with pytest.raises(ModelDirError, match="16 bytes after the last tensor's data"):
+        read_model_facts(model_dir, models_root=root)
+
+
+@pytest.mark.parametrize("offsets", [None, [4], [8, 4], ["0", "4"], [-4, 0]])
+def test_malformed_data_offsets_are_named(root, offsets):
+    model_dir = write_model_dir(root / "bad")
+    header = json.dumps({"t": {"dtype": "F32", "shape": [1], "data_offsets": offsets}}).encode()
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    with pytest.raises(ModelDirError, match="tensor 't' has no valid data_offsets"):
+        read_model_facts(model_dir, models_root=root)

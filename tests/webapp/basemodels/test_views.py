@@ -111,6 +111,16 @@ class TestRegister:
         chosen = client.get(self.url + "?path=family/small%20model").content.decode()
         assert 'name="path" value="family/small model"' in chosen
 
+    def test_a_link_out_of_the_models_root_is_not_suggested(self, team, models_root, tmp_path, client_for):
+        """QA: a link under the root to a model outside it was listed, so the page told that the place it
+        points to holds a config.json, and filling it in was then refused as outside the root."""
+        write_model_dir(tmp_path / "outside" / "model")
+        (models_root / "escape").symlink_to(tmp_path / "outside")
+        (models_root / "inside").symlink_to(models_root / "tiny")
+        page = client_for(team.teammate).get(self.url).content.decode()
+        assert "<code>tiny</code>" in page and "<code>inside</code>" in page
+        assert "escape/model" not in page
+
     def test_it_requires_access(self, team, models_root, client, client_for):
         assert client_for(team.outsider).post(self.url, {"name": "t", "path": "tiny"}).status_code == 404
         assert client_for(team.viewer).post(self.url, {"name": "t", "path": "tiny"}).status_code == 403

@@ -100,6 +100,25 @@ def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, t
     assert Run.objects.filter(pipeline=pipeline).count() == 3
 
 
+def test_long_pipeline_and_stage_names_still_name_every_stages_run(team, catalog, sent_tasks, tmp_path):
+    """QA: a stage's run is named "<pipeline> · <n>. <stage>", past a run name's 120 characters for a
+    pipeline name of 88 and a stage name of 36, both allowed: the pipeline was refused ("name: 131
+    characters") when that was the first stage, and failed after the first stage had trained when it was
+    the second ("stage 2 could not start: 132 characters"). The pipeline's name is cut to fit instead."""
+    long = document(catalog)
+    long["name"] = "p" * 120
+    long["stages"][1]["name"] = "s" * 60
+    pipeline = pipelines.pipeline_create(project=team.project, document=long, user=team.teammate)
+    first = pipeline.runs.get()
+    assert first.name == "p" * (120 - len(" · 1. sft")) + " · 1. sft"
+    pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING, pipeline.message
+    second = Run.objects.get(pipeline=pipeline, pipeline_stage=1)
+    suffix = " · 2. " + "s" * 60
+    assert second.name == "p" * (120 - len(suffix)) + suffix
+
+
 def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tasks, tmp_path):
     guard = {"metric": "eval/exact_match", "max_drop_percent": 10}
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=3),
