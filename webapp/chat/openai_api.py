@@ -73,6 +73,10 @@ class _StreamOptions(BaseModel):
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
 
+# Stop sequences one request may give, as OpenAI's API takes (the chat panel's conversation form too).
+MAX_STOP_SEQUENCES = 4
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
     model: pydantic.StrictStr
@@ -145,8 +149,8 @@ class _Body(BaseModel):
         given = [stop] if isinstance(stop, str) else stop
         if not isinstance(given, list) or not all(isinstance(text, str) for text in given):
             raise ValueError("give a string or a list of strings")
-        if len(given) > 4:
-            raise ValueError("give at most 4 stop sequences")
+        if len(given) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"give at most {MAX_STOP_SEQUENCES} stop sequences")
         if any(not text for text in given):
             raise ValueError("a stop sequence must not be empty")
         _refuse_lone_surrogates(*given)
