@@ -224,6 +224,9 @@ class ChatBody(_Body):
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
     tool_choice: str | dict[str, Any] | None = None
     tools: list[Any] | None = None
+    # Their legacy names, which OpenAI's API still takes: refused alike, not ignored.
+    function_call: str | dict[str, Any] | None = None
+    functions: list[Any] | None = None
 
     @field_validator("tool_choice")
     @classmethod
@@ -238,6 +241,20 @@ class ChatBody(_Body):
         if tools and info.data.get("tool_choice") != "none":
             raise _unsupported("tools", NO_TOOLS, 'tool_choice: "none"')
         return tools
+
+    @field_validator("function_call")
+    @classmethod
+    def _no_function_call(cls, function_call):
+        if function_call is not None and function_call != "none":
+            raise _unsupported("function_call", NO_TOOLS, '"none"')
+        return function_call
+
+    @field_validator("functions")
+    @classmethod
+    def _no_functions(cls, functions, info: pydantic.ValidationInfo):
+        if functions and info.data.get("function_call") != "none":
+            raise _unsupported("functions", NO_TOOLS, 'function_call: "none"')
+        return functions
 
     @field_validator("logprobs")
     @classmethod
