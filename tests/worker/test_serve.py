@@ -1,5 +1,6 @@
 """The serve task over a real Redis (in this process): events in order, the answer the sampler gives,
 concurrent generations joining one batch, stop mid-answer, timeout, bad requests."""
+import logging
 import threading
 import time
 
@@ -439,3 +440,35 @@ def test_a_deleted_models_weights_and_server_are_dropped_and_its_answer_ends_say
     gone._thread.join(timeout=10)
     assert not gone._thread.is_alive()
     assert kept_key in serve._cache.keys and serve.server_for(kept_key, str(model_dir))[0] is kept
+
+
+def test_the_deleted_models_watcher_logs_a_redis_outage_once_and_its_end(redis_server, settings, monkeypatch, caplog):
+    """The watcher logged a warning every DELETED_POLL_SECONDS for as long as Redis was away (17,000 a day)."""
+    import redis as redis_library
+
+    monkeypatch.setattr(serve, "DELETED_POLL_SECONDS", 0.01)
+    turns = []  # the watcher subscribes anew on each turn after a failed one
+    subscribe = redis_library.Redis.pubsub
+    monkeypatch.setattr(redis_library.Redis, "pubsub", lambda self, **kw: turns.append(1) or subscribe(self, **kw))
+    down = redis_library.Redis.from_url(redis_server.url)  # a port nothing listens on, once its server is known
+    settings.REDIS_URL = f"redis://127.0.0.1:{down.connection_pool.connection_kwargs['port'] + 1}/0"
+    caplog.set_level(logging.INFO, logger="worker.tasks.serve")
+    stopping = threading.Event()
+    watcher = threading.Thread(target=serve._watch_deleted_models, kwargs={"stopping": stopping}, daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(turns) < 5:
+            assert time.monotonic() < deadline, turns
+            time.sleep(0.01)
+        settings.REDIS_URL = redis_server.url
+        while not any("read from Redis again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.01)
+    finally:
+        stopping.set()
+        watcher.join()
+    messages = [(record.levelname, record.getMessage()) for record in caplog.records]
+    assert [level for level, _ in messages] == ["WARNING", "INFO"], messages
+    assert messages[0][1].startswith("the models deleted could not be read from Redis: ")
+    assert "logged once until it is back" in messages[0][1]

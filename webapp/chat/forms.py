@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from webapp.chat.selectors import ModelChoice
 from webapp.chat.services import MESSAGE_MAX_CHARS
-from webapp.core.text import typed_text
+from webapp.chat.openai_api import MAX_STOP_SEQUENCES
+from webapp.core.text import checked_text, typed_text
 
 
 class TypedTextField(forms.CharField):
@@ -37,9 +39,40 @@ class ConversationForm(forms.Form):
     max_tokens = _setting(forms.IntegerField, label="Max tokens", minimum=1, maximum=8192, initial=256,
                           help_text="At most what the model's context leaves after the conversation.")
 
+    # Optional, as /v1's (same ranges): left empty, a penalty is 0 (off).
+    presence_penalty = _setting(forms.FloatField, label="Presence penalty", minimum=-2.0, maximum=2.0, initial=0.0,
+                                required=False, help_text="0 is off; above 0, a token already in the answer is "
+                                                          "less likely to come again.")
+    frequency_penalty = _setting(forms.FloatField, label="Frequency penalty", minimum=-2.0, maximum=2.0, initial=0.0,
+                                 required=False, help_text="0 is off; above 0, the more often a token came, the "
+                                                           "less likely it is again.")
+    stop = TypedTextField(label="Stop sequences", widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                          strip=False, max_length=4_000,
+                          help_text="One a line, up to 4: the answer ends before the first to appear.")
+
     def __init__(self, *args, choices: list[ModelChoice], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
+
+    def clean_presence_penalty(self) -> float:
+        return self.cleaned_data["presence_penalty"] or 0.0
+
+    def clean_frequency_penalty(self) -> float:
+        return self.cleaned_data["frequency_penalty"] or 0.0
+
+    def clean_stop(self) -> list[str]:
+        """The stop sequences, one a line (spaces kept, as they are part of the text; empty lines left out),
+        checked as /v1 checks its ``stop`` (``openai_api.MAX_STOP_SEQUENCES``)."""
+        sequences = [line for line in self.cleaned_data["stop"].split("\n") if line]
+        if len(sequences) > MAX_STOP_SEQUENCES:
+            raise forms.ValidationError(f"Stop sequences: {len(sequences)} given; give at most "
+                                        f"{MAX_STOP_SEQUENCES} stop sequences, one a line.")
+        for sequence in sequences:
+            try:
+                checked_text(sequence, field="stop")
+            except ValidationError as error:
+                raise forms.ValidationError(f"Stop sequences: {error.message_dict['stop'][0]}.") from None
+        return sequences
 
 
 class MessageForm(forms.Form):

@@ -34,6 +34,10 @@ class Conversation(models.Model):
     top_p = models.FloatField(default=1.0)
     top_k = models.PositiveIntegerField(default=0)
     max_tokens = models.PositiveIntegerField(default=256)
+    # OpenAI's, as /v1 takes them: penalties of tokens already generated, and text that ends an answer.
+    presence_penalty = models.FloatField(default=0.0)
+    frequency_penalty = models.FloatField(default=0.0)
+    stop = models.JSONField(default=list, blank=True)  # up to 4 non-empty strings
     # One side of an arena battle: hidden from the conversation list and page (its model is secret).
     in_arena = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

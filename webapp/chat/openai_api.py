@@ -73,6 +73,10 @@ class _StreamOptions(BaseModel):
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
 
+# Stop sequences one request may give, as OpenAI's API takes (the chat panel's conversation form too).
+MAX_STOP_SEQUENCES = 4
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
     model: pydantic.StrictStr
@@ -145,8 +149,8 @@ class _Body(BaseModel):
         given = [stop] if isinstance(stop, str) else stop
         if not isinstance(given, list) or not all(isinstance(text, str) for text in given):
             raise ValueError("give a string or a list of strings")
-        if len(given) > 4:
-            raise ValueError("give at most 4 stop sequences")
+        if len(given) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"give at most {MAX_STOP_SEQUENCES} stop sequences")
         if any(not text for text in given):
             raise ValueError("a stop sequence must not be empty")
         _refuse_lone_surrogates(*given)
@@ -220,6 +224,9 @@ class ChatBody(_Body):
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
     tool_choice: str | dict[str, Any] | None = None
     tools: list[Any] | None = None
+    # Their legacy names, which OpenAI's API still takes: refused alike, not ignored.
+    function_call: str | dict[str, Any] | None = None
+    functions: list[Any] | None = None
 
     @field_validator("tool_choice")
     @classmethod
@@ -234,6 +241,20 @@ class ChatBody(_Body):
         if tools and info.data.get("tool_choice") != "none":
             raise _unsupported("tools", NO_TOOLS, 'tool_choice: "none"')
         return tools
+
+    @field_validator("function_call")
+    @classmethod
+    def _no_function_call(cls, function_call):
+        if function_call is not None and function_call != "none":
+            raise _unsupported("function_call", NO_TOOLS, '"none"')
+        return function_call
+
+    @field_validator("functions")
+    @classmethod
+    def _no_functions(cls, functions, info: pydantic.ValidationInfo):
+        if functions and info.data.get("function_call") != "none":
+            raise _unsupported("functions", NO_TOOLS, 'function_call: "none"')
+        return functions
 
     @field_validator("logprobs")
     @classmethod

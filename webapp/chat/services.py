@@ -58,7 +58,8 @@ EMPTY_CONVERSATION_KEPT = timedelta(days=1)
 @transaction.atomic
 def conversation_create(*, project: Project, user, model: ModelChoice, system_prompt: str = "",
                         temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
-                        max_tokens: int = 256) -> Conversation:
+                        max_tokens: int = 256, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                        stop: list[str] | None = None) -> Conversation:
     """A new conversation (its page opens at once, and prepares the model while the person types). The
     author's conversations in the project that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never
     got a message are deleted: the list does not show them, and nothing else refers to them."""
@@ -67,7 +68,8 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
      .exclude(Exists(Message.objects.filter(conversation=OuterRef("pk")))).delete())
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
-        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens)
+        temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty, stop=list(stop or []))
 
 
 @transaction.atomic
@@ -152,6 +154,8 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
     request = {"id": answer.public_id, "message": answer.public_id, "model_key": model.cache_key,
                "model_path": model.path, "messages": _history(conversation), "max_new_tokens": conversation.max_tokens,
                "temperature": conversation.temperature, "top_p": conversation.top_p, "top_k": conversation.top_k,
+               "presence_penalty": conversation.presence_penalty, "frequency_penalty": conversation.frequency_penalty,
+               "stop": conversation.stop,
                "seed": secrets.randbelow(2**31),  # a regenerated answer draws anew
                "fit_context": True}  # a long conversation leaves out its oldest turns instead of failing
     transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",

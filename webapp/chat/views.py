@@ -58,7 +58,9 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
             conversation = services.conversation_create(
                 project=project, user=request.user, model=model, system_prompt=form.cleaned_data["system_prompt"],
                 temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
-                top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"])
+                top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"],
+                presence_penalty=form.cleaned_data["presence_penalty"],
+                frequency_penalty=form.cleaned_data["frequency_penalty"], stop=form.cleaned_data["stop"])
             return reverse("chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation.public_id})
 
         return redirect(form_send_once(request, create=start))

@@ -190,11 +190,12 @@ def drop_deleted_models(deleted: set[str] | None = None) -> list[str]:
 WATCHER_CLIENT_NAME = "temper-deleted-models"  # its connections in Redis's CLIENT LIST
 
 
-def _watch_deleted_models() -> None:
+def _watch_deleted_models(*, stopping: threading.Event | None = None) -> None:
     # The watcher's own client (two connections: its subscription and its reads), not the generations' pool:
     # a read taken from that pool while a generation held its connection made the pool connect anew.
-    subscription, watching = None, None  # watching: (the Redis URL, its client)
-    while True:
+    # An outage is logged as it starts and as it ends, not at each try (every DELETED_POLL_SECONDS).
+    subscription, watching, redis_away = None, None, False  # watching: (the Redis URL, its client)
+    while stopping is None or not stopping.is_set():
         try:
             if watching is None or watching[0] != settings.REDIS_URL:
                 if subscription is not None:
@@ -209,8 +210,14 @@ def _watch_deleted_models() -> None:
             # Returns on an announcement (or the subscription's confirmation) at once, else after the poll's time.
             subscription.get_message(timeout=DELETED_POLL_SECONDS)
             drop_deleted_models(channels.deleted_models(watching[1]))
+            if redis_away:
+                redis_away = False
+                logger.info("the models deleted are read from Redis again")
         except redis.RedisError as error:
-            logger.warning("the models deleted could not be read from Redis: %s", error)
+            if not redis_away:
+                redis_away = True
+                logger.warning("the models deleted could not be read from Redis: %s (logged once until it is "
+                               "back; tried again every %g s)", error, DELETED_POLL_SECONDS)
             if subscription is not None:
                 subscription.reset()  # subscribed again, on a new connection, at the next turn
                 subscription = None

@@ -316,7 +316,7 @@ def test_bad_penalties_and_logit_bias_are_named(api, fields, message, param):
 
 OPTIONAL_FIELDS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stream",
                    "stream_options", "n", "stop", "logprobs", "top_logprobs", "response_format", "tools",
-                   "tool_choice", "presence_penalty", "frequency_penalty", "logit_bias")
+                   "tool_choice", "functions", "function_call", "presence_penalty", "frequency_penalty", "logit_bias")
 
 
 def test_null_is_a_field_left_out(api, worker):
@@ -379,6 +379,10 @@ TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type
     ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": "auto"}, "tool_choice"),
     ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {"tool_choice": {"type": "function", "function": {"name": "weather"}}}, "tool_choice"),
+    # The legacy names of tools and tool_choice, which OpenAI's API still takes: ignored, they were the same silence.
+    ("/v1/chat/completions", {"functions": [TOOL["function"]]}, "functions"),
+    ("/v1/chat/completions", {"functions": [TOOL["function"]], "function_call": "auto"}, "function_call"),
+    ("/v1/chat/completions", {"function_call": {"name": "weather"}}, "function_call"),
 ])
 def test_json_output_and_tool_calls_are_refused_not_ignored(api, worker, path, fields, param):
     """A client asking for JSON output or tool calls got free text and no error: it then failed parsing the
@@ -397,6 +401,8 @@ def test_json_output_and_tool_calls_are_refused_not_ignored(api, worker, path, f
     {"tools": [TOOL], "tool_choice": "none"},
     {"tools": [], "tool_choice": "none"},
     {"tools": []},
+    {"functions": [TOOL["function"]], "function_call": "none"},
+    {"functions": []},
 ])
 def test_text_output_and_no_tool_call_are_answered(api, worker, fields):
     model, headers = api

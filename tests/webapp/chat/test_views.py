@@ -519,6 +519,46 @@ def test_one_model_is_chosen_as_the_picker_lists_it_in_two_queries_however_many_
     assert next(choice for choice in listed if choice.ref == runs[2].public_id).label == "Run: run 2"
 
 
+def test_penalties_and_stop_sequences_are_kept_and_sent_with_each_turn(team, client_for, base_model, sent,
+                                                                       django_capture_on_commit_callbacks):
+    """The panel offered no penalties or stop sequences, which the serve worker and /v1 take."""
+    conversation = conversation_of(team, client_for, base_model, presence_penalty="0.5", frequency_penalty="-1.25",
+                                   stop="User:\r\n\r\n###  \r\n")
+    assert (conversation.presence_penalty, conversation.frequency_penalty) == (0.5, -1.25)
+    assert conversation.stop == ["User:", "###  "]  # one a line, blank lines left out, spaces kept
+    client = client_for(team.teammate)
+    page = client.get(url("detail", conversation)).content.decode()
+    assert "presence penalty 0.5 · frequency penalty -1.25" in page and 'stop "<bdi>User:</bdi>" "<bdi>###  </bdi>"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "Hi"})
+    [(_, [request], _)] = sent
+    assert (request["presence_penalty"], request["frequency_penalty"], request["stop"]) == (0.5, -1.25,
+                                                                                        ["User:", "###  "])
+
+
+def test_a_conversation_without_penalties_or_stop_sequences_sends_none(team, client_for, base_model, sent,
+                                                                       django_capture_on_commit_callbacks):
+    conversation = conversation_of(team, client_for, base_model)
+    with django_capture_on_commit_callbacks(execute=True):
+        client_for(team.teammate).post(url("send", conversation), {"content": "Hi"})
+    [(_, [request], _)] = sent
+    assert (request["presence_penalty"], request["frequency_penalty"], request["stop"]) == (0.0, 0.0, [])
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("presence_penalty", "2.5", "Presence penalty must be a number from -2 to 2."),
+    ("frequency_penalty", "-3", "Frequency penalty must be a number from -2 to 2."),
+    ("frequency_penalty", "much", "Frequency penalty must be a number from -2 to 2."),
+    ("stop", "a\nb\nc\nd\ne", "Stop sequences: 5 given; give at most 4 stop sequences, one a line."),
+])
+def test_it_rejects_a_penalty_or_stop_sequences_out_of_range(team, client_for, base_model, field, value, message):
+    fields = {"model": base_model.public_id, "temperature": 0.7, "top_p": 1, "top_k": 0, "max_tokens": 256,
+              field: value}
+    response = client_for(team.teammate).post(reverse("chat:list", args=[team.project.slug]), fields)
+    assert response.status_code == 400 and not Conversation.objects.exists()
+    assert message in response.content.decode()
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("temperature", "5", "Temperature must be a number from 0 to 2."),
     ("temperature", "-0.1", "Temperature must be a number from 0 to 2."),
