@@ -217,6 +217,9 @@ def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
 NO_TOOLS = "the answers here are text only, the model is not asked to call tools"
 
 
+_CHOICE_OF = {"tools": "tool_choice", "functions": "function_call"}  # each list and the field that asks for no call
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1)
     logprobs: StrictBool = False
@@ -228,33 +231,20 @@ class ChatBody(_Body):
     function_call: str | dict[str, Any] | None = None
     functions: list[Any] | None = None
 
-    @field_validator("tool_choice")
+    @field_validator("tool_choice", "function_call")
     @classmethod
-    def _no_tool_choice(cls, tool_choice):
-        if tool_choice is not None and tool_choice != "none":
-            raise _unsupported("tool_choice", NO_TOOLS, '"none"')
-        return tool_choice
+    def _no_call_asked(cls, choice, info: pydantic.ValidationInfo):
+        if choice is not None and choice != "none":
+            raise _unsupported(info.field_name, NO_TOOLS, '"none"')
+        return choice
 
-    @field_validator("tools")
+    @field_validator("tools", "functions")
     @classmethod
     def _no_tools(cls, tools, info: pydantic.ValidationInfo):
-        if tools and info.data.get("tool_choice") != "none":
-            raise _unsupported("tools", NO_TOOLS, 'tool_choice: "none"')
+        choice = _CHOICE_OF[info.field_name]
+        if tools and info.data.get(choice) != "none":
+            raise _unsupported(info.field_name, NO_TOOLS, f'{choice}: "none"')
         return tools
-
-    @field_validator("function_call")
-    @classmethod
-    def _no_function_call(cls, function_call):
-        if function_call is not None and function_call != "none":
-            raise _unsupported("function_call", NO_TOOLS, '"none"')
-        return function_call
-
-    @field_validator("functions")
-    @classmethod
-    def _no_functions(cls, functions, info: pydantic.ValidationInfo):
-        if functions and info.data.get("function_call") != "none":
-            raise _unsupported("functions", NO_TOOLS, 'function_call: "none"')
-        return functions
 
     @field_validator("logprobs")
     @classmethod

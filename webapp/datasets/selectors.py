@@ -5,6 +5,7 @@ autoescaping on: dataset text is untrusted and is never marked safe.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from dataclasses import dataclass
@@ -366,14 +367,6 @@ def _rows_named(rows: list[int], count: int) -> str:
     return f"row{'s' if count > 1 else ''} {named}{', …' if count > len(rows) else ''}"
 
 
-def _row_digests(version: DatasetVersion) -> np.ndarray | None:
-    """The row digests written beside a ready version's file, or None (a version validated before they were)."""
-    try:
-        return np.fromfile(version.row_digests_path, dtype=np.uint64)
-    except (OSError, ValueError):
-        return None
-
-
 def _one_sided_warning(key: str, version: DatasetVersion, task: str) -> str | None:
     sides = (version.statistics or {}).get("no_assistant_turn") or {}
     found = [(side, sides[side]) for side in ("chosen", "rejected") if (sides.get(side) or {}).get("count")]
@@ -397,15 +390,28 @@ def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
             "over the rest; remove the repeats unless that is meant")
 
 
-def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str | None:
-    train_digests, eval_digests = _row_digests(train), _row_digests(evaluation)
-    if train_digests is None or eval_digests is None or not len(train_digests) or not len(eval_digests):
+@functools.lru_cache(maxsize=64)
+def _shared_rows(train_id: str, eval_id: str, train_digests: str, eval_digests: str) -> tuple[list[int], int] | None:
+    """The (1-based) rows of the evaluation version also in the training one, and its row count; None when either
+    has no digests. Cached by the versions' ids: a ready version's rows never change, and the launch page's live
+    check asks again at each edit (a large training set's digests are a read of hundreds of megabytes)."""
+    try:
+        train_rows, eval_rows = (np.fromfile(path, dtype=np.uint64) for path in (train_digests, eval_digests))
+    except (OSError, ValueError):
+        return None
+    if not len(train_rows) or not len(eval_rows):
         return None
     # Sorted, not hashed into Python sets: millions of rows are a few hundred milliseconds and 8 bytes each.
-    rows = (np.flatnonzero(np.isin(eval_digests, train_digests)) + 1).tolist()
-    if not rows:
+    return (np.flatnonzero(np.isin(eval_rows, train_rows)) + 1).tolist(), len(eval_rows)
+
+
+def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str | None:
+    shared = _shared_rows(train.public_id, evaluation.public_id, str(train.row_digests_path),
+                          str(evaluation.row_digests_path))
+    if shared is None or not shared[0]:
         return None
-    return (f"data.eval: {len(rows):,} of the {len(eval_digests):,} rows of {isolated(str(evaluation))} are also in "
+    rows, eval_count = shared
+    return (f"data.eval: {len(rows):,} of the {eval_count:,} rows of {isolated(str(evaluation))} are also in "
             f"data.train's {isolated(str(train))} ({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so "
             "evaluation scores rows the run trains on; take them out of one of the two")
 

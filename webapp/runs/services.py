@@ -602,16 +602,20 @@ def run_create(*, project: Project, spec: Any, user: AbstractBaseUser | None, na
                          name=name or _default_name(plan), tags=parse_tags(tags))
 
 
-def plan_warnings(plan: RunPlan) -> list[str]:
+_NOT_CHECKED = object()  # plan_warnings' memory when its caller has not checked it
+
+
+def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     """``jaxengine.spec.spec_warnings`` of a planned run, told the row count of its ``data.train``, then what
     its data versions' validation found that the run should know (``dataset_selectors.launch_warnings``), and
-    the memory it would need past its pool's devices (``selectors.memory_check``)."""
+    the memory it would need past its pool's devices (``memory``: its ``plan_memory``, made here unless given)."""
     data = plan.spec["data"]
     versions = {version.public_id: version for version in plan.dataset_versions}
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
     warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
                 *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
-    memory = plan_memory(plan)
+    if memory is _NOT_CHECKED:
+        memory = plan_memory(plan)
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
 
 
@@ -756,8 +760,9 @@ def launch_check(*, project: Project, spec: Any, axes: list[sweeps.SweepAxis], n
     else:
         parse_tags(tags)
         plans = [plan_run(project=project, spec=spec, output_dir=run_output_dir("launch-check"))]
-    memory = [plan_memory(plan) for plan in plans]
-    return LaunchCheck(warnings=list(dict.fromkeys(warning for plan in plans for warning in plan_warnings(plan))),
+    memory = [plan_memory(plan) for plan in plans]  # once a plan: it reads the pool's workers and models
+    warnings = (warning for plan, check in zip(plans, memory) for warning in plan_warnings(plan, memory=check))
+    return LaunchCheck(warnings=list(dict.fromkeys(warnings)),
                        memory=list(dict.fromkeys(check.summary for check in memory if check is not None)))
 
 
