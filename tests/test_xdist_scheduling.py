@@ -1,0 +1,43 @@
+"""A worker process that dies mid-file fails that one test; the run goes on and ends (tests/xdist_scheduling.py)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PASSING = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
+# The worker process dies as a segfault in native code would take it: no report, no teardown.
+DIES = "import os\n\ndef test_dies():\n    os._exit(1)\n\ndef test_after_it():\n    pass\n"
+DIES_ALONE = "import os\n\ndef test_dies_alone():\n    os._exit(1)\n"
+
+
+def run_suite(directory: Path, files: dict[str, str], workers: int) -> subprocess.CompletedProcess:
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    (directory / "pytest.ini").write_text("[pytest]\n")
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith(("PYTEST_", "DJANGO_"))}
+    environment["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:django", "-p", "no:cacheprovider", "-p", "tests.xdist_scheduling",
+         "-n", str(workers), "--dist", "loadfile", "-q", *sorted(files)],
+        cwd=directory, env=environment, capture_output=True, text=True, timeout=120)
+
+
+def test_the_rest_of_a_file_runs_after_its_worker_dies_and_the_crash_is_one_failure(tmp_path):
+    result = run_suite(tmp_path, {"test_a.py": PASSING, "test_b.py": DIES}, workers=1)
+    assert "1 failed, 3 passed" in result.stdout, result.stdout
+    assert "FAILED test_b.py::test_dies" in result.stdout
+
+
+def test_a_run_whose_last_file_crashes_its_worker_ends(tmp_path):
+    result = run_suite(tmp_path, {"test_a.py": DIES_ALONE, "test_b.py": PASSING, "test_c.py": DIES_ALONE}, workers=2)
+    assert "2 failed, 2 passed" in result.stdout, result.stdout
+
+
+def test_the_suite_schedules_its_files_with_it(pytestconfig):
+    from tests import xdist_scheduling
+
+    implementations = pytestconfig.pluginmanager.hook.pytest_xdist_make_scheduler.get_hookimpls()
+    assert xdist_scheduling.pytest_xdist_make_scheduler in [implementation.function for implementation in implementations]
