@@ -65,7 +65,9 @@ def _count_attempt(key: str) -> int:
             # transaction holds the write lock), so parallel attempts each get a count of their own.
             if AttemptCount.objects.filter(key=key, expires_at__gt=now).update(count=F("count") + 1):
                 return AttemptCount.objects.values_list("count", flat=True).get(key=key)
-            AttemptCount.objects.filter(key=key).delete()  # a count past its window: this attempt starts anew
+            # A count past its window: this attempt starts anew. Only if past: on PostgreSQL each statement
+            # sees what committed before it, so a row a parallel attempt made since the UPDATE is counted on.
+            AttemptCount.objects.filter(key=key, expires_at__lte=now).delete()
             try:
                 with transaction.atomic():
                     AttemptCount.objects.create(key=key, count=1, expires_at=now + timedelta(seconds=WINDOW_SECONDS))
