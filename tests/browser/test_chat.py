@@ -353,3 +353,34 @@ def test_its_author_deletes_a_conversation_from_the_list(page, asgi_server, tran
     assert "Deleted the conversation \u2068to forget\u2069." in page.locator(".messages").inner_text()
     assert page.locator(".chat-conversations li").count() == 1
     assert list(Conversation.objects.all()) == [kept]
+
+
+def test_a_stop_sequence_with_line_breaks_is_typed_and_comes_back(page, asgi_server, transactional_db):  # noqa: F811
+    """Each line of the stop sequences box is one sequence, so "\\n\\nUser:" (where a transcript's next turn
+    starts) could not be typed: its line breaks ended it. Written with \\n, it is one sequence holding two line
+    breaks, shown so on the conversation's page, and "New conversation with these settings" gives it back."""
+    from webapp.chat.models import Conversation
+
+    team = make_team()
+    base_model = make_base_model(team.project, name="tiny")
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    page.select_option("#id_model", base_model.public_id)
+    stop_box = page.locator("#id_stop")
+    stop_box.press_sequentially("\\n\\nUser:")
+    stop_box.press("Enter")
+    stop_box.press_sequentially("###")
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    first = Conversation.objects.get(user=team.teammate)
+    assert first.stop == ["\n\nUser:", "###"]
+    assert page.locator(".chat-settings").inner_text().endswith('stop "\\n\\nUser:" "###"')
+
+    page.get_by_role("link", name="New conversation with these settings").click()
+    page.wait_for_selector("#new-conversation")
+    assert page.input_value("#id_stop") == "\\n\\nUser:\n###"
+    assert page.input_value("#id_model") == base_model.public_id
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    second = Conversation.objects.exclude(pk=first.pk).get(user=team.teammate)
+    assert second.stop == ["\n\nUser:", "###"]

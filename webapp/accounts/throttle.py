@@ -5,15 +5,19 @@ account's logins from that address are refused, right password or not, until ``W
 last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere;
 behind a reverse proxy every client has the proxy's address, and the limit is then per account.
 
-Each attempt is counted before its password is checked (``_count_attempt``: ``cache.add`` then
-``cache.incr``, each atomic), and a right password then forgives the count: had the count been read first and
-written after a failure, a burst of parallel guesses would all have read a count under the limit and been
+Each attempt is counted before its password is checked (``_count_attempt``: one ``UPDATE … count + 1``, or
+the row's INSERT, in a transaction), and a right password then forgives the count: had the count been read first
+and written after a failure, a burst of parallel guesses would all have read a count under the limit and been
 checked. So however many guesses arrive at once, at most ``MAX_FAILURES`` passwords are checked.
 
-The counts live in Django's default cache, the web server's own memory (local-memory cache: no ``CACHES`` in
-the settings), so the limit is per web process and a restart forgives them. Temper runs one uvicorn process;
-a deployment that starts several (``--workers``) multiplies the limit by their number. Not Redis: a sign-in
-would then fail whenever Redis is down. Both login forms (``/accounts/login/`` and the admin site's) use it.
+The counts are rows of the database (``AttemptCount``), which every web process shares, so the limit holds
+however many processes answer sign-ins (uvicorn ``--workers``, several containers); a web process's own
+memory (Django's local-memory cache, where they were) gave a guesser the limit once per process. Not Redis:
+signing in needs the database anyway (the user, the session), so counting there adds no way for a sign-in to
+fail, where a Redis outage would have either refused every sign-in (failing closed) or lifted the limit
+(failing open). A count past its window is deleted by the next attempt, whatever its key (an index on
+``expires_at``), so the table holds only the counts still running. Both login forms (``/accounts/login/`` and
+the admin site's) use it.
 
 Changing a password checks the current one, so a stolen session (a browser left signed in) could guess it
 there instead, then change it and keep the account. ``ThrottledPasswordChangeForm`` counts wrong current
@@ -23,42 +27,58 @@ password change page leads to the same form (``webapp/urls.py``)."""
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
-from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from webapp.accounts.models import AttemptCount
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
 
 
 def _key(username: str, address: str) -> str:
-    # Hashed: a username is text a person typed, of any length and characters, and cache keys are not.
+    # Hashed: a username is text a person typed, of any length and characters, and a key has 100 characters.
     digest = hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
-    return f"temper:login-failures:{digest}"
+    return f"login:{digest}"
 
 
 def _password_change_key(user_pk: int) -> str:
-    return f"temper:password-change-failures:{user_pk}"
+    return f"password-change:{user_pk}"
 
 
 def _count_attempt(key: str) -> int:
     """Counts an attempt at ``key`` before its password is checked; returns the attempts counted since the
     last right password, this one included."""
+    # Counts past their window, any key's: nothing else deletes them. A statement of its own, outside the
+    # transaction below, so that an attempt's transaction locks no row but its own.
+    AttemptCount.objects.filter(expires_at__lte=timezone.now()).delete()
     while True:
-        if cache.add(key, 1, WINDOW_SECONDS):
-            return 1
-        try:
-            return cache.incr(key)
-        except ValueError:  # the count expired between the two calls: start it again
-            continue
+        now = timezone.now()
+        with transaction.atomic():
+            # The UPDATE adds to the count where it stands (its row locked until the commit; on SQLite the
+            # transaction holds the write lock), so parallel attempts each get a count of their own.
+            if AttemptCount.objects.filter(key=key, expires_at__gt=now).update(count=F("count") + 1):
+                return AttemptCount.objects.values_list("count", flat=True).get(key=key)
+            # A count past its window: this attempt starts anew. Only if past: on PostgreSQL each statement
+            # sees what committed before it, so a row a parallel attempt made since the UPDATE is counted on.
+            AttemptCount.objects.filter(key=key, expires_at__lte=now).delete()
+            try:
+                with transaction.atomic():
+                    AttemptCount.objects.create(key=key, count=1, expires_at=now + timedelta(seconds=WINDOW_SECONDS))
+                return 1
+            except IntegrityError:  # a parallel attempt made the row first (PostgreSQL): add to it
+                continue
 
 
 def _count_failure(key: str) -> None:
-    # The count was taken before the check; a failure only moves the window to run from now (incr keeps
-    # the expiry the count was made with).
-    cache.touch(key, WINDOW_SECONDS)
+    # The count was taken before the check; a failure only moves the window to run from now.
+    AttemptCount.objects.filter(key=key).update(expires_at=timezone.now() + timedelta(seconds=WINDOW_SECONDS))
 
 
 def _checked_within_limit(key: str, check, *, refusal: str):
@@ -71,7 +91,7 @@ def _checked_within_limit(key: str, check, *, refusal: str):
     except forms.ValidationError:
         _count_failure(key)
         raise
-    cache.delete(key)
+    AttemptCount.objects.filter(key=key).delete()
     return result
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -14,6 +16,54 @@ class TypedTextField(forms.CharField):
 
     def to_python(self, value):
         return typed_text(super().to_python(value))
+
+
+# A stop sequence may hold what one line of a box cannot ("\n\nUser:", a tab): written as these escapes.
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+_ESCAPED = {character: f"\\{letter}" for letter, character in _ESCAPES.items()}
+_ESCAPE = re.compile(r"\\(.?)")
+_ESCAPES_HELP = "\\n for a line break, \\t for a tab, \\r for a carriage return, \\\\ for a backslash"
+
+
+def stop_sequence_as_typed(sequence: str) -> str:
+    """``sequence`` as one line of the stop sequences box, each line break, tab, carriage return and
+    backslash written as its escape: what ``StopSequencesField`` reads back as ``sequence``."""
+    return "".join(_ESCAPED.get(character, character) for character in sequence)
+
+
+class StopSequencesField(TypedTextField):
+    """Stop sequences typed one a line, a line break within one written ``\\n`` (see ``_ESCAPES``); cleaned to
+    the list of them, empty lines left out and spaces kept (they are part of the text). A list given as the
+    form's initial value is shown as typed, so a saved conversation's sequences come back as they were."""
+
+    def prepare_value(self, value):
+        if isinstance(value, (list, tuple)):
+            return "\n".join(stop_sequence_as_typed(sequence) for sequence in value)
+        return value
+
+    def clean(self, value) -> list[str]:
+        lines = super().clean(value).split("\n")
+        sequences = [_stop_sequence(line, number=number) for number, line in enumerate(lines, start=1) if line]
+        if len(sequences) > MAX_STOP_SEQUENCES:
+            raise forms.ValidationError(f"Stop sequences: {len(sequences)} given; give at most "
+                                        f"{MAX_STOP_SEQUENCES} stop sequences, one a line.")
+        return sequences
+
+
+def _stop_sequence(line: str, *, number: int) -> str:
+    """One line of the stop sequences box, its escapes read, checked as /v1 checks its ``stop``."""
+
+    def unescaped(match: re.Match) -> str:
+        if match.group(1) in _ESCAPES:
+            return _ESCAPES[match.group(1)]
+        written = f'"\\{match.group(1)}" is no escape' if match.group(1) else 'a lone "\\" ends the line'
+        raise forms.ValidationError(f"Stop sequences, line {number}: {written}; write {_ESCAPES_HELP}.")
+
+    sequence = _ESCAPE.sub(unescaped, line)
+    try:
+        return checked_text(sequence, field="stop")
+    except ValidationError as error:
+        raise forms.ValidationError(f"Stop sequences, line {number}: {error.message_dict['stop'][0]}.") from None
 
 
 def _setting(field: type[forms.Field], *, label: str, minimum: float, maximum: float, **kwargs) -> forms.Field:
@@ -46,33 +96,28 @@ class ConversationForm(forms.Form):
     frequency_penalty = _setting(forms.FloatField, label="Frequency penalty", minimum=-2.0, maximum=2.0, initial=0.0,
                                  required=False, help_text="0 is off; above 0, the more often a token came, the "
                                                            "less likely it is again.")
-    stop = TypedTextField(label="Stop sequences", widget=forms.Textarea(attrs={"rows": 2}), required=False,
-                          strip=False, max_length=4_000,
-                          help_text="One a line, up to 4: the answer ends before the first to appear.")
+    stop = StopSequencesField(
+        label="Stop sequences", widget=forms.Textarea(attrs={"rows": 2}), required=False, strip=False, max_length=4_000,
+        help_text=f"One a line, up to {MAX_STOP_SEQUENCES}: the answer ends before the first to appear. Within one, write "
+                  f"{_ESCAPES_HELP} (\\n\\nUser: ends it at an empty line followed by User:).")
 
     def __init__(self, *args, choices: list[ModelChoice], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
+
+    @staticmethod
+    def settings_of(conversation) -> dict:
+        """``conversation``'s model, system prompt and sampling settings as the form's initial values: a new
+        conversation with these settings."""
+        return {"model": conversation.model_ref, "system_prompt": conversation.system_prompt,
+                **{name: getattr(conversation, name) for name in ("temperature", "top_p", "top_k", "max_tokens",
+                                                                  "presence_penalty", "frequency_penalty", "stop")}}
 
     def clean_presence_penalty(self) -> float:
         return self.cleaned_data["presence_penalty"] or 0.0
 
     def clean_frequency_penalty(self) -> float:
         return self.cleaned_data["frequency_penalty"] or 0.0
-
-    def clean_stop(self) -> list[str]:
-        """The stop sequences, one a line (spaces kept, as they are part of the text; empty lines left out),
-        checked as /v1 checks its ``stop`` (``openai_api.MAX_STOP_SEQUENCES``)."""
-        sequences = [line for line in self.cleaned_data["stop"].split("\n") if line]
-        if len(sequences) > MAX_STOP_SEQUENCES:
-            raise forms.ValidationError(f"Stop sequences: {len(sequences)} given; give at most "
-                                        f"{MAX_STOP_SEQUENCES} stop sequences, one a line.")
-        for sequence in sequences:
-            try:
-                checked_text(sequence, field="stop")
-            except ValidationError as error:
-                raise forms.ValidationError(f"Stop sequences: {error.message_dict['stop'][0]}.") from None
-        return sequences
 
 
 class MessageForm(forms.Form):

@@ -49,8 +49,16 @@ def _list_page(request: HttpRequest, project, membership, form, *, status: int =
 def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = chat_access(request.user, slug)
     choices = selectors.model_choices(project=project)
-    # A run page's "Chat with it" names its model (?model=run_…): the form starts with it chosen.
-    form = ConversationForm(request.POST or None, choices=choices, initial={"model": request.GET.get("model")})
+    # A run page's "Chat with it" names its model (?model=run_…): the form starts with it chosen. A
+    # conversation's "New conversation with these settings" names the conversation (?from=conv_…).
+    initial = {"model": request.GET.get("model")}
+    if request.method == "GET" and request.GET.get("from"):
+        _project, _membership, original = _chat_conversation(request, slug, request.GET["from"])
+        initial = ConversationForm.settings_of(original)
+        if not any(choice.ref == original.model_ref for choice in choices):
+            messages.warning(request, f"{isolated(original.model_label)}, the model of that conversation, is no longer "
+                                      "available: choose another.")
+    form = ConversationForm(request.POST or None, choices=choices, initial=initial)
     if request.method == "POST" and form.is_valid():
         model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
 

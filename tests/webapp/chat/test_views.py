@@ -12,7 +12,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from tests.webapp.factories import make_base_model
-from webapp.chat import channels, selectors, services
+from webapp.chat import channels, forms, selectors, services
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.runs.channels import redis_client
 
@@ -536,6 +536,73 @@ def test_penalties_and_stop_sequences_are_kept_and_sent_with_each_turn(team, cli
                                                                                         ["User:", "###  "])
 
 
+def test_a_stop_sequence_holds_line_breaks_written_as_escapes(team, client_for, base_model, sent,
+                                                             django_capture_on_commit_callbacks):
+    """A line of the box is one stop sequence, so "\n\nUser:" (a chat transcript's next turn) could not be
+    given: its line break started another sequence. Within one, \n is a line break (and \t, \r, \\)."""
+    conversation = conversation_of(team, client_for, base_model,
+                                   stop="\\n\\nUser:\r\n\r\nTab\\there\r\nC:\\\\new \\\\n\r\n\\n")
+    assert conversation.stop == ["\n\nUser:", "Tab\there", "C:\\new \\n", "\n"]
+    client = client_for(team.teammate)
+    page = client.get(url("detail", conversation)).content.decode()
+    # As typed, where the page would have shown each line break as a space.
+    assert r'stop "<bdi>\n\nUser:</bdi>" "<bdi>Tab\there</bdi>" "<bdi>C:\\new \\n</bdi>" "<bdi>\n</bdi>"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url("send", conversation), {"content": "Hi"})
+    [(_, [request], _)] = sent
+    assert request["stop"] == ["\n\nUser:", "Tab\there", "C:\\new \\n", "\n"]
+
+
+@pytest.mark.parametrize("sequences", [
+    ["\n\nUser:", "###"], ["\\n is not a line break", "ends in \\"], ["\t\r\n", " spaced "], ["\\\\n\\"]])
+def test_a_conversations_stop_sequences_come_back_in_a_new_conversation_with_its_settings(
+        team, client_for, base_model, sequences):
+    """"New conversation with these settings" fills the form with the conversation's; sent as shown, its stop
+    sequences are the same ones (each backslash, line break, tab and carriage return written as its escape)."""
+    original = services.conversation_create(
+        project=team.project, user=team.teammate, model=selectors.model_choice(project=team.project,
+                                                                            ref=base_model.public_id),
+        system_prompt="Be brief.\nVery.", temperature=0.3, top_p=0.8, top_k=7, max_tokens=99, presence_penalty=0.25,
+        frequency_penalty=-0.5, stop=sequences)
+    client = client_for(team.teammate)
+    detail = client.get(url("detail", original)).content.decode()
+    link = f'{reverse("chat:list", args=[team.project.slug])}?from={original.public_id}'
+    assert f'href="{link}"' in detail
+    response = client.get(link)
+    assert response.status_code == 200
+    form = response.context["form"]
+    shown = {name: form[name].value() for name in form.fields}
+    assert shown["stop"] == "\n".join(forms.stop_sequence_as_typed(sequence) for sequence in sequences)
+    assert len(shown["stop"].split("\n")) == len(sequences)  # one line a sequence
+    response = client.post(reverse("chat:list", args=[team.project.slug]),
+                           {name: "" if value is None else value for name, value in shown.items()})
+    assert response.status_code == 302
+    copy = Conversation.objects.exclude(pk=original.pk).get()
+    kept = ("model_ref", "system_prompt", "temperature", "top_p", "top_k", "max_tokens", "presence_penalty",
+            "frequency_penalty", "stop")
+    assert {name: getattr(copy, name) for name in kept} == {name: getattr(original, name) for name in kept}
+
+
+def test_a_new_conversation_with_the_settings_of_another_ones_conversation_is_refused(team, client_for, base_model):
+    original = services.conversation_create(
+        project=team.project, user=team.teammate,
+        model=selectors.model_choice(project=team.project, ref=base_model.public_id), stop=["\n\nUser:"])
+    link = f'{reverse("chat:list", args=[team.project.slug])}?from={original.public_id}'
+    assert client_for(team.owner).get(link).status_code == 404  # conversations are private to their author
+    assert client_for(team.outsider).get(link).status_code == 404
+    assert client_for(team.teammate).get(f"{link}x").status_code == 404
+
+
+def test_a_new_conversation_with_the_settings_of_one_whose_model_is_gone_says_so(team, client_for, base_model):
+    original = services.conversation_create(
+        project=team.project, user=team.teammate,
+        model=selectors.model_choice(project=team.project, ref=base_model.public_id))
+    base_model.delete()
+    response = client_for(team.teammate).get(f'{reverse("chat:list", args=[team.project.slug])}?from={original.public_id}')
+    assert response.status_code == 200
+    assert "the model of that conversation, is no longer available: choose another." in response.content.decode()
+
+
 def test_a_conversation_without_penalties_or_stop_sequences_sends_none(team, client_for, base_model, sent,
                                                                        django_capture_on_commit_callbacks):
     conversation = conversation_of(team, client_for, base_model)
@@ -557,6 +624,20 @@ def test_it_rejects_a_penalty_or_stop_sequences_out_of_range(team, client_for, b
     response = client_for(team.teammate).post(reverse("chat:list", args=[team.project.slug]), fields)
     assert response.status_code == 400 and not Conversation.objects.exists()
     assert message in response.content.decode()
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("User:\n\\x0a", 'Stop sequences, line 2: "\\x" is no escape; write \\n for a line break, \\t for a tab, '
+                     '\\r for a carriage return, \\\\ for a backslash.'),
+    ("\n\nends in one \\", 'Stop sequences, line 3: a lone "\\" ends the line; write \\n for a line break, \\t for a '
+                           'tab, \\r for a carriage return, \\\\ for a backslash.'),
+])
+def test_it_rejects_a_stop_sequence_it_cannot_read(team, client_for, base_model, typed, message):
+    fields = {"model": base_model.public_id, "temperature": 0.7, "top_p": 1, "top_k": 0, "max_tokens": 256,
+              "stop": typed}
+    response = client_for(team.teammate).post(reverse("chat:list", args=[team.project.slug]), fields)
+    assert response.status_code == 400 and not Conversation.objects.exists()
+    assert response.context["form"].errors["stop"] == [message]
 
 
 @pytest.mark.parametrize("field, value, message", [

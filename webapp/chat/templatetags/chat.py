@@ -1,6 +1,7 @@
 from django import template
 from django.utils.safestring import SafeString
 
+from webapp.chat import forms
 from webapp.runs.markup import render_markdown
 
 register = template.Library()
@@ -12,3 +13,9 @@ def model_markdown(text: str) -> SafeString:
     breaks stay: a model writes lines meant as lines (a list of answers, steps, verse), the answer streams in
     with them, and plain Markdown would run them into one paragraph the moment it is done."""
     return render_markdown(text, line_breaks=True)
+
+
+@register.filter
+def stop_sequence_as_typed(sequence: str) -> str:
+    """A stop sequence as the form takes it: a line break in it shows as \\n, where the page would show a space."""
+    return forms.stop_sequence_as_typed(sequence)
