@@ -70,6 +70,9 @@ class Campaign(models.Model):
     # When the generation was last asked for or last reported answers: while answers keep coming, a
     # worker holds its message and the page need not ask Redis whether it is still queued.
     generation_progress_at = models.DateTimeField(null=True, blank=True)
+    # Rows of the source version left out by the load as their chosen and rejected answers are the same
+    # (``services.is_same_response``: nothing to prefer), said on the campaign page.
+    identical_rows = models.PositiveIntegerField(default=0)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
     # Counts the requests to load the items (creation, then each "Queue the load again"); a load carries
