@@ -611,6 +611,22 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
     return prompts
 
 
+def generation_begin(*, campaign_id: int) -> Campaign | None:
+    """The serve worker takes up a generating campaign: it is marked as being answered (``generation_running``)
+    until ``generation_end``, so that a deletion of either model waits for the worker even once an owner has
+    cancelled the campaign (``selectors.generation_readers``). None, and nothing marked, when the campaign is no
+    longer generating (cancelled, deleted or finished before its message was taken up)."""
+    if not Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+            generation_running=True, generation_progress_at=timezone.now()):
+        return None
+    return Campaign.objects.filter(pk=campaign_id).first()
+
+
+def generation_end(*, campaign_id: int) -> None:
+    """The serve worker no longer answers the campaign (it finished, failed or stopped): its models may go."""
+    Campaign.objects.filter(pk=campaign_id).update(generation_running=False)
+
+
 def generation_progress(*, campaign_id: int, answers: int) -> bool:
     """Record how many answers a generating campaign has so far (shown on its page). Returns whether it is
     still generating: False once an owner cancelled it (``generation_cancel``) or deleted it, which the
