@@ -2,13 +2,17 @@
 ones the sampler gives, made into items at once; a prompt a model cannot take fails the campaign
 with the model and row named and no items."""
 import pytest
+from django.core.exceptions import ValidationError
 
 from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.serving import load_serving_model
 from tests import factories
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
+from webapp.basemodels.models import BaseModel
+from webapp.basemodels.services import basemodel_unregister
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.review import services
 from webapp.review.models import Campaign, CampaignStatus
 from worker.tasks import review
@@ -93,3 +97,29 @@ def test_a_cancelled_generation_stops_after_the_slice_under_way(campaign_for, mo
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.CANCELLED and not campaign.items.exists()
     assert campaign.generated_answers == 0 and "cancelled the generation after 0 of 6 answers" in campaign.load_error
+
+
+def test_a_model_is_not_deleted_while_a_cancelled_generation_still_answers_with_it(campaign_for, monkeypatch):
+    """QA: once an owner cancelled a generation, either model could be unregistered (or its run deleted) at once,
+    while the serve worker was still answering the slice of prompts under way with it: the model's files went
+    from under it. A deletion is refused, naming the campaign, until the worker has stopped."""
+    campaign = campaign_for(max_new_tokens=4, temperature=0.0)
+    model_a = BaseModel.objects.get(public_id=campaign.generation["model_a"]["ref"])
+    refusals = []
+    record = services.generation_progress
+
+    def cancel_and_delete_while_the_slice_is_answered(**kwargs):
+        services.generation_cancel(campaign=campaign, user=campaign.created_by)
+        with pytest.raises(ValidationError) as refused:
+            basemodel_unregister(base_model=model_a)
+        refusals.append(refused.value.messages)
+        return record(**kwargs)
+
+    monkeypatch.setattr(services, "generation_progress", cancel_and_delete_while_the_slice_is_answered)
+    review.generate_campaign_answers(campaign.pk)
+    assert refusals == [[f"review campaign {isolated(campaign.name)} was cancelled, but the serve worker is still "
+                         "answering the prompts under way with it; try again in a moment, once it has stopped"]]
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.CANCELLED and not campaign.generation_running
+    basemodel_unregister(base_model=model_a)  # the worker has stopped
+    assert not BaseModel.objects.filter(pk=model_a.pk).exists()

@@ -12,6 +12,7 @@ from jaxengine import serving
 from jaxengine.serving import load_serving_model
 from tests import factories
 from webapp.chat import channels
+from webapp.core.bidi import isolated
 from webapp.runs.channels import redis_client
 from worker.tasks import serve
 
@@ -388,7 +389,11 @@ def test_a_serving_copy_that_fails_records_why_and_the_model_serves_unquantized(
     copy = ServingCopy.objects.create(project=team.project, base_model=base_model)
     outcome = serve.make_serving_copy(copy.pk)
     copy.refresh_from_db()
-    assert copy.status == ServingCopyStatus.FAILED and "no-such-model" in copy.error_message
+    # QA: it said only "TokenizerError: …/no-such-model: no such directory".
+    assert copy.status == ServingCopyStatus.FAILED and copy.error_message == (
+        f"the files of base model {isolated('gone')} are missing: {tmp_path / 'no-such-model'} is not there any more "
+        "(moved or deleted outside Temper); put the model back at that path, or unregister it and register the "
+        "model where it is now")
     assert outcome["error"] == copy.error_message
     served = model_choice(project=team.project, ref=base_model.public_id)
     assert served.path == base_model.path and served.quantization == ""

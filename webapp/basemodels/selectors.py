@@ -53,10 +53,11 @@ def ensure_may_unregister_base_model(*, membership: Membership, base_model: Base
 def base_model_readers(*, base_model: BaseModel) -> list[str]:
     """What still needs ``base_model`` (the work unregistering it would break), one sentence each: runs
     queued or training from it, running pipelines whose stages name it, its serving copy being written,
-    review campaigns generating answers with it, chat and arena answers being written with it."""
+    review campaigns generating answers with it (or cancelled, while the serve worker still answers with it),
+    chat and arena answers being written with it."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.selectors import answers_being_written
-    from webapp.review.models import Campaign, CampaignStatus
+    from webapp.review.selectors import generation_readers
     from webapp.runs.models import ACTIVE_STATUSES, Pipeline, PipelineStatus, Run, ServingCopyStatus
 
     readers = []
@@ -69,11 +70,7 @@ def base_model_readers(*, base_model: BaseModel) -> list[str]:
                            "for it to finish")
     if base_model.serving_copies.filter(status=ServingCopyStatus.WRITING).exists():
         readers.append("a serving copy of it is being written; wait until it is ready")
-    for campaign in Campaign.objects.filter(project=base_model.project_id, status=CampaignStatus.GENERATING):
-        refs = [((campaign.generation or {}).get(side) or {}).get("ref") for side in ("model_a", "model_b")]
-        if base_model.public_id in refs:
-            readers.append(f"review campaign {isolated(campaign.name)} is generating answers with it; wait until it "
-                           "is ready")
+    readers.extend(generation_readers(project_id=base_model.project_id, model_id=base_model.public_id, model="it"))
     readers.extend(answers_being_written(project_id=base_model.project_id, ref=base_model.public_id))
     return readers
 

@@ -390,24 +390,55 @@ def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
             "over the rest; remove the repeats unless that is meant")
 
 
+@dataclass(frozen=True)
+class _RowDigestSource:
+    """A ready version's row digests: the ``.rows`` file its validation wrote, or, for a version validated
+    before that file was written, its data file to work them out from. Hashable: ``_shared_rows``' cache key."""
+
+    public_id: str
+    digests_path: str
+    file_path: str
+    file_format: str
+    kind: str
+    columns: str  # the column mapping, as JSON
+
+    @classmethod
+    def of(cls, version: DatasetVersion) -> _RowDigestSource:
+        return cls(public_id=version.public_id, digests_path=str(version.row_digests_path),
+                   file_path=str(version.absolute_path), file_format=version.format, kind=version.dataset.kind,
+                   columns=json.dumps(version.column_mapping, sort_keys=True))
+
+    def read(self) -> np.ndarray | None:
+        """Each row's ``formats.row_digest`` in file order; None when they cannot be had (the file is gone)."""
+        try:
+            return np.fromfile(self.digests_path, dtype=np.uint64)
+        except FileNotFoundError:
+            pass  # validated before digests were kept: read as validation reads it
+        except (OSError, ValueError):
+            return None
+        mapping = formats.ColumnMapping(kind=formats.DatasetKind(self.kind), columns=json.loads(self.columns))
+        try:
+            examples = formats.iter_examples(self.file_path, fmt=formats.FileFormat(self.file_format), mapping=mapping)
+            return np.fromiter((formats.row_digest(example) for example in examples), dtype=np.uint64)
+        except (formats.DatasetFormatError, OSError, ValueError):
+            return None
+
+
 @functools.lru_cache(maxsize=64)
-def _shared_rows(train_id: str, eval_id: str, train_digests: str, eval_digests: str) -> tuple[list[int], int] | None:
+def _shared_rows(train: _RowDigestSource, evaluation: _RowDigestSource) -> tuple[list[int], int] | None:
     """The (1-based) rows of the evaluation version also in the training one, and its row count; None when either
     has no digests. Cached by the versions' ids: a ready version's rows never change, and the launch page's live
-    check asks again at each edit (a large training set's digests are a read of hundreds of megabytes)."""
-    try:
-        train_rows, eval_rows = (np.fromfile(path, dtype=np.uint64) for path in (train_digests, eval_digests))
-    except (OSError, ValueError):
-        return None
-    if not len(train_rows) or not len(eval_rows):
+    check asks again at each edit (a large training set's digests are a read of hundreds of megabytes, and a
+    version validated before its ``.rows`` file was written is read whole once)."""
+    train_rows, eval_rows = train.read(), evaluation.read()
+    if train_rows is None or eval_rows is None or not len(train_rows) or not len(eval_rows):
         return None
     # Sorted, not hashed into Python sets: millions of rows are a few hundred milliseconds and 8 bytes each.
     return (np.flatnonzero(np.isin(eval_rows, train_rows)) + 1).tolist(), len(eval_rows)
 
 
 def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str | None:
-    shared = _shared_rows(train.public_id, evaluation.public_id, str(train.row_digests_path),
-                          str(evaluation.row_digests_path))
+    shared = _shared_rows(_RowDigestSource.of(train), _RowDigestSource.of(evaluation))
     if shared is None or not shared[0]:
         return None
     rows, eval_count = shared

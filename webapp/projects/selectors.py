@@ -80,15 +80,16 @@ def may_delete_project(*, membership: Membership) -> bool:
 
 def project_readers(*, project: Project) -> list[str]:
     """Work in flight in ``project`` (what deleting it would pull from under a worker), one sentence each:
-    runs queued or running, running pipelines, review campaigns loading or generating and exports of them
-    being written, serving copies (a run's first one too) and checkpoint exports being written, chat and arena
-    answers being written, /v1 completions being answered. A dataset version being checked holds nothing: its
+    runs queued or running, running pipelines, review campaigns loading or generating (or cancelled while the
+    serve worker still answers them) and exports of them being written, serving copies (a run's first one too)
+    and checkpoint exports being written, chat and arena answers being written, /v1 completions being answered. A dataset version being checked holds nothing: its
     check drops the result of a deleted one."""
     # Imported here: these apps' models import this one's.
     from webapp.chat.models import Message, MessageStatus
     from webapp.chat.selectors import api_generations_answered
     from webapp.chat.services import answer_is_lost
     from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
+    from webapp.review.selectors import stopping_generations
     from webapp.runs.models import (ACTIVE_STATUSES, CheckpointExport, CheckpointExportStatus, Pipeline,
                                     PipelineStatus, Run, RunStatus, ServingCopy, ServingCopyStatus)
     from webapp.runs.selectors import serving_copy_being_written
@@ -102,6 +103,9 @@ def project_readers(*, project: Project) -> list[str]:
     for campaign in busy.order_by("created_at"):
         readers.append(f"review campaign {isolated(campaign.name)} is {campaign.get_status_display().lower()}; wait "
                        "until it is ready")
+    for campaign in stopping_generations(project_id=project.pk):
+        readers.append(f"review campaign {isolated(campaign.name)} was cancelled, but the serve worker is still "
+                       "answering the prompts under way; try again in a moment, once it has stopped")
     for export in Export.objects.filter(campaign__project=project, status=ExportStatus.WRITING).select_related(
             "campaign"):
         readers.append(f"an export of review campaign {isolated(export.campaign.name)} is being written; wait until it is done")

@@ -67,9 +67,16 @@ class Campaign(models.Model):
     generation = models.JSONField(default=dict, blank=True)
     # Answers generated so far (of 2 × the prompts), while generating.
     generated_answers = models.PositiveIntegerField(default=0)
+    # Whether a serve worker is answering the campaign's prompts (``services.generation_begin`` to
+    # ``generation_end``): a cancel ends the campaign at once, but the worker stops only after the slice of
+    # prompts under way, and its models may not be deleted until then (``selectors.generation_readers``).
+    generation_running = models.BooleanField(default=False)
     # When the generation was last asked for or last reported answers: while answers keep coming, a
     # worker holds its message and the page need not ask Redis whether it is still queued.
     generation_progress_at = models.DateTimeField(null=True, blank=True)
+    # Rows of the source version left out by the load as their chosen and rejected answers are the same
+    # (``services.is_same_response``: nothing to prefer), said on the campaign page.
+    identical_rows = models.PositiveIntegerField(default=0)
     # Next free item sequence number; items added later (arena, runs) continue from here.
     next_sequence = models.PositiveIntegerField(default=1)
     # Counts the requests to load the items (creation, then each "Queue the load again"); a load carries

@@ -111,6 +111,41 @@ def campaign_readers(*, campaign: Campaign, stopping_generation: bool = False) -
     return readers
 
 
+def stopping_generations(*, project_id: int) -> list[Campaign]:
+    """Cancelled campaigns of the project whose serve worker still answers the prompts under way: it stops only
+    after its current slice (``services.generation_progress``), and says so (``services.generation_end``). A
+    worker that died holding one never says it: once none of its answers has come for
+    ``GENERATION_QUIET_SECONDS``, it counts only while Redis holds its message (``generation_seems_queued``; the
+    task acknowledges at its end, and its redelivery, which finds the campaign cancelled, at once)."""
+    from webapp.review.services import generation_seems_queued  # services import this module
+
+    running = Campaign.objects.filter(project_id=project_id, status=CampaignStatus.CANCELLED, generation_running=True)
+    return [campaign for campaign in running.order_by("created_at")
+            if generation_seems_queued(campaign=campaign) is not False]
+
+
+def generation_readers(*, project_id: int, model_id: str, model: str) -> list[str]:
+    """The campaigns of the project whose answers are generated with the model ``model_id`` (a base model's id,
+    or a run's, which covers its checkpoints), one sentence each for a deletion of it to refuse: generating,
+    or cancelled while the serve worker still answers the prompts under way (``stopping_generations``).
+    ``model`` names the model in the sentences ("it", "its model")."""
+    def uses_it(campaign: Campaign) -> bool:
+        refs = [((campaign.generation or {}).get(side) or {}).get("ref") or "" for side in ("model_a", "model_b")]
+        return any(ref.split(":")[0] == model_id for ref in refs)  # the model, or a checkpoint's
+
+    readers = []
+    for campaign in Campaign.objects.filter(project_id=project_id, status=CampaignStatus.GENERATING).order_by(
+            "created_at"):
+        if uses_it(campaign):
+            readers.append(f"review campaign {isolated(campaign.name)} is generating answers with {model}; wait until "
+                           "it is ready")
+    for campaign in stopping_generations(project_id=project_id):
+        if uses_it(campaign):
+            readers.append(f"review campaign {isolated(campaign.name)} was cancelled, but the serve worker is still "
+                           f"answering the prompts under way with {model}; try again in a moment, once it has stopped")
+    return readers
+
+
 def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     """Dataset versions a generated campaign can take its prompts from, with an option label each
     (names bidi-isolated): the eval sets of the project's succeeded runs first (named after their

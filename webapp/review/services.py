@@ -16,6 +16,7 @@ leases of others are fewer than ``required_reviews``. That is decided under the 
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import json
@@ -305,7 +306,7 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         # This delivery claims the load: one that started earlier (the same message delivered twice)
         # stops at its next batch, and only the claim's holder may write items or the outcome.
         claim = last_claim + 1
-        Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1, load_claim=claim)
+        Campaign.objects.filter(pk=campaign.pk).update(next_sequence=1, load_claim=claim, identical_rows=0)
         Item.objects.filter(campaign=campaign).delete()
     mine = _current_load(campaign_id, attempt).filter(load_claim=claim)
     status, load_error = CampaignStatus.READY, ""
@@ -313,8 +314,9 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         mine.update(status=CampaignStatus.FAILED,
                     load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
         return Campaign.objects.get(pk=campaign_id)
+    read = collections.Counter()
     try:
-        pairs = _version_pairs(campaign.source_version)
+        pairs = _version_pairs(campaign.source_version, read=read)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):
             with transaction.atomic():
                 if not mine.select_for_update().exists():
@@ -325,7 +327,11 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
     except (formats.DatasetFormatError, OSError) as error:
         status, load_error = CampaignStatus.FAILED, (
             f"could not read {campaign.source_version}: {error}; the version may have been deleted from storage")
-    mine.update(status=status, load_error=load_error)
+    if status == CampaignStatus.READY and read["rows"] and read["identical"] == read["rows"]:
+        status, load_error = CampaignStatus.FAILED, (
+            f"every one of the {read['rows']} rows of {isolated(str(campaign.source_version))} has the same chosen "
+            "and rejected answer, which leaves nothing to review; choose a version whose rows differ")
+    mine.update(status=status, load_error=load_error, identical_rows=read["identical"])
     campaign.refresh_from_db()
     logger.info("review campaign %s: %s, %s items", campaign.public_id, campaign.status, campaign.next_sequence - 1)
     return campaign
@@ -338,10 +344,18 @@ def _current_load(campaign_id: int, attempt: int) -> QuerySet[Campaign]:
     return Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING, load_attempt=attempt)
 
 
-def _version_pairs(version: DatasetVersion) -> Iterator[Pair]:
+def _version_pairs(version: DatasetVersion, *, read: collections.Counter) -> Iterator[Pair]:
+    """A pair per row of a ``preference`` version, counting in ``read`` the ``rows`` read and the ``identical``
+    ones left out: a row whose chosen and rejected are the same answer holds nothing to prefer (as
+    ``generation_finish`` leaves such generated pairs out), and the export would write it as a pair whose
+    chosen is its rejected."""
     mapping = formats.ColumnMapping(kind=formats.DatasetKind.PREFERENCE, columns=version.column_mapping)
     examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
     for row, example in enumerate(examples, start=1):
+        read["rows"] += 1
+        if is_same_response(example["chosen"], example["rejected"]):
+            read["identical"] += 1
+            continue
         yield Pair(prompt=example["prompt"], response_a=example["chosen"], response_b=example["rejected"],
                    source=ItemSource.DATASET, source_row=row, original_label="a")
 
@@ -595,6 +609,22 @@ def generation_prompts(*, campaign: Campaign) -> list[GenerationPrompt]:
             raise ValidationError({"prompts_version": f"row {row} of {version}: the prompt is empty"})
         prompts.append(GenerationPrompt(row=row, prompt=prompt))
     return prompts
+
+
+def generation_begin(*, campaign_id: int) -> Campaign | None:
+    """The serve worker takes up a generating campaign: it is marked as being answered (``generation_running``)
+    until ``generation_end``, so that a deletion of either model waits for the worker even once an owner has
+    cancelled the campaign (``selectors.generation_readers``). None, and nothing marked, when the campaign is no
+    longer generating (cancelled, deleted or finished before its message was taken up)."""
+    if not Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
+            generation_running=True, generation_progress_at=timezone.now()):
+        return None
+    return Campaign.objects.filter(pk=campaign_id).first()
+
+
+def generation_end(*, campaign_id: int) -> None:
+    """The serve worker no longer answers the campaign (it finished, failed or stopped): its models may go."""
+    Campaign.objects.filter(pk=campaign_id).update(generation_running=False)
 
 
 def generation_progress(*, campaign_id: int, answers: int) -> bool:

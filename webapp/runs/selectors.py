@@ -747,9 +747,10 @@ def run_readers(*, run: Run) -> list[str]:
     """What still needs ``run`` or its files (the work a deletion would break), one sentence each: the run
     itself while queued or running, runs queued or training from its model or scored by it (a reward model), a
     running pipeline it is a stage of or whose stages name it, its serving copies and checkpoint exports being
-    written, review campaigns generating with its model, chat and arena answers being written with it."""
+    written, review campaigns generating with its model (or cancelled, while the serve worker still answers with
+    it), chat and arena answers being written with it."""
     from webapp.chat.selectors import answers_being_written  # the chat is built on runs
-    from webapp.review.models import Campaign, CampaignStatus
+    from webapp.review.selectors import generation_readers
 
     readers = []
     if run.is_active:
@@ -776,11 +777,7 @@ def run_readers(*, run: Run) -> list[str]:
         readers.append("a serving copy of its model is being written; wait until it is ready")
     if run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).exists():
         readers.append("a checkpoint of it is being exported; wait until it is done")
-    for campaign in Campaign.objects.filter(project=run.project_id, status=CampaignStatus.GENERATING):
-        refs = [((campaign.generation or {}).get(side) or {}).get("ref") or "" for side in ("model_a", "model_b")]
-        if any(ref.split(":")[0] == run.public_id for ref in refs):  # the run's model, or a checkpoint's
-            readers.append(f"review campaign {isolated(campaign.name)} is generating answers with its model; wait "
-                           "until it is ready")
+    readers.extend(generation_readers(project_id=run.project_id, model_id=run.public_id, model="its model"))
     readers.extend(answers_being_written(project_id=run.project_id, ref=run.public_id))
     return readers
 

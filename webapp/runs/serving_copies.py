@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
+from webapp.core.bidi import isolated
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, RunStatus,
@@ -214,6 +215,16 @@ def final_model_copyable(run: Run) -> bool:
             and run_export_dir(run).is_dir())
 
 
+def missing_model_files(base_model: BaseModel) -> str | None:
+    """Why a copy of ``base_model`` cannot be made when its directory is gone (moved or deleted outside Temper,
+    which registered it and never owned it), naming the path and what to do; None while it is there."""
+    if Path(base_model.path).is_dir():
+        return None
+    return (f"the files of base model {isolated(base_model.name)} are missing: {base_model.path} is not there any more "
+            "(moved or deleted outside Temper); put the model back at that path, or unregister it and register the "
+            "model where it is now")
+
+
 def _eval_version_checked(project: Project, eval_version: DatasetVersion | None) -> DatasetVersion | None:
     if eval_version is None:
         return None
@@ -272,6 +283,8 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     else:
         if base_model.project_id != project.pk:
             raise ValidationError({"base_model": "choose a base model of this project"})
+        if missing := missing_model_files(base_model):
+            raise ValidationError({"base_model": missing})
         source = {"base_model": base_model}
         eval_version = _eval_version_checked(project, eval_version)
     requested_by = user if user is not None and user.is_authenticated else None
@@ -390,11 +403,13 @@ def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:
 
 
 @transaction.atomic
-def serving_copy_finish(*, copy_pk: int, error: BaseException | None = None) -> ServingCopy:
-    """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not."""
+def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
+    """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
+    exception the engine raised (shown with its type), or a reason already in words."""
     copy = ServingCopy.objects.select_for_update().get(pk=copy_pk)
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
-    copy.error_message = "" if error is None else f"{type(error).__name__}: {error}"[:4000]
+    reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    copy.error_message = "" if error is None else reason[:4000]
     copy.save(update_fields=["status", "error_message", "updated_at"])
     return copy
 

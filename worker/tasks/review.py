@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 
 from webapp.celery import app
 from webapp.review import services
-from webapp.review.models import Campaign, CampaignStatus
+from webapp.review.models import Campaign
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +31,22 @@ def write_export(export_id: int) -> None:
 def generate_campaign_answers(campaign_id: int) -> None:
     """Generate both models' answers to a generating campaign's prompts, then make its items at once
     (``services.generation_finish``); any failure fails the campaign with the reason and no items.
-    Stops after the slice of prompts under way once an owner cancelled or deleted the campaign.
-    Sent to the ``serve`` queue: safe to redeliver (a campaign that is no longer generating is left
+    Stops after the slice of prompts under way once an owner cancelled or deleted the campaign; until it
+    has stopped, the campaign says it is being answered (``generation_running``), which keeps its models
+    from being deleted. Sent to the ``serve`` queue: safe to redeliver (a campaign that is no longer generating is left
     alone, and only the first finish makes items)."""
-    campaign = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).first()
+    campaign = services.generation_begin(campaign_id=campaign_id)
     if campaign is None:
         return
-    generation = campaign.generation
+    try:
+        _generate(campaign)
+    finally:
+        # Also after a cancel: the models' deletion waited for this (``selectors.generation_readers``).
+        services.generation_end(campaign_id=campaign_id)
+
+
+def _generate(campaign: Campaign) -> None:
+    campaign_id, generation = campaign.pk, campaign.generation
     try:
         prompts = services.generation_prompts(campaign=campaign)
         settings = services.GenerationSettings(**generation["sampling"])

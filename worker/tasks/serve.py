@@ -453,6 +453,12 @@ def make_serving_copy(copy_pk: int) -> dict:
     copy = serving_copies.serving_copy_pending(copy_pk=copy_pk)
     if copy is None:
         return {"dropped": copy_pk}
+    # Its directory may have gone since the copy was asked for: said in words, not as the engine's bare
+    # "TokenizerError: …: no such directory".
+    if copy.base_model_id is not None and (missing := serving_copies.missing_model_files(copy.base_model)):
+        logger.warning("serving copy %s failed: %s", copy_pk, missing)
+        serving_copies.serving_copy_finish(copy_pk=copy_pk, error=missing)
+        return {"error": missing}
     try:
         from jaxengine.quantize import quantize_model_dir, quantize_run_export
 

@@ -353,6 +353,23 @@ def test_duplicate_rows_are_counted_and_many_are_warned_of_at_launch(team, clien
     assert launch_warnings(team, task="sft", train=many) == []
 
 
+def test_versions_validated_before_row_digests_were_kept_are_still_compared(team):
+    """QA: versions validated before the ``.rows`` file was written beside them (or whose file was lost) were
+    never compared: the launch said nothing of the rows the eval set shares with the training set. Their digests
+    are worked out from the data file, as validation works them out."""
+    train = ready(team, name="old train", kind="sft", rows=[{"prompt": f"q{i}", "completion": "a"} for i in range(5)])
+    held_out = ready(team, name="old held", kind="sft", rows=[{"prompt": "q4", "completion": "a"},
+                                                              {"prompt": "new", "completion": "a"}])
+    kept = held_out.row_digests_path.read_bytes()
+    for version in (train, held_out):
+        version.row_digests_path.unlink()
+    assert launch_warnings(team, task="sft", train=train, evaluation=held_out) == [
+        f"data.eval: 1 of the 2 rows of {isolated('old held v1')} are also in data.train's {isolated('old train v1')} "
+        "(row 1), so evaluation scores rows the run trains on; take them out of one of the two"]
+    assert selectors._RowDigestSource.of(held_out).read().tobytes() == kept, "the digests validation wrote"
+    assert not held_out.row_digests_path.exists(), "a launch check writes nothing"
+
+
 def test_rows_that_eval_shares_with_train_are_warned_of_at_launch(team, django_capture_on_commit_callbacks):
     train = ready(team, name="train", kind="sft", rows=[{"prompt": f"q{i}", "completion": "a"} for i in range(5)])
     held_out = ready(team, name="held", kind="sft", rows=[{"prompt": "new", "completion": "a"},

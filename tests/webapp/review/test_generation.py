@@ -528,3 +528,44 @@ def test_a_models_nul_is_stored_as_the_replacement_character(team, models, promp
                                           answers_b=["ok"])
     item = campaign.items.get()
     assert (item.response_a, item.response_b) == ("a\ufffdb", "ok")
+
+
+def test_a_cancelled_generation_whose_worker_died_holds_its_models_only_while_redis_holds_its_message(
+        team, models, prompts_version, sent_tasks, redis_server, settings, django_capture_on_commit_callbacks):
+    """A cancelled campaign's models (and its project) may not be deleted while the serve worker still answers
+    its prompts (tests/worker/test_review_generation.py). A worker that died meanwhile never says it stopped
+    (``generation_end``): once no answer has come for GENERATION_QUIET_SECONDS, the campaign holds them only
+    while Redis holds its message, which the task acknowledges at its end."""
+    import redis
+    from celery import Celery
+
+    from tests.live import _use_broker
+    from webapp.basemodels.selectors import base_model_readers
+    from webapp.celery import app as celery_app
+    from webapp.projects.selectors import project_readers
+
+    url = f"redis://127.0.0.1:{redis_server.port}/9"  # a database no test worker listens on
+    settings.REDIS_URL = url
+    broker = redis.Redis.from_url(url)
+    broker.flushdb()
+    previous = celery_app.conf.broker_url
+    _use_broker(celery_app, url)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            campaign = generate(team, models, prompts_version)
+        name, args, queue = sent_tasks[-1]
+        Celery.send_task(celery_app, name, args=args, queue=queue)  # what the real send leaves in Redis
+        assert services.generation_begin(campaign_id=campaign.pk) is not None  # a serve worker takes it up
+        services.generation_cancel(campaign=campaign, user=team.owner)
+        answers_stop(campaign)
+        assert base_model_readers(base_model=models[1]) == [
+            f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
+            "prompts under way with it; try again in a moment, once it has stopped"]
+        assert project_readers(project=team.project) == [
+            f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
+            "prompts under way; try again in a moment, once it has stopped"]
+        broker.delete("serve")  # the worker died, and its message went with it
+        assert base_model_readers(base_model=models[1]) == [] and project_readers(project=team.project) == []
+        assert services.generation_begin(campaign_id=campaign.pk) is None, "a cancelled campaign is not taken up"
+    finally:
+        _use_broker(celery_app, previous)

@@ -90,7 +90,7 @@ def test_a_delivery_overtaken_by_a_redelivery_of_its_message_writes_nothing_more
     monkeypatch.setattr(services, "ITEM_BATCH", 3)
     real_items_add, real_pairs = services.items_add, services._version_pairs
 
-    def still_reading(version):
+    def still_reading(version, *, read):
         raise _StillRunning
         yield  # a generator, as the real one
 

@@ -91,6 +91,31 @@ def test_the_owner_creates_a_campaign(team, carol, client_for, preference_versio
     assert set(campaign.reviewers.values_list("username", flat=True)) == {"alpha-teammate", "carol"}
 
 
+def test_preference_rows_whose_answers_are_the_same_are_left_out_and_counted(team, carol, client_for):
+    """QA: a preference row whose chosen and rejected are the same answer became an item: nothing to prefer, and
+    its export would teach that an answer beats itself. Generated campaigns left such pairs out; rows of a
+    dataset version are left out too (whitespace around the text aside, as there), and the page counts them."""
+    rows = [{"prompt": "2+2?", "chosen": "4", "rejected": "5"},
+            {"prompt": "Same", "chosen": "Yes.", "rejected": " Yes.\n"},
+            {"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello"}],
+             "rejected": [{"role": "assistant", "content": "Hello"}]},
+            {"prompt": "Spell cat", "chosen": "c-a-t", "rejected": "k-a-t"}]
+    version = make_ready_version(team.project, name="mixed", kind="preference", rows=rows, user=team.owner)
+    campaign = create_loaded(project=team.project, name="mixed pass", guidelines="", required_reviews=1,
+                             reviewers=[carol], source_version=version, user=team.owner)
+    assert campaign.status == "ready"
+    assert list(campaign.items.order_by("sequence").values_list("sequence", "source_row")) == [(1, 1), (2, 4)]
+    assert campaign.identical_rows == 2
+    page = client_for(team.owner).get(url("detail", campaign)).content.decode()
+    assert "(2 rows left out: their chosen and rejected answers are the same)" in page
+    all_same = make_ready_version(team.project, name="same", kind="preference", rows=rows[1:3], user=team.owner)
+    campaign = create_loaded(project=team.project, name="same pass", guidelines="", required_reviews=1,
+                             reviewers=[carol], source_version=all_same, user=team.owner)
+    assert campaign.status == "failed" and not campaign.items.exists()
+    assert campaign.load_error == (f"every one of the 2 rows of {isolated('same v1')} has the same chosen and rejected "
+                                   "answer, which leaves nothing to review; choose a version whose rows differ")
+
+
 def test_the_same_campaign_sent_twice_is_created_once(team, carol, client_for, preference_version):
     owner = client_for(team.owner)
     page = owner.get(reverse("review:create", args=[team.project.slug])).content.decode()

@@ -4,6 +4,7 @@ the chat and the API then serve. The engine's side is tests/jaxengine/test_quant
 worker writing one is tests/integration/test_serve.py."""
 from __future__ import annotations
 
+import html
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from django.core.exceptions import ValidationError
 from tests.webapp.factories import make_base_model, make_ready_version
 from webapp.chat import selectors as chat_selectors
 from webapp.chat.tokens import project_token_create
+from webapp.core.bidi import isolated
 from webapp.runs import serving_copies, services
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus, ServingCopy, ServingCopyStatus
 from webapp.runs.serving_copies import MAKE_COPY_QUEUE, MAKE_COPY_TASK
@@ -25,6 +27,17 @@ from .test_services import sft_spec
 def data_root(settings, tmp_path):
     settings.DATA_ROOT = tmp_path
     return tmp_path
+
+
+@pytest.fixture
+def catalog(catalog, data_root):
+    """The runs tests' catalog, its base model's directory there: a copy of a model whose files are gone is
+    refused."""
+    directory = data_root / "models" / "tiny"
+    directory.mkdir(parents=True)
+    catalog.base_model.path = str(directory)
+    catalog.base_model.save(update_fields=["path"])
+    return catalog
 
 
 def write_copy(directory, *, scheme="int8", **figures):
@@ -400,6 +413,20 @@ def test_a_base_models_copy_requires_the_member_role_and_the_project(team, clien
     assert client_for(team.outsider).post(url, {"scheme": "int8"}).status_code == 404
     assert client_for(team.outsider).get(url).status_code == 404
     assert client_for(team.viewer).get(url).status_code == 200
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
+
+
+def test_a_base_model_whose_directory_was_deleted_gets_no_copy_and_the_page_says_what_to_do(
+        team, client_for, catalog, sent_tasks):
+    """QA: a base model's directory deleted behind Temper's back: asking for its serving copy queued a task that
+    failed with a bare "No such file or directory". The request is refused, naming the path and what to do."""
+    directory = Path(catalog.base_model.path)
+    directory.rmdir()
+    page = client_for(team.teammate).post(base_url(catalog.base_model, "serving-copy/"), {"scheme": "int8"},
+                                          follow=True).content.decode()
+    assert (f"the files of base model {isolated('tiny')} are missing: {directory} is not there any more (moved or "
+            "deleted outside Temper); put the model back at that path, or unregister it and register the model where "
+            "it is now") in html.unescape(page)
     assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
 
 
