@@ -69,20 +69,21 @@ _GENERATION_ID = re.compile(r"""^[\[(]\{'id': '([^'\\]+)'""")
 
 def _job_shown(job: str, *, projects: set[int]) -> JobShown:
     task, _space, arguments = job.partition(" ")
-    describe = _DESCRIBE.get(task)
     if task == "worker.tasks.serve.generate":
         found = _GENERATION_ID.match(arguments)
         return _generation_shown(found.group(1) if found else "", projects=projects)
+    unread = JobShown(doing=task.rpartition(".")[2].replace("_", " "))  # "export checkpoint"
+    describe = _DESCRIBE.get(task)
     try:
         parsed = ast.literal_eval(arguments)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # cut short, or not ours
-        parsed = None
+        return unread
     if describe is None or not isinstance(parsed, (list, tuple)):
-        return JobShown(doing=task.rpartition(".")[2].replace("_", " "))
+        return unread
     try:
         return describe(*parsed, projects=projects)
-    except (TypeError, ValueError):  # arguments of another shape: an older or newer worker
-        return JobShown(doing=task.rpartition(".")[2].replace("_", " "))
+    except (TypeError, ValueError, OverflowError):  # arguments of another shape: an older or newer worker
+        return unread
 
 
 def _named(doing: str, *, project_id: int | None, projects: set[int], name: str, url: str, what: str,
