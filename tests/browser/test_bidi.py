@@ -11,7 +11,8 @@ from webapp.chat.models import Conversation, Message, Role
 from webapp.projects.models import Project
 from webapp.review import services as review_services
 from webapp.review.models import Campaign
-from webapp.runs.models import Run, RunStatus, Sample
+from webapp.runs import pipelines
+from webapp.runs.models import Pipeline, Run, RunStatus, Sample
 
 pytestmark = pytest.mark.browser
 
@@ -93,3 +94,42 @@ def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live
     page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
     name, run_id = (page.locator(selector).bounding_box() for selector in ("h1 bdi", "h1 .run-id"))
     assert run_id["x"] >= name["x"] + name["width"] - 0.5
+
+
+# The left edge, as drawn on one line, of each of ``parts`` (in order) within the shown text equal to ``text``.
+PART_LEFTS = """([text, parts]) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.data.trim() !== text || !node.parentElement.getClientRects().length) continue;
+    node.parentElement.style.whiteSpace = "nowrap";  // a narrow column wraps it: a part on the next line starts left
+    let from = 0;
+    return parts.map((part) => {
+      const start = node.data.indexOf(part, from);
+      from = start + part.length;
+      const range = document.createRange();
+      range.setStart(node, start);
+      range.setEnd(node, from);
+      return range.getBoundingClientRect().left;
+    });
+  }
+  return null;
+}"""
+
+
+def test_a_pipeline_stages_run_name_reads_in_order_beside_right_to_left_names(page, live_server):
+    """A stage's run is named after its pipeline and its stage. Read as "<pipeline> · 1. <stage>", a pipeline
+    name ending in right-to-left letters took the stage's number (and a right-to-left stage name) into its
+    right-to-left run: "Qwen עברית · 2. שלב" was drawn "Qwen בלש .2 · תירבע", the stage before the pipeline.
+    A run name may hold no bidi isolate (``core.text.checked_name``), so the word "stage" keeps them apart."""
+    team = make_team()
+    pipeline = Pipeline.objects.create(project=team.project, name="Qwen עברית", created_by=team.owner,
+                                       stages=[{"name": "sft", "spec": {}}, {"name": "שלב", "spec": {}}])
+    names = [pipelines._stage_run_name(pipeline, index) for index in (0, 1)]
+    for name in names:
+        Run.objects.create(project=team.project, name=name, task="sft", spec={}, resolved_spec={}, pipeline=pipeline,
+                           created_by=team.owner)
+    _log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    for name, number, stage in zip(names, "12", ("sft", "שלב")):
+        lefts = page.evaluate(PART_LEFTS, [name, ["עברית", number, stage]])
+        assert lefts is not None and lefts == sorted(lefts), (name, lefts)

@@ -92,7 +92,7 @@ def basemodel_unregister(*, base_model: BaseModel) -> None:
     with it say it is no longer available."""
     from webapp.chat import services as chat_services  # the chat is built on base models
 
-    base_model = BaseModel.objects.select_for_update().get(pk=base_model.pk)
+    base_model = BaseModel.objects.select_for_update(of=("self",)).get(pk=base_model.pk)
     if problems := base_model_readers(base_model=base_model):
         raise ValidationError({"delete": problems})
     copies = base_model_copy_dir(base_model)

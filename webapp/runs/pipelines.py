@@ -46,12 +46,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
 from jaxengine.spec import wrongly_written_value
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
-from webapp.core.text import checked_json
+from webapp.core.text import checked_json, checked_name
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
 from webapp.runs import services
@@ -67,9 +67,21 @@ EXPORT_STAGE_TASK = "worker.tasks.train.export_stage"
 EXPORT_STAGE_QUEUE = "train"
 
 
+def _visible_name(name: str) -> str:
+    """A name the stages' run names are made of holds no invisible character, as a run's name may not
+    (``core.text.checked_name``): a stage named with U+202E RIGHT-TO-LEFT OVERRIDE was accepted, and its run
+    could not start once the stages before it had trained."""
+    try:
+        return checked_name(name, field="name")
+    except ValidationError as error:
+        raise ValueError(error.messages[0]) from None
+
+
 # Names are stripped; one of spaces only was taken and shown as a blank heading.
-Name60 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60)]
-Name120 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=120)]
+Name60 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60),
+                   AfterValidator(_visible_name)]
+Name120 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=120),
+                    AfterValidator(_visible_name)]
 
 
 class Guard(BaseModel):
@@ -234,10 +246,13 @@ def _stage_spec(pipeline: Pipeline, index: int, model: str | None) -> dict[str, 
 
 
 def _stage_run_name(pipeline: Pipeline, index: int) -> str:
-    """``<pipeline> · <n>. <stage>``, the pipeline's name cut to fit a run name: both names may be as long as
-    their fields allow (120 and 60), and a stage whose run name was too long failed to start after the
-    stages before it had trained."""
-    stage = f" · {index + 1}. {pipeline.stages[index]['name']}"
+    """``<pipeline> · stage <n> (<stage>)``, the pipeline's name cut to fit a run name: both names may be as long
+    as their fields allow (120 and 60), and a stage whose run name was too long failed to start after the
+    stages before it had trained. The word "stage" keeps the two names apart as drawn: a run name holds no bidi
+    isolate (``core.text.checked_name``), and in ``<pipeline> · <n>. <stage>`` a pipeline name ending in
+    right-to-left letters took the stage's number and a right-to-left stage name into its right-to-left run
+    ("Qwen עברית · 2. שלב" was drawn "Qwen בלש .2 · תירבע")."""
+    stage = f" · stage {index + 1} ({pipeline.stages[index]['name']})"
     return pipeline.name[:services.RUN_NAME_MAX - len(stage)].rstrip() + stage
 
 

@@ -265,7 +265,7 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     if (base_model is None) == (run is None):
         raise ValueError("give a run's checkpoint or a base model")
     if run is not None:
-        run = Run.objects.select_for_update().get(pk=run.pk)
+        run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if run is not None and final:
         if run.project_id != project.pk or step is not None:
             raise ValidationError({"run": "choose a run of this project"})
@@ -288,7 +288,7 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
         source = {"base_model": base_model}
         eval_version = _eval_version_checked(project, eval_version)
     requested_by = user if user is not None and user.is_authenticated else None
-    copy, created = ServingCopy.objects.select_for_update().get_or_create(
+    copy, created = ServingCopy.objects.select_for_update(of=("self",)).get_or_create(
         **source, defaults={"project": project, "scheme": scheme, "eval_version": eval_version,
                             "requested_by": requested_by})
     if not created:

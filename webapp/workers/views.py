@@ -1,5 +1,6 @@
 """The Workers page. Workers are shared infrastructure, not project objects: every
-logged-in user may see them (host names, queues, devices, the task running)."""
+logged-in user may see them (host names, queues, devices, what each is doing); what a job works on is
+named only to members of its project (``selectors.current_jobs_shown``)."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -17,5 +18,5 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "workers/list.html",
-        {"workers": selectors.worker_list(), "stale_after_seconds": int(STALE_AFTER.total_seconds())},
+        {"workers": selectors.worker_list(viewer=request.user), "stale_after_seconds": int(STALE_AFTER.total_seconds())},
     )

@@ -1,11 +1,11 @@
 """Shared template pieces: filters and error pages."""
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
 from django.utils import timezone
 
-from webapp.core.templatetags.temper import count_short, time_ago
+from webapp.core.templatetags.temper import count_short, time_ago, when
 
 
 @pytest.mark.parametrize(
@@ -24,6 +24,14 @@ def test_count_short(value, expected):
 def test_time_ago(age, expected):
     now = timezone.now()
     assert time_ago(now - age, now=now) == expected
+
+
+def test_when_names_the_site_time_zone(settings):
+    moment = datetime(2026, 12, 5, 14, 5, 59, tzinfo=UTC)
+    assert when(moment) == "2026-12-05 14:05 UTC"
+    assert when(None) == ""
+    settings.TIME_ZONE = "Europe/Paris"
+    assert when(moment) == "2026-12-05 15:05 CET"
 
 
 def test_404_page_names_no_project(team, client_for):

@@ -1,5 +1,7 @@
 """Review pages with an owner, a reviewer (teammate), a viewer and an outsider."""
 
+from datetime import datetime, timezone
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
@@ -9,7 +11,7 @@ from tests.webapp.review.conftest import answer, create_loaded, expire_leases
 from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
-from webapp.review.models import Campaign, Item, ItemStatus, Lease, Review
+from webapp.review.models import Campaign, Export, Item, ItemStatus, Lease, Review
 from worker.tasks.datasets import validate_dataset_version
 
 
@@ -574,6 +576,20 @@ def test_the_exports_table_says_an_export_failed_and_why(campaign, team, carol, 
     assert "gen-reviewed v1 failed validation: line 1, row 1, field &#x27;chosen&#x27;: is an empty string" in row
     assert '<td class="num">—</td>' in row, "no pair was written"
     assert 'http-equiv="refresh"' not in page
+
+
+def test_the_exports_table_names_the_time_zone_of_its_times(campaign, team, carol, client_for):
+    """QA: the Exports table showed "2026-12-05 14:05", where the detail pages say "UTC" after a time; every
+    page shows a moment through the ``when`` filter, naming the zone."""
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="gen-reviewed"),
+                                    user=team.owner)
+    Export.objects.filter(pk=export.pk).update(created_at=datetime(2026, 12, 5, 14, 5, 59, tzinfo=timezone.utc))
+    page = client_for(team.viewer).get(url("detail", campaign)).content.decode()
+    row = page.split('<table class="table exports">')[1].split("</tr>")[1]
+    assert "<td>2026-12-05 14:05 UTC</td>" in row
 
 
 def test_a_campaign_whose_source_dataset_was_deleted_says_so(campaign, team, client_for, preference_version):

@@ -85,7 +85,7 @@ def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog,
 def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, tmp_path):
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3), user=team.teammate)
     first = pipeline.runs.get()
-    assert first.pipeline_stage == 0 and first.name == "chain · 1. sft"
+    assert first.pipeline_stage == 0 and first.name == "chain · stage 1 (sft)"
     first = finish(first, tmp_path=tmp_path)
     pipelines.pipeline_advance(run=first)
     pipelines.pipeline_advance(run=first)  # twice changes nothing
@@ -101,7 +101,7 @@ def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, t
 
 
 def test_long_pipeline_and_stage_names_still_name_every_stages_run(team, catalog, sent_tasks, tmp_path):
-    """QA: a stage's run is named "<pipeline> · <n>. <stage>", past a run name's 120 characters for a
+    """QA: a stage's run is named "<pipeline> · stage <n> (<stage>)", past a run name's 120 characters for a
     pipeline name of 88 and a stage name of 36, both allowed: the pipeline was refused ("name: 131
     characters") when that was the first stage, and failed after the first stage had trained when it was
     the second ("stage 2 could not start: 132 characters"). The pipeline's name is cut to fit instead."""
@@ -110,13 +110,28 @@ def test_long_pipeline_and_stage_names_still_name_every_stages_run(team, catalog
     long["stages"][1]["name"] = "s" * 60
     pipeline = pipelines.pipeline_create(project=team.project, document=long, user=team.teammate)
     first = pipeline.runs.get()
-    assert first.name == "p" * (120 - len(" · 1. sft")) + " · 1. sft"
+    assert first.name == "p" * (120 - len(" · stage 1 (sft)")) + " · stage 1 (sft)"
     pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING, pipeline.message
     second = Run.objects.get(pipeline=pipeline, pipeline_stage=1)
-    suffix = " · 2. " + "s" * 60
+    suffix = " · stage 2 (" + "s" * 60 + ")"
     assert second.name == "p" * (120 - len(suffix)) + suffix
+
+
+def test_it_rejects_bidi_controls_in_pipeline_and_stage_names_before_anything_starts(team, catalog, sent_tasks):
+    """A stage's run is named after the pipeline and the stage, and a run's name may hold no invisible character:
+    a stage named with U+202E RIGHT-TO-LEFT OVERRIDE was accepted, and its run could not start once the stages
+    before it had trained. Both names are refused up front, by their keys."""
+    hostile = document(catalog)
+    hostile["name"] = "chain\u202e"
+    hostile["stages"][1]["name"] = "dpo\u202e-1"
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=hostile, user=team.teammate)
+    invisible = ("an invisible character, U+202E (RIGHT-TO-LEFT OVERRIDE), at position {}: remove it (it makes names "
+                 "that look alike but differ)")
+    assert caught.value.message_dict == {"name": [invisible.format(6)], "stages.1.name": [invisible.format(4)]}
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
 
 
 def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tasks, tmp_path):
@@ -131,7 +146,7 @@ def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tas
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
     assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/exact_match fell 20.0% (0.5 → 0.4), more than "
-                                f"the 10% allowed; the result stays chain · 1. sft ({first.public_id})")
+                                f"the 10% allowed; the result stays chain · stage 1 (sft) ({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=2).exists()
 
 
@@ -149,8 +164,8 @@ def test_a_guard_on_a_metric_the_previous_stage_did_not_log_stops_before_its_sta
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first and pipeline.finished_at
     assert pipeline.message == (
-        f"stage 2 (dpo-1) was not started: its guard reads eval/exact_mtch, which chain · 1. sft ({first.public_id}) "
-        f"did not log, so the guard could never pass (did you mean eval/exact_match?); the result stays chain · 1. sft "
+        f"stage 2 (dpo-1) was not started: its guard reads eval/exact_mtch, which chain · stage 1 (sft) ({first.public_id}) "
+        f"did not log, so the guard could never pass (did you mean eval/exact_match?); the result stays chain · stage 1 (sft) "
         f"({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
     # With nothing close, it names the eval metrics that were logged.
@@ -194,11 +209,11 @@ def test_a_guard_cannot_pass_on_a_metric_whose_last_value_was_not_finite(transac
     pipelines.pipeline_advance(run=second)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
-    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/loss was NaN at step 10 of chain · 2. dpo-1 "
-                                f"({second.public_id}): the guard cannot pass; the result stays chain · 1. sft "
+    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/loss was NaN at step 10 of chain · stage 2 (dpo-1) "
+                                f"({second.public_id}): the guard cannot pass; the result stays chain · stage 1 (sft) "
                                 f"({first.public_id})")
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
-    assert f"eval/loss was NaN at step 10 of chain · 2. dpo-1 ({second.public_id}): the guard cannot pass" in page
+    assert f"eval/loss was NaN at step 10 of chain · stage 2 (dpo-1) ({second.public_id}): the guard cannot pass" in page
 
 
 def test_a_stage_is_not_started_on_a_previous_stage_whose_guarded_metric_ended_not_finite(
@@ -210,8 +225,8 @@ def test_a_stage_is_not_started_on_a_previous_stage_whose_guarded_metric_ended_n
     pipelines.pipeline_advance(run=first)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
-    assert pipeline.message == (f"stage 2 (dpo-1) was not started: eval/loss was infinity at step 10 of chain · 1. "
-                                f"sft ({first.public_id}): the guard cannot pass; the result stays chain · 1. sft "
+    assert pipeline.message == (f"stage 2 (dpo-1) was not started: eval/loss was infinity at step 10 of chain · stage 1 "
+                                f"(sft) ({first.public_id}): the guard cannot pass; the result stays chain · stage 1 (sft) "
                                 f"({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
 
@@ -264,7 +279,7 @@ def test_pipeline_pages(team, catalog, sent_tasks, client_for):
     pipeline = Pipeline.objects.get()
     assert response["Location"] == f"/p/alpha/pipelines/{pipeline.public_id}/"
     detail = client_for(team.viewer).get(response["Location"]).content.decode()
-    assert "chain · 1. sft" in detail and "not started" in detail
+    assert "chain · stage 1 (sft)" in detail and "not started" in detail
     bad = client.post("/p/alpha/pipelines/new/", {"document": "name: x\nstages: [\n"})
     assert bad.status_code == 400 and "YAML syntax error" in bad.content.decode()
     assert client_for(team.viewer).get("/p/alpha/pipelines/new/").status_code == 403
@@ -352,7 +367,7 @@ def test_the_export_stage_quantizes_the_last_model_and_the_page_shows_its_figure
         pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 1 and pipeline.result_run == first
-    assert "quantizing chain · 1. sft to int4" in pipeline.message
+    assert "quantizing chain · stage 1 (sft) to int4" in pipeline.message
     assert sent_tasks.calls[-1] == (pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1], "train")
     assert Run.objects.filter(pipeline=pipeline).count() == 1  # an export stage is not a run
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) == (first, {"quantize": "int4"})
@@ -513,8 +528,8 @@ def test_a_resumed_stage_takes_its_ended_pipeline_on_again(team, catalog, sent_t
     resumable.run_resume(run=first, user=team.owner)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING and pipeline.finished_at is None
-    assert pipeline.message == ("stage 1 (sft) resumed by alpha-owner: the pipeline goes on once \u2068chain · 1. "
-                                f"sft\u2069 ({first.public_id}) ends")
+    assert pipeline.message == ("stage 1 (sft) resumed by alpha-owner: the pipeline goes on once \u2068chain · stage 1 ("
+                                f"sft)\u2069 ({first.public_id}) ends")
     assert first.log_lines.filter(message=f"{pipeline.message} (pipeline \u2068chain\u2069)").exists()
     pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
     pipeline.refresh_from_db()
@@ -579,7 +594,7 @@ def test_an_export_stage_whose_run_was_resumed_as_it_began_follows_the_run(team,
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.RUNNING and pipeline.current_stage == 0 and pipeline.result_run is None
-    assert pipeline.message == (f"stage 2 (serve) waits: \u2068chain · 1. sft\u2069 ({first.public_id}) was resumed as "
+    assert pipeline.message == (f"stage 2 (serve) waits: \u2068chain · stage 1 (sft)\u2069 ({first.public_id}) was resumed as "
                                 "it began; the pipeline goes on once it ends")
     # Once the resumed run ends, its new weights are exported.
     with django_capture_on_commit_callbacks(execute=True):
@@ -597,8 +612,8 @@ def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, cata
     first = pipeline.runs.get()
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
     assert cancelled.status == PipelineStatus.CANCELLED and cancelled.finished_at is not None
-    assert cancelled.message == (f"cancelled by alpha-owner at stage 1 (\u2068sft\u2069); its run \u2068chain · 1. "
-                                 f"sft\u2069 ({first.public_id}) leaves the queue")
+    assert cancelled.message == (f"cancelled by alpha-owner at stage 1 (\u2068sft\u2069); its run \u2068chain · stage 1 ("
+                                 f"sft)\u2069 ({first.public_id}) leaves the queue")
     first.refresh_from_db()
     assert first.status == RunStatus.CANCELLED and first.error_message == "cancelled by alpha-owner before it started"
     pipeline.refresh_from_db()
@@ -619,8 +634,8 @@ def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team
     Run.objects.filter(pk=second.pk).update(status=RunStatus.RUNNING)
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
     assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068dpo-1\u2069); its run \u2068chain · "
-                                 f"2. dpo-1\u2069 ({second.public_id}) stops after its current step; the result stays "
-                                 f"\u2068chain · 1. sft\u2069 ({first.public_id})")
+                                 f"stage 2 (dpo-1)\u2069 ({second.public_id}) stops after its current step; the result stays "
+                                 f"\u2068chain · stage 1 (sft)\u2069 ({first.public_id})")
     second.refresh_from_db()
     assert second.status == RunStatus.RUNNING and second.cancel_requested
     # Even should the stage still succeed (its last step was under way), the pipeline stays cancelled.
@@ -638,7 +653,7 @@ def test_cancelling_a_pipeline_drops_an_export_not_started_and_waits_for_one_wri
         pipelines.pipeline_advance(run=finish(first, tmp_path=tmp_path))
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
     assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068serve\u2069); its export was not "
-                                 f"started; the result stays \u2068chain · 1. sft\u2069 ({first.public_id})")
+                                 f"started; the result stays \u2068chain · stage 1 (sft)\u2069 ({first.public_id})")
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None  # the worker drops its message
     assert Run.objects.get(pk=first.pk).status == RunStatus.SUCCEEDED  # the run it would have quantized is kept
 

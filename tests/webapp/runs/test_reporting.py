@@ -461,3 +461,14 @@ def test_a_page_loaded_mid_evaluation_says_it_is_evaluating(running_run, redis_s
     report(running_run, [record(2)])
     page = client.get(page_url).content.decode()
     assert '<span class="muted" id="progress-evaluating" hidden></span>' in page
+
+
+def test_the_run_page_of_an_active_run_renders_without_redis(running_run, settings, client):
+    """The run page asks Redis for the evaluation under way on every load of an active run's page; with Redis
+    away (nothing listens on its port) the page still renders, saying nothing of an evaluation."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    report(running_run, [record(1)])
+    client.force_login(running_run.created_by)
+    response = client.get(f"/p/{running_run.project.slug}/runs/{running_run.public_id}/")
+    assert response.status_code == 200
+    assert '<span class="muted" id="progress-evaluating" hidden></span>' in response.content.decode()

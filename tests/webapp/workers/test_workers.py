@@ -4,6 +4,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from tests.webapp.factories import make_base_model
+from webapp.chat.models import Conversation, Message, MessageStatus, Role
+from webapp.runs.models import Run, ServingCopy
 from webapp.workers import selectors
 from webapp.workers.models import Worker
 from webapp.workers.services import worker_heartbeat_record, worker_mark_stopped
@@ -18,7 +21,7 @@ def record(name="train@gpu1", **overrides):
         "pid": 4242,
         "queues": ["train"],
         "devices": {"platform": "gpu", "count": 8, "kinds": ["NVIDIA H200"], "memory_bytes": 150 * 2**30},
-        "current_jobs": ["worker.tasks.train.run ('run_abc',)"],
+        "current_jobs": ["worker.tasks.train.train_run [1, 1]"],
         "started_at": timezone.now(),
     }
     return worker_heartbeat_record(**{**fields, **overrides})
@@ -72,7 +75,7 @@ class TestWorkersPage:
         content = response.content.decode()
         assert "train@gpu1" in content and "8 × gpu" in content and "NVIDIA H200" in content
         assert "150.0\xa0GB per device" in content
-        assert "run_abc" in content
+        assert "training a run deleted since<br>" in content
         assert '<tr class="worker-stale">' in content and "probing" in content
 
     def test_it_lists_the_queues_a_worker_shares_not_its_own_direct_queue(self, team, client_for):
@@ -100,3 +103,50 @@ class TestWorkersPage:
     @pytest.mark.parametrize("method", ["post", "delete"])
     def test_it_rejects_writes(self, team, client_for, method):
         assert getattr(client_for(team.owner), method)(self.url).status_code == 405
+
+
+class TestWorkersPageJobs:
+    """The current job column names what a job works on as the other pages do, never by its database keys
+    (it showed "worker.tasks.train.train_run [12, 1]"), and only to members of the job's project."""
+
+    url = "/workers/"
+
+    def test_it_names_a_training_run_linked_to_its_page(self, team, client_for):
+        run = Run.objects.create(project=team.project, name="llama sft", task="sft", spec={}, resolved_spec={})
+        record(current_jobs=[f"worker.tasks.train.train_run [{run.pk}, 2]"])
+        content = client_for(team.viewer).get(self.url).content.decode()
+        assert f'training <a href="/p/alpha/runs/{run.public_id}/">llama sft</a> (attempt 2)<br>' in content
+        assert f"[{run.pk}, 2]" not in content and "worker.tasks" not in content
+
+    def test_it_names_nothing_of_a_project_the_viewer_is_not_in(self, team, client_for):
+        run = Run.objects.create(project=team.project, name="secret plan", task="sft", spec={}, resolved_spec={})
+        record(current_jobs=[f"worker.tasks.train.train_host [{run.pk}, 1, 0, 2, '10.0.0.1:4321']"])
+        content = client_for(team.outsider).get(self.url).content.decode()
+        assert "training a run of another project (host 1 of 2)<br>" in content
+        assert "secret plan" not in content and run.public_id not in content
+
+    def test_it_names_serving_copies_and_chat_answers(self, team, client_for):
+        base_model = make_base_model(team.project, name="tiny")
+        copy = ServingCopy.objects.create(project=team.project, base_model=base_model, scheme="int4")
+        conversation = Conversation.objects.create(project=team.project, user=team.owner, title="private title",
+                                                   model_ref=base_model.public_id, model_label="Base model: tiny")
+        answer = Message.objects.create(conversation=conversation, role=Role.ASSISTANT, status=MessageStatus.STREAMING)
+        request = {"id": answer.public_id, "message": answer.public_id, "model_key": "k" * 300, "model_path": "/m"}
+        # As the heartbeat lists them: "task.name argsrepr", cut at 200 characters.
+        record("serve@gpu1", queues=["serve"], current_jobs=[
+            f"worker.tasks.serve.make_serving_copy [{copy.pk}]", f"worker.tasks.serve.generate {[request]!r}"[:200]])
+        content = client_for(team.teammate).get(self.url).content.decode()
+        assert (f'writing the int4 serving copy of <a href="/p/alpha/models/{base_model.public_id}/">tiny</a><br>'
+                in content)
+        assert f"answering \u2068alpha-owner\u2069&#x27;s chat conversation {conversation.public_id}<br>" in content
+        assert "private title" not in content
+        content = client_for(team.outsider).get(self.url).content.decode()
+        assert "writing the int4 serving copy of a base model of another project<br>" in content
+        assert "answering a chat message of another project<br>" in content
+        assert "tiny" not in content and conversation.public_id not in content
+
+    def test_it_words_a_job_it_cannot_look_up(self, team, client_for):
+        record(current_jobs=["worker.tasks.train.train_run [99999, 1]", "worker.tasks.train.export_checkpoint [1, 2",
+                             "celery.chord_unlock []"])
+        content = client_for(team.viewer).get(self.url).content.decode()
+        assert "training a run deleted since<br>export checkpoint<br>chord unlock<br>" in content

@@ -60,6 +60,16 @@ def isolated(value) -> str:
 
 
 @register.filter
+def when(value: datetime | None) -> str:
+    """``2026-12-05 14:05 UTC``: a moment as the pages show one, in the site's time zone (``TIME_ZONE``) and
+    naming it, so that no table leaves a reader guessing whose clock it is; "" for None (``|default``)."""
+    if value is None:
+        return ""
+    local = timezone.localtime(value)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+
+
+@register.filter
 def time_ago(value: datetime, now: datetime | None = None) -> str:
     """'just now' under a minute (and for a clock a little ahead), else '5 minutes ago':
     Django's timesince counts in whole minutes and says '0 minutes' for a fresh heartbeat."""
