@@ -1,6 +1,7 @@
 """Dataset pages: access for owner/teammate/viewer/outsider, uploads and their limits, what a
 version page shows (escaped untrusted text, errors, statistics), download."""
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -648,3 +649,12 @@ def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded(
     for path in uploads:
         asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
     assert calls == uploads and sent == []
+
+
+def test_the_checked_date_shows_the_time_as_every_page_does(team, client_for):
+    """The version page's "Checked" read "2026-12-05 14:05:59 UTC" with a hand-typed zone, where every other page
+    shows a moment through the ``when`` filter: minutes, and the zone the site's clock names."""
+    version = make_version(team)
+    DatasetVersion.objects.filter(pk=version.pk).update(validated_at=datetime(2026, 12, 5, 14, 5, 59, tzinfo=UTC))
+    page = client_for(team.viewer).get(version_url(version)).content.decode()
+    assert "<dt>Checked</dt><dd>2026-12-05 14:05 UTC</dd>" in page
