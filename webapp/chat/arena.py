@@ -72,7 +72,7 @@ def battle_answer(conversation: Conversation) -> Message | None:
 @transaction.atomic
 def battle_vote(*, battle: Battle, outcome: str) -> Battle:
     """Record the user's vote (once, after both answers are done); returns the battle, names now shown."""
-    battle = Battle.objects.select_for_update().get(pk=battle.pk)
+    battle = Battle.objects.select_for_update(of=("self",)).get(pk=battle.pk)
     if outcome not in BattleOutcome.values:
         raise services.ChatError(f"vote {outcome!r} is not one of {', '.join(BattleOutcome.values)}")
     if battle.outcome:
@@ -204,7 +204,7 @@ def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
         raise ValidationError({"campaign": f"campaign {campaign.name} is {campaign.get_status_display().lower()}; "
                                            "send battles once it is ready"})
     # Lock the campaign first, so that two sends at once cannot both find a battle new.
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     sent = review_selectors.arena_battle_ids(campaign=campaign)
     pairs, already_sent, unusable = [], 0, 0
     for battle in battles:

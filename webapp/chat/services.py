@@ -174,7 +174,7 @@ def model_lock(*, project: Project, ref: str, label: str, doing: str, field: str
     project_lock(project=project, doing=doing)
     rows = (Run.objects.filter(public_id=ref.split(":", 1)[0]) if ref.startswith("run_")
             else BaseModel.objects.filter(public_id=ref))
-    if not rows.select_for_update(no_key=True).filter(project_id=project.pk).exists():
+    if not rows.select_for_update(no_key=True, of=("self",)).filter(project_id=project.pk).exists():
         raise ValidationError({field: f"the model {isolated(label)} was deleted {doing}; choose another model"})
 
 

@@ -103,7 +103,7 @@ def next_version_number(*, dataset: Dataset) -> int:
 def _take_version_number(dataset: Dataset) -> int:
     """The next version number of ``dataset``, taken under its row's lock so that two uploads at once get
     different ones."""
-    dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+    dataset = Dataset.objects.select_for_update(of=("self",)).get(pk=dataset.pk)
     number = next_version_number(dataset=dataset)
     Dataset.objects.filter(pk=dataset.pk).update(last_version_number=number)
     return number
@@ -341,7 +341,7 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
 def dataset_delete(*, dataset: Dataset) -> None:
     """Delete ``dataset`` with every version and, once committed, their files; refused as
     ``dataset_version_delete`` is while work still reads one of them. Its name is free again."""
-    dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+    dataset = Dataset.objects.select_for_update(of=("self",)).get(pk=dataset.pk)
     versions = list(DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset")
                     .filter(dataset=dataset))
     if problems := version_readers(versions=versions):

@@ -83,7 +83,7 @@ def _ensure_another_owner(membership: Membership) -> None:
     # two owners demoting each other at once each lock the other's row and then wait for their own (on
     # PostgreSQL a deadlock: a server error); now the second waits for the first, then finds its change made.
     owners = (
-        Membership.objects.select_for_update()
+        Membership.objects.select_for_update(of=("self",))
         .filter(project_id=membership.project_id, role=Role.OWNER)
         .order_by("pk")
         .values_list("pk", flat=True)
@@ -151,7 +151,7 @@ def project_lock(*, project: Project, doing: str) -> Project:
     deletion then sees the work and is refused, or the work is. Lock the project before the rows of what is
     in it, as the deletion does, so that neither waits on the other in turn. ``FOR NO KEY UPDATE``: a
     deletion waits for it, the foreign-key checks of rows saved in the project meanwhile do not."""
-    locked = Project.objects.select_for_update(no_key=True).filter(pk=project.pk).first()
+    locked = Project.objects.select_for_update(no_key=True, of=("self",)).filter(pk=project.pk).first()
     if locked is None:
         raise ValidationError({"__all__": f"project {isolated(project.name)} was deleted {doing}"})
     return locked
@@ -173,7 +173,7 @@ def project_delete(*, project: Project, confirmation: str) -> None:
 
     _check_confirmation(project, confirmation)
     # Locked before the check, as the work it looks for locks it (``project_lock``) before it is added.
-    project = Project.objects.select_for_update().get(pk=project.pk)
+    project = Project.objects.select_for_update(of=("self",)).get(pk=project.pk)
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})
     version_files = [path for version in DatasetVersion.objects.filter(dataset__project=project)

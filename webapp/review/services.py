@@ -300,7 +300,8 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
     if attempt is None:
         attempt = campaign.load_attempt
     with transaction.atomic():
-        last_claim = _current_load(campaign_id, attempt).select_for_update().values_list("load_claim", flat=True).first()
+        last_claim = (_current_load(campaign_id, attempt).select_for_update(of=("self",))
+                      .values_list("load_claim", flat=True).first())
         if last_claim is None:
             return campaign
         # This delivery claims the load: one that started earlier (the same message delivered twice)
@@ -319,7 +320,7 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         pairs = _version_pairs(campaign.source_version, read=read)
         while batch := list(itertools.islice(pairs, ITEM_BATCH)):
             with transaction.atomic():
-                if not mine.select_for_update().exists():
+                if not mine.select_for_update(of=("self",)).exists():
                     logger.info("review campaign %s: load %s (delivery %s) stops, a later one started",
                                 campaign.public_id, attempt, claim)
                     return Campaign.objects.get(pk=campaign_id)
@@ -368,7 +369,7 @@ def campaign_update(*, campaign: Campaign, guidelines: str, required_reviews: in
     _check_required(required_reviews)
     checked_text(guidelines, field="guidelines", max_length=LONG_TEXT_MAX_CHARS)
     reviewers = _check_reviewers(campaign.project, reviewers)
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     previous_required = campaign.required_reviews
     campaign.guidelines = guidelines
     campaign.required_reviews = required_reviews
@@ -438,7 +439,7 @@ def _check_pair(pair: Pair, index: int) -> None:
 def items_add(*, campaign: Campaign, pairs: Iterable[Pair]) -> int:
     """Append ``pairs`` to ``campaign`` as pending items (in batches; ``pairs`` may be a generator over
     a large file). Returns how many were added."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     sequence = campaign.next_sequence
     added = 0
     batch: list[Item] = []
@@ -1098,7 +1099,7 @@ def export_settle(*, version_id: int) -> None:
     version = DatasetVersion.objects.select_related("dataset").filter(pk=version_id).first()
     if version is None or not version.is_settled:
         return
-    waiting = Export.objects.select_for_update().filter(version=version, status=ExportStatus.VALIDATING)
+    waiting = Export.objects.select_for_update(of=("self",)).filter(version=version, status=ExportStatus.VALIDATING)
     if version.status == VersionStatus.READY:
         waiting.update(status=ExportStatus.DONE)
     else:

@@ -336,7 +336,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
         return None
     # The run first, as run_resume locks it: a resume at this instant either commits first (the run is queued
     # again, and the pipeline waits for it) or finds the pipeline moved on (and refuses while its export stage runs).
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     pipeline = (Pipeline.objects.select_for_update(of=("self",)).select_related("project", "result_run")
                 .get(pk=run.pipeline_id))
     # An ended pipeline is taken on again only by a resume of its stage (pipeline_follow_resume).
@@ -434,7 +434,7 @@ def pipeline_cancel(*, pipeline: Pipeline, user: AbstractBaseUser | None) -> Pip
 def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) -> Pipeline:
     seen = Pipeline.objects.get(pk=pipeline_pk)
     run_pk = _stage_run_pk(seen) if seen.status == PipelineStatus.RUNNING else None
-    run = Run.objects.select_for_update().filter(pk=run_pk).first() if run_pk else None
+    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_pk).first() if run_pk else None
     pipeline = (Pipeline.objects.select_for_update(of=("self",)).select_related("result_run")
                 .get(pk=pipeline_pk))
     if pipeline.status != PipelineStatus.RUNNING:
@@ -507,7 +507,7 @@ def _lock_result_run(pipeline_pk: int) -> Run | None:
     """Lock the run the pipeline's export stage quantizes before the pipeline itself: rows are locked run first,
     pipeline second everywhere (``run_resume``, ``run_cancel``, ``pipeline_advance``), so no two wait on each other."""
     result_run_pk = Pipeline.objects.filter(pk=pipeline_pk).values_list("result_run", flat=True).first()
-    return Run.objects.select_for_update().filter(pk=result_run_pk).first() if result_run_pk else None
+    return Run.objects.select_for_update(of=("self",)).filter(pk=result_run_pk).first() if result_run_pk else None
 
 
 def _follow_resumed_result(pipeline: Pipeline, run: Run) -> None:

@@ -142,7 +142,7 @@ def run_place(*, run: Run, now: datetime | None = None) -> bool:
     (see the module notes); returns whether it was placed now. A run already placed, or no longer
     queued, is left alone; one that waited too long is failed with the reason it waited."""
     now = now or timezone.now()
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if run.status != RunStatus.QUEUED or run.hosts <= 1 or run.placement.get("attempt") == run.attempt:
         return False
     pool = run_pool(run)
@@ -241,7 +241,7 @@ def runs_replace_unstarted(*, now: datetime | None = None) -> list[Run]:
 
 @transaction.atomic
 def _replace_unstarted(run: Run, now: datetime) -> bool:
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if run.status not in ACTIVE_STATUSES or not _start_overdue(run, now):
         return False  # started, cancelled or re-placed meanwhile
     reason = (f"{named_hosts(run, unstarted_hosts(run))} did not start within "

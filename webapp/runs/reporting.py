@@ -681,7 +681,7 @@ def host_start(*, run_pk: int, attempt: int, process_id: int, worker_name: str) 
     again, ``webapp.runs.placement``); process 0 also claims the run as ``run_start`` does (its
     reporter is the run's). None, with the reason logged, when the message is stale: the attempt is
     not the run's placed, active one any more, or this process of it already started."""
-    run = Run.objects.select_for_update().filter(pk=run_pk).first()
+    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_pk).first()
     stale = _stale_host_message(run, attempt=attempt, process_id=process_id)
     if stale is None and process_id == 0 and run_start(run_pk=run_pk, attempt=attempt, worker_name=worker_name) is None:
         stale = f"run is {run.status}, not queued"
@@ -716,7 +716,7 @@ def run_fail_hosts_lost(*, run: Run, lost: list[int]) -> Run | None:
     process to notice records it, later verdicts on the same attempt change nothing."""
     from webapp.runs.placement import lost_host_message
 
-    current = Run.objects.select_for_update().filter(
+    current = Run.objects.select_for_update(of=("self",)).filter(
         pk=run.pk, attempt=run.attempt, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
     if current is None:
         return None
@@ -733,7 +733,8 @@ def run_fail_hosts_lost(*, run: Run, lost: list[int]) -> Run | None:
 
 def _current_attempt(run: Run) -> Run | None:
     """The run's row, locked, if ``run``'s attempt is still the running one."""
-    current = Run.objects.select_for_update().filter(pk=run.pk, attempt=run.attempt, status=RunStatus.RUNNING).first()
+    current = Run.objects.select_for_update(of=("self",)).filter(
+        pk=run.pk, attempt=run.attempt, status=RunStatus.RUNNING).first()
     if current is None:
         logger.warning("run %s: attempt %s was superseded; its outcome is not recorded", run.public_id, run.attempt)
     return current

@@ -637,13 +637,15 @@ def _lock_what_it_reads(*, project: Project, plan: RunPlan) -> None:
     project_lock(project=project, doing="as the run was being launched")
     missing: dict[str, list[str]] = {}
     versions = {version.pk: version for version in plan.dataset_versions}
-    present = set(DatasetVersion.objects.select_for_update().filter(pk__in=versions).values_list("pk", flat=True))
+    present = set(DatasetVersion.objects.select_for_update(of=("self",)).filter(pk__in=versions)
+                  .values_list("pk", flat=True))
     data = plan.spec.get("data") or {}
     for pk in versions.keys() - present:
         version = versions[pk]
         key = next((f"data.{use}" for use in ("train", "eval") if data.get(use) == version.public_id), "data")
         missing.setdefault(key, []).append(f"{version} was deleted as the run was being launched; choose another")
-    if plan.base_model is not None and not BaseModel.objects.select_for_update().filter(pk=plan.base_model.pk).exists():
+    if plan.base_model is not None and not BaseModel.objects.select_for_update(of=("self",)).filter(
+            pk=plan.base_model.pk).exists():
         missing.setdefault("model", []).append(f"base model {plan.base_model.name} was unregistered as the run was "
                                                "being launched; choose another")
     runs = {reference: key for key, reference in reward_references(plan.spec)}
@@ -800,7 +802,7 @@ def _set_cancel_flag(public_id: str) -> None:
 def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Cancel a queued run at once, or ask a running one to stop after its current step (it saves a
     checkpoint first, so it can be resumed)."""
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     who = user.get_username() if user else "the system"
     external = run.task == EXTERNAL_TASK and run.status == RunStatus.RUNNING
     if run.status == RunStatus.QUEUED or external:
@@ -918,7 +920,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     """Queue a cancelled, failed (or, with more ``max_steps``, succeeded) run again on its own run
     directory: the engine continues from its last checkpoint and the metric history continues."""
     project_lock(project=run.project, doing="as the run was being resumed")
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
@@ -987,7 +989,7 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
     (a Hugging Face model, like the final export); other runs can then start from ``run_…@<step>``.
     The train queue does it: loading the model needs the engine and the accelerator. The run's row is
     locked and read again: a resume (which rotates checkpoints out) and an export never overlap."""
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
         raise ValidationError({"step": f"run {run.public_id} is {run.status}; export checkpoints of finished runs"})
     available = checkpoint_steps(run)
@@ -996,7 +998,7 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
                                        f"{', '.join(map(str, available)) or 'none'}"})
     if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
-    export, created = CheckpointExport.objects.select_for_update().get_or_create(
+    export, created = CheckpointExport.objects.select_for_update(of=("self",)).get_or_create(
         run=run, step=step, defaults={"requested_by": user if user and user.is_authenticated else None})
     if not created:
         if export.status == CheckpointExportStatus.EXPORTING:
@@ -1037,7 +1039,7 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
         checkpoint_exported(run=run, step=step, export_dir=export_dir)
     else:
         checkpoint_export_failed(run=run, step=step, reason=failure)
-    export, _ = CheckpointExport.objects.select_for_update().get_or_create(run=run, step=step)
+    export, _ = CheckpointExport.objects.select_for_update(of=("self",)).get_or_create(run=run, step=step)
     export.status = CheckpointExportStatus.EXPORTED if failure is None else CheckpointExportStatus.FAILED
     export.error_message = (failure or "")[:4000]
     export.save(update_fields=["status", "error_message", "updated_at"])
@@ -1073,7 +1075,7 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
             continue
         with transaction.atomic():
             # Not if it ended, or was asked for again, since it was read.
-            if not CheckpointExport.objects.select_for_update().filter(
+            if not CheckpointExport.objects.select_for_update(of=("self",)).filter(
                     pk=export.pk, status=CheckpointExportStatus.EXPORTING, updated_at=export.updated_at).exists():
                 continue
             silent = int((now - export.updated_at).total_seconds())
@@ -1145,7 +1147,7 @@ def run_update_details(*, run: Run, name: str | None = None, tags: str | list[st
     left as it is now (a tab opened before a teammate's edit, changing only the tags, wiped their
     notes); a field changed here that someone else changed meanwhile is refused, naming it, so that
     nobody's text is replaced unseen. Sent again, the form carries what it now shows, and replaces it."""
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     given = {"name": name, "tags": tags, "notes": notes}
     if seen:
         now = shown_details(run)
@@ -1181,7 +1183,7 @@ def run_set_archived(*, runs: list[Run], archived: bool) -> int:
     running run is refused (``ValidationError`` on ``runs``), and then none is archived: hidden under "archived",
     it would go on holding a train worker out of sight of the table; cancel it first (a resume brings an
     archived run back to the table, as it trains again)."""
-    chosen = Run.objects.select_for_update().filter(pk__in=[run.pk for run in runs])
+    chosen = Run.objects.select_for_update(of=("self",)).filter(pk__in=[run.pk for run in runs])
     if archived:
         active = list(chosen.filter(status__in=ACTIVE_STATUSES).order_by("created_at"))
         if len(active) == 1:
@@ -1472,7 +1474,7 @@ def metrics_log(*, run: Run, points: list[dict[str, Any]]) -> MetricsLogged:
     for index, point in enumerate(points):
         for name in point["metrics"]:
             _check_metric_name(name, field=f"points.{index}.metrics")
-    run = Run.objects.select_for_update().get(pk=run.pk)
+    run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     now = timezone.now().timestamp()
     rows, payload, skipped = [], [], []
     summary, not_finite_latest = dict(run.final_metrics or {}), dict(run.not_finite_metrics or {})

@@ -406,7 +406,7 @@ def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:
 def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
     exception the engine raised (shown with its type), or a reason already in words."""
-    copy = ServingCopy.objects.select_for_update().get(pk=copy_pk)
+    copy = ServingCopy.objects.select_for_update(of=("self",)).get(pk=copy_pk)
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     copy.error_message = "" if error is None else reason[:4000]
