@@ -477,3 +477,28 @@ def test_the_deleted_models_watcher_logs_a_redis_outage_once_and_its_end(redis_s
     assert [level for level, _ in messages] == ["WARNING", "INFO"], messages
     assert messages[0][1].startswith("the models deleted could not be read from Redis: ")
     assert "logged once until it is back" in messages[0][1]
+
+
+@pytest.mark.parametrize("step, source", [(3, "export-step-3"), (None, "export")])
+def test_a_serving_copy_of_a_runs_export_deleted_since_it_was_asked_for_fails_saying_what_to_do(
+        db, tmp_path, settings, step, source):
+    """QA: a checkpoint's (or the final model's) export deleted outside Temper after its copy was asked for: the
+    task failed with the engine's bare "TokenizerError: …: no such directory"."""
+    from tests.webapp.factories import make_team
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus, ServingCopy, ServingCopyStatus
+
+    settings.DATA_ROOT = tmp_path
+    team = make_team()
+    output_dir = tmp_path / "runs" / "finished"
+    run = Run.objects.create(project=team.project, name="finished", task="sft", spec={}, status=RunStatus.SUCCEEDED,
+                             resolved_spec={"output_dir": str(output_dir)})
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=3, path=str(output_dir / "export-step-3"))
+    copy = ServingCopy.objects.create(project=team.project, run=run, step=step)
+    outcome = serve.make_serving_copy(copy.pk)
+    copy.refresh_from_db()
+    what = "final model" if step is None else "checkpoint 3"
+    assert copy.status == ServingCopyStatus.FAILED and copy.error_message == (
+        f"the export of {what} of run {run.public_id} is missing: {output_dir / source} is not there any more (moved "
+        "or deleted outside Temper); put the export back at that path, or make the copy of another exported "
+        "checkpoint of the run")
+    assert outcome["error"] == copy.error_message

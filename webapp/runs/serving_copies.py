@@ -225,6 +225,26 @@ def missing_model_files(base_model: BaseModel) -> str | None:
             "model where it is now")
 
 
+def missing_export_files(*, run: Run, step: int | None, directory: Path) -> str | None:
+    """Why a copy of a run's exported model (its final ``export/``, or checkpoint ``step``'s export) cannot be made
+    when ``directory`` is gone (moved or deleted outside Temper), naming the path and what to do; None while it is
+    there. A checkpoint is exported once (``checkpoint_export_request`` refuses one already exported), so putting the
+    files back, or serving another export, is what is left to the person."""
+    if directory.is_dir():
+        return None
+    what = "final model" if step is None else f"checkpoint {step}"
+    return (f"the export of {what} of run {run.public_id} is missing: {directory} is not there any more (moved or "
+            "deleted outside Temper); put the export back at that path, or make the copy of another exported "
+            "checkpoint of the run")
+
+
+def missing_source_files(copy: ServingCopy) -> str | None:
+    """``missing_model_files`` or ``missing_export_files`` for the model ``copy`` is made from."""
+    if copy.base_model_id is not None:
+        return missing_model_files(copy.base_model)
+    return missing_export_files(run=copy.run, step=copy.step, directory=source_dir(copy))
+
+
 def _eval_version_checked(project: Project, eval_version: DatasetVersion | None) -> DatasetVersion | None:
     if eval_version is None:
         return None
@@ -277,7 +297,9 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
     elif run is not None:
         if run.project_id != project.pk or step is None:
             raise ValidationError({"step": "choose an exported checkpoint of a run of this project"})
-        _checkpoint_artifact(run, step)
+        artifact = _checkpoint_artifact(run, step)
+        if missing := missing_export_files(run=run, step=step, directory=Path(artifact.path)):
+            raise ValidationError({"step": missing})
         source = {"run": run, "step": step}
         eval_version = None  # the run's own eval set scores it
     else:

@@ -455,7 +455,7 @@ def make_serving_copy(copy_pk: int) -> dict:
         return {"dropped": copy_pk}
     # Its directory may have gone since the copy was asked for: said in words, not as the engine's bare
     # "TokenizerError: …: no such directory".
-    if copy.base_model_id is not None and (missing := serving_copies.missing_model_files(copy.base_model)):
+    if missing := serving_copies.missing_source_files(copy):
         logger.warning("serving copy %s failed: %s", copy_pk, missing)
         serving_copies.serving_copy_finish(copy_pk=copy_pk, error=missing)
         return {"error": missing}

@@ -524,3 +524,18 @@ def test_a_copys_description_is_read_once_until_the_copy_is_made_again(team, cat
     assert served().quantization == "int4" and len(reads) == 3
     (copy_dir / "quantization.json").unlink()
     assert served().quantization == "" and served().path == catalog.base_model.path
+
+
+def test_a_checkpoint_whose_export_was_deleted_gets_no_copy_and_the_page_says_what_to_do(
+        team, client_for, checkpoint_run, sent_tasks):
+    """QA: a checkpoint's export directory deleted behind Temper's back: asking for its serving copy queued a task
+    that failed with the engine's bare "no such directory". The request is refused, naming the path and what to do,
+    as for a base model whose directory is gone."""
+    export = checkpoint_run.output_dir / "export-step-3"
+    export.rmdir()
+    page = client_for(team.teammate).post(copy_url(checkpoint_run), {"step": "3", "scheme": "int8"},
+                                          follow=True).content.decode()
+    assert (f"the export of checkpoint 3 of run {checkpoint_run.public_id} is missing: {export} is not there any more "
+            "(moved or deleted outside Temper); put the export back at that path, or make the copy of another "
+            "exported checkpoint of the run") in html.unescape(page)
+    assert not ServingCopy.objects.exists() and not copy_tasks(sent_tasks)
