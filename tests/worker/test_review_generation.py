@@ -123,3 +123,35 @@ def test_a_model_is_not_deleted_while_a_cancelled_generation_still_answers_with_
     assert campaign.status == CampaignStatus.CANCELLED and not campaign.generation_running
     basemodel_unregister(base_model=model_a)  # the worker has stopped
     assert not BaseModel.objects.filter(pk=model_a.pk).exists()
+
+
+@pytest.mark.parametrize("cancelled_first", [False, True])
+def test_a_campaign_deleted_while_its_generation_answers_holds_its_models_until_the_worker_stops(
+        campaign_for, monkeypatch, cancelled_first):
+    """QA: the campaign page's "Stop and delete" (or Delete once cancelled) removed the campaign at once, while the
+    serve worker was still answering the slice of prompts under way: with it went the record that held its models
+    (``generation_readers``), so either could be unregistered under the worker. The campaign is kept, cancelled and
+    marked, until the worker stops, which then deletes it."""
+    campaign = campaign_for(max_new_tokens=4, temperature=0.0)
+    model_a = BaseModel.objects.get(public_id=campaign.generation["model_a"]["ref"])
+    seen = []
+    record = services.generation_progress
+
+    def delete_while_the_slice_is_answered(**kwargs):
+        if cancelled_first:
+            services.generation_cancel(campaign=campaign, user=campaign.created_by)
+        assert services.campaign_delete(campaign=campaign, stop_generation=True) is False, "deleted under the worker"
+        kept = Campaign.objects.get(pk=campaign.pk)
+        with pytest.raises(ValidationError) as refused:
+            basemodel_unregister(base_model=model_a)
+        seen.append((kept.status, kept.delete_when_stopped, refused.value.messages))
+        return record(**kwargs)
+
+    monkeypatch.setattr(services, "generation_progress", delete_while_the_slice_is_answered)
+    review.generate_campaign_answers(campaign.pk)
+    assert seen == [(CampaignStatus.CANCELLED, True, [
+        f"review campaign {isolated(campaign.name)} was cancelled, but the serve worker is still answering the "
+        "prompts under way with it; try again in a moment, once it has stopped"])]
+    assert not Campaign.objects.filter(pk=campaign.pk).exists(), "the worker deletes it as it stops"
+    basemodel_unregister(base_model=model_a)
+    assert not BaseModel.objects.filter(pk=model_a.pk).exists()

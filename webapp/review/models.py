@@ -71,6 +71,10 @@ class Campaign(models.Model):
     # ``generation_end``): a cancel ends the campaign at once, but the worker stops only after the slice of
     # prompts under way, and its models may not be deleted until then (``selectors.generation_readers``).
     generation_running = models.BooleanField(default=False)
+    # Deleted by an owner while the serve worker was answering its prompts (``services.campaign_delete``): kept,
+    # cancelled, as the record that holds its models (``selectors.generation_readers``) until the worker stops
+    # and deletes it (``services.generation_end``).
+    delete_when_stopped = models.BooleanField(default=False)
     # When the generation was last asked for or last reported answers: while answers keep coming, a
     # worker holds its message and the page need not ask Redis whether it is still queued.
     generation_progress_at = models.DateTimeField(null=True, blank=True)

@@ -623,9 +623,20 @@ def generation_begin(*, campaign_id: int) -> Campaign | None:
     return Campaign.objects.filter(pk=campaign_id).first()
 
 
+@transaction.atomic
 def generation_end(*, campaign_id: int) -> None:
-    """The serve worker no longer answers the campaign (it finished, failed or stopped): its models may go."""
-    Campaign.objects.filter(pk=campaign_id).update(generation_running=False)
+    """The serve worker no longer answers the campaign (it finished, failed or stopped): its models may go, and a
+    campaign deleted meanwhile (``campaign_delete``, which kept it until now) goes. Under the campaign's row lock,
+    as the deletion decides under it whether the worker is still answering."""
+    campaign = Campaign.objects.select_for_update(of=("self",)).filter(pk=campaign_id).first()
+    if campaign is None:
+        return
+    if campaign.delete_when_stopped:
+        campaign.delete()
+        logger.info("review campaign %s deleted, its serve worker having stopped", campaign)
+        return
+    campaign.generation_running = False
+    campaign.save(update_fields=["generation_running"])
 
 
 def generation_progress(*, campaign_id: int, answers: int) -> bool:
@@ -717,18 +728,35 @@ def generation_fail(*, campaign_id: int, reason: str) -> None:
 
 
 @transaction.atomic
-def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> None:
+def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> bool:
     """Delete ``campaign`` with its items, reviews, leases, reviewer rows and export records. The dataset
     versions it exported stay: they are datasets now, trained on like any other. Refused
     (``ValidationError`` on ``delete``) while a worker still makes its items or writes an export
     (``selectors.campaign_readers``); with ``stop_generation`` (the page's Delete said so) a generation under
-    way is no reason: the serve worker finds the campaign gone after its current slice and stops, as for a
-    cancel (``generation_progress``)."""
+    way is no reason: it is cancelled, and the serve worker stops after its current slice
+    (``generation_progress``). Returns whether the campaign is gone now: while the serve worker is answering its
+    prompts (``generation_running``; generating, or cancelled and still held, as ``selectors.stopping_generations``
+    counts it) it is kept, cancelled and ``delete_when_stopped``, and the worker deletes it as it stops
+    (``generation_end``)."""
     campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     if problems := selectors.campaign_readers(campaign=campaign, stopping_generation=stop_generation):
         raise ValidationError({"delete": problems})
+    # Deleted at once, the campaign took with it the only record that its models were still being answered with
+    # (``selectors.generation_readers``): either could be deleted under the worker. Refusing ("cancel, wait, then
+    # delete") would hold the owner, who chose Stop and delete, to a second visit for what they asked in one; so
+    # the campaign is stopped now and goes by itself a moment later, its page saying so meanwhile.
+    if campaign.generation_running and (campaign.status == CampaignStatus.GENERATING
+                                        or generation_seems_queued(campaign=campaign) is not False):
+        campaign.status = CampaignStatus.CANCELLED
+        campaign.delete_when_stopped = True
+        campaign.load_error = ("it is being deleted: it goes once the serve worker has answered the prompts under "
+                               "way, in a moment")
+        campaign.save(update_fields=["status", "delete_when_stopped", "load_error"])
+        logger.info("review campaign %s: deleted once its serve worker stops", campaign.public_id)
+        return False
     campaign.delete()
     logger.info("review campaign %s deleted", campaign)
+    return True
 
 
 # --- The queue and reviews ------------------------------------------------------------------------------

@@ -304,6 +304,31 @@ def test_deleting_a_generating_campaign_stops_its_generation(team, client_for, m
                                       answers_b=["b"]) is None
 
 
+def test_stop_and_delete_while_the_serve_worker_answers_deletes_the_campaign_once_it_stops(
+        team, client_for, models, prompts_version, django_capture_on_commit_callbacks):
+    """QA: "Stop and delete" removed the campaign at once while the serve worker was still answering its prompts,
+    and with it the record that held its models: either could then be deleted under the worker. The campaign is
+    kept, cancelled, its page saying it is being deleted, until the worker stops and deletes it."""
+    campaign = generate(team, models, prompts_version)
+    assert services.generation_begin(campaign_id=campaign.pk) is not None  # a serve worker takes it up
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    delete = reverse("review:delete", args=[team.project.slug, campaign.public_id])
+    owner = client_for(team.owner)
+    page = owner.get(detail).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner.post(delete, {"submission_token": form_token(page, after=delete)}, follow=True)
+    assert (f"Stopping the generation of {isolated('falcon vs heron')}: the serve worker stops after the prompts it "
+            "is answering now, and the campaign is then deleted by itself, in a moment.") in response.content.decode()
+    kept = Campaign.objects.get(pk=campaign.pk)
+    assert kept.status == CampaignStatus.CANCELLED and kept.delete_when_stopped
+    assert services.generation_progress(campaign_id=campaign.pk, answers=2) is False  # the worker's cue to stop
+    page = owner.get(detail).content.decode()
+    assert ("<h2>Being deleted</h2><p>The generation was stopped and it is being deleted: it goes once the serve "
+            "worker has answered the prompts under way, in a moment.</p>") in page
+    services.generation_end(campaign_id=campaign.pk)
+    assert not Campaign.objects.filter(pk=campaign.pk).exists()
+
+
 def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_version):
     from webapp.runs.models import Artifact, Run, RunStatus
 
