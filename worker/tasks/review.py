@@ -2,9 +2,12 @@
 models' answers, generation with the ``serve`` worker's loaded models (``serve`` queue)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 
 from webapp.celery import app
@@ -88,7 +91,9 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     Prompts go in slices of the server's batch size and each slice is awaited before the next is
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
     campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
-    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models)."""
+    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models).
+    Each answer has ``TEMPER_SERVE_TIMEOUT_SECONDS`` from its slice's submission, as a chat answer has; one cut
+    by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
     from jaxengine.data.pipeline import DataError, encode_prompt
     from jaxengine.sampler import PromptError, SamplingParams
     from jaxengine.serving import ServeRequest
@@ -96,6 +101,9 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     from worker.tasks.serve import server_for
 
     server, tokenizer = server_for(model["cache_key"], model["path"])
+    # Each answer gets the time a chat answer gets, counted from its slice's submission: without a deadline one
+    # slice could hold the serve worker (and the chats waiting behind it) for as long as it took.
+    timeout = django_settings.TEMPER_SERVE_TIMEOUT_SECONDS
     requests = []
     for index, prompt in enumerate(prompts):
         try:
@@ -109,8 +117,17 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
         requests.append(request)
     answers: list[str] = []
     for start in range(0, len(requests), server.max_batch):
-        futures = [server.submit(request) for request in requests[start:start + server.max_batch]]
-        answers += [future.result().text for future in futures]
+        deadline = time.monotonic() + timeout
+        futures = [server.submit(dataclasses.replace(request, deadline=deadline))
+                   for request in requests[start:start + server.max_batch]]
+        results = [future.result() for future in futures]
+        for prompt, result in zip(prompts[start:start + server.max_batch], results):
+            if result.finish_reason == "timeout":  # a cut answer would be reviewed as if it were whole
+                raise GenerationError(
+                    f"{model['label']} took longer than {timeout} s (TEMPER_SERVE_TIMEOUT_SECONDS) to answer row "
+                    f"{prompt.row} of the prompts, and its answer was cut; allow fewer new tokens, choose fewer "
+                    "prompts or a smaller model, or give the serve worker a larger TEMPER_SERVE_TIMEOUT_SECONDS")
+        answers += [result.text for result in results]
         if not on_progress(len(answers)):
             raise GenerationStopped
     return answers
