@@ -182,6 +182,10 @@ TEMPER_COORDINATOR_PORT = env_int("TEMPER_COORDINATOR_PORT", 0)
 # and the default time limit of one generation.
 TEMPER_SERVE_MEMORY_BYTES = env_int("TEMPER_SERVE_MEMORY_BYTES", 8 * 1024**3)
 TEMPER_SERVE_TIMEOUT_SECONDS = env_int("TEMPER_SERVE_TIMEOUT_SECONDS", 30)
+# The time limit of one review campaign answer (worker.tasks.review.model_answers), counted from its slice's
+# submission: longer than a chat answer's, as a campaign may ask for up to 4096 new tokens a prompt and nobody
+# reads them as they come, yet bounded, so that one slice cannot hold the serve worker for ever.
+TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS = env_int("TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS", 600)
 # A model the serve worker loads compiles a lone conversation's programs in its idle time
 # (jaxengine.serving.BatchingServer.warm), so a first answer does not stall at each compile.
 TEMPER_SERVE_WARMUP = env_bool("TEMPER_SERVE_WARMUP", True)

@@ -161,17 +161,17 @@ def test_a_campaign_deleted_while_its_generation_answers_holds_its_models_until_
 
 def test_an_answer_past_its_deadline_fails_the_campaign_saying_what_to_do(campaign_for, settings, client):
     """QA: a generation's requests to the serve worker had no deadline, so one slice of prompts could hold it
-    (and the chats behind it) unboundedly. Each answer now has TEMPER_SERVE_TIMEOUT_SECONDS, as a chat answer
-    has; a cut one fails the campaign, its page naming the model, the row and what to do."""
+    (and the chats behind it) unboundedly. Each answer now has TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS; a cut one
+    fails the campaign, its page naming the model, the row and what to do."""
     # 0: the deadline has passed when the server first looks at the request (it reads its clock after taking
     # it), so the timeout is certain without a test bound to how fast this machine decodes.
-    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 0
+    settings.TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS = 0
     campaign = campaign_for(max_new_tokens=4, temperature=0.0)
     review.generate_campaign_answers(campaign.pk)
     campaign.refresh_from_db()
-    reason = ("tiny-0 took longer than 0 s (TEMPER_SERVE_TIMEOUT_SECONDS) to answer row 1 of the prompts, and its "
-              "answer was cut; allow fewer new tokens, choose fewer prompts or a smaller model, or give the serve "
-              "worker a larger TEMPER_SERVE_TIMEOUT_SECONDS")
+    reason = ("tiny-0 took longer than 0 s (TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS) to answer row 1 of the prompts, "
+              "and its answer was cut; allow fewer new tokens, choose fewer prompts or a smaller model, or give the "
+              "serve worker a larger TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS")
     assert campaign.status == CampaignStatus.FAILED and not campaign.items.exists()
     assert campaign.load_error.endswith(reason), campaign.load_error
     client.force_login(campaign.created_by)

@@ -92,7 +92,7 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
     campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
     (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models).
-    Each answer has ``TEMPER_SERVE_TIMEOUT_SECONDS`` from its slice's submission, as a chat answer has; one cut
+    Each answer has ``TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS`` from its slice's submission; one cut
     by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
     from jaxengine.data.pipeline import DataError, encode_prompt
     from jaxengine.sampler import PromptError, SamplingParams
@@ -101,9 +101,9 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     from worker.tasks.serve import server_for
 
     server, tokenizer = server_for(model["cache_key"], model["path"])
-    # Each answer gets the time a chat answer gets, counted from its slice's submission: without a deadline one
-    # slice could hold the serve worker (and the chats waiting behind it) for as long as it took.
-    timeout = django_settings.TEMPER_SERVE_TIMEOUT_SECONDS
+    # Without a deadline one slice could hold the serve worker (and the chats waiting behind it) for as long as it
+    # took; a chat answer's (TEMPER_SERVE_TIMEOUT_SECONDS) would be too short for a campaign's longest answers.
+    timeout = django_settings.TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS
     requests = []
     for index, prompt in enumerate(prompts):
         try:
@@ -124,9 +124,10 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
         for prompt, result in zip(prompts[start:start + server.max_batch], results):
             if result.finish_reason == "timeout":  # a cut answer would be reviewed as if it were whole
                 raise GenerationError(
-                    f"{model['label']} took longer than {timeout} s (TEMPER_SERVE_TIMEOUT_SECONDS) to answer row "
-                    f"{prompt.row} of the prompts, and its answer was cut; allow fewer new tokens, choose fewer "
-                    "prompts or a smaller model, or give the serve worker a larger TEMPER_SERVE_TIMEOUT_SECONDS")
+                    f"{model['label']} took longer than {timeout} s (TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS) to "
+                    f"answer row {prompt.row} of the prompts, and its answer was cut; allow fewer new tokens, choose "
+                    "fewer prompts or a smaller model, or give the serve worker a larger "
+                    "TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS")
         answers += [result.text for result in results]
         if not on_progress(len(answers)):
             raise GenerationStopped
