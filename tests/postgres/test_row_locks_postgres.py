@@ -59,7 +59,7 @@ assert_own_rows_only(
     "runs_run", "runs_servingcopy")
 assert copies[0][1] and ServingCopy.objects.filter(run=run, step=None).exists(), copies
 
-base_model = make_base_model(project)
+base_model = make_base_model(project, path=tempfile.mkdtemp())  # there: a model whose files are gone gets no copy
 assert_own_rows_only(
     row_locks(lambda: serving_copies.serving_copy_request(project=project, user=owner, base_model=base_model)),
     "runs_servingcopy")
@@ -71,6 +71,43 @@ assert_own_rows_only(
 assert not BaseModel.objects.filter(pk=base_model.pk).exists()
 print("ok")
 """
+
+
+NO_KEY_LOCKS_SCRIPT = """
+import re
+
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", "--noinput", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from tests.webapp.factories import make_base_model
+from webapp.chat.services import model_lock
+from webapp.projects import services as project_services
+
+assert connection.vendor == "postgresql", connection.vendor
+owner = get_user_model().objects.create_user("no-key-owner", password="unused-password")  # the database is shared
+project = project_services.project_create(name="PG no key locks", slug="pg-no-key-locks", owner=owner)
+base_model = make_base_model(project)
+with CaptureQueriesContext(connection) as captured, transaction.atomic():
+    model_lock(project=project, ref=base_model.public_id, label="tiny", doing="as the test ran")
+locks = [query["sql"] for query in captured.captured_queries if " FOR " in query["sql"]]
+assert [re.search(r' FOR NO KEY UPDATE( OF "[a-z_]+")?', sql).group() for sql in locks] == [
+    ' FOR NO KEY UPDATE OF "projects_project"', ' FOR NO KEY UPDATE'], locks
+# The model's row is locked through exists(), whose query selects no model: Django leaves OF out there, which
+# locks the same rows as long as the query joins nothing, as this one does not.
+assert ' FROM "basemodels_basemodel" ' in locks[1] and " JOIN " not in locks[1], locks[1]
+print("ok")
+"""
+
+
+def test_the_project_and_model_locks_of_work_asking_for_answers_are_no_key_locks_of_their_own_rows(
+        database_url, tmp_path):  # noqa: F811
+    """``select_for_update(no_key=True, of=("self",))`` (``project_lock``, ``model_lock``) as PostgreSQL takes it:
+    ``FOR NO KEY UPDATE OF`` the row's own table, or of a query on that table alone."""
+    assert run_django(NO_KEY_LOCKS_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
 
 
 def test_unregistering_a_base_model_and_asking_for_a_serving_copy_lock_their_own_rows_only(

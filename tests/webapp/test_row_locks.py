@@ -4,7 +4,9 @@ A plain ``FOR UPDATE`` locks the rows of every table its query joins (a ``select
 relation), so a lock meant for one run also held its project or dataset against unrelated writers, and
 PostgreSQL refuses it outright on the nullable side of an outer join. ``of=("self",)`` on a query that joins
 nothing says the same thing, so the rule is kept everywhere rather than judged per call, where a later
-``select_related`` would silently widen the lock. tests/postgres/test_row_locks_postgres.py checks the SQL."""
+``select_related`` would silently widen the lock. tests/postgres/test_row_locks_postgres.py checks the SQL.
+Django leaves ``OF`` out of a query that selects no model (``exists()``, ``values_list()``): such a lock must
+filter on its own table's columns only, as every one here does."""
 import ast
 from pathlib import Path
 
