@@ -19,6 +19,11 @@ Design note. It is a guide, not a measurement: it counts what dominates and says
   gradients and AdamW's moments), and with ``ppo.reward_model`` holds that model whole on one device: its
   parameters in float32 (as ``reward_scoring`` loads it, unsharded) plus its ``width`` float32 score head.
   The reward model's scoring activations (inference only, a few rows) are not counted.
+- The KL reference of grpo (``grpo.beta`` > 0) and ppo (``ppo.kl_coef`` > 0), ``jaxengine.grpo.reference_weights``:
+  under full fine-tuning a frozen copy of the starting weights, held for the whole run; under LoRA and QLoRA
+  the base with the adapters as zeros, so only zeros of the adapters (and of PPO's value head), made for each
+  rollout's reference pass. Either way one more copy of the trained parameters, sharded as they are (PPO's
+  value head replicated). dpo holds none: its reference log-probs are computed once before training.
 """
 from __future__ import annotations
 
@@ -72,16 +77,19 @@ class MemoryEstimate:
     activations: int
     kv_cache: int
     reward_model: int = 0
+    reference: int = 0  # the KL reference's trained parameters (see the module notes)
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.reward_model
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.reward_model
+                + self.reference)
 
     def summary(self) -> str:
         """``≈ 3.2 GiB per device for weights + optimizer + activations (weights 1.0, ...)``."""
         parts = [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
                  ("activations", self.activations)] + ([("KV cache", self.kv_cache)] if self.kv_cache else []) \
-            + ([("reward model", self.reward_model)] if self.reward_model else [])
+            + ([("reward model", self.reward_model)] if self.reward_model else []) \
+            + ([("KL reference", self.reference)] if self.reference else [])
         return (f"≈ {gib(self.total)} GiB per device for weights + optimizer + activations ("
                 + ", ".join(f"{name} {gib(value)}" for name, value in parts) + " GiB)")
 
@@ -125,8 +133,10 @@ def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1,
     value_head = (facts.width + 1) * 4 if spec.task == "ppo" else 0
     scorer = (reward_model.parameter_count * 4 + reward_model.width * 4
               if spec.task == "ppo" and spec.ppo.reward_model is not None and reward_model is not None else 0)
+    kl_to_reference = ((spec.task == "grpo" and spec.grpo.beta > 0) or (spec.task == "ppo" and spec.ppo.kl_coef > 0))
+    reference = trained // model_shards + value_head if kl_to_reference else 0
     kv_cache = (rows * 2 * facts.layers * facts.kv_heads * facts.head_dim * length * compute_bytes
                 if spec.task in ("grpo", "ppo") else 0)
     return MemoryEstimate(weights=weights // model_shards + value_head, gradients=trained // model_shards + value_head,
                           optimizer=2 * trained // model_shards + 2 * value_head, activations=rows * kept + logits,
-                          kv_cache=kv_cache, reward_model=scorer)
+                          kv_cache=kv_cache, reward_model=scorer, reference=reference)

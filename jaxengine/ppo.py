@@ -89,6 +89,7 @@ class PpoTask:
     """The PPO loss on a ``PpoBatch`` (see module note)."""
 
     epsilon: float = 0.2
+    epsilon_high: float = 0.2
     value_clip: float = 0.2
     vf_coef: float = 0.5
     entropy_coef: float = 0.0
@@ -110,7 +111,8 @@ class PpoTask:
             old_log_probs_bt, old_values_bt = jax.lax.stop_gradient(log_probs_bt), jax.lax.stop_gradient(values_bt)
         loss, metrics = rl.ppo_loss(log_probs_bt, old_log_probs_bt, values_bt, old_values_bt, batch.advantages,
                                     batch.returns, entropy_bt, tokens.loss_mask, epsilon=self.epsilon,
-                                    value_clip=self.value_clip, vf_coef=self.vf_coef, entropy_coef=self.entropy_coef)
+                                    epsilon_high=self.epsilon_high, value_clip=self.value_clip, vf_coef=self.vf_coef,
+                                    entropy_coef=self.entropy_coef)
         # Every term is a token mean, so micro-batches weigh by their completion tokens.
         weight = jnp.sum(tokens.loss_mask.astype(jnp.float32))
         return loss, weight, {"loss": loss, **metrics, **batch.stats}
@@ -313,8 +315,8 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     rollouts = PpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, ppo=ppo, terms=terms,
                            batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,
                            pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
-    task = PpoTask(epsilon=ppo.epsilon, value_clip=ppo.value_clip, vf_coef=ppo.vf_coef, entropy_coef=ppo.entropy_coef,
-                   use_stored_old=ppo.num_iterations > 1)
+    task = PpoTask(epsilon=ppo.epsilon, epsilon_high=ppo.upper_clip, value_clip=ppo.value_clip, vf_coef=ppo.vf_coef,
+                   entropy_coef=ppo.entropy_coef, use_stored_old=ppo.num_iterations > 1)
     eval_hook = None
     if prompts.eval_rows:
         policy_hook = grpo.make_eval_hook(rows=prompts.eval_rows, prompt_ids=prompts.eval_prompt_ids,

@@ -17,7 +17,10 @@ import contextlib
 import functools
 import inspect
 import json
+import logging
 import math
+import multiprocessing
+import pickle
 import re
 import signal
 import threading
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 RewardFn = Callable[..., list[float]]
+
+logger = logging.getLogger(__name__)
 
 REWARDS: dict[str, RewardFn] = {}
 
@@ -55,6 +60,14 @@ class RewardError(RuntimeError):
 # expression with nested repetition takes time exponential in the text's length, and Python's re
 # cannot be stopped from outside (a run hung in it never reached its cancel check). reward_model,
 # which loads and runs a model, has no limit.
+#
+# On the main thread a SIGALRM timer interrupts the function (re's matching loop checks signals). SIGALRM
+# is the main thread's alone, and re holds the GIL, so a thread cannot be interrupted nor even waited on
+# with a timeout: off the main thread (a trainer called from a thread, a Celery thread pool), or while
+# another timer runs, the term is scored in a helper process (forkserver: forked from a clean process, not
+# from this one's JAX threads) that is killed at the limit. Its cost, a fork and the texts' pickling per
+# term and batch, is paid only there; a function that cannot be sent to one (defined inside a function)
+# is scored in place without a limit, with a warning saying so.
 REWARD_TIME_LIMIT_SECONDS = 60.0
 
 
@@ -63,14 +76,14 @@ class _TimeLimitExpired(BaseException):
     ``except Exception`` does not swallow it."""
 
 
+def _alarm_usable() -> bool:
+    """Whether a SIGALRM timer can limit this thread: the main thread's, with no other timer running."""
+    return threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
 @contextlib.contextmanager
-def _time_limit(seconds: float | None):
-    """Raise ``_TimeLimitExpired`` in the block after ``seconds`` (re's matching loop checks signals).
-    SIGALRM is the main thread's alone, so elsewhere, or while another timer runs, there is no limit."""
-    if (seconds is None or threading.current_thread() is not threading.main_thread()
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
-        yield
-        return
+def _time_limit(seconds: float):
+    """Raise ``_TimeLimitExpired`` in the block after ``seconds``; only where ``_alarm_usable``."""
 
     def expire(signum, frame):
         raise _TimeLimitExpired
@@ -549,14 +562,74 @@ def _default_answer_column(name: str) -> str | None:
 
 def _call_reward(term: WeightedReward, completions: Sequence[str],
                  references: Sequence[Mapping[str, object]]) -> list[float]:
-    limit = None if term.name == "reward_model" else REWARD_TIME_LIMIT_SECONDS
+    limit = REWARD_TIME_LIMIT_SECONDS
     try:
-        with _time_limit(limit):
+        if term.name == "reward_model":
             return _score_checked(term, completions, references)
+        if _alarm_usable():
+            with _time_limit(limit):
+                return _score_checked(term, completions, references)
+        return _score_in_helper_process(term, completions, references, seconds=limit)
     except _TimeLimitExpired:
         raise RewardError(f"reward {term.name!r} took more than {limit:g} s to score {len(completions)} completions; "
                           "a regular expression with nested repetition, such as (\\w+\\s?)*, takes time exponential "
                           "in a completion's length: simplify its pattern") from None
+
+
+_helper_process_warned = threading.local()  # .done on a thread once it was told (one warning per thread)
+
+
+def _score_in_helper_process(term: WeightedReward, completions: Sequence[str],
+                             references: Sequence[Mapping[str, object]], *, seconds: float) -> list[float]:
+    """``_score_checked`` in a helper process killed after ``seconds`` (``_TimeLimitExpired``), for a thread
+    that SIGALRM cannot interrupt (see ``REWARD_TIME_LIMIT_SECONDS``). Its RewardError is raised here."""
+    fn = REWARDS[term.name]
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        logger.warning("reward %r: %s cannot be sent to a helper process (it is not defined at the top level of a "
+                       "module), so it is scored on this thread without the %g s time limit", term.name,
+                       fn.__qualname__, seconds)
+        return _score_checked(term, completions, references)
+    if not getattr(_helper_process_warned, "done", False):
+        _helper_process_warned.done = True
+        logger.warning("reward functions are scored off the main thread (%s), where a SIGALRM timer cannot stop "
+                       "them: each is scored in a helper process instead, killed after %g s",
+                       threading.current_thread().name, seconds)
+    context = multiprocessing.get_context("forkserver")
+    receiver, sender = context.Pipe(duplex=False)
+    sent = WeightedReward(name=term.name, weight=term.weight, args=dict(term.args or {}), label=term.label)
+    process = context.Process(target=_score_to_pipe, args=(sender, fn, sent, list(completions),
+                                                           [dict(row) for row in references]),
+                              name=f"reward-{term.name}", daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if not receiver.poll(seconds):
+            raise _TimeLimitExpired
+        scored, outcome = receiver.recv()
+    except EOFError:
+        process.join()
+        raise RewardError(f"reward {term.name!r}: the helper process scoring it ended without a result (exit code "
+                          f"{process.exitcode}); it may have run out of memory") from None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()
+    if not scored:
+        raise outcome
+    return outcome
+
+
+def _score_to_pipe(sender, fn: RewardFn, term: WeightedReward, completions: list[str],
+                   references: list[dict]) -> None:
+    """The helper process's body: (True, scores) or (False, the RewardError) to ``sender``."""
+    REWARDS.setdefault(term.name, fn)  # a function registered at run time is not in a fresh process's registry
+    try:
+        sender.send((True, _score_checked(term, completions, references)))
+    except RewardError as error:
+        sender.send((False, RewardError(str(error))))
 
 
 def _score_checked(term: WeightedReward, completions: Sequence[str],

@@ -297,19 +297,19 @@ def ppo_token_rewards(scores_b: jax.Array, log_probs_bt: jax.Array, reference_lo
 
 def ppo_loss(log_probs_bt: jax.Array, old_log_probs_bt: jax.Array, values_bt: jax.Array, old_values_bt: jax.Array,
              advantages_bt: jax.Array, returns_bt: jax.Array, entropy_bt: jax.Array, mask_bt: jax.Array, *,
-             epsilon: float, value_clip: float, vf_coef: float,
+             epsilon: float, epsilon_high: float, value_clip: float, vf_coef: float,
              entropy_coef: float) -> tuple[jax.Array, dict[str, jax.Array]]:
     """policy loss + vf_coef * value loss - entropy_coef * entropy, each a token mean over the mask.
 
-    The policy loss is the per-token clipped surrogate (``clipped_surrogate`` with 1 ± epsilon) on
-    per-token advantages; the value loss is ``clipped_value_loss``. Metrics under TRL's PPO names:
-    ``loss/policy``, ``loss/value``, ``policy/clipfrac``, ``val/clipfrac``, ``policy/entropy``,
-    ``policy/approxkl`` (0.5 * mean squared log ratio) and ``val/ratio`` (mean ratio).
+    The policy loss is the per-token clipped surrogate (``clipped_surrogate``: ratios clipped to
+    [1 - epsilon, 1 + epsilon_high]) on per-token advantages; the value loss is ``clipped_value_loss``.
+    Metrics under TRL's PPO names: ``loss/policy``, ``loss/value``, ``policy/clipfrac``, ``val/clipfrac``,
+    ``policy/entropy``, ``policy/approxkl`` (0.5 * mean squared log ratio) and ``val/ratio`` (mean ratio).
     """
     log_ratio_bt = token_log_ratio(log_probs_bt, old_log_probs_bt)
     # clipped_surrogate takes one advantage per row: every token is its own row here.
     surrogate_n1, is_clipped_n1 = clipped_surrogate(log_ratio_bt.reshape(-1, 1), advantages_bt.reshape(-1),
-                                                    epsilon=epsilon, epsilon_high=epsilon)
+                                                    epsilon=epsilon, epsilon_high=epsilon_high)
     policy_loss = token_mean(surrogate_n1.reshape(log_ratio_bt.shape), mask_bt)
     value_loss, value_clipfrac = clipped_value_loss(values_bt, old_values_bt, returns_bt, mask_bt,
                                                     value_clip=value_clip)

@@ -49,7 +49,8 @@ Design note.
   (``gumbel_noise``): on CPU the random generator's per-call cost dwarfs its per-row cost.
 * Penalties and bias: each row's presence/frequency penalty and logit bias are data (per-row arrays, the
   bias as [B, N] ids and values), so requests with different ones decode in one call; only whether some
-  row uses them switches programs. A penalized call carries each row's counts of its generated tokens
+  row uses either switches programs, to one decode program that applies both (zeros for the rows without),
+  so that the warm-up compiles one set of them, not one per combination. A penalized call carries each row's counts of its generated tokens
   ([B, V], donated like the cache) and hands them to the call chained on it; a call that is not chained
   (rows admitted, a re-layout) counts each row's tokens on the host and uploads them, which keeps them
   out of every re-layout and insert program.
@@ -59,7 +60,8 @@ Design note.
 * Warm-up: a fresh process compiles each program the first time a conversation needs it, on CPU about a
   second each, so a first answer stalls at its prefill and at every cache size it grows into (1.0-1.5 s
   each for the demo model). ``BatchingServer.warm`` decodes ``BatchDecoder.warmup_requests`` (a lone
-  answer per prompt bucket and temperature), then ``BatchDecoder.warmup_groups`` (2, 4, 8 and 16 answers
+  answer per prompt bucket and temperature, and per bucket one at the chat's default temperature with
+  penalties and a logit bias), then ``BatchDecoder.warmup_groups`` (2, 4, 8 and 16 answers
   decoded together: the row counts concurrent chats grow into, at every cache size), one at a time and
   only while no submitted request waits or decodes; what they compile is what real requests with those
   settings call, and their results are dropped. A warm-up row is fast-forwarded: after one decode call on
@@ -418,7 +420,7 @@ class _Compiled:
         self.kv_heads = kv_heads
         self.trace_count = 0
         self.prefill = jax.jit(self._prefill, static_argnames=("sampled", "filtered", "biased"))
-        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered", "penalized", "biased"),
+        self.decode = jax.jit(self._decode, static_argnames=("steps", "sampled", "filtered", "adjusted"),
                               donate_argnames=("cache", "counts_bv"))
         self.insert = jax.jit(self._insert, donate_argnames=("cache",))
         self.relayout = jax.jit(self._relayout, static_argnames=("rows", "length"))
@@ -457,12 +459,13 @@ class _Compiled:
         return _sample_rows(logits_gv, temperature_g, top_k_g, top_p_g, noise_gv, filtered=filtered), cache
 
     def _decode(self, leaves, cache, counts_bv, token_b, starts_b, steps_b, sampling_b, *, steps: int, sampled: bool,
-                filtered: bool, penalized: bool, biased: bool):
+                filtered: bool, adjusted: bool):
         """``steps`` decode steps of every row, in one call: returns the tokens [steps, B], the last of them
         [B] (what a call chained on this one starts from, sliced here rather than by an eager op that
-        would compile on its first use), the cache and (``penalized``; else None) the counts [B, V] of each
+        would compile on its first use), the cache and (``adjusted``; else None) the counts [B, V] of each
         row's generated tokens but the last. ``counts_bv`` comes in likewise: each step counts the token it
-        is fed.
+        is fed. ``adjusted``: some row has a penalty or a logit bias; both then apply to every row (zero for
+        those without), so that one program, which the warm-up compiles, serves either.
 
         Every row writes the shared slot ``cache.index`` each step; row b's tokens live in slots
         ``[starts_b, cache.index]`` and its rotary position is the slot minus its start.
@@ -475,17 +478,16 @@ class _Compiled:
         def one_step(carry, noise_bv):
             token_b, cache, counts_bv = carry
             logits_bv, cache = decode(model, token_b, cache.index - starts_b, starts_b, cache)
-            if biased:
+            if adjusted:
                 logits_bv = apply_logit_bias(logits_bv, bias_ids_bn, bias_values_bn)
-            if penalized:
                 counts_bv = count_tokens(counts_bv, token_b)
                 logits_bv = apply_penalties(logits_bv, counts_bv, presence_b, frequency_b)
             token_b = _sample_rows(logits_bv, temperature_b, top_k_b, top_p_b, noise_bv, filtered=filtered)
             return (token_b, cache, counts_bv), token_b
 
-        (_, cache, counts_bv), tokens_kb = jax.lax.scan(one_step, (token_b, cache, counts_bv if penalized else None),
+        (_, cache, counts_bv), tokens_kb = jax.lax.scan(one_step, (token_b, cache, counts_bv if adjusted else None),
                                                         noise_kbv, length=steps)
-        if penalized:
+        if adjusted:
             counts_bv = constrain(counts_bv, ("batch", None))
         return tokens_kb, tokens_kb[-1], self._constrained(cache), counts_bv
 
@@ -599,8 +601,8 @@ class ContinuousBatch:
         self._calls_at_layout = 0  # decode calls since the cache was last laid out
         self._in_flight: _Call | None = None  # the decode call dispatched and not yet read back
         self._mesh: Mesh | None = None  # the devices the cache's rows are split over (BatchDecoder.mesh_for)
-        # [rows, V] counts of each row's tokens but its last, from the last penalized decode call (None: not
-        # penalized), for a call chained on it.
+        # [rows, V] counts of each row's tokens but its last, from the last adjusted decode call (None: not
+        # adjusted), for a call chained on it.
         self._counts = None
         self._compiled = decoder.compiled
 
@@ -877,16 +879,16 @@ class ContinuousBatch:
             # sharding, so host tokens made the first call at each layout and the chained calls after it two
             # programs, and a warm-up (whose calls never chain) compiled only one of them.
             token_b = jax.device_put(token_b, NamedSharding(self._mesh, PartitionSpec("data")))
-        penalized = _any_penalized(live)
+        adjusted = _any_penalized(live) or _any_biased(live)
         counts_bv = None
-        if penalized:
+        if adjusted:
             # Chained: the previous call's counts (the same rows); else each row's tokens but its last, counted here.
             counts_bv = self._counts if previous is not None and self._counts is not None else self._host_counts()
         with _on(self._mesh):
             tokens_kb, last_b, self._cache, self._counts = self._compiled.decode(
                 self.decoder.leaves_on(self._mesh), self._cache, counts_bv, token_b, starts_b, steps_b,
                 self.decoder.sampling_arrays(requests, rows), steps=steps, sampled=_any_sampled(live),
-                filtered=_any_filtered(live), penalized=penalized, biased=_any_biased(live))
+                filtered=_any_filtered(live), adjusted=adjusted)
         self._index += steps
         self._calls_at_layout += 1
         self._in_flight = _Call(tokens_kb=tokens_kb, last_b=last_b, rows=list(self._rows))
@@ -1104,23 +1106,30 @@ class BatchDecoder:
                                      f"({config.max_position_embeddings}); shorten the prompt or ask for fewer tokens")
 
     def warmup_requests(self, *, longest_prompt: int = 256, max_new_tokens: int = 256,
-                        temperatures: Sequence[float] = (0.7, 0.0)) -> list[ServeRequest]:
+                        temperatures: Sequence[float] = (0.7, 0.0),
+                        adjusted_temperatures: Sequence[float] = (0.7,)) -> list[ServeRequest]:
         """Requests that compile the programs a lone conversation meets (see the module note): for each
         temperature in turn (the chat's default first, then greedy; neither top-k nor top-p) and each
         prompt bucket up to ``longest_prompt`` tokens, an answer to the bucket's shortest prompt, long
         enough to reach the cache size its longest prompt reaches with ``max_new_tokens`` (within the
         model's context). It compiles the bucket's prefill and every decode call and cache re-layout it
         grows or shifts into; its row starts ahead of its prompt as far as the bucket allows, so the
-        cache is shifted as well as grown. Concurrent requests compile larger row counts when they come."""
+        cache is shifted as well as grown. Then the same for each of ``adjusted_temperatures`` with a
+        presence and frequency penalty and a logit bias: the prefill with a bias and the decode calls with
+        both (``_Compiled._decode``'s ``adjusted``), which a conversation with a penalty or a logit bias of
+        up to 8 tokens calls. Concurrent requests compile larger row counts when they come."""
         context = self.model.config.max_position_embeddings
+        adjustments = {"presence_penalty": 0.5, "frequency_penalty": 0.5, "logit_bias": ((0, 1.0),)}
         requests = []
-        for temperature in temperatures:
+        for temperature, adjusted in [*((temperature, False) for temperature in temperatures),
+                                      *((temperature, True) for temperature in adjusted_temperatures)]:
             bucket = self.min_bucket
             while bucket // 2 < min(longest_prompt, context - 1):  # the bucket holds a prompt that fits
                 prompt = bucket // 2 + 1
                 answer = min(max_new_tokens + bucket - prompt, context - prompt)
-                requests.append(ServeRequest(prompt_ids=(0,) * prompt, ignore_eos=True,
-                                             params=SamplingParams(max_new_tokens=answer, temperature=temperature)))
+                params = SamplingParams(max_new_tokens=answer, temperature=temperature,
+                                        **(adjustments if adjusted else {}))
+                requests.append(ServeRequest(prompt_ids=(0,) * prompt, ignore_eos=True, params=params))
                 bucket *= 2
         return requests
 
@@ -1133,7 +1142,7 @@ class BatchDecoder:
         re-layout at each size. Without them, the first time a row count meets a cache size its compile
         (about a second on CPU for the demo model) stalled every conversation in the batch."""
         [lone] = self.warmup_requests(longest_prompt=self.min_bucket // 2 + 1, max_new_tokens=max_new_tokens,
-                                      temperatures=(temperature,))
+                                      temperatures=(temperature,), adjusted_temperatures=())
         counts = sorted({min(count, self.max_slots) for count in row_counts} - {1})
         return [(lone,) * count for count in counts]
 

@@ -329,7 +329,11 @@ class PpoSpec(_Section):
                                      "give rewards.")
     rewards: tuple[RewardTermSpec, ...] = Field(default=(), description="Reward functions, summed with weights; "
                                                 "or give reward_model.", **_LIST)
-    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Clip range of the policy ratio: 1 ± epsilon.")
+    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped "
+                           "(and above 1 + epsilon, unless epsilon_high is given).")
+    epsilon_high: float | None = Field(default=None, gt=0, description="Upper clip of the policy ratio: "
+                                       "1 + epsilon_high; at least epsilon; null: equal to epsilon (the symmetric "
+                                       "PPO clip; larger: DAPO's clip-higher).")
     max_new_tokens: MaxNewTokens = 128
     temperature: RolloutTemperature = 1.0
     top_p: RolloutTopP = 1.0
@@ -354,8 +358,16 @@ class PpoSpec(_Section):
             raise ValueError(f"reward_model: give exactly one of reward_model and rewards {what_to_do}")
         if self.reward_model is not None and not self.reward_model.strip():
             raise ValueError("reward_model: empty; give the directory of a task: reward run")
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high: {self.epsilon_high:g} is below ppo.epsilon {self.epsilon:g}; give "
+                             "epsilon_high at least epsilon (or null: equal to it), or lower epsilon")
         _check_reward_names(self.rewards, self.eval_metrics)
         return self
+
+    @property
+    def upper_clip(self) -> float:
+        """``epsilon_high``, or ``epsilon`` where it is null: the ratio clip is [1 - epsilon, 1 + upper_clip]."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
 class ParallelSpec(_Section):

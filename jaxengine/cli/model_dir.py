@@ -1,14 +1,14 @@
 """Shared by ``jaxengine inspect`` and ``jaxengine generate``: checking a model directory before any
-heavy import, reading safetensors headers, and turning known errors into one-line messages (exit 2)."""
+heavy import, reading safetensors headers (by the reader base model registration uses), and turning
+known errors into one-line messages (exit 2)."""
 from __future__ import annotations
 
-import json
 import math
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from jaxengine.checkpoint import safetensors_header
 from jaxengine.json_files import read_json_object
 
 EXIT_BAD_INPUT = 2
@@ -45,47 +45,11 @@ def read_model_config(model_dir: Path):
         raise CliError(f"{model_dir / 'config.json'}: {error}") from None
 
 
-# A header larger than this is a corrupt length field, not a header (the biggest real ones are a few MB).
-MAX_HEADER_BYTES = 100 * 2**20
-
-
 def read_safetensors_header(path: Path) -> dict:
     """The JSON header of a safetensors file (tensor name -> dtype, shape, offsets), without reading any
-    tensor; a file too short or not of that form is a CliError naming it."""
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        header_size = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
-        raw = handle.read(header_size) if header_size is not None and header_size <= MAX_HEADER_BYTES else b""
-    if header_size is None or len(raw) != header_size:
-        raise CliError(f"{path}: cut short or not a safetensors file (its header cannot be read); "
-                       "copy or convert the weights again")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        header = None
-    if not isinstance(header, dict) or not all(
-            name == "__metadata__" or (isinstance(entry, dict) and isinstance(entry.get("dtype"), str)
-                                       and isinstance(entry.get("shape"), list)
-                                       and all(isinstance(size, int) and size >= 0 for size in entry["shape"]))
-            for name, entry in (header or {}).items()):
-        raise CliError(f"{path}: the safetensors header is not a JSON object of tensors (dtype and shape); "
-                       "the file is corrupt")
-    # The header alone reads fine from a copy that stopped after it; the tensors' end offsets say how long
-    # the whole file is, so a file cut short is named here, as generate and train refuse it.
-    described = 8 + header_size + max((entry["data_offsets"][1] for name, entry in header.items()
-                                       if name != "__metadata__" and _offsets(entry)), default=0)
-    size = path.stat().st_size
-    if size < described:
-        raise CliError(f"{path}: cut short: its header describes {described:,} bytes, the file holds {size:,}; "
-                       "copy or convert the weights again")
-    return header
-
-
-def _offsets(entry: dict) -> bool:
-    """Whether a header entry has the [begin, end] byte offsets of its tensor."""
-    offsets = entry.get("data_offsets")
-    return (isinstance(offsets, list) and len(offsets) == 2
-            and all(isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets))
+    tensor, by the reader base model registration uses (``jaxengine.checkpoint.safetensors_header``): a
+    file cut short, or otherwise one that generate and train would refuse, is a CliError naming it."""
+    return safetensors_header.read_safetensors_header(path, error=CliError)
 
 
 def safetensors_summary(model_dir: Path) -> dict:

@@ -1,6 +1,12 @@
 """The memory estimate against numbers worked out by hand for a tiny model (see jaxengine/memory.py's notes)."""
+import json
+import types
+
+import pytest
+
 from jaxengine.memory import MemoryEstimate, ModelFacts, estimate_memory
 from jaxengine.spec import parse_spec
+from tests import factories
 
 # 2 layers, width 16, MLP 32, 4 heads of 4 (2 key/value heads), vocabulary 64. A layer's projections:
 # q 16×16, k 16×8, v 16×8, o 16×16, gate 16×32, up 16×32, down 32×16 = 2304 weights; 4608 in all.
@@ -95,5 +101,55 @@ def test_ppo_counts_its_value_head_and_its_reward_model():
                                        ppo={"reward_model": "run_x"}))
     assert scored.reward_model == 40_064 and scored.weights == 20_000 + 68
     assert scored.total == (scored.weights + scored.gradients + scored.optimizer + scored.activations
-                            + scored.kv_cache + 40_064)
-    assert "reward model 3.7e-05 GiB" in scored.summary()
+                            + scored.kv_cache + 40_064 + scored.reference)
+    assert "reward model 3.7e-05, KL reference 1.9e-05 GiB" in scored.summary()
+
+
+def test_the_kl_reference_is_one_more_copy_of_the_trained_parameters():
+    """QA: grpo and ppo with a KL term under full fine-tuning hold a frozen copy of the starting weights
+    (jaxengine.grpo.reference_weights), which the estimate left out: a run that fits by the estimate did not."""
+    prompts = {"data": {"train": "p.jsonl", "max_seq_len": 8}}
+    rewards = {"rewards": [{"name": "exact_match"}]}
+    lora = {"method": "lora", "rank": 2, "targets": ["q_proj", "v_proj"]}
+    grpo = estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, grpo={**rewards, "beta": 0.04}))
+    assert grpo.reference == 40_000 and grpo.total == 40_000 * 5 + grpo.activations + grpo.kv_cache
+    assert "KL reference 3.7e-05 GiB" in grpo.summary()
+    assert estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, grpo={**rewards, "beta": 0})).reference == 0
+    sharded = estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, parallel={"fsdp": 2},
+                                                     train={"param_dtype": "bfloat16"}, grpo=rewards))
+    assert sharded.reference == 10_000
+    # Under LoRA the reference is the base with the adapters as zeros: 896 bytes of them.
+    assert estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, peft=lora, grpo=rewards)).reference == 896
+    # PPO's copy holds its value head too (68 bytes, replicated); kl_coef 0 runs no reference.
+    ppo = estimate_memory(facts=FACTS, spec=spec(task="ppo", **prompts, ppo=rewards))
+    assert ppo.reference == 40_068
+    assert estimate_memory(facts=FACTS, spec=spec(task="ppo", **prompts, ppo={**rewards, "kl_coef": 0})).reference == 0
+    # dpo's reference log-probs are computed once before training: no weights are held for them.
+    assert estimate_memory(facts=FACTS, spec=spec(task="dpo", **prompts)).reference == 0
+
+
+@pytest.mark.parametrize("task, peft, param_dtype", [
+    ("grpo", "none", "float32"), ("grpo", "none", "bfloat16"), ("grpo", "lora", "float32"), ("ppo", "none", "float32"),
+    ("ppo", "lora", "bfloat16"),
+])
+def test_the_kl_reference_estimate_is_the_bytes_the_trainer_holds(tmp_path_factory, tmp_path, task, peft,
+                                                                    param_dtype):
+    import jax
+    from flax import nnx
+
+    from jaxengine.cli.model_dir import safetensors_summary
+    from jaxengine.grpo import reference_weights
+    from jaxengine.job import build_job_model
+
+    model_dir = factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny"))  # with a tokenizer, as a job needs
+    job = parse_spec({"task": task, "model": str(model_dir), "output_dir": str(tmp_path / "run"),
+                      "data": {"train": "p.jsonl", "max_seq_len": 8}, "train": {"max_steps": 1, "batch_size": 2,
+                                                                                "param_dtype": param_dtype},
+                      "peft": {"method": peft, "rank": 2, "targets": ["q_proj", "v_proj"]} if peft != "none" else {},
+                      task: {"rewards": [{"name": "exact_match"}]}})
+    job_model = build_job_model(job)
+    trainer = types.SimpleNamespace(params=nnx.state(job_model.model, job_model.trainable))  # as the Trainer holds them
+    held = sum(leaf.nbytes for leaf in jax.tree.leaves(reference_weights(job, job_model)(trainer)))
+    facts = ModelFacts.from_config(parameter_count=safetensors_summary(model_dir)["parameters"],
+                                   config=json.loads((model_dir / "config.json").read_text()))
+    assert held > 0 and estimate_memory(facts=facts, spec=job).reference == held

@@ -32,7 +32,7 @@ def test_ppo_loss_by_hand():
     values, old_values, returns = jnp.array([[0.5, 1.0, 7.0]]), jnp.array([[0.0, 0.9, 0.0]]), jnp.array([[1.0, 0.0, 0.0]])
     advantages, entropy = jnp.array([[1.0, -2.0, 5.0]]), jnp.array([[1.5, 0.5, 9.0]])
     loss, metrics = rl.ppo_loss(log_probs, old_log_probs, values, old_values, advantages, returns, entropy, mask,
-                                epsilon=0.2, value_clip=0.2, vf_coef=0.5, entropy_coef=0.1)
+                                epsilon=0.2, epsilon_high=0.2, value_clip=0.2, vf_coef=0.5, entropy_coef=0.1)
     # Token 0: ratio e^0.1 inside the clip, loss -e^0.1. Token 1: ratio e^-0.5 = 0.607 clipped to 0.8, and
     # with A = -2 the clipped term is the smaller: loss 1.6. Token 2 is masked.
     policy = (-math.exp(0.1) + 1.6) / 2
@@ -45,6 +45,31 @@ def test_ppo_loss_by_hand():
     assert float(metrics["policy/clipfrac"]) == 0.5 and float(metrics["val/clipfrac"]) == 0.5
     np.testing.assert_allclose(float(metrics["policy/approxkl"]), 0.5 * (0.1**2 + 0.5**2) / 2, atol=1e-6)
     np.testing.assert_allclose(float(metrics["val/ratio"]), (math.exp(0.1) + math.exp(-0.5)) / 2, atol=1e-6)
+
+
+def test_ppo_loss_clips_ratios_above_one_at_epsilon_high_by_hand():
+    """ppo.epsilon_high: the upper clip 1 + epsilon_high, apart from the lower 1 - epsilon (DAPO's clip-higher)."""
+    mask = jnp.array([[True, True, True]])
+    log_probs, old_log_probs = jnp.array([[0.3, -0.5, 0.4]]), jnp.zeros((1, 3))
+    advantages, zeros = jnp.array([[1.0, -2.0, -1.0]]), jnp.zeros((1, 3))
+
+    def policy_loss(epsilon_high):
+        _, metrics = rl.ppo_loss(log_probs, old_log_probs, zeros, zeros, advantages, zeros, zeros, mask, epsilon=0.2,
+                                 epsilon_high=epsilon_high, value_clip=0.2, vf_coef=0.5, entropy_coef=0.0)
+        return float(metrics["loss/policy"]), float(metrics["policy/clipfrac"])
+
+    # Token 0: ratio e^0.3 = 1.3499 with A = 1, clipped to 1 + epsilon_high: loss -1.28 (symmetric: -1.2).
+    # Token 1: ratio e^-0.5 = 0.6065 with A = -2, clipped to 1 - epsilon = 0.8: loss 1.6 either way.
+    # Token 2: ratio e^0.4 = 1.4918 with A = -1: the unclipped term is the smaller, loss e^0.4, never clipped.
+    loss, clipfrac = policy_loss(0.28)
+    np.testing.assert_allclose(loss, (-1.28 + 1.6 + math.exp(0.4)) / 3, atol=1e-5)
+    np.testing.assert_allclose(clipfrac, 2 / 3, atol=1e-6)
+    loss, clipfrac = policy_loss(0.2)
+    np.testing.assert_allclose(loss, (-1.2 + 1.6 + math.exp(0.4)) / 3, atol=1e-5)
+    # Above the ratio, token 0 is not clipped: its loss is -e^0.3.
+    loss, clipfrac = policy_loss(0.5)
+    np.testing.assert_allclose(loss, (-math.exp(0.3) + 1.6 + math.exp(0.4)) / 3, atol=1e-5)
+    np.testing.assert_allclose(clipfrac, 1 / 3, atol=1e-6)
 
 
 def test_token_rewards_gae_and_whitening_by_hand():
@@ -125,6 +150,21 @@ def test_spec_round_trip_and_defaults(tmp_path):
     assert parse_spec_text(dump_spec(spec)) == spec
     with_rewards = parse_spec(ppo_mapping(tmp_path, tmp_path / "run"))
     assert parse_spec_text(dump_spec(with_rewards)) == with_rewards and with_rewards.ppo.reward_model is None
+
+
+def test_epsilon_high_defaults_to_epsilon_and_is_refused_below_it(tmp_path):
+    def ppo_spec(**clip):
+        return parse_spec(ppo_mapping(tmp_path, tmp_path / "run", ppo_section={"reward_model": "runs/r", **clip}))
+
+    assert ppo_spec().ppo.epsilon_high is None and ppo_spec().ppo.upper_clip == 0.2
+    assert ppo_spec(epsilon=0.1).ppo.upper_clip == 0.1  # null follows epsilon: the symmetric clip
+    assert ppo_spec(epsilon=0.1, epsilon_high=0.28).ppo.upper_clip == 0.28
+    assert parse_spec_text(dump_spec(ppo_spec(epsilon_high=0.28))).ppo.epsilon_high == 0.28
+    with pytest.raises(SpecError) as refused:
+        ppo_spec(epsilon=0.2, epsilon_high=0.1)
+    assert refused.value.problems == [
+        "ppo.epsilon_high: 0.1 is below ppo.epsilon 0.2; give epsilon_high at least epsilon (or null: equal to it), "
+        "or lower epsilon"]
 
 
 def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):

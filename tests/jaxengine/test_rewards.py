@@ -1,5 +1,6 @@
 """Reward functions on edge cases: no answer, Unicode digits, empty completions, signs, commas; the combinator's errors."""
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -293,3 +294,43 @@ def test_a_reward_that_takes_too_long_fails_naming_the_function(monkeypatch):
         "repetition, such as (\\w+\\s?)*, takes time exponential in a completion's length: simplify its pattern")
     # The timer is gone afterwards: quick scoring still works.
     assert score_rewards([WeightedReward(name="format_regex", args={"pattern": "ok"})], ["ok"], [{}])[0] == [1.0]
+
+
+def _on_a_thread(score):
+    """What ``score()`` returns or raises, called on a thread of its own (not the main thread)."""
+    outcome = {}
+
+    def body():
+        try:
+            outcome["value"] = score()
+        except Exception as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=body, name="trainer-thread")
+    thread.start()
+    thread.join()
+    return outcome
+
+
+def test_the_time_limit_holds_off_the_main_thread(monkeypatch, caplog):
+    """QA: the limit was a SIGALRM timer, which only the main thread gets: a trainer called from another thread
+    (a Celery thread pool, a test) had none, and a run hung in a reward's regular expression for hours."""
+    monkeypatch.setattr(rewards, "REWARD_TIME_LIMIT_SECONDS", 0.5)
+    slow = WeightedReward(name="format_regex", args={"pattern": r"^(\w+\s?)*$"})
+    with caplog.at_level("WARNING", logger="jaxengine.rewards"):
+        outcome = _on_a_thread(lambda: score_rewards([slow], ["ok", "ab" * 20 + "!"], [{}, {}]))
+    assert str(outcome["error"]) == (
+        "reward 'format_regex' took more than 0.5 s to score 2 completions; a regular expression with nested "
+        "repetition, such as (\\w+\\s?)*, takes time exponential in a completion's length: simplify its pattern")
+    assert [record.getMessage() for record in caplog.records] == [
+        "reward functions are scored off the main thread (trainer-thread), where a SIGALRM timer cannot stop them: "
+        "each is scored in a helper process instead, killed after 0.5 s"]
+    # Off the main thread a term scores as on it, and a failing one is named alike.
+    terms = [WeightedReward(name="format_regex", args={"pattern": "ok"}), WeightedReward(name="numeric_match")]
+    rows = [{"answer": "4"}, {"answer": "4"}]
+    assert _on_a_thread(lambda: score_rewards(terms, ["ok", "4"], rows)) == {
+        "value": score_rewards(terms, ["ok", "4"], rows)}
+    broken = [{"answer": "4"}, {"answer": "four"}]
+    with pytest.raises(RewardError) as on_main:
+        score_rewards(terms, ["ok", "4"], broken)
+    assert str(_on_a_thread(lambda: score_rewards(terms, ["ok", "4"], broken))["error"]) == str(on_main.value)

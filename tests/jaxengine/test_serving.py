@@ -526,12 +526,17 @@ def test_warmup_requests_cover_each_prompt_bucket_with_each_temperature(served):
     requests = BatchDecoder(model, tokenizer).warmup_requests(longest_prompt=64, max_new_tokens=48)
     # Buckets 16, 32, 64 (the decoder's min_bucket is 16); each bucket's shortest prompt, answered until
     # the slot its longest prompt reaches with 48 new tokens.
+    # Then the buckets again at the chat's temperature with penalties and a logit bias: their own programs.
     assert [(len(r.prompt_ids), r.params.max_new_tokens, r.params.temperature) for r in requests] == [
-        (9, 55, 0.7), (17, 63, 0.7), (33, 79, 0.7), (9, 55, 0.0), (17, 63, 0.0), (33, 79, 0.0)]
+        (9, 55, 0.7), (17, 63, 0.7), (33, 79, 0.7), (9, 55, 0.0), (17, 63, 0.0), (33, 79, 0.0),
+        (9, 55, 0.7), (17, 63, 0.7), (33, 79, 0.7)]
     assert all(r.ignore_eos and r.params.top_k == 0 and r.params.top_p == 1.0 for r in requests)
+    assert [r.params.penalized and r.params.biased for r in requests] == [False] * 6 + [True] * 3
+    assert not any(r.params.penalized or r.params.biased for r in BatchDecoder(model, tokenizer).warmup_requests(
+        longest_prompt=64, max_new_tokens=48, adjusted_temperatures=()))
     # Within the tiny model's 256-token context.
     long = BatchDecoder(model, tokenizer).warmup_requests(longest_prompt=1000, max_new_tokens=1000,
-                                                          temperatures=(0.0,))
+                                                          temperatures=(0.0,), adjusted_temperatures=())
     assert [len(r.prompt_ids) for r in long] == [9, 17, 33, 65, 129]
     assert all(len(r.prompt_ids) + r.params.max_new_tokens == 256 for r in long)
 
@@ -591,11 +596,45 @@ def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
     assert decoder.compiled.trace_count > warmed and compiles
 
 
+def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation(served):
+    """QA: a chat's first request with presence/frequency penalties or logit_bias compiled new decode programs
+    on the serve worker (seconds on CPU) at each cache size it met: the warm-up compiled only those without."""
+    model, tokenizer, _ = served
+    decoder = BatchDecoder(model, tokenizer, min_bucket=32)  # its own shapes: nothing compiled by other tests
+    server = BatchingServer(decoder)
+    server.warm(decoder.warmup_requests(longest_prompt=64, max_new_tokens=48))
+    assert server.warmed.wait(timeout=300)
+    warmed = decoder.compiled.trace_count
+    compiles = []
+
+    def on_event(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":  # every XLA compile, of any program
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        rng = np.random.default_rng(1)
+        for length in (1, 20, 33, 64):
+            for adjustment in ({"presence_penalty": 0.8}, {"frequency_penalty": -0.5}, {"logit_bias": {7: 2.5}},
+                               {"presence_penalty": 1.0, "frequency_penalty": 0.5, "logit_bias": {3: -100, 9: 4.0}}):
+                ids = tuple(int(i) for i in rng.integers(0, model.config.vocab_size, size=length))
+                request = ServeRequest(prompt_ids=ids, ignore_eos=True,  # every answer runs its whole budget
+                                       params=SamplingParams(max_new_tokens=48, temperature=0.7, seed=length,
+                                                             **adjustment))
+                assert len(server.submit(request).result(timeout=60).token_ids) == 48
+        assert decoder.compiled.trace_count == warmed
+        assert compiles == []
+    finally:
+        server.close()
+        jax.monitoring.unregister_event_duration_listener(on_event)
+
+
 def test_warmup_groups_hold_each_row_count_of_the_smallest_buckets_request(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, max_slots=8)
     groups = decoder.warmup_groups(row_counts=(1, 2, 4, 16), max_new_tokens=48)
-    [lone] = decoder.warmup_requests(longest_prompt=9, max_new_tokens=48, temperatures=(0.7,))
+    [lone] = decoder.warmup_requests(longest_prompt=9, max_new_tokens=48, temperatures=(0.7,),
+                                     adjusted_temperatures=())
     assert [len(group) for group in groups] == [2, 4, 8]  # 1 is the lone warm-up's; 16 is capped at max_slots
     assert all(request == lone for group in groups for request in group)
 
@@ -608,7 +647,8 @@ def test_a_warmed_server_compiles_no_decode_call_for_concurrent_conversations_on
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=jax.devices()[:2])  # shapes of its own
     server = BatchingServer(decoder)
-    server.warm([*decoder.warmup_requests(longest_prompt=8, max_new_tokens=40, temperatures=(0.7,)),
+    server.warm([*decoder.warmup_requests(longest_prompt=8, max_new_tokens=40, temperatures=(0.7,),
+                                          adjusted_temperatures=()),
                  *decoder.warmup_groups(row_counts=(2, 4), max_new_tokens=40)])
     assert server.warmed.wait(timeout=300)
     warmed = decoder.compiled.trace_count
@@ -700,7 +740,8 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
     devices = jax.devices()[2:4] if case == "move" else jax.devices()[4:6]
     decoder = BatchDecoder(model, tokenizer, min_bucket=8, devices=devices)
     server = BatchingServer(decoder)
-    server.warm([*decoder.warmup_requests(longest_prompt=16, max_new_tokens=40, temperatures=(0.0,)),
+    server.warm([*decoder.warmup_requests(longest_prompt=16, max_new_tokens=40, temperatures=(0.0,),
+                                          adjusted_temperatures=()),
                  *decoder.warmup_groups(row_counts=(2, 4), max_new_tokens=40, temperature=0.0)])
     assert server.warmed.wait(timeout=300) and not decoder.compiled.missed
     # A lone answer to a prompt of bucket 8, then three joining it at once, of bucket 8 or 16.

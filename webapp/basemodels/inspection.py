@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from jaxengine.checkpoint import safetensors_header
 from jaxengine.models.config import (NESTED_TEXT_CONFIG_FAMILIES, REQUIRED_CONFIG_FIELDS, VOCABULARY_ROWS,
                                      UnsupportedArchitectureError, family_for_hf_config, vocab_size_mismatch)
 from jaxengine.tokenizer import TokenizerError, load_tokenizer
 
-# A safetensors header lists names, dtypes, shapes and offsets; even models with
-# tens of thousands of tensors stay far below this. Larger means a corrupt file.
-MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 # Real config.json files are a few KB (multimodal ones tens of KB); the registry stores and shows it.
 MAX_CONFIG_BYTES = 1024 * 1024
 # Sizes and counts past this are no model's (and the database's integers end at 2**63).
@@ -92,50 +89,10 @@ def resolve_model_dir(raw_path: str, *, models_root: Path) -> Path:
 
 
 def read_safetensors_header(path: Path) -> dict:
-    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets},
-    plus an optional ``__metadata__`` entry."""
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) != 8:
-            raise ModelDirError(f"{path}: too short to be a safetensors file (no 8-byte header length)")
-        (header_bytes,) = struct.unpack("<Q", prefix)
-        if header_bytes > MAX_SAFETENSORS_HEADER_BYTES:
-            raise ModelDirError(f"{path}: header length {header_bytes} is implausible; the file is corrupt")
-        raw = handle.read(header_bytes)
-    if len(raw) != header_bytes:
-        raise ModelDirError(f"{path}: truncated header ({len(raw)} of {header_bytes} bytes)")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelDirError(f"{path}: header is not valid JSON ({exc}); the file is corrupt") from exc
-    if not isinstance(header, dict):
-        raise ModelDirError(f"{path}: header is not a JSON object; the file is corrupt")
-    _check_data_covered(path, header, data_bytes=path.stat().st_size - 8 - header_bytes)
-    return header
-
-
-def _check_data_covered(path: Path, header: dict, *, data_bytes: int) -> None:
-    """The tensors' data must fill the rest of the file exactly, as the loader (the safetensors library)
-    demands: a half-copied model.safetensors has an intact header, and was registered, its first run or
-    chat failing at load ("incomplete metadata, file not fully covered")."""
-    data_end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
-            raise ModelDirError(f"{path}: tensor {name!r} has no valid data_offsets in the header (two byte "
-                                "offsets, begin <= end); the file is corrupt")
-        data_end = max(data_end, offsets[1])
-    if data_end > data_bytes:
-        raise ModelDirError(f"{path}: the header places tensor data up to byte {data_end} of the data section, "
-                            f"but the file holds {data_bytes}; the file is truncated (an interrupted download or "
-                            "copy?): copy it again")
-    if data_end < data_bytes:
-        raise ModelDirError(f"{path}: {data_bytes - data_end} bytes after the last tensor's data, which the "
-                            "loader refuses; the file is corrupt: copy it again")
+    """The JSON header of a safetensors file (``jaxengine.checkpoint.safetensors_header``, the reader
+    ``jaxengine inspect`` shares): tensor name -> {dtype, shape, data_offsets}, plus an optional
+    ``__metadata__`` entry; a file the loader would refuse is a ``ModelDirError`` naming it."""
+    return safetensors_header.read_safetensors_header(path, error=ModelDirError)
 
 
 def _inside_root(path: Path, models_root: Path) -> Path:
@@ -182,13 +139,7 @@ def _count_parameters(files: list[Path]) -> tuple[int, str, list[tuple[str, Path
         for name, entry in read_safetensors_header(file).items():
             if name == "__metadata__":
                 continue
-            shape = entry.get("shape") if isinstance(entry, dict) else None
-            dtype = entry.get("dtype") if isinstance(entry, dict) else None
-            if (not isinstance(shape, list) or not isinstance(dtype, str)
-                    or not all(isinstance(size, int) and not isinstance(size, bool) and 0 <= size < MAX_COUNT
-                               for size in shape)):
-                raise ModelDirError(f"{file}: tensor {name!r} has no valid dtype and shape in the header (a string "
-                                    "and a list of sizes); the file is corrupt")
+            shape, dtype = entry["shape"], entry["dtype"]  # checked by the reader
             count = math.prod(shape)
             parameter_count += count
             if parameter_count >= MAX_COUNT:

@@ -316,9 +316,37 @@ def test_inspect_refuses_a_weights_file_cut_short_after_its_header(tmp_path, mod
     whole = (model_dir / "model.safetensors").read_bytes()
     (cut / "model.safetensors").write_bytes(whole[: len(whole) - 1000])
     assert main(["inspect", "--model", str(cut)]) == 2
+    data_bytes = len(whole) - 8 - int.from_bytes(whole[:8], "little")  # after the length and the header
     assert capsys.readouterr().err == (
-        f"jaxengine inspect: error: {cut / 'model.safetensors'}: cut short: its header describes "
-        f"{len(whole):,} bytes, the file holds {len(whole) - 1000:,}; copy or convert the weights again\n")
+        f"jaxengine inspect: error: {cut / 'model.safetensors'}: the header places tensor data up to byte "
+        f"{data_bytes} of the data section, but the file holds {data_bytes - 1000}; the file is truncated (an "
+        "interrupted download or copy?): copy it again\n")
+
+
+@pytest.mark.parametrize("damage", ["cut short", "bytes after the last tensor"])
+def test_inspect_refuses_what_registration_and_the_loader_refuse_in_the_same_words(tmp_path, model_dir, capsys,
+                                                                                  damage):
+    """jaxengine inspect read safetensors headers its own way: a file with bytes after its last tensor, which
+    the loader refuses (so generate and train fail on it) and registration refuses, was described as a whole
+    model; it now reads them with registration's reader, which words each refusal alike."""
+    import shutil
+
+    from safetensors import SafetensorError, safe_open
+
+    from jaxengine.checkpoint.safetensors_header import read_safetensors_header
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    whole = (model_dir / "model.safetensors").read_bytes()
+    weights = broken / "model.safetensors"
+    weights.write_bytes(whole[:-1000] if damage == "cut short" else whole + b"\0" * 16)
+    with pytest.raises(SafetensorError):
+        with safe_open(str(weights), framework="numpy"):
+            pass
+    with pytest.raises(ValueError) as refused:
+        read_safetensors_header(weights)
+    assert main(["inspect", "--model", str(broken)]) == 2
+    assert capsys.readouterr().err == f"jaxengine inspect: error: {refused.value}\n"
 
 
 @pytest.mark.parametrize("template_file", [False, True], ids=["in tokenizer_config.json", "chat_template.jinja"])

@@ -1867,7 +1867,8 @@ def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, clien
     spec = {"task": "ppo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
             "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward_run.public_id}}
     [memory] = services.launch_check(project=team.project, spec=spec, axes=[]).memory
-    assert ", reward model 3.7e-05 GiB)" in memory
+    # Then the KL reference (kl_coef 0.04, full fine-tuning): a frozen copy of the 40,000 bytes of weights.
+    assert ", reward model 3.7e-05, KL reference 3.7e-05 GiB)" in memory
     ppo_run = services.run_create(project=team.project, spec=spec, user=team.teammate)
     page = html.unescape(client_for(team.teammate).get(url(ppo_run)).content.decode())
     assert f'<dd id="memory-estimate">{memory} <span class="muted">(an estimate)</span></dd>' in page

@@ -1,0 +1,74 @@
+"""Reading a safetensors file's header without its tensors (jax-free): the one reader that base model
+registration (``webapp.basemodels.inspection``) and ``jaxengine inspect`` share, so that both refuse
+the same damaged files with the same words.
+
+A safetensors file is an 8-byte little-endian length, that many bytes of JSON naming every tensor's
+dtype, shape and ``data_offsets`` (begin, end) in the data section, then the data section. The
+safetensors library, which loads the weights for training and chat, demands that the tensors' data
+fill the data section exactly; a copy that stopped part way keeps an intact header, so a reader of the
+header alone would describe a whole model. Here the offsets are checked against the file's size.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+# A header lists names, dtypes, shapes and offsets; even models with tens of thousands of tensors stay
+# far below this. Larger means a corrupt length field.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+# A tensor dimension past this is no model's (and the database's integers end at 2**63).
+MAX_DIMENSION = 2**53
+
+
+def read_safetensors_header(path: Path, *, error: type[Exception] = ValueError) -> dict:
+    """The JSON header of the safetensors file ``path``: tensor name -> {dtype, shape, data_offsets}, plus an
+    optional ``__metadata__`` entry. A file that is not one, or whose tensors' data does not fill it exactly
+    (cut short by an interrupted copy, or with bytes after the last tensor), raises ``error`` naming the file
+    and what to do."""
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) != 8:
+            raise error(f"{path}: too short to be a safetensors file (no 8-byte header length); the file is "
+                        "truncated or not a safetensors file: copy or convert the weights again")
+        (header_bytes,) = struct.unpack("<Q", prefix)
+        if header_bytes > MAX_HEADER_BYTES:
+            raise error(f"{path}: header length {header_bytes} is implausible; the file is corrupt: copy or "
+                        "convert the weights again")
+        raw = handle.read(header_bytes)
+    if len(raw) != header_bytes:
+        raise error(f"{path}: truncated header ({len(raw)} of {header_bytes} bytes; an interrupted download or "
+                    "copy?): copy it again")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
+        raise error(f"{path}: header is not valid JSON ({problem}); the file is corrupt: copy or convert the "
+                    "weights again") from None
+    if not isinstance(header, dict):
+        raise error(f"{path}: header is not a JSON object; the file is corrupt: copy or convert the weights again")
+    data_end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if (not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or not isinstance(shape, list)
+                or not all(isinstance(size, int) and not isinstance(size, bool) and 0 <= size < MAX_DIMENSION
+                           for size in shape)):
+            raise error(f"{path}: tensor {name!r} has no valid dtype and shape in the header (a string and a list "
+                        "of sizes); the file is corrupt")
+        offsets = entry.get("data_offsets")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(offset, int) and not isinstance(offset, bool) for offset in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            raise error(f"{path}: tensor {name!r} has no valid data_offsets in the header (two byte offsets, "
+                        "begin <= end); the file is corrupt")
+        data_end = max(data_end, offsets[1])
+    data_bytes = path.stat().st_size - 8 - header_bytes
+    if data_end > data_bytes:
+        raise error(f"{path}: the header places tensor data up to byte {data_end} of the data section, but the "
+                    f"file holds {data_bytes}; the file is truncated (an interrupted download or copy?): copy it "
+                    "again")
+    if data_end < data_bytes:
+        raise error(f"{path}: {data_bytes - data_end} bytes after the last tensor's data, which the loader "
+                    "refuses; the file is corrupt: copy it again")
+    return header
