@@ -655,7 +655,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     rollouts = GrpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, grpo=grpo,
                             batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,
                             pad_id=pad_id, samples_path=run_dir / "samples.jsonl", reference=reference)
-    task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.epsilon_high, beta=grpo.beta,
+    task = GrpoTask(loss_type=grpo.loss_type, epsilon=grpo.epsilon, epsilon_high=grpo.upper_clip, beta=grpo.beta,
                     kl_estimator=grpo.kl_estimator, max_completion_length=grpo.max_new_tokens,
                     completion_start=rollouts.completion_start,
                     use_stored_old_log_probs=grpo.num_iterations > 1)

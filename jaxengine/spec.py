@@ -248,6 +248,24 @@ RolloutTemperature = Annotated[float, Field(gt=0, description="Sampling temperat
 RolloutTopP = Annotated[float, Field(gt=0, le=1.0, description="Nucleus sampling of the rollouts (1 = off).")]
 NumIterations = Annotated[int, Field(ge=1, description="Policy updates per batch of rollouts (mu).")]
 MaskTruncated = Annotated[bool, Field(description="Completions that hit max_new_tokens get no loss.")]
+ClipEpsilon = Annotated[float, Field(gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are "
+                                     "clipped (and above 1 + epsilon, unless epsilon_high is given).")]
+ClipEpsilonHigh = Annotated[float | None, Field(gt=0, description="Upper clip of the policy ratio: 1 + epsilon_high; "
+                                                "at least epsilon; null: equal to epsilon (the symmetric PPO clip; "
+                                                "larger: DAPO's clip-higher).")]
+
+
+def _upper_clip(epsilon: float, epsilon_high: float | None) -> float:
+    """A ratio clip's upper ``epsilon_high``, ``epsilon`` where it is null: the clip is [1 - epsilon, 1 + this]."""
+    return epsilon if epsilon_high is None else epsilon_high
+
+
+def _check_clip(section: str, epsilon: float, epsilon_high: float | None) -> None:
+    # Below epsilon the clip range favours lowering probabilities, the opposite of DAPO's clip-higher.
+    if epsilon_high is not None and epsilon_high < epsilon:
+        raise ValueError(f"epsilon_high: {epsilon_high:g} is below {section}.epsilon {epsilon:g}; give epsilon_high "
+                         "at least epsilon (equal, or null: the symmetric PPO clip; larger: DAPO's clip-higher), "
+                         "or lower epsilon")
 
 
 def _check_reward_names(rewards: tuple[RewardTermSpec, ...], eval_metrics: tuple[RewardTermSpec, ...]) -> None:
@@ -275,9 +293,8 @@ class GrpoSpec(_Section):
         "How the per-token KL to the reference is estimated: k1: log(π/π_ref), unbiased but can go "
         "negative | k2: ½ log²(π/π_ref), low variance, biased | k3: π_ref/π − log(π_ref/π) − 1, unbiased "
         "and non-negative (GRPO's)"))
-    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped.")
-    epsilon_high: float = Field(default=0.2, gt=0, description="Upper clip of the policy ratio: 1 + epsilon_high; "
-                                "at least epsilon (equal: the symmetric PPO clip, larger: DAPO's clip-higher).")
+    epsilon: ClipEpsilon = 0.2
+    epsilon_high: ClipEpsilonHigh = None
     loss_type: GrpoLossType = Field(default="grpo", description=(
         "How per-token losses become one: grpo: mean over each completion, then over completions | "
         "dr_grpo: sum / (completions × max_new_tokens), no length bias | dapo: mean over every token of "
@@ -304,14 +321,15 @@ class GrpoSpec(_Section):
 
     @model_validator(mode="after")
     def _distinct_reward_names(self) -> GrpoSpec:
-        if self.epsilon_high < self.epsilon:
-            raise ValueError(f"epsilon_high: {self.epsilon_high:g} is below grpo.epsilon {self.epsilon:g}; give "
-                             "epsilon_high at least epsilon (equal: the symmetric PPO clip, larger: DAPO's "
-                             "clip-higher), or lower epsilon")
+        _check_clip("grpo", self.epsilon, self.epsilon_high)
         if not self.rewards:
             raise ValueError("rewards: give at least one reward function, e.g. {name: exact_match}")
         _check_reward_names(self.rewards, self.eval_metrics)
         return self
+
+    @property
+    def upper_clip(self) -> float:
+        return _upper_clip(self.epsilon, self.epsilon_high)
 
 
 class PpoSpec(_Section):
@@ -329,11 +347,8 @@ class PpoSpec(_Section):
                                      "give rewards.")
     rewards: tuple[RewardTermSpec, ...] = Field(default=(), description="Reward functions, summed with weights; "
                                                 "or give reward_model.", **_LIST)
-    epsilon: float = Field(default=0.2, gt=0, lt=1.0, description="Lower clip: ratios below 1 - epsilon are clipped "
-                           "(and above 1 + epsilon, unless epsilon_high is given).")
-    epsilon_high: float | None = Field(default=None, gt=0, description="Upper clip of the policy ratio: "
-                                       "1 + epsilon_high; at least epsilon; null: equal to epsilon (the symmetric "
-                                       "PPO clip; larger: DAPO's clip-higher).")
+    epsilon: ClipEpsilon = 0.2
+    epsilon_high: ClipEpsilonHigh = None
     max_new_tokens: MaxNewTokens = 128
     temperature: RolloutTemperature = 1.0
     top_p: RolloutTopP = 1.0
@@ -358,16 +373,13 @@ class PpoSpec(_Section):
             raise ValueError(f"reward_model: give exactly one of reward_model and rewards {what_to_do}")
         if self.reward_model is not None and not self.reward_model.strip():
             raise ValueError("reward_model: empty; give the directory of a task: reward run")
-        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
-            raise ValueError(f"epsilon_high: {self.epsilon_high:g} is below ppo.epsilon {self.epsilon:g}; give "
-                             "epsilon_high at least epsilon (or null: equal to it), or lower epsilon")
+        _check_clip("ppo", self.epsilon, self.epsilon_high)
         _check_reward_names(self.rewards, self.eval_metrics)
         return self
 
     @property
     def upper_clip(self) -> float:
-        """``epsilon_high``, or ``epsilon`` where it is null: the ratio clip is [1 - epsilon, 1 + upper_clip]."""
-        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+        return _upper_clip(self.epsilon, self.epsilon_high)
 
 
 class ParallelSpec(_Section):

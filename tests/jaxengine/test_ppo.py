@@ -163,8 +163,8 @@ def test_epsilon_high_defaults_to_epsilon_and_is_refused_below_it(tmp_path):
     with pytest.raises(SpecError) as refused:
         ppo_spec(epsilon=0.2, epsilon_high=0.1)
     assert refused.value.problems == [
-        "ppo.epsilon_high: 0.1 is below ppo.epsilon 0.2; give epsilon_high at least epsilon (or null: equal to it), "
-        "or lower epsilon"]
+        "ppo.epsilon_high: 0.1 is below ppo.epsilon 0.2; give epsilon_high at least epsilon (equal, or null: the "
+        "symmetric PPO clip; larger: DAPO's clip-higher), or lower epsilon"]
 
 
 def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):

@@ -647,14 +647,22 @@ def test_it_rejects_an_upper_clip_below_the_lower_naming_both():
     then favours lowering probabilities, the opposite of DAPO's clip-higher, and nothing said so."""
     grpo = {"rewards": [{"name": "valid_json"}], "epsilon": 0.2, "epsilon_high": 0.1}
     assert problems_of(minimal(task="grpo", grpo=grpo)) == [
-        "grpo.epsilon_high: 0.1 is below grpo.epsilon 0.2; give epsilon_high at least epsilon (equal: the "
-        "symmetric PPO clip, larger: DAPO's clip-higher), or lower epsilon"]
-    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.2})).grpo.epsilon_high == 0.2
-    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.28})).grpo.epsilon_high == 0.28
+        "grpo.epsilon_high: 0.1 is below grpo.epsilon 0.2; give epsilon_high at least epsilon (equal, or null: the "
+        "symmetric PPO clip; larger: DAPO's clip-higher), or lower epsilon"]
+    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.2})).grpo.upper_clip == 0.2
+    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon_high": 0.28})).grpo.upper_clip == 0.28
     # The launch form shows the field's description: it states the rule before anyone breaks it.
     assert GrpoSpec.model_fields["epsilon_high"].description == (
-        "Upper clip of the policy ratio: 1 + epsilon_high; at least epsilon (equal: the symmetric PPO clip, "
-        "larger: DAPO's clip-higher).")
+        "Upper clip of the policy ratio: 1 + epsilon_high; at least epsilon; null: equal to epsilon (the symmetric "
+        "PPO clip; larger: DAPO's clip-higher).")
+
+
+def test_a_wider_grpo_clip_needs_only_epsilon():
+    """epsilon_high defaulted to 0.2 where PPO's follows epsilon, so `grpo: {epsilon: 0.3}` alone was refused
+    as an upper clip below the lower one the user never gave."""
+    grpo = {"rewards": [{"name": "valid_json"}]}
+    assert parse_spec(minimal(task="grpo", grpo={**grpo, "epsilon": 0.3})).grpo.upper_clip == 0.3
+    assert parse_spec(minimal(task="grpo", grpo=grpo)).grpo.upper_clip == 0.2  # the default clip is unchanged
 
 
 def test_it_rejects_a_pattern_without_regex_extraction():
