@@ -214,6 +214,9 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
             services.plan_run(project=project, spec=spec, output_dir=services.run_output_dir("pipeline-check"))
         except ValidationError as error:
             for key, messages in error.message_dict.items():
+                if (index > 0 and key == "model" and stage.spec.get("model", PREVIOUS) == PREVIOUS
+                        and "stages.0.spec.model" in errors):
+                    continue  # the stand-in's problem, named once at the first stage, which gives it
                 errors.setdefault(f"stages.{index}.spec.{key}", []).extend(messages)
     if errors:
         raise ValidationError(errors)

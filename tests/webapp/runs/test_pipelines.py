@@ -82,6 +82,20 @@ def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog,
     assert pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)  # logged by every run
 
 
+def test_a_bad_first_model_is_named_once_at_the_stage_that_gives_it(team, catalog, sent_tasks):
+    """A mistyped model in stage 1 was also reported at every later stage (stages.1.spec.model: 'bm_typo' is
+    not a base model…), whose spec gives no model at all: later stages are checked with the first stage's
+    model as a stand-in, and its problem is the first stage's to name."""
+    typo = document(catalog, stages=3)
+    typo["stages"][0]["spec"]["model"] = "bm_typo"
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=typo, user=team.teammate)
+    errors = caught.value.message_dict
+    assert list(errors) == ["stages.0.spec.model"]
+    assert "bm_typo" in errors["stages.0.spec.model"][0]
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
+
+
 def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, tmp_path):
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3), user=team.teammate)
     first = pipeline.runs.get()
