@@ -647,7 +647,18 @@ def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
         return None
     if pipeline.status != PipelineStatus.SUCCEEDED:
         return None
-    return serving_copy_figures(pipeline.result_run)
+    figures = serving_copy_figures(pipeline.result_run)
+    if figures is None or "perplexity_quantized" in figures or "greedy_agreement" in figures:
+        return figures
+    # The copy is measured on its run's eval data: without it the page would show no quality at all, silently.
+    last_training = len(pipeline.stages) - 1  # the export stage's number is the one after it
+    data = pipeline.result_run.spec.get("data") if isinstance(pipeline.result_run.spec, dict) else None
+    if isinstance(data, dict) and data.get("eval"):
+        return figures
+    return {**figures, "unmeasured": (
+        f"not measured: stage {last_training} ({isolated(pipeline.stages[last_training - 1]['name'])}) has no "
+        "evaluation data (data.eval); give it some to see the copy's perplexity and greedy agreement against the "
+        "unquantized model")}
 
 
 def stage_ran(pipeline: Pipeline, index: int) -> bool:

@@ -749,3 +749,23 @@ def test_a_pipeline_cancelled_by_its_stages_run_follows_the_resumed_run(team, ca
     pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
     pipeline.refresh_from_db()
     assert pipeline.current_stage == 1 and pipeline.result_run == first
+
+
+def test_the_export_figures_say_why_quality_was_not_measured(team, catalog, sent_tasks, tmp_path, client_for):
+    """A last training stage without data.eval (the New pipeline page's own dpo stage) gets a copy with no
+    perplexity and no greedy agreement: the page showed its size and directory and said nothing of them."""
+    import json
+
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    copy = first.output_dir / "export" / "quantized"
+    copy.mkdir(parents=True)
+    description = {"scheme": "int4", "bits": 4, "group_size": 64, "model_bytes": 3 * 2**20,
+                   "bfloat16_bytes": 10 * 2**20, "ratio_to_bfloat16": 0.3}
+    (copy / "quantization.json").write_text(json.dumps(description))
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, description=description)
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert 'id="pipeline-export"' in page
+    assert ("<tr><th>Quality</th><td>not measured: stage 1 (\u2068sft\u2069) has no evaluation data (data.eval); give it some "
+            "to see the copy&#x27;s perplexity and greedy agreement against the unquantized model</td></tr>") in page
