@@ -1390,3 +1390,29 @@ def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url,
     reporting.publish_event(run.public_id, {"type": "progress", "step": 11, "total_steps": 40, "tokens": 4096,
                                             "train_seconds": 99.0, "tokens_per_second": 100.0})
     evaluating.wait_for(state="hidden", timeout=10_000)
+
+
+def test_the_pipeline_page_keeps_its_stages_run_names_readable_at_390_pixels(page, live_server):
+    """QA: on a phone the stages table squeezed its Run column to its longest word, a name a word a line
+    ("sft-dpo-serve · / stage / 2 / (dpo)"), cut at the card's edge; the table scrolls sideways instead."""
+    from webapp.runs.models import Pipeline
+
+    team = make_team()
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo-serve", created_by=team.owner,
+                                       stages=[{"name": "sft", "spec": {"task": "sft"}},
+                                               {"name": "dpo", "spec": {"task": "dpo"}},
+                                               {"name": "serve", "export": {"quantize": "int8"}}])
+    for index, stage in enumerate(("sft", "dpo")):
+        Run.objects.create(project=team.project, name=f"sft-dpo-serve · stage {index + 1} ({stage})", task=stage,
+                           spec={}, resolved_spec={}, pipeline=pipeline, pipeline_stage=index,
+                           status=RunStatus.SUCCEEDED, created_by=team.owner)
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/{pipeline.public_id}/")
+    links = page.locator(".pipeline-stages a").all()
+    assert len(links) == 2
+    for link in links:
+        box = link.bounding_box()
+        line = link.evaluate("a => parseFloat(getComputedStyle(a).lineHeight)"
+                             " || parseFloat(getComputedStyle(a).fontSize) * 1.3")
+        assert box["height"] < 2.5 * line, (link.inner_text(), box, line)
