@@ -461,7 +461,8 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
     pipeline.message = (f"cancelled by {who} at {label}"
                         + ("; its export was not started" if exporting else "")
                         + (f"; its run {isolated(run.name)} ({run.public_id}) "
-                           + ("leaves the queue" if run.status == RunStatus.QUEUED else "stops after its current step")
+                           + ("was taken out of the queue" if run.status == RunStatus.QUEUED
+                              else "was asked to stop after its current step")
                            if stopping else "")
                         + result_note)
     # Saved before the run is cancelled: pipeline_advance, which run_cancel calls for a queued run, then finds

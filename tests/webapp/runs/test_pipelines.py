@@ -627,7 +627,7 @@ def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, cata
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
     assert cancelled.status == PipelineStatus.CANCELLED and cancelled.finished_at is not None
     assert cancelled.message == (f"cancelled by alpha-owner at stage 1 (\u2068sft\u2069); its run \u2068chain · stage 1 ("
-                                 f"sft)\u2069 ({first.public_id}) leaves the queue")
+                                 f"sft)\u2069 ({first.public_id}) was taken out of the queue")
     first.refresh_from_db()
     assert first.status == RunStatus.CANCELLED and first.error_message == "cancelled by alpha-owner before it started"
     pipeline.refresh_from_db()
@@ -640,6 +640,8 @@ def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, cata
 
 def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team, catalog, sent_tasks, tmp_path,
                                                                           resumable):
+    """The message is kept once the run has stopped: it said the run "stops after its current step" while the
+    table beside it said cancelled; it says what was done, true before and after."""
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3),
                                          user=team.teammate)
     first = finish(pipeline.runs.get(), tmp_path=tmp_path)
@@ -648,7 +650,7 @@ def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team
     Run.objects.filter(pk=second.pk).update(status=RunStatus.RUNNING)
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
     assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068dpo-1\u2069); its run \u2068chain · "
-                                 f"stage 2 (dpo-1)\u2069 ({second.public_id}) stops after its current step; the result stays "
+                                 f"stage 2 (dpo-1)\u2069 ({second.public_id}) was asked to stop after its current step; the result stays "
                                  f"\u2068chain · stage 1 (sft)\u2069 ({first.public_id})")
     second.refresh_from_db()
     assert second.status == RunStatus.RUNNING and second.cancel_requested
