@@ -1416,3 +1416,33 @@ def test_the_pipeline_page_keeps_its_stages_run_names_readable_at_390_pixels(pag
         line = link.evaluate("a => parseFloat(getComputedStyle(a).lineHeight)"
                              " || parseFloat(getComputedStyle(a).fontSize) * 1.3")
         assert box["height"] < 2.5 * line, (link.inner_text(), box, line)
+
+
+def test_the_pipeline_pages_export_figures_fit_390_pixels(page, live_server):
+    """QA: on a phone the Quantized export table was as wide as the copy's directory, a path with no place
+    to break, so its Size and Quality lines were cut at the card's edge."""
+    import json
+
+    from webapp.runs.models import Pipeline, PipelineStatus
+    from webapp.runs.serving_copies import run_export_dir
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft-dpo-serve · stage 1 (sft)", task="sft", spec={},
+                             resolved_spec={}, status=RunStatus.SUCCEEDED, pipeline_stage=0, created_by=team.owner)
+    Run.objects.filter(pk=run.pk).update(resolved_spec={"output_dir": str(services.run_output_dir(run.public_id))})
+    run.refresh_from_db()
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo-serve", created_by=team.owner,
+                                       status=PipelineStatus.SUCCEEDED, current_stage=1, result_run=run,
+                                       stages=[{"name": "sft", "spec": {"task": "sft"}},
+                                               {"name": "serve", "export": {"quantize": "int8"}}])
+    Run.objects.filter(pk=run.pk).update(pipeline=pipeline)
+    copy = run_export_dir(run) / "quantized"
+    copy.mkdir(parents=True)
+    (copy / "quantization.json").write_text(json.dumps({"scheme": "int8", "bits": 8, "model_bytes": 3 * 2**20,
+                                                        "bfloat16_bytes": 5 * 2**20, "ratio_to_bfloat16": 0.56}))
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/{pipeline.public_id}/")
+    card = page.locator("#pipeline-export").bounding_box()
+    table = page.locator("#pipeline-export table").bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"] + 0.5, (table, card)
