@@ -649,7 +649,13 @@ def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
     if pipeline.status != PipelineStatus.SUCCEEDED:
         return None
     figures = serving_copy_figures(pipeline.result_run)
-    if figures is None or "perplexity_quantized" in figures or "greedy_agreement" in figures:
+    if figures is None:
+        return None
+    # In MiB, as its summary line just above says it (Django's filesizeformat counts in 1024s but writes MB).
+    mib = 2**20
+    figures = {**figures, "size": f"{figures.get('model_bytes', 0) / mib:.1f} MiB "
+                                  f"({figures.get('bfloat16_bytes', 0) / mib:.1f} MiB in bfloat16)"}
+    if "perplexity_quantized" in figures or "greedy_agreement" in figures:
         return figures
     # The copy is measured on its run's eval data: without it the page would show no quality at all, silently.
     last_training = len(pipeline.stages) - 1  # the export stage's number is the one after it

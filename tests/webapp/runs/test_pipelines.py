@@ -405,7 +405,8 @@ def test_the_export_stage_quantizes_the_last_model_and_the_page_shows_its_figure
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
     assert 'id="pipeline-export"' in page and "12.5000 unquantized → 13.0000 quantized" in page
-    assert "88%" in page and "3.0\xa0MB" in page and str(copy) in page
+    # In MiB, as the summary line above it: the table said "3.0 MB" (filesizeformat's 1024s) under "3.0 MiB".
+    assert "88%" in page and "<td>3.0 MiB (10.0 MiB in bfloat16)</td>" in page and str(copy) in page
 
 
 def test_a_failed_export_fails_the_pipeline_and_keeps_the_run_as_its_result(team, catalog, sent_tasks, tmp_path):
