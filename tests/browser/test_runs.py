@@ -1446,3 +1446,19 @@ def test_the_pipeline_pages_export_figures_fit_390_pixels(page, live_server):
     card = page.locator("#pipeline-export").bounding_box()
     table = page.locator("#pipeline-export table").bounding_box()
     assert table["x"] + table["width"] <= card["x"] + card["width"] + 0.5, (table, card)
+
+
+def test_the_yaml_editors_scroll_their_long_lines_instead_of_wrapping_them_at_390_pixels(page, live_server):
+    """QA: on a phone the New pipeline page's YAML (and the launch form's) wrapped its long lines, whose rest
+    then stood at the start of the next line, as if it were a key of the document's top level: indentation is
+    YAML's structure, so a line stays one line and the editor scrolls sideways."""
+    team = make_team()
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    for path, editor in (("pipelines/new/", "#id_document"), ("runs/new/", "#id_spec_yaml")):
+        page.goto(f"{live_server.url}/p/alpha/{path}")
+        if editor == "#id_spec_yaml":
+            page.get_by_role("link", name="YAML (advanced)").click()
+        page.locator(editor).fill("name: " + "a-long-pipeline-name-" * 4 + "\nstages: []\n")
+        widths = page.locator(editor).evaluate("t => [t.scrollWidth, t.clientWidth]")
+        assert widths[0] > widths[1], (path, widths)
