@@ -226,7 +226,8 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
     ``answer``, ``eval/exact_match`` is the fraction whose text matches it (``evaluate.answers_match``, as
     ``jaxengine eval`` scores), and with ``group_labels`` (one per row, ``data.eval_group_by``)
     ``eval/exact_match/<label>`` that of each group. A preference row's chosen answer is recorded as
-    ``chosen``, the reference a reader compares the generation with (no answer to score: many fit)."""
+    ``chosen``, and an sft row's completion as ``completion``: the reference a reader compares the generation with
+    (no answer to score: many fit)."""
     from jaxengine.data.pipeline import encode_prompt
     from jaxengine.evaluate import answers_match, grouped_metrics
     from jaxengine.sampler import Sampler, SamplingParams
@@ -254,6 +255,8 @@ def make_sample_hook(*, tokenizer, rows: list[dict], samples_path: Path, max_new
                     answered_texts.append(generation.text)
                 elif (chosen := _chosen_text(row.get("chosen"))) is not None:
                     record["chosen"] = chosen
+                elif isinstance(row.get("completion"), str):
+                    record["completion"] = row["completion"]
                 handle.write(json.dumps(record) + "\n")
         if not answered_rows:
             return {}

@@ -1390,3 +1390,75 @@ def test_the_run_page_says_while_the_run_evaluates(page, asgi_server, redis_url,
     reporting.publish_event(run.public_id, {"type": "progress", "step": 11, "total_steps": 40, "tokens": 4096,
                                             "train_seconds": 99.0, "tokens_per_second": 100.0})
     evaluating.wait_for(state="hidden", timeout=10_000)
+
+
+def test_the_pipeline_page_keeps_its_stages_run_names_readable_at_390_pixels(page, live_server):
+    """QA: on a phone the stages table squeezed its Run column to its longest word, a name a word a line
+    ("sft-dpo-serve · / stage / 2 / (dpo)"), cut at the card's edge; the table scrolls sideways instead."""
+    from webapp.runs.models import Pipeline
+
+    team = make_team()
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo-serve", created_by=team.owner,
+                                       stages=[{"name": "sft", "spec": {"task": "sft"}},
+                                               {"name": "dpo", "spec": {"task": "dpo"}},
+                                               {"name": "serve", "export": {"quantize": "int8"}}])
+    for index, stage in enumerate(("sft", "dpo")):
+        Run.objects.create(project=team.project, name=f"sft-dpo-serve · stage {index + 1} ({stage})", task=stage,
+                           spec={}, resolved_spec={}, pipeline=pipeline, pipeline_stage=index,
+                           status=RunStatus.SUCCEEDED, created_by=team.owner)
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/{pipeline.public_id}/")
+    links = page.locator(".pipeline-stages a").all()
+    assert len(links) == 2
+    for link in links:
+        box = link.bounding_box()
+        line = link.evaluate("a => parseFloat(getComputedStyle(a).lineHeight)"
+                             " || parseFloat(getComputedStyle(a).fontSize) * 1.3")
+        assert box["height"] < 2.5 * line, (link.inner_text(), box, line)
+
+
+def test_the_pipeline_pages_export_figures_fit_390_pixels(page, live_server):
+    """QA: on a phone the Quantized export table was as wide as the copy's directory, a path with no place
+    to break, so its Size and Quality lines were cut at the card's edge."""
+    import json
+
+    from webapp.runs.models import Pipeline, PipelineStatus
+    from webapp.runs.serving_copies import run_export_dir
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft-dpo-serve · stage 1 (sft)", task="sft", spec={},
+                             resolved_spec={}, status=RunStatus.SUCCEEDED, pipeline_stage=0, created_by=team.owner)
+    Run.objects.filter(pk=run.pk).update(resolved_spec={"output_dir": str(services.run_output_dir(run.public_id))})
+    run.refresh_from_db()
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo-serve", created_by=team.owner,
+                                       status=PipelineStatus.SUCCEEDED, current_stage=1, result_run=run,
+                                       stages=[{"name": "sft", "spec": {"task": "sft"}},
+                                               {"name": "serve", "export": {"quantize": "int8"}}])
+    Run.objects.filter(pk=run.pk).update(pipeline=pipeline)
+    copy = run_export_dir(run) / "quantized"
+    copy.mkdir(parents=True)
+    (copy / "quantization.json").write_text(json.dumps({"scheme": "int8", "bits": 8, "model_bytes": 3 * 2**20,
+                                                        "bfloat16_bytes": 5 * 2**20, "ratio_to_bfloat16": 0.56}))
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/{pipeline.public_id}/")
+    card = page.locator("#pipeline-export").bounding_box()
+    table = page.locator("#pipeline-export table").bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"] + 0.5, (table, card)
+
+
+def test_the_yaml_editors_scroll_their_long_lines_instead_of_wrapping_them_at_390_pixels(page, live_server):
+    """QA: on a phone the New pipeline page's YAML (and the launch form's) wrapped its long lines, whose rest
+    then stood at the start of the next line, as if it were a key of the document's top level: indentation is
+    YAML's structure, so a line stays one line and the editor scrolls sideways."""
+    team = make_team()
+    page.set_viewport_size({"width": 390, "height": 844})
+    test_projects.log_in(page, live_server.url, team.owner.username)
+    for path, editor in (("pipelines/new/", "#id_document"), ("runs/new/", "#id_spec_yaml")):
+        page.goto(f"{live_server.url}/p/alpha/{path}")
+        if editor == "#id_spec_yaml":
+            page.get_by_role("link", name="YAML (advanced)").click()
+        page.locator(editor).fill("name: " + "a-long-pipeline-name-" * 4 + "\nstages: []\n")
+        widths = page.locator(editor).evaluate("t => [t.scrollWidth, t.clientWidth]")
+        assert widths[0] > widths[1], (path, widths)

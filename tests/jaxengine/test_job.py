@@ -567,3 +567,22 @@ def test_eval_previews_of_preference_rows_record_the_chosen_answer(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [record["chosen"] for record in records] == ["Hi there", "Hello!"]
     assert not any("answer" in record for record in records)
+
+
+def test_eval_previews_of_sft_rows_record_their_completion(tmp_path):
+    """QA: an SFT run's eval samples showed "—" as their reference, though each eval row holds the completion
+    the run is taught to write. It is recorded as ``completion`` (a reference to read, not an answer that exact
+    match scores: those are the ``answer`` of a prompts file)."""
+    from jaxengine.job import make_sample_hook
+    from jaxengine.tokenizer import load_tokenizer
+    from tests.factories import build_tiny_model_dir
+
+    model_dir = build_tiny_model_dir(tmp_path / "tiny")
+    model, _config = load_hf_model(model_dir)
+    rows = [{"prompt": "What is 2 + 2?", "completion": "4"}, {"prompt": "Hello", "completion": "Hi there"}]
+    hook = make_sample_hook(tokenizer=load_tokenizer(model_dir), rows=rows, samples_path=tmp_path / "samples.jsonl",
+                            max_new_tokens=4)
+    assert hook(model, 2) == {}
+    records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [record["completion"] for record in records] == ["4", "Hi there"]
+    assert not any("answer" in record for record in records)

@@ -214,6 +214,9 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
             services.plan_run(project=project, spec=spec, output_dir=services.run_output_dir("pipeline-check"))
         except ValidationError as error:
             for key, messages in error.message_dict.items():
+                if (index > 0 and key == "model" and stage.spec.get("model", PREVIOUS) == PREVIOUS
+                        and "stages.0.spec.model" in errors):
+                    continue  # the stand-in's problem, named once at the first stage, which gives it
                 errors.setdefault(f"stages.{index}.spec.{key}", []).extend(messages)
     if errors:
         raise ValidationError(errors)
@@ -458,7 +461,8 @@ def _pipeline_cancel_once(*, pipeline_pk: int, user: AbstractBaseUser | None) ->
     pipeline.message = (f"cancelled by {who} at {label}"
                         + ("; its export was not started" if exporting else "")
                         + (f"; its run {isolated(run.name)} ({run.public_id}) "
-                           + ("leaves the queue" if run.status == RunStatus.QUEUED else "stops after its current step")
+                           + ("was taken out of the queue" if run.status == RunStatus.QUEUED
+                              else "was asked to stop after its current step")
                            if stopping else "")
                         + result_note)
     # Saved before the run is cancelled: pipeline_advance, which run_cancel calls for a queued run, then finds
@@ -644,7 +648,24 @@ def export_result(pipeline: Pipeline) -> dict[str, Any] | None:
         return None
     if pipeline.status != PipelineStatus.SUCCEEDED:
         return None
-    return serving_copy_figures(pipeline.result_run)
+    figures = serving_copy_figures(pipeline.result_run)
+    if figures is None:
+        return None
+    # In MiB, as its summary line just above says it (Django's filesizeformat counts in 1024s but writes MB).
+    mib = 2**20
+    figures = {**figures, "size": f"{figures.get('model_bytes', 0) / mib:.1f} MiB "
+                                  f"({figures.get('bfloat16_bytes', 0) / mib:.1f} MiB in bfloat16)"}
+    if "perplexity_quantized" in figures or "greedy_agreement" in figures:
+        return figures
+    # The copy is measured on its run's eval data: without it the page would show no quality at all, silently.
+    last_training = len(pipeline.stages) - 1  # the export stage's number is the one after it
+    data = pipeline.result_run.spec.get("data") if isinstance(pipeline.result_run.spec, dict) else None
+    if isinstance(data, dict) and data.get("eval"):
+        return figures
+    return {**figures, "unmeasured": (
+        f"not measured: stage {last_training} ({isolated(pipeline.stages[last_training - 1]['name'])}) has no "
+        "evaluation data (data.eval); give it some to see the copy's perplexity and greedy agreement against the "
+        "unquantized model")}
 
 
 def stage_ran(pipeline: Pipeline, index: int) -> bool:

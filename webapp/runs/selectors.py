@@ -197,7 +197,7 @@ def sweep_runs(*, project: Project, tag: str) -> list[Run]:
 def runs_by_ids(*, project: Project, public_ids: list[str]) -> list[Run]:
     """Runs of ``project`` in the order of ``public_ids`` (unknown ids are skipped)."""
     found = {run.public_id: run for run in Run.objects.filter(project=project, public_id__in=public_ids)
-             .select_related("base_model", "created_by")}
+             .select_related("base_model", "created_by").prefetch_related("dataset_versions")}
     return [found[public_id] for public_id in dict.fromkeys(public_ids) if public_id in found]
 
 
@@ -832,12 +832,16 @@ def config_diff(*, runs: list[Run]) -> list[dict[str, Any]]:
     keys = sorted(set().union(*flat)) if flat else []
     named = reference_names(project_id=runs[0].project_id, values=[value for entry in flat for value in entry.values()]
                             ) if runs else {}
+    # What a run's spec names and is gone reads as such, as on its page's lineage (not as a bare id).
+    gone = [{("model" if use == "model" else f"data.{use}", ref): SpecReference(name="deleted since", ref=ref)
+             for use, ref in run.deleted_references()} for run in runs]
     rows = []
     for key in keys:
         values = [entry.get(key) for entry in flat]
         # Lists, mappings and booleans as the spec writes them (JSON's true, not Python's True).
-        rendered = [json.dumps(value) if isinstance(value, (list, dict, bool)) else named.get(value, value)
-                    if isinstance(value, str) else value for value in values]
+        rendered = [json.dumps(value) if isinstance(value, (list, dict, bool)) else
+                    named.get(value) or gone[index].get((key, value), value)
+                    if isinstance(value, str) else value for index, value in enumerate(values)]
         rows.append({"key": key, "values": rendered, "differs": len({json.dumps(v, sort_keys=True) for v in values}) > 1})
     return rows
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,16 @@ class Combination:
     number: int
     values: tuple[Any, ...]
     labels: tuple[str, ...]
+
+
+# The tag every run of one sweep launch shares (``services.new_sweep_tag``).
+SWEEP_TAG = re.compile(r"sweep-[0-9a-f]{8}")
+
+
+def tags_of_a_copy(tags: list[str]) -> list[str]:
+    """The tags a duplicate of a run is offered: its own, without its sweep's. A copy is launched with other
+    settings, and its sweep's tag would put it in that sweep's table and comparison as one of its combinations."""
+    return [tag for tag in tags if not SWEEP_TAG.fullmatch(tag)]
 
 
 def max_runs() -> int:

@@ -175,7 +175,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             _project, _membership, original = get_run_for_user(request.user, slug, duplicate)
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
-            spec, task, name, tags, preset_name = original.spec, original.task, f"{original.name} (copy)", ", ".join(original.tags), None
+            spec, task, name, preset_name = original.spec, original.task, f"{original.name} (copy)", None
+            tags = ", ".join(sweeps.tags_of_a_copy(original.tags))
             # What the run started from and is gone is said at its field, which comes up empty.
             gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
             errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]

@@ -82,6 +82,20 @@ def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog,
     assert pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)  # logged by every run
 
 
+def test_a_bad_first_model_is_named_once_at_the_stage_that_gives_it(team, catalog, sent_tasks):
+    """A mistyped model in stage 1 was also reported at every later stage (stages.1.spec.model: 'bm_typo' is
+    not a base model…), whose spec gives no model at all: later stages are checked with the first stage's
+    model as a stand-in, and its problem is the first stage's to name."""
+    typo = document(catalog, stages=3)
+    typo["stages"][0]["spec"]["model"] = "bm_typo"
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=typo, user=team.teammate)
+    errors = caught.value.message_dict
+    assert list(errors) == ["stages.0.spec.model"]
+    assert "bm_typo" in errors["stages.0.spec.model"][0]
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
+
+
 def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, tmp_path):
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3), user=team.teammate)
     first = pipeline.runs.get()
@@ -391,7 +405,8 @@ def test_the_export_stage_quantizes_the_last_model_and_the_page_shows_its_figure
     assert pipelines.export_stage_start(pipeline_pk=pipeline.pk, stage=1) is None
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
     assert 'id="pipeline-export"' in page and "12.5000 unquantized → 13.0000 quantized" in page
-    assert "88%" in page and "3.0\xa0MB" in page and str(copy) in page
+    # In MiB, as the summary line above it: the table said "3.0 MB" (filesizeformat's 1024s) under "3.0 MiB".
+    assert "88%" in page and "<td>3.0 MiB (10.0 MiB in bfloat16)</td>" in page and str(copy) in page
 
 
 def test_a_failed_export_fails_the_pipeline_and_keeps_the_run_as_its_result(team, catalog, sent_tasks, tmp_path):
@@ -613,7 +628,7 @@ def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, cata
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.owner)
     assert cancelled.status == PipelineStatus.CANCELLED and cancelled.finished_at is not None
     assert cancelled.message == (f"cancelled by alpha-owner at stage 1 (\u2068sft\u2069); its run \u2068chain · stage 1 ("
-                                 f"sft)\u2069 ({first.public_id}) leaves the queue")
+                                 f"sft)\u2069 ({first.public_id}) was taken out of the queue")
     first.refresh_from_db()
     assert first.status == RunStatus.CANCELLED and first.error_message == "cancelled by alpha-owner before it started"
     pipeline.refresh_from_db()
@@ -626,6 +641,8 @@ def test_cancelling_a_pipeline_cancels_its_queued_stage_and_names_who(team, cata
 
 def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team, catalog, sent_tasks, tmp_path,
                                                                           resumable):
+    """The message is kept once the run has stopped: it said the run "stops after its current step" while the
+    table beside it said cancelled; it says what was done, true before and after."""
     pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=3),
                                          user=team.teammate)
     first = finish(pipeline.runs.get(), tmp_path=tmp_path)
@@ -634,7 +651,7 @@ def test_cancelling_a_pipeline_stops_its_training_stage_and_starts_no_other(team
     Run.objects.filter(pk=second.pk).update(status=RunStatus.RUNNING)
     cancelled = pipelines.pipeline_cancel(pipeline=pipeline, user=team.teammate)
     assert cancelled.message == (f"cancelled by alpha-teammate at stage 2 (\u2068dpo-1\u2069); its run \u2068chain · "
-                                 f"stage 2 (dpo-1)\u2069 ({second.public_id}) stops after its current step; the result stays "
+                                 f"stage 2 (dpo-1)\u2069 ({second.public_id}) was asked to stop after its current step; the result stays "
                                  f"\u2068chain · stage 1 (sft)\u2069 ({first.public_id})")
     second.refresh_from_db()
     assert second.status == RunStatus.RUNNING and second.cancel_requested
@@ -735,3 +752,23 @@ def test_a_pipeline_cancelled_by_its_stages_run_follows_the_resumed_run(team, ca
     pipelines.pipeline_advance(run=finish(Run.objects.get(pk=first.pk), tmp_path=tmp_path))
     pipeline.refresh_from_db()
     assert pipeline.current_stage == 1 and pipeline.result_run == first
+
+
+def test_the_export_figures_say_why_quality_was_not_measured(team, catalog, sent_tasks, tmp_path, client_for):
+    """A last training stage without data.eval (the New pipeline page's own dpo stage) gets a copy with no
+    perplexity and no greedy agreement: the page showed its size and directory and said nothing of them."""
+    import json
+
+    pipeline = pipelines.pipeline_create(project=team.project, document=export_document(catalog), user=team.teammate)
+    first = finish(pipeline.runs.get(), tmp_path=tmp_path)
+    pipelines.pipeline_advance(run=first)
+    copy = first.output_dir / "export" / "quantized"
+    copy.mkdir(parents=True)
+    description = {"scheme": "int4", "bits": 4, "group_size": 64, "model_bytes": 3 * 2**20,
+                   "bfloat16_bytes": 10 * 2**20, "ratio_to_bfloat16": 0.3}
+    (copy / "quantization.json").write_text(json.dumps(description))
+    pipelines.export_stage_finish(pipeline_pk=pipeline.pk, stage=1, description=description)
+    page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
+    assert 'id="pipeline-export"' in page
+    assert ("<tr><th>Quality</th><td>not measured: stage 1 (\u2068sft\u2069) has no evaluation data (data.eval); give it some "
+            "to see the copy&#x27;s perplexity and greedy agreement against the unquantized model</td></tr>") in page

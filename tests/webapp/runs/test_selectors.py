@@ -245,6 +245,18 @@ def test_config_diff_leaves_ids_of_other_projects_and_lookalike_text_as_written(
     assert rows["note"]["values"] == [None, "bm_"]
 
 
+def test_config_diff_says_what_a_spec_points_at_was_deleted_since(team, catalog, sent_tasks):
+    """QA: a pipeline's dpo stage, compared once the sft stage's run was deleted, read model: run_… beside
+    the other runs' named models, with nothing to say that the run is gone (its page's lineage says so)."""
+    first = make_run(team, catalog)
+    second = make_run(team, catalog)
+    Run.objects.filter(pk=second.pk).update(spec={**second.spec, "model": "run_gone0000000000"}, base_model=None)
+    second.refresh_from_db()
+    rows = {row["key"]: row for row in selectors.config_diff(runs=[first, second])}
+    assert rows["model"]["values"][1] == selectors.SpecReference(name="deleted since", ref="run_gone0000000000")
+    assert rows["model"]["values"][0].name == catalog.base_model.name
+
+
 def test_points_logged_at_step_0_come_back(team, catalog, sent_tasks):
     """An external run's evaluation before training, logged at step 0, was never charted: series were
     read 'after step 0'."""

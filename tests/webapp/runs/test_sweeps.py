@@ -1,5 +1,7 @@
 """Sweeps: one launch, a run for every combination of a few spec keys' values, planned all before any
 is made; each bad line, key, value and combination named, and then no run made and nothing queued."""
+import re
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -197,3 +199,13 @@ def test_combinations_that_differ_only_in_keys_the_run_does_not_read_are_refused
         "quant_bits=4 (peft.quant_bits changes nothing: peft.method is lora (they set qlora's quantized base)); "
         "drop the key from the sweep, or sweep what makes it count"]
     assert len(launch(team, catalog, "peft.method: qlora\npeft.quant_bits: 4, 8").runs) == 2
+
+
+def test_a_duplicate_of_a_sweeps_run_leaves_the_sweep(team, catalog, sent_tasks, client_for):
+    """Duplicate filled the form with the run's tags, its sweep's among them: the copy, launched with other
+    settings, joined the sweep's table and its "Compare the N runs tagged sweep-…" (and a copy launched as a
+    sweep of its own was in two). The copy keeps the other tags."""
+    launched = launch(team, catalog, "peft.rank: 4, 8", tags="mine")
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={launched.runs[0].public_id}").content.decode()
+    tags_input = re.search(r'<input[^>]*name="tags"[^>]*>', page).group(0)
+    assert 'value="mine"' in tags_input and launched.tag not in page

@@ -1817,6 +1817,18 @@ def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team,
     assert '<td class="text muted">Hi &lt;b&gt;there&lt;/b&gt;</td>' in page
 
 
+def test_an_sft_runs_eval_samples_show_the_completion_as_their_reference(team, catalog, client_for, sent_tasks):
+    """QA: an SFT run's eval samples showed "—" in the Reference column, though its eval rows hold the
+    completion it is taught to write. The engine records it, shown under a column that says so."""
+    spec = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
+            "train": {"max_steps": 4}}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate, name="tune")
+    reporting.sample_row(run, 2, 0, {"step": 2, "prompt": "Say hi", "text": "hello", "completion": "Hi <b>there</b>"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference (completion)</th>" in page
+    assert '<td class="text muted">Hi &lt;b&gt;there&lt;/b&gt;</td>' in page
+
+
 TINY_CONFIG = {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
                "intermediate_size": 32, "vocab_size": 64}
 
