@@ -211,7 +211,9 @@ def test_the_form_says_what_a_launch_would_refuse_or_warn_of_as_it_is_filled_in(
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
     chats = make_ready_version(team.project, name="chats", kind="sft")
-    held_out = make_ready_version(team.project, name="held-out", kind="sft")
+    # Rows of its own: rows also in data.train are warned of (tests/webapp/runs/test_views.py).
+    held_out = make_ready_version(team.project, name="held-out", kind="sft",
+                                  rows=[{"prompt": f"held-out q{i}", "completion": f"answer {i}"} for i in range(4)])
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")  # the LoRA preset: 200 steps, eval every 50
     check = page.locator("#launch-check-form")
