@@ -20,6 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
+from webapp.api.problems import problems_by_field
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
@@ -112,15 +113,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
             except ValidationError as error:
                 errors = errors_by_key(error)
                 return _error(400, errors=errors)
-            except pydantic.ValidationError as error:
-                errors: dict[str, list[str]] = {}
-                for problem in error.errors(include_url=False):
-                    key = ".".join(str(part) for part in problem["loc"]) or "__all__"
-                    message = problem["msg"].removeprefix("Value error, ")  # pydantic's, before our validators' words
-                    if problem["type"] == "model_type" and not problem["loc"]:  # "... or instance of RunCreate"
-                        message = "the body must be a JSON object"
-                    errors.setdefault(key, []).append(message)
-                return _error(400, errors=errors)
+            except BodyInvalid as error:
+                return _error(400, errors=problems_by_field(error.error, schema=error.schema))
+            except pydantic.ValidationError as error:  # not a body's: no schema to name the allowed keys from
+                return _error(400, errors=problems_by_field(error, schema=None))
 
         return wrapper
 
@@ -144,8 +140,19 @@ def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
         raise ValidationError(renamed) from error
 
 
+class BodyInvalid(Exception):
+    """A body that ``schema`` refused: said in words by ``webapp.api.problems``, which walks the schema."""
+
+    def __init__(self, error: pydantic.ValidationError, schema: type[pydantic.BaseModel]):
+        super().__init__(str(error))
+        self.error, self.schema = error, schema
+
+
 def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
-    return schema.model_validate(_json_body(request))
+    try:
+        return schema.model_validate(_json_body(request))
+    except pydantic.ValidationError as error:
+        raise BodyInvalid(error, schema) from None
 
 
 def _json_body(request: HttpRequest) -> Any:

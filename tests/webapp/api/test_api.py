@@ -1196,3 +1196,42 @@ def test_a_run_is_renamed_tagged_noted_and_archived_as_on_its_page(world):
     assert apis["viewer"].call("PATCH", url, {"name": "mine"})[0] == 403
     assert apis["outsider"].call("PATCH", url, {"name": "mine"})[0] == 404
     assert apis["viewer"].call("GET", url)[1]["name"] == "lr sweep"
+
+
+@pytest.mark.parametrize(("path", "sent", "errors"), [
+    # a misspelled key was "Extra inputs are not permitted", naming no key that is allowed
+    ("runs/", {"external": True, "nmae": "x"},
+     {"nmae": ["unknown key; allowed keys here: spec, spec_yaml, name, tags, sweep, external, config"]}),
+    ("runs/{external}/metrics/", {"points": [{"step": 1, "metrics": {"loss": 1.0}, "token": 5}]},
+     {"points.0.token": ["unknown key; allowed keys here: step, metrics, tokens, wall_time"]}),
+    # a boolean or number sent as text: "Input should be a valid boolean" / "... integer"
+    ("runs/", {"external": "yes"}, {"external": ["'yes' is text (in quotes); write true or false without quotes"]}),
+    ("runs/{external}/metrics/", {"points": [{"step": "3", "metrics": {"loss": 1.0}}]},
+     {"points.0.step": ["'3' is text (in quotes); write the number without quotes: 3"]}),
+    # Python's words for JSON's types: "Input should be a valid dictionary" / "... list" / "... string"
+    ("runs/", {"spec": "task: sft"}, {"spec": ['"task: sft" is not a JSON object ({...})']}),
+    ("runs/", {"external": True, "tags": "nightly"}, {"tags": ['"nightly" is not a JSON array ([...])']}),
+    ("runs/{external}/finish/", {}, {"status": ["required key is missing"]}),
+    ("runs/{external}/finish/", {"status": "done"},
+     {"status": ['"done" is not one of succeeded, failed, cancelled']}),
+    # a union's members were keys of their own, keys the client never sent: "samples.0.prompt.str" and
+    # "samples.0.prompt.list[dict[str,str]]"
+    ("runs/{external}/samples/", {"samples": [{"step": 1, "prompt": 5, "text": "t"}]},
+     {"samples.0.prompt": ["5 is not text (a JSON string) or a JSON array ([...])"]}),
+    ("runs/{external}/samples/", {"samples": [{"step": 1, "prompt": [{"role": "user", "content": 1}], "text": "t"}]},
+     {"samples.0.prompt.0.content": ["1 is not text (a JSON string)"]}),
+    # a metric named like a union member is a key, not a member
+    ("runs/{external}/metrics/", {"points": [{"step": 1, "metrics": {"str": "x"}}]},
+     {"points.0.metrics.str": ['"x" is not a number']}),
+    ("runs/{external}/metrics/", {"points": []}, {"points": ["give at least 1 (got 0)"]}),
+])
+def test_a_body_s_problems_are_told_in_json_s_words_under_the_keys_sent(world, path, sent, errors):
+    """QA: pydantic's own words reached the client: 'Extra inputs are not permitted' for a misspelled key (not
+    which keys are allowed), 'Input should be a valid dictionary' for a JSON object, 'Field required', and a
+    union's members as keys ('samples.0.prompt.str'). They now read as the job spec's and pipelines' do."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, external = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True})
+    assert status == 201, external
+    status, body = api.call("POST", "/api/v1/projects/alpha/" + path.format(external=external["id"]), sent)
+    assert status == 400 and body == {"errors": errors}, body
