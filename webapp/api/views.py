@@ -278,7 +278,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
 
     def upload_version() -> str:
         if request.POST.get("dataset"):
-            dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            try:
+                dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            except Http404:  # a field of the body, not the address: a 404 named neither it nor what to send
+                raise ValidationError({"dataset": f"'{isolated(request.POST['dataset'])}' is not a dataset of "
+                                                  f"{project.slug}; send the id (ds_…) that GET datasets/ lists, or "
+                                                  "leave dataset out and send name and kind for a new dataset"}) from None
             kind = request.POST.get("kind")
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is a {dataset.kind} dataset, "

@@ -1235,3 +1235,22 @@ def test_a_body_s_problems_are_told_in_json_s_words_under_the_keys_sent(world, p
     assert status == 201, external
     status, body = api.call("POST", "/api/v1/projects/alpha/" + path.format(external=external["id"]), sent)
     assert status == 400 and body == {"errors": errors}, body
+
+
+def test_a_new_version_of_a_dataset_not_in_the_project_names_the_field(world):
+    """QA: an upload whose dataset field named no dataset of the project (mistyped, or another project's) was a
+    404 'no such dataset in this project', as for an address that does not exist: it named neither the field
+    nor what to send. A spec naming an unknown dv_… is a 400 under its key; so is this, and nothing is made."""
+    from webapp.datasets import services as dataset_services
+    from webapp.datasets.models import Dataset, DatasetVersion
+
+    team, apis, _sent = world
+    elsewhere = dataset_services.dataset_create(project=team.outsider_project, name="theirs", kind="text",
+                                                user=team.outsider)
+    for sent in ("ds_mistyped", elsewhere.public_id):
+        status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"dataset": sent}, "t.jsonl",
+                                               b'{"text": "x"}\n')
+        assert status == 400 and body == {"errors": {"dataset": [
+            f"'\u2068{sent}\u2069' is not a dataset of alpha; send the id (ds_…) that GET datasets/ lists, or leave "
+            "dataset out and send name and kind for a new dataset"]}}, body
+    assert not DatasetVersion.objects.exists() and list(Dataset.objects.all()) == [elsewhere]
