@@ -1254,3 +1254,32 @@ def test_a_new_version_of_a_dataset_not_in_the_project_names_the_field(world):
             f"'\u2068{sent}\u2069' is not a dataset of alpha; send the id (ds_…) that GET datasets/ lists, or leave "
             "dataset out and send name and kind for a new dataset"]}}, body
     assert not DatasetVersion.objects.exists() and list(Dataset.objects.all()) == [elsewhere]
+
+
+def test_the_openapi_document_lists_the_405_413_and_500_the_api_answers(world, settings):
+    """QA: the document listed 400, 401, 403 and 404 only, while every address answers a method it does not take
+    with a 405 (and its Allow header), a body over the size limit with a 413, and a failure with a JSON 500, as the
+    README says: a client generated from it had no shape for them. Real ones validate against what it gives."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    paths = api.call("GET", "/api/v1/openapi.json")[1]["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert {"405", "500"} <= set(responses), (method, path)
+            assert "Allow" in responses["405"]["headers"], (method, path)
+            assert ("413" in responses) == ("requestBody" in operation), (method, path)
+    runs = paths["/api/v1/projects/{slug}/runs/"]
+    status, body = api.call("PUT", "/api/v1/projects/alpha/runs/", {"external": True})
+    assert status == 405 and runs["post"]["responses"]["405"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/Detail")
+    TypeAdapter(schemas.Detail).validate_python(body)
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x" * 2000})
+    assert status == 413 and runs["post"]["responses"]["413"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/Detail")
+    TypeAdapter(schemas.Detail).validate_python(body)
