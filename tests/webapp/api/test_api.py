@@ -1283,3 +1283,27 @@ def test_the_openapi_document_lists_the_405_413_and_500_the_api_answers(world, s
     assert status == 413 and runs["post"]["responses"]["413"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/Detail")
     TypeAdapter(schemas.Detail).validate_python(body)
+
+
+def test_an_artifact_not_found_says_which_there_are(world):
+    """QA: `artifacts/checkpoint/` without ?step= answered "run … has no checkpoint artifact" for a run that had
+    exported checkpoints (it was missing the step, not the checkpoint), and a step or kind not there named none
+    that is: a client was left to guess."""
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 9}}
+    run = Run.objects.get(public_id=apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})[1]["id"])
+    for step in (3, 7):
+        directory = run.output_dir / f"export-step-{step}"
+        directory.mkdir(parents=True)
+        Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(directory))
+    base = f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
+    for path, detail in (
+            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps 3, 7"),
+            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has one at "
+                                   "steps 3, 7"),
+            ("weights/", "'\u2068weights\u2069' is not a kind of artifact; download model, adapter, or checkpoint?step=N"),
+            ("model/", f"run {run.public_id} has no model artifact")):
+        status, body = apis["viewer"].call("GET", f"{base}/{path}")
+        assert status == 404 and body == {"detail": detail}, (path, body)
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/?step=7")[0] == 200
