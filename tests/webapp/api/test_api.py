@@ -1307,3 +1307,20 @@ def test_an_artifact_not_found_says_which_there_are(world):
         status, body = apis["viewer"].call("GET", f"{base}/{path}")
         assert status == 404 and body == {"detail": detail}, (path, body)
     assert apis["viewer"].call("GET", f"{base}/checkpoint/?step=7")[0] == 200
+
+
+def test_a_tag_holding_a_comma_is_refused_as_the_run_page_would_split_it(world):
+    """QA: tags sent as a list could hold a comma ("a,b"), stored as one tag; the run page's edit form and Launch a
+    copy give tags back as "a, b" text, so saving the form (to change the notes, say) made it two tags."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    message = ("tag '\u2068lr=1e-4,bs=8\u2069' holds a comma, which separates tags on the run page; send each tag as "
+               "its own item, or use another character")
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "tags": ["lr=1e-4,bs=8"]})
+    assert status == 400 and body == {"errors": {"tags": [message]}}, body
+    assert not Run.objects.exists()
+    status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "tags": ["lr=1e-4", "bs=8"]})
+    assert status == 201 and run["tags"] == ["lr=1e-4", "bs=8"]
+    status, body = api.call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"tags": ["lr=1e-4,bs=8"]})
+    assert status == 400 and body == {"errors": {"tags": [message]}}, body
+    assert Run.objects.get(public_id=run["id"]).tags == ["lr=1e-4", "bs=8"]
