@@ -404,6 +404,12 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
     if not checkpoint_dir.is_dir() or not any(entry.name.isdigit() for entry in checkpoint_dir.iterdir()):
         raise JobError(f"--run {run_dir}: no checkpoint in {checkpoint_dir}; train the run first "
                        f"(`jaxengine train {run_dir / 'spec.yaml'}`) and export it once it has saved one")
+    kept = sorted(int(entry.name) for entry in checkpoint_dir.iterdir() if entry.name.isdigit())
+    if step is not None and not best and step not in kept:
+        # Found only after the model was built, and said as "there are [2]" without the flag it was about.
+        raise JobError(f"--step {step}: {run_dir} kept no checkpoint of that step; its checkpoints are at step"
+                       f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}: give one of them, or leave "
+                       f"--step out for the latest ({kept[-1]})")
     if best:
         if step is not None:
             raise JobError("give --step or --best, not both")
