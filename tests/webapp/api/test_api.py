@@ -1324,3 +1324,22 @@ def test_a_tag_holding_a_comma_is_refused_as_the_run_page_would_split_it(world):
     status, body = api.call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"tags": ["lr=1e-4,bs=8"]})
     assert status == 400 and body == {"errors": {"tags": [message]}}, body
     assert Run.objects.get(public_id=run["id"]).tags == ["lr=1e-4", "bs=8"]
+
+
+def test_a_form_sent_where_json_is_read_is_told_to_send_json(world):
+    """QA: `curl -F spec_yaml=...` (or --data-urlencode) to runs/ or pipelines/ was told only "the body is not
+    JSON: Expecting value at line 1", not that it went as a form nor what to send instead."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    form = "&".join(["external=true", "name=x"]).encode()
+    for path in ("runs/", "pipelines/"):
+        status, body = api.call("POST", f"/api/v1/projects/alpha/{path}", data=form,
+                                content_type="application/x-www-form-urlencoded")
+        assert status == 400 and body == {"errors": {"__all__": [
+            "the body is not JSON: Expecting value at line 1; it was sent as a form "
+            "(application/x-www-form-urlencoded): send a JSON object with 'Content-Type: application/json' (only "
+            "POST datasets/ takes a form, for its file)"]}}, body
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", data=b'{"external": tru}')
+    assert status == 400 and body == {"errors": {"__all__": [
+        "the body is not JSON: Expecting value at line 1; send a JSON object"]}}, body
+    assert not Run.objects.exists()
