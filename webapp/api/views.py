@@ -422,11 +422,13 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         body = _body(request, schemas.RunUpdate)
         details = {key: getattr(body, key) for key in ("name", "tags", "notes") if key in body.model_fields_set}
         with transaction.atomic():
-            if details:
-                run_services.run_update_details(run=run, **details)
+            # Archived first: a refusal names the run, and after a rename in this transaction it named the run by
+            # the name it was refused (rolled back), not the one it has.
             if body.archived is not None:
                 with _fields_as_sent({"runs": "archived"}):
                     run_services.run_set_archived(runs=[run], archived=body.archived)
+            if details:
+                run_services.run_update_details(run=run, **details)
         run.refresh_from_db()
         return JsonResponse(_run_json(run, detail=True))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)

@@ -1343,3 +1343,15 @@ def test_a_form_sent_where_json_is_read_is_told_to_send_json(world):
     assert status == 400 and body == {"errors": {"__all__": [
         "the body is not JSON: Expecting value at line 1; send a JSON object"]}}, body
     assert not Run.objects.exists()
+
+
+def test_a_refused_patch_names_the_run_by_the_name_it_keeps(world):
+    """QA: PATCH {"name": "renamed", "archived": true} on a running run was refused, all or nothing, as "run
+    renamed (run_…) is running: cancel it first" — the name the run was refused, not the one it kept."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "first"})
+    status, body = api.call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"name": "renamed", "archived": True})
+    assert status == 400 and body == {"errors": {"archived": [
+        f"run \u2068first\u2069 ({run['id']}) is running: cancel it first, then archive it. Nothing was archived"]}}, body
+    assert Run.objects.get(public_id=run["id"]).name == "first"
