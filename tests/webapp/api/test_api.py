@@ -1355,3 +1355,20 @@ def test_a_refused_patch_names_the_run_by_the_name_it_keeps(world):
     assert status == 400 and body == {"errors": {"archived": [
         f"run \u2068first\u2069 ({run['id']}) is running: cancel it first, then archive it. Nothing was archived"]}}, body
     assert Run.objects.get(public_id=run["id"]).name == "first"
+
+
+def test_an_upload_under_a_taken_name_gives_the_id_to_send_for_a_new_version(world):
+    """QA: a second upload under a dataset's name was told to 'upload a new version of it instead', and an API
+    client had to list the datasets to find the id that a new version is sent with."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    _status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
+                              b'{"text": "x"}\n')
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "Notes", "kind": "text"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    dataset_id = created["dataset"]["id"]
+    assert status == 400 and body == {"errors": {"name": [
+        "alpha already has a dataset named 'notes' (names that differ only in letter case are the same name); upload "
+        f"a new version of it instead (in the API: dataset {dataset_id}, no name)"]}}, body
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id}, "t.jsonl", b'{"text": "y"}\n')
+    assert status == 201 and body["version"]["number"] == 2
