@@ -17,18 +17,19 @@ import pydantic
 
 from jaxengine.spec import wrongly_written_value
 
-# What a JSON value of each strict pydantic type is, for "must be ..." (int and float: whole number, number).
+# What a value of each strict pydantic type is, in JSON's words: "5 is not text (a JSON string)".
 _EXPECTED = {"dict_type": "a JSON object ({...})", "model_type": "a JSON object ({...})",
              "model_attributes_type": "a JSON object ({...})", "list_type": "a JSON array ([...])",
              "string_type": "text (a JSON string)", "bool_type": "true or false", "int_type": "a whole number",
              "float_type": "a number", "finite_number": "a finite number"}
 
 
-def problems_by_field(error: pydantic.ValidationError, *, schema: type[pydantic.BaseModel] | None) -> dict[str, list[str]]:
+def problems_by_field(error: pydantic.ValidationError, *,
+                      schema: type[pydantic.BaseModel] | None) -> dict[str, list[str]]:
     """``{field path: [messages]}`` for ``error``, raised validating a body against ``schema``; ``__all__``
     for the body as a whole. A value that no member of a union takes is one problem, said once."""
     problems: dict[str, list[str]] = {}
-    refused_unions: dict[str, Any] = {}  # key → the value every member refused outright
+    refused_unions: dict[str, tuple[Any, tuple]] = {}  # key → (the value every member refused, its loc)
     deeper: set[str] = set()  # unions whose value one member took in part: its own problems are the ones to say
     for problem in error.errors(include_url=False):
         loc, union_depth = _as_sent(schema, problem["loc"])
@@ -124,7 +125,8 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
     if kind == "too_short":
         return f"give at least {context['min_length']} (got {context['actual_length']})"
     if kind == "too_long":
-        return f"give at most {context['max_length']} (got {context['actual_length']}); send the rest in another request"
+        return (f"give at most {context['max_length']} (got {context['actual_length']}); send the rest in another "
+                "request")
     if kind in ("greater_than_equal", "greater_than"):
         bound = context.get("ge", context.get("gt"))
         return f"{_shown(value)} is too small: give a number {'≥' if kind == 'greater_than_equal' else '>'} {bound}"

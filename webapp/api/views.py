@@ -166,7 +166,8 @@ def _json_body(request: HttpRequest) -> Any:
         remedy = (f"; it was sent as a form ({request.content_type}): send a JSON object with 'Content-Type: "
                   "application/json' (only POST datasets/ takes a form, for its file)"
                   if request.content_type in FORM_TYPES else "; send a JSON object")
-        raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}{remedy}"}) from None
+        where = f"{error.msg} at line {error.lineno}"
+        raise ValidationError({"__all__": f"the body is not JSON: {where}{remedy}"}) from None
     except UnicodeDecodeError as error:  # a ValueError too: it was taken for the digit limit below
         raise ValidationError({"__all__": f"the body is not JSON in UTF-8: byte 0x{error.object[error.start]:02x} at "
                                           f"position {error.start} is not UTF-8; send JSON encoded as UTF-8"}) from None
