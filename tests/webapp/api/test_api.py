@@ -1372,3 +1372,20 @@ def test_an_upload_under_a_taken_name_gives_the_id_to_send_for_a_new_version(wor
         f"a new version of it instead (in the API: dataset {dataset_id}, no name)"]}}, body
     status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id}, "t.jsonl", b'{"text": "y"}\n')
     assert status == 201 and body["version"]["number"] == 2
+
+
+def test_a_key_given_twice_in_a_json_object_is_refused(world):
+    """QA: JSON keeps the last of a key given twice, so {"name": "a", ..., "name": "b"} (a body built by hand, or a
+    mapping's "prompt" twice) dropped the first without a word; a spec's YAML and a multipart upload refuse theirs."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/",
+                            data=b'{"external": true, "name": "first", "config": {"lr": 1, "lr": 2}}')
+    assert status == 400 and body == {"errors": {"__all__": [
+        "'lr' is given twice in one object; JSON keeps the last, so send it once"]}}, body
+    status, body = api.upload("/api/v1/projects/alpha/datasets/",
+                              {"name": "n", "kind": "sft", "mapping": '{"prompt": "q", "prompt": "question"}'},
+                              "rows.jsonl", b'{"question": "a", "completion": "b"}\n')
+    assert status == 400 and body == {"errors": {"mapping": [
+        "mapping: 'prompt' is given twice in one object; JSON keeps the last, so send it once"]}}, body
+    assert not Run.objects.exists() and not Dataset.objects.exists()
