@@ -79,10 +79,14 @@ def quantized_copy_source(path: Path) -> str:
 def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
     """The spec a run directory keeps: the ``demo-tiny`` preset written as the directory it resolved to, so
     that ``jaxengine export`` (and a resume) find the model the run trained without TEMPER_DEMO_DIR, which
-    may be set for the training only. Job identities compare resolved directories, so this is the same job."""
-    if spec.model != DEMO_PRESET:
-        return spec
-    return spec.model_copy(update={"model": str(model_dir.resolve())})
+    may be set for the training only, and a relative path as an absolute one: read from another working
+    directory, it named no model (export refused the run, and the same job was refused its own output_dir
+    as another's). Job identities compare resolved directories, so this is the same job."""
+    if spec.model == DEMO_PRESET:
+        return spec.model_copy(update={"model": str(model_dir.resolve())})
+    if not Path(spec.model).is_absolute():
+        return spec.model_copy(update={"model": str(model_dir.absolute())})
+    return spec
 
 
 def resolve_dtypes(spec: JobSpec):
