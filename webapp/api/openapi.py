@@ -63,7 +63,10 @@ ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, sch
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
+    # The views read no body as {}; only RunResume takes {} (resume/ with no body trains a stopped run to its own
+    # total): every other body says what to make or change, and {} is refused.
+    return {"required": model is not schemas.RunResume,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
 
 
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",

@@ -1389,3 +1389,19 @@ def test_a_key_given_twice_in_a_json_object_is_refused(world):
     assert status == 400 and body == {"errors": {"mapping": [
         "mapping: 'prompt' is given twice in one object; JSON keeps the last, so send it once"]}}, body
     assert not Run.objects.exists() and not Dataset.objects.exists()
+
+
+def test_the_openapi_document_lets_resume_be_sent_without_a_body(world):
+    """QA: the document marked resume/'s body required, so a generated client could not send the call the README
+    shows working without one: a stopped run resumed to its own total."""
+    team, apis, _sent = world
+    api = apis["teammate"]
+    paths = api.call("GET", "/api/v1/openapi.json")[1]["paths"]
+    assert paths["/api/v1/projects/{slug}/runs/{run_id}/resume/"]["post"]["requestBody"]["required"] is False
+    assert paths["/api/v1/projects/{slug}/runs/"]["post"]["requestBody"]["required"] is True
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    run = api.call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})[1]
+    api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/cancel/")
+    status, resumed = api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/resume/")
+    assert status == 200 and resumed["status"] == "queued" and resumed["total_steps"] == 5, resumed
