@@ -79,10 +79,14 @@ def quantized_copy_source(path: Path) -> str:
 def spec_as_run(spec: JobSpec, model_dir: Path) -> JobSpec:
     """The spec a run directory keeps: the ``demo-tiny`` preset written as the directory it resolved to, so
     that ``jaxengine export`` (and a resume) find the model the run trained without TEMPER_DEMO_DIR, which
-    may be set for the training only. Job identities compare resolved directories, so this is the same job."""
-    if spec.model != DEMO_PRESET:
-        return spec
-    return spec.model_copy(update={"model": str(model_dir.resolve())})
+    may be set for the training only, and a relative path as an absolute one: read from another working
+    directory, it named no model (export refused the run, and the same job was refused its own output_dir
+    as another's). Job identities compare resolved directories, so this is the same job."""
+    if spec.model == DEMO_PRESET:
+        return spec.model_copy(update={"model": str(model_dir.resolve())})
+    if not Path(spec.model).is_absolute():
+        return spec.model_copy(update={"model": str(model_dir.absolute())})
+    return spec
 
 
 def resolve_dtypes(spec: JobSpec):
@@ -407,6 +411,12 @@ def export_run(run_dir: str | Path, *, step: int | None = None, best: bool = Fal
     if not checkpoint_dir.is_dir() or not any(entry.name.isdigit() for entry in checkpoint_dir.iterdir()):
         raise JobError(f"--run {run_dir}: no checkpoint in {checkpoint_dir}; train the run first "
                        f"(`jaxengine train {run_dir / 'spec.yaml'}`) and export it once it has saved one")
+    kept = sorted(int(entry.name) for entry in checkpoint_dir.iterdir() if entry.name.isdigit())
+    if step is not None and not best and step not in kept:
+        # Found only after the model was built, and said as "there are [2]" without the flag it was about.
+        raise JobError(f"--step {step}: {run_dir} kept no checkpoint of that step; its checkpoints are at step"
+                       f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}: give one of them, or leave "
+                       f"--step out for the latest ({kept[-1]})")
     if best:
         if step is not None:
             raise JobError("give --step or --best, not both")

@@ -573,15 +573,19 @@ def parse_spec(data: Any, *, source: str | None = None, _lines: dict[tuple, int]
     try:
         return JobSpec.model_validate(data)
     except ValidationError as error:
-        problems = [_describe(err, source, _lines or {}) for err in error.errors(include_url=False)]
+        lines = _lines or {}
+        # In the order of the file's lines (those of no line, a missing key, first): in the model's field order,
+        # a file's problems read as lines 4, 6, 5.
+        found = [(_line_for(tuple(part for part in err["loc"] if not _is_union_tag(part)), lines) or 0,
+                  _describe(err, source, lines)) for err in error.errors(include_url=False)]
         # A section for another task is checked once every field is valid; when some are not, it is
         # named too: under task grpo a "ppo:" section otherwise showed only as "grpo.rewards: required".
         task = data.get("task")
         if isinstance(task, str) and task in TASK_SECTIONS:
             misplaced = _sections_for_another_task(task, [key for key in data if data[key] is not None])
-            problems += [_prefix(source, (_lines or {}).get((line.partition(":")[0],))) + line
-                         for line in misplaced if not any(problem.endswith(line) for problem in problems)]
-        raise SpecError(problems) from None
+            found += [(lines.get((line.partition(":")[0],)) or 0, _prefix(source, lines.get((line.partition(":")[0],)))
+                       + line) for line in misplaced if not any(problem.endswith(line) for _, problem in found)]
+        raise SpecError([problem for _line, problem in sorted(found, key=lambda pair: pair[0])]) from None
 
 
 def load_spec(path: str | Path) -> JobSpec:

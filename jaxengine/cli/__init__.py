@@ -41,7 +41,13 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ct
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse's top-level parser refused them as "jaxengine: error: ..." under the list of commands; the
+        # command's own usage shows the flags it does take (a mistyped --jsn, a second spec file).
+        subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C (train stops at a step itself): one line, not a traceback

@@ -41,7 +41,11 @@ def parse_mappings(items: list[str]) -> dict[str, str]:
         field_name, separator, column = item.partition("=")
         if not separator or not field_name.strip() or not column.strip():
             raise ValueError(f"--map {item!r}: write FIELD=COLUMN, e.g. --map prompt=question")
-        columns[field_name.strip()] = column.strip()
+        field_name, column = field_name.strip(), column.strip()
+        if field_name in columns and columns[field_name] != column:  # the last one was kept without a word
+            raise ValueError(f"--map maps {field_name!r} twice ({columns[field_name]!r}, then {column!r}); a field "
+                             "is read from one column: keep the --map you mean")
+        columns[field_name] = column
     return columns
 
 

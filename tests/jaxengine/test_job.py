@@ -10,8 +10,9 @@ import yaml
 from jaxengine.checkpoint.hf import load_hf_model
 from jaxengine.cli import main
 from jaxengine.evaluate import answers_match
-from jaxengine.job import JobError, job_identity, refuse_another_jobs_directory, resolve_model_dir, run_job
-from jaxengine.spec import dump_spec
+from jaxengine.job import (JobError, job_identity, refuse_another_jobs_directory, resolve_model_dir, run_job,
+                           spec_as_run)
+from jaxengine.spec import dump_spec, load_spec
 from jaxengine.spec import parse_spec
 
 
@@ -586,3 +587,19 @@ def test_eval_previews_of_sft_rows_record_their_completion(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [record["completion"] for record in records] == ["4", "Hi there"]
     assert not any("answer" in record for record in records)
+
+
+def test_a_relative_model_path_is_kept_absolute_so_the_run_is_found_from_elsewhere(demo_dir, tmp_path, monkeypatch):
+    """QA: a run trained with `model: model` (relative) kept that spelling in its spec.yaml; from another working
+    directory `jaxengine export --run` said "'model': no such directory", and the same job (the model's absolute
+    path) was refused its own output_dir as "the checkpoints of another job"."""
+    monkeypatch.chdir(demo_dir)
+    run = tmp_path / "run"
+    run.mkdir()
+    spec = spec_for(demo_dir, run, model="model")
+    (run / "spec.yaml").write_text(dump_spec(spec_as_run(spec, resolve_model_dir(spec.model))))
+    (run / "checkpoints" / "1").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    kept = load_spec(run / "spec.yaml").model
+    assert kept == str(demo_dir / "model") and resolve_model_dir(kept) == demo_dir / "model"
+    refuse_another_jobs_directory(spec_for(demo_dir, run, model=str(demo_dir / "model")), run)

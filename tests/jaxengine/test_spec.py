@@ -682,3 +682,16 @@ def test_it_rejects_a_reward_model_batch_or_length_of_zero():
         term = {"name": "reward_model", "args": {"model": "runs/r", argument: 0}}
         assert problems_of(minimal(task="grpo", grpo={"rewards": [term]})) == [
             f"grpo.rewards.0.args.{argument}: reward_model: {argument} must be at least 1, got 0"]
+
+
+def test_a_file_s_problems_are_listed_in_the_order_of_its_lines(tmp_path):
+    """QA: `jaxengine train` listed a spec's problems in the order of the spec's sections (data, optim, train),
+    so a file's read as lines 4, 6, 5; a key missing from the file (no line) comes first."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("task: sft\nmodel: m\ndata: {train: t.jsonl, max_seq_len: '64'}\n"
+                    "train: {max_steps: 0}\noptim: {learning_rate: 1e-3, bogus: 1}\nparallel: {data: 'two'}\n")
+    with pytest.raises(SpecError) as excinfo:
+        load_spec(path)
+    assert [problem.split(": ")[:2] for problem in excinfo.value.problems] == [
+        [str(path), "output_dir"], [f"{path}:3", "data.max_seq_len"], [f"{path}:4", "train.max_steps"],
+        [f"{path}:5", "optim.bogus"], [f"{path}:6", "parallel.data"]]

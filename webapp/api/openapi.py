@@ -45,7 +45,14 @@ ERRORS = {
     "401": _json("No valid bearer token: `{\"detail\": message}`.", schemas.Detail),
     "403": _json("Your role in the project does not allow this: `{\"detail\": message}`.", schemas.Detail),
     "404": _json("No such object in a project you belong to: `{\"detail\": message}`.", schemas.Detail),
+    "405": {**_json("The address does not take this method: `{\"detail\": message}`.", schemas.Detail),
+            "headers": {"Allow": {"description": "The methods the address takes, e.g. `GET, POST, HEAD`.",
+                                  "schema": {"type": "string"}}}},
+    "500": _json("The server failed (its log has the traceback): `{\"detail\": message}`.", schemas.Detail),
 }
+# Refused before the body is read (webapp.asgi): over TEMPER_MAX_UPLOAD_BYTES for an upload, else
+# DATA_UPLOAD_MAX_MEMORY_SIZE, each with 1 MB for framing.
+TOO_LARGE = {"413": _json("The body is over the size this address takes: `{\"detail\": message}`.", schemas.Detail)}
 KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another body: "
                            "`{\"errors\": {\"Idempotency-Key\": [message]}}`; nothing was made.", schemas.FieldErrors)}
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
@@ -56,7 +63,10 @@ ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, sch
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
+    # The views read no body as {}; only RunResume takes {} (resume/ with no body trains a stopped run to its own
+    # total): every other body says what to make or change, and {} is refused.
+    return {"required": model is not schemas.RunResume,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
 
 
 def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None = None, status: str = "200",
@@ -65,7 +75,7 @@ def _operation(summary: str, parameters: list, *, body: type[BaseModel] | None =
     """``answer``: the body of the ``status`` response; a 204 has none."""
     answer = {"description": response} if answer is None else _json(response, answer)
     operation: dict[str, Any] = {"summary": summary, "parameters": parameters + (query or []),
-                                 "responses": {status: answer, **ERRORS,
+                                 "responses": {status: answer, **ERRORS, **(TOO_LARGE if body is not None else {}),
                                                **(KEY_REUSED if IDEMPOTENCY_KEY in parameters else {})}}
     if body is not None:
         operation["requestBody"] = _body(body)
@@ -107,6 +117,9 @@ def build_document() -> dict[str, Any]:
                        "mapping": {"type": "string", "description": "JSON object: field → column name. Left out of a "
                                                                    "new version, the last version's is kept (the "
                                                                    "answer's mapping_inherited_from); {} for none."}}}}}}
+    upload_operation = _operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY],
+                                  status="201", answer=schemas.UploadOut)
+    upload_operation["responses"].update(TOO_LARGE)  # its body is the multipart form below, not a schema's
     base = "/api/v1/projects/{slug}"
     paths = {
         f"{base}/base-models/": {"get": _operation("List the project's base models (the bm_… ids a run's model names)",
@@ -124,9 +137,7 @@ def build_document() -> dict[str, Any]:
                               query=_page_query("datasets"),
                               response="`{\"datasets\": [...], \"next\": url}`: follow `next` (null on the "
                                        "last page) for the page after", answer=schemas.DatasetList),
-            "post": {**_operation("Upload a dataset (or a new version of one)", [SLUG, IDEMPOTENCY_KEY], status="201",
-                                  answer=schemas.UploadOut),
-                     "requestBody": upload},
+            "post": {**upload_operation, "requestBody": upload},
         },
         f"{base}/datasets/{{dataset_id}}/": {
             "get": _operation("A dataset and its versions", [SLUG, DATASET], answer=schemas.DatasetDetail),

@@ -20,6 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
+from webapp.api.problems import problems_by_field
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
@@ -112,15 +113,10 @@ def api_view(methods: tuple[str, ...]) -> Callable:
             except ValidationError as error:
                 errors = errors_by_key(error)
                 return _error(400, errors=errors)
-            except pydantic.ValidationError as error:
-                errors: dict[str, list[str]] = {}
-                for problem in error.errors(include_url=False):
-                    key = ".".join(str(part) for part in problem["loc"]) or "__all__"
-                    message = problem["msg"].removeprefix("Value error, ")  # pydantic's, before our validators' words
-                    if problem["type"] == "model_type" and not problem["loc"]:  # "... or instance of RunCreate"
-                        message = "the body must be a JSON object"
-                    errors.setdefault(key, []).append(message)
-                return _error(400, errors=errors)
+            except BodyInvalid as error:
+                return _error(400, errors=problems_by_field(error.error, schema=error.schema))
+            except pydantic.ValidationError as error:  # not a body's: no schema to name the allowed keys from
+                return _error(400, errors=problems_by_field(error, schema=None))
 
         return wrapper
 
@@ -144,15 +140,51 @@ def _fields_as_sent(names: dict[str, str]) -> Iterator[None]:
         raise ValidationError(renamed) from error
 
 
+class BodyInvalid(Exception):
+    """A body that ``schema`` refused: said in words by ``webapp.api.problems``, which walks the schema."""
+
+    def __init__(self, error: pydantic.ValidationError, schema: type[pydantic.BaseModel]):
+        super().__init__(str(error))
+        self.error, self.schema = error, schema
+
+
 def _body(request: HttpRequest, schema: type[pydantic.BaseModel]) -> Any:
-    return schema.model_validate(_json_body(request))
+    try:
+        return schema.model_validate(_json_body(request))
+    except pydantic.ValidationError as error:
+        raise BodyInvalid(error, schema) from None
+
+
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice: json keeps the last, so the first was dropped without a word (a
+    spec's YAML and a multipart upload refuse theirs too)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(f"{key!r} is given twice in one object; JSON keeps the last, so send it once")
+        found[key] = value
+    return found
 
 
 def _json_body(request: HttpRequest) -> Any:
     try:
-        return json.loads(request.body or b"{}")
+        return json.loads(request.body or b"{}", object_pairs_hook=_object_without_duplicates)
     except json.JSONDecodeError as error:
-        raise ValidationError({"__all__": f"the body is not JSON: {error.msg} at line {error.lineno}"}) from None
+        # curl -F or --data-urlencode sends a form: JSON's words alone did not say what to send instead.
+        remedy = (f"; it was sent as a form ({request.content_type}): send a JSON object with 'Content-Type: "
+                  "application/json' (only POST datasets/ takes a form, for its file)"
+                  if request.content_type in FORM_TYPES else "; send a JSON object")
+        where = f"{error.msg} at line {error.lineno}"
+        raise ValidationError({"__all__": f"the body is not JSON: {where}{remedy}"}) from None
+    except DuplicateKey as error:
+        raise ValidationError({"__all__": str(error)}) from None
     except UnicodeDecodeError as error:  # a ValueError too: it was taken for the digit limit below
         raise ValidationError({"__all__": f"the body is not JSON in UTF-8: byte 0x{error.object[error.start]:02x} at "
                                           f"position {error.start} is not UTF-8; send JSON encoded as UTF-8"}) from None
@@ -260,10 +292,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     if upload is None:
         raise ValidationError({"file": "attach the dataset file as the multipart field 'file'"})
     try:
-        mapping = json.loads(request.POST.get("mapping") or "{}")
+        mapping = json.loads(request.POST.get("mapping") or "{}", object_pairs_hook=_object_without_duplicates)
     except json.JSONDecodeError as error:
         raise ValidationError({"mapping": f"mapping is not JSON ({error.msg} at column {error.colno}): send a JSON "
                                           'object of field → column, e.g. {"prompt": "question"}'}) from None
+    except DuplicateKey as error:
+        raise ValidationError({"mapping": f"mapping: {error}"}) from None
     except (ValueError, RecursionError):  # a number past Python's digit limit, nesting too deep
         raise ValidationError({"mapping": "mapping must be a JSON object of field → column"}) from None
     arguments = {"upload": upload, "file_format": request.POST.get("file_format") or None,
@@ -271,7 +305,12 @@ def datasets(request: HttpRequest, slug: str) -> JsonResponse:
 
     def upload_version() -> str:
         if request.POST.get("dataset"):
-            dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            try:
+                dataset = dataset_selectors.dataset_get(project=project, public_id=request.POST["dataset"])
+            except Http404:  # a field of the body, not the address: a 404 named neither it nor what to send
+                raise ValidationError({"dataset": f"'{isolated(request.POST['dataset'])}' is not a dataset of "
+                                                  f"{project.slug}; send the id (ds_…) that GET datasets/ lists, or "
+                                                  "leave dataset out and send name and kind for a new dataset"}) from None
             kind = request.POST.get("kind")
             if kind and kind != dataset.kind:  # it was ignored: the file was then checked as the dataset's kind
                 raise ValidationError({"kind": f"dataset {isolated(dataset.name)} is a {dataset.kind} dataset, "
@@ -403,11 +442,13 @@ def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         body = _body(request, schemas.RunUpdate)
         details = {key: getattr(body, key) for key in ("name", "tags", "notes") if key in body.model_fields_set}
         with transaction.atomic():
-            if details:
-                run_services.run_update_details(run=run, **details)
+            # Archived first: a refusal names the run, and after a rename in this transaction it named the run by
+            # the name it was refused (rolled back), not the one it has.
             if body.archived is not None:
                 with _fields_as_sent({"runs": "archived"}):
                     run_services.run_set_archived(runs=[run], archived=body.archived)
+            if details:
+                run_services.run_update_details(run=run, **details)
         run.refresh_from_db()
         return JsonResponse(_run_json(run, detail=True))
     run_selectors.ensure_may_delete_run(membership=membership, run=run)

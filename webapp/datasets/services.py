@@ -79,19 +79,20 @@ def dataset_create(*, project: Project, name: str, kind: str, user: AbstractBase
     if kind not in allowed:
         raise ValidationError({"kind": f"kind {kind!r} is not one of {', '.join(allowed)}"})
     if (taken := dataset_named(project=project, name=name)) is not None:
-        raise ValidationError({"name": _name_taken(project, taken.name)})
+        raise ValidationError({"name": _name_taken(project, taken)})
     try:
         with transaction.atomic():  # a savepoint: a dataset made at the same moment under the same name
             return Dataset.objects.create(project=project, name=name, kind=kind, created_by=user)
     except IntegrityError:
         if (taken := dataset_named(project=project, name=name)) is None:
             raise
-        raise ValidationError({"name": _name_taken(project, taken.name)}) from None
+        raise ValidationError({"name": _name_taken(project, taken)}) from None
 
 
-def _name_taken(project: Project, name: str) -> str:
-    return (f"{project.slug} already has a dataset named {name!r} (names that differ only in letter case are the "
-            "same name); upload a new version of it instead")
+def _name_taken(project: Project, taken: Dataset) -> str:
+    # Its id: an API client makes a new version by sending it as dataset, and had to list the datasets to find it.
+    return (f"{project.slug} already has a dataset named {taken.name!r} (names that differ only in letter case are "
+            f"the same name); upload a new version of it instead (in the API: dataset {taken.public_id}, no name)")
 
 
 def next_version_number(*, dataset: Dataset) -> int:

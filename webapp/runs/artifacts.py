@@ -25,6 +25,7 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
+from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.streaming import CHUNK_BYTES, asynchronous
 from webapp.runs.models import Artifact, ArtifactKind, Run
@@ -35,6 +36,8 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
     """The run's ``kind`` artifact (``model``, ``adapter``, or ``checkpoint`` with ``step``) that is still
     on disk under the data root; Http404 naming what is missing otherwise. ``step`` is as sent (text):
     without it, a run's one model or adapter export, whatever step it holds."""
+    if kind not in ArtifactKind.values:
+        raise Http404(f"'{isolated(kind)}' is not a kind of artifact; download model, adapter, or checkpoint?step=N")
     artifacts = Artifact.objects.filter(run=run, kind=kind)
     if step is not None or kind == ArtifactKind.CHECKPOINT:
         number = whole_number(step)
@@ -42,7 +45,15 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
     else:
         artifact = artifacts.order_by("-step").first()
     if artifact is None:
-        raise Http404(f"run {run.public_id} has no {kind} artifact" + (f" at step {step}" if step is not None else ""))
+        # Said as "has no checkpoint artifact" for a checkpoint asked without its step, the run had some.
+        steps = ", ".join(str(kept) for kept in artifacts.order_by("step").values_list("step", flat=True))
+        if not steps:
+            raise Http404(f"run {run.public_id} has no {kind} artifact")
+        if step is None:
+            raise Http404(f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps "
+                          f"{steps}")
+        raise Http404(f"run {run.public_id} has no {kind} artifact at step {isolated(step)}; it has one at step"
+                      f"{'s' if ',' in steps else ''} {steps}")
     directory = Path(artifact.path).resolve()
     if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")

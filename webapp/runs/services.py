@@ -580,6 +580,11 @@ def parse_tags(text: str | list[str]) -> list[str]:
         tag = checked_text(str(item), field="tags").strip()
         if not tag:
             continue
+        if "," in tag and not isinstance(text, str):
+            # The run page's edit form and Launch a copy give tags back as "a, b": one holding a comma came back
+            # as two.
+            raise ValidationError({"tags": f"tag '{isolated(tag)}' holds a comma, which separates tags on the run "
+                                           "page; send each tag as its own item, or use another character"})
         if len(tag) > MAX_TAG_LENGTH:
             raise ValidationError({"tags": f"tag {tag[:20]!r}… is longer than {MAX_TAG_LENGTH} characters"})
         if tag not in tags:

@@ -131,3 +131,22 @@ def test_it_rejects_a_run_path_that_is_a_file_as_a_file(tmp_path, capsys):
     assert main(["export", "--run", str(tmp_path / "spec.yaml")]) == 2
     assert capsys.readouterr().err == (f"jaxengine export: error: --run {tmp_path / 'spec.yaml'}: a file, not a "
                                        "directory; give the output_dir of a `jaxengine train` spec\n")
+
+
+def test_it_rejects_a_step_the_run_did_not_keep_naming_those_it_did(tmp_path, capsys, monkeypatch):
+    """QA: `--step 99` built the run's model first and then said '<run>/checkpoints: no checkpoint for step 99;
+    there are [2]' (a Python list, and no word of --step); a run whose model was not found said only that."""
+    monkeypatch.delenv("TEMPER_DEMO_DIR", raising=False)
+    monkeypatch.setenv("TEMPER_MODELS_ROOT", str(tmp_path / "no-models"))
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "spec.yaml").write_text(SPEC.format(run_dir=run_dir))
+    for step in (10, 2):
+        (run_dir / "checkpoints" / str(step)).mkdir()
+    assert main(["export", "--run", str(run_dir), "--step", "5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"jaxengine export: error: --step 5: {run_dir} kept no checkpoint of that step; its "
+                            "checkpoints are at steps 2, 10: give one of them, or leave --step out for the latest "
+                            "(10)\n")
+    assert not (run_dir / "export").exists()

@@ -44,3 +44,18 @@ def test_every_option_with_a_default_says_it_in_its_help():
               and not isinstance(action.default, bool) and action.default != argparse.SUPPRESS
               and f"default {action.default}" not in (action.help or "")]
     assert unsaid == []
+
+
+@pytest.mark.parametrize("argv, unknown", [
+    (["inspect", "--model", "m", "--jsn"], "--jsn"),
+    (["train", "a.yaml", "b.yaml"], "b.yaml"),
+])
+def test_an_unknown_argument_is_refused_by_its_command_with_its_usage(capsys, argv, unknown):
+    """QA: `jaxengine inspect --model m --jsn` was refused as 'jaxengine: error: unrecognized arguments: --jsn'
+    under the list of commands, not as the README's `jaxengine <command>: error: ...` with that command's flags."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith(f"usage: jaxengine {argv[0]} ")
+    assert err.endswith(f"\njaxengine {argv[0]}: error: unrecognized arguments: {unknown}\n")

@@ -68,3 +68,15 @@ def test_whole_file_problems_are_told_in_words_that_fit_the_command_line(tmp_pat
     for path, line in expected.items():
         assert main(["validate-data", str(path), "--kind", "sft"]) == 1
         assert capsys.readouterr().out.splitlines()[0] == line
+
+
+
+def test_a_field_mapped_twice_is_refused_naming_both_columns(tmp_path, capsys):
+    """QA: `--map prompt=a --map prompt=b` kept the last without a word, and the file was then checked against a
+    column the user had not meant: the row problem named only 'b' (eval reads --map through the same parser)."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": "x", "completion": "y"}\n', encoding="utf-8")
+    assert main(["validate-data", "--kind", "sft", str(path), "--map", "prompt=a", "--map", "prompt=b"]) == 2
+    assert capsys.readouterr().err == ("jaxengine validate-data: error: --map maps 'prompt' twice ('a', then 'b'); a "
+                                       "field is read from one column: keep the --map you mean\n")
+    assert main(["validate-data", "--kind", "sft", str(path), "--map", "prompt=a", "--map", "prompt=a"]) == 0

@@ -1196,3 +1196,212 @@ def test_a_run_is_renamed_tagged_noted_and_archived_as_on_its_page(world):
     assert apis["viewer"].call("PATCH", url, {"name": "mine"})[0] == 403
     assert apis["outsider"].call("PATCH", url, {"name": "mine"})[0] == 404
     assert apis["viewer"].call("GET", url)[1]["name"] == "lr sweep"
+
+
+@pytest.mark.parametrize(("path", "sent", "errors"), [
+    # a misspelled key was "Extra inputs are not permitted", naming no key that is allowed
+    ("runs/", {"external": True, "nmae": "x"},
+     {"nmae": ["unknown key; allowed keys here: spec, spec_yaml, name, tags, sweep, external, config"]}),
+    ("runs/{external}/metrics/", {"points": [{"step": 1, "metrics": {"loss": 1.0}, "token": 5}]},
+     {"points.0.token": ["unknown key; allowed keys here: step, metrics, tokens, wall_time"]}),
+    # a boolean or number sent as text: "Input should be a valid boolean" / "... integer"
+    ("runs/", {"external": "yes"}, {"external": ["'yes' is text (in quotes); write true or false without quotes"]}),
+    ("runs/{external}/metrics/", {"points": [{"step": "3", "metrics": {"loss": 1.0}}]},
+     {"points.0.step": ["'3' is text (in quotes); write the number without quotes: 3"]}),
+    # Python's words for JSON's types: "Input should be a valid dictionary" / "... list" / "... string"
+    ("runs/", {"spec": "task: sft"}, {"spec": ['"task: sft" is not a JSON object ({...})']}),
+    ("runs/", {"external": True, "tags": "nightly"}, {"tags": ['"nightly" is not a JSON array ([...])']}),
+    ("runs/{external}/finish/", {}, {"status": ["required key is missing"]}),
+    ("runs/{external}/finish/", {"status": "done"},
+     {"status": ['"done" is not one of succeeded, failed, cancelled']}),
+    # a union's members were keys of their own, keys the client never sent: "samples.0.prompt.str" and
+    # "samples.0.prompt.list[dict[str,str]]"
+    ("runs/{external}/samples/", {"samples": [{"step": 1, "prompt": 5, "text": "t"}]},
+     {"samples.0.prompt": ["5 is not text (a JSON string) or a JSON array ([...])"]}),
+    ("runs/{external}/samples/", {"samples": [{"step": 1, "prompt": [{"role": "user", "content": 1}], "text": "t"}]},
+     {"samples.0.prompt.0.content": ["1 is not text (a JSON string)"]}),
+    # a metric named like a union member is a key, not a member
+    ("runs/{external}/metrics/", {"points": [{"step": 1, "metrics": {"str": "x"}}]},
+     {"points.0.metrics.str": ['"x" is not a number']}),
+    ("runs/{external}/metrics/", {"points": []}, {"points": ["give at least 1 (got 0)"]}),
+])
+def test_a_body_s_problems_are_told_in_json_s_words_under_the_keys_sent(world, path, sent, errors):
+    """QA: pydantic's own words reached the client: 'Extra inputs are not permitted' for a misspelled key (not
+    which keys are allowed), 'Input should be a valid dictionary' for a JSON object, 'Field required', and a
+    union's members as keys ('samples.0.prompt.str'). They now read as the job spec's and pipelines' do."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, external = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True})
+    assert status == 201, external
+    status, body = api.call("POST", "/api/v1/projects/alpha/" + path.format(external=external["id"]), sent)
+    assert status == 400 and body == {"errors": errors}, body
+
+
+def test_a_new_version_of_a_dataset_not_in_the_project_names_the_field(world):
+    """QA: an upload whose dataset field named no dataset of the project (mistyped, or another project's) was a
+    404 'no such dataset in this project', as for an address that does not exist: it named neither the field
+    nor what to send. A spec naming an unknown dv_… is a 400 under its key; so is this, and nothing is made."""
+    from webapp.datasets import services as dataset_services
+    from webapp.datasets.models import Dataset, DatasetVersion
+
+    team, apis, _sent = world
+    elsewhere = dataset_services.dataset_create(project=team.outsider_project, name="theirs", kind="text",
+                                                user=team.outsider)
+    for sent in ("ds_mistyped", elsewhere.public_id):
+        status, body = apis["teammate"].upload("/api/v1/projects/alpha/datasets/", {"dataset": sent}, "t.jsonl",
+                                               b'{"text": "x"}\n')
+        assert status == 400 and body == {"errors": {"dataset": [
+            f"'\u2068{sent}\u2069' is not a dataset of alpha; send the id (ds_…) that GET datasets/ lists, or leave "
+            "dataset out and send name and kind for a new dataset"]}}, body
+    assert not DatasetVersion.objects.exists() and list(Dataset.objects.all()) == [elsewhere]
+
+
+def test_the_openapi_document_lists_the_405_413_and_500_the_api_answers(world, settings):
+    """QA: the document listed 400, 401, 403 and 404 only, while every address answers a method it does not take
+    with a 405 (and its Allow header), a body over the size limit with a 413, and a failure with a JSON 500, as the
+    README says: a client generated from it had no shape for them. Real ones validate against what it gives."""
+    from pydantic import TypeAdapter
+
+    from webapp.api import schemas
+
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    paths = api.call("GET", "/api/v1/openapi.json")[1]["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert {"405", "500"} <= set(responses), (method, path)
+            assert "Allow" in responses["405"]["headers"], (method, path)
+            assert ("413" in responses) == ("requestBody" in operation), (method, path)
+    runs = paths["/api/v1/projects/{slug}/runs/"]
+    status, body = api.call("PUT", "/api/v1/projects/alpha/runs/", {"external": True})
+    assert status == 405 and runs["post"]["responses"]["405"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/Detail")
+    TypeAdapter(schemas.Detail).validate_python(body)
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x" * 2000})
+    assert status == 413 and runs["post"]["responses"]["413"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/Detail")
+    TypeAdapter(schemas.Detail).validate_python(body)
+
+
+def test_an_artifact_not_found_says_which_there_are(world):
+    """QA: `artifacts/checkpoint/` without ?step= answered "run … has no checkpoint artifact" for a run that had
+    exported checkpoints (it was missing the step, not the checkpoint), and a step or kind not there named none
+    that is: a client was left to guess."""
+    team, apis, _sent = world
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 9}}
+    run = Run.objects.get(public_id=apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})[1]["id"])
+    for step in (3, 7):
+        directory = run.output_dir / f"export-step-{step}"
+        directory.mkdir(parents=True)
+        Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(directory))
+    base = f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
+    for path, detail in (
+            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps 3, 7"),
+            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has one at "
+                                   "steps 3, 7"),
+            ("weights/", "'\u2068weights\u2069' is not a kind of artifact; download model, adapter, or checkpoint?step=N"),
+            ("model/", f"run {run.public_id} has no model artifact")):
+        status, body = apis["viewer"].call("GET", f"{base}/{path}")
+        assert status == 404 and body == {"detail": detail}, (path, body)
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/?step=7")[0] == 200
+
+
+def test_a_tag_holding_a_comma_is_refused_as_the_run_page_would_split_it(world):
+    """QA: tags sent as a list could hold a comma ("a,b"), stored as one tag; the run page's edit form and Launch a
+    copy give tags back as "a, b" text, so saving the form (to change the notes, say) made it two tags."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    message = ("tag '\u2068lr=1e-4,bs=8\u2069' holds a comma, which separates tags on the run page; send each tag as "
+               "its own item, or use another character")
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "tags": ["lr=1e-4,bs=8"]})
+    assert status == 400 and body == {"errors": {"tags": [message]}}, body
+    assert not Run.objects.exists()
+    status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "tags": ["lr=1e-4", "bs=8"]})
+    assert status == 201 and run["tags"] == ["lr=1e-4", "bs=8"]
+    status, body = api.call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"tags": ["lr=1e-4,bs=8"]})
+    assert status == 400 and body == {"errors": {"tags": [message]}}, body
+    assert Run.objects.get(public_id=run["id"]).tags == ["lr=1e-4", "bs=8"]
+
+
+def test_a_form_sent_where_json_is_read_is_told_to_send_json(world):
+    """QA: `curl -F spec_yaml=...` (or --data-urlencode) to runs/ or pipelines/ was told only "the body is not
+    JSON: Expecting value at line 1", not that it went as a form nor what to send instead."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    form = "&".join(["external=true", "name=x"]).encode()
+    for path in ("runs/", "pipelines/"):
+        status, body = api.call("POST", f"/api/v1/projects/alpha/{path}", data=form,
+                                content_type="application/x-www-form-urlencoded")
+        assert status == 400 and body == {"errors": {"__all__": [
+            "the body is not JSON: Expecting value at line 1; it was sent as a form "
+            "(application/x-www-form-urlencoded): send a JSON object with 'Content-Type: application/json' (only "
+            "POST datasets/ takes a form, for its file)"]}}, body
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/", data=b'{"external": tru}')
+    assert status == 400 and body == {"errors": {"__all__": [
+        "the body is not JSON: Expecting value at line 1; send a JSON object"]}}, body
+    assert not Run.objects.exists()
+
+
+def test_a_refused_patch_names_the_run_by_the_name_it_keeps(world):
+    """QA: PATCH {"name": "renamed", "archived": true} on a running run was refused, all or nothing, as "run
+    renamed (run_…) is running: cancel it first" — the name the run was refused, not the one it kept."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    _status, run = api.call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "first"})
+    status, body = api.call("PATCH", f"/api/v1/projects/alpha/runs/{run['id']}/", {"name": "renamed", "archived": True})
+    assert status == 400 and body == {"errors": {"archived": [
+        f"run \u2068first\u2069 ({run['id']}) is running: cancel it first, then archive it. Nothing was archived"]}}, body
+    assert Run.objects.get(public_id=run["id"]).name == "first"
+
+
+def test_an_upload_under_a_taken_name_gives_the_id_to_send_for_a_new_version(world):
+    """QA: a second upload under a dataset's name was told to 'upload a new version of it instead', and an API
+    client had to list the datasets to find the id that a new version is sent with."""
+    _team, apis, _sent = world
+    upload = apis["teammate"].upload
+    _status, created = upload("/api/v1/projects/alpha/datasets/", {"name": "notes", "kind": "text"}, "t.jsonl",
+                              b'{"text": "x"}\n')
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"name": "Notes", "kind": "text"}, "t.jsonl",
+                          b'{"text": "y"}\n')
+    dataset_id = created["dataset"]["id"]
+    assert status == 400 and body == {"errors": {"name": [
+        "alpha already has a dataset named 'notes' (names that differ only in letter case are the same name); upload "
+        f"a new version of it instead (in the API: dataset {dataset_id}, no name)"]}}, body
+    status, body = upload("/api/v1/projects/alpha/datasets/", {"dataset": dataset_id}, "t.jsonl", b'{"text": "y"}\n')
+    assert status == 201 and body["version"]["number"] == 2
+
+
+def test_a_key_given_twice_in_a_json_object_is_refused(world):
+    """QA: JSON keeps the last of a key given twice, so {"name": "a", ..., "name": "b"} (a body built by hand, or a
+    mapping's "prompt" twice) dropped the first without a word; a spec's YAML and a multipart upload refuse theirs."""
+    _team, apis, _sent = world
+    api = apis["teammate"]
+    status, body = api.call("POST", "/api/v1/projects/alpha/runs/",
+                            data=b'{"external": true, "name": "first", "config": {"lr": 1, "lr": 2}}')
+    assert status == 400 and body == {"errors": {"__all__": [
+        "'lr' is given twice in one object; JSON keeps the last, so send it once"]}}, body
+    status, body = api.upload("/api/v1/projects/alpha/datasets/",
+                              {"name": "n", "kind": "sft", "mapping": '{"prompt": "q", "prompt": "question"}'},
+                              "rows.jsonl", b'{"question": "a", "completion": "b"}\n')
+    assert status == 400 and body == {"errors": {"mapping": [
+        "mapping: 'prompt' is given twice in one object; JSON keeps the last, so send it once"]}}, body
+    assert not Run.objects.exists() and not Dataset.objects.exists()
+
+
+def test_the_openapi_document_lets_resume_be_sent_without_a_body(world):
+    """QA: the document marked resume/'s body required, so a generated client could not send the call the README
+    shows working without one: a stopped run resumed to its own total."""
+    team, apis, _sent = world
+    api = apis["teammate"]
+    paths = api.call("GET", "/api/v1/openapi.json")[1]["paths"]
+    assert paths["/api/v1/projects/{slug}/runs/{run_id}/resume/"]["post"]["requestBody"]["required"] is False
+    assert paths["/api/v1/projects/{slug}/runs/"]["post"]["requestBody"]["required"] is True
+    model, data = make_base_model(team.project), make_ready_version(team.project)
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 5}}
+    run = api.call("POST", "/api/v1/projects/alpha/runs/", {"spec": spec})[1]
+    api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/cancel/")
+    status, resumed = api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/resume/")
+    assert status == 200 and resumed["status"] == "queued" and resumed["total_steps"] == 5, resumed

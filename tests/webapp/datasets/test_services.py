@@ -91,7 +91,7 @@ def test_names_differing_only_in_letter_case_are_one_name(team):
         create(team, name="Chats")
     assert excinfo.value.message_dict["name"] == [
         "alpha already has a dataset named 'chats' (names that differ only in letter case are the same name); "
-        "upload a new version of it instead"]
+        f"upload a new version of it instead (in the API: dataset {Dataset.objects.get().public_id}, no name)"]
     from django.db import IntegrityError, transaction
 
     with pytest.raises(IntegrityError), transaction.atomic():
@@ -108,7 +108,7 @@ def test_names_differing_only_in_letter_case_are_one_name_in_every_script(team, 
         create(team, name=second)
     assert excinfo.value.message_dict["name"] == [
         f"alpha already has a dataset named {first!r} (names that differ only in letter case are the same name); "
-        "upload a new version of it instead"]
+        f"upload a new version of it instead (in the API: dataset {Dataset.objects.get().public_id}, no name)"]
     from django.db import IntegrityError, transaction
 
     with pytest.raises(IntegrityError), transaction.atomic():
