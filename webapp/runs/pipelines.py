@@ -89,7 +89,9 @@ class Guard(BaseModel):
 
     # strict, as the run spec's sections: "5" in quotes is refused, not read as 5
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss.")
+    metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss, that this "
+                                                 "stage and the previous one measure alike: the same task (for dpo, "
+                                                 "the same dpo.loss), and for an eval/ metric the same data.eval.")
     # finite: stored as JSON, which has no infinity (Infinity was a 500 at the INSERT)
     max_drop_percent: FiniteFloat = Field(ge=0, description="How far (in %) it may get worse than the previous "
                                                             "stage's.")

@@ -533,6 +533,26 @@ def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, cat
     assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
 
 
+def test_the_new_pipeline_examples_guard_compares_like_with_like_and_launches(team, catalog, sent_tasks, client_for):
+    """The example suggested a guard on eval/loss for its dpo stage, against the sft stage before it: a preference
+    loss against a token loss, which passes every time. It shows the guard on a stage it means something for, more
+    sft on new data checked for forgetting on the same held-out data; uncommented (its new data filled in), that
+    stage is accepted and launches."""
+    import html
+
+    page = client_for(team.teammate).get("/p/alpha/pipelines/new/").content.decode()
+    text = html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", page, re.S).group(1))
+    uncommented = re.sub(r"(?m)^  # (- |  )", r"  \1", text).replace("dv_…", catalog.sft.public_id)
+    stages = yaml.safe_load(uncommented)["stages"]
+    assert [stage["name"] for stage in stages] == ["sft", "sft-more", "dpo", "serve"]
+    assert "guard" not in stages[2]
+    assert stages[1]["guard"] == {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    assert stages[1]["spec"]["data"]["eval"] == stages[0]["spec"]["data"]["eval"] == catalog.prompts.public_id
+    response = client_for(team.teammate).post("/p/alpha/pipelines/new/", {"document": uncommented})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert Pipeline.objects.get().stages[1]["guard"]["metric"] == "eval/loss"
+
+
 def test_the_new_pipeline_example_fills_in_the_newest_ready_data_of_each_kind(team, catalog, client_for):
     """The example filled in the first sft dataset by name ("aardvark", an old one, here) rather than the data the
     team uploaded last, and could give the training data as its own evaluation data."""
