@@ -6,7 +6,9 @@ Design note: a pipeline is advanced by the end of its current stage's run, where
 ``pipeline_advance(run=...)`` locks the pipeline row and acts only if the run is its current stage,
 so calling it twice, or for a run of no pipeline, changes nothing. A stage may carry a regression
 guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
-(``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
+(``higher_is_better: false`` for losses: must not rise more). The two values must measure the same thing, so a
+guard between stages of different tasks or dpo losses, or on an ``eval/`` metric between stages of different
+``data.eval``, is refused up front (``_guard_problems``). A stage that fails its guard stops
 the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``. A
 guard whose metric the previous stage did not log (a misspelt name) stops the pipeline before its
 stage is launched, with the closest logged name. A metric whose latest logged value was NaN or
