@@ -169,8 +169,8 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
     campaign = review_services.campaign_create(project=team.project, name="c", guidelines="", required_reviews=1,
                                                reviewers=[team.owner], source_version=None, user=team.owner)
     make_ready_version(team.project, name="chats")
-    pipeline = Pipeline.objects.create(project=team.project, name="sft-dpo", created_by=team.owner, stages=[
-        {"name": "sft", "spec": {"task": "sft"}}, {"name": "dpo", "spec": {"task": "dpo"},
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-more", created_by=team.owner, stages=[
+        {"name": "sft", "spec": {"task": "sft"}}, {"name": "sft-more", "spec": {"task": "sft"},
                                                    "guard": {"metric": "eval/loss", "max_drop_percent": 5}}])
     page.set_viewport_size({"width": 400, "height": 800})
     _log_in(page, live_server.url, team.owner.username)

@@ -6,7 +6,9 @@ Design note: a pipeline is advanced by the end of its current stage's run, where
 ``pipeline_advance(run=...)`` locks the pipeline row and acts only if the run is its current stage,
 so calling it twice, or for a run of no pipeline, changes nothing. A stage may carry a regression
 guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
-(``higher_is_better: false`` for losses: must not rise more). A stage that fails its guard stops
+(``higher_is_better: false`` for losses: must not rise more). The two values must measure the same thing, so a
+guard between stages of different tasks or dpo losses, or on an ``eval/`` metric between stages of different
+``data.eval``, is refused up front (``_guard_problems``). A stage that fails its guard stops
 the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``. A
 guard whose metric the previous stage did not log (a misspelt name) stops the pipeline before its
 stage is launched, with the closest logged name. A metric whose latest logged value was NaN or
@@ -48,7 +50,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
-from jaxengine.spec import wrongly_written_value
+from jaxengine.spec import DpoSpec, wrongly_written_value
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
@@ -89,7 +91,9 @@ class Guard(BaseModel):
 
     # strict, as the run spec's sections: "5" in quotes is refused, not read as 5
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss.")
+    metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss, that this "
+                                                 "stage and the previous one measure alike: the same task (for dpo, "
+                                                 "the same dpo.loss), and for an eval/ metric the same data.eval.")
     # finite: stored as JSON, which has no infinity (Infinity was a 500 at the INSERT)
     max_drop_percent: FiniteFloat = Field(ge=0, description="How far (in %) it may get worse than the previous "
                                                             "stage's.")
@@ -199,8 +203,8 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
     if document.stages[0].guard is not None:
         errors["stages.0.guard"] = ["the first stage has no previous stage to guard against; remove its guard"]
     for index, stage in enumerate(document.stages):
-        if problem := _guard_problem(document.stages, index):
-            errors.setdefault(f"stages.{index}.guard.metric", []).append(problem)
+        if problems := _guard_problems(document.stages, index):
+            errors.setdefault(f"stages.{index}.guard.metric", []).extend(problems)
     for index, stage in enumerate(document.stages):
         if stage.export is not None:
             continue
@@ -222,23 +226,61 @@ def _check_stages(project: Project, document: PipelineDocument) -> None:
         raise ValidationError(errors)
 
 
-def _guard_problem(stages: list[Stage], index: int) -> str | None:
-    """Why stage ``index``'s guard could never pass, if it is so: an ``eval/`` metric is logged only by a
-    run with evaluation data, and the guard reads it from this stage and the one before."""
+def _guard_problems(stages: list[Stage], index: int) -> list[str]:
+    """Why stage ``index``'s guard could never pass or would tell nothing, if it is so. The guard compares this
+    stage's final value of its metric with the stage before's, so both must log it and measure it alike: an
+    ``eval/`` metric is logged only by a run with evaluation data, and is measured on that data, so both stages
+    need the same ``data.eval`` (a stage's spec inherits nothing from the stage before); a loss, and the metrics
+    logged beside it, mean something else under another task or another ``dpo.loss`` (a DPO preference loss near
+    0.69 against an SFT token loss near 9.8 always "improved")."""
     guard = stages[index].guard
-    if guard is None or index == 0 or not guard.metric.startswith("eval/"):
-        return None
-
-    def has_eval(stage: Stage) -> bool:
-        data = (stage.spec or {}).get("data")
-        return isinstance(data, dict) and data.get("eval") not in (None, "")
-
-    without = [f"stage {number + 1} ({stages[number].name})" for number in (index - 1, index) if not has_eval(stages[number])]
-    if not without:
-        return None
-    return (f"{guard.metric} is logged only by a run with evaluation data, and {' and '.join(without)} "
+    if guard is None or index == 0:
+        return []
+    labels = {position: f"stage {position + 1} ({isolated(stages[position].name)})" for position in (index - 1, index)}
+    specs = {position: stages[position].spec or {} for position in (index - 1, index)}
+    problems = []
+    tasks = {position: spec.get("task") for position, spec in specs.items()}
+    if all(isinstance(task, str) for task in tasks.values()) and tasks[index - 1] != tasks[index]:
+        problems.append(
+            f"{labels[index]} runs task {tasks[index]} and {labels[index - 1]} task {tasks[index - 1]}, so their "
+            f"{guard.metric} do not measure the same thing: each task logs its own loss and metrics (a dpo loss near "
+            "0.69 against an sft loss near 9.8 passes every time); guard a stage against one of the same task, or "
+            "remove the guard")
+    elif tasks[index] == "dpo":
+        losses = {position: _dpo_loss(spec) for position, spec in specs.items()}
+        if None not in losses.values() and losses[index - 1] != losses[index]:
+            problems.append(
+                f"{labels[index]} trains with dpo.loss {losses[index]} and {labels[index - 1]} with "
+                f"{losses[index - 1]}, so their {guard.metric} do not measure the same thing: each loss variant has "
+                "its own scale; give both stages the same dpo.loss, or remove the guard")
+    if not guard.metric.startswith("eval/"):
+        return problems
+    evaluations = {position: _eval_data(spec) for position, spec in specs.items()}
+    without = [labels[position] for position, evaluation in evaluations.items() if evaluation is None]
+    if without:
+        problems.append(
+            f"{guard.metric} is logged only by a run with evaluation data, and {' and '.join(without)} "
             f"{'has' if len(without) == 1 else 'have'} no data.eval, so this guard could never pass; "
             "add data.eval there, or guard another metric")
+    elif evaluations[index - 1] != evaluations[index]:
+        problems.append(
+            f"{guard.metric} is measured on data.eval, which is {evaluations[index]} in {labels[index]} and "
+            f"{evaluations[index - 1]} in {labels[index - 1]}: values on different evaluation data do not compare; "
+            "give both stages the same data.eval (a stage does not inherit the one before's), or guard another "
+            "metric")
+    return problems
+
+
+def _dpo_loss(spec: dict[str, Any]) -> str | None:
+    """The spec's ``dpo.loss``, its default when left out; None when it is not a name (its own error says so)."""
+    section = spec.get("dpo") or {}
+    loss = section.get("loss", DpoSpec.model_fields["loss"].default) if isinstance(section, dict) else None
+    return loss if isinstance(loss, str) else None
+
+
+def _eval_data(spec: dict[str, Any]) -> Any:
+    data = spec.get("data")
+    return data.get("eval") if isinstance(data, dict) and data.get("eval") not in (None, "") else None
 
 
 def _stage_spec(pipeline: Pipeline, index: int, model: str | None) -> dict[str, Any]:

@@ -762,15 +762,21 @@ stages:
       data: {{train: {sft}, eval: {eval}}}
       peft: {{method: lora, rank: 16, alpha: 32}}
       train: {{max_steps: 200, batch_size: 8, eval_every: 50, save_every: 50}}
+  # a guard stops the pipeline when a metric got worse than the previous stage's. Both stages must measure it
+  # alike: the same task (and dpo.loss), and for an eval/ metric the same data.eval; e.g. more sft on new data,
+  # checked for forgetting on the same held-out data:
+  # - name: sft-more
+  #   spec:
+  #     task: sft
+  #     data: {{train: dv_…, eval: {eval}}}
+  #     train: {{max_steps: 100, batch_size: 8, eval_every: 50, save_every: 50}}
+  #   guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
   - name: dpo
     # model: the previous stage's exported model
     spec:
       task: dpo
       data: {{train: {preference}}}
       train: {{max_steps: 100, batch_size: 8, save_every: 50}}
-    # a guard compares a metric with the previous stage's and stops the pipeline when it got worse; an eval/
-    # metric needs data.eval in both stages:
-    # guard: {{metric: eval/loss, max_drop_percent: 5, higher_is_better: false}}
   - name: serve
     # the last model's serving copy, quantized (int8 or int4), with its perplexity and agreement
     export: {{quantize: int8}}

@@ -1,5 +1,6 @@
 """Pipelines: stages validated up front, each stage launched from the previous stage's export when
 it succeeds, regression guards that stop the pipeline and keep the previous result, failures."""
+import copy
 from datetime import timedelta
 import re
 
@@ -11,19 +12,25 @@ from django.core.exceptions import ValidationError
 
 from tests.webapp.runs.conftest import FakeRedis
 
+from webapp.core.bidi import isolated
 from webapp.runs import channels, pipelines, reporting
 from webapp.runs.models import ArtifactKind, Pipeline, PipelineStatus, Run, RunStatus
 
 
 def document(catalog, *, guard=None, stages=2):
-    """A pipeline of an sft stage and ``stages - 1`` dpo stages; with a ``guard``, every stage has eval data
-    (a guard's eval/ metric needs it in both stages it compares)."""
+    """A pipeline of an sft stage and ``stages - 1`` dpo stages; with a ``guard``, of ``stages`` sft stages (more
+    training, the same held-out data), each later one guarded against the one before: a guard compares like with
+    like, the same task on the same data.eval."""
     sft = {"task": "sft", "model": catalog.base_model.public_id, "data": {"train": catalog.sft.public_id},
            "train": {"max_steps": 10}}
-    dpo = {"task": "dpo", "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 5}}
     if guard:
-        sft["data"]["eval"], dpo["data"]["eval"] = catalog.prompts.public_id, catalog.preference.public_id
-    later = [{"name": f"dpo-{index}", "spec": dpo, **({"guard": guard} if guard else {})} for index in range(1, stages)]
+        sft["data"]["eval"] = catalog.prompts.public_id
+        more = {"task": "sft", "data": {"train": catalog.sft.public_id, "eval": catalog.prompts.public_id},
+                "train": {"max_steps": 5}}
+        later = [{"name": f"sft-{index}", "spec": copy.deepcopy(more), "guard": guard} for index in range(1, stages)]
+    else:
+        dpo = {"task": "dpo", "data": {"train": catalog.preference.public_id}, "train": {"max_steps": 5}}
+        later = [{"name": f"dpo-{index}", "spec": dpo} for index in range(1, stages)]
     return {"name": "chain", "stages": [{"name": "sft", "spec": sft}, *later]}
 
 
@@ -71,15 +78,107 @@ def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog,
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
     assert caught.value.message_dict == {"stages.1.guard.metric": [
-        "eval/loss is logged only by a run with evaluation data, and stage 2 (dpo-1) has no data.eval, so this guard "
-        "could never pass; add data.eval there, or guard another metric"]}
+        f"eval/loss is logged only by a run with evaluation data, and stage 2 ({isolated('sft-1')}) has no data.eval, "
+        "so this guard could never pass; add data.eval there, or guard another metric"]}
     del guarded["stages"][0]["spec"]["data"]["eval"]
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
-    assert "stage 1 (sft) and stage 2 (dpo-1) have no data.eval" in caught.value.message_dict["stages.1.guard.metric"][0]
+    assert (f"stage 1 ({isolated('sft')}) and stage 2 ({isolated('sft-1')}) have no data.eval"
+            in caught.value.message_dict["stages.1.guard.metric"][0])
     assert not Pipeline.objects.exists() and not Run.objects.exists()
     guarded["stages"][1]["guard"] = {"metric": "loss", "max_drop_percent": 5, "higher_is_better": False}
     assert pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)  # logged by every run
+
+
+def test_a_guard_between_stages_of_different_tasks_is_refused(team, catalog, sent_tasks):
+    """The documented example guarded a dpo stage's eval/loss against the sft stage before it: a DPO preference
+    loss (~0.69) against an SFT token loss (~9.8), which passed every time and told the user nothing."""
+    example = document(catalog)
+    example["stages"][0]["spec"]["data"]["eval"] = catalog.prompts.public_id
+    example["stages"][1]["spec"]["data"]["eval"] = catalog.preference.public_id
+    example["stages"][1]["guard"] = {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=example, user=team.teammate)
+    stage_2, stage_1 = f"stage 2 ({isolated('dpo-1')})", f"stage 1 ({isolated('sft')})"
+    assert caught.value.message_dict == {"stages.1.guard.metric": [
+        f"{stage_2} runs task dpo and {stage_1} task sft, so their eval/loss do not measure the same thing: each task "
+        "logs its own loss and metrics (a dpo loss near 0.69 against an sft loss near 9.8 passes every time); guard a "
+        "stage against one of the same task, or remove the guard",
+        f"eval/loss is measured on data.eval, which is {catalog.preference.public_id} in {stage_2} and "
+        f"{catalog.prompts.public_id} in {stage_1}: values on different evaluation data do not compare; give both "
+        "stages the same data.eval (a stage does not inherit the one before's), or guard another metric"]}
+    # Not only eval/ metrics: the training loss of another task is another loss too.
+    example["stages"][1]["guard"] = {"metric": "loss", "max_drop_percent": 5, "higher_is_better": False}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=example, user=team.teammate)
+    assert list(caught.value.message_dict) == ["stages.1.guard.metric"]
+    assert f"{stage_2} runs task dpo and {stage_1} task sft" in caught.value.message_dict["stages.1.guard.metric"][0]
+    assert not Pipeline.objects.exists() and not Run.objects.exists()
+
+
+def dpo_chain(catalog, *, first_loss=None, second_loss=None) -> dict:
+    """sft, then two dpo stages on the same preference eval data, the second guarded on eval/loss."""
+    chain = document(catalog, stages=3)
+    for stage, loss in ((chain["stages"][1], first_loss), (chain["stages"][2], second_loss)):
+        stage["spec"] = {**copy.deepcopy(stage["spec"]), **({"dpo": {"loss": loss}} if loss else {})}
+        stage["spec"]["data"] = {"train": catalog.preference.public_id, "eval": catalog.preference.public_id}
+    chain["stages"][2]["guard"] = {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    return chain
+
+
+def test_a_guard_between_dpo_stages_of_different_losses_is_refused(team, catalog, sent_tasks):
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, second_loss="ipo"),
+                                  user=team.teammate)
+    assert caught.value.message_dict == {"stages.2.guard.metric": [
+        f"stage 3 ({isolated('dpo-2')}) trains with dpo.loss ipo and stage 2 ({isolated('dpo-1')}) with sigmoid, so "
+        "their eval/loss do not measure the same thing: each loss variant has its own scale; give both stages the "
+        "same dpo.loss, or remove the guard"]}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, first_loss="simpo",
+                                                                            second_loss="orpo"), user=team.teammate)
+    assert "trains with dpo.loss orpo and stage 2" in caught.value.message_dict["stages.2.guard.metric"][0]
+    assert not Pipeline.objects.exists()
+    # dpo.loss left out is sigmoid, the same loss as written out.
+    assert pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, second_loss="sigmoid"),
+                                     user=team.teammate)
+
+
+def test_a_guard_on_an_eval_metric_between_stages_of_different_eval_data_is_refused(team, catalog, sent_tasks):
+    from tests.webapp.factories import make_ready_version
+
+    other = make_ready_version(team.project, name="other questions", kind="prompts",
+                               rows=[{"prompt": "3+3?", "answer": "6"}])
+    guarded = document(catalog, guard={"metric": "eval/exact_match", "max_drop_percent": 10})
+    guarded["stages"][1]["spec"]["data"]["eval"] = other.public_id
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
+    assert caught.value.message_dict == {"stages.1.guard.metric": [
+        f"eval/exact_match is measured on data.eval, which is {other.public_id} in stage 2 ({isolated('sft-1')}) and "
+        f"{catalog.prompts.public_id} in stage 1 ({isolated('sft')}): values on different evaluation data do not "
+        "compare; give both stages the same data.eval (a stage does not inherit the one before's), or guard another "
+        "metric"]}
+    # A metric of the training data is not read from data.eval.
+    guarded["stages"][1]["guard"] = {"metric": "loss", "max_drop_percent": 5, "higher_is_better": False}
+    assert pipelines.pipeline_create(project=team.project, document=guarded, user=team.teammate)
+
+
+def test_a_guard_between_comparable_stages_is_accepted(team, catalog, sent_tasks):
+    """sft on more data guarded against forgetting on the same held-out data, dpo stages of one loss, grpo stages
+    scored by the same rewards on the same prompts: each stage's value measures what the one before's did."""
+    sft = pipelines.pipeline_create(project=team.project, document=document(
+        catalog, guard={"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}, stages=3),
+        user=team.teammate)
+    assert [stage["guard"]["metric"] for stage in sft.stages[1:]] == ["eval/loss", "eval/loss"]
+    assert pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, first_loss="ipo",
+                                                                              second_loss="ipo"), user=team.teammate)
+    grpo = {"task": "grpo", "data": {"train": catalog.prompts.public_id, "eval": catalog.prompts.public_id},
+            "train": {"max_steps": 2}, "grpo": {"rewards": [{"name": "exact_match"}]}}
+    chain = document(catalog)
+    chain["stages"][1] = {"name": "grpo-1", "spec": grpo}
+    chain["stages"].append({"name": "grpo-2", "spec": copy.deepcopy(grpo),
+                            "guard": {"metric": "eval/exact_match", "max_drop_percent": 10}})
+    assert pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
 
 
 def test_a_bad_first_model_is_named_once_at_the_stage_that_gives_it(team, catalog, sent_tasks):
@@ -159,7 +258,7 @@ def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tas
     pipelines.pipeline_advance(run=second)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
-    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/exact_match fell 20.0% (0.5 → 0.4), more than "
+    assert pipeline.message == (f"stage 2 (sft-1) failed its guard: eval/exact_match fell 20.0% (0.5 → 0.4), more than "
                                 f"the 10% allowed; the result stays chain · stage 1 (sft) ({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=2).exists()
 
@@ -178,7 +277,7 @@ def test_a_guard_on_a_metric_the_previous_stage_did_not_log_stops_before_its_sta
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first and pipeline.finished_at
     assert pipeline.message == (
-        f"stage 2 (dpo-1) was not started: its guard reads eval/exact_mtch, which chain · stage 1 (sft) ({first.public_id}) "
+        f"stage 2 (sft-1) was not started: its guard reads eval/exact_mtch, which chain · stage 1 (sft) ({first.public_id}) "
         f"did not log, so the guard could never pass (did you mean eval/exact_match?); the result stays chain · stage 1 (sft) "
         f"({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
@@ -223,11 +322,11 @@ def test_a_guard_cannot_pass_on_a_metric_whose_last_value_was_not_finite(transac
     pipelines.pipeline_advance(run=second)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
-    assert pipeline.message == (f"stage 2 (dpo-1) failed its guard: eval/loss was NaN at step 10 of chain · stage 2 (dpo-1) "
+    assert pipeline.message == (f"stage 2 (sft-1) failed its guard: eval/loss was NaN at step 10 of chain · stage 2 (sft-1) "
                                 f"({second.public_id}): the guard cannot pass; the result stays chain · stage 1 (sft) "
                                 f"({first.public_id})")
     page = client_for(team.viewer).get(f"/p/alpha/pipelines/{pipeline.public_id}/").content.decode()
-    assert f"eval/loss was NaN at step 10 of chain · stage 2 (dpo-1) ({second.public_id}): the guard cannot pass" in page
+    assert f"eval/loss was NaN at step 10 of chain · stage 2 (sft-1) ({second.public_id}): the guard cannot pass" in page
 
 
 def test_a_stage_is_not_started_on_a_previous_stage_whose_guarded_metric_ended_not_finite(
@@ -239,7 +338,7 @@ def test_a_stage_is_not_started_on_a_previous_stage_whose_guarded_metric_ended_n
     pipelines.pipeline_advance(run=first)
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
-    assert pipeline.message == (f"stage 2 (dpo-1) was not started: eval/loss was infinity at step 10 of chain · stage 1 "
+    assert pipeline.message == (f"stage 2 (sft-1) was not started: eval/loss was infinity at step 10 of chain · stage 1 "
                                 f"(sft) ({first.public_id}): the guard cannot pass; the result stays chain · stage 1 (sft) "
                                 f"({first.public_id})")
     assert not Run.objects.filter(pipeline=pipeline, pipeline_stage=1).exists()
@@ -432,6 +531,26 @@ def test_the_new_pipeline_example_ends_in_an_export_stage_and_launches(team, cat
     response = client.post("/p/alpha/pipelines/new/", {"document": text})
     assert response.status_code == 302, response.content.decode()[-2000:]
     assert Pipeline.objects.get().stages[-1] == {"name": "serve", "export": {"quantize": "int8"}}
+
+
+def test_the_new_pipeline_examples_guard_compares_like_with_like_and_launches(team, catalog, sent_tasks, client_for):
+    """The example suggested a guard on eval/loss for its dpo stage, against the sft stage before it: a preference
+    loss against a token loss, which passes every time. It shows the guard on a stage it means something for, more
+    sft on new data checked for forgetting on the same held-out data; uncommented (its new data filled in), that
+    stage is accepted and launches."""
+    import html
+
+    page = client_for(team.teammate).get("/p/alpha/pipelines/new/").content.decode()
+    text = html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", page, re.S).group(1))
+    uncommented = re.sub(r"(?m)^  # (- |  )", r"  \1", text).replace("dv_…", catalog.sft.public_id)
+    stages = yaml.safe_load(uncommented)["stages"]
+    assert [stage["name"] for stage in stages] == ["sft", "sft-more", "dpo", "serve"]
+    assert "guard" not in stages[2]
+    assert stages[1]["guard"] == {"metric": "eval/loss", "max_drop_percent": 5, "higher_is_better": False}
+    assert stages[1]["spec"]["data"]["eval"] == stages[0]["spec"]["data"]["eval"] == catalog.prompts.public_id
+    response = client_for(team.teammate).post("/p/alpha/pipelines/new/", {"document": uncommented})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert Pipeline.objects.get().stages[1]["guard"]["metric"] == "eval/loss"
 
 
 def test_the_new_pipeline_example_fills_in_the_newest_ready_data_of_each_kind(team, catalog, client_for):
