@@ -899,25 +899,37 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
     order), columns are runs at their chosen step (default: each run's last evaluated step).
     Rollouts are not generations for the eval prompts, so they are left out."""
+    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's last
+    # evaluated step grouped in one, then the samples of every (run, step) chosen in another.
     steps = dict(steps or {})
-    columns = []
+    generations = _of_kind(Sample.objects.filter(run__in=runs), "eval")
+    unchosen = [run.pk for run in runs if steps.get(run.pk) is None]
+    if unchosen:
+        last_steps = generations.filter(run__in=unchosen).order_by().values("run").annotate(last=Max("step"))
+        steps.update({row["run"]: row["last"] for row in last_steps})
+    columns = [{"run": run, "step": steps.get(run.pk)} for run in runs]
+    chosen = [Q(run=run.pk, step=steps[run.pk]) for run in runs if steps.get(run.pk) is not None]
+    samples_by_run: dict[int, list[Sample]] = {run.pk: [] for run in runs}
+    if chosen:
+        for sample in generations.filter(_any_of(chosen)).order_by("position"):
+            samples_by_run[sample.run_id].append(sample)
     prompts: dict[str, Any] = {}
     texts: dict[tuple[int, str], Sample] = {}
-    for run in runs:
-        step = steps.get(run.pk)
-        generations = _of_kind(Sample.objects.filter(run=run), "eval")
-        if step is None:
-            step = generations.aggregate(last=Max("step"))["last"]
-        columns.append({"run": run, "step": step})
-        if step is None:
-            continue
-        for sample in generations.filter(step=step).order_by("position"):
+    for run in runs:  # rows in the first run's order of prompts, as before
+        for sample in samples_by_run[run.pk]:
             key = json.dumps(sample.prompt, sort_keys=True)
             prompts.setdefault(key, sample.prompt)
             texts[(run.pk, key)] = sample
     rows = [{"prompt": prompt, "cells": [texts.get((column["run"].pk, key)) for column in columns]}
             for key, prompt in prompts.items()]
     return {"columns": columns, "rows": rows}
+
+
+def _any_of(conditions: list[Q]) -> Q:
+    combined = conditions[0]
+    for condition in conditions[1:]:
+        combined |= condition
+    return combined
 
 
 def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:

@@ -1876,3 +1876,39 @@ def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, clien
     written = {"task": "ppo", "ppo": {"reward_model": reward_run.public_id}}
     assert selectors.reward_base_model(project=team.project, spec=written) == catalog.base_model
     assert selectors.reward_base_model(project=team.outsider_project, spec=written) is None
+
+
+def test_the_compare_page_reads_as_many_rows_for_six_runs_as_for_two(team, catalog, client_for, sent_tasks,
+                                                                       django_assert_num_queries):
+    """QA (page speed): the generations side by side read each run's last evaluated step and then its samples,
+    two queries a run, so comparing a sweep's runs cost dozens of queries more than comparing two."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def finished_runs(indices: range) -> list[Run]:
+        runs = []
+        for index in indices:
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=f"sweep {index}")
+            MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                         wall_time=float(step), tokens=step) for step in (1, 2)])
+            for step in (1, 2):
+                Sample.objects.bulk_create([Sample(run=run, step=step, position=position, prompt=f"prompt {position}",
+                                                   text=f"{run.name} at {step}") for position in range(2)])
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=2,
+                                                 series_cache=selectors.series_cache_for(run))
+            runs.append(run)
+        return runs
+
+    client = client_for(team.viewer)
+
+    def compare(runs: list[Run]):
+        return client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+
+    few, many = finished_runs(range(2)), finished_runs(range(2, 8))
+    compare(few), compare(many)  # the pages' first loads over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_two:
+        page = compare(few).content.decode()
+    assert "sweep 1 at 2" in page and "sweep 1 at 1" not in page  # each run at its last evaluated step
+    with django_assert_num_queries(len(for_two)):
+        page = compare(many).content.decode()
+    assert all(f"sweep {index} at 2" in page for index in range(2, 8))
