@@ -1912,3 +1912,24 @@ def test_the_compare_page_reads_as_many_rows_for_six_runs_as_for_two(team, catal
     with django_assert_num_queries(len(for_two)):
         page = compare(many).content.decode()
     assert all(f"sweep {index} at 2" in page for index in range(2, 8))
+
+
+def test_the_run_page_reads_as_many_rows_for_three_datasets_as_for_one(team, catalog, client_for, sent_tasks,
+                                                                        django_assert_num_queries):
+    """QA (page speed): the run page read the run's dataset versions once for its history and once for its
+    deleted references, then each version's dataset on its own: a query more for every version."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.webapp.factories import make_ready_version
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="tuned")
+    client = client_for(team.viewer)
+    client.get(url(run))  # the first load over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_one:
+        page = client.get(url(run)).content.decode()
+    assert f"<bdi>chats</bdi> v{catalog.sft.number}" in page
+    run.dataset_versions.add(*(make_ready_version(team.project, name=f"extra {index}") for index in range(2)))
+    with django_assert_num_queries(len(for_one)):
+        page = client.get(url(run)).content.decode()
+    assert "<bdi>extra 0</bdi> v1" in page and "<bdi>extra 1</bdi> v1" in page
