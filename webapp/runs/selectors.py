@@ -132,6 +132,10 @@ class RunFilters:
         return cls.from_query(query)
 
 
+# What no list of runs shows, left unread by run_list (see there).
+LIST_DEFERRED_FIELDS = ("series_cache",)
+
+
 def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySet[Run]:
     """The project's runs matching ``filters``, with what the table shows joined in."""
     runs = Run.objects.filter(project=project, archived=filters.archived)
@@ -147,7 +151,10 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
         runs = _tagged(runs, filters.tag)
     order = SORTS[filters.sort]
     sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
+    # A run's series_cache (its downsampled buckets and series, about a megabyte for a finished run of ten
+    # metrics) is for its own page and the compare page: read for each row, it made the table seconds slow.
     return (runs.select_related("base_model", "source_run", "created_by").prefetch_related("dataset_versions__dataset")
+            .defer(*LIST_DEFERRED_FIELDS, *(f"source_run__{field}" for field in LIST_DEFERRED_FIELDS))
             .annotate(sort_value=order.value).order_by(sort_value, "-id"))
 
 
@@ -940,7 +947,8 @@ def _any_of(conditions: list[Q]) -> Q:
 
 
 def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
-    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at", "-id")
+    return (Pipeline.objects.filter(project=project).select_related("result_run")
+            .defer(*(f"result_run__{field}" for field in LIST_DEFERRED_FIELDS)).order_by("-created_at", "-id"))
 
 
 def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Pipeline]:
