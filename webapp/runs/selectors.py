@@ -216,16 +216,16 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     current_run = current.partition("@")[0] if isinstance(current, str) else None
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
+    # Only the columns the labels show: a run's whole row holds its series_cache (about a megabyte for a finished
+    # run), and read for every exported model and checkpoint it made the launch form take seconds.
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
-                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
+                                        kind=ArtifactKind.MODEL).order_by("-run__created_at")
+                .values_list("run__public_id", "run__name", "run__task"))
     # The task tells a reward model (it scores, and writes no text worth reading) from a policy.
-    choices += [(artifact.run.public_id,
-                 f"{isolated(artifact.run.name)} — {artifact.run.task} model exported by {artifact.run.public_id}")
-                for artifact in exported]
+    choices += [(run_id, f"{isolated(name)} — {task} model exported by {run_id}") for run_id, name, task in exported]
     checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
-                   .select_related("run").order_by("-run__created_at", "step"))
-    choices += [(f"{artifact.run.public_id}@{artifact.step}",
-                 f"{isolated(artifact.run.name)} — checkpoint {artifact.step}") for artifact in checkpoints]
+                   .order_by("-run__created_at", "step").values_list("run__public_id", "run__name", "step"))
+    choices += [(f"{run_id}@{step}", f"{isolated(name)} — checkpoint {step}") for run_id, name, step in checkpoints]
     return choices
 
 
@@ -235,9 +235,8 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     ``model_choices``: the launch form keeps a spec's own choice selectable)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
                                         run__archived=False, kind=ArtifactKind.MODEL)
-                .select_related("run").order_by("-run__created_at"))
-    return [(artifact.run.public_id, f"{isolated(artifact.run.name)} — reward model of {artifact.run.public_id}")
-            for artifact in exported]
+                .order_by("-run__created_at").values_list("run__public_id", "run__name"))
+    return [(run_id, f"{isolated(name)} — reward model of {run_id}") for run_id, name in exported]
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
