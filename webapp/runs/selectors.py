@@ -703,7 +703,8 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "datasets": run.datasets_by_use(),
         "deleted": run.deleted_references(),
         "artifacts": list(run.artifacts.all()),
-        "derived_runs": list(run.derived_runs.order_by("created_at")),
+        # Their names and ids only: a sweep started from this run would otherwise read each one's series_cache.
+        "derived_runs": list(run.derived_runs.order_by("created_at").only("public_id", "name", "source_run")),
     }
 
 

@@ -2007,3 +2007,37 @@ def test_the_launch_form_reads_only_the_labels_of_the_runs_it_offers_to_start_fr
     with django_assert_num_queries(len(for_two)):
         page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
     assert f"{isolated('exported 5')} — reward model of" in page and f"{isolated('exported 4')} — checkpoint 1" in page
+
+
+def test_the_run_page_reads_the_runs_before_and_after_it_by_name_only(team, catalog, client_for, sent_tasks,
+                                                                      django_assert_num_queries):
+    """QA (page speed): the run page's lineage read the run it started from and every run started from it
+    whole, each one's series_cache with it (most of a megabyte for a finished run): a run that a sweep of 16
+    started from decoded 16 of them to print 16 names. Only the run's own series_cache is read now (its
+    charts), and as many queries for six runs started from it as for two."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cache = {"buckets": {"width": 1, "metrics": {}}, "max_points": 1000, "series": {}}
+    source = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="base sft")
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="middle")
+    Run.objects.filter(pk__in=[source.pk, run.pk]).update(status=RunStatus.SUCCEEDED, series_cache=cache)
+    Run.objects.filter(pk=run.pk).update(source_run=source)
+
+    def derived(indices: range) -> None:
+        for index in indices:
+            started = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                          name=f"sweep {index}")
+            Run.objects.filter(pk=started.pk).update(source_run=run, series_cache=cache)
+
+    client = client_for(team.viewer)
+    derived(range(2))
+    client.get(url(run))  # the first load over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_two:
+        page = client.get(url(run)).content.decode()
+    assert sum(query["sql"].count('"series_cache"') for query in for_two.captured_queries) == 1  # the run's own
+    assert "<bdi>base sft</bdi>" in page and "<bdi>sweep 1</bdi>" in page
+    derived(range(2, 6))
+    with django_assert_num_queries(len(for_two)):
+        page = client.get(url(run)).content.decode()
+    assert "<bdi>sweep 5</bdi>" in page
