@@ -18,8 +18,9 @@ def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, 
     404 when the user is not a member or the run is not the project's; 403 for a viewer when
     ``write`` (launch, cancel, resume, retry, edit)."""
     project, membership = get_project_for_user(user, project_slug, min_role=Role.MEMBER if write else Role.VIEWER)
+    # The run it started from is named and linked, never drawn: its series_cache (most of a megabyte) stays unread.
     run = (Run.objects.select_related("project", "base_model", "source_run", "created_by", "pipeline")
-           .filter(project=project, public_id=run_id).first())
+           .defer("source_run__series_cache").filter(project=project, public_id=run_id).first())
     if run is None:
         raise Http404("no such run in this project")
     return project, membership, run

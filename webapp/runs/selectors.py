@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, QuerySet
+from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, QuerySet, prefetch_related_objects
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.http import Http404
@@ -132,6 +132,10 @@ class RunFilters:
         return cls.from_query(query)
 
 
+# What no list of runs shows, left unread by run_list (see there).
+LIST_DEFERRED_FIELDS = ("series_cache",)
+
+
 def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySet[Run]:
     """The project's runs matching ``filters``, with what the table shows joined in."""
     runs = Run.objects.filter(project=project, archived=filters.archived)
@@ -147,7 +151,10 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
         runs = _tagged(runs, filters.tag)
     order = SORTS[filters.sort]
     sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
+    # A run's series_cache (its downsampled buckets and series, about a megabyte for a finished run of ten
+    # metrics) is for its own page and the compare page: read for each row, it made the table seconds slow.
     return (runs.select_related("base_model", "source_run", "created_by").prefetch_related("dataset_versions__dataset")
+            .defer(*LIST_DEFERRED_FIELDS, *(f"source_run__{field}" for field in LIST_DEFERRED_FIELDS))
             .annotate(sort_value=order.value).order_by(sort_value, "-id"))
 
 
@@ -209,16 +216,16 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
                for model in BaseModel.objects.filter(project=project).order_by("name")]
     current_run = current.partition("@")[0] if isinstance(current, str) else None
     offered = Q(run__archived=False) | Q(run__public_id=current_run)
+    # Only the columns the labels show: a run's whole row holds its series_cache (about a megabyte for a finished
+    # run), and read for every exported model and checkpoint it made the launch form take seconds.
     exported = (Artifact.objects.filter(offered, run__project=project, run__status=RunStatus.SUCCEEDED,
-                                        kind=ArtifactKind.MODEL).select_related("run").order_by("-run__created_at"))
+                                        kind=ArtifactKind.MODEL).order_by("-run__created_at")
+                .values_list("run__public_id", "run__name", "run__task"))
     # The task tells a reward model (it scores, and writes no text worth reading) from a policy.
-    choices += [(artifact.run.public_id,
-                 f"{isolated(artifact.run.name)} — {artifact.run.task} model exported by {artifact.run.public_id}")
-                for artifact in exported]
+    choices += [(run_id, f"{isolated(name)} — {task} model exported by {run_id}") for run_id, name, task in exported]
     checkpoints = (Artifact.objects.filter(offered, run__project=project, kind=ArtifactKind.CHECKPOINT)
-                   .select_related("run").order_by("-run__created_at", "step"))
-    choices += [(f"{artifact.run.public_id}@{artifact.step}",
-                 f"{isolated(artifact.run.name)} — checkpoint {artifact.step}") for artifact in checkpoints]
+                   .order_by("-run__created_at", "step").values_list("run__public_id", "run__name", "step"))
+    choices += [(f"{run_id}@{step}", f"{isolated(name)} — checkpoint {step}") for run_id, name, step in checkpoints]
     return choices
 
 
@@ -228,9 +235,8 @@ def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     ``model_choices``: the launch form keeps a spec's own choice selectable)."""
     exported = (Artifact.objects.filter(run__project=project, run__task="reward", run__status=RunStatus.SUCCEEDED,
                                         run__archived=False, kind=ArtifactKind.MODEL)
-                .select_related("run").order_by("-run__created_at"))
-    return [(artifact.run.public_id, f"{isolated(artifact.run.name)} — reward model of {artifact.run.public_id}")
-            for artifact in exported]
+                .order_by("-run__created_at").values_list("run__public_id", "run__name"))
+    return [(run_id, f"{isolated(name)} — reward model of {run_id}") for run_id, name in exported]
 
 
 def pool_choices(*, current: Any = None) -> list[dict[str, Any]]:
@@ -697,7 +703,8 @@ def lineage(*, run: Run) -> dict[str, Any]:
         "datasets": run.datasets_by_use(),
         "deleted": run.deleted_references(),
         "artifacts": list(run.artifacts.all()),
-        "derived_runs": list(run.derived_runs.order_by("created_at")),
+        # Their names and ids only: a sweep started from this run would otherwise read each one's series_cache.
+        "derived_runs": list(run.derived_runs.order_by("created_at").only("public_id", "name", "source_run")),
     }
 
 
@@ -903,19 +910,24 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
     """Generations for the same eval prompts across runs: rows are prompts (in the first run's
     order), columns are runs at their chosen step (default: each run's last evaluated step).
     Rollouts are not generations for the eval prompts, so they are left out."""
+    # Two queries whatever the number of runs (the compare page takes up to MAX_COMPARE): each run's last
+    # evaluated step grouped in one, then the samples of every (run, step) chosen in another.
     steps = dict(steps or {})
-    columns = []
+    generations = _of_kind(Sample.objects.filter(run__in=runs), "eval")
+    unchosen = [run.pk for run in runs if steps.get(run.pk) is None]
+    if unchosen:
+        last_steps = generations.filter(run__in=unchosen).order_by().values("run").annotate(last=Max("step"))
+        steps.update({row["run"]: row["last"] for row in last_steps})
+    columns = [{"run": run, "step": steps.get(run.pk)} for run in runs]
+    chosen = [Q(run=run.pk, step=steps[run.pk]) for run in runs if steps.get(run.pk) is not None]
+    samples_by_run: dict[int, list[Sample]] = {run.pk: [] for run in runs}
+    if chosen:
+        for sample in generations.filter(_any_of(chosen)).order_by("position"):
+            samples_by_run[sample.run_id].append(sample)
     prompts: dict[str, Any] = {}
     texts: dict[tuple[int, str], Sample] = {}
-    for run in runs:
-        step = steps.get(run.pk)
-        generations = _of_kind(Sample.objects.filter(run=run), "eval")
-        if step is None:
-            step = generations.aggregate(last=Max("step"))["last"]
-        columns.append({"run": run, "step": step})
-        if step is None:
-            continue
-        for sample in generations.filter(step=step).order_by("position"):
+    for run in runs:  # rows in the first run's order of prompts, as before
+        for sample in samples_by_run[run.pk]:
             key = json.dumps(sample.prompt, sort_keys=True)
             prompts.setdefault(key, sample.prompt)
             texts[(run.pk, key)] = sample
@@ -924,8 +936,23 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
     return {"columns": columns, "rows": rows}
 
 
+def run_datasets_prefetched(*, run: Run) -> Run:
+    """``run`` with its dataset versions and their datasets read in two queries: the run page reads them in its
+    history, its data card and its deleted references, which otherwise cost a query each and one a version."""
+    prefetch_related_objects([run], "dataset_versions__dataset")
+    return run
+
+
+def _any_of(conditions: list[Q]) -> Q:
+    combined = conditions[0]
+    for condition in conditions[1:]:
+        combined |= condition
+    return combined
+
+
 def pipeline_list(*, project: Project) -> QuerySet[Pipeline]:
-    return Pipeline.objects.filter(project=project).select_related("result_run").order_by("-created_at", "-id")
+    return (Pipeline.objects.filter(project=project).select_related("result_run")
+            .defer(*(f"result_run__{field}" for field in LIST_DEFERRED_FIELDS)).order_by("-created_at", "-id"))
 
 
 def pipeline_page(*, project: Project, after: tuple[str, int] | None, limit: int) -> KeysetPage[Pipeline]:

@@ -413,6 +413,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
     open with what was typed, after a refused edit."""
     from webapp.runs import pipelines
 
+    run = selectors.run_datasets_prefetched(run=run)
     can_delete = selectors.may_delete_run(membership=membership, run=run)
     services.series_caches_renew(runs=[run])  # a run finished before the current bucket layout, once
     return render(request, "runs/detail.html", {

@@ -1888,3 +1888,168 @@ def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, clien
     written = {"task": "ppo", "ppo": {"reward_model": reward_run.public_id}}
     assert selectors.reward_base_model(project=team.project, spec=written) == catalog.base_model
     assert selectors.reward_base_model(project=team.outsider_project, spec=written) is None
+
+
+def test_the_compare_page_reads_as_many_rows_for_six_runs_as_for_two(team, catalog, client_for, sent_tasks,
+                                                                       django_assert_num_queries):
+    """QA (page speed): the generations side by side read each run's last evaluated step and then its samples,
+    two queries a run, so comparing a sweep's runs cost dozens of queries more than comparing two."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def finished_runs(indices: range) -> list[Run]:
+        runs = []
+        for index in indices:
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=f"sweep {index}")
+            MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                         wall_time=float(step), tokens=step) for step in (1, 2)])
+            for step in (1, 2):
+                Sample.objects.bulk_create([Sample(run=run, step=step, position=position, prompt=f"prompt {position}",
+                                                   text=f"{run.name} at {step}") for position in range(2)])
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=2,
+                                                 series_cache=selectors.series_cache_for(run))
+            runs.append(run)
+        return runs
+
+    client = client_for(team.viewer)
+
+    def compare(runs: list[Run]):
+        return client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
+
+    few, many = finished_runs(range(2)), finished_runs(range(2, 8))
+    compare(few), compare(many)  # the pages' first loads over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_two:
+        page = compare(few).content.decode()
+    assert "sweep 1 at 2" in page and "sweep 1 at 1" not in page  # each run at its last evaluated step
+    with django_assert_num_queries(len(for_two)):
+        page = compare(many).content.decode()
+    assert all(f"sweep {index} at 2" in page for index in range(2, 8))
+
+
+def test_the_run_page_reads_as_many_rows_for_three_datasets_as_for_one(team, catalog, client_for, sent_tasks,
+                                                                        django_assert_num_queries):
+    """QA (page speed): the run page read the run's dataset versions once for its history and once for its
+    deleted references, then each version's dataset on its own: a query more for every version."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.webapp.factories import make_ready_version
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="tuned")
+    client = client_for(team.viewer)
+    client.get(url(run))  # the first load over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_one:
+        page = client.get(url(run)).content.decode()
+    assert f"<bdi>chats</bdi> v{catalog.sft.number}" in page
+    run.dataset_versions.add(*(make_ready_version(team.project, name=f"extra {index}") for index in range(2)))
+    with django_assert_num_queries(len(for_one)):
+        page = client.get(url(run)).content.decode()
+    assert "<bdi>extra 0</bdi> v1" in page and "<bdi>extra 1</bdi> v1" in page
+
+
+def test_the_runs_table_leaves_each_runs_series_cache_unread(team, catalog, client_for, sent_tasks,
+                                                              django_assert_num_queries):
+    """QA (page speed): the runs table and the API's list of runs read every row's series_cache, the
+    downsampled series a finished run keeps for its own page and the compare page (about a megabyte for ten
+    metrics over 5,000 steps): at a busy team's 500 runs the table took 1.3 s and the API's page 3.7 s. Neither
+    reads the column now, for the runs listed, the runs they started from or the pipelines' result runs, and
+    neither reads it row by row."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.api.services import token_create
+
+    def finished_runs(indices: range) -> None:
+        for index in indices:
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=f"done {index}")
+            MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                         wall_time=float(step), tokens=step) for step in (1, 2)])
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=2,
+                                                 series_cache=selectors.series_cache_for(run))
+
+    from django.test import Client
+
+    page_client = client_for(team.viewer)
+    api_client = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.viewer, name='list')[1]}")
+    addresses = ((page_client, "/p/alpha/runs/"), (api_client, "/api/v1/projects/alpha/runs/"))
+    finished_runs(range(2))
+    counts = []
+    for client, address in addresses:
+        client.get(address)  # the first load over (sessions read)
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(address).status_code == 200
+        assert not [query["sql"] for query in queries.captured_queries if "series_cache" in query["sql"]]
+        counts.append(len(queries))
+    finished_runs(range(2, 6))
+    for (client, address), count in zip(addresses, counts):
+        with django_assert_num_queries(count):
+            response = client.get(address)
+        assert response.status_code == 200 and "done 5" in response.content.decode()
+
+
+def test_the_launch_form_reads_only_the_labels_of_the_runs_it_offers_to_start_from(
+        team, catalog, client_for, sent_tasks, django_assert_num_queries):
+    """QA (page speed): the launch form's starting models (each succeeded run's exported model and every
+    exported checkpoint) and PPO's reward models read each run's whole row, its series_cache with it (about a
+    megabyte for a finished run): with a busy team's hundred exported runs the form took 11 s to open. It
+    reads the run's id, name and task now, as many queries for six runs as for two."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def exported_runs(indices: range) -> None:
+        for index in indices:
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                      name=f"exported {index}")
+            MetricPoint.objects.create(run=run, step=1, name="loss", value=1.0, wall_time=1.0, tokens=1)
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=1,
+                                                 series_cache=selectors.series_cache_for(run),
+                                                 task="reward" if index % 2 else "sft")  # odd ones score
+            Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=f"/models/{index}", size_bytes=1)
+            Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=1, path=f"/checkpoints/{index}",
+                                    size_bytes=1)
+
+    client = client_for(team.teammate)
+    exported_runs(range(2))
+    client.get("/p/alpha/runs/new/?task=ppo")  # the first load over (sessions read)
+    with CaptureQueriesContext(connection) as for_two:
+        page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    assert not [query["sql"] for query in for_two.captured_queries if "series_cache" in query["sql"]]
+    assert f"{isolated('exported 1')} — reward model of" in page and f"{isolated('exported 0')} — checkpoint 1" in page
+    exported_runs(range(2, 6))
+    with django_assert_num_queries(len(for_two)):
+        page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
+    assert f"{isolated('exported 5')} — reward model of" in page and f"{isolated('exported 4')} — checkpoint 1" in page
+
+
+def test_the_run_page_reads_the_runs_before_and_after_it_by_name_only(team, catalog, client_for, sent_tasks,
+                                                                      django_assert_num_queries):
+    """QA (page speed): the run page's lineage read the run it started from and every run started from it
+    whole, each one's series_cache with it (most of a megabyte for a finished run): a run that a sweep of 16
+    started from decoded 16 of them to print 16 names. Only the run's own series_cache is read now (its
+    charts), and as many queries for six runs started from it as for two."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cache = {"buckets": {"width": 1, "metrics": {}}, "max_points": 1000, "series": {}}
+    source = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="base sft")
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name="middle")
+    Run.objects.filter(pk__in=[source.pk, run.pk]).update(status=RunStatus.SUCCEEDED, series_cache=cache)
+    Run.objects.filter(pk=run.pk).update(source_run=source)
+
+    def derived(indices: range) -> None:
+        for index in indices:
+            started = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                          name=f"sweep {index}")
+            Run.objects.filter(pk=started.pk).update(source_run=run, series_cache=cache)
+
+    client = client_for(team.viewer)
+    derived(range(2))
+    client.get(url(run))  # the first load over (series caches renewed, sessions read)
+    with CaptureQueriesContext(connection) as for_two:
+        page = client.get(url(run)).content.decode()
+    assert sum(query["sql"].count('"series_cache"') for query in for_two.captured_queries) == 1  # the run's own
+    assert "<bdi>base sft</bdi>" in page and "<bdi>sweep 1</bdi>" in page
+    derived(range(2, 6))
+    with django_assert_num_queries(len(for_two)):
+        page = client.get(url(run)).content.decode()
+    assert "<bdi>sweep 5</bdi>" in page
