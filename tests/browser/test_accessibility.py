@@ -1,0 +1,68 @@
+"""A keyboard-only or screen-reader user on the main pages: a form's errors are tied to their fields
+and take the focus, the current page is named as such in the navigation, and the chat announces an
+answer once it is written (not token by token) and keeps the focus on a control that still exists."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_team, make_user
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_refused_form_ties_each_error_to_its_field_and_focuses_the_first(page, live_server):
+    """Django marks a refused field aria-invalid and points its aria-describedby at ids ending in
+    _helptext and _error, but the shared field template gave neither id to its help and error text:
+    a screen reader read the field as invalid with no reason, and the focus stayed at the top of the page."""
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.goto(f"{live_server.url}/projects/new/")
+    page.get_by_role("textbox", name="Name").fill("Reward models")
+    page.get_by_role("textbox", name="Slug").fill("Not a slug!")
+    page.get_by_role("button", name="Create project").click()
+    slug = page.get_by_role("textbox", name="Slug")
+    expect(slug).to_have_attribute("aria-invalid", "true")
+    error = page.locator(".field.has-error .error").inner_text()
+    assert error
+    assert error in described_by(slug)
+    expect(slug).to_be_focused()
+
+
+def test_a_refused_upload_ties_the_error_to_the_file_field(page, live_server, tmp_path):
+    """The upload form is written field by field, and its help and errors carried no ids either."""
+    team = make_team()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.get_by_role("textbox", name="Name").fill("chats")
+    page.get_by_label("File").set_input_files(str(empty))
+    page.get_by_role("button", name="Upload").click()
+    file = page.get_by_label("File")
+    expect(file).to_have_attribute("aria-invalid", "true")
+    description = described_by(file)
+    assert any("empty.jsonl" in text and "empty" in text for text in description), description
+    assert any("Up to" in text for text in description), "the help text is read too"
+    expect(file).to_be_focused()
+
+
+def described_by(locator) -> list[str]:
+    """The texts of the elements that ``locator``'s aria-describedby names; fails on an id that names none."""
+    texts = locator.evaluate(
+        "element => element.getAttribute('aria-describedby').split(' ')"
+        ".map(id => document.getElementById(id)).map(found => found ? found.textContent.trim() : null)")
+    assert None not in texts, f"every id in aria-describedby names an element on the page: {texts}"
+    return texts
+
+
+def test_the_navigation_names_the_current_page(page, live_server):
+    """The current tab was shown by colour alone (class "active"): a screen reader heard no difference."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    project_nav = page.get_by_role("navigation", name="Project")
+    expect(project_nav.get_by_role("link", name="Runs")).to_have_attribute("aria-current", "page")
+    expect(project_nav.locator("[aria-current]")).to_have_count(1)
+    page.goto(f"{live_server.url}/")
+    expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Projects")).to_have_attribute(
+        "aria-current", "page")
