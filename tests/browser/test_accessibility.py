@@ -5,6 +5,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_projects import log_in
+from tests.browser.test_runs import asgi_server  # noqa: F401  (the module's uvicorn fixture)
 from tests.webapp.factories import make_team, make_user
 
 pytestmark = pytest.mark.browser
@@ -66,3 +67,59 @@ def test_the_navigation_names_the_current_page(page, live_server):
     page.goto(f"{live_server.url}/")
     expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Projects")).to_have_attribute(
         "aria-current", "page")
+
+
+def _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings):
+    """(answer, redis client) of a teammate's conversation whose answer is being written, its page open."""
+    from tests.browser.test_chat import conversation_with_an_answer
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.chat.models import MessageStatus
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+    log_in_at(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    page.wait_for_load_state("load")
+    return conversation.messages.get(role="assistant"), redis_client()
+
+
+def test_the_chat_announces_the_finished_answer_not_each_token(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                             settings):
+    """Nothing on the chat page was live: a screen-reader user who sent a message heard nothing, neither
+    that the model was writing nor its answer. A live region says the first, then reads the finished answer
+    once (the streaming text itself is not live: each token would be read out)."""
+    from webapp.chat import channels, services
+
+    answer, client = _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings)
+    status = page.get_by_role("status").filter(has_text="The model")
+    expect(status).to_have_text("The model is writing its answer.")
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    page.locator(".chat-streaming").filter(has_text="Hel").wait_for()
+    expect(status).to_have_text("The model is writing its answer.")
+    services.message_finish(message_id=answer.public_id, text="Hello **there**", finish_reason="stop")
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "done", "text": "Hello **there**",
+                                             "finish_reason": "stop"})
+    expect(status).to_have_text("The model answered: Hello there")
+    assert page.locator("#chat-log [aria-live], #chat-log[aria-live]").count() == 0, "tokens are not read out"
+
+
+def test_the_focus_stays_on_the_chat_controls_as_an_answer_starts_and_ends(page, asgi_server, redis_url,  # noqa: F811
+                                                                          transactional_db, settings):
+    """Stop is hidden when the answer ends, and Send and Regenerate are disabled while it is written: a
+    keyboard user who pressed one of them was left on the page's body, with Tab starting again from the top."""
+    from webapp.chat import channels, services
+
+    answer, client = _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings)
+    stop = page.get_by_role("button", name="Stop")
+    stop.focus()
+    services.message_finish(message_id=answer.public_id, text="Hello", finish_reason="stop")
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "done", "text": "Hello", "finish_reason": "stop"})
+    page.locator(".chat-markdown").filter(has_text="Hello").wait_for()
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+
+    page.get_by_role("button", name="Regenerate").focus()
+    page.keyboard.press("Enter")
+    expect(stop).to_be_visible()
+    expect(stop).to_be_focused()
+
