@@ -123,3 +123,43 @@ def test_the_focus_stays_on_the_chat_controls_as_an_answer_starts_and_ends(page,
     expect(stop).to_be_visible()
     expect(stop).to_be_focused()
 
+
+def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
+    """A run's charts were plotly SVGs with nothing for a screen reader but tick labels: each figure is now
+    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it."""
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=3, current_step=3)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step),
+                                                 tokens=step) for step, value in ((1, 2.0), (2, 1.123456), (3, 1.5))])
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    expect(page.get_by_role("figure", name="loss by step: 3 points, steps 1 to 3; latest 1.5 at step 3; "
+                                            "lowest 1.1235, highest 2.", exact=True)).to_have_count(1)
+    expect(page.locator("#charts .plot")).to_have_attribute("aria-hidden", "true")
+
+
+def test_a_running_runs_chart_caption_follows_it_and_its_steps_are_not_read_out(page, asgi_server, redis_url,  # noqa: F811
+                                                                               transactional_db, settings):
+    """The progress card was a live region: each step's numbers (step, tokens, elapsed, ETA) were read out as
+    they came. A chart's caption follows the points that arrive, without being live either."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.runs import reporting
+    from webapp.runs.models import Run, RunStatus
+
+    settings.REDIS_URL = redis_url
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="live", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=0)
+    log_in_at(page, asgi_server, team.viewer.username)
+    page.goto(f"{asgi_server}/p/alpha/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"name": "loss", "step": 1, "value": 3.0}, {"name": "loss", "step": 2, "value": 2.5}]})
+    expect(page.get_by_role("figure", name="loss by step: 2 points, steps 1 to 2; latest 2.5 at step 2; "
+                                            "lowest 2.5, highest 3.", exact=True)).to_have_count(1)
+    assert page.locator("[aria-live]:has(#progress-step), [role=status]:has(#progress-step)").count() == 0
