@@ -163,3 +163,40 @@ def test_a_running_runs_chart_caption_follows_it_and_its_steps_are_not_read_out(
     expect(page.get_by_role("figure", name="loss by step: 2 points, steps 1 to 2; latest 2.5 at step 2; "
                                             "lowest 2.5, highest 3.", exact=True)).to_have_count(1)
     assert page.locator("[aria-live]:has(#progress-step), [role=status]:has(#progress-step)").count() == 0
+
+
+# The contrast ratio (WCAG 2) of an element's text colour against the first opaque background behind it.
+CONTRAST = """element => {
+  const rgb = text => text.match(/[\\d.]+/g).map(Number);
+  const luminance = colour => {
+    const [r, g, b] = colour.slice(0, 3).map(value => value / 255)
+      .map(value => value <= 0.03928 ? value / 12.92 : Math.pow((value + 0.055) / 1.055, 2.4));
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  let behind = element, background = [255, 255, 255];
+  while (behind) {
+    const colour = rgb(getComputedStyle(behind).backgroundColor);
+    if (colour.length < 4 || colour[3] > 0.5) { background = colour; break; }
+    behind = behind.parentElement;
+  }
+  const [light, dark] = [luminance(rgb(getComputedStyle(element).color)), luminance(background)].sort((a, b) => b - a);
+  return (light + 0.05) / (dark + 0.05);
+}"""
+
+
+def test_muted_and_warning_text_is_readable(page, live_server, tmp_path):
+    """Muted text on the code background (the workers page's start command) read at 4.36:1 and the amber
+    of a queued or running run's badge at 4.47:1, under the 4.5:1 that small text needs."""
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    Run.objects.create(project=team.project, name="live", task="sft", status=RunStatus.RUNNING, spec={"task": "sft"},
+                       resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner, total_steps=9)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    badge = page.locator(".badge-warn").first
+    expect(badge).to_have_text("running")
+    assert badge.evaluate(CONTRAST) >= 4.5
+    page.goto(f"{live_server.url}/workers/")
+    command = page.locator("main .empty code")
+    assert command.evaluate(CONTRAST) >= 4.5
