@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 
 from tests.browser.test_projects import log_in
 from tests.browser.test_runs import asgi_server  # noqa: F401  (the module's uvicorn fixture)
-from tests.webapp.factories import make_team, make_user
+from tests.webapp.factories import make_base_model, make_team, make_user
 
 pytestmark = pytest.mark.browser
 
@@ -200,3 +200,31 @@ def test_muted_and_warning_text_is_readable(page, live_server, tmp_path):
     page.goto(f"{live_server.url}/workers/")
     command = page.locator("main .empty code")
     assert command.evaluate(CONTRAST) >= 4.5
+
+
+def test_the_arena_says_when_its_vote_opens(page, asgi_server, redis_url, transactional_db, settings,  # noqa: F811
+                                             monkeypatch):
+    """The vote buttons open in place once both answers are done; the wait note was only hidden, so a
+    screen-reader user heard nothing and had to look for the buttons to learn that they could vote."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.chat import arena, channels, selectors, services
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Name a colour.",
+                                 choices=selectors.model_choices(project=team.project))
+    log_in_at(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/alpha/arena/{battle.public_id}/")
+    page.wait_for_load_state("load")
+    status = page.get_by_role("status").filter(has_text="vote")
+    expect(status).to_have_text("The vote opens when both answers are done.")
+    for side, text in ((battle.side_a, "Blue."), (battle.side_b, "Red.")):
+        answer = arena.battle_answer(side)
+        services.message_finish(message_id=answer.public_id, text=text, finish_reason="stop")
+        channels.emit(redis_client(), answer.public_id, {"seq": 0, "type": "done", "text": text, "finish_reason": "stop"})
+    expect(status).to_have_text("Both answers are done: the vote is open.")
+    expect(page.get_by_role("button", name="A is better")).to_be_enabled()
