@@ -228,3 +228,21 @@ def test_the_arena_says_when_its_vote_opens(page, asgi_server, redis_url, transa
         channels.emit(redis_client(), answer.public_id, {"seq": 0, "type": "done", "text": text, "finish_reason": "stop"})
     expect(status).to_have_text("Both answers are done: the vote is open.")
     expect(page.get_by_role("button", name="A is better")).to_be_enabled()
+
+
+def test_plotlys_text_measuring_svg_is_no_unnamed_image(page, live_server, tmp_path):
+    """Plotly measures text in an off-screen SVG it adds to the body: a screen reader met an unnamed image
+    at the end of the run page."""
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=2, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in (1, 2)])
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#charts .plot .main-svg").first.wait_for()
+    assert page.locator("#js-plotly-tester").count() == 1
+    expect(page.get_by_role("img")).to_have_count(0)
