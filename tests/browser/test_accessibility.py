@@ -246,3 +246,17 @@ def test_plotlys_text_measuring_svg_is_no_unnamed_image(page, live_server, tmp_p
     page.locator("#charts .plot .main-svg").first.wait_for()
     assert page.locator("#js-plotly-tester").count() == 1
     expect(page.get_by_role("img")).to_have_count(0)
+
+
+def test_a_compare_chart_names_itself_and_where_its_numbers_are(page, live_server, monkeypatch):
+    """The compare page's plotly charts had no name, and their SVG read as tick labels: each figure is now
+    named by its metric and axis and points to the Final metrics table, which gives every run's numbers."""
+    from tests.browser.test_runs import open_a_sweeps_comparison
+
+    open_a_sweeps_comparison(page, live_server, monkeypatch, slug="alpha")
+    name = "loss by step: each run's last, lowest and highest value are in the Final metrics table"
+    expect(page.get_by_role("figure", name=name, exact=True)).to_have_count(1)
+    expect(page.locator("#compare-charts .plot")).to_have_attribute("aria-hidden", "true")
+    expect(page.get_by_role("heading", name="Final metrics")).to_be_visible()
+    page.get_by_label("x axis").select_option("tokens")
+    expect(page.get_by_role("figure", name=name.replace("by step", "by tokens"), exact=True)).to_have_count(1)
