@@ -260,3 +260,26 @@ def test_a_compare_chart_names_itself_and_where_its_numbers_are(page, live_serve
     expect(page.get_by_role("heading", name="Final metrics")).to_be_visible()
     page.get_by_label("x axis").select_option("tokens")
     expect(page.get_by_role("figure", name=name.replace("by step", "by tokens"), exact=True)).to_have_count(1)
+
+
+def test_a_file_over_the_upload_limit_is_refused_at_its_field(page, live_server, settings, tmp_path):
+    """The page refuses a file over the limit before sending it, but only showed the message: the focus stayed
+    on Upload and nothing tied the message to the file field, so a screen-reader user heard nothing happen.
+    The upload's progress bar had no name either."""
+    settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+    team = make_team()
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"text": "%s"}\n' % ("x" * 2000), encoding="utf-8")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.get_by_role("textbox", name="Name").fill("big")
+    page.get_by_label("File").set_input_files(str(big))
+    page.get_by_role("button", name="Upload").focus()
+    page.keyboard.press("Enter")
+    file = page.get_by_label("File")
+    expect(file).to_be_focused()
+    expect(file).to_have_attribute("aria-invalid", "true")
+    assert "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files." in described_by(file)
+    progress = page.locator("progress.upload-progress")
+    progress.evaluate("element => { element.hidden = false; }")  # as the upload shows it
+    expect(progress).to_have_accessible_name("Upload progress")
