@@ -283,3 +283,23 @@ def test_a_file_over_the_upload_limit_is_refused_at_its_field(page, live_server,
     progress = page.locator("progress.upload-progress")
     progress.evaluate("element => { element.hidden = false; }")  # as the upload shows it
     expect(progress).to_have_accessible_name("Upload progress")
+
+
+def test_a_workers_failed_device_probe_can_be_read_from_the_keyboard(page, live_server):
+    """'probe failed' kept its reason in a title attribute: shown on mouse hover only, never to the keyboard
+    or on a touch screen, and left out by some screen readers."""
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    team = make_team()
+    now = timezone.now()
+    Worker.objects.create(name="train@h0", host="h0", pid=1, queues=["train"], started_at=now, last_seen=now,
+                          devices={"error": "jax.devices() raised: no TPU found"})
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/workers/")
+    reason = page.get_by_text("jax.devices() raised: no TPU found")
+    expect(reason).to_be_hidden()
+    page.get_by_text("probe failed").focus()
+    page.keyboard.press("Enter")
+    expect(reason).to_be_visible()
