@@ -303,3 +303,19 @@ def test_a_workers_failed_device_probe_can_be_read_from_the_keyboard(page, live_
     page.get_by_text("probe failed").focus()
     page.keyboard.press("Enter")
     expect(reason).to_be_visible()
+
+
+def test_the_launch_forms_tabs_say_which_is_chosen(page, live_server):
+    """The task, preset and editor tabs marked the chosen one by colour alone."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=dpo")
+    tasks = page.get_by_role("navigation", name="Task")
+    expect(tasks.get_by_role("link", name="dpo", exact=True)).to_have_attribute("aria-current", "page")
+    expect(tasks.locator("[aria-current]")).to_have_count(1)
+    expect(page.locator(".presets [aria-current=true]")).to_have_count(page.locator(".presets a.active").count())
+    editor = page.get_by_role("navigation", name="Editor")
+    expect(editor.get_by_role("link", name="Form")).to_have_attribute("aria-current", "true")
+    editor.get_by_role("link", name="YAML (advanced)").click()
+    expect(editor.get_by_role("link", name="YAML (advanced)")).to_have_attribute("aria-current", "true")
+    expect(editor.locator("[aria-current]")).to_have_count(1)
