@@ -319,3 +319,20 @@ def test_the_launch_forms_tabs_say_which_is_chosen(page, live_server):
     editor.get_by_role("link", name="YAML (advanced)").click()
     expect(editor.get_by_role("link", name="YAML (advanced)")).to_have_attribute("aria-current", "true")
     expect(editor.locator("[aria-current]")).to_have_count(1)
+
+
+def test_a_campaigns_item_filter_says_which_is_chosen(page, live_server):
+    """The status filter above a campaign's items was an unnamed navigation whose chosen status was shown
+    by colour alone."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    campaign = review_services.campaign_create(project=team.project, name="pass", guidelines="", source_version=None,
+                                               required_reviews=1, reviewers=[team.owner], user=team.owner)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/items/")
+    statuses = page.get_by_role("navigation", name="Item status")
+    expect(statuses.get_by_role("link", name="all", exact=True)).to_have_attribute("aria-current", "page")
+    statuses.get_by_role("link", name="conflict").click()
+    expect(statuses.get_by_role("link", name="conflict")).to_have_attribute("aria-current", "page")
+    expect(statuses.locator("[aria-current]")).to_have_count(1)
