@@ -69,7 +69,7 @@ def test_the_navigation_names_the_current_page(page, live_server):
         "aria-current", "page")
 
 
-def _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings):
+def _chat_with_an_answer_streaming(page, base_url, redis_url, settings):
     """(answer, redis client) of a teammate's conversation whose answer is being written, its page open."""
     from tests.browser.test_chat import conversation_with_an_answer
     from tests.browser.test_runs import log_in as log_in_at
@@ -78,8 +78,8 @@ def _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings):
 
     settings.REDIS_URL = redis_url
     team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
-    log_in_at(page, asgi_server, team.teammate.username)
-    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    log_in_at(page, base_url, team.teammate.username)
+    page.goto(f"{base_url}/p/{team.project.slug}/chat/{conversation.public_id}/")
     page.wait_for_load_state("load")
     return conversation.messages.get(role="assistant"), redis_client()
 
