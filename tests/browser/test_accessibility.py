@@ -336,3 +336,14 @@ def test_a_campaigns_item_filter_says_which_is_chosen(page, live_server):
     statuses.get_by_role("link", name="conflict").click()
     expect(statuses.get_by_role("link", name="conflict")).to_have_attribute("aria-current", "page")
     expect(statuses.locator("[aria-current]")).to_have_count(1)
+
+
+def test_the_account_link_says_where_it_leads(page, live_server):
+    """The link to change one's password read as one's username alone; what it does was in its title,
+    shown on mouse hover only."""
+    from webapp.core.bidi import isolated
+
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.get_by_role("banner").get_by_role("link", name=f"{isolated('olga')}: change password", exact=True).click()
+    page.wait_for_url("**/accounts/password/")
