@@ -41,5 +41,8 @@
     }
     document.querySelectorAll(".arena-vote button").forEach((button) => { button.disabled = false; });
     document.querySelectorAll(".arena-vote-wait").forEach((note) => { note.hidden = true; });
+    // The buttons open in place: a screen reader hears it from this live region.
+    const status = document.getElementById("arena-vote-status");
+    if (status) status.textContent = "Both answers are done: the vote is open.";
   }
 })();

@@ -11,6 +11,10 @@
   const stopButton = document.getElementById("chat-stop");
   const regenerateButton = document.getElementById("chat-regenerate");
   const errorBox = document.getElementById("chat-error");
+  const textBox = form.querySelector("textarea");
+  // Screen readers hear that the model is writing, then its finished answer once: the streaming text is
+  // not live, or each token would be read out as it arrives.
+  const announcer = document.getElementById("chat-announce");
   const messagesUrl = log.dataset.messages;
   let stopUrl = null;
 
@@ -28,10 +32,23 @@
     return text;
   }
 
+  // Send and Regenerate are disabled while an answer is written and Stop is hidden after it: the focus on
+  // one of them would fall to the page's body, so it moves to Stop, then back to the message box.
   function busy(on) {
+    const focused = document.activeElement;
     sendButton.disabled = on;
     regenerateButton.disabled = on;
     stopButton.hidden = !on;
+    if (on && (focused === sendButton || focused === regenerateButton)) stopButton.focus();
+    if (!on && (focused === stopButton || focused === document.body)) textBox.focus();
+  }
+
+  function announceAnswer(element) {
+    const text = element.querySelector(".chat-text, .chat-empty");
+    const note = element.querySelector(".chat-note");
+    const said = text ? text.textContent.replace(/\s+/g, " ").trim() : "";
+    if (element.dataset.status === "failed") announcer.textContent = "The answer failed: " + said;
+    else announcer.textContent = "The model answered" + (note ? " " + note.textContent : "") + ": " + said;
   }
 
   async function post(url, body) {
@@ -65,6 +82,7 @@
     const text = element.querySelector(".chat-streaming");
     stopUrl = messagesUrl + id + "/stop/";
     busy(true);
+    announcer.textContent = "The model is writing its answer.";
     const source = new EventSource(messagesUrl + id + "/events/");
     // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
     // opened again by the EventSource itself, and the server replays the answer's events from its first.
@@ -86,7 +104,12 @@
       if (data.type !== "done" && data.type !== "error") return;
       source.close();
       const response = await fetch(messagesUrl + id + "/");
-      if (response.ok) element.outerHTML = await response.text();
+      if (response.ok) {
+        element.outerHTML = await response.text();
+        announceAnswer(document.getElementById(id));
+      } else {
+        announcer.textContent = "";
+      }
       busy(false);
     };
     source.onerror = () => { if (source.readyState === EventSource.CLOSED) busy(false); };
@@ -98,7 +121,7 @@
     const body = new FormData(form);
     try {
       const data = await post(log.dataset.send, body);
-      form.querySelector("textarea").value = "";  // sent: not restored into the box by a reload
+      textBox.value = "";  // sent: not restored into the box by a reload
       if (!showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
@@ -115,7 +138,7 @@
   });
 
   // Enter sends, as in every chat; Shift+Enter (or Enter while an input method composes) adds a line.
-  form.querySelector("textarea").addEventListener("keydown", (event) => {
+  textBox.addEventListener("keydown", (event) => {
     if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
     event.preventDefault();
     if (!sendButton.disabled) form.requestSubmit();

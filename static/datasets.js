@@ -95,8 +95,14 @@
         message.textContent = file.name + " is " + humanBytes(file.size) + ", over the upload limit of " +
           humanBytes(limit) + "; split it into smaller files.";
         message.hidden = false;
+        // Read out from the field, which takes the focus: otherwise nothing seemed to happen to a screen reader.
+        var described = (input.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+        if (described.indexOf(message.id) < 0) input.setAttribute("aria-describedby", described.concat(message.id).join(" "));
+        input.setAttribute("aria-invalid", "true");
+        input.focus();
         return;
       }
+      message.hidden = true;
       if (file && window.FormData && window.XMLHttpRequest) {
         event.preventDefault();
         sendWithProgress(form);

@@ -42,3 +42,14 @@
     } catch (error) { /* storage disabled: the token stays the page's own */ }
   });
 })();
+
+/* A page that comes back with a refused form puts the focus on its first refused field, whose
+   aria-describedby reads out why (Django marks it aria-invalid): otherwise the focus starts at the
+   top of the page and a keyboard or screen-reader user must hunt for what to fix. A page that
+   placed the focus itself (an autofocus field, a summary box) keeps it. */
+(function () {
+  "use strict";
+  var refused = document.querySelector("main [aria-invalid=true]");
+  if (!refused || (document.activeElement && document.activeElement !== document.body)) return;
+  refused.focus();
+})();

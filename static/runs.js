@@ -54,6 +54,7 @@
     figure.layout.yaxis = Object.assign(figure.layout.yaxis || {}, range.autorange ? range : { autorange: false, range: range.range });
     Object.assign(figure.layout.xaxis, window.TemperPlotAxis.wholeXTicks(figure.traces));
     window.Plotly.newPlot(plot, figure.traces, figure.layout, { displayModeBar: false, responsive: true });
+    describeChart(plot);
     plot.on("plotly_click", function (event) {
       if (event.points && event.points.length) loadSamples(Object.assign(sampleFilters(), { step: event.points[0].x }));
     });
@@ -91,13 +92,37 @@
     plot.className = "plot";
     plot.dataset.metric = key;
     plot.style.minHeight = layout.height + "px";  // its place in the page, kept until it is drawn
-    figure.appendChild(plot);
+    plot.setAttribute("aria-hidden", "true");
+    var caption = document.createElement("figcaption");
+    caption.className = "visually-hidden";
+    figure.append(plot, caption);
     chartsElement.insertBefore(figure, firstChartAfter(key));
     charts[key] = plot;
     undrawn.set(plot, { traces: traces, layout: layout });
     if (nearScreen) nearScreen.observe(plot); else drawChart(plot);
+    describeChart(plot);
     document.getElementById("no-metrics").hidden = true;
     return plot;
+  }
+
+  // A chart's numbers in words, its figure's caption (and so its name) for screen readers: plotly's SVG of
+  // ticks and paths reads as noise, so the plot itself is hidden from them. Not live: it changes each step.
+  function describeChart(plot) {
+    var figure = undrawn.get(plot);
+    var traces = figure ? figure.traces : plot.data;
+    var number = function (value) { return String(Number(value.toPrecision(5))); };
+    var lines = traces.filter(function (trace) { return trace.x.length; }).map(function (trace) {
+      var last = trace.x.length - 1, lowest = Infinity, highest = -Infinity;
+      Array.prototype.forEach.call(trace.y, function (value) {
+        lowest = Math.min(lowest, value); highest = Math.max(highest, value);
+      });
+      var points = trace.x.length === 1 ? "1 point, step " + trace.x[0]
+        : trace.x.length + " points, steps " + trace.x[0] + " to " + trace.x[last];
+      return (trace.meta ? trace.meta + ": " : "") + points + "; latest " + number(trace.y[last]) + " at step " +
+        trace.x[last] + "; lowest " + number(lowest) + ", highest " + number(highest);
+    });
+    plot.parentNode.querySelector("figcaption").textContent =
+      plot.dataset.metric + " by step: " + (lines.length ? lines.join(". ") : "no points yet") + ".";
   }
 
   function traceCount(plot) {
@@ -108,6 +133,7 @@
   function addTrace(plot, trace) {
     var figure = undrawn.get(plot);
     if (figure) figure.traces.push(trace); else window.Plotly.addTraces(plot, trace);
+    describeChart(plot);
   }
 
   function extendTrace(plot, index, xs, ys) {
@@ -115,11 +141,13 @@
     if (figure) {
       Array.prototype.push.apply(figure.traces[index].x, xs);
       Array.prototype.push.apply(figure.traces[index].y, ys);
+      describeChart(plot);
       return;
     }
     window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
     fitYAxis(plot);
     fitXTicks(plot);
+    describeChart(plot);
   }
 
   function ensureChart(name) {
@@ -195,7 +223,7 @@
       groupTrace[name] = traceCount(plot);
       lastStep[name] = -1;  // before step 0
       var label = literal(group.label);
-      addTrace(plot, { x: [], y: [], name: label, type: "scatter", mode: "lines+markers",
+      addTrace(plot, { x: [], y: [], name: label, meta: group.label, type: "scatter", mode: "lines+markers",
         marker: { size: 3 }, line: { width: 1.5 }, hovertemplate: label + ", step %{x}: %{y:.5g}<extra></extra>" });
     }
     return { plot: plot, index: groupTrace[name] };

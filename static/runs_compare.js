@@ -175,10 +175,14 @@
         plot = document.createElement("div");
         plot.className = "plot";
         plot.dataset.metric = chart.key;
+        plot.setAttribute("aria-hidden", "true");  // plotly's SVG reads as tick labels
         figure.appendChild(plot);
         holder.insertBefore(figure, previous ? previous.nextSibling : holder.firstChild);
       }
       previous = plot.parentNode;
+      // What a screen reader hears of the chart: the Final metrics table has the numbers of each run.
+      previous.setAttribute("aria-label", chart.key + " by " + xAxis.options[xAxis.selectedIndex].text +
+        (document.querySelector(".final-table") ? ": each run's last, lowest and highest value are in the Final metrics table" : ""));
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
       window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
       if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });

@@ -7,7 +7,10 @@
   var tabs = document.querySelectorAll("nav.tabs.small a[data-mode]");
   function show(mode) {
     document.querySelectorAll("form.launch-form").forEach(function (form) { form.hidden = form.dataset.mode !== mode; });
-    tabs.forEach(function (tab) { tab.classList.toggle("active", tab.dataset.mode === mode); });
+    tabs.forEach(function (tab) {
+      tab.classList.toggle("active", tab.dataset.mode === mode);
+      if (tab.dataset.mode === mode) tab.setAttribute("aria-current", "true"); else tab.removeAttribute("aria-current");
+    });
   }
   // Each switch loads the page again: the page it loads puts the focus back where the switch was made
   // (the editor tab used, or the notice of what a task or preset switch kept), not at the top of the

@@ -325,7 +325,7 @@ def test_the_same_battle_sent_twice_asks_the_models_once(team, client_for, model
 
 def active_tabs(page: str) -> list[str]:
     subnav = page.split('<nav class="subnav"', 1)[1].split("</nav>", 1)[0]
-    return re.findall(r'class="active">([^<]+)</a>', subnav)
+    return re.findall(r'class="active" aria-current="page">([^<]+)</a>', subnav)
 
 
 def test_the_arena_pages_light_the_arena_tab_alone(team, client_for, models, sent):

@@ -224,8 +224,8 @@ class TestUpload:
             response = client.post(url, data)
             assert response.status_code == 400
             field = response.content.decode().split('for="id_file"')[1].split("</div>")[0]
-            assert ('<small class="error">2 files were sent: send one file per upload (upload each as a version of '
-                    'its own)</small>') in field
+            assert ('<small class="error" id="id_file_error">2 files were sent: send one file per upload (upload each '
+                    'as a version of its own)</small>') in field
         assert list(Dataset.objects.values_list("name", flat=True)) == ["chats"]
         assert DatasetVersion.objects.get() == first
         assert set(settings.DATA_ROOT.glob("**/*.jsonl")) == stored_before

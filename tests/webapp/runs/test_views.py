@@ -182,7 +182,7 @@ def test_switching_editors_carries_what_was_typed_and_launches_nothing(team, cat
     assert "spec:3:8: YAML syntax error" in page and "foo: [1</textarea>" in page  # stays in YAML, as typed
     page = client.post("/p/alpha/runs/new/", {"mode": "yaml", "switch": "form", "name": "n", "spec_yaml":
                                               "task: dpo\noptim: {learning_rate: 0.0005}\n"}).content.decode()
-    assert 'class="active" data-task="dpo"' in page and 'name="optim.learning_rate" value="0.0005"' in page
+    assert 'class="active" aria-current="page" data-task="dpo"' in page and 'name="optim.learning_rate" value="0.0005"' in page
     assert 'id="launch-form" data-check-url="/p/alpha/runs/new/check/" data-submit-once data-mode="form" data-rivals="[[&quot;train.max_steps&quot;, &quot;train.epochs&quot;]]" >' in page
     # An input the form cannot read keeps the form, named.
     response = client.post("/p/alpha/runs/new/", {**form, "data.eval_group_by": "x", "task": "grpo",
@@ -228,7 +228,7 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
             "switch_task": "dpo"}
     response = client.post("/p/alpha/runs/new/", form)
     page = response.content.decode()
-    assert response.status_code == 200 and 'class="active" data-task="dpo"' in page
+    assert response.status_code == 200 and 'class="active" aria-current="page" data-task="dpo"' in page
     assert 'name="optim.learning_rate" value="0.003"' in page and 'name="peft.rank" value="4"' in page
     assert 'name="dpo.beta" value="0.1"' in page  # the DPO preset
     assert 'name="train.batch_size" value="8"' in page and 'name="train.max_steps" value="5"' in page
@@ -250,7 +250,7 @@ def test_switching_task_keeps_what_was_changed_and_takes_the_rest_from_the_new_p
         "grpo.rewards.0.name": "length_target", "grpo.rewards.0.weight": "2",
         "grpo.rewards.0.args.length_target.target": "12", "grpo.num_generations": "4", "grpo.epsilon": "0.3",
         "switch_task": "ppo"}).content.decode()
-    assert 'class="active" data-task="ppo"' in page and 'name="ppo.epsilon" value="0.3"' in page
+    assert 'class="active" aria-current="page" data-task="ppo"' in page and 'name="ppo.epsilon" value="0.3"' in page
     assert '<option value="length_target" selected>' in page and 'value="12"' in page
     assert "<code>grpo.num_generations</code>: the ppo form has no field for it" in page
     assert not Run.objects.exists() and not sent_tasks.calls
@@ -266,9 +266,9 @@ def test_choosing_a_preset_keeps_what_was_chosen_and_takes_the_rest_from_it(team
                                                       "down_proj"], "apply_preset": "QLoRA"}
     response = client.post("/p/alpha/runs/new/", form)
     page = response.content.decode()
-    assert response.status_code == 200 and 'class="active" data-task="sft"' in page
+    assert response.status_code == 200 and 'class="active" aria-current="page" data-task="sft"' in page
     assert '<option value="qlora" selected>' in page  # the preset's, where the LoRA preset's value stood
-    assert '<a class="button active" href="?task=sft&preset=QLoRA"' in page
+    assert '<a class="button active" aria-current="true" href="?task=sft&preset=QLoRA"' in page
     assert f'<option value="{catalog.base_model.public_id}" selected>' in page
     assert f'<option value="{catalog.sft.public_id}" selected>' in page
     assert 'name="train.max_steps" value="77"' in page
@@ -325,7 +325,7 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
     response = client.post("/p/alpha/runs/new/", {"mode": "yaml", "task": "sft", "spec_yaml": "optim: [1\n",
                                                   "switch_task": "dpo"})
     assert response.status_code == 400 and "YAML syntax error" in response.content.decode()
-    assert 'class="active" data-task="sft"' in response.content.decode()
+    assert 'class="active" aria-current="page" data-task="sft"' in response.content.decode()
     # So does a form input that cannot be read.
     response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "task": "grpo",
                                                   "grpo.rewards.0.name": "length_target",
@@ -333,7 +333,7 @@ def test_switching_task_from_yaml_keeps_the_values_chosen_in_it(team, catalog, c
                                                   "switch_task": "ppo"})
     page = response.content.decode()
     assert response.status_code == 400 and "Fix these inputs to switch to ppo" in page
-    assert 'class="active" data-task="grpo"' in page
+    assert 'class="active" aria-current="page" data-task="grpo"' in page
     assert not Run.objects.exists() and not sent_tasks.calls
 
 

@@ -1,0 +1,349 @@
+"""A keyboard-only or screen-reader user on the main pages: a form's errors are tied to their fields
+and take the focus, the current page is named as such in the navigation, and the chat announces an
+answer once it is written (not token by token) and keeps the focus on a control that still exists."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_projects import log_in
+from tests.browser.test_runs import asgi_server  # noqa: F401  (the module's uvicorn fixture)
+from tests.webapp.factories import make_base_model, make_team, make_user
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_refused_form_ties_each_error_to_its_field_and_focuses_the_first(page, live_server):
+    """Django marks a refused field aria-invalid and points its aria-describedby at ids ending in
+    _helptext and _error, but the shared field template gave neither id to its help and error text:
+    a screen reader read the field as invalid with no reason, and the focus stayed at the top of the page."""
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.goto(f"{live_server.url}/projects/new/")
+    page.get_by_role("textbox", name="Name").fill("Reward models")
+    page.get_by_role("textbox", name="Slug").fill("Not a slug!")
+    page.get_by_role("button", name="Create project").click()
+    slug = page.get_by_role("textbox", name="Slug")
+    expect(slug).to_have_attribute("aria-invalid", "true")
+    error = page.locator(".field.has-error .error").inner_text()
+    assert error
+    assert error in described_by(slug)
+    expect(slug).to_be_focused()
+
+
+def test_a_refused_upload_ties_the_error_to_the_file_field(page, live_server, tmp_path):
+    """The upload form is written field by field, and its help and errors carried no ids either."""
+    team = make_team()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.get_by_role("textbox", name="Name").fill("chats")
+    page.get_by_label("File").set_input_files(str(empty))
+    page.get_by_role("button", name="Upload").click()
+    file = page.get_by_label("File")
+    expect(file).to_have_attribute("aria-invalid", "true")
+    description = described_by(file)
+    assert any("empty.jsonl" in text and "empty" in text for text in description), description
+    assert any("Up to" in text for text in description), "the help text is read too"
+    expect(file).to_be_focused()
+
+
+def described_by(locator) -> list[str]:
+    """The texts of the elements that ``locator``'s aria-describedby names; fails on an id that names none."""
+    texts = locator.evaluate(
+        "element => element.getAttribute('aria-describedby').split(' ')"
+        ".map(id => document.getElementById(id)).map(found => found ? found.textContent.trim() : null)")
+    assert None not in texts, f"every id in aria-describedby names an element on the page: {texts}"
+    return texts
+
+
+def test_the_navigation_names_the_current_page(page, live_server):
+    """The current tab was shown by colour alone (class "active"): a screen reader heard no difference."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    project_nav = page.get_by_role("navigation", name="Project")
+    expect(project_nav.get_by_role("link", name="Runs")).to_have_attribute("aria-current", "page")
+    expect(project_nav.locator("[aria-current]")).to_have_count(1)
+    page.goto(f"{live_server.url}/")
+    expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Projects")).to_have_attribute(
+        "aria-current", "page")
+
+
+def _chat_with_an_answer_streaming(page, base_url, redis_url, settings):
+    """(answer, redis client) of a teammate's conversation whose answer is being written, its page open."""
+    from tests.browser.test_chat import conversation_with_an_answer
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.chat.models import MessageStatus
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    team, conversation = conversation_with_an_answer(status=MessageStatus.STREAMING)
+    log_in_at(page, base_url, team.teammate.username)
+    page.goto(f"{base_url}/p/{team.project.slug}/chat/{conversation.public_id}/")
+    page.wait_for_load_state("load")
+    return conversation.messages.get(role="assistant"), redis_client()
+
+
+def test_the_chat_announces_the_finished_answer_not_each_token(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                             settings):
+    """Nothing on the chat page was live: a screen-reader user who sent a message heard nothing, neither
+    that the model was writing nor its answer. A live region says the first, then reads the finished answer
+    once (the streaming text itself is not live: each token would be read out)."""
+    from webapp.chat import channels, services
+
+    answer, client = _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings)
+    status = page.get_by_role("status").filter(has_text="The model")
+    expect(status).to_have_text("The model is writing its answer.")
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "token", "text": "Hel"})
+    page.locator(".chat-streaming").filter(has_text="Hel").wait_for()
+    expect(status).to_have_text("The model is writing its answer.")
+    services.message_finish(message_id=answer.public_id, text="Hello **there**", finish_reason="stop")
+    channels.emit(client, answer.public_id, {"seq": 1, "type": "done", "text": "Hello **there**",
+                                             "finish_reason": "stop"})
+    expect(status).to_have_text("The model answered: Hello there")
+    assert page.locator("#chat-log [aria-live], #chat-log[aria-live]").count() == 0, "tokens are not read out"
+
+
+def test_the_focus_stays_on_the_chat_controls_as_an_answer_starts_and_ends(page, asgi_server, redis_url,  # noqa: F811
+                                                                          transactional_db, settings):
+    """Stop is hidden when the answer ends, and Send and Regenerate are disabled while it is written: a
+    keyboard user who pressed one of them was left on the page's body, with Tab starting again from the top."""
+    from webapp.chat import channels, services
+
+    answer, client = _chat_with_an_answer_streaming(page, asgi_server, redis_url, settings)
+    stop = page.get_by_role("button", name="Stop")
+    stop.focus()
+    services.message_finish(message_id=answer.public_id, text="Hello", finish_reason="stop")
+    channels.emit(client, answer.public_id, {"seq": 0, "type": "done", "text": "Hello", "finish_reason": "stop"})
+    page.locator(".chat-markdown").filter(has_text="Hello").wait_for()
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+
+    page.get_by_role("button", name="Regenerate").focus()
+    page.keyboard.press("Enter")
+    expect(stop).to_be_visible()
+    expect(stop).to_be_focused()
+
+
+def test_a_run_chart_says_its_numbers_in_words(page, live_server, tmp_path):
+    """A run's charts were plotly SVGs with nothing for a screen reader but tick labels: each figure is now
+    named by a caption of its numbers (points, latest, lowest, highest), and the SVG is hidden from it."""
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=3, current_step=3)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step),
+                                                 tokens=step) for step, value in ((1, 2.0), (2, 1.123456), (3, 1.5))])
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    expect(page.get_by_role("figure", name="loss by step: 3 points, steps 1 to 3; latest 1.5 at step 3; "
+                                            "lowest 1.1235, highest 2.", exact=True)).to_have_count(1)
+    expect(page.locator("#charts .plot")).to_have_attribute("aria-hidden", "true")
+
+
+def test_a_running_runs_chart_caption_follows_it_and_its_steps_are_not_read_out(page, asgi_server, redis_url,  # noqa: F811
+                                                                               transactional_db, settings):
+    """The progress card was a live region: each step's numbers (step, tokens, elapsed, ETA) were read out as
+    they came. A chart's caption follows the points that arrive, without being live either."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.runs import reporting
+    from webapp.runs.models import Run, RunStatus
+
+    settings.REDIS_URL = redis_url
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="live", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=0)
+    log_in_at(page, asgi_server, team.viewer.username)
+    page.goto(f"{asgi_server}/p/alpha/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"name": "loss", "step": 1, "value": 3.0}, {"name": "loss", "step": 2, "value": 2.5}]})
+    expect(page.get_by_role("figure", name="loss by step: 2 points, steps 1 to 2; latest 2.5 at step 2; "
+                                            "lowest 2.5, highest 3.", exact=True)).to_have_count(1)
+    assert page.locator("[aria-live]:has(#progress-step), [role=status]:has(#progress-step)").count() == 0
+
+
+# The contrast ratio (WCAG 2) of an element's text colour against the first opaque background behind it.
+CONTRAST = """element => {
+  const rgb = text => text.match(/[\\d.]+/g).map(Number);
+  const luminance = colour => {
+    const [r, g, b] = colour.slice(0, 3).map(value => value / 255)
+      .map(value => value <= 0.03928 ? value / 12.92 : Math.pow((value + 0.055) / 1.055, 2.4));
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  let behind = element, background = [255, 255, 255];
+  while (behind) {
+    const colour = rgb(getComputedStyle(behind).backgroundColor);
+    if (colour.length < 4 || colour[3] > 0.5) { background = colour; break; }
+    behind = behind.parentElement;
+  }
+  const [light, dark] = [luminance(rgb(getComputedStyle(element).color)), luminance(background)].sort((a, b) => b - a);
+  return (light + 0.05) / (dark + 0.05);
+}"""
+
+
+def test_muted_and_warning_text_is_readable(page, live_server, tmp_path):
+    """Muted text on the code background (the workers page's start command) read at 4.36:1 and the amber
+    of a queued or running run's badge at 4.47:1, under the 4.5:1 that small text needs."""
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    Run.objects.create(project=team.project, name="live", task="sft", status=RunStatus.RUNNING, spec={"task": "sft"},
+                       resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner, total_steps=9)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/")
+    badge = page.locator(".badge-warn").first
+    expect(badge).to_have_text("running")
+    assert badge.evaluate(CONTRAST) >= 4.5
+    page.goto(f"{live_server.url}/workers/")
+    command = page.locator("main .empty code")
+    assert command.evaluate(CONTRAST) >= 4.5
+
+
+def test_the_arena_says_when_its_vote_opens(page, asgi_server, redis_url, transactional_db, settings,  # noqa: F811
+                                             monkeypatch):
+    """The vote buttons open in place once both answers are done; the wait note was only hidden, so a
+    screen-reader user heard nothing and had to look for the buttons to learn that they could vote."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from webapp.chat import arena, channels, selectors, services
+    from webapp.runs.channels import redis_client
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr(services.celery_app, "send_task", lambda name, args, queue, **options: None)
+    team = make_team()
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Name a colour.",
+                                 choices=selectors.model_choices(project=team.project))
+    log_in_at(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/alpha/arena/{battle.public_id}/")
+    page.wait_for_load_state("load")
+    status = page.get_by_role("status").filter(has_text="vote")
+    expect(status).to_have_text("The vote opens when both answers are done.")
+    for side, text in ((battle.side_a, "Blue."), (battle.side_b, "Red.")):
+        answer = arena.battle_answer(side)
+        services.message_finish(message_id=answer.public_id, text=text, finish_reason="stop")
+        channels.emit(redis_client(), answer.public_id, {"seq": 0, "type": "done", "text": text, "finish_reason": "stop"})
+    expect(status).to_have_text("Both answers are done: the vote is open.")
+    expect(page.get_by_role("button", name="A is better")).to_be_enabled()
+
+
+def test_plotlys_text_measuring_svg_is_no_unnamed_image(page, live_server, tmp_path):
+    """Plotly measures text in an off-screen SVG it adds to the body: a screen reader met an unnamed image
+    at the end of the run page."""
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=2, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                 wall_time=float(step), tokens=step) for step in (1, 2)])
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#charts .plot .main-svg").first.wait_for()
+    assert page.locator("#js-plotly-tester").count() == 1
+    expect(page.get_by_role("img")).to_have_count(0)
+
+
+def test_a_compare_chart_names_itself_and_where_its_numbers_are(page, live_server, monkeypatch):
+    """The compare page's plotly charts had no name, and their SVG read as tick labels: each figure is now
+    named by its metric and axis and points to the Final metrics table, which gives every run's numbers."""
+    from tests.browser.test_runs import open_a_sweeps_comparison
+
+    open_a_sweeps_comparison(page, live_server, monkeypatch, slug="alpha")
+    name = "loss by step: each run's last, lowest and highest value are in the Final metrics table"
+    expect(page.get_by_role("figure", name=name, exact=True)).to_have_count(1)
+    expect(page.locator("#compare-charts .plot")).to_have_attribute("aria-hidden", "true")
+    expect(page.get_by_role("heading", name="Final metrics")).to_be_visible()
+    page.get_by_label("x axis").select_option("tokens")
+    expect(page.get_by_role("figure", name=name.replace("by step", "by tokens"), exact=True)).to_have_count(1)
+
+
+def test_a_file_over_the_upload_limit_is_refused_at_its_field(page, live_server, settings, tmp_path):
+    """The page refuses a file over the limit before sending it, but only showed the message: the focus stayed
+    on Upload and nothing tied the message to the file field, so a screen-reader user heard nothing happen.
+    The upload's progress bar had no name either."""
+    settings.TEMPER_MAX_UPLOAD_BYTES = 1000
+    team = make_team()
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"text": "%s"}\n' % ("x" * 2000), encoding="utf-8")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    page.get_by_role("textbox", name="Name").fill("big")
+    page.get_by_label("File").set_input_files(str(big))
+    page.get_by_role("button", name="Upload").focus()
+    page.keyboard.press("Enter")
+    file = page.get_by_label("File")
+    expect(file).to_be_focused()
+    expect(file).to_have_attribute("aria-invalid", "true")
+    assert "big.jsonl is 2.0 KB, over the upload limit of 1000 bytes; split it into smaller files." in described_by(file)
+    progress = page.locator("progress.upload-progress")
+    progress.evaluate("element => { element.hidden = false; }")  # as the upload shows it
+    expect(progress).to_have_accessible_name("Upload progress")
+
+
+def test_a_workers_failed_device_probe_can_be_read_from_the_keyboard(page, live_server):
+    """'probe failed' kept its reason in a title attribute: shown on mouse hover only, never to the keyboard
+    or on a touch screen, and left out by some screen readers."""
+    from django.utils import timezone
+
+    from webapp.workers.models import Worker
+
+    team = make_team()
+    now = timezone.now()
+    Worker.objects.create(name="train@h0", host="h0", pid=1, queues=["train"], started_at=now, last_seen=now,
+                          devices={"error": "jax.devices() raised: no TPU found"})
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/workers/")
+    reason = page.get_by_text("jax.devices() raised: no TPU found")
+    expect(reason).to_be_hidden()
+    page.get_by_text("probe failed").focus()
+    page.keyboard.press("Enter")
+    expect(reason).to_be_visible()
+
+
+def test_the_launch_forms_tabs_say_which_is_chosen(page, live_server):
+    """The task, preset and editor tabs marked the chosen one by colour alone."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=dpo")
+    tasks = page.get_by_role("navigation", name="Task")
+    expect(tasks.get_by_role("link", name="dpo", exact=True)).to_have_attribute("aria-current", "page")
+    expect(tasks.locator("[aria-current]")).to_have_count(1)
+    expect(page.locator(".presets [aria-current=true]")).to_have_count(page.locator(".presets a.active").count())
+    editor = page.get_by_role("navigation", name="Editor")
+    expect(editor.get_by_role("link", name="Form")).to_have_attribute("aria-current", "true")
+    editor.get_by_role("link", name="YAML (advanced)").click()
+    expect(editor.get_by_role("link", name="YAML (advanced)")).to_have_attribute("aria-current", "true")
+    expect(editor.locator("[aria-current]")).to_have_count(1)
+
+
+def test_a_campaigns_item_filter_says_which_is_chosen(page, live_server):
+    """The status filter above a campaign's items was an unnamed navigation whose chosen status was shown
+    by colour alone."""
+    from webapp.review import services as review_services
+
+    team = make_team()
+    campaign = review_services.campaign_create(project=team.project, name="pass", guidelines="", source_version=None,
+                                               required_reviews=1, reviewers=[team.owner], user=team.owner)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/items/")
+    statuses = page.get_by_role("navigation", name="Item status")
+    expect(statuses.get_by_role("link", name="all", exact=True)).to_have_attribute("aria-current", "page")
+    statuses.get_by_role("link", name="conflict").click()
+    expect(statuses.get_by_role("link", name="conflict")).to_have_attribute("aria-current", "page")
+    expect(statuses.locator("[aria-current]")).to_have_count(1)
+
+
+def test_the_account_link_says_where_it_leads(page, live_server):
+    """The link to change one's password read as one's username alone; what it does was in its title,
+    shown on mouse hover only."""
+    from webapp.core.bidi import isolated
+
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.get_by_role("banner").get_by_role("link", name=f"{isolated('olga')}: change password", exact=True).click()
+    page.wait_for_url("**/accounts/password/")
