@@ -57,6 +57,7 @@ def test_a_checkpoints_copy_is_asked_for_and_shows_its_figures_without_a_reload(
 def test_a_base_models_copy_that_fails_shows_why_without_a_reload(page, live_server, monkeypatch, tmp_path):
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="copies2")
+    (tmp_path / "tiny").mkdir()  # a model whose files are gone gets no copy (tests/webapp/runs/test_serving_copies.py)
     base_model = make_base_model(team.project, name="tiny", path=str(tmp_path / "tiny"))
     log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/copies2/models/{base_model.public_id}/")
