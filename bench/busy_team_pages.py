@@ -18,12 +18,12 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from pages import setup_django  # bench/pages.py: a data root, migrations
+
 
 
 def parse_args() -> argparse.Namespace:
@@ -31,25 +31,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--series-cache", action="store_true", help="finished and running runs' series_cache filled")
     parser.add_argument("--requests", type=int, default=5)
     return parser.parse_args()
-
-
-def setup_django(data_root: Path) -> None:
-    os.environ["TEMPER_DATA"] = str(data_root)
-    (data_root / "staticfiles").mkdir()  # WhiteNoise's root; it warns on every request without it
-    os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
-    os.environ.setdefault("TEMPER_SECRET_KEY", "bench-busy-team-pages-signing-key-not-for-any-deployment")
-    for name in ("DATABASE_URL", "TEMPER_MODELS_ROOT"):
-        os.environ.pop(name, None)
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    from webapp.celery import app as celery_app
-
-    call_command("migrate", "--noinput", verbosity=0)
-    celery_app.send_task = lambda *args, **kwargs: None  # no broker: what would be queued is not the point here
 
 
 def populate(*, series_cache: bool) -> tuple[object, dict[str, str], str]:
@@ -158,7 +139,11 @@ def populate(*, series_cache: bool) -> tuple[object, dict[str, str], str]:
 def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="temper-bench-busy-") as data_root:
+        os.environ.setdefault("TEMPER_SECRET_KEY", "bench-busy-team-pages-signing-key-not-for-any-deployment")
         setup_django(Path(data_root))
+        from webapp.celery import app as celery_app
+
+        celery_app.send_task = lambda *args, **kwargs: None  # no broker: what would be queued is not the point here
         from django.db import connection
         from django.test import Client
         from django.test.utils import CaptureQueriesContext
