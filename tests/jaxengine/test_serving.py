@@ -1,5 +1,6 @@
 """Serving: batched decoding gives each request the tokens it gets alone (and from the Sampler), per-row
 settings, stop and timeout, the batching server's batches, the memory-bounded model cache."""
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -563,6 +564,22 @@ def test_a_fast_forwarded_warmup_row_meets_every_layout_of_a_decoded_one_in_fewe
     assert len(results[True].token_ids) == len(results[False].token_ids) == 150
 
 
+@contextlib.contextmanager
+def xla_compiles(counted=lambda: True):
+    """The seconds of every XLA compile, of any program, while the block runs and ``counted()`` holds."""
+    compiles = []
+
+    def on_event(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration" and counted():
+            compiles.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        yield compiles
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+
+
 def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, min_bucket=8)  # its own shapes: nothing compiled by other tests
@@ -570,14 +587,7 @@ def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
     server.warm(decoder.warmup_requests(longest_prompt=64, max_new_tokens=48))
     assert server.warmed.wait(timeout=300)
     warmed = decoder.compiled.trace_count
-    compiles = []
-
-    def on_event(event, seconds, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":  # every XLA compile, of any program
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(on_event)
-    try:
+    with xla_compiles() as compiles, contextlib.closing(server):
         rng = np.random.default_rng(0)
         for length in (1, 7, 8, 9, 16, 20, 33, 50, 64):
             for temperature in (0.7, 0.0):
@@ -590,9 +600,6 @@ def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
         # The listener hears compiles: top-k is not warmed, so its programs compile now.
         top_k = SamplingParams(max_new_tokens=4, temperature=0.7, top_k=5)
         server.submit(ServeRequest(prompt_ids=(1, 2, 3), params=top_k)).result(timeout=60)
-    finally:
-        server.close()
-        jax.monitoring.unregister_event_duration_listener(on_event)
     assert decoder.compiled.trace_count > warmed and compiles
 
 
@@ -605,14 +612,7 @@ def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation
     server.warm(decoder.warmup_requests(longest_prompt=64, max_new_tokens=48))
     assert server.warmed.wait(timeout=300)
     warmed = decoder.compiled.trace_count
-    compiles = []
-
-    def on_event(event, seconds, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":  # every XLA compile, of any program
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(on_event)
-    try:
+    with xla_compiles() as compiles, contextlib.closing(server):
         rng = np.random.default_rng(1)
         for length in (1, 20, 33, 64):
             for adjustment in ({"presence_penalty": 0.8}, {"frequency_penalty": -0.5}, {"logit_bias": {7: 2.5}},
@@ -624,9 +624,6 @@ def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation
                 assert len(server.submit(request).result(timeout=60).token_ids) == 48
         assert decoder.compiled.trace_count == warmed
         assert compiles == []
-    finally:
-        server.close()
-        jax.monitoring.unregister_event_duration_listener(on_event)
 
 
 def test_warmup_groups_hold_each_row_count_of_the_smallest_buckets_request(served):
@@ -750,12 +747,10 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
     placement = tuple(device.id for device in devices)
     expected = {"move": ("relayout", (1, 16), None, 4, 32, placement),  # 1 row x 16 slots on one device -> 4 x 32
                 "prefill": ("prefill", 4, 16, False, False, False, placement)}[case]  # (the warm-up's groups are of bucket 8)
-    futures, stalls = [], []
+    futures = []
 
-    def on_event(event, seconds, **kwargs):  # a compile on the serving loop while a request is unanswered
-        if (event == "/jax/core/compile/backend_compile_duration" and threading.current_thread().name == "batching-server"
-                and not all(future.done() for future in futures)):
-            stalls.append(seconds)
+    def unanswered_on_the_loop() -> bool:  # a compile on the serving loop while a request is unanswered
+        return threading.current_thread().name == "batching-server" and not all(future.done() for future in futures)
 
     def burst():
         params, first_token, joined = SamplingParams(max_new_tokens=40, temperature=0.0), threading.Event(), threading.Event()
@@ -770,8 +765,7 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
         joined.set()
         return [future.result(timeout=60).token_ids for future in futures]
 
-    jax.monitoring.register_event_duration_secs_listener(on_event)
-    try:
+    with xla_compiles(unanswered_on_the_loop) as stalls, contextlib.closing(server):
         server.batch_sizes.clear()
         first = burst()
         missed = set(decoder.compiled.missed)
@@ -784,9 +778,6 @@ def test_requests_joining_a_batch_compile_nothing_while_rows_decode_and_what_the
         second = burst()
         # What the first burst missed ran as programs this time (a group prefilled whole may meet a new insert).
         assert not missed & set(decoder.compiled.missed)
-    finally:
-        server.close()
-        jax.monitoring.unregister_event_duration_listener(on_event)
     assert max(server.batch_sizes) == 4  # the three joined the lone answer
     assert stalls == []
     assert first == second == [alone_tokens(model, tokenizer, ids, 40) for ids in [lone, *joining]]
