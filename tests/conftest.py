@@ -10,6 +10,7 @@ LLVM's optimisations (the matmuls are library calls at every level). It cut the 
 them as shipped, e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=8 make test``.
 """
 import os
+import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -18,3 +19,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from tests.live import celery_workers, default_worker, redis_server, redis_url  # noqa: E402,F401
 # A worker process that crashes fails its test, not the whole run by a hang (see the module).
 from tests.xdist_scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _serve_workers_state_closed_after_each_module():
+    """Tests that answer in this process (``worker.tasks.serve.generate``) leave its batching servers, their
+    loaded models and the deleted-models watcher in the module's state: closed after each test file, so
+    that none of their threads idles on beside the rest of the run."""
+    yield
+    serve = sys.modules.get("worker.tasks.serve")
+    if serve is not None:
+        serve.shutdown()

@@ -93,8 +93,9 @@ def alone_tokens(model, tokenizer, ids, max_new_tokens=10):
 def test_it_rejects_a_prompt_longer_than_the_context(served):
     model, tokenizer, _ = served
     too_long = ServeRequest(prompt_ids=(5,) * model.config.max_position_embeddings, params=SamplingParams())
-    with pytest.raises(PromptError, match="exceeds the model's context length"):
-        BatchingServer(BatchDecoder(model, tokenizer)).submit(too_long)
+    with contextlib.closing(BatchingServer(BatchDecoder(model, tokenizer))) as server, \
+            pytest.raises(PromptError, match="exceeds the model's context length"):
+        server.submit(too_long)
 
 
 class Collected:

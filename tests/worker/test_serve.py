@@ -502,3 +502,23 @@ def test_a_serving_copy_of_a_runs_export_deleted_since_it_was_asked_for_fails_sa
         "or deleted outside Temper); put the export back at that path, or make the copy of another exported "
         "checkpoint of the run")
     assert outcome["error"] == copy.error_message
+
+
+def test_shutdown_closes_the_servers_and_stops_the_watcher(client, model_dir, monkeypatch):
+    """A serve process's batching servers and its deleted-models watcher lived as long as the process: a
+    test process (or a worker shutting down) had no way to end their threads. ``shutdown`` (Celery's
+    worker_shutdown) closes them, and the next answer loads its model and starts a watcher anew."""
+    monkeypatch.setattr(serve, "DELETED_POLL_SECONDS", 0.05)
+    serve.shutdown()  # a watcher of an earlier test polls at the old pace
+    first, _ = serve.server_for(f"bm_a@{model_dir}", str(model_dir))
+    second, _ = serve.server_for(f"bm_b@{model_dir}", str(model_dir))
+    watcher = serve._watcher
+    assert watcher is not None and watcher.is_alive() and first._thread.is_alive() and second._thread.is_alive()
+    serve.shutdown()
+    for thread in (first._thread, second._thread, watcher):
+        thread.join(timeout=30)
+        assert not thread.is_alive(), thread.name
+    assert serve._servers == {} and serve._cache is None and serve._watcher is None
+    done = serve.generate(request(model_dir, "after-shutdown", model_key=f"bm_a@{model_dir}"))
+    assert done["completion_tokens"] == 12 and serve._servers[f"bm_a@{model_dir}"] is not first
+    assert serve._watcher is not None and serve._watcher is not watcher and serve._watcher.is_alive()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import redis
-from celery.signals import celeryd_init
+from celery.signals import celeryd_init, worker_shutdown
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -105,6 +105,7 @@ _server_models: dict = {}  # model key -> the LoadedModel its server decodes
 _devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
 _deleted_servers: weakref.WeakSet = weakref.WeakSet()  # servers dropped because their model was deleted
 _watcher: threading.Thread | None = None  # runs _watch_deleted_models once a model is loaded
+_watcher_stopping = threading.Event()  # set by shutdown(); a new one for each watcher
 
 
 _devices_lock = threading.Lock()
@@ -228,10 +229,30 @@ def _watch_deleted_models(*, stopping: threading.Event | None = None) -> None:
 
 
 def _start_watching_deleted_models() -> None:
-    global _watcher
+    global _watcher, _watcher_stopping
     if _watcher is None:
-        _watcher = threading.Thread(target=_watch_deleted_models, name="deleted-models", daemon=True)
+        _watcher_stopping = threading.Event()
+        _watcher = threading.Thread(target=_watch_deleted_models, name="deleted-models", daemon=True,
+                                    kwargs={"stopping": _watcher_stopping})
         _watcher.start()
+
+
+@worker_shutdown.connect
+def shutdown(sender=None, **kwargs) -> None:
+    """Close this process's batching servers, forget its cached models and stop the watching thread: a serve
+    worker shutting down (its pool of threads has finished its answers by then), or a test process done with
+    the module, whose servers' loops would otherwise idle on as threads beside every later test. The threads
+    end at their next turn (the watcher within ``DELETED_POLL_SECONDS``), not waited for here."""
+    global _cache, _watcher
+    with _lock:
+        servers = list(_servers.values())
+        _servers.clear()
+        _server_models.clear()
+        _cache = None
+        _watcher = None
+        _watcher_stopping.set()
+    for server in servers:
+        server.close(wait=False)
 
 
 @app.task(name="worker.tasks.serve.prepare")
