@@ -751,6 +751,12 @@ REFERENCES = [
         "", {"prompt": "Name a colour.", "model_a": ids["model"], "model_b": ids["other_model"]})),
     Reference(name="chat:arena_to_review", method="POST", foreign=("campaign",), request=lambda slug, ids: (
         "", {"campaign": ids["campaign"], "scope": "all"})),
+    Reference(name="runs:compare", method="GET", foreign=("run",),
+              request=lambda slug, ids: (f"?runs={ids['run']}&runs={ids['other_run']}", {})),
+    Reference(name="chat:list", method="GET", foreign=("model",), request=lambda slug, ids: (f"?model={ids['model']}", {})),
+    Reference(name="basemodels:serving_copy", method="POST", foreign=("sft",), request=lambda slug, ids: (
+        "", {"scheme": "int8", "eval_version": ids["sft"]}),
+        kwargs=lambda slug, ids: {"slug": slug, "public_id": ids["model"]}),
     Reference(name="api:runs", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
               request=lambda slug, ids: ("", {"spec": _spec(ids)})),
     Reference(name="api:pipelines", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
@@ -767,6 +773,7 @@ def project_ids(project, user) -> dict[str, Any]:
     ids = {"model": models[0].public_id, "other_model": models[1].public_id, "sft": sft.public_id,
            "preference_pk": preference.pk, "user_pk": user.pk, "own_dataset": sft.dataset.public_id}
     ids["run"] = run_services.run_create(project=project, spec=_spec(ids), user=user, name="own").public_id
+    ids["other_run"] = run_services.run_create(project=project, spec=_spec(ids), user=user, name="other").public_id
     ids["campaign"] = review_services.campaign_create(
         project=project, name="votes", guidelines="", required_reviews=1, reviewers=[user], source_version=None,
         user=user).public_id
