@@ -140,20 +140,26 @@ class RequestBodyLimit:
                     return
             await self.app(scope, receive, send)
             return
-        await self._counted(scope, receive, send, *await self._limit(scope, headers))
+        await self._counted(scope, receive, send, headers)
 
-    async def _counted(self, scope, receive, send, limit: int, reason: str):
+    async def _counted(self, scope, receive, send, headers: dict[bytes, bytes]):
         """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
-        app is told the client went away (Django drops the request it was reading) and the client gets 413."""
+        app is told the client went away (Django drops the request it was reading) and the client gets 413.
+        Who sends it is asked only once it passes what every address takes (most such requests have no body)."""
         received, over, started = 0, False, False
+        limit, reason = self.other_bytes, "other"
+        asked = False
 
         async def counted_receive():
-            nonlocal received, over
+            nonlocal received, over, limit, reason, asked
             if over:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                if body_too_large(received, max_upload_bytes=limit) and not asked:
+                    asked = True
+                    limit, reason = await self._limit(scope, headers)
                 if body_too_large(received, max_upload_bytes=limit):
                     over = True
                     return {"type": "http.disconnect"}

@@ -686,6 +686,42 @@ def test_the_asgi_guard_takes_upload_sized_bodies_only_from_a_member_of_the_proj
         body = sent[1]["body"].decode()
         assert "10 bytes" in body and "member of the project" in body, body
 
+    # Sent chunked (no Content-Length), a body is counted as it comes: the same limits, asked as it passes 10 bytes.
+    for headers, whole in ((sessions["teammate"], True), ([], False), (sessions["viewer"], False)):
+        read, sent = run_the_guard_chunked(pages[0], headers)
+        if whole:
+            assert (read, sent) == (3 * 1024 * 1024, []), headers
+        else:
+            assert read <= 10 + MULTIPART_OVERHEAD_BYTES and sent[0]["status"] == 413, (headers, read)
+            assert "member of the project" in sent[1]["body"].decode()
+
+
+def run_the_guard_chunked(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, list[dict]]:
+    """``path`` asked through the guard of ``run_the_guard`` with a 3 MB body sent chunked: the bytes the
+    application read, and what the guard sent itself."""
+    chunk, chunks_sent, read, sent = b"x" * 1024, [], [0], []
+
+    async def app(scope, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            read[0] += len(message["body"])
+            if not message["more_body"]:
+                return
+
+    async def receive():
+        chunks_sent.append(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": len(chunks_sent) < 3 * 1024}
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
+    scope = {"type": "http", "path": path, "headers": [(b"transfer-encoding", b"chunked"), *headers]}
+    asyncio.run(guard(scope, receive, send))
+    return read[0], sent
+
 
 def test_the_checked_date_shows_the_time_as_every_page_does(team, client_for):
     """The version page's "Checked" read "2026-12-05 14:05:59 UTC" with a hand-typed zone, where every other page
