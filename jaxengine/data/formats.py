@@ -4,8 +4,8 @@ Design note: the web process, the ``default`` worker and the engine all read dat
 module, so it stays jax-free (stdlib, orjson and pyarrow only; pyarrow is imported lazily, for
 Parquet files only). Every reader streams: JSONL line by line, JSON arrays element by element
 (``json.JSONDecoder.raw_decode`` over a growing text buffer), CSV through the ``csv`` module over
-lines decoded one at a time, Parquet by record batches. Memory therefore grows with the largest
-row, never with the file.
+lines decoded one at a time (a line, as a JSON array's element, at most 64 MB: ``MAX_LINE_BYTES``),
+Parquet by record batches. Memory therefore grows with the largest row, never with the file.
 
 Problems are ``Issue`` values with a stable ``code``, the 1-based ``line`` (text formats) and
 ``row`` (every format) where it happened, the ``field``, and a message that says what to do.
@@ -52,6 +52,9 @@ DEFAULT_MAX_ERRORS = 20
 MAX_JSON_ELEMENT_CHARS = 64 * 1024 * 1024
 # The same bound for one CSV cell: the csv module's own default, 131,072 characters, refused long documents.
 MAX_CSV_CELL_CHARS = MAX_JSON_ELEMENT_CHARS
+# The same bound, in bytes, for one line of a JSONL or CSV file: read whole, a file of one 2 GB line (the upload
+# limit) held the validating worker's memory several times over before anything was checked.
+MAX_LINE_BYTES = MAX_JSON_ELEMENT_CHARS
 _JSON_CHUNK_BYTES = 1024 * 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SNIFF_BYTES = 8192
@@ -326,6 +329,22 @@ def _encoding_issue(*, line: int, line_offset: int, file_offset: int, row: int |
 # DatasetFormatError for a problem that stops the reading.
 
 
+def _bounded_lines(handle, *, code: str) -> Iterator[bytes]:
+    """The lines of a binary file, each with its line ending; a line past ``MAX_LINE_BYTES`` stops the reading
+    (an Issue of ``code`` naming its number) before more of it is read."""
+    number = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES:
+            if b"\r" in raw.rstrip(b"\r"):  # lines ended by CR alone read as one line
+                raise DatasetFormatError(_cr_line_endings(number))
+            raise DatasetFormatError(Issue(
+                code=code, line=number,
+                message=f"this line is over {_human_bytes(MAX_LINE_BYTES)}, more than Temper reads as one line: "
+                        "split it into rows of their own, or check that the file's lines end with line breaks"))
+        yield raw
+
+
 def iter_rows(path: str | os.PathLike, *, fmt: FileFormat) -> Iterator[RawRow | Issue]:
     """Stream the records of a file. Run ``check_file`` first for size/empty/binary checks."""
     readers = {
@@ -344,7 +363,7 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
         line_number = 0
         row = 0
         loads = orjson.loads
-        for raw in handle:
+        for raw in _bounded_lines(handle, code="json"):
             line_start = offset
             offset += len(raw)
             line_number += 1
@@ -599,7 +618,7 @@ def _decoded_lines(handle, on_line) -> Iterator[str]:
     """Yield the lines of a binary file as text; ``on_line(number, byte_offset)`` tracks position."""
     offset = 0
     number = 0
-    for raw in handle:
+    for raw in _bounded_lines(handle, code="csv"):
         number += 1
         on_line(number, offset)
         if number == 1 and raw.startswith(codecs.BOM_UTF8):

@@ -1,4 +1,4 @@
-"""Hostile text on the pages that show it: markup runs nowhere (no dialog opens), a long unbroken
+"""Hostile text on the pages that show it: markup runs nowhere (no dialog opens) and becomes no element, a long unbroken
 string wraps instead of widening the page, and a fenced code block in rendered markdown is readable
 (it was light grey on light grey: the inline-code chip inside the dark block)."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version
 from webapp.api import services as api_tokens
 from webapp.chat.models import Battle, Conversation, Message, Role
 from webapp.review import services as review_services
+from webapp.runs import services as run_services
 from webapp.runs.models import Pipeline, Run, RunStatus
 
 pytestmark = pytest.mark.browser
@@ -18,7 +19,8 @@ UNBROKEN = "W" * 1500
 MARKDOWN = f"[click](javascript:alert(3)) {MARKUP}\n\n```\nprint('fenced')\n```\n"
 
 PAGE_FACTS = """() => ({width: document.documentElement.scrollWidth, viewport: innerWidth,
-    javascriptLinks: [...document.querySelectorAll('a[href]')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length})"""
+    javascriptLinks: [...document.querySelectorAll('a[href]')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length,
+    injected: document.querySelectorAll('img[src="x"], [onerror], script:not([src]):not([type="application/json"])').length})"""
 
 
 def _log_in(page, url: str, username: str) -> None:
@@ -52,15 +54,32 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
         Message.objects.create(conversation=side, role=Role.ASSISTANT, content=MARKDOWN)
     Battle.objects.create(project=team.project, user=team.owner, prompt=MARKUP + UNBROKEN, side_a=sides[0],
                           side_b=sides[1], outcome="a")
+    # secqa: the pages that show a dataset's rows, a model's config.json and an external run's config and samples,
+    # and a campaign's items (each value a member or a model wrote).
+    version = make_ready_version(team.project, name="d" + MARKUP, rows=[{"prompt": MARKUP, "completion": MARKDOWN}])
+    hostile_model = make_base_model(team.project, name="m" + MARKUP, path="/models/hostile")
+    hostile_model.config = {"architectures": [MARKUP], "model_type": MARKUP, MARKUP: MARKDOWN}
+    hostile_model.save()
+    external = run_services.run_create_external(project=team.project, name="e" + MARKUP, config={MARKUP: MARKUP},
+                                                user=team.owner, tags=["<img src=x onerror=alert(4)>"])
+    run_services.metrics_log(run=external, points=[{"step": step, "metrics": {"reward/" + MARKUP: 1.0}} for step in (1, 2)])
+    run_services.samples_log(run=external, samples=[{"step": 1, "prompt": MARKUP, "text": MARKDOWN, "answer": MARKUP,
+                                                     MARKUP: MARKUP}])
+    dataset = f"datasets/{version.dataset.public_id}/"
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     _log_in(page, live_server.url, team.owner.username)
     for path in (f"chat/{conversation.public_id}/", "chat/", "runs/", f"runs/{run.public_id}/",
-                 f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/", "arena/", "arena/leaderboard/"):
+                 f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/", "arena/", "arena/leaderboard/",
+                 "datasets/", dataset, f"{dataset}v/1/", f"{dataset}v/1/?q=%3Cscript%3E", "models/",
+                 f"models/{hostile_model.public_id}/", f"runs/{external.public_id}/",
+                 f"runs/{external.public_id}/samples/?step=1", f"review/{campaign.public_id}/items/",
+                 f"runs/compare/?runs={run.public_id}&runs={external.public_id}"):
         page.goto(f"{live_server.url}/p/alpha/{path}")
         facts = page.evaluate(PAGE_FACTS)
         assert facts["width"] <= facts["viewport"], f"{path}: the page is {facts['width']} px wide"
         assert facts["javascriptLinks"] == 0, path
+        assert facts["injected"] == 0, f"{path}: the hostile text became {facts['injected']} element(s)"
     page.goto(f"{live_server.url}/p/alpha/chat/{conversation.public_id}/")
     fenced = page.locator("pre code", has_text="print('fenced')")
     # The answer's raw HTML is text, shown as the model wrote it (it was sanitized away, words and all).

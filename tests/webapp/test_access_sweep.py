@@ -15,7 +15,9 @@ pattern fails the suite until someone says here how it is reached and who may us
   stops working, and says so: 403 too); an object private to its author (a conversation, a battle, a token) is
   answered to anyone else exactly as a missing one;
 - and, so that none of that passes by missing the object, a user with the least role (the author,
-  for private objects) reaches every method of every URL: the view found the object.
+  for private objects) reaches every method of every URL: the view found the object;
+- every method but GET of a page (and the forms that name no project) is refused without the CSRF token,
+  changing nothing: only the token APIs are exempt.
 
 ``REFERENCES`` does the same for ids named in a query or a body (a run's model and data, the runs
 to compare): sent by the outsider in their own project, the team project's are refused as missing
@@ -448,10 +450,12 @@ class Caller:
 
     world: World
     role: str | None  # a ``Team`` attribute, or None for anonymous
+    enforce_csrf_checks: bool = False  # as a browser's request is checked (the test client skips the check)
     clients: dict[bool, Client | AsyncClient] = field(init=False)  # by whether the view is async
 
     def __post_init__(self):
-        self.clients = {False: Client(), True: AsyncClient()}
+        self.clients = {False: Client(enforce_csrf_checks=self.enforce_csrf_checks),
+                        True: AsyncClient(enforce_csrf_checks=self.enforce_csrf_checks)}
         if self.role is not None:
             for client in self.clients.values():
                 client.force_login(getattr(self.world.team, self.role))
@@ -636,6 +640,42 @@ def test_members_below_the_role_get_403_and_private_objects_stay_private(world, 
     assert not problems, report(problems)
 
 
+# Forms of a signed-in browser that name no project (login too: a login forged into another account): they are not
+# in ROUTES, but another site's page could send them all the same.
+SESSION_WRITES_WITHOUT_A_PROJECT = (
+    "accounts:login", "accounts:logout", "accounts:password_change", "projects:create", "api:tokens")
+
+
+def test_every_write_a_session_may_send_needs_the_csrf_token(world, queued, django_capture_on_commit_callbacks):
+    """A page of another site can make a signed-in member's browser send any form to Temper (the session cookie
+    goes with it): every method but GET of a page is refused without the CSRF token, for the role that may use
+    it, and changes nothing. The APIs take bearer tokens, which no other site's page can send."""
+    callers = {role: Caller(world, role, enforce_csrf_checks=True) for role in ("viewer", "teammate", "owner")}
+
+    def check() -> list[str]:
+        problems = []
+        for name, route in ROUTES.items():
+            if route.auth is not Auth.SESSION:
+                continue
+            kwargs = route.kwargs(world)
+            for method, least in route.methods.items():
+                if method == "GET":
+                    continue
+                role = "teammate" if route.private else who_may(least)
+                answer = callers[role].call(method, name, route, kwargs, None)
+                if answer.status != 403 or "CSRF" not in answer.body:
+                    problems.append(f"{method} {name}: the {role} without a CSRF token got {answer.status} "
+                                    f"{answer.body[:120]!r}")
+        for name in SESSION_WRITES_WITHOUT_A_PROJECT:
+            answer = callers["owner"].call("POST", name, Route(methods={"POST": VIEWER}), {}, None)
+            if answer.status != 403 or "CSRF" not in answer.body:
+                problems.append(f"POST {name}: without a CSRF token got {answer.status} {answer.body[:120]!r}")
+        return problems
+
+    problems = sweep_unchanged(check, queued, django_capture_on_commit_callbacks)
+    assert not problems, report(problems)
+
+
 def test_the_least_role_reaches_every_url(world, django_capture_on_commit_callbacks):
     """The denials above are worth something only if the URLs name real objects: each method, called
     by the least role it takes (the author, for private objects), finds what it asks for. Each call
@@ -711,6 +751,12 @@ REFERENCES = [
         "", {"prompt": "Name a colour.", "model_a": ids["model"], "model_b": ids["other_model"]})),
     Reference(name="chat:arena_to_review", method="POST", foreign=("campaign",), request=lambda slug, ids: (
         "", {"campaign": ids["campaign"], "scope": "all"})),
+    Reference(name="runs:compare", method="GET", foreign=("run",),
+              request=lambda slug, ids: (f"?runs={ids['run']}&runs={ids['other_run']}", {})),
+    Reference(name="chat:list", method="GET", foreign=("model",), request=lambda slug, ids: (f"?model={ids['model']}", {})),
+    Reference(name="basemodels:serving_copy", method="POST", foreign=("sft",), request=lambda slug, ids: (
+        "", {"scheme": "int8", "eval_version": ids["sft"]}),
+        kwargs=lambda slug, ids: {"slug": slug, "public_id": ids["model"]}),
     Reference(name="api:runs", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
               request=lambda slug, ids: ("", {"spec": _spec(ids)})),
     Reference(name="api:pipelines", method="POST", auth=Auth.API_TOKEN, foreign=("model", "sft"),
@@ -727,6 +773,7 @@ def project_ids(project, user) -> dict[str, Any]:
     ids = {"model": models[0].public_id, "other_model": models[1].public_id, "sft": sft.public_id,
            "preference_pk": preference.pk, "user_pk": user.pk, "own_dataset": sft.dataset.public_id}
     ids["run"] = run_services.run_create(project=project, spec=_spec(ids), user=user, name="own").public_id
+    ids["other_run"] = run_services.run_create(project=project, spec=_spec(ids), user=user, name="other").public_id
     ids["campaign"] = review_services.campaign_create(
         project=project, name="votes", guidelines="", required_reviews=1, reviewers=[user], source_version=None,
         user=user).public_id

@@ -8,10 +8,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.api import services
 from webapp.api.models import ApiToken
+from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOICES, token_expiry
 from webapp.core.submissions import form_send_once_secret, note_secret_already_shown
 
 
@@ -22,7 +24,9 @@ def token_list(request: HttpRequest) -> HttpResponse:
     error = None
     if request.method == "POST":
         def create() -> tuple[str, str]:
-            token, new_secret = services.token_create(user=request.user, name=request.POST.get("name", ""))
+            token, new_secret = services.token_create(
+                user=request.user, name=request.POST.get("name", ""),
+                expires_at=token_expiry(request.POST.get("expires", DEFAULT_TOKEN_LIFETIME)))
             return str(token.pk), new_secret
 
         try:
@@ -34,6 +38,8 @@ def token_list(request: HttpRequest) -> HttpResponse:
                 note_secret_already_shown(request, tokens=ApiToken.objects.filter(user=request.user), token_id=token_id)
     return render(request, "accounts/tokens.html", {
         "tokens": ApiToken.objects.filter(user=request.user), "secret": secret, "error": error,
+        "lifetimes": TOKEN_LIFETIME_CHOICES, "lifetime": request.POST.get("expires", DEFAULT_TOKEN_LIFETIME),
+        "now": timezone.now(),
     }, status=400 if error else 200)
 
 

@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
 from webapp.api.problems import problems_by_field
-from webapp.api.services import token_authenticate
+from webapp.api.services import token_authenticate, token_expired_at
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
 from webapp.chat.tokens import TOKEN_PREFIX as PROJECT_TOKEN_PREFIX
@@ -30,6 +30,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
 from webapp.core.streaming import file_download
+from webapp.core.templatetags.temper import when
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets import services as dataset_services
@@ -76,6 +77,9 @@ def _why_unauthenticated(header: str) -> str:
     if secret.startswith(PROJECT_TOKEN_PREFIX):
         return ("this is a project token (tpk_…), for the OpenAI-compatible API at /v1/; the REST API takes a token "
                 "from the API tokens page (tmp_…)")
+    if (expired_at := token_expired_at(header)) is not None:
+        return (f"the token sent expired at {when(expired_at)}; make a new one on the API tokens page and send it as "
+                "'Authorization: Bearer <token>'")
     return ("the token sent is not a valid API token (revoked, mistyped, or its user deactivated); make one on the API "
             "tokens page and send it as 'Authorization: Bearer <token>'")
 

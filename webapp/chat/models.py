@@ -138,6 +138,8 @@ class ProjectToken(models.Model):
     prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="From then on the token is refused; empty: "
+                                                                       "it works until revoked.")
 
     class Meta:
         ordering = ["-created_at"]

@@ -352,8 +352,12 @@ def _authenticate(request: HttpRequest):
 
 def _unauthorized(request: HttpRequest) -> JsonResponse:
     refusal = project_token_refusal(request.headers.get("Authorization", ""))
-    if refusal is not None:  # a real token whose user's role changed: not "send a token"
-        return _error(403, refusal, kind="permission_error", code="insufficient_role")
+    if refusal is not None and not refusal[1]:  # a real token whose user's role changed: not "send a token"
+        return _error(403, refusal[0], kind="permission_error", code="insufficient_role")
+    if refusal is not None:  # expired: no longer a key, as a revoked one, but saying why
+        response = _error(401, refusal[0], kind="authentication_error", code="invalid_api_key")
+        response["WWW-Authenticate"] = 'Bearer realm="temper"'
+        return response
     response = _error(401, "send 'Authorization: Bearer <token>' with a project token (tpk_…): made on the project's "
                            "Chat page under 'API tokens for this project', or by python manage.py apitoken; tokens of "
                            "the API tokens page (tmp_…) are for the REST API at /api/v1/",

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 
 from django.db.models import OuterRef, Subquery
 
 from webapp.chat.models import ProjectToken
-from webapp.core.auth_header import bearer_secret, note_token_use, token_digest
+from webapp.core.auth_header import bearer_secret, note_token_use, token_digest, token_expired
+from webapp.core.templatetags.temper import when
 from webapp.core.text import checked_text
 from webapp.projects.models import Membership, Project, Role, role_at_least
 
@@ -16,8 +18,10 @@ TOKEN_PREFIX = "tpk_"
 TOKEN_NAME_MAX = 100  # ProjectToken.name's max_length, as ApiToken's
 
 
-def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectToken, str]:
-    """A new token of ``user`` for ``project`` (they must be a member or owner); returns (row, secret)."""
+def project_token_create(*, user, project: Project, name: str,
+                         expires_at: datetime | None = None) -> tuple[ProjectToken, str]:
+    """A new token of ``user`` for ``project`` (they must be a member or owner), refused from ``expires_at`` on
+    (None: until revoked); returns (row, secret)."""
     membership = Membership.objects.filter(project=project, user=user).first()
     if membership is None:
         raise PermissionError(f"{user.get_username()} is not in project {project.slug}; only its members and "
@@ -28,13 +32,13 @@ def project_token_create(*, user, project: Project, name: str) -> tuple[ProjectT
     checked_text(name, field="name", max_length=TOKEN_NAME_MAX)  # refused, not cut
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ProjectToken.objects.create(user=user, project=project, name=name, digest=token_digest(secret),
-                                        prefix=secret[:10])
+                                        prefix=secret[:10], expires_at=expires_at)
     return token, secret
 
 
 def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
     """The project token in ``Authorization: Bearer <token>`` (None when there is none such) and, when
-    its user may not use it now (deactivated, left the project, now a viewer), why, in words."""
+    it may not be used now (expired; its user deactivated, left the project, now a viewer), why, in words."""
     secret = bearer_secret(header)
     if secret is None:
         return None, None
@@ -45,6 +49,9 @@ def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
     if token is None:
         return None, None
     who, project = token.user.get_username(), token.project.slug
+    if token_expired(token):
+        return token, (f"this token expired at {when(token.expires_at)}; make a new one on the Chat page of {project}, "
+                       "under 'API tokens for this project'")
     if not token.user.is_active:
         return token, f"this token's user, {who}, is deactivated"
     if token.role is None:
@@ -56,8 +63,8 @@ def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
 
 
 def project_token_authenticate(header: str) -> ProjectToken | None:
-    """The token in ``Authorization: Bearer <token>`` while its user is active and still a member of its
-    project, else None."""
+    """The token in ``Authorization: Bearer <token>`` while it has not expired and its user is active and still a
+    member of its project, else None."""
     token, refusal = _token_in(header)
     if token is None or refusal is not None:
         return None
@@ -65,9 +72,12 @@ def project_token_authenticate(header: str) -> ProjectToken | None:
     return token
 
 
-def project_token_refusal(header: str) -> str | None:
-    """Why a project token that exists is refused, in words; None when there is no such token (or it is accepted)."""
-    return _token_in(header)[1]
+def project_token_refusal(header: str) -> tuple[str, bool] | None:
+    """Why a project token that exists is refused, in words, and whether that is because it expired (the token
+    itself no longer counts, rather than its user's standing); None when there is no such token (or it is
+    accepted)."""
+    token, refusal = _token_in(header)
+    return None if refusal is None else (refusal, token_expired(token))
 
 
 def project_token_revoke(*, user, project: Project, token_id: int) -> None:

@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import selectors, services
@@ -22,6 +23,7 @@ from webapp.chat.forms import ConversationForm, MessageForm
 from webapp.chat.models import Message, ProjectToken
 from webapp.chat.tokens import project_token_create, project_token_revoke
 from webapp.chat.access import chat_access, get_conversation_for_user, get_message_for_user
+from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOICES, token_expiry
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.submissions import (deleted_once_or_refused, form_send_once, form_send_once_secret,
@@ -41,7 +43,8 @@ def _list_page(request: HttpRequest, project, membership, form, *, status: int =
         "conversations": page.object_list, "page": page,
         # Also answered at chat/tokens/ (a new token's secret): the page links point at the list itself.
         "page_base": reverse("chat:list", kwargs={"slug": project.slug}),
-        "tokens": ProjectToken.objects.filter(project=project, user=request.user)}, status=status)
+        "tokens": ProjectToken.objects.filter(project=project, user=request.user),
+        "lifetimes": TOKEN_LIFETIME_CHOICES, "lifetime": DEFAULT_TOKEN_LIFETIME, "now": timezone.now()}, status=status)
 
 
 @login_required
@@ -84,7 +87,9 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
     name = request.POST.get("name", "").strip() or "token"
 
     def create() -> tuple[str, str]:
-        token, secret = project_token_create(user=request.user, project=project, name=name)
+        token, secret = project_token_create(
+            user=request.user, project=project, name=name,
+            expires_at=token_expiry(request.POST.get("expires", DEFAULT_TOKEN_LIFETIME)))
         return str(token.pk), secret
 
     try:

@@ -1,8 +1,9 @@
 """``/metrics`` in Prometheus text format.
 
-- ``temper_http_request_duration_seconds``: server time per request, by method,
-  URL pattern (not the raw path, to keep label sets bounded) and status; measured
-  by ``RequestMetricsMiddleware``, first in the middleware stack.
+- ``temper_http_request_duration_seconds``: server time per request, by method
+  (HTTP's own, any other as ``other``), URL pattern (not the raw path) and status, so
+  that no request can add label sets without bound; measured by ``RequestMetricsMiddleware``,
+  first in the middleware stack.
 - ``temper_queue_depth``: messages waiting in each Celery queue (Redis LLEN),
   and ``temper_redis_up``.
 - ``temper_jobs``: rows by kind and state for every model an app registered with
@@ -52,6 +53,11 @@ REQUEST_DURATION = Histogram(
 )
 
 
+# The methods counted by name (RFC 9110's and PATCH); a server takes any token as a method, and each one a client
+# made up would otherwise be a label set kept for the process's life.
+COUNTED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobModel:
     kind: str
@@ -89,7 +95,8 @@ class RequestMetricsMiddleware(DualModeMiddleware):
     def _observe(request: HttpRequest, response: HttpResponse, started: float) -> None:
         match = getattr(request, "resolver_match", None)
         route = match.route if match is not None else "unmatched"
-        REQUEST_DURATION.labels(request.method, route, str(response.status_code)).observe(
+        method = request.method if request.method in COUNTED_METHODS else "other"
+        REQUEST_DURATION.labels(method, route, str(response.status_code)).observe(
             time.perf_counter() - started
         )
 

@@ -14,12 +14,21 @@ import os
 import re
 import shutil
 import tempfile
+from importlib import import_module
 from pathlib import Path
+from types import SimpleNamespace
 
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandler
+from django.db import connections
+from django.http.cookie import parse_cookie
 
+from webapp.api.services import token_authenticate
 from webapp.core.views import json_api_at
+from webapp.projects.models import Membership, Role, role_at_least
 
 # Room for the multipart framing and the form's other fields around the file itself.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -97,16 +106,24 @@ class RequestBodyLimit:
 
     # The addresses that take a dataset file: the web form's two and the REST API's. Every other address takes
     # forms and JSON of at most ``max_other_bytes`` (DATA_UPLOAD_MAX_MEMORY_SIZE): at the upload limit, anyone
-    # could have Django spool gigabytes to disk at the login page, many requests at a time.
-    UPLOAD_PATHS = re.compile(r"/p/[^/]+/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/[^/]+/datasets/")
+    # could have Django spool gigabytes to disk at the login page, many requests at a time. The upload addresses
+    # take more only from a sender who may upload there (``may_upload``), for the same reason.
+    UPLOAD_PATHS = re.compile(r"/p/(?P<page>[^/]+)/datasets/(?:new|[^/]+/upload)/|/api/v1/projects/(?P<api>[^/]+)/datasets/")
 
     def __init__(self, app, *, max_upload_bytes: int, max_other_bytes: int | None = None):
         self.app = app
         self.upload_bytes = max_upload_bytes
         self.other_bytes = max_upload_bytes if max_other_bytes is None else max_other_bytes
 
-    def _limit(self, path: str) -> int:
-        return self.upload_bytes if self.UPLOAD_PATHS.fullmatch(path) else self.other_bytes
+    async def _limit(self, scope, headers: dict[bytes, bytes]) -> tuple[int, str]:
+        """The most bytes ``scope``'s body may hold, and the refusal's reason past it: "upload" at an upload address
+        from a sender who may upload there, "sender" there from anyone else, "other" elsewhere."""
+        upload = self.UPLOAD_PATHS.fullmatch(scope.get("path", ""))
+        if upload is None or self.other_bytes >= self.upload_bytes:
+            return (self.other_bytes, "other") if upload is None else (self.upload_bytes, "upload")
+        allowed = await sync_to_async(may_upload, thread_sensitive=False)(
+            headers, slug=upload["page"] or upload["api"], api=upload["api"] is not None)
+        return (self.upload_bytes, "upload") if allowed else (self.other_bytes, "sender")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -115,26 +132,35 @@ class RequestBodyLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None:  # the server holds the body to it
-            if body_too_large(length.decode("latin-1"), max_upload_bytes=self._limit(scope.get("path", ""))):
-                await self._refuse(scope, send)
-                return
+            # A body that every address takes needs no question of who sends it (no database read).
+            if body_too_large(length.decode("latin-1"), max_upload_bytes=self.other_bytes):
+                limit, reason = await self._limit(scope, headers)
+                if body_too_large(length.decode("latin-1"), max_upload_bytes=limit):
+                    await self._refuse(scope, send, reason)
+                    return
             await self.app(scope, receive, send)
             return
-        await self._counted(scope, receive, send)
+        await self._counted(scope, receive, send, headers)
 
-    async def _counted(self, scope, receive, send):
+    async def _counted(self, scope, receive, send, headers: dict[bytes, bytes]):
         """A body without a length (``Transfer-Encoding: chunked``), counted as it arrives: past the limit the
-        app is told the client went away (Django drops the request it was reading) and the client gets 413."""
+        app is told the client went away (Django drops the request it was reading) and the client gets 413.
+        Who sends it is asked only once it passes what every address takes (most such requests have no body)."""
         received, over, started = 0, False, False
+        limit, reason = self.other_bytes, "other"
+        asked = False
 
         async def counted_receive():
-            nonlocal received, over
+            nonlocal received, over, limit, reason, asked
             if over:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if body_too_large(received, max_upload_bytes=self._limit(scope.get("path", ""))):
+                if body_too_large(received, max_upload_bytes=limit) and not asked:
+                    asked = True
+                    limit, reason = await self._limit(scope, headers)
+                if body_too_large(received, max_upload_bytes=limit):
                     over = True
                     return {"type": "http.disconnect"}
             return message
@@ -146,22 +172,26 @@ class RequestBodyLimit:
 
         await self.app(scope, counted_receive, tracked_send)
         if over and not started:
-            await self._refuse(scope, send)
+            await self._refuse(scope, send, reason)
 
-    async def _refuse(self, scope, send) -> None:
-        content_type, body = self._refusal(scope.get("path", ""))
+    async def _refuse(self, scope, send, reason: str) -> None:
+        content_type, body = self._refusal(scope.get("path", ""), reason)
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", content_type),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
-    def _refusal(self, path: str) -> tuple[bytes, bytes]:
+    def _refusal(self, path: str, reason: str) -> tuple[bytes, bytes]:
         """The 413's content type and body in the shape of the place asked: the REST API's and the
         OpenAI-compatible API's JSON errors (``webapp.core.views.bad_request``), else a small page."""
-        if self.UPLOAD_PATHS.fullmatch(path) or self.other_bytes == self.upload_bytes:
+        if reason == "upload":
             message = (f"the request body is over the upload limit of {self.upload_bytes} bytes "
                        "(TEMPER_MAX_UPLOAD_BYTES); split the file into smaller files")
+        elif reason == "sender":
+            message = (f"the request body is over the {self.other_bytes} bytes this address takes from a sender who "
+                       "may not upload here: a dataset file is taken from a signed-in member of the project (in the "
+                       "REST API, sent with a member's token from the API tokens page)")
         else:
             message = (f"the request body is over the {self.other_bytes} bytes this address takes "
                        "(files are uploaded on a project's Datasets pages or POST /api/v1/projects/<slug>/datasets/)")
@@ -175,3 +205,24 @@ class RequestBodyLimit:
                 f"<body><h1>The upload is too large</h1><p>{html.escape(message[0].upper() + message[1:])}.</p>"
                 "<p>Go back to the form.</p></body></html>")
         return b"text/html; charset=utf-8", page.encode()
+
+
+def may_upload(headers: dict[bytes, bytes], *, slug: str, api: bool) -> bool:
+    """Whether the sender of ``headers`` may upload to project ``slug``: the user of its session cookie (``api``:
+    of its REST API token) is active and a member or owner there, as the upload views require. Run in a thread of
+    its own, outside any request's: the connection it opened is closed before it returns."""
+    try:
+        if api:
+            user = token_authenticate(headers.get(b"authorization", b"").decode("latin-1"))
+        else:
+            session_key = parse_cookie(headers.get(b"cookie", b"").decode("latin-1")).get(settings.SESSION_COOKIE_NAME)
+            if not session_key:
+                return False
+            session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+            user = get_user(SimpleNamespace(session=session))  # the session's user, as AuthenticationMiddleware's
+        if user is None or not user.is_authenticated or not user.is_active:
+            return False
+        role = Membership.objects.filter(project__slug=slug, user=user).values_list("role", flat=True).first()
+        return role is not None and role_at_least(role, Role.MEMBER)
+    finally:
+        connections.close_all()

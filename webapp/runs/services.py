@@ -573,11 +573,16 @@ def log_line(run: Run, message: str, *, level: str = LogLevel.INFO) -> RunLogLin
 
 
 def parse_tags(text: str | list[str]) -> list[str]:
-    """Tags from ``"a, b"`` or a list: stripped, deduplicated in order, each at most 40 characters."""
-    items = text.split(",") if isinstance(text, str) else list(text)
+    """Tags from ``"a, b"`` or a list: stripped, in NFC, deduplicated in order, each at most 40 characters.
+    Runs are picked by their tags (the table's filter, "Compare the runs tagged"), so a tag is checked as a name:
+    an invisible character in one ("baseline" + U+200B) made a tag that looks like another but finds other runs."""
+    items = [str(item) for item in (text.split(",") if isinstance(text, str) else text) if str(item).strip()]
     tags: list[str] = []
-    for item in items:
-        tag = checked_text(str(item), field="tags").strip()
+    for number, item in enumerate(items, start=1):
+        try:
+            tag = checked_name(item, field="tags")
+        except ValidationError as error:
+            raise ValidationError({"tags": [f"tag {number}: {message}" for message in error.messages]}) from None
         if not tag:
             continue
         if "," in tag and not isinstance(text, str):

@@ -3,6 +3,7 @@ import gzip
 import json
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import orjson
@@ -1007,3 +1008,40 @@ def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
             repeats.append([row * 2, first])
     assert found.to_dict() == {"count": len(repeats), "rows": repeats[:formats.ROWS_SHOWN]}
     assert formats.DuplicateRows().to_dict() == {"count": 0, "rows": []}
+
+
+@pytest.mark.parametrize(("name", "fmt", "head", "row", "where"), [
+    ("one.jsonl", FileFormat.JSONL, b'{"text": "short"}\n', b'{"text": "%s"}\n', ("json", 2)),
+    ("one.csv", FileFormat.CSV, b"text\nshort\n", b"%s\n", ("csv", 3)),
+])
+def test_a_line_past_the_line_limit_is_refused_before_it_is_read_whole(tmp_path, monkeypatch, name, fmt, head, row,
+                                                                       where):
+    """secqa: a JSONL or CSV line was read whole before it was parsed, so a 2 GB upload of one line (a member's,
+    under the upload limit) took the validating worker's memory several times over; the JSON array reader stopped
+    at 64 MB an element. The limit is lowered to 1 MB to keep the test light; the line is 32 MB."""
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1024 * 1024, raising=False)  # raising: absent before the fix
+    path = tmp_path / name
+    path.write_bytes(head + row % (b"x" * 32 * 1024 * 1024))
+    tracemalloc.start()
+    try:
+        issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="text")))
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (issue.code, issue.line) == where
+    assert issue.message == ("this line is over 1.0 MB, more than Temper reads as one line: split it into rows "
+                             "of their own, or check that the file's lines end with line breaks")
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held while reading a file of one 32 MB line"
+
+
+@pytest.mark.parametrize(("name", "fmt", "rows"), [
+    ("rows.csv", FileFormat.CSV, b"prompt,completion\r" + b"a,b\r" * 400),
+    ("rows.jsonl", FileFormat.JSONL, b'{"prompt": "a", "completion": "b"}\r' * 40),
+])
+def test_a_long_file_with_old_mac_line_endings_is_named_so_not_as_a_long_line(tmp_path, monkeypatch, name, fmt, rows):
+    # Read by LF, such a file is one line, which the line limit meets first: its message says why.
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1000)
+    path = tmp_path / name
+    path.write_bytes(rows)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line) == ("line_endings", 1)

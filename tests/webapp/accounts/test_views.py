@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.db import connection
 from django.test import Client, RequestFactory
+from django.urls import reverse
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
@@ -31,6 +32,17 @@ class TestLogin:
         assert response["Location"] == "/p/alpha/"
         assert client.get("/p/alpha/").status_code == 200
 
+    @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example/",
+                                        "\\\\evil.example", "javascript:alert(1)", "http:evil.example",
+                                        " https://evil.example/", "https:/evil.example"])
+    def test_it_rejects_a_next_address_of_another_site(self, team, client, target):
+        # A link to Temper's login page that sends the person on to another site once signed in (a look-alike
+        # asking for the password again) goes to the projects page instead.
+        page = client.get(self.url, {"next": target})
+        assert page.status_code == 200
+        response = client.post(self.url, {"username": "alpha-owner", "password": PASSWORD, "next": target})
+        assert (response.status_code, response["Location"]) == (302, settings.LOGIN_REDIRECT_URL)
+
     def test_it_rejects_wrong_password(self, team, client):
         response = client.post(self.url, {"username": "alpha-owner", "password": "wrong"})
         assert response.status_code == 200
@@ -46,6 +58,11 @@ class TestLogout:
         response = client.post(self.url)
         assert response.status_code == 302
         assert client.get("/").status_code == 302
+
+    @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example/"])
+    def test_it_rejects_a_next_address_of_another_site(self, team, client_for, target):
+        response = client_for(team.owner).post(self.url, {"next": target})
+        assert (response.status_code, response["Location"]) == (302, reverse("accounts:login"))
 
     def test_it_rejects_get(self, team, client_for):
         client = client_for(team.owner)

@@ -1405,3 +1405,48 @@ def test_the_openapi_document_lets_resume_be_sent_without_a_body(world):
     api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/cancel/")
     status, resumed = api.call("POST", f"/api/v1/projects/alpha/runs/{run['id']}/resume/")
     assert status == 200 and resumed["status"] == "queued" and resumed["total_steps"] == 5, resumed
+
+
+def test_an_expired_token_is_refused_saying_when_it_expired(team, client):
+    """secqa: a token worked until someone revoked it: one leaked into a log, a shell history or a repository
+    worked for ever. A token now has an end (chosen on the tokens page), and past it is refused as a revoked one
+    is, saying when it ended and what to do."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
+
+    runs = "/api/v1/projects/alpha/runs/"
+    _token, ended = token_create(user=team.teammate, name="ci", expires_at=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+    _token, working = token_create(user=team.teammate, name="ci", expires_at=timezone.now() + timedelta(minutes=1))
+    response = client.get(runs, headers={"Authorization": f"Bearer {ended}"})
+    assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
+    assert response.json() == {"detail": "the token sent expired at 2026-01-02 03:04 UTC; make a new one on the API "
+                                         "tokens page and send it as 'Authorization: Bearer <token>'"}
+    assert client.get(runs, headers={"Authorization": f"Bearer {working}"}).status_code == 200
+
+
+def test_the_tokens_page_makes_a_token_that_ends_after_the_time_chosen(team, client_for):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    client = client_for(team.viewer)
+    page = client.get("/accounts/tokens/").content.decode()
+    assert '<label for="token-expires">Expires after</label> <select id="token-expires" name="expires">' in page
+    assert '<option value="90" selected>90 days</option>' in page  # the default
+    for lifetime, days in (("30", 30), ("never", None), (None, 90)):
+        sent = {"name": f"ci-{lifetime}"} | ({} if lifetime is None else {"expires": lifetime})
+        assert client.post("/accounts/tokens/", sent).status_code == 200
+        token = ApiToken.objects.get(user=team.viewer, name=f"ci-{lifetime}")
+        if days is None:
+            assert token.expires_at is None
+        else:
+            assert abs(token.expires_at - (timezone.now() + timedelta(days=days))) < timedelta(minutes=1)
+    refused = client.post("/accounts/tokens/", {"name": "ci", "expires": "7"})
+    assert refused.status_code == 400
+    assert "&#x27;7&#x27; is not a lifetime a token may have; choose one of 30, 90, 365, never" in refused.content.decode()
+    assert not ApiToken.objects.filter(user=team.viewer, name="ci").exists()
+    listed = client.get("/accounts/tokens/").content.decode()
+    assert "<td><span class=\"muted\">never</span></td>" in listed
+    ApiToken.objects.filter(name="ci-30").update(expires_at=timezone.now() - timedelta(days=1))
+    assert "<strong>expired</strong>" in client.get("/accounts/tokens/").content.decode()

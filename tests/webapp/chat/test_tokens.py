@@ -228,3 +228,33 @@ def test_a_personal_rest_token_stops_reaching_a_project_its_user_was_removed_fro
     membership_remove(membership=Membership.objects.get(project=team.project, user=team.teammate))
     assert Client().get(url, **bearer(secret)).status_code == 404
     assert Client().get(f"/api/v1/projects/{team.outsider_project.slug}/runs/", **bearer(secret)).status_code == 404
+
+
+def test_an_expired_project_token_is_refused_saying_when_and_where_to_make_another(team, client_for):
+    """secqa: a project token worked until revoked; now it ends after the time chosen when it was made (90 days
+    unless chosen otherwise), and past it /v1/ answers 401, as for a revoked token, saying why."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from webapp.chat.models import ProjectToken
+
+    _token, ended = project_token_create(user=team.teammate, project=team.project, name="old",
+                                         expires_at=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+    response = Client().get("/v1/models", **bearer(ended))
+    assert response.status_code == 401 and response["WWW-Authenticate"] == 'Bearer realm="temper"'
+    assert response.json()["error"] == {
+        "message": "this token expired at 2026-01-02 03:04 UTC; make a new one on the Chat page of alpha, under "
+                   "'API tokens for this project'",
+        "type": "authentication_error", "param": None, "code": "invalid_api_key"}
+    assert project_token_authenticate(f"Bearer {ended}") is None
+
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert '<select name="expires" aria-label="Expires after">' in page
+    client.post(reverse("chat:token_create", args=[team.project.slug]), {"name": "month", "expires": "30"})
+    month = ProjectToken.objects.get(name="month")
+    assert abs(month.expires_at - (timezone.now() + timedelta(days=30))) < timedelta(minutes=1)
+    client.post(reverse("chat:token_create", args=[team.project.slug]), {"name": "bad", "expires": "forever"})
+    assert not ProjectToken.objects.filter(name="bad").exists()

@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.utils import timezone
 
-from webapp.core.metrics import register_job_model
+from webapp.core.metrics import REQUEST_DURATION, register_job_model
 from webapp.env import env_networks
 from webapp.projects.models import Membership
 from webapp.workers.models import Worker
@@ -161,3 +161,15 @@ def test_it_counts_dataset_versions_by_status(client, team, settings):
     body = client.get(URL).content.decode()
     assert sample(body, 'temper_jobs{kind="dataset",state="ready"}') == 2
     assert sample(body, 'temper_jobs{kind="dataset",state="failed"}') == 1
+
+
+def test_a_made_up_method_is_counted_as_other_not_as_a_label_of_its_own(client, db):
+    """secqa: the request histogram was labelled by ``request.method`` as sent, and a server takes any token as a
+    method: anyone could make each request a new label set (15 buckets kept for the process's life), growing the
+    web process's memory and every scrape without bound. Methods outside HTTP's own are counted together."""
+    for number in range(20):
+        client.generic(f"SECQA{number}", "/healthz")
+    client.generic("PATCH", "/healthz")
+    methods = {sample.labels["method"] for metric in REQUEST_DURATION.collect() for sample in metric.samples}
+    assert not [method for method in methods if method.startswith("SECQA")], sorted(methods)
+    assert {"other", "PATCH"} <= methods

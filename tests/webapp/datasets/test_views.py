@@ -7,7 +7,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from tests.webapp.factories import form_token, form_tokens
+from tests.webapp.factories import form_token, form_tokens, make_team
+from webapp.api.services import token_create
 from webapp.core.models import Submission
 from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
@@ -624,9 +625,9 @@ def test_the_asgi_guard_stops_a_chunked_body_past_the_limit():
     assert len(chunks_sent) * len(chunk) <= limit + len(chunk)
 
 
-def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded():
-    # Every other address takes forms and JSON of at most DATA_UPLOAD_MAX_MEMORY_SIZE; at the upload limit
-    # (2 GB) anyone could have Django spool gigabytes to disk at the login page, many requests at a time.
+def run_the_guard(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[list[str], list[dict]]:
+    """``path`` asked through the ASGI guard (an upload limit of 1 GB, 10 bytes elsewhere) with a 5 MB body:
+    the paths the application was called with, and what the guard sent itself."""
     calls, sent = [], []
 
     async def app(scope, receive, send):
@@ -639,16 +640,87 @@ def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded(
         sent.append(message)
 
     guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
-    five_megabytes = [(b"content-length", str(5 * 1024 * 1024).encode())]
+    five_megabytes = (b"content-length", str(5 * 1024 * 1024).encode())
+    asyncio.run(guard({"type": "http", "path": path, "headers": [five_megabytes, *headers]}, receive, send))
+    return calls, sent
+
+
+def test_the_asgi_guard_takes_upload_sized_bodies_only_where_files_are_uploaded():
+    # Every other address takes forms and JSON of at most DATA_UPLOAD_MAX_MEMORY_SIZE; at the upload limit
+    # (2 GB) anyone could have Django spool gigabytes to disk at the login page, many requests at a time.
     for path in ("/accounts/login/", "/admin/login/", "/p/alpha/runs/new/", "/api/v1/projects/alpha/runs/",
                  "/v1/chat/completions", "/p/alpha/datasets/new/x"):
-        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
-        assert sent.pop(0)["status"] == 413 and calls == [], path
-        sent.clear()
-    uploads = ["/p/alpha/datasets/new/", "/p/alpha/datasets/ds_abc/upload/", "/api/v1/projects/alpha/datasets/"]
-    for path in uploads:
-        asyncio.run(guard({"type": "http", "path": path, "headers": five_megabytes}, receive, send))
-    assert calls == uploads and sent == []
+        calls, sent = run_the_guard(path, [])
+        assert sent[0]["status"] == 413 and calls == [], path
+
+
+@pytest.mark.django_db(transaction=True)  # the guard reads the session and the token in a thread of its own
+def test_the_asgi_guard_takes_upload_sized_bodies_only_from_a_member_of_the_project():
+    """secqa: the upload addresses took a body of up to the upload limit (2 GB) from anyone: Django's ASGI handler
+    spooled it to disk whole before the login check turned it away, so an anonymous sender could fill the disk a
+    few requests at a time. Now only a signed-in member of the project (a member's token for the REST API) may
+    send more than the other addresses take."""
+    team = make_team()
+    sessions = {}
+    for role in ("owner", "teammate", "viewer", "outsider"):
+        client = Client()
+        client.force_login(getattr(team, role))
+        sessions[role] = [(b"cookie", f"sessionid={client.cookies['sessionid'].value}; csrftoken=x".encode())]
+    tokens = {role: [(b"authorization", f"Bearer {token_create(user=getattr(team, role), name='cli')[1]}".encode())]
+              for role in ("teammate", "viewer", "outsider")}
+    pages = ["/p/alpha/datasets/new/", "/p/alpha/datasets/ds_abc/upload/"]
+    api = "/api/v1/projects/alpha/datasets/"
+    for path in pages:
+        for role in ("owner", "teammate"):
+            assert run_the_guard(path, sessions[role]) == ([path], []), (path, role)
+    assert run_the_guard(api, tokens["teammate"]) == ([api], [])
+
+    refused = [(path, []) for path in [*pages, api]] + [(path, sessions[role]) for path in pages
+                                                       for role in ("viewer", "outsider")]
+    refused += [(pages[0], [(b"cookie", b"sessionid=made-up")]), (pages[0], tokens["teammate"]),
+                (api, sessions["teammate"]), (api, tokens["viewer"]), (api, tokens["outsider"]),
+                (api, [(b"authorization", b"Bearer tmp_made-up")]), ("/p/beta/datasets/new/", sessions["teammate"])]
+    for path, headers in refused:
+        calls, sent = run_the_guard(path, headers)
+        assert calls == [] and sent[0]["status"] == 413, (path, headers)
+        body = sent[1]["body"].decode()
+        assert "10 bytes" in body and "member of the project" in body, body
+
+    # Sent chunked (no Content-Length), a body is counted as it comes: the same limits, asked as it passes 10 bytes.
+    for headers, whole in ((sessions["teammate"], True), ([], False), (sessions["viewer"], False)):
+        read, sent = run_the_guard_chunked(pages[0], headers)
+        if whole:
+            assert (read, sent) == (3 * 1024 * 1024, []), headers
+        else:
+            assert read <= 10 + MULTIPART_OVERHEAD_BYTES and sent[0]["status"] == 413, (headers, read)
+            assert "member of the project" in sent[1]["body"].decode()
+
+
+def run_the_guard_chunked(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, list[dict]]:
+    """``path`` asked through the guard of ``run_the_guard`` with a 3 MB body sent chunked: the bytes the
+    application read, and what the guard sent itself."""
+    chunk, chunks_sent, read, sent = b"x" * 1024, [], [0], []
+
+    async def app(scope, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            read[0] += len(message["body"])
+            if not message["more_body"]:
+                return
+
+    async def receive():
+        chunks_sent.append(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": len(chunks_sent) < 3 * 1024}
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestBodyLimit(app, max_upload_bytes=10**9, max_other_bytes=10)
+    scope = {"type": "http", "path": path, "headers": [(b"transfer-encoding", b"chunked"), *headers]}
+    asyncio.run(guard(scope, receive, send))
+    return read[0], sent
 
 
 def test_the_checked_date_shows_the_time_as_every_page_does(team, client_for):

@@ -33,3 +33,27 @@ def test_pipelines_cancelled_by_a_person_before_cancelled_by_existed_name_who():
 
     assert dict(CurrentPipeline.objects.values_list("public_id", "cancelled_by")) == {
         "pl_person": "alpha-owner", "pl_system": "the system", "pl_stage": "", "pl_failed": ""}
+
+
+def test_tags_stored_before_invisible_characters_were_refused_lose_them():
+    """Tags that ``parse_tags`` refuses today (a zero-width space, a bidi override: category Cf) lose those
+    characters and are put in NFC, as it stores them; one that then repeats another, or is left empty, goes."""
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    before = [("runs", "0014_pipeline_cancelled_by")]
+    executor.migrate(before)
+    apps = executor.loader.project_state(before).apps
+    try:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        for public_id, tags in (("run_hidden", ["baseline", "base\u200bline", "\u202e", "cafe\u0301"]),
+                                ("run_clean", ["baseline", "lr-sweep"]), ("run_none", [])):
+            Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={}, resolved_spec={},
+                               tags=tags)
+    finally:
+        call_command("migrate", verbosity=0)
+    from webapp.runs.models import Run as CurrentRun
+
+    assert dict(CurrentRun.objects.values_list("public_id", "tags")) == {
+        "run_hidden": ["baseline", "caf\u00e9"], "run_clean": ["baseline", "lr-sweep"], "run_none": []}

@@ -282,6 +282,23 @@ def test_tags_are_trimmed_and_deduplicated(team, catalog, sent_tasks, django_cap
         services.run_update_details(run=run, tags="x" * 41)
 
 
+def test_it_rejects_invisible_characters_in_tags(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """secqa: a tag could hold a zero-width space or a bidi override: "baseline\u200b" looks like "baseline" on
+    the runs table, yet its filter and "Compare the runs tagged" found other runs. Tags are names people pick runs
+    by, refused like run names (and put in NFC: a decomposed "café" is the "café" already there)."""
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    with pytest.raises(ValidationError) as refused:
+        services.run_update_details(run=run, tags="baseline, base\u200bline")
+    assert refused.value.message_dict == {"tags": [
+        "tag 2: an invisible character, U+200B (ZERO WIDTH SPACE), at position 5: remove it (it makes names that "
+        "look alike but differ)"]}
+    with pytest.raises(ValidationError, match="U\\+202E"):
+        services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, tags=["\u202eenilesab"])
+    services.run_update_details(run=run, tags="caf\u00e9, cafe\u0301")
+    run.refresh_from_db()
+    assert run.tags == ["caf\u00e9"]
+
+
 def test_a_silent_running_run_is_requeued_once(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
     run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
     now = timezone.now()
