@@ -15,7 +15,7 @@ from typing import Any
 
 import pydantic
 
-from jaxengine.spec import wrongly_written_value
+from jaxengine.spec import out_of_range, wrongly_written_value
 
 # What a value of each strict pydantic type is, in JSON's words: "5 is not text (a JSON string)".
 _EXPECTED = {"dict_type": "a JSON object ({...})", "model_type": "a JSON object ({...})",
@@ -127,12 +127,9 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
     if kind == "too_long":
         return (f"give at most {context['max_length']} (got {context['actual_length']}); send the rest in another "
                 "request")
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = context.get("ge", context.get("gt"))
-        return f"{_shown(value)} is too small: give a number {'≥' if kind == 'greater_than_equal' else '>'} {bound}"
-    if kind in ("less_than_equal", "less_than"):
-        bound = context.get("le", context.get("lt"))
-        return f"{_shown(value)} is too large: give a number {'≤' if kind == 'less_than_equal' else '<'} {bound}"
+    holder = _model_at(schema, loc[:-1]) if loc and isinstance(loc[-1], str) else None
+    if words := out_of_range(kind, context=context, field=holder.model_fields.get(loc[-1]) if holder else None):
+        return f"{_shown(value)} {words}"
     return problem["msg"]
 
 

@@ -50,7 +50,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
-from jaxengine.spec import DpoSpec, wrongly_written_value
+from jaxengine.spec import DpoSpec, out_of_range, wrongly_written_value
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
@@ -180,6 +180,9 @@ def _problem_in_words(problem: dict[str, Any]) -> str:
         return message.removeprefix("Value error, ")
     if wrong := wrongly_written_value(kind, problem["input"]):
         return wrong
+    field = part.model_fields.get(loc[-1]) if part is not None and loc and isinstance(loc[-1], str) else None
+    if words := out_of_range(kind, context=problem.get("ctx", {}), field=field):
+        return f"{problem['input']!r} {words}"
     if loc == ("stages",) and kind == "too_short":
         return "a pipeline has at least one stage: add a training stage (name and spec)"
     if loc == ("stages",) and kind == "too_long":

@@ -430,6 +430,8 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
                                          "why": "already logged at this step: the first value is kept"}
     status, bad = apis["teammate"].call("POST", path + "metrics/", {"points": [{"step": -1, "metrics": {}}]})
     assert status == 400 and {"points.0.step", "points.0.metrics"} <= set(bad["errors"])
+    # The field's whole range in words, not pydantic's 'Input should be greater than or equal to 0'.
+    assert bad["errors"]["points.0.step"] == ["-1 is too small: give a whole number from 0 to 2147483647"]
     status, samples = apis["teammate"].call("POST", path + "samples/", {"samples": [
         {"step": 10, "prompt": "2+2?", "text": "4", "rewards": {"exact": 1.0}}]})
     assert status == 201 and samples["stored"] == 1
@@ -928,7 +930,7 @@ def test_a_sweep_launches_a_run_per_combination_or_none(world):
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
         "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16]}})
     assert status == 400 and bad == {"errors": {"sweep": [
-        "optim.learning_rate = 2.0: 2.0: input should be less than or equal to 1 (combination 3 of 4: "
+        "optim.learning_rate = 2.0: 2.0 is too large: give a number above 0 and at most 1 (combination 3 of 4: "
         "learning_rate=2.0 rank=8)"]}}
     assert not Run.objects.exists() and sent == []
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": "8, 16"}})

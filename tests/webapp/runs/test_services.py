@@ -128,7 +128,7 @@ def test_bad_layout_hosts_and_pool_values_are_named_by_key(team, catalog, sent_t
         services.run_create(project=team.project, spec=spec, user=team.teammate)
     errors = caught.value.message_dict
     assert set(errors) == {"parallel.data", "parallel.fsdp", "hosts", "pool"}
-    assert "'two'" in errors["parallel.data"][0] and "greater than or equal to 1" in errors["parallel.fsdp"][0]
+    assert "'two'" in errors["parallel.data"][0] and "too small: give a whole number" in errors["parallel.fsdp"][0]
     grpo = {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
             "train": {"max_steps": 2}, "grpo": {"rewards": [{"name": "exact_match"}]}, "hosts": 2}
     with pytest.raises(ValidationError) as caught:
