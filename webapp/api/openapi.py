@@ -58,7 +58,7 @@ KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another bod
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
 ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
-           schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored,
+           schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
 
 
@@ -212,6 +212,23 @@ def build_document() -> dict[str, Any]:
                               answer=schemas.SampleList),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201", answer=schemas.SamplesStored),
+        },
+        f"{base}/runs/{{run_id}}/logs/": {
+            "get": _operation("The run's log (the run page's Log), oldest first: the first lines after a line, or "
+                              "the last lines", [SLUG, RUN],
+                              query=[{**_query("after", "the id of the last line you have: only lines after it "
+                                                        "(default 0: from the first)"),
+                                      "schema": {"type": "integer", "minimum": 0}},
+                                     {**_query("limit", f"the first lines after after (default "
+                                                        f"{paging.LOG_DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.LOG_MAX_LIMIT}},
+                                     {**_query("tail", "instead of limit: the last lines (after after), as the run "
+                                                       "page opens on"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.LOG_MAX_LIMIT}}],
+                              response="`{\"lines\": [...], \"next\": url}`: follow `next` for the lines after "
+                                       "these (an empty page while the run still runs: wait, and follow it again); "
+                                       "null once the run has ended and its log is read to the end",
+                              answer=schemas.RunLog),
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines, newest first", [SLUG],

@@ -8,6 +8,7 @@ and pipeline documents (``webapp.runs.pipelines``) already read 'required key is
 """
 from __future__ import annotations
 
+import difflib
 import json
 import types
 import typing
@@ -166,3 +167,18 @@ def _annotation_at(schema: type[pydantic.BaseModel] | None, loc: tuple) -> Any:
 
 def _is_model(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+
+
+def query_problems(query: dict[str, list[str]], *, allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    """``{parameter: [message]}`` for each query parameter of ``query`` (a QueryDict's lists) that the address
+    does not read, or that is given more than once; {} when there is none. A misspelt parameter
+    (``stauts=running``) was left unread, and the answer looked like the one asked for (every run)."""
+    problems: dict[str, list[str]] = {}
+    listed = f"allowed here: {', '.join(allowed)}" if allowed else "this address takes no query parameters"
+    for name, values in query.items():
+        if name not in allowed:
+            near = difflib.get_close_matches(name, allowed, n=1)
+            problems[name] = [f"unknown query parameter{f' (did you mean {near[0]}?)' if near else ''}; {listed}"]
+        elif len(values) > 1:
+            problems[name] = [f"given {len(values)} times; give it once (only one value is read)"]
+    return problems

@@ -20,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
-from webapp.api.problems import problems_by_field
+from webapp.api.problems import problems_by_field, query_problems
 from webapp.api.services import token_authenticate
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
@@ -39,7 +39,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
-from webapp.runs import artifacts
+from webapp.runs import artifacts, reporting
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import sweeps
@@ -80,8 +80,9 @@ def _why_unauthenticated(header: str) -> str:
             "tokens page and send it as 'Authorization: Bearer <token>'")
 
 
-def api_view(methods: tuple[str, ...]) -> Callable:
-    """Token authentication, allowed methods and JSON errors around an API view."""
+def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callable:
+    """Token authentication, allowed methods and query parameters (``query``: those a GET reads; the other
+    methods read none), and JSON errors around an API view."""
 
     allowed = (*methods, "HEAD") if "GET" in methods and "HEAD" not in methods else methods
 
@@ -102,6 +103,8 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 # leaves the body out of a HEAD response (uvicorn does).
                 request.method = "GET"
             request.user = user
+            if problems := query_problems(dict(request.GET.lists()), allowed=query if request.method == "GET" else ()):
+                return _error(400, errors=problems)
             try:
                 return view(request, *args, **kwargs)
             except Http404 as error:
@@ -118,6 +121,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
             except pydantic.ValidationError as error:  # not a body's: no schema to name the allowed keys from
                 return _error(400, errors=problems_by_field(error, schema=None))
 
+        wrapper.query_parameters = query  # the OpenAPI document's query parameters are checked against it
         return wrapper
 
     return decorate
@@ -262,7 +266,7 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
 UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=paging.QUERY)
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's datasets by name, a page at a time (``limit``, and the ``next`` link). POST
     (multipart: ``file``, ``kind``, and ``name`` for a new dataset or ``dataset`` (an id) for a new version;
@@ -394,7 +398,7 @@ def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, numbe
     return file_download(version.absolute_path, filename=version.original_filename)
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=(*run_selectors.RunFilters.QUERY, *paging.QUERY))
 def runs(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort),
     a page at a time (``limit``, and the ``next`` link: see ``webapp.api.paging``). POST: launch a
@@ -477,7 +481,7 @@ def run_finish(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     return JsonResponse(_run_json(run_services.run_finish_external(run=run, status=body.status, message=body.message)))
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=("names", "after_step", "max_points"))
 def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """GET: ``{name: {step, value, tokens, time}}`` (``names`` comma-separated, ``after_step``,
     ``max_points`` for server-side downsampling). POST (external runs): log points."""
@@ -505,7 +509,7 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                                                                max_points=max(max_points, 2))})
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=("step", *paging.QUERY))
 def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """GET: samples (``step`` to choose one), a page at a time (``limit``, and the ``next`` link). POST (external
     runs): log generations."""
@@ -528,7 +532,45 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                          "next": paging.next_link(request, sort="samples", after=page.next_after)})
 
 
-@api_view(("GET",))
+@api_view(("GET",), query=("after", "limit", "tail"))
+def run_logs(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """GET: the run's log (the run page's Log: what the launch and the worker wrote), oldest first: the first
+    ``limit`` lines after the line ``after`` (an id; 0 or left out: from the first line), or with ``tail=N``
+    the last N lines after it, as the run page opens on. ``next`` reads on after the last line given; it is
+    null once the run has ended and its log is read to the end, so a script follows it (waiting a while after
+    an empty page) to follow a running run."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    ended = not run.is_active  # read before the lines: every line of a run that had ended is written by then
+    errors = {}
+    after = whole_number(request.GET.get("after") or "0")
+    if after is None:
+        errors["after"] = (f"{request.GET['after']!r} is not a line id; give the id of the last line you have (0, "
+                           "or leave after out, for the first line)")
+    limits = {name: whole_number(request.GET[name], maximum=paging.LOG_MAX_LIMIT) for name in ("limit", "tail")
+              if name in request.GET}
+    for name, what in (("limit", f"the first lines after after; {paging.LOG_DEFAULT_LIMIT} when left out"),
+                       ("tail", "the last lines")):
+        if name in limits and not limits[name]:
+            errors[name] = (f"{request.GET[name]!r} is not a number of lines; give a whole number from 1 to "
+                            f"{paging.LOG_MAX_LIMIT} ({what})")
+    if len(limits) == 2 and not errors:
+        errors["tail"] = "give tail (the last lines) or limit (the first lines after after), not both"
+    if errors:
+        raise ValidationError(errors)
+    tail = limits.get("tail")
+    lines = run_selectors.log_tail(run=run, after_id=after, newest=tail is not None,
+                                   limit=tail or limits.get("limit", paging.LOG_DEFAULT_LIMIT))
+    last = lines[-1].pk if lines else after
+    next_link = None
+    if not ended or run_selectors.log_has_lines_after(run=run, after_id=last):
+        query = request.GET.copy()
+        query["after"] = str(last)
+        query.pop("tail", None)
+        next_link = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+    return JsonResponse({"lines": [reporting.log_line_payload(line) for line in lines], "next": next_link})
+
+
+@api_view(("GET",), query=("step",))
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
@@ -545,7 +587,7 @@ def _pipeline_json(pipeline) -> dict[str, Any]:
             "stages": [{**stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]}
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=paging.QUERY)
 def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's pipelines, newest first, a page at a time (``limit``, and the ``next`` link). POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
     validate every stage and start the first."""

@@ -309,7 +309,7 @@ class RunReporter:
     def log(self, message: str, *, level: str = LogLevel.INFO) -> None:
         """Record and publish a log line (from any thread)."""
         line = RunLogLine.objects.create(run=self.run, message=message, level=level)
-        self._publish({"type": "log", "lines": [_log_payload(line)]})
+        self._publish({"type": "log", "lines": [log_line_payload(line)]})
 
     # ---- writer thread ----------------------------------------------------------------------
 
@@ -547,7 +547,8 @@ class RunReporter:
             self._redis_failed(error)
 
 
-def _log_payload(line: RunLogLine) -> dict[str, Any]:
+def log_line_payload(line: RunLogLine) -> dict[str, Any]:
+    """A log line as the run page reads it (its live events, its polling, the REST API's logs/)."""
     return {"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
 
 

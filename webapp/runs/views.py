@@ -32,7 +32,7 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.runs import artifacts, presets, selectors, services, serving_copies, sweeps
+from webapp.runs import artifacts, presets, reporting, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
@@ -509,8 +509,7 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     return JsonResponse({
         "progress": _progress(run),
         "series": selectors.metric_series(run=run, after_step=after_step),
-        "log": [{"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
-                for line in selectors.log_tail(run=run, after_id=after_log)],
+        "log": [reporting.log_line_payload(line) for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
         "checkpoints": selectors.checkpoint_states(run=run),
     })

@@ -392,6 +392,94 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     assert get("GET", f"{metrics}?after_step=-1")[0] == 200
 
 
+def test_an_unknown_or_repeated_query_parameter_is_refused_naming_the_allowed_ones(world):
+    """QA: a misspelt parameter was left unread, so ?stauts=running listed every run, as if all were running;
+    one given twice kept its last value without a word."""
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    get = apis["viewer"].call
+    assert get("GET", "/api/v1/projects/alpha/runs/?stauts=running") == (400, {"errors": {"stauts": [
+        "unknown query parameter (did you mean status?); allowed here: q, status, task, tag, archived, sort, limit, "
+        "cursor"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=running&status=failed") == (400, {"errors": {"status": [
+        "given 2 times; give it once (only one value is read)"]}})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    assert get("GET", f"{path}samples/?steps=3") == (400, {"errors": {"steps": [
+        "unknown query parameter (did you mean step?); allowed here: step, limit, cursor"]}})
+    assert get("GET", f"{path}?verbose=1") == (400, {"errors": {"verbose": [
+        "unknown query parameter; this address takes no query parameters"]}})
+    # A write reads no query: a parameter sent with it was dropped as silently.
+    status, body = apis["teammate"].call("POST", f"{path}finish/?status=failed", {"status": "succeeded"})
+    assert status == 400 and body == {"errors": {"status": [
+        "unknown query parameter; this address takes no query parameters"]}}
+    assert Run.objects.get(public_id=run["id"]).status == RunStatus.RUNNING
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=running&limit=5")[0] == 200
+
+
+def test_the_openapi_document_lists_the_query_parameters_each_address_reads(world):
+    """The refusal of an unknown parameter and the document read one list: a parameter documented but refused (or
+    read but undocumented) would send a script writer the wrong way."""
+    from webapp.api.urls import urlpatterns
+
+    _team, apis, _sent = world
+    _status, document = apis["anonymous"].call("GET", "/api/v1/openapi.json")
+    views = {str(pattern.pattern).replace("<slug:slug>", "{slug}"): pattern.callback
+             for pattern in urlpatterns if str(pattern.pattern).startswith("api/v1/projects/")}
+    assert len(views) > 10
+    for route, view in views.items():
+        address = "/" + route.replace("<str:", "{").replace("<int:", "{").replace(">", "}")
+        for method, operation in document["paths"][address].items():
+            documented = [parameter["name"] for parameter in operation["parameters"] if parameter["in"] == "query"]
+            assert tuple(documented) == (view.query_parameters if method == "get" else ()), (address, method)
+
+
+def test_a_runs_log_is_read_a_page_at_a_time_or_by_its_tail(world):
+    """QA: the run page showed the worker's log and the API had no way to read it: a script that launched a run
+    could not see why it failed past error_message's one line."""
+    from webapp.runs import services as run_services
+
+    team, apis, _sent = world
+    run = Run.objects.create(project=team.project, name="waits", task="sft", status=RunStatus.QUEUED, spec={},
+                             resolved_spec={}, created_by=team.teammate)
+    path = f"/api/v1/projects/alpha/runs/{run.public_id}/logs/"
+    # No log yet: nothing to read, and while the run is queued there is an address to come back to.
+    status, body = apis["viewer"].call("GET", path)
+    assert status == 200 and body["lines"] == [] and body["next"].endswith(f"{path}?after=0")
+    written = [run_services.log_line(run, f"step {step}") for step in range(1, 6)]
+    run_services.log_line(run, "loss is <b>NaN</b>", level="warning")
+    status, body = apis["viewer"].call("GET", f"{path}?limit=2")
+    assert status == 200 and [line["message"] for line in body["lines"]] == ["step 1", "step 2"]
+    assert body["lines"][0] == {"id": written[0].pk, "time": written[0].created_at.isoformat(), "level": "info",
+                                "message": "step 1"}
+    status, body = apis["viewer"].call("GET", body["next"].removeprefix(apis["viewer"].base))
+    assert [line["message"] for line in body["lines"]] == ["step 3", "step 4"]
+    status, tail = apis["teammate"].call("GET", f"{path}?tail=2")
+    assert [(line["level"], line["message"]) for line in tail["lines"]] == [("info", "step 5"),
+                                                                           ("warning", "loss is <b>NaN</b>")]
+    # The tail's next reads on after it, forward: the next lines the run writes.
+    assert "tail" not in tail["next"] and f"after={tail['lines'][-1]['id']}" in tail["next"]
+    # Once the run has ended, the last page says so: no next.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    status, body = apis["viewer"].call("GET", f"{path}?after={written[3].pk}&limit=1")
+    assert [line["message"] for line in body["lines"]] == ["step 5"] and body["next"] is not None
+    status, body = apis["viewer"].call("GET", body["next"].removeprefix(apis["viewer"].base))
+    assert [line["message"] for line in body["lines"]] == ["loss is <b>NaN</b>"] and body["next"] is None
+    assert apis["viewer"].call("GET", f"{path}?tail=3")[1]["next"] is None
+    # Outsiders learn nothing; the API's own refusals for bad paging.
+    assert apis["outsider"].call("GET", path)[0] == 404
+    assert apis["anonymous"].call("GET", path)[0] == 401
+    assert apis["viewer"].call("POST", path, {})[0] == 405
+    for query, field, message in (
+            ("after=last", "after", "'last' is not a line id; give the id of the last line you have (0, or leave "
+                                    "after out, for the first line)"),
+            ("limit=0", "limit", "'0' is not a number of lines; give a whole number from 1 to 1000 (the first lines "
+                                 "after after; 200 when left out)"),
+            ("tail=5000", "tail", "'5000' is not a number of lines; give a whole number from 1 to 1000 (the last "
+                                  "lines)"),
+            ("tail=2&limit=2", "tail", "give tail (the last lines) or limit (the first lines after after), not both")):
+        assert apis["viewer"].call("GET", f"{path}?{query}") == (400, {"errors": {field: [message]}}), query
+
+
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
     """A NaN or infinite value (a diverged loss, say) was dropped in silence: the answer read
     {"stored": 0}, and the script that logged it could not tell why. It names each value left out."""
@@ -1032,6 +1120,7 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     check("POST", "runs/", 201, {"spec": spec, "sweep": {"peft.rank": [4, 8]}})
     check("GET", "runs/?limit=1", 200, template="runs/")
     check("GET", f"runs/{run['id']}/", 200, template="runs/{run_id}/")
+    check("GET", f"runs/{run['id']}/logs/?tail=5", 200, template="runs/{run_id}/logs/")
     check("POST", f"runs/{run['id']}/cancel/", 200, template="runs/{run_id}/cancel/")
     external = check("POST", "runs/", 201, {"external": True, "name": "laptop", "config": {"lr": 0.1}})
     runs = "runs/{run_id}/"
