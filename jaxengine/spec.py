@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.fields import FieldInfo
 
 from jaxengine.data import formats
+from jaxengine.words import counted
 
 Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
@@ -493,9 +494,10 @@ def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
     rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
     if rows % multiple == 0:
         return None
-    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {rows} rows"
-            if spec.task == "grpo" else f"{rows} rows")
-    return (f"train.batch_size: {what} do not split over parallel data × fsdp = {multiple} devices; "
+    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {counted(rows, 'row')}"
+            if spec.task == "grpo" else counted(rows, "row"))
+    return (f"train.batch_size: {what} {'does' if rows == 1 else 'do'} not split over parallel data × fsdp = "
+            f"{multiple} devices; "
             f"give a multiple of {multiple}, or move devices to parallel.tensor")
 
 

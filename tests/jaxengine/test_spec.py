@@ -702,3 +702,12 @@ def test_a_file_s_problems_are_listed_in_the_order_of_its_lines(tmp_path):
     assert [problem.split(": ")[:2] for problem in excinfo.value.problems] == [
         [str(path), "output_dir"], [f"{path}:3", "data.max_seq_len"], [f"{path}:4", "train.max_steps"],
         [f"{path}:5", "optim.bogus"], [f"{path}:6", "parallel.data"]]
+
+
+def test_a_batch_of_one_row_that_does_not_split_is_said_in_the_singular():
+    """It read "1 rows do not split"."""
+    from jaxengine.spec import batch_split_problem
+
+    spec = parse_spec(minimal(train={"max_steps": 10, "batch_size": 1}))
+    assert batch_split_problem(spec, 2) == ("train.batch_size: 1 row does not split over parallel data × fsdp = 2 "
+                                            "devices; give a multiple of 2, or move devices to parallel.tensor")

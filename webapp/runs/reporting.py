@@ -61,6 +61,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from jaxengine.words import counted
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
 from webapp.runs.artifacts import download_size
@@ -614,12 +615,13 @@ def data_cut_warnings(*, run: Run, data: Any) -> list[str]:
         rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
         if truncated:
             share = 100 * truncated / rows
-            warnings.append(f"data.{use}: {truncated} of {rows} rows ({f'{share:.0f}%' if share >= 1 else 'under 1%'}) "
-                            f"were longer than data.max_seq_len {max_seq_len} tokens and were cut to it: raise "
+            warnings.append(f"data.{use}: {truncated} of {counted(rows, 'row')} "
+                            f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {'was' if truncated == 1 else 'were'} "
+                            f"longer than data.max_seq_len {max_seq_len} tokens and were cut to it: raise "
                             "data.max_seq_len, or shorten those rows")
         if dropped:
             # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
-            warnings.append(f"data.{use}: {dropped} of {rows} rows {'was' if dropped == 1 else 'were'} left out, with "
+            warnings.append(f"data.{use}: {dropped} of {counted(rows, 'row')} {'was' if dropped == 1 else 'were'} left out, with "
                             f"no token to {purpose} (an empty completion, or no assistant turn): fill or remove them")
     return warnings
 

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jaxengine.words import counted
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
@@ -270,7 +271,7 @@ def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, 
     more) and draws a run only once it logs, while the table shows every run's status as it changes,
     and its ticks open the compare page for the runs chosen."""
     launched = services.sweep_create(project=project, spec=spec, user=request.user, axes=axes, name=name, tags=tags)
-    messages.success(request, f"Sweep {launched.tag}: {len(launched.runs)} runs queued.")
+    messages.success(request, f"Sweep {launched.tag}: {counted(len(launched.runs), 'run')} queued.")
     return _table_url(project, None, fallback=urlencode({"tag": launched.tag, "sort": "oldest"}))
 
 

@@ -218,6 +218,15 @@ def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, t
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.result_run == third
     assert Run.objects.filter(pipeline=pipeline).count() == 3
+    assert pipeline.message == "all 3 stages succeeded"
+
+
+def test_a_pipeline_of_one_stage_says_so_when_it_succeeds(team, catalog, sent_tasks, tmp_path):
+    """It said "all 1 stages succeeded"."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=1), user=team.teammate)
+    pipelines.pipeline_advance(run=finish(pipeline.runs.get(), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.message == "its one stage succeeded"
 
 
 def test_long_pipeline_and_stage_names_still_name_every_stages_run(team, catalog, sent_tasks, tmp_path):

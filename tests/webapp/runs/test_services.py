@@ -245,6 +245,12 @@ def test_resuming_a_succeeded_run_asks_for_a_new_total_by_the_names_a_person_see
     assert refused.value.message_dict == {"max_steps": [
         "the run has done all its 20 steps: give a new total above 20 (the box beside Train further; max_steps in the API) "
         "to train it further"]}
+    # One step done was "all its 1 steps" and "the 1 steps already done".
+    Run.objects.filter(pk=run.pk).update(current_step=1)
+    with pytest.raises(ValidationError, match="the run has done all its 1 step: give a new total above 1 "):
+        services.run_resume(run=run, user=team.teammate)
+    with pytest.raises(ValidationError, match="give more than the 1 step already done"):
+        services.run_resume(run=run, user=team.teammate, max_steps=1)
 
 
 def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django_capture_on_commit_callbacks,

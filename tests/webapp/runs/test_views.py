@@ -1477,6 +1477,14 @@ def test_a_table_filtered_by_a_tag_links_to_the_comparison_of_its_runs(team, cat
     assert "Compare the" not in client.get("/p/alpha/runs/?tag=many").content.decode()
 
 
+def test_a_sweep_of_one_value_says_one_run(team, catalog, client_for, sent_tasks):
+    """It said "1 runs queued"."""
+    client = client_for(team.teammate)
+    response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": "train.batch_size: 4"})
+    assert response.status_code == 302
+    assert f"Sweep {_sweep_tag(response['Location'])}: 1 run queued." in client.get(response["Location"]).content.decode()
+
+
 def test_launching_a_sweep_from_the_yaml_view(team, catalog, client_for, sent_tasks):
     response = client_for(team.teammate).post("/p/alpha/runs/new/", {
         "mode": "yaml", "spec_yaml": services.spec_to_yaml(sft_spec(catalog)), "sweep": "train.batch_size: 1, 4"})
