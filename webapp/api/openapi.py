@@ -186,8 +186,9 @@ def build_document() -> dict[str, Any]:
                                  "while it or work on its model still runs)", [SLUG, RUN], status="204",
                                  response="Nothing: deleted"),
         },
-        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN],
-                                                               answer=schemas.RunOut)},
+        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation(
+            "Cancel a queued run (at once) or a running one (after its current step: `stopping` is true until it "
+            "has stopped)", [SLUG, RUN], answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
                                                                [SLUG, RUN], body=schemas.RunResume,
                                                                answer=schemas.RunOut)},

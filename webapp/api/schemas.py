@@ -201,6 +201,8 @@ class RunOut(_Answer):
     task: str
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     error_message: str
+    stopping: bool = Field(description="Cancelled while training: the run stops after its current step (an "
+                                       "evaluation or a rollout can take minutes), and is running until then.")
     attempt: int
     current_step: int
     total_steps: int | None

@@ -282,6 +282,13 @@ def test_runs_create_get_cancel_resume(world):
     assert status == 200 and cancelled["status"] == "cancelled"
     status, resumed = apis["teammate"].call("POST", run_path + "resume/", {"max_steps": 9})
     assert status == 200 and resumed["status"] == "queued" and resumed["attempt"] == 2 and resumed["total_steps"] == 9
+    assert resumed["stopping"] is False
+    # QA: a training run's cancel answered "status": "running" and nothing more, as if the cancel had not been
+    # taken; it stops after its current step, and the answer and the run say so until it has.
+    Run.objects.filter(public_id=created["id"]).update(status=RunStatus.RUNNING)
+    status, cancelled = apis["teammate"].call("POST", run_path + "cancel/")
+    assert status == 200 and (cancelled["status"], cancelled["stopping"]) == ("running", True)
+    assert apis["viewer"].call("GET", run_path)[1]["stopping"] is True
     assert apis["outsider"].call("GET", run_path)[0] == 404
     assert apis["outsider"].call("POST", run_path + "cancel/")[0] == 404
 
