@@ -17,6 +17,7 @@ from typing import Any
 import pydantic
 
 from jaxengine.spec import out_of_range, wrongly_written_value
+from jaxengine.words import counted
 
 # What a value of each strict pydantic type is, in JSON's words: "5 is not text (a JSON string)".
 _EXPECTED = {"dict_type": "a JSON object ({...})", "model_type": "a JSON object ({...})",
@@ -124,10 +125,10 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
         return f"{_shown(value)} is not {_EXPECTED[kind]}"
     context = problem.get("ctx", {})
     if kind == "too_short":
-        return f"give at least {context['min_length']} (got {context['actual_length']})"
+        return f"give at least {counted(context['min_length'], 'item', grouped=True)} (got {context['actual_length']:,})"
     if kind == "too_long":
-        return (f"give at most {context['max_length']} (got {context['actual_length']}); send the rest in another "
-                "request")
+        return (f"give at most {counted(context['max_length'], 'item', grouped=True)} (got "
+                f"{context['actual_length']:,}); send the rest in another request")
     holder = _model_at(schema, loc[:-1]) if loc and isinstance(loc[-1], str) else None
     if words := out_of_range(kind, context=context, field=holder.model_fields.get(loc[-1]) if holder else None):
         return f"{_shown(value)} {words}"
