@@ -12,7 +12,7 @@ from jaxengine.spec import JobSpec
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
-from webapp.runs.selectors import RUN_TASKS, SORTS
+from webapp.runs.selectors import MAX_POINTS, RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -198,7 +198,9 @@ def build_document() -> dict[str, Any]:
             "get": _operation("Metric series (downsampled beyond max_points)", [SLUG, RUN],
                               query=[_query("names", "comma-separated metric names"),
                                      _query("after_step", "only points after this step", "integer"),
-                                     _query("max_points", "points per metric before downsampling", "integer")],
+                                     {**_query("max_points", f"points per metric before downsampling (default "
+                                                            f"{MAX_POINTS})"),
+                                      "schema": {"type": "integer", "minimum": 2}}],
                               answer=schemas.MetricSeries),
             "post": _operation("Log metric points into an external run", [SLUG, RUN], body=schemas.MetricsLog,
                                status="201", answer=schemas.MetricsLogged),

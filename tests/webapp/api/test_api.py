@@ -393,6 +393,11 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
     status, body = get("GET", f"{metrics}?max_points=many")
     assert status == 400 and set(body["errors"]) == {"max_points"}, body
+    # The message asks for at least 2; 0 and 1 were taken as 2 without a word.
+    for too_few in ("0", "1"):
+        assert get("GET", f"{metrics}?max_points={too_few}") == (400, {"errors": {"max_points": [
+            f"'{too_few}' is not a number of points; give a whole number (at least 2; 2000 when left out)"]}})
+    assert get("GET", f"{metrics}?max_points=2")[0] == 200
     for after_step in ("9" * 30, "%203", "%2B3", "3_0", "%D9%A3"):  # int() took all but the first
         status, body = get("GET", f"{metrics}?after_step={after_step}")
         assert status == 400 and set(body["errors"]) == {"after_step"}, body
