@@ -1406,14 +1406,28 @@ def test_an_artifact_not_found_says_which_there_are(world):
         Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(directory))
     base = f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
     for path, detail in (
-            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps 3, 7"),
-            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has one at "
-                                   "steps 3, 7"),
+            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has 2 checkpoint "
+                            "artifacts, at steps 3, 7"),
+            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has 2 "
+                                   "checkpoint artifacts, at steps 3, 7"),
             ("weights/", "'\u2068weights\u2069' is not a kind of artifact; download model, adapter, or checkpoint?step=N"),
-            ("model/", f"run {run.public_id} has no model artifact")):
+            # The bare "has no model artifact" did not say whether one would come.
+            ("model/", f"run {run.public_id} has no model artifact (it is queued): a run exports its model, and a LoRA "
+                       "run its adapter, when it succeeds")):
         status, body = apis["viewer"].call("GET", f"{base}/{path}")
         assert status == 404 and body == {"detail": detail}, (path, body)
     assert apis["viewer"].call("GET", f"{base}/checkpoint/?step=7")[0] == 200
+    Artifact.objects.filter(step=3).delete()  # "has them at steps 7": one is said as one
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/") == (404, {"detail": (
+        f"give the exported checkpoint's step as ?step=N; run {run.public_id} has 1 checkpoint artifact, at step 7")})
+    Artifact.objects.all().delete()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/") == (404, {"detail": (
+        f"run {run.public_id} has no checkpoint artifact; export a checkpoint on the run's page (Checkpoints), then "
+        "download it here with ?step=N")})
+    assert apis["viewer"].call("GET", f"{base}/adapter/") == (404, {"detail": (
+        f"run {run.public_id} has no adapter artifact; only a run with peft.method lora or qlora writes one: download "
+        "model/ for the trained weights")})
 
 
 def test_a_tag_holding_a_comma_is_refused_as_the_run_page_would_split_it(world):
