@@ -186,7 +186,9 @@ def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[st
         _add(errors, key, f"{reference!r} is not a dataset version of {project.slug}")
         return None
     if version.status != VersionStatus.READY:
-        _add(errors, key, f"{version} is {version.status}, not ready; wait for its check or fix the upload")
+        remedy = ("fix the file and upload it again" if version.status == VersionStatus.FAILED
+                  else "wait for its check to end")
+        _add(errors, key, f"{version} {version.status_phrase}: a run trains on a ready version only; {remedy}")
         return None
     if version.dataset.kind not in kinds:
         _add(errors, key, f"{version} is a {version.dataset.kind} dataset; {task} needs {' or '.join(kinds)}")

@@ -137,6 +137,21 @@ def test_bad_layout_hosts_and_pool_values_are_named_by_key(team, catalog, sent_t
     assert Run.objects.count() == 0
 
 
+def test_a_version_not_ready_is_refused_saying_what_to_do(team, catalog, sent_tasks):
+    """It read "v1 is failed, not ready; wait for its check or fix the upload": a failed version never gets ready."""
+    from webapp.datasets.models import VersionStatus
+
+    for status, said in ((VersionStatus.FAILED, "failed its check: a run trains on a ready version only; fix the file "
+                                                "and upload it again"),
+                         (VersionStatus.VALIDATING, "is being checked: a run trains on a ready version only; wait for "
+                                                    "its check to end")):
+        type(catalog.sft).objects.filter(pk=catalog.sft.pk).update(status=status)
+        with pytest.raises(ValidationError) as refused:
+            services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+        assert refused.value.message_dict["data.train"] == [f"{catalog.sft} {said}"]
+    assert not Run.objects.exists()
+
+
 def test_it_rejects_objects_of_another_project(team, catalog, sent_tasks):
     foreign = make_ready_version(team.outsider_project, name="theirs")
     spec = sft_spec(catalog)
