@@ -474,7 +474,7 @@ class RunReporter:
             evaluation = ", ".join(f"{name} {value:.4g}" for name, value in numeric_metrics(metrics)
                                    if name.startswith("eval/") and name.count("/") == 1)
             count = evaluated.get(step, 0)
-            self.log(f"step {step}: evaluated ({evaluation}" + (f"; {count} sample{'' if count == 1 else 's'})" if count else ")"))
+            self.log(f"step {step}: evaluated ({evaluation}" + (f"; {counted(count, 'sample')})" if count else ")"))
 
     def _write_samples(self) -> dict[int, int]:
         """Store the samples appended to samples.jsonl since the last pass (within the bounds of the

@@ -22,6 +22,7 @@ from django.db.models.functions import Cast
 
 from jaxengine.memory import ModelFacts, estimate_memory, gib
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, parse_spec
+from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -259,7 +260,7 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
     return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                f"{version.row_count} row{'' if version.row_count == 1 else 's'})")
+                                f"{counted(version.row_count, 'row')})")
             for version in versions]
 
 

@@ -482,7 +482,7 @@ def _check_layout(job, errors) -> None:
     sizes = job.parallel.model_dump()
     product = sizes["data"] * sizes["fsdp"] * sizes["tensor"]
     if devices is not None and product != devices:
-        hosts = f"{job.hosts} host{'s' if job.hosts != 1 else ''}"
+        hosts = counted(job.hosts, "host")
         _add(errors, "parallel", f"data {sizes['data']} × fsdp {sizes['fsdp']} × tensor {sizes['tensor']} = {product} "
                                  f"devices, but a job of {hosts} on pool {job.pool} gets {devices} (its workers: "
                                  f"{offer.summary}); make the sizes multiply to {devices}, or leave parallel out "

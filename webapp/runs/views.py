@@ -113,7 +113,7 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
         for text in error.messages:
             messages.error(request, text)
     else:
-        messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
+        messages.success(request, f"{'Archived' if archived else 'Restored'} {counted(count, 'run')}.")
     if request.POST.get("from") == "run" and len(runs) == 1:  # the run page's own button goes back to it
         return redirect("runs:detail", project.slug, runs[0].public_id)
     return redirect(table)
