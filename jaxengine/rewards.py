@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jaxengine.words import counted
+
 RewardFn = Callable[..., list[float]]
 
 logger = logging.getLogger(__name__)
@@ -487,7 +489,7 @@ def score_rewards(terms: Sequence[WeightedReward], completions: Sequence[str],
     wrong number of scores or a non-finite one.
     """
     if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} reference rows")
+        raise ValueError(f"{counted(len(completions), 'completion')} but {counted(len(references), 'reference row')}")
     totals = [0.0] * len(completions)
     by_key: dict[str, list[float]] = {}
     for term in terms:
@@ -571,7 +573,7 @@ def _call_reward(term: WeightedReward, completions: Sequence[str],
                 return _score_checked(term, completions, references)
         return _score_in_helper_process(term, completions, references, seconds=limit)
     except _TimeLimitExpired:
-        raise RewardError(f"reward {term.name!r} took more than {limit:g} s to score {len(completions)} completions; "
+        raise RewardError(f"reward {term.name!r} took more than {limit:g} s to score {counted(len(completions), 'completion')}; "
                           "a regular expression with nested repetition, such as (\\w+\\s?)*, takes time exponential "
                           "in a completion's length: simplify its pattern") from None
 
@@ -656,7 +658,8 @@ def _score_checked(term: WeightedReward, completions: Sequence[str],
                           f"{batch_error}") from batch_error
     scores = list(scores)
     if len(scores) != len(completions):
-        raise RewardError(f"reward {term.name!r} returned {len(scores)} scores for {len(completions)} completions")
+        raise RewardError(f"reward {term.name!r} returned {counted(len(scores), 'score')} for "
+                          f"{counted(len(completions), 'completion')}")
     for index, score in enumerate(scores):
         if not isinstance(score, (int, float)) or not math.isfinite(score):
             raise RewardError(f"reward {term.name!r} returned {score!r} for sample {index}; rewards must be "

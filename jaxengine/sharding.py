@@ -21,6 +21,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxengine.words import counted
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 # Logical parameter axis -> mesh axis. Matmul inputs ('embed') shard over fsdp; heads, MLP
@@ -46,7 +48,8 @@ def make_mesh(*, data: int = 1, fsdp: int = 1, tensor: int = 1, devices: Sequenc
     needed = data * fsdp * tensor
     if needed > len(devices):
         raise ValueError(
-            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} needs {needed} devices but {len(devices)} are available"
+            f"mesh data={data} x fsdp={fsdp} x tensor={tensor} needs {needed} devices but "
+            f"{counted(len(devices), 'is', 'are')} available"
         )
     return Mesh(np.array(devices[:needed]).reshape(data, fsdp, tensor), MESH_AXES)
 
@@ -143,7 +146,7 @@ def layout_mesh(layout: dict[str, int], devices: Sequence[jax.Device] | None = N
     product = math.prod(sizes.values())
     if product != len(devices):
         given = " x ".join(f"{name} {size}" for name, size in sizes.items())
-        raise ValueError(f"parallel: {given} = {product} devices, but this job has {len(devices)}; "
+        raise ValueError(f"parallel: {given} = {counted(product, 'device')}, but this job has {len(devices)}; "
                          f"make the sizes multiply to {len(devices)} (or leave parallel out for the default)")
     return make_mesh(**sizes, devices=devices)
 

@@ -23,8 +23,10 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from jaxengine.data import formats
+from jaxengine.words import counted
 
 Task = Literal["pretrain", "sft", "reward", "dpo", "grpo", "ppo"]
 PeftMethod = Literal["none", "lora", "qlora"]
@@ -492,9 +494,10 @@ def batch_split_problem(spec: JobSpec, multiple: int) -> str | None:
     rows = spec.train.batch_size * (spec.grpo.num_generations if spec.task == "grpo" else 1)
     if rows % multiple == 0:
         return None
-    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {rows} rows"
-            if spec.task == "grpo" else f"{rows} rows")
-    return (f"train.batch_size: {what} do not split over parallel data × fsdp = {multiple} devices; "
+    what = (f"{spec.train.batch_size} × grpo.num_generations {spec.grpo.num_generations} = {counted(rows, 'row')}"
+            if spec.task == "grpo" else counted(rows, "row"))
+    return (f"train.batch_size: {what} {'does' if rows == 1 else 'do'} not split over parallel data × fsdp = "
+            f"{multiple} devices; "
             f"give a multiple of {multiple}, or move devices to parallel.tensor")
 
 
@@ -741,6 +744,8 @@ def _describe(err: dict, source: str | None, lines: dict[tuple, int]) -> str:
         message = f"{value!r} is not a finite number"
     elif kind in ("int_type", "float_type", "bool_type") and (wrong := wrongly_written_value(kind, value)):
         message = wrong
+    elif words := out_of_range(kind, context=err.get("ctx", {}), field=_field_info(loc)):
+        message = f"{value!r} {words}"
     elif kind == "string_pattern_mismatch" and (words := PATTERN_WORDS.get(err.get("ctx", {}).get("pattern"))):
         message = f"{value!r} is not allowed here: give {words}"
     elif kind in ("model_type", "dict_type"):
@@ -787,6 +792,39 @@ def wrongly_written_value(kind: str, value: Any) -> str | None:
     return None
 
 
+RANGE_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than")
+
+
+def out_of_range(kind: str, *, context: dict[str, Any], field: FieldInfo | None) -> str | None:
+    """A pydantic range error of ``kind`` in the project's words, to follow the value: "is too small: give a whole
+    number from 8 to 131072"; None for an error of another kind. pydantic names only the bound crossed, in its
+    own words ("Input should be greater than or equal to 8"); ``field`` (the FieldInfo, where the error is a
+    field's) gives the other bound too, so the answer says the whole range (the web's pipeline documents and the
+    REST API's bodies say it the same way)."""
+    if kind not in RANGE_ERRORS:
+        return None
+    bounds = dict(context)
+    for constraint in field.metadata if field is not None else ():
+        bounds.update({name: getattr(constraint, name) for name in ("ge", "gt", "le", "lt")
+                       if getattr(constraint, name, None) is not None})
+    shown = {name: _bound(value) for name, value in bounds.items() if name in ("ge", "gt", "le", "lt")}
+    if "ge" in shown and "le" in shown:
+        allowed = f"from {shown['ge']} to {shown['le']}"
+    else:
+        lower = f"at least {shown['ge']}" if "ge" in shown else f"above {shown['gt']}" if "gt" in shown else ""
+        upper = f"at most {shown['le']}" if "le" in shown else f"below {shown['lt']}" if "lt" in shown else ""
+        allowed = f"{lower} and {upper}" if lower and upper else lower or upper
+        allowed = f"of {allowed}" if allowed.startswith("at ") and not (lower and upper) else allowed
+    whole = field is not None and _unwrap(field.annotation) is int
+    size = "too small" if kind.startswith("greater") else "too large"
+    return f"is {size}: give a {'whole number' if whole else 'number'} {allowed}"
+
+
+def _bound(value: Any) -> str:
+    """A bound as a person writes it: 0, not 0.0."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _non_finite(value: Any) -> bool:
     """NaN or an infinity, as a float or as the text pydantic reads as one ('nan', '-inf')."""
     if isinstance(value, str):
@@ -821,6 +859,16 @@ def _field_annotation(loc: tuple) -> Any:
             return None
         annotation = model.model_fields[part].annotation
     return annotation
+
+
+def _field_info(loc: tuple) -> FieldInfo | None:
+    """The spec field at ``loc`` (None for an item of a list, or no field)."""
+    if not loc or isinstance(loc[-1], int):
+        return None
+    model = _unwrap(_field_annotation(loc[:-1])) if loc[:-1] else JobSpec
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return model.model_fields.get(loc[-1])
+    return None
 
 
 def _unwrap(annotation: Any, *, container: bool = False) -> Any:

@@ -20,6 +20,7 @@ import signal
 import sys
 
 from jaxengine.cli import command_description
+from jaxengine.words import counted
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANCELLED = 1, 2, 130
 
@@ -105,7 +106,7 @@ def _train(args: argparse.Namespace) -> int:
     if past is not None and args.process_id in (None, 0):
         print(f"{args.spec}: warning: output_dir {spec.output_dir} is at step {past}, past train.max_steps "
               f"{spec.train.max_steps}: nothing was trained and its model is the step-{past} one; use a new "
-              f"output_dir to train {spec.train.max_steps} steps", file=sys.stderr)
+              f"output_dir to train {counted(spec.train.max_steps, 'step')}", file=sys.stderr)
     if summary["status"] == "failed":  # the why, where a terminal user reads errors, besides the summary's message
         print(f"{args.spec}: failed: {summary['message']}", file=sys.stderr)
     return {"succeeded": 0, "cancelled": EXIT_CANCELLED}.get(summary["status"], EXIT_FAILED)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jaxengine.cli import command_description
 from jaxengine.data import formats
+from jaxengine.words import counted
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -84,7 +85,7 @@ def render_text(path: Path, report: formats.ValidationReport) -> str:
         text = f"{', '.join(detail)}: {issue.message}" if detail else issue.message
         lines.append(f"{where}: {text} [{issue.code}]")
     if report.ok:
-        lines.append(f"{path}: ok, {report.row_count} rows")
+        lines.append(f"{path}: ok, {counted(report.row_count, 'row')}")
         for name, summary in report.statistics["fields"].items():
             lines.append(f"  {name}: mean {summary['mean']}, p50 {summary['p50']}, p90 {summary['p90']}, "
                          f"max {summary['max']} {'turns' if name.endswith('.turns') else 'characters'}")

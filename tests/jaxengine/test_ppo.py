@@ -186,8 +186,8 @@ def test_checkpoints_rank_by_the_first_eval_metric_else_the_reward(tmp_path):
      "ppo.reward_model: give exactly one of reward_model and rewards (both given): remove the reward functions, "
      "or choose no reward model"),
     ({"reward_model": "  "}, "ppo.reward_model: empty"),
-    ({"reward_model": "runs/r", "lam": 1.5}, "ppo.lam: 1.5: input should be less than or equal to 1"),
-    ({"reward_model": "runs/r", "kl_coef": -1}, "ppo.kl_coef: -1: input should be greater than or equal to 0"),
+    ({"reward_model": "runs/r", "lam": 1.5}, "ppo.lam: 1.5 is too large: give a number from 0 to 1"),
+    ({"reward_model": "runs/r", "kl_coef": -1}, "ppo.kl_coef: -1 is too small: give a number of at least 0"),
     ({"reward_model": "runs/r", "beta": 0.1}, "ppo.beta: unknown key; allowed keys here: gamma, lam"),
     ({"rewards": [{"name": "exact_match"}, {"name": "exact_match"}]}, "ppo.rewards: ['exact_match', 'exact_match'] "
                                                                       "names a function twice"),
@@ -207,7 +207,7 @@ def test_a_ppo_section_needs_task_ppo_and_errors_carry_the_line(tmp_path):
     text = "task: ppo\nmodel: m\noutput_dir: o\ndata: {train: t}\ntrain: {max_steps: 1}\nppo:\n  gamma: 2\n  rewards: []\n"
     with pytest.raises(SpecError) as error:
         parse_spec_text(text, source="ppo.yaml")
-    assert error.value.problems == ["ppo.yaml:7: ppo.gamma: 2: input should be less than or equal to 1"]
+    assert error.value.problems == ["ppo.yaml:7: ppo.gamma: 2 is too large: give a number from 0 to 1"]
 
 
 # --------------------------------------------------------------------------------------------

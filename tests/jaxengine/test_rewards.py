@@ -161,7 +161,7 @@ def test_a_non_finite_or_miscounted_reward_is_an_error(monkeypatch):
     with pytest.raises(RewardError, match="'broken' returned nan for sample 1"):
         score_rewards([WeightedReward(name="broken")], ["a", "b"], [{}, {}])
     monkeypatch.setitem(rewards.REWARDS, "short", lambda completions, references: [1.0])
-    with pytest.raises(RewardError, match="returned 1 scores for 2 completions"):
+    with pytest.raises(RewardError, match="returned 1 score for 2 completions"):
         score_rewards([WeightedReward(name="short")], ["a", "b"], [{}, {}])
 
 

@@ -18,6 +18,8 @@ def test_make_mesh_has_named_axes_of_given_sizes():
     assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
     with pytest.raises(ValueError, match="needs 16 devices but 8 are available"):
         make_mesh(data=4, fsdp=2, tensor=2)
+    with pytest.raises(ValueError, match="needs 2 devices but 1 is available"):  # not "1 are"
+        make_mesh(data=2, fsdp=1, tensor=1, devices=jax.devices()[:1])
 
 
 def test_logical_axes_map_to_mesh_axes_and_replicate_what_does_not_divide():

@@ -180,9 +180,16 @@ def test_whole_numbers_stay_welcome_where_a_fraction_is_allowed():
 
 def test_it_rejects_out_of_range_numbers():
     [problem] = problems_of(minimal(peft={"method": "lora", "dropout": 1.5}))
-    assert problem == "peft.dropout: 1.5: input should be less than 1"
+    assert problem == "peft.dropout: 1.5 is too large: give a number at least 0 and below 1"
     assert problems_of(minimal(train={"max_steps": 10, "batch_size": 10**22})) == [
-        "train.batch_size: 10000000000000000000000: input should be less than or equal to 65536"]
+        "train.batch_size: 10000000000000000000000 is too large: give a whole number from 1 to 65536"]
+    # pydantic named only the bound crossed, in its words ("input should be greater than 0"): the range is the
+    # field's, both ends.
+    assert problems_of(minimal(optim={"learning_rate": 0}, data={"train": "d", "max_seq_len": 4})) == [
+        "data.max_seq_len: 4 is too small: give a whole number from 8 to 131072",
+        "optim.learning_rate: 0 is too small: give a number above 0 and at most 1"]
+    assert problems_of(minimal(optim={"warmup_steps": -1})) == [
+        "optim.warmup_steps: -1 is too small: give a whole number of at least 0"]
 
 
 def test_it_rejects_an_unknown_lora_target_naming_the_item():
@@ -398,7 +405,7 @@ def test_it_rejects_grpo_mistakes():
     assert problems_of(minimal(task="grpo")) == ["grpo.rewards: required key is missing"]
     one = {"rewards": [{"name": "valid_json"}]}
     assert problems_of(minimal(task="grpo", grpo={**one, "num_generations": 1})) == [
-        "grpo.num_generations: 1: input should be greater than or equal to 2"]
+        "grpo.num_generations: 1 is too small: give a whole number of at least 2"]
     assert problems_of(minimal(task="grpo", grpo={**one, "loss_type": "ppo"})) == [
         "grpo.loss_type: 'ppo' is not one of grpo, dr_grpo, dapo, gspo"]
     assert problems_of(minimal(task="grpo", grpo={"rewards": []})) == [
@@ -695,3 +702,12 @@ def test_a_file_s_problems_are_listed_in_the_order_of_its_lines(tmp_path):
     assert [problem.split(": ")[:2] for problem in excinfo.value.problems] == [
         [str(path), "output_dir"], [f"{path}:3", "data.max_seq_len"], [f"{path}:4", "train.max_steps"],
         [f"{path}:5", "optim.bogus"], [f"{path}:6", "parallel.data"]]
+
+
+def test_a_batch_of_one_row_that_does_not_split_is_said_in_the_singular():
+    """It read "1 rows do not split"."""
+    from jaxengine.spec import batch_split_problem
+
+    spec = parse_spec(minimal(train={"max_steps": 10, "batch_size": 1}))
+    assert batch_split_problem(spec, 2) == ("train.batch_size: 1 row does not split over parallel data × fsdp = 2 "
+                                            "devices; give a multiple of 2, or move devices to parallel.tensor")

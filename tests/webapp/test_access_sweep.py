@@ -320,6 +320,7 @@ ROUTES: dict[str, Route] = {
     "api:run_finish": Route(auth=Auth.API_TOKEN, kwargs=_run, methods={"POST": MEMBER}),
     "api:run_metrics": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),
     "api:run_samples": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ_MEMBER_WRITE),
+    "api:run_logs": Route(auth=Auth.API_TOKEN, kwargs=_run, methods=READ),
     "api:run_artifact": Route(auth=Auth.API_TOKEN, kwargs=_api_artifact, methods=READ),
     "api:pipelines": Route(auth=Auth.API_TOKEN, kwargs=_project, methods=READ_MEMBER_WRITE),
     "api:pipeline": Route(auth=Auth.API_TOKEN, kwargs=_pipeline, methods=READ),

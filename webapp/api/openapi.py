@@ -12,7 +12,7 @@ from jaxengine.spec import JobSpec
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
-from webapp.runs.selectors import RUN_TASKS, SORTS
+from webapp.runs.selectors import MAX_POINTS, RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -58,7 +58,7 @@ KEY_REUSED = {"422": _json("The Idempotency-Key was sent before with another bod
 # Every body the API answers with (webapp.api.schemas), the components the responses refer to.
 ANSWERS = (schemas.BaseModelList, schemas.BaseModelOut, schemas.DatasetList, schemas.DatasetDetail,
            schemas.DatasetVersionOut, schemas.UploadOut, schemas.RunPage, schemas.RunDetail, schemas.RunOut,
-           schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored,
+           schemas.SweepOut, schemas.MetricSeries, schemas.MetricsLogged, schemas.SampleList, schemas.SamplesStored, schemas.RunLog,
            schemas.PipelineList, schemas.PipelineOut, schemas.FieldErrors, schemas.Detail)
 
 
@@ -186,8 +186,9 @@ def build_document() -> dict[str, Any]:
                                  "while it or work on its model still runs)", [SLUG, RUN], status="204",
                                  response="Nothing: deleted"),
         },
-        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation("Cancel a queued or running run", [SLUG, RUN],
-                                                               answer=schemas.RunOut)},
+        f"{base}/runs/{{run_id}}/cancel/": {"post": _operation(
+            "Cancel a queued run (at once) or a running one (after its current step: `stopping` is true until it "
+            "has stopped)", [SLUG, RUN], answer=schemas.RunOut)},
         f"{base}/runs/{{run_id}}/resume/": {"post": _operation("Resume a finished run from its last checkpoint",
                                                                [SLUG, RUN], body=schemas.RunResume,
                                                                answer=schemas.RunOut)},
@@ -197,7 +198,9 @@ def build_document() -> dict[str, Any]:
             "get": _operation("Metric series (downsampled beyond max_points)", [SLUG, RUN],
                               query=[_query("names", "comma-separated metric names"),
                                      _query("after_step", "only points after this step", "integer"),
-                                     _query("max_points", "points per metric before downsampling", "integer")],
+                                     {**_query("max_points", f"points per metric before downsampling (default "
+                                                            f"{MAX_POINTS})"),
+                                      "schema": {"type": "integer", "minimum": 2}}],
                               answer=schemas.MetricSeries),
             "post": _operation("Log metric points into an external run", [SLUG, RUN], body=schemas.MetricsLog,
                                status="201", answer=schemas.MetricsLogged),
@@ -212,6 +215,23 @@ def build_document() -> dict[str, Any]:
                               answer=schemas.SampleList),
             "post": _operation("Log generations into an external run", [SLUG, RUN], body=schemas.SamplesLog,
                                status="201", answer=schemas.SamplesStored),
+        },
+        f"{base}/runs/{{run_id}}/logs/": {
+            "get": _operation("The run's log (the run page's Log), oldest first: the first lines after a line, or "
+                              "the last lines", [SLUG, RUN],
+                              query=[{**_query("after", "the id of the last line you have: only lines after it "
+                                                        "(default 0: from the first)"),
+                                      "schema": {"type": "integer", "minimum": 0}},
+                                     {**_query("limit", f"the first lines after after (default "
+                                                        f"{paging.LOG_DEFAULT_LIMIT})"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.LOG_MAX_LIMIT}},
+                                     {**_query("tail", "instead of limit: the last lines (after after), as the run "
+                                                       "page opens on"),
+                                      "schema": {"type": "integer", "minimum": 1, "maximum": paging.LOG_MAX_LIMIT}}],
+                              response="`{\"lines\": [...], \"next\": url}`: follow `next` for the lines after "
+                                       "these (an empty page while the run still runs: wait, and follow it again); "
+                                       "null once the run has ended and its log is read to the end",
+                              answer=schemas.RunLog),
         },
         f"{base}/pipelines/": {
             "get": _operation("List pipelines, newest first", [SLUG],

@@ -22,7 +22,12 @@ MAX_LIMIT = 500
 # Samples are small and read in bulk: larger pages.
 SAMPLES_DEFAULT_LIMIT = 1000
 SAMPLES_MAX_LIMIT = 5000
+# A run's log lines (webapp.api.views.run_logs): the run page shows its last 200.
+LOG_DEFAULT_LIMIT = 200
+LOG_MAX_LIMIT = 1000
 _SALT = "webapp.api.paging.cursor"
+# The query parameters of a paged list.
+QUERY = ("limit", "cursor")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ and pipeline documents (``webapp.runs.pipelines``) already read 'required key is
 """
 from __future__ import annotations
 
+import difflib
 import json
 import types
 import typing
@@ -15,7 +16,8 @@ from typing import Any
 
 import pydantic
 
-from jaxengine.spec import wrongly_written_value
+from jaxengine.spec import out_of_range, wrongly_written_value
+from jaxengine.words import counted
 
 # What a value of each strict pydantic type is, in JSON's words: "5 is not text (a JSON string)".
 _EXPECTED = {"dict_type": "a JSON object ({...})", "model_type": "a JSON object ({...})",
@@ -123,16 +125,13 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
         return f"{_shown(value)} is not {_EXPECTED[kind]}"
     context = problem.get("ctx", {})
     if kind == "too_short":
-        return f"give at least {context['min_length']} (got {context['actual_length']})"
+        return f"give at least {counted(context['min_length'], 'item', grouped=True)} (got {context['actual_length']:,})"
     if kind == "too_long":
-        return (f"give at most {context['max_length']} (got {context['actual_length']}); send the rest in another "
-                "request")
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = context.get("ge", context.get("gt"))
-        return f"{_shown(value)} is too small: give a number {'≥' if kind == 'greater_than_equal' else '>'} {bound}"
-    if kind in ("less_than_equal", "less_than"):
-        bound = context.get("le", context.get("lt"))
-        return f"{_shown(value)} is too large: give a number {'≤' if kind == 'less_than_equal' else '<'} {bound}"
+        return (f"give at most {counted(context['max_length'], 'item', grouped=True)} (got "
+                f"{context['actual_length']:,}); send the rest in another request")
+    holder = _model_at(schema, loc[:-1]) if loc and isinstance(loc[-1], str) else None
+    if words := out_of_range(kind, context=context, field=holder.model_fields.get(loc[-1]) if holder else None):
+        return f"{_shown(value)} {words}"
     return problem["msg"]
 
 
@@ -169,3 +168,18 @@ def _annotation_at(schema: type[pydantic.BaseModel] | None, loc: tuple) -> Any:
 
 def _is_model(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+
+
+def query_problems(query: dict[str, list[str]], *, allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    """``{parameter: [message]}`` for each query parameter of ``query`` (a QueryDict's lists) that the address
+    does not read, or that is given more than once; {} when there is none. A misspelt parameter
+    (``stauts=running``) was left unread, and the answer looked like the one asked for (every run)."""
+    problems: dict[str, list[str]] = {}
+    listed = f"allowed here: {', '.join(allowed)}" if allowed else "this address takes no query parameters"
+    for name, values in query.items():
+        if name not in allowed:
+            near = difflib.get_close_matches(name, allowed, n=1)
+            problems[name] = [f"unknown query parameter{f' (did you mean {near[0]}?)' if near else ''}; {listed}"]
+        elif len(values) > 1:
+            problems[name] = [f"given {len(values)} times; give it once (only one value is read)"]
+    return problems

@@ -201,6 +201,8 @@ class RunOut(_Answer):
     task: str
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
     error_message: str
+    stopping: bool = Field(description="Cancelled while training: the run stops after its current step (an "
+                                       "evaluation or a rollout can take minutes), and is running until then.")
     attempt: int
     current_step: int
     total_steps: int | None
@@ -272,6 +274,19 @@ class SampleOut(_Answer):
 class SampleList(_Answer):
     samples: list[SampleOut]
     next: str | None = Field(description="The address of the next page (it keeps the query); null on the last.")
+
+
+class LogLine(_Answer):
+    id: int = Field(description="The line's id: send it as after to read the lines after it.")
+    time: datetime
+    level: Literal["info", "warning", "error"]
+    message: str
+
+
+class RunLog(_Answer):
+    lines: list[LogLine] = Field(description="Oldest first.")
+    next: str | None = Field(description="The address of the lines after these (it keeps the query, without "
+                                         "tail); null once the run has ended and its log is read to the end.")
 
 
 class SamplesStored(_Answer):

@@ -21,6 +21,7 @@ urlpatterns = [
     path(f"{base}/runs/<str:run_id>/finish/", views.run_finish, name="run_finish"),
     path(f"{base}/runs/<str:run_id>/metrics/", views.run_metrics, name="run_metrics"),
     path(f"{base}/runs/<str:run_id>/samples/", views.run_samples, name="run_samples"),
+    path(f"{base}/runs/<str:run_id>/logs/", views.run_logs, name="run_logs"),
     path(f"{base}/runs/<str:run_id>/artifacts/<str:kind>/", views.run_artifact, name="run_artifact"),
     path(f"{base}/pipelines/", views.pipelines, name="pipelines"),
     path(f"{base}/pipelines/<str:pipeline_id>/", views.pipeline_detail, name="pipeline"),

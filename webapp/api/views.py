@@ -20,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from webapp.api import paging, schemas
-from webapp.api.problems import problems_by_field
+from webapp.api.problems import problems_by_field, query_problems
 from webapp.api.services import token_authenticate, token_expired_at
 from webapp.basemodels import selectors as basemodel_selectors
 from webapp.basemodels import services as basemodel_services
@@ -40,7 +40,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
 from webapp.review import selectors as review_selectors
 from webapp.review.models import Campaign
-from webapp.runs import artifacts
+from webapp.runs import artifacts, reporting
 from webapp.runs import selectors as run_selectors
 from webapp.runs import services as run_services
 from webapp.runs import sweeps
@@ -84,8 +84,9 @@ def _why_unauthenticated(header: str) -> str:
             "tokens page and send it as 'Authorization: Bearer <token>'")
 
 
-def api_view(methods: tuple[str, ...]) -> Callable:
-    """Token authentication, allowed methods and JSON errors around an API view."""
+def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callable:
+    """Token authentication, allowed methods and query parameters (``query``: those a GET reads; the other
+    methods read none), and JSON errors around an API view."""
 
     allowed = (*methods, "HEAD") if "GET" in methods and "HEAD" not in methods else methods
 
@@ -106,6 +107,8 @@ def api_view(methods: tuple[str, ...]) -> Callable:
                 # leaves the body out of a HEAD response (uvicorn does).
                 request.method = "GET"
             request.user = user
+            if problems := query_problems(dict(request.GET.lists()), allowed=query if request.method == "GET" else ()):
+                return _error(400, errors=problems)
             try:
                 return view(request, *args, **kwargs)
             except Http404 as error:
@@ -122,6 +125,7 @@ def api_view(methods: tuple[str, ...]) -> Callable:
             except pydantic.ValidationError as error:  # not a body's: no schema to name the allowed keys from
                 return _error(400, errors=problems_by_field(error, schema=None))
 
+        wrapper.query_parameters = query  # the OpenAPI document's query parameters are checked against it
         return wrapper
 
     return decorate
@@ -220,9 +224,9 @@ def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]
 
 def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
     body = {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
-            "error_message": run.error_message, "attempt": run.attempt, "current_step": run.current_step,
-            "total_steps": run.total_steps, "tokens_seen": run.tokens_seen, "tags": run.tags,
-            "archived": run.archived, "created_at": run.created_at.isoformat(),
+            "error_message": run.error_message, "stopping": run.is_stopping, "attempt": run.attempt,
+            "current_step": run.current_step, "total_steps": run.total_steps, "tokens_seen": run.tokens_seen,
+            "tags": run.tags, "archived": run.archived, "created_at": run.created_at.isoformat(),
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "final_metrics": run.final_metrics}
     if detail:
@@ -266,7 +270,7 @@ def base_model_detail(request: HttpRequest, slug: str, model_id: str) -> HttpRes
 UPLOAD_TEXT_FIELDS = ("kind", "name", "dataset", "file_format", "mapping")
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=paging.QUERY)
 def datasets(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's datasets by name, a page at a time (``limit``, and the ``next`` link). POST
     (multipart: ``file``, ``kind``, and ``name`` for a new dataset or ``dataset`` (an id) for a new version;
@@ -398,7 +402,7 @@ def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, numbe
     return file_download(version.absolute_path, filename=version.original_filename)
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=(*run_selectors.RunFilters.QUERY, *paging.QUERY))
 def runs(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's runs (query as on the runs table: q, status, task, tag, archived, sort),
     a page at a time (``limit``, and the ``next`` link: see ``webapp.api.paging``). POST: launch a
@@ -481,7 +485,7 @@ def run_finish(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     return JsonResponse(_run_json(run_services.run_finish_external(run=run, status=body.status, message=body.message)))
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=("names", "after_step", "max_points"))
 def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """GET: ``{name: {step, value, tokens, time}}`` (``names`` comma-separated, ``after_step``,
     ``max_points`` for server-side downsampling). POST (external runs): log points."""
@@ -499,17 +503,17 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         errors["after_step"] = (f"{request.GET['after_step']!r} is not a step; give a whole number up to "
                                 f"{MAX_STORED_INT} (only points after that step come back), or leave it out")
     max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS), maximum=None)
-    if max_points is None:
+    if max_points is None or max_points < 2:  # 0 and 1 were taken as 2 without a word
         errors["max_points"] = (f"{request.GET['max_points']!r} is not a number of points; give a whole number "
                                 f"(at least 2; {run_selectors.MAX_POINTS} when left out)")
     if errors:
         raise ValidationError(errors)
     max_points = min(max_points, 1_000_000)
     return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
-                                                               max_points=max(max_points, 2))})
+                                                               max_points=max_points)})
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=("step", *paging.QUERY))
 def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """GET: samples (``step`` to choose one), a page at a time (``limit``, and the ``next`` link). POST (external
     runs): log generations."""
@@ -532,7 +536,45 @@ def run_samples(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
                          "next": paging.next_link(request, sort="samples", after=page.next_after)})
 
 
-@api_view(("GET",))
+@api_view(("GET",), query=("after", "limit", "tail"))
+def run_logs(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
+    """GET: the run's log (the run page's Log: what the launch and the worker wrote), oldest first: the first
+    ``limit`` lines after the line ``after`` (an id; 0 or left out: from the first line), or with ``tail=N``
+    the last N lines after it, as the run page opens on. ``next`` reads on after the last line given; it is
+    null once the run has ended and its log is read to the end, so a script follows it (waiting a while after
+    an empty page) to follow a running run."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    ended = not run.is_active  # read before the lines: every line of a run that had ended is written by then
+    errors = {}
+    after = whole_number(request.GET.get("after") or "0")
+    if after is None:
+        errors["after"] = (f"{request.GET['after']!r} is not a line id; give the id of the last line you have (0, "
+                           "or leave after out, for the first line)")
+    limits = {name: whole_number(request.GET[name], maximum=paging.LOG_MAX_LIMIT) for name in ("limit", "tail")
+              if name in request.GET}
+    for name, what in (("limit", f"the first lines after after; {paging.LOG_DEFAULT_LIMIT} when left out"),
+                       ("tail", "the last lines")):
+        if name in limits and not limits[name]:
+            errors[name] = (f"{request.GET[name]!r} is not a number of lines; give a whole number from 1 to "
+                            f"{paging.LOG_MAX_LIMIT} ({what})")
+    if len(limits) == 2 and not errors:
+        errors["tail"] = "give tail (the last lines) or limit (the first lines after after), not both"
+    if errors:
+        raise ValidationError(errors)
+    tail = limits.get("tail")
+    lines = run_selectors.log_tail(run=run, after_id=after, newest=tail is not None,
+                                   limit=tail or limits.get("limit", paging.LOG_DEFAULT_LIMIT))
+    last = lines[-1].pk if lines else after
+    next_link = None
+    if not ended or run_selectors.log_has_lines_after(run=run, after_id=last):
+        query = request.GET.copy()
+        query["after"] = str(last)
+        query.pop("tail", None)
+        next_link = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+    return JsonResponse({"lines": [reporting.log_line_payload(line) for line in lines], "next": next_link})
+
+
+@api_view(("GET",), query=("step",))
 def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> HttpResponse:
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
@@ -549,7 +591,7 @@ def _pipeline_json(pipeline) -> dict[str, Any]:
             "stages": [{**stage, "run": runs.get(index)} for index, stage in enumerate(pipeline.stages)]}
 
 
-@api_view(("GET", "POST"))
+@api_view(("GET", "POST"), query=paging.QUERY)
 def pipelines(request: HttpRequest, slug: str) -> JsonResponse:
     """GET: the project's pipelines, newest first, a page at a time (``limit``, and the ``next`` link). POST ``{"name": ..., "stages": [{"name", "spec", "guard"?}]}``:
     validate every stage and start the first."""

@@ -63,6 +63,11 @@ class VersionStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+# A version's status in a sentence (DatasetVersion.status_phrase).
+STATUS_PHRASES = {VersionStatus.UPLOADED: "is waiting for its check", VersionStatus.VALIDATING: "is being checked",
+                  VersionStatus.READY: "is ready", VersionStatus.FAILED: "failed its check"}
+
+
 class DatasetVersion(models.Model):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_version_id)
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
@@ -109,3 +114,8 @@ class DatasetVersion(models.Model):
     def is_settled(self) -> bool:
         """True once validation has finished, either way."""
         return self.status in (VersionStatus.READY, VersionStatus.FAILED)
+
+    @property
+    def status_phrase(self) -> str:
+        """The status as a sentence says it after the version: "failed its check", not "is failed"."""
+        return STATUS_PHRASES[self.status]

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jaxengine.data import formats
+from jaxengine.words import counted
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.name_case import name_key
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -385,8 +386,8 @@ def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
     if not count or count < DUPLICATE_WARNING_SHARE * rows:
         return None
     repeats = ", ".join(f"row {row} = row {first}" for row, first in duplicates.get("rows") or [])
-    return (f"{key}: {count:,} of the {rows:,} rows of {isolated(str(version))} repeat earlier rows exactly "
-            f"({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''}), so the run weights those rows "
+    return (f"{key}: {isolated(str(version))} holds {counted(count, 'exact repeat', grouped=True)} of earlier rows "
+            f"among its {rows:,} ({repeats}{', …' if count > len(duplicates.get('rows') or []) else ''}), so the run weights those rows "
             "over the rest; remove the repeats unless that is meant")
 
 
@@ -442,8 +443,9 @@ def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str |
     if shared is None or not shared[0]:
         return None
     rows, eval_count = shared
-    return (f"data.eval: {len(rows):,} of the {eval_count:,} rows of {isolated(str(evaluation))} are also in "
-            f"data.train's {isolated(str(train))} ({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so "
+    return (f"data.eval: {isolated(str(evaluation))} shares {counted(len(rows), 'row', grouped=True)} of its "
+            f"{eval_count:,} with data.train's {isolated(str(train))} "
+            f"({_rows_named(rows[:formats.ROWS_SHOWN], len(rows))}), so "
             "evaluation scores rows the run trains on; take them out of one of the two")
 
 

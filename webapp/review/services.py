@@ -231,8 +231,8 @@ def campaign_create(
             raise ValidationError({"source_version": f"{source_version} is a {source_version.dataset.kind} "
                                                      "dataset; review campaigns need a preference dataset"})
         if source_version.status != VersionStatus.READY:
-            raise ValidationError({"source_version": f"{source_version} is {source_version.status}; "
-                                                     "wait until it is ready"})
+            raise ValidationError({"source_version": f"{source_version} {source_version.status_phrase}; "
+                                                     f"{_until_ready(source_version)}"})
     campaign = Campaign.objects.create(
         project=project, name=name, guidelines=guidelines, required_reviews=required_reviews,
         source_version=source_version, source_label=str(source_version) if source_version is not None else "",
@@ -553,8 +553,8 @@ def campaign_generate(
         raise ValidationError({"prompts_version": f"{prompts_version} is a {prompts_version.dataset.kind} dataset, "
                                                   "which has no prompts; choose a prompts, sft or preference one"})
     if prompts_version.status != VersionStatus.READY:
-        raise ValidationError({"prompts_version": f"{prompts_version} is {prompts_version.status}; wait until it "
-                                                  "is ready"})
+        raise ValidationError({"prompts_version": f"{prompts_version} {prompts_version.status_phrase}; "
+                                                  f"{_until_ready(prompts_version)}"})
     if not 1 <= prompt_count <= MAX_GENERATED_PROMPTS:
         raise ValidationError({"prompt_count": f"generate for 1 to {MAX_GENERATED_PROMPTS} prompts, "
                                                f"got {prompt_count}"})
@@ -1140,3 +1140,9 @@ def validation_failure(version: DatasetVersion) -> str:
     more = version.error_count - 1
     return (f"{version} failed validation: {first}"
             f"{f' (and {more} more problem{pluralize(more)})' if more > 0 else ''}; its page lists them")
+
+
+def _until_ready(version: DatasetVersion) -> str:
+    """What to do about a version that is not ready: a failed one never will be."""
+    return ("choose a ready version, or fix the file and upload it again" if version.status == VersionStatus.FAILED
+            else "wait until it is ready")

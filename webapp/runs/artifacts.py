@@ -25,11 +25,24 @@ from pathlib import Path
 from django.conf import settings
 from django.http import Http404, StreamingHttpResponse
 
+from jaxengine.words import counted, named
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
 from webapp.core.streaming import CHUNK_BYTES, asynchronous
-from webapp.runs.models import Artifact, ArtifactKind, Run
+from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
 from webapp.runs.serving_copies import QUANTIZED_SUBDIR
+
+
+def _why_none(run: Run, kind: str) -> str:
+    """Why ``run`` has no ``kind`` artifact, and what to do: the bare "has no adapter artifact" left a script to
+    guess whether it would come."""
+    if kind == ArtifactKind.CHECKPOINT:
+        return "; export a checkpoint on the run's page (Checkpoints), then download it here with ?step=N"
+    if run.status != RunStatus.SUCCEEDED:
+        return f" (it {run.status_phrase}): a run exports its model, and a LoRA run its adapter, when it succeeds"
+    if kind == ArtifactKind.ADAPTER:
+        return "; only a run with peft.method lora or qlora writes one: download model/ for the trained weights"
+    return ""
 
 
 def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
@@ -46,14 +59,13 @@ def artifact_to_download(*, run: Run, kind: str, step: str | None) -> Artifact:
         artifact = artifacts.order_by("-step").first()
     if artifact is None:
         # Said as "has no checkpoint artifact" for a checkpoint asked without its step, the run had some.
-        steps = ", ".join(str(kept) for kept in artifacts.order_by("step").values_list("step", flat=True))
+        steps = list(artifacts.order_by("step").values_list("step", flat=True))
         if not steps:
-            raise Http404(f"run {run.public_id} has no {kind} artifact")
+            raise Http404(f"run {run.public_id} has no {kind} artifact{_why_none(run, kind)}")
+        there = f"{counted(len(steps), f'{kind} artifact')}, at {named('step', steps)}"
         if step is None:
-            raise Http404(f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps "
-                          f"{steps}")
-        raise Http404(f"run {run.public_id} has no {kind} artifact at step {isolated(step)}; it has one at step"
-                      f"{'s' if ',' in steps else ''} {steps}")
+            raise Http404(f"give the exported checkpoint's step as ?step=N; run {run.public_id} has {there}")
+        raise Http404(f"run {run.public_id} has no {kind} artifact at step {isolated(step)}; it has {there}")
     directory = Path(artifact.path).resolve()
     if not directory.is_dir() or not directory.is_relative_to(Path(settings.DATA_ROOT).resolve()):
         raise Http404(f"the {kind} artifact of {run.public_id} is no longer on disk")

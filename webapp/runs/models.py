@@ -37,7 +37,16 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# A run's status in a sentence (Run.status_phrase).
+STATUS_PHRASES = {RunStatus.QUEUED: "is queued", RunStatus.RUNNING: "is running", RunStatus.SUCCEEDED: "has succeeded",
+                  RunStatus.FAILED: "has failed", RunStatus.CANCELLED: "was cancelled"}
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+def status_phrase(status: str) -> str:
+    """A run status (or an attempt's) as a sentence says it after its subject: "has succeeded", not "is
+    succeeded"."""
+    return STATUS_PHRASES[status]
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
@@ -168,6 +177,11 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def status_phrase(self) -> str:
+        """The status as a sentence says it after "run X": "is running", "has succeeded", not "is succeeded"."""
+        return status_phrase(self.status)
 
     @property
     def is_finished(self) -> bool:

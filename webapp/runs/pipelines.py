@@ -50,7 +50,8 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
-from jaxengine.spec import DpoSpec, wrongly_written_value
+from jaxengine.spec import DpoSpec, out_of_range, wrongly_written_value
+from jaxengine.words import counted
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_json, checked_name
@@ -180,6 +181,9 @@ def _problem_in_words(problem: dict[str, Any]) -> str:
         return message.removeprefix("Value error, ")
     if wrong := wrongly_written_value(kind, problem["input"]):
         return wrong
+    field = part.model_fields.get(loc[-1]) if part is not None and loc and isinstance(loc[-1], str) else None
+    if words := out_of_range(kind, context=problem.get("ctx", {}), field=field):
+        return f"{problem['input']!r} {words}"
     if loc == ("stages",) and kind == "too_short":
         return "a pipeline has at least one stage: add a training stage (name and spec)"
     if loc == ("stages",) and kind == "too_long":
@@ -412,7 +416,7 @@ def pipeline_advance(*, run: Run) -> Pipeline | None:
     pipeline.status = PipelineStatus.RUNNING
     if index + 1 == len(pipeline.stages):
         pipeline.status, pipeline.finished_at = PipelineStatus.SUCCEEDED, now
-        pipeline.message = f"all {len(pipeline.stages)} stages succeeded"
+        pipeline.message = _all_stages_succeeded(pipeline)
         pipeline.save(update_fields=["result_run", "status", "finished_at", "message"])
         return pipeline
     pipeline.current_stage = index + 1
@@ -643,7 +647,7 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
         level = "error"
     else:
         pipeline.status = PipelineStatus.SUCCEEDED
-        pipeline.message = f"all {len(pipeline.stages)} stages succeeded; {export_summary(description or {})}"
+        pipeline.message = f"{_all_stages_succeeded(pipeline)}; {export_summary(description or {})}"
         level = "info"
     pipeline.save(update_fields=["status", "message", "finished_at"])
     services.log_line(run, pipeline.message, level=level)
@@ -729,3 +733,7 @@ def export_stage_status(pipeline: Pipeline, index: int) -> str:
     if index != pipeline.current_stage:
         return "not started"
     return {PipelineStatus.RUNNING: "running", PipelineStatus.SUCCEEDED: "succeeded"}.get(pipeline.status, "failed")
+
+
+def _all_stages_succeeded(pipeline: Pipeline) -> str:
+    return "its one stage succeeded" if len(pipeline.stages) == 1 else f"all {counted(len(pipeline.stages), 'stage')} succeeded"

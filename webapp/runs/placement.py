@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from webapp.celery import app as celery_app
 from webapp.runs import services
-from webapp.runs.models import ACTIVE_STATUSES, LogLevel, Run, RunStatus
+from webapp.runs.models import ACTIVE_STATUSES, LogLevel, Run, RunStatus, status_phrase
 from webapp.workers.models import STALE_AFTER, Worker
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def attempt_ended_reason(*, run_pk: int, attempt: int) -> str | None:
     if row["attempt"] != attempt:
         return f"attempt {attempt} was superseded by attempt {row['attempt']}"
     if row["status"] in (RunStatus.FAILED, RunStatus.CANCELLED):
-        return f"attempt {attempt} is {row['status']}"
+        return f"attempt {attempt} {status_phrase(row['status'])}"
     return None
 
 

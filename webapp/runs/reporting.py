@@ -61,6 +61,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from jaxengine.words import counted
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
 from webapp.runs.artifacts import download_size
@@ -309,7 +310,7 @@ class RunReporter:
     def log(self, message: str, *, level: str = LogLevel.INFO) -> None:
         """Record and publish a log line (from any thread)."""
         line = RunLogLine.objects.create(run=self.run, message=message, level=level)
-        self._publish({"type": "log", "lines": [_log_payload(line)]})
+        self._publish({"type": "log", "lines": [log_line_payload(line)]})
 
     # ---- writer thread ----------------------------------------------------------------------
 
@@ -473,7 +474,7 @@ class RunReporter:
             evaluation = ", ".join(f"{name} {value:.4g}" for name, value in numeric_metrics(metrics)
                                    if name.startswith("eval/") and name.count("/") == 1)
             count = evaluated.get(step, 0)
-            self.log(f"step {step}: evaluated ({evaluation}" + (f"; {count} sample{'' if count == 1 else 's'})" if count else ")"))
+            self.log(f"step {step}: evaluated ({evaluation}" + (f"; {counted(count, 'sample')})" if count else ")"))
 
     def _write_samples(self) -> dict[int, int]:
         """Store the samples appended to samples.jsonl since the last pass (within the bounds of the
@@ -547,7 +548,8 @@ class RunReporter:
             self._redis_failed(error)
 
 
-def _log_payload(line: RunLogLine) -> dict[str, Any]:
+def log_line_payload(line: RunLogLine) -> dict[str, Any]:
+    """A log line as the run page reads it (its live events, its polling, the REST API's logs/)."""
     return {"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
 
 
@@ -613,12 +615,13 @@ def data_cut_warnings(*, run: Run, data: Any) -> list[str]:
         rows, truncated, dropped = (int(stats.get(key) or 0) for key in ("rows", "truncated", "dropped"))
         if truncated:
             share = 100 * truncated / rows
-            warnings.append(f"data.{use}: {truncated} of {rows} rows ({f'{share:.0f}%' if share >= 1 else 'under 1%'}) "
-                            f"were longer than data.max_seq_len {max_seq_len} tokens and were cut to it: raise "
+            warnings.append(f"data.{use}: {truncated} of {counted(rows, 'row')} "
+                            f"({f'{share:.0f}%' if share >= 1 else 'under 1%'}) {'was' if truncated == 1 else 'were'} "
+                            f"longer than data.max_seq_len {max_seq_len} tokens and were cut to it: raise "
                             "data.max_seq_len, or shorten those rows")
         if dropped:
             # The cut keeps part of every completion (jaxengine.data.pipeline): a row is dropped for having none.
-            warnings.append(f"data.{use}: {dropped} of {rows} rows {'was' if dropped == 1 else 'were'} left out, with "
+            warnings.append(f"data.{use}: {dropped} of {counted(rows, 'row')} {'was' if dropped == 1 else 'were'} left out, with "
                             f"no token to {purpose} (an empty completion, or no assistant turn): fill or remove them")
     return warnings
 

@@ -22,6 +22,7 @@ from django.db.models.functions import Cast
 
 from jaxengine.memory import ModelFacts, estimate_memory, gib
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, parse_spec
+from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
 from webapp.core.keyset import KeysetPage, keyset_page
@@ -92,6 +93,8 @@ class RunFilters:
     archived: bool = False
     sort: str = "newest"
     ignored: tuple[str, ...] = ()
+    # The query parameters ``from_query`` reads (the REST API refuses others).
+    QUERY = ("q", "status", "task", "tag", "archived", "sort")
 
     @classmethod
     def from_query(cls, query: Any) -> RunFilters:
@@ -257,7 +260,7 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
     return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                f"{version.row_count} row{'' if version.row_count == 1 else 's'})")
+                                f"{counted(version.row_count, 'row')})")
             for version in versions]
 
 
@@ -618,10 +621,15 @@ def sample_page(*, run: Run, step: int | None, after: tuple[int, int] | None, li
     return keyset_page(samples, limit=limit, key=lambda sample: (sample.step, sample.position))
 
 
-def log_tail(*, run: Run, after_id: int = 0, limit: int = 200) -> list[RunLogLine]:
-    """The newest ``limit`` log lines after ``after_id``, oldest first."""
-    lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]
-    return list(reversed(lines))
+def log_tail(*, run: Run, after_id: int = 0, limit: int = 200, newest: bool = True) -> list[RunLogLine]:
+    """The newest ``limit`` log lines after ``after_id`` (``newest=False``: the first ``limit``, to read a log
+    through a page at a time), oldest first."""
+    lines = RunLogLine.objects.filter(run=run, id__gt=after_id).order_by("-id" if newest else "id")[:limit]
+    return list(reversed(lines)) if newest else list(lines)
+
+
+def log_has_lines_after(*, run: Run, after_id: int) -> bool:
+    return RunLogLine.objects.filter(run=run, id__gt=after_id).exists()
 
 
 def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from django.utils import timezone
 from jaxengine.spec import (TASK_DATASET_KINDS, JobSpec, SpecError, duplicate_key_problems, in_schema_order, parse_spec,
                             parse_spec_text, spec_warnings)
 from jaxengine.spec import load_yaml as load_spec_yaml
+from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
@@ -144,7 +145,7 @@ def _resolve_model(project: Project, reference: Any, errors) -> tuple[str, BaseM
             return exported.path, source.base_model, source
         exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
         if source.status != RunStatus.SUCCEEDED or exported is None:
-            _add(errors, "model", f"run {reference} has no exported model (it is {source.status}); "
+            _add(errors, "model", f"run {reference} has no exported model (it {source.status_phrase}); "
                                   "start from a succeeded run or a base model")
             return "", None, None
         return exported.path, source.base_model, source
@@ -169,7 +170,7 @@ def _resolve_reward_run(project: Project, reference: Any, errors, *, key: str = 
         return ""
     exported = source.artifacts.filter(kind=ArtifactKind.MODEL).first()
     if source.status != RunStatus.SUCCEEDED or exported is None:
-        _add(errors, key, f"run {reference} has no exported reward model (it is {source.status})")
+        _add(errors, key, f"run {reference} has no exported reward model (it {source.status_phrase})")
         return ""
     return exported.path
 
@@ -185,7 +186,9 @@ def _resolve_dataset(project: Project, key: str, reference: Any, kinds: tuple[st
         _add(errors, key, f"{reference!r} is not a dataset version of {project.slug}")
         return None
     if version.status != VersionStatus.READY:
-        _add(errors, key, f"{version} is {version.status}, not ready; wait for its check or fix the upload")
+        remedy = ("fix the file and upload it again" if version.status == VersionStatus.FAILED
+                  else "wait for its check to end")
+        _add(errors, key, f"{version} {version.status_phrase}: a run trains on a ready version only; {remedy}")
         return None
     if version.dataset.kind not in kinds:
         _add(errors, key, f"{version} is a {version.dataset.kind} dataset; {task} needs {' or '.join(kinds)}")
@@ -479,7 +482,7 @@ def _check_layout(job, errors) -> None:
     sizes = job.parallel.model_dump()
     product = sizes["data"] * sizes["fsdp"] * sizes["tensor"]
     if devices is not None and product != devices:
-        hosts = f"{job.hosts} host{'s' if job.hosts != 1 else ''}"
+        hosts = counted(job.hosts, "host")
         _add(errors, "parallel", f"data {sizes['data']} × fsdp {sizes['fsdp']} × tensor {sizes['tensor']} = {product} "
                                  f"devices, but a job of {hosts} on pool {job.pool} gets {devices} (its workers: "
                                  f"{offer.summary}); make the sizes multiply to {devices}, or leave parallel out "
@@ -826,7 +829,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         _advance_pipeline(run)
         return run
     if run.status != RunStatus.RUNNING:
-        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only queued or running runs can be cancelled"})
+        raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only queued or running runs can be cancelled"})
     if not run.cancel_requested:  # asked again (another tab, a teammate): the flag is set again, not logged twice
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
@@ -934,7 +937,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     _refuse_external(run, "resumed")
     _refuse_gone_inputs(run, keep_base_model=True)
     if run.status not in (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED):
-        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; only a finished run can be resumed"})
+        raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; only a finished run can be resumed"})
     _refuse_while_files_written(run)
     from webapp.runs import pipelines  # pipelines build on this module
 
@@ -942,7 +945,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     _refuse_replacing_a_used_model(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
-            raise ValidationError({"max_steps": f"give more than the {run.current_step} steps already done"})
+            raise ValidationError({"max_steps": f"give more than the {counted(run.current_step, 'step')} already done"})
         if problem := _steps_problem(max_steps):
             raise ValidationError({"max_steps": problem})
         for spec in (run.spec, run.resolved_spec):
@@ -954,7 +957,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
             raise ValidationError({"max_steps": error.problems}) from None
         run.total_steps = max_steps
     elif run.status == RunStatus.SUCCEEDED:
-        raise ValidationError({"max_steps": f"the run has done all its {run.current_step} steps: give a new total above "
+        raise ValidationError({"max_steps": f"the run has done all its {counted(run.current_step, 'step')}: give a new total above "
                                             f"{run.current_step} (the box beside Train further; max_steps in the API) to train "
                                             "it further"})
     run.status = RunStatus.QUEUED
@@ -1001,7 +1004,7 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
     locked and read again: a resume (which rotates checkpoints out) and an export never overlap."""
     run = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
     if not run.is_finished or run.task == EXTERNAL_TASK:
-        raise ValidationError({"step": f"run {run.public_id} is {run.status}; export checkpoints of finished runs"})
+        raise ValidationError({"step": f"run {run.public_id} {run.status_phrase}; export checkpoints of finished runs"})
     available = checkpoint_steps(run)
     if step not in available:
         raise ValidationError({"step": f"run {run.public_id} has no checkpoint {step}; it has "
@@ -1454,7 +1457,7 @@ def _require_external(run: Run) -> None:
     if run.task != EXTERNAL_TASK:
         raise ValidationError({"__all__": f"run {run.public_id} is trained by Temper; only external runs take logged data"})
     if run.status != RunStatus.RUNNING:
-        raise ValidationError({"__all__": f"run {run.public_id} is {run.status}; it takes no more data"})
+        raise ValidationError({"__all__": f"run {run.public_id} {run.status_phrase}; it takes no more data"})
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jaxengine.words import counted
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
@@ -32,7 +33,7 @@ from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
-from webapp.runs import artifacts, presets, selectors, services, serving_copies, sweeps
+from webapp.runs import artifacts, presets, reporting, selectors, services, serving_copies, sweeps
 from webapp.runs.access import get_run_for_user
 from webapp.runs.markup import render_markdown
 from webapp.runs.models import RunStatus
@@ -112,7 +113,7 @@ def run_archive(request: HttpRequest, slug: str) -> HttpResponse:
         for text in error.messages:
             messages.error(request, text)
     else:
-        messages.success(request, f"{'Archived' if archived else 'Restored'} {count} run{'s' if count != 1 else ''}.")
+        messages.success(request, f"{'Archived' if archived else 'Restored'} {counted(count, 'run')}.")
     if request.POST.get("from") == "run" and len(runs) == 1:  # the run page's own button goes back to it
         return redirect("runs:detail", project.slug, runs[0].public_id)
     return redirect(table)
@@ -270,7 +271,7 @@ def _launch_sweep(request: HttpRequest, project, *, spec: dict[str, Any], axes, 
     more) and draws a run only once it logs, while the table shows every run's status as it changes,
     and its ticks open the compare page for the runs chosen."""
     launched = services.sweep_create(project=project, spec=spec, user=request.user, axes=axes, name=name, tags=tags)
-    messages.success(request, f"Sweep {launched.tag}: {len(launched.runs)} runs queued.")
+    messages.success(request, f"Sweep {launched.tag}: {counted(len(launched.runs), 'run')} queued.")
     return _table_url(project, None, fallback=urlencode({"tag": launched.tag, "sort": "oldest"}))
 
 
@@ -509,8 +510,7 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     return JsonResponse({
         "progress": _progress(run),
         "series": selectors.metric_series(run=run, after_step=after_step),
-        "log": [{"id": line.pk, "time": line.created_at.isoformat(), "level": line.level, "message": line.message}
-                for line in selectors.log_tail(run=run, after_id=after_log)],
+        "log": [reporting.log_line_payload(line) for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
         "checkpoints": selectors.checkpoint_states(run=run),
     })

@@ -10,7 +10,7 @@ def test_a_valid_file(tmp_path, capsys):
     code = main(["validate-data", str(path), "--kind", "sft", "--map", "prompt=question", "--map", "completion=answer"])
     out = capsys.readouterr().out
     assert code == 0
-    assert f"{path}: ok, 1 rows" in out and "  completion: mean 3.0, p50 3, p90 3, max 3 characters" in out
+    assert f"{path}: ok, 1 row" in out and "  completion: mean 3.0, p50 3, p90 3, max 3 characters" in out
 
 
 def test_problems_are_listed_with_file_and_line(tmp_path, capsys):

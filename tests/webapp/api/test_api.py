@@ -282,6 +282,13 @@ def test_runs_create_get_cancel_resume(world):
     assert status == 200 and cancelled["status"] == "cancelled"
     status, resumed = apis["teammate"].call("POST", run_path + "resume/", {"max_steps": 9})
     assert status == 200 and resumed["status"] == "queued" and resumed["attempt"] == 2 and resumed["total_steps"] == 9
+    assert resumed["stopping"] is False
+    # QA: a training run's cancel answered "status": "running" and nothing more, as if the cancel had not been
+    # taken; it stops after its current step, and the answer and the run say so until it has.
+    Run.objects.filter(public_id=created["id"]).update(status=RunStatus.RUNNING)
+    status, cancelled = apis["teammate"].call("POST", run_path + "cancel/")
+    assert status == 200 and (cancelled["status"], cancelled["stopping"]) == ("running", True)
+    assert apis["viewer"].call("GET", run_path)[1]["stopping"] is True
     assert apis["outsider"].call("GET", run_path)[0] == 404
     assert apis["outsider"].call("POST", run_path + "cancel/")[0] == 404
 
@@ -386,10 +393,103 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
     status, body = get("GET", f"{metrics}?max_points=many")
     assert status == 400 and set(body["errors"]) == {"max_points"}, body
+    # The message asks for at least 2; 0 and 1 were taken as 2 without a word.
+    for too_few in ("0", "1"):
+        assert get("GET", f"{metrics}?max_points={too_few}") == (400, {"errors": {"max_points": [
+            f"'{too_few}' is not a number of points; give a whole number (at least 2; 2000 when left out)"]}})
+    assert get("GET", f"{metrics}?max_points=2")[0] == 200
     for after_step in ("9" * 30, "%203", "%2B3", "3_0", "%D9%A3"):  # int() took all but the first
         status, body = get("GET", f"{metrics}?after_step={after_step}")
         assert status == 400 and set(body["errors"]) == {"after_step"}, body
     assert get("GET", f"{metrics}?after_step=-1")[0] == 200
+
+
+def test_an_unknown_or_repeated_query_parameter_is_refused_naming_the_allowed_ones(world):
+    """QA: a misspelt parameter was left unread, so ?stauts=running listed every run, as if all were running;
+    one given twice kept its last value without a word."""
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    get = apis["viewer"].call
+    assert get("GET", "/api/v1/projects/alpha/runs/?stauts=running") == (400, {"errors": {"stauts": [
+        "unknown query parameter (did you mean status?); allowed here: q, status, task, tag, archived, sort, limit, "
+        "cursor"]}})
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=running&status=failed") == (400, {"errors": {"status": [
+        "given 2 times; give it once (only one value is read)"]}})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/"
+    assert get("GET", f"{path}samples/?steps=3") == (400, {"errors": {"steps": [
+        "unknown query parameter (did you mean step?); allowed here: step, limit, cursor"]}})
+    assert get("GET", f"{path}?verbose=1") == (400, {"errors": {"verbose": [
+        "unknown query parameter; this address takes no query parameters"]}})
+    # A write reads no query: a parameter sent with it was dropped as silently.
+    status, body = apis["teammate"].call("POST", f"{path}finish/?status=failed", {"status": "succeeded"})
+    assert status == 400 and body == {"errors": {"status": [
+        "unknown query parameter; this address takes no query parameters"]}}
+    assert Run.objects.get(public_id=run["id"]).status == RunStatus.RUNNING
+    assert get("GET", "/api/v1/projects/alpha/runs/?status=running&limit=5")[0] == 200
+
+
+def test_the_openapi_document_lists_the_query_parameters_each_address_reads(world):
+    """The refusal of an unknown parameter and the document read one list: a parameter documented but refused (or
+    read but undocumented) would send a script writer the wrong way."""
+    from webapp.api.urls import urlpatterns
+
+    _team, apis, _sent = world
+    _status, document = apis["anonymous"].call("GET", "/api/v1/openapi.json")
+    views = {str(pattern.pattern).replace("<slug:slug>", "{slug}"): pattern.callback
+             for pattern in urlpatterns if str(pattern.pattern).startswith("api/v1/projects/")}
+    assert len(views) > 10
+    for route, view in views.items():
+        address = "/" + route.replace("<str:", "{").replace("<int:", "{").replace(">", "}")
+        for method, operation in document["paths"][address].items():
+            documented = [parameter["name"] for parameter in operation["parameters"] if parameter["in"] == "query"]
+            assert tuple(documented) == (view.query_parameters if method == "get" else ()), (address, method)
+
+
+def test_a_runs_log_is_read_a_page_at_a_time_or_by_its_tail(world):
+    """QA: the run page showed the worker's log and the API had no way to read it: a script that launched a run
+    could not see why it failed past error_message's one line."""
+    from webapp.runs import services as run_services
+
+    team, apis, _sent = world
+    run = Run.objects.create(project=team.project, name="waits", task="sft", status=RunStatus.QUEUED, spec={},
+                             resolved_spec={}, created_by=team.teammate)
+    path = f"/api/v1/projects/alpha/runs/{run.public_id}/logs/"
+    # No log yet: nothing to read, and while the run is queued there is an address to come back to.
+    status, body = apis["viewer"].call("GET", path)
+    assert status == 200 and body["lines"] == [] and body["next"].endswith(f"{path}?after=0")
+    written = [run_services.log_line(run, f"step {step}") for step in range(1, 6)]
+    run_services.log_line(run, "loss is <b>NaN</b>", level="warning")
+    status, body = apis["viewer"].call("GET", f"{path}?limit=2")
+    assert status == 200 and [line["message"] for line in body["lines"]] == ["step 1", "step 2"]
+    assert body["lines"][0] == {"id": written[0].pk, "time": written[0].created_at.isoformat(), "level": "info",
+                                "message": "step 1"}
+    status, body = apis["viewer"].call("GET", body["next"].removeprefix(apis["viewer"].base))
+    assert [line["message"] for line in body["lines"]] == ["step 3", "step 4"]
+    status, tail = apis["teammate"].call("GET", f"{path}?tail=2")
+    assert [(line["level"], line["message"]) for line in tail["lines"]] == [("info", "step 5"),
+                                                                           ("warning", "loss is <b>NaN</b>")]
+    # The tail's next reads on after it, forward: the next lines the run writes.
+    assert "tail" not in tail["next"] and f"after={tail['lines'][-1]['id']}" in tail["next"]
+    # Once the run has ended, the last page says so: no next.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    status, body = apis["viewer"].call("GET", f"{path}?after={written[3].pk}&limit=1")
+    assert [line["message"] for line in body["lines"]] == ["step 5"] and body["next"] is not None
+    status, body = apis["viewer"].call("GET", body["next"].removeprefix(apis["viewer"].base))
+    assert [line["message"] for line in body["lines"]] == ["loss is <b>NaN</b>"] and body["next"] is None
+    assert apis["viewer"].call("GET", f"{path}?tail=3")[1]["next"] is None
+    # Outsiders learn nothing; the API's own refusals for bad paging.
+    assert apis["outsider"].call("GET", path)[0] == 404
+    assert apis["anonymous"].call("GET", path)[0] == 401
+    assert apis["viewer"].call("POST", path, {})[0] == 405
+    for query, field, message in (
+            ("after=last", "after", "'last' is not a line id; give the id of the last line you have (0, or leave "
+                                    "after out, for the first line)"),
+            ("limit=0", "limit", "'0' is not a number of lines; give a whole number from 1 to 1000 (the first lines "
+                                 "after after; 200 when left out)"),
+            ("tail=5000", "tail", "'5000' is not a number of lines; give a whole number from 1 to 1000 (the last "
+                                  "lines)"),
+            ("tail=2&limit=2", "tail", "give tail (the last lines) or limit (the first lines after after), not both")):
+        assert apis["viewer"].call("GET", f"{path}?{query}") == (400, {"errors": {field: [message]}}), query
 
 
 def test_a_nan_metric_is_left_out_and_the_answer_says_which_and_why(world):
@@ -430,6 +530,8 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
                                          "why": "already logged at this step: the first value is kept"}
     status, bad = apis["teammate"].call("POST", path + "metrics/", {"points": [{"step": -1, "metrics": {}}]})
     assert status == 400 and {"points.0.step", "points.0.metrics"} <= set(bad["errors"])
+    # The field's whole range in words, not pydantic's 'Input should be greater than or equal to 0'.
+    assert bad["errors"]["points.0.step"] == ["-1 is too small: give a whole number from 0 to 2147483647"]
     status, samples = apis["teammate"].call("POST", path + "samples/", {"samples": [
         {"step": 10, "prompt": "2+2?", "text": "4", "rewards": {"exact": 1.0}}]})
     assert status == 201 and samples["stored"] == 1
@@ -442,7 +544,8 @@ def test_an_external_run_is_logged_like_a_tracking_server(world):
     assert finished["status"] == "succeeded" and finished["final_metrics"]["loss"]["last"] == 0.4
     assert finished["current_step"] == 10 and finished["tokens_seen"] == 1000
     status, closed = apis["teammate"].call("POST", path + "metrics/", {"points": points[:1]})
-    assert status == 400 and "takes no more data" in json.dumps(closed)
+    # "is succeeded" was the status pasted after "is": a sentence says it as one does.
+    assert status == 400 and closed == {"errors": {"__all__": [f"run {run['id']} has succeeded; it takes no more data"]}}
 
 
 def test_an_external_run_name_over_the_limit_is_refused_not_cut(world):
@@ -928,7 +1031,7 @@ def test_a_sweep_launches_a_run_per_combination_or_none(world):
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {
         "optim.learning_rate": [0.0001, 2.0], "peft.rank": [8, 16]}})
     assert status == 400 and bad == {"errors": {"sweep": [
-        "optim.learning_rate = 2.0: 2.0: input should be less than or equal to 1 (combination 3 of 4: "
+        "optim.learning_rate = 2.0: 2.0 is too large: give a number above 0 and at most 1 (combination 3 of 4: "
         "learning_rate=2.0 rank=8)"]}}
     assert not Run.objects.exists() and sent == []
     status, bad = apis["teammate"].call("POST", runs_path, {"spec": spec, "sweep": {"peft.rank": "8, 16"}})
@@ -1030,6 +1133,7 @@ def test_every_answer_is_what_the_openapi_document_says(world):
     check("POST", "runs/", 201, {"spec": spec, "sweep": {"peft.rank": [4, 8]}})
     check("GET", "runs/?limit=1", 200, template="runs/")
     check("GET", f"runs/{run['id']}/", 200, template="runs/{run_id}/")
+    check("GET", f"runs/{run['id']}/logs/?tail=5", 200, template="runs/{run_id}/logs/")
     check("POST", f"runs/{run['id']}/cancel/", 200, template="runs/{run_id}/cancel/")
     external = check("POST", "runs/", 201, {"external": True, "name": "laptop", "config": {"lr": 0.1}})
     runs = "runs/{run_id}/"
@@ -1223,7 +1327,10 @@ def test_a_run_is_renamed_tagged_noted_and_archived_as_on_its_page(world):
     # a metric named like a union member is a key, not a member
     ("runs/{external}/metrics/", {"points": [{"step": 1, "metrics": {"str": "x"}}]},
      {"points.0.metrics.str": ['"x" is not a number']}),
-    ("runs/{external}/metrics/", {"points": []}, {"points": ["give at least 1 (got 0)"]}),
+    # "give at least 1 (got 0)": one of what?
+    ("runs/{external}/metrics/", {"points": []}, {"points": ["give at least 1 item (got 0)"]}),
+    ("runs/{external}/samples/", {"samples": [{"step": 1, "prompt": "p", "text": "t"}] * 10_001},
+     {"samples": ["give at most 10,000 items (got 10,001); send the rest in another request"]}),
 ])
 def test_a_body_s_problems_are_told_in_json_s_words_under_the_keys_sent(world, path, sent, errors):
     """QA: pydantic's own words reached the client: 'Extra inputs are not permitted' for a misspelled key (not
@@ -1299,14 +1406,28 @@ def test_an_artifact_not_found_says_which_there_are(world):
         Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=step, path=str(directory))
     base = f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts"
     for path, detail in (
-            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has them at steps 3, 7"),
-            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has one at "
-                                   "steps 3, 7"),
+            ("checkpoint/", f"give the exported checkpoint's step as ?step=N; run {run.public_id} has 2 checkpoint "
+                            "artifacts, at steps 3, 7"),
+            ("checkpoint/?step=5", f"run {run.public_id} has no checkpoint artifact at step \u20685\u2069; it has 2 "
+                                   "checkpoint artifacts, at steps 3, 7"),
             ("weights/", "'\u2068weights\u2069' is not a kind of artifact; download model, adapter, or checkpoint?step=N"),
-            ("model/", f"run {run.public_id} has no model artifact")):
+            # The bare "has no model artifact" did not say whether one would come.
+            ("model/", f"run {run.public_id} has no model artifact (it is queued): a run exports its model, and a LoRA "
+                       "run its adapter, when it succeeds")):
         status, body = apis["viewer"].call("GET", f"{base}/{path}")
         assert status == 404 and body == {"detail": detail}, (path, body)
     assert apis["viewer"].call("GET", f"{base}/checkpoint/?step=7")[0] == 200
+    Artifact.objects.filter(step=3).delete()  # "has them at steps 7": one is said as one
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/") == (404, {"detail": (
+        f"give the exported checkpoint's step as ?step=N; run {run.public_id} has 1 checkpoint artifact, at step 7")})
+    Artifact.objects.all().delete()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    assert apis["viewer"].call("GET", f"{base}/checkpoint/") == (404, {"detail": (
+        f"run {run.public_id} has no checkpoint artifact; export a checkpoint on the run's page (Checkpoints), then "
+        "download it here with ?step=N")})
+    assert apis["viewer"].call("GET", f"{base}/adapter/") == (404, {"detail": (
+        f"run {run.public_id} has no adapter artifact; only a run with peft.method lora or qlora writes one: download "
+        "model/ for the trained weights")})
 
 
 def test_a_tag_holding_a_comma_is_refused_as_the_run_page_would_split_it(world):

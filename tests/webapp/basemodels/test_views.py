@@ -162,6 +162,10 @@ class TestDetail:
         page = client_for(team.viewer).get(f"/p/alpha/models/{model.public_id}/").content.decode()
         assert ("<dt>Vocabulary</dt><dd>64 embedding rows, 50 tokenizer ids "
                 '<span class="muted">(14 rows of padding)</span></dd>') in page
+        write_model_dir(models_root / "one-over", tokenizer_ids=63)  # it said "(1 rows of padding)"
+        model = basemodel_register(project=team.project, name="one over", path="one-over", user=team.teammate)
+        page = client_for(team.viewer).get(f"/p/alpha/models/{model.public_id}/").content.decode()
+        assert '<span class="muted">(1 row of padding)</span>' in page
 
     def test_it_shows_one_size_when_the_embedding_fits_the_tokenizer(self, team, models_root, client_for):
         write_model_dir(models_root / "exact", tokenizer_ids=64)

@@ -343,7 +343,7 @@ def test_duplicate_rows_are_counted_and_many_are_warned_of_at_launch(team, clien
     assert ("3 rows repeat an earlier row exactly (row 7 = row 2, row 8 = row 5, row 9 = row 2)."
             in version_page(team, client, version))
     assert launch_warnings(team, task="sft", train=version) == [
-        f"data.train: 3 of the 9 rows of {isolated('chats v1')} repeat earlier rows exactly (row 7 = row 2, row 8 = "
+        f"data.train: {isolated('chats v1')} holds 3 exact repeats of earlier rows among its 9 (row 7 = row 2, row 8 = "
         "row 5, row 9 = row 2), so the run weights those rows over the rest; remove the repeats unless that is "
         "meant"]
     # One repeat in more than a hundred rows is common and harmless: not said.
@@ -364,7 +364,8 @@ def test_versions_validated_before_row_digests_were_kept_are_still_compared(team
     for version in (train, held_out):
         version.row_digests_path.unlink()
     assert launch_warnings(team, task="sft", train=train, evaluation=held_out) == [
-        f"data.eval: 1 of the 2 rows of {isolated('old held v1')} are also in data.train's {isolated('old train v1')} "
+        # "1 of the 2 rows … are also in"
+        f"data.eval: {isolated('old held v1')} shares 1 row of its 2 with data.train's {isolated('old train v1')} "
         "(row 1), so evaluation scores rows the run trains on; take them out of one of the two"]
     assert selectors._RowDigestSource.of(held_out).read().tobytes() == kept, "the digests validation wrote"
     assert not held_out.row_digests_path.exists(), "a launch check writes nothing"
@@ -377,7 +378,7 @@ def test_rows_that_eval_shares_with_train_are_warned_of_at_launch(team, django_c
                                                           {"prompt": "other", "completion": "a"},
                                                           {"prompt": "q0", "completion": "a"}])
     assert launch_warnings(team, task="sft", train=train, evaluation=held_out) == [
-        f"data.eval: 2 of the 4 rows of {isolated('held v1')} are also in data.train's {isolated('train v1')} (rows "
+        f"data.eval: {isolated('held v1')} shares 2 rows of its 4 with data.train's {isolated('train v1')} (rows "
         "2, 4), so evaluation scores rows the run trains on; take them out of one of the two"]
     # The digests go with the version's file.
     digests = held_out.row_digests_path

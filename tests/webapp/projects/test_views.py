@@ -133,6 +133,9 @@ class TestProjectDetail:
         prefs = make_ready_version(team.project, name="prefs", kind="preference", rows=PREFERENCE_ROWS)
         create_loaded(project=team.project, name="open judging", guidelines="", required_reviews=1,
                       reviewers=[team.teammate], source_version=prefs, user=team.owner)
+        one_pair = make_ready_version(team.project, name="one pair", kind="preference", rows=PREFERENCE_ROWS[:1])
+        create_loaded(project=team.project, name="single pair", guidelines="", required_reviews=1,
+                      reviewers=[team.teammate], source_version=one_pair, user=team.owner)
         Campaign.objects.create(project=team.project, name="waiting for votes", status=CampaignStatus.READY)
         Campaign.objects.create(project=team.project, name="broken", status=CampaignStatus.FAILED)
         Campaign.objects.create(project=team.project, name="stopped", status=CampaignStatus.CANCELLED)
@@ -149,6 +152,7 @@ class TestProjectDetail:
         assert f"/p/alpha/datasets/{newest.dataset.public_id}/v/1/" in data
         campaigns = page.split('class="card overview-campaigns"')[1].split("</section>")[0]
         assert f"open judging</a>\n      <span class=\"muted\">0 / {len(PREFERENCE_ROWS)} items complete" in campaigns
+        assert "single pair</a>\n      <span class=\"muted\">0 / 1 item complete" in campaigns  # not "1 items"
         assert "broken" not in campaigns and "waiting for votes" not in campaigns  # failed; nothing to review
         assert "stopped" not in campaigns  # its generation was cancelled: it takes no answers
         assert "Getting started" not in page

@@ -150,7 +150,14 @@ def test_it_rejects_a_version_that_is_not_preference_or_not_ready(team, carol):
     waiting = make_ready_version(team.project, name="p", kind="preference", rows=PREFERENCE_ROWS)
     waiting.status = VersionStatus.VALIDATING
     waiting.save()
-    with pytest.raises(ValidationError, match="is validating; wait until it is ready"):
+    with pytest.raises(ValidationError, match="is being checked; wait until it is ready"):
+        services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=1,
+                                 reviewers=[carol], source_version=waiting, user=team.owner)
+    # "is failed; wait until it is ready": a failed version never is.
+    waiting.status = VersionStatus.FAILED
+    waiting.save()
+    with pytest.raises(ValidationError, match="failed its check; choose a ready version, or fix the file and upload "
+                                              "it again"):
         services.campaign_create(project=team.project, name="x", guidelines="", required_reviews=1,
                                  reviewers=[carol], source_version=waiting, user=team.owner)
 

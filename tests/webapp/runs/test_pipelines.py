@@ -68,6 +68,13 @@ def test_every_stage_is_checked_before_anything_starts(team, catalog, sent_tasks
         pipelines.pipeline_create(project=team.project, document={"name": "x", "stages": bad["stages"][:1] * 11},
                                   user=None)
     assert caught.value.message_dict == {"stages": ["a pipeline has at most 10 stages; it has 11: split it in two"]}
+    # A range in the spec's words, the field's whole range, not pydantic's ('input should be greater than or
+    # equal to 0', the one bound crossed).
+    negative = document(catalog, guard={"metric": "eval/loss", "max_drop_percent": -5})
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=negative, user=None)
+    assert caught.value.message_dict == {"stages.1.guard.max_drop_percent": [
+        "-5 is too small: give a number of at least 0"]}
 
 
 def test_a_guard_on_an_eval_metric_needs_eval_data_in_both_stages(team, catalog, sent_tasks):
@@ -211,6 +218,15 @@ def test_each_stage_starts_from_the_previous_export(team, catalog, sent_tasks, t
     pipeline.refresh_from_db()
     assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.result_run == third
     assert Run.objects.filter(pipeline=pipeline).count() == 3
+    assert pipeline.message == "all 3 stages succeeded"
+
+
+def test_a_pipeline_of_one_stage_says_so_when_it_succeeds(team, catalog, sent_tasks, tmp_path):
+    """It said "all 1 stages succeeded"."""
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, stages=1), user=team.teammate)
+    pipelines.pipeline_advance(run=finish(pipeline.runs.get(), tmp_path=tmp_path))
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.SUCCEEDED and pipeline.message == "its one stage succeeded"
 
 
 def test_long_pipeline_and_stage_names_still_name_every_stages_run(team, catalog, sent_tasks, tmp_path):

@@ -236,7 +236,7 @@ def test_a_run_cancelled_while_half_started_stops_its_started_host_and_starts_no
     run = launch(team, catalog, django_capture_on_commit_callbacks)
     assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=1, worker_name="train-tpu@b")
     services.run_cancel(run=run, user=None)  # still queued: cancelled at once
-    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 is cancelled"
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 was cancelled"
     assert reporting.host_start(run_pk=run.pk, attempt=1, process_id=0, worker_name="train-tpu@a") is None
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
@@ -257,7 +257,7 @@ def test_an_attempt_still_half_started_after_the_placement_timeout_fails_naming_
     assert run.status == RunStatus.FAILED and run.attempt == 1 and run.finished_at == later
     assert run.error_message == ("host 1 (worker train-tpu@b) did not start within 30 s of the placement of attempt 1, "
                                  "and the run was queued over 60 s ago; check the pool's workers, then resume the run")
-    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 is failed"
+    assert placement.attempt_ended_reason(run_pk=run.pk, attempt=1) == "attempt 1 has failed"
 
 
 def test_a_single_host_run_goes_to_its_pools_queue(team, catalog, sent_tasks, django_capture_on_commit_callbacks):

@@ -128,13 +128,28 @@ def test_bad_layout_hosts_and_pool_values_are_named_by_key(team, catalog, sent_t
         services.run_create(project=team.project, spec=spec, user=team.teammate)
     errors = caught.value.message_dict
     assert set(errors) == {"parallel.data", "parallel.fsdp", "hosts", "pool"}
-    assert "'two'" in errors["parallel.data"][0] and "greater than or equal to 1" in errors["parallel.fsdp"][0]
+    assert "'two'" in errors["parallel.data"][0] and "too small: give a whole number" in errors["parallel.fsdp"][0]
     grpo = {"task": "grpo", "model": catalog.base_model.public_id, "data": {"train": catalog.prompts.public_id},
             "train": {"max_steps": 2}, "grpo": {"rewards": [{"name": "exact_match"}]}, "hosts": 2}
     with pytest.raises(ValidationError) as caught:
         services.run_create(project=team.project, spec=grpo, user=team.teammate)
     assert caught.value.message_dict["hosts"][0].startswith("grpo runs on one host")
     assert Run.objects.count() == 0
+
+
+def test_a_version_not_ready_is_refused_saying_what_to_do(team, catalog, sent_tasks):
+    """It read "v1 is failed, not ready; wait for its check or fix the upload": a failed version never gets ready."""
+    from webapp.datasets.models import VersionStatus
+
+    for status, said in ((VersionStatus.FAILED, "failed its check: a run trains on a ready version only; fix the file "
+                                                "and upload it again"),
+                         (VersionStatus.VALIDATING, "is being checked: a run trains on a ready version only; wait for "
+                                                    "its check to end")):
+        type(catalog.sft).objects.filter(pk=catalog.sft.pk).update(status=status)
+        with pytest.raises(ValidationError) as refused:
+            services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate)
+        assert refused.value.message_dict["data.train"] == [f"{catalog.sft} {said}"]
+    assert not Run.objects.exists()
 
 
 def test_it_rejects_objects_of_another_project(team, catalog, sent_tasks):
@@ -245,6 +260,12 @@ def test_resuming_a_succeeded_run_asks_for_a_new_total_by_the_names_a_person_see
     assert refused.value.message_dict == {"max_steps": [
         "the run has done all its 20 steps: give a new total above 20 (the box beside Train further; max_steps in the API) "
         "to train it further"]}
+    # One step done was "all its 1 steps" and "the 1 steps already done".
+    Run.objects.filter(pk=run.pk).update(current_step=1)
+    with pytest.raises(ValidationError, match="the run has done all its 1 step: give a new total above 1 "):
+        services.run_resume(run=run, user=team.teammate)
+    with pytest.raises(ValidationError, match="give more than the 1 step already done"):
+        services.run_resume(run=run, user=team.teammate, max_steps=1)
 
 
 def test_a_resume_says_where_it_continues_from(team, catalog, sent_tasks, django_capture_on_commit_callbacks,

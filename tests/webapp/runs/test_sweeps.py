@@ -63,7 +63,7 @@ def test_one_bad_combination_in_the_middle_makes_no_run_and_queues_nothing(team,
     # Said once (it fails with both ranks), at its line, key and value, with plan_run's words and the
     # first combination it fails in.
     assert errors["sweep"] == [
-        "line 1: optim.learning_rate = 2.0: 2.0: input should be less than or equal to 1 "
+        "line 1: optim.learning_rate = 2.0: 2.0 is too large: give a number above 0 and at most 1 "
         "(combination 3 of 6: learning_rate=2.0 rank=8)"]
     assert Run.objects.count() == 0 and RunLogLine.objects.count() == 0
     assert sent_tasks.calls == []

@@ -130,7 +130,7 @@ def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team,
     bad = client_for(team.teammate).post("/p/alpha/runs/new/", _layout_form(
         catalog, **{"parallel.tensor": "half", "hosts": "0", "pool": "tpu"}))
     errors = bad.context["errors"]
-    assert "'half'" in errors["parallel.tensor"][0] and "greater than or equal to 1" in errors["hosts"][0]
+    assert "'half'" in errors["parallel.tensor"][0] and "too small: give a whole number" in errors["hosts"][0]
     page = bad.content.decode()
     tensor_input = page.index('name="parallel.tensor"')
     assert tensor_input < page.index("&#x27;half&#x27;: input should be a valid integer", tensor_input) < page.index(
@@ -1477,6 +1477,14 @@ def test_a_table_filtered_by_a_tag_links_to_the_comparison_of_its_runs(team, cat
     assert "Compare the" not in client.get("/p/alpha/runs/?tag=many").content.decode()
 
 
+def test_a_sweep_of_one_value_says_one_run(team, catalog, client_for, sent_tasks):
+    """It said "1 runs queued"."""
+    client = client_for(team.teammate)
+    response = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": "train.batch_size: 4"})
+    assert response.status_code == 302
+    assert f"Sweep {_sweep_tag(response['Location'])}: 1 run queued." in client.get(response["Location"]).content.decode()
+
+
 def test_launching_a_sweep_from_the_yaml_view(team, catalog, client_for, sent_tasks):
     response = client_for(team.teammate).post("/p/alpha/runs/new/", {
         "mode": "yaml", "spec_yaml": services.spec_to_yaml(sft_spec(catalog)), "sweep": "train.batch_size: 1, 4"})
@@ -1555,8 +1563,8 @@ def test_the_live_check_names_what_a_launch_would_be_refused_for(team, catalog, 
     assert list(yaml_errors) == ["spec_yaml"] and yaml_errors["spec_yaml"][0].startswith("spec:4: train.batch_sise:")
     # A sweep: each combination checked, the bad one named under the sweep field.
     sweep = client.post("/p/alpha/runs/new/check/", {**_layout_form(catalog), "sweep": "train.batch_size: 2, 0"}).json()
-    assert sweep["errors"] == {"sweep": ["line 1: train.batch_size = 0: 0: input should be greater than or equal "
-                                         "to 1 (combination 2 of 2: batch_size=0)"]}
+    assert sweep["errors"] == {"sweep": ["line 1: train.batch_size = 0: 0 is too small: give a whole number from 1 "
+                                         "to 65536 (combination 2 of 2: batch_size=0)"]}
     assert not Run.objects.exists() and not sent_tasks.calls
 
 

@@ -1,0 +1,16 @@
+"""Counts in messages: "1 row", "2 rows", never "1 rows"; "step 3", "steps 3, 7". One helper for the engine's messages and the web
+app's (which imports it, as it imports ``jaxengine.spec``: jax-free, no Django), where a count is built into
+an f-string; templates say the same with Django's ``pluralize`` filter."""
+from __future__ import annotations
+
+
+def counted(count: int, noun: str, plural: str | None = None, *, grouped: bool = False) -> str:
+    """``count`` and ``noun``, the noun in the plural unless the count is 1 (``plural``, else ``noun`` + "s");
+    ``grouped``: thousands separated by commas (12,000 rows)."""
+    shown = f"{count:,}" if grouped else str(count)
+    return f"{shown} {noun if count == 1 else plural or noun + 's'}"
+
+
+def named(noun: str, items: list, plural: str | None = None) -> str:
+    """``noun`` followed by ``items``, the noun in the plural unless there is one: "step 3", "steps 3, 7"."""
+    return f"{noun if len(items) == 1 else plural or noun + 's'} {', '.join(str(item) for item in items)}"
