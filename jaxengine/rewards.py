@@ -68,8 +68,8 @@ class RewardError(RuntimeError):
 # with a timeout: off the main thread (a trainer called from a thread, a Celery thread pool), or while
 # another timer runs, the term is scored in a helper process (forkserver: forked from a clean process, not
 # from this one's JAX threads) that is killed at the limit. Its cost, a fork and the texts' pickling per
-# term and batch, is paid only there; a function that cannot be sent to one (defined inside a function)
-# is scored in place without a limit, with a warning saying so.
+# term and batch, is paid only there. A function that cannot be sent to one (defined inside a function) is
+# refused there, naming it: scored in place it would run with no limit (a thread cannot be interrupted).
 REWARD_TIME_LIMIT_SECONDS = 60.0
 
 
@@ -589,10 +589,11 @@ def _score_in_helper_process(term: WeightedReward, completions: Sequence[str],
     try:
         pickle.dumps(fn)
     except (pickle.PicklingError, AttributeError, TypeError):
-        logger.warning("reward %r: %s cannot be sent to a helper process (it is not defined at the top level of a "
-                       "module), so it is scored on this thread without the %g s time limit", term.name,
-                       fn.__qualname__, seconds)
-        return _score_checked(term, completions, references)
+        # Scored here it would have no limit at all, which is what a run hung in a regular expression for hours had.
+        raise RewardError(f"reward {term.name!r}: its function ({fn.__qualname__}) cannot be scored within its "
+                          f"{seconds:g} s time limit off the main thread ({threading.current_thread().name}): there "
+                          "the limit scores it in a helper process, and the function cannot be sent to one; define "
+                          "it at the top level of a module, or run the trainer on the main thread") from None
     if not getattr(_helper_process_warned, "done", False):
         _helper_process_warned.done = True
         logger.warning("reward functions are scored off the main thread (%s), where a SIGALRM timer cannot stop "

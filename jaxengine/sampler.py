@@ -193,11 +193,13 @@ def count_tokens(counts_bv: jax.Array, token_b: jax.Array, active_b: jax.Array |
     return counts_bv + one_hot_bv.astype(counts_bv.dtype)
 
 
-def logit_bias_arrays(biases: Sequence[tuple[tuple[int, float], ...]], rows: int, vocab_size: int):
+def logit_bias_arrays(biases: Sequence[tuple[tuple[int, float], ...]], rows: int, vocab_size: int, *,
+                      width: int | None = None):
     """(int32 [rows, N] ids, float32 [rows, N] values) for ``apply_logit_bias`` from each row's
-    ``SamplingParams.logit_bias`` (rows past the list: none); N is a power of two ≥ 8 that holds the largest,
-    so that it rarely changes (each N is a compile)."""
-    width = bucket_length(max((len(bias) for bias in biases), default=0), minimum=8)
+    ``SamplingParams.logit_bias`` (rows past the list: none); N is ``width``, or where None a power of two ≥ 8
+    that holds the largest, so that it rarely changes (each N is a compile). A serving process gives
+    ``LOGIT_BIAS_MAX_TOKENS``: one N, which its warm-up compiles."""
+    width = width or bucket_length(max((len(bias) for bias in biases), default=0), minimum=8)
     ids_bn = np.full((rows, width), vocab_size, np.int32)  # past the vocabulary: dropped
     values_bn = np.zeros((rows, width), np.float32)
     for row, bias in enumerate(biases):

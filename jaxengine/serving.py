@@ -50,7 +50,10 @@ Design note.
 * Penalties and bias: each row's presence/frequency penalty and logit bias are data (per-row arrays, the
   bias as [B, N] ids and values), so requests with different ones decode in one call; only whether some
   row uses either switches programs, to one decode program that applies both (zeros for the rows without),
-  so that the warm-up compiles one set of them, not one per combination. A penalized call carries each row's counts of its generated tokens
+  so that the warm-up compiles one set of them, not one per combination. That program samples (a greedy row
+  takes its argmax there as in a greedy one: ``_any_sampled``), and the bias table is always
+  ``LOGIT_BIAS_MAX_TOKENS`` wide (a scatter of padding, dropped): a greedy conversation with a penalty, or a
+  bias of more than 8 tokens (the table grew by powers of two), compiled programs on first use otherwise. A penalized call carries each row's counts of its generated tokens
   ([B, V], donated like the cache) and hands them to the call chained on it; a call that is not chained
   (rows admitted, a re-layout) counts each row's tokens on the host and uploads them, which keeps them
   out of every re-layout and insert program.
@@ -107,9 +110,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxengine.models.transformer import inference_layout
-from jaxengine.sampler import (ContextLengthError, PromptError, SamplingParams, apply_logit_bias, apply_penalties,
-                              bucket_length, check_logit_bias, count_tokens, decode, filter_logits, first_max_index,
-                              logit_bias_arrays, prefill, stop_string_end)
+from jaxengine.sampler import (LOGIT_BIAS_MAX_TOKENS, ContextLengthError, PromptError, SamplingParams,
+                              apply_logit_bias, apply_penalties, bucket_length, check_logit_bias, count_tokens, decode,
+                              filter_logits, first_max_index, logit_bias_arrays, prefill, stop_string_end)
 from jaxengine.sharding import constrain, constrain_kv_cache, make_mesh
 from jaxengine.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -980,7 +983,11 @@ def _on(mesh: Mesh | None):
 
 
 def _any_sampled(requests) -> bool:
-    return any(request.params.temperature > 0 for request in requests if request is not None)
+    """Whether a call runs a sampling program (with noise): some row samples, or some row has a penalty or a
+    logit bias. A greedy row takes its argmax in either program, and the warm-up decodes penalties and bias
+    at the chat's default temperature only: a greedy conversation with them compiled programs of its own."""
+    return any(request.params.temperature > 0 or request.params.penalized or request.params.biased
+               for request in requests if request is not None)
 
 
 def _any_penalized(requests) -> bool:
@@ -1116,8 +1123,8 @@ class BatchDecoder:
         grows or shifts into; its row starts ahead of its prompt as far as the bucket allows, so the
         cache is shifted as well as grown. Then the same for each of ``adjusted_temperatures`` with a
         presence and frequency penalty and a logit bias: the prefill with a bias and the decode calls with
-        both (``_Compiled._decode``'s ``adjusted``), which a conversation with a penalty or a logit bias of
-        up to 8 tokens calls. Concurrent requests compile larger row counts when they come."""
+        both (``_Compiled._decode``'s ``adjusted``), which a conversation with a penalty or a logit bias
+        calls, greedy or not (see the module note). Concurrent requests compile larger row counts when they come."""
         context = self.model.config.max_position_embeddings
         adjustments = {"presence_penalty": 0.5, "frequency_penalty": 0.5, "logit_bias": ((0, 1.0),)}
         requests = []
@@ -1156,7 +1163,7 @@ class BatchDecoder:
                 presence_b[row], frequency_b[row] = request.params.presence_penalty, request.params.frequency_penalty
         bias_ids_bn, bias_values_bn = logit_bias_arrays(
             [() if request is None else request.params.logit_bias for request in requests], rows,
-            self.model.config.vocab_size)
+            self.model.config.vocab_size, width=LOGIT_BIAS_MAX_TOKENS)
         temperature_b = np.zeros((rows,), np.float32)
         top_k_b = np.zeros((rows,), np.int32)
         top_p_b = np.ones((rows,), np.float32)

@@ -255,21 +255,45 @@ def is_better(score: float, best: float | None, *, higher_is_better: bool) -> bo
 # Run-directory files
 
 
+def _logged_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) of each line of a run's ``metrics.jsonl`` or ``samples.jsonl``, read on resume. A last
+    line that is no JSON is a write the run's end cut short (a kill, a full disk: its step has no checkpoint
+    either) and is dropped; any other line that is not a record with a step is a TrainingError naming the
+    file and line, where a resume stopped with a traceback."""
+    if not path.exists():
+        return []
+    lines = [(number, line) for number, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    records = []
+    for position, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if position == len(lines) - 1:
+                break
+            problem = f"it is not JSON ({error.msg} at column {error.colno})"
+        else:
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append((line, record))
+                continue
+            problem = "it is not a record with a step"
+        raise TrainingError(f"{path}: line {number}: {problem}, so the run cannot resume after it; remove the line "
+                            "(or the file) and run the job again")
+    return records
+
+
 def _truncate_jsonl(path: Path, *, after_step: int) -> None:
     """Drop lines whose ``step`` exceeds ``after_step`` (logged by a run that died before saving)."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= after_step]
+    kept = [line for line, record in _logged_records(path) if record["step"] <= after_step]
     path.write_text("".join(line + "\n" for line in kept))
 
 
 def _logged_tokens(path: Path, *, at_or_before: int) -> int:
     """The ``tokens`` of the last line of ``path`` at or before step ``at_or_before`` (0 without one)."""
-    if not path.exists():
-        return 0
     tokens = 0
-    for line in path.read_text().splitlines():
-        if line.strip() and (record := json.loads(line))["step"] <= at_or_before:
+    for _, record in _logged_records(path):
+        if record["step"] <= at_or_before:
             tokens = int(record.get("tokens", 0))
     return tokens
 

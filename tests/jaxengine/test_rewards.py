@@ -334,3 +334,24 @@ def test_the_time_limit_holds_off_the_main_thread(monkeypatch, caplog):
     with pytest.raises(RewardError) as on_main:
         score_rewards(terms, ["ok", "4"], broken)
     assert str(_on_a_thread(lambda: score_rewards(terms, ["ok", "4"], broken))["error"]) == str(on_main.value)
+
+
+def test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_main_thread(monkeypatch):
+    """A function that cannot be pickled (defined inside a function) cannot be sent to the helper process that
+    holds the time limit off the main thread, and was scored in place with no limit at all: a slow one hung the
+    run, as the limit exists to prevent. Off the main thread it is refused, naming it; on it the timer holds."""
+    monkeypatch.setattr(rewards, "REWARD_TIME_LIMIT_SECONDS", 0.5)
+
+    def local_length(completions, references):
+        return [float(len(text)) for text in completions]
+
+    monkeypatch.setitem(rewards.REWARDS, "local_length", local_length)
+    term = WeightedReward(name="local_length")
+    outcome = _on_a_thread(lambda: score_rewards([term], ["ab", "abc"], [{}, {}]))
+    assert isinstance(outcome.get("error"), RewardError), outcome
+    assert str(outcome["error"]) == (
+        "reward 'local_length': its function (test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_"
+        "main_thread.<locals>.local_length) cannot be scored within its 0.5 s time limit off the main thread "
+        "(trainer-thread): there the limit scores it in a helper process, and the function cannot be sent to one; "
+        "define it at the top level of a module, or run the trainer on the main thread")
+    assert score_rewards([term], ["ab", "abc"], [{}, {}])[0] == [2.0, 3.0]  # on the main thread: its timer

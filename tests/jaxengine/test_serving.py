@@ -606,7 +606,9 @@ def test_a_warmed_server_compiles_nothing_for_a_lone_conversation(served):
 
 def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation(served):
     """QA: a chat's first request with presence/frequency penalties or logit_bias compiled new decode programs
-    on the serve worker (seconds on CPU) at each cache size it met: the warm-up compiled only those without."""
+    on the serve worker (seconds on CPU) at each cache size it met: the warm-up compiled only those without.
+    Then greedy decoding with a penalty or a bias, and a logit_bias of more than 8 tokens, still did: the warm-up
+    decodes with them at the chat's default temperature and a bias of one token."""
     model, tokenizer, _ = served
     decoder = BatchDecoder(model, tokenizer, min_bucket=32)  # its own shapes: nothing compiled by other tests
     server = BatchingServer(decoder)
@@ -615,12 +617,18 @@ def test_a_warmed_server_compiles_nothing_for_a_penalized_or_biased_conversation
     warmed = decoder.compiled.trace_count
     with xla_compiles() as compiles, contextlib.closing(server):
         rng = np.random.default_rng(1)
+        many = {int(token): float(bias) for token, bias in zip(rng.permutation(model.config.vocab_size)[:300],
+                                                                rng.uniform(-5, 5, size=300))}
         for length in (1, 20, 33, 64):
-            for adjustment in ({"presence_penalty": 0.8}, {"frequency_penalty": -0.5}, {"logit_bias": {7: 2.5}},
-                               {"presence_penalty": 1.0, "frequency_penalty": 0.5, "logit_bias": {3: -100, 9: 4.0}}):
+            for temperature, adjustment in (
+                    (0.7, {"presence_penalty": 0.8}), (0.7, {"frequency_penalty": -0.5}),
+                    (0.7, {"logit_bias": {7: 2.5}}),
+                    (0.7, {"presence_penalty": 1.0, "frequency_penalty": 0.5, "logit_bias": {3: -100, 9: 4.0}}),
+                    (0.0, {"presence_penalty": 0.8}), (0.0, {"logit_bias": {7: 2.5}}),
+                    (0.7, {"logit_bias": dict(list(many.items())[:9])}), (0.0, {"logit_bias": many})):
                 ids = tuple(int(i) for i in rng.integers(0, model.config.vocab_size, size=length))
                 request = ServeRequest(prompt_ids=ids, ignore_eos=True,  # every answer runs its whole budget
-                                       params=SamplingParams(max_new_tokens=48, temperature=0.7, seed=length,
+                                       params=SamplingParams(max_new_tokens=48, temperature=temperature, seed=length,
                                                              **adjustment))
                 assert len(server.submit(request).result(timeout=60).token_ids) == 48
         assert decoder.compiled.trace_count == warmed

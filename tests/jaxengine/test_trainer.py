@@ -140,6 +140,34 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_metrics(tmp_path):
     assert summary["tokens_seen"] == straight[-1]["tokens"]
 
 
+def test_a_run_killed_mid_line_resumes_and_a_damaged_log_line_is_named(tmp_path):
+    """A run killed while appending to metrics.jsonl or samples.jsonl (a kill, a full disk) leaves a last line cut
+    short; resuming stopped with json's traceback (JSONDecodeError) before training a step. That line is dropped
+    (its step has no checkpoint either); a damaged line before it is named, file and line, instead of a KeyError."""
+    from jaxengine.trainer import TrainingError
+
+    make_trainer(tmp_path, total_steps=2, save_every=2).fit(progress_bar=False)
+    logged = read_metrics(tmp_path / "metrics.jsonl")
+    with (tmp_path / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 3, "loss": 1.')
+    (tmp_path / "samples.jsonl").write_text('{"step": 1, "kind": "eval"}\n{"step": 3, "text": "cut sh')
+    summary = make_trainer(tmp_path, total_steps=3, save_every=2).fit(progress_bar=False)
+    assert summary["resumed_from_step"] == 2 and summary["status"] == "succeeded"
+    assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert read_metrics(tmp_path / "metrics.jsonl")[:2] == logged
+    assert (tmp_path / "samples.jsonl").read_text() == '{"step": 1, "kind": "eval"}\n'
+
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    (tmp_path / "metrics.jsonl").write_text("\n".join([lines[0], '{"loss": 1.0}', *lines[1:]]) + "\n")
+    with pytest.raises(TrainingError) as raised:
+        make_trainer(tmp_path, total_steps=4, save_every=2).fit(progress_bar=False)
+    assert str(raised.value) == (f"{tmp_path / 'metrics.jsonl'}: line 2: it is not a record with a step, so the run "
+                                 "cannot resume after it; remove the line (or the file) and run the job again")
+    (tmp_path / "metrics.jsonl").write_text("\n".join([lines[0], '{"step": 2, "loss": 1.', *lines[1:]]) + "\n")
+    with pytest.raises(TrainingError, match=r"metrics.jsonl: line 2: it is not JSON \(Expecting"):
+        make_trainer(tmp_path, total_steps=4, save_every=2).fit(progress_bar=False)
+
+
 def test_a_checkpoint_without_a_token_count_resumes_from_the_logged_one(tmp_path, monkeypatch):
     """Checkpoints of engines that restarted the count at 0 on resume hold no ``tokens_seen``: the resumed
     attempt goes on from the count metrics.jsonl logged at the checkpoint's step."""

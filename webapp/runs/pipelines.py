@@ -7,8 +7,10 @@ Design note: a pipeline is advanced by the end of its current stage's run, where
 so calling it twice, or for a run of no pipeline, changes nothing. A stage may carry a regression
 guard: an eval metric that must not fall more than ``max_drop_percent`` below the previous stage's
 (``higher_is_better: false`` for losses: must not rise more). The two values must measure the same thing, so a
-guard between stages of different tasks or dpo losses, or on an ``eval/`` metric between stages of different
-``data.eval``, is refused up front (``_guard_problems``). A stage that fails its guard stops
+guard between stages of different tasks, or of settings that change what the metric measures (the loss's variant
+and scale: ``dpo.loss``/``beta``, ``grpo.loss_type``/``advantage``, ppo's coefficients; the reward functions'
+weights and args), or on an ``eval/`` metric between stages of different ``data.eval``, is refused up front
+(``_guard_problems``, naming the keys that differ). A stage that fails its guard stops
 the pipeline; its result stays the previous stage's model, and the reason is kept in ``message``. A
 guard whose metric the previous stage did not log (a misspelt name) stops the pipeline before its
 stage is launched, with the closest logged name. A metric whose latest logged value was NaN or
@@ -50,7 +52,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
-from jaxengine.spec import DpoSpec, out_of_range, wrongly_written_value
+from jaxengine.spec import DataSpec, DpoSpec, GrpoSpec, PpoSpec, RewardSpec, out_of_range, wrongly_written_value
 from jaxengine.words import counted
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
@@ -93,8 +95,10 @@ class Guard(BaseModel):
     # strict, as the run spec's sections: "5" in quotes is refused, not read as 5
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     metric: str = Field(min_length=1, description="A logged metric, e.g. eval/exact_match or eval/loss, that this "
-                                                 "stage and the previous one measure alike: the same task (for dpo, "
-                                                 "the same dpo.loss), and for an eval/ metric the same data.eval.")
+                                                 "stage and the previous one measure alike: the same task and settings "
+                                                 "behind it (dpo.loss and beta, grpo.loss_type, reward functions' "
+                                                 "weights and args, ...), and for an eval/ metric the same "
+                                                 "data.eval.")
     # finite: stored as JSON, which has no infinity (Infinity was a 500 at the INSERT)
     max_drop_percent: FiniteFloat = Field(ge=0, description="How far (in %) it may get worse than the previous "
                                                             "stage's.")
@@ -235,8 +239,8 @@ def _guard_problems(stages: list[Stage], index: int) -> list[str]:
     stage's final value of its metric with the stage before's, so both must log it and measure it alike: an
     ``eval/`` metric is logged only by a run with evaluation data, and is measured on that data, so both stages
     need the same ``data.eval`` (a stage's spec inherits nothing from the stage before); a loss, and the metrics
-    logged beside it, mean something else under another task or another ``dpo.loss`` (a DPO preference loss near
-    0.69 against an SFT token loss near 9.8 always "improved")."""
+    logged beside it, mean something else under another task (a DPO preference loss near 0.69 against an SFT token
+    loss near 9.8 always "improved"), or under other settings of the same task (``_metric_settings``)."""
     guard = stages[index].guard
     if guard is None or index == 0:
         return []
@@ -250,13 +254,12 @@ def _guard_problems(stages: list[Stage], index: int) -> list[str]:
             f"{guard.metric} do not measure the same thing: each task logs its own loss and metrics (a dpo loss near "
             "0.69 against an sft loss near 9.8 passes every time); guard a stage against one of the same task, or "
             "remove the guard")
-    elif tasks[index] == "dpo":
-        losses = {position: _dpo_loss(spec) for position, spec in specs.items()}
-        if None not in losses.values() and losses[index - 1] != losses[index]:
-            problems.append(
-                f"{labels[index]} trains with dpo.loss {losses[index]} and {labels[index - 1]} with "
-                f"{losses[index - 1]}, so their {guard.metric} do not measure the same thing: each loss variant has "
-                "its own scale; give both stages the same dpo.loss, or remove the guard")
+    elif differing := _differing_settings(tasks[index], guard.metric, specs[index - 1], specs[index]):
+        problems.append(
+            f"{labels[index]} and {labels[index - 1]} differ in "
+            f"{'; '.join(_difference_in_words(*difference) for difference in differing)}, so their {guard.metric} do "
+            f"not measure the same thing: {guard.metric} is computed under these settings; give both stages the same "
+            f"{', '.join(key for key, _, _ in differing)}, or remove the guard")
     if not guard.metric.startswith("eval/"):
         return problems
     evaluations = {position: _eval_data(spec) for position, spec in specs.items()}
@@ -275,11 +278,89 @@ def _guard_problems(stages: list[Stage], index: int) -> list[str]:
     return problems
 
 
-def _dpo_loss(spec: dict[str, Any]) -> str | None:
-    """The spec's ``dpo.loss``, its default when left out; None when it is not a name (its own error says so)."""
-    section = spec.get("dpo") or {}
-    loss = section.get("loss", DpoSpec.model_fields["loss"].default) if isinstance(section, dict) else None
-    return loss if isinstance(loss, str) else None
+# Metrics that are the loss itself, whose scale a task's loss settings set (the others are read per task).
+_LOSS_METRICS = ("loss", "eval/loss")
+# The RL metrics of the total (weighted) reward: its loss settings do not change them.
+_TOTAL_REWARD_METRICS = ("reward", "eval/reward", "reward_std", "frac_reward_zero_std")
+
+
+def _differing_settings(task: Any, metric: str, before: dict[str, Any], now: dict[str, Any]
+                        ) -> list[tuple[str, Any, Any]]:
+    """The settings that decide what ``metric`` measures and that differ between two stages of ``task`` (the
+    previous stage's spec ``before``, this one's ``now``): (key as this stage names it, its value here, the
+    previous stage's value). A setting is compared only where both stages' sections validate (an invalid one
+    gets its own error) and both have it (reward functions that differ in name are named as one difference)."""
+    settings_before, settings_now = _metric_settings(task, metric, before), _metric_settings(task, metric, now)
+    return [(key, value, settings_before[setting][1]) for setting, (key, value) in settings_now.items()
+            if setting in settings_before and settings_before[setting][1] != value]
+
+
+def _metric_settings(task: Any, metric: str, spec: dict[str, Any]) -> dict[Any, tuple[str, Any]]:
+    """What decides ``metric`` of a run of ``spec`` (a stage's, of ``task``), defaults filled in: by an identity
+    compared across stages, (the key that holds it, its value). A metric means something else, and a guard
+    comparing it across stages compares different numbers, when: the loss's variant or scale changes (dpo.loss,
+    dpo.beta, grpo.loss_type, ppo.vf_coef, ...); a reward is the weighted sum of other functions, or of the same
+    ones with other weights or args; a reward function (``eval/<name>``, ``rewards/<name>/mean``) scores by
+    other args."""
+    if task == "sft" and metric in _LOSS_METRICS:
+        data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+        return {"data.loss_on": ("data.loss_on", data.get("loss_on", DataSpec.model_fields["loss_on"].default))}
+    if task == "reward" and metric in _LOSS_METRICS and (reward := _section(spec, "reward", RewardSpec)):
+        return {"center": ("reward.center_rewards_coefficient", reward.center_rewards_coefficient)}
+    if task == "dpo" and (dpo := _section(spec, "dpo", DpoSpec)):
+        settings = {"loss": ("dpo.loss", dpo.loss)}
+        if not metric.endswith("accuracies"):  # whether the chosen's implicit reward is above: no scale
+            settings |= {name: (f"dpo.{name}", getattr(dpo, name)) for name in ("beta", "label_smoothing")}
+            if dpo.loss == "simpo":
+                settings["simpo_gamma"] = ("dpo.simpo_gamma", dpo.simpo_gamma)
+        return settings
+    if task not in ("grpo", "ppo") or not (section := _section(spec, task, GrpoSpec if task == "grpo" else PpoSpec)):
+        return {}
+    lists = {term.name: ("rewards", term) for term in section.rewards}
+    lists |= {term.name: ("eval_metrics", term) for term in section.eval_metrics}
+    for name, (where, term) in lists.items():
+        if metric in (f"eval/{name}", f"rewards/{name}/mean", f"rewards/{name}/std") or metric.startswith(
+                f"eval/{name}/"):
+            return {("args", name): (f"{task}.{where}[{name}].args", term.args)}
+    settings: dict[Any, tuple[str, Any]] = {
+        "rewards": (f"{task}.rewards", ", ".join(sorted(term.name for term in section.rewards)))}
+    for term in section.rewards:
+        settings[("weight", term.name)] = (f"{task}.rewards[{term.name}].weight", term.weight)
+        settings[("args", term.name)] = (f"{task}.rewards[{term.name}].args", term.args)
+    if task == "ppo":
+        settings["reward_model"] = ("ppo.reward_model", section.reward_model)
+    if metric in _TOTAL_REWARD_METRICS:
+        return settings
+    # The loss and the metrics logged beside it (kl, clip ratios, entropy, value loss): their advantages come
+    # from the rewards above, then these settings shape and weigh the objective.
+    loss_keys = (("loss_type", "advantage", "beta", "kl_estimator") if task == "grpo" else
+                 ("kl_coef", "vf_coef", "entropy_coef", "value_clip", "gamma", "lam"))
+    settings |= {key: (f"{task}.{key}", getattr(section, key)) for key in loss_keys}
+    settings |= {"epsilon": (f"{task}.epsilon", section.epsilon),
+                 "epsilon_high": (f"{task}.epsilon_high", section.upper_clip)}
+    if task == "grpo" and section.loss_type == "dr_grpo":  # its sum is divided by max_new_tokens
+        settings["max_new_tokens"] = ("grpo.max_new_tokens", section.max_new_tokens)
+    return settings
+
+
+def _section(spec: dict[str, Any], name: str, model: type[BaseModel]) -> Any:
+    """Section ``name`` of ``spec`` with its defaults; None when it does not validate (its own error says so)."""
+    import pydantic
+
+    try:
+        return model.model_validate(spec.get(name) or {})
+    except pydantic.ValidationError:
+        return None
+
+
+def _difference_in_words(key: str, now: Any, before: Any) -> str:
+    if key.endswith(".args"):  # free text, not worth repeating: the key is enough
+        return key
+    return f"{key} ({_value_in_words(now)} against {_value_in_words(before)})"
+
+
+def _value_in_words(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else "none" if value in (None, "") else str(value)
 
 
 def _eval_data(spec: dict[str, Any]) -> Any:

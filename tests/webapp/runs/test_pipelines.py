@@ -138,17 +138,97 @@ def test_a_guard_between_dpo_stages_of_different_losses_is_refused(team, catalog
         pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, second_loss="ipo"),
                                   user=team.teammate)
     assert caught.value.message_dict == {"stages.2.guard.metric": [
-        f"stage 3 ({isolated('dpo-2')}) trains with dpo.loss ipo and stage 2 ({isolated('dpo-1')}) with sigmoid, so "
-        "their eval/loss do not measure the same thing: each loss variant has its own scale; give both stages the "
-        "same dpo.loss, or remove the guard"]}
+        f"stage 3 ({isolated('dpo-2')}) and stage 2 ({isolated('dpo-1')}) differ in dpo.loss (ipo against sigmoid), so "
+        "their eval/loss do not measure the same thing: eval/loss is computed under these settings; give both stages "
+        "the same dpo.loss, or remove the guard"]}
     with pytest.raises(ValidationError) as caught:
         pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, first_loss="simpo",
                                                                             second_loss="orpo"), user=team.teammate)
-    assert "trains with dpo.loss orpo and stage 2" in caught.value.message_dict["stages.2.guard.metric"][0]
+    assert "differ in dpo.loss (orpo against simpo)" in caught.value.message_dict["stages.2.guard.metric"][0]
     assert not Pipeline.objects.exists()
     # dpo.loss left out is sigmoid, the same loss as written out.
     assert pipelines.pipeline_create(project=team.project, document=dpo_chain(catalog, second_loss="sigmoid"),
                                      user=team.teammate)
+
+
+def test_a_guard_between_dpo_stages_of_different_betas_is_refused_on_a_metric_beta_scales(team, catalog, sent_tasks):
+    """beta scales the DPO loss and its implicit rewards (a sigmoid loss at beta 0.5 is not one at 0.1), not whether
+    the chosen completion's implicit reward is above the rejected one's."""
+    chain = dpo_chain(catalog)
+    chain["stages"][2]["spec"]["dpo"] = {"beta": 0.5}
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
+    assert caught.value.message_dict == {"stages.2.guard.metric": [
+        f"stage 3 ({isolated('dpo-2')}) and stage 2 ({isolated('dpo-1')}) differ in dpo.beta (0.5 against 0.1), so "
+        "their eval/loss do not measure the same thing: eval/loss is computed under these settings; give both stages "
+        "the same dpo.beta, or remove the guard"]}
+    chain["stages"][2]["guard"] = {"metric": "eval/rewards/accuracies", "max_drop_percent": 5}
+    assert pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
+
+
+def grpo_chain(catalog, *, metric: str, later: dict) -> dict:
+    """sft, then two grpo stages scored on the same prompts, the second (``later`` merged into its grpo section)
+    guarded on ``metric`` against the first."""
+    grpo = {"task": "grpo", "data": {"train": catalog.prompts.public_id, "eval": catalog.prompts.public_id},
+            "train": {"max_steps": 2}, "grpo": {"rewards": [{"name": "exact_match"},
+                                                            {"name": "format_regex", "args": {"pattern": "[0-9]"}}]}}
+    chain = document(catalog)
+    chain["stages"][1] = {"name": "grpo-1", "spec": grpo}
+    second = copy.deepcopy(grpo)
+    second["grpo"] |= later
+    chain["stages"].append({"name": "grpo-2", "spec": second, "guard": {"metric": metric, "max_drop_percent": 10}})
+    return chain
+
+
+def guard_errors(team, chain) -> list[str]:
+    with pytest.raises(ValidationError) as caught:
+        pipelines.pipeline_create(project=team.project, document=chain, user=team.teammate)
+    assert list(caught.value.message_dict) == ["stages.2.guard.metric"]
+    return caught.value.message_dict["stages.2.guard.metric"]
+
+
+def test_a_guard_on_a_reward_between_stages_of_different_reward_functions_is_refused(team, catalog, sent_tasks):
+    """The guard compared tasks, dpo.loss and data.eval only: eval/reward, the weighted sum of the reward functions,
+    was compared between stages weighing them differently, and eval/format_regex between stages whose regex
+    differed. A function's own score does not depend on its weight."""
+    stages = f"stage 3 ({isolated('grpo-2')}) and stage 2 ({isolated('grpo-1')})"
+    reweighted = [{"name": "exact_match", "weight": 2}, {"name": "format_regex", "args": {"pattern": "[0-9]"}}]
+    assert guard_errors(team, grpo_chain(catalog, metric="eval/reward", later={"rewards": reweighted})) == [
+        f"{stages} differ in grpo.rewards[exact_match].weight (2 against 1), so their eval/reward do not measure the "
+        "same thing: eval/reward is computed under these settings; give both stages the same "
+        "grpo.rewards[exact_match].weight, or remove the guard"]
+    assert pipelines.pipeline_create(project=team.project, document=grpo_chain(
+        catalog, metric="eval/exact_match", later={"rewards": reweighted}), user=team.teammate)
+    other_regex = [{"name": "exact_match"}, {"name": "format_regex", "args": {"pattern": "[a-z]"}}]
+    for metric in ("eval/format_regex", "rewards/format_regex/mean", "eval/reward"):
+        assert guard_errors(team, grpo_chain(catalog, metric=metric, later={"rewards": other_regex})) == [
+            f"{stages} differ in grpo.rewards[format_regex].args, so their {metric} do not measure the same thing: "
+            f"{metric} is computed under these settings; give both stages the same grpo.rewards[format_regex].args, "
+            "or remove the guard"]
+    fewer = [{"name": "exact_match"}]
+    assert "differ in grpo.rewards (exact_match against exact_match, format_regex)" in guard_errors(
+        team, grpo_chain(catalog, metric="reward", later={"rewards": fewer}))[0]
+    assert Pipeline.objects.count() == 1
+
+
+def test_a_guard_on_a_loss_between_stages_of_different_loss_settings_is_refused(team, catalog, sent_tasks):
+    """grpo.loss_type and advantage (and ppo's coefficients) set the loss's scale: a dapo loss is not a grpo one.
+    They leave the reward alone."""
+    stages = f"stage 3 ({isolated('grpo-2')}) and stage 2 ({isolated('grpo-1')})"
+    later = {"loss_type": "dapo", "advantage": "rloo", "epsilon_high": 0.28}
+    assert guard_errors(team, grpo_chain(catalog, metric="loss", later=later)) == [
+        f"{stages} differ in grpo.loss_type (dapo against grpo); grpo.advantage (rloo against group); "
+        "grpo.epsilon_high (0.28 against 0.2), so their loss do not measure the same thing: loss is computed under "
+        "these settings; give both stages the same grpo.loss_type, grpo.advantage, grpo.epsilon_high, or remove the "
+        "guard"]
+    assert pipelines.pipeline_create(project=team.project, document=grpo_chain(catalog, metric="eval/reward",
+                                                                               later=later), user=team.teammate)
+    ppo_chain = grpo_chain(catalog, metric="loss", later={})
+    for stage, vf_coef in ((ppo_chain["stages"][1], 0.5), (ppo_chain["stages"][2], 1.0)):
+        stage["spec"]["task"] = "ppo"
+        stage["spec"]["train"]["batch_size"] = 2
+        stage["spec"]["ppo"] = {**stage["spec"].pop("grpo"), "vf_coef": vf_coef}
+    assert "differ in ppo.vf_coef (1 against 0.5)" in guard_errors(team, ppo_chain)[0]
 
 
 def test_a_guard_on_an_eval_metric_between_stages_of_different_eval_data_is_refused(team, catalog, sent_tasks):
