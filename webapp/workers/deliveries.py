@@ -21,6 +21,7 @@ dropped by the worker that takes it.
 """
 from __future__ import annotations
 
+import ast
 import json
 import logging
 from dataclasses import dataclass
@@ -117,6 +118,42 @@ def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery
     return lost
 
 
+@dataclass(frozen=True, kw_only=True)
+class TaskDeliveries:
+    """Where the delivered messages of one task are, by their arguments (``argsrepr`` read back)."""
+
+    live: frozenset[tuple]  # held by a worker heard from within ``STALE_AFTER``: running or reserved there
+    orphaned: dict[tuple, Delivery]  # held by no live worker: its worker died (or has yet to beat)
+
+
+def task_deliveries(*, task: str, now: datetime | None = None) -> TaskDeliveries | None:
+    """The delivered messages of ``task`` that a live worker holds and those it does not, for the checks that
+    settle the work of a worker that died in the middle of it (``review.services.generations_settle_lost``). None
+    where nothing tells: heartbeats off (no worker lists what it holds), or Redis cannot be asked."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return None
+    now = now or timezone.now()
+    held = live_worker_deliveries(now=now)
+    try:
+        client = channels.redis_client()
+        try:
+            deliveries = unacked_deliveries(client)
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("deliveries of %s not checked, Redis unavailable: %s", task, error)
+        return None
+    live, orphaned = set(), {}
+    for delivery in deliveries:
+        if delivery.task != task or (arguments := _arguments(delivery)) is None:
+            continue
+        if delivery.tag in held:
+            live.add(arguments)
+        else:
+            orphaned[arguments] = delivery
+    return TaskDeliveries(live=frozenset(live), orphaned=orphaned)
+
+
 def _restore(deliveries: list[Delivery]) -> None:
     from webapp.celery import app as celery_app
 
@@ -124,6 +161,17 @@ def _restore(deliveries: list[Delivery]) -> None:
         qos = connection.default_channel.qos
         for delivery in deliveries:
             qos.restore_by_tag(delivery.tag)
+
+
+def _arguments(delivery: Delivery) -> tuple | None:
+    """A delivery's task arguments, read back from Celery's ``argsrepr`` (ids only: None for anything else)."""
+    try:
+        arguments = ast.literal_eval(delivery.arguments)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(arguments, (list, tuple)) and all(isinstance(item, (int, float, str)) for item in arguments):
+        return tuple(arguments)
+    return None
 
 
 def _text(value: bytes | str) -> str:

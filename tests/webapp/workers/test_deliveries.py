@@ -125,3 +125,29 @@ def test_orphans_are_old_unheld_undirected_first_deliveries():
     candidates = [delivery("old"), delivery("held"), delivery("young", at=100.0),
                   delivery("direct", exchange=deliveries.DIRECT_EXCHANGE), delivery("again", redelivered=True)]
     assert [d.tag for d in deliveries.orphans(candidates, held={"held"}, delivered_before=50.0)] == ["old"]
+
+
+@pytest.mark.django_db
+def test_task_deliveries_tells_a_live_workers_messages_from_a_dead_ones(broker):
+    """What ``review.services.generations_settle_lost`` reads: by their arguments, the messages of one task that a
+    live worker holds and those whose worker is gone; other tasks' messages are not among them."""
+    from webapp.celery import app as celery_app
+
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    tags = {}
+    for arguments in ([7], [8]):
+        celery_app.send_task(TASK, args=arguments, queue=queue)
+        tags[arguments[0]] = deliver_to_a_worker_that_dies(broker_url, queue)
+    celery_app.send_task("worker.tasks.review.write_export", args=[9], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    now = timezone.now()
+    worker_row(holding=[tags[7]], last_seen=now - timedelta(seconds=5))
+    worker_row(holding=[tags[8]], last_seen=now - timedelta(seconds=61))  # stale: presumed dead
+
+    found = deliveries.task_deliveries(task=TASK, now=now)
+    assert found.live == {(7,)} and set(found.orphaned) == {(8,)} and found.orphaned[(8,)].tag == tags[8]
+    with pytest.MonkeyPatch.context() as patch:  # nobody reports what they hold: nothing is told
+        patch.setattr(deliveries.settings, "TEMPER_HEARTBEAT_SECONDS", 0)
+        assert deliveries.task_deliveries(task=TASK, now=now) is None
