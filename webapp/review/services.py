@@ -680,7 +680,7 @@ def generations_settle_lost(*, now: datetime | None = None) -> list[Campaign]:
         lost.append((campaign, orphan))
     if not lost:
         return []
-    held = held_task_messages(task=GENERATE_TASK, queues=(GENERATE_QUEUE,), checking="lost generations")
+    held = held_task_messages(task=GENERATE_TASK, queues=(GENERATE_QUEUE,), checking="lost generations", now=now)
     if held is None:
         return []
     settled = []

@@ -14,7 +14,8 @@ a live worker. Runs are not special here: a lost run's next attempt comes from i
 dropped by the worker that takes it.
 
 - A message is restored this way once. One that was delivered again already and lost its worker again
-  may be what kills its workers (memory); it is left to the visibility timeout.
+  may be what kills its workers (memory); it is left to the visibility timeout, and the checks that settle work
+  whose message Redis holds nowhere count it as lost meanwhile (``abandoned_tags``).
 - Messages on a worker's own queue (``<name>.dq2``) are left too: they go to that worker only, and
   multi-host placement (``webapp.runs.placement``) places a lost host's job again.
 - It needs heartbeats on every worker: where ``TEMPER_HEARTBEAT_SECONDS`` is 0 nothing is restored.
@@ -85,6 +86,22 @@ def orphans(deliveries: list[Delivery], *, held: set[str], delivered_before: flo
     return [delivery for delivery in deliveries
             if delivery.delivered_at < delivered_before and delivery.tag not in held
             and delivery.exchange != DIRECT_EXCHANGE and not delivery.redelivered]
+
+
+def abandoned_tags(client: redis.Redis, *, now: datetime | None = None) -> set[str]:
+    """The tags of the deliveries that lost their worker after having been delivered once before: ``orphans`` leaves
+    them to Celery's visibility timeout (an hour), since the message may be what kills its workers. Held by no live
+    worker for over ``TEMPER_RUN_LOST_SECONDS``, they are lost for the checks that settle work whose message Redis
+    holds nowhere (``runs.services.held_task_messages``), as a first loss is queued again by then. Empty where
+    nothing tells (heartbeats off)."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return set()
+    now = now or timezone.now()
+    held = live_worker_deliveries(now=now)
+    cutoff = now.timestamp() - settings.TEMPER_RUN_LOST_SECONDS
+    return {delivery.tag for delivery in unacked_deliveries(client)
+            if delivery.redelivered and delivery.tag not in held and delivery.delivered_at < cutoff
+            and delivery.exchange != DIRECT_EXCHANGE}
 
 
 def live_worker_deliveries(*, now: datetime) -> set[str]:

@@ -151,3 +151,41 @@ def test_task_deliveries_tells_a_live_workers_messages_from_a_dead_ones(broker):
     with pytest.MonkeyPatch.context() as patch:  # nobody reports what they hold: nothing is told
         patch.setattr(deliveries.settings, "TEMPER_HEARTBEAT_SECONDS", 0)
         assert deliveries.task_deliveries(task=TASK, now=now) is None
+
+
+@pytest.mark.django_db
+def test_a_message_whose_workers_died_twice_counts_as_lost(broker):
+    """A message whose worker died after it had been delivered once before is left to Celery's visibility timeout
+    (an hour): the checks that fail work whose message Redis holds nowhere counted it as held meanwhile, so a
+    checkpoint export that killed two workers (out of memory) said "exporting" for an hour, and again after each
+    redelivery. It counts as lost once no live worker holds it for TEMPER_RUN_LOST_SECONDS, as a first loss would
+    be queued again then; held by a live worker, it counts as held."""
+    from webapp.celery import app as celery_app
+    from webapp.runs import services
+    from webapp.runs.models import CheckpointExport, Run, RunStatus
+    from tests.webapp.factories import make_team
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="big", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={}, resolved_spec={"output_dir": "/runs/big"})
+    CheckpointExport.objects.create(run=run, step=5, status="exporting")
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = services.EXPORT_CHECKPOINT_QUEUE
+    celery_app.send_task(services.EXPORT_CHECKPOINT_TASK, args=[run.pk, 5], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    assert len(deliveries.deliveries_restore_orphaned(now=timezone.now() + timedelta(seconds=90))) == 1
+    again = deliver_to_a_worker_that_dies(broker_url, queue)  # its next worker dies holding it too
+    later = timezone.now() + timedelta(seconds=90)
+    CheckpointExport.objects.filter(run=run).update(updated_at=later - timedelta(seconds=80))
+    checking = dict(task=services.EXPORT_CHECKPOINT_TASK, queues=(queue,), checking="exports")
+
+    holder = worker_row(holding=[again], last_seen=later - timedelta(seconds=5))
+    assert services.held_task_messages(**checking, now=later) == {(run.pk, 5)}
+    holder.delete()
+    assert services.held_task_messages(**checking, now=timezone.now()) == {(run.pk, 5)}  # delivered just now
+    assert services.held_task_messages(**checking, now=later) == set()
+
+    [failed] = services.checkpoint_exports_fail_lost(now=later)
+    assert failed.status == "failed" and failed.error_message.startswith("the export was lost: its worker stopped")
+    assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 1, "left to Celery, whose redelivery finds it failed"
