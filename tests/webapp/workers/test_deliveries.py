@@ -189,3 +189,43 @@ def test_a_message_whose_workers_died_twice_counts_as_lost(broker):
     [failed] = services.checkpoint_exports_fail_lost(now=later)
     assert failed.status == "failed" and failed.error_message.startswith("the export was lost: its worker stopped")
     assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 1, "left to Celery, whose redelivery finds it failed"
+
+
+@pytest.mark.django_db
+def test_a_dataset_version_whose_check_killed_two_workers_fails_with_the_reason(broker, client_for):
+    """A file whose check kills its worker (out of memory) said "Checking the file…" for ever: its message, restored
+    once, went back to Celery's visibility timeout after killing the next worker too, and then killed one an hour;
+    "queue the check again" killed another. It fails, saying why and what to do, and keeps nothing."""
+    from tests.webapp.factories import make_ready_version, make_team
+    from webapp.celery import app as celery_app
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion, VersionStatus
+
+    team = make_team()
+    version = make_ready_version(team.project, name="huge", user=team.owner)
+    DatasetVersion.objects.filter(pk=version.pk).update(status=VersionStatus.VALIDATING)
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    celery_app.send_task(services.VALIDATE_TASK, args=[version.pk], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    later = timezone.now() + timedelta(seconds=90)
+    assert services.versions_fail_abandoned(now=later) == [], "lost once: queued again, and checked again"
+    assert len(deliveries.deliveries_restore_orphaned(now=later)) == 1
+    again = deliver_to_a_worker_that_dies(broker_url, queue)  # the file kills its next worker too
+    later = timezone.now() + timedelta(seconds=90)
+    holder = worker_row(holding=[again], last_seen=later - timedelta(seconds=5))
+    assert services.versions_fail_abandoned(now=later) == [], "a live worker holds it"
+    holder.delete()
+
+    [failed] = services.versions_fail_abandoned(now=later)
+    assert failed.pk == version.pk and failed.status == VersionStatus.FAILED and failed.error_count == 1
+    [problem] = failed.errors
+    assert problem["code"] == "worker_lost" and problem["message"] == (
+        "checking this file stopped two workers in turn (killed, out of memory, or their host lost); it is not "
+        "checked again: split it into smaller files, or ask for workers with more memory, and upload it again")
+    assert not version.absolute_path.exists()
+    page = client_for(team.owner).get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/1/")
+    assert "Checking the file" not in page.content.decode() and "checking this file stopped two workers" in (
+        page.content.decode())
+    assert services.versions_fail_abandoned(now=later) == []  # failed once
