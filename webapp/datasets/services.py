@@ -331,11 +331,10 @@ def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersi
     deliveries = task_deliveries(task=VALIDATE_TASK, now=now)
     if deliveries is None:
         return []
-    cutoff = (now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)).timestamp()
+    abandoned = deliveries.abandoned(delivered_before=now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS))
     failed = []
     for version in checking:
-        orphan = deliveries.orphaned.get((version.pk,))
-        if orphan is None or not orphan.redelivered or orphan.delivered_at >= cutoff:
+        if (version.pk,) not in abandoned:
             continue
         problem = formats.Issue(code="worker_lost", message=WORKERS_LOST_PROBLEM)
         if not DatasetVersion.objects.filter(pk=version.pk, status=VersionStatus.VALIDATING).update(

@@ -729,6 +729,44 @@ def generation_lost(*, campaign_id: int, heard_at: datetime | None, again: bool,
     return campaign
 
 
+LOAD_WORKERS_LOST = ("loading its items stopped two workers in turn (killed, out of memory, or their host lost); they "
+                     "are not loaded again: delete this campaign and make it from a smaller dataset version, or ask "
+                     "for workers with more memory")
+EXPORT_WORKERS_LOST = ("writing this export stopped two workers in turn (killed, out of memory, or their host lost); "
+                       "it is not written again: export again once the workers have more memory")
+
+
+def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign | Export]:
+    """Fail each item load and export being written whose message lost two workers in turn (run by every worker's
+    reaper, ``worker/reaper.py``), with the reason: ``deliveries_restore_orphaned`` queues a dead worker's message
+    again once, and one that kills its next worker too (out of memory) is left to Celery's visibility timeout, an
+    hour, after which it kills another, the campaign saying meanwhile that its items load or its export is being
+    written (which refuses its deletion). Held by no live worker, delivered again, that delivery
+    ``TEMPER_RUN_LOST_SECONDS`` old (``workers.deliveries.TaskDeliveries.abandoned``). Safe from many reapers at once:
+    each is failed only while still loading as that attempt, or writing."""
+    now = now or timezone.now()
+    loading = list(Campaign.objects.filter(status=CampaignStatus.LOADING))
+    writing = list(Export.objects.filter(status=ExportStatus.WRITING))
+    delivered_before = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    failed: list[Campaign | Export] = []
+    if loading and (deliveries := task_deliveries(task=LOAD_TASK, now=now)) is not None:
+        abandoned = deliveries.abandoned(delivered_before=delivered_before)
+        for campaign in loading:
+            if (campaign.pk, campaign.load_attempt) in abandoned and Campaign.objects.filter(
+                    pk=campaign.pk, status=CampaignStatus.LOADING, load_attempt=campaign.load_attempt).update(
+                    status=CampaignStatus.FAILED, load_error=LOAD_WORKERS_LOST):
+                logger.warning("review campaign %s failed: %s", campaign.public_id, LOAD_WORKERS_LOST)
+                failed.append(campaign)
+    if writing and (deliveries := task_deliveries(task=EXPORT_TASK, now=now)) is not None:
+        abandoned = deliveries.abandoned(delivered_before=delivered_before)
+        for export in writing:
+            if (export.pk,) in abandoned and Export.objects.filter(pk=export.pk, status=ExportStatus.WRITING).update(
+                    status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST):
+                logger.warning("review export %s failed: %s", export.pk, EXPORT_WORKERS_LOST)
+                failed.append(export)
+    return failed
+
+
 @transaction.atomic
 def generation_cancel(*, campaign: Campaign, user: AbstractBaseUser) -> Campaign:
     """Stop a generating campaign: it becomes ``cancelled`` at once, with no items (a pair needs both models'

@@ -142,6 +142,12 @@ class TaskDeliveries:
     live: frozenset[tuple]  # held by a worker heard from within ``STALE_AFTER``: running or reserved there
     orphaned: dict[tuple, Delivery]  # held by no live worker: its worker died (or has yet to beat)
 
+    def abandoned(self, *, delivered_before: datetime) -> set[tuple]:
+        """The arguments of the messages that lost their worker after having been delivered once before
+        (``abandoned_tags``' rule), delivered before ``delivered_before``."""
+        return {arguments for arguments, delivery in self.orphaned.items()
+                if delivery.redelivered and delivery.delivered_at < delivered_before.timestamp()}
+
 
 def task_deliveries(*, task: str, now: datetime | None = None) -> TaskDeliveries | None:
     """The delivered messages of ``task`` that a live worker holds and those it does not, for the checks that

@@ -229,3 +229,55 @@ def test_a_dataset_version_whose_check_killed_two_workers_fails_with_the_reason(
     assert "Checking the file" not in page.content.decode() and "checking this file stopped two workers" in (
         page.content.decode())
     assert services.versions_fail_abandoned(now=later) == []  # failed once
+
+
+def killed_twice(broker, task: str, arguments: list) -> None:
+    """``task``'s message taken by a worker that dies, queued again (``deliveries_restore_orphaned``) and taken by
+    another that dies too."""
+    from webapp.celery import app as celery_app
+
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    celery_app.send_task(task, args=arguments, queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    assert len(deliveries.deliveries_restore_orphaned(now=timezone.now() + timedelta(seconds=90))) == 1
+    deliver_to_a_worker_that_dies(broker_url, queue)
+
+
+@pytest.mark.django_db
+def test_review_work_that_killed_two_workers_fails_with_the_reason(broker, client_for):
+    """An export being written held its campaign (deletion refused: "is being written; wait until it is done")
+    and a load said "Loading items" for an hour, and again after each redelivery, once their work had killed two
+    workers in turn (out of memory). Both fail with the reason; the campaign can then be deleted."""
+    from tests.webapp.factories import make_ready_version, make_team
+    from webapp.review import selectors, services
+    from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
+
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference", user=team.owner,
+                                 rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    loading = Campaign.objects.create(project=team.project, name="big load", source_version=version,
+                                      status=CampaignStatus.LOADING, load_attempt=1, created_by=team.owner)
+    ready = Campaign.objects.create(project=team.project, name="big export", status=CampaignStatus.READY,
+                                    created_by=team.owner)
+    export = Export.objects.create(campaign=ready, dataset_name="out", status=ExportStatus.WRITING)
+    killed_twice(broker, services.LOAD_TASK, [loading.pk, 1])
+    killed_twice(broker, services.EXPORT_TASK, [export.pk])
+    later = timezone.now() + timedelta(seconds=90)
+    assert services.review_work_fail_abandoned(now=timezone.now()) == []  # delivered just now
+
+    assert len(services.review_work_fail_abandoned(now=later)) == 2
+    loading.refresh_from_db()
+    export.refresh_from_db()
+    assert loading.status == CampaignStatus.FAILED and loading.load_error == (
+        "loading its items stopped two workers in turn (killed, out of memory, or their host lost); they are not "
+        "loaded again: delete this campaign and make it from a smaller dataset version, or ask for workers with "
+        "more memory")
+    assert export.status == ExportStatus.FAILED and export.error == (
+        "writing this export stopped two workers in turn (killed, out of memory, or their host lost); it is not "
+        "written again: export again once the workers have more memory")
+    assert selectors.campaign_readers(campaign=ready) == [] and selectors.campaign_readers(campaign=loading) == []
+    page = client_for(team.owner).get(f"/p/{team.project.slug}/review/{loading.public_id}/").content.decode()
+    assert "loading its items stopped two workers in turn" in page and 'id="delete-confirm"' in page
+    assert services.review_work_fail_abandoned(now=later) == []  # failed once
