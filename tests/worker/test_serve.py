@@ -348,7 +348,7 @@ def test_a_request_that_does_not_say_how_many_tokens_gets_what_the_context_leave
     assert serve.fit_to_context(serve.GenerateRequest.model_validate(unsaid), tokenizer, 4096)[1] == 256
     done = serve.generate({**unsaid, "timeout_seconds": 60})
     assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
-    huge = {**unsaid, "messages": [{"role": "user", "content": "words " * 400}]}
+    huge = {**unsaid, "id": "open-huge", "messages": [{"role": "user", "content": "words " * 400}]}
     assert "fills the model's context (256 tokens) on its own" in serve.generate(huge)["error"]
 
 
@@ -502,3 +502,20 @@ def test_a_serving_copy_of_a_runs_export_deleted_since_it_was_asked_for_fails_sa
         "or deleted outside Temper); put the export back at that path, or make the copy of another exported "
         "checkpoint of the run")
     assert outcome["error"] == copy.error_message
+
+
+def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, model_dir):
+    """A serve worker killed mid-answer leaves its message delivered; the reapers queue it again
+    (``webapp.workers.deliveries``), and the next worker generated the answer again from the start, its events
+    numbered from 0 again after the dead worker's: a page had shown those numbers already, so it skipped the new
+    tokens that far and glued the rest onto the dead worker's words. It ends the answer instead, with the reason
+    and what to do, numbered after what the page saw; a generation whose answer was written already does nothing."""
+    channels.emit(client, "lost", {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})  # then its worker died
+    result = serve.generate(request(model_dir, "lost"))
+    assert result["error"] == serve.WORKER_LOST
+    assert channels.stored_events(client, "lost")[1:] == [{"seq": 1, "type": "error", "message": serve.WORKER_LOST}]
+
+    serve.generate(request(model_dir, "written"))
+    events = channels.stored_events(client, "written")
+    assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
+    assert channels.stored_events(client, "written") == events
