@@ -515,6 +515,11 @@ def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, 
     assert result["error"] == serve.WORKER_LOST
     assert channels.stored_events(client, "lost")[1:] == [{"seq": 1, "type": "error", "message": serve.WORKER_LOST}]
 
+    channels.emit(client, "early", {"seq": 0, "type": "status", "message": "loading the model"})  # died loading
+    answered = serve.generate(request(model_dir, "early"))
+    events = channels.stored_events(client, "early")
+    assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == answered["text"]
+
     serve.generate(request(model_dir, "written"))
     events = channels.stored_events(client, "written")
     assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done

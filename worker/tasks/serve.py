@@ -329,9 +329,10 @@ class _Events:
         self.seq += 1
 
     def earlier_delivery(self) -> str | None:
-        """What an earlier delivery of this generation left: None (this is the first, or Redis cannot tell),
-        ``"finished"`` (its last event ends it) or ``"lost"`` (its worker died mid-answer, and the reapers queued
-        the message again: ``webapp.workers.deliveries``); numbering goes on after its events then."""
+        """What an earlier delivery of this generation left: None (this is the first, one whose worker died before
+        its first token, or Redis cannot tell), ``"finished"`` (its last event ends it) or ``"lost"`` (its worker
+        died mid-answer, and the reapers queued the message again: ``webapp.workers.deliveries``). Numbering goes
+        on after its events."""
         try:
             stored = channels.stored_events(self.client, self.generation_id)
         except redis.RedisError:
@@ -339,7 +340,9 @@ class _Events:
         if not stored:
             return None
         self.seq = max(event.get("seq", -1) for event in stored) + 1
-        return "finished" if stored[-1].get("type") in channels.TERMINAL_TYPES else "lost"
+        if stored[-1].get("type") in channels.TERMINAL_TYPES:
+            return "finished"
+        return "lost" if any(event.get("type") == "token" for event in stored) else None
 
     def on_tokens(self, token_ids: list[int], delta: str) -> None:
         self._reads.put((len(token_ids), delta))
