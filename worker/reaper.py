@@ -11,8 +11,13 @@ every host in time are placed again and multi-host runs waiting for their pool's
 when enough are free (``webapp.runs.placement``), pipelines whose export
 stage's message was lost are failed with that reason (``webapp.runs.pipelines``), and so are
 checkpoint exports whose message was lost (``services.checkpoint_exports_fail_lost``), which can then
-be asked for again, and the messages that a worker killed outright held are queued again at once instead
-of after Celery's hour-long visibility timeout (``webapp.workers.deliveries``). Every worker (default,
+be asked for again, review campaign generations whose serve worker died are settled (deleted when they were
+being deleted, released, or said so and queued again: ``webapp.review.services.generations_settle_lost``, before
+the next step, which would hand the message to a live worker first), and the messages that a worker killed
+outright held are queued again at once instead of after Celery's hour-long visibility timeout
+(``webapp.workers.deliveries``); a dataset version whose check killed two workers in turn is failed with that reason
+(``webapp.datasets.services.versions_fail_abandoned``), and a review export that wrote it is told, and so are a
+review campaign's item load and export (``webapp.review.services.review_work_fail_abandoned``). Every worker (default,
 train, serve) runs it, so a lost run is found while any worker is up; the conditional update in the service makes concurrent reapers safe.
 The thread lives in the main process, which a forked pool child's death does not take down; each
 round is a ``worker.forking.database_round`` (no pool child is forked while it uses the database).
@@ -27,6 +32,8 @@ from django.conf import settings
 
 from webapp.runs.pipelines import pipelines_fail_lost_exports
 from webapp.runs.placement import runs_place_waiting, runs_replace_unstarted
+from webapp.datasets.services import versions_fail_abandoned
+from webapp.review.services import export_settle, generations_settle_lost, review_work_fail_abandoned
 from webapp.runs.services import checkpoint_exports_fail_lost, runs_reap_lost, runs_requeue_lost_messages
 from webapp.workers.deliveries import deliveries_restore_orphaned
 from worker.forking import database_round
@@ -64,6 +71,10 @@ class Reaper:
                     logger.warning("pipeline %s failed: its export message was lost", pipeline.public_id)
                 for export in checkpoint_exports_fail_lost():
                     logger.warning("run %s: the export of checkpoint %s was lost", export.run.public_id, export.step)
+                generations_settle_lost()  # logs each one
+                for version in versions_fail_abandoned():  # logs each one
+                    export_settle(version_id=version.pk)  # as the check's own task does after it
+                review_work_fail_abandoned()  # logs each one
                 deliveries_restore_orphaned()  # logs each one
         except Exception:  # a failed check must never take the worker down; the next one retries
             logger.exception("lost-run check failed; retrying in %s s", self.interval_seconds)

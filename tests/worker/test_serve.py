@@ -348,7 +348,7 @@ def test_a_request_that_does_not_say_how_many_tokens_gets_what_the_context_leave
     assert serve.fit_to_context(serve.GenerateRequest.model_validate(unsaid), tokenizer, 4096)[1] == 256
     done = serve.generate({**unsaid, "timeout_seconds": 60})
     assert "error" not in done and done["prompt_tokens"] + done["completion_tokens"] <= 256
-    huge = {**unsaid, "messages": [{"role": "user", "content": "words " * 400}]}
+    huge = {**unsaid, "id": "open-huge", "messages": [{"role": "user", "content": "words " * 400}]}
     assert "fills the model's context (256 tokens) on its own" in serve.generate(huge)["error"]
 
 
@@ -522,3 +522,25 @@ def test_shutdown_closes_the_servers_and_stops_the_watcher(client, model_dir, mo
     done = serve.generate(request(model_dir, "after-shutdown", model_key=f"bm_a@{model_dir}"))
     assert done["completion_tokens"] == 12 and serve._servers[f"bm_a@{model_dir}"] is not first
     assert serve._watcher is not None and serve._watcher is not watcher and serve._watcher.is_alive()
+
+
+def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, model_dir):
+    """A serve worker killed mid-answer leaves its message delivered; the reapers queue it again
+    (``webapp.workers.deliveries``), and the next worker generated the answer again from the start, its events
+    numbered from 0 again after the dead worker's: a page had shown those numbers already, so it skipped the new
+    tokens that far and glued the rest onto the dead worker's words. It ends the answer instead, with the reason
+    and what to do, numbered after what the page saw; a generation whose answer was written already does nothing."""
+    channels.emit(client, "lost", {"seq": 0, "type": "token", "text": "Hel", "tokens": 1})  # then its worker died
+    result = serve.generate(request(model_dir, "lost"))
+    assert result["error"] == serve.WORKER_LOST
+    assert channels.stored_events(client, "lost")[1:] == [{"seq": 1, "type": "error", "message": serve.WORKER_LOST}]
+
+    channels.emit(client, "early", {"seq": 0, "type": "status", "message": "loading the model"})  # died loading
+    answered = serve.generate(request(model_dir, "early"))
+    events = channels.stored_events(client, "early")
+    assert [event["seq"] for event in events] == list(range(len(events))) and events[-1]["text"] == answered["text"]
+
+    serve.generate(request(model_dir, "written"))
+    events = channels.stored_events(client, "written")
+    assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
+    assert channels.stored_events(client, "written") == events

@@ -5,7 +5,8 @@ forwards channel events whose ``seq`` is past the last one sent (``webapp.chat.c
 page that connects late still gets every token once. The stream ends with the ``done`` or ``error``
 event, or after ``MAX_STREAM_SECONDS``. An answer already finished in the database is sent as one
 ``done`` event without touching Redis; one that no worker will finish (``services.answer_is_lost``) is
-failed first and sent as its ``error`` event.
+failed first and sent as its ``error`` event, and one that becomes so while its stream is open (its serve worker
+died) is failed at the stream's next recheck (``sse.ACCESS_RECHECK_SECONDS``), whose error event the stream relays.
 """
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ async def message_events(request: HttpRequest, slug: str, conversation_id: str, 
             message=message):
         await sync_to_async(message.refresh_from_db)()
     access_lost = lost_when_refused(lambda: get_message_for_user(user, slug, conversation_id, message_id))
-    stream = (relay(message.public_id, access_lost=access_lost) if message.status == MessageStatus.STREAMING
-              else _finished(message))
+
+    async def access_lost_or_answer_given_up() -> bool:
+        # An answer whose serve worker died is given up at the stream's next recheck, not at its reconnection
+        # minutes later: its error event goes out on the channel, which this stream relays and ends on.
+        if await access_lost():
+            return True
+        await sync_to_async(services.message_give_up_if_lost)(message=message)
+        return False
+
+    stream = (relay(message.public_id, access_lost=access_lost_or_answer_given_up)
+              if message.status == MessageStatus.STREAMING else _finished(message))
     return event_stream_response(request, stream)

@@ -26,6 +26,7 @@ from webapp.chat import channels
 from webapp.chat.models import ApiGeneration, Conversation, Message, MessageStatus, ProjectToken, Role
 from webapp.chat.selectors import ModelChoice, conversation_readers
 from webapp.core.bidi import isolated
+from webapp.core.templatetags.temper import when
 from webapp.core.text import NUL, storable_model_text
 from webapp.projects.models import Project
 from webapp.projects.services import project_lock
@@ -283,9 +284,9 @@ def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", 
 
 
 def _give_up(message: Message) -> None:
-    error = (f"no serve worker finished this answer (a generation ends within TEMPER_SERVE_TIMEOUT_SECONDS = "
-             f"{settings.TEMPER_SERVE_TIMEOUT_SECONDS} s of being taken up); it was given up: regenerate it or "
-             "send the message again")
+    error = (f"no serve worker finished this answer, asked at {when(message.created_at)} (a generation ends within "
+             f"TEMPER_SERVE_TIMEOUT_SECONDS = {settings.TEMPER_SERVE_TIMEOUT_SECONDS} s of being taken up); it was "
+             "given up: regenerate it or send the message again")
     if not Message.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
             status=MessageStatus.FAILED, error=error):
         return  # the worker finished it meanwhile

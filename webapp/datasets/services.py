@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named, version_readers
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
+from webapp.workers.deliveries import task_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -307,6 +309,41 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
         )
     version.token_statistics = result
     return version if _save_unless_deleted(version, ["token_statistics"]) else None
+
+
+WORKERS_LOST_PROBLEM = ("checking this file stopped two workers in turn (killed, out of memory, or their host lost); it "
+                        "is not checked again: split it into smaller files, or ask for workers with more memory, and "
+                        "upload it again")
+
+
+def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersion]:
+    """Fail each version being checked whose check lost two workers in turn (run by every worker's reaper,
+    ``worker/reaper.py``): ``deliveries_restore_orphaned`` queues a dead worker's message again once, and one that
+    kills its next worker too (a file too big for its memory) is left to Celery's visibility timeout, an hour, after
+    which it kills another. Its message is held by no live worker (``workers.deliveries.task_deliveries``), was
+    delivered again, and that delivery is ``TEMPER_RUN_LOST_SECONDS`` old. The version fails with the reason
+    (``WORKERS_LOST_PROBLEM``) and its file goes, as any failed check's; its redelivery then finds it settled.
+    Safe from many reapers at once: a version is failed only while still being checked."""
+    now = now or timezone.now()
+    checking = list(DatasetVersion.objects.filter(status=VersionStatus.VALIDATING))
+    if not checking:
+        return []
+    deliveries = task_deliveries(task=VALIDATE_TASK, now=now)
+    if deliveries is None:
+        return []
+    abandoned = deliveries.abandoned(delivered_before=now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS))
+    failed = []
+    for version in checking:
+        if (version.pk,) not in abandoned:
+            continue
+        problem = formats.Issue(code="worker_lost", message=WORKERS_LOST_PROBLEM)
+        if not DatasetVersion.objects.filter(pk=version.pk, status=VersionStatus.VALIDATING).update(
+                status=VersionStatus.FAILED, error_count=1, errors=[problem.to_dict()], validated_at=now):
+            continue
+        version.absolute_path.unlink(missing_ok=True)
+        logger.warning("dataset version %s failed: %s", version.public_id, WORKERS_LOST_PROBLEM)
+        failed.append(DatasetVersion.objects.get(pk=version.pk))
+    return failed
 
 
 def _save_unless_deleted(version: DatasetVersion, fields: list[str]) -> bool:

@@ -23,9 +23,10 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import TemporaryUploadedFile
@@ -41,6 +42,7 @@ from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.chat.services import model_lock
 from webapp.core.bidi import isolated
+from webapp.core.templatetags.temper import when
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_name, checked_text, storable_model_text
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
@@ -53,6 +55,7 @@ from webapp.review.models import (
     ItemStatus, Label, Lease, Review,
 )
 from webapp.runs.services import held_task_messages
+from webapp.workers.deliveries import task_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +256,8 @@ def campaign_load_request(*, campaign: Campaign) -> None:
         attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
         transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
-        Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now())
+        # A note of an earlier, lost generation (``generation_lost``) is for the attempt it was about.
+        Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now(), load_error="")
         transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue=GENERATE_QUEUE))
     else:
         raise ValidationError({"status": f"campaign {isolated(campaign.name)} is {campaign.status}, not waiting for its items"})
@@ -645,6 +649,122 @@ def generation_progress(*, campaign_id: int, answers: int) -> bool:
     serve worker reads after each slice of prompts as its cue to stop."""
     return Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
         generated_answers=answers, generation_progress_at=timezone.now()) > 0
+
+
+def generations_settle_lost(*, now: datetime | None = None) -> list[Campaign]:
+    """Settle each generation whose serve worker died answering it (SIGKILL, out of memory, its host lost), which
+    therefore never says it stopped (``generation_end``): run by every worker's reaper (``worker/reaper.py``).
+
+    A campaign marked as being answered (``generation_running``) is lost when no live worker holds its message
+    (``workers.deliveries.task_deliveries``, from the workers' heartbeats) and its worker has been silent for
+    ``TEMPER_RUN_LOST_SECONDS``: no answers reported for that long, or its message delivered that long ago to a
+    worker no longer heard from (the same wait after which ``deliveries_restore_orphaned`` queues the message again,
+    so this runs before that in a reaper's round). Then ``generation_lost`` settles it. Safe from many reapers at
+    once: a campaign is settled under its row lock, and only while it is as read."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    running = list(Campaign.objects.filter(generation_running=True))
+    if not running:
+        return []
+    deliveries = task_deliveries(task=GENERATE_TASK, now=now)
+    if deliveries is None:
+        return []
+    lost = []
+    for campaign in running:
+        orphan = deliveries.orphaned.get((campaign.pk,))
+        if (campaign.pk,) in deliveries.live:
+            continue
+        silent = campaign.generation_progress_at is None or campaign.generation_progress_at < cutoff
+        if not (silent or (orphan is not None and orphan.delivered_at < cutoff.timestamp())):
+            continue
+        lost.append((campaign, orphan))
+    if not lost:
+        return []
+    held = held_task_messages(task=GENERATE_TASK, queues=(GENERATE_QUEUE,), checking="lost generations", now=now)
+    if held is None:
+        return []
+    settled = []
+    for campaign, orphan in lost:
+        settled_campaign = generation_lost(
+            campaign_id=campaign.pk, heard_at=campaign.generation_progress_at,
+            again=orphan is not None and orphan.redelivered, queued=(campaign.pk,) in held)
+        if settled_campaign is not None:
+            settled.append(settled_campaign)
+    return settled
+
+
+@transaction.atomic
+def generation_lost(*, campaign_id: int, heard_at: datetime | None, again: bool, queued: bool) -> Campaign | None:
+    """Settle a generation whose serve worker died answering it, last heard from at ``heard_at`` (its last answers
+    reported, or its start): the worker no longer holds its models. A campaign being deleted
+    (``delete_when_stopped``) goes, as ``generation_end`` would have deleted it; a cancelled one stays as it is. One
+    still generating says when its worker stopped: its message, queued again (``queued``), is answered from the first
+    prompt by the next serve worker free; one that Redis holds nowhere can be queued again from its page; one whose
+    message had been delivered once before (``again``: two workers died on it; it may be what kills them) fails.
+    Returns the campaign, or None when it was settled otherwise meanwhile (its worker reported again, it ended)."""
+    campaign = (Campaign.objects.select_for_update(of=("self",))
+                .filter(pk=campaign_id, generation_running=True, generation_progress_at=heard_at).first())
+    if campaign is None:
+        return None
+    if campaign.delete_when_stopped:
+        campaign.delete()
+        logger.warning("review campaign %s deleted, its serve worker having died", campaign)
+        return campaign
+    campaign.generation_running = False
+    if campaign.status == CampaignStatus.GENERATING:
+        total = 2 * campaign.generation.get("prompts", {}).get("count", 0)
+        stopped = (f"the serve worker answering it stopped answering at {when(heard_at)} (killed, out of memory, or "
+                   f"its host lost), after {campaign.generated_answers} of {total} answers")
+        if again:
+            campaign.status = CampaignStatus.FAILED
+            campaign.load_error = (f"{stopped}, and so had the worker answering it before; no items were made. Its "
+                                   "prompts may be what stops them (out of memory): start another campaign with "
+                                   "fewer prompts, fewer new tokens or smaller models")
+        elif queued:
+            campaign.load_error = f"{stopped}; its prompts were queued again, and are answered from the first"
+        else:
+            campaign.load_error = f"{stopped}, and Redis holds its message nowhere"
+    campaign.save(update_fields=["generation_running", "status", "load_error"])
+    logger.warning("review campaign %s: its serve worker died; %s", campaign.public_id, campaign.load_error or "released")
+    return campaign
+
+
+LOAD_WORKERS_LOST = ("loading its items stopped two workers in turn (killed, out of memory, or their host lost); they "
+                     "are not loaded again: delete this campaign and make it from a smaller dataset version, or ask "
+                     "for workers with more memory")
+EXPORT_WORKERS_LOST = ("writing this export stopped two workers in turn (killed, out of memory, or their host lost); "
+                       "it is not written again: export again once the workers have more memory")
+
+
+def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign | Export]:
+    """Fail each item load and export being written whose message lost two workers in turn (run by every worker's
+    reaper, ``worker/reaper.py``), with the reason: ``deliveries_restore_orphaned`` queues a dead worker's message
+    again once, and one that kills its next worker too (out of memory) is left to Celery's visibility timeout, an
+    hour, after which it kills another, the campaign saying meanwhile that its items load or its export is being
+    written (which refuses its deletion). Held by no live worker, delivered again, that delivery
+    ``TEMPER_RUN_LOST_SECONDS`` old (``workers.deliveries.TaskDeliveries.abandoned``). Safe from many reapers at once:
+    each is failed only while still loading as that attempt, or writing."""
+    now = now or timezone.now()
+    loading = list(Campaign.objects.filter(status=CampaignStatus.LOADING))
+    writing = list(Export.objects.filter(status=ExportStatus.WRITING))
+    delivered_before = now - timedelta(seconds=settings.TEMPER_RUN_LOST_SECONDS)
+    failed: list[Campaign | Export] = []
+    if loading and (deliveries := task_deliveries(task=LOAD_TASK, now=now)) is not None:
+        abandoned = deliveries.abandoned(delivered_before=delivered_before)
+        for campaign in loading:
+            if (campaign.pk, campaign.load_attempt) in abandoned and Campaign.objects.filter(
+                    pk=campaign.pk, status=CampaignStatus.LOADING, load_attempt=campaign.load_attempt).update(
+                    status=CampaignStatus.FAILED, load_error=LOAD_WORKERS_LOST):
+                logger.warning("review campaign %s failed: %s", campaign.public_id, LOAD_WORKERS_LOST)
+                failed.append(campaign)
+    if writing and (deliveries := task_deliveries(task=EXPORT_TASK, now=now)) is not None:
+        abandoned = deliveries.abandoned(delivered_before=delivered_before)
+        for export in writing:
+            if (export.pk,) in abandoned and Export.objects.filter(pk=export.pk, status=ExportStatus.WRITING).update(
+                    status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST):
+                logger.warning("review export %s failed: %s", export.pk, EXPORT_WORKERS_LOST)
+                failed.append(export)
+    return failed
 
 
 @transaction.atomic

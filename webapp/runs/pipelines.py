@@ -750,7 +750,8 @@ def pipelines_fail_lost_exports(*, now: datetime | None = None) -> list[Pipeline
                if pipeline.current_stage < len(pipeline.stages) and "export" in pipeline.stages[pipeline.current_stage]]
     if not waiting:
         return []
-    present = services.held_task_messages(task=EXPORT_STAGE_TASK, queues=(EXPORT_STAGE_QUEUE,), checking="export stages")
+    present = services.held_task_messages(task=EXPORT_STAGE_TASK, queues=(EXPORT_STAGE_QUEUE,),
+                                          checking="export stages", now=now)
     if present is None:
         return []
     failed = []

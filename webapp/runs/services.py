@@ -53,7 +53,7 @@ from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
                                 Run, RunLogLine, RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
-from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY
+from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, abandoned_tags
 from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
 
@@ -1079,7 +1079,7 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
     if not waiting:
         return []
     present = held_task_messages(task=EXPORT_CHECKPOINT_TASK, queues=(EXPORT_CHECKPOINT_QUEUE,),
-                                 checking="checkpoint exports")
+                                 checking="checkpoint exports", now=now)
     if present is None:
         return []
     failed = []
@@ -1353,15 +1353,18 @@ def _lost_too_often_message(run: Run, *, why: str, in_a_row: int, checkpoint: in
             "step each time is often out of memory there, or a batch that crashes the process) and Resume")
 
 
-def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...]) -> set[tuple]:
-    """The arguments (as a tuple) of every ``task`` message Redis holds in ``queues``: waiting or delivered."""
+def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str, ...],
+                           leaving_out: set[str] = frozenset()) -> set[tuple]:
+    """The arguments (as a tuple) of every ``task`` message Redis holds in ``queues``: waiting or delivered, but for
+    the deliveries tagged in ``leaving_out``."""
     raw = []
     for queue in queues:
         raw += client.lrange(queue, 0, -1)
         for key in client.scan_iter(match=f"{queue}{KOMBU_PRIORITY_SEP}*"):
             raw += client.lrange(key, 0, -1)
     payloads = [json.loads(item) for item in raw]
-    payloads += [json.loads(item)[0] for item in client.hvals(KOMBU_UNACKED_KEY)]
+    payloads += [json.loads(item)[0] for tag, item in client.hgetall(KOMBU_UNACKED_KEY).items()
+                 if (tag.decode() if isinstance(tag, bytes) else tag) not in leaving_out]
     found = set()
     for payload in payloads:
         headers = payload.get("headers") or {}
@@ -1376,13 +1379,17 @@ def task_messages_in_redis(client: redis.Redis, *, task: str, queues: tuple[str,
     return found
 
 
-def held_task_messages(*, task: str, queues: tuple[str, ...], checking: str) -> set[tuple] | None:
+def held_task_messages(*, task: str, queues: tuple[str, ...], checking: str, now: datetime | None = None
+                       ) -> set[tuple] | None:
     """``task_messages_in_redis`` over a client of its own, or None (logged: ``checking`` not checked) while
-    Redis cannot be asked: the reaper's checks for lost messages then decide nothing."""
+    Redis cannot be asked: the reaper's checks for lost messages then decide nothing. A message whose worker died
+    after it had been delivered once before is not held (``deliveries.abandoned_tags``): Celery would keep it for
+    its visibility timeout, an hour, in which its work said it was under way."""
     try:
         client = channels.redis_client()
         try:
-            return task_messages_in_redis(client, task=task, queues=queues)
+            return task_messages_in_redis(client, task=task, queues=queues,
+                                          leaving_out=abandoned_tags(client, now=now))
         finally:
             client.close()
     except redis.RedisError as error:

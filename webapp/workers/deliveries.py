@@ -14,13 +14,15 @@ a live worker. Runs are not special here: a lost run's next attempt comes from i
 dropped by the worker that takes it.
 
 - A message is restored this way once. One that was delivered again already and lost its worker again
-  may be what kills its workers (memory); it is left to the visibility timeout.
+  may be what kills its workers (memory); it is left to the visibility timeout, and the checks that settle work
+  whose message Redis holds nowhere count it as lost meanwhile (``abandoned_tags``).
 - Messages on a worker's own queue (``<name>.dq2``) are left too: they go to that worker only, and
   multi-host placement (``webapp.runs.placement``) places a lost host's job again.
 - It needs heartbeats on every worker: where ``TEMPER_HEARTBEAT_SECONDS`` is 0 nothing is restored.
 """
 from __future__ import annotations
 
+import ast
 import json
 import logging
 from dataclasses import dataclass
@@ -86,6 +88,22 @@ def orphans(deliveries: list[Delivery], *, held: set[str], delivered_before: flo
             and delivery.exchange != DIRECT_EXCHANGE and not delivery.redelivered]
 
 
+def abandoned_tags(client: redis.Redis, *, now: datetime | None = None) -> set[str]:
+    """The tags of the deliveries that lost their worker after having been delivered once before: ``orphans`` leaves
+    them to Celery's visibility timeout (an hour), since the message may be what kills its workers. Held by no live
+    worker for over ``TEMPER_RUN_LOST_SECONDS``, they are lost for the checks that settle work whose message Redis
+    holds nowhere (``runs.services.held_task_messages``), as a first loss is queued again by then. Empty where
+    nothing tells (heartbeats off)."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return set()
+    now = now or timezone.now()
+    held = live_worker_deliveries(now=now)
+    cutoff = now.timestamp() - settings.TEMPER_RUN_LOST_SECONDS
+    return {delivery.tag for delivery in unacked_deliveries(client)
+            if delivery.redelivered and delivery.tag not in held and delivery.delivered_at < cutoff
+            and delivery.exchange != DIRECT_EXCHANGE}
+
+
 def live_worker_deliveries(*, now: datetime) -> set[str]:
     """The delivery tags that workers heard from within ``STALE_AFTER`` (and not stopped) hold."""
     rows = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER)
@@ -117,6 +135,48 @@ def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery
     return lost
 
 
+@dataclass(frozen=True, kw_only=True)
+class TaskDeliveries:
+    """Where the delivered messages of one task are, by their arguments (``argsrepr`` read back)."""
+
+    live: frozenset[tuple]  # held by a worker heard from within ``STALE_AFTER``: running or reserved there
+    orphaned: dict[tuple, Delivery]  # held by no live worker: its worker died (or has yet to beat)
+
+    def abandoned(self, *, delivered_before: datetime) -> set[tuple]:
+        """The arguments of the messages that lost their worker after having been delivered once before
+        (``abandoned_tags``' rule), delivered before ``delivered_before``."""
+        return {arguments for arguments, delivery in self.orphaned.items()
+                if delivery.redelivered and delivery.delivered_at < delivered_before.timestamp()}
+
+
+def task_deliveries(*, task: str, now: datetime | None = None) -> TaskDeliveries | None:
+    """The delivered messages of ``task`` that a live worker holds and those it does not, for the checks that
+    settle the work of a worker that died in the middle of it (``review.services.generations_settle_lost``). None
+    where nothing tells: heartbeats off (no worker lists what it holds), or Redis cannot be asked."""
+    if settings.TEMPER_HEARTBEAT_SECONDS <= 0:
+        return None
+    now = now or timezone.now()
+    held = live_worker_deliveries(now=now)
+    try:
+        client = channels.redis_client()
+        try:
+            deliveries = unacked_deliveries(client)
+        finally:
+            client.close()
+    except redis.RedisError as error:
+        logger.warning("deliveries of %s not checked, Redis unavailable: %s", task, error)
+        return None
+    live, orphaned = set(), {}
+    for delivery in deliveries:
+        if delivery.task != task or (arguments := _arguments(delivery)) is None:
+            continue
+        if delivery.tag in held:
+            live.add(arguments)
+        else:
+            orphaned[arguments] = delivery
+    return TaskDeliveries(live=frozenset(live), orphaned=orphaned)
+
+
 def _restore(deliveries: list[Delivery]) -> None:
     from webapp.celery import app as celery_app
 
@@ -124,6 +184,17 @@ def _restore(deliveries: list[Delivery]) -> None:
         qos = connection.default_channel.qos
         for delivery in deliveries:
             qos.restore_by_tag(delivery.tag)
+
+
+def _arguments(delivery: Delivery) -> tuple | None:
+    """A delivery's task arguments, read back from Celery's ``argsrepr`` (ids only: None for anything else)."""
+    try:
+        arguments = ast.literal_eval(delivery.arguments)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(arguments, (list, tuple)) and all(isinstance(item, (int, float, str)) for item in arguments):
+        return tuple(arguments)
+    return None
 
 
 def _text(value: bytes | str) -> str:

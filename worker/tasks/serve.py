@@ -349,6 +349,22 @@ class _Events:
             logger.warning("generation %s: event not sent to Redis: %s", self.generation_id, error)
         self.seq += 1
 
+    def earlier_delivery(self) -> str | None:
+        """What an earlier delivery of this generation left: None (this is the first, one whose worker died before
+        its first token, or Redis cannot tell), ``"finished"`` (its last event ends it) or ``"lost"`` (its worker
+        died mid-answer, and the reapers queued the message again: ``webapp.workers.deliveries``). Numbering goes
+        on after its events."""
+        try:
+            stored = channels.stored_events(self.client, self.generation_id)
+        except redis.RedisError:
+            return None
+        if not stored:
+            return None
+        self.seq = max(event.get("seq", -1) for event in stored) + 1
+        if stored[-1].get("type") in channels.TERMINAL_TYPES:
+            return "finished"
+        return "lost" if any(event.get("type") == "token" for event in stored) else None
+
     def on_tokens(self, token_ids: list[int], delta: str) -> None:
         self._reads.put((len(token_ids), delta))
 
@@ -387,6 +403,11 @@ def generate(request: dict) -> dict:
     ``done`` event's fields, or ``{"error": ...}``."""
     generation_id = str(request.get("id", "")) if isinstance(request, dict) else ""
     events = _Events(events_client(), generation_id)
+    earlier = events.earlier_delivery()
+    if earlier == "finished":  # delivered again after its answer was written (its acknowledgement lost)
+        return {}
+    if earlier == "lost":
+        return _fail(events, request, WORKER_LOST)
     try:  # an engine that cannot load ends the answer with that error instead of leaving it streaming
         from jaxengine.sampler import ContextLengthError, PromptError, SamplingParams
         from jaxengine.serving import ServeRequest
@@ -427,6 +448,12 @@ def generate(request: dict) -> dict:
                                      first_token_seconds=result.first_token_seconds)
     events.emit("done", **done)
     return done
+
+
+# A second delivery of a generation whose first worker died mid-answer ends it: generated again from the start, its
+# tokens were numbered from 0 again, after the ones a page had shown already (which it skipped, gluing the rest on).
+WORKER_LOST = ("the serve worker writing this answer stopped before it was done (killed, out of memory, or its host "
+               "lost); regenerate it or send the message again")
 
 
 def _fail(events: _Events, request, message: str, *, code: str | None = None) -> dict:

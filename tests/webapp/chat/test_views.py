@@ -660,3 +660,38 @@ def test_a_setting_out_of_range_is_named_with_its_range(team, client_for, base_m
     assert response.status_code == 400 and not Conversation.objects.exists()
     page = response.content.decode()
     assert message in page and "Ensure this value" not in page and "Enter a" not in page
+
+
+def test_an_open_event_stream_fails_an_answer_once_no_worker_will_finish_it(team, client_for, base_model, sent,
+                                                                            redis_server, settings, monkeypatch):
+    """A page open on an answer whose serve worker was killed saw the failure only when its stream ended and
+    reconnected (MAX_STREAM_SECONDS, 5 minutes); the stream now gives the answer up at its next recheck once
+    no worker will finish it (``answer_is_lost``), and relays the error, which says when it was asked."""
+    import asyncio
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.core import sse
+    from webapp.core.templatetags.temper import when
+
+    settings.REDIS_URL = redis_server.url
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 30
+    monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.5)
+    conversation = conversation_of(team, client_for, base_model)
+    answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    asked = timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS - 2)  # lost in 2 s
+    Message.objects.filter(public_id=answer).update(created_at=asked)
+    channels.emit(redis_client(), answer, {"seq": 0, "type": "token", "text": "Hel"})  # then its worker died
+    client = AsyncClient()
+    client.force_login(team.teammate)
+
+    async def collect():
+        async with asyncio.timeout(20):
+            response = await client.get(url("events", conversation, answer))
+            return [json.loads(chunk.decode().removeprefix("data: ")) async for chunk in response.streaming_content
+                    if chunk.startswith(b"data: ")]
+    token, error = async_to_sync(collect)()
+    assert token["text"] == "Hel" and error["type"] == "error"
+    assert error["message"].startswith(f"no serve worker finished this answer, asked at {when(asked)}")
+    assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED

@@ -594,3 +594,77 @@ def test_a_cancelled_generation_whose_worker_died_holds_its_models_only_while_re
         assert services.generation_begin(campaign_id=campaign.pk) is None, "a cancelled campaign is not taken up"
     finally:
         _use_broker(celery_app, previous)
+
+
+def taken_up_then_silent(campaign):
+    """A serve worker took the generation up, reported 3 answers and was heard from no more."""
+    services.generation_begin(campaign_id=campaign.pk)
+    services.generation_progress(campaign_id=campaign.pk, answers=3)
+    Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now() - timedelta(minutes=5))
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+def test_a_generation_whose_worker_died_says_when_and_is_queued_again(team, client_for, models, prompts_version):
+    """A serve worker killed while answering never ended its generation (``generation_end``): the campaign said it
+    was being answered, holding its models, and nothing said why no answers came."""
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    heard_at = campaign.generation_progress_at
+    settled = services.generation_lost(campaign_id=campaign.pk, heard_at=heard_at, again=False, queued=True)
+    assert settled.status == CampaignStatus.GENERATING and not settled.generation_running
+    stopped = timezone.localtime(heard_at)
+    assert settled.load_error == (f"the serve worker answering it stopped answering at {stopped:%Y-%m-%d %H:%M} "
+                                  f"{stopped.tzname()} (killed, out of memory, or its host lost), after 3 of 4 "
+                                  "answers; its prompts were queued again, and are answered from the first")
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert f'<p class="generation-note">The serve worker answering it stopped answering at {stopped:%Y-%m-%d %H:%M}' in (
+        page.content.decode())
+
+
+def test_a_generation_whose_workers_died_twice_fails_with_the_reason(team, client_for, models, prompts_version):
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=True,
+                                       queued=True)
+    assert settled.status == CampaignStatus.FAILED and not settled.generation_running and not settled.items.exists()
+    assert settled.load_error.endswith("after 3 of 4 answers, and so had the worker answering it before; no items "
+                                       "were made. Its prompts may be what stops them (out of memory): start another "
+                                       "campaign with fewer prompts, fewer new tokens or smaller models")
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "campaign-failed" in page.content.decode() and "Delete…" in page.content.decode()
+
+
+def test_a_lost_generation_queued_again_by_hand_loses_its_note(team, models, prompts_version,
+                                                               django_capture_on_commit_callbacks, sent_tasks):
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=False,
+                                       queued=False)
+    assert settled.load_error.endswith("after 3 of 4 answers, and Redis holds its message nowhere")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.campaign_load_request(campaign=settled)
+    assert Campaign.objects.get(pk=campaign.pk).load_error == ""
+    assert sent_tasks[-1] == (services.GENERATE_TASK, [campaign.pk], "serve")
+
+
+def test_a_campaign_being_deleted_goes_once_its_worker_is_found_dead(team, models, prompts_version):
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    assert services.campaign_delete(campaign=campaign, stop_generation=True) is False
+    services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=False,
+                             queued=True)
+    assert not Campaign.objects.filter(pk=campaign.pk).exists()
+
+
+def test_a_cancelled_generation_whose_worker_died_releases_its_models(team, models, prompts_version):
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    cancelled = services.generation_cancel(campaign=campaign, user=team.owner)
+    settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=False,
+                                       queued=False)
+    assert settled.status == CampaignStatus.CANCELLED and not settled.generation_running
+    assert settled.load_error == cancelled.load_error
+
+
+def test_a_generation_heard_from_since_it_was_read_is_left_alone(team, models, prompts_version):
+    campaign = taken_up_then_silent(generate(team, models, prompts_version))
+    services.generation_progress(campaign_id=campaign.pk, answers=4)  # its worker is alive after all
+    assert services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=True,
+                                    queued=True) is None
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.GENERATING and campaign.generation_running and not campaign.load_error

@@ -98,8 +98,11 @@ class FakeRedis:
     def scan_iter(self, match):
         return [key for key in self.lists if key.startswith(match.rstrip("*")) and key != "train"]
 
-    def hvals(self, key):
-        return self.unacked
+    def hgetall(self, key):
+        return {f"tag-{index}": raw for index, raw in enumerate(self.unacked)}
+
+    def zrange(self, key, start, end, withscores=False):
+        return []  # no delivery times: each counts as just made
 
     def close(self):
         pass

@@ -125,3 +125,159 @@ def test_orphans_are_old_unheld_undirected_first_deliveries():
     candidates = [delivery("old"), delivery("held"), delivery("young", at=100.0),
                   delivery("direct", exchange=deliveries.DIRECT_EXCHANGE), delivery("again", redelivered=True)]
     assert [d.tag for d in deliveries.orphans(candidates, held={"held"}, delivered_before=50.0)] == ["old"]
+
+
+@pytest.mark.django_db
+def test_task_deliveries_tells_a_live_workers_messages_from_a_dead_ones(broker):
+    """What ``review.services.generations_settle_lost`` reads: by their arguments, the messages of one task that a
+    live worker holds and those whose worker is gone; other tasks' messages are not among them."""
+    from webapp.celery import app as celery_app
+
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    tags = {}
+    for arguments in ([7], [8]):
+        celery_app.send_task(TASK, args=arguments, queue=queue)
+        tags[arguments[0]] = deliver_to_a_worker_that_dies(broker_url, queue)
+    celery_app.send_task("worker.tasks.review.write_export", args=[9], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    now = timezone.now()
+    worker_row(holding=[tags[7]], last_seen=now - timedelta(seconds=5))
+    worker_row(holding=[tags[8]], last_seen=now - timedelta(seconds=61))  # stale: presumed dead
+
+    found = deliveries.task_deliveries(task=TASK, now=now)
+    assert found.live == {(7,)} and set(found.orphaned) == {(8,)} and found.orphaned[(8,)].tag == tags[8]
+    with pytest.MonkeyPatch.context() as patch:  # nobody reports what they hold: nothing is told
+        patch.setattr(deliveries.settings, "TEMPER_HEARTBEAT_SECONDS", 0)
+        assert deliveries.task_deliveries(task=TASK, now=now) is None
+
+
+@pytest.mark.django_db
+def test_a_message_whose_workers_died_twice_counts_as_lost(broker):
+    """A message whose worker died after it had been delivered once before is left to Celery's visibility timeout
+    (an hour): the checks that fail work whose message Redis holds nowhere counted it as held meanwhile, so a
+    checkpoint export that killed two workers (out of memory) said "exporting" for an hour, and again after each
+    redelivery. It counts as lost once no live worker holds it for TEMPER_RUN_LOST_SECONDS, as a first loss would
+    be queued again then; held by a live worker, it counts as held."""
+    from webapp.celery import app as celery_app
+    from webapp.runs import services
+    from webapp.runs.models import CheckpointExport, Run, RunStatus
+    from tests.webapp.factories import make_team
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="big", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={}, resolved_spec={"output_dir": "/runs/big"})
+    CheckpointExport.objects.create(run=run, step=5, status="exporting")
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = services.EXPORT_CHECKPOINT_QUEUE
+    celery_app.send_task(services.EXPORT_CHECKPOINT_TASK, args=[run.pk, 5], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    assert len(deliveries.deliveries_restore_orphaned(now=timezone.now() + timedelta(seconds=90))) == 1
+    again = deliver_to_a_worker_that_dies(broker_url, queue)  # its next worker dies holding it too
+    later = timezone.now() + timedelta(seconds=90)
+    CheckpointExport.objects.filter(run=run).update(updated_at=later - timedelta(seconds=80))
+    checking = dict(task=services.EXPORT_CHECKPOINT_TASK, queues=(queue,), checking="exports")
+
+    holder = worker_row(holding=[again], last_seen=later - timedelta(seconds=5))
+    assert services.held_task_messages(**checking, now=later) == {(run.pk, 5)}
+    holder.delete()
+    assert services.held_task_messages(**checking, now=timezone.now()) == {(run.pk, 5)}  # delivered just now
+    assert services.held_task_messages(**checking, now=later) == set()
+
+    [failed] = services.checkpoint_exports_fail_lost(now=later)
+    assert failed.status == "failed" and failed.error_message.startswith("the export was lost: its worker stopped")
+    assert broker.hlen(deliveries.KOMBU_UNACKED_KEY) == 1, "left to Celery, whose redelivery finds it failed"
+
+
+@pytest.mark.django_db
+def test_a_dataset_version_whose_check_killed_two_workers_fails_with_the_reason(broker, client_for):
+    """A file whose check kills its worker (out of memory) said "Checking the file…" for ever: its message, restored
+    once, went back to Celery's visibility timeout after killing the next worker too, and then killed one an hour;
+    "queue the check again" killed another. It fails, saying why and what to do, and keeps nothing."""
+    from tests.webapp.factories import make_ready_version, make_team
+    from webapp.celery import app as celery_app
+    from webapp.datasets import services
+    from webapp.datasets.models import DatasetVersion, VersionStatus
+
+    team = make_team()
+    version = make_ready_version(team.project, name="huge", user=team.owner)
+    DatasetVersion.objects.filter(pk=version.pk).update(status=VersionStatus.VALIDATING)
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    celery_app.send_task(services.VALIDATE_TASK, args=[version.pk], queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    later = timezone.now() + timedelta(seconds=90)
+    assert services.versions_fail_abandoned(now=later) == [], "lost once: queued again, and checked again"
+    assert len(deliveries.deliveries_restore_orphaned(now=later)) == 1
+    again = deliver_to_a_worker_that_dies(broker_url, queue)  # the file kills its next worker too
+    later = timezone.now() + timedelta(seconds=90)
+    holder = worker_row(holding=[again], last_seen=later - timedelta(seconds=5))
+    assert services.versions_fail_abandoned(now=later) == [], "a live worker holds it"
+    holder.delete()
+
+    [failed] = services.versions_fail_abandoned(now=later)
+    assert failed.pk == version.pk and failed.status == VersionStatus.FAILED and failed.error_count == 1
+    [problem] = failed.errors
+    assert problem["code"] == "worker_lost" and problem["message"] == (
+        "checking this file stopped two workers in turn (killed, out of memory, or their host lost); it is not "
+        "checked again: split it into smaller files, or ask for workers with more memory, and upload it again")
+    assert not version.absolute_path.exists()
+    page = client_for(team.owner).get(f"/p/{team.project.slug}/datasets/{version.dataset.public_id}/v/1/")
+    assert "Checking the file" not in page.content.decode() and "checking this file stopped two workers" in (
+        page.content.decode())
+    assert services.versions_fail_abandoned(now=later) == []  # failed once
+
+
+def killed_twice(broker, task: str, arguments: list) -> None:
+    """``task``'s message taken by a worker that dies, queued again (``deliveries_restore_orphaned``) and taken by
+    another that dies too."""
+    from webapp.celery import app as celery_app
+
+    url = broker.connection_pool.connection_kwargs
+    broker_url = f"redis://{url['host']}:{url['port']}/0"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    celery_app.send_task(task, args=arguments, queue=queue)
+    deliver_to_a_worker_that_dies(broker_url, queue)
+    assert len(deliveries.deliveries_restore_orphaned(now=timezone.now() + timedelta(seconds=90))) == 1
+    deliver_to_a_worker_that_dies(broker_url, queue)
+
+
+@pytest.mark.django_db
+def test_review_work_that_killed_two_workers_fails_with_the_reason(broker, client_for):
+    """An export being written held its campaign (deletion refused: "is being written; wait until it is done")
+    and a load said "Loading items" for an hour, and again after each redelivery, once their work had killed two
+    workers in turn (out of memory). Both fail with the reason; the campaign can then be deleted."""
+    from tests.webapp.factories import make_ready_version, make_team
+    from webapp.review import selectors, services
+    from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
+
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference", user=team.owner,
+                                 rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    loading = Campaign.objects.create(project=team.project, name="big load", source_version=version,
+                                      status=CampaignStatus.LOADING, load_attempt=1, created_by=team.owner)
+    ready = Campaign.objects.create(project=team.project, name="big export", status=CampaignStatus.READY,
+                                    created_by=team.owner)
+    export = Export.objects.create(campaign=ready, dataset_name="out", status=ExportStatus.WRITING)
+    killed_twice(broker, services.LOAD_TASK, [loading.pk, 1])
+    killed_twice(broker, services.EXPORT_TASK, [export.pk])
+    later = timezone.now() + timedelta(seconds=90)
+    assert services.review_work_fail_abandoned(now=timezone.now()) == []  # delivered just now
+
+    assert len(services.review_work_fail_abandoned(now=later)) == 2
+    loading.refresh_from_db()
+    export.refresh_from_db()
+    assert loading.status == CampaignStatus.FAILED and loading.load_error == (
+        "loading its items stopped two workers in turn (killed, out of memory, or their host lost); they are not "
+        "loaded again: delete this campaign and make it from a smaller dataset version, or ask for workers with "
+        "more memory")
+    assert export.status == ExportStatus.FAILED and export.error == (
+        "writing this export stopped two workers in turn (killed, out of memory, or their host lost); it is not "
+        "written again: export again once the workers have more memory")
+    assert selectors.campaign_readers(campaign=ready) == [] and selectors.campaign_readers(campaign=loading) == []
+    page = client_for(team.owner).get(f"/p/{team.project.slug}/review/{loading.public_id}/").content.decode()
+    assert "loading its items stopped two workers in turn" in page and 'id="delete-confirm"' in page
+    assert services.review_work_fail_abandoned(now=later) == []  # failed once
