@@ -347,3 +347,19 @@ def test_the_account_link_says_where_it_leads(page, live_server):
     log_in(page, live_server.url, "olga")
     page.get_by_role("banner").get_by_role("link", name=f"{isolated('olga')}: change password", exact=True).click()
     page.wait_for_url("**/accounts/password/")
+
+
+def test_each_presets_description_is_shown_and_read_with_it(page, live_server):
+    """A preset's description was its title attribute: shown on mouse hover only, so a keyboard or touch
+    user never saw what QLoRA or SimPO would set, and some screen readers left it out. Each description is
+    on the page, and its preset's button is described by it."""
+    from webapp.runs.presets import PRESETS
+
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    presets = page.get_by_role("group", name="Presets")
+    for preset in PRESETS["sft"]:
+        link = presets.get_by_role("link", name=preset["name"], exact=True)
+        expect(link).to_have_accessible_description(preset["description"])
+        expect(presets.get_by_text(preset["description"], exact=True)).to_be_visible()
