@@ -363,3 +363,45 @@ def test_each_presets_description_is_shown_and_read_with_it(page, live_server):
         link = presets.get_by_role("link", name=preset["name"], exact=True)
         expect(link).to_have_accessible_description(preset["description"])
         expect(presets.get_by_text(preset["description"], exact=True)).to_be_visible()
+
+
+def test_a_reviewer_turns_the_single_key_shortcuts_off_and_letters_then_do_nothing(page, live_server, monkeypatch):
+    """WCAG 2.1.4: the reviewing page answered an item on a bare 1, 2, t, b or s, which a speech-input user
+    (or a stray key press) sends by accident, and nothing turned them off. The reviewer's setting, kept on
+    the server, turns them off on every campaign's page, and on again."""
+    from tests.webapp.factories import make_ready_version
+    from webapp.celery import app as celery_app
+    from webapp.review import services as review_services
+    from webapp.review.models import Review
+
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    rows = [{"prompt": f"Question {number}?", "chosen": "right", "rejected": "wrong"} for number in (1, 2)]
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=rows, user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass", guidelines="", source_version=version,
+                                               required_reviews=1, reviewers=[team.teammate], user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Turn the single-key shortcuts off").click()
+    expect(page.get_by_role("button", name="Turn the single-key shortcuts on")).to_be_visible()
+    prompt = page.locator(".prompt .text").inner_text()
+    for key in ("1", "2", "t", "b", "s", "e"):
+        page.keyboard.press(key)
+    page.wait_for_timeout(500)  # a shortcut would have sent the form by now
+    assert not Review.objects.filter(reviewer=team.teammate).exists()
+    assert page.locator(".prompt .text").inner_text() == prompt
+    expect(page.locator("textarea.edit").first).to_be_hidden()
+    expect(page.locator(".choices kbd").first).to_be_hidden()
+    # The buttons still answer, and the setting holds on the next item.
+    with page.expect_navigation():
+        page.get_by_role("button", name="Tie").click()
+    assert Review.objects.filter(reviewer=team.teammate).count() == 1
+    expect(page.get_by_role("button", name="Turn the single-key shortcuts on")).to_be_visible()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Turn the single-key shortcuts on").click()
+    with page.expect_navigation():
+        page.keyboard.press("t")
+    assert Review.objects.filter(reviewer=team.teammate).count() == 2
+
