@@ -405,3 +405,46 @@ def test_a_reviewer_turns_the_single_key_shortcuts_off_and_letters_then_do_nothi
         page.keyboard.press("t")
     assert Review.objects.filter(reviewer=team.teammate).count() == 2
 
+
+
+def test_a_runs_status_change_is_shown_in_place_and_announced(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                             settings, monkeypatch):
+    """A status change loaded the whole run page again: a reader scrolled down to the notes was taken back to
+    the top, the focus went back to the start of the page, and a screen reader heard the page load, not what
+    changed. The status, actions and messages change in place, and a live region says the new status."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from tests.webapp.factories import make_ready_version
+    from webapp.runs import reporting, services
+    from webapp.runs.models import Run
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="inplace")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="changes")
+    log_in_at(page, asgi_server, "inplace-teammate")
+    page.goto(f"{asgi_server}/p/inplace/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.evaluate("window.notLoadedAgain = true")
+    cancel = page.locator("#cancel-confirm summary")
+    cancel.focus()
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    expect(page.locator("#run-status")).to_have_text("running")
+    expect(page.locator("#run-status-announcement")).to_have_text("Run status: running.")
+    expect(page.locator("#progress")).to_contain_text("train@host-7")
+    expect(page.locator("#cancel-confirm summary")).to_be_focused()  # the same control, in the page as it is now
+    edit = page.locator("#edit-form").locator("xpath=..").locator("summary")
+    edit.scroll_into_view_if_needed()
+    edit.focus()
+    reporting.run_fail(run=Run.objects.get(pk=run.pk), error=RuntimeError("out of memory"))
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#run-status-announcement")).to_have_text("Run status: failed.")
+    expect(page.locator(".run-message.failed")).to_contain_text("out of memory")
+    expect(page.get_by_role("button", name="Retry")).to_be_visible()
+    expect(page.locator("#cancel-confirm")).to_have_count(0)
+    expect(edit).to_be_focused()
+    expect(edit).to_be_in_viewport()
+    assert page.evaluate("window.notLoadedAgain === true"), "the page was loaded again"
+    expect(page.locator("#live-state")).to_have_text("")  # a finished run's page stops listening
+    expect(page.get_by_role("status").filter(has_text="Run status: failed.")).to_have_count(1)
