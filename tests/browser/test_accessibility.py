@@ -448,3 +448,15 @@ def test_a_runs_status_change_is_shown_in_place_and_announced(page, asgi_server,
     assert page.evaluate("window.notLoadedAgain === true"), "the page was loaded again"
     expect(page.locator("#live-state")).to_have_text("")  # a finished run's page stops listening
     expect(page.get_by_role("status").filter(has_text="Run status: failed.")).to_have_count(1)
+
+
+def test_the_upload_forms_name_is_described_by_its_help(page, live_server):
+    """The dataset name's aria-describedby (Django's, from its help text) named id_name_helptext, which the
+    upload form, written field by field, never rendered: a reference to nothing, and the help unseen."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    name = page.get_by_role("textbox", name="Name")
+    assert described_by(name) == ["A name for the dataset within this project."]
+    for field in page.locator("main [aria-describedby]").all():
+        described_by(field)
