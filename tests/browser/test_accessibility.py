@@ -460,3 +460,17 @@ def test_the_upload_forms_name_is_described_by_its_help(page, live_server):
     assert described_by(name) == ["A name for the dataset within this project."]
     for field in page.locator("main [aria-describedby]").all():
         described_by(field)
+
+
+def test_a_focused_fields_outline_stands_out_from_the_page(page, live_server):
+    """A focused text box, list or text area was ringed in a pale indigo (#c7d2fe) at 1.5:1 against the white
+    card: under the 3:1 that a focus indicator needs (WCAG 1.4.11), so a keyboard user could lose the field."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    for field in (page.get_by_role("textbox", name="Name"), page.get_by_label("Model"),
+                  page.locator("#id_spec_yaml")):
+        field.evaluate("element => { element.closest('form').hidden = false; element.focus(); }")
+        assert field.evaluate("element => getComputedStyle(element).outlineStyle") != "none"
+        assert field.evaluate(CONTRAST.replace("getComputedStyle(element).color", "getComputedStyle(element).outlineColor")
+                              .replace("let behind = element", "let behind = element.parentElement")) >= 3
