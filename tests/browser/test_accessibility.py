@@ -474,3 +474,48 @@ def test_a_focused_fields_outline_stands_out_from_the_page(page, live_server):
         assert field.evaluate("element => getComputedStyle(element).outlineStyle") != "none"
         assert field.evaluate(CONTRAST.replace("getComputedStyle(element).color", "getComputedStyle(element).outlineColor")
                               .replace("let behind = element", "let behind = element.parentElement")) >= 3
+
+
+def test_a_refused_launch_ties_each_fields_problem_to_it(page, live_server):
+    """The launch form listed its problems above the editor and again under each field, but no field was
+    marked invalid or pointed at its problem and help: a screen reader tabbing on to the Model list or to
+    train.max_steps heard nothing wrong with it."""
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#spec-train-max_steps", "-5")
+    page.get_by_role("button", name="Launch").first.click()
+    page.locator("#launch-errors").wait_for()
+    model = page.get_by_label("Model")
+    expect(model).to_have_attribute("aria-invalid", "true")
+    description = described_by(model)
+    assert any(text.startswith("A registered base model") for text in description), description
+    assert any(text.startswith("choose a starting model") for text in description), description
+    expect(page.get_by_label("Training data")).to_have_attribute("aria-invalid", "true")
+    max_steps = page.locator("#spec-train-max_steps")
+    expect(max_steps).to_have_attribute("aria-invalid", "true")
+    error = page.locator('[data-key="train.max_steps"] .error').first.inner_text()
+    assert error in described_by(max_steps)
+    expect(page.get_by_role("textbox", name="Name")).not_to_have_attribute("aria-invalid", "true")
+    for field in page.locator("main [aria-describedby]").all():
+        described_by(field)
+
+
+def test_a_refused_run_edit_ties_the_problem_to_its_field(page, live_server, tmp_path):
+    """The run page's Edit form showed 'a run needs a name' under the name, which nothing tied to the field."""
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#edit-form").locator("xpath=..").locator("summary").click()
+    page.locator("#edit-name").fill(" ")
+    page.locator("#edit-form").get_by_role("button", name="Save").click()
+    name = page.locator("#edit-name")
+    expect(name).to_have_attribute("aria-invalid", "true")
+    assert any(text.startswith("a run needs a name") for text in described_by(name))
+    expect(name).to_be_focused()
+    expect(page.locator("#edit-notes")).not_to_have_attribute("aria-invalid", "true")
