@@ -519,3 +519,32 @@ def test_a_refused_run_edit_ties_the_problem_to_its_field(page, live_server, tmp
     assert any(text.startswith("a run needs a name") for text in described_by(name))
     expect(name).to_be_focused()
     expect(page.locator("#edit-notes")).not_to_have_attribute("aria-invalid", "true")
+
+
+def test_a_refused_api_token_ties_the_problem_to_its_name(page, live_server):
+    """The API tokens page said why a token was refused in a paragraph after the form, tied to nothing, with
+    the focus left at the top of the page."""
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.goto(f"{live_server.url}/accounts/tokens/")
+    page.get_by_role("button", name="Create token").click()
+    name = page.get_by_role("textbox", name="Name")
+    expect(name).to_have_attribute("aria-invalid", "true")
+    error = page.locator("main .error").inner_text()
+    assert error and error in described_by(name)
+    expect(name).to_be_focused()
+
+
+def test_a_refused_pipeline_ties_its_problems_to_the_stages_and_focuses_them(page, live_server):
+    """The pipeline form listed its problems above the form, neither focused nor tied to the Stages box:
+    a keyboard or screen-reader user was left at the top of the page, the box not marked as refused."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/new/")
+    page.get_by_role("textbox", name="Stages").fill("stages: 3")
+    page.get_by_role("button", name="Start pipeline").click()
+    stages = page.get_by_role("textbox", name="Stages")
+    expect(stages).to_have_attribute("aria-invalid", "true")
+    problems = page.locator("#pipeline-errors li").all_inner_texts()
+    assert problems and all(problem in " ".join(described_by(stages)) for problem in problems), problems
+    expect(stages).to_be_focused()
