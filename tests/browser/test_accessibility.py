@@ -548,3 +548,27 @@ def test_a_refused_pipeline_ties_its_problems_to_the_stages_and_focuses_them(pag
     problems = page.locator("#pipeline-errors li").all_inner_texts()
     assert problems and all(problem in " ".join(described_by(stages)) for problem in problems), problems
     expect(stages).to_be_focused()
+
+
+def test_a_refused_chat_message_marks_the_message_box(page, live_server, monkeypatch):
+    """A message the server refused (blank once trimmed) was said in an alert beside the buttons, but the
+    message box was not marked as refused nor tied to why: a screen-reader user back in it heard nothing."""
+    from tests.browser.test_chat import conversation_with_an_answer
+    from webapp.chat import services
+    from webapp.chat.models import MessageStatus
+
+    monkeypatch.setattr(services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team, conversation = conversation_with_an_answer(status=MessageStatus.COMPLETE, content="Hi")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/chat/{conversation.public_id}/")
+    message = page.get_by_role("textbox", name="Message")
+    message.evaluate("element => { element.required = false; element.value = '   '; }")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#chat-error")).not_to_be_empty()
+    expect(message).to_have_attribute("aria-invalid", "true")
+    assert page.locator("#chat-error").inner_text() in described_by(message)
+    expect(message).to_be_focused()
+    message.fill("Hello again")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".chat-user").last).to_contain_text("Hello again")
+    expect(message).not_to_have_attribute("aria-invalid", "true")
