@@ -572,3 +572,24 @@ def test_a_refused_chat_message_marks_the_message_box(page, live_server, monkeyp
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".chat-user").last).to_contain_text("Hello again")
     expect(message).not_to_have_attribute("aria-invalid", "true")
+
+
+def test_every_column_of_a_table_has_a_header_that_says_something(page, live_server, tmp_path):
+    """The columns of the runs table's checkboxes and of the Revoke…, Remove… and role controls had an empty
+    header: a screen reader moving down such a column heard no header at all."""
+    from webapp.api.services import token_create
+    from webapp.chat.tokens import project_token_create
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED, spec={"task": "sft"},
+                       resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    token_create(user=team.owner, name="laptop")
+    project_token_create(user=team.owner, project=team.project, name="script")
+    log_in(page, live_server.url, team.owner.username)
+    for path in ("/p/alpha/runs/", "/p/alpha/members/", "/p/alpha/chat/", "/accounts/tokens/"):
+        page.goto(f"{live_server.url}{path}")
+        headers = page.locator("main table th")
+        assert headers.count(), path
+        assert "" not in [header.strip() for header in headers.all_text_contents()], path
