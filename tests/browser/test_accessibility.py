@@ -593,3 +593,29 @@ def test_every_column_of_a_table_has_a_header_that_says_something(page, live_ser
         headers = page.locator("main table th")
         assert headers.count(), path
         assert "" not in [header.strip() for header in headers.all_text_contents()], path
+
+
+def test_the_focus_on_a_control_a_status_change_takes_away_goes_to_the_status(page, asgi_server, redis_url,  # noqa: F811
+                                                                              transactional_db, settings, monkeypatch):
+    """A keyboard user on Cancel… when the run ended was left on a control no longer there, the next Tab
+    starting again from the top of the page: the focus goes to the new status instead."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from tests.webapp.factories import make_ready_version
+    from webapp.runs import reporting, services
+    from webapp.runs.models import Run
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="gone")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="ends")
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    log_in_at(page, asgi_server, "gone-teammate")
+    page.goto(f"{asgi_server}/p/gone/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator("#cancel-confirm summary").focus()
+    reporting.run_fail(run=Run.objects.get(pk=run.pk), error=RuntimeError("out of memory"))
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#cancel-confirm")).to_have_count(0)
+    expect(page.locator("#run-status")).to_be_focused()
