@@ -56,8 +56,25 @@
     const text = await response.text();
     let data;
     try { data = JSON.parse(text); } catch (error) { data = {error: pageMessage(text)}; }
-    if (!response.ok) throw new Error(data.error || ("the server answered " + response.status));
+    if (!response.ok) {
+      const refusal = new Error(data.error || ("the server answered " + response.status));
+      refusal.fields = data.errors || {};  // a 400's problems by field
+      throw refusal;
+    }
     return data;
+  }
+
+  // A message refused for its text marks the box and ties it to why (the alert beside the buttons), and
+  // takes the focus back there to be fixed; the next send clears the mark.
+  function markRefused(refused) {
+    if (refused) {
+      textBox.setAttribute("aria-invalid", "true");
+      textBox.setAttribute("aria-describedby", "chat-error");
+      textBox.focus();
+    } else {
+      textBox.removeAttribute("aria-invalid");
+      textBox.removeAttribute("aria-describedby");
+    }
   }
 
   // A refusal that comes as one of Temper's pages (403: "this needs the member role in alpha; you are a
@@ -122,6 +139,7 @@
     try {
       const data = await post(log.dataset.send, body);
       textBox.value = "";  // sent: not restored into the box by a reload
+      markRefused(false);
       if (!showsLast(data.previous)) return;
       if (data.title) {  // named by its first turn: the heading and the tab (its title isolated, as served)
         document.getElementById("chat-title").textContent = data.title;
@@ -134,6 +152,7 @@
       follow(data.message);
     } catch (error) {
       errorBox.textContent = error.message;
+      markRefused(Boolean(error.fields && error.fields.content));
     }
   });
 

@@ -46,10 +46,17 @@
 /* A page that comes back with a refused form puts the focus on its first refused field, whose
    aria-describedby reads out why (Django marks it aria-invalid): otherwise the focus starts at the
    top of the page and a keyboard or screen-reader user must hunt for what to fix. A page that
-   placed the focus itself (an autofocus field, a summary box) keeps it. */
+   placed the focus itself (an autofocus field, a summary box) keeps it. A page sent to a fragment
+   (the run page's #edit-form) has the focus taken back to the page as it scrolls there: it is
+   placed again once the page has loaded. */
 (function () {
   "use strict";
   var refused = document.querySelector("main [aria-invalid=true]");
-  if (!refused || (document.activeElement && document.activeElement !== document.body)) return;
-  refused.focus();
+  if (!refused) return;
+  function focusRefused() {
+    if (document.activeElement && document.activeElement !== document.body) return;
+    refused.focus();
+  }
+  focusRefused();
+  if (window.location.hash) window.addEventListener("load", function () { window.setTimeout(focusRefused, 0); });
 })();

@@ -1,10 +1,13 @@
 // Reviewing page: keyboard shortcuts for the answer buttons and the edit boxes.
 // 1 first better · 2 second better · t tie · b both bad · s skip · e edit (Esc leaves a text box).
+// The letters and digits answer only while the reviewer's preference leaves them on (data-shortcuts):
+// WCAG 2.1.4, a speech-input user or a stray key press sends them by accident.
 (function () {
   "use strict";
   const form = document.getElementById("review-form");
   if (!form) return;
   const edits = form.querySelectorAll("textarea.edit");
+  const shortcuts = form.dataset.shortcuts === "on";
   let sent = false;
 
   function startEditing() {
@@ -27,7 +30,7 @@
       if (event.key === "Escape") target.blur();
       return;
     }
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (!shortcuts || event.ctrlKey || event.metaKey || event.altKey) return;
     // Caps Lock sends "T" for t: the letters answer in either case.
     const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;
     if (key === "e") {

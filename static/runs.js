@@ -467,11 +467,69 @@
     document.getElementById("live-state").textContent = "";
   }
 
-  // Every status has a page of its own (the badge, the actions, the worker and its devices, and once
-  // finished the artifacts): a run that starts, is asked to stop or ends is shown by loading its page again.
+  // A status changes the badge, the actions and the notes under them (#run-summary), the worker and its
+  // devices (#progress) and, once finished, the artifacts (#lineage). Those parts are taken from the page
+  // as the server renders it now and swapped in place: loading the page again took a reader back to its
+  // top and the focus to its start. The live region says the new status.
+  var SWAPPED = ["run-summary", "progress", "lineage"];
+  var refreshing = false;
+
   function statusChanged() {
-    stopListening();
-    window.setTimeout(function () { window.location.reload(); }, 500);
+    if (refreshing) return;  // the page asked for shows this change too; catchUp checks after it
+    refreshing = true;
+    window.TemperPageAgain()
+      .then(function (fresh) {
+        if (fresh === null) throw new Error("the run page was not answered");
+        showStatus(fresh);
+      })
+      .catch(function () { window.location.reload(); })  // a page that cannot be swapped is loaded whole
+      .then(function () { refreshing = false; });
+  }
+
+  // Where the focused control is, to find it again in the swapped parts: its id, or the id of the
+  // nearest part holding it with its tag, place and text there (the Cancel… of #cancel-confirm).
+  function placeOf(element) {
+    var holder = element && element.closest("[id]");
+    if (!holder) return null;
+    if (holder === element) return { id: element.id };
+    return { id: holder.id, tag: element.tagName, text: element.textContent,
+             index: Array.prototype.indexOf.call(holder.querySelectorAll(element.tagName), element) };
+  }
+
+  function elementAt(place) {
+    var holder = document.getElementById(place.id);
+    if (!holder || !place.tag) return holder;
+    var found = holder.querySelectorAll(place.tag)[place.index];
+    return found && found.textContent === place.text ? found : null;
+  }
+
+  function showStatus(fresh) {
+    var focused = document.activeElement;
+    var focusedPlace = placeOf(focused);
+    SWAPPED.forEach(function (id) {
+      var shown = document.getElementById(id);
+      var rendered = fresh.getElementById(id);
+      if (shown && rendered) shown.replaceWith(document.adoptNode(rendered));
+    });
+    if (focused && focused !== document.body && !document.body.contains(focused)) {
+      // The control is gone (Cancel… once the run ended): the status it changed takes the focus.
+      var again = focusedPlace && elementAt(focusedPlace);
+      if (again) again.focus();
+      if (!again || document.activeElement !== again) document.getElementById("run-status").focus();
+    }
+    var served = JSON.parse(fresh.getElementById("run-progress").textContent);
+    shownStatus = served.status;
+    shownStopping = Boolean(served.stopping);
+    // The live events may be ahead of the stored progress: it never takes the steps back.
+    showProgress(served.step >= progress.step ? served : { status: served.status, stopping: served.stopping });
+    config.dataset.active = fresh.getElementById("run-config").dataset.active;
+    document.getElementById("run-status-announcement").textContent =
+      "Run status: " + document.getElementById("run-status").textContent.trim() + ".";
+    if (config.dataset.active || exportRunning()) {
+      if (source || pollTimer) catchUp(); else listen();  // a change that came while this was asked
+    } else {
+      stopListening();
+    }
   }
 
   function poll() {
@@ -481,7 +539,7 @@
   }
 
   // A finished run can be resumed or retried by a teammate or from another tab: while shown and not
-  // listening, its page asks for its state every 30 s and loads itself again once the run is queued.
+  // listening, its page asks for its state every 30 s and shows the run again (statusChanged) once it is queued.
   function watchFinished() {
     window.setInterval(function () {
       if (document.visibilityState === "visible" && !source && !pollTimer) catchUp().catch(function () {});

@@ -76,7 +76,7 @@
 
   // So did the presets, which were links too: the model, data and name picked were gone. The server
   // applies the preset and keeps the values chosen, as for a task switch.
-  document.querySelectorAll("p.presets a[data-preset]").forEach(function (link) {
+  document.querySelectorAll(".presets a[data-preset]").forEach(function (link) {
     link.addEventListener("click", function (event) {
       if (!document.querySelector("form.launch-form:not([hidden])")) return;
       event.preventDefault();

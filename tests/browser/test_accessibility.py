@@ -347,3 +347,275 @@ def test_the_account_link_says_where_it_leads(page, live_server):
     log_in(page, live_server.url, "olga")
     page.get_by_role("banner").get_by_role("link", name=f"{isolated('olga')}: change password", exact=True).click()
     page.wait_for_url("**/accounts/password/")
+
+
+def test_each_presets_description_is_shown_and_read_with_it(page, live_server):
+    """A preset's description was its title attribute: shown on mouse hover only, so a keyboard or touch
+    user never saw what QLoRA or SimPO would set, and some screen readers left it out. Each description is
+    on the page, and its preset's button is described by it."""
+    from webapp.runs.presets import PRESETS
+
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    presets = page.get_by_role("group", name="Presets")
+    for preset in PRESETS["sft"]:
+        link = presets.get_by_role("link", name=preset["name"], exact=True)
+        expect(link).to_have_accessible_description(preset["description"])
+        expect(presets.get_by_text(preset["description"], exact=True)).to_be_visible()
+
+
+def test_a_reviewer_turns_the_single_key_shortcuts_off_and_letters_then_do_nothing(page, live_server, monkeypatch):
+    """WCAG 2.1.4: the reviewing page answered an item on a bare 1, 2, t, b or s, which a speech-input user
+    (or a stray key press) sends by accident, and nothing turned them off. The reviewer's setting, kept on
+    the server, turns them off on every campaign's page, and on again."""
+    from tests.webapp.factories import make_ready_version
+    from webapp.celery import app as celery_app
+    from webapp.review import services as review_services
+    from webapp.review.models import Review
+
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    rows = [{"prompt": f"Question {number}?", "chosen": "right", "rejected": "wrong"} for number in (1, 2)]
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=rows, user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass", guidelines="", source_version=version,
+                                               required_reviews=1, reviewers=[team.teammate], user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Turn the single-key shortcuts off").click()
+    expect(page.get_by_role("button", name="Turn the single-key shortcuts on")).to_be_visible()
+    prompt = page.locator(".prompt .text").inner_text()
+    for key in ("1", "2", "t", "b", "s", "e"):
+        page.keyboard.press(key)
+    page.wait_for_timeout(500)  # a shortcut would have sent the form by now
+    assert not Review.objects.filter(reviewer=team.teammate).exists()
+    assert page.locator(".prompt .text").inner_text() == prompt
+    expect(page.locator("textarea.edit").first).to_be_hidden()
+    expect(page.locator(".choices kbd").first).to_be_hidden()
+    # The buttons still answer, and the setting holds on the next item.
+    with page.expect_navigation():
+        page.get_by_role("button", name="Tie").click()
+    assert Review.objects.filter(reviewer=team.teammate).count() == 1
+    expect(page.get_by_role("button", name="Turn the single-key shortcuts on")).to_be_visible()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Turn the single-key shortcuts on").click()
+    with page.expect_navigation():
+        page.keyboard.press("t")
+    assert Review.objects.filter(reviewer=team.teammate).count() == 2
+
+
+
+def test_a_runs_status_change_is_shown_in_place_and_announced(page, asgi_server, redis_url, transactional_db,  # noqa: F811
+                                                             settings, monkeypatch):
+    """A status change loaded the whole run page again: a reader scrolled down to the notes was taken back to
+    the top, the focus went back to the start of the page, and a screen reader heard the page load, not what
+    changed. The status, actions and messages change in place, and a live region says the new status."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from tests.webapp.factories import make_ready_version
+    from webapp.runs import reporting, services
+    from webapp.runs.models import Run
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="inplace")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="changes")
+    log_in_at(page, asgi_server, "inplace-teammate")
+    page.goto(f"{asgi_server}/p/inplace/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.evaluate("window.notLoadedAgain = true")
+    cancel = page.locator("#cancel-confirm summary")
+    cancel.focus()
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    expect(page.locator("#run-status")).to_have_text("running")
+    expect(page.locator("#run-status-announcement")).to_have_text("Run status: running.")
+    expect(page.locator("#progress")).to_contain_text("train@host-7")
+    expect(page.locator("#cancel-confirm summary")).to_be_focused()  # the same control, in the page as it is now
+    edit = page.locator("#edit-form").locator("xpath=..").locator("summary")
+    edit.scroll_into_view_if_needed()
+    edit.focus()
+    reporting.run_fail(run=Run.objects.get(pk=run.pk), error=RuntimeError("out of memory"))
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#run-status-announcement")).to_have_text("Run status: failed.")
+    expect(page.locator(".run-message.failed")).to_contain_text("out of memory")
+    expect(page.get_by_role("button", name="Retry")).to_be_visible()
+    expect(page.locator("#cancel-confirm")).to_have_count(0)
+    expect(edit).to_be_focused()
+    expect(edit).to_be_in_viewport()
+    assert page.evaluate("window.notLoadedAgain === true"), "the page was loaded again"
+    expect(page.locator("#live-state")).to_have_text("")  # a finished run's page stops listening
+    expect(page.get_by_role("status").filter(has_text="Run status: failed.")).to_have_count(1)
+
+
+def test_the_upload_forms_name_is_described_by_its_help(page, live_server):
+    """The dataset name's aria-describedby (Django's, from its help text) named id_name_helptext, which the
+    upload form, written field by field, never rendered: a reference to nothing, and the help unseen."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/new/")
+    name = page.get_by_role("textbox", name="Name")
+    assert described_by(name) == ["A name for the dataset within this project."]
+    for field in page.locator("main [aria-describedby]").all():
+        described_by(field)
+
+
+def test_a_focused_fields_outline_stands_out_from_the_page(page, live_server):
+    """A focused text box, list or text area was ringed in a pale indigo (#c7d2fe) at 1.5:1 against the white
+    card: under the 3:1 that a focus indicator needs (WCAG 1.4.11), so a keyboard user could lose the field."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    for field in (page.get_by_role("textbox", name="Name"), page.get_by_label("Model"),
+                  page.locator("#id_spec_yaml")):
+        field.evaluate("element => { element.closest('form').hidden = false; element.focus(); }")
+        assert field.evaluate("element => getComputedStyle(element).outlineStyle") != "none"
+        assert field.evaluate(CONTRAST.replace("getComputedStyle(element).color", "getComputedStyle(element).outlineColor")
+                              .replace("let behind = element", "let behind = element.parentElement")) >= 3
+
+
+def test_a_refused_launch_ties_each_fields_problem_to_it(page, live_server):
+    """The launch form listed its problems above the editor and again under each field, but no field was
+    marked invalid or pointed at its problem and help: a screen reader tabbing on to the Model list or to
+    train.max_steps heard nothing wrong with it."""
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
+    page.fill("#spec-train-max_steps", "-5")
+    page.get_by_role("button", name="Launch").first.click()
+    page.locator("#launch-errors").wait_for()
+    model = page.get_by_label("Model")
+    expect(model).to_have_attribute("aria-invalid", "true")
+    description = described_by(model)
+    assert any(text.startswith("A registered base model") for text in description), description
+    assert any(text.startswith("choose a starting model") for text in description), description
+    expect(page.get_by_label("Training data")).to_have_attribute("aria-invalid", "true")
+    max_steps = page.locator("#spec-train-max_steps")
+    expect(max_steps).to_have_attribute("aria-invalid", "true")
+    error = page.locator('[data-key="train.max_steps"] .error').first.inner_text()
+    assert error in described_by(max_steps)
+    expect(page.get_by_role("textbox", name="Name")).not_to_have_attribute("aria-invalid", "true")
+    for field in page.locator("main [aria-describedby]").all():
+        described_by(field)
+
+
+def test_a_refused_run_edit_ties_the_problem_to_its_field(page, live_server, tmp_path):
+    """The run page's Edit form showed 'a run needs a name' under the name, which nothing tied to the field."""
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#edit-form").locator("xpath=..").locator("summary").click()
+    page.locator("#edit-name").fill(" ")
+    page.locator("#edit-form").get_by_role("button", name="Save").click()
+    name = page.locator("#edit-name")
+    expect(name).to_have_attribute("aria-invalid", "true")
+    assert any(text.startswith("a run needs a name") for text in described_by(name))
+    expect(name).to_be_focused()
+    expect(page.locator("#edit-notes")).not_to_have_attribute("aria-invalid", "true")
+
+
+def test_a_refused_api_token_ties_the_problem_to_its_name(page, live_server):
+    """The API tokens page said why a token was refused in a paragraph after the form, tied to nothing, with
+    the focus left at the top of the page."""
+    make_user("olga")
+    log_in(page, live_server.url, "olga")
+    page.goto(f"{live_server.url}/accounts/tokens/")
+    page.get_by_role("button", name="Create token").click()
+    name = page.get_by_role("textbox", name="Name")
+    expect(name).to_have_attribute("aria-invalid", "true")
+    error = page.locator("main .error").inner_text()
+    assert error and error in described_by(name)
+    expect(name).to_be_focused()
+
+
+def test_a_refused_pipeline_ties_its_problems_to_the_stages_and_focuses_them(page, live_server):
+    """The pipeline form listed its problems above the form, neither focused nor tied to the Stages box:
+    a keyboard or screen-reader user was left at the top of the page, the box not marked as refused."""
+    team = make_team()
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/pipelines/new/")
+    page.get_by_role("textbox", name="Stages").fill("stages: 3")
+    page.get_by_role("button", name="Start pipeline").click()
+    stages = page.get_by_role("textbox", name="Stages")
+    expect(stages).to_have_attribute("aria-invalid", "true")
+    problems = page.locator("#pipeline-errors li").all_inner_texts()
+    assert problems and all(problem in " ".join(described_by(stages)) for problem in problems), problems
+    expect(stages).to_be_focused()
+
+
+def test_a_refused_chat_message_marks_the_message_box(page, live_server, monkeypatch):
+    """A message the server refused (blank once trimmed) was said in an alert beside the buttons, but the
+    message box was not marked as refused nor tied to why: a screen-reader user back in it heard nothing."""
+    from tests.browser.test_chat import conversation_with_an_answer
+    from webapp.chat import services
+    from webapp.chat.models import MessageStatus
+
+    monkeypatch.setattr(services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team, conversation = conversation_with_an_answer(status=MessageStatus.COMPLETE, content="Hi")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/chat/{conversation.public_id}/")
+    message = page.get_by_role("textbox", name="Message")
+    message.evaluate("element => { element.required = false; element.value = '   '; }")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#chat-error")).not_to_be_empty()
+    expect(message).to_have_attribute("aria-invalid", "true")
+    assert page.locator("#chat-error").inner_text() in described_by(message)
+    expect(message).to_be_focused()
+    message.fill("Hello again")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".chat-user").last).to_contain_text("Hello again")
+    expect(message).not_to_have_attribute("aria-invalid", "true")
+
+
+def test_every_column_of_a_table_has_a_header_that_says_something(page, live_server, tmp_path):
+    """The columns of the runs table's checkboxes and of the Revoke…, Remove… and role controls had an empty
+    header: a screen reader moving down such a column heard no header at all."""
+    from webapp.api.services import token_create
+    from webapp.chat.tokens import project_token_create
+    from webapp.runs.models import Run, RunStatus
+
+    team = make_team()
+    make_base_model(team.project, name="tiny")
+    Run.objects.create(project=team.project, name="sft", task="sft", status=RunStatus.SUCCEEDED, spec={"task": "sft"},
+                       resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    token_create(user=team.owner, name="laptop")
+    project_token_create(user=team.owner, project=team.project, name="script")
+    log_in(page, live_server.url, team.owner.username)
+    for path in ("/p/alpha/runs/", "/p/alpha/members/", "/p/alpha/chat/", "/accounts/tokens/"):
+        page.goto(f"{live_server.url}{path}")
+        headers = page.locator("main table th")
+        assert headers.count(), path
+        assert "" not in [header.strip() for header in headers.all_text_contents()], path
+
+
+def test_the_focus_on_a_control_a_status_change_takes_away_goes_to_the_status(page, asgi_server, redis_url,  # noqa: F811
+                                                                              transactional_db, settings, monkeypatch):
+    """A keyboard user on Cancel… when the run ended was left on a control no longer there, the next Tab
+    starting again from the top of the page: the focus goes to the new status instead."""
+    from tests.browser.test_runs import log_in as log_in_at
+    from tests.webapp.factories import make_ready_version
+    from webapp.runs import reporting, services
+    from webapp.runs.models import Run
+
+    settings.REDIS_URL = redis_url
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
+    team = make_team(slug="gone")
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="ends")
+    reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
+    log_in_at(page, asgi_server, "gone-teammate")
+    page.goto(f"{asgi_server}/p/gone/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.locator("#cancel-confirm summary").focus()
+    reporting.run_fail(run=Run.objects.get(pk=run.pk), error=RuntimeError("out of memory"))
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#cancel-confirm")).to_have_count(0)
+    expect(page.locator("#run-status")).to_be_focused()

@@ -99,7 +99,7 @@ def test_a_switch_from_the_keyboard_keeps_the_keyboard_where_it_was(page, live_s
     page.keyboard.press("Enter")
     page.locator("#task-switched").wait_for()
     assert page.evaluate("() => document.activeElement.id") == "task-switched"
-    page.focus('p.presets a[data-preset="SimPO"]')
+    page.focus('.presets a[data-preset="SimPO"]')
     page.keyboard.press("Enter")
     page.wait_for_function("() => document.querySelector('#task-switched').innerText.includes('SimPO')")
     assert page.evaluate("() => document.activeElement.id") == "task-switched"
@@ -167,9 +167,9 @@ def test_choosing_a_preset_keeps_the_model_data_and_name_picked(page, live_serve
     page.select_option("#spec-model", base_model.public_id)
     page.select_option("#spec-data-train", chats.public_id)
     page.fill("#spec-train-max_steps", "7")
-    page.locator("p.presets a[data-preset=QLoRA]").click()
+    page.locator(".presets a[data-preset=QLoRA]").click()
     page.locator("#task-switched", has_text="Applied the preset QLoRA").wait_for()
-    assert page.locator("p.presets a.active").inner_text() == "QLoRA"
+    assert page.locator(".presets a.active").inner_text() == "QLoRA"
     assert page.locator("#spec-peft-method").input_value() == "qlora"
     assert page.locator("#id_name").input_value() == "picked before the preset"
     assert page.locator("#spec-model").input_value() == base_model.public_id

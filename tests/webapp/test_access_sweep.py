@@ -336,6 +336,7 @@ EXEMPT: dict[str, str] = {
     "accounts:logout": "ends the caller's own session",
     "accounts:password_change": "the caller's own password (login required, accounts/test_views.py)",
     "accounts:password_change_done": "a static confirmation for the caller",
+    "accounts:review_shortcuts": "the caller's own preference (login required, accounts/test_views.py)",
     "admin_password_change": "a redirect to accounts:password_change, the throttled form (accounts/test_views.py)",
     "projects:list": "lists only the caller's own projects",
     "projects:create": "anyone signed in may create a project",

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import Model, ProtectedError
 from django.template.defaultfilters import pluralize
 
+from webapp.accounts.models import Preferences
 from webapp.core.bidi import isolated
 
 
@@ -59,3 +60,9 @@ def account_delete(*, user: AbstractBaseUser) -> None:
         user.delete()
     except ProtectedError as error:
         raise ValidationError(deletion_refusal(user, error.protected_objects)) from None
+
+
+def review_shortcuts_set(*, user: AbstractBaseUser, on: bool) -> Preferences:
+    """Turn the reviewing page's single-key shortcuts on or off for ``user``, on every campaign."""
+    preferences, _created = Preferences.objects.update_or_create(user=user, defaults={"review_shortcuts": on})
+    return preferences

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.accounts.selectors import preferences_for
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
@@ -325,6 +326,7 @@ def _render_review_page(request, project, membership, campaign, item, *,
                "guidelines_html": render_markdown(campaign.guidelines), "loading": campaign.status in (CampaignStatus.LOADING, CampaignStatus.GENERATING),
                "my_done": selectors.reviewer_done(campaign=campaign, user=request.user), "form": refused,
                "last_answer": last_answer, "answer_choices": Choice.choices,
+               "shortcuts_on": preferences_for(user=request.user).review_shortcuts,
                # An owner's resolution is final (``services.review_change``): the answer is shown, not offered to change.
                "last_answer_resolver": (services.resolver_name(last_answer.item)
                                         if last_answer is not None and last_answer.item.resolved_label else None)}

@@ -14,7 +14,8 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.accounts.models import AttemptCount
+from webapp.accounts.models import AttemptCount, Preferences
+from webapp.accounts.selectors import preferences_for
 from webapp.accounts.throttle import (MAX_FAILURES, ThrottledAuthenticationForm, ThrottledLogin,
                                      ThrottledPasswordChangeForm)
 
@@ -97,6 +98,43 @@ class TestPasswordChange:
         assert response.status_code == 200
         assert b"old password was entered incorrectly" in response.content
         assert get_user_model().objects.get(username="alpha-owner").check_password(PASSWORD)
+
+
+class TestReviewShortcuts:
+    """A reviewer's own setting: the reviewing page's single-key shortcuts on or off (WCAG 2.1.4)."""
+
+    url = "/accounts/review-shortcuts/"
+
+    def test_it_works(self, team, client_for):
+        client = client_for(team.teammate)
+        response = client.post(self.url, {"review_shortcuts": "off", "next": "/p/alpha/review/"})
+        assert (response.status_code, response["Location"]) == (302, "/p/alpha/review/")
+        assert not preferences_for(user=team.teammate).review_shortcuts
+        assert preferences_for(user=team.owner).review_shortcuts, "one person's setting only"
+        client.post(self.url, {"review_shortcuts": "on", "next": "/p/alpha/review/"})
+        assert preferences_for(user=team.teammate).review_shortcuts
+        assert Preferences.objects.filter(user=team.teammate).count() == 1
+
+    def test_it_requires_access(self, client, db):
+        response = client.post(self.url, {"review_shortcuts": "off"})
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+        assert not Preferences.objects.exists()
+
+    def test_it_rejects_get(self, team, client_for):
+        assert client_for(team.teammate).get(self.url).status_code == 405
+
+    def test_it_rejects_a_value_other_than_on_or_off(self, team, client_for):
+        client = client_for(team.teammate)
+        response = client.post(self.url, {"review_shortcuts": "sometimes", "next": "/p/alpha/"}, follow=True)
+        assert response.redirect_chain == [("/p/alpha/", 302)]
+        assert "review_shortcuts must be on or off, not &#x27;sometimes&#x27;" in response.content.decode()
+        assert not Preferences.objects.exists()
+
+    def test_it_rejects_a_next_page_on_another_site(self, team, client_for):
+        response = client_for(team.teammate).post(self.url, {"review_shortcuts": "off", "next": "https://evil.example/"})
+        assert response["Location"] == "/"
+        assert not preferences_for(user=team.teammate).review_shortcuts
 
 
 class TestLoginThrottle:

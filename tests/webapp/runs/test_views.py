@@ -1183,8 +1183,8 @@ def test_a_refused_edit_keeps_what_was_typed(team, run, client_for):
     page = response.content.decode()
     form = page.split('<details open><summary>Edit</summary>')[1].split("</details>")[0]
     assert f'action="{url(run, "edit/")}#edit-form" id="edit-form"' in form  # the answer opens at the form
-    assert '<input type="text" id="edit-name" name="name" value=" " maxlength="120"><small class="error">a run needs a name' \
-        in form
+    assert ('<input type="text" id="edit-name" name="name" value=" " maxlength="120" aria-invalid="true" '
+            'aria-describedby="edit-name-error-1"><small class="error" id="edit-name-error-1">a run needs a name') in form
     assert 'value="best, ünï"' in form
     assert "Loss fell to **1.08** &lt;script&gt;x()&lt;/script&gt;</textarea>" in form
     run.refresh_from_db()
@@ -1392,7 +1392,7 @@ def test_it_rejects_notes_past_the_cap_keeping_what_was_typed(team, run, client_
     response = client.post(url(run, "edit/"), {"name": "renamed", "tags": "", "notes": notes})
     assert response.status_code == 400
     page = response.content.decode()
-    assert "notes: 20,001 characters; at most 20,000" in page.replace("<small class=\"error\">", "notes: ")
+    assert '<small class="error" id="edit-notes-error-1">20,001 characters; at most 20,000' in page
     assert f">{notes}</textarea>" in page
     run.refresh_from_db()
     assert run.notes == "" and run.name != "renamed"
@@ -1524,7 +1524,7 @@ def test_switching_editors_and_tasks_keeps_the_sweep(team, catalog, client_for, 
     client = client_for(team.teammate)
     sweep = "peft.rank: 4, 8"
     page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep, "switch": "yaml"}).content.decode()
-    assert 'name="sweep" rows="3" spellcheck="false" class="code" placeholder' in page
+    assert 'name="sweep" rows="3" spellcheck="false" class="code" aria-describedby="id_sweep-help" placeholder' in page
     assert page.count(f">{sweep}</textarea>") == 2  # both editors hold it; the YAML one is shown
     page = client.post("/p/alpha/runs/new/", {**_layout_form(catalog), "sweep": sweep,
                                               "switch_task": "dpo"}).content.decode()
@@ -1749,15 +1749,14 @@ def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_fo
 def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
     """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
     then showed none: a reward model scores text and writes none; nor has pretraining's plain text prompts."""
+    eval_help = r'data-key="data.eval">.*?<small class="help" id="spec-data-eval-help">(.*?)</small>'
     reward_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=reward").content.decode()
-    help_text = re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>', reward_page, re.S).group(1)
+    help_text = re.search(eval_help, reward_page, re.S).group(1)
     assert "generations" not in help_text and "accuracy" in help_text
     pretrain_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=pretrain").content.decode()
-    assert "generations" not in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
-                                          pretrain_page, re.S).group(1)
+    assert "generations" not in re.search(eval_help, pretrain_page, re.S).group(1)
     sft_page = client_for(team.teammate).get("/p/alpha/runs/new/?task=sft").content.decode()
-    assert "generations on its prompts" in re.search(r'data-key="data.eval">.*?<small class="help">(.*?)</small>',
-                                                     sft_page, re.S).group(1)
+    assert "generations on its prompts" in re.search(eval_help, sft_page, re.S).group(1)
 
 
 def test_lineage_isolates_the_names_of_models_and_runs_as_it_does_datasets(team, run, client_for, catalog, sent_tasks):
@@ -1800,7 +1799,8 @@ def test_giving_both_max_steps_and_epochs_is_said_at_both_fields(team, catalog, 
     message = "give exactly one of max_steps and epochs (both given)"
     for key in ("train.max_steps", "train.epochs"):
         field = re.search(rf'<div class="field spec-field[^"]*" data-key="{re.escape(key)}">.*?</div>', page, re.S)
-        assert "has-error" in field.group(0) and f'<small class="error">{message}</small>' in field.group(0), key
+        assert "has-error" in field.group(0), key
+        assert re.search(f'<small class="error" id="[^"]+">{re.escape(message)}</small>', field.group(0)), key
     assert page.count(message) == 3  # the two fields, and the list at the top
 
 
