@@ -632,26 +632,32 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
         try:
-            header = next(reader, None)
-            if header is None:
-                raise DatasetFormatError(Issue(code="empty_file", message="the CSV file has no header row"))
+            # Blank lines before the header are skipped as they are between rows: read as the header, they
+            # made it an empty list, and a file of blank lines stopped the check with an IndexError.
+            header = None
+            while header is None or _blank_csv_row(header):
+                header = next(reader, None)
+                if header is None:
+                    raise DatasetFormatError(Issue(code="empty_file", message="the CSV file holds only spaces and "
+                                                   "blank lines: give the file that holds the header row and rows"))
+            header_line = position["line"]
             header = [name.strip() for name in header]
             if header[0].startswith(("{", "[")):
                 # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
                 raise DatasetFormatError(Issue(
-                    code="csv_header", line=1,
+                    code="csv_header", line=header_line,
                     message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
                             "JSON array); give it the .jsonl (or .json) extension and upload it again"))
-            _check_other_separator(header)
-            _check_csv_header(header)
+            _check_other_separator(header, line=header_line)
+            _check_csv_header(header, line=header_line)
             row = 0
             while True:
                 first_line = position["line"] + 1
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if not cells or (len(cells) == 1 and not cells[0].strip()):
-                    continue  # a blank line, or one of only spaces
+                if _blank_csv_row(cells):
+                    continue
                 row += 1
                 if len(cells) != len(header):
                     yield Issue(
@@ -673,6 +679,11 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
         finally:  # the limit is the process's: other readers of CSV keep theirs
             csv.field_size_limit(previous_limit)
+
+
+def _blank_csv_row(cells: list[str]) -> bool:
+    """A blank line, or one of only spaces."""
+    return not cells or (len(cells) == 1 and not cells[0].strip())
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -702,7 +713,7 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
 _OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars"))
 
 
-def _check_other_separator(header: list[str]) -> None:
+def _check_other_separator(header: list[str], *, line: int) -> None:
     """A file separated by semicolons (a spreadsheet's CSV in many locales) or tabs reads as one column;
     every row was then reported missing each of its kind's fields, twice a row for sft."""
     if len(header) != 1:
@@ -710,29 +721,29 @@ def _check_other_separator(header: list[str]) -> None:
     for separator, name in _OTHER_SEPARATORS:
         if separator in header[0]:
             raise DatasetFormatError(Issue(
-                code="csv_header", line=1,
+                code="csv_header", line=line,
                 message=f"the header row is one column, '{header[0]}': the file looks separated by {name}, and a "
                         "CSV file must be separated by commas; export it again with commas as the separator (or as "
                         "JSON Lines)"))
 
 
-def _check_csv_header(header: list[str]) -> None:
+def _check_csv_header(header: list[str], *, line: int) -> None:
     seen: set[str] = set()
     for index, name in enumerate(header, start=1):
         if not name and index == len(header) > 1:
             raise DatasetFormatError(Issue(
-                code="csv_header", line=1,
+                code="csv_header", line=line,
                 message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
                         "the commas at the ends of the lines (or name the column)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
-                      line=1)
+                      line=line)
             )
         if name in seen:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"the header names column '{name}' twice; column names must be unique",
-                      line=1)
+                      line=line)
             )
         seen.add(name)
 

@@ -1007,3 +1007,24 @@ def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
             repeats.append([row * 2, first])
     assert found.to_dict() == {"count": len(repeats), "rows": repeats[:formats.ROWS_SHOWN]}
     assert formats.DuplicateRows().to_dict() == {"count": 0, "rows": []}
+
+
+@pytest.mark.parametrize("content", [b"\n\n\n", b"\r\n\r\n", b"  \n \n", b"\n"])
+def test_a_csv_file_of_only_blank_lines_is_empty(tmp_path, content):
+    # Two blank lines made the header row an empty list, and reading its first name raised IndexError: the
+    # validating worker stopped with a traceback and the version stayed "validating".
+    path = tmp_path / "blank.csv"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert issue.code == "empty_file" and "only spaces and blank lines" in issue.message
+
+
+def test_blank_lines_before_a_csv_header_are_skipped(tmp_path):
+    path = tmp_path / "late-header.csv"
+    path.write_bytes(b"\n \r\nprompt,completion\na,b\n")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 1, report.errors
+    assert list(iter_examples(path, fmt=FileFormat.CSV, mapping=SFT)) == [{"prompt": "a", "completion": "b"}]
+    path.write_bytes(b"\n\nprompt,completion\na\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("ragged_row", 4, 1)
