@@ -365,7 +365,74 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             if row == 0 and type(value) is list and value and all(type(element) is dict for element in value):
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
+            if len(_KEY_END.findall(raw)) != _key_count(value) and (repeated := _repeated_key_in_line(raw)) is not None:
+                yield _repeated_key_issue(repeated, line=line_number, row=row)
+                continue
             yield RawRow(row=row, line=line_number, value=value)
+
+
+# The end of every key of a JSON text: its closing quote, spaces and the colon. A string value cannot be followed by a
+# colon, so the keys are all of the matches but for an escaped quote followed by a colon inside a text. Where the
+# matches are as many as the parsed row's keys, no key was given twice; else the row is parsed again to find out.
+_KEY_END = re.compile(rb'"[ \t\r\n]*:')
+
+
+def _key_count(value: Any) -> int:
+    # A loop, not recursion: orjson reads 1024 levels, past Python's recursion limit.
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if type(item) is dict:
+            count += len(item)
+            pending.extend(item.values())
+        elif type(item) is list:
+            pending.extend(item)
+    return count
+
+
+class _KeysRepeated(dict):
+    """An object of the file that named a key twice (``repeated``: those keys); JSON readers keep the last value."""
+
+    repeated: list[str]
+
+
+def _pairs_to_object(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    marked = _KeysRepeated(value)
+    seen: set[str] = set()
+    marked.repeated = [key for key, _ in pairs if key in seen or seen.add(key)]
+    return marked
+
+
+def _repeated_key(value: Any) -> tuple[str | None, str] | None:
+    """(where, key) of the first object in ``value`` parsed with ``_pairs_to_object`` that named a key twice:
+    ``where`` is None for the row itself, else the dotted path of the object ("messages[0]")."""
+    pending: list[tuple[str | None, Any]] = [(None, value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, _KeysRepeated):
+            return path, item.repeated[0]
+        if type(item) is dict:
+            pending.extend((key if path is None else f"{path}.{key}", child) for key, child in reversed(item.items()))
+        elif type(item) is list:
+            pending.extend((f"{path or ''}[{index}]", child) for index, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _repeated_key_in_line(raw: bytes) -> tuple[str | None, str] | None:
+    try:
+        return _repeated_key(json.loads(raw, object_pairs_hook=_pairs_to_object))
+    except RecursionError:  # json recurses where orjson, which read the row, does not; such a row is left as read
+        return None
+
+
+def _repeated_key_issue(repeated: tuple[str | None, str], *, line: int | None, row: int) -> Issue:
+    where, key = repeated
+    return Issue(code="duplicate_key", line=line, row=row, field=key if where is None else where,
+                 message=f"the {'row' if where is None else 'object'} gives the key '{key}' twice, and JSON readers "
+                         "keep only its last value: remove one of them (or rename it)")
 
 
 def _ends_lines_with_cr(raw: bytes) -> bool:
@@ -453,12 +520,13 @@ def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
 class _JsonArrayReader:
     def __init__(self, chunks: _DecodedChunks):
         self._chunks = chunks
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._pairs_to_object)
+        self._keys_repeated = False
         self._buffer = chunks.read()
         self._position = 0
         self._line = 1  # line number at self._position
 
-    def rows(self) -> Iterator[RawRow]:
+    def rows(self) -> Iterator[RawRow | Issue]:
         if self._buffer.startswith("\ufeff"):
             self._position = 1
         self._skip_whitespace()
@@ -492,7 +560,11 @@ class _JsonArrayReader:
                 line = self._line
                 value = self._parse_element(row + 1)
                 row += 1
-                yield RawRow(row=row, line=line, value=value)
+                if self._keys_repeated and (repeated := _repeated_key(value)) is not None:
+                    self._keys_repeated = False
+                    yield _repeated_key_issue(repeated, line=line, row=row)
+                else:
+                    yield RawRow(row=row, line=line, value=value)
                 self._skip_whitespace()
                 separator = self._peek()
                 comma_line = self._line
@@ -506,6 +578,11 @@ class _JsonArrayReader:
         self._skip_whitespace()
         if self._peek():
             raise self._broken("unexpected text after the closing ']' of the JSON array; a .json file holds one array")
+
+    def _pairs_to_object(self, pairs: list[tuple[str, Any]]) -> dict:
+        value = _pairs_to_object(pairs)
+        self._keys_repeated |= type(value) is _KeysRepeated
+        return value
 
     def _peek(self) -> str:
         return self._buffer[self._position:self._position + 1]

@@ -1028,3 +1028,36 @@ def test_blank_lines_before_a_csv_header_are_skipped(tmp_path):
     path.write_bytes(b"\n\nprompt,completion\na\n")
     issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
     assert (issue.code, issue.line, issue.row) == ("ragged_row", 4, 1)
+
+
+@pytest.mark.parametrize("fmt, content", [
+    (FileFormat.JSONL, b'{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "b", "completion": "c"}\n'),
+    (FileFormat.JSONL, b'{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion" : "b", "completion": "c"}\n'),
+    (FileFormat.JSON, b'[{"prompt": "a", "completion": "b"},\n {"prompt": "a", "completion": "b", "completion": "c"}]'),
+])
+def test_a_key_given_twice_in_a_row_is_named_not_silently_dropped(tmp_path, fmt, content):
+    # JSON readers keep the last of two equal keys: the row trained on "c" and nothing said that "b" was dropped.
+    path = tmp_path / f"twice.{fmt.value}"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("duplicate_key", 2, 2, "completion")
+    assert "'completion' twice" in issue.message and "remove" in issue.message
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+def test_a_key_given_twice_inside_a_message_names_the_turn(tmp_path, fmt):
+    row = '{"messages": [{"role": "user", "content": "a", "content": "x"}, {"role": "assistant", "content": "b"}]}'
+    path = tmp_path / f"twice.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.row, issue.field) == ("duplicate_key", 1, "messages[0]")
+    assert "'content' twice" in issue.message
+
+
+def test_rows_whose_text_holds_quoted_keys_are_not_duplicates(tmp_path):
+    # The quick count of keys meets escaped quotes followed by a colon in text, and keys spaced from their colon.
+    rows = [{"prompt": 'say "a": 1 and \\": 2', "completion": '{"completion": "b"}'}]
+    path = write_jsonl(tmp_path / "quoted.jsonl", rows)
+    path.write_bytes(path.read_bytes() + b'{"prompt" : "x",  "completion"\t:"y"}\n')
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
