@@ -691,8 +691,19 @@ def _decoded_lines(handle, on_line) -> Iterator[str]:
         offset += len(raw)
 
 
+_CONTROL_NAMES = {"\t": ("a tab", "\\t"), "\n": ("a line break", "\\n"), "\r": ("a carriage return", "\\r")}
+
+
 def _json_reason(error: json.JSONDecodeError) -> str:
-    """json's reason without its dangling "starting at" (the column says where)."""
+    """json's reason without its dangling "starting at" (the column says where); a control character
+    ("Invalid control character at") named, with the escape JSON wants for it."""
+    if error.msg == "Invalid control character at" and error.pos < len(error.doc):
+        character = error.doc[error.pos]
+        if character == "\x00":  # escaped, it is refused as binary data (_check_no_nul): no text needs one
+            return "a NUL character inside a string, which is binary data, not text: remove it"
+        name, escape = _CONTROL_NAMES.get(character, ("", f"\\u{ord(character):04x}"))
+        shown = f"U+{ord(character):04X} ({name})" if name else f"U+{ord(character):04X}"
+        return f"a control character, {shown}, inside a string: JSON allows it there only as the escape {escape}"
     return error.msg.removesuffix(" starting at")
 
 

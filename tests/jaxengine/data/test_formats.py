@@ -1061,3 +1061,21 @@ def test_rows_whose_text_holds_quoted_keys_are_not_duplicates(tmp_path):
     path.write_bytes(path.read_bytes() + b'{"prompt" : "x",  "completion"\t:"y"}\n')
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
     assert report.ok and report.row_count == 2, report.errors
+
+
+@pytest.mark.parametrize("fmt, content, line, column, shown", [
+    (FileFormat.JSONL, b'{"prompt": "a\tb", "completion": "c"}\n', 1, 14, "U+0009 (a tab), inside a string: JSON allows it there only as the escape \\t"),
+    (FileFormat.JSON, b'[{"prompt": "a\nb", "completion": "c"}]', 1, 15, "U+000A (a line break), inside a string: JSON allows it there only as the escape \\n"),
+    # Past the first 8 KB, where the whole-file check looks for NUL bytes.
+    (FileFormat.JSON, b'[' + b'{"prompt": "x", "completion": "y"},\n' * 300 + b'{"prompt": "a\x00b", "completion": "c"}]',
+     301, 14, None),
+])
+def test_a_control_character_inside_a_json_string_says_to_escape_it(tmp_path, fmt, content, line, column, shown):
+    # It read "broken JSON at column 14: Invalid control character at", json's words cut short.
+    path = tmp_path / f"control.{fmt.value}"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", line)
+    expected = "a NUL character inside a string, which is binary data" if shown is None else f"a control character, {shown}"
+    assert f"at column {column}: {expected}" in issue.message
+    assert "Invalid control character at" not in issue.message
