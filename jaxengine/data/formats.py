@@ -1066,12 +1066,17 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
             continue
         role = message.get("role")
         if role not in ROLES:
-            shown = "missing" if role is None else repr(role)
-            problems.append((f"{where}.role", "bad_role", f"role is {shown}; use one of: system, user, assistant"))
+            problems.append((f"{where}.role", "bad_role", _role_problem(role)))
         elif role == "assistant":
             has_assistant = True
         content = message.get("content", _MISSING)
-        if content is _MISSING or content is None:
+        if (calls := next((key for key in _TOOL_CALL_KEYS if message.get(key) is not None), None)) is not None:
+            # Beside text, the calls were dropped without a word; alone, the turn was "missing content".
+            problems.append((f"{where}.{calls}", "tool_calls",
+                             f"the turn holds tool calls ('{calls}'), which Temper does not train on: it reads the text "
+                             "turns of system, user and assistant only; remove the tool calls and the tool turns that "
+                             "answer them, or write them into the turns' text"))
+        elif content is _MISSING or content is None:
             problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
         elif type(content) is list and content and all(type(part) is dict and "type" in part for part in content):
             problems.append((f"{where}.content", "wrong_type",
@@ -1080,6 +1085,32 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         else:
             _check_string(content, f"{where}.content", problems)
     return has_assistant
+
+
+# Roles of other chat formats that mean one of Temper's: ShareGPT's, Gemma's, OpenAI's newer name for system.
+_ROLE_SYNONYMS = {"human": "user", "gpt": "assistant", "bot": "assistant", "model": "assistant",
+                  "developer": "system"}
+# Roles of a tool's result: OpenAI's (tool, the older function), Llama 3.1's (ipython).
+_TOOL_ROLES = frozenset({"tool", "function", "ipython", "tool_result"})
+_TOOL_CALL_KEYS = ("tool_calls", "function_call")
+
+
+def _role_problem(role: Any) -> str:
+    if role is None:
+        return "role is missing; use one of: system, user, assistant"
+    shown = repr(role)
+    if type(role) is not str:
+        return f"role is {shown}; use one of: system, user, assistant"
+    plain = role.strip().lower()
+    if plain in ROLES:
+        return f"role is {shown}; write it as {plain!r} (roles are lower case, without spaces)"
+    if plain in _ROLE_SYNONYMS:
+        return f"role is {shown}, another chat format's name; write it as {_ROLE_SYNONYMS[plain]!r}"
+    if plain in _TOOL_ROLES:
+        return (f"role is {shown}, a tool's result, which Temper does not train on: it reads the text turns of "
+                "system, user and assistant only; remove the tool turns and the calls they answer, or write them "
+                "into the turns' text")
+    return f"role is {shown}; use one of: system, user, assistant"
 
 
 def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:

@@ -341,7 +341,7 @@ def test_bad_role_and_empty_messages(tmp_path):
     assert [(e.code, e.field, e.row) for e in report.errors] == [
         ("bad_role", "messages[0].role", 1), ("empty_messages", "messages", 2)
     ]
-    assert "'human'; use one of: system, user, assistant" in report.errors[0].message
+    assert "'human', another chat format's name; write it as 'user'" in report.errors[0].message
 
 
 def test_messages_without_assistant_turn(tmp_path):
@@ -1079,3 +1079,36 @@ def test_a_control_character_inside_a_json_string_says_to_escape_it(tmp_path, fm
     expected = "a NUL character inside a string, which is binary data" if shown is None else f"a control character, {shown}"
     assert f"at column {column}: {expected}" in issue.message
     assert "Invalid control character at" not in issue.message
+
+
+@pytest.mark.parametrize("role, says", [
+    ("User", "write it as 'user' (roles are lower case"),
+    (" assistant", "write it as 'assistant' (roles are lower case"),
+    ("gpt", "write it as 'assistant'"),
+    ("model", "write it as 'assistant'"),
+    ("developer", "write it as 'system'"),
+    ("tool", "a tool's result"),
+    ("function", "a tool's result"),
+    ("ipython", "a tool's result"),
+    ("narrator", "use one of: system, user, assistant"),
+])
+def test_a_role_of_another_chat_format_says_what_to_write(tmp_path, role, says):
+    path = write_jsonl(tmp_path / "roles.jsonl", [
+        {"messages": [{"role": "user", "content": "q"}, {"role": role, "content": "x"},
+                      {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("bad_role", "messages[1].role")
+    assert f"role is {role!r}" in issue.message and says in issue.message
+
+
+@pytest.mark.parametrize("content", [None, "", "Let me look that up."])
+def test_an_assistant_turn_calling_tools_is_refused_not_read_as_its_text(tmp_path, content):
+    # OpenAI's and Hugging Face's chats write a call as the assistant turn's tool_calls: with text beside them the
+    # calls were dropped without a word, and without text the turn was "missing content".
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}
+    turn = {"role": "assistant", "tool_calls": [call]} | ({} if content is None else {"content": content})
+    path = write_jsonl(tmp_path / "tools.jsonl", [
+        {"messages": [{"role": "user", "content": "weather?"}, turn, {"role": "assistant", "content": "Sunny."}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("tool_calls", "messages[1].tool_calls")
+    assert "tool calls" in issue.message and "remove" in issue.message
