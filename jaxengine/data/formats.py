@@ -985,6 +985,14 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         return (field_name, "missing_field",
                 f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
     columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
+    wanted = mapping.column_for(field_name)
+    if (near := next((name for name in record if type(name) is str and name.strip().casefold() == wanted.casefold()),
+                     None)) is not None:
+        # 'Prompt' beside 'prompt' was listed among the row's columns, the difference left to be spotted.
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has a column {near!r}, which differs from "
+                f"{wanted!r} only in letter case or spaces: rename the column {wanted!r}, or map it (Column mapping on "
+                "the upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
     if field_name in record:  # mapped elsewhere, its own column there: a mapping carried over from an older file
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "

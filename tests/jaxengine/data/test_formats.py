@@ -1112,3 +1112,21 @@ def test_an_assistant_turn_calling_tools_is_refused_not_read_as_its_text(tmp_pat
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
     assert (issue.code, issue.field) == ("tool_calls", "messages[1].tool_calls")
     assert "tool calls" in issue.message and "remove" in issue.message
+
+
+@pytest.mark.parametrize("fmt, content, column", [
+    (FileFormat.CSV, b"Prompt,Completion\na,b\n", "Prompt"),
+    (FileFormat.JSONL, b'{" prompt": "a", "completion": "b"}\n', " prompt"),
+    (FileFormat.JSONL, b'{"PROMPT": "a", "completion": "b"}\n', "PROMPT"),
+])
+def test_a_column_named_as_a_field_but_for_case_or_spaces_is_named(tmp_path, fmt, content, column):
+    # "this row has columns 'Prompt', 'Completion' (map a differently named column to it ...)" left the
+    # difference to be spotted.
+    path = tmp_path / f"case.{fmt.value}"
+    path.write_bytes(content)
+    report = validate_file(path, fmt=fmt, mapping=SFT)
+    issue = report.errors[0]
+    assert (issue.code, issue.field) == ("missing_field", "prompt")
+    assert (f"this row has a column {column!r}, which differs from 'prompt' only in letter case or spaces: "
+            "rename the column 'prompt'") in issue.message
+    assert "Column mapping on the upload form" in issue.message
