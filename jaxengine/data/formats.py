@@ -3,7 +3,8 @@
 Design note: the web process, the ``default`` worker and the engine all read datasets through this
 module, so it stays jax-free (stdlib, orjson and pyarrow only; pyarrow is imported lazily, for
 Parquet files only). Every reader streams: JSONL line by line, JSON arrays element by element
-(``json.JSONDecoder.raw_decode`` over a growing text buffer), CSV through the ``csv`` module over
+(``json.JSONDecoder.raw_decode`` over a growing text buffer; also the array of ``{"data": [...]}``, and a
+.json file of JSON Lines, as Hugging Face's ``to_json`` writes, line by line), CSV through the ``csv`` module over
 lines decoded one at a time, Parquet by record batches. Memory therefore grows with the largest
 row, never with the file.
 
@@ -512,9 +513,37 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
 
 def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
     """Elements of a top-level JSON array, parsed one at a time from a text buffer that grows
-    only as far as the element being parsed needs."""
+    only as far as the element being parsed needs; or of the array an object holds under its one key
+    (``{"data": [...]}``); or, for a .json file that holds JSON Lines, its lines."""
+    if _holds_json_lines(path):
+        yield from _iter_jsonl(path)
+        return
     with open(path, "rb") as handle:
         yield from _JsonArrayReader(_DecodedChunks(handle)).rows()
+
+
+# Hugging Face's Dataset.to_json writes JSON Lines whatever the file's extension, and pandas' to_json(lines=True)
+# too: such a .json file was refused for starting with '{'. One line alone is read as a JSON document (json.dump
+# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer.
+def _holds_json_lines(path: Path) -> bool:
+    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow."""
+    with open(path, "rb") as handle:
+        first = handle.readline(MAX_JSON_ELEMENT_CHARS).removeprefix(codecs.BOM_UTF8).strip()
+        if not first.startswith(b"{"):
+            return False
+        try:
+            orjson.loads(first)
+        except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
+            return False
+        return any(line.strip() for line in handle)
+
+
+_WRAPPER_ADVICE = ("; a .json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds that "
+                   "array ({\"data\": [{...}, {...}]}): save the list of rows alone, or as JSON Lines (.jsonl)")
+
+
+_VALUE_STARTS = {"{": ("an object", "objects"), "[": ("a list", "lists"), '"': ("a string", "strings"),
+                 "t": ("a boolean", "booleans"), "f": ("a boolean", "booleans"), "n": ("null", "nulls")}
 
 
 class _JsonArrayReader:
@@ -533,10 +562,8 @@ class _JsonArrayReader:
         if self._peek() == "":
             raise DatasetFormatError(Issue(code="empty_file", message="the file holds only spaces and blank lines; "
                                                                       "give the file that holds the rows"))
-        if self._peek() == "{":
-            raise self._broken("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
-                               "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
-                               "it holds one object per line, give it the .jsonl extension")
+        # {"data": [...]}, as Hugging Face's JSON loader reads with field="data": the rows are the array it holds.
+        wrapper = self._open_wrapper() if self._peek() == "{" else None
         if self._peek() != "[":
             found = self._peek() or "nothing"
             raise self._broken(
@@ -545,6 +572,9 @@ class _JsonArrayReader:
             )
         self._position += 1
         self._skip_whitespace()
+        if wrapper is not None and self._peek() not in ("{", "]"):
+            raise self._broken(f"the file is an object whose first key, '{wrapper}', holds a list of "
+                               f"{self._peek_type()[1]}, not of rows (objects)" + _WRAPPER_ADVICE)
         row = 0
         if self._peek() == "]":
             self._position += 1
@@ -576,8 +606,37 @@ class _JsonArrayReader:
                 if separator != ",":
                     raise self._broken(f"expected ',' or ']' after element {row} of the JSON array, found {separator!r}")
         self._skip_whitespace()
+        if wrapper is not None:
+            if self._peek() != "}":
+                raise self._broken(f"the object holds more keys after '{wrapper}', the list of its rows" + _WRAPPER_ADVICE)
+            self._position += 1
+            self._skip_whitespace()
         if self._peek():
             raise self._broken("unexpected text after the closing ']' of the JSON array; a .json file holds one array")
+
+    def _open_wrapper(self) -> str:
+        """Read ``{"key":`` up to the value; a value that is no array is refused, naming the key."""
+        self._position += 1
+        self._skip_whitespace()
+        if self._peek() != '"':
+            raise self._broken("the file is an object with no keys" + _WRAPPER_ADVICE)
+        key = self._parse_element(0)
+        self._skip_whitespace()
+        if self._peek() != ":":
+            raise self._broken(f"expected ':' after the key '{key}' of the file's object, found {self._peek()!r}")
+        self._position += 1
+        self._skip_whitespace()
+        if self._peek() != "[":
+            holds = self._peek_type()[0]
+            hint = (": if it is pandas' to_json output, write it with orient='records' (and lines=True for JSON "
+                    "Lines)" if holds == "an object" else "")
+            raise self._broken(f"the file is an object whose first key, '{key}', holds {holds}, not a list of "
+                               f"rows{hint}" + _WRAPPER_ADVICE)
+        return key
+
+    def _peek_type(self) -> tuple[str, str]:
+        """The type of the value at the reading position, told by its first character: ("a string", "strings")."""
+        return _VALUE_STARTS.get(self._peek(), ("a number", "numbers"))
 
     def _pairs_to_object(self, pairs: list[tuple[str, Any]]) -> dict:
         value = _pairs_to_object(pairs)

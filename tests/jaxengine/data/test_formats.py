@@ -572,7 +572,7 @@ def test_json_array_element_nested_too_deeply_is_named(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"text": "a"}', "must be one array of objects"),
+    [('{"text": "a"}', "whose first key, 'text', holds a string, not a list of rows"),
      ('[{"text": "a"}', "not closed"),
      ('[{"text": "a"}] []', "after the closing"),
      ('[{"text": "a"} {"text": "b"}]', "expected ',' or ']' after element 1")],
@@ -921,14 +921,59 @@ def test_an_sft_prompt_given_as_a_chat_says_how_to_write_it(tmp_path):
 
 def test_a_json_object_holding_the_rows_under_a_key_says_what_to_save(tmp_path):
     """QA: {"data": [...]}, as many exports write, was told "for one object per line use a .jsonl file", which
-    would not help: its rows are a list under a key."""
+    would not help: its rows are a list under a key. An object of one key holding them is read now; one that holds
+    other keys first is named by its first key."""
     path = tmp_path / "export.json"
     path.write_text('{"version": 1, "data": [{"prompt": "a", "completion": "b"}]}', encoding="utf-8")
     issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
     assert (issue.code, issue.line) == ("json", 1)
-    assert issue.message == ("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
-                             "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
-                             "it holds one object per line, give it the .jsonl extension")
+    assert issue.message == ("the file is an object whose first key, 'version', holds a number, not a list of rows; a "
+                             ".json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds "
+                             "that array ({\"data\": [{...}, {...}]}): save the list of rows alone, or as JSON Lines "
+                             "(.jsonl)")
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_object_whose_one_key_holds_the_rows_is_read_as_those_rows(tmp_path, indent):
+    # Hugging Face's JSON loader reads such a file with field="data"; it was refused for starting with '{'.
+    rows = [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps({"data": rows}, indent=indent), encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=SFT)) == rows
+    assert read_page(path, fmt=FileFormat.JSON, mapping=SFT, offset=1, limit=5) == [(2, rows[1])]
+
+
+@pytest.mark.parametrize("document, says", [
+    ({"data": [{"prompt": "a", "completion": "b"}], "version": 1}, "the object holds more keys after 'data'"),
+    ({"data": ["a", "b"]}, "whose first key, 'data', holds a list of strings, not of rows (objects)"),
+    # pandas' to_json() (orient="columns") and orient="split"
+    ({"prompt": {"0": "a"}, "completion": {"0": "b"}}, "'prompt', holds an object, not a list of rows: if it is "
+                                                       "pandas' to_json output, write it with orient='records'"),
+    ({"columns": ["prompt", "completion"], "index": [0], "data": [["a", "b"]]}, "'columns', holds a list of strings"),
+])
+def test_a_json_object_that_does_not_hold_rows_under_one_key_says_what_it_holds(tmp_path, document, says):
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=SFT).errors[-1]
+    assert issue.code == "json" and says in issue.message, issue.message
+    assert "save the list of rows alone, or as JSON Lines" in issue.message
+
+
+def test_a_json_file_holding_json_lines_is_read_as_json_lines(tmp_path):
+    # Hugging Face's Dataset.to_json("rows.json") writes one object per line whatever the extension (and
+    # pandas' to_json(lines=True)): it was refused for starting with '{'.
+    path = write_jsonl(tmp_path / "rows.json", [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"},
+                                                {"prompt": 3, "completion": "e"}])
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert (report.row_count, [(e.code, e.line, e.row, e.field) for e in report.errors]) == (
+        3, [("wrong_type", 3, 3, "prompt")])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().rsplit(b"\n", 2)[0] + b"\n")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert [row for _, row in read_page(path, fmt=FileFormat.JSON, mapping=SFT, offset=0, limit=5)] == [
+        {"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
 
 
 @pytest.mark.parametrize("name", ["rows.xlsx", "rows.XLS", "rows.ods"])
