@@ -1451,6 +1451,37 @@ class OneSidedChats:
         return {side: {"count": self.counts[side], "rows": self.rows[side]} for side in ("chosen", "rejected")}
 
 
+def _comparable_response(response: Any) -> Any:
+    if isinstance(response, list):
+        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
+    return str(response or "").strip()
+
+
+def is_same_response(first: Any, second: Any) -> bool:
+    """Whether two responses say the same, whitespace around each text aside: a pair of them holds
+    nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
+    return _comparable_response(first) == _comparable_response(second)
+
+
+@dataclass
+class IdenticalPairs:
+    """Preference rows whose ``chosen`` and ``rejected`` say the same (``is_same_response``): valid (a tie, as some
+    exports keep them), but DPO and reward training learn nothing from such a pair, and review campaigns leave
+    them out."""
+
+    count: int = 0
+    rows: list[int] = field(default_factory=list)
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        if is_same_response(example.get("chosen"), example.get("rejected")):
+            self.count += 1
+            if len(self.rows) < ROWS_SHOWN:
+                self.rows.append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "rows": self.rows}
+
+
 @dataclass
 class _Pass:
     """Mutable state of one validation pass over a file or a byte range of it."""
@@ -1463,6 +1494,7 @@ class _Pass:
     statistics: LengthStatistics = field(default_factory=LengthStatistics)
     duplicates: DuplicateRows = field(default_factory=DuplicateRows)
     one_sided: OneSidedChats | None = None
+    identical: IdenticalPairs | None = None
 
     def report(self, issue: Issue) -> None:
         self.error_count += 1
@@ -1480,7 +1512,7 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
     fields = _stat_fields(mapping.kind)
     add = state.statistics.add
     if mapping.kind is DatasetKind.PREFERENCE and state.one_sided is None:
-        state.one_sided = OneSidedChats()
+        state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
     try:
         for item in items:
             if type(item) is Issue:
@@ -1502,6 +1534,7 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                 state.duplicates.add(example, item.row)
                 if state.one_sided is not None:
                     state.one_sided.add(example, item.row)
+                    state.identical.add(example, item.row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 
@@ -1533,6 +1566,7 @@ def validate_file(
         statistics = {**state.statistics.to_dict(), "duplicates": state.duplicates.to_dict()}
         if state.one_sided is not None:
             statistics["no_assistant_turn"] = state.one_sided.to_dict()
+            statistics["identical_pairs"] = state.identical.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

@@ -1175,3 +1175,18 @@ def test_a_column_named_as_a_field_but_for_case_or_spaces_is_named(tmp_path, fmt
     assert (f"this row has a column {column!r}, which differs from 'prompt' only in letter case or spaces: "
             "rename the column 'prompt'") in issue.message
     assert "Column mapping on the upload form" in issue.message
+
+
+def test_preference_rows_whose_chosen_is_their_rejected_are_counted(tmp_path):
+    # Valid (a tie, as some exports keep them), but a DPO or reward run learned nothing from them without a word.
+    answer = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    path = write_jsonl(tmp_path / "ties.jsonl", [
+        {"prompt": "p", "chosen": "a", "rejected": "b"},
+        {"prompt": "p", "chosen": "same", "rejected": " same\n"},
+        {"chosen": answer, "rejected": [*answer[:1], {"role": "assistant", "content": "hello "}]},
+        {"chosen": answer, "rejected": [*answer[:1], {"role": "assistant", "content": "hi"}]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=DatasetKind.PREFERENCE))
+    assert report.ok and report.statistics["identical_pairs"] == {"count": 2, "rows": [2, 3]}
+    sft = write_jsonl(tmp_path / "sft.jsonl", [{"prompt": "p", "completion": "p"}])
+    assert "identical_pairs" not in validate_file(sft, fmt=FileFormat.JSONL, mapping=SFT).statistics

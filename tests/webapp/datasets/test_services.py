@@ -306,10 +306,10 @@ def launch_warnings(team, *, task, train, evaluation=None):
 def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_warned_of_at_launch(team, client):
     """QA: such rows are valid (a review campaign's prompts), but a DPO or reward run picked them and silently
     learned nothing from that side."""
-    def chat(*roles):
-        return [{"role": role, "content": f"{role} says"} for role in roles]
+    def chat(*roles, says="says"):
+        return [{"role": role, "content": f"{role} {says}"} for role in roles]
 
-    rows = [{"chosen": chat("user", "assistant"), "rejected": chat("user", "assistant")} for _ in range(3)]
+    rows = [{"chosen": chat("user", "assistant"), "rejected": chat("user", "assistant", says="errs")} for _ in range(3)]
     rows[1] = {"chosen": chat("user"), "rejected": chat("user", "assistant")}
     rows[2] = {"chosen": chat("user"), "rejected": chat("system", "user")}
     version = ready(team, name="pairs", kind="preference", rows=rows)
@@ -328,6 +328,24 @@ def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_
     assert launch_warnings(team, task="reward", train=whole, evaluation=version)[0].startswith(
         f"data.eval: rows of {isolated('pairs v1')} end with no assistant turn")
     assert launch_warnings(team, task="dpo", train=whole) == []
+
+
+def test_preference_rows_whose_chosen_is_their_rejected_are_counted_and_warned_of_at_launch(team, client):
+    """QA: a pair whose two answers are the same is valid, but a DPO or reward run learned nothing from it, and
+    nothing said so (a review campaign leaves such rows out)."""
+    rows = [{"prompt": f"q{index}", "chosen": "yes", "rejected": "no"} for index in range(4)]
+    rows[1]["rejected"] = rows[3]["rejected"] = "yes "
+    version = ready(team, name="ties", kind="preference", rows=rows)
+    assert version.status == VersionStatus.READY
+    assert version.statistics["identical_pairs"] == {"count": 2, "rows": [2, 4]}
+    page = version_page(team, client, version)
+    assert ("2 rows (rows 2, 4) have the same chosen and rejected answer: dpo and reward runs learn nothing from "
+            "them (review campaigns leave them out).") in page
+    assert launch_warnings(team, task="reward", train=version) == [
+        f"data.train: 2 rows of {isolated('ties v1')} have the same chosen and rejected answer (rows 2, 4): reward "
+        "learns nothing from such a pair; remove those rows, or give each the answer meant to lose as rejected"]
+    untied = ready(team, name="untied", kind="preference", rows=rows[:1])
+    assert launch_warnings(team, task="dpo", train=untied) == []
 
 
 def version_page(team, client, version) -> str:
