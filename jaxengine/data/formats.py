@@ -1482,6 +1482,86 @@ class IdenticalPairs:
         return {"count": self.count, "rows": self.rows}
 
 
+# Conversations that some models' chat templates refuse: Gemma's, Mistral's and Llama 2's raise unless the turns
+# alternate user, assistant, ... after one optional first system turn, and a run on such a model stopped at its
+# first such row. Validation counts the chats of each shape as training renders them (``ChatShapes``); a launch
+# renders each shape found, as the probe chat here, with the run's model's template (``chat_shape_refusal``).
+CHAT_SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "system_later": ("a system turn after the first turn", ("user", "system", "assistant")),
+    "same_role_twice": ("two turns of one role in a row", ("user", "user", "assistant")),
+    "assistant_first": ("an assistant turn before any user turn", ("assistant", "user", "assistant")),
+}
+
+
+def chat_shapes(messages: list[dict]) -> set[str]:
+    """The ``CHAT_SHAPES`` a conversation has."""
+    roles = [message.get("role") for message in messages]
+    found = set()
+    if any(role == "system" for role in roles[1:]):
+        found.add("system_later")
+    if any(first == second for first, second in zip(roles, roles[1:])):
+        found.add("same_role_twice")
+    if next((role for role in roles if role != "system"), None) == "assistant":
+        found.add("assistant_first")
+    return found
+
+
+def _as_chat(value: Any, role: str) -> list[dict]:
+    return [{"role": role, "content": value}] if type(value) is str else list(value)
+
+
+def rendered_chats(example: Mapping[str, Any], kind: DatasetKind) -> list[list[dict]]:
+    """The conversations training renders with the chat template for an example of ``kind``
+    (``jaxengine.data.pipeline``): a prompt/completion pair is a user turn and an assistant turn."""
+    if kind is DatasetKind.SFT:
+        return [example["messages"]] if "messages" in example else []
+    if kind is DatasetKind.PREFERENCE:
+        prompt = example.get("prompt")
+        return [_as_chat(example[side], "assistant") if prompt is None
+                else _as_chat(prompt, "user") + _as_chat(example[side], "assistant") for side in ("chosen", "rejected")]
+    if kind is DatasetKind.PROMPTS and type(example.get("prompt")) is list:
+        return [example["prompt"]]
+    return []
+
+
+def chat_shape_refusal(shape: str, render) -> str | None:
+    """The error a chat template gives for ``shape``'s probe chat, or None when it renders it: ``render(messages,
+    add_generation_prompt)`` renders with the template (and raises ``ValueError`` for a refusal), once whole and
+    once up to each assistant turn, as training does."""
+    roles = CHAT_SHAPES[shape][1]
+    probe = [{"role": role, "content": f"{role} text"} for role in roles]
+    try:
+        render(probe, False)
+        for index, role in enumerate(roles):
+            if role == "assistant" and index:
+                render(probe[:index], True)
+                render(probe[:index + 1], False)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@dataclass
+class ChatShapes:
+    """How many rows hold a chat of each ``CHAT_SHAPES`` shape, and the first ``ROWS_SHOWN`` of them."""
+
+    kind: DatasetKind
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHAT_SHAPES, 0))
+    rows: dict[str, list[int]] = field(default_factory=lambda: {shape: [] for shape in CHAT_SHAPES})
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        found: set[str] = set()
+        for chat in rendered_chats(example, self.kind):
+            found |= chat_shapes(chat)
+        for shape in found:
+            self.counts[shape] += 1
+            if len(self.rows[shape]) < ROWS_SHOWN:
+                self.rows[shape].append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {shape: {"count": self.counts[shape], "rows": self.rows[shape]} for shape in CHAT_SHAPES}
+
+
 @dataclass
 class _Pass:
     """Mutable state of one validation pass over a file or a byte range of it."""
@@ -1495,6 +1575,7 @@ class _Pass:
     duplicates: DuplicateRows = field(default_factory=DuplicateRows)
     one_sided: OneSidedChats | None = None
     identical: IdenticalPairs | None = None
+    shapes: ChatShapes | None = None
 
     def report(self, issue: Issue) -> None:
         self.error_count += 1
@@ -1513,6 +1594,8 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
     add = state.statistics.add
     if mapping.kind is DatasetKind.PREFERENCE and state.one_sided is None:
         state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
+    if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
+        state.shapes = ChatShapes(kind=mapping.kind)
     try:
         for item in items:
             if type(item) is Issue:
@@ -1535,6 +1618,8 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                 if state.one_sided is not None:
                     state.one_sided.add(example, item.row)
                     state.identical.add(example, item.row)
+                if state.shapes is not None:
+                    state.shapes.add(example, item.row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 
@@ -1567,6 +1652,8 @@ def validate_file(
         if state.one_sided is not None:
             statistics["no_assistant_turn"] = state.one_sided.to_dict()
             statistics["identical_pairs"] = state.identical.to_dict()
+        if state.shapes is not None:
+            statistics["chat_shapes"] = state.shapes.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

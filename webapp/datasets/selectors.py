@@ -345,7 +345,8 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
 
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
-    rows, preference chats with no assistant turn, and preference rows whose chosen is their rejected. Nothing for versions validated before they were counted."""
+    rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, and chats of a
+    shape some chat templates refuse (``formats.CHAT_SHAPES``). Nothing for versions validated before they were counted."""
     notes = []
     if (duplicates := statistics.get("duplicates")) is not None:
         count = duplicates.get("count") or 0
@@ -363,6 +364,11 @@ def statistics_notes(statistics: dict[str, Any]) -> list[str]:
         notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(rows, count)}) "
                      f"{'have' if count != 1 else 'has'} the same chosen and rejected answer: dpo and reward runs "
                      "learn nothing from them (review campaigns leave them out).")
+    for shape, found in (statistics.get("chat_shapes") or {}).items():
+        if (count := found.get("count")) and shape in formats.CHAT_SHAPES:
+            notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "
+                         f"hold{'s' if count == 1 else ''} {formats.CHAT_SHAPES[shape][0]}: some models' chat "
+                         "templates (Gemma's) refuse such chats, and a launch on such a model says so.")
     return notes
 
 
