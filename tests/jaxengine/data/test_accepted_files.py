@@ -2,7 +2,9 @@
 breaks, Hugging Face's exports, Parquet, many columns, chats of every accepted shape) are validated by
 ``formats.validate_file`` and then read and tokenized for each task of their kind the way a run does at its
 start (``pipeline.read_examples`` and ``encode_rows`` into a first batch; ``grpo.read_prompts`` for prompts),
-with real byte-level BPE tokenizers and the chat templates of Qwen 2.5 (ChatML) and Llama 3.
+with real byte-level BPE tokenizers and the chat templates of Qwen 2.5 (ChatML) and Llama 3. With Gemma's
+template, which refuses chats whose turns do not alternate, a file holding such chats is one the launch refuses
+(validation counts their shapes; a launch tries each on the model's template), and training would indeed refuse it.
 
 A file validation accepts must not fail at a run's first step: each case here is one a user could upload, and a
 new accepted layout belongs in ``FILES``.
@@ -18,7 +20,7 @@ import pytest
 from jaxengine.data import formats, pipeline
 from jaxengine.grpo import read_prompts
 from jaxengine.tokenizer import load_tokenizer
-from tests.factories import build_bpe_tokenizer_dir
+from tests.factories import GEMMA_CHAT_TEMPLATE, build_bpe_tokenizer_dir
 
 
 def _jsonl(*rows) -> bytes:
@@ -84,6 +86,8 @@ FILES: dict[str, tuple[str, bytes]] = {
         {"prompt": _chat(("user", "go on"), ("assistant", "so far")), "answer": "x"},
     )),
     "prompts.csv": ("prompts", b"prompt,answer\n2+2?,4\n\"multi\nline\",\n"),
+    "prompt-chats.jsonl": ("prompts", _jsonl({"prompt": _chat(("user", "first"), ("user", "second"))},
+                                             {"prompt": _chat(("user", "a"), ("system", "b"))})),
     "chats.parquet": ("sft", _parquet([{"messages": CHAT, "id": 1}, {"messages": CHAT[1:], "id": 2}])),
     "preference.parquet": ("preference", _parquet([{"prompt": "p", "chosen": "good", "rejected": "bad", "score": 0.5}])),
     "prompts.parquet": ("prompts", _parquet([{"prompt": "2+2?", "answer": "4", "level": 1}])),
@@ -93,10 +97,21 @@ TASKS = {kind: [task for task, task_kind in pipeline.TASK_KINDS.items() if task_
          for kind in formats.DatasetKind}
 
 
-@pytest.fixture(scope="module", params=["qwen", "llama3"])
+@pytest.fixture(scope="module", params=["qwen", "llama3", "gemma-template"])
 def tokenizer(request, tmp_path_factory):
-    return load_tokenizer(build_bpe_tokenizer_dir(tmp_path_factory.mktemp(f"tokenizer-{request.param}"),
-                                                  style=request.param))
+    folder = tmp_path_factory.mktemp(f"tokenizer-{request.param}")
+    if request.param == "gemma-template":  # refuses chats whose turns do not alternate user and assistant
+        return load_tokenizer(build_bpe_tokenizer_dir(folder, chat_template=GEMMA_CHAT_TEMPLATE))
+    return load_tokenizer(build_bpe_tokenizer_dir(folder, style=request.param))
+
+
+def refused_shapes(report: formats.ValidationReport, tokenizer) -> list[str]:
+    """The chat shapes of a file that a launch on a model with ``tokenizer``'s template refuses."""
+    def render(messages, add_generation_prompt):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+
+    return [shape for shape, counted in report.statistics.get("chat_shapes", {}).items()
+            if counted["count"] and formats.chat_shape_refusal(shape, render) is not None]
 
 
 def test_every_task_reads_a_kind():
@@ -112,6 +127,16 @@ def test_a_file_validation_accepts_is_read_and_tokenized_by_every_task_of_its_ki
     fmt = formats.detect_format(name)
     report = formats.validate_file(path, fmt=fmt, mapping=formats.ColumnMapping(kind=kind, columns=columns))
     assert report.ok, [str(issue) for issue in report.errors]
+    if refused_shapes(report, tokenizer):
+        # The launch refuses such a file on such a model (webapp.runs.services._check_chat_shapes), rightly: the
+        # run would stop at its start, on a row it names.
+        with pytest.raises(pipeline.DataError, match=r": row \d+: .*Conversation roles must alternate"):
+            if kind == "prompts":
+                read_prompts(str(path), tokenizer=tokenizer, columns=columns, max_prompt_tokens=4096)
+            else:
+                pipeline.encode_rows(pipeline.read_examples(path, kind=kind, columns=columns), source=path,
+                                     task=TASKS[formats.DatasetKind(kind)][0], tokenizer=tokenizer, max_seq_len=256)
+        return
     for task in TASKS[formats.DatasetKind(kind)]:
         if kind == "prompts":
             rows, prompt_ids, counts = read_prompts(str(path), tokenizer=tokenizer, columns=columns,
