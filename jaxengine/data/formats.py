@@ -283,19 +283,32 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise DatasetFormatError(Issue(code="binary", message=f"this looks like {what}"))
+    if _looks_utf16(head):
+        raise DatasetFormatError(Issue(code="encoding", message="the file is UTF-16 text, not UTF-8: save it as UTF-8 "
+                                                                "(a spreadsheet's \"CSV UTF-8\", or an editor's Save As "
+                                                                "with the encoding UTF-8) and upload it again"))
     nul = head.find(b"\x00")
     if nul >= 0:
-        hint = ""
-        if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and head[1] == 0):
-            hint = " (it may be UTF-16 text: save it as UTF-8)"
         raise DatasetFormatError(
             Issue(
                 code="binary",
                 message=f"the file contains binary data (a NUL byte at byte offset {nul}), not {fmt.value.upper()} "
-                f"text{hint}; give a UTF-8 text file",
+                "text; give a UTF-8 text file",
                 line=head.count(b"\n", 0, nul) + 1,
             )
         )
+
+
+def _looks_utf16(head: bytes) -> bool:
+    """UTF-16 text: its byte order mark, or (Latin text without one, as Windows tools write it) a NUL byte in
+    every other place and none in the others."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return True
+    sample = head[:64 - len(head[:64]) % 2]
+    if len(sample) < 4:
+        return False
+    even, odd = sample[0::2], sample[1::2]
+    return (even.count(0) == len(even) and odd.count(0) == 0) or (odd.count(0) == len(odd) and even.count(0) == 0)
 
 
 def _human_bytes(size: int) -> str:
@@ -363,7 +376,9 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
-            if row == 0 and type(value) is list and value and all(type(element) is dict for element in value):
+            # A list of messages is one chat, a row of its own (check_record says how to write it), not an array.
+            if (row == 0 and type(value) is list and value and all(type(element) is dict for element in value)
+                    and not all("role" in element for element in value)):
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
             if len(_KEY_END.findall(raw)) != _key_count(value) and (repeated := _repeated_key_in_line(raw)) is not None:
@@ -1084,7 +1099,12 @@ def _kind_of_row(record: dict) -> DatasetKind | None:
 
 
 def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
-    if type(value) is not str:
+    if type(value) in (int, float, bool):
+        # An answer of 42, or a label of true: read as text, it would be "42" and "true".
+        shown = orjson.dumps(value).decode()
+        problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}: write it as text, in "
+                                                   f"quotes (\"{shown}\")"))
+    elif type(value) is not str:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
     elif not value.strip():
         problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
@@ -1201,6 +1221,23 @@ def _maybe_chat(value: Any) -> Any:
     return value
 
 
+_ROW_EXAMPLES = {
+    DatasetKind.TEXT: '{"text": "..."}',
+    DatasetKind.SFT: '{"prompt": "...", "completion": "..."}',
+    DatasetKind.PREFERENCE: '{"prompt": "...", "chosen": "...", "rejected": "..."}',
+    DatasetKind.PROMPTS: '{"prompt": "..."}',
+}
+
+
+def _not_an_object(value: Any, kind: DatasetKind) -> str:
+    if (kind is DatasetKind.SFT and type(value) is list and value
+            and all(type(message) is dict and "role" in message for message in value)):
+        return ('each row must be a JSON object with named fields, got a list of messages (a chat?): write it as '
+                '{"messages": [...]}')
+    return (f"each row must be a JSON object with named fields, got {_json_type(value)}: write each row as an object, "
+            f"e.g. {_ROW_EXAMPLES[kind]}")
+
+
 def check_record(
     value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
@@ -1210,9 +1247,9 @@ def check_record(
     ``prompts`` every other column is kept too. ``cells_are_strings`` (CSV) lets a cell hold a
     JSON-encoded message list.
     """
-    if type(value) is not dict:
-        return None, [(None, "wrong_type", f"each row must be a JSON object with named fields, got {_json_type(value)}")]
     kind = mapping.kind
+    if type(value) is not dict:
+        return None, [(None, "wrong_type", _not_an_object(value, kind))]
     problems: list[Problem] = []
 
     def get(field_name: str) -> Any:

@@ -317,7 +317,8 @@ def test_null_counts_as_missing(tmp_path):
 def test_wrongly_typed_field(tmp_path):
     path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "a", "completion": 42}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.code, issue.field, issue.message) == ("wrong_type", "completion", "must be a string, got a number")
+    assert (issue.code, issue.field, issue.message) == ("wrong_type", "completion", "must be a string, got a number: "
+                                                        'write it as text, in quotes ("42")')
 
 
 def test_row_that_is_not_an_object(tmp_path):
@@ -387,7 +388,7 @@ def test_utf16_text_is_named(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes('{"text": "a"}\n'.encode("utf-16"))
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert issue.code == "binary" and "UTF-16" in issue.message
+    assert issue.code == "encoding" and "UTF-16" in issue.message
 
 
 def test_oversize_file(tmp_path):
@@ -506,7 +507,8 @@ def test_a_jsonl_file_whose_first_row_is_a_list_of_strings_is_still_a_row_proble
     path = tmp_path / "rows.jsonl"
     path.write_text('["a", "b"]\n{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list")
+    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list: write "
+                                              'each row as an object, e.g. {"prompt": "...", "completion": "..."}')
 
 
 @pytest.mark.parametrize(("separator", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")])
@@ -1190,3 +1192,41 @@ def test_preference_rows_whose_chosen_is_their_rejected_are_counted(tmp_path):
     assert report.ok and report.statistics["identical_pairs"] == {"count": 2, "rows": [2, 3]}
     sft = write_jsonl(tmp_path / "sft.jsonl", [{"prompt": "p", "completion": "p"}])
     assert "identical_pairs" not in validate_file(sft, fmt=FileFormat.JSONL, mapping=SFT).statistics
+
+
+@pytest.mark.parametrize("kind, row, says", [
+    ("text", "a document", 'write each row as an object, e.g. {"text": "..."}'),
+    ("sft", "a question", 'write each row as an object, e.g. {"prompt": "...", "completion": "..."}'),
+    ("sft", [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+     'a list of messages (a chat?): write it as {"messages": [...]}'),
+    ("preference", ["a", "b"], 'write each row as an object, e.g. {"prompt": "...", "chosen": "...", "rejected": "..."}'),
+    ("prompts", 42, 'write each row as an object, e.g. {"prompt": "..."}'),
+])
+def test_a_row_that_is_not_an_object_says_what_to_write(tmp_path, kind, row, says):
+    # "each row must be a JSON object with named fields, got a string" named no fields and no fix.
+    path = write_jsonl(tmp_path / "rows.jsonl", [row])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind)))
+    assert (issue.code, issue.row) == ("wrong_type", 1)
+    assert says in issue.message, issue.message
+
+
+@pytest.mark.parametrize("value, shown", [(42, '"42"'), (2.5, '"2.5"'), (True, '"true"')])
+def test_a_number_or_boolean_where_text_is_expected_says_to_quote_it(tmp_path, value, shown):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "q", "completion": value}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "completion")
+    assert issue.message.startswith(f"must be a string, got a {'boolean' if value is True else 'number'}: write it as "
+                                    f"text, in quotes ({shown})")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.CSV, FileFormat.JSON])
+def test_utf16_text_is_named_as_utf16_whatever_its_byte_order(tmp_path, fmt, encoding):
+    # Without a byte order mark, big-endian UTF-16 (a NUL first) was "binary data" with no word of UTF-16.
+    text = {FileFormat.JSONL: '{"text": "a"}\n', FileFormat.CSV: "text\na\n", FileFormat.JSON: '[{"text": "a"}]'}[fmt]
+    path = tmp_path / f"x.{fmt.value}"
+    path.write_bytes(text.encode(encoding))
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "encoding"
+    assert issue.message == ("the file is UTF-16 text, not UTF-8: save it as UTF-8 (a spreadsheet's \"CSV UTF-8\", or "
+                             "an editor's Save As with the encoding UTF-8) and upload it again")
