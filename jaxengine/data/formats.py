@@ -1446,8 +1446,9 @@ class DuplicateRows:
     digests: array = field(default_factory=lambda: array("Q"))
     rows: array = field(default_factory=lambda: array("Q"))
 
-    def add(self, example: Mapping[str, Any], row: int) -> None:
-        self.digests.append(row_digest(example))
+    def add(self, digest: int, row: int) -> None:
+        """Count the row numbered ``row``, whose ``row_digest`` is ``digest``."""
+        self.digests.append(digest)
         self.rows.append(row)
 
     def to_dict(self) -> dict[str, Any]:
@@ -1620,6 +1621,20 @@ class _Pass:
             self.errors.append(issue)
 
 
+def _too_deep_issue(example: Mapping[str, Any], *, line: int | None, row: int) -> Issue:
+    def writable(value: Any) -> bool:
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            return False
+        return True
+
+    field_name = next((key for key, value in example.items() if not writable(value)), None)
+    return Issue(code="too_deep", line=line, row=row, field=field_name,
+                 message="holds lists or objects nested more than 254 levels deep, which Temper does not keep; "
+                         "flatten them, or store such a value as a JSON string")
+
+
 def _stat_fields(kind: DatasetKind) -> tuple[str, ...]:
     return KIND_FIELDS[kind] if kind is not DatasetKind.PROMPTS else ("prompt",)
 
@@ -1650,8 +1665,13 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                     else:
                         state.error_count += 1  # counted, not kept: skip building the Issue
             elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
+                try:
+                    digest = row_digest(example)
+                except TypeError:  # orjson reads 1024 levels of nesting but writes 254: uncaught, it ended the check
+                    state.report(_too_deep_issue(example, line=item.line, row=item.row))
+                    continue
                 add(example, fields)
-                state.duplicates.add(example, item.row)
+                state.duplicates.add(digest, item.row)
                 if state.one_sided is not None:
                     state.one_sided.add(example, item.row)
                     state.identical.add(example, item.row)

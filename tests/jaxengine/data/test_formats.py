@@ -1048,7 +1048,7 @@ def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
     first_row, repeats = {}, []
     for row in range(1, 3001):
         example = {"prompt": str(rng.randrange(400)), "completion": "x"}
-        found.add(example, row * 2)  # row numbers need not be positions (a JSONL file's blank lines)
+        found.add(formats.row_digest(example), row * 2)  # row numbers need not be positions (blank lines)
         first = first_row.setdefault(formats.row_digest(example), row * 2)
         if first != row * 2:
             repeats.append([row * 2, first])
@@ -1230,3 +1230,27 @@ def test_utf16_text_is_named_as_utf16_whatever_its_byte_order(tmp_path, fmt, enc
     assert issue.code == "encoding"
     assert issue.message == ("the file is UTF-16 text, not UTF-8: save it as UTF-8 (a spreadsheet's \"CSV UTF-8\", or "
                              "an editor's Save As with the encoding UTF-8) and upload it again")
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+@pytest.mark.parametrize("kind, row, field", [
+    ("prompts", {"prompt": "b", "tree": "DEEP"}, "tree"),
+    ("sft", {"messages": [{"role": "user", "content": "q", "meta": "DEEP"}, {"role": "assistant", "content": "a"}]},
+     "messages"),
+])
+def test_a_value_nested_too_deeply_to_keep_is_named_not_a_crash(tmp_path, fmt, kind, row, field):
+    # orjson reads 1024 levels but writes 254: a prompts row's extra column, or a message's extra key, was kept as
+    # read and its digest raised TypeError, which ended the check (the web app's version stayed "validating").
+    first = {"prompts": {"prompt": "a", "answer": "1"}, "sft": {"prompt": "a", "completion": "b"}}[kind]
+
+    def write(depth: int) -> Path:
+        rows = [json.dumps(first), json.dumps(row).replace('"DEEP"', "[" * depth + "]" * depth)]
+        path = tmp_path / f"deep-{depth}.{fmt.value}"
+        path.write_text("\n".join(rows) + "\n" if fmt is FileFormat.JSONL else f"[{','.join(rows)}]", encoding="utf-8")
+        return path
+
+    issue = only_error(validate_file(write(300), fmt=fmt, mapping=ColumnMapping(kind=kind)))
+    assert (issue.code, issue.row, issue.field) == ("too_deep", 2, field)
+    assert issue.message == ("holds lists or objects nested more than 254 levels deep, which Temper does not keep; "
+                             "flatten them, or store such a value as a JSON string")
+    assert validate_file(write(200), fmt=fmt, mapping=ColumnMapping(kind=kind)).ok
