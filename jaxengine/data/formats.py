@@ -34,6 +34,7 @@ import codecs
 import csv
 import hashlib
 import json
+import math
 import os
 import re
 from array import array
@@ -487,6 +488,31 @@ _TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot b
              "values")
 
 
+class _UnreadableNumber(ValueError):
+    """A number Python's json reads and orjson (the JSONL reader, and every row's digest) does not: NaN, Infinity,
+    -Infinity, or one past a float's range; ``message`` says what to write."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise _UnreadableNumber(f"{constant} is not a JSON value (JSON has no NaN or Infinity): write null, or the value "
+                            "as text in quotes")
+
+
+def _json_int(text: str) -> int | float:
+    """An integer as orjson reads it: exact within 64 bits, else a float. Python's int() refuses over 4,300
+    digits, and orjson writes no integer past 64 bits."""
+    if len(text) <= 20 and -2**63 <= (value := int(text)) < 2**64:
+        return value
+    if math.isinf(number := float(text)):
+        raise _UnreadableNumber(f"a number of {len(text.lstrip('-')):,} digits, past what a number can hold: write it "
+                                "as text in quotes")
+    return number
+
+
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
     if raw.startswith(codecs.BOM_UTF8):  # the first line's is dropped before parsing
         return Issue(code="json", line=line, row=row,
@@ -511,7 +537,9 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
     try:
         # Without its line break: a line cut short would otherwise be reported at column 1 of
         # "line 2", the parser having skipped the break as whitespace before running out of text.
-        json.loads(text.rstrip("\r\n"))
+        json.loads(text.rstrip("\r\n"), parse_constant=_refuse_constant, parse_int=_json_int)
+    except _UnreadableNumber as number:
+        return Issue(code="json", message=number.message, line=line, row=row)
     except RecursionError:
         return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     except json.JSONDecodeError as json_error:
@@ -564,7 +592,8 @@ _VALUE_STARTS = {"{": ("an object", "objects"), "[": ("a list", "lists"), '"': (
 class _JsonArrayReader:
     def __init__(self, chunks: _DecodedChunks):
         self._chunks = chunks
-        self._decoder = json.JSONDecoder(object_pairs_hook=self._pairs_to_object)
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._pairs_to_object, parse_constant=_refuse_constant,
+                                         parse_int=_json_int)
         self._keys_repeated = False
         self._buffer = chunks.read()
         self._position = 0
@@ -684,6 +713,8 @@ class _JsonArrayReader:
                 value, end = self._decoder.raw_decode(self._buffer, self._position)
             except RecursionError:
                 raise DatasetFormatError(Issue(code="json", message=_TOO_DEEP, line=self._line, row=row)) from None
+            except _UnreadableNumber as number:
+                raise DatasetFormatError(Issue(code="json", message=number.message, line=self._line, row=row)) from None
             except json.JSONDecodeError as exc:
                 # The element may run past the buffer: read more and retry, up to a size limit.
                 maybe_cut = exc.pos >= len(self._buffer) - 16 or exc.msg.startswith("Unterminated string")
@@ -1621,18 +1652,19 @@ class _Pass:
             self.errors.append(issue)
 
 
-def _too_deep_issue(example: Mapping[str, Any], *, line: int | None, row: int) -> Issue:
-    def writable(value: Any) -> bool:
+def _unkept_value_issue(example: Mapping[str, Any], *, line: int | None, row: int) -> Issue:
+    """The problem of a row whose ``row_digest`` raised TypeError, named by its first field orjson cannot write."""
+    for key, value in example.items():
         try:
             orjson.dumps(value)
-        except TypeError:
-            return False
-        return True
-
-    field_name = next((key for key, value in example.items() if not writable(value)), None)
-    return Issue(code="too_deep", line=line, row=row, field=field_name,
-                 message="holds lists or objects nested more than 254 levels deep, which Temper does not keep; "
-                         "flatten them, or store such a value as a JSON string")
+        except TypeError as error:
+            if "Recursion limit" in str(error):
+                return Issue(code="too_deep", line=line, row=row, field=key,
+                             message="holds lists or objects nested more than 254 levels deep, which Temper does not "
+                                     "keep; flatten them, or store such a value as a JSON string")
+            return Issue(code="wrong_type", line=line, row=row, field=key,
+                         message=f"holds a value of a type Temper does not keep ({error}): store it as text or a number")
+    raise AssertionError("row_digest raised TypeError on a row each of whose values orjson writes")
 
 
 def _stat_fields(kind: DatasetKind) -> tuple[str, ...]:
@@ -1667,8 +1699,10 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
             elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
                 try:
                     digest = row_digest(example)
-                except TypeError:  # orjson reads 1024 levels of nesting but writes 254: uncaught, it ended the check
-                    state.report(_too_deep_issue(example, line=item.line, row=item.row))
+                # orjson reads 1024 levels of nesting but writes 254, and no Decimal or bytes (Parquet's): uncaught,
+                # it ended the check.
+                except TypeError:
+                    state.report(_unkept_value_issue(example, line=item.line, row=item.row))
                     continue
                 add(example, fields)
                 state.duplicates.add(digest, item.row)

@@ -1254,3 +1254,56 @@ def test_a_value_nested_too_deeply_to_keep_is_named_not_a_crash(tmp_path, fmt, k
     assert issue.message == ("holds lists or objects nested more than 254 levels deep, which Temper does not keep; "
                              "flatten them, or store such a value as a JSON string")
     assert validate_file(write(200), fmt=fmt, mapping=ColumnMapping(kind=kind)).ok
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused_alike_by_both_json_readers(tmp_path, fmt, constant):
+    # The JSON array reader took NaN (Python's json does) where JSONL refused it as "unexpected character", and a
+    # NaN kept as a reference could not be stored where the web app keeps samples (PostgreSQL's JSON has none).
+    row = f'{{"prompt": "a", "answer": {constant}}}'
+    path = tmp_path / f"nan.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
+    assert issue.message == (f"{constant} is not a JSON value (JSON has no NaN or Infinity): write null, or the "
+                             "value as text in quotes")
+
+
+def test_an_integer_past_64_bits_is_read_alike_by_both_json_readers(tmp_path):
+    # The JSON array reader kept it exact, and the row's digest (orjson, 64-bit integers) raised TypeError, which
+    # ended the check. JSONL's orjson reads it as a float.
+    number = "1" * 30
+    jsonl, array = tmp_path / "big.jsonl", tmp_path / "big.json"
+    jsonl.write_text(f'{{"prompt": "a", "answer": {number}}}\n', encoding="utf-8")
+    array.write_text(f'[{{"prompt": "a", "answer": {number}}}]', encoding="utf-8")
+    prompts = ColumnMapping(kind="prompts")
+    reports = [validate_file(path, fmt=detect_format(path.name), mapping=prompts) for path in (jsonl, array)]
+    assert all(report.ok for report in reports), [report.errors for report in reports]
+    assert reports[0].row_digests == reports[1].row_digests
+    assert list(iter_examples(array, fmt=FileFormat.JSON, mapping=prompts)) == list(
+        iter_examples(jsonl, fmt=FileFormat.JSONL, mapping=prompts))
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+def test_an_integer_past_what_a_number_holds_is_named_alike_by_both_json_readers(tmp_path, fmt):
+    # Over 4,300 digits Python's int() raised ValueError in the JSON array reader, which ended the check; JSONL said
+    # "broken JSON: number is infinity when parsed as double".
+    row = f'{{"prompt": "a", "answer": {"1" * 5000}}}'
+    path = tmp_path / f"huge.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
+    assert issue.message == "a number of 5,000 digits, past what a number can hold: write it as text in quotes"
+
+
+def test_a_parquet_value_of_a_type_that_cannot_be_kept_is_named(tmp_path):
+    import decimal
+
+    path = tmp_path / "typed.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"prompt": ["a"], "price": pyarrow.array([decimal.Decimal("1.5")])}),
+                                path)
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.row, issue.field) == ("wrong_type", 1, "price")
+    assert issue.message == ("holds a value of a type Temper does not keep (Type is not JSON serializable: "
+                             "decimal.Decimal): store it as text or a number")
