@@ -571,6 +571,9 @@ def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
 def _holds_json_lines(path: Path) -> bool:
     """Whether a .json file holds one object per line: its first line is a whole object and more lines follow."""
     with open(path, "rb") as handle:
+        if not handle.read(_SNIFF_BYTES).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
+            return False  # an array: its first line, perhaps the whole file, is not read here
+        handle.seek(0)
         first = handle.readline(MAX_JSON_ELEMENT_CHARS).removeprefix(codecs.BOM_UTF8).strip()
         if not first.startswith(b"{"):
             return False
