@@ -382,28 +382,41 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                     and not all("role" in element for element in value)):
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
-            if len(_KEY_END.findall(raw)) != _key_count(value) and (repeated := _repeated_key_in_line(raw)) is not None:
+            if _keys_may_repeat(raw, value) and (repeated := _repeated_key_in_line(raw)) is not None:
                 yield _repeated_key_issue(repeated, line=line_number, row=row)
                 continue
             yield RawRow(row=row, line=line_number, value=value)
 
 
 # The end of every key of a JSON text: its closing quote, spaces and the colon. A string value cannot be followed by a
-# colon, so the keys are all of the matches but for an escaped quote followed by a colon inside a text. Where the
-# matches are as many as the parsed row's keys, no key was given twice; else the row is parsed again to find out.
+# colon, so beside the keys the only matches are an escaped quote followed by a colon inside a text.
 _KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
+def _keys_may_repeat(raw: bytes, value: Any) -> bool:
+    """Whether a JSONL line, parsed as ``value``, may give a key twice: it has more key ends (``_KEY_END``) than
+    ``value`` has keys. Counted by bytes.count for keys written '"key":', as most writers do, and by the pattern
+    where that count differs or a quote is followed by a space somewhere in the line, as a key spaced from its colon
+    is (a tab or carriage return there, which no writer puts, is not looked for: a line is one more pass over its
+    bytes for each). A line that may is parsed again to find the key (``_repeated_key_in_line``)."""
+    keys = _key_count(value)
+    if raw.count(b'":') == keys and b'" ' not in raw:
+        return False
+    return len(_KEY_END.findall(raw)) != keys
+
+
 def _key_count(value: Any) -> int:
-    # A loop, not recursion: orjson reads 1024 levels, past Python's recursion limit.
-    count, pending = 0, [value]
-    while pending:
-        item = pending.pop()
+    """The keys of every object in ``value``; a loop, not recursion: orjson reads 1024 levels of nesting."""
+    if type(value) is not dict:
+        return 0
+    count, nested = len(value), [child for child in value.values() if type(child) is dict or type(child) is list]
+    while nested:
+        item = nested.pop()
         if type(item) is dict:
             count += len(item)
-            pending.extend(item.values())
-        elif type(item) is list:
-            pending.extend(item)
+            nested += [child for child in item.values() if type(child) is dict or type(child) is list]
+        else:
+            nested += [child for child in item if type(child) is dict or type(child) is list]
     return count
 
 
