@@ -489,11 +489,16 @@ def read_prompts(path: str, *, tokenizer, columns: Mapping[str, str], max_prompt
                  ) -> tuple[list[dict], list[list[int]], dict[str, int]]:
     """The ``prompts`` rows of ``path``, their encoded prompts, and counts (rows kept, and dropped
     because the prompt is longer than ``max_prompt_tokens``: no room left for ``max_new_tokens``)."""
-    from jaxengine.data.pipeline import encode_prompt, read_examples
+    from jaxengine.chat_template import ChatTemplateError
+    from jaxengine.data.pipeline import DataError, encode_prompt, read_examples
 
     rows, prompt_ids, dropped = [], [], 0
-    for row in read_examples(path, kind="prompts", columns=dict(columns)):
-        ids = encode_prompt(tokenizer, row["prompt"])
+    for number, row in enumerate(read_examples(path, kind="prompts", columns=dict(columns)), start=1):
+        try:
+            ids = encode_prompt(tokenizer, row["prompt"])
+        except ChatTemplateError as error:
+            # As encode_rows names it: a template that refuses some chats only (Gemma's) stopped the run with no row.
+            raise DataError(f"{path}: row {number}: {error}; change the row or the model's chat template") from None
         if len(ids) > max_prompt_tokens:
             dropped += 1
             continue

@@ -262,6 +262,9 @@ def normalize_answer(text: str) -> str:
 def _reference(row: Mapping[str, object], column: str, index: int) -> str:
     if column not in row:
         raise KeyError(f"sample {index} has no reference column {column!r}; its columns: {', '.join(row) or 'none'}")
+    if row[column] is None:  # str() made it "None", an answer a completion could match
+        raise KeyError(f"sample {index}: reference column {column!r} is null; give the row its answer, or leave the "
+                       "row out")
     return str(row[column])
 
 

@@ -3,9 +3,10 @@
 Design note: the web process, the ``default`` worker and the engine all read datasets through this
 module, so it stays jax-free (stdlib, orjson and pyarrow only; pyarrow is imported lazily, for
 Parquet files only). Every reader streams: JSONL line by line, JSON arrays element by element
-(``json.JSONDecoder.raw_decode`` over a growing text buffer), CSV through the ``csv`` module over
-lines decoded one at a time (a line, as a JSON array's element, at most 64 MB: ``MAX_LINE_BYTES``),
-Parquet by record batches. Memory therefore grows with the largest row, never with the file.
+(``json.JSONDecoder.raw_decode`` over a growing text buffer; also the array of ``{"data": [...]}``, and a
+.json file of JSON Lines, as Hugging Face's ``to_json`` writes, line by line), CSV through the ``csv`` module over
+lines decoded one at a time (a line, as a JSON array's element, at most 64 MB: ``MAX_LINE_BYTES``), Parquet by
+record batches. Memory therefore grows with the largest row, never with the file.
 
 Problems are ``Issue`` values with a stable ``code``, the 1-based ``line`` (text formats) and
 ``row`` (every format) where it happened, the ``field``, and a message that says what to do.
@@ -33,6 +34,7 @@ import codecs
 import csv
 import hashlib
 import json
+import math
 import os
 import re
 from array import array
@@ -285,19 +287,32 @@ def check_file(path: str | os.PathLike, *, fmt: FileFormat, max_bytes: int | Non
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise DatasetFormatError(Issue(code="binary", message=f"this looks like {what}"))
+    if _looks_utf16(head):
+        raise DatasetFormatError(Issue(code="encoding", message="the file is UTF-16 text, not UTF-8: save it as UTF-8 "
+                                                                "(a spreadsheet's \"CSV UTF-8\", or an editor's Save As "
+                                                                "with the encoding UTF-8) and upload it again"))
     nul = head.find(b"\x00")
     if nul >= 0:
-        hint = ""
-        if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and head[1] == 0):
-            hint = " (it may be UTF-16 text: save it as UTF-8)"
         raise DatasetFormatError(
             Issue(
                 code="binary",
                 message=f"the file contains binary data (a NUL byte at byte offset {nul}), not {fmt.value.upper()} "
-                f"text{hint}; give a UTF-8 text file",
+                "text; give a UTF-8 text file",
                 line=head.count(b"\n", 0, nul) + 1,
             )
         )
+
+
+def _looks_utf16(head: bytes) -> bool:
+    """UTF-16 text: its byte order mark, or (Latin text without one, as Windows tools write it) a NUL byte in
+    every other place and none in the others."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return True
+    sample = head[:64 - len(head[:64]) % 2]
+    if len(sample) < 4:
+        return False
+    even, odd = sample[0::2], sample[1::2]
+    return (even.count(0) == len(even) and odd.count(0) == 0) or (odd.count(0) == len(odd) and even.count(0) == 0)
 
 
 def _human_bytes(size: int) -> str:
@@ -381,10 +396,92 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                 row += 1
                 yield _jsonl_issue(raw, exc, line=line_number, row=row, file_offset=line_start)
                 continue
-            if row == 0 and type(value) is list and value and all(type(element) is dict for element in value):
+            # A list of messages is one chat, a row of its own (check_record says how to write it), not an array.
+            if (row == 0 and type(value) is list and value and all(type(element) is dict for element in value)
+                    and not all("role" in element for element in value)):
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
+            if _keys_may_repeat(raw, value) and (repeated := _repeated_key_in_line(raw)) is not None:
+                yield _repeated_key_issue(repeated, line=line_number, row=row)
+                continue
             yield RawRow(row=row, line=line_number, value=value)
+
+
+# The end of every key of a JSON text: its closing quote, spaces and the colon. A string value cannot be followed by a
+# colon, so beside the keys the only matches are an escaped quote followed by a colon inside a text.
+_KEY_END = re.compile(rb'"[ \t\r\n]*:')
+
+
+def _keys_may_repeat(raw: bytes, value: Any) -> bool:
+    """Whether a JSONL line, parsed as ``value``, may give a key twice: it has more key ends (``_KEY_END``) than
+    ``value`` has keys. Counted by bytes.count for keys written '"key":', as most writers do, and by the pattern
+    where that count differs or a quote is followed by a space somewhere in the line, as a key spaced from its colon
+    is (a tab or carriage return there, which no writer puts, is not looked for: a line is one more pass over its
+    bytes for each). A line that may is parsed again to find the key (``_repeated_key_in_line``)."""
+    keys = _key_count(value)
+    if raw.count(b'":') == keys and b'" ' not in raw:
+        return False
+    return len(_KEY_END.findall(raw)) != keys
+
+
+def _key_count(value: Any) -> int:
+    """The keys of every object in ``value``; a loop, not recursion: orjson reads 1024 levels of nesting."""
+    if type(value) is not dict:
+        return 0
+    count, nested = len(value), [child for child in value.values() if type(child) is dict or type(child) is list]
+    while nested:
+        item = nested.pop()
+        if type(item) is dict:
+            count += len(item)
+            nested += [child for child in item.values() if type(child) is dict or type(child) is list]
+        else:
+            nested += [child for child in item if type(child) is dict or type(child) is list]
+    return count
+
+
+class _KeysRepeated(dict):
+    """An object of the file that named a key twice (``repeated``: those keys); JSON readers keep the last value."""
+
+    repeated: list[str]
+
+
+def _pairs_to_object(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    marked = _KeysRepeated(value)
+    seen: set[str] = set()
+    marked.repeated = [key for key, _ in pairs if key in seen or seen.add(key)]
+    return marked
+
+
+def _repeated_key(value: Any) -> tuple[str | None, str] | None:
+    """(where, key) of the first object in ``value`` parsed with ``_pairs_to_object`` that named a key twice:
+    ``where`` is None for the row itself, else the dotted path of the object ("messages[0]")."""
+    pending: list[tuple[str | None, Any]] = [(None, value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, _KeysRepeated):
+            return path, item.repeated[0]
+        if type(item) is dict:
+            pending.extend((key if path is None else f"{path}.{key}", child) for key, child in reversed(item.items()))
+        elif type(item) is list:
+            pending.extend((f"{path or ''}[{index}]", child) for index, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _repeated_key_in_line(raw: bytes) -> tuple[str | None, str] | None:
+    try:
+        return _repeated_key(json.loads(raw, object_pairs_hook=_pairs_to_object))
+    except RecursionError:  # json recurses where orjson, which read the row, does not; such a row is left as read
+        return None
+
+
+def _repeated_key_issue(repeated: tuple[str | None, str], *, line: int | None, row: int) -> Issue:
+    where, key = repeated
+    return Issue(code="duplicate_key", line=line, row=row, field=key if where is None else where,
+                 message=f"the {'row' if where is None else 'object'} gives the key '{key}' twice, and JSON readers "
+                         "keep only its last value: remove one of them (or rename it)")
 
 
 def _ends_lines_with_cr(raw: bytes) -> bool:
@@ -423,6 +520,31 @@ _TOO_DEEP = ("lists or objects nested more than 1024 levels deep, which cannot b
              "values")
 
 
+class _UnreadableNumber(ValueError):
+    """A number Python's json reads and orjson (the JSONL reader, and every row's digest) does not: NaN, Infinity,
+    -Infinity, or one past a float's range; ``message`` says what to write."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise _UnreadableNumber(f"{constant} is not a JSON value (JSON has no NaN or Infinity): write null, or the value "
+                            "as text in quotes")
+
+
+def _json_int(text: str) -> int | float:
+    """An integer as orjson reads it: exact within 64 bits, else a float. Python's int() refuses over 4,300
+    digits, and orjson writes no integer past 64 bits."""
+    if len(text) <= 20 and -2**63 <= (value := int(text)) < 2**64:
+        return value
+    if math.isinf(number := float(text)):
+        raise _UnreadableNumber(f"a number of {len(text.lstrip('-')):,} digits, past what a number can hold: write it "
+                                "as text in quotes")
+    return number
+
+
 def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset: int) -> Issue:
     if raw.startswith(codecs.BOM_UTF8):  # the first line's is dropped before parsing
         return Issue(code="json", line=line, row=row,
@@ -447,7 +569,9 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
     try:
         # Without its line break: a line cut short would otherwise be reported at column 1 of
         # "line 2", the parser having skipped the break as whitespace before running out of text.
-        json.loads(text.rstrip("\r\n"))
+        json.loads(text.rstrip("\r\n"), parse_constant=_refuse_constant, parse_int=_json_int)
+    except _UnreadableNumber as number:
+        return Issue(code="json", message=number.message, line=line, row=row)
     except RecursionError:
         return Issue(code="json", message=_TOO_DEEP, line=line, row=row)
     except json.JSONDecodeError as json_error:
@@ -464,30 +588,61 @@ def _jsonl_issue(raw: bytes, exc: Exception, *, line: int, row: int, file_offset
 
 def _iter_json_array(path: Path) -> Iterator[RawRow | Issue]:
     """Elements of a top-level JSON array, parsed one at a time from a text buffer that grows
-    only as far as the element being parsed needs."""
+    only as far as the element being parsed needs; or of the array an object holds under its one key
+    (``{"data": [...]}``); or, for a .json file that holds JSON Lines, its lines."""
+    if _holds_json_lines(path):
+        yield from _iter_jsonl(path)
+        return
     with open(path, "rb") as handle:
         yield from _JsonArrayReader(_DecodedChunks(handle)).rows()
+
+
+# Hugging Face's Dataset.to_json writes JSON Lines whatever the file's extension, and pandas' to_json(lines=True)
+# too: such a .json file was refused for starting with '{'. One line alone is read as a JSON document (json.dump
+# writes one line), so that {"data": [...]} and pandas' other layouts get their own answer.
+def _holds_json_lines(path: Path) -> bool:
+    """Whether a .json file holds one object per line: its first line is a whole object and more lines follow."""
+    with open(path, "rb") as handle:
+        if not handle.read(_SNIFF_BYTES).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"{"):
+            return False  # an array: its first line, perhaps the whole file, is not read here
+        handle.seek(0)
+        first = handle.readline(MAX_JSON_ELEMENT_CHARS).removeprefix(codecs.BOM_UTF8).strip()
+        if not first.startswith(b"{"):
+            return False
+        try:
+            orjson.loads(first)
+        except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
+            return False
+        return any(line.strip() for line in handle)
+
+
+_WRAPPER_ADVICE = ("; a .json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds that "
+                   "array ({\"data\": [{...}, {...}]}): save the list of rows alone, or as JSON Lines (.jsonl)")
+
+
+_VALUE_STARTS = {"{": ("an object", "objects"), "[": ("a list", "lists"), '"': ("a string", "strings"),
+                 "t": ("a boolean", "booleans"), "f": ("a boolean", "booleans"), "n": ("null", "nulls")}
 
 
 class _JsonArrayReader:
     def __init__(self, chunks: _DecodedChunks):
         self._chunks = chunks
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._pairs_to_object, parse_constant=_refuse_constant,
+                                         parse_int=_json_int)
+        self._keys_repeated = False
         self._buffer = chunks.read()
         self._position = 0
         self._line = 1  # line number at self._position
 
-    def rows(self) -> Iterator[RawRow]:
+    def rows(self) -> Iterator[RawRow | Issue]:
         if self._buffer.startswith("\ufeff"):
             self._position = 1
         self._skip_whitespace()
         if self._peek() == "":
             raise DatasetFormatError(Issue(code="empty_file", message="the file holds only spaces and blank lines; "
                                                                       "give the file that holds the rows"))
-        if self._peek() == "{":
-            raise self._broken("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
-                               "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
-                               "it holds one object per line, give it the .jsonl extension")
+        # {"data": [...]}, as Hugging Face's JSON loader reads with field="data": the rows are the array it holds.
+        wrapper = self._open_wrapper() if self._peek() == "{" else None
         if self._peek() != "[":
             found = self._peek() or "nothing"
             raise self._broken(
@@ -496,6 +651,9 @@ class _JsonArrayReader:
             )
         self._position += 1
         self._skip_whitespace()
+        if wrapper is not None and self._peek() not in ("{", "]"):
+            raise self._broken(f"the file is an object whose first key, '{wrapper}', holds a list of "
+                               f"{self._peek_type()[1]}, not of rows (objects)" + _WRAPPER_ADVICE)
         row = 0
         if self._peek() == "]":
             self._position += 1
@@ -511,7 +669,11 @@ class _JsonArrayReader:
                 line = self._line
                 value = self._parse_element(row + 1)
                 row += 1
-                yield RawRow(row=row, line=line, value=value)
+                if self._keys_repeated and (repeated := _repeated_key(value)) is not None:
+                    self._keys_repeated = False
+                    yield _repeated_key_issue(repeated, line=line, row=row)
+                else:
+                    yield RawRow(row=row, line=line, value=value)
                 self._skip_whitespace()
                 separator = self._peek()
                 comma_line = self._line
@@ -523,8 +685,42 @@ class _JsonArrayReader:
                 if separator != ",":
                     raise self._broken(f"expected ',' or ']' after element {row} of the JSON array, found {separator!r}")
         self._skip_whitespace()
+        if wrapper is not None:
+            if self._peek() != "}":
+                raise self._broken(f"the object holds more keys after '{wrapper}', the list of its rows" + _WRAPPER_ADVICE)
+            self._position += 1
+            self._skip_whitespace()
         if self._peek():
             raise self._broken("unexpected text after the closing ']' of the JSON array; a .json file holds one array")
+
+    def _open_wrapper(self) -> str:
+        """Read ``{"key":`` up to the value; a value that is no array is refused, naming the key."""
+        self._position += 1
+        self._skip_whitespace()
+        if self._peek() != '"':
+            raise self._broken("the file is an object with no keys" + _WRAPPER_ADVICE)
+        key = self._parse_element(0)
+        self._skip_whitespace()
+        if self._peek() != ":":
+            raise self._broken(f"expected ':' after the key '{key}' of the file's object, found {self._peek()!r}")
+        self._position += 1
+        self._skip_whitespace()
+        if self._peek() != "[":
+            holds = self._peek_type()[0]
+            hint = (": if it is pandas' to_json output, write it with orient='records' (and lines=True for JSON "
+                    "Lines)" if holds == "an object" else "")
+            raise self._broken(f"the file is an object whose first key, '{key}', holds {holds}, not a list of "
+                               f"rows{hint}" + _WRAPPER_ADVICE)
+        return key
+
+    def _peek_type(self) -> tuple[str, str]:
+        """The type of the value at the reading position, told by its first character: ("a string", "strings")."""
+        return _VALUE_STARTS.get(self._peek(), ("a number", "numbers"))
+
+    def _pairs_to_object(self, pairs: list[tuple[str, Any]]) -> dict:
+        value = _pairs_to_object(pairs)
+        self._keys_repeated |= type(value) is _KeysRepeated
+        return value
 
     def _peek(self) -> str:
         return self._buffer[self._position:self._position + 1]
@@ -552,6 +748,8 @@ class _JsonArrayReader:
                 value, end = self._decoder.raw_decode(self._buffer, self._position)
             except RecursionError:
                 raise DatasetFormatError(Issue(code="json", message=_TOO_DEEP, line=self._line, row=row)) from None
+            except _UnreadableNumber as number:
+                raise DatasetFormatError(Issue(code="json", message=number.message, line=self._line, row=row)) from None
             except json.JSONDecodeError as exc:
                 # The element may run past the buffer: read more and retry, up to a size limit.
                 maybe_cut = exc.pos >= len(self._buffer) - 16 or exc.msg.startswith("Unterminated string")
@@ -633,8 +831,19 @@ def _decoded_lines(handle, on_line) -> Iterator[str]:
         offset += len(raw)
 
 
+_CONTROL_NAMES = {"\t": ("a tab", "\\t"), "\n": ("a line break", "\\n"), "\r": ("a carriage return", "\\r")}
+
+
 def _json_reason(error: json.JSONDecodeError) -> str:
-    """json's reason without its dangling "starting at" (the column says where)."""
+    """json's reason without its dangling "starting at" (the column says where); a control character
+    ("Invalid control character at") named, with the escape JSON wants for it."""
+    if error.msg == "Invalid control character at" and error.pos < len(error.doc):
+        character = error.doc[error.pos]
+        if character == "\x00":  # escaped, it is refused as binary data (_check_no_nul): no text needs one
+            return "a NUL character inside a string, which is binary data, not text: remove it"
+        name, escape = _CONTROL_NAMES.get(character, ("", f"\\u{ord(character):04x}"))
+        shown = f"U+{ord(character):04X} ({name})" if name else f"U+{ord(character):04X}"
+        return f"a control character, {shown}, inside a string: JSON allows it there only as the escape {escape}"
     return error.msg.removesuffix(" starting at")
 
 
@@ -651,26 +860,32 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
         reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
         try:
-            header = next(reader, None)
-            if header is None:
-                raise DatasetFormatError(Issue(code="empty_file", message="the CSV file has no header row"))
+            # Blank lines before the header are skipped as they are between rows: read as the header, they
+            # made it an empty list, and a file of blank lines stopped the check with an IndexError.
+            header = None
+            while header is None or _blank_csv_row(header):
+                header = next(reader, None)
+                if header is None:
+                    raise DatasetFormatError(Issue(code="empty_file", message="the CSV file holds only spaces and "
+                                                   "blank lines: give the file that holds the header row and rows"))
+            header_line = position["line"]
             header = [name.strip() for name in header]
             if header[0].startswith(("{", "[")):
                 # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
                 raise DatasetFormatError(Issue(
-                    code="csv_header", line=1,
+                    code="csv_header", line=header_line,
                     message="the first line is JSON, not a CSV header row: the file looks like JSON Lines (or a "
                             "JSON array); give it the .jsonl (or .json) extension and upload it again"))
-            _check_other_separator(header)
-            _check_csv_header(header)
+            _check_other_separator(header, line=header_line)
+            _check_csv_header(header, line=header_line)
             row = 0
             while True:
                 first_line = position["line"] + 1
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if not cells or (len(cells) == 1 and not cells[0].strip()):
-                    continue  # a blank line, or one of only spaces
+                if _blank_csv_row(cells):
+                    continue
                 row += 1
                 if len(cells) != len(header):
                     yield Issue(
@@ -692,6 +907,11 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
         finally:  # the limit is the process's: other readers of CSV keep theirs
             csv.field_size_limit(previous_limit)
+
+
+def _blank_csv_row(cells: list[str]) -> bool:
+    """A blank line, or one of only spaces."""
+    return not cells or (len(cells) == 1 and not cells[0].strip())
 
 
 def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
@@ -721,7 +941,7 @@ def _csv_issue(error: csv.Error, *, first_line: int, line: int) -> Issue:
 _OTHER_SEPARATORS = ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars"))
 
 
-def _check_other_separator(header: list[str]) -> None:
+def _check_other_separator(header: list[str], *, line: int) -> None:
     """A file separated by semicolons (a spreadsheet's CSV in many locales) or tabs reads as one column;
     every row was then reported missing each of its kind's fields, twice a row for sft."""
     if len(header) != 1:
@@ -729,29 +949,29 @@ def _check_other_separator(header: list[str]) -> None:
     for separator, name in _OTHER_SEPARATORS:
         if separator in header[0]:
             raise DatasetFormatError(Issue(
-                code="csv_header", line=1,
+                code="csv_header", line=line,
                 message=f"the header row is one column, '{header[0]}': the file looks separated by {name}, and a "
                         "CSV file must be separated by commas; export it again with commas as the separator (or as "
                         "JSON Lines)"))
 
 
-def _check_csv_header(header: list[str]) -> None:
+def _check_csv_header(header: list[str], *, line: int) -> None:
     seen: set[str] = set()
     for index, name in enumerate(header, start=1):
         if not name and index == len(header) > 1:
             raise DatasetFormatError(Issue(
-                code="csv_header", line=1,
+                code="csv_header", line=line,
                 message=f"the header row ends with a comma, which makes an empty column {index} with no name; remove "
                         "the commas at the ends of the lines (or name the column)"))
         if not name:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"column {index} of the header row has no name; name every column",
-                      line=1)
+                      line=line)
             )
         if name in seen:
             raise DatasetFormatError(
                 Issue(code="csv_header", message=f"the header names column '{name}' twice; column names must be unique",
-                      line=1)
+                      line=line)
             )
         seen.add(name)
 
@@ -905,6 +1125,14 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         return (field_name, "missing_field",
                 f"{mapping.describe(field_name)} is null: {need}; give it a value or drop the row")
     columns = ", ".join(f"'{name}'" for name in list(record)[:8]) or "none"
+    wanted = mapping.column_for(field_name)
+    if (near := next((name for name in record if type(name) is str and name.strip().casefold() == wanted.casefold()),
+                     None)) is not None:
+        # 'Prompt' beside 'prompt' was listed among the row's columns, the difference left to be spotted.
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has a column {near!r}, which differs from "
+                f"{wanted!r} only in letter case or spaces: rename the column {wanted!r}, or map it (Column mapping on "
+                "the upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
     if field_name in record:  # mapped elsewhere, its own column there: a mapping carried over from an older file
         return (field_name, "missing_field",
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
@@ -937,7 +1165,12 @@ def _kind_of_row(record: dict) -> DatasetKind | None:
 
 
 def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
-    if type(value) is not str:
+    if type(value) in (int, float, bool):
+        # An answer of 42, or a label of true: read as text, it would be "42" and "true".
+        shown = orjson.dumps(value).decode()
+        problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}: write it as text, in "
+                                                   f"quotes (\"{shown}\")"))
+    elif type(value) is not str:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
     elif not value.strip():
         problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
@@ -986,12 +1219,17 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
             continue
         role = message.get("role")
         if role not in ROLES:
-            shown = "missing" if role is None else repr(role)
-            problems.append((f"{where}.role", "bad_role", f"role is {shown}; use one of: system, user, assistant"))
+            problems.append((f"{where}.role", "bad_role", _role_problem(role)))
         elif role == "assistant":
             has_assistant = True
         content = message.get("content", _MISSING)
-        if content is _MISSING or content is None:
+        if (calls := next((key for key in _TOOL_CALL_KEYS if message.get(key) is not None), None)) is not None:
+            # Beside text, the calls were dropped without a word; alone, the turn was "missing content".
+            problems.append((f"{where}.{calls}", "tool_calls",
+                             f"the turn holds tool calls ('{calls}'), which Temper does not train on: it reads the text "
+                             "turns of system, user and assistant only; remove the tool calls and the tool turns that "
+                             "answer them, or write them into the turns' text"))
+        elif content is _MISSING or content is None:
             problems.append((f"{where}.content", "missing_field", "the message has no 'content'"))
         elif type(content) is list and content and all(type(part) is dict and "type" in part for part in content):
             problems.append((f"{where}.content", "wrong_type",
@@ -1000,6 +1238,32 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         else:
             _check_string(content, f"{where}.content", problems)
     return has_assistant
+
+
+# Roles of other chat formats that mean one of Temper's: ShareGPT's, Gemma's, OpenAI's newer name for system.
+_ROLE_SYNONYMS = {"human": "user", "gpt": "assistant", "bot": "assistant", "model": "assistant",
+                  "developer": "system"}
+# Roles of a tool's result: OpenAI's (tool, the older function), Llama 3.1's (ipython).
+_TOOL_ROLES = frozenset({"tool", "function", "ipython", "tool_result"})
+_TOOL_CALL_KEYS = ("tool_calls", "function_call")
+
+
+def _role_problem(role: Any) -> str:
+    if role is None:
+        return "role is missing; use one of: system, user, assistant"
+    shown = repr(role)
+    if type(role) is not str:
+        return f"role is {shown}; use one of: system, user, assistant"
+    plain = role.strip().lower()
+    if plain in ROLES:
+        return f"role is {shown}; write it as {plain!r} (roles are lower case, without spaces)"
+    if plain in _ROLE_SYNONYMS:
+        return f"role is {shown}, another chat format's name; write it as {_ROLE_SYNONYMS[plain]!r}"
+    if plain in _TOOL_ROLES:
+        return (f"role is {shown}, a tool's result, which Temper does not train on: it reads the text turns of "
+                "system, user and assistant only; remove the tool turns and the calls they answer, or write them "
+                "into the turns' text")
+    return f"role is {shown}; use one of: system, user, assistant"
 
 
 def _check_text_or_messages(value: Any, field_name: str, problems: list[Problem]) -> bool:
@@ -1023,6 +1287,23 @@ def _maybe_chat(value: Any) -> Any:
     return value
 
 
+_ROW_EXAMPLES = {
+    DatasetKind.TEXT: '{"text": "..."}',
+    DatasetKind.SFT: '{"prompt": "...", "completion": "..."}',
+    DatasetKind.PREFERENCE: '{"prompt": "...", "chosen": "...", "rejected": "..."}',
+    DatasetKind.PROMPTS: '{"prompt": "..."}',
+}
+
+
+def _not_an_object(value: Any, kind: DatasetKind) -> str:
+    if (kind is DatasetKind.SFT and type(value) is list and value
+            and all(type(message) is dict and "role" in message for message in value)):
+        return ('each row must be a JSON object with named fields, got a list of messages (a chat?): write it as '
+                '{"messages": [...]}')
+    return (f"each row must be a JSON object with named fields, got {_json_type(value)}: write each row as an object, "
+            f"e.g. {_ROW_EXAMPLES[kind]}")
+
+
 def check_record(
     value: Any, *, mapping: ColumnMapping, cells_are_strings: bool = False
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
@@ -1032,9 +1313,9 @@ def check_record(
     ``prompts`` every other column is kept too. ``cells_are_strings`` (CSV) lets a cell hold a
     JSON-encoded message list.
     """
-    if type(value) is not dict:
-        return None, [(None, "wrong_type", f"each row must be a JSON object with named fields, got {_json_type(value)}")]
     kind = mapping.kind
+    if type(value) is not dict:
+        return None, [(None, "wrong_type", _not_an_object(value, kind))]
     problems: list[Problem] = []
 
     def get(field_name: str) -> Any:
@@ -1231,8 +1512,9 @@ class DuplicateRows:
     digests: array = field(default_factory=lambda: array("Q"))
     rows: array = field(default_factory=lambda: array("Q"))
 
-    def add(self, example: Mapping[str, Any], row: int) -> None:
-        self.digests.append(row_digest(example))
+    def add(self, digest: int, row: int) -> None:
+        """Count the row numbered ``row``, whose ``row_digest`` is ``digest``."""
+        self.digests.append(digest)
         self.rows.append(row)
 
     def to_dict(self) -> dict[str, Any]:
@@ -1273,6 +1555,117 @@ class OneSidedChats:
         return {side: {"count": self.counts[side], "rows": self.rows[side]} for side in ("chosen", "rejected")}
 
 
+def _comparable_response(response: Any) -> Any:
+    if isinstance(response, list):
+        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
+    return str(response or "").strip()
+
+
+def is_same_response(first: Any, second: Any) -> bool:
+    """Whether two responses say the same, whitespace around each text aside: a pair of them holds
+    nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
+    return _comparable_response(first) == _comparable_response(second)
+
+
+@dataclass
+class IdenticalPairs:
+    """Preference rows whose ``chosen`` and ``rejected`` say the same (``is_same_response``): valid (a tie, as some
+    exports keep them), but DPO and reward training learn nothing from such a pair, and review campaigns leave
+    them out."""
+
+    count: int = 0
+    rows: list[int] = field(default_factory=list)
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        if is_same_response(example.get("chosen"), example.get("rejected")):
+            self.count += 1
+            if len(self.rows) < ROWS_SHOWN:
+                self.rows.append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "rows": self.rows}
+
+
+# Conversations that some models' chat templates refuse: Gemma's, Mistral's and Llama 2's raise unless the turns
+# alternate user, assistant, ... after one optional first system turn, and a run on such a model stopped at its
+# first such row. Validation counts the chats of each shape as training renders them (``ChatShapes``); a launch
+# renders each shape found, as the probe chat here, with the run's model's template (``chat_shape_refusal``).
+CHAT_SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "system_later": ("a system turn after the first turn", ("user", "system", "assistant")),
+    "same_role_twice": ("two turns of one role in a row", ("user", "user", "assistant")),
+    "assistant_first": ("an assistant turn before any user turn", ("assistant", "user", "assistant")),
+}
+
+
+def chat_shapes(messages: list[dict]) -> set[str]:
+    """The ``CHAT_SHAPES`` a conversation has."""
+    roles = [message.get("role") for message in messages]
+    found = set()
+    if any(role == "system" for role in roles[1:]):
+        found.add("system_later")
+    if any(first == second for first, second in zip(roles, roles[1:])):
+        found.add("same_role_twice")
+    if next((role for role in roles if role != "system"), None) == "assistant":
+        found.add("assistant_first")
+    return found
+
+
+def _as_chat(value: Any, role: str) -> list[dict]:
+    return [{"role": role, "content": value}] if type(value) is str else list(value)
+
+
+def rendered_chats(example: Mapping[str, Any], kind: DatasetKind) -> list[list[dict]]:
+    """The conversations training renders with the chat template for an example of ``kind``
+    (``jaxengine.data.pipeline``): a prompt/completion pair is a user turn and an assistant turn."""
+    if kind is DatasetKind.SFT:
+        return [example["messages"]] if "messages" in example else []
+    if kind is DatasetKind.PREFERENCE:
+        prompt = example.get("prompt")
+        return [_as_chat(example[side], "assistant") if prompt is None
+                else _as_chat(prompt, "user") + _as_chat(example[side], "assistant") for side in ("chosen", "rejected")]
+    if kind is DatasetKind.PROMPTS and type(example.get("prompt")) is list:
+        return [example["prompt"]]
+    return []
+
+
+def chat_shape_refusal(shape: str, render) -> str | None:
+    """The error a chat template gives for ``shape``'s probe chat, or None when it renders it: ``render(messages,
+    add_generation_prompt)`` renders with the template (and raises ``ValueError`` for a refusal), once whole and
+    once up to each assistant turn, as training does."""
+    roles = CHAT_SHAPES[shape][1]
+    probe = [{"role": role, "content": f"{role} text"} for role in roles]
+    try:
+        render(probe, False)
+        for index, role in enumerate(roles):
+            if role == "assistant" and index:
+                render(probe[:index], True)
+                render(probe[:index + 1], False)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@dataclass
+class ChatShapes:
+    """How many rows hold a chat of each ``CHAT_SHAPES`` shape, and the first ``ROWS_SHOWN`` of them."""
+
+    kind: DatasetKind
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHAT_SHAPES, 0))
+    rows: dict[str, list[int]] = field(default_factory=lambda: {shape: [] for shape in CHAT_SHAPES})
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        found: set[str] = set()
+        for chat in rendered_chats(example, self.kind):
+            found |= chat_shapes(chat)
+        for shape in found:
+            self.counts[shape] += 1
+            if len(self.rows[shape]) < ROWS_SHOWN:
+                self.rows[shape].append(row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {shape: {"count": self.counts[shape], "rows": self.rows[shape]} for shape in CHAT_SHAPES}
+
+
 @dataclass
 class _Pass:
     """Mutable state of one validation pass over a file or a byte range of it."""
@@ -1285,11 +1678,28 @@ class _Pass:
     statistics: LengthStatistics = field(default_factory=LengthStatistics)
     duplicates: DuplicateRows = field(default_factory=DuplicateRows)
     one_sided: OneSidedChats | None = None
+    identical: IdenticalPairs | None = None
+    shapes: ChatShapes | None = None
 
     def report(self, issue: Issue) -> None:
         self.error_count += 1
         if len(self.errors) < self.max_errors:
             self.errors.append(issue)
+
+
+def _unkept_value_issue(example: Mapping[str, Any], *, line: int | None, row: int) -> Issue:
+    """The problem of a row whose ``row_digest`` raised TypeError, named by its first field orjson cannot write."""
+    for key, value in example.items():
+        try:
+            orjson.dumps(value)
+        except TypeError as error:
+            if "Recursion limit" in str(error):
+                return Issue(code="too_deep", line=line, row=row, field=key,
+                             message="holds lists or objects nested more than 254 levels deep, which Temper does not "
+                                     "keep; flatten them, or store such a value as a JSON string")
+            return Issue(code="wrong_type", line=line, row=row, field=key,
+                         message=f"holds a value of a type Temper does not keep ({error}): store it as text or a number")
+    raise AssertionError("row_digest raised TypeError on a row each of whose values orjson writes")
 
 
 def _stat_fields(kind: DatasetKind) -> tuple[str, ...]:
@@ -1302,7 +1712,9 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
     fields = _stat_fields(mapping.kind)
     add = state.statistics.add
     if mapping.kind is DatasetKind.PREFERENCE and state.one_sided is None:
-        state.one_sided = OneSidedChats()
+        state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
+    if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
+        state.shapes = ChatShapes(kind=mapping.kind)
     try:
         for item in items:
             if type(item) is Issue:
@@ -1320,10 +1732,20 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                     else:
                         state.error_count += 1  # counted, not kept: skip building the Issue
             elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
+                try:
+                    digest = row_digest(example)
+                # orjson reads 1024 levels of nesting but writes 254, and no Decimal or bytes (Parquet's): uncaught,
+                # it ended the check.
+                except TypeError:
+                    state.report(_unkept_value_issue(example, line=item.line, row=item.row))
+                    continue
                 add(example, fields)
-                state.duplicates.add(example, item.row)
+                state.duplicates.add(digest, item.row)
                 if state.one_sided is not None:
                     state.one_sided.add(example, item.row)
+                    state.identical.add(example, item.row)
+                if state.shapes is not None:
+                    state.shapes.add(example, item.row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 
@@ -1355,6 +1777,9 @@ def validate_file(
         statistics = {**state.statistics.to_dict(), "duplicates": state.duplicates.to_dict()}
         if state.one_sided is not None:
             statistics["no_assistant_turn"] = state.one_sided.to_dict()
+            statistics["identical_pairs"] = state.identical.to_dict()
+        if state.shapes is not None:
+            statistics["chat_shapes"] = state.shapes.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

@@ -64,6 +64,14 @@ def test_exact_match_missing_reference_column_is_an_error():
         rewards.exact_match(["42"], [{"solution": "42"}])
 
 
+def test_a_null_reference_is_a_missing_one_not_the_text_none():
+    """QA: a prompts row with "answer": null kept it, and the reward compared completions with the text "None"
+    (a completion saying "None" scored 1.0); the launch checks only the first rows for a missing answer."""
+    for reward in (rewards.exact_match, rewards.numeric_match):
+        with pytest.raises(KeyError, match="sample 1: reference column 'answer' is null; give the row its answer"):
+            reward(["4", "None"], [{"answer": "4"}, {"answer": None}])
+
+
 def test_exact_match_refuses_an_empty_reference():
     """QA: a blank reference answer silently scored every completion 0 (no answer can equal it), so the rows
     gave no signal; it is an error, which ``unscorable_reference`` finds before the run starts."""

@@ -159,7 +159,11 @@ class DatasetVersionOut(_Answer):
                                                    "field count, min, max, mean, p50, p90, p99, histogram), exact "
                                                    "duplicates (duplicates: count, rows as [row, earlier row]) and, "
                                                    "for preference data, chats with no assistant turn "
-                                                   "(no_assistant_turn: per side, count and rows); {} before.")
+                                                   "(no_assistant_turn: per side, count and rows) and rows whose "
+                                                   "chosen is their rejected (identical_pairs: count and rows), "
+                                                   "and for chats, those of a shape some chat templates refuse "
+                                                   "(chat_shapes: system_later, same_role_twice, assistant_first; "
+                                                   "count and rows each); {} before.")
     created_at: datetime
     review_campaign: CampaignRef | None = Field(description="The review campaign it was exported from, if any.")
 

@@ -346,7 +346,8 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
 
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
-    rows, and preference chats with no assistant turn. Nothing for versions validated before they were counted."""
+    rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, and chats of a
+    shape some chat templates refuse (``formats.CHAT_SHAPES``). Nothing for versions validated before they were counted."""
     notes = []
     if (duplicates := statistics.get("duplicates")) is not None:
         count = duplicates.get("count") or 0
@@ -359,6 +360,16 @@ def statistics_notes(statistics: dict[str, Any]) -> list[str]:
             notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "
                          f"{'have' if count != 1 else 'has'} a {side} chat with no assistant turn: dpo and reward "
                          "runs learn nothing from that side (review campaigns ask for its answer).")
+    if count := ((statistics.get("identical_pairs") or {}).get("count")):
+        rows = statistics["identical_pairs"].get("rows") or []
+        notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(rows, count)}) "
+                     f"{'have' if count != 1 else 'has'} the same chosen and rejected answer: dpo and reward runs "
+                     "learn nothing from them (review campaigns leave them out).")
+    for shape, found in (statistics.get("chat_shapes") or {}).items():
+        if (count := found.get("count")) and shape in formats.CHAT_SHAPES:
+            notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "
+                         f"hold{'s' if count == 1 else ''} {formats.CHAT_SHAPES[shape][0]}: some models' chat "
+                         "templates (Gemma's) refuse such chats, and a launch on such a model says so.")
     return notes
 
 
@@ -378,6 +389,16 @@ def _one_sided_warning(key: str, version: DatasetVersion, task: str) -> str | No
     return (f"{key}: rows of {isolated(str(version))} end with no assistant turn — {parts}: {task} learns nothing "
             "from a side without the assistant's answer; add the answer to those chats, or leave the rows out (rows "
             "without one are meant as a review campaign's prompts)")
+
+
+def _identical_warning(key: str, version: DatasetVersion, task: str) -> str | None:
+    found = (version.statistics or {}).get("identical_pairs") or {}
+    if not (count := found.get("count")):
+        return None
+    return (f"{key}: {count:,} row{'s' if count != 1 else ''} of {isolated(str(version))} "
+            f"{'have' if count != 1 else 'has'} the same chosen and rejected answer "
+            f"({_rows_named(found.get('rows') or [], count)}): {task} learns nothing from such a pair; remove "
+            f"{'those rows' if count != 1 else 'that row'}, or give each the answer meant to lose as rejected")
 
 
 def _duplicates_warning(key: str, version: DatasetVersion) -> str | None:
@@ -452,13 +473,16 @@ def _overlap_warning(train: DatasetVersion, evaluation: DatasetVersion) -> str |
 def launch_warnings(*, task: str, train: DatasetVersion | None, evaluation: DatasetVersion | None) -> list[str]:
     """What a run of ``task`` on ``train`` (``data.train``) and ``evaluation`` (``data.eval``) should be told of
     its data, from what validation found (``formats.validate_file``'s statistics and row digests): preference
-    rows with a side that has no assistant turn (dpo and reward learn nothing from it), many exact duplicates in
+    rows with a side that has no assistant turn or whose two sides are the same (dpo and reward learn nothing from
+    either), many exact duplicates in
     the training rows, and rows the evaluation data shares with it. Versions validated before these were
     counted say nothing."""
     warnings = []
     if task in PREFERENCE_TASKS:
         for key, version in (("data.train", train), ("data.eval", evaluation)):
             if version is not None and (warning := _one_sided_warning(key, version, task)):
+                warnings.append(warning)
+            if version is not None and (warning := _identical_warning(key, version, task)):
                 warnings.append(warning)
     if train is not None and (warning := _duplicates_warning("data.train", train)):
         warnings.append(warning)

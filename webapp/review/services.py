@@ -38,6 +38,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from jaxengine.data import formats
+from jaxengine.data.formats import is_same_response
 from webapp.celery import app as celery_app
 from webapp.chat.selectors import model_choice
 from webapp.chat.services import model_lock
@@ -134,18 +135,6 @@ def is_blank(response: Any) -> bool:
     if isinstance(response, list):
         return not response or any(not str(turn.get("content") or "").strip() for turn in response)
     return not str(response or "").strip()
-
-
-def _comparable(response: Any) -> Any:
-    if isinstance(response, list):
-        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
-    return str(response or "").strip()
-
-
-def is_same_response(first: Any, second: Any) -> bool:
-    """Whether two responses say the same, whitespace around each text aside: a pair of them holds
-    nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
-    return _comparable(first) == _comparable(second)
 
 
 def with_text(response: Any, text: str) -> Any:

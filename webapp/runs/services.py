@@ -337,6 +337,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         _check_rollout_room(job, base_model, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
+        if model_path:
+            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -447,6 +449,41 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
                      f"{term.name} cannot score row {number} of {version}: {problem}; correct the row, or give "
                      "another column")
                 break
+
+
+def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors) -> None:
+    """Chats of a shape the model's chat template refuses (Gemma's, unless the turns alternate user and assistant),
+    which validation counted (``formats.ChatShapes``), named at their data key: the run stopped at its start, on
+    the first such row. Each shape found is tried once, as a probe chat, with the model's template."""
+    from jaxengine import chat_template
+    from jaxengine.data import formats
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    found = [(key, version, shape, counted) for key, version in versions if version is not None
+             for shape, counted in ((version.statistics or {}).get("chat_shapes") or {}).items()
+             if counted.get("count") and shape in formats.CHAT_SHAPES]
+    if not found:
+        return
+    try:
+        settings = read_tokenizer_settings(model_path)
+    except (TokenizerError, OSError):
+        return  # the run's start says what is wrong with the model's files
+
+    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+        return chat_template.render_chat_template(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE,
+                                                  messages, add_generation_prompt=add_generation_prompt,
+                                                  **settings.named_tokens)
+
+    for key, version, shape, counted in found:
+        if (refusal := formats.chat_shape_refusal(shape, render)) is None:
+            continue
+        count, rows = counted["count"], counted.get("rows") or []
+        named = f"row{'s' if count != 1 else ''} {', '.join(map(str, rows))}{', …' if count > len(rows) else ''}"
+        _add(errors, key, f"{count:,} row{'s' if count != 1 else ''} of {version} ({named}) "
+                          f"hold{'s' if count == 1 else ''} {formats.CHAT_SHAPES[shape][0]}, which the model's chat "
+                          f"template refuses ({refusal}), so the run would stop at its start: put a system turn first "
+                          "and user and assistant turns in turn in those chats, or choose a model whose template "
+                          "takes them")
 
 
 def _modified_ns(path: Path) -> int | None:

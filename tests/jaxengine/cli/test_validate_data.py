@@ -22,7 +22,8 @@ def test_problems_are_listed_with_file_and_line(tmp_path, capsys):
     assert code == 1
     assert lines[0].startswith(f"{path}:2: row 2, field 'completion': missing 'completion'")
     assert lines[0].endswith("[missing_field]")
-    assert lines[1] == f"{path}:3: row 3, field 'prompt': must be a string, got a number [wrong_type]"
+    assert lines[1] == (f"{path}:3: row 3, field 'prompt': must be a string, got a number: write it as text, in quotes "
+                        '("1") [wrong_type]')
     assert lines[2] == f"{path}: 4 problems (first 2 shown)"
 
 

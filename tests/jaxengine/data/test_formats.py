@@ -318,7 +318,8 @@ def test_null_counts_as_missing(tmp_path):
 def test_wrongly_typed_field(tmp_path):
     path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "a", "completion": 42}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.code, issue.field, issue.message) == ("wrong_type", "completion", "must be a string, got a number")
+    assert (issue.code, issue.field, issue.message) == ("wrong_type", "completion", "must be a string, got a number: "
+                                                        'write it as text, in quotes ("42")')
 
 
 def test_row_that_is_not_an_object(tmp_path):
@@ -342,7 +343,7 @@ def test_bad_role_and_empty_messages(tmp_path):
     assert [(e.code, e.field, e.row) for e in report.errors] == [
         ("bad_role", "messages[0].role", 1), ("empty_messages", "messages", 2)
     ]
-    assert "'human'; use one of: system, user, assistant" in report.errors[0].message
+    assert "'human', another chat format's name; write it as 'user'" in report.errors[0].message
 
 
 def test_messages_without_assistant_turn(tmp_path):
@@ -388,7 +389,7 @@ def test_utf16_text_is_named(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes('{"text": "a"}\n'.encode("utf-16"))
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert issue.code == "binary" and "UTF-16" in issue.message
+    assert issue.code == "encoding" and "UTF-16" in issue.message
 
 
 def test_oversize_file(tmp_path):
@@ -507,7 +508,8 @@ def test_a_jsonl_file_whose_first_row_is_a_list_of_strings_is_still_a_row_proble
     path = tmp_path / "rows.jsonl"
     path.write_text('["a", "b"]\n{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list")
+    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list: write "
+                                              'each row as an object, e.g. {"prompt": "...", "completion": "..."}')
 
 
 @pytest.mark.parametrize(("separator", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")])
@@ -573,7 +575,7 @@ def test_json_array_element_nested_too_deeply_is_named(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"text": "a"}', "must be one array of objects"),
+    [('{"text": "a"}', "whose first key, 'text', holds a string, not a list of rows"),
      ('[{"text": "a"}', "not closed"),
      ('[{"text": "a"}] []', "after the closing"),
      ('[{"text": "a"} {"text": "b"}]', "expected ',' or ']' after element 1")],
@@ -922,14 +924,59 @@ def test_an_sft_prompt_given_as_a_chat_says_how_to_write_it(tmp_path):
 
 def test_a_json_object_holding_the_rows_under_a_key_says_what_to_save(tmp_path):
     """QA: {"data": [...]}, as many exports write, was told "for one object per line use a .jsonl file", which
-    would not help: its rows are a list under a key."""
+    would not help: its rows are a list under a key. An object of one key holding them is read now; one that holds
+    other keys first is named by its first key."""
     path = tmp_path / "export.json"
     path.write_text('{"version": 1, "data": [{"prompt": "a", "completion": "b"}]}', encoding="utf-8")
     issue = only_error(validate_file(path, fmt=FileFormat.JSON, mapping=SFT))
     assert (issue.code, issue.line) == ("json", 1)
-    assert issue.message == ("a .json dataset must be one array of objects ([{...}, {...}]) but it starts with '{': "
-                             "if its rows are a list under a key (as in {\"data\": [...]}), save that list alone; if "
-                             "it holds one object per line, give it the .jsonl extension")
+    assert issue.message == ("the file is an object whose first key, 'version', holds a number, not a list of rows; a "
+                             ".json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds "
+                             "that array ({\"data\": [{...}, {...}]}): save the list of rows alone, or as JSON Lines "
+                             "(.jsonl)")
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_object_whose_one_key_holds_the_rows_is_read_as_those_rows(tmp_path, indent):
+    # Hugging Face's JSON loader reads such a file with field="data"; it was refused for starting with '{'.
+    rows = [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps({"data": rows}, indent=indent), encoding="utf-8")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=SFT)) == rows
+    assert read_page(path, fmt=FileFormat.JSON, mapping=SFT, offset=1, limit=5) == [(2, rows[1])]
+
+
+@pytest.mark.parametrize("document, says", [
+    ({"data": [{"prompt": "a", "completion": "b"}], "version": 1}, "the object holds more keys after 'data'"),
+    ({"data": ["a", "b"]}, "whose first key, 'data', holds a list of strings, not of rows (objects)"),
+    # pandas' to_json() (orient="columns") and orient="split"
+    ({"prompt": {"0": "a"}, "completion": {"0": "b"}}, "'prompt', holds an object, not a list of rows: if it is "
+                                                       "pandas' to_json output, write it with orient='records'"),
+    ({"columns": ["prompt", "completion"], "index": [0], "data": [["a", "b"]]}, "'columns', holds a list of strings"),
+])
+def test_a_json_object_that_does_not_hold_rows_under_one_key_says_what_it_holds(tmp_path, document, says):
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=SFT).errors[-1]
+    assert issue.code == "json" and says in issue.message, issue.message
+    assert "save the list of rows alone, or as JSON Lines" in issue.message
+
+
+def test_a_json_file_holding_json_lines_is_read_as_json_lines(tmp_path):
+    # Hugging Face's Dataset.to_json("rows.json") writes one object per line whatever the extension (and
+    # pandas' to_json(lines=True)): it was refused for starting with '{'.
+    path = write_jsonl(tmp_path / "rows.json", [{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"},
+                                                {"prompt": 3, "completion": "e"}])
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert (report.row_count, [(e.code, e.line, e.row, e.field) for e in report.errors]) == (
+        3, [("wrong_type", 3, 3, "prompt")])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().rsplit(b"\n", 2)[0] + b"\n")
+    report = validate_file(path, fmt=FileFormat.JSON, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+    assert [row for _, row in read_page(path, fmt=FileFormat.JSON, mapping=SFT, offset=0, limit=5)] == [
+        {"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]
 
 
 @pytest.mark.parametrize("name", ["rows.xlsx", "rows.XLS", "rows.ods"])
@@ -1002,7 +1049,7 @@ def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
     first_row, repeats = {}, []
     for row in range(1, 3001):
         example = {"prompt": str(rng.randrange(400)), "completion": "x"}
-        found.add(example, row * 2)  # row numbers need not be positions (a JSONL file's blank lines)
+        found.add(formats.row_digest(example), row * 2)  # row numbers need not be positions (blank lines)
         first = first_row.setdefault(formats.row_digest(example), row * 2)
         if first != row * 2:
             repeats.append([row * 2, first])
@@ -1045,3 +1092,256 @@ def test_a_long_file_with_old_mac_line_endings_is_named_so_not_as_a_long_line(tm
     path.write_bytes(rows)
     issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
     assert (issue.code, issue.line) == ("line_endings", 1)
+
+
+@pytest.mark.parametrize("content", [b"\n\n\n", b"\r\n\r\n", b"  \n \n", b"\n"])
+def test_a_csv_file_of_only_blank_lines_is_empty(tmp_path, content):
+    # Two blank lines made the header row an empty list, and reading its first name raised IndexError: the
+    # validating worker stopped with a traceback and the version stayed "validating".
+    path = tmp_path / "blank.csv"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert issue.code == "empty_file" and "only spaces and blank lines" in issue.message
+
+
+def test_blank_lines_before_a_csv_header_are_skipped(tmp_path):
+    path = tmp_path / "late-header.csv"
+    path.write_bytes(b"\n \r\nprompt,completion\na,b\n")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=SFT)
+    assert report.ok and report.row_count == 1, report.errors
+    assert list(iter_examples(path, fmt=FileFormat.CSV, mapping=SFT)) == [{"prompt": "a", "completion": "b"}]
+    path.write_bytes(b"\n\nprompt,completion\na\n")
+    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
+    assert (issue.code, issue.line, issue.row) == ("ragged_row", 4, 1)
+
+
+@pytest.mark.parametrize("fmt, content", [
+    (FileFormat.JSONL, b'{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "b", "completion": "c"}\n'),
+    (FileFormat.JSONL, b'{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion" : "b", "completion": "c"}\n'),
+    (FileFormat.JSON, b'[{"prompt": "a", "completion": "b"},\n {"prompt": "a", "completion": "b", "completion": "c"}]'),
+])
+def test_a_key_given_twice_in_a_row_is_named_not_silently_dropped(tmp_path, fmt, content):
+    # JSON readers keep the last of two equal keys: the row trained on "c" and nothing said that "b" was dropped.
+    path = tmp_path / f"twice.{fmt.value}"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line, issue.row, issue.field) == ("duplicate_key", 2, 2, "completion")
+    assert "'completion' twice" in issue.message and "remove" in issue.message
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+def test_a_key_given_twice_inside_a_message_names_the_turn(tmp_path, fmt):
+    row = '{"messages": [{"role": "user", "content": "a", "content": "x"}, {"role": "assistant", "content": "b"}]}'
+    path = tmp_path / f"twice.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.row, issue.field) == ("duplicate_key", 1, "messages[0]")
+    assert "'content' twice" in issue.message
+
+
+def test_rows_whose_text_holds_quoted_keys_are_not_duplicates(tmp_path):
+    # The quick count of keys meets escaped quotes followed by a colon in text, and keys spaced from their colon.
+    rows = [{"prompt": 'say "a": 1 and \\": 2', "completion": '{"completion": "b"}'}]
+    path = write_jsonl(tmp_path / "quoted.jsonl", rows)
+    path.write_bytes(path.read_bytes() + b'{"prompt" : "x",  "completion"\t:"y"}\n')
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
+    assert report.ok and report.row_count == 2, report.errors
+
+
+@pytest.mark.parametrize("fmt, content, line, column, shown", [
+    (FileFormat.JSONL, b'{"prompt": "a\tb", "completion": "c"}\n', 1, 14, "U+0009 (a tab), inside a string: JSON allows it there only as the escape \\t"),
+    (FileFormat.JSON, b'[{"prompt": "a\nb", "completion": "c"}]', 1, 15, "U+000A (a line break), inside a string: JSON allows it there only as the escape \\n"),
+    # Past the first 8 KB, where the whole-file check looks for NUL bytes.
+    (FileFormat.JSON, b'[' + b'{"prompt": "x", "completion": "y"},\n' * 300 + b'{"prompt": "a\x00b", "completion": "c"}]',
+     301, 14, None),
+])
+def test_a_control_character_inside_a_json_string_says_to_escape_it(tmp_path, fmt, content, line, column, shown):
+    # It read "broken JSON at column 14: Invalid control character at", json's words cut short.
+    path = tmp_path / f"control.{fmt.value}"
+    path.write_bytes(content)
+    issue = only_error(validate_file(path, fmt=fmt, mapping=SFT))
+    assert (issue.code, issue.line) == ("json", line)
+    expected = "a NUL character inside a string, which is binary data" if shown is None else f"a control character, {shown}"
+    assert f"at column {column}: {expected}" in issue.message
+    assert "Invalid control character at" not in issue.message
+
+
+@pytest.mark.parametrize("role, says", [
+    ("User", "write it as 'user' (roles are lower case"),
+    (" assistant", "write it as 'assistant' (roles are lower case"),
+    ("gpt", "write it as 'assistant'"),
+    ("model", "write it as 'assistant'"),
+    ("developer", "write it as 'system'"),
+    ("tool", "a tool's result"),
+    ("function", "a tool's result"),
+    ("ipython", "a tool's result"),
+    ("narrator", "use one of: system, user, assistant"),
+])
+def test_a_role_of_another_chat_format_says_what_to_write(tmp_path, role, says):
+    path = write_jsonl(tmp_path / "roles.jsonl", [
+        {"messages": [{"role": "user", "content": "q"}, {"role": role, "content": "x"},
+                      {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("bad_role", "messages[1].role")
+    assert f"role is {role!r}" in issue.message and says in issue.message
+
+
+@pytest.mark.parametrize("content", [None, "", "Let me look that up."])
+def test_an_assistant_turn_calling_tools_is_refused_not_read_as_its_text(tmp_path, content):
+    # OpenAI's and Hugging Face's chats write a call as the assistant turn's tool_calls: with text beside them the
+    # calls were dropped without a word, and without text the turn was "missing content".
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}
+    turn = {"role": "assistant", "tool_calls": [call]} | ({} if content is None else {"content": content})
+    path = write_jsonl(tmp_path / "tools.jsonl", [
+        {"messages": [{"role": "user", "content": "weather?"}, turn, {"role": "assistant", "content": "Sunny."}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("tool_calls", "messages[1].tool_calls")
+    assert "tool calls" in issue.message and "remove" in issue.message
+
+
+@pytest.mark.parametrize("fmt, content, column", [
+    (FileFormat.CSV, b"Prompt,Completion\na,b\n", "Prompt"),
+    (FileFormat.JSONL, b'{" prompt": "a", "completion": "b"}\n', " prompt"),
+    (FileFormat.JSONL, b'{"PROMPT": "a", "completion": "b"}\n', "PROMPT"),
+])
+def test_a_column_named_as_a_field_but_for_case_or_spaces_is_named(tmp_path, fmt, content, column):
+    # "this row has columns 'Prompt', 'Completion' (map a differently named column to it ...)" left the
+    # difference to be spotted.
+    path = tmp_path / f"case.{fmt.value}"
+    path.write_bytes(content)
+    report = validate_file(path, fmt=fmt, mapping=SFT)
+    issue = report.errors[0]
+    assert (issue.code, issue.field) == ("missing_field", "prompt")
+    assert (f"this row has a column {column!r}, which differs from 'prompt' only in letter case or spaces: "
+            "rename the column 'prompt'") in issue.message
+    assert "Column mapping on the upload form" in issue.message
+
+
+def test_preference_rows_whose_chosen_is_their_rejected_are_counted(tmp_path):
+    # Valid (a tie, as some exports keep them), but a DPO or reward run learned nothing from them without a word.
+    answer = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    path = write_jsonl(tmp_path / "ties.jsonl", [
+        {"prompt": "p", "chosen": "a", "rejected": "b"},
+        {"prompt": "p", "chosen": "same", "rejected": " same\n"},
+        {"chosen": answer, "rejected": [*answer[:1], {"role": "assistant", "content": "hello "}]},
+        {"chosen": answer, "rejected": [*answer[:1], {"role": "assistant", "content": "hi"}]},
+    ])
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=DatasetKind.PREFERENCE))
+    assert report.ok and report.statistics["identical_pairs"] == {"count": 2, "rows": [2, 3]}
+    sft = write_jsonl(tmp_path / "sft.jsonl", [{"prompt": "p", "completion": "p"}])
+    assert "identical_pairs" not in validate_file(sft, fmt=FileFormat.JSONL, mapping=SFT).statistics
+
+
+@pytest.mark.parametrize("kind, row, says", [
+    ("text", "a document", 'write each row as an object, e.g. {"text": "..."}'),
+    ("sft", "a question", 'write each row as an object, e.g. {"prompt": "...", "completion": "..."}'),
+    ("sft", [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+     'a list of messages (a chat?): write it as {"messages": [...]}'),
+    ("preference", ["a", "b"], 'write each row as an object, e.g. {"prompt": "...", "chosen": "...", "rejected": "..."}'),
+    ("prompts", 42, 'write each row as an object, e.g. {"prompt": "..."}'),
+])
+def test_a_row_that_is_not_an_object_says_what_to_write(tmp_path, kind, row, says):
+    # "each row must be a JSON object with named fields, got a string" named no fields and no fix.
+    path = write_jsonl(tmp_path / "rows.jsonl", [row])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=ColumnMapping(kind=kind)))
+    assert (issue.code, issue.row) == ("wrong_type", 1)
+    assert says in issue.message, issue.message
+
+
+@pytest.mark.parametrize("value, shown", [(42, '"42"'), (2.5, '"2.5"'), (True, '"true"')])
+def test_a_number_or_boolean_where_text_is_expected_says_to_quote_it(tmp_path, value, shown):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "q", "completion": value}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("wrong_type", "completion")
+    assert issue.message.startswith(f"must be a string, got a {'boolean' if value is True else 'number'}: write it as "
+                                    f"text, in quotes ({shown})")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.CSV, FileFormat.JSON])
+def test_utf16_text_is_named_as_utf16_whatever_its_byte_order(tmp_path, fmt, encoding):
+    # Without a byte order mark, big-endian UTF-16 (a NUL first) was "binary data" with no word of UTF-16.
+    text = {FileFormat.JSONL: '{"text": "a"}\n', FileFormat.CSV: "text\na\n", FileFormat.JSON: '[{"text": "a"}]'}[fmt]
+    path = tmp_path / f"x.{fmt.value}"
+    path.write_bytes(text.encode(encoding))
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="text")))
+    assert issue.code == "encoding"
+    assert issue.message == ("the file is UTF-16 text, not UTF-8: save it as UTF-8 (a spreadsheet's \"CSV UTF-8\", or "
+                             "an editor's Save As with the encoding UTF-8) and upload it again")
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+@pytest.mark.parametrize("kind, row, field", [
+    ("prompts", {"prompt": "b", "tree": "DEEP"}, "tree"),
+    ("sft", {"messages": [{"role": "user", "content": "q", "meta": "DEEP"}, {"role": "assistant", "content": "a"}]},
+     "messages"),
+])
+def test_a_value_nested_too_deeply_to_keep_is_named_not_a_crash(tmp_path, fmt, kind, row, field):
+    # orjson reads 1024 levels but writes 254: a prompts row's extra column, or a message's extra key, was kept as
+    # read and its digest raised TypeError, which ended the check (the web app's version stayed "validating").
+    first = {"prompts": {"prompt": "a", "answer": "1"}, "sft": {"prompt": "a", "completion": "b"}}[kind]
+
+    def write(depth: int) -> Path:
+        rows = [json.dumps(first), json.dumps(row).replace('"DEEP"', "[" * depth + "]" * depth)]
+        path = tmp_path / f"deep-{depth}.{fmt.value}"
+        path.write_text("\n".join(rows) + "\n" if fmt is FileFormat.JSONL else f"[{','.join(rows)}]", encoding="utf-8")
+        return path
+
+    issue = only_error(validate_file(write(300), fmt=fmt, mapping=ColumnMapping(kind=kind)))
+    assert (issue.code, issue.row, issue.field) == ("too_deep", 2, field)
+    assert issue.message == ("holds lists or objects nested more than 254 levels deep, which Temper does not keep; "
+                             "flatten them, or store such a value as a JSON string")
+    assert validate_file(write(200), fmt=fmt, mapping=ColumnMapping(kind=kind)).ok
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused_alike_by_both_json_readers(tmp_path, fmt, constant):
+    # The JSON array reader took NaN (Python's json does) where JSONL refused it as "unexpected character", and a
+    # NaN kept as a reference could not be stored where the web app keeps samples (PostgreSQL's JSON has none).
+    row = f'{{"prompt": "a", "answer": {constant}}}'
+    path = tmp_path / f"nan.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
+    assert issue.message == (f"{constant} is not a JSON value (JSON has no NaN or Infinity): write null, or the "
+                             "value as text in quotes")
+
+
+def test_an_integer_past_64_bits_is_read_alike_by_both_json_readers(tmp_path):
+    # The JSON array reader kept it exact, and the row's digest (orjson, 64-bit integers) raised TypeError, which
+    # ended the check. JSONL's orjson reads it as a float.
+    number = "1" * 30
+    jsonl, array = tmp_path / "big.jsonl", tmp_path / "big.json"
+    jsonl.write_text(f'{{"prompt": "a", "answer": {number}}}\n', encoding="utf-8")
+    array.write_text(f'[{{"prompt": "a", "answer": {number}}}]', encoding="utf-8")
+    prompts = ColumnMapping(kind="prompts")
+    reports = [validate_file(path, fmt=detect_format(path.name), mapping=prompts) for path in (jsonl, array)]
+    assert all(report.ok for report in reports), [report.errors for report in reports]
+    assert reports[0].row_digests == reports[1].row_digests
+    assert list(iter_examples(array, fmt=FileFormat.JSON, mapping=prompts)) == list(
+        iter_examples(jsonl, fmt=FileFormat.JSONL, mapping=prompts))
+
+
+@pytest.mark.parametrize("fmt", [FileFormat.JSONL, FileFormat.JSON])
+def test_an_integer_past_what_a_number_holds_is_named_alike_by_both_json_readers(tmp_path, fmt):
+    # Over 4,300 digits Python's int() raised ValueError in the JSON array reader, which ended the check; JSONL said
+    # "broken JSON: number is infinity when parsed as double".
+    row = f'{{"prompt": "a", "answer": {"1" * 5000}}}'
+    path = tmp_path / f"huge.{fmt.value}"
+    path.write_text(row + "\n" if fmt is FileFormat.JSONL else f"[{row}]", encoding="utf-8")
+    issue = only_error(validate_file(path, fmt=fmt, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.line, issue.row) == ("json", 1, 1)
+    assert issue.message == "a number of 5,000 digits, past what a number can hold: write it as text in quotes"
+
+
+def test_a_parquet_value_of_a_type_that_cannot_be_kept_is_named(tmp_path):
+    import decimal
+
+    path = tmp_path / "typed.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"prompt": ["a"], "price": pyarrow.array([decimal.Decimal("1.5")])}),
+                                path)
+    issue = only_error(validate_file(path, fmt=FileFormat.PARQUET, mapping=ColumnMapping(kind="prompts")))
+    assert (issue.code, issue.row, issue.field) == ("wrong_type", 1, "price")
+    assert issue.message == ("holds a value of a type Temper does not keep (Type is not JSON serializable: "
+                             "decimal.Decimal): store it as text or a number")

@@ -1,4 +1,5 @@
 """Dataset services: storing uploads, numbering versions, validation outcomes, token statistics."""
+import html
 import json
 
 import pytest
@@ -306,10 +307,10 @@ def launch_warnings(team, *, task, train, evaluation=None):
 def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_warned_of_at_launch(team, client):
     """QA: such rows are valid (a review campaign's prompts), but a DPO or reward run picked them and silently
     learned nothing from that side."""
-    def chat(*roles):
-        return [{"role": role, "content": f"{role} says"} for role in roles]
+    def chat(*roles, says="says"):
+        return [{"role": role, "content": f"{role} {says}"} for role in roles]
 
-    rows = [{"chosen": chat("user", "assistant"), "rejected": chat("user", "assistant")} for _ in range(3)]
+    rows = [{"chosen": chat("user", "assistant"), "rejected": chat("user", "assistant", says="errs")} for _ in range(3)]
     rows[1] = {"chosen": chat("user"), "rejected": chat("user", "assistant")}
     rows[2] = {"chosen": chat("user"), "rejected": chat("system", "user")}
     version = ready(team, name="pairs", kind="preference", rows=rows)
@@ -328,6 +329,24 @@ def test_preference_rows_with_a_side_that_has_no_assistant_turn_are_counted_and_
     assert launch_warnings(team, task="reward", train=whole, evaluation=version)[0].startswith(
         f"data.eval: rows of {isolated('pairs v1')} end with no assistant turn")
     assert launch_warnings(team, task="dpo", train=whole) == []
+
+
+def test_preference_rows_whose_chosen_is_their_rejected_are_counted_and_warned_of_at_launch(team, client):
+    """QA: a pair whose two answers are the same is valid, but a DPO or reward run learned nothing from it, and
+    nothing said so (a review campaign leaves such rows out)."""
+    rows = [{"prompt": f"q{index}", "chosen": "yes", "rejected": "no"} for index in range(4)]
+    rows[1]["rejected"] = rows[3]["rejected"] = "yes "
+    version = ready(team, name="ties", kind="preference", rows=rows)
+    assert version.status == VersionStatus.READY
+    assert version.statistics["identical_pairs"] == {"count": 2, "rows": [2, 4]}
+    page = version_page(team, client, version)
+    assert ("2 rows (rows 2, 4) have the same chosen and rejected answer: dpo and reward runs learn nothing from "
+            "them (review campaigns leave them out).") in page
+    assert launch_warnings(team, task="reward", train=version) == [
+        f"data.train: 2 rows of {isolated('ties v1')} have the same chosen and rejected answer (rows 2, 4): reward "
+        "learns nothing from such a pair; remove those rows, or give each the answer meant to lose as rejected"]
+    untied = ready(team, name="untied", kind="preference", rows=rows[:1])
+    assert launch_warnings(team, task="dpo", train=untied) == []
 
 
 def version_page(team, client, version) -> str:
@@ -386,3 +405,38 @@ def test_rows_that_eval_shares_with_train_are_warned_of_at_launch(team, django_c
     with django_capture_on_commit_callbacks(execute=True):
         services.dataset_version_delete(version=held_out)
     assert not digests.exists()
+
+
+def test_chats_the_models_chat_template_refuses_are_counted_and_refused_at_launch(team, client, tmp_path):
+    """QA: a chat with a system turn mid-way, or two user turns in a row, is valid and trains on a ChatML model,
+    but Gemma's template raises on it: the run was launched and stopped at its start, on the first such row."""
+    from tests.factories import GEMMA_CHAT_TEMPLATE
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    def chat(*roles):
+        return {"messages": [{"role": role, "content": f"{role} says"} for role in roles]}
+
+    rows = [chat("system", "user", "assistant"), chat("user", "system", "assistant"),
+            chat("user", "user", "assistant", "assistant"), chat("user", "system", "assistant")]
+    version = ready(team, name="shapes", kind="sft", rows=rows)
+    assert version.status == VersionStatus.READY
+    assert version.statistics["chat_shapes"] == {"system_later": {"count": 2, "rows": [2, 4]},
+                                                 "same_role_twice": {"count": 1, "rows": [3]},
+                                                 "assistant_first": {"count": 0, "rows": []}}
+    page = html.unescape(version_page(team, client, version))
+    assert ("2 rows (rows 2, 4) hold a system turn after the first turn: some models' chat templates (Gemma's) "
+            "refuse such chats, and a launch on such a model says so.") in page
+    strict = make_base_model(team.project, name="strict", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "strict", chat_template=GEMMA_CHAT_TEMPLATE)))
+    spec = {"task": "sft", "model": strict.public_id, "data": {"train": version.public_id}, "train": {"max_steps": 2}}
+    with pytest.raises(ValidationError) as refused:
+        run_services.launch_check(project=team.project, spec=spec, axes=[])
+    refusal = ("which the model's chat template refuses (chat template: Conversation roles must alternate "
+               "user/assistant/user/assistant/...), so the run would stop at its start: put a system turn first and "
+               "user and assistant turns in turn in those chats, or choose a model whose template takes them")
+    assert refused.value.message_dict == {"data.train": [
+        f"2 rows of shapes v1 (rows 2, 4) hold a system turn after the first turn, {refusal}",
+        f"1 row of shapes v1 (row 3) holds two turns of one role in a row, {refusal}"]}
+    chatml = make_base_model(team.project, name="chatml", path=str(build_bpe_tokenizer_dir(tmp_path / "chatml")))
+    assert run_services.launch_check(project=team.project, spec={**spec, "model": chatml.public_id}, axes=[])
