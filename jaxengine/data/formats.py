@@ -613,7 +613,10 @@ def _holds_json_lines(path: Path) -> bool:
             orjson.loads(first)
         except orjson.JSONDecodeError:  # an object over several lines, or cut at the limit
             return False
-        return any(line.strip() for line in handle)
+        while line := handle.readline(MAX_LINE_BYTES):  # bounded: the next line may be a 2 GB one
+            if line.strip():
+                return True
+        return False
 
 
 _WRAPPER_ADVICE = ("; a .json dataset is one array of rows ([{...}, {...}]), or an object whose one key holds that "

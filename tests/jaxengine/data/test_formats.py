@@ -1060,6 +1060,8 @@ def test_duplicate_rows_match_a_first_seen_dictionary_on_many_rows():
 @pytest.mark.parametrize(("name", "fmt", "head", "row", "where"), [
     ("one.jsonl", FileFormat.JSONL, b'{"text": "short"}\n', b'{"text": "%s"}\n', ("json", 2)),
     ("one.csv", FileFormat.CSV, b"text\nshort\n", b"%s\n", ("csv", 3)),
+    # A .json file of JSON Lines (dataqa): telling it from an array read its second line whole first.
+    ("lines.json", FileFormat.JSON, b'{"text": "short"}\n', b'{"text": "%s"}\n', ("json", 2)),
 ])
 def test_a_line_past_the_line_limit_is_refused_before_it_is_read_whole(tmp_path, monkeypatch, name, fmt, head, row,
                                                                        where):
