@@ -59,3 +59,17 @@ def account_delete(*, user: AbstractBaseUser) -> None:
         user.delete()
     except ProtectedError as error:
         raise ValidationError(deletion_refusal(user, error.protected_objects)) from None
+
+
+@transaction.atomic
+def account_tokens_revoke(*, user: AbstractBaseUser) -> int:
+    """Delete every API token of ``user``: their REST tokens (``tmp_``) and their project tokens of the
+    OpenAI-compatible API (``tpk_``), in every project; returns how many there were. Called when their password
+    changes (``throttle.ThrottledPasswordChangeForm``, an administrator's ``ResettingAdminPasswordChangeForm``):
+    a password changed because it leaked leaves no token made with it working."""
+    from webapp.api.models import ApiToken  # these apps are built on accounts
+    from webapp.chat.models import ProjectToken
+
+    rest, _by_model = ApiToken.objects.filter(user=user).delete()
+    project, _by_model = ProjectToken.objects.filter(user=user).delete()
+    return rest + project

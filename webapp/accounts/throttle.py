@@ -37,6 +37,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
+from webapp.accounts.services import account_tokens_revoke
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
@@ -121,7 +122,22 @@ class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
 
 
 class ThrottledPasswordChangeForm(PasswordChangeForm):
-    """Django's password change form, refusing an account's change after too many wrong current passwords."""
+    """Django's password change form, refusing an account's change after too many wrong current passwords.
+    The account's other sessions end with the change (Django's session hash: the page that changed it stays
+    signed in) and, unless unticked, its API tokens are revoked (``account_tokens_revoke``); ``revoked_tokens``
+    says how many, after ``save``."""
+
+    revoke_tokens = forms.BooleanField(
+        required=False, initial=True, label="Also revoke my API tokens",
+        help_text="REST API tokens and the projects' /v1/ tokens: programs using them are refused until given new "
+                  "ones. Leave it ticked if the old password may have leaked.")
+    revoked_tokens = 0
+
+    def save(self, commit: bool = True):
+        user = super().save(commit=commit)
+        if commit and self.cleaned_data.get("revoke_tokens"):
+            self.revoked_tokens = account_tokens_revoke(user=user)
+        return user
 
     def clean_old_password(self):
         return _checked_within_limit(

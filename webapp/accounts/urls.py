@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
 from webapp.accounts.throttle import ThrottledAuthenticationForm, ThrottledPasswordChangeForm
+from webapp.accounts.views import PasswordChangeView
 
 app_name = "accounts"
 
@@ -18,7 +19,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",
-        auth_views.PasswordChangeView.as_view(
+        PasswordChangeView.as_view(
             template_name="accounts/password_change.html",
             form_class=ThrottledPasswordChangeForm,
             success_url=reverse_lazy("accounts:password_change_done"),

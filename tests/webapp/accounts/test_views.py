@@ -15,6 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
+from webapp.api.models import ApiToken
+from webapp.api.services import token_authenticate, token_create
+from webapp.chat.models import ProjectToken
+from webapp.chat.tokens import project_token_authenticate, project_token_create
 from webapp.accounts.throttle import (MAX_FAILURES, ThrottledAuthenticationForm, ThrottledLogin,
                                      ThrottledPasswordChangeForm)
 
@@ -84,6 +88,46 @@ class TestPasswordChange:
         assert response["Location"] == "/accounts/password/done/"
         user = get_user_model().objects.get(username="alpha-owner")
         assert user.check_password("a-new-long-phrase")
+
+    def test_it_ends_the_other_sessions_and_revokes_the_api_tokens(self, team, client_for):
+        # A password changed because it leaked: a session or a token the other holder made with it kept working.
+        here, elsewhere = client_for(team.owner), client_for(team.owner)
+        rest_token, rest_secret = token_create(user=team.owner, name="laptop")
+        project_token, project_secret = project_token_create(user=team.owner, project=team.project, name="notebook")
+        teammates, _secret = token_create(user=team.teammate, name="ci")
+        page = here.get(self.url).content.decode()
+        assert "signs you out everywhere else" in page
+        assert 'name="revoke_tokens"' in page and "checked" in page.split('name="revoke_tokens"')[1].split(">")[0]
+        response = here.post(self.url, {"old_password": PASSWORD, "new_password1": "a-new-long-phrase",
+                                        "new_password2": "a-new-long-phrase", "revoke_tokens": "on"}, follow=True)
+        assert b"Your other sessions were signed out, and your 2 API tokens revoked." in response.content
+        assert here.get("/p/alpha/").status_code == 200
+        assert elsewhere.get("/p/alpha/").status_code == 302
+        assert token_authenticate(f"Bearer {rest_secret}") is None
+        assert project_token_authenticate(f"Bearer {project_secret}") is None
+        assert Client().get("/api/v1/projects/alpha/datasets/", HTTP_AUTHORIZATION=f"Bearer {rest_secret}").status_code == 401
+        assert ApiToken.objects.filter(user=team.owner).count() == ProjectToken.objects.filter(user=team.owner).count() == 0
+        assert ApiToken.objects.filter(pk=teammates.pk).exists()
+
+    def test_it_keeps_the_api_tokens_when_unticked(self, team, client_for):
+        _token, secret = token_create(user=team.owner, name="laptop")
+        response = client_for(team.owner).post(self.url, {"old_password": PASSWORD, "new_password1": "a-new-long-phrase",
+                                                          "new_password2": "a-new-long-phrase"}, follow=True)
+        assert b"Your other sessions were signed out." in response.content
+        assert token_authenticate(f"Bearer {secret}") == team.owner
+
+    def test_an_administrators_reset_ends_the_sessions_and_revokes_the_api_tokens(self, team, client_for):
+        admin = get_user_model().objects.create_superuser("root", password=PASSWORD)
+        signed_in = client_for(team.owner)
+        _token, rest_secret = token_create(user=team.owner, name="laptop")
+        _token, project_secret = project_token_create(user=team.owner, project=team.project, name="notebook")
+        response = client_for(admin).post(f"/admin/auth/user/{team.owner.pk}/password/", {
+            "password1": "a-new-long-phrase", "password2": "a-new-long-phrase", "usable_password": "true"})
+        assert response.status_code == 302
+        assert get_user_model().objects.get(pk=team.owner.pk).check_password("a-new-long-phrase")
+        assert signed_in.get("/p/alpha/").status_code == 302
+        assert token_authenticate(f"Bearer {rest_secret}") is None
+        assert project_token_authenticate(f"Bearer {project_secret}") is None
 
     def test_it_requires_access(self, client, db):
         response = client.get(self.url)
