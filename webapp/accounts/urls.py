@@ -5,14 +5,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
 from webapp.accounts.throttle import ThrottledAuthenticationForm, ThrottledPasswordChangeForm
-from webapp.accounts.views import PasswordChangeView
+from webapp.accounts.views import LoginView, PasswordChangeView
 
 app_name = "accounts"
 
 urlpatterns = [
     path(
         "login/",
-        auth_views.LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True,
+        LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True,
                                      authentication_form=ThrottledAuthenticationForm),
         name="login",
     ),
