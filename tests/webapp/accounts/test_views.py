@@ -123,8 +123,10 @@ class TestPasswordChange:
         _token, rest_secret = token_create(user=team.owner, name="laptop")
         _token, project_secret = project_token_create(user=team.owner, project=team.project, name="notebook")
         response = client_for(admin).post(f"/admin/auth/user/{team.owner.pk}/password/", {
-            "password1": "a-new-long-phrase", "password2": "a-new-long-phrase", "usable_password": "true"})
-        assert response.status_code == 302
+            "password1": "a-new-long-phrase", "password2": "a-new-long-phrase", "usable_password": "true"},
+            follow=True)
+        assert response.redirect_chain[0][1] == 302
+        assert b"Their other sessions were signed out and their API tokens revoked" in response.content
         assert get_user_model().objects.get(pk=team.owner.pk).check_password("a-new-long-phrase")
         assert signed_in.get("/p/alpha/").status_code == 302
         assert token_authenticate(f"Bearer {rest_secret}") is None
