@@ -13,10 +13,11 @@ model refuses (a prompt over its context) gets a 4xx status like a whole one, no
 error in it. A client that goes away (Django cancels the view, or closes the stream, on the ASGI
 disconnect) stops its generation, which would otherwise hold a place in the serve worker's batch.
 
-A streamed answer does not outlive its token's right to it: every ``TOKEN_RECHECK_SECONDS`` it asks again
+An answer does not outlive its token's right to it: every ``TOKEN_RECHECK_SECONDS`` it asks again
 (``tokens.project_token_standing``), and once the token is revoked or expired, or its user deactivated, removed
 from the project or made a viewer, it stops its generations (the stop flag the chat page's Stop button sets) and
-ends with an error chunk, which the openai client raises as an ``APIError`` naming why. It ran to its token limit.
+ends with an error chunk, streamed, which the openai client raises as an ``APIError`` naming why, or a 401, whole.
+It ran to its token limit.
 
 A completion is recorded (``ApiGeneration``, ``services.api_generation_start``) under the lock of its model's row
 before its request is queued, and the record deleted once it is answered: a deletion of the model, or of the
@@ -557,6 +558,16 @@ def _failed(event: dict[str, Any]) -> JsonResponse:
     return _error(503, REDIS_LOST, kind="server_error")
 
 
+def _revoked_error(event: dict[str, Any]) -> dict[str, Any]:
+    return {"message": f"this completion was stopped: {event['message']}", "type": "invalid_request_error",
+            "param": None, "code": "invalid_api_key"}
+
+
+def _revoked(event: dict[str, Any]) -> JsonResponse:
+    """A whole answer whose token may no longer be used (``_token_watch``): a 401, as a new request with it gets."""
+    return JsonResponse({"error": _revoked_error(event)}, status=401)
+
+
 def _sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
@@ -612,8 +623,7 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
     try:
         async for index, event in merged:
             if event["type"] == "revoked":
-                yield _sse({"error": {"message": f"this completion was stopped: {event['message']}",
-                                      "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}})
+                yield _sse({"error": _revoked_error(event)})
                 break
             if event["type"] == "token" and event["text"]:
                 yield _sse(chunk(index, event["text"], None))
@@ -752,15 +762,22 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, 
                                         include_usage=include_usage, answer_id=generation_id,
                                         token_id=token_id))
     waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
+    watch = asyncio.ensure_future(anext(_token_watch(token_id)))
     try:
-        for next_final in asyncio.as_completed(waits):
-            final = await next_final
-            if final["type"] != "done":  # the answer is this refusal: the others' text would be thrown away
-                return _failed(final)
+        pending = set(waits)
+        while pending:
+            finished, pending = await asyncio.wait(pending | {watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in finished:
+                return _revoked(watch.result())
+            pending.discard(watch)
+            for wait in finished:
+                if wait.result()["type"] != "done":  # the answer is this refusal: the others' text would be lost
+                    return _failed(wait.result())
     finally:
+        watch.cancel()
         for wait in waits:
             wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
-        await asyncio.gather(*waits, return_exceptions=True)
+        await asyncio.gather(*waits, watch, return_exceptions=True)
     finals = [wait.result() for wait in waits]
     return JsonResponse(head | {
         "object": endpoint.final_object,

@@ -658,10 +658,11 @@ def _revoke(team, token):
 @pytest.mark.django_db(transaction=True)  # the ASGI handler answers from threads of its own
 @pytest.mark.parametrize("revoke, why", [(_revoke, "this token was revoked"),
                                          (_deactivate, "this token's user, alpha-teammate, is deactivated")])
-def test_a_streamed_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team, monkeypatch, revoke, why):
-    """A /v1 answer streaming as its token was revoked (or its user deactivated, removed from the project) ran on to
-    its token limit. It stops its generation within TOKEN_RECHECK_SECONDS and ends with an error chunk, which the
-    official openai client raises naming why."""
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team, monkeypatch, revoke, why, streamed):
+    """A /v1 answer being written as its token was revoked (or its user deactivated, removed from the project) ran
+    on to its token limit. It stops its generation within TOKEN_RECHECK_SECONDS and ends with an error chunk
+    (streamed) or a 401 (whole), which the official openai client raises naming why."""
     import httpx2
     import openai
     from django.core.handlers.asgi import ASGIHandler
@@ -678,8 +679,9 @@ def test_a_streamed_answer_stops_once_its_token_may_no_longer_be_used(api, worke
                                 http_client=http, max_retries=0)
 
     async def read():
-        return [chunk async for chunk in await client.chat.completions.create(
-            model=model.public_id, messages=[{"role": "user", "content": "hi"}], stream=True)]
+        answer = await client.chat.completions.create(
+            model=model.public_id, messages=[{"role": "user", "content": "hi"}], stream=streamed)
+        return [chunk async for chunk in answer] if streamed else answer
 
     async def revoke_once_answering():
         while not await sync_to_async(ApiGeneration.objects.exists)():
@@ -693,7 +695,8 @@ def test_a_streamed_answer_stops_once_its_token_may_no_longer_be_used(api, worke
         finally:
             await revoking
 
-    with pytest.raises(openai.APIError, match=f"this completion was stopped: {why}"):
+    with pytest.raises(openai.APIError if streamed else openai.AuthenticationError,
+                       match=f"this completion was stopped: {why}"):
         async_to_sync(answer_while_revoking)()
     assert redis_client().exists(channels.stop_key(requests[0]["id"]))
     assert not ApiGeneration.objects.exists()
