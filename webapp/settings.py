@@ -154,6 +154,9 @@ TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
 # A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.
 TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
+# Wrong passwords for one account from browsers it never signed in with, every address together, in the login
+# throttle's window: past it those are refused; its known browsers are not (webapp.accounts.throttle).
+TEMPER_LOGIN_ACCOUNT_MAX_FAILURES = env_int("TEMPER_LOGIN_ACCOUNT_MAX_FAILURES", 100)
 # Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
 TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
 # Runs: a running run's worker refreshes its heartbeat this often; a run silent for longer than

@@ -2,6 +2,7 @@
 their role, the teammate sees the project, a removed member loses it, and everyone
 can log out and change their password."""
 import pytest
+from playwright.sync_api import expect
 
 from tests.webapp.factories import PASSWORD, make_user
 from webapp.projects.models import Membership, Role
@@ -79,8 +80,10 @@ def test_password_change(page, live_server):
     page.fill("#id_old_password", PASSWORD)
     page.fill("#id_new_password1", "a-brand-new-phrase")
     page.fill("#id_new_password2", "a-brand-new-phrase")
+    expect(page.get_by_label("Also revoke my API tokens")).to_be_checked()
     page.get_by_role("button", name="Change password").click()
     page.wait_for_url("**/accounts/password/done/")
+    expect(page.get_by_text("Your other sessions were signed out.")).to_be_visible()
     log_out(page)
     log_in(page, base, "pat", "a-brand-new-phrase")
     assert page.get_by_role("heading", name="Projects").is_visible()

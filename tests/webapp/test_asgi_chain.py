@@ -10,6 +10,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.utils.module_loading import import_string
 
 from webapp.core.metrics import REQUEST_DURATION
+from webapp.datasets.uploads import RequestBodyLimit
 
 
 def test_every_middleware_runs_in_the_event_loop():
@@ -19,10 +20,11 @@ def test_every_middleware_runs_in_the_event_loop():
     assert sync_only == []
 
 
-def call(app, path: str, *, method: str = "GET") -> tuple[int, dict[bytes, bytes], bytes]:
+def call(app, path: str, *, method: str = "GET",
+         headers: list[tuple[bytes, bytes]] = ()) -> tuple[int, dict[bytes, bytes], bytes]:
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+             "headers": [(b"host", b"127.0.0.1"), *headers], "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
     request = [{"type": "http.request", "body": b"", "more_body": False}]
     started: dict = {}
     body = bytearray()
@@ -60,3 +62,28 @@ def test_static_files_pages_and_api_addresses_through_the_asgi_handler():
 
     status, _headers, body = call(app, "/api/v1/projects/alpha/runs", method="POST")
     assert status == 404 and b"it ends with a slash: /api/v1/projects/alpha/runs/" in body
+
+
+SECURITY_HEADERS = (b"content-security-policy", b"x-frame-options", b"x-content-type-options", b"referrer-policy",
+                    b"cross-origin-opener-policy", b"strict-transport-security")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("forwarded", [b"http", b"https"])
+def test_the_upload_guards_413_has_the_security_headers_of_djangos_answers(settings, forwarded):
+    """The guard answers an oversize body before Django: its page had no CSP, X-Frame-Options or nosniff, so
+    it could be framed, and its text sniffed as another type. It gets the headers Django's own answer gets."""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_HSTS_SECONDS = 3600
+    app = RequestBodyLimit(ASGIHandler(), max_upload_bytes=100, max_other_bytes=10)
+    extra = [(b"x-forwarded-proto", forwarded)]
+    status, django_headers, _body = call(app, "/accounts/login/", headers=extra)
+    assert status == 200
+    status, guard_headers, body = call(app, "/accounts/login/", method="POST",
+                                       headers=[*extra, (b"content-length", b"1000000000")])
+    assert status == 413 and b"over the 10 bytes" in body
+    expected = {name: django_headers[name] for name in SECURITY_HEADERS if name in django_headers}
+    assert {b"content-security-policy", b"x-frame-options", b"x-content-type-options"} <= set(expected)
+    assert (b"strict-transport-security" in expected) == (forwarded == b"https")
+    assert {name: guard_headers.get(name) for name in expected} == expected
+    assert not (set(SECURITY_HEADERS) - set(expected)) & set(guard_headers)

@@ -66,3 +66,17 @@ def review_shortcuts_set(*, user: AbstractBaseUser, on: bool) -> Preferences:
     """Turn the reviewing page's single-key shortcuts on or off for ``user``, on every campaign."""
     preferences, _created = Preferences.objects.update_or_create(user=user, defaults={"review_shortcuts": on})
     return preferences
+
+
+@transaction.atomic
+def account_tokens_revoke(*, user: AbstractBaseUser) -> int:
+    """Delete every API token of ``user``: their REST tokens (``tmp_``) and their project tokens of the
+    OpenAI-compatible API (``tpk_``), in every project; returns how many there were. Called when their password
+    changes (``throttle.ThrottledPasswordChangeForm``, an administrator's ``ResettingAdminPasswordChangeForm``):
+    a password changed because it leaked leaves no token made with it working."""
+    from webapp.api.models import ApiToken  # these apps are built on accounts
+    from webapp.chat.models import ProjectToken
+
+    rest, _by_model = ApiToken.objects.filter(user=user).delete()
+    project, _by_model = ProjectToken.objects.filter(user=user).delete()
+    return rest + project

@@ -2,8 +2,15 @@
 try a password list against a known account (``admin``) at the speed of the server. After
 ``MAX_FAILURES`` wrong passwords for one account from one client address within ``WINDOW_SECONDS``, that
 account's logins from that address are refused, right password or not, until ``WINDOW_SECONDS`` after the
-last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere;
-behind a reverse proxy every client has the proxy's address, and the limit is then per account.
+last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere.
+
+Behind a reverse proxy that does not pass the client's address on, every client has the proxy's address: ten
+wrong guesses by anyone locked the account's owner out too. So a browser that signed in to the account before
+carries a signed cookie saying so (``DEVICE_COOKIE``, set by ``views.LoginView``), and its attempts are counted
+under that browser instead of the address (``MAX_FAILURES`` too): what strangers send does not lock it. Browsers
+without one are counted under the address and, every address together, under the account
+(``settings.TEMPER_LOGIN_ACCOUNT_MAX_FAILURES``, 100 by default): guessers spread over many addresses are held to
+that, and what they can lock is only the account's sign-in from browsers it never used.
 
 Each attempt is counted before its password is checked (``_count_attempt``: one ``UPDATE … count + 1``, or
 the row's INSERT, in a transaction), and a right password then forgives the count: had the count been read first
@@ -27,9 +34,12 @@ password change page leads to the same form (``webapp/urls.py``)."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
+from django.core import signing
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.db import IntegrityError, transaction
@@ -37,6 +47,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
+from webapp.accounts.services import account_tokens_revoke
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
@@ -46,6 +57,36 @@ def _key(username: str, address: str) -> str:
     # Hashed: a username is text a person typed, of any length and characters, and a key has 100 characters.
     digest = hashlib.sha256(f"{username.casefold()}\0{address}".encode()).hexdigest()
     return f"login:{digest}"
+
+
+def _account_key(username: str) -> str:
+    digest = hashlib.sha256(username.casefold().encode()).hexdigest()
+    return f"login-account:{digest}"
+
+
+DEVICE_COOKIE = "temper_device"
+DEVICE_COOKIE_MAX_AGE = 365 * 24 * 60 * 60
+_DEVICE_SALT = "webapp.accounts.throttle.device"
+
+
+def device_cookie_value(username: str, current: str | None) -> str:
+    """The signed ``DEVICE_COOKIE`` of a browser that has just signed in as ``username``: its device id kept when
+    ``current`` (the cookie it sent) was already for that account, else a new one."""
+    device = _device_in(current, username) or secrets.token_hex(16)
+    return signing.dumps({"user": username.casefold(), "device": device}, salt=_DEVICE_SALT)
+
+
+def _device_in(cookie: str | None, username: str) -> str | None:
+    """The device id of ``cookie`` when it is a valid, unexpired one of the account ``username``, else None."""
+    if not cookie:
+        return None
+    try:
+        value = signing.loads(cookie, salt=_DEVICE_SALT, max_age=DEVICE_COOKIE_MAX_AGE)
+    except signing.BadSignature:
+        return None
+    if not isinstance(value, dict) or value.get("user") != username.casefold():
+        return None
+    return value.get("device") if isinstance(value.get("device"), str) else None
 
 
 def _password_change_key(user_pk: int) -> str:
@@ -81,17 +122,25 @@ def _count_failure(key: str) -> None:
     AttemptCount.objects.filter(key=key).update(expires_at=timezone.now() + timedelta(seconds=WINDOW_SECONDS))
 
 
-def _checked_within_limit(key: str, check, *, refusal: str):
+def _checked_within_limit(key: str, check, *, refusal: str, shared: tuple[str, int, str] | None = None):
     """``check()`` (a form's password check), counted under ``key`` before it runs: refused with ``refusal`` past
-    ``MAX_FAILURES`` attempts in the window, a failure keeping its count, a success clearing it."""
+    ``MAX_FAILURES`` attempts in the window, a failure keeping its count, a success clearing it. ``shared``: a
+    ``(key, limit, refusal)`` counted too, refused past ``limit``, that a success does not clear (the account's
+    count from every address) but takes its own attempt off."""
     if _count_attempt(key) > MAX_FAILURES:
         raise forms.ValidationError(refusal, code="throttled")
+    if shared is not None and _count_attempt(shared[0]) > shared[1]:
+        raise forms.ValidationError(shared[2], code="throttled")
     try:
         result = check()
     except forms.ValidationError:
         _count_failure(key)
+        if shared is not None:
+            _count_failure(shared[0])
         raise
     AttemptCount.objects.filter(key=key).delete()
+    if shared is not None:
+        AttemptCount.objects.filter(key=shared[0], count__gt=0).update(count=F("count") - 1)
     return result
 
 
@@ -105,11 +154,21 @@ class ThrottledLogin:
             # No password is checked (the empty field has its own error), so nothing is counted, and
             # nothing forgiven: an empty password must not clear a guesser's count.
             return super().clean()
+        wait = f"wait {WINDOW_SECONDS // 60} minutes and try again"
+        device = _device_in(self.request.COOKIES.get(DEVICE_COOKIE), username) if self.request is not None else None
+        if device is not None:  # a browser that signed in as this account before: only its own guesses count
+            return _checked_within_limit(
+                _key(username, f"device:{device}"), super().clean,
+                refusal=f"Too many failed logins for this account from this browser: {wait}, or ask an "
+                        "administrator to set a new password.")
         address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
         return _checked_within_limit(
             _key(username, address), super().clean,
-            refusal=f"Too many failed logins for this account from your address: wait {WINDOW_SECONDS // 60} "
-                    "minutes and try again, or ask an administrator to set a new password.")
+            refusal=f"Too many failed logins for this account from your address: {wait}, or ask an administrator "
+                    "to set a new password.",
+            shared=(_account_key(username), settings.TEMPER_LOGIN_ACCOUNT_MAX_FAILURES,
+                    f"Too many failed logins for this account from browsers it has not signed in with: {wait}, sign "
+                    "in from a browser you signed in with before, or ask an administrator to set a new password."))
 
 
 class ThrottledAuthenticationForm(ThrottledLogin, AuthenticationForm):
@@ -121,7 +180,22 @@ class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
 
 
 class ThrottledPasswordChangeForm(PasswordChangeForm):
-    """Django's password change form, refusing an account's change after too many wrong current passwords."""
+    """Django's password change form, refusing an account's change after too many wrong current passwords.
+    The account's other sessions end with the change (Django's session hash: the page that changed it stays
+    signed in) and, unless unticked, its API tokens are revoked (``account_tokens_revoke``); ``revoked_tokens``
+    says how many, after ``save``."""
+
+    revoke_tokens = forms.BooleanField(
+        required=False, initial=True, label="Also revoke my API tokens",
+        help_text="REST API tokens and the projects' /v1/ tokens: programs using them are refused until given new "
+                  "ones. Leave it ticked if the old password may have leaked.")
+    revoked_tokens = 0
+
+    def save(self, commit: bool = True):
+        user = super().save(commit=commit)
+        if commit and self.cleaned_data.get("revoke_tokens"):
+            self.revoked_tokens = account_tokens_revoke(user=user)
+        return user
 
     def clean_old_password(self):
         return _checked_within_limit(

@@ -7,20 +7,21 @@ from django.urls import path, reverse_lazy
 
 from webapp.accounts import views
 from webapp.accounts.throttle import ThrottledAuthenticationForm, ThrottledPasswordChangeForm
+from webapp.accounts.views import LoginView, PasswordChangeView
 
 app_name = "accounts"
 
 urlpatterns = [
     path(
         "login/",
-        auth_views.LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True,
+        LoginView.as_view(template_name="accounts/login.html", redirect_authenticated_user=True,
                                      authentication_form=ThrottledAuthenticationForm),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",
-        auth_views.PasswordChangeView.as_view(
+        PasswordChangeView.as_view(
             template_name="accounts/password_change.html",
             form_class=ThrottledPasswordChangeForm,
             success_url=reverse_lazy("accounts:password_change_done"),

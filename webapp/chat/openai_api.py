@@ -13,6 +13,12 @@ model refuses (a prompt over its context) gets a 4xx status like a whole one, no
 error in it. A client that goes away (Django cancels the view, or closes the stream, on the ASGI
 disconnect) stops its generation, which would otherwise hold a place in the serve worker's batch.
 
+An answer does not outlive its token's right to it: every ``TOKEN_RECHECK_SECONDS`` it asks again
+(``tokens.project_token_standing``), and once the token is revoked or expired, or its user deactivated, removed
+from the project or made a viewer, it stops its generations (the stop flag the chat page's Stop button sets) and
+ends with an error chunk, streamed, which the openai client raises as an ``APIError`` naming why, or a 401, whole.
+It ran to its token limit.
+
 A completion is recorded (``ApiGeneration``, ``services.api_generation_start``) under the lock of its model's row
 before its request is queued, and the record deleted once it is answered: a deletion of the model, or of the
 project, waits for that lock and is refused while the answer is written, as while a chat answer streams; one that
@@ -35,6 +41,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 import redis
 from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
@@ -45,8 +52,9 @@ from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
-from webapp.chat.tokens import project_token_authenticate, project_token_refusal
+from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
+from webapp.core.streams import release_connections
 from webapp.core.text import lone_surrogate_problem
 from webapp.runs.channels import redis_client
 
@@ -75,6 +83,9 @@ class _StreamOptions(BaseModel):
 
 # Stop sequences one request may give, as OpenAI's API takes (the chat panel's conversation form too).
 MAX_STOP_SEQUENCES = 4
+# How long a streamed answer may go on after its token is revoked (or its user removed from the project): one
+# indexed query per stream this often.
+TOKEN_RECHECK_SECONDS = 2.0
 
 
 class _Body(BaseModel):
@@ -503,6 +514,27 @@ async def _final(generation_id: str) -> dict[str, Any]:
     return last
 
 
+def _token_standing(*, token_id: int) -> str | None:
+    try:
+        return project_token_standing(token_id=token_id)
+    finally:  # a stream's connection goes back to the pool between checks (webapp.core.streams)
+        release_connections()
+
+
+async def _token_watch(token_id: int) -> AsyncIterator[dict[str, Any]]:
+    """Nothing while the token ``token_id`` may be used; a ``revoked`` event, saying why, once it may not."""
+    while True:
+        await asyncio.sleep(TOKEN_RECHECK_SECONDS)
+        try:
+            refusal = await sync_to_async(_token_standing)(token_id=token_id)
+        except DatabaseError as error:  # asked again next time: a database hiccup does not end the answer
+            logger.warning("token %s: its standing could not be read: %s", token_id, error)
+            continue
+        if refusal is not None:
+            yield {"type": "revoked", "message": refusal}
+            return
+
+
 def _usage(dones: list[dict[str, Any]]) -> dict[str, int]:
     """The usage of every choice's generation (its ``done`` event) together."""
     prompt = sum(done.get("prompt_tokens", 0) for done in dones)
@@ -524,6 +556,16 @@ def _failed(event: dict[str, Any]) -> JsonResponse:
     if event["type"] == "unanswered":
         return _error(503, _unanswered(), kind="server_error", code="no_serve_worker")
     return _error(503, REDIS_LOST, kind="server_error")
+
+
+def _revoked_error(event: dict[str, Any]) -> dict[str, Any]:
+    return {"message": f"this completion was stopped: {event['message']}", "type": "invalid_request_error",
+            "param": None, "code": "invalid_api_key"}
+
+
+def _revoked(event: dict[str, Any]) -> JsonResponse:
+    """A whole answer whose token may no longer be used (``_token_watch``): a 401, as a new request with it gets."""
+    return JsonResponse({"error": _revoked_error(event)}, status=401)
 
 
 def _sse(data: dict[str, Any]) -> str:
@@ -567,16 +609,22 @@ async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator
 
 
 async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dict[str, Any]]]], chunk,
-                  *, include_usage: bool, answer_id: str | None = None) -> AsyncIterator[str]:
+                  *, include_usage: bool, answer_id: str | None = None,
+                  token_id: int | None = None) -> AsyncIterator[str]:
     """The chunks of the ``(generation id, first output event, the events after it)`` of each choice, its index
     its place in ``generations``, as their events come; a stream closed before they ended (the client went away,
-    or one of them failed) stops those still going. Once it ends, however it ends, the completion ``answer_id``
-    is no longer being answered (``api_generation_end``)."""
+    one of them failed, or the token ``token_id`` may no longer be used: ``_token_watch``) stops those still
+    going. Once it ends, however it ends, the completion ``answer_id`` is no longer being answered
+    (``api_generation_end``)."""
     going = set(range(len(generations)))
     dones: list[dict[str, Any]] = []
-    merged = _merged([_from(first, events) for _generation_id, first, events in generations])
+    streams = [_from(first, events) for _generation_id, first, events in generations]
+    merged = _merged(streams + ([_token_watch(token_id)] if token_id is not None else []))
     try:
         async for index, event in merged:
+            if event["type"] == "revoked":
+                yield _sse({"error": _revoked_error(event)})
+                break
             if event["type"] == "token" and event["text"]:
                 yield _sse(chunk(index, event["text"], None))
             elif event["type"] == "done":
@@ -589,6 +637,8 @@ async def _stream(generations: list[tuple[str, dict[str, Any], AsyncIterator[dic
                 going.discard(index)
                 message = event.get("message") or (_unanswered() if event["type"] == "unanswered" else REDIS_LOST)
                 yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+                break
+            if not going:  # the token's watch goes on until closed
                 break
         yield "data: [DONE]\n\n"
     finally:
@@ -606,9 +656,10 @@ class _AnswerStream:
     which calls ``close`` here (a streamed content's ``close`` is one of the response's closers), and that does it."""
 
     def __init__(self, generations: list[tuple[str, dict[str, Any], AsyncIterator[dict[str, Any]]]], chunk, *,
-                 include_usage: bool, answer_id: str):
+                 include_usage: bool, answer_id: str, token_id: int):
         self._generations, self._answer_id = generations, answer_id
-        self._chunks = _stream(generations, chunk, include_usage=include_usage, answer_id=answer_id)
+        self._chunks = _stream(generations, chunk, include_usage=include_usage, answer_id=answer_id,
+                               token_id=token_id)
         self._started = False
 
     def __aiter__(self) -> _AnswerStream:
@@ -661,14 +712,14 @@ async def _complete(request: HttpRequest, endpoint: _Endpoint) -> HttpResponse:
         return _error(404, f"{' '.join(error.messages)} (GET /v1/models lists them)", code="model_not_found")
     response = None
     try:
-        response = await _answer(body, choice, generation_id, endpoint)
+        response = await _answer(body, choice, generation_id, endpoint, token_id=token.pk)
         return response
     finally:
         if not isinstance(response, StreamingHttpResponse):  # a stream ends the record where it ends (_stream)
             await sync_to_async(api_generation_end)(generation_id=generation_id)
 
 
-async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint) -> HttpResponse:
+async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint, *, token_id: int) -> HttpResponse:
     """Queue the completion's generations and answer with their outcome, or a stream of it."""
     inputs = endpoint.inputs(body)
     # A generation per choice (a list of prompts); the answer's id is the one generation's when there is one.
@@ -708,17 +759,25 @@ async def _answer(body: _Body, choice, generation_id: str, endpoint: _Endpoint) 
                     _stop(one_id)
             return _failed(refused)
         return _streaming(_AnswerStream(list(zip(generation_ids, firsts, streams)), chunk,
-                                        include_usage=include_usage, answer_id=generation_id))
+                                        include_usage=include_usage, answer_id=generation_id,
+                                        token_id=token_id))
     waits = [asyncio.ensure_future(_final(one_id)) for one_id in generation_ids]
+    watch = asyncio.ensure_future(anext(_token_watch(token_id)))
     try:
-        for next_final in asyncio.as_completed(waits):
-            final = await next_final
-            if final["type"] != "done":  # the answer is this refusal: the others' text would be thrown away
-                return _failed(final)
+        pending = set(waits)
+        while pending:
+            finished, pending = await asyncio.wait(pending | {watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in finished:
+                return _revoked(watch.result())
+            pending.discard(watch)
+            for wait in finished:
+                if wait.result()["type"] != "done":  # the answer is this refusal: the others' text would be lost
+                    return _failed(wait.result())
     finally:
+        watch.cancel()
         for wait in waits:
             wait.cancel()  # stops a generation still going (see _final); nothing for one that ended
-        await asyncio.gather(*waits, return_exceptions=True)
+        await asyncio.gather(*waits, watch, return_exceptions=True)
     finals = [wait.result() for wait in waits]
     return JsonResponse(head | {
         "object": endpoint.final_object,

@@ -42,24 +42,37 @@ def _token_in(header: str) -> tuple[ProjectToken | None, str | None]:
     secret = bearer_secret(header)
     if secret is None:
         return None, None
+    token = _with_role().filter(digest=token_digest(secret)).first()
+    return (None, None) if token is None else (token, _refusal(token))
+
+
+def _with_role():
     # One query: every API request asks this. ``role`` is the user's role in the project now (None: gone).
     role = Membership.objects.filter(project=OuterRef("project"), user=OuterRef("user")).values("role")[:1]
-    token = (ProjectToken.objects.select_related("user", "project").annotate(role=Subquery(role))
-             .filter(digest=token_digest(secret)).first())
-    if token is None:
-        return None, None
+    return ProjectToken.objects.select_related("user", "project").annotate(role=Subquery(role))
+
+
+def _refusal(token: ProjectToken) -> str | None:
     who, project = token.user.get_username(), token.project.slug
     if token_expired(token):
-        return token, (f"this token expired at {when(token.expires_at)}; make a new one on the Chat page of {project}, "
-                       "under 'API tokens for this project'")
+        return (f"this token expired at {when(token.expires_at)}; make a new one on the Chat page of {project}, "
+                "under 'API tokens for this project'")
     if not token.user.is_active:
-        return token, f"this token's user, {who}, is deactivated"
+        return f"this token's user, {who}, is deactivated"
     if token.role is None:
-        return token, f"this token's user, {who}, is no longer a member of {project}"
+        return f"this token's user, {who}, is no longer a member of {project}"
     if not role_at_least(token.role, Role.MEMBER):
-        return token, (f"this token's user, {who}, is now a {token.role} of {project}; only its members and "
-                       "owners may use its tokens")
-    return token, None
+        return (f"this token's user, {who}, is now a {token.role} of {project}; only its members and "
+                "owners may use its tokens")
+    return None
+
+
+def project_token_standing(*, token_id: int) -> str | None:
+    """Why the token ``token_id`` may no longer be used, in words (revoked, expired, its user deactivated, gone
+    from its project or now a viewer), or None while it may: asked again while a ``/v1/`` answer it started streams
+    (``openai_api._token_watch``), so that the answer does not outlive the token's right to it."""
+    token = _with_role().filter(pk=token_id).first()
+    return "this token was revoked" if token is None else _refusal(token)
 
 
 def project_token_authenticate(header: str) -> ProjectToken | None:

@@ -2,8 +2,13 @@
 and plainly under WSGI (the test client), so that no request crosses to a thread and back for it."""
 from __future__ import annotations
 
+from io import BytesIO
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
 
 
 class DualModeMiddleware:
@@ -58,3 +63,22 @@ class ContentSecurityPolicy(DualModeMiddleware):
     def _with_policy(response: HttpResponse) -> HttpResponse:
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
+
+
+def security_headers(scope: dict) -> list[tuple[bytes, bytes]]:
+    """The security headers (CSP, X-Frame-Options, nosniff, Referrer-Policy, HSTS where served over HTTPS …)
+    that Django's middleware gives an answer to the ASGI request ``scope``, for an answer made before Django
+    (the upload guard's 413). Made by those middlewares themselves, so their settings and ours hold there too
+    and no list of headers is kept twice."""
+    request = ASGIRequest({"path": "/", "method": "GET", **scope}, BytesIO())
+    response = HttpResponse()
+    plain = set(response.headers)
+
+    def answer(_request):
+        return response
+
+    SecurityMiddleware(answer).process_response(request, response)
+    XFrameOptionsMiddleware(answer).process_response(request, response)
+    ContentSecurityPolicy._with_policy(response)
+    return [(name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in response.headers.items() if name not in plain]

@@ -26,7 +26,7 @@ from jaxengine.data import formats
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
-from webapp.core.text import checked_json, checked_name, checked_text
+from webapp.core.text import checked_json, checked_name
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named, version_readers
 from webapp.datasets.uploads import store_upload
@@ -126,6 +126,9 @@ def dataset_version_create(
     ``file_format`` None means: tell it from the file name's extension. ``column_mapping`` maps
     the kind's fields to the file's column names (blank entries mean "same name").
     """
+    # Checked as a name first (no bidi control, no zero-width character): "report" + U+202E + "lsx.csv" read
+    # "reportvsc.xsl" on the version pages, and the extension it is told by was not the one shown.
+    filename = checked_name(upload.name or "", field="file")
     if file_format:
         try:
             file_format = formats.FileFormat(file_format.strip().lower()).value
@@ -135,21 +138,20 @@ def dataset_version_create(
                                                   "out to tell the format from the file's extension"}) from None
     else:
         try:
-            file_format = formats.detect_format(upload.name or "", shown_as=isolated(upload.name or "")).value
+            file_format = formats.detect_format(filename, shown_as=isolated(filename)).value
         except ValueError as error:
             raise ValidationError({"file": str(error)}) from error
     checked_json(column_mapping, field="column_mapping")
-    checked_text(upload.name or "", field="file")
     mapping = _column_mapping(dataset.kind, column_mapping)
     if upload.size == 0:
-        raise ValidationError({"file": empty_upload_message(upload.name or "the file")})
+        raise ValidationError({"file": empty_upload_message(filename or "the file")})
     if upload.size is not None and upload.size > settings.TEMPER_MAX_UPLOAD_BYTES:
         raise ValidationError({"file": f"the file is over the {settings.TEMPER_MAX_UPLOAD_BYTES} byte upload limit"})
     number = _take_version_number(dataset)
     version = DatasetVersion(
         dataset=dataset,
         number=number,
-        original_filename=(upload.name or "upload")[:255],
+        original_filename=(filename or "upload")[:255],
         format=file_format,
         column_mapping=dict(mapping.columns),
         created_by=user,

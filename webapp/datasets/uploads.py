@@ -27,6 +27,7 @@ from django.db import connections
 from django.http.cookie import parse_cookie
 
 from webapp.api.services import token_authenticate
+from webapp.core.middleware import security_headers
 from webapp.core.views import json_api_at
 from webapp.projects.models import Membership, Role, role_at_least
 
@@ -179,7 +180,7 @@ class RequestBodyLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", content_type),
                                 (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+                                (b"connection", b"close"), *security_headers(scope)]})
         await send({"type": "http.response.body", "body": body})
 
     def _refusal(self, path: str, reason: str) -> tuple[bytes, bytes]:

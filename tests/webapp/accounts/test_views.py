@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.core import signing
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.db import connection
@@ -16,8 +17,12 @@ from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount, Preferences
 from webapp.accounts.selectors import preferences_for
-from webapp.accounts.throttle import (MAX_FAILURES, ThrottledAuthenticationForm, ThrottledLogin,
+from webapp.accounts.throttle import (DEVICE_COOKIE, MAX_FAILURES, ThrottledAuthenticationForm, ThrottledLogin,
                                      ThrottledPasswordChangeForm)
+from webapp.api.models import ApiToken
+from webapp.api.services import token_authenticate, token_create
+from webapp.chat.models import ProjectToken
+from webapp.chat.tokens import project_token_authenticate, project_token_create
 
 from tests.live import ROOT, database_url_for_workers
 from tests.webapp.factories import PASSWORD
@@ -85,6 +90,48 @@ class TestPasswordChange:
         assert response["Location"] == "/accounts/password/done/"
         user = get_user_model().objects.get(username="alpha-owner")
         assert user.check_password("a-new-long-phrase")
+
+    def test_it_ends_the_other_sessions_and_revokes_the_api_tokens(self, team, client_for):
+        # A password changed because it leaked: a session or a token the other holder made with it kept working.
+        here, elsewhere = client_for(team.owner), client_for(team.owner)
+        rest_token, rest_secret = token_create(user=team.owner, name="laptop")
+        project_token, project_secret = project_token_create(user=team.owner, project=team.project, name="notebook")
+        teammates, _secret = token_create(user=team.teammate, name="ci")
+        page = here.get(self.url).content.decode()
+        assert "signs you out everywhere else" in page
+        assert 'name="revoke_tokens"' in page and "checked" in page.split('name="revoke_tokens"')[1].split(">")[0]
+        response = here.post(self.url, {"old_password": PASSWORD, "new_password1": "a-new-long-phrase",
+                                        "new_password2": "a-new-long-phrase", "revoke_tokens": "on"}, follow=True)
+        assert b"Your other sessions were signed out, and your 2 API tokens revoked." in response.content
+        assert here.get("/p/alpha/").status_code == 200
+        assert elsewhere.get("/p/alpha/").status_code == 302
+        assert token_authenticate(f"Bearer {rest_secret}") is None
+        assert project_token_authenticate(f"Bearer {project_secret}") is None
+        assert Client().get("/api/v1/projects/alpha/datasets/", HTTP_AUTHORIZATION=f"Bearer {rest_secret}").status_code == 401
+        assert ApiToken.objects.filter(user=team.owner).count() == ProjectToken.objects.filter(user=team.owner).count() == 0
+        assert ApiToken.objects.filter(pk=teammates.pk).exists()
+
+    def test_it_keeps_the_api_tokens_when_unticked(self, team, client_for):
+        _token, secret = token_create(user=team.owner, name="laptop")
+        response = client_for(team.owner).post(self.url, {"old_password": PASSWORD, "new_password1": "a-new-long-phrase",
+                                                          "new_password2": "a-new-long-phrase"}, follow=True)
+        assert b"Your other sessions were signed out." in response.content
+        assert token_authenticate(f"Bearer {secret}") == team.owner
+
+    def test_an_administrators_reset_ends_the_sessions_and_revokes_the_api_tokens(self, team, client_for):
+        admin = get_user_model().objects.create_superuser("root", password=PASSWORD)
+        signed_in = client_for(team.owner)
+        _token, rest_secret = token_create(user=team.owner, name="laptop")
+        _token, project_secret = project_token_create(user=team.owner, project=team.project, name="notebook")
+        response = client_for(admin).post(f"/admin/auth/user/{team.owner.pk}/password/", {
+            "password1": "a-new-long-phrase", "password2": "a-new-long-phrase", "usable_password": "true"},
+            follow=True)
+        assert response.redirect_chain[0][1] == 302
+        assert b"Their other sessions were signed out and their API tokens revoked" in response.content
+        assert get_user_model().objects.get(pk=team.owner.pk).check_password("a-new-long-phrase")
+        assert signed_in.get("/p/alpha/").status_code == 302
+        assert token_authenticate(f"Bearer {rest_secret}") is None
+        assert project_token_authenticate(f"Bearer {project_secret}") is None
 
     def test_it_requires_access(self, client, db):
         response = client.get(self.url)
@@ -179,8 +226,71 @@ class TestLoginThrottle:
             client.post("/accounts/login/", {"username": "alpha-owner", "password": "guess"})
         AttemptCount.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
         client.post("/accounts/login/", {"username": "alpha-teammate", "password": "guess"})
-        assert AttemptCount.objects.count() == 1  # the teammate's: the owner's past count was deleted
+        # The teammate's two (this address's, every address's): the owner's past counts were deleted.
+        assert AttemptCount.objects.count() == 2
         assert client.post("/accounts/login/", {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
+
+
+class TestLoginThrottleIsNoLockOutLever:
+    """Behind a proxy that does not pass the client's address on, every client has the same address: ten wrong
+    guesses by anyone locked the account's owner out for 15 minutes. A browser the account signed in with before
+    is counted on its own; browsers it never used are held, every address together, to the account's limit."""
+
+    url = "/accounts/login/"
+
+    def signed_in_before(self, username):
+        browser = Client()
+        assert browser.post(self.url, {"username": username, "password": PASSWORD}).status_code == 302
+        assert browser.cookies[DEVICE_COOKIE]["httponly"]
+        browser.post("/accounts/logout/")
+        return browser
+
+    def test_a_browser_that_signed_in_before_is_not_locked_out_by_strangers(self, team):
+        owners = self.signed_in_before("alpha-owner")
+        stranger = Client()  # the same address, as behind such a proxy
+        for _attempt in range(MAX_FAILURES + 5):
+            stranger.post(self.url, {"username": "alpha-owner", "password": "guess"})
+        assert b"Too many failed logins" in stranger.post(self.url, {"username": "alpha-owner",
+                                                                      "password": PASSWORD}).content
+        response = owners.post(self.url, {"username": "alpha-owner", "password": PASSWORD})
+        assert response.status_code == 302
+
+    def test_a_browser_that_signed_in_before_is_still_held_to_its_own_guesses(self, team):
+        owners = self.signed_in_before("alpha-owner")
+        for _attempt in range(MAX_FAILURES):
+            owners.post(self.url, {"username": "alpha-owner", "password": "guess"})
+        response = owners.post(self.url, {"username": "alpha-owner", "password": PASSWORD})
+        assert b"Too many failed logins for this account from this browser" in response.content
+
+    def test_another_accounts_or_a_forged_cookie_counts_as_none(self, team):
+        teammates = self.signed_in_before("alpha-teammate")
+        forged = Client()
+        forged.cookies[DEVICE_COOKIE] = signing.dumps({"user": "alpha-owner", "device": "mine"}, key="not-the-secret",
+                                                      salt="webapp.accounts.throttle.device")
+        for guesser in (teammates, forged):
+            for _attempt in range(MAX_FAILURES):
+                guesser.post(self.url, {"username": "alpha-owner", "password": "guess"})
+            response = guesser.post(self.url, {"username": "alpha-owner", "password": PASSWORD})
+            assert b"Too many failed logins for this account from your address" in response.content
+            AttemptCount.objects.all().delete()
+
+    def test_guesses_from_many_addresses_are_held_to_the_accounts_limit(self, team, settings):
+        settings.TEMPER_LOGIN_ACCOUNT_MAX_FAILURES = 12
+        owners = self.signed_in_before("alpha-owner")
+        for address in range(4):
+            for _attempt in range(3):
+                Client(REMOTE_ADDR=f"10.0.0.{address}").post(self.url, {"username": "alpha-owner", "password": "guess"})
+        response = Client(REMOTE_ADDR="10.0.1.1").post(self.url, {"username": "alpha-owner", "password": PASSWORD})
+        assert b"from browsers it has not signed in with" in response.content
+        assert owners.post(self.url, {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
+        assert Client(REMOTE_ADDR="10.0.1.1").post(self.url, {"username": "alpha-teammate",
+                                                              "password": PASSWORD}).status_code == 302
+
+    def test_a_right_password_takes_its_own_attempt_off_the_accounts_count(self, team, settings):
+        settings.TEMPER_LOGIN_ACCOUNT_MAX_FAILURES = 3
+        for address in range(5):
+            client = Client(REMOTE_ADDR=f"10.0.0.{address}")
+            assert client.post(self.url, {"username": "alpha-owner", "password": PASSWORD}).status_code == 302
 
 
 class _Burst:

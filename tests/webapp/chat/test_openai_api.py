@@ -643,3 +643,60 @@ def test_a_client_gone_before_its_stream_started_leaves_no_record(api, worker, t
     assert [(message["type"], message.get("status")) for message in sent] == [("http.response.start", 200)]
     assert not ApiGeneration.objects.exists()
     assert redis_client().exists(channels.stop_key(requests[0]["id"]))
+
+
+def _deactivate(team, token):
+    type(team.teammate).objects.filter(pk=team.teammate.pk).update(is_active=False)
+
+
+def _revoke(team, token):
+    from webapp.chat.tokens import project_token_revoke
+
+    project_token_revoke(user=team.teammate, project=team.project, token_id=token.pk)
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler answers from threads of its own
+@pytest.mark.parametrize("revoke, why", [(_revoke, "this token was revoked"),
+                                         (_deactivate, "this token's user, alpha-teammate, is deactivated")])
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team, monkeypatch, revoke, why, streamed):
+    """A /v1 answer being written as its token was revoked (or its user deactivated, removed from the project) ran
+    on to its token limit. It stops its generation within TOKEN_RECHECK_SECONDS and ends with an error chunk
+    (streamed) or a 401 (whole), which the official openai client raises naming why."""
+    import httpx2
+    import openai
+    from django.core.handlers.asgi import ASGIHandler
+
+    from webapp.chat.models import ApiGeneration, ProjectToken
+
+    monkeypatch.setattr(openai_api, "TOKEN_RECHECK_SECONDS", 0.1)
+    model, headers = api
+    scripts, requests = worker
+    scripts.append([{"type": "token", "text": "Hel"}])  # and nothing more: the answer would go on and on
+    token = ProjectToken.objects.get(user=team.teammate)
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=ASGIHandler()), base_url="http://testserver")
+    client = openai.AsyncOpenAI(base_url="http://testserver/v1", api_key=headers["HTTP_AUTHORIZATION"][7:],
+                                http_client=http, max_retries=0)
+
+    async def read():
+        answer = await client.chat.completions.create(
+            model=model.public_id, messages=[{"role": "user", "content": "hi"}], stream=streamed)
+        return [chunk async for chunk in answer] if streamed else answer
+
+    async def revoke_once_answering():
+        while not await sync_to_async(ApiGeneration.objects.exists)():
+            await asyncio.sleep(0.05)
+        await sync_to_async(revoke)(team, token)
+
+    async def answer_while_revoking():
+        revoking = asyncio.ensure_future(revoke_once_answering())
+        try:
+            await asyncio.wait_for(read(), timeout=20)
+        finally:
+            await revoking
+
+    with pytest.raises(openai.APIError if streamed else openai.AuthenticationError,
+                       match=f"this completion was stopped: {why}"):
+        async_to_sync(answer_while_revoking)()
+    assert redis_client().exists(channels.stop_key(requests[0]["id"]))
+    assert not ApiGeneration.objects.exists()

@@ -250,6 +250,20 @@ def test_look_alike_names_are_refused_or_collide(team):
     assert sorted(Dataset.objects.values_list("name", flat=True)) == ["café", "qa3-sft"]
 
 
+@pytest.mark.parametrize("filename, character, position", [("report\u202elsx.csv", "U+202E (RIGHT-TO-LEFT OVERRIDE)", 7),
+                                                         ("chats\u200b.jsonl", "U+200B (ZERO WIDTH SPACE)", 6)])
+def test_a_file_name_with_a_bidi_control_or_zero_width_character_is_refused(team, filename, character, position):
+    """'report' + U+202E + 'lsx.csv' showed as 'reportvsc.xsl' on the version pages, told by another extension."""
+    with pytest.raises(ValidationError) as refused:
+        create(team, filename=filename)
+    assert refused.value.message_dict["file"][0].startswith(f"an invisible character, {character}, at position {position}")
+    assert not Dataset.objects.filter(project=team.project).exists() and not DatasetVersion.objects.exists()
+
+
+def test_a_file_name_is_stored_in_nfc(team):
+    assert create(team, filename="cafe\u0301.jsonl").original_filename == "café.jsonl"
+
+
 def test_token_statistics_report_a_chat_template_that_refuses_a_row(team, tmp_path):
     """QA: a base model whose chat template raises on a row (Gemma's on a system turn) made the worker's
     task raise ChatTemplateError, leaving the statistics 'computing'; they fail naming the template."""
