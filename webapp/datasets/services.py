@@ -197,11 +197,19 @@ def dataset_version_requeue(*, version: DatasetVersion) -> DatasetVersion:
     return version
 
 
+def _internal_error(error: Exception) -> formats.Issue:
+    return formats.Issue(code="internal_error", message=(
+        f"Temper's check of this file stopped on an error of its own ({type(error).__name__}: {error}), not on a "
+        "problem it found in the file: tell whoever runs Temper (the default worker's log has the details), and "
+        "upload the file again once it is mended"))
+
+
 def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     """Check a stored version against its kind (the ``default`` worker runs this).
 
     Afterwards the version is ``ready`` with its row count and statistics, or ``failed`` with
-    its first errors and their total, its file deleted. Running it again on a settled version
+    its first errors and their total, its file deleted (an error of Temper's own reader too: ``internal_error``,
+    logged with its traceback). Running it again on a settled version
     changes nothing, so a redelivered task is harmless. None when the version was deleted before or
     while it was checked.
     """
@@ -224,6 +232,10 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     except FileNotFoundError:
         missing = formats.Issue(code="missing_file", message="the uploaded file is gone from storage; upload it again")
         report = formats.ValidationReport(row_count=0, error_count=1, errors=(missing,), statistics={}, columns=())
+    except Exception as error:  # a reader's own bug: settled, or the version waits for good and a check again meets it
+        logger.exception("dataset version %s: the check stopped on an error of Temper's", version.public_id)
+        report = formats.ValidationReport(row_count=0, error_count=1, errors=(_internal_error(error),), statistics={},
+                                          columns=())
     version.row_count = report.row_count
     version.error_count = report.error_count
     version.errors = [issue.to_dict() for issue in report.errors]

@@ -157,6 +157,29 @@ def test_validation_of_a_missing_file(team):
     assert version.status == VersionStatus.FAILED and version.errors[0]["code"] == "missing_file"
 
 
+def test_a_check_that_stops_on_an_error_of_temper_fails_the_version_saying_so(team, monkeypatch, caplog):
+    """A reader's own bug (an exception no check names: dataqa found several, an IndexError on a CSV of blank
+    lines among them) left the version "validating" for good, and its "check again" met the same bug. It fails,
+    with the error named as Temper's and what to do, and the traceback goes to the worker's log."""
+    version = create(team)
+
+    def a_readers_bug(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(services.formats, "validate_file", a_readers_bug)
+    version = services.dataset_version_validate(version_id=version.pk)
+    version.refresh_from_db()
+    assert version.status == VersionStatus.FAILED and version.error_count == 1
+    [issue] = version.errors
+    assert issue["code"] == "internal_error"
+    assert issue["message"] == (
+        "Temper's check of this file stopped on an error of its own (IndexError: list index out of range), not on "
+        "a problem it found in the file: tell whoever runs Temper (the default worker's log has the details), "
+        "and upload the file again once it is mended")
+    assert not version.absolute_path.exists()
+    assert any(record.exc_info and record.exc_info[0] is IndexError for record in caplog.records)
+
+
 @pytest.fixture
 def tokenizer_model(team, tmp_path):
     model_dir = build_bpe_tokenizer_dir(tmp_path / "tok", style="qwen")
