@@ -83,7 +83,7 @@ def test_the_spec_takes_hosts_and_a_pool():
 
 
 def test_the_spec_rejects_bad_hosts():
-    with pytest.raises(SpecError, match="hosts: 0: input should be greater than or equal to 1"):
+    with pytest.raises(SpecError, match="hosts: 0 is too small: give a whole number from 1 to 256"):
         parse_spec({**SPEC, "hosts": 0})
     with pytest.raises(SpecError, match="pool: "):
         parse_spec({**SPEC, "pool": "Bad Pool"})

@@ -237,7 +237,7 @@ def test_cli_refuses_a_model_or_data_it_cannot_read_before_making_the_run(demo_d
              f"model: '{tmp_path / 'no-model'}': no such directory; give a Hugging Face-format model directory "
              "(holding config.json) or the preset demo-tiny"),
             (str(demo_dir / "model"), str(bad_row),
-             f"{bad_row}: line 1, row 1, field 'prompt': must be a string, got a number")):
+             f"{bad_row}: line 1, row 1, field 'prompt': must be a string, got a number: write it as text, in quotes (\"1\")")):
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump({"task": "sft", "model": model, "output_dir": str(tmp_path / "runs" / "run"),
                                         "data": {"train": train}, "train": {"max_steps": 1}}))

@@ -196,7 +196,7 @@ def test_the_spec_parallel_section_and_its_rules(tmp_path):
     assert parse_spec(base).parallel is None
     assert parse_spec({**base, "parallel": {"data": 2, "fsdp": 4}}).parallel.model_dump() == \
         {"data": 2, "fsdp": 4, "tensor": 1}
-    with pytest.raises(SpecError, match=r"parallel\.fsdp: 0: input should be greater than or equal to 1"):
+    with pytest.raises(SpecError, match=r"parallel\.fsdp: 0 is too small: give a whole number from 1 to 65536"):
         parse_spec({**base, "parallel": {"fsdp": 0}})
     with pytest.raises(SpecError, match=r"parallel\.pipeline: unknown key; allowed keys here: data, fsdp, tensor"):
         parse_spec({**base, "parallel": {"pipeline": 2}})
