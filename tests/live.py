@@ -21,6 +21,7 @@ logs when it does not.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -232,6 +233,15 @@ class CeleryWorkers:
         for worker in self.running.values():
             worker.stop()
         self.running.clear()
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` (for the worker processes started meanwhile), as they were again after."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in values.items():
+            patch.setenv(name, value)
+        yield
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float = 30, interval: float = 0.1,

@@ -17,7 +17,7 @@ from jaxengine.data.pipeline import encode_prompt
 from jaxengine.sampler import Sampler, SamplingParams
 from jaxengine.serving import load_serving_model
 from tests.factories import build_tiny_model_dir
-from tests.live import wait_for
+from tests.live import environment, wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.review import services
 from webapp.review.models import Campaign, CampaignStatus
@@ -42,17 +42,23 @@ def greedy(model_dir, max_new_tokens):
         SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
 
 
-def test_the_serve_worker_generates_a_campaign(celery_workers, transactional_db, settings, redis_url, model_dirs):
-    settings.REDIS_URL = redis_url
-    workers = celery_workers
+def generate_a_campaign(team, workers, model_dirs):
+    """A campaign of five prompts answered by two tiny base models, sent to a serve worker (started if none is)."""
     workers.ensure("serve")
-    team = make_team()
     models = [make_base_model(team.project, name=f"tiny-{index}", path=str(path)) for index, path in enumerate(model_dirs)]
     version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
     campaign = services.campaign_generate(
         project=team.project, name="tiny vs tiny", guidelines="", required_reviews=1, reviewers=[team.teammate],
         model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version, prompt_count=5,
         sampling=services.GenerationSettings(max_new_tokens=12, temperature=0.0), user=team.owner)
+    return campaign, models
+
+
+def test_the_serve_worker_generates_a_campaign(celery_workers, transactional_db, settings, redis_url, model_dirs):
+    settings.REDIS_URL = redis_url
+    workers = celery_workers
+    team = make_team()
+    campaign, models = generate_a_campaign(team, workers, model_dirs)
     assert campaign.status == CampaignStatus.GENERATING
 
     def finished():
@@ -73,28 +79,14 @@ def test_the_serve_worker_generates_a_campaign(celery_workers, transactional_db,
 
 @pytest.fixture
 def fast_timings():
-    previous = {name: os.environ.get(name) for name in FAST_TIMINGS}
-    os.environ.update(FAST_TIMINGS)
-    try:
+    with environment(FAST_TIMINGS):
         yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def start_and_kill_the_serve_worker(team, workers, model_dirs):
     """A generating campaign whose serve worker is killed outright while it answers (loading its models, or
     between slices), and a fresh serve worker of the same name in its place."""
-    workers.ensure("serve")
-    models = [make_base_model(team.project, name=f"tiny-{index}", path=str(path)) for index, path in enumerate(model_dirs)]
-    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
-    campaign = services.campaign_generate(
-        project=team.project, name="tiny vs tiny", guidelines="", required_reviews=1, reviewers=[team.teammate],
-        model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version, prompt_count=5,
-        sampling=services.GenerationSettings(max_new_tokens=12, temperature=0.0), user=team.owner)
+    campaign, _models = generate_a_campaign(team, workers, model_dirs)
     # Mid-job: the worker marked the campaign as being answered, and its heartbeat lists the message it holds.
     wait_for(lambda: Campaign.objects.filter(pk=campaign.pk, generation_running=True).exists()
              and Worker.objects.filter(name__startswith="test-serve@").exclude(deliveries=[]).exists(),

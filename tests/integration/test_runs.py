@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.factories import build_tiny_model_dir
-from tests.live import wait_for
+from tests.live import environment, wait_for
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs import pipelines, services
 from webapp.runs.models import ArtifactKind, MetricPoint, PipelineStatus, Run, RunStatus
@@ -35,16 +35,8 @@ ROWS = [{"prompt": f"question {i}: what is {i} plus {i}?", "completion": f"it is
 
 @pytest.fixture(scope="module")
 def fast_timings():
-    previous = {name: os.environ.get(name) for name in FAST_TIMINGS}
-    os.environ.update(FAST_TIMINGS)
-    try:
+    with environment(FAST_TIMINGS):
         yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
