@@ -413,16 +413,13 @@ def test_a_runs_status_change_is_shown_in_place_and_announced(page, asgi_server,
     the top, the focus went back to the start of the page, and a screen reader heard the page load, not what
     changed. The status, actions and messages change in place, and a live region says the new status."""
     from tests.browser.test_runs import log_in as log_in_at
-    from tests.webapp.factories import make_ready_version
-    from webapp.runs import reporting, services
+    from tests.browser.test_runs import queued_run
+    from webapp.runs import reporting
     from webapp.runs.models import Run
 
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
     team = make_team(slug="inplace")
-    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
-            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
-    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="changes")
+    run = queued_run(monkeypatch, team, name="changes")
     log_in_at(page, asgi_server, "inplace-teammate")
     page.goto(f"{asgi_server}/p/inplace/runs/{run.public_id}/")
     page.locator("#live-state", has_text="live").wait_for()
@@ -600,16 +597,13 @@ def test_the_focus_on_a_control_a_status_change_takes_away_goes_to_the_status(pa
     """A keyboard user on Cancel… when the run ended was left on a control no longer there, the next Tab
     starting again from the top of the page: the focus goes to the new status instead."""
     from tests.browser.test_runs import log_in as log_in_at
-    from tests.webapp.factories import make_ready_version
-    from webapp.runs import reporting, services
+    from tests.browser.test_runs import queued_run
+    from webapp.runs import reporting
     from webapp.runs.models import Run
 
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
     team = make_team(slug="gone")
-    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
-            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
-    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="ends")
+    run = queued_run(monkeypatch, team, name="ends")
     reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
     log_in_at(page, asgi_server, "gone-teammate")
     page.goto(f"{asgi_server}/p/gone/runs/{run.public_id}/")

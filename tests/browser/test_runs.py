@@ -55,6 +55,14 @@ def asgi_server(redis_url, django_db_setup, tmp_path_factory):
         process.wait(timeout=10)
 
 
+def queued_run(monkeypatch, team, *, name: str) -> Run:
+    """A queued sft run of ``team`` that no worker is sent (the test moves it on by hand, as a worker would)."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
+    return services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
+
+
 def log_in(page, url: str, username: str) -> None:
     """Log in through the page. The server runs production settings, whose hashers do not read the
     test settings' MD5 hashes, so the password is stored once more as PBKDF2 (few iterations)."""
@@ -429,12 +437,8 @@ def test_a_page_opened_while_the_run_waits_follows_it_into_running(page, asgi_se
     from webapp.runs import reporting
 
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # queued; started by hand here
     team = make_team(slug="iota")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    spec = {"task": "sft", "model": model.public_id, "data": {"train": data.public_id}, "train": {"max_steps": 50}}
-    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="waits")
+    run = queued_run(monkeypatch, team, name="waits")
     log_in(page, asgi_server, "iota-viewer")
     page.goto(f"{asgi_server}/p/iota/runs/{run.public_id}/")
     assert page.locator("#run-status").inner_text() == "queued"
@@ -452,11 +456,8 @@ def test_a_running_runs_page_says_it_is_stopping_once_a_teammate_cancels(page, a
     from webapp.runs import reporting
 
     settings.REDIS_URL = redis_url
-    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)  # started by hand here
     team = make_team(slug="stopping")
-    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
-            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 50}}
-    run = services.run_create(project=team.project, spec=spec, user=team.owner, name="stops")
+    run = queued_run(monkeypatch, team, name="stops")
     reporting.run_start(run_pk=run.pk, attempt=run.attempt, worker_name="train@host-7")
     log_in(page, asgi_server, "stopping-teammate")
     page.goto(f"{asgi_server}/p/stopping/runs/{run.public_id}/")
