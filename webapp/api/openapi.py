@@ -12,7 +12,7 @@ from jaxengine.spec import JobSpec
 from webapp.api import paging, schemas
 from webapp.runs.pipelines import PipelineDocument
 from webapp.runs.models import RunStatus
-from webapp.runs.selectors import MAX_POINTS, RUN_TASKS, SORTS
+from webapp.runs.selectors import MAX_POINTS, METRICS_MAX_POINTS, RUN_TASKS, SORTS
 
 REF = "#/components/schemas/{model}"
 SLUG = {"name": "slug", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Project slug."}
@@ -200,7 +200,7 @@ def build_document() -> dict[str, Any]:
                                      _query("after_step", "only points after this step", "integer"),
                                      {**_query("max_points", f"points per metric before downsampling (default "
                                                             f"{MAX_POINTS})"),
-                                      "schema": {"type": "integer", "minimum": 2}}],
+                                      "schema": {"type": "integer", "minimum": 2, "maximum": METRICS_MAX_POINTS}}],
                               answer=schemas.MetricSeries),
             "post": _operation("Log metric points into an external run", [SLUG, RUN], body=schemas.MetricsLog,
                                status="201", answer=schemas.MetricsLogged),

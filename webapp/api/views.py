@@ -502,13 +502,14 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     if after_step is None:
         errors["after_step"] = (f"{request.GET['after_step']!r} is not a step; give a whole number up to "
                                 f"{MAX_STORED_INT} (only points after that step come back), or leave it out")
-    max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS), maximum=None)
-    if max_points is None or max_points < 2:  # 0 and 1 were taken as 2 without a word
-        errors["max_points"] = (f"{request.GET['max_points']!r} is not a number of points; give a whole number "
-                                f"(at least 2; {run_selectors.MAX_POINTS} when left out)")
+    # 0 and 1 were taken as 2, and more than the maximum as the maximum, without a word
+    max_points = whole_number(request.GET.get("max_points") or str(run_selectors.MAX_POINTS),
+                              maximum=run_selectors.METRICS_MAX_POINTS)
+    if max_points is None or max_points < 2:
+        errors["max_points"] = (f"{request.GET['max_points']!r} is not a number of points; give a whole number from 2 "
+                                f"to {run_selectors.METRICS_MAX_POINTS} ({run_selectors.MAX_POINTS} when left out)")
     if errors:
         raise ValidationError(errors)
-    max_points = min(max_points, 1_000_000)
     return JsonResponse({"series": run_selectors.metric_series(run=run, names=names or None, after_step=after_step,
                                                                max_points=max_points)})
 

@@ -45,6 +45,9 @@ from webapp.workers.selectors import pool_offers
 MAX_POINTS = 2000
 # The compare page overlays up to ten runs per chart: fewer points per trace draw the same picture.
 COMPARE_MAX_POINTS = 1000
+# The most points per metric the API's metrics read takes (``max_points``): a series is read into memory whole, so
+# a larger ask is refused (a 400 naming the range) rather than served, or cut short without a word.
+METRICS_MAX_POINTS = 1_000_000
 
 
 def final_value(name: str, key: str = "last") -> Cast:

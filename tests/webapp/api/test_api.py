@@ -396,12 +396,33 @@ def test_list_filters_refuse_a_value_they_cannot_match_naming_the_parameter(worl
     # The message asks for at least 2; 0 and 1 were taken as 2 without a word.
     for too_few in ("0", "1"):
         assert get("GET", f"{metrics}?max_points={too_few}") == (400, {"errors": {"max_points": [
-            f"'{too_few}' is not a number of points; give a whole number (at least 2; 2000 when left out)"]}})
+            f"'{too_few}' is not a number of points; give a whole number from 2 to 1000000 (2000 when left out)"]}})
     assert get("GET", f"{metrics}?max_points=2")[0] == 200
     for after_step in ("9" * 30, "%203", "%2B3", "3_0", "%D9%A3"):  # int() took all but the first
         status, body = get("GET", f"{metrics}?after_step={after_step}")
         assert status == 400 and set(body["errors"]) == {"after_step"}, body
     assert get("GET", f"{metrics}?after_step=-1")[0] == 200
+
+
+def test_metrics_max_points_over_the_cap_is_refused_naming_the_value_and_the_maximum(world):
+    """QA: max_points=5000000 was cut to 1,000,000 without a word, so a client got fewer points than it asked for
+    and could not tell. Like limit past its maximum, it is a 400 naming the field, the value and the range; the
+    OpenAPI document gives the same maximum."""
+    from webapp.runs.selectors import METRICS_MAX_POINTS
+
+    _team, apis, _sent = world
+    _status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "x"})
+    metrics = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    get = apis["viewer"].call
+    for too_many in (str(METRICS_MAX_POINTS + 1), "5000000", "9" * 30):
+        assert get("GET", f"{metrics}?max_points={too_many}") == (400, {"errors": {"max_points": [
+            f"'{too_many}' is not a number of points; give a whole number from 2 to {METRICS_MAX_POINTS} (2000 when "
+            "left out)"]}})
+    assert get("GET", f"{metrics}?max_points={METRICS_MAX_POINTS}") == (200, {"series": {}})
+    document = apis["anonymous"].call("GET", "/api/v1/openapi.json")[1]
+    query = {parameter["name"]: parameter for parameter in
+             document["paths"]["/api/v1/projects/{slug}/runs/{run_id}/metrics/"]["get"]["parameters"]}
+    assert query["max_points"]["schema"] == {"type": "integer", "minimum": 2, "maximum": METRICS_MAX_POINTS}
 
 
 def test_an_unknown_or_repeated_query_parameter_is_refused_naming_the_allowed_ones(world):
