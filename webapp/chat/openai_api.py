@@ -50,6 +50,7 @@ from pydantic_core import PydanticCustomError
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
+from webapp.chat.openai_errors import body_problem
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
@@ -90,7 +91,8 @@ TOKEN_RECHECK_SECONDS = 2.0
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
-    model: pydantic.StrictStr
+    model: pydantic.StrictStr = Field(description="the id of one of this project's models (GET /v1/models lists "
+                                                  "them)")
     max_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
     temperature: Number = Field(default=1.0, ge=0.0, le=2.0)
@@ -99,12 +101,14 @@ class _Body(BaseModel):
     seed: StrictInt | None = Field(default=None, ge=-2**63, lt=2**63)  # OpenAI's: a signed 64-bit integer
     stream: StrictBool = False
     stream_options: _StreamOptions | None = None
-    n: StrictInt = Field(default=1, ge=1, le=1)
+    n: StrictInt = Field(default=1, ge=1, le=1, description="1 (an answer here has one choice), or leave n out")
     stop: str | list[str] | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = Field(default=None,
+                                                   description='{"type": "text"}, or leave response_format out')
     presence_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: dict[str, Number] | None = None
+    logit_bias: dict[str, Number] | None = Field(default=None, description=(
+        'a JSON object of token ids (as strings of digits) to biases from -100 to 100, e.g. {"50256": -100}'))
 
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
 
@@ -187,7 +191,8 @@ class _Body(BaseModel):
 class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
-    content: pydantic.StrictStr
+    content: pydantic.StrictStr = Field(description="the message's text: a string, or a JSON array of text parts "
+                                                    '{"type": "text", "text": ...}')
 
     @field_validator("content", mode="before")
     @classmethod
@@ -232,14 +237,17 @@ _CHOICE_OF = {"tools": "tool_choice", "functions": "function_call"}  # each list
 
 
 class ChatBody(_Body):
-    messages: list[_Message] = Field(min_length=1)
+    messages: list[_Message] = Field(min_length=1, description='a JSON array of messages, each {"role": ..., '
+                                                               '"content": ...}, at least one')
     logprobs: StrictBool = False
     top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = Field(default=None, description=f'"none" ({NO_TOOLS}), or leave '
+                                                                               "tool_choice out")
     tools: list[Any] | None = None
     # Their legacy names, which OpenAI's API still takes: refused alike, not ignored.
-    function_call: str | dict[str, Any] | None = None
+    function_call: str | dict[str, Any] | None = Field(default=None, description=f'"none" ({NO_TOOLS}), or leave '
+                                                                                 "function_call out")
     functions: list[Any] | None = None
 
     @field_validator("tool_choice", "function_call")
@@ -280,7 +288,8 @@ MAX_PROMPTS = 32
 
 
 class CompletionBody(_Body):
-    prompt: str | list[str]
+    prompt: str | list[str] = Field(description=f"a string, or a JSON array of up to {MAX_PROMPTS} strings (a choice "
+                                                "each)")
     logprobs: StrictInt | None = Field(default=None, ge=0, le=5)  # any number asks for the sampled token's
     echo: StrictBool = False
 
@@ -341,20 +350,11 @@ def _method_not_allowed(request: HttpRequest, method: str) -> JsonResponse:
     return response
 
 
-def _invalid_body(error: pydantic.ValidationError) -> JsonResponse:
-    """The first problem of the body, named by the field's path as the client wrote it (``messages.0.role``)."""
-    first = error.errors()[0]
-    # pydantic puts a union member's name in the path (``stop.str``): not a field the client sent
-    path = ".".join(str(part) for part in first["loc"] if isinstance(part, int) or not _is_type_name(part))
-    message = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
-    if first["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = "should be a JSON object"
-    code = "unsupported_value" if first["type"] == "unsupported_value" else "invalid_value"
-    return _error(400, f"{path}: {message}" if path else message, code=code, param=path or None)
-
-
-def _is_type_name(part: str) -> bool:
-    return part in ("str", "int", "float", "bool") or part.startswith(("list[", "function-"))
+def _invalid_body(error: pydantic.ValidationError, schema: type[_Body]) -> JsonResponse:
+    """The body's first problem, said by ``openai_errors.body_problem``: its field as the client wrote it
+    (``messages[2].content``), what was wrong and what to give instead."""
+    problem = body_problem(error, schema=schema)
+    return _error(400, problem.message, code=problem.code, param=problem.param)
 
 
 def _authenticate(request: HttpRequest):
@@ -455,7 +455,7 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
     try:
         body = schema.model_validate(data)
     except pydantic.ValidationError as error:
-        return _invalid_body(error)
+        return _invalid_body(error, schema)
     choice = await sync_to_async(selectors.model_choice)(project=token.project, ref=body.model)
     if choice is None:
         return _error(404, f"the model {body.model!r} does not exist in project {token.project.slug}; "

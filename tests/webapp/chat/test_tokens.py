@@ -155,7 +155,7 @@ def test_a_messages_text_parts_are_joined_and_other_parts_refused_naming_them(te
         {"type": "input_audio", "input_audio": {}}]}]}, content_type="application/json", **bearer(secret))
     assert response.status_code == 400
     assert response.json()["error"]["message"].startswith(
-        "messages.0.content: part 0 is of type 'input_audio': these models read text only")
+        "messages[0].content: part 0 is of type 'input_audio': these models read text only")
 
 
 def test_a_token_name_with_a_nul_is_refused(team, client_for):

@@ -1,0 +1,230 @@
+"""A request body the OpenAI-compatible API refuses, in Temper's words and OpenAI's error shape.
+
+pydantic says what is wrong in Python's terms ("Input should be a valid integer", "Field required", "Input
+should be a valid dictionary or instance of _Message"), at a location that is a tuple holding the member of
+a union it tried (``("temperature", "float")``). A client needs three things: the field, by the path it wrote
+(``messages[2].content``, as OpenAI's own errors name it); what was wrong with what it sent; and what to give
+instead: the field's ``description`` where the schema gives one, else its type and range as the schema
+declares them. One problem is said, the first, as OpenAI's error names one ``param``; its ``code`` is
+OpenAI's for the kind of problem (``missing_required_parameter``, ``invalid_type``, ``invalid_value``), or
+``unsupported_value`` for a field asking for what the answers cannot hold.
+"""
+from __future__ import annotations
+
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+from pydantic.fields import FieldInfo
+
+# What a value of each kind is, for "5 is not text (a JSON string)", by pydantic's error type and by Python type.
+_NOUNS = {str: "text (a JSON string)", int: "a whole number", float: "a number", bool: "true or false",
+          list: "a JSON array", dict: "a JSON object"}
+_TYPE_ERRORS = {"string_type": str, "int_type": int, "float_type": float, "bool_type": bool, "list_type": list,
+                "dict_type": dict, "model_type": dict, "model_attributes_type": dict}
+_RANGE_ERRORS = {"greater_than": "too small", "greater_than_equal": "too small", "less_than": "too large",
+                 "less_than_equal": "too large"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BodyProblem:
+    """What OpenAI's error body says of a refused request body: ``{"message", "param", "code"}``."""
+
+    message: str
+    param: str | None  # the field's path as the client wrote it; None: the body as a whole
+    code: str
+
+
+def body_problem(error: pydantic.ValidationError, *, schema: type[pydantic.BaseModel]) -> BodyProblem:
+    """The first problem of ``error``, raised validating a request body against ``schema``: its field's path,
+    what was wrong and what to give instead ("messages[1].role: "robot" is not a value taken here; give one of
+    system, developer, user, assistant")."""
+    problem = error.errors(include_url=False)[0]
+    place = _place(schema, problem["loc"])
+    kind, value = problem["type"], problem["input"]
+    shown, expected = _shown(value), _expected(place.annotation, place.field)
+    code = "invalid_value"
+    if kind in ("value_error", "unsupported_value"):  # our validators' own words
+        words = problem["msg"].removeprefix("Value error, ")
+        code = kind if kind == "unsupported_value" else code
+    elif kind == "missing":
+        words, code = f"missing (it is required); give {expected}", "missing_required_parameter"
+    elif kind in _TYPE_ERRORS:
+        # A union's member refused the value (temperature "0.5": float's and int's errors): the field's type is
+        # what it is not.
+        noun = _noun(place.annotation) if place.in_union else _NOUNS[_TYPE_ERRORS[kind]]
+        code = "invalid_type"
+        if not place.path:
+            words = "the body must be a JSON object"
+        elif _written_in_quotes(value, place.annotation):
+            words = f"{shown} is text (in quotes), not {noun}; give {expected}, without quotes"
+        else:
+            words = f"{shown} is not {noun}; give {expected}"
+    elif kind == "finite_number":
+        words = f"{shown} is not a finite number; give {expected}"
+    elif kind in _RANGE_ERRORS:
+        words = f"{shown} is {_RANGE_ERRORS[kind]}; give {expected}"
+    elif kind == "literal_error":
+        words = f"{shown} is not a value taken here; give {expected}"
+    elif kind == "too_short":
+        words = f"{shown} is too short; give {expected}"
+    else:
+        words = f"{shown} is not taken here; give {expected}"
+    return BodyProblem(message=f"{place.path}: {words}" if place.path else words, param=place.path or None, code=code)
+
+
+@dataclass(frozen=True)
+class _Place:
+    path: str  # as the client wrote it: messages[2].content, logit_bias["5"]
+    annotation: Any  # what the schema declares there (None where it cannot be told)
+    field: FieldInfo | None  # the model field there, if the path ends at one (its description and range)
+    in_union: bool  # the location ended at a union member: the value is refused by every member
+
+
+def _place(schema: type[pydantic.BaseModel], loc: tuple) -> _Place:
+    """Where ``loc`` points in ``schema``, walked part by part: a union member's name in it (pydantic's "float",
+    "dict[str,any]") is not a part the client wrote, and is left out of the path."""
+    path, annotation, field, in_union = "", schema, None, False
+    for part in loc:
+        annotation = _unwrapped(annotation)
+        members = _union_members(annotation)
+        if members and isinstance(part, str):
+            annotation, in_union = _member(members, part), True
+            continue
+        in_union = False
+        if _is_model(annotation) and isinstance(part, str):
+            field = annotation.model_fields.get(part)
+            path += f".{part}" if path else part
+            annotation = field.annotation if field is not None else None
+            continue
+        field = None
+        path += f"[{part}]" if isinstance(part, int) else f"[{json.dumps(part)}]"
+        arguments = typing.get_args(annotation)
+        annotation = arguments[-1] if typing.get_origin(annotation) in (list, dict) and arguments else None
+    return _Place(path, annotation if not in_union else _union_at(schema, loc), field, in_union)
+
+
+def _union_at(schema: type[pydantic.BaseModel], loc: tuple) -> Any:
+    """The union whose member's name ends ``loc``: the annotation at ``loc`` without it."""
+    return _place(schema, loc[:-1]).annotation
+
+
+def _unwrapped(annotation: Any) -> Any:
+    """``annotation`` without what says nothing of its JSON type: ``Annotated`` (StrictInt) and ``| None``."""
+    while True:
+        if typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        members = _union_members(annotation)
+        if len(members) == 1:
+            annotation = members[0]
+            continue
+        return annotation
+
+
+def _union_members(annotation: Any) -> tuple:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(member for member in typing.get_args(annotation) if member is not type(None))
+    return ()
+
+
+def _member(members: tuple, tag: str) -> Any:
+    """The member pydantic names ``tag``: "float", "int", "dict[str,any]", "list[str]", or a model's name."""
+    name = tag.split("[", 1)[0]
+    for member in members:
+        base = _unwrapped(member)
+        origin = typing.get_origin(base) or base
+        if getattr(origin, "__name__", None) == name:
+            return member
+    return None
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)
+
+
+def _json_type(annotation: Any) -> Any:
+    base = _unwrapped(annotation)
+    if _is_model(base):
+        return dict
+    return typing.get_origin(base) or base
+
+
+def _noun(annotation: Any) -> str:
+    """What a value of ``annotation`` is: "a number", "text (a JSON string) or a JSON object"."""
+    members = _union_members(_unwrapped(annotation)) or (annotation,)
+    kinds = {_json_type(member) for member in members}
+    if kinds == {int, float}:
+        return _NOUNS[float]
+    return " or ".join(_NOUNS[kind] for kind in dict.fromkeys(_json_type(member) for member in members)
+                       if kind in _NOUNS) or "a value this field takes"
+
+
+def _expected(annotation: Any, field: FieldInfo | None) -> str:
+    """What to give: the field's description, else its type (and range) as the schema declares it."""
+    if field is not None and field.description:
+        return field.description
+    base = _unwrapped(annotation)
+    if typing.get_origin(base) is typing.Literal:
+        return "one of " + ", ".join(str(value) for value in typing.get_args(base))
+    if _is_model(base):
+        keys = [name for name, one in base.model_fields.items() if one.is_required()] or list(base.model_fields)
+        return "a JSON object {" + ", ".join(f'"{key}": ...' for key in keys) + "}"
+    if typing.get_origin(base) is list and typing.get_args(base) and typing.get_args(base)[0] is not Any:
+        return f"a JSON array, each item {_expected(typing.get_args(base)[0], None)}"
+    words = _noun(base)
+    if words in (_NOUNS[int], _NOUNS[float]) and (bounds := _range(field, whole=words == _NOUNS[int])):
+        words += f" {bounds}"
+    return words
+
+
+def _range(field: FieldInfo | None, *, whole: bool) -> str:
+    """The field's range in words: "from 1 to 8192", "above 0 and at most 1"; "" where it has none."""
+    bounds: dict[str, Any] = {}
+    for constraint in field.metadata if field is not None else ():
+        bounds.update({name: getattr(constraint, name) for name in ("ge", "gt", "le", "lt")
+                       if getattr(constraint, name, None) is not None})
+    if whole:  # a whole number below 2**63 is one up to 2**63 - 1: said as the bound it can be
+        if "gt" in bounds:
+            bounds["ge"] = bounds.pop("gt") + 1
+        if "lt" in bounds:
+            bounds["le"] = bounds.pop("lt") - 1
+    shown = {name: _number(value) for name, value in bounds.items()}
+    if "ge" in shown and "le" in shown:
+        return f"from {shown['ge']} to {shown['le']}"
+    lower = f"at least {shown['ge']}" if "ge" in shown else f"above {shown['gt']}" if "gt" in shown else ""
+    upper = f"at most {shown['le']}" if "le" in shown else f"below {shown['lt']}" if "lt" in shown else ""
+    return " and ".join(words for words in (lower, upper) if words)
+
+
+def _number(value: Any) -> str:
+    """A bound as a person writes it: 0, not 0.0."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _written_in_quotes(value: Any, annotation: Any) -> bool:
+    """A number or true/false sent as text ("0.5", "true"): the remedy is to leave the quotes out."""
+    if not isinstance(value, str):
+        return False
+    kinds = {_json_type(member) for member in _union_members(_unwrapped(annotation)) or (annotation,)}
+    if bool in kinds and value.strip() in ("true", "false"):
+        return True
+    if kinds & {int, float}:
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the client wrote it (JSON), cut short: a whole sent object is no help in a message."""
+    try:
+        written = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        written = repr(value)
+    return written if len(written) <= 60 else written[:57] + "..."
