@@ -60,3 +60,33 @@
   focusRefused();
   if (window.location.hash) window.addEventListener("load", function () { window.setTimeout(focusRefused, 0); });
 })();
+
+/* Messages shown after a redirect ("Run queued", "Deleted the run ...") are in the page as it loads, and a
+   screen reader announces neither a live region's content present at load nor text away from the focus: they
+   went unheard. So, as the GOV.UK design system does with its notification banner, the focus moves to them and
+   they are read; they are no tab stop (tabindex is taken off as the focus leaves), so Tab goes on into the page
+   after them. A page that places the focus itself (a refused field, an autofocus field, a script of its own, a
+   fragment it was sent to) keeps it: the messages are then said in #messages-said, a live region empty at load,
+   once the page has loaded. This runs after the page's own scripts (DOMContentLoaded), to see where they put it. */
+(function () {
+  "use strict";
+  var box = document.getElementById("messages");
+  var said = document.getElementById("messages-said");
+  if (!box || !said) return;
+  // The time a screen reader takes to find the live region in the new page before its text changes.
+  var ANNOUNCE_AFTER_MS = 250;
+  document.addEventListener("DOMContentLoaded", function () {
+    var placed = (document.activeElement && document.activeElement !== document.body) ||
+      document.querySelector("[autofocus]") || window.location.hash;
+    if (!placed) {
+      box.setAttribute("tabindex", "-1");
+      box.addEventListener("blur", function () { box.removeAttribute("tabindex"); }, { once: true });
+      box.focus();
+      return;
+    }
+    var text = Array.prototype.map.call(box.querySelectorAll(".message"), function (message) {
+      return message.textContent.trim();
+    }).join(" ");
+    window.setTimeout(function () { said.textContent = text; }, ANNOUNCE_AFTER_MS);
+  });
+})();

@@ -613,3 +613,59 @@ def test_the_focus_on_a_control_a_status_change_takes_away_goes_to_the_status(pa
     expect(page.locator("#run-status")).to_have_text("failed")
     expect(page.locator("#cancel-confirm")).to_have_count(0)
     expect(page.locator("#run-status")).to_be_focused()
+
+
+def test_a_message_after_a_redirect_takes_the_focus_so_it_is_read_and_tab_goes_on_from_it(page, live_server):
+    """QA: a message shown after a redirect ("tom added as viewer", "Run queued", "Deleted ...") was in the page
+    as it loaded, which no screen reader announces, and the focus started at the top of the page: a screen-reader
+    user never heard it. As the GOV.UK design system does with its notification banner, the focus moves to the
+    messages, and they are read; they are no tab stop after, and Tab goes on into the page after them."""
+    team = make_team()
+    make_user("tom")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/members/")
+    expect(page.locator("#messages")).to_have_count(0)
+    page.fill("#id_username", "tom")
+    page.select_option("#id_role", "viewer")
+    page.get_by_role("button", name="Add member").click()
+    messages = page.locator("#messages")
+    expect(messages).to_contain_text("\u2068tom\u2069 added as viewer")
+    expect(messages).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(messages).not_to_be_focused()
+    expect(messages).not_to_have_attribute("tabindex", "-1")
+    assert page.evaluate("""() => {
+        const messages = document.getElementById("messages"), focused = document.activeElement;
+        return document.querySelector("main").contains(focused)
+            && Boolean(messages.compareDocumentPosition(focused) & Node.DOCUMENT_POSITION_FOLLOWING);
+    }"""), "Tab goes on to the first control after the messages"
+    page.keyboard.press("Shift+Tab")
+    expect(messages).not_to_be_focused()
+    expect(page.locator("#messages-said")).to_be_empty()  # read once, by the focus
+
+
+def test_a_message_on_a_page_that_places_the_focus_itself_is_announced_without_taking_it(page, live_server):
+    """A page that comes back with a refused field focuses it (forms.js): the messages shown with it are put into
+    a live region (role=status) after the page has loaded, which a screen reader announces, and the focus stays
+    on the field."""
+    team = make_team()
+    make_user("tom")
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/members/")
+    csrf = next(cookie["value"] for cookie in page.context.cookies() if cookie["name"] == "csrftoken")
+    added = page.request.post(f"{live_server.url}/p/alpha/members/", form={"username": "tom", "role": "viewer"},
+                              headers={"X-CSRFToken": csrf}, max_redirects=0)
+    assert added.status == 302  # its message waits for the next page shown
+    page.fill("#id_username", "nobody")
+    with page.expect_navigation() as navigation:
+        page.get_by_role("button", name="Add member").click()
+    username = page.get_by_role("textbox", name="Username")
+    expect(username).to_have_attribute("aria-invalid", "true")
+    expect(page.locator(".messages")).to_contain_text("\u2068tom\u2069 added as viewer")
+    said = page.locator("#messages-said")
+    expect(said).to_have_attribute("role", "status")
+    assert '<p id="messages-said" class="visually-hidden" role="status"></p>' in navigation.value.text(), (
+        "the live region is empty as the page loads: content there at load is not announced")
+    expect(said).to_have_text("\u2068tom\u2069 added as viewer.")
+    expect(username).to_be_focused()
+    expect(page.locator("#messages")).not_to_have_attribute("tabindex", "-1")
