@@ -14,14 +14,20 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None, unit: str = "") -> int:
+    """``name`` as an integer (``default`` when unset or empty); with ``minimum``, a smaller value is refused,
+    the message naming the variable, the value, what it counts (``unit``: "seconds") and the least allowed."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ValueError(f"environment variable {name}={raw!r} must be an integer") from exc
+    if minimum is not None and value < minimum:
+        raise ValueError(f"environment variable {name}={raw!r} is too small: give a whole number"
+                         f"{f' of {unit}' if unit else ''}, at least {minimum}")
+    return value
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -157,8 +157,18 @@ TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Wrong passwords for one account from browsers it never signed in with, every address together, in the login
 # throttle's window: past it those are refused; its known browsers are not (webapp.accounts.throttle).
 TEMPER_LOGIN_ACCOUNT_MAX_FAILURES = env_int("TEMPER_LOGIN_ACCOUNT_MAX_FAILURES", 100)
-# Seconds between worker heartbeats; 0 turns them off. Stale after 60 s of silence.
+# Seconds between worker heartbeats; 0 turns them off. Stale after TEMPER_WORKER_STALE_AFTER s of silence.
 TEMPER_HEARTBEAT_SECONDS = env_int("TEMPER_HEARTBEAT_SECONDS", 10)
+# Seconds of silence after which a worker is presumed lost (``webapp.workers.models.stale_after``): shown stale,
+# the messages it held queued again, left out of placement and of the live counts. At least two heartbeats: a
+# shorter wait would take a live worker between two of its beats for dead and hand its tasks to another.
+TEMPER_WORKER_STALE_AFTER = env_int("TEMPER_WORKER_STALE_AFTER", 60, minimum=1, unit="seconds")
+if TEMPER_HEARTBEAT_SECONDS > 0 and TEMPER_WORKER_STALE_AFTER < 2 * TEMPER_HEARTBEAT_SECONDS:
+    raise ValueError(
+        f"environment variable TEMPER_WORKER_STALE_AFTER={TEMPER_WORKER_STALE_AFTER} is shorter than two heartbeats "
+        f"(TEMPER_HEARTBEAT_SECONDS={TEMPER_HEARTBEAT_SECONDS}): a live worker would be taken for lost between its "
+        f"beats and its tasks handed to another; give at least {2 * TEMPER_HEARTBEAT_SECONDS} seconds, or lower "
+        "TEMPER_HEARTBEAT_SECONDS")
 # Runs: a running run's worker refreshes its heartbeat this often; a run silent for longer than
 # TEMPER_RUN_LOST_SECONDS (or for two of its beats while its worker is silent for two of its own) is lost
 # and re-queued to resume, and a checkpoint export whose message

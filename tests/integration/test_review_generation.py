@@ -5,11 +5,15 @@ a campaign is found by the reapers of the workers still up: a campaign deleted m
 still generating says when its worker stopped and starts over on the next serve worker.
 
 The dead-worker tests run the workers with short timings (heartbeats 1 s, lost after 6 s, reaper every
-2 s), as tests/integration/test_runs.py does; the logic is the same as with the defaults."""
+2 s), as tests/integration/test_runs.py does; the logic is the same as with the defaults. Their worker is killed
+while it loads model A, whose config.json is a named pipe nobody writes to (``held_model_dir``): a warm worker
+answered the whole campaign in under a second, before a poll saw it at work, so killing it "mid-job" was a race."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -83,29 +87,55 @@ def fast_timings():
         yield
 
 
-def start_and_kill_the_serve_worker(team, workers, model_dirs):
-    """A generating campaign whose serve worker is killed outright while it answers (loading its models, or
-    between slices), and a fresh serve worker of the same name in its place."""
-    campaign, _models = generate_a_campaign(team, workers, model_dirs)
-    # Mid-job: the worker marked the campaign as being answered, and its heartbeat lists the message it holds.
+class HeldModel:
+    """A copy of a model whose config.json is a named pipe: a worker loading it waits in ``open`` until
+    ``release`` puts the real file in its place, so the test, not the machine's speed, says when it is mid-job."""
+
+    def __init__(self, source: Path, path: Path):
+        self.path = path
+        shutil.copytree(source, path)
+        self._config = path / "config.json"
+        self._real_config = self._config.read_bytes()
+        self._config.unlink()
+        os.mkfifo(self._config)
+
+    def release(self) -> None:
+        written = self.path / "config.json.real"
+        written.write_bytes(self._real_config)
+        os.replace(written, self._config)  # the pipe is never opened here: with no reader left that would wait
+
+
+@pytest.fixture
+def held_model_dir(model_dirs, tmp_path):
+    return HeldModel(model_dirs[0], tmp_path / "held-model")
+
+
+def start_and_kill_the_serve_worker(team, workers, model_dirs, held_model_dir):
+    """A generating campaign whose serve worker is killed outright while it answers (held loading model A, from
+    ``held_model_dir``), and whose model A can then be loaded by the next serve worker."""
+    campaign, _models = generate_a_campaign(team, workers, [held_model_dir.path, model_dirs[1]])
+    # Mid-job: the worker marked the campaign as being answered, and its heartbeat lists the message it holds;
+    # it stays so, loading model A, until the pipe is released.
     wait_for(lambda: Campaign.objects.filter(pk=campaign.pk, generation_running=True).exists()
              and Worker.objects.filter(name__startswith="test-serve@").exclude(deliveries=[]).exists(),
              timeout=60, workers=workers, what="the serve worker to take up the generation")
     worker = workers.running["serve"]
     os.killpg(worker.process.pid, signal.SIGKILL)
     worker.process.wait(timeout=10)
+    held_model_dir.release()
     campaign.refresh_from_db()
-    assert campaign.status == CampaignStatus.GENERATING and campaign.generation_running, "killed too late"
+    assert campaign.status == CampaignStatus.GENERATING and campaign.generation_running
+    assert campaign.generated_answers == 0
     return campaign
 
 
 def test_a_campaign_deleted_while_its_serve_worker_is_dead_goes(fast_timings, celery_workers, transactional_db,
-                                                                   settings, redis_url, model_dirs):
+                                                                   settings, redis_url, model_dirs, held_model_dir):
     """It stayed "Being deleted" for ever: kept until its worker said it had stopped (``generation_end``),
     which a killed worker never says."""
     settings.REDIS_URL = redis_url
     team = make_team()
-    campaign = start_and_kill_the_serve_worker(team, celery_workers, model_dirs)
+    campaign = start_and_kill_the_serve_worker(team, celery_workers, model_dirs, held_model_dir)
     assert services.campaign_delete(campaign=campaign, stop_generation=True) is False  # kept: "Being deleted"
     celery_workers.ensure("serve")  # the worker comes back, as its supervisor would start it
 
@@ -115,10 +145,10 @@ def test_a_campaign_deleted_while_its_serve_worker_is_dead_goes(fast_timings, ce
 
 def test_a_campaign_whose_serve_worker_died_says_when_and_starts_over(fast_timings, celery_workers,
                                                                         transactional_db, settings, redis_url,
-                                                                        model_dirs):
+                                                                        model_dirs, held_model_dir):
     settings.REDIS_URL = redis_url
     team = make_team()
-    campaign = start_and_kill_the_serve_worker(team, celery_workers, model_dirs)
+    campaign = start_and_kill_the_serve_worker(team, celery_workers, model_dirs, held_model_dir)
     celery_workers.ensure("serve")
 
     def finished():

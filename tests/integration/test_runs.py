@@ -159,6 +159,10 @@ def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_work
     assert any(message.startswith("resumed: continuing from step ") for message in messages)
     resumed_from = int(next(m for m in messages if m.startswith("resumed:")).rsplit(" ", 1)[1])
     assert resumed_from % 20 == 0 and resumed_from <= killed_at
+    # The loss said so before the next attempt began: the worker, when, and the checkpoint it would resume from.
+    [lost] = [message for message in messages if "lost at step" in message]
+    assert lost.startswith("attempt 1 was lost at step ") and " on worker test-train@" in lost, lost
+    assert ", last heard from at " in lost and lost.endswith(f"re-queued to resume from its checkpoint at step {resumed_from}")
     # The dead worker's message was queued again at once (not after Celery's hour-long visibility timeout)
     # and dropped as stale by the worker that took it (after attempt 2, or before it): Redis no longer holds it.
     dropped = "attempt 1: not queued as this attempt any more; message dropped"

@@ -53,6 +53,34 @@ def test_the_settings_refuse_an_unknown_serving_quantization():
     assert "environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of int8, int4, none" in result.stderr
 
 
+@pytest.mark.parametrize(("environment", "message"), [
+    ({"TEMPER_WORKER_STALE_AFTER": "1m"}, "environment variable TEMPER_WORKER_STALE_AFTER='1m' must be an integer"),
+    ({"TEMPER_WORKER_STALE_AFTER": "0"},
+     "environment variable TEMPER_WORKER_STALE_AFTER='0' is too small: give a whole number of seconds, at least 1"),
+    ({"TEMPER_WORKER_STALE_AFTER": "15", "TEMPER_HEARTBEAT_SECONDS": "10"},
+     "environment variable TEMPER_WORKER_STALE_AFTER=15 is shorter than two heartbeats (TEMPER_HEARTBEAT_SECONDS=10): "
+     "a live worker would be taken for lost between its beats and its tasks handed to another; give at least 20 "
+     "seconds, or lower TEMPER_HEARTBEAT_SECONDS"),
+])
+def test_the_settings_refuse_a_worker_stale_after_that_is_no_wait(environment, message):
+    """How long a worker may be silent before its tasks go to another: a wait shorter than two heartbeats would
+    hand a live worker's tasks to another between its beats, so they would run twice."""
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                                                        **environment})
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_the_worker_stale_after_setting_takes_a_wait_of_two_heartbeats_or_more():
+    code = "import django; django.setup(); from webapp.workers.models import stale_after; print(stale_after())"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                                 "TEMPER_WORKER_STALE_AFTER": "20", "TEMPER_HEARTBEAT_SECONDS": "10"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0:00:20"
+
+
 def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, client_for, caplog):
     """Every 403 (a viewer opening a members-only page) wrote PermissionDenied's whole traceback to the
     server's log: 55 of them in one QA session."""

@@ -14,6 +14,7 @@ import pytest
 
 from tests.webapp.factories import make_team
 from webapp.celery import app as celery_app
+from webapp.core.templatetags.temper import when
 from webapp.runs.models import Run, RunStatus
 from worker.tasks import train
 
@@ -47,8 +48,9 @@ def test_a_dead_training_process_requeues_its_run_with_the_reason(sent):
     assert sent == [(run.public_id, {"type": "status", "status": "queued", "message": run.error_message}),
                     ("worker.tasks.train.train_run", [run.pk, 2], "train")]
     assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.worker_name == ""
-    assert run.error_message == ("attempt 1 was lost at step 12 on worker train@a (its training process died: "
-                                 f"{KILLED}); re-queued to resume from its last checkpoint")
+    assert run.error_message == (f"attempt 1 was lost at step 12 on worker train@a, last heard from at "
+                                 f"{when(run.last_heartbeat)} (its training process died: {KILLED}); re-queued to "
+                                 "start over from step 0, as it had saved no checkpoint")
     assert run.log_lines.last().message == run.error_message
 
 

@@ -24,7 +24,7 @@ its hosts or gives way to one that does, within the same overall ``TEMPER_PLACEM
 A run that finds fewer than N free workers stays ``queued`` with the reason shown on its page;
 every worker's reaper thread calls ``runs_place_waiting`` again every few seconds, and a run that
 waited ``TEMPER_PLACEMENT_TIMEOUT_SECONDS`` fails with that reason. A worker is free when it is
-alive (heartbeat within ``STALE_AFTER``), runs nothing, and holds no reservation of an attempt that
+alive (heartbeat within ``stale_after()``), runs nothing, and holds no reservation of an attempt that
 is still active; reservations therefore lapse by themselves when an attempt ends, however it ends.
 
 "Runs nothing" is read twice: the worker's last heartbeat says no task is under way, and no run
@@ -47,7 +47,7 @@ from django.utils import timezone
 from webapp.celery import app as celery_app
 from webapp.runs import services
 from webapp.runs.models import ACTIVE_STATUSES, LogLevel, Run, RunStatus, status_phrase
-from webapp.workers.models import STALE_AFTER, Worker
+from webapp.workers.models import Worker, stale_after
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def waiting_reason(*, needed: int, free: int, pool: str) -> str:
 def is_free(worker: Worker, *, now: datetime, for_run: Run) -> bool:
     """Whether ``worker`` can take a process of ``for_run`` now (see the module notes). A reservation
     of ``for_run``'s own current attempt counts as free: placing it again re-takes the same worker."""
-    if worker.stopped_at is not None or now - worker.last_seen > STALE_AFTER or worker.current_jobs:
+    if worker.stopped_at is not None or now - worker.last_seen > stale_after() or worker.current_jobs:
         return False
     if not worker.address or not worker.coordinator_port:
         return False
@@ -92,7 +92,7 @@ def is_free(worker: Worker, *, now: datetime, for_run: Run) -> bool:
 def free_workers(*, pool: str, for_run: Run, now: datetime) -> list[Worker]:
     """The free workers of ``pool``, by name: free by their heartbeat (``is_free``) and with no
     single-host run recorded as running on them since it was sent (see the module notes)."""
-    workers = Worker.objects.filter(pool=pool, stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER)
+    workers = Worker.objects.filter(pool=pool, stopped_at__isnull=True, last_seen__gte=now - stale_after())
     running_here = set(Run.objects.filter(status=RunStatus.RUNNING, hosts__lte=1,
                                           worker_name__in=workers.values("name")).values_list("worker_name", flat=True))
     return [worker for worker in workers.select_related("reserved_run").order_by("name")

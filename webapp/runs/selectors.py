@@ -1032,14 +1032,14 @@ def memory_check(*, job: Any, base_model: BaseModel | None, pool: str,
     registration read its facts), against the devices the live train workers of ``pool`` registered; None
     when the model's config lacks a fact the estimate reads. ``reward_base_model``: that of PPO's reward
     run (``reward_base_model``), whose model the run also holds."""
-    from webapp.workers.models import STALE_AFTER, Worker
+    from webapp.workers.models import Worker, stale_after
 
     if base_model is None:
         return None
     facts = ModelFacts.from_config(parameter_count=base_model.parameter_count, config=base_model.config or {})
     if facts is None:
         return None
-    alive = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - STALE_AFTER, pool=pool)
+    alive = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - stale_after(), pool=pool)
     probed = [worker.devices for worker in alive if isinstance(worker.devices.get("memory_bytes"), int)
               and isinstance(worker.devices.get("count"), int)]
     smallest = min(probed, key=lambda devices: devices["memory_bytes"], default=None)

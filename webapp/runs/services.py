@@ -44,6 +44,7 @@ from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
 from webapp.core.numbers import MAX_STORED_INT, whole_number
+from webapp.core.templatetags.temper import when
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets.models import DatasetVersion, VersionStatus
@@ -1323,7 +1324,8 @@ def runs_reap_lost(*, now: datetime | None = None) -> list[Run]:
 def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_heartbeat: datetime | None = None
                      ) -> Run | None:
     """Settle attempt ``run.attempt`` of a running run whose training process is gone (``why``, in words): queued
-    again as the next attempt, to resume from its last checkpoint, with the reason as its message until that
+    again as the next attempt, to resume from its last checkpoint, with the reason (the worker, when the run was last
+    heard from, why, and the checkpoint step it resumes from) as its message until that
     attempt starts (its page shows it); a run whose cancel was asked is cancelled, and a multi-host run failed. So
     is a run lost ``TEMPER_RUN_LOST_LIMIT`` times in a row with no new checkpoint between (the same step killing it
     each time would otherwise hold a train worker for ever), with the count and the last reason. Returns the re-queued run, or None when nothing was re-queued. Nothing happens unless the run is still
@@ -1366,8 +1368,13 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
             logger.warning("run %s: %s", run.public_id, message)
             _advance_pipeline(run)
         return None
-    message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name} ({why}); "
-               "re-queued to resume from its last checkpoint")
+    # Said in full where the run's log keeps it: which worker, when it was last heard from, and where the next
+    # attempt starts (the engine restores the newest checkpoint), so that steps trained again are no surprise.
+    heard = f", last heard from at {when(run.last_heartbeat)}" if run.last_heartbeat else ""
+    resume = (f"resume from its checkpoint at step {checkpoint}" if checkpoint is not None
+              else "start over from step 0, as it had saved no checkpoint")
+    message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name}{heard} "
+               f"({why}); re-queued to {resume}")
     if not claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="",
                           error_message=message[:4000], queued_at=now, lost_in_a_row=in_a_row,
                           lost_after_checkpoint=checkpoint):

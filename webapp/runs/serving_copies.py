@@ -330,7 +330,7 @@ def _live_tasks(task: str, *, acknowledged_late: bool) -> set[tuple] | None:
     workers' heartbeats list as running. None when that cannot be told: Redis cannot be asked, a task
     acknowledged early is running while heartbeats are off, or a heartbeat's job is cut too short to read."""
     from webapp.runs.services import held_task_messages
-    from webapp.workers.models import STALE_AFTER, Worker
+    from webapp.workers.models import Worker, stale_after
 
     if not acknowledged_late and settings.TEMPER_HEARTBEAT_SECONDS == 0:
         return None
@@ -338,7 +338,7 @@ def _live_tasks(task: str, *, acknowledged_late: bool) -> set[tuple] | None:
     if held is None:
         return None
     live = set(held)
-    workers = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - STALE_AFTER)
+    workers = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=timezone.now() - stale_after())
     for jobs in workers.values_list("current_jobs", flat=True):
         for job in jobs:  # "task.name argsrepr" (worker.heartbeat.current_jobs), at most 200 characters
             name, _space, arguments = job.partition(" ")

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from webapp.runs import channels
-from webapp.workers.models import STALE_AFTER, Worker
+from webapp.workers.models import Worker, stale_after
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ def abandoned_tags(client: redis.Redis, *, now: datetime | None = None) -> set[s
 
 
 def live_worker_deliveries(*, now: datetime) -> set[str]:
-    """The delivery tags that workers heard from within ``STALE_AFTER`` (and not stopped) hold."""
-    rows = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER)
+    """The delivery tags that workers heard from within ``stale_after()`` (and not stopped) hold."""
+    rows = Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after())
     return {str(tag) for deliveries in rows.values_list("deliveries", flat=True) for tag in deliveries}
 
 
@@ -139,7 +139,7 @@ def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery
 class TaskDeliveries:
     """Where the delivered messages of one task are, by their arguments (``argsrepr`` read back)."""
 
-    live: frozenset[tuple]  # held by a worker heard from within ``STALE_AFTER``: running or reserved there
+    live: frozenset[tuple]  # held by a worker heard from within ``stale_after()``: running or reserved there
     orphaned: dict[tuple, Delivery]  # held by no live worker: its worker died (or has yet to beat)
 
     def abandoned(self, *, delivered_before: datetime) -> set[tuple]:

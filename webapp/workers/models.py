@@ -1,13 +1,19 @@
 """Worker heartbeats: one row per Celery worker (keyed by its node name, e.g.
 ``train@gpu-host-1``), rewritten every few seconds by ``worker/heartbeat.py``.
-A worker whose row has not been refreshed within ``STALE_AFTER`` is presumed lost."""
+A worker whose row has not been refreshed within ``stale_after()`` is presumed lost."""
 from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import models
 
-STALE_AFTER = timedelta(seconds=60)
+
+def stale_after() -> timedelta:
+    """How long a worker may be silent before it is presumed lost (``TEMPER_WORKER_STALE_AFTER``, 60 s)."""
+    return timedelta(seconds=settings.TEMPER_WORKER_STALE_AFTER)
+
+
 # Workers silent for longer than this are gone (a container replaced, a host retired):
 # they leave the Workers page and /metrics, though their rows stay for the record.
 FORGET_AFTER = timedelta(days=1)
@@ -64,9 +70,9 @@ class Worker(models.Model):
 
     def state_at(self, now) -> str:
         """The worker's state at ``now``: stopped (shut down cleanly), stale (no
-        heartbeat for longer than ``STALE_AFTER``) or alive."""
+        heartbeat for longer than ``stale_after()``) or alive."""
         if self.stopped_at is not None:
             return WorkerState.STOPPED
-        if now - self.last_seen > STALE_AFTER:
+        if now - self.last_seen > stale_after():
             return WorkerState.STALE
         return WorkerState.ALIVE

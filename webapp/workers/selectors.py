@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.core.bidi import isolated
-from webapp.workers.models import FORGET_AFTER, STALE_AFTER, Worker
+from webapp.workers.models import FORGET_AFTER, Worker, stale_after
 
 
 def worker_list(*, now: datetime | None = None, viewer: AbstractBaseUser | None = None) -> list[Worker]:
@@ -273,9 +273,9 @@ _DESCRIBE: dict[str, Callable[..., JobShown]] = {
 
 
 def workers_alive_count(*, now: datetime | None = None) -> int:
-    """How many workers have sent a heartbeat within ``STALE_AFTER`` and not stopped."""
+    """How many workers have sent a heartbeat within ``stale_after()`` and not stopped."""
     now = now or timezone.now()
-    return Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER).count()
+    return Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after()).count()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,10 +305,10 @@ class PoolOffer:
 
 
 def pool_offers(*, now: datetime | None = None) -> dict[str, PoolOffer]:
-    """The host pools of the train workers alive at ``now`` (heartbeat within ``STALE_AFTER``), by name."""
+    """The host pools of the train workers alive at ``now`` (heartbeat within ``stale_after()``), by name."""
     now = now or timezone.now()
     by_pool: dict[str, list[Worker]] = {}
-    for worker in Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - STALE_AFTER).exclude(pool=""):
+    for worker in Worker.objects.filter(stopped_at__isnull=True, last_seen__gte=now - stale_after()).exclude(pool=""):
         by_pool.setdefault(worker.pool, []).append(worker)
     offers = {}
     for name, workers in sorted(by_pool.items()):

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from webapp.workers import selectors
-from webapp.workers.models import STALE_AFTER
+from webapp.workers.models import stale_after
 
 
 @login_required
@@ -18,5 +18,5 @@ def worker_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "workers/list.html",
-        {"workers": selectors.worker_list(viewer=request.user), "stale_after_seconds": int(STALE_AFTER.total_seconds())},
+        {"workers": selectors.worker_list(viewer=request.user), "stale_after_seconds": int(stale_after().total_seconds())},
     )

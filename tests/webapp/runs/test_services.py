@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from tests.webapp.factories import make_ready_version
 from tests.webapp.runs.conftest import FakeRedis, make_pool_worker, sft_spec
+from webapp.core.templatetags.temper import when
 from webapp.runs import selectors, services
 from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, Run, RunStatus
 from webapp.workers.models import Worker
@@ -369,8 +370,9 @@ def test_a_run_whose_worker_is_gone_is_requeued_within_seconds_with_the_reason(
                                                                                  "train@stopped"))
     lost = Run.objects.get(pk=runs["train@dead"].pk)
     assert lost.status == RunStatus.QUEUED and lost.attempt == 2
-    assert lost.error_message == ("attempt 1 was lost at step 7 on worker train@dead (silent for 11 s, and its worker "
-                                  "has been silent for 21 s); re-queued to resume from its last checkpoint")
+    assert lost.error_message == (f"attempt 1 was lost at step 7 on worker train@dead, last heard from at "
+                                  f"{when(now - timedelta(seconds=11))} (silent for 11 s, and its worker has been "
+                                  "silent for 21 s); re-queued to start over from step 0, as it had saved no checkpoint")
     assert "its worker was restarted" in Run.objects.get(pk=runs["train@restarted"].pk).error_message
     assert "its worker stopped" in Run.objects.get(pk=runs["train@stopped"].pk).error_message
     assert Run.objects.get(pk=runs["train@busy"].pk).status == RunStatus.RUNNING
@@ -388,10 +390,28 @@ def test_the_next_attempt_clears_the_lost_reason(team, catalog, sent_tasks, djan
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a",
                                          last_heartbeat=timezone.now() - timedelta(seconds=61))
     [lost] = services.runs_reap_lost()
-    assert "re-queued to resume" in lost.error_message
+    assert "re-queued to start over from step 0" in lost.error_message
     run_start(run_pk=run.pk, attempt=2, worker_name="train@b")
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.error_message == ""
+
+
+def test_a_lost_run_says_which_worker_lost_it_when_and_from_which_checkpoint_it_resumes(
+        team, catalog, sent_tasks, django_capture_on_commit_callbacks):
+    """Its log said "re-queued to resume from its last checkpoint": which one, and so which steps are trained
+    again, the user learnt only from the next attempt's first lines."""
+    run = create(team, catalog, sent_tasks, django_capture_on_commit_callbacks)
+    for step in ("20", "40", "60.orbax-checkpoint-tmp-1"):  # the last one cut short by the kill: not restored
+        (run.output_dir / "checkpoints" / step).mkdir(parents=True)
+    heard = timezone.now() - timedelta(seconds=61)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@gone", current_step=47,
+                                         started_at=heard - timedelta(minutes=5), last_heartbeat=heard)
+    with django_capture_on_commit_callbacks(execute=True):
+        [lost] = services.runs_reap_lost(now=heard + timedelta(seconds=61))
+    message = (f"attempt 1 was lost at step 47 on worker train@gone, last heard from at {when(heard)} (silent for 61 s); "
+               "re-queued to resume from its checkpoint at step 40")
+    assert lost.error_message == message
+    assert list(run.log_lines.values_list("level", "message"))[-1] == ("warning", message)
 
 
 def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, django_capture_on_commit_callbacks,

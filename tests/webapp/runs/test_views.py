@@ -1282,8 +1282,9 @@ def test_a_lost_and_requeued_runs_page_says_why_until_its_next_attempt_starts(te
                                          last_heartbeat=timezone.now() - timedelta(seconds=61))
     services.runs_reap_lost()
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert 'run-message">attempt 1 was lost at step 5 on worker train@gone (silent for 6' in page
-    assert " s); re-queued to resume from its last checkpoint</p>" in page
+    assert 'run-message">attempt 1 was lost at step 5 on worker train@gone, last heard from at ' in page
+    assert " UTC (silent for 6" in page
+    assert " s); re-queued to start over from step 0, as it had saved no checkpoint</p>" in page
     run_start(run_pk=run.pk, attempt=2, worker_name="train@next")
     assert "was lost at step 5" not in client_for(team.viewer).get(url(run)).content.decode().split('id="log"')[0]
 

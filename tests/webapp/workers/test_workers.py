@@ -47,6 +47,24 @@ def test_states_alive_stale_stopped(db):
     assert selectors.workers_alive_count(now=now) == 1
 
 
+def test_how_long_a_worker_may_be_silent_is_a_setting(db, settings, team, client_for):
+    """TEMPER_WORKER_STALE_AFTER (60 s by default): a worker silent for 90 s is lost under the default, alive under
+    120 s, for its state, the live count, the deliveries it holds, the pools offered and the Workers page alike."""
+    from webapp.workers import deliveries
+
+    now = timezone.now()
+    record("train@quiet", current_jobs=[], pool="default", deliveries=["tag-held"])
+    Worker.objects.filter(name="train@quiet").update(last_seen=now - timedelta(seconds=90))
+    quiet = Worker.objects.get(name="train@quiet")
+    assert quiet.state_at(now) == "stale" and selectors.workers_alive_count(now=now) == 0
+    assert deliveries.live_worker_deliveries(now=now) == set() and selectors.pool_offers(now=now) == {}
+
+    settings.TEMPER_WORKER_STALE_AFTER = 120
+    assert quiet.state_at(now) == "alive" and selectors.workers_alive_count(now=now) == 1
+    assert deliveries.live_worker_deliveries(now=now) == {"tag-held"} and selectors.pool_offers(now=now)["default"].workers == 1
+    assert "one silent for more than 120 s is flagged stale" in client_for(team.viewer).get("/workers/").content.decode()
+
+
 def test_workers_silent_for_a_day_are_forgotten(db):
     now = timezone.now()
     record("old@gone")
