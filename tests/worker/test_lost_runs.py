@@ -3,8 +3,11 @@ memory) at once, from Celery's ``task_failure`` with ``WorkerLostError``, instea
 "running" until the reapers find its heartbeat silent for ``TEMPER_RUN_LOST_SECONDS``."""
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import types
+import uuid
 
 from billiard.exceptions import WorkerLostError
 from celery import signals
@@ -34,7 +37,10 @@ def sent(transactional_db, monkeypatch) -> list:
 
 def running_run(*, worker_name: str = "train@a", attempt: int = 1) -> Run:
     team = make_team()
-    return Run.objects.create(project=team.project, name="r", task="sft", spec={}, resolved_spec={"output_dir": "/tmp/x"},
+    # An output folder no one made: the run saved no checkpoint (a shared path like /tmp/x would hold whatever
+    # another run left there).
+    output_dir = os.path.join(tempfile.gettempdir(), f"temper-lost-run-{uuid.uuid4().hex}")
+    return Run.objects.create(project=team.project, name="r", task="sft", spec={}, resolved_spec={"output_dir": output_dir},
                               status=RunStatus.RUNNING, attempt=attempt, worker_name=worker_name, current_step=12,
                               started_at=timezone.now(), last_heartbeat=timezone.now())
 
