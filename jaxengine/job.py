@@ -458,6 +458,17 @@ def check_output_dir(run_dir: Path) -> None:
             return
 
 
+def check_model_positions(spec: JobSpec, model_dir: Path) -> None:
+    """JobError when ``data.max_seq_len`` is past the positions the model's config.json gives it
+    (``max_position_embeddings``, or the range its RoPE scaling extends that to), before the model is
+    loaded: the run trained there with no word, on positions the model never saw. The web's launch
+    check says the same (``webapp.runs.services``)."""
+    from jaxengine.models.config import max_seq_len_problem, read_position_limit
+
+    if problem := max_seq_len_problem(spec.data.max_seq_len, read_position_limit(model_dir)):
+        raise JobError(f"data.max_seq_len: {problem}")
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -480,7 +491,8 @@ def run_job(
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
     check_output_dir(Path(spec.output_dir))
-    resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
+    model_dir = resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
+    check_model_positions(spec, model_dir)
     if placement is None:
         placement = job_placement(spec)
     writes_files = jax.process_index() == 0

@@ -390,7 +390,8 @@ def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path)
 
 def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
     """QA: max_new_tokens past the model's context (2048 here) with a data.max_seq_len that leaves room for
-    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout."""
+    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout.
+    (A data.max_seq_len past the model's positions, here its context, is refused itself now.)"""
     from jaxengine.job import JobError
 
     def no_rollout(*args, **kwargs):
@@ -398,7 +399,7 @@ def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(d
 
     monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
     spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/prompts.jsonl"),
-                                                       "max_seq_len": 4096},
+                                                       "max_seq_len": 2048},
                      grpo={"max_new_tokens": 2100})
     with pytest.raises(JobError) as raised:
         run_job(spec, progress_bar=False)
