@@ -469,6 +469,22 @@ def check_model_positions(spec: JobSpec, model_dir: Path) -> None:
         raise JobError(f"data.max_seq_len: {problem}")
 
 
+def check_reward_functions(spec: JobSpec) -> None:
+    """JobError naming the key of a GRPO or PPO reward function that this thread could not score
+    (``rewards.unsendable_reward``: off the main thread, one that cannot be pickled), before the model is
+    loaded; the first scoring found it, after the model was loaded and the step compiled."""
+    from jaxengine.rewards import WeightedReward, unsendable_reward
+
+    if spec.task not in ("grpo", "ppo"):
+        return
+    options = getattr(spec, spec.task)
+    for key in ("rewards", "eval_metrics"):
+        terms = [WeightedReward(name=term.name, args=term.args) for term in getattr(options, key)]
+        if found := unsendable_reward(terms):
+            position, problem = found
+            raise JobError(f"{spec.task}.{key}.{position}.name: {problem}")
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -491,6 +507,7 @@ def run_job(
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
     check_output_dir(Path(spec.output_dir))
+    check_reward_functions(spec)
     model_dir = resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
     check_model_positions(spec, model_dir)
     if placement is None:

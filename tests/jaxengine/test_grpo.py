@@ -420,3 +420,30 @@ def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=1900, context_length=2048)
     assert [row["prompt"] for row in prompts.rows] == ["1 2"]
     assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}
+
+
+def test_a_reward_function_that_cannot_reach_a_helper_process_is_refused_before_the_model_loads(demo_dir, tmp_path,
+                                                                                               monkeypatch):
+    """Issue 8: off the main thread each reward term is scored in a helper process (its time limit), and a
+    function that cannot be pickled (defined inside a function) cannot be sent to one: that was found at the
+    first scoring, after the model was loaded and the step compiled, and failed the run there. The job is
+    refused when it starts, in the same words, naming the key."""
+    from jaxengine import rewards
+    from jaxengine.job import JobError
+    from tests.factories import on_a_thread
+
+    def local_length(completions, references):
+        return [float(len(text)) for text in completions]
+
+    monkeypatch.setitem(rewards.REWARDS, "local_length", local_length)
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 1, "batch_size": 2},
+                     grpo={"num_generations": 2, "rewards": [{"name": "contains", "args": {"keywords": ["e"]}},
+                                                             {"name": "local_length"}]})
+    outcome = on_a_thread(lambda: run_job(spec, progress_bar=False))
+    assert isinstance(outcome.get("error"), JobError), outcome
+    assert str(outcome["error"]) == (
+        "grpo.rewards.1.name: reward 'local_length': its function (test_a_reward_function_that_cannot_reach_a_helper_"
+        "process_is_refused_before_the_model_loads.<locals>.local_length) cannot be scored within its 60 s time "
+        "limit off the main thread (trainer-thread): there the limit scores it in a helper process, and the function "
+        "cannot be sent to one; define it at the top level of a module, or run the trainer on the main thread")
+    assert not (tmp_path / "run").exists()  # the trainer, which makes it once the model is loaded, was never built
