@@ -447,3 +447,37 @@ def test_a_reward_function_that_cannot_reach_a_helper_process_is_refused_before_
         "limit off the main thread (trainer-thread): there the limit scores it in a helper process, and the function "
         "cannot be sent to one; define it at the top level of a module, or run the trainer on the main thread")
     assert not (tmp_path / "run").exists()  # the trainer, which makes it once the model is loaded, was never built
+
+
+def test_a_resume_under_settings_that_shape_the_saved_state_or_the_data_order_is_refused(demo_dir, tmp_path):
+    """Issue 8: a run resumed with another grpo.num_generations or train.batch_size went on silently, its
+    rollout blocks drawing other prompts than the run it continues (and saved rollouts of another shape). The
+    resume compared the job's identity and seed only; it is refused now, naming each setting with its saved and
+    its new value and what to do, before the model loads and with the run's spec.yaml left as it was; and by
+    the trainer, from the checkpoints' own record, where the spec.yaml is gone."""
+    from jaxengine.job import JobError
+    from jaxengine.trainer import TrainingError
+
+    run = tmp_path / "run"
+    settings = {"max_steps": 2, "batch_size": 2, "save_every": 1}
+    assert run_job(grpo_spec(demo_dir, run, train=settings, grpo={"num_generations": 4}),
+                   should_stop=stop_before_step(2), progress_bar=False)["step"] == 1
+    written = (run / "spec.yaml").read_text()
+    changed = grpo_spec(demo_dir, run, train={**settings, "batch_size": 1}, grpo={"num_generations": 2})
+    what_to_do = ("they shape the saved state or the order of the training data, so the run cannot go on under "
+                  "new values: put each back as saved to resume it, or start a new run (another output_dir)")
+    with pytest.raises(JobError) as raised:
+        run_job(changed, progress_bar=False)
+    assert str(raised.value) == (
+        f"output_dir: {run} holds checkpoints saved under other settings than this spec's: train.batch_size 2 "
+        f"(this spec: 1), grpo.num_generations 4 (this spec: 2); {what_to_do}")
+    assert (run / "spec.yaml").read_text() == written
+    (run / "spec.yaml").unlink()
+    with pytest.raises(TrainingError) as raised:
+        run_job(changed, progress_bar=False)
+    assert str(raised.value) == (
+        f"{run / 'checkpoints'}: checkpoints saved under other settings than this spec's: train.batch_size 2 "
+        f"(this spec: 1), grpo.num_generations 4 (this spec: 2); {what_to_do}")
+    (run / "spec.yaml").write_text(written)
+    summary = run_job(grpo_spec(demo_dir, run, train=settings, grpo={"num_generations": 4}), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 1
