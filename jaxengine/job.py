@@ -542,7 +542,8 @@ def run_job(
     check_data_files(spec)
     check_output_dir(Path(spec.output_dir))
     check_reward_functions(spec)
-    model_dir = resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
+    # Named as not found before output_dir is compared with it (another job?).
+    model_dir = resolve_model_dir(spec.model)
     check_model_positions(spec, model_dir)
     if placement is None:
         placement = job_placement(spec)

@@ -333,10 +333,11 @@ def position_limit(hf_config: dict[str, Any]) -> PositionLimit | None:
         original = stated
     if original < stated:
         return plain
+    named = "max_position_embeddings" if original == stated else "original_max_position_embeddings"
     kind = scaling.get("rope_type", scaling.get("type"))
     return PositionLimit(positions=int(original * factor),
-                         source=f"{'original_max_position_embeddings' if original != stated else 'max_position_embeddings'}"
-                                f" {original} × {field} factor {factor:g}" + (f" ({kind})" if isinstance(kind, str) else ""))
+                         source=f"{named} {original} × {field} factor {factor:g}"
+                                + (f" ({kind})" if isinstance(kind, str) else ""))
 
 
 def _rope_scaling(section: dict[str, Any]) -> tuple[str, dict[str, Any]]:

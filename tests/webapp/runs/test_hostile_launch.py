@@ -259,7 +259,8 @@ def test_a_max_seq_len_past_the_models_positions_is_a_field_error_of_the_launch_
     assert response.status_code == 400
     page = response.content.decode().replace("&#x27;", "'")
     field = re.search(r'<div class="field spec-field has-error" data-key="data.max_seq_len">.*?</div>', page, re.S)
-    assert field is not None and f'<small class="error" id="spec-data-max_seq_len-error-1">{message}</small>' in field[0]
+    assert field is not None
+    assert f'<small class="error" id="spec-data-max_seq_len-error-1">{message}</small>' in field[0]
     assert Run.objects.count() == 0 and sent_tasks.calls == []
     config = json.loads((model_dir / "config.json").read_text())
     config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
