@@ -153,23 +153,57 @@ def _identity(spec: JobSpec, model: str) -> str:
                       sort_keys=True)
 
 
-def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
-    """A JobError, before anything is written, when ``run_dir`` holds checkpoints of another job (see
-    ``job_identity``). The trainer refused it too, but only after spec.yaml had been overwritten with this
-    job's, and the directory's own run could then no longer be exported."""
+def resume_settings(spec: JobSpec) -> dict[str, Any]:
+    """The settings of ``spec``, by dotted key, that shape a run's saved state or give its data order its meaning,
+    which a resume must keep (``trainer.changed_settings_problem``): ``data.max_seq_len`` (and ``data.packing``)
+    decide which rows and prompts are kept, so a data position or a rollout block's prompt indices count in them;
+    RL blocks draw ``train.batch_size`` × ``train.grad_accum`` prompts (times the dynamic sampling pool) each
+    ``num_iterations`` steps, and a checkpoint inside a block keeps its rollouts, shaped by ``num_generations`` and
+    ``max_new_tokens``. Training lengths, data files and optimizer settings may change between resumes."""
+    settings: dict[str, Any] = {"data.max_seq_len": spec.data.max_seq_len, "data.packing": spec.data.packing}
+    if spec.task in ("grpo", "ppo"):
+        options = getattr(spec, spec.task)
+        settings |= {"train.batch_size": spec.train.batch_size, "train.grad_accum": spec.train.grad_accum,
+                     f"{spec.task}.num_iterations": options.num_iterations,
+                     f"{spec.task}.max_new_tokens": options.max_new_tokens}
+    if spec.task == "grpo":
+        settings |= {"grpo.num_generations": spec.grpo.num_generations,
+                     "grpo.dynamic_sampling": spec.grpo.dynamic_sampling}
+        if spec.grpo.dynamic_sampling:
+            settings["grpo.dynamic_sampling_pool"] = spec.grpo.dynamic_sampling_pool
+    return settings
+
+
+def _checkpointed_spec(run_dir: Path) -> JobSpec | None:
+    """The spec.yaml of ``run_dir`` when the directory holds checkpoints, else None (None too for a spec.yaml
+    this engine cannot read: the trainer's checks on the checkpoints decide)."""
     from jaxengine.spec import SpecError, load_spec
 
     written = run_dir / "spec.yaml"
     checkpoints = run_dir / "checkpoints"
     if not written.is_file() or not checkpoints.is_dir() or not any(checkpoints.iterdir()):
-        return
+        return None
     try:
-        previous = load_spec(written)
+        return load_spec(written)
     except SpecError:
-        return  # not a spec this engine reads: the trainer's check on the checkpoints decides
+        return None
+
+
+def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
+    """A JobError, before anything is written, when ``run_dir`` holds checkpoints of another job (see
+    ``job_identity``), or of this job under other ``resume_settings``. The trainer refused it too, but only after
+    spec.yaml had been overwritten with this job's, and the directory's own run could then no longer be exported
+    (or resumed as it was)."""
+    from jaxengine.trainer import changed_settings_problem
+
+    previous = _checkpointed_spec(run_dir)
+    if previous is None:
+        return
     if job_identity(previous) not in (job_identity(spec), *earlier_job_identities(spec)):
         raise JobError(f"output_dir: {run_dir} holds the checkpoints of another job ({job_identity(previous)}), "
                        f"not this one ({job_identity(spec)}); use a new output_dir")
+    if problem := changed_settings_problem(resume_settings(previous), resume_settings(spec)):
+        raise JobError(f"output_dir: {run_dir} holds checkpoints {problem}")
 
 
 def _finished_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -458,6 +492,33 @@ def check_output_dir(run_dir: Path) -> None:
             return
 
 
+def check_model_positions(spec: JobSpec, model_dir: Path) -> None:
+    """JobError when ``data.max_seq_len`` is past the positions the model's config.json gives it
+    (``max_position_embeddings``, or the range its RoPE scaling extends that to), before the model is
+    loaded: the run trained there with no word, on positions the model never saw. The web's launch
+    check says the same (``webapp.runs.services``)."""
+    from jaxengine.models.config import max_seq_len_problem, read_position_limit
+
+    if problem := max_seq_len_problem(spec.data.max_seq_len, read_position_limit(model_dir)):
+        raise JobError(f"data.max_seq_len: {problem}")
+
+
+def check_reward_functions(spec: JobSpec) -> None:
+    """JobError naming the key of a GRPO or PPO reward function that this thread could not score
+    (``rewards.unsendable_reward``: off the main thread, one that cannot be pickled), before the model is
+    loaded; the first scoring found it, after the model was loaded and the step compiled."""
+    from jaxengine.rewards import WeightedReward, unsendable_reward
+
+    if spec.task not in ("grpo", "ppo"):
+        return
+    options = getattr(spec, spec.task)
+    for key in ("rewards", "eval_metrics"):
+        terms = [WeightedReward(name=term.name, args=term.args) for term in getattr(options, key)]
+        if found := unsendable_reward(terms):
+            position, problem = found
+            raise JobError(f"{spec.task}.{key}.{position}.name: {problem}")
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -480,7 +541,10 @@ def run_job(
                        f"{jax.process_count()}; start one process per host (jaxengine train --coordinator)")
     check_data_files(spec)
     check_output_dir(Path(spec.output_dir))
-    resolve_model_dir(spec.model)  # named as not found before output_dir is compared with it (another job?)
+    check_reward_functions(spec)
+    # Named as not found before output_dir is compared with it (another job?).
+    model_dir = resolve_model_dir(spec.model)
+    check_model_positions(spec, model_dir)
     if placement is None:
         placement = job_placement(spec)
     writes_files = jax.process_index() == 0
@@ -558,7 +622,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         grad_accum=spec.train.grad_accum, max_seq_len=spec.data.max_seq_len, packing=spec.data.packing,
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
-        identity_aliases=earlier_job_identities(spec),
+        identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

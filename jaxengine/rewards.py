@@ -581,6 +581,32 @@ def _call_reward(term: WeightedReward, completions: Sequence[str],
                           "in a completion's length: simplify its pattern") from None
 
 
+def unsendable_reward(terms: Sequence[WeightedReward]) -> tuple[int, str] | None:
+    """(position in ``terms``, why) of the first term this thread could not score, or None: off the main thread
+    (or while another timer runs) each term is scored in a helper process (see ``REWARD_TIME_LIMIT_SECONDS``),
+    and a function that cannot be pickled cannot be sent to one. Checked when a job starts, before its model is
+    loaded: the first scoring found it, after the model was loaded and the step compiled."""
+    if _alarm_usable():
+        return None
+    for position, term in enumerate(terms):
+        if term.name != "reward_model" and (problem := _unsendable(term, seconds=REWARD_TIME_LIMIT_SECONDS)):
+            return position, problem
+    return None
+
+
+def _unsendable(term: WeightedReward, *, seconds: float) -> str | None:
+    """Why ``term``'s function cannot be sent to a helper process (it cannot be pickled), or None."""
+    fn = REWARDS[term.name]
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return (f"reward {term.name!r}: its function ({fn.__qualname__}) cannot be scored within its {seconds:g} s "
+                f"time limit off the main thread ({threading.current_thread().name}): there the limit scores it in a "
+                "helper process, and the function cannot be sent to one; define it at the top level of a module, or "
+                "run the trainer on the main thread")
+    return None
+
+
 _helper_process_warned = threading.local()  # .done on a thread once it was told (one warning per thread)
 
 
@@ -589,14 +615,9 @@ def _score_in_helper_process(term: WeightedReward, completions: Sequence[str],
     """``_score_checked`` in a helper process killed after ``seconds`` (``_TimeLimitExpired``), for a thread
     that SIGALRM cannot interrupt (see ``REWARD_TIME_LIMIT_SECONDS``). Its RewardError is raised here."""
     fn = REWARDS[term.name]
-    try:
-        pickle.dumps(fn)
-    except (pickle.PicklingError, AttributeError, TypeError):
+    if problem := _unsendable(term, seconds=seconds):
         # Scored here it would have no limit at all, which is what a run hung in a regular expression for hours had.
-        raise RewardError(f"reward {term.name!r}: its function ({fn.__qualname__}) cannot be scored within its "
-                          f"{seconds:g} s time limit off the main thread ({threading.current_thread().name}): there "
-                          "the limit scores it in a helper process, and the function cannot be sent to one; define "
-                          "it at the top level of a module, or run the trainer on the main thread") from None
+        raise RewardError(problem)
     if not getattr(_helper_process_warned, "done", False):
         _helper_process_warned.done = True
         logger.warning("reward functions are scored off the main thread (%s), where a SIGALRM timer cannot stop "

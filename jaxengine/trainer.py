@@ -423,6 +423,19 @@ def _jit_per_static(function, **jit_options):
     return call
 
 
+def changed_settings_problem(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """What a resume under ``now`` would change of the ``saved`` resume settings (``TrainConfig.resume_settings``;
+    keys in both only), as words that follow "checkpoints": each key with its saved and its new value, and what to
+    do; None when nothing changes. A resume under them went on silently, on other data or state than the run's."""
+    changed = [f"{key} {json.dumps(value)} (this spec: {json.dumps(now[key])})"
+               for key, value in saved.items() if key in now and now[key] != value]
+    if not changed:
+        return None
+    return (f"saved under other settings than this spec's: {', '.join(changed)}; they shape the saved state or the "
+            "order of the training data, so the run cannot go on under new values: put each back as saved to resume "
+            "it, or start a new run (another output_dir)")
+
+
 # --------------------------------------------------------------------------------------------
 # The trainer
 
@@ -445,6 +458,9 @@ class TrainConfig:
     identity: str = ""
     # Identities earlier engines wrote for this same job (``jaxengine.job.earlier_job_identities``).
     identity_aliases: tuple[str, ...] = ()
+    # Settings, by dotted spec key, that shape the saved state or the order of the data
+    # (``jaxengine.job.resume_settings``): saved with each checkpoint, a resume under other values is refused.
+    resume_settings: dict[str, Any] = field(default_factory=dict)
     # The evaluation metric that ranks checkpoints; the best one is always saved and never pruned.
     best_metric: str = "eval/loss"
     best_higher_is_better: bool = False
@@ -599,7 +615,8 @@ class Trainer:
     def save_checkpoint(self, checkpoints: Checkpoints, *, eval_score: float | None) -> None:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
                 "tokens_seen": self.tokens_seen, "seed": self.config.seed, "identity": self.config.identity,
-                "eval_metric": self.config.best_metric, "eval_score": eval_score}
+                "eval_metric": self.config.best_metric, "eval_score": eval_score,
+                "resume_settings": self.config.resume_settings}
         # A batch source that holds data across steps (RL rollouts reused for num_iterations updates)
         # saves it with the checkpoint, so a run resumed from it trains on the same data.
         extra = self.batch_source.arrays_to_checkpoint(self.step) if hasattr(
@@ -616,6 +633,9 @@ class Trainer:
             raise TrainingError(f"{checkpoints.manager.directory}: these checkpoints belong to another job "
                                 f"({meta.get('identity')}), not this one ({self.config.identity}); "
                                 "use a new output_dir")
+        # Checkpoints of engines before resume_settings have none: spec.yaml's are compared before the job starts.
+        if problem := changed_settings_problem(meta.get("resume_settings") or {}, self.config.resume_settings):
+            raise TrainingError(f"{checkpoints.manager.directory}: checkpoints {problem}")
         leaves, meta = checkpoints.restore(steps[-1], self._state_leaves())
         if meta.get("seed") != self.config.seed:
             raise TrainingError(f"{checkpoints.manager.directory}: checkpoints were written with seed {meta.get('seed')}, "

@@ -15,6 +15,7 @@ import functools
 import io
 import json
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -432,3 +433,20 @@ def build_tiny_model_dir(out_dir: str | Path, *, preset_name: str = "tiny-qwen3"
         path.unlink()
     tokenizer_dir.rmdir()
     return out_dir
+
+
+def on_a_thread(call) -> dict[str, Any]:
+    """What ``call()`` returns (``value``) or raises (``error``), called on a thread of its own named
+    ``trainer-thread``: not the main thread, where reward functions are scored in helper processes."""
+    outcome: dict[str, Any] = {}
+
+    def body():
+        try:
+            outcome["value"] = call()
+        except Exception as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=body, name="trainer-thread")
+    thread.start()
+    thread.join()
+    return outcome

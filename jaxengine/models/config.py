@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
+from pathlib import Path
 from typing import Any, Literal
 
 LayerType = Literal["full_attention", "sliding_attention"]
@@ -299,6 +301,75 @@ def rope_to_hf(theta: float, scaling: RopeScaling | None) -> dict[str, Any]:
             original_max_position_embeddings=scaling.original_max_position_embeddings,
         )
     return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PositionLimit:
+    """The most token positions a model was trained for (or extended to by RoPE scaling), and how its
+    config.json says so (``source``, for messages: "max_position_embeddings 2048")."""
+
+    positions: int
+    source: str
+
+
+def position_limit(hf_config: dict[str, Any]) -> PositionLimit | None:
+    """The positions ``hf_config`` (a config.json dict, its text model's under ``text_config``) gives a model:
+    ``max_position_embeddings``, or the range a RoPE scaling with ``factor`` above 1 extends it to. A scaling
+    that names an ``original_max_position_embeddings`` below ``max_position_embeddings`` (Llama 3.1: 8192 and
+    131072) says the latter is the extended range already; one that names none or the same (Qwen 2.5's YaRN)
+    extends the original by ``factor``. None when the config states no whole number of positions."""
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else {}
+    section = text if "max_position_embeddings" in text else hf_config
+    stated = section.get("max_position_embeddings")
+    if isinstance(stated, bool) or not isinstance(stated, int) or stated < 1:
+        return None
+    plain = PositionLimit(positions=stated, source=f"max_position_embeddings {stated}")
+    field, scaling = _rope_scaling(section)
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 1:
+        return plain
+    original = scaling.get("original_max_position_embeddings")
+    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+        original = stated
+    if original < stated:
+        return plain
+    named = "max_position_embeddings" if original == stated else "original_max_position_embeddings"
+    kind = scaling.get("rope_type", scaling.get("type"))
+    return PositionLimit(positions=int(original * factor),
+                         source=f"{named} {original} × {field} factor {factor:g}"
+                                + (f" ({kind})" if isinstance(kind, str) else ""))
+
+
+def _rope_scaling(section: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(its key, the rope dict) of the model's full-attention layers, where the families read it: transformers
+    5's ``rope_parameters`` (Gemma 3's per layer type), else the older ``rope_scaling``; ``{}`` without one."""
+    parameters = section.get("rope_parameters")
+    if isinstance(parameters, dict) and parameters:
+        if isinstance(parameters.get("full_attention"), dict):
+            return "rope_parameters.full_attention", parameters["full_attention"]
+        return "rope_parameters", parameters
+    scaling = section.get("rope_scaling")
+    return "rope_scaling", scaling if isinstance(scaling, dict) else {}
+
+
+def read_position_limit(model_dir) -> PositionLimit | None:
+    """``position_limit`` of the config.json in ``model_dir``; None when it cannot be read as a JSON object
+    (loading the model names what is wrong with it)."""
+    try:
+        hf_config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return position_limit(hf_config) if isinstance(hf_config, dict) else None
+
+
+def max_seq_len_problem(max_seq_len: int, limit: PositionLimit | None) -> str | None:
+    """Why ``data.max_seq_len`` is past the model's positions (``limit``), to follow the key; None when it
+    is not. Training there feeds the model positions it never saw, with no error to say so."""
+    if limit is None or max_seq_len <= limit.positions:
+        return None
+    return (f"{max_seq_len} is past the model's {limit.positions} positions ({limit.source} in its config.json): "
+            f"tokens after position {limit.positions} would sit at positions the model was never trained on; give "
+            f"data.max_seq_len at most {limit.positions}, or choose a model with a longer context")
 
 
 def eos_ids_from_hf(value: int | list[int] | None) -> tuple[int, ...]:

@@ -105,7 +105,8 @@ def test_a_tiny_sft_run_trains_on_the_worker(setup, train_worker):
     assert run.checkpoint_exports.get(step=6).status == "exported"  # what the run page shows
     team, _base_model, data = setup
     chained = services.run_create(project=team.project, user=None, spec={
-        "task": "sft", "model": f"{run.public_id}@6", "data": {"train": data.public_id}, "train": {"max_steps": 1}})
+        "task": "sft", "model": f"{run.public_id}@6", "data": {"train": data.public_id, "max_seq_len": 48},
+        "train": {"max_steps": 1}})
     assert chained.resolved_spec["model"] == exported.path
     services.run_cancel(run=chained, user=None)  # checked, not trained: keep the worker free
 

@@ -390,7 +390,8 @@ def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path)
 
 def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
     """QA: max_new_tokens past the model's context (2048 here) with a data.max_seq_len that leaves room for
-    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout."""
+    it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout.
+    (A data.max_seq_len past the model's positions, here its context, is refused itself now.)"""
     from jaxengine.job import JobError
 
     def no_rollout(*args, **kwargs):
@@ -398,7 +399,7 @@ def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(d
 
     monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
     spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/prompts.jsonl"),
-                                                       "max_seq_len": 4096},
+                                                       "max_seq_len": 2048},
                      grpo={"max_new_tokens": 2100})
     with pytest.raises(JobError) as raised:
         run_job(spec, progress_bar=False)
@@ -419,3 +420,64 @@ def test_prompts_that_fit_max_seq_len_but_not_the_model_context_are_dropped(demo
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=1900, context_length=2048)
     assert [row["prompt"] for row in prompts.rows] == ["1 2"]
     assert prompts.counts["train"] == {"rows": 1, "dropped_long_prompts": 1}
+
+
+def test_a_reward_function_that_cannot_reach_a_helper_process_is_refused_before_the_model_loads(demo_dir, tmp_path,
+                                                                                               monkeypatch):
+    """Issue 8: off the main thread each reward term is scored in a helper process (its time limit), and a
+    function that cannot be pickled (defined inside a function) cannot be sent to one: that was found at the
+    first scoring, after the model was loaded and the step compiled, and failed the run there. The job is
+    refused when it starts, in the same words, naming the key."""
+    from jaxengine import rewards
+    from jaxengine.job import JobError
+    from tests.factories import on_a_thread
+
+    def local_length(completions, references):
+        return [float(len(text)) for text in completions]
+
+    monkeypatch.setitem(rewards.REWARDS, "local_length", local_length)
+    spec = grpo_spec(demo_dir, tmp_path / "run", train={"max_steps": 1, "batch_size": 2},
+                     grpo={"num_generations": 2, "rewards": [{"name": "contains", "args": {"keywords": ["e"]}},
+                                                             {"name": "local_length"}]})
+    outcome = on_a_thread(lambda: run_job(spec, progress_bar=False))
+    assert isinstance(outcome.get("error"), JobError), outcome
+    assert str(outcome["error"]) == (
+        "grpo.rewards.1.name: reward 'local_length': its function (test_a_reward_function_that_cannot_reach_a_helper_"
+        "process_is_refused_before_the_model_loads.<locals>.local_length) cannot be scored within its 60 s time "
+        "limit off the main thread (trainer-thread): there the limit scores it in a helper process, and the function "
+        "cannot be sent to one; define it at the top level of a module, or run the trainer on the main thread")
+    assert not (tmp_path / "run").exists()  # the trainer, which makes it once the model is loaded, was never built
+
+
+def test_a_resume_under_settings_that_shape_the_saved_state_or_the_data_order_is_refused(demo_dir, tmp_path):
+    """Issue 8: a run resumed with another grpo.num_generations or train.batch_size went on silently, its
+    rollout blocks drawing other prompts than the run it continues (and saved rollouts of another shape). The
+    resume compared the job's identity and seed only; it is refused now, naming each setting with its saved and
+    its new value and what to do, before the model loads and with the run's spec.yaml left as it was; and by
+    the trainer, from the checkpoints' own record, where the spec.yaml is gone."""
+    from jaxengine.job import JobError
+    from jaxengine.trainer import TrainingError
+
+    run = tmp_path / "run"
+    settings = {"max_steps": 2, "batch_size": 2, "save_every": 1}
+    assert run_job(grpo_spec(demo_dir, run, train=settings, grpo={"num_generations": 4}),
+                   should_stop=stop_before_step(2), progress_bar=False)["step"] == 1
+    written = (run / "spec.yaml").read_text()
+    changed = grpo_spec(demo_dir, run, train={**settings, "batch_size": 1}, grpo={"num_generations": 2})
+    what_to_do = ("they shape the saved state or the order of the training data, so the run cannot go on under "
+                  "new values: put each back as saved to resume it, or start a new run (another output_dir)")
+    with pytest.raises(JobError) as raised:
+        run_job(changed, progress_bar=False)
+    assert str(raised.value) == (
+        f"output_dir: {run} holds checkpoints saved under other settings than this spec's: train.batch_size 2 "
+        f"(this spec: 1), grpo.num_generations 4 (this spec: 2); {what_to_do}")
+    assert (run / "spec.yaml").read_text() == written
+    (run / "spec.yaml").unlink()
+    with pytest.raises(TrainingError) as raised:
+        run_job(changed, progress_bar=False)
+    assert str(raised.value) == (
+        f"{run / 'checkpoints'}: checkpoints saved under other settings than this spec's: train.batch_size 2 "
+        f"(this spec: 1), grpo.num_generations 4 (this spec: 2); {what_to_do}")
+    (run / "spec.yaml").write_text(written)
+    summary = run_job(grpo_spec(demo_dir, run, train=settings, grpo={"num_generations": 4}), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 1

@@ -603,3 +603,32 @@ def test_a_relative_model_path_is_kept_absolute_so_the_run_is_found_from_elsewhe
     kept = load_spec(run / "spec.yaml").model
     assert kept == str(demo_dir / "model") and resolve_model_dir(kept) == demo_dir / "model"
     refuse_another_jobs_directory(spec_for(demo_dir, run, model=str(demo_dir / "model")), run)
+
+
+def test_a_max_seq_len_past_the_models_positions_is_refused_before_the_model_loads(demo_dir, tmp_path):
+    """Issue 9: data.max_seq_len 4096 on the demo model (max_position_embeddings 2048) trained with no word,
+    its long rows at positions the model never saw. It is refused at the start, naming both numbers; a model
+    whose config.json declares a RoPE scaling that extends its range is held to the extended range."""
+    data = {"train": str(demo_dir / "data/sft.jsonl"), "max_seq_len": 4096}
+    with pytest.raises(JobError) as raised:
+        run_job(spec_for(demo_dir, tmp_path / "run", data=data), progress_bar=False)
+    assert str(raised.value) == (
+        "data.max_seq_len: 4096 is past the model's 2048 positions (max_position_embeddings 2048 in its config.json): "
+        "tokens after position 2048 would sit at positions the model was never trained on; give data.max_seq_len "
+        "at most 2048, or choose a model with a longer context")
+    assert not (tmp_path / "run").exists()
+    from jaxengine.job import check_model_positions
+
+    scaled = shutil.copytree(demo_dir / "model", tmp_path / "scaled")
+    config = json.loads((scaled / "config.json").read_text())
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    (scaled / "config.json").write_text(json.dumps(config))
+    check_model_positions(spec_for(demo_dir, tmp_path / "run", model=str(scaled), data=data), scaled)
+    check_model_positions(spec_for(demo_dir, tmp_path / "run", model=str(scaled),
+                                   data={**data, "max_seq_len": 8192}), scaled)
+    with pytest.raises(JobError, match=r"^data.max_seq_len: 8200 is past the model's 8192 positions "
+                                       r"\(max_position_embeddings 2048 × rope_parameters factor 4 \(linear\) in its "
+                                       r"config.json\): .* give data.max_seq_len at most 8192, or choose"):
+        run_job(spec_for(demo_dir, tmp_path / "run", model=str(scaled), data={**data, "max_seq_len": 8200}),
+                progress_bar=False)
+    assert not (tmp_path / "run").exists()

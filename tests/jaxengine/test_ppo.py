@@ -426,3 +426,27 @@ def test_a_step_whose_completions_are_all_masked_logs_its_rollout_metrics(demo_d
         assert record["rewards/length_target/mean"] == pytest.approx(
             np.mean([sample["rewards"]["length_target"] for sample in rollouts]), abs=1e-6)
         assert record["completions/max_length"] == 2.0
+
+
+def test_an_eval_metric_that_cannot_reach_a_helper_process_is_refused_before_the_model_loads(demo_dir, tmp_path,
+                                                                                            monkeypatch):
+    """Issue 8, PPO's eval_metrics: scored off the main thread in a helper process, a function that cannot be
+    pickled failed the run at its first evaluation; it is refused when the job starts, naming its key."""
+    from jaxengine import rewards
+    from tests.factories import on_a_thread
+
+    def local_length(completions, references):
+        return [float(len(text)) for text in completions]
+
+    monkeypatch.setitem(rewards.REWARDS, "local_length", local_length)
+    mapping = ppo_mapping(demo_dir, tmp_path / "run", train={"max_steps": 2, "batch_size": 2, "eval_every": 1})
+    mapping["data"]["eval"] = mapping["data"]["train"]
+    mapping["ppo"]["eval_metrics"] = [{"name": "exact_match"}, {"name": "local_length"}]
+    outcome = on_a_thread(lambda: run_job(parse_spec(mapping), progress_bar=False))
+    assert isinstance(outcome.get("error"), JobError), outcome
+    assert str(outcome["error"]).startswith("ppo.eval_metrics.1.name: reward 'local_length': its function (")
+    assert str(outcome["error"]).endswith(") cannot be scored within its 60 s time limit off the main thread "
+                                          "(trainer-thread): there the limit scores it in a helper process, and the "
+                                          "function cannot be sent to one; define it at the top level of a module, or "
+                                          "run the trainer on the main thread")
+    assert not (tmp_path / "run").exists()

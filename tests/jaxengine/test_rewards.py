@@ -1,12 +1,12 @@
 """Reward functions on edge cases: no answer, Unicode digits, empty completions, signs, commas; the combinator's errors."""
 import math
-import threading
 
 import numpy as np
 import pytest
 
 from jaxengine import rewards
 from jaxengine.rewards import RewardError, WeightedReward, extract_answer, reference_answer, score_rewards
+from tests.factories import on_a_thread
 
 REF = [{"answer": "42"}]
 
@@ -304,29 +304,13 @@ def test_a_reward_that_takes_too_long_fails_naming_the_function(monkeypatch):
     assert score_rewards([WeightedReward(name="format_regex", args={"pattern": "ok"})], ["ok"], [{}])[0] == [1.0]
 
 
-def _on_a_thread(score):
-    """What ``score()`` returns or raises, called on a thread of its own (not the main thread)."""
-    outcome = {}
-
-    def body():
-        try:
-            outcome["value"] = score()
-        except Exception as error:
-            outcome["error"] = error
-
-    thread = threading.Thread(target=body, name="trainer-thread")
-    thread.start()
-    thread.join()
-    return outcome
-
-
 def test_the_time_limit_holds_off_the_main_thread(monkeypatch, caplog):
     """QA: the limit was a SIGALRM timer, which only the main thread gets: a trainer called from another thread
     (a Celery thread pool, a test) had none, and a run hung in a reward's regular expression for hours."""
     monkeypatch.setattr(rewards, "REWARD_TIME_LIMIT_SECONDS", 0.5)
     slow = WeightedReward(name="format_regex", args={"pattern": r"^(\w+\s?)*$"})
     with caplog.at_level("WARNING", logger="jaxengine.rewards"):
-        outcome = _on_a_thread(lambda: score_rewards([slow], ["ok", "ab" * 20 + "!"], [{}, {}]))
+        outcome = on_a_thread(lambda: score_rewards([slow], ["ok", "ab" * 20 + "!"], [{}, {}]))
     assert str(outcome["error"]) == (
         "reward 'format_regex' took more than 0.5 s to score 2 completions; a regular expression with nested "
         "repetition, such as (\\w+\\s?)*, takes time exponential in a completion's length: simplify its pattern")
@@ -336,12 +320,12 @@ def test_the_time_limit_holds_off_the_main_thread(monkeypatch, caplog):
     # Off the main thread a term scores as on it, and a failing one is named alike.
     terms = [WeightedReward(name="format_regex", args={"pattern": "ok"}), WeightedReward(name="numeric_match")]
     rows = [{"answer": "4"}, {"answer": "4"}]
-    assert _on_a_thread(lambda: score_rewards(terms, ["ok", "4"], rows)) == {
+    assert on_a_thread(lambda: score_rewards(terms, ["ok", "4"], rows)) == {
         "value": score_rewards(terms, ["ok", "4"], rows)}
     broken = [{"answer": "4"}, {"answer": "four"}]
     with pytest.raises(RewardError) as on_main:
         score_rewards(terms, ["ok", "4"], broken)
-    assert str(_on_a_thread(lambda: score_rewards(terms, ["ok", "4"], broken))["error"]) == str(on_main.value)
+    assert str(on_a_thread(lambda: score_rewards(terms, ["ok", "4"], broken))["error"]) == str(on_main.value)
 
 
 def test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_main_thread(monkeypatch):
@@ -355,7 +339,7 @@ def test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_main_thr
 
     monkeypatch.setitem(rewards.REWARDS, "local_length", local_length)
     term = WeightedReward(name="local_length")
-    outcome = _on_a_thread(lambda: score_rewards([term], ["ab", "abc"], [{}, {}]))
+    outcome = on_a_thread(lambda: score_rewards([term], ["ab", "abc"], [{}, {}]))
     assert isinstance(outcome.get("error"), RewardError), outcome
     assert str(outcome["error"]) == (
         "reward 'local_length': its function (test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_"
@@ -363,3 +347,7 @@ def test_a_reward_that_cannot_reach_a_helper_process_is_refused_off_the_main_thr
         "(trainer-thread): there the limit scores it in a helper process, and the function cannot be sent to one; "
         "define it at the top level of a module, or run the trainer on the main thread")
     assert score_rewards([term], ["ab", "abc"], [{}, {}])[0] == [2.0, 3.0]  # on the main thread: its timer
+    # What a job checks when it starts (before its model loads), in the same words.
+    assert on_a_thread(lambda: rewards.unsendable_reward([WeightedReward(name="exact_match"), term])) == {
+        "value": (1, str(outcome["error"]))}
+    assert rewards.unsendable_reward([term]) is None

@@ -24,8 +24,8 @@ def test_the_export_stage_writes_the_serving_copy_and_finishes_the_pipeline(db, 
     base = make_base_model(team.project, path=str(model_dir))
     rows = [{"prompt": "Hello there", "completion": " general"}, {"prompt": "a b c", "completion": " d e"}]
     data = make_ready_version(team.project, rows=rows)
-    spec = {"task": "sft", "model": base.public_id, "data": {"train": data.public_id, "eval": data.public_id},
-            "train": {"max_steps": 1}}
+    spec = {"task": "sft", "model": base.public_id,
+            "data": {"train": data.public_id, "eval": data.public_id, "max_seq_len": 64}, "train": {"max_steps": 1}}
     document = {"name": "to-serve", "stages": [{"name": "sft", "spec": spec},
                                                 {"name": "serve", "export": {"quantize": "int4", "group_size": 16}}]}
     pipeline = pipelines.pipeline_create(project=team.project, document=document, user=team.owner)

@@ -336,6 +336,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
             _add(errors, "train.max_steps", problem)
         _check_sample_budget(job, base_model, errors)
         _check_rollout_room(job, base_model, errors)
+        if model_path:
+            _check_model_positions(job, model_path, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
         if model_path:
@@ -385,6 +387,16 @@ def _check_rollout_room(job, base_model: BaseModel | None, errors) -> None:
         _add(errors, f"{job.task}.max_new_tokens",
              f"{rollouts.max_new_tokens} completion tokens leave no room for a prompt in the model's context of "
              f"{context} tokens; lower {job.task}.max_new_tokens below {context}")
+
+
+def _check_model_positions(job, model_path: str, errors) -> None:
+    """``data.max_seq_len`` must stay within the positions the model's config.json gives it (its RoPE scaling's
+    extended range where it declares one), as the engine checks at the run's start: past them the run trained
+    on positions the model never saw, with no word."""
+    from jaxengine.models.config import max_seq_len_problem, read_position_limit
+
+    if problem := max_seq_len_problem(job.data.max_seq_len, read_position_limit(model_path)):
+        _add(errors, "data.max_seq_len", problem)
 
 
 def _check_eval_groups(job, evaluation: DatasetVersion | None, errors) -> None:

@@ -19,7 +19,7 @@ from jaxengine.models import (
     preset,
     preset_names,
 )
-from jaxengine.models.config import from_hf_config, to_hf_config
+from jaxengine.models.config import PositionLimit, from_hf_config, position_limit, to_hf_config
 from jaxengine.models.layers import rope_inverse_frequencies
 
 REAL_PRESETS = ("gemma3-270m", "gemma3-1b", "llama3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b")
@@ -158,3 +158,40 @@ def test_the_required_fields_the_web_checks_at_registration_are_the_ones_each_fa
             from_hf_config({key: value for key, value in hf.items() if key != field})
     minimal = {key: hf[key] for key in ("architectures", *required)}
     assert from_hf_config(minimal).family == config.family
+
+
+LLAMA_31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                 "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("config, positions, source", [
+    ({"max_position_embeddings": 2048}, 2048, "max_position_embeddings 2048"),
+    # Llama 3.1: the scaling's original is below max_position_embeddings, which is the extended range already.
+    ({"max_position_embeddings": 131072, "rope_scaling": LLAMA_31_ROPE}, 131072, "max_position_embeddings 131072"),
+    ({"max_position_embeddings": 131072, "rope_parameters": {**LLAMA_31_ROPE, "rope_theta": 5e5}}, 131072,
+     "max_position_embeddings 131072"),
+    # Qwen 2.5's YaRN: the original is max_position_embeddings, extended by the factor.
+    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 32768}},
+     131072, "max_position_embeddings 32768 × rope_scaling factor 4 (yarn)"),
+    # Linear scaling naming no original stretches max_position_embeddings by its factor.
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, 8192,
+     "max_position_embeddings 4096 × rope_scaling factor 2 (linear)"),
+    ({"text_config": {"max_position_embeddings": 256, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}}, 512,
+     "max_position_embeddings 256 × rope_parameters.full_attention factor 2 (linear)"),
+    # A factor of 1 or below, or a default rope, extends nothing.
+    ({"max_position_embeddings": 2048, "rope_scaling": {"rope_type": "linear", "factor": 1.0}}, 2048,
+     "max_position_embeddings 2048"),
+    ({"max_position_embeddings": 2048, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, 2048,
+     "max_position_embeddings 2048"),
+])
+def test_the_position_limit_is_max_position_embeddings_or_the_range_rope_scaling_extends_it_to(config, positions,
+                                                                                                source):
+    assert position_limit(config) == PositionLimit(positions=positions, source=source)
+
+
+@pytest.mark.parametrize("config", [{}, {"max_position_embeddings": "2048"}, {"max_position_embeddings": True}])
+def test_a_config_stating_no_whole_number_of_positions_has_no_limit(config):
+    assert position_limit(config) is None

@@ -237,3 +237,41 @@ def test_launch_checks_read_an_eval_file_once_until_it_changes(team, catalog, mo
         services.launch_check(project=team.project, spec=spec, axes=sweep)
     assert caught.value.message_dict["data.eval_group_by"] == ["row 1 of grouped eval v1 has no 'task' value to group by"]
     assert reads.count(grouped.absolute_path) == 2
+
+
+def test_a_max_seq_len_past_the_models_positions_is_a_field_error_of_the_launch_form(team, catalog, client_for,
+                                                                                    sent_tasks, tmp_path):
+    """Issue 9: data.max_seq_len past the model's max_position_embeddings (256 in this model's config.json) was
+    launched without a word, and trained on positions the model never saw. The form shows it at its field, naming
+    both numbers, and saves nothing; a RoPE scaling that extends the model's range raises the limit to it."""
+    import json
+    import re
+
+    from tests.webapp.factories import write_model_dir
+    from webapp.basemodels.models import BaseModel
+
+    model_dir = write_model_dir(tmp_path / "model")
+    BaseModel.objects.filter(pk=catalog.base_model.pk).update(path=str(model_dir))
+    message = ("300 is past the model's 256 positions (max_position_embeddings 256 in its config.json): tokens "
+               "after position 256 would sit at positions the model was never trained on; give data.max_seq_len at "
+               "most 256, or choose a model with a longer context")
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{"data.max_seq_len": "300"}))
+    assert response.status_code == 400
+    page = response.content.decode().replace("&#x27;", "'")
+    field = re.search(r'<div class="field spec-field has-error" data-key="data.max_seq_len">.*?</div>', page, re.S)
+    assert field is not None
+    assert f'<small class="error" id="spec-data-max_seq_len-error-1">{message}</small>' in field[0]
+    assert Run.objects.count() == 0 and sent_tasks.calls == []
+    config = json.loads((model_dir / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", _form(catalog, **{"data.max_seq_len": "512"}))
+    assert response.status_code == 302 and Run.objects.get(name="big").resolved_spec["data"]["max_seq_len"] == 512
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=sft_spec(catalog, data={"train": catalog.sft.public_id,
+                                                                               "max_seq_len": 513}),
+                            user=team.teammate, name="past the scaled range")
+    assert caught.value.message_dict["data.max_seq_len"] == [
+        "513 is past the model's 512 positions (max_position_embeddings 256 × rope_scaling factor 2 (linear) in its "
+        "config.json): tokens after position 512 would sit at positions the model was never trained on; give "
+        "data.max_seq_len at most 512, or choose a model with a longer context"]
