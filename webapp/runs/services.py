@@ -472,9 +472,9 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
     from jaxengine.data import formats
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
-    found = [(key, version, shape, counted) for key, version in versions if version is not None
-             for shape, counted in ((version.statistics or {}).get("chat_shapes") or {}).items()
-             if counted.get("count") and shape in formats.CHAT_SHAPES]
+    found = [(key, version, shape, tally) for key, version in versions if version is not None
+             for shape, tally in ((version.statistics or {}).get("chat_shapes") or {}).items()
+             if tally.get("count") and shape in formats.CHAT_SHAPES]
     if not found:
         return
     try:
@@ -487,10 +487,10 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
                                                   messages, add_generation_prompt=add_generation_prompt,
                                                   **settings.named_tokens)
 
-    for key, version, shape, counted in found:
+    for key, version, shape, tally in found:
         if (refusal := formats.chat_shape_refusal(shape, render)) is None:
             continue
-        count, rows = counted["count"], counted.get("rows") or []
+        count, rows = tally["count"], tally.get("rows") or []
         named = f"row{'s' if count != 1 else ''} {', '.join(map(str, rows))}{', …' if count > len(rows) else ''}"
         _add(errors, key, f"{count:,} row{'s' if count != 1 else ''} of {version} ({named}) "
                           f"hold{'s' if count == 1 else ''} {formats.CHAT_SHAPES[shape][0]}, which the model's chat "
