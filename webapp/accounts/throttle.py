@@ -47,7 +47,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
-from webapp.accounts.services import account_tokens_revoke
+from webapp.accounts.services import account_token_count, api_tokens_kept
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
@@ -182,8 +182,8 @@ class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
 class ThrottledPasswordChangeForm(PasswordChangeForm):
     """Django's password change form, refusing an account's change after too many wrong current passwords.
     The account's other sessions end with the change (Django's session hash: the page that changed it stays
-    signed in) and, unless unticked, its API tokens are revoked (``account_tokens_revoke``); ``revoked_tokens``
-    says how many, after ``save``."""
+    signed in) and its API tokens are revoked, as every new password revokes them (``signals``), unless the box is
+    unticked (``api_tokens_kept``); ``revoked_tokens`` says how many, after ``save``."""
 
     revoke_tokens = forms.BooleanField(
         required=False, initial=True, label="Also revoke my API tokens",
@@ -192,10 +192,11 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
     revoked_tokens = 0
 
     def save(self, commit: bool = True):
-        user = super().save(commit=commit)
-        if commit and self.cleaned_data.get("revoke_tokens"):
-            self.revoked_tokens = account_tokens_revoke(user=user)
-        return user
+        if self.cleaned_data.get("revoke_tokens"):
+            self.revoked_tokens = account_token_count(user=self.user) if commit else 0
+            return super().save(commit=commit)
+        with api_tokens_kept(user=self.user):
+            return super().save(commit=commit)
 
     def clean_old_password(self):
         return _checked_within_limit(
