@@ -79,7 +79,8 @@ def test_a_login_that_rehashes_the_password_keeps_the_tokens(team, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher",
                                  "django.contrib.auth.hashers.MD5PasswordHasher"]
     assert Client().login(username=team.owner.get_username(), password=PASSWORD)
-    assert get_user_model().objects.get(pk=team.owner.pk).password.startswith("pbkdf2_sha256$") and old_hash.startswith("md5$")
+    assert old_hash.startswith("md5$")
+    assert get_user_model().objects.get(pk=team.owner.pk).password.startswith("pbkdf2_sha256$")
     assert token_authenticate(f"Bearer {rest}") == team.owner
     assert project_token_authenticate(f"Bearer {project}").user == team.owner
 
@@ -88,8 +89,8 @@ def test_an_administrator_turning_password_sign_in_off_revokes_the_tokens(team, 
     # No password is set (Django stores an unusable one), so the signal does not see it: the admin's form does.
     admin = get_user_model().objects.create_superuser("root", password=PASSWORD)
     rest, project, teammates = tokens_of(team)
-    response = client_for(admin).post(f"/admin/auth/user/{team.owner.pk}/password/", {"usable_password": "false",
-                                                                                         "unset-password": ""})
+    response = client_for(admin).post(f"/admin/auth/user/{team.owner.pk}/password/",
+                                      {"usable_password": "false", "unset-password": ""})
     assert response["Location"] == f"/admin/auth/user/{team.owner.pk}/change/"
     assert not get_user_model().objects.get(pk=team.owner.pk).has_usable_password()
     assert_the_owners_tokens_revoked(team, rest, project, teammates)
