@@ -4,8 +4,10 @@ try a password list against a known account (``admin``) at the speed of the serv
 account's logins from that address are refused, right password or not, until ``WINDOW_SECONDS`` after the
 last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere.
 
-Behind a reverse proxy that does not pass the client's address on, every client has the proxy's address: ten
-wrong guesses by anyone locked the account's owner out too. So a browser that signed in to the account before
+The address is the client's (``webapp.core.addresses.client_address``): behind a reverse proxy listed in
+``TEMPER_TRUSTED_PROXIES``, the one it forwards. Behind one that is not listed, or does not pass the client's
+address on, every client has the proxy's address: ten wrong guesses by anyone locked the account's owner out
+too. So a browser that signed in to the account before
 carries a signed cookie saying so (``DEVICE_COOKIE``, set by ``views.LoginView``), and its attempts are counted
 under that browser instead of the address (``MAX_FAILURES`` too): what strangers send does not lock it. Browsers
 without one are counted under the address and, every address together, under the account
@@ -48,6 +50,7 @@ from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
 from webapp.accounts.services import account_token_count, api_tokens_kept
+from webapp.core.addresses import client_address
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
@@ -161,7 +164,7 @@ class ThrottledLogin:
                 _key(username, f"device:{device}"), super().clean,
                 refusal=f"Too many failed logins for this account from this browser: {wait}, or ask an "
                         "administrator to set a new password.")
-        address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
+        address = client_address(self.request) if self.request is not None else ""
         return _checked_within_limit(
             _key(username, address), super().clean,
             refusal=f"Too many failed logins for this account from your address: {wait}, or ask an administrator "
