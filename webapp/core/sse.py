@@ -64,25 +64,23 @@ class FellBehind(Exception):
     """A stream's subscription queue filled up (``SUBSCRIPTION_QUEUE_MESSAGES``): its client reads nothing."""
 
 
-def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
-                        ) -> Callable[[], Awaitable[bool]]:
-    """The ``access_lost`` of a stream a browser opened with its session, for ``relay_channel``: true once the
-    session would no longer sign its user in (signed out, a new password, the account deactivated or deleted:
-    ``_session_user``), or once ``lookup(user)``, the view's own access check run again with the account as it is
-    now, refuses (404: no longer a member, or the object is gone; 403). A database error counts as neither: asked
-    again next time, as the /v1 API does."""
-    session_key = request.session.session_key
-
+def access_lost_when(who: Callable[[], AbstractBaseUser | None], lookup: Callable[[AbstractBaseUser], object]
+                     ) -> Callable[[], Awaitable[bool]]:
+    """The ``access_lost`` of a long-lived response (``relay_channel``, ``streaming.asynchronous``): true once
+    ``who()``, the client's authentication read again (its session, its token), gives no account (signed out, a
+    new password, the account deactivated or deleted, the token revoked or expired), or once ``lookup(user)``, the
+    view's own access check run again with the account as it is now, refuses (404: no longer a member, or the object
+    is gone; 403). A database error counts as neither: asked again next time, as the /v1 API does."""
     def refused() -> bool:
         try:
-            user = _session_user(session_key)
+            user = who()
             if user is None:
                 return True
             lookup(user)
         except (Http404, PermissionDenied):
             return True
         except DatabaseError as error:
-            logger.warning("a live stream's access could not be read again: %s", error)
+            logger.warning("a long-lived response's access could not be read again: %s", error)
         finally:  # a stream's connection goes back to the pool between checks (webapp.core.streams)
             release_connections()
         return False
@@ -90,6 +88,13 @@ def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser
     async def access_lost() -> bool:
         return await sync_to_async(refused)()
     return access_lost
+
+
+def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
+                        ) -> Callable[[], Awaitable[bool]]:
+    """``access_lost_when`` for a response a browser asked for with its session (``_session_user``)."""
+    session_key = request.session.session_key
+    return access_lost_when(lambda: _session_user(session_key), lookup)
 
 
 def _session_user(session_key: str | None) -> AbstractBaseUser | None:
