@@ -23,4 +23,5 @@ RUN useradd --create-home --uid 1000 temper && mkdir -p /data && chown temper /d
 USER temper
 VOLUME ["/data"]
 EXPOSE 8000
-CMD ["uvicorn", "webapp.asgi:application", "--host", "0.0.0.0", "--port", "8000"]
+# --no-proxy-headers: Temper reads X-Forwarded-For itself, from TEMPER_TRUSTED_PROXIES only (webapp/core/addresses.py).
+CMD ["uvicorn", "webapp.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--no-proxy-headers"]

@@ -85,7 +85,9 @@ start_worker train train 1 prefork --max-tasks-per-child 1
 start_worker serve serve 64 threads
 
 echo "Temper is starting on http://$(url_host "$HOST"):$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
-.venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" &
+# --no-proxy-headers: uvicorn would believe X-Forwarded-For from any process on this host; Temper reads it itself,
+# from TEMPER_TRUSTED_PROXIES only (webapp/core/addresses.py).
+.venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" --no-proxy-headers &
 pids+=($!)
 set +e
 # Polled, not 'wait -n': Ctrl-C reaches every process of the group, and bash drops a SIGINT that

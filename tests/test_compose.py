@@ -53,6 +53,9 @@ def test_each_process_runs_the_right_command():
     services = load_compose()["services"]
     web = command_text(services["web"])
     assert "manage.py migrate" in web and "temper_setup" in web and "uvicorn webapp.asgi:application" in web
+    # Temper reads X-Forwarded-For itself, from TEMPER_TRUSTED_PROXIES only; uvicorn would believe it from its own
+    # host (127.0.0.1, or FORWARDED_ALLOW_IPS) before Temper saw the request.
+    assert "uvicorn webapp.asgi:application --host 0.0.0.0 --port 8000 --no-proxy-headers" in web
     assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
     for name, queue in WORKER_QUEUES.items():
         command = services[name]["command"]
@@ -84,6 +87,8 @@ def test_dockerfile_copies_what_exists():
         for source in line.split()[1:-1]
     ]
     assert {"webapp", "worker", "jaxengine", "templates", "static", "manage.py", "pyproject.toml"} <= set(copied)
+    [command] = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
+    assert '"uvicorn"' in command and '"--no-proxy-headers"' in command
     for source in copied:
         assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
 

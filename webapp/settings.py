@@ -152,6 +152,11 @@ TEMPER_METRICS_TOKEN = env_str("TEMPER_METRICS_TOKEN", "")
 # Addresses that may read /metrics without the token; none by default, not even 127.0.0.1: behind a reverse
 # proxy on the same host every request comes from there.
 TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
+# Reverse proxies whose X-Forwarded-For is believed (webapp.core.addresses.client_address): addresses or networks,
+# none by default, when a request's address is its direct peer's whatever it forwards.
+TEMPER_TRUSTED_PROXIES = env_networks("TEMPER_TRUSTED_PROXIES")
+# Who may create a project (webapp.projects.selectors.may_create_project): any signed-in account, or staff only.
+TEMPER_PROJECT_CREATORS = env_choice("TEMPER_PROJECT_CREATORS", "everyone", ("everyone", "staff"))
 # A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.
 TEMPER_SWEEP_MAX_RUNS = env_int("TEMPER_SWEEP_MAX_RUNS", 16)
 # Wrong passwords for one account from browsers it never signed in with, every address together, in the login

@@ -36,7 +36,7 @@ def asgi_server(redis_url, django_db_setup, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("asgi") / "uvicorn.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "uvicorn", "webapp.asgi:application", "--host", "127.0.0.1",
-                                    "--port", str(port)], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+                                    "--port", str(port), "--no-proxy-headers"], cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_SECONDS
     while True:

@@ -106,6 +106,7 @@ def start_up(data_root: Path, port: int, redis_port: int, log: Path) -> subproce
         TEMPER_ADMIN_PASSWORD=ADMIN_PASSWORD,
         TEMPER_DEMO_MODEL="0",
         TEMPER_HEARTBEAT_SECONDS="2",
+        TEMPER_METRICS_ALLOW="192.0.2.9",
     )
     # A session of its own, as a terminal would give it, so that SIGINT can go to
     # the whole foreground group like Ctrl-C does and every child is findable. SIGINT
@@ -139,6 +140,12 @@ def run_once(data_root: Path, log: Path, *, check_workers: bool) -> None:
         wait_for(healthy, timeout=45, what="/healthz")
         status, page = browser.get("/accounts/login/")
         assert status == 200 and "Log in" in page
+        # No proxy is trusted (TEMPER_TRUSTED_PROXIES): a client naming another address is still its own. uvicorn
+        # believed X-Forwarded-For from the same host before Temper saw the request.
+        forged = urllib.request.Request(base + "/metrics", headers={"X-Forwarded-For": "192.0.2.9"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(forged, timeout=10)
+        assert refused.value.code == 403 and "(this request came from 127.0.0.1)" in refused.value.read().decode()
         assert browser.login(ADMIN_USER, ADMIN_PASSWORD) == base + "/"
         status, page = browser.get("/p/demo/")
         assert status == 200 and "Demo" in page

@@ -339,7 +339,7 @@ EXEMPT: dict[str, str] = {
     "accounts:review_shortcuts": "the caller's own preference (login required, accounts/test_views.py)",
     "admin_password_change": "a redirect to accounts:password_change, the throttled form (accounts/test_views.py)",
     "projects:list": "lists only the caller's own projects",
-    "projects:create": "anyone signed in may create a project",
+    "projects:create": "anyone signed in may create a project, or staff only (TEMPER_PROJECT_CREATORS=staff: projects/test_views.py)",
     "workers:list": "workers are shared infrastructure, shown to every signed-in user (workers/test_workers.py)",
     "api:openapi": "describes the API, not any data: public by design",
     "api:tokens": "the caller's own REST tokens",

@@ -81,6 +81,14 @@ def test_the_worker_stale_after_setting_takes_a_wait_of_two_heartbeats_or_more()
     assert result.stdout.strip() == "0:00:20"
 
 
+def test_the_settings_refuse_an_unknown_project_creators_value():
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                                                        "TEMPER_PROJECT_CREATORS": "admins"})
+    assert result.returncode != 0
+    assert "environment variable TEMPER_PROJECT_CREATORS='admins' must be one of everyone, staff" in result.stderr
+
+
 def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, client_for, caplog):
     """Every 403 (a viewer opening a members-only page) wrote PermissionDenied's whole traceback to the
     server's log: 55 of them in one QA session."""

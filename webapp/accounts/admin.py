@@ -1,6 +1,7 @@
-"""The admin site's users: an administrator's password reset also revokes the account's API tokens, as the
-person's own change does by default (``throttle.ThrottledPasswordChangeForm``). An administrator sets a password
-for a person locked out or whose password leaked; tokens made with the old one kept working."""
+"""The admin site's users: an administrator's password reset revokes the account's API tokens, as every new
+password does (``signals``); so does making the password unusable (the form's "Password-based authentication"
+off), which sets no password and so is not one the signal sees. An administrator sets a password for a person
+locked out or whose password leaked; tokens made with the old one kept working."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
@@ -14,7 +15,7 @@ from webapp.accounts.services import account_tokens_revoke
 class ResettingAdminPasswordChangeForm(AdminPasswordChangeForm):
     def save(self, commit: bool = True):
         user = super().save(commit=commit)
-        if commit:
+        if commit and not self.cleaned_data["set_usable_password"]:
             account_tokens_revoke(user=user)
         return user
 

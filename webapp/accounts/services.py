@@ -5,7 +5,9 @@ refusal (``ProtectedError``) names only the foreign keys ("'Battle.user'"); this
 what to do."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -72,11 +74,43 @@ def review_shortcuts_set(*, user: AbstractBaseUser, on: bool) -> Preferences:
 def account_tokens_revoke(*, user: AbstractBaseUser) -> int:
     """Delete every API token of ``user``: their REST tokens (``tmp_``) and their project tokens of the
     OpenAI-compatible API (``tpk_``), in every project; returns how many there were. Called when their password
-    changes (``throttle.ThrottledPasswordChangeForm``, an administrator's ``ResettingAdminPasswordChangeForm``):
-    a password changed because it leaked leaves no token made with it working."""
+    changes, whatever changed it (``account_password_changed``): a password changed because it leaked leaves no
+    token made with it working."""
     from webapp.api.models import ApiToken  # these apps are built on accounts
     from webapp.chat.models import ProjectToken
 
     rest, _by_model = ApiToken.objects.filter(user=user).delete()
     project, _by_model = ProjectToken.objects.filter(user=user).delete()
     return rest + project
+
+
+def account_token_count(*, user: AbstractBaseUser) -> int:
+    """How many API tokens ``user`` has, REST and project ones: what ``account_tokens_revoke`` would delete."""
+    from webapp.api.models import ApiToken
+    from webapp.chat.models import ProjectToken
+
+    return ApiToken.objects.filter(user=user).count() + ProjectToken.objects.filter(user=user).count()
+
+
+# The accounts whose next new password keeps their API tokens, in this thread or task (api_tokens_kept).
+_tokens_kept_for: ContextVar[frozenset[int]] = ContextVar("tokens_kept_for", default=frozenset())
+
+
+@contextmanager
+def api_tokens_kept(*, user: AbstractBaseUser) -> Iterator[None]:
+    """A password of ``user`` saved within leaves their API tokens working: the person's own change with its
+    "Also revoke my API tokens" box unticked (``throttle.ThrottledPasswordChangeForm``). Every other path revokes."""
+    kept = _tokens_kept_for.set(_tokens_kept_for.get() | {user.pk})
+    try:
+        yield
+    finally:
+        _tokens_kept_for.reset(kept)
+
+
+def account_password_changed(*, user: AbstractBaseUser) -> None:
+    """What a new password of ``user`` ends besides the old one (the sessions end by themselves: Django's session
+    hash): their API tokens, unless kept (``api_tokens_kept``). Called for every password saved, by whatever path
+    (``signals``: the password pages, the admin site, ``manage.py changepassword``, ``temper_setup``, the shell),
+    so that no path has to remember."""
+    if user.pk not in _tokens_kept_for.get():
+        account_tokens_revoke(user=user)

@@ -4,8 +4,10 @@ try a password list against a known account (``admin``) at the speed of the serv
 account's logins from that address are refused, right password or not, until ``WINDOW_SECONDS`` after the
 last failure. Keyed by account *and* address so that a stranger cannot lock a person out from elsewhere.
 
-Behind a reverse proxy that does not pass the client's address on, every client has the proxy's address: ten
-wrong guesses by anyone locked the account's owner out too. So a browser that signed in to the account before
+The address is the client's (``webapp.core.addresses.client_address``): behind a reverse proxy listed in
+``TEMPER_TRUSTED_PROXIES``, the one it forwards. Behind one that is not listed, or does not pass the client's
+address on, every client has the proxy's address: ten wrong guesses by anyone locked the account's owner out
+too. So a browser that signed in to the account before
 carries a signed cookie saying so (``DEVICE_COOKIE``, set by ``views.LoginView``), and its attempts are counted
 under that browser instead of the address (``MAX_FAILURES`` too): what strangers send does not lock it. Browsers
 without one are counted under the address and, every address together, under the account
@@ -47,7 +49,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from webapp.accounts.models import AttemptCount
-from webapp.accounts.services import account_tokens_revoke
+from webapp.accounts.services import account_token_count, api_tokens_kept
+from webapp.core.addresses import client_address
 
 MAX_FAILURES = 10
 WINDOW_SECONDS = 15 * 60
@@ -161,7 +164,7 @@ class ThrottledLogin:
                 _key(username, f"device:{device}"), super().clean,
                 refusal=f"Too many failed logins for this account from this browser: {wait}, or ask an "
                         "administrator to set a new password.")
-        address = (self.request.META.get("REMOTE_ADDR") or "") if self.request is not None else ""
+        address = client_address(self.request) if self.request is not None else ""
         return _checked_within_limit(
             _key(username, address), super().clean,
             refusal=f"Too many failed logins for this account from your address: {wait}, or ask an administrator "
@@ -182,8 +185,8 @@ class ThrottledAdminAuthenticationForm(ThrottledLogin, AdminAuthenticationForm):
 class ThrottledPasswordChangeForm(PasswordChangeForm):
     """Django's password change form, refusing an account's change after too many wrong current passwords.
     The account's other sessions end with the change (Django's session hash: the page that changed it stays
-    signed in) and, unless unticked, its API tokens are revoked (``account_tokens_revoke``); ``revoked_tokens``
-    says how many, after ``save``."""
+    signed in) and its API tokens are revoked, as every new password revokes them (``signals``), unless the box is
+    unticked (``api_tokens_kept``); ``revoked_tokens`` says how many, after ``save``."""
 
     revoke_tokens = forms.BooleanField(
         required=False, initial=True, label="Also revoke my API tokens",
@@ -192,10 +195,11 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
     revoked_tokens = 0
 
     def save(self, commit: bool = True):
-        user = super().save(commit=commit)
-        if commit and self.cleaned_data.get("revoke_tokens"):
-            self.revoked_tokens = account_tokens_revoke(user=user)
-        return user
+        if self.cleaned_data.get("revoke_tokens"):
+            self.revoked_tokens = account_token_count(user=self.user) if commit else 0
+            return super().save(commit=commit)
+        with api_tokens_kept(user=self.user):
+            return super().save(commit=commit)
 
     def clean_old_password(self):
         return _checked_within_limit(

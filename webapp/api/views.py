@@ -10,10 +10,11 @@ import contextlib
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pydantic
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -29,6 +30,7 @@ from webapp.core.auth_header import bearer_secret
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
+from webapp.core.sse import access_lost_when
 from webapp.core.streaming import file_download
 from webapp.core.templatetags.temper import when
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
@@ -82,6 +84,14 @@ def _why_unauthenticated(header: str) -> str:
                 "'Authorization: Bearer <token>'")
     return ("the token sent is not a valid API token (revoked, mistyped, or its user deactivated); make one on the API "
             "tokens page and send it as 'Authorization: Bearer <token>'")
+
+
+def _token_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
+                       ) -> Callable[[], Awaitable[bool]]:
+    """A download's ``access_lost`` (``webapp.core.streaming``): its token read again (revoked, expired, its user
+    deactivated), then ``lookup``, the view's access check, with the account as it is now."""
+    header = request.headers.get("Authorization", "")
+    return access_lost_when(lambda: token_authenticate(header), lookup)
 
 
 def api_view(methods: tuple[str, ...], *, query: tuple[str, ...] = ()) -> Callable:
@@ -399,7 +409,10 @@ def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, numbe
     if not version.absolute_path.is_file():
         raise Http404(f"the file of version {number} of {isolated(dataset.name)} is gone from storage")
     # Streamed (webapp.core.streaming), as the version page's Download link is.
-    return file_download(version.absolute_path, filename=version.original_filename)
+    return file_download(version.absolute_path, filename=version.original_filename, access_lost=_token_access_lost(
+        request, lambda account: dataset_selectors.version_get(
+            dataset=dataset_selectors.dataset_get(project=get_project_for_user(account, slug)[0], public_id=dataset_id),
+            number=number)))
 
 
 @api_view(("GET", "POST"), query=(*run_selectors.RunFilters.QUERY, *paging.QUERY))
@@ -580,7 +593,8 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
-    return artifacts.artifact_tar_response(run=run, artifact=artifact)
+    return artifacts.artifact_tar_response(run=run, artifact=artifact, access_lost=_token_access_lost(
+        request, lambda account: get_run_for_user(account, slug, run_id)))
 
 
 def _pipeline_json(pipeline) -> dict[str, Any]:

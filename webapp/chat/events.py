@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
-from webapp.core.sse import event_stream_response, lost_when_refused, relay_channel, sse_message
+from webapp.core.sse import event_stream_response, relay_channel, session_access_lost, sse_message
 from webapp.chat import channels, services
 from webapp.chat.access import get_message_for_user
 from webapp.chat.models import MessageStatus
@@ -54,7 +54,8 @@ async def message_events(request: HttpRequest, slug: str, conversation_id: str, 
     if message.status == MessageStatus.STREAMING and await sync_to_async(services.message_give_up_if_lost)(
             message=message):
         await sync_to_async(message.refresh_from_db)()
-    access_lost = lost_when_refused(lambda: get_message_for_user(user, slug, conversation_id, message_id))
+    access_lost = session_access_lost(
+        request, lambda account: get_message_for_user(account, slug, conversation_id, message_id))
 
     async def access_lost_or_answer_given_up() -> bool:
         # An answer whose serve worker died is given up at the stream's next recheck, not at its reconnection

@@ -13,11 +13,11 @@ model refuses (a prompt over its context) gets a 4xx status like a whole one, no
 error in it. A client that goes away (Django cancels the view, or closes the stream, on the ASGI
 disconnect) stops its generation, which would otherwise hold a place in the serve worker's batch.
 
-An answer does not outlive its token's right to it: every ``TOKEN_RECHECK_SECONDS`` it asks again
-(``tokens.project_token_standing``), and once the token is revoked or expired, or its user deactivated, removed
-from the project or made a viewer, it stops its generations (the stop flag the chat page's Stop button sets) and
-ends with an error chunk, streamed, which the openai client raises as an ``APIError`` naming why, or a 401, whole.
-It ran to its token limit.
+An answer does not outlive its token's right to it: every ``sse.ACCESS_RECHECK_SECONDS``, as the browser's
+streams, it asks again (``tokens.project_token_standing``), and once the token is revoked or expired, or its user
+deactivated, removed from the project or made a viewer, it stops its generations (the stop flag the chat page's Stop
+button sets) and ends with an error chunk, streamed, which the openai client raises as an ``APIError`` naming why,
+or a 401, whole. It ran to its token limit.
 
 A completion is recorded (``ApiGeneration``, ``services.api_generation_start``) under the lock of its model's row
 before its request is queued, and the record deleted once it is answered: a deletion of the model, or of the
@@ -54,6 +54,7 @@ from webapp.chat.openai_errors import body_problem
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
+from webapp.core import sse
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS
 from webapp.core.streams import release_connections
 from webapp.core.text import lone_surrogate_problem
@@ -84,9 +85,6 @@ class _StreamOptions(BaseModel):
 
 # Stop sequences one request may give, as OpenAI's API takes (the chat panel's conversation form too).
 MAX_STOP_SEQUENCES = 4
-# How long a streamed answer may go on after its token is revoked (or its user removed from the project): one
-# indexed query per stream this often.
-TOKEN_RECHECK_SECONDS = 2.0
 
 
 class _Body(BaseModel):
@@ -524,7 +522,7 @@ def _token_standing(*, token_id: int) -> str | None:
 async def _token_watch(token_id: int) -> AsyncIterator[dict[str, Any]]:
     """Nothing while the token ``token_id`` may be used; a ``revoked`` event, saying why, once it may not."""
     while True:
-        await asyncio.sleep(TOKEN_RECHECK_SECONDS)
+        await asyncio.sleep(sse.ACCESS_RECHECK_SECONDS)
         try:
             refusal = await sync_to_async(_token_standing)(token_id=token_id)
         except DatabaseError as error:  # asked again next time: a database hiccup does not end the answer

@@ -14,7 +14,8 @@ The gauges are computed when scraped, so they are true for every web process.
 Readable without login only with ``Authorization: Bearer $TEMPER_METRICS_TOKEN`` or
 from an address in ``TEMPER_METRICS_ALLOW``; everyone else gets 403. No address is
 trusted unless listed, not even the same host's: behind a reverse proxy on it every
-request comes from 127.0.0.1.
+request comes from 127.0.0.1. The address is the client's (``addresses.client_address``:
+the forwarded one behind a proxy listed in ``TEMPER_TRUSTED_PROXIES``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from webapp.celery import app as celery_app
+from webapp.core.addresses import client_address
 from webapp.core.middleware import DualModeMiddleware
 from webapp.workers.models import WorkerState
 from webapp.workers.selectors import worker_list
@@ -167,7 +169,7 @@ def metrics_allowed(request: HttpRequest) -> bool:
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[len("Bearer "):].encode(), token.encode()):
         return True
     try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
+        address = ipaddress.ip_address(client_address(request))
     except ValueError:
         return False
     return any(address in network for network in settings.TEMPER_METRICS_ALLOW)
@@ -177,7 +179,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if not metrics_allowed(request):
         return HttpResponse(
             "metrics are readable with 'Authorization: Bearer <TEMPER_METRICS_TOKEN>', or from an address listed in "
-            f"TEMPER_METRICS_ALLOW (this request came from {request.META.get('REMOTE_ADDR') or 'no address'}); "
+            f"TEMPER_METRICS_ALLOW (this request came from {client_address(request) or 'no address'}); "
             "set either where Temper runs\n",
             status=403,
             content_type="text/plain",

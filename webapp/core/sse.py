@@ -26,20 +26,29 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from importlib import import_module
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, StreamingHttpResponse
+from django.utils.crypto import constant_time_compare
+
+from webapp.core.streams import release_connections
 
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
-# How often a stream asks again whether its client may still read it (``relay_channel``'s ``access_lost``):
-# a member removed from the project, or an object deleted, gets no more of its events after that long.
-ACCESS_RECHECK_SECONDS = 15.0
+# How often a long-lived answer asks again whether its client may still have it: the browser's streams here
+# (``relay_channel``'s ``access_lost``, ``session_access_lost``) and the /v1 API's answers (its token's standing,
+# ``chat.openai_api``) alike. A member removed from the project, an account deactivated or signed out by a new
+# password, a token revoked, an object deleted: no more of it after that long (one or two indexed queries a stream).
+ACCESS_RECHECK_SECONDS = 2.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
 # Messages a WSGI stream may hold for a client that reads nothing (its server's write blocks);
 # past that the stream waits, and its subscription's queue holds what comes next.
@@ -55,16 +64,56 @@ class FellBehind(Exception):
     """A stream's subscription queue filled up (``SUBSCRIPTION_QUEUE_MESSAGES``): its client reads nothing."""
 
 
-def lost_when_refused(lookup: Callable[[], object]) -> Callable[[], Awaitable[bool]]:
-    """An ``access_lost`` for ``relay_channel``: true once ``lookup()``, the view's own access check run again,
-    refuses (404: no longer a member, or the object is gone; 403)."""
-    async def access_lost() -> bool:
+def access_lost_when(who: Callable[[], AbstractBaseUser | None], lookup: Callable[[AbstractBaseUser], object]
+                     ) -> Callable[[], Awaitable[bool]]:
+    """The ``access_lost`` of a long-lived response (``relay_channel``, ``streaming.asynchronous``): true once
+    ``who()``, the client's authentication read again (its session, its token), gives no account (signed out, a
+    new password, the account deactivated or deleted, the token revoked or expired), or once ``lookup(user)``, the
+    view's own access check run again with the account as it is now, refuses (404: no longer a member, or the object
+    is gone; 403). A database error counts as neither: asked again next time, as the /v1 API does."""
+    def refused() -> bool:
         try:
-            await sync_to_async(lookup)()
+            user = who()
+            if user is None:
+                return True
+            lookup(user)
         except (Http404, PermissionDenied):
             return True
+        except DatabaseError as error:
+            logger.warning("a long-lived response's access could not be read again: %s", error)
+        finally:  # a stream's connection goes back to the pool between checks (webapp.core.streams)
+            release_connections()
         return False
+
+    async def access_lost() -> bool:
+        return await sync_to_async(refused)()
     return access_lost
+
+
+def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
+                        ) -> Callable[[], Awaitable[bool]]:
+    """``access_lost_when`` for a response a browser asked for with its session (``_session_user``)."""
+    session_key = request.session.session_key
+    return access_lost_when(lambda: _session_user(session_key), lookup)
+
+
+def _session_user(session_key: str | None) -> AbstractBaseUser | None:
+    """The account the session ``session_key`` signs in now, as Django's authentication middleware would take it
+    for the next request (the session still there, its backend's user, active, the password it was made with),
+    without that middleware's writes to the session; None when it signs in none."""
+    if session_key is None:
+        return None
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    try:
+        user_id, backend_path = session[SESSION_KEY], session[BACKEND_SESSION_KEY]
+    except KeyError:  # signed out, or the session expired
+        return None
+    if backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    user = load_backend(backend_path).get_user(get_user_model()._meta.pk.to_python(user_id))  # None when inactive
+    if user is None or not constant_time_compare(session.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
+        return None
+    return user
 
 
 def sse_message(event: dict | str) -> str:
@@ -246,9 +295,9 @@ async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], ma
     misses nothing published after its catch-up. ``backlog_key`` names a Redis list of the events
     published so far, each with a ``seq``. When Redis is unreachable, or the client reads too little
     (``FellBehind``), the stream sends ``{"type": "unavailable"}`` and ends; ``label`` names the stream
-    in that log line. ``access_lost()`` is asked every ``ACCESS_RECHECK_SECONDS``: once it is true (the
-    client left the project, the object was deleted) the stream ends, forwarding nothing more, and the
-    browser's reconnection meets the 404 any other request of it would.
+    in that log line. ``access_lost()`` (``session_access_lost``'s) is asked every ``ACCESS_RECHECK_SECONDS``: once
+    it is true (the client left the project or was signed out, the object was deleted) the stream ends, forwarding
+    nothing more, and the browser's reconnection meets the 404 (or the login page) any other request of it would.
     """
     async with _subscriber() as subscriber:
         messages: asyncio.Queue | None = None

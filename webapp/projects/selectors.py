@@ -1,6 +1,7 @@
 """Reads of projects and memberships for pages."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
 
@@ -74,6 +75,12 @@ def project_overview(*, project: Project) -> dict[str, list]:
     campaigns = (campaign_list(project=project).exclude(status__in=(CampaignStatus.FAILED, CampaignStatus.CANCELLED))
                  .filter(~Q(status=CampaignStatus.READY) | Q(item_complete__lt=F("item_total")))[:OVERVIEW_CAMPAIGNS])
     return {"runs": list(runs), "versions": list(versions), "campaigns": list(campaigns)}
+
+
+def may_create_project(*, user: AbstractBaseUser) -> bool:
+    """Whether ``user`` may create a project: anyone signed in, unless ``TEMPER_PROJECT_CREATORS`` is ``staff``
+    (then staff accounts and superusers: the admin site's *Staff status*)."""
+    return settings.TEMPER_PROJECT_CREATORS == "everyone" or user.is_staff or user.is_superuser
 
 
 def may_delete_project(*, membership: Membership) -> bool:

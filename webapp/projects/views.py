@@ -23,12 +23,16 @@ from webapp.projects.models import Membership, Project, Role
 @require_http_methods(["GET"])
 def project_list(request: HttpRequest) -> HttpResponse:
     projects = selectors.project_list_for_user(user=request.user)
-    return render(request, "projects/list.html", {"projects": projects})
+    return render(request, "projects/list.html", {
+        "projects": projects, "may_create": selectors.may_create_project(user=request.user)})
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def project_create(request: HttpRequest) -> HttpResponse:
+    if not selectors.may_create_project(user=request.user):
+        raise PermissionDenied("Only staff may create projects on this Temper (TEMPER_PROJECT_CREATORS=staff): ask an "
+                               "administrator to create it and make you its owner.")
     form = ProjectCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         def create() -> str:

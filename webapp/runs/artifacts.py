@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -82,10 +82,12 @@ LEFT_OUT = {
 }
 
 
-def artifact_tar_response(*, run: Run, artifact: Artifact) -> StreamingHttpResponse:
-    """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress)."""
+def artifact_tar_response(*, run: Run, artifact: Artifact, access_lost: Callable[[], Awaitable[bool]]
+                          ) -> StreamingHttpResponse:
+    """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress), streamed while
+    ``access_lost()`` is not true (``webapp.core.streaming``)."""
     stream = tar_stream(Path(artifact.path).resolve(), kind=artifact.kind)
-    response = StreamingHttpResponse(asynchronous(stream), content_type="application/x-tar")
+    response = StreamingHttpResponse(asynchronous(stream, access_lost=access_lost), content_type="application/x-tar")
     step = f"-step-{artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT else ""
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{artifact.kind}{step}.tar"'
     return response

@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, StreamingHttpResponse
 
-from webapp.core.sse import event_stream_response, lost_when_refused, relay_channel, sse_message
+from webapp.core.sse import event_stream_response, relay_channel, session_access_lost, sse_message
 from webapp.runs import channels
 from webapp.runs.access import get_run_for_user
 from webapp.runs.models import CheckpointExportStatus
@@ -56,6 +56,6 @@ async def run_events(request: HttpRequest, slug: str, run_id: str) -> StreamingH
     user = await request.auser()
     _project, _membership, run = await sync_to_async(get_run_for_user)(user, slug, run_id)
     exporting = await run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING).aexists()
-    access_lost = lost_when_refused(lambda: get_run_for_user(user, slug, run_id))
+    access_lost = session_access_lost(request, lambda account: get_run_for_user(account, slug, run_id))
     return event_stream_response(request, _relay(run.public_id, run.status, exporting=exporting,
                                                   access_lost=access_lost))

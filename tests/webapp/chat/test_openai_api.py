@@ -12,6 +12,7 @@ from django.test import AsyncClient, Client
 from tests.webapp.factories import make_base_model
 from webapp.chat import channels, openai_api
 from webapp.chat.tokens import project_token_create
+from webapp.core import sse
 from webapp.runs.channels import redis_client
 
 
@@ -755,7 +756,7 @@ def _revoke(team, token):
 @pytest.mark.parametrize("streamed", [True, False])
 def test_an_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team, monkeypatch, revoke, why, streamed):
     """A /v1 answer being written as its token was revoked (or its user deactivated, removed from the project) ran
-    on to its token limit. It stops its generation within TOKEN_RECHECK_SECONDS and ends with an error chunk
+    on to its token limit. It stops its generation within ACCESS_RECHECK_SECONDS and ends with an error chunk
     (streamed) or a 401 (whole), which the official openai client raises naming why."""
     import httpx2
     import openai
@@ -763,7 +764,7 @@ def test_an_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team,
 
     from webapp.chat.models import ApiGeneration, ProjectToken
 
-    monkeypatch.setattr(openai_api, "TOKEN_RECHECK_SECONDS", 0.1)
+    monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.1)
     model, headers = api
     scripts, requests = worker
     scripts.append([{"type": "token", "text": "Hel"}])  # and nothing more: the answer would go on and on

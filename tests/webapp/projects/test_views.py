@@ -56,6 +56,32 @@ class TestProjectCreate:
         assert client.post(self.url, {"name": "x", "slug": "x"}).status_code == 302
         assert not Project.objects.filter(slug="x").exists()
 
+    def test_when_only_staff_may_create_projects_others_are_refused_saying_so(self, team, client_for, settings):
+        settings.TEMPER_PROJECT_CREATORS = "staff"
+        client = client_for(team.owner)
+        assert 'href="/projects/new/"' not in client.get("/").content.decode()
+        for response in (client.get(self.url), client.post(self.url, {"name": "Side project", "slug": "side"})):
+            assert response.status_code == 403
+            assert ("Only staff may create projects on this Temper (TEMPER_PROJECT_CREATORS=staff): ask an "
+                    "administrator to create it and make you its owner.") in response.content.decode()
+        assert not Project.objects.filter(slug="side").exists()
+        assert b"Ask an administrator to create a project" in client.get("/").content
+
+    def test_when_only_staff_may_create_projects_staff_may(self, team, client_for, settings):
+        settings.TEMPER_PROJECT_CREATORS = "staff"
+        team.viewer.is_staff = True
+        team.viewer.save()
+        client = client_for(team.viewer)
+        assert 'href="/projects/new/"' in client.get("/").content.decode()
+        response = client.post(self.url, {"name": "Reward models", "slug": "reward-models"})
+        assert (response.status_code, response["Location"]) == (302, "/p/reward-models/")
+
+    def test_by_default_everyone_may_create_projects(self, team, client_for, settings):
+        assert settings.TEMPER_PROJECT_CREATORS == "everyone"
+        client = client_for(team.outsider)
+        assert 'href="/projects/new/"' in client.get("/").content.decode()
+        assert client.post(self.url, {"name": "Side project", "slug": "side"}).status_code == 302
+
     @pytest.mark.parametrize(
         ("data", "message"),
         [

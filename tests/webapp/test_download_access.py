@@ -1,0 +1,76 @@
+"""Downloads (a dataset version's file, a run's export as a tar; from the pages and through the REST API) stop
+within ``sse.ACCESS_RECHECK_SECONDS`` of their client losing the right to them, as the live streams and the /v1
+answers do: removed from the project, or the account deactivated. A model is gigabytes: its download went on to
+its last byte. The stream ends short, so the client sees an unfinished file (fewer bytes than its Content-Length,
+a tar without its end)."""
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient
+
+from tests.webapp.factories import make_base_model, make_ready_version
+from webapp.api.services import token_create
+from webapp.core import sse
+from webapp.core.streaming import CHUNK_BYTES
+from webapp.projects.models import Membership
+from webapp.projects.services import membership_remove
+from webapp.runs import services as run_services
+from webapp.runs.models import Artifact, ArtifactKind
+
+SIZE = 4 * CHUNK_BYTES + 1
+
+
+def remove_from_project(team) -> None:
+    membership_remove(membership=Membership.objects.get(project=team.project, user=team.viewer))
+
+
+def deactivate(team) -> None:
+    get_user_model().objects.filter(pk=team.viewer.pk).update(is_active=False)
+
+
+def dataset_file(team, monkeypatch) -> tuple[str, str]:
+    version = make_ready_version(team.project)
+    version.absolute_path.write_bytes(b"x" * SIZE)
+    dataset = version.dataset.public_id
+    return (f"/p/alpha/datasets/{dataset}/v/{version.number}/download/",
+            f"/api/v1/projects/alpha/datasets/{dataset}/versions/{version.number}/file/")
+
+
+def run_export(team, monkeypatch) -> tuple[str, str]:
+    monkeypatch.setattr(run_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    spec = {"task": "sft", "model": make_base_model(team.project).public_id,
+            "data": {"train": make_ready_version(team.project).public_id}, "train": {"max_steps": 5}}
+    run = run_services.run_create(project=team.project, spec=spec, user=team.owner, name="exported")
+    export = run.output_dir / "export"
+    export.mkdir(parents=True)
+    (export / "model.safetensors").write_bytes(b"x" * SIZE)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=5, path=str(export))
+    return (f"/p/alpha/runs/{run.public_id}/artifacts/model/",
+            f"/api/v1/projects/alpha/runs/{run.public_id}/artifacts/model/")
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler reads from threads of its own
+@pytest.mark.parametrize("lose_access", [remove_from_project, deactivate], ids=lambda lose: lose.__name__)
+@pytest.mark.parametrize("download", [dataset_file, run_export], ids=lambda download: download.__name__)
+@pytest.mark.parametrize("through", ["page", "api"])
+def test_a_download_stops_when_its_client_loses_access(team, monkeypatch, lose_access, download, through):
+    monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.0)  # asked again before every chunk after the first
+    page, api = download(team, monkeypatch)
+    client = AsyncClient()
+    if through == "page":
+        client.force_login(team.viewer)
+        url, headers = page, {}
+    else:
+        _token, secret = token_create(user=team.viewer, name="laptop")
+        url, headers = api, {"Authorization": f"Bearer {secret}"}
+
+    async def received() -> tuple[int, int]:
+        response = await client.get(url, headers=headers)
+        assert response.status_code == 200
+        chunks = aiter(response.streaming_content)
+        first = len(await anext(chunks))
+        await sync_to_async(lose_access)(team)
+        return first, first + sum([len(chunk) async for chunk in chunks])
+
+    first, total = async_to_sync(received)()
+    assert 0 < first and total < SIZE
