@@ -15,7 +15,7 @@ be asked for again, review campaign generations whose serve worker died are sett
 being deleted, released, or said so and queued again: ``webapp.review.services.generations_settle_lost``, before
 the next step, which would hand the message to a live worker first), and the messages that a worker killed
 outright held are queued again at once instead of after Celery's hour-long visibility timeout
-(``webapp.workers.deliveries``); a dataset version whose check killed two workers in turn is failed with that reason
+(``webapp.workers.deliveries``), what each works on saying so; a dataset version whose check killed two workers in turn is failed with that reason
 (``webapp.datasets.services.versions_fail_abandoned``), and a review export that wrote it is told, and so are a
 review campaign's item load and export (``webapp.review.services.review_work_fail_abandoned``). Every worker (default,
 train, serve) runs it, so a lost run is found while any worker is up; the conditional update in the service makes concurrent reapers safe.

@@ -152,7 +152,10 @@ class DatasetVersionOut(_Answer):
     size_bytes: int
     row_count: int | None
     error_count: int
-    errors: list[IssueOut] = Field(description="The first problems found, when the version failed.")
+    errors: list[IssueOut] = Field(description=(
+        "The first problems found, when the version failed. While it is being checked (`uploaded`, `validating`), "
+        "one item of code `worker_lost_requeued` says that the check's worker was lost and the check started over; "
+        "error_count stays 0, and the check's outcome replaces it."))
     mapping: dict[str, str] = Field(description="The column mapping the file is read with, field → column; a field "
                                                 "read from a column of its own name is left out.")
     statistics: dict[str, Any] = Field(description="Once ready: character lengths per field (rows, unit, and per "

@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 from asgiref.sync import sync_to_async
@@ -50,7 +50,7 @@ from pydantic_core import PydanticCustomError
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
-from webapp.chat.openai_errors import body_problem
+from webapp.chat.openai_errors import body_problem, misspelt_field, misspelt_problem
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
@@ -76,8 +76,30 @@ def _without_nulls(data: Any) -> Any:
     return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
 
 
-class _StreamOptions(BaseModel):
+class _RequestObject(BaseModel):
+    """A JSON object of a request body. A field it does not read is ignored (clients send OpenAI's fields that
+    Temper has no use for), except a near miss of one it reads (``openai_errors.misspelt_field``: ``temprature``,
+    ``top-p``), which is refused naming the field meant: ignored, it left that field as if not sent. ``NOT_READ``:
+    fields of OpenAI's API (and of other OpenAI-compatible servers) it does not read, never taken for a misspelling
+    (``store`` is close to ``stop``)."""
+
     model_config = ConfigDict(extra="ignore")
+    NOT_READ: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_misspelt_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if not isinstance(key, str) or key in cls.model_fields or key in cls.NOT_READ:
+                    continue
+                if (meant := misspelt_field(key, read=cls.model_fields)) is not None:
+                    raise misspelt_problem(key, meant)
+        return data
+
+
+class _StreamOptions(_RequestObject):
+    NOT_READ = frozenset({"include_obfuscation"})
     include_usage: StrictBool = False  # a last chunk with no choices and the usage, as OpenAI sends it
 
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
@@ -87,8 +109,13 @@ class _StreamOptions(BaseModel):
 MAX_STOP_SEQUENCES = 4
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, n=1, ...)
+class _Body(_RequestObject):
+    # OpenAI's request fields (chat and completions) that Temper does not read, and other OpenAI-compatible servers'
+    # sampling fields near a field read here (vLLM's min_tokens, OpenRouter's top_a): accepted and ignored.
+    NOT_READ = frozenset({
+        "user", "store", "metadata", "service_tier", "modalities", "audio", "prediction", "reasoning_effort",
+        "parallel_tool_calls", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "suffix",
+        "best_of", "min_p", "min_tokens", "top_a", "repetition_penalty", "length_penalty"})
     model: pydantic.StrictStr = Field(description="the id of one of this project's models (GET /v1/models lists "
                                                   "them)")
     max_tokens: StrictInt | None = Field(default=None, ge=1, le=8192)
@@ -186,8 +213,8 @@ class _Body(BaseModel):
         return self.max_completion_tokens or self.max_tokens
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Message(_RequestObject):
+    NOT_READ = frozenset({"name", "tool_calls", "tool_call_id", "refusal", "audio", "function_call"})
     role: Literal["system", "developer", "user", "assistant"]
     content: pydantic.StrictStr = Field(description="the message's text: a string, or a JSON array of text parts "
                                                     '{"type": "text", "text": ...}')

@@ -8,16 +8,25 @@ instead: the field's ``description`` where the schema gives one, else its type a
 declares them. One problem is said, the first, as OpenAI's error names one ``param``; its ``code`` is
 OpenAI's for the kind of problem (``missing_required_parameter``, ``invalid_type``, ``invalid_value``), or
 ``unsupported_value`` for a field asking for what the answers cannot hold.
+
+A field the schema does not read is ignored (clients send OpenAI's fields that Temper has no use for, ``user``),
+but not one that is a near miss of a field it reads (``misspelt_field``: ``temprature``, ``max_token``, ``top-p``,
+``stop_sequences``): ignored, it left the answer to that field's default without a word. It is refused with code
+``unknown_parameter``, OpenAI's for a field it does not know, saying which field was meant.
 """
 from __future__ import annotations
 
+import difflib
 import json
+import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+import pydantic_core
 from pydantic.fields import FieldInfo
 
 # What a value of each kind is, for "5 is not text (a JSON string)", by pydantic's error type and by Python type.
@@ -47,6 +56,9 @@ def body_problem(error: pydantic.ValidationError, *, schema: type[pydantic.BaseM
     kind, value = problem["type"], problem["input"]
     shown, expected = _shown(value), _expected(place.annotation, place.field)
     code = "invalid_value"
+    if kind == "unknown_parameter":  # misspelt_problem's, raised for a key of the object at loc
+        path = f"{place.path}.{problem['ctx']['field']}" if place.path else problem["ctx"]["field"]
+        return BodyProblem(message=f"{path}: {problem['msg']}", param=path, code=kind)
     if kind in ("value_error", "unsupported_value"):  # our validators' own words
         words = problem["msg"].removeprefix("Value error, ")
         code = kind if kind == "unsupported_value" else code
@@ -74,6 +86,42 @@ def body_problem(error: pydantic.ValidationError, *, schema: type[pydantic.BaseM
     else:
         words = f"{shown} is not taken here; give {expected}"
     return BodyProblem(message=f"{place.path}: {words}" if place.path else words, param=place.path or None, code=code)
+
+
+# How close (difflib's ratio, on names folded by ``_folded``) a field not read must be to one read to be taken for it:
+# at difflib's default, 0.6, OpenAI's own ``store`` was taken for ``stream`` and ``system`` for ``stream``.
+NEAR_MISS_CUTOFF = 0.8
+# The names other APIs give fields read here, which a client ported from one of them sends (Anthropic's and
+# Gemini's stop sequences, Gemini's and OpenAI's Responses API's output budget), by their folded names: too far from
+# ours for difflib.
+_OTHER_APIS_NAMES = {"stopsequences": "stop", "maxoutputtokens": "max_completion_tokens"}
+
+
+def _folded(name: str) -> str:
+    """``name`` in lower case without ``-`` and ``_``: ``top-p``, ``topP`` and ``top_p`` are one name."""
+    return re.sub(r"[-_]", "", name).lower()
+
+
+def misspelt_field(key: str, *, read: Iterable[str]) -> str | None:
+    """The field of ``read`` that ``key``, a field not read, was meant as: the same name once folded (``top-p``,
+    ``maxTokens``), another API's name for it (``stop_sequences``), or a name as close as ``NEAR_MISS_CUTOFF``
+    (``temprature``, ``max_token``); None for an unrelated field."""
+    by_folded = {_folded(name): name for name in read}
+    folded = _folded(key)
+    if folded in by_folded:
+        return by_folded[folded]
+    if _OTHER_APIS_NAMES.get(folded) in by_folded.values():
+        return _OTHER_APIS_NAMES[folded]
+    close = difflib.get_close_matches(folded, list(by_folded), n=1, cutoff=NEAR_MISS_CUTOFF)
+    return by_folded[close[0]] if close else None
+
+
+def misspelt_problem(key: str, meant: str) -> pydantic_core.PydanticCustomError:
+    """The error a body model's validator raises for ``key``, a near miss of ``meant`` (``misspelt_field``):
+    ``body_problem`` says it with the key's path."""
+    return pydantic_core.PydanticCustomError(
+        "unknown_parameter", "not a field read here; did you mean {meant}? (A field not read here is ignored: the "
+        "answer would have been made without it.)", {"field": key, "meant": meant})
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.datasets.selectors import dataset_named, version_readers
 from webapp.datasets.uploads import store_upload
 from webapp.projects.models import Project
-from webapp.workers.deliveries import task_deliveries
+from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -358,6 +358,38 @@ def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersi
         logger.warning("dataset version %s failed: %s", version.public_id, WORKERS_LOST_PROBLEM)
         failed.append(DatasetVersion.objects.get(pk=version.pk))
     return failed
+
+
+# The code of the note a version being checked carries after its worker was lost once (``version_check_requeued``):
+# shown as the check goes on, replaced by the check's outcome.
+REQUEUED_CODE = "worker_lost_requeued"
+
+
+def version_check_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on a version being checked that its worker was lost and the check was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``): as its one problem listed, with no problem counted, which the
+    check's outcome replaces. Whether it was said (not for a version settled or deleted meanwhile)."""
+    (version_id,) = arguments
+    note = formats.Issue(code=REQUEUED_CODE, message=lost.note(doing="checking this file", work="the check"))
+    return DatasetVersion.objects.filter(pk=version_id, status__in=(VersionStatus.UPLOADED, VersionStatus.VALIDATING)
+                                         ).update(errors=[note.to_dict()]) > 0
+
+
+@transaction.atomic
+def token_statistics_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say beside a token count under way that its worker was lost and the count was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), until the count's outcome replaces it. Whether it was said (not for
+    a count ended or asked again with another model meanwhile)."""
+    version_id, base_model_id = arguments
+    version = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version_id).first()
+    base_model = BaseModel.objects.filter(pk=base_model_id).first()
+    if (version is None or base_model is None or version.token_statistics.get("status") != "computing"
+            or version.token_statistics.get("base_model") != base_model.name):
+        return False
+    version.token_statistics = {**version.token_statistics,
+                                "note": lost.note(doing="counting these tokens", work="the count")}
+    version.save(update_fields=["token_statistics"])
+    return True
 
 
 def _save_unless_deleted(version: DatasetVersion, fields: list[str]) -> bool:

@@ -56,7 +56,7 @@ from webapp.review.models import (
     ItemStatus, Label, Lease, Review,
 )
 from webapp.runs.services import held_task_messages
-from webapp.workers.deliveries import task_deliveries
+from webapp.workers.deliveries import LostWorker, task_deliveries
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +240,9 @@ def campaign_load_request(*, campaign: Campaign) -> None:
     ``default`` queue, a ``generating`` one's generation on the ``serve`` queue."""
     if campaign.status == CampaignStatus.LOADING:
         # A new attempt: a load still running for an earlier one (the page offers this button while
-        # items arrive) stops at its next batch instead of writing the same sequence numbers as this one.
-        Campaign.objects.filter(pk=campaign.pk).update(load_attempt=F("load_attempt") + 1)
+        # items arrive) stops at its next batch instead of writing the same sequence numbers as this one. A note of
+        # an earlier attempt's lost worker (``campaign_load_requeued``) is for that attempt.
+        Campaign.objects.filter(pk=campaign.pk).update(load_attempt=F("load_attempt") + 1, load_error="")
         attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
         transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
@@ -756,6 +757,26 @@ def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign 
     return failed
 
 
+def campaign_load_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on a loading campaign that its load's worker was lost and the load was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in ``load_error``, which its page shows while it loads and the load's
+    outcome replaces. Whether it was said (not for a load ended, or asked again, meanwhile)."""
+    campaign_id, *attempt = arguments
+    loading = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING)
+    if attempt:  # a message sent before attempts were numbered loads as the current one
+        loading = loading.filter(load_attempt=attempt[0])
+    return loading.update(load_error=lost.note(doing="loading its items", work="the load")) > 0
+
+
+def export_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on an export being written that its worker was lost and the export was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in ``error``, which the campaign page shows while it is written and
+    the export's outcome replaces. Whether it was said (not for an export written meanwhile)."""
+    (export_id,) = arguments
+    return Export.objects.filter(pk=export_id, status=ExportStatus.WRITING).update(
+        error=lost.note(doing="writing this export", work="the export")) > 0
+
+
 @transaction.atomic
 def generation_cancel(*, campaign: Campaign, user: AbstractBaseUser) -> Campaign:
     """Stop a generating campaign: it becomes ``cancelled`` at once, with no items (a pair needs both models'
@@ -1216,8 +1237,8 @@ def export_write(*, export_id: int) -> Export:
                 export.version = dataset_services.dataset_version_create(
                     dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
                 # Done or failed once the version's own validation settles (export_settle).
-                export.status = ExportStatus.VALIDATING
-                export.save(update_fields=["version", "status", "counts", "reviewers", "agreement"])
+                export.status, export.error = ExportStatus.VALIDATING, ""  # a lost worker's note is over
+                export.save(update_fields=["version", "status", "error", "counts", "reviewers", "agreement"])
         except ValidationError as error:
             export.status, export.error = ExportStatus.FAILED, " ".join(error.messages)
             export.save(update_fields=["status", "error", "counts", "reviewers", "agreement"])

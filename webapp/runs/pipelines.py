@@ -63,6 +63,7 @@ from webapp.runs import services
 from webapp.runs.models import Pipeline, PipelineStatus, Run, RunStatus
 from webapp.runs.selectors import last_value, latest_not_finite, serving_copy_figures
 from webapp.runs.serving_copies import export_summary
+from webapp.workers.deliveries import LostWorker
 
 logger = logging.getLogger(__name__)
 
@@ -733,6 +734,24 @@ def export_stage_finish(*, pipeline_pk: int, stage: int, description: dict[str, 
     pipeline.save(update_fields=["status", "message", "finished_at"])
     services.log_line(run, pipeline.message, level=level)
     return pipeline
+
+
+def export_stage_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on a pipeline whose export stage's worker was lost that the stage was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``): its ``message``, which the stage's outcome replaces, and the log of
+    the run it quantizes. Whether it was said (not for a stage ended meanwhile)."""
+    pipeline_pk, stage = arguments
+    pipeline = Pipeline.objects.filter(pk=pipeline_pk).select_related("result_run").first()
+    if pipeline is None or stage >= len(pipeline.stages):
+        return False
+    label = f"stage {stage + 1} ({pipeline.stages[stage]['name']})"
+    note = lost.note(doing=f"writing the serving copy of {label}", work="the stage")
+    if not Pipeline.objects.filter(pk=pipeline_pk, status=PipelineStatus.RUNNING, current_stage=stage).update(
+            message=note):
+        return False
+    if pipeline.result_run is not None:
+        services.log_line(pipeline.result_run, f"{note} (pipeline {isolated(pipeline.name)})", level="warning")
+    return True
 
 
 def pipelines_fail_lost_exports(*, now: datetime | None = None) -> list[Pipeline]:

@@ -54,7 +54,7 @@ from webapp.runs import channels, sweeps
 from webapp.runs.models import (ACTIVE_STATUSES, ArtifactKind, CheckpointExport, CheckpointExportStatus, LogLevel,
                                 Run, RunLogLine, RunStatus, new_run_id)
 from webapp.runs.specform import SET_BY_TEMPER, tasks
-from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, abandoned_tags
+from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
 
@@ -1112,6 +1112,20 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
     public_id = run.public_id
     transaction.on_commit(lambda: publish_event(public_id, event))
     return export
+
+
+def checkpoint_export_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on a checkpoint being exported that its worker was lost and the export was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``): in its ``error_message``, which the run page shows beside "exporting"
+    and the export's outcome replaces, and in the run's log. Whether it was said (not for an export ended
+    meanwhile). ``updated_at`` is kept: ``checkpoint_exports_fail_lost`` counts the export's silence from it."""
+    run_pk, step = arguments
+    note = lost.note(doing=f"exporting checkpoint {step}", work="the export")
+    if not CheckpointExport.objects.filter(run_id=run_pk, step=step, status=CheckpointExportStatus.EXPORTING).update(
+            error_message=note):
+        return False
+    log_line(Run.objects.get(pk=run_pk), note, level=LogLevel.WARNING)
+    return True
 
 
 def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[CheckpointExport]:

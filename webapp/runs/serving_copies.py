@@ -42,6 +42,7 @@ from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.runs.models import (REWARD_TASK, SERVING_COPY_SCHEMES, Artifact, ArtifactKind, Run, RunStatus,
                                 ServingCopy, ServingCopyStatus)
+from webapp.workers.deliveries import LostWorker
 
 logger = logging.getLogger(__name__)
 
@@ -424,6 +425,31 @@ def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:
     return copy
 
 
+def serving_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say on a copy being written that its worker was lost and the copy was queued again
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``error_message``, which its card shows beside "being
+    written" and the copy's outcome replaces. Whether it was said (not for a copy ended meanwhile).
+    ``updated_at`` is kept: a copy's silence is counted from it (``serving_copies_give_up_stale``)."""
+    (copy_pk,) = arguments
+    return ServingCopy.objects.filter(pk=copy_pk, status=ServingCopyStatus.WRITING).update(
+        error_message=lost.note(doing="writing this copy", work="the copy")) > 0
+
+
+def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
+    """Say in a succeeded run's log that the worker writing its first serving copy (``quantize_run``, which has no
+    row) was lost and the copy was queued again (``workers.deliveries.FIRST_LOSS_NOTES``). Whether it was said (not
+    for a run deleted meanwhile)."""
+    from webapp.runs.services import log_line
+
+    (run_dir,) = arguments
+    # A run's directory is DATA_ROOT/runs/<its public id> (runs.services.run_output_dir).
+    run = Run.objects.filter(public_id=Path(str(run_dir)).name).first()
+    if run is None:
+        return False
+    log_line(run, lost.note(doing="writing the serving copy of its final model", work="the copy"), level="warning")
+    return True
+
+
 @transaction.atomic
 def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = None) -> ServingCopy:
     """Record that the copy is written (its figures are in its ``quantization.json``) or why it is not: an
@@ -443,7 +469,8 @@ def copy_state(copy: ServingCopy | None, directory: Path, *, unmeasured: str = R
     figures = copy_figures(directory)
     served = str(figures.get("scheme", "")) if figures else ""
     if copy is not None and copy.status == ServingCopyStatus.WRITING:
-        return {"state": "writing", "scheme": copy.scheme, "served": served, "copy": copy}
+        # ``error_message`` while writing: the note of a worker lost on it once (``serving_copy_requeued``).
+        return {"state": "writing", "scheme": copy.scheme, "served": served, "copy": copy, "note": copy.error_message}
     if copy is not None and copy.status == ServingCopyStatus.FAILED:
         return {"state": "failed", "message": copy.error_message, "scheme": copy.scheme, "served": served,
                 "copy": copy}

@@ -19,6 +19,9 @@ dropped by the worker that takes it.
 - Messages on a worker's own queue (``<name>.dq2``) are left too: they go to that worker only, and
   multi-host placement (``webapp.runs.placement``) places a lost host's job again.
 - It needs heartbeats on every worker: where ``TEMPER_HEARTBEAT_SECONDS`` is 0 nothing is restored.
+- The object whose work was restored says so (``FIRST_LOSS_NOTES``): which worker was lost, when it was last heard
+  from, and that the work starts over on the next free worker. Until then a first loss went unsaid, and a check,
+  a load or an export that took twice as long as it should looked like one still going.
 """
 from __future__ import annotations
 
@@ -26,14 +29,16 @@ import ast
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone as dt_timezone
 
 import redis
 from django.conf import settings
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
+from webapp.core.templatetags.temper import when
 from webapp.runs import channels
-from webapp.workers.models import Worker, stale_after
+from webapp.workers.models import FORGET_AFTER, Worker, stale_after
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +137,65 @@ def deliveries_restore_orphaned(*, now: datetime | None = None) -> list[Delivery
         return []
     for delivery in lost:
         logger.warning("%s %s: its worker was lost holding it; queued again", delivery.task, delivery.arguments)
+    _note_first_losses(lost, now=now)
     return lost
+
+
+# The service that writes, on the object a task works on, that its message was queued again after its worker was
+# lost (``LostWorker.note``): called with the task's arguments (as a tuple) and the ``LostWorker``, it writes only
+# while the object still waits for that work. By dotted path: the apps' services import this module. Runs and
+# review generations are not here: their heartbeats settle them first (``runs.services.runs_reap_lost``,
+# ``review.services.generations_settle_lost``), with more to say (the checkpoint, the answers so far).
+FIRST_LOSS_NOTES = {
+    "worker.tasks.datasets.validate_dataset_version": "webapp.datasets.services.version_check_requeued",
+    "worker.tasks.datasets.compute_token_statistics": "webapp.datasets.services.token_statistics_requeued",
+    "worker.tasks.review.load_campaign_items": "webapp.review.services.campaign_load_requeued",
+    "worker.tasks.review.write_export": "webapp.review.services.export_requeued",
+    "worker.tasks.train.export_checkpoint": "webapp.runs.services.checkpoint_export_requeued",
+    "worker.tasks.train.export_stage": "webapp.runs.pipelines.export_stage_requeued",
+    "worker.tasks.serve.make_serving_copy": "webapp.runs.serving_copies.serving_copy_requeued",
+    "worker.tasks.serve.quantize_run": "webapp.runs.serving_copies.automatic_copy_requeued",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LostWorker:
+    """The worker that died holding a delivery: its name and when it was last heard from where a silent worker's
+    heartbeat listed the delivery (None where it died before a heartbeat said it held it), and when it took it."""
+
+    name: str | None
+    last_seen: datetime | None
+    delivered_at: datetime
+
+    def note(self, *, doing: str, work: str) -> str:
+        """What the object says, e.g. ``doing`` "checking this file", ``work`` "the check"."""
+        who = (f"{self.name}, last heard from at {when(self.last_seen)}" if self.name
+               else f"which took it at {when(self.delivered_at)} and was not heard from since")
+        return (f"the worker {doing} ({who}) was lost: killed, out of memory, or its host lost; {work} was queued "
+                "again and starts over on the next free worker")
+
+
+def _note_first_losses(restored: list[Delivery], *, now: datetime) -> None:
+    """Have the object of each restored delivery say that its worker was lost (``FIRST_LOSS_NOTES``). A note that
+    fails is logged: the message is queued again all the same."""
+    noted = [delivery for delivery in restored if delivery.task in FIRST_LOSS_NOTES]
+    if not noted:
+        return
+    holders = {}
+    for worker in Worker.objects.filter(last_seen__gte=now - FORGET_AFTER).only("name", "last_seen", "deliveries"):
+        for tag in worker.deliveries:
+            holders[str(tag)] = worker
+    for delivery in noted:
+        arguments = _arguments(delivery)
+        if arguments is None:
+            continue
+        holder = holders.get(delivery.tag)
+        lost = LostWorker(name=holder.name if holder else None, last_seen=holder.last_seen if holder else None,
+                          delivered_at=datetime.fromtimestamp(delivery.delivered_at, tz=dt_timezone.utc))
+        try:
+            import_string(FIRST_LOSS_NOTES[delivery.task])(arguments, lost=lost)
+        except Exception:  # the note is a courtesy: the work itself is queued again
+            logger.exception("%s %s: its first loss could not be noted", delivery.task, delivery.arguments)
 
 
 @dataclass(frozen=True, kw_only=True)

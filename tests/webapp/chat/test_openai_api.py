@@ -180,6 +180,55 @@ def test_a_field_these_answers_do_not_read_is_taken_and_left_unread(api, worker)
     assert requests[0]["messages"] == [HI]
 
 
+@pytest.mark.parametrize("path,fields,param,meant", [
+    ("/v1/chat/completions", {"temprature": 0.2}, "temprature", "temperature"),
+    ("/v1/chat/completions", {"max_token": 5}, "max_token", "max_tokens"),
+    ("/v1/chat/completions", {"top-p": 0.5}, "top-p", "top_p"),
+    ("/v1/chat/completions", {"stop_sequences": ["\n"]}, "stop_sequences", "stop"),
+    ("/v1/chat/completions", {"maxTokens": 5}, "maxTokens", "max_tokens"),
+    ("/v1/chat/completions", {"Temperature": 0.2}, "Temperature", "temperature"),
+    ("/v1/chat/completions", {"presense_penalty": 1}, "presense_penalty", "presence_penalty"),
+    ("/v1/chat/completions", {"temperature": 0.2, "temprature": 0.2}, "temprature", "temperature"),
+    ("/v1/chat/completions", {"stream": True, "stream_options": {"include-usage": True}},
+     "stream_options.include-usage", "include_usage"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "contnet": "hi"}]}, "messages[0].contnet", "content"),
+    ("/v1/completions", {"max_new_tokens": 5}, "max_new_tokens", "max_tokens"),
+    ("/v1/completions", {"frequency-penalty": 1}, "frequency-penalty", "frequency_penalty"),
+])
+def test_a_misspelt_field_is_refused_naming_the_field_meant(api, worker, path, fields, param, meant):
+    """A field the API does not read is ignored, so a misspelling of one it reads ("temprature", "max_token",
+    "top-p", Anthropic's "stop_sequences") was answered with that field's default, the client none the wiser. A near
+    miss of a field read (close, or the same name in another case or with - for _) is a 400 saying which was meant."""
+    model, headers = api
+    scripts, requests = worker
+    scripts.append(ANSWER)  # what a body taken is answered with
+    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
+    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
+    assert response.status_code == 400, response.content
+    assert response.json() == {"error": {
+        "message": f"{param}: not a field read here; did you mean {meant}? (A field not read here is ignored: the "
+                   "answer would have been made without it.)",
+        "type": "invalid_request_error", "param": param, "code": "unknown_parameter"}}
+    assert requests == []
+
+
+def test_openai_fields_not_read_and_unrelated_ones_are_still_taken(api, worker):
+    """The fields of OpenAI's API that Temper does not read, and those of other servers near a field read (vLLM's
+    min_tokens), are no misspellings: "store" is as close to "stop" as "stops" is, and is answered."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    fields = {"user": "u-1", "store": False, "metadata": {"a": "b"}, "service_tier": "auto", "min_tokens": 1,
+              "parallel_tool_calls": False, "reasoning_effort": "low", "my_trace_id": "t-1", "system": "x"}
+    response = post("/v1/chat/completions", chat(model, stream=True, stream_options={
+        "include_usage": True, "include_obfuscation": False}, messages=[{**HI, "name": "ann"}], **fields), headers)
+    assert response.status_code == 200, response.content
+    response = post("/v1/completions", {"model": model.public_id, "prompt": "x", "suffix": "!", "best_of": 1,
+                                        **fields}, headers)
+    assert response.status_code == 200, response.content
+    assert [request["temperature"] for request in requests] == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("method,path,allowed", [
     ("get", "/v1/chat/completions", "POST"),
     ("put", "/v1/completions", "POST"),

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
 import redis
@@ -281,3 +281,142 @@ def test_review_work_that_killed_two_workers_fails_with_the_reason(broker, clien
     page = client_for(team.owner).get(f"/p/{team.project.slug}/review/{loading.public_id}/").content.decode()
     assert "loading its items stopped two workers in turn" in page and 'id="delete-confirm"' in page
     assert services.review_work_fail_abandoned(now=later) == []  # failed once
+
+
+def lost_once(broker, task: str, arguments: list) -> str:
+    """``task``'s message taken by a worker that dies holding it (its own queue, so that it is the one taken); the
+    delivery tag."""
+    from webapp.celery import app as celery_app
+
+    url = broker.connection_pool.connection_kwargs
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    celery_app.send_task(task, args=arguments, queue=queue)
+    return deliver_to_a_worker_that_dies(f"redis://{url['host']}:{url['port']}/0", queue)
+
+
+@pytest.mark.django_db
+def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, client_for):
+    """A dataset's check or token count, a review campaign's item load or export, a checkpoint export, a pipeline's
+    export stage and a serving copy whose worker died holding them were queued again without a word, their pages
+    saying "checking", "loading", "exporting", "being written" for twice as long as the work takes (runs and
+    generations said it). Each says which worker was lost, when it was last heard from, and that the work starts
+    over; its outcome then replaces that. Work that ended before its message was restored is left alone."""
+    from django.template.loader import render_to_string
+
+    from tests.webapp.factories import make_base_model, make_ready_version, make_team
+    from webapp.core.bidi import isolated
+    from webapp.core.templatetags.temper import when
+    from webapp.datasets import services as dataset_services
+    from webapp.datasets.models import DatasetVersion, VersionStatus
+    from webapp.review import services as review_services
+    from webapp.review.models import Campaign, CampaignStatus, Export, ExportStatus
+    from webapp.runs import pipelines, serving_copies
+    from webapp.runs import services as run_services
+    from webapp.runs.models import (CheckpointExport, Pipeline, PipelineStatus, Run, RunStatus, ServingCopy,
+                                    ServingCopyStatus)
+
+    team = make_team()
+    checking = make_ready_version(team.project, name="huge", user=team.owner)
+    settled = make_ready_version(team.project, name="small", user=team.owner)  # its check ended meanwhile
+    DatasetVersion.objects.filter(pk=checking.pk).update(status=VersionStatus.VALIDATING, row_count=None)
+    base_model = make_base_model(team.project)
+    counting = make_ready_version(team.project, name="counted", user=team.owner)
+    DatasetVersion.objects.filter(pk=counting.pk).update(
+        token_statistics={"status": "computing", "base_model": base_model.name})
+    prefs = make_ready_version(team.project, name="prefs", kind="preference", user=team.owner,
+                               rows=[{"prompt": "p", "chosen": "a", "rejected": "b"}])
+    loading = Campaign.objects.create(project=team.project, name="big load", source_version=prefs,
+                                      source_label=str(prefs), status=CampaignStatus.LOADING, load_attempt=1,
+                                      created_by=team.owner)
+    ready = Campaign.objects.create(project=team.project, name="big export", status=CampaignStatus.READY,
+                                    created_by=team.owner)
+    export = Export.objects.create(campaign=ready, dataset_name="out", status=ExportStatus.WRITING)
+    run = Run.objects.create(project=team.project, name="big", task="sft", status=RunStatus.SUCCEEDED, spec={},
+                             resolved_spec={}, created_by=team.owner)
+    Run.objects.filter(pk=run.pk).update(resolved_spec={"output_dir": str(run_services.run_output_dir(run.public_id))})
+    run.refresh_from_db()
+    (run.output_dir / "checkpoints" / "5").mkdir(parents=True)
+    CheckpointExport.objects.create(run=run, step=5, status="exporting")
+    pipeline = Pipeline.objects.create(project=team.project, name="sft-serve", created_by=team.owner,
+                                       status=PipelineStatus.RUNNING, current_stage=1, result_run=run,
+                                       stages=[{"name": "sft", "spec": {"task": "sft"}},
+                                               {"name": "serve", "export": {"quantize": "int8"}}])
+    copy = ServingCopy.objects.create(project=team.project, base_model=base_model, status=ServingCopyStatus.WRITING)
+    copy_written_at = copy.updated_at
+
+    held = [lost_once(broker, dataset_services.VALIDATE_TASK, [checking.pk]),
+            lost_once(broker, dataset_services.VALIDATE_TASK, [settled.pk]),
+            lost_once(broker, dataset_services.TOKEN_STATISTICS_TASK, [counting.pk, base_model.pk]),
+            lost_once(broker, review_services.LOAD_TASK, [loading.pk, 1]),
+            lost_once(broker, review_services.EXPORT_TASK, [export.pk]),
+            lost_once(broker, run_services.EXPORT_CHECKPOINT_TASK, [run.pk, 5]),
+            lost_once(broker, pipelines.EXPORT_STAGE_TASK, [pipeline.pk, 1]),
+            lost_once(broker, serving_copies.MAKE_COPY_TASK, [copy.pk])]
+    lost_unheard = lost_once(broker, serving_copies.AUTOMATIC_COPY_TASK, [str(run.output_dir)])
+    later = timezone.now() + timedelta(seconds=90)
+    dead = worker_row(holding=held, last_seen=later - timedelta(seconds=61))  # it died before its last beat listed the last
+    restored = deliveries.deliveries_restore_orphaned(now=later)
+    assert {delivery.tag for delivery in restored} == {*held, lost_unheard}
+
+    lost = f"({dead.name}, last heard from at {when(dead.last_seen)}) was lost: killed, out of memory, or its host lost"
+    checking.refresh_from_db()
+    assert checking.status == VersionStatus.VALIDATING and checking.error_count == 0
+    [note] = checking.errors
+    assert note["code"] == "worker_lost_requeued" and note["message"] == (
+        f"the worker checking this file {lost}; the check was queued again and starts over on the next free worker")
+    project = f"/p/{team.project.slug}"
+    page = client_for(team.owner).get(f"{project}/datasets/{checking.dataset.public_id}/v/1/").content.decode()
+    assert "Checking the file" in page and f"The worker checking this file ({dead.name}" in page
+    settled.refresh_from_db()
+    assert settled.status == VersionStatus.READY and settled.errors == []
+    counting.refresh_from_db()
+    assert counting.token_statistics["status"] == "computing" and counting.token_statistics["note"] == (
+        f"the worker counting these tokens {lost}; the count was queued again and starts over on the next free worker")
+    page = client_for(team.owner).get(f"{project}/datasets/{counting.dataset.public_id}/v/1/").content.decode()
+    assert "Counting tokens with the" in page and f"The worker counting these tokens ({dead.name}" in page
+
+    loading.refresh_from_db()
+    export.refresh_from_db()
+    assert loading.status == CampaignStatus.LOADING and loading.load_error == (
+        f"the worker loading its items {lost}; the load was queued again and starts over on the next free worker")
+    assert export.status == ExportStatus.WRITING and export.error == (
+        f"the worker writing this export {lost}; the export was queued again and starts over on the next free worker")
+    page = client_for(team.owner).get(f"{project}/review/{loading.public_id}/").content.decode()
+    assert "Loading items from" in page and f"The worker loading its items ({dead.name}" in page
+    page = client_for(team.owner).get(f"{project}/review/{ready.public_id}/").content.decode()
+    assert "writing <bdi>out</bdi>…" in page and f"The worker writing this export ({dead.name}" in page
+
+    exporting = CheckpointExport.objects.get(run=run, step=5)
+    assert exporting.status == "exporting" and exporting.error_message == (
+        f"the worker exporting checkpoint 5 {lost}; the export was queued again and starts over on the next free "
+        "worker")
+    page = client_for(team.owner).get(f"{project}/runs/{run.public_id}/").content.decode()
+    assert "exporting…" in page and f"The worker exporting checkpoint 5 ({dead.name}" in page
+    pipeline.refresh_from_db()
+    assert pipeline.status == PipelineStatus.RUNNING and pipeline.message == (
+        f"the worker writing the serving copy of stage 2 (serve) {lost}; the stage was queued again and starts over "
+        "on the next free worker")
+    page = client_for(team.owner).get(f"{project}/pipelines/{pipeline.public_id}/").content.decode()
+    assert pipeline.message in page
+    copy.refresh_from_db()
+    assert copy.status == ServingCopyStatus.WRITING and copy.updated_at == copy_written_at and copy.error_message == (
+        f"the worker writing this copy {lost}; the copy was queued again and starts over on the next free worker")
+    card = render_to_string("serving/_copy_state.html", {
+        "copy": serving_copies.copy_state(copy, serving_copies.base_model_copy_dir(base_model)), "of": "the model"})
+    assert "being written" in card and f"The worker writing this copy ({dead.name}" in card
+    delivered = [delivery for delivery in restored if delivery.tag == lost_unheard][0].delivered_at
+    taken = when(datetime.fromtimestamp(delivered, tz=dt_timezone.utc))
+    assert list(run.log_lines.values_list("level", "message")) == [
+        ("warning", exporting.error_message),
+        ("warning", f"{pipeline.message} (pipeline {isolated('sft-serve')})"),
+        ("warning", f"the worker writing the serving copy of its final model (which took it at {taken} and was not "
+                    "heard from since) was lost: killed, out of memory, or its host lost; the copy was queued again "
+                    "and starts over on the next free worker")]
+
+    # The work's outcome replaces the note.
+    assert dataset_services.dataset_version_validate(version_id=checking.pk).status == VersionStatus.READY
+    checking.refresh_from_db()
+    assert checking.errors == [] and checking.error_count == 0
+    assert review_services.campaign_load_items(campaign_id=loading.pk, attempt=1).status == CampaignStatus.READY
+    loading.refresh_from_db()
+    assert loading.load_error == ""
