@@ -407,35 +407,43 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
             yield RawRow(row=row, line=line_number, value=value)
 
 
-# The end of every key of a JSON text: its closing quote, spaces and the colon. A string value cannot be followed by a
-# colon, so beside the keys the only matches are an escaped quote followed by a colon inside a text.
-_KEY_END = re.compile(rb'"[ \t\r\n]*:')
+# The end of every key of a JSON text: its closing quote, with the spaces and the colon after it as a lookahead
+# (each match is the one-byte quote, which Python does not copy). A string value cannot be followed by a colon, so
+# beside the keys it matches an escaped quote followed by a colon inside a text (the quotes after an odd run of
+# backslashes, ``_ESCAPED_KEY_END``'s group: a line holds one only where it holds a backslash), and the opening quote
+# of a text that starts with a colon.
+_KEY_END = re.compile(rb'"(?=[ \t\r\n]*:)')
+_ESCAPED_KEY_END = re.compile(rb'(\\+)"[ \t\r\n]*:')
 
 
 def _keys_may_repeat(raw: bytes, value: Any) -> bool:
-    """Whether a JSONL line, parsed as ``value``, may give a key twice: it has more key ends (``_KEY_END``) than
-    ``value`` has keys. Counted by bytes.count for keys written '"key":', as most writers do, and by the pattern
-    where that count differs or a quote is followed by a space somewhere in the line, as a key spaced from its colon
-    is (a tab or carriage return there, which no writer puts, is not looked for: a line is one more pass over its
-    bytes for each). A line that may is parsed again to find the key (``_repeated_key_in_line``)."""
-    keys = _key_count(value)
-    if raw.count(b'":') == keys and b'" ' not in raw:
+    """Whether a JSONL line, parsed as ``value``, may give a key twice: its text has more key ends (``_KEY_END``,
+    less the escaped quotes it matches) than ``value`` has keys. Only a text that opens with a colon (or spaces and a
+    colon) adds a key end that is none; a line that may is parsed again to name the key (``_repeated_key_in_line``).
+    One pass of the pattern over the line's bytes (the regular expression engine's search for the quote runs faster
+    than ``bytes.count``), and a walk of ``value`` only where it holds more objects than the row."""
+    key_ends = len(_KEY_END.findall(raw))
+    if type(value) is dict and key_ends == len(value):  # each key end is one of the row's own keys: nothing to walk
         return False
-    return len(_KEY_END.findall(raw)) != keys
+    keys = _key_count(value)
+    if key_ends != keys and b"\\" in raw:
+        key_ends -= sum(len(backslashes) % 2 for backslashes in _ESCAPED_KEY_END.findall(raw))
+    return key_ends != keys
 
 
 def _key_count(value: Any) -> int:
     """The keys of every object in ``value``; a loop, not recursion: orjson reads 1024 levels of nesting."""
     if type(value) is not dict:
         return 0
-    count, nested = len(value), [child for child in value.values() if type(child) is dict or type(child) is list]
-    while nested:
-        item = nested.pop()
+    count, pending = 0, [value]
+    while pending:
+        item = pending.pop()
         if type(item) is dict:
             count += len(item)
-            nested += [child for child in item.values() if type(child) is dict or type(child) is list]
-        else:
-            nested += [child for child in item if type(child) is dict or type(child) is list]
+            item = item.values()
+        for child in item:
+            if type(child) is dict or type(child) is list:
+                pending.append(child)
     return count
 
 

@@ -1,6 +1,7 @@
 """Dataset formats: every reader, every kind, and each problem a user can upload."""
 import gzip
 import json
+import random
 import subprocess
 import sys
 import tracemalloc
@@ -1148,6 +1149,83 @@ def test_rows_whose_text_holds_quoted_keys_are_not_duplicates(tmp_path):
     path.write_bytes(path.read_bytes() + b'{"prompt" : "x",  "completion"\t:"y"}\n')
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT)
     assert report.ok and report.row_count == 2, report.errors
+
+
+@pytest.mark.parametrize("spacing", [b"\t", b"\r", b"\t\r"])
+def test_a_key_given_twice_is_named_whatever_spaces_it_from_its_colon(tmp_path, spacing):
+    # The quick count of keys looked for a space between a key and its colon, not for the tab or carriage return
+    # JSON allows there too: the second 'completion' was kept and the first dropped without a word.
+    path = tmp_path / "spaced.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion"' + spacing + b': "b", "completion": "c"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.field) == ("duplicate_key", 1, "completion")
+
+
+def test_json_held_in_a_text_is_not_parsed_again():
+    # Escaped quotes followed by a colon, as every line of a file of tool calls has in its arguments, made each such
+    # line one more parse, by Python's json with a hook on every object: several times the line's own check.
+    row = {"messages": [{"role": "user", "content": 'call {"name": "weather", "arguments": {"city": "Oslo"}}'},
+                        {"role": "assistant", "content": '{\\"q\\": 1, "path\\\\": 2}'}]}
+    line = orjson.dumps(row) + b"\n"
+    assert b'\\":' in line
+    assert not formats._keys_may_repeat(line, row)
+    assert formats._keys_may_repeat(line.replace(b'"role":"user",', b'"role":"user","role":"user",'), row)
+
+
+class _Written:
+    """An object as a file writes it: its (key, value) pairs in order, a key perhaps twice."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+
+def test_the_lines_that_give_a_key_twice_are_found_and_no_other(tmp_path):
+    """Against the plain reading of the rule (json's object_pairs_hook, which sees every key as written): lines
+    with each spacing JSON allows around a colon, keys and texts that hold quotes, colons and backslashes (escaped
+    quotes followed by a colon, as JSON held in a text has), nested objects, and keys given twice at any depth."""
+    rng = random.Random(7)
+    keys = ["prompt", "completion", "a", "q\"", "b\\", ":", "x\\\"y", "\\\\"]
+    texts = ["t", 'say "a": 1', "a\\", '\\": 2', '{"k": "v", "k": "w"}', 'c:\\path\\"', '\\\\"', "\"\":"]
+
+    def space() -> str:
+        return rng.choice(["", "", "", " ", "\t", "\r", " \t"])
+
+    def made(depth: int):
+        roll = rng.random()
+        if depth < 3 and roll < 0.3:
+            return _Written([(rng.choice(keys), made(depth + 1)) for _ in range(rng.randint(0, 3))])
+        if depth < 3 and roll < 0.45:
+            return [made(depth + 1) for _ in range(rng.randint(0, 3))]
+        return rng.choice(texts)
+
+    def written(value) -> str:
+        if isinstance(value, _Written):
+            return "{" + ",".join(f"{space()}{json.dumps(key)}{space()}:{space()}{written(child)}{space()}"
+                                  for key, child in value.pairs) + "}"
+        if isinstance(value, list):
+            return "[" + ",".join(space() + written(child) + space() for child in value) + "]"
+        return json.dumps(value)
+
+    def gives_a_key_twice(line: bytes) -> bool:
+        found = []
+        json.loads(line, object_pairs_hook=lambda pairs: found.append(len(dict(pairs)) != len(pairs)) or dict(pairs))
+        return any(found)
+
+    lines = []
+    for _ in range(3000):
+        pairs = [("prompt", "p"), ("completion", "c")]
+        pairs += [(rng.choice(keys), made(1)) for _ in range(rng.randint(0, 3))]
+        rng.shuffle(pairs)
+        lines.append(written(_Written(pairs)).encode() + b"\n")
+    twice = [gives_a_key_twice(line) for line in lines]
+    assert 500 < sum(twice) < 2500
+    flagged = [formats._keys_may_repeat(line, orjson.loads(line)) for line in lines]
+    assert all(flagged[index] for index, is_twice in enumerate(twice) if is_twice)
+    path = tmp_path / "keys.jsonl"
+    path.write_bytes(b"".join(lines))
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT, max_errors=len(lines) * 4)
+    named = [issue.row for issue in report.errors if issue.code == "duplicate_key"]
+    assert named == [row for row, is_twice in enumerate(twice, start=1) if is_twice]
 
 
 @pytest.mark.parametrize("fmt, content, line, column, shown", [
