@@ -1229,7 +1229,7 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
                                                 "gpt → assistant, system → system"))
             continue
         role = message.get("role")
-        if role not in ROLES:
+        if type(role) is not str or role not in ROLES:  # a list or an object is no key of a set: TypeError
             problems.append((f"{where}.role", "bad_role", _role_problem(role)))
         elif role == "assistant":
             has_assistant = True

@@ -1266,6 +1266,17 @@ def test_a_role_of_another_chat_format_says_what_to_write(tmp_path, role, says):
     assert f"role is {role!r}" in issue.message and says in issue.message
 
 
+@pytest.mark.parametrize("role", [["user"], {"name": "user"}])
+def test_a_role_given_as_a_list_or_an_object_is_named_not_a_crash(tmp_path, role):
+    # Looked up among the roles, a list or an object raised TypeError (unhashable): the check stopped, the web
+    # app's version failed as internal_error and the command line printed a traceback.
+    path = write_jsonl(tmp_path / "roles.jsonl", [
+        {"messages": [{"role": role, "content": "q"}, {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("bad_role", "messages[0].role")
+    assert issue.message == f"role is {role!r}; use one of: system, user, assistant"
+
+
 @pytest.mark.parametrize("content", [None, "", "Let me look that up."])
 def test_an_assistant_turn_calling_tools_is_refused_not_read_as_its_text(tmp_path, content):
     # OpenAI's and Hugging Face's chats write a call as the assistant turn's tool_calls: with text beside them the
