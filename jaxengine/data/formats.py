@@ -1176,17 +1176,18 @@ def _kind_of_row(record: dict) -> DatasetKind | None:
 
 
 def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
-    if type(value) in (int, float, bool):
+    if type(value) is str:
+        if not value or value.isspace():  # what strip() would leave empty, without copying the text
+            problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
+        else:
+            _check_no_nul(value, field_name, problems)
+    elif type(value) in (int, float, bool):
         # An answer of 42, or a label of true: read as text, it would be "42" and "true".
         shown = orjson.dumps(value).decode()
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}: write it as text, in "
                                                    f"quotes (\"{shown}\")"))
-    elif type(value) is not str:
-        problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
-    elif not value.strip():
-        problems.append((field_name, "empty_string", "is an empty string; give it text or drop the row"))
     else:
-        _check_no_nul(value, field_name, problems)
+        problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
 
 
 def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
@@ -1219,6 +1220,12 @@ def _check_messages(value: Any, field_name: str, problems: list[Problem]) -> boo
         return False
     has_assistant = False
     for index, message in enumerate(value):
+        # Most turns are a role of the three and a text, nothing else: passed without building their names.
+        if (type(message) is dict and message.keys() <= _TEXT_TURN_KEYS and type(role := message.get("role")) is str
+                and role in ROLES and type(content := message.get("content")) is str and content
+                and not content.isspace() and "\x00" not in content):
+            has_assistant = has_assistant or role == "assistant"
+            continue
         where = f"{field_name}[{index}]"
         if type(message) is not dict:
             problems.append((where, "wrong_type", f"must be an object with 'role' and 'content', got {_json_type(message)}"))
@@ -1257,6 +1264,7 @@ _ROLE_SYNONYMS = {"human": "user", "gpt": "assistant", "bot": "assistant", "mode
 # Roles of a tool's result: OpenAI's (tool, the older function), Llama 3.1's (ipython).
 _TOOL_ROLES = frozenset({"tool", "function", "ipython", "tool_result"})
 _TOOL_CALL_KEYS = ("tool_calls", "function_call")
+_TEXT_TURN_KEYS = frozenset({"role", "content"})
 
 
 def _role_problem(role: Any) -> str:

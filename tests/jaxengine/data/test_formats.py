@@ -1266,6 +1266,23 @@ def test_a_role_of_another_chat_format_says_what_to_write(tmp_path, role, says):
     assert f"role is {role!r}" in issue.message and says in issue.message
 
 
+@pytest.mark.parametrize("turn, code, field", [
+    ({"role": "assistant", "content": ""}, "empty_string", "messages[1].content"),
+    ({"role": "assistant", "content": " \n\u3000"}, "empty_string", "messages[1].content"),
+    ({"role": "assistant", "content": "a\x00"}, "binary", "messages[1].content"),
+    ({"role": "assistant", "content": 42}, "wrong_type", "messages[1].content"),
+    ({"role": "assistant"}, "missing_field", "messages[1].content"),
+    ({"role": "assistant", "content": "a", "tool_calls": []}, "tool_calls", "messages[1].tool_calls"),
+    ({"role": "Assistant", "content": "a"}, "bad_role", "messages[1].role"),
+])
+def test_each_problem_of_a_turn_is_named_beside_turns_without_one(tmp_path, turn, code, field):
+    # Turns of a role and a text alone are passed by a quicker test than the others: each problem still has its name.
+    path = write_jsonl(tmp_path / "turns.jsonl", [
+        {"messages": [{"role": "user", "content": "q"}, turn, {"role": "assistant", "content": "a", "weight": 1}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == (code, field)
+
+
 @pytest.mark.parametrize("role", [["user"], {"name": "user"}])
 def test_a_role_given_as_a_list_or_an_object_is_named_not_a_crash(tmp_path, role):
     # Looked up among the roles, a list or an object raised TypeError (unhashable): the check stopped, the web
