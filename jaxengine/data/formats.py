@@ -1619,6 +1619,11 @@ CHAT_SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
 def chat_shapes(messages: list[dict]) -> set[str]:
     """The ``CHAT_SHAPES`` a conversation has."""
     roles = [message.get("role") for message in messages]
+    # Most chats are one system turn or none, then user and assistant turns in turn: none of the shapes.
+    turns = roles[1:] if roles[:1] == ["system"] else roles
+    asked, answered = turns[::2], turns[1::2]
+    if asked.count("user") == len(asked) and answered.count("assistant") == len(answered):
+        return set()
     found = set()
     if any(role == "system" for role in roles[1:]):
         found.add("system_later")

@@ -1,5 +1,6 @@
 """Dataset formats: every reader, every kind, and each problem a user can upload."""
 import gzip
+import itertools
 import json
 import random
 import subprocess
@@ -1281,6 +1282,21 @@ def test_each_problem_of_a_turn_is_named_beside_turns_without_one(tmp_path, turn
         {"messages": [{"role": "user", "content": "q"}, turn, {"role": "assistant", "content": "a", "weight": 1}]}])
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
     assert (issue.code, issue.field) == (code, field)
+
+
+def test_chat_shapes_are_found_as_their_descriptions_say():
+    """Every chat of up to six turns against the plain reading of ``CHAT_SHAPES``: a system turn after the first
+    turn, two turns of one role in a row, an assistant turn before any user turn."""
+    for length in range(7):
+        for roles in itertools.product(["system", "user", "assistant"], repeat=length):
+            expected = set()
+            if "system" in roles[1:]:
+                expected.add("system_later")
+            if any(first == second for first, second in zip(roles, roles[1:])):
+                expected.add("same_role_twice")
+            if "assistant" in roles and "user" not in roles[:roles.index("assistant")]:
+                expected.add("assistant_first")
+            assert formats.chat_shapes([{"role": role, "content": "x"} for role in roles]) == expected, roles
 
 
 @pytest.mark.parametrize("role", [["user"], {"name": "user"}])
