@@ -409,26 +409,25 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
 
 # The end of every key of a JSON text: its closing quote, with the spaces and the colon after it as a lookahead
 # (each match is the one-byte quote, which Python does not copy). A string value cannot be followed by a colon, so
-# beside the keys it matches an escaped quote followed by a colon inside a text (the quotes after an odd run of
-# backslashes, ``_ESCAPED_KEY_END``'s group: a line holds one only where it holds a backslash), and the opening quote
-# of a text that starts with a colon.
+# beside the keys it matches an escaped quote followed by a colon inside a text, and the opening quote of a text
+# that starts with a colon.
 _KEY_END = re.compile(rb'"(?=[ \t\r\n]*:)')
-_ESCAPED_KEY_END = re.compile(rb'(\\+)"[ \t\r\n]*:')
 
 
 def _keys_may_repeat(raw: bytes, value: Any) -> bool:
-    """Whether a JSONL line, parsed as ``value``, may give a key twice: its text has more key ends (``_KEY_END``,
-    less the escaped quotes it matches) than ``value`` has keys. Only a text that opens with a colon (or spaces and a
-    colon) adds a key end that is none; a line that may is parsed again to name the key (``_repeated_key_in_line``).
-    One pass of the pattern over the line's bytes (the regular expression engine's search for the quote runs faster
-    than ``bytes.count``), and a walk of ``value`` only where it holds more objects than the row."""
+    """Whether a JSONL line, parsed as ``value``, may give a key twice: its text has more key ends (``_KEY_END``)
+    than ``value`` has keys. Escaped quotes are taken out of a line that has a backslash before they are counted
+    (escaped backslashes first, so that each backslash left escapes the byte after it): JSON held in a text, as tool
+    calls' arguments are, is not parsed again. Only a text that opens with a colon (or spaces and a colon) still
+    adds a key end that is none; a line that may is parsed again to name the key (``_repeated_key_in_line``).
+    One pass of the pattern over the line's bytes (the regular expression engine's search for the quote runs
+    faster than ``bytes.count``), and a walk of ``value`` only where it holds more objects than the row."""
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     key_ends = len(_KEY_END.findall(raw))
     if type(value) is dict and key_ends == len(value):  # each key end is one of the row's own keys: nothing to walk
         return False
-    keys = _key_count(value)
-    if key_ends != keys and b"\\" in raw:
-        key_ends -= sum(len(backslashes) % 2 for backslashes in _ESCAPED_KEY_END.findall(raw))
-    return key_ends != keys
+    return key_ends != _key_count(value)
 
 
 def _key_count(value: Any) -> int:
