@@ -401,47 +401,42 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
                     and not all("role" in element for element in value)):
                 raise DatasetFormatError(_json_array_as_jsonl(line_number))
             row += 1
-            if _keys_may_repeat(raw, value) and (repeated := _repeated_key_in_line(raw)) is not None:
+            if _keys_repeat(raw, value) and (repeated := _repeated_key_in_line(raw)) is not None:
                 yield _repeated_key_issue(repeated, line=line_number, row=row)
                 continue
             yield RawRow(row=row, line=line_number, value=value)
 
 
-# The end of every key of a JSON text: its closing quote, with the spaces and the colon after it as a lookahead
-# (each match is the one-byte quote, which Python does not copy). A string value cannot be followed by a colon, so
-# beside the keys it matches an escaped quote followed by a colon inside a text, and the opening quote of a text
-# that starts with a colon.
-_KEY_END = re.compile(rb'"(?=[ \t\r\n]*:)')
+def _keys_repeat(raw: bytes, value: Any) -> bool:
+    """Whether a JSONL line, parsed as ``value``, gives a key twice: its text holds more quotes than two for each
+    text of ``value`` (its keys too, at every depth), a key given twice and its value being texts of the line that
+    the parsed row no longer holds. Escaped quotes are taken out of a line that has a backslash before its quotes
+    are counted (escaped backslashes first, so that each backslash left escapes the byte after it), so JSON held in
+    a text, as tool calls' arguments are, is not parsed again. One ``bytes.count`` of the line and a walk of the
+    row; a line that does is parsed again to name the key (``_repeated_key_in_line``)."""
+    texts = _text_count(value)
+    quotes = raw.count(b'"')
+    if quotes != 2 * texts and b"\\" in raw:
+        quotes = raw.replace(b"\\\\", b"").replace(b'\\"', b"").count(b'"')
+    return quotes != 2 * texts
 
 
-def _keys_may_repeat(raw: bytes, value: Any) -> bool:
-    """Whether a JSONL line, parsed as ``value``, may give a key twice: its text has more key ends (``_KEY_END``)
-    than ``value`` has keys. Escaped quotes are taken out of a line that has a backslash before they are counted
-    (escaped backslashes first, so that each backslash left escapes the byte after it): JSON held in a text, as tool
-    calls' arguments are, is not parsed again. Only a text that opens with a colon (or spaces and a colon) still
-    adds a key end that is none; a line that may is parsed again to name the key (``_repeated_key_in_line``).
-    One pass of the pattern over the line's bytes (the regular expression engine's search for the quote runs
-    faster than ``bytes.count``), and a walk of ``value`` only where it holds more objects than the row."""
-    if b"\\" in raw:
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    key_ends = len(_KEY_END.findall(raw))
-    if type(value) is dict and key_ends == len(value):  # each key end is one of the row's own keys: nothing to walk
-        return False
-    return key_ends != _key_count(value)
-
-
-def _key_count(value: Any) -> int:
-    """The keys of every object in ``value``; a loop, not recursion: orjson reads 1024 levels of nesting."""
-    if type(value) is not dict:
-        return 0
+def _text_count(value: Any) -> int:
+    """The texts in ``value``, the keys of every object included; a loop, not recursion: orjson reads 1024 levels
+    of nesting."""
     count, pending = 0, [value]
     while pending:
         item = pending.pop()
         if type(item) is dict:
             count += len(item)
             item = item.values()
+        elif type(item) is not list:
+            count += type(item) is str
+            continue
         for child in item:
-            if type(child) is dict or type(child) is list:
+            if type(child) is str:
+                count += 1
+            elif type(child) is dict or type(child) is list:
                 pending.append(child)
     return count
 

@@ -1169,8 +1169,8 @@ def test_json_held_in_a_text_is_not_parsed_again():
                         {"role": "assistant", "content": '{\\"q\\": 1, "path\\\\": 2}'}]}
     line = orjson.dumps(row) + b"\n"
     assert b'\\":' in line
-    assert not formats._keys_may_repeat(line, row)
-    assert formats._keys_may_repeat(line.replace(b'"role":"user",', b'"role":"user","role":"user",'), row)
+    assert not formats._keys_repeat(line, row)
+    assert formats._keys_repeat(line.replace(b'"role":"user",', b'"role":"user","role":"user",'), row)
 
 
 class _Written:
@@ -1220,8 +1220,7 @@ def test_the_lines_that_give_a_key_twice_are_found_and_no_other(tmp_path):
         lines.append(written(_Written(pairs)).encode() + b"\n")
     twice = [gives_a_key_twice(line) for line in lines]
     assert 500 < sum(twice) < 2500
-    flagged = [formats._keys_may_repeat(line, orjson.loads(line)) for line in lines]
-    assert all(flagged[index] for index, is_twice in enumerate(twice) if is_twice)
+    assert [formats._keys_repeat(line, orjson.loads(line)) for line in lines] == twice
     path = tmp_path / "keys.jsonl"
     path.write_bytes(b"".join(lines))
     report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT, max_errors=len(lines) * 4)
