@@ -417,14 +417,15 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
 def _keys_repeat(raw: bytes, value: Any) -> bool:
     """Whether a JSONL line, parsed as ``value``, gives a key twice: its text holds more quotes than two for each
     text of ``value`` (its keys too, at every depth), a key given twice and its value being texts of the line that
-    the parsed row no longer holds. Escaped quotes are taken out of a line that has a backslash before its quotes
-    are counted (escaped backslashes first, so that each backslash left escapes the byte after it), so JSON held in
-    a text, as tool calls' arguments are, is not parsed again. One ``bytes.count`` of the line and a walk of the
+    the parsed row no longer holds. A line that has a backslash has its escaped quotes left out of the count (its
+    escaped backslashes taken out first, so that each backslash left escapes the byte after it), so JSON held in a
+    text, as tool calls' arguments are, is not parsed again. One ``bytes.count`` of the line and a walk of the
     row; a line that does is parsed again to name the key (``_repeated_key_in_line``)."""
     texts = _text_count(value)
     quotes = raw.count(b'"')
     if quotes != 2 * texts and b"\\" in raw:
-        quotes = raw.replace(b"\\\\", b"").replace(b'\\"', b"").count(b'"')
+        text = raw.replace(b"\\\\", b"")
+        quotes = text.count(b'"') - text.count(b'\\"')
     return quotes != 2 * texts
 
 
