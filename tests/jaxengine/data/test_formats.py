@@ -1,6 +1,8 @@
 """Dataset formats: every reader, every kind, and each problem a user can upload."""
 import gzip
+import itertools
 import json
+import random
 import subprocess
 import sys
 import tracemalloc
@@ -1150,6 +1152,82 @@ def test_rows_whose_text_holds_quoted_keys_are_not_duplicates(tmp_path):
     assert report.ok and report.row_count == 2, report.errors
 
 
+@pytest.mark.parametrize("spacing", [b"\t", b"\r", b"\t\r"])
+def test_a_key_given_twice_is_named_whatever_spaces_it_from_its_colon(tmp_path, spacing):
+    # The quick count of keys looked for a space between a key and its colon, not for the tab or carriage return
+    # JSON allows there too: the second 'completion' was kept and the first dropped without a word.
+    path = tmp_path / "spaced.jsonl"
+    path.write_bytes(b'{"prompt": "a", "completion"' + spacing + b': "b", "completion": "c"}\n')
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.line, issue.field) == ("duplicate_key", 1, "completion")
+
+
+def test_json_held_in_a_text_is_not_parsed_again():
+    # Escaped quotes followed by a colon, as every line of a file of tool calls has in its arguments, made each such
+    # line one more parse, by Python's json with a hook on every object: several times the line's own check.
+    row = {"messages": [{"role": "user", "content": 'call {"name": "weather", "arguments": {"city": "Oslo"}}'},
+                        {"role": "assistant", "content": '{\\"q\\": 1, "path\\\\": 2}'}]}
+    line = orjson.dumps(row) + b"\n"
+    assert b'\\":' in line
+    assert not formats._keys_repeat(line, row)
+    assert formats._keys_repeat(line.replace(b'"role":"user",', b'"role":"user","role":"user",'), row)
+
+
+class _Written:
+    """An object as a file writes it: its (key, value) pairs in order, a key perhaps twice."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+
+def test_the_lines_that_give_a_key_twice_are_found_and_no_other(tmp_path):
+    """Against the plain reading of the rule (json's object_pairs_hook, which sees every key as written): lines
+    with each spacing JSON allows around a colon, keys and texts that hold quotes, colons and backslashes (escaped
+    quotes followed by a colon, as JSON held in a text has), nested objects, and keys given twice at any depth."""
+    rng = random.Random(7)
+    keys = ["prompt", "completion", "a", "q\"", "b\\", ":", "x\\\"y", "\\\\"]
+    texts = ["t", 'say "a": 1', "a\\", '\\": 2', '{"k": "v", "k": "w"}', 'c:\\path\\"', '\\\\"', "\"\":"]
+
+    def space() -> str:
+        return rng.choice(["", "", "", " ", "\t", "\r", " \t"])
+
+    def made(depth: int):
+        roll = rng.random()
+        if depth < 3 and roll < 0.3:
+            return _Written([(rng.choice(keys), made(depth + 1)) for _ in range(rng.randint(0, 3))])
+        if depth < 3 and roll < 0.45:
+            return [made(depth + 1) for _ in range(rng.randint(0, 3))]
+        return rng.choice(texts)
+
+    def written(value) -> str:
+        if isinstance(value, _Written):
+            return "{" + ",".join(f"{space()}{json.dumps(key)}{space()}:{space()}{written(child)}{space()}"
+                                  for key, child in value.pairs) + "}"
+        if isinstance(value, list):
+            return "[" + ",".join(space() + written(child) + space() for child in value) + "]"
+        return json.dumps(value)
+
+    def gives_a_key_twice(line: bytes) -> bool:
+        found = []
+        json.loads(line, object_pairs_hook=lambda pairs: found.append(len(dict(pairs)) != len(pairs)) or dict(pairs))
+        return any(found)
+
+    lines = []
+    for _ in range(3000):
+        pairs = [("prompt", "p"), ("completion", "c")]
+        pairs += [(rng.choice(keys), made(1)) for _ in range(rng.randint(0, 3))]
+        rng.shuffle(pairs)
+        lines.append(written(_Written(pairs)).encode() + b"\n")
+    twice = [gives_a_key_twice(line) for line in lines]
+    assert 500 < sum(twice) < 2500
+    assert [formats._keys_repeat(line, orjson.loads(line)) for line in lines] == twice
+    path = tmp_path / "keys.jsonl"
+    path.write_bytes(b"".join(lines))
+    report = validate_file(path, fmt=FileFormat.JSONL, mapping=SFT, max_errors=len(lines) * 4)
+    named = [issue.row for issue in report.errors if issue.code == "duplicate_key"]
+    assert named == [row for row, is_twice in enumerate(twice, start=1) if is_twice]
+
+
 @pytest.mark.parametrize("fmt, content, line, column, shown", [
     (FileFormat.JSONL, b'{"prompt": "a\tb", "completion": "c"}\n', 1, 14, "U+0009 (a tab), inside a string: JSON allows it there only as the escape \\t"),
     (FileFormat.JSON, b'[{"prompt": "a\nb", "completion": "c"}]', 1, 15, "U+000A (a line break), inside a string: JSON allows it there only as the escape \\n"),
@@ -1186,6 +1264,49 @@ def test_a_role_of_another_chat_format_says_what_to_write(tmp_path, role, says):
     issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
     assert (issue.code, issue.field) == ("bad_role", "messages[1].role")
     assert f"role is {role!r}" in issue.message and says in issue.message
+
+
+@pytest.mark.parametrize("turn, code, field", [
+    ({"role": "assistant", "content": ""}, "empty_string", "messages[1].content"),
+    ({"role": "assistant", "content": " \n\u3000"}, "empty_string", "messages[1].content"),
+    ({"role": "assistant", "content": "a\x00"}, "binary", "messages[1].content"),
+    ({"role": "assistant", "content": 42}, "wrong_type", "messages[1].content"),
+    ({"role": "assistant"}, "missing_field", "messages[1].content"),
+    ({"role": "assistant", "content": "a", "tool_calls": []}, "tool_calls", "messages[1].tool_calls"),
+    ({"role": "Assistant", "content": "a"}, "bad_role", "messages[1].role"),
+])
+def test_each_problem_of_a_turn_is_named_beside_turns_without_one(tmp_path, turn, code, field):
+    # Turns of a role and a text alone are passed by a quicker test than the others: each problem still has its name.
+    path = write_jsonl(tmp_path / "turns.jsonl", [
+        {"messages": [{"role": "user", "content": "q"}, turn, {"role": "assistant", "content": "a", "weight": 1}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == (code, field)
+
+
+def test_chat_shapes_are_found_as_their_descriptions_say():
+    """Every chat of up to six turns against the plain reading of ``CHAT_SHAPES``: a system turn after the first
+    turn, two turns of one role in a row, an assistant turn before any user turn."""
+    for length in range(7):
+        for roles in itertools.product(["system", "user", "assistant"], repeat=length):
+            expected = set()
+            if "system" in roles[1:]:
+                expected.add("system_later")
+            if any(first == second for first, second in zip(roles, roles[1:])):
+                expected.add("same_role_twice")
+            if "assistant" in roles and "user" not in roles[:roles.index("assistant")]:
+                expected.add("assistant_first")
+            assert formats.chat_shapes([{"role": role, "content": "x"} for role in roles]) == expected, roles
+
+
+@pytest.mark.parametrize("role", [["user"], {"name": "user"}])
+def test_a_role_given_as_a_list_or_an_object_is_named_not_a_crash(tmp_path, role):
+    # Looked up among the roles, a list or an object raised TypeError (unhashable): the check stopped, the web
+    # app's version failed as internal_error and the command line printed a traceback.
+    path = write_jsonl(tmp_path / "roles.jsonl", [
+        {"messages": [{"role": role, "content": "q"}, {"role": "assistant", "content": "a"}]}])
+    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
+    assert (issue.code, issue.field) == ("bad_role", "messages[0].role")
+    assert issue.message == f"role is {role!r}; use one of: system, user, assistant"
 
 
 @pytest.mark.parametrize("content", [None, "", "Let me look that up."])
