@@ -1,4 +1,5 @@
 """ASGI entry point: ``uvicorn webapp.asgi:application``."""
+import logging
 import os
 
 from django.core.asgi import get_asgi_application
@@ -7,8 +8,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (configured by get_asgi_application)
-
-import logging  # noqa: E402
 
 from webapp.core.streaming import LeaveCutDownloadsUnfinished, QuietAboutCutDownloads  # noqa: E402
 from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402
