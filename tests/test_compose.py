@@ -177,3 +177,15 @@ def test_the_main_host_shares_the_pools_data_root_and_lets_it_reach_postgres_and
     assert "5432" in pool_environment["DATABASE_URL"] and "6379" in pool_environment["REDIS_URL"]
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "docker compose -f docker-compose.yml -f docker-compose.multihost-main.yml up -d --build" in readme
+
+
+def test_temper_services_take_the_reverse_proxy_settings_from_the_env_file():
+    """The README's 'Behind a reverse proxy' asks for TEMPER_HTTPS=1 with HTTPS at the proxy: Compose passed
+    TEMPER_TRUSTED_PROXIES on but not TEMPER_HTTPS or TEMPER_HSTS_SECONDS, so in a .env they did nothing (plain
+    cookies, no request read as secure)."""
+    services = load_compose()["services"]
+    for name in TEMPER_SERVICES:
+        environment = services[name]["environment"]
+        assert environment["TEMPER_TRUSTED_PROXIES"] == "${TEMPER_TRUSTED_PROXIES:-}"
+        assert environment["TEMPER_HTTPS"] == "${TEMPER_HTTPS:-0}"
+        assert environment["TEMPER_HSTS_SECONDS"] == "${TEMPER_HSTS_SECONDS:-0}"

@@ -1,4 +1,5 @@
 """ASGI entry point: ``uvicorn webapp.asgi:application``."""
+import logging
 import os
 
 from django.core.asgi import get_asgi_application
@@ -8,7 +9,11 @@ application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (configured by get_asgi_application)
 
+from webapp.core.streaming import LeaveCutDownloadsUnfinished, QuietAboutCutDownloads  # noqa: E402
 from webapp.datasets.uploads import RequestBodyLimit  # noqa: E402
 
-application = RequestBodyLimit(application, max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES,
-                               max_other_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+application = LeaveCutDownloadsUnfinished(RequestBodyLimit(application,
+                                                          max_upload_bytes=settings.TEMPER_MAX_UPLOAD_BYTES,
+                                                          max_other_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+# uvicorn configures its loggers before it imports the application: the filter added here stays.
+logging.getLogger("uvicorn.error").addFilter(QuietAboutCutDownloads())

@@ -362,14 +362,21 @@ def read_position_limit(model_dir) -> PositionLimit | None:
     return position_limit(hf_config) if isinstance(hf_config, dict) else None
 
 
-def max_seq_len_problem(max_seq_len: int, limit: PositionLimit | None) -> str | None:
-    """Why ``data.max_seq_len`` is past the model's positions (``limit``), to follow the key; None when it
-    is not. Training there feeds the model positions it never saw, with no error to say so."""
+def max_seq_len_past_positions(max_seq_len: int, limit: PositionLimit | None) -> str | None:
+    """That ``data.max_seq_len`` is past the model's positions (``limit``), and what follows, without what to do;
+    None when it is not."""
     if limit is None or max_seq_len <= limit.positions:
         return None
     return (f"{max_seq_len} is past the model's {limit.positions} positions ({limit.source} in its config.json): "
-            f"tokens after position {limit.positions} would sit at positions the model was never trained on; give "
-            f"data.max_seq_len at most {limit.positions}, or choose a model with a longer context")
+            f"tokens after position {limit.positions} would sit at positions the model was never trained on")
+
+
+def max_seq_len_problem(max_seq_len: int, limit: PositionLimit | None) -> str | None:
+    """Why ``data.max_seq_len`` is past the model's positions (``limit``), to follow the key; None when it
+    is not. Training there feeds the model positions it never saw, with no error to say so."""
+    if (past := max_seq_len_past_positions(max_seq_len, limit)) is None:
+        return None
+    return f"{past}; give data.max_seq_len at most {limit.positions}, or choose a model with a longer context"
 
 
 def eos_ids_from_hf(value: int | list[int] | None) -> tuple[int, ...]:

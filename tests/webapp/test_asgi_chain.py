@@ -3,6 +3,7 @@ API addresses answered as before, and no middleware that makes every request cro
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 
 import pytest
 from django.conf import settings
@@ -20,11 +21,11 @@ def test_every_middleware_runs_in_the_event_loop():
     assert sync_only == []
 
 
-def call(app, path: str, *, method: str = "GET",
-         headers: list[tuple[bytes, bytes]] = ()) -> tuple[int, dict[bytes, bytes], bytes]:
+def call(app, path: str, *, method: str = "GET", headers: list[tuple[bytes, bytes]] = (),
+         client: str = "127.0.0.1") -> tuple[int, dict[bytes, bytes], bytes]:
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"127.0.0.1"), *headers], "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+             "headers": [(b"host", b"127.0.0.1"), *headers], "client": (client, 50000), "server": ("127.0.0.1", 8000)}
     request = [{"type": "http.request", "body": b"", "more_body": False}]
     started: dict = {}
     body = bytearray()
@@ -69,21 +70,25 @@ SECURITY_HEADERS = (b"content-security-policy", b"x-frame-options", b"x-content-
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("forwarded", [b"http", b"https"])
-def test_the_upload_guards_413_has_the_security_headers_of_djangos_answers(settings, forwarded):
+@pytest.mark.parametrize(("peer", "forwarded", "secure"), [
+    ("10.0.0.2", b"http", False), ("10.0.0.2", b"https", True),
+    ("192.0.2.50", b"https", False),  # no trusted proxy's X-Forwarded-Proto: not believed, here as in Django
+])
+def test_the_upload_guards_413_has_the_security_headers_of_djangos_answers(settings, peer, forwarded, secure):
     """The guard answers an oversize body before Django: its page had no CSP, X-Frame-Options or nosniff, so
     it could be framed, and its text sniffed as another type. It gets the headers Django's own answer gets."""
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     settings.SECURE_HSTS_SECONDS = 3600
+    settings.TEMPER_TRUSTED_PROXIES = (ipaddress.ip_network("10.0.0.0/24"),)
     app = RequestBodyLimit(ASGIHandler(), max_upload_bytes=100, max_other_bytes=10)
     extra = [(b"x-forwarded-proto", forwarded)]
-    status, django_headers, _body = call(app, "/accounts/login/", headers=extra)
+    status, django_headers, _body = call(app, "/accounts/login/", headers=extra, client=peer)
     assert status == 200
-    status, guard_headers, body = call(app, "/accounts/login/", method="POST",
+    status, guard_headers, body = call(app, "/accounts/login/", method="POST", client=peer,
                                        headers=[*extra, (b"content-length", b"1000000000")])
     assert status == 413 and b"over the 10 bytes" in body
     expected = {name: django_headers[name] for name in SECURITY_HEADERS if name in django_headers}
     assert {b"content-security-policy", b"x-frame-options", b"x-content-type-options"} <= set(expected)
-    assert (b"strict-transport-security" in expected) == (forwarded == b"https")
+    assert (b"strict-transport-security" in expected) == secure
     assert {name: guard_headers.get(name) for name in expected} == expected
     assert not (set(SECURITY_HEADERS) - set(expected)) & set(guard_headers)

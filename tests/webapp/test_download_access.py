@@ -3,6 +3,9 @@ within ``sse.ACCESS_RECHECK_SECONDS`` of their client losing the right to them, 
 answers do: removed from the project, or the account deactivated. A model is gigabytes: its download went on to
 its last byte. The stream ends short, so the client sees an unfinished file (fewer bytes than its Content-Length,
 a tar without its end)."""
+import logging
+import re
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth import get_user_model
@@ -74,3 +77,67 @@ def test_a_download_stops_when_its_client_loses_access(team, monkeypatch, lose_a
 
     first, total = async_to_sync(received)()
     assert 0 < first and total < SIZE
+
+
+@pytest.fixture
+def served(caplog):
+    """``webapp.asgi`` served by uvicorn in a thread of this process (the test database, this test's settings), as
+    ``make up`` serves it (h11, no proxy headers); its log and Temper's in ``caplog``."""
+    import logging
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from webapp.asgi import application
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off",
+                                           proxy_headers=False, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    with caplog.at_level(logging.INFO):
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        try:
+            yield port
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+@pytest.mark.django_db(transaction=True)  # the server's threads read the rows this test writes
+@pytest.mark.parametrize("download", [dataset_file, run_export], ids=lambda download: download.__name__)
+def test_a_download_cut_on_purpose_is_one_plain_line_in_the_servers_log(team, monkeypatch, served, caplog, download):
+    """Cut short by Temper (its client lost access), a file's download made uvicorn log 'Exception in ASGI
+    application' with h11's traceback ('Too little data for declared Content-Length'), and said nothing of whose
+    download it was; a tar's (no Content-Length) ended with the chunked body's last chunk, as if whole. Now one line
+    of Temper's names the download, its account and why, and the client sees the transfer fail in both."""
+    import http.client
+
+    monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.0)
+    _page, api = download(team, monkeypatch)
+    _token, secret = token_create(user=team.viewer, name="laptop")
+    connection = http.client.HTTPConnection("127.0.0.1", served, timeout=30)
+    connection.request("GET", api, headers={"Authorization": f"Bearer {secret}"})
+    whole = connection.getresponse().read()  # not cut: whole, as before
+    assert len(whole) == SIZE if download is dataset_file else len(whole) > SIZE
+    connection.request("GET", api, headers={"Authorization": f"Bearer {secret}"})
+    response = connection.getresponse()
+    assert response.status == 200
+    first = len(response.read1(CHUNK_BYTES))
+    remove_from_project(team)
+    with pytest.raises(http.client.IncompleteRead) as unfinished:
+        response.read()
+    connection.close()
+    assert 0 < first + len(unfinished.value.partial) < SIZE
+    [cut] = [record for record in caplog.records if record.name == "webapp.core.streaming"]
+    assert re.fullmatch(rf"GET {api} by alpha-viewer: download cut short after [0-9,]+ bytes, as its client may no "
+                        r"longer read it: its access check refuses it now \(404: no such project\)", cut.getMessage())
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR], caplog.text
+    assert "Traceback" not in caplog.text

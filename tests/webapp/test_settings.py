@@ -101,24 +101,47 @@ def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, cli
     assert record.exc_info is None and "Traceback" not in caplog.text
 
 
+def run_settings(code: str, **env) -> subprocess.CompletedProcess:
+    """``code`` run under the test settings with ``env`` added to this environment."""
+    import os
+    # No database is read; DATABASE_URL left out, so that the suite on PostgreSQL runs it alike.
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("DATABASE_URL", "TEMPER_HTTPS", "TEMPER_TRUSTED_PROXIES")}
+    environment.update(DJANGO_SETTINGS_MODULE="webapp.settings_test", **env)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=120)
+
+
 def test_behind_an_https_proxy_the_cookies_go_over_https_only():
     """The session and CSRF cookies had no Secure flag and nothing read the proxy's X-Forwarded-Proto, so behind
-    an HTTPS proxy a session cookie was still sent over plain HTTP (and Django saw every request as HTTP)."""
+    an HTTPS proxy a session cookie was still sent over plain HTTP (and Django saw every request as HTTP). The
+    header is the proxy's only when it comes from a proxy in TEMPER_TRUSTED_PROXIES, as the README's same-host
+    setup lists 127.0.0.1 (the test client's address)."""
     code = """
 import django; django.setup()
 from django.conf import settings
 from django.test import Client
-response = Client(HTTP_X_FORWARDED_PROTO="https").get("/accounts/login/")  # its form sets the CSRF cookie
-print(settings.SESSION_COOKIE_SECURE, bool(response.cookies["csrftoken"]["secure"]),
-      response.wsgi_request.is_secure(), response.headers.get("Strict-Transport-Security"))
+for remote in ("127.0.0.1", "192.0.2.50"):
+    # The login form sets the CSRF cookie.
+    response = Client(HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=remote).get("/accounts/login/")
+    print(settings.SESSION_COOKIE_SECURE, bool(response.cookies["csrftoken"]["secure"]),
+          response.wsgi_request.is_secure(), response.headers.get("Strict-Transport-Security"))
 """
-    def run(**env):
-        import os
-        # No database is read; DATABASE_URL left out, so that the suite on PostgreSQL runs it alike.
-        environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-        environment.update(DJANGO_SETTINGS_MODULE="webapp.settings_test", **env)
-        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True,
-                              text=True, timeout=120, check=True).stdout.split()
+    def run(**env) -> list[str]:
+        result = run_settings(code, TEMPER_HSTS_SECONDS="3600", **env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
 
-    assert run(TEMPER_HTTPS="1", TEMPER_HSTS_SECONDS="3600") == ["True", "True", "True", "max-age=3600"]
-    assert run(TEMPER_HTTPS="0", TEMPER_HSTS_SECONDS="3600") == ["False", "False", "False", "None"]
+    assert run(TEMPER_HTTPS="1", TEMPER_TRUSTED_PROXIES="127.0.0.1") == \
+        ["True", "True", "True", "max-age=3600"] + ["True", "True", "False", "None"]  # a peer that is no proxy
+    assert run(TEMPER_HTTPS="0", TEMPER_TRUSTED_PROXIES="127.0.0.1") == ["False", "False", "False", "None"] * 2
+
+
+def test_https_behind_no_trusted_proxy_is_refused_at_startup():
+    """X-Forwarded-Proto is believed only from TEMPER_TRUSTED_PROXIES: TEMPER_HTTPS=1 with none listed would read
+    every request as plain HTTP, and the browser's https Origin would fail every form's CSRF check."""
+    result = run_settings("import django; django.setup()", TEMPER_HTTPS="1")
+    assert result.returncode != 0
+    assert ("environment variable TEMPER_HTTPS=1 says a proxy serves Temper over HTTPS, but TEMPER_TRUSTED_PROXIES "
+            "is empty") in result.stderr
+    assert "list that proxy's address in TEMPER_TRUSTED_PROXIES (127.0.0.1 for one on the same host)" in result.stderr

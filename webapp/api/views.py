@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pydantic
@@ -30,8 +30,8 @@ from webapp.core.auth_header import bearer_secret
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
 from webapp.core.numbers import MAX_STORED_INT, TOO_MANY_DIGITS, whole_number
-from webapp.core.sse import access_lost_when
-from webapp.core.streaming import file_download
+from webapp.core.sse import AccessLost, access_lost_when
+from webapp.core.streaming import download_label, file_download
 from webapp.core.templatetags.temper import when
 from webapp.core.submissions import IDEMPOTENCY_HEADER, IdempotencyKeyReused, Sent, request_send_once
 from webapp.datasets import selectors as dataset_selectors
@@ -86,8 +86,7 @@ def _why_unauthenticated(header: str) -> str:
             "tokens page and send it as 'Authorization: Bearer <token>'")
 
 
-def _token_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
-                       ) -> Callable[[], Awaitable[bool]]:
+def _token_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]) -> AccessLost:
     """A download's ``access_lost`` (``webapp.core.streaming``): its token read again (revoked, expired, its user
     deactivated), then ``lookup``, the view's access check, with the account as it is now."""
     header = request.headers.get("Authorization", "")
@@ -409,7 +408,8 @@ def dataset_version_file(request: HttpRequest, slug: str, dataset_id: str, numbe
     if not version.absolute_path.is_file():
         raise Http404(f"the file of version {number} of {isolated(dataset.name)} is gone from storage")
     # Streamed (webapp.core.streaming), as the version page's Download link is.
-    return file_download(version.absolute_path, filename=version.original_filename, access_lost=_token_access_lost(
+    return file_download(version.absolute_path, filename=version.original_filename, label=download_label(request),
+                         access_lost=_token_access_lost(
         request, lambda account: dataset_selectors.version_get(
             dataset=dataset_selectors.dataset_get(project=get_project_for_user(account, slug)[0], public_id=dataset_id),
             number=number)))
@@ -593,7 +593,8 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     """Download an artifact directory (``model``, ``adapter``, or ``checkpoint`` with ``?step=N``) as a tar."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
-    return artifacts.artifact_tar_response(run=run, artifact=artifact, access_lost=_token_access_lost(
+    return artifacts.artifact_tar_response(run=run, artifact=artifact, label=download_label(request),
+                                           access_lost=_token_access_lost(
         request, lambda account: get_run_for_user(account, slug, run_id)))
 
 

@@ -10,6 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
+from webapp.core.addresses import forget_untrusted_forwarded_proto
+
 
 class DualModeMiddleware:
     """Subclasses write ``call`` (sync) and ``acall`` (async); Django picks the mode of the chain."""
@@ -31,6 +33,20 @@ class DualModeMiddleware:
 
     async def acall(self, request: HttpRequest) -> HttpResponse:
         raise NotImplementedError
+
+
+class ForwardedProtoOnlyFromTrustedProxies(DualModeMiddleware):
+    """Believes ``X-Forwarded-Proto`` only from ``TEMPER_TRUSTED_PROXIES``, as ``X-Forwarded-For`` is
+    (``webapp.core.addresses``). Ahead of Django's and Temper's other middleware in ``MIDDLEWARE``: each of those may
+    ask whether the request is secure."""
+
+    def call(self, request: HttpRequest) -> HttpResponse:
+        forget_untrusted_forwarded_proto(request)
+        return self.get_response(request)
+
+    async def acall(self, request: HttpRequest) -> HttpResponse:
+        forget_untrusted_forwarded_proto(request)
+        return await self.get_response(request)
 
 
 # Temper's pages load their scripts and styles from its own static files and hold no inline script or event
@@ -71,6 +87,7 @@ def security_headers(scope: dict) -> list[tuple[bytes, bytes]]:
     (the upload guard's 413). Made by those middlewares themselves, so their settings and ours hold there too
     and no list of headers is kept twice."""
     request = ASGIRequest({"path": "/", "method": "GET", **scope}, BytesIO())
+    forget_untrusted_forwarded_proto(request)
     response = HttpResponse()
     plain = set(response.headers)
 

@@ -64,34 +64,40 @@ class FellBehind(Exception):
     """A stream's subscription queue filled up (``SUBSCRIPTION_QUEUE_MESSAGES``): its client reads nothing."""
 
 
+# Why a long-lived response's client may no longer read it, in words for the log; None while it may.
+AccessLost = Callable[[], Awaitable[str | None]]
+
+
 def access_lost_when(who: Callable[[], AbstractBaseUser | None], lookup: Callable[[AbstractBaseUser], object]
-                     ) -> Callable[[], Awaitable[bool]]:
-    """The ``access_lost`` of a long-lived response (``relay_channel``, ``streaming.asynchronous``): true once
+                     ) -> AccessLost:
+    """The ``access_lost`` of a long-lived response (``relay_channel``, ``streaming.asynchronous``): why, once
     ``who()``, the client's authentication read again (its session, its token), gives no account (signed out, a
     new password, the account deactivated or deleted, the token revoked or expired), or once ``lookup(user)``, the
     view's own access check run again with the account as it is now, refuses (404: no longer a member, or the object
     is gone; 403). A database error counts as neither: asked again next time, as the /v1 API does."""
-    def refused() -> bool:
+    def refused() -> str | None:
         try:
             user = who()
             if user is None:
-                return True
+                return ("its sign-in no longer holds (signed out, a new password, the account deactivated, "
+                        "the token revoked or expired)")
             lookup(user)
-        except (Http404, PermissionDenied):
-            return True
+        except Http404 as error:
+            return f"its access check refuses it now (404: {error})"
+        except PermissionDenied as error:
+            return f"its access check refuses it now (403: {error})"
         except DatabaseError as error:
             logger.warning("a long-lived response's access could not be read again: %s", error)
         finally:  # a stream's connection goes back to the pool between checks (webapp.core.streams)
             release_connections()
-        return False
+        return None
 
-    async def access_lost() -> bool:
+    async def access_lost() -> str | None:
         return await sync_to_async(refused)()
     return access_lost
 
 
-def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]
-                        ) -> Callable[[], Awaitable[bool]]:
+def session_access_lost(request: HttpRequest, lookup: Callable[[AbstractBaseUser], object]) -> AccessLost:
     """``access_lost_when`` for a response a browser asked for with its session (``_session_user``)."""
     session_key = request.session.session_key
     return access_lost_when(lambda: _session_user(session_key), lookup)
@@ -287,8 +293,7 @@ async def _subscriber() -> AsyncIterator[_Subscriber]:
 
 async def relay_channel(channel: str, *, is_terminal: Callable[[dict], bool], max_seconds: float,
                         backlog_key: str | None = None, opening: tuple[str, ...] = (),
-                        access_lost: Callable[[], Awaitable[bool]] | None = None,
-                        label: str) -> AsyncIterator[str]:
+                        access_lost: AccessLost | None = None, label: str) -> AsyncIterator[str]:
     """SSE messages of the JSON events published on ``channel`` (see the module note).
 
     ``opening`` is sent once the channel is subscribed: a page that catches up when it reads it

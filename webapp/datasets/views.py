@@ -26,7 +26,7 @@ from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.sse import session_access_lost
-from webapp.core.streaming import file_download
+from webapp.core.streaming import download_label, file_download
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
@@ -221,7 +221,8 @@ def version_download(request: HttpRequest, slug: str, public_id: str, number: in
     if version.status != VersionStatus.READY or not version.absolute_path.is_file():
         raise Http404("only ready versions can be downloaded")
     # Streamed (webapp.core.streaming): a FileResponse is read whole into the web process under ASGI.
-    return file_download(version.absolute_path, filename=version.original_filename, access_lost=session_access_lost(
+    return file_download(version.absolute_path, filename=version.original_filename, label=download_label(request),
+                         access_lost=session_access_lost(
         request, lambda account: selectors.version_get(
             dataset=selectors.dataset_get(project=get_project_for_user(account, slug)[0], public_id=public_id),
             number=number)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -28,6 +28,7 @@ from django.http import Http404, StreamingHttpResponse
 from jaxengine.words import counted, named
 from webapp.core.bidi import isolated
 from webapp.core.numbers import whole_number
+from webapp.core.sse import AccessLost
 from webapp.core.streaming import CHUNK_BYTES, asynchronous
 from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
 from webapp.runs.serving_copies import QUANTIZED_SUBDIR
@@ -82,12 +83,13 @@ LEFT_OUT = {
 }
 
 
-def artifact_tar_response(*, run: Run, artifact: Artifact, access_lost: Callable[[], Awaitable[bool]]
+def artifact_tar_response(*, run: Run, artifact: Artifact, access_lost: AccessLost, label: str
                           ) -> StreamingHttpResponse:
     """``artifact``'s directory as an uncompressed tar attachment (safetensors do not compress), streamed while
-    ``access_lost()`` is not true (``webapp.core.streaming``)."""
+    ``access_lost()`` says nothing (``webapp.core.streaming``; ``label`` names the download there)."""
     stream = tar_stream(Path(artifact.path).resolve(), kind=artifact.kind)
-    response = StreamingHttpResponse(asynchronous(stream, access_lost=access_lost), content_type="application/x-tar")
+    response = StreamingHttpResponse(asynchronous(stream, access_lost=access_lost, label=label),
+                                     content_type="application/x-tar")
     step = f"-step-{artifact.step}" if artifact.kind == ArtifactKind.CHECKPOINT else ""
     response["Content-Disposition"] = f'attachment; filename="{run.public_id}-{artifact.kind}{step}.tar"'
     return response

@@ -962,6 +962,20 @@ def final_model_dependants(run: Run) -> list[Run]:
     return sorted({derived.pk: derived for derived in started + scored}.values(), key=lambda derived: derived.created_at)
 
 
+def _refuse_resuming_past_the_models_positions(run: Run) -> None:
+    """The launch's ``_check_model_positions`` for a resume: a run saved before that check, or whose model's
+    config.json changed since, would be queued and fail only once the engine started (``check_model_positions``).
+    A resume keeps the saved ``data.max_seq_len`` (the engine refuses a changed one), so the way out is a new run."""
+    from jaxengine.models.config import max_seq_len_past_positions, read_position_limit
+
+    limit = read_position_limit(run.resolved_spec.get("model", ""))
+    if past := max_seq_len_past_positions(run.resolved_spec.get("data", {}).get("max_seq_len", 0), limit):
+        raise ValidationError({"data.max_seq_len": (
+            f"data.max_seq_len: {past}. A resume keeps the run's data.max_seq_len (a changed one is refused): start "
+            f"a new run (Duplicate) with data.max_seq_len at most {limit.positions}, or choose a model with a "
+            "longer context")})
+
+
 def _refuse_replacing_a_used_model(run: Run) -> None:
     """Refuse to resume ``run`` when other runs started from (or are scored by) its final model: the resumed
     engine writes ``export/`` again at its end, so they would name weights they did not use — their lineage,
@@ -993,6 +1007,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
 
     pipelines.refuse_resuming_a_result(run)
     _refuse_replacing_a_used_model(run)
+    _refuse_resuming_past_the_models_positions(run)
     if max_steps is not None:
         if max_steps <= run.current_step:
             raise ValidationError({"max_steps": f"give more than the {counted(run.current_step, 'step')} already done"})

@@ -29,6 +29,7 @@ from webapp.core.forms import errors_by_key
 from webapp.core.numbers import whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.sse import session_access_lost
+from webapp.core.streaming import download_label
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
@@ -468,7 +469,8 @@ def run_artifact(request: HttpRequest, slug: str, run_id: str, kind: str) -> Htt
     tar; any member of the project may, as through the API (``webapp.runs.artifacts``)."""
     _project, _membership, run = get_run_for_user(request.user, slug, run_id)
     artifact = artifacts.artifact_to_download(run=run, kind=kind, step=request.GET.get("step"))
-    return artifacts.artifact_tar_response(run=run, artifact=artifact, access_lost=session_access_lost(
+    return artifacts.artifact_tar_response(run=run, artifact=artifact, label=download_label(request),
+                                           access_lost=session_access_lost(
         request, lambda account: get_run_for_user(account, slug, run_id)))
 
 

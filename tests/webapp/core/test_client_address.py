@@ -2,7 +2,8 @@
 ``/metrics``' allow list reads: the direct peer (REMOTE_ADDR), unless that peer is one of
 ``TEMPER_TRUSTED_PROXIES``; then what the nearest trusted proxy says in X-Forwarded-For. Behind a reverse proxy
 every request came from the proxy: ten wrong passwords by anyone locked every client out of the account's
-sign-in from browsers it never used, and /metrics could not be opened to a monitoring host's address."""
+sign-in from browsers it never used, and /metrics could not be opened to a monitoring host's address. The one rule
+holds for X-Forwarded-Proto too (``webapp.core.middleware.ForwardedProtoOnlyFromTrustedProxies``)."""
 import ipaddress
 import subprocess
 import sys
@@ -87,6 +88,25 @@ def test_metrics_allow_the_client_behind_a_trusted_proxy_and_not_a_forger(client
     refused = client.get("/metrics", REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="203.0.113.7")
     assert refused.status_code == 403 and "(this request came from 203.0.113.7)" in refused.content.decode()
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.7", HTTP_X_FORWARDED_FOR="192.0.2.9").status_code == 403
+
+
+def test_https_is_believed_only_from_a_trusted_proxy(client, db, settings):
+    """With TEMPER_HTTPS=1, SECURE_PROXY_SSL_HEADER believed X-Forwarded-Proto from any peer: a client that reached
+    Temper past the proxy made its request secure by saying so (HSTS sent, https in the links Django builds, and the
+    CSRF Origin check asking for https), while X-Forwarded-For from that same peer was ignored."""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_HSTS_SECONDS = 3600
+    settings.TEMPER_TRUSTED_PROXIES = networks("10.0.0.0/24")
+
+    def seen(remote: str, proto: str = "https") -> tuple:
+        response = client.get("/accounts/login/", REMOTE_ADDR=remote, HTTP_X_FORWARDED_PROTO=proto)
+        request = response.wsgi_request
+        return request.is_secure(), request.scheme, response.headers.get("Strict-Transport-Security")
+
+    assert seen(PROXY) == (True, "https", "max-age=3600")
+    assert seen(PROXY, "http") == (False, "http", None)
+    assert seen("192.0.2.50") == (False, "http", None)
+    assert seen("127.0.0.1") == (False, "http", None)  # the same host is no proxy unless listed
 
 
 @pytest.mark.parametrize("value", ["10.0.0.0/8, proxy.local", "10.0.0.300"])

@@ -275,3 +275,36 @@ def test_a_max_seq_len_past_the_models_positions_is_a_field_error_of_the_launch_
         "513 is past the model's 512 positions (max_position_embeddings 256 × rope_scaling factor 2 (linear) in its "
         "config.json): tokens after position 512 would sit at positions the model was never trained on; give "
         "data.max_seq_len at most 512, or choose a model with a longer context"]
+
+
+def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_refused_up_front(
+        team, catalog, client_for, sent_tasks, tmp_path):
+    """A run saved before the launch check (or whose model's config.json changed since) kept data.max_seq_len 300
+    against the model's 256 positions: Resume queued it, and it failed only when the engine started, after a train
+    worker took it. A resume keeps the saved max_seq_len, so the page says so and names the way out: a new run."""
+    from django.test import Client
+
+    from tests.webapp.factories import write_model_dir
+    from webapp.api.services import token_create
+
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, data={
+        "train": catalog.sft.public_id, "max_seq_len": 300}), user=team.teammate, name="long rows")
+    model_dir = write_model_dir(tmp_path / "model")  # the config.json the engine will read: 256 positions
+    resolved = {**run.resolved_spec, "model": str(model_dir)}
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=3, resolved_spec=resolved)
+    sent_before = len(sent_tasks.calls)
+    response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/resume/", follow=True)
+    assert response.status_code == 200
+    page = response.content.decode().replace("&#x27;", "'")
+    assert ("data.max_seq_len: 300 is past the model's 256 positions (max_position_embeddings 256 in its "
+            "config.json): tokens after position 256 would sit at positions the model was never trained on. A resume "
+            "keeps the run's data.max_seq_len (a changed one is refused): start a new run (Duplicate) with "
+            "data.max_seq_len at most 256, or choose a model with a longer context") in page
+    _token, secret = token_create(user=team.teammate, name="laptop")
+    answer = Client().post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", {"max_steps": 20},
+                           content_type="application/json", headers={"Authorization": f"Bearer {secret}"})
+    assert answer.status_code == 400
+    [message] = answer.json()["errors"]["data.max_seq_len"]
+    assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions") and "(Duplicate)" in message
+    run.refresh_from_db()
+    assert (run.status, run.attempt, len(sent_tasks.calls)) == (RunStatus.FAILED, 1, sent_before)
