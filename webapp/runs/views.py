@@ -707,7 +707,8 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, problem)
         return redirect("runs:list", project.slug)
     services.series_caches_renew(runs=runs)  # runs finished before the current bucket layout, once
-    series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
+    by_pk = selectors.runs_metric_series(runs=runs, max_points=selectors.COMPARE_MAX_POINTS)
+    series = {run.public_id: by_pk[run.pk] for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)

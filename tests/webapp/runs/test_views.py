@@ -2061,3 +2061,51 @@ def test_the_run_page_reads_the_runs_before_and_after_it_by_name_only(team, cata
     with django_assert_num_queries(len(for_two)):
         page = client.get(url(run)).content.decode()
     assert "<bdi>sweep 5</bdi>" in page
+
+
+def _compared_running_runs(team, catalog, first: int, count: int) -> list[Run]:
+    """Running runs of the three ways a compare page reads a live run's series, ``count`` of each: a short
+    one (every point), a long one whose worker stored its buckets 200 steps ago (the buckets plus the points
+    since), and one logged from elsewhere with no stored buckets and no current step (every point, reduced
+    by the database). Their values differ run by run, so a series read under another run's id would show."""
+    runs = []
+    for index in range(first, first + count):
+        for kind, steps in (("short", 3), ("long", 1200), ("external", 1100)):
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                      name=f"{kind} {index}")
+            points = [MetricPoint(run=run, step=step, name=name, value=((step * 7919 + index * 31 + offset) % 101) / 7,
+                                  wall_time=1000.0 * index + step, tokens=step * (index + 1))
+                      for name, offset in (("loss", 0), ("learning_rate", 5)) for step in range(1, steps + 1)]
+            MetricPoint.objects.bulk_create([point for point in points if point.step <= 1000])
+            series_cache = {"buckets": selectors.series_buckets(run=run).to_json()} if kind == "long" else {}
+            MetricPoint.objects.bulk_create([point for point in points if point.step > 1000])
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, current_step=0 if kind == "external" else steps,
+                                                 series_cache=series_cache)
+            runs.append(run)
+    return runs
+
+
+def test_the_compare_page_reads_running_runs_series_in_as_many_queries_for_six_as_for_three(
+        team, catalog, client_for, sent_tasks, django_assert_num_queries):
+    """Page speed: the compare page read each running run's series on its own (its points, or its stored
+    buckets' tail and its extremes, or its last step), a few queries more for every run compared. It reads
+    them together now, as many queries for six runs as for three, each run's series as it reads alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_for(team.viewer)
+
+    def compare(runs: list[Run]) -> dict:
+        page = client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs)).content.decode()
+        return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])
+
+    few, many = _compared_running_runs(team, catalog, 0, 1), _compared_running_runs(team, catalog, 1, 2)
+    compare(few), compare(many)  # the pages' first loads over (sessions read)
+    with CaptureQueriesContext(connection) as for_three:
+        compare(few)
+    with django_assert_num_queries(len(for_three)):
+        data = compare(many)
+    for run in many:
+        alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
+        assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
+    assert data["series"][many[1].public_id]["loss"]["downsampled"] and len(data["series"][many[0].public_id]["loss"]["step"]) == 3
