@@ -585,17 +585,21 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     last_step = run.current_step or points.aggregate(last=Max("step"))["last"]
     if last_step is None:
         return {}
-    # Times count from the run's first point; a whole-run read finds it among its own rows.
-    start_time = (MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
-                  if after_step >= 0 else None)
-    after_step = max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
-    span = last_step - after_step
+    span = last_step - max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     if span <= max_points:
         rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
+        start_time = None if not rows or after_step < 0 else _start_time(run)
         return _series(rows, downsampled=False, start_time=start_time)
-    buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)}, offset=after_step)[run.pk]
-    return _series(list(buckets.points()), downsampled=True,
-                   start_time=buckets.start_time() if start_time is None else start_time)
+    buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)},
+                               offset=max(after_step, 0))[run.pk]
+    start_time = buckets.start_time() if not buckets.buckets or after_step < 0 else _start_time(run)
+    return _series(list(buckets.points()), downsampled=True, start_time=start_time)
+
+
+def _start_time(run: Run) -> float | None:
+    """The smallest wall time of ``run``'s points, which its series' times count from: a read of every point,
+    left out by a poll that finds nothing new (a read of a whole run finds it among its own rows)."""
+    return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
 
 
 def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict[int, dict[str, dict[str, list]]]:

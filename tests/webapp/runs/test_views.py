@@ -548,6 +548,30 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_every_point(team, run, client_for):
+    """Page speed: a run page polls ``state.json`` every 2 s when events do not get through, and every 30 s
+    once its run is finished. Each poll read the run's series_cache (most of a megabyte for a finished run)
+    and, before finding no point after the step it sent, every point of the run for the time they count from.
+    Neither is read now while nothing is new; a new point still comes, timed from the run's first point."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=5,
+                                         series_cache=selectors.series_cache_for(run))
+    client = client_for(team.viewer)
+    client.get(url(run, "state.json"))  # the first load over (sessions read)
+    with CaptureQueriesContext(connection) as queries:
+        state = client.get(url(run, "state.json") + "?after_step=5").json()
+    assert state["series"] == {} and state["progress"]["step"] == 5
+    read = [query["sql"] for query in queries.captured_queries]
+    assert not [sql for sql in read if "series_cache" in sql or "MIN(" in sql.upper()], read
+    MetricPoint.objects.create(run=run, step=6, name="loss", value=1.5, wall_time=107.0, tokens=384)
+    state = client.get(url(run, "state.json") + "?after_step=5").json()
+    assert state["series"]["loss"] == {"step": [6], "value": [1.5], "tokens": [384], "time": [6.0], "downsampled": False}
+    # A page without points yet asks for the whole run.
+    assert client.get(url(run, "state.json")).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5, 6]
+
+
 def test_state_endpoint_takes_step_and_line_numbers_as_ascii_digits(team, run, client_for):
     """int() took ' 3', '+3', '3_0' and Arabic-Indic '٣' as numbers; they are no step nor line number."""
     client = client_for(team.viewer)
