@@ -14,10 +14,11 @@ work too): on a loaded host, where wall time mostly measures waiting for a core,
 to compare; and the number of SQL queries one request makes. ``--short-runs`` more running runs of
 300 steps (no stored buckets yet, as in a run's first seconds) join the ten on a second compare page.
 ``--dump DIR`` writes each compare page's chart data (its ``compare-data`` JSON) to DIR, to check that a
-change of how the series are read leaves them as they were.
+change of how the series are read leaves them as they were: ``--same-as DIR`` (of another tree's run) says
+whether each page's series, names and runs are those written there (run-0's id is drawn anew each time).
 
     .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--tail-steps 1000]
-                                         [--short-runs 4] [--requests 30] [--dump DIR]
+                                         [--short-runs 4] [--requests 30] [--dump DIR] [--same-as DIR]
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--short-runs", type=int, default=4)
     parser.add_argument("--dump", type=Path, default=None)
+    parser.add_argument("--same-as", type=Path, default=None)
     return parser.parse_args()
 
 
@@ -189,8 +191,22 @@ def measure(client, pages: dict[str, str], args) -> None:
             page = client.get(url).content.decode()
             data = re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S).group(1)
             args.dump.mkdir(parents=True, exist_ok=True)
-            (args.dump / (re.sub(r"\W+", "-", label).strip("-") + ".json")).write_text(
-                json.dumps(json.loads(data), sort_keys=True))
+            name = re.sub(r"\W+", "-", label).strip("-") + ".json"
+            (args.dump / name).write_text(json.dumps(json.loads(data), sort_keys=True))
+            if args.same_as:
+                print(f"  chart data {'the same as' if same_chart_data(args.same_as / name, args.dump / name) else 'NOT the same as'}"
+                      f" {args.same_as / name}")
+
+
+def same_chart_data(before: Path, after: Path) -> bool:
+    """Whether two compare pages' chart data draw the same: runs compared by their place, as run-0's id differs."""
+    first, second = json.loads(before.read_text()), json.loads(after.read_text())
+
+    def drawn(data):
+        return ([data["series"][run["id"]] for run in data["runs"]], data["names"],
+                [{**run, "id": None} for run in data["runs"]])
+
+    return drawn(first) == drawn(second)
 
 
 if __name__ == "__main__":
