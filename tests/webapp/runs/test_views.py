@@ -572,6 +572,26 @@ def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_eve
     assert client.get(url(run, "state.json")).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5, 6]
 
 
+def test_an_api_read_of_the_points_after_a_step_leaves_the_runs_series_cache_unread(team, run):
+    """Page speed: a script that follows a run through the API (``metrics/?after_step=``) loaded the run's
+    series_cache (most of a megabyte for a finished run) at each read, which only a whole run's series use."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.api.services import token_create
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=5,
+                                         series_cache=selectors.series_cache_for(run))
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.viewer, name='follow')[1]}")
+    address = f"/api/v1/projects/alpha/runs/{run.public_id}/metrics/"
+    with CaptureQueriesContext(connection) as queries:
+        part = api.get(address + "?after_step=3").json()["series"]
+    assert part["loss"]["step"] == [4, 5] and part["loss"]["time"] == [3.0, 4.0]
+    assert not [query["sql"] for query in queries.captured_queries if "series_cache" in query["sql"]]
+    assert api.get(address).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5]  # a whole run reads it
+
+
 def test_state_endpoint_takes_step_and_line_numbers_as_ascii_digits(team, run, client_for):
     """int() took ' 3', '+3', '3_0' and Arabic-Indic '٣' as numbers; they are no step nor line number."""
     client = client_for(team.viewer)
