@@ -11,15 +11,21 @@ middleware, session, access check, queries, downsampling, template). Prints the 
 percentile and maximum over ``--requests`` requests per page after a warm-up, and the median CPU
 time of this process per request (the database is SQLite, in process, so it counts the queries'
 work too): on a loaded host, where wall time mostly measures waiting for a core, that is the figure
-to compare.
+to compare; and the number of SQL queries one request makes. ``--short-runs`` more running runs of
+300 steps (no stored buckets yet, as in a run's first seconds) join the ten on a second compare page.
+``--dump DIR`` writes each compare page's chart data (its ``compare-data`` JSON) to DIR, to check that a
+change of how the series are read leaves them as they were: ``--same-as DIR`` (of another tree's run) says
+whether each page's series, names and runs are those written there (run-0's id is drawn anew each time).
 
     .venv/bin/python bench/runs_pages.py [--runs 1000] [--points 100000] [--metrics 4] [--tail-steps 1000]
-                                         [--requests 30]
+                                         [--short-runs 4] [--requests 30] [--dump DIR] [--same-as DIR]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -40,6 +46,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tail-steps", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--short-runs", type=int, default=4)
+    parser.add_argument("--dump", type=Path, default=None)
+    parser.add_argument("--same-as", type=Path, default=None)
     return parser.parse_args()
 
 
@@ -91,7 +100,14 @@ def populate(args):
         run.current_step = steps
         Sample.objects.bulk_create([Sample(run=run, step=steps, position=position, prompt=f"prompt {position}",
                                            text=f"answer {position} of {run.name}") for position in range(8)])
-    return owner, compared
+    short = runs[10:10 + args.short_runs]
+    Run.objects.filter(pk__in=[run.pk for run in short]).update(status="running", current_step=300, total_steps=1000,
+                                                                series_cache={})
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=f"metric_{metric}", value=rng.random() / step,
+                                                 wall_time=2e9 + step, tokens=step * 256)
+                                     for run in short for metric in range(args.metrics) for step in range(1, 301)],
+                                    batch_size=5000)
+    return owner, compared, short
 
 
 def finish(runs) -> None:
@@ -104,17 +120,27 @@ def finish(runs) -> None:
         Run.objects.filter(pk=run.pk).update(status=run.status, series_cache=series_cache_for(run))
 
 
-def timed(client, url: str, *, requests: int, warmup: int) -> tuple[list[float], list[float], int]:
+def timed(client, url: str, *, requests: int, warmup: int) -> tuple[list[float], list[float], int, int]:
+    from django.core.signals import request_started
+    from django.db import connection, reset_queries
+    from django.test.utils import CaptureQueriesContext
+
     for _ in range(warmup):
         response = client.get(url)
         assert response.status_code == 200, (url, response.status_code)
+    # A request's start empties the log of queries that the count reads.
+    request_started.disconnect(reset_queries)
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    request_started.connect(reset_queries)
+    query_count = len(queries)  # read from the log, which the next request empties
     durations, cpu = [], []
     for _ in range(requests):
         started, started_cpu = time.perf_counter(), time.process_time()
         response = client.get(url)
         durations.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
-    return durations, cpu, len(response.content)
+    return durations, cpu, len(response.content), query_count
 
 
 def main() -> None:
@@ -125,7 +151,7 @@ def main() -> None:
     from webapp.runs.models import Run
 
     started = time.perf_counter()
-    owner, compared = populate(args)
+    owner, compared, short = populate(args)
     print(f"populated {args.runs} runs, {len(compared)} x {args.points} points in {time.perf_counter() - started:.0f} s")
     client = Client()
     client.force_login(owner)
@@ -136,7 +162,13 @@ def main() -> None:
         f"compare 10 running runs x {args.points} pts": f"/p/bench/runs/compare/?{query}",
         f"run page ({args.points} points)": f"/p/bench/runs/{compared[0].public_id}/",
     }
-    print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'cpu ms':>8} {'KiB':>6}")
+    # What a run page asks every 2 s while polling (every 30 s once the run is finished) when nothing is new.
+    unchanged_poll = f"/p/bench/runs/{compared[0].public_id}/state.json?after_step={compared[0].current_step}&after_log=0"
+    live["state poll of a running run, nothing new"] = unchanged_poll
+    if short:
+        mixed = "&".join(f"runs={run.public_id}" for run in [*compared, *short])
+        live[f"compare 10 running + {len(short)} x 300 steps"] = f"/p/bench/runs/compare/?{mixed}"
+    print(f"{'page':46} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'cpu ms':>8} {'KiB':>6} {'queries':>7}")
     measure(client, live, args)
     stored = {run.pk: Run.objects.get(pk=run.pk).series_cache for run in compared}
     Run.objects.filter(pk__in=list(stored)).update(series_cache={})
@@ -144,16 +176,37 @@ def main() -> None:
     for pk, cache in stored.items():
         Run.objects.filter(pk=pk).update(series_cache=cache)
     finish(compared)
-    measure(client, {f"compare 10 finished runs x {args.points} pts": f"/p/bench/runs/compare/?{query}"}, args)
+    measure(client, {f"compare 10 finished runs x {args.points} pts": f"/p/bench/runs/compare/?{query}",
+                     "state poll of a finished run, nothing new": unchanged_poll}, args)
 
 
 def measure(client, pages: dict[str, str], args) -> None:
     for label, url in pages.items():
-        durations, cpu, size = timed(client, url, requests=args.requests, warmup=args.warmup)
+        durations, cpu, size, queries = timed(client, url, requests=args.requests, warmup=args.warmup)
         durations.sort()
         p95 = durations[min(len(durations) - 1, int(round(0.95 * (len(durations) - 1))))]
         print(f"{label:46} {1e3 * statistics.median(durations):8.1f} {1e3 * p95:8.1f} {1e3 * durations[-1]:8.1f} "
-              f"{1e3 * statistics.median(cpu):8.1f} {size / 1024:6.0f}")
+              f"{1e3 * statistics.median(cpu):8.1f} {size / 1024:6.0f} {queries:7d}")
+        if args.dump and "/compare/" in url:
+            page = client.get(url).content.decode()
+            data = re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S).group(1)
+            args.dump.mkdir(parents=True, exist_ok=True)
+            name = re.sub(r"\W+", "-", label).strip("-") + ".json"
+            (args.dump / name).write_text(json.dumps(json.loads(data), sort_keys=True))
+            if args.same_as:
+                print(f"  chart data {'the same as' if same_chart_data(args.same_as / name, args.dump / name) else 'NOT the same as'}"
+                      f" {args.same_as / name}")
+
+
+def same_chart_data(before: Path, after: Path) -> bool:
+    """Whether two compare pages' chart data draw the same: runs compared by their place, as run-0's id differs."""
+    first, second = json.loads(before.read_text()), json.loads(after.read_text())
+
+    def drawn(data):
+        return ([data["series"][run["id"]] for run in data["runs"]], data["names"],
+                [{**run, "id": None} for run in data["runs"]])
+
+    return drawn(first) == drawn(second)
 
 
 if __name__ == "__main__":

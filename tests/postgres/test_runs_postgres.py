@@ -51,6 +51,16 @@ reporting.insert_metric_rows(rows[4000:])
 Run.objects.filter(pk=run.pk).update(current_step=5000, series_cache={"buckets": stored.to_json()})
 run.refresh_from_db()
 assert selectors.metric_series(run=run, max_points=100) == full
+# The compare page reads its runs together: the buckets of runs of different widths in one grouped query
+# (a UNION ALL of a part per run), each run's series as it reads alone.
+second = services.run_create(project=project, spec=spec, user=owner)
+reporting.insert_metric_rows([(second.pk, step, "loss", float(step % 7), 50.0 + step, step) for step in range(1, 3001)])
+Run.objects.filter(pk=second.pk).update(current_step=3000, status="running")
+second.refresh_from_db()
+alone = selectors.metric_series(run=second, max_points=100)
+assert alone["loss"]["downsampled"] and selectors.runs_metric_series(runs=[run, second], max_points=100) == {
+    run.pk: full, second.pk: alone}
+Run.objects.filter(pk=second.pk).delete()  # the orders below are of the two runs
 # Samples by kind: JSON key lookups, a sample without a kind counting as an eval generation.
 from webapp.runs.models import Sample
 Sample.objects.bulk_create([Sample(run=run, step=1, position=0, prompt="p", text="rollout", extra={"kind": "rollout"}),

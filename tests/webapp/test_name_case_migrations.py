@@ -2,25 +2,16 @@
 in case before keep their data; the later ones get a numbered name, and the constraint is then added. First
 on LOWER(name), then on the stored name_key (Python's casefold, which LOWER is not outside ASCII)."""
 import pytest
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("basemodels", "0002_tokenizer_vocab_size"), ("datasets", "0001_initial")]
 
 
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_names_differing_only_in_case_get_numbered_and_the_constraint_is_added():
-    apps = migrate(BEFORE)
-    try:
+    with migrated_back_to(*BEFORE) as apps:
         Project = apps.get_model("projects", "Project")
         BaseModel = apps.get_model("basemodels", "BaseModel")
         Dataset = apps.get_model("datasets", "Dataset")
@@ -33,8 +24,6 @@ def test_names_differing_only_in_case_get_numbered_and_the_constraint_is_added()
         long_name = "x" * 100
         for name in [long_name, long_name.upper(), "Chats", "chats"]:
             Dataset.objects.create(project=alpha, name=name, kind="sft")
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.basemodels.models import BaseModel as CurrentBaseModel
     from webapp.datasets.models import Dataset as CurrentDataset
 
@@ -51,8 +40,7 @@ LOWER_CONSTRAINTS = [("basemodels", "0004_unique_name_in_any_case"), ("datasets"
 def test_names_one_only_when_case_folded_get_numbered_and_keyed():
     """Pairs that no database's LOWER makes one (ß folds to "ss", the ligature ﬁ to "fi"), so that the LOWER
     constraint of the migrations before lets them in on SQLite and on PostgreSQL alike."""
-    apps = migrate(LOWER_CONSTRAINTS)
-    try:
+    with migrated_back_to(*LOWER_CONSTRAINTS) as apps:
         Project = apps.get_model("projects", "Project")
         BaseModel = apps.get_model("basemodels", "BaseModel")
         Dataset = apps.get_model("datasets", "Dataset")
@@ -64,8 +52,6 @@ def test_names_one_only_when_case_folded_get_numbered_and_keyed():
         BaseModel.objects.create(project=beta, name="FILE", path="/m/beta", **model_fields)
         for name in ["Straße", "STRASSE", "STRASSE (2)", "ß" * 50, "S" * 100]:
             Dataset.objects.create(project=alpha, name=name, kind="sft")
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.basemodels.models import BaseModel as CurrentBaseModel
     from webapp.core.name_case import name_key
     from webapp.datasets.models import Dataset as CurrentDataset
@@ -90,8 +76,7 @@ def test_invisible_characters_are_removed_from_names_stored_before_they_were_ref
     clean keeps it and the cleaned one is numbered; a name of invisible characters only becomes the row's id."""
     from webapp.core.name_case import name_key
 
-    apps = migrate(BEFORE_VISIBLE_NAMES)
-    try:
+    with migrated_back_to(*BEFORE_VISIBLE_NAMES) as apps:
         Project = apps.get_model("projects", "Project")
         BaseModel = apps.get_model("basemodels", "BaseModel")
         Dataset = apps.get_model("datasets", "Dataset")
@@ -110,8 +95,6 @@ def test_invisible_characters_are_removed_from_names_stored_before_they_were_ref
             Campaign.objects.create(project=alpha, name=name)
         for name in ["run\u200b-1", "run-1", ""]:
             Run.objects.create(project=alpha, name=name, task="sft", spec={}, resolved_spec={})
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.basemodels.models import BaseModel as CurrentBaseModel
     from webapp.datasets.models import Dataset as CurrentDataset
     from webapp.projects.models import Project as CurrentProject

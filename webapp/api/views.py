@@ -507,7 +507,8 @@ def run_metrics(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
         body = _body(request, schemas.MetricsLog)
         logged = run_services.metrics_log(run=run, points=[point.model_dump() for point in body.points])
         return JsonResponse(dataclasses.asdict(logged), status=201)
-    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    # Read only by a whole run's series: a script following a run (after_step) leaves it unread.
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, series_cache=False)
     names = [name for name in request.GET.get("names", "").split(",") if name]
     errors = {}
     # -1 is allowed: points after step -1 include those logged at step 0

@@ -12,15 +12,17 @@ from webapp.runs.models import Run
 
 
 def get_run_for_user(user: AbstractBaseUser | AnonymousUser, project_slug: str, run_id: str, *,
-                     write: bool = False) -> tuple[Project, Membership, Run]:
+                     write: bool = False, series_cache: bool = True) -> tuple[Project, Membership, Run]:
     """``(project, membership, run)`` for run ``run_id`` of project ``project_slug``.
 
     404 when the user is not a member or the run is not the project's; 403 for a viewer when
-    ``write`` (launch, cancel, resume, retry, edit)."""
+    ``write`` (launch, cancel, resume, retry, edit). ``series_cache=False`` leaves the run's
+    ``series_cache`` to be read only if it is used (a query then)."""
     project, membership = get_project_for_user(user, project_slug, min_role=Role.MEMBER if write else Role.VIEWER)
     # The run it started from is named and linked, never drawn: its series_cache (most of a megabyte) stays unread.
+    deferred = ["source_run__series_cache"] if series_cache else ["source_run__series_cache", "series_cache"]
     run = (Run.objects.select_related("project", "base_model", "source_run", "created_by", "pipeline")
-           .defer("source_run__series_cache").filter(project=project, public_id=run_id).first())
+           .defer(*deferred).filter(project=project, public_id=run_id).first())
     if run is None:
         raise Http404("no such run in this project")
     return project, membership, run

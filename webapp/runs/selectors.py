@@ -372,46 +372,64 @@ def _series(rows, *, downsampled: bool, start_time: float | None) -> dict[str, d
     return series
 
 
-def _grouped_buckets(points: QuerySet[MetricPoint], *, width: int, offset: int = 0) -> SeriesBuckets:
-    """``points`` reduced by the database to buckets of ``width`` steps after ``offset``: one grouped
-    query, then the points of each bucket's extremes (``_extreme_points``; ``through_id``: the highest
-    point id among them)."""
-    bucketed = points.annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
-    grouped = list(bucketed.values("name", "bucket")
-                   .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
-                             tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
-                   .values_list("name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
-                                "last_id"))
-    extreme_points = _extreme_points(bucketed, grouped)
-    buckets = SeriesBuckets(width=width)
-    for name, index, *bucket, last_id in grouped:
-        buckets.add_bucket(name, width, index, [*bucket, *extreme_points[name, index]])
+def _bucketed(where: Q, width: int, offset: int) -> QuerySet[MetricPoint]:
+    return MetricPoint.objects.filter(where).annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
+
+
+def _all_of(parts: list[QuerySet]) -> QuerySet:
+    """One query of the rows of every part: a UNION ALL, each part read as alone (its own conditions through
+    its run's index; one WHERE of every run's conditions read each run's points once per condition)."""
+    return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:], all=True)
+
+
+def _grouped_buckets(points: dict[int, Q], *, widths: dict[int, int], offset: int = 0) -> dict[int, SeriesBuckets]:
+    """The points of each run that ``points`` selects (``{run pk: condition}``) reduced by the database to
+    buckets of the run's width (``widths``) after ``offset``, by run pk (a run without points: no buckets):
+    one grouped query for every run (``_all_of`` a part per run), then the points of each bucket's
+    extremes (``_extreme_points``; ``through_id``: the highest point id among them)."""
+    grouped = list(_all_of([
+        _bucketed(where, widths[run_pk], offset).values("run", "name", "bucket")
+        .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
+                  tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
+        .values_list("run", "name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time", "last_id")
+        for run_pk, where in points.items()]))
+    extreme_points = _extreme_points(
+        {run_pk: _bucketed(where, widths[run_pk], offset) for run_pk, where in points.items()}, grouped)
+    by_run = {run_pk: SeriesBuckets(width=run_width) for run_pk, run_width in widths.items()}
+    for run_pk, name, index, *bucket, last_id in grouped:
+        buckets = by_run[run_pk]
+        buckets.add_bucket(name, buckets.width, index, [*bucket, *extreme_points[run_pk, name, index]])
         buckets.through_id = max(buckets.through_id, last_id)
-    return buckets
+    return by_run
 
 
 # Extreme values asked for per query: under SQLite's oldest limit of 999 parameters.
 EXTREME_VALUES_PER_QUERY = 900
 
 
-def _extreme_points(bucketed: QuerySet[MetricPoint], grouped: list[tuple]) -> dict[tuple[str, int], list]:
-    """``{(name, bucket): [low's step, high's step, low's tokens, low's wall time, high's tokens, high's
-    wall time]}`` for the ``grouped`` rows (name, bucket, first step, last step, low, high, ...): the
-    points of each bucket's extremes, the low's earliest step and the high's latest on a tie (as
-    ``SeriesBuckets.add`` keeps). The database returns only the points whose value is one of a bucket's
-    extremes, queried by runs of consecutive buckets (their steps through the (run, name, step) index,
-    their extremes as a set of values), so every point is read about once more, never sorted."""
-    extremes = {(name, index): (low, high) for name, index, _first, _last, low, high, *_rest in grouped}
-    found_points: dict[tuple[str, int], list] = {key: [None, None, 0, 0.0, 0, 0.0] for key in extremes}
+def _extreme_points(bucketed: dict[int, QuerySet[MetricPoint]], grouped: list[tuple]) -> dict[tuple[int, str, int], list]:
+    """``{(run pk, name, bucket): [low's step, high's step, low's tokens, low's wall time, high's tokens, high's
+    wall time]}`` for the ``grouped`` rows (run pk, name, bucket, first step, last step, low, high, ...) of
+    the points ``bucketed`` selects by run: the points of each bucket's extremes, the low's earliest step and
+    the high's latest on a tie (as ``SeriesBuckets.add`` keeps). The database returns only the points whose
+    value is one of a bucket's extremes, queried by runs of consecutive buckets (their steps through the
+    (run, name, step) index, their extremes as a set of values), so every point is read about once more,
+    never sorted. A query of several runs' buckets is ``_all_of`` a part per run."""
+    extremes = {(run_pk, name, index): (low, high) for run_pk, name, index, _first, _last, low, high, *_rest in grouped}
+    run_values: dict[int, set[float]] = {}
+    for (run_pk, _name, _index), low_high in extremes.items():
+        run_values.setdefault(run_pk, set()).update(low_high)
+    found_points: dict[tuple[int, str, int], list] = {key: [None, None, 0, 0.0, 0, 0.0] for key in extremes}
     for ranges, values in _extreme_queries(grouped):
-        where = Q()
-        for name, first_step, last_step in ranges:
-            where |= Q(name=name, step__gte=first_step, step__lte=last_step)
-        for name, index, step, value, tokens, wall_time in (
-                bucketed.filter(where, value__in=values).order_by()
-                .values_list("name", "bucket", "step", "value", "tokens", "wall_time")):
-            low, high = extremes[name, index]
-            found = found_points[name, index]
+        where: dict[int, Q] = {}
+        for run_pk, name, first_step, last_step in ranges:
+            where[run_pk] = where.get(run_pk, Q()) | Q(name=name, step__gte=first_step, step__lte=last_step)
+        parts = [bucketed[run_pk].filter(run_where, value__in=[value for value in values if value in run_values[run_pk]])
+                 .order_by().values_list("run", "name", "bucket", "step", "value", "tokens", "wall_time")
+                 for run_pk, run_where in where.items()]
+        for run_pk, name, index, step, value, tokens, wall_time in _all_of(parts):
+            low, high = extremes[run_pk, name, index]
+            found = found_points[run_pk, name, index]
             if value == low and (found[0] is None or step < found[0]):
                 found[0], found[2], found[3] = step, tokens, wall_time
             if value == high and (found[1] is None or step > found[1]):
@@ -419,22 +437,23 @@ def _extreme_points(bucketed: QuerySet[MetricPoint], grouped: list[tuple]) -> di
     return found_points
 
 
-def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[str, int, int]], list[float]]]:
-    """``([(name, first step, last step), ...], values)`` per query: buckets taken in (name, index)
-    order, at most ``EXTREME_VALUES_PER_QUERY`` extreme values a query, each name's consecutive buckets
-    as one step range (a running run's tail: one query; a whole run: a few per metric)."""
-    ranges: list[tuple[str, int, int]] = []
+def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[int, str, int, int]], list[float]]]:
+    """``([(run pk, name, first step, last step), ...], values)`` per query: buckets taken in (run, name,
+    index) order, at most ``EXTREME_VALUES_PER_QUERY`` extreme values a query, each metric's consecutive
+    buckets as one step range (a running run's tail: one query; a whole run: a few per metric)."""
+    ranges: list[tuple[int, str, int, int]] = []
     values: set[float] = set()
-    for name, _index, first_step, last_step, low, high, *_rest in sorted(grouped, key=lambda row: (row[0], row[1])):
+    for run_pk, name, _index, first_step, last_step, low, high, *_rest in sorted(
+            grouped, key=lambda row: (row[0], row[1], row[2])):
         added = {low, high} - values  # not a union per bucket: that would copy the set each time
         if len(values) + len(added) > EXTREME_VALUES_PER_QUERY:
             yield ranges, sorted(values)
             ranges, values, added = [], set(), {low, high}
         values |= added
-        if ranges and ranges[-1][0] == name:
-            ranges[-1] = (name, ranges[-1][1], last_step)
+        if ranges and ranges[-1][:2] == (run_pk, name):
+            ranges[-1] = (run_pk, name, ranges[-1][2], last_step)
         else:
-            ranges.append((name, first_step, last_step))
+            ranges.append((run_pk, name, first_step, last_step))
     if ranges:
         yield ranges, sorted(values)
 
@@ -446,24 +465,55 @@ def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:
     run keeps its last ones): then only the points stored since are reduced here — those after the
     buckets' ``through_id``, which the run's index finds without reading its other points — else
     every point. ``reuse_stored=False`` is for the worker itself, after a resume changed the points."""
-    stored = (run.series_cache or {}).get("buckets") if reuse_stored else None
-    if not SeriesBuckets.in_layout(stored):
-        stored = None  # an older layout's, drawn as then: the points answer exactly
-    last_step = run.current_step or MetricPoint.objects.filter(run=run).aggregate(last=Max("step"))["last"] or 0
-    if stored:
-        buckets = SeriesBuckets.from_json(stored)
-        buckets.fit(max(last_step, buckets.through_step), MAX_POINTS)
-        since = (MetricPoint.objects.filter(run=run, id__gt=buckets.through_id) if buckets.through_id
-                 else MetricPoint.objects.filter(run=run, step__gt=buckets.through_step))
-        tail = _grouped_buckets(since, width=buckets.width)
+    return _runs_series_buckets([run], last_steps=_last_steps([run]), reuse_stored=reuse_stored)[run.pk]
+
+
+def _last_steps(runs: list[Run]) -> dict[int, int | None]:
+    """Each run's last step, by pk: its ``current_step`` (which saves a scan of its points), else its
+    points' last step (one grouped query for every such run; None for a run without points)."""
+    last_steps: dict[int, int | None] = {run.pk: run.current_step or None for run in runs}
+    unknown = [run_pk for run_pk, last_step in last_steps.items() if last_step is None]
+    if unknown:
+        last_steps.update(MetricPoint.objects.filter(run__in=unknown).values("run").annotate(last=Max("step"))
+                          .values_list("run", "last"))
+    return last_steps
+
+
+def _runs_series_buckets(runs: list[Run], *, last_steps: dict[int, int | None],
+                         reuse_stored: bool = True) -> dict[int, SeriesBuckets]:
+    """``series_buckets`` of each of ``runs``, by pk, their points reduced together (``last_steps``: as
+    ``_last_steps`` reads them)."""
+    if not runs:
+        return {}
+    stored: dict[int, SeriesBuckets] = {}
+    widths: dict[int, int] = {}
+    points: dict[int, Q] = {}
+    for run in runs:
+        data = (run.series_cache or {}).get("buckets") if reuse_stored else None
+        last_step = last_steps[run.pk] or 0
+        # An older layout's, drawn as then, is not read: the points answer exactly.
+        if SeriesBuckets.in_layout(data):
+            buckets = stored[run.pk] = SeriesBuckets.from_json(data)
+            buckets.fit(max(last_step, buckets.through_step), MAX_POINTS)
+            widths[run.pk] = buckets.width
+            points[run.pk] = (Q(run_id=run.pk, id__gt=buckets.through_id) if buckets.through_id
+                              else Q(run_id=run.pk, step__gt=buckets.through_step))
+        else:
+            widths[run.pk] = bucket_width(last_step, MAX_POINTS)
+            points[run.pk] = Q(run_id=run.pk)
+    reduced = _grouped_buckets(points, widths=widths)
+    for run in runs:
+        buckets = stored.get(run.pk)
+        if buckets is None:  # every point reduced
+            reduced[run.pk].through_step = max(reduced[run.pk].through_step, last_steps[run.pk] or 0)
+            continue
+        tail = reduced[run.pk]
         for name, by_index in tail.buckets.items():
             for index, bucket in by_index.items():
                 buckets.add_bucket(name, buckets.width, index, bucket)
         buckets.through_id = max(buckets.through_id, tail.through_id)
-        return buckets
-    buckets = _grouped_buckets(MetricPoint.objects.filter(run=run), width=bucket_width(last_step, MAX_POINTS))
-    buckets.through_step = max(buckets.through_step, last_step)
-    return buckets
+        reduced[run.pk] = buckets
+    return reduced
 
 
 def last_value(*, final_metrics: dict[str, dict[str, float]], name: str) -> float | None:
@@ -527,35 +577,71 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
 
     ``time`` is seconds since the run's first point. Longer series come back as min/max pairs per
     power-of-two step bucket, at most about ``max_points`` points per metric: a whole run's from
-    ``series_buckets`` (the worker's stored buckets plus the points since), a part of a run
-    (``names``, ``after_step``) from one grouped query. The run's ``current_step`` bounds the
-    steps, which saves a scan of the points to find their extent."""
-    cached = run.series_cache or {}
-    whole_run = after_step < 0 and not names
-    if whole_run and run.is_finished and cached.get("max_points") == max_points and series_cache_current(run=run):
-        return cached["series"]
-    points = MetricPoint.objects.filter(run=run, step__gt=after_step)
+    ``runs_metric_series``, a part of a run (``names``, ``after_step``) from one grouped query. The
+    run's ``current_step`` bounds the steps, which saves a scan of the points to find their extent."""
+    if after_step < 0 and not names:
+        return runs_metric_series(runs=[run], max_points=max_points)[run.pk]
+    where = Q(run_id=run.pk, step__gt=after_step)
     if names:
-        points = points.filter(name__in=names)
+        where &= Q(name__in=names)
+    points = MetricPoint.objects.filter(where)
     last_step = run.current_step or points.aggregate(last=Max("step"))["last"]
     if last_step is None:
         return {}
-    # Times count from the run's first point; a whole-run read finds it among its own rows.
-    start_time = (MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
-                  if after_step >= 0 else None)
-    after_step = max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
-    span = last_step - after_step
+    span = last_step - max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     if span <= max_points:
         rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
+        start_time = None if not rows or after_step < 0 else _start_time(run)
         return _series(rows, downsampled=False, start_time=start_time)
-    width = bucket_width(span, max_points)
-    if whole_run and max_points <= MAX_POINTS:
-        buckets = series_buckets(run=run)
-        return _series(list(buckets.coarsened(max(width, buckets.width)).points()), downsampled=True,
-                       start_time=buckets.start_time())
-    buckets = _grouped_buckets(points, width=width, offset=after_step)
-    return _series(list(buckets.points()), downsampled=True,
-                   start_time=buckets.start_time() if start_time is None else start_time)
+    buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)},
+                               offset=max(after_step, 0))[run.pk]
+    start_time = buckets.start_time() if not buckets.buckets or after_step < 0 else _start_time(run)
+    return _series(list(buckets.points()), downsampled=True, start_time=start_time)
+
+
+def _start_time(run: Run) -> float | None:
+    """The smallest wall time of ``run``'s points, which its series' times count from: a read of every point,
+    left out by a poll that finds nothing new (a read of a whole run finds it among its own rows)."""
+    return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
+
+
+def runs_metric_series(*, runs: list[Run], max_points: int = MAX_POINTS) -> dict[int, dict[str, dict[str, list]]]:
+    """Each run's whole ``metric_series``, by pk, read together, in as many queries for sixteen runs as
+    for two (the compare page's): a finished run's from its ``series_cache`` at ``max_points``; the
+    points of runs whose steps fit ``max_points`` in one query; the others from ``series_buckets`` (the
+    worker's stored buckets plus the points since), reduced together, coarsened to ``max_points``."""
+    series: dict[int, dict[str, dict[str, list]]] = {}
+    to_read = []
+    for run in runs:
+        cached = run.series_cache or {}
+        if run.is_finished and cached.get("max_points") == max_points and series_cache_current(run=run):
+            series[run.pk] = cached["series"]
+        else:
+            to_read.append(run)
+    last_steps = _last_steps(to_read)
+    whole = [run for run in to_read if last_steps[run.pk] is not None and last_steps[run.pk] <= max_points]
+    bucketed = [run for run in to_read if last_steps[run.pk] is not None and last_steps[run.pk] > max_points]
+    series.update({run.pk: {} for run in to_read if last_steps[run.pk] is None})
+    rows_by_run: dict[int, list[tuple]] = {run.pk: [] for run in whole}
+    if whole:
+        for run_pk, *row in (MetricPoint.objects.filter(run__in=whole).order_by("run", "name", "step")
+                             .values_list("run", "name", "step", "value", "tokens", "wall_time")):
+            rows_by_run[run_pk].append(row)
+    series.update({run_pk: _series(rows, downsampled=False, start_time=None) for run_pk, rows in rows_by_run.items()})
+    if max_points <= MAX_POINTS:
+        by_run = _runs_series_buckets(bucketed, last_steps=last_steps)
+        for run in bucketed:
+            buckets = by_run[run.pk]
+            width = max(bucket_width(last_steps[run.pk], max_points), buckets.width)
+            series[run.pk] = _series(list(buckets.coarsened(width).points()), downsampled=True,
+                                     start_time=buckets.start_time())
+    elif bucketed:
+        by_run = _grouped_buckets({run.pk: Q(run_id=run.pk) for run in bucketed},
+                                  widths={run.pk: bucket_width(last_steps[run.pk], max_points) for run in bucketed})
+        for run in bucketed:
+            series[run.pk] = _series(list(by_run[run.pk].points()), downsampled=True,
+                                     start_time=by_run[run.pk].start_time())
+    return series
 
 
 def series_cache_current(*, run: Run) -> bool:

@@ -504,8 +504,9 @@ def run_serving_copy(request: HttpRequest, slug: str, run_id: str) -> HttpRespon
 def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     """Progress, new metric points (after ``after_step``), new log lines (after ``after_log``) and the
     state of each checkpoint's export: what the run page needs to catch up, or to poll when
-    server-sent events are unavailable."""
-    _project, _membership, run = get_run_for_user(request.user, slug, run_id)
+    server-sent events are unavailable. A poll with points (``after_step`` >= 0) never reads the run's
+    series_cache, which only a whole run's series may use."""
+    _project, _membership, run = get_run_for_user(request.user, slug, run_id, series_cache=False)
     # Past MAX_STORED_INT (whole_number's bound) the database could not compare with them.
     after_step = whole_number(request.GET.get("after_step", str(selectors.BEFORE_FIRST_STEP)), signed=True)
     after_log = whole_number(request.GET.get("after_log", "0"))
@@ -711,7 +712,8 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, problem)
         return redirect("runs:list", project.slug)
     services.series_caches_renew(runs=runs)  # runs finished before the current bucket layout, once
-    series = {run.public_id: selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS) for run in runs}
+    by_pk = selectors.runs_metric_series(runs=runs, max_points=selectors.COMPARE_MAX_POINTS)
+    series = {run.public_id: by_pk[run.pk] for run in runs}
     names = selectors.chart_order({name for run_series in series.values() for name in run_series})
     final_names = selectors.final_order(name for name in names if any(name in run.final_metrics for run in runs))
     diff = selectors.config_diff(runs=runs)

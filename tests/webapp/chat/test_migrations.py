@@ -1,25 +1,16 @@
 """Chat migrations that bring older rows in line with what the services now do."""
 import pytest
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
 
 
 def test_tokens_of_users_no_longer_members_of_their_project_are_revoked():
     """A member removed from a project, or made a viewer, kept their project tokens (refused meanwhile), and
     they worked again once the user was added back or promoted; the migration revokes those of users who may
     not chat in the token's project now."""
-    apps = migrate([("chat", "0004_battle_blind"), ("projects", "0002_visible_project_names")])
-    try:
+    with migrated_back_to(("chat", "0004_battle_blind"), ("projects", "0002_visible_project_names")) as apps:
         User = apps.get_model("auth", "User")
         Project = apps.get_model("projects", "Project")
         Membership = apps.get_model("projects", "Membership")
@@ -32,8 +23,6 @@ def test_tokens_of_users_no_longer_members_of_their_project_are_revoked():
         for user, project in ((owner, alpha), (member, alpha), (viewer, alpha), (gone, alpha), (gone, beta)):
             ProjectToken.objects.create(user=user, project=project, name="cli", digest=f"{user.username}-{project.slug}",
                                         prefix="tpk_")
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.chat.models import ProjectToken as CurrentProjectToken
 
     assert sorted(CurrentProjectToken.objects.values_list("user__username", "project__slug")) == [

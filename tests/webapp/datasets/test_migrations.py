@@ -1,8 +1,7 @@
 """Datasets migrations that bring older rows in line with what the services now do."""
 import pytest
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -10,12 +9,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_file_names_stored_before_they_were_checked_as_names_lose_invisible_characters():
     """'report' + U+202E + 'lsx.csv' showed as 'reportvsc.xsl': stored names lose such characters and are put in
     NFC, as ``dataset_version_create`` stores them now; one of invisible characters only becomes 'upload'."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    before = [("datasets", "0007_last_version_number")]
-    executor.migrate(before)
-    apps = executor.loader.project_state(before).apps
-    try:
+    with migrated_back_to(("datasets", "0007_last_version_number")) as apps:
         Project = apps.get_model("projects", "Project")
         Dataset = apps.get_model("datasets", "Dataset")
         DatasetVersion = apps.get_model("datasets", "DatasetVersion")
@@ -24,8 +18,6 @@ def test_file_names_stored_before_they_were_checked_as_names_lose_invisible_char
         for number, filename in enumerate(("report\u202elsx.csv", "cafe\u0301.jsonl", "\u200b", "chats.jsonl"), 1):
             DatasetVersion.objects.create(public_id=f"dv_{number}", dataset=dataset, number=number, file_path="x",
                                           original_filename=filename, format="jsonl", size_bytes=1)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.datasets.models import DatasetVersion as CurrentVersion
 
     assert dict(CurrentVersion.objects.values_list("public_id", "original_filename")) == {

@@ -1,8 +1,7 @@
 """Review migrations that fill new fields from what older rows hold."""
 import pytest
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -12,18 +11,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DATASETS_BEFORE_NAME_KEY = ("datasets", "0003_unique_name_in_any_case")
 
 
-def migrate(targets):
-    targets = [*targets, DATASETS_BEFORE_NAME_KEY]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_exports_marked_done_take_their_versions_outcome():
     """Exports were marked done as soon as their version was written, whatever its check said."""
-    apps = migrate([("review", "0006_campaign_generation_progress_at")])
-    try:
+    with migrated_back_to(("review", "0006_campaign_generation_progress_at"), DATASETS_BEFORE_NAME_KEY) as apps:
         Project = apps.get_model("projects", "Project")
         Dataset = apps.get_model("datasets", "Dataset")
         Campaign = apps.get_model("review", "Campaign")
@@ -38,8 +28,6 @@ def test_exports_marked_done_take_their_versions_outcome():
                                               file_path=f"x{number}", status=status, errors=errors if status == "failed" else [],
                                               error_count=2 if status == "failed" else 0)
             Export.objects.create(campaign=campaign, dataset_name="gen-reviewed", status="done", version=version)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.review.models import Export as CurrentExport
 
     exports = list(CurrentExport.objects.order_by("pk"))
@@ -50,8 +38,7 @@ def test_exports_marked_done_take_their_versions_outcome():
 
 def test_campaigns_keep_the_name_of_their_source_version():
     """A campaign whose source was deleted read 'arena votes'; it now keeps its source's name."""
-    apps = migrate([("review", "0007_export_validating")])
-    try:
+    with migrated_back_to(("review", "0007_export_validating"), DATASETS_BEFORE_NAME_KEY) as apps:
         Project = apps.get_model("projects", "Project")
         Dataset = apps.get_model("datasets", "Dataset")
         Campaign = apps.get_model("review", "Campaign")
@@ -64,8 +51,6 @@ def test_campaigns_keep_the_name_of_their_source_version():
         orphan.items.create(sequence=1, source="dataset", response_a="a", response_b="b")
         Campaign.objects.create(project=project, name="arena")
         Campaign.objects.create(project=project, name="generated", generation={"prompts": {"label": "chats v1"}})
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.review.models import Campaign as CurrentCampaign
 
     assert dict(CurrentCampaign.objects.values_list("name", "source_label")) == {
@@ -75,8 +60,7 @@ def test_campaigns_keep_the_name_of_their_source_version():
 def test_reviewers_no_longer_members_of_the_project_leave_its_campaigns():
     """A member removed from a project, or made a viewer, stayed a reviewer of its campaigns, and was one
     again, unasked, once added back or promoted; the migration takes off those who may not review now."""
-    apps = migrate([("review", "0008_campaign_source_label")])
-    try:
+    with migrated_back_to(("review", "0008_campaign_source_label"), DATASETS_BEFORE_NAME_KEY) as apps:
         User = apps.get_model("auth", "User")
         Project = apps.get_model("projects", "Project")
         Membership = apps.get_model("projects", "Membership")
@@ -92,8 +76,6 @@ def test_reviewers_no_longer_members_of_the_project_leave_its_campaigns():
         item = campaign.items.create(sequence=1, source="dataset", response_a="a", response_b="b")
         campaign.reviews.create(item=item, reviewer=gone, shown_first="a", choice="first", label="a")
         Campaign.objects.create(project=beta, name="theirs").reviewer_rows.create(user=gone)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.review.models import CampaignReviewer, Review
 
     assert sorted(CampaignReviewer.objects.values_list("campaign__name", "user__username")) == [
@@ -109,9 +91,8 @@ def test_live_item_leases_become_lease_rows():
 
     from django.utils import timezone
 
-    apps = migrate([("review", "0010_visible_campaign_names")])
     now = timezone.now()
-    try:
+    with migrated_back_to(("review", "0010_visible_campaign_names"), DATASETS_BEFORE_NAME_KEY) as apps:
         User = apps.get_model("auth", "User")
         Project = apps.get_model("projects", "Project")
         Campaign = apps.get_model("review", "Campaign")
@@ -120,8 +101,6 @@ def test_live_item_leases_become_lease_rows():
         for sequence, holder, minutes in ((1, carol, 5), (2, carol, 8), (3, dave, -1), (4, None, None)):
             campaign.items.create(sequence=sequence, source="dataset", response_a="a", response_b="b", leased_by=holder,
                                   leased_until=now + timedelta(minutes=minutes) if minutes else None)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.review.models import Lease
 
     assert [(lease.item.sequence, lease.reviewer.username, lease.until) for lease in Lease.objects.all()] == [

@@ -1,8 +1,7 @@
 """Runs migrations that bring older rows in line with what the services now do."""
 import pytest
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.webapp.migrating import migrated_back_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -11,12 +10,7 @@ def test_pipelines_cancelled_by_a_person_before_cancelled_by_existed_name_who():
     """A pipeline cancelled by a person before ``Pipeline.cancelled_by`` said who only in its message: without the
     name read back, a resume of its stage's run would take it on again. One its stage's run ended cancelled stays
     without a name, and follows such a resume."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    before = [("runs", "0013_pipeline_export_started_at")]
-    executor.migrate(before)
-    apps = executor.loader.project_state(before).apps
-    try:
+    with migrated_back_to(("runs", "0013_pipeline_export_started_at")) as apps:
         Project = apps.get_model("projects", "Project")
         Pipeline = apps.get_model("runs", "Pipeline")
         project = Project.objects.create(name="alpha", slug="alpha")
@@ -27,8 +21,6 @@ def test_pipelines_cancelled_by_a_person_before_cancelled_by_existed_name_who():
                 ("pl_failed", "failed", "stage 1 (sft) failed: out of memory")):
             Pipeline.objects.create(public_id=public_id, project=project, name="chain", stages=[], status=status,
                                     message=message)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.runs.models import Pipeline as CurrentPipeline
 
     assert dict(CurrentPipeline.objects.values_list("public_id", "cancelled_by")) == {
@@ -38,12 +30,7 @@ def test_pipelines_cancelled_by_a_person_before_cancelled_by_existed_name_who():
 def test_tags_stored_before_invisible_characters_were_refused_lose_them():
     """Tags that ``parse_tags`` refuses today (a zero-width space, a bidi override: category Cf) lose those
     characters and are put in NFC, as it stores them; one that then repeats another, or is left empty, goes."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    before = [("runs", "0014_pipeline_cancelled_by")]
-    executor.migrate(before)
-    apps = executor.loader.project_state(before).apps
-    try:
+    with migrated_back_to(("runs", "0014_pipeline_cancelled_by")) as apps:
         Project = apps.get_model("projects", "Project")
         Run = apps.get_model("runs", "Run")
         project = Project.objects.create(name="alpha", slug="alpha")
@@ -51,8 +38,6 @@ def test_tags_stored_before_invisible_characters_were_refused_lose_them():
                                 ("run_clean", ["baseline", "lr-sweep"]), ("run_none", [])):
             Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={}, resolved_spec={},
                                tags=tags)
-    finally:
-        call_command("migrate", verbosity=0)
     from webapp.runs.models import Run as CurrentRun
 
     assert dict(CurrentRun.objects.values_list("public_id", "tags")) == {

@@ -1,4 +1,6 @@
 """Run selectors: server-side downsampling of long series, the config diff and side-by-side rows."""
+from django.db.models import Q
+
 from webapp.runs import selectors, services
 from webapp.runs.downsampling import SeriesBuckets
 from webapp.runs.models import MetricPoint, Run, Sample
@@ -57,8 +59,8 @@ def test_a_falling_series_falls_within_each_bucket_too(team, catalog, sent_tasks
     stored = SeriesBuckets(width=8)
     for step in range(1, 401):
         stored.add("loss", step, 12.0 - step / 40, step, float(step))
-    assert list(stored.points()) == list(selectors._grouped_buckets(MetricPoint.objects.filter(run=run),
-                                                                    width=8).points())
+    assert list(stored.points()) == list(selectors._grouped_buckets({run.pk: Q(run=run)},
+                                                                    widths={run.pk: 8})[run.pk].points())
 
 
 def test_config_diff_marks_what_differs(team, catalog, sent_tasks):
@@ -125,7 +127,7 @@ def test_a_running_runs_stored_buckets_plus_the_points_since_equal_a_full_reduct
     run = _long_run(team, catalog, 6_000)
     full = selectors.metric_series(run=run, max_points=selectors.COMPARE_MAX_POINTS)
     # What the train worker stores: the buckets of the first 5,000 steps; steps 5,001-6,000 are the tail.
-    stored = selectors._grouped_buckets(MetricPoint.objects.filter(run=run, step__lte=5_000), width=8)
+    stored = selectors._grouped_buckets({run.pk: Q(run=run, step__lte=5_000)}, widths={run.pk: 8})[run.pk]
     stored.through_step = 5_000
     Run.objects.filter(pk=run.pk).update(series_cache={"buckets": stored.to_json()})
     run.refresh_from_db()
@@ -168,16 +170,16 @@ def test_rollouts_are_filtered_by_kind_and_ordered_by_reward_and_kept_out_of_sid
 
 def test_extremes_are_queried_by_runs_of_buckets_under_the_parameter_limit():
     limit = selectors.EXTREME_VALUES_PER_QUERY
-    # (name, bucket, first step, last step, low, high): 1,000 buckets of "loss" with distinct extremes,
-    # two of "kl" sharing one value.
-    grouped = [("loss", index, 8 * index + 1, 8 * index + 8, float(2 * index), float(2 * index + 1))
-               for index in range(1000)] + [("kl", 0, 1, 8, 1.0, 1.0), ("kl", 1, 9, 16, 1.0, 2.0)]
+    # (run, name, bucket, first step, last step, low, high): 1,000 buckets of run 7's "loss" with distinct
+    # extremes, two of its "kl" sharing one value.
+    grouped = [(7, "loss", index, 8 * index + 1, 8 * index + 8, float(2 * index), float(2 * index + 1))
+               for index in range(1000)] + [(7, "kl", 0, 1, 8, 1.0, 1.0), (7, "kl", 1, 9, 16, 1.0, 2.0)]
     queries = list(selectors._extreme_queries(grouped))
     assert all(len(values) <= limit for _ranges, values in queries)
     # kl's buckets bring 1.0 and 2.0, which loss's first two share: its buckets 0-449 fill the first
     # query to exactly 900 values (0.0-899.0), then 450 buckets a query.
-    assert queries[0] == ([("kl", 1, 16), ("loss", 1, 3600)], [float(value) for value in range(900)])
-    assert [ranges for ranges, _values in queries][1:] == [[("loss", 3601, 7200)], [("loss", 7201, 8000)]]
+    assert queries[0] == ([(7, "kl", 1, 16), (7, "loss", 1, 3600)], [float(value) for value in range(900)])
+    assert [ranges for ranges, _values in queries][1:] == [[(7, "loss", 3601, 7200)], [(7, "loss", 7201, 8000)]]
     covered = [value for _ranges, values in queries for value in values]
     assert sorted(covered) == [float(value) for value in range(2000)]  # every extreme asked for once
 
@@ -319,7 +321,7 @@ def test_each_drawn_extreme_carries_its_own_tokens_and_time(team, catalog, sent_
     for step, value in values.items():
         worker.add("loss", step, value, tokens[step], 1000.0 + 3 * step)
     assert list(worker.points()) == [("loss", 4, 1.0, 839, 1012.0), ("loss", 5, 9.0, 1046, 1015.0)]
-    assert worker.buckets == selectors._grouped_buckets(MetricPoint.objects.filter(run=run), width=8).buckets
+    assert worker.buckets == selectors._grouped_buckets({run.pk: Q(run=run)}, widths={run.pk: 8})[run.pk].buckets
 
 
 def test_charts_lead_with_what_each_kind_of_run_is_read_for():

@@ -548,6 +548,50 @@ def test_state_endpoint_returns_points_after_a_step(team, run, client_for):
     assert state["progress"]["status"] == "queued" and state["sample_steps"] == [5]
 
 
+def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_every_point(team, run, client_for):
+    """Page speed: a run page polls ``state.json`` every 2 s when events do not get through, and every 30 s
+    once its run is finished. Each poll read the run's series_cache (most of a megabyte for a finished run)
+    and, before finding no point after the step it sent, every point of the run for the time they count from.
+    Neither is read now while nothing is new; a new point still comes, timed from the run's first point."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=5,
+                                         series_cache=selectors.series_cache_for(run))
+    client = client_for(team.viewer)
+    client.get(url(run, "state.json"))  # the first load over (sessions read)
+    with CaptureQueriesContext(connection) as queries:
+        state = client.get(url(run, "state.json") + "?after_step=5").json()
+    assert state["series"] == {} and state["progress"]["step"] == 5
+    read = [query["sql"] for query in queries.captured_queries]
+    assert not [sql for sql in read if "series_cache" in sql or "MIN(" in sql.upper()], read
+    MetricPoint.objects.create(run=run, step=6, name="loss", value=1.5, wall_time=107.0, tokens=384)
+    state = client.get(url(run, "state.json") + "?after_step=5").json()
+    assert state["series"]["loss"] == {"step": [6], "value": [1.5], "tokens": [384], "time": [6.0], "downsampled": False}
+    # A page without points yet asks for the whole run.
+    assert client.get(url(run, "state.json")).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5, 6]
+
+
+def test_an_api_read_of_the_points_after_a_step_leaves_the_runs_series_cache_unread(team, run):
+    """Page speed: a script that follows a run through the API (``metrics/?after_step=``) loaded the run's
+    series_cache (most of a megabyte for a finished run) at each read, which only a whole run's series use."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.api.services import token_create
+
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=5,
+                                         series_cache=selectors.series_cache_for(run))
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token_create(user=team.viewer, name='follow')[1]}")
+    address = f"/api/v1/projects/alpha/runs/{run.public_id}/metrics/"
+    with CaptureQueriesContext(connection) as queries:
+        part = api.get(address + "?after_step=3").json()["series"]
+    assert part["loss"]["step"] == [4, 5] and part["loss"]["time"] == [3.0, 4.0]
+    assert not [query["sql"] for query in queries.captured_queries if "series_cache" in query["sql"]]
+    assert api.get(address).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5]  # a whole run reads it
+
+
 def test_state_endpoint_takes_step_and_line_numbers_as_ascii_digits(team, run, client_for):
     """int() took ' 3', '+3', '3_0' and Arabic-Indic '٣' as numbers; they are no step nor line number."""
     client = client_for(team.viewer)
@@ -2062,3 +2106,51 @@ def test_the_run_page_reads_the_runs_before_and_after_it_by_name_only(team, cata
     with django_assert_num_queries(len(for_two)):
         page = client.get(url(run)).content.decode()
     assert "<bdi>sweep 5</bdi>" in page
+
+
+def _compared_running_runs(team, catalog, first: int, count: int) -> list[Run]:
+    """Running runs of the three ways a compare page reads a live run's series, ``count`` of each: a short
+    one (every point), a long one whose worker stored its buckets 200 steps ago (the buckets plus the points
+    since), and one logged from elsewhere with no stored buckets and no current step (every point, reduced
+    by the database). Their values differ run by run, so a series read under another run's id would show."""
+    runs = []
+    for index in range(first, first + count):
+        for kind, steps in (("short", 3), ("long", 1200), ("external", 1100)):
+            run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner,
+                                      name=f"{kind} {index}")
+            points = [MetricPoint(run=run, step=step, name=name, value=((step * 7919 + index * 31 + offset) % 101) / 7,
+                                  wall_time=1000.0 * index + step, tokens=step * (index + 1))
+                      for name, offset in (("loss", 0), ("learning_rate", 5)) for step in range(1, steps + 1)]
+            MetricPoint.objects.bulk_create([point for point in points if point.step <= 1000])
+            series_cache = {"buckets": selectors.series_buckets(run=run).to_json()} if kind == "long" else {}
+            MetricPoint.objects.bulk_create([point for point in points if point.step > 1000])
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, current_step=0 if kind == "external" else steps,
+                                                 series_cache=series_cache)
+            runs.append(run)
+    return runs
+
+
+def test_the_compare_page_reads_running_runs_series_in_as_many_queries_for_six_as_for_three(
+        team, catalog, client_for, sent_tasks, django_assert_num_queries):
+    """Page speed: the compare page read each running run's series on its own (its points, or its stored
+    buckets' tail and its extremes, or its last step), a few queries more for every run compared. It reads
+    them together now, as many queries for six runs as for three, each run's series as it reads alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_for(team.viewer)
+
+    def compare(runs: list[Run]) -> dict:
+        page = client.get("/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs)).content.decode()
+        return json.loads(re.search(r'<script id="compare-data" type="application/json">(.*?)</script>', page, re.S)[1])
+
+    few, many = _compared_running_runs(team, catalog, 0, 1), _compared_running_runs(team, catalog, 1, 2)
+    compare(few), compare(many)  # the pages' first loads over (sessions read)
+    with CaptureQueriesContext(connection) as for_three:
+        compare(few)
+    with django_assert_num_queries(len(for_three)):
+        data = compare(many)
+    for run in many:
+        alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
+        assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
+    assert data["series"][many[1].public_id]["loss"]["downsampled"] and len(data["series"][many[0].public_id]["loss"]["step"]) == 3
