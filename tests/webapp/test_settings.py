@@ -44,16 +44,18 @@ def test_a_choice_variable_refuses_other_values_naming_them(monkeypatch):
     assert env_choice("TEMPER_SERVE_QUANTIZE", "int8", ("int8", "int4", "none")) == "int8"
 
 
-def test_the_settings_refuse_an_unknown_serving_quantization():
-    """A worker started with TEMPER_SERVE_QUANTIZE=int16 would otherwise fail every run's serving copy in its log."""
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                                                        "TEMPER_SERVE_QUANTIZE": "int16"})
-    assert result.returncode != 0
-    assert "environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of int8, int4, none" in result.stderr
+def django_started(environment: dict[str, str], code: str = "import django; django.setup()"):
+    """``code`` run under the production settings with nothing in its environment but ``environment``."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings", **environment})
 
 
 @pytest.mark.parametrize(("environment", "message"), [
+    # A worker started with TEMPER_SERVE_QUANTIZE=int16 would otherwise fail every run's serving copy in its log.
+    ({"TEMPER_SERVE_QUANTIZE": "int16"},
+     "environment variable TEMPER_SERVE_QUANTIZE='int16' must be one of int8, int4, none"),
+    # How long a worker may be silent before its tasks go to another: a wait shorter than two heartbeats would
+    # hand a live worker's tasks to another between its beats, so they would run twice.
     ({"TEMPER_WORKER_STALE_AFTER": "1m"}, "environment variable TEMPER_WORKER_STALE_AFTER='1m' must be an integer"),
     ({"TEMPER_WORKER_STALE_AFTER": "0"},
      "environment variable TEMPER_WORKER_STALE_AFTER='0' is too small: give a whole number of seconds, at least 1"),
@@ -61,32 +63,21 @@ def test_the_settings_refuse_an_unknown_serving_quantization():
      "environment variable TEMPER_WORKER_STALE_AFTER=15 is shorter than two heartbeats (TEMPER_HEARTBEAT_SECONDS=10): "
      "a live worker would be taken for lost between its beats and its tasks handed to another; give at least 20 "
      "seconds, or lower TEMPER_HEARTBEAT_SECONDS"),
+    ({"TEMPER_PROJECT_CREATORS": "admins"},
+     "environment variable TEMPER_PROJECT_CREATORS='admins' must be one of everyone, staff"),
 ])
-def test_the_settings_refuse_a_worker_stale_after_that_is_no_wait(environment, message):
-    """How long a worker may be silent before its tasks go to another: a wait shorter than two heartbeats would
-    hand a live worker's tasks to another between its beats, so they would run twice."""
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                                                        **environment})
+def test_the_settings_refuse_a_bad_value_at_startup_naming_it(environment, message):
+    result = django_started(environment)
     assert result.returncode != 0
     assert message in result.stderr
 
 
 def test_the_worker_stale_after_setting_takes_a_wait_of_two_heartbeats_or_more():
-    code = "import django; django.setup(); from webapp.workers.models import stale_after; print(stale_after())"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                                 "TEMPER_WORKER_STALE_AFTER": "20", "TEMPER_HEARTBEAT_SECONDS": "10"})
+    result = django_started({"TEMPER_WORKER_STALE_AFTER": "20", "TEMPER_HEARTBEAT_SECONDS": "10"},
+                            "import django; django.setup(); from webapp.workers.models import stale_after; "
+                            "print(stale_after())")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0:00:20"
-
-
-def test_the_settings_refuse_an_unknown_project_creators_value():
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, env={"PATH": "", "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                                                        "TEMPER_PROJECT_CREATORS": "admins"})
-    assert result.returncode != 0
-    assert "environment variable TEMPER_PROJECT_CREATORS='admins' must be one of everyone, staff" in result.stderr
 
 
 def test_a_refused_request_is_logged_in_one_line_without_its_traceback(team, client_for, caplog):

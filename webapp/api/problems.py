@@ -46,7 +46,7 @@ def problems_by_field(error: pydantic.ValidationError, *,
             refused_unions.setdefault(union_key, (problem["input"], loc))
     for key, (value, loc) in refused_unions.items():
         if key not in deeper:
-            problems.setdefault(key, []).append(f"{_shown(value)} is not {_union_expects(schema, loc)}")
+            problems.setdefault(key, []).append(f"{value_as_sent(value)} is not {_union_expects(schema, loc)}")
     return problems
 
 
@@ -118,11 +118,11 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
         return problem["msg"].removeprefix("Value error, ")
     if kind == "literal_error":
         allowed = problem["ctx"]["expected"].replace("'", "").replace(" or ", ", ")  # "'a', 'b' or 'c'"
-        return f"{_shown(value)} is not one of {allowed}"
+        return f"{value_as_sent(value)} is not one of {allowed}"
     if wrong := wrongly_written_value(kind, value):
         return wrong
     if kind in _EXPECTED:
-        return f"{_shown(value)} is not {_EXPECTED[kind]}"
+        return f"{value_as_sent(value)} is not {_EXPECTED[kind]}"
     context = problem.get("ctx", {})
     if kind == "too_short":
         return f"give at least {counted(context['min_length'], 'item', grouped=True)} (got {context['actual_length']:,})"
@@ -131,12 +131,13 @@ def _in_words(problem: dict[str, Any], *, schema: type[pydantic.BaseModel] | Non
                 f"{context['actual_length']:,}); send the rest in another request")
     holder = _model_at(schema, loc[:-1]) if loc and isinstance(loc[-1], str) else None
     if words := out_of_range(kind, context=context, field=holder.model_fields.get(loc[-1]) if holder else None):
-        return f"{_shown(value)} {words}"
+        return f"{value_as_sent(value)} {words}"
     return problem["msg"]
 
 
-def _shown(value: Any) -> str:
-    """``value`` as the client wrote it (JSON), cut short: a whole sent object is no help in a message."""
+def value_as_sent(value: Any) -> str:
+    """``value`` as the client wrote it (JSON), cut short: a whole sent object is no help in a message (the REST
+    API's problems and /v1's, ``webapp.chat.openai_errors``)."""
     try:
         written = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):

@@ -29,6 +29,8 @@ import pydantic
 import pydantic_core
 from pydantic.fields import FieldInfo
 
+from webapp.api.problems import value_as_sent
+
 # What a value of each kind is, for "5 is not text (a JSON string)", by pydantic's error type and by Python type.
 _NOUNS = {str: "text (a JSON string)", int: "a whole number", float: "a number", bool: "true or false",
           list: "a JSON array", dict: "a JSON object"}
@@ -54,7 +56,7 @@ def body_problem(error: pydantic.ValidationError, *, schema: type[pydantic.BaseM
     problem = error.errors(include_url=False)[0]
     place = _place(schema, problem["loc"])
     kind, value = problem["type"], problem["input"]
-    shown, expected = _shown(value), _expected(place.annotation, place.field)
+    shown, expected = value_as_sent(value), _expected(place.annotation, place.field)
     code = "invalid_value"
     if kind == "unknown_parameter":  # misspelt_problem's, raised for a key of the object at loc
         path = f"{place.path}.{problem['ctx']['field']}" if place.path else problem["ctx"]["field"]
@@ -267,12 +269,3 @@ def _written_in_quotes(value: Any, annotation: Any) -> bool:
             return False
         return True
     return False
-
-
-def _shown(value: Any) -> str:
-    """``value`` as the client wrote it (JSON), cut short: a whole sent object is no help in a message."""
-    try:
-        written = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        written = repr(value)
-    return written if len(written) <= 60 else written[:57] + "..."
