@@ -152,10 +152,12 @@ class DatasetVersionOut(_Answer):
     size_bytes: int
     row_count: int | None
     error_count: int
-    errors: list[IssueOut] = Field(description=(
-        "The first problems found, when the version failed. While it is being checked (`uploaded`, `validating`), "
-        "one item of code `worker_lost_requeued` says that the check's worker was lost and the check started over; "
-        "error_count stays 0, and the check's outcome replaces it."))
+    errors: list[IssueOut] = Field(description="The first problems found in the file, when the version failed; "
+                                               "[] otherwise.")
+    notice: str = Field(description=(
+        "While it is being checked (`uploaded`, `validating`): a word on the check that is no problem of the file, "
+        "that the check's worker was lost and the check started over; \"\" when there is none. The check's outcome "
+        "clears it."))
     mapping: dict[str, str] = Field(description="The column mapping the file is read with, field → column; a field "
                                                 "read from a column of its own name is left out.")
     statistics: dict[str, Any] = Field(description="Once ready: character lengths per field (rows, unit, and per "

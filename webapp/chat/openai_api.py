@@ -109,6 +109,11 @@ class _StreamOptions(_RequestObject):
 MAX_STOP_SEQUENCES = 4
 
 
+# A value of logit_bias: its range said where it is of the wrong type (``logit_bias["5"]: "x" is not a number; give
+# a number from -100 to 100``), and checked with its token id by ``_Body._token_ids_and_biases``.
+LogitBias = Annotated[Number, Field(description="a number from -100 to 100")]
+
+
 class _Body(_RequestObject):
     # OpenAI's request fields (chat and completions) that Temper does not read, and other OpenAI-compatible servers'
     # sampling fields near a field read here (vLLM's min_tokens, OpenRouter's top_a): accepted and ignored.
@@ -132,7 +137,7 @@ class _Body(_RequestObject):
                                                    description='{"type": "text"}, or leave response_format out')
     presence_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: Number = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: dict[str, Number] | None = Field(default=None, description=(
+    logit_bias: dict[str, LogitBias] | None = Field(default=None, description=(
         'a JSON object of token ids (as strings of digits) to biases from -100 to 100, e.g. {"50256": -100}'))
 
     _nulls_left_out = model_validator(mode="before")(_without_nulls)
@@ -247,6 +252,12 @@ class _Message(_RequestObject):
 
 
 NO_LOGPROBS = "the answers here carry no log probabilities"
+# The only values the logprobs fields take, as what to give where one is of the wrong type. They declare no range
+# (OpenAI's top_logprobs 0 to 20, /v1/completions' logprobs 0 to 5): a number past it would be refused as out of
+# range, and the client that mended it then told that no number is supported.
+NO_LOGPROBS_FALSE = f"false ({NO_LOGPROBS}), or leave logprobs out"
+NO_TOP_LOGPROBS = f"0 ({NO_LOGPROBS}), or leave top_logprobs out"
+NO_LOGPROBS_NULL = f"null ({NO_LOGPROBS}), or leave logprobs out"
 
 
 def _unsupported(field: str, why: str, off: str) -> PydanticCustomError:
@@ -264,8 +275,8 @@ _CHOICE_OF = {"tools": "tool_choice", "functions": "function_call"}  # each list
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1, description='a JSON array of messages, each {"role": ..., '
                                                                '"content": ...}, at least one')
-    logprobs: StrictBool = False
-    top_logprobs: StrictInt = Field(default=0, ge=0, le=20)
+    logprobs: StrictBool = Field(default=False, description=NO_LOGPROBS_FALSE)
+    top_logprobs: StrictInt = Field(default=0, description=NO_TOP_LOGPROBS)
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
     tool_choice: str | dict[str, Any] | None = Field(default=None, description=f'"none" ({NO_TOOLS}), or leave '
                                                                                "tool_choice out")
@@ -315,7 +326,8 @@ MAX_PROMPTS = 32
 class CompletionBody(_Body):
     prompt: str | list[str] = Field(description=f"a string, or a JSON array of up to {MAX_PROMPTS} strings (a choice "
                                                 "each)")
-    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)  # any number asks for the sampled token's
+    # Any number asks for the sampled token's.
+    logprobs: StrictInt | None = Field(default=None, description=NO_LOGPROBS_NULL)
     echo: StrictBool = False
 
     @field_validator("logprobs")

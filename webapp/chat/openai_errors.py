@@ -130,7 +130,9 @@ def misspelt_problem(key: str, meant: str) -> pydantic_core.PydanticCustomError:
 class _Place:
     path: str  # as the client wrote it: messages[2].content, logit_bias["5"]
     annotation: Any  # what the schema declares there (None where it cannot be told)
-    field: FieldInfo | None  # the model field there, if the path ends at one (its description and range)
+    # The model field there, if the path ends at one, or the ``Field()`` an item's type is annotated with
+    # (``dict[str, Annotated[Number, Field(description=...)]]``): its description and range.
+    field: FieldInfo | None
     in_union: bool  # the location ended at a union member: the value is refused by every member
 
 
@@ -150,11 +152,18 @@ def _place(schema: type[pydantic.BaseModel], loc: tuple) -> _Place:
             path += f".{part}" if path else part
             annotation = field.annotation if field is not None else None
             continue
-        field = None
         path += f"[{part}]" if isinstance(part, int) else f"[{json.dumps(part)}]"
         arguments = typing.get_args(annotation)
         annotation = arguments[-1] if typing.get_origin(annotation) in (list, dict) and arguments else None
+        field = _item_field(annotation)
     return _Place(path, annotation if not in_union else _union_at(schema, loc), field, in_union)
+
+
+def _item_field(annotation: Any) -> FieldInfo | None:
+    """The ``Field()`` an item's type is annotated with, where it is: an item has no model field of its own."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return next((one for one in annotation.__metadata__ if isinstance(one, FieldInfo)), None)
+    return None
 
 
 def _union_at(schema: type[pydantic.BaseModel], loc: tuple) -> Any:

@@ -81,6 +81,9 @@ class DatasetVersion(models.Model):
     row_count = models.BigIntegerField(null=True)
     errors = models.JSONField(default=list, blank=True, help_text="The first errors found (Issue.to_dict()).")
     error_count = models.IntegerField(default=0)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "A word on the check under way that is no problem of the file: that its worker was lost and it started over "
+        "(datasets.services.version_check_requeued). The check's outcome clears it."))
     statistics = models.JSONField(default=dict, blank=True)
     token_statistics = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")

@@ -240,13 +240,15 @@ def dataset_version_validate(*, version_id: int) -> DatasetVersion | None:
     version.error_count = report.error_count
     version.errors = [issue.to_dict() for issue in report.errors]
     version.statistics = report.statistics
+    version.notice = ""
     version.validated_at = timezone.now()
     version.status = VersionStatus.READY if report.ok else VersionStatus.FAILED
     if report.ok:
         version.row_digests_path.write_bytes(report.row_digests)
     else:
         version.absolute_path.unlink(missing_ok=True)
-    if not _save_unless_deleted(version, ["row_count", "error_count", "errors", "statistics", "validated_at", "status"]):
+    if not _save_unless_deleted(version, ["row_count", "error_count", "errors", "notice", "statistics", "validated_at",
+                                          "status"]):
         version.row_digests_path.unlink(missing_ok=True)
         return None
     logger.info("dataset version %s: %s, %s rows, %s errors", version.public_id, version.status,
@@ -352,7 +354,7 @@ def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersi
             continue
         problem = formats.Issue(code="worker_lost", message=WORKERS_LOST_PROBLEM)
         if not DatasetVersion.objects.filter(pk=version.pk, status=VersionStatus.VALIDATING).update(
-                status=VersionStatus.FAILED, error_count=1, errors=[problem.to_dict()], validated_at=now):
+                status=VersionStatus.FAILED, error_count=1, errors=[problem.to_dict()], notice="", validated_at=now):
             continue
         version.absolute_path.unlink(missing_ok=True)
         logger.warning("dataset version %s failed: %s", version.public_id, WORKERS_LOST_PROBLEM)
@@ -360,19 +362,14 @@ def versions_fail_abandoned(*, now: datetime | None = None) -> list[DatasetVersi
     return failed
 
 
-# The code of the note a version being checked carries after its worker was lost once (``version_check_requeued``):
-# shown as the check goes on, replaced by the check's outcome.
-REQUEUED_CODE = "worker_lost_requeued"
-
-
 def version_check_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say on a version being checked that its worker was lost and the check was queued again
-    (``workers.deliveries.FIRST_LOSS_NOTES``): as its one problem listed, with no problem counted, which the
-    check's outcome replaces. Whether it was said (not for a version settled or deleted meanwhile)."""
+    (``workers.deliveries.FIRST_LOSS_NOTES``): in its ``notice``, not among its ``errors``, which list problems of
+    the file only (an API client reads any as the version's failure); the check's outcome clears it. Whether it was
+    said (not for a version settled or deleted meanwhile)."""
     (version_id,) = arguments
-    note = formats.Issue(code=REQUEUED_CODE, message=lost.note(doing="checking this file", work="the check"))
     return DatasetVersion.objects.filter(pk=version_id, status__in=(VersionStatus.UPLOADED, VersionStatus.VALIDATING)
-                                         ).update(errors=[note.to_dict()]) > 0
+                                         ).update(notice=lost.note(doing="checking this file", work="the check")) > 0
 
 
 @transaction.atomic

@@ -125,7 +125,14 @@ GIVE_A_ROLE = "give one of system, developer, user, assistant"
      "invalid_type",
      'response_format: "json" is not a JSON object; give {"type": "text"}, or leave response_format out'),
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "logit_bias": {"5": "x"}}, 'logit_bias["5"]',
-     "invalid_type", 'logit_bias["5"]: "x" is not a number; give a number'),
+     "invalid_type", 'logit_bias["5"]: "x" is not a number; give a number from -100 to 100'),
+    # a field only its off value is taken for: what to give is that value, with the reason
+    ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "top_logprobs": 1.5}, "top_logprobs",
+     "invalid_type", "top_logprobs: 1.5 is not a whole number; give 0 (the answers here carry no log probabilities), "
+     "or leave top_logprobs out"),
+    ("/v1/completions", {"model": "{model}", "prompt": "x", "logprobs": "2"}, "logprobs", "invalid_type",
+     'logprobs: "2" is text (in quotes), not a whole number; give null (the answers here carry no log probabilities), '
+     "or leave logprobs out, without quotes"),
     # out of range: the field's whole range
     ("/v1/chat/completions", {"model": "{model}", "messages": [HI], "temperature": 3}, "temperature", "invalid_value",
      "temperature: 3 is too large; give a number from 0 to 2"),
@@ -489,8 +496,12 @@ def test_null_is_a_field_left_out(api, worker):
     ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
     ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
     ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+    # Past OpenAI's range too: "not supported" first, not a range whose numbers are then refused as well.
+    ("/v1/chat/completions", {"top_logprobs": 50}, "top_logprobs"),
+    ("/v1/chat/completions", {"top_logprobs": -1}, "top_logprobs"),
     ("/v1/completions", {"logprobs": 0}, "logprobs"),
     ("/v1/completions", {"logprobs": 5}, "logprobs"),
+    ("/v1/completions", {"logprobs": 9}, "logprobs"),
     ("/v1/completions", {"echo": True}, "echo"),
 ])
 def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, path, fields, param):

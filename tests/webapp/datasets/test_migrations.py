@@ -22,3 +22,28 @@ def test_file_names_stored_before_they_were_checked_as_names_lose_invisible_char
 
     assert dict(CurrentVersion.objects.values_list("public_id", "original_filename")) == {
         "dv_1": "reportlsx.csv", "dv_2": "caf\u00e9.jsonl", "dv_3": "upload", "dv_4": "chats.jsonl"}
+
+
+def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_notice():
+    """The note that a check's worker was lost and the check started over was the one item of a version's
+    ``errors``, where an API client that reads any error as failure misread it: a version still being checked has
+    it as its ``notice`` instead; a settled version's errors stay as they were."""
+    note = {"code": "worker_lost_requeued", "message": "the worker checking this file (w1) was lost",
+            "line": None, "row": None, "field": None}
+    problem = {"code": "bad_json", "message": "not JSON", "line": 3, "row": 3, "field": None}
+    with migrated_back_to(("datasets", "0008_visible_filenames")) as apps:
+        Project = apps.get_model("projects", "Project")
+        Dataset = apps.get_model("datasets", "Dataset")
+        DatasetVersion = apps.get_model("datasets", "DatasetVersion")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        dataset = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+        for number, (status, errors) in enumerate((("validating", [note]), ("uploaded", [note]),
+                                                   ("failed", [problem]), ("ready", [])), 1):
+            DatasetVersion.objects.create(public_id=f"dv_{number}", dataset=dataset, number=number, file_path="x",
+                                          original_filename="chats.jsonl", format="jsonl", size_bytes=1,
+                                          status=status, errors=errors, error_count=len(errors) * (status == "failed"))
+    from webapp.datasets.models import DatasetVersion as CurrentVersion
+
+    assert {public_id: (errors, notice) for public_id, errors, notice
+            in CurrentVersion.objects.values_list("public_id", "errors", "notice")} == {
+        "dv_1": ([], note["message"]), "dv_2": ([], note["message"]), "dv_3": ([problem], ""), "dv_4": ([], "")}
