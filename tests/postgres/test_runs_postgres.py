@@ -61,6 +61,16 @@ alone = selectors.metric_series(run=second, max_points=100)
 assert alone["loss"]["downsampled"] and selectors.runs_metric_series(runs=[run, second], max_points=100) == {
     run.pk: full, second.pk: alone}
 Run.objects.filter(pk=second.pk).delete()  # the orders below are of the two runs
+# A poll with new points times them from the run's first point: found in the (run, wall_time) index.
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+with CaptureQueriesContext(connection) as start_read:
+    assert selectors._start_time(run) == 101.0
+with connection.cursor() as cursor:
+    cursor.execute("ANALYZE runs_metricpoint")
+    cursor.execute("EXPLAIN " + start_read.captured_queries[-1]["sql"])
+    plan = "\\n".join(line for line, in cursor.fetchall())
+assert "metricpoint_run_wall_time" in plan, plan
 # Samples by kind: JSON key lookups, a sample without a kind counting as an eval generation.
 from webapp.runs.models import Sample
 Sample.objects.bulk_create([Sample(run=run, step=1, position=0, prompt="p", text="rollout", extra={"kind": "rollout"}),

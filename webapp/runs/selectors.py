@@ -619,8 +619,9 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
 
 
 def _start_time(run: Run) -> float | None:
-    """The smallest wall time of ``run``'s points, which its series' times count from: a read of every point,
-    left out by a poll that finds nothing new (a read of a whole run finds it among its own rows)."""
+    """The smallest wall time of ``run``'s points, which its series' times count from: the first entry of the
+    run in the (run, wall_time) index, read only by a poll that finds new points (a read of a whole run finds
+    it among its own rows)."""
     return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
 
 
