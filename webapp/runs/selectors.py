@@ -609,7 +609,9 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     whole = lowest < 0 and not after_steps  # times count from these rows' first point, as in a whole run's read
     span = last_step - max(lowest, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     if span <= max_points:
-        rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
+        # Sorted here: an ORDER BY name, step had the database take the (run, name, step) index, through every
+        # point of the run, rather than the (run, step) range of the new ones.
+        rows = sorted(points.values_list("name", "step", "value", "tokens", "wall_time"), key=lambda row: row[:2])
         start_time = None if not rows or whole else _start_time(run)
         return _series(rows, downsampled=False, start_time=start_time)
     buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)},
