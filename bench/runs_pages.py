@@ -11,7 +11,9 @@ middleware, session, access check, queries, downsampling, template). Prints the 
 percentile and maximum over ``--requests`` requests per page after a warm-up, and the median CPU
 time of this process per request (the database is SQLite, in process, so it counts the queries'
 work too): on a loaded host, where wall time mostly measures waiting for a core, that is the figure
-to compare; and the number of SQL queries one request makes. ``--short-runs`` more running runs of
+to compare; and the number of SQL queries one request makes. The run page's ``state.json`` poll is timed
+with nothing new, and with 20 new steps (on the second run, whose ``eval/loss`` every 500 steps lags
+the other metrics: the poll names each metric's own last step in ``after_steps``). ``--short-runs`` more running runs of
 300 steps (no stored buckets yet, as in a run's first seconds) join the ten on a second compare page.
 ``--dump DIR`` writes each compare page's chart data (its ``compare-data`` JSON) to DIR, to check that a
 change of how the series are read leaves them as they were: ``--same-as DIR`` (of another tree's run) says
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -50,6 +53,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dump", type=Path, default=None)
     parser.add_argument("--same-as", type=Path, default=None)
     return parser.parse_args()
+
+
+EVAL_EVERY = 500
+POLL_NEW_STEPS = 20  # the steps a 2 s poll finds new, at 10 steps a second
 
 
 def populate(args):
@@ -100,6 +107,10 @@ def populate(args):
         run.current_step = steps
         Sample.objects.bulk_create([Sample(run=run, step=steps, position=position, prompt=f"prompt {position}",
                                            text=f"answer {position} of {run.name}") for position in range(8)])
+    # The second run also logs an evaluation every EVAL_EVERY steps: a metric that lags the others.
+    MetricPoint.objects.bulk_create([MetricPoint(run=compared[1], step=step, name="eval/loss", value=rng.random() / step,
+                                                 wall_time=1e9 + step, tokens=step * 512)
+                                     for step in range(EVAL_EVERY, steps + 1, EVAL_EVERY)])
     short = runs[10:10 + args.short_runs]
     Run.objects.filter(pk__in=[run.pk for run in short]).update(status="running", current_step=300, total_steps=1000,
                                                                 series_cache={})
@@ -165,6 +176,16 @@ def main() -> None:
     # What a run page asks every 2 s while polling (every 30 s once the run is finished) when nothing is new.
     unchanged_poll = f"/p/bench/runs/{compared[0].public_id}/state.json?after_step={compared[0].current_step}&after_log=0"
     live["state poll of a running run, nothing new"] = unchanged_poll
+    # What a polling page asks every 2 s when the run logged POLL_NEW_STEPS steps since: its metrics stand
+    # at steps - POLL_NEW_STEPS, and on the second run an eval stands at the last multiple of EVAL_EVERY
+    # before (after_step, the smallest, with after_steps, each other metric's own step).
+    seen = compared[0].current_step - POLL_NEW_STEPS
+    live["state poll of a running run, 20 new steps"] = (
+        f"/p/bench/runs/{compared[0].public_id}/state.json?after_step={seen}&after_log=0")
+    own_steps = json.dumps({f"metric_{metric}": seen for metric in range(args.metrics)}, separators=(",", ":"))
+    live["state poll, 20 new steps, an eval lags"] = (
+        f"/p/bench/runs/{compared[1].public_id}/state.json?after_step={seen // EVAL_EVERY * EVAL_EVERY}"
+        f"&after_steps={quote(own_steps)}&after_log=0")
     if short:
         mixed = "&".join(f"runs={run.public_id}" for run in [*compared, *short])
         live[f"compare 10 running + {len(short)} x 300 steps"] = f"/p/bench/runs/compare/?{mixed}"

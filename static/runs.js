@@ -445,9 +445,19 @@
       });
   }
 
+  // A catch-up asks for each metric's points after its own last step (after_steps): after the smallest
+  // alone, a metric logged rarely (an eval every 500 steps) brought back every other metric's points
+  // since its last one. after_step (that smallest) covers the metrics left out: those at it, and any
+  // this page has not seen. A list too long for an address (proxies stop near 8 KiB) is left out.
+  var AFTER_STEPS_MAX_CHARS = 4000;
+
   function catchUp() {
     var after = Math.min.apply(null, Object.keys(lastStep).map(function (name) { return lastStep[name]; }).concat([Infinity]));
     var query = new URLSearchParams({ after_step: isFinite(after) ? after : -1, after_log: lastLogId });
+    var ahead = {};
+    Object.keys(lastStep).forEach(function (name) { if (lastStep[name] > after) ahead[name] = lastStep[name]; });
+    var afterSteps = JSON.stringify(ahead);
+    if (afterSteps !== "{}" && afterSteps.length <= AFTER_STEPS_MAX_CHARS) query.set("after_steps", afterSteps);
     return fetch(config.dataset.stateUrl + "?" + query.toString(), { credentials: "same-origin" })
       .then(function (response) { return response.json(); })
       .then(function (state) {

@@ -4,10 +4,12 @@ SFT run from the form and watch its loss chart grow without a reload, then cance
 runs and see both curves, the config diff and the generations side by side."""
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -560,6 +562,35 @@ def test_a_catch_up_answered_after_a_live_step_does_not_take_the_page_back(page,
     assert page.locator("#progress-step").inner_text() == "4"
     assert page.locator("#progress-speed").inner_text() == "2512"
 
+
+def test_a_catch_up_asks_for_each_metrics_points_after_its_own_last_step(page, asgi_server, redis_url,
+                                                                        transactional_db, settings):
+    """Page speed: the catch-up asked for every point after the smallest last step of the page's metrics,
+    so an eval logged every 500 steps made each one send again the other metrics' points since that eval.
+    It names each metric ahead of that step with its own last step, and the charts still get every point."""
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa8")
+    run = Run.objects.create(project=team.project, name="rare eval", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=10)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step, wall_time=step)
+                                     for step in range(1, 11)]
+                                    + [MetricPoint(run=run, step=5, name="eval/loss", value=0.7, wall_time=5)])
+    held = []
+    page.route("**/state.json*", lambda route: route.continue_() if held else held.append(route))  # the first held
+    log_in(page, asgi_server, "kappa8-viewer")
+    page.goto(f"{asgi_server}/p/kappa8/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    page.wait_for_function("() => true")  # lets the held request reach the handler
+    assert held, "the hello asked for a catch-up"
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(held[0].request.url).query)
+    assert query["after_step"] == ["5"] and json.loads(query["after_steps"][0]) == {"loss": 10}, query
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=11, name="loss", value=0.09, wall_time=11),
+                                     MetricPoint(run=run, step=10, name="eval/loss", value=0.6, wall_time=10)])
+    held[0].continue_()
+    for name, steps in (("loss", 11), ("eval/loss", 2)):
+        page.wait_for_function(f"() => document.querySelector(`.plot[data-metric='{name}']`)?.data?.[0]?.x?.length"
+                               f" === {steps}", timeout=10_000)
 
 def test_the_stream_says_hello_once_it_listens_to_the_run(page, asgi_server, redis_url, transactional_db):
     """CI lost a live event: the stream sent its hello, and the page went live and caught up, before the

@@ -61,6 +61,25 @@ alone = selectors.metric_series(run=second, max_points=100)
 assert alone["loss"]["downsampled"] and selectors.runs_metric_series(runs=[run, second], max_points=100) == {
     run.pk: full, second.pk: alone}
 Run.objects.filter(pk=second.pk).delete()  # the orders below are of the two runs
+# A poll with new points times them from the run's first point: found in the (run, wall_time) index.
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+with CaptureQueriesContext(connection) as start_read:
+    assert selectors._start_time(run) == 101.0
+with connection.cursor() as cursor:
+    cursor.execute("ANALYZE runs_metricpoint")
+    cursor.execute("EXPLAIN " + start_read.captured_queries[-1]["sql"])
+    plan = "\\n".join(line for line, in cursor.fetchall())
+assert "metricpoint_run_wall_time" in plan, plan
+# Polls: the points after a step (or each metric's own step), a range of the (run, step) index.
+assert selectors.metric_series(run=run, after_step=4998)["loss"]["step"] == [4999, 5000]
+assert selectors.metric_series(run=run, after_step=4000, after_steps={"loss": 4998})["loss"]["step"] == [4999, 5000]
+with CaptureQueriesContext(connection) as poll_read:
+    assert selectors.metric_series(run=run, after_step=5000) == {}
+with connection.cursor() as cursor:
+    cursor.execute("EXPLAIN " + poll_read.captured_queries[-1]["sql"])
+    plan = "\\n".join(line for line, in cursor.fetchall())
+assert "metricpoint_run_step" in plan, plan
 # Samples by kind: JSON key lookups, a sample without a kind counting as an eval generation.
 from webapp.runs.models import Sample
 Sample.objects.bulk_create([Sample(run=run, step=1, position=0, prompt="p", text="rollout", extra={"kind": "rollout"}),

@@ -262,6 +262,14 @@ class MetricPoint(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "name", "step"], name="metricpoint_unique_run_name_step"),
         ]
+        indexes = [
+            # A poll that finds new points times them from the run's first point (selectors._start_time):
+            # MIN(wall_time) of one run, read from this index's first entry rather than every point.
+            models.Index(fields=["run", "wall_time"], name="metricpoint_run_wall_time"),
+            # A poll asks for the points after a step (selectors.metric_series): a range of this index, where
+            # the unique (run, name, step) one has every point of the run read to find them.
+            models.Index(fields=["run", "step"], name="metricpoint_run_step"),
+        ]
 
 
 class Sample(models.Model):

@@ -571,37 +571,59 @@ def last_point_id(*, run: Run) -> int:
 BEFORE_FIRST_STEP = -1
 
 
+# A catch-up's ``after_steps`` holds this many different steps at most (its metrics share a few: those
+# logged every step, those at each evaluation); past that, each listed metric's points come after the
+# smallest step, so that a made-up address cannot build a WHERE deeper than the database parses.
+AFTER_STEPS_MAX_STEPS = 32
+
+
 def metric_series(*, run: Run, names: list[str] | None = None, after_step: int = BEFORE_FIRST_STEP,
-                  max_points: int = MAX_POINTS) -> dict[str, dict[str, list]]:
+                  after_steps: dict[str, int] | None = None, max_points: int = MAX_POINTS) -> dict[str, dict[str, list]]:
     """``{name: {"step": [...], "value": [...], "tokens": [...], "time": [...], "downsampled": bool}}``.
 
     ``time`` is seconds since the run's first point. Longer series come back as min/max pairs per
     power-of-two step bucket, at most about ``max_points`` points per metric: a whole run's from
     ``runs_metric_series``, a part of a run (``names``, ``after_step``) from one grouped query. The
-    run's ``current_step`` bounds the steps, which saves a scan of the points to find their extent."""
-    if after_step < 0 and not names:
+    run's ``current_step`` bounds the steps, which saves a scan of the points to find their extent.
+    ``after_steps`` ({name: step}, a run page's catch-up): those metrics' points after their own step, so
+    that a metric logged rarely does not bring back every other metric's points since its last one; the
+    metrics it leaves out come after ``after_step``."""
+    after_steps = after_steps or {}
+    if after_step < 0 and not names and not after_steps:
         return runs_metric_series(runs=[run], max_points=max_points)[run.pk]
-    where = Q(run_id=run.pk, step__gt=after_step)
+    lowest = min([after_step, *after_steps.values()])
+    if len(set(after_steps.values())) > AFTER_STEPS_MAX_STEPS:
+        after_step, after_steps = lowest, {}
+    where = Q(step__gt=after_step)
+    if after_steps:
+        where &= ~Q(name__in=list(after_steps))
+        for step in set(after_steps.values()):
+            where |= Q(name__in=[name for name, after in after_steps.items() if after == step], step__gt=step)
+    where &= Q(run_id=run.pk)
     if names:
         where &= Q(name__in=names)
     points = MetricPoint.objects.filter(where)
     last_step = run.current_step or points.aggregate(last=Max("step"))["last"]
     if last_step is None:
         return {}
-    span = last_step - max(after_step, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
+    whole = lowest < 0 and not after_steps  # times count from these rows' first point, as in a whole run's read
+    span = last_step - max(lowest, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     if span <= max_points:
-        rows = list(points.order_by("name", "step").values_list("name", "step", "value", "tokens", "wall_time"))
-        start_time = None if not rows or after_step < 0 else _start_time(run)
+        # Sorted here: an ORDER BY name, step had the database take the (run, name, step) index, through every
+        # point of the run, rather than the (run, step) range of the new ones.
+        rows = sorted(points.values_list("name", "step", "value", "tokens", "wall_time"), key=lambda row: row[:2])
+        start_time = None if not rows or whole else _start_time(run)
         return _series(rows, downsampled=False, start_time=start_time)
     buckets = _grouped_buckets({run.pk: where}, widths={run.pk: bucket_width(span, max_points)},
-                               offset=max(after_step, 0))[run.pk]
-    start_time = buckets.start_time() if not buckets.buckets or after_step < 0 else _start_time(run)
+                               offset=max(lowest, 0))[run.pk]
+    start_time = buckets.start_time() if not buckets.buckets or whole else _start_time(run)
     return _series(list(buckets.points()), downsampled=True, start_time=start_time)
 
 
 def _start_time(run: Run) -> float | None:
-    """The smallest wall time of ``run``'s points, which its series' times count from: a read of every point,
-    left out by a poll that finds nothing new (a read of a whole run finds it among its own rows)."""
+    """The smallest wall time of ``run``'s points, which its series' times count from: the first entry of the
+    run in the (run, wall_time) index, read only by a poll that finds new points (a read of a whole run finds
+    it among its own rows)."""
     return MetricPoint.objects.filter(run=run).aggregate(start=Min("wall_time"))["start"]
 
 

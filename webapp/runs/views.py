@@ -26,7 +26,7 @@ from jaxengine.words import counted
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
-from webapp.core.numbers import whole_number
+from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label
@@ -512,13 +512,29 @@ def run_state(request: HttpRequest, slug: str, run_id: str) -> JsonResponse:
     after_log = whole_number(request.GET.get("after_log", "0"))
     if after_step is None or after_log is None:
         raise Http404("after_step and after_log are step and line numbers")
+    after_steps = _after_steps(request.GET.get("after_steps"))
     return JsonResponse({
         "progress": _progress(run),
-        "series": selectors.metric_series(run=run, after_step=after_step),
+        "series": selectors.metric_series(run=run, after_step=after_step, after_steps=after_steps),
         "log": [reporting.log_line_payload(line) for line in selectors.log_tail(run=run, after_id=after_log)],
         "sample_steps": selectors.sample_steps(run=run),
         "checkpoints": selectors.checkpoint_states(run=run),
     })
+
+
+def _after_steps(text: str | None) -> dict[str, int]:
+    """``after_steps``, the last step the page holds of each metric: a JSON object of whole numbers (-1 for
+    none yet, up to MAX_STORED_INT as for after_step)."""
+    if not text:
+        return {}
+    try:
+        after_steps = json.loads(text)
+    except ValueError:
+        after_steps = None
+    if not isinstance(after_steps, dict) or not all(
+            type(step) is int and selectors.BEFORE_FIRST_STEP <= step <= MAX_STORED_INT for step in after_steps.values()):
+        raise Http404('after_steps is a JSON object of metric names and step numbers, e.g. {"loss": 120}')
+    return after_steps
 
 
 def _float_or_none(value: str | None) -> float | None:

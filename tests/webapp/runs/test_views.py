@@ -572,6 +572,38 @@ def test_a_poll_of_a_run_with_nothing_new_reads_neither_its_series_cache_nor_eve
     assert client.get(url(run, "state.json")).json()["series"]["loss"]["step"] == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_catch_up_reads_each_metric_after_its_own_last_step(team, run, client_for):
+    """Page speed: the run page asked ``state.json`` for every point after the smallest last step of its
+    metrics, so one metric logged rarely (an eval every 500 steps) made each catch-up send again every
+    other metric's points since that eval. ``after_steps`` gives a metric's own last step; the metrics it
+    leaves out (the rare one, a metric the page has not seen) still come after ``after_step``."""
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0, wall_time=100.0 + step,
+                                                 tokens=64 * step)
+                                     for step in range(6, 11) for name in ("loss",)]
+                                    + [MetricPoint(run=run, step=step, name=name, value=0.5, wall_time=100.0 + step)
+                                       for step in (5, 10) for name in ("eval/loss", "eval/new")])
+    client = client_for(team.viewer)
+    state = client.get(url(run, "state.json") + '?after_step=5&after_steps={"loss":%209}').json()
+    assert {name: entry["step"] for name, entry in state["series"].items()} == {
+        "loss": [10], "eval/loss": [10], "eval/new": [10]}
+    assert state["series"]["loss"]["time"] == [9.0]  # from the run's first point, as every poll's
+    # A name's own step may lie before after_step: its points from there come.
+    state = client.get(url(run, "state.json") + '?after_step=8&after_steps={"eval/loss":%204}').json()
+    assert {name: entry["step"] for name, entry in state["series"].items()} == {
+        "loss": [9, 10], "eval/loss": [5, 10], "eval/new": [10]}
+    # More different steps than a WHERE should hold: every listed metric comes after the smallest.
+    many = json.dumps({"loss": 9, **{f"other/{step}": step for step in range(10, 10 + selectors.AFTER_STEPS_MAX_STEPS)}})
+    state = client.get(url(run, "state.json") + "?after_step=8&after_steps=" + many).json()
+    assert {name: entry["step"] for name, entry in state["series"].items()} == {
+        "loss": [9, 10], "eval/loss": [10], "eval/new": [10]}
+
+
+def test_state_endpoint_rejects_after_steps_that_are_not_steps_by_metric(team, run, client_for):
+    client = client_for(team.viewer)
+    for after_steps in ("[1]", '{"loss":"3"}', '{"loss":3.0}', '{"loss":true}', '{"loss":-2}', "{", '{"loss":1e99}'):
+        answer = client.get(url(run, "state.json") + "?after_step=1&after_steps=" + after_steps)
+        assert answer.status_code == 404, after_steps
+
 def test_an_api_read_of_the_points_after_a_step_leaves_the_runs_series_cache_unread(team, run):
     """Page speed: a script that follows a run through the API (``metrics/?after_step=``) loaded the run's
     series_cache (most of a megabyte for a finished run) at each read, which only a whole run's series use."""
