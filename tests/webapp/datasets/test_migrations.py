@@ -6,15 +6,20 @@ from tests.webapp.migrating import migrated_back_to
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def a_dataset_of_then(apps):
+    """The version model of the migrated-back state ``apps``, and a chat dataset of a new project made with it."""
+    Project = apps.get_model("projects", "Project")
+    Dataset = apps.get_model("datasets", "Dataset")
+    project = Project.objects.create(name="alpha", slug="alpha")
+    dataset = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+    return apps.get_model("datasets", "DatasetVersion"), dataset
+
+
 def test_file_names_stored_before_they_were_checked_as_names_lose_invisible_characters():
     """'report' + U+202E + 'lsx.csv' showed as 'reportvsc.xsl': stored names lose such characters and are put in
     NFC, as ``dataset_version_create`` stores them now; one of invisible characters only becomes 'upload'."""
     with migrated_back_to(("datasets", "0007_last_version_number")) as apps:
-        Project = apps.get_model("projects", "Project")
-        Dataset = apps.get_model("datasets", "Dataset")
-        DatasetVersion = apps.get_model("datasets", "DatasetVersion")
-        project = Project.objects.create(name="alpha", slug="alpha")
-        dataset = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+        DatasetVersion, dataset = a_dataset_of_then(apps)
         for number, filename in enumerate(("report\u202elsx.csv", "cafe\u0301.jsonl", "\u200b", "chats.jsonl"), 1):
             DatasetVersion.objects.create(public_id=f"dv_{number}", dataset=dataset, number=number, file_path="x",
                                           original_filename=filename, format="jsonl", size_bytes=1)
@@ -32,11 +37,7 @@ def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_not
             "line": None, "row": None, "field": None}
     problem = {"code": "bad_json", "message": "not JSON", "line": 3, "row": 3, "field": None}
     with migrated_back_to(("datasets", "0008_visible_filenames")) as apps:
-        Project = apps.get_model("projects", "Project")
-        Dataset = apps.get_model("datasets", "Dataset")
-        DatasetVersion = apps.get_model("datasets", "DatasetVersion")
-        project = Project.objects.create(name="alpha", slug="alpha")
-        dataset = Dataset.objects.create(project=project, name="chats", name_key="chats", kind="sft")
+        DatasetVersion, dataset = a_dataset_of_then(apps)
         for number, (status, errors) in enumerate((("validating", [note]), ("uploaded", [note]),
                                                    ("failed", [problem]), ("ready", [])), 1):
             DatasetVersion.objects.create(public_id=f"dv_{number}", dataset=dataset, number=number, file_path="x",
