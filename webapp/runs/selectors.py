@@ -606,7 +606,9 @@ def metric_series(*, run: Run, names: list[str] | None = None, after_step: int =
     last_step = run.current_step or points.aggregate(last=Max("step"))["last"]
     if last_step is None:
         return {}
-    whole = lowest < 0 and not after_steps  # times count from these rows' first point, as in a whole run's read
+    # Times count from the run's first point: these rows' first is that point only when they are every point of the
+    # run (no names picked out, none left before a step).
+    whole = lowest < 0 and not after_steps and not names
     span = last_step - max(lowest, 0)  # step 0 shares the first bucket with step 1 (see _grouped_buckets)
     if span <= max_points:
         # Sorted here: an ORDER BY name, step had the database take the (run, name, step) index, through every

@@ -1592,3 +1592,24 @@ def test_the_tokens_page_makes_a_token_that_ends_after_the_time_chosen(team, cli
     assert "<td><span class=\"muted\">never</span></td>" in listed
     ApiToken.objects.filter(name="ci-30").update(expires_at=timezone.now() - timedelta(days=1))
     assert "<strong>expired</strong>" in client.get("/accounts/tokens/").content.decode()
+
+
+def test_metric_times_count_from_the_runs_first_point_whatever_names_are_asked_for(world):
+    """``names`` with no ``after_step`` counted each point's time from those names' own first point: an evaluation
+    first logged 40 s into the run read 0 s there, and 40 s on the run page, state.json and a read of every name."""
+    _team, apis, _sent = world
+    status, run = apis["teammate"].call("POST", "/api/v1/projects/alpha/runs/", {"external": True, "name": "evals"})
+    path = f"/api/v1/projects/alpha/runs/{run['id']}/metrics/"
+    points = [{"step": step, "metrics": {"loss": 1.0 / step, **({"eval/loss": 2.0 / step} if step % 5 == 0 else {})}}
+              for step in range(1, 21)]
+    assert apis["teammate"].call("POST", path, {"points": points})[0] == 201
+    for point in MetricPoint.objects.filter(run__public_id=run["id"]):
+        MetricPoint.objects.filter(pk=point.pk).update(wall_time=1000.0 + 10 * point.step)
+    whole = apis["viewer"].call("GET", path)[1]["series"]
+    assert whole["eval/loss"]["time"] == [40.0, 90.0, 140.0, 190.0]
+    status, named = apis["viewer"].call("GET", path + "?names=eval/loss")
+    assert status == 200 and named["series"]["eval/loss"]["time"] == whole["eval/loss"]["time"]
+    # Reduced to buckets (more steps than max_points), the same.
+    status, reduced = apis["viewer"].call("GET", path + "?names=eval/loss&max_points=2")
+    assert status == 200 and reduced["series"]["eval/loss"]["downsampled"]
+    assert reduced["series"]["eval/loss"]["time"] == [10.0 * (step - 1) for step in reduced["series"]["eval/loss"]["step"]]
