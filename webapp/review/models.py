@@ -62,6 +62,9 @@ class Campaign(models.Model):
     # owner cancels it: the worker stops at its next slice of prompts).
     status = models.CharField(max_length=10, choices=CampaignStatus.choices, default=CampaignStatus.READY)
     load_error = models.TextField(blank=True)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "A word on the load or generation under way that is no failure: that its worker was lost and it starts over "
+        "(services.campaign_load_requeued, generation_lost). Its outcome clears it; load_error holds failures."))
     # A generated campaign's request (``services.campaign_generate``): the two models, the prompts, the
     # sampling settings; empty for other campaigns.
     generation = models.JSONField(default=dict, blank=True)
@@ -255,6 +258,9 @@ class Export(models.Model):
     dataset_name = models.CharField(max_length=100)
     status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.WRITING)
     error = models.TextField(blank=True)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "A word on the export being written that is no failure: that its worker was lost and it starts over "
+        "(services.export_requeued). Its outcome clears it; error holds a failure."))
     version = models.ForeignKey(DatasetVersion, on_delete=models.SET_NULL, null=True, related_name="+")
     options = models.JSONField(default=dict)
     reviewers = models.JSONField(default=list, help_text="Usernames of everyone whose reviews count.")

@@ -240,14 +240,14 @@ def campaign_load_request(*, campaign: Campaign) -> None:
     ``default`` queue, a ``generating`` one's generation on the ``serve`` queue."""
     if campaign.status == CampaignStatus.LOADING:
         # A new attempt: a load still running for an earlier one (the page offers this button while
-        # items arrive) stops at its next batch instead of writing the same sequence numbers as this one. A note of
+        # items arrive) stops at its next batch instead of writing the same sequence numbers as this one. A notice of
         # an earlier attempt's lost worker (``campaign_load_requeued``) is for that attempt.
-        Campaign.objects.filter(pk=campaign.pk).update(load_attempt=F("load_attempt") + 1, load_error="")
+        Campaign.objects.filter(pk=campaign.pk).update(load_attempt=F("load_attempt") + 1, notice="")
         attempt = Campaign.objects.values_list("load_attempt", flat=True).get(pk=campaign.pk)
         transaction.on_commit(lambda: _send(LOAD_TASK, [campaign.pk, attempt]))
     elif campaign.status == CampaignStatus.GENERATING:
-        # A note of an earlier, lost generation (``generation_lost``) is for the attempt it was about.
-        Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now(), load_error="")
+        # A notice of an earlier, lost generation (``generation_lost``) is for the attempt it was about.
+        Campaign.objects.filter(pk=campaign.pk).update(generation_progress_at=timezone.now(), notice="")
         transaction.on_commit(lambda: _send(GENERATE_TASK, [campaign.pk], queue=GENERATE_QUEUE))
     else:
         raise ValidationError({"status": f"campaign {isolated(campaign.name)} is {campaign.status}, not waiting for its items"})
@@ -306,7 +306,7 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
     mine = _current_load(campaign_id, attempt).filter(load_claim=claim)
     status, load_error = CampaignStatus.READY, ""
     if campaign.source_version is None:
-        mine.update(status=CampaignStatus.FAILED,
+        mine.update(status=CampaignStatus.FAILED, notice="",
                     load_error=f"the dataset version {campaign.source_label} was deleted before its items were loaded")
         return Campaign.objects.get(pk=campaign_id)
     read = collections.Counter()
@@ -326,7 +326,7 @@ def campaign_load_items(*, campaign_id: int, attempt: int | None = None) -> Camp
         status, load_error = CampaignStatus.FAILED, (
             f"every one of the {read['rows']} rows of {isolated(str(campaign.source_version))} has the same chosen "
             "and rejected answer, which leaves nothing to review; choose a version whose rows differ")
-    mine.update(status=status, load_error=load_error, identical_rows=read["identical"])
+    mine.update(status=status, load_error=load_error, notice="", identical_rows=read["identical"])
     campaign.refresh_from_db()
     logger.info("review campaign %s: %s, %s items", campaign.public_id, campaign.status, campaign.next_sequence - 1)
     return campaign
@@ -701,21 +701,24 @@ def generation_lost(*, campaign_id: int, heard_at: datetime | None, again: bool,
         logger.warning("review campaign %s deleted, its serve worker having died", campaign)
         return campaign
     campaign.generation_running = False
+    # A campaign still generating is told in its notice: it has not failed, and whether it will is for its next
+    # worker to tell.
     if campaign.status == CampaignStatus.GENERATING:
         total = 2 * campaign.generation.get("prompts", {}).get("count", 0)
         stopped = (f"the serve worker answering it stopped answering at {when(heard_at)} (killed, out of memory, or "
                    f"its host lost), after {campaign.generated_answers} of {total} answers")
         if again:
-            campaign.status = CampaignStatus.FAILED
+            campaign.status, campaign.notice = CampaignStatus.FAILED, ""
             campaign.load_error = (f"{stopped}, and so had the worker answering it before; no items were made. Its "
                                    "prompts may be what stops them (out of memory): start another campaign with "
                                    "fewer prompts, fewer new tokens or smaller models")
         elif queued:
-            campaign.load_error = f"{stopped}; its prompts were queued again, and are answered from the first"
+            campaign.notice = f"{stopped}; its prompts were queued again, and are answered from the first"
         else:
-            campaign.load_error = f"{stopped}, and Redis holds its message nowhere"
-    campaign.save(update_fields=["generation_running", "status", "load_error"])
-    logger.warning("review campaign %s: its serve worker died; %s", campaign.public_id, campaign.load_error or "released")
+            campaign.notice = f"{stopped}, and Redis holds its message nowhere"
+    campaign.save(update_fields=["generation_running", "status", "load_error", "notice"])
+    logger.warning("review campaign %s: its serve worker died; %s", campaign.public_id,
+                   campaign.load_error or campaign.notice or "released")
     return campaign
 
 
@@ -744,14 +747,14 @@ def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign 
         for campaign in loading:
             if (campaign.pk, campaign.load_attempt) in abandoned and Campaign.objects.filter(
                     pk=campaign.pk, status=CampaignStatus.LOADING, load_attempt=campaign.load_attempt).update(
-                    status=CampaignStatus.FAILED, load_error=LOAD_WORKERS_LOST):
+                    status=CampaignStatus.FAILED, load_error=LOAD_WORKERS_LOST, notice=""):
                 logger.warning("review campaign %s failed: %s", campaign.public_id, LOAD_WORKERS_LOST)
                 failed.append(campaign)
     if writing and (deliveries := task_deliveries(task=EXPORT_TASK, now=now)) is not None:
         abandoned = deliveries.abandoned(delivered_before=delivered_before)
         for export in writing:
             if (export.pk,) in abandoned and Export.objects.filter(pk=export.pk, status=ExportStatus.WRITING).update(
-                    status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST):
+                    status=ExportStatus.FAILED, error=EXPORT_WORKERS_LOST, notice=""):
                 logger.warning("review export %s failed: %s", export.pk, EXPORT_WORKERS_LOST)
                 failed.append(export)
     return failed
@@ -759,22 +762,24 @@ def review_work_fail_abandoned(*, now: datetime | None = None) -> list[Campaign 
 
 def campaign_load_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say on a loading campaign that its load's worker was lost and the load was queued again
-    (``workers.deliveries.FIRST_LOSS_NOTES``), in ``load_error``, which its page shows while it loads and the load's
-    outcome replaces. Whether it was said (not for a load ended, or asked again, meanwhile)."""
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``notice``, which its page shows while it loads and the load's
+    outcome clears; not in ``load_error``, which holds failures only. Whether it was said (not for a load ended, or
+    asked again, meanwhile)."""
     campaign_id, *attempt = arguments
     loading = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.LOADING)
     if attempt:  # a message sent before attempts were numbered loads as the current one
         loading = loading.filter(load_attempt=attempt[0])
-    return loading.update(load_error=lost.note(doing="loading its items", work="the load")) > 0
+    return loading.update(notice=lost.note(doing="loading its items", work="the load")) > 0
 
 
 def export_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say on an export being written that its worker was lost and the export was queued again
-    (``workers.deliveries.FIRST_LOSS_NOTES``), in ``error``, which the campaign page shows while it is written and
-    the export's outcome replaces. Whether it was said (not for an export written meanwhile)."""
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``notice``, which the campaign page shows while it is written
+    and the export's outcome clears; not in ``error``, which holds a failure only. Whether it was said (not for an
+    export written meanwhile)."""
     (export_id,) = arguments
     return Export.objects.filter(pk=export_id, status=ExportStatus.WRITING).update(
-        error=lost.note(doing="writing this export", work="the export")) > 0
+        notice=lost.note(doing="writing this export", work="the export")) > 0
 
 
 @transaction.atomic
@@ -792,7 +797,8 @@ def generation_cancel(*, campaign: Campaign, user: AbstractBaseUser) -> Campaign
     campaign.status = CampaignStatus.CANCELLED
     campaign.load_error = (f"{isolated(user.get_username())} cancelled the generation after {campaign.generated_answers} of "
                            f"{total} answers; no items were made, as each pair needs both models' answers")
-    campaign.save(update_fields=["status", "load_error"])
+    campaign.notice = ""
+    campaign.save(update_fields=["status", "load_error", "notice"])
     logger.info("review campaign %s: generation cancelled by %s", campaign.public_id, user.get_username())
     return campaign
 
@@ -843,7 +849,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
         campaign.status = CampaignStatus.READY
     campaign.generation = {**generation, "empty_answers": empty, "identical_answers": identical}
     campaign.generated_answers = 2 * len(prompts)
-    campaign.save(update_fields=["status", "load_error", "generation", "generated_answers"])
+    campaign.notice = ""
+    campaign.save(update_fields=["status", "load_error", "notice", "generation", "generated_answers"])
     logger.info("review campaign %s: %s, %s pairs generated, %s left out empty, %s identical", campaign.public_id,
                 campaign.status, len(pairs), empty, identical)
     return Campaign.objects.get(pk=campaign.pk)
@@ -852,7 +859,7 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
 def generation_fail(*, campaign_id: int, reason: str) -> None:
     """A generating campaign could not get its answers: it fails with ``reason`` and has no items."""
     updated = Campaign.objects.filter(pk=campaign_id, status=CampaignStatus.GENERATING).update(
-        status=CampaignStatus.FAILED, load_error=reason)
+        status=CampaignStatus.FAILED, load_error=reason, notice="")
     if updated:
         logger.warning("review campaign %s: generation failed: %s", campaign_id, reason)
 
@@ -881,7 +888,8 @@ def campaign_delete(*, campaign: Campaign, stop_generation: bool = False) -> boo
         campaign.delete_when_stopped = True
         campaign.load_error = ("it is being deleted: it goes once the serve worker has answered the prompts under "
                                "way, in a moment")
-        campaign.save(update_fields=["status", "delete_when_stopped", "load_error"])
+        campaign.notice = ""
+        campaign.save(update_fields=["status", "delete_when_stopped", "load_error", "notice"])
         logger.info("review campaign %s: deleted once its serve worker stops", campaign.public_id)
         return False
     campaign.delete()
@@ -1237,11 +1245,11 @@ def export_write(*, export_id: int) -> Export:
                 export.version = dataset_services.dataset_version_create(
                     dataset=dataset, upload=upload, file_format="jsonl", column_mapping={}, user=export.created_by)
                 # Done or failed once the version's own validation settles (export_settle).
-                export.status, export.error = ExportStatus.VALIDATING, ""  # a lost worker's note is over
-                export.save(update_fields=["version", "status", "error", "counts", "reviewers", "agreement"])
+                export.status, export.notice = ExportStatus.VALIDATING, ""  # a lost worker's notice is over
+                export.save(update_fields=["version", "status", "notice", "counts", "reviewers", "agreement"])
         except ValidationError as error:
-            export.status, export.error = ExportStatus.FAILED, " ".join(error.messages)
-            export.save(update_fields=["status", "error", "counts", "reviewers", "agreement"])
+            export.status, export.error, export.notice = ExportStatus.FAILED, " ".join(error.messages), ""
+            export.save(update_fields=["status", "error", "notice", "counts", "reviewers", "agreement"])
     finally:
         upload.close()
     logger.info("review export %s of %s: %s, %s", export.pk, campaign.public_id, export.status, counts)

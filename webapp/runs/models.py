@@ -346,6 +346,9 @@ class CheckpointExport(models.Model):
     status = models.CharField(max_length=10, choices=CheckpointExportStatus.choices,
                               default=CheckpointExportStatus.EXPORTING)
     error_message = models.TextField(blank=True)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "A word on the export under way that is no failure: that its worker was lost and it starts over "
+        "(services.checkpoint_export_requeued). Its outcome clears it; error_message holds a failure."))
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -386,6 +389,9 @@ class ServingCopy(models.Model):
     scheme = models.CharField(max_length=8, choices=[(name, name) for name in SERVING_COPY_SCHEMES], default="int8")
     status = models.CharField(max_length=10, choices=ServingCopyStatus.choices, default=ServingCopyStatus.WRITING)
     error_message = models.TextField(blank=True)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "A word on the copy being written that is no failure: that its worker was lost and it starts over "
+        "(serving_copies.serving_copy_requeued). Its outcome clears it; error_message holds a failure."))
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -1082,9 +1082,9 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
         if export.status == CheckpointExportStatus.EXPORTING:
             raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is being exported; "
                                            "it is listed on the run's page once it is done"})
-        export.status, export.error_message = CheckpointExportStatus.EXPORTING, ""
+        export.status, export.error_message, export.notice = CheckpointExportStatus.EXPORTING, "", ""
         export.requested_by = user if user and user.is_authenticated else None
-        export.save(update_fields=["status", "error_message", "requested_by", "updated_at"])
+        export.save(update_fields=["status", "error_message", "notice", "requested_by", "updated_at"])
     log_line(run, f"export of checkpoint {step} queued by {user.get_username() if user else 'the system'}")
     run_pk = run.pk
     transaction.on_commit(lambda: celery_app.send_task(EXPORT_CHECKPOINT_TASK, args=[run_pk, step],
@@ -1120,7 +1120,8 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
     export, _ = CheckpointExport.objects.select_for_update(of=("self",)).get_or_create(run=run, step=step)
     export.status = CheckpointExportStatus.EXPORTED if failure is None else CheckpointExportStatus.FAILED
     export.error_message = (failure or "")[:4000]
-    export.save(update_fields=["status", "error_message", "updated_at"])
+    export.notice = ""
+    export.save(update_fields=["status", "error_message", "notice", "updated_at"])
     still_exporting = list(run.checkpoint_exports.filter(status=CheckpointExportStatus.EXPORTING)
                            .values_list("step", flat=True))
     event = {"type": "checkpoint", "step": step, "status": export.status, "exporting": still_exporting}
@@ -1131,13 +1132,13 @@ def checkpoint_export_finish(*, run: Run, step: int, export_dir: Path | None = N
 
 def checkpoint_export_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say on a checkpoint being exported that its worker was lost and the export was queued again
-    (``workers.deliveries.FIRST_LOSS_NOTES``): in its ``error_message``, which the run page shows beside "exporting"
-    and the export's outcome replaces, and in the run's log. Whether it was said (not for an export ended
+    (``workers.deliveries.FIRST_LOSS_NOTES``): in its ``notice``, which the run page shows beside "exporting" and
+    the export's outcome clears (not in ``error_message``, which holds a failure only), and in the run's log. Whether it was said (not for an export ended
     meanwhile). ``updated_at`` is kept: ``checkpoint_exports_fail_lost`` counts the export's silence from it."""
     run_pk, step = arguments
     note = lost.note(doing=f"exporting checkpoint {step}", work="the export")
     if not CheckpointExport.objects.filter(run_id=run_pk, step=step, status=CheckpointExportStatus.EXPORTING).update(
-            error_message=note):
+            notice=note):
         return False
     log_line(Run.objects.get(pk=run_pk), note, level=LogLevel.WARNING)
     return True

@@ -318,8 +318,9 @@ def serving_copy_request(*, project: Project, user: AbstractBaseUser | None, sch
         if copy.status == ServingCopyStatus.WRITING and not _message_lost(copy):
             return copy, False
         copy.scheme, copy.eval_version, copy.requested_by = scheme, eval_version, requested_by
-        copy.status, copy.error_message = ServingCopyStatus.WRITING, ""
-        copy.save(update_fields=["scheme", "eval_version", "requested_by", "status", "error_message", "updated_at"])
+        copy.status, copy.error_message, copy.notice = ServingCopyStatus.WRITING, "", ""
+        copy.save(update_fields=["scheme", "eval_version", "requested_by", "status", "error_message", "notice",
+                                 "updated_at"])
     copy_pk = copy.pk
     transaction.on_commit(lambda: celery_app.send_task(MAKE_COPY_TASK, args=[copy_pk], queue=MAKE_COPY_QUEUE))
     return copy, True
@@ -380,9 +381,9 @@ def serving_copies_give_up_stale(*, copies: list[ServingCopy]) -> None:
             continue
         reason, now = _stale_reason(copy.updated_at), timezone.now()
         if ServingCopy.objects.filter(pk=copy.pk, status=ServingCopyStatus.WRITING, updated_at=copy.updated_at).update(
-                status=ServingCopyStatus.FAILED, error_message=reason, updated_at=now):
+                status=ServingCopyStatus.FAILED, error_message=reason, notice="", updated_at=now):
             logger.warning("serving copy %s given up: %s", copy.pk, reason)
-            copy.status, copy.error_message, copy.updated_at = ServingCopyStatus.FAILED, reason, now
+            copy.status, copy.error_message, copy.notice, copy.updated_at = ServingCopyStatus.FAILED, reason, "", now
 
 
 def _automatic_copy_given_up(run: Run, scheme: str) -> ServingCopy | None:
@@ -427,12 +428,13 @@ def serving_copy_pending(*, copy_pk: int) -> ServingCopy | None:
 
 def serving_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
     """Say on a copy being written that its worker was lost and the copy was queued again
-    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``error_message``, which its card shows beside "being
-    written" and the copy's outcome replaces. Whether it was said (not for a copy ended meanwhile).
+    (``workers.deliveries.FIRST_LOSS_NOTES``), in its ``notice``, which its card shows beside "being written" and
+    the copy's outcome clears; not in ``error_message``, which holds a failure only. Whether it was said (not for a
+    copy ended meanwhile).
     ``updated_at`` is kept: a copy's silence is counted from it (``serving_copies_give_up_stale``)."""
     (copy_pk,) = arguments
     return ServingCopy.objects.filter(pk=copy_pk, status=ServingCopyStatus.WRITING).update(
-        error_message=lost.note(doing="writing this copy", work="the copy")) > 0
+        notice=lost.note(doing="writing this copy", work="the copy")) > 0
 
 
 def automatic_copy_requeued(arguments: tuple, *, lost: LostWorker) -> bool:
@@ -458,7 +460,8 @@ def serving_copy_finish(*, copy_pk: int, error: BaseException | str | None = Non
     copy.status = ServingCopyStatus.READY if error is None else ServingCopyStatus.FAILED
     reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     copy.error_message = "" if error is None else reason[:4000]
-    copy.save(update_fields=["status", "error_message", "updated_at"])
+    copy.notice = ""
+    copy.save(update_fields=["status", "error_message", "notice", "updated_at"])
     return copy
 
 
@@ -469,8 +472,8 @@ def copy_state(copy: ServingCopy | None, directory: Path, *, unmeasured: str = R
     figures = copy_figures(directory)
     served = str(figures.get("scheme", "")) if figures else ""
     if copy is not None and copy.status == ServingCopyStatus.WRITING:
-        # ``error_message`` while writing: the note of a worker lost on it once (``serving_copy_requeued``).
-        return {"state": "writing", "scheme": copy.scheme, "served": served, "copy": copy, "note": copy.error_message}
+        # The notice of a worker lost on it once (``serving_copy_requeued``).
+        return {"state": "writing", "scheme": copy.scheme, "served": served, "copy": copy, "note": copy.notice}
     if copy is not None and copy.status == ServingCopyStatus.FAILED:
         return {"state": "failed", "message": copy.error_message, "scheme": copy.scheme, "served": served,
                 "copy": copy}

@@ -612,12 +612,20 @@ def test_a_generation_whose_worker_died_says_when_and_is_queued_again(team, clie
     settled = services.generation_lost(campaign_id=campaign.pk, heard_at=heard_at, again=False, queued=True)
     assert settled.status == CampaignStatus.GENERATING and not settled.generation_running
     stopped = timezone.localtime(heard_at)
-    assert settled.load_error == (f"the serve worker answering it stopped answering at {stopped:%Y-%m-%d %H:%M} "
-                                  f"{stopped.tzname()} (killed, out of memory, or its host lost), after 3 of 4 "
-                                  "answers; its prompts were queued again, and are answered from the first")
+    # A notice, not its load_error: the generation has not failed, and a failure later is told as one alone.
+    assert settled.load_error == "" and settled.notice == (
+        f"the serve worker answering it stopped answering at {stopped:%Y-%m-%d %H:%M} {stopped.tzname()} (killed, out "
+        "of memory, or its host lost), after 3 of 4 answers; its prompts were queued again, and are answered from the "
+        "first")
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
     assert f'<p class="generation-note">The serve worker answering it stopped answering at {stopped:%Y-%m-%d %H:%M}' in (
         page.content.decode())
+    services.generation_fail(campaign_id=campaign.pk, reason="Base model: falcon cannot answer row 2")
+    failed = Campaign.objects.get(pk=campaign.pk)
+    assert (failed.status, failed.load_error, failed.notice) == (
+        CampaignStatus.FAILED, "Base model: falcon cannot answer row 2", "")
+    page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
+    assert "campaign-failed" in page.content.decode() and "stopped answering" not in page.content.decode()
 
 
 def test_a_generation_whose_workers_died_twice_fails_with_the_reason(team, client_for, models, prompts_version):
@@ -625,7 +633,7 @@ def test_a_generation_whose_workers_died_twice_fails_with_the_reason(team, clien
     settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=True,
                                        queued=True)
     assert settled.status == CampaignStatus.FAILED and not settled.generation_running and not settled.items.exists()
-    assert settled.load_error.endswith("after 3 of 4 answers, and so had the worker answering it before; no items "
+    assert settled.notice == "" and settled.load_error.endswith("after 3 of 4 answers, and so had the worker answering it before; no items "
                                        "were made. Its prompts may be what stops them (out of memory): start another "
                                        "campaign with fewer prompts, fewer new tokens or smaller models")
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
@@ -637,10 +645,11 @@ def test_a_lost_generation_queued_again_by_hand_loses_its_note(team, models, pro
     campaign = taken_up_then_silent(generate(team, models, prompts_version))
     settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=False,
                                        queued=False)
-    assert settled.load_error.endswith("after 3 of 4 answers, and Redis holds its message nowhere")
+    assert settled.load_error == "" and settled.notice.endswith(
+        "after 3 of 4 answers, and Redis holds its message nowhere")
     with django_capture_on_commit_callbacks(execute=True):
         services.campaign_load_request(campaign=settled)
-    assert Campaign.objects.get(pk=campaign.pk).load_error == ""
+    assert Campaign.objects.get(pk=campaign.pk).notice == ""
     assert sent_tasks[-1] == (services.GENERATE_TASK, [campaign.pk], "serve")
 
 
@@ -658,7 +667,7 @@ def test_a_cancelled_generation_whose_worker_died_releases_its_models(team, mode
     settled = services.generation_lost(campaign_id=campaign.pk, heard_at=campaign.generation_progress_at, again=False,
                                        queued=False)
     assert settled.status == CampaignStatus.CANCELLED and not settled.generation_running
-    assert settled.load_error == cancelled.load_error
+    assert settled.load_error == cancelled.load_error and settled.notice == ""
 
 
 def test_a_generation_heard_from_since_it_was_read_is_left_alone(team, models, prompts_version):
@@ -668,3 +677,4 @@ def test_a_generation_heard_from_since_it_was_read_is_left_alone(team, models, p
                                     queued=True) is None
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.GENERATING and campaign.generation_running and not campaign.load_error
+    assert not campaign.notice

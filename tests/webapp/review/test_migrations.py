@@ -105,3 +105,45 @@ def test_live_item_leases_become_lease_rows():
 
     assert [(lease.item.sequence, lease.reviewer.username, lease.until) for lease in Lease.objects.all()] == [
         (2, "carol", now + timedelta(minutes=8))]
+
+
+def test_the_note_that_a_loads_or_exports_worker_was_lost_moves_from_the_error_to_the_notice_and_back():
+    """The note that a campaign's load or generation, or an export, lost its worker and started over was stored in
+    ``load_error`` and ``error``, where it read as a failure: a campaign still loading or generating, and an export
+    still being written, have it as their ``notice`` instead, and those fields hold failures only. Migrated back,
+    the notice is in its error field again."""
+    before = ("review", "0018_campaign_delete_when_stopped")
+    with migrated_back_to(before) as apps:
+        Project = apps.get_model("projects", "Project")
+        Campaign = apps.get_model("review", "Campaign")
+        Export = apps.get_model("review", "Export")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        for public_id, status, load_error in (("rc_loading", "loading", "the worker loading its items was lost"),
+                                              ("rc_generating", "generating", "its prompts were queued again"),
+                                              ("rc_failed", "failed", "could not read prefs v1"),
+                                              ("rc_cancelled", "cancelled", "alpha-owner cancelled the generation"),
+                                              ("rc_ready", "ready", "")):
+            Campaign.objects.create(public_id=public_id, project=project, name=public_id, status=status,
+                                    load_error=load_error)
+        campaign = Campaign.objects.get(public_id="rc_ready")
+        for name, status, error in (("writing", "writing", "the worker writing this export was lost"),
+                                    ("failed", "failed", "no pair was left to write"), ("done", "done", "")):
+            Export.objects.create(campaign=campaign, dataset_name=name, status=status, error=error)
+    from webapp.review.models import Campaign as CurrentCampaign, Export as CurrentExport
+
+    assert {public_id: (load_error, notice) for public_id, load_error, notice
+            in CurrentCampaign.objects.values_list("public_id", "load_error", "notice")} == {
+        "rc_loading": ("", "the worker loading its items was lost"),
+        "rc_generating": ("", "its prompts were queued again"), "rc_failed": ("could not read prefs v1", ""),
+        "rc_cancelled": ("alpha-owner cancelled the generation", ""), "rc_ready": ("", "")}
+    assert {name: (error, notice) for name, error, notice
+            in CurrentExport.objects.values_list("dataset_name", "error", "notice")} == {
+        "writing": ("", "the worker writing this export was lost"), "failed": ("no pair was left to write", ""),
+        "done": ("", "")}
+    with migrated_back_to(before) as apps:
+        assert dict(apps.get_model("review", "Campaign").objects.values_list("public_id", "load_error")) == {
+            "rc_loading": "the worker loading its items was lost", "rc_generating": "its prompts were queued again",
+            "rc_failed": "could not read prefs v1", "rc_cancelled": "alpha-owner cancelled the generation",
+            "rc_ready": ""}
+        assert dict(apps.get_model("review", "Export").objects.values_list("dataset_name", "error")) == {
+            "writing": "the worker writing this export was lost", "failed": "no pair was left to write", "done": ""}

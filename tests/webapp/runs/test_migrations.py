@@ -42,3 +42,33 @@ def test_tags_stored_before_invisible_characters_were_refused_lose_them():
 
     assert dict(CurrentRun.objects.values_list("public_id", "tags")) == {
         "run_hidden": ["baseline", "caf\u00e9"], "run_clean": ["baseline", "lr-sweep"], "run_none": []}
+
+
+def test_the_note_that_an_exports_or_copys_worker_was_lost_moves_from_the_error_to_the_notice_and_back():
+    """The note that a checkpoint export's or a serving copy's worker was lost and the work started over was stored
+    as its ``error_message``, where it read as a failure: one still under way has it as its ``notice`` instead, and
+    ``error_message`` holds failures only. Migrated back, the notice is its ``error_message`` again."""
+    before = ("runs", "0017_metricpoint_run_step")
+    note = "the worker exporting checkpoint 5 (w1) was lost; the export was queued again"
+    with migrated_back_to(before) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        CheckpointExport = apps.get_model("runs", "CheckpointExport")
+        ServingCopy = apps.get_model("runs", "ServingCopy")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        run = Run.objects.create(public_id="run_a", project=project, name="r", task="sft", spec={}, resolved_spec={})
+        for step, status, message in ((5, "exporting", note), (6, "failed", "disk full"), (7, "exporting", "")):
+            CheckpointExport.objects.create(run=run, step=step, status=status, error_message=message)
+            ServingCopy.objects.create(project=project, run=run, step=step,
+                                       status={"exporting": "writing"}.get(status, status), error_message=message)
+    from webapp.runs.models import CheckpointExport as CurrentExport, ServingCopy as CurrentCopy
+
+    moved = {5: ("", note), 6: ("disk full", ""), 7: ("", "")}
+    assert {step: (error, notice) for step, error, notice
+            in CurrentExport.objects.values_list("step", "error_message", "notice")} == moved
+    assert {step: (error, notice) for step, error, notice
+            in CurrentCopy.objects.values_list("step", "error_message", "notice")} == moved
+    with migrated_back_to(before) as apps:
+        for model in ("CheckpointExport", "ServingCopy"):
+            assert dict(apps.get_model("runs", model).objects.values_list("step", "error_message")) == {
+                5: note, 6: "disk full", 7: ""}, model

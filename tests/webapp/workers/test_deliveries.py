@@ -386,9 +386,10 @@ def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, clien
 
     loading.refresh_from_db()
     export.refresh_from_db()
-    assert loading.status == CampaignStatus.LOADING and loading.load_error == (
+    # Notices, not errors: a load or an export starting over has not failed, and its outcome's error is its own.
+    assert loading.status == CampaignStatus.LOADING and loading.load_error == "" and loading.notice == (
         f"the worker loading its items {lost}; the load was queued again and starts over on the next free worker")
-    assert export.status == ExportStatus.WRITING and export.error == (
+    assert export.status == ExportStatus.WRITING and export.error == "" and export.notice == (
         f"the worker writing this export {lost}; the export was queued again and starts over on the next free worker")
     page = client_for(team.owner).get(f"{project}/review/{loading.public_id}/").content.decode()
     assert "Loading items from" in page and f"The worker loading its items ({dead.name}" in page
@@ -396,7 +397,7 @@ def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, clien
     assert "writing <bdi>out</bdi>…" in page and f"The worker writing this export ({dead.name}" in page
 
     exporting = CheckpointExport.objects.get(run=run, step=5)
-    assert exporting.status == "exporting" and exporting.error_message == (
+    assert exporting.status == "exporting" and exporting.error_message == "" and exporting.notice == (
         f"the worker exporting checkpoint 5 {lost}; the export was queued again and starts over on the next free "
         "worker")
     page = client_for(team.owner).get(f"{project}/runs/{run.public_id}/").content.decode()
@@ -408,7 +409,8 @@ def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, clien
     page = client_for(team.owner).get(f"{project}/pipelines/{pipeline.public_id}/").content.decode()
     assert pipeline.message in page
     copy.refresh_from_db()
-    assert copy.status == ServingCopyStatus.WRITING and copy.updated_at == copy_written_at and copy.error_message == (
+    assert copy.status == ServingCopyStatus.WRITING and copy.updated_at == copy_written_at and copy.error_message == ""
+    assert copy.notice == (
         f"the worker writing this copy {lost}; the copy was queued again and starts over on the next free worker")
     card = render_to_string("serving/_copy_state.html", {
         "copy": serving_copies.copy_state(copy, serving_copies.base_model_copy_dir(base_model)), "of": "the model"})
@@ -416,7 +418,7 @@ def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, clien
     delivered = [delivery for delivery in restored if delivery.tag == lost_unheard][0].delivered_at
     taken = when(datetime.fromtimestamp(delivered, tz=dt_timezone.utc))
     assert list(run.log_lines.values_list("level", "message")) == [
-        ("warning", exporting.error_message),
+        ("warning", exporting.notice),
         ("warning", f"{pipeline.message} (pipeline {isolated('sft-serve')})"),
         ("warning", f"the worker writing the serving copy of its final model (which took it at {taken} and was not "
                     "heard from since) was lost: killed, out of memory, or its host lost; the copy was queued again "
@@ -428,4 +430,16 @@ def test_work_whose_worker_was_lost_once_says_so_as_it_starts_over(broker, clien
     assert checking.errors == [] and checking.error_count == 0
     assert review_services.campaign_load_items(campaign_id=loading.pk, attempt=1).status == CampaignStatus.READY
     loading.refresh_from_db()
-    assert loading.load_error == ""
+    assert loading.load_error == "" and loading.notice == ""
+    # An outcome that is a failure is the error alone, shown as one, and the note of the lost worker is gone.
+    export = review_services.export_write(export_id=export.pk)  # no complete item: nothing to write
+    assert export.status == ExportStatus.FAILED and export.error.startswith("no pair was left to write")
+    assert Export.objects.get(pk=export.pk).notice == ""
+    page = client_for(team.owner).get(f"{project}/review/{ready.public_id}/").content.decode()
+    assert "no pair was left to write" in page and "The worker writing this export" not in page
+    exported = run_services.checkpoint_export_finish(run=run, step=5, failure="the disk is full")
+    assert (exported.status, exported.error_message, exported.notice) == ("failed", "the disk is full", "")
+    page = client_for(team.owner).get(f"{project}/runs/{run.public_id}/").content.decode()
+    assert "export failed" in page and "The worker exporting checkpoint 5" not in page
+    copy = serving_copies.serving_copy_finish(copy_pk=copy.pk, error="out of memory")
+    assert (copy.status, copy.error_message, copy.notice) == (ServingCopyStatus.FAILED, "out of memory", "")
