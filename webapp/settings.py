@@ -22,10 +22,13 @@ SECRET_KEY = secret_key(env_str("TEMPER_SECRET_KEY", ""), DATA_ROOT)
 DEBUG = env_bool("TEMPER_DEBUG", False)
 ALLOWED_HOSTS = env_list("TEMPER_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("TEMPER_CSRF_TRUSTED_ORIGINS", [])
-# Served over HTTPS by a proxy in front (TEMPER_HTTPS=1): the session and CSRF cookies are sent over HTTPS only,
-# a request is secure when the proxy says it came so (X-Forwarded-Proto, which the proxy must set itself and
-# never pass on from the client; believed only from TEMPER_TRUSTED_PROXIES, below), and browsers are told to use
-# HTTPS for TEMPER_HSTS_SECONDS.
+# Served over HTTPS (TEMPER_HTTPS=1), by uvicorn itself (--ssl-keyfile, or UVICORN_SSL_KEYFILE) or by a proxy in
+# front: the session and CSRF cookies are sent over HTTPS only, a request is secure when it came over HTTPS or a
+# proxy says it did (X-Forwarded-Proto, which the proxy must set itself and never pass on from the client; believed
+# only from TEMPER_TRUSTED_PROXIES, below), and browsers are told to use HTTPS for TEMPER_HSTS_SECONDS. With no
+# proxy listed a request is read as it came, which is right for uvicorn's own HTTPS; behind an HTTPS proxy left out
+# of the list every request reads as plain HTTP, and the refused form's page says what to set
+# (webapp.core.views.csrf_failure).
 SERVED_OVER_HTTPS = env_bool("TEMPER_HTTPS", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SERVED_OVER_HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if SERVED_OVER_HTTPS else None
@@ -157,12 +160,6 @@ TEMPER_METRICS_ALLOW = env_networks("TEMPER_METRICS_ALLOW")
 # Reverse proxies whose X-Forwarded-For is believed (webapp.core.addresses.client_address): addresses or networks,
 # none by default, when a request's address is its direct peer's whatever it forwards.
 TEMPER_TRUSTED_PROXIES = env_networks("TEMPER_TRUSTED_PROXIES")
-if SERVED_OVER_HTTPS and not TEMPER_TRUSTED_PROXIES:
-    raise ValueError(
-        "environment variable TEMPER_HTTPS=1 says a proxy serves Temper over HTTPS, but TEMPER_TRUSTED_PROXIES is "
-        "empty: X-Forwarded-Proto is believed only from a listed proxy, so every request would read as plain HTTP "
-        "and every form be refused (its https Origin not this server's); list that proxy's address in "
-        "TEMPER_TRUSTED_PROXIES (127.0.0.1 for one on the same host), or set TEMPER_HTTPS=0")
 # Who may create a project (webapp.projects.selectors.may_create_project): any signed-in account, or staff only.
 TEMPER_PROJECT_CREATORS = env_choice("TEMPER_PROJECT_CREATORS", "everyone", ("everyone", "staff"))
 # A sweep (webapp.runs.sweeps) launches at most this many runs: the product of its keys' value counts.

@@ -128,11 +128,30 @@ for remote in ("127.0.0.1", "192.0.2.50"):
     assert run(TEMPER_HTTPS="0", TEMPER_TRUSTED_PROXIES="127.0.0.1") == ["False", "False", "False", "None"] * 2
 
 
-def test_https_behind_no_trusted_proxy_is_refused_at_startup():
-    """X-Forwarded-Proto is believed only from TEMPER_TRUSTED_PROXIES: TEMPER_HTTPS=1 with none listed would read
-    every request as plain HTTP, and the browser's https Origin would fail every form's CSRF check."""
-    result = run_settings("import django; django.setup()", TEMPER_HTTPS="1")
-    assert result.returncode != 0
-    assert ("environment variable TEMPER_HTTPS=1 says a proxy serves Temper over HTTPS, but TEMPER_TRUSTED_PROXIES "
-            "is empty") in result.stderr
-    assert "list that proxy's address in TEMPER_TRUSTED_PROXIES (127.0.0.1 for one on the same host)" in result.stderr
+def test_https_served_by_uvicorn_itself_needs_no_proxy_and_a_plain_http_form_says_what_to_set():
+    """TEMPER_HTTPS=1 with no TEMPER_TRUSTED_PROXIES stopped Temper at startup, asking for a proxy's address: but
+    uvicorn serving HTTPS itself (--ssl-keyfile) hands Django requests that are HTTPS already (the ASGI scheme), and
+    no proxy header is needed or believed. It starts; a request that came over HTTPS is secure, whatever a client's
+    X-Forwarded-Proto says; one that came as plain HTTP, as through an HTTPS proxy not listed, has its form refused
+    by a page that names the settings, and the log names the address to list."""
+    code = """
+import django; django.setup()
+from django.test import Client
+secure = Client(HTTP_X_FORWARDED_PROTO="http").get("/accounts/login/", secure=True)
+print(secure.wsgi_request.is_secure(), secure.headers.get("Strict-Transport-Security"))
+plain = Client(enforce_csrf_checks=True, HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR="10.1.2.3")
+plain.get("/accounts/login/")
+refused = plain.post("/accounts/login/", {"username": "a", "password": "b"}, HTTP_ORIGIN="https://testserver")
+print(refused.status_code)
+print(refused.content.decode())
+"""
+    result = run_settings(code, TEMPER_HTTPS="1", TEMPER_HSTS_SECONDS="3600")
+    assert result.returncode == 0, result.stderr
+    secure, status, page = result.stdout.split("\n", 2)
+    assert (secure, status) == ("True max-age=3600", "403")
+    assert ("This form could not be accepted: Temper is set to be served over HTTPS (TEMPER_HTTPS=1), but this request "
+            "reached it as plain HTTP.") in page
+    assert "list that proxy&#x27;s address in TEMPER_TRUSTED_PROXIES" in page and "TEMPER_HTTPS=0" in page
+    assert "10.1.2.3" not in page  # a network's addresses are for its administrator: the log has it
+    assert ("a form reached Temper as plain HTTP from 10.1.2.3 under TEMPER_HTTPS=1: if 10.1.2.3 is a proxy serving "
+            "HTTPS, list it in TEMPER_TRUSTED_PROXIES") in result.stderr

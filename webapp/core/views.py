@@ -1,3 +1,4 @@
+import logging
 from collections.abc import Callable
 from functools import wraps
 
@@ -10,6 +11,8 @@ from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.views import defaults
 
+logger = logging.getLogger(__name__)
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe for compose and load balancers: no database, no login."""
@@ -19,7 +22,20 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """A refused form in Temper's own 403 page (settings.CSRF_FAILURE_VIEW). Django's page is a bare
     one that speaks of Referer headers and cookies; what a person mostly hit is a form left open
-    across a new login (a new token), and what helps is to reload it and submit again."""
+    across a new login (a new token), and what helps is to reload it and submit again. Under
+    ``TEMPER_HTTPS=1`` a form that came as plain HTTP fails whatever is reloaded (its https Origin is not
+    this server's, its Secure cookie was not sent): the setup is at fault, and the page says which settings
+    to set, the log which address to list (an address of the server's network is not for every visitor)."""
+    if settings.SERVED_OVER_HTTPS and not request.is_secure():
+        peer = request.META.get("REMOTE_ADDR", "")
+        logger.warning("a form reached Temper as plain HTTP from %s under TEMPER_HTTPS=1: if %s is a proxy serving "
+                       "HTTPS, list it in TEMPER_TRUSTED_PROXIES and have it set X-Forwarded-Proto", peer, peer)
+        message = ("This form could not be accepted: Temper is set to be served over HTTPS (TEMPER_HTTPS=1), but this "
+                   "request reached it as plain HTTP. If a reverse proxy serves HTTPS in front of Temper, an "
+                   "administrator must list that proxy's address in TEMPER_TRUSTED_PROXIES (the server's log names "
+                   "the address this request came from) and have it set X-Forwarded-Proto; if Temper serves HTTPS "
+                   "itself, open its https:// address; if it is not served over HTTPS, set TEMPER_HTTPS=0.")
+        return render(request, "403.html", {"exception": message}, status=403)
     message = (f"This form could not be accepted: its security token is missing or out of date ({reason.rstrip('.')}). "
                "This happens when the page was opened before you logged in again, or in another tab. "
                "Go back, reload the page and submit it again.")
