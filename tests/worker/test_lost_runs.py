@@ -51,13 +51,13 @@ def test_a_dead_training_process_requeues_its_run_with_the_reason(sent):
     assert requeued is not None and requeued.pk == run.pk
     run.refresh_from_db()
     # Its open pages load themselves again (showing the reason), and the next attempt is queued.
-    assert sent == [(run.public_id, {"type": "status", "status": "queued", "message": run.error_message}),
+    assert sent == [(run.public_id, {"type": "status", "status": "queued", "message": "", "notice": run.notice}),
                     ("worker.tasks.train.train_run", [run.pk, 2], "train")]
-    assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.worker_name == ""
-    assert run.error_message == (f"attempt 1 was lost at step 12 on worker train@a, last heard from at "
+    assert run.status == RunStatus.QUEUED and run.attempt == 2 and run.worker_name == "" and run.error_message == ""
+    assert run.notice == (f"attempt 1 was lost at step 12 on worker train@a, last heard from at "
                                  f"{when(run.last_heartbeat)} (its training process died: {KILLED}); re-queued to "
                                  "start over from step 0, as it had saved no checkpoint")
-    assert run.log_lines.last().message == run.error_message
+    assert run.log_lines.last().message == run.notice
 
 
 def test_a_crash_of_an_attempt_that_moved_on_changes_nothing(sent):

@@ -209,7 +209,12 @@ class RunOut(_Answer):
     name: str
     task: str
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
-    error_message: str
+    error_message: str = Field(description="Why it failed or was cancelled (an external run's closing message); \"\" "
+                                           "while it is queued or running.")
+    notice: str = Field(description=(
+        "While it is queued again after its worker was lost: which attempt was lost, at which step, and the "
+        "checkpoint the next attempt resumes from; no failure. \"\" otherwise: its next attempt's start clears it, "
+        "and the run's log keeps it."))
     stopping: bool = Field(description="Cancelled while training: the run stops after its current step (an "
                                        "evaluation or a rollout can take minutes), and is running until then.")
     attempt: int

@@ -234,7 +234,7 @@ def _dataset_json(dataset: Dataset, *, versions: bool = False) -> dict[str, Any]
 
 def _run_json(run: Run, *, detail: bool = False) -> dict[str, Any]:
     body = {"id": run.public_id, "name": run.name, "task": run.task, "status": run.status,
-            "error_message": run.error_message, "stopping": run.is_stopping, "attempt": run.attempt,
+            "error_message": run.error_message, "notice": run.notice, "stopping": run.is_stopping, "attempt": run.attempt,
             "current_step": run.current_step, "total_steps": run.total_steps, "tokens_seen": run.tokens_seen,
             "tags": run.tags, "archived": run.archived, "created_at": run.created_at.isoformat(),
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,

@@ -62,6 +62,9 @@ class Run(models.Model):
     resolved_spec = models.JSONField(help_text="The spec the engine runs: paths and output_dir filled in.")
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED)
     error_message = models.TextField(blank=True)
+    notice = models.TextField(blank=True, default="", help_text=(
+        "While re-queued after its worker was lost (services.run_attempt_lost): which attempt was lost, where, and "
+        "where the next one starts; no failure. Its next attempt's start clears it; error_message holds failures."))
     attempt = models.PositiveIntegerField(default=1)
     cancel_requested = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")

@@ -128,9 +128,9 @@ def _fail_waiting(run: Run, reason: str, now: datetime) -> None:
 def _fail_placement(run: Run, message: str, now: datetime) -> None:
     run.status = RunStatus.FAILED
     run.error_message = message
-    run.waiting_reason = ""
+    run.notice = run.waiting_reason = ""
     run.finished_at = now
-    run.save(update_fields=["status", "error_message", "waiting_reason", "finished_at"])
+    run.save(update_fields=["status", "error_message", "notice", "waiting_reason", "finished_at"])
     services.log_line(run, run.error_message, level=LogLevel.ERROR)
     services.publish_status(run)
     transaction.on_commit(lambda: services._advance_pipeline(run))

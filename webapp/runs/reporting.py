@@ -93,7 +93,7 @@ def run_start(*, run_pk: int, attempt: int, worker_name: str) -> Run | None:
     now = timezone.now()
     claimed = Run.objects.filter(pk=run_pk, attempt=attempt, status=RunStatus.QUEUED).update(
         status=RunStatus.RUNNING, worker_name=worker_name[:255], last_heartbeat=now, started_at=now,
-        error_message="",
+        error_message="", notice="",  # the run's log keeps a lost attempt's notice
     )
     if not claimed:
         logger.info("run %s attempt %s: not queued as this attempt any more; message dropped", run_pk, attempt)

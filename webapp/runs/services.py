@@ -837,7 +837,7 @@ def publish_status(run: Run) -> None:
     status until its stream ends, ten minutes on."""
     from webapp.runs.reporting import publish_event  # reporting builds on this module
 
-    event = {"type": "status", "status": run.status, "message": run.error_message}
+    event = {"type": "status", "status": run.status, "message": run.error_message, "notice": run.notice}
     public_id = run.public_id
     transaction.on_commit(lambda: publish_event(public_id, event))
 
@@ -873,7 +873,8 @@ def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
         run.status = RunStatus.CANCELLED
         run.finished_at = timezone.now()
         run.error_message = f"cancelled by {who}" + ("" if external else " before it started")
-        run.save(update_fields=["status", "finished_at", "error_message"])
+        run.notice = ""
+        run.save(update_fields=["status", "finished_at", "error_message", "notice"])
         log_line(run, run.error_message)
         publish_status(run)
         _advance_pipeline(run)
@@ -1030,7 +1031,7 @@ def run_resume(*, run: Run, user: AbstractBaseUser | None, max_steps: int | None
     run.queued_at = timezone.now()
     run.series_cache = {}
     run.cancel_requested = False
-    run.error_message = ""
+    run.error_message = run.notice = ""
     run.worker_name = ""  # it waits for whichever train worker is free, as a re-queued lost run does
     run.lost_in_a_row, run.lost_after_checkpoint = 0, None  # a person's resume: lost attempts count afresh
     run.finished_at = None
@@ -1383,7 +1384,7 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
         from webapp.runs.placement import lost_host_message
 
         message = lost_host_message(run, step=run.current_step, silent_seconds=silent)
-        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message):
+        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message, notice=""):
             run.refresh_from_db()
             log_line(run, message, level=LogLevel.ERROR)
             publish_status(run)
@@ -1391,7 +1392,7 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
         return None
     if run.cancel_requested:
         message = f"worker {run.worker_name} was lost ({why}) after a cancel request; marked cancelled"
-        if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message):
+        if claimed.update(status=RunStatus.CANCELLED, finished_at=now, error_message=message, notice=""):
             run.refresh_from_db()
             log_line(run, message, level=LogLevel.WARNING)
             publish_status(run)
@@ -1402,7 +1403,7 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
     in_a_row = run.lost_in_a_row + 1 if run.lost_in_a_row and checkpoint == run.lost_after_checkpoint else 1
     if 0 < settings.TEMPER_RUN_LOST_LIMIT <= in_a_row:
         message = _lost_too_often_message(run, why=why, in_a_row=in_a_row, checkpoint=checkpoint)
-        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message[:4000],
+        if claimed.update(status=RunStatus.FAILED, finished_at=now, error_message=message[:4000], notice="",
                           lost_in_a_row=in_a_row, lost_after_checkpoint=checkpoint):
             run.refresh_from_db()
             log_line(run, run.error_message, level=LogLevel.ERROR)
@@ -1417,8 +1418,10 @@ def run_attempt_lost(*, run: Run, why: str, now: datetime | None = None, last_he
               else "start over from step 0, as it had saved no checkpoint")
     message = (f"attempt {run.attempt} was lost at step {run.current_step} on worker {run.worker_name}{heard} "
                f"({why}); re-queued to {resume}")
+    # A notice, not its error_message: the run has not failed, and a client that reads any error as failure would
+    # take it for one.
     if not claimed.update(status=RunStatus.QUEUED, attempt=F("attempt") + 1, worker_name="",
-                          error_message=message[:4000], queued_at=now, lost_in_a_row=in_a_row,
+                          notice=message[:4000], queued_at=now, lost_in_a_row=in_a_row,
                           lost_after_checkpoint=checkpoint):
         return None
     run.refresh_from_db()

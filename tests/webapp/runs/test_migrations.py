@@ -72,3 +72,29 @@ def test_the_note_that_an_exports_or_copys_worker_was_lost_moves_from_the_error_
         for model in ("CheckpointExport", "ServingCopy"):
             assert dict(apps.get_model("runs", model).objects.values_list("step", "error_message")) == {
                 5: note, 6: "disk full", 7: ""}, model
+
+
+def test_a_queued_runs_lost_attempt_moves_from_the_error_message_to_the_notice_and_back():
+    """A run queued again after its worker was lost said so in its ``error_message``, which a REST client reads as
+    the run's failure: a queued run has it as its ``notice`` instead; a finished run's message stays. Migrated back,
+    the notice is its ``error_message`` again."""
+    before = ("runs", "0018_notices")
+    lost = "attempt 1 was lost at step 7 on worker train@a; re-queued to resume from its checkpoint at step 5"
+    with migrated_back_to(before) as apps:
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        project = Project.objects.create(name="alpha", slug="alpha")
+        for public_id, status, message in (("run_lost", "queued", lost), ("run_queued", "queued", ""),
+                                           ("run_failed", "failed", "OOM"), ("run_cancelled", "cancelled",
+                                                                             "cancelled by alpha-owner")):
+            Run.objects.create(public_id=public_id, project=project, name="r", task="sft", spec={}, resolved_spec={},
+                               status=status, error_message=message)
+    from webapp.runs.models import Run as CurrentRun
+
+    assert {public_id: (error, notice) for public_id, error, notice
+            in CurrentRun.objects.values_list("public_id", "error_message", "notice")} == {
+        "run_lost": ("", lost), "run_queued": ("", ""), "run_failed": ("OOM", ""),
+        "run_cancelled": ("cancelled by alpha-owner", "")}
+    with migrated_back_to(before) as apps:
+        assert dict(apps.get_model("runs", "Run").objects.values_list("public_id", "error_message")) == {
+            "run_lost": lost, "run_queued": "", "run_failed": "OOM", "run_cancelled": "cancelled by alpha-owner"}

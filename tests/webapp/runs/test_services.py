@@ -369,12 +369,13 @@ def test_a_run_whose_worker_is_gone_is_requeued_within_seconds_with_the_reason(
     assert sorted(run.pk for run in reaped) == sorted(runs[name].pk for name in ("train@dead", "train@restarted",
                                                                                  "train@stopped"))
     lost = Run.objects.get(pk=runs["train@dead"].pk)
-    assert lost.status == RunStatus.QUEUED and lost.attempt == 2
-    assert lost.error_message == (f"attempt 1 was lost at step 7 on worker train@dead, last heard from at "
-                                  f"{when(now - timedelta(seconds=11))} (silent for 11 s, and its worker has been "
-                                  "silent for 21 s); re-queued to start over from step 0, as it had saved no checkpoint")
-    assert "its worker was restarted" in Run.objects.get(pk=runs["train@restarted"].pk).error_message
-    assert "its worker stopped" in Run.objects.get(pk=runs["train@stopped"].pk).error_message
+    # A notice, not its error_message: a re-queued run has not failed (a REST client reads any error as failure).
+    assert lost.status == RunStatus.QUEUED and lost.attempt == 2 and lost.error_message == ""
+    assert lost.notice == (f"attempt 1 was lost at step 7 on worker train@dead, last heard from at "
+                           f"{when(now - timedelta(seconds=11))} (silent for 11 s, and its worker has been "
+                           "silent for 21 s); re-queued to start over from step 0, as it had saved no checkpoint")
+    assert "its worker was restarted" in Run.objects.get(pk=runs["train@restarted"].pk).notice
+    assert "its worker stopped" in Run.objects.get(pk=runs["train@stopped"].pk).notice
     assert Run.objects.get(pk=runs["train@busy"].pk).status == RunStatus.RUNNING
     assert Run.objects.get(pk=just_beat.pk).status == RunStatus.RUNNING
     # Without worker heartbeats nothing tells but the run's own silence.
@@ -390,10 +391,10 @@ def test_the_next_attempt_clears_the_lost_reason(team, catalog, sent_tasks, djan
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@a",
                                          last_heartbeat=timezone.now() - timedelta(seconds=61))
     [lost] = services.runs_reap_lost()
-    assert "re-queued to start over from step 0" in lost.error_message
+    assert "re-queued to start over from step 0" in lost.notice
     run_start(run_pk=run.pk, attempt=2, worker_name="train@b")
     run.refresh_from_db()
-    assert run.status == RunStatus.RUNNING and run.error_message == ""
+    assert run.status == RunStatus.RUNNING and run.error_message == "" and run.notice == ""
 
 
 def test_a_lost_run_says_which_worker_lost_it_when_and_from_which_checkpoint_it_resumes(
@@ -410,7 +411,7 @@ def test_a_lost_run_says_which_worker_lost_it_when_and_from_which_checkpoint_it_
         [lost] = services.runs_reap_lost(now=heard + timedelta(seconds=61))
     message = (f"attempt 1 was lost at step 47 on worker train@gone, last heard from at {when(heard)} (silent for 61 s); "
                "re-queued to resume from its checkpoint at step 40")
-    assert lost.error_message == message
+    assert lost.notice == message and lost.error_message == ""
     assert list(run.log_lines.values_list("level", "message"))[-1] == ("warning", message)
 
 
@@ -427,7 +428,8 @@ def test_a_requeued_lost_run_tells_its_open_pages(team, catalog, sent_tasks, dja
         services.runs_reap_lost(now=now)
     [(public_id, event)] = published
     assert public_id == run.public_id and event["type"] == "status" and event["status"] == "queued"
-    assert "was lost at step" in event["message"]  # the reason the page shows until the next attempt starts
+    # The reason the page shows until the next attempt starts: a notice, no failure's message.
+    assert "was lost at step" in event["notice"] and event["message"] == ""
 
 
 def test_a_lost_run_whose_cancel_was_asked_is_cancelled(team, catalog, sent_tasks, django_capture_on_commit_callbacks):
@@ -472,7 +474,9 @@ def test_a_run_lost_again_and_again_without_a_new_checkpoint_fails_with_the_reas
         f"on worker train@a ({KILLED}); it is not re-queued again: fix the cause (the same step each time is often "
         "out of memory there, or a batch that crashes the process) and Resume")
     assert run.log_lines.order_by("pk").last().message == run.error_message
-    assert published[-1] == {"type": "status", "status": "failed", "message": run.error_message}
+    # The last loss's notice is over: the run failed, and says why once.
+    assert run.notice == ""
+    assert published[-1] == {"type": "status", "status": "failed", "message": run.error_message, "notice": ""}
     assert [call[1] for call in sent_tasks.calls] == [[run.pk, 1], [run.pk, 2], [run.pk, 3]]
     # A person's Resume counts afresh.
     with django_capture_on_commit_callbacks(execute=True):

@@ -54,7 +54,7 @@ def channel(redis_url, settings):
 
 def status_of(run: Run) -> dict:
     run.refresh_from_db()
-    return {"type": "status", "status": run.status, "message": run.error_message}
+    return {"type": "status", "status": run.status, "message": run.error_message, "notice": run.notice}
 
 
 @pytest.fixture

@@ -1352,15 +1352,23 @@ def test_a_lost_and_requeued_runs_page_says_why_until_its_next_attempt_starts(te
 
     from django.utils import timezone
 
+    from django.test import Client
+
+    from webapp.api.services import token_create
     from webapp.runs.reporting import run_start
 
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker_name="train@gone", current_step=5,
                                          last_heartbeat=timezone.now() - timedelta(seconds=61))
     services.runs_reap_lost()
     page = client_for(team.viewer).get(url(run)).content.decode()
-    assert 'run-message">attempt 1 was lost at step 5 on worker train@gone, last heard from at ' in page
+    # Told as a notice, not in the failed card's place: the run has not failed.
+    assert 'class="card run-message run-notice">attempt 1 was lost at step 5 on worker train@gone, last heard from at ' in page
     assert " UTC (silent for 6" in page
     assert " s); re-queued to start over from step 0, as it had saved no checkpoint</p>" in page
+    run.refresh_from_db()
+    secret = token_create(user=team.viewer, name="reader")[1]
+    answer = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").get(f"/api/v1/projects/alpha/runs/{run.public_id}/").json()
+    assert (answer["status"], answer["error_message"], answer["notice"]) == ("queued", "", run.notice)
     run_start(run_pk=run.pk, attempt=2, worker_name="train@next")
     assert "was lost at step 5" not in client_for(team.viewer).get(url(run)).content.decode().split('id="log"')[0]
 
