@@ -29,10 +29,11 @@ def test_file_names_stored_before_they_were_checked_as_names_lose_invisible_char
         "dv_1": "reportlsx.csv", "dv_2": "caf\u00e9.jsonl", "dv_3": "upload", "dv_4": "chats.jsonl"}
 
 
-def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_notice():
+def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_notice_and_back():
     """The note that a check's worker was lost and the check started over was the one item of a version's
     ``errors``, where an API client that reads any error as failure misread it: a version still being checked has
-    it as its ``notice`` instead; a settled version's errors stay as they were."""
+    it as its ``notice`` instead; a settled version's errors stay as they were. Migrated back, the notice is that
+    item of its errors again (it was dropped with the column)."""
     note = {"code": "worker_lost_requeued", "message": "the worker checking this file (w1) was lost",
             "line": None, "row": None, "field": None}
     problem = {"code": "bad_json", "message": "not JSON", "line": 3, "row": 3, "field": None}
@@ -48,3 +49,6 @@ def test_the_note_that_a_checks_worker_was_lost_moves_from_the_errors_to_the_not
     assert {public_id: (errors, notice) for public_id, errors, notice
             in CurrentVersion.objects.values_list("public_id", "errors", "notice")} == {
         "dv_1": ([], note["message"]), "dv_2": ([], note["message"]), "dv_3": ([problem], ""), "dv_4": ([], "")}
+    with migrated_back_to(("datasets", "0008_visible_filenames")) as apps:
+        assert dict(apps.get_model("datasets", "DatasetVersion").objects.values_list("public_id", "errors")) == {
+            "dv_1": [note], "dv_2": [note], "dv_3": [problem], "dv_4": []}

@@ -1,7 +1,7 @@
 """A version's ``notice``: the word that its check's worker was lost and the check started over, which was stored
 as the one item of its ``errors`` (code ``worker_lost_requeued``, no problem counted), where an API client that
 reads any error as failure misread it. A version still being checked moves that item to its notice; ``errors``
-lists problems of the file only."""
+lists problems of the file only. Back, a notice becomes that item of its errors again."""
 from django.db import migrations, models
 
 REQUEUED_CODE = "worker_lost_requeued"
@@ -15,6 +15,13 @@ def forwards(apps, schema_editor):
             DatasetVersion.objects.filter(pk=version.pk).update(
                 notice=notes[-1].get("message", ""),
                 errors=[error for error in version.errors if error not in notes])
+
+
+def backwards(apps, schema_editor):
+    DatasetVersion = apps.get_model("datasets", "DatasetVersion")
+    for version in DatasetVersion.objects.exclude(notice="").only("pk", "errors", "notice").iterator():
+        note = {"code": REQUEUED_CODE, "message": version.notice, "line": None, "row": None, "field": None}
+        DatasetVersion.objects.filter(pk=version.pk).update(errors=[*version.errors, note])
 
 
 class Migration(migrations.Migration):
@@ -31,5 +38,5 @@ class Migration(migrations.Migration):
                 "A word on the check under way that is no problem of the file: that its worker was lost and it "
                 "started over (datasets.services.version_check_requeued). The check's outcome clears it.")),
         ),
-        migrations.RunPython(forwards, migrations.RunPython.noop),
+        migrations.RunPython(forwards, backwards),
     ]
