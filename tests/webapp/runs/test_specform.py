@@ -1,4 +1,6 @@
 """The launch form built from the spec schema: widgets per type, values read back."""
+from typing import Literal
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
@@ -15,10 +17,10 @@ class Term(BaseModel):
 class Section(BaseModel):
     """``demo``: every kind of key."""
 
-    mode: specform.Literal["a", "b"] = "a"
+    mode: Literal["a", "b"] = "a"
     on: bool = False
     rate: float | None = Field(default=None, description="A rate.")
-    names: tuple[specform.Literal["x", "y"], ...] = ("x",)
+    names: tuple[Literal["x", "y"], ...] = ("x",)
     terms: tuple[Term, ...] = Field(default=(Term(name="t"),), description="Terms.")
     label: str = "hi"
 
