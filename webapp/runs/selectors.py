@@ -405,9 +405,12 @@ def _buckets_with_extremes(points: dict[int, Q], *, widths: dict[int, int], offs
     """``(run pk, name, bucket, first step, last step, low, high, tokens, wall time, last id, step, value,
     tokens, wall time)`` rows: each bucket (grouped by the database) with each of its points whose value is
     its low or its high, a row per such point. One query, a UNION ALL of a part per run: the run's buckets
-    joined to its points of their steps (a range of the (run, name, step) index per bucket) that hold one of
-    the bucket's two values, so every point is read about once more, never sorted. Queries for the extremes'
-    points by their values, a few hundred values each, had made the count of queries follow the points."""
+    joined to its points of the same name and bucket, within the bucket's steps, that hold one of its two
+    values, so every point is read about once more. SQLite reads each bucket's points as a range of the
+    (run, name, step) index; PostgreSQL merges the two sides on (name, bucket): joined on the name and the
+    step range alone, it merged on the name and tried every bucket of the metric for each point (a minute for
+    two runs of 100,000 points). Queries for the extremes' points by their values, a few hundred values each,
+    had made the count of queries follow the points."""
     parts, params = [], []
     for run_pk, where in points.items():
         buckets_sql, buckets_params = (
@@ -416,12 +419,13 @@ def _buckets_with_extremes(points: dict[int, Q], *, widths: dict[int, int], offs
                       tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
             .values_list("run", "name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
                          "last_id").order_by().query.sql_with_params())
-        points_sql, points_params = (MetricPoint.objects.filter(where).order_by()
-                                     .values_list("name", "step", "value", "tokens", "wall_time").query.sql_with_params())
+        points_sql, points_params = (_bucketed(where, widths[run_pk], offset).order_by()
+                                     .values_list("name", "bucket", "step", "value", "tokens", "wall_time")
+                                     .query.sql_with_params())
         parts.append(
             'SELECT b."run", b."name", b."bucket", b."first_step", b."last_step", b."low", b."high", b."tokens", '
             'b."wall_time", b."last_id", p."step", p."value", p."tokens", p."wall_time" '
-            f"FROM ({buckets_sql}) b JOIN ({points_sql}) p ON p.\"name\" = b.\"name\" "
+            f"FROM ({buckets_sql}) b JOIN ({points_sql}) p ON p.\"name\" = b.\"name\" AND p.\"bucket\" = b.\"bucket\" "
             'AND p."step" >= b."first_step" AND p."step" <= b."last_step" AND (p."value" = b."low" OR p."value" = b."high")')
         params += [*buckets_params, *points_params]
     if not parts:
