@@ -254,6 +254,10 @@ class Pipeline(models.Model):
 class MetricPoint(models.Model):
     """One logged value: metric ``name`` of ``run`` at ``step``. Replays never duplicate a step."""
 
+    # The foreign key's own index stays, although the indexes below start with the run too: on SQLite its
+    # entries end with the row id, so it is a (run, id) index, and the points stored since a run's stored buckets
+    # (id > through_id) and its newest point's id are ranges of it; the others would read every point of the run
+    # (test_selectors.py::test_the_points_since_stored_buckets_and_the_newest_point_are_found_without_reading_the_run).
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
     step = models.PositiveIntegerField()
     name = models.CharField(max_length=100)

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection
 from django.db.models import Count, F, FloatField, IntegerField, Max, Min, Q, QuerySet, prefetch_related_objects
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
@@ -376,86 +377,62 @@ def _bucketed(where: Q, width: int, offset: int) -> QuerySet[MetricPoint]:
     return MetricPoint.objects.filter(where).annotate(bucket=Cast((F("step") - offset - 1) / width, IntegerField()))
 
 
-def _all_of(parts: list[QuerySet]) -> QuerySet:
-    """One query of the rows of every part: a UNION ALL, each part read as alone (its own conditions through
-    its run's index; one WHERE of every run's conditions read each run's points once per condition)."""
-    return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:], all=True)
-
-
 def _grouped_buckets(points: dict[int, Q], *, widths: dict[int, int], offset: int = 0) -> dict[int, SeriesBuckets]:
     """The points of each run that ``points`` selects (``{run pk: condition}``) reduced by the database to
-    buckets of the run's width (``widths``) after ``offset``, by run pk (a run without points: no buckets):
-    one grouped query for every run (``_all_of`` a part per run), then the points of each bucket's
-    extremes (``_extreme_points``; ``through_id``: the highest point id among them)."""
-    grouped = list(_all_of([
-        _bucketed(where, widths[run_pk], offset).values("run", "name", "bucket")
-        .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
-                  tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
-        .values_list("run", "name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time", "last_id")
-        for run_pk, where in points.items()]))
-    extreme_points = _extreme_points(
-        {run_pk: _bucketed(where, widths[run_pk], offset) for run_pk, where in points.items()}, grouped)
+    buckets of the run's width (``widths``) after ``offset``, by run pk (a run without points: no buckets;
+    ``through_id``: the highest point id among them), with the points of each bucket's extremes (the low's
+    earliest step and the high's latest on a tie, as ``SeriesBuckets.add`` keeps), in one query for every run
+    and every number of points (``_buckets_with_extremes``)."""
     by_run = {run_pk: SeriesBuckets(width=run_width) for run_pk, run_width in widths.items()}
-    for run_pk, name, index, *bucket, last_id in grouped:
-        buckets = by_run[run_pk]
-        buckets.add_bucket(name, buckets.width, index, [*bucket, *extreme_points[run_pk, name, index]])
-        buckets.through_id = max(buckets.through_id, last_id)
+    found: dict[tuple[int, str, int], list] = {}
+    for (run_pk, name, index, first_step, last_step, low, high, tokens, wall_time, last_id,
+         step, value, point_tokens, point_wall_time) in _buckets_with_extremes(points, widths=widths, offset=offset):
+        bucket = found.get((run_pk, name, index))
+        if bucket is None:
+            bucket = found[run_pk, name, index] = [first_step, last_step, low, high, tokens, wall_time,
+                                                   None, None, 0, 0.0, 0, 0.0]
+            by_run[run_pk].through_id = max(by_run[run_pk].through_id, last_id)
+        if value == low and (bucket[6] is None or step < bucket[6]):
+            bucket[6], bucket[8], bucket[9] = step, point_tokens, point_wall_time
+        if value == high and (bucket[7] is None or step > bucket[7]):
+            bucket[7], bucket[10], bucket[11] = step, point_tokens, point_wall_time
+    for (run_pk, name, index), bucket in found.items():
+        by_run[run_pk].add_bucket(name, by_run[run_pk].width, index, bucket)
     return by_run
 
 
-# Extreme values asked for per query: under SQLite's oldest limit of 999 parameters.
-EXTREME_VALUES_PER_QUERY = 900
-
-
-def _extreme_points(bucketed: dict[int, QuerySet[MetricPoint]], grouped: list[tuple]) -> dict[tuple[int, str, int], list]:
-    """``{(run pk, name, bucket): [low's step, high's step, low's tokens, low's wall time, high's tokens, high's
-    wall time]}`` for the ``grouped`` rows (run pk, name, bucket, first step, last step, low, high, ...) of
-    the points ``bucketed`` selects by run: the points of each bucket's extremes, the low's earliest step and
-    the high's latest on a tie (as ``SeriesBuckets.add`` keeps). The database returns only the points whose
-    value is one of a bucket's extremes, queried by runs of consecutive buckets (their steps through the
-    (run, name, step) index, their extremes as a set of values), so every point is read about once more,
-    never sorted. A query of several runs' buckets is ``_all_of`` a part per run."""
-    extremes = {(run_pk, name, index): (low, high) for run_pk, name, index, _first, _last, low, high, *_rest in grouped}
-    run_values: dict[int, set[float]] = {}
-    for (run_pk, _name, _index), low_high in extremes.items():
-        run_values.setdefault(run_pk, set()).update(low_high)
-    found_points: dict[tuple[int, str, int], list] = {key: [None, None, 0, 0.0, 0, 0.0] for key in extremes}
-    for ranges, values in _extreme_queries(grouped):
-        where: dict[int, Q] = {}
-        for run_pk, name, first_step, last_step in ranges:
-            where[run_pk] = where.get(run_pk, Q()) | Q(name=name, step__gte=first_step, step__lte=last_step)
-        parts = [bucketed[run_pk].filter(run_where, value__in=[value for value in values if value in run_values[run_pk]])
-                 .order_by().values_list("run", "name", "bucket", "step", "value", "tokens", "wall_time")
-                 for run_pk, run_where in where.items()]
-        for run_pk, name, index, step, value, tokens, wall_time in _all_of(parts):
-            low, high = extremes[run_pk, name, index]
-            found = found_points[run_pk, name, index]
-            if value == low and (found[0] is None or step < found[0]):
-                found[0], found[2], found[3] = step, tokens, wall_time
-            if value == high and (found[1] is None or step > found[1]):
-                found[1], found[4], found[5] = step, tokens, wall_time
-    return found_points
-
-
-def _extreme_queries(grouped: list[tuple]) -> Iterable[tuple[list[tuple[int, str, int, int]], list[float]]]:
-    """``([(run pk, name, first step, last step), ...], values)`` per query: buckets taken in (run, name,
-    index) order, at most ``EXTREME_VALUES_PER_QUERY`` extreme values a query, each metric's consecutive
-    buckets as one step range (a running run's tail: one query; a whole run: a few per metric)."""
-    ranges: list[tuple[int, str, int, int]] = []
-    values: set[float] = set()
-    for run_pk, name, _index, first_step, last_step, low, high, *_rest in sorted(
-            grouped, key=lambda row: (row[0], row[1], row[2])):
-        added = {low, high} - values  # not a union per bucket: that would copy the set each time
-        if len(values) + len(added) > EXTREME_VALUES_PER_QUERY:
-            yield ranges, sorted(values)
-            ranges, values, added = [], set(), {low, high}
-        values |= added
-        if ranges and ranges[-1][:2] == (run_pk, name):
-            ranges[-1] = (run_pk, name, ranges[-1][2], last_step)
-        else:
-            ranges.append((run_pk, name, first_step, last_step))
-    if ranges:
-        yield ranges, sorted(values)
+def _buckets_with_extremes(points: dict[int, Q], *, widths: dict[int, int], offset: int) -> list[tuple]:
+    """``(run pk, name, bucket, first step, last step, low, high, tokens, wall time, last id, step, value,
+    tokens, wall time)`` rows: each bucket (grouped by the database) with each of its points whose value is
+    its low or its high, a row per such point. One query, a UNION ALL of a part per run: the run's buckets
+    joined to its points of the same name and bucket, within the bucket's steps, that hold one of its two
+    values, so every point is read about once more. SQLite reads each bucket's points as a range of the
+    (run, name, step) index; PostgreSQL merges the two sides on (name, bucket): joined on the name and the
+    step range alone, it merged on the name and tried every bucket of the metric for each point (a minute for
+    two runs of 100,000 points). Queries for the extremes' points by their values, a few hundred values each,
+    had made the count of queries follow the points."""
+    parts, params = [], []
+    for run_pk, where in points.items():
+        buckets_sql, buckets_params = (
+            _bucketed(where, widths[run_pk], offset).values("run", "name", "bucket")
+            .annotate(low=Min("value"), high=Max("value"), first_step=Min("step"), last_step=Max("step"),
+                      tokens=Min("tokens"), wall_time=Min("wall_time"), last_id=Max("id"))
+            .values_list("run", "name", "bucket", "first_step", "last_step", "low", "high", "tokens", "wall_time",
+                         "last_id").order_by().query.sql_with_params())
+        points_sql, points_params = (_bucketed(where, widths[run_pk], offset).order_by()
+                                     .values_list("name", "bucket", "step", "value", "tokens", "wall_time")
+                                     .query.sql_with_params())
+        parts.append(
+            'SELECT b."run", b."name", b."bucket", b."first_step", b."last_step", b."low", b."high", b."tokens", '
+            'b."wall_time", b."last_id", p."step", p."value", p."tokens", p."wall_time" '
+            f"FROM ({buckets_sql}) b JOIN ({points_sql}) p ON p.\"name\" = b.\"name\" AND p.\"bucket\" = b.\"bucket\" "
+            'AND p."step" >= b."first_step" AND p."step" <= b."last_step" AND (p."value" = b."low" OR p."value" = b."high")')
+        params += [*buckets_params, *points_params]
+    if not parts:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        return cursor.fetchall()
 
 
 def series_buckets(*, run: Run, reuse_stored: bool = True) -> SeriesBuckets:

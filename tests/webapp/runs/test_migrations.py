@@ -1,5 +1,10 @@
 """Runs migrations that bring older rows in line with what the services now do."""
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 
 from tests.webapp.migrating import migrated_back_to
 
@@ -98,3 +103,40 @@ def test_a_queued_runs_lost_attempt_moves_from_the_error_message_to_the_notice_a
     with migrated_back_to(before) as apps:
         assert dict(apps.get_model("runs", "Run").objects.values_list("public_id", "error_message")) == {
             "run_lost": lost, "run_queued": "", "run_failed": "OOM", "run_cancelled": "cancelled by alpha-owner"}
+
+
+def test_the_points_indexes_are_built_by_a_plain_create_index_on_sqlite_concurrently_on_postgresql():
+    """Migrations 0016 and 0017 run outside a transaction, which PostgreSQL's CREATE INDEX CONCURRENTLY needs
+    (tests/postgres/test_index_migrations_postgres.py shows writers going on meanwhile); on SQLite, which has
+    no such keyword, they are a plain CREATE INDEX. Either way the index is there after, over the points
+    already stored."""
+    concurrently = connection.vendor == "postgresql"
+    for migration_name, index_name in (("0016_metricpoint_run_wall_time", "metricpoint_run_wall_time"),
+                                       ("0017_metricpoint_run_step", "metricpoint_run_step")):
+        assert MigrationLoader(connection).get_migration("runs", migration_name).atomic is False
+        sql = StringIO()
+        call_command("sqlmigrate", "runs", migration_name, stdout=sql)
+        assert ("CREATE INDEX CONCURRENTLY" in sql.getvalue()) is concurrently, sql.getvalue()
+        assert f'CREATE INDEX "{index_name}"' in sql.getvalue() or concurrently, sql.getvalue()
+    with migrated_back_to(("runs", "0015_visible_tags")) as apps:
+        assert "metricpoint_run_wall_time" not in points_indexes()
+        Project = apps.get_model("projects", "Project")
+        Run = apps.get_model("runs", "Run")
+        MetricPoint = apps.get_model("runs", "MetricPoint")
+        run = Run.objects.create(public_id="run_points", project=Project.objects.create(name="alpha", slug="alpha"),
+                                 name="r", task="sft", spec={}, resolved_spec={})
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=1.0 / step,
+                                                     wall_time=100.0 + step) for step in range(1, 51)])
+    indexes = points_indexes()
+    assert indexes["metricpoint_run_wall_time"] == ["run_id", "wall_time"]
+    assert indexes["metricpoint_run_step"] == ["run_id", "step"]
+    from webapp.runs.models import MetricPoint as CurrentMetricPoint
+
+    assert CurrentMetricPoint.objects.filter(run__public_id="run_points").count() == 50
+
+
+def points_indexes() -> dict[str, list[str]]:
+    """The metric points table's indexes, by name: their columns."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "runs_metricpoint")
+    return {name: found["columns"] for name, found in constraints.items() if found["index"]}

@@ -170,20 +170,49 @@ def test_rollouts_are_filtered_by_kind_and_ordered_by_reward_and_kept_out_of_sid
     assert table["columns"][0]["step"] == 1 and [row["prompt"] for row in table["rows"]] == ["q", "q2"]
 
 
-def test_extremes_are_queried_by_runs_of_buckets_under_the_parameter_limit():
-    limit = selectors.EXTREME_VALUES_PER_QUERY
-    # (run, name, bucket, first step, last step, low, high): 1,000 buckets of run 7's "loss" with distinct
-    # extremes, two of its "kl" sharing one value.
-    grouped = [(7, "loss", index, 8 * index + 1, 8 * index + 8, float(2 * index), float(2 * index + 1))
-               for index in range(1000)] + [(7, "kl", 0, 1, 8, 1.0, 1.0), (7, "kl", 1, 9, 16, 1.0, 2.0)]
-    queries = list(selectors._extreme_queries(grouped))
-    assert all(len(values) <= limit for _ranges, values in queries)
-    # kl's buckets bring 1.0 and 2.0, which loss's first two share: its buckets 0-449 fill the first
-    # query to exactly 900 values (0.0-899.0), then 450 buckets a query.
-    assert queries[0] == ([(7, "kl", 1, 16), (7, "loss", 1, 3600)], [float(value) for value in range(900)])
-    assert [ranges for ranges, _values in queries][1:] == [[(7, "loss", 3601, 7200)], [(7, "loss", 7201, 8000)]]
-    covered = [value for _ranges, values in queries for value in values]
-    assert sorted(covered) == [float(value) for value in range(2000)]  # every extreme asked for once
+def test_series_without_stored_buckets_take_one_query_however_many_points_they_hold(team, catalog, sent_tasks):
+    """Page speed: the series of runs without stored buckets (finished before buckets were kept, logged from
+    elsewhere) came from one grouped query, then a query per 900 of the buckets' extreme values for the points
+    they were logged at, so the compare page's queries followed the points (81 for ten runs of 100,000). Each
+    bucket comes with its extremes' points now: one query for 3,600 points as for 18,000, each series as the
+    worker's own reduction of every point (``SeriesBuckets.add``) draws it, ties included."""
+    from django.test.utils import CaptureQueriesContext
+
+    def runs_of(steps: int) -> list[Run]:
+        runs = []
+        for status in ("succeeded", "running"):
+            run = make_run(team, catalog)
+            # Distinct values (7919 is prime to 10007), so every bucket has two extremes to find; "lr" is one
+            # value throughout: its low is drawn at each bucket's first step, its high at its last.
+            MetricPoint.objects.bulk_create(
+                [MetricPoint(run=run, step=step, name=name, value=value, wall_time=1e9 + step + offset, tokens=8 * step)
+                 for step in range(1, steps + 1)
+                 for name, value, offset in (("loss", step * 7919 % 10007 / 10007, 0.0),
+                                             ("reward", 1 - step * 7919 % 10007 / 10007, 0.5), ("lr", 1e-3, 0.25))],
+                batch_size=5000)
+            Run.objects.filter(pk=run.pk).update(status=status, current_step=steps, series_cache={})
+            runs.append(Run.objects.get(pk=run.pk))
+        return runs
+
+    def worker_series(run: Run, steps: int) -> dict:
+        reduced = SeriesBuckets(width=1)
+        for name, step, value, tokens, wall_time in MetricPoint.objects.filter(run=run).values_list(
+                "name", "step", "value", "tokens", "wall_time"):
+            reduced.add(name, step, value, tokens, wall_time)
+        width = selectors.bucket_width(steps, selectors.COMPARE_MAX_POINTS)
+        return selectors._series(list(reduced.coarsened(width).points()), downsampled=True,
+                                 start_time=reduced.start_time())
+
+    counts = {}
+    for steps in (1_200, 6_000):
+        runs = runs_of(steps)
+        with CaptureQueriesContext(connection) as queries:
+            series = selectors.runs_metric_series(runs=runs, max_points=selectors.COMPARE_MAX_POINTS)
+        counts[steps] = len(queries)
+        for run in runs:
+            assert series[run.pk] == worker_series(run, steps), (steps, run.status)
+            assert series[run.pk]["loss"]["downsampled"] and len(series[run.pk]["loss"]["step"]) > 500
+    assert counts == {1_200: 1, 6_000: 1}, counts
 
 
 def test_the_final_metrics_of_a_comparison_start_with_what_it_is_read_for():
@@ -547,3 +576,28 @@ def test_a_poll_reads_only_the_points_after_its_steps_not_every_point_of_the_run
             work[poll, steps] = database_work(lambda: selectors.metric_series(run=run, **query))
     for poll in ("nothing new", "2 new steps", "an eval lags"):
         assert work[poll, 3000] <= 1.5 * work[poll, 30], work
+
+
+@counts_sqlite_instructions
+def test_the_points_since_stored_buckets_and_the_newest_point_are_found_without_reading_the_run(
+        team, catalog, sent_tasks):
+    """Page speed, and why the run foreign key keeps its own index although the (run, step), (run, wall_time)
+    and (run, name, step) indexes all start with the run: on SQLite each entry of an index ends with the row
+    id, so the run's own index is a (run, id) index, and the points stored since a run's stored buckets
+    (``id > through_id``) and its newest point's id are ranges of it. Without it both read every point of the
+    run, through the (run, step) index: 30 ms for a run of 100,000 points against 0.04 ms (bench/RESULTS.md)."""
+    work = {}
+    for steps in (30, 3000):
+        run = run_of(team, catalog, steps)
+        Run.objects.filter(pk=run.pk).update(series_cache={"buckets": selectors.series_buckets(run=run).to_json()})
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=2.0, wall_time=100.0 + step)
+                                         for step in (steps + 1, steps + 2)])
+        Run.objects.filter(pk=run.pk).update(current_step=steps + 2)
+        run.refresh_from_db()
+        newest = MetricPoint.objects.get(run=run, step=steps + 2).pk
+        assert selectors.last_point_id(run=run) == newest
+        assert selectors.series_buckets(run=run).through_id == newest
+        work["points since the buckets", steps] = database_work(lambda: selectors.series_buckets(run=run))
+        work["newest point", steps] = database_work(lambda: selectors.last_point_id(run=run))
+    for read in ("points since the buckets", "newest point"):
+        assert work[read, 3000] <= 1.5 * work[read, 30] + 20, work

@@ -2,15 +2,20 @@
 
 from django.db import migrations, models
 
+from webapp.core.migration_operations import AddIndexConcurrentlyOnPostgres
+
 
 class Migration(migrations.Migration):
+    # Built concurrently on PostgreSQL, where the points table can hold millions of rows that running jobs
+    # keep writing to (see webapp.core.migration_operations); CREATE INDEX CONCURRENTLY runs outside a transaction.
+    atomic = False
 
     dependencies = [
         ('runs', '0015_visible_tags'),
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexConcurrentlyOnPostgres(
             model_name='metricpoint',
             index=models.Index(fields=['run', 'wall_time'], name='metricpoint_run_wall_time'),
         ),
