@@ -10,7 +10,9 @@ one step inside that same jitted function (see ``jaxengine.tasks`` for the weigh
 Checkpoints (orbax, synchronous, atomically renamed) hold the trainable state, the optimizer
 state, the RNG state (all as one flat list of arrays: their tree structure is rebuilt from the
 model and optimizer, which keeps the on-disk format independent of flax/optax internals), the
-step, the data position and the count of tokens trained on. ``fit`` on a run directory that has
+step, the data position, the count of tokens trained on and the job's settings with its data files' sha256
+(a resume reports each setting changed since, and refuses a training file with other contents, whose rows the
+saved data position no longer counts: ``settings_changes``). ``fit`` on a run directory that has
 checkpoints resumes from the latest one: the same arrays, the same data order, the same jitted
 computation, hence the same metrics, and a token count that goes on from the checkpoint's; metric
 and sample lines logged after that checkpoint (by a run that died) are dropped first, so the

@@ -377,6 +377,7 @@ def test_cli_warns_when_the_output_dir_is_past_the_specs_max_steps(demo_dir, tmp
     capsys.readouterr()
     assert main(["train", str(path), "--no-progress"]) == 0
     assert capsys.readouterr().err == (
+        f"{path}: resumed from step 3 with a changed setting: train.max_steps 3 -> 2\n"
         f"{path}: warning: output_dir {run_dir} is at step 3, past train.max_steps 2: nothing was trained and its "
         "model is the step-3 one; use a new output_dir to train 2 steps\n")
 
