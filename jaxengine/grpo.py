@@ -624,7 +624,8 @@ def rollout_pad_id(tokenizer) -> int:
 
 def rl_train_config(spec, *, rows: int):
     """The TrainConfig of an RL spec; "best checkpoint" is by the first eval metric (``best_metric_for``)."""
-    from jaxengine.job import best_metric_for, earlier_job_identities, job_identity, resume_settings, total_steps_for
+    from jaxengine.job import (best_metric_for, data_files, earlier_job_identities, job_identity, recorded_settings,
+                               resume_settings, total_steps_for)
     from jaxengine.trainer import TrainConfig
 
     best_metric, higher_is_better = best_metric_for(spec)
@@ -634,6 +635,7 @@ def rl_train_config(spec, *, rows: int):
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
+        recorded_settings=recorded_settings(spec), data_files=data_files(spec),
         best_metric=best_metric, best_higher_is_better=higher_is_better)
 
 

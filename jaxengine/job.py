@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,55 @@ def resume_settings(spec: JobSpec) -> dict[str, Any]:
         if spec.grpo.dynamic_sampling:
             settings["grpo.dynamic_sampling_pool"] = spec.grpo.dynamic_sampling_pool
     return settings
+
+
+# Keys of a spec a resume neither compares nor reports with the other settings: what the checkpoints belong to
+# (``job_identity``, checked on its own) and the run directory itself.
+NOT_RECORDED = ("task", "model", "peft", "output_dir")
+
+
+def recorded_settings(spec: JobSpec) -> dict[str, Any]:
+    """The settings of ``spec`` a resume may change, nested as in the spec (``TrainConfig.recorded_settings``): its
+    every section but the job's identity, so the optimizer, loss and reward settings, training lengths and data
+    paths. A resume reports each change (``trainer.settings_changes``); those of ``resume_settings`` and the seed
+    it refuses first."""
+    return {key: value for key, value in spec.model_dump(mode="json").items() if key not in NOT_RECORDED}
+
+
+def data_files(spec: JobSpec) -> dict[str, dict[str, str]]:
+    """Each data file of ``spec`` by its key (``data.train``, ``data.eval``) with its path and the sha256 of its
+    contents (``TrainConfig.data_files``): a resume refuses a training file whose contents changed since its
+    checkpoint and reports a changed eval file; a path alone says nothing of a file replaced in place."""
+    files = {}
+    for key in ("train", "eval"):
+        path = getattr(spec.data, key)
+        if path is not None:
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            files[f"data.{key}"] = {"path": str(path), "sha256": digest.hexdigest()}
+    return files
+
+
+def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path) -> None:
+    """A JobError, before the model loads and anything is written, when ``run_dir``'s latest checkpoint was saved
+    over a training file with other contents than ``spec``'s (``trainer.changed_training_file_problem``). The
+    trainer refuses it too, from the same record, but only after spec.yaml had been overwritten with this spec's."""
+    from jaxengine.trainer import Checkpoints, changed_training_file_problem
+
+    directory = run_dir / "checkpoints"
+    if not directory.is_dir() or not any(entry.name.isdigit() for entry in directory.iterdir()):
+        return
+    checkpoints = Checkpoints(directory, keep_last=spec.train.keep_last)
+    try:
+        steps = checkpoints.steps()
+        meta = checkpoints.meta(steps[-1]) if steps else {}
+    finally:
+        checkpoints.close()
+    if steps and (problem := changed_training_file_problem(meta.get("data_files") or {}, data_files(spec),
+                                                           step=steps[-1])):
+        raise JobError(problem)
 
 
 def _checkpointed_spec(run_dir: Path) -> JobSpec | None:
@@ -527,8 +577,10 @@ def run_job(
     progress_bar: bool | None = None,
     placement: Any = None,
     on_evaluation: Callable[[Any], None] | None = None,
+    on_log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
+    ``on_log`` hears of each line for the run's log (``Trainer.fit``: a resume's changed settings).
 
     In a multi-host job (``jaxengine.distributed.initialize`` called first) every process calls this;
     the arrays are then global over all processes' devices (``placement``, default ``job_placement``)
@@ -550,6 +602,7 @@ def run_job(
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     refuse_another_jobs_directory(spec, run_dir)
+    refuse_a_changed_training_file(spec, run_dir)
     previous_summary = _finished_summary(run_dir)
     # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
     # leaves no directory behind.
@@ -567,7 +620,7 @@ def run_job(
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
-                          on_evaluation=on_evaluation)
+                          on_evaluation=on_evaluation, on_log=on_log)
     if (previous_summary is not None and summary["status"] == "succeeded"
             and summary["step"] == summary["resumed_from_step"] == previous_summary.get("step")):
         return previous_summary  # run again once done: nothing trained, and its summary says what was
@@ -623,6 +676,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
+        recorded_settings=recorded_settings(spec), data_files=data_files(spec),
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

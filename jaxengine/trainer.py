@@ -10,7 +10,9 @@ one step inside that same jitted function (see ``jaxengine.tasks`` for the weigh
 Checkpoints (orbax, synchronous, atomically renamed) hold the trainable state, the optimizer
 state, the RNG state (all as one flat list of arrays: their tree structure is rebuilt from the
 model and optimizer, which keeps the on-disk format independent of flax/optax internals), the
-step, the data position and the count of tokens trained on. ``fit`` on a run directory that has
+step, the data position, the count of tokens trained on and the job's settings with its data files' sha256
+(a resume reports each setting changed since, and refuses a training file with other contents, whose rows the
+saved data position no longer counts: ``settings_changes``). ``fit`` on a run directory that has
 checkpoints resumes from the latest one: the same arrays, the same data order, the same jitted
 computation, hence the same metrics, and a token count that goes on from the checkpoint's; metric
 and sample lines logged after that checkpoint (by a run that died) are dropped first, so the
@@ -436,6 +438,56 @@ def changed_settings_problem(saved: dict[str, Any], now: dict[str, Any]) -> str 
             "it, or start a new run (another output_dir)")
 
 
+# The key of the training file in a checkpoint's ``data_files`` record. A resume goes on from the saved data
+# position (the epoch, and a cursor into that epoch's seeded shuffle of the file's rows; an RL block's prompt indices
+# likewise), which counts in the rows of the file as it was when the checkpoint was saved: over a file edited or
+# replaced since, the resumed run would train on other rows than its step count says (some twice, some never), so a
+# changed training file is refused. Every other change a resume allows (optimizer, loss and reward settings,
+# training lengths, the eval file) leaves the saved state and the data order meaning what they meant: the run goes
+# on under it, and each change is reported (``settings_changes``).
+TRAINING_FILE = "data.train"
+
+
+def changed_training_file_problem(saved_files: dict[str, Any], now_files: dict[str, Any], *,
+                                  step: int) -> str | None:
+    """What a resume of checkpoint ``step`` over the training file of ``now_files`` would do when its contents are
+    not those of ``saved_files`` (both ``TrainConfig.data_files`` records), and what to do; None when they are the
+    same, or when either has no record of it (checkpoints of earlier engines, a trainer given no files)."""
+    saved, now = saved_files.get(TRAINING_FILE), now_files.get(TRAINING_FILE)
+    if not saved or not now or saved["sha256"] == now["sha256"]:
+        return None
+    return (f"{TRAINING_FILE}: {now['path']} changed since checkpoint {step} was saved (sha256 {saved['sha256'][:12]} "
+            f"then, {now['sha256'][:12]} now): a resume goes on from the saved position in the training file's "
+            "shuffled rows, so over other contents the run would train on other rows than its steps say; put the "
+            "file back as it was to resume, or start a new run (another output_dir)")
+
+
+def _changed_values(saved: dict[str, Any], now: dict[str, Any], prefix: str = ""):
+    """(dotted key, saved value, new value) of each leaf that differs, in ``saved``'s order; keys in both only (a
+    setting an engine added since was not saved, and one it dropped is not read)."""
+    for key, value in saved.items():
+        if key not in now or now[key] == value:
+            continue
+        if isinstance(value, dict) and isinstance(now[key], dict):
+            yield from _changed_values(value, now[key], f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value, now[key]
+
+
+def settings_changes(meta: dict[str, Any], config: TrainConfig) -> list[str]:
+    """One line per setting that a resume of the checkpoint with ``meta`` changes under ``config`` (its
+    ``recorded_settings``, and the contents of its data files other than the training one, which a resume refuses
+    to change: ``changed_training_file_problem``), saved value -> new value."""
+    changes = [f"{key} {json.dumps(saved)} -> {json.dumps(now)}"
+               for key, saved, now in _changed_values(meta.get("settings") or {}, config.recorded_settings)]
+    for key, saved in (meta.get("data_files") or {}).items():
+        now = config.data_files.get(key)
+        if key != TRAINING_FILE and now and saved and now["sha256"] != saved["sha256"]:
+            changes.append(f"{key} {now['path']} changed since that step (sha256 {saved['sha256'][:12]} -> "
+                           f"{now['sha256'][:12]}): eval scores from here on are over other rows")
+    return [f"resumed from step {meta['step']} with a changed setting: {change}" for change in changes]
+
+
 # --------------------------------------------------------------------------------------------
 # The trainer
 
@@ -461,6 +513,12 @@ class TrainConfig:
     # Settings, by dotted spec key, that shape the saved state or the order of the data
     # (``jaxengine.job.resume_settings``): saved with each checkpoint, a resume under other values is refused.
     resume_settings: dict[str, Any] = field(default_factory=dict)
+    # Every other setting of the job, nested as in its spec (``jaxengine.job.recorded_settings``), and each data file
+    # by its spec key with its path and the sha256 of its contents (``jaxengine.job.data_files``): saved with each
+    # checkpoint, a resume under other values goes on and reports each change (``settings_changes``), except a
+    # training file with other contents, which it refuses (``changed_training_file_problem``).
+    recorded_settings: dict[str, Any] = field(default_factory=dict)
+    data_files: dict[str, dict[str, str]] = field(default_factory=dict)
     # The evaluation metric that ranks checkpoints; the best one is always saved and never pruned.
     best_metric: str = "eval/loss"
     best_higher_is_better: bool = False
@@ -563,6 +621,7 @@ class Trainer:
         self.step = 0
         self.data_position = pipeline.DataPosition()
         self.tokens_seen = 0
+        self.resume_changes: list[str] = []  # what the last resume changed (``settings_changes``)
 
     # ---- counts -------------------------------------------------------------------------
 
@@ -616,7 +675,8 @@ class Trainer:
         meta = {"step": self.step, "epoch": self.data_position.epoch, "cursor": self.data_position.cursor,
                 "tokens_seen": self.tokens_seen, "seed": self.config.seed, "identity": self.config.identity,
                 "eval_metric": self.config.best_metric, "eval_score": eval_score,
-                "resume_settings": self.config.resume_settings}
+                "resume_settings": self.config.resume_settings, "settings": self.config.recorded_settings,
+                "data_files": self.config.data_files}
         # A batch source that holds data across steps (RL rollouts reused for num_iterations updates)
         # saves it with the checkpoint, so a run resumed from it trains on the same data.
         extra = self.batch_source.arrays_to_checkpoint(self.step) if hasattr(
@@ -636,10 +696,14 @@ class Trainer:
         # Checkpoints of engines before resume_settings have none: spec.yaml's are compared before the job starts.
         if problem := changed_settings_problem(meta.get("resume_settings") or {}, self.config.resume_settings):
             raise TrainingError(f"{checkpoints.manager.directory}: checkpoints {problem}")
+        if problem := changed_training_file_problem(meta.get("data_files") or {}, self.config.data_files,
+                                                    step=steps[-1]):
+            raise TrainingError(f"{checkpoints.manager.directory}: {problem}")
         leaves, meta = checkpoints.restore(steps[-1], self._state_leaves())
         if meta.get("seed") != self.config.seed:
             raise TrainingError(f"{checkpoints.manager.directory}: checkpoints were written with seed {meta.get('seed')}, "
                                 f"the spec says {self.config.seed}; use a new output_dir or the same seed")
+        self.resume_changes = settings_changes(meta, self.config)
         self._load_state_leaves(leaves)
         self.step = int(meta["step"])
         if hasattr(self.batch_source, "restore_from_checkpoint"):
@@ -679,9 +743,12 @@ class Trainer:
         on_progress: Callable[[Progress], None] | None = None,
         progress_bar: bool | None = None,
         on_evaluation: Callable[[EvalProgress], None] | None = None,
+        on_log: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
         """Train to ``total_steps`` (resuming from the run's checkpoints); returns the run summary.
-        ``on_progress`` hears of every step, ``on_evaluation`` of an evaluation as it goes.
+        ``on_progress`` hears of every step, ``on_evaluation`` of an evaluation as it goes, ``on_log`` (process 0)
+        of each line for the run's log: a resume's changed settings (``settings_changes``, also the summary's
+        ``resumed_with_changes``).
 
         ``should_stop`` is checked between steps; when it returns True the run saves a checkpoint and
         ends with status ``cancelled``. A non-finite loss ends it with status ``failed`` and keeps the
@@ -692,11 +759,14 @@ class Trainer:
             # activation and KV-cache constraints apply.
             with jax.set_mesh(self.placement.mesh):
                 return self.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
-                                on_evaluation=on_evaluation)
+                                on_evaluation=on_evaluation, on_log=on_log)
         config = self.config
         checkpoints = Checkpoints(self.run_dir / "checkpoints", keep_last=config.keep_last,
                                   higher_is_better=config.best_higher_is_better)
         resumed_from = self.step if self.resume(checkpoints) else None
+        if self.writes_files and on_log is not None:
+            for line in self.resume_changes:
+                on_log(line)
         if self.writes_files and resumed_from is not None:
             _truncate_jsonl(self.metrics_path, after_step=self.step)
             _truncate_jsonl(self.samples_path, after_step=self.step)
@@ -808,6 +878,7 @@ class Trainer:
             "step": self.step,
             "total_steps": config.total_steps,
             "resumed_from_step": resumed_from,
+            "resumed_with_changes": self.resume_changes,
             "final_metrics": last_metrics,
             "best_checkpoint": {"metric": config.best_metric, "step": best_step, "value": best_score},
             "best_checkpoint_step": best_step,

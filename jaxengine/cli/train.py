@@ -3,7 +3,9 @@
 The spec is validated before anything heavy is imported; an invalid one prints one line per problem
 (``file:line: dotted.key: ...``) and exits 2; settings that work against each other (a warmup as long as
 the run) are named on stderr as ``SPEC.yaml: warning: ...`` and the job runs. Running the same spec again on an ``output_dir`` that has
-checkpoints resumes from the latest. Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
+checkpoints resumes from the latest, naming on stderr each setting the spec changed since
+(``SPEC.yaml: resumed from step N with a changed setting: optim.learning_rate 0.0001 -> 5e-05``); a training
+file whose contents changed since is refused (exit 2). Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
 a checkpoint and exits 130. The run summary is printed as one JSON object; exit 0 when the run
 succeeded, 1 when it failed (e.g. a non-finite loss, a reward function that raised), its message
 then also on stderr.
@@ -92,7 +94,8 @@ def _train(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         summary = run_job(spec, should_stop=lambda: bool(stop_requested),
-                          progress_bar=False if args.no_progress else None)
+                          progress_bar=False if args.no_progress else None,
+                          on_log=lambda line: print(f"{args.spec}: {line}", file=sys.stderr))
     # A chat template that raises where no row is named (a prompt of grpo's, an eval sample's) is the
     # model's to fix too, not a traceback.
     except (JobError, DataError, TrainingError, ChatTemplateError) as error:

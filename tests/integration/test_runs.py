@@ -17,6 +17,8 @@ import time
 
 import pytest
 import redis
+from django.test import Client
+from django.utils.html import escape
 
 from tests.factories import build_tiny_model_dir
 from tests.live import environment, wait_for
@@ -127,6 +129,15 @@ def test_cancel_stops_within_seconds_and_resume_continues(setup, train_worker):
     assert loss_steps(run) == list(range(1, stopped_at + 9))  # continuous, no step twice
     tokens = list(MetricPoint.objects.filter(run=run, name="tokens").order_by("step").values_list("value", flat=True))
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)  # the count continues across attempts
+    # Issue 8: what the resume changed (here its new total) is in the run's log, and on its page.
+    changed = f"resumed from step {stopped_at} with a changed setting: train.max_steps 5000 -> {stopped_at + 8}"
+    assert changed in run.log_lines.values_list("message", flat=True)
+    team, _base_model, _data = setup
+    client = Client()
+    client.force_login(team.teammate)
+    page = client.get(f"/p/{team.project.slug}/runs/{run.public_id}/").content.decode()
+    log = page[page.index('<ol class="log" id="log">'):]
+    assert f"</time> {escape(changed)}</li>" in log[:log.index("</ol>")]  # the arrow as &gt;, shown as ->
 
 
 def test_a_killed_train_worker_is_detected_and_the_run_resumes(setup, train_worker, redis_url):

@@ -1,4 +1,5 @@
 """Jobs from specs, end to end on a micro demo build: SFT with LoRA and DPO write a complete run directory."""
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -376,6 +377,7 @@ def test_cli_warns_when_the_output_dir_is_past_the_specs_max_steps(demo_dir, tmp
     capsys.readouterr()
     assert main(["train", str(path), "--no-progress"]) == 0
     assert capsys.readouterr().err == (
+        f"{path}: resumed from step 3 with a changed setting: train.max_steps 3 -> 2\n"
         f"{path}: warning: output_dir {run_dir} is at step 3, past train.max_steps 2: nothing was trained and its "
         "model is the step-3 one; use a new output_dir to train 2 steps\n")
 
@@ -632,3 +634,86 @@ def test_a_max_seq_len_past_the_models_positions_is_refused_before_the_model_loa
         run_job(spec_for(demo_dir, tmp_path / "run", model=str(scaled), data={**data, "max_seq_len": 8200}),
                 progress_bar=False)
     assert not (tmp_path / "run").exists()
+
+
+def resumable_sft(demo_dir, tmp_path, *, learning_rate=1e-2, max_steps=2):
+    """An SFT spec on copies of the demo's data files (a test replaces them), saving a checkpoint each step."""
+    for name in ("sft", "eval"):
+        if not (tmp_path / f"{name}.jsonl").exists():
+            shutil.copyfile(demo_dir / f"data/{name}.jsonl", tmp_path / f"{name}.jsonl")
+    return spec_for(demo_dir, tmp_path / "run", optim={"learning_rate": learning_rate, "warmup_steps": 1},
+                    data={"train": str(tmp_path / "sft.jsonl"), "eval": str(tmp_path / "eval.jsonl"), "max_seq_len": 64},
+                    train={"max_steps": max_steps, "batch_size": 2, "save_every": 1, "eval_every": 10, "eval_samples": 1,
+                           "sample_max_new_tokens": 2})
+
+
+def test_a_resume_under_a_changed_optimizer_setting_goes_on_under_it_and_says_so(demo_dir, tmp_path):
+    """Issue 8: a resume under another learning rate (or loss, reward, eval file) went on with no word of it:
+    the run's curves changed and nothing said why. Each change is reported, saved value -> new value, through
+    ``on_log`` and in the summary, and the run trains on under the new value."""
+    assert run_job(resumable_sft(demo_dir, tmp_path), progress_bar=False)["step"] == 2
+    lines = []
+    summary = run_job(resumable_sft(demo_dir, tmp_path, learning_rate=5e-3, max_steps=3), progress_bar=False,
+                      on_log=lines.append)
+    assert lines == ["resumed from step 2 with a changed setting: optim.learning_rate 0.01 -> 0.005",
+                     "resumed from step 2 with a changed setting: train.max_steps 2 -> 3"]
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
+    assert summary["resumed_with_changes"] == lines
+    logged = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["step"] == 3 and 0 < logged[-1]["learning_rate"] <= 5e-3  # cosine from the new peak
+
+    # The eval file edited since: scored on other rows from here on, which the log says; training goes on.
+    rows = (tmp_path / "eval.jsonl").read_text().splitlines()
+    before = hashlib.sha256((tmp_path / "eval.jsonl").read_bytes()).hexdigest()
+    (tmp_path / "eval.jsonl").write_text("\n".join(rows[:4]) + "\n")
+    after = hashlib.sha256((tmp_path / "eval.jsonl").read_bytes()).hexdigest()
+    lines.clear()
+    summary = run_job(resumable_sft(demo_dir, tmp_path, learning_rate=5e-3, max_steps=4), progress_bar=False,
+                      on_log=lines.append)
+    assert summary["status"] == "succeeded" and summary["step"] == 4
+    assert lines == ["resumed from step 3 with a changed setting: train.max_steps 3 -> 4",
+                     f"resumed from step 3 with a changed setting: data.eval {tmp_path / 'eval.jsonl'} changed since "
+                     f"that step (sha256 {before[:12]} -> {after[:12]}): eval scores from here on are over other rows"]
+    # Resumed as saved, nothing is reported.
+    (tmp_path / "run/summary.json").unlink()
+    summary = run_job(resumable_sft(demo_dir, tmp_path, learning_rate=5e-3, max_steps=4), progress_bar=False,
+                      on_log=lines.append)
+    assert summary["resumed_with_changes"] == [] and len(lines) == 2
+
+
+def test_a_resume_over_a_replaced_training_file_is_refused_naming_the_file(demo_dir, tmp_path):
+    """Issue 8: a resume goes on from the saved data position, a cursor into the shuffled rows of the training
+    file as it was; over a file edited or replaced since, the resumed run read other rows than its step count
+    said (some twice, some never), with no word. It is refused before the model loads, leaving the run's files as
+    they were, naming the file, both fingerprints and what to do; put back, the file resumes."""
+    assert run_job(resumable_sft(demo_dir, tmp_path), progress_bar=False)["step"] == 2
+    run, data = tmp_path / "run", tmp_path / "sft.jsonl"
+    written, original = (run / "spec.yaml").read_text(), data.read_bytes()
+    rows = original.decode().splitlines()
+    data.write_text("\n".join(reversed(rows)) + "\n")
+    with pytest.raises(JobError) as raised:
+        run_job(resumable_sft(demo_dir, tmp_path, max_steps=3), progress_bar=False)
+    saved, now = hashlib.sha256(original).hexdigest(), hashlib.sha256(data.read_bytes()).hexdigest()
+    assert str(raised.value) == (
+        f"data.train: {data} changed since checkpoint 2 was saved (sha256 {saved[:12]} then, {now[:12]} now): a "
+        "resume goes on from the saved position in the training file's shuffled rows, so over other contents the "
+        "run would train on other rows than its steps say; put the file back as it was to resume, or start a new "
+        "run (another output_dir)")
+    assert (run / "spec.yaml").read_text() == written
+    assert sorted(int(entry.name) for entry in (run / "checkpoints").iterdir() if entry.name.isdigit()) == [1, 2]
+    data.write_bytes(original)
+    summary = run_job(resumable_sft(demo_dir, tmp_path, max_steps=3), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
+
+
+def test_cli_prints_a_resumes_changed_settings(demo_dir, tmp_path, capsys):
+    """Issue 8: `jaxengine train` on an output_dir with checkpoints says on stderr what its spec changed."""
+    run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)
+    spec["optim"] = {"learning_rate": 5e-5}
+    spec["train"]["max_steps"] = 3
+    path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
+    assert main(["train", str(path), "--no-progress"]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: resumed from step 2 with a changed setting: optim.learning_rate 0.0001 -> 5e-05\n"
+        f"{path}: resumed from step 2 with a changed setting: train.max_steps 2 -> 3\n")

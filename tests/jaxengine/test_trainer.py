@@ -319,6 +319,37 @@ def test_resuming_takes_checkpoints_written_under_an_earlier_identity_of_the_sam
     assert trainer.step == 3
 
 
+def test_resuming_reports_each_changed_setting_and_refuses_a_changed_training_file(tmp_path):
+    """Issue 8, in the trainer, from the checkpoints' own record (``TrainConfig.recorded_settings`` and
+    ``data_files``): a changed setting is reported, saved value -> new value, through ``fit(on_log=)``; a training
+    file with other contents than the checkpoint's is refused, as the data position saved counts in its rows."""
+    from jaxengine.trainer import TrainingError
+
+    def config(total_steps, *, learning_rate, train_sha256):
+        return TrainConfig(total_steps=total_steps, batch_size=4, max_seq_len=32, save_every=1,
+                           recorded_settings={"optim": {"learning_rate": learning_rate, "warmup_steps": 0}},
+                           data_files={"data.train": {"path": "rows.jsonl", "sha256": train_sha256}})
+
+    def trainer(**settings):
+        return Trainer(model=tiny_model(), task=LanguageModelTask(), config=config(**settings),
+                       train_examples=patterned_examples(), pad_id=0, run_dir=tmp_path)
+
+    trainer(total_steps=2, learning_rate=0.001, train_sha256="a" * 64).fit(progress_bar=False)
+    with pytest.raises(TrainingError) as raised:
+        trainer(total_steps=3, learning_rate=0.001, train_sha256="b" * 64).fit(progress_bar=False)
+    assert str(raised.value) == (
+        f"{tmp_path / 'checkpoints'}: data.train: rows.jsonl changed since checkpoint 2 was saved (sha256 aaaaaaaaaaaa "
+        "then, bbbbbbbbbbbb now): a resume goes on from the saved position in the training file's shuffled rows, so "
+        "over other contents the run would train on other rows than its steps say; put the file back as it was to "
+        "resume, or start a new run (another output_dir)")
+    lines = []
+    summary = trainer(total_steps=3, learning_rate=0.002, train_sha256="a" * 64).fit(progress_bar=False,
+                                                                                     on_log=lines.append)
+    assert lines == summary["resumed_with_changes"] == [
+        "resumed from step 2 with a changed setting: optim.learning_rate 0.001 -> 0.002"]
+    assert summary["step"] == 3
+
+
 def test_a_failed_restores_late_read_callbacks_stay_off_stderr(monkeypatch, capsys):
     """QA: a resume from a checkpoint whose array files were lost printed its one-line error amid dozens of
     'RuntimeError: Event loop is closed' tracebacks: tensorstore's threads finishing the restore's other reads

@@ -312,6 +312,11 @@ class RunReporter:
         line = RunLogLine.objects.create(run=self.run, message=message, level=level)
         self._publish({"type": "log", "lines": [log_line_payload(line)]})
 
+    def log_engine_line(self, line: str) -> None:
+        """The engine's ``on_log``: a line for the run's log (a resume's changed settings), its files named as
+        the project names them (``in_project_terms``)."""
+        self.log(in_project_terms(self.run, line))
+
     # ---- writer thread ----------------------------------------------------------------------
 
     def _loop(self) -> None:

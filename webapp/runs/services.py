@@ -963,18 +963,33 @@ def final_model_dependants(run: Run) -> list[Run]:
     return sorted({derived.pk: derived for derived in started + scored}.values(), key=lambda derived: derived.created_at)
 
 
+def saved_max_seq_len_problem(run: Run) -> str | None:
+    """What the launch's ``_check_model_positions`` says of ``run``'s saved ``data.max_seq_len`` against its model's
+    config.json as it is now, or None: a run saved before that check, or whose model's config.json changed since."""
+    from jaxengine.models.config import max_seq_len_problem, read_position_limit
+
+    return max_seq_len_problem(run.resolved_spec.get("data", {}).get("max_seq_len", 0),
+                               read_position_limit(run.resolved_spec.get("model", "")))
+
+
 def _refuse_resuming_past_the_models_positions(run: Run) -> None:
-    """The launch's ``_check_model_positions`` for a resume: a run saved before that check, or whose model's
-    config.json changed since, would be queued and fail only once the engine started (``check_model_positions``).
-    A resume keeps the saved ``data.max_seq_len`` (the engine refuses a changed one), so the way out is a new run."""
+    """The launch's ``_check_model_positions`` for a resume: such a run would be queued and fail only once the
+    engine started (``check_model_positions``). A resume keeps the saved ``data.max_seq_len`` (the engine refuses
+    a changed one) and no spec is edited before a resume, so the refusal walks through the way out: a new run
+    (Duplicate marks the field: ``saved_max_seq_len_problem``), started from the run's last checkpoint if wanted."""
     from jaxengine.models.config import max_seq_len_past_positions, read_position_limit
 
     limit = read_position_limit(run.resolved_spec.get("model", ""))
     if past := max_seq_len_past_positions(run.resolved_spec.get("data", {}).get("max_seq_len", 0), limit):
+        saved = checkpoint_steps(run)
+        from_checkpoint = (f"; to go on from what this run trained, first export its checkpoint {saved[-1]} "
+                           f"(Checkpoints: Export as a starting model) and give the new run model "
+                           f"{run.public_id}@{saved[-1]}") if saved else ""
         raise ValidationError({"data.max_seq_len": (
-            f"data.max_seq_len: {past}. A resume keeps the run's data.max_seq_len (a changed one is refused): start "
-            f"a new run (Duplicate) with data.max_seq_len at most {limit.positions}, or choose a model with a "
-            "longer context")})
+            f"data.max_seq_len: {past}. A resume keeps the run's data.max_seq_len (its checkpoints' place in the data "
+            "counts in rows of that length, so a changed one is refused): start a new run with Duplicate, whose "
+            "launch form holds this run's spec and marks data.max_seq_len, and give it at most "
+            f"{limit.positions}, or choose a model with a longer context{from_checkpoint}")})
 
 
 def _refuse_replacing_a_used_model(run: Run) -> None:

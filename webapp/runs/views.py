@@ -171,6 +171,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         task = "sft"
     if request.method == "GET":
         name, tags, errors = "", "", {}
+        errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
@@ -182,13 +183,19 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             tags = ", ".join(sweeps.tags_of_a_copy(original.tags))
             # What the run started from and is gone is said at its field, which comes up empty.
             gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
+            gone += services.deleted_reward_models(original)
             errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]
-                      for key, ref in gone + services.deleted_reward_models(original)}
+                      for key, ref in gone}
+            # Duplicate is the way out that Resume's refusal of such a max_seq_len names: the field says what to give.
+            if problem := services.saved_max_seq_len_problem(original):
+                errors.setdefault("data.max_seq_len", []).append(problem)
+                if not gone:
+                    errors_heading = "This run's spec cannot run again as it is"
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
                                   tags=tags, preset_name=preset_name)
-        return render(request, "runs/new.html", {**context, "errors_heading": "Some of what the run used is gone"})
+        return render(request, "runs/new.html", {**context, "errors_heading": errors_heading})
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)

@@ -60,7 +60,7 @@ def train_run(self, run_pk: int, attempt: int) -> None:
     try:
         summary = run_job(parse_spec(run.resolved_spec), should_stop=reporter.should_stop,
                           on_progress=reporter.on_progress, on_evaluation=reporter.on_evaluation,
-                          progress_bar=False)
+                          on_log=reporter.log_engine_line, progress_bar=False)
     except Exception as error:
         logger.exception("run %s failed", run.public_id)
         try:
@@ -113,7 +113,8 @@ def train_host(self, run_pk: int, attempt: int, process_id: int, num_processes: 
         summary = run_job(parse_spec(run.resolved_spec), progress_bar=False,
                           should_stop=reporter.should_stop if reporter else None,
                           on_progress=reporter.on_progress if reporter else None,
-                          on_evaluation=reporter.on_evaluation if reporter else None)
+                          on_evaluation=reporter.on_evaluation if reporter else None,
+                          on_log=reporter.log_engine_line if reporter else None)
     except Exception as error:
         logger.exception("run %s: host %s failed", run.public_id, process_id)
         lost = liveness.wait_for_lost_peers()

@@ -281,7 +281,10 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
         team, catalog, client_for, sent_tasks, tmp_path):
     """A run saved before the launch check (or whose model's config.json changed since) kept data.max_seq_len 300
     against the model's 256 positions: Resume queued it, and it failed only when the engine started, after a train
-    worker took it. A resume keeps the saved max_seq_len, so the page says so and names the way out: a new run."""
+    worker took it. A resume keeps the saved max_seq_len (there is no editing a spec before a resume), so the page
+    says so and names the way out step by step: Duplicate, whose launch form marks data.max_seq_len with what to
+    give (it came up as if nothing were wrong, the refusal's words gone), and, to keep what the run trained, its
+    checkpoint exported as the new run's model."""
     from django.test import Client
 
     from tests.webapp.factories import write_model_dir
@@ -292,19 +295,31 @@ def test_resuming_a_run_whose_saved_max_seq_len_is_past_the_models_positions_is_
     model_dir = write_model_dir(tmp_path / "model")  # the config.json the engine will read: 256 positions
     resolved = {**run.resolved_spec, "model": str(model_dir)}
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, current_step=3, resolved_spec=resolved)
+    (run.output_dir / "checkpoints" / "3").mkdir(parents=True)
     sent_before = len(sent_tasks.calls)
     response = client_for(team.teammate).post(f"/p/alpha/runs/{run.public_id}/resume/", follow=True)
     assert response.status_code == 200
     page = response.content.decode().replace("&#x27;", "'")
     assert ("data.max_seq_len: 300 is past the model's 256 positions (max_position_embeddings 256 in its "
             "config.json): tokens after position 256 would sit at positions the model was never trained on. A resume "
-            "keeps the run's data.max_seq_len (a changed one is refused): start a new run (Duplicate) with "
-            "data.max_seq_len at most 256, or choose a model with a longer context") in page
+            "keeps the run's data.max_seq_len (its checkpoints' place in the data counts in rows of that length, so a "
+            "changed one is refused): start a new run with Duplicate, whose launch form holds this run's spec and "
+            "marks data.max_seq_len, and give it at most 256, or choose a model with a longer context; to go on from "
+            f"what this run trained, first export its checkpoint 3 (Checkpoints: Export as a starting model) and give "
+            f"the new run model {run.public_id}@3") in page
+    duplicate = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={run.public_id}")
+    assert duplicate.status_code == 200
+    errors = duplicate.content.decode().replace("&#x27;", "'")
+    errors = errors[errors.index('id="launch-errors"'):errors.index("</div>", errors.index('id="launch-errors"'))]
+    assert "<h2>This run's spec cannot run again as it is</h2>" in errors
+    assert ("<li><code>data.max_seq_len</code>: 300 is past the model's 256 positions (max_position_embeddings 256 "
+            "in its config.json): tokens after position 256 would sit at positions the model was never trained on; "
+            "give data.max_seq_len at most 256, or choose a model with a longer context</li>") in errors
     _token, secret = token_create(user=team.teammate, name="laptop")
     answer = Client().post(f"/api/v1/projects/alpha/runs/{run.public_id}/resume/", {"max_steps": 20},
                            content_type="application/json", headers={"Authorization": f"Bearer {secret}"})
     assert answer.status_code == 400
     [message] = answer.json()["errors"]["data.max_seq_len"]
-    assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions") and "(Duplicate)" in message
+    assert message.startswith("data.max_seq_len: 300 is past the model's 256 positions") and "with Duplicate" in message
     run.refresh_from_db()
     assert (run.status, run.attempt, len(sent_tasks.calls)) == (RunStatus.FAILED, 1, sent_before)

@@ -472,3 +472,23 @@ def test_the_run_page_of_an_active_run_renders_without_redis(running_run, settin
     response = client.get(f"/p/{running_run.project.slug}/runs/{running_run.public_id}/")
     assert response.status_code == 200
     assert '<span class="muted" id="progress-evaluating" hidden></span>' in response.content.decode()
+
+
+def test_an_engine_line_goes_into_the_log_in_the_projects_names_and_shows_on_the_run_page(running_run, client):
+    """Issue 8: the engine's lines for the run's log (``on_log``: a resume's changed settings) are stored as log
+    lines naming a dataset version's file as the version, not a path under the data root, and the run page shows
+    them, escaped."""
+    from django.utils.html import escape
+
+    version = running_run.dataset_versions.get()
+    reporter = reporting.RunReporter(run=running_run, use_redis=False)
+    reporter.log_engine_line(f"resumed from step 3 with a changed setting: data.eval {version.absolute_path} changed "
+                             "since that step (sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb): eval scores from here on are over "
+                             "other rows")
+    expected = (f"resumed from step 3 with a changed setting: data.eval {version} changed since that step (sha256 "
+                "aaaaaaaaaaaa -> bbbbbbbbbbbb): eval scores from here on are over other rows")
+    assert running_run.log_lines.order_by("pk").last().message == expected
+    client.force_login(running_run.created_by)
+    page = client.get(f"/p/{running_run.project.slug}/runs/{running_run.public_id}/").content.decode()
+    log = page[page.index('<ol class="log" id="log">'):]
+    assert f"</time> {escape(expected)}</li>" in log[:log.index("</ol>")]
