@@ -8,6 +8,8 @@ from tests.webapp.factories import make_base_model, make_ready_version, make_tea
 from webapp.datasets import services as dataset_services
 from webapp.projects.models import Project
 from webapp.review import services as review_services
+from webapp.runs import services as run_services
+from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.browser
 
@@ -153,3 +155,23 @@ def test_the_keyboard_skips_the_menus_to_the_page(page, live_server):
     page.keyboard.press("Enter")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "id_name"
+
+
+def test_an_exported_checkpoint_leads_to_a_chat_with_it(page, live_server, monkeypatch, tmp_path):
+    """An exported checkpoint's row offered its spec reference and a download; a newcomer who wanted to talk
+    to it had to find the chat and pick it from the list. It links to a new conversation with it chosen."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="checkpointed", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+    run_services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    (tmp_path / "export-step-3").mkdir()
+    run_services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#checkpoints li[data-step='3']").get_by_role("link", name="Chat with it").click()
+    page.wait_for_url("**/p/alpha/chat/**")
+    chosen = page.eval_on_selector("select[name=model]", "select => select.options[select.selectedIndex].text")
+    assert chosen == "Run: \u2068checkpointed\u2069, checkpoint 3"
