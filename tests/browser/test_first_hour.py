@@ -175,3 +175,28 @@ def test_an_exported_checkpoint_leads_to_a_chat_with_it(page, live_server, monke
     page.wait_for_url("**/p/alpha/chat/**")
     chosen = page.eval_on_selector("select[name=model]", "select => select.options[select.selectedIndex].text")
     assert chosen == "Run: \u2068checkpointed\u2069, checkpoint 3"
+
+
+def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(browser, live_server, monkeypatch):
+    """At 400 px the guidelines stayed a quarter of the page beside the item, 80 px wide: "Guid|elin|es" and
+    the rules a word or a syllable a line. There they go below the item, the page's width."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference",
+                                 rows=[{"prompt": "What is 36 + 41?", "chosen": "77", "rejected": "78"}],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(
+        project=team.project, name="pass 1", guidelines="Prefer the **correct** sum. If both are wrong, pick the "
+        "closer one.", required_reviews=1, reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    context = browser.new_context(viewport={"width": 400, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        guidelines = page.locator(".reviewing .guidelines").bounding_box()
+        item = page.locator(".reviewing .review-main").bounding_box()
+        assert guidelines["width"] >= 300
+        assert guidelines["y"] >= item["y"] + item["height"]
+    finally:
+        context.close()
