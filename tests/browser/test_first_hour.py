@@ -200,3 +200,22 @@ def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(browser, li
         assert guidelines["y"] >= item["y"] + item["height"]
     finally:
         context.close()
+
+
+def test_a_new_project_token_is_in_view_once_made(browser, live_server):
+    """The chat page's token form is below the new-conversation form; the page answering it opened at its
+    top, the new token 600 px below a 1280x800 window, where nothing said to look."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.teammate.username)
+        page.goto(f"{live_server.url}/p/alpha/chat/")
+        page.get_by_placeholder("token name").fill("notebook")
+        page.get_by_role("button", name="Create token").click()
+        page.locator("#new-token").wait_for()
+        box = page.locator("#new-token").bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= 800
+    finally:
+        context.close()
