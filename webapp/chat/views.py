@@ -232,5 +232,6 @@ def chat_stop(request: HttpRequest, slug: str, conversation_id: str, message_id:
 @require_http_methods(["GET"])
 def chat_message(request: HttpRequest, slug: str, conversation_id: str, message_id: str) -> HttpResponse:
     """One message rendered (the page swaps it in when an answer is done)."""
-    _project, _conversation_row, message = get_message_for_user(request.user, slug, conversation_id, message_id)
-    return HttpResponse(render_to_string("chat/_message.html", {"message": message}, request=request))
+    _project, conversation, message = get_message_for_user(request.user, slug, conversation_id, message_id)
+    return HttpResponse(render_to_string("chat/_message.html", {"message": message, "in_arena": conversation.in_arena},
+                                         request=request))
