@@ -219,3 +219,19 @@ def test_a_new_project_token_is_in_view_once_made(browser, live_server):
         assert 0 <= box["y"] and box["y"] + box["height"] <= 800
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(browser, live_server, width):
+    """The new conversation's Start button touched the "API tokens for this project" heading below it (0 px
+    between them), as if it started a token."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.teammate.username)
+        page.goto(f"{live_server.url}/p/alpha/chat/")
+        assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
+    finally:
+        context.close()
