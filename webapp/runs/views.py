@@ -184,6 +184,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
             errors = {key: [f"{ref}, which {original.name} used, was deleted since; choose another"]
                       for key, ref in gone + services.deleted_reward_models(original)}
+        elif (model := request.GET.get("model")) in {value for value, _label in selectors.model_choices(project=project)}:
+            spec = {**spec, "model": model}  # a base model page's "Launch a run from it"
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
