@@ -233,5 +233,7 @@ def chat_stop(request: HttpRequest, slug: str, conversation_id: str, message_id:
 def chat_message(request: HttpRequest, slug: str, conversation_id: str, message_id: str) -> HttpResponse:
     """One message rendered (the page swaps it in when an answer is done)."""
     _project, conversation, message = get_message_for_user(request.user, slug, conversation_id, message_id)
-    return HttpResponse(render_to_string("chat/_message.html", {"message": message, "in_arena": conversation.in_arena},
-                                         request=request))
+    # Regenerate asks the newest turn again: an older answer's timeout note does not offer it.
+    newest = not conversation.messages.filter(pk__gt=message.pk).exists()
+    return HttpResponse(render_to_string("chat/_message.html", {
+        "message": message, "in_arena": conversation.in_arena, "newest": newest}, request=request))

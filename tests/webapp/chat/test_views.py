@@ -244,6 +244,12 @@ def test_a_timed_out_answer_says_what_cut_it_and_what_to_do(team, client_for, ba
     services.message_finish(message_id=finished, text="Hello.", finish_reason="stop")
     page = client.get(reverse("chat:message", args=[team.project.slug, conversation.public_id, finished]))
     assert "time limit" not in page.content.decode()
+    for page in (client.get(url("detail", conversation)).content.decode(),  # Regenerate asks the newest turn again
+                 client.get(reverse("chat:message", args=[team.project.slug, conversation.public_id, answer]))
+                 .content.decode()):
+        text = re.sub(r"<[^>]+>", "", page)
+        assert "45 s (TEMPER_SERVE_TIMEOUT_SECONDS). A model's first answers" in text
+        assert "Regenerate to ask again" not in text
 
 
 def test_a_timed_out_arena_answer_is_not_told_to_regenerate(team, client_for, sent, settings):
