@@ -1146,6 +1146,13 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
                 f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}, and the row has a "
                 f"column '{field_name}' itself: clear the mapping of '{field_name}' to read it (Column mapping on the "
                 "upload form, mapping in the API, data.columns in a job spec, --map on the command line)")
+    if not mapping.columns and (where := _WHOLE_CONVERSATION_IN.get(mapping.kind)) and {"role", "content"} <= set(record):
+        # A chat log written one turn a row (conversation_id, role, content) was told to map a column, which none is.
+        return (field_name, "missing_field",
+                f"missing {mapping.describe(field_name)}: {need}; this row has columns {columns}: one turn of a "
+                f"conversation, where a row is a whole one: put each conversation's turns in {where}, as a JSON list "
+                '([{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]), one row per '
+                "conversation")
     if not mapping.columns and (other := _kind_of_row(record)) not in (None, mapping.kind):
         # Rows of another kind (preference pairs uploaded as sft) were told to map a column, which none of theirs is.
         return (field_name, "missing_field",
@@ -1159,6 +1166,14 @@ def _missing(mapping: ColumnMapping, field_name: str, record: dict, need: str) -
         "(map a differently named column to it: Column mapping on the upload form, mapping in the API, "
         "data.columns in a job spec, --map on the command line)",
     )
+
+
+# Where a kind holds a whole conversation, for a file written one turn a row.
+_WHOLE_CONVERSATION_IN = {
+    DatasetKind.SFT: "a 'messages' column",
+    DatasetKind.PREFERENCE: "'chosen' and 'rejected' columns, each a whole conversation ending in its answer",
+    DatasetKind.PROMPTS: "a 'prompt' column",
+}
 
 
 def _kind_of_row(record: dict) -> DatasetKind | None:

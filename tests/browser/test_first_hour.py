@@ -8,6 +8,8 @@ from tests.webapp.factories import make_base_model, make_ready_version, make_tea
 from webapp.datasets import services as dataset_services
 from webapp.projects.models import Project
 from webapp.review import services as review_services
+from webapp.runs import services as run_services
+from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.browser
 
@@ -153,3 +155,83 @@ def test_the_keyboard_skips_the_menus_to_the_page(page, live_server):
     page.keyboard.press("Enter")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "id_name"
+
+
+def test_an_exported_checkpoint_leads_to_a_chat_with_it(page, live_server, monkeypatch, tmp_path):
+    """An exported checkpoint's row offered its spec reference and a download; a newcomer who wanted to talk
+    to it had to find the chat and pick it from the list. It links to a new conversation with it chosen."""
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    run = Run.objects.create(project=team.project, name="checkpointed", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+    run_services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    (tmp_path / "export-step-3").mkdir()
+    run_services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{run.public_id}/")
+    page.locator("#checkpoints li[data-step='3']").get_by_role("link", name="Chat with it").click()
+    page.wait_for_url("**/p/alpha/chat/**")
+    chosen = page.eval_on_selector("select[name=model]", "select => select.options[select.selectedIndex].text")
+    assert chosen == "Run: \u2068checkpointed\u2069, checkpoint 3"
+
+
+def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(browser, live_server, monkeypatch):
+    """At 400 px the guidelines stayed a quarter of the page beside the item, 80 px wide: "Guid|elin|es" and
+    the rules a word or a syllable a line. There they go below the item, the page's width."""
+    monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
+    team = make_team()
+    version = make_ready_version(team.project, name="prefs", kind="preference",
+                                 rows=[{"prompt": "What is 36 + 41?", "chosen": "77", "rejected": "78"}],
+                                 user=team.owner)
+    campaign = review_services.campaign_create(
+        project=team.project, name="pass 1", guidelines="Prefer the **correct** sum. If both are wrong, pick the "
+        "closer one.", required_reviews=1, reviewers=[team.owner], source_version=version, user=team.owner)
+    review_services.campaign_load_items(campaign_id=campaign.pk)
+    context = browser.new_context(viewport={"width": 400, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.owner.username)
+        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+        guidelines = page.locator(".reviewing .guidelines").bounding_box()
+        item = page.locator(".reviewing .review-main").bounding_box()
+        assert guidelines["width"] >= 300
+        assert guidelines["y"] >= item["y"] + item["height"]
+    finally:
+        context.close()
+
+
+def test_a_new_project_token_is_in_view_once_made(browser, live_server):
+    """The chat page's token form is below the new-conversation form; the page answering it opened at its
+    top, the new token 600 px below a 1280x800 window, where nothing said to look."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.teammate.username)
+        page.goto(f"{live_server.url}/p/alpha/chat/")
+        page.get_by_placeholder("token name").fill("notebook")
+        page.get_by_role("button", name="Create token").click()
+        page.locator("#new-token").wait_for()
+        box = page.locator("#new-token").bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= 800
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [400, 1280])
+def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(browser, live_server, width):
+    """The new conversation's Start button touched the "API tokens for this project" heading below it (0 px
+    between them), as if it started a token."""
+    team = make_team()
+    make_base_model(team.project, name="falcon", path="/models/falcon")
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    try:
+        page = context.new_page()
+        log_in(page, live_server.url, team.teammate.username)
+        page.goto(f"{live_server.url}/p/alpha/chat/")
+        assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
+    finally:
+        context.close()

@@ -15,6 +15,8 @@ from webapp.api import services
 from webapp.api.models import ApiToken
 from webapp.core.auth_header import DEFAULT_TOKEN_LIFETIME, TOKEN_LIFETIME_CHOICES, token_expiry
 from webapp.core.submissions import form_send_once_secret, note_secret_already_shown
+from webapp.projects.models import Role, role_at_least
+from webapp.projects.selectors import project_list_for_user
 
 
 @login_required
@@ -40,6 +42,9 @@ def token_list(request: HttpRequest) -> HttpResponse:
         "tokens": ApiToken.objects.filter(user=request.user), "secret": secret, "error": error,
         "lifetimes": TOKEN_LIFETIME_CHOICES, "lifetime": request.POST.get("expires", DEFAULT_TOKEN_LIFETIME),
         "now": timezone.now(),
+        # /v1/ takes a project's token instead, made on the Chat page of a project one may chat in.
+        "chat_projects": [project for project in project_list_for_user(user=request.user)
+                          if role_at_least(project.role, Role.MEMBER)],
     }, status=400 if error else 200)
 
 

@@ -40,11 +40,19 @@ def _list_page(request: HttpRequest, project, membership, form, *, status: int =
     return render(request, "chat/list.html", {
         "project": project, "membership": membership, "form": form,
         "has_models": bool(form.fields["model"].choices), "new_secret": new_secret,
+        # A new token is shown with commands that use it: its address, and the newest run's model (else the first).
+        "v1_models_url": request.build_absolute_uri(reverse("chat:v1_models")),
+        "v1_chat_url": request.build_absolute_uri(reverse("chat:v1_chat_completions")), "example_model": _example_model(form),
         "conversations": page.object_list, "page": page,
         # Also answered at chat/tokens/ (a new token's secret): the page links point at the list itself.
         "page_base": reverse("chat:list", kwargs={"slug": project.slug}),
         "tokens": ProjectToken.objects.filter(project=project, user=request.user),
         "lifetimes": TOKEN_LIFETIME_CHOICES, "lifetime": DEFAULT_TOKEN_LIFETIME, "now": timezone.now()}, status=status)
+
+
+def _example_model(form: ConversationForm) -> str:
+    refs = [ref for ref, _label in form.fields["model"].choices]
+    return next((ref for ref in refs if ref.startswith("run_")), refs[0] if refs else "MODEL_ID")
 
 
 @login_required
@@ -224,5 +232,8 @@ def chat_stop(request: HttpRequest, slug: str, conversation_id: str, message_id:
 @require_http_methods(["GET"])
 def chat_message(request: HttpRequest, slug: str, conversation_id: str, message_id: str) -> HttpResponse:
     """One message rendered (the page swaps it in when an answer is done)."""
-    _project, _conversation_row, message = get_message_for_user(request.user, slug, conversation_id, message_id)
-    return HttpResponse(render_to_string("chat/_message.html", {"message": message}, request=request))
+    _project, conversation, message = get_message_for_user(request.user, slug, conversation_id, message_id)
+    # Regenerate asks the newest turn again: an older answer's timeout note does not offer it.
+    newest = not conversation.messages.filter(pk__gt=message.pk).exists()
+    return HttpResponse(render_to_string("chat/_message.html", {
+        "message": message, "in_arena": conversation.in_arena, "newest": newest}, request=request))

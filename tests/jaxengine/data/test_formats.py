@@ -170,6 +170,27 @@ def test_a_row_of_another_kind_is_named_as_that_kind(tmp_path, kind, row, other)
                                       "the command line)")
 
 
+
+@pytest.mark.parametrize(("kind", "where"), [
+    ("sft", "a 'messages' column"),
+    ("preference", "'chosen' and 'rejected' columns, each a whole conversation ending in its answer"),
+    ("prompts", "a 'prompt' column"),
+])
+def test_a_file_of_one_turn_a_row_is_told_to_make_a_row_of_each_conversation(tmp_path, kind, where):
+    """QA: a chat log exported one turn a row (conversation_id, role, content), as a spreadsheet or a
+    database writes it, was told to map a column to 'prompt' and 'completion', which no column of it is."""
+    path = tmp_path / "chats.csv"
+    path.write_text("conversation_id,role,content\n1,user,What is 1 + 1?\n1,assistant,2\n")
+    report = validate_file(path, fmt=FileFormat.CSV, mapping=ColumnMapping(kind=kind))
+    assert report.error_count >= 2
+    for issue in report.errors:
+        assert "this row has columns 'conversation_id', 'role', 'content': one turn of a conversation" in issue.message
+        assert issue.message.endswith(
+            f"put each conversation's turns in {where}, as a JSON list "
+            '([{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]), one row per '
+            "conversation")
+        assert "map a differently named column" not in issue.message
+
 def test_column_mapping_names_the_column_in_missing_field_errors(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [{"query": "q", "answer": "a"}])
     mapping = ColumnMapping(kind="sft", columns={"prompt": "question", "completion": "answer"})

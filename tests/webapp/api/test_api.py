@@ -688,6 +688,18 @@ def test_the_tokens_page_shows_a_new_token_once(world, client_for):
     assert 'id="new-token"' not in client.get("/accounts/tokens/").content.decode()
 
 
+
+def test_the_tokens_page_says_where_tokens_of_the_openai_compatible_api_are_made(world, client_for):
+    """QA: a newcomer who wanted to call /v1 made a token on the API tokens page, the one the top bar names,
+    and learnt only from the 401 that /v1 takes a project's token, made on its Chat page."""
+    team, _apis, _sent = world
+    page = client_for(team.teammate).get("/accounts/tokens/").content.decode()
+    note = page.split('<p id="v1-tokens">')[1].split("</p>")[0]
+    assert "The OpenAI-compatible API at <code>/v1/</code> takes a project token (<code>tpk_…</code>) instead" in note
+    assert f'href="/p/{team.project.slug}/chat/#api-tokens"' in note
+    viewer_note = client_for(team.viewer).get("/accounts/tokens/").content.decode().split('<p id="v1-tokens">')[1]
+    assert "/chat/" not in viewer_note.split("</p>")[0]  # a viewer may not chat, nor make one
+
 def test_the_tokens_page_takes_a_name_as_long_as_is_kept(world, client_for):
     """A name is kept to 100 characters; the page took any length and cut it without a word (the chat
     page's project-token name input stops at 100)."""

@@ -199,3 +199,18 @@ class TestDetail:
 
     def test_it_rejects_unknown_id(self, registered, team, client_for):
         assert client_for(team.owner).get("/p/alpha/models/bm_nope/").status_code == 404
+
+
+def test_a_base_models_page_leads_to_a_run_and_a_chat_from_it(registered, team, client_for):
+    """QA: a base model's page listed its facts and serving copy, and went nowhere: a run from it was
+    started on the launch page by finding it again in the model list, a chat likewise."""
+    page = client_for(team.teammate).get(f"/p/{team.project.slug}/models/{registered.public_id}/").content.decode()
+    launch = f'href="/p/{team.project.slug}/runs/new/?model={registered.public_id}"'
+    chat = f'href="/p/{team.project.slug}/chat/?model={registered.public_id}#new-conversation"'
+    assert launch in page and chat in page
+    form = client_for(team.teammate).get(f"/p/{team.project.slug}/runs/new/?model={registered.public_id}")
+    assert f'<option value="{registered.public_id}" selected>' in form.content.decode()
+    unknown = client_for(team.teammate).get(f"/p/{team.project.slug}/runs/new/?model=bm_nothing")
+    assert unknown.status_code == 200 and "bm_nothing" not in unknown.content.decode()
+    viewer_page = client_for(team.viewer).get(f"/p/{team.project.slug}/models/{registered.public_id}/").content.decode()
+    assert launch not in viewer_page and chat not in viewer_page  # a viewer may neither launch nor chat

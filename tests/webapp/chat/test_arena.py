@@ -212,6 +212,24 @@ def test_a_failed_answer_cannot_be_voted_on_and_old_such_votes_rate_nothing(team
     assert version.status == "ready" and version.row_count == 1
 
 
+
+def test_a_voted_battle_leads_to_the_next_one_and_the_leaderboard(team, client_for, models, sent):
+    """QA: once voted, a battle's page said the vote and offered only a way back to the arena's form, where
+    the prompt had to be typed again; the leaderboard the vote went to was not linked."""
+    battle = start_battle(team, client_for, prompt="What is 7 + 5?")
+    finish(battle, "12.", "13.")
+    client = client_for(team.teammate)
+    client.post(battle_url("vote", battle), {"outcome": "a"})
+    page = client.get(battle_url("battle", battle)).content.decode()
+    again = page.split('class="arena-vote arena-next"')[1].split("</form>")[0]
+    assert 'name="prompt" value="What is 7 + 5?"' in again and 'name="model_a"' not in again  # blind: no names
+    assert "Another battle with this prompt" in again
+    assert f'href="{reverse("chat:leaderboard", args=[team.project.slug])}"' in page
+    response = client.post(reverse("chat:arena", args=[team.project.slug]),
+                           {"prompt": "What is 7 + 5?", TOKEN_FIELD: form_token(again)})
+    assert response.status_code == 302
+    assert Battle.objects.filter(project=team.project, prompt="What is 7 + 5?").count() == 2
+
 def test_an_empty_answer_can_lose_a_vote_but_makes_no_pair(team, client_for, models, sent):
     battle = start_battle(team, client_for)
     finish(battle, "Blue.", "")

@@ -258,3 +258,36 @@ def test_an_expired_project_token_is_refused_saying_when_and_where_to_make_anoth
     assert abs(month.expires_at - (timezone.now() + timedelta(days=30))) < timedelta(minutes=1)
     client.post(reverse("chat:token_create", args=[team.project.slug]), {"name": "bad", "expires": "forever"})
     assert not ProjectToken.objects.filter(name="bad").exists()
+
+
+
+def test_a_new_token_comes_with_commands_that_use_it(team, client_for):
+    """The page said which endpoints there are and how to send the token; the address, a model's id and a
+    request's body were for the README to tell. A new token is shown with two commands to copy: one lists
+    the project's models, the other asks the newest run's model a question."""
+    import html
+    import json
+    import shlex
+
+    from django.urls import reverse
+
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    make_base_model(team.project, name="tiny", path="/models/tiny")
+    run = Run.objects.create(project=team.project, name="tuned", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={}, resolved_spec={})
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=f"/runs/{run.public_id}/export")
+    page = client_for(team.teammate).post(reverse("chat:token_create", args=[team.project.slug]),
+                                          {"name": "notebook"}).content.decode()
+    secret = page.split('<code id="new-token">')[1].split("</code>")[0]
+    example = html.unescape(page.split('<pre id="token-example">')[1].split("</pre>")[0])
+    listing, question = (shlex.split(command) for command in example.replace("\\\n", " ").strip().split("\n"))
+    assert listing == ["curl", "http://testserver/v1/models", "-H", f"Authorization: Bearer {secret}"]
+    assert question[:2] == ["curl", "http://testserver/v1/chat/completions"]
+    assert f"Authorization: Bearer {secret}" in question and "Content-Type: application/json" in question
+    body = json.loads(question[question.index("-d") + 1])
+    assert body == {"model": run.public_id, "messages": [{"role": "user", "content": "Hello"}]}
+    models = Client().get("/v1/models", **bearer(secret)).json()["data"]
+    assert run.public_id in [model["id"] for model in models]
+    assert 'id="token-example"' not in client_for(team.teammate).get(
+        reverse("chat:list", args=[team.project.slug])).content.decode()

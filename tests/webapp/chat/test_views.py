@@ -224,6 +224,52 @@ def test_the_workers_outcome_sets_the_status(team, client_for, base_model, sent)
     assert b"the prompt is too long" in client.get(url("detail", conversation)).content
 
 
+
+def test_a_timed_out_answer_says_what_cut_it_and_what_to_do(team, client_for, base_model, sent, settings):
+    """QA: a first answer on a busy machine read "Model (timed out)" over one word, with nothing saying
+    which limit it met, where it is set, or what to do."""
+    settings.TEMPER_SERVE_TIMEOUT_SECONDS = 45
+    conversation = conversation_of(team, client_for, base_model)
+    client = client_for(team.teammate)
+    answer = client.post(url("send", conversation), {"content": "Hi"}).json()["message"]
+    services.message_finish(message_id=answer, text="How", finish_reason="timeout")
+    note = ("Cut short at the serve worker's time limit for an answer, 45 s (TEMPER_SERVE_TIMEOUT_SECONDS): "
+            "Regenerate to ask again. A model's first answers after the serve worker loads it are slower, "
+            "while its programs compile.")
+    for page in (client.get(url("detail", conversation)).content.decode(),
+                 client.get(reverse("chat:message", args=[team.project.slug, conversation.public_id, answer]))
+                 .content.decode()):
+        assert note in re.sub(r"<[^>]+>", "", page)
+    finished = client.post(url("send", conversation), {"content": "Hi again"}).json()["message"]
+    services.message_finish(message_id=finished, text="Hello.", finish_reason="stop")
+    page = client.get(reverse("chat:message", args=[team.project.slug, conversation.public_id, finished]))
+    assert "time limit" not in page.content.decode()
+    for page in (client.get(url("detail", conversation)).content.decode(),  # Regenerate asks the newest turn again
+                 client.get(reverse("chat:message", args=[team.project.slug, conversation.public_id, answer]))
+                 .content.decode()):
+        text = re.sub(r"<[^>]+>", "", page)
+        assert "45 s (TEMPER_SERVE_TIMEOUT_SECONDS). A model's first answers" in text
+        assert "Regenerate to ask again" not in text
+
+
+def test_a_timed_out_arena_answer_is_not_told_to_regenerate(team, client_for, sent, settings):
+    """An arena battle's page has no Regenerate; its timed-out answer says the limit alone."""
+    from tests.webapp.chat.test_arena import start_battle
+    from webapp.chat import arena
+
+    for name in ("falcon", "heron"):
+        make_base_model(team.project, name=name, path=f"/models/{name}")
+    battle = start_battle(team, client_for)
+    answer = arena.battle_answer(battle.side_a)
+    services.message_finish(message_id=answer.public_id, text="How", finish_reason="timeout")
+    client = client_for(team.teammate)
+    for page in (client.get(reverse("chat:battle", args=[team.project.slug, battle.public_id])).content.decode(),
+                 client.get(reverse("chat:message", args=[team.project.slug, battle.side_a.public_id,
+                                                          answer.public_id])).content.decode()):
+        text = re.sub(r"<[^>]+>", "", page)
+        assert "time limit for an answer, 30 s (TEMPER_SERVE_TIMEOUT_SECONDS). A model's first answers" in text
+        assert "Regenerate" not in text
+
 def test_it_requires_access(team, client_for, base_model, sent):
     conversation = conversation_of(team, client_for, base_model)
     answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]

@@ -1,9 +1,13 @@
-"""Shared template pieces: filters and error pages."""
+"""Shared template pieces: filters, error pages and the templates' own comments."""
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from django.template.base import Lexer, TokenType
 from django.test import Client
 from django.utils import timezone
+
+from webapp.runs.models import Run, RunStatus
 
 from webapp.core.templatetags.temper import count_short, time_ago, when
 
@@ -120,3 +124,23 @@ def test_a_form_without_its_csrf_token_gets_temper_403_page_saying_what_to_do(te
     assert "reload the page and submit it again" in content
     assert "Back to your projects" in content and "Log out" in content  # Temper's layout, not Django's bare page
     assert not Dataset.objects.filter(name="sneaky").exists()
+
+
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
+
+
+def test_every_template_comment_closes_on_its_own_line():
+    """Django's {# #} comment is one line long: one that went on to the next was page text, and the run page
+    showed its note on #run-summary above the run's name."""
+    unclosed = [f"{path.relative_to(TEMPLATES)}:{token.lineno}"
+                for path in sorted(TEMPLATES.rglob("*.html"))
+                for token in Lexer(path.read_text(encoding="utf-8")).tokenize()
+                if token.token_type == TokenType.TEXT and "{#" in token.contents]
+    assert unclosed == []
+
+
+def test_the_run_page_shows_no_template_comment(team, client_for):
+    run = Run.objects.create(project=team.project, name="first-sft", task="sft", status=RunStatus.QUEUED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner)
+    page = client_for(team.viewer).get(f"/p/alpha/runs/{run.public_id}/").content.decode()
+    assert "first-sft" in page and "{#" not in page and "#}" not in page

@@ -1,4 +1,5 @@
 from django import template
+from django.conf import settings
 from django.utils.safestring import SafeString
 
 from webapp.chat import forms
@@ -19,3 +20,9 @@ def model_markdown(text: str) -> SafeString:
 def stop_sequence_as_typed(sequence: str) -> str:
     """A stop sequence as the form takes it: a line break in it shows as \\n, where the page would show a space."""
     return forms.stop_sequence_as_typed(sequence)
+
+
+@register.simple_tag
+def serve_timeout_seconds() -> int:
+    """The time limit a chat answer is cut at (``TEMPER_SERVE_TIMEOUT_SECONDS``), which a timed-out answer names."""
+    return settings.TEMPER_SERVE_TIMEOUT_SECONDS
