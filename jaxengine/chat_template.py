@@ -61,8 +61,8 @@ def read_chat_template(model_dir: str | Path, tokenizer_config: Mapping[str, Any
         "{'name', 'template'} objects that includes name 'default'")
 
 
-@functools.lru_cache(maxsize=32)
-def _compile(template: str):
+@functools.lru_cache(maxsize=1)
+def _environment():
     import jinja2
     import jinja2.ext
     import jinja2.nodes
@@ -124,10 +124,40 @@ def _compile(template: str):
     environment.globals["strftime_now"] = strftime_now
     environment.globals["dict"] = TemplateDict()
     environment.globals["namespace"] = TemplateNamespace
+    return environment
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(template: str):
+    import jinja2
+
     try:
-        return environment.from_string(template)
+        return _environment().from_string(template)
     except jinja2.exceptions.TemplateSyntaxError as error:
         raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+
+
+# Set by render_chat_template itself, never by a caller's template variables.
+RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "tools", "documents"})
+
+
+@functools.lru_cache(maxsize=32)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables ``template`` reads from its context, other than ``messages`` and ``add_generation_prompt``
+    and the environment's globals (``raise_exception``, ``strftime_now``, ...): the names a caller can set
+    (``enable_thinking``, ``date_string``, the special tokens, ``tools``...).
+
+    jinja2.meta sees every name looked up before the template sets it, so ``{% if x is defined %}`` counts."""
+    import jinja2
+    import jinja2.meta
+
+    environment = _environment()
+    try:
+        parsed = environment.parse(template)
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+    names = jinja2.meta.find_undeclared_variables(parsed)
+    return frozenset(names - {"messages", "add_generation_prompt"} - set(environment.globals))
 
 
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
