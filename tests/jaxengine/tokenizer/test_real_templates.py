@@ -93,13 +93,14 @@ def test_qwen3_thinking_switch_and_dropped_reasoning(tokenizers):
 
 
 @pytest.mark.parametrize(("template_name", "reads"), [
-    ("qwen3.jinja", {"enable_thinking", "tools"}),
-    ("llama3_2.jinja", {"date_string", "tools", "tools_in_user_message", "custom_tools"}),
-    ("llama3_3.jinja", {"date_string", "builtin_tools"}),
+    ("qwen3.jinja", {"enable_thinking", "tools"}),  # not content or reasoning_content: it sets those itself
+    ("qwen2_5_generation.jinja", {"tools"}),
+    ("llama3_2.jinja", {"bos_token", "date_string", "tools", "tools_in_user_message", "custom_tools"}),
+    ("llama3_3.jinja", {"bos_token", "date_string", "tools", "tools_in_user_message", "custom_tools", "builtin_tools"}),
+    ("gemma2.jinja", {"bos_token"}),
     ("phi3_5.jinja", {"eos_token"}),
 ])
 def test_template_variables_lists_what_a_template_reads(template_name, reads):
-    variables = template_variables((TEMPLATES_DIR / template_name).read_text(encoding="utf-8"))
-    assert reads <= variables
-    assert "messages" not in variables and "add_generation_prompt" not in variables
-    assert "raise_exception" not in variables and "strftime_now" not in variables
+    # The names a caller can set: not messages or add_generation_prompt, nor the environment's functions
+    # (raise_exception, strftime_now), nor what the template sets itself without asking if it is defined.
+    assert template_variables((TEMPLATES_DIR / template_name).read_text(encoding="utf-8")) == reads
