@@ -675,11 +675,28 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     data = plan.spec["data"]
     versions = {version.public_id: version for version in plan.dataset_versions}
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
-    warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
+    warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None,
+                               chat_template=_model_chat_template(plan)),
                 *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
     if memory is _NOT_CHECKED:
         memory = plan_memory(plan)
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
+
+
+def _model_chat_template(plan: RunPlan) -> str | None:
+    """The chat template of a planned run's model, for the warning on ``data.chat_template_kwargs`` it never reads;
+    None when the spec gives none or the model's files cannot be read (its start says what is wrong)."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    if not plan.job.data.chat_template_kwargs:
+        return None
+    try:
+        if not Path(plan.job.model).is_dir():
+            return None
+        return read_tokenizer_settings(plan.job.model).chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return None
 
 
 def plan_memory(plan: RunPlan):
