@@ -341,7 +341,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
         if model_path:
-            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors)
+            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors,
+                               template_kwargs=job.data.chat_template_kwargs)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -464,10 +465,13 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
                 break
 
 
-def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors) -> None:
+def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors, *,
+                       template_kwargs: dict[str, Any]) -> None:
     """Chats of a shape the model's chat template refuses (Gemma's, unless the turns alternate user and assistant),
     which validation counted (``formats.ChatShapes``), named at their data key: the run stopped at its start, on
-    the first such row. Each shape found is tried once, as a probe chat, with the model's template."""
+    the first such row. Each shape found is tried once, as a probe chat, with the model's template and the
+    variables the run renders with (the model's own, then ``data.chat_template_kwargs``: a template may refuse a
+    shape only with some of them)."""
     from jaxengine import chat_template
     from jaxengine.data import formats
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
@@ -485,7 +489,8 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
         return chat_template.render_chat_template(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE,
                                                   messages, add_generation_prompt=add_generation_prompt,
-                                                  **settings.named_tokens)
+                                                  **{**settings.named_tokens, **settings.template_kwargs,
+                                                     **template_kwargs})
 
     for key, version, shape, tally in found:
         if (refusal := formats.chat_shape_refusal(shape, render)) is None:
