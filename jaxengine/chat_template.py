@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# A Temper model's own template variables ({"enable_thinking": false}): the run that exported it rendered its
+# chats with them, so loading the model renders with them too. Other tools do not read this file; its name
+# says what to pass them (vLLM's and SGLang's request field, transformers' apply_chat_template keywords).
+CHAT_TEMPLATE_KWARGS_FILE = "chat_template_kwargs.json"
 
 # Used when a model ships no template: each message is "<|im_start|>{role}\n{content}<|im_end|>\n", and
 # the generation prompt is "<|im_start|>assistant\n". For a tokenizer without these special tokens they
@@ -61,8 +66,8 @@ def read_chat_template(model_dir: str | Path, tokenizer_config: Mapping[str, Any
         "{'name', 'template'} objects that includes name 'default'")
 
 
-@functools.lru_cache(maxsize=32)
-def _compile(template: str):
+@functools.lru_cache(maxsize=1)
+def _environment():
     import jinja2
     import jinja2.ext
     import jinja2.nodes
@@ -124,10 +129,65 @@ def _compile(template: str):
     environment.globals["strftime_now"] = strftime_now
     environment.globals["dict"] = TemplateDict()
     environment.globals["namespace"] = TemplateNamespace
+    return environment
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(template: str):
+    import jinja2
+
     try:
-        return environment.from_string(template)
+        return _environment().from_string(template)
     except jinja2.exceptions.TemplateSyntaxError as error:
         raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+
+
+# Set by render_chat_template itself, never by a caller's template variables.
+RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "tools", "documents"})
+
+
+def template_variable_problem(name: Any, value: Any) -> str | None:
+    """What is wrong with one chat template variable (a spec's ``data.chat_template_kwargs``, a chat request's
+    ``chat_template_kwargs``, a model's ``chat_template_kwargs.json``), or None: a name a template can read,
+    not one the renderer sets, and a JSON scalar."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return f"{name!r} is not a variable name a template can read; give letters, digits and '_'"
+    if name in RESERVED_TEMPLATE_VARIABLES:
+        return (f"{name!r} is set by the renderer itself (from the conversation), not by a template variable; "
+                "remove it")
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        shape = "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, (list, tuple)) else "not a scalar"
+        return f"{value!r} is {shape}; give a JSON scalar: a string, a number, true/false or null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables ``template`` reads from its context, other than ``messages`` and ``add_generation_prompt``
+    and the environment's globals (``raise_exception``, ``strftime_now``, ...): the names a caller can set
+    (``enable_thinking``, ``date_string``, the special tokens, ``tools``...).
+
+    jinja2.meta sees every name looked up where the template may not have set it yet. That is a caller's
+    variable when the template asks whether it is defined (Llama's ``{% if not date_string is defined %}{% set
+    date_string = ... %}``); a name the template sets and never asks about is its own (Qwen3's ``content``, set
+    in both branches of an if, which jinja2.meta still counts)."""
+    import jinja2
+    import jinja2.meta
+    import jinja2.nodes
+
+    environment = _environment()
+    try:
+        parsed = environment.parse(template)
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
+    names = jinja2.meta.find_undeclared_variables(parsed)
+    assigned = {node.name for node in parsed.find_all(jinja2.nodes.Name) if node.ctx in ("store", "param")}
+    asked = {node.node.name for node in parsed.find_all(jinja2.nodes.Test)
+             if node.name in ("defined", "undefined") and isinstance(node.node, jinja2.nodes.Name)}
+    own = assigned - asked
+    return frozenset(names - own - {"messages", "add_generation_prompt"} - set(environment.globals))
 
 
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -397,6 +397,9 @@ def build_job_model(spec: JobSpec, *, mesh=None) -> JobModel:
         model, config = load_hf_model(model_dir, param_dtype=param_dtype, compute_dtype=compute_dtype, mesh=mesh)
     except (ValueError, TypeError, KeyError, OSError, TokenizerError, SafetensorError) as error:
         raise JobError(f"model: {model_dir}: {error}") from None
+    # Every chat this job renders (training rows, eval, RL prompts, samples) and the export's
+    # chat_template_kwargs.json, so the model is chatted with as it was trained.
+    tokenizer.template_kwargs.update(spec.data.chat_template_kwargs)
     model.remat = spec.train.remat
     trainable: Any = nnx.Param
     quantization = None

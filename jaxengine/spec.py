@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from jaxengine.chat_template import RESERVED_TEMPLATE_VARIABLES, template_variable_problem
 from jaxengine.data import formats
 from jaxengine.words import counted
 
@@ -111,6 +112,20 @@ class DataSpec(_Section):
         description="A column of data.eval (e.g. task or category): each eval metric is also logged per "
                     "value, as eval/<metric>/<value> (at most 32 values).",
     )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, max_length=32,
+        description="Variables the model's chat template reads, e.g. {enable_thinking: false} for Qwen3: used "
+                    "wherever the run renders a chat (training rows, eval, RL prompts, samples) and kept with "
+                    "the exported model, so chat renders the same. Values are strings, numbers, true/false or null.",
+    )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _scalar_template_variables(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, item in value.items():
+            if problem := template_variable_problem(name, item):
+                raise ValueError(f"{name}: {problem}" if name.isidentifier() else problem)
+        return value
 
     @model_validator(mode="after")
     def _group_by_needs_eval(self) -> DataSpec:
@@ -514,13 +529,18 @@ def total_steps_for(spec: JobSpec, rows_per_epoch: int) -> int:
 ROWS_BOUND_STEPS_TASKS: tuple[str, ...] = ("sft", "reward", "dpo", "grpo", "ppo")
 
 
-def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
+def spec_warnings(spec: JobSpec, *, train_rows: int | None = None, chat_template: str | None = None) -> list[str]:
     """Settings of a valid ``spec`` that work against each other, one line each (the spec still runs).
 
     ``train_rows``, the row count of ``data.train`` where the caller knows it, bounds the optimizer steps
     of a spec that gives ``train.epochs``; without it only ``train.max_steps`` tells them before the
-    engine reads the data, and nothing is said where they are not known."""
+    engine reads the data, and nothing is said where they are not known. ``chat_template``, the model's
+    (``Tokenizer.chat_template``) where the caller has read it, tells the ``data.chat_template_kwargs`` it
+    never reads."""
     warnings = []
+    if chat_template is not None and (problem := unread_template_variables_problem(
+            spec.data.chat_template_kwargs, chat_template, key="data.chat_template_kwargs")):
+        warnings.append(problem)
     if problem := _warmup_problem(spec, train_rows=train_rows):
         warnings.append(problem)
     if problem := _eval_problem(spec):
@@ -528,6 +548,25 @@ def spec_warnings(spec: JobSpec, *, train_rows: int | None = None) -> list[str]:
     if problem := _held_out_problem(spec):
         warnings.append(problem)
     return warnings
+
+
+def unread_template_variables_problem(variables: dict[str, Any], chat_template: str, *, key: str) -> str | None:
+    """Why some of ``variables`` (given at ``key``) do nothing: ``chat_template`` never reads them (a typo,
+    or another model's switch), naming the variables it does read; None when it reads them all. A template
+    that cannot be parsed says so where it is rendered."""
+    from jaxengine.chat_template import ChatTemplateError, template_variables
+
+    try:
+        reads = template_variables(chat_template)
+    except ChatTemplateError:
+        return None
+    unread = sorted(set(variables) - reads)
+    if not unread:
+        return None
+    settable = sorted(reads - RESERVED_TEMPLATE_VARIABLES)
+    return (f"{key}: the model's chat template never reads {', '.join(unread)}, so "
+            f"{'it does' if len(unread) == 1 else 'they do'} nothing; the variables it reads are "
+            f"{', '.join(settable) if settable else 'none besides the conversation'}")
 
 
 def _held_out_problem(spec: JobSpec) -> str | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -78,6 +79,8 @@ class TokenizerSettings:
     legacy: bool
     add_prefix_space: bool | None
     chat_template: str | None
+    # chat_template_kwargs.json (``chat_template.CHAT_TEMPLATE_KWARGS_FILE``): variables every chat is rendered with.
+    template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     generation_eos_ids: tuple[int, ...]
     generation_bos_id: int | None
     generation_pad_id: int | None
@@ -107,6 +110,15 @@ def _int_list(value: Any, *, path: Path, field: str) -> tuple[int, ...]:
     if not all(isinstance(item, int) and not isinstance(item, bool) for item in values):
         raise TokenizerError(f"{path}: field {field!r} = {value!r}: expected an integer or a list of integers")
     return tuple(values)
+
+
+def _read_template_kwargs(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / chat_template_lib.CHAT_TEMPLATE_KWARGS_FILE
+    variables = _read_json(path)
+    for name, value in variables.items():
+        if problem := chat_template_lib.template_variable_problem(name, value):
+            raise TokenizerError(f"{path}: {name}: {problem}")
+    return variables
 
 
 def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:
@@ -147,6 +159,7 @@ def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:
         legacy=bool(config.get("legacy", False)),
         add_prefix_space=config.get("add_prefix_space"),
         chat_template=chat_template_lib.read_chat_template(model_dir, config),
+        template_kwargs=_read_template_kwargs(model_dir),
         generation_eos_ids=_int_list(generation.get("eos_token_id"), path=generation_path, field="eos_token_id"),
         generation_bos_id=generation_bos[0] if generation_bos else None,
         generation_pad_id=generation_pad[0] if generation_pad else None,
@@ -165,6 +178,9 @@ class Tokenizer(abc.ABC):
     def __init__(self, *, model_dir: Path, settings: TokenizerSettings) -> None:
         self.model_dir = model_dir
         self.settings = settings
+        # The variables every chat is rendered with unless a call gives its own: the model's file's, then a
+        # job's data.chat_template_kwargs over them (``jaxengine.job.build_job_model``); ``save`` writes them.
+        self.template_kwargs: dict[str, Any] = dict(settings.template_kwargs)
 
     @abc.abstractmethod
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
@@ -232,14 +248,15 @@ class Tokenizer(abc.ABC):
     def apply_chat_template(
         self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, **template_kwargs: Any
     ) -> str:
-        """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids).
+        """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids), with
+        ``template_kwargs`` over this tokenizer's own (``self.template_kwargs``).
 
         A ChatTemplateError of the model's own template names the file holding it: 'chat template: ...'
         alone did not say which of the two that may hold one to fix."""
         try:
             return chat_template_lib.render_chat_template(
                 self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                **{**self.special_tokens_map, **template_kwargs},
+                **{**self.special_tokens_map, **self.template_kwargs, **template_kwargs},
             )
         except chat_template_lib.ChatTemplateError as error:
             if self.chat_template_file is None or not messages:  # the default's, or no conversation at all
@@ -247,7 +264,8 @@ class Tokenizer(abc.ABC):
             raise chat_template_lib.ChatTemplateError(f"{self.chat_template_file}: {error}") from None
 
     def save(self, out_dir: str | Path) -> None:
-        """Copies the tokenizer files this tokenizer was loaded from into ``out_dir``.
+        """Copies the tokenizer files this tokenizer was loaded from into ``out_dir``, and writes its
+        ``template_kwargs`` to ``chat_template_kwargs.json`` (none when it has none).
 
         ``generation_config.json`` is copied only when ``out_dir`` has none, since a model saver may
         already have written the model's own.
@@ -260,6 +278,11 @@ class Tokenizer(abc.ABC):
             source = self.model_dir / name
             if source.is_file() and source.resolve() != (out_dir / name).resolve():
                 shutil.copyfile(source, out_dir / name)
+        kwargs_path = out_dir / chat_template_lib.CHAT_TEMPLATE_KWARGS_FILE
+        if self.template_kwargs:
+            kwargs_path.write_text(json.dumps(self.template_kwargs, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        elif kwargs_path.resolve() != (self.model_dir / chat_template_lib.CHAT_TEMPLATE_KWARGS_FILE).resolve():
+            kwargs_path.unlink(missing_ok=True)
         generation = self.model_dir / GENERATION_CONFIG_FILE
         if generation.is_file() and not (out_dir / GENERATION_CONFIG_FILE).exists():
             shutil.copyfile(generation, out_dir / GENERATION_CONFIG_FILE)

@@ -90,3 +90,20 @@
     window.setTimeout(function () { said.textContent = text; }, ANNOUNCE_AFTER_MS);
   });
 })();
+
+/* The new conversation's Thinking switch (webapp/chat/forms.py ConversationForm) is there only for the models
+   whose chat template reads enable_thinking, as the server found and lists in data-thinking-defaults (each with
+   its default): shown and set to that default as the model select changes, hidden for the other models. */
+(function () {
+  "use strict";
+  var box = document.querySelector("input[data-thinking-defaults]");
+  var select = box && box.form ? box.form.querySelector("select[name=model]") : null;
+  if (!select) return;
+  var defaults = JSON.parse(box.dataset.thinkingDefaults);
+  var field = box.closest(".field");
+  select.addEventListener("change", function () {
+    var reads = Object.prototype.hasOwnProperty.call(defaults, select.value);
+    field.hidden = !reads;
+    if (reads) box.checked = defaults[select.value];
+  });
+})();

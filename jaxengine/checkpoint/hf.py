@@ -38,6 +38,7 @@ INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json",
+    "chat_template_kwargs.json",
 )
 DEFAULT_MAX_SHARD_BYTES = 4 * 1024**3
 # Our leaf name -> (Hugging Face leaf name, stored transposed).

@@ -7,7 +7,9 @@ Prints the completion as it is generated; with ``--json`` prints one JSON object
 ``{"text": ..., "token_ids": [...], "prompt_token_ids": [...]}`` at the end instead. ``--chat`` wraps
 the prompt in the model's chat template as a single user turn (after an optional ``--system`` turn)
 with the generation prompt, rendered as training and the chat render it (``encode_prompt``: BOS first when
-the tokenizer has one and the template did not write it); otherwise the text is encoded as transformers'
+the tokenizer has one and the template did not write it), with the model's own template variables
+(``chat_template_kwargs.json``, which a Temper run's export holds) and ``--template-var NAME=VALUE`` over them
+(VALUE read as JSON when it is a JSON scalar, ``enable_thinking=false``, else as text); otherwise the text is encoded as transformers'
 ``tokenizer(text)`` encodes it (BOS only where the tokenizer adds one: a tokenizer.json's post-processor, or
 ``add_bos_token: true`` beside a tokenizer.model).
 Sampling settings left out come from the model's generation_config.json (``do_sample: false`` there
@@ -41,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt (the user turn with --chat)")
     parser.add_argument("--chat", action="store_true", help="apply the chat template to the prompt as one user turn")
     parser.add_argument("--system", metavar="TEXT", help="system turn before the prompt (with --chat)")
+    parser.add_argument("--template-var", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable for the chat template, e.g. enable_thinking=false (with --chat; repeatable)")
     parser.add_argument("--max-new-tokens", type=int, metavar="N",
                         help=f"default {DEFAULT_MAX_NEW_TOKENS}, or what the model's context leaves after the prompt")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy")
@@ -97,10 +101,35 @@ def _read_generation_config(model_dir: Path) -> dict[str, Any]:
     return read_json_object(path, error=CliError, advice="fix or remove the file")
 
 
+def template_variables(given: list[str]) -> dict[str, Any]:
+    """``--template-var NAME=VALUE`` arguments as template variables: VALUE as JSON where it is a JSON scalar
+    (false, 3, null, "quoted"), else the text itself."""
+    from jaxengine.chat_template import template_variable_problem
+
+    variables = {}
+    for item in given:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise CliError(f"--template-var {item!r}: give NAME=VALUE, e.g. enable_thinking=false")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if isinstance(value, (list, dict)):
+            value = text  # a template variable is a scalar: JSON that is not one is taken as its text
+        if problem := template_variable_problem(name, value):
+            raise CliError(f"--template-var {item!r}: {problem}")
+        variables[name] = value
+    return variables
+
+
 def _generate(args: argparse.Namespace) -> int:
     model_dir = checked_model_dir(args.model)
     if args.system is not None and not args.chat:
         raise CliError("--system needs --chat (it is a turn of the chat template)")
+    if args.template_var and not args.chat:
+        raise CliError("--template-var needs --chat (it is a variable of the chat template)")
+    variables = template_variables(args.template_var)
     from jaxengine.sampler import SamplingParams
 
     try:
@@ -123,9 +152,13 @@ def _generate(args: argparse.Namespace) -> int:
 
         messages = ([{"role": "system", "content": args.system}] if args.system is not None else [])
         messages.append({"role": "user", "content": args.prompt})
+        from jaxengine.spec import unread_template_variables_problem
+
+        if problem := unread_template_variables_problem(variables, tokenizer.chat_template, key="--template-var"):
+            print(f"warning: {problem}", file=sys.stderr)
         # As training, eval and the chat render it (a BOS before a template that writes none): a model trained
         # here answers the same prompt here as in the chat.
-        prompt_ids = encode_prompt(tokenizer, messages)
+        prompt_ids = encode_prompt(tokenizer, messages, **variables)
     else:
         prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=True)
     if not prompt_ids:  # checked here: the sampler would name it "prompt 0", a batch row this command never shows

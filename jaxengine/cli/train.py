@@ -46,6 +46,21 @@ def steps_past_max(summary: dict, max_steps: int | None) -> int | None:
     return step if max_steps is not None and isinstance(step, int) and step > max_steps else None
 
 
+def _model_chat_template(spec) -> str | None:
+    """The chat template of the spec's model, for the warnings on its ``data.chat_template_kwargs``; None when
+    it gives none, or the model cannot be read (the job then says what is wrong with it)."""
+    if not spec.data.chat_template_kwargs:
+        return None
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError
+    from jaxengine.job import JobError, resolve_model_dir
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    try:
+        return read_tokenizer_settings(resolve_model_dir(spec.model)).chat_template or DEFAULT_CHAT_TEMPLATE
+    except (JobError, TokenizerError, ChatTemplateError, OSError):
+        return None
+
+
 def _train(args: argparse.Namespace) -> int:
     from jaxengine.spec import SpecError, load_spec, spec_warnings
 
@@ -55,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.process_id in (None, 0):  # once per job, not once per host
-        for warning in spec_warnings(spec):
+        for warning in spec_warnings(spec, chat_template=_model_chat_template(spec)):
             print(f"{args.spec}: warning: {warning}", file=sys.stderr)
 
     group_arguments = (args.coordinator, args.num_processes, args.process_id)

@@ -51,7 +51,8 @@ class TokenizerLike(Protocol):
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
 
-    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str: ...
+    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = False,
+                            **template_kwargs: Any) -> str: ...
 
 
 class DataError(ValueError):
@@ -166,10 +167,12 @@ def _completion_segments(
     return [(prompt_ids, False), (completion_ids, True)]
 
 
-def encode_prompt(tokenizer: TokenizerLike, prompt: str | list[dict]) -> list[int]:
-    """Token ids that ask the model for a completion of ``prompt``, rendered exactly as in training."""
+def encode_prompt(tokenizer: TokenizerLike, prompt: str | list[dict], **template_kwargs: Any) -> list[int]:
+    """Token ids that ask the model for a completion of ``prompt``, rendered exactly as in training;
+    ``template_kwargs`` (a chat request's) over the tokenizer's own template variables."""
     if tokenizer.chat_template:
-        text = tokenizer.apply_chat_template(_as_messages(prompt, "user"), add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(_as_messages(prompt, "user"), add_generation_prompt=True,
+                                             **template_kwargs)
         return _with_bos(tokenizer, tokenizer.encode(text))
     if not isinstance(prompt, str):
         raise DataError("conversations (message lists) need a tokenizer with a chat template")

@@ -384,3 +384,42 @@ def test_a_stop_sequence_with_line_breaks_is_typed_and_comes_back(page, asgi_ser
     page.wait_for_selector("#chat-form")
     second = Conversation.objects.exclude(pk=first.pk).get(user=team.teammate)
     assert second.stop == ["\n\nUser:", "###"]
+
+
+def test_the_thinking_switch_shows_for_a_model_whose_template_reads_it(page, asgi_server, transactional_db,  # noqa: F811
+                                                                     settings):
+    """Qwen3's chat template reads enable_thinking: the new conversation form shows a Thinking switch when such a
+    model is chosen (the server read each model's template), at that model's default, and none for another; the
+    conversation keeps it, its page says so, and "New conversation with these settings" gives it back."""
+    import json
+
+    from webapp.chat.models import Conversation
+
+    team = make_team()
+    plain = make_base_model(team.project, name="plain")  # its directory holds no template: ChatML, no switch
+    thinker_dir = settings.MODELS_ROOT / "thinker"
+    thinker_dir.mkdir(parents=True, exist_ok=True)
+    (thinker_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": (
+        "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}assistant"
+        "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}{% endif %}")}))
+    thinker = make_base_model(team.project, name="thinker", path=str(thinker_dir))
+    log_in(page, asgi_server, team.teammate.username)
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    switch = page.get_by_label("Thinking")
+    page.select_option("#id_model", plain.public_id)
+    assert not switch.is_visible()
+    page.select_option("#id_model", thinker.public_id)
+    assert switch.is_visible() and switch.is_checked()  # the template's own default: it thinks
+    switch.uncheck()
+    page.select_option("#id_model", plain.public_id)
+    assert not switch.is_visible()
+    page.select_option("#id_model", thinker.public_id)
+    switch.uncheck()
+    page.get_by_role("button", name="Start").click()
+    page.wait_for_selector("#chat-form")
+    assert Conversation.objects.get(user=team.teammate).enable_thinking is False
+    assert "thinking off" in page.locator(".chat-settings").inner_text()
+
+    page.get_by_role("link", name="New conversation with these settings").click()
+    page.wait_for_selector("#new-conversation")
+    assert page.get_by_label("Thinking").is_visible() and not page.get_by_label("Thinking").is_checked()

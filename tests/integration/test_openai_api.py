@@ -2,6 +2,8 @@
 a real serve worker: models, chat completions (streaming and not), completions, project-scoped tokens."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.core.management import call_command
 
@@ -100,3 +102,44 @@ def test_tokens_are_project_scoped(api, asgi_server):  # noqa: F811
     Membership.objects.filter(project=team.project, user=team.teammate).delete()
     with pytest.raises(openai.PermissionDeniedError, match="is no longer a member of"):
         client.models.list()
+
+
+def test_chat_template_kwargs_reach_the_template_and_lay_over_the_models_own(api, settings):
+    """vLLM's chat_template_kwargs, as the openai client sends them (extra_body): enable_thinking false renders
+    Qwen3's empty think block after the generation prompt (more prompt tokens); a model whose own variables
+    (chat_template_kwargs.json, as a run's export keeps them) turn thinking off renders it unasked, and a request
+    turns it back on."""
+    import json
+    import shutil
+
+    import openai
+
+    client, team, base_model = api
+    template = Path(__file__).parents[1] / "jaxengine/tokenizer/real_templates/qwen3.jinja"
+    thinker_dir = settings.MODELS_ROOT / "tiny-openai-thinker"
+    shutil.copytree(base_model.path, thinker_dir)
+    config = json.loads((thinker_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = template.read_text(encoding="utf-8")
+    (thinker_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    thinker = make_base_model(team.project, name="thinker", path=str(thinker_dir))
+    messages = [{"role": "user", "content": "Hello"}]
+
+    def prompt_tokens(model, **variables) -> int:
+        extra = {"extra_body": {"chat_template_kwargs": variables}} if variables else {}
+        return client.chat.completions.create(model=model.public_id, messages=messages, max_tokens=1, temperature=0,
+                                              **extra).usage.prompt_tokens
+
+    thinking = prompt_tokens(thinker)
+    assert prompt_tokens(thinker, enable_thinking=False) > thinking
+    assert prompt_tokens(thinker, enable_thinking=True) == thinking
+
+    trained_off_dir = settings.MODELS_ROOT / "tiny-openai-trained-off"
+    shutil.copytree(thinker_dir, trained_off_dir)
+    (trained_off_dir / "chat_template_kwargs.json").write_text('{"enable_thinking": false}')
+    trained_off = make_base_model(team.project, name="trained-off", path=str(trained_off_dir))
+    assert prompt_tokens(trained_off) == prompt_tokens(thinker, enable_thinking=False)
+    assert prompt_tokens(trained_off, enable_thinking=True) == thinking
+
+    with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\[\"enable_thinking\"\]: \[false\] is not"):
+        client.chat.completions.create(model=thinker.public_id, messages=messages, max_tokens=1,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": [False]}})

@@ -544,3 +544,28 @@ def test_a_generation_whose_first_worker_died_mid_answer_ends_saying_so(client, 
     events = channels.stored_events(client, "written")
     assert serve.generate(request(model_dir, "written")) == {}  # delivered again once it was done
     assert channels.stored_events(client, "written") == events
+
+
+def test_a_requests_template_variables_are_laid_over_the_models_own(model_dir, tmp_path):
+    """A run's export keeps its data.chat_template_kwargs (chat_template_kwargs.json): the serve worker renders
+    a conversation with them, and a request's chat_template_kwargs (a /v1 body's, the Thinking switch's) over them."""
+    import json
+    import shutil
+
+    thinking = tmp_path / "thinking"
+    shutil.copytree(model_dir, thinking)
+    config = json.loads((thinking / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                               "{% if enable_thinking is defined and enable_thinking is false %}no thinking{% endif %}")
+    (thinking / "tokenizer_config.json").write_text(json.dumps(config))
+    (thinking / "chat_template_kwargs.json").write_text('{"enable_thinking": false}')
+    tokenizer = load_serving_model(thinking).tokenizer
+
+    def prompt(**fields) -> str:
+        return tokenizer.decode(serve.prompt_ids(serve.GenerateRequest.model_validate(request(thinking, "t", **fields)),
+                                                 tokenizer))
+
+    assert prompt().endswith("no thinking")
+    assert not prompt(chat_template_kwargs={"enable_thinking": True}).endswith("no thinking")
+    with pytest.raises(ValueError, match="chat_template_kwargs: 'messages' is set by the renderer"):
+        serve.GenerateRequest.model_validate(request(thinking, "t", chat_template_kwargs={"messages": "x"}))

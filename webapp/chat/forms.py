@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 
 from django import forms
@@ -101,9 +102,32 @@ class ConversationForm(forms.Form):
         help_text=f"One a line, up to {MAX_STOP_SEQUENCES}: the answer ends before the first to appear. Within one, write "
                   f"{_ESCAPES_HELP} (\\n\\nUser: ends it at an empty line followed by User:).")
 
-    def __init__(self, *args, choices: list[ModelChoice], **kwargs):
+    thinking = forms.BooleanField(
+        label="Thinking", required=False,
+        help_text="The model reasons in a think block before it answers. Off: its chat template closes an empty one "
+                  "(enable_thinking false), as Qwen3's does.")
+
+    def __init__(self, *args, choices: list[ModelChoice], thinking: dict[str, bool] | None = None, **kwargs):
+        """``thinking``: ``selectors.thinking_defaults`` of ``choices``: the Thinking switch is there only for those
+        models (forms.js's ``data-thinking-defaults`` shows it as the model select changes), set to each one's default."""
         super().__init__(*args, **kwargs)
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
+        self.thinking_defaults = thinking or {}
+        if not self.thinking_defaults:
+            del self.fields["thinking"]
+            return
+        field = self.fields["thinking"]
+        field.widget.attrs["data-thinking-defaults"] = json.dumps(self.thinking_defaults)
+        model = self.data.get("model") if self.is_bound else self.initial.get("model") or (choices[0].ref if choices else None)
+        field.initially_hidden = model not in self.thinking_defaults
+        if not self.is_bound and "thinking" not in self.initial and model in self.thinking_defaults:
+            self.initial["thinking"] = self.thinking_defaults[model]
+
+    def enable_thinking(self) -> bool | None:
+        """The switch as the conversation keeps it: None for a model whose template does not read it."""
+        if self.cleaned_data["model"] not in self.thinking_defaults:
+            return None
+        return bool(self.cleaned_data.get("thinking"))
 
     @staticmethod
     def settings_of(conversation) -> dict:
@@ -111,7 +135,8 @@ class ConversationForm(forms.Form):
         conversation with these settings."""
         return {"model": conversation.model_ref, "system_prompt": conversation.system_prompt,
                 **{name: getattr(conversation, name) for name in ("temperature", "top_p", "top_k", "max_tokens",
-                                                                  "presence_penalty", "frequency_penalty", "stop")}}
+                                                                  "presence_penalty", "frequency_penalty", "stop")},
+                **({"thinking": conversation.enable_thinking} if conversation.enable_thinking is not None else {})}
 
     def clean_presence_penalty(self) -> float:
         return self.cleaned_data["presence_penalty"] or 0.0

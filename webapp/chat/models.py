@@ -38,6 +38,9 @@ class Conversation(models.Model):
     presence_penalty = models.FloatField(default=0.0)
     frequency_penalty = models.FloatField(default=0.0)
     stop = models.JSONField(default=list, blank=True)  # up to 4 non-empty strings
+    # The Thinking switch, for a model whose chat template reads enable_thinking (Qwen3's): sent as that template
+    # variable. Null: the model's template does not read it, and nothing is sent.
+    enable_thinking = models.BooleanField(null=True, default=None)
     # One side of an arena battle: hidden from the conversation list and page (its model is secret).
     in_arena = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

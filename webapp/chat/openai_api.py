@@ -272,9 +272,19 @@ NO_TOOLS = "the answers here are text only, the model is not asked to call tools
 _CHOICE_OF = {"tools": "tool_choice", "functions": "function_call"}  # each list and the field that asks for no call
 
 
+# A value of chat_template_kwargs: a JSON scalar (a list or an object is no template variable Temper passes).
+TemplateValue = Annotated[pydantic.StrictStr | Number | StrictBool | None,
+                          Field(description="a JSON scalar: a string, a number, true/false or null")]
+
+
 class ChatBody(_Body):
     messages: list[_Message] = Field(min_length=1, description='a JSON array of messages, each {"role": ..., '
                                                                '"content": ...}, at least one')
+    # vLLM's and SGLang's field: variables for the model's chat template ({"enable_thinking": false} for Qwen3), over
+    # the model's own (a Temper run's export keeps its data.chat_template_kwargs).
+    chat_template_kwargs: dict[str, TemplateValue] | None = Field(
+        default=None, max_length=32,
+        description='a JSON object of chat template variables, e.g. {"enable_thinking": false}')
     logprobs: StrictBool = Field(default=False, description=NO_LOGPROBS_FALSE)
     top_logprobs: StrictInt = Field(default=0, description=NO_TOP_LOGPROBS)
     # Before tools, so that tools' check reads it: tools with tool_choice "none" ask for no call.
@@ -285,6 +295,16 @@ class ChatBody(_Body):
     function_call: str | dict[str, Any] | None = Field(default=None, description=f'"none" ({NO_TOOLS}), or leave '
                                                                                  "function_call out")
     functions: list[Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _settable_template_variables(cls, variables: dict[str, Any] | None) -> dict[str, Any] | None:
+        from jaxengine.chat_template import template_variable_problem
+
+        for name, value in (variables or {}).items():
+            if problem := template_variable_problem(name, value):
+                raise ValueError(f"{name!r}: {problem}" if not problem.startswith(repr(name)) else problem)
+        return variables
 
     @field_validator("tool_choice", "function_call")
     @classmethod
@@ -464,6 +484,8 @@ def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=N
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]
+        if body.chat_template_kwargs:
+            request["chat_template_kwargs"] = body.chat_template_kwargs
     else:
         request["prompt"] = prompt
     return request

@@ -1,6 +1,7 @@
 """Reads for the chat pages: the models a project can chat with, a user's conversations."""
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -104,6 +105,46 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
     project may have the same name), so that no two models read alike."""
     counts = Counter(labels.values())
     return {ref: f"{label} ({ref})" if counts[label] > 1 else label for ref, label in labels.items()}
+
+
+def thinking_defaults(choices: list[ModelChoice]) -> dict[str, bool]:
+    """The models of ``choices`` whose chat template reads ``enable_thinking`` (Qwen3's switch), by ref, each with
+    the switch's default: off where the model's own template variables (``chat_template_kwargs.json``, a run's
+    export of a run that trained with thinking off) set it false, else on, as the template renders without it."""
+    defaults = {}
+    for choice in choices:
+        default = _thinking_default(choice.path, _template_files_stamp(choice.path))
+        if default is not None:
+            defaults[choice.ref] = default
+    return defaults
+
+
+def _template_files_stamp(path: str) -> tuple:
+    # A model written again at its path (a run exported anew) is read anew: the files' times and sizes.
+    stamp = []
+    for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template_kwargs.json"):
+        try:
+            status = (Path(path) / name).stat()
+        except OSError:
+            stamp.append(None)
+            continue
+        stamp.append((status.st_mtime_ns, status.st_size))
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=256)
+def _thinking_default(path: str, _stamp: tuple) -> bool | None:
+    from jaxengine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplateError, template_variables
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    try:
+        settings = read_tokenizer_settings(path)
+        reads = template_variables(settings.chat_template or DEFAULT_CHAT_TEMPLATE)
+    except (TokenizerError, ChatTemplateError, OSError):
+        return None  # a chat with it says what is wrong with its files
+    if "enable_thinking" not in reads:
+        return None
+    return settings.template_kwargs.get("enable_thinking") is not False
 
 
 def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoice]:

@@ -60,7 +60,7 @@ EMPTY_CONVERSATION_KEPT = timedelta(days=1)
 def conversation_create(*, project: Project, user, model: ModelChoice, system_prompt: str = "",
                         temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                         max_tokens: int = 256, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                        stop: list[str] | None = None) -> Conversation:
+                        stop: list[str] | None = None, enable_thinking: bool | None = None) -> Conversation:
     """A new conversation (its page opens at once, and prepares the model while the person types). The
     author's conversations in the project that were started over ``EMPTY_CONVERSATION_KEPT`` ago and never
     got a message are deleted: the list does not show them, and nothing else refers to them."""
@@ -70,7 +70,7 @@ def conversation_create(*, project: Project, user, model: ModelChoice, system_pr
     return Conversation.objects.create(
         project=project, user=user, model_ref=model.ref, model_label=model.label, system_prompt=system_prompt,
         temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens, presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty, stop=list(stop or []))
+        frequency_penalty=frequency_penalty, stop=list(stop or []), enable_thinking=enable_thinking)
 
 
 @transaction.atomic
@@ -159,6 +159,8 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
                "stop": conversation.stop,
                "seed": secrets.randbelow(2**31),  # a regenerated answer draws anew
                "fit_context": True}  # a long conversation leaves out its oldest turns instead of failing
+    if conversation.enable_thinking is not None:  # the Thinking switch, over the model's own template variables
+        request["chat_template_kwargs"] = {"enable_thinking": conversation.enable_thinking}
     transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",
                                                        expires=generation_expiry_seconds()))
     return answer

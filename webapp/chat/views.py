@@ -69,7 +69,8 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
         if not any(choice.ref == original.model_ref for choice in choices):
             messages.warning(request, f"{isolated(original.model_label)}, the model of that conversation, is no longer "
                                       "available: choose another.")
-    form = ConversationForm(request.POST or None, choices=choices, initial=initial)
+    form = ConversationForm(request.POST or None, choices=choices, initial=initial,
+                            thinking=selectors.thinking_defaults(choices))
     if request.method == "POST" and form.is_valid():
         model = next(choice for choice in choices if choice.ref == form.cleaned_data["model"])
 
@@ -79,7 +80,8 @@ def chat_list(request: HttpRequest, slug: str) -> HttpResponse:
                 temperature=form.cleaned_data["temperature"], top_p=form.cleaned_data["top_p"],
                 top_k=form.cleaned_data["top_k"], max_tokens=form.cleaned_data["max_tokens"],
                 presence_penalty=form.cleaned_data["presence_penalty"],
-                frequency_penalty=form.cleaned_data["frequency_penalty"], stop=form.cleaned_data["stop"])
+                frequency_penalty=form.cleaned_data["frequency_penalty"], stop=form.cleaned_data["stop"],
+                enable_thinking=form.enable_thinking())
             return reverse("chat:detail", kwargs={"slug": project.slug, "conversation_id": conversation.public_id})
 
         return redirect(form_send_once(request, create=start))
@@ -108,7 +110,8 @@ def chat_token_create(request: HttpRequest, slug: str) -> HttpResponse:
     if not secret:
         note_secret_already_shown(request, tokens=ProjectToken.objects.filter(project=project, user=request.user),
                                   token_id=token_id)
-    form = ConversationForm(choices=selectors.model_choices(project=project))
+    choices = selectors.model_choices(project=project)
+    form = ConversationForm(choices=choices, thinking=selectors.thinking_defaults(choices))
     return _list_page(request, project, membership, form, new_secret=secret)
 
 

@@ -341,7 +341,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
         if model_path:
-            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors)
+            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors,
+                               template_kwargs=job.data.chat_template_kwargs)
     if errors:
         raise ValidationError(errors)
     resolved = job.model_dump(mode="json")
@@ -464,10 +465,13 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
                 break
 
 
-def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors) -> None:
+def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors, *,
+                       template_kwargs: dict[str, Any]) -> None:
     """Chats of a shape the model's chat template refuses (Gemma's, unless the turns alternate user and assistant),
     which validation counted (``formats.ChatShapes``), named at their data key: the run stopped at its start, on
-    the first such row. Each shape found is tried once, as a probe chat, with the model's template."""
+    the first such row. Each shape found is tried once, as a probe chat, with the model's template and the
+    variables the run renders with (the model's own, then ``data.chat_template_kwargs``: a template may refuse a
+    shape only with some of them)."""
     from jaxengine import chat_template
     from jaxengine.data import formats
     from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
@@ -485,7 +489,8 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
         return chat_template.render_chat_template(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE,
                                                   messages, add_generation_prompt=add_generation_prompt,
-                                                  **settings.named_tokens)
+                                                  **{**settings.named_tokens, **settings.template_kwargs,
+                                                     **template_kwargs})
 
     for key, version, shape, tally in found:
         if (refusal := formats.chat_shape_refusal(shape, render)) is None:
@@ -675,11 +680,28 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     data = plan.spec["data"]
     versions = {version.public_id: version for version in plan.dataset_versions}
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
-    warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None),
+    warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None,
+                               chat_template=_model_chat_template(plan)),
                 *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
     if memory is _NOT_CHECKED:
         memory = plan_memory(plan)
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
+
+
+def _model_chat_template(plan: RunPlan) -> str | None:
+    """The chat template of a planned run's model, for the warning on ``data.chat_template_kwargs`` it never reads;
+    None when the spec gives none or the model's files cannot be read (its start says what is wrong)."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    if not plan.job.data.chat_template_kwargs:
+        return None
+    try:
+        if not Path(plan.job.model).is_dir():
+            return None
+        return read_tokenizer_settings(plan.job.model).chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return None
 
 
 def plan_memory(plan: RunPlan):

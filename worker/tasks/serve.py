@@ -69,6 +69,9 @@ class GenerateRequest(BaseModel):
     model_key: str = Field(min_length=1)
     model_path: str = Field(min_length=1)
     messages: list[Message] | None = None
+    # Variables for the model's chat template over the model's own (chat_template_kwargs.json): a /v1 request's
+    # chat_template_kwargs, a conversation's Thinking switch. Checked by jaxengine.chat_template.template_variable_problem.
+    chat_template_kwargs: dict[str, str | int | float | bool | None] = Field(default_factory=dict, max_length=32)
     prompt: str | None = None
     # None (an API request without max_tokens): up to DEFAULT_MAX_NEW_TOKENS, fewer where the prompt leaves less
     # room in the context, as OpenAI's and vLLM's servers fill the context rather than refuse.
@@ -95,6 +98,11 @@ class GenerateRequest(BaseModel):
             raise ValueError("give exactly one of messages (a conversation) or prompt (raw text)")
         if self.messages is not None and not self.messages:
             raise ValueError("messages: the conversation is empty")
+        from jaxengine.chat_template import template_variable_problem
+
+        for name, value in self.chat_template_kwargs.items():
+            if problem := template_variable_problem(name, value):
+                raise ValueError(f"chat_template_kwargs: {problem}")
         return self
 
 
@@ -275,7 +283,7 @@ def prompt_ids(request: GenerateRequest, tokenizer, messages: list[Message] | No
 
     if request.messages is not None:
         turns = request.messages if messages is None else messages
-        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in turns]))
+        return tuple(encode_prompt(tokenizer, [message.model_dump() for message in turns], **request.chat_template_kwargs))
     return tuple(_with_bos(tokenizer, tokenizer.encode(request.prompt)))
 
 

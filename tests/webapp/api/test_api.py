@@ -666,6 +666,8 @@ def test_openapi_document_describes_every_endpoint(world):
     schemas = document["components"]["schemas"]
     assert {"RunCreate", "MetricsLog", "JobSpec", "OptimSpec", "PipelineDocument", "Guard"} <= set(schemas)
     assert schemas["OptimSpec"]["properties"]["schedule"]["enum"] == ["constant", "linear", "cosine"]
+    chat_template_kwargs = schemas["DataSpec"]["properties"]["chat_template_kwargs"]
+    assert chat_template_kwargs["type"] == "object" and "enable_thinking" in chat_template_kwargs["description"]
     assert "tagged sweep-<id>" in schemas["RunCreate"]["properties"]["sweep"]["description"]
     assert "sweep" in paths["/api/v1/projects/{slug}/runs/"]["post"]["responses"]["201"]["description"]
     query = {parameter["name"]: parameter for parameter in paths["/api/v1/projects/{slug}/runs/"]["get"]["parameters"]}

@@ -855,3 +855,30 @@ def test_an_answer_stops_once_its_token_may_no_longer_be_used(api, worker, team,
         async_to_sync(answer_while_revoking)()
     assert redis_client().exists(channels.stop_key(requests[0]["id"]))
     assert not ApiGeneration.objects.exists()
+
+
+def test_chat_template_kwargs_are_sent_to_the_serve_worker(api, worker):
+    """vLLM's and SGLang's chat_template_kwargs ({"enable_thinking": false} for Qwen3) reach the serve worker, which
+    lays them over the model's own; a body without them sends none."""
+    model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER]
+    variables = {"enable_thinking": False, "date_string": "01 Jan 2030", "effort": 2, "persona": None}
+    assert post("/v1/chat/completions", chat(model, chat_template_kwargs=variables), headers).status_code == 200
+    assert post("/v1/chat/completions", chat(model), headers).status_code == 200
+    assert requests[0]["chat_template_kwargs"] == variables and "chat_template_kwargs" not in requests[1]
+
+
+@pytest.mark.parametrize("variables,message", [
+    ([1], 'chat_template_kwargs: [1] is not a JSON object; give a JSON object of chat template variables'),
+    ({"enable_thinking": [False]}, 'chat_template_kwargs["enable_thinking"]: [false] is not text'),
+    ({"messages": "hi"}, "chat_template_kwargs: 'messages' is set by the renderer itself"),
+    ({"two words": 1}, "chat_template_kwargs: 'two words' is not a variable name a template can read"),
+])
+def test_bad_chat_template_kwargs_are_named(api, variables, message):
+    model, headers = api
+    response = post("/v1/chat/completions", chat(model, chat_template_kwargs=variables), headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["message"].startswith(message), error
+    assert error["param"].startswith("chat_template_kwargs") and error["type"] == "invalid_request_error"

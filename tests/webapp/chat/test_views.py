@@ -741,3 +741,58 @@ def test_an_open_event_stream_fails_an_answer_once_no_worker_will_finish_it(team
     assert token["text"] == "Hel" and error["type"] == "error"
     assert error["message"].startswith(f"no serve worker finished this answer, asked at {when(asked)}")
     assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
+
+
+QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}assistant"
+              "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}{% endif %}")
+
+
+def thinking_model_dir(path, *, own_variables=None):
+    """A model directory whose chat template reads enable_thinking (its weights are not read here)."""
+    path.mkdir()
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN3_LIKE}))
+    if own_variables is not None:
+        (path / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
+    return path
+
+
+def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_sent_with_each_turn(
+        team, client_for, base_model, sent, tmp_path, django_capture_on_commit_callbacks):
+    thinker = make_base_model(team.project, name="thinker", path=str(thinking_model_dir(tmp_path / "thinker")))
+    trained_off = make_base_model(team.project, name="trained-off", path=str(
+        thinking_model_dir(tmp_path / "off", own_variables={"enable_thinking": False})))
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    switch = re.search(r'<input type="checkbox" name="thinking"[^>]*>', page).group(0)
+    # The models that read it, each with its default: off where the model's own variables turn it off.
+    assert json.loads(re.search(r'data-thinking-defaults="([^"]*)"', switch).group(1).replace("&quot;", '"')) == {
+        thinker.public_id: True, trained_off.public_id: False}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        off = conversation_of(team, client_for, thinker)  # the box left unticked: thinking off
+        client.post(url("send", off), {"content": "2+2?"})
+    assert off.enable_thinking is False
+    assert sent[-1][1][0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "thinking off" in client.get(url("detail", off)).content.decode()
+    # "New conversation with these settings" keeps it.
+    again = client.get(reverse("chat:list", args=[team.project.slug]) + f"?from={off.public_id}").content.decode()
+    assert "checked" not in re.search(r'<input type="checkbox" name="thinking"[^>]*>', again).group(0)
+    off.delete()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        on = conversation_of(team, client_for, thinker, thinking="on")
+        client.post(url("send", on), {"content": "2+2?"})
+    assert on.enable_thinking is True and sent[-1][1][0]["chat_template_kwargs"] == {"enable_thinking": True}
+    on.delete()
+
+    # A model whose template does not read it: the switch is ignored, and nothing is sent.
+    with django_capture_on_commit_callbacks(execute=True):
+        plain = conversation_of(team, client_for, base_model, thinking="on")
+        client.post(url("send", plain), {"content": "2+2?"})
+    assert plain.enable_thinking is None and "chat_template_kwargs" not in sent[-1][1][0]
+    assert "thinking" not in client.get(url("detail", plain)).content.decode().split('class="chat-settings"')[1][:400]
+
+
+def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):
+    page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    assert 'name="thinking"' not in page

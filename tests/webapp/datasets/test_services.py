@@ -477,3 +477,26 @@ def test_chats_the_models_chat_template_refuses_are_counted_and_refused_at_launc
         f"1 row of shapes v1 (row 3) holds two turns of one role in a row, {refusal}"]}
     chatml = make_base_model(team.project, name="chatml", path=str(build_bpe_tokenizer_dir(tmp_path / "chatml")))
     assert run_services.launch_check(project=team.project, spec={**spec, "model": chatml.public_id}, axes=[])
+
+
+def test_the_launch_probes_chat_shapes_with_the_runs_template_variables(team, tmp_path):
+    """A template may refuse a shape only with some variables (here a system turn mid-way, with enable_thinking
+    false): the launch's probe renders with data.chat_template_kwargs as the run will, so it refuses then, not
+    otherwise."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    rows = [{"messages": [{"role": "user", "content": "u"}, {"role": "system", "content": "s"},
+                          {"role": "assistant", "content": "a"}]}]
+    version = ready(team, name="later-system", kind="sft", rows=rows)
+    template = ("{% for m in messages %}{% if m.role == 'system' and not loop.first and enable_thinking is defined "
+                "and enable_thinking is false %}{{ raise_exception('no system turn later without thinking') }}"
+                "{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    model = make_base_model(team.project, name="picky", path=str(
+        build_bpe_tokenizer_dir(tmp_path / "picky", chat_template=template)))
+    spec = {"task": "sft", "model": model.public_id, "data": {"train": version.public_id}, "train": {"max_steps": 2}}
+    assert run_services.launch_check(project=team.project, spec=spec, axes=[])
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": False}
+    with pytest.raises(ValidationError) as refused:
+        run_services.launch_check(project=team.project, spec=spec, axes=[])
+    assert "no system turn later without thinking" in refused.value.message_dict["data.train"][0]

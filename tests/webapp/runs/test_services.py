@@ -788,3 +788,35 @@ def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_task
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, archived=True)
     assert not services.run_resume(run=run, user=team.owner).archived
     assert not Run.objects.get(pk=run.pk).archived
+
+
+def test_template_variables_the_models_chat_template_never_reads_are_warned_of_at_launch(team, catalog, sent_tasks,
+                                                                                           tmp_path):
+    """data.chat_template_kwargs reach the run as written; a name the model's template never reads (a typo of
+    Qwen3's enable_thinking) is a warning naming the ones it reads, and a list is refused naming the key."""
+    import json
+
+    from tests.webapp.factories import make_base_model
+    from webapp.runs.models import LogLevel
+
+    model_dir = tmp_path / "thinking-model"
+    model_dir.mkdir()
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": (
+        "{% for m in messages %}{{ m.content }}{% endfor %}{% if enable_thinking is defined and enable_thinking "
+        "is false %}<think></think>{% endif %}")}))
+    model = make_base_model(team.project, name="thinker", path=str(model_dir))
+    spec = sft_spec(catalog, model=model.public_id)
+    spec["data"]["chat_template_kwargs"] = {"enable_thinkng": False}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert run.resolved_spec["data"]["chat_template_kwargs"] == {"enable_thinkng": False}
+    assert list(run.log_lines.filter(level=LogLevel.WARNING).values_list("message", flat=True)) == [
+        "data.chat_template_kwargs: the model's chat template never reads enable_thinkng, so it does nothing; the "
+        "variables it reads are enable_thinking"]
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": False}
+    read = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert not read.log_lines.filter(level=LogLevel.WARNING).exists()
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": [False]}
+    with pytest.raises(ValidationError) as caught:
+        services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert caught.value.message_dict["data.chat_template_kwargs.enable_thinking"] == [
+        "[False] is a list; give a JSON scalar: a string, a number, true/false or null"]

@@ -189,3 +189,17 @@ def test_the_group_size_help_says_why_it_is_at_least_two():
     grpo = next(section for section in specform.form_sections("grpo") if section.name == "grpo")
     help_text = next(field.help for field in grpo.fields if field.name == "grpo.num_generations")
     assert "at least 2" in help_text and "the others of its prompt" in help_text, help_text
+
+
+def test_chat_template_kwargs_are_a_json_field_of_the_launch_form():
+    """data.chat_template_kwargs ({"enable_thinking": false} for Qwen3) is edited as JSON and read back as a mapping;
+    JSON that does not parse is named at its key."""
+    [field] = [field for section in specform.form_sections("grpo") for field in section.fields
+               if field.name == "data.chat_template_kwargs"]
+    assert field.widget == "json" and field.default == {} and "enable_thinking" in field.help
+    data = QueryDict(mutable=True)
+    data.update({"model": "bm_x", "data.train": "dv_y", "data.chat_template_kwargs": '{"enable_thinking": false}'})
+    spec, errors = specform.read_form("sft", data)
+    assert spec["data"]["chat_template_kwargs"] == {"enable_thinking": False} and errors == {}
+    data["data.chat_template_kwargs"] = "{enable_thinking: false}"
+    assert "data.chat_template_kwargs" in specform.read_form("sft", data)[1]

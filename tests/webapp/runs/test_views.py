@@ -2194,3 +2194,18 @@ def test_the_compare_page_reads_running_runs_series_in_as_many_queries_for_six_a
         alone = selectors.metric_series(run=Run.objects.get(pk=run.pk), max_points=selectors.COMPARE_MAX_POINTS)
         assert data["series"][run.public_id] == json.loads(json.dumps(alone)), run.name
     assert data["series"][many[1].public_id]["loss"]["downsampled"] and len(data["series"][many[0].public_id]["loss"]["step"]) == 3
+
+
+def test_a_chat_template_variable_that_is_no_scalar_is_named_on_the_launch_form(team, catalog, client_for, sent_tasks):
+    form = {"mode": "form", "task": "sft", "model": catalog.base_model.public_id, "data.train": catalog.sft.public_id,
+            "train.max_steps": "5", "train.batch_size": "8", "peft.targets": ["q_proj", "v_proj"],
+            "data.chat_template_kwargs": '{"enable_thinking": [false]}'}
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<code>data.chat_template_kwargs.enable_thinking</code>: [False] is a list; give a JSON scalar" in page
+    assert Run.objects.count() == 0
+    form["data.chat_template_kwargs"] = '{"enable_thinking": false}'
+    again = client_for(team.teammate).post("/p/alpha/runs/new/", form)
+    assert again.status_code == 302, re.findall(r"<code>[^<]*</code>[^<]*", again.content.decode())
+    assert Run.objects.get().spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}

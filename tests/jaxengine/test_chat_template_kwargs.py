@@ -1,0 +1,154 @@
+"""data.chat_template_kwargs end to end in the engine: the spec checks them, the launch warns of ones the
+template never reads, the job renders every chat with them, the export keeps them (chat_template_kwargs.json)
+for whoever loads it, and `jaxengine generate --template-var` sets them for one prompt."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jaxengine.cli import main
+from jaxengine.data.pipeline import encode_prompt
+from jaxengine.job import build_job_model, run_job
+from jaxengine.spec import SpecError, parse_spec, spec_warnings
+from jaxengine.tokenizer import load_tokenizer
+from tests import factories
+
+# Qwen3's switch, on a template small enough to read: thinking off closes an empty think block.
+THINKING_TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                     "{% if add_generation_prompt %}assistant:"
+                     "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}"
+                     "{% endif %}")
+
+
+def _spec(model, output_dir, data, **data_keys):
+    return {"task": "sft", "model": str(model), "output_dir": str(output_dir),
+            "data": {"train": str(data), "max_seq_len": 64, **data_keys},
+            "train": {"max_steps": 1, "batch_size": 2, "eval_samples": 0}}
+
+
+QWEN3_TEMPLATE = (Path(__file__).parent / "tokenizer" / "real_templates" / "qwen3.jinja").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def thinking_model(demo_dir, tmp_path):
+    """The demo model with Qwen3's own template, whose thinking-off prompt stays a prefix of the trained turn."""
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir / "model", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = QWEN3_TEMPLATE
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    return model
+
+
+@pytest.mark.parametrize(("variables", "problem"), [
+    ({"enable_thinking": [False]}, "data.chat_template_kwargs.enable_thinking: [False] is a list; give a JSON scalar"),
+    ({"persona": {"name": "x"}}, "data.chat_template_kwargs.persona: {'name': 'x'} is a mapping; give a JSON scalar"),
+    ({"messages": "x"}, "data.chat_template_kwargs.messages: 'messages' is set by the renderer itself"),
+    ({"two words": 1}, "data.chat_template_kwargs: 'two words' is not a variable name a template can read"),
+])
+def test_it_rejects_a_template_variable_that_is_no_scalar_or_not_settable(tmp_path, variables, problem):
+    with pytest.raises(SpecError) as raised:
+        parse_spec(_spec("m", tmp_path, "t.jsonl", chat_template_kwargs=variables))
+    assert len(raised.value.problems) == 1 and raised.value.problems[0].startswith(problem)
+
+
+def test_scalars_of_every_json_kind_are_accepted(tmp_path):
+    variables = {"enable_thinking": False, "date_string": "01 Jan 2030", "effort": 2, "temperature_hint": 0.5,
+                 "persona": None}
+    assert parse_spec(_spec("m", tmp_path, "t.jsonl", chat_template_kwargs=variables)).data.chat_template_kwargs == variables
+
+
+def test_a_variable_the_template_never_reads_is_warned_of_naming_those_it_reads(tmp_path):
+    spec = parse_spec(_spec("m", tmp_path, "t.jsonl", chat_template_kwargs={"enable_thinkng": False}))
+    assert spec_warnings(spec, chat_template=THINKING_TEMPLATE) == [
+        "data.chat_template_kwargs: the model's chat template never reads enable_thinkng, so it does nothing; "
+        "the variables it reads are enable_thinking"]
+    read = parse_spec(_spec("m", tmp_path, "t.jsonl", chat_template_kwargs={"enable_thinking": False}))
+    assert spec_warnings(read, chat_template=THINKING_TEMPLATE) == []
+
+
+def test_cli_train_warns_of_an_unread_variable_before_the_run(thinking_model, tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(_spec(thinking_model, tmp_path / "run", tmp_path / "missing.jsonl",
+                                         chat_template_kwargs={"enable_thinkng": False})))
+    assert main(["train", str(path), "--no-progress"]) == 2  # the missing file, after the warning
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{path}: warning: data.chat_template_kwargs: the model's chat template never reads enable_thinkng, so it "
+        "does nothing; the variables it reads are enable_thinking")
+
+
+NO_THINKING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def test_the_job_renders_with_them_and_its_export_keeps_them(thinking_model, demo_dir, tmp_path):
+    messages = [{"role": "user", "content": "2+2?"}]
+    spec = parse_spec(_spec(thinking_model, tmp_path / "run", demo_dir / "data/sft.jsonl",
+                            chat_template_kwargs={"enable_thinking": False}))
+    tokenizer = build_job_model(spec).tokenizer
+    assert tokenizer.apply_chat_template(messages, add_generation_prompt=True).endswith(NO_THINKING)
+    base = load_tokenizer(thinking_model)
+    assert not base.apply_chat_template(messages, add_generation_prompt=True).endswith(NO_THINKING)
+    assert encode_prompt(tokenizer, messages) != encode_prompt(base, messages)
+    # A request's own value wins over the run's.
+    assert encode_prompt(tokenizer, messages, enable_thinking=True) == encode_prompt(base, messages)
+
+    assert run_job(spec, progress_bar=False)["status"] == "succeeded"
+    export = tmp_path / "run" / "export"
+    assert json.loads((export / "chat_template_kwargs.json").read_text()) == {"enable_thinking": False}
+    exported = load_tokenizer(export)
+    assert exported.apply_chat_template(messages, add_generation_prompt=True).endswith(NO_THINKING)
+    assert encode_prompt(exported, messages) == encode_prompt(tokenizer, messages)
+    # The base model has none, and saving a tokenizer without any leaves none behind.
+    assert not (thinking_model / "chat_template_kwargs.json").exists()
+    load_tokenizer(thinking_model).save(export)
+    assert not (export / "chat_template_kwargs.json").exists()
+
+
+def test_a_models_file_of_variables_that_are_no_scalars_is_named(thinking_model):
+    from jaxengine.tokenizer import TokenizerError
+
+    (thinking_model / "chat_template_kwargs.json").write_text('{"enable_thinking": [false]}')
+    with pytest.raises(TokenizerError, match=r"chat_template_kwargs.json: enable_thinking: \[False\] is a list"):
+        load_tokenizer(thinking_model)
+
+
+@pytest.fixture(scope="module")
+def tiny_thinking_model(tmp_path_factory):
+    model_dir = factories.build_tiny_model_dir(tmp_path_factory.mktemp("tiny-thinking"))
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = THINKING_TEMPLATE
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    return model_dir
+
+
+def _generated_prompt(model_dir, capsys, *extra):
+    assert main(["generate", "--model", str(model_dir), "--prompt", "2+2?", "--chat", "--max-new-tokens", "1",
+                 "--temperature", "0", "--json", *extra]) == 0
+    out, err = capsys.readouterr()
+    return load_tokenizer(model_dir).decode(json.loads(out)["prompt_token_ids"]), err
+
+
+def test_generate_template_var_sets_a_variable_for_the_prompt(tiny_thinking_model, capsys):
+    plain, _ = _generated_prompt(tiny_thinking_model, capsys)
+    assert plain.endswith("assistant:")
+    off, err = _generated_prompt(tiny_thinking_model, capsys, "--template-var", "enable_thinking=false")
+    assert off.endswith("assistant: <think></think>") and err == ""
+    # A text value is a string, not false: the template's "is false" test does not hold.
+    text, _ = _generated_prompt(tiny_thinking_model, capsys, "--template-var", "enable_thinking=no")
+    assert text.endswith("assistant:")
+    _, warned = _generated_prompt(tiny_thinking_model, capsys, "--template-var", "enable_thinkng=false")
+    assert warned == ("warning: --template-var: the model's chat template never reads enable_thinkng, so it does "
+                      "nothing; the variables it reads are enable_thinking\n")
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--chat", "--template-var", "enable_thinking"], "--template-var 'enable_thinking': give NAME=VALUE"),
+    (["--chat", "--template-var", "messages=x"], "--template-var 'messages=x': 'messages' is set by the renderer"),
+    (["--template-var", "enable_thinking=false"], "--template-var needs --chat"),
+])
+def test_generate_rejects_a_bad_template_var_in_one_line(tiny_thinking_model, capsys, arguments, message):
+    assert main(["generate", "--model", str(tiny_thinking_model), "--prompt", "x", *arguments]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
