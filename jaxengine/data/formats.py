@@ -1183,6 +1183,11 @@ def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
 
 
+def _is_plain_text(value: Any) -> bool:
+    """Whether ``_check_string`` finds nothing to say of ``value``: a text, neither empty nor only spaces, no NUL."""
+    return type(value) is str and value != "" and not value.isspace() and "\x00" not in value
+
+
 def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
     """A NUL character is binary data whether the file holds the byte (refused as the file is read) or
     JSON's escape \\u0000 (or Parquet's string) does: no text needs one, and PostgreSQL, where the web app
@@ -1352,6 +1357,8 @@ def check_record(
                                  "has no assistant turn, so there is nothing to train on; add the assistant's reply"))
             return (None if problems else {"messages": messages}), problems
         prompt, completion = get("prompt"), get("completion")
+        if _is_plain_text(prompt) and _is_plain_text(completion):  # the usual pair, passed without the loop below
+            return {"prompt": prompt, "completion": completion}, problems
         need = "the sft kind needs 'prompt' and 'completion', or 'messages'"
         for field_name, field_value in (("prompt", prompt), ("completion", completion)):
             if field_value is _MISSING:
@@ -1366,6 +1373,8 @@ def check_record(
 
     if kind is DatasetKind.PREFERENCE:
         prompt, chosen, rejected = get("prompt"), get("chosen"), get("rejected")
+        if _is_plain_text(prompt) and _is_plain_text(chosen) and _is_plain_text(rejected):  # as for sft's pair
+            return {"prompt": prompt, "chosen": chosen, "rejected": rejected}, problems
         need = "the preference kind needs 'prompt', 'chosen' and 'rejected'"
         chats = []
         for field_name, field_value in (("chosen", chosen), ("rejected", rejected)):
@@ -1762,20 +1771,24 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
         state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
     if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
         state.shapes = ChatShapes(kind=mapping.kind)
+    # Looked up once, not on every row.
+    add_duplicate = state.duplicates.add
+    collectors = [collector.add for collector in (state.one_sided, state.identical, state.shapes) if collector is not None]
     try:
         for item in items:
             if type(item) is Issue:
                 state.rows = max(state.rows, item.row or 0)
                 state.report(item)
                 continue
-            state.rows = item.row
-            if not state.columns and type(item.value) is dict:
-                state.columns = tuple(item.value)
-            example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+            row, value = item.row, item.value
+            state.rows = row
+            if not state.columns and type(value) is dict:
+                state.columns = tuple(value)
+            example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings)
             if problems:
                 for field_name, code, message in problems:
                     if len(state.errors) < state.max_errors:
-                        state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+                        state.report(Issue(code=code, message=message, line=item.line, row=row, field=field_name))
                     else:
                         state.error_count += 1  # counted, not kept: skip building the Issue
             elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
@@ -1784,15 +1797,12 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                 # orjson reads 1024 levels of nesting but writes 254, and no Decimal or bytes (Parquet's): uncaught,
                 # it ended the check.
                 except TypeError:
-                    state.report(_unkept_value_issue(example, line=item.line, row=item.row))
+                    state.report(_unkept_value_issue(example, line=item.line, row=row))
                     continue
                 add(example, fields)
-                state.duplicates.add(digest, item.row)
-                if state.one_sided is not None:
-                    state.one_sided.add(example, item.row)
-                    state.identical.add(example, item.row)
-                if state.shapes is not None:
-                    state.shapes.add(example, item.row)
+                add_duplicate(digest, row)
+                for collect in collectors:
+                    collect(example, row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 

@@ -445,3 +445,20 @@ def test_a_json_array_past_its_first_chunk_gets_the_same_report(tmp_path, monkey
         path.write_text(text[:-1] + ', {"prompt": "a", "completion": "b",}]', encoding="utf-8")
         before, after = reports_before_and_after(monkeypatch, path, FileFormat.JSON, ColumnMapping(kind="sft"))
         assert path.stat().st_size > 2 * 1024 * 1024 and after == before and after["error_count"] == 1
+
+
+@pytest.mark.parametrize("kind", [DatasetKind.SFT, DatasetKind.PREFERENCE])
+@pytest.mark.parametrize("cells_are_strings", [False, True])
+def test_rows_of_plain_texts_pass_as_the_full_checks_pass_them(monkeypatch, kind, cells_are_strings):
+    """A pair (sft) or a triple (preference) of texts is passed without the checks' loop when none of its texts is
+    empty, only spaces or holds a NUL: with that quick path shut, every row gets the same example and problems."""
+    rng = random.Random(f"plain {kind} {cells_are_strings}")
+    rows = [ROWS[kind](rng) for _ in range(4000)]
+    if cells_are_strings:  # a CSV row: every cell a text, a chat as its JSON
+        rows = [{key: value if type(value) is str else json.dumps(value) for key, value in row.items()} for row in rows]
+    mapping = ColumnMapping(kind=kind)
+    quick = [formats.check_record(row, mapping=mapping, cells_are_strings=cells_are_strings) for row in rows]
+    monkeypatch.setattr(formats, "_is_plain_text", lambda value: False)
+    assert [formats.check_record(row, mapping=mapping, cells_are_strings=cells_are_strings) for row in rows] == quick
+    passed = [example for example, _problems in quick if example is not None]
+    assert len(passed) > 200 and len(passed) < len(rows) - 1000
