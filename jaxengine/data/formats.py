@@ -1707,9 +1707,12 @@ class ChatShapes:
     rows: dict[str, list[int]] = field(default_factory=lambda: {shape: [] for shape in CHAT_SHAPES})
 
     def add(self, example: Mapping[str, Any], row: int) -> None:
-        if (self.kind is DatasetKind.PREFERENCE and type(example.get("prompt")) is str
-                and type(example["chosen"]) is str and type(example["rejected"]) is str):
-            return  # each side renders as a user turn and an assistant turn: none of the shapes
+        if self.kind is DatasetKind.PREFERENCE:
+            if (type(example.get("prompt")) is str and type(example["chosen"]) is str
+                    and type(example["rejected"]) is str):
+                return  # each side renders as a user turn and an assistant turn: none of the shapes
+        elif type(example.get("messages" if self.kind is DatasetKind.SFT else "prompt")) is not list:
+            return  # no chat to render: an sft pair, or a prompt of text
         found: set[str] = set()
         for chat in rendered_chats(example, self.kind):
             found |= chat_shapes(chat)
