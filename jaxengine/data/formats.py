@@ -35,6 +35,7 @@ import csv
 import hashlib
 import json
 import math
+import operator
 import os
 import re
 from array import array
@@ -59,6 +60,7 @@ MAX_CSV_CELL_CHARS = MAX_JSON_ELEMENT_CHARS
 MAX_LINE_BYTES = MAX_JSON_ELEMENT_CHARS
 _JSON_CHUNK_BYTES = 1024 * 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_JSON_WHITESPACE = frozenset(" \t\n\r") | {""}
 _SNIFF_BYTES = 8192
 _HISTOGRAM_BINS = 30
 # Rows named in the statistics' duplicate and one-sided-chat counts; the rest are counted only.
@@ -344,17 +346,6 @@ def _encoding_issue(*, line: int, line_offset: int, file_offset: int, row: int |
 # DatasetFormatError for a problem that stops the reading.
 
 
-def _bounded_lines(handle, *, code: str) -> Iterator[bytes]:
-    """The lines of a binary file, each with its line ending; a line past ``MAX_LINE_BYTES`` stops the reading
-    (an Issue of ``code`` naming its number) before more of it is read."""
-    number = 0
-    while raw := handle.readline(MAX_LINE_BYTES + 1):
-        number += 1
-        if len(raw) > MAX_LINE_BYTES:
-            raise _line_too_long(raw, number, code=code)
-        yield raw
-
-
 def _line_too_long(raw: bytes, number: int, *, code: str) -> DatasetFormatError:
     if b"\r" in raw.rstrip(b"\r"):  # lines ended by CR alone read as one line
         return DatasetFormatError(_cr_line_endings(number))
@@ -382,7 +373,8 @@ def _iter_jsonl(path: Path) -> Iterator[RawRow | Issue]:
         line_number = 0
         row = 0
         loads, readline = orjson.loads, handle.readline
-        # _bounded_lines written out: its generator's step was 0.3 us a line, a third of the readline's
+        # The line limit is read here, not through a generator of lines: its step was 0.3 us a line, a third of
+        # the readline's.
         while raw := readline(MAX_LINE_BYTES + 1):
             line_start = offset
             offset += len(raw)
@@ -731,9 +723,11 @@ class _JsonArrayReader:
         return _VALUE_STARTS.get(self._peek(), ("a number", "numbers"))
 
     def _pairs_to_object(self, pairs: list[tuple[str, Any]]) -> dict:
-        value = _pairs_to_object(pairs)
-        self._keys_repeated |= type(value) is _KeysRepeated
-        return value
+        value = dict(pairs)
+        if len(value) == len(pairs):
+            return value
+        self._keys_repeated = True
+        return _pairs_to_object(pairs)
 
     def _peek(self) -> str:
         return self._buffer[self._position:self._position + 1]
@@ -748,6 +742,8 @@ class _JsonArrayReader:
         return True
 
     def _skip_whitespace(self) -> None:
+        if self._buffer[self._position:self._position + 1] not in _JSON_WHITESPACE:
+            return  # the usual case, as after an element and before its comma: nothing to skip
         while True:
             end = _WHITESPACE.match(self._buffer, self._position).end()
             self._line += self._buffer.count("\n", self._position, end)
@@ -825,13 +821,16 @@ class _DecodedChunks:
         return text
 
 
-def _decoded_lines(handle, on_line) -> Iterator[str]:
-    """Yield the lines of a binary file as text; ``on_line(number, byte_offset)`` tracks position."""
+def _decoded_lines(handle) -> Iterator[str]:
+    """The lines of a binary file as text, each with its line ending; a line past ``MAX_LINE_BYTES`` stops the
+    reading (a ``csv`` Issue naming its number) before more of it is read."""
     offset = 0
     number = 0
-    for raw in _bounded_lines(handle, code="csv"):
+    readline = handle.readline
+    while raw := readline(MAX_LINE_BYTES + 1):
         number += 1
-        on_line(number, offset)
+        if len(raw) > MAX_LINE_BYTES:
+            raise _line_too_long(raw, number, code="csv")
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
             offset += len(codecs.BOM_UTF8)
@@ -862,16 +861,12 @@ def _json_reason(error: json.JSONDecodeError) -> str:
 
 def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
     """CSV rows as dicts keyed by the header; every value is a string."""
-    position = {"line": 0}
-
-    def on_line(number: int, _offset: int) -> None:
-        position["line"] = number
-
     first_line = 1  # the line the row being read starts on
     previous_limit = csv.field_size_limit(MAX_CSV_CELL_CHARS)
     with open(path, "rb") as handle:
         # strict: a quote left open, or text after a closing quote, is an error, not cells silently joined
-        reader = csv.reader(_decoded_lines(handle, on_line), strict=True)
+        # The reader's line_num, the lines it has read, is the line a problem it raises is on.
+        reader = csv.reader(_decoded_lines(handle), strict=True)
         try:
             # Blank lines before the header are skipped as they are between rows: read as the header, they
             # made it an empty list, and a file of blank lines stopped the check with an IndexError.
@@ -881,7 +876,7 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                 if header is None:
                     raise DatasetFormatError(Issue(code="empty_file", message="the CSV file holds only spaces and "
                                                    "blank lines: give the file that holds the header row and rows"))
-            header_line = position["line"]
+            header_line = reader.line_num
             header = [name.strip() for name in header]
             if header[0].startswith(("{", "[")):
                 # JSON saved under a .csv name: every row was otherwise "missing" its fields, with no word of why.
@@ -893,11 +888,11 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
             _check_csv_header(header, line=header_line)
             row = 0
             while True:
-                first_line = position["line"] + 1
+                first_line = reader.line_num + 1
                 cells = next(reader, None)
                 if cells is None:
                     return
-                if _blank_csv_row(cells):
+                if len(cells) < 2 and _blank_csv_row(cells):
                     continue
                 row += 1
                 if len(cells) != len(header):
@@ -910,14 +905,15 @@ def _iter_csv(path: Path) -> Iterator[RawRow | Issue]:
                         row=row,
                     )
                     continue
-                if [cell.strip() for cell in cells] == header:  # silently, it was a row of data
+                # Silently, it was a row of data. Its first cell is compared alone first: it rarely is the header's.
+                if cells[0].strip() == header[0] and [cell.strip() for cell in cells] == header:
                     yield Issue(code="csv_header", line=first_line, row=row,
                                 message="this row repeats the header row: the file may be several CSV files joined "
                                         "together; remove the repeated header")
                     continue
                 yield RawRow(row=row, line=first_line, value=dict(zip(header, cells)))
         except csv.Error as exc:
-            raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=position["line"])) from None
+            raise DatasetFormatError(_csv_issue(exc, first_line=first_line, line=reader.line_num)) from None
         finally:  # the limit is the process's: other readers of CSV keep theirs
             csv.field_size_limit(previous_limit)
 
@@ -1202,6 +1198,11 @@ def _check_string(value: Any, field_name: str, problems: list[Problem]) -> None:
         problems.append((field_name, "wrong_type", f"must be a string, got {_json_type(value)}"))
 
 
+def _is_plain_text(value: Any) -> bool:
+    """Whether ``_check_string`` finds nothing to say of ``value``: a text, neither empty nor only spaces, no NUL."""
+    return type(value) is str and value != "" and not value.isspace() and "\x00" not in value
+
+
 def _check_no_nul(value: str, field_name: str, problems: list[Problem]) -> None:
     """A NUL character is binary data whether the file holds the byte (refused as the file is read) or
     JSON's escape \\u0000 (or Parquet's string) does: no text needs one, and PostgreSQL, where the web app
@@ -1371,6 +1372,8 @@ def check_record(
                                  "has no assistant turn, so there is nothing to train on; add the assistant's reply"))
             return (None if problems else {"messages": messages}), problems
         prompt, completion = get("prompt"), get("completion")
+        if _is_plain_text(prompt) and _is_plain_text(completion):  # the usual pair, passed without the loop below
+            return {"prompt": prompt, "completion": completion}, problems
         need = "the sft kind needs 'prompt' and 'completion', or 'messages'"
         for field_name, field_value in (("prompt", prompt), ("completion", completion)):
             if field_value is _MISSING:
@@ -1385,6 +1388,8 @@ def check_record(
 
     if kind is DatasetKind.PREFERENCE:
         prompt, chosen, rejected = get("prompt"), get("chosen"), get("rejected")
+        if _is_plain_text(prompt) and _is_plain_text(chosen) and _is_plain_text(rejected):  # as for sft's pair
+            return {"prompt": prompt, "chosen": chosen, "rejected": rejected}, problems
         need = "the preference kind needs 'prompt', 'chosen' and 'rejected'"
         chats = []
         for field_name, field_value in (("chosen", chosen), ("rejected", rejected)):
@@ -1407,11 +1412,12 @@ def check_record(
     _check_text_or_messages(prompt, "prompt", problems)
     prompt_column = mapping.column_for("prompt")
     for key, item in value.items():  # references for reward functions, shown beside the run's samples
-        if type(item) is str and key != prompt_column:
+        if type(item) is str and "\x00" in item and key != prompt_column:
             _check_no_nul(item, key, problems)
     if problems:
         return None, problems
-    example = {key: item for key, item in value.items() if key != prompt_column}
+    example = dict(value)  # the row's columns in their order, the prompt's moved last as 'prompt'
+    del example[prompt_column]
     example["prompt"] = prompt
     return example, problems
 
@@ -1420,11 +1426,14 @@ def check_record(
 # Statistics
 
 
+_CONTENT = operator.itemgetter("content")
+
+
 def _chars(value: Any) -> int:
     if type(value) is str:
         return len(value)
     if type(value) is list:
-        return sum(len(message["content"]) for message in value)
+        return sum(map(len, map(_CONTENT, value)))
     return 0
 
 
@@ -1442,24 +1451,25 @@ class LengthStatistics:
     def add(self, example: Mapping[str, Any], fields: tuple[str, ...]) -> None:
         self.rows += 1
         total = 0
+        lengths = self.lengths
         for name in fields:
             value = example.get(name)
             if value is None:
                 continue
-            size = _chars(value)
+            size = len(value) if type(value) is str else _chars(value)
             total += size
-            counter = self.lengths.get(name)
+            counter = lengths.get(name)
             if counter is None:
-                counter = self.lengths[name] = Counter()
+                counter = lengths[name] = Counter()
             counter[size] += 1
             if type(value) is list:
-                turns = self.lengths.get(f"{name}.turns")
+                turns = lengths.get(f"{name}.turns")
                 if turns is None:
-                    turns = self.lengths[f"{name}.turns"] = Counter()
+                    turns = lengths[f"{name}.turns"] = Counter()
                 turns[len(value)] += 1
-        totals = self.lengths.get("total")
+        totals = lengths.get("total")
         if totals is None:
-            totals = self.lengths["total"] = Counter()
+            totals = lengths["total"] = Counter()
         totals[total] += 1
 
     def merge(self, other: LengthStatistics) -> None:
@@ -1566,6 +1576,9 @@ class DuplicateRows:
 
 
 def _has_assistant_turn(chat: list) -> bool:
+    # Most chats end with an assistant turn: that one is looked at alone, without a generator's steps.
+    if chat and type(last := chat[-1]) is dict and last.get("role") == "assistant":
+        return True
     return any(type(message) is dict and message.get("role") == "assistant" for message in chat)
 
 
@@ -1589,15 +1602,28 @@ class OneSidedChats:
         return {side: {"count": self.counts[side], "rows": self.rows[side]} for side in ("chosen", "rejected")}
 
 
+def _comparable_turn(turn: dict) -> tuple[Any, str]:
+    return turn.get("role"), str(turn.get("content") or "").strip()
+
+
 def _comparable_response(response: Any) -> Any:
     if isinstance(response, list):
-        return [(turn.get("role"), str(turn.get("content") or "").strip()) for turn in response]
+        return [_comparable_turn(turn) for turn in response]
     return str(response or "").strip()
 
 
 def is_same_response(first: Any, second: Any) -> bool:
     """Whether two responses say the same, whitespace around each text aside: a pair of them holds
     nothing to prefer, and exported it would be a preference pair whose chosen is its rejected."""
+    # What comparing the two _comparable_response values answers, without building them for the usual pairs: two
+    # texts, or two chats of one prompt, which differ in their last turns (compared first, and no further).
+    if type(first) is str and type(second) is str:
+        return first.strip() == second.strip()
+    if type(first) is list and type(second) is list:
+        if len(first) != len(second):
+            return False
+        if first and _comparable_turn(first[-1]) != _comparable_turn(second[-1]):
+            return False
     return _comparable_response(first) == _comparable_response(second)
 
 
@@ -1650,7 +1676,10 @@ def chat_shapes(messages: list[dict]) -> set[str]:
 
 
 def _as_chat(value: Any, role: str) -> list[dict]:
-    return [{"role": role, "content": value}] if type(value) is str else list(value)
+    """``value`` as a chat: a text as one turn of ``role``; a list as it is (not copied: it is only read)."""
+    if type(value) is str:
+        return [{"role": role, "content": value}]
+    return value if type(value) is list else list(value)
 
 
 def rendered_chats(example: Mapping[str, Any], kind: DatasetKind) -> list[list[dict]]:
@@ -1693,6 +1722,12 @@ class ChatShapes:
     rows: dict[str, list[int]] = field(default_factory=lambda: {shape: [] for shape in CHAT_SHAPES})
 
     def add(self, example: Mapping[str, Any], row: int) -> None:
+        if self.kind is DatasetKind.PREFERENCE:
+            if (type(example.get("prompt")) is str and type(example["chosen"]) is str
+                    and type(example["rejected"]) is str):
+                return  # each side renders as a user turn and an assistant turn: none of the shapes
+        elif type(example.get("messages" if self.kind is DatasetKind.SFT else "prompt")) is not list:
+            return  # no chat to render: an sft pair, or a prompt of text
         found: set[str] = set()
         for chat in rendered_chats(example, self.kind):
             found |= chat_shapes(chat)
@@ -1754,20 +1789,24 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
         state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
     if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
         state.shapes = ChatShapes(kind=mapping.kind)
+    # Looked up once, not on every row.
+    add_duplicate = state.duplicates.add
+    collectors = [collector.add for collector in (state.one_sided, state.identical, state.shapes) if collector is not None]
     try:
         for item in items:
             if type(item) is Issue:
                 state.rows = max(state.rows, item.row or 0)
                 state.report(item)
                 continue
-            state.rows = item.row
-            if not state.columns and type(item.value) is dict:
-                state.columns = tuple(item.value)
-            example, problems = check_record(item.value, mapping=mapping, cells_are_strings=cells_are_strings)
+            row, value = item.row, item.value
+            state.rows = row
+            if not state.columns and type(value) is dict:
+                state.columns = tuple(value)
+            example, problems = check_record(value, mapping=mapping, cells_are_strings=cells_are_strings)
             if problems:
                 for field_name, code, message in problems:
                     if len(state.errors) < state.max_errors:
-                        state.report(Issue(code=code, message=message, line=item.line, row=item.row, field=field_name))
+                        state.report(Issue(code=code, message=message, line=item.line, row=row, field=field_name))
                     else:
                         state.error_count += 1  # counted, not kept: skip building the Issue
             elif state.error_count == 0:  # once a row is bad the file fails: its statistics are not kept
@@ -1776,15 +1815,12 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
                 # orjson reads 1024 levels of nesting but writes 254, and no Decimal or bytes (Parquet's): uncaught,
                 # it ended the check.
                 except TypeError:
-                    state.report(_unkept_value_issue(example, line=item.line, row=item.row))
+                    state.report(_unkept_value_issue(example, line=item.line, row=row))
                     continue
                 add(example, fields)
-                state.duplicates.add(digest, item.row)
-                if state.one_sided is not None:
-                    state.one_sided.add(example, item.row)
-                    state.identical.add(example, item.row)
-                if state.shapes is not None:
-                    state.shapes.add(example, item.row)
+                add_duplicate(digest, row)
+                for collect in collectors:
+                    collect(example, row)
     except DatasetFormatError as exc:
         state.report(exc.issue)
 
