@@ -638,6 +638,9 @@ class _JsonArrayReader:
         self._buffer = chunks.read()
         self._position = 0
         self._line = 1  # line number at self._position
+        # Characters of the buffer's first line that were read before the buffer starts (dropped by _fill): a
+        # column is counted from its line's start, which may lie in a chunk already dropped.
+        self._line_chars_dropped = 0
 
     def rows(self) -> Iterator[RawRow | Issue]:
         if self._buffer.startswith("\ufeff"):
@@ -737,6 +740,10 @@ class _JsonArrayReader:
         text = self._chunks.read()
         if not text:
             return False
+        dropped = self._buffer[:self._position]
+        line_break = dropped.rfind("\n")
+        self._line_chars_dropped = (self._line_chars_dropped + len(dropped) if line_break < 0
+                                    else len(dropped) - line_break - 1)
         self._buffer = self._buffer[self._position:] + text
         self._position = 0
         return True
@@ -765,7 +772,8 @@ class _JsonArrayReader:
                 if maybe_cut and len(self._buffer) - self._position < MAX_JSON_ELEMENT_CHARS and self._fill():
                     continue
                 line = self._line + self._buffer.count("\n", self._position, exc.pos)
-                column = exc.pos - (self._buffer.rfind("\n", 0, exc.pos) + 1) + 1
+                line_break = self._buffer.rfind("\n", 0, exc.pos)
+                column = exc.pos - line_break + (self._line_chars_dropped if line_break < 0 else 0)
                 raise DatasetFormatError(
                     Issue(code="json", message=f"broken JSON at column {column}: {_json_reason(exc)}; fix this element "
                           "(elements over 64 MB are not supported)", line=line, row=row)

@@ -500,91 +500,17 @@ def test_csv_duplicate_header(tmp_path):
     assert issue.code == "csv_header" and "'prompt' twice" in issue.message
 
 
-@pytest.mark.parametrize("first_line", ['{"prompt": "a", "completion": "b"}', '[{"prompt": "a", "completion": "b"}'])
-def test_json_saved_as_csv_is_named_as_json(tmp_path, first_line):
-    """A JSONL file saved as .csv was read with its first row as the header: 58 rows 'missing' their
-    prompt, and nothing said the file was JSON."""
-    path = tmp_path / "rows.csv"
-    path.write_text(first_line + "\n" + '{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
-    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
-    assert (issue.code, issue.line) == ("csv_header", 1)
-    assert issue.message.startswith("the first line is JSON, not a CSV header row: the file looks like JSON Lines")
-
-
-@pytest.mark.parametrize("content", [
-    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}], indent=2),
-    json.dumps([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": "d"}]),
-])
-def test_a_json_array_saved_as_jsonl_is_named_as_one_problem(tmp_path, content):
-    """A JSON array (the .json layout) uploaded as .jsonl listed a "broken JSON" problem for each of its
-    lines, 22 for five short rows, and nothing said the file was one array; on one line it was "a row
-    that is not an object"."""
-    path = tmp_path / "rows.jsonl"
-    path.write_text(content + "\n", encoding="utf-8")
-    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.code, issue.line) == ("json", 1)
-    assert issue.message.startswith("the file is one JSON array (the layout of a .json file), not one JSON object "
-                                    "per line: choose the format JSON")
-
-
-def test_a_jsonl_file_whose_first_row_is_a_list_of_strings_is_still_a_row_problem(tmp_path):
-    path = tmp_path / "rows.jsonl"
-    path.write_text('["a", "b"]\n{"prompt": "c", "completion": "d"}\n', encoding="utf-8")
-    issue = only_error(validate_file(path, fmt=FileFormat.JSONL, mapping=SFT))
-    assert (issue.line, issue.message) == (1, "each row must be a JSON object with named fields, got a list: write "
-                                              'each row as an object, e.g. {"prompt": "...", "completion": "..."}')
-
-
-@pytest.mark.parametrize(("separator", "name"), [(";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")])
-def test_a_csv_separated_by_another_character_is_named(tmp_path, separator, name):
-    """A CSV exported with semicolons (a spreadsheet in many locales) or tabs was read as one column,
-    'prompt;completion', and every row was reported twice as missing its prompt and its completion."""
-    path = tmp_path / "rows.csv"
-    path.write_text(f"prompt{separator}completion\np1{separator}c1\np2{separator}c2\n", encoding="utf-8")
-    issue = only_error(validate_file(path, fmt=FileFormat.CSV, mapping=SFT))
-    assert (issue.code, issue.line) == ("csv_header", 1)
-    assert issue.message == (f"the header row is one column, 'prompt{separator}completion': the file looks separated "
-                             f"by {name}, and a CSV file must be separated by commas; export it again with commas "
-                             "as the separator (or as JSON Lines)")
-
-
-def test_parquet_duplicate_column_names_are_refused_like_a_csv_header(tmp_path):
-    # A Parquet file may name two columns alike; each row read as a dict kept the last one's value without
-    # a word (the first 'prompt' column was never checked nor trained on), where a CSV header is refused.
-    table = pyarrow.Table.from_arrays([pyarrow.array(["a"]), pyarrow.array(["b"]), pyarrow.array(["c"])],
-                                      names=["prompt", "prompt", "completion"])
-    pyarrow.parquet.write_table(table, tmp_path / "d.parquet")
-    issue = only_error(validate_file(tmp_path / "d.parquet", fmt=FileFormat.PARQUET, mapping=SFT))
-    assert issue.code == "parquet" and "names column 'prompt' twice; column names must be unique" in issue.message
-
-
-# ---------------------------------------------------------------- JSON arrays
-
-
-def test_json_array_rows_carry_their_line(tmp_path):
+@pytest.mark.parametrize("opening", ["[", '[{"text": "x"},\n'])
+def test_a_broken_elements_column_counts_from_its_lines_start_past_the_first_chunk(tmp_path, opening):
+    """The column was counted from the start of the reader's buffer once the line began in a chunk already
+    dropped: a one-line 3 MB array reported column 953,981 for an element at column 3,051,036."""
+    good = '{"text": "' + "a" * 1000 + '"}, '
+    before = opening.rpartition("\n")[2] + good * 3000  # the broken element's line up to it, 3 MB
     path = tmp_path / "a.json"
-    path.write_text('[\n  {"text": "a"},\n  {"text":\n "b"},\n  {"text": 3}\n]\n', encoding="utf-8")
-    report = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))
-    assert report.row_count == 3
-    assert [(e.code, e.line, e.row) for e in report.errors] == [("wrong_type", 5, 3)]
-
-
-def test_json_array_elements_spanning_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(formats, "_JSON_CHUNK_BYTES", 7)
-    rows = [{"text": "é" * n} for n in range(1, 40)]
-    path = tmp_path / "a.json"
-    path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
-    mapping = ColumnMapping(kind="text")
-    assert list(iter_examples(path, fmt=FileFormat.JSON, mapping=mapping)) == rows
-
-
-def test_json_broken_element(tmp_path):
-    path = tmp_path / "a.json"
-    path.write_text('[{"text": "a"},\n{"text": "b" "c"}]', encoding="utf-8")
-    report = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text"))
-    issue = report.errors[-1]
-    assert (issue.code, issue.line, issue.row) == ("json", 2, 2)
-    assert "broken JSON at column 14" in issue.message
+    path.write_text(opening + good * 3000 + '{"text": "b" "c"}]', encoding="utf-8")
+    issue = validate_file(path, fmt=FileFormat.JSON, mapping=ColumnMapping(kind="text")).errors[-1]
+    assert issue.line == opening.count("\n") + 1
+    assert f"broken JSON at column {len(before) + 14}:" in issue.message  # 14: as in test_json_broken_element
 
 
 def test_json_array_element_nested_too_deeply_is_named(tmp_path):
