@@ -4,7 +4,8 @@ the same at training, chat and export time, whichever library built it.
 The environment mirrors ``transformers.utils.chat_template_utils._cached_compile_jinja_template``
 (transformers 5.x): jinja2's ``ImmutableSandboxedEnvironment`` with ``trim_blocks`` and
 ``lstrip_blocks``, the ``loopcontrols`` extension, a ``{% generation %}`` block tag (rendered as its
-body), ``raise_exception``, ``strftime_now``, a ``tojson`` filter that does not escape HTML, and the
+body; ``render_chat_template(generation_spans=...)`` also says where each block's text lies in the rendering,
+as transformers' ``return_assistant_tokens_mask`` does), ``raise_exception``, ``strftime_now``, a ``tojson`` filter that does not escape HTML, and the
 sandbox-safe ``dict``/``namespace`` globals. Messages are passed the way ``apply_chat_template`` passes
 them: keys whose value is None are dropped, and a message's reasoning given as ``reasoning_content``,
 ``thinking`` or ``reasoning`` is visible under the first two names. The named special tokens
@@ -18,9 +19,11 @@ This module does not import jax.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +46,14 @@ DEFAULT_CHAT_TEMPLATE = (
 )
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+# How transformers tells a template that marks its assistant text (apply_chat_template's check).
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+# While render_chat_template(generation_spans=...) renders: the chunks rendered so far and the spans found.
+# A context variable, so that renders on other threads (the web process) never see each other's.
+_generation_tracker: contextvars.ContextVar[tuple[list[str], list[tuple[int, int]]] | None] = contextvars.ContextVar(
+    "generation_tracker", default=None)
 
 
 class ChatTemplateError(ValueError):
@@ -84,7 +95,14 @@ def _environment():
             return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
 
         def _render_body(self, caller):
-            return caller()
+            body = caller()
+            tracker = _generation_tracker.get()
+            if tracker is not None:
+                # The chunks before this block are already out: the renderer consumes the template's generator.
+                chunks, spans = tracker
+                start = sum(len(chunk) for chunk in chunks)
+                spans.append((start, start + len(body)))
+            return body
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -142,8 +160,9 @@ def _compile(template: str):
         raise ChatTemplateError(f"chat template line {error.lineno}: {error.message}") from None
 
 
-# Set by render_chat_template itself, never by a caller's template variables.
-RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "tools", "documents"})
+# Set by render_chat_template itself, never by a caller's template variables (generation_spans is its own
+# argument, which a variable of that name would collide with).
+RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "add_generation_prompt", "tools", "documents", "generation_spans"})
 
 
 def template_variable_problem(name: Any, value: Any) -> str | None:
@@ -210,9 +229,12 @@ def render_chat_template(
     add_generation_prompt: bool = False,
     tools: Sequence[Mapping[str, Any]] | None = None,
     documents: Sequence[Mapping[str, Any]] | None = None,
+    generation_spans: list[tuple[int, int]] | None = None,
     **template_kwargs: Any,
 ) -> str:
     """Renders one conversation; ``template_kwargs`` carries the special tokens and any extra variables.
+    ``generation_spans``, a list, receives the character span [start, end) of each ``{% generation %}`` block's
+    text in the rendering, in order (transformers' ``return_assistant_tokens_mask`` reads the same spans).
 
     A template's own ``raise_exception(...)`` surfaces as ``ChatTemplateError`` with its message.
     """
@@ -221,13 +243,23 @@ def render_chat_template(
     if not messages:
         raise ChatTemplateError("cannot apply a chat template to an empty conversation; give at least one message")
     compiled = _compile(template)
+    context = dict(
+        messages=_prepare_messages(messages),
+        tools=None if tools is None else [dict(tool) for tool in tools],
+        documents=None if documents is None else [dict(document) for document in documents],
+        add_generation_prompt=add_generation_prompt,
+        **template_kwargs,
+    )
     try:
-        return compiled.render(
-            messages=_prepare_messages(messages),
-            tools=None if tools is None else [dict(tool) for tool in tools],
-            documents=None if documents is None else [dict(document) for document in documents],
-            add_generation_prompt=add_generation_prompt,
-            **template_kwargs,
-        )
+        if generation_spans is None:
+            return compiled.render(**context)
+        chunks: list[str] = []
+        token = _generation_tracker.set((chunks, generation_spans))
+        try:
+            for chunk in compiled.generate(**context):
+                chunks.append(chunk)
+        finally:
+            _generation_tracker.reset(token)
+        return "".join(chunks)
     except jinja2.exceptions.TemplateError as error:
         raise ChatTemplateError(f"chat template: {error}") from None

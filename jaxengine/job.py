@@ -583,7 +583,8 @@ def run_job(
     on_log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` to completion (or cancel/failure); writes the run directory and returns the summary.
-    ``on_log`` hears of each line for the run's log (``Trainer.fit``: a resume's changed settings).
+    ``on_log`` hears of each line for the run's log: conversations trained one assistant turn per example
+    (``pipeline.split_by_turn_note``), a resume's changed settings (``Trainer.fit``).
 
     In a multi-host job (``jaxengine.distributed.initialize`` called first) every process calls this;
     the arrays are then global over all processes' devices (``placement``, default ``job_placement``)
@@ -622,6 +623,13 @@ def run_job(
         trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
+    if writes_files and on_log is not None:
+        from jaxengine.data.pipeline import split_by_turn_note
+
+        for use in ("train", "eval"):
+            stats = data_summary.get(use)
+            if isinstance(stats, dict) and (note := split_by_turn_note(stats, use=use)):
+                on_log(note)
     summary = trainer.fit(should_stop=should_stop, on_progress=on_progress, progress_bar=progress_bar,
                           on_evaluation=on_evaluation, on_log=on_log)
     if (previous_summary is not None and summary["status"] == "succeeded"

@@ -246,17 +246,19 @@ class Tokenizer(abc.ABC):
         return template_path if template_path.is_file() else self.model_dir / TOKENIZER_CONFIG_FILE
 
     def apply_chat_template(
-        self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, **template_kwargs: Any
+        self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False,
+        generation_spans: list[tuple[int, int]] | None = None, **template_kwargs: Any
     ) -> str:
         """Renders ``messages`` with the chat template exactly as ``transformers`` does (text, not ids), with
-        ``template_kwargs`` over this tokenizer's own (``self.template_kwargs``).
+        ``template_kwargs`` over this tokenizer's own (``self.template_kwargs``); ``generation_spans`` as
+        ``chat_template.render_chat_template``'s.
 
         A ChatTemplateError of the model's own template names the file holding it: 'chat template: ...'
         alone did not say which of the two that may hold one to fix."""
         try:
             return chat_template_lib.render_chat_template(
                 self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                **{**self.special_tokens_map, **self.template_kwargs, **template_kwargs},
+                generation_spans=generation_spans, **{**self.special_tokens_map, **self.template_kwargs, **template_kwargs},
             )
         except chat_template_lib.ChatTemplateError as error:
             if self.chat_template_file is None or not messages:  # the default's, or no conversation at all

@@ -3,17 +3,22 @@
 Design note. Rows are read through ``jaxengine.data.formats`` (the same readers and checks the web
 app validates uploads with) and become ``Example`` values: token ids plus a per-token flag saying
 whether the model is trained to produce that token. Conversations are rendered with the tokenizer's
-chat template; the spans that belong to assistant turns are found by rendering growing prefixes of
-the conversation (``template(messages[:i], add_generation_prompt=True)`` is where turn i starts,
-``template(messages[:i + 1])`` where it ends), and each span is tokenized on its own so the loss
-mask is exact to the token. ``prompt``/``completion`` rows are a one-turn conversation when the
+chat template. A template with ``{% generation %}`` markers is trained on exactly the marked text, as
+transformers' assistant mask is. Otherwise the spans that belong to assistant turns are found by rendering
+growing prefixes of the conversation (``template(messages[:i], add_generation_prompt=True)`` is where turn
+i starts, ``template(messages[:i + 1])`` where it ends). Where a template renders earlier turns unlike the
+latest (Qwen3 drops their reasoning) those prefixes are not where the full rendering begins, and no one
+rendering shows every turn as a chat asked for it: each trained turn becomes an example of its own, the
+conversation up to it rendered with the generation prompt and then answered (``EncodeStats.split_by_turn``
+counts such conversations). Each span is tokenized on its own so the loss mask is exact to the token.
+``prompt``/``completion`` rows are a one-turn conversation when the
 tokenizer has a chat template, and plain ``bos + prompt + completion + eos`` otherwise; generation
 prompts for evaluation are rendered by ``encode_prompt`` with the same rule, so what the model is
 asked at eval time is exactly what it saw in training.
 
 Truncation never drops a completion silently: the prompt is cut from the left first (its end, next
 to the completion, matters most) down to half the budget, then the completion from the right. Rows
-left with no loss token are dropped; every cut and drop is counted in ``EncodeStats``.
+left with no loss token are dropped; every cut and drop is counted in ``EncodeStats``, by row.
 
 Batches are fixed-shape and right-padded. With packing, several examples share a row; each has its
 own ``segment_ids`` value (1, 2, ...; 0 is padding), positions restart at 0 per segment, and
@@ -24,6 +29,7 @@ across epochs, so a ``DataPosition`` (epoch, cursor) is all a checkpoint needs t
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxengine.chat_template import ChatTemplateError
+from jaxengine.chat_template import GENERATION_MARKER, ChatTemplateError
 from jaxengine.data import formats
 from jaxengine.spec import TASK_DATASET_KINDS
 
@@ -52,7 +58,7 @@ class TokenizerLike(Protocol):
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = False,
-                            **template_kwargs: Any) -> str: ...
+                            generation_spans: list[tuple[int, int]] | None = None, **template_kwargs: Any) -> str: ...
 
 
 class DataError(ValueError):
@@ -100,11 +106,26 @@ class EncodeStats:
     truncated: int = 0
     dropped: int = 0
     split: int = 0
+    # sft conversations trained one assistant turn per example: their template renders earlier turns otherwise
+    # than the latest (Qwen3 drops their reasoning), so no one rendering shows every turn as it was asked.
+    split_by_turn: int = 0
     tokens: int = 0
     loss_tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+
+def split_by_turn_note(stats: dict[str, int], *, use: str) -> str | None:
+    """The run log's line on ``data.<use>``'s conversations trained one assistant turn per example
+    (``EncodeStats.to_dict()``'s ``split_by_turn``), or None when there were none."""
+    split = stats.get("split_by_turn", 0)
+    if not split:
+        return None
+    return (f"data.{use}: the chat template renders earlier assistant turns otherwise than the latest (Qwen3 drops "
+            f"their reasoning), so {split:,} of {stats.get('rows', 0):,} conversations were trained one assistant turn "
+            f"per example, each from the prompt a chat sends for that turn ({stats.get('examples', 0):,} examples); "
+            "a template with {% generation %} markers trains a conversation as one example")
 
 
 def _segments_to_example(segments: Sequence[tuple[list[int], bool]]) -> Example:
@@ -124,47 +145,120 @@ def _as_messages(value: str | list[dict], role: str) -> list[dict]:
     return [{"role": role, "content": value}] if isinstance(value, str) else list(value)
 
 
-def _chat_segments(tokenizer: TokenizerLike, messages: list[dict], *, first_trained: int) -> list[tuple[list[int], bool]]:
-    """Tokenized spans of a rendered conversation, flagged True for assistant turns from ``first_trained`` on."""
-    full = tokenizer.apply_chat_template(messages)
-    boundaries: list[tuple[int, int]] = []  # character spans [start, end) of trained turns
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant" or index < first_trained:
-            continue
-        # Templates index messages[0]; a conversation opening with the assistant starts at 0.
-        start_text = tokenizer.apply_chat_template(messages[:index], add_generation_prompt=True) if index else ""
-        end_text = tokenizer.apply_chat_template(messages[: index + 1])
-        if not (full.startswith(start_text) and full.startswith(end_text) and len(start_text) <= len(end_text)):
-            raise DataError(
-                "the chat template does not render conversations prefix by prefix, so assistant turns cannot "
-                "be located for the loss mask; use data.loss_on: all, or a template without look-ahead"
-            )
-        boundaries.append((len(start_text), len(end_text)))
+Segments = list[tuple[list[int], bool]]  # token spans in order, each flagged True when trained
+
+
+def _text_segments(tokenizer: TokenizerLike, text: str, trained_spans: Sequence[tuple[int, int]]) -> Segments:
+    """``text`` tokenized span by span: the character spans [start, end) of ``trained_spans`` (in order,
+    not overlapping) flagged True; each span on its own, so the loss mask is exact to the token."""
     spans: list[tuple[str, bool]] = []
     cursor = 0
-    for start, end in boundaries:
-        spans += [(full[cursor:start], False), (full[start:end], True)]
+    for start, end in trained_spans:
+        spans += [(text[cursor:start], False), (text[start:end], True)]
         cursor = end
-    spans.append((full[cursor:], False))
-    segments = [(tokenizer.encode(text), trained) for text, trained in spans if text]
+    spans.append((text[cursor:], False))
+    segments = [(tokenizer.encode(piece), trained) for piece, trained in spans if piece]
     if segments:
         segments[0] = (_with_bos(tokenizer, segments[0][0]), segments[0][1])
     return segments
 
 
-def _completion_segments(
-    tokenizer: TokenizerLike, prompt: str | list[dict], completion: str | list[dict]
-) -> list[tuple[list[int], bool]]:
+def _trained_turns(messages: list[dict], first_trained: int) -> list[int]:
+    return [index for index, message in enumerate(messages) if message["role"] == "assistant" and index >= first_trained]
+
+
+def _marked_segments(tokenizer: TokenizerLike, messages: list[dict], *, first_trained: int) -> Segments:
+    """The full rendering trained on exactly its ``{% generation %}`` blocks, as transformers' assistant mask."""
+    marked: list[tuple[int, int]] = []
+    full = tokenizer.apply_chat_template(messages, generation_spans=marked)
+    marked = [(start, end) for start, end in marked if end > start]
+    earlier = sum(message["role"] == "assistant" for message in messages[:first_trained])
+    if earlier:  # a prompt that holds assistant turns: its blocks are not trained
+        turns = earlier + len(_trained_turns(messages, first_trained))
+        if len(marked) != turns:
+            raise DataError(
+                f"the chat template's {{% generation %}} blocks mark {len(marked)} spans in a conversation of {turns} "
+                "assistant turns, so the prompt's turns cannot be told from the completion's; give the prompt "
+                "without assistant turns, or a template with one block per assistant turn")
+        marked = marked[earlier:]
+    return _text_segments(tokenizer, full, marked)
+
+
+def _prefix_segments(tokenizer: TokenizerLike, messages: list[dict], *, first_trained: int) -> Segments | None:
+    """The full rendering with its trained assistant turns located by rendering prefixes, or None when the
+    template renders a prefix otherwise than the full conversation begins (Qwen3's earlier turns)."""
+    full = tokenizer.apply_chat_template(messages)
+    boundaries: list[tuple[int, int]] = []  # character spans [start, end) of trained turns
+    for index in _trained_turns(messages, first_trained):
+        # Templates index messages[0]; a conversation opening with the assistant starts at 0.
+        start_text = tokenizer.apply_chat_template(messages[:index], add_generation_prompt=True) if index else ""
+        end_text = tokenizer.apply_chat_template(messages[: index + 1])
+        if not (full.startswith(start_text) and full.startswith(end_text) and len(start_text) <= len(end_text)):
+            return None
+        boundaries.append((len(start_text), len(end_text)))
+    return _text_segments(tokenizer, full, boundaries)
+
+
+def _turn_segments(tokenizer: TokenizerLike, messages: list[dict], index: int) -> Segments:
+    """The conversation up to assistant turn ``index``, rendered as a chat asks for that turn (the history
+    with the generation prompt) and then answered, trained on that turn alone."""
+    prompt = tokenizer.apply_chat_template(messages[:index], add_generation_prompt=True) if index else ""
+    answered = tokenizer.apply_chat_template(messages[: index + 1])
+    if not answered.startswith(prompt):
+        agree = len(os.path.commonprefix([prompt, answered]))
+        raise DataError(
+            f"message {index + 1} (assistant): the chat template asks for this turn with a prompt ending "
+            f"{prompt[max(0, agree - 20):][:50]!r} but renders the turn as {answered[max(0, agree - 20):][:50]!r}, "
+            "so the model would learn it from a prompt no chat sends; make the turn and the template variables "
+            "(data.chat_template_kwargs) agree (Qwen3: no reasoning in a turn while enable_thinking is false)")
+    return _text_segments(tokenizer, answered, [(len(prompt), len(answered))])
+
+
+def _chat_examples(tokenizer: TokenizerLike, messages: list[dict], *, first_trained: int,
+                   loss_on: str = "completion") -> tuple[list[Segments], bool]:
+    """The examples of a conversation, trained on its assistant turns from ``first_trained`` on, and whether
+    it was split into one example per trained turn.
+
+    A template with ``{% generation %}`` markers: the full rendering, trained on the marked text. Otherwise
+    the turns are found by rendering prefixes (one example). A template that renders earlier turns unlike
+    the latest (Qwen3 drops their reasoning) has no such prefixes: each trained turn becomes an example of
+    its own, the conversation up to it as a chat renders it then, so the model learns every turn from the
+    very prompt it is asked with. ``loss_on: all`` trains the full rendering, locating no turn."""
+    if GENERATION_MARKER.search(tokenizer.chat_template or ""):
+        return [_marked_segments(tokenizer, messages, first_trained=first_trained)], False
+    segments = _prefix_segments(tokenizer, messages, first_trained=first_trained)
+    if segments is not None:
+        return [segments], False
+    if loss_on == "all":
+        return [_text_segments(tokenizer, tokenizer.apply_chat_template(messages), [])], False
+    return [_turn_segments(tokenizer, messages, index) for index in _trained_turns(messages, first_trained)], True
+
+
+def _single_example(examples: tuple[list[Segments], bool], what: str) -> Segments:
+    """The one example of a preference side: pairs are compared whole, never split by turn."""
+    segments, by_turn = examples
+    if by_turn:
+        raise DataError(
+            f"{what}: the chat template renders earlier assistant turns otherwise than the latest (Qwen3 drops "
+            "their reasoning), so a conversation with several assistant turns cannot be scored whole; give the "
+            "shared turns as the row's prompt and one assistant turn per side, or a template with "
+            "{% generation %} markers")
+    return segments[0]
+
+
+def _completion_examples(
+    tokenizer: TokenizerLike, prompt: str | list[dict], completion: str | list[dict], *, loss_on: str = "completion"
+) -> tuple[list[Segments], bool]:
     """Prompt span (untrained) then completion span(s) (trained), chat-templated when possible."""
     if tokenizer.chat_template:
         prompt_messages = _as_messages(prompt, "user")
         messages = prompt_messages + _as_messages(completion, "assistant")
-        return _chat_segments(tokenizer, messages, first_trained=len(prompt_messages))
+        return _chat_examples(tokenizer, messages, first_trained=len(prompt_messages), loss_on=loss_on)
     if not (isinstance(prompt, str) and isinstance(completion, str)):
         raise DataError("conversations (message lists) need a tokenizer with a chat template")
     prompt_ids = _with_bos(tokenizer, tokenizer.encode(prompt))
     completion_ids = tokenizer.encode(completion) + tokenizer.eos_ids[:1]
-    return [(prompt_ids, False), (completion_ids, True)]
+    return [[(prompt_ids, False), (completion_ids, True)]], False
 
 
 def encode_prompt(tokenizer: TokenizerLike, prompt: str | list[dict], **template_kwargs: Any) -> list[int]:
@@ -199,12 +293,14 @@ def _truncate(segments: list[tuple[list[int], bool]], max_len: int) -> tuple[lis
     return kept, True
 
 
-def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> list[tuple[list[int], bool]]:
+def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> tuple[list[Segments], bool]:
     if "messages" in row:
-        segments = _chat_segments(tokenizer, row["messages"], first_trained=0)
+        examples, by_turn = _chat_examples(tokenizer, row["messages"], first_trained=0, loss_on=loss_on)
     else:
-        segments = _completion_segments(tokenizer, row["prompt"], row["completion"])
-    return [(tokens, True) for tokens, _ in segments] if loss_on == "all" else segments
+        examples, by_turn = _completion_examples(tokenizer, row["prompt"], row["completion"], loss_on=loss_on)
+    if loss_on == "all":
+        examples = [[(tokens, True) for tokens, _ in segments] for segments in examples]
+    return examples, by_turn
 
 
 def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: int, loss_on: str,
@@ -217,18 +313,20 @@ def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: 
         # A one-token tail window predicts nothing; drop it.
         encoded = [_segments_to_example([(w, True)]) for w in windows if len(w) > 1]
     elif task == "sft":
-        segments, was_cut = _truncate(_encode_sft_row(tokenizer, row, loss_on), max_seq_len)
-        stats.truncated += was_cut
-        encoded = [_segments_to_example(segments)]
+        examples, by_turn = _encode_sft_row(tokenizer, row, loss_on)
+        stats.split_by_turn += by_turn
+        cut = [_truncate(segments, max_seq_len) for segments in examples]
+        stats.truncated += any(was_cut for _, was_cut in cut)
+        encoded = [_segments_to_example(segments) for segments, _ in cut]
     elif task in ("reward", "dpo"):
         pair = []
         cut_any = False
         for side in ("chosen", "rejected"):
             if row.get("prompt") is None:  # whole conversations: train on their assistant turns
-                segments = _chat_segments(tokenizer, row[side], first_trained=0)
+                examples = _chat_examples(tokenizer, row[side], first_trained=0)
             else:
-                segments = _completion_segments(tokenizer, row["prompt"], row[side])
-            segments, was_cut = _truncate(segments, max_seq_len)
+                examples = _completion_examples(tokenizer, row["prompt"], row[side])
+            segments, was_cut = _truncate(_single_example(examples, side), max_seq_len)
             cut_any |= was_cut
             pair.append(_segments_to_example(segments))
         stats.truncated += cut_any
@@ -280,18 +378,23 @@ def encode_rows(
             # A template may refuse some rows only (Gemma's raise on a system turn): name the row, as a
             # traceback from the middle of the data did not (the error names the template's file).
             raise DataError(f"{where}: {error}; change the row or the model's chat template") from None
+        except DataError as error:  # a row whose turns cannot be located for the loss mask
+            raise DataError(f"{where}: {error}") from None
         if vocab_size is not None:
             check_vocabulary(encoded, vocab_size, where=where)
+        kept = 0
         for example in encoded:
             parts = (example.chosen, example.rejected) if isinstance(example, PreferencePair) else (example,)
             # Loss on token 0 is never computed (nothing predicts it), so it does not count.
             if any(not part.loss_mask[1:].any() for part in parts):
-                stats.dropped += 1
                 continue
+            kept += 1
             examples.append(example)
             stats.examples += 1
             stats.tokens += sum(len(part) for part in parts)
             stats.loss_tokens += sum(int(part.loss_mask[1:].sum()) for part in parts)
+        # Counted by row, as truncation is: a conversation split by turn is one row of several examples.
+        stats.dropped += bool(encoded) and not kept
     return examples, stats
 
 

@@ -46,6 +46,8 @@ def thinking_model(demo_dir, tmp_path):
     ({"enable_thinking": [False]}, "data.chat_template_kwargs.enable_thinking: [False] is a list; give a JSON scalar"),
     ({"persona": {"name": "x"}}, "data.chat_template_kwargs.persona: {'name': 'x'} is a mapping; give a JSON scalar"),
     ({"messages": "x"}, "data.chat_template_kwargs.messages: 'messages' is set by the renderer itself"),
+    # The renderer's own argument (the {% generation %} spans of the loss mask): as a variable it clashed with it.
+    ({"generation_spans": 1}, "data.chat_template_kwargs.generation_spans: 'generation_spans' is set by the renderer"),
     ({"two words": 1}, "data.chat_template_kwargs: 'two words' is not a variable name a template can read"),
 ])
 def test_it_rejects_a_template_variable_that_is_no_scalar_or_not_settable(tmp_path, variables, problem):

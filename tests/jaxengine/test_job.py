@@ -717,3 +717,36 @@ def test_cli_prints_a_resumes_changed_settings(demo_dir, tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"{path}: resumed from step 2 with a changed setting: optim.learning_rate 0.0001 -> 5e-05\n"
         f"{path}: resumed from step 2 with a changed setting: train.max_steps 2 -> 3\n")
+
+
+def test_sft_on_qwen3s_template_trains_every_assistant_turn_of_multi_turn_chats(tmp_path):
+    """Issue 8: a Qwen3 model's template renders earlier assistant turns without their reasoning, and SFT on any
+    chat of two or more assistant turns stopped with 'the chat template does not render conversations prefix by
+    prefix'. Each turn is now an example of its own, and the run's log says so once."""
+    from tests.factories import build_tiny_model_dir
+
+    model_dir = build_tiny_model_dir(tmp_path / "tiny")
+    templates = Path(__file__).parent / "tokenizer" / "real_templates"
+    shutil.copyfile(templates / "qwen3.jinja", model_dir / "chat_template.jinja")
+    chats = [[{"role": "user", "content": f"{a}+{a}?"}, {"role": "assistant", "content": str(2 * a)},
+              {"role": "user", "content": "and doubled?"}, {"role": "assistant", "content": str(4 * a)},
+              {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "you are welcome"}]
+             for a in range(1, 5)]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in chats))
+    spec = parse_spec({"task": "sft", "model": str(model_dir), "output_dir": str(tmp_path / "run"),
+                       "data": {"train": str(data), "max_seq_len": 128,
+                                "chat_template_kwargs": {"enable_thinking": False}},
+                       "train": {"max_steps": 2, "batch_size": 2}})
+    lines = []
+    summary = run_job(spec, progress_bar=False, on_log=lines.append)
+    assert summary["status"] == "succeeded" and summary["step"] == 2
+    train = summary["data"]["train"]
+    assert (train["rows"], train["examples"], train["split_by_turn"], train["dropped"]) == (4, 12, 4, 0)
+    assert lines == [
+        "data.train: the chat template renders earlier assistant turns otherwise than the latest (Qwen3 drops their "
+        "reasoning), so 4 of 4 conversations were trained one assistant turn per example, each from the prompt a chat "
+        "sends for that turn (12 examples); a template with {% generation %} markers trains a conversation as one "
+        "example"]
+    assert json.loads((tmp_path / "run" / "export" / "chat_template_kwargs.json").read_text()) == {
+        "enable_thinking": False}

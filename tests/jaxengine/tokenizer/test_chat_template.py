@@ -124,3 +124,16 @@ def test_environment_matches_transformers_details(tokenizer_dirs):
         render_chat_template("{% if %}", messages)
     with pytest.raises(ChatTemplateError, match="empty conversation"):
         render_chat_template(DEFAULT_CHAT_TEMPLATE, [])
+
+
+def test_generation_spans_say_where_each_marked_block_lies():
+    template = ("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+                "{% if loop.last %}.{% endif %}{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "bb"},
+                {"role": "user", "content": "c"}, {"role": "assistant", "content": "dd"}]
+    spans = []
+    rendered = render_chat_template(template, messages, generation_spans=spans)
+    assert rendered == render_chat_template(template, messages) == "<user>a<assistant>bb<user>c<assistant>dd."
+    # By hand: "<user>a<assistant>" is 18 characters, "bb" 18..20; "<user>c<assistant>" 20..38, "dd." 38..41.
+    assert spans == [(18, 20), (38, 41)]
+    assert [rendered[start:end] for start, end in spans] == ["bb", "dd."]
