@@ -26,6 +26,7 @@ from jaxengine.words import counted
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
+from webapp.core.model_refs import spec_ref
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.sse import session_access_lost
@@ -191,8 +192,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 errors.setdefault("data.max_seq_len", []).append(problem)
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
-        elif (model := request.GET.get("model")) in {value for value, _label in selectors.model_choices(project=project)}:
-            spec = {**spec, "model": model}  # a base model page's "Launch a run from it"
+        elif (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
+            spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
