@@ -316,6 +316,11 @@
     element.hidden = false;
   }
 
+  // As the page's |grouped filter writes a count: 10,838.
+  function grouped(count) {
+    return typeof count === "number" ? count.toLocaleString("en-US") : count;
+  }
+
   function showProgress(state) {
     progress = Object.assign(progress, state);
     if (evaluatingStep !== null && progress.step >= evaluatingStep) {
@@ -323,9 +328,9 @@
       document.getElementById("progress-evaluating").hidden = true;
     }
     var total = progress.total_steps || 0;
-    document.getElementById("progress-step").textContent = progress.step;
-    document.getElementById("progress-total").textContent = total || "?";
-    document.getElementById("progress-tokens").textContent = progress.tokens;
+    document.getElementById("progress-step").textContent = grouped(progress.step);
+    document.getElementById("progress-total").textContent = total ? grouped(total) : "?";
+    document.getElementById("progress-tokens").textContent = grouped(progress.tokens);
     document.getElementById("progress-elapsed").textContent = formatDuration(progress.train_seconds);
     if (progress.tokens_per_second !== null && progress.tokens_per_second !== undefined) {
       document.getElementById("progress-speed").textContent = Math.round(progress.tokens_per_second);

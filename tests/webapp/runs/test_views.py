@@ -2209,3 +2209,21 @@ def test_a_chat_template_variable_that_is_no_scalar_is_named_on_the_launch_form(
     again = client_for(team.teammate).post("/p/alpha/runs/new/", form)
     assert again.status_code == 302, re.findall(r"<code>[^<]*</code>[^<]*", again.content.decode())
     assert Run.objects.get().spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_counts_on_pages_have_their_thousands_separated(team, run, catalog, client_for):
+    """"10838 rows" was hard to read: every count of rows, tokens and steps a page shows goes through |grouped."""
+    from webapp.datasets.models import DatasetVersion
+
+    DatasetVersion.objects.filter(pk=catalog.sft.pk).update(row_count=10838)
+    Run.objects.filter(pk=run.pk).update(tokens_seen=1234567, current_step=1500, total_steps=12000)
+    client = client_for(team.teammate)
+    dataset = catalog.sft.dataset
+    for address in ("/p/alpha/datasets/", f"/p/alpha/datasets/{dataset.public_id}/",
+                    f"/p/alpha/datasets/{dataset.public_id}/v/{catalog.sft.number}/", "/p/alpha/"):
+        page = client.get(address).content.decode()
+        assert "10,838" in page and "10838" not in page, address
+    for address in ("/p/alpha/runs/", url(run), "/p/alpha/"):
+        page = client.get(address).content.decode()
+        assert "1,500" in page and "12,000" in page and "12000<" not in page, address
+    assert ">1,234,567<" in client.get(url(run)).content.decode()
