@@ -19,6 +19,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -403,9 +404,18 @@ def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress(run) -> dict[str, Any]:
+    """The progress card's facts, for the page and ``static/runs.js``. A run whose worker took it and has reported no
+    step yet is ``starting`` (loading the model and compiling: half a minute on CPU, minutes on an accelerator): the
+    card says so with the run's newest log line, and its elapsed time counts from the attempt's start (the seconds
+    since then in ``attempt_seconds``), not the engine's train time, which stays at its last value until a step."""
+    starting = run.status == RunStatus.RUNNING and run.started_at is not None and run.current_step == 0
+    attempt_seconds = max(0.0, (timezone.now() - run.started_at).total_seconds()) if starting else None
+    newest_line = run.log_lines.order_by("-id").values_list("message", flat=True).first() if starting else None
     return {"step": run.current_step, "total_steps": run.total_steps, "tokens": run.tokens_seen,
             "train_seconds": run.train_seconds, "status": run.status, "stopping": run.is_stopping,
-            "tokens_per_second": selectors.last_value(final_metrics=run.final_metrics, name="tokens_per_second")}
+            "tokens_per_second": selectors.last_value(final_metrics=run.final_metrics, name="tokens_per_second"),
+            "starting": starting, "attempt_seconds": attempt_seconds, "newest_line": newest_line or "",
+            "elapsed": run.train_seconds + (attempt_seconds or 0.0)}
 
 
 @login_required
