@@ -2229,3 +2229,11 @@ def test_counts_on_pages_have_their_thousands_separated(team, run, catalog, clie
     run_page = client.get(url(run)).content.decode()
     assert ">1,234,567<" in run_page
     assert 'aria-valuenow="1500"' in run_page  # an attribute read as a number keeps the bare one
+
+
+def test_samples_are_numbered_from_1_as_dataset_rows_are(team, run, client_for):
+    """The samples table numbered a step's generations from 0 while a dataset's preview numbers rows from 1: people
+    read both, so both count from 1 (a sample's stored position stays 0-based, as the API and samples.jsonl give it)."""
+    Sample.objects.create(run=run, step=5, position=1, prompt="second", text="two")
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=5").content.decode()
+    assert re.findall(r'<td class="num muted">(\d+)</td>', page) == ["1", "2"]
