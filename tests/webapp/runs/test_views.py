@@ -1941,10 +1941,10 @@ def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(te
     check = client.post("/p/alpha/runs/new/check/", form).json()
     assert check["errors"] == {}
     [memory] = check["memory"]
-    assert memory.startswith("≈ 0.00017 GiB per device for weights + optimizer + activations (weights 3.7e-05, ")
-    assert memory.endswith(": more than the 9.3e-05 GiB of each Tiny GPU of pool default")
+    assert memory.startswith("≈ 182 KiB per device for weights + optimizer + activations (weights 39.1 KiB, ")
+    assert memory.endswith(": more than the 97.7 KiB of each Tiny GPU of pool default")
     assert [warning for warning in check["warnings"] if warning.startswith("memory: ")] == [
-        f"memory: the run needs {memory.split(': more than')[0]}, more than the 9.3e-05 GiB of each Tiny GPU of "
+        f"memory: the run needs {memory.split(': more than')[0]}, more than the 97.7 KiB of each Tiny GPU of "
         "pool default; lower train.batch_size (and raise train.grad_accum to keep the batch), set train.remat, lower "
         "data.max_seq_len, or use peft.method lora or qlora"]
     # A device that holds it: no warning, and the estimate says it fits.
@@ -1973,7 +1973,7 @@ def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, clien
             "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward_run.public_id}}
     [memory] = services.launch_check(project=team.project, spec=spec, axes=[]).memory
     # Then the KL reference (kl_coef 0.04, full fine-tuning): a frozen copy of the 40,000 bytes of weights.
-    assert ", reward model 3.7e-05, KL reference 3.7e-05 GiB)" in memory
+    assert ", reward model 39.1 KiB, KL reference 39.1 KiB)" in memory
     ppo_run = services.run_create(project=team.project, spec=spec, user=team.teammate)
     page = html.unescape(client_for(team.teammate).get(url(ppo_run)).content.decode())
     assert f'<dd id="memory-estimate">{memory} <span class="muted">(an estimate)</span></dd>' in page
