@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from django import forms
-from django.template.defaultfilters import pluralize
 
+from jaxengine.words import counted
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
 from webapp.chat.forms import ModelRefField
@@ -59,7 +59,7 @@ class CampaignCreateForm(CampaignSettingsForm):
             .select_related("dataset").order_by("dataset__name", "-number"))
         self.fields["source_version"].label_from_instance = (
             lambda version: f"{isolated(version.dataset.name)} v{version.number} "
-                            f"({version.row_count} row{pluralize(version.row_count)})")
+                            f"({counted(version.row_count, 'row', grouped=True)})")
 
 
 class GeneratedCampaignForm(CampaignSettingsForm):

@@ -264,7 +264,7 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
     return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                f"{counted(version.row_count, 'row')})")
+                                f"{counted(version.row_count, 'row', grouped=True)})")
             for version in versions]
 
 

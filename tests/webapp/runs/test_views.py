@@ -9,6 +9,7 @@ import shutil
 import tarfile
 
 import pytest
+from django.urls import reverse
 
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
@@ -2226,6 +2227,12 @@ def test_counts_on_pages_have_their_thousands_separated(team, run, catalog, clie
     for address in ("/p/alpha/runs/", url(run), "/p/alpha/"):
         page = client.get(address).content.decode()
         assert "1,500" in page and "12,000" in page and "12000<" not in page, address
+    # The pickers' labels too: the launch form's data, the review forms' versions.
+    DatasetVersion.objects.filter(pk=catalog.preference.pk).update(row_count=2500)
+    assert "(sft, 10,838 rows)" in html.unescape(client.get("/p/alpha/runs/new/?task=sft").content.decode())
+    owner = client_for(team.owner)
+    assert "(2,500 rows)" in html.unescape(owner.get(reverse("review:create", args=["alpha"])).content.decode())
+    assert "(sft, 10,838 rows)" in html.unescape(owner.get(reverse("review:generate", args=["alpha"])).content.decode())
     run_page = client.get(url(run)).content.decode()
     assert ">1,234,567<" in run_page
     assert 'aria-valuenow="1500"' in run_page  # an attribute read as a number keeps the bare one
