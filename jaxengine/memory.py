@@ -85,17 +85,27 @@ class MemoryEstimate:
                 + self.reference)
 
     def summary(self) -> str:
-        """``≈ 3.2 GiB per device for weights + optimizer + activations (weights 1.0, ...)``."""
+        """``≈ 3.2 GiB per device for weights + optimizer + activations (weights 1 GiB, ...)``."""
         parts = [("weights", self.weights), ("gradients", self.gradients), ("optimizer state", self.optimizer),
                  ("activations", self.activations)] + ([("KV cache", self.kv_cache)] if self.kv_cache else []) \
             + ([("reward model", self.reward_model)] if self.reward_model else []) \
             + ([("KL reference", self.reference)] if self.reference else [])
-        return (f"≈ {gib(self.total)} GiB per device for weights + optimizer + activations ("
-                + ", ".join(f"{name} {gib(value)}" for name, value in parts) + " GiB)")
+        return (f"≈ {byte_size(self.total)} per device for weights + optimizer + activations ("
+                + ", ".join(f"{name} {byte_size(value)}" for name, value in parts) + ")")
 
 
-def gib(value: int) -> str:
-    return f"{value / GIB:.3g}" if value >= GIB / 100 else f"{value / GIB:.2g}"
+_UNITS = (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024))
+
+
+def byte_size(value: int) -> str:
+    """``value`` bytes in the largest unit (GiB, MiB, KiB) that holds at least one, to 3 significant digits and with
+    its unit: ``1.5 GiB``, ``150 MiB``, ``39.1 KiB``, ``512 B``. Each figure carries its own, as a memory line puts
+    figures of different sizes side by side (a tiny model's read "3.7e-05" in GiB)."""
+    for unit, size in _UNITS:
+        if value >= size:
+            scaled = value / size
+            return f"{scaled:.3g} {unit}" if scaled < 1000 else f"{scaled:.0f} {unit}"
+    return f"{value} B"
 
 
 def estimate_memory(*, facts: ModelFacts, spec: JobSpec, devices: int = 1,

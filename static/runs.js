@@ -316,17 +316,45 @@
     element.hidden = false;
   }
 
+  // As the page's |grouped filter writes a count: 10,838.
+  function grouped(count) {
+    return typeof count === "number" ? count.toLocaleString("en-US") : count;
+  }
+
+  // A run starting (its worker loading the model and compiling, no step reported yet): the card says so, and Elapsed
+  // counts from the attempt's start, by this page's clock from the seconds the server counted when it answered.
+  var startingSince = null;  // {seconds, at}: attempt_seconds as served, and performance.now() then
+  var startingTimer = null;
+
+  function showElapsed() {
+    var seconds = progress.train_seconds;
+    if (progress.starting && startingSince !== null) {
+      seconds += startingSince.seconds + (performance.now() - startingSince.at) / 1000;
+    }
+    document.getElementById("progress-elapsed").textContent = formatDuration(seconds);
+  }
+
+  function showStarting() {
+    var starting = Boolean(progress.starting) && progress.status === "running";
+    document.getElementById("progress-starting").hidden = !starting;
+    if (starting && startingTimer === null) startingTimer = setInterval(showElapsed, 1000);
+    if (!starting && startingTimer !== null) { clearInterval(startingTimer); startingTimer = null; }
+  }
+
   function showProgress(state) {
+    if (state.attempt_seconds !== undefined && state.attempt_seconds !== null) {
+      startingSince = { seconds: state.attempt_seconds, at: performance.now() };
+    }
     progress = Object.assign(progress, state);
     if (evaluatingStep !== null && progress.step >= evaluatingStep) {
       evaluatingStep = null;
       document.getElementById("progress-evaluating").hidden = true;
     }
     var total = progress.total_steps || 0;
-    document.getElementById("progress-step").textContent = progress.step;
-    document.getElementById("progress-total").textContent = total || "?";
-    document.getElementById("progress-tokens").textContent = progress.tokens;
-    document.getElementById("progress-elapsed").textContent = formatDuration(progress.train_seconds);
+    document.getElementById("progress-step").textContent = grouped(progress.step);
+    document.getElementById("progress-total").textContent = total ? grouped(total) : "?";
+    document.getElementById("progress-tokens").textContent = grouped(progress.tokens);
+    showElapsed();
     if (progress.tokens_per_second !== null && progress.tokens_per_second !== undefined) {
       document.getElementById("progress-speed").textContent = Math.round(progress.tokens_per_second);
     }
@@ -339,6 +367,7 @@
     bar.setAttribute("aria-valuenow", progress.step);
     bar.setAttribute("aria-valuemax", total);
     document.querySelector("#progress .bar-fill").style.width = (total ? Math.min(100, 100 * progress.step / total) : 0) + "%";
+    showStarting();
   }
 
   function addLogLines(lines) {
@@ -354,6 +383,7 @@
       item.appendChild(time);
       item.appendChild(document.createTextNode(" " + line.message));
       list.appendChild(item);
+      document.getElementById("progress-starting-line").textContent = " Latest: " + line.message;
     });
     list.scrollTop = list.scrollHeight;
   }
@@ -566,7 +596,7 @@
       // before): catching up then leaves no gap for an event to fall into.
       if (event.type === "hello") { document.getElementById("live-state").textContent = "live"; catchUp(); }
       else if (event.type === "metrics") addEventPoints(event.points);
-      else if (event.type === "progress") showProgress(event);
+      else if (event.type === "progress") showProgress(Object.assign({ starting: false }, event));  // a step: started
       else if (event.type === "evaluating") showEvaluating(event);
       else if (event.type === "log") addLogLines(event.lines);
       else if (event.type === "samples") samplesArrived();

@@ -423,3 +423,18 @@ def test_the_thinking_switch_shows_for_a_model_whose_template_reads_it(page, asg
     page.get_by_role("link", name="New conversation with these settings").click()
     page.wait_for_selector("#new-conversation")
     assert page.get_by_label("Thinking").is_visible() and not page.get_by_label("Thinking").is_checked()
+
+
+def test_the_chat_list_lays_out_its_two_columns(page, asgi_server, transactional_db):  # noqa: F811
+    """chat.css holds the list page's two-column layout and was loaded only by the conversation, arena and battle
+    pages: the list stacked its conversations above the new conversation form."""
+    team, _conversation = conversation_with_an_answer(content="hi", status="complete")
+    log_in(page, asgi_server, team.teammate.username)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    assert page.locator(".chat-columns").evaluate("element => getComputedStyle(element).display") == "grid"
+    conversations, new_conversation = (box for box in page.locator(".chat-columns > section").evaluate_all(
+        "sections => sections.map(section => section.getBoundingClientRect().toJSON())")[:2])
+    assert new_conversation["left"] > conversations["right"] - 1 and new_conversation["top"] == conversations["top"]
+    assert page.locator(".chat-conversations small").first.evaluate(
+        "element => getComputedStyle(element).display") == "block"

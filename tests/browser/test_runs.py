@@ -123,8 +123,8 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
                            timeout=10_000)
     assert page.evaluate("window.notReloaded") is True  # grown in place
     assert page.locator("#live-state").inner_text() == "live"  # over server-sent events, not polling
-    assert int(page.locator("#progress-step").inner_text()) > 0
-    assert page.locator("#progress-total").inner_text() == "3000"
+    assert int(page.locator("#progress-step").inner_text().replace(",", "")) > 0
+    assert page.locator("#progress-total").inner_text() == "3,000"  # as the page's |grouped writes a count
 
     page.locator("#cancel-confirm summary").click()  # one click only opens the confirmation
     page.get_by_role("button", name="Cancel live sft").click()
@@ -1494,3 +1494,40 @@ def test_the_yaml_editors_scroll_their_long_lines_instead_of_wrapping_them_at_39
         page.locator(editor).fill("name: " + "a-long-pipeline-name-" * 4 + "\nstages: []\n")
         widths = page.locator(editor).evaluate("t => [t.scrollWidth, t.clientWidth]")
         assert widths[0] > widths[1], (path, widths)
+
+
+def test_a_starting_run_says_what_it_does_and_counts_from_its_attempts_start(page, asgi_server, redis_url,
+                                                                             transactional_db, settings):
+    """First use: a run read "Step 0 / 30, Elapsed 0s" for the half minute its worker loaded the model and compiled,
+    as if stuck. Until its first step the page says it is starting, with the run's newest log line, and Elapsed
+    counts from the attempt's start; the first step's progress takes over."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.runs import reporting
+    from webapp.runs.models import RunLogLine
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="kappa9")
+    run = Run.objects.create(project=team.project, name="warming", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=30, current_step=0, train_seconds=0.0,
+                             started_at=timezone.now() - timedelta(seconds=20))
+    RunLogLine.objects.create(run=run, message="attempt 1 started on train@host")
+    log_in(page, asgi_server, "kappa9-viewer")
+    page.goto(f"{asgi_server}/p/kappa9/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    starting = page.locator("#progress-starting")
+    assert starting.is_visible()
+    assert "loading the model and compiling" in starting.inner_text()
+    assert "attempt 1 started on train@host" in starting.inner_text()
+    first = int(page.locator("#progress-elapsed").inner_text().rstrip("s"))
+    assert 20 <= first < 40
+    page.wait_for_function(f"Number(document.getElementById('progress-elapsed').textContent.replace('s', '')) > {first}",
+                           timeout=5_000)  # it ticks with no event
+    reporting.publish_event(run.public_id, {"type": "progress", "step": 1, "total_steps": 30, "tokens": 100,
+                                            "train_seconds": 25.0, "tokens_per_second": 4.0})
+    page.locator("#progress-step", has_text="1").wait_for(timeout=10_000)
+    assert starting.is_hidden()
+    assert page.locator("#progress-elapsed").inner_text() == "25s"

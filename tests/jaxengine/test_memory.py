@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from jaxengine.memory import MemoryEstimate, ModelFacts, estimate_memory
+from jaxengine.memory import MemoryEstimate, ModelFacts, byte_size, estimate_memory
 from jaxengine.spec import parse_spec
 from tests import factories
 
@@ -71,8 +71,16 @@ def test_dpo_rows_are_pairs():
 def test_the_summary_names_each_part():
     estimate = MemoryEstimate(weights=2 * 1024**3, gradients=1024**3, optimizer=2 * 1024**3,
                               activations=3 * 1024**3 // 2, kv_cache=0)
-    assert estimate.summary() == ("≈ 6.5 GiB per device for weights + optimizer + activations (weights 2, "
-                                  "gradients 1, optimizer state 2, activations 1.5 GiB)")
+    assert estimate.summary() == ("≈ 6.5 GiB per device for weights + optimizer + activations (weights 2 GiB, "
+                                  "gradients 1 GiB, optimizer state 2 GiB, activations 1.5 GiB)")
+
+
+def test_a_size_reads_in_its_own_unit():
+    """The launch form's memory line gave tiny figures as GiB with the unit only at the end ("weights 3.7e-05, ...
+    GiB"): each figure now carries its own unit, the largest in which it is at least 1."""
+    assert [byte_size(value) for value in (0, 512, 40_000, 150 * 1024**2, 1023 * 1024**2, 3 * 1024**3 // 2,
+                                           200 * 1024**3, 3 * 1024**4)] == [
+        "0 B", "512 B", "39.1 KiB", "150 MiB", "1023 MiB", "1.5 GiB", "200 GiB", "3072 GiB"]
 
 
 def test_facts_come_from_a_config_json():
@@ -102,7 +110,7 @@ def test_ppo_counts_its_value_head_and_its_reward_model():
     assert scored.reward_model == 40_064 and scored.weights == 20_000 + 68
     assert scored.total == (scored.weights + scored.gradients + scored.optimizer + scored.activations
                             + scored.kv_cache + 40_064 + scored.reference)
-    assert "reward model 3.7e-05, KL reference 1.9e-05 GiB" in scored.summary()
+    assert "reward model 39.1 KiB, KL reference 19.6 KiB)" in scored.summary()
 
 
 def test_the_kl_reference_is_one_more_copy_of_the_trained_parameters():
@@ -113,7 +121,7 @@ def test_the_kl_reference_is_one_more_copy_of_the_trained_parameters():
     lora = {"method": "lora", "rank": 2, "targets": ["q_proj", "v_proj"]}
     grpo = estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, grpo={**rewards, "beta": 0.04}))
     assert grpo.reference == 40_000 and grpo.total == 40_000 * 5 + grpo.activations + grpo.kv_cache
-    assert "KL reference 3.7e-05 GiB" in grpo.summary()
+    assert "KL reference 39.1 KiB)" in grpo.summary()
     assert estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, grpo={**rewards, "beta": 0})).reference == 0
     sharded = estimate_memory(facts=FACTS, spec=spec(task="grpo", **prompts, parallel={"fsdp": 2},
                                                      train={"param_dtype": "bfloat16"}, grpo=rewards))

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from webapp.chat.selectors import ModelChoice
 from webapp.chat.services import MESSAGE_MAX_CHARS
 from webapp.chat.openai_api import MAX_STOP_SEQUENCES
+from webapp.core.model_refs import chat_ref
 from webapp.core.text import checked_text, typed_text
 
 
@@ -76,10 +77,17 @@ def _setting(field: type[forms.Field], *, label: str, minimum: float, maximum: f
                  error_messages={kind: message for kind in ("required", "invalid", "min_value", "max_value")})
 
 
+class ModelRefField(forms.ChoiceField):
+    """One of the project's models, its checkpoints named in either spelling the product shows (``model_refs``)."""
+
+    def to_python(self, value):
+        return chat_ref(super().to_python(value))
+
+
 class ConversationForm(forms.Form):
     """A new conversation: the model, the system prompt and the sampling settings."""
 
-    model = forms.ChoiceField(help_text="A base model, a succeeded run's export, or an exported checkpoint.")
+    model = ModelRefField(help_text="A base model, a succeeded run's export, or an exported checkpoint.")
     system_prompt = TypedTextField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=20_000)
     temperature = _setting(forms.FloatField, label="Temperature", minimum=0.0, maximum=2.0, initial=0.7,
                            help_text="0 is greedy.")
@@ -111,6 +119,8 @@ class ConversationForm(forms.Form):
         """``thinking``: ``selectors.thinking_defaults`` of ``choices``: the Thinking switch is there only for those
         models (forms.js's ``data-thinking-defaults`` shows it as the model select changes), set to each one's default."""
         super().__init__(*args, **kwargs)
+        if "model" in self.initial:
+            self.initial["model"] = chat_ref(self.initial["model"])  # a run page's ?model=run_…@N
         self.fields["model"].choices = [(choice.ref, choice.option_label) for choice in choices]
         self.thinking_defaults = thinking or {}
         if not self.thinking_defaults:

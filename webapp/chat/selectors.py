@@ -14,6 +14,7 @@ from django.utils import timezone
 from webapp.basemodels.models import BaseModel
 from webapp.chat.models import ApiGeneration, Battle, Conversation, Message, MessageStatus
 from webapp.core.bidi import isolated
+from webapp.core.model_refs import chat_ref
 from webapp.projects.models import Membership, Project, Role
 from webapp.runs.models import ACTIVE_STATUSES, REWARD_TASK, Artifact, Run, RunStatus
 from webapp.runs.serving_copies import base_model_copy_dir, export_copy_dir, served_model
@@ -156,16 +157,11 @@ def model_choices(*, project: Project, archived: bool = False) -> list[ModelChoi
     return [_choice(model, shown_label=shown[model.ref]) for model in models if archived or not model.archived]
 
 
-# A run's exported checkpoint as a spec names it (``run_…@N``, the launch form and the REST API): the chat and
-# ``/v1/models`` list it as ``run_…:step-N``, and either names it.
-_SPEC_CHECKPOINT = re.compile(r"(run_[0-9A-Za-z]+)@([0-9]+)")
-
-
 def model_choice(*, project: Project, ref: str) -> ModelChoice | None:
     """The model ``ref`` names among the project's, as ``model_choices`` has it; only its own directory is
-    looked at (each ``/v1`` request and chat turn asks this)."""
-    if match := _SPEC_CHECKPOINT.fullmatch(ref):
-        ref = f"{match.group(1)}:step-{match.group(2)}"
+    looked at (each ``/v1`` request and chat turn asks this). A checkpoint is found by either of its names
+    (``run_…:step-N`` as listed here, ``run_…@N`` as a spec and the REST API write it: ``model_refs``)."""
+    ref = chat_ref(ref)
     models = _project_models(project)
     model = next((model for model in models if model.ref == ref), None)
     if model is None:

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from django import forms
-from django.template.defaultfilters import pluralize
 
+from jaxengine.words import counted
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
+from webapp.chat.forms import ModelRefField
 from webapp.chat.selectors import model_choices
 from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS
@@ -58,7 +59,7 @@ class CampaignCreateForm(CampaignSettingsForm):
             .select_related("dataset").order_by("dataset__name", "-number"))
         self.fields["source_version"].label_from_instance = (
             lambda version: f"{isolated(version.dataset.name)} v{version.number} "
-                            f"({version.row_count} row{pluralize(version.row_count)})")
+                            f"({counted(version.row_count, 'row', grouped=True)})")
 
 
 class GeneratedCampaignForm(CampaignSettingsForm):
@@ -68,9 +69,9 @@ class GeneratedCampaignForm(CampaignSettingsForm):
                    "top_p", "top_k", "seed", "guidelines", "required_reviews", "reviewers"]
 
     name = forms.CharField(max_length=100)
-    model_a = forms.ChoiceField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.",
+    model_a = ModelRefField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.",
                                 error_messages={"required": "Choose the model that answers as A."})
-    model_b = forms.ChoiceField(label="Model B", error_messages={"required": "Choose the model that answers as B."})
+    model_b = ModelRefField(label="Model B", error_messages={"required": "Choose the model that answers as B."})
     prompts_version = forms.ChoiceField(label="Prompts", help_text="A run's eval set, or a prompts or sft dataset.",
                                         error_messages={"required": "Choose the prompts both models answer."})
     prompt_count = forms.IntegerField(min_value=1, max_value=MAX_GENERATED_PROMPTS, initial=100, label="Prompts to use",

@@ -18,9 +18,9 @@ from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, 
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual, LessThan
 from django.http import Http404
-from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
+from jaxengine.words import counted
 from webapp.core.bidi import isolated
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.projects.models import Membership, Project, Role
@@ -165,7 +165,7 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     for version in versions.values():
         if version.public_id not in seen and version.dataset.kind in ("prompts", "sft"):
             sources.append((version, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                     f"{version.row_count} row{pluralize(version.row_count)})"))
+                                     f"{counted(version.row_count, 'row', grouped=True)})"))
     return sources
 
 

@@ -21,7 +21,7 @@ from django.http import Http404
 from django.utils import timezone
 from django.db.models.functions import Cast
 
-from jaxengine.memory import ModelFacts, estimate_memory, gib
+from jaxengine.memory import ModelFacts, byte_size, estimate_memory
 from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
@@ -264,7 +264,7 @@ def dataset_choices(*, project: Project, kinds: tuple[str, ...]) -> list[tuple[s
                                               status=VersionStatus.READY)
                 .select_related("dataset").order_by("dataset__name", "-number"))
     return [(version.public_id, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                f"{counted(version.row_count, 'row')})")
+                                f"{counted(version.row_count, 'row', grouped=True)})")
             for version in versions]
 
 
@@ -1139,7 +1139,7 @@ def memory_check(*, job: Any, base_model: BaseModel | None, pool: str,
     if smallest is None:
         return MemoryCheck(summary=f"{summary}; no live train worker of pool {pool} has said its devices' memory")
     memory = smallest["memory_bytes"]
-    device = f"{gib(memory)} GiB of each {', '.join(smallest.get('kinds') or []) or 'device'} of pool {pool}"
+    device = f"{byte_size(memory)} of each {', '.join(smallest.get('kinds') or []) or 'device'} of pool {pool}"
     if estimate.total <= memory:
         return MemoryCheck(summary=f"{summary}: fits the {device}")
     return MemoryCheck(summary=f"{summary}: more than the {device}", warning=(

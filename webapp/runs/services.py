@@ -43,6 +43,7 @@ from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.celery import app as celery_app
 from webapp.core.bidi import isolated
+from webapp.core.model_refs import spec_ref
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.templatetags.temper import when
 from webapp.core.text import LONG_TEXT_MAX_CHARS, checked_json, checked_name, checked_text
@@ -287,6 +288,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     if not isinstance(spec, dict):
         raise ValidationError({"__all__": ["the spec must be a mapping of keys (task, model, data, ...)"]})
     spec = copy.deepcopy(spec)
+    if "model" in spec:
+        spec["model"] = spec_ref(spec["model"])  # a checkpoint as the chat and /v1 name it, run_…:step-N, too
     if "output_dir" in spec:
         _add(errors, "output_dir", SET_BY_TEMPER["output_dir"])
         spec.pop("output_dir")

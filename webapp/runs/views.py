@@ -19,6 +19,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -26,6 +27,7 @@ from jaxengine.words import counted
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
+from webapp.core.model_refs import spec_ref
 from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.sse import session_access_lost
@@ -191,8 +193,8 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 errors.setdefault("data.max_seq_len", []).append(problem)
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
-        elif (model := request.GET.get("model")) in {value for value, _label in selectors.model_choices(project=project)}:
-            spec = {**spec, "model": model}  # a base model page's "Launch a run from it"
+        elif (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
+            spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
@@ -402,9 +404,18 @@ def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress(run) -> dict[str, Any]:
+    """The progress card's facts, for the page and ``static/runs.js``. A run whose worker took it and has reported no
+    step yet is ``starting`` (loading the model and compiling: half a minute on CPU, minutes on an accelerator): the
+    card says so with the run's newest log line, and its elapsed time counts from the attempt's start (the seconds
+    since then in ``attempt_seconds``), not the engine's train time, which stays at its last value until a step."""
+    starting = run.status == RunStatus.RUNNING and run.started_at is not None and run.current_step == 0
+    attempt_seconds = max(0.0, (timezone.now() - run.started_at).total_seconds()) if starting else None
+    newest_line = run.log_lines.order_by("-id").values_list("message", flat=True).first() if starting else None
     return {"step": run.current_step, "total_steps": run.total_steps, "tokens": run.tokens_seen,
             "train_seconds": run.train_seconds, "status": run.status, "stopping": run.is_stopping,
-            "tokens_per_second": selectors.last_value(final_metrics=run.final_metrics, name="tokens_per_second")}
+            "tokens_per_second": selectors.last_value(final_metrics=run.final_metrics, name="tokens_per_second"),
+            "starting": starting, "attempt_seconds": attempt_seconds, "newest_line": newest_line or "",
+            "elapsed": run.train_seconds + (attempt_seconds or 0.0)}
 
 
 @login_required

@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.core.bidi import isolated
+from webapp.core.model_refs import checkpoint_of
 from webapp.workers.models import FORGET_AFTER, Worker, stale_after
 
 
@@ -212,11 +213,11 @@ def _prepare(model_key: Any, model_path: Any = None, *, projects: set[int]) -> J
     from webapp.basemodels.models import BaseModel
     from webapp.runs.models import Run
 
-    # The chat's cache key: "<ref>@<path>[#scheme]", ref a base model's id, a run's, or "<run id>:<step>".
+    # The chat's cache key: "<ref>@<path>[#scheme]", ref a base model's id, a run's, or "<run id>:step-<N>".
     ref = str(model_key).partition("@")[0]
     doing = "loading for the chat"
     if ref.startswith("run_"):
-        run_id, _colon, step = ref.partition(":")
+        run_id, step = checkpoint_of(ref) or (ref, "")
         run = Run.objects.filter(public_id=run_id).select_related("project").first()
         return _run_named(f"loading checkpoint {step} of" if step else "loading", run, projects=projects,
                           after=" for the chat")

@@ -796,3 +796,28 @@ def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_
 def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):
     page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
     assert 'name="thinking"' not in page
+
+
+def test_a_checkpoint_is_taken_in_every_spelling_the_product_shows(team, base_model, tmp_path, client_for, sent):
+    """A run's checkpoint row and the REST API write a checkpoint ``run_…@N``, the chat and ``/v1/models``
+    ``run_…:step-N``: the chat's ``?model=`` and its form, the launch form's ``?model=`` and a spec take either."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    run = Run.objects.create(project=team.project, name="tuned", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=10, path=str(tmp_path / "export-step-10"))
+    client = client_for(team.teammate)
+    for spelling in (f"{run.public_id}@10", f"{run.public_id}:step-10"):
+        page = client.get(reverse("chat:list", args=["alpha"]), {"model": spelling}).content.decode()
+        assert f'<option value="{run.public_id}:step-10" selected>' in page, spelling
+        launch = client.get("/p/alpha/runs/new/", {"task": "sft", "model": spelling}).content.decode()
+        assert f'<option value="{run.public_id}@10" selected>' in launch, spelling
+    response = client.post(reverse("chat:list", args=["alpha"]), {
+        "model": f"{run.public_id}@10", "temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 64})
+    assert response.status_code == 302
+    assert Conversation.objects.get(user=team.teammate).model_ref == f"{run.public_id}:step-10"
+    # The workers page names the checkpoint a serve worker loads by its number, not "step-10".
+    from webapp.workers.selectors import current_jobs_shown
+    key = f"{run.public_id}:step-10@{tmp_path / 'export-step-10'}"
+    [shown] = current_jobs_shown(jobs=[f"worker.tasks.serve.prepare {[key]!r}"], projects={team.project.pk})
+    assert shown.doing == "loading checkpoint 10 of" and shown.name == "tuned"

@@ -678,3 +678,18 @@ def test_a_generation_heard_from_since_it_was_read_is_left_alone(team, models, p
     campaign.refresh_from_db()
     assert campaign.status == CampaignStatus.GENERATING and campaign.generation_running and not campaign.load_error
     assert not campaign.notice
+
+
+def test_a_checkpoint_is_taken_as_its_run_page_names_it(team, client_for, models, prompts_version, tmp_path):
+    """A run's checkpoint row names it run_…@N, the pickers run_…:step-N: the form takes either."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    run = Run.objects.create(project=team.project, name="tuned", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner)
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=10, path=str(tmp_path / "export-step-10"))
+    response = client_for(team.owner).post(reverse("review:generate", args=[team.project.slug]), {
+        "name": "pass 1", "model_a": f"{run.public_id}@10", "model_b": models[0].public_id,
+        "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32, "temperature": 0.5,
+        "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1, "reviewers": [team.teammate.pk]})
+    assert response.status_code == 302, response.context["form"].errors
+    assert Campaign.objects.get(name="pass 1").generation["model_a"]["ref"] == f"{run.public_id}:step-10"

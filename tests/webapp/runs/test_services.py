@@ -532,6 +532,10 @@ def test_a_finished_runs_checkpoint_can_be_exported_and_started_from(team, catal
     chained = services.run_create(project=team.project, spec=spec, user=team.teammate)
     assert chained.resolved_spec["model"] == str(tmp_path) and chained.source_run == run
     assert chained.spec["model"] == f"{run.public_id}@5"
+    # As the chat and /v1/models name it too, written down in the spec's own spelling.
+    named_as_in_the_chat = services.run_create(project=team.project, spec={**spec, "model": f"{run.public_id}:step-5"},
+                                               user=team.teammate)
+    assert named_as_in_the_chat.spec["model"] == f"{run.public_id}@5" and named_as_in_the_chat.source_run == run
     with pytest.raises(ValidationError, match="already exported"):
         services.checkpoint_export_request(run=run, step=5, user=None)
 

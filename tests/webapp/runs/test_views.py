@@ -9,6 +9,7 @@ import shutil
 import tarfile
 
 import pytest
+from django.urls import reverse
 
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
@@ -1941,10 +1942,10 @@ def test_the_launch_check_and_the_run_page_estimate_the_memory_a_device_needs(te
     check = client.post("/p/alpha/runs/new/check/", form).json()
     assert check["errors"] == {}
     [memory] = check["memory"]
-    assert memory.startswith("≈ 0.00017 GiB per device for weights + optimizer + activations (weights 3.7e-05, ")
-    assert memory.endswith(": more than the 9.3e-05 GiB of each Tiny GPU of pool default")
+    assert memory.startswith("≈ 182 KiB per device for weights + optimizer + activations (weights 39.1 KiB, ")
+    assert memory.endswith(": more than the 97.7 KiB of each Tiny GPU of pool default")
     assert [warning for warning in check["warnings"] if warning.startswith("memory: ")] == [
-        f"memory: the run needs {memory.split(': more than')[0]}, more than the 9.3e-05 GiB of each Tiny GPU of "
+        f"memory: the run needs {memory.split(': more than')[0]}, more than the 97.7 KiB of each Tiny GPU of "
         "pool default; lower train.batch_size (and raise train.grad_accum to keep the batch), set train.remat, lower "
         "data.max_seq_len, or use peft.method lora or qlora"]
     # A device that holds it: no warning, and the estimate says it fits.
@@ -1973,7 +1974,7 @@ def test_a_ppo_runs_memory_estimate_counts_its_reward_model(team, catalog, clien
             "train": {"max_steps": 10, "batch_size": 2}, "ppo": {"reward_model": reward_run.public_id}}
     [memory] = services.launch_check(project=team.project, spec=spec, axes=[]).memory
     # Then the KL reference (kl_coef 0.04, full fine-tuning): a frozen copy of the 40,000 bytes of weights.
-    assert ", reward model 3.7e-05, KL reference 3.7e-05 GiB)" in memory
+    assert ", reward model 39.1 KiB, KL reference 39.1 KiB)" in memory
     ppo_run = services.run_create(project=team.project, spec=spec, user=team.teammate)
     page = html.unescape(client_for(team.teammate).get(url(ppo_run)).content.decode())
     assert f'<dd id="memory-estimate">{memory} <span class="muted">(an estimate)</span></dd>' in page
@@ -2209,3 +2210,37 @@ def test_a_chat_template_variable_that_is_no_scalar_is_named_on_the_launch_form(
     again = client_for(team.teammate).post("/p/alpha/runs/new/", form)
     assert again.status_code == 302, re.findall(r"<code>[^<]*</code>[^<]*", again.content.decode())
     assert Run.objects.get().spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_counts_on_pages_have_their_thousands_separated(team, run, catalog, client_for):
+    """"10838 rows" was hard to read: every count of rows, tokens and steps a page shows goes through |grouped."""
+    from webapp.datasets.models import DatasetVersion
+
+    DatasetVersion.objects.filter(pk=catalog.sft.pk).update(row_count=10838)
+    Run.objects.filter(pk=run.pk).update(tokens_seen=1234567, current_step=1500, total_steps=12000)
+    client = client_for(team.teammate)
+    dataset = catalog.sft.dataset
+    for address in ("/p/alpha/datasets/", f"/p/alpha/datasets/{dataset.public_id}/",
+                    f"/p/alpha/datasets/{dataset.public_id}/v/{catalog.sft.number}/", "/p/alpha/"):
+        page = client.get(address).content.decode()
+        assert "10,838" in page and "10838" not in page, address
+    for address in ("/p/alpha/runs/", url(run), "/p/alpha/"):
+        page = client.get(address).content.decode()
+        assert "1,500" in page and "12,000" in page and "12000<" not in page, address
+    # The pickers' labels too: the launch form's data, the review forms' versions.
+    DatasetVersion.objects.filter(pk=catalog.preference.pk).update(row_count=2500)
+    assert "(sft, 10,838 rows)" in html.unescape(client.get("/p/alpha/runs/new/?task=sft").content.decode())
+    owner = client_for(team.owner)
+    assert "(2,500 rows)" in html.unescape(owner.get(reverse("review:create", args=["alpha"])).content.decode())
+    assert "(sft, 10,838 rows)" in html.unescape(owner.get(reverse("review:generate", args=["alpha"])).content.decode())
+    run_page = client.get(url(run)).content.decode()
+    assert ">1,234,567<" in run_page
+    assert 'aria-valuenow="1500"' in run_page  # an attribute read as a number keeps the bare one
+
+
+def test_samples_are_numbered_from_1_as_dataset_rows_are(team, run, client_for):
+    """The samples table numbered a step's generations from 0 while a dataset's preview numbers rows from 1: people
+    read both, so both count from 1 (a sample's stored position stays 0-based, as the API and samples.jsonl give it)."""
+    Sample.objects.create(run=run, step=5, position=1, prompt="second", text="two")
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=5").content.decode()
+    assert re.findall(r'<td class="num muted">(\d+)</td>', page) == ["1", "2"]
