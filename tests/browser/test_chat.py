@@ -114,13 +114,13 @@ def test_the_arena_vote_opens_when_both_answers_are_done(page, asgi_server, redi
     assert Battle.objects.get(pk=battle.pk).outcome == "a"
 
 
-def start_a_conversation(page, asgi_server) -> None:
+def start_a_conversation(page, server_url: str) -> None:
     """A teammate of a new team starts a conversation with its base model; no serve worker runs, so an
     answer stays queued."""
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
-    log_in(page, asgi_server, team.teammate.username)
-    page.goto(f"{asgi_server}/p/{team.project.slug}/chat/")
+    log_in(page, server_url, team.teammate.username)
+    page.goto(f"{server_url}/p/{team.project.slug}/chat/")
     page.select_option("#id_model", base_model.public_id)
     page.get_by_role("button", name="Start").click()
     page.wait_for_selector("#chat-form")
