@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxengine.spec import JobSpec, batch_split_problem, dump_spec, total_steps_for
+from jaxengine.spec import JobSpec, batch_split_problem, best_metric_for, dump_spec, total_steps_for
 
 DEMO_PRESET = "demo-tiny"
 
@@ -263,19 +263,6 @@ def _finished_summary(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) and summary.get("status") == "succeeded" else None
-
-
-def best_metric_for(spec: JobSpec) -> tuple[str, bool]:
-    """(metric, higher is better) that ranks a run's checkpoints: eval loss, or for grpo and ppo the first
-    eval metric (the first training reward when there is none; ppo's ``reward_model`` is ``eval/reward_model``)."""
-    if spec.task == "grpo":
-        first = spec.grpo.eval_metrics[0] if spec.grpo.eval_metrics else spec.grpo.rewards[0]
-        return f"eval/{first.name}", True
-    if spec.task == "ppo":
-        if spec.ppo.eval_metrics:
-            return f"eval/{spec.ppo.eval_metrics[0].name}", True
-        return f"eval/{'reward_model' if spec.ppo.reward_model is not None else spec.ppo.rewards[0].name}", True
-    return "eval/loss", False
 
 
 def _read_eval_rows(path: str, task: str, columns: dict[str, str]) -> list[dict]:

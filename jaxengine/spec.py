@@ -949,3 +949,17 @@ def _allowed_keys(loc: tuple) -> list[str]:
     if isinstance(model, type) and issubclass(model, BaseModel):
         return list(model.model_fields)
     return []
+
+
+def best_metric_for(spec: JobSpec) -> tuple[str, bool]:
+    """(metric, higher is better) that ranks a run's checkpoints (the trainer keeps the best one, the run page marks
+    it): eval loss, or for grpo and ppo the first eval metric (the first training reward when there is none; ppo's
+    ``reward_model`` is ``eval/reward_model``)."""
+    if spec.task == "grpo":
+        first = spec.grpo.eval_metrics[0] if spec.grpo.eval_metrics else spec.grpo.rewards[0]
+        return f"eval/{first.name}", True
+    if spec.task == "ppo":
+        if spec.ppo.eval_metrics:
+            return f"eval/{spec.ppo.eval_metrics[0].name}", True
+        return f"eval/{'reward_model' if spec.ppo.reward_model is not None else spec.ppo.rewards[0].name}", True
+    return "eval/loss", False

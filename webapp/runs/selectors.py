@@ -2,8 +2,10 @@
 server for long runs), samples, the log, lineage, and what the compare page shows."""
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -22,7 +24,7 @@ from django.utils import timezone
 from django.db.models.functions import Cast
 
 from jaxengine.memory import ModelFacts, byte_size, estimate_memory
-from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, parse_spec
+from jaxengine.spec import TASK_ONLY_KEYS, TASK_SECTIONS, SpecError, best_metric_for, parse_spec
 from jaxengine.words import counted
 from webapp.basemodels.models import BaseModel
 from webapp.core.bidi import isolated
@@ -731,8 +733,38 @@ def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
     copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
+    steps = sorted({*checkpoint_steps(run), *exported})
+    scores = checkpoint_scores(run=run, steps=steps)
     return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
-             "serving_copy": copies.get(step)} for step in sorted({*checkpoint_steps(run), *exported})]
+             "serving_copy": copies.get(step), "score": scores.get(step)} for step in steps]
+
+
+def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]]:
+    """What ranks each checkpoint, to choose one by: ``{step: {"metric", "value", "shown", "at", "best"}}``, the run's
+    ranking metric (``jaxengine.spec.best_metric_for``: eval loss, or RL's first eval metric) as last evaluated
+    at or before the step (``at``; evaluations and saves need not fall on the same steps), ``best`` on the one the
+    trainer keeps as best (the lowest loss, the highest score, of those evaluated at their own step). Steps evaluated before none are left out, as are
+    runs with no ranking metric (external runs, or a spec this engine no longer reads)."""
+    if not steps:
+        return {}
+    try:
+        metric, higher_is_better = best_metric_for(parse_spec(run.resolved_spec or run.spec))
+    except (SpecError, ValueError, KeyError, IndexError, AttributeError):
+        return {}
+    evaluations = list(MetricPoint.objects.filter(run=run, name=metric, step__lte=steps[-1])
+                       .order_by("step").values_list("step", "value"))
+    evaluated_steps = [at for at, _value in evaluations]
+    scores: dict[int, dict[str, Any]] = {}
+    for step in steps:
+        last = bisect.bisect_right(evaluated_steps, step) - 1
+        if last >= 0 and math.isfinite(evaluations[last][1]):
+            at, value = evaluations[last]
+            scores[step] = {"metric": metric, "value": value, "shown": f"{value:.4g}", "at": at, "best": False}
+    evaluated_there = [step for step in scores if scores[step]["at"] == step]  # as the trainer ranks them
+    if evaluated_there:
+        best = (max if higher_is_better else min)(evaluated_there, key=lambda step: scores[step]["value"])
+        scores[best]["best"] = True
+    return scores
 
 
 def checkpoint_states(*, run: Run) -> dict[str, str]:

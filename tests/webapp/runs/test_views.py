@@ -798,6 +798,23 @@ def test_checkpoints_are_listed_with_an_export_button(team, run, client_for, sen
     assert client_for(team.outsider).post(url(run, "export/"), {"step": "3"}).status_code == 404
 
 
+def test_each_checkpoint_shows_the_eval_loss_to_choose_it_by_and_the_best_is_marked(team, run, client_for):
+    """The checkpoints list gave steps only, nothing to choose one by: each now shows the run's ranking metric
+    (eval loss for sft) as last evaluated at or before it, and the one the trainer keeps as best is marked."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    for step in (100, 200, 300, 400):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="eval/loss", value=value, wall_time=step)
+                                     for step, value in ((100, 2.5), (250, 1.25), (300, 1.75), (400, 2.0))])
+    partial = client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
+    items = {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (100, 200, 300, 400)}
+    assert "eval/loss 2.5<" in items[100] and "(at step" not in items[100]
+    assert "eval/loss 2.5 " in items[200] and "(at step 100)" in items[200]
+    assert "eval/loss 1.75<" in items[300] and "best" in items[300]  # 250's 1.25 was no checkpoint's own
+    assert "eval/loss 2<" in items[400]
+    assert [step for step, item in items.items() if "badge-ok\">best" in item] == [300]
+
+
 def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_state_endpoint(
         team, run, client_for, sent_tasks, monkeypatch):
     """What the run page needs to follow an export to its end without a reload: the partial it loads
