@@ -849,7 +849,8 @@ def generation_finish(*, campaign_id: int, prompts: list[GenerationPrompt], answ
         campaign.status = CampaignStatus.READY
     campaign.generation = {**generation, "empty_answers": empty, "identical_answers": identical}
     campaign.generated_answers = 2 * len(prompts)
-    campaign.notice = ""
+    if campaign.status == CampaignStatus.FAILED:  # the failure speaks for itself; a ready campaign keeps the record
+        campaign.notice = ""                        # that its generation started over (a notice, never an error)
     campaign.save(update_fields=["status", "load_error", "notice", "generation", "generated_answers"])
     logger.info("review campaign %s: %s, %s pairs generated, %s left out empty, %s identical", campaign.public_id,
                 campaign.status, len(pairs), empty, identical)
