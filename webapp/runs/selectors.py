@@ -743,13 +743,14 @@ def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]
     """What ranks each checkpoint, to choose one by: ``{step: {"metric", "value", "shown", "at", "best"}}``, the run's
     ranking metric (``jaxengine.spec.best_metric_for``: eval loss, or RL's first eval metric) as last evaluated
     at or before the step (``at``; evaluations and saves need not fall on the same steps), ``best`` on the one the
-    trainer keeps as best (the lowest loss, the highest score, of those evaluated at their own step). Steps evaluated before none are left out, as are
-    runs with no ranking metric (external runs, or a spec this engine no longer reads)."""
+    trainer keeps as best (the lowest loss, the highest score, of those evaluated at their own step). Steps
+    evaluated before none are left out, as are runs with no ranking metric (external runs, or a spec this engine
+    no longer reads)."""
     if not steps:
         return {}
     try:
         metric, higher_is_better = best_metric_for(parse_spec(run.resolved_spec or run.spec))
-    except (SpecError, ValueError, KeyError, IndexError, AttributeError):
+    except (SpecError, IndexError):  # unreadable spec; an RL spec naming no reward
         return {}
     evaluations = list(MetricPoint.objects.filter(run=run, name=metric, step__lte=steps[-1])
                        .order_by("step").values_list("step", "value"))
