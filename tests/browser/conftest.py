@@ -33,16 +33,29 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
-    """A fresh page; a test whose pages broke the Content-Security-Policy (webapp.core.middleware) fails."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    refused = []
-    page.on("console",
-            lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+def page_at(browser):
+    """``page_at(width, height)``: a fresh page in a window of that size, closed after the test; a test whose
+    pages broke the Content-Security-Policy (webapp.core.middleware) fails."""
+    contexts, refused = [], []
+
+    def open_page(width: int, height: int):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.on("console",
+                lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+        return page
+
     try:
-        yield page
+        yield open_page
     finally:
-        context.close()
+        for context in contexts:
+            context.close()
     assert not refused, f"the page broke its Content-Security-Policy: {refused}"
+
+
+@pytest.fixture
+def page(page_at):
+    """A fresh 1280x900 page (``page_at``'s)."""
+    return page_at(1280, 900)

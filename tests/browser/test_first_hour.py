@@ -34,24 +34,20 @@ def vertical_gap(page, upper: str, lower: str) -> float:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_the_arena_page_keeps_its_sections_apart(browser, live_server, width):
+def test_the_arena_page_keeps_its_sections_apart(page_at, live_server, width):
     """The Battle button touched the "Your battles" heading below it, and the export form the Team
     review card (0 px between them)."""
     team = make_team()
     for name in ("falcon", "heron"):
         make_base_model(team.project, name=name, path=f"/models/{name}")
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(f"{live_server.url}/p/alpha/arena/")
-        assert vertical_gap(page, "#new-battle button[type=submit]", "#new-battle + h2") >= 12
-        assert vertical_gap(page, "#arena-export", "#to-review") >= 12
-    finally:
-        context.close()
+    page = page_at(width, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/arena/")
+    assert vertical_gap(page, "#new-battle button[type=submit]", "#new-battle + h2") >= 12
+    assert vertical_gap(page, "#arena-export", "#to-review") >= 12
 
 
-def test_a_failed_versions_problems_fit_a_phone(browser, live_server, monkeypatch):
+def test_a_failed_versions_problems_fit_a_phone(page_at, live_server, monkeypatch):
     """At 390 px the problems table ran 12 px past the page, its Problem column a word wide: one
     problem took a screen's height, and the page 13,000 px."""
     monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
@@ -61,22 +57,18 @@ def test_a_failed_versions_problems_fit_a_phone(browser, live_server, monkeypatc
         project=team.project, name="wrong-columns", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
         file_format=None, column_mapping={}, user=team.owner)
     version = dataset_services.dataset_version_validate(version_id=version.pk)
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
-        problem = page.locator(".errors-table tbody tr").first
-        assert problem.locator("td").nth(3).bounding_box()["width"] >= 250
-        assert problem.bounding_box()["height"] <= 320  # it was over 800
-        assert problem.inner_text().startswith("lines 1, 2, 3, 4, 5")
-    finally:
-        context.close()
+    page = page_at(390, 800)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    problem = page.locator(".errors-table tbody tr").first
+    assert problem.locator("td").nth(3).bounding_box()["width"] >= 250
+    assert problem.bounding_box()["height"] <= 320  # it was over 800
+    assert problem.inner_text().startswith("lines 1, 2, 3, 4, 5")
 
 
 @pytest.mark.parametrize("page_of", ["dataset", "review items"])
-def test_tables_scroll_inside_a_phones_page(browser, live_server, monkeypatch, page_of):
+def test_tables_scroll_inside_a_phones_page(page_at, live_server, monkeypatch, page_of):
     """At 390 px a dataset's versions table made the page 623 px wide and a campaign's items table
     529 px: the whole page scrolled sideways, its top bar ending half-way."""
     monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
@@ -89,35 +81,27 @@ def test_tables_scroll_inside_a_phones_page(browser, live_server, monkeypatch, p
     review_services.campaign_load_items(campaign_id=campaign.pk)
     address = {"dataset": f"/p/alpha/datasets/{version.dataset.public_id}/",
                "review items": f"/p/alpha/review/{campaign.public_id}/items/"}[page_of]
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(live_server.url + address)
-        assert page.locator("table.table").count() == 1
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    finally:
-        context.close()
+    page = page_at(390, 800)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(live_server.url + address)
+    assert page.locator("table.table").count() == 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
-def test_a_base_models_serving_copy_form_fits_a_phone(browser, live_server):
+def test_a_base_models_serving_copy_form_fits_a_phone(page_at, live_server):
     """At 390 px the "Measure on" select, as wide as its longest option, made the page 426 px wide."""
     team = make_team()
     base_model = make_base_model(team.project, name="falcon", path="/models/falcon")
     make_ready_version(team.project, name="held-out-prompts-of-the-spring-campaign", kind="prompts",
                        rows=[{"prompt": "q"}], user=team.owner)
-    context = browser.new_context(viewport={"width": 390, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(f"{live_server.url}/p/alpha/models/{base_model.public_id}/")
-        assert "held-out-prompts-of-the-spring-campaign" in page.locator("select[name=eval_version]").inner_text()
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    finally:
-        context.close()
+    page = page_at(390, 800)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/models/{base_model.public_id}/")
+    assert "held-out-prompts-of-the-spring-campaign" in page.locator("select[name=eval_version]").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
 
-def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(browser, live_server, monkeypatch):
+def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(page_at, live_server, monkeypatch):
     """At 1440 px, beside a failed version's first problem, the Datasets table cut names inside their
     words ("demo-prompt|s", "wrongc|ols") and dates after their month ("2026-12-|05")."""
     monkeypatch.setattr(dataset_services.celery_app, "send_task", lambda *args, **kwargs: None)
@@ -129,18 +113,14 @@ def test_dataset_names_and_dates_keep_whole_beside_a_long_problem(browser, live_
         project=team.project, name="wrongcols", kind="sft", upload=SimpleUploadedFile("rows.jsonl", rows),
         file_format=None, column_mapping={}, user=team.owner)
     dataset_services.dataset_version_validate(version_id=failed.pk)
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(f"{live_server.url}/p/alpha/datasets/")
-        lines = page.evaluate("""() => [...document.querySelectorAll('table.table tbody tr')].map(row => {
-            const name = row.cells[0].querySelector('a'), date = row.cells[row.cells.length - 1];
-            const range = document.createRange(); range.selectNodeContents(date);
-            return [name.textContent, name.getClientRects().length, range.getClientRects().length]; })""")
-        assert lines == [["demo-preference", 1, 1], ["prompts", 1, 1], ["wrongcols", 1, 1]]
-    finally:
-        context.close()
+    page = page_at(1440, 900)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/datasets/")
+    lines = page.evaluate("""() => [...document.querySelectorAll('table.table tbody tr')].map(row => {
+        const name = row.cells[0].querySelector('a'), date = row.cells[row.cells.length - 1];
+        const range = document.createRange(); range.selectNodeContents(date);
+        return [name.textContent, name.getClientRects().length, range.getClientRects().length]; })""")
+    assert lines == [["demo-preference", 1, 1], ["prompts", 1, 1], ["wrongcols", 1, 1]]
 
 
 def test_the_keyboard_skips_the_menus_to_the_page(page, live_server):
@@ -177,7 +157,7 @@ def test_an_exported_checkpoint_leads_to_a_chat_with_it(page, live_server, monke
     assert chosen == "Run: \u2068checkpointed\u2069, checkpoint 3"
 
 
-def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(browser, live_server, monkeypatch):
+def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(page_at, live_server, monkeypatch):
     """At 400 px the guidelines stayed a quarter of the page beside the item, 80 px wide: "Guid|elin|es" and
     the rules a word or a syllable a line. There they go below the item, the page's width."""
     monkeypatch.setattr(review_services.celery_app, "send_task", lambda *args, **kwargs: None)
@@ -189,49 +169,37 @@ def test_the_reviewing_page_keeps_its_guidelines_readable_on_a_phone(browser, li
         project=team.project, name="pass 1", guidelines="Prefer the **correct** sum. If both are wrong, pick the "
         "closer one.", required_reviews=1, reviewers=[team.owner], source_version=version, user=team.owner)
     review_services.campaign_load_items(campaign_id=campaign.pk)
-    context = browser.new_context(viewport={"width": 400, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.owner.username)
-        page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
-        guidelines = page.locator(".reviewing .guidelines").bounding_box()
-        item = page.locator(".reviewing .review-main").bounding_box()
-        assert guidelines["width"] >= 300
-        assert guidelines["y"] >= item["y"] + item["height"]
-    finally:
-        context.close()
+    page = page_at(400, 800)
+    log_in(page, live_server.url, team.owner.username)
+    page.goto(f"{live_server.url}/p/alpha/review/{campaign.public_id}/next/")
+    guidelines = page.locator(".reviewing .guidelines").bounding_box()
+    item = page.locator(".reviewing .review-main").bounding_box()
+    assert guidelines["width"] >= 300
+    assert guidelines["y"] >= item["y"] + item["height"]
 
 
-def test_a_new_project_token_is_in_view_once_made(browser, live_server):
+def test_a_new_project_token_is_in_view_once_made(page_at, live_server):
     """The chat page's token form is below the new-conversation form; the page answering it opened at its
     top, the new token 600 px below a 1280x800 window, where nothing said to look."""
     team = make_team()
     make_base_model(team.project, name="falcon", path="/models/falcon")
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.teammate.username)
-        page.goto(f"{live_server.url}/p/alpha/chat/")
-        page.get_by_placeholder("token name").fill("notebook")
-        page.get_by_role("button", name="Create token").click()
-        page.locator("#new-token").wait_for()
-        box = page.locator("#new-token").bounding_box()
-        assert 0 <= box["y"] and box["y"] + box["height"] <= 800
-    finally:
-        context.close()
+    page = page_at(1280, 800)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/chat/")
+    page.get_by_placeholder("token name").fill("notebook")
+    page.get_by_role("button", name="Create token").click()
+    page.locator("#new-token").wait_for()
+    box = page.locator("#new-token").bounding_box()
+    assert 0 <= box["y"] and box["y"] + box["height"] <= 800
 
 
 @pytest.mark.parametrize("width", [400, 1280])
-def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(browser, live_server, width):
+def test_the_chat_page_keeps_its_start_button_apart_from_the_tokens(page_at, live_server, width):
     """The new conversation's Start button touched the "API tokens for this project" heading below it (0 px
     between them), as if it started a token."""
     team = make_team()
     make_base_model(team.project, name="falcon", path="/models/falcon")
-    context = browser.new_context(viewport={"width": width, "height": 800})
-    try:
-        page = context.new_page()
-        log_in(page, live_server.url, team.teammate.username)
-        page.goto(f"{live_server.url}/p/alpha/chat/")
-        assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
-    finally:
-        context.close()
+    page = page_at(width, 800)
+    log_in(page, live_server.url, team.teammate.username)
+    page.goto(f"{live_server.url}/p/alpha/chat/")
+    assert vertical_gap(page, "#new-conversation button[type=submit]", "#api-tokens h2") >= 24
