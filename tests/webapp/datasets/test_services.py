@@ -1,6 +1,7 @@
 """Dataset services: storing uploads, numbering versions, validation outcomes, token statistics."""
 import html
 import json
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -500,3 +501,47 @@ def test_the_launch_probes_chat_shapes_with_the_runs_template_variables(team, tm
     with pytest.raises(ValidationError) as refused:
         run_services.launch_check(project=team.project, spec=spec, axes=[])
     assert "no system turn later without thinking" in refused.value.message_dict["data.train"][0]
+
+
+REAL_TEMPLATES = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+
+
+def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_launch(team, tmp_path):
+    """QA: on Qwen3, whose template drops earlier turns' reasoning, each assistant turn of a conversation is an
+    example of its own with the conversation before it, so the tokens grow with the square of the turns; the
+    launch said nothing. It says so from validation's counts, and not where the conversations train whole."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    def chat(*texts):
+        return {"messages": [{"role": ("user", "assistant")[index % 2], "content": text}
+                             for index, text in enumerate(texts)]}
+
+    rows = [{"messages": [{"role": "system", "content": "Answer briefly."}, *chat(
+                "What is 2+2?", "4", "And 3+3?", "6", "Thanks", "You are welcome.")["messages"]]},
+            chat("Hi", "Hello"), chat("2+2?", "4", "3+3?", "6")]
+    version = ready(team, name="turns", kind="sft", rows=rows)
+    # By hand, in characters: 59, 7 and 10 whole; split, 28 + 37 + 59, 7 and 5 + 10.
+    assert version.statistics["turn_splits"] == {"rows": 2, "examples": 5, "characters": 76, "split_characters": 146}
+
+    def model(name, template):
+        return make_base_model(team.project, name=name, path=str(
+            build_bpe_tokenizer_dir(tmp_path / name, chat_template=template))).public_id
+
+    qwen3 = model("qwen3", (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8"))
+    spec = {"task": "sft", "model": qwen3, "data": {"train": version.public_id}, "train": {"max_steps": 2}}
+    warning = (f"data.train: the model's chat template renders earlier assistant turns otherwise than the latest "
+               f"(Qwen3's drops their reasoning), so 2 conversations of the 3 rows of {isolated('turns v1')} are "
+               "trained one assistant turn per example, each with the conversation before it: 6 examples instead of "
+               "3 rows, and about 1.9× the tokens (an estimate from the conversations' lengths in characters). To "
+               "train each conversation once, choose a model whose chat template marks assistant turns with "
+               "{% generation %}, or set data.loss_on: all (every token trained, the user turns too)")
+    assert run_services.launch_check(project=team.project, spec=spec, axes=[]).warnings == [warning]
+    # With thinking off, too: the template still renders the latest turn otherwise.
+    unthinking = {**spec, "data": {**spec["data"], "chat_template_kwargs": {"enable_thinking": False}}}
+    assert run_services.launch_check(project=team.project, spec=unthinking, axes=[]).warnings == [warning]
+    for whole in ({**spec, "data": {**spec["data"], "loss_on": "all"}},
+                  {**spec, "model": model("marked", (REAL_TEMPLATES / "qwen2_5_generation.jinja").read_text(
+                      encoding="utf-8"))},
+                  {**spec, "model": model("chatml", None)}):
+        assert run_services.launch_check(project=team.project, spec=whole, axes=[]).warnings == []
