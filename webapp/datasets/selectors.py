@@ -344,6 +344,15 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
     return charts
 
 
+def token_template_variables(token_statistics: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """The template variables a token count rendered its chats with (the model's own, ``services.
+    token_statistics_compute``), each as ``(name, value as JSON)``; None for counts made before they were kept."""
+    variables = token_statistics.get("template_kwargs")
+    if not isinstance(variables, dict):
+        return None
+    return [(name, json.dumps(value, ensure_ascii=False)) for name, value in sorted(variables.items())]
+
+
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
     rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, and chats of a

@@ -1,6 +1,7 @@
 """Dataset services: storing uploads, numbering versions, validation outcomes, token statistics."""
 import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,30 @@ def test_token_statistics_count_tokens_per_field(team, tokenizer_model, sent_tas
     for field, count in expected.items():
         assert (stats["fields"][field]["min"], stats["fields"][field]["max"]) == (count, count)
     assert stats["fields"]["total"]["max"] == max(expected["prompt"] + expected["completion"], expected["messages"])
+
+
+def test_token_counts_say_which_template_variables_they_render_chats_with(team, client, tmp_path):
+    """QA: a run renders chats with its data.chat_template_kwargs (Qwen3's enable_thinking: false adds an empty
+    think block to each answer), the page's counts with the model's own variables only, and it did not say so."""
+    chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    version = ready(team, name="counted", kind="sft", rows=[{"messages": chat}])
+    template = (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+    plain_dir = build_bpe_tokenizer_dir(tmp_path / "plain", chat_template=template)
+    unthinking_dir = build_bpe_tokenizer_dir(tmp_path / "unthinking", chat_template=template)
+    (unthinking_dir / "chat_template_kwargs.json").write_text('{"enable_thinking": false}')
+    for name, directory, said in (
+            ("plain", plain_dir, "no template variables set (the template's defaults)"),
+            ("unthinking", unthinking_dir, "the model's own template variables: enable_thinking: false")):
+        model = BaseModel.objects.create(project=team.project, name=name, path=str(directory),
+                                         architecture="Qwen3ForCausalLM", parameter_count=1,
+                                         tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+        version = services.token_statistics_compute(version_id=version.pk, base_model_id=model.pk)
+        tokenizer = load_tokenizer(directory)
+        assert version.token_statistics["fields"]["messages"]["max"] == len(
+            tokenizer.encode(tokenizer.apply_chat_template(chat)))
+        page = " ".join(html.unescape(re.sub(r"<[^>]+>", "", version_page(team, client, version))).split())
+        assert (f"chats as the chat template renders them, with {said}; a run renders them with its "
+                "data.chat_template_kwargs over those, which may count otherwise.") in page
 
 
 def test_token_statistics_need_a_ready_version(team, tokenizer_model):
