@@ -328,6 +328,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
+    if model_path and task in tasks() and task != "pretrain":
+        _fix_template_date(model_path, resolved)
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -364,6 +366,29 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
                    reward_base_model=reward_base_model(project=project, spec=written))
+
+
+def _fix_template_date(model_path: str, resolved: dict[str, Any]) -> None:
+    """Record the launch's date as ``data.chat_template_kwargs.date_string`` where the model's chat template stamps
+    the day it renders when that is unset (Llama 3.2's; ``jaxengine.chat_template.stamped_date``) and neither the
+    spec nor the model's own variables set it: the run's spec, shown as its config, then holds it, and every
+    attempt, evaluation and export (and the chat of its model) renders that date rather than the day of each."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    data = resolved["data"]
+    variables = data.get("chat_template_kwargs", {})
+    if not isinstance(variables, dict) or chat_template.DATE_VARIABLE in variables:
+        return
+    try:
+        settings = read_tokenizer_settings(model_path)
+        if chat_template.DATE_VARIABLE in settings.template_kwargs:
+            return
+        date = chat_template.stamped_date(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return  # the run's start says what is wrong with the model's files
+    if date is not None:
+        resolved["data"] = {**data, "chat_template_kwargs": {**variables, chat_template.DATE_VARIABLE: date}}
 
 
 def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
