@@ -531,7 +531,7 @@ def test_the_launch_probes_chat_shapes_with_the_runs_template_variables(team, tm
 REAL_TEMPLATES = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
 
 
-def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_launch(team, tmp_path):
+def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_launch(team, client, tmp_path):
     """QA: on Qwen3, whose template drops earlier turns' reasoning, each assistant turn of a conversation is an
     example of its own with the conversation before it, so the tokens grow with the square of the turns; the
     launch said nothing. It says so from validation's counts, and not where the conversations train whole."""
@@ -548,6 +548,9 @@ def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_l
     version = ready(team, name="turns", kind="sft", rows=rows)
     # By hand, in characters: 59, 7 and 10 whole; split, 28 + 37 + 59, 7 and 5 + 10.
     assert version.statistics["turn_splits"] == {"rows": 2, "examples": 5, "characters": 76, "split_characters": 146}
+    assert ("2 conversations have several assistant turns: a model whose chat template renders earlier turns otherwise "
+            "than the latest (Qwen3's) trains each one turn per example, making 5 examples of them and about 1.9× the "
+            "file's characters, and a launch on such a model says so.") in html.unescape(version_page(team, client, version))
 
     def model(name, template):
         return make_base_model(team.project, name=name, path=str(
