@@ -1769,9 +1769,9 @@ class TurnSplits:
             self.split_characters += size
             return
         running, through_turns, turns = 0, 0, 0
-        for message in chat:
-            running += len(message.get("content") or "")
-            if message.get("role") == "assistant":
+        for message in chat:  # checked: each a role and a text
+            running += len(message["content"])
+            if message["role"] == "assistant":
                 turns += 1
                 through_turns += running  # this turn's example: the conversation up to it, then the turn
         self.characters += running
