@@ -209,6 +209,30 @@ def template_variables(template: str) -> frozenset[str]:
     return frozenset(names - own - {"messages", "add_generation_prompt"} - set(environment.globals))
 
 
+# Llama 3.1-3.2's templates write "Today Date: <date_string>" into every system turn, and Llama 3.2's stamps the
+# day it renders (strftime_now) when date_string is unset: a run's prompts would change from day to day, a resumed
+# attempt's from the first's, and its chat's from its training. A launch fixes it (``stamped_date``).
+DATE_VARIABLE = "date_string"
+_DEFAULT_DATE_FORMAT = "%d %b %Y"  # Llama's own
+
+
+def stamped_date(template: str) -> str | None:
+    """Today's date as ``template`` writes it where ``date_string`` is left unset and the template stamps the day it
+    renders (Llama 3.2's ``strftime_now("%d %b %Y")``), for a launch to fix in the run's variables; None for a
+    template that never reads ``date_string``, or writes a fixed date without it (Llama 3.3's "26 Jul 2024")."""
+    import jinja2.nodes
+
+    if DATE_VARIABLE not in template_variables(template):
+        return None
+    calls = [node for node in _environment().parse(template).find_all(jinja2.nodes.Call)
+             if isinstance(node.node, jinja2.nodes.Name) and node.node.name == "strftime_now"]
+    if not calls:
+        return None
+    written = [call.args[0].value for call in calls
+               if call.args and isinstance(call.args[0], jinja2.nodes.Const) and isinstance(call.args[0].value, str)]
+    return datetime.now().strftime(written[0] if written else _DEFAULT_DATE_FORMAT)
+
+
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     prepared = []
     for index, message in enumerate(messages):

@@ -1749,6 +1749,68 @@ class ChatShapes:
 
 
 @dataclass
+class TurnSplits:
+    """What training an sft file one assistant turn per example would make of it: the number of chats with more
+    than one assistant turn, the examples they become, and the characters before and after. A chat template that
+    renders earlier turns otherwise than the latest (Qwen3 drops their reasoning) trains each such chat so
+    (``jaxengine.data.pipeline``: each turn with the conversation before it), and a launch on such a model
+    warns of it from these counts (``turns_split_apart``), the characters standing in for the tokens."""
+
+    rows: int = 0
+    examples: int = 0
+    characters: int = 0
+    split_characters: int = 0
+
+    def add(self, example: Mapping[str, Any], row: int) -> None:
+        chat = example.get("messages")
+        if type(chat) is not list:  # a prompt and a completion, two texts: one turn
+            size = len(example.get("prompt") or "") + len(example.get("completion") or "")
+            self.characters += size
+            self.split_characters += size
+            return
+        running, through_turns, turns = 0, 0, 0
+        for message in chat:  # checked: each a role and a text
+            running += len(message["content"])
+            if message["role"] == "assistant":
+                turns += 1
+                through_turns += running  # this turn's example: the conversation up to it, then the turn
+        self.characters += running
+        if turns > 1:
+            self.rows += 1
+            self.examples += turns
+            self.split_characters += through_turns
+        else:
+            self.split_characters += running
+
+    def to_dict(self) -> dict[str, int]:
+        return {"rows": self.rows, "examples": self.examples, "characters": self.characters,
+                "split_characters": self.split_characters}
+
+
+TURN_SPLIT_PROBE = [{"role": "user", "content": "first question"}, {"role": "assistant", "content": "first answer"},
+                    {"role": "user", "content": "second question"}, {"role": "assistant", "content": "second answer"}]
+
+
+def turns_split_apart(render) -> bool:
+    """Whether a chat template trains a conversation of several assistant turns one turn per example, as
+    ``jaxengine.data.pipeline`` does where a conversation's prefixes are not where its full rendering begins
+    (Qwen3's template drops earlier turns' reasoning): ``render(messages, add_generation_prompt)`` renders the
+    probe chat ``TURN_SPLIT_PROBE`` whole and up to each assistant turn. A template that refuses the probe
+    (``ValueError``) is said to keep it whole: the launch's chat-shape check speaks of refusals."""
+    try:
+        full = render(TURN_SPLIT_PROBE, False)
+        for index, message in enumerate(TURN_SPLIT_PROBE):
+            if message["role"] != "assistant":
+                continue
+            start, end = render(TURN_SPLIT_PROBE[:index], True), render(TURN_SPLIT_PROBE[:index + 1], False)
+            if not (full.startswith(start) and full.startswith(end) and len(start) <= len(end)):
+                return True
+    except ValueError:
+        return False
+    return False
+
+
+@dataclass
 class _Pass:
     """Mutable state of one validation pass over a file or a byte range of it."""
 
@@ -1762,6 +1824,7 @@ class _Pass:
     one_sided: OneSidedChats | None = None
     identical: IdenticalPairs | None = None
     shapes: ChatShapes | None = None
+    turn_splits: TurnSplits | None = None
 
     def report(self, issue: Issue) -> None:
         self.error_count += 1
@@ -1797,9 +1860,12 @@ def _validate_stream(items: Iterator[RawRow | Issue], *, mapping: ColumnMapping,
         state.one_sided, state.identical = OneSidedChats(), IdenticalPairs()
     if mapping.kind is not DatasetKind.TEXT and state.shapes is None:
         state.shapes = ChatShapes(kind=mapping.kind)
+    if mapping.kind is DatasetKind.SFT and state.turn_splits is None:
+        state.turn_splits = TurnSplits()
     # Looked up once, not on every row.
     add_duplicate = state.duplicates.add
-    collectors = [collector.add for collector in (state.one_sided, state.identical, state.shapes) if collector is not None]
+    collectors = [collector.add for collector in (state.one_sided, state.identical, state.shapes, state.turn_splits)
+                  if collector is not None]
     try:
         for item in items:
             if type(item) is Issue:
@@ -1863,6 +1929,8 @@ def validate_file(
             statistics["identical_pairs"] = state.identical.to_dict()
         if state.shapes is not None:
             statistics["chat_shapes"] = state.shapes.to_dict()
+        if state.turn_splits is not None:
+            statistics["turn_splits"] = state.turn_splits.to_dict()
     return ValidationReport(
         row_count=state.rows,
         error_count=state.error_count,

@@ -109,6 +109,9 @@ class EncodeStats:
     # sft conversations trained one assistant turn per example: their template renders earlier turns otherwise
     # than the latest (Qwen3 drops their reasoning), so no one rendering shows every turn as it was asked.
     split_by_turn: int = 0
+    # Their tokens: in the examples they became, and rendered whole as one (both before any cut to max_seq_len).
+    split_tokens: int = 0
+    whole_tokens: int = 0
     tokens: int = 0
     loss_tokens: int = 0
 
@@ -122,10 +125,13 @@ def split_by_turn_note(stats: dict[str, int], *, use: str) -> str | None:
     split = stats.get("split_by_turn", 0)
     if not split:
         return None
+    tokens = (f"; those conversations take {stats['split_tokens']:,} tokens so, {stats['whole_tokens']:,} whole"
+              if "split_tokens" in stats and "whole_tokens" in stats else "")
     return (f"data.{use}: the chat template renders earlier assistant turns otherwise than the latest (Qwen3 drops "
             f"their reasoning), so {split:,} of {stats.get('rows', 0):,} conversations were trained one assistant turn "
-            f"per example, each from the prompt a chat sends for that turn ({stats.get('examples', 0):,} examples); "
-            "a template with {% generation %} markers trains a conversation as one example")
+            f"per example, each from the prompt a chat sends for that turn ({stats.get('examples', 0):,} examples"
+            f"{tokens}); a template with {{% generation %}} markers trains a conversation as one example, and so "
+            "does data.loss_on: all (every token trained)")
 
 
 def _segments_to_example(segments: Sequence[tuple[list[int], bool]]) -> Example:
@@ -303,6 +309,13 @@ def _encode_sft_row(tokenizer: TokenizerLike, row: dict, loss_on: str) -> tuple[
     return examples, by_turn
 
 
+def _whole_rendering(tokenizer: TokenizerLike, row: dict) -> list[int]:
+    """The token ids of an sft row's conversation rendered whole, as one example would hold it."""
+    messages = (row["messages"] if "messages" in row
+                else _as_messages(row["prompt"], "user") + _as_messages(row["completion"], "assistant"))
+    return _with_bos(tokenizer, tokenizer.encode(tokenizer.apply_chat_template(messages)))
+
+
 def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: int, loss_on: str,
                 stats: EncodeStats) -> list:
     """The examples of one row for ``task`` (its truncation and split counted in ``stats``)."""
@@ -315,6 +328,9 @@ def _encode_row(row: dict, *, task: str, tokenizer: TokenizerLike, max_seq_len: 
     elif task == "sft":
         examples, by_turn = _encode_sft_row(tokenizer, row, loss_on)
         stats.split_by_turn += by_turn
+        if by_turn:
+            stats.split_tokens += sum(len(tokens) for segments in examples for tokens, _ in segments)
+            stats.whole_tokens += len(_whole_rendering(tokenizer, row))
         cut = [_truncate(segments, max_seq_len) for segments in examples]
         stats.truncated += any(was_cut for _, was_cut in cut)
         encoded = [_segments_to_example(segments) for segments, _ in cut]

@@ -742,11 +742,20 @@ def test_sft_on_qwen3s_template_trains_every_assistant_turn_of_multi_turn_chats(
     summary = run_job(spec, progress_bar=False, on_log=lines.append)
     assert summary["status"] == "succeeded" and summary["step"] == 2
     train = summary["data"]["train"]
-    assert (train["rows"], train["examples"], train["split_by_turn"], train["dropped"]) == (4, 12, 4, 0)
+    assert (train["rows"], train["examples"], train["split_by_turn"], train["dropped"], train["truncated"]) == (
+        4, 12, 4, 0, 0)
+    # The tokens splitting costs: the examples' (none cut), against the conversations rendered whole.
+    from jaxengine.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    assert tokenizer.bos_id is None  # Qwen's: the rendering is the whole example
+    whole = sum(len(tokenizer.encode(tokenizer.apply_chat_template(chat, enable_thinking=False))) for chat in chats)
+    assert (train["split_tokens"], train["whole_tokens"]) == (train["tokens"], whole) and whole < train["tokens"]
     assert lines == [
         "data.train: the chat template renders earlier assistant turns otherwise than the latest (Qwen3 drops their "
         "reasoning), so 4 of 4 conversations were trained one assistant turn per example, each from the prompt a chat "
-        "sends for that turn (12 examples); a template with {% generation %} markers trains a conversation as one "
-        "example"]
+        f"sends for that turn (12 examples; those conversations take {train['tokens']:,} tokens so, {whole:,} whole); "
+        "a template with {% generation %} markers trains a conversation as one example, and so does data.loss_on: all "
+        "(every token trained)"]
     assert json.loads((tmp_path / "run" / "export" / "chat_template_kwargs.json").read_text()) == {
         "enable_thinking": False}

@@ -344,10 +344,21 @@ def histograms(statistics: dict[str, Any]) -> list[dict[str, Any]]:
     return charts
 
 
+def token_template_variables(token_statistics: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """The template variables a token count rendered its chats with (the model's own, ``services.
+    token_statistics_compute``), each as ``(name, value as JSON)``; None for counts made before they were kept."""
+    variables = token_statistics.get("template_kwargs")
+    if not isinstance(variables, dict):
+        return None
+    return [(name, json.dumps(value, ensure_ascii=False)) for name, value in sorted(variables.items())]
+
+
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
-    rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, and chats of a
-    shape some chat templates refuse (``formats.CHAT_SHAPES``). Nothing for versions validated before they were counted."""
+    rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, chats of a
+    shape some chat templates refuse (``formats.CHAT_SHAPES``) and sft conversations of several assistant turns,
+    which some templates train one turn per example (``formats.TurnSplits``). Nothing for versions validated
+    before they were counted."""
     notes = []
     if (duplicates := statistics.get("duplicates")) is not None:
         count = duplicates.get("count") or 0
@@ -370,6 +381,14 @@ def statistics_notes(statistics: dict[str, Any]) -> list[str]:
             notes.append(f"{count:,} row{'s' if count != 1 else ''} ({_rows_named(found.get('rows') or [], count)}) "
                          f"hold{'s' if count == 1 else ''} {formats.CHAT_SHAPES[shape][0]}: some models' chat "
                          "templates (Gemma's) refuse such chats, and a launch on such a model says so.")
+    if count := ((statistics.get("turn_splits") or {}).get("rows")):
+        splits = statistics["turn_splits"]
+        growth = splits.get("split_characters", 0) / max(splits.get("characters", 0), 1)
+        notes.append(f"{count:,} conversation{'s' if count != 1 else ''} {'have' if count != 1 else 'has'} several "
+                     "assistant turns: a model whose chat template renders earlier turns otherwise than the latest "
+                     f"(Qwen3's) trains {'each' if count != 1 else 'it'} one turn per example, making "
+                     f"{splits.get('examples', 0):,} examples of {'them' if count != 1 else 'it'} and about "
+                     f"{growth:.1f}× the file's characters, and a launch on such a model says so.")
     return notes
 
 

@@ -273,7 +273,9 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     """Token lengths per field of the first ``TOKEN_STATISTICS_MAX_ROWS`` rows (worker side).
 
     Strings are encoded as they are; chats are rendered with the model's chat template first, as
-    training sees them.
+    training sees them, with the model's own template variables (its ``chat_template_kwargs.json``), which
+    the result keeps as ``template_kwargs`` for the page to name: a run renders with its
+    ``data.chat_template_kwargs`` over them, which a count made before any run cannot know.
     """
     # Imported here: only the worker computes tokens, and the web process need not load tokenizers.
     from jaxengine.chat_template import ChatTemplateError
@@ -287,6 +289,7 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     rows, doing = 0, "loading the tokenizer"
     try:
         tokenizer = load_tokenizer(base_model.path)
+        result["template_kwargs"] = dict(tokenizer.template_kwargs)
         doing = "reading row 1"
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
         lengths: dict[str, Counter] = {}

@@ -204,6 +204,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             charts=selectors.histograms(version.statistics),
             statistics_notes=selectors.statistics_notes(version.statistics),
             token_charts=selectors.histograms(version.token_statistics),
+            token_variables=selectors.token_template_variables(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
         )
     return render(request, "datasets/version.html", context)

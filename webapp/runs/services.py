@@ -328,6 +328,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
+    if model_path and task in tasks() and task != "pretrain":
+        _fix_template_date(model_path, resolved)
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -364,6 +366,29 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
                    reward_base_model=reward_base_model(project=project, spec=written))
+
+
+def _fix_template_date(model_path: str, resolved: dict[str, Any]) -> None:
+    """Record the launch's date as ``data.chat_template_kwargs.date_string`` where the model's chat template stamps
+    the day it renders when that is unset (Llama 3.2's; ``jaxengine.chat_template.stamped_date``) and neither the
+    spec nor the model's own variables set it: the run's spec, shown as its config, then holds it, and every
+    attempt, evaluation and export (and the chat of its model) renders that date rather than the day of each."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    data = resolved["data"]
+    variables = data.get("chat_template_kwargs", {})
+    if not isinstance(variables, dict) or chat_template.DATE_VARIABLE in variables:
+        return
+    try:
+        settings = read_tokenizer_settings(model_path)
+        if chat_template.DATE_VARIABLE in settings.template_kwargs:
+            return
+        date = chat_template.stamped_date(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return  # the run's start says what is wrong with the model's files
+    if date is not None:
+        resolved["data"] = {**data, "chat_template_kwargs": {**variables, chat_template.DATE_VARIABLE: date}}
 
 
 def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
@@ -475,26 +500,16 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
     the first such row. Each shape found is tried once, as a probe chat, with the model's template and the
     variables the run renders with (the model's own, then ``data.chat_template_kwargs``: a template may refuse a
     shape only with some of them)."""
-    from jaxengine import chat_template
     from jaxengine.data import formats
-    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     found = [(key, version, shape, tally) for key, version in versions if version is not None
              for shape, tally in ((version.statistics or {}).get("chat_shapes") or {}).items()
              if tally.get("count") and shape in formats.CHAT_SHAPES]
     if not found:
         return
-    try:
-        settings = read_tokenizer_settings(model_path)
-    except (TokenizerError, OSError):
+    if (renderer := _chat_renderer(model_path, template_kwargs)) is None:
         return  # the run's start says what is wrong with the model's files
-
-    def render(messages: list[dict], add_generation_prompt: bool) -> str:
-        return chat_template.render_chat_template(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE,
-                                                  messages, add_generation_prompt=add_generation_prompt,
-                                                  **{**settings.named_tokens, **settings.template_kwargs,
-                                                     **template_kwargs})
-
+    _template, render = renderer
     for key, version, shape, tally in found:
         if (refusal := formats.chat_shape_refusal(shape, render)) is None:
             continue
@@ -505,6 +520,27 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
                           f"template refuses ({refusal}), so the run would stop at its start: put a system turn first "
                           "and user and assistant turns in turn in those chats, or choose a model whose template "
                           "takes them")
+
+
+def _chat_renderer(model_path: str, template_kwargs: dict[str, Any]):
+    """``(template, render)`` for a model's chat template, ``render(messages, add_generation_prompt)`` rendering with
+    the variables a run renders with (the model's own, then ``template_kwargs``, its ``data.chat_template_kwargs``),
+    jax-free; None when the model's files cannot be read (the run's start says what is wrong with them)."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    try:
+        settings = read_tokenizer_settings(model_path)
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return None
+    template = settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
+    variables = {**settings.named_tokens, **settings.template_kwargs, **template_kwargs}
+
+    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+        return chat_template.render_chat_template(template, messages, add_generation_prompt=add_generation_prompt,
+                                                  **variables)
+
+    return template, render
 
 
 def _modified_ns(path: Path) -> int | None:
@@ -685,10 +721,46 @@ def plan_warnings(plan: RunPlan, *, memory: Any = _NOT_CHECKED) -> list[str]:
     train, evaluation = versions.get(data.get("train")), versions.get(data.get("eval"))
     warnings = [*spec_warnings(plan.job, train_rows=train.row_count if train is not None else None,
                                chat_template=_model_chat_template(plan)),
-                *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation)]
+                *dataset_selectors.launch_warnings(task=plan.task, train=train, evaluation=evaluation),
+                *_turn_split_warnings(plan, [("data.train", train), ("data.eval", evaluation)])]
     if memory is _NOT_CHECKED:
         memory = plan_memory(plan)
     return warnings + [memory.warning] if memory is not None and memory.warning else warnings
+
+
+def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion | None]]) -> list[str]:
+    """An sft run whose model's chat template (with ``data.chat_template_kwargs``) renders earlier assistant turns
+    otherwise than the latest (Qwen3's drops their reasoning) trains each conversation of several assistant turns
+    one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
+    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``).
+    Versions validated before that was counted say nothing, as the run's log does once its data is read."""
+    from jaxengine.chat_template import GENERATION_MARKER
+    from jaxengine.data import formats
+
+    if plan.task != "sft" or plan.job.data.loss_on == "all":
+        return []
+    found = [(key, version, (version.statistics or {}).get("turn_splits") or {}) for key, version in versions
+             if version is not None]
+    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
+    if not found or not Path(plan.job.model).is_dir():
+        return []
+    renderer = _chat_renderer(plan.job.model, plan.job.data.chat_template_kwargs)
+    if renderer is None or GENERATION_MARKER.search(renderer[0]) or not formats.turns_split_apart(renderer[1]):
+        return []
+    warnings = []
+    for key, version, splits in found:
+        rows, split = version.row_count or 0, splits["rows"]
+        examples = rows - split + splits.get("examples", 0)
+        growth = splits.get("split_characters", 0) / max(splits.get("characters", 0), 1)
+        warnings.append(
+            f"{key}: the model's chat template renders earlier assistant turns otherwise than the latest (Qwen3's "
+            f"drops their reasoning), so {counted(split, 'conversation', grouped=True)} of the {rows:,} rows of "
+            f"{isolated(str(version))} {'are' if split != 1 else 'is'} trained one assistant turn per example, each "
+            f"with the conversation before it: {examples:,} examples instead of {rows:,} rows, and about "
+            f"{growth:.1f}× the tokens (an estimate from the conversations' lengths in characters). To train each "
+            "conversation once, choose a model whose chat template marks assistant turns with {% generation %}, or "
+            "set data.loss_on: all (every token trained, the user turns too)")
+    return warnings
 
 
 def _model_chat_template(plan: RunPlan) -> str | None:

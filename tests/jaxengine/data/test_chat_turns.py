@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import transformers
 
-from jaxengine.data import pipeline
+from jaxengine.data import formats, pipeline
 from jaxengine.data.pipeline import DataError, encode_rows
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
@@ -161,3 +161,18 @@ def runs(mask):
             found.append((start, index))
             start = None
     return found
+
+
+@pytest.mark.parametrize(("name", "splits"), [("qwen3.jinja", True), ("llama3_2.jinja", False), (None, False)],
+                         ids=["qwen3", "llama3.2", "chatml"])
+def test_the_launchs_probe_says_whether_the_pipeline_splits_a_conversation(template_dirs, tmp_path, name, splits):
+    """The launch warns of conversations trained one turn per example from a probe chat (jax-free,
+    formats.turns_split_apart): it agrees with what the pipeline does with such a conversation."""
+    directory = (template_dirs[name] if name in template_dirs else factories.build_bpe_tokenizer_dir(
+        tmp_path, style="qwen", chat_template=(TEMPLATES_DIR / name).read_text(encoding="utf-8") if name else None))
+    tokenizer = load_tokenizer(directory)
+    _, stats = encode_rows([{"messages": CONVERSATION}], task="sft", tokenizer=tokenizer, max_seq_len=1024)
+    assert stats.split_by_turn == int(splits)
+    assert formats.turns_split_apart(
+        lambda messages, add_generation_prompt: tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt)) is splits

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import transformers
 
-from jaxengine.chat_template import ChatTemplateError, render_chat_template, template_variables
+from jaxengine.chat_template import ChatTemplateError, render_chat_template, stamped_date, template_variables
 from jaxengine.tokenizer import load_tokenizer
 from tests import factories
 
@@ -104,3 +104,24 @@ def test_template_variables_lists_what_a_template_reads(template_name, reads):
     # The names a caller can set: not messages or add_generation_prompt, nor the environment's functions
     # (raise_exception, strftime_now), nor what the template sets itself without asking if it is defined.
     assert template_variables((TEMPLATES_DIR / template_name).read_text(encoding="utf-8")) == reads
+
+
+@pytest.mark.parametrize(("template_name", "stamps"), [("llama3_2.jinja", True), ("llama3_3.jinja", False),
+                                                       ("qwen3.jinja", False), ("gemma2.jinja", False)])
+def test_stamped_date_is_the_day_as_a_template_writes_it_where_it_stamps_one(template_name, stamps):
+    """Llama 3.2's template writes the day it renders when date_string is unset: stamped_date is that day as it
+    writes it, for a launch to fix; Llama 3.3's writes a fixed date, and the others read none."""
+    from datetime import datetime
+
+    template = (TEMPLATES_DIR / template_name).read_text(encoding="utf-8")
+    before = datetime.now().strftime("%d %b %Y")
+    date = stamped_date(template)
+    if not stamps:
+        assert date is None
+        return
+    assert date in {before, datetime.now().strftime("%d %b %Y")}
+    system = "<|start_header_id|>system<|end_header_id|>\n\n"
+    chat = [{"role": "user", "content": "Hello!"}]
+    assert f"{system}Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n" in render_chat_template(
+        template, chat, bos_token="<|begin_of_text|>")  # what it renders today
+    assert "Today Date: 01 Feb 2031\n" in render_chat_template(template, chat, bos_token="", date_string="01 Feb 2031")

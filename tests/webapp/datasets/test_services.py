@@ -1,6 +1,8 @@
 """Dataset services: storing uploads, numbering versions, validation outcomes, token statistics."""
 import html
 import json
+import re
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -211,6 +213,30 @@ def test_token_statistics_count_tokens_per_field(team, tokenizer_model, sent_tas
     for field, count in expected.items():
         assert (stats["fields"][field]["min"], stats["fields"][field]["max"]) == (count, count)
     assert stats["fields"]["total"]["max"] == max(expected["prompt"] + expected["completion"], expected["messages"])
+
+
+def test_token_counts_say_which_template_variables_they_render_chats_with(team, client, tmp_path):
+    """QA: a run renders chats with its data.chat_template_kwargs (Qwen3's enable_thinking: false adds an empty
+    think block to each answer), the page's counts with the model's own variables only, and it did not say so."""
+    chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    version = ready(team, name="counted", kind="sft", rows=[{"messages": chat}])
+    template = (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+    plain_dir = build_bpe_tokenizer_dir(tmp_path / "plain", chat_template=template)
+    unthinking_dir = build_bpe_tokenizer_dir(tmp_path / "unthinking", chat_template=template)
+    (unthinking_dir / "chat_template_kwargs.json").write_text('{"enable_thinking": false}')
+    for name, directory, said in (
+            ("plain", plain_dir, "no template variables set (the template's defaults)"),
+            ("unthinking", unthinking_dir, "the model's own template variables: enable_thinking: false")):
+        model = BaseModel.objects.create(project=team.project, name=name, path=str(directory),
+                                         architecture="Qwen3ForCausalLM", parameter_count=1,
+                                         tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+        version = services.token_statistics_compute(version_id=version.pk, base_model_id=model.pk)
+        tokenizer = load_tokenizer(directory)
+        assert version.token_statistics["fields"]["messages"]["max"] == len(
+            tokenizer.encode(tokenizer.apply_chat_template(chat)))
+        page = " ".join(html.unescape(re.sub(r"<[^>]+>", "", version_page(team, client, version))).split())
+        assert (f"chats as the chat template renders them, with {said}; a run renders them with its "
+                "data.chat_template_kwargs over those, which may count otherwise.") in page
 
 
 def test_token_statistics_need_a_ready_version(team, tokenizer_model):
@@ -500,3 +526,50 @@ def test_the_launch_probes_chat_shapes_with_the_runs_template_variables(team, tm
     with pytest.raises(ValidationError) as refused:
         run_services.launch_check(project=team.project, spec=spec, axes=[])
     assert "no system turn later without thinking" in refused.value.message_dict["data.train"][0]
+
+
+REAL_TEMPLATES = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+
+
+def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_launch(team, client, tmp_path):
+    """QA: on Qwen3, whose template drops earlier turns' reasoning, each assistant turn of a conversation is an
+    example of its own with the conversation before it, so the tokens grow with the square of the turns; the
+    launch said nothing. It says so from validation's counts, and not where the conversations train whole."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    def chat(*texts):
+        return {"messages": [{"role": ("user", "assistant")[index % 2], "content": text}
+                             for index, text in enumerate(texts)]}
+
+    rows = [{"messages": [{"role": "system", "content": "Answer briefly."}, *chat(
+                "What is 2+2?", "4", "And 3+3?", "6", "Thanks", "You are welcome.")["messages"]]},
+            chat("Hi", "Hello"), chat("2+2?", "4", "3+3?", "6")]
+    version = ready(team, name="turns", kind="sft", rows=rows)
+    # By hand, in characters: 59, 7 and 10 whole; split, 28 + 37 + 59, 7 and 5 + 10.
+    assert version.statistics["turn_splits"] == {"rows": 2, "examples": 5, "characters": 76, "split_characters": 146}
+    assert ("2 conversations have several assistant turns: a model whose chat template renders earlier turns otherwise "
+            "than the latest (Qwen3's) trains each one turn per example, making 5 examples of them and about 1.9× the "
+            "file's characters, and a launch on such a model says so.") in html.unescape(version_page(team, client, version))
+
+    def model(name, template):
+        return make_base_model(team.project, name=name, path=str(
+            build_bpe_tokenizer_dir(tmp_path / name, chat_template=template))).public_id
+
+    qwen3 = model("qwen3", (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8"))
+    spec = {"task": "sft", "model": qwen3, "data": {"train": version.public_id}, "train": {"max_steps": 2}}
+    warning = (f"data.train: the model's chat template renders earlier assistant turns otherwise than the latest "
+               f"(Qwen3's drops their reasoning), so 2 conversations of the 3 rows of {isolated('turns v1')} are "
+               "trained one assistant turn per example, each with the conversation before it: 6 examples instead of "
+               "3 rows, and about 1.9× the tokens (an estimate from the conversations' lengths in characters). To "
+               "train each conversation once, choose a model whose chat template marks assistant turns with "
+               "{% generation %}, or set data.loss_on: all (every token trained, the user turns too)")
+    assert run_services.launch_check(project=team.project, spec=spec, axes=[]).warnings == [warning]
+    # With thinking off, too: the template still renders the latest turn otherwise.
+    unthinking = {**spec, "data": {**spec["data"], "chat_template_kwargs": {"enable_thinking": False}}}
+    assert run_services.launch_check(project=team.project, spec=unthinking, axes=[]).warnings == [warning]
+    for whole in ({**spec, "data": {**spec["data"], "loss_on": "all"}},
+                  {**spec, "model": model("marked", (REAL_TEMPLATES / "qwen2_5_generation.jinja").read_text(
+                      encoding="utf-8"))},
+                  {**spec, "model": model("chatml", None)}):
+        assert run_services.launch_check(project=team.project, spec=whole, axes=[]).warnings == []

@@ -786,6 +786,46 @@ def test_a_reward_model_reward_function_names_a_reward_run_not_a_server_path(tea
     assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
 
 
+def test_a_template_that_stamps_the_day_gets_the_launch_date_fixed_in_the_runs_spec(team, catalog, sent_tasks,
+                                                                                      tmp_path):
+    """QA: Llama 3.2's template writes the day it renders into each system turn when date_string is unset, so a
+    run's prompts changed from day to day and a resumed attempt's differed from the first's. The launch records its
+    date in data.chat_template_kwargs (the run's config), which every attempt, evaluation and export render with."""
+    import json
+    from datetime import datetime
+
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.factories import make_base_model
+
+    templates = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+
+    def model(name, template_file, **own_variables):
+        directory = build_bpe_tokenizer_dir(tmp_path / name, style="llama3", chat_template=(
+            templates / template_file).read_text(encoding="utf-8"))
+        if own_variables:
+            (directory / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
+        return make_base_model(team.project, name=name, path=str(directory)).public_id
+
+    llama = model("llama3-2", "llama3_2.jinja")
+    today = datetime.now().strftime("%d %b %Y")
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, model=llama), user=team.teammate)
+    launched = run.spec["data"]["chat_template_kwargs"]
+    assert launched.keys() == {"date_string"} and launched["date_string"] in {today, datetime.now().strftime("%d %b %Y")}
+    assert run.resolved_spec["data"]["chat_template_kwargs"] == launched  # what the engine renders with
+    assert f"date_string: {launched['date_string']}" in services.spec_to_yaml(run.spec)  # the run page's config
+    # Launched again from its spec (a retry, a copy), the run keeps that date, whatever day it is.
+    assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
+    # A date the spec or the model's own variables give is left as it is; a template that stamps no day gets none.
+    given = sft_spec(catalog, model=llama)
+    given["data"]["chat_template_kwargs"] = {"date_string": "01 Jan 2030"}
+    assert services.run_create(project=team.project, spec=given, user=team.teammate).spec["data"][
+        "chat_template_kwargs"] == {"date_string": "01 Jan 2030"}
+    for other in (model("own-date", "llama3_2.jinja", date_string="02 Feb 2031"), model("llama3-3", "llama3_3.jinja"),
+                  model("qwen3", "qwen3.jinja")):
+        spec = services.run_create(project=team.project, spec=sft_spec(catalog, model=other), user=team.teammate).spec
+        assert spec["data"]["chat_template_kwargs"] == {}, other
+
+
 def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_tasks):
     """QA: an archived run, resumed, trained hidden under 'archived'."""
     run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner)
