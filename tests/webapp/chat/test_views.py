@@ -793,6 +793,18 @@ def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_
     assert "thinking" not in client.get(url("detail", plain)).content.decode().split('class="chat-settings"')[1][:400]
 
 
+def test_an_export_made_before_exports_kept_their_variables_defaults_to_its_runs(team, client_for, tmp_path):
+    """A run's export without chat_template_kwargs.json (written before exports kept it) of a run that trained with
+    thinking off offered the switch on, and was served thinking: its run's spec.yaml says the variables."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "spec.yaml").write_text("task: sft\ndata:\n  chat_template_kwargs:\n    enable_thinking: false\n")
+    old_export = make_base_model(team.project, name="old-export", path=str(thinking_model_dir(tmp_path / "run" / "export")))
+    page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    switch = re.search(r'<input type="checkbox" name="thinking"[^>]*>', page).group(0)
+    assert json.loads(re.search(r'data-thinking-defaults="([^"]*)"', switch).group(1).replace("&quot;", '"')) == {
+        old_export.public_id: False}
+
+
 def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):
     page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
     assert 'name="thinking"' not in page
