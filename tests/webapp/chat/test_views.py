@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import make_base_model, thinking_model_dir
 from webapp.chat import channels, forms, selectors, services
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.runs.channels import redis_client
@@ -741,19 +741,6 @@ def test_an_open_event_stream_fails_an_answer_once_no_worker_will_finish_it(team
     assert token["text"] == "Hel" and error["type"] == "error"
     assert error["message"].startswith(f"no serve worker finished this answer, asked at {when(asked)}")
     assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
-
-
-QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}assistant"
-              "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}{% endif %}")
-
-
-def thinking_model_dir(path, *, own_variables=None):
-    """A model directory whose chat template reads enable_thinking (its weights are not read here)."""
-    path.mkdir()
-    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN3_LIKE}))
-    if own_variables is not None:
-        (path / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
-    return path
 
 
 def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_sent_with_each_turn(
