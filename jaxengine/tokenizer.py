@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from jaxengine import chat_template as chat_template_lib
 from jaxengine.json_files import read_json_object
 
@@ -114,11 +116,46 @@ def _int_list(value: Any, *, path: Path, field: str) -> tuple[int, ...]:
 
 def _read_template_kwargs(model_dir: Path) -> dict[str, Any]:
     path = model_dir / chat_template_lib.CHAT_TEMPLATE_KWARGS_FILE
+    if not path.is_file():
+        return _run_template_kwargs(model_dir)
     variables = _read_json(path)
     for name, value in variables.items():
         if problem := chat_template_lib.template_variable_problem(name, value):
             raise TokenizerError(f"{path}: {name}: {problem}")
     return variables
+
+
+# A run directory's spec and exports (``jaxengine.job``): <run>/spec.yaml beside <run>/export and <run>/export-step-N,
+# each with its quantized serving copy inside (``quantized/``).
+_RUN_SPEC_FILE = "spec.yaml"
+_EXPORT_DIR = re.compile(r"export(-step-\d+)?")
+_QUANTIZED_DIR = "quantized"
+
+
+def _run_template_kwargs(model_dir: Path) -> dict[str, Any]:
+    """The ``data.chat_template_kwargs`` of the run whose export (or serving copy of one) ``model_dir`` is, for an
+    export without ``chat_template_kwargs.json``: one written before exports kept them was served without the
+    variables its run trained with (Qwen3 trained with thinking off answered with thinking on). {} for a directory
+    that is no run's export, and for a run that set none."""
+    export_dir = model_dir.parent if model_dir.name == _QUANTIZED_DIR else model_dir
+    spec_path = export_dir.parent / _RUN_SPEC_FILE
+    if not _EXPORT_DIR.fullmatch(export_dir.name) or not spec_path.is_file():
+        return {}
+    from jaxengine.spec import load_yaml  # here: the spec module (its schemas, dataset formats) takes most of a second
+
+    try:
+        spec = load_yaml(spec_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise TokenizerError(f"{spec_path}: cannot be read for the chat template variables of its run's export "
+                             f"{model_dir}: {error}") from None
+    data = spec.get("data") if isinstance(spec, Mapping) else None
+    variables = data.get("chat_template_kwargs") if isinstance(data, Mapping) else None
+    if not isinstance(variables, Mapping):
+        return {}
+    for name, value in variables.items():
+        if problem := chat_template_lib.template_variable_problem(name, value):
+            raise TokenizerError(f"{spec_path}: data.chat_template_kwargs.{name}: {problem}")
+    return dict(variables)
 
 
 def read_tokenizer_settings(model_dir: str | Path) -> TokenizerSettings:

@@ -22,6 +22,11 @@ url_host() {
         *) echo "$1" ;;
     esac
 }
+# The scheme uvicorn serves: HTTPS once it has a certificate or key to serve it with (it reads UVICORN_SSL_CERTFILE
+# and UVICORN_SSL_KEYFILE itself). TEMPER_HTTPS alone says nothing of it: behind an HTTPS proxy uvicorn serves HTTP.
+url_scheme() {
+    if [ -n "${UVICORN_SSL_CERTFILE:-}${UVICORN_SSL_KEYFILE:-}" ]; then echo https; else echo http; fi
+}
 
 if port_in_use "$PORT"; then
     echo "port $PORT is already in use (is Temper already running?); stop that process or set TEMPER_PORT" >&2
@@ -84,7 +89,7 @@ start_worker train train 1 prefork --max-tasks-per-child 1
 # for a whole answer to end before its first token).
 start_worker serve serve 64 threads
 
-echo "Temper is starting on http://$(url_host "$HOST"):$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
+echo "Temper is starting on $(url_scheme)://$(url_host "$HOST"):$PORT  (logs in $TEMPER_DATA/logs; Ctrl-C stops everything)"
 # --no-proxy-headers: uvicorn would believe X-Forwarded-For from any process on this host; Temper reads it itself,
 # from TEMPER_TRUSTED_PROXIES only (webapp/core/addresses.py).
 .venv/bin/uvicorn webapp.asgi:application --host "$HOST" --port "$PORT" --no-proxy-headers &

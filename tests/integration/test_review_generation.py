@@ -10,6 +10,7 @@ while it loads model A, whose config.json is a named pipe nobody writes to (``he
 answered the whole campaign in under a second, before a poll saw it at work, so killing it "mid-job" was a race."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -39,10 +40,10 @@ def model_dirs(tmp_path_factory):
     return [build_tiny_model_dir(tmp_path_factory.mktemp(f"tiny-review-worker-{seed}"), seed=seed) for seed in (0, 3)]
 
 
-def greedy(model_dir, max_new_tokens):
+def greedy(model_dir, max_new_tokens, **template_kwargs):
     loaded = load_serving_model(model_dir)
     return [generation.text for generation in Sampler(loaded.model, loaded.tokenizer).generate(
-        [encode_prompt(loaded.tokenizer, row["prompt"]) for row in PROMPTS],
+        [encode_prompt(loaded.tokenizer, row["prompt"], **template_kwargs) for row in PROMPTS],
         SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))]
 
 
@@ -79,6 +80,46 @@ def test_the_serve_worker_generates_a_campaign(celery_workers, transactional_db,
     assert {(item.metadata["model_a"], item.metadata["model_b"]) for item in items} == {
         (models[0].public_id, models[1].public_id)}
     assert services.queue_next_item(campaign=campaign, user=team.teammate).sequence == 1
+
+
+QWEN3_TEMPLATE = Path(__file__).parents[1] / "jaxengine/tokenizer/real_templates/qwen3.jinja"
+
+
+def test_the_serve_worker_renders_a_campaigns_prompts_with_its_thinking_switch(celery_workers, transactional_db,
+                                                                               settings, redis_url, tmp_path):
+    """A campaign's Thinking switch (off) reaches the serve worker's rendering of every prompt, for both models:
+    Qwen3's template then closes an empty think block after the generation prompt, and the greedy answers are
+    those of the prompts so rendered, not of the model's default (thinking on)."""
+    settings.REDIS_URL = redis_url
+    team = make_team()
+    model_dirs = []
+    for seed in (0, 3):
+        model_dir = build_tiny_model_dir(tmp_path / f"tiny-thinker-{seed}", seed=seed)
+        config = json.loads((model_dir / "tokenizer_config.json").read_text())
+        config["chat_template"] = QWEN3_TEMPLATE.read_text(encoding="utf-8")
+        (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+        model_dirs.append(model_dir)
+    thinking_off = [greedy(model_dir, 12, enable_thinking=False) for model_dir in model_dirs]
+    assert thinking_off[0] != greedy(model_dirs[0], 12), "the switch changes what this model answers"
+    celery_workers.ensure("serve")
+    models = [make_base_model(team.project, name=f"thinker-{index}", path=str(path))
+              for index, path in enumerate(model_dirs)]
+    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
+    campaign = services.campaign_generate(
+        project=team.project, name="thinking off", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=version, prompt_count=5,
+        sampling=services.GenerationSettings(max_new_tokens=12, temperature=0.0, enable_thinking=False),
+        user=team.owner)
+
+    def finished():
+        row = Campaign.objects.get(pk=campaign.pk)
+        return row if row.status != CampaignStatus.GENERATING else None
+
+    campaign = wait_for(finished, timeout=180, workers=celery_workers, what="the campaign's answers")
+    assert campaign.status == CampaignStatus.READY, campaign.load_error
+    items = list(campaign.items.order_by("sequence"))
+    assert [item.response_a for item in items] == thinking_off[0]
+    assert [item.response_b for item in items] == thinking_off[1]
 
 
 @pytest.fixture

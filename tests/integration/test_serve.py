@@ -115,3 +115,42 @@ def test_a_serving_copy_asked_for_is_written_by_the_serve_worker_then_served(ser
         "messages": [{"role": "user", "content": "Hello"}], "temperature": 0.0, "max_new_tokens": 6}], queue="serve")
     events = wait_for(lambda: finished(client, "through-the-copy"), timeout=90, workers=workers, what="the answer")
     assert events[-1]["type"] == "done" and events[-1]["completion_tokens"] == 6
+
+
+def test_an_arena_battle_with_thinking_off_is_rendered_so_by_the_serve_worker(serve_worker, transactional_db):
+    """An arena battle's Thinking switch (off) reaches the serve worker for both sides: each side's prompt is rendered
+    with Qwen3's empty think block after the generation prompt (its done event counts those prompt tokens), where
+    the battle without it is rendered as the model's template does by default (thinking on)."""
+    import json
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from jaxengine.data.pipeline import encode_prompt
+    from jaxengine.tokenizer import load_tokenizer
+    from tests.webapp.factories import make_base_model, make_team
+    from webapp.chat import arena, selectors
+
+    workers, client = serve_worker
+    team = make_team()
+    template = (Path(__file__).parents[1] / "jaxengine/tokenizer/real_templates/qwen3.jinja").read_text(encoding="utf-8")
+    for name in ("thinker-a", "thinker-b"):
+        model_dir = build_tiny_model_dir(settings.MODELS_ROOT / f"tiny-arena-{name}")
+        config = json.loads((model_dir / "tokenizer_config.json").read_text())
+        config["chat_template"] = template
+        (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+        make_base_model(team.project, name=name, path=str(model_dir))
+    tokenizer = load_tokenizer(model_dir)
+    asked = [{"role": "user", "content": "Name a colour."}]
+    off, default = len(encode_prompt(tokenizer, asked, enable_thinking=False)), len(encode_prompt(tokenizer, asked))
+    assert off > default
+
+    for enable_thinking, prompt_tokens in ((False, off), (None, default)):
+        battle = arena.battle_create(project=team.project, user=team.teammate, prompt="Name a colour.",
+                                     choices=selectors.model_choices(project=team.project),
+                                     enable_thinking=enable_thinking)
+        for side in (battle.side_a, battle.side_b):
+            answer = arena.battle_answer(side).public_id
+            events = wait_for(lambda: finished(client, answer), timeout=120, workers=workers, what="a side's answer")
+            assert events[-1]["type"] == "done", events[-1]
+            assert events[-1]["prompt_tokens"] == prompt_tokens, (enable_thinking, events[-1])

@@ -106,6 +106,40 @@ def test_the_job_renders_with_them_and_its_export_keeps_them(thinking_model, dem
     assert not (thinking_model / "chat_template_kwargs.json").exists()
     load_tokenizer(thinking_model).save(export)
     assert not (export / "chat_template_kwargs.json").exists()
+    # An export written before exports kept the file renders with its run's variables all the same (spec.yaml's).
+    assert encode_prompt(load_tokenizer(export), messages) == encode_prompt(tokenizer, messages)
+
+
+def test_an_export_without_the_file_takes_its_runs_variables(thinking_model, tmp_path):
+    """An export made before exports kept chat_template_kwargs.json was served without the variables its run trained
+    with (Qwen3 trained with thinking off answered thinking). Without the file, a run's export (export/,
+    export-step-N/, and the serving copy quantized/ inside either) takes its run's data.chat_template_kwargs from
+    the run's spec.yaml; the file, where there is one, is the export's own; another directory takes nothing."""
+    messages = [{"role": "user", "content": "2+2?"}]
+    run = tmp_path / "run"
+    for export in ("export", "export-step-3", "export/quantized", "export-step-3/quantized", "model"):
+        shutil.copytree(thinking_model, run / export)
+    (run / "spec.yaml").write_text(yaml.safe_dump(_spec(thinking_model, run, "rows.jsonl",
+                                                        chat_template_kwargs={"enable_thinking": False})))
+
+    def rendered(directory):
+        return load_tokenizer(directory).apply_chat_template(messages, add_generation_prompt=True)
+
+    for export in ("export", "export-step-3", "export/quantized", "export-step-3/quantized"):
+        assert rendered(run / export).endswith(NO_THINKING), export
+        assert load_tokenizer(run / export).template_kwargs == {"enable_thinking": False}
+    assert not rendered(run / "model").endswith(NO_THINKING)
+    (run / "export-step-3" / "chat_template_kwargs.json").write_text('{"enable_thinking": true}')
+    assert not rendered(run / "export-step-3").endswith(NO_THINKING)
+    # A run that set none, and a spec whose variable is no scalar, named as the spec's key.
+    (run / "spec.yaml").write_text(yaml.safe_dump(_spec(thinking_model, run, "rows.jsonl")))
+    assert not rendered(run / "export").endswith(NO_THINKING)
+    (run / "spec.yaml").write_text(yaml.safe_dump(_spec(thinking_model, run, "rows.jsonl",
+                                                        chat_template_kwargs={"enable_thinking": [False]})))
+    from jaxengine.tokenizer import TokenizerError
+
+    with pytest.raises(TokenizerError, match=r"run/spec.yaml: data.chat_template_kwargs.enable_thinking: \[False\] is a list"):
+        load_tokenizer(run / "export")
 
 
 def test_a_models_file_of_variables_that_are_no_scalars_is_named(thinking_model):

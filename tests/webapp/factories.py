@@ -5,8 +5,10 @@ teammate (member), a viewer, and an outsider who belongs to another project only
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -102,6 +104,20 @@ def _word_level_tokenizer(ids: int) -> dict:
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [end], "normalizer": None,
             "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
             "model": {"type": "WordLevel", "vocab": words, "unk_token": "w0"}}
+
+
+QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}assistant"
+              "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}{% endif %}")
+
+
+def thinking_model_dir(path: Path, *, own_variables: dict | None = None) -> Path:
+    """A model directory whose chat template reads enable_thinking (its weights are not read here), with its own
+    template variables (chat_template_kwargs.json) where given."""
+    path.mkdir()
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN3_LIKE}))
+    if own_variables is not None:
+        (path / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
+    return path
 
 
 def make_base_model(project: Project, *, name: str = "tiny", path: str = "/models/tiny",

@@ -24,7 +24,7 @@ from django.utils import timezone
 from webapp.chat import services
 from webapp.chat.leaderboard import Rating, Vote, leaderboard, win_rates
 from webapp.chat.models import Battle, BattleOutcome, Conversation, Message, MessageStatus, Role
-from webapp.chat.selectors import ModelChoice, distinct_labels
+from webapp.chat.selectors import ModelChoice, distinct_labels, thinking_defaults
 from webapp.core.bidi import isolated
 from webapp.core.text import checked_name
 from webapp.projects.models import Project
@@ -38,9 +38,11 @@ DECISIVE = (BattleOutcome.A, BattleOutcome.B)
 
 @transaction.atomic
 def battle_create(*, project: Project, user, prompt: str, choices: list[ModelChoice],
-                  compare: tuple[ModelChoice, ModelChoice] | None = None) -> Battle:
+                  compare: tuple[ModelChoice, ModelChoice] | None = None, enable_thinking: bool | None = None) -> Battle:
     """Send the prompt to two different models: drawn at random (a blind battle), or the two given
-    (compare mode, names shown)."""
+    (compare mode, names shown). ``enable_thinking``: the chat's Thinking switch for both (None: each model's own
+    default), kept by each side whose model's chat template reads it, as a chat conversation keeps it, and sent with
+    its answer's request."""
     services.check_turn_text(prompt, field="prompt", what="prompt")
     if compare is not None:
         if compare[0].ref == compare[1].ref:
@@ -55,14 +57,24 @@ def battle_create(*, project: Project, user, prompt: str, choices: list[ModelCho
     # battle, not the message each side's turn sends (which locks them again, at no cost).
     for model in (model_a, model_b):
         services.chat_model_lock(project=project, model=model, doing="as the battle was being started")
+    reads_thinking = thinking_defaults([model_a, model_b])
     sides = []
     for model in (model_a, model_b):
-        conversation = services.conversation_create(project=project, user=user, model=model)
+        conversation = services.conversation_create(
+            project=project, user=user, model=model,
+            enable_thinking=enable_thinking if model.ref in reads_thinking else None)
         Conversation.objects.filter(pk=conversation.pk).update(in_arena=True)
         services.message_send(conversation=conversation, model=model, content=prompt)
         sides.append(conversation)
     return Battle.objects.create(project=project, user=user, prompt=prompt, side_a=sides[0], side_b=sides[1],
                                  blind=compare is None)
+
+
+def battle_thinking(battle: Battle) -> bool | None:
+    """The Thinking switch the battle was started with, as its sides keep it: None where it was each model's
+    default, or where neither model's template reads it (it changed nothing)."""
+    return next((side.enable_thinking for side in (battle.side_a, battle.side_b) if side.enable_thinking is not None),
+                None)
 
 
 def battle_answer(conversation: Conversation) -> Message | None:

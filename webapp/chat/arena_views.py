@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.chat import arena, selectors, services
 from webapp.chat.access import chat_access
-from webapp.chat.forms import ArenaExportForm
+from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, ArenaExportForm, thinking_choice
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle, BattleOutcome, MessageStatus
 from webapp.chat.services import ChatError
@@ -61,20 +61,22 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             if any(request.POST.get(field) for field in ("model_a", "model_b")) and None in picked:
                 raise ChatError("compare mode needs two models of this project; leave both empty for a blind battle")
+            enable_thinking = thinking_choice(request.POST.get("thinking", ""))
 
             def start() -> str:
                 battle = arena.battle_create(project=project, user=request.user,
                                              prompt=typed_text(request.POST.get("prompt", "")),
-                                             choices=choices, compare=None if None in picked else tuple(picked))
+                                             choices=choices, compare=None if None in picked else tuple(picked),
+                                             enable_thinking=enable_thinking)
                 return reverse("chat:battle", kwargs={"slug": project.slug, "battle_id": battle.public_id})
 
             return redirect(form_send_once(request, create=start))
-        except ValidationError as problem:  # the prompt (blank, a NUL, too long)
+        except ValidationError as problem:  # the prompt (blank, a NUL, too long), the Thinking choice
             error = " ".join(problem.messages)
         except ChatError as problem:
             error = str(problem)
     # A refused battle shows its form again as it was sent, so the prompt need not be typed again.
-    sent = {field: request.POST.get(field, "") for field in ("prompt", "model_a", "model_b")} if error else {}
+    sent = {field: request.POST.get(field, "") for field in ("prompt", "model_a", "model_b", "thinking")} if error else {}
     return _arena_page(request, project, membership, choices=choices, error=error, sent=sent,
                        status=400 if error else 200)
 
@@ -82,9 +84,13 @@ def arena_home(request: HttpRequest, slug: str) -> HttpResponse:
 def _arena_page(request: HttpRequest, project: Project, membership: Membership, *, choices=None, error: str = "",
                 sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
+    choices = selectors.model_choices(project=project) if choices is None else choices
     return render(request, "chat/arena.html", {
         "project": project, "membership": membership, "error": error, "battles": battles,
-        "choices": selectors.model_choices(project=project) if choices is None else choices, "sent": sent or {},
+        "choices": choices, "sent": sent or {},
+        # The Thinking control, as the chat's switch, only where a model of the project reads enable_thinking.
+        "thinking_choices": THINKING_CHOICES if selectors.thinking_defaults(choices) else None,
+        "thinking_help": THINKING_HELP,
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
 
@@ -103,6 +109,7 @@ def arena_battle(request: HttpRequest, slug: str, battle_id: str) -> HttpRespons
                       "events": reverse("chat:events", kwargs=kwargs), "html": reverse("chat:message", kwargs=kwargs)})
     return render(request, "chat/battle.html", {
         "project": project, "membership": membership, "battle": battle, "sides": sides,
+        "thinking": arena.battle_thinking(battle),
         "outcomes": BattleOutcome.choices,
         # The vote opens once both answers are done (battle_vote refuses it before); the page enables it.
         "answering": any(side["answer"].status == MessageStatus.STREAMING for side in sides),

@@ -13,6 +13,25 @@ from webapp.core.model_refs import chat_ref
 from webapp.core.text import checked_text, typed_text
 
 
+# The Thinking control where one setting serves two models, an arena battle's and a generated review campaign's: each
+# model's own default, or the chat's switch on or off for both (sent as enable_thinking to a model whose chat template
+# reads it). The values a form sends, as ``enable_thinking`` keeps them.
+THINKING_CHOICES = [("", "Each model's default"), ("on", "On"), ("off", "Off")]
+THINKING_VALUES = {"": None, "on": True, "off": False}
+THINKING_HELP = ("For models whose chat template reads enable_thinking (Qwen3's): on, the model reasons in a think block "
+                 "before it answers; off, its template closes an empty one. Each model's default: as its own template "
+                 "variables set it (a run trained with thinking off answers with it off).")
+
+
+def thinking_choice(value: str) -> bool | None:
+    """``enable_thinking`` for a Thinking control's ``value`` (``THINKING_CHOICES``); a ``ValidationError`` keyed
+    ``thinking`` for any other."""
+    if value not in THINKING_VALUES:
+        raise ValidationError({"thinking": f"Thinking: {value!r} is not a choice; choose on, off, or each model's "
+                                           "default (empty)"})
+    return THINKING_VALUES[value]
+
+
 class TypedTextField(forms.CharField):
     """Text for the model, typed in a textarea: its line breaks as typed (``typed_text``), not as the form sent them."""
 

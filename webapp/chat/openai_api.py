@@ -50,7 +50,7 @@ from pydantic_core import PydanticCustomError
 from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
-from webapp.chat.openai_errors import body_problem, misspelt_field, misspelt_problem
+from webapp.chat.openai_errors import body_problems, misspelt_field, with_misspellings
 from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
@@ -86,16 +86,22 @@ class _RequestObject(BaseModel):
     model_config = ConfigDict(extra="ignore")
     NOT_READ: ClassVar[frozenset[str]] = frozenset()
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _no_misspelt_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key in data:
-                if not isinstance(key, str) or key in cls.model_fields or key in cls.NOT_READ:
-                    continue
-                if (meant := misspelt_field(key, read=cls.model_fields)) is not None:
-                    raise misspelt_problem(key, meant)
-        return data
+    def _no_misspelt_fields(cls, data: Any, handler: pydantic.ValidatorFunctionWrapHandler) -> Any:
+        # Wrapped, not before: its fields are validated all the same, and their problems said with the misspellings.
+        # A key sent as null is one left out (``_without_nulls``), misspelt or not: it changes no answer.
+        misspelt = {} if not isinstance(data, dict) else {
+            key: meant for key, value in data.items()
+            if isinstance(key, str) and value is not None and key not in cls.model_fields and key not in cls.NOT_READ
+            and (meant := misspelt_field(key, read=cls.model_fields)) is not None}
+        if not misspelt:
+            return handler(data)
+        try:
+            handler(data)
+        except pydantic.ValidationError as error:
+            raise with_misspellings(model=cls.__name__, data=data, misspelt=misspelt, error=error) from None
+        raise with_misspellings(model=cls.__name__, data=data, misspelt=misspelt, error=None)
 
 
 class _StreamOptions(_RequestObject):
@@ -176,8 +182,9 @@ class _Body(_RequestObject):
     @field_validator("stream_options")
     @classmethod
     def _only_when_streaming(cls, options, info: pydantic.ValidationInfo):
-        # As OpenAI's and vLLM's servers answer: it sets what a stream carries, and there is no stream.
-        if options is not None and info.data.get("stream") is not True:
+        # As OpenAI's and vLLM's servers answer: it sets what a stream carries, and there is no stream. (A stream
+        # refused, "stream": "yes", is not in info.data: its own problem is the one to mend.)
+        if options is not None and "stream" in info.data and info.data["stream"] is not True:
             raise ValueError("only allowed when stream is true; leave it out, or set stream: true")
         return options
 
@@ -317,7 +324,7 @@ class ChatBody(_Body):
     @classmethod
     def _no_tools(cls, tools, info: pydantic.ValidationInfo):
         choice = _CHOICE_OF[info.field_name]
-        if tools and info.data.get(choice) != "none":
+        if tools and choice in info.data and info.data[choice] != "none":  # (a choice refused is said on its own)
             raise _unsupported(info.field_name, NO_TOOLS, f'{choice}: "none"')
         return tools
 
@@ -408,10 +415,12 @@ def _method_not_allowed(request: HttpRequest, method: str) -> JsonResponse:
 
 
 def _invalid_body(error: pydantic.ValidationError, schema: type[_Body]) -> JsonResponse:
-    """The body's first problem, said by ``openai_errors.body_problem``: its field as the client wrote it
-    (``messages[2].content``), what was wrong and what to give instead."""
-    problem = body_problem(error, schema=schema)
-    return _error(400, problem.message, code=problem.code, param=problem.param)
+    """The body's problems, said by ``openai_errors.body_problems``, a line each: its field as the client wrote it
+    (``messages[2].content``), what was wrong and what to give instead. OpenAI's error names one ``param`` and one
+    ``code``: the first problem's."""
+    problems = body_problems(error, schema=schema)
+    return _error(400, "\n".join(problem.message for problem in problems), code=problems[0].code,
+                  param=problems[0].param)
 
 
 def _authenticate(request: HttpRequest):

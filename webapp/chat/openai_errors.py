@@ -5,14 +5,18 @@ should be a valid dictionary or instance of _Message"), at a location that is a 
 a union it tried (``("temperature", "float")``). A client needs three things: the field, by the path it wrote
 (``messages[2].content``, as OpenAI's own errors name it); what was wrong with what it sent; and what to give
 instead: the field's ``description`` where the schema gives one, else its type and range as the schema
-declares them. One problem is said, the first, as OpenAI's error names one ``param``; its ``code`` is
-OpenAI's for the kind of problem (``missing_required_parameter``, ``invalid_type``, ``invalid_value``), or
-``unsupported_value`` for a field asking for what the answers cannot hold.
+declares them. Every problem of the body is said (``body_problems``), so that a client mends them all at once rather
+than one per request: OpenAI's error is one object naming one ``param``, so its ``message`` holds one line per problem
+and ``param`` and ``code`` are the first one's. A value that no member of a union takes is one problem, said once. A
+``code`` is OpenAI's for the kind of problem (``missing_required_parameter``, ``invalid_type``, ``invalid_value``),
+or ``unsupported_value`` for a field asking for what the answers cannot hold.
 
 A field the schema does not read is ignored (clients send OpenAI's fields that Temper has no use for, ``user``),
 but not one that is a near miss of a field it reads (``misspelt_field``: ``temprature``, ``max_token``, ``top-p``,
 ``stop_sequences``): ignored, it left the answer to that field's default without a word. It is refused with code
-``unknown_parameter``, OpenAI's for a field it does not know, saying which field was meant.
+``unknown_parameter``, OpenAI's for a field it does not know, saying which field was meant; the body's other fields
+are checked all the same (``with_misspellings``), and a field left missing by its misspelling is said once, as the
+misspelling.
 """
 from __future__ import annotations
 
@@ -49,11 +53,19 @@ class BodyProblem:
     code: str
 
 
-def body_problem(error: pydantic.ValidationError, *, schema: type[pydantic.BaseModel]) -> BodyProblem:
-    """The first problem of ``error``, raised validating a request body against ``schema``: its field's path,
-    what was wrong and what to give instead ("messages[1].role: "robot" is not a value taken here; give one of
-    system, developer, user, assistant")."""
-    problem = error.errors(include_url=False)[0]
+def body_problems(error: pydantic.ValidationError, *, schema: type[pydantic.BaseModel]) -> list[BodyProblem]:
+    """Every problem of ``error``, raised validating a request body against ``schema``, in the schema's order of
+    fields, one per field: its path, what was wrong and what to give instead ("messages[1].role: "robot" is not a
+    value taken here; give one of system, developer, user, assistant"). A union's members each refuse a value
+    (temperature "0.5": float's error and int's): the first one's words say it."""
+    problems: dict[str | None, BodyProblem] = {}
+    for one in error.errors(include_url=False):
+        problem = _body_problem(one, schema=schema)
+        problems.setdefault(problem.param, problem)
+    return list(problems.values())
+
+
+def _body_problem(problem: Any, *, schema: type[pydantic.BaseModel]) -> BodyProblem:
     place = _place(schema, problem["loc"])
     kind, value = problem["type"], problem["input"]
     shown, expected = value_as_sent(value), _expected(place.annotation, place.field)
@@ -120,10 +132,26 @@ def misspelt_field(key: str, *, read: Iterable[str]) -> str | None:
 
 def misspelt_problem(key: str, meant: str) -> pydantic_core.PydanticCustomError:
     """The error a body model's validator raises for ``key``, a near miss of ``meant`` (``misspelt_field``):
-    ``body_problem`` says it with the key's path."""
+    ``body_problems`` says it with the key's path."""
     return pydantic_core.PydanticCustomError(
         "unknown_parameter", "not a field read here; did you mean {meant}? (A field not read here is ignored: the "
         "answer would have been made without it.)", {"field": key, "meant": meant})
+
+
+def with_misspellings(*, model: str, data: dict[str, Any], misspelt: dict[str, str],
+                      error: pydantic.ValidationError | None) -> pydantic.ValidationError:
+    """The error of the object ``data``, validated as ``model``, whose keys ``misspelt`` (key → the field meant) are
+    near misses: a problem for each, then those of its fields (``error``; None when they were all good), but not
+    the "missing" of a field that a misspelling was meant as: it is missing because of it."""
+    meant = {(field,) for field in misspelt.values()}
+    fields = [problem for problem in (error.errors(include_url=False) if error is not None else [])
+              if not (problem["type"] == "missing" and problem["loc"] in meant)]
+    return pydantic.ValidationError.from_exception_data(model, [
+        *({"type": misspelt_problem(key, field), "loc": (), "input": data} for key, field in misspelt.items()),
+        # Said again in their own words: pydantic makes a line of an error only from its type and context, and
+        # those of our validators (value_error, unsupported_value) it cannot make from their names alone.
+        *({"type": pydantic_core.PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx")),
+           "loc": problem["loc"], "input": problem["input"]} for problem in fields)])
 
 
 @dataclass(frozen=True)
@@ -215,11 +243,10 @@ def _json_type(annotation: Any) -> Any:
 def _noun(annotation: Any) -> str:
     """What a value of ``annotation`` is: "a number", "text (a JSON string) or a JSON object"."""
     members = _union_members(_unwrapped(annotation)) or (annotation,)
-    kinds = {_json_type(member) for member in members}
-    if kinds == {int, float}:
-        return _NOUNS[float]
-    return " or ".join(_NOUNS[kind] for kind in dict.fromkeys(_json_type(member) for member in members)
-                       if kind in _NOUNS) or "a value this field takes"
+    kinds = list(dict.fromkeys(_json_type(member) for member in members))
+    if int in kinds and float in kinds:  # a whole number is a number ("a number or a whole number" said it twice)
+        kinds.remove(int)
+    return " or ".join(_NOUNS[kind] for kind in kinds if kind in _NOUNS) or "a value this field takes"
 
 
 def _expected(annotation: Any, field: FieldInfo | None) -> str:

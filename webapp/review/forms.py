@@ -5,8 +5,8 @@ from django import forms
 from jaxengine.words import counted
 from webapp.datasets.models import DatasetVersion, VersionStatus
 from webapp.projects.models import Project
-from webapp.chat.forms import ModelRefField
-from webapp.chat.selectors import model_choices
+from webapp.chat.forms import THINKING_CHOICES, THINKING_HELP, ModelRefField, thinking_choice
+from webapp.chat.selectors import model_choices, thinking_defaults
 from webapp.core.bidi import isolated
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.review.models import MAX_REQUIRED_REVIEWS, Choice, Label
@@ -66,7 +66,7 @@ class GeneratedCampaignForm(CampaignSettingsForm):
     """A campaign on two models' answers to the same prompts (``services.campaign_generate``)."""
 
     field_order = ["name", "model_a", "model_b", "prompts_version", "prompt_count", "max_new_tokens", "temperature",
-                   "top_p", "top_k", "seed", "guidelines", "required_reviews", "reviewers"]
+                   "top_p", "top_k", "seed", "thinking", "guidelines", "required_reviews", "reviewers"]
 
     name = forms.CharField(max_length=100)
     model_a = ModelRefField(label="Model A", help_text="A base model, a succeeded run or one of its checkpoints.",
@@ -81,12 +81,18 @@ class GeneratedCampaignForm(CampaignSettingsForm):
     top_p = forms.FloatField(min_value=0.01, max_value=1, initial=1.0, label="Top-p")
     top_k = forms.IntegerField(min_value=0, max_value=1000, initial=0, label="Top-k", help_text="0 = off.")
     seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
+    thinking = forms.TypedChoiceField(
+        choices=THINKING_CHOICES, coerce=thinking_choice, empty_value=None, required=False, help_text=THINKING_HELP,
+        error_messages={"invalid_choice": "%(value)s is not a Thinking choice; choose on, off or each model's default."})
 
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, project=project, **kwargs)
-        models = [(choice.ref, choice.option_label) for choice in model_choices(project=project)]
+        choices = model_choices(project=project)
+        models = [(choice.ref, choice.option_label) for choice in choices]
         self.fields["model_a"].choices = models
         self.fields["model_b"].choices = models
+        if not thinking_defaults(choices):  # as the chat's switch: only where a model of the project reads it
+            del self.fields["thinking"]
         sources = prompt_sources(project=project)
         self.sources = {version.public_id: version for version, _label in sources}
         self.fields["prompts_version"].choices = [(version.public_id, label) for version, label in sources]

@@ -483,13 +483,16 @@ PROMPT_SOURCE_KINDS = (formats.DatasetKind.PROMPTS, formats.DatasetKind.SFT, for
 @dataclass(frozen=True, kw_only=True)
 class GenerationSettings:
     """How both models sample their answers (the chat's settings; ``temperature=0`` is greedy).
-    Prompt ``i`` (0-based) is sampled with seed ``seed + i`` by both models."""
+    Prompt ``i`` (0-based) is sampled with seed ``seed + i`` by both models. ``enable_thinking``: the chat's
+    Thinking switch for both, rendered by a model whose chat template reads it over its own template variables;
+    None leaves each model's own (a campaign made before it was a setting has none)."""
 
     max_new_tokens: int = 256
     temperature: float = 0.7
     top_p: float = 1.0
     top_k: int = 0
     seed: int = 0
+    enable_thinking: bool | None = None
 
     def __post_init__(self):
         problems = {}
@@ -503,8 +506,15 @@ class GenerationSettings:
             problems["top_k"] = f"top-k must be 0 (off) or more, got {self.top_k}"
         if not 0 <= self.seed < 2**31:
             problems["seed"] = f"seed must be 0 to 2**31 - 1, got {self.seed}"
+        if self.enable_thinking is not None and not isinstance(self.enable_thinking, bool):
+            problems["thinking"] = f"thinking must be on, off or each model's default, got {self.enable_thinking!r}"
         if problems:
             raise ValidationError(problems)
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, bool]:
+        """The template variables each prompt is rendered with, over the model's own."""
+        return {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
 
 
 def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, str]:

@@ -86,7 +86,7 @@ def campaign_generate(request: HttpRequest, slug: str) -> HttpResponse:
                 model_b=data["model_b"], prompts_version=data["prompts_version"], prompt_count=data["prompt_count"],
                 sampling=services.GenerationSettings(
                     max_new_tokens=data["max_new_tokens"], temperature=data["temperature"], top_p=data["top_p"],
-                    top_k=data["top_k"], seed=data["seed"]),
+                    top_k=data["top_k"], seed=data["seed"], enable_thinking=data.get("thinking")),
                 user=request.user)
             messages.success(request, f"Campaign {isolated(campaign.name)} created; both models are answering its prompts.")
             return reverse("review:detail", args=[project.slug, campaign.public_id])

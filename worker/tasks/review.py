@@ -91,7 +91,8 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     Prompts go in slices of the server's batch size and each slice is awaited before the next is
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
     campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
-    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models).
+    (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models), and is
+    rendered with ``settings.chat_template_kwargs`` (the Thinking switch) over the model's own template variables.
     Each answer has ``TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS`` from its slice's submission; one cut
     by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
     from jaxengine.data.pipeline import DataError, encode_prompt
@@ -108,7 +109,7 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     for index, prompt in enumerate(prompts):
         try:
             request = ServeRequest(
-                prompt_ids=tuple(encode_prompt(tokenizer, prompt.prompt)),
+                prompt_ids=tuple(encode_prompt(tokenizer, prompt.prompt, **settings.chat_template_kwargs)),
                 params=SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                                       top_p=settings.top_p, top_k=settings.top_k, seed=settings.seed + index))
             server.decoder.check(request)

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.template.defaultfilters import floatformat
 from django.urls import reverse
 
-from tests.webapp.factories import form_token, make_base_model
+from tests.webapp.factories import form_token, make_base_model, thinking_model_dir
 from webapp.chat import arena, selectors, services
 from webapp.chat.leaderboard import MIN_VOTES_FOR_INTERVAL
 from webapp.chat.models import Battle
@@ -64,6 +64,61 @@ def test_a_battle_asks_two_different_models_and_hides_them_until_the_vote(team, 
     page = client.get(battle_url("battle", battle)).content.decode()
     assert "falcon" in page and "heron" in page and "<script>alert" not in page
     assert Battle.objects.get(pk=battle.pk).outcome == "a"
+
+
+def test_a_battle_takes_the_chats_thinking_switch_for_both_sides(team, client_for, sent, tmp_path,
+                                                                  django_capture_on_commit_callbacks):
+    """A battle had no Thinking switch: a Qwen3 model answered with thinking on (or as its run trained) whatever one
+    wanted to compare. The arena offers the chat's switch for both sides where a model of the project reads
+    enable_thinking; each side whose model reads it keeps it, as a chat conversation does, and its request carries it
+    over the model's own variables; the battle page says it, and its "another battle" forms keep it."""
+    thinker = make_base_model(team.project, name="falcon", path=str(thinking_model_dir(tmp_path / "falcon")))
+    plain = make_base_model(team.project, name="heron", path="/models/heron")
+    client = client_for(team.teammate)
+    arena_url = reverse("chat:arena", args=[team.project.slug])
+    page = client.get(arena_url).content.decode()
+    assert '<select name="thinking" id="id_thinking"' in page and "Each model&#x27;s default" in page and '<option value="off">Off</option>' in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(arena_url, {"prompt": "2+2?", "thinking": "off", "model_a": thinker.public_id,
+                                           "model_b": plain.public_id})
+    assert response.status_code == 302, response.content
+    battle = Battle.objects.get(project=team.project, prompt="2+2?")
+    assert (battle.side_a.enable_thinking, battle.side_b.enable_thinking) == (False, None)
+    by_path = {request["model_path"]: request for request in sent}
+    assert by_path[str(tmp_path / "falcon")]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in by_path["/models/heron"]
+    finish(battle, "4.", "Four.")
+    client.post(battle_url("vote", battle), {"outcome": "a"})
+    page = client.get(battle_url("battle", battle)).content.decode()
+    assert "Thinking off (enable_thinking false for the models whose chat template reads it)" in page
+    assert '<input type="hidden" name="thinking" value="off">' in page
+
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(arena_url, {"prompt": "3+3?", "thinking": "", "model_a": thinker.public_id,
+                                "model_b": plain.public_id})
+    battle = Battle.objects.get(project=team.project, prompt="3+3?")
+    assert (battle.side_a.enable_thinking, battle.side_b.enable_thinking) == (None, None)
+    assert all("chat_template_kwargs" not in request for request in sent)
+    assert "Thinking" not in client.get(battle_url("battle", battle)).content.decode().split("arena-sides")[0]
+
+
+def test_a_thinking_choice_that_is_none_is_refused_naming_it(team, client_for, sent, tmp_path):
+    make_base_model(team.project, name="falcon", path=str(thinking_model_dir(tmp_path / "falcon")))
+    make_base_model(team.project, name="heron", path="/models/heron")
+    client = client_for(team.teammate)
+    arena_url = reverse("chat:arena", args=[team.project.slug])
+    response = client.post(arena_url, {"prompt": "2+2?", "thinking": "<b>maybe</b>"})
+    assert response.status_code == 400
+    assert ("Thinking: &#x27;&lt;b&gt;maybe&lt;/b&gt;&#x27; is not a choice; choose on, off, or each model&#x27;s "
+            "default (empty)") in response.content.decode()
+    assert not Battle.objects.filter(project=team.project).exists() and sent == []
+
+
+def test_no_thinking_choice_where_no_model_reads_it(team, client_for, models):
+    page = client_for(team.teammate).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert 'name="thinking"' not in page
 
 
 def test_a_decisive_vote_becomes_a_preference_pair_and_exports(team, client_for, models, sent, settings,

@@ -236,6 +236,62 @@ def test_openai_fields_not_read_and_unrelated_ones_are_still_taken(api, worker):
     assert [request["temperature"] for request in requests] == [1.0, 1.0]
 
 
+MISSPELT = "not a field read here; did you mean {}? (A field not read here is ignored: the answer would have been made without it.)"
+
+
+@pytest.mark.parametrize("path,body,param,code,lines", [
+    # a misspelling, then the fields in the schema's order; stream_options is not told "only when stream is true"
+    # for a stream itself refused, nor tools "tool_choice: none" for a tool_choice refused
+    ("/v1/chat/completions", {"max_token": 5, "messages": [HI, {"role": "robot", "content": "x"}], "temperature": 3,
+                              "stream": "yes", "stream_options": {"include_usage": True}, "tool_choice": 5,
+                              "tools": [{"type": "function"}]},
+     "max_token", "unknown_parameter",
+     ["max_token: " + MISSPELT.format("max_tokens"), f"model: missing (it is required); {GIVE_A_MODEL}",
+      "temperature: 3 is too large; give a number from 0 to 2", 'stream: "yes" is not true or false; give true or false',
+      f'messages[1].role: "robot" is not a value taken here; {GIVE_A_ROLE}',
+      'tool_choice: 5 is not text (a JSON string) or a JSON object; give "none" (the answers here are text only, the '
+      "model is not asked to call tools), or leave tool_choice out"]),
+    # a value no member of a union takes is one problem; a field missing through its misspelling is the misspelling
+    ("/v1/chat/completions", {"model": "{model}", "messages": [{"role": "user", "contnet": "hi"}, {"role": "user"}],
+                              "temperature": "0.5", "chat_template_kwargs": {"enable_thinking": [False]}},
+     "temperature", "invalid_type",
+     ['temperature: "0.5" is text (in quotes), not a number; give a number from 0 to 2, without quotes',
+      "messages[0].contnet: " + MISSPELT.format("content"),
+      'messages[1].content: missing (it is required); give the message\'s text: a string, or a JSON array of text '
+      'parts {"type": "text", "text": ...}',
+      'chat_template_kwargs["enable_thinking"]: [false] is not text (a JSON string) or a number or true or false; '
+      "give a JSON scalar: a string, a number, true/false or null"]),
+    ("/v1/completions", {"model": "{model}", "prompt": 5, "max_tokens": 0, "echo": True},
+     "max_tokens", "invalid_value",
+     ["max_tokens: 0 is too small; give a whole number from 1 to 8192",
+      "prompt: give a string or a list of strings (token ids are not taken)",
+      "echo: not supported: an answer is the completion only, without the prompt before it; leave echo out (or send "
+      "false)"]),
+])
+def test_every_problem_of_a_bad_body_is_said_at_once(api, worker, path, body, param, code, lines):
+    """Only the first problem of a body was said: a client mended it, sent the body again and was told the next one,
+    a request per problem. OpenAI's error is one object: its message says every problem, a line each, and param and
+    code are the first one's."""
+    model, headers = api
+    scripts, requests = worker
+    sent = {key: model.public_id if value == "{model}" else value for key, value in body.items()}
+    response = post(path, sent, headers)
+    assert response.status_code == 400, response.content
+    assert response.json() == {"error": {"message": "\n".join(lines), "type": "invalid_request_error", "param": param,
+                                         "code": code}}
+    assert requests == []
+
+
+def test_a_misspelt_field_sent_as_null_is_a_field_left_out(api, worker):
+    """null is a field not sent (OpenAI's schema marks optional fields nullable), misspelt or not: it changes no
+    answer."""
+    model, headers = api
+    scripts, requests = worker
+    scripts.append(ANSWER)
+    response = post("/v1/chat/completions", chat(model, temprature=None), headers)
+    assert response.status_code == 200, response.content
+
+
 @pytest.mark.parametrize("method,path,allowed", [
     ("get", "/v1/chat/completions", "POST"),
     ("put", "/v1/completions", "POST"),

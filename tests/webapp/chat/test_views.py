@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import make_base_model, thinking_model_dir
 from webapp.chat import channels, forms, selectors, services
 from webapp.chat.models import Conversation, Message, MessageStatus
 from webapp.runs.channels import redis_client
@@ -743,19 +743,6 @@ def test_an_open_event_stream_fails_an_answer_once_no_worker_will_finish_it(team
     assert Message.objects.get(public_id=answer).status == MessageStatus.FAILED
 
 
-QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}assistant"
-              "{% if enable_thinking is defined and enable_thinking is false %} <think></think>{% endif %}{% endif %}")
-
-
-def thinking_model_dir(path, *, own_variables=None):
-    """A model directory whose chat template reads enable_thinking (its weights are not read here)."""
-    path.mkdir()
-    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN3_LIKE}))
-    if own_variables is not None:
-        (path / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
-    return path
-
-
 def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_sent_with_each_turn(
         team, client_for, base_model, sent, tmp_path, django_capture_on_commit_callbacks):
     thinker = make_base_model(team.project, name="thinker", path=str(thinking_model_dir(tmp_path / "thinker")))
@@ -791,6 +778,18 @@ def test_the_thinking_switch_is_offered_for_a_model_whose_template_reads_it_and_
         client.post(url("send", plain), {"content": "2+2?"})
     assert plain.enable_thinking is None and "chat_template_kwargs" not in sent[-1][1][0]
     assert "thinking" not in client.get(url("detail", plain)).content.decode().split('class="chat-settings"')[1][:400]
+
+
+def test_an_export_made_before_exports_kept_their_variables_defaults_to_its_runs(team, client_for, tmp_path):
+    """A run's export without chat_template_kwargs.json (written before exports kept it) of a run that trained with
+    thinking off offered the switch on, and was served thinking: its run's spec.yaml says the variables."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "spec.yaml").write_text("task: sft\ndata:\n  chat_template_kwargs:\n    enable_thinking: false\n")
+    old_export = make_base_model(team.project, name="old-export", path=str(thinking_model_dir(tmp_path / "run" / "export")))
+    page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    switch = re.search(r'<input type="checkbox" name="thinking"[^>]*>', page).group(0)
+    assert json.loads(re.search(r'data-thinking-defaults="([^"]*)"', switch).group(1).replace("&quot;", '"')) == {
+        old_export.public_id: False}
 
 
 def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):

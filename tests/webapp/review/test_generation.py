@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.factories import form_token, make_base_model, make_ready_version
+from tests.webapp.factories import form_token, make_base_model, make_ready_version, thinking_model_dir
 from tests.webapp.review.conftest import answer
 from webapp.core.bidi import isolated
 from webapp.review import services
@@ -51,7 +51,8 @@ def test_it_queues_the_generation_on_the_serve_queue(team, models, prompts_versi
     assert (generation["model_a"]["ref"], generation["model_a"]["path"]) == (models[0].public_id, "/models/falcon")
     assert generation["model_b"]["label"] == "Base model: heron"
     assert generation["prompts"] == {"version": prompts_version.public_id, "label": str(prompts_version), "count": 2}
-    assert generation["sampling"] == {"max_new_tokens": 16, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    assert generation["sampling"] == {"max_new_tokens": 16, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0,
+                                      "enable_thinking": None}
     assert services.queue_next_item(campaign=campaign, user=team.teammate) is None, "nothing to review yet"
 
 
@@ -152,11 +153,11 @@ def test_it_rejects_another_projects_model_and_data(team, models, prompts_versio
 
 
 @pytest.mark.parametrize("field, value", [("temperature", -1.0), ("top_p", 0.0), ("top_k", -1),
-                                          ("max_new_tokens", 0), ("seed", -1)])
+                                          ("max_new_tokens", 0), ("seed", -1), ("enable_thinking", "off")])
 def test_it_rejects_bad_sampling_settings(field, value):
     with pytest.raises(ValidationError) as error:
         services.GenerationSettings(**{field: value})
-    assert list(error.value.message_dict) == [field]
+    assert list(error.value.message_dict) == [{"enable_thinking": "thinking"}.get(field, field)]
 
 
 # --- Pages -----------------------------------------------------------------------------------------------
@@ -173,9 +174,45 @@ def test_the_owner_creates_one_from_the_form(team, client_for, models, prompts_v
     assert response.status_code == 302 and response.url == reverse("review:detail", args=[team.project.slug,
                                                                                           campaign.public_id])
     assert campaign.generation["sampling"] == {"max_new_tokens": 32, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
-                                               "seed": 7}
+                                               "seed": 7, "enable_thinking": None}
     page = client_for(team.teammate).get(response.url).content.decode()
     assert "campaign-generating" in page and "0</b> of 4 answers" in page
+
+
+def test_the_chats_thinking_switch_is_a_generation_setting_kept_and_shown(team, client_for, prompts_version,
+                                                                           tmp_path):
+    """A generated campaign had no Thinking switch: a Qwen3 model answered with thinking on (or as its run trained),
+    whatever the campaign meant to compare. The form offers the chat's switch for both models where a model of the
+    project reads enable_thinking; the campaign keeps it with its sampling settings (the serve worker renders each
+    prompt with it: tests/integration/test_review_generation.py) and its page says it."""
+    models = [make_base_model(team.project, name="thinker", path=str(thinking_model_dir(tmp_path / "thinker"))),
+              make_base_model(team.project, name="heron", path="/models/heron")]
+    url = reverse("review:generate", args=[team.project.slug])
+    page = client_for(team.owner).get(url).content.decode()
+    assert '<select name="thinking"' in page and "Each model&#x27;s default" in page
+    fields = {"name": "pass 1", "model_a": models[0].public_id, "model_b": models[1].public_id,
+              "prompts_version": prompts_version.public_id, "prompt_count": 2, "max_new_tokens": 32,
+              "temperature": 0.5, "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1,
+              "reviewers": [team.teammate.pk]}
+    response = client_for(team.owner).post(url, {**fields, "thinking": "maybe"})
+    assert response.status_code == 400 and not Campaign.objects.filter(name="pass 1").exists()
+    assert response.context["form"].errors["thinking"] == [
+        "maybe is not a Thinking choice; choose on, off or each model's default."]
+    response = client_for(team.owner).post(url, {**fields, "thinking": "off"})
+    assert response.status_code == 302, response.content
+    campaign = Campaign.objects.get(name="pass 1")
+    assert campaign.generation["sampling"]["enable_thinking"] is False
+    assert services.GenerationSettings(**campaign.generation["sampling"]).chat_template_kwargs == {
+        "enable_thinking": False}
+    page = client_for(team.teammate).get(response.url).content.decode()
+    assert "seed 0, thinking off (enable_thinking false for the models whose chat template reads it)" in page
+    client_for(team.owner).post(url, {**fields, "name": "pass 2", "thinking": ""})
+    assert Campaign.objects.get(name="pass 2").generation["sampling"]["enable_thinking"] is None
+
+
+def test_no_thinking_switch_where_no_model_reads_it(team, client_for, models, prompts_version):
+    page = client_for(team.owner).get(reverse("review:generate", args=[team.project.slug])).content.decode()
+    assert 'name="thinking"' not in page
 
 
 def test_the_form_names_the_field_the_service_rejects(team, client_for, models, prompts_version):
