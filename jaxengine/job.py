@@ -204,10 +204,11 @@ def data_files(spec: JobSpec) -> dict[str, dict[str, str]]:
     return files
 
 
-def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path) -> None:
+def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path, files: dict[str, dict[str, str]]) -> None:
     """A JobError, before the model loads and anything is written, when ``run_dir``'s latest checkpoint was saved
-    over a training file with other contents than ``spec``'s (``trainer.changed_training_file_problem``). The
-    trainer refuses it too, from the same record, but only after spec.yaml had been overwritten with this spec's."""
+    over a training file with other contents than ``files`` (``spec``'s ``data_files``) give
+    (``trainer.changed_training_file_problem``). The trainer refuses it too, from the same record, but only after
+    spec.yaml had been overwritten with this spec's."""
     from jaxengine.trainer import Checkpoints, changed_training_file_problem
 
     directory = run_dir / "checkpoints"
@@ -219,7 +220,7 @@ def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path) -> None:
         meta = checkpoints.meta(steps[-1]) if steps else {}
     finally:
         checkpoints.close()
-    if steps and (problem := changed_training_file_problem(meta.get("data_files") or {}, data_files(spec),
+    if steps and (problem := changed_training_file_problem(meta.get("data_files") or {}, files,
                                                            step=steps[-1])):
         raise JobError(problem)
 
@@ -593,7 +594,10 @@ def run_job(
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     refuse_another_jobs_directory(spec, run_dir)
-    refuse_a_changed_training_file(spec, run_dir)
+    # Hashed once, here: the early refusal and the trainer's checkpoint record read the same fingerprints (a large
+    # training file took seconds per hashing).
+    files = data_files(spec)
+    refuse_a_changed_training_file(spec, run_dir, files)
     previous_summary = _finished_summary(run_dir)
     # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
     # leaves no directory behind.
@@ -601,13 +605,13 @@ def run_job(
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
 
-        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement, files=files)
     elif spec.task == "ppo":
         from jaxengine.ppo import make_ppo_trainer
 
-        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement, files=files)
     else:
-        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     if writes_files and on_log is not None:
@@ -642,8 +646,10 @@ def run_job(
     return summary
 
 
-def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None):
-    """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary."""
+def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None,
+                     files: dict[str, dict[str, str]]):
+    """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary;
+    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
         REFERENCE_FREE,
@@ -674,7 +680,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
-        recorded_settings=recorded_settings(spec), data_files=data_files(spec),
+        recorded_settings=recorded_settings(spec), data_files=files,
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

@@ -706,6 +706,21 @@ def test_a_resume_over_a_replaced_training_file_is_refused_naming_the_file(demo_
     assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
 
 
+def test_a_resumed_job_hashes_its_data_files_once(demo_dir, tmp_path, monkeypatch):
+    """A resume fingerprinted each data file twice, whole (the early refusal of a changed training file, then the
+    trainer's checkpoint record): a large training file took its reading time twice over. ``run_job`` hashes them
+    once and both read those fingerprints."""
+    from jaxengine import job
+
+    assert run_job(resumable_sft(demo_dir, tmp_path), progress_bar=False)["step"] == 2
+    hashed = []
+    real = job.data_files
+    monkeypatch.setattr(job, "data_files", lambda spec: hashed.append(spec.output_dir) or real(spec))
+    summary = run_job(resumable_sft(demo_dir, tmp_path, max_steps=3), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
+    assert hashed == [str(tmp_path / "run")]
+
+
 def test_cli_prints_a_resumes_changed_settings(demo_dir, tmp_path, capsys):
     """Issue 8: `jaxengine train` on an output_dir with checkpoints says on stderr what its spec changed."""
     run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)
