@@ -204,11 +204,38 @@ def data_files(spec: JobSpec) -> dict[str, dict[str, str]]:
     return files
 
 
-def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path, files: dict[str, dict[str, str]]) -> None:
+def training_data_settings(spec: JobSpec) -> tuple[str, ...]:
+    """The keys of ``spec``'s ``data`` section that decide what the run trains on in each row of its training file:
+    ``columns`` (which of the file's columns are the task's fields) for every task, and ``loss_on`` (which tokens
+    carry the loss) where the task reads it, sft. A resume under other values would go on training other examples
+    than its checkpoint's, so it is refused (``changed_training_data_problem``)."""
+    return ("columns", "loss_on") if spec.task == "sft" else ("columns",)
+
+
+def changed_training_data_problem(saved_settings: dict[str, Any], spec: JobSpec, *, run_dir: Path,
+                                  step: int) -> str | None:
+    """What a resume of ``run_dir``'s checkpoint ``step``, saved with ``saved_settings`` (its
+    ``recorded_settings``), would do under ``spec``'s other ``training_data_settings``, and what to do; None when
+    they are the same, or when the checkpoint has no record of them (engines before ``recorded_settings``)."""
+    saved, now = saved_settings.get("data") or {}, recorded_settings(spec)["data"]
+    changed = [f"data.{key} {json.dumps(saved[key])} when checkpoint {step} was saved, {json.dumps(now[key])} in this "
+               "spec" for key in training_data_settings(spec) if key in saved and saved[key] != now[key]]
+    if not changed:
+        return None
+    one = len(changed) == 1
+    return (f"{'; '.join(changed)}: {'it decides' if one else 'they decide'} what the run trains on in each row of "
+            "the training file, so the resumed run would train on other examples than its checkpoint's; put "
+            f"{'it' if one else 'them'} back as saved to resume, or train under the new "
+            f"{'value' if one else 'values'} as a new run from that checkpoint: export checkpoint {step} (on the "
+            f"run's page, or jaxengine export --run {run_dir} --step {step}) and launch a run from the exported model")
+
+
+def refuse_changed_training_data(spec: JobSpec, run_dir: Path, files: dict[str, dict[str, str]]) -> None:
     """A JobError, before the model loads and anything is written, when ``run_dir``'s latest checkpoint was saved
-    over a training file with other contents than ``files`` (``spec``'s ``data_files``) give
-    (``trainer.changed_training_file_problem``). The trainer refuses it too, from the same record, but only after
-    spec.yaml had been overwritten with this spec's."""
+    over other training data than ``spec``'s: a training file with other contents than ``files`` (``spec``'s
+    ``data_files``) give (``trainer.changed_training_file_problem``; the trainer refuses it too, from the same
+    record, but only after spec.yaml had been overwritten with this spec's), or other ``training_data_settings``
+    (``changed_training_data_problem``; the trainer, given encoded examples, knows nothing of them)."""
     from jaxengine.trainer import Checkpoints, changed_training_file_problem
 
     directory = run_dir / "checkpoints"
@@ -220,8 +247,11 @@ def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path, files: dict[str
         meta = checkpoints.meta(steps[-1]) if steps else {}
     finally:
         checkpoints.close()
-    if steps and (problem := changed_training_file_problem(meta.get("data_files") or {}, files,
-                                                           step=steps[-1])):
+    if not steps:
+        return
+    if problem := changed_training_file_problem(meta.get("data_files") or {}, files, step=steps[-1]):
+        raise JobError(problem)
+    if problem := changed_training_data_problem(meta.get("settings") or {}, spec, run_dir=run_dir, step=steps[-1]):
         raise JobError(problem)
 
 
@@ -597,7 +627,7 @@ def run_job(
     # Hashed once, here: the early refusal and the trainer's checkpoint record read the same fingerprints (a large
     # training file took seconds per hashing).
     files = data_files(spec)
-    refuse_a_changed_training_file(spec, run_dir, files)
+    refuse_changed_training_data(spec, run_dir, files)
     previous_summary = _finished_summary(run_dir)
     # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
     # leaves no directory behind.
