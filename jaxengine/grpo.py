@@ -622,9 +622,10 @@ def rollout_pad_id(tokenizer) -> int:
     return tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_ids or [0])[0]
 
 
-def rl_train_config(spec, *, rows: int):
-    """The TrainConfig of an RL spec; "best checkpoint" is by the first eval metric (``best_metric_for``)."""
-    from jaxengine.job import (best_metric_for, data_files, earlier_job_identities, job_identity, recorded_settings,
+def rl_train_config(spec, *, rows: int, files: dict[str, dict[str, str]]):
+    """The TrainConfig of an RL spec over its data ``files`` (``jaxengine.job.data_files``); "best checkpoint" is
+    by the first eval metric (``best_metric_for``)."""
+    from jaxengine.job import (best_metric_for, earlier_job_identities, job_identity, recorded_settings,
                                resume_settings, total_steps_for)
     from jaxengine.trainer import TrainConfig
 
@@ -635,7 +636,7 @@ def rl_train_config(spec, *, rows: int):
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
-        recorded_settings=recorded_settings(spec), data_files=data_files(spec),
+        recorded_settings=recorded_settings(spec), data_files=files,
         best_metric=best_metric, best_higher_is_better=higher_is_better)
 
 
@@ -647,9 +648,12 @@ def reference_weights(spec, job_model) -> Callable[[Any], Any]:
     return lora_off_reference
 
 
-def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
+def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None,
+                      files: dict[str, dict[str, str]] | None = None):
     """The Trainer of a ``task: grpo`` spec (rollouts as its batch source) and the data summary;
-    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
+    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``); ``files`` the spec's
+    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here."""
+    from jaxengine.job import data_files
     from jaxengine.trainer import Trainer
 
     grpo, tokenizer, model = spec.grpo, job_model.tokenizer, job_model.model
@@ -657,7 +661,7 @@ def make_grpo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     prompts = read_rl_prompts(spec, tokenizer, section="grpo", max_new_tokens=grpo.max_new_tokens,
                               context_length=job_model.config.max_position_embeddings)
     pad_id = rollout_pad_id(tokenizer)
-    config = rl_train_config(spec, rows=len(prompts.rows))
+    config = rl_train_config(spec, rows=len(prompts.rows), files=data_files(spec) if files is None else files)
     reference = reference_weights(spec, job_model) if grpo.beta > 0 else None
     rollouts = GrpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, grpo=grpo,
                             batch_size=spec.train.batch_size, grad_accum=spec.train.grad_accum, seed=spec.train.seed,

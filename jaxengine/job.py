@@ -204,10 +204,38 @@ def data_files(spec: JobSpec) -> dict[str, dict[str, str]]:
     return files
 
 
-def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path) -> None:
+def training_data_settings(spec: JobSpec) -> tuple[str, ...]:
+    """The keys of ``spec``'s ``data`` section that decide what the run trains on in each row of its training file:
+    ``columns`` (which of the file's columns are the task's fields) for every task, and ``loss_on`` (which tokens
+    carry the loss) where the task reads it, sft. A resume under other values would go on training other examples
+    than its checkpoint's, so it is refused (``changed_training_data_problem``)."""
+    return ("columns", "loss_on") if spec.task == "sft" else ("columns",)
+
+
+def changed_training_data_problem(saved_settings: dict[str, Any], spec: JobSpec, *, run_dir: Path,
+                                  step: int) -> str | None:
+    """What a resume of ``run_dir``'s checkpoint ``step``, saved with ``saved_settings`` (its
+    ``recorded_settings``), would do under ``spec``'s other ``training_data_settings``, and what to do; None when
+    they are the same, or when the checkpoint has no record of them (engines before ``recorded_settings``)."""
+    saved, now = saved_settings.get("data") or {}, recorded_settings(spec)["data"]
+    changed = [f"data.{key} {json.dumps(saved[key])} when checkpoint {step} was saved, {json.dumps(now[key])} in this "
+               "spec" for key in training_data_settings(spec) if key in saved and saved[key] != now[key]]
+    if not changed:
+        return None
+    one = len(changed) == 1
+    return (f"{'; '.join(changed)}: {'it decides' if one else 'they decide'} what the run trains on in each row of "
+            "the training file, so the resumed run would train on other examples than its checkpoint's; put "
+            f"{'it' if one else 'them'} back as saved to resume, or train under the new "
+            f"{'value' if one else 'values'} as a new run from that checkpoint: export checkpoint {step} (on the "
+            f"run's page, or jaxengine export --run {run_dir} --step {step}) and launch a run from the exported model")
+
+
+def refuse_changed_training_data(spec: JobSpec, run_dir: Path, files: dict[str, dict[str, str]]) -> None:
     """A JobError, before the model loads and anything is written, when ``run_dir``'s latest checkpoint was saved
-    over a training file with other contents than ``spec``'s (``trainer.changed_training_file_problem``). The
-    trainer refuses it too, from the same record, but only after spec.yaml had been overwritten with this spec's."""
+    over other training data than ``spec``'s: a training file with other contents than ``files`` (``spec``'s
+    ``data_files``) give (``trainer.changed_training_file_problem``; the trainer refuses it too, from the same
+    record, but only after spec.yaml had been overwritten with this spec's), or other ``training_data_settings``
+    (``changed_training_data_problem``; the trainer, given encoded examples, knows nothing of them)."""
     from jaxengine.trainer import Checkpoints, changed_training_file_problem
 
     directory = run_dir / "checkpoints"
@@ -219,8 +247,11 @@ def refuse_a_changed_training_file(spec: JobSpec, run_dir: Path) -> None:
         meta = checkpoints.meta(steps[-1]) if steps else {}
     finally:
         checkpoints.close()
-    if steps and (problem := changed_training_file_problem(meta.get("data_files") or {}, data_files(spec),
-                                                           step=steps[-1])):
+    if not steps:
+        return
+    if problem := changed_training_file_problem(meta.get("data_files") or {}, files, step=steps[-1]):
+        raise JobError(problem)
+    if problem := changed_training_data_problem(meta.get("settings") or {}, spec, run_dir=run_dir, step=steps[-1]):
         raise JobError(problem)
 
 
@@ -593,7 +624,10 @@ def run_job(
     writes_files = jax.process_index() == 0
     run_dir = Path(spec.output_dir)
     refuse_another_jobs_directory(spec, run_dir)
-    refuse_a_changed_training_file(spec, run_dir)
+    # Hashed once, here: the early refusal and the trainer's checkpoint record read the same fingerprints (a large
+    # training file took seconds per hashing).
+    files = data_files(spec)
+    refuse_changed_training_data(spec, run_dir, files)
     previous_summary = _finished_summary(run_dir)
     # run_dir is made by the Trainer, once the model and the data are read: a job refused for either
     # leaves no directory behind.
@@ -601,13 +635,13 @@ def run_job(
     if spec.task == "grpo":
         from jaxengine.grpo import make_grpo_trainer
 
-        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = make_grpo_trainer(spec, job_model, run_dir, placement=placement, files=files)
     elif spec.task == "ppo":
         from jaxengine.ppo import make_ppo_trainer
 
-        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = make_ppo_trainer(spec, job_model, run_dir, placement=placement, files=files)
     else:
-        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement)
+        trainer, data_summary = _dataset_trainer(spec, job_model, run_dir, placement=placement, files=files)
     if writes_files:  # once the model and the data are read: a job that cannot start leaves no spec behind
         (run_dir / "spec.yaml").write_text(dump_spec(spec_as_run(spec, job_model.model_dir)))
     if writes_files and on_log is not None:
@@ -642,8 +676,10 @@ def run_job(
     return summary
 
 
-def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None):
-    """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary."""
+def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, placement: Any = None,
+                     files: dict[str, dict[str, str]]):
+    """The Trainer of a task that trains on a fixed dataset (pretrain, sft, reward, dpo) and the data summary;
+    ``files`` is ``data_files(spec)``, as ``run_job`` hashed them."""
     from jaxengine.data import pipeline
     from jaxengine.tasks import (
         REFERENCE_FREE,
@@ -674,7 +710,7 @@ def _dataset_trainer(spec: JobSpec, job_model: JobModel, run_dir: Path, *, place
         eval_every=spec.train.eval_every, save_every=spec.train.save_every, keep_last=spec.train.keep_last,
         seed=spec.train.seed, optim=spec.optim, identity=job_identity(spec),
         identity_aliases=earlier_job_identities(spec), resume_settings=resume_settings(spec),
-        recorded_settings=recorded_settings(spec), data_files=data_files(spec),
+        recorded_settings=recorded_settings(spec), data_files=files,
     )
     if spec.task == "dpo":
         task: Any = PreferenceTask(loss_name=spec.dpo.loss, beta=spec.dpo.beta,

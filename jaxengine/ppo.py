@@ -299,9 +299,12 @@ def reward_terms(ppo: PpoSpec, *, max_seq_len: int) -> list[WeightedReward]:
     return [WeightedReward(name="reward_model", args={"model": ppo.reward_model, "max_seq_len": max_seq_len})]
 
 
-def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
+def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None,
+                     files: dict[str, dict[str, str]] | None = None):
     """The Trainer of a ``task: ppo`` spec (rollouts as its batch source) and the data summary;
-    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``)."""
+    ``placement`` as the trainer takes it (e.g. a ``jaxengine.sharding.MeshPlacement``); ``files`` the spec's
+    ``jaxengine.job.data_files`` when the caller hashed them already (``run_job``), else hashed here."""
+    from jaxengine.job import data_files
     from jaxengine.trainer import Trainer
 
     ppo, tokenizer, model = spec.ppo, job_model.tokenizer, job_model.model
@@ -309,7 +312,7 @@ def make_ppo_trainer(spec, job_model, run_dir: Path, *, placement: Any = None):
     prompts = grpo.read_rl_prompts(spec, tokenizer, section="ppo", max_new_tokens=ppo.max_new_tokens,
                                    context_length=job_model.config.max_position_embeddings)
     pad_id = grpo.rollout_pad_id(tokenizer)
-    config = grpo.rl_train_config(spec, rows=len(prompts.rows))
+    config = grpo.rl_train_config(spec, rows=len(prompts.rows), files=data_files(spec) if files is None else files)
     reference = grpo.reference_weights(spec, job_model) if ppo.kl_coef > 0 else None
     terms = reward_terms(ppo, max_seq_len=spec.data.max_seq_len)
     rollouts = PpoRollouts(rows=prompts.rows, prompt_ids=prompts.prompt_ids, tokenizer=tokenizer, ppo=ppo, terms=terms,

@@ -463,23 +463,35 @@ def changed_training_file_problem(saved_files: dict[str, Any], now_files: dict[s
 
 
 def _changed_values(saved: dict[str, Any], now: dict[str, Any], prefix: str = ""):
-    """(dotted key, saved value, new value) of each leaf that differs, in ``saved``'s order; keys in both only (a
-    setting an engine added since was not saved, and one it dropped is not read)."""
+    """Each leaf that differs between the ``saved`` and the ``now`` record, by dotted key, as words: saved value ->
+    new value for a key in both; ``added`` with its value for a key only ``now`` has (a setting an engine added
+    since the checkpoint, set by this spec) and ``removed`` with its saved value for one only ``saved`` has. A
+    missing key and a null are both unset: an engine's new setting left at null was not set either way. In
+    ``saved``'s order, added keys after."""
     for key, value in saved.items():
-        if key not in now or now[key] == value:
+        if key not in now:
+            if value is not None:
+                yield f"{prefix}{key} removed (was {json.dumps(value)})"
+        elif now[key] == value:
             continue
-        if isinstance(value, dict) and isinstance(now[key], dict):
+        elif isinstance(value, dict) and isinstance(now[key], dict):
             yield from _changed_values(value, now[key], f"{prefix}{key}.")
         else:
-            yield f"{prefix}{key}", value, now[key]
+            yield f"{prefix}{key} {json.dumps(value)} -> {json.dumps(now[key])}"
+    for key, value in now.items():
+        if key not in saved and value is not None:
+            yield f"{prefix}{key} added: {json.dumps(value)}"
 
 
 def settings_changes(meta: dict[str, Any], config: TrainConfig) -> list[str]:
     """One line per setting that a resume of the checkpoint with ``meta`` changes under ``config`` (its
-    ``recorded_settings``, and the contents of its data files other than the training one, which a resume refuses
-    to change: ``changed_training_file_problem``), saved value -> new value."""
-    changes = [f"{key} {json.dumps(saved)} -> {json.dumps(now)}"
-               for key, saved, now in _changed_values(meta.get("settings") or {}, config.recorded_settings)]
+    ``recorded_settings``, a setting only one of the two records has included, and the contents of its data files
+    other than the training one, which a resume refuses to change: ``changed_training_file_problem``), saved value
+    -> new value. Nothing is compared with a record that is missing or empty (checkpoints of engines before
+    ``recorded_settings``, a trainer given none): every setting would read as added or removed."""
+    saved_settings = meta.get("settings") or {}
+    changes = list(_changed_values(saved_settings, config.recorded_settings)) if (
+        saved_settings and config.recorded_settings) else []
     for key, saved in (meta.get("data_files") or {}).items():
         now = config.data_files.get(key)
         if key != TRAINING_FILE and now and saved and now["sha256"] != saved["sha256"]:

@@ -5,7 +5,7 @@ The spec is validated before anything heavy is imported; an invalid one prints o
 the run) are named on stderr as ``SPEC.yaml: warning: ...`` and the job runs. Running the same spec again on an ``output_dir`` that has
 checkpoints resumes from the latest, naming on stderr each setting the spec changed since
 (``SPEC.yaml: resumed from step N with a changed setting: optim.learning_rate 0.0001 -> 5e-05``); a training
-file whose contents changed since is refused (exit 2). Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
+file whose contents changed since, or another ``data.columns`` or ``data.loss_on``, is refused (exit 2). Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
 a checkpoint and exits 130. The run summary is printed as one JSON object; exit 0 when the run
 succeeded, 1 when it failed (e.g. a non-finite loss, a reward function that raised), its message
 then also on stderr.

@@ -706,6 +706,59 @@ def test_a_resume_over_a_replaced_training_file_is_refused_naming_the_file(demo_
     assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
 
 
+def test_a_resume_under_other_columns_or_loss_on_is_refused_naming_each(demo_dir, tmp_path):
+    """A resume under another data.columns (another column of the same file as the completion) or data.loss_on
+    (the loss on every token instead of the completions) went on, only reported among the changed settings: from
+    the saved position the run trained on other examples than its steps say. It is refused before the model loads,
+    as a changed training file is, leaving the run's files as they were, naming each setting with its saved and its
+    new value and what to do; put back, the run resumes."""
+    (tmp_path / "sft.jsonl").write_text("".join(
+        json.dumps({**row, "answer": f"it is {row['completion']}"}) + "\n"
+        for row in map(json.loads, (demo_dir / "data/sft.jsonl").read_text().splitlines())))
+    assert run_job(resumable_sft(demo_dir, tmp_path), progress_bar=False)["step"] == 2
+    run = tmp_path / "run"
+    written = (run / "spec.yaml").read_text()
+
+    def resumed(**data):
+        spec = resumable_sft(demo_dir, tmp_path, max_steps=3).model_dump(mode="json")
+        return parse_spec({**spec, "data": {**spec["data"], **data}})
+
+    with pytest.raises(JobError) as raised:
+        run_job(resumed(columns={"completion": "answer"}), progress_bar=False)
+    assert str(raised.value) == (
+        'data.columns {} when checkpoint 2 was saved, {"completion": "answer"} in this spec: it decides what the run '
+        "trains on in each row of the training file, so the resumed run would train on other examples than its "
+        "checkpoint's; put it back as saved to resume, or train under the new value as a new run from that "
+        f"checkpoint: export checkpoint 2 (on the run's page, or jaxengine export --run {run} --step 2) and launch a "
+        "run from the exported model")
+    with pytest.raises(JobError) as raised:
+        run_job(resumed(columns={"completion": "answer"}, loss_on="all"), progress_bar=False)
+    assert str(raised.value).startswith(
+        'data.columns {} when checkpoint 2 was saved, {"completion": "answer"} in this spec; data.loss_on '
+        '"completion" when checkpoint 2 was saved, "all" in this spec: they decide what the run trains on in each '
+        "row of the training file, so the resumed run would train on other examples than its checkpoint's; put them "
+        "back as saved to resume, or train under the new values as a new run from that checkpoint")
+    assert (run / "spec.yaml").read_text() == written
+    assert sorted(int(entry.name) for entry in (run / "checkpoints").iterdir() if entry.name.isdigit()) == [1, 2]
+    summary = run_job(resumed(columns={}, loss_on="completion"), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
+
+
+def test_a_resumed_job_hashes_its_data_files_once(demo_dir, tmp_path, monkeypatch):
+    """A resume fingerprinted each data file twice, whole (the early refusal of a changed training file, then the
+    trainer's checkpoint record): a large training file took its reading time twice over. ``run_job`` hashes them
+    once and both read those fingerprints."""
+    from jaxengine import job
+
+    assert run_job(resumable_sft(demo_dir, tmp_path), progress_bar=False)["step"] == 2
+    hashed = []
+    real = job.data_files
+    monkeypatch.setattr(job, "data_files", lambda spec: hashed.append(spec.output_dir) or real(spec))
+    summary = run_job(resumable_sft(demo_dir, tmp_path, max_steps=3), progress_bar=False)
+    assert summary["status"] == "succeeded" and summary["resumed_from_step"] == 2
+    assert hashed == [str(tmp_path / "run")]
+
+
 def test_cli_prints_a_resumes_changed_settings(demo_dir, tmp_path, capsys):
     """Issue 8: `jaxengine train` on an output_dir with checkpoints says on stderr what its spec changed."""
     run_dir, path, spec = trained_with_checkpoints(demo_dir, tmp_path)

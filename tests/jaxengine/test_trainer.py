@@ -350,6 +350,29 @@ def test_resuming_reports_each_changed_setting_and_refuses_a_changed_training_fi
     assert summary["step"] == 3
 
 
+def test_resuming_reports_a_setting_only_one_record_has_as_added_or_removed(tmp_path):
+    """A setting in only one of the two records went unreported: one an engine upgrade adds (``parallel``, set by
+    the new spec and absent from the checkpoint's record) or drops. Each is reported with its value; a new setting
+    left at null is unset either way, and says nothing."""
+    def trainer(total_steps, recorded):
+        config = TrainConfig(total_steps=total_steps, batch_size=4, max_seq_len=32, save_every=1,
+                             recorded_settings=recorded)
+        return Trainer(model=tiny_model(), task=LanguageModelTask(), config=config,
+                       train_examples=patterned_examples(), pad_id=0, run_dir=tmp_path)
+
+    trainer(2, {"optim": {"learning_rate": 0.001, "retired_knob": 2}, "train": {"max_steps": 2}}).fit(
+        progress_bar=False)
+    lines = []
+    summary = trainer(3, {"optim": {"learning_rate": 0.001, "warmup_steps": 5}, "train": {"max_steps": 2},
+                          "parallel": {"data": 1, "fsdp": 2}, "unset_knob": None}).fit(progress_bar=False,
+                                                                                         on_log=lines.append)
+    assert lines == summary["resumed_with_changes"] == [
+        "resumed from step 2 with a changed setting: optim.retired_knob removed (was 2)",
+        "resumed from step 2 with a changed setting: optim.warmup_steps added: 5",
+        'resumed from step 2 with a changed setting: parallel added: {"data": 1, "fsdp": 2}']
+    assert summary["step"] == 3
+
+
 def test_a_failed_restores_late_read_callbacks_stay_off_stderr(monkeypatch, capsys):
     """QA: a resume from a checkpoint whose array files were lost printed its one-line error amid dozens of
     'RuntimeError: Event loop is closed' tracebacks: tensorstore's threads finishing the restore's other reads

@@ -94,3 +94,63 @@ print("ok")
 
 def test_the_points_indexes_are_built_while_jobs_write_points(database_url, tmp_path):  # noqa: F811
     assert run_django(INDEX_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"
+
+
+INVALID_INDEX_SCRIPT = """
+import os
+
+import django
+django.setup()
+import psycopg
+from django.core.management import call_command
+from django.db import connection
+from tests.webapp.factories import make_base_model, make_ready_version, make_user
+from webapp.celery import app
+app.send_task = lambda *args, **kwargs: None
+from webapp.projects.services import project_create
+from webapp.runs import services
+from webapp.runs.models import MetricPoint
+
+assert connection.vendor == "postgresql", connection.vendor
+call_command("migrate", "--noinput", verbosity=0)
+owner = make_user("pg-invalid")
+project = project_create(name="PG invalid", slug="pg-invalid", owner=owner)
+spec = {"task": "sft", "model": make_base_model(project).public_id,
+        "data": {"train": make_ready_version(project).public_id}, "train": {"max_steps": 100}}
+run = services.run_create(project=project, spec=spec, user=owner)
+MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0, wall_time=1.0)
+                                 for step in (1, 2) for name in ("loss", "eval/loss")])
+
+
+def index_state(name):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indisvalid, indisunique FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
+        return cursor.fetchone()
+
+
+for migration_name, before, index_name in (("0016_metricpoint_run_wall_time", "0015", "metricpoint_run_wall_time"),
+                                           ("0017_metricpoint_run_step", "0016", "metricpoint_run_step")):
+    call_command("migrate", "runs", before, verbosity=0)
+    assert index_state(index_name) is None, index_name
+    # A concurrent build that fails (here on the duplicate points a unique index refuses) leaves its index INVALID.
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as failing:
+        try:
+            failing.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {index_name} ON runs_metricpoint (run_id)")
+            raise AssertionError("the unique build went through")
+        except psycopg.errors.UniqueViolation:
+            pass
+    assert index_state(index_name) == (False, True), index_state(index_name)
+    # The migration run again drops it and builds its own.
+    call_command("migrate", "runs", migration_name, verbosity=0)
+    assert index_state(index_name) == (True, False), (index_name, index_state(index_name))
+call_command("migrate", "--noinput", verbosity=0)
+print("ok")
+"""
+
+
+def test_a_failed_concurrent_build_leaves_an_invalid_index_that_migrating_again_replaces(database_url,  # noqa: F811
+                                                                                         tmp_path):
+    """A concurrent index build that fails leaves an INVALID index of its name, and running the migration again
+    failed on it ('relation ... already exists'): the operator had to find and drop it by hand. The operation
+    drops an invalid index of that name first, so ``migrate`` can simply be run again."""
+    assert run_django(INVALID_INDEX_SCRIPT, database_url, tmp_path).strip().splitlines()[-1] == "ok"

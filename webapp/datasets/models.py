@@ -114,6 +114,21 @@ class DatasetVersion(models.Model):
         return self.absolute_path.with_suffix(".rows")
 
     @property
+    def search_index_path(self) -> Path:
+        """Beside the file once a search built it: the searchable text of its rows (``webapp.datasets.search``)."""
+        return self.absolute_path.with_suffix(".search")
+
+    @property
+    def search_rows_path(self) -> Path:
+        """Beside the file with ``search_index_path``: its rows' examples, the ones a search shows read from here."""
+        return self.absolute_path.with_suffix(".search-rows")
+
+    @property
+    def side_paths(self) -> tuple[Path, ...]:
+        """The files kept beside the version's own, which go with it."""
+        return (self.row_digests_path, self.search_index_path, self.search_rows_path)
+
+    @property
     def is_settled(self) -> bool:
         """True once validation has finished, either way."""
         return self.status in (VersionStatus.READY, VersionStatus.FAILED)

@@ -6,9 +6,9 @@ autoescaping on: dataset text is untrusted and is never marked safe.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from jaxengine.data import formats
 from jaxengine.words import counted
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.name_case import name_key
+from webapp.datasets import search
 from webapp.datasets.models import Dataset, DatasetVersion, VersionStatus
 from webapp.core.bidi import isolated
 from webapp.projects.models import Membership, Project, Role
@@ -238,45 +239,38 @@ def version_search(*, version: DatasetVersion, text: str, page: int, page_size: 
     """Page ``page`` of the rows (among the first ``PREVIEW_MAX_ROW``) that hold ``text`` in any value
     after the column mapping, a chat's turns included, in any letter case (``str.casefold``: "STRASSE"
     finds "Straße"), in one Unicode form (``name_key``: an "é" typed as "e" and its accent finds a stored "é").
-    The file is read once per page asked: at the preview's row limit, a second or two."""
+    Read from the version's search index (``webapp.datasets.search``, built by its first search), where only the
+    page's rows are decoded; a version the index cannot hold exactly is read from its file, as a first search
+    reads it to build the index."""
     needle = name_key(text)
     kind = formats.DatasetKind(version.dataset.kind)
-    mapping = formats.ColumnMapping(kind=kind, columns=version.column_mapping)
     rows_shown = min(version.row_count or 0, PREVIEW_MAX_ROW)
+    index = search.search_index(version, rows=rows_shown)
     # Every match is counted but only the page asked for is kept, and the last page's while reading (rows
     # may be large, and "a" matches them all): a page past the last comes back as the last, as in the preview.
     page = max(page, 1)
     match_count, kept, last_page = 0, [], []
-    for number, example in itertools.islice(
-            formats.numbered_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping),
-            rows_shown):
-        if needle not in _searchable_text(example):
-            continue
+    if index is not None:
+        found: Iterable[tuple[int, Any]] = index.matching_rows(needle)
+    else:
+        found = ((number, example) for number, example in search.version_examples(version, rows=rows_shown)
+                 if needle in search.searchable_text(example))
+    for number, row in found:
         if match_count % page_size == 0:
             last_page = []
-        last_page.append((number, example))
+        last_page.append((number, row))
         if (page - 1) * page_size <= match_count < page * page_size:
-            kept.append((number, example))
+            kept.append((number, row))
         match_count += 1
     page_count = max(1, -(-match_count // page_size))
     if page > page_count:
         page, kept = page_count, last_page
+    if index is not None:  # the rows held the places of their examples in the index
+        kept = list(zip([number for number, _ in kept], index.examples([offset for _, offset in kept])))
     columns = _preview_columns(kind, [example for _, example in kept])
     rows = tuple((number, tuple(_cell(example.get(column)) for column in columns)) for number, example in kept)
     return PreviewPage(columns=columns, rows=rows, page=page, page_count=page_count, rows_previewed=rows_shown,
                        search=text, match_count=match_count)
-
-
-def _searchable_text(value: Any) -> str:
-    """Every string in ``value`` (nested lists and dicts: chat turns, extra columns) as ``name_key`` compares
-    text, one per line."""
-    if isinstance(value, str):
-        return name_key(value)
-    if isinstance(value, dict):
-        return "\n".join(_searchable_text(item) for item in value.values())
-    if isinstance(value, list):
-        return "\n".join(_searchable_text(item) for item in value)
-    return "" if value is None else name_key(str(value))
 
 
 SHOWN_PLACES = 5

@@ -415,7 +415,7 @@ def dataset_version_delete(*, version: DatasetVersion) -> None:
     version = DatasetVersion.objects.select_for_update(of=("self",)).select_related("dataset").get(pk=version.pk)
     if problems := version_readers(versions=[version]):
         raise ValidationError({"delete": problems})
-    paths = [version.absolute_path, version.row_digests_path]
+    paths = [version.absolute_path, *version.side_paths]
     version.delete()
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[]))
     logger.info("dataset version %s (%s) deleted", version.public_id, version)
@@ -430,7 +430,7 @@ def dataset_delete(*, dataset: Dataset) -> None:
                     .filter(dataset=dataset))
     if problems := version_readers(versions=versions):
         raise ValidationError({"delete": problems})
-    paths = [path for version in versions for path in (version.absolute_path, version.row_digests_path)]
+    paths = [path for version in versions for path in (version.absolute_path, *version.side_paths)]
     dataset.delete()
     transaction.on_commit(lambda: remove_dataset_files(paths, dataset_ids=[dataset.public_id]))
     logger.info("dataset %s (%s) deleted with %d versions", dataset.public_id, dataset.name, len(versions))

@@ -177,7 +177,7 @@ def project_delete(*, project: Project, confirmation: str) -> None:
     if problems := project_readers(project=project):
         raise ValidationError({"delete": problems})
     version_files = [path for version in DatasetVersion.objects.filter(dataset__project=project)
-                     for path in (version.absolute_path, version.row_digests_path)]
+                     for path in (version.absolute_path, *version.side_paths)]
     dataset_ids = list(project.datasets.values_list("public_id", flat=True))
     run_ids = list(project.runs.values_list("public_id", flat=True))
     base_models = list(project.base_models.all())

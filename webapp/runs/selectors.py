@@ -36,7 +36,7 @@ from webapp.runs.downsampling import SeriesBuckets, bucket_width
 from webapp.runs.models import (ACTIVE_STATUSES, Artifact, ArtifactKind, CheckpointExportStatus, LogLevel, MetricPoint,
                                 Pipeline, PipelineStatus, Run, RunLogLine, RunStatus, Sample, ServingCopyStatus)
 from webapp.runs.placement import DEFAULT_POOL, pool_queue, run_pool
-from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, reward_run_ids, run_output_dir
+from webapp.runs.services import EXTERNAL_TASK, checkpoint_steps, final_model_step, reward_run_ids, run_output_dir
 from webapp.runs.serving_copies import (checkpoint_serving_copies, copy_figures, export_copy_dir, final_model_copyable,
                                        final_serving_copy, run_export_dir)
 from webapp.runs.specform import tasks
@@ -729,14 +729,18 @@ def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
     (``artifact``) once it is done, the state of the last export asked for (``export``: exporting, exported
     or failed) and, once exported, its serving copy's state (``serving_copy``, ``serving_copies.copy_state``;
     None for a model that writes no text). An exported one stays when a resume of the run deleted its
-    training checkpoint (``train.keep_last``): runs, the chat and its serving copy still use the export."""
+    training checkpoint (``train.keep_last``): runs, the chat and its serving copy still use the export. The
+    checkpoint of a succeeded run's final step is its final model (``final``), exported when the run succeeded:
+    it is shown as that, not offered for export a second time (``services.final_model_step``)."""
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
     copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
     steps = sorted({*checkpoint_steps(run), *exported})
     scores = checkpoint_scores(run=run, steps=steps)
+    final_step = final_model_step(run)
     return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
-             "serving_copy": copies.get(step), "score": scores.get(step)} for step in steps]
+             "serving_copy": copies.get(step), "score": scores.get(step), "final": step == final_step}
+            for step in steps]
 
 
 def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]]:

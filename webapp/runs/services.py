@@ -1174,6 +1174,16 @@ def checkpoint_steps(run: Run) -> list[int]:
     return sorted(int(path.name) for path in directory.iterdir() if path.is_dir() and path.name.isdigit())
 
 
+def final_model_step(run: Run) -> int | None:
+    """The step of a succeeded run's final model (its ``model`` artifact, exported when it succeeded), else None: the
+    checkpoint of that step holds the same weights, so it is not exported again (``checkpoint_export_request``) and
+    the run page shows it as the final model (``selectors.checkpoint_list``). A run resumed since is not succeeded:
+    its earlier final model is not offered, and that step's checkpoint may be exported."""
+    if run.status != RunStatus.SUCCEEDED:
+        return None
+    return run.artifacts.filter(kind=ArtifactKind.MODEL).values_list("step", flat=True).first()
+
+
 @transaction.atomic
 def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | None) -> Run:
     """Queue the export of checkpoint ``step`` of a finished run to ``<output_dir>/export-step-<step>``
@@ -1189,6 +1199,9 @@ def checkpoint_export_request(*, run: Run, step: int, user: AbstractBaseUser | N
                                        f"{', '.join(map(str, available)) or 'none'}"})
     if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
         raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is already exported"})
+    if step == final_model_step(run):
+        raise ValidationError({"step": f"checkpoint {step} of {run.public_id} is the run's final model, exported "
+                                       f"when it succeeded: start runs from {run.public_id}"})
     export, created = CheckpointExport.objects.select_for_update(of=("self",)).get_or_create(
         run=run, step=step, defaults={"requested_by": user if user and user.is_authenticated else None})
     if not created:

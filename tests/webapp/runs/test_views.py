@@ -14,7 +14,7 @@ from django.urls import reverse
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
 from webapp.runs import reporting, selectors, services, views
-from webapp.runs.models import Artifact, ArtifactKind, MetricPoint, Run, RunStatus, Sample
+from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, MetricPoint, Run, RunStatus, Sample
 
 
 @pytest.fixture
@@ -796,6 +796,34 @@ def test_checkpoints_are_listed_with_an_export_button(team, run, client_for, sen
     assert client.post(url(run, "export/"), {"step": "3"}).status_code == 302
     assert client_for(team.viewer).post(url(run, "export/"), {"step": "3"}).status_code == 403
     assert client_for(team.outsider).post(url(run, "export/"), {"step": "3"}).status_code == 404
+
+
+def test_the_final_steps_checkpoint_is_shown_once_as_the_final_model(team, run, client_for, sent_tasks):
+    """A succeeded run's last checkpoint holds its final model, exported when the run succeeded and listed in its
+    lineage, yet the checkpoints offered to export it again: the same model twice, once as run_…@6 and once as
+    run_…. It is shown as the final model, with no export button, and an export asked for all the same is refused
+    saying what to start runs from; an earlier checkpoint is offered as before."""
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=6)
+    for step in (3, 6):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=6, path=str(run.output_dir / "export"))
+    client = client_for(team.teammate)
+    partial = client.get(url(run, "checkpoints/")).content.decode()
+    items = {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 6)}
+    assert "Export as a starting model" in items[3]
+    assert "Export as a starting model" not in items[6] and "<form" not in items[6]
+    assert "final model" in items[6] and f"start runs from <code>{run.public_id}</code>" in items[6]
+    assert partial.count(f'action="{url(run, "export/")}"') == 1
+    response = client.post(url(run, "export/"), {"step": "6"}, follow=True)
+    assert (f"checkpoint 6 of {run.public_id} is the run&#x27;s final model, exported when it succeeded: start runs "
+            f"from {run.public_id}") in response.content.decode()
+    assert not CheckpointExport.objects.filter(run=run).exists()
+    # Resumed since (no longer succeeded), its earlier final model is not offered: that checkpoint may be exported.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    assert "Export as a starting model" in client.get(url(run, "checkpoints/")).content.decode().split(
+        '<li data-step="6"')[1]
+    assert client.post(url(run, "export/"), {"step": "6"}).status_code == 302
+    assert CheckpointExport.objects.filter(run=run, step=6).exists()
 
 
 def test_each_checkpoint_shows_the_eval_loss_to_choose_it_by_and_the_best_is_marked(team, run, client_for):
