@@ -2261,3 +2261,26 @@ def test_samples_are_numbered_from_1_as_dataset_rows_are(team, run, client_for):
     Sample.objects.create(run=run, step=5, position=1, prompt="second", text="two")
     page = client_for(team.viewer).get(url(run, "samples/") + "?step=5").content.decode()
     assert re.findall(r'<td class="num muted">(\d+)</td>', page) == ["1", "2"]
+
+
+def test_a_resumed_attempt_says_it_is_starting_until_its_own_first_step(run, team, client_for):
+    """A resumed attempt showed no "Starting: loading the model and compiling…" note (a fresh one did): its step is
+    its checkpoint's, not 0. Until it reports a step of its own the page says it is starting, and Elapsed counts on
+    from the earlier attempts' time; its first step's points end that."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    started = timezone.now() - timedelta(seconds=20)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, current_step=5, train_seconds=100.0, attempt=2,
+                                         started_at=started)
+    client = client_for(team.viewer)
+    page = client.get(url(run)).content.decode()
+    assert re.search(r'<p class="muted" id="progress-starting">Starting: loading the model and compiling', page)
+    progress = client.get(url(run, "state.json")).json()["progress"]
+    assert progress["starting"] is True and 120 <= progress["elapsed"] < 140
+    MetricPoint.objects.create(run=run, step=6, name="loss", value=1.0, wall_time=started.timestamp() + 25, tokens=400)
+    Run.objects.filter(pk=run.pk).update(current_step=6, train_seconds=125.0)
+    progress = client.get(url(run, "state.json")).json()["progress"]
+    assert progress["starting"] is False and progress["elapsed"] == 125.0
+    assert 'id="progress-starting" hidden' in client.get(url(run)).content.decode()
