@@ -40,8 +40,9 @@ def basemodel_get(*, project: Project, public_id: str) -> BaseModel:
 
 
 def demo_model_dir() -> Path:
-    """Where ``manage.py temper_setup`` builds the demo model (``jaxengine demo-base --out $TEMPER_MODELS_ROOT/demo``)."""
-    return Path(settings.MODELS_ROOT).resolve() / "demo" / "model"
+    """Where ``manage.py temper_setup`` builds the demo model (``jaxengine demo-base --out $TEMPER_MODELS_ROOT/demo``),
+    resolved as registration resolves a model's path."""
+    return (Path(settings.MODELS_ROOT) / "demo" / "model").resolve()
 
 
 def demo_model(*, project: Project, public_id: str | None = None) -> BaseModel | None:
