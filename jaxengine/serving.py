@@ -124,8 +124,8 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServeRequest:
     """One generation: prompt token ids (already rendered with the chat template), sampling settings,
-    an optional ``deadline`` on ``time.monotonic()``'s clock, an optional ``time_limit`` in seconds from
-    its first token, and whether to run past EOS.
+    an optional ``deadline`` on ``time.monotonic()``'s clock, an optional ``time_limit`` in seconds once
+    its programs are compiled, and whether to run past EOS.
 
     ``time_limit`` is a chat's answer time: its clock starts once the request has its first token and its
     first decode call is dispatched (both programs compiled), so that compiling the model's programs (a
