@@ -124,11 +124,18 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServeRequest:
     """One generation: prompt token ids (already rendered with the chat template), sampling settings,
-    an optional ``deadline`` on ``time.monotonic()``'s clock, and whether to run past EOS."""
+    an optional ``deadline`` on ``time.monotonic()``'s clock, an optional ``time_limit`` in seconds once
+    its programs are compiled, and whether to run past EOS.
+
+    ``time_limit`` is a chat's answer time: its clock starts once the request has its first token and its
+    first decode call is dispatched (both programs compiled), so that compiling the model's programs (a
+    fresh serve worker's first answers: a minute and more on a loaded CPU) and waiting for a free row do
+    not eat into it; ``deadline`` bounds the whole wait, those included."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
     deadline: float | None = None
+    time_limit: float | None = None
     ignore_eos: bool = False  # decode the whole token budget (benchmarks)
 
 
@@ -571,6 +578,8 @@ class _Row:
     emitted: int = 0  # characters of text already streamed (a possible stop string's start is held back)
     tokens: list[int] = dataclasses.field(default_factory=list)
     first_token: float | None = None
+    # When its ``time_limit`` started: its first decode call dispatched (its programs compiled), on the batch's clock.
+    limit_from: float | None = None
     start: int = 0  # first cache slot of its prompt
     fast_forward: bool = False  # a warm-up row: meets each cache layout once (ContinuousBatch._fast_forward)
 
@@ -664,6 +673,11 @@ class ContinuousBatch:
             self._admit(admitted, prompt_bucket)
         if self._active_count():
             self._decode_call()
+            if admitted:
+                dispatched = self.clock()
+                for row in admitted:
+                    if row.limit_from is None:
+                        row.limit_from = dispatched
         if not self.busy:
             self._cache, self._rows, self._index, self._mesh = None, [], 0, None  # idle: release the cache
             self._counts = None
@@ -957,6 +971,9 @@ class ContinuousBatch:
         if row.should_stop is not None and row.should_stop():
             return "cancelled"
         if row.request.deadline is not None and now >= row.request.deadline:
+            return "timeout"
+        limit = row.request.time_limit
+        if limit is not None and row.limit_from is not None and now >= row.limit_from + limit:
             return "timeout"
         return None
 

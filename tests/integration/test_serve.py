@@ -9,6 +9,7 @@ from tests.live import wait_for
 from webapp.celery import app
 from webapp.chat import channels
 from webapp.runs.channels import redis_client
+from worker.tasks.serve import COMPILING, LOADING
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +47,10 @@ def test_concurrent_chats_stream_and_complete(serve_worker, tiny_model_dir):
         events = wait_for(lambda: finished(client, generation_id), timeout=90, workers=workers,
                           what=f"generation {generation_id}")
         types = [event["type"] for event in events]
-        loading = types.count("status")  # those that came before the model was loaded say so first
+        # Those that came before the model was loaded say so first, and those before its programs were compiled.
+        loading = types.count("status")
         # the prefill's token, then each decode call's 8 (the last call's 7 reach the budget)
-        assert types == ["status"] * loading + ["token"] * 3 + ["done"] and loading <= 1
+        assert types == ["status"] * loading + ["token"] * 3 + ["done"] and loading <= 2
         assert [event["tokens"] for event in events[loading:-1]] == [1, 8, 7]
         assert "".join(event["text"] for event in events[loading:-1]) == events[-1]["text"]
 
@@ -62,8 +64,28 @@ def test_the_first_answer_from_a_model_says_it_waits_for_the_model_to_load(serve
                      for generation_id in ("first-from-fresh", "second-from-fresh"))
     assert first[0] == {"seq": 0, "type": "status",
                         "message": "loading the model: its first answer since the serve worker started"}
-    assert [event["type"] for event in first[1:]] == ["token"] * 2 + ["done"]  # 1 token, then 3 of a call
+    # Its programs compile before its first token (the test workers have no warm-up); the second's are compiled.
+    assert first[1] == {"seq": 1, "type": "status", "message": COMPILING}
+    assert [event["type"] for event in first[2:]] == ["token"] * 2 + ["done"]  # 1 token, then 3 of a call
     assert [event["type"] for event in second] == ["token"] * 2 + ["done"]
+
+
+def test_a_first_answers_time_limit_starts_once_its_programs_are_compiled(serve_worker, tmp_path):
+    """A first chat answer could time out while its model compiled on a loaded machine: the 30 s counted from the
+    request's submission, compiles included. Here a model whose programs no earlier answer compiled answers with a
+    time limit shorter than its compile: the answer says it is compiling, then runs its whole budget."""
+    workers, client = serve_worker
+    model_dir = build_tiny_model_dir(tmp_path / "tiny-llama-fresh", preset_name="tiny-llama",
+                                     tokenizer_style="sentencepiece")
+    app.send_task("worker.tasks.serve.generate", args=[{
+        "id": "limited-first", "model_key": "tiny-llama-fresh", "model_path": str(model_dir), "temperature": 0.0,
+        "messages": [{"role": "user", "content": "Hello"}], "max_new_tokens": 4, "timeout_seconds": 0.2}],
+        queue="serve")
+    events = wait_for(lambda: finished(client, "limited-first"), timeout=120, workers=workers, what="the answer")
+    assert [event.get("message") for event in events[:2]] == [LOADING, COMPILING]
+    done = events[-1]
+    assert done["type"] == "done" and done["finish_reason"] == "length" and done["completion_tokens"] == 4, done
+    assert done["first_token_seconds"] > 0.2  # the compile took longer than the answer's time limit
 
 
 def test_a_stopped_generation_ends_as_cancelled(serve_worker, tiny_model_dir):

@@ -901,3 +901,29 @@ def test_a_server_on_host_devices_busy_past_the_limit_compiles_what_it_missed(se
     finally:
         server.close()
     assert compiling and any(compiling) is compiles_while_busy
+
+
+def test_a_time_limit_counts_from_the_first_token_not_from_the_compile_before_it(served):
+    """A chat's 30 s ran from its submission: on a loaded machine a fresh serve worker's compile took most of it and the
+    first answer timed out. ``time_limit`` counts from its first decode call's dispatch, after its first token (both
+    programs compiled: tests/integration/test_serve.py times a real one); ``deadline`` still bounds the whole wait."""
+    model, tokenizer, prompts = served
+    greedy = SamplingParams(max_new_tokens=40, temperature=0.0)
+    now = [0.0]
+    batch = ContinuousBatch(BatchDecoder(model, tokenizer), max_slots=2, clock=lambda: now[0])
+    seen = Collected()
+    batch.add(ServeRequest(prompt_ids=tuple(prompts[0]), params=greedy, time_limit=5.0),
+              on_finish=lambda r: seen.results.update({"limited": r}))
+    batch.add(ServeRequest(prompt_ids=tuple(prompts[1]), params=greedy, time_limit=5.0, deadline=50.0),
+              on_finish=lambda r: seen.results.update({"bounded": r}))
+    now[0] = 60.0  # the programs compiled for a minute before the first token: past the bound, not the time limit
+    seen.steps(batch, 1)
+    assert seen.results["bounded"].finish_reason == "timeout" and seen.results["bounded"].token_ids == []
+    assert "limited" not in seen.results
+    now[0] = 64.0
+    seen.steps(batch, 2)
+    assert "limited" not in seen.results  # 4 s after its first decode call
+    now[0] = 65.0
+    seen.steps(batch, 1)
+    assert seen.results["limited"].finish_reason == "timeout" and seen.results["limited"].first_token_seconds == 60.0
+    assert 0 < len(seen.results["limited"].token_ids) < 40

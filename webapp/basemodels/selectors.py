@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
@@ -36,6 +37,21 @@ def basemodel_get(*, project: Project, public_id: str) -> BaseModel:
     if model is None:
         raise Http404("no such base model in this project")
     return model
+
+
+def demo_model_dir() -> Path:
+    """Where ``manage.py temper_setup`` builds the demo model (``jaxengine demo-base --out $TEMPER_MODELS_ROOT/demo``),
+    resolved as registration resolves a model's path."""
+    return (Path(settings.MODELS_ROOT) / "demo" / "model").resolve()
+
+
+def demo_model(*, project: Project, public_id: str | None = None) -> BaseModel | None:
+    """The project's base model registered from the demo model's directory (``public_id``: only if it is that one),
+    or None. The launch form starts it from its own preset (``webapp.runs.presets.DEMO_PRESET``)."""
+    models = BaseModel.objects.filter(project=project, path=str(demo_model_dir()))
+    if public_id is not None:
+        models = models.filter(public_id=public_id)
+    return models.order_by("pk").first()
 
 
 def may_unregister_base_model(*, membership: Membership, base_model: BaseModel) -> bool:

@@ -51,7 +51,7 @@ from webapp.celery import app as celery_app
 from webapp.chat import channels, selectors
 from webapp.chat.events import MAX_STREAM_SECONDS, relay
 from webapp.chat.openai_errors import body_problems, misspelt_field, with_misspellings
-from webapp.chat.services import (GENERATE_TASK, api_generation_end, api_generation_start,
+from webapp.chat.services import (FIRST_TOKEN_WAIT_SECONDS, GENERATE_TASK, api_generation_end, api_generation_start,
                                   generation_expiry_seconds)
 from webapp.chat.tokens import project_token_authenticate, project_token_refusal, project_token_standing
 from webapp.core import sse
@@ -533,8 +533,10 @@ async def _start(request: HttpRequest, schema: type[_Body], prefix: str):
 
 def answer_wait_seconds() -> float:
     """How long a completion waits for its generation's last event: until the latest a generation can end (taken
-    up by a worker just before it expires, then its whole timeout), and never less than a chat page's stream."""
-    return max(MAX_STREAM_SECONDS, generation_expiry_seconds() + settings.TEMPER_SERVE_TIMEOUT_SECONDS)
+    up by a worker just before it expires, then its wait for compiles and its whole timeout), and never less than a
+    chat page's stream."""
+    return max(MAX_STREAM_SECONDS,
+               generation_expiry_seconds() + FIRST_TOKEN_WAIT_SECONDS + settings.TEMPER_SERVE_TIMEOUT_SECONDS)
 
 
 async def _events(generation_id: str) -> AsyncIterator[dict[str, Any]]:

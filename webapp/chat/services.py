@@ -43,6 +43,9 @@ TITLE_CHARS = 80
 MESSAGE_MAX_CHARS = 100_000
 # Time a request may wait in the serve queue, on top of its generation's own timeout (see answer_is_lost).
 LOST_ANSWER_GRACE_SECONDS = 120
+# Time a generation may wait, once its serve worker has the model loaded, for its programs to compile and for a free
+# row; its TEMPER_SERVE_TIMEOUT_SECONDS start after that (worker.tasks.serve.generate, jaxengine ServeRequest.time_limit).
+FIRST_TOKEN_WAIT_SECONDS = 120
 FINISH_STATUS = {"stop": MessageStatus.COMPLETE, "length": MessageStatus.COMPLETE,
                  "cancelled": MessageStatus.STOPPED, "timeout": MessageStatus.TIMEOUT}
 
@@ -243,13 +246,13 @@ def generation_expiry_seconds() -> int:
     """How long a generation request stays worth doing: past ``answer_is_lost``'s limit its answer is given
     up, so a worker that takes it later (it waited behind others, or its first worker died holding it and
     it was queued again) drops it (Celery's ``expires``) instead of writing an answer nobody waits for."""
-    return settings.TEMPER_SERVE_TIMEOUT_SECONDS + LOST_ANSWER_GRACE_SECONDS
+    return settings.TEMPER_SERVE_TIMEOUT_SECONDS + FIRST_TOKEN_WAIT_SECONDS + LOST_ANSWER_GRACE_SECONDS
 
 
 def answer_is_lost(message: Message, *, now: datetime | None = None) -> bool:
     """Whether a streaming answer has no serve worker behind it: every generation ends by its deadline,
-    ``TEMPER_SERVE_TIMEOUT_SECONDS`` after a worker takes it up, so one still streaming
-    ``LOST_ANSWER_GRACE_SECONDS`` past that (time for the queue) lost its worker or its request."""
+    ``FIRST_TOKEN_WAIT_SECONDS`` + ``TEMPER_SERVE_TIMEOUT_SECONDS`` after a worker has its model loaded, so one still
+    streaming ``LOST_ANSWER_GRACE_SECONDS`` past that (time for the queue and the load) lost its worker or its request."""
     age = ((now or timezone.now()) - message.created_at).total_seconds()
     return message.status == MessageStatus.STREAMING and age > generation_expiry_seconds()
 
@@ -287,8 +290,8 @@ def message_finish(*, message_id: str, text: str = "", finish_reason: str = "", 
 
 def _give_up(message: Message) -> None:
     error = (f"no serve worker finished this answer, asked at {when(message.created_at)} (a generation ends within "
-             f"TEMPER_SERVE_TIMEOUT_SECONDS = {settings.TEMPER_SERVE_TIMEOUT_SECONDS} s of being taken up); it was "
-             "given up: regenerate it or send the message again")
+             f"{FIRST_TOKEN_WAIT_SECONDS} s of its model being loaded, for compiling, plus TEMPER_SERVE_TIMEOUT_SECONDS = "
+             f"{settings.TEMPER_SERVE_TIMEOUT_SECONDS} s); it was given up: regenerate it or send the message again")
     if not Message.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
             status=MessageStatus.FAILED, error=error):
         return  # the worker finished it meanwhile

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.basemodels import selectors as basemodel_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
 from webapp.core.submissions import deleted_once_or_refused, form_send_once
@@ -54,6 +55,7 @@ def project_create(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET"])
 def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     project, membership = get_project_for_user(request.user, slug)
+    overview, can_act = selectors.project_overview(project=project), membership.can(Role.MEMBER)
     return render(
         request,
         "projects/detail.html",
@@ -62,9 +64,11 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "membership": membership,
             "members": selectors.membership_list(project=project),
             "counts": selectors.project_counts(project=project),
-            "overview": selectors.project_overview(project=project),
-            "can_act": membership.can(Role.MEMBER),
+            "overview": overview,
+            "can_act": can_act,
             "can_delete": selectors.may_delete_project(membership=membership),
+            # Getting started (no run yet) opens the launch form on it, which starts from its own preset there.
+            "demo_model": basemodel_selectors.demo_model(project=project) if can_act and not overview["runs"] else None,
         },
     )
 

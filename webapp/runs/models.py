@@ -77,7 +77,8 @@ class Run(models.Model):
     total_steps = models.PositiveIntegerField(null=True)
     current_step = models.PositiveIntegerField(default=0)
     tokens_seen = models.BigIntegerField(default=0)
-    # Seconds spent training over all attempts before the current one (the ETA needs pure train time).
+    # Seconds the attempts took, each from its start (its model's loading and compiling included, as the run page's
+    # Elapsed counts them while it starts), up to the current attempt's latest step.
     train_seconds = models.FloatField(default=0.0)
     worker_name = models.CharField(max_length=255, blank=True)
     # Multi-host runs (spec ``hosts`` > 1): the attempt's workers, one per process, once placed

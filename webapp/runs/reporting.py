@@ -266,6 +266,7 @@ class RunReporter:
         self._first_step: int | None = None
         self._tokens = TokenCount()
         self._base_train_seconds = run.train_seconds
+        self._attempt_started: float | None = None  # Unix time of the attempt's start (run_start), read at its first step
         self._summary_metrics: dict[str, dict[str, float]] = dict(run.final_metrics or {})
         self._not_finite: dict[str, dict[str, Any]] = dict(run.not_finite_metrics or {})
         self._evaluation: Any = None  # the engine's latest EvalProgress
@@ -374,6 +375,10 @@ class RunReporter:
 
     def _begin_attempt(self, first_step: int) -> None:
         self._first_step = first_step
+        # Read here, not from the run given: a multi-host attempt's process 0 is given the row as it was before
+        # run_start set this attempt's start.
+        started_at = Run.objects.filter(pk=self.run.pk).values_list("started_at", flat=True).first()
+        self._attempt_started = None if started_at is None else started_at.timestamp()
         # The engine recomputes every step from ``first_step`` on: drop what an earlier attempt
         # recorded there, and continue the token count from the step before. The run's stored
         # buckets are rebuilt in the same transaction, so no page sees them cover deleted points.
@@ -450,7 +455,11 @@ class RunReporter:
                 eval_steps.append(record.step)
         last = records[-1]
         tokens_seen = self._tokens.total
-        train_seconds = self._base_train_seconds + last.elapsed_seconds
+        # Counted from the attempt's start, as the run page counts while the attempt starts (views._progress): the
+        # engine's clock starts after the model is loaded, and Elapsed stepped back by that at the first step.
+        attempt_seconds = last.elapsed_seconds if self._attempt_started is None else max(
+            last.elapsed_seconds, last.wall_time - self._attempt_started)
+        train_seconds = self._base_train_seconds + attempt_seconds
         self._buckets.fit(self._buckets.through_step, MAX_POINTS)
         now = time.monotonic()
         store_buckets = now - self._buckets_stored_at >= BUCKETS_SECONDS

@@ -24,6 +24,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jaxengine.words import counted
+from webapp.basemodels import selectors as basemodel_selectors
 from webapp.chat import selectors as chat_selectors
 from webapp.core.bidi import isolated
 from webapp.core.forms import errors_by_key
@@ -175,6 +176,9 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         name, tags, errors = "", "", {}
         errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
+        if preset_name is None and request.GET.get("model") and basemodel_selectors.demo_model(
+                project=project, public_id=request.GET["model"]):
+            preset_name = presets.demo_preset_name(task)  # a learning rate the demo model learns at in 200 steps
         spec = presets.preset_spec(task, preset_name)
         duplicate = request.GET.get("from")
         if duplicate:
@@ -404,11 +408,12 @@ def _yaml_seed(task: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress(run) -> dict[str, Any]:
-    """The progress card's facts, for the page and ``static/runs.js``. A run whose worker took it and has reported no
-    step yet is ``starting`` (loading the model and compiling: half a minute on CPU, minutes on an accelerator): the
-    card says so with the run's newest log line, and its elapsed time counts from the attempt's start (the seconds
-    since then in ``attempt_seconds``), not the engine's train time, which stays at its last value until a step."""
-    starting = run.status == RunStatus.RUNNING and run.started_at is not None and run.current_step == 0
+    """The progress card's facts, for the page and ``static/runs.js``. An attempt whose worker took it and has reported
+    no step of it yet is ``starting`` (loading the model and compiling: half a minute on CPU, minutes on an
+    accelerator; a resumed attempt too, whose step is its checkpoint's: ``selectors.run_starting``): the card says so
+    with the run's newest log line, and its elapsed time counts on from the attempt's start (the seconds since then in
+    ``attempt_seconds``) after the earlier attempts' ``train_seconds``, which stay until this attempt's first step."""
+    starting = selectors.run_starting(run=run)
     attempt_seconds = max(0.0, (timezone.now() - run.started_at).total_seconds()) if starting else None
     newest_line = run.log_lines.order_by("-id").values_list("message", flat=True).first() if starting else None
     return {"step": run.current_step, "total_steps": run.total_steps, "tokens": run.tokens_seen,

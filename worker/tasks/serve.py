@@ -36,6 +36,10 @@ STOP_POLL_SECONDS = 0.1  # how often a generation reads its stop flag (not once 
 DEFAULT_MAX_NEW_TOKENS = 256  # a request that does not say how many
 DELETED_POLL_SECONDS = 5.0  # how often the models deleted in the web are looked for unannounced (one Redis read)
 MODEL_DELETED = "the model was deleted while this answer was being written; choose another model"
+LOADING = "loading the model: its first answer since the serve worker started"
+# Said until the first token where the model's programs may not be compiled yet: its time limit starts after.
+COMPILING = ("compiling the model's programs: its first answers since the serve worker started wait for it; "
+             "the answer's time limit starts once they are compiled")
 
 _events_clients: dict[str, redis.Redis] = {}  # REDIS_URL -> the client every generation of this process shares
 _events_clients_lock = threading.Lock()
@@ -112,6 +116,7 @@ _servers: dict = {}  # model key -> BatchingServer, for the models in _cache
 _server_models: dict = {}  # model key -> the LoadedModel its server decodes
 _devices: list = []  # what each model's batches split their rows over (jaxengine.serving.serving_devices)
 _deleted_servers: weakref.WeakSet = weakref.WeakSet()  # servers dropped because their model was deleted
+_answering_servers: weakref.WeakSet = weakref.WeakSet()  # servers that gave some answer its first token
 _watcher: threading.Thread | None = None  # runs _watch_deleted_models once a model is loaded
 _watcher_stopping = threading.Event()  # set by shutdown(); a new one for each watcher
 
@@ -168,6 +173,13 @@ def server_for(key: str, path: str):
             if settings.TEMPER_SERVE_WARMUP:
                 _servers[key].warm([*decoder.warmup_requests(), *decoder.warmup_groups()])
         return _servers[key], loaded.tokenizer
+
+
+def programs_compiled(server) -> bool:
+    """Whether ``server``'s programs for a lone conversation are compiled: it gave an answer its first token, or its
+    warm-up (``TEMPER_SERVE_WARMUP``) is done. Until then an answer waits for compiles (a minute and more for a
+    fresh serve worker on a loaded CPU), which its page says in place of the first token."""
+    return server in _answering_servers or (bool(settings.TEMPER_SERVE_WARMUP) and server.warmed.is_set())
 
 
 def model_ref(key: str) -> str:
@@ -425,11 +437,15 @@ def generate(request: dict) -> dict:
     try:
         parsed = GenerateRequest.model_validate(request)
         if parsed.model_key not in _servers:  # a page shows it in place of the first token, for as long as it takes
-            events.emit("status", message="loading the model: its first answer since the serve worker started")
+            events.emit("status", message=LOADING)
         server, tokenizer = server_for(parsed.model_key, parsed.model_path)
         ids, max_new_tokens = fit_to_context(parsed, tokenizer, server.decoder.model.config.max_position_embeddings)
+        compiling = not programs_compiled(server)
+        # The answer's own time starts once its programs are compiled (ServeRequest.time_limit); the wait for that,
+        # and for a free row, has a bound of its own, which the web's generation_expiry_seconds counts in.
         serve_request = ServeRequest(
-            prompt_ids=ids, deadline=time.monotonic() + parsed.timeout_seconds,
+            prompt_ids=ids, time_limit=parsed.timeout_seconds,
+            deadline=time.monotonic() + chat_services.FIRST_TOKEN_WAIT_SECONDS + parsed.timeout_seconds,
             params=SamplingParams(max_new_tokens=max_new_tokens, temperature=parsed.temperature,
                                   top_p=parsed.top_p, top_k=parsed.top_k, seed=parsed.seed,
                                   stop_strings=tuple(parsed.stop), presence_penalty=parsed.presence_penalty,
@@ -437,8 +453,12 @@ def generate(request: dict) -> dict:
         events.read_stop_flag()  # a stop before the request reaches the server ends it before its first token
         future = server.submit(serve_request, on_tokens=events.on_tokens,
                                should_stop=lambda: events.stopped or server in _deleted_servers)
+        if compiling:  # once the request is taken (a refused one ends with its error), before its tokens' events
+            events.emit("status", message=COMPILING)
         events.relay(future)
         result = future.result()
+        if result.first_token_seconds is not None:
+            _answering_servers.add(server)
         if result.finish_reason == "cancelled" and not events.stopped and server in _deleted_servers:
             return _fail(events, request, MODEL_DELETED)
     except ContextLengthError as error:

@@ -232,7 +232,7 @@ def test_a_battle_whose_answer_no_worker_will_finish_stops_waiting(team, client_
     assert 'value="a" class="button" disabled' in page and "no serve worker finished" not in page
     lost = arena.battle_answer(battle.side_b)
     Message.objects.filter(pk=lost.pk).update(
-        created_at=timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1))
+        created_at=timezone.now() - timedelta(seconds=services.generation_expiry_seconds() + 1))
     page = client.get(battle_url("battle", battle)).content.decode()
     assert "no serve worker finished this answer" in page and "Answer B failed" in page
     assert 'name="outcome"' not in page and "Start a new battle with this prompt" in page

@@ -112,7 +112,8 @@ def test_a_generation_expires_when_its_answer_would_be_given_up(team, client_for
     conversation = conversation_of(team, client_for, base_model)
     with django_capture_on_commit_callbacks(execute=True):
         response = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"})
-    assert options[-1] == ("worker.tasks.serve.generate", {"expires": 30 + services.LOST_ANSWER_GRACE_SECONDS})
+    expires = 30 + services.FIRST_TOKEN_WAIT_SECONDS + services.LOST_ANSWER_GRACE_SECONDS
+    assert options[-1] == ("worker.tasks.serve.generate", {"expires": expires})
     answer = Message.objects.get(public_id=response.json()["message"])
     expiry = answer.created_at + timedelta(seconds=options[-1][1]["expires"])
     assert not services.answer_is_lost(answer, now=expiry) and services.answer_is_lost(answer, now=expiry + timedelta(seconds=1))
@@ -357,7 +358,7 @@ def test_stop_gives_up_an_answer_no_worker_will_finish(team, client_for, base_mo
     assert client.post(url("stop", conversation, answer)).status_code == 200
     assert Message.objects.get(public_id=answer).status == MessageStatus.STREAMING  # the worker may be on it
 
-    asked = timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1)
+    asked = timezone.now() - timedelta(seconds=services.generation_expiry_seconds() + 1)
     Message.objects.filter(public_id=answer).update(created_at=asked)
     channels.emit(redis_client(), answer, {"seq": 0, "type": "token", "text": "Hel"})
     assert client.post(url("stop", conversation, answer)).status_code == 200
@@ -381,7 +382,7 @@ def test_the_event_stream_of_an_answer_no_worker_will_finish_fails_it(team, clie
     conversation = conversation_of(team, client_for, base_model)
     answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
     Message.objects.filter(public_id=answer).update(
-        created_at=timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS + 1))
+        created_at=timezone.now() - timedelta(seconds=services.generation_expiry_seconds() + 1))
     client = AsyncClient()
     client.force_login(team.teammate)
     [event] = read_events(client, url("events", conversation, answer))
@@ -726,7 +727,7 @@ def test_an_open_event_stream_fails_an_answer_once_no_worker_will_finish_it(team
     monkeypatch.setattr(sse, "ACCESS_RECHECK_SECONDS", 0.5)
     conversation = conversation_of(team, client_for, base_model)
     answer = client_for(team.teammate).post(url("send", conversation), {"content": "Hi"}).json()["message"]
-    asked = timezone.now() - timedelta(seconds=30 + services.LOST_ANSWER_GRACE_SECONDS - 2)  # lost in 2 s
+    asked = timezone.now() - timedelta(seconds=services.generation_expiry_seconds() - 2)  # lost in 2 s
     Message.objects.filter(public_id=answer).update(created_at=asked)
     channels.emit(redis_client(), answer, {"seq": 0, "type": "token", "text": "Hel"})  # then its worker died
     client = AsyncClient()

@@ -492,3 +492,19 @@ def test_an_engine_line_goes_into_the_log_in_the_projects_names_and_shows_on_the
     page = client.get(f"/p/{running_run.project.slug}/runs/{running_run.public_id}/").content.decode()
     log = page[page.index('<ol class="log" id="log">'):]
     assert f"</time> {escape(expected)}</li>" in log[:log.index("</ol>")]
+
+
+def test_an_attempts_elapsed_time_counts_from_its_start(running_run):
+    """The run page counts Elapsed from the attempt's start while it loads the model and compiles, after the earlier
+    attempts' time; at the first step it took the engine's clock, which starts after the load, and Elapsed stepped
+    back by that. The attempt's seconds are counted from its start, at least the engine's."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Run.objects.filter(pk=running_run.pk).update(train_seconds=100.0,
+                                                 started_at=timezone.now() - timedelta(seconds=20))
+    running_run.refresh_from_db()
+    report(running_run, [record(1)])  # the engine's clock: 0.5 s
+    running_run.refresh_from_db()
+    assert 120.0 <= running_run.train_seconds < 130.0
