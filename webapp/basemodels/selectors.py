@@ -39,10 +39,15 @@ def basemodel_get(*, project: Project, public_id: str) -> BaseModel:
     return model
 
 
+def demo_dir() -> Path:
+    """Where ``manage.py temper_setup`` builds the demo (``jaxengine demo-base --out $TEMPER_MODELS_ROOT/demo``:
+    ``model/`` and ``data/``)."""
+    return Path(settings.MODELS_ROOT) / "demo"
+
+
 def demo_model_dir() -> Path:
-    """Where ``manage.py temper_setup`` builds the demo model (``jaxengine demo-base --out $TEMPER_MODELS_ROOT/demo``),
-    resolved as registration resolves a model's path."""
-    return (Path(settings.MODELS_ROOT) / "demo" / "model").resolve()
+    """The demo model's directory (``demo_dir``'s ``model``), resolved as registration resolves a model's path."""
+    return (demo_dir() / "model").resolve()
 
 
 def demo_model(*, project: Project, public_id: str | None = None) -> BaseModel | None:

@@ -20,13 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.files import File
 from django.core.management.base import BaseCommand
 
 from webapp.basemodels.models import BaseModel
+from webapp.basemodels.selectors import demo_dir
 from webapp.basemodels.services import basemodel_register
 from webapp.core.models import SetupStep
 from webapp.datasets.models import Dataset
@@ -61,10 +61,6 @@ def step_done(name: str) -> bool:
 def record_step(name: str) -> None:
     """Note that ``name`` is made (also when an earlier setup, from before the steps were recorded, made it)."""
     SetupStep.objects.get_or_create(name=name)
-
-
-def demo_dir() -> Path:
-    return Path(settings.MODELS_ROOT) / "demo"
 
 
 def demo_base_command(out_dir: Path) -> list[str] | None:
