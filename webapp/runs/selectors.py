@@ -1113,13 +1113,12 @@ def run_starting(*, run: Run) -> bool:
     """Whether a worker took the run's current attempt and has reported no step of it yet: it is loading the model
     and compiling. A resumed attempt starts at its checkpoint's step, not 0, so the step alone does not say it: the
     current step's points are this attempt's once they were logged after its start (``wall_time``, by the clock of
-    the worker that set ``started_at``: both come from process 0). An external run's points carry its own times."""
-    if run.status != RunStatus.RUNNING or run.started_at is None:
+    the worker that set ``started_at``: both come from process 0). An external run is never starting: Temper loads
+    nothing for it, and its points carry its own times."""
+    if run.status != RunStatus.RUNNING or run.started_at is None or run.task == "external":
         return False
     if run.current_step == 0:
         return True
-    if run.task == "external":
-        return False
     return not MetricPoint.objects.filter(run=run, step=run.current_step,
                                           wall_time__gte=run.started_at.timestamp()).exists()
 

@@ -2315,6 +2315,15 @@ def test_a_resumed_attempt_says_it_is_starting_until_its_own_first_step(run, tea
     assert 'id="progress-starting" hidden' in client.get(url(run)).content.decode()
 
 
+def test_an_external_run_before_its_first_point_is_not_said_to_be_compiling(team, client_for):
+    """An external run (a process outside Temper reporting into it) showed "Starting: loading the model and
+    compiling" until its first point: Temper loads and compiles nothing for it."""
+    external = services.run_create_external(project=team.project, name="elsewhere", config={"lr": 0.1}, user=team.owner)
+    client = client_for(team.viewer)
+    assert client.get(url(external, "state.json")).json()["progress"]["starting"] is False
+    assert 'id="progress-starting" hidden' in client.get(url(external)).content.decode()
+
+
 def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, catalog, client_for):
     """First run: the LoRA preset's learning rate, 2e-4 (right for models of 1 B parameters and more), moved the 2.6 M
     parameter demo model from a loss of 11.6 to only 9.5 in 30 steps. The form opened on the demo model (Getting
