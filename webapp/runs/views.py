@@ -193,8 +193,13 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 errors.setdefault("data.max_seq_len", []).append(problem)
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
-        elif (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
-            spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
+        else:
+            if (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
+                spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
+            # A dataset version page's "Launch a … run on it": taken when the task trains on that version's kind.
+            train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
+            if (data := request.GET.get("data")) in {value for value, _label in train_choices}:
+                spec = {**spec, "data": {**spec.get("data", {}), "train": data}}
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
