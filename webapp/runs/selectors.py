@@ -238,6 +238,13 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     return choices
 
 
+def offered_as_starting_model(*, run: Run) -> bool:
+    """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
+    archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
+    return (run.status == RunStatus.SUCCEEDED and not run.archived and run.task != "reward"
+            and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
+
+
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
     runs of the project with an exported model, newest first; not archived runs' (put away, as in

@@ -473,6 +473,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
                      and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
+        # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen.
+        "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
         "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 

@@ -1849,6 +1849,26 @@ def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_fo
     assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
 
 
+def test_a_succeeded_runs_page_offers_a_run_from_its_model(team, run, client_for):
+    """QA (second first-use pass): an SFT run had succeeded and the next stage (DPO from its model) started on
+    the Runs page, the model found again among every base model, exported model and checkpoint; the page offered
+    a chat with the model and a duplicate of the run, not a run from it. It links the launch form, its model
+    chosen, as a base model's page does."""
+    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}" id="launch-from-run"'
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
+    run = succeeded_with_export(run)
+    assert launch_link in client_for(team.teammate).get(url(run)).content.decode()
+    form = client_for(team.teammate).get(f"/p/alpha/runs/new/?task=dpo&model={run.public_id}").content.decode()
+    assert f'<option value="{run.public_id}" selected>' in form
+    # Viewers launch nothing; an archived run's model is not offered by the form; a reward model scores text.
+    assert launch_link not in client_for(team.viewer).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False, task="reward")
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()
+
+
 def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
     """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
     then showed none: a reward model scores text and writes none; nor has pretraining's plain text prompts."""
