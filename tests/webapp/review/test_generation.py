@@ -693,3 +693,24 @@ def test_a_checkpoint_is_taken_as_its_run_page_names_it(team, client_for, models
         "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1, "reviewers": [team.teammate.pk]})
     assert response.status_code == 302, response.context["form"].errors
     assert Campaign.objects.get(name="pass 1").generation["model_a"]["ref"] == f"{run.public_id}:step-10"
+
+
+def test_its_page_claims_no_agreement_with_an_original_label_it_never_had(team, client_for, models, prompts_version):
+    """QA (second first-use pass): with both reviewers' votes in, a campaign on two models' answers still read
+    "Agreement with the original label (the dataset's chosen, the arena voter's pick): no votes yet": its items
+    come with no label to agree with, and the votes were there."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=services.generation_prompts(campaign=campaign),
+                                          answers_a=["Red.", "Hi.", "c a t"], answers_b=["Green.", "Bye!", "k-a-t"])
+    for item in campaign.items.all():
+        answer(item, team.teammate, "a")
+    page = client_for(team.owner).get(reverse("review:detail", args=["alpha", campaign.public_id])).content.decode()
+    assert "Position bias" in page and "Agreement with the original label" not in page
+    # A campaign on a dataset's pairs still compares with the label each row came with.
+    version = make_ready_version(team.project, name="pairs", kind="preference", user=team.owner,
+                                 rows=[{"prompt": "q", "chosen": "a", "rejected": "b"}])
+    loaded = services.campaign_create(project=team.project, name="pairs", guidelines="", required_reviews=1,
+                                      reviewers=[team.teammate], source_version=version, user=team.owner)
+    services.campaign_load_items(campaign_id=loaded.pk)
+    page = client_for(team.owner).get(reverse("review:detail", args=["alpha", loaded.public_id])).content.decode()
+    assert "Agreement with the original label" in page
