@@ -80,3 +80,32 @@ def test_the_hyperparameter_axes_names_do_not_run_into_each_other(page, live_ser
     closest = min(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5
                   for first, second in zip(names, names[1:]) for ax, ay in first for bx, by in second)
     assert closest >= 10, f"two axis names' letters {closest:.1f} px apart"
+
+
+def test_charts_and_the_final_table_give_the_seconds_of_time_metrics(page, live_server, tmp_path):
+    """A GRPO run's time/rollout, time/logprobs and time/update charts (and their compare columns, "0.051
+    0.051 – 18.44") gave numbers without a unit: seconds, which their names do not say as memory/host_peak_gib
+    and tokens_per_second do."""
+    from webapp.runs.models import MetricPoint, Run, RunStatus
+
+    team = make_team()
+    runs = [Run.objects.create(project=team.project, name=name, task="grpo", status=RunStatus.SUCCEEDED,
+                               spec={"task": "grpo"}, resolved_spec={"output_dir": str(tmp_path / name)},
+                               created_by=team.owner, total_steps=3, current_step=3,
+                               final_metrics={"loss": {"last": 0.1, "min": 0.1, "max": 0.3},
+                                              "time/rollout": {"last": 2.5, "min": 2.0, "max": 9.0}})
+            for name in ("first", "second")]
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=step + 0.5, wall_time=float(step),
+                                                 tokens=step)
+                                     for run in runs for name in ("loss", "time/rollout") for step in (1, 2, 3)])
+    y_title = ("metric => { const plot = document.querySelector(`.plot[data-metric='${metric}']`);"
+               " return plot && plot.layout ? ((plot.layout.yaxis.title || {}).text || '') : null; }")
+    log_in(page, live_server.url, team.viewer.username)
+    page.goto(f"{live_server.url}/p/alpha/runs/{runs[0].public_id}/")
+    page.wait_for_function(f"() => ({y_title})('time/rollout') !== null")
+    assert page.evaluate(y_title, "time/rollout") == "seconds" and page.evaluate(y_title, "loss") == ""
+    page.goto(f"{live_server.url}/p/alpha/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
+    page.wait_for_function(f"() => ({y_title})('time/rollout') !== null")
+    assert page.evaluate(y_title, "time/rollout") == "seconds" and page.evaluate(y_title, "loss") == ""
+    headers = page.locator("#compare-finals .final-table thead th").all_inner_texts()
+    assert [header.split("\n")[0] for header in headers[1:]] == ["loss", "time/rollout (seconds)"]

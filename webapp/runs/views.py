@@ -454,6 +454,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         # static/runs.js places the charts of metrics first logged later by the same rule.
         "leading_charts": json.dumps(selectors.LEADING_CHARTS),
         "not_finite": selectors.metrics_not_finite_now(run=run),
@@ -765,6 +766,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
+        "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names, "shared": shared},
