@@ -2281,3 +2281,17 @@ def test_samples_are_numbered_from_1_as_dataset_rows_are(team, run, client_for):
     Sample.objects.create(run=run, step=5, position=1, prompt="second", text="two")
     page = client_for(team.viewer).get(url(run, "samples/") + "?step=5").content.decode()
     assert re.findall(r'<td class="num muted">(\d+)</td>', page) == ["1", "2"]
+
+
+def test_the_runs_table_and_the_overview_show_a_tiny_loss_as_a_figure_not_zero(team, client_for):
+    """QA (second first-use pass): a GRPO run's loss of 1.043e-07 read "0.0000" in the Runs table and on the
+    project's page (four decimals), where the compare page read 1.043e-07; and a learning-rate-sized reward alike."""
+    Run.objects.create(project=team.project, name="grpo", task="grpo", status=RunStatus.SUCCEEDED, spec={},
+                       resolved_spec={}, final_metrics={"loss": {"last": 1.043e-07, "min": -5.215e-08},
+                                                        "eval/loss": {"last": 2.5, "min": 2.25},
+                                                        "reward": {"last": 0.375, "max": 0.000125}})
+    table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
+    assert "0.0000" not in table
+    assert "1.043e-07 / -5.215e-08" in table and "2.5 / 2.25" in table and "0.375 / 0.000125" in table
+    overview = client_for(team.viewer).get("/p/alpha/").content.decode()
+    assert "1.043e-07" in overview and "0.0000" not in overview
