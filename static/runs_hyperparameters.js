@@ -58,7 +58,11 @@
     missing.hidden = left === 0;
     missing.textContent = !left ? "" : left + " of the " + scores.length + " runs " +
       (left === 1 ? "has no " + metric + " and is not drawn." : "have no " + metric + " and are not drawn.");
-    var margin = { l: 60, r: 60, t: 48, b: 24 }, tilt = labelTilt(dimensions, plot.clientWidth - margin.l - margin.r);
+    var margin = { l: 60, r: 60, t: 48, b: 24 };
+    // At a phone's width a dozen axes were 17 px apart, one smudge: the chart keeps them MIN_AXIS_SPACING apart and
+    // scrolls sideways inside its card (.chart-scroll) when the card is narrower.
+    plot.style.minWidth = (margin.l + margin.r + MIN_AXIS_SPACING * (dimensions.length - 1)) + "px";
+    var tilt = labelTilt(dimensions, plot.clientWidth - margin.l - margin.r);
     margin.t += tilt.room;
     window.Plotly.react(plot, [{ type: "parcoords", dimensions: dimensions, labelangle: tilt.angle,
       line: { color: metricValues, colorscale: "Viridis", showscale: true, colorbar: { thickness: 12 } } }],
@@ -69,6 +73,7 @@
   // Axis names are written level, centred over their axes; with a dozen keys at 1280 px, neighbours ran into
   // each other ("optim.learning_rate (log)" over "optim.warmup_steps"). When two would meet they are tilted,
   // which sets them apart by the axes' spacing times the sine of the tilt, and the chart gets the room above.
+  var MIN_AXIS_SPACING = 72;    // pixels: tilted, neighbouring names are 36 px apart
   var LABEL_CHAR_PIXELS = 6.5;  // an 11 px sans-serif character, generously
   var TILT_DEGREES = 30;
   function labelTilt(dimensions, plotWidth) {

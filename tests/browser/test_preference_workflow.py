@@ -48,9 +48,12 @@ def axis_name_letters(page) -> list[list[tuple[float, float]]]:
         return letters; })""")
 
 
-def test_the_hyperparameter_axes_names_do_not_run_into_each_other(page, live_server, monkeypatch):
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_hyperparameter_axes_names_do_not_run_into_each_other(page, live_server, monkeypatch, width):
     """At 1280 px, comparing an SFT, a DPO and a GRPO run drew 13 axes 75 px apart, their names level and centred:
-    "optim.learning_rate (log)" ran into "optim.warmup_steps", "train.eval_every (log)" into "train.eval_samples"."""
+    "optim.learning_rate (log)" ran into "optim.warmup_steps", "train.eval_every (log)" into "train.eval_samples".
+    At 390 px the 13 axes were 17 px apart, names and ticks one smudge: the chart keeps its axes apart and scrolls
+    sideways inside its card, the page no wider than the phone."""
     from tests.webapp.factories import make_base_model
     from webapp.runs import services as run_services
     from webapp.runs.models import MetricPoint
@@ -73,13 +76,17 @@ def test_the_hyperparameter_axes_names_do_not_run_into_each_other(page, live_ser
         MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0 - index / 2, wall_time=1.0, tokens=100)
         runs.append(run)
     log_in(page, live_server.url, team.owner.username)
-    page.set_viewport_size({"width": 1280, "height": 800})
+    page.set_viewport_size({"width": width, "height": 800})
     page.goto(f"{live_server.url}/p/alpha/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     page.wait_for_function("() => document.querySelectorAll('#hyperparameters-plot .axis-title').length >= 13")
     names = axis_name_letters(page)
     closest = min(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5
                   for first, second in zip(names, names[1:]) for ax, ay in first for bx, by in second)
     assert closest >= 10, f"two axis names' letters {closest:.1f} px apart"
+    axes = page.evaluate("() => Array.from(document.querySelectorAll('#hyperparameters-plot .y-axis'))"
+                         ".map(axis => axis.transform.baseVal.consolidate()?.matrix.e ?? 0)")  # its x in the plot
+    assert min(right - left for left, right in zip(axes, axes[1:])) >= 60
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 def test_charts_and_the_final_table_give_the_seconds_of_time_metrics(page, live_server, tmp_path):
