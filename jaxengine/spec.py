@@ -139,7 +139,7 @@ class PeftSpec(_Section):
 
     method: PeftMethod = Field(default="none", description="none: every weight trained | lora: low-rank adapters "
                                "on the targets, the base frozen | qlora: LoRA over a base quantized to quant_bits, "
-                               "the least memory")
+                               "the least memory.")
     rank: int = Field(default=8, ge=1, le=1024, description="LoRA rank r.")
     alpha: float = Field(default=16.0, gt=0, description="LoRA scale numerator: updates are scaled by alpha / rank.")
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
@@ -212,7 +212,7 @@ class DpoSpec(_Section):
         "sigmoid: DPO, -log σ(beta × log-ratio margin) | ipo: (margin − 1/(2 beta))², less prone to "
         "overfit | hinge: SLiC, relu(1 − beta × margin) | simpo: reference-free, length-normalised, "
         "target margin simpo_gamma | orpo: reference-free, chosen NLL plus an odds-ratio term weighted by "
-        "beta"))
+        "beta."))
     label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5, description="sigmoid only: assumed label noise.")
     simpo_gamma: float = Field(default=0.5, ge=0.0, description="simpo only: target reward margin.")
 
@@ -315,11 +315,11 @@ class GrpoSpec(_Section):
     loss_type: GrpoLossType = Field(default="grpo", description=(
         "How per-token losses become one: grpo: mean over each completion, then over completions | "
         "dr_grpo: sum / (completions × max_new_tokens), no length bias | dapo: mean over every token of "
-        "the batch | gspo: one sequence-level ratio per completion, averaged as grpo"))
+        "the batch | gspo: one sequence-level ratio per completion, averaged as grpo."))
     advantage: AdvantageEstimator = Field(default="group", description=(
         "A completion's advantage from its group's rewards: group: (r − mean) / std | group_mean: r − "
         "mean (Dr. GRPO: hard and easy prompts weigh alike) | rloo: r − mean of the other completions of "
-        "its prompt"))
+        "its prompt."))
     num_iterations: NumIterations = 1
     mask_truncated: MaskTruncated = False
     dynamic_sampling: bool = Field(default=False, description="Drop groups with zero reward variance and refill.")

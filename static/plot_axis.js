@@ -42,6 +42,13 @@ window.TemperPlotAxis = (function () {
     wholeXTicks: function (traces) {
       return xSpan(traces) < WHOLE_TICKS_UNDER ? { tickmode: "linear", tick0: 0, dtick: 1 } : { tickmode: "auto" };
     },
+    // The unit of metric ``name`` when its name does not say it, else "": the page's "metric-units" JSON, a unit by
+    // name prefix (webapp/runs/selectors.py: METRIC_UNITS_BY_PREFIX).
+    unitOf: function (name) {
+      var source = document.getElementById("metric-units"), units = source ? JSON.parse(source.textContent) : {};
+      var prefix = Object.keys(units).filter(function (each) { return name.indexOf(each) === 0; })[0];
+      return prefix === undefined ? "" : units[prefix];
+    },
     // The y axis's range for ``traces`` as layout properties: { range: [low, high] } or { autorange: true }.
     yRange: function (traces, logScale) {
       var value = onlyValue(traces);

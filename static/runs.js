@@ -30,7 +30,8 @@
   function layoutFor(name) {
     return {
       height: 240, margin: { l: 56, r: 12, t: 28, b: 36 }, title: { text: literal(name), font: { size: 13 } },
-      xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { zeroline: false },
+      xaxis: { title: { text: "step" }, zeroline: false },
+      yaxis: { zeroline: false, title: { text: window.TemperPlotAxis.unitOf(name) } },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
     };
   }

@@ -134,7 +134,8 @@
       // Steps and tokens are whole numbers; seconds are not.
       xaxis: Object.assign({ title: { text: axis === "time" ? "seconds" : axis } },
                            axis === "time" ? {} : window.TemperPlotAxis.wholeXTicks(traces)),
-      yaxis: Object.assign({ type: log ? "log" : "linear" }, window.TemperPlotAxis.yRange(traces, log)),
+      yaxis: Object.assign({ type: log ? "log" : "linear", title: { text: window.TemperPlotAxis.unitOf(chart.key) } },
+                           window.TemperPlotAxis.yRange(traces, log)),
       legend: { orientation: "h", yref: "container", y: 0, yanchor: "bottom", font: { size: 10 } },
       // The whole name: plotly cuts it at 15 characters, and a sweep's runs differ only at their ends.
       hoverlabel: { namelength: -1 },

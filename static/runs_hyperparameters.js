@@ -58,10 +58,33 @@
     missing.hidden = left === 0;
     missing.textContent = !left ? "" : left + " of the " + scores.length + " runs " +
       (left === 1 ? "has no " + metric + " and is not drawn." : "have no " + metric + " and are not drawn.");
-    window.Plotly.react(plot, [{ type: "parcoords", dimensions: dimensions,
+    var margin = { l: 60, r: 60, t: 48, b: 24 };
+    // At a phone's width a dozen axes were 17 px apart, one smudge: the chart keeps them MIN_AXIS_SPACING apart and
+    // scrolls sideways inside its card (.chart-scroll) when the card is narrower.
+    plot.style.minWidth = (margin.l + margin.r + MIN_AXIS_SPACING * (dimensions.length - 1)) + "px";
+    var tilt = labelTilt(dimensions, plot.clientWidth - margin.l - margin.r);
+    margin.t += tilt.room;
+    window.Plotly.react(plot, [{ type: "parcoords", dimensions: dimensions, labelangle: tilt.angle,
       line: { color: metricValues, colorscale: "Viridis", showscale: true, colorbar: { thickness: 12 } } }],
-      { height: 340, margin: { l: 60, r: 60, t: 48, b: 24 }, paper_bgcolor: "rgba(0,0,0,0)", font: { size: 11 } },
+      { height: 340 + tilt.room, margin: margin, paper_bgcolor: "rgba(0,0,0,0)", font: { size: 11 } },
       { displayModeBar: false, responsive: true });
+  }
+
+  // Axis names are written level, centred over their axes; with a dozen keys at 1280 px, neighbours ran into
+  // each other ("optim.learning_rate (log)" over "optim.warmup_steps"). When two would meet they are tilted,
+  // which sets them apart by the axes' spacing times the sine of the tilt, and the chart gets the room above.
+  var MIN_AXIS_SPACING = 72;    // pixels: tilted, neighbouring names are 36 px apart
+  var LABEL_CHAR_PIXELS = 6.5;  // an 11 px sans-serif character, generously
+  var TILT_DEGREES = 30;
+  function labelTilt(dimensions, plotWidth) {
+    var widths = dimensions.map(function (dimension) { return dimension.label.length * LABEL_CHAR_PIXELS; });
+    var spacing = plotWidth / Math.max(dimensions.length - 1, 1), crowded = false;
+    for (var index = 1; index < widths.length; index++) {
+      if ((widths[index - 1] + widths[index]) / 2 + 8 > spacing) crowded = true;
+    }
+    if (!crowded) return { angle: 0, room: 0 };
+    var longest = Math.max.apply(null, widths);
+    return { angle: -TILT_DEGREES, room: Math.ceil(longest * Math.sin(TILT_DEGREES * Math.PI / 180)) };
   }
 
   window.TemperHyperparameters = { draw: draw };

@@ -872,7 +872,7 @@ def test_the_runs_table_follows_a_run_to_its_end_without_a_reload(page, live_ser
     # The Reward column came with the first run that logged one, its heading over its cells.
     headings = page.locator(".runs-table thead th").all_text_contents()
     reward_cell = row.locator("td").nth(headings.index("Reward (last / best)"))
-    assert reward_cell.inner_text() == "0.5000 / 0.7500"
+    assert reward_cell.inner_text() == "0.5 / 0.75"
 
 
 def test_the_compare_page_follows_a_running_run_without_a_reload(page, live_server, monkeypatch):

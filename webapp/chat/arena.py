@@ -249,6 +249,12 @@ def arena_campaign_create(*, project: Project, name: str, required_reviews: int,
     return campaign, send
 
 
+def compare_mode_votes(*, project: Project) -> int:
+    """The rated votes of ``project`` cast in compare mode (both models picked, their names shown), which the
+    leaderboard leaves out: what its empty page counts, so that such a vote does not look lost."""
+    return rated_battles(project=project).filter(blind=False).count()
+
+
 def project_leaderboard(*, project: Project) -> tuple[list[Rating], dict]:
     """Ratings and pairwise win rates from every rated blind vote in the project, by model (its ref:
     two runs may share a name), shown by label; a label two models share is followed by the ref."""

@@ -162,6 +162,7 @@ def arena_leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "chat/leaderboard.html", {
         "project": project, "membership": membership, "ratings": ratings, **_review_context(project, membership),
         "min_votes_for_interval": MIN_VOTES_FOR_INTERVAL,
+        "compare_mode_votes": 0 if ratings else arena.compare_mode_votes(project=project),
         "win_rates": [{"model": first, "opponent": second, "rate": rate, "games": games}
                       for (first, second), (rate, games) in sorted(rates.items())]})
 

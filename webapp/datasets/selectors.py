@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jaxengine.data import formats
+from jaxengine.spec import TASK_DATASET_KINDS
 from jaxengine.words import counted
 from webapp.core.keyset import KeysetPage, keyset_page
 from webapp.core.name_case import name_key
@@ -97,6 +98,12 @@ def version_get(*, dataset: Dataset, number: int) -> DatasetVersion:
     if version is None:
         raise Http404(f"{isolated(dataset.name)} has no version {number}")
     return version
+
+
+def tasks_training_on(kind: str) -> list[str]:
+    """The run tasks whose training data is a dataset of ``kind`` (the engine's ``TASK_DATASET_KINDS``), in
+    the spec's order: what a version page offers to launch on it."""
+    return [task for task, task_kind in TASK_DATASET_KINDS.items() if task_kind == kind]
 
 
 def may_delete_version(*, membership: Membership, version: DatasetVersion) -> bool:

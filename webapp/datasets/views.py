@@ -206,6 +206,8 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             token_charts=selectors.histograms(version.token_statistics),
             token_variables=selectors.token_template_variables(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
+            # The launch page of each task that trains on this kind, this version chosen (runs:new's ?data=).
+            launch_tasks=selectors.tasks_training_on(dataset.kind) if membership.can(Role.MEMBER) else [],
         )
     return render(request, "datasets/version.html", context)
 

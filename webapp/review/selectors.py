@@ -155,17 +155,21 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     versions = {version.public_id: version for version in
                 DatasetVersion.objects.filter(dataset__project=project, status=VersionStatus.READY)
                 .exclude(dataset__kind="text").select_related("dataset").order_by("dataset__name", "-number")}
+    def described(version: DatasetVersion) -> str:
+        return (f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
+                f"{counted(version.row_count, 'row', grouped=True)})")
+
     sources, seen = [], set()
-    for run in Run.objects.filter(project=project, status=RunStatus.SUCCEEDED).order_by("-created_at"):
+    # The name and spec only: a finished run's row holds its series cache, about a megabyte.
+    for run in (Run.objects.filter(project=project, status=RunStatus.SUCCEEDED).order_by("-created_at")
+                .only("name", "spec")):
         version = versions.get(run.data_spec.get("eval") or "")
         if version is not None and version.public_id not in seen:
             seen.add(version.public_id)
-            sources.append((version, f"Eval set of run {isolated(run.name)}: "
-                                     f"{isolated(version.dataset.name)} v{version.number}"))
+            sources.append((version, f"Eval set of run {isolated(run.name)}: {described(version)}"))
     for version in versions.values():
         if version.public_id not in seen and version.dataset.kind in ("prompts", "sft"):
-            sources.append((version, f"{isolated(version.dataset.name)} v{version.number} ({version.dataset.kind}, "
-                                     f"{counted(version.row_count, 'row', grouped=True)})"))
+            sources.append((version, described(version)))
     return sources
 
 

@@ -238,6 +238,13 @@ def model_choices(*, project: Project, current: Any = None) -> list[tuple[str, s
     return choices
 
 
+def offered_as_starting_model(*, run: Run) -> bool:
+    """Whether the launch form offers ``run``'s final model to start from (``model_choices``): succeeded, not
+    archived, its model exported. A reward model scores text and writes none: no policy to go on from."""
+    return (run.status == RunStatus.SUCCEEDED and not run.archived and run.task != "reward"
+            and Artifact.objects.filter(run=run, kind=ArtifactKind.MODEL).exists())
+
+
 def reward_model_choices(*, project: Project) -> list[tuple[str, str]]:
     """Reward models a PPO run can be scored by (``ppo.reward_model``): succeeded ``task: reward``
     runs of the project with an exported model, newest first; not archived runs' (put away, as in
@@ -337,8 +344,19 @@ def shared_charts(*, runs: list[Run], series: dict[str, dict[str, Any]]) -> dict
     return shared
 
 
+# The unit of metrics whose names do not say it (memory/host_peak_gib and tokens_per_second do), by name prefix:
+# the run and compare pages' charts title their y axes with it (static/plot_axis.js, from the pages' "metric-units"
+# JSON, so that a metric first logged after the page loaded gets it too) and the final-metrics table its column.
+METRIC_UNITS_BY_PREFIX = {"time/": "seconds"}
+
+
+def metric_unit(name: str) -> str:
+    """``name``'s unit when its name does not say it (``METRIC_UNITS_BY_PREFIX``), else ""."""
+    return next((unit for prefix, unit in METRIC_UNITS_BY_PREFIX.items() if name.startswith(prefix)), "")
+
+
 def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict[str, str]]) -> dict[str, list]:
-    """The compare page's final-metrics table: ``columns`` (``{"label", "metrics"}``) and ``rows`` (``{"run",
+    """The compare page's final-metrics table: ``columns`` (``{"label", "unit", "metrics"}``) and ``rows`` (``{"run",
     "values"}``: each column's summary from the run's ``final_metrics``, None where it has none). A column per
     metric of ``names`` that a run has a final value of, in ``final_order``, except that a quantity the runs log
     under names of their own (``shared``, from ``shared_charts``) is one column, where its first name comes,
@@ -353,7 +371,7 @@ def final_table(*, runs: list[Run], names: Iterable[str], shared: dict[str, dict
                                     if run.public_id in column["by_run"] else None for column in columns.values()]}
             for run in runs]
     # A column's names in the runs' order, as its chart's title gives them.
-    return {"columns": [{"label": column["label"],
+    return {"columns": [{"label": column["label"], "unit": metric_unit(column["label"]),
                          "metrics": list(dict.fromkeys(column["by_run"][run.public_id] for run in runs
                                                        if run.public_id in column["by_run"]))}
                         for column in columns.values()],

@@ -197,8 +197,13 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
                 errors.setdefault("data.max_seq_len", []).append(problem)
                 if not gone:
                     errors_heading = "This run's spec cannot run again as it is"
-        elif (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
-            spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
+        else:
+            if (model := spec_ref(request.GET.get("model"))) in {value for value, _label in selectors.model_choices(project=project)}:
+                spec = {**spec, "model": model}  # a base model page's "Launch a run from it", a checkpoint named either way
+            # A dataset version page's "Launch a … run on it": taken when the task trains on that version's kind.
+            train_choices = selectors.dataset_choices(project=project, kinds=services.train_kinds(task))
+            if (data := request.GET.get("data")) in {value for value, _label in train_choices}:
+                spec = {**spec, "data": {**spec.get("data", {}), "train": data}}
         initial = spec_initial(with_form_defaults(task, spec))
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
@@ -454,6 +459,7 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         "edit_seen": {key: services.edit_digest(text) for key, text in services.shown_details(run).items()},
         "edit_refused": edit is not None,
         "series": _in_chart_order(selectors.metric_series(run=run)), "progress": _progress(run),
+        "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         # static/runs.js places the charts of metrics first logged later by the same rule.
         "leading_charts": json.dumps(selectors.LEADING_CHARTS),
         "not_finite": selectors.metrics_not_finite_now(run=run),
@@ -473,6 +479,8 @@ def _render_run_page(request, project, membership, run, *, edit: dict[str, Any] 
         # The chat offers a succeeded run's final model to members, archived runs' aside (chat_selectors.model_choices).
         "can_chat": (membership.can(Role.MEMBER) and not run.archived
                      and chat_selectors.model_choice(project=project, ref=run.public_id) is not None),
+        # The next stage of a chain (SFT → DPO → …): the launch form with this run's model chosen.
+        "can_launch_from": membership.can(Role.MEMBER) and selectors.offered_as_starting_model(run=run),
         "notes_html": render_markdown(run.notes), "notes_max_chars": LONG_TEXT_MAX_CHARS, "spec_yaml": services.spec_to_yaml(run.spec),
     }, status=status)
 
@@ -763,6 +771,7 @@ def run_compare(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "runs/compare.html", {
         "project": project, "membership": membership, "runs": runs,
         # group_by: the run's data.eval_group_by, whose eval/<metric>/<group> are drawn as one chart a metric.
+        "metric_units": selectors.METRIC_UNITS_BY_PREFIX,
         "chart_data": {"runs": [{"id": run.public_id, "name": run.name, "active": run.is_active,
                                  "group_by": run.data_spec.get("eval_group_by") or ""}
                                 for run in runs], "series": series, "names": names, "shared": shared},

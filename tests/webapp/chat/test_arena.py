@@ -381,6 +381,27 @@ def test_compare_mode_names_both_models_and_stays_off_the_leaderboard(team, clie
     assert same.status_code == 400 and b"two different models" in same.content
 
 
+def test_a_leaderboard_with_only_compare_mode_votes_says_why_it_is_empty(team, client_for, models, sent):
+    """QA (second first-use pass): after a vote in compare mode the leaderboard said "No votes yet.", as if the
+    vote were lost; that such votes are left out was in the paragraph above, and nothing said how to rank."""
+    client = client_for(team.teammate)
+    url = reverse("chat:leaderboard", args=[team.project.slug])
+    assert "No votes yet." in client.get(url).content.decode()
+    client.post(reverse("chat:arena", args=[team.project.slug]), {
+        "prompt": "Compare me.", "model_a": models[1].public_id, "model_b": models[0].public_id})
+    battle = Battle.objects.get(prompt="Compare me.")
+    finish(battle, "x", "y")
+    arena.battle_vote(battle=battle, outcome="a")
+    page = client.get(url).content.decode()
+    assert "No votes yet." not in page
+    assert "No blind votes yet: the 1 vote cast in compare mode, with the models' names shown, is left out." in page
+    arena_link = f'<a href="{reverse("chat:arena", args=[team.project.slug])}">Battle</a> with both models left at'
+    assert arena_link in page
+    # A viewer, who may not battle, reads why without the link.
+    viewer_page = client_for(team.viewer).get(url).content.decode()
+    assert "No blind votes yet" in viewer_page and arena_link not in viewer_page
+
+
 def test_the_same_battle_sent_twice_asks_the_models_once(team, client_for, models, sent,
                                                          django_capture_on_commit_callbacks):
     client = client_for(team.teammate)

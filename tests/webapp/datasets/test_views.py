@@ -730,3 +730,32 @@ def test_the_checked_date_shows_the_time_as_every_page_does(team, client_for):
     DatasetVersion.objects.filter(pk=version.pk).update(validated_at=datetime(2026, 12, 5, 14, 5, 59, tzinfo=UTC))
     page = client_for(team.viewer).get(version_url(version)).content.decode()
     assert "<dt>Checked</dt><dd>2026-12-05 14:05 UTC</dd>" in page
+
+
+def test_a_ready_version_offers_the_runs_that_train_on_it(team, client_for):
+    """QA (preference and RL workflows): a preference dataset just exported from a review campaign said
+    nothing of what it was for; a DPO run on it was started from the Runs page by choosing the task and then
+    finding the version again among every preference set. The version page now links the launch page of each
+    task that trains on its kind, the version chosen as its training data."""
+    from tests.webapp.factories import make_ready_version
+
+    pairs = [{"prompt": f"q{i}", "chosen": "good", "rejected": "bad"} for i in range(4)]
+    preference = make_ready_version(team.project, name="reviewed", kind="preference", rows=pairs, user=team.teammate)
+    page = client_for(team.teammate).get(version_url(preference)).content.decode()
+    for task in ("dpo", "reward"):
+        assert f'href="/p/alpha/runs/new/?task={task}&amp;data={preference.public_id}"' in page
+    assert "?task=grpo" not in page and "?task=sft&" not in page
+    # The launch page it leads to has the version chosen as the training data, and the task's tab open.
+    launch = client_for(team.teammate).get(f"/p/alpha/runs/new/?task=dpo&data={preference.public_id}").content.decode()
+    train_select = launch.split('name="data.train"', 1)[1].split("</select>", 1)[0]
+    assert f'<option value="{preference.public_id}" selected>' in train_select
+    # Data the task does not train on, or of another project, is not put in the spec: the field stays unchosen.
+    prompts = make_ready_version(team.project, name="questions", kind="prompts",
+                                 rows=[{"prompt": "q", "answer": "a"}])
+    for data in (prompts.public_id, "dv_nothing"):
+        page = client_for(team.teammate).get(f"/p/alpha/runs/new/?task=dpo&data={data}")
+        assert page.status_code == 200 and f'value="{data}" selected' not in page.content.decode()
+    # The link is for members, who launch runs; a viewer's page does not offer it, nor a version not ready.
+    assert "/runs/new/?task=" not in client_for(team.viewer).get(version_url(preference)).content.decode()
+    DatasetVersion.objects.filter(pk=preference.pk).update(status=VersionStatus.VALIDATING)
+    assert "/runs/new/?task=" not in client_for(team.teammate).get(version_url(preference)).content.decode()

@@ -171,7 +171,7 @@ class TestProjectDetail:
         runs = page.split('class="card overview-runs"')[1].split("</section>")[0]
         names = [row.split("</a>")[0].split(">")[-1] for row in runs.split("<tr data-run=")[1:]]
         assert names == ["training now", "finished 6", "finished 5", "finished 4", "finished 3", "finished 2"]
-        assert f'data-run="{running.public_id}"' in runs and "40 / 100" in runs and "7.5000" in runs
+        assert f'data-run="{running.public_id}"' in runs and "40 / 100" in runs and '<td class="num">7.5</td>' in runs
         assert "hidden" not in runs and '<a class="more" href="/p/alpha/runs/">all runs →</a>' in runs
         data = page.split('class="card overview-versions"')[1].split("</section>")[0]
         assert data.index("<bdi>newest &lt;b&gt;data&lt;/b&gt;</bdi> v1") < data.index("<bdi>older</bdi> v1")  # escaped

@@ -377,7 +377,7 @@ def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_vers
     for step in (100, 200):
         Artifact.objects.create(run=run, kind="checkpoint", step=step, path=f"/runs/dpo-1/export-step-{step}")
     form = client_for(team.owner).get(reverse("review:generate", args=[team.project.slug])).context["form"]
-    assert dict(form.fields["prompts_version"].choices)[eval_set.public_id] == f"Eval set of run {isolated('dpo-1')}: {isolated('held out')} v1"
+    assert dict(form.fields["prompts_version"].choices)[eval_set.public_id] == f"Eval set of run {isolated('dpo-1')}: {isolated('held out')} v1 (preference, 1 row)"
     assert {f"{run.public_id}:step-100", f"{run.public_id}:step-200"} <= set(dict(form.fields["model_a"].choices))
     campaign = services.campaign_generate(
         project=team.project, name="100 vs 200", guidelines="", required_reviews=1, reviewers=[team.teammate],
@@ -730,3 +730,45 @@ def test_a_checkpoint_is_taken_as_its_run_page_names_it(team, client_for, models
         "top_p": 0.9, "top_k": 0, "seed": 0, "required_reviews": 1, "reviewers": [team.teammate.pk]})
     assert response.status_code == 302, response.context["form"].errors
     assert Campaign.objects.get(name="pass 1").generation["model_a"]["ref"] == f"{run.public_id}:step-10"
+
+
+def test_its_page_claims_no_agreement_with_an_original_label_it_never_had(team, client_for, models, prompts_version):
+    """QA (second first-use pass): with both reviewers' votes in, a campaign on two models' answers still read
+    "Agreement with the original label (the dataset's chosen, the arena voter's pick): no votes yet": its items
+    come with no label to agree with, and the votes were there."""
+    campaign = generate(team, models, prompts_version, prompt_count=3)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=services.generation_prompts(campaign=campaign),
+                                          answers_a=["Red.", "Hi.", "c a t"], answers_b=["Green.", "Bye!", "k-a-t"])
+    for item in campaign.items.all():
+        answer(item, team.teammate, "a")
+    page = client_for(team.owner).get(reverse("review:detail", args=["alpha", campaign.public_id])).content.decode()
+    assert "Position bias" in page and "Agreement with the original label" not in page
+    # A campaign on a dataset's pairs still compares with the label each row came with.
+    version = make_ready_version(team.project, name="pairs", kind="preference", user=team.owner,
+                                 rows=[{"prompt": "q", "chosen": "a", "rejected": "b"}])
+    loaded = services.campaign_create(project=team.project, name="pairs", guidelines="", required_reviews=1,
+                                      reviewers=[team.teammate], source_version=version, user=team.owner)
+    services.campaign_load_items(campaign_id=loaded.pk)
+    page = client_for(team.owner).get(reverse("review:detail", args=["alpha", loaded.public_id])).content.decode()
+    assert "Agreement with the original label" in page
+
+
+def test_the_prompt_choices_say_an_eval_sets_size_and_read_no_runs_charts(team, prompts_version):
+    """QA (second first-use pass): among "demo-prompts v1 (prompts, 10,838 rows)" the run's eval set read "Eval set of
+    run grpo-numeric: demo-eval v1", with no kind or size to choose a prompt count by; and to name it, every
+    succeeded run's whole row was read, its series cache (a megabyte a finished run) included."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from webapp.review import selectors
+    from webapp.runs.models import Run, RunStatus
+
+    eval_set = make_ready_version(team.project, name="held out", kind="prompts",
+                                  rows=[{"prompt": f"q{i}", "answer": "a"} for i in range(1200)])
+    Run.objects.create(project=team.project, name="grpo-1", task="grpo", status=RunStatus.SUCCEEDED,
+                       spec={"data": {"train": prompts_version.public_id, "eval": eval_set.public_id}},
+                       resolved_spec={}, series_cache={"loss": {"x": list(range(1000))}})
+    with CaptureQueriesContext(connection) as queries:
+        labels = dict((version.public_id, label) for version, label in selectors.prompt_sources(project=team.project))
+    assert labels[eval_set.public_id] == f"Eval set of run {isolated('grpo-1')}: {isolated('held out')} v1 (prompts, 1,200 rows)"
+    assert not any("series_cache" in query["sql"] for query in queries.captured_queries)

@@ -502,6 +502,28 @@ def test_counts_of_one_read_in_the_singular(campaign, team, carol, client_for):
     assert "Each item needs 1 review from different reviewers, but the campaign has 0 reviewers" in page
 
 
+def test_a_done_export_links_a_dpo_run_on_its_version(campaign, team, carol, client_for):
+    """QA (second first-use pass): the campaign's Exports table named the new preference version and led no further;
+    DPO on it, the reason for the export, was started from the Runs page. A done export's row links the launch form
+    with the version chosen, for those who launch runs."""
+    from webapp.datasets.services import dataset_version_validate
+    from webapp.review.models import Export
+
+    item = Item.objects.get(campaign=campaign, sequence=1)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "a")
+    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="clean prefs"),
+                                    user=team.owner)
+    version = services.export_write(export_id=export.pk).version
+    launch = f'href="/p/alpha/runs/new/?task=dpo&amp;data={version.public_id}"'
+    assert launch not in client_for(team.owner).get(url("detail", campaign)).content.decode()  # still validating
+    dataset_version_validate(version_id=version.pk)
+    services.export_settle(version_id=version.pk)
+    assert Export.objects.get(pk=export.pk).status == "done"
+    assert launch in client_for(team.teammate).get(url("detail", campaign)).content.decode()
+    assert launch not in client_for(team.viewer).get(url("detail", campaign)).content.decode()
+
+
 def test_the_items_page_shows_the_label_each_complete_item_is_exported_with(campaign, team, carol, client_for):
     """The Final column showed only an owner's resolution: an item complete by its reviewers' majority
     showed nothing there, though the export writes it with that label."""

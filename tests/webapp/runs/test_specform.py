@@ -203,3 +203,12 @@ def test_chat_template_kwargs_are_a_json_field_of_the_launch_form():
     assert spec["data"]["chat_template_kwargs"] == {"enable_thinking": False} and errors == {}
     data["data.chat_template_kwargs"] = "{enable_thinking: false}"
     assert "data.chat_template_kwargs" in specform.read_form("sft", data)[1]
+
+
+def test_every_help_text_ends_its_sentence_before_the_default():
+    """QA (second first-use pass): the launch form read "… rloo: r − mean of the other completions of its prompt
+    Default: group." and "… averaged as grpo Default: grpo.": the choices' descriptions ran into the default."""
+    unfinished = {field.name: field.help
+                  for task in specform.tasks() for section in specform.form_sections(task) for field in section.fields
+                  if field.help and not field.help.rstrip().endswith((".", "!", "?", ")"))}
+    assert unfinished == {}

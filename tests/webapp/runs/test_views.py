@@ -1878,6 +1878,26 @@ def test_a_succeeded_runs_page_offers_a_chat_with_its_model(team, run, client_fo
     assert chat_link not in client_for(team.teammate).get(url(run)).content.decode()
 
 
+def test_a_succeeded_runs_page_offers_a_run_from_its_model(team, run, client_for):
+    """QA (second first-use pass): an SFT run had succeeded and the next stage (DPO from its model) started on
+    the Runs page, the model found again among every base model, exported model and checkpoint; the page offered
+    a chat with the model and a duplicate of the run, not a run from it. It links the launch form, its model
+    chosen, as a base model's page does."""
+    launch_link = f'href="/p/alpha/runs/new/?model={run.public_id}" id="launch-from-run"'
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(run.output_dir / "export"))
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()  # still queued
+    run = succeeded_with_export(run)
+    assert launch_link in client_for(team.teammate).get(url(run)).content.decode()
+    form = client_for(team.teammate).get(f"/p/alpha/runs/new/?task=dpo&model={run.public_id}").content.decode()
+    assert f'<option value="{run.public_id}" selected>' in form
+    # Viewers launch nothing; an archived run's model is not offered by the form; a reward model scores text.
+    assert launch_link not in client_for(team.viewer).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False, task="reward")
+    assert launch_link not in client_for(team.teammate).get(url(run)).content.decode()
+
+
 def test_the_evaluation_data_help_of_a_reward_run_promises_no_generations(team, catalog, client_for):
     """QA: the reward form's evaluation data said 'eval loss, and generations on its prompts', and the run
     then showed none: a reward model scores text and writes none; nor has pretraining's plain text prompts."""
@@ -2347,3 +2367,17 @@ def test_the_launch_form_opened_on_the_demo_model_shows_the_demo_preset(team, ca
     other = client.get(f"/p/alpha/runs/new/?model={catalog.base_model.public_id}").content.decode()
     assert re.search(r'name="optim.learning_rate"[^>]*value="0.0002"', other)
     assert 'class="button active"' not in other
+
+
+def test_the_runs_table_and_the_overview_show_a_tiny_loss_as_a_figure_not_zero(team, client_for):
+    """QA (second first-use pass): a GRPO run's loss of 1.043e-07 read "0.0000" in the Runs table and on the
+    project's page (four decimals), where the compare page read 1.043e-07; and a learning-rate-sized reward alike."""
+    Run.objects.create(project=team.project, name="grpo", task="grpo", status=RunStatus.SUCCEEDED, spec={},
+                       resolved_spec={}, final_metrics={"loss": {"last": 1.043e-07, "min": -5.215e-08},
+                                                        "eval/loss": {"last": 2.5, "min": 2.25},
+                                                        "reward": {"last": 0.375, "max": 0.000125}})
+    table = client_for(team.viewer).get("/p/alpha/runs/").content.decode()
+    assert "0.0000" not in table
+    assert "1.043e-07 / -5.215e-08" in table and "2.5 / 2.25" in table and "0.375 / 0.000125" in table
+    overview = client_for(team.viewer).get("/p/alpha/").content.decode()
+    assert "1.043e-07" in overview and "0.0000" not in overview
