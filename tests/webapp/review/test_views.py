@@ -714,7 +714,11 @@ def test_an_empty_queue_says_when_items_held_by_others_come_back(campaign, team,
     expire_leases(Item.objects.get(campaign=campaign, sequence=4))
     assert client_for(team.teammate).get(url("next", campaign)).context["item"].sequence == 4
     answer(Item.objects.get(campaign=campaign, sequence=4), team.teammate, "a")
-    assert "Nothing left for you to review" in client_for(team.teammate).get(url("next", campaign)).content.decode()
+    page = client_for(team.teammate).get(url("next", campaign)).content.decode()
+    assert "Nothing left for you to review" in page
+    # QA (second first-use pass): the page ended there, the campaign's title its only way on.
+    assert (f'See <a href="{url("detail", campaign)}">its progress</a>, or '
+            '<a href="/p/alpha/review/">the project\'s other campaigns</a>.') in page
 
 
 def test_removing_a_reviewer_from_the_project_warns_that_items_cannot_complete(campaign, team, carol, client_for):
