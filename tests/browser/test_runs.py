@@ -81,6 +81,26 @@ def log_in(page, url: str, username: str) -> None:
     page.wait_for_url(f"{url}/")
 
 
+def fill_launch_form(page, server: str, *, project: str, task: str, model, data, name: str, preset: str | None = None,
+                     fields: dict[str, str] | None = None) -> None:
+    """Open ``project``'s launch page on ``task`` (and ``preset``), pick ``model`` and ``data`` to train on, name
+    the run ``name``, then type each of ``fields`` (by selector; "" empties one) in their order."""
+    query = urllib.parse.urlencode({"task": task} | ({"preset": preset} if preset else {}))
+    page.goto(f"{server}/p/{project}/runs/new/?{query}")
+    page.select_option("#spec-model", model.public_id)
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", name)
+    for selector, value in (fields or {}).items():
+        page.fill(selector, value)
+
+
+def launch(page) -> Run:
+    """Launch the form as filled and wait for the new run's page: that run."""
+    page.get_by_role("button", name="Launch").first.click()
+    page.wait_for_url("**/runs/run_*/")
+    return Run.objects.get(public_id=page.url.rstrip("/").rsplit("/", 1)[-1])
+
+
 def loss_points(page) -> int:
     return page.evaluate("""() => {
         const plot = document.querySelector('.plot[data-metric="loss"]');
@@ -97,19 +117,11 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     data = make_ready_version(team.project, name="sums", rows=ROWS)
     log_in(page, asgi_server, "alpha-teammate")
 
-    page.goto(f"{asgi_server}/p/alpha/runs/new/?task=sft&preset=Full+fine-tune")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "live sft")
-    page.fill("#spec-train-epochs", "")
-    page.fill("#spec-train-max_steps", "3000")
-    page.fill("#spec-train-batch_size", "4")
-    page.fill("#spec-data-max_seq_len", "48")
-    page.fill("#spec-train-eval_every", "")
-    page.fill("#spec-train-save_every", "1000")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="live sft")
+    fill_launch_form(page, asgi_server, project="alpha", task="sft", preset="Full fine-tune", model=model, data=data,
+                     name="live sft", fields={"#spec-train-epochs": "", "#spec-train-max_steps": "3000",
+                                              "#spec-train-batch_size": "4", "#spec-data-max_seq_len": "48",
+                                              "#spec-train-eval_every": "", "#spec-train-save_every": "1000"})
+    run = launch(page)
     assert run.spec["train"]["max_steps"] == 3000 and run.spec["optim"]["learning_rate"] == 2e-5
 
     # A page opened while the run is queued loads itself again once it runs (its worker, its devices);
@@ -146,11 +158,8 @@ def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, 
         make_pool_worker(f"train@tpu-{index}", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]})
     log_in(page, asgi_server, "delta-teammate")
 
-    page.goto(f"{asgi_server}/p/delta/runs/new/?task=sft")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "sharded sft")
-    page.fill("#spec-train-max_steps", "5")
+    fill_launch_form(page, asgi_server, project="delta", task="sft", model=model, data=data, name="sharded sft",
+                     fields={"#spec-train-max_steps": "5"})
     check = page.locator("#layout-check")
     assert check.inner_text() == "Default layout."
     page.select_option("#spec-pool", "tpu")
@@ -174,9 +183,7 @@ def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, 
     assert page.input_value("#spec-parallel-data") == "2" and page.input_value("#spec-pool") == "tpu"
     page.fill("#spec-parallel-fsdp", "4")
     assert "mismatch" not in check.get_attribute("class") and check.inner_text().endswith("= 8.")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="sharded sft")
+    run = launch(page)
     assert run.spec["parallel"] == {"data": 2, "fsdp": 4, "tensor": 1} and run.hosts == 2
     config = page.locator("pre.spec").inner_text()
     assert "parallel:\n  data: 2\n  fsdp: 4\n  tensor: 1\n" in config and "hosts: 2\npool: tpu" in config
@@ -303,17 +310,10 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     data = make_ready_version(team.project, name="topics", kind="prompts", rows=PROMPTS)
     log_in(page, asgi_server, "gamma-teammate")
 
-    page.goto(f"{asgi_server}/p/gamma/runs/new/?task=grpo")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "two rewards")
-    page.fill("#spec-train-max_steps", "3")
-    page.fill("#spec-train-batch_size", "2")
-    page.fill("#spec-train-save_every", "")
-    page.fill("#spec-grpo-num_generations", "2")
-    page.fill("#spec-grpo-max_new_tokens", "4")
-    page.fill("#spec-grpo-beta", "0")
-    page.fill("#spec-data-max_seq_len", "128")
+    fill_launch_form(page, asgi_server, project="gamma", task="grpo", model=model, data=data, name="two rewards",
+                     fields={"#spec-train-max_steps": "3", "#spec-train-batch_size": "2", "#spec-train-save_every": "",
+                             "#spec-grpo-num_generations": "2", "#spec-grpo-max_new_tokens": "4",
+                             "#spec-grpo-beta": "0", "#spec-data-max_seq_len": "128"})
     rows = page.locator("#spec-grpo-rewards .reward-row")
     assert rows.count() == 1  # the preset's exact_match row
     first = rows.nth(0)
@@ -325,9 +325,7 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     second.locator("select.reward-function").select_option("length_target")
     second.locator("input[name$='.weight']").fill("0.5")
     second.locator(".reward-args[data-function=length_target] input[name$='.target']").fill("8")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="two rewards")
+    run = launch(page)
     assert run.spec["grpo"]["rewards"] == [
         {"name": "contains", "weight": 1.0, "args": {"keywords": ["e", "s"]}},
         {"name": "length_target", "weight": 0.5, "args": {"target": 8}}]
