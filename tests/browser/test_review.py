@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from tests.browser import test_projects
 from tests.browser.test_datasets import screenshot
 from tests.live import wait_for
-from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
+from tests.webapp.factories import make_ready_version, make_team, make_user
 from webapp.core.bidi import isolated
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
@@ -22,11 +23,7 @@ ROWS = [{"prompt": f"Question {number}?", "chosen": f"right answer {number}", "r
 def log_in(context, base_url, username):
     page = context.new_page()
     page.set_default_timeout(15_000)
-    page.goto(f"{base_url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base_url}/")
+    test_projects.log_in(page, base_url, username)
     return page
 
 

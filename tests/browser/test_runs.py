@@ -74,11 +74,7 @@ def log_in(page, url: str, username: str) -> None:
     hasher = PBKDF2PasswordHasher()
     get_user_model().objects.filter(username=username).update(
         password=hasher.encode(PASSWORD, hasher.salt(), iterations=1000))
-    page.goto(f"{url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{url}/")
+    test_projects.log_in(page, url, username)
 
 
 def fill_launch_form(page, server: str, *, project: str, task: str, model, data, name: str, preset: str | None = None,
@@ -713,11 +709,7 @@ def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypa
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=(index + 1.0) / step,
                                                      wall_time=float(step), tokens=step) for step in range(1, 6)])
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     query = "&".join(f"runs={run.public_id}" for run in runs)
     for width in (1280, 800):
         page.set_viewport_size({"width": width, "height": 900})
@@ -781,11 +773,7 @@ def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_
                                          for metric, value in (("learning_rate", 1e-4), ("loss", 2.0 / step))])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     y_range = "metric => document.querySelector(`.plot[data-metric='${metric}']`)._fullLayout.yaxis.range"
     for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
         page.goto(f"{live_server.url}/p/mu/runs/{path}")
@@ -1217,11 +1205,7 @@ def open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, *
                                                                (margin, step - 2.0))])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, task=task)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
     page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
 
@@ -1296,11 +1280,7 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=figures["last"], wall_time=1.0,
                                                      tokens=1) for name, figures in run.final_metrics.items()])
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
@@ -1365,11 +1345,7 @@ def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
                                                      wall_time=float(step), tokens=3 * step) for step in range(1, 5)])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     x_ticks = "() => [...document.querySelectorAll(`.plot[data-metric='loss'] .xtick text`)].map(t => t.textContent)"
     for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
         page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")
