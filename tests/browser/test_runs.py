@@ -349,20 +349,25 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     assert page.locator("#samples tr.sample-row.rollout").count() == 4  # 2 prompts x 2 generations
 
 
+def eval_grouped_by_task_spec(project) -> dict:
+    """An sft spec of ``project`` whose held-out prompts are grouped by their task (``data.eval_group_by``)."""
+    model = make_base_model(project)
+    data = make_ready_version(project)
+    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
+    held_out = make_ready_version(project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
+    return {"task": "sft", "model": model.public_id,
+            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
+            "train": {"max_steps": 50}}
+
+
 def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_db, monkeypatch):
     """data.eval_group_by: eval/exact_match/<task> are lines of one chart, named by the task; the
     overall eval/exact_match keeps its chart, and a name that is not a group label gets its own."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="gamma")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
-    held_out = make_ready_version(team.project, name="held out", kind="prompts",
-                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
-                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
-    spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
-            "train": {"max_steps": 50}}
+    spec = eval_grouped_by_task_spec(team.project)
     run = services.run_create(project=team.project, spec=spec, user=team.owner, name="grouped")
     values = {"eval/exact_match": 0.5, "eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75,
               "eval/exact_match/<b>x</b>": 0.1, "loss": 1.0}
@@ -387,15 +392,7 @@ def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, trans
     per run, and a name that is not a group label gets its own."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="delta")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
-    held_out = make_ready_version(team.project, name="held out", kind="prompts",
-                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
-                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
-    spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
-            "train": {"max_steps": 50}}
+    spec = eval_grouped_by_task_spec(team.project)
     runs = []
     for name, scale, extra in (("first", 1, {"eval/exact_match/<b>x</b>": 0.1}), ("second", 2, {})):
         run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
