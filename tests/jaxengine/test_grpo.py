@@ -10,6 +10,7 @@ from jaxengine.grpo import make_grpo_trainer, rollout_rows
 from jaxengine.job import build_job_model, run_job
 from jaxengine.sampler import Generation
 from jaxengine.spec import parse_spec
+from tests.jaxengine.conftest import read_jsonl
 
 TRL_METRICS = {"reward", "reward_std", "rewards/contains/mean", "rewards/contains/std", "frac_reward_zero_std",
                "completions/mean_length", "completions/min_length", "completions/max_length",
@@ -29,24 +30,6 @@ def grpo_spec(demo_dir, run_dir, *, grpo=None, **overrides):
     }
     spec.update(overrides)
     return parse_spec(spec)
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture
-def reference_passes(monkeypatch):
-    """Counts the reference forward passes (calls of the jitted reference function)."""
-    calls = []
-    original = grpo._reference_log_probs
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(grpo, "_reference_log_probs", counting)
-    return calls
 
 
 def test_grpo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, reference_passes):
