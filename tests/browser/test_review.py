@@ -151,16 +151,22 @@ def loaded(campaign: Campaign, workers) -> Campaign:
                     workers=workers, what=f"campaign {campaign.name} to be loaded")
 
 
+def reviewed_by_the_owner(team, rows, workers) -> Campaign:
+    """A campaign "pass 1" on a preference version of ``rows`` that the owner reviews alone, its items loaded."""
+    from webapp.review import services as review_services
+
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=rows, user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    loaded(campaign, workers)
+    return campaign
+
+
 def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server, default_worker):
     """QA: an edit that left a response empty was stored. The item comes back with the edit boxes open, what
     was typed in them, the reason under the emptied one and the cursor in it; corrected, the answer goes."""
     team = make_team()
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
-    from webapp.review import services as review_services
-
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
-                                               reviewers=[team.owner], source_version=version, user=team.owner)
-    loaded(campaign, default_worker)
+    campaign = reviewed_by_the_owner(team, ROWS[:1], default_worker)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = log_in(context, live_server.url, team.owner.username)
@@ -235,12 +241,7 @@ def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_
     """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
     key "t" and was sent "T"); the letters now answer in either case."""
     team = make_team()
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:2], user=team.owner)
-    from webapp.review import services as review_services
-
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
-                                               reviewers=[team.owner], source_version=version, user=team.owner)
-    loaded(campaign, default_worker)
+    campaign = reviewed_by_the_owner(team, ROWS[:2], default_worker)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = log_in(context, live_server.url, team.owner.username)
