@@ -230,12 +230,17 @@ def test_the_models_names_are_escaped(team, client_for, prompts_version):
     assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;script&gt;alert(1)" in text
 
 
-def test_reviews_give_the_model_preference_and_the_export_names_the_models(team, client_for, models,
-                                                                          prompts_version):
+def generated_with_three_answers(team, models, prompts_version):
+    """A campaign on the version's first 3 prompts whose models answered a1-a3 and b1-b3: its items made."""
     campaign = generate(team, models, prompts_version, prompt_count=3)
     prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    return services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                      answers_b=["b1", "b2", "b3"])
+
+
+def test_reviews_give_the_model_preference_and_the_export_names_the_models(team, client_for, models,
+                                                                          prompts_version):
+    campaign = generated_with_three_answers(team, models, prompts_version)
     for item, label in zip(campaign.items.order_by("sequence"), ["b", "b", "a"]):
         answer(item, team.teammate, label)
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
@@ -496,10 +501,7 @@ def test_it_fails_with_nothing_made_when_every_pair_is_identical_or_empty(team, 
 def test_an_export_leaves_out_an_item_whose_responses_are_the_same(team, client_for, models, prompts_version):
     """An item stored before identical answers were left out (or made identical by a reviewer's edits) would
     be written as chosen == rejected: a preference pair that teaches nothing."""
-    campaign = generate(team, models, prompts_version, prompt_count=3)
-    prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    campaign = generated_with_three_answers(team, models, prompts_version)
     Item.objects.filter(campaign=campaign, sequence=2).update(response_b="a2")  # as an older campaign stored it
     for item in campaign.items.order_by("sequence"):
         answer(item, team.teammate, "a")
@@ -519,10 +521,7 @@ def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, clie
     from webapp.datasets import services as dataset_services
     from webapp.datasets.models import VersionStatus
 
-    campaign = generate(team, models, prompts_version, prompt_count=3)
-    prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    campaign = generated_with_three_answers(team, models, prompts_version)
     Item.objects.filter(campaign=campaign, sequence=2).update(response_a="\n\n\n")  # as an older campaign stored it
     for item in campaign.items.order_by("sequence"):
         answer(item, team.teammate, "b" if item.sequence == 2 else "a")
