@@ -100,26 +100,7 @@
     stopUrl = messagesUrl + id + "/stop/";
     busy(true);
     announcer.textContent = "The model is writing its answer.";
-    const source = new EventSource(messagesUrl + id + "/events/");
-    // A stream that ends before the answer does (after the server's time limit, or cut by the network) is
-    // opened again by the EventSource itself, and the server replays the answer's events from its first.
-    let lastSeq = -1;
-    source.onmessage = async (event) => {
-      const data = JSON.parse(event.data);
-      if ((data.type === "token" || data.type === "status") && data.seq <= lastSeq) return;  // shown already
-      if (typeof data.seq === "number") lastSeq = Math.max(lastSeq, data.seq);
-      if (data.type === "token") {
-        text.textContent += data.text;
-        return;
-      }
-      if (data.type === "status") {  // shown by the stylesheet until the first token
-        text.dataset.status = data.message;
-        return;
-      }
-      // "unavailable": the server lost Redis (or this page read too slowly) and ends the stream; the answer goes on,
-      // and the EventSource, left open, reconnects by itself to follow it again.
-      if (data.type !== "done" && data.type !== "error") return;
-      source.close();
+    const source = window.TemperFollowAnswer(messagesUrl + id + "/events/", text, async () => {
       const response = await fetch(messagesUrl + id + "/");
       if (response.ok) {
         element.outerHTML = await response.text();
@@ -128,7 +109,7 @@
         announcer.textContent = "";
       }
       busy(false);
-    };
+    });
     source.onerror = () => { if (source.readyState === EventSource.CLOSED) busy(false); };
   }
 

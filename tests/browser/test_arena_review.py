@@ -3,9 +3,10 @@ decisive vote not yet sent, with no duplicates) and starts a campaign on the vot
 leaderboard; a reviewer then sees the battle's text escaped on the review page."""
 import pytest
 
+from tests.browser import test_projects
 from tests.browser.test_datasets import screenshot
 from tests.browser.test_review import log_in
-from tests.webapp.factories import PASSWORD, make_base_model, make_team
+from tests.webapp.factories import make_base_model, make_team
 from webapp.core.bidi import isolated
 from webapp.chat import arena, selectors, services
 from webapp.review import services as review_services
@@ -79,11 +80,7 @@ def test_text_inputs_written_without_a_type_look_like_the_others(page, live_serv
     only: the arena's dataset and campaign names and the chat page's token name were bare browser boxes."""
     team = make_team()
     make_base_model(team.project, name="falcon", path="/models/falcon")
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.owner.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.owner.username)
     look = "element => { const s = getComputedStyle(element); return [s.borderRadius, s.paddingLeft, s.borderTopColor]; }"
     page.goto(f"{live_server.url}/p/alpha/chat/")
     styled = page.locator("#id_max_tokens").evaluate(look)

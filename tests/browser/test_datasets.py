@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, make_team, make_user
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_team, make_user
 from webapp.datasets.models import Dataset
 
 pytestmark = pytest.mark.browser
@@ -42,10 +43,7 @@ def upload(page, *, name: str, path: Path) -> None:
 
 def test_upload_preview_statistics_and_errors(page, live_server, default_worker, tmp_path):
     make_user("ada")
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+    log_in(page, live_server.url, "ada")
 
     page.goto(f"{live_server.url}/projects/new/")
     page.fill("#id_name", "Chat tuning")
@@ -101,10 +99,7 @@ def test_upload_preview_statistics_and_errors(page, live_server, default_worker,
 def test_upload_form_follows_the_kind_and_refuses_a_file_over_the_limit(page, live_server, settings, tmp_path):
     settings.TEMPER_MAX_UPLOAD_BYTES = 1000
     make_team()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "alpha-teammate")
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
+    log_in(page, live_server.url, "alpha-teammate")
     page.goto(f"{live_server.url}/p/alpha/datasets/new/")
 
     page.select_option("#id_kind", "preference")
@@ -131,11 +126,7 @@ def test_the_preview_shows_column_names_as_written(page, live_server):
     team = make_team()
     version = make_ready_version(team.project, name="evals", kind="prompts",
                                  rows=[{"prompt": "2+2?", "answer": "4", "Category": "sums", "task_Kind": "x"}])
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
     headers = page.locator("table.preview thead th").all_inner_texts()
     assert headers == ["#", "prompt", "answer", "Category", "task_Kind"]
@@ -146,11 +137,7 @@ def test_the_preview_jumps_to_a_page(page, live_server):
 
     team = make_team()
     version = make_ready_version(team.project, rows=[{"prompt": f"p{i}", "completion": "c"} for i in range(1, 46)])
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/alpha/datasets/{version.dataset.public_id}/v/1/")
     page.get_by_label("Go to page").fill("3")
     page.get_by_role("button", name="Go", exact=True).click()
@@ -176,11 +163,7 @@ def test_an_owner_deletes_a_version_then_the_dataset_from_their_pages(page, live
     team = make_team()
     first = make_ready_version(team.project, name="mistake", rows=[{"prompt": "secret", "completion": "x"}])
     second = make_ready_version(team.project, name="mistake", rows=[{"prompt": "fixed", "completion": "x"}])
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.owner.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/alpha/datasets/{first.dataset.public_id}/v/2/")
     page.get_by_text("Delete…").click()
     page.get_by_role("button", name="Delete v2").click()

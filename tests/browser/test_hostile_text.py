@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.factories import PASSWORD, make_base_model, make_ready_version, make_team
+from tests.browser.test_projects import log_in
+from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.api import services as api_tokens
 from webapp.chat.models import Battle, Conversation, Message, Role
 from webapp.review import services as review_services
@@ -21,14 +22,6 @@ MARKDOWN = f"[click](javascript:alert(3)) {MARKUP}\n\n```\nprint('fenced')\n```\
 PAGE_FACTS = """() => ({width: document.documentElement.scrollWidth, viewport: innerWidth,
     javascriptLinks: [...document.querySelectorAll('a[href]')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length,
     injected: document.querySelectorAll('img[src="x"], [onerror], script:not([src]):not([type="application/json"])').length})"""
-
-
-def _log_in(page, url: str, username: str) -> None:
-    page.goto(f"{url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{url}/")
 
 
 def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_server):
@@ -68,7 +61,7 @@ def test_hostile_names_and_texts_neither_run_nor_widen_the_page(page, live_serve
     dataset = f"datasets/{version.dataset.public_id}/"
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    _log_in(page, live_server.url, team.owner.username)
+    log_in(page, live_server.url, team.owner.username)
     for path in (f"chat/{conversation.public_id}/", "chat/", "runs/", f"runs/{run.public_id}/",
                  f"review/{campaign.public_id}/", f"review/{campaign.public_id}/next/", "arena/", "arena/leaderboard/",
                  "datasets/", dataset, f"{dataset}v/1/", f"{dataset}v/1/?q=%3Cscript%3E", "models/",
@@ -103,7 +96,7 @@ def test_a_double_click_on_launch_queues_one_run_and_back_can_launch_again(page,
     team = make_team()
     base_model = make_base_model(team.project, name="tiny")
     version = make_ready_version(team.project, name="chats", kind="sft")
-    _log_in(page, live_server.url, team.teammate.username)
+    log_in(page, live_server.url, team.teammate.username)
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
     page.select_option("#spec-model", base_model.public_id)
     page.select_option("select[name='data.train']", version.public_id)
@@ -152,7 +145,7 @@ def test_wide_tables_scroll_in_their_place_in_a_narrow_window(page, live_server)
                            final_metrics={"loss": {"last": 4.3377, "min": 4.3377, "max": 12.1, "step": 30},
                                           "eval/loss": {"last": 4.6962, "min": 4.6962, "max": 8.4, "step": 30}})
     page.set_viewport_size({"width": 800, "height": 900})
-    _log_in(page, live_server.url, team.owner.username)
+    log_in(page, live_server.url, team.owner.username)
     for path, table in (("p/alpha/runs/", "table.runs-table"), ("p/alpha/models/", "table.table"),
                         ("workers/", "table#workers")):
         page.goto(f"{live_server.url}/{path}")
@@ -192,7 +185,7 @@ def test_every_page_fits_a_phone_wide_window(page, live_server):
         {"name": "sft", "spec": {"task": "sft"}}, {"name": "sft-more", "spec": {"task": "sft"},
                                                    "guard": {"metric": "eval/loss", "max_drop_percent": 5}}])
     page.set_viewport_size({"width": 400, "height": 800})
-    _log_in(page, live_server.url, team.owner.username)
+    log_in(page, live_server.url, team.owner.username)
     api_tokens.token_create(user=team.owner, name="laptop")
     for path in ("", "p/alpha/", "p/alpha/members/", "accounts/tokens/", "p/alpha/datasets/", "p/alpha/runs/new/",
                  f"p/alpha/runs/{run.public_id}/", f"p/alpha/pipelines/{pipeline.public_id}/",
@@ -228,7 +221,7 @@ def test_long_names_in_the_launch_forms_selects_stay_inside_the_form(page, live_
                        status=RunStatus.SUCCEEDED, spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"},
                        created_by=team.owner)
     make_ready_version(team.project, name="chats " + "from the support desk, cleaned " * 3, kind="sft")
-    _log_in(page, live_server.url, team.teammate.username)
+    log_in(page, live_server.url, team.teammate.username)
     for width in (1280, 800):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
@@ -243,7 +236,7 @@ def test_the_launch_forms_defaults_read_as_a_spec_writes_them_and_stay_in_their_
     """peft.targets' help ended 'Default: ['q_proj', 'k_proj', ...].' on one unbreakable line that ran
     over the next field's help at 800 px; booleans read 'Default: False.'"""
     team = make_team()
-    _log_in(page, live_server.url, team.teammate.username)
+    log_in(page, live_server.url, team.teammate.username)
     page.set_viewport_size({"width": 800, "height": 900})
     page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
     targets = page.locator(".spec-field[data-key='peft.targets'] .default")

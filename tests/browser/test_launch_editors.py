@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.test_projects import log_in
+from tests.browser.test_runs import fill_launch_form, launch
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.runs.models import Run
 
@@ -20,12 +21,8 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
                                rows=[{"prompt": "p", "chosen": "c", "rejected": "r"}] * 4)
     log_in(page, live_server.url, team.teammate.username)
 
-    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
-    page.fill("#id_name", "typed in the form")
-    page.select_option("#spec-model", base_model.public_id)
-    page.select_option("#spec-data-train", chats.public_id)
-    page.fill("#spec-optim-learning_rate", "0.003")
-    page.fill("#spec-train-max_steps", "7")
+    fill_launch_form(page, live_server.url, project="alpha", task="sft", model=base_model, data=chats,
+                     name="typed in the form", fields={"#spec-optim-learning_rate": "0.003", "#spec-train-max_steps": "7"})
     page.get_by_role("link", name="YAML (advanced)").click()
     page.locator("#yaml-form").wait_for()
     assert page.locator("#launch-form").is_hidden()
@@ -50,8 +47,7 @@ def test_switching_editors_keeps_what_was_typed_and_launches_it(page, live_serve
     assert page.locator("#spec-train-max_steps").input_value() == "7"
     assert Run.objects.count() == 0  # switching launches nothing
 
-    page.locator("#launch-form button[type=submit]").click()
-    page.wait_for_url("**/runs/run_*/")
+    launch(page)
     run = Run.objects.get()
     assert (run.name, run.task, run.spec["optim"]["learning_rate"], run.spec["train"]["max_steps"]) == (
         "typed in YAML", "dpo", 0.0005, 7)
@@ -162,11 +158,8 @@ def test_choosing_a_preset_keeps_the_model_data_and_name_picked(page, live_serve
     chats = make_ready_version(team.project, name="chats", kind="sft")
     log_in(page, live_server.url, team.teammate.username)
 
-    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
-    page.fill("#id_name", "picked before the preset")
-    page.select_option("#spec-model", base_model.public_id)
-    page.select_option("#spec-data-train", chats.public_id)
-    page.fill("#spec-train-max_steps", "7")
+    fill_launch_form(page, live_server.url, project="alpha", task="sft", model=base_model, data=chats,
+                     name="picked before the preset", fields={"#spec-train-max_steps": "7"})
     page.locator(".presets a[data-preset=QLoRA]").click()
     page.locator("#task-switched", has_text="Applied the preset QLoRA").wait_for()
     assert page.locator(".presets a.active").inner_text() == "QLoRA"
@@ -176,8 +169,7 @@ def test_choosing_a_preset_keeps_the_model_data_and_name_picked(page, live_serve
     assert page.locator("#spec-data-train").input_value() == chats.public_id
     assert page.locator("#spec-train-max_steps").input_value() == "7"
     assert Run.objects.count() == 0  # choosing a preset launches nothing
-    page.locator("#launch-form button[type=submit]").click()
-    page.wait_for_url("**/runs/run_*/")
+    launch(page)
     run = Run.objects.get()
     assert (run.name, run.spec["peft"]["method"], run.spec["train"]["max_steps"]) == ("picked before the preset", "qlora", 7)
 
@@ -189,12 +181,8 @@ def test_a_sweep_typed_in_the_form_launches_a_run_per_combination_listed_togethe
     chats = make_ready_version(team.project, name="chats", kind="sft")
     log_in(page, live_server.url, team.teammate.username)
 
-    page.goto(f"{live_server.url}/p/alpha/runs/new/?task=sft")
-    page.fill("#id_name", "sweep")
-    page.select_option("#spec-model", base_model.public_id)
-    page.select_option("#spec-data-train", chats.public_id)
-    page.fill("#spec-train-max_steps", "5")
-    page.fill("#id_sweep", "optim.learning_rate: 1e-4, 1e-3\npeft.rank: 8, 16")
+    fill_launch_form(page, live_server.url, project="alpha", task="sft", model=base_model, data=chats, name="sweep",
+                     fields={"#spec-train-max_steps": "5", "#id_sweep": "optim.learning_rate: 1e-4, 1e-3\npeft.rank: 8, 16"})
     page.locator("#launch-form button[type=submit]").click()
     page.wait_for_url("**/runs/?tag=sweep-*&sort=oldest")
 

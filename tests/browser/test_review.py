@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from tests.browser import test_projects
 from tests.browser.test_datasets import screenshot
 from tests.live import wait_for
-from tests.webapp.factories import PASSWORD, make_ready_version, make_team, make_user
+from tests.webapp.factories import make_ready_version, make_team, make_user
 from webapp.core.bidi import isolated
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
@@ -22,11 +23,7 @@ ROWS = [{"prompt": f"Question {number}?", "chosen": f"right answer {number}", "r
 def log_in(context, base_url, username):
     page = context.new_page()
     page.set_default_timeout(15_000)
-    page.goto(f"{base_url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base_url}/")
+    test_projects.log_in(page, base_url, username)
     return page
 
 
@@ -154,16 +151,22 @@ def loaded(campaign: Campaign, workers) -> Campaign:
                     workers=workers, what=f"campaign {campaign.name} to be loaded")
 
 
+def reviewed_by_the_owner(team, rows, workers) -> Campaign:
+    """A campaign "pass 1" on a preference version of ``rows`` that the owner reviews alone, its items loaded."""
+    from webapp.review import services as review_services
+
+    version = make_ready_version(team.project, name="prefs", kind="preference", rows=rows, user=team.owner)
+    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
+                                               reviewers=[team.owner], source_version=version, user=team.owner)
+    loaded(campaign, workers)
+    return campaign
+
+
 def test_an_edit_that_blanks_a_response_is_refused_and_kept_to_correct(browser, live_server, default_worker):
     """QA: an edit that left a response empty was stored. The item comes back with the edit boxes open, what
     was typed in them, the reason under the emptied one and the cursor in it; corrected, the answer goes."""
     team = make_team()
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:1], user=team.owner)
-    from webapp.review import services as review_services
-
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
-                                               reviewers=[team.owner], source_version=version, user=team.owner)
-    loaded(campaign, default_worker)
+    campaign = reviewed_by_the_owner(team, ROWS[:1], default_worker)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = log_in(context, live_server.url, team.owner.username)
@@ -238,12 +241,7 @@ def test_the_letter_keys_answer_with_caps_lock_on(browser, live_server, default_
     """QA: with Caps Lock on, 1 and 2 answered but t, b, s and e did nothing at all (the page looked for the
     key "t" and was sent "T"); the letters now answer in either case."""
     team = make_team()
-    version = make_ready_version(team.project, name="prefs", kind="preference", rows=ROWS[:2], user=team.owner)
-    from webapp.review import services as review_services
-
-    campaign = review_services.campaign_create(project=team.project, name="pass 1", guidelines="", required_reviews=1,
-                                               reviewers=[team.owner], source_version=version, user=team.owner)
-    loaded(campaign, default_worker)
+    campaign = reviewed_by_the_owner(team, ROWS[:2], default_worker)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = log_in(context, live_server.url, team.owner.username)

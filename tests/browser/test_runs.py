@@ -74,11 +74,27 @@ def log_in(page, url: str, username: str) -> None:
     hasher = PBKDF2PasswordHasher()
     get_user_model().objects.filter(username=username).update(
         password=hasher.encode(PASSWORD, hasher.salt(), iterations=1000))
-    page.goto(f"{url}/accounts/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{url}/")
+    test_projects.log_in(page, url, username)
+
+
+def fill_launch_form(page, server: str, *, project: str, task: str, model, data, name: str, preset: str | None = None,
+                     fields: dict[str, str] | None = None) -> None:
+    """Open ``project``'s launch page on ``task`` (and ``preset``), pick ``model`` and ``data`` to train on, name
+    the run ``name``, then type each of ``fields`` (by selector; "" empties one) in their order."""
+    query = urllib.parse.urlencode({"task": task} | ({"preset": preset} if preset else {}))
+    page.goto(f"{server}/p/{project}/runs/new/?{query}")
+    page.select_option("#spec-model", model.public_id)
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", name)
+    for selector, value in (fields or {}).items():
+        page.fill(selector, value)
+
+
+def launch(page) -> Run:
+    """Launch the form as filled and wait for the new run's page: that run."""
+    page.get_by_role("button", name="Launch").first.click()
+    page.wait_for_url("**/runs/run_*/")
+    return Run.objects.get(public_id=page.url.rstrip("/").rsplit("/", 1)[-1])
 
 
 def loss_points(page) -> int:
@@ -97,19 +113,11 @@ def test_launch_an_sft_run_watch_the_loss_grow_live_and_cancel_it(page, asgi_ser
     data = make_ready_version(team.project, name="sums", rows=ROWS)
     log_in(page, asgi_server, "alpha-teammate")
 
-    page.goto(f"{asgi_server}/p/alpha/runs/new/?task=sft&preset=Full+fine-tune")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "live sft")
-    page.fill("#spec-train-epochs", "")
-    page.fill("#spec-train-max_steps", "3000")
-    page.fill("#spec-train-batch_size", "4")
-    page.fill("#spec-data-max_seq_len", "48")
-    page.fill("#spec-train-eval_every", "")
-    page.fill("#spec-train-save_every", "1000")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="live sft")
+    fill_launch_form(page, asgi_server, project="alpha", task="sft", preset="Full fine-tune", model=model, data=data,
+                     name="live sft", fields={"#spec-train-epochs": "", "#spec-train-max_steps": "3000",
+                                              "#spec-train-batch_size": "4", "#spec-data-max_seq_len": "48",
+                                              "#spec-train-eval_every": "", "#spec-train-save_every": "1000"})
+    run = launch(page)
     assert run.spec["train"]["max_steps"] == 3000 and run.spec["optim"]["learning_rate"] == 2e-5
 
     # A page opened while the run is queued loads itself again once it runs (its worker, its devices);
@@ -146,11 +154,8 @@ def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, 
         make_pool_worker(f"train@tpu-{index}", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]})
     log_in(page, asgi_server, "delta-teammate")
 
-    page.goto(f"{asgi_server}/p/delta/runs/new/?task=sft")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "sharded sft")
-    page.fill("#spec-train-max_steps", "5")
+    fill_launch_form(page, asgi_server, project="delta", task="sft", model=model, data=data, name="sharded sft",
+                     fields={"#spec-train-max_steps": "5"})
     check = page.locator("#layout-check")
     assert check.inner_text() == "Default layout."
     page.select_option("#spec-pool", "tpu")
@@ -174,9 +179,7 @@ def test_launch_a_run_with_a_layout_on_two_hosts_and_see_it_in_its_config(page, 
     assert page.input_value("#spec-parallel-data") == "2" and page.input_value("#spec-pool") == "tpu"
     page.fill("#spec-parallel-fsdp", "4")
     assert "mismatch" not in check.get_attribute("class") and check.inner_text().endswith("= 8.")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="sharded sft")
+    run = launch(page)
     assert run.spec["parallel"] == {"data": 2, "fsdp": 4, "tensor": 1} and run.hosts == 2
     config = page.locator("pre.spec").inner_text()
     assert "parallel:\n  data: 2\n  fsdp: 4\n  tensor: 1\n" in config and "hosts: 2\npool: tpu" in config
@@ -303,17 +306,10 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     data = make_ready_version(team.project, name="topics", kind="prompts", rows=PROMPTS)
     log_in(page, asgi_server, "gamma-teammate")
 
-    page.goto(f"{asgi_server}/p/gamma/runs/new/?task=grpo")
-    page.select_option("#spec-model", model.public_id)
-    page.select_option("#spec-data-train", data.public_id)
-    page.fill("#id_name", "two rewards")
-    page.fill("#spec-train-max_steps", "3")
-    page.fill("#spec-train-batch_size", "2")
-    page.fill("#spec-train-save_every", "")
-    page.fill("#spec-grpo-num_generations", "2")
-    page.fill("#spec-grpo-max_new_tokens", "4")
-    page.fill("#spec-grpo-beta", "0")
-    page.fill("#spec-data-max_seq_len", "128")
+    fill_launch_form(page, asgi_server, project="gamma", task="grpo", model=model, data=data, name="two rewards",
+                     fields={"#spec-train-max_steps": "3", "#spec-train-batch_size": "2", "#spec-train-save_every": "",
+                             "#spec-grpo-num_generations": "2", "#spec-grpo-max_new_tokens": "4",
+                             "#spec-grpo-beta": "0", "#spec-data-max_seq_len": "128"})
     rows = page.locator("#spec-grpo-rewards .reward-row")
     assert rows.count() == 1  # the preset's exact_match row
     first = rows.nth(0)
@@ -325,9 +321,7 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     second.locator("select.reward-function").select_option("length_target")
     second.locator("input[name$='.weight']").fill("0.5")
     second.locator(".reward-args[data-function=length_target] input[name$='.target']").fill("8")
-    page.get_by_role("button", name="Launch").first.click()
-    page.wait_for_url("**/runs/run_*/")
-    run = Run.objects.get(name="two rewards")
+    run = launch(page)
     assert run.spec["grpo"]["rewards"] == [
         {"name": "contains", "weight": 1.0, "args": {"keywords": ["e", "s"]}},
         {"name": "length_target", "weight": 0.5, "args": {"target": 8}}]
@@ -355,20 +349,25 @@ def test_launch_a_grpo_run_with_two_reward_functions_and_open_a_steps_rollouts_f
     assert page.locator("#samples tr.sample-row.rollout").count() == 4  # 2 prompts x 2 generations
 
 
+def eval_grouped_by_task_spec(project) -> dict:
+    """An sft spec of ``project`` whose held-out prompts are grouped by their task (``data.eval_group_by``)."""
+    model = make_base_model(project)
+    data = make_ready_version(project)
+    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
+    held_out = make_ready_version(project, name="held out", kind="prompts",
+                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
+                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
+    return {"task": "sft", "model": model.public_id,
+            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
+            "train": {"max_steps": 50}}
+
+
 def test_eval_metrics_by_group_share_one_chart(page, asgi_server, transactional_db, monkeypatch):
     """data.eval_group_by: eval/exact_match/<task> are lines of one chart, named by the task; the
     overall eval/exact_match keeps its chart, and a name that is not a group label gets its own."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="gamma")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
-    held_out = make_ready_version(team.project, name="held out", kind="prompts",
-                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
-                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
-    spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
-            "train": {"max_steps": 50}}
+    spec = eval_grouped_by_task_spec(team.project)
     run = services.run_create(project=team.project, spec=spec, user=team.owner, name="grouped")
     values = {"eval/exact_match": 0.5, "eval/exact_match/even": 0.25, "eval/exact_match/smallest": 0.75,
               "eval/exact_match/<b>x</b>": 0.1, "loss": 1.0}
@@ -393,15 +392,7 @@ def test_compare_draws_each_metrics_groups_in_one_chart(page, asgi_server, trans
     per run, and a name that is not a group label gets its own."""
     monkeypatch.setattr("webapp.celery.app.send_task", lambda *args, **kwargs: None)
     team = make_team(slug="delta")
-    model = make_base_model(team.project)
-    data = make_ready_version(team.project)
-    # The launch reads the eval rows' groups (each row needs its task), as the engine does at the start.
-    held_out = make_ready_version(team.project, name="held out", kind="prompts",
-                                  rows=[{"prompt": "2+2?", "answer": "4", "task": "sum"},
-                                        {"prompt": "3-1?", "answer": "2", "task": "difference"}])
-    spec = {"task": "sft", "model": model.public_id,
-            "data": {"train": data.public_id, "eval": held_out.public_id, "eval_group_by": "task"},
-            "train": {"max_steps": 50}}
+    spec = eval_grouped_by_task_spec(team.project)
     runs = []
     for name, scale, extra in (("first", 1, {"eval/exact_match/<b>x</b>": 0.1}), ("second", 2, {})):
         run = services.run_create(project=team.project, spec=spec, user=team.owner, name=name)
@@ -715,11 +706,7 @@ def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypa
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=(index + 1.0) / step,
                                                      wall_time=float(step), tokens=step) for step in range(1, 6)])
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     query = "&".join(f"runs={run.public_id}" for run in runs)
     for width in (1280, 800):
         page.set_viewport_size({"width": width, "height": 900})
@@ -783,11 +770,7 @@ def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_
                                          for metric, value in (("learning_rate", 1e-4), ("loss", 2.0 / step))])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     y_range = "metric => document.querySelector(`.plot[data-metric='${metric}']`)._fullLayout.yaxis.range"
     for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
         page.goto(f"{live_server.url}/p/mu/runs/{path}")
@@ -1219,11 +1202,7 @@ def open_a_reward_model_and_a_dpo_run_compared(page, live_server, monkeypatch, *
                                                                (margin, step - 2.0))])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, task=task)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/{slug}/runs/compare/?runs={runs[0].public_id}&runs={runs[1].public_id}")
     page.locator('.plot[data-metric="loss"] .main-svg').first.wait_for()
 
@@ -1298,11 +1277,7 @@ def test_a_hyperparameter_category_axis_names_only_the_values_of_runs_it_draws(p
         MetricPoint.objects.bulk_create([MetricPoint(run=run, step=1, name=name, value=figures["last"], wall_time=1.0,
                                                      tokens=1) for name, figures in run.final_metrics.items()])
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     page.goto(f"{live_server.url}/p/leftout/runs/compare/?" + "&".join(f"runs={run.public_id}" for run in runs))
     page.wait_for_function("() => { const p = document.getElementById('hyperparameters-plot');"
                            " return p && p.data && p.data.length === 1; }")
@@ -1367,11 +1342,7 @@ def test_step_axes_are_labelled_in_whole_steps(page, live_server, monkeypatch):
                                                      wall_time=float(step), tokens=3 * step) for step in range(1, 5)])
         Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
         runs.append(run)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", team.viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{live_server.url}/")
+    test_projects.log_in(page, live_server.url, team.viewer.username)
     x_ticks = "() => [...document.querySelectorAll(`.plot[data-metric='loss'] .xtick text`)].map(t => t.textContent)"
     for path in (f"compare/?runs={runs[0].public_id}&runs={runs[1].public_id}", f"{runs[0].public_id}/"):
         page.goto(f"{live_server.url}/p/wholesteps/runs/{path}")

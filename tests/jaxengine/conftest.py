@@ -3,10 +3,12 @@
 ``tiny_hf_model_dir(kind)`` returns the directory of a tiny ``save_pretrained`` model of one
 kind from ``tests.factories.TINY_KINDS`` (``llama``, ``llama-untied``, ``qwen2``, ``qwen3``,
 ``gemma3``); ``demo_dir`` a micro demo build (``MICRO``: model and datasets). Treat the
-directories as read-only: they are shared by every test.
+directories as read-only: they are shared by every test. ``reference_passes`` counts the RL tasks' reference
+forward passes; ``read_jsonl`` reads a run's metrics.jsonl or samples.jsonl.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -47,3 +49,23 @@ def demo_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
     build_demo(out, MICRO, progress_bar=False)
     return out
+
+
+def read_jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def reference_passes(monkeypatch) -> list:
+    """Counts the reference forward passes (calls of the jitted reference function that GRPO and PPO share)."""
+    from jaxengine import grpo
+
+    calls = []
+    original = grpo._reference_log_probs
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(grpo, "_reference_log_probs", counting)
+    return calls

@@ -10,6 +10,7 @@ from jaxengine.grpo import make_grpo_trainer, rollout_rows
 from jaxengine.job import build_job_model, run_job
 from jaxengine.sampler import Generation
 from jaxengine.spec import parse_spec
+from tests.jaxengine.conftest import read_jsonl
 
 TRL_METRICS = {"reward", "reward_std", "rewards/contains/mean", "rewards/contains/std", "frac_reward_zero_std",
                "completions/mean_length", "completions/min_length", "completions/max_length",
@@ -29,24 +30,6 @@ def grpo_spec(demo_dir, run_dir, *, grpo=None, **overrides):
     }
     spec.update(overrides)
     return parse_spec(spec)
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture
-def reference_passes(monkeypatch):
-    """Counts the reference forward passes (calls of the jitted reference function)."""
-    calls = []
-    original = grpo._reference_log_probs
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(grpo, "_reference_log_probs", counting)
-    return calls
 
 
 def test_grpo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, reference_passes):
@@ -230,15 +213,20 @@ def test_a_reward_function_that_raises_fails_the_run_naming_step_function_and_pr
     assert sorted(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == [1]
 
 
-def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
-    """QA: numeric_match on a held-out answer that is no number failed the run at its first evaluation,
-    eval_every steps of rollouts in; the rows are now scored against an empty completion at the start."""
-    from jaxengine.job import JobError
-
+@pytest.fixture
+def no_rollouts(monkeypatch):
+    """The test fails at the first rollout sampled: what it checks is refused before any."""
     def no_rollout(*args, **kwargs):
         raise AssertionError("a rollout was sampled")
 
     monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
+
+
+def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(demo_dir, tmp_path, no_rollouts):
+    """QA: numeric_match on a held-out answer that is no number failed the run at its first evaluation,
+    eval_every steps of rollouts in; the rows are now scored against an empty completion at the start."""
+    from jaxengine.job import JobError
+
     eval_file = tmp_path / "eval.jsonl"
     eval_file.write_text("".join(json.dumps({"prompt": f"What is {n} + {n}?", "answer": answer}) + "\n"
                                  for n, answer in ((1, "2"), (2, "four"))))
@@ -252,15 +240,11 @@ def test_a_held_out_reference_a_reward_cannot_score_fails_before_any_rollout(dem
                                  "args.answer_column")
 
 
-def test_an_empty_exact_match_reference_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+def test_an_empty_exact_match_reference_fails_before_any_rollout(demo_dir, tmp_path, no_rollouts):
     """QA: exact_match against a blank reference answer scored every completion 0, silently: the row could
     never be matched. It is refused at the start, naming the file and the row."""
     from jaxengine.job import JobError
 
-    def no_rollout(*args, **kwargs):
-        raise AssertionError("a rollout was sampled")
-
-    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
     train_file = tmp_path / "train.jsonl"
     train_file.write_text("".join(json.dumps({"prompt": f"What is {n} + {n}?", "answer": answer}) + "\n"
                                   for n, answer in ((1, "2"), (2, "4"), (3, " "))))
@@ -388,16 +372,12 @@ def test_eval_group_by_scores_each_group_of_held_out_prompts(demo_dir, tmp_path)
     assert np.mean([score for scores in by_task.values() for score in scores]) == pytest.approx(final["eval/contains"])
 
 
-def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, monkeypatch):
+def test_a_completion_budget_beyond_the_model_context_fails_before_any_rollout(demo_dir, tmp_path, no_rollouts):
     """QA: max_new_tokens past the model's context (2048 here) with a data.max_seq_len that leaves room for
     it passed every check and raised the sampler's ContextLengthError as a traceback at the first rollout.
     (A data.max_seq_len past the model's positions, here its context, is refused itself now.)"""
     from jaxengine.job import JobError
 
-    def no_rollout(*args, **kwargs):
-        raise AssertionError("a rollout was sampled")
-
-    monkeypatch.setattr(grpo.Sampler, "generate", no_rollout)
     spec = grpo_spec(demo_dir, tmp_path / "run", data={"train": str(demo_dir / "data/prompts.jsonl"),
                                                        "max_seq_len": 2048},
                      grpo={"max_new_tokens": 2100})

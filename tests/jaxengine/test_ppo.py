@@ -13,6 +13,7 @@ from jaxengine.job import JobError, build_job_model, run_job
 from jaxengine.reward_scoring import score_texts
 from jaxengine.spec import SpecError, dump_spec, parse_spec, parse_spec_text
 from jaxengine.tasks import HeadParam
+from tests.jaxengine.conftest import read_jsonl
 
 TRL_PPO_METRICS = {"objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
                    "objective/scores", "policy/clipfrac", "policy/entropy", "policy/approxkl", "val/clipfrac",
@@ -212,24 +213,6 @@ def test_a_ppo_section_needs_task_ppo_and_errors_carry_the_line(tmp_path):
 
 # --------------------------------------------------------------------------------------------
 # End to end on a micro demo build
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture
-def reference_passes(monkeypatch):
-    """Counts the reference forward passes (calls of the jitted reference function PPO shares with GRPO)."""
-    calls = []
-    original = grpo._reference_log_probs
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(grpo, "_reference_log_probs", counting)
-    return calls
 
 
 def test_ppo_raises_the_reward_and_logs_every_rollout(demo_dir, tmp_path, reference_passes):

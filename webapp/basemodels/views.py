@@ -14,7 +14,7 @@ from webapp.basemodels import selectors, services
 from webapp.basemodels.forms import BaseModelRegisterForm
 from webapp.core.bidi import isolated
 from webapp.core.forms import add_service_errors
-from webapp.core.submissions import deleted_once_or_refused, form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets.models import DatasetVersion
 from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Role
@@ -130,9 +130,4 @@ def basemodel_serving_copy(request: HttpRequest, slug: str, public_id: str) -> H
             copy, queued, of=isolated(base_model.name), meanwhile="the unquantized model"))
         return page
 
-    try:
-        return redirect(form_send_once(request, create=make))
-    except ValidationError as error:
-        for text in error.messages:
-            messages.error(request, text)
-        return redirect(page)
+    return redirect(sent_once_or_refused(request, create=make, back=page))

@@ -149,6 +149,17 @@ def form_send_once(request: HttpRequest, *, create: Callable[[], str]) -> str:
     return sent.result
 
 
+def sent_once_or_refused(request: HttpRequest, *, create: Callable[[], str], back: str) -> str:
+    """Where an action's form goes: ``create()``'s page (``form_send_once``), or ``back`` with each message of
+    the ``ValidationError`` that refused it shown as an error."""
+    try:
+        return form_send_once(request, create=create)
+    except ValidationError as error:
+        for text in error.messages:
+            messages.error(request, text)
+    return back
+
+
 def deleted_once_or_refused(request: HttpRequest, *, delete: Callable[[], str], back: str,
                             gone: str | None = None) -> str:
     """Where a deletion form goes: ``delete()``'s page (it looks its object up itself, so that a second

@@ -27,7 +27,7 @@ from webapp.core.forms import add_service_errors
 from webapp.core.numbers import whole_number
 from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label, file_download
-from webapp.core.submissions import deleted_once_or_refused, form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.datasets import selectors, services
 from webapp.datasets.forms import TokenStatisticsForm, UploadForm, mapping_field_name
 from webapp.datasets.models import Dataset, VersionStatus
@@ -244,12 +244,7 @@ def version_requeue(request: HttpRequest, slug: str, public_id: str, number: int
         messages.success(request, f"Queued the check of v{version.number} again.")
         return page
 
-    try:
-        return redirect(form_send_once(request, create=requeue))
-    except ValidationError as error:
-        for text in error.messages:
-            messages.error(request, text)
-    return redirect(page)
+    return redirect(sent_once_or_refused(request, create=requeue, back=page))
 
 
 @login_required
@@ -306,11 +301,6 @@ def version_token_statistics(request: HttpRequest, slug: str, public_id: str, nu
             messages.success(request, f"Counting tokens with the {isolated(base_model.name)} tokenizer.")
             return page
 
-        try:
-            return redirect(form_send_once(request, create=count))
-        except ValidationError as error:
-            for text in error.messages:
-                messages.error(request, text)
-    else:
-        messages.error(request, "choose a base model of this project")
+        return redirect(sent_once_or_refused(request, create=count, back=page))
+    messages.error(request, "choose a base model of this project")
     return redirect("datasets:version", project.slug, dataset.public_id, version.number)

@@ -679,9 +679,14 @@ def run_fail(*, run: Run, error: BaseException) -> Run:
     current = _current_attempt(run)
     if current is None:
         return run
-    run = current
+    return _failed(current, message=in_project_terms(current, f"{type(error).__name__}: {error}")[:4000])
+
+
+def _failed(run: Run, *, message: str) -> Run:
+    """The current attempt ``run`` (locked) ended failed with ``message``: its metrics' summary and charts kept, the
+    reason logged and the pages told."""
     run.status = RunStatus.FAILED
-    run.error_message = in_project_terms(run, f"{type(error).__name__}: {error}")[:4000]
+    run.error_message = message
     run.finished_at = timezone.now()
     run.final_metrics = metric_summary(run)
     run.series_cache = series_cache_for(run)
@@ -737,15 +742,7 @@ def run_fail_hosts_lost(*, run: Run, lost: list[int]) -> Run | None:
         pk=run.pk, attempt=run.attempt, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).first()
     if current is None:
         return None
-    current.status = RunStatus.FAILED
-    current.error_message = lost_host_message(current, step=current.current_step, lost=lost)
-    current.finished_at = timezone.now()
-    current.final_metrics = metric_summary(current)
-    current.series_cache = series_cache_for(current)
-    current.save(update_fields=["status", "error_message", "finished_at", "final_metrics", "series_cache"])
-    RunLogLine.objects.create(run=current, message=f"failed: {current.error_message}", level=LogLevel.ERROR)
-    publish_status(current)
-    return current
+    return _failed(current, message=lost_host_message(current, step=current.current_step, lost=lost))
 
 
 def _current_attempt(run: Run) -> Run | None:

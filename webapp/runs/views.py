@@ -33,7 +33,7 @@ from webapp.core.numbers import MAX_STORED_INT, whole_number
 from webapp.core.spreadsheet import spreadsheet_cell
 from webapp.core.sse import session_access_lost
 from webapp.core.streaming import download_label
-from webapp.core.submissions import deleted_once_or_refused, form_send_once
+from webapp.core.submissions import deleted_once_or_refused, form_send_once, sent_once_or_refused
 from webapp.core.text import LONG_TEXT_MAX_CHARS
 from webapp.core.views import post_answered_with_a_page
 from webapp.projects.access import get_project_for_user
@@ -623,13 +623,9 @@ def _action(request, slug, run_id, action) -> HttpResponse:
     """``action(run)``, once per sending of its form (retry makes a run, export queues a task), then
     the page of the run it returns."""
     project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
-    try:
-        return redirect(form_send_once(request, create=lambda: reverse("runs:detail", args=[
-            project.slug, action(run).public_id])))
-    except ValidationError as error:
-        for text in error.messages:
-            messages.error(request, text)
-        return redirect("runs:detail", project.slug, run.public_id)
+    return redirect(sent_once_or_refused(
+        request, create=lambda: reverse("runs:detail", args=[project.slug, action(run).public_id]),
+        back=reverse("runs:detail", args=[project.slug, run.public_id])))
 
 
 @login_required

@@ -548,6 +548,21 @@ def test_null_is_a_field_left_out(api, worker):
     assert response.status_code == 400 and response.json()["error"]["param"] == "model"
 
 
+def some_input(path: str) -> dict:
+    """The messages (chat completions) or the prompt (completions) of a request to ``path``."""
+    return {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
+
+
+def assert_refused_as_unsupported(api, path: str, fields: dict, param: str) -> None:
+    """A request to ``path`` with ``fields`` is a 400 naming ``param`` as asking for what these answers do not serve."""
+    model, headers = api
+    response = post(path, {"model": model.public_id, **some_input(path), **fields}, headers)
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == "unsupported_value", error
+    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
+
+
 @pytest.mark.parametrize("path,fields,param", [
     ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
     ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
@@ -564,18 +579,13 @@ def test_a_field_asking_for_what_the_answer_cannot_hold_is_refused(api, worker, 
     """QA: "logprobs": true was answered without logprobs ("logprobs": null), so a client reading
     choices[0].logprobs.content failed on the answer; "echo": true got the completion without the prompt
     before it. Each is now a 400 naming the field, as OpenAI refuses what it does not serve."""
+    assert_refused_as_unsupported(api, path, fields, param)
+    # Their off values ask for nothing and are answered.
     model, headers = api
     scripts, _requests = worker
-    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
-    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
-    assert response.status_code == 400, response.content
-    error = response.json()["error"]
-    assert error["param"] == param and error["code"] == "unsupported_value", error
-    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
-    # Their off values ask for nothing and are answered.
     scripts.append(ANSWER)
     off = {"/v1/chat/completions": {"logprobs": False}, "/v1/completions": {"echo": False}}[path]
-    assert post(path, {"model": model.public_id, **inputs, **off}, headers).status_code == 200
+    assert post(path, {"model": model.public_id, **some_input(path), **off}, headers).status_code == 200
 
 
 TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
@@ -598,13 +608,7 @@ TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type
 def test_json_output_and_tool_calls_are_refused_not_ignored(api, worker, path, fields, param):
     """A client asking for JSON output or tool calls got free text and no error: it then failed parsing the
     answer as JSON, or waited for a tool call that never came. Each is a 400 naming the field."""
-    model, headers = api
-    inputs = {"messages": CHAT["messages"]} if path == "/v1/chat/completions" else {"prompt": "x"}
-    response = post(path, {"model": model.public_id, **inputs, **fields}, headers)
-    assert response.status_code == 400, response.content
-    error = response.json()["error"]
-    assert error["param"] == param and error["code"] == "unsupported_value", error
-    assert error["message"].startswith(f"{param}: ") and "not supported" in error["message"], error
+    assert_refused_as_unsupported(api, path, fields, param)
 
 
 @pytest.mark.parametrize("fields", [

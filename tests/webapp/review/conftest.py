@@ -13,7 +13,7 @@ from webapp.celery import app as celery_app
 from webapp.projects import services as project_services
 from webapp.projects.models import Role
 from webapp.review import services
-from webapp.review.models import Choice, Lease
+from webapp.review.models import Choice, Item, Lease
 
 PREFERENCE_ROWS = [
     {"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"},
@@ -67,6 +67,17 @@ def choice_for(item, user, label: str) -> str:
 def answer(item, user, label: str, **kwargs):
     """Submit ``user``'s review of ``item`` with ``label`` in item terms."""
     return services.review_submit(item=item, user=user, choice=choice_for(item, user, label), **kwargs)
+
+
+def in_conflict_with_a_second_owner(campaign, team, carol, *, username: str):
+    """Item 2 of ``campaign`` in conflict (the teammate answered A, carol B), and a second owner of the project
+    named ``username``: (the item, that owner)."""
+    owner = make_user(username)
+    project_services.membership_add(project=team.project, user=owner, role=Role.OWNER)
+    item = Item.objects.get(campaign=campaign, sequence=2)
+    answer(item, team.teammate, "a")
+    answer(item, carol, "b")
+    return item, owner
 
 
 def expire_leases(item, user=None):

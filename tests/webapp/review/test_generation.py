@@ -41,6 +41,33 @@ def generate(team, models, prompts_version, **overrides):
     return services.campaign_generate(**{**arguments, **overrides})
 
 
+@pytest.fixture
+def generation_queued_in_redis(team, models, prompts_version, sent_tasks, redis_server, settings,
+                               django_capture_on_commit_callbacks):
+    """A generating campaign whose task's message waits in Redis as the real send leaves it, in a database no test
+    worker listens on (the broker and ``settings.REDIS_URL`` for the test): (the campaign, that database's client)."""
+    import redis
+    from celery import Celery
+
+    from tests.live import _use_broker
+    from webapp.celery import app as celery_app
+
+    url = f"redis://127.0.0.1:{redis_server.port}/9"
+    settings.REDIS_URL = url
+    broker = redis.Redis.from_url(url)
+    broker.flushdb()
+    previous = celery_app.conf.broker_url
+    _use_broker(celery_app, url)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            campaign = generate(team, models, prompts_version)
+        name, args, queue = sent_tasks[-1]
+        Celery.send_task(celery_app, name, args=args, queue=queue)
+        yield campaign, broker
+    finally:
+        _use_broker(celery_app, previous)
+
+
 def test_it_queues_the_generation_on_the_serve_queue(team, models, prompts_version, sent_tasks,
                                                     django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
@@ -240,12 +267,17 @@ def test_the_models_names_are_escaped(team, client_for, prompts_version):
     assert "<script>alert(1)" not in text and "<img src=x" not in text and "&lt;script&gt;alert(1)" in text
 
 
-def test_reviews_give_the_model_preference_and_the_export_names_the_models(team, client_for, models,
-                                                                          prompts_version):
+def generated_with_three_answers(team, models, prompts_version):
+    """A campaign on the version's first 3 prompts whose models answered a1-a3 and b1-b3: its items made."""
     campaign = generate(team, models, prompts_version, prompt_count=3)
     prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    return services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
+                                      answers_b=["b1", "b2", "b3"])
+
+
+def test_reviews_give_the_model_preference_and_the_export_names_the_models(team, client_for, models,
+                                                                          prompts_version):
+    campaign = generated_with_three_answers(team, models, prompts_version)
     for item, label in zip(campaign.items.order_by("sequence"), ["b", "b", "a"]):
         answer(item, team.teammate, label)
     page = client_for(team.owner).get(reverse("review:detail", args=[team.project.slug, campaign.public_id]))
@@ -389,52 +421,33 @@ def test_two_checkpoints_of_a_run_on_its_eval_set(team, client_for, prompts_vers
 
 
 def test_queue_the_generation_again_is_offered_once_redis_no_longer_holds_its_message(
-        team, client_for, models, prompts_version, sent_tasks, redis_server, settings,
-        django_capture_on_commit_callbacks):
+        team, client_for, sent_tasks, settings, django_capture_on_commit_callbacks, generation_queued_in_redis):
     """The button was there while the answers were being generated: pressed, the serve worker answered
     every prompt twice, in the way of chats. It is offered once Redis holds the message nowhere (the
     worker stopped, or Redis lost it) or cannot be asked, and refused while the message is held."""
-    import redis
-    from celery import Celery
+    campaign, broker = generation_queued_in_redis
+    owner = client_for(team.owner)
+    detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
+    again = reverse("review:load", args=[team.project.slug, campaign.public_id])
+    page = owner.get(detail).content.decode()
+    assert "campaign-generating" in page and "Queue the generation again" not in page
+    page = owner.post(again, follow=True).content.decode()
+    assert f"the generation of {isolated('falcon vs heron')} is queued or under way" in page and len(sent_tasks) == 1
 
-    from tests.live import _use_broker
-    from webapp.celery import app as celery_app
-
-    url = f"redis://127.0.0.1:{redis_server.port}/9"  # a database no test worker listens on
-    settings.REDIS_URL = url
-    broker = redis.Redis.from_url(url)
-    broker.flushdb()
-    previous = celery_app.conf.broker_url
-    _use_broker(celery_app, url)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            campaign = generate(team, models, prompts_version)
-        name, args, queue = sent_tasks[-1]
-        Celery.send_task(celery_app, name, args=args, queue=queue)  # what the real send leaves in Redis
-        owner = client_for(team.owner)
-        detail = reverse("review:detail", args=[team.project.slug, campaign.public_id])
-        again = reverse("review:load", args=[team.project.slug, campaign.public_id])
-        page = owner.get(detail).content.decode()
-        assert "campaign-generating" in page and "Queue the generation again" not in page
+    broker.delete("serve")  # the worker stopped, the message with it
+    answers_stop(campaign)
+    page = owner.get(detail).content.decode()
+    assert "Its message is no longer queued" in page and "Queue the generation again" in page
+    with django_capture_on_commit_callbacks(execute=True):
         page = owner.post(again, follow=True).content.decode()
-        assert f"the generation of {isolated('falcon vs heron')} is queued or under way" in page and len(sent_tasks) == 1
+    assert "Generating the answers again." in page
+    assert sent_tasks[-1] == (services.GENERATE_TASK, [campaign.pk], "serve") and len(sent_tasks) == 2
+    assert "Queue the generation again" not in client_for(team.teammate).get(detail).content.decode()
 
-        broker.delete("serve")  # the worker stopped, the message with it
-        answers_stop(campaign)
-        page = owner.get(detail).content.decode()
-        assert "Its message is no longer queued" in page and "Queue the generation again" in page
-        with django_capture_on_commit_callbacks(execute=True):
-            page = owner.post(again, follow=True).content.decode()
-        assert "Generating the answers again." in page
-        assert sent_tasks[-1] == (services.GENERATE_TASK, [campaign.pk], "serve") and len(sent_tasks) == 2
-        assert "Queue the generation again" not in client_for(team.teammate).get(detail).content.decode()
-
-        settings.REDIS_URL = "redis://127.0.0.1:1/0"  # Redis cannot be asked: offered, without a reason
-        answers_stop(campaign)
-        page = owner.get(detail).content.decode()
-        assert "Queue the generation again" in page and "Its message is no longer queued" not in page
-    finally:
-        _use_broker(celery_app, previous)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # Redis cannot be asked: offered, without a reason
+    answers_stop(campaign)
+    page = owner.get(detail).content.decode()
+    assert "Queue the generation again" in page and "Its message is no longer queued" not in page
 
 
 def answers_stop(campaign):
@@ -525,10 +538,7 @@ def test_it_fails_with_nothing_made_when_every_pair_is_identical_or_empty(team, 
 def test_an_export_leaves_out_an_item_whose_responses_are_the_same(team, client_for, models, prompts_version):
     """An item stored before identical answers were left out (or made identical by a reviewer's edits) would
     be written as chosen == rejected: a preference pair that teaches nothing."""
-    campaign = generate(team, models, prompts_version, prompt_count=3)
-    prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    campaign = generated_with_three_answers(team, models, prompts_version)
     Item.objects.filter(campaign=campaign, sequence=2).update(response_b="a2")  # as an older campaign stored it
     for item in campaign.items.order_by("sequence"):
         answer(item, team.teammate, "a")
@@ -548,10 +558,7 @@ def test_an_export_leaves_out_a_stored_blank_answer_and_says_how_many(team, clie
     from webapp.datasets import services as dataset_services
     from webapp.datasets.models import VersionStatus
 
-    campaign = generate(team, models, prompts_version, prompt_count=3)
-    prompts = services.generation_prompts(campaign=campaign)
-    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=prompts, answers_a=["a1", "a2", "a3"],
-                                          answers_b=["b1", "b2", "b3"])
+    campaign = generated_with_three_answers(team, models, prompts_version)
     Item.objects.filter(campaign=campaign, sequence=2).update(response_a="\n\n\n")  # as an older campaign stored it
     for item in campaign.items.order_by("sequence"):
         answer(item, team.teammate, "b" if item.sequence == 2 else "a")
@@ -593,44 +600,27 @@ def test_a_models_nul_is_stored_as_the_replacement_character(team, models, promp
 
 
 def test_a_cancelled_generation_whose_worker_died_holds_its_models_only_while_redis_holds_its_message(
-        team, models, prompts_version, sent_tasks, redis_server, settings, django_capture_on_commit_callbacks):
+        team, models, generation_queued_in_redis):
     """A cancelled campaign's models (and its project) may not be deleted while the serve worker still answers
     its prompts (tests/worker/test_review_generation.py). A worker that died meanwhile never says it stopped
     (``generation_end``): once no answer has come for GENERATION_QUIET_SECONDS, the campaign holds them only
     while Redis holds its message, which the task acknowledges at its end."""
-    import redis
-    from celery import Celery
-
-    from tests.live import _use_broker
     from webapp.basemodels.selectors import base_model_readers
-    from webapp.celery import app as celery_app
     from webapp.projects.selectors import project_readers
 
-    url = f"redis://127.0.0.1:{redis_server.port}/9"  # a database no test worker listens on
-    settings.REDIS_URL = url
-    broker = redis.Redis.from_url(url)
-    broker.flushdb()
-    previous = celery_app.conf.broker_url
-    _use_broker(celery_app, url)
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            campaign = generate(team, models, prompts_version)
-        name, args, queue = sent_tasks[-1]
-        Celery.send_task(celery_app, name, args=args, queue=queue)  # what the real send leaves in Redis
-        assert services.generation_begin(campaign_id=campaign.pk) is not None  # a serve worker takes it up
-        services.generation_cancel(campaign=campaign, user=team.owner)
-        answers_stop(campaign)
-        assert base_model_readers(base_model=models[1]) == [
-            f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
-            "prompts under way with it; try again in a moment, once it has stopped"]
-        assert project_readers(project=team.project) == [
-            f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
-            "prompts under way; try again in a moment, once it has stopped"]
-        broker.delete("serve")  # the worker died, and its message went with it
-        assert base_model_readers(base_model=models[1]) == [] and project_readers(project=team.project) == []
-        assert services.generation_begin(campaign_id=campaign.pk) is None, "a cancelled campaign is not taken up"
-    finally:
-        _use_broker(celery_app, previous)
+    campaign, broker = generation_queued_in_redis
+    assert services.generation_begin(campaign_id=campaign.pk) is not None  # a serve worker takes it up
+    services.generation_cancel(campaign=campaign, user=team.owner)
+    answers_stop(campaign)
+    assert base_model_readers(base_model=models[1]) == [
+        f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
+        "prompts under way with it; try again in a moment, once it has stopped"]
+    assert project_readers(project=team.project) == [
+        f"review campaign {isolated('falcon vs heron')} was cancelled, but the serve worker is still answering the "
+        "prompts under way; try again in a moment, once it has stopped"]
+    broker.delete("serve")  # the worker died, and its message went with it
+    assert base_model_readers(base_model=models[1]) == [] and project_readers(project=team.project) == []
+    assert services.generation_begin(campaign_id=campaign.pk) is None, "a cancelled campaign is not taken up"
 
 
 def taken_up_then_silent(campaign):

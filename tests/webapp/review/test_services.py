@@ -8,7 +8,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
 
 from tests.webapp.factories import make_ready_version, make_user
-from tests.webapp.review.conftest import PREFERENCE_ROWS, answer, choice_for, create_loaded, expire_leases
+from tests.webapp.review.conftest import (PREFERENCE_ROWS, answer, choice_for, create_loaded, expire_leases,
+                                         in_conflict_with_a_second_owner)
 from webapp.core.bidi import isolated
 from webapp.datasets import services as dataset_services
 from webapp.datasets.models import Dataset, VersionStatus
@@ -724,15 +725,7 @@ def test_a_campaign_whose_version_is_deleted_before_it_loads_fails_and_names_it(
 def test_a_resolution_made_meanwhile_is_not_overwritten_silently(campaign, team, carol):
     """QA: two owners resolving the same conflict at once (or one from an older tab) were both told their label
     stood; the later one silently replaced the earlier. A resolution says which one it was chosen over."""
-    from tests.webapp.factories import make_user
-    from webapp.projects import services as project_services
-    from webapp.projects.models import Role
-
-    alice = make_user("alice")
-    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
-    item = Item.objects.get(campaign=campaign, sequence=2)
-    answer(item, team.teammate, "a")
-    answer(item, carol, "b")
+    item, alice = in_conflict_with_a_second_owner(campaign, team, carol, username="alice")
     services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
     with pytest.raises(services.AlreadyResolved, match="item 2 is already resolved as A better by alice") as raised:
         services.conflict_resolve(item=item, label="b", user=team.owner, shown_label="")
@@ -747,15 +740,7 @@ def test_a_resolution_made_meanwhile_is_not_overwritten_silently(campaign, team,
 
 
 def test_a_resolution_by_a_deleted_account_is_named_as_such(campaign, team, carol):
-    from tests.webapp.factories import make_user
-    from webapp.projects import services as project_services
-    from webapp.projects.models import Role
-
-    gone = make_user("gone")
-    project_services.membership_add(project=team.project, user=gone, role=Role.OWNER)
-    item = Item.objects.get(campaign=campaign, sequence=2)
-    answer(item, team.teammate, "a")
-    answer(item, carol, "b")
+    item, gone = in_conflict_with_a_second_owner(campaign, team, carol, username="gone")
     services.conflict_resolve(item=item, label="tie", user=gone, shown_label="")
     gone.delete()
     with pytest.raises(services.AlreadyResolved, match="already resolved as Tie by an account since deleted"):

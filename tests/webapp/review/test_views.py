@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from tests.webapp.factories import form_token, make_ready_version
-from tests.webapp.review.conftest import answer, create_loaded, expire_leases
+from tests.webapp.review.conftest import answer, create_loaded, expire_leases, in_conflict_with_a_second_owner
 from webapp.core.bidi import isolated
 from webapp.core.submissions import TOKEN_FIELD
 from webapp.review import services
@@ -628,15 +628,7 @@ def test_a_campaign_whose_source_dataset_was_deleted_says_so(campaign, team, cli
 def test_a_resolution_made_meanwhile_asks_before_it_is_changed(campaign, team, carol, client_for):
     """QA: the second of two owners resolving a conflict was told 'Item 2 resolved: b.' and silently replaced
     the first owner's label; messages showed internal codes ('resolved: a.')."""
-    from tests.webapp.factories import make_user
-    from webapp.projects import services as project_services
-    from webapp.projects.models import Role
-
-    alice = make_user("alice")
-    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
-    item = Item.objects.get(campaign=campaign, sequence=2)
-    answer(item, team.teammate, "a")
-    answer(item, carol, "b")
+    item, alice = in_conflict_with_a_second_owner(campaign, team, carol, username="alice")
     owner = client_for(team.owner)
     conflicts = owner.get(url("conflicts", campaign)).content.decode()
     assert '<input type="hidden" name="shown_label" value="">' in conflicts
@@ -667,15 +659,7 @@ def test_the_page_asking_to_change_a_resolution_is_safe_to_reload(campaign, team
     change itself (409 to the POST), so reloading that page made the browser offer to send the form again.
     The press now redirects to the page, a GET of the resolve address with the label pressed; reloading it
     asks again and changes nothing, and once nothing is left to confirm it goes back to the conflicts."""
-    from tests.webapp.factories import make_user
-    from webapp.projects import services as project_services
-    from webapp.projects.models import Role
-
-    alice = make_user("alice")
-    project_services.membership_add(project=team.project, user=alice, role=Role.OWNER)
-    item = Item.objects.get(campaign=campaign, sequence=2)
-    answer(item, team.teammate, "a")
-    answer(item, carol, "b")
+    item, alice = in_conflict_with_a_second_owner(campaign, team, carol, username="alice")
     services.conflict_resolve(item=item, label="a", user=alice, shown_label="")
     owner = client_for(team.owner)
     response = owner.post(url("resolve", campaign, item.public_id), {"label": "b", "shown_label": ""})

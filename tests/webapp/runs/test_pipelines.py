@@ -343,9 +343,11 @@ def test_it_rejects_bidi_controls_in_pipeline_and_stage_names_before_anything_st
     assert not Pipeline.objects.exists() and not Run.objects.exists()
 
 
-def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tasks, tmp_path):
+def failing_its_guard(team, catalog, tmp_path, *, stages: int) -> tuple[Pipeline, Run, Run]:
+    """A guarded pipeline (eval/exact_match may fall 10%) whose second stage fell 20% (0.5 → 0.4), judged:
+    (the pipeline, its first stage's run, its second's)."""
     guard = {"metric": "eval/exact_match", "max_drop_percent": 10}
-    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=3),
+    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard, stages=stages),
                                          user=team.teammate)
     first = finish(pipeline.runs.get(), metrics={"eval/exact_match": 0.5}, tmp_path=tmp_path)
     pipelines.pipeline_advance(run=first)
@@ -353,6 +355,11 @@ def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tas
                     tmp_path=tmp_path)
     pipelines.pipeline_advance(run=second)
     pipeline.refresh_from_db()
+    return pipeline, first, second
+
+
+def test_a_stage_that_fails_its_guard_stops_the_pipeline(team, catalog, sent_tasks, tmp_path):
+    pipeline, first, _second = failing_its_guard(team, catalog, tmp_path, stages=3)
     assert pipeline.status == PipelineStatus.STOPPED and pipeline.result_run == first
     assert pipeline.message == (f"stage 2 (sft-1) failed its guard: eval/exact_match fell 20.0% (0.5 → 0.4), more than "
                                 f"the 10% allowed; the result stays chain · stage 1 (sft) ({first.public_id})")
@@ -768,15 +775,7 @@ def test_a_resumed_stage_takes_its_ended_pipeline_on_again(team, catalog, sent_t
 
 
 def test_a_stage_resumed_after_failing_its_guard_is_judged_again(team, catalog, sent_tasks, tmp_path, resumable):
-    guard = {"metric": "eval/exact_match", "max_drop_percent": 10}
-    pipeline = pipelines.pipeline_create(project=team.project, document=document(catalog, guard=guard),
-                                         user=team.teammate)
-    first = finish(pipeline.runs.get(), metrics={"eval/exact_match": 0.5}, tmp_path=tmp_path)
-    pipelines.pipeline_advance(run=first)
-    second = finish(Run.objects.get(pipeline=pipeline, pipeline_stage=1), metrics={"eval/exact_match": 0.4},
-                    tmp_path=tmp_path)
-    pipelines.pipeline_advance(run=second)
-    pipeline.refresh_from_db()
+    pipeline, first, second = failing_its_guard(team, catalog, tmp_path, stages=2)
     assert pipeline.status == PipelineStatus.STOPPED
     resumable.run_resume(run=second, user=team.teammate, max_steps=20)  # trained longer, it may pass
     pipeline.refresh_from_db()

@@ -1104,16 +1104,24 @@ def test_launching_ppo_from_the_form_with_a_reward_run_of_the_project(team, cata
     assert run.status == RunStatus.QUEUED
 
 
+def reward_spec(catalog) -> dict:
+    return {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
+            "train": {"max_steps": 2}}
+
+
+def exported_reward_run(team, catalog, *, name: str, export, step: int = 0) -> Run:
+    """A teammate's succeeded reward run whose model was exported to ``export`` (at ``step``; 0: its final model)."""
+    scorer = services.run_create(project=team.project, spec=reward_spec(catalog), user=team.teammate, name=name)
+    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
+    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(export), step=step)
+    return scorer
+
+
 def test_the_ppo_form_chooses_its_reward_model_among_the_projects_reward_runs(team, catalog, client_for, sent_tasks,
                                                                              tmp_path):
-    from webapp.runs.models import Artifact, ArtifactKind
-
-    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-            "train": {"max_steps": 2}}
-    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer <i>")
-    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
-    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
-    unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
+    scorer = exported_reward_run(team, catalog, name="scorer <i>", export=tmp_path / "export")
+    unfinished = services.run_create(project=team.project, spec=reward_spec(catalog), user=team.teammate,
+                                     name="still training")
     client = client_for(team.teammate)
     page = client.get("/p/alpha/runs/new/?task=ppo").content.decode()
     assert f'<option value="{scorer.public_id}" >{FSI}scorer &lt;i&gt;{PDI} — reward model of {scorer.public_id}</option>' in page
@@ -1745,12 +1753,9 @@ def test_the_grpo_forms_reward_model_function_chooses_its_model_among_the_projec
     rollouts with a trained reward model meant finding and pasting its run id (left blank: 'required
     argument missing: model (a text)'). It is a select of the project's succeeded reward runs, as
     ``ppo.reward_model`` is, and a launch keeps the chosen one."""
-    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-            "train": {"max_steps": 2}}
-    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer <i>")
-    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
-    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
-    unfinished = services.run_create(project=team.project, spec=spec, user=team.teammate, name="still training")
+    scorer = exported_reward_run(team, catalog, name="scorer <i>", export=tmp_path / "export")
+    unfinished = services.run_create(project=team.project, spec=reward_spec(catalog), user=team.teammate,
+                                     name="still training")
     client = client_for(team.teammate)
     page = client.get("/p/alpha/runs/new/?task=grpo").content.decode()
     option = f'<option value="{scorer.public_id}" >{FSI}scorer &lt;i&gt;{PDI} — reward model of {scorer.public_id}</option>'
@@ -1776,11 +1781,7 @@ def test_an_archived_reward_run_leaves_the_reward_model_pickers_but_a_duplicate_
     """QA: archiving puts a run's models away from the launch form's pickers, but an archived reward run
     was still offered as ``ppo.reward_model`` and as a ``reward_model`` function's model. A spec that
     names it (a duplicate) still shows it chosen."""
-    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-            "train": {"max_steps": 2}}
-    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="old scorer")
-    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
-    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"))
+    scorer = exported_reward_run(team, catalog, name="old scorer", export=tmp_path / "export")
     client = client_for(team.teammate)
     form = {"mode": "form", "task": "ppo", "model": catalog.base_model.public_id, "data.train": catalog.prompts.public_id,
             "train.max_steps": "4", "train.batch_size": "2", "peft.targets": ["q_proj"], "ppo.max_new_tokens": "8",
@@ -1820,9 +1821,7 @@ def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catal
     """QA: the starting-model picker listed a reward run's export like any other ('scorer — exported by
     run_…'): nothing told a reward model, whose head scores and whose text no page serves, from a DPO
     policy. Each run's export names its task."""
-    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-            "train": {"max_steps": 2}}
-    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
+    scorer = services.run_create(project=team.project, spec=reward_spec(catalog), user=team.teammate, name="scorer")
     policy = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="policy")
     for finished in (scorer, policy):
         Run.objects.filter(pk=finished.pk).update(status=RunStatus.SUCCEEDED)
@@ -1835,11 +1834,7 @@ def test_the_model_picker_says_which_kind_of_run_exported_each_model(team, catal
 def test_a_reward_runs_page_says_its_model_scores_rollouts(team, catalog, client_for, sent_tasks, tmp_path):
     """QA: a reward run's page offered its export with '(start runs from run_…)', as a policy's does, and
     said nothing of what a reward model is for: scoring PPO and GRPO rollouts."""
-    spec = {"task": "reward", "model": catalog.base_model.public_id, "data": {"train": catalog.preference.public_id},
-            "train": {"max_steps": 2}}
-    scorer = services.run_create(project=team.project, spec=spec, user=team.teammate, name="scorer")
-    Run.objects.filter(pk=scorer.pk).update(status=RunStatus.SUCCEEDED)
-    Artifact.objects.create(run=scorer, kind=ArtifactKind.MODEL, path=str(tmp_path / "export"), step=2)
+    scorer = exported_reward_run(team, catalog, name="scorer", export=tmp_path / "export", step=2)
     page = client_for(team.viewer).get(url(scorer)).content.decode()
     assert (f'Exported model at step 2 <span class="muted">(scores PPO and GRPO rollouts as <code>{scorer.public_id}'
             '</code>: choose it as ppo.reward_model, or as the model of a reward_model reward function)') in page
