@@ -414,20 +414,32 @@ def sharded_steps(params, opt_state, rng_state, frozen):
     return train, evaluate
 
 
+# One jitted function per (function, jit options with their shardings, static arguments), kept for the process:
+# trainers of the same model under the same layout (the tests' runs; a run resumed in its process) share its
+# compiled programs, as unsharded ones share ``train_step``'s. A train worker's process runs one job.
+_SHARDED_JITS: dict[tuple, Callable] = {}
+
+
 def _jit_per_static(function, *, traced: tuple[str, ...] = (), **jit_options):
     # jit takes no keyword arguments alongside in_shardings, so the static ones are bound first
     # (one compiled function per distinct set; they are fixed for a trainer), and the ``traced`` ones are
     # passed on after the positional arguments.
-    compiled = {}
+    options = tuple((name, _hashable(value)) for name, value in sorted(jit_options.items()))
 
     def call(*args, **static):
         args = (*args, *(static.pop(name) for name in traced))
-        key = tuple(sorted(static.items()))
-        if key not in compiled:
-            compiled[key] = jax.jit(functools.partial(function, **static), **jit_options)
-        return compiled[key](*args)
+        key = (function, options, tuple(sorted(static.items())))
+        if key not in _SHARDED_JITS:
+            _SHARDED_JITS[key] = jax.jit(functools.partial(function, **static), **jit_options)
+        return _SHARDED_JITS[key](*args)
 
     return call
+
+
+def _hashable(tree) -> tuple:
+    """A pytree of shardings (or argument numbers, None for 'as given') as a key: its structure and leaves."""
+    leaves, treedef = jax.tree.flatten(tree, is_leaf=lambda leaf: leaf is None)
+    return treedef, tuple(leaves)
 
 
 def changed_settings_problem(saved: dict[str, Any], now: dict[str, Any]) -> str | None:
