@@ -18,18 +18,19 @@ from __future__ import annotations
 from xdist.scheduler import LoadFileScheduling
 
 
-# The files that take longest in one process, longest first (the clean-clone CI's durations, under load; a
-# file's time is its tests' setup, call and teardown). Files not named here follow in xdist's order.
+# The files that take longest in one process, longest first: the PostgreSQL rerun (one test, 216-306 s in the
+# clean-clone CI), then by a whole-suite run's durations under load (a file's time is its tests' setup, call and
+# teardown; bench/RESULTS.md, "Test suite time"). Files not named here follow in xdist's order.
 LONGEST_FILES = (
-    "tests/jaxengine/test_sharded_training.py",
-    "tests/jaxengine/test_trainer.py",
-    "tests/worker/test_serve.py",
-    "tests/jaxengine/test_serving.py",
-    "tests/bench/test_gpu_scripts.py",
-    "tests/jaxengine/test_grpo.py",
     "tests/postgres/test_webapp_suite_postgres.py",
+    "tests/jaxengine/test_sharded_training.py",
+    "tests/jaxengine/test_serving.py",
+    "tests/worker/test_serve.py",
+    "tests/jaxengine/test_grpo.py",
     "tests/jaxengine/test_job.py",
     "tests/integration/test_runs.py",
+    "tests/jaxengine/test_trainer.py",
+    "tests/bench/test_gpu_scripts.py",
     "tests/jaxengine/test_ppo.py",
     "tests/browser/test_runs.py",
     "tests/jaxengine/sampler/test_sampler.py",
