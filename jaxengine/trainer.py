@@ -98,17 +98,19 @@ class TrainingError(RuntimeError):
 # Optimizer
 
 
-def learning_rate_schedule(optim: OptimSpec, *, total_steps: int) -> Callable[[jax.Array], jax.Array]:
+def learning_rate_schedule(optim: OptimSpec, *, total_steps: int | jax.Array) -> Callable[[jax.Array], jax.Array]:
     """Learning rate for optimizer step ``step`` (0-based): linear warmup from 0 over ``warmup_steps``
     (reaching the peak at step ``warmup_steps``), then constant, or linear / cosine decay reaching 0
-    at step ``total_steps``."""
+    at step ``total_steps`` (a number, or a traced one: the jitted step takes it as an argument)."""
     peak, warmup = optim.learning_rate, optim.warmup_steps
-    decay_steps = max(total_steps - warmup, 1)
+    # Times the reciprocal, not divided: the float32 numbers XLA computed when the length was a constant of the
+    # program (it turns a division by a constant into that product), so a step compiled for any length gives them.
+    per_decay_step = 1.0 / jnp.maximum(jnp.asarray(total_steps, jnp.float32) - warmup, 1.0)
 
     def schedule(step: jax.Array) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
         warm = peak * step / max(warmup, 1)
-        progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
+        progress = jnp.clip((step - warmup) * per_decay_step, 0.0, 1.0)
         if optim.schedule == "constant":
             decayed = jnp.asarray(peak, jnp.float32)
         elif optim.schedule == "linear":
@@ -120,7 +122,7 @@ def learning_rate_schedule(optim: OptimSpec, *, total_steps: int) -> Callable[[j
     return schedule
 
 
-def make_optimizer(optim: OptimSpec, *, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(optim: OptimSpec, *, total_steps: int | jax.Array) -> optax.GradientTransformation:
     """AdamW with decoupled weight decay on matrices only (not norms or biases), after global-norm clipping."""
     schedule = learning_rate_schedule(optim, total_steps=total_steps)
     adamw = optax.adamw(
@@ -308,7 +310,8 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------
 # Jitted computations. Module-level with the model structure, task and optimizer settings as
 # static arguments, so every Trainer over the same model shape reuses one compiled step (tests and
-# resumed runs in one process compile once).
+# resumed runs in one process compile once). The run's length is an argument, not a static one: runs
+# that differ only in it (most of the engine's tests; a run resumed to more steps) share the step.
 
 
 def memory_metrics(devices) -> dict[str, float]:
@@ -340,12 +343,12 @@ def _micro_loss(params, rng_state, frozen, batch, *, graphdef, task):
     return loss * weight, (loss, weight, metrics, nnx.state(model, nnx.RngState))
 
 
-TRAIN_STEP_STATIC = ("graphdef", "task", "optim", "total_steps")
+TRAIN_STEP_STATIC = ("graphdef", "task", "optim")
 EVAL_STEP_STATIC = ("graphdef", "task")
 
 
-def _train_step(params, opt_state, rng_state, frozen, batches, step, *, graphdef, task, optim: OptimSpec,
-                total_steps: int):
+def _train_step(params, opt_state, rng_state, frozen, batches, step, total_steps, *, graphdef, task,
+                optim: OptimSpec):
     """One optimizer step over ``batches`` (a batch pytree with a leading grad-accum axis [A, ...]).
 
     Returns the new (params, opt_state, rng_state) and the step's metrics: the task's metrics
@@ -404,25 +407,39 @@ def sharded_steps(params, opt_state, rng_state, frozen):
 
     params_s, opt_s, rng_s, frozen_s = shardings(params), shardings(opt_state), shardings(rng_state), shardings(frozen)
     replicated = NamedSharding(jax.tree.leaves(params_s)[0].mesh, PartitionSpec())
-    train = _jit_per_static(_train_step, donate_argnums=(0, 1, 2),
-                            in_shardings=(params_s, opt_s, rng_s, frozen_s, None, None),
+    train = _jit_per_static(_train_step, traced=("total_steps",), donate_argnums=(0, 1, 2),
+                            in_shardings=(params_s, opt_s, rng_s, frozen_s, None, None, None),
                             out_shardings=(params_s, opt_s, rng_s, replicated))
     evaluate = _jit_per_static(_eval_step, in_shardings=(params_s, rng_s, frozen_s, None), out_shardings=replicated)
     return train, evaluate
 
 
-def _jit_per_static(function, **jit_options):
+# One jitted function per (function, jit options with their shardings, static arguments), kept for the process:
+# trainers of the same model under the same layout (the tests' runs; a run resumed in its process) share its
+# compiled programs, as unsharded ones share ``train_step``'s. A train worker's process runs one job.
+_SHARDED_JITS: dict[tuple, Callable] = {}
+
+
+def _jit_per_static(function, *, traced: tuple[str, ...] = (), **jit_options):
     # jit takes no keyword arguments alongside in_shardings, so the static ones are bound first
-    # (one compiled function per distinct set; they are fixed for a trainer).
-    compiled = {}
+    # (one compiled function per distinct set; they are fixed for a trainer), and the ``traced`` ones are
+    # passed on after the positional arguments.
+    options = tuple((name, _hashable(value)) for name, value in sorted(jit_options.items()))
 
     def call(*args, **static):
-        key = tuple(sorted(static.items()))
-        if key not in compiled:
-            compiled[key] = jax.jit(functools.partial(function, **static), **jit_options)
-        return compiled[key](*args)
+        args = (*args, *(static.pop(name) for name in traced))
+        key = (function, options, tuple(sorted(static.items())))
+        if key not in _SHARDED_JITS:
+            _SHARDED_JITS[key] = jax.jit(functools.partial(function, **static), **jit_options)
+        return _SHARDED_JITS[key](*args)
 
     return call
+
+
+def _hashable(tree) -> tuple:
+    """A pytree of shardings (or argument numbers, None for 'as given') as a key: its structure and leaves."""
+    leaves, treedef = jax.tree.flatten(tree, is_leaf=lambda leaf: leaf is None)
+    return treedef, tuple(leaves)
 
 
 def changed_settings_problem(saved: dict[str, Any], now: dict[str, Any]) -> str | None:

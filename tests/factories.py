@@ -403,12 +403,13 @@ def build_bpe_tokenizer_dir(
 
 
 def build_tiny_model_dir(out_dir: str | Path, *, preset_name: str = "tiny-qwen3", tokenizer_style: str = "qwen",
-                         seed: int = 0) -> Path:
+                         seed: int = 0, context: int | None = None) -> Path:
     """A complete tiny model directory (config.json, safetensors, tokenizer files) saved by jaxengine.
 
     The model is ``preset_name`` with its vocabulary resized to the tokenizer's (``tokenizer_style``:
-    ``qwen``/``llama3`` byte-level BPE, or ``sentencepiece``) and random weights scaled up four times
-    so that greedy output is varied rather than one repeated token. Returns ``out_dir``.
+    ``qwen``/``llama3`` byte-level BPE, or ``sentencepiece``), its context ``context`` tokens where given (the
+    preset's otherwise), and random weights scaled up four times so that greedy output is varied rather than
+    one repeated token. Returns ``out_dir``.
     """
     import jax
     from flax import nnx
@@ -426,6 +427,8 @@ def build_tiny_model_dir(out_dir: str | Path, *, preset_name: str = "tiny-qwen3"
     tokenizer = load_tokenizer(tokenizer_dir)
     config = preset(preset_name).replace(vocab_size=tokenizer.vocab_size, bos_token_id=tokenizer.bos_id,
                                          eos_token_ids=tuple(tokenizer.eos_ids), pad_token_id=tokenizer.pad_id)
+    if context is not None:
+        config = config.replace(max_position_embeddings=context)
     model = build_model(config, rngs=nnx.Rngs(seed))
     nnx.update(model, jax.tree.map(lambda value: value * 4, nnx.state(model, nnx.Param)))
     save_hf_model(model, config, out_dir, tokenizer=tokenizer)

@@ -21,7 +21,7 @@ def run_suite(directory: Path, files: dict[str, str], workers: int) -> subproces
     environment["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:django", "-p", "no:cacheprovider", "-p", "tests.xdist_scheduling",
-         "-n", str(workers), "--dist", "loadfile", "-q", *sorted(files)],
+         "-n", str(workers), "--dist", "loadfile", "-q", *sorted(name for name in files if name != "conftest.py")],
         cwd=directory, env=environment, capture_output=True, text=True, timeout=120)
 
 
@@ -41,3 +41,24 @@ def test_the_suite_schedules_its_files_with_it(pytestconfig):
 
     implementations = pytestconfig.pluginmanager.hook.pytest_xdist_make_scheduler.get_hookimpls()
     assert xdist_scheduling.pytest_xdist_make_scheduler in [implementation.function for implementation in implementations]
+
+
+def test_the_longest_files_are_sent_first_and_the_rest_in_xdists_order(tmp_path):
+    # xdist alone sends test_a.py first (most tests); the files named as longest go before it, in their order.
+    def recording(count: int) -> str:
+        return "".join(f"def test_{index}():\n    with open('order.log', 'a') as log:\n"
+                       f"        log.write(__file__.rsplit('/', 1)[-1] + '\\n')\n\n" for index in range(count))
+
+    conftest = "import tests.xdist_scheduling as scheduling\n\nscheduling.LONGEST_FILES = ('test_c.py', 'test_b.py')\n"
+    result = run_suite(tmp_path, {"conftest.py": conftest, "test_a.py": recording(3), "test_b.py": recording(1),
+                                  "test_c.py": recording(1), "test_d.py": recording(2)}, workers=1)
+    assert "7 passed" in result.stdout, result.stdout
+    assert (tmp_path / "order.log").read_text().split() == ["test_c.py", "test_b.py", *["test_a.py"] * 3,
+                                                            "test_d.py", "test_d.py"]
+
+
+def test_every_file_named_as_longest_is_a_test_file_of_the_suite():
+    from tests.xdist_scheduling import LONGEST_FILES
+
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
+    assert [name for name in LONGEST_FILES if not (ROOT / name).is_file()] == []

@@ -7,10 +7,40 @@ forever (pytest-dev/pytest-xdist#784, #1323, #1327, #1363; no release has the fi
 into its time limit instead of reporting the one failed test. Here the test the worker died in is
 reported failed once (xdist does that) and not run again, the rest of its file goes to the replacement,
 and a worker whose batch is the last work there is is told so, so that it runs the batch's last test.
+
+It also hands out the longest files first (``LONGEST_FILES``). xdist queues files by their number of tests,
+most first, so a file of one long test (the PostgreSQL rerun of tests/webapp, 3-5 minutes in CI) came last
+and one process ran it alone while the other sat idle; sent first, the long files run beside each other and
+the many short files even out the end (bench/RESULTS.md, "Test suite time").
 """
 from __future__ import annotations
 
 from xdist.scheduler import LoadFileScheduling
+
+
+# The files that take longest in one process, longest first: the PostgreSQL rerun (one test, 216-306 s in the
+# clean-clone CI), then by a whole-suite run's durations under load (a file's time is its tests' setup, call and
+# teardown; bench/RESULTS.md, "Test suite time"). Files not named here follow in xdist's order.
+LONGEST_FILES = (
+    "tests/postgres/test_webapp_suite_postgres.py",
+    "tests/jaxengine/test_sharded_training.py",
+    "tests/jaxengine/test_serving.py",
+    "tests/worker/test_serve.py",
+    "tests/jaxengine/test_grpo.py",
+    "tests/jaxengine/test_job.py",
+    "tests/integration/test_runs.py",
+    "tests/jaxengine/test_trainer.py",
+    "tests/bench/test_gpu_scripts.py",
+    "tests/jaxengine/test_ppo.py",
+    "tests/browser/test_runs.py",
+    "tests/jaxengine/sampler/test_sampler.py",
+    "tests/jaxengine/test_quantize.py",
+    "tests/browser/test_accessibility.py",
+    "tests/integration/test_multihost.py",
+    "tests/jaxengine/test_losses.py",
+    "tests/postgres/test_project_delete_postgres.py",
+    "tests/jaxengine/models/test_families.py",
+)
 
 
 class CrashSafeLoadFileScheduling(LoadFileScheduling):
@@ -29,6 +59,9 @@ class CrashSafeLoadFileScheduling(LoadFileScheduling):
         return crashed
 
     def _assign_work_unit(self, node) -> None:
+        longest = next((scope for scope in LONGEST_FILES if scope in self.workqueue), None)
+        if longest is not None:
+            self.workqueue.move_to_end(longest, last=False)  # the queue's first unit is the one sent
         super()._assign_work_unit(node)
         # A worker runs a test once it knows what comes next (another test, or that there is no more work):
         # with the queue empty nothing else would tell it, after a replacement's first batch.

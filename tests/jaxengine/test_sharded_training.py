@@ -84,6 +84,31 @@ def test_sft_logs_the_losses_of_one_device(layout, one_device_sft, tmp_path):
     assert moments and all(leaf.sharding.spec == expected for leaf in moments)
 
 
+def test_trainers_of_one_model_under_one_layout_share_its_compiled_steps(tmp_path):
+    """Sharded steps were jitted anew for each trainer, so every run of the same model and layout in a process
+    compiled them all again (three programs here: one per count of loss positions its batches meet)."""
+    compiles = []
+
+    def on_event(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(seconds)
+
+    # fsdp8's steps, compiled by the test above when the file runs whole: the first trainer then compiles nothing
+    # either, and the second compiles nothing in any case (it compiled them all again before).
+    first = sft_trainer(tmp_path / "first", mesh=make_mesh(fsdp=8), total_steps=6)
+    assert first.fit(progress_bar=False)["status"] == "succeeded"
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        second = sft_trainer(tmp_path / "second", mesh=make_mesh(fsdp=8), total_steps=6)
+        assert second.fit(progress_bar=False)["status"] == "succeeded"
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    assert compiles == []
+    trained = [[(m["step"], m["loss"], m["grad_norm"]) for m in read_metrics(tmp_path / run / "metrics.jsonl")]
+               for run in ("first", "second")]
+    assert trained[0] == trained[1] and len(trained[0]) == 6
+
+
 def test_qlora_and_lora_weights_are_sharded_and_train_like_one_device(tmp_path):
     one = sft_trainer(tmp_path / "one", peft="qlora")
     one.fit(progress_bar=False)

@@ -78,6 +78,22 @@ def test_a_short_run_lowers_the_loss_and_writes_the_run_directory(tmp_path):
     assert "memory/device_peak_gib" not in metrics[0]
 
 
+def test_runs_of_other_lengths_share_one_compiled_step(tmp_path):
+    """The run's length is an argument of the jitted step, not a constant in it: a run that differs from an earlier
+    one only in its length compiles nothing (each of the engine's tests compiled a step of its own), and its
+    learning rate still decays to 0 at its own last step."""
+    from jaxengine.trainer import train_step
+
+    make_trainer(tmp_path / "short", total_steps=3).fit(progress_bar=False)
+    compiled = train_step._cache_size()
+    trainer = make_trainer(tmp_path / "long", total_steps=7)
+    trainer.fit(progress_bar=False)
+    assert train_step._cache_size() == compiled
+    schedule = learning_rate_schedule(trainer.config.optim, total_steps=7)
+    assert [m["learning_rate"] for m in read_metrics(tmp_path / "long/metrics.jsonl")] == \
+        pytest.approx([float(schedule(step)) for step in range(7)], rel=1e-6)
+
+
 class _Device:
     def __init__(self, stats):
         self.stats = stats

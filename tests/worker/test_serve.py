@@ -163,10 +163,14 @@ def test_it_reports_a_bad_request_as_an_error_event(client, model_dir, fields, m
     assert message in events[-1]["message"]
 
 
-def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client, model_dir, settings):
+def test_prepare_loads_the_model_and_a_first_answer_then_compiles_nothing(client, tmp_path, settings):
+    # The worker's own warm-up compiles every prompt bucket and cache size up to the model's context: a context
+    # of 64 tokens holds the conversation and its answer, with a part of the programs of the tiny model's 256.
+    model_dir = factories.build_tiny_model_dir(tmp_path / "short-context", context=64)
     settings.TEMPER_SERVE_WARMUP = True
     assert serve.prepare("tiny-prepared", str(model_dir)) == {"loaded": "tiny-prepared"}
     server = serve._servers["tiny-prepared"]
+    assert server.decoder.model.config.max_position_embeddings == 64
     assert server.warmed.wait(timeout=300)
     compiled = server.decoder.compiled.trace_count
     done = serve.generate(request(model_dir, "after-prepare", model_key="tiny-prepared", temperature=0.7, seed=3))
