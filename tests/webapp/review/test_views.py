@@ -374,17 +374,22 @@ def test_reviewer_names_are_bidi_isolated_in_lists_and_labels(campaign, team, ca
     assert f" {isolated(carol.username)}</label>" in settings_page
 
 
-def test_a_version_exported_from_a_campaign_links_back_to_it(campaign, team, carol, client_for):
-    """QA: a dataset version written by a campaign's export did not say where it came from; its page and
-    its API representation name the campaign, the page with a link to it."""
-    from webapp.api.services import token_create
-
+def exported_once_two_agree(campaign, team, carol):
+    """The version an export of ``campaign`` named "clean prefs" writes once two reviewers agree on its first item."""
     item = Item.objects.get(campaign=campaign, sequence=1)
     answer(item, team.teammate, "a")
     answer(item, carol, "a")
     export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="clean prefs"),
                                     user=team.owner)
-    version = services.export_write(export_id=export.pk).version
+    return services.export_write(export_id=export.pk).version
+
+
+def test_a_version_exported_from_a_campaign_links_back_to_it(campaign, team, carol, client_for):
+    """QA: a dataset version written by a campaign's export did not say where it came from; its page and
+    its API representation name the campaign, the page with a link to it."""
+    from webapp.api.services import token_create
+
+    version = exported_once_two_agree(campaign, team, carol)
     page = client_for(team.viewer).get(
         reverse("datasets:version", args=["alpha", version.dataset.public_id, version.number])).content.decode()
     assert f'<dt>From</dt><dd>review campaign <a href="{url("detail", campaign)}">pass 1</a></dd>' in page
@@ -509,17 +514,12 @@ def test_a_done_export_links_a_dpo_run_on_its_version(campaign, team, carol, cli
     from webapp.datasets.services import dataset_version_validate
     from webapp.review.models import Export
 
-    item = Item.objects.get(campaign=campaign, sequence=1)
-    answer(item, team.teammate, "a")
-    answer(item, carol, "a")
-    export = services.export_create(campaign=campaign, options=services.ExportOptions(dataset_name="clean prefs"),
-                                    user=team.owner)
-    version = services.export_write(export_id=export.pk).version
+    version = exported_once_two_agree(campaign, team, carol)
     launch = f'href="/p/alpha/runs/new/?task=dpo&amp;data={version.public_id}"'
     assert launch not in client_for(team.owner).get(url("detail", campaign)).content.decode()  # still validating
     dataset_version_validate(version_id=version.pk)
     services.export_settle(version_id=version.pk)
-    assert Export.objects.get(pk=export.pk).status == "done"
+    assert Export.objects.get(version=version).status == "done"
     assert launch in client_for(team.teammate).get(url("detail", campaign)).content.decode()
     assert launch not in client_for(team.viewer).get(url("detail", campaign)).content.decode()
 
