@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.test_hostile_text import _log_in
+from tests.browser.test_projects import log_in
 from tests.webapp.factories import make_base_model, make_ready_version, make_team
 from webapp.chat.models import Conversation, Message, Role
 from webapp.projects.models import Project
@@ -76,7 +76,7 @@ def test_bidi_controls_in_names_and_texts_reorder_nothing_around_them(page, live
     Campaign.objects.filter(pk=campaign.pk).update(name=hostile("campaign"))  # stored before names refused them
     review_services.item_add(campaign=campaign, prompt=hostile("item"), response_a=hostile("a"),
                              response_b=hostile("b"), source="arena")
-    _log_in(page, live_server.url, team.owner.username)
+    log_in(page, live_server.url, team.owner.username)
     leaks = {}
     for path in ("/", "/p/alpha/", "/p/alpha/runs/", f"/p/alpha/runs/{run.public_id}/", "/p/alpha/datasets/",
                  f"/p/alpha/datasets/{version.dataset.public_id}/", f"/p/alpha/datasets/{version.dataset.public_id}/v/1/",
@@ -128,7 +128,7 @@ def test_a_pipeline_stages_run_name_reads_in_order_beside_right_to_left_names(pa
     for name in names:
         Run.objects.create(project=team.project, name=name, task="sft", spec={}, resolved_spec={}, pipeline=pipeline,
                            created_by=team.owner)
-    _log_in(page, live_server.url, team.owner.username)
+    log_in(page, live_server.url, team.owner.username)
     page.goto(f"{live_server.url}/p/alpha/runs/")
     for name, number, stage in zip(names, "12", ("sft", "שלב")):
         lefts = page.evaluate(PART_LEFTS, [name, ["עברית", number, stage]])
