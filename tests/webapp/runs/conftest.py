@@ -65,8 +65,10 @@ def make_pool_worker(name: str, *, pool: str, devices: dict, seen_ago: float = 1
 
 
 @pytest.fixture
-def tpu_pool(db):
-    """Host pool ``tpu``: two live workers of four CPU devices each (a stale one of eight is ignored)."""
+def tpu_pool(only_this_tests_workers):
+    """Host pool ``tpu``: two live workers of four CPU devices each (a stale one of eight is ignored), and no other
+    worker rows (the default pool has none: the session's live Celery workers, when an integration or browser file
+    ran earlier in this process, beat into the test database)."""
     return [make_pool_worker("train@tpu-0", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]}),
             make_pool_worker("train@tpu-1", pool="tpu", devices={"platform": "cpu", "count": 4, "kinds": ["cpu"]}),
             make_pool_worker("train@tpu-old", pool="tpu", devices={"platform": "cpu", "count": 8}, seen_ago=3600)]
