@@ -18,7 +18,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Real Redis and Celery worker processes for integration and browser tests (see tests/live.py).
 from tests.live import celery_workers, default_worker, redis_server, redis_url  # noqa: E402,F401
 # A worker process that crashes fails its test, not the whole run by a hang (see the module).
-from tests.xdist_scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401
+from tests.xdist_scheduling import pytest_handlecrashitem, pytest_xdist_make_scheduler  # noqa: E402,F401
 
 import pytest  # noqa: E402
 

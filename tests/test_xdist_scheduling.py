@@ -1,4 +1,5 @@
-"""A worker process that dies mid-file fails that one test; the run goes on and ends (tests/xdist_scheduling.py)."""
+"""A worker process that dies mid-file: that one test runs once more, a second crash fails it; the run goes on and
+ends (tests/xdist_scheduling.py)."""
 import os
 import subprocess
 import sys
@@ -10,6 +11,10 @@ PASSING = "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
 # The worker process dies as a segfault in native code would take it: no report, no teardown.
 DIES = "import os\n\ndef test_dies():\n    os._exit(1)\n\ndef test_after_it():\n    pass\n"
 DIES_ALONE = "import os\n\ndef test_dies_alone():\n    os._exit(1)\n"
+# Dies the first time only, as a crash that comes and goes.
+DIES_ONCE = ("import os, pathlib\n\ndef test_dies_once():\n    mark = pathlib.Path('died.mark')\n"
+             "    if not mark.exists():\n        mark.write_text('x')\n        os._exit(1)\n\n"
+             "def test_after_it():\n    pass\n")
 
 
 def run_suite(directory: Path, files: dict[str, str], workers: int) -> subprocess.CompletedProcess:
@@ -27,8 +32,14 @@ def run_suite(directory: Path, files: dict[str, str], workers: int) -> subproces
 
 def test_the_rest_of_a_file_runs_after_its_worker_dies_and_the_crash_is_one_failure(tmp_path):
     result = run_suite(tmp_path, {"test_a.py": PASSING, "test_b.py": DIES}, workers=1)
-    assert "1 failed, 3 passed" in result.stdout, result.stdout
+    assert "1 failed, 3 passed, 1 rerun" in result.stdout, result.stdout  # run twice, crashed twice
     assert "FAILED test_b.py::test_dies" in result.stdout
+
+
+def test_a_crash_that_does_not_come_again_is_a_rerun_not_a_failure(tmp_path):
+    result = run_suite(tmp_path, {"test_a.py": PASSING, "test_b.py": DIES_ONCE}, workers=1)
+    assert result.returncode == 0, result.stdout
+    assert "4 passed, 1 rerun" in result.stdout, result.stdout
 
 
 def test_a_run_whose_last_file_crashes_its_worker_ends(tmp_path):
