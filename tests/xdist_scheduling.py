@@ -70,6 +70,14 @@ class CrashSafeLoadFileScheduling(LoadFileScheduling):
         tests[item] = False
         self.workqueue.move_to_end(scope, last=False)
 
+    def _reschedule(self, node) -> None:
+        # xdist reschedules every node whenever one finishes collecting, a replacement still collecting included,
+        # and fails (KeyError) if there is work to hand it: with a crashed test queued again, two crashes at once
+        # met that. Its own collection's end schedules it.
+        if node not in self.registered_collections:
+            return
+        super()._reschedule(node)
+
     def _assign_work_unit(self, node) -> None:
         longest = next((scope for scope in LONGEST_FILES if scope in self.workqueue), None)
         if longest is not None:
