@@ -25,7 +25,7 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import yaml
@@ -58,6 +58,9 @@ from webapp.runs.specform import SET_BY_TEMPER, tasks
 from webapp.workers.deliveries import KOMBU_PRIORITY_SEP, KOMBU_UNACKED_KEY, LostWorker, abandoned_tags
 from webapp.workers.models import Worker
 from webapp.workers.selectors import pool_offers
+
+if TYPE_CHECKING:
+    from jaxengine.tokenizer import TokenizerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +102,9 @@ class RunPlan:
     dataset_versions: list[DatasetVersion] = field(default_factory=list)
     # The base model of ``ppo.reward_model``'s reward run: the memory estimate counts that model.
     reward_base_model: BaseModel | None = None
+    # The model's tokenizer settings (its chat template and variables), read once for every check of the plan;
+    # None when its files cannot be read (the run's start says what is wrong with them).
+    tokenizer: TokenizerSettings | None = None
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
@@ -328,8 +334,9 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     resolved = copy.deepcopy(resolved)
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
-    if model_path and task in tasks() and task != "pretrain":
-        _fix_template_date(model_path, resolved)
+    tokenizer = _model_tokenizer_settings(model_path) if model_path else None
+    if tokenizer is not None and task in tasks() and task != "pretrain":
+        _fix_template_date(tokenizer, resolved)
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -345,8 +352,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
             _check_model_positions(job, model_path, errors)
         _check_eval_groups(job, evaluation, errors)
         _check_reference_columns(job, train, evaluation, errors)
-        if model_path:
-            _check_chat_shapes(model_path, [("data.train", train), ("data.eval", evaluation)], errors,
+        if tokenizer is not None:
+            _check_chat_shapes(tokenizer, [("data.train", train), ("data.eval", evaluation)], errors,
                                template_kwargs=job.data.chat_template_kwargs)
     if errors:
         raise ValidationError(errors)
@@ -365,27 +372,36 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
 
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
-                   reward_base_model=reward_base_model(project=project, spec=written))
+                   reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer)
 
 
-def _fix_template_date(model_path: str, resolved: dict[str, Any]) -> None:
+def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:
+    """``jaxengine.tokenizer.read_tokenizer_settings`` of a model directory; None when it is not one or its files
+    cannot be read (the run's start says what is wrong with them)."""
+    from jaxengine import chat_template
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    try:
+        return read_tokenizer_settings(model_path) if Path(model_path).is_dir() else None
+    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        return None
+
+
+def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> None:
     """Record the launch's date as ``data.chat_template_kwargs.date_string`` where the model's chat template stamps
     the day it renders when that is unset (Llama 3.2's; ``jaxengine.chat_template.stamped_date``) and neither the
     spec nor the model's own variables set it: the run's spec, shown as its config, then holds it, and every
     attempt, evaluation and export (and the chat of its model) renders that date rather than the day of each."""
     from jaxengine import chat_template
-    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
     data = resolved["data"]
     variables = data.get("chat_template_kwargs", {})
-    if not isinstance(variables, dict) or chat_template.DATE_VARIABLE in variables:
+    if (not isinstance(variables, dict) or chat_template.DATE_VARIABLE in variables
+            or chat_template.DATE_VARIABLE in tokenizer.template_kwargs):
         return
     try:
-        settings = read_tokenizer_settings(model_path)
-        if chat_template.DATE_VARIABLE in settings.template_kwargs:
-            return
-        date = chat_template.stamped_date(settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
-    except (TokenizerError, chat_template.ChatTemplateError, OSError):
+        date = chat_template.stamped_date(tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
+    except chat_template.ChatTemplateError:
         return  # the run's start says what is wrong with the model's files
     if date is not None:
         resolved["data"] = {**data, "chat_template_kwargs": {**variables, chat_template.DATE_VARIABLE: date}}
@@ -493,7 +509,7 @@ def _check_reference_columns(job, train: DatasetVersion | None, evaluation: Data
                 break
 
 
-def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion | None]], errors, *,
+def _check_chat_shapes(tokenizer: TokenizerSettings, versions: list[tuple[str, DatasetVersion | None]], errors, *,
                        template_kwargs: dict[str, Any]) -> None:
     """Chats of a shape the model's chat template refuses (Gemma's, unless the turns alternate user and assistant),
     which validation counted (``formats.ChatShapes``), named at their data key: the run stopped at its start, on
@@ -507,9 +523,7 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
              if tally.get("count") and shape in formats.CHAT_SHAPES]
     if not found:
         return
-    if (renderer := _chat_renderer(model_path, template_kwargs)) is None:
-        return  # the run's start says what is wrong with the model's files
-    _template, render = renderer
+    _template, render = _chat_renderer(tokenizer, template_kwargs)
     for key, version, shape, tally in found:
         if (refusal := formats.chat_shape_refusal(shape, render)) is None:
             continue
@@ -522,19 +536,14 @@ def _check_chat_shapes(model_path: str, versions: list[tuple[str, DatasetVersion
                           "takes them")
 
 
-def _chat_renderer(model_path: str, template_kwargs: dict[str, Any]):
-    """``(template, render)`` for a model's chat template, ``render(messages, add_generation_prompt)`` rendering with
-    the variables a run renders with (the model's own, then ``template_kwargs``, its ``data.chat_template_kwargs``),
-    jax-free; None when the model's files cannot be read (the run's start says what is wrong with them)."""
+def _chat_renderer(tokenizer: TokenizerSettings, template_kwargs: dict[str, Any]):
+    """``(template, render)`` for a model's chat template (``tokenizer``: its tokenizer settings),
+    ``render(messages, add_generation_prompt)`` rendering with the variables a run renders with (the model's own,
+    then ``template_kwargs``, its ``data.chat_template_kwargs``), jax-free."""
     from jaxengine import chat_template
-    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
-    try:
-        settings = read_tokenizer_settings(model_path)
-    except (TokenizerError, chat_template.ChatTemplateError, OSError):
-        return None
-    template = settings.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
-    variables = {**settings.named_tokens, **settings.template_kwargs, **template_kwargs}
+    template = tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
+    variables = {**tokenizer.named_tokens, **tokenizer.template_kwargs, **template_kwargs}
 
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
         return chat_template.render_chat_template(template, messages, add_generation_prompt=add_generation_prompt,
@@ -742,10 +751,10 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     found = [(key, version, (version.statistics or {}).get("turn_splits") or {}) for key, version in versions
              if version is not None]
     found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
-    if not found or not Path(plan.job.model).is_dir():
+    if not found or plan.tokenizer is None:
         return []
-    renderer = _chat_renderer(plan.job.model, plan.job.data.chat_template_kwargs)
-    if renderer is None or GENERATION_MARKER.search(renderer[0]) or not formats.turns_split_apart(renderer[1]):
+    template, render = _chat_renderer(plan.tokenizer, plan.job.data.chat_template_kwargs)
+    if GENERATION_MARKER.search(template) or not formats.turns_split_apart(render):
         return []
     warnings = []
     for key, version, splits in found:
@@ -767,16 +776,10 @@ def _model_chat_template(plan: RunPlan) -> str | None:
     """The chat template of a planned run's model, for the warning on ``data.chat_template_kwargs`` it never reads;
     None when the spec gives none or the model's files cannot be read (its start says what is wrong)."""
     from jaxengine import chat_template
-    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
 
-    if not plan.job.data.chat_template_kwargs:
+    if not plan.job.data.chat_template_kwargs or plan.tokenizer is None:
         return None
-    try:
-        if not Path(plan.job.model).is_dir():
-            return None
-        return read_tokenizer_settings(plan.job.model).chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
-    except (TokenizerError, chat_template.ChatTemplateError, OSError):
-        return None
+    return plan.tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE
 
 
 def plan_memory(plan: RunPlan):

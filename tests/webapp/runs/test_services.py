@@ -826,6 +826,27 @@ def test_a_template_that_stamps_the_day_gets_the_launch_date_fixed_in_the_runs_s
         assert spec["data"]["chat_template_kwargs"] == {}, other
 
 
+def test_a_launch_reads_the_models_tokenizer_settings_once(team, catalog, sent_tasks, tmp_path, monkeypatch):
+    """Review: the date fix, the chat-shape check, the turn-split warning and the template-variable warning each read
+    the model's tokenizer files again; a launch (its plan and its warnings) reads them once."""
+    from jaxengine import tokenizer
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.factories import make_base_model
+
+    templates = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+    directory = build_bpe_tokenizer_dir(tmp_path / "qwen3", style="llama3", chat_template=(
+        templates / "qwen3.jinja").read_text(encoding="utf-8"))
+    model = make_base_model(team.project, name="qwen3", path=str(directory))
+    reads = []
+    real = tokenizer.read_tokenizer_settings
+    monkeypatch.setattr(tokenizer, "read_tokenizer_settings", lambda path: reads.append(path) or real(path))
+    spec = sft_spec(catalog, model=model.public_id)
+    spec["data"]["chat_template_kwargs"] = {"enable_thinking": False}
+    run = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    assert reads == [str(directory)]
+    assert run.spec["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
 def test_a_resumed_archived_run_comes_back_to_the_table(team, catalog, sent_tasks):
     """QA: an archived run, resumed, trained hidden under 'archived'."""
     run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner)
