@@ -85,11 +85,15 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
                 sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     choices = selectors.model_choices(project=project) if choices is None else choices
+    rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in battles]
+    thinking_offered = bool(selectors.thinking_defaults(choices))
     return render(request, "chat/arena.html", {
-        "project": project, "membership": membership, "error": error, "battles": battles,
+        "project": project, "membership": membership, "error": error, "battles": rows,
         "choices": choices, "sent": sent or {},
         # The Thinking control, as the chat's switch, only where a model of the project reads enable_thinking.
-        "thinking_choices": THINKING_CHOICES if selectors.thinking_defaults(choices) else None,
+        "thinking_choices": THINKING_CHOICES if thinking_offered else None,
+        # The table's Thinking column, where a battle could have had it (or had it, from a model since removed).
+        "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
         "thinking_help": THINKING_HELP,
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)
