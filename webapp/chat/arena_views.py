@@ -29,7 +29,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
 from webapp.review import selectors as review_selectors
-from webapp.review.models import MAX_REQUIRED_REVIEWS, CampaignStatus
+from webapp.review.models import MAX_REQUIRED_REVIEWS
 
 
 def _battle(request: HttpRequest, slug: str, battle_id: str):
@@ -45,7 +45,7 @@ def _review_context(project: Project, membership: Membership) -> dict:
     """What the arena pages need for sending battles to review (owners only)."""
     if not membership.can(ProjectRole.OWNER):
         return {"can_send_to_review": False}
-    campaigns = review_selectors.campaign_list(project=project).filter(status=CampaignStatus.READY)
+    campaigns = review_selectors.campaigns_taking_battles(project=project)
     return {"can_send_to_review": True, "review_campaigns": campaigns,
             "arena_required_reviews": review_selectors.default_required_reviews(project=project)}
 

@@ -173,6 +173,14 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     return sources
 
 
+def campaigns_taking_battles(*, project: Project) -> QuerySet[Campaign]:
+    """The project's campaigns arena battles can be sent to (``campaign_list``'s rows): ready ones on arena votes or
+    a dataset, not those on two models' answers (``Campaign.generation``), which compare those two models on their
+    prompts and nothing else (``chat.arena.battles_to_review`` refuses them)."""
+    return (campaign_list(project=project).filter(status=CampaignStatus.READY)
+            .exclude(generation__has_key="model_a"))
+
+
 def item_get(*, campaign: Campaign, public_id: str) -> Item:
     item = Item.objects.filter(campaign=campaign, public_id=public_id).select_related("campaign").first()
     if item is None:
