@@ -1,5 +1,7 @@
 """Arena battles to team review from the arena and leaderboard pages: ticked battles or every
 decisive vote, each battle once per campaign, a new campaign on the votes; owners only, outsiders 404."""
+import re
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
@@ -219,3 +221,28 @@ def test_battles_sent_to_a_generated_campaign_are_refused_naming_it(team, client
                                            follow=True)
     assert message.replace("'", "&#x27;") in response.content.decode()
     assert not generated.items.filter(source=ItemSource.ARENA).exists()
+
+
+def test_the_conflicts_page_names_each_battles_models(team, client_for, models):
+    """An arena campaign's items pair different models, each in its battle's order: the conflicts page named none,
+    and its owner could not tell what two models the reviewers disagreed on."""
+    from tests.webapp.review.conftest import answer
+
+    campaign = review_services.campaign_create(project=team.project, name="arena pass", guidelines="",
+                                               source_version=None, required_reviews=2,
+                                               reviewers=[team.owner, team.teammate], user=team.owner)
+    falcon, heron = selectors.model_choices(project=team.project)
+    battles = []
+    for prompt, pair in (("Name a colour.", (falcon, heron)), ("Name a bird.", (heron, falcon))):
+        battle = arena.battle_create(project=team.project, user=team.owner, prompt=prompt, choices=[], compare=pair)
+        for side, text in zip((battle.side_a, battle.side_b), ("Blue.", "Seven.")):
+            services.message_finish(message_id=arena.battle_answer(side).public_id, text=text, finish_reason="stop")
+        battles.append(arena.battle_vote(battle=battle, outcome="a"))
+    arena.battles_to_review(campaign=campaign, battles=battles)
+    for item in campaign.items.all():
+        answer(item, team.owner, "a")
+        answer(item, team.teammate, "b")
+    page = client_for(team.owner).get(reverse("review:conflicts", args=[team.project.slug, campaign.public_id]))
+    headings = re.findall(r'<h3>([AB]) · <bdi class="model">([^<]*)</bdi></h3>', page.content.decode())
+    assert headings == [("A", "Base model: falcon"), ("B", "Base model: heron"),
+                        ("A", "Base model: heron"), ("B", "Base model: falcon")]
