@@ -211,10 +211,16 @@ def decisive_battles(*, project: Project):
 @transaction.atomic
 def battles_to_review(*, campaign: Campaign, battles) -> ReviewSend:
     """Add ``battles`` (of the campaign's project) to a ready review campaign, each once: a battle
-    already in the campaign is left out, as are battles without a vote or a usable answer."""
+    already in the campaign is left out, as are battles without a vote or a usable answer. A campaign on two models'
+    answers is refused: its page, model preference and export speak of those two models on its prompts only."""
     if campaign.status != CampaignStatus.READY:
         raise ValidationError({"campaign": f"campaign {campaign.name} is {campaign.get_status_display().lower()}; "
                                            "send battles once it is ready"})
+    if campaign.generation:
+        models = " and ".join(isolated(campaign.generation[side]["label"]) for side in ("model_a", "model_b"))
+        raise ValidationError({"campaign": f"campaign {isolated(campaign.name)} compares the answers of {models} to the "
+                                           "same prompts; arena battles go to a campaign on arena votes or on a "
+                                           "dataset"})
     # Lock the campaign first, so that two sends at once cannot both find a battle new.
     campaign = Campaign.objects.select_for_update(of=("self",)).get(pk=campaign.pk)
     sent = review_selectors.arena_battle_ids(campaign=campaign)

@@ -29,7 +29,7 @@ from webapp.projects.access import get_project_for_user
 from webapp.projects.models import Membership, Project
 from webapp.projects.models import Role as ProjectRole
 from webapp.review import selectors as review_selectors
-from webapp.review.models import MAX_REQUIRED_REVIEWS, CampaignStatus
+from webapp.review.models import MAX_REQUIRED_REVIEWS
 
 
 def _battle(request: HttpRequest, slug: str, battle_id: str):
@@ -45,7 +45,7 @@ def _review_context(project: Project, membership: Membership) -> dict:
     """What the arena pages need for sending battles to review (owners only)."""
     if not membership.can(ProjectRole.OWNER):
         return {"can_send_to_review": False}
-    campaigns = review_selectors.campaign_list(project=project).filter(status=CampaignStatus.READY)
+    campaigns = review_selectors.campaigns_taking_battles(project=project)
     return {"can_send_to_review": True, "review_campaigns": campaigns,
             "arena_required_reviews": review_selectors.default_required_reviews(project=project)}
 
@@ -85,11 +85,15 @@ def _arena_page(request: HttpRequest, project: Project, membership: Membership, 
                 sent: dict | None = None, export_form: ArenaExportForm | None = None, status: int = 200) -> HttpResponse:
     battles = Battle.objects.filter(project=project, user=request.user).select_related("side_a", "side_b")[:50]
     choices = selectors.model_choices(project=project) if choices is None else choices
+    rows = [{"battle": battle, "thinking": arena.battle_thinking(battle)} for battle in battles]
+    thinking_offered = bool(selectors.thinking_defaults(choices))
     return render(request, "chat/arena.html", {
-        "project": project, "membership": membership, "error": error, "battles": battles,
+        "project": project, "membership": membership, "error": error, "battles": rows,
         "choices": choices, "sent": sent or {},
         # The Thinking control, as the chat's switch, only where a model of the project reads enable_thinking.
-        "thinking_choices": THINKING_CHOICES if selectors.thinking_defaults(choices) else None,
+        "thinking_choices": THINKING_CHOICES if thinking_offered else None,
+        # The table's Thinking column, where a battle could have had it (or had it, from a model since removed).
+        "thinking_column": thinking_offered or any(row["thinking"] is not None for row in rows),
         "thinking_help": THINKING_HELP,
         "pairs": arena.decisive_battles(project=project).count(), "prompt_max_chars": services.MESSAGE_MAX_CHARS,
         "export_form": export_form or ArenaExportForm(), **_review_context(project, membership)}, status=status)

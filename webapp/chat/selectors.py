@@ -121,7 +121,9 @@ def thinking_defaults(choices: list[ModelChoice]) -> dict[str, bool]:
 
 
 def _template_files_stamp(path: str) -> tuple:
-    # A model written again at its path (a run exported anew) is read anew: the files' times and sizes.
+    # A model written again at its path (a run exported anew) is read anew: the files' times and sizes, and their
+    # inode and change time, since a file renamed over the old one with its source's modification time kept (rsync -a,
+    # download tools), or copied in with it (cp -p), may keep the time and size but never both of those.
     stamp = []
     for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template_kwargs.json"):
         try:
@@ -129,7 +131,7 @@ def _template_files_stamp(path: str) -> tuple:
         except OSError:
             stamp.append(None)
             continue
-        stamp.append((status.st_mtime_ns, status.st_size))
+        stamp.append((status.st_mtime_ns, status.st_size, status.st_ino, status.st_ctime_ns))
     return tuple(stamp)
 
 

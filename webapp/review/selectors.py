@@ -173,6 +173,14 @@ def prompt_sources(*, project: Project) -> list[tuple[DatasetVersion, str]]:
     return sources
 
 
+def campaigns_taking_battles(*, project: Project) -> QuerySet[Campaign]:
+    """The project's campaigns arena battles can be sent to (``campaign_list``'s rows): ready ones on arena votes or
+    a dataset, not those on two models' answers (``Campaign.generation``), which compare those two models on their
+    prompts and nothing else (``chat.arena.battles_to_review`` refuses them)."""
+    return (campaign_list(project=project).filter(status=CampaignStatus.READY)
+            .exclude(generation__has_key="model_a"))
+
+
 def item_get(*, campaign: Campaign, public_id: str) -> Item:
     item = Item.objects.filter(campaign=campaign, public_id=public_id).select_related("campaign").first()
     if item is None:
@@ -383,13 +391,17 @@ class ModelPreferenceRow:
 
 def model_preference_rows(*, project: Project, report: agreement.AgreementReport) -> list[ModelPreferenceRow]:
     """The report's model preferences with the models' labels (a model no longer offered keeps its ref)."""
-    from webapp.chat.selectors import model_choices
-
-    labels = ({choice.ref: choice.label for choice in model_choices(project=project, archived=True)}
-              if report.models else {})
+    labels = _model_labels(project) if report.models else {}
     return [ModelPreferenceRow(first=labels.get(preference.models[0], preference.models[0]),
                                second=labels.get(preference.models[1], preference.models[1]), preference=preference)
             for preference in report.models]
+
+
+def _model_labels(project: Project) -> dict[str, str]:
+    """The labels of the project's models (archived runs' too) by ref, as the chat shows them now."""
+    from webapp.chat.selectors import model_choices
+
+    return {choice.ref: choice.label for choice in model_choices(project=project, archived=True)}
 
 
 def as_display(value: Any) -> dict[str, Any] | None:
@@ -417,15 +429,29 @@ class ConflictEntry:
     response_a: dict[str, Any]
     response_b: dict[str, Any]
     reviews: list[Review]
+    # The models that wrote response a and b (arena and generated items record them), "" for a dataset row.
+    model_a: str = ""
+    model_b: str = ""
 
 
 def conflict_entries(*, campaign: Campaign, limit: int) -> list[ConflictEntry]:
-    """The first ``limit`` conflicts with their (non-skip) reviews, ready to draw."""
+    """The first ``limit`` conflicts with their (non-skip) reviews and the models that wrote their responses, ready
+    to draw: each model by its label now (``model_preference_rows``' too), else the one recorded with the item (a
+    model since deleted), else its ref. Named to the campaign's owners, whose page this is: a conflict is served to no
+    reviewer (its reviews are in), and the reviewing page, which stays blind, names no model."""
+    items = list(conflict_list(campaign=campaign)[:limit])
+    labels = _model_labels(campaign.project) if any(item.metadata.get("model_a") for item in items) else {}
+
+    def model(item: Item, side: str) -> str:
+        ref = item.metadata.get(side) or ""
+        return labels.get(ref) or item.metadata.get(f"{side}_label") or ref
+
     return [
         ConflictEntry(item=item, prompt=as_display(item.prompt), response_a=as_display(item.response_a),
                       response_b=as_display(item.response_b),
-                      reviews=[review for review in item.reviews.all() if review.label != Label.SKIP])
-        for item in conflict_list(campaign=campaign)[:limit]
+                      reviews=[review for review in item.reviews.all() if review.label != Label.SKIP],
+                      model_a=model(item, "model_a"), model_b=model(item, "model_b"))
+        for item in items
     ]
 
 

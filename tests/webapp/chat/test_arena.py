@@ -104,6 +104,30 @@ def test_a_battle_takes_the_chats_thinking_switch_for_both_sides(team, client_fo
     assert "Thinking" not in client.get(battle_url("battle", battle)).content.decode().split("arena-sides")[0]
 
 
+def test_the_battle_table_says_whether_thinking_was_on(team, client_for, sent, tmp_path):
+    """The table of one's battles did not say which had Thinking on: two battles of one prompt, one with it on and
+    one with it off, read alike until each was opened. A Thinking column says on, off, or — (each model's default)."""
+    thinker = make_base_model(team.project, name="falcon", path=str(thinking_model_dir(tmp_path / "falcon")))
+    plain = make_base_model(team.project, name="heron", path="/models/heron")
+    client = client_for(team.teammate)
+    arena_url = reverse("chat:arena", args=[team.project.slug])
+    for prompt, thinking in (("Thinking on?", "on"), ("Thinking off?", "off"), ("Default?", "")):
+        client.post(arena_url, {"prompt": prompt, "thinking": thinking, "model_a": thinker.public_id,
+                                "model_b": plain.public_id})
+    page = client.get(arena_url).content.decode()
+    table = page.split("Your battles")[1].split("</table>")[0]
+    assert "<th>Thinking</th>" in table
+    cells = {prompt: re.search(rf'>{re.escape(prompt)}</a></td>.*?<td class="battle-thinking">([^<]*)</td>', table,
+                               re.S).group(1) for prompt in ("Thinking on?", "Thinking off?", "Default?")}
+    assert cells == {"Thinking on?": "on", "Thinking off?": "off", "Default?": "—"}
+
+
+def test_no_thinking_column_where_no_battle_or_model_has_it(team, client_for, models, sent):
+    start_battle(team, client_for)
+    page = client_for(team.teammate).get(reverse("chat:arena", args=[team.project.slug])).content.decode()
+    assert "<th>Thinking</th>" not in page and "battle-thinking" not in page
+
+
 def test_a_thinking_choice_that_is_none_is_refused_naming_it(team, client_for, sent, tmp_path):
     make_base_model(team.project, name="falcon", path=str(thinking_model_dir(tmp_path / "falcon")))
     make_base_model(team.project, name="heron", path="/models/heron")

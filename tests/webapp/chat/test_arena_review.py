@@ -1,14 +1,17 @@
 """Arena battles to team review from the arena and leaderboard pages: ticked battles or every
 decisive vote, each battle once per campaign, a new campaign on the votes; owners only, outsiders 404."""
+import re
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from tests.webapp.factories import make_base_model
+from tests.webapp.factories import make_base_model, make_ready_version
 from webapp.chat import arena, selectors, services
 from webapp.chat.models import Battle
+from webapp.core.bidi import isolated
 from webapp.review import services as review_services
-from webapp.review.models import Campaign, CampaignStatus, Item
+from webapp.review.models import Campaign, CampaignStatus, Item, ItemSource
 
 
 @pytest.fixture(autouse=True)
@@ -167,3 +170,79 @@ def test_a_new_campaign_on_the_votes_asks_for_no_more_reviews_per_item_than_it_h
     Membership.objects.filter(project=team.project, user=team.teammate).delete()  # the viewer reviews nothing
     for name in ("arena", "leaderboard"):
         assert field.format(1) in client_for(team.owner).get(reverse(f"chat:{name}", args=[team.project.slug])).content.decode()
+
+
+@pytest.fixture
+def generated(team, models):
+    """A ready campaign on two models' answers (falcon as A, heron as B) to two prompts, as the serve worker
+    leaves it."""
+    prompts = make_ready_version(team.project, name="questions", kind="prompts",
+                                 rows=[{"prompt": "Name a colour."}, {"prompt": "Name a bird."}], user=team.owner)
+    campaign = review_services.campaign_generate(
+        project=team.project, name="falcon vs heron", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=models[0].public_id, model_b=models[1].public_id, prompts_version=prompts, prompt_count=2,
+        sampling=review_services.GenerationSettings(max_new_tokens=16, temperature=0.0), user=team.owner)
+    return review_services.generation_finish(
+        campaign_id=campaign.pk, prompts=review_services.generation_prompts(campaign=campaign),
+        answers_a=["Blue.", "Heron."], answers_b=["Red.", "Falcon."])
+
+
+def test_a_campaign_on_two_models_answers_is_not_offered_to_battles(team, client_for, models, campaign, generated):
+    """The arena's "send to review" listed the campaigns Temper generated from two models' answers, whose page says
+    they compare those two models on a dataset's prompts: a battle sent there made that untrue (other models,
+    other prompts, in its model preference and its export). Only the campaigns battles can go to are offered."""
+    assert generated.status == CampaignStatus.READY and generated.items.count() == 2
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    for name in ("chat:arena", "chat:leaderboard"):
+        page = client_for(team.owner).get(reverse(name, args=[team.project.slug])).content.decode()
+        offered = page.split('id="id_review_campaign"')[1].split("</select>")[0]
+        assert "arena pass" in offered and "falcon vs heron" not in offered, name
+
+
+def test_with_only_a_generated_campaign_ready_the_page_says_none_takes_battles(team, client_for, models, generated):
+    voted_battle(team, team.owner, "Name a colour.", "a")
+    for name in ("chat:arena", "chat:leaderboard"):
+        page = client_for(team.owner).get(reverse(name, args=[team.project.slug])).content.decode()
+        assert 'id="id_review_campaign"' not in page and "Send all decisive battles" not in page
+        assert ("No review campaign can take battles: campaigns on two models' answers take none, and no "
+                "other is ready. Start one on the arena votes:") in page, name
+        assert "New review campaign from arena votes" in page
+
+
+def test_battles_sent_to_a_generated_campaign_are_refused_naming_it(team, client_for, models, generated):
+    battle = voted_battle(team, team.owner, "Name a colour.", "a")
+    message = (f"campaign {isolated('falcon vs heron')} compares the answers of {isolated('Base model: falcon')} and "
+               f"{isolated('Base model: heron')} to the same prompts; arena battles go to a campaign on arena votes "
+               "or on a dataset")
+    with pytest.raises(ValidationError) as refused:
+        arena.battles_to_review(campaign=generated, battles=[battle])
+    assert refused.value.message_dict == {"campaign": [message]}
+    response = client_for(team.owner).post(send_url(team), {"campaign": generated.public_id, "scope": "all"},
+                                           follow=True)
+    assert message.replace("'", "&#x27;") in response.content.decode()
+    assert not generated.items.filter(source=ItemSource.ARENA).exists()
+
+
+def test_the_conflicts_page_names_each_battles_models(team, client_for, models):
+    """An arena campaign's items pair different models, each in its battle's order: the conflicts page named none,
+    and its owner could not tell what two models the reviewers disagreed on."""
+    from tests.webapp.review.conftest import answer
+
+    campaign = review_services.campaign_create(project=team.project, name="arena pass", guidelines="",
+                                               source_version=None, required_reviews=2,
+                                               reviewers=[team.owner, team.teammate], user=team.owner)
+    falcon, heron = selectors.model_choices(project=team.project)
+    battles = []
+    for prompt, pair in (("Name a colour.", (falcon, heron)), ("Name a bird.", (heron, falcon))):
+        battle = arena.battle_create(project=team.project, user=team.owner, prompt=prompt, choices=[], compare=pair)
+        for side, text in zip((battle.side_a, battle.side_b), ("Blue.", "Seven.")):
+            services.message_finish(message_id=arena.battle_answer(side).public_id, text=text, finish_reason="stop")
+        battles.append(arena.battle_vote(battle=battle, outcome="a"))
+    arena.battles_to_review(campaign=campaign, battles=battles)
+    for item in campaign.items.all():
+        answer(item, team.owner, "a")
+        answer(item, team.teammate, "b")
+    page = client_for(team.owner).get(reverse("review:conflicts", args=[team.project.slug, campaign.public_id]))
+    headings = re.findall(r'<h3>([AB]) · <bdi class="model">([^<]*)</bdi></h3>', page.content.decode())
+    assert headings == [("A", "Base model: falcon"), ("B", "Base model: heron"),
+                        ("A", "Base model: heron"), ("B", "Base model: falcon")]

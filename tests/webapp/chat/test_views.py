@@ -1,6 +1,7 @@
 """Chat pages with an owner, a member (teammate), a viewer and an outsider: conversations, turns sent to
 the serve queue, stop, regenerate, the worker's outcome, escaping of model output, the SSE relay."""
 import json
+import os
 import re
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from tests.webapp import factories
 from tests.webapp.factories import make_base_model, thinking_model_dir
 from webapp.chat import channels, forms, selectors, services
 from webapp.chat.models import Conversation, Message, MessageStatus
@@ -796,6 +798,35 @@ def test_an_export_made_before_exports_kept_their_variables_defaults_to_its_runs
 def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):
     page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
     assert 'name="thinking"' not in page
+
+
+def test_the_thinking_switch_follows_a_changed_tokenizer_config(team, client_for, tmp_path):
+    """Whether a model's template reads enable_thinking is cached by its files' times and sizes: a
+    tokenizer_config.json written anew was read anew only when one of them changed. A model directory brought up to
+    date as rsync -a and download tools write (the new file renamed over the old, its source's time kept) could
+    keep both, and the chat offered a switch its new template no longer read, or none for one that did."""
+    path = thinking_model_dir(tmp_path / "falcon")
+    make_base_model(team.project, name="falcon", path=str(path))
+    chat_url = reverse("chat:list", args=[team.project.slug])
+    client = client_for(team.teammate)
+    assert 'name="thinking"' in client.get(chat_url).content.decode()
+
+    config = path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}))
+    assert 'name="thinking"' not in client.get(chat_url).content.decode(), "written in place, at another size"
+
+    thinking_config = json.dumps({"chat_template": factories.QWEN3_LIKE})
+    plain_config = json.dumps({"chat_template": factories.QWEN3_LIKE.replace("enable_thinking", "enable_reasoner")})
+    assert len(plain_config) == len(thinking_config)
+    config.write_text(thinking_config)
+    assert 'name="thinking"' in client.get(chat_url).content.decode()
+    kept = config.stat()
+    replacement = path / ".tokenizer_config.json.partial"
+    replacement.write_text(plain_config)
+    os.utime(replacement, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    os.replace(replacement, config)
+    assert (config.stat().st_mtime_ns, config.stat().st_size) == (kept.st_mtime_ns, kept.st_size)
+    assert 'name="thinking"' not in client.get(chat_url).content.decode(), "renamed over it, its time kept"
 
 
 def test_a_checkpoint_is_taken_in_every_spelling_the_product_shows(team, base_model, tmp_path, client_for, sent):

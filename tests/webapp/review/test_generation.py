@@ -300,6 +300,30 @@ def test_reviews_give_the_model_preference_and_the_export_names_the_models(team,
     assert export.agreement["model_preferences"][0]["preferred_first"]["trials"] == 3
 
 
+def test_the_conflicts_page_names_the_models_and_the_reviewing_page_does_not(team, carol, client_for,
+                                                                            prompts_version):
+    """The conflicts page named no model: an owner settling a disagreement between reviewers could not tell which
+    models wrote the answers without reading the item's export. It is the owners' page, its items are served to no
+    reviewer (their reviews are in), and a generated campaign's page names its model A and B to the whole project:
+    the page names them, as recorded by the generation. The reviewing page stays blind: first and second, no names."""
+    models = [make_base_model(team.project, name=name, path=f"/models/{index}")
+              for index, name in enumerate(("falcon <b>", "heron"))]
+    campaign = generate(team, models, prompts_version, name="pass 1", required_reviews=2,
+                        reviewers=[team.teammate, carol], prompt_count=3)
+    campaign = services.generation_finish(campaign_id=campaign.pk, prompts=services.generation_prompts(campaign=campaign),
+                                          answers_a=["a1", "a2", "a3"], answers_b=["b1", "b2", "b3"])
+    first, *others = campaign.items.order_by("sequence")
+    answer(first, team.teammate, "a")
+    answer(first, carol, "b")
+    page = client_for(team.owner).get(reverse("review:conflicts", args=[team.project.slug, campaign.public_id]))
+    text = page.content.decode()
+    assert '<h3>A · <bdi class="model">Base model: falcon &lt;b&gt;</bdi></h3>' in text
+    assert '<h3>B · <bdi class="model">Base model: heron</bdi></h3>' in text
+    reviewing = client_for(team.teammate).get(reverse("review:next", args=[team.project.slug, campaign.public_id]))
+    assert reviewing.context["item"] in others
+    assert "falcon" not in reviewing.content.decode() and "heron" not in reviewing.content.decode()
+
+
 def test_the_reviewing_page_says_the_items_are_coming_or_why_there_are_none(team, client_for, models,
                                                                             prompts_version):
     campaign = generate(team, models, prompts_version)
