@@ -330,6 +330,36 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     return version if _save_unless_deleted(version, ["token_statistics"]) else None
 
 
+def version_turn_splits(*, version: DatasetVersion) -> dict[str, int] | None:
+    """The ``turn_splits`` statistics of a ready sft version (``formats.TurnSplits``: its conversations of several
+    assistant turns, the examples a template that trains them one turn per example makes of them, the characters),
+    counted now where its validation came before they were counted, and kept in its statistics: a launch's
+    turn-split warning and the version's page need them. One pass over the file, a row at a time as validation reads
+    it, once per version. None for another kind, a version not ready, or a file that cannot be read now (the run's
+    start says what is wrong with it)."""
+    if version.status != VersionStatus.READY or version.dataset.kind != formats.DatasetKind.SFT:
+        return None
+    if isinstance(splits := (version.statistics or {}).get("turn_splits"), dict):
+        return splits
+    tally = formats.TurnSplits()
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind.SFT, columns=version.column_mapping)
+    try:
+        examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+        for row, example in enumerate(examples, start=1):
+            tally.add(example, row)
+    except (formats.DatasetFormatError, OSError, ValueError) as error:
+        logger.warning("turn splits of %s not counted: %s", version.public_id, error)
+        return None
+    splits = tally.to_dict()
+    with transaction.atomic():
+        stored = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version.pk).first()
+        if stored is not None and "turn_splits" not in (stored.statistics or {}):
+            stored.statistics = {**(stored.statistics or {}), "turn_splits": splits}
+            stored.save(update_fields=["statistics"])
+    version.statistics = {**(version.statistics or {}), "turn_splits": splits}
+    return splits
+
+
 WORKERS_LOST_PROBLEM = ("checking this file stopped two workers in turn (killed, out of memory, or their host lost); it "
                         "is not checked again: split it into smaller files, or ask for workers with more memory, and "
                         "upload it again")

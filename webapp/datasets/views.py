@@ -190,6 +190,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
+        services.version_turn_splits(version=version)  # counted now for a version validated before they were
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")
         # A search is cut to the length of a line: it is looked for in every row of the preview.

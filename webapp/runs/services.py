@@ -744,21 +744,22 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     """An sft run whose model's chat template (with ``data.chat_template_kwargs``) renders earlier assistant turns
     otherwise than the latest (Qwen3's drops their reasoning) trains each conversation of several assistant turns
     one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
-    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``).
-    Versions validated before that was counted say nothing, as the run's log does once its data is read."""
+    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``), or,
+    for a version validated before that was counted, what ``dataset_services.version_turn_splits`` counts now."""
     from jaxengine.chat_template import GENERATION_MARKER
     from jaxengine.data import formats
+    from webapp.datasets import services as dataset_services
 
-    if plan.task != "sft" or plan.job.data.loss_on == "all":
+    if plan.task != "sft" or plan.job.data.loss_on == "all" or plan.tokenizer is None:
         return []
-    found = [(key, version, (version.statistics or {}).get("turn_splits") or {}) for key, version in versions
-             if version is not None]
-    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
-    if not found or plan.tokenizer is None:
+    if not any(version is not None for _key, version in versions):
         return []
     template, render = _chat_renderer(plan.tokenizer, plan.job.data.chat_template_kwargs)
     if GENERATION_MARKER.search(template) or not formats.turns_split_apart(render):
         return []
+    found = [(key, version, dataset_services.version_turn_splits(version=version) or {})
+             for key, version in versions if version is not None]
+    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
     warnings = []
     for key, version, splits in found:
         rows, split = version.row_count or 0, splits["rows"]
