@@ -239,6 +239,44 @@ def test_token_counts_say_which_template_variables_they_render_chats_with(team, 
                 "data.chat_template_kwargs over those, which may count otherwise.") in page
 
 
+def test_token_counts_of_a_template_that_splits_turns_count_the_examples_an_sft_run_trains(team, client, tmp_path):
+    """Follow-up: on Qwen3, whose template drops earlier turns' reasoning, an sft run trains a conversation of several
+    assistant turns one turn per example, each with the conversation before it; the page's token chart counted such a
+    conversation whole, as no run trains it. It counts those examples, and says so; a template that keeps
+    conversations whole counts them whole."""
+    two_turns = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+                 {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6"}]
+    one_turn = two_turns[:2]
+    version = ready(team, name="turns", kind="sft", rows=[{"messages": two_turns}, {"messages": one_turn}])
+    for name, template in (("qwen3", (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")), ("chatml", None)):
+        directory = build_bpe_tokenizer_dir(tmp_path / name, chat_template=template)
+        model = BaseModel.objects.create(project=team.project, name=name, path=str(directory),
+                                         architecture="Qwen3ForCausalLM", parameter_count=1,
+                                         tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+        stats = services.token_statistics_compute(version_id=version.pk, base_model_id=model.pk).token_statistics
+        tokenizer = load_tokenizer(directory)
+
+        def tokens(chat):
+            return len(tokenizer.encode(tokenizer.apply_chat_template(chat)))
+
+        # Split: the two turns' examples (the chat up to each turn) and the one-turn chat; whole: the two chats.
+        examples = ([tokens(two_turns[:2]), tokens(two_turns), tokens(one_turn)] if name == "qwen3"
+                    else [tokens(two_turns), tokens(one_turn)])
+        assert stats["rows"] == 2
+        for field in ("messages", "total"):
+            summary = stats["fields"][field]
+            assert (summary["count"], summary["min"], summary["max"]) == (len(examples), min(examples), max(examples))
+            assert summary["mean"] == pytest.approx(sum(examples) / len(examples), abs=0.01)
+        page = html.unescape(version_page(team, client, version))
+        if name == "qwen3":
+            assert stats["split_by_turn"] == {"rows": 1, "examples": 2}
+            assert ("so an sft run trains a conversation of several assistant turns one turn per example, each with "
+                    "the conversation before it; counted so here: 1 conversation as its 2 examples. These figures "
+                    "count examples, not rows") in page
+        else:
+            assert "split_by_turn" not in stats and 'id="token-split-note"' not in page
+
+
 def test_token_statistics_need_a_ready_version(team, tokenizer_model):
     version = create(team)
     with pytest.raises(ValidationError, match="once the version is ready"):
