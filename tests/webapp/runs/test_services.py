@@ -813,7 +813,8 @@ def test_a_template_that_stamps_the_day_gets_the_launch_date_fixed_in_the_runs_s
     assert launched.keys() == {"date_string"} and launched["date_string"] in {today, datetime.now().strftime("%d %b %Y")}
     assert run.resolved_spec["data"]["chat_template_kwargs"] == launched  # what the engine renders with
     assert f"date_string: {launched['date_string']}" in services.spec_to_yaml(run.spec)  # the run page's config
-    # Launched again from its spec (a retry, a copy), the run keeps that date, whatever day it is.
+    # Launched again from its spec as written (a retry; an API client's copy), the run keeps that date, whatever day
+    # it is (Duplicate leaves it out: test_a_copy_of_a_run_fixes_its_own_launchs_date_...).
     assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
     # A date the spec or the model's own variables give is left as it is; a template that stamps no day gets none.
     given = sft_spec(catalog, model=llama)
