@@ -211,7 +211,7 @@ def template_variables(template: str) -> frozenset[str]:
 
 # Llama 3.1-3.2's templates write "Today Date: <date_string>" into every system turn, and Llama 3.2's stamps the
 # day it renders (strftime_now) when date_string is unset: a run's prompts would change from day to day, a resumed
-# attempt's from the first's, and its chat's from its training. A launch fixes it (``stamped_date``).
+# attempt's from the first's, and its chat's from its training. A launch fixes it (``date_to_fix``).
 DATE_VARIABLE = "date_string"
 _DEFAULT_DATE_FORMAT = "%d %b %Y"  # Llama's own
 
@@ -231,6 +231,21 @@ def stamped_date(template: str) -> str | None:
     written = [call.args[0].value for call in calls
                if call.args and isinstance(call.args[0], jinja2.nodes.Const) and isinstance(call.args[0].value, str)]
     return datetime.now().strftime(written[0] if written else _DEFAULT_DATE_FORMAT)
+
+
+def date_to_fix(template: str | None, *, variables: Mapping[str, Any], model_variables: Mapping[str, Any]
+                ) -> str | None:
+    """The ``date_string`` a run writes into its variables (``data.chat_template_kwargs``) so that every attempt,
+    evaluation and export renders one day: today's as ``template`` (None: ``DEFAULT_CHAT_TEMPLATE``) writes it
+    (``stamped_date``), where neither the run's ``variables`` nor the model's own (``model_variables``, its
+    ``chat_template_kwargs.json``) set it. None where nothing is to fix, or where the template cannot be read (the
+    run's start says what is wrong with it). The web app's launch and ``jaxengine train`` both fix it with this."""
+    if DATE_VARIABLE in variables or DATE_VARIABLE in model_variables:
+        return None
+    try:
+        return stamped_date(template or DEFAULT_CHAT_TEMPLATE)
+    except ChatTemplateError:
+        return None
 
 
 def _prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

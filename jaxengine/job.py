@@ -270,6 +270,38 @@ def _checkpointed_spec(run_dir: Path) -> JobSpec | None:
         return None
 
 
+def with_fixed_template_date(spec: JobSpec) -> tuple[JobSpec, str | None]:
+    """``spec`` with ``data.chat_template_kwargs.date_string`` fixed where its model's chat template writes the day
+    it renders when that is unset (Llama 3.2's; ``chat_template.date_to_fix``, as the web app's launch fixes it), so
+    that every attempt, evaluation and export renders one day: the date ``output_dir``'s checkpointed spec holds when
+    the job resumes there (the first attempt's), else today's. With it, the line that says so for the job's log;
+    ``(spec, None)`` where nothing is fixed: pretraining, a date the spec or the model's own variables give, a
+    template that stamps no day, a model that cannot be read (the job says what is wrong with it)."""
+    from jaxengine.chat_template import DATE_VARIABLE, ChatTemplateError, date_to_fix
+    from jaxengine.tokenizer import TokenizerError, read_tokenizer_settings
+
+    if spec.task == "pretrain":
+        return spec, None
+    try:
+        settings = read_tokenizer_settings(resolve_model_dir(spec.model))
+    except (JobError, TokenizerError, ChatTemplateError, OSError):
+        return spec, None
+    variables = spec.data.chat_template_kwargs
+    date = date_to_fix(settings.chat_template, variables=variables, model_variables=settings.template_kwargs)
+    if date is None:
+        return spec, None
+    previous = _checkpointed_spec(Path(spec.output_dir))
+    earlier = previous.data.chat_template_kwargs.get(DATE_VARIABLE) if previous is not None else None
+    if earlier is not None:
+        date = earlier
+    fixed = spec.model_copy(update={"data": spec.data.model_copy(
+        update={"chat_template_kwargs": {**variables, DATE_VARIABLE: date}})})
+    return fixed, (f"data.chat_template_kwargs.{DATE_VARIABLE}: {date!r} fixed for every chat the job renders "
+                   f"({'the date its first attempt in output_dir rendered' if earlier is not None else 'today'}; the "
+                   "model's chat template writes the day it renders when it is unset); set it in the spec to render "
+                   "another day")
+
+
 def refuse_another_jobs_directory(spec: JobSpec, run_dir: Path) -> None:
     """A JobError, before anything is written, when ``run_dir`` holds checkpoints of another job (see
     ``job_identity``), or of this job under other ``resume_settings``. The trainer refused it too, but only after

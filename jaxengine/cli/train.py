@@ -2,7 +2,10 @@
 
 The spec is validated before anything heavy is imported; an invalid one prints one line per problem
 (``file:line: dotted.key: ...``) and exits 2; settings that work against each other (a warmup as long as
-the run) are named on stderr as ``SPEC.yaml: warning: ...`` and the job runs. Running the same spec again on an ``output_dir`` that has
+the run) are named on stderr as ``SPEC.yaml: warning: ...`` and the job runs. A model whose chat template writes
+the day it renders (Llama 3.2's) gets that day fixed in ``data.chat_template_kwargs.date_string`` where neither the
+spec nor the model sets it (``jaxengine.job.with_fixed_template_date``: today's, or a resume's first attempt's), named
+on stderr, so every attempt renders one date. Running the same spec again on an ``output_dir`` that has
 checkpoints resumes from the latest, naming on stderr each setting the spec changed since
 (``SPEC.yaml: resumed from step N with a changed setting: optim.learning_rate 0.0001 -> 5e-05``); a training
 file whose contents changed since, or another ``data.columns`` or ``data.loss_on``, is refused (exit 2). Ctrl-C (SIGINT) or SIGTERM stops after the current step, saves
@@ -69,7 +72,12 @@ def _train(args: argparse.Namespace) -> int:
     except SpecError as error:
         print(str(error), file=sys.stderr)
         return EXIT_BAD_INPUT
+    from jaxengine.job import with_fixed_template_date
+
+    spec, fixed_date = with_fixed_template_date(spec)
     if args.process_id in (None, 0):  # once per job, not once per host
+        if fixed_date is not None:
+            print(f"{args.spec}: {fixed_date}", file=sys.stderr)
         for warning in spec_warnings(spec, chat_template=_model_chat_template(spec)):
             print(f"{args.spec}: warning: {warning}", file=sys.stderr)
 

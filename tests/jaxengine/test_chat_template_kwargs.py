@@ -81,6 +81,54 @@ def test_cli_train_warns_of_an_unread_variable_before_the_run(thinking_model, tm
         "does nothing; the variables it reads are enable_thinking")
 
 
+@pytest.fixture
+def dated_model(demo_dir, tmp_path):
+    """The demo model with Llama 3.2's template, which writes the day it renders when date_string is unset."""
+    model = tmp_path / "dated-model"
+    shutil.copytree(demo_dir / "model", model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = (Path(__file__).parent / "tokenizer" / "real_templates" / "llama3_2.jinja").read_text(
+        encoding="utf-8")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_cli_train_fixes_the_date_a_template_stamps_and_a_resume_keeps_the_first_attempts(dated_model, demo_dir,
+                                                                                          tmp_path, capsys):
+    """Follow-up: jaxengine train fixed no date, so a job of a model whose template writes the day it renders rendered
+    each day's in each attempt (the web launch fixed it). It fixes it as the web does (chat_template.date_to_fix),
+    says so, and a resume in the same output_dir keeps the date its first attempt rendered."""
+    from datetime import datetime
+
+    path, run_dir = tmp_path / "spec.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump(_spec(dated_model, run_dir, demo_dir / "data/sft.jsonl")))
+    before = datetime.now().strftime("%d %b %Y")
+    assert main(["train", str(path), "--no-progress"]) == 0
+    written = yaml.safe_load((run_dir / "spec.yaml").read_text())["data"]["chat_template_kwargs"]
+    assert written.keys() == {"date_string"} and written["date_string"] in {before, datetime.now().strftime("%d %b %Y")}
+    assert json.loads((run_dir / "export" / "chat_template_kwargs.json").read_text()) == written
+    assert (f"{path}: data.chat_template_kwargs.date_string: {written['date_string']!r} fixed for every chat the job "
+            "renders (today; the model's chat template writes the day it renders when it is unset); set it in the "
+            "spec to render another day") in capsys.readouterr().err.splitlines()
+
+    # Its first attempt on another day: a resume renders that day, not today.
+    from jaxengine.job import with_fixed_template_date
+
+    first = yaml.safe_load((run_dir / "spec.yaml").read_text())
+    first["data"]["chat_template_kwargs"]["date_string"] = "01 Jan 2020"
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(first))
+    resumed, said = with_fixed_template_date(parse_spec(_spec(dated_model, run_dir, demo_dir / "data/sft.jsonl")))
+    assert resumed.data.chat_template_kwargs == {"date_string": "01 Jan 2020"}
+    assert said.startswith("data.chat_template_kwargs.date_string: '01 Jan 2020' fixed for every chat the job renders "
+                           "(the date its first attempt in output_dir rendered;")
+    # A date the spec gives, a template that stamps none, pretraining: nothing fixed.
+    given = parse_spec(_spec(dated_model, run_dir, demo_dir / "data/sft.jsonl",
+                             chat_template_kwargs={"date_string": "02 Feb 2031"}))
+    assert with_fixed_template_date(given) == (given, None)
+    plain = parse_spec(_spec(demo_dir / "model", tmp_path / "other", demo_dir / "data/sft.jsonl"))
+    assert with_fixed_template_date(plain) == (plain, None)
+
+
 NO_THINKING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 

@@ -354,6 +354,21 @@ def token_template_variables(token_statistics: dict[str, Any]) -> list[tuple[str
     return [(name, json.dumps(value, ensure_ascii=False)) for name, value in sorted(variables.items())]
 
 
+def token_split_note(token_statistics: dict[str, Any]) -> str | None:
+    """What a token count says of conversations the model's template has an sft run train one assistant turn per
+    example (``services.token_statistics_compute``'s ``split_by_turn``): that it counted them as those examples, so
+    its figures are of examples, not rows; None where it split none, or for counts made before it did."""
+    split = token_statistics.get("split_by_turn")
+    if not isinstance(split, dict) or not split.get("rows"):
+        return None
+    rows, examples = split["rows"], split.get("examples", 0)
+    return (f"This model's chat template renders earlier assistant turns otherwise than the latest (Qwen3's drops "
+            f"their reasoning), so an sft run trains a conversation of several assistant turns one turn per example, "
+            f"each with the conversation before it; counted so here: {counted(rows, 'conversation', grouped=True)} as "
+            f"{'its' if rows == 1 else 'their'} {examples:,} examples. These figures count examples, not rows (with data.loss_on: all a run "
+            "trains each conversation whole).")
+
+
 def statistics_notes(statistics: dict[str, Any]) -> list[str]:
     """What a ready version's validation counted besides lengths, one sentence each for its page: exact duplicate
     rows, preference chats with no assistant turn, preference rows whose chosen is their rejected, chats of a

@@ -275,7 +275,11 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
     Strings are encoded as they are; chats are rendered with the model's chat template first, as
     training sees them, with the model's own template variables (its ``chat_template_kwargs.json``), which
     the result keeps as ``template_kwargs`` for the page to name: a run renders with its
-    ``data.chat_template_kwargs`` over them, which a count made before any run cannot know.
+    ``data.chat_template_kwargs`` over them, which a count made before any run cannot know. Where that template
+    renders earlier assistant turns otherwise than the latest (Qwen3's; ``formats.turns_split_apart``), an sft
+    run trains a conversation of several assistant turns one turn per example (``jaxengine.data.pipeline``): such
+    a conversation is counted as those examples, each the conversation up to its turn as the template renders it,
+    and ``split_by_turn`` says how many conversations and examples that made.
     """
     # Imported here: only the worker computes tokens, and the web process need not load tokenizers.
     from jaxengine.chat_template import ChatTemplateError
@@ -292,19 +296,35 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
         result["template_kwargs"] = dict(tokenizer.template_kwargs)
         doing = "reading row 1"
         mapping = formats.ColumnMapping(kind=formats.DatasetKind(version.dataset.kind), columns=version.column_mapping)
+        split_by_turn = {"rows": 0, "examples": 0} if (mapping.kind is formats.DatasetKind.SFT
+                                                      and _template_splits_turns(tokenizer)) else None
         lengths: dict[str, Counter] = {}
-        for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
-            total = 0
+
+        def counts_of(example: dict[str, Any]) -> list[dict[str, int]]:
+            """The token counts of a row's examples, by field and in all: one example, or one per assistant turn
+            of a conversation trained so, the conversation up to that turn."""
+            nonlocal doing
+            chat = example.get("messages") if split_by_turn is not None else None
+            if chat is not None and sum(message["role"] == "assistant" for message in chat) > 1:
+                doing = f"row {rows + 1}, field messages"
+                turns = [len(tokenizer.encode(tokenizer.apply_chat_template(chat[:index + 1])))
+                         for index, message in enumerate(chat) if message["role"] == "assistant"]
+                split_by_turn["rows"] += 1
+                split_by_turn["examples"] += len(turns)
+                return [{"messages": count, "total": count} for count in turns]
+            counts = {}
             for field_name in formats.KIND_FIELDS[mapping.kind]:
                 doing = f"row {rows + 1}, field {field_name}"
                 value = example.get(field_name)
-                if value is None:
-                    continue
-                text = tokenizer.apply_chat_template(value) if isinstance(value, list) else value
-                count = len(tokenizer.encode(text))
-                lengths.setdefault(field_name, Counter())[count] += 1
-                total += count
-            lengths.setdefault("total", Counter())[total] += 1
+                if value is not None:
+                    counts[field_name] = len(tokenizer.encode(
+                        tokenizer.apply_chat_template(value) if isinstance(value, list) else value))
+            return [{**counts, "total": sum(counts.values())}]
+
+        for example in formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping):
+            for counts in counts_of(example):
+                for field_name, count in counts.items():
+                    lengths.setdefault(field_name, Counter())[count] += 1
             rows += 1
             doing = f"reading row {rows + 1}"
             if rows >= TOKEN_STATISTICS_MAX_ROWS:
@@ -326,8 +346,56 @@ def token_statistics_compute(*, version_id: int, base_model_id: int) -> DatasetV
             unit="tokens",
             fields={name: formats.summarize_lengths(counter) for name, counter in sorted(lengths.items())},
         )
+        if split_by_turn is not None:
+            result["split_by_turn"] = split_by_turn
     version.token_statistics = result
     return version if _save_unless_deleted(version, ["token_statistics"]) else None
+
+
+def version_turn_splits(*, version: DatasetVersion) -> dict[str, int] | None:
+    """The ``turn_splits`` statistics of a ready sft version (``formats.TurnSplits``: its conversations of several
+    assistant turns, the examples a template that trains them one turn per example makes of them, the characters),
+    counted now where its validation came before they were counted, and kept in its statistics: a launch's
+    turn-split warning and the version's page need them. One pass over the file, a row at a time as validation reads
+    it, once per version. None for another kind, a version not ready, or a file that cannot be read now (the run's
+    start says what is wrong with it)."""
+    if version.status != VersionStatus.READY or version.dataset.kind != formats.DatasetKind.SFT:
+        return None
+    if isinstance(splits := (version.statistics or {}).get("turn_splits"), dict):
+        return splits
+    tally = formats.TurnSplits()
+    mapping = formats.ColumnMapping(kind=formats.DatasetKind.SFT, columns=version.column_mapping)
+    try:
+        examples = formats.iter_examples(version.absolute_path, fmt=formats.FileFormat(version.format), mapping=mapping)
+        for row, example in enumerate(examples, start=1):
+            tally.add(example, row)
+    except (formats.DatasetFormatError, OSError, ValueError) as error:
+        logger.warning("turn splits of %s not counted: %s", version.public_id, error)
+        return None
+    splits = tally.to_dict()
+    with transaction.atomic():
+        stored = DatasetVersion.objects.select_for_update(of=("self",)).filter(pk=version.pk).first()
+        if stored is not None and "turn_splits" not in (stored.statistics or {}):
+            stored.statistics = {**(stored.statistics or {}), "turn_splits": splits}
+            stored.save(update_fields=["statistics"])
+    version.statistics = {**(version.statistics or {}), "turn_splits": splits}
+    return splits
+
+
+def _template_splits_turns(tokenizer) -> bool:
+    """Whether ``tokenizer``'s chat template, with the model's own variables, has an sft run train a conversation
+    of several assistant turns one turn per example, as ``runs.services._turn_split_warnings`` tells a launch."""
+    from jaxengine.chat_template import GENERATION_MARKER
+
+    if GENERATION_MARKER.search(tokenizer.chat_template or ""):
+        return False
+    try:
+        return formats.turns_split_apart(
+            lambda messages, prompt: tokenizer.apply_chat_template(messages, add_generation_prompt=prompt))
+    # A template that raises on the probe chat (a bug of its own) raises at the file's rows too, which the count's
+    # failure then names.
+    except Exception:
+        return False
 
 
 WORKERS_LOST_PROBLEM = ("checking this file stopped two workers in turn (killed, out of memory, or their host lost); it "

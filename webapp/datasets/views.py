@@ -190,6 +190,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
     if version.status == VersionStatus.FAILED:
         context["problems"] = selectors.problem_groups(version=version)
     if version.status == VersionStatus.READY:
+        services.version_turn_splits(version=version)  # counted now for a version validated before they were
         base_models = list(basemodel_list(project=project))
         asked = request.GET.get("page", "")
         # A search is cut to the length of a line: it is looked for in every row of the preview.
@@ -205,6 +206,7 @@ def version_detail(request: HttpRequest, slug: str, public_id: str, number: int)
             statistics_notes=selectors.statistics_notes(version.statistics),
             token_charts=selectors.histograms(version.token_statistics),
             token_variables=selectors.token_template_variables(version.token_statistics),
+            token_split_note=selectors.token_split_note(version.token_statistics),
             token_form=TokenStatisticsForm(base_models=base_models) if base_models else None,
             # The launch page of each task that trains on this kind, this version chosen (runs:new's ?data=).
             launch_tasks=selectors.tasks_training_on(dataset.kind) if membership.can(Role.MEMBER) else [],

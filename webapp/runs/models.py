@@ -53,6 +53,12 @@ FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 REWARD_TASK = "reward"
 
 
+STAMPED_TEMPLATE_DATE_HELP = (
+    "The data.chat_template_kwargs.date_string Temper fixed in the spec at launch (runs.services._fix_template_date), "
+    "empty where the spec or the model's own variables gave one or the template stamps no day. A retry keeps it; a "
+    "copy of the run leaves a date so fixed out, for its own launch to fix its own day (runs.services.spec_of_a_copy).")
+
+
 class Run(models.Model):
     public_id = models.CharField(max_length=PUBLIC_ID_MAX_LENGTH, unique=True, default=new_run_id)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
@@ -114,6 +120,7 @@ class Run(models.Model):
     dataset_versions = models.ManyToManyField(DatasetVersion, blank=True, related_name="runs")
     pipeline = models.ForeignKey("Pipeline", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     pipeline_stage = models.PositiveIntegerField(null=True, blank=True)
+    stamped_template_date = models.TextField(blank=True, default="", help_text=STAMPED_TEMPLATE_DATE_HELP)
 
     class Meta:
         ordering = ["-created_at"]

@@ -105,6 +105,8 @@ class RunPlan:
     # The model's tokenizer settings (its chat template and variables), read once for every check of the plan;
     # None when its files cannot be read (the run's start says what is wrong with them).
     tokenizer: TokenizerSettings | None = None
+    # The data.chat_template_kwargs.date_string the plan fixed itself (``_fix_template_date``); None if none.
+    stamped_template_date: str | None = None
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
@@ -335,8 +337,9 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
     for key, term in _reward_model_terms(resolved):
         term["args"]["model"] = _resolve_reward_run(project, term["args"].get("model"), errors, key=key) or "unresolved"
     tokenizer = _model_tokenizer_settings(model_path) if model_path else None
+    stamped_date = None
     if tokenizer is not None and task in tasks() and task != "pretrain":
-        _fix_template_date(tokenizer, resolved)
+        stamped_date = _fix_template_date(tokenizer, resolved)
     try:
         job = parse_spec(resolved)
     except SpecError as error:
@@ -372,7 +375,8 @@ def plan_run(*, project: Project, spec: Any, output_dir: Path) -> RunPlan:
 
     return RunPlan(task=job.task, spec=written, resolved=resolved, job=job, base_model=base_model,
                    source_run=source_run, dataset_versions=versions,
-                   reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer)
+                   reward_base_model=reward_base_model(project=project, spec=written), tokenizer=tokenizer,
+                   stamped_template_date=stamped_date)
 
 
 def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:
@@ -387,24 +391,23 @@ def _model_tokenizer_settings(model_path: str) -> TokenizerSettings | None:
         return None
 
 
-def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> None:
+def _fix_template_date(tokenizer: TokenizerSettings, resolved: dict[str, Any]) -> str | None:
     """Record the launch's date as ``data.chat_template_kwargs.date_string`` where the model's chat template stamps
-    the day it renders when that is unset (Llama 3.2's; ``jaxengine.chat_template.stamped_date``) and neither the
-    spec nor the model's own variables set it: the run's spec, shown as its config, then holds it, and every
-    attempt, evaluation and export (and the chat of its model) renders that date rather than the day of each."""
+    the day it renders when that is unset (Llama 3.2's) and neither the spec nor the model's own variables set it
+    (``jaxengine.chat_template.date_to_fix``, as ``jaxengine train`` fixes it): the run's spec, shown as its config,
+    then holds it, and every attempt, evaluation and export (and the chat of its model) renders that date rather than
+    the day of each. The date it wrote, for the run to record (``Run.stamped_template_date``); None if none."""
     from jaxengine import chat_template
 
     data = resolved["data"]
     variables = data.get("chat_template_kwargs", {})
-    if (not isinstance(variables, dict) or chat_template.DATE_VARIABLE in variables
-            or chat_template.DATE_VARIABLE in tokenizer.template_kwargs):
-        return
-    try:
-        date = chat_template.stamped_date(tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
-    except chat_template.ChatTemplateError:
-        return  # the run's start says what is wrong with the model's files
+    if not isinstance(variables, dict):
+        return None  # the schema names what is wrong with it
+    date = chat_template.date_to_fix(tokenizer.chat_template, variables=variables,
+                                     model_variables=tokenizer.template_kwargs)
     if date is not None:
         resolved["data"] = {**data, "chat_template_kwargs": {**variables, chat_template.DATE_VARIABLE: date}}
+    return date
 
 
 def _check_sample_budget(job, base_model: BaseModel | None, errors) -> None:
@@ -741,21 +744,22 @@ def _turn_split_warnings(plan: RunPlan, versions: list[tuple[str, DatasetVersion
     """An sft run whose model's chat template (with ``data.chat_template_kwargs``) renders earlier assistant turns
     otherwise than the latest (Qwen3's drops their reasoning) trains each conversation of several assistant turns
     one turn per example, each with the conversation before it (``jaxengine.data.pipeline``): said at its data key
-    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``).
-    Versions validated before that was counted say nothing, as the run's log does once its data is read."""
+    with the examples and tokens that makes, estimated from what validation counted (``formats.TurnSplits``), or,
+    for a version validated before that was counted, what ``dataset_services.version_turn_splits`` counts now."""
     from jaxengine.chat_template import GENERATION_MARKER
     from jaxengine.data import formats
+    from webapp.datasets import services as dataset_services
 
-    if plan.task != "sft" or plan.job.data.loss_on == "all":
+    if plan.task != "sft" or plan.job.data.loss_on == "all" or plan.tokenizer is None:
         return []
-    found = [(key, version, (version.statistics or {}).get("turn_splits") or {}) for key, version in versions
-             if version is not None]
-    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
-    if not found or plan.tokenizer is None:
+    if not any(version is not None for _key, version in versions):
         return []
     template, render = _chat_renderer(plan.tokenizer, plan.job.data.chat_template_kwargs)
     if GENERATION_MARKER.search(template) or not formats.turns_split_apart(render):
         return []
+    found = [(key, version, dataset_services.version_turn_splits(version=version) or {})
+             for key, version in versions if version is not None]
+    found = [(key, version, splits) for key, version, splits in found if splits.get("rows")]
     warnings = []
     for key, version, splits in found:
         rows, split = version.row_count or 0, splits["rows"]
@@ -831,6 +835,7 @@ def _save_planned(*, public_id: str, project: Project, plan: RunPlan, user: Abst
         task=plan.task, spec=plan.spec, resolved_spec=plan.resolved, created_by=user, tags=tags,
         base_model=plan.base_model, source_run=plan.source_run,
         total_steps=plan.resolved["train"].get("max_steps"), hosts=plan.resolved.get("hosts", 1),
+        stamped_template_date=plan.stamped_template_date or "",
     )
     run.dataset_versions.set(plan.dataset_versions)
     log_line(run, f"queued by {user.get_username() if user else 'the system'}")
@@ -1307,12 +1312,56 @@ def checkpoint_exports_fail_lost(*, now: datetime | None = None) -> list[Checkpo
     return failed
 
 
+@transaction.atomic
 def run_retry(*, run: Run, user: AbstractBaseUser | None) -> Run:
     """Start ``run``'s spec over as a new run with its own fresh run directory, named after it
-    (``retry_name``)."""
+    (``retry_name``). The same run again: it keeps the template date its launch fixed, which stays marked as
+    Temper's (``Run.stamped_template_date``), so a copy of the retry fixes its own day as a copy of ``run`` does."""
     _refuse_external(run, "retried")
     _refuse_gone_inputs(run)
-    return run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
+    retry = run_create(project=run.project, spec=run.spec, user=user, name=retry_name(run), tags=run.tags)
+    if run.stamped_template_date and template_date(retry.spec) == run.stamped_template_date:
+        retry.stamped_template_date = run.stamped_template_date
+        retry.save(update_fields=["stamped_template_date"])
+    return retry
+
+
+def template_date(spec: dict[str, Any]) -> Any:
+    """The ``data.chat_template_kwargs.date_string`` of a written spec; None where it sets none."""
+    from jaxengine.chat_template import DATE_VARIABLE
+
+    variables = ((spec or {}).get("data") or {}).get("chat_template_kwargs")
+    return variables.get(DATE_VARIABLE) if isinstance(variables, dict) else None
+
+
+def spec_of_a_copy(run: Run) -> tuple[dict[str, Any], str | None]:
+    """``run``'s spec for a copy of it (the launch page's Duplicate), and the template date it leaves out: the one
+    ``run``'s launch fixed itself (``Run.stamped_template_date``), so that the copy's launch fixes the day it is
+    launched rather than render ``run``'s day. A date the spec's author wrote stays."""
+    from jaxengine.chat_template import DATE_VARIABLE
+
+    spec = copy.deepcopy(run.spec)
+    stamped = run.stamped_template_date
+    if not stamped or template_date(spec) != stamped:
+        return spec, None
+    variables = {name: value for name, value in spec["data"]["chat_template_kwargs"].items() if name != DATE_VARIABLE}
+    spec["data"]["chat_template_kwargs"] = variables
+    return spec, stamped
+
+
+def template_date_today(run: Run) -> str | None:
+    """Today's date as the chat template of ``run``'s model writes it (``jaxengine.chat_template.stamped_date``),
+    for the copy's launch page to say which day its launch fixes; None where the model cannot be read now."""
+    from jaxengine import chat_template
+
+    model_path = run.resolved_spec.get("model")
+    tokenizer = _model_tokenizer_settings(model_path) if isinstance(model_path, str) and model_path else None
+    if tokenizer is None:
+        return None
+    try:
+        return chat_template.stamped_date(tokenizer.chat_template or chat_template.DEFAULT_CHAT_TEMPLATE)
+    except chat_template.ChatTemplateError:
+        return None
 
 
 RETRY_SUFFIX = re.compile(r" \(retry(?: (?P<number>[0-9]+))?\)$")

@@ -173,7 +173,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
     if task not in tasks():
         task = "sft"
     if request.method == "GET":
-        name, tags, errors = "", "", {}
+        name, tags, errors, copy_notes = "", "", {}, []
         errors_heading = "Some of what the run used is gone"
         preset_name = request.GET.get("preset")
         if preset_name is None and request.GET.get("model") and basemodel_selectors.demo_model(
@@ -185,7 +185,16 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
             _project, _membership, original = get_run_for_user(request.user, slug, duplicate)
             if original.task not in tasks():
                 raise Http404("only runs trained by Temper can be duplicated")
-            spec, task, name, preset_name = original.spec, original.task, f"{original.name} (copy)", None
+            spec, left_out_date = services.spec_of_a_copy(original)
+            task, name, preset_name = original.task, f"{original.name} (copy)", None
+            if left_out_date is not None:
+                today = services.template_date_today(original)
+                copy_notes.append(
+                    f"{isolated(original.name)} rendered its chats with {left_out_date}, the date its launch wrote "
+                    "into data.chat_template_kwargs.date_string (its model's chat template writes the day it renders "
+                    f"there). This copy leaves it out: its launch writes the day it is launched, "
+                    f"{f'today, {today}' if today else 'today'}. To render {left_out_date} again, set date_string "
+                    "in data.chat_template_kwargs.")
             tags = ", ".join(sweeps.tags_of_a_copy(original.tags))
             # What the run started from and is gone is said at its field, which comes up empty.
             gone = [("model" if use == "model" else f"data.{use}", ref) for use, ref in original.deleted_references()]
@@ -208,7 +217,7 @@ def run_create(request: HttpRequest, slug: str) -> HttpResponse:
         context = _launch_context(project, membership, task=task, initial=initial, errors=errors,
                                   yaml_text=services.spec_to_yaml(_yaml_seed(task, spec)), mode="form", name=name,
                                   tags=tags, preset_name=preset_name)
-        return render(request, "runs/new.html", {**context, "errors_heading": errors_heading})
+        return render(request, "runs/new.html", {**context, "errors_heading": errors_heading, "copy_notes": copy_notes})
     mode = request.POST.get("mode", "form")
     if request.POST.get("switch") in EDITORS and request.POST["switch"] != mode:
         return _switch_editor(request, project, membership, task=task, source_mode=mode)

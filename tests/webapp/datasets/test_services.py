@@ -239,6 +239,44 @@ def test_token_counts_say_which_template_variables_they_render_chats_with(team, 
                 "data.chat_template_kwargs over those, which may count otherwise.") in page
 
 
+def test_token_counts_of_a_template_that_splits_turns_count_the_examples_an_sft_run_trains(team, client, tmp_path):
+    """Follow-up: on Qwen3, whose template drops earlier turns' reasoning, an sft run trains a conversation of several
+    assistant turns one turn per example, each with the conversation before it; the page's token chart counted such a
+    conversation whole, as no run trains it. It counts those examples, and says so; a template that keeps
+    conversations whole counts them whole."""
+    two_turns = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+                 {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6"}]
+    one_turn = two_turns[:2]
+    version = ready(team, name="turns", kind="sft", rows=[{"messages": two_turns}, {"messages": one_turn}])
+    for name, template in (("qwen3", (REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")), ("chatml", None)):
+        directory = build_bpe_tokenizer_dir(tmp_path / name, chat_template=template)
+        model = BaseModel.objects.create(project=team.project, name=name, path=str(directory),
+                                         architecture="Qwen3ForCausalLM", parameter_count=1,
+                                         tokenizer_type="tokenizer.json", dtype="float32", size_bytes=1)
+        stats = services.token_statistics_compute(version_id=version.pk, base_model_id=model.pk).token_statistics
+        tokenizer = load_tokenizer(directory)
+
+        def tokens(chat):
+            return len(tokenizer.encode(tokenizer.apply_chat_template(chat)))
+
+        # Split: the two turns' examples (the chat up to each turn) and the one-turn chat; whole: the two chats.
+        examples = ([tokens(two_turns[:2]), tokens(two_turns), tokens(one_turn)] if name == "qwen3"
+                    else [tokens(two_turns), tokens(one_turn)])
+        assert stats["rows"] == 2
+        for field in ("messages", "total"):
+            summary = stats["fields"][field]
+            assert (summary["count"], summary["min"], summary["max"]) == (len(examples), min(examples), max(examples))
+            assert summary["mean"] == pytest.approx(sum(examples) / len(examples), abs=0.01)
+        page = html.unescape(version_page(team, client, version))
+        if name == "qwen3":
+            assert stats["split_by_turn"] == {"rows": 1, "examples": 2}
+            assert ("so an sft run trains a conversation of several assistant turns one turn per example, each with "
+                    "the conversation before it; counted so here: 1 conversation as its 2 examples. These figures "
+                    "count examples, not rows") in page
+        else:
+            assert "split_by_turn" not in stats and 'id="token-split-note"' not in page
+
+
 def test_token_statistics_need_a_ready_version(team, tokenizer_model):
     version = create(team)
     with pytest.raises(ValidationError, match="once the version is ready"):
@@ -573,3 +611,50 @@ def test_conversations_a_template_trains_one_turn_per_example_are_warned_of_at_l
                       encoding="utf-8"))},
                   {**spec, "model": model("chatml", None)}):
         assert run_services.launch_check(project=team.project, spec=whole, axes=[]).warnings == []
+
+
+def _turns_chat(*texts):
+    return {"messages": [{"role": ("user", "assistant")[index % 2], "content": text}
+                         for index, text in enumerate(texts)]}
+
+
+def validated_before_turn_splits(version: DatasetVersion) -> DatasetVersion:
+    """``version`` as validation left it before it counted turn splits."""
+    statistics = {key: value for key, value in version.statistics.items() if key != "turn_splits"}
+    DatasetVersion.objects.filter(pk=version.pk).update(statistics=statistics)
+    return DatasetVersion.objects.get(pk=version.pk)
+
+
+def test_turn_splits_a_version_was_validated_without_are_counted_when_a_launch_or_its_page_needs_them(team, client,
+                                                                                                       tmp_path):
+    """Follow-up: a version validated before turn splits were counted had none in its statistics, so a launch on Qwen3
+    warned of nothing and its page said nothing. They are counted from its file when first needed, and kept."""
+    from tests.webapp.factories import make_base_model
+    from webapp.runs import services as run_services
+
+    rows = [_turns_chat("2+2?", "4", "3+3?", "6"), _turns_chat("Hi", "Hello")]
+    counted = ready(team, name="turns", kind="sft", rows=rows).statistics["turn_splits"]
+    # By hand, in characters: 10 and 7 whole; split, 5 + 10 and 7.
+    assert counted == {"rows": 1, "examples": 2, "characters": 17, "split_characters": 22}
+    old = validated_before_turn_splits(DatasetVersion.objects.get(dataset__name="turns"))
+    qwen3 = make_base_model(team.project, name="qwen3", path=str(build_bpe_tokenizer_dir(
+        tmp_path / "qwen3", chat_template=(REAL_TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")))).public_id
+    spec = {"task": "sft", "model": qwen3, "data": {"train": old.public_id}, "train": {"max_steps": 2}}
+    assert run_services.launch_check(project=team.project, spec=spec, axes=[]).warnings == [
+        f"data.train: the model's chat template renders earlier assistant turns otherwise than the latest (Qwen3's "
+        f"drops their reasoning), so 1 conversation of the 2 rows of {isolated('turns v1')} is trained one assistant "
+        "turn per example, each with the conversation before it: 3 examples instead of 2 rows, and about 1.3× the "
+        "tokens (an estimate from the conversations' lengths in characters). To train each conversation once, choose "
+        "a model whose chat template marks assistant turns with {% generation %}, or set data.loss_on: all (every "
+        "token trained, the user turns too)"]
+    assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted  # kept: counted once
+    assert DatasetVersion.objects.get(pk=old.pk).statistics.keys() == {*old.statistics.keys(), "turn_splits"}
+
+    paged = validated_before_turn_splits(old)
+    assert ("1 conversation has several assistant turns: a model whose chat template renders earlier turns otherwise "
+            "than the latest (Qwen3's) trains it one turn per example, making 2 examples of it and about 1.3× the "
+            "file's characters") in html.unescape(version_page(team, client, paged))
+    assert DatasetVersion.objects.get(pk=old.pk).statistics["turn_splits"] == counted
+    # Other kinds have none to count.
+    prompts = ready(team, name="asked", kind="prompts", rows=[{"prompt": "2+2?"}])
+    assert services.version_turn_splits(version=prompts) is None and "turn_splits" not in prompts.statistics

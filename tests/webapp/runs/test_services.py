@@ -813,7 +813,8 @@ def test_a_template_that_stamps_the_day_gets_the_launch_date_fixed_in_the_runs_s
     assert launched.keys() == {"date_string"} and launched["date_string"] in {today, datetime.now().strftime("%d %b %Y")}
     assert run.resolved_spec["data"]["chat_template_kwargs"] == launched  # what the engine renders with
     assert f"date_string: {launched['date_string']}" in services.spec_to_yaml(run.spec)  # the run page's config
-    # Launched again from its spec (a retry, a copy), the run keeps that date, whatever day it is.
+    # Launched again from its spec as written (a retry; an API client's copy), the run keeps that date, whatever day
+    # it is (Duplicate leaves it out: test_a_copy_of_a_run_fixes_its_own_launchs_date_...).
     assert services.run_create(project=team.project, spec=run.spec, user=team.teammate).spec == run.spec
     # A date the spec or the model's own variables give is left as it is; a template that stamps no day gets none.
     given = sft_spec(catalog, model=llama)
@@ -824,6 +825,70 @@ def test_a_template_that_stamps_the_day_gets_the_launch_date_fixed_in_the_runs_s
                   model("qwen3", "qwen3.jinja")):
         spec = services.run_create(project=team.project, spec=sft_spec(catalog, model=other), user=team.teammate).spec
         assert spec["data"]["chat_template_kwargs"] == {}, other
+
+
+def _llama_3_2(team, tmp_path, name="llama3-2", **own_variables) -> str:
+    """A base model of Llama 3.2's chat template, which writes the day it renders when date_string is unset."""
+    import json
+
+    from tests.factories import build_bpe_tokenizer_dir
+    from tests.webapp.factories import make_base_model
+
+    templates = Path(__file__).parents[2] / "jaxengine" / "tokenizer" / "real_templates"
+    directory = build_bpe_tokenizer_dir(tmp_path / name, style="llama3", chat_template=(
+        templates / "llama3_2.jinja").read_text(encoding="utf-8"))
+    if own_variables:
+        (directory / "chat_template_kwargs.json").write_text(json.dumps(own_variables))
+    return make_base_model(team.project, name=name, path=str(directory)).public_id
+
+
+def launched_back_then(run: Run, date: str) -> Run:
+    """``run`` as if launched on ``date``: the date its launch fixed is that day's."""
+    for spec in (run.spec, run.resolved_spec):
+        spec["data"]["chat_template_kwargs"]["date_string"] = date
+    Run.objects.filter(pk=run.pk).update(spec=run.spec, resolved_spec=run.resolved_spec, stamped_template_date=date)
+    return Run.objects.get(pk=run.pk)
+
+
+def test_a_copy_of_a_run_fixes_its_own_launchs_date_a_retry_and_a_resume_keep_the_runs(team, catalog, sent_tasks,
+                                                                                      tmp_path):
+    """Follow-up: a copy of a run (Duplicate) carried the date the run's launch had fixed, so a run launched today
+    rendered that old day. The date Temper fixed is recorded (Run.stamped_template_date): a copy leaves it out for its
+    own launch to fix today's; a retry or a resume is the same run and keeps it; a date the user wrote stays."""
+    from datetime import datetime
+
+    llama = _llama_3_2(team, tmp_path)
+    run = services.run_create(project=team.project, spec=sft_spec(catalog, model=llama), user=team.teammate)
+    assert run.stamped_template_date == run.spec["data"]["chat_template_kwargs"]["date_string"]
+    run = launched_back_then(run, "01 Jan 2020")
+
+    spec, left_out = services.spec_of_a_copy(run)
+    assert left_out == "01 Jan 2020" and spec["data"]["chat_template_kwargs"] == {}
+    assert run.spec["data"]["chat_template_kwargs"] == {"date_string": "01 Jan 2020"}  # the run's own is untouched
+    before = datetime.now().strftime("%d %b %Y")
+    copied = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    today = copied.spec["data"]["chat_template_kwargs"]["date_string"]
+    assert today in {before, datetime.now().strftime("%d %b %Y")}
+    assert copied.resolved_spec["data"]["chat_template_kwargs"] == {"date_string": today}
+    assert copied.stamped_template_date == today
+
+    retry = services.run_retry(run=run, user=team.teammate)
+    assert retry.spec["data"]["chat_template_kwargs"] == {"date_string": "01 Jan 2020"}
+    assert Run.objects.get(pk=retry.pk).stamped_template_date == "01 Jan 2020"
+    assert services.spec_of_a_copy(retry)[1] == "01 Jan 2020"  # a copy of the retry fixes its own day too
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    resumed = services.run_resume(run=run, user=team.teammate)
+    assert resumed.resolved_spec["data"]["chat_template_kwargs"] == {"date_string": "01 Jan 2020"}
+
+    written = sft_spec(catalog, model=llama)
+    written["data"]["chat_template_kwargs"] = {"date_string": "01 Jan 2020", "custom": 1}
+    own = services.run_create(project=team.project, spec=written, user=team.teammate)
+    assert own.stamped_template_date == ""
+    assert services.spec_of_a_copy(own) == (own.spec, None)
+    # A model whose own variables give the date: nothing fixed, nothing left out.
+    dated = services.run_create(project=team.project, user=team.teammate, spec=sft_spec(
+        catalog, model=_llama_3_2(team, tmp_path, name="own-date", date_string="02 Feb 2031")))
+    assert dated.stamped_template_date == "" and services.spec_of_a_copy(dated) == (dated.spec, None)
 
 
 def test_a_launch_reads_the_models_tokenizer_settings_once(team, catalog, sent_tasks, tmp_path, monkeypatch):

@@ -118,6 +118,39 @@ def test_launching_with_a_layout_on_two_hosts_from_the_form(team, catalog, clien
     assert 'name="parallel.data" value=""' in copy  # no parallel section: blank, the default layout
 
 
+def test_a_copy_says_its_launch_writes_todays_template_date_and_launches_with_it(team, catalog, client_for,
+                                                                                  sent_tasks, tmp_path):
+    """Follow-up: Duplicate carried the date an old run's launch had fixed in data.chat_template_kwargs, so the copy
+    rendered that old day. The copy's form leaves that date out and says its launch writes today's."""
+    from datetime import datetime
+
+    from tests.webapp.runs.test_services import _llama_3_2, launched_back_then
+
+    spec = sft_spec(catalog, model=_llama_3_2(team, tmp_path))
+    spec["data"]["chat_template_kwargs"] = {"custom": 1}
+    original = launched_back_then(services.run_create(project=team.project, spec=spec, user=team.teammate),
+                                  "01 Jan 2020")
+    today = datetime.now().strftime("%d %b %Y")
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={original.public_id}").content.decode()
+    note = page.split('id="copy-notes">')[1].split("</div>")[0]
+    assert ("rendered its chats with 01 Jan 2020, the date its launch wrote into data.chat_template_kwargs.date_string"
+            in note and f"its launch writes the day it is launched, today, {today}." in note)
+    assert "01 Jan 2020" not in page.replace(note, "")  # neither editor holds it
+    yaml_text = html.unescape(page.split('name="spec_yaml"')[1].split(">", 1)[1].split("</textarea>")[0])
+    assert "chat_template_kwargs:\n    custom: 1\n" in yaml_text
+    response = client_for(team.teammate).post("/p/alpha/runs/new/", {
+        "mode": "yaml", "task": "sft", "name": "copied", "spec_yaml": yaml_text})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    copied = Run.objects.get(name="copied")
+    assert copied.spec["data"]["chat_template_kwargs"] == {"custom": 1, "date_string": copied.stamped_template_date}
+    assert copied.stamped_template_date in {today, datetime.now().strftime("%d %b %Y")}
+    # A run whose date its author wrote is copied with it, and nothing is said.
+    spec["data"]["chat_template_kwargs"] = {"date_string": "01 Jan 2020"}
+    written = services.run_create(project=team.project, spec=spec, user=team.teammate)
+    page = client_for(team.teammate).get(f"/p/alpha/runs/new/?from={written.public_id}").content.decode()
+    assert 'id="copy-notes"' not in page and "date_string: 01 Jan 2020" in html.unescape(page)
+
+
 def test_a_layout_that_does_not_fit_the_pool_is_named_and_nothing_is_saved(team, catalog, client_for, sent_tasks,
                                                                         tpu_pool):
     form = _layout_form(catalog, **{"parallel.data": "2", "parallel.fsdp": "2", "hosts": "2", "pool": "tpu"})
