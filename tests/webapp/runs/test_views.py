@@ -827,6 +827,51 @@ def test_the_final_steps_checkpoint_is_shown_once_as_the_final_model(team, run, 
     assert CheckpointExport.objects.filter(run=run, step=6).exists()
 
 
+def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not_exported(
+        team, run, client_for, sent_tasks, monkeypatch):
+    """First-use pass: only the succeeded run's final model had *Launch a run from it*; to go on from a checkpoint
+    a user exported it, then found it among every model of the launch form. An exported checkpoint and the final
+    model link the launch form with them chosen; a checkpoint not exported has the action as a button that exports
+    it first (the launch resolves run_…@N to its export) and comes back with ?launch=N, for the page to open the
+    form once the export is done. For members, of runs whose models write text and are not archived."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=9)
+    run.refresh_from_db()
+    for step in (3, 6, 9):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=9, path=str(run.output_dir / "export"))
+    (run.output_dir / "export-step-3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=run.output_dir / "export-step-3")
+    client = client_for(team.teammate)
+
+    def items(client):
+        partial = client.get(url(run, "checkpoints/")).content.decode()
+        return {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 6, 9)}
+
+    shown = items(client)
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3">Launch a run from it</a>' in shown[3]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}">Launch a run from it</a>' in shown[9]
+    assert '<button type="submit" name="then" value="launch">Launch a run from it</button>' in shown[6]
+    assert "exports it first" in shown[6]
+    form = client.get(f"/p/alpha/runs/new/?model={run.public_id}@3").content.decode()
+    assert f'<option value="{run.public_id}@3" selected>' in form
+
+    # The button exports checkpoint 6 and brings the page back with ?launch=6.
+    response = client.post(url(run, "export/"), {"step": "6", "then": "launch"})
+    assert response.status_code == 302 and response["Location"] == url(run) + "?launch=6"
+    assert CheckpointExport.objects.get(run=run, step=6).status == "exporting"
+    assert client.post(url(run, "export/"), {"step": "3"}).status_code == 302  # plain Export: the page as before
+    assert "Exporting checkpoint 6 first: a run starts from an exported checkpoint" in client.get(url(run)).content.decode()
+
+    # Viewers launch nothing; an archived run's models are not offered by the form; a reward model scores text.
+    assert "Launch a run from it" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert "Launch a run from it" not in client.get(url(run, "checkpoints/")).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False, task="reward")
+    assert "Launch a run from it" not in client.get(url(run, "checkpoints/")).content.decode()
+
+
 def test_each_checkpoint_shows_the_eval_loss_to_choose_it_by_and_the_best_is_marked(team, run, client_for):
     """The checkpoints list gave steps only, nothing to choose one by: each now shows the run's ranking metric
     (eval loss for sft) as last evaluated at or before it, and the one the trainer keeps as best is marked."""
