@@ -824,6 +824,19 @@ def checkpoint_states(*, run: Run) -> dict[str, str]:
             for step in sorted({*checkpoint_steps(run), *exported})}
 
 
+def checkpoint_launch_state(*, run: Run, step: int) -> tuple[str, str]:
+    """What a checkpoint's *Launch a run from it* finds at ``step``, from a page that showed it not exported:
+    ``("model", ref)`` when it is a model already (exported since, by a teammate or another page; or the final model),
+    to open the launch form with; ``("exporting", "")`` while an export of it runs, to wait for; else ``("", "")``."""
+    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
+        return "model", f"{run.public_id}@{step}"
+    if step == final_model_step(run):
+        return "model", run.public_id
+    if run.checkpoint_exports.filter(step=step, status=CheckpointExportStatus.EXPORTING).exists():
+        return "exporting", ""
+    return "", ""
+
+
 def launch_warnings(*, run: Run) -> list[str]:
     """What its launch logged as warnings about the run's spec (``services.plan_warnings``): the run
     started all the same, and the page it opens on says them again."""

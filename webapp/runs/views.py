@@ -685,8 +685,16 @@ def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpR
         step = whole_number(raw)
         if step is None:
             raise ValidationError({"step": f"choose a checkpoint step, not {raw!r}"})
-        services.checkpoint_export_request(run=run, step=step, user=request.user)
         page = reverse("runs:detail", args=[project.slug, run.public_id])
+        if then_launch:  # from a page that showed it not exported: exported since, or being exported, it is not again
+            state, model = selectors.checkpoint_launch_state(run=run, step=step)
+            if state == "model":
+                return f"{reverse('runs:new', args=[project.slug])}?{urlencode({'model': model})}"
+            if state == "exporting":
+                messages.info(request, f"Checkpoint {step} is being exported already: the launch form opens with it "
+                                       "once it is done, if this page is still open.")
+                return f"{page}?{urlencode({'launch': step})}"
+        services.checkpoint_export_request(run=run, step=step, user=request.user)
         if not then_launch:
             messages.success(request, f"Exporting checkpoint {step}; runs can start from it once it is listed.")
             return page

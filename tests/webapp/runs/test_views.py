@@ -864,8 +864,17 @@ def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not
     response = client.post(url(run, "export/"), {"step": "6", "then": "launch"})
     assert response.status_code == 302 and response["Location"] == url(run) + "?launch=6"
     assert CheckpointExport.objects.get(run=run, step=6).status == "exporting"
-    assert client.post(url(run, "export/"), {"step": "3"}).status_code == 302  # plain Export: the page as before
     assert "Exporting checkpoint 6 first: a run starts from an exported checkpoint" in client.get(url(run)).content.decode()
+    # From a page shown before: one exported since (or the final model) opens the form at once; one being exported is
+    # waited for, not refused as being exported.
+    assert client.post(url(run, "export/"), {"step": "3", "then": "launch"})["Location"] == (
+        f"/p/alpha/runs/new/?model={run.public_id}%403")
+    assert client.post(url(run, "export/"), {"step": "9", "then": "launch"})["Location"] == (
+        f"/p/alpha/runs/new/?model={run.public_id}")
+    assert client.post(url(run, "export/"), {"step": "6", "then": "launch"})["Location"] == url(run) + "?launch=6"
+    assert "Checkpoint 6 is being exported already" in client.get(url(run)).content.decode()
+    response = client.post(url(run, "export/"), {"step": "6"}, follow=True)  # plain Export: refused, as before
+    assert "is being exported; it is listed on the run&#x27;s page once it is done" in response.content.decode()
 
     # Viewers launch nothing; an archived run's models are not offered by the form; a reward model scores text.
     assert "Launch a run from it" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
