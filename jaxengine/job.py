@@ -226,8 +226,16 @@ def changed_training_data_problem(saved_settings: dict[str, Any], spec: JobSpec,
     return (f"{'; '.join(changed)}: {'it decides' if one else 'they decide'} what the run trains on in each row of "
             "the training file, so the resumed run would train on other examples than its checkpoint's; put "
             f"{'it' if one else 'them'} back as saved to resume, or train under the new "
-            f"{'value' if one else 'values'} as a new run from that checkpoint: export checkpoint {step} (on the "
-            f"run's page, or jaxengine export --run {run_dir} --step {step}) and launch a run from the exported model")
+            f"{'value' if one else 'values'} as a new run from checkpoint {step}: its Launch a run from it, under "
+            "Checkpoints on the run's page, exports it first and opens the launch form with it"
+            + command_line_export(run_dir, step))
+
+
+def command_line_export(run_dir: Path, step: int) -> str:
+    """The command-line way to a new run from checkpoint ``step`` of ``run_dir``, as said after the web's in a
+    refusal; the web app leaves it out of what it shows (``webapp.runs.reporting.in_project_terms``), as its users
+    have the page's action and no shell on the server."""
+    return f" (or jaxengine export --run {run_dir} --step {step}, then a run from the exported model)"
 
 
 def refuse_changed_training_data(spec: JobSpec, run_dir: Path, files: dict[str, dict[str, str]]) -> None:

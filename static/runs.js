@@ -463,11 +463,29 @@
     return document.querySelector('#checkpoints li[data-state="exporting"]') !== null;
   }
 
+  // A checkpoint's "Launch a run from it" before its export exports it first and opens this page with
+  // ?launch=<step>: the launch form opens with that checkpoint once the list shows it exported. The step is
+  // taken out of the address first, so that Back from the form does not open it again; an export that failed
+  // takes it out too (its item says why).
+  function launchWhenExported() {
+    var query = new URLSearchParams(window.location.search);
+    var step = query.get("launch");
+    if (step === null) return;
+    var item = document.querySelector('#checkpoints li[data-step="' + CSS.escape(step) + '"]');
+    if (item && item.dataset.state === "exporting") return;
+    query.delete("launch");
+    var rest = query.toString();
+    window.history.replaceState(null, "", window.location.pathname + (rest ? "?" + rest : "") + window.location.hash);
+    var link = item && item.dataset.state === "exported" ? item.querySelector("a.launch-from-checkpoint") : null;
+    if (link) window.location.assign(link.href);
+  }
+
   function loadCheckpoints() {
     return fetch(config.dataset.checkpointsUrl, { credentials: "same-origin" })
       .then(function (response) { return response.text(); })
       .then(function (html) {
         document.getElementById("checkpoints").innerHTML = html;  // a server-rendered partial, escaped by Django
+        launchWhenExported();
         if (config.dataset.active || exportRunning() || !(source || pollTimer)) return;
         stopListening();
         // The catch-up that loaded this partial may have read the log before the last export ended,
@@ -618,6 +636,7 @@
   addSeries(series);
   showProgress(progress);
   bindSampleFilter();
+  launchWhenExported();
   if (config.dataset.active || exportRunning()) listen();
   watchFinished();
 })();

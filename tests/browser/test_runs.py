@@ -691,6 +691,45 @@ def test_the_last_export_s_log_line_is_shown_when_its_event_comes_after_the_page
     assert page.locator("#log", has_text="export of checkpoint 3 failed").is_visible()
 
 
+def test_a_checkpoints_launch_a_run_from_it_exports_it_first_then_opens_the_launch_form_with_it(
+        page, live_server, monkeypatch, tmp_path):
+    """First-use pass: to go on from step 3 a user had to export it, find the export among every model and
+    checkpoint of the launch form, then launch. Each checkpoint has *Launch a run from it*: one not exported yet
+    is exported first (a run starts from an exported checkpoint), and the launch form opens with it once that is
+    done; an exported one's opens the form at once; the run launched names the checkpoint as its model."""
+    sent = []
+    monkeypatch.setattr("webapp.celery.app.send_task", lambda name, *args, **kwargs: sent.append(name))
+    team = make_team(slug="launchfromstep")
+    data = make_ready_version(team.project)
+    run = Run.objects.create(project=team.project, name="long sft", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": str(tmp_path)}, created_by=team.owner,
+                             total_steps=6, current_step=6)
+    for step in (3, 6):
+        (tmp_path / "checkpoints" / str(step)).mkdir(parents=True)
+    test_projects.log_in(page, live_server.url, team.teammate.username)
+    run_page = f"{live_server.url}/p/launchfromstep/runs/{run.public_id}/"
+    page.goto(run_page)
+    page.locator("#checkpoints li[data-step='3']").get_by_role("button", name="Launch a run from it").click()
+    page.locator("#checkpoints li[data-step='3'][data-state='exporting']").wait_for()
+    assert sent == [services.EXPORT_CHECKPOINT_TASK]
+    assert "Exporting checkpoint 3 first" in page.locator(".messages").inner_text()
+
+    (tmp_path / "export-step-3").mkdir()
+    services.checkpoint_export_finish(run=run, step=3, export_dir=tmp_path / "export-step-3")  # as the worker would
+    page.wait_for_url("**/runs/new/?model=*", timeout=20_000)
+    assert page.input_value("#spec-model") == f"{run.public_id}@3"
+    page.select_option("#spec-data-train", data.public_id)
+    page.fill("#id_name", "on from step 3")
+    derived = launch(page)
+    assert derived.spec["model"] == f"{run.public_id}@3" and derived.source_run == run
+
+    # Back on the run's page, the exported checkpoint's link opens the form with it chosen, and nothing opens by itself.
+    page.goto(run_page)
+    page.locator("#checkpoints li[data-step='3']").get_by_role("link", name="Launch a run from it").click()
+    page.wait_for_url("**/runs/new/?model=*")
+    assert page.input_value("#spec-model") == f"{run.public_id}@3"
+
+
 def test_the_compare_legend_sits_clear_of_the_x_axis(page, live_server, monkeypatch):
     """The legend was drawn across the 'step' axis title and the step numbers: it was placed at a
     share of the plot's height below it, which is not where the axis title sits (that is in pixels)."""

@@ -728,16 +728,16 @@ def test_a_resume_under_other_columns_or_loss_on_is_refused_naming_each(demo_dir
     assert str(raised.value) == (
         'data.columns {} when checkpoint 2 was saved, {"completion": "answer"} in this spec: it decides what the run '
         "trains on in each row of the training file, so the resumed run would train on other examples than its "
-        "checkpoint's; put it back as saved to resume, or train under the new value as a new run from that "
-        f"checkpoint: export checkpoint 2 (on the run's page, or jaxengine export --run {run} --step 2) and launch a "
-        "run from the exported model")
+        "checkpoint's; put it back as saved to resume, or train under the new value as a new run from checkpoint 2: "
+        "its Launch a run from it, under Checkpoints on the run's page, exports it first and opens the launch form "
+        f"with it (or jaxengine export --run {run} --step 2, then a run from the exported model)")
     with pytest.raises(JobError) as raised:
         run_job(resumed(columns={"completion": "answer"}, loss_on="all"), progress_bar=False)
     assert str(raised.value).startswith(
         'data.columns {} when checkpoint 2 was saved, {"completion": "answer"} in this spec; data.loss_on '
         '"completion" when checkpoint 2 was saved, "all" in this spec: they decide what the run trains on in each '
         "row of the training file, so the resumed run would train on other examples than its checkpoint's; put them "
-        "back as saved to resume, or train under the new values as a new run from that checkpoint")
+        "back as saved to resume, or train under the new values as a new run from checkpoint 2")
     assert (run / "spec.yaml").read_text() == written
     assert sorted(int(entry.name) for entry in (run / "checkpoints").iterdir() if entry.name.isdigit()) == [1, 2]
     summary = run_job(resumed(columns={}, loss_on="completion"), progress_bar=False)

@@ -71,6 +71,38 @@ def test_both_models_answers_become_the_items(campaign_for, model_dirs, monkeypa
     assert items[0].response_a != items[0].response_b, "two different models"
 
 
+def test_a_runs_model_renders_its_prompts_with_its_run_rows_variables(db, model_dirs, monkeypatch, tmp_path):
+    """A run's export made before exports kept chat_template_kwargs.json had its variables from the run directory's
+    spec.yaml alone: the campaign keeps the Run row's with the model, and each prompt is rendered with them, the
+    campaign's Thinking switch over them."""
+    import jaxengine.data.pipeline
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    monkeypatch.setattr(celery_app, "send_task", lambda *args, **kwargs: None)
+    rendered = []
+    encode = jaxengine.data.pipeline.encode_prompt
+    monkeypatch.setattr(jaxengine.data.pipeline, "encode_prompt",
+                        lambda tokenizer, prompt, **variables: (rendered.append(variables), encode(tokenizer, prompt,
+                                                                                                   **variables))[1])
+    team = make_team()
+    variables = {"enable_thinking": False, "date_string": "01 Jan 2030"}
+    run = Run.objects.create(project=team.project, name="trained off", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, created_by=team.owner,
+                             resolved_spec={"output_dir": str(tmp_path), "data": {"chat_template_kwargs": variables}})
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(model_dirs[0]))
+    other = make_base_model(team.project, name="tiny-1", path=str(model_dirs[1]))
+    version = make_ready_version(team.project, name="questions", kind="prompts", rows=PROMPTS, user=team.owner)
+    campaign = services.campaign_generate(
+        project=team.project, name="run vs base", guidelines="", required_reviews=1, reviewers=[team.teammate],
+        model_a=run.public_id, model_b=other.public_id, prompts_version=version, prompt_count=3,
+        sampling=services.GenerationSettings(max_new_tokens=2, temperature=0.0, enable_thinking=True), user=team.owner)
+    assert campaign.generation["model_a"]["template_kwargs"] == variables
+    review.generate_campaign_answers(campaign.pk)
+    campaign.refresh_from_db()
+    assert campaign.status == CampaignStatus.READY, campaign.load_error
+    assert rendered == 3 * [{"enable_thinking": True, "date_string": "01 Jan 2030"}] + 3 * [{"enable_thinking": True}]
+
+
 def test_a_prompt_a_model_cannot_take_fails_the_campaign(campaign_for):
     campaign = campaign_for(max_new_tokens=1000, temperature=0.0)  # the tiny models' context is 256 tokens
     review.generate_campaign_answers(campaign.pk)

@@ -493,8 +493,9 @@ def _request(body: _Body, choice, generation_id: str, *, messages=None, prompt=N
     if messages is not None:
         request["messages"] = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
                                for m in messages]
-        if body.chat_template_kwargs:
-            request["chat_template_kwargs"] = body.chat_template_kwargs
+        # A run's model's variables as its Run row has them (ModelChoice.template_kwargs), then the request's.
+        if variables := {**choice.template_kwargs, **(body.chat_template_kwargs or {})}:
+            request["chat_template_kwargs"] = variables
     else:
         request["prompt"] = prompt
     return request

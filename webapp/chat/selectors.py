@@ -4,9 +4,10 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -28,7 +29,9 @@ class ModelChoice:
     quantized serving copy once it has one: ``webapp.runs.serving_copies.served_model``) and that copy's
     ``quantization`` (int8, int4; "" when the model serves unquantized). ``option_label`` is the label
     with the model's or run's name bidi-isolated and the copy named, for an ``<option>`` (``label`` is
-    stored on conversations and compared, so it stays the plain name, whichever copy serves)."""
+    stored on conversations and compared, so it stays the plain name, whichever copy serves).
+    ``template_kwargs`` are a run's model's chat template variables (``_template_kwargs``), sent with each of
+    its requests under a request's own."""
 
     ref: str
     label: str
@@ -36,6 +39,7 @@ class ModelChoice:
     path: str
     quantization: str = ""
     created: int = 0  # when the model was registered or its run finished (Unix seconds), for /v1/models
+    template_kwargs: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def cache_key(self) -> str:
@@ -57,6 +61,7 @@ class _Model:
     copy_dir: Path
     created: datetime | None
     archived: bool = False  # its run's: left out of the pickers
+    template_kwargs: dict[str, Any] = field(default_factory=dict, compare=False)  # its run's: _template_kwargs
 
     @property
     def label(self) -> str:
@@ -76,16 +81,30 @@ def _project_models(project: Project) -> list[_Model]:
                  .exclude(run__task=REWARD_TASK)
                  .order_by("-run__created_at", "run_id", "-kind", "-step")  # kind "model" after "checkpoint"
                  .values_list("kind", "path", "created_at", "run__public_id", "run__name", "run__status",
-                              "run__finished_at", "run__created_at", "run__archived"))
-    for kind, path, created, run_id, run_name, status, finished, run_created, archived in artifacts:
+                              "run__finished_at", "run__created_at", "run__archived",
+                              # the variables alone, not the whole spec: _template_kwargs
+                              "run__resolved_spec__data__chat_template_kwargs", "run__spec__data__chat_template_kwargs"))
+    for (kind, path, created, run_id, run_name, status, finished, run_created, archived, resolved_variables,
+         written_variables) in artifacts:
+        variables = _template_kwargs(resolved_variables if resolved_variables is not None else written_variables)
         if kind == "model" and status == RunStatus.SUCCEEDED:
             models.append(_Model(ref=run_id, before="Run: ", name=run_name, source=path,
-                                 copy_dir=export_copy_dir(path), created=finished or run_created, archived=archived))
+                                 copy_dir=export_copy_dir(path), created=finished or run_created, archived=archived,
+                                 template_kwargs=variables))
         elif kind == "checkpoint" and (match := _CHECKPOINT_DIR.search(path)):
             models.append(_Model(ref=f"{run_id}:step-{match.group(1)}", before="Run: ", name=run_name,
                                  after=f", checkpoint {match.group(1)}", source=path, copy_dir=export_copy_dir(path),
-                                 created=created, archived=archived))
+                                 created=created, archived=archived, template_kwargs=variables))
     return models
+
+
+def _template_kwargs(variables: Any) -> dict[str, Any]:
+    """A run's ``data.chat_template_kwargs`` (as the engine ran it, else as written), which its exports' models are
+    chatted with. An export keeps them in its ``chat_template_kwargs.json`` (over its base model's own); one made
+    before exports kept them has none, and the engine then reads them from the run's ``spec.yaml`` beside the export:
+    the web sends the Run row's with every request for a run's model instead (``ModelChoice.template_kwargs``), so
+    that the run directory's spec.yaml, gone or written over, changes nothing."""
+    return dict(variables) if isinstance(variables, dict) else {}
 
 
 def _choice(model: _Model, *, shown_label: str) -> ModelChoice:
@@ -98,7 +117,8 @@ def _choice(model: _Model, *, shown_label: str) -> ModelChoice:
         option_label = f"{option_label} ({model.ref})"
     return ModelChoice(ref=model.ref, path=served.path, quantization=served.scheme, label=shown_label,
                        option_label=option_label,
-                       created=int(model.created.timestamp()) if model.created is not None else 0)
+                       created=int(model.created.timestamp()) if model.created is not None else 0,
+                       template_kwargs=model.template_kwargs)
 
 
 def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -110,13 +130,15 @@ def distinct_labels(labels: dict[str, str]) -> dict[str, str]:
 
 def thinking_defaults(choices: list[ModelChoice]) -> dict[str, bool]:
     """The models of ``choices`` whose chat template reads ``enable_thinking`` (Qwen3's switch), by ref, each with
-    the switch's default: off where the model's own template variables (``chat_template_kwargs.json``, a run's
-    export of a run that trained with thinking off) set it false, else on, as the template renders without it."""
+    the switch's default: off where the model's own template variables (``chat_template_kwargs.json``, or for a
+    run's model its run's, ``ModelChoice.template_kwargs``: a run that trained with thinking off) set it false, else
+    on, as the template renders without it."""
     defaults = {}
     for choice in choices:
         default = _thinking_default(choice.path, _template_files_stamp(choice.path))
         if default is not None:
-            defaults[choice.ref] = default
+            trained = choice.template_kwargs.get("enable_thinking", default)
+            defaults[choice.ref] = trained is not False
     return defaults
 
 

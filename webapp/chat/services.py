@@ -162,8 +162,13 @@ def _enqueue_answer(conversation: Conversation, model: ModelChoice) -> Message:
                "stop": conversation.stop,
                "seed": secrets.randbelow(2**31),  # a regenerated answer draws anew
                "fit_context": True}  # a long conversation leaves out its oldest turns instead of failing
-    if conversation.enable_thinking is not None:  # the Thinking switch, over the model's own template variables
-        request["chat_template_kwargs"] = {"enable_thinking": conversation.enable_thinking}
+    # A run's model's variables as its Run row has them (ModelChoice.template_kwargs), then the Thinking switch, over
+    # the model's own.
+    variables = dict(model.template_kwargs)
+    if conversation.enable_thinking is not None:
+        variables["enable_thinking"] = conversation.enable_thinking
+    if variables:
+        request["chat_template_kwargs"] = variables
     transaction.on_commit(lambda: celery_app.send_task(GENERATE_TASK, args=[request], queue="serve",
                                                        expires=generation_expiry_seconds()))
     return answer

@@ -517,12 +517,14 @@ class GenerationSettings:
         return {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
 
 
-def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, str]:
+def _generation_model(project: Project, field_name: str, ref: str) -> dict[str, Any]:
     choice = model_choice(project=project, ref=ref)
     if choice is None:
         raise ValidationError({field_name: f"{ref!r} is not a model of {project.slug}: choose a base model, a "
                                            "succeeded run or an exported checkpoint"})
-    return {"ref": choice.ref, "label": choice.label, "path": choice.path, "cache_key": choice.cache_key}
+    # template_kwargs: a run's model's variables as its Run row has them (the serve worker lays the Thinking switch over).
+    return {"ref": choice.ref, "label": choice.label, "path": choice.path, "cache_key": choice.cache_key,
+            "template_kwargs": choice.template_kwargs}
 
 
 @transaction.atomic

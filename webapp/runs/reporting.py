@@ -48,6 +48,7 @@ import json
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -61,6 +62,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 
+from jaxengine.job import command_line_export
 from jaxengine.words import counted
 from webapp.core.text import storable_model_text
 from webapp.runs import channels
@@ -643,7 +645,12 @@ def data_cut_warnings(*, run: Run, data: Any) -> list[str]:
 def in_project_terms(run: Run, message: str) -> str:
     """The engine's ``message`` about ``run`` with the files it was given named as the project names them:
     a dataset version's file as the version ("row 3 of questions v1 has no 'answer' column", not a path
-    under the data root nobody chose), the starting model's directory as the base model or run."""
+    under the data root nobody chose), the starting model's directory as the base model or run. The command line's
+    way to a new run from one of the run's checkpoints (``jaxengine.job.command_line_export``) is left out: the
+    message names the run page's action for it, and a user of the web has no shell on the server."""
+    if output_dir := (run.resolved_spec or {}).get("output_dir"):
+        for step in set(re.findall(r"--step (\d+)", message)):
+            message = message.replace(command_line_export(Path(output_dir), int(step)), "")
     names = {str(version.absolute_path): str(version) for version in run.dataset_versions.select_related("dataset")}
     model_path = (run.resolved_spec or {}).get("model")
     if isinstance(model_path, str) and model_path:

@@ -8,8 +8,11 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 import redis
@@ -753,12 +756,32 @@ def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
     exported = {artifact.step: artifact for artifact in run.artifacts.filter(kind=ArtifactKind.CHECKPOINT)}
     exports = {export.step: export for export in run.checkpoint_exports.all()}
     copies = checkpoint_serving_copies(run=run, artifacts=exported) if run.generates_text else {}
-    steps = sorted({*checkpoint_steps(run), *exported})
+    saved = checkpoint_steps(run)
+    steps = sorted({*saved, *exported})
     scores = checkpoint_scores(run=run, steps=steps)
     final_step = final_model_step(run)
+    facts = {step: _directory_facts(run.output_dir / "checkpoints" / str(step)) for step in saved}
     return [{"step": step, "artifact": exported.get(step), "export": exports.get(step),
-             "serving_copy": copies.get(step), "score": scores.get(step), "final": step == final_step}
+             "serving_copy": copies.get(step), "score": scores.get(step), "final": step == final_step,
+             # The training checkpoint's own (weights and optimizer state), which a resume may rotate out.
+             "size_bytes": facts[step][0] if step in facts else None,
+             "saved_at": facts[step][1] if step in facts else None}
             for step in steps]
+
+
+def _directory_facts(directory: str | os.PathLike) -> tuple[int, datetime | None]:
+    """The bytes of the files under ``directory`` and when the newest of them was written (None for none), links not
+    followed: what they point to is not the run's."""
+    total, newest = 0, None
+    for folder, _subfolders, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):  # a file removed meanwhile (a checkpoint the run rotated out)
+                status = os.lstat(path)
+                if stat.S_ISREG(status.st_mode):
+                    total += status.st_size
+                    newest = max(newest or 0.0, status.st_mtime)
+    return total, (datetime.fromtimestamp(newest, tz=dt_timezone.utc) if newest is not None else None)
 
 
 def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]]:
@@ -793,8 +816,25 @@ def checkpoint_scores(*, run: Run, steps: list[int]) -> dict[int, dict[str, Any]
 def checkpoint_states(*, run: Run) -> dict[str, str]:
     """``{step: state}`` of every checkpoint: ``exported``, ``exporting``, ``failed`` or ``""`` (never
     asked for). The run page compares it with what it shows, to know when to load its checkpoints again."""
-    return {str(checkpoint["step"]): "exported" if checkpoint["artifact"] else
-            (checkpoint["export"].status if checkpoint["export"] else "") for checkpoint in checkpoint_list(run=run)}
+    # Not from checkpoint_list: the page asks at each catch-up, and that list reads scores, serving copies and
+    # each checkpoint's files.
+    exported = set(run.artifacts.filter(kind=ArtifactKind.CHECKPOINT).values_list("step", flat=True))
+    asked = dict(run.checkpoint_exports.values_list("step", "status"))
+    return {str(step): "exported" if step in exported else asked.get(step, "")
+            for step in sorted({*checkpoint_steps(run), *exported})}
+
+
+def checkpoint_launch_state(*, run: Run, step: int) -> tuple[str, str]:
+    """What a checkpoint's *Launch a run from it* finds at ``step``, from a page that showed it not exported:
+    ``("model", ref)`` when it is a model already (exported since, by a teammate or another page; or the final model),
+    to open the launch form with; ``("exporting", "")`` while an export of it runs, to wait for; else ``("", "")``."""
+    if run.artifacts.filter(kind=ArtifactKind.CHECKPOINT, step=step).exists():
+        return "model", f"{run.public_id}@{step}"
+    if step == final_model_step(run):
+        return "model", run.public_id
+    if run.checkpoint_exports.filter(step=step, status=CheckpointExportStatus.EXPORTING).exists():
+        return "exporting", ""
+    return "", ""
 
 
 def launch_warnings(*, run: Run) -> list[str]:
@@ -893,14 +933,7 @@ def ensure_may_cancel_pipeline(*, membership: Membership) -> None:
 def run_disk_bytes(*, run: Run) -> int:
     """The bytes of the run's directory on the server — checkpoints, exported models, serving copies, logs —
     which deleting it frees (links not followed: what they point to is not the run's)."""
-    total = 0
-    for folder, _subfolders, files in os.walk(run_output_dir(run.public_id)):
-        for name in files:
-            path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                with contextlib.suppress(OSError):  # a file removed meanwhile (a checkpoint the run rotated out)
-                    total += os.stat(path).st_size
-    return total
+    return _directory_facts(run_output_dir(run.public_id))[0]
 
 
 def run_readers(*, run: Run) -> list[str]:

@@ -683,17 +683,37 @@ def run_retry(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def run_export_checkpoint(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Export a checkpoint; sent by a checkpoint's *Launch a run from it* (``then=launch``), the run's page opens
+    with ``?launch=<step>``, and ``static/runs.js`` opens the launch form with that checkpoint once it is exported:
+    a run starts from an exported checkpoint (``services._resolve_model``), which the train queue writes."""
+    project, _membership, run = get_run_for_user(request.user, slug, run_id, write=True)
     raw = request.POST.get("step", "")
+    then_launch = request.POST.get("then") == "launch"
 
-    def export(run):
+    def export() -> str:
         step = whole_number(raw)
         if step is None:
             raise ValidationError({"step": f"choose a checkpoint step, not {raw!r}"})
-        result = services.checkpoint_export_request(run=run, step=step, user=request.user)
-        messages.success(request, f"Exporting checkpoint {raw}; runs can start from it once it is listed.")
-        return result
+        page = reverse("runs:detail", args=[project.slug, run.public_id])
+        if then_launch:  # from a page that showed it not exported: exported since, or being exported, it is not again
+            state, model = selectors.checkpoint_launch_state(run=run, step=step)
+            if state == "model":
+                return f"{reverse('runs:new', args=[project.slug])}?{urlencode({'model': model})}"
+            if state == "exporting":
+                messages.info(request, f"Checkpoint {step} is being exported already: the launch form opens with it "
+                                       "once it is done, if this page is still open.")
+                return f"{page}?{urlencode({'launch': step})}"
+        services.checkpoint_export_request(run=run, step=step, user=request.user)
+        if not then_launch:
+            messages.success(request, f"Exporting checkpoint {step}; runs can start from it once it is listed.")
+            return page
+        messages.success(request, f"Exporting checkpoint {step} first: a run starts from an exported checkpoint. "
+                                  "The launch form opens with it once it is exported, if this page is still open; "
+                                  "otherwise its Launch a run from it under Checkpoints opens it.")
+        return f"{page}?{urlencode({'launch': step})}"
 
-    return _action(request, slug, run_id, export)
+    return redirect(sent_once_or_refused(request, create=export,
+                                         back=reverse("runs:detail", args=[project.slug, run.public_id])))
 
 
 @login_required

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
@@ -83,7 +84,7 @@ class GenerationStopped(Exception):
     """The campaign is no longer generating (cancelled or deleted by an owner): the rest is not asked."""
 
 
-def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt],
+def model_answers(model: dict[str, Any], prompts: list[services.GenerationPrompt],
                   settings: services.GenerationSettings, *, on_progress: Callable[[int], bool]) -> list[str]:
     """``model``'s answer to every prompt, generated through the serve worker's cache and batching
     server for that model, so that a model already loaded for chats is not loaded twice.
@@ -92,7 +93,8 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     submitted: chats arriving meanwhile join the next batch instead of waiting behind the whole
     campaign. ``on_progress`` is told the answers so far after each slice and says whether to go on
     (``GenerationStopped`` when not). Prompt ``i`` uses seed ``settings.seed + i`` (the same for both models), and is
-    rendered with ``settings.chat_template_kwargs`` (the Thinking switch) over the model's own template variables.
+    rendered with ``settings.chat_template_kwargs`` (the Thinking switch) over a run's model's ``template_kwargs`` (its
+    Run row's, ``webapp.chat.selectors.ModelChoice``) over the model's own template variables.
     Each answer has ``TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS`` from its slice's submission; one cut
     by it ends the generation (``GenerationError``, naming the model, the row and what to do)."""
     from jaxengine.data.pipeline import DataError, encode_prompt
@@ -105,11 +107,13 @@ def model_answers(model: dict[str, str], prompts: list[services.GenerationPrompt
     # Without a deadline one slice could hold the serve worker (and the chats waiting behind it) for as long as it
     # took; a chat answer's (TEMPER_SERVE_TIMEOUT_SECONDS) would be too short for a campaign's longest answers.
     timeout = django_settings.TEMPER_REVIEW_ANSWER_TIMEOUT_SECONDS
+    # A run's model's variables as its Run row has them (a campaign made before they were recorded has none).
+    variables = {**model.get("template_kwargs", {}), **settings.chat_template_kwargs}
     requests = []
     for index, prompt in enumerate(prompts):
         try:
             request = ServeRequest(
-                prompt_ids=tuple(encode_prompt(tokenizer, prompt.prompt, **settings.chat_template_kwargs)),
+                prompt_ids=tuple(encode_prompt(tokenizer, prompt.prompt, **variables)),
                 params=SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                                       top_p=settings.top_p, top_k=settings.top_k, seed=settings.seed + index))
             server.decoder.check(request)

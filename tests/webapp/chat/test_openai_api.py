@@ -930,6 +930,31 @@ def test_chat_template_kwargs_are_sent_to_the_serve_worker(api, worker):
     assert requests[0]["chat_template_kwargs"] == variables and "chat_template_kwargs" not in requests[1]
 
 
+def test_a_runs_model_is_sent_its_run_rows_variables_under_the_requests(api, worker, team, tmp_path):
+    """A run's export made before exports kept chat_template_kwargs.json had its variables from the run directory's
+    spec.yaml alone: its Run row's go with each chat completion, a request's own over them; a raw completion renders
+    no template and gets none."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    _model, headers = api
+    scripts, requests = worker
+    scripts += [ANSWER, ANSWER, ANSWER]
+    variables = {"enable_thinking": False, "date_string": "01 Jan 2030"}
+    run = Run.objects.create(project=team.project, name="trained off", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft"}, created_by=team.owner,
+                             resolved_spec={"output_dir": str(tmp_path), "data": {"chat_template_kwargs": variables}})
+    (tmp_path / "export-step-4").mkdir()
+    Artifact.objects.create(run=run, kind=ArtifactKind.CHECKPOINT, step=4, path=str(tmp_path / "export-step-4"))
+    checkpoint = {**CHAT, "model": f"{run.public_id}:step-4"}
+    assert post("/v1/chat/completions", checkpoint, headers).status_code == 200
+    assert post("/v1/chat/completions", {**checkpoint, "chat_template_kwargs": {"enable_thinking": True}},
+                headers).status_code == 200
+    assert post("/v1/completions", {"model": checkpoint["model"], "prompt": "hi"}, headers).status_code == 200
+    assert requests[0]["chat_template_kwargs"] == variables
+    assert requests[1]["chat_template_kwargs"] == {"enable_thinking": True, "date_string": "01 Jan 2030"}
+    assert "chat_template_kwargs" not in requests[2]
+
+
 @pytest.mark.parametrize("variables,message", [
     ([1], 'chat_template_kwargs: [1] is not a JSON object; give a JSON object of chat template variables'),
     ({"enable_thinking": [False]}, 'chat_template_kwargs["enable_thinking"]: [false] is not text'),

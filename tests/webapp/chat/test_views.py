@@ -795,6 +795,33 @@ def test_an_export_made_before_exports_kept_their_variables_defaults_to_its_runs
         old_export.public_id: False}
 
 
+def test_a_runs_model_is_chatted_with_its_run_rows_variables_whatever_its_directory_holds(
+        team, client_for, sent, tmp_path, django_capture_on_commit_callbacks):
+    """A run's export made before exports kept chat_template_kwargs.json took its run's variables from the run
+    directory's spec.yaml: with that file gone (or written over) the chat rendered the model otherwise than it
+    was trained. The Run row's data.chat_template_kwargs decide: the Thinking switch's default, and every turn's
+    variables (under the switch's own)."""
+    from webapp.runs.models import Artifact, ArtifactKind, Run, RunStatus
+
+    variables = {"enable_thinking": False, "date_string": "01 Jan 2030"}
+    run = Run.objects.create(project=team.project, name="trained off", task="sft", status=RunStatus.SUCCEEDED,
+                             spec={"task": "sft", "data": {"chat_template_kwargs": variables}},
+                             resolved_spec={"output_dir": str(tmp_path / "run"), "data": {"chat_template_kwargs": variables}},
+                             created_by=team.owner)
+    (tmp_path / "run").mkdir()
+    export = thinking_model_dir(tmp_path / "run" / "export")  # no chat_template_kwargs.json, no spec.yaml beside it
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, path=str(export))
+    client = client_for(team.teammate)
+    page = client.get(reverse("chat:list", args=[team.project.slug])).content.decode()
+    switch = re.search(r'<input type="checkbox" name="thinking"[^>]*>', page).group(0)
+    assert json.loads(re.search(r'data-thinking-defaults="([^"]*)"', switch).group(1).replace("&quot;", '"')) == {
+        run.public_id: False}
+    with django_capture_on_commit_callbacks(execute=True):
+        conversation = conversation_of(team, client_for, run, thinking="on")
+        client.post(url("send", conversation), {"content": "2+2?"})
+    assert sent[-1][1][0]["chat_template_kwargs"] == {"enable_thinking": True, "date_string": "01 Jan 2030"}
+
+
 def test_no_thinking_switch_where_no_model_reads_it(team, client_for, base_model):
     page = client_for(team.teammate).get(reverse("chat:list", args=[team.project.slug])).content.decode()
     assert 'name="thinking"' not in page

@@ -405,6 +405,26 @@ def test_a_failure_names_the_runs_files_as_the_project_names_them(running_run):
     assert str(version.absolute_path) not in failed.log_lines.last().message
 
 
+def test_a_resume_refused_for_changed_training_data_names_the_checkpoints_launch_action(running_run):
+    """A resume under another data.columns is refused by the engine (``refuse_changed_training_data``), whose way on
+    said "export checkpoint 400 (on the run's page, or jaxengine export --run <the server's run directory> --step
+    400) and launch a run from the exported model": three steps on the page, and a command for a shell a user of the
+    web does not have. The run's message names the checkpoint's Launch a run from it, which does them, and no
+    command or server path."""
+    from jaxengine.job import JobError, changed_training_data_problem
+    from jaxengine.spec import parse_spec
+
+    spec = parse_spec({**running_run.resolved_spec, "data": {**running_run.resolved_spec["data"],
+                                                            "columns": {"completion": "answer"}}})
+    problem = changed_training_data_problem({"data": {"columns": {}}}, spec, run_dir=running_run.output_dir, step=400)
+    assert "jaxengine export" in problem  # the engine's own says both ways, for its command line
+    failed = reporting.run_fail(run=running_run, error=JobError(problem))
+    assert failed.error_message.endswith(
+        "as a new run from checkpoint 400: its Launch a run from it, under Checkpoints on the run's page, exports it "
+        "first and opens the launch form with it")
+    assert "jaxengine" not in failed.error_message and str(running_run.output_dir) not in failed.error_message
+
+
 def test_an_engine_summary_of_failure_names_the_runs_files_as_the_project_names_them(running_run):
     version = running_run.dataset_versions.get()
     finished = reporting.run_finish(run=running_run, summary={

@@ -1,9 +1,11 @@
 """Run pages with an owner, a teammate, a viewer and an outsider: the launch form built from the
 schema, its errors by field, the YAML view, duplicate, the run page and its endpoints, actions,
 the table and the compare page."""
+import datetime
 import html
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
@@ -14,6 +16,7 @@ from django.urls import reverse
 from tests.webapp.factories import make_base_model
 from tests.webapp.runs.conftest import make_pool_worker, sft_spec
 from webapp.core.bidi import FSI, PDI, isolated
+from webapp.core.templatetags.temper import when
 from webapp.runs import reporting, selectors, services, views
 from webapp.runs.models import Artifact, ArtifactKind, CheckpointExport, MetricPoint, Run, RunStatus, Sample
 
@@ -860,6 +863,60 @@ def test_the_final_steps_checkpoint_is_shown_once_as_the_final_model(team, run, 
     assert CheckpointExport.objects.filter(run=run, step=6).exists()
 
 
+def test_each_checkpoint_offers_a_run_from_it_exporting_it_first_where_it_is_not_exported(
+        team, run, client_for, sent_tasks, monkeypatch):
+    """First-use pass: only the succeeded run's final model had *Launch a run from it*; to go on from a checkpoint
+    a user exported it, then found it among every model of the launch form. An exported checkpoint and the final
+    model link the launch form with them chosen; a checkpoint not exported has the action as a button that exports
+    it first (the launch resolves run_…@N to its export) and comes back with ?launch=N, for the page to open the
+    form once the export is done. For members, of runs whose models write text and are not archived."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, current_step=9)
+    run.refresh_from_db()
+    for step in (3, 6, 9):
+        (run.output_dir / "checkpoints" / str(step)).mkdir(parents=True)
+    Artifact.objects.create(run=run, kind=ArtifactKind.MODEL, step=9, path=str(run.output_dir / "export"))
+    (run.output_dir / "export-step-3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=run.output_dir / "export-step-3")
+    client = client_for(team.teammate)
+
+    def items(client):
+        partial = client.get(url(run, "checkpoints/")).content.decode()
+        return {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 6, 9)}
+
+    shown = items(client)
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}@3">Launch a run from it</a>' in shown[3]
+    assert f'<a class="launch-from-checkpoint" href="/p/alpha/runs/new/?model={run.public_id}">Launch a run from it</a>' in shown[9]
+    assert '<button type="submit" name="then" value="launch">Launch a run from it</button>' in shown[6]
+    assert "exports it first" in shown[6]
+    form = client.get(f"/p/alpha/runs/new/?model={run.public_id}@3").content.decode()
+    assert f'<option value="{run.public_id}@3" selected>' in form
+
+    # The button exports checkpoint 6 and brings the page back with ?launch=6.
+    response = client.post(url(run, "export/"), {"step": "6", "then": "launch"})
+    assert response.status_code == 302 and response["Location"] == url(run) + "?launch=6"
+    assert CheckpointExport.objects.get(run=run, step=6).status == "exporting"
+    assert "Exporting checkpoint 6 first: a run starts from an exported checkpoint" in client.get(url(run)).content.decode()
+    # From a page shown before: one exported since (or the final model) opens the form at once; one being exported is
+    # waited for, not refused as being exported.
+    assert client.post(url(run, "export/"), {"step": "3", "then": "launch"})["Location"] == (
+        f"/p/alpha/runs/new/?model={run.public_id}%403")
+    assert client.post(url(run, "export/"), {"step": "9", "then": "launch"})["Location"] == (
+        f"/p/alpha/runs/new/?model={run.public_id}")
+    assert client.post(url(run, "export/"), {"step": "6", "then": "launch"})["Location"] == url(run) + "?launch=6"
+    assert "Checkpoint 6 is being exported already" in client.get(url(run)).content.decode()
+    response = client.post(url(run, "export/"), {"step": "6"}, follow=True)  # plain Export: refused, as before
+    assert "is being exported; it is listed on the run&#x27;s page once it is done" in response.content.decode()
+
+    # Viewers launch nothing; an archived run's models are not offered by the form; a reward model scores text.
+    assert "Launch a run from it" not in client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=True)
+    assert "Launch a run from it" not in client.get(url(run, "checkpoints/")).content.decode()
+    Run.objects.filter(pk=run.pk).update(archived=False, task="reward")
+    assert "Launch a run from it" not in client.get(url(run, "checkpoints/")).content.decode()
+
+
 def test_each_checkpoint_shows_the_eval_loss_to_choose_it_by_and_the_best_is_marked(team, run, client_for):
     """The checkpoints list gave steps only, nothing to choose one by: each now shows the run's ranking metric
     (eval loss for sft) as last evaluated at or before it, and the one the trainer keeps as best is marked."""
@@ -875,6 +932,40 @@ def test_each_checkpoint_shows_the_eval_loss_to_choose_it_by_and_the_best_is_mar
     assert "eval/loss 1.75<" in items[300] and "best" in items[300]  # 250's 1.25 was no checkpoint's own
     assert "eval/loss 2<" in items[400]
     assert [step for step, item in items.items() if "badge-ok\">best" in item] == [300]
+
+
+def test_each_checkpoint_says_when_it_was_saved_and_its_size_on_disk(team, run, client_for, sent_tasks, monkeypatch):
+    """First-use pass: the checkpoints list gave a step, its score and its export, nothing of how big it is (a
+    checkpoint holds the optimizer's state too: several times the model) or when it was saved. Each says both; an
+    export says its download's size; one whose training checkpoint a resume deleted says so, and when it was exported.
+    A running run's checkpoints say when they can be exported."""
+    monkeypatch.setattr("webapp.runs.reporting.publish_event", lambda public_id, event: None)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    saved_at = datetime.datetime(2026, 12, 5, 14, 5, tzinfo=datetime.timezone.utc).timestamp()
+    for step, sizes in ((100, (1000, 536)), (200, (3 * 2**20,))):
+        directory = run.output_dir / "checkpoints" / str(step) / "state"
+        directory.mkdir(parents=True)
+        for index, size in enumerate(sizes):
+            (directory / f"part-{index}").write_bytes(b"\0" * size)
+            os.utime(directory / f"part-{index}", (saved_at + step, saved_at + step))
+    (run.output_dir / "export-step-3").mkdir()
+    (run.output_dir / "export-step-3" / "model.safetensors").write_bytes(b"\0" * 2048)
+    (run.output_dir / "checkpoints" / "3").mkdir()
+    services.checkpoint_export_request(run=run, step=3, user=team.teammate)
+    services.checkpoint_export_finish(run=run, step=3, export_dir=run.output_dir / "export-step-3")
+    (run.output_dir / "checkpoints" / "3").rmdir()  # a resume rotated it out; its export stays
+    partial = client_for(team.viewer).get(url(run, "checkpoints/")).content.decode()
+    items = {step: partial.split(f'<li data-step="{step}"')[1].split("</li>")[0] for step in (3, 100, 200)}
+    assert "saved 2026-12-05 14:06 UTC, 1.5\xa0KB on disk" in items[100]
+    assert "saved 2026-12-05 14:08 UTC, 3.0\xa0MB on disk" in items[200]
+    exported_at = when(Artifact.objects.get(run=run, kind=ArtifactKind.CHECKPOINT).created_at)
+    assert f"exported {exported_at}; its training checkpoint was deleted since" in items[3]
+    assert "Download (tar, 2.0\xa0KB)" in items[3]
+    # A running run's checkpoint offered nothing, and nothing said why: it is exported once the run has ended.
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    running = client_for(team.teammate).get(url(run, "checkpoints/")).content.decode().split('<li data-step="100"')[1]
+    assert "wait for the run to end (or cancel it)" in running.split("</li>")[0] and "<form" not in running.split("</li>")[0]
 
 
 def test_checkpoints_show_each_exports_state_on_the_page_its_partial_and_the_state_endpoint(
