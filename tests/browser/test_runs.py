@@ -1128,6 +1128,43 @@ def test_a_shared_compare_link_opens_the_same_view(page, live_server, monkeypatc
     assert other.input_value("#x-axis") == "step" and other.input_value("#ema") == "0"
 
 
+def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_server, monkeypatch):
+    """QA (a W&B user's first move on a sweep): a click on a run in the legend hid it in that chart alone,
+    where the legend is, and the next drawing (the smoothing moved, the log scale, the page read again)
+    showed it again. It hides the run in every chart, for as long as the view lasts, and in its link."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="hiderun")
+    for run in runs:
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="grad_norm", value=1.0, wall_time=1000.0,
+                                                     tokens=step * 100) for step in range(1, 6)])
+    page.reload()
+    visibility = ("() => [...document.querySelectorAll('#compare-charts .plot')]"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => t.visible)])")
+    page.wait_for_function(f"() => ({visibility})().every(([, lines]) => lines.length === 3)")
+    page.locator('.plot[data-metric="loss"] .legend .traces', has_text="learning_rate=0.0001").click()
+    page.fill("#ema", "0.5")  # a drawing again
+    page.check("#log-y")
+    shown = ["legendonly", True, True]
+    assert page.evaluate(visibility) == [["loss", shown], ["grad_norm", shown]]
+    assert page.get_by_role("button", name="Show the 1 hidden run").is_visible()
+    link = page.url
+    assert f"hide={runs[0].public_id}" in link
+    # The axis is of the runs shown: the hidden run's highest loss (4.0) is off it, the others' (3.0 at most) on it.
+    top = "() => document.querySelector('.plot[data-metric=\"loss\"]')._fullLayout.yaxis.range[1]"
+    assert math.log10(3.0) < page.evaluate(top) < math.log10(4.0)
+    other = page.context.new_page()
+    other.goto(link)
+    other.wait_for_function(f"() => ({visibility})().every(([, lines]) => lines.length === 3)")
+    assert other.evaluate(visibility) == [["loss", shown], ["grad_norm", shown]]
+    # A double click shows that run alone; once more, every run; the button shows the hidden ones too.
+    other.locator('.plot[data-metric="loss"] .legend .traces', has_text="learning_rate=0.001").dblclick()
+    other.wait_for_function("() => document.querySelector('.plot[data-metric=\"grad_norm\"]').data"
+                            ".filter(t => t.visible === true).length === 1")
+    assert other.evaluate(visibility)[1] == ["grad_norm", ["legendonly", "legendonly", True]]
+    other.get_by_role("button", name="Show the 2 hidden runs").click()
+    assert other.evaluate(visibility) == [["loss", [True] * 3], ["grad_norm", [True] * 3]]
+    assert "hide=" not in other.url
+
+
 def test_the_compare_page_fits_390_pixels(page, live_server, monkeypatch):
     """QA: on a phone the Hyperparameters heading was squeezed beside its metric picker into a column of
     one letter a line (the picker now goes under the heading when both do not fit), and the charts, at
