@@ -1084,9 +1084,19 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
             key = json.dumps(sample.prompt, sort_keys=True)
             prompts.setdefault(key, sample.prompt)
             texts[(run.pk, key)] = sample
-    rows = [{"prompt": prompt, "cells": [texts.get((column["run"].pk, key)) for column in columns]}
-            for key, prompt in prompts.items()]
-    return {"columns": columns, "rows": rows}
+    rows = []
+    for key, prompt in prompts.items():
+        cells = [texts.get((column["run"].pk, key)) for column in columns]
+        # What the prompt should get, beside what each run wrote: the same eval data gives every run the same one.
+        reference = next((text for text in map(_reference_of, filter(None, cells)) if text), "")
+        rows.append({"prompt": prompt, "cells": cells, "reference": reference})
+    return {"columns": columns, "rows": rows, "has_reference": any(row["reference"] for row in rows)}
+
+
+def _reference_of(sample: Sample) -> str:
+    """A generation's reference as the run page's samples table shows it: the prompt's answer, an SFT
+    row's completion, or a preference pair's chosen answer."""
+    return sample.answer or sample.extra.get("completion") or sample.extra.get("chosen") or ""
 
 
 def run_datasets_prefetched(*, run: Run) -> Run:
