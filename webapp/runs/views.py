@@ -67,7 +67,11 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
         "reward_column": any("reward" in run.final_metrics for run in page.object_list),
         "tasks": selectors.table_tasks(project=project, tasks=tasks()), "statuses": RunStatus.choices,
         "tags": selectors.project_tags(project=project),
-        "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
+        "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS],
+        # A sort by a final metric other than the table's Loss, Eval loss and Reward columns adds its column.
+        "metric_sorts": selectors.metric_sorts(selectors.project_metric_names(project=project)),
+        "metric_column": filters.metric if filters.metric not in ("loss", "eval/loss", "reward") else "",
+        "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
         "pipelines": selectors.pipeline_list(project=project)[:10],
         # The table's own query, for the actions under it to come back to; runs a refused Compare sent back ticked.
         "table_query": _without_runs(request.GET), "ticked": set(request.GET.getlist("runs")),
