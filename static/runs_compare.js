@@ -204,13 +204,18 @@
   }
 
   // A legend's click on a plain chart acts on its run, in every chart; a group chart's legend keeps plotly's
-  // own (its entries are a group and a run: a click hides the group there).
+  // own (its entries are a group and a run: a click hides the group there). Plotly tells a double click's two
+  // clicks as clicks too, before the double click: a click acts once the double click's wait is over, as
+  // plotly's own does, and a double click drops the clicks waiting (each acted at once, the legend was drawn
+  // again between a double click's two clicks, which then missed it).
+  var waitingClick = null;
   function hideRunOf(plot, event, action) {
     var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
     if (!chart || chart.grouped) return true;
-    action(chart.lines[event.curveNumber].run.id);
-    showHidden();
-    draw();
+    var id = chart.lines[event.curveNumber].run.id;
+    clearTimeout(waitingClick);
+    function act() { action(id); showHidden(); draw(); }
+    if (action === toggleRun) waitingClick = setTimeout(act, plot._context.doubleClickDelay); else act();
     return false;
   }
   function toggleRun(id) { if (hidden.has(id)) hidden.delete(id); else hidden.add(id); }

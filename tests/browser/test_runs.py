@@ -1141,6 +1141,7 @@ def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_ser
                   ".map(p => [p.dataset.metric, (p.data || []).map(t => t.visible)])")
     page.wait_for_function(f"() => ({visibility})().every(([, lines]) => lines.length === 3)")
     page.locator('.plot[data-metric="loss"] .legend .traces', has_text="learning_rate=0.0001").click()
+    page.wait_for_function("() => location.search.includes('hide=')")
     page.fill("#ema", "0.5")  # a drawing again
     page.check("#log-y")
     shown = ["legendonly", True, True]
