@@ -6,6 +6,7 @@
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
    and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
    hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
+   The charts can be filtered by metric name (a GRPO run logs 30 and more).
    The view's settings are kept in the address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
@@ -23,6 +24,7 @@
   // and the next drawing (another x axis, the smoothing, the page read again every 5 s) showed it again.
   var hidden = new Set();
   var showAll = document.getElementById("show-all-runs");
+  var chartFilter = document.getElementById("chart-filter"), noMatch = document.getElementById("no-chart-matches");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
   // it is shared (one quantity that kinds of run log under names of their own, selectors.shared_charts:
@@ -171,6 +173,8 @@
 
   function draw() {
     var axis = xAxis.value, weight = Number(ema.value);
+    // The legends are of the charts shown: with the loss chart filtered out, the first one shown names the runs.
+    withLegend = legendCharts(charts.filter(matchesFilter));
     document.getElementById("ema-value").textContent = weight.toFixed(2);
     // The server sends the charts in their order (selectors.chart_order): a chart new to the page (a metric
     // a running run logged first since) goes after the one before it there, not last.
@@ -192,8 +196,13 @@
       // What a screen reader hears of the chart: the Final metrics table has the numbers of each run.
       previous.setAttribute("aria-label", chart.key + " by " + xAxis.options[xAxis.selectedIndex].text +
         (document.querySelector(".final-table") ? ": each run's last, lowest and highest value are in the Final metrics table" : ""));
+      // A chart filtered out is hidden, not removed; one shown again is sized to its place (drawn while hidden,
+      // plotly gave it its default width).
+      var wasHidden = previous.hidden;
+      previous.hidden = !matchesFilter(chart);
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
       window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
+      if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
       if (created) {
         plot.on("plotly_afterplot", function () { fitLegend(plot); });
         plot.on("plotly_legendclick", function (event) { return hideRunOf(plot, event, toggleRun); });
@@ -231,6 +240,20 @@
   }
   showAll.addEventListener("click", function () { hidden.clear(); showHidden(); draw(); });
 
+  // A chart is shown when its name, or a metric it draws, holds the filter's text (case aside): "eval/" keeps
+  // the evaluation charts, "reward" every reward's.
+  function matchesFilter(chart) {
+    var text = chartFilter.value.trim().toLowerCase();
+    if (!text) return true;
+    return [chart.key].concat(chart.lines.map(function (line) { return line.metric; }))
+      .some(function (name) { return name.toLowerCase().indexOf(text) >= 0; });
+  }
+  function showNoMatch() {
+    var text = chartFilter.value.trim();
+    noMatch.hidden = !text || !charts.length || charts.some(matchesFilter);
+    noMatch.textContent = "No chart\u2019s metric holds \u201c" + text + "\u201d.";
+  }
+
   function anyActive() { return data.runs.some(function (run) { return run.active; }); }
 
   function refresh() {
@@ -249,6 +272,7 @@
         window.TemperHyperparameters.draw();
         document.getElementById("no-metrics").hidden = data.names.length > 0;
         draw();
+        showNoMatch();
       })
       .catch(function () {})  // asked again at the next tick
       .then(schedule);
@@ -257,7 +281,7 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  // The view's settings are kept in the address (x, ema, log, config, hide), so that a link to the page opens
+  // The view's settings are kept in the address (x, ema, log, config, hide, charts), so that a link to the page opens
   // this view; a value no control offers is left at the control's default.
   var differencesOnly = document.getElementById("differences-only");
   function showDifferences() {
@@ -271,6 +295,7 @@
   if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
   logY.checked = asked.get("log") === "1";
   if (asked.get("config") === "all") differencesOnly.checked = false;
+  chartFilter.value = asked.get("charts") || "";
   showDifferences();
   (asked.get("hide") || "").split(",").forEach(function (id) {
     if (data.runs.some(function (run) { return run.id === id; })) hidden.add(id);
@@ -287,6 +312,12 @@
     control.addEventListener("input", function () { remember(); draw(); });
   });
   differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
+  chartFilter.addEventListener("input", function () {
+    window.TemperKeepInAddress("charts", chartFilter.value.trim() ? chartFilter.value : null);
+    draw();
+    showNoMatch();
+  });
   draw();
+  showNoMatch();
   schedule();
 })();

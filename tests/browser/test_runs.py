@@ -1166,6 +1166,38 @@ def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_ser
     assert "hide=" not in other.url
 
 
+def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
+    """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
+    to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
+    its text, in the address too; the runs' legend moves to the first chart shown."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="chartfilter")
+    for run in runs:
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 + step, wall_time=1000.0,
+                                                     tokens=step * 100)
+                                         for step in range(1, 6) for name in ("eval/loss", "eval/exact_match")])
+    page.reload()
+    shown = ("() => [...document.querySelectorAll('#compare-charts figure')].filter(f => !f.hidden)"
+             ".map(f => [f.querySelector('.plot').dataset.metric, f.querySelector('.plot').layout.showlegend,"
+             " f.getBoundingClientRect().width > 200])")
+    page.wait_for_function(f"() => ({shown})().length === 3")
+    assert page.evaluate(shown) == [["loss", True, True], ["eval/loss", False, True], ["eval/exact_match", False, True]]
+    page.fill("#chart-filter", "EVAL/")
+    page.wait_for_function(f"() => ({shown})().length === 2")
+    assert page.evaluate(shown) == [["eval/loss", True, True], ["eval/exact_match", False, True]]
+    assert "charts=EVAL%2F" in page.url
+    page.fill("#chart-filter", "accuracy")
+    page.wait_for_function(f"() => ({shown})().length === 0")
+    assert page.locator("#no-chart-matches").inner_text() == "No chart\u2019s metric holds \u201caccuracy\u201d."
+    # A link opens on the charts it was filtered to, each at its place's width.
+    page.goto(page.url.replace("charts=accuracy", "charts=exact"))
+    page.wait_for_function(f"() => ({shown})().length === 1")
+    assert page.evaluate(shown) == [["eval/exact_match", True, True]] and page.input_value("#chart-filter") == "exact"
+    assert not page.locator("#no-chart-matches").is_visible()
+    page.fill("#chart-filter", "")
+    page.wait_for_function(f"() => ({shown})().length === 3")
+    assert page.evaluate(shown)[0] == ["loss", True, True] and "charts=" not in page.url
+
+
 def test_the_compare_page_fits_390_pixels(page, live_server, monkeypatch):
     """QA: on a phone the Hyperparameters heading was squeezed beside its metric picker into a column of
     one letter a line (the picker now goes under the heading when both do not fit), and the charts, at
