@@ -56,17 +56,7 @@
     return charts;
   }
 
-  // Debiased exponential moving average (as TensorBoard draws it): weight in [0, 1).
-  function smooth(values, weight) {
-    if (!weight) return values;
-    var out = [], last = 0, debias = 0;
-    for (var i = 0; i < values.length; i++) {
-      last = last * weight + (1 - weight) * values[i];
-      debias = debias * weight + (1 - weight);
-      out.push(last / debias);
-    }
-    return out;
-  }
+  var smooth = window.TemperSmoothing.ema;  // static/plot_smoothing.js, as the run page smooths
 
   function trace(chart, line, axis, weight) {
     var entry = data.series[line.run.id][line.metric];

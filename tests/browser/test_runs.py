@@ -753,6 +753,46 @@ def test_a_live_chart_leaves_its_one_value_axis_once_the_values_differ(page, asg
     assert 0 < low < 3e-4 and 6e-4 < high < 1e-3, (low, high)
 
 
+def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis_url, transactional_db, settings):
+    """QA (a W&B user's first look at a noisy loss): only the compare page smoothed, and a single run cannot be
+    compared. The run page's slider draws each single-line chart's EMA over its faint points, follows the live
+    points, leaves the group charts and the chart's words (its points) be, and is kept in the address."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="smoothrun")
+    run = Run.objects.create(project=team.project, name="noisy", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step),
+                                                 tokens=step) for step, value in ((1, 4.0), (2, 2.0))])
+    log_in(page, asgi_server, "smoothrun-viewer")
+    page.goto(f"{asgi_server}/p/smoothrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    loss = "() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');" \
+           " return p.data.map(t => [Array.from(t.y), t.opacity === undefined ? 1 : t.opacity]); }"
+    assert page.evaluate(loss) == [[[4.0, 2.0], 1]]
+    page.fill("#run-ema", "0.5")
+    page.wait_for_function("() => location.search.includes('ema=0.5')")
+    second = (4.0 * 0.5 * 0.5 + 2.0 * 0.5) / (0.5 * 0.5 + 0.5)
+    assert page.evaluate(loss) == [[[4.0, 2.0], 0.3], [[4.0, pytest.approx(second)], 1]]
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 3, "name": "loss", "value": 1.0, "tokens": 3, "wall_time": 3.0}]})
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data[1].y.length === 3",
+                           timeout=10_000)
+    third = (4.0 * 0.125 + 2.0 * 0.25 + 1.0 * 0.5) / (0.125 + 0.25 + 0.5)
+    assert page.evaluate(loss)[1][0] == [4.0, pytest.approx(second), pytest.approx(third)]
+    caption = page.locator('figure:has(.plot[data-metric="loss"]) figcaption').text_content()
+    assert caption == "loss by step: 3 points, steps 1 to 3; latest 1 at step 3; lowest 1, highest 4."
+    # The address opens the page smoothed; 0 takes the smoothing away.
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.length === 2")
+    assert page.input_value("#run-ema") == "0.5" and page.locator("#run-ema-value").text_content() == "0.50"
+    page.fill("#run-ema", "0")
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data.length === 1")
+    assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
+
+
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
     """A constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line on the zero: plotly
     pads a series of one value by 1 whatever its size, so the chart read as a learning rate of 0."""
