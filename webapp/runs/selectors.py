@@ -1128,9 +1128,17 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
 
 
 def _reference_of(sample: Sample) -> str:
-    """A generation's reference as the run page's samples table shows it: the prompt's answer, an SFT
-    row's completion, or a preference pair's chosen answer."""
-    return sample.answer or sample.extra.get("completion") or sample.extra.get("chosen") or ""
+    return sample_reference(sample)[1]
+
+
+def sample_reference(sample: Sample) -> tuple[str, str]:
+    """A generation's reference and what it is: the prompt's ``answer`` (an eval row with an answer, of any
+    task), an SFT row's ``completion``, or a preference pair's ``chosen answer``; ("", "") without one."""
+    for kind, text in (("answer", sample.answer), ("completion", sample.extra.get("completion")),
+                       ("chosen answer", sample.extra.get("chosen"))):
+        if text:
+            return kind, text
+    return "", ""
 
 
 def run_datasets_prefetched(*, run: Run) -> Run:

@@ -596,7 +596,11 @@ def _samples_context(run, query) -> dict[str, Any]:
     samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=min_reward,
                                     max_reward=max_reward, order=order) if steps else []
     page = Paginator(samples, SAMPLES_PER_PAGE).get_page(whole_number(query.get("page")))
-    return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
+    # The Reference column says what its texts are when they are all of one kind: an SFT run evaluated on
+    # prompts with answers shows answers, not completions.
+    reference_kinds = {selectors.sample_reference(sample)[0] for sample in page.object_list} - {""}
+    return {"samples": page.object_list, "samples_page": page,
+            "reference_kind": reference_kinds.pop() if len(reference_kinds) == 1 else "", "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
             "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),
             "samples_scored": bool(steps) and selectors.samples_scored(run=run),

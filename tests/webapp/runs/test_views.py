@@ -1994,6 +1994,20 @@ def test_switching_to_yaml_keeps_a_peft_method_of_none(team, catalog, client_for
     assert "peft:\n  method: none\n" in page
 
 
+def test_an_sft_run_evaluated_on_prompts_with_answers_calls_its_references_answers(team, catalog, client_for,
+                                                                                    sent_tasks):
+    """QA (the demo's first SFT run, evaluated on demo-eval's prompts and answers): its samples' Reference
+    column was headed "(completion)" over answers such as "9", named by the run's task, not by its texts."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="tune")
+    reporting.sample_row(run, 2, 0, {"step": 2, "prompt": "Largest digit in 9 2 3?", "text": "3", "answer": "9"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference (answer)</th>" in page and '<td class="text muted">9</td>' in page
+    # Texts of two kinds at one step: the column says neither.
+    reporting.sample_row(run, 2, 1, {"step": 2, "prompt": "Say hi", "text": "hello", "completion": "Hi"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference</th>" in page
+
+
 def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team, catalog, client_for, sent_tasks):
     """QA: a DPO run's eval samples showed "—" in the Reference column: its rows hold a chosen answer, not an
     ``answer``. The engine records the chosen one, shown under a column that says so."""
