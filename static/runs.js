@@ -6,7 +6,9 @@
    A run with data.eval_group_by logs eval/<metric>/<group>: those share one chart per metric,
    a line per group (static/metric_groups.js), and the chart of eval/<metric> itself stays as it is.
    Steps that could not train (every group's rewards equal, or nothing in the loss) are shaded on the loss and
-   reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps. */
+   reward charts and counted above them: the server's count (selectors.no_learning_signal) plus live steps.
+   The smoothing slider draws each single-line chart's EMA (static/plot_smoothing.js) over its points, which stay,
+   faint, for the hover and the samples a click opens; it is kept in the address (ema=). */
 (function () {
   "use strict";
 
@@ -35,6 +37,50 @@
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { size: 11 }, showlegend: false,
     };
   }
+
+  // Smoothing: a single-line chart (ensureChart's) gets a second trace, its points' EMA, computed again from every
+  // point each time points come; its own points go faint. Group charts (a line per group) stay as they are.
+  var SMOOTHED = "smoothed";  // the smoothed trace's uid
+  var emaInput = document.getElementById("run-ema");
+  var askedWeight = Number(new URLSearchParams(window.location.search).get("ema"));
+  if (askedWeight > 0 && askedWeight <= Number(emaInput.max)) emaInput.value = askedWeight;
+  function smoothingWeight() { return Number(emaInput.value); }
+
+  function smoothChart(plot) {
+    if (!plot.dataset.single) return;
+    var figure = undrawn.get(plot), traces = figure ? figure.traces : plot.data, weight = smoothingWeight();
+    var points = traces[0], smoothed = traces[1];
+    if (!weight) {
+      if (!smoothed) return;
+      if (figure) traces.splice(1, 1); else window.Plotly.deleteTraces(plot, 1);
+      if (figure) points.opacity = 1; else window.Plotly.restyle(plot, { opacity: 1 }, [0]);
+      return;
+    }
+    var xs = Array.prototype.slice.call(points.x), ys = window.TemperSmoothing.ema(Array.prototype.slice.call(points.y), weight);
+    if (figure) {
+      points.opacity = 0.3;
+      if (smoothed) Object.assign(smoothed, { x: xs, y: ys });
+      else traces.push(smoothedTrace(xs, ys));
+      return;
+    }
+    window.Plotly.restyle(plot, { opacity: 0.3 }, [0]);
+    if (smoothed) window.Plotly.restyle(plot, { x: [xs], y: [ys] }, [1]);
+    else window.Plotly.addTraces(plot, smoothedTrace(xs, ys));
+  }
+
+  function smoothedTrace(xs, ys) {
+    return { uid: SMOOTHED, x: xs, y: ys, type: "scatter", mode: "lines", line: { color: "#4f46e5", width: 2 },
+      hovertemplate: "smoothed: %{y:.5g}<extra></extra>" };
+  }
+
+  function showSmoothing() {
+    document.getElementById("run-ema-value").textContent = smoothingWeight().toFixed(2);
+    Object.keys(charts).forEach(function (key) { smoothChart(charts[key]); });
+  }
+  emaInput.addEventListener("input", function () {
+    window.TemperKeepInAddress("ema", smoothingWeight() ? emaInput.value : null);
+    showSmoothing();
+  });
 
   // A chart is drawn when it comes near the screen. A GRPO run logs 30 and more metrics, and drawing
   // every chart before the page answered took 1.45 s. Until it is drawn, a chart's traces and layout
@@ -112,7 +158,7 @@
     var figure = undrawn.get(plot);
     var traces = figure ? figure.traces : plot.data;
     var number = function (value) { return String(Number(value.toPrecision(5))); };
-    var lines = traces.filter(function (trace) { return trace.x.length; }).map(function (trace) {
+    var lines = traces.filter(function (trace) { return trace.x.length && trace.uid !== SMOOTHED; }).map(function (trace) {
       var last = trace.x.length - 1, lowest = Infinity, highest = -Infinity;
       Array.prototype.forEach.call(trace.y, function (value) {
         lowest = Math.min(lowest, value); highest = Math.max(highest, value);
@@ -142,10 +188,12 @@
     if (figure) {
       Array.prototype.push.apply(figure.traces[index].x, xs);
       Array.prototype.push.apply(figure.traces[index].y, ys);
+      smoothChart(plot);
       describeChart(plot);
       return;
     }
     window.Plotly.extendTraces(plot, { x: [xs], y: [ys] }, [index]);
+    smoothChart(plot);
     fitYAxis(plot);
     fitXTicks(plot);
     describeChart(plot);
@@ -156,9 +204,11 @@
     lastStep[name] = -1;  // before step 0
     var layout = layoutFor(name);
     if (SHADED_CHARTS.indexOf(name) >= 0) layout.shapes = noSignalShapes();
-    return newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
+    var plot = newChart(name, [{ x: [], y: [], type: "scatter", mode: "lines+markers", marker: { size: 3 },
       line: { color: "#4f46e5", width: 1.5 }, hovertemplate: "step %{x}: %{y:.5g}<extra></extra>" }],
       layout);
+    plot.dataset.single = "1";
+    return plot;
   }
 
   // Steps without learning signal: {ranges: [[first, last], ...], count, steps, through} as the server
@@ -634,6 +684,7 @@
   var logList = document.getElementById("log");
   if (logList) logList.scrollTop = logList.scrollHeight;
   addSeries(series);
+  showSmoothing();  // a smoothing asked in the address
   showProgress(progress);
   bindSampleFilter();
   launchWhenExported();

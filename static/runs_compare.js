@@ -4,8 +4,10 @@
    run may be resumed), only while it is shown, and redraws its charts, final metrics and generations. A run
    with data.eval_group_by logs eval/<metric>/<group>: as on the run page (static/metric_groups.js)
    the groups of a metric are the lines of one chart, "<metric> by <column>", here one line per run
-   and group: a group's color, a run's dash, named "<group> · <run>". The view's settings are kept in the
-   address, so that a link to the page opens the same view. */
+   and group: a group's color, a run's dash, named "<group> · <run>". A click on a run's name in a legend
+   hides that run in every chart (a double click shows it alone), as a redraw or a reading again keeps it.
+   The charts can be filtered by metric name (a GRPO run logs 30 and more).
+   The view's settings are kept in the address, so that a link to the page opens the same view. */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("compare-data").textContent);
@@ -18,6 +20,11 @@
   // A run's name, a metric's, a group's as plotly shows them: as text, never as its tags (static/plot_text.js).
   var literal = window.TemperPlotText.literal;
   var xAxis = document.getElementById("x-axis"), ema = document.getElementById("ema"), logY = document.getElementById("log-y");
+  // The ids of the runs hidden from every chart. Plotly's own legend click hid a run in that chart alone,
+  // and the next drawing (another x axis, the smoothing, the page read again every 5 s) showed it again.
+  var hidden = new Set();
+  var showAll = document.getElementById("show-all-runs");
+  var chartFilter = document.getElementById("chart-filter"), noMatch = document.getElementById("no-chart-matches");
 
   // Each chart in the order of the metric names: its key (its title), whether it holds groups, whether
   // it is shared (one quantity that kinds of run log under names of their own, selectors.shared_charts:
@@ -49,21 +56,12 @@
     return charts;
   }
 
-  // Debiased exponential moving average (as TensorBoard draws it): weight in [0, 1).
-  function smooth(values, weight) {
-    if (!weight) return values;
-    var out = [], last = 0, debias = 0;
-    for (var i = 0; i < values.length; i++) {
-      last = last * weight + (1 - weight) * values[i];
-      debias = debias * weight + (1 - weight);
-      out.push(last / debias);
-    }
-    return out;
-  }
+  var smooth = window.TemperSmoothing.ema;  // static/plot_smoothing.js, as the run page smooths
 
   function trace(chart, line, axis, weight) {
     var entry = data.series[line.run.id][line.metric];
-    var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines" };
+    var common = { x: entry[axis], y: smooth(entry.value, weight), type: "scatter", mode: "lines",
+                   visible: hidden.has(line.run.id) ? "legendonly" : true };
     if (!chart.grouped) {
       return Object.assign(common, { name: literal(chart.shared ? line.run.name + " · " + line.metric : line.run.name),
         line: { color: colors[line.runIndex % colors.length], width: 1.5 } });
@@ -122,7 +120,9 @@
     return { text: [title].concat(notes.map(literal)).join("<br>"), lines: 1 + notes.length };
   }
 
-  function layout(chart, traces, axis, legendHeight) {
+  function layout(chart, allTraces, axis, legendHeight) {
+    // The axes and notes are of the runs shown: a hidden run's values neither stretch nor pin them.
+    var traces = allTraces.filter(function (each) { return each.visible !== "legendonly"; });
     var log = logY.checked && anyAboveZero(traces), title = titleOf(chart, traces, log);
     var titleRoom = (title.lines - 1) * NOTE_ROOM;
     return {
@@ -163,6 +163,8 @@
 
   function draw() {
     var axis = xAxis.value, weight = Number(ema.value);
+    // The legends are of the charts shown: with the loss chart filtered out, the first one shown names the runs.
+    withLegend = legendCharts(charts.filter(matchesFilter));
     document.getElementById("ema-value").textContent = weight.toFixed(2);
     // The server sends the charts in their order (selectors.chart_order): a chart new to the page (a metric
     // a running run logged first since) goes after the one before it there, not last.
@@ -184,11 +186,62 @@
       // What a screen reader hears of the chart: the Final metrics table has the numbers of each run.
       previous.setAttribute("aria-label", chart.key + " by " + xAxis.options[xAxis.selectedIndex].text +
         (document.querySelector(".final-table") ? ": each run's last, lowest and highest value are in the Final metrics table" : ""));
+      // A chart filtered out is hidden, not removed; one shown again is sized to its place (drawn while hidden,
+      // plotly gave it its default width).
+      var wasHidden = previous.hidden;
+      previous.hidden = !matchesFilter(chart);
       var traces = chart.lines.map(function (line) { return trace(chart, line, axis, weight); });
       window.Plotly.react(plot, traces, layout(chart, traces, axis, Number(plot.dataset.legendHeight || 0)), PLOT_CONFIG);
-      if (created) plot.on("plotly_afterplot", function () { fitLegend(plot); });
+      if (wasHidden && !previous.hidden) window.Plotly.Plots.resize(plot);
+      if (created) {
+        plot.on("plotly_afterplot", function () { fitLegend(plot); });
+        plot.on("plotly_legendclick", function (event) { return hideRunOf(plot, event, toggleRun); });
+        plot.on("plotly_legenddoubleclick", function (event) { return hideRunOf(plot, event, showRunAlone); });
+      }
       fitLegend(plot);
     });
+  }
+
+  // A legend's click on a plain chart acts on its run, in every chart; a group chart's legend keeps plotly's
+  // own (its entries are a group and a run: a click hides the group there). Plotly tells a double click's two
+  // clicks as clicks too, before the double click: a click acts once the double click's wait is over, as
+  // plotly's own does, and a double click drops the clicks waiting (each acted at once, the legend was drawn
+  // again between a double click's two clicks, which then missed it).
+  var waitingClick = null;
+  function hideRunOf(plot, event, action) {
+    var chart = charts.filter(function (each) { return each.key === plot.dataset.metric; })[0];
+    if (!chart || chart.grouped) return true;
+    var id = chart.lines[event.curveNumber].run.id;
+    clearTimeout(waitingClick);
+    function act() { action(id); showHidden(); draw(); }
+    if (action === toggleRun) waitingClick = setTimeout(act, plot._context.doubleClickDelay); else act();
+    return false;
+  }
+  function toggleRun(id) { if (hidden.has(id)) hidden.delete(id); else hidden.add(id); }
+  function showRunAlone(id) {
+    var others = data.runs.filter(function (run) { return run.id !== id; });
+    var alone = !hidden.has(id) && others.every(function (run) { return hidden.has(run.id); });
+    hidden = new Set(alone ? [] : others.map(function (run) { return run.id; }));
+  }
+  function showHidden() {
+    showAll.hidden = hidden.size === 0;
+    showAll.textContent = "Show the " + hidden.size + (hidden.size === 1 ? " hidden run" : " hidden runs");
+    window.TemperKeepInAddress("hide", hidden.size ? Array.from(hidden).join(",") : null);
+  }
+  showAll.addEventListener("click", function () { hidden.clear(); showHidden(); draw(); });
+
+  // A chart is shown when its name, or a metric it draws, holds the filter's text (case aside): "eval/" keeps
+  // the evaluation charts, "reward" every reward's.
+  function matchesFilter(chart) {
+    var text = chartFilter.value.trim().toLowerCase();
+    if (!text) return true;
+    return [chart.key].concat(chart.lines.map(function (line) { return line.metric; }))
+      .some(function (name) { return name.toLowerCase().indexOf(text) >= 0; });
+  }
+  function showNoMatch() {
+    var text = chartFilter.value.trim();
+    noMatch.hidden = !text || !charts.length || charts.some(matchesFilter);
+    noMatch.textContent = "No chart\u2019s metric holds \u201c" + text + "\u201d.";
   }
 
   function anyActive() { return data.runs.some(function (run) { return run.active; }); }
@@ -209,6 +262,7 @@
         window.TemperHyperparameters.draw();
         document.getElementById("no-metrics").hidden = data.names.length > 0;
         draw();
+        showNoMatch();
       })
       .catch(function () {})  // asked again at the next tick
       .then(schedule);
@@ -217,7 +271,7 @@
   // Every 30 s otherwise: a teammate may resume or retry one of the runs.
   function schedule() { setTimeout(refresh, anyActive() ? LIVE_MS : IDLE_MS); }
 
-  // The view's settings are kept in the address (x, ema, log, config), so that a link to the page opens
+  // The view's settings are kept in the address (x, ema, log, config, hide, charts), so that a link to the page opens
   // this view; a value no control offers is left at the control's default.
   var differencesOnly = document.getElementById("differences-only");
   function showDifferences() {
@@ -231,7 +285,12 @@
   if (asked.get("ema") && askedWeight >= Number(ema.min) && askedWeight <= Number(ema.max)) ema.value = asked.get("ema");
   logY.checked = asked.get("log") === "1";
   if (asked.get("config") === "all") differencesOnly.checked = false;
+  chartFilter.value = asked.get("charts") || "";
   showDifferences();
+  (asked.get("hide") || "").split(",").forEach(function (id) {
+    if (data.runs.some(function (run) { return run.id === id; })) hidden.add(id);
+  });
+  showHidden();
 
   function remember() {
     window.TemperKeepInAddress("x", xAxis.value === "step" ? null : xAxis.value);
@@ -243,6 +302,12 @@
     control.addEventListener("input", function () { remember(); draw(); });
   });
   differencesOnly.addEventListener("change", function () { remember(); showDifferences(); });
+  chartFilter.addEventListener("input", function () {
+    window.TemperKeepInAddress("charts", chartFilter.value.trim() ? chartFilter.value : null);
+    draw();
+    showNoMatch();
+  });
   draw();
+  showNoMatch();
   schedule();
 })();

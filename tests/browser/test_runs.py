@@ -792,6 +792,46 @@ def test_a_live_chart_leaves_its_one_value_axis_once_the_values_differ(page, asg
     assert 0 < low < 3e-4 and 6e-4 < high < 1e-3, (low, high)
 
 
+def test_the_run_page_smooths_its_curves_as_points_come(page, asgi_server, redis_url, transactional_db, settings):
+    """QA (a W&B user's first look at a noisy loss): only the compare page smoothed, and a single run cannot be
+    compared. The run page's slider draws each single-line chart's EMA over its faint points, follows the live
+    points, leaves the group charts and the chart's words (its points) be, and is kept in the address."""
+    from webapp.runs import reporting
+
+    settings.REDIS_URL = redis_url
+    team = make_team(slug="smoothrun")
+    run = Run.objects.create(project=team.project, name="noisy", task="sft", status=RunStatus.RUNNING,
+                             spec={"task": "sft"}, resolved_spec={"output_dir": "/nowhere"}, created_by=team.owner,
+                             total_steps=400, current_step=2)
+    MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="loss", value=value, wall_time=float(step),
+                                                 tokens=step) for step, value in ((1, 4.0), (2, 2.0))])
+    log_in(page, asgi_server, "smoothrun-viewer")
+    page.goto(f"{asgi_server}/p/smoothrun/runs/{run.public_id}/")
+    page.locator("#live-state", has_text="live").wait_for()
+    loss = "() => { const p = document.querySelector('.plot[data-metric=\"loss\"]');" \
+           " return p.data.map(t => [Array.from(t.y), t.opacity === undefined ? 1 : t.opacity]); }"
+    assert page.evaluate(loss) == [[[4.0, 2.0], 1]]
+    page.fill("#run-ema", "0.5")
+    page.wait_for_function("() => location.search.includes('ema=0.5')")
+    second = (4.0 * 0.5 * 0.5 + 2.0 * 0.5) / (0.5 * 0.5 + 0.5)
+    assert page.evaluate(loss) == [[[4.0, 2.0], 0.3], [[4.0, pytest.approx(second)], 1]]
+    reporting.publish_event(run.public_id, {"type": "metrics", "points": [
+        {"step": 3, "name": "loss", "value": 1.0, "tokens": 3, "wall_time": 3.0}]})
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data[1].y.length === 3",
+                           timeout=10_000)
+    third = (4.0 * 0.125 + 2.0 * 0.25 + 1.0 * 0.5) / (0.125 + 0.25 + 0.5)
+    assert page.evaluate(loss)[1][0] == [4.0, pytest.approx(second), pytest.approx(third)]
+    caption = page.locator('figure:has(.plot[data-metric="loss"]) figcaption').text_content()
+    assert caption == "loss by step: 3 points, steps 1 to 3; latest 1 at step 3; lowest 1, highest 4."
+    # The address opens the page smoothed; 0 takes the smoothing away.
+    page.reload()
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.length === 2")
+    assert page.input_value("#run-ema") == "0.5" and page.locator("#run-ema-value").text_content() == "0.50"
+    page.fill("#run-ema", "0")
+    page.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]').data.length === 1")
+    assert page.evaluate(loss) == [[[4.0, 2.0], 1]] and "ema=" not in page.url  # the stored points (step 3 was only sent)
+
+
 def test_a_metric_of_one_value_is_drawn_on_an_axis_around_that_value(page, live_server, monkeypatch):
     """A constant learning rate of 1e-4 was drawn on an axis from -1 to 1, its line on the zero: plotly
     pads a series of one value by 1 whatever its size, so the chart read as a learning rate of 0."""
@@ -1165,6 +1205,76 @@ def test_a_shared_compare_link_opens_the_same_view(page, live_server, monkeypatc
     other.goto(link.replace("x=tokens", "x=bogus").replace("ema=0.5", "ema=7"))
     other.wait_for_function("() => document.querySelector('.plot[data-metric=\"loss\"]')?.data?.length === 3")
     assert other.input_value("#x-axis") == "step" and other.input_value("#ema") == "0"
+
+
+def test_a_run_hidden_from_the_legend_stays_hidden_in_every_chart(page, live_server, monkeypatch):
+    """QA (a W&B user's first move on a sweep): a click on a run in the legend hid it in that chart alone,
+    where the legend is, and the next drawing (the smoothing moved, the log scale, the page read again)
+    showed it again. It hides the run in every chart, for as long as the view lasts, and in its link."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="hiderun")
+    for run in runs:
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name="grad_norm", value=1.0, wall_time=1000.0,
+                                                     tokens=step * 100) for step in range(1, 6)])
+    page.reload()
+    visibility = ("() => [...document.querySelectorAll('#compare-charts .plot')]"
+                  ".map(p => [p.dataset.metric, (p.data || []).map(t => t.visible)])")
+    page.wait_for_function(f"() => ({visibility})().every(([, lines]) => lines.length === 3)")
+    page.locator('.plot[data-metric="loss"] .legend .traces', has_text="learning_rate=0.0001").click()
+    page.wait_for_function("() => location.search.includes('hide=')")
+    page.fill("#ema", "0.5")  # a drawing again
+    page.check("#log-y")
+    shown = ["legendonly", True, True]
+    assert page.evaluate(visibility) == [["loss", shown], ["grad_norm", shown]]
+    assert page.get_by_role("button", name="Show the 1 hidden run").is_visible()
+    link = page.url
+    assert f"hide={runs[0].public_id}" in link
+    # The axis is of the runs shown: the hidden run's highest loss (4.0) is off it, the others' (3.0 at most) on it.
+    top = "() => document.querySelector('.plot[data-metric=\"loss\"]')._fullLayout.yaxis.range[1]"
+    assert math.log10(3.0) < page.evaluate(top) < math.log10(4.0)
+    other = page.context.new_page()
+    other.goto(link)
+    other.wait_for_function(f"() => ({visibility})().every(([, lines]) => lines.length === 3)")
+    assert other.evaluate(visibility) == [["loss", shown], ["grad_norm", shown]]
+    # A double click shows that run alone; once more, every run; the button shows the hidden ones too.
+    other.locator('.plot[data-metric="loss"] .legend .traces', has_text="learning_rate=0.001").dblclick()
+    other.wait_for_function("() => document.querySelector('.plot[data-metric=\"grad_norm\"]').data"
+                            ".filter(t => t.visible === true).length === 1")
+    assert other.evaluate(visibility)[1] == ["grad_norm", ["legendonly", "legendonly", True]]
+    other.get_by_role("button", name="Show the 2 hidden runs").click()
+    assert other.evaluate(visibility) == [["loss", [True] * 3], ["grad_norm", [True] * 3]]
+    assert "hide=" not in other.url
+
+
+def test_the_compare_charts_filter_by_metric_name(page, live_server, monkeypatch):
+    """QA (a W&B user on a GRPO sweep of 30 and more metrics): the compare page drew every metric, with no way
+    to keep the few being read, and a link could not point at them. A filter keeps the charts whose metric holds
+    its text, in the address too; the runs' legend moves to the first chart shown."""
+    runs = open_a_sweeps_comparison(page, live_server, monkeypatch, slug="chartfilter")
+    for run in runs:
+        MetricPoint.objects.bulk_create([MetricPoint(run=run, step=step, name=name, value=1.0 + step, wall_time=1000.0,
+                                                     tokens=step * 100)
+                                         for step in range(1, 6) for name in ("eval/loss", "eval/exact_match")])
+    page.reload()
+    shown = ("() => [...document.querySelectorAll('#compare-charts figure')].filter(f => !f.hidden)"
+             ".map(f => [f.querySelector('.plot').dataset.metric, f.querySelector('.plot').layout.showlegend,"
+             " f.getBoundingClientRect().width > 200])")
+    page.wait_for_function(f"() => ({shown})().length === 3")
+    assert page.evaluate(shown) == [["loss", True, True], ["eval/loss", False, True], ["eval/exact_match", False, True]]
+    page.fill("#chart-filter", "EVAL/")
+    page.wait_for_function(f"() => ({shown})().length === 2")
+    assert page.evaluate(shown) == [["eval/loss", True, True], ["eval/exact_match", False, True]]
+    assert "charts=EVAL%2F" in page.url
+    page.fill("#chart-filter", "accuracy")
+    page.wait_for_function(f"() => ({shown})().length === 0")
+    assert page.locator("#no-chart-matches").inner_text() == "No chart\u2019s metric holds \u201caccuracy\u201d."
+    # A link opens on the charts it was filtered to, each at its place's width.
+    page.goto(page.url.replace("charts=accuracy", "charts=exact"))
+    page.wait_for_function(f"() => ({shown})().length === 1")
+    assert page.evaluate(shown) == [["eval/exact_match", True, True]] and page.input_value("#chart-filter") == "exact"
+    assert not page.locator("#no-chart-matches").is_visible()
+    page.fill("#chart-filter", "")
+    page.wait_for_function(f"() => ({shown})().length === 3")
+    assert page.evaluate(shown)[0] == ["loss", True, True] and "charts=" not in page.url
 
 
 def test_the_compare_page_fits_390_pixels(page, live_server, monkeypatch):

@@ -87,6 +87,26 @@ SORT_LABELS = {
     "status": "by status", "task": "by task", "steps": "most steps first", "loss": "lowest loss first",
     "eval_loss": "lowest eval loss first", "reward": "highest reward first", "duration": "longest first",
 }
+# The table also sorts by any final metric: ``metric:<name>`` lowest first, ``-metric:<name>`` highest first (a run
+# is read by whichever metric its task logs, eval/exact_match, accuracy, a reward's own, not only loss and reward).
+METRIC_SORT = "metric:"
+
+
+def sort_metric(sort: str) -> str:
+    """The final metric a ``metric:<name>`` or ``-metric:<name>`` sort orders by, or "" for another sort."""
+    return sort.removeprefix("-").removeprefix(METRIC_SORT) if sort.removeprefix("-").startswith(METRIC_SORT) else ""
+
+
+def sort_order(sort: str) -> SortOrder:
+    """The order of a sort key of ``SORTS``, or of a final metric's sort (``sort_metric``)."""
+    name = sort_metric(sort)
+    return SortOrder(final_value(name), descending=sort.startswith("-")) if name else SORTS[sort]
+
+
+def metric_sorts(names: list[str]) -> list[tuple[str, str]]:
+    """The sort select's options for the final metrics ``names``: each lowest first and highest first."""
+    return [(f"{sign}{METRIC_SORT}{name}", f"{name}: {label}")
+            for name in names for sign, label in (("", "lowest first"), ("-", "highest first"))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,13 +133,19 @@ class RunFilters:
         for name, allowed, what in (("status", RunStatus.values, "a run status"), ("task", RUN_TASKS, "a run task"),
                                     ("sort", tuple(SORTS), "a sort order")):
             value = query.get(name, "")
-            if value and value not in allowed:
-                ignored.append(f"{name}={value!r}: not {what}; use one of {', '.join(allowed)}")
+            if value and value not in allowed and not (name == "sort" and sort_metric(value)):
+                also = f", or {METRIC_SORT}<final metric> (-{METRIC_SORT}… highest first)" if name == "sort" else ""
+                ignored.append(f"{name}={value!r}: not {what}; use one of {', '.join(allowed)}{also}")
                 value = ""
             values[name] = value
         return cls(search=query.get("q", "").strip(), status=values["status"], task=values["task"],
                    tag=query.get("tag", "").strip(), archived=query.get("archived") == "1",
                    sort=values["sort"] or "newest", ignored=tuple(ignored))
+
+    @property
+    def metric(self) -> str:
+        """The final metric the runs are sorted by, "" when the sort is another."""
+        return sort_metric(self.sort)
 
     @classmethod
     def from_api_query(cls, query: Any) -> RunFilters:
@@ -161,7 +187,7 @@ def run_list(*, project: Project, filters: RunFilters = RunFilters()) -> QuerySe
         runs = runs.filter(task=filters.task)
     if filters.tag:
         runs = _tagged(runs, filters.tag)
-    order = SORTS[filters.sort]
+    order = sort_order(filters.sort)
     sort_value = F("sort_value").desc(nulls_last=True) if order.descending else F("sort_value").asc(nulls_last=True)
     # A run's series_cache (its downsampled buckets and series, about a megabyte for a finished run of ten
     # metrics) is for its own page and the compare page: read for each row, it made the table seconds slow.
@@ -181,7 +207,7 @@ def run_page(*, project: Project, filters: RunFilters, after: tuple[Any, int] | 
         if value is None:  # among the runs without a value, which come last
             runs = runs.filter(sort_value__isnull=True, id__lt=last_id)
         else:
-            beyond = "sort_value__lt" if SORTS[filters.sort].descending else "sort_value__gt"
+            beyond = "sort_value__lt" if sort_order(filters.sort).descending else "sort_value__gt"
             runs = runs.filter(Q(**{beyond: value}) | Q(sort_value=value, id__lt=last_id) | Q(sort_value__isnull=True))
     return keyset_page(runs, limit=limit, key=lambda run: (
         run.sort_value.isoformat() if hasattr(run.sort_value, "isoformat") else run.sort_value, run.pk))
@@ -193,6 +219,14 @@ def project_tags(*, project: Project) -> list[str]:
     for tag_list in Run.objects.filter(project=project).values_list("tags", flat=True):
         tags.update(tag_list)
     return sorted(tags)
+
+
+def project_metric_names(*, project: Project) -> list[str]:
+    """Every final metric a run of the project logged, sorted: what the runs table can sort by."""
+    names: set[str] = set()
+    for final_metrics in Run.objects.filter(project=project).values_list("final_metrics", flat=True):
+        names.update(final_metrics or {})
+    return sorted(names)
 
 
 def table_tasks(*, project: Project, tasks: list[str]) -> list[str]:
@@ -1117,9 +1151,27 @@ def side_by_side(*, runs: list[Run], steps: dict[int, int | None] | None = None)
             key = json.dumps(sample.prompt, sort_keys=True)
             prompts.setdefault(key, sample.prompt)
             texts[(run.pk, key)] = sample
-    rows = [{"prompt": prompt, "cells": [texts.get((column["run"].pk, key)) for column in columns]}
-            for key, prompt in prompts.items()]
-    return {"columns": columns, "rows": rows}
+    rows = []
+    for key, prompt in prompts.items():
+        cells = [texts.get((column["run"].pk, key)) for column in columns]
+        # What the prompt should get, beside what each run wrote: the same eval data gives every run the same one.
+        reference = next((text for text in map(_reference_of, filter(None, cells)) if text), "")
+        rows.append({"prompt": prompt, "cells": cells, "reference": reference})
+    return {"columns": columns, "rows": rows, "has_reference": any(row["reference"] for row in rows)}
+
+
+def _reference_of(sample: Sample) -> str:
+    return sample_reference(sample)[1]
+
+
+def sample_reference(sample: Sample) -> tuple[str, str]:
+    """A generation's reference and what it is: the prompt's ``answer`` (an eval row with an answer, of any
+    task), an SFT row's ``completion``, or a preference pair's ``chosen answer``; ("", "") without one."""
+    for kind, text in (("answer", sample.answer), ("completion", sample.extra.get("completion")),
+                       ("chosen answer", sample.extra.get("chosen"))):
+        if text:
+            return kind, text
+    return "", ""
 
 
 def run_datasets_prefetched(*, run: Run) -> Run:

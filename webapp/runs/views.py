@@ -67,7 +67,11 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
         "reward_column": any("reward" in run.final_metrics for run in page.object_list),
         "tasks": selectors.table_tasks(project=project, tasks=tasks()), "statuses": RunStatus.choices,
         "tags": selectors.project_tags(project=project),
-        "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS], "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
+        "sorts": [(key, selectors.SORT_LABELS[key]) for key in selectors.SORTS],
+        # A sort by a final metric other than the table's Loss, Eval loss and Reward columns adds its column.
+        "metric_sorts": selectors.metric_sorts(selectors.project_metric_names(project=project)),
+        "metric_column": filters.metric if filters.metric not in ("loss", "eval/loss", "reward") else "",
+        "can_launch": membership.can(Role.MEMBER), "max_compare": MAX_COMPARE,
         "pipelines": selectors.pipeline_list(project=project)[:10],
         # The table's own query, for the actions under it to come back to; runs a refused Compare sent back ticked.
         "table_query": _without_runs(request.GET), "ticked": set(request.GET.getlist("runs")),
@@ -601,7 +605,11 @@ def _samples_context(run, query) -> dict[str, Any]:
     samples = selectors.sample_list(run=run, step=step, kind=kind, min_reward=min_reward,
                                     max_reward=max_reward, order=order) if steps else []
     page = Paginator(samples, SAMPLES_PER_PAGE).get_page(whole_number(query.get("page")))
-    return {"samples": page.object_list, "samples_page": page, "sample_step": step if steps else None,
+    # The Reference column says what its texts are when they are all of one kind: an SFT run evaluated on
+    # prompts with answers shows answers, not completions.
+    reference_kinds = {selectors.sample_reference(sample)[0] for sample in page.object_list} - {""}
+    return {"samples": page.object_list, "samples_page": page,
+            "reference_kind": reference_kinds.pop() if len(reference_kinds) == 1 else "", "sample_step": step if steps else None,
             "sample_steps": steps, "sample_filters": filters, "sample_kinds": selectors.SAMPLE_KINDS,
             "reward_range_problem": _reward_range_problem(filters, min_reward, max_reward),
             "samples_scored": bool(steps) and selectors.samples_scored(run=run),

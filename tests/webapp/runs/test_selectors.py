@@ -88,6 +88,27 @@ def test_side_by_side_rows_are_prompts_and_columns_runs(team, catalog, sent_task
     assert [cell.text for cell in table["rows"][1]["cells"]] == [f"{first.pk}-10-1", f"{second.pk}-5-1"]
 
 
+def test_side_by_side_gives_each_prompt_its_reference(team, catalog, sent_tasks, client_for):
+    """QA (comparing a sweep's generations): the compare page put each run's answer to a prompt side by side
+    without the answer it should have been, which the run page's samples show: which run got it right could not
+    be read. A row has its prompt's reference (an answer, an SFT completion, a chosen answer), escaped."""
+    first, second, third = make_run(team, catalog), make_run(team, catalog), make_run(team, catalog)
+    Sample.objects.bulk_create([
+        Sample(run=first, step=10, position=0, prompt="What is 2+2?", text="5", answer="4"),
+        Sample(run=first, step=10, position=1, prompt="Say <b>hi</b>", text="hi", extra={"completion": "<b>hi</b>"}),
+        Sample(run=second, step=10, position=0, prompt="What is 2+2?", text="4", answer="4"),
+        Sample(run=second, step=10, position=1, prompt="Say <b>hi</b>", text="hello", extra={"completion": "<b>hi</b>"}),
+        Sample(run=second, step=10, position=2, prompt="Which?", text="A", extra={"chosen": "B"}),
+        Sample(run=third, step=10, position=0, prompt="no reference", text="x")])
+    table = selectors.side_by_side(runs=[first, second])
+    assert [(row["prompt"], row["reference"]) for row in table["rows"]] == [
+        ("What is 2+2?", "4"), ("Say <b>hi</b>", "<b>hi</b>"), ("Which?", "B")]
+    assert table["has_reference"] and not selectors.side_by_side(runs=[third, first])["rows"][0]["reference"]
+    page = client_for(team.viewer).get(f"/p/alpha/runs/compare/?runs={first.public_id}&runs={second.public_id}")
+    html = page.content.decode()
+    assert "<th>Reference</th>" in html and '<td class="generation reference">&lt;b&gt;hi&lt;/b&gt;</td>' in html
+
+
 def test_a_finished_runs_series_are_read_from_its_cache(team, catalog, sent_tasks, monkeypatch):
     run = make_run(team, catalog)
     MetricPoint.objects.create(run=run, step=1, name="loss", value=2.0, wall_time=1.0, tokens=1)

@@ -1476,6 +1476,40 @@ def test_the_sort_select_says_what_each_order_is(team, run, client_for):
 
 
 
+def test_the_runs_table_sorts_by_any_final_metric_and_shows_its_column(team, catalog, client_for, sent_tasks):
+    """QA (a W&B user on a sweep): the table sorted by loss, eval loss and reward only, and showed no other metric,
+    so the sweep's best run by eval/exact_match (an SFT run's score) took opening every run. The sort offers every
+    final metric the project's runs logged, both ways, and a sort by one adds its column."""
+    finals = {"low": {"eval/exact_match": {"last": 0.25, "min": 0.0, "max": 0.5, "step": 30}},
+              "high": {"eval/exact_match": {"last": 0.75, "min": 0.0, "max": 0.75, "step": 30}},
+              "none": {"loss": {"last": 1.0, "min": 1.0, "max": 2.0, "step": 30}}}
+    for name, final_metrics in finals.items():
+        run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.owner, name=name)
+        Run.objects.filter(pk=run.pk).update(final_metrics=final_metrics)
+    client = client_for(team.viewer)
+
+    def table(sort: str) -> tuple[list[str], str]:
+        page = client.get("/p/alpha/runs/", {"sort": sort}).content.decode()
+        assert "Ignored" not in page
+        rows = page.split('<tbody>')[1].split('</tbody>')[0]
+        return re.findall(r'/">(low|high|none)</a>', rows), page
+
+    order, page = table("-metric:eval/exact_match")
+    assert order == ["high", "low", "none"]  # runs without it last
+    select = page.split('<select name="sort"')[1].split("</select>")[0]
+    assert '<option value="-metric:eval/exact_match" selected>eval/exact_match: highest first</option>' in select
+    assert '<option value="metric:loss" >loss: lowest first</option>' in select
+    head = page.split("<thead>")[1].split("</thead>")[0]
+    assert '<th class="num literal">eval/exact_match<br><small class="muted">last<br>min – max</small></th>' in head
+    assert "0.75<br><small class=\"muted\">0 – 0.75</small>" in page
+    assert table("metric:eval/exact_match")[0] == ["low", "high", "none"]
+    # The table's own columns are not shown twice; a sort by nothing (metric:) is ignored with a note.
+    assert "loss<br><small" not in table("metric:loss")[1].split("<thead>")[1].split("</thead>")[0]
+    ignored = client.get("/p/alpha/runs/", {"sort": "metric:"}).content.decode()
+    assert "Ignored sort=&#x27;metric:&#x27;: not a sort order; use one of newest, " in ignored
+    assert "or metric:&lt;final metric&gt;" in ignored
+
+
 def test_the_table_s_pages_keep_its_filters_and_order(team, catalog, client_for, sent_tasks, monkeypatch):
     """The page links were '?page=N': the next page of a filtered table listed every run, newest first."""
     from webapp.runs import views
@@ -2082,6 +2116,20 @@ def test_switching_to_yaml_keeps_a_peft_method_of_none(team, catalog, client_for
             "train.max_steps": "5", "peft.method": "none", "switch": "yaml"}
     page = html.unescape(client_for(team.teammate).post("/p/alpha/runs/new/", form).content.decode())
     assert "peft:\n  method: none\n" in page
+
+
+def test_an_sft_run_evaluated_on_prompts_with_answers_calls_its_references_answers(team, catalog, client_for,
+                                                                                    sent_tasks):
+    """QA (the demo's first SFT run, evaluated on demo-eval's prompts and answers): its samples' Reference
+    column was headed "(completion)" over answers such as "9", named by the run's task, not by its texts."""
+    run = services.run_create(project=team.project, spec=sft_spec(catalog), user=team.teammate, name="tune")
+    reporting.sample_row(run, 2, 0, {"step": 2, "prompt": "Largest digit in 9 2 3?", "text": "3", "answer": "9"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference (answer)</th>" in page and '<td class="text muted">9</td>' in page
+    # Texts of two kinds at one step: the column says neither.
+    reporting.sample_row(run, 2, 1, {"step": 2, "prompt": "Say hi", "text": "hello", "completion": "Hi"}).save()
+    page = client_for(team.viewer).get(url(run, "samples/") + "?step=2").content.decode()
+    assert "<th>Reference</th>" in page
 
 
 def test_a_dpo_runs_eval_samples_show_the_chosen_answer_as_their_reference(team, catalog, client_for, sent_tasks):
