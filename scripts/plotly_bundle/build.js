@@ -1,6 +1,9 @@
 // Bundles entry.js into static/vendor/plotly-temper.min.js as plotly.js builds its own dist files
 // (its esbuild-config.js: the same plugins, aliases and defines), inside the same wrapper and under
 // the same license banner as plotly's dist/plotly.min.js. Run by scripts/build_plotly_bundle.sh.
+// The one difference: plotly's CSS-inlining plugin (esbuild-plugin-inline-css) names each stylesheet it
+// injects by a hash of the file's absolute path, so the bundle changed with the directory it was built in;
+// inlineCss below names it by its path inside node_modules, and the same pins build the same file anywhere.
 'use strict';
 
 const fs = require('fs');
@@ -8,7 +11,7 @@ const path = require('path');
 const esbuild = require('esbuild');
 const { environmentPlugin } = require('esbuild-plugin-environment');
 const { glsl } = require('esbuild-plugin-glsl');
-const InlineCSSPlugin = require('esbuild-plugin-inline-css');
+const crypto = require('crypto');
 
 const TRACES = 'scatter, bar, parcoords';
 const output = process.argv[2];
@@ -18,6 +21,29 @@ const plotlyDist = fs.readFileSync(require.resolve('plotly.js/dist/plotly.min.js
 const license = plotlyDist.slice(0, plotlyDist.indexOf('*/') + 2);
 if (!/^\/\*\*\n\* plotly\.js v[\d.]+\n/.test(license)) throw new Error('plotly.js/dist/plotly.min.js opens with no license banner');
 const banner = license.replace(/^(\/\*\*\n\* plotly\.js) v/, `$1 (Temper: ${TRACES} - minified) v`);
+
+// A CSS file required by the bundle's code (maplibre's, which plotly injects only for map traces) becomes code
+// that adds it to the page once, as esbuild-plugin-inline-css writes it.
+const inlineCss = {
+    name: 'inline-css',
+    setup(build) {
+        build.onLoad({ filter: /\.css$/ }, (args) => {
+            const id = crypto.createHash('sha256').update(path.relative(__dirname, args.path)).digest('hex');
+            const css = fs.readFileSync(args.path, 'utf8');
+            return {
+                loader: 'js',
+                contents: `(function(){
+        if (!document.getElementById('${id}')) {
+            var e = document.createElement('style');
+            e.id = '${id}';
+            e.textContent = \`${css}\`;
+            document.head.appendChild(e);
+        }
+    })();`,
+            };
+        });
+    },
+};
 
 // The wrapper of plotly's dist files: CommonJS where there is a module system, window.Plotly everywhere.
 const HEAD = `(
@@ -42,7 +68,7 @@ esbuild.build({
     minify: true,
     write: false,
     outfile: 'plotly-temper.min.js',
-    plugins: [InlineCSSPlugin(), glsl({ minify: true }), environmentPlugin({ NODE_DEBUG: false })],
+    plugins: [inlineCss, glsl({ minify: true }), environmentPlugin({ NODE_DEBUG: false })],
     alias: { regl: '@plotly/regl', stream: 'stream-browserify' },
     define: { global: 'window', 'define.amd': 'false' },
     target: 'es2016',
